@@ -1,0 +1,22 @@
+"""cbp: continuous bulk processing on Apache Spark with Delta Lake state.
+
+The public API. A pipeline is a YAML file of flows and stages (see :mod:`cbp.spec`), with
+translators as plain Python functions ``translate(key, state, *inputs, out)``.
+
+    >>> import cbp
+    >>> p = cbp.load("flows/url_count.yaml", home="/tmp/cbp-demo")   # doctest: +SKIP
+    >>> p.feed("urls", [{"url": "http://a/"}]); p.run()              # doctest: +SKIP
+"""
+
+from .controller import EpochReport
+from .errors import CbpError, InputError, RuntimeStateError, SpecError, UserCodeError
+from .model import Emitter, Writer, runnable_all, runnable_any
+from .pipeline import Pipeline, load
+from .spec import PipelineSpec, load_spec
+
+__all__ = [
+    "load", "Pipeline", "load_spec", "PipelineSpec", "EpochReport",
+    "Emitter", "Writer", "runnable_all", "runnable_any",
+    "CbpError", "SpecError", "InputError", "UserCodeError", "RuntimeStateError",
+]
+__version__ = "0.1.0"

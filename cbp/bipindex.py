@@ -1,0 +1,162 @@
+"""BIPtable-style state partitions (paper 001 §4.5.2): append-only data files plus an index.
+
+A stateful stage's state is a Delta table partitioned by ``_part``. Each epoch, the task that
+owns partition ``p`` appends one data file holding only the keys whose state changed (sorted by
+key hash, in small row groups; a key whose state was dropped gets a tombstone row). Beside it,
+the task writes the partition's *index*: for every live key, its 64-bit hash and the location
+(data file, row group) of its latest records. An inner stage looks up the hashes of the keys
+that received input and reads just those row groups; it never scans the partition.
+
+When a partition's live keys are spread over too many files, the task compacts them into one
+file sorted by hash (the superseded files leave the Delta table in the same commit).
+
+    >>> idx = PartitionIndex.empty()
+    >>> idx.live_keys
+    0
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from .storage import Home
+
+__all__ = ["PartitionIndex", "StateMeta", "STATE_META", "read_partition_rows", "latest_rows"]
+
+#: Columns every state row carries before the user's state fields.
+STATE_META = pa.schema([
+    pa.field("_key", pa.string()),   # the grouping key, JSON-encoded
+    pa.field("_h", pa.int64()),      # xxhash64 of _key (Spark's), the index key
+    pa.field("_epoch", pa.int64()),  # the stage epoch that wrote the row
+    pa.field("_alive", pa.bool_()),  # False: tombstone, the key's state was dropped
+])
+ROW_GROUP = 2048
+
+
+@dataclass
+class StateMeta:
+    """What a task needs to know about its state partition: the live files and the index file."""
+
+    files: list[dict[str, Any]] = field(default_factory=list)  # add-action dicts (path relative to the table)
+    index: Optional[str] = None  # index file, relative to the home
+
+
+class PartitionIndex:
+    """Sorted arrays: key hash -> (file id, row group). ``files`` maps file id -> data file path."""
+
+    def __init__(self, h: np.ndarray, f: np.ndarray, g: np.ndarray, files: list[str]) -> None:
+        self.h, self.f, self.g, self.files = h, f, g, files
+
+    @classmethod
+    def empty(cls) -> "PartitionIndex":
+        return cls(np.empty(0, np.int64), np.empty(0, np.int32), np.empty(0, np.int32), [])
+
+    @property
+    def live_keys(self) -> int:
+        return int(self.h.size)
+
+    @classmethod
+    def load(cls, home: Home, rel: str) -> "PartitionIndex":
+        t = pq.read_table(home.path(rel), filesystem=home.fs)
+        files = json.loads(t.schema.metadata[b"cbp.files"])
+        return cls(t["h"].to_numpy(), t["f"].to_numpy().astype(np.int32), t["g"].to_numpy().astype(np.int32), files)
+
+    def save(self, home: Home, rel: str) -> None:
+        t = pa.table({"h": self.h, "f": self.f, "g": self.g})
+        t = t.replace_schema_metadata({"cbp.files": json.dumps(self.files), "cbp.hash": "spark-xxhash64"})
+        path = home.path(rel)
+        home.fs.create_dir(path.rsplit("/", 1)[0], recursive=True)
+        pq.write_table(t, path, filesystem=home.fs, compression="zstd")
+
+    def positions(self, hashes: np.ndarray) -> np.ndarray:
+        """Positions of the index entries whose hash is in ``hashes`` (sorted, unique)."""
+        lo = np.searchsorted(self.h, hashes, side="left")
+        hi = np.searchsorted(self.h, hashes, side="right")
+        lens = hi - lo
+        if not lens.any():
+            return np.empty(0, np.int64)
+        starts = np.repeat(lo, lens)
+        offsets = np.arange(int(lens.sum())) - np.repeat(np.cumsum(lens) - lens, lens)
+        return starts + offsets
+
+    def updated(self, drop_h: np.ndarray, drop_f: np.ndarray, drop_g: np.ndarray,
+                add_h: np.ndarray, add_file: Optional[str], add_g: np.ndarray) -> "PartitionIndex":
+        """A new index without the entries ``(drop_h, drop_f, drop_g)``, plus new entries in ``add_file``."""
+        keep = np.ones(self.h.size, dtype=bool)
+        if drop_h.size:
+            lo = np.searchsorted(self.h, drop_h, side="left")
+            hi = np.searchsorted(self.h, drop_h, side="right")
+            for a, b, ff, gg in zip(lo, hi, drop_f, drop_g):
+                for j in range(a, b):  # almost always exactly one entry (hash collisions are rare)
+                    if self.f[j] == ff and self.g[j] == gg:
+                        keep[j] = False
+        h, f, g = self.h[keep], self.f[keep], self.g[keep]
+        files = list(self.files)
+        if add_file is not None and add_h.size:
+            files.append(add_file)
+            h = np.concatenate([h, add_h.astype(np.int64)])
+            f = np.concatenate([f, np.full(add_h.size, len(files) - 1, np.int32)])
+            g = np.concatenate([g, add_g.astype(np.int32)])
+        used = np.unique(f)  # forget files no entry points to, renumber the rest
+        remap = np.full(max(len(files), 1), -1, np.int32)
+        remap[used] = np.arange(used.size, dtype=np.int32)
+        order = np.argsort(h, kind="stable")
+        return PartitionIndex(h[order], remap[f[order]], g[order], [files[i] for i in used])
+
+    def rows_of(self, home: Home, table_rel: str, hashes: np.ndarray) -> tuple[pa.Table, np.ndarray, np.ndarray]:
+        """Read the latest state rows of the keys with these hashes, touching only their row groups.
+
+        Returns the rows and, aligned with them, the file id and row group each came from.
+        """
+        pos = self.positions(np.unique(hashes))
+        parts, fids, rgs_out = [], [], []
+        if pos.size:
+            pf_ids = self.f[pos]
+            for fid in np.unique(pf_ids):
+                sel = pos[pf_ids == fid]
+                rgs = np.unique(self.g[sel])
+                pf = pq.ParquetFile(home.fs.open_input_file(home.path(f"{table_rel}/{self.files[fid]}")))
+                t = pf.read_row_groups([int(r) for r in rgs])
+                counts = [pf.metadata.row_group(int(r)).num_rows for r in rgs]
+                rg_col = np.repeat(rgs, counts)
+                mask = pc.is_in(t["_h"], value_set=pa.array(self.h[sel], pa.int64()))
+                keep = mask.to_numpy(zero_copy_only=False)
+                parts.append(t.filter(mask))
+                rgs_out.append(rg_col[keep])
+                fids.append(np.full(int(keep.sum()), fid, np.int32))
+        if not parts:
+            return pa.Table.from_batches([], schema=STATE_META), np.empty(0, np.int32), np.empty(0, np.int32)
+        return pa.concat_tables(parts, promote_options="default"), np.concatenate(fids), np.concatenate(rgs_out)
+
+    def all_rows(self, home: Home, table_rel: str) -> tuple[pa.Table, np.ndarray, np.ndarray]:
+        """Every live row of the partition (outer stages and compaction)."""
+        return self.rows_of(home, table_rel, self.h)
+
+
+def read_partition_rows(home: Home, table_rel: str, files: list[dict[str, Any]]) -> pa.Table:
+    """All rows of a partition's data files, whatever their age (for rebuilding an index)."""
+    tables = [pq.read_table(home.path(f"{table_rel}/{f['path']}"), filesystem=home.fs) for f in files]
+    tables = [t for t in tables if t.num_rows]
+    if not tables:
+        return pa.Table.from_batches([], schema=STATE_META)
+    return pa.concat_tables(tables, promote_options="default")
+
+
+def latest_rows(rows: pa.Table) -> pa.Table:
+    """Keep, for each key, the rows of its newest epoch; drop tombstones.
+
+    Any Delta reader gets a stage's state this way: ``max(_epoch)`` per ``_key`` where ``_alive``.
+    """
+    if rows.num_rows == 0:
+        return rows
+    newest = rows.group_by("_key").aggregate([("_epoch", "max")]).rename_columns(["_key", "_newest"])
+    joined = rows.join(newest, "_key")
+    joined = joined.filter(pc.and_(pc.equal(joined["_epoch"], joined["_newest"]), joined["_alive"]))
+    return joined.drop_columns(["_newest"])

@@ -1,0 +1,65 @@
+"""Resolve import paths (``module:function``) of user functions named in a pipeline YAML.
+
+Modules found beside the YAML file (or below its directory) are shipped to Spark executors by
+value, so a user's translators need not be installed as a package.
+
+    >>> import os
+    >>> resolve_callable("os.path:join", base_dir=".") is os.path.join
+    True
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import sys
+from typing import Any, Callable
+
+__all__ = ["resolve_callable", "is_import_path"]
+
+
+def is_import_path(text: str) -> bool:
+    """An import path has a ``:`` between module and attribute (``pkg.mod:fn``)."""
+    return ":" in text
+
+
+def resolve_callable(path: str, base_dir: str) -> Callable[..., Any]:
+    """Import ``module:attr`` (``module`` looked up beside the YAML first) and return the callable.
+
+    Raises ``ValueError`` with what is wrong: bad syntax, module not found, attribute missing,
+    or not callable.
+    """
+    mod_name, sep, attr = path.partition(":")
+    if not sep or not mod_name or not attr:
+        raise ValueError(f"import path '{path}' must look like 'module:function'")
+    base = os.path.abspath(base_dir)
+    if base not in sys.path:
+        sys.path.insert(0, base)
+    try:
+        module = importlib.import_module(mod_name)
+    except ModuleNotFoundError as e:
+        raise ValueError(f"import path '{path}': module '{mod_name}' not found ({e}); looked beside the YAML in {base} and on sys.path") from None
+    except Exception as e:  # the user's module failed while importing
+        raise ValueError(f"import path '{path}': importing module '{mod_name}' raised {type(e).__name__}: {e}") from e
+    obj: Any = module
+    for part in attr.split("."):
+        if not hasattr(obj, part):
+            raise ValueError(f"import path '{path}': module '{mod_name}' has no attribute '{attr}'")
+        obj = getattr(obj, part)
+    if not callable(obj):
+        raise ValueError(f"import path '{path}' names a {type(obj).__name__}, not a function")
+    _ship_by_value(module, base)
+    return obj
+
+
+def _ship_by_value(module: Any, base: str) -> None:
+    """Pickle functions of modules that live beside the YAML by value for Spark's workers."""
+    file = getattr(module, "__file__", None)
+    if not file or not os.path.abspath(file).startswith(base + os.sep):
+        return
+    from pyspark import cloudpickle
+
+    try:
+        cloudpickle.register_pickle_by_value(module)
+    except ValueError:
+        pass  # already registered, or a package-level module cloudpickle does not ship

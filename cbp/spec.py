@@ -1,0 +1,441 @@
+"""One strict loader for pipeline YAML files in ``flows/``.
+
+:func:`load_spec` reads a file into frozen, validated objects and reports every mistake with
+the file, the line, the stage or flow, and what is wrong, before any Spark job starts.
+
+    >>> spec = load_spec("flows/url_count.yaml")            # doctest: +SKIP
+    >>> spec.stages["url_count"].inputs[0].flow             # doctest: +SKIP
+    'urls'
+
+A file looks like::
+
+    pipeline: url_count
+    mode: direct                 # or blackbox (paper 001 §4.4, the baseline)
+    flows:
+      urls:   {external: true, schema: {url: string}}
+      counts: {schema: {url: string, count: int}}
+    stages:
+      url_count:
+        translator: url_count:count_urls    # module beside the YAML, or installed
+        partitions: 4
+        inputs:
+          - {flow: urls, route_by: url}     # a field name or module:function
+        state: {schema: {url: string, count: int}, grouping: inner}
+        outputs: [counts]
+        runnable: all                       # all | any | module:function
+        params: {}
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from dataclasses import dataclass, field
+from typing import Any, Callable, Literal, Optional
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from .errors import SpecError
+from .model import runnable_all, runnable_any
+from .resolve import is_import_path, resolve_callable
+from .schema import FieldType, RecordSchema, parse_type
+
+__all__ = ["load_spec", "PipelineSpec", "StageSpec", "FlowSpec", "InputSpec", "KeyFunction", "FrameFunction"]
+
+_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+STATE = "state"
+
+
+# ---------------------------------------------------------------- raw YAML shape (pydantic)
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+
+
+class _RawInput(_Strict):
+    flow: str
+    route_by: Optional[str] = None
+    order_by: Optional[str] = None
+    frame_by: Optional[str] = None
+    fields: Optional[dict[str, str]] = Field(default=None, alias="schema")
+
+
+class _RawState(_Strict):
+    fields: dict[str, str] = Field(alias="schema")
+    grouping: Literal["inner", "outer"] = "inner"
+
+
+class _RawFlow(_Strict):
+    fields: dict[str, str] = Field(alias="schema")
+    external: bool = False
+    description: Optional[str] = None
+
+
+class _RawStage(_Strict):
+    translator: str
+    inputs: list[_RawInput] = []
+    state: Optional[_RawState] = None
+    outputs: list[str] = []
+    partitions: int = Field(default=4, ge=1, le=100_000)
+    runnable: str = "all"
+    params: dict[str, Any] = {}
+    description: Optional[str] = None
+
+    @field_validator("inputs", mode="before")
+    @classmethod
+    def _short_inputs(cls, v: Any) -> Any:
+        return [{"flow": x} if isinstance(x, str) else x for x in v] if isinstance(v, list) else v
+
+
+class _RawPipeline(_Strict):
+    pipeline: str
+    mode: Literal["direct", "blackbox"] = "direct"
+    description: Optional[str] = None
+    flows: dict[str, _RawFlow]
+    stages: dict[str, _RawStage]
+
+
+# ---------------------------------------------------------------- resolved objects
+@dataclass(frozen=True)
+class KeyFunction:
+    """A RouteBy or OrderBy: a record field, or a user function of the record.
+
+    As RouteBy, a function may return a list (or set) of keys to send the record to several groups.
+    """
+
+    text: str
+    field: Optional[str] = None
+    fn: Optional[Callable[[dict[str, Any]], Any]] = None
+
+    def __call__(self, record: dict[str, Any]) -> Any:
+        return record[self.field] if self.field is not None else self.fn(record)  # type: ignore[misc]
+
+
+@dataclass(frozen=True)
+class FrameFunction:
+    """A FrameBy: ``(record, state) -> (framing key, state)``; a field name frames by that field."""
+
+    text: str
+    field: Optional[str] = None
+    fn: Optional[Callable[[dict[str, Any], Any], tuple[Any, Any]]] = None
+
+    def __call__(self, record: dict[str, Any], state: Any) -> tuple[Any, Any]:
+        if self.field is not None:
+            return record[self.field], state
+        return self.fn(record, state)  # type: ignore[misc]
+
+
+@dataclass(frozen=True)
+class FlowSpec:
+    name: str
+    schema: RecordSchema
+    external: bool
+    producer: Optional[str]
+    consumers: tuple[str, ...]
+    frame_by: Optional[FrameFunction] = None
+
+
+@dataclass(frozen=True)
+class InputSpec:
+    flow: str
+    route_by: Optional[KeyFunction]
+    order_by: Optional[KeyFunction]
+
+
+@dataclass(frozen=True)
+class StageSpec:
+    name: str
+    translator: Callable[..., Any]
+    translator_path: str
+    inputs: tuple[InputSpec, ...]
+    outputs: tuple[str, ...]
+    state_schema: Optional[RecordSchema]
+    grouping: str
+    partitions: int
+    runnable: Callable[..., Any]
+    runnable_name: str
+    params: dict[str, Any]
+
+    @property
+    def input_flows(self) -> list[str]:
+        return [i.flow for i in self.inputs]
+
+    @property
+    def record_wise(self) -> bool:
+        """No state and every input RouteByRcd: runs map-only, without a shuffle."""
+        return self.state_schema is None and all(i.route_by is None for i in self.inputs)
+
+
+@dataclass(frozen=True)
+class PipelineSpec:
+    name: str
+    path: str
+    mode: str
+    flows: dict[str, FlowSpec]
+    stages: dict[str, StageSpec]
+    order: tuple[str, ...] = field(default=())
+
+    @property
+    def external_flows(self) -> list[str]:
+        return [f.name for f in self.flows.values() if f.external]
+
+    def stage(self, name: str) -> StageSpec:
+        if name not in self.stages:
+            raise SpecError(self.path, f"unknown stage '{name}'; the pipeline has: {', '.join(self.stages)}", code="unknown-stage")
+        return self.stages[name]
+
+    def flow(self, name: str) -> FlowSpec:
+        if name not in self.flows:
+            raise SpecError(self.path, f"unknown flow '{name}'; the pipeline has: {', '.join(self.flows)}", code="unknown-flow")
+        return self.flows[name]
+
+
+# ---------------------------------------------------------------- loader
+def load_spec(path: str | os.PathLike[str]) -> PipelineSpec:
+    """Read, validate and resolve a pipeline YAML file; raise :class:`SpecError` on any mistake."""
+    path = os.fspath(path)
+    try:
+        with open(path, encoding="utf-8") as fh:
+            text = fh.read()
+    except OSError as e:
+        raise SpecError(path, f"cannot read the file: {e.strerror}", code="unreadable") from None
+    try:
+        data = yaml.safe_load(text)
+        lines = _line_index(yaml.compose(text))
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        where = f"line {mark.line + 1}: " if mark else ""
+        raise SpecError(path, f"{where}not valid YAML: {getattr(e, 'problem', e)}", code="yaml") from None
+    if not isinstance(data, dict):
+        raise SpecError(path, "the file must be a mapping with 'pipeline', 'flows' and 'stages'", code="invalid-spec")
+    try:
+        raw = _RawPipeline.model_validate(data)
+    except ValidationError as e:
+        raise SpecError(path, _pydantic_message(e, lines), code="invalid-spec") from None
+    return _Compiler(path, raw, lines).compile()
+
+
+class _Compiler:
+    def __init__(self, path: str, raw: _RawPipeline, lines: dict[tuple[str, ...], int]) -> None:
+        self.path, self.raw, self.lines = path, raw, lines
+        self.base = os.path.dirname(os.path.abspath(path))
+
+    def fail(self, where: tuple[str, ...], message: str, code: str) -> SpecError:
+        line = None
+        for n in range(len(where), 0, -1):
+            line = self.lines.get(where[:n])
+            if line is not None:
+                break
+        return SpecError(self.path, (f"line {line}: " if line else "") + message, code=code)
+
+    def compile(self) -> PipelineSpec:
+        raw = self.raw
+        if not _NAME.match(raw.pipeline):
+            raise self.fail(("pipeline",), f"pipeline name '{raw.pipeline}' must be a plain identifier", "bad-name")
+        for kind, names in (("flow", raw.flows), ("stage", raw.stages)):
+            for n in names:
+                if not _NAME.match(n):
+                    raise self.fail((kind + "s", n), f"{kind} name '{n}' must be a plain identifier (letters, digits, _)", "bad-name")
+        if STATE in raw.flows:
+            raise self.fail(("flows", STATE), "'state' is reserved for each stage's state flow; rename the flow", "reserved-name")
+        if not raw.stages:
+            raise self.fail(("stages",), "the pipeline has no stages", "no-stages")
+
+        schemas: dict[str, RecordSchema] = {}
+        for fname, f in raw.flows.items():
+            schemas[fname] = self._schema(f.fields, ("flows", fname, "schema"), f"flow '{fname}'")
+
+        producers: dict[str, str] = {}
+        consumers: dict[str, list[str]] = {f: [] for f in raw.flows}
+        for sname, s in raw.stages.items():
+            where = ("stages", sname)
+            if not s.inputs:
+                raise self.fail(where, f"stage '{sname}' has no input flow; every stage reads at least one", "no-input")
+            seen: set[str] = set()
+            for i, inp in enumerate(s.inputs):
+                if inp.flow == STATE:
+                    raise self.fail(where + ("inputs",), f"stage '{sname}': the state flow is read implicitly; declare it under 'state:', not as an input", "reserved-name")
+                if inp.flow not in raw.flows:
+                    raise self.fail(where + ("inputs",), f"stage '{sname}': unknown input flow '{inp.flow}' (declared flows: {', '.join(raw.flows)})", "unknown-flow")
+                if inp.flow in seen:
+                    raise self.fail(where + ("inputs",), f"stage '{sname}': input flow '{inp.flow}' is listed twice", "duplicate-input")
+                seen.add(inp.flow)
+                consumers[inp.flow].append(sname)
+            for out in s.outputs:
+                if out == STATE:
+                    raise self.fail(where + ("outputs",), f"stage '{sname}': 'state' is written through out.state; declare it under 'state:', not as an output", "reserved-name")
+                if out not in raw.flows:
+                    raise self.fail(where + ("outputs",), f"stage '{sname}': unknown output flow '{out}' (declared flows: {', '.join(raw.flows)})", "unknown-flow")
+                if raw.flows[out].external:
+                    raise self.fail(where + ("outputs",), f"stage '{sname}' writes flow '{out}', which is an external input (external: true); an external flow is fed from outside only", "external-produced")
+                if out in producers:
+                    raise self.fail(where + ("outputs",), f"flow '{out}' has two producers, stages '{producers[out]}' and '{sname}'; give each its own flow", "two-producers")
+                producers[out] = sname
+        for fname, f in raw.flows.items():
+            if not f.external and fname not in producers and consumers[fname]:
+                raise self.fail(("flows", fname), f"flow '{fname}' is read by stage '{consumers[fname][0]}' but no stage produces it; mark it 'external: true' if it is fed from outside", "no-producer")
+
+        frames = self._frames(schemas, consumers)
+        stages = {n: self._stage(n, s, schemas) for n, s in raw.stages.items()}
+        flows = {
+            n: FlowSpec(n, schemas[n], f.external, producers.get(n), tuple(consumers[n]), frames.get(n))
+            for n, f in raw.flows.items()
+        }
+        return PipelineSpec(raw.pipeline, self.path, raw.mode, flows, stages, _stage_order(stages, flows))
+
+    def _schema(self, fields: dict[str, str], where: tuple[str, ...], what: str) -> RecordSchema:
+        if not fields:
+            raise self.fail(where, f"{what}: the schema has no fields", "empty-schema")
+        out: dict[str, FieldType] = {}
+        for name, t in fields.items():
+            if not _NAME.match(str(name)) or str(name).startswith("_"):
+                raise self.fail(where, f"{what}: field name '{name}' must be an identifier not starting with '_'", "bad-name")
+            try:
+                out[name] = parse_type(t)
+            except ValueError as e:
+                raise self.fail(where, f"{what}: field '{name}': {e}", "bad-type") from None
+        return RecordSchema(out)
+
+    def _key_function(self, text: Optional[str], schema: RecordSchema, where: tuple[str, ...], what: str) -> Optional[KeyFunction]:
+        if text is None:
+            return None
+        if is_import_path(text):
+            return KeyFunction(text, fn=self._callable(text, where, what))
+        if text not in schema.fields:
+            raise self.fail(where, f"{what}: '{text}' is not a field of the flow (fields: {', '.join(schema.fields)}) nor an import path 'module:function'", "unknown-field")
+        return KeyFunction(text, field=text)
+
+    def _callable(self, text: str, where: tuple[str, ...], what: str) -> Callable[..., Any]:
+        try:
+            return resolve_callable(text, self.base)
+        except ValueError as e:
+            raise self.fail(where, f"{what}: {e}", "bad-import") from None
+
+    def _frames(self, schemas: dict[str, RecordSchema], consumers: dict[str, list[str]]) -> dict[str, FrameFunction]:
+        frames: dict[str, FrameFunction] = {}
+        declared: dict[str, tuple[str, Optional[str]]] = {}
+        for sname, s in self.raw.stages.items():
+            for inp in s.inputs:
+                where = ("stages", sname, "inputs")
+                prev = declared.get(inp.flow)
+                if prev is not None and prev[1] != inp.frame_by:
+                    raise self.fail(where, f"flow '{inp.flow}' is framed by '{prev[1] or 'prior (default)'}' in stage '{prev[0]}' but by '{inp.frame_by or 'prior (default)'}' in stage '{sname}'; framing belongs to the flow, give every reader the same frame_by", "frame-mismatch")
+                declared[inp.flow] = (sname, inp.frame_by)
+                if inp.frame_by is None:
+                    continue
+                if not self.raw.flows[inp.flow].external:
+                    raise self.fail(where, f"stage '{sname}': frame_by on flow '{inp.flow}', which a stage produces; cbp frames external input flows only (stage outputs are framed by the producing epoch, FrameByPrior)", "frame-internal")
+                if is_import_path(inp.frame_by):
+                    frames[inp.flow] = FrameFunction(inp.frame_by, fn=self._callable(inp.frame_by, where, f"stage '{sname}' frame_by"))
+                elif inp.frame_by in schemas[inp.flow].fields:
+                    frames[inp.flow] = FrameFunction(inp.frame_by, field=inp.frame_by)
+                else:
+                    raise self.fail(where, f"stage '{sname}': frame_by '{inp.frame_by}' is not a field of flow '{inp.flow}' (fields: {', '.join(schemas[inp.flow].fields)}) nor an import path", "unknown-field")
+        return frames
+
+    def _stage(self, name: str, s: _RawStage, schemas: dict[str, RecordSchema]) -> StageSpec:
+        where = ("stages", name)
+        inputs = []
+        for inp in s.inputs:
+            schema = schemas[inp.flow]
+            what = f"stage '{name}' input '{inp.flow}'"
+            if inp.fields is not None:
+                self._check_consumer_fields(name, inp.flow, inp.fields, schema, where + ("inputs",))
+            route = self._key_function(inp.route_by, schema, where + ("inputs",), what + " route_by")
+            order = self._key_function(inp.order_by, schema, where + ("inputs",), what + " order_by")
+            if s.state is not None and route is None:
+                raise self.fail(where + ("inputs",), f"{what}: a stage with state must group its inputs; give route_by (a field or module:function), the default RouteByRcd gives every record its own group", "route-required")
+            inputs.append(InputSpec(inp.flow, route, order))
+        state_schema = self._schema(s.state.fields, where + ("state",), f"stage '{name}' state") if s.state else None
+        translator = self._callable(s.translator, where + ("translator",), f"stage '{name}' translator")
+        if s.runnable in ("all", "any"):
+            runnable = runnable_all if s.runnable == "all" else runnable_any
+        else:
+            runnable = self._callable(s.runnable, where + ("runnable",), f"stage '{name}' runnable")
+        try:
+            json.dumps(s.params)
+        except TypeError as e:
+            raise self.fail(where + ("params",), f"stage '{name}': params must be plain YAML values ({e})", "bad-params") from None
+        return StageSpec(
+            name, translator, s.translator, tuple(inputs), tuple(s.outputs), state_schema,
+            s.state.grouping if s.state else "inner", s.partitions, runnable, s.runnable, dict(s.params),
+        )
+
+    def _check_consumer_fields(self, stage: str, flow: str, fields: dict[str, str], schema: RecordSchema, where: tuple[str, ...]) -> None:
+        producer = next((n for n, s in self.raw.stages.items() if flow in s.outputs), None)
+        source = f"stage '{producer}' produces" if producer else "the flow declares"
+        for fname, t in fields.items():
+            try:
+                want = parse_type(t)
+            except ValueError as e:
+                raise self.fail(where, f"stage '{stage}' input '{flow}': field '{fname}': {e}", "bad-type") from None
+            have = schema.fields.get(fname)
+            if have is None:
+                raise self.fail(where, f"stage '{stage}' reads field '{fname}' of flow '{flow}', which {source} without it (fields: {', '.join(schema.fields)})", "unknown-field")
+            if not want.accepts(have):
+                raise self.fail(where, f"type mismatch on flow '{flow}' field '{fname}': stage '{stage}' reads it as {want} but {source} {have}", "type-mismatch")
+
+
+def _stage_order(stages: dict[str, StageSpec], flows: dict[str, FlowSpec]) -> tuple[str, ...]:
+    """Stages in dataflow order (a topological order ignoring back edges of cycles)."""
+    order: list[str] = []
+    seen: set[str] = set()
+
+    def visit(name: str, stack: set[str]) -> None:
+        if name in seen or name in stack:
+            return
+        stack.add(name)
+        for inp in stages[name].inputs:
+            prod = flows[inp.flow].producer
+            if prod is not None and prod != name:
+                visit(prod, stack)
+        stack.discard(name)
+        seen.add(name)
+        order.append(name)
+
+    for n in stages:
+        visit(n, set())
+    return tuple(order)
+
+
+def _line_index(node: Any) -> dict[tuple[str, ...], int]:
+    """Map key paths (``('stages', 'count', 'inputs')``) to 1-based line numbers."""
+    out: dict[tuple[str, ...], int] = {}
+
+    def walk(n: Any, path: tuple[str, ...]) -> None:
+        if isinstance(n, yaml.MappingNode):
+            for k, v in n.value:
+                p = path + (str(k.value),)
+                out[p] = k.start_mark.line + 1
+                walk(v, p)
+        elif isinstance(n, yaml.SequenceNode):
+            for v in n.value:
+                walk(v, path)
+
+    if node is not None:
+        walk(node, ())
+    return out
+
+
+def _pydantic_message(e: ValidationError, lines: dict[tuple[str, ...], int]) -> str:
+    parts = []
+    for err in e.errors()[:5]:
+        loc = [str(x) for x in err["loc"]]
+        keys = tuple(x for x in loc if not x.isdigit())
+        line = None
+        for n in range(len(keys), 0, -1):
+            line = lines.get(keys[:n])
+            if line:
+                break
+        what = {"missing": "missing (required)", "extra_forbidden": "unknown field"}.get(err["type"], err["msg"])
+        label = _describe(loc)
+        parts.append((f"line {line}: " if line else "") + f"{label}: {what}")
+    return "; ".join(parts)
+
+
+def _describe(loc: list[str]) -> str:
+    if len(loc) >= 2 and loc[0] in ("stages", "flows"):
+        rest = ".".join(x if not x.isdigit() else f"[{x}]" for x in loc[2:])
+        return f"{loc[0][:-1]} '{loc[1]}'" + (f" {rest}" if rest else "")
+    return ".".join(loc) or "file"

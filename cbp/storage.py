@@ -1,0 +1,189 @@
+"""The home directory: where a pipeline's increments, state, index and controller log live.
+
+Everything goes through pyarrow's filesystem abstraction and delta-rs, so a home can be a local
+directory or an object-store URI (``s3://bucket/pipelines/crawl``). Layout::
+
+    <home>/flows/<flow>/                      Delta table of the flow's increments, partitioned by _inc
+    <home>/stages/<stage>/state/              Delta table of state records, partitioned by _part
+    <home>/stages/<stage>/index/_part=<p>/    BIPtable index files (key hash -> data file, row group)
+    <home>/_cbp/controller/<seq>.json         controller snapshots (connectors, epochs, versions)
+
+    >>> h = Home("/tmp/cbp-doc-home")
+    >>> h.uri("flows", "urls")
+    '/tmp/cbp-doc-home/flows/urls'
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import uuid
+from typing import Any, Iterable, Optional
+
+import pyarrow as pa
+import pyarrow.fs as pafs
+import pyarrow.parquet as pq
+from deltalake import CommitProperties, DeltaTable, Transaction
+from deltalake.transaction import AddAction, RemoveAction
+
+from .errors import RuntimeStateError
+
+__all__ = ["Home", "INC", "PART"]
+
+INC = "_inc"
+PART = "_part"
+_CONTROLLER = "_cbp/controller"
+
+
+class Home:
+    """A pipeline's home: a local path or a URI understood by pyarrow and delta-rs. Picklable."""
+
+    def __init__(self, location: str | os.PathLike[str]) -> None:
+        loc = os.fspath(location)
+        if "://" not in loc:
+            loc = os.path.abspath(loc)
+        self.location = loc.rstrip("/")
+        self._fs: Optional[pafs.FileSystem] = None
+        self._root = ""
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {"location": self.location}
+
+    def __setstate__(self, st: dict[str, Any]) -> None:
+        self.__init__(st["location"])  # type: ignore[misc]
+
+    def __repr__(self) -> str:
+        return f"Home({self.location!r})"
+
+    @property
+    def fs(self) -> pafs.FileSystem:
+        if self._fs is None:
+            self._fs, self._root = pafs.FileSystem.from_uri(self.location)
+        return self._fs
+
+    def path(self, *parts: str) -> str:
+        """A path inside the home, for :attr:`fs`."""
+        _ = self.fs
+        return "/".join([self._root.rstrip("/"), *parts])
+
+    def uri(self, *parts: str) -> str:
+        """A URI inside the home, for delta-rs and Spark."""
+        return "/".join([self.location, *parts])
+
+    # ----------------------------------------------------------- plain files
+    def write_bytes(self, rel: str, data: bytes) -> None:
+        path = self.path(rel)
+        self.fs.create_dir(path.rsplit("/", 1)[0], recursive=True)
+        tmp = f"{path}.tmp-{uuid.uuid4().hex[:8]}"
+        with self.fs.open_output_stream(tmp) as out:
+            out.write(data)
+        self.fs.move(tmp, path)
+
+    def read_bytes(self, rel: str) -> bytes:
+        with self.fs.open_input_stream(self.path(rel)) as f:
+            return f.read()
+
+    def list_dir(self, rel: str) -> list[str]:
+        sel = pafs.FileSelector(self.path(rel), allow_not_found=True)
+        return sorted(i.base_name for i in self.fs.get_file_info(sel))
+
+    def delete_file(self, rel: str) -> None:
+        try:
+            self.fs.delete_file(self.path(rel))
+        except FileNotFoundError:
+            pass
+
+    # ----------------------------------------------------------- controller snapshots
+    def read_controller(self) -> Optional[dict[str, Any]]:
+        """The newest complete controller snapshot, or None for a new home."""
+        for name in reversed(self.list_dir(_CONTROLLER)):
+            if not name.endswith(".json"):
+                continue
+            try:
+                return json.loads(self.read_bytes(f"{_CONTROLLER}/{name}"))
+            except (ValueError, OSError):
+                continue  # a torn write: the previous snapshot is the truth
+        return None
+
+    def write_controller(self, snapshot: dict[str, Any], keep: int = 20) -> None:
+        """Write snapshot ``seq`` (atomically: temp file, then rename) and prune old ones."""
+        seq = int(snapshot["seq"])
+        self.write_bytes(f"{_CONTROLLER}/{seq:012d}.json", json.dumps(snapshot, sort_keys=True).encode())
+        names = [n for n in self.list_dir(_CONTROLLER) if n.endswith(".json")]
+        for n in names[:-keep]:
+            self.delete_file(f"{_CONTROLLER}/{n}")
+
+    # ----------------------------------------------------------- Delta tables
+    def table(self, rel: str, version: Optional[int] = None) -> Optional[DeltaTable]:
+        uri = self.uri(rel)
+        if not DeltaTable.is_deltatable(uri):
+            return None
+        try:
+            return DeltaTable(uri, version=version)
+        except Exception as e:  # delta-rs raises several types for a missing version
+            raise RuntimeStateError(f"cannot open Delta table {uri} at version {version}: {e}") from e
+
+    def ensure_table(self, rel: str, schema: pa.Schema, partition_by: str) -> DeltaTable:
+        """Open the table, creating it empty (version 0) on first use."""
+        dt = self.table(rel)
+        if dt is None:
+            try:
+                dt = DeltaTable.create(self.uri(rel), schema=schema, partition_by=[partition_by])
+            except Exception as e:
+                raise RuntimeStateError(f"cannot create Delta table {self.uri(rel)}: {e}") from e
+        return dt
+
+    def commit_files(
+        self,
+        rel: str,
+        schema: pa.Schema,
+        partition_by: str,
+        adds: Iterable[dict[str, Any]],
+        removes: Iterable[dict[str, Any]] = (),
+        *,
+        overwrite: bool = False,
+        app_id: Optional[str] = None,
+        app_version: Optional[int] = None,
+    ) -> int:
+        """Commit files written by tasks (and files to drop) in one Delta transaction; return the version.
+
+        With ``app_id``/``app_version`` the commit carries Delta's application transaction id, so a
+        re-run can tell that this epoch was already committed (``transaction_version``).
+        """
+        dt = self.ensure_table(rel, schema, partition_by)
+        actions: list[Any] = [
+            AddAction(a["path"], int(a["size"]), {partition_by: str(a["partition"])}, int(a["mtime"]), True, json.dumps({"numRecords": int(a["rows"])}))
+            for a in adds
+        ]
+        actions += [
+            RemoveAction(r["path"], True, int(r.get("mtime") or 0), int(r["size"]), {partition_by: str(r["partition"])})
+            for r in removes
+        ]
+        props = CommitProperties(app_transactions=[Transaction(app_id, app_version)]) if app_id is not None else None
+        dt.create_write_transaction(
+            actions, mode="overwrite" if overwrite else "append", schema=dt.schema(), partition_by=[partition_by], commit_properties=props
+        )
+        return DeltaTable(self.uri(rel)).version()
+
+    def table_files(self, rel: str, version: int) -> list[dict[str, Any]]:
+        """The live data files of a table version: path (relative), size, partition value, rows."""
+        dt = self.table(rel, version)
+        if dt is None:
+            return []
+        acts = pa.table(dt.get_add_actions(flatten=True)).to_pylist()
+        pcol = next((k for k in (acts[0] if acts else {}) if k.startswith("partition.")), None)
+        return [
+            {"path": a["path"], "size": a["size_bytes"], "mtime": a["modification_time"], "rows": a.get("num_records"), "partition": a[pcol] if pcol else None}
+            for a in acts
+        ]
+
+    def write_parquet(self, rel_dir: str, table: pa.Table, prefix: str, partition: Any, row_group_size: int = 65536) -> dict[str, Any]:
+        """Write a data file into a table's partition directory; return its future add action."""
+        name = f"{prefix}-{uuid.uuid4().hex[:12]}.parquet"
+        rel = f"{rel_dir}/{name}"
+        path = self.path(rel)
+        self.fs.create_dir(path.rsplit("/", 1)[0], recursive=True)
+        pq.write_table(table, path, filesystem=self.fs, row_group_size=row_group_size, compression="zstd")
+        info = self.fs.get_file_info(path)
+        mtime = int(info.mtime.timestamp() * 1000) if info.mtime else 0
+        return {"rel": rel, "size": info.size, "mtime": mtime, "rows": table.num_rows, "partition": partition}

@@ -1,0 +1,378 @@
+"""What runs inside a Spark task: routing records, and one stage epoch on one partition.
+
+The driver side (:mod:`cbp.physical`) ships a :class:`TaskPlan` to every task. A grouped task
+receives its partition's *new* input, sorted by key and flow, reads the state of the keys it
+needs from the partition it owns (:mod:`cbp.bipindex`), calls the translator once per key with
+one iterator per input flow, and writes the state changes and output increments as files that
+the driver then commits. A task that fails leaves only unreferenced files behind.
+"""
+
+from __future__ import annotations
+
+import json
+import traceback
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterable, Iterator, Optional
+
+import numpy as np
+import pyarrow as pa
+
+from .bipindex import ROW_GROUP, STATE_META, PartitionIndex, StateMeta, latest_rows, read_partition_rows
+from .model import Emitter
+from .schema import RecordError, RecordSchema
+from .spec import StageSpec
+from .storage import INC, Home
+
+__all__ = ["TaskPlan", "ENVELOPE", "RESULT", "encode_key", "route_batches", "grouped_task", "recordwise_task", "USER_ERROR"]
+
+#: Records on their way to a stage: JSON-encoded key, input index (-1: state), stored record as JSON.
+ENVELOPE = pa.schema([("_key", pa.string()), ("_flow", pa.int32()), ("_rec", pa.string())])
+RESULT = pa.schema([("meta", pa.string())])
+USER_ERROR = "CBP-USER-ERROR"
+
+
+def encode_key(key: Any) -> str:
+    """The canonical text of a grouping key (JSON), used for routing and stored as ``_key``."""
+    return json.dumps(key, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+class UserFailure(Exception):
+    """Raised in a task when user code fails; the driver turns it into :class:`cbp.errors.UserCodeError`."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(f"{USER_ERROR}<<{message}>>{USER_ERROR}")
+
+
+def _user_failure(where: str, fn_name: str, exc: BaseException) -> UserFailure:
+    tb = traceback.extract_tb(exc.__traceback__)
+    user = [fr for fr in tb if "/cbp/" not in fr.filename.replace("\\", "/")] or tb[-1:]
+    loc = f" ({user[-1].filename}:{user[-1].lineno})" if user else ""
+    return UserFailure(f"{where}: {fn_name} raised {type(exc).__name__}: {exc}{loc}")
+
+
+@dataclass
+class TaskPlan:
+    """Everything a task of one stage epoch needs (pickled to the executors)."""
+
+    home: Home
+    stage: StageSpec
+    epoch: int
+    mode: str
+    out_schemas: dict[str, RecordSchema]
+    out_incs: dict[str, int]
+    input_schemas: list[RecordSchema]
+    state_rel: str
+    parts: dict[int, StateMeta] = field(default_factory=dict)
+    max_files: int = 8
+
+    def where(self, key: Any = None) -> str:
+        s = f"stage '{self.stage.name}' epoch {self.epoch}"
+        return s if key is None else f"{s} key {key!r}"
+
+
+# ------------------------------------------------------------------ routing (map side)
+def route_batches(plan: TaskPlan, flow_idx: int, batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    """RouteBy each record of input ``flow_idx``; a record routed to several keys is sent to each."""
+    inp = plan.stage.inputs[flow_idx]
+    route = inp.route_by
+    assert route is not None
+    for b in batches:
+        keys: list[str] = []
+        recs: list[str] = []
+        for rec in b.to_pylist():
+            text = json.dumps(rec, separators=(",", ":"), ensure_ascii=False)
+            try:
+                out = route(plan.input_schemas[flow_idx].from_storage(dict(rec)))
+            except Exception as e:
+                raise _user_failure(f"{plan.where()} flow '{inp.flow}' record {text[:200]}", f"route_by '{route.text}'", e) from None
+            many = out if isinstance(out, (list, set, frozenset)) else (out,)
+            for k in many:
+                if k is None:
+                    raise UserFailure(f"{plan.where()} flow '{inp.flow}': route_by '{route.text}' returned no key (None) for record {text[:200]}")
+                keys.append(encode_key(k))
+                recs.append(text)
+        yield pa.RecordBatch.from_arrays(
+            [pa.array(keys, pa.string()), pa.array(np.full(len(keys), flow_idx, np.int32)), pa.array(recs, pa.string())],
+            schema=ENVELOPE,
+        )
+
+
+# ------------------------------------------------------------------ translate calls
+class _Calls:
+    """Calls the translator for one key at a time and collects what it writes, validated."""
+
+    def __init__(self, plan: TaskPlan) -> None:
+        self.plan = plan
+        st = plan.stage
+        self.outputs: dict[str, list[dict[str, Any]]] = {f: [] for f in st.outputs}
+        self.state_out: list[dict[str, Any]] = []
+        self.key: Any = None
+        self.emitter = Emitter(st.name, plan.epoch, st.params, st.outputs, st.state_schema is not None, self._sink)
+        self.calls = 0
+
+    def _sink(self, flow: str, record: Any) -> None:
+        schema = self.plan.stage.state_schema if flow == "state" else self.plan.out_schemas[flow]
+        try:
+            rec = schema.validate(record)  # type: ignore[union-attr]
+        except RecordError as e:
+            raise UserFailure(f"{self.plan.where(self.key)}: the translator wrote a record to '{flow}' that does not fit its schema: {e}; record {record!r:.200}") from None
+        (self.state_out if flow == "state" else self.outputs[flow]).append(rec)
+
+    def call(self, key: Any, state: list[dict[str, Any]], inputs: list[Iterator[dict[str, Any]]]) -> list[dict[str, Any]]:
+        self.key = key
+        self.state_out = []
+        self.calls += 1
+        st = self.plan.stage
+        try:
+            st.translator(key, iter(state), *inputs, out=self.emitter)
+        except UserFailure:
+            raise
+        except Exception as e:
+            raise _user_failure(self.plan.where(key), f"translator '{st.translator_path}'", e) from None
+        return self.state_out
+
+
+def _flow_iter(plan: TaskPlan, idx: int, texts: list[str], key: Any) -> Iterator[dict[str, Any]]:
+    schema = plan.input_schemas[idx]
+    order = plan.stage.inputs[idx].order_by
+    if order is None:  # OrderByAny: arrival order, decoded lazily
+        return (schema.from_storage(json.loads(t)) for t in texts)
+    recs = [schema.from_storage(json.loads(t)) for t in texts]
+    try:
+        recs.sort(key=order)
+    except Exception as e:
+        raise _user_failure(f"{plan.where(key)} flow '{plan.stage.inputs[idx].flow}'", f"order_by '{order.text}'", e) from None
+    return iter(recs)
+
+
+# ------------------------------------------------------------------ grouped task (reduce side)
+def grouped_task(plan: TaskPlan, batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    """One stage epoch on one partition (direct or black-box)."""
+    from pyspark import TaskContext
+
+    p = TaskContext.get().partitionId()
+    batches = list(batches)
+    env = pa.Table.from_batches(batches) if batches else pa.Table.from_batches([], schema=ENVELOPE.append(pa.field("_h", pa.int64())))
+    keys = env["_key"].to_pylist()
+    flows = env["_flow"].to_numpy(zero_copy_only=False)
+    texts = env["_rec"].to_pylist()
+    hashes = env["_h"].to_numpy(zero_copy_only=False)
+    st = plan.stage
+    n_inputs = len(st.inputs)
+    has_state = st.state_schema is not None
+    calls = _Calls(plan)
+    stats = {"in": int(np.count_nonzero(flows >= 0)), "state_read": 0, "state_written": 0}
+
+    # group boundaries of the sorted input
+    groups: list[tuple[str, int, int, int]] = []  # key, hash, start, end
+    i, n = 0, len(keys)
+    while i < n:
+        j = i + 1
+        while j < n and keys[j] == keys[i]:
+            j += 1
+        groups.append((keys[i], int(hashes[i]), i, j))
+        i = j
+
+    index: Optional[PartitionIndex] = None
+    meta = plan.parts.get(p, StateMeta())
+    state_adds: list[dict[str, Any]] = []
+    state_removes: list[dict[str, Any]] = []
+    old_state: dict[str, list[dict[str, Any]]] = {}
+    old_loc: dict[str, tuple[int, int, int]] = {}
+    part_dir = f"{plan.state_rel}/_part={p}"
+
+    if has_state and plan.mode == "direct":
+        index, rebuilt = _open_index(plan, p, meta)
+        if rebuilt is not None:
+            state_adds.append(rebuilt)
+            state_removes.extend(meta.files)
+        if st.grouping == "outer":
+            rows, fids, rgs = index.all_rows(plan.home, plan.state_rel)
+        else:
+            wanted = np.array([g[1] for g in groups if any(flows[g[2]:g[3]] >= 0)], dtype=np.int64)
+            rows, fids, rgs = index.rows_of(plan.home, plan.state_rel, wanted)
+        old_state, old_loc = _rows_by_key(st.state_schema, rows, fids, rgs)  # type: ignore[arg-type]
+        stats["state_read"] = len(old_state)
+
+    # keys to call: those with input, plus (outer, direct) every state key of the partition
+    call_keys = [(k, h, a, b) for (k, h, a, b) in groups]
+    if has_state and plan.mode == "direct" and st.grouping == "outer":
+        present = {g[0] for g in groups}
+        extra = sorted(k for k in old_state if k not in present)
+        call_keys += [(k, old_loc[k][0], 0, 0) for k in extra]
+
+    new_rows: list[dict[str, Any]] = []
+    drops: list[tuple[int, int, int]] = []
+    for key_text, h, a, b in call_keys:
+        per_flow: list[list[str]] = [[] for _ in range(n_inputs)]
+        bb_state: list[dict[str, Any]] = []
+        for r in range(a, b):
+            fl = int(flows[r])
+            if fl >= 0:
+                per_flow[fl].append(texts[r])
+            else:
+                bb_state.append(st.state_schema.from_storage(json.loads(texts[r])))  # type: ignore[union-attr]
+        if plan.mode == "blackbox":
+            old = bb_state
+            if st.grouping == "inner" and not any(per_flow):
+                new_rows.extend(_state_row(key_text, h, plan.epoch, st.state_schema, rec) for rec in old)  # type: ignore[arg-type]
+                continue
+        else:
+            old = old_state.get(key_text, [])
+        key = json.loads(key_text)
+        inputs = [_flow_iter(plan, idx, per_flow[idx], key) for idx in range(n_inputs)]
+        new = calls.call(key, old, inputs)
+        if not has_state:
+            continue
+        if plan.mode == "blackbox":
+            new_rows.extend(_state_row(key_text, h, plan.epoch, st.state_schema, rec) for rec in new)  # type: ignore[arg-type]
+            stats["state_written"] += 1 if new != old else 0
+            continue
+        if new == old:
+            continue  # unchanged state is not rewritten
+        stats["state_written"] += 1
+        if key_text in old_loc:
+            drops.append(old_loc[key_text])
+        if new:
+            new_rows.extend(_state_row(key_text, h, plan.epoch, st.state_schema, rec) for rec in new)  # type: ignore[arg-type]
+        else:
+            new_rows.append({"_key": key_text, "_h": h, "_epoch": plan.epoch, "_alive": False})
+
+    result: dict[str, Any] = {"part": p, "index": meta.index}
+    if has_state and plan.mode == "blackbox":
+        stats["state_rows"] = len(new_rows)
+        if new_rows:
+            state_adds.append(_write_state(plan, part_dir, p, new_rows, prefix=f"e{plan.epoch:08d}-full"))
+    elif has_state:
+        assert index is not None
+        if new_rows:
+            add = _write_state(plan, part_dir, p, new_rows, prefix=f"e{plan.epoch:08d}")
+            t_h = np.array([r["_h"] for r in _sorted_rows(new_rows)], dtype=np.int64)
+            alive = np.array([r["_alive"] for r in _sorted_rows(new_rows)], dtype=bool)
+            rgs_new = np.arange(len(t_h)) // ROW_GROUP
+            d = np.array(drops, dtype=np.int64).reshape(-1, 3)
+            index = index.updated(d[:, 0], d[:, 1], d[:, 2], t_h[alive], add["path"], rgs_new[alive])
+            state_adds.append(add)
+        if len(meta.files) + len(state_adds) > plan.max_files:
+            index, compacted = _compact(plan, p, index)
+            for a in state_adds:  # written this epoch, superseded before being committed
+                plan.home.delete_file(f"{plan.state_rel}/{a['path']}")
+            state_removes = list(meta.files)
+            state_adds = [compacted]
+        if new_rows or state_removes:
+            rel = f"stages/{st.name}/index/_part={p}/e{plan.epoch:08d}-{np.random.randint(1 << 30):08x}.parquet"
+            index.save(plan.home, rel)
+            result["index"] = rel
+        stats["live_keys"] = index.live_keys
+        stats["files"] = len(index.files)
+
+    result["state_adds"] = state_adds
+    result["state_removes"] = state_removes
+    result["outputs"] = _write_outputs(plan, p, calls.outputs)
+    stats["keys"] = calls.calls
+    stats["out"] = {f: len(v) for f, v in calls.outputs.items()}
+    result["stats"] = stats
+    yield pa.RecordBatch.from_pylist([{"meta": json.dumps(result)}], schema=RESULT)
+
+
+def recordwise_task(plan: TaskPlan, flow_idx: int, batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    """A record-wise stage (no state, RouteByRcd): translate each record alone, no shuffle."""
+    from pyspark import TaskContext
+
+    p = TaskContext.get().partitionId()
+    calls = _Calls(plan)
+    n_in = 0
+    empty: list[dict[str, Any]] = []
+    schema = plan.input_schemas[flow_idx]
+    for b in batches:
+        for rec in b.to_pylist():
+            n_in += 1
+            inputs: list[Iterator[dict[str, Any]]] = [iter(()) for _ in plan.stage.inputs]
+            inputs[flow_idx] = iter((schema.from_storage(rec),))
+            calls.call(None, empty, inputs)
+    outputs = _write_outputs(plan, p * 1000 + flow_idx, calls.outputs)
+    stats = {"in": n_in, "keys": calls.calls, "state_read": 0, "state_written": 0, "out": {f: len(v) for f, v in calls.outputs.items()}}
+    yield pa.RecordBatch.from_pylist([{"meta": json.dumps({"part": p, "outputs": outputs, "stats": stats, "state_adds": [], "state_removes": []})}], schema=RESULT)
+
+
+# ------------------------------------------------------------------ helpers
+def _state_row(key_text: str, h: int, epoch: int, schema: RecordSchema, rec: dict[str, Any]) -> dict[str, Any]:
+    row = {"_key": key_text, "_h": h, "_epoch": epoch, "_alive": True}
+    row.update(schema.to_storage(rec))
+    return row
+
+
+def _sorted_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    rows.sort(key=lambda r: (r["_h"], r["_key"]))
+    return rows
+
+
+def _state_schema(plan: TaskPlan) -> pa.Schema:
+    return pa.schema(list(STATE_META) + list(plan.stage.state_schema.arrow))  # type: ignore[union-attr]
+
+
+def _write_state(plan: TaskPlan, part_dir: str, p: int, rows: list[dict[str, Any]], prefix: str) -> dict[str, Any]:
+    table = pa.Table.from_pylist(_sorted_rows(rows), schema=_state_schema(plan))
+    add = plan.home.write_parquet(part_dir, table, prefix, p, row_group_size=ROW_GROUP)
+    add["path"] = add.pop("rel")[len(plan.state_rel) + 1:]
+    return add
+
+
+def _rows_by_key(schema: RecordSchema, rows: pa.Table, fids: np.ndarray, rgs: np.ndarray) -> tuple[dict[str, list[dict[str, Any]]], dict[str, tuple[int, int, int]]]:
+    state: dict[str, list[dict[str, Any]]] = {}
+    loc: dict[str, tuple[int, int, int]] = {}
+    if rows.num_rows == 0:
+        return state, loc
+    user_cols = list(schema.fields)
+    keys = rows["_key"].to_pylist()
+    hs = rows["_h"].to_pylist()
+    alive = rows["_alive"].to_pylist()
+    recs = rows.select(user_cols).to_pylist()
+    for k, h, a, rec, f, g in zip(keys, hs, alive, recs, fids.tolist(), rgs.tolist()):
+        if not a:
+            continue
+        state.setdefault(k, []).append(schema.from_storage(rec))
+        loc[k] = (h, f, g)
+    return state, loc
+
+
+def _open_index(plan: TaskPlan, p: int, meta: StateMeta) -> tuple[PartitionIndex, Optional[dict[str, Any]]]:
+    """The partition's index; rebuilt (as a compaction) when the state has files but no index."""
+    if meta.index is not None:
+        return PartitionIndex.load(plan.home, meta.index), None
+    if not meta.files:
+        return PartitionIndex.empty(), None
+    rows = latest_rows(read_partition_rows(plan.home, plan.state_rel, meta.files))
+    return _index_from_rows(plan, p, rows.select(_state_schema(plan).names), prefix=f"e{plan.epoch:08d}-rebuilt")
+
+
+def _compact(plan: TaskPlan, p: int, index: PartitionIndex) -> tuple[PartitionIndex, dict[str, Any]]:
+    rows, _, _ = index.all_rows(plan.home, plan.state_rel)
+    idx, add = _index_from_rows(plan, p, rows.select(_state_schema(plan).names), prefix=f"e{plan.epoch:08d}-compact")
+    assert add is not None
+    return idx, add
+
+
+def _index_from_rows(plan: TaskPlan, p: int, rows: pa.Table, prefix: str) -> tuple[PartitionIndex, Optional[dict[str, Any]]]:
+    if rows.num_rows == 0:
+        return PartitionIndex.empty(), None
+    rows = rows.sort_by([("_h", "ascending"), ("_key", "ascending")])
+    add = plan.home.write_parquet(f"{plan.state_rel}/_part={p}", rows, prefix, p, row_group_size=ROW_GROUP)
+    add["path"] = add.pop("rel")[len(plan.state_rel) + 1:]
+    h = rows["_h"].to_numpy()
+    g = np.arange(rows.num_rows) // ROW_GROUP
+    return PartitionIndex(h, np.zeros(h.size, np.int32), g.astype(np.int32), [add["path"]]), add
+
+
+def _write_outputs(plan: TaskPlan, part: int, outputs: dict[str, list[dict[str, Any]]]) -> dict[str, list[dict[str, Any]]]:
+    result: dict[str, list[dict[str, Any]]] = {}
+    for flow, recs in outputs.items():
+        if not recs:
+            continue
+        inc = plan.out_incs[flow]
+        table = plan.out_schemas[flow].to_arrow(recs)
+        rel_dir = f"flows/{flow}/{INC}={inc}"
+        add = plan.home.write_parquet(rel_dir, table, f"s{plan.stage.name}-e{plan.epoch:08d}-p{part:05d}", inc)
+        add["path"] = add.pop("rel")[len(f"flows/{flow}") + 1:]
+        result[flow] = [add]
+    return result
