@@ -1,0 +1,147 @@
+"""The ``cbp`` command line: validate, feed, run, state, output, status.
+
+    $ cbp validate flows/url_count.yaml
+    $ cbp feed flows/url_count.yaml urls day1.jsonl
+    $ cbp run flows/url_count.yaml --max-epochs 10
+    $ cbp output flows/url_count.yaml counts --epoch 1
+
+Exit codes: 0 success, 2 a mistake in the YAML or the command, 3 bad input records, 4 user code
+failed, 5 runtime/storage problem.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from typing import Any, Optional, Sequence
+
+from .errors import CbpError, InputError, SpecError, UserCodeError
+
+__all__ = ["main"]
+
+_EXIT = {SpecError: 2, InputError: 3, UserCodeError: 4}
+
+
+def _parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog="cbp", description="Continuous bulk processing on Apache Spark with Delta Lake state.")
+    sub = ap.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    def with_home(p: argparse.ArgumentParser) -> None:
+        p.add_argument("flow_yaml", metavar="FLOW.yaml", help="the pipeline file")
+        p.add_argument("--home", help="where the pipeline keeps its state (default: state/<pipeline name>)")
+
+    p = sub.add_parser("validate", help="check a pipeline YAML without running anything")
+    p.add_argument("flow_yaml", metavar="FLOW.yaml")
+
+    p = sub.add_parser("feed", help="land one increment (JSON lines) on an external input flow")
+    with_home(p)
+    p.add_argument("input_flow", metavar="INPUT_FLOW")
+    p.add_argument("file", metavar="FILE.jsonl", nargs="?", help="one JSON object per line ('-' for stdin); optional with --close")
+    p.add_argument("--close", action="store_true", help="close the flow's open frame: its increment becomes complete")
+
+    p = sub.add_parser("run", help="run stage epochs until no stage is runnable")
+    with_home(p)
+    p.add_argument("--max-epochs", type=int, default=None, help="stop after this many stage epochs")
+    p.add_argument("--mode", choices=["direct", "blackbox"], help="override the pipeline's execution mode")
+    p.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
+
+    p = sub.add_parser("state", help="print a stage's state records as JSON lines")
+    with_home(p)
+    p.add_argument("stage", metavar="STAGE")
+    p.add_argument("--epoch", type=int, help="the state after this epoch of the stage (default: latest)")
+
+    p = sub.add_parser("output", help="print a flow's records as JSON lines")
+    with_home(p)
+    p.add_argument("flow", metavar="FLOW")
+    p.add_argument("--epoch", type=int, help="only the increment its producing stage wrote in this epoch")
+
+    p = sub.add_parser("status", help="stages, epochs run, pending increments per connector")
+    with_home(p)
+    p.add_argument("--json", action="store_true", help="print the status as JSON")
+    return ap
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    """Entry point of the ``cbp`` console script; returns the exit code."""
+    args = _parser().parse_args(argv)
+    try:
+        return _dispatch(args)
+    except CbpError as e:
+        print(f"cbp {args.command}: error: {e}", file=sys.stderr)
+        return next((code for cls, code in _EXIT.items() if isinstance(e, cls)), 5)
+    except BrokenPipeError:
+        return 0
+    finally:
+        sys.stdout.flush()
+
+
+def _dispatch(args: argparse.Namespace) -> int:
+    from .spec import load_spec
+
+    if args.command == "validate":
+        spec = load_spec(args.flow_yaml)
+        print(f"{args.flow_yaml}: pipeline '{spec.name}' is valid: {len(spec.flows)} flows, {len(spec.stages)} stages "
+              f"({', '.join(spec.order)}); external inputs: {', '.join(spec.external_flows) or 'none'}")
+        return 0
+
+    from .pipeline import Pipeline
+
+    pipe = Pipeline(args.flow_yaml, args.home, mode=getattr(args, "mode", None))
+    if args.command == "feed":
+        if args.file is None and not args.close:
+            raise InputError("give FILE.jsonl (or --close to close the open frame)", code="usage")
+        if args.file is None:
+            incs = pipe.close(args.input_flow)
+        else:
+            src = "/dev/stdin" if args.file == "-" else args.file
+            incs = pipe.feed(args.input_flow, src, close=args.close)
+        print(f"landed on '{args.input_flow}': increment(s) {', '.join(map(str, incs)) or 'none'}{' (closed)' if args.close else ''}")
+        return 0
+    if args.command == "run":
+        return _run(pipe, args)
+    if args.command == "state":
+        for rec in pipe.state(args.stage, args.epoch):
+            print(json.dumps(rec, ensure_ascii=False))
+        return 0
+    if args.command == "output":
+        for rec in pipe.output(args.flow, args.epoch):
+            print(json.dumps(rec, ensure_ascii=False))
+        return 0
+    if args.command == "status":
+        st = pipe.status()
+        if args.json:
+            print(json.dumps(st, indent=2))
+            return 0
+        print(f"pipeline {st['pipeline']}  home {st['home']}  mode {st['mode']}")
+        for name, s in st["stages"].items():
+            print(f"  stage {name:<16} epochs {s['epochs']:>5}  runnable {s['runnable']}")
+            for flow, c in s["connectors"].items():
+                print(f"    <- {flow:<16} pending increments {c['pending']:>4} (complete {c['complete']}, records {c['records']})")
+        return 0
+    raise AssertionError(args.command)
+
+
+def _run(pipe: Any, args: argparse.Namespace) -> int:
+    t0 = time.perf_counter()
+    tty = sys.stderr.isatty()
+
+    def start(stage: str, epoch: int) -> None:
+        if not args.quiet:
+            print(f"... running {stage} epoch {epoch}", file=sys.stderr, end="\r" if tty else "\n", flush=True)
+
+    def done(rep: Any) -> None:
+        if tty and not args.quiet:
+            print(" " * 60, file=sys.stderr, end="\r")
+        print(rep.line(), flush=True)
+
+    reports = pipe.run(args.max_epochs, on_epoch=done, on_start=start)
+    print(f"{len(reports)} stage epoch(s) in {time.perf_counter() - t0:.1f}s; "
+          + ("quiescent: no stage is runnable" if args.max_epochs is None or len(reports) < args.max_epochs else f"stopped at --max-epochs {args.max_epochs}"))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
