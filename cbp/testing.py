@@ -87,13 +87,15 @@ def replay(
     spark: Any = None,
     max_epochs_per_step: Optional[int] = None,
     state_per_epoch: bool = False,
+    max_state_files: int = 8,
 ) -> Replay:
     """Replay ``increments`` through the pipeline; ``home`` defaults to a new temporary directory.
 
-    With ``state_per_epoch``, each :class:`EpochCapture` also holds its stage's state after that epoch.
+    With ``state_per_epoch``, each :class:`EpochCapture` also holds its stage's state after that epoch;
+    ``max_state_files`` is how many data files a state partition may have before it is compacted.
     """
     home = home or tempfile.mkdtemp(prefix="cbp-replay-")
-    pipe = Pipeline(flow_yaml, home, mode=mode, spark=spark)
+    pipe = Pipeline(flow_yaml, home, mode=mode, spark=spark, max_state_files=max_state_files)
     stateful = [s for s, st in pipe.spec.stages.items() if st.state_schema is not None]
     steps: list[Step] = []
     for inc in increments:

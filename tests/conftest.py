@@ -1,0 +1,44 @@
+"""Shared fixtures: one SparkSession for the whole test session, and small pipeline builders."""
+
+from __future__ import annotations
+
+import os
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+FLOWS = ROOT / "flows"
+
+
+@pytest.fixture(scope="session")
+def spark():
+    from cbp.sparksession import get_spark
+
+    os.environ.setdefault("CBP_SPARK_MASTER", "local[2]")
+    session = get_spark()
+    yield session
+
+
+@pytest.fixture
+def make_pipeline(tmp_path):
+    """Write a YAML (and optional translator module) into a temp dir; return the YAML path."""
+
+    counter = {"n": 0}
+
+    def make(yaml_text: str, module: str | None = None, module_name: str | None = None) -> Path:
+        counter["n"] += 1
+        d = tmp_path / f"p{counter['n']}"
+        d.mkdir()
+        if module is not None:
+            name = module_name or f"mod_{tmp_path.name}_{counter['n']}".replace("-", "_")
+            (d / f"{name}.py").write_text(textwrap.dedent(module))
+            yaml_text = yaml_text.replace("MOD", name)
+            sys.modules.pop(name, None)
+        path = d / "pipeline.yaml"
+        path.write_text(textwrap.dedent(yaml_text))
+        return path
+
+    return make

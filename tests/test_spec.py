@@ -1,0 +1,159 @@
+"""Every YAML mistake is reported before Spark starts, naming the file, the stage or flow, and what is wrong."""
+
+from __future__ import annotations
+
+import pytest
+
+from cbp import SpecError, load_spec
+from conftest import FLOWS
+
+GOOD_MODULE = """
+def t(key, state, *inputs, out):
+    pass
+"""
+
+BASE = """
+pipeline: p
+flows:
+  a: {external: true, schema: {url: string, n: int}}
+  b: {schema: {url: string, n: int}}
+stages:
+  s1:
+    translator: MOD:t
+    inputs: [{flow: a, route_by: url}]
+    outputs: [b]
+"""
+
+
+def test_examples_are_valid():
+    for name in ("url_count", "set_diff"):
+        spec = load_spec(FLOWS / f"{name}.yaml")
+        assert spec.name == name
+
+
+def test_valid_base(make_pipeline):
+    spec = load_spec(make_pipeline(BASE, GOOD_MODULE))
+    assert spec.stages["s1"].inputs[0].route_by.field == "url"
+    assert spec.flows["b"].producer == "s1"
+
+
+@pytest.mark.parametrize(
+    "old,new,code,words",
+    [
+        ("inputs: [{flow: a, route_by: url}]", "inputs: [{flow: zz, route_by: url}]", "unknown-flow", ["stage 's1'", "unknown input flow 'zz'"]),
+        ("outputs: [b]", "outputs: [zz]", "unknown-flow", ["stage 's1'", "unknown output flow 'zz'"]),
+        ("    translator: MOD:t\n", "", "invalid-spec", ["stage 's1'", "translator", "missing"]),
+        ("    outputs: [b]", "    outputs: [b]\n    colour: red", "invalid-spec", ["stage 's1'", "colour", "unknown field"]),
+        ("route_by: url", "route_by: nope", "unknown-field", ["stage 's1'", "'nope' is not a field"]),
+        ("translator: MOD:t", "translator: no_such_module_xyz:t", "bad-import", ["stage 's1' translator", "no_such_module_xyz"]),
+        ("translator: MOD:t", "translator: MOD:missing", "bad-import", ["no attribute 'missing'"]),
+        ("translator: MOD:t", "translator: not-an-import-path", "bad-import", ["module:function"]),
+        ("inputs: [{flow: a, route_by: url}]", "inputs: []", "no-input", ["stage 's1' has no input"]),
+        ("outputs: [b]", "outputs: [a]", "external-produced", ["flow 'a'", "external"]),
+        ("{url: string, n: int}}\nstages", "{url: string, n: integer}}\nstages", "bad-type", ["flow 'b'", "unknown type 'integer'"]),
+        ("partitions" if False else "    outputs: [b]", "    outputs: [b]\n    partitions: 0", "invalid-spec", ["partitions"]),
+    ],
+)
+def test_spec_mistakes(make_pipeline, old, new, code, words):
+    assert old in BASE
+    path = make_pipeline(BASE.replace(old, new), GOOD_MODULE)
+    with pytest.raises(SpecError) as e:
+        load_spec(path)
+    assert e.value.code == code, str(e.value)
+    msg = str(e.value)
+    assert str(path) in msg
+    for w in words:
+        assert w in msg, msg
+
+
+def test_line_numbers(make_pipeline):
+    path = make_pipeline(BASE.replace("route_by: url", "route_by: nope"), GOOD_MODULE)
+    with pytest.raises(SpecError, match=r"line \d+"):
+        load_spec(path)
+
+
+def test_two_producers(make_pipeline):
+    text = BASE + """
+  s2:
+    translator: MOD:t
+    inputs: [{flow: a, route_by: url}]
+    outputs: [b]
+"""
+    with pytest.raises(SpecError) as e:
+        load_spec(make_pipeline(text, GOOD_MODULE))
+    assert e.value.code == "two-producers"
+    assert "flow 'b' has two producers, stages 's1' and 's2'" in str(e.value)
+
+
+def test_type_mismatch_between_producer_and_consumer(make_pipeline):
+    text = BASE + """
+  s2:
+    translator: MOD:t
+    inputs: [{flow: b, route_by: url, schema: {n: string}}]
+"""
+    with pytest.raises(SpecError) as e:
+        load_spec(make_pipeline(text, GOOD_MODULE))
+    assert e.value.code == "type-mismatch"
+    assert "stage 's2' reads it as string but stage 's1' produces int" in str(e.value)
+
+
+def test_consumer_reads_missing_field(make_pipeline):
+    text = BASE + """
+  s2:
+    translator: MOD:t
+    inputs: [{flow: b, route_by: url, schema: {score: float}}]
+"""
+    with pytest.raises(SpecError) as e:
+        load_spec(make_pipeline(text, GOOD_MODULE))
+    assert e.value.code == "unknown-field"
+
+
+def test_compatible_consumer_schema_and_cycles_are_fine(make_pipeline):
+    text = BASE.replace("outputs: [b]", "outputs: [b, loop]").replace(
+        "  b: {schema", "  loop: {schema: {url: string}}\n  b: {schema"
+    ).replace("inputs: [{flow: a, route_by: url}]", "inputs: [{flow: a, route_by: url}, {flow: loop, route_by: url}]") + """
+  s2:
+    translator: MOD:t
+    inputs: [{flow: b, route_by: url, schema: {n: float}}]
+"""
+    spec = load_spec(make_pipeline(text, GOOD_MODULE))
+    assert spec.order == ("s1", "s2")
+    assert spec.flows["loop"].consumers == ("s1",)
+
+
+def test_read_but_not_produced(make_pipeline):
+    text = BASE.replace("  b: {schema", "  c: {schema: {x: int}}\n  b: {schema").replace(
+        "inputs: [{flow: a, route_by: url}]", "inputs: [{flow: a, route_by: url}, {flow: c}]")
+    with pytest.raises(SpecError) as e:
+        load_spec(make_pipeline(text, GOOD_MODULE))
+    assert e.value.code == "no-producer"
+
+
+def test_state_requires_route_by(make_pipeline):
+    text = BASE.replace("route_by: url}", "}").replace("    outputs: [b]", "    outputs: [b]\n    state: {schema: {n: int}}")
+    with pytest.raises(SpecError) as e:
+        load_spec(make_pipeline(text, GOOD_MODULE))
+    assert e.value.code == "route-required"
+
+
+def test_malformed_yaml(make_pipeline):
+    with pytest.raises(SpecError) as e:
+        load_spec(make_pipeline("pipeline: p\nflows: [\n", GOOD_MODULE))
+    assert e.value.code == "yaml"
+
+
+def test_missing_file(tmp_path):
+    with pytest.raises(SpecError) as e:
+        load_spec(tmp_path / "nope.yaml")
+    assert e.value.code == "unreadable"
+
+
+def test_frame_by_must_agree(make_pipeline):
+    text = BASE.replace("inputs: [{flow: a, route_by: url}]", "inputs: [{flow: a, route_by: url, frame_by: n}]") + """
+  s2:
+    translator: MOD:t
+    inputs: [{flow: a, route_by: url}]
+"""
+    with pytest.raises(SpecError) as e:
+        load_spec(make_pipeline(text, GOOD_MODULE))
+    assert e.value.code == "frame-mismatch"
