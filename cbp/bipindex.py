@@ -156,7 +156,6 @@ def latest_rows(rows: pa.Table) -> pa.Table:
     """
     if rows.num_rows == 0:
         return rows
-    newest = rows.group_by("_key").aggregate([("_epoch", "max")]).rename_columns(["_key", "_newest"])
-    joined = rows.join(newest, "_key")
-    joined = joined.filter(pc.and_(pc.equal(joined["_epoch"], joined["_newest"]), joined["_alive"]))
-    return joined.drop_columns(["_newest"])
+    newest = rows.group_by("_key").aggregate([("_epoch", "max")])
+    per_row = pc.take(newest["_epoch_max"], pc.index_in(rows["_key"], value_set=newest["_key"]))
+    return rows.filter(pc.and_(pc.equal(rows["_epoch"], per_row), rows["_alive"]))

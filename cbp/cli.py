@@ -18,11 +18,11 @@ import sys
 import time
 from typing import Any, Optional, Sequence
 
-from .errors import CbpError, InputError, SpecError, UserCodeError
+from .errors import CbpError, InputError, SpecError, UsageError, UserCodeError
 
 __all__ = ["main"]
 
-_EXIT = {SpecError: 2, InputError: 3, UserCodeError: 4}
+_EXIT = {SpecError: 2, UsageError: 2, InputError: 3, UserCodeError: 4}
 
 
 def _parser() -> argparse.ArgumentParser:

@@ -22,7 +22,7 @@ import pyarrow as pa
 from deltalake import write_deltalake
 
 from .bipindex import STATE_META, StateMeta, latest_rows
-from .errors import CbpError, InputError, RuntimeStateError, UserCodeError
+from .errors import CbpError, InputError, RuntimeStateError, UsageError, UserCodeError
 from .model import normalize_runnable_result
 from .physical import run_stage_epoch
 from .spec import PipelineSpec, StageSpec
@@ -102,6 +102,13 @@ class Controller:
         if self.st.get("pipeline") != self.spec.name:
             raise RuntimeStateError(f"home {self.home.location} belongs to pipeline '{self.st.get('pipeline')}', not '{self.spec.name}'; use another --home")
 
+    def refresh(self) -> None:
+        """Re-read the newest snapshot (another process or Pipeline object may have moved on)."""
+        snap = self.home.read_controller()
+        if snap is not None and snap["seq"] != self.st["seq"]:
+            self.st = snap
+            self._reconcile()
+
     def _save(self) -> None:
         self.st["seq"] += 1
         self.home.write_controller(self.st)
@@ -147,6 +154,7 @@ class Controller:
         with the same framing key form an increment, which is complete once a record with another
         key arrives on the flow, or when ``close`` is given (the paper's missing punctuation).
         """
+        self.refresh()
         fl = self.spec.flow(flow)
         if not fl.external:
             raise InputError(f"flow '{flow}' is produced by stage '{fl.producer}'; only external flows (external: true) can be fed", code="not-external")
@@ -252,6 +260,7 @@ class Controller:
         a stage whose every downstream connector already holds ``backpressure`` increments waits
         while others can run.
         """
+        self.refresh()
         reports: list[EpochReport] = []
         while max_epochs is None or len(reports) < max_epochs:
             ran = False
@@ -408,16 +417,17 @@ class Controller:
     # ------------------------------------------------------------------ reading results
     def state_records(self, stage: str, epoch: Optional[int] = None) -> list[dict[str, Any]]:
         """The stage's state records after ``epoch`` (default: the latest), sorted by key."""
+        self.refresh()
         spec = self.spec.stage(stage)
         if spec.state_schema is None:
-            raise CbpError(f"stage '{stage}' has no state (no 'state:' in the YAML)", code="no-state")
+            raise UsageError(f"stage '{stage}' has no state (no 'state:' in the YAML)", code="no-state")
         sst = self.st["stages"][stage]
         if epoch is None:
             version = sst["state_version"]
         else:
             h = sst["history"].get(str(epoch))
             if h is None:
-                raise CbpError(f"stage '{stage}' has not run epoch {epoch} (epochs run: {sst['epoch']})", code="unknown-epoch")
+                raise UsageError(f"stage '{stage}' has not run epoch {epoch} (epochs run: {sst['epoch']})", code="unknown-epoch")
             version = h["state_version"]
         if version is None:
             return []
@@ -428,6 +438,7 @@ class Controller:
 
     def output_records(self, flow: str, epoch: Optional[int] = None) -> list[dict[str, Any]]:
         """Records of the flow's increments (only those produced by its stage's ``epoch`` when given)."""
+        self.refresh()
         fl = self.spec.flow(flow)
         fs = self.st["flows"][flow]
         if epoch is not None:
@@ -437,7 +448,7 @@ class Controller:
                 sst = self.st["stages"][fl.producer]
                 h = sst["history"].get(str(epoch))
                 if h is None:
-                    raise CbpError(f"stage '{fl.producer}' (producer of '{flow}') has not run epoch {epoch} (epochs run: {sst['epoch']})", code="unknown-epoch")
+                    raise UsageError(f"stage '{fl.producer}' (producer of '{flow}') has not run epoch {epoch} (epochs run: {sst['epoch']})", code="unknown-epoch")
                 ids = h["outputs"].get(flow, [])
         else:
             ids = sorted(int(i) for i in fs["incs"])
@@ -452,6 +463,7 @@ class Controller:
 
     def status(self) -> dict[str, Any]:
         """Stages, epochs run, pending increments per connector, and which stages are runnable now."""
+        self.refresh()
         stages = {}
         for s, spec in self.spec.stages.items():
             conns = {}

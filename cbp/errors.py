@@ -16,6 +16,7 @@ __all__ = [
     "CbpError",
     "SpecError",
     "InputError",
+    "UsageError",
     "UserCodeError",
     "RuntimeStateError",
 ]
@@ -46,6 +47,12 @@ class InputError(CbpError):
     """Records fed to an input flow do not fit it; nothing was landed."""
 
     code = "input"
+
+
+class UsageError(CbpError):
+    """A request names something that does not exist (an epoch not run, a stage without state)."""
+
+    code = "usage"
 
 
 class UserCodeError(CbpError):

@@ -46,6 +46,8 @@ class Pipeline:
         whole increment (:class:`cbp.errors.InputError` naming the line and field) and nothing lands.
         """
         fl = self.spec.flow(flow)
+        if not fl.external:
+            raise InputError(f"flow '{flow}' is produced by stage '{fl.producer}'; only external flows (external: true) can be fed", code="not-external")
         valid: list[dict[str, Any]] = []
         if isinstance(records, (str, os.PathLike)):
             src = os.fspath(records)

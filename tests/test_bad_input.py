@@ -1,0 +1,137 @@
+"""Bad input never lands and never changes state; every error names the file/line/stage/flow/epoch/key."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+import cbp
+from cbp import InputError, UserCodeError
+from cbp.cli import main
+from conftest import FLOWS
+
+URLS = FLOWS / "url_count.yaml"
+
+
+def snapshot(p):
+    return p.state("url_count"), p.output("counts"), p.status()
+
+
+@pytest.fixture
+def fed(spark, tmp_path):
+    p = cbp.load(URLS, home=str(tmp_path / "home"))
+    p.feed("urls", [{"url": "a"}, {"url": "b"}, {"url": "a"}])
+    p.run()
+    return p
+
+
+@pytest.mark.parametrize(
+    "lines,words",
+    [
+        (['{"url": "x"}', '{"url": "y"'], [":2:", "malformed JSON"]),
+        (['{"url": "x"}', "{}"], [":2:", "field 'url'", "missing"]),
+        (['{"url": 5}'], [":1:", "field 'url'", "string"]),
+        (['{"url": "x", "extra": 1}'], [":1:", "field 'extra'", "unknown field"]),
+        (['["not", "an", "object"]'], [":1:", "JSON object"]),
+    ],
+)
+def test_bad_records_reject_the_whole_file(fed, tmp_path, lines, words):
+    before = snapshot(fed)
+    path = tmp_path / "in.jsonl"
+    path.write_text("\n".join(lines) + "\n")
+    with pytest.raises(InputError) as e:
+        fed.feed("urls", path)
+    msg = str(e.value)
+    assert str(path) in msg and "flow 'urls'" in msg and "nothing was landed" in msg
+    for w in words:
+        assert w in msg, msg
+    assert snapshot(fed) == before
+    assert fed.run() == []
+
+
+def test_non_utf8_file(fed, tmp_path):
+    path = tmp_path / "in.jsonl"
+    path.write_bytes(b'{"url": "\xff\xfe"}\n')
+    with pytest.raises(InputError, match="not UTF-8"):
+        fed.feed("urls", path)
+
+
+def test_cli_exit_codes_and_messages(fed, tmp_path, capsys):
+    home = fed.home.location
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"url": "ok"}\n{"url": 3}\n')
+    assert main(["feed", str(URLS), "urls", str(bad), "--home", home]) == 3
+    err = capsys.readouterr().err
+    assert f"{bad}:2" in err and "field 'url'" in err
+    assert main(["feed", str(URLS), "nope", str(bad), "--home", home]) == 2
+    assert "unknown flow 'nope'" in capsys.readouterr().err
+    assert main(["feed", str(URLS), "counts", str(bad), "--home", home]) == 3
+    assert "only external flows" in capsys.readouterr().err
+    assert main(["state", str(URLS), "nope", "--home", home]) == 2
+    assert "unknown stage 'nope'" in capsys.readouterr().err
+    assert main(["output", str(URLS), "nope", "--home", home]) == 2
+    assert main(["state", str(URLS), "url_count", "--home", home, "--epoch", "7"]) == 2
+    assert "has not run epoch 7" in capsys.readouterr().err
+    assert main(["state", str(URLS), "url_count", "--home", home]) == 0
+    out = [json.loads(x) for x in capsys.readouterr().out.splitlines()]
+    assert out == [{"url": "a", "count": 2}, {"url": "b", "count": 1}]
+
+
+FAILING = """
+pipeline: boom
+flows:
+  words: {external: true, schema: {w: string}}
+  counts: {schema: {w: string, n: int}}
+stages:
+  count:
+    translator: MOD:count
+    partitions: 2
+    inputs: [{flow: words, route_by: w}]
+    state: {schema: {w: string, n: int}}
+    outputs: [counts]
+"""
+FAILING_MODULE = """
+def count(key, state, words, out):
+    prev = next(state, None)
+    n = sum(1 for _ in words) + (prev["n"] if prev else 0)
+    if key == "poison":
+        raise ValueError("cannot count poison")
+    if key == "badtype":
+        out.counts.write({"w": key, "n": "many"})
+    out.state.write({"w": key, "n": n})
+    out.counts.write({"w": key, "n": n})
+"""
+
+
+@pytest.mark.parametrize("mode", ["direct", "blackbox"])
+@pytest.mark.parametrize("bad,words", [
+    ("poison", ["translator", "raised ValueError: cannot count poison", "key 'poison'"]),
+    ("badtype", ["does not fit its schema", "'counts'", "field 'n'", "key 'badtype'"]),
+])
+def test_failing_translator_commits_nothing(spark, make_pipeline, tmp_path, mode, bad, words):
+    path = make_pipeline(FAILING, FAILING_MODULE)
+    p = cbp.load(path, home=str(tmp_path / "h"), mode=mode)
+    p.feed("words", [{"w": "x"}, {"w": "y"}])
+    p.run()
+    before = (p.state("count"), p.output("counts"))
+    p.feed("words", [{"w": "x"}, {"w": bad}, {"w": "z"}])
+    with pytest.raises(UserCodeError) as e:
+        p.run()
+    msg = str(e.value)
+    assert "stage 'count' epoch 2" in msg and "nothing of this epoch was committed" in msg
+    for w in words:
+        assert w in msg, msg
+    again = cbp.load(path, home=str(tmp_path / "h"), mode=mode)  # a new process sees the same
+    assert (again.state("count"), again.output("counts")) == before
+    assert again.status()["stages"]["count"]["epochs"] == 1
+    assert again.status()["stages"]["count"]["connectors"]["words"]["pending"] == 1  # still waiting
+
+
+def test_failing_runnable_is_named(spark, make_pipeline, tmp_path):
+    path = make_pipeline(FAILING.replace("    outputs: [counts]", "    outputs: [counts]\n    runnable: MOD:run"),
+                         FAILING_MODULE + "\ndef run(frames, state):\n    return {'nope'}, set(), state\n")
+    p = cbp.load(path, home=str(tmp_path / "h"))
+    p.feed("words", [{"w": "x"}])
+    with pytest.raises(UserCodeError, match="stage 'count' runnable .*'nope'"):
+        p.run()
