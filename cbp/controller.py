@@ -88,6 +88,7 @@ class Controller:
         self._spark = spark
         self.max_state_files = max_state_files
         self.backpressure = backpressure
+        self._checked_ids: set[str] = set()
         snap = home.read_controller()
         self.st = snap if snap is not None else _new_snapshot(spec)
         self._reconcile()
@@ -132,9 +133,10 @@ class Controller:
         """New increment ids, never reusing one a crashed run may have left in the table."""
         fs = self.st["flows"][flow]
         start = fs["next_inc"]
-        dt = self.home.table(self._flow_rel(flow))
-        if dt is not None:
-            used = [int(p[INC]) for p in dt.partitions()]
+        if flow not in self._checked_ids:  # once per process: skip ids a crashed run left in the table
+            self._checked_ids.add(flow)
+            dt = self.home.table(self._flow_rel(flow))
+            used = [int(p[INC]) for p in dt.partitions()] if dt is not None else []
             if used:
                 start = max(start, max(used) + 1)
         fs["next_inc"] = start + n

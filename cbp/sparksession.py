@@ -14,6 +14,8 @@ from .errors import RuntimeStateError
 
 __all__ = ["get_spark"]
 
+_LOG4J = os.path.join(os.path.dirname(os.path.abspath(__file__)), "log4j2.properties")
+
 _JAVA_HINT = (
     "cbp runs on Apache Spark, which needs Java 17 or newer, and no 'java' was found on PATH or in JAVA_HOME. "
     "Install it (Debian/Ubuntu: 'sudo apt-get install -y openjdk-17-jre-headless'; macOS: 'brew install openjdk@17') "
@@ -48,6 +50,7 @@ def get_spark(master: Optional[str] = None) -> "pyspark.sql.SparkSession":  # ty
         .config("spark.sql.execution.arrow.maxRecordsPerBatch", "20000")
         .config("spark.python.worker.reuse", "true")
         .config("spark.sql.session.timeZone", "UTC")
+        .config("spark.driver.extraJavaOptions", f"-Dlog4j2.configurationFile={_LOG4J}")
     )
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel(os.environ.get("CBP_SPARK_LOG_LEVEL", "ERROR"))

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import traceback
+import uuid
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Iterator, Optional
 
@@ -260,7 +261,7 @@ def grouped_task(plan: TaskPlan, batches: Iterable[pa.RecordBatch]) -> Iterator[
             state_removes = list(meta.files)
             state_adds = [compacted]
         if new_rows or state_removes:
-            rel = f"stages/{st.name}/index/_part={p}/e{plan.epoch:08d}-{np.random.randint(1 << 30):08x}.parquet"
+            rel = f"stages/{st.name}/index/_part={p}/e{plan.epoch:08d}-{uuid.uuid4().hex[:12]}.parquet"
             index.save(plan.home, rel)
             result["index"] = rel
         stats["live_keys"] = index.live_keys

@@ -135,3 +135,16 @@ def test_failing_runnable_is_named(spark, make_pipeline, tmp_path):
     p.feed("words", [{"w": "x"}])
     with pytest.raises(UserCodeError, match="stage 'count' runnable .*'nope'"):
         p.run()
+
+
+def test_missing_java_is_explained(monkeypatch):
+    import shutil
+
+    from cbp import RuntimeStateError
+    from cbp.sparksession import get_spark
+
+    monkeypatch.setattr(shutil, "which", lambda name: None)
+    monkeypatch.delenv("JAVA_HOME", raising=False)
+    with pytest.raises(RuntimeStateError) as e:
+        get_spark()
+    assert e.value.code == "no-java" and "apt-get install" in str(e.value)
