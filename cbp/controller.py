@@ -14,11 +14,14 @@ written after every change (:meth:`cbp.storage.Home.write_controller`).
 
 from __future__ import annotations
 
+import copy
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Iterator, Optional
 
 import pyarrow as pa
+import pyarrow.parquet as pq
 from deltalake import write_deltalake
 
 from .bipindex import STATE_META, StateMeta, latest_rows
@@ -160,21 +163,40 @@ class Controller:
         fl = self.spec.flow(flow)
         if not fl.external:
             raise InputError(f"flow '{flow}' is produced by stage '{fl.producer}'; only external flows (external: true) can be fed", code="not-external")
+        with self._transaction():
+            fs = self.st["flows"][flow]
+            fs["feeds"] += 1
+            ids = self._land(flow, records, close=close, producer=f"feed:{fs['feeds']}", prior_frame=fs["feeds"])
+            self._save()
+        return ids
+
+    @contextmanager
+    def _transaction(self) -> Iterator[None]:
+        """Changes to the snapshot in the block are dropped if it raises (nothing half-applied)."""
+        before = copy.deepcopy(self.st)
+        try:
+            yield
+        except BaseException:
+            self.st = before
+            raise
+
+    def _land(self, flow: str, records: list[dict[str, Any]], *, close: bool, producer: str, prior_frame: Any) -> list[int]:
+        """Frame records into increments of ``flow``, write them (one Delta commit) and enqueue them."""
+        fl = self.spec.flows[flow]
         fs = self.st["flows"][flow]
-        fs["feeds"] += 1
         incs = fs["incs"]
         open_inc = next((int(i) for i, m in incs.items() if not m["complete"] and not m["gc"]), None)
         runs: list[tuple[Any, list[dict[str, Any]]]] = []
         if fl.frame_by is None:
             if records:
-                runs.append((fs["feeds"], records))
+                runs.append((prior_frame, records))
         else:
             fstate = fs["frame_state"]
             for i, rec in enumerate(records):
                 try:
                     key, fstate = fl.frame_by(rec, fstate)
                 except Exception as e:
-                    raise UserCodeError(f"flow '{flow}' record {i + 1}: frame_by '{fl.frame_by.text}' raised {type(e).__name__}: {e}; nothing was landed") from e
+                    raise UserCodeError(f"flow '{flow}' record {i + 1} ({producer}): frame_by '{fl.frame_by.text}' raised {type(e).__name__}: {e}; nothing was landed") from e
                 if runs and runs[-1][0] == key:
                     runs[-1][1].append(rec)
                 else:
@@ -204,13 +226,12 @@ class Controller:
             last = n == len(assignments) - 1
             complete = fl.frame_by is None or not last or close
             if is_new:
-                self._register(flow, inc, key, len(recs), version, f"feed:{fs['feeds']}", complete)
+                self._register(flow, inc, key, len(recs), version, producer, complete)
             else:
                 m = incs[str(inc)]
                 m.update(records=m["records"] + len(recs), version=version, complete=complete)
         if close and not assignments and open_inc is not None:
             incs[str(open_inc)]["complete"] = True
-        self._save()
         return [a[0] for a in assignments]
 
     # ------------------------------------------------------------------ runnability
@@ -298,6 +319,10 @@ class Controller:
 
     def run_epoch(self, stage: str, d: Decision) -> EpochReport:
         """Run and commit one epoch of ``stage``: state, output increments and connectors."""
+        with self._transaction():
+            return self._run_epoch(stage, d)
+
+    def _run_epoch(self, stage: str, d: Decision) -> EpochReport:
         spec = self.spec.stages[stage]
         sst = self.st["stages"][stage]
         epoch = sst["epoch"] + 1
@@ -355,6 +380,9 @@ class Controller:
             counts[flow] = n
             if not adds:
                 continue  # an epoch that writes nothing to a flow adds no increment to it
+            if self.spec.flows[flow].frame_by is not None:  # re-frame the epoch's records by the flow's FrameBy
+                produced[flow] = self._land(flow, self._read_task_files(flow, adds), close=False, producer=f"{stage}:{epoch}", prior_frame=epoch)
+                continue
             version = self.home.commit_files(self._flow_rel(flow), self._flow_schema(flow), INC, adds, app_id=app, app_version=epoch)
             self.st["flows"][flow]["version"] = version
             self._register(flow, out_incs[flow], epoch, n, version, f"{stage}:{epoch}", True)
@@ -378,6 +406,17 @@ class Controller:
             keys_read=sum(s["state_read"] for s in stats), keys_written=sum(s["state_written"] for s in stats),
             seconds=time.perf_counter() - t0, outputs=counts, mode=self.mode,
         )
+
+    def _read_task_files(self, flow: str, adds: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """Records of files a task wrote (in partition order) and that will not be committed as they are."""
+        schema = self.spec.flows[flow].schema
+        out: list[dict[str, Any]] = []
+        for a in sorted(adds, key=lambda a: a["path"]):
+            rel = f"{self._flow_rel(flow)}/{a['path']}"
+            t = pq.read_table(self.home.path(rel), filesystem=self.home.fs)
+            out.extend(schema.from_storage(r) for r in t.to_pylist())
+            self.home.delete_file(rel)
+        return out
 
     def _increment_uris(self, flow: str, ids: list[int]) -> list[str]:
         by_version: dict[int, list[int]] = {}

@@ -324,8 +324,6 @@ class _Compiler:
                 declared[inp.flow] = (sname, inp.frame_by)
                 if inp.frame_by is None:
                     continue
-                if not self.raw.flows[inp.flow].external:
-                    raise self.fail(where, f"stage '{sname}': frame_by on flow '{inp.flow}', which a stage produces; cbp frames external input flows only (stage outputs are framed by the producing epoch, FrameByPrior)", "frame-internal")
                 if is_import_path(inp.frame_by):
                     frames[inp.flow] = FrameFunction(inp.frame_by, fn=self._callable(inp.frame_by, where, f"stage '{sname}' frame_by"))
                 elif inp.frame_by in schemas[inp.flow].fields:

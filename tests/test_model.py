@@ -199,3 +199,48 @@ def test_state_table_is_plain_delta(spark, make_pipeline, tmp_path):
     # output flows are Delta tables too; terminal outputs are kept
     counts = DeltaTable(str(tmp_path / "h" / "flows" / "counts")).to_pyarrow_table()
     assert counts.num_rows == 2 + 2 + 1  # the keys that changed in each epoch
+
+
+FRAMED = """
+pipeline: framed
+flows:
+  events: {external: true, schema: {user: string, day: int}}
+  daily: {schema: {user: string, day: int}}
+  totals: {schema: {day: int, users: int}}
+stages:
+  pass:
+    translator: MOD:passthrough
+    inputs: [events]
+    outputs: [daily]
+  per_day:
+    translator: MOD:per_day
+    partitions: 2
+    inputs: [{flow: daily, route_by: day, frame_by: day}]
+    state: {schema: {day: int, users: int}}
+    outputs: [totals]
+"""
+FRAMED_MODULE = """
+def passthrough(key, state, events, out):
+    for e in events:
+        out.daily.write(e)
+
+def per_day(day, state, daily, out):
+    prev = next(state, None)
+    n = len({d["user"] for d in daily}) + (prev["users"] if prev else 0)
+    out.state.write({"day": day, "users": n})
+    out.totals.write({"day": day, "users": n})
+"""
+
+
+def test_frame_by_on_a_stage_output(spark, make_pipeline, tmp_path):
+    """A stage's output flow framed by a field: one increment per day, complete once a later day appears."""
+    p = cbp.load(make_pipeline(FRAMED, FRAMED_MODULE), home=str(tmp_path / "h"))
+    p.feed("events", [{"user": "a", "day": 1}, {"user": "b", "day": 1}])
+    reps = p.run()
+    assert [r.stage for r in reps] == ["pass"]  # day 1 is not complete yet
+    p.feed("events", [{"user": "c", "day": 2}])
+    reps = p.run()
+    assert [r.stage for r in reps] == ["pass", "per_day"]
+    assert p.output("totals") == [{"day": 1, "users": 2}]
+    frames = p.controller.frames("per_day")
+    assert frames == {"daily": []}  # day 2 is open
