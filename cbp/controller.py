@@ -493,14 +493,18 @@ class Controller:
                 ids = h["outputs"].get(flow, [])
         else:
             ids = sorted(int(i) for i in fs["incs"])
-        out: list[dict[str, Any]] = []
-        for inc in sorted(ids):
+        by_version: dict[int, list[int]] = {}  # live increments at the current version, collected ones by time travel
+        for inc in ids:
             m = fs["incs"][str(inc)]
-            v = fs["version"] if not m["gc"] else m["version"]
+            by_version.setdefault(fs["version"] if not m["gc"] else m["version"], []).append(inc)
+        parts = []
+        for v, incs in by_version.items():
             dt = self.home.table(self._flow_rel(flow), v)
-            t = pa.table(dt.to_pyarrow_table(partitions=[(INC, "=", str(inc))]))  # type: ignore[union-attr]
-            out.extend(fl.schema.from_storage(r) for r in t.select(list(fl.schema.fields)).to_pylist())
-        return out
+            parts.append(pa.table(dt.to_pyarrow_table(partitions=[(INC, "in", [str(i) for i in incs])])))  # type: ignore[union-attr]
+        if not parts:
+            return []
+        t = pa.concat_tables(parts).sort_by([(INC, "ascending")])
+        return [fl.schema.from_storage(r) for r in t.select(list(fl.schema.fields)).to_pylist()]
 
     def status(self) -> dict[str, Any]:
         """Stages, epochs run, pending increments per connector, and which stages are runnable now."""

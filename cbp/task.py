@@ -241,6 +241,7 @@ def grouped_task(plan: TaskPlan, batches: Iterable[pa.RecordBatch]) -> Iterator[
 
     result: dict[str, Any] = {"part": p, "index": meta.index}
     if has_state and plan.mode == "blackbox":
+        stats["state_read"] = len({keys[r] for r in np.nonzero(flows < 0)[0]})
         stats["state_rows"] = len(new_rows)
         if new_rows:
             state_adds.append(_write_state(plan, part_dir, p, new_rows, prefix=f"e{plan.epoch:08d}-full"))
