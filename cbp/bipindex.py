@@ -37,7 +37,7 @@ STATE_META = pa.schema([
     pa.field("_epoch", pa.int64()),  # the stage epoch that wrote the row
     pa.field("_alive", pa.bool_()),  # False: tombstone, the key's state was dropped
 ])
-ROW_GROUP = 2048
+ROW_GROUP = 8192  # rows per row group of state files: the unit an inner stage reads
 
 
 @dataclass
@@ -73,7 +73,7 @@ class PartitionIndex:
         t = t.replace_schema_metadata({"cbp.files": json.dumps(self.files), "cbp.hash": "spark-xxhash64"})
         path = home.path(rel)
         home.fs.create_dir(path.rsplit("/", 1)[0], recursive=True)
-        pq.write_table(t, path, filesystem=home.fs, compression="zstd")
+        pq.write_table(t, path, filesystem=home.fs, compression={"h": "none", "f": "zstd", "g": "zstd"}, use_dictionary=False)
 
     def positions(self, hashes: np.ndarray) -> np.ndarray:
         """Positions of the index entries whose hash is in ``hashes`` (sorted, unique)."""
@@ -93,22 +93,35 @@ class PartitionIndex:
         if drop_h.size:
             lo = np.searchsorted(self.h, drop_h, side="left")
             hi = np.searchsorted(self.h, drop_h, side="right")
-            for a, b, ff, gg in zip(lo, hi, drop_f, drop_g):
-                for j in range(a, b):  # almost always exactly one entry (hash collisions are rare)
+            single = (hi - lo) == 1  # the usual case; several entries share a hash only on a collision
+            at = lo[single]
+            hit = (self.f[at] == drop_f[single]) & (self.g[at] == drop_g[single])
+            keep[at[hit]] = False
+            for a, b, ff, gg in zip(lo[~single], hi[~single], drop_f[~single], drop_g[~single]):
+                for j in range(a, b):
                     if self.f[j] == ff and self.g[j] == gg:
                         keep[j] = False
         h, f, g = self.h[keep], self.f[keep], self.g[keep]
         files = list(self.files)
-        if add_file is not None and add_h.size:
+        if add_file is not None and add_h.size:  # merge the (small, sorted) new entries into the sorted arrays
             files.append(add_file)
-            h = np.concatenate([h, add_h.astype(np.int64)])
-            f = np.concatenate([f, np.full(add_h.size, len(files) - 1, np.int32)])
-            g = np.concatenate([g, add_g.astype(np.int32)])
+            order = np.argsort(add_h, kind="stable")
+            ah = add_h.astype(np.int64)[order]
+            at = np.searchsorted(h, ah, side="right")
+            h = np.insert(h, at, ah)
+            f = np.insert(f, at, np.full(ah.size, len(files) - 1, np.int32))
+            g = np.insert(g, at, add_g.astype(np.int32)[order])
         used = np.unique(f)  # forget files no entry points to, renumber the rest
         remap = np.full(max(len(files), 1), -1, np.int32)
         remap[used] = np.arange(used.size, dtype=np.int32)
-        order = np.argsort(h, kind="stable")
-        return PartitionIndex(h[order], remap[f[order]], g[order], [files[i] for i in used])
+        return PartitionIndex(h, remap[f], g, [files[i] for i in used])
+
+    def without_files(self, names: set[str]) -> "PartitionIndex":
+        """The index without the entries that point into the data files ``names``."""
+        gone = np.array([i for i, n in enumerate(self.files) if n in names], dtype=np.int32)
+        keep = ~np.isin(self.f, gone)
+        return PartitionIndex(self.h[keep], self.f[keep], self.g[keep], list(self.files)).updated(
+            np.empty(0, np.int64), np.empty(0, np.int32), np.empty(0, np.int32), np.empty(0, np.int64), None, np.empty(0, np.int32))
 
     def rows_of(self, home: Home, table_rel: str, hashes: np.ndarray) -> tuple[pa.Table, np.ndarray, np.ndarray]:
         """Read the latest state rows of the keys with these hashes, touching only their row groups.
@@ -123,7 +136,12 @@ class PartitionIndex:
                 sel = pos[pf_ids == fid]
                 rgs = np.unique(self.g[sel])
                 pf = pq.ParquetFile(home.fs.open_input_file(home.path(f"{table_rel}/{self.files[fid]}")))
-                t = pf.read_row_groups([int(r) for r in rgs])
+                n_rg = pf.metadata.num_row_groups
+                if rgs.size * 2 > n_rg:  # most row groups are needed: one sequential read is faster
+                    rgs = np.arange(n_rg)
+                    t = pf.read()
+                else:
+                    t = pf.read_row_groups([int(r) for r in rgs])
                 counts = [pf.metadata.row_group(int(r)).num_rows for r in rgs]
                 rg_col = np.repeat(rgs, counts)
                 mask = pc.is_in(t["_h"], value_set=pa.array(self.h[sel], pa.int64()))
@@ -149,8 +167,8 @@ def read_partition_rows(home: Home, table_rel: str, files: list[dict[str, Any]])
     return pa.concat_tables(tables, promote_options="default")
 
 
-def latest_rows(rows: pa.Table) -> pa.Table:
-    """Keep, for each key, the rows of its newest epoch; drop tombstones.
+def latest_rows(rows: pa.Table, keep_tombstones: bool = False) -> pa.Table:
+    """Keep, for each key, the rows of its newest epoch; drop tombstones unless asked to keep them.
 
     Any Delta reader gets a stage's state this way: ``max(_epoch)`` per ``_key`` where ``_alive``.
     """
@@ -158,4 +176,5 @@ def latest_rows(rows: pa.Table) -> pa.Table:
         return rows
     newest = rows.group_by("_key").aggregate([("_epoch", "max")])
     per_row = pc.take(newest["_epoch_max"], pc.index_in(rows["_key"], value_set=newest["_key"]))
-    return rows.filter(pc.and_(pc.equal(rows["_epoch"], per_row), rows["_alive"]))
+    mask = pc.equal(rows["_epoch"], per_row)
+    return rows.filter(mask if keep_tombstones else pc.and_(mask, rows["_alive"]))

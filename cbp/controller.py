@@ -48,6 +48,7 @@ class EpochReport:
     seconds: float
     outputs: dict[str, int] = field(default_factory=dict)
     mode: str = "direct"
+    phases: dict[str, float] = field(default_factory=dict)  # task seconds per phase, summed over tasks
 
     def line(self) -> str:
         outs = ", ".join(f"{f}={n}" for f, n in self.outputs.items()) or "-"
@@ -400,11 +401,15 @@ class Controller:
                     self.home.delete_file(rel)
 
         stats = [r["stats"] for r in results]
+        phases: dict[str, float] = {}
+        for s in stats:
+            for k, v in s.get("seconds", {}).items():
+                phases[k] = round(phases.get(k, 0.0) + v, 3)
         return EpochReport(
             stage=stage, epoch=epoch,
             records_in=sum(s["in"] for s in stats), records_out=sum(counts.values()),
             keys_read=sum(s["state_read"] for s in stats), keys_written=sum(s["state_written"] for s in stats),
-            seconds=time.perf_counter() - t0, outputs=counts, mode=self.mode,
+            seconds=time.perf_counter() - t0, outputs=counts, mode=self.mode, phases=phases,
         )
 
     def _read_task_files(self, flow: str, adds: list[dict[str, Any]]) -> list[dict[str, Any]]:

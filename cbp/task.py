@@ -10,6 +10,7 @@ the driver then commits. A task that fails leaves only unreferenced files behind
 from __future__ import annotations
 
 import json
+import time
 import traceback
 import uuid
 from dataclasses import dataclass, field
@@ -17,6 +18,7 @@ from typing import Any, Callable, Iterable, Iterator, Optional
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from .bipindex import ROW_GROUP, STATE_META, PartitionIndex, StateMeta, latest_rows, read_partition_rows
 from .model import Emitter
@@ -152,6 +154,7 @@ def grouped_task(plan: TaskPlan, batches: Iterable[pa.RecordBatch]) -> Iterator[
     from pyspark import TaskContext
 
     p = TaskContext.get().partitionId()
+    clock = _Clock()
     batches = list(batches)
     env = pa.Table.from_batches(batches) if batches else pa.Table.from_batches([], schema=ENVELOPE.append(pa.field("_h", pa.int64())))
     keys = env["_key"].to_pylist()
@@ -182,8 +185,10 @@ def grouped_task(plan: TaskPlan, batches: Iterable[pa.RecordBatch]) -> Iterator[
     old_loc: dict[str, tuple[int, int, int]] = {}
     part_dir = f"{plan.state_rel}/_part={p}"
 
+    clock.lap("input")
     if has_state and plan.mode == "direct":
         index, rebuilt = _open_index(plan, p, meta)
+        clock.lap("index_load")
         if rebuilt is not None:
             state_adds.append(rebuilt)
             state_removes.extend(meta.files)
@@ -192,8 +197,10 @@ def grouped_task(plan: TaskPlan, batches: Iterable[pa.RecordBatch]) -> Iterator[
         else:
             wanted = np.array([g[1] for g in groups if any(flows[g[2]:g[3]] >= 0)], dtype=np.int64)
             rows, fids, rgs = index.rows_of(plan.home, plan.state_rel, wanted)
+        clock.lap("state_read")
         old_state, old_loc = _rows_by_key(st.state_schema, rows, fids, rgs)  # type: ignore[arg-type]
         stats["state_read"] = len(old_state)
+        clock.lap("state_decode")
 
     # keys to call: those with input, plus (outer, direct) every state key of the partition
     call_keys = [(k, h, a, b) for (k, h, a, b) in groups]
@@ -239,6 +246,7 @@ def grouped_task(plan: TaskPlan, batches: Iterable[pa.RecordBatch]) -> Iterator[
         else:
             new_rows.append({"_key": key_text, "_h": h, "_epoch": plan.epoch, "_alive": False})
 
+    clock.lap("translate")
     result: dict[str, Any] = {"part": p, "index": meta.index}
     if has_state and plan.mode == "blackbox":
         stats["state_read"] = len({keys[r] for r in np.nonzero(flows < 0)[0]})
@@ -253,24 +261,34 @@ def grouped_task(plan: TaskPlan, batches: Iterable[pa.RecordBatch]) -> Iterator[
             alive = np.array([r["_alive"] for r in _sorted_rows(new_rows)], dtype=bool)
             rgs_new = np.arange(len(t_h)) // ROW_GROUP
             d = np.array(drops, dtype=np.int64).reshape(-1, 3)
+            clock.lap("state_write")
             index = index.updated(d[:, 0], d[:, 1], d[:, 2], t_h[alive], add["path"], rgs_new[alive])
             state_adds.append(add)
-        if len(meta.files) + len(state_adds) > plan.max_files:
-            index, compacted = _compact(plan, p, index)
-            for a in state_adds:  # written this epoch, superseded before being committed
-                plan.home.delete_file(f"{plan.state_rel}/{a['path']}")
-            state_removes = list(meta.files)
-            state_adds = [compacted]
+            clock.lap("index_update")
+        current = ([] if rebuilt is not None else list(meta.files)) + state_adds
+        if len(current) > plan.max_files:
+            index, replaced, compacted = _compact(plan, p, index, current)
+            uncommitted = {id(a) for a in state_adds}
+            for a in replaced:
+                if id(a) in uncommitted:  # written this epoch, superseded before being committed
+                    plan.home.delete_file(f"{plan.state_rel}/{a['path']}")
+                else:
+                    state_removes.append(a)
+            state_adds = [a for a in state_adds if a not in replaced] + ([compacted] if compacted else [])
+            stats["compacted"] = len(replaced)
         if new_rows or state_removes:
             rel = f"stages/{st.name}/index/_part={p}/e{plan.epoch:08d}-{uuid.uuid4().hex[:12]}.parquet"
             index.save(plan.home, rel)
             result["index"] = rel
+            clock.lap("index_save")
         stats["live_keys"] = index.live_keys
         stats["files"] = len(index.files)
 
     result["state_adds"] = state_adds
     result["state_removes"] = state_removes
     result["outputs"] = _write_outputs(plan, p, calls.outputs)
+    clock.lap("outputs")
+    stats["seconds"] = clock.laps
     stats["keys"] = calls.calls
     stats["out"] = {f: len(v) for f, v in calls.outputs.items()}
     result["stats"] = stats
@@ -298,6 +316,19 @@ def recordwise_task(plan: TaskPlan, flow_idx: int, batches: Iterable[pa.RecordBa
 
 
 # ------------------------------------------------------------------ helpers
+class _Clock:
+    """Seconds spent in each phase of a task (reported in the task's stats)."""
+
+    def __init__(self) -> None:
+        self.laps: dict[str, float] = {}
+        self._t = time.perf_counter()
+
+    def lap(self, name: str) -> None:
+        now = time.perf_counter()
+        self.laps[name] = round(self.laps.get(name, 0.0) + now - self._t, 4)
+        self._t = now
+
+
 def _state_row(key_text: str, h: int, epoch: int, schema: RecordSchema, rec: dict[str, Any]) -> dict[str, Any]:
     row = {"_key": key_text, "_h": h, "_epoch": epoch, "_alive": True}
     row.update(schema.to_storage(rec))
@@ -348,17 +379,40 @@ def _open_index(plan: TaskPlan, p: int, meta: StateMeta) -> tuple[PartitionIndex
     return _index_from_rows(plan, p, rows.select(_state_schema(plan).names), prefix=f"e{plan.epoch:08d}-rebuilt")
 
 
-def _compact(plan: TaskPlan, p: int, index: PartitionIndex) -> tuple[PartitionIndex, dict[str, Any]]:
-    rows, _, _ = index.all_rows(plan.home, plan.state_rel)
-    idx, add = _index_from_rows(plan, p, rows.select(_state_schema(plan).names), prefix=f"e{plan.epoch:08d}-compact")
-    assert add is not None
-    return idx, add
+def _compact(plan: TaskPlan, p: int, index: PartitionIndex, files: list[dict[str, Any]]) -> tuple[PartitionIndex, list[dict[str, Any]], Optional[dict[str, Any]]]:
+    """Merge a partition's data files; return the new index, the files replaced, and the new file.
+
+    Tiered, so that compaction costs what changed: while the files written since the last full
+    compaction hold fewer rows than half the largest (base) file, only they are merged (newest rows
+    per key, tombstones kept, since they hide older rows of the base). Otherwise every live row is
+    rewritten into one file and stale rows and tombstones disappear.
+    """
+    base = max(files, key=lambda f: int(f["rows"] or 0))
+    deltas = [f for f in files if f is not base]
+    if sum(int(f["rows"] or 0) for f in deltas) * 2 >= int(base["rows"] or 0):
+        rows, _, _ = index.all_rows(plan.home, plan.state_rel)
+        new_index, add = _index_from_rows(plan, p, rows.select(_state_schema(plan).names), prefix=f"e{plan.epoch:08d}-compact")
+        return new_index, files, add
+    rows = latest_rows(read_partition_rows(plan.home, plan.state_rel, deltas), keep_tombstones=True)
+    rows = rows.select(_state_schema(plan).names).take(pc.sort_indices(rows["_h"]))
+    add = plan.home.write_parquet(f"{plan.state_rel}/_part={p}", rows, f"e{plan.epoch:08d}-merged", p, row_group_size=ROW_GROUP)
+    add["path"] = add.pop("rel")[len(plan.state_rel) + 1:]
+    # index the merged rows that were their key's newest anywhere (a delta older than the base may
+    # hold stale rows of keys the base has since rewritten: they stay, unindexed, for readers to skip)
+    names = {f["path"] for f in deltas}
+    latest = index.h[np.isin(index.f, [i for i, n in enumerate(index.files) if n in names])]
+    h = rows["_h"].to_numpy()
+    keep = rows["_alive"].to_numpy(zero_copy_only=False) & np.isin(h, latest)
+    g = (np.arange(rows.num_rows) // ROW_GROUP)[keep]
+    new_index = index.without_files(names).updated(
+        np.empty(0, np.int64), np.empty(0, np.int32), np.empty(0, np.int32), h[keep], add["path"], g)
+    return new_index, deltas, add
 
 
 def _index_from_rows(plan: TaskPlan, p: int, rows: pa.Table, prefix: str) -> tuple[PartitionIndex, Optional[dict[str, Any]]]:
     if rows.num_rows == 0:
         return PartitionIndex.empty(), None
-    rows = rows.sort_by([("_h", "ascending"), ("_key", "ascending")])
+    rows = rows.take(pc.sort_indices(rows["_h"]))
     add = plan.home.write_parquet(f"{plan.state_rel}/_part={p}", rows, prefix, p, row_group_size=ROW_GROUP)
     add["path"] = add.pop("rel")[len(plan.state_rel) + 1:]
     h = rows["_h"].to_numpy()
