@@ -18,6 +18,8 @@ file sorted by hash (the superseded files leave the Delta table in the same comm
 from __future__ import annotations
 
 import json
+import os
+from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
@@ -77,14 +79,7 @@ class PartitionIndex:
 
     def positions(self, hashes: np.ndarray) -> np.ndarray:
         """Positions of the index entries whose hash is in ``hashes`` (sorted, unique)."""
-        lo = np.searchsorted(self.h, hashes, side="left")
-        hi = np.searchsorted(self.h, hashes, side="right")
-        lens = hi - lo
-        if not lens.any():
-            return np.empty(0, np.int64)
-        starts = np.repeat(lo, lens)
-        offsets = np.arange(int(lens.sum())) - np.repeat(np.cumsum(lens) - lens, lens)
-        return starts + offsets
+        return _matches(self.h, hashes)
 
     def updated(self, drop_h: np.ndarray, drop_f: np.ndarray, drop_g: np.ndarray,
                 add_h: np.ndarray, add_file: Optional[str], add_g: np.ndarray) -> "PartitionIndex":
@@ -123,7 +118,7 @@ class PartitionIndex:
         return PartitionIndex(self.h[keep], self.f[keep], self.g[keep], list(self.files)).updated(
             np.empty(0, np.int64), np.empty(0, np.int32), np.empty(0, np.int32), np.empty(0, np.int64), None, np.empty(0, np.int32))
 
-    def rows_of(self, home: Home, table_rel: str, hashes: np.ndarray) -> tuple[pa.Table, np.ndarray, np.ndarray]:
+    def rows_of(self, home: Home, table_rel: str, hashes: np.ndarray, cache_mb: Optional[float] = None) -> tuple[pa.Table, np.ndarray, np.ndarray]:
         """Read the latest state rows of the keys with these hashes, touching only their row groups.
 
         Returns the rows and, aligned with them, the file id and row group each came from.
@@ -134,28 +129,106 @@ class PartitionIndex:
             pf_ids = self.f[pos]
             for fid in np.unique(pf_ids):
                 sel = pos[pf_ids == fid]
-                rgs = np.unique(self.g[sel])
-                pf = pq.ParquetFile(home.fs.open_input_file(home.path(f"{table_rel}/{self.files[fid]}")))
-                n_rg = pf.metadata.num_row_groups
-                if rgs.size * 2 > n_rg:  # most row groups are needed: one sequential read is faster
-                    rgs = np.arange(n_rg)
-                    t = pf.read()
-                else:
-                    t = pf.read_row_groups([int(r) for r in rgs])
-                counts = [pf.metadata.row_group(int(r)).num_rows for r in rgs]
-                rg_col = np.repeat(rgs, counts)
-                mask = pc.is_in(t["_h"], value_set=pa.array(self.h[sel], pa.int64()))
-                keep = mask.to_numpy(zero_copy_only=False)
-                parts.append(t.filter(mask))
-                rgs_out.append(rg_col[keep])
-                fids.append(np.full(int(keep.sum()), fid, np.int32))
+                path = home.path(f"{table_rel}/{self.files[fid]}")
+                t, rg_col = _read_keys(home, path, np.unique(self.h[sel]), np.unique(self.g[sel]), cache_mb)
+                parts.append(t)
+                rgs_out.append(rg_col)
+                fids.append(np.full(t.num_rows, fid, np.int32))
         if not parts:
             return pa.Table.from_batches([], schema=STATE_META), np.empty(0, np.int32), np.empty(0, np.int32)
         return pa.concat_tables(parts, promote_options="default"), np.concatenate(fids), np.concatenate(rgs_out)
 
-    def all_rows(self, home: Home, table_rel: str) -> tuple[pa.Table, np.ndarray, np.ndarray]:
+    def all_rows(self, home: Home, table_rel: str, cache_mb: Optional[float] = None) -> tuple[pa.Table, np.ndarray, np.ndarray]:
         """Every live row of the partition (outer stages and compaction)."""
-        return self.rows_of(home, table_rel, self.h)
+        return self.rows_of(home, table_rel, self.h, cache_mb)
+
+
+def _matches(sorted_h: np.ndarray, hashes: np.ndarray) -> np.ndarray:
+    """Positions in ``sorted_h`` of every element equal to one of ``hashes``."""
+    lo = np.searchsorted(sorted_h, hashes, side="left")
+    hi = np.searchsorted(sorted_h, hashes, side="right")
+    lens = hi - lo
+    if not lens.any():
+        return np.empty(0, np.int64)
+    return np.repeat(lo, lens) + (np.arange(int(lens.sum())) - np.repeat(np.cumsum(lens) - lens, lens))
+
+
+@dataclass
+class _CachedFile:
+    table: pa.Table
+    h: np.ndarray          # the file's _h column (files are sorted by it)
+    rg_starts: np.ndarray  # first row of each row group
+
+    @property
+    def nbytes(self) -> int:
+        return int(self.table.nbytes + self.h.nbytes)
+
+
+class _FileCache:
+    """Decoded state files kept by a Spark Python worker across epochs (LRU, bounded in bytes).
+
+    State data files never change once written, so a cached copy is never stale. A file is
+    cached when a task had to read most of it anyway; later epochs then look their keys up in
+    memory (binary search on the sorted key hashes) instead of reading row groups again, which
+    is what keeps an inner epoch's cost to the keys it touches when those are spread over the
+    whole partition. ``CBP_STATE_CACHE_MB`` sets the budget per worker (0 disables it).
+    """
+
+    def __init__(self, budget: int) -> None:
+        self.budget = budget
+        self.used = 0
+        self.files: "OrderedDict[str, _CachedFile]" = OrderedDict()
+
+    def get(self, key: str) -> Optional[_CachedFile]:
+        hit = self.files.get(key)
+        if hit is not None:
+            self.files.move_to_end(key)
+        return hit
+
+    def put(self, key: str, entry: _CachedFile) -> None:
+        if entry.nbytes > self.budget:
+            return
+        self.files[key] = entry
+        self.used += entry.nbytes
+        while self.used > self.budget:
+            _, old = self.files.popitem(last=False)
+            self.used -= old.nbytes
+
+
+_CACHE: Optional[_FileCache] = None
+
+
+def _file_cache(budget_mb: Optional[float]) -> _FileCache:
+    global _CACHE
+    if budget_mb is None:
+        budget_mb = float(os.environ.get("CBP_STATE_CACHE_MB", "2048"))
+    if _CACHE is None:
+        _CACHE = _FileCache(0)
+    _CACHE.budget = int(budget_mb * 2**20)
+    return _CACHE
+
+
+def _read_keys(home: Home, path: str, hashes: np.ndarray, rgs: np.ndarray, cache_mb: Optional[float]) -> tuple[pa.Table, np.ndarray]:
+    """Rows of one state file whose ``_h`` is in ``hashes`` (sorted), and the row group of each."""
+    cache = _file_cache(cache_mb)
+    key = f"{home.location}|{path}"
+    entry = cache.get(key)
+    if entry is None:
+        pf = pq.ParquetFile(home.fs.open_input_file(path))
+        n_rg = pf.metadata.num_row_groups
+        counts = np.array([pf.metadata.row_group(i).num_rows for i in range(n_rg)], dtype=np.int64)
+        if rgs.size * 2 <= n_rg or cache.budget == 0:  # few row groups: read just those
+            t = pf.read_row_groups([int(r) for r in rgs])
+            rg_col = np.repeat(rgs, counts[rgs])
+            mask = pc.is_in(t["_h"], value_set=pa.array(hashes, pa.int64()))
+            keep = mask.to_numpy(zero_copy_only=False)
+            return t.filter(mask), rg_col[keep]
+        t = pf.read()  # most of the file is needed: read it whole, once, and keep it
+        entry = _CachedFile(t, t["_h"].to_numpy(), np.concatenate([[0], np.cumsum(counts)[:-1]]))
+        cache.put(key, entry)
+    rows = _matches(entry.h, hashes)
+    rg = np.searchsorted(entry.rg_starts, rows, side="right") - 1
+    return entry.table.take(pa.array(rows, pa.int64())), rg.astype(np.int32)
 
 
 def read_partition_rows(home: Home, table_rel: str, files: list[dict[str, Any]]) -> pa.Table:

@@ -24,7 +24,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from deltalake import write_deltalake
 
-from .bipindex import STATE_META, StateMeta, latest_rows
+from .bipindex import ROW_GROUP, STATE_META, StateMeta, latest_rows
 from .errors import CbpError, InputError, RuntimeStateError, UsageError, UserCodeError
 from .model import normalize_runnable_result
 from .physical import run_stage_epoch
@@ -83,7 +83,8 @@ class Controller:
     """Connectors, runnability, scheduling and epoch commits for one pipeline in one home."""
 
     def __init__(self, spec: PipelineSpec, home: Home, *, mode: Optional[str] = None, spark: Any = None,
-                 max_state_files: int = 8, backpressure: int = 4) -> None:
+                 max_state_files: int = 8, backpressure: int = 4, state_row_group: int = ROW_GROUP,
+                 state_cache_mb: Optional[float] = None) -> None:
         self.spec = spec
         self.home = home
         self.mode = mode or spec.mode
@@ -91,6 +92,8 @@ class Controller:
             raise CbpError(f"unknown mode '{self.mode}'; use 'direct' or 'blackbox'")
         self._spark = spark
         self.max_state_files = max_state_files
+        self.state_row_group = state_row_group
+        self.state_cache_mb = state_cache_mb
         self.backpressure = backpressure
         self._checked_ids: set[str] = set()
         snap = home.read_controller()
@@ -356,7 +359,7 @@ class Controller:
             home=self.home, stage=spec, epoch=epoch, mode=self.mode,
             out_schemas={f: self.spec.flows[f].schema for f in spec.outputs}, out_incs=out_incs,
             input_schemas=[self.spec.flows[i.flow].schema for i in spec.inputs], state_rel=state_rel,
-            parts=parts, max_files=self.max_state_files,
+            parts=parts, max_files=self.max_state_files, row_group=self.state_row_group, cache_mb=self.state_cache_mb,
         )
         results = run_stage_epoch(self.spark, plan, input_files, state_uris, state_needs_dedupe=sst["layout"] != "blackbox")
 

@@ -31,13 +31,19 @@ def default_home(spec: PipelineSpec) -> str:
 
 
 class Pipeline:
-    """A pipeline YAML bound to a home directory."""
+    """A pipeline YAML bound to a home directory.
+
+    ``tuning`` goes to the controller: ``max_state_files`` (files per state partition before it
+    is compacted, default 8), ``state_row_group`` (rows per row group of state files, 8192),
+    ``state_cache_mb`` (decoded state files a Spark Python worker keeps, default
+    ``CBP_STATE_CACHE_MB`` or 2048; 0 disables), ``backpressure`` (4).
+    """
 
     def __init__(self, path: str | os.PathLike[str], home: Optional[str] = None, *, mode: Optional[str] = None,
-                 spark: Any = None, max_state_files: int = 8) -> None:
+                 spark: Any = None, **tuning: Any) -> None:
         self.spec = load_spec(path)
         self.home = Home(home or default_home(self.spec))
-        self.controller = Controller(self.spec, self.home, mode=mode, spark=spark, max_state_files=max_state_files)
+        self.controller = Controller(self.spec, self.home, mode=mode, spark=spark, **tuning)
 
     def feed(self, flow: str, records: Records, *, close: bool = False) -> list[int]:
         """Land one increment on external input flow ``flow``: a JSON-lines file or an iterable of dicts.

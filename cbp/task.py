@@ -67,6 +67,8 @@ class TaskPlan:
     state_rel: str
     parts: dict[int, StateMeta] = field(default_factory=dict)
     max_files: int = 8
+    row_group: int = ROW_GROUP
+    cache_mb: Optional[float] = None
 
     def where(self, key: Any = None) -> str:
         s = f"stage '{self.stage.name}' epoch {self.epoch}"
@@ -193,10 +195,10 @@ def grouped_task(plan: TaskPlan, batches: Iterable[pa.RecordBatch]) -> Iterator[
             state_adds.append(rebuilt)
             state_removes.extend(meta.files)
         if st.grouping == "outer":
-            rows, fids, rgs = index.all_rows(plan.home, plan.state_rel)
+            rows, fids, rgs = index.all_rows(plan.home, plan.state_rel, plan.cache_mb)
         else:
             wanted = np.array([g[1] for g in groups if any(flows[g[2]:g[3]] >= 0)], dtype=np.int64)
-            rows, fids, rgs = index.rows_of(plan.home, plan.state_rel, wanted)
+            rows, fids, rgs = index.rows_of(plan.home, plan.state_rel, wanted, plan.cache_mb)
         clock.lap("state_read")
         old_state, old_loc = _rows_by_key(st.state_schema, rows, fids, rgs)  # type: ignore[arg-type]
         stats["state_read"] = len(old_state)
@@ -259,7 +261,7 @@ def grouped_task(plan: TaskPlan, batches: Iterable[pa.RecordBatch]) -> Iterator[
             add = _write_state(plan, part_dir, p, new_rows, prefix=f"e{plan.epoch:08d}")
             t_h = np.array([r["_h"] for r in _sorted_rows(new_rows)], dtype=np.int64)
             alive = np.array([r["_alive"] for r in _sorted_rows(new_rows)], dtype=bool)
-            rgs_new = np.arange(len(t_h)) // ROW_GROUP
+            rgs_new = np.arange(len(t_h)) // plan.row_group
             d = np.array(drops, dtype=np.int64).reshape(-1, 3)
             clock.lap("state_write")
             index = index.updated(d[:, 0], d[:, 1], d[:, 2], t_h[alive], add["path"], rgs_new[alive])
@@ -346,7 +348,7 @@ def _state_schema(plan: TaskPlan) -> pa.Schema:
 
 def _write_state(plan: TaskPlan, part_dir: str, p: int, rows: list[dict[str, Any]], prefix: str) -> dict[str, Any]:
     table = pa.Table.from_pylist(_sorted_rows(rows), schema=_state_schema(plan))
-    add = plan.home.write_parquet(part_dir, table, prefix, p, row_group_size=ROW_GROUP)
+    add = plan.home.write_parquet(part_dir, table, prefix, p, row_group_size=plan.row_group)
     add["path"] = add.pop("rel")[len(plan.state_rel) + 1:]
     return add
 
@@ -390,12 +392,12 @@ def _compact(plan: TaskPlan, p: int, index: PartitionIndex, files: list[dict[str
     base = max(files, key=lambda f: int(f["rows"] or 0))
     deltas = [f for f in files if f is not base]
     if sum(int(f["rows"] or 0) for f in deltas) * 2 >= int(base["rows"] or 0):
-        rows, _, _ = index.all_rows(plan.home, plan.state_rel)
+        rows, _, _ = index.all_rows(plan.home, plan.state_rel, plan.cache_mb)
         new_index, add = _index_from_rows(plan, p, rows.select(_state_schema(plan).names), prefix=f"e{plan.epoch:08d}-compact")
         return new_index, files, add
     rows = latest_rows(read_partition_rows(plan.home, plan.state_rel, deltas), keep_tombstones=True)
     rows = rows.select(_state_schema(plan).names).take(pc.sort_indices(rows["_h"]))
-    add = plan.home.write_parquet(f"{plan.state_rel}/_part={p}", rows, f"e{plan.epoch:08d}-merged", p, row_group_size=ROW_GROUP)
+    add = plan.home.write_parquet(f"{plan.state_rel}/_part={p}", rows, f"e{plan.epoch:08d}-merged", p, row_group_size=plan.row_group)
     add["path"] = add.pop("rel")[len(plan.state_rel) + 1:]
     # index the merged rows that were their key's newest anywhere (a delta older than the base may
     # hold stale rows of keys the base has since rewritten: they stay, unindexed, for readers to skip)
@@ -403,7 +405,7 @@ def _compact(plan: TaskPlan, p: int, index: PartitionIndex, files: list[dict[str
     latest = index.h[np.isin(index.f, [i for i, n in enumerate(index.files) if n in names])]
     h = rows["_h"].to_numpy()
     keep = rows["_alive"].to_numpy(zero_copy_only=False) & np.isin(h, latest)
-    g = (np.arange(rows.num_rows) // ROW_GROUP)[keep]
+    g = (np.arange(rows.num_rows) // plan.row_group)[keep]
     new_index = index.without_files(names).updated(
         np.empty(0, np.int64), np.empty(0, np.int32), np.empty(0, np.int32), h[keep], add["path"], g)
     return new_index, deltas, add
@@ -413,10 +415,10 @@ def _index_from_rows(plan: TaskPlan, p: int, rows: pa.Table, prefix: str) -> tup
     if rows.num_rows == 0:
         return PartitionIndex.empty(), None
     rows = rows.take(pc.sort_indices(rows["_h"]))
-    add = plan.home.write_parquet(f"{plan.state_rel}/_part={p}", rows, prefix, p, row_group_size=ROW_GROUP)
+    add = plan.home.write_parquet(f"{plan.state_rel}/_part={p}", rows, prefix, p, row_group_size=plan.row_group)
     add["path"] = add.pop("rel")[len(plan.state_rel) + 1:]
     h = rows["_h"].to_numpy()
-    g = np.arange(rows.num_rows) // ROW_GROUP
+    g = np.arange(rows.num_rows) // plan.row_group
     return PartitionIndex(h, np.zeros(h.size, np.int32), g.astype(np.int32), [add["path"]]), add
 
 

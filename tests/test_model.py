@@ -300,3 +300,28 @@ def test_updates_deletes_and_both_kinds_of_compaction(spark, make_pipeline, tmp_
     if mode == "direct":
         log = "".join(open(f).read() for f in glob.glob(str(tmp_path / "h" / "stages" / "kv" / "state" / "_delta_log" / "*.json")))
         assert "-merged-" in log and "-compact-" in log  # delta-only and full compactions both happened
+
+
+@pytest.mark.parametrize("cache_mb", [0, 64])
+def test_inner_reads_through_row_groups_or_cache(spark, make_pipeline, tmp_path, cache_mb):
+    """Small row groups: with the cache off, an inner epoch reads only the row groups of its keys."""
+    import random
+
+    p = cbp.Pipeline(make_pipeline(KV, KV_MODULE), home=str(tmp_path / "h"), state_row_group=4, state_cache_mb=cache_mb,
+                     max_state_files=3)
+    rng = random.Random(9)
+    model: dict[str, int] = {}
+    batches = [[{"k": f"k{i}", "v": i} for i in range(400)]]
+    batches += [[{"k": f"k{rng.randint(0, 450)}", "v": rng.choice([None, s, -s])} for _ in range(rng.randint(1, 6))] for s in range(1, 12)]
+    for batch in batches:
+        p.feed("ops", batch)
+        [rep] = p.run()
+        seen = {x["k"]: x["prev"] for x in p.output("seen", epoch=rep.epoch)}
+        assert seen == {op["k"]: model.get(op["k"]) for op in batch}
+        for op in batch:
+            if op["v"] is None:
+                model.pop(op["k"], None)
+            else:
+                model[op["k"]] = op["v"]
+        assert rep.keys_read == sum(1 for k in {op["k"] for op in batch} if k in seen and seen[k] is not None)
+    assert {x["k"]: x["v"] for x in p.state("kv")} == model
