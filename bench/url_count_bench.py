@@ -26,14 +26,11 @@ import datetime as _dt
 import json
 import os
 import platform
-import re
 import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
-import urllib.parse
 from pathlib import Path
 from typing import Any
 
@@ -45,7 +42,6 @@ YAML = ROOT / "flows" / "url_count.yaml"
 DATA = BENCH / "data"
 OUT = BENCH / "out"
 DOC_PACKAGE = "python3.11-doc"
-DOC_BASE = "https://docs.python.org/3.11/"
 
 sys.path.insert(0, str(ROOT))  # run from a checkout without installing
 
@@ -55,43 +51,22 @@ def log(msg: str) -> None:
 
 
 # ---------------------------------------------------------------------------------- URL vocabulary
-def _extract_hrefs(html_root: Path) -> list[str]:
-    """Every http(s) URL linked from the HTML files under ``html_root``, absolute, without fragment."""
-    href = re.compile(rb'href="([^"]+)"')
-    urls: set[str] = set()
-    for path in sorted(html_root.rglob("*.html")):
-        base = DOC_BASE + path.relative_to(html_root).as_posix()
-        for m in href.finditer(path.read_bytes()):
-            u = urllib.parse.urldefrag(urllib.parse.urljoin(base, m.group(1).decode("utf-8", "replace")))[0]
-            if u.startswith(("http://", "https://")) and not any(c.isspace() for c in u):
-                urls.add(u)
-    return sorted(urls)
-
-
 def load_vocabulary() -> tuple[list[str], str]:
     """Base URLs and a sentence saying where they came from (cached in bench/data/)."""
+    from cbp.corpus import fetch_debian_doc, iter_pages, links
+
     cache = DATA / f"{DOC_PACKAGE}-urls.txt"
     if cache.exists():
         urls = [u for u in cache.read_text(encoding="utf-8").splitlines() if u]
         if urls:
             return urls, f"real URLs: {len(urls)} distinct hrefs of Debian package {DOC_PACKAGE} (cached {cache.relative_to(ROOT)})"
-    why = ""
-    try:
-        with tempfile.TemporaryDirectory() as tmp:
-            r = subprocess.run(["apt-get", "download", DOC_PACKAGE], cwd=tmp, capture_output=True, text=True, timeout=300)
-            debs = list(Path(tmp).glob("*.deb"))
-            if not debs:
-                raise RuntimeError(f"apt-get download failed: {(r.stderr or r.stdout).strip()[-300:]}")
-            subprocess.run(["dpkg-deb", "-x", str(debs[0]), str(Path(tmp) / "x")], check=True, capture_output=True, timeout=300)
-            roots = [p for p in (Path(tmp) / "x").rglob("html") if p.is_dir()]
-            urls = _extract_hrefs(roots[0]) if roots else []
-            if len(urls) < 100:
-                raise RuntimeError(f"only {len(urls)} URLs found in {debs[0].name}")
-            DATA.mkdir(parents=True, exist_ok=True)
-            cache.write_text("\n".join(urls) + "\n", encoding="utf-8")
-            return urls, f"real URLs: {len(urls)} distinct hrefs of {debs[0].name} (now cached in {cache.relative_to(ROOT)})"
-    except Exception as e:  # no apt, no network, ...
-        why = f"{type(e).__name__}: {e}"
+    root = fetch_debian_doc(DOC_PACKAGE, str(DATA))
+    urls = sorted({u for page, html in iter_pages(root, DOC_PACKAGE) for u in links(page, html)
+                   if not any(c.isspace() for c in u)}) if root else []
+    if len(urls) >= 100:
+        cache.write_text("\n".join(urls) + "\n", encoding="utf-8")
+        return urls, f"real URLs: {len(urls)} distinct hrefs of Debian package {DOC_PACKAGE} (now cached in {cache.relative_to(ROOT)})"
+    why = "apt-get download failed" if root is None else f"only {len(urls)} URLs found"
     rng = np.random.default_rng(7)
     words = ["news", "docs", "blog", "shop", "wiki", "forum", "api", "static", "user", "item", "tag", "page"]
     urls = sorted({f"https://www.site{rng.integers(1000)}.example/{rng.choice(words)}/{rng.choice(words)}-{rng.integers(100)}.html"

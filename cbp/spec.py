@@ -253,7 +253,7 @@ class _Compiler:
             if not s.inputs:
                 raise self.fail(where, f"stage '{sname}' has no input flow; every stage reads at least one", "no-input")
             seen: set[str] = set()
-            for i, inp in enumerate(s.inputs):
+            for inp in s.inputs:
                 if inp.flow == STATE:
                     raise self.fail(where + ("inputs",), f"stage '{sname}': the state flow is read implicitly; declare it under 'state:', not as an input", "reserved-name")
                 if inp.flow not in raw.flows:
