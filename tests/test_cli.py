@@ -1,0 +1,54 @@
+"""The CLI contract: validate, feed, run (one line per stage epoch), state, output, status."""
+
+from __future__ import annotations
+
+import json
+import re
+
+from cbp.cli import main
+from conftest import FLOWS
+
+URLS = str(FLOWS / "url_count.yaml")
+SETDIFF = str(FLOWS / "set_diff.yaml")
+
+
+def test_cli_end_to_end(spark, tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # default home: state/<pipeline> under the current directory
+    (tmp_path / "d1.jsonl").write_text('{"url": "a"}\n{"url": "b"}\n\n{"url": "a"}\n')
+    (tmp_path / "d2.jsonl").write_text('{"url": "b"}\n')
+    assert main(["validate", URLS]) == 0
+    assert "pipeline 'url_count' is valid" in capsys.readouterr().out
+    assert main(["feed", URLS, "urls", "d1.jsonl"]) == 0
+    capsys.readouterr()
+    assert main(["status", URLS]) == 0
+    out = capsys.readouterr().out
+    assert "stage url_count" in out and "pending increments    1" in out
+    assert main(["run", URLS, "--max-epochs", "1"]) == 0
+    cap = capsys.readouterr()
+    assert re.search(r"url_count\s+epoch\s+1\s+in\s+3\s+out\s+2 \(counts=2\)\s+state read\s+0\s+written\s+2\s+[\d.]+s", cap.out), cap.out
+    assert "stopped at --max-epochs 1" in cap.out and "running url_count epoch 1" in cap.err
+    assert main(["feed", URLS, "urls", "d2.jsonl"]) == 0
+    assert main(["run", URLS]) == 0
+    assert "epoch    2" in capsys.readouterr().out
+    assert (tmp_path / "state" / "url_count" / "flows" / "counts" / "_delta_log").is_dir()
+    assert main(["output", URLS, "counts", "--epoch", "2"]) == 0
+    assert [json.loads(x) for x in capsys.readouterr().out.splitlines()] == [{"url": "b", "count": 2}]
+    assert main(["output", URLS, "counts"]) == 0
+    assert len(capsys.readouterr().out.splitlines()) == 3
+    assert main(["state", URLS, "url_count", "--epoch", "1"]) == 0
+    assert [json.loads(x) for x in capsys.readouterr().out.splitlines()] == [{"url": "a", "count": 2}, {"url": "b", "count": 1}]
+    assert main(["status", URLS, "--json"]) == 0
+    st = json.loads(capsys.readouterr().out)
+    assert st["stages"]["url_count"]["epochs"] == 2 and st["stages"]["url_count"]["runnable"] is False
+
+
+def test_cli_feed_close(spark, tmp_path, capsys):
+    home = str(tmp_path / "h")
+    (tmp_path / "a.jsonl").write_text('{"url": "u", "hour": 1}\n')
+    assert main(["feed", SETDIFF, "crawl_a", str(tmp_path / "a.jsonl"), "--home", home]) == 0
+    assert main(["feed", SETDIFF, "crawl_a", "--close", "--home", home]) == 0
+    assert "(closed)" in capsys.readouterr().out
+    assert main(["feed", SETDIFF, "crawl_a", "--home", home]) == 3  # neither a file nor --close
+    assert main(["status", SETDIFF, "--home", home, "--json"]) == 0
+    st = json.loads(capsys.readouterr().out)
+    assert st["stages"]["set_diff"]["connectors"]["crawl_a"] == {"pending": 1, "complete": 1, "records": 1}
