@@ -211,7 +211,7 @@ def report(results: list[dict[str, Any]], builds: list[dict[str, Any]], args: ar
         f"- command: `{command}`",
         f"- date: {_dt.datetime.now().isoformat(timespec='seconds')}; machine: {os.cpu_count()} cores, "
         f"{_mem_gib():.0f} GiB RAM, {platform.python_implementation()} {platform.python_version()}, pyspark {_version('pyspark')}, "
-        f"Spark master {os.environ.get('CBP_SPARK_MASTER', 'local[*]')}",
+        f"Spark master {os.environ.get('CBP_SPARK_MASTER', 'local[*]')}, state cache {args.cache_mb:.0f} MB per Python worker",
         f"- data: {source}",
         f"- increment: {args.increment:,} records per epoch ({args.increment // 2:,} existing keys drawn uniformly, "
         f"{args.increment - args.increment // 2:,} new keys), seed {args.seed}; per size, both modes start from copies of the same state "
@@ -329,6 +329,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seed", type=int, default=42)
     ap.add_argument("--quick", action="store_true", help="smoke run: 20k,60k,200k keys, 5k increment, 50k chunks")
     ap.add_argument("--workdir", default=None, help="where the temporary homes go (default: a new dir under bench/out/)")
+    ap.add_argument("--cache-mb", type=float, default=4096,
+                    help="CBP_STATE_CACHE_MB: decoded state files each Spark Python worker keeps (default 4096, "
+                         "enough for 10M URL keys on 2 workers)")
     ap.add_argument("--keep", action="store_true", help="keep the temporary homes")
     args = ap.parse_args(argv)
     if args.quick:
@@ -353,6 +356,7 @@ def main(argv: list[str] | None = None) -> int:
     work.mkdir(parents=True, exist_ok=True)
     log(f"work dir: {work}")
 
+    os.environ["CBP_STATE_CACHE_MB"] = str(args.cache_mb)  # before Spark starts its Python workers
     import cbp
     from cbp.sparksession import get_spark
 

@@ -66,11 +66,19 @@ class PartitionIndex:
 
     @classmethod
     def load(cls, home: Home, rel: str) -> "PartitionIndex":
+        """Read an index file (a worker keeps the last few it read or wrote: they never change)."""
+        key = f"{home.location}|{rel}"
+        hit = _INDEXES.get(key)
+        if hit is not None:
+            return hit
         t = pq.read_table(home.path(rel), filesystem=home.fs)
         files = json.loads(t.schema.metadata[b"cbp.files"])
-        return cls(t["h"].to_numpy(), t["f"].to_numpy().astype(np.int32), t["g"].to_numpy().astype(np.int32), files)
+        idx = cls(t["h"].to_numpy(), t["f"].to_numpy().astype(np.int32), t["g"].to_numpy().astype(np.int32), files)
+        _remember_index(key, idx)
+        return idx
 
     def save(self, home: Home, rel: str) -> None:
+        _remember_index(f"{home.location}|{rel}", self)
         t = pa.table({"h": self.h, "f": self.f, "g": self.g})
         t = t.replace_schema_metadata({"cbp.files": json.dumps(self.files), "cbp.hash": "spark-xxhash64"})
         path = home.path(rel)
@@ -141,6 +149,15 @@ class PartitionIndex:
     def all_rows(self, home: Home, table_rel: str, cache_mb: Optional[float] = None) -> tuple[pa.Table, np.ndarray, np.ndarray]:
         """Every live row of the partition (outer stages and compaction)."""
         return self.rows_of(home, table_rel, self.h, cache_mb)
+
+
+_INDEXES: "OrderedDict[str, PartitionIndex]" = OrderedDict()
+
+
+def _remember_index(key: str, idx: "PartitionIndex", keep: int = 16) -> None:
+    _INDEXES[key] = idx
+    while len(_INDEXES) > keep:
+        _INDEXES.popitem(last=False)
 
 
 def _matches(sorted_h: np.ndarray, hashes: np.ndarray) -> np.ndarray:
@@ -223,7 +240,7 @@ def _read_keys(home: Home, path: str, hashes: np.ndarray, rgs: np.ndarray, cache
             mask = pc.is_in(t["_h"], value_set=pa.array(hashes, pa.int64()))
             keep = mask.to_numpy(zero_copy_only=False)
             return t.filter(mask), rg_col[keep]
-        t = pf.read()  # most of the file is needed: read it whole, once, and keep it
+        t = pf.read().combine_chunks()  # most of the file is needed: read it whole, once, and keep it
         entry = _CachedFile(t, t["_h"].to_numpy(), np.concatenate([[0], np.cumsum(counts)[:-1]]))
         cache.put(key, entry)
     rows = _matches(entry.h, hashes)
