@@ -99,7 +99,8 @@ def run_one(p: Any, records: list[dict[str, str]]) -> dict[str, Any]:
         raise RuntimeError(f"expected one epoch per increment, got {len(reports)}: {[r.line() for r in reports]}")
     r = reports[0]
     return {"epoch": r.epoch, "seconds": r.seconds, "run_wall": t2 - t1, "feed": t1 - t0, "records_in": r.records_in,
-            "records_out": r.records_out, "keys_read": r.keys_read, "keys_written": r.keys_written, "line": r.line()}
+            "records_out": r.records_out, "keys_read": r.keys_read, "keys_written": r.keys_written, "line": r.line(),
+            "phases": dict(getattr(r, "phases", {}) or {})}  # task seconds per phase, summed over the stage's tasks
 
 
 def build(p: Any, keys: Keys, start: int, stop: int, chunk: int, log_prefix: str) -> list[dict[str, Any]]:
@@ -201,6 +202,27 @@ def fmt_keys(n: int) -> str:
     return str(n)
 
 
+def phase_lines(results: list[dict[str, Any]]) -> list[str]:
+    """Where a median direct epoch's task time goes, per size (EpochReport.phases, summed over tasks)."""
+    rows = []
+    for r in results:
+        runs = [x for x in r["runs"]["direct"] if not x["warmup"] and not x.get("compacted") and x.get("phases")]
+        if not runs:
+            continue
+        names = list(dict.fromkeys(k for x in runs for k in x["phases"]))
+        med = {k: statistics.median(x["phases"].get(k, 0.0) for x in runs) for k in names}
+        rows.append((r["size"], med, statistics.median(x["seconds"] for x in runs)))
+    if not rows:
+        return []
+    names = list(dict.fromkeys(k for _, med, _ in rows for k in med))
+    out = ["Direct mode, where the time goes (median over non-compacting epochs; task seconds per phase summed over the "
+           "4 tasks, which run 2 at a time, so they add up to about 2x the task part of the epoch):", "",
+           "| state keys | epoch s | " + " | ".join(names) + " |", "|---:|---:|" + "---:|" * len(names)]
+    for size, med, ep in rows:
+        out.append(f"| {fmt_keys(size)} | {ep:.2f} | " + " | ".join(f"{med.get(k, 0.0):.2f}" for k in names) + " |")
+    return out + [""]
+
+
 def report(results: list[dict[str, Any]], builds: list[dict[str, Any]], args: argparse.Namespace, source: str,
            command: str, total_s: float, spark_s: float) -> str:
     base = results[0]
@@ -218,17 +240,18 @@ def report(results: list[dict[str, Any]], builds: list[dict[str, Any]], args: ar
         f"and get the same increments; 1 unmeasured warm-up epoch each, then {args.direct_epochs} measured direct and "
         f"{args.epochs} measured black-box epochs, modes alternating",
         "- times are EpochReport.seconds of one stage epoch: median [min-max]; 'direct mean' includes the epochs that compacted "
-        "the state (count in parentheses), i.e. the amortized cost; ratios use medians",
+        "the state (count in parentheses), i.e. the amortized cost; 'direct 1st' is the unmeasured first epoch on the fresh copy "
+        "(the workers' state cache is cold for it); ratios use medians",
         "",
-        f"| state keys | direct s | direct mean s | black-box s | black-box / direct | direct vs {fmt_keys(base['size'])} "
+        f"| state keys | direct s | direct mean s | direct 1st s | black-box s | black-box / direct | direct vs {fmt_keys(base['size'])} "
         f"| black-box vs {fmt_keys(base['size'])} | direct state keys read | outputs agree |",
-        "|---:|---:|---:|---:|---:|---:|---:|---:|:---:|",
+        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|:---:|",
     ]
     for r in results:
         d, b = r["direct"], r["blackbox"]
         kr = statistics.median(x["keys_read"] for x in r["runs"]["direct"] if not x["warmup"])
         lines.append(
-            f"| {fmt_keys(r['size'])} | {d['median']:.2f} [{d['min']:.2f}-{d['max']:.2f}] | {d['mean']:.2f} ({d['compactions']}) "
+            f"| {fmt_keys(r['size'])} | {d['median']:.2f} [{d['min']:.2f}-{d['max']:.2f}] | {d['mean']:.2f} ({d['compactions']}) | {d['warmup']:.2f} "
             f"| {b['median']:.2f} [{b['min']:.2f}-{b['max']:.2f}] "
             f"| {b['median'] / d['median']:.1f}x | {d['median'] / d0:.2f}x | {b['median'] / b0:.2f}x | {kr:,.0f} | {'yes' if r['outputs_agree'] else 'NO'} |"
         )
@@ -244,6 +267,7 @@ def report(results: list[dict[str, Any]], builds: list[dict[str, Any]], args: ar
         f"black-box {br:.2f}x (grows with the state, taken as >= 2x: {'PASS' if b_ok else 'FAIL'}). "
         f"Direct with compactions amortized (means): {dmr:.2f}x.",
         "",
+        *phase_lines(results),
         "State build (direct mode, one epoch per chunk of "
         f"{args.chunk:,} new keys; each size continues from the previous one, so times are cumulative):",
         "",

@@ -258,9 +258,9 @@ def grouped_task(plan: TaskPlan, batches: Iterable[pa.RecordBatch]) -> Iterator[
     elif has_state:
         assert index is not None
         if new_rows:
-            add = _write_state(plan, part_dir, p, new_rows, prefix=f"e{plan.epoch:08d}")
-            t_h = np.array([r["_h"] for r in _sorted_rows(new_rows)], dtype=np.int64)
-            alive = np.array([r["_alive"] for r in _sorted_rows(new_rows)], dtype=bool)
+            add = _write_state(plan, part_dir, p, new_rows, prefix=f"e{plan.epoch:08d}")  # sorts new_rows
+            t_h = np.array([r["_h"] for r in new_rows], dtype=np.int64)
+            alive = np.array([r["_alive"] for r in new_rows], dtype=bool)
             rgs_new = np.arange(len(t_h)) // plan.row_group
             d = np.array(drops, dtype=np.int64).reshape(-1, 3)
             clock.lap("state_write")
@@ -271,12 +271,13 @@ def grouped_task(plan: TaskPlan, batches: Iterable[pa.RecordBatch]) -> Iterator[
         if len(current) > plan.max_files:
             index, replaced, compacted = _compact(plan, p, index, current)
             uncommitted = {id(a) for a in state_adds}
+            gone = {id(a) for a in replaced}
             for a in replaced:
                 if id(a) in uncommitted:  # written this epoch, superseded before being committed
                     plan.home.delete_file(f"{plan.state_rel}/{a['path']}")
                 else:
                     state_removes.append(a)
-            state_adds = [a for a in state_adds if a not in replaced] + ([compacted] if compacted else [])
+            state_adds = [a for a in state_adds if id(a) not in gone] + ([compacted] if compacted else [])
             stats["compacted"] = len(replaced)
         if new_rows or state_removes:
             rel = f"stages/{st.name}/index/_part={p}/e{plan.epoch:08d}-{uuid.uuid4().hex[:12]}.parquet"
