@@ -6,22 +6,36 @@ file maps to a URL ``http://<package>/<path>``.
 
     >>> root = fetch_debian_doc("python3.11-doc", "bench/data")      # doctest: +SKIP
     >>> pages = list(iter_pages(root, "python3.11-doc"))              # doctest: +SKIP
-    >>> links("http://x/a/b.html", '<a href="../c.html#s">c</a>')
-    ['http://x/c.html']
+    >>> links("http://x/a/b.html", '<a href="../c.html#s">c</a> <a href="d?a=1&amp;b=2">d</a>')
+    ['http://x/c.html', 'http://x/a/d?a=1&b=2']
 """
 
 from __future__ import annotations
 
 import glob
 import os
-import re
 import subprocess
 from typing import Iterator, Optional
+from html.parser import HTMLParser
 from urllib.parse import urldefrag, urljoin, urlsplit
 
 __all__ = ["fetch_debian_doc", "iter_pages", "links"]
 
-_HREF = re.compile(r"""<a\s[^>]*?href\s*=\s*["']([^"'#][^"']*|#[^"']*)["']""", re.I)
+
+
+class _Hrefs(HTMLParser):
+    """Collects the href of every <a> element; attribute values come back with entities decoded."""
+
+    def __init__(self) -> None:
+        super().__init__(convert_charrefs=True)
+        self.hrefs: list[str] = []
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, Optional[str]]]) -> None:
+        if tag == "a":
+            for name, value in attrs:
+                if name == "href" and value is not None:
+                    self.hrefs.append(value)
+                    break
 
 
 def fetch_debian_doc(package: str, dest: str) -> Optional[str]:
@@ -73,8 +87,11 @@ def iter_pages(root: str, package: str) -> Iterator[tuple[str, str]]:
 
 def links(url: str, html: str) -> list[str]:
     """Absolute http(s) link targets of a page (fragment removed, the page itself dropped), in order."""
+    parser = _Hrefs()
+    parser.feed(html)
+    parser.close()
     out = []
-    for href in _HREF.findall(html):
+    for href in parser.hrefs:
         try:
             target = urldefrag(urljoin(url, href.strip()))[0]
         except ValueError:
