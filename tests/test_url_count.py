@@ -45,6 +45,15 @@ def test_url_count_matches_pandas(spark, tmp_path, mode):
     check_against_pandas(result, increments)
 
 
+@pytest.mark.parametrize("mode", ["direct", "blackbox"])
+def test_home_given_as_uri(spark, tmp_path, mode):
+    """A home given as a URI (here file://) goes through the filesystem abstraction, not os.path."""
+    increments = random_increments(seed=3, n=4)
+    result = replay(YAML, [Increment("urls", inc) for inc in increments], home=(tmp_path / "home").as_uri(), mode=mode)
+    check_against_pandas(result, increments)
+    assert (tmp_path / "home" / "stages" / "url_count" / "state" / "_delta_log").is_dir()
+
+
 def test_mode_switch_keeps_results(spark, tmp_path):
     """State written in one mode is read correctly by the other (direct -> black-box -> direct)."""
     increments = random_increments(seed=5, n=9)
