@@ -55,7 +55,7 @@ def _parser() -> argparse.ArgumentParser:
     p = sub.add_parser("output", help="print a flow's records as JSON lines")
     with_home(p)
     p.add_argument("flow", metavar="FLOW")
-    p.add_argument("--epoch", type=int, help="only the increment its producing stage wrote in this epoch")
+    p.add_argument("--epoch", type=int, help="only the records its producing stage wrote in that epoch (for an external flow: the Nth feed)")
 
     p = sub.add_parser("status", help="stages, epochs run, pending increments per connector")
     with_home(p)

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator, Optional
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from deltalake import write_deltalake
 
@@ -29,7 +30,7 @@ from .errors import CbpError, InputError, RuntimeStateError, UsageError, UserCod
 from .model import normalize_runnable_result
 from .physical import run_stage_epoch
 from .spec import PipelineSpec, StageSpec
-from .storage import INC, PART, Home
+from .storage import INC, PART, SRC, Home
 from .task import TaskPlan
 
 __all__ = ["Controller", "EpochReport", "Decision"]
@@ -134,7 +135,12 @@ class Controller:
         return f"flows/{flow}"
 
     def _flow_schema(self, flow: str) -> pa.Schema:
-        return pa.schema([pa.field(INC, pa.int64())] + list(self.spec.flows[flow].schema.arrow))
+        return pa.schema(self._flow_extra(flow) + list(self.spec.flows[flow].schema.arrow))
+
+    def _flow_extra(self, flow: str) -> list[pa.Field]:
+        """Columns cbp adds to a flow's table: the increment id, and for a framed flow the feed or
+        producing epoch of each record (a framed increment can span several feeds or epochs)."""
+        return [pa.field(INC, pa.int64())] + ([pa.field(SRC, pa.int64())] if self.spec.flows[flow].frame_by is not None else [])
 
     def _allocate(self, flow: str, n: int) -> list[int]:
         """New increment ids, never reusing one a crashed run may have left in the table."""
@@ -215,10 +221,11 @@ class Controller:
             incs[str(open_inc)]["complete"] = True  # a later frame arrived
         new_ids = self._allocate(flow, len(runs))
         assignments += [(i, k, r, True) for i, (k, r) in zip(new_ids, runs)]
-        rows = [dict(rec, **{INC: inc}) for inc, _, recs, _ in assignments for rec in recs]
+        extra = {SRC: prior_frame} if fl.frame_by is not None else {}
+        rows = [dict(rec, **{INC: inc}, **extra) for inc, _, recs, _ in assignments for rec in recs]
         version = fs["version"]
         if rows:
-            table = fl.schema.to_arrow(rows, extra=pa.schema([pa.field(INC, pa.int64())]))
+            table = fl.schema.to_arrow(rows, extra=pa.schema(self._flow_extra(flow)))
             self.home.ensure_table(self._flow_rel(flow), self._flow_schema(flow), INC)
             try:
                 write_deltalake(self.home.uri(self._flow_rel(flow)), table, mode="append", partition_by=[INC])
@@ -231,9 +238,10 @@ class Controller:
             complete = fl.frame_by is None or not last or close
             if is_new:
                 self._register(flow, inc, key, len(recs), version, producer, complete)
+                incs[str(inc)]["srcs"] = [prior_frame]
             else:
                 m = incs[str(inc)]
-                m.update(records=m["records"] + len(recs), version=version, complete=complete)
+                m.update(records=m["records"] + len(recs), version=version, complete=complete, srcs=m.get("srcs", []) + [prior_frame])
         if close and not assignments and open_inc is not None:
             incs[str(open_inc)]["complete"] = True
         return [a[0] for a in assignments]
@@ -490,7 +498,12 @@ class Controller:
         self.refresh()
         fl = self.spec.flow(flow)
         fs = self.st["flows"][flow]
-        if epoch is not None:
+        if epoch is not None and fl.frame_by is not None:  # framed: the increments holding records of that feed/epoch
+            if fl.producer is not None and str(epoch) not in self.st["stages"][fl.producer]["history"]:
+                sst = self.st["stages"][fl.producer]
+                raise UsageError(f"stage '{fl.producer}' (producer of '{flow}') has not run epoch {epoch} (epochs run: {sst['epoch']})", code="unknown-epoch")
+            ids = sorted(int(i) for i, m in fs["incs"].items() if epoch in m.get("srcs", []))
+        elif epoch is not None:
             if fl.producer is None:
                 ids = [int(i) for i, m in fs["incs"].items() if m["producer"] == f"feed:{epoch}"]
             else:
@@ -511,7 +524,10 @@ class Controller:
             parts.append(pa.table(dt.to_pyarrow_table(partitions=[(INC, "in", [str(i) for i in incs])])))  # type: ignore[union-attr]
         if not parts:
             return []
-        t = pa.concat_tables(parts).sort_by([(INC, "ascending")])
+        t = pa.concat_tables(parts)
+        if epoch is not None and fl.frame_by is not None:
+            t = t.filter(pc.equal(t[SRC], epoch))
+        t = t.sort_by([(INC, "ascending")])
         return [fl.schema.from_storage(r) for r in t.select(list(fl.schema.fields)).to_pylist()]
 
     def status(self) -> dict[str, Any]:

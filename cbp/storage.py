@@ -28,9 +28,10 @@ from deltalake.transaction import AddAction, RemoveAction
 
 from .errors import RuntimeStateError
 
-__all__ = ["Home", "INC", "PART"]
+__all__ = ["Home", "INC", "PART", "SRC"]
 
 INC = "_inc"
+SRC = "_src"
 PART = "_part"
 _CONTROLLER = "_cbp/controller"
 

@@ -244,6 +244,18 @@ def test_frame_by_on_a_stage_output(spark, make_pipeline, tmp_path):
     assert p.output("totals") == [{"day": 1, "users": 2}]
     frames = p.controller.frames("per_day")
     assert frames == {"daily": []}  # day 2 is open
+    p.feed("events", [{"user": "d", "day": 2}])  # pass epoch 3 extends the open day-2 increment
+    p.run()
+    assert p.controller.frames("per_day") == {"daily": []}
+    assert p.output("daily", epoch=2) == [{"user": "c", "day": 2}]  # only what that epoch wrote
+    assert p.output("daily", epoch=3) == [{"user": "d", "day": 2}]
+    assert sorted(r["user"] for r in p.output("daily")) == ["a", "b", "c", "d"]  # day 1 consumed and collected: by time travel
+    assert sorted(r["user"] for r in p.output("daily", epoch=1)) == ["a", "b"]  # time travel
+    with pytest.raises(cbp.UsageError, match="has not run epoch 9"):
+        p.output("daily", epoch=9)
+    p.feed("events", [{"user": "e", "day": 3}])
+    p.run()
+    assert p.output("totals") == [{"day": 1, "users": 2}, {"day": 2, "users": 2}]
 
 
 KV = """
