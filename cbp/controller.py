@@ -15,6 +15,7 @@ written after every change (:meth:`cbp.storage.Home.write_controller`).
 from __future__ import annotations
 
 import copy
+import sys
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -169,16 +170,26 @@ class Controller:
         with the same framing key form an increment, which is complete once a record with another
         key arrives on the flow, or when ``close`` is given (the paper's missing punctuation).
         """
-        self.refresh()
         fl = self.spec.flow(flow)
         if not fl.external:
             raise InputError(f"flow '{flow}' is produced by stage '{fl.producer}'; only external flows (external: true) can be fed", code="not-external")
-        with self._transaction():
+        with self._locked(), self._transaction():
             fs = self.st["flows"][flow]
             fs["feeds"] += 1
             ids = self._land(flow, records, close=close, producer=f"feed:{fs['feeds']}", prior_frame=fs["feeds"])
             self._save()
         return ids
+
+    @contextmanager
+    def _locked(self) -> Iterator[None]:
+        """Hold the home's lock and work on the newest snapshot (see :meth:`Home.lock`)."""
+
+        def waiting() -> None:
+            print(f"cbp: waiting for another process to finish its change to {self.home.location} ...", file=sys.stderr, flush=True)
+
+        with self.home.lock(waiting):
+            self.refresh()
+            yield
 
     @contextmanager
     def _transaction(self) -> Iterator[None]:
@@ -295,7 +306,6 @@ class Controller:
         a stage whose every downstream connector already holds ``backpressure`` increments waits
         while others can run.
         """
-        self.refresh()
         reports: list[EpochReport] = []
         while max_epochs is None or len(reports) < max_epochs:
             ran = False
@@ -303,14 +313,15 @@ class Controller:
                 for stage in self.spec.order:
                     if max_epochs is not None and len(reports) >= max_epochs:
                         break
-                    if honor_backpressure and self._backpressured(stage):
-                        continue
-                    d = self.decide(stage)
-                    if d is None:
-                        continue
-                    if on_start:
-                        on_start(stage, self.st["stages"][stage]["epoch"] + 1)
-                    rep = self.run_epoch(stage, d)
+                    with self._locked():  # feeds may land between epochs; each epoch sees them
+                        if honor_backpressure and self._backpressured(stage):
+                            continue
+                        d = self.decide(stage)
+                        if d is None:
+                            continue
+                        if on_start:
+                            on_start(stage, self.st["stages"][stage]["epoch"] + 1)
+                        rep = self.run_epoch(stage, d)
                     reports.append(rep)
                     if on_epoch:
                         on_epoch(rep)
@@ -319,7 +330,8 @@ class Controller:
                     break
             if not ran:
                 break
-        self.collect_garbage()
+        with self._locked():
+            self.collect_garbage()
         return reports
 
     # ------------------------------------------------------------------ one stage epoch

@@ -15,10 +15,13 @@ directory or an object-store URI (``s3://bucket/pipelines/crawl``). Layout::
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
+import threading
 import uuid
-from typing import Any, Iterable, Optional
+from contextlib import contextmanager
+from typing import Any, Callable, Iterable, Iterator, Optional
 
 import pyarrow as pa
 import pyarrow.fs as pafs
@@ -34,6 +37,19 @@ INC = "_inc"
 SRC = "_src"
 PART = "_part"
 _CONTROLLER = "_cbp/controller"
+
+
+class _ProcessLock:
+    """This process's hold on one home's lock file (flock is per open file, so one fd per path)."""
+
+    def __init__(self) -> None:
+        self.mutex = threading.RLock()
+        self.depth = 0
+        self.fd = -1
+
+
+_LOCKS: dict[str, _ProcessLock] = {}
+_LOCKS_GUARD = threading.Lock()
 
 
 class Home:
@@ -93,6 +109,57 @@ class Home:
             self.fs.delete_file(self.path(rel))
         except FileNotFoundError:
             pass
+
+    # ----------------------------------------------------------- mutual exclusion
+    def local_dir(self) -> Optional[str]:
+        """The home as a local directory path, or None when it is not on the local filesystem."""
+        if "://" not in self.location:
+            return self.location
+        if self.location.startswith("file://"):
+            return self.path()
+        return None
+
+    @contextmanager
+    def lock(self, waiting: Optional[Callable[[], None]] = None) -> Iterator[None]:
+        """Hold the home's mutation lock: one feed or one stage epoch at a time, across processes.
+
+        Every change to the controller snapshot happens under it, after re-reading the newest
+        snapshot, so a feed that lands while ``cbp run`` works is never overwritten. On a local
+        home it is an ``flock`` on ``<home>/_cbp/lock`` (released by the OS if the process dies);
+        re-entrant within a process. ``waiting`` is called once if another process holds it.
+        Object-store homes have no lock: run one writer at a time there.
+        """
+        local = self.local_dir()
+        if local is None:
+            yield
+            return
+        path = os.path.join(local, "_cbp", "lock")
+        with _LOCKS_GUARD:
+            entry = _LOCKS.setdefault(path, _ProcessLock())
+        with entry.mutex:
+            if entry.depth == 0:
+                os.makedirs(os.path.dirname(path), exist_ok=True)
+                fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+                try:
+                    try:
+                        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    except BlockingIOError:
+                        if waiting is not None:
+                            waiting()
+                        fcntl.flock(fd, fcntl.LOCK_EX)
+                except BaseException:
+                    os.close(fd)
+                    raise
+                entry.fd = fd
+            entry.depth += 1
+            try:
+                yield
+            finally:
+                entry.depth -= 1
+                if entry.depth == 0:
+                    fcntl.flock(entry.fd, fcntl.LOCK_UN)
+                    os.close(entry.fd)
+                    entry.fd = -1
 
     # ----------------------------------------------------------- controller snapshots
     def read_controller(self) -> Optional[dict[str, Any]]:

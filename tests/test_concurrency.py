@@ -1,0 +1,71 @@
+"""Feeds that land while a run works, and the home lock across processes."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import threading
+import time
+
+import cbp
+from cbp.storage import Home
+
+SLOW = """
+pipeline: slow
+flows:
+  words: {external: true, schema: {w: string}}
+stages:
+  count:
+    translator: MOD:count
+    partitions: 2
+    inputs: [{flow: words, route_by: w}]
+    state: {schema: {w: string, n: int}}
+"""
+SLOW_MODULE = """
+import time
+
+def count(key, state, words, out):
+    prev = next(state, None)
+    time.sleep(0.5)
+    out.state.write({"w": key, "n": sum(1 for _ in words) + (prev["n"] if prev else 0)})
+"""
+
+
+def test_feed_during_run_is_not_lost(spark, make_pipeline, tmp_path):
+    """A feed that lands while an epoch runs is kept, and a later epoch (of this run or the next) reads it."""
+    path = make_pipeline(SLOW, SLOW_MODULE)
+    home = str(tmp_path / "h")
+    runner = cbp.load(path, home=home)
+    runner.feed("words", [{"w": "a"}, {"w": "b"}])
+    feeder = cbp.load(path, home=home)  # another Pipeline object on the same home, as another process would be
+    result: dict = {}
+    t = threading.Thread(target=lambda: result.setdefault("reports", runner.run()))
+    t.start()
+    time.sleep(2.0)  # the first epoch is running now (it sleeps per key)
+    feeder.feed("words", [{"w": "a"}, {"w": "c"}])
+    feeder.feed("words", [{"w": "a"}])
+    t.join()
+    runner.run()
+    assert {r["w"]: r["n"] for r in runner.state("count")} == {"a": 3, "b": 1, "c": 1}
+    assert runner.status()["stages"]["count"]["connectors"]["words"]["pending"] == 0
+    assert [r["w"] for r in runner.output("words", epoch=3)] == ["a"]  # feeds are numbered in landing order
+
+
+def test_lock_is_held_across_processes(tmp_path, capsys):
+    """While another process holds the home's lock, a change waits for it and says so."""
+    home = tmp_path / "h"
+    holder = subprocess.Popen(
+        [sys.executable, "-c", "import sys, time; from cbp.storage import Home\n"
+         f"with Home({str(home)!r}).lock():\n    print('held', flush=True); time.sleep(2)"],
+        stdout=subprocess.PIPE, text=True,
+    )
+    assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
+    waited: list[float] = []
+    t0 = time.perf_counter()
+    with Home(str(home)).lock(waiting=lambda: waited.append(time.perf_counter() - t0)):
+        got = time.perf_counter() - t0
+    holder.wait(timeout=30)
+    assert waited and got >= 1.0  # it waited for the other process
+    with Home(str(home)).lock():  # and the lock is free again (also after the holder exited)
+        with Home(str(home)).lock():  # re-entrant within a process
+            pass
