@@ -27,7 +27,7 @@ import pyarrow.parquet as pq
 from deltalake import write_deltalake
 
 from .bipindex import ROW_GROUP, STATE_META, StateMeta, latest_rows
-from .errors import CbpError, InputError, RuntimeStateError, UsageError, UserCodeError
+from .errors import CbpError, InputError, RuntimeStateError, SpecError, UsageError, UserCodeError
 from .model import normalize_runnable_result
 from .physical import run_stage_epoch
 from .spec import PipelineSpec, StageSpec
@@ -77,6 +77,10 @@ def _new_snapshot(spec: PipelineSpec) -> dict[str, Any]:
     }
 
 
+def _signature(schema: Any) -> dict[str, str]:
+    return {name: str(ft) for name, ft in schema.fields.items()}
+
+
 def _conn(stage: str, flow: str) -> str:
     return f"{stage}.{flow}"
 
@@ -111,6 +115,32 @@ class Controller:
                 self.st[k].setdefault(name, v)
         if self.st.get("pipeline") != self.spec.name:
             raise RuntimeStateError(f"home {self.home.location} belongs to pipeline '{self.st.get('pipeline')}', not '{self.spec.name}'; use another --home")
+        shapes = self.st.setdefault("shapes", {})
+        for name, fl in self.spec.flows.items():
+            self._check_shape(shapes, f"flow:{name}", f"flow '{name}'", "increments",
+                              {"schema": _signature(fl.schema), "framed": fl.frame_by is not None}, self.st["flows"][name]["version"] is not None)
+        for name, stage in self.spec.stages.items():
+            if stage.state_schema is not None:
+                self._check_shape(shapes, f"state:{name}", f"stage '{name}'", "state",
+                                  {"schema": _signature(stage.state_schema), "partitions": stage.partitions}, self.st["stages"][name]["state_version"] is not None)
+
+    def _check_shape(self, shapes: dict[str, Any], key: str, what: str, data: str, now: dict[str, Any], stored: bool) -> None:
+        """Refuse a YAML whose schema, framing or partition count no longer fits the data in the home."""
+        before = shapes.get(key)
+        if before is None or not stored or before == now:
+            shapes[key] = now
+            return
+        diffs = []
+        old_s, new_s = before["schema"], now["schema"]
+        diffs += [f"field '{f}' added" for f in new_s if f not in old_s]
+        diffs += [f"field '{f}' removed" for f in old_s if f not in new_s]
+        diffs += [f"field '{f}' changed from {old_s[f]} to {new_s[f]}" for f in new_s if f in old_s and old_s[f] != new_s[f]]
+        if before.get("partitions") != now.get("partitions"):
+            diffs.append(f"partitions changed from {before.get('partitions')} to {now.get('partitions')}")
+        if before.get("framed") != now.get("framed"):
+            diffs.append("frame_by " + ("added" if now.get("framed") else "removed"))
+        raise SpecError(str(self.spec.path), f"{what} no longer fits its {data} stored in {self.home.location}: {'; '.join(diffs)}. "
+                        "cbp does not migrate stored data: restore the previous definition, or start a new --home", code="home-mismatch")
 
     def refresh(self) -> None:
         """Re-read the newest snapshot (another process or Pipeline object may have moved on)."""

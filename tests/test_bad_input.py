@@ -148,3 +148,45 @@ def test_missing_java_is_explained(monkeypatch):
     with pytest.raises(RuntimeStateError) as e:
         get_spark()
     assert e.value.code == "no-java" and "apt-get install" in str(e.value)
+
+
+COUNTER = """
+pipeline: counter
+flows:
+  words: {external: true, schema: {w: string}}
+stages:
+  count:
+    translator: MOD:count
+    partitions: 2
+    inputs: [{flow: words, route_by: w}]
+    state: {schema: {w: string, n: int}}
+"""
+COUNTER_MODULE = """
+def count(key, state, words, out):
+    prev = next(state, None)
+    out.state.write({"w": key, "n": sum(1 for _ in words) + (prev.get("n") if prev else 0)})
+"""
+
+
+@pytest.mark.parametrize("change, message", [
+    (("partitions: 2", "partitions: 3"), "stage 'count' no longer fits its state stored in .*: partitions changed from 2 to 3"),
+    (("state: {schema: {w: string, n: int}}", "state: {schema: {w: string, n: float}}"), "field 'n' changed from int to float"),
+    (("state: {schema: {w: string, n: int}}", 'state: {schema: {w: string, n: int, x: "int?"}}'), "field 'x' added"),
+    (("schema: {w: string}}", 'schema: {w: string, v: "int?"}}'), "flow 'words' no longer fits its increments.*field 'v' added"),
+    (("inputs: [{flow: words, route_by: w}]", "inputs: [{flow: words, route_by: w, frame_by: w}]"), "flow 'words'.*frame_by added"),
+])
+def test_yaml_that_no_longer_fits_the_home(spark, make_pipeline, tmp_path, change, message):
+    """Changing partitions, a schema or framing once data is stored is refused by name; the old YAML still works."""
+    home = str(tmp_path / "h")
+    good = make_pipeline(COUNTER, COUNTER_MODULE)
+    p = cbp.load(good, home=home)
+    p.feed("words", [{"w": "a"}, {"w": "b"}])
+    p.run()
+    changed = make_pipeline(COUNTER.replace(*change), COUNTER_MODULE)
+    with pytest.raises(cbp.SpecError, match=message) as e:
+        cbp.load(changed, home=home)
+    assert e.value.code == "home-mismatch" and str(changed) in str(e.value)
+    p = cbp.load(good, home=home)
+    p.feed("words", [{"w": "a"}])
+    p.run()
+    assert {r["w"]: r["n"] for r in p.state("count")} == {"a": 2, "b": 1}
