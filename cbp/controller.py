@@ -15,6 +15,7 @@ written after every change (:meth:`cbp.storage.Home.write_controller`).
 from __future__ import annotations
 
 import copy
+import json
 import sys
 import time
 from contextlib import contextmanager
@@ -75,6 +76,15 @@ def _new_snapshot(spec: PipelineSpec) -> dict[str, Any]:
         "connectors": {_conn(s, i.flow): [] for s, st in spec.stages.items() for i in st.inputs},
         "stages": {s: {"epoch": 0, "runnable_state": None, "state_version": None, "layout": "direct", "index": {}, "history": {}} for s in spec.stages},
     }
+
+
+def _check_storable(value: Any, what: str) -> None:
+    """Runnable states, frame states and framing keys live in the JSON controller snapshot."""
+    try:
+        json.dumps(value, allow_nan=False)
+    except (TypeError, ValueError) as e:
+        raise UserCodeError(f"{what} cannot be stored as JSON ({e}); use dicts, lists, strings, numbers, booleans "
+                            "or None (tuples come back as lists); nothing was run or landed", code="not-storable") from e
 
 
 def _signature(schema: Any) -> dict[str, str]:
@@ -252,6 +262,9 @@ class Controller:
                     runs[-1][1].append(rec)
                 else:
                     runs.append((key, [rec]))
+            _check_storable(fstate, f"flow '{flow}': frame_by '{fl.frame_by.text}' returned a state that")
+            for key, recs in runs:
+                _check_storable(key, f"flow '{flow}': frame_by '{fl.frame_by.text}' returned a framing key (for record {recs[0]!r}) that")
             fs["frame_state"] = fstate
         # the open increment takes the first run if it has the same framing key
         assignments: list[tuple[int, Any, list[dict[str, Any]], bool]] = []  # inc, frame, records, is_new
@@ -314,6 +327,7 @@ class Controller:
             raise UserCodeError(str(e) if where in str(e) else f"{where}: {e}") from e
         except Exception as e:
             raise UserCodeError(f"{where} raised {type(e).__name__}: {e}") from e
+        _check_storable(state, f"{where} returned a state that")
         if not reads:
             return None
         return Decision(reads, removes, state)

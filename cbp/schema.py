@@ -14,21 +14,23 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import dataclass
-from typing import Any, Mapping, Optional
+from typing import Annotated, Any, Mapping, Optional
 
 import pyarrow as pa
 from pydantic import ConfigDict, Field, StrictBool, StrictFloat, StrictInt, StrictStr, TypeAdapter, ValidationError, create_model
 
 __all__ = ["FieldType", "RecordSchema", "RecordError", "parse_type"]
 
+_INT64 = Annotated[StrictInt, Field(ge=-(2**63), le=2**63 - 1)]  # what Arrow/Delta/Spark store
+_FLOAT = Annotated[StrictFloat, Field(allow_inf_nan=False)] | _INT64  # JSON has no NaN or Infinity
 _SCALARS: dict[str, tuple[Any, pa.DataType]] = {
     "string": (StrictStr, pa.string()),
-    "int": (StrictInt, pa.int64()),
-    "float": (float, pa.float64()),
+    "int": (_INT64, pa.int64()),
+    "float": (_FLOAT, pa.float64()),
     "bool": (StrictBool, pa.bool_()),
     "json": (Any, pa.string()),
 }
-_TYPE_RE = re.compile(r"^\s*(?:list<\s*(\w+)\s*>|(\w+))\s*(\?)?\s*$")
+_TYPE_RE = re.compile(r"^\s*(?:list<\s*(\w+)\s*(\?)?\s*>|(\w+))\s*(\?)?\s*$")
 
 
 class RecordError(ValueError):
@@ -41,14 +43,15 @@ class RecordError(ValueError):
 
 @dataclass(frozen=True)
 class FieldType:
-    """One field's type: a scalar or a list of scalars, nullable or not."""
+    """One field's type: a scalar or a list of scalars (whose items may be nullable), nullable or not."""
 
     scalar: str
     is_list: bool = False
     nullable: bool = False
+    items_nullable: bool = False
 
     def __str__(self) -> str:
-        base = f"list<{self.scalar}>" if self.is_list else self.scalar
+        base = f"list<{self.scalar}{'?' if self.items_nullable else ''}>" if self.is_list else self.scalar
         return base + ("?" if self.nullable else "")
 
     @property
@@ -59,15 +62,13 @@ class FieldType:
     @property
     def python(self) -> Any:
         t = _SCALARS[self.scalar][0]
-        if self.scalar == "float":
-            t = StrictFloat | StrictInt
         if self.is_list:
-            t = list[t]  # type: ignore[valid-type]
+            t = list[Optional[t]] if self.items_nullable else list[t]  # type: ignore[valid-type]
         return Optional[t] if self.nullable else t
 
     def accepts(self, other: "FieldType") -> bool:
         """Whether values of ``other`` (a producer's type) fit this (a consumer's) type."""
-        if self.is_list != other.is_list:
+        if self.is_list != other.is_list or (other.items_nullable and not self.items_nullable):
             return False
         if other.nullable and not self.nullable:
             return False
@@ -75,18 +76,18 @@ class FieldType:
 
 
 def parse_type(text: str) -> FieldType:
-    """Parse a type string such as ``int``, ``list<string>`` or ``float?``.
+    """Parse a type string such as ``int``, ``list<string>``, ``list<int?>`` or ``float?``.
 
         >>> parse_type("list<int>?")
-        FieldType(scalar='int', is_list=True, nullable=True)
+        FieldType(scalar='int', is_list=True, nullable=True, items_nullable=False)
     """
     m = _TYPE_RE.match(str(text))
-    scalar = (m.group(1) or m.group(2)) if m else None
+    scalar = (m.group(1) or m.group(3)) if m else None
     if not m or scalar not in _SCALARS or (m.group(1) and scalar == "json"):
         raise ValueError(
             f"unknown type '{text}'; use one of {', '.join(_SCALARS)}, list<T> of a scalar T, with an optional '?'"
         )
-    return FieldType(scalar, is_list=bool(m.group(1)), nullable=bool(m.group(3)))
+    return FieldType(scalar, is_list=bool(m.group(1)), nullable=bool(m.group(4)), items_nullable=bool(m.group(2)))
 
 
 class RecordSchema:
@@ -138,7 +139,7 @@ class RecordSchema:
     def validate_json_line(self, line: str) -> dict[str, Any]:
         """Parse one JSON text and validate it (malformed JSON is a :class:`RecordError` too)."""
         try:
-            value = json.loads(line)
+            value = json.loads(line, object_pairs_hook=_no_duplicate_keys, parse_constant=_no_constant)
         except json.JSONDecodeError as e:
             raise RecordError(None, f"malformed JSON: {e.msg} at column {e.colno}") from None
         return self.validate(value)
@@ -165,6 +166,19 @@ class RecordSchema:
         schema = self.arrow if extra is None else pa.schema(list(extra) + list(self.arrow))
         rows = [self.to_storage(r) for r in records] if self._json_fields else records
         return pa.Table.from_pylist(rows, schema=schema)
+
+
+def _no_duplicate_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    seen: dict[str, Any] = {}
+    for k, v in pairs:
+        if k in seen:
+            raise RecordError(k, "appears twice in the same JSON object")
+        seen[k] = v
+    return seen
+
+
+def _no_constant(name: str) -> Any:
+    raise RecordError(None, f"malformed JSON: {name} is not a JSON number")
 
 
 def _record_error(e: ValidationError) -> RecordError:

@@ -34,6 +34,7 @@ def fed(spark, tmp_path):
         (['{"url": 5}'], [":1:", "field 'url'", "string"]),
         (['{"url": "x", "extra": 1}'], [":1:", "field 'extra'", "unknown field"]),
         (['["not", "an", "object"]'], [":1:", "JSON object"]),
+        (['{"url": "x"}', '{"url": "x", "url": "y"}'], [":2:", "field 'url'", "twice"]),
     ],
 )
 def test_bad_records_reject_the_whole_file(fed, tmp_path, lines, words):
@@ -135,6 +136,26 @@ def test_failing_runnable_is_named(spark, make_pipeline, tmp_path):
     p.feed("words", [{"w": "x"}])
     with pytest.raises(UserCodeError, match="stage 'count' runnable .*'nope'"):
         p.run()
+
+
+def test_runnable_and_frame_states_must_be_storable(spark, make_pipeline, tmp_path):
+    """A runnable state or framing key that JSON cannot hold is refused before anything runs or lands."""
+    path = make_pipeline(FAILING.replace("    outputs: [counts]", "    outputs: [counts]\n    runnable: MOD:run"),
+                         FAILING_MODULE + "\ndef run(frames, state):\n    return {'words'}, {'words'}, {'seen': {1, 2}}\n")
+    p = cbp.load(path, home=str(tmp_path / "h"))
+    p.feed("words", [{"w": "x"}])
+    with pytest.raises(UserCodeError, match="stage 'count' runnable 'mod_.*:run' returned a state that cannot be stored as JSON") as e:
+        p.run()
+    assert e.value.code == "not-storable"
+    assert p.status()["stages"]["count"]["epochs"] == 0 and p.state("count") == []
+
+    framed = make_pipeline(FAILING.replace("route_by: w}", "route_by: w, frame_by: MOD:frame}"),
+                           FAILING_MODULE + "\ndef frame(rec, state):\n    return {rec['w']}, state\n")
+    p = cbp.load(framed, home=str(tmp_path / "h2"))
+    with pytest.raises(UserCodeError, match="flow 'words': frame_by .* returned a framing key .*'w': 'x'.* cannot be stored as JSON"):
+        p.feed("words", [{"w": "x"}])
+    assert p.status()["stages"]["count"]["connectors"]["words"]["pending"] == 0
+    assert p.output("words") == []
 
 
 def test_missing_java_is_explained(monkeypatch):

@@ -157,3 +157,18 @@ def test_frame_by_must_agree(make_pipeline):
     with pytest.raises(SpecError) as e:
         load_spec(make_pipeline(text, GOOD_MODULE))
     assert e.value.code == "frame-mismatch"
+
+
+def test_record_types_at_their_limits():
+    """Ints are 64-bit, floats finite (JSON has no NaN), list items may be nullable with list<T?>."""
+    from cbp.schema import RecordError, RecordSchema
+
+    s = RecordSchema.parse({"i": "int?", "f": "float", "l": "list<int?>"})
+    assert s.validate({"i": 2**63 - 1, "f": 2, "l": [1, None]}) == {"i": 2**63 - 1, "f": 2, "l": [1, None]}
+    for bad, field in [({"i": 2**63, "f": 1.0, "l": []}, "i"), ({"f": float("nan"), "l": []}, "f"),
+                       ({"f": float("inf"), "l": []}, "f"), ({"f": 1.0, "l": ["x"]}, "l")]:
+        with pytest.raises(RecordError, match=f"field '{field}'"):
+            s.validate(bad)
+    with pytest.raises(RecordError, match="NaN is not a JSON number"):
+        s.validate_json_line('{"f": NaN, "l": []}')
+    assert str(RecordSchema.parse({"l": "list<string?>?"}).fields["l"]) == "list<string?>?"
