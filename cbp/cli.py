@@ -43,7 +43,7 @@ def _parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("run", help="run stage epochs until no stage is runnable")
     with_home(p)
-    p.add_argument("--max-epochs", type=int, default=None, help="stop after this many stage epochs")
+    p.add_argument("--max-epochs", type=_positive, default=None, help="stop after this many stage epochs")
     p.add_argument("--mode", choices=["direct", "blackbox"], help="override the pipeline's execution mode")
     p.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
 
@@ -61,6 +61,13 @@ def _parser() -> argparse.ArgumentParser:
     with_home(p)
     p.add_argument("--json", action="store_true", help="print the status as JSON")
     return ap
+
+
+def _positive(text: str) -> int:
+    n = int(text)
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"must be 1 or more, got {n}")
+    return n
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
@@ -91,7 +98,7 @@ def _dispatch(args: argparse.Namespace) -> int:
     pipe = Pipeline(args.flow_yaml, args.home, mode=getattr(args, "mode", None))
     if args.command == "feed":
         if args.file is None and not args.close:
-            raise InputError("give FILE.jsonl (or --close to close the open frame)", code="usage")
+            raise UsageError("give FILE.jsonl (or --close to close the open frame)", code="usage")
         if args.file is None:
             incs = pipe.close(args.input_flow)
         else:
@@ -101,6 +108,9 @@ def _dispatch(args: argparse.Namespace) -> int:
         return 0
     if args.command == "run":
         return _run(pipe, args)
+    if pipe.controller.home.read_controller() is None:
+        print(f"cbp {args.command}: note: nothing has been fed or run in {pipe.controller.home.location} yet; "
+              "is --home right?", file=sys.stderr)
     if args.command == "state":
         for rec in pipe.state(args.stage, args.epoch):
             print(json.dumps(rec, ensure_ascii=False))

@@ -555,12 +555,16 @@ class Controller:
         fl = self.spec.flow(flow)
         fs = self.st["flows"][flow]
         if epoch is not None and fl.frame_by is not None:  # framed: the increments holding records of that feed/epoch
+            if fl.producer is None and not 1 <= epoch <= fs["feeds"]:
+                raise UsageError(f"external flow '{flow}' has had {fs['feeds']} feed(s); --epoch N picks the Nth (1..{fs['feeds']})", code="unknown-epoch")
             if fl.producer is not None and str(epoch) not in self.st["stages"][fl.producer]["history"]:
                 sst = self.st["stages"][fl.producer]
                 raise UsageError(f"stage '{fl.producer}' (producer of '{flow}') has not run epoch {epoch} (epochs run: {sst['epoch']})", code="unknown-epoch")
             ids = sorted(int(i) for i, m in fs["incs"].items() if epoch in m.get("srcs", []))
         elif epoch is not None:
             if fl.producer is None:
+                if not 1 <= epoch <= fs["feeds"]:
+                    raise UsageError(f"external flow '{flow}' has had {fs['feeds']} feed(s); --epoch N picks the Nth (1..{fs['feeds']})", code="unknown-epoch")
                 ids = [int(i) for i, m in fs["incs"].items() if m["producer"] == f"feed:{epoch}"]
             else:
                 sst = self.st["stages"][fl.producer]

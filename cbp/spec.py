@@ -28,6 +28,7 @@ A file looks like::
 
 from __future__ import annotations
 
+import inspect
 import json
 import os
 import re
@@ -275,6 +276,8 @@ class _Compiler:
         for fname, f in raw.flows.items():
             if not f.external and fname not in producers and consumers[fname]:
                 raise self.fail(("flows", fname), f"flow '{fname}' is read by stage '{consumers[fname][0]}' but no stage produces it; mark it 'external: true' if it is fed from outside", "no-producer")
+            if not f.external and fname not in producers:
+                raise self.fail(("flows", fname), f"flow '{fname}' is neither external nor written by any stage; list it under a stage's 'outputs', mark it 'external: true', or remove it", "no-producer")
 
         frames = self._frames(schemas, consumers)
         stages = {n: self._stage(n, s, schemas) for n, s in raw.stages.items()}
@@ -306,11 +309,31 @@ class _Compiler:
             raise self.fail(where, f"{what}: '{text}' is not a field of the flow (fields: {', '.join(schema.fields)}) nor an import path 'module:function'", "unknown-field")
         return KeyFunction(text, field=text)
 
-    def _callable(self, text: str, where: tuple[str, ...], what: str) -> Callable[..., Any]:
+    def _callable(self, text: str, where: tuple[str, ...], what: str, call: tuple[int, str] = (1, "f(record)")) -> Callable[..., Any]:
+        """Import ``module:function`` and check it can be called as cbp will call it.
+
+        ``call`` is (number of positional arguments, how the call looks); a translator also gets ``out=``.
+        """
         try:
-            return resolve_callable(text, self.base)
+            fn = resolve_callable(text, self.base)
         except ValueError as e:
             raise self.fail(where, f"{what}: {e}", "bad-import") from None
+        nargs, shape = call
+        if call[1] != "f(record)" and (inspect.isgeneratorfunction(fn) or inspect.isasyncgenfunction(fn) or inspect.iscoroutinefunction(fn)):
+            raise self.fail(where, f"{what} '{text}' is a generator or async function; cbp calls it as {shape} and uses what it "
+                            + ("writes with out.<flow>.write(...)" if shape.startswith("translate") else "returns"), "bad-signature")
+        try:
+            sig = inspect.signature(fn)
+        except (TypeError, ValueError):
+            return fn  # a builtin or C function: nothing to check
+        try:
+            if shape.startswith("translate"):
+                sig.bind(*range(nargs), out=None)
+            else:
+                sig.bind(*range(nargs))
+        except TypeError as e:
+            raise self.fail(where, f"{what} '{text}{sig}' cannot be called as {shape}: {e}", "bad-signature") from None
+        return fn
 
     def _frames(self, schemas: dict[str, RecordSchema], consumers: dict[str, list[str]]) -> dict[str, FrameFunction]:
         frames: dict[str, FrameFunction] = {}
@@ -325,7 +348,7 @@ class _Compiler:
                 if inp.frame_by is None:
                     continue
                 if is_import_path(inp.frame_by):
-                    frames[inp.flow] = FrameFunction(inp.frame_by, fn=self._callable(inp.frame_by, where, f"stage '{sname}' frame_by"))
+                    frames[inp.flow] = FrameFunction(inp.frame_by, fn=self._callable(inp.frame_by, where, f"stage '{sname}' frame_by", (2, "frame_by(record, state)")))
                 elif inp.frame_by in schemas[inp.flow].fields:
                     frames[inp.flow] = FrameFunction(inp.frame_by, field=inp.frame_by)
                 else:
@@ -346,11 +369,13 @@ class _Compiler:
                 raise self.fail(where + ("inputs",), f"{what}: a stage with state must group its inputs; give route_by (a field or module:function), the default RouteByRcd gives every record its own group", "route-required")
             inputs.append(InputSpec(inp.flow, route, order))
         state_schema = self._schema(s.state.fields, where + ("state",), f"stage '{name}' state") if s.state else None
-        translator = self._callable(s.translator, where + ("translator",), f"stage '{name}' translator")
+        flows = ", ".join(i.flow for i in s.inputs)
+        translator = self._callable(s.translator, where + ("translator",), f"stage '{name}' translator",
+                                    (2 + len(s.inputs), f"translate(key, state, {flows}, out=...)"))
         if s.runnable in ("all", "any"):
             runnable = runnable_all if s.runnable == "all" else runnable_any
         else:
-            runnable = self._callable(s.runnable, where + ("runnable",), f"stage '{name}' runnable")
+            runnable = self._callable(s.runnable, where + ("runnable",), f"stage '{name}' runnable", (2, "runnable(frames, state)"))
         try:
             json.dumps(s.params)
         except TypeError as e:

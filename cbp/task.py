@@ -90,12 +90,16 @@ def route_batches(plan: TaskPlan, flow_idx: int, batches: Iterable[pa.RecordBatc
                 out = route(plan.input_schemas[flow_idx].from_storage(dict(rec)))
             except Exception as e:
                 raise _user_failure(f"{plan.where()} flow '{inp.flow}' record {text[:200]}", f"route_by '{route.text}'", e) from None
-            many = out if isinstance(out, (list, set, frozenset)) else (out,)
+            many = out if isinstance(out, (list, set, frozenset)) else (out,)  # a tuple is one composite key
+            seen: set[str] = set()
             for k in many:
                 if k is None:
                     raise UserFailure(f"{plan.where()} flow '{inp.flow}': route_by '{route.text}' returned no key (None) for record {text[:200]}")
-                keys.append(encode_key(k))
-                recs.append(text)
+                ek = encode_key(k)
+                if ek not in seen:  # a record goes to each distinct key once
+                    seen.add(ek)
+                    keys.append(ek)
+                    recs.append(text)
         yield pa.RecordBatch.from_arrays(
             [pa.array(keys, pa.string()), pa.array(np.full(len(keys), flow_idx, np.int32)), pa.array(recs, pa.string())],
             schema=ENVELOPE,

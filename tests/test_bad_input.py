@@ -77,6 +77,15 @@ def test_cli_exit_codes_and_messages(fed, tmp_path, capsys):
     assert main(["state", str(URLS), "url_count", "--home", home]) == 0
     out = [json.loads(x) for x in capsys.readouterr().out.splitlines()]
     assert out == [{"url": "a", "count": 2}, {"url": "b", "count": 1}]
+    assert main(["feed", str(URLS), "urls", "--home", home]) == 2  # no file and no --close
+    assert "give FILE.jsonl" in capsys.readouterr().err
+    assert main(["output", str(URLS), "urls", "--epoch", "2", "--home", home]) == 2  # one feed so far
+    assert "external flow 'urls' has had 1 feed(s)" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as e:
+        main(["run", str(URLS), "--max-epochs", "0", "--home", home])
+    assert e.value.code == 2 and "must be 1 or more" in capsys.readouterr().err
+    assert main(["status", str(URLS), "--home", str(tmp_path / "typo")]) == 0
+    assert "nothing has been fed or run in" in capsys.readouterr().err
 
 
 FAILING = """

@@ -172,3 +172,30 @@ def test_record_types_at_their_limits():
     with pytest.raises(RecordError, match="NaN is not a JSON number"):
         s.validate_json_line('{"f": NaN, "l": []}')
     assert str(RecordSchema.parse({"l": "list<string?>?"}).fields["l"]) == "list<string?>?"
+
+
+@pytest.mark.parametrize("module, words", [
+    ("def t(key, state, out):\n    pass\n", ["stage 's1' translator", "t(key, state, out)", "translate(key, state, a, out=...)"]),
+    ("def t(key, state, a, b, out):\n    pass\n", ["missing a required argument: 'b'"]),
+    ("def t(key, state, a):\n    pass\n", ["unexpected keyword argument 'out'"]),
+    ("def t(key, state, a, out):\n    yield out\n", ["generator", "out.<flow>.write"]),
+])
+def test_translator_that_cannot_be_called_as_cbp_calls_it(make_pipeline, module, words):
+    with pytest.raises(SpecError) as e:
+        load_spec(make_pipeline(BASE, module))
+    assert e.value.code == "bad-signature" and "line 8" in str(e.value)
+    for w in words:
+        assert w in str(e.value), str(e.value)
+
+
+def test_runnable_signature_is_checked(make_pipeline):
+    text = BASE.replace("    outputs: [b]", "    outputs: [b]\n    runnable: MOD:run")
+    with pytest.raises(SpecError, match=r"runnable 'mod_.*:run\(frames\)' cannot be called as runnable\(frames, state\)"):
+        load_spec(make_pipeline(text, GOOD_MODULE + "def run(frames):\n    return set(), set(), None\n"))
+
+
+def test_flow_nobody_writes(make_pipeline):
+    text = BASE.replace("  b: {schema: {url: string, n: int}}", "  b: {schema: {url: string, n: int}}\n  c: {schema: {url: string}}")
+    with pytest.raises(SpecError, match="flow 'c' is neither external nor written by any stage") as e:
+        load_spec(make_pipeline(text, GOOD_MODULE))
+    assert e.value.code == "no-producer"
