@@ -80,6 +80,12 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         return next((code for cls, code in _EXIT.items() if isinstance(e, cls)), 5)
     except BrokenPipeError:
         return 0
+    except KeyboardInterrupt:
+        print(f"cbp {args.command}: interrupted; the next run continues from the last committed epoch", file=sys.stderr)
+        return 130
+    except OSError as e:  # e.g. a home on an object store that cannot be reached
+        print(f"cbp {args.command}: error: {type(e).__name__}: {e}", file=sys.stderr)
+        return 5
     finally:
         sys.stdout.flush()
 
