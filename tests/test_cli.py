@@ -48,7 +48,7 @@ def test_cli_feed_close(spark, tmp_path, capsys):
     assert main(["feed", SETDIFF, "crawl_a", str(tmp_path / "a.jsonl"), "--home", home]) == 0
     assert main(["feed", SETDIFF, "crawl_a", "--close", "--home", home]) == 0
     assert "(closed)" in capsys.readouterr().out
-    assert main(["feed", SETDIFF, "crawl_a", "--home", home]) == 3  # neither a file nor --close
+    assert main(["feed", SETDIFF, "crawl_a", "--home", home]) == 2  # neither a file nor --close: a usage error
     assert main(["status", SETDIFF, "--home", home, "--json"]) == 0
     st = json.loads(capsys.readouterr().out)
     assert st["stages"]["set_diff"]["connectors"]["crawl_a"] == {"pending": 1, "complete": 1, "records": 1}
