@@ -12,6 +12,29 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 FLOWS = ROOT / "flows"
 
+# A minimal stateful pipeline (word -> count) for tests that are about cbp, not about the pipeline.
+WORD_COUNT = """
+pipeline: counter
+flows:
+  words: {external: true, schema: {w: string}}
+stages:
+  count:
+    translator: MOD:count
+    partitions: 2
+    inputs: [{flow: words, route_by: w}]
+    state: {schema: {w: string, n: int}}
+"""
+WORD_COUNT_MODULE = """
+import time
+
+SLEEP = 0.0
+
+def count(key, state, words, out):
+    prev = next(state, None)
+    time.sleep(SLEEP)
+    out.state.write({"w": key, "n": sum(1 for _ in words) + (prev["n"] if prev else 0)})
+"""
+
 
 @pytest.fixture(scope="session")
 def spark():

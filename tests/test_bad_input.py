@@ -9,7 +9,7 @@ import pytest
 import cbp
 from cbp import InputError, UserCodeError
 from cbp.cli import main
-from conftest import FLOWS
+from conftest import FLOWS, WORD_COUNT, WORD_COUNT_MODULE
 
 URLS = FLOWS / "url_count.yaml"
 
@@ -180,22 +180,6 @@ def test_missing_java_is_explained(monkeypatch):
     assert e.value.code == "no-java" and "apt-get install" in str(e.value)
 
 
-COUNTER = """
-pipeline: counter
-flows:
-  words: {external: true, schema: {w: string}}
-stages:
-  count:
-    translator: MOD:count
-    partitions: 2
-    inputs: [{flow: words, route_by: w}]
-    state: {schema: {w: string, n: int}}
-"""
-COUNTER_MODULE = """
-def count(key, state, words, out):
-    prev = next(state, None)
-    out.state.write({"w": key, "n": sum(1 for _ in words) + (prev.get("n") if prev else 0)})
-"""
 
 
 @pytest.mark.parametrize("change, message", [
@@ -208,11 +192,11 @@ def count(key, state, words, out):
 def test_yaml_that_no_longer_fits_the_home(spark, make_pipeline, tmp_path, change, message):
     """Changing partitions, a schema or framing once data is stored is refused by name; the old YAML still works."""
     home = str(tmp_path / "h")
-    good = make_pipeline(COUNTER, COUNTER_MODULE)
+    good = make_pipeline(WORD_COUNT, WORD_COUNT_MODULE)
     p = cbp.load(good, home=home)
     p.feed("words", [{"w": "a"}, {"w": "b"}])
     p.run()
-    changed = make_pipeline(COUNTER.replace(*change), COUNTER_MODULE)
+    changed = make_pipeline(WORD_COUNT.replace(*change), WORD_COUNT_MODULE)
     with pytest.raises(cbp.SpecError, match=message) as e:
         cbp.load(changed, home=home)
     assert e.value.code == "home-mismatch" and str(changed) in str(e.value)

@@ -9,31 +9,12 @@ import time
 
 import cbp
 from cbp.storage import Home
-
-SLOW = """
-pipeline: slow
-flows:
-  words: {external: true, schema: {w: string}}
-stages:
-  count:
-    translator: MOD:count
-    partitions: 2
-    inputs: [{flow: words, route_by: w}]
-    state: {schema: {w: string, n: int}}
-"""
-SLOW_MODULE = """
-import time
-
-def count(key, state, words, out):
-    prev = next(state, None)
-    time.sleep(0.5)
-    out.state.write({"w": key, "n": sum(1 for _ in words) + (prev["n"] if prev else 0)})
-"""
+from conftest import WORD_COUNT, WORD_COUNT_MODULE
 
 
 def test_feed_during_run_is_not_lost(spark, make_pipeline, tmp_path):
     """A feed that lands while an epoch runs is kept, and a later epoch (of this run or the next) reads it."""
-    path = make_pipeline(SLOW, SLOW_MODULE)
+    path = make_pipeline(WORD_COUNT, WORD_COUNT_MODULE.replace("SLEEP = 0.0", "SLEEP = 0.5"))
     home = str(tmp_path / "h")
     runner = cbp.load(path, home=home)
     runner.feed("words", [{"w": "a"}, {"w": "b"}])
