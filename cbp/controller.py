@@ -22,6 +22,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator, Optional
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
@@ -203,8 +204,9 @@ class Controller:
         for consumer in self.spec.flows[flow].consumers:
             self.st["connectors"][_conn(consumer, flow)].append(inc)
 
-    def feed(self, flow: str, records: list[dict[str, Any]], *, close: bool = False) -> list[int]:
-        """Land validated records on external flow ``flow``; return the increment ids they went to.
+    def feed(self, flow: str, records: list[dict[str, Any]] | pa.Table, *, close: bool = False) -> list[int]:
+        """Land validated records (dicts, or an Arrow table of the fields as stored) on external
+        flow ``flow``; return the increment ids they went to.
 
         With the default framing, a feed is one increment. With ``frame_by``, consecutive records
         with the same framing key form an increment, which is complete once a record with another
@@ -213,10 +215,11 @@ class Controller:
         fl = self.spec.flow(flow)
         if not fl.external:
             raise InputError(f"flow '{flow}' is produced by stage '{fl.producer}'; only external flows (external: true) can be fed", code="not-external")
+        data = records if isinstance(records, pa.Table) else fl.schema.to_arrow(records)
         with self._locked(), self._transaction():
             fs = self.st["flows"][flow]
             fs["feeds"] += 1
-            ids = self._land(flow, records, close=close, producer=f"feed:{fs['feeds']}", prior_frame=fs["feeds"])
+            ids = self._land(flow, data, close=close, producer=f"feed:{fs['feeds']}", prior_frame=fs["feeds"])
             self._save()
         return ids
 
@@ -241,45 +244,52 @@ class Controller:
             self.st = before
             raise
 
-    def _land(self, flow: str, records: list[dict[str, Any]], *, close: bool, producer: str, prior_frame: Any) -> list[int]:
-        """Frame records into increments of ``flow``, write them (one Delta commit) and enqueue them."""
+    def _land(self, flow: str, data: pa.Table, *, close: bool, producer: str, prior_frame: Any) -> list[int]:
+        """Frame validated records (an Arrow table of the flow's fields, as stored) into increments
+        of ``flow``, write them (one Delta commit) and enqueue them."""
         fl = self.spec.flows[flow]
         fs = self.st["flows"][flow]
         incs = fs["incs"]
         open_inc = next((int(i) for i, m in incs.items() if not m["complete"] and not m["gc"]), None)
-        runs: list[tuple[Any, list[dict[str, Any]]]] = []
+        runs: list[list[Any]] = []  # [framing key, first row, row count], consecutive
         if fl.frame_by is None:
-            if records:
-                runs.append((prior_frame, records))
+            if data.num_rows:
+                runs.append([prior_frame, 0, data.num_rows])
         else:
             fstate = fs["frame_state"]
-            for i, rec in enumerate(records):
-                try:
-                    key, fstate = fl.frame_by(rec, fstate)
-                except Exception as e:
-                    raise UserCodeError(f"flow '{flow}' record {i + 1} ({producer}): frame_by '{fl.frame_by.text}' raised {type(e).__name__}: {e}; nothing was landed") from e
-                if runs and runs[-1][0] == key:
-                    runs[-1][1].append(rec)
-                else:
-                    runs.append((key, [rec]))
+            i = 0
+            for batch in data.to_batches(max_chunksize=65536):
+                for rec in batch.to_pylist():
+                    try:
+                        key, fstate = fl.frame_by(fl.schema.from_storage(rec), fstate)
+                    except Exception as e:
+                        raise UserCodeError(f"flow '{flow}' record {i + 1} ({producer}): frame_by '{fl.frame_by.text}' raised {type(e).__name__}: {e}; nothing was landed") from e
+                    if runs and runs[-1][0] == key:
+                        runs[-1][2] += 1
+                    else:
+                        runs.append([key, i, 1])
+                    i += 1
             _check_storable(fstate, f"flow '{flow}': frame_by '{fl.frame_by.text}' returned a state that")
-            for key, recs in runs:
-                _check_storable(key, f"flow '{flow}': frame_by '{fl.frame_by.text}' returned a framing key (for record {recs[0]!r}) that")
+            for key, first, _ in runs:
+                rec = fl.schema.from_storage(data.slice(first, 1).to_pylist()[0])
+                _check_storable(key, f"flow '{flow}': frame_by '{fl.frame_by.text}' returned a framing key (for record {rec!r:.200}) that")
             fs["frame_state"] = fstate
         # the open increment takes the first run if it has the same framing key
-        assignments: list[tuple[int, Any, list[dict[str, Any]], bool]] = []  # inc, frame, records, is_new
+        assignments: list[tuple[int, Any, int, bool]] = []  # inc, frame, rows, is_new
         if open_inc is not None and runs and incs[str(open_inc)]["frame"] == runs[0][0]:
-            key, recs = runs.pop(0)
-            assignments.append((open_inc, key, recs, False))
+            key, _, count = runs.pop(0)
+            assignments.append((open_inc, key, count, False))
         elif open_inc is not None and runs:
             incs[str(open_inc)]["complete"] = True  # a later frame arrived
         new_ids = self._allocate(flow, len(runs))
-        assignments += [(i, k, r, True) for i, (k, r) in zip(new_ids, runs)]
-        extra = {SRC: prior_frame} if fl.frame_by is not None else {}
-        rows = [dict(rec, **{INC: inc}, **extra) for inc, _, recs, _ in assignments for rec in recs]
+        assignments += [(i, key, count, True) for i, (key, _, count) in zip(new_ids, runs)]
         version = fs["version"]
-        if rows:
-            table = fl.schema.to_arrow(rows, extra=pa.schema(self._flow_extra(flow)))
+        if data.num_rows:
+            counts = [a[2] for a in assignments]
+            columns = [pa.array(np.repeat([a[0] for a in assignments], counts), pa.int64())]
+            if fl.frame_by is not None:
+                columns.append(pa.array(np.full(data.num_rows, prior_frame, dtype=np.int64)))
+            table = pa.Table.from_arrays(columns + list(data.columns), schema=self._flow_schema(flow))
             self.home.ensure_table(self._flow_rel(flow), self._flow_schema(flow), INC)
             try:
                 write_deltalake(self.home.uri(self._flow_rel(flow)), table, mode="append", partition_by=[INC])
@@ -287,15 +297,15 @@ class Controller:
                 raise RuntimeStateError(f"flow '{flow}': could not write the increment to {self.home.uri(self._flow_rel(flow))}: {e}") from e
             version = self.home.table(self._flow_rel(flow)).version()  # type: ignore[union-attr]
             fs["version"] = version
-        for n, (inc, key, recs, is_new) in enumerate(assignments):
+        for n, (inc, key, count, is_new) in enumerate(assignments):
             last = n == len(assignments) - 1
             complete = fl.frame_by is None or not last or close
             if is_new:
-                self._register(flow, inc, key, len(recs), version, producer, complete)
+                self._register(flow, inc, key, count, version, producer, complete)
                 incs[str(inc)]["srcs"] = [prior_frame]
             else:
                 m = incs[str(inc)]
-                m.update(records=m["records"] + len(recs), version=version, complete=complete, srcs=m.get("srcs", []) + [prior_frame])
+                m.update(records=m["records"] + count, version=version, complete=complete, srcs=m.get("srcs", []) + [prior_frame])
         if close and not assignments and open_inc is not None:
             incs[str(open_inc)]["complete"] = True
         return [a[0] for a in assignments]
@@ -479,16 +489,15 @@ class Controller:
             seconds=time.perf_counter() - t0, outputs=counts, mode=self.mode, phases=phases,
         )
 
-    def _read_task_files(self, flow: str, adds: list[dict[str, Any]]) -> list[dict[str, Any]]:
-        """Records of files a task wrote (in partition order) and that will not be committed as they are."""
+    def _read_task_files(self, flow: str, adds: list[dict[str, Any]]) -> pa.Table:
+        """The records of files a task wrote (in partition order) that will not be committed as they are."""
         schema = self.spec.flows[flow].schema
-        out: list[dict[str, Any]] = []
+        parts = []
         for a in sorted(adds, key=lambda a: a["path"]):
             rel = f"{self._flow_rel(flow)}/{a['path']}"
-            t = pq.read_table(self.home.path(rel), filesystem=self.home.fs)
-            out.extend(schema.from_storage(r) for r in t.to_pylist())
+            parts.append(pq.read_table(self.home.path(rel), filesystem=self.home.fs).select(list(schema.fields)).cast(schema.arrow))
             self.home.delete_file(rel)
-        return out
+        return pa.concat_tables(parts) if parts else schema.arrow.empty_table()
 
     def _increment_uris(self, flow: str, ids: list[int]) -> list[str]:
         by_version: dict[int, list[int]] = {}

@@ -14,6 +14,8 @@ from __future__ import annotations
 import os
 from typing import Any, Callable, Iterable, Mapping, Optional, Union
 
+import pyarrow as pa
+
 from .controller import Controller, EpochReport
 from .errors import InputError
 from .schema import RecordError
@@ -22,6 +24,7 @@ from .storage import Home
 
 __all__ = ["Pipeline", "load", "default_home"]
 
+_CHUNK = 50_000  # records validated per Arrow chunk while feeding
 Records = Union[str, "os.PathLike[str]", Iterable[Mapping[str, Any]]]
 
 
@@ -54,7 +57,15 @@ class Pipeline:
         fl = self.spec.flow(flow)
         if not fl.external:
             raise InputError(f"flow '{flow}' is produced by stage '{fl.producer}'; only external flows (external: true) can be fed", code="not-external")
+        chunks: list[pa.Table] = []  # validated records go to Arrow in chunks: a big file stays compact in memory
         valid: list[dict[str, Any]] = []
+
+        def keep(rec: dict[str, Any]) -> None:
+            valid.append(rec)
+            if len(valid) >= _CHUNK:
+                chunks.append(fl.schema.to_arrow(valid))
+                valid.clear()
+
         if isinstance(records, (str, os.PathLike)):
             src = os.fspath(records)
             try:
@@ -66,18 +77,21 @@ class Pipeline:
                     for n, line in enumerate(fh, 1):
                         if line.strip():
                             try:
-                                valid.append(fl.schema.validate_json_line(line))
+                                keep(fl.schema.validate_json_line(line))
                             except RecordError as e:
                                 raise InputError(f"{src}:{n}: flow '{flow}': {e}; nothing was landed", code="bad-record") from None
                 except UnicodeDecodeError as e:
                     raise InputError(f"{src}: not UTF-8 text ({e.reason} at byte {e.start}); nothing was landed", code="bad-record") from None
         else:
+            if isinstance(records, Mapping):
+                raise InputError(f"flow '{flow}': feed takes a list (or iterable) of records, or a JSON-lines file path; got one dict", code="bad-record")
             for n, rec in enumerate(records, 1):
                 try:
-                    valid.append(fl.schema.validate(rec))
+                    keep(fl.schema.validate(rec))
                 except RecordError as e:
                     raise InputError(f"record {n}: flow '{flow}': {e}; nothing was landed", code="bad-record") from None
-        return self.controller.feed(flow, valid, close=close)
+        chunks.append(fl.schema.to_arrow(valid))
+        return self.controller.feed(flow, pa.concat_tables(chunks), close=close)
 
     def close(self, flow: str) -> list[int]:
         """Mark the open increment of a framed input flow complete (a punctuation)."""
