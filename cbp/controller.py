@@ -325,13 +325,17 @@ class Controller:
             out[inp.flow] = keys
         return out
 
-    def decide(self, stage: str) -> Optional[Decision]:
-        """Ask the stage's Runnable; None when the stage is not runnable."""
+    def decide(self, stage: str, *, keep_state: bool = False) -> Optional[Decision]:
+        """Ask the stage's Runnable; None when the stage is not runnable.
+
+        With ``keep_state`` (the scheduler's calls), a new runnable state returned with a "not
+        runnable" answer is saved too; a runnable decision carries its state to the epoch's commit.
+        """
         spec = self.spec.stages[stage]
         frames = self.frames(stage)
         where = f"stage '{stage}' runnable '{spec.runnable_name}'"
         try:
-            result = spec.runnable({k: list(v) for k, v in frames.items()}, self.st["stages"][stage]["runnable_state"])
+            result = spec.runnable({k: list(v) for k, v in frames.items()}, copy.deepcopy(self.st["stages"][stage]["runnable_state"]))
             reads, removes, state = normalize_runnable_result(result, frames, where)
         except (TypeError, ValueError) as e:
             raise UserCodeError(str(e) if where in str(e) else f"{where}: {e}") from e
@@ -339,6 +343,10 @@ class Controller:
             raise UserCodeError(f"{where} raised {type(e).__name__}: {e}") from e
         _check_storable(state, f"{where} returned a state that")
         if not reads:
+            sst = self.st["stages"][stage]
+            if keep_state and json.loads(json.dumps(state)) != sst["runnable_state"]:
+                sst["runnable_state"] = json.loads(json.dumps(state))
+                self._save()
             return None
         return Decision(reads, removes, state)
 
@@ -363,14 +371,16 @@ class Controller:
         reports: list[EpochReport] = []
         while max_epochs is None or len(reports) < max_epochs:
             ran = False
+            held: list[str] = []  # stages skipped for backpressure in this round
             for honor_backpressure in (True, False):
-                for stage in self.spec.order:
+                for stage in self.spec.order if honor_backpressure else held:
                     if max_epochs is not None and len(reports) >= max_epochs:
                         break
                     with self._locked():  # feeds may land between epochs; each epoch sees them
                         if honor_backpressure and self._backpressured(stage):
+                            held.append(stage)
                             continue
-                        d = self.decide(stage)
+                        d = self.decide(stage, keep_state=True)
                         if d is None:
                             continue
                         if on_start:

@@ -337,3 +337,24 @@ def test_inner_reads_through_row_groups_or_cache(spark, make_pipeline, tmp_path,
                 model[op["k"]] = op["v"]
         assert rep.keys_read == sum(1 for k in {op["k"] for op in batch} if k in seen and seen[k] is not None)
     assert {x["k"]: x["v"] for x in p.state("kv")} == model
+
+
+def test_runnable_state_is_kept_between_calls(spark, make_pipeline, tmp_path):
+    """A Runnable's state survives "not runnable" answers (and in-place changes to it), across processes."""
+    from conftest import WORD_COUNT, WORD_COUNT_MODULE
+
+    module = WORD_COUNT_MODULE + """
+def patient(frames, state):
+    state = state or {"asked": 0}
+    state["asked"] += 1  # changed in place on purpose
+    if state["asked"] < 3 or not frames["words"]:
+        return set(), set(), state
+    return {"words"}, {"words"}, state
+"""
+    path = make_pipeline(WORD_COUNT + "    runnable: MOD:patient\n", module)
+    home = str(tmp_path / "h")
+    cbp.load(path, home=home).feed("words", [{"w": "a"}])
+    assert cbp.load(path, home=home).run() == []  # asked 1
+    assert cbp.load(path, home=home).run() == []  # asked 2
+    [rep] = cbp.load(path, home=home).run()  # asked 3: runs
+    assert rep.stage == "count" and cbp.load(path, home=home).state("count") == [{"w": "a", "n": 1}]
