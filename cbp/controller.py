@@ -344,8 +344,9 @@ class Controller:
         _check_storable(state, f"{where} returned a state that")
         if not reads:
             sst = self.st["stages"][stage]
-            if keep_state and json.loads(json.dumps(state)) != sst["runnable_state"]:
-                sst["runnable_state"] = json.loads(json.dumps(state))
+            stored = json.loads(json.dumps(state))  # as it will read back
+            if keep_state and stored != sst["runnable_state"]:
+                sst["runnable_state"] = stored
                 self._save()
             return None
         return Decision(reads, removes, state)
@@ -573,24 +574,17 @@ class Controller:
         self.refresh()
         fl = self.spec.flow(flow)
         fs = self.st["flows"][flow]
-        if epoch is not None and fl.frame_by is not None:  # framed: the increments holding records of that feed/epoch
+        if epoch is not None:
             if fl.producer is None and not 1 <= epoch <= fs["feeds"]:
                 raise UsageError(f"external flow '{flow}' has had {fs['feeds']} feed(s); --epoch N picks the Nth (1..{fs['feeds']})", code="unknown-epoch")
             if fl.producer is not None and str(epoch) not in self.st["stages"][fl.producer]["history"]:
-                sst = self.st["stages"][fl.producer]
-                raise UsageError(f"stage '{fl.producer}' (producer of '{flow}') has not run epoch {epoch} (epochs run: {sst['epoch']})", code="unknown-epoch")
-            ids = sorted(int(i) for i, m in fs["incs"].items() if epoch in m.get("srcs", []))
-        elif epoch is not None:
-            if fl.producer is None:
-                if not 1 <= epoch <= fs["feeds"]:
-                    raise UsageError(f"external flow '{flow}' has had {fs['feeds']} feed(s); --epoch N picks the Nth (1..{fs['feeds']})", code="unknown-epoch")
+                raise UsageError(f"stage '{fl.producer}' (producer of '{flow}') has not run epoch {epoch} (epochs run: {self.st['stages'][fl.producer]['epoch']})", code="unknown-epoch")
+            if fl.frame_by is not None:  # a framed increment may hold records of several feeds/epochs
+                ids = sorted(int(i) for i, m in fs["incs"].items() if epoch in m.get("srcs", []))
+            elif fl.producer is None:
                 ids = [int(i) for i, m in fs["incs"].items() if m["producer"] == f"feed:{epoch}"]
             else:
-                sst = self.st["stages"][fl.producer]
-                h = sst["history"].get(str(epoch))
-                if h is None:
-                    raise UsageError(f"stage '{fl.producer}' (producer of '{flow}') has not run epoch {epoch} (epochs run: {sst['epoch']})", code="unknown-epoch")
-                ids = h["outputs"].get(flow, [])
+                ids = self.st["stages"][fl.producer]["history"][str(epoch)]["outputs"].get(flow, [])
         else:
             ids = sorted(int(i) for i in fs["incs"])
         by_version: dict[int, list[int]] = {}  # live increments at the current version, collected ones by time travel

@@ -217,6 +217,9 @@ def load_spec(path: str | os.PathLike[str]) -> PipelineSpec:
     return _Compiler(path, raw, lines).compile()
 
 
+_KEY_CALL = "f(record)"  # how route_by / order_by functions are called
+
+
 class _Compiler:
     def __init__(self, path: str, raw: _RawPipeline, lines: dict[tuple[str, ...], int]) -> None:
         self.path, self.raw, self.lines = path, raw, lines
@@ -309,7 +312,7 @@ class _Compiler:
             raise self.fail(where, f"{what}: '{text}' is not a field of the flow (fields: {', '.join(schema.fields)}) nor an import path 'module:function'", "unknown-field")
         return KeyFunction(text, field=text)
 
-    def _callable(self, text: str, where: tuple[str, ...], what: str, call: tuple[int, str] = (1, "f(record)")) -> Callable[..., Any]:
+    def _callable(self, text: str, where: tuple[str, ...], what: str, call: tuple[int, str] = (1, _KEY_CALL)) -> Callable[..., Any]:
         """Import ``module:function`` and check it can be called as cbp will call it.
 
         ``call`` is (number of positional arguments, how the call looks); a translator also gets ``out=``.
@@ -319,7 +322,7 @@ class _Compiler:
         except ValueError as e:
             raise self.fail(where, f"{what}: {e}", "bad-import") from None
         nargs, shape = call
-        if call[1] != "f(record)" and (inspect.isgeneratorfunction(fn) or inspect.isasyncgenfunction(fn) or inspect.iscoroutinefunction(fn)):
+        if shape != _KEY_CALL and (inspect.isgeneratorfunction(fn) or inspect.isasyncgenfunction(fn) or inspect.iscoroutinefunction(fn)):
             raise self.fail(where, f"{what} '{text}' is a generator or async function; cbp calls it as {shape} and uses what it "
                             + ("writes with out.<flow>.write(...)" if shape.startswith("translate") else "returns"), "bad-signature")
         try:
