@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import sys
 import time
 from typing import Any, Optional, Sequence
@@ -140,6 +141,9 @@ def _dispatch(args: argparse.Namespace) -> int:
 
 
 def _run(pipe: Any, args: argparse.Namespace) -> int:
+    # py4j logs Ctrl-C and lost connections through the root logger as tracebacks; cbp reports
+    # failures itself (see main), so the CLI keeps only critical library logging.
+    logging.getLogger().setLevel(logging.CRITICAL)
     t0 = time.perf_counter()
     tty = sys.stderr.isatty()
 
