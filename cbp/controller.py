@@ -344,7 +344,7 @@ class Controller:
         _check_storable(state, f"{where} returned a state that")
         if not reads:
             sst = self.st["stages"][stage]
-            stored = json.loads(json.dumps(state))  # as it will read back
+            stored = json.loads(json.dumps(state)) if keep_state else None  # as it will read back
             if keep_state and stored != sst["runnable_state"]:
                 sst["runnable_state"] = stored
                 self._save()

@@ -91,15 +91,13 @@ def route_batches(plan: TaskPlan, flow_idx: int, batches: Iterable[pa.RecordBatc
             except Exception as e:
                 raise _user_failure(f"{plan.where()} flow '{inp.flow}' record {text[:200]}", f"route_by '{route.text}'", e) from None
             many = out if isinstance(out, (list, set, frozenset)) else (out,)  # a tuple is one composite key
-            seen: set[str] = set()
-            for k in many:
-                if k is None:
-                    raise UserFailure(f"{plan.where()} flow '{inp.flow}': route_by '{route.text}' returned no key (None) for record {text[:200]}")
-                ek = encode_key(k)
-                if ek not in seen:  # a record goes to each distinct key once
-                    seen.add(ek)
-                    keys.append(ek)
-                    recs.append(text)
+            if None in many:
+                raise UserFailure(f"{plan.where()} flow '{inp.flow}': route_by '{route.text}' returned no key (None) for record {text[:200]}")
+            encoded = [encode_key(k) for k in many]
+            if len(encoded) > 1:
+                encoded = list(dict.fromkeys(encoded))  # a record goes to each distinct key once
+            keys.extend(encoded)
+            recs.extend([text] * len(encoded))
         yield pa.RecordBatch.from_arrays(
             [pa.array(keys, pa.string()), pa.array(np.full(len(keys), flow_idx, np.int32)), pa.array(recs, pa.string())],
             schema=ENVELOPE,
