@@ -6,7 +6,7 @@
     $ cbp output flows/url_count.yaml counts --epoch 1
 
 Exit codes: 0 success, 2 a mistake in the YAML or the command, 3 bad input records, 4 user code
-failed, 5 runtime/storage problem.
+failed, 5 runtime/storage problem, 6 another ``cbp run`` holds the home.
 """
 
 from __future__ import annotations
@@ -18,11 +18,11 @@ import sys
 import time
 from typing import Any, Optional, Sequence
 
-from .errors import CbpError, InputError, SpecError, UsageError, UserCodeError
+from .errors import BusyError, CbpError, InputError, SpecError, UsageError, UserCodeError
 
 __all__ = ["main"]
 
-_EXIT = {SpecError: 2, UsageError: 2, InputError: 3, UserCodeError: 4}
+_EXIT = {SpecError: 2, UsageError: 2, InputError: 3, UserCodeError: 4, BusyError: 6}
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -103,6 +103,7 @@ def _dispatch(args: argparse.Namespace) -> int:
     from .pipeline import Pipeline
 
     pipe = Pipeline(args.flow_yaml, args.home, mode=getattr(args, "mode", None))
+    pipe.controller.notify = lambda message: print(f"cbp {args.command}: {message}", file=sys.stderr, flush=True)
     if args.command == "feed":
         if args.file is None and not args.close:
             raise UsageError("give FILE.jsonl (or --close to close the open frame)", code="usage")
@@ -132,6 +133,12 @@ def _dispatch(args: argparse.Namespace) -> int:
             print(json.dumps(st, indent=2))
             return 0
         print(f"pipeline {st['pipeline']}  home {st['home']}  mode {st['mode']}")
+        if st["runner"]:
+            r = st["runner"]
+            print(f"  a cbp run is working on this home: pid {r.get('pid')} on {r.get('host')} ({r.get('command')})")
+        for it in st["interrupted"]:
+            head = f"interrupted commit of {it['what']}" if it["kind"] == "commit" else f"interrupted: stage '{it['stage']}' epoch {it['epoch']}"
+            print(f"  {head}; {it['recovery']}")
         for name, s in st["stages"].items():
             print(f"  stage {name:<16} epochs {s['epochs']:>5}  runnable {s['runnable']}")
             for flow, c in s["connectors"].items():
@@ -156,7 +163,8 @@ def _run(pipe: Any, args: argparse.Namespace) -> int:
             print(" " * 60, file=sys.stderr, end="\r")
         print(rep.line(), flush=True)
 
-    reports = pipe.run(args.max_epochs, on_epoch=done, on_start=start)
+    command = "cbp " + " ".join(sys.argv[1:]) if sys.argv and sys.argv[0].endswith("cbp") else f"cbp run {args.flow_yaml}"
+    reports = pipe.run(args.max_epochs, on_epoch=done, on_start=start, command=command)
     print(f"{len(reports)} stage epoch(s) in {time.perf_counter() - t0:.1f}s; "
           + ("quiescent: no stage is runnable" if args.max_epochs is None or len(reports) < args.max_epochs else f"stopped at --max-epochs {args.max_epochs}"))
     return 0

@@ -4,8 +4,17 @@ It keeps, per stage input, a *flow connector*: the ordered queue of increments a
 that stage with their framing keys. It asks each stage's Runnable which increments to read and
 remove, runs the runnable stages of a possibly cyclic graph round by round until none is
 runnable (or an epoch budget is spent), commits each stage epoch, and garbage-collects
-increments that no connector references. Its run-time state is a JSON snapshot in the home,
-written after every change (:meth:`cbp.storage.Home.write_controller`).
+increments that no connector references. Its run-time state is a JSON snapshot in the home.
+
+Durability (paper 001 §4.3). Before a stage epoch runs, the controller writes the epoch's
+*intention* (what it reads and removes, the increment ids it will produce, the connectors it
+touches). Every change of the home (a feed, a stage epoch, a garbage collection) is then
+committed the same way: the new files are written first (invisible), then a *pending* record
+holding the Delta commits to make (each with an application transaction id, so a commit that
+already happened is recognised) and the next controller snapshot, then the Delta commits, then
+the snapshot, which is the commit point. A writer that dies anywhere leaves either an intention
+(the epoch is re-run with the same decision) or a pending record (its commits are finished):
+the next ``cbp run`` or ``cbp feed`` recovers before doing anything else.
 
     >>> from cbp.spec import load_spec                                  # doctest: +SKIP
     >>> ctl = Controller(load_spec("flows/url_count.yaml"), Home("state/url_count"))  # doctest: +SKIP
@@ -16,6 +25,7 @@ from __future__ import annotations
 
 import copy
 import json
+import os
 import sys
 import time
 from contextlib import contextmanager
@@ -26,8 +36,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
-from deltalake import write_deltalake
 
+from . import faults
 from .bipindex import ROW_GROUP, STATE_META, StateMeta, latest_rows
 from .errors import CbpError, InputError, RuntimeStateError, SpecError, UsageError, UserCodeError
 from .model import normalize_runnable_result
@@ -76,7 +86,21 @@ def _new_snapshot(spec: PipelineSpec) -> dict[str, Any]:
         "flows": {f: {"next_inc": 1, "version": None, "feeds": 0, "incs": {}, "frame_state": None} for f in spec.flows},
         "connectors": {_conn(s, i.flow): [] for s, st in spec.stages.items() for i in st.inputs},
         "stages": {s: {"epoch": 0, "runnable_state": None, "state_version": None, "layout": "direct", "index": {}, "history": {}} for s in spec.stages},
+        "sched": _new_round(),
+        "gc_runs": 0,
     }
+
+
+def _new_round() -> dict[str, Any]:
+    """The scheduler's position: pass 0 visits every stage in dataflow order (honouring
+    backpressure); pass 1 visits the stages held back, if nothing else ran."""
+    return {"pass": 0, "pos": 0, "held": [], "ran": False}
+
+
+def _set_path(doc: dict[str, Any], path: list[str], value: Any) -> None:
+    for k in path[:-1]:
+        doc = doc[k]
+    doc[path[-1]] = value
 
 
 def _check_storable(value: Any, what: str) -> None:
@@ -101,7 +125,7 @@ class Controller:
 
     def __init__(self, spec: PipelineSpec, home: Home, *, mode: Optional[str] = None, spark: Any = None,
                  max_state_files: int = 8, backpressure: int = 4, state_row_group: int = ROW_GROUP,
-                 state_cache_mb: Optional[float] = None) -> None:
+                 state_cache_mb: Optional[float] = None, notify: Optional[Callable[[str], None]] = None) -> None:
         self.spec = spec
         self.home = home
         self.mode = mode or spec.mode
@@ -113,6 +137,8 @@ class Controller:
         self.state_cache_mb = state_cache_mb
         self.backpressure = backpressure
         self._checked_ids: set[str] = set()
+        self.notify = notify or (lambda message: None)  # recoveries and lock take-overs are reported here
+        self._interrupted: dict[str, dict[str, Any]] = {}  # stage -> intention of an epoch to finish
         snap = home.read_controller()
         self.st = snap if snap is not None else _new_snapshot(spec)
         self._reconcile()
@@ -124,6 +150,10 @@ class Controller:
         for k in ("flows", "connectors", "stages"):
             for name, v in fresh[k].items():
                 self.st[k].setdefault(name, v)
+        self.st.setdefault("sched", _new_round())
+        self.st.setdefault("gc_runs", 0)
+        if any(s not in self.spec.stages for s in self.st["sched"]["held"]):
+            self.st["sched"] = _new_round()
         if self.st.get("pipeline") != self.spec.name:
             raise RuntimeStateError(f"home {self.home.location} belongs to pipeline '{self.st.get('pipeline')}', not '{self.spec.name}'; use another --home")
         shapes = self.st.setdefault("shapes", {})
@@ -219,8 +249,11 @@ class Controller:
         with self._locked(), self._transaction():
             fs = self.st["flows"][flow]
             fs["feeds"] += 1
-            ids = self._land(flow, data, close=close, producer=f"feed:{fs['feeds']}", prior_frame=fs["feeds"])
-            self._save()
+            what = f"feed {fs['feeds']} of flow '{flow}'"
+            commits, ids, written = self._land(flow, data, close=close, producer=f"feed:{fs['feeds']}", prior_frame=fs["feeds"],
+                                               app=("cbp:feed", fs["feeds"]), what=what)
+            faults.point("feed:written")
+            self._commit("feed", what, commits, written=written)
         return ids
 
     @contextmanager
@@ -232,6 +265,7 @@ class Controller:
 
         with self.home.lock(waiting):
             self.refresh()
+            self.recover()
             yield
 
     @contextmanager
@@ -244,9 +278,91 @@ class Controller:
             self.st = before
             raise
 
-    def _land(self, flow: str, data: pa.Table, *, close: bool, producer: str, prior_frame: Any) -> list[int]:
+    # ------------------------------------------------------------------ durable commits
+    def _commit(self, kind: str, what: str, commits: list[dict[str, Any]], *, stage: Optional[str] = None,
+                cleanup: list[str] = (), written: list[str] = ()) -> None:  # type: ignore[assignment]
+        """Make the change in ``self.st`` durable, with the Delta ``commits`` it needs, all or nothing.
+
+        Each commit is ``{"table", "partition_by", "adds", "removes", "app", "version", "targets"}``:
+        the files to add/remove, the application transaction id that marks it done, and the
+        snapshot paths that receive the table version it creates. The pending record (commits +
+        next snapshot) is written first; from then on the change is finished, by this process or,
+        if it dies, by the next one (:meth:`recover`). ``cleanup`` files are deleted afterwards;
+        ``written`` files are deleted if the change is abandoned before its pending record exists.
+        """
+        self.st["seq"] += 1
+        record = {"kind": kind, "what": what, "stage": stage, "commits": commits, "cleanup": list(cleanup),
+                  "snapshot": self.st, "written_at": time.time()}
+        try:
+            self.home.write_pending(record)
+        except OSError as e:
+            self._delete_quietly(written)
+            raise RuntimeStateError(f"{what}: cannot write {self.home.uri('_cbp/pending.json')}: {e}; nothing was committed", code="io") from e
+        faults.point(f"{kind}:pending")
+        self._finish(record, kind)
+
+    def _finish(self, record: dict[str, Any], kind: str) -> None:
+        """Apply a pending record: the Delta commits not made yet, the snapshot, the cleanup. Idempotent."""
+        snap = record["snapshot"]
+        for n, c in enumerate(record["commits"]):
+            dt = self.home.table(c["table"])
+            done = dt is not None and (dt.transaction_version(c["app"]) or 0) >= c["version"]
+            if not done:
+                try:
+                    self.home.commit_files(c["table"], None, c["partition_by"], c["adds"], c["removes"],
+                                           overwrite=c.get("overwrite", False), app_id=c["app"], app_version=c["version"])
+                except Exception as e:
+                    raise RuntimeStateError(
+                        f"{record['what']}: the commit to {self.home.uri(c['table'])} failed: {e}. Nothing of it is visible "
+                        "through cbp; once the cause is fixed, the next 'cbp run' or 'cbp feed' on this home finishes it", code="io") from e
+                faults.point(f"{kind}:committed:{n}")
+            version = self.home.table(c["table"]).version()  # type: ignore[union-attr]  # ours: writers are serialised
+            for path in c["targets"]:
+                _set_path(snap, path, version)
+        current = self.home.read_controller()
+        if current is None or int(current["seq"]) < int(snap["seq"]):
+            try:
+                self.home.write_controller(snap)
+            except OSError as e:
+                raise RuntimeStateError(f"{record['what']}: cannot write the controller snapshot in {self.home.uri('_cbp/controller')}: {e}. "
+                                        "Once the cause is fixed, the next 'cbp run' or 'cbp feed' finishes the commit", code="io") from e
+        faults.point(f"{kind}:snapshot")
+        self._delete_quietly(record["cleanup"])
+        if record.get("stage"):
+            self.home.clear_intention(record["stage"])
+        self.home.clear_pending()
+        self.st = snap
+
+    def recover(self) -> Optional[str]:
+        """Finish a change that a killed or failed writer left pending; return what it was.
+
+        Called under the home's lock before every change, so the pending record (if any) belongs
+        to a writer that is gone.
+        """
+        record = self.home.pending()
+        if record is None:
+            return None
+        t0 = time.perf_counter()
+        self._finish(record, "recover")
+        self._reconcile()
+        self.notify(f"recovered: finished committing {record['what']}, which was interrupted ({time.perf_counter() - t0:.2f}s)")
+        return record["what"]
+
+    def _delete_quietly(self, rels: Any) -> None:
+        for rel in rels:
+            try:
+                self.home.delete_file(rel)
+            except OSError:
+                pass  # an orphan file is invisible; it only takes space
+
+    def _land(self, flow: str, data: pa.Table, *, close: bool, producer: str, prior_frame: Any,
+              app: tuple[str, int], what: str) -> tuple[list[dict[str, Any]], list[int], list[str]]:
         """Frame validated records (an Arrow table of the flow's fields, as stored) into increments
-        of ``flow``, write them (one Delta commit) and enqueue them."""
+        of ``flow``, write their files (not yet committed) and enqueue them in the snapshot.
+
+        Returns the Delta commit to make (a list of zero or one, see :meth:`_commit`), the
+        increment ids, and the files written (to delete if the change is abandoned).
+        """
         fl = self.spec.flows[flow]
         fs = self.st["flows"][flow]
         incs = fs["incs"]
@@ -283,20 +399,29 @@ class Controller:
             incs[str(open_inc)]["complete"] = True  # a later frame arrived
         new_ids = self._allocate(flow, len(runs))
         assignments += [(i, key, count, True) for i, (key, _, count) in zip(new_ids, runs)]
-        version = fs["version"]
+        version = fs["version"]  # the real version is set when the commit is made (see _finish)
+        commits: list[dict[str, Any]] = []
+        written: list[str] = []
         if data.num_rows:
-            counts = [a[2] for a in assignments]
-            columns = [pa.array(np.repeat([a[0] for a in assignments], counts), pa.int64())]
-            if fl.frame_by is not None:
-                columns.append(pa.array(np.full(data.num_rows, prior_frame, dtype=np.int64)))
-            table = pa.Table.from_arrays(columns + list(data.columns), schema=self._flow_schema(flow))
-            self.home.ensure_table(self._flow_rel(flow), self._flow_schema(flow), INC)
-            try:
-                write_deltalake(self.home.uri(self._flow_rel(flow)), table, mode="append", partition_by=[INC])
-            except Exception as e:
-                raise RuntimeStateError(f"flow '{flow}': could not write the increment to {self.home.uri(self._flow_rel(flow))}: {e}") from e
-            version = self.home.table(self._flow_rel(flow)).version()  # type: ignore[union-attr]
-            fs["version"] = version
+            rel = self._flow_rel(flow)
+            self.home.ensure_table(rel, self._flow_schema(flow), INC)
+            adds = []
+            start = 0
+            for inc, _, count, _ in assignments:
+                columns = [pa.array(np.full(count, inc, dtype=np.int64))]
+                if fl.frame_by is not None:
+                    columns.append(pa.array(np.full(count, prior_frame, dtype=np.int64)))
+                part = pa.Table.from_arrays(columns + list(data.slice(start, count).columns), schema=self._flow_schema(flow))
+                start += count
+                try:
+                    add = self.home.write_parquet(f"{rel}/{INC}={inc}", part.drop_columns([INC]), "in", inc)
+                except OSError as e:
+                    raise RuntimeStateError(f"{what}: cannot write to {self.home.uri(rel)}: {e}; nothing was landed", code="io") from e
+                written.append(add["rel"])
+                add["path"] = add.pop("rel")[len(rel) + 1:]
+                adds.append(add)
+            targets = [["flows", flow, "version"]] + [["flows", flow, "incs", str(a[0]), "version"] for a in assignments]
+            commits.append({"table": rel, "partition_by": INC, "adds": adds, "removes": [], "app": app[0], "version": app[1], "targets": targets})
         for n, (inc, key, count, is_new) in enumerate(assignments):
             last = n == len(assignments) - 1
             complete = fl.frame_by is None or not last or close
@@ -308,7 +433,7 @@ class Controller:
                 m.update(records=m["records"] + count, version=version, complete=complete, srcs=m.get("srcs", []) + [prior_frame])
         if close and not assignments and open_inc is not None:
             incs[str(open_inc)]["complete"] = True
-        return [a[0] for a in assignments]
+        return commits, [a[0] for a in assignments], written
 
     # ------------------------------------------------------------------ runnability
     def frames(self, stage: str) -> dict[str, list[Any]]:
@@ -362,42 +487,117 @@ class Controller:
 
     # ------------------------------------------------------------------ scheduling
     def run(self, max_epochs: Optional[int] = None, on_epoch: Optional[Callable[[EpochReport], None]] = None,
-            on_start: Optional[Callable[[str, int], None]] = None) -> list[EpochReport]:
+            on_start: Optional[Callable[[str, int], None]] = None, command: str = "cbp.Pipeline.run()") -> list[EpochReport]:
         """Run runnable stages round by round until none is runnable or ``max_epochs`` stage epochs ran.
 
         Each round gives every runnable stage (in dataflow order) one epoch, so no stage starves;
         a stage whose every downstream connector already holds ``backpressure`` increments waits
-        while others can run.
+        while others can run. The round's position is part of each epoch's commit, so a run that
+        was killed (or stopped by ``max_epochs``) goes on exactly where it stopped. Only one
+        runner works on a home at a time: another one gets :class:`cbp.errors.BusyError`.
         """
         reports: list[EpochReport] = []
-        while max_epochs is None or len(reports) < max_epochs:
-            ran = False
-            held: list[str] = []  # stages skipped for backpressure in this round
-            for honor_backpressure in (True, False):
-                for stage in self.spec.order if honor_backpressure else held:
-                    if max_epochs is not None and len(reports) >= max_epochs:
+
+        def took_over(holder: dict[str, Any]) -> None:
+            self.notify(f"took over the home from a cbp run that was killed (pid {holder.get('pid')} on {holder.get('host')}: {holder.get('command')})")
+
+        with self.home.runner_lock(command, took_over):
+            with self._locked():
+                self._load_intentions()
+                if not self.st["sched"]["ran"]:  # no epoch in this round yet: a new run starts a whole round
+                    self.st["sched"] = _new_round()
+            while max_epochs is None or len(reports) < max_epochs:
+                with self._locked():  # feeds may land between epochs; each epoch sees them
+                    step = self._next_step()
+                    if step is None:
                         break
-                    with self._locked():  # feeds may land between epochs; each epoch sees them
-                        if honor_backpressure and self._backpressured(stage):
-                            held.append(stage)
-                            continue
-                        d = self.decide(stage, keep_state=True)
-                        if d is None:
-                            continue
-                        if on_start:
-                            on_start(stage, self.st["stages"][stage]["epoch"] + 1)
-                        rep = self.run_epoch(stage, d)
-                    reports.append(rep)
-                    if on_epoch:
-                        on_epoch(rep)
-                    ran = True
-                if ran:
-                    break
-            if not ran:
-                break
-        with self._locked():
-            self.collect_garbage()
+                    stage, d, intention = step
+                    if on_start:
+                        on_start(stage, self.st["stages"][stage]["epoch"] + 1)
+                    rep = self.run_epoch(stage, d, intention=intention)
+                reports.append(rep)
+                if on_epoch:
+                    on_epoch(rep)
+            with self._locked():
+                self.collect_garbage()
         return reports
+
+    def _next_step(self) -> Optional[tuple[str, Decision, Optional[dict[str, Any]]]]:
+        """Advance the scheduler to the next stage epoch to run: (stage, decision, intention to finish)."""
+        sc = self.st["sched"]
+        while True:
+            order = list(self.spec.order) if sc["pass"] == 0 else sc["held"]
+            if sc["pos"] >= len(order):
+                if sc["ran"]:
+                    sc.update(_new_round())
+                elif sc["pass"] == 0 and sc["held"]:
+                    sc.update({"pass": 1, "pos": 0})
+                else:
+                    sc.update(_new_round())  # quiescent: nothing ran in a whole round
+                    return None
+                continue
+            stage = order[sc["pos"]]
+            sc["pos"] += 1
+            intention = self._interrupted.pop(stage, None)
+            if intention is not None and self._intention_fits(intention):
+                self.notify(f"finishing stage '{stage}' epoch {intention['epoch']}, which was interrupted: re-running it with the same inputs")
+                sc["ran"] = True
+                return stage, Decision(intention["reads"], intention["removes"], intention["runnable_state"]), intention
+            if sc["pass"] == 0 and self._backpressured(stage):
+                sc["held"].append(stage)
+                continue
+            d = self.decide(stage, keep_state=True)
+            if d is None:
+                continue
+            sc["ran"] = True
+            return stage, d, None
+
+    def _load_intentions(self) -> None:
+        """Find epochs that were under way when a runner died; drop intentions that no longer apply."""
+        self._interrupted = {}
+        for stage, it in self.home.intentions().items():
+            if stage in self.spec.stages and self._intention_fits(it):
+                self._interrupted[stage] = it
+            else:
+                self._abandon(stage, it)
+
+    def _intention_fits(self, it: dict[str, Any]) -> bool:
+        """An intention can be finished if its epoch is the stage's next and its inputs are still at the heads."""
+        stage = it["stage"]
+        if stage not in self.spec.stages or it["epoch"] != self.st["stages"][stage]["epoch"] + 1:
+            return False
+        for flow, ids in it["inputs"].items():
+            q = self.st["connectors"].get(_conn(stage, flow))
+            if q is None or q[:len(ids)] != ids:
+                return False
+        return True
+
+    def _abandon(self, stage: str, it: dict[str, Any]) -> None:
+        """Drop an intention whose epoch will not be finished, and the files its attempt left."""
+        if it["epoch"] > self.st["stages"].get(stage, {}).get("epoch", 0):
+            self._discard_epoch_files(stage, it["epoch"], it.get("out_incs", {}))
+        self.home.clear_intention(stage)
+
+    def interrupted(self) -> list[dict[str, Any]]:
+        """What a killed or failed writer left for recovery: a pending commit, epochs under way."""
+        out = []
+        rec = self.home.pending()
+        if rec is not None:
+            done = []
+            for c in rec["commits"]:
+                dt = self.home.table(c["table"])
+                done.append(dt is not None and (dt.transaction_version(c["app"]) or 0) >= c["version"])
+            out.append({"kind": "commit", "what": rec["what"], "commits": len(done), "commits_done": sum(done),
+                        "recovery": f"the next 'cbp run' or 'cbp feed' finishes committing it ({sum(done)} of {len(done)} Delta commits made)"})
+        for stage, it in self.home.intentions().items():
+            if rec is not None and rec.get("stage") == stage:
+                continue
+            fits = stage in self.spec.stages and self._intention_fits(it)
+            reads = ", ".join(f"{f} {ids}" for f, ids in it["inputs"].items()) or "no input"
+            out.append({"kind": "epoch", "stage": stage, "epoch": it["epoch"], "reads": it["inputs"],
+                        "recovery": (f"the next 'cbp run' re-runs stage '{stage}' epoch {it['epoch']} with the same inputs ({reads})" if fits
+                                     else "the next 'cbp run' drops it (its inputs changed) and asks the stage's runnable again")})
+        return out
 
     # ------------------------------------------------------------------ one stage epoch
     def _state_rel(self, stage: str) -> str:
@@ -406,16 +606,17 @@ class Controller:
     def _state_table_schema(self, spec: StageSpec) -> pa.Schema:
         return pa.schema([pa.field(PART, pa.int32())] + list(STATE_META) + list(spec.state_schema.arrow))  # type: ignore[union-attr]
 
-    def run_epoch(self, stage: str, d: Decision) -> EpochReport:
-        """Run and commit one epoch of ``stage``: state, output increments and connectors."""
+    def run_epoch(self, stage: str, d: Decision, *, intention: Optional[dict[str, Any]] = None) -> EpochReport:
+        """Run and commit one epoch of ``stage``: state, output increments and connectors, all or nothing."""
         with self._transaction():
-            return self._run_epoch(stage, d)
+            return self._run_epoch(stage, d, intention)
 
-    def _run_epoch(self, stage: str, d: Decision) -> EpochReport:
+    def _run_epoch(self, stage: str, d: Decision, intention: Optional[dict[str, Any]]) -> EpochReport:
         spec = self.spec.stages[stage]
         sst = self.st["stages"][stage]
         epoch = sst["epoch"] + 1
         t0 = time.perf_counter()
+        what = f"stage '{stage}' epoch {epoch}"
 
         inputs: dict[str, list[int]] = {}
         input_files: dict[int, list[str]] = {}
@@ -427,7 +628,24 @@ class Controller:
             inputs[inp.flow] = ids
             input_files[idx] = self._increment_uris(inp.flow, ids)
 
-        out_incs = {f: self._allocate(f, 1)[0] for f in spec.outputs}
+        if intention is not None:  # the attempt that died allocated these; its files go first
+            out_incs = {f: int(i) for f, i in intention["out_incs"].items()}
+            for f, i in out_incs.items():
+                fs = self.st["flows"][f]
+                fs["next_inc"] = max(fs["next_inc"], i + 1)
+            self._discard_epoch_files(stage, epoch, out_incs)
+        else:
+            out_incs = {f: self._allocate(f, 1)[0] for f in spec.outputs}
+        try:
+            self.home.write_intention(stage, {
+                "stage": stage, "epoch": epoch, "reads": d.reads, "removes": d.removes, "runnable_state": d.state,
+                "inputs": inputs, "out_incs": out_incs, "started": time.time(),
+                "connectors": {i.flow: self.st["connectors"][_conn(stage, i.flow)] for i in spec.inputs},
+            })
+        except OSError as e:
+            raise RuntimeStateError(f"{what}: cannot write its intention in {self.home.uri('_cbp/intentions')}: {e}; nothing was run", code="io") from e
+        faults.point("epoch:intention")
+
         parts: dict[int, StateMeta] = {}
         state_uris: Optional[list[str]] = None
         state_rel = self._state_rel(stage)
@@ -445,48 +663,21 @@ class Controller:
             out_schemas={f: self.spec.flows[f].schema for f in spec.outputs}, out_incs=out_incs,
             input_schemas=[self.spec.flows[i.flow].schema for i in spec.inputs], state_rel=state_rel,
             parts=parts, max_files=self.max_state_files, row_group=self.state_row_group, cache_mb=self.state_cache_mb,
+            fault=faults.current(), driver_pid=os.getpid(),
         )
-        results = run_stage_epoch(self.spark, plan, input_files, state_uris, state_needs_dedupe=sst["layout"] != "blackbox")
-
-        # ---- commit: state, then outputs, then the controller snapshot
-        app = f"cbp:{stage}"
-        if spec.state_schema is not None:
-            adds = [a for r in results for a in r["state_adds"]]
-            removes = [x for r in results for x in r["state_removes"]]
-            if self.mode == "blackbox" or adds or removes:
-                sst["state_version"] = self.home.commit_files(
-                    state_rel, self._state_table_schema(spec), PART, adds, removes,
-                    overwrite=self.mode == "blackbox", app_id=app, app_version=epoch,
-                )
-            old_index = dict(sst["index"])
-            sst["index"] = {str(r["part"]): r["index"] for r in results if r.get("index")} if self.mode == "direct" else {}
-            sst["layout"] = self.mode
-        produced: dict[str, list[int]] = {}
-        counts: dict[str, int] = {}
-        for flow in spec.outputs:
-            adds = [a for r in results for a in r["outputs"].get(flow, [])]
-            n = sum(int(a["rows"]) for a in adds)
-            counts[flow] = n
-            if not adds:
-                continue  # an epoch that writes nothing to a flow adds no increment to it
-            if self.spec.flows[flow].frame_by is not None:  # re-frame the epoch's records by the flow's FrameBy
-                produced[flow] = self._land(flow, self._read_task_files(flow, adds), close=False, producer=f"{stage}:{epoch}", prior_frame=epoch)
-                continue
-            version = self.home.commit_files(self._flow_rel(flow), self._flow_schema(flow), INC, adds, app_id=app, app_version=epoch)
-            self.st["flows"][flow]["version"] = version
-            self._register(flow, out_incs[flow], epoch, n, version, f"{stage}:{epoch}", True)
-            produced[flow] = [out_incs[flow]]
-        for flow, n in d.removes.items():
-            q = self.st["connectors"][_conn(stage, flow)]
-            del q[:n]
-        sst["epoch"] = epoch
-        sst["runnable_state"] = d.state
-        sst["history"][str(epoch)] = {"state_version": sst["state_version"], "inputs": inputs, "outputs": produced}
-        self._save()
-        if spec.state_schema is not None:
-            for p, rel in old_index.items():
-                if rel and sst["index"].get(p) != rel:
-                    self.home.delete_file(rel)
+        try:
+            results = run_stage_epoch(self.spark, plan, input_files, state_uris, state_needs_dedupe=sst["layout"] != "blackbox")
+            faults.point("epoch:ran")
+            commits, cleanup, counts, written = self._epoch_commits(stage, epoch, d, results, inputs, out_incs)
+            self._commit("epoch", what, commits, stage=stage, cleanup=cleanup, written=written)
+        except BaseException:
+            try:
+                committing = self.home.pending() is not None  # then the change is finished later, not dropped
+            except OSError:
+                committing = True
+            if not committing:
+                self._abandon_quietly(stage, epoch, out_incs)
+            raise
 
         stats = [r["stats"] for r in results]
         phases: dict[str, float] = {}
@@ -500,15 +691,94 @@ class Controller:
             seconds=time.perf_counter() - t0, outputs=counts, mode=self.mode, phases=phases,
         )
 
-    def _read_task_files(self, flow: str, adds: list[dict[str, Any]]) -> pa.Table:
-        """The records of files a task wrote (in partition order) that will not be committed as they are."""
+    def _epoch_commits(self, stage: str, epoch: int, d: Decision, results: list[dict[str, Any]], inputs: dict[str, list[int]],
+                       out_incs: dict[str, int]) -> tuple[list[dict[str, Any]], list[str], dict[str, int], list[str]]:
+        """Turn the tasks' results into the epoch's Delta commits and the next snapshot (in ``self.st``).
+
+        Returns the commits, the files to delete once committed, the records per output flow, and
+        the files written here (re-framed outputs), to delete if the epoch is abandoned.
+        """
+        spec = self.spec.stages[stage]
+        sst = self.st["stages"][stage]
+        app = f"cbp:{stage}"
+        what = f"stage '{stage}' epoch {epoch}"
+        commits: list[dict[str, Any]] = []
+        cleanup: list[str] = []
+        written: list[str] = []
+        state_targets = [["stages", stage, "state_version"], ["stages", stage, "history", str(epoch), "state_version"]]
+        if spec.state_schema is not None:
+            adds = [a for r in results for a in r["state_adds"]]
+            removes = [x for r in results for x in r["state_removes"]]
+            if self.mode == "blackbox" or adds or removes:
+                state_rel = self._state_rel(stage)
+                self.home.ensure_table(state_rel, self._state_table_schema(spec), PART)
+                commits.append({"table": state_rel, "partition_by": PART, "adds": adds, "removes": removes,
+                                "overwrite": self.mode == "blackbox", "app": app, "version": epoch, "targets": state_targets})
+            old_index = dict(sst["index"])
+            sst["index"] = {str(r["part"]): r["index"] for r in results if r.get("index")} if self.mode == "direct" else {}
+            sst["layout"] = self.mode
+            cleanup += [rel for p, rel in old_index.items() if rel and sst["index"].get(p) != rel]
+        produced: dict[str, list[int]] = {}
+        counts: dict[str, int] = {}
+        for flow in spec.outputs:
+            adds = [a for r in results for a in r["outputs"].get(flow, [])]
+            n = sum(int(a["rows"]) for a in adds)
+            counts[flow] = n
+            if not adds:
+                continue  # an epoch that writes nothing to a flow adds no increment to it
+            if self.spec.flows[flow].frame_by is not None:  # re-frame the epoch's records by the flow's FrameBy
+                data, task_files = self._read_task_files(flow, adds)
+                cleanup += task_files
+                fc, produced[flow], w = self._land(flow, data, close=False, producer=f"{stage}:{epoch}", prior_frame=epoch,
+                                                   app=(app, epoch), what=what)
+                commits += fc
+                written += w
+                continue
+            rel = self._flow_rel(flow)
+            self.home.ensure_table(rel, self._flow_schema(flow), INC)
+            commits.append({"table": rel, "partition_by": INC, "adds": adds, "removes": [], "app": app, "version": epoch,
+                            "targets": [["flows", flow, "version"], ["flows", flow, "incs", str(out_incs[flow]), "version"]]})
+            self._register(flow, out_incs[flow], epoch, n, self.st["flows"][flow]["version"], f"{stage}:{epoch}", True)
+            produced[flow] = [out_incs[flow]]
+        for flow, n in d.removes.items():
+            q = self.st["connectors"][_conn(stage, flow)]
+            del q[:n]
+        sst["epoch"] = epoch
+        sst["runnable_state"] = d.state
+        sst["history"][str(epoch)] = {"state_version": sst["state_version"], "inputs": inputs, "outputs": produced}
+        return commits, cleanup, counts, written
+
+    def _abandon_quietly(self, stage: str, epoch: int, out_incs: dict[str, int]) -> None:
+        try:
+            self._discard_epoch_files(stage, epoch, out_incs)
+            self.home.clear_intention(stage)
+        except OSError:
+            pass  # e.g. a read-only home: the intention stays and the next run re-runs the epoch
+
+    def _discard_epoch_files(self, stage: str, epoch: int, out_incs: dict[str, int]) -> None:
+        """Delete the files an uncommitted attempt of this epoch wrote (none of them is in a Delta log)."""
+        prefix = f"e{epoch:08d}"
+        for base in (self._state_rel(stage), f"stages/{stage}/index"):
+            for part in self.home.list_dir(base):
+                if part.startswith(f"{PART}="):
+                    for name in self.home.list_dir(f"{base}/{part}"):
+                        if name.startswith(prefix):
+                            self.home.delete_file(f"{base}/{part}/{name}")
+        for flow, inc in out_incs.items():
+            d = f"{self._flow_rel(flow)}/{INC}={inc}"
+            for name in self.home.list_dir(d):
+                if name.startswith(f"s{stage}-{prefix}"):
+                    self.home.delete_file(f"{d}/{name}")
+
+    def _read_task_files(self, flow: str, adds: list[dict[str, Any]]) -> tuple[pa.Table, list[str]]:
+        """The records of files a task wrote (in partition order) that will be re-framed, and their paths."""
         schema = self.spec.flows[flow].schema
-        parts = []
+        parts, rels = [], []
         for a in sorted(adds, key=lambda a: a["path"]):
             rel = f"{self._flow_rel(flow)}/{a['path']}"
             parts.append(pq.read_table(self.home.path(rel), filesystem=self.home.fs).select(list(schema.fields)).cast(schema.arrow))
-            self.home.delete_file(rel)
-        return pa.concat_tables(parts) if parts else schema.arrow.empty_table()
+            rels.append(rel)
+        return (pa.concat_tables(parts) if parts else schema.arrow.empty_table()), rels
 
     def _increment_uris(self, flow: str, ids: list[int]) -> list[str]:
         by_version: dict[int, list[int]] = {}
@@ -526,25 +796,32 @@ class Controller:
 
     # ------------------------------------------------------------------ garbage collection
     def collect_garbage(self) -> list[tuple[str, int]]:
-        """Drop increments no connector references from flows that have readers."""
+        """Drop increments no connector references from flows that have readers (one durable change).
+
+        Dropped increments stay readable by time travel (``output --epoch``) until the table is vacuumed.
+        """
         dropped: list[tuple[str, int]] = []
-        for flow, fs in self.st["flows"].items():
-            consumers = self.spec.flows[flow].consumers if flow in self.spec.flows else ()
-            if not consumers or fs["version"] is None:
-                continue
-            referenced = {i for c in consumers for i in self.st["connectors"][_conn(c, flow)]}
-            dead = [int(i) for i, m in fs["incs"].items() if not m["gc"] and m["complete"] and int(i) not in referenced]
-            if not dead:
-                continue
-            dt = self.home.table(self._flow_rel(flow))
-            assert dt is not None
-            dt.delete(f"{INC} IN ({', '.join(str(i) for i in dead)})")
-            fs["version"] = self.home.table(self._flow_rel(flow)).version()  # type: ignore[union-attr]
-            for i in dead:
-                fs["incs"][str(i)]["gc"] = True
-                dropped.append((flow, i))
-        if dropped:
-            self._save()
+        commits: list[dict[str, Any]] = []
+        with self._transaction():
+            run = self.st["gc_runs"] + 1
+            for flow, fs in self.st["flows"].items():
+                consumers = self.spec.flows[flow].consumers if flow in self.spec.flows else ()
+                if not consumers or fs["version"] is None:
+                    continue
+                referenced = {i for c in consumers for i in self.st["connectors"][_conn(c, flow)]}
+                dead = {int(i) for i, m in fs["incs"].items() if not m["gc"] and m["complete"] and int(i) not in referenced}
+                if not dead:
+                    continue
+                rel = self._flow_rel(flow)
+                removes = [f for f in self.home.table_files(rel, fs["version"]) if int(f["partition"]) in dead]
+                commits.append({"table": rel, "partition_by": INC, "adds": [], "removes": removes, "app": "cbp:gc", "version": run,
+                                "targets": [["flows", flow, "version"]]})
+                for i in sorted(dead):
+                    fs["incs"][str(i)]["gc"] = True
+                    dropped.append((flow, i))
+            if dropped:
+                self.st["gc_runs"] = run
+                self._commit("gc", f"garbage collection {run}", commits)
         return dropped
 
     # ------------------------------------------------------------------ reading results
@@ -619,4 +896,6 @@ class Controller:
             except UserCodeError as e:
                 runnable = f"error: {e}"
             stages[s] = {"epochs": self.st["stages"][s]["epoch"], "connectors": conns, "runnable": runnable}
-        return {"pipeline": self.spec.name, "home": self.home.location, "mode": self.mode, "stages": stages}
+        runner = self.home.runner_info() if self.home.runner_active() else None
+        return {"pipeline": self.spec.name, "home": self.home.location, "mode": self.mode, "stages": stages,
+                "runner": runner, "interrupted": self.interrupted()}

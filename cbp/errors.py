@@ -19,6 +19,7 @@ __all__ = [
     "UsageError",
     "UserCodeError",
     "RuntimeStateError",
+    "BusyError",
 ]
 
 
@@ -68,3 +69,9 @@ class RuntimeStateError(CbpError):
     """The home directory or Spark is not in the state cbp needs."""
 
     code = "runtime"
+
+
+class BusyError(CbpError):
+    """Another ``cbp run`` holds the home: one runner per home."""
+
+    code = "busy"

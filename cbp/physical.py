@@ -20,12 +20,13 @@ from typing import Any, Optional
 
 from .errors import RuntimeStateError, UserCodeError
 from .schema import RecordSchema
-from .task import USER_ERROR, TaskPlan, grouped_task, recordwise_task, route_batches
+from .task import IO_ERROR, USER_ERROR, TaskPlan, grouped_task, recordwise_task, route_batches
 
 __all__ = ["run_stage_epoch", "spark_ddl"]
 
 _SPARK_TYPES = {"string": "STRING", "int": "BIGINT", "float": "DOUBLE", "bool": "BOOLEAN", "json": "STRING"}
 _ERR_RE = re.compile(re.escape(USER_ERROR) + r"<<(.*?)>>" + re.escape(USER_ERROR), re.S)
+_IO_RE = re.compile(re.escape(IO_ERROR) + r"<<(.*?)>>" + re.escape(IO_ERROR), re.S)
 
 
 def spark_ddl(schema: RecordSchema, meta: str = "") -> str:
@@ -65,6 +66,9 @@ def run_stage_epoch(spark: Any, plan: TaskPlan, input_files: dict[int, list[str]
         m = _ERR_RE.search(text)
         if m:
             raise UserCodeError(m.group(1) + "; nothing of this epoch was committed") from None
+        m = _IO_RE.search(text)
+        if m:
+            raise RuntimeStateError(m.group(1) + "; nothing of this epoch was committed; fix the cause and run again", code="io") from None
         raise RuntimeStateError(f"{plan.where()}: the Spark job failed; nothing of this epoch was committed: {_first_lines(text)}") from e
     return [json.loads(r["meta"]) for r in rows]
 

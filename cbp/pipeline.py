@@ -98,9 +98,13 @@ class Pipeline:
         return self.controller.feed(flow, [], close=True)
 
     def run(self, max_epochs: Optional[int] = None, on_epoch: Optional[Callable[[EpochReport], None]] = None,
-            on_start: Optional[Callable[[str, int], None]] = None) -> list[EpochReport]:
-        """Run stage epochs until no stage is runnable (or ``max_epochs``); one report per epoch."""
-        return self.controller.run(max_epochs, on_epoch=on_epoch, on_start=on_start)
+            on_start: Optional[Callable[[str, int], None]] = None, command: str = "cbp.Pipeline.run()") -> list[EpochReport]:
+        """Run stage epochs until no stage is runnable (or ``max_epochs``); one report per epoch.
+
+        First finishes what a killed run left (a pending commit, an interrupted epoch). Raises
+        :class:`cbp.errors.BusyError` if another runner works on the same home.
+        """
+        return self.controller.run(max_epochs, on_epoch=on_epoch, on_start=on_start, command=command)
 
     def state(self, stage: str, epoch: Optional[int] = None) -> list[dict[str, Any]]:
         """The stage's state records after its ``epoch`` (default: latest)."""
@@ -111,7 +115,7 @@ class Pipeline:
         return self.controller.output_records(flow, epoch)
 
     def status(self) -> dict[str, Any]:
-        """Stages, epochs run, pending increments per connector."""
+        """Stages, epochs run, pending increments per connector, the runner, and anything interrupted."""
         return self.controller.status()
 
 

@@ -26,7 +26,8 @@ _JAVA_HINT = (
 def get_spark(master: Optional[str] = None) -> "pyspark.sql.SparkSession":  # type: ignore[name-defined]  # noqa: F821
     """Return the process's SparkSession, creating it with cbp's settings on first use.
 
-    ``master`` (or ``CBP_SPARK_MASTER``) defaults to ``local[*]``. Adaptive query execution is
+    ``master`` (or ``CBP_SPARK_MASTER``) defaults to ``local[*,2]``: local Spark on every core,
+    retrying a failed task once, as a cluster would (a lost Python worker, say). Adaptive query execution is
     switched off: a stage's shuffle must keep exactly its partition count, because partition
     ``p`` of the shuffle is the task that owns state partition ``p``.
     """
@@ -41,7 +42,7 @@ def get_spark(master: Optional[str] = None) -> "pyspark.sql.SparkSession":  # ty
     if active is not None:
         return active
     builder = (
-        SparkSession.builder.master(master or os.environ.get("CBP_SPARK_MASTER", "local[*]"))
+        SparkSession.builder.master(master or os.environ.get("CBP_SPARK_MASTER", "local[*,2]"))
         .appName("cbp")
         .config("spark.ui.enabled", "false")
         .config("spark.ui.showConsoleProgress", "false")

@@ -7,6 +7,9 @@ directory or an object-store URI (``s3://bucket/pipelines/crawl``). Layout::
     <home>/stages/<stage>/state/              Delta table of state records, partitioned by _part
     <home>/stages/<stage>/index/_part=<p>/    BIPtable index files (key hash -> data file, row group)
     <home>/_cbp/controller/<seq>.json         controller snapshots (connectors, epochs, versions)
+    <home>/_cbp/intentions/<stage>.json       write-ahead intention of the stage epoch under way
+    <home>/_cbp/pending.json                  a change being committed (Delta commits + next snapshot)
+    <home>/_cbp/lock, _cbp/runner.lock        the mutation lock and the one-runner lock (local homes)
 
     >>> h = Home("/tmp/cbp-doc-home")
     >>> h.uri("flows", "urls")
@@ -18,7 +21,9 @@ from __future__ import annotations
 import fcntl
 import json
 import os
+import socket
 import threading
+import time
 import uuid
 from contextlib import contextmanager
 from typing import Any, Callable, Iterable, Iterator, Optional
@@ -29,7 +34,7 @@ import pyarrow.parquet as pq
 from deltalake import CommitProperties, DeltaTable, Transaction
 from deltalake.transaction import AddAction, RemoveAction
 
-from .errors import RuntimeStateError
+from .errors import BusyError, RuntimeStateError
 
 __all__ = ["Home", "INC", "PART", "SRC"]
 
@@ -37,6 +42,9 @@ INC = "_inc"
 SRC = "_src"
 PART = "_part"
 _CONTROLLER = "_cbp/controller"
+_INTENTIONS = "_cbp/intentions"
+_PENDING = "_cbp/pending.json"
+_RUNNER = "_cbp/runner.json"
 
 
 class _ProcessLock:
@@ -161,6 +169,107 @@ class Home:
                     os.close(entry.fd)
                     entry.fd = -1
 
+    @contextmanager
+    def runner_lock(self, command: str, took_over: Optional[Callable[[dict[str, Any]], None]] = None) -> Iterator[None]:
+        """Be the one runner of this home for the block, or raise :class:`BusyError` at once.
+
+        On a local home this is an ``flock`` on ``<home>/_cbp/runner.lock``, which the OS releases
+        when the holder dies however it dies; ``_cbp/runner.json`` says who holds it. Finding that
+        file with the lock free means a runner was killed: ``took_over`` gets what it said.
+        Object-store homes have no such lock (run one ``cbp run`` at a time there).
+        """
+        local = self.local_dir()
+        if local is None:
+            yield
+            return
+        path = os.path.join(local, "_cbp", "runner.lock")
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            holder = self.runner_info() or {}
+            since = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(holder["started"])) if "started" in holder else "an unknown time"
+            raise BusyError(
+                f"another cbp run is already working on {self.location} (pid {holder.get('pid', '?')} on host "
+                f"{holder.get('host', '?')}, since {since}: {holder.get('command', '?')}); only one runner per home. "
+                "Wait for it to finish (feeds may land meanwhile: it will run them), or stop it first", code="busy",
+            ) from None
+        try:
+            stale = self.runner_info()
+            if stale is not None and took_over is not None:
+                took_over(stale)
+            me = {"pid": os.getpid(), "host": socket.gethostname(), "started": time.time(), "command": command}
+            self.write_bytes(_RUNNER, json.dumps(me).encode())
+            try:
+                yield
+            finally:
+                self.delete_file(_RUNNER)
+        finally:
+            fcntl.flock(fd, fcntl.LOCK_UN)
+            os.close(fd)
+
+    def runner_info(self) -> Optional[dict[str, Any]]:
+        """Who holds (or, if the lock is free, last held and was killed holding) the runner lock."""
+        try:
+            return json.loads(self.read_bytes(_RUNNER))
+        except (FileNotFoundError, ValueError):
+            return None
+
+    def runner_active(self) -> bool:
+        """Whether some process holds the runner lock now (local homes; False elsewhere)."""
+        local = self.local_dir()
+        path = os.path.join(local, "_cbp", "runner.lock") if local else None
+        if path is None or not os.path.exists(path):
+            return False
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return True
+        finally:
+            os.close(fd)
+        return False
+
+    # ----------------------------------------------------------- write-ahead records
+    def read_json(self, rel: str) -> Optional[dict[str, Any]]:
+        """A JSON file of the home, or None if it does not exist (files are replaced atomically)."""
+        try:
+            return json.loads(self.read_bytes(rel))
+        except FileNotFoundError:
+            return None
+
+    def write_json(self, rel: str, value: dict[str, Any]) -> None:
+        """Write a JSON file atomically (temp file, then rename)."""
+        self.write_bytes(rel, json.dumps(value, sort_keys=True).encode())
+
+    def pending(self) -> Optional[dict[str, Any]]:
+        """The change being committed when the last writer stopped, if it did not finish."""
+        return self.read_json(_PENDING)
+
+    def write_pending(self, record: dict[str, Any]) -> None:
+        self.write_json(_PENDING, record)
+
+    def clear_pending(self) -> None:
+        self.delete_file(_PENDING)
+
+    def intentions(self) -> dict[str, dict[str, Any]]:
+        """Stage -> the write-ahead intention of its last epoch that has not been committed or dropped."""
+        out = {}
+        for name in self.list_dir(_INTENTIONS):
+            if name.endswith(".json"):
+                rec = self.read_json(f"{_INTENTIONS}/{name}")
+                if rec is not None:
+                    out[rec["stage"]] = rec
+        return out
+
+    def write_intention(self, stage: str, record: dict[str, Any]) -> None:
+        self.write_json(f"{_INTENTIONS}/{stage}.json", record)
+
+    def clear_intention(self, stage: str) -> None:
+        self.delete_file(f"{_INTENTIONS}/{stage}.json")
+
     # ----------------------------------------------------------- controller snapshots
     def read_controller(self) -> Optional[dict[str, Any]]:
         """The newest complete controller snapshot, or None for a new home."""
@@ -204,7 +313,7 @@ class Home:
     def commit_files(
         self,
         rel: str,
-        schema: pa.Schema,
+        schema: Optional[pa.Schema],
         partition_by: str,
         adds: Iterable[dict[str, Any]],
         removes: Iterable[dict[str, Any]] = (),
@@ -216,9 +325,12 @@ class Home:
         """Commit files written by tasks (and files to drop) in one Delta transaction; return the version.
 
         With ``app_id``/``app_version`` the commit carries Delta's application transaction id, so a
-        re-run can tell that this epoch was already committed (``transaction_version``).
+        re-run can tell that this epoch was already committed (``transaction_version``). Without
+        ``schema`` the table must exist.
         """
-        dt = self.ensure_table(rel, schema, partition_by)
+        dt = self.ensure_table(rel, schema, partition_by) if schema is not None else self.table(rel)
+        if dt is None:
+            raise RuntimeStateError(f"Delta table {self.uri(rel)} is missing; it was created before this commit was planned")
         actions: list[Any] = [
             AddAction(a["path"], int(a["size"]), {partition_by: str(a["partition"])}, int(a["mtime"]), True, json.dumps({"numRecords": int(a["rows"])}))
             for a in adds

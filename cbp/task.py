@@ -13,6 +13,7 @@ import json
 import time
 import traceback
 import uuid
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Iterator, Optional
 
@@ -20,6 +21,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from . import faults
 from .bipindex import ROW_GROUP, STATE_META, PartitionIndex, StateMeta, latest_rows, read_partition_rows
 from .model import Emitter
 from .schema import RecordError, RecordSchema
@@ -32,6 +34,7 @@ __all__ = ["TaskPlan", "ENVELOPE", "RESULT", "encode_key", "route_batches", "gro
 ENVELOPE = pa.schema([("_key", pa.string()), ("_flow", pa.int32()), ("_rec", pa.string())])
 RESULT = pa.schema([("meta", pa.string())])
 USER_ERROR = "CBP-USER-ERROR"
+IO_ERROR = "CBP-IO-ERROR"
 
 
 def encode_key(key: Any) -> str:
@@ -69,6 +72,8 @@ class TaskPlan:
     max_files: int = 8
     row_group: int = ROW_GROUP
     cache_mb: Optional[float] = None
+    fault: Optional[str] = None  # CBP_FAULT of the driver (crash tests, see cbp.faults)
+    driver_pid: int = 0
 
     def where(self, key: Any = None) -> str:
         s = f"stage '{self.stage.name}' epoch {self.epoch}"
@@ -152,9 +157,29 @@ def _flow_iter(plan: TaskPlan, idx: int, texts: list[str], key: Any) -> Iterator
     return iter(recs)
 
 
+class IOFailure(Exception):
+    """Raised in a task that cannot write to the home; the driver turns it into :class:`cbp.errors.RuntimeStateError`."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(f"{IO_ERROR}<<{message}>>{IO_ERROR}")
+
+
+@contextmanager
+def _io_errors(plan: TaskPlan) -> Iterator[None]:
+    try:
+        yield
+    except OSError as e:  # a full or read-only home, a lost object store
+        raise IOFailure(f"{plan.where()}: cannot write to the home {plan.home.location}: {e}") from None
+
+
 # ------------------------------------------------------------------ grouped task (reduce side)
 def grouped_task(plan: TaskPlan, batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
     """One stage epoch on one partition (direct or black-box)."""
+    with _io_errors(plan):
+        yield from _grouped_task(plan, batches)
+
+
+def _grouped_task(plan: TaskPlan, batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
     from pyspark import TaskContext
 
     p = TaskContext.get().partitionId()
@@ -291,7 +316,9 @@ def grouped_task(plan: TaskPlan, batches: Iterable[pa.RecordBatch]) -> Iterator[
 
     result["state_adds"] = state_adds
     result["state_removes"] = state_removes
+    faults.task_point(plan.fault, "task:state-written", plan.driver_pid)
     result["outputs"] = _write_outputs(plan, p, calls.outputs)
+    faults.task_point(plan.fault, "task:outputs-written", plan.driver_pid)
     clock.lap("outputs")
     stats["seconds"] = clock.laps
     stats["keys"] = calls.calls
@@ -302,6 +329,11 @@ def grouped_task(plan: TaskPlan, batches: Iterable[pa.RecordBatch]) -> Iterator[
 
 def recordwise_task(plan: TaskPlan, flow_idx: int, batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
     """A record-wise stage (no state, RouteByRcd): translate each record alone, no shuffle."""
+    with _io_errors(plan):
+        yield from _recordwise_task(plan, flow_idx, batches)
+
+
+def _recordwise_task(plan: TaskPlan, flow_idx: int, batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
     from pyspark import TaskContext
 
     p = TaskContext.get().partitionId()
@@ -316,6 +348,7 @@ def recordwise_task(plan: TaskPlan, flow_idx: int, batches: Iterable[pa.RecordBa
             inputs[flow_idx] = iter((schema.from_storage(rec),))
             calls.call(None, empty, inputs)
     outputs = _write_outputs(plan, p * 1000 + flow_idx, calls.outputs)
+    faults.task_point(plan.fault, "task:outputs-written", plan.driver_pid)
     stats = {"in": n_in, "keys": calls.calls, "state_read": 0, "state_written": 0, "out": {f: len(v) for f, v in calls.outputs.items()}}
     yield pa.RecordBatch.from_pylist([{"meta": json.dumps({"part": p, "outputs": outputs, "stats": stats, "state_adds": [], "state_removes": []})}], schema=RESULT)
 

@@ -40,7 +40,7 @@ def count(key, state, words, out):
 def spark():
     from cbp.sparksession import get_spark
 
-    os.environ.setdefault("CBP_SPARK_MASTER", "local[2]")
+    os.environ.setdefault("CBP_SPARK_MASTER", "local[2,2]")  # 2 attempts per task, as in cbp's default
     session = get_spark()
     yield session
 
