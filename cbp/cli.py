@@ -41,6 +41,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("input_flow", metavar="INPUT_FLOW")
     p.add_argument("file", metavar="FILE.jsonl", nargs="?", help="one JSON object per line ('-' for stdin); optional with --close")
     p.add_argument("--close", action="store_true", help="close the flow's open frame: its increment becomes complete")
+    p.add_argument("--id", dest="feed_id", help="an id for this feed (e.g. the file's name): a feed with an id already landed lands nothing")
 
     p = sub.add_parser("run", help="run stage epochs until no stage is runnable")
     with_home(p)
@@ -111,7 +112,7 @@ def _dispatch(args: argparse.Namespace) -> int:
             incs = pipe.close(args.input_flow)
         else:
             src = "/dev/stdin" if args.file == "-" else args.file
-            incs = pipe.feed(args.input_flow, src, close=args.close)
+            incs = pipe.feed(args.input_flow, src, close=args.close, feed_id=args.feed_id)
         print(f"landed on '{args.input_flow}': increment(s) {', '.join(map(str, incs)) or 'none'}{' (closed)' if args.close else ''}")
         return 0
     if args.command == "run":

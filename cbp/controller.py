@@ -234,13 +234,16 @@ class Controller:
         for consumer in self.spec.flows[flow].consumers:
             self.st["connectors"][_conn(consumer, flow)].append(inc)
 
-    def feed(self, flow: str, records: list[dict[str, Any]] | pa.Table, *, close: bool = False) -> list[int]:
+    def feed(self, flow: str, records: list[dict[str, Any]] | pa.Table, *, close: bool = False,
+             feed_id: Optional[str] = None) -> list[int]:
         """Land validated records (dicts, or an Arrow table of the fields as stored) on external
         flow ``flow``; return the increment ids they went to.
 
         With the default framing, a feed is one increment. With ``frame_by``, consecutive records
         with the same framing key form an increment, which is complete once a record with another
         key arrives on the flow, or when ``close`` is given (the paper's missing punctuation).
+        A feed with a ``feed_id`` the flow has already landed lands nothing (a retried task, a
+        re-delivered file) and returns the first one's increment ids.
         """
         fl = self.spec.flow(flow)
         if not fl.external:
@@ -248,10 +251,16 @@ class Controller:
         data = records if isinstance(records, pa.Table) else fl.schema.to_arrow(records)
         with self._locked(), self._transaction():
             fs = self.st["flows"][flow]
+            seen = fs.setdefault("feed_ids", {})
+            if feed_id is not None and feed_id in seen:
+                self.notify(f"feed id '{feed_id}' already landed on '{flow}' as feed {seen[feed_id]['feed']}; nothing was landed")
+                return list(seen[feed_id]["incs"])
             fs["feeds"] += 1
             what = f"feed {fs['feeds']} of flow '{flow}'"
             commits, ids, written = self._land(flow, data, close=close, producer=f"feed:{fs['feeds']}", prior_frame=fs["feeds"],
                                                app=("cbp:feed", fs["feeds"]), what=what)
+            if feed_id is not None:
+                seen[feed_id] = {"feed": fs["feeds"], "incs": ids}
             faults.point("feed:written")
             self._commit("feed", what, commits, written=written)
         return ids

@@ -48,11 +48,12 @@ class Pipeline:
         self.home = Home(home or default_home(self.spec))
         self.controller = Controller(self.spec, self.home, mode=mode, spark=spark, **tuning)
 
-    def feed(self, flow: str, records: Records, *, close: bool = False) -> list[int]:
+    def feed(self, flow: str, records: Records, *, close: bool = False, feed_id: Optional[str] = None) -> list[int]:
         """Land one increment on external input flow ``flow``: a JSON-lines file or an iterable of dicts.
 
         Every record is checked against the flow's schema first; one bad record rejects the
         whole increment (:class:`cbp.errors.InputError` naming the line and field) and nothing lands.
+        ``feed_id`` makes the feed idempotent: a second feed with the same id lands nothing.
         """
         fl = self.spec.flow(flow)
         if not fl.external:
@@ -91,7 +92,7 @@ class Pipeline:
                 except RecordError as e:
                     raise InputError(f"record {n}: flow '{flow}': {e}; nothing was landed", code="bad-record") from None
         chunks.append(fl.schema.to_arrow(valid))
-        return self.controller.feed(flow, pa.concat_tables(chunks), close=close)
+        return self.controller.feed(flow, pa.concat_tables(chunks), close=close, feed_id=feed_id)
 
     def close(self, flow: str) -> list[int]:
         """Mark the open increment of a framed input flow complete (a punctuation)."""

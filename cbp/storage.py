@@ -56,6 +56,14 @@ class _ProcessLock:
         self.fd = -1
 
 
+def _open_lock_file(path: str, home: str) -> int:
+    try:
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        return os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    except OSError as e:
+        raise RuntimeStateError(f"cannot open the lock file {path} of the home {home}: {e.strerror}; is the home read-only or full?", code="io") from e
+
+
 _LOCKS: dict[str, _ProcessLock] = {}
 _LOCKS_GUARD = threading.Lock()
 
@@ -97,6 +105,28 @@ class Home:
 
     # ----------------------------------------------------------- plain files
     def write_bytes(self, rel: str, data: bytes) -> None:
+        """Replace a file atomically (temp file, then rename); on a local home also durably (fsync)."""
+        local = self.local_dir()
+        if local is not None:
+            path = os.path.join(local, rel)
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            tmp = f"{path}.tmp-{uuid.uuid4().hex[:8]}"
+            try:
+                with open(tmp, "wb") as f:
+                    f.write(data)
+                    f.flush()
+                    os.fsync(f.fileno())
+                os.replace(tmp, path)
+            except BaseException:
+                if os.path.exists(tmp):
+                    os.unlink(tmp)
+                raise
+            dfd = os.open(os.path.dirname(path), os.O_RDONLY)
+            try:
+                os.fsync(dfd)
+            finally:
+                os.close(dfd)
+            return
         path = self.path(rel)
         self.fs.create_dir(path.rsplit("/", 1)[0], recursive=True)
         tmp = f"{path}.tmp-{uuid.uuid4().hex[:8]}"
@@ -146,8 +176,7 @@ class Home:
             entry = _LOCKS.setdefault(path, _ProcessLock())
         with entry.mutex:
             if entry.depth == 0:
-                os.makedirs(os.path.dirname(path), exist_ok=True)
-                fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+                fd = _open_lock_file(path, self.location)
                 try:
                     try:
                         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -183,8 +212,7 @@ class Home:
             yield
             return
         path = os.path.join(local, "_cbp", "runner.lock")
-        os.makedirs(os.path.dirname(path), exist_ok=True)
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        fd = _open_lock_file(path, self.location)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:

@@ -1,0 +1,194 @@
+"""Crash-test harness: run a pipeline through the ``cbp`` command line, kill it with SIGKILL at
+chosen moments (see :mod:`cbp.faults`), restart it, and compare everything it produced with an
+uninterrupted run and with a from-scratch computation (networkx).
+
+Used by ``tests/test_crash.py`` (short, in CI) and ``bench/crash_recovery.py`` (long).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Optional
+
+import networkx as nx
+from deltalake import DeltaTable
+
+import cbp
+from cbp.bipindex import latest_rows
+
+YAML = Path(__file__).resolve().parent / "crash" / "components.yaml"
+STAGES = ("parse", "cc", "size")
+STATEFUL = ("cc", "size")
+
+#: Kill points spread over every phase of a feed, a stage epoch, a garbage collection and a
+#: recovery, in groups that must hit one operation in turn: (operation, [CBP_FAULT, ...]).
+#: ``<point>:<n>`` means the n-th time the process reaches the point (see cbp.faults).
+KILLS: list[tuple[str, list[str]]] = [
+    ("feed", ["kill:feed:written:1"]),              # increment files written, nothing pending yet
+    ("feed", ["kill:feed:pending:1"]),              # pending record written, no Delta commit
+    ("feed", ["kill:feed:committed:0:1",            # increment committed to Delta, snapshot not written
+              "kill:recover:snapshot:1"]),          # ... killed again while recovering it (a feed recovers too)
+    ("feed", ["kill:feed:snapshot:1"]),             # snapshot written, pending record not yet cleared
+    ("run", ["kill:epoch:intention:1",              # intention written, Spark job not started (parse)
+             "kill-driver:task:state-written:1",    # inside the Spark job: a task wrote its state files
+             "kill:epoch:ran:2",                    # Spark job done, nothing pending
+             "kill:gc:pending:1"]),                 # all epochs done; garbage collection pending
+    ("run", ["kill:epoch:pending:3",                # pending written, no Delta commit
+             "kill:recover:committed:0:1",          # killed again while recovering: first commit redone
+             "kill:recover:snapshot:1",             # ... and again after the recovered snapshot
+             "kill:epoch:committed:0:2",            # state committed, outputs not
+             "kill:gc:committed:0:1"]),             # garbage collection half committed
+    ("run", ["kill:epoch:committed:1:2",            # state + first output committed
+             "kill:epoch:committed:2:1",            # state + both outputs of cc committed, no snapshot
+             "kill-driver:task:outputs-written:1",  # inside the Spark job: outputs written
+             "kill:epoch:snapshot:3",               # snapshot written, intention/pending not cleared
+             "kill:gc:snapshot:1"]),                # garbage collection committed, not cleared
+    ("run", ["kill:epoch:intention:4",              # a later epoch of the cycle
+             "kill:epoch:ran:1",                    # an interrupted epoch ...
+             "kill:epoch:ran:1"]),                  # ... killed again while it is re-run
+]
+
+
+def increments(seed: int = 7, n: int = 6, nodes: int = 60, edges: int = 18) -> list[list[dict[str, str]]]:
+    """``n`` increments of random edges ("a b" lines) over ``nodes`` nodes."""
+    rng = random.Random(seed)
+    return [[{"text": f"{rng.randrange(nodes)} {rng.randrange(nodes)}"} for _ in range(edges)] for _ in range(n)]
+
+
+def operations(incs: list[list[dict[str, str]]]) -> list[tuple[str, int]]:
+    """feed 1, run, feed 2, run, ...: what a user (or Airflow) does."""
+    ops: list[tuple[str, int]] = []
+    for i in range(len(incs)):
+        ops += [("feed", i), ("run", i)]
+    return ops
+
+
+def cli(args: list[str], home: str, fault: Optional[str] = None, timeout: float = 900) -> subprocess.CompletedProcess[str]:
+    """``cbp <command> components.yaml --home <home> <args...>`` in a new process."""
+    env = dict(os.environ)
+    env.pop("CBP_FAULT", None)
+    if fault:
+        env["CBP_FAULT"] = fault
+    env.setdefault("CBP_SPARK_MASTER", "local[2,2]")
+    env["PYTHONPATH"] = os.pathsep.join([str(Path(__file__).resolve().parents[1]), env.get("PYTHONPATH", "")])
+    cmd = [sys.executable, "-m", "cbp.cli", args[0], str(YAML), "--home", home, *args[1:]]
+    return subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=timeout)
+
+
+@dataclass
+class Attempt:
+    op: str
+    index: int
+    fault: Optional[str]
+    returncode: int
+    seconds: float
+    stderr: str
+    stdout: str
+
+
+@dataclass
+class VictimLog:
+    attempts: list[Attempt] = field(default_factory=list)
+
+    def killed(self) -> list[Attempt]:
+        return [a for a in self.attempts if a.fault]
+
+
+def run_victim(home: str, incs: list[list[dict[str, str]]], plan: dict[int, list[str]], workdir: Path,
+               status_after_kill: bool = False) -> VictimLog:
+    """Do the operations through the CLI; before operation ``i`` succeeds, kill it once per fault in ``plan[i]``.
+
+    Every faulted attempt must be killed (SIGKILL): a fault that is not reached fails the harness.
+    """
+    log = VictimLog()
+    for i, (op, k) in enumerate(operations(incs)):
+        if op == "feed":
+            src = workdir / f"inc{k}.jsonl"
+            src.write_text("".join(json.dumps(r) + "\n" for r in incs[k]))
+            args = ["feed", "lines", str(src), "--id", f"inc{k}"]
+        else:
+            args = ["run"]
+        for fault in plan.get(i, []) + [None]:  # type: ignore[operator]
+            t0 = time.perf_counter()
+            r = cli(args, home, fault)
+            a = Attempt(op, i, fault, r.returncode, time.perf_counter() - t0, r.stderr, r.stdout)
+            log.attempts.append(a)
+            if fault and r.returncode != -9:
+                raise AssertionError(f"operation {i} ({op}) with CBP_FAULT={fault} was not killed (exit {r.returncode}):\n{r.stderr[-3000:]}")
+            if not fault and r.returncode != 0:
+                raise AssertionError(f"operation {i} ({op}) failed after recovery (exit {r.returncode}):\n{r.stderr[-3000:]}")
+            if fault and status_after_kill:
+                st = cli(["status"], home)
+                a.stdout += "\n[status]\n" + st.stdout
+    return log
+
+
+def run_reference(home: str, incs: list[list[dict[str, str]]], spark: Any = None) -> None:
+    """The same operations, uninterrupted, in this process."""
+    p = cbp.load(YAML, home=home, spark=spark)
+    for k, inc in enumerate(incs):
+        p.feed("lines", inc, feed_id=f"inc{k}")
+        p.run()
+
+
+def _canon(records: list[dict[str, Any]]) -> list[str]:
+    return sorted(json.dumps(r, sort_keys=True) for r in records)
+
+
+def results(home: str, spark: Any = None) -> dict[str, Any]:
+    """Everything a run produced: epochs with their inputs and outputs, every output increment's
+    records, the state through cbp and through a plain Delta reader, and leftovers of recovery."""
+    p = cbp.load(YAML, home=home, spark=spark)
+    st = p.controller.st
+    out: dict[str, Any] = {"epochs": {}, "outputs": {}, "state": {}, "delta_state": {}}
+    for s in STAGES:
+        sst = st["stages"][s]
+        out["epochs"][s] = {e: {"inputs": h["inputs"], "outputs": h["outputs"]} for e, h in sorted(sst["history"].items(), key=lambda x: int(x[0]))}
+        for e in range(1, sst["epoch"] + 1):
+            for f in p.spec.stages[s].outputs:
+                out["outputs"][f"{f}@{s}:{e}"] = _canon(p.output(f, epoch=e))
+    for s in STATEFUL:
+        out["state"][s] = _canon(p.state(s))
+        rows = latest_rows(DeltaTable(os.path.join(home, "stages", s, "state")).to_pyarrow_table())
+        fields = list(p.spec.stages[s].state_schema.fields)  # type: ignore[union-attr]
+        out["delta_state"][s] = _canon(rows.select(fields).to_pylist())
+    out["leftovers"] = {"pending": p.home.pending() is not None, "intentions": sorted(p.home.intentions())}
+    return out
+
+
+def expected(incs: list[list[dict[str, str]]]) -> dict[str, list[str]]:
+    """From scratch with networkx: each node's label is its component's smallest node; sizes per label."""
+    g = nx.Graph()
+    for inc in incs:
+        for r in inc:
+            a, b = map(int, r["text"].split())
+            g.add_edge(a, b)
+    cc, size = [], []
+    for comp in nx.connected_components(g):
+        label = min(comp)
+        size.append({"label": label, "size": len(comp)})
+        cc += [{"node": n, "label": label, "nbrs": sorted(set(g.neighbors(n)) - {n})} for n in comp]
+    return {"cc": _canon(cc), "size": _canon(size)}
+
+
+def plan_chained(ops: int, kills: list[tuple[str, list[str]]]) -> dict[int, list[str]]:
+    """Spread the groups of kills evenly over the operations of their kind, in order."""
+    slots = {"feed": [i for i in range(ops) if i % 2 == 0], "run": [i for i in range(ops) if i % 2 == 1]}
+    groups = {kind: [g for k, g in kills if k == kind] for kind in slots}
+    plan: dict[int, list[str]] = {}
+    for kind, gs in groups.items():
+        for n, g in enumerate(gs):
+            i = slots[kind][n * len(slots[kind]) // len(gs)]
+            plan.setdefault(i, []).extend(g)
+    return plan
+
+
+def kill_count(kills: list[tuple[str, list[str]]]) -> int:
+    return sum(len(g) for _, g in kills)
