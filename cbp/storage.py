@@ -229,7 +229,10 @@ class Home:
             if stale is not None and took_over is not None:
                 took_over(stale)
             me = {"pid": os.getpid(), "host": socket.gethostname(), "started": time.time(), "command": command}
-            self.write_bytes(_RUNNER, json.dumps(me).encode())
+            try:
+                self.write_bytes(_RUNNER, json.dumps(me).encode())
+            except OSError as e:
+                raise RuntimeStateError(f"cannot write {self.uri(_RUNNER)}: {e.strerror}; is the home read-only or full?", code="io") from e
             try:
                 yield
             finally:
