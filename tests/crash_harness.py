@@ -71,15 +71,27 @@ def operations(incs: list[list[dict[str, str]]]) -> list[tuple[str, int]]:
 
 
 def cli(args: list[str], home: str, fault: Optional[str] = None, timeout: float = 900) -> subprocess.CompletedProcess[str]:
-    """``cbp <command> components.yaml --home <home> <args...>`` in a new process."""
+    """``cbp <command> components.yaml --home <home> <args...>`` in a new process.
+
+    ``fault`` is a ``CBP_FAULT`` value, or ``after:<seconds>`` for a SIGKILL from outside after
+    that long (if the process is still running then).
+    """
     env = dict(os.environ)
     env.pop("CBP_FAULT", None)
-    if fault:
+    if fault and not fault.startswith("after:"):
         env["CBP_FAULT"] = fault
     env.setdefault("CBP_SPARK_MASTER", "local[2,2]")
     env["PYTHONPATH"] = os.pathsep.join([str(Path(__file__).resolve().parents[1]), env.get("PYTHONPATH", "")])
     cmd = [sys.executable, "-m", "cbp.cli", args[0], str(YAML), "--home", home, *args[1:]]
-    return subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=timeout)
+    if not (fault and fault.startswith("after:")):
+        return subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=timeout)
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    try:
+        out, err = proc.communicate(timeout=float(fault.split(":", 1)[1]))
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        out, err = proc.communicate()
+    return subprocess.CompletedProcess(cmd, proc.returncode, out, err)
 
 
 @dataclass
@@ -120,6 +132,13 @@ def run_victim(home: str, incs: list[list[dict[str, str]]], plan: dict[int, list
             r = cli(args, home, fault)
             a = Attempt(op, i, fault, r.returncode, time.perf_counter() - t0, r.stderr, r.stdout)
             log.attempts.append(a)
+            if fault and fault.startswith("after:"):
+                if r.returncode not in (0, -9):
+                    raise AssertionError(f"operation {i} ({op}) failed (exit {r.returncode}):\n{r.stderr[-3000:]}")
+                a.fault = fault if r.returncode == -9 else None  # it may have finished before the timer
+                if r.returncode == 0:
+                    break
+                continue
             if fault and r.returncode != -9:
                 raise AssertionError(f"operation {i} ({op}) with CBP_FAULT={fault} was not killed (exit {r.returncode}):\n{r.stderr[-3000:]}")
             if not fault and r.returncode != 0:
