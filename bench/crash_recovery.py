@@ -34,7 +34,6 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
 
 BENCH = Path(__file__).resolve().parent
 ROOT = BENCH.parent

@@ -9,7 +9,7 @@ translators as plain Python functions ``translate(key, state, *inputs, out)``.
 """
 
 from .controller import EpochReport
-from .errors import CbpError, InputError, RuntimeStateError, SpecError, UsageError, UserCodeError
+from .errors import BusyError, CbpError, InputError, RuntimeStateError, SpecError, UsageError, UserCodeError
 from .model import Emitter, Writer, runnable_all, runnable_any
 from .pipeline import Pipeline, load
 from .spec import PipelineSpec, load_spec
@@ -17,6 +17,6 @@ from .spec import PipelineSpec, load_spec
 __all__ = [
     "load", "Pipeline", "load_spec", "PipelineSpec", "EpochReport",
     "Emitter", "Writer", "runnable_all", "runnable_any",
-    "CbpError", "SpecError", "InputError", "UsageError", "UserCodeError", "RuntimeStateError",
+    "CbpError", "SpecError", "InputError", "UsageError", "UserCodeError", "RuntimeStateError", "BusyError",
 ]
 __version__ = "0.1.0"

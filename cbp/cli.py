@@ -138,7 +138,8 @@ def _dispatch(args: argparse.Namespace) -> int:
             r = st["runner"]
             print(f"  a cbp run is working on this home: pid {r.get('pid')} on {r.get('host')} ({r.get('command')})")
         for it in st["interrupted"]:
-            head = f"interrupted commit of {it['what']}" if it["kind"] == "commit" else f"interrupted: stage '{it['stage']}' epoch {it['epoch']}"
+            verb = "under way" if st["runner"] else "interrupted"
+            head = f"{verb} commit of {it['what']}" if it["kind"] == "commit" else f"{verb}: stage '{it['stage']}' epoch {it['epoch']}"
             print(f"  {head}; {it['recovery']}")
         for name, s in st["stages"].items():
             print(f"  stage {name:<16} epochs {s['epochs']:>5}  runnable {s['runnable']}")

@@ -30,7 +30,7 @@ import sys
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterator, Optional
+from typing import Any, Callable, Iterator, Optional, Sequence
 
 import numpy as np
 import pyarrow as pa
@@ -289,7 +289,7 @@ class Controller:
 
     # ------------------------------------------------------------------ durable commits
     def _commit(self, kind: str, what: str, commits: list[dict[str, Any]], *, stage: Optional[str] = None,
-                cleanup: list[str] = (), written: list[str] = ()) -> None:  # type: ignore[assignment]
+                cleanup: Sequence[str] = (), written: Sequence[str] = ()) -> None:
         """Make the change in ``self.st`` durable, with the Delta ``commits`` it needs, all or nothing.
 
         Each commit is ``{"table", "partition_by", "adds", "removes", "app", "version", "targets"}``:
@@ -906,5 +906,9 @@ class Controller:
                 runnable = f"error: {e}"
             stages[s] = {"epochs": self.st["stages"][s]["epoch"], "connectors": conns, "runnable": runnable}
         runner = self.home.runner_info() if self.home.runner_active() else None
+        interrupted = self.interrupted()
+        if runner is not None:  # what a live runner has under way is not interrupted
+            for it in interrupted:
+                it["recovery"] = "under way in the running cbp run"
         return {"pipeline": self.spec.name, "home": self.home.location, "mode": self.mode, "stages": stages,
-                "runner": runner, "interrupted": self.interrupted()}
+                "runner": runner, "interrupted": interrupted}
