@@ -51,7 +51,17 @@ def _wait_for(proc: subprocess.Popen, text: str, timeout: float = 120) -> str:
 
 
 def test_second_runner_is_refused_and_a_killed_ones_lock_is_taken_over(spark, make_pipeline, tmp_path):
-    path = str(make_pipeline(WORD_COUNT, WORD_COUNT_MODULE.replace("SLEEP = 0.0", "SLEEP = 1.0")))
+    gate = tmp_path / "gate"  # the translator waits for this file: the first runner is surely mid-epoch when killed
+    module = WORD_COUNT_MODULE + f"""
+import os as _os
+
+def count(key, state, words, out):
+    while not _os.path.exists({str(gate)!r}):
+        time.sleep(0.05)
+    prev = next(state, None)
+    out.state.write({{"w": key, "n": sum(1 for _ in words) + (prev["n"] if prev else 0)}})
+"""
+    path = str(make_pipeline(WORD_COUNT, module))
     home = str(tmp_path / "h")
     assert _cli("feed", path, "--home", home, "words", _words(tmp_path, "a.jsonl", ["a", "b", "c", "a"])).returncode == 0
     first = _cli("run", path, "--home", home, wait=False)
@@ -64,10 +74,10 @@ def test_second_runner_is_refused_and_a_killed_ones_lock_is_taken_over(spark, ma
         cbp.load(path, home=home, spark=spark).run()
     status = _cli("status", path, "--home", home)
     assert f"a cbp run is working on this home: pid {first.pid}" in status.stdout
-    # feeds still land while it runs
-    assert _cli("feed", path, "--home", home, "words", _words(tmp_path, "b.jsonl", ["b"])).returncode == 0
     first.send_signal(signal.SIGKILL)  # killed while holding the lock, mid-epoch
     first.wait()
+    gate.touch()
+    assert _cli("feed", path, "--home", home, "words", _words(tmp_path, "b.jsonl", ["b"])).returncode == 0
     third = _cli("run", path, "--home", home)
     assert third.returncode == 0, third.stderr
     assert f"took over the home from a cbp run that was killed (pid {first.pid}" in third.stderr
