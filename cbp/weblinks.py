@@ -1,0 +1,112 @@
+"""Links of a web page, and the URL rules of the crawl queue (paper 001, Fig. 1).
+
+These functions are the contract of ``flows/crawl_queue.yaml``: the pipeline's ``extract_links``
+stage, the crawler and the from-scratch reference all use them, so "a link" means the same
+thing everywhere.
+
+    >>> page_links("http://Ex.org/a/b.html", '<a href="../c.html#s">c</a><a href="mailto:x@y">m</a>'
+    ...            '<a href="b.html">self</a><a href="/c.html">again</a><a href="HTTPS://EX.ORG:8443/d?q=1&amp;r=2">d</a>')
+    ['http://ex.org/c.html', 'https://ex.org:8443/d?q=1&r=2']
+    >>> site_of("https://ex.org:8443/d?q=1")
+    'https://ex.org:8443'
+
+HTML is parsed with lexbor (through ``selectolax``), an HTML5 parser that accepts any input:
+invalid markup, unclosed tags, binary junk. Pages larger than ``max_chars`` are parsed only up
+to that many characters.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Optional
+from urllib.parse import quote, urldefrag, urljoin, urlsplit, urlunsplit
+
+__all__ = ["page_links", "normalize_url", "site_of", "MAX_PAGE_CHARS"]
+
+MAX_PAGE_CHARS = 8 * 1024 * 1024  # characters of a page that are parsed; the rest is ignored
+
+_STRIP = re.compile(r"[\t\n\r]")  # removed anywhere in a URL, as browsers do (WHATWG URL parser)
+_HOST = re.compile(r"^(?:[a-z0-9_~!$&'()*+,;=%-]+(?:\.[a-z0-9_~!$&'()*+,;=%-]+)*\.?|\[[0-9a-f:.]+\])$")
+_SAFE = "/%:@!$&'()*+,;=-._~?"  # characters kept as they are in paths and queries; others are %-encoded
+
+
+def normalize_url(url: str, base: Optional[str] = None) -> Optional[str]:
+    """The absolute form of ``url`` (resolved against ``base``) that the crawl queue uses, or None.
+
+    Fragment removed, scheme and host lower-cased, default ports dropped, spaces and non-ASCII
+    characters of the path and query %-encoded; None unless it is a well-formed ``http``/``https`` URL.
+
+        >>> normalize_url("../x y.html#top", "HTTP://Host.ORG:80/a/b/")
+        'http://host.org/a/x%20y.html'
+        >>> normalize_url("javascript:void(0)", "http://h/") is None, normalize_url("http://[::1", "http://h/") is None
+        (True, True)
+    """
+    url = _STRIP.sub("", url).strip(" \x00\x0b\x0c")
+    try:
+        absolute = urljoin(base, url) if base is not None else url
+        absolute = urldefrag(absolute)[0]
+        parts = urlsplit(absolute)
+        scheme = parts.scheme.lower()
+        if scheme not in ("http", "https"):
+            return None
+        host = parts.hostname  # lower-cased by urlsplit
+        port = parts.port  # raises ValueError for a port that is not a number in range
+    except ValueError:
+        return None
+    if not host or not _HOST.match(host):
+        return None
+    if ":" in host:
+        host = f"[{host}]"
+    if port is not None and port != (80 if scheme == "http" else 443):
+        host = f"{host}:{port}"
+    path = quote(parts.path or "/", safe=_SAFE)
+    query = quote(parts.query, safe=_SAFE)
+    return urlunsplit((scheme, host, path, query, ""))
+
+
+def site_of(url: str) -> str:
+    """``scheme://host[:port]`` of a normalized URL (``""`` for a string that is not a URL).
+
+        >>> site_of("http://python3.11-doc/usr/share/doc/index.html")
+        'http://python3.11-doc'
+    """
+    scheme, sep, rest = url.partition("://")
+    if not sep:
+        return ""
+    return f"{scheme}://{rest.split('/', 1)[0].split('?', 1)[0]}"
+
+
+def page_links(url: str, html: str, max_chars: int = MAX_PAGE_CHARS) -> list[str]:
+    """Distinct normalized targets of a page's ``<a href>`` links, in document order, without the page itself.
+
+    A page whose own URL is not a well-formed http(s) URL has no links (relative links could not
+    be resolved). Never raises for any ``html`` string.
+
+        >>> page_links("http://h/", "<p>no links</p>"), page_links("not a url", '<a href="http://h/">x</a>')
+        ([], [])
+    """
+    from selectolax.lexbor import LexborHTMLParser
+
+    src = normalize_url(url)
+    if src is None or not html:
+        return []
+    if len(html) > max_chars:
+        html = html[:max_chars]
+    if "\x00" in html:
+        html = html.replace("\x00", "\ufffd")  # as the HTML5 tokenizer would; lexbor's C strings stop at NUL
+    tree = LexborHTMLParser(html)
+    base = src
+    node = tree.css_first("base[href]")  # <base href> changes what relative links resolve against
+    if node is not None and node.attributes.get("href"):
+        base = normalize_url(node.attributes["href"] or "", src) or src
+    seen: set[str] = {src}
+    out: list[str] = []
+    for node in tree.css("a[href]"):
+        href = node.attributes.get("href")
+        if not href:
+            continue
+        dst = normalize_url(href, base)
+        if dst is not None and dst not in seen:
+            seen.add(dst)
+            out.append(dst)
+    return out
