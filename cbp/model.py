@@ -93,7 +93,8 @@ class Writer:
 class Emitter:
     """The ``out`` argument of a translator: one :class:`Writer` per output flow, ``state`` for state.
 
-    Also carries ``stage``, ``epoch`` and the stage's ``params`` from the YAML.
+    Also carries ``stage``, ``epoch``, the stage's ``params`` from the YAML, and ``has_state``
+    (whether the stage keeps state, so one translator can serve a stateful and a stateless variant).
 
         >>> seen = []
         >>> out = Emitter("s", 1, {}, ["counts"], True, lambda f, r: seen.append((f, r)))
@@ -114,6 +115,7 @@ class Emitter:
         self.stage = stage
         self.epoch = epoch
         self.params = dict(params)
+        self.has_state = has_state
         self._writers = {f: Writer(f, sink) for f in outputs}
         if has_state:
             self._writers["state"] = Writer("state", sink)

@@ -17,6 +17,7 @@ to that many characters.
 
 from __future__ import annotations
 
+import ipaddress
 import re
 from typing import Optional
 from urllib.parse import quote, urldefrag, urljoin, urlsplit, urlunsplit
@@ -26,7 +27,8 @@ __all__ = ["page_links", "normalize_url", "site_of", "MAX_PAGE_CHARS"]
 MAX_PAGE_CHARS = 8 * 1024 * 1024  # characters of a page that are parsed; the rest is ignored
 
 _STRIP = re.compile(r"[\t\n\r]")  # removed anywhere in a URL, as browsers do (WHATWG URL parser)
-_HOST = re.compile(r"^(?:[a-z0-9_~!$&'()*+,;=%-]+(?:\.[a-z0-9_~!$&'()*+,;=%-]+)*\.?|\[[0-9a-f:.]+\])$")
+_HOST = re.compile(r"^(?:[a-z0-9_~!$&'()*+,;=%-]+(?:\.[a-z0-9_~!$&'()*+,;=%-]+)*\.?)$")
+_ABSOLUTE = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")  # "http:///x" is a malformed absolute URL, not a relative one
 _SAFE = "/%:@!$&'()*+,;=-._~?"  # characters kept as they are in paths and queries; others are %-encoded
 
 
@@ -43,7 +45,7 @@ def normalize_url(url: str, base: Optional[str] = None) -> Optional[str]:
     """
     url = _STRIP.sub("", url).strip(" \x00\x0b\x0c")
     try:
-        absolute = urljoin(base, url) if base is not None else url
+        absolute = urljoin(base, url) if base is not None and not _ABSOLUTE.match(url) else url
         absolute = urldefrag(absolute)[0]
         parts = urlsplit(absolute)
         scheme = parts.scheme.lower()
@@ -53,15 +55,34 @@ def normalize_url(url: str, base: Optional[str] = None) -> Optional[str]:
         port = parts.port  # raises ValueError for a port that is not a number in range
     except ValueError:
         return None
-    if not host or not _HOST.match(host):
+    if host and ":" in host:  # an IPv6 literal, written in brackets
+        try:
+            host = f"[{ipaddress.IPv6Address(host).compressed}]"
+        except ValueError:
+            return None
+    elif not host or not _HOST.match(host):
         return None
-    if ":" in host:
-        host = f"[{host}]"
     if port is not None and port != (80 if scheme == "http" else 443):
         host = f"{host}:{port}"
-    path = quote(parts.path or "/", safe=_SAFE)
+    path = quote(_remove_dot_segments(parts.path or "/"), safe=_SAFE)
     query = quote(parts.query, safe=_SAFE)
     return urlunsplit((scheme, host, path, query, ""))
+
+
+def _remove_dot_segments(path: str) -> str:
+    """RFC 3986 §5.2.4: ``/a/./b/../c`` -> ``/a/c`` (urljoin does it only for relative links)."""
+    segs = path.split("/")
+    out: list[str] = []
+    for i, seg in enumerate(segs):
+        last = i == len(segs) - 1
+        if seg in (".", ".."):
+            if seg == ".." and len(out) > 1:
+                out.pop()
+            if last:
+                out.append("")
+            continue
+        out.append(seg)
+    return "/".join(out)
 
 
 def site_of(url: str) -> str:

@@ -29,7 +29,8 @@ def count_links(key, state, links, out):
     kind, name = key
     prev = next(state, None)
     n = (prev["inlinks"] if prev else 0) + sum(1 for _ in links)
-    out.state.write({"kind": kind, "name": name, "inlinks": n})
+    if out.has_state:  # the landmark variant keeps no state
+        out.state.write({"kind": kind, "name": name, "inlinks": n})
     if kind == "url":
         out.url_counts.write({"url": name, "inlinks": n})
     else:
@@ -73,6 +74,8 @@ def merge(site, state, url_counts, site_counts, pages, out):
             out.candidates.write({"url": r["url"], "inlinks": r["inlinks"], "site_inlinks": new_site_in,
                                   "prev_inlinks": r["sent_inlinks"], "prev_site_inlinks": r["sent_site"]})
             r["sent_inlinks"], r["sent_site"] = r["inlinks"], new_site_in
+    if not out.has_state:  # the landmark variant keeps no state
+        return
     out.state.write({"url": None, "inlinks": new_site_in, "crawled": False, "sent_inlinks": None, "sent_site": None})
     for u in sorted(urls):
         out.state.write(urls[u])
