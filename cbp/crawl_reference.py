@@ -13,7 +13,7 @@ Given every page crawled so far, the queue is every URL that is not crawled and 
 from __future__ import annotations
 
 import math
-from typing import Any, Iterable, Mapping
+from typing import Any, Iterable, Mapping, Optional
 
 import pandas as pd
 
@@ -22,14 +22,23 @@ from .weblinks import normalize_url, page_links, site_of
 __all__ = ["queue_from_scratch", "counts_from_scratch"]
 
 
-def counts_from_scratch(pages: Iterable[Mapping[str, Any]]) -> tuple[pd.Series, pd.Series, set[str]]:
-    """In-links per URL, in-links per site, and the crawled URLs."""
+def counts_from_scratch(pages: Iterable[Mapping[str, Any]], cache: Optional[dict[str, list[str]]] = None) -> tuple[pd.Series, pd.Series, set[str]]:
+    """In-links per URL, in-links per site, and the crawled URLs.
+
+    ``cache`` (url -> links) saves re-parsing pages when this is called again on more pages.
+    """
     crawled: set[str] = set()
     src, dst = [], []
     for p in pages:
         u = normalize_url(p["url"]) or p["url"]
         crawled.add(u)
-        for d in page_links(u, p["html"]):
+        if cache is None:
+            found = page_links(u, p["html"])
+        elif u in cache:
+            found = cache[u]
+        else:
+            found = cache[u] = page_links(u, p["html"])
+        for d in found:
             src.append(u)
             dst.append(d)
     links = pd.DataFrame({"src": src, "dst": dst}, dtype=object)
@@ -39,9 +48,10 @@ def counts_from_scratch(pages: Iterable[Mapping[str, Any]]) -> tuple[pd.Series, 
     return url_in, site_in, crawled
 
 
-def queue_from_scratch(pages: Iterable[Mapping[str, Any]], threshold: float = 3.0) -> dict[str, float]:
+def queue_from_scratch(pages: Iterable[Mapping[str, Any]], threshold: float = 3.0,
+                       cache: Optional[dict[str, list[str]]] = None) -> dict[str, float]:
     """``{url: score}`` of every not-yet-crawled URL whose score is at least ``threshold``."""
-    url_in, site_in, crawled = counts_from_scratch(pages)
+    url_in, site_in, crawled = counts_from_scratch(pages, cache)
     out = {}
     for url, n in url_in.items():
         if url in crawled:
