@@ -197,7 +197,7 @@ def write(rows: list[dict[str, Any]], args: argparse.Namespace, n_html: int, see
                      f"{r['landmark']:.1f} | {cum['direct']:.0f} | {cum['blackbox']:.0f} | {cum['landmark']:.0f} |")
     summary = {}
     if len(rows) >= 2:
-        full = [r for r in rows if r["pages"] == args.pages] or rows
+        full = [r for r in rows if r["pages"] >= 0.5 * args.pages] or rows  # the crawl's tail is smaller
         summary = {
             "direct_last_over_second": round(rows[-1]["direct"] / rows[1]["direct"], 2),
             "direct_last_full_over_second": round(full[-1]["direct"] / rows[1]["direct"], 2),
