@@ -129,7 +129,7 @@ def _outputs(spec: PipelineSpec) -> list[str]:
 def land_inbox(yaml_path: str, home: str, inbox: str, flows: list[str]) -> dict[str, list[str]]:
     """Land every ``<inbox>/<flow>/*.jsonl`` once, then move it to ``landed/``; returns the files per flow."""
     from .pipeline import Pipeline
-    from .triggers import inbox_files
+    from .triggers import announce_landed, inbox_files
 
     landed: dict[str, list[str]] = {}
     pipe: Optional[Pipeline] = None
@@ -142,6 +142,8 @@ def land_inbox(yaml_path: str, home: str, inbox: str, flows: list[str]) -> dict[
             os.makedirs(os.path.join(d, "landed"), exist_ok=True)
             shutil.move(src, os.path.join(d, "landed", name))
             landed.setdefault(flow, []).append(name)
+        if flow in landed:  # the watcher announced these files already: their feeds are not news
+            announce_landed(home, flow, landed[flow], len(landed[flow]))
     return landed
 
 

@@ -25,7 +25,7 @@ from typing import Any, AsyncIterator, Optional
 
 from airflow.triggers.base import BaseEventTrigger, TriggerEvent
 
-__all__ = ["IncrementLanded", "landed_feeds", "inbox_files"]
+__all__ = ["IncrementLanded", "landed_feeds", "inbox_files", "announce_landed"]
 
 
 def landed_feeds(home: str, flow: str) -> int:
@@ -45,6 +45,37 @@ def inbox_files(inbox: Optional[str]) -> list[str]:
     return sorted(f for f in os.listdir(inbox) if f.endswith(".jsonl") and os.path.isfile(os.path.join(inbox, f)))
 
 
+def _announced_path(home: str, flow: str) -> str:
+    return os.path.join(home, "_airflow", "announced", f"{flow}.json")
+
+
+def _read_announced(home: str, flow: str) -> dict[str, Any]:
+    try:
+        with open(_announced_path(home, flow)) as fh:
+            return json.load(fh)
+    except (OSError, ValueError):
+        return {"feeds": 0, "inbox": []}
+
+
+def _write_announced(home: str, flow: str, seen: dict[str, Any]) -> None:
+    path = _announced_path(home, flow)
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    tmp = f"{path}.tmp-{os.getpid()}"
+    with open(tmp, "w") as fh:
+        json.dump(seen, fh)
+    os.replace(tmp, path)
+
+
+def announce_landed(home: str, flow: str, files: list[str], feeds: int) -> None:
+    """Record that announced inbox ``files`` were landed as ``feeds`` feeds, so they are not announced again."""
+    seen = _read_announced(home, flow)
+    done = [f for f in files if f in seen["inbox"]]
+    if done:
+        seen["inbox"] = [f for f in seen["inbox"] if f not in done]
+        seen["feeds"] += min(feeds, len(done))
+        _write_announced(home, flow, seen)
+
+
 class IncrementLanded(BaseEventTrigger):
     """Fires once per batch of new feeds (or inbox files) of ``flow`` in ``home``; see the module docstring."""
 
@@ -59,27 +90,15 @@ class IncrementLanded(BaseEventTrigger):
         return ("cbp.triggers.IncrementLanded",
                 {"home": self.home, "flow": self.flow, "inbox": self.inbox, "poke_interval": self.poke_interval})
 
-    def _announced_path(self) -> str:
-        return os.path.join(self.home, "_airflow", "announced", f"{self.flow}.json")
-
     def check(self) -> Optional[dict[str, Any]]:
         """The event to send now (and remember as announced), or None if nothing new landed."""
-        path = self._announced_path()
-        try:
-            with open(path) as fh:
-                seen = json.load(fh)
-        except (OSError, ValueError):
-            seen = {"feeds": 0, "inbox": []}
+        seen = _read_announced(self.home, self.flow)
         feeds = landed_feeds(self.home, self.flow)
         waiting = inbox_files(self.inbox)
         new_files = [f for f in waiting if f not in seen["inbox"]]
         if feeds <= seen["feeds"] and not new_files:
             return None
-        os.makedirs(os.path.dirname(path), exist_ok=True)
-        tmp = f"{path}.tmp"
-        with open(tmp, "w") as fh:
-            json.dump({"feeds": max(feeds, seen["feeds"]), "inbox": waiting}, fh)
-        os.replace(tmp, path)
+        _write_announced(self.home, self.flow, {"feeds": max(feeds, seen["feeds"]), "inbox": waiting})
         return {"flow": self.flow, "feeds": feeds, "new_feeds": max(0, feeds - seen["feeds"]), "inbox_files": new_files}
 
     async def run(self) -> AsyncIterator[TriggerEvent]:

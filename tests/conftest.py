@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import sys
+import tempfile
 import textwrap
 from pathlib import Path
 
@@ -11,6 +12,16 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 FLOWS = ROOT / "flows"
+
+# Airflow (imported by cbp.triggers / cbp.dagfactory, also while collecting doctests) reads its
+# configuration once, at import: point it at a throw-away home before anything imports it, so
+# tests never touch a user's ~/airflow. tests/test_airflow.py creates the database there.
+AIRFLOW_HOME = tempfile.mkdtemp(prefix="cbp-test-airflow-")
+os.environ["AIRFLOW_HOME"] = AIRFLOW_HOME
+os.environ["AIRFLOW__CORE__LOAD_EXAMPLES"] = "False"
+os.environ["AIRFLOW__CORE__DAGS_FOLDER"] = str(ROOT / "dags")
+os.environ["AIRFLOW__CORE__UNIT_TEST_MODE"] = "False"
+os.environ["CBP_DAGS_CONFIG"] = os.path.join(AIRFLOW_HOME, "cbp.yaml")  # written by tests/test_airflow.py
 
 # A minimal stateful pipeline (word -> count) for tests that are about cbp, not about the pipeline.
 WORD_COUNT = """
