@@ -171,7 +171,8 @@ def test_crawl_loop_equals_from_scratch_after_every_round(spark, site, tmp_path,
     ever: dict[str, float] = {}
     crawled: list[dict] = []
     rounds = 0
-    for rounds in range(1, 6 if mode == "direct" else 4):
+    for _ in range(5 if mode == "direct" else 3):
+        rounds += 1
         before = p.status()["stages"]["threshold"]["epochs"]
         rep = c.round(seeds=[seed])
         crawled += [{"url": u, "html": c.fetch(u).html} for u in rep.landed]
