@@ -182,7 +182,7 @@ def watch(args, env, airflow, proc, home, yaml, corpus, work) -> int:
         if time.time() - last_change > args.idle:
             log(f"nothing happened for {args.idle:.0f}s; stopping (see {work / 'standalone.log'})")
             return 1
-    log(f"watched {shown} pipeline runs and {seen_rounds} crawl rounds in {time.time() - last_change + 0:.0f}s since the last change; "
+    log(f"watched {shown} pipeline runs and {seen_rounds} crawl rounds in {time.time() - t0:.0f}s; "
         f"queue {'always equal to' if not failures else 'DIFFERED from'} the from-scratch computation")
     return 1 if failures else 0
 
