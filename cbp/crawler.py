@@ -16,8 +16,9 @@ the corpus keep their real URLs and are simply unfetchable.
     'crawl round 1: 0 new in queue, fetched 1 of 1 (0 failed); 0 left in the frontier'
     >>> p.run()                                                                       # doctest: +SKIP
 
-The crawler's position (rounds done, queue epochs consumed, frontier, fetched and failed URLs)
-is ``<home>/_crawler/state.json``. A round first records what it will fetch, then lands the
+The crawler's position (rounds done, queue epochs consumed, frontier, fetched and failed URLs,
+and a log of the rounds: which queue epochs each one had read, what it landed as which feed) is
+``<home>/_crawler/state.json``. A round first records what it will fetch, then lands the
 pages with the feed id ``crawl:<round>``: a round killed half way is redone identically by the
 next call and lands once.
 """
@@ -27,6 +28,7 @@ from __future__ import annotations
 import codecs
 import os
 import re
+import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Iterable, Iterator, Optional
@@ -197,7 +199,7 @@ class Crawler:
     def state(self) -> dict[str, Any]:
         """The crawler's position: rounds, queue epochs consumed, frontier, fetched and failed URLs."""
         st = self.p.home.read_json(_STATE)
-        return st or {"round": 0, "cursor": 0, "frontier": {}, "fetched": [], "failed": {}, "doing": None}
+        return st or {"round": 0, "cursor": 0, "frontier": {}, "fetched": [], "failed": {}, "doing": None, "rounds": []}
 
     def _save(self, st: dict[str, Any]) -> None:
         self.p.home.write_json(_STATE, st)
@@ -283,8 +285,12 @@ class Crawler:
             st["fetched"] = st["fetched"] + rep.landed
             st["failed"] = {**st["failed"], **rep.failed}
             st["doing"] = None
-            self._save(st)
             rep.frontier = len(st["frontier"])
+            st.setdefault("rounds", []).append({"round": rep.round, "cursor": doing["cursor"], "queued": rep.queued, "picked": len(rep.picked),
+                                                "landed": len(rep.landed), "failed": len(rep.failed), "frontier": rep.frontier,
+                                                "feed": (self.p.controller.st["flows"][self.pages]["feeds"] if rep.landed else None),
+                                                "at": time.strftime("%Y-%m-%dT%H:%M:%S")})
+            self._save(st)
             return rep
 
     def pending(self) -> int:
