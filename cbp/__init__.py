@@ -6,16 +6,20 @@ translators as plain Python functions ``translate(key, state, *inputs, out)``.
     >>> import cbp
     >>> p = cbp.load("flows/url_count.yaml", home="/tmp/cbp-demo")   # doctest: +SKIP
     >>> p.feed("urls", [{"url": "http://a/"}]); p.run()              # doctest: +SKIP
+
+The crawl-queue loop's crawler is :class:`Crawler` (:mod:`cbp.crawler`); Airflow DAGs are made
+by :mod:`cbp.dagfactory` (it needs the ``airflow`` extra).
 """
 
 from .controller import EpochReport
+from .crawler import Corpus, Crawler, CrawlRound
 from .errors import BusyError, CbpError, InputError, RuntimeStateError, SpecError, UsageError, UserCodeError
 from .model import Emitter, Writer, runnable_all, runnable_any
 from .pipeline import Pipeline, load
 from .spec import PipelineSpec, load_spec
 
 __all__ = [
-    "load", "Pipeline", "load_spec", "PipelineSpec", "EpochReport",
+    "load", "Pipeline", "load_spec", "PipelineSpec", "EpochReport", "Crawler", "Corpus", "CrawlRound",
     "Emitter", "Writer", "runnable_all", "runnable_any",
     "CbpError", "SpecError", "InputError", "UsageError", "UserCodeError", "RuntimeStateError", "BusyError",
 ]
