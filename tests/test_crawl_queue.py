@@ -183,7 +183,8 @@ def test_crawl_loop_equals_from_scratch_after_every_round(spark, site, tmp_path,
         got = {x["url"] for x in crawled}
         assert {f"http://{HOST}/{n}" for n in BAD_PAGES} | {f"http://{HOST}/huge.html"} <= got  # every bad kind was crawled
         failed = c.state()["failed"]
-        assert failed[f"http://{HOST}/data.bin"] == "not HTML" if f"http://{HOST}/data.bin" in failed else True
+        assert failed and all(c.fetch(u).reason == why for u, why in failed.items())  # each recorded with its real reason
+        assert not set(failed) & got
         # count_links' state, read back, is the from-scratch in-link count of every URL and site
         url_in, site_in, _ = counts_from_scratch(crawled)
         st = {(r["kind"], r["name"]): r["inlinks"] for r in p.state("count_links")}
