@@ -76,3 +76,12 @@ def make_pipeline(tmp_path):
         return path
 
     return make
+
+
+def pytest_terminal_summary(terminalreporter):  # how many inputs each fuzz target tried
+    from fuzzing import TRIED
+
+    if TRIED:
+        terminalreporter.section("fuzzing")
+        for name, (count, took) in sorted(TRIED.items()):
+            terminalreporter.write_line(f"fuzz target {name}: {count} inputs in {took:.0f} s")
