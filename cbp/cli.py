@@ -48,6 +48,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--max-epochs", type=_positive, default=None, help="stop after this many stage epochs")
     p.add_argument("--mode", choices=["direct", "blackbox"], help="override the pipeline's execution mode")
     p.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
+    p.add_argument("--epoch-timeout", type=_seconds, default=None, metavar="SECONDS",
+                   help="cancel a stage epoch that runs longer than this (exit 4, nothing committed); a stage's YAML 'timeout' applies too")
 
     p = sub.add_parser("state", help="print a stage's state records as JSON lines")
     with_home(p)
@@ -76,6 +78,16 @@ def _parser() -> argparse.ArgumentParser:
     with_home(p)
     p.add_argument("--json", action="store_true", help="print the status as JSON")
     return ap
+
+
+def _seconds(text: str) -> float:
+    try:
+        n = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a number of seconds, got {text!r}") from None
+    if not n > 0 or n == float("inf"):
+        raise argparse.ArgumentTypeError(f"must be more than 0 seconds, got {text}")
+    return n
 
 
 def _positive(text: str) -> int:
@@ -109,9 +121,13 @@ def _dispatch(args: argparse.Namespace) -> int:
     from .spec import load_spec
 
     if args.command == "validate":
+        from .deadends import dead_ends
+
         spec = load_spec(args.flow_yaml)
         print(f"{args.flow_yaml}: pipeline '{spec.name}' is valid: {len(spec.flows)} flows, {len(spec.stages)} stages "
               f"({', '.join(spec.order)}); external inputs: {', '.join(spec.external_flows) or 'none'}")
+        for d in dead_ends(spec):
+            print(f"cbp validate: warning [{d.code}]: {d.message}", file=sys.stderr)
         return 0
 
     from .pipeline import Pipeline
@@ -181,9 +197,12 @@ def _run(pipe: Any, args: argparse.Namespace) -> int:
         print(rep.line(), flush=True)
 
     command = "cbp " + " ".join(sys.argv[1:]) if sys.argv and sys.argv[0].endswith("cbp") else f"cbp run {args.flow_yaml}"
-    reports = pipe.run(args.max_epochs, on_epoch=done, on_start=start, command=command)
+    reports = pipe.run(args.max_epochs, on_epoch=done, on_start=start, command=command, epoch_timeout=args.epoch_timeout)
     print(f"{len(reports)} stage epoch(s) in {time.perf_counter() - t0:.1f}s; "
           + ("quiescent: no stage is runnable" if args.max_epochs is None or len(reports) < args.max_epochs else f"stopped at --max-epochs {args.max_epochs}"))
+    if not reports:
+        for stage, why in pipe.idle_reasons().items():
+            print(f"  stage '{stage}' did not run: {why}")
     return 0
 
 

@@ -15,6 +15,9 @@ from __future__ import annotations
 
 import json
 import re
+import threading
+import time
+import uuid
 from functools import partial, reduce
 from typing import Any, Optional
 
@@ -27,6 +30,8 @@ __all__ = ["run_stage_epoch", "spark_ddl"]
 _SPARK_TYPES = {"string": "STRING", "int": "BIGINT", "float": "DOUBLE", "bool": "BOOLEAN", "json": "STRING"}
 _ERR_RE = re.compile(re.escape(USER_ERROR) + r"<<(.*?)>>" + re.escape(USER_ERROR), re.S)
 _IO_RE = re.compile(re.escape(IO_ERROR) + r"<<(.*?)>>" + re.escape(IO_ERROR), re.S)
+_WORKER_DIED = ("Python worker exited unexpectedly", "worker exited unexpectedly (crashed)", "EOFException")
+CANCEL_GRACE = 5.0  # seconds after the deadline before the driver cancels a job whose tasks did not stop
 
 
 def spark_ddl(schema: RecordSchema, meta: str = "") -> str:
@@ -50,6 +55,15 @@ def run_stage_epoch(spark: Any, plan: TaskPlan, input_files: dict[int, list[str]
     the state table's files (black-box mode only).
     """
     st = plan.stage
+    sc = spark.sparkContext
+    tag = f"cbp-{st.name}-{plan.epoch}-{uuid.uuid4().hex[:8]}"
+    timer: Optional[threading.Timer] = None
+    if plan.deadline is not None:  # tasks stop themselves at the deadline; this is for those that cannot
+        timer = threading.Timer(max(plan.deadline - time.time(), 0) + CANCEL_GRACE, sc.cancelJobsWithTag, (tag,))
+        timer.daemon = True
+        timer.start()
+    sc.setInterruptOnCancel(True)
+    sc.addJobTag(tag)
     try:
         if st.record_wise:
             jobs = [
@@ -62,15 +76,33 @@ def run_stage_epoch(spark: Any, plan: TaskPlan, input_files: dict[int, list[str]
         else:
             rows = _grouped(spark, plan, input_files, state_files, state_needs_dedupe).collect()
     except Exception as e:  # Spark wraps the task's exception in its own
-        text = str(e)
-        m = _ERR_RE.search(text)
-        if m:
-            raise UserCodeError(m.group(1) + "; nothing of this epoch was committed") from None
-        m = _IO_RE.search(text)
-        if m:
-            raise RuntimeStateError(m.group(1) + "; nothing of this epoch was committed; fix the cause and run again", code="io") from None
-        raise RuntimeStateError(f"{plan.where()}: the Spark job failed; nothing of this epoch was committed: {_first_lines(text)}") from e
+        raise _job_error(plan, str(e)) from None
+    finally:
+        sc.removeJobTag(tag)
+        if timer is not None:
+            timer.cancel()
     return [json.loads(r["meta"]) for r in rows]
+
+
+def _job_error(plan: TaskPlan, text: str) -> Exception:
+    """The cbp error for a failed stage-epoch job, from what its tasks reported."""
+    none = "nothing of this epoch was committed"
+    if plan.deadline is not None and time.time() >= plan.deadline:
+        limit = f" of {plan.timeout:g} s" if plan.timeout else ""
+        m = _ERR_RE.search(text)
+        where = m.group(1) if m and "time limit" in m.group(1) else plan.where()
+        return UserCodeError(f"{where}: the epoch ran out of its time limit{limit} and was cancelled; {none}. "
+                             "Raise the stage's 'timeout' (or 'cbp run --epoch-timeout') or fix the translator", code="timeout")
+    m = _ERR_RE.search(text)
+    if m:
+        return UserCodeError(m.group(1) + f"; {none}")
+    m = _IO_RE.search(text)
+    if m:
+        return RuntimeStateError(m.group(1) + f"; {none}; fix the cause and run again", code="io")
+    if any(sign in text for sign in _WORKER_DIED):
+        return UserCodeError(f"{plan.where()}: a Spark Python worker died while running the stage's code (did a translator call "
+                             f"os._exit, or get killed, e.g. for memory?); {none}", code="worker-died")
+    return RuntimeStateError(f"{plan.where()}: the Spark job failed; {none}: {_first_lines(text)}")
 
 
 def _read(spark: Any, schema: RecordSchema, files: list[str]) -> Any:

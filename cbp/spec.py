@@ -82,6 +82,7 @@ class _RawStage(_Strict):
     runnable: str = "all"
     params: dict[str, Any] = {}
     description: Optional[str] = None
+    timeout: Optional[float] = Field(default=None, gt=0, le=7 * 24 * 3600)  # seconds per epoch of this stage
 
     @field_validator("inputs", mode="before")
     @classmethod
@@ -157,6 +158,7 @@ class StageSpec:
     runnable: Callable[..., Any]
     runnable_name: str
     params: dict[str, Any]
+    timeout: Optional[float] = None  # seconds an epoch of this stage may take (YAML 'timeout')
 
     @property
     def input_flows(self) -> list[str]:
@@ -385,7 +387,7 @@ class _Compiler:
             raise self.fail(where + ("params",), f"stage '{name}': params must be plain YAML values ({e})", "bad-params") from None
         return StageSpec(
             name, translator, s.translator, tuple(inputs), tuple(s.outputs), state_schema,
-            s.state.grouping if s.state else "inner", s.partitions, runnable, s.runnable, dict(s.params),
+            s.state.grouping if s.state else "inner", s.partitions, runnable, s.runnable, dict(s.params), s.timeout,
         )
 
     def _check_consumer_fields(self, stage: str, flow: str, fields: dict[str, str], schema: RecordSchema, where: tuple[str, ...]) -> None:

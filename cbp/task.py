@@ -10,6 +10,8 @@ the driver then commits. A task that fails leaves only unreferenced files behind
 from __future__ import annotations
 
 import json
+import signal
+import threading
 import time
 import traceback
 import uuid
@@ -42,6 +44,17 @@ def encode_key(key: Any) -> str:
     return json.dumps(key, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
 
 
+class EpochTimeout(BaseException):
+    """Raised inside a task when its stage epoch's time limit is up (a BaseException, so that a
+    translator's ``except Exception`` cannot swallow it)."""
+
+
+RETRY_GRACE = 2.0  # seconds a task attempt started after its epoch's deadline runs (less than the driver's cancel grace)
+
+#: What user code may raise that cbp reports as the user's failure (``SystemExit`` included).
+USER_EXCEPTIONS = (Exception, SystemExit)
+
+
 class UserFailure(Exception):
     """Raised in a task when user code fails; the driver turns it into :class:`cbp.errors.UserCodeError`."""
 
@@ -50,6 +63,8 @@ class UserFailure(Exception):
 
 
 def _user_failure(where: str, fn_name: str, exc: BaseException) -> UserFailure:
+    if isinstance(exc, EpochTimeout):
+        return UserFailure(f"{where}: {fn_name} was still running when the epoch's time limit was up; the key is the one it was called for")
     tb = traceback.extract_tb(exc.__traceback__)
     user = [fr for fr in tb if "/cbp/" not in fr.filename.replace("\\", "/")] or tb[-1:]
     loc = f" ({user[-1].filename}:{user[-1].lineno})" if user else ""
@@ -74,6 +89,8 @@ class TaskPlan:
     cache_mb: Optional[float] = None
     fault: Optional[str] = None  # CBP_FAULT of the driver (crash tests, see cbp.faults)
     driver_pid: int = 0
+    deadline: Optional[float] = None  # wall-clock time (time.time()) the epoch must end by
+    timeout: Optional[float] = None  # the limit that set it, in seconds (for messages)
 
     def where(self, key: Any = None) -> str:
         s = f"stage '{self.stage.name}' epoch {self.epoch}"
@@ -93,7 +110,7 @@ def route_batches(plan: TaskPlan, flow_idx: int, batches: Iterable[pa.RecordBatc
             text = json.dumps(rec, separators=(",", ":"), ensure_ascii=False)
             try:
                 out = route(plan.input_schemas[flow_idx].from_storage(dict(rec)))
-            except Exception as e:
+            except (*USER_EXCEPTIONS, EpochTimeout) as e:
                 raise _user_failure(f"{plan.where()} flow '{inp.flow}' record {text[:200]}", f"route_by '{route.text}'", e) from None
             many = out if isinstance(out, (list, set, frozenset)) else (out,)  # a tuple is one composite key
             if None in many:
@@ -139,7 +156,7 @@ class _Calls:
             st.translator(key, iter(state), *inputs, out=self.emitter)
         except UserFailure:
             raise
-        except Exception as e:
+        except (*USER_EXCEPTIONS, EpochTimeout) as e:
             raise _user_failure(self.plan.where(key), f"translator '{st.translator_path}'", e) from None
         return self.state_out
 
@@ -152,7 +169,7 @@ def _flow_iter(plan: TaskPlan, idx: int, texts: list[str], key: Any) -> Iterator
     recs = [schema.from_storage(json.loads(t)) for t in texts]
     try:
         recs.sort(key=order)
-    except Exception as e:
+    except (*USER_EXCEPTIONS, EpochTimeout) as e:
         raise _user_failure(f"{plan.where(key)} flow '{plan.stage.inputs[idx].flow}'", f"order_by '{order.text}'", e) from None
     return iter(recs)
 
@@ -167,9 +184,40 @@ class IOFailure(Exception):
 @contextmanager
 def _io_errors(plan: TaskPlan) -> Iterator[None]:
     try:
-        yield
+        with _time_limit(plan):
+            yield
     except OSError as e:  # a full or read-only home, a lost object store
         raise IOFailure(f"{plan.where()}: cannot write to the home {plan.home.location}: {e}") from None
+    except EpochTimeout:  # up outside user code: no key to name
+        raise UserFailure(f"{plan.where()}: the epoch's time limit was up") from None
+
+
+@contextmanager
+def _time_limit(plan: TaskPlan) -> Iterator[None]:
+    """Raise :class:`EpochTimeout` in this task when ``plan.deadline`` passes (SIGALRM).
+
+    A Spark Python worker runs its task in its main thread, where signals are delivered; the
+    exception surfaces inside whatever Python code runs then, usually the translator, so the
+    failure can name the key. The driver also cancels the job a little later, for code that
+    never returns to the interpreter.
+    """
+    if plan.deadline is None or threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def expired(signum: int, frame: Any) -> None:
+        raise EpochTimeout()
+
+    left = plan.deadline - time.time()
+    if left <= 0:  # a retried attempt: give it a moment to reach the same key, so the failure can name it
+        left = min(plan.timeout or 1.0, RETRY_GRACE)
+    previous = signal.signal(signal.SIGALRM, expired)
+    signal.setitimer(signal.ITIMER_REAL, left)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
 
 
 # ------------------------------------------------------------------ grouped task (reduce side)

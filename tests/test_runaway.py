@@ -1,0 +1,125 @@
+"""Runaway and dying translators: time limits per stage (YAML) and per run (--epoch-timeout),
+os._exit and SystemExit reported as user-code failures naming stage and epoch, nothing committed."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+import cbp
+from cbp.cli import main
+from cbp.errors import UserCodeError
+
+PIPE = """
+pipeline: runaway
+flows:
+  words: {external: true, schema: {w: string}}
+stages:
+  count:
+    translator: MOD:count
+    partitions: 2
+    inputs: [{flow: words, route_by: w}]
+    state: {schema: {w: string, n: int}}
+    TIMEOUT
+"""
+MODULE = """
+import os, sys, time
+
+MODE = {"how": None}
+
+def count(key, state, words, out):
+    prev = next(state, None)
+    n = sum(1 for _ in words) + (prev["n"] if prev else 0)
+    if key == "bad":
+        how = open(os.path.join(os.path.dirname(__file__), "how")).read().strip()
+        if how == "loop":
+            while True:
+                try:
+                    pass
+                except Exception:  # a translator that swallows everything still stops
+                    pass
+        if how == "sleep":
+            time.sleep(3600)
+        if how == "exit":
+            sys.exit(3)
+        if how == "os_exit":
+            os._exit(7)
+    out.state.write({"w": key, "n": n})
+"""
+
+
+def _pipeline(make_pipeline, how: str, timeout: str = ""):
+    path = make_pipeline(PIPE.replace("TIMEOUT", timeout), MODULE)
+    (path.parent / "how").write_text(how)
+    return path
+
+
+def _counts(p):
+    return {r["w"]: r["n"] for r in p.state("count")}
+
+
+# The limits are generous: an epoch's time includes Spark starting its Python workers, which
+# takes seconds on a loaded 2-core machine; what is checked is that the epoch ends, not when.
+def test_stage_timeout_cancels_the_epoch_and_names_stage_epoch_key(spark, make_pipeline, tmp_path):
+    path = _pipeline(make_pipeline, "loop", "timeout: 12")
+    p = cbp.load(path, home=str(tmp_path / "h"), spark=spark)
+    p.feed("words", [{"w": "a"}, {"w": "bad"}])
+    t0 = time.monotonic()
+    with pytest.raises(UserCodeError) as e:
+        p.run()
+    assert e.value.code == "timeout"
+    assert time.monotonic() - t0 < 90  # the job was cancelled, not waited for
+    msg = str(e.value)
+    assert "stage 'count' epoch 1" in msg and "12 s" in msg
+    if "key" in msg:  # named when the translator was interrupted (not when the job had to be cancelled)
+        assert "'bad'" in msg
+    assert p.status()["stages"]["count"]["epochs"] == 0 and p.state("count") == []  # nothing committed
+    (path.parent / "how").write_text("fixed")  # once fixed, the same epoch runs
+    p.run()
+    assert _counts(p) == {"a": 1, "bad": 1}
+
+
+def test_epoch_timeout_of_a_run_through_the_cli(spark, make_pipeline, tmp_path, capsys):
+    path = _pipeline(make_pipeline, "sleep")
+    home = str(tmp_path / "h")
+    (tmp_path / "in.jsonl").write_text('{"w": "bad"}\n{"w": "x"}\n')
+    assert main(["feed", str(path), "words", str(tmp_path / "in.jsonl"), "--home", home]) == 0
+    assert main(["run", str(path), "--home", home, "--epoch-timeout", "12", "--quiet"]) == 4
+    err = capsys.readouterr().err
+    assert "stage 'count' epoch 1" in err and "time limit of 12 s" in err
+    with pytest.raises(SystemExit) as bad:  # not a time limit: argparse's usage error
+        main(["run", str(path), "--home", home, "--epoch-timeout", "0"])
+    assert bad.value.code == 2
+    capsys.readouterr()
+    assert main(["status", str(path), "--home", home, "--json"]) == 0
+    assert '"epochs": 0' in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("how,code", [("exit", "user-code"), ("os_exit", "worker-died")])
+def test_exiting_translator_is_a_user_code_failure(spark, make_pipeline, tmp_path, capsys, how, code):
+    path = _pipeline(make_pipeline, how)
+    p = cbp.load(path, home=str(tmp_path / "h"), spark=spark)
+    p.feed("words", [{"w": "bad"}, {"w": "ok"}])
+    with pytest.raises(UserCodeError) as e:
+        p.run()
+    assert e.value.code == code
+    assert "stage 'count' epoch 1" in str(e.value)
+    if how == "exit":
+        assert "SystemExit" in str(e.value) and "'bad'" in str(e.value)
+    assert p.status()["stages"]["count"]["epochs"] == 0
+    assert main(["run", str(path), "--home", str(tmp_path / "h"), "--quiet"]) == 4
+    assert "stage 'count' epoch 1" in capsys.readouterr().err
+    (path.parent / "how").write_text("fixed")
+    p.run()
+    assert _counts(p) == {"bad": 1, "ok": 1}
+
+
+def test_timeout_must_be_positive(make_pipeline):
+    from cbp.errors import SpecError
+
+    for bad in ("timeout: 0", "timeout: -3", "timeout: forever"):
+        with pytest.raises(SpecError) as e:
+            cbp.load_spec(_pipeline(make_pipeline, "x", bad))
+        assert e.value.code == "invalid-spec"
+    assert cbp.load_spec(_pipeline(make_pipeline, "x", "timeout: 2.5")).stages["count"].timeout == 2.5
