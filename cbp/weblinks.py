@@ -42,6 +42,8 @@ def normalize_url(url: str, base: Optional[str] = None) -> Optional[str]:
         'http://host.org/a/x%20y.html'
         >>> normalize_url("javascript:void(0)", "http://h/") is None, normalize_url("http://[::1", "http://h/") is None
         (True, True)
+        >>> normalize_url("http://h/\\ud800") is None
+        True
     """
     url = _STRIP.sub("", url).strip(" \x00\x0b\x0c")
     try:
@@ -64,8 +66,11 @@ def normalize_url(url: str, base: Optional[str] = None) -> Optional[str]:
         return None
     if port is not None and port != (80 if scheme == "http" else 443):
         host = f"{host}:{port}"
-    path = quote(_remove_dot_segments(parts.path or "/"), safe=_SAFE)
-    query = quote(parts.query, safe=_SAFE)
+    try:
+        path = quote(_remove_dot_segments(parts.path or "/"), safe=_SAFE)
+        query = quote(parts.query, safe=_SAFE)
+    except UnicodeEncodeError:  # a lone surrogate: no URL a page can mean
+        return None
     return urlunsplit((scheme, host, path, query, ""))
 
 
