@@ -6,18 +6,24 @@
   of which starts a run. Each asset has an ``AssetWatcher`` (:class:`cbp.triggers.IncrementLanded`),
   so an increment landed outside Airflow (``cbp feed``, the Python API, a file dropped in the
   inbox) starts a run too; a task that lands an increment also emits the asset event itself.
-- **land_inbox**: lands ``<inbox>/<flow>/*.jsonl`` files (each once: feed id = file name and
-  size) and moves them to ``<inbox>/<flow>/landed/``.
-- **run**: ``cbp run`` until quiescent (a subprocess: one Spark driver per run, killed with the task).
-  A run with nothing new does nothing.
+- **land_inbox**: lands ``<inbox>/<flow>/*.jsonl`` files (each once: feed id = file name, size and
+  content hash) and moves them to ``<inbox>/<flow>/landed/``. A file that cannot be landed (bad
+  JSON, a record that does not fit the flow, not UTF-8, unreadable, a symlink) goes to
+  ``<inbox>/<flow>/rejected/`` with ``<name>.error.txt`` beside it (error code and message), and
+  the files behind it are landed all the same.
+- **run**: ``cbp run`` until quiescent (a subprocess in its own process group: one Spark driver per
+  run). The task has an ``execution_timeout`` (``run_timeout_minutes``); when it fires, or the task
+  is killed, the whole process group (``cbp run`` and its Spark JVM) is killed. A run with nothing
+  new does nothing.
 - **publish_<flow>**: one per output flow that no stage reads, with that flow's Asset as outlet;
   it emits the asset event only if the run wrote records to the flow (skipped otherwise), and
   **publish_epochs** emits ``file://<home>/_cbp/epochs`` when any epoch ran.
 
 :func:`crawler_dag` makes ``cbp_<pipeline>_crawler``: scheduled on the ``crawl_queue`` asset
 (and the pipeline's epochs asset, so the frontier left by a capped round is not stranded), it
-runs one crawl round (:class:`cbp.crawler.Crawler`) and emits the ``pages`` asset event if it
-landed pages. The two DAGs are the continuous loop of paper 001 §1.1.
+runs one crawl round (:class:`cbp.crawler.Crawler`, ``execution_timeout`` =
+``crawl_timeout_minutes``) and emits the ``pages`` asset event if it landed pages. The two DAGs
+are the continuous loop of paper 001 §1.1.
 
     >>> dags = make_dags("dags/cbp.yaml")                       # doctest: +SKIP
     >>> sorted(dags)                                            # doctest: +SKIP
@@ -27,20 +33,29 @@ landed pages. The two DAGs are the continuous loop of paper 001 §1.1.
 from __future__ import annotations
 
 import glob
+import hashlib
 import os
-import shutil
+import signal
+import stat
 import subprocess
 import sys
+import tempfile
+import threading
+import time
 from dataclasses import dataclass, field
-from typing import Any, Optional
+from datetime import timedelta
+from typing import Any, Callable, Optional
 
 import yaml
 
 from .spec import PipelineSpec, load_spec
 
-__all__ = ["DagConfig", "CrawlerConfig", "load_config", "make_dags", "pipeline_dag", "crawler_dag", "flow_asset", "epochs_asset"]
+__all__ = ["DagConfig", "CrawlerConfig", "load_config", "make_dags", "pipeline_dag", "crawler_dag", "flow_asset", "epochs_asset",
+           "land_inbox", "run_pipeline", "crawl_round", "ProcessGroup"]
 
 DEFAULT_ARGS = {"retries": 2}
+RUN_TIMEOUT_MINUTES = 120.0  # a run task (cbp run until quiescent) that takes longer is killed, with its Spark JVM
+CRAWL_TIMEOUT_MINUTES = 30.0  # a crawl round that takes longer is stopped
 
 
 @dataclass(frozen=True)
@@ -65,6 +80,9 @@ class DagConfig:
     crawlers: dict[str, CrawlerConfig] = field(default_factory=dict)
     poke_interval: float = 5.0
     spark_master: Optional[str] = None
+    run_timeout_minutes: float = RUN_TIMEOUT_MINUTES
+    crawl_timeout_minutes: float = CRAWL_TIMEOUT_MINUTES
+    epoch_timeout_seconds: Optional[float] = None  # passed on as ``cbp run --epoch-timeout`` when set
 
     def home(self, spec: PipelineSpec) -> str:
         return os.path.join(self.homes, spec.name)
@@ -82,7 +100,8 @@ def load_config(path: str) -> DagConfig:
     def p(x: str) -> str:
         return os.path.normpath(os.path.join(base, os.path.expanduser(str(x))))
 
-    known = {"flows", "homes", "inbox", "crawlers", "poke_interval", "spark_master"}
+    known = {"flows", "homes", "inbox", "crawlers", "poke_interval", "spark_master",
+             "run_timeout_minutes", "crawl_timeout_minutes", "epoch_timeout_seconds"}
     unknown = set(raw) - known
     if unknown:
         raise ValueError(f"{path}: unknown key(s) {', '.join(sorted(unknown))}; known: {', '.join(sorted(known))}")
@@ -96,8 +115,24 @@ def load_config(path: str) -> DagConfig:
                 queue=c.get("queue", "crawl_queue"), pages=c.get("pages", "pages"))
         except (KeyError, TypeError) as e:
             raise ValueError(f"{path}: crawler '{name}' needs corpus and seed ({e})") from None
+
+    def positive(key: str, default: Optional[float]) -> Optional[float]:
+        v = raw.get(key, default)
+        if v is None and default is None:
+            return None
+        try:
+            n = float(v)
+        except (TypeError, ValueError):
+            n = float("nan")
+        if not 0 < n < float("inf"):
+            raise ValueError(f"{path}: {key} must be a positive number, got {v!r}")
+        return n
+
     return DagConfig(flows=p(raw.get("flows", "../flows")), homes=p(raw.get("homes", "../state")), inbox=p(raw.get("inbox", "../state/inbox")),
-                     crawlers=crawlers, poke_interval=float(raw.get("poke_interval", 5.0)), spark_master=raw.get("spark_master"))
+                     crawlers=crawlers, poke_interval=float(raw.get("poke_interval", 5.0)), spark_master=raw.get("spark_master"),
+                     run_timeout_minutes=positive("run_timeout_minutes", RUN_TIMEOUT_MINUTES),
+                     crawl_timeout_minutes=positive("crawl_timeout_minutes", CRAWL_TIMEOUT_MINUTES),
+                     epoch_timeout_seconds=positive("epoch_timeout_seconds", None))
 
 
 # ---------------------------------------------------------------------------- assets
@@ -126,29 +161,261 @@ def _outputs(spec: PipelineSpec) -> list[str]:
 
 
 # ---------------------------------------------------------------------------- task bodies (plain functions, testable)
-def land_inbox(yaml_path: str, home: str, inbox: str, flows: list[str]) -> dict[str, list[str]]:
-    """Land every ``<inbox>/<flow>/*.jsonl`` once, then move it to ``landed/``; returns the files per flow."""
+REJECTED = "rejected"  # beside landed/: files that could not be landed, each with <name>.error.txt
+
+
+def _shown(name: str) -> str:
+    """A file name as printable text (undecodable bytes as escapes)."""
+    return os.fsencode(name).decode("utf-8", "backslashreplace")
+
+
+def _inbox_feed_id(path: str, name: str) -> str:
+    """``inbox:<name>:<size>:<sha256 prefix>``: the same file lands once however often it is retried,
+    and another file dropped later under the same name and size is landed too."""
+    h = hashlib.sha256()
+    size = 0
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0))
+    with os.fdopen(fd, "rb") as fh:
+        if not stat.S_ISREG(os.fstat(fh.fileno()).st_mode):
+            raise ValueError("not a regular file")
+        while chunk := fh.read(1 << 20):
+            h.update(chunk)
+            size += len(chunk)
+    return f"inbox:{name}:{size}:{h.hexdigest()[:16]}"
+
+
+def _reject(d: str, name: str, code: str, message: str) -> str:
+    """Move ``d/name`` to ``d/rejected/`` (never over an earlier rejected file) with the error beside it."""
+    rej = os.path.join(d, REJECTED)
+    os.makedirs(rej, exist_ok=True)
+    target, n = name, 0
+    while os.path.lexists(os.path.join(rej, target)):
+        n += 1
+        stem = name[:-len(".jsonl")] if name.endswith(".jsonl") else name
+        target = f"{stem}.{n}.jsonl"
+    err = os.path.join(rej, f"{target}.error.txt")
+    with open(f"{err}.tmp", "w", encoding="utf-8", errors="backslashreplace") as fh:  # the error first: a crash leaves the file in the inbox
+        fh.write(f"{code}: {message}\n")
+    os.replace(f"{err}.tmp", err)
+    os.replace(os.path.join(d, name), os.path.join(rej, target))
+    return target
+
+
+def land_inbox(yaml_path: str, home: str, inbox: str, flows: list[str]) -> dict[str, dict[str, Any]]:
+    """Land every ``<inbox>/<flow>/*.jsonl`` once and move it to ``landed/``; a file that cannot be
+    landed goes to ``rejected/`` with ``<file>.error.txt`` (``<code>: <message>``) and the next file
+    is landed all the same.
+
+    Returns ``{"landed": {flow: [files]}, "rejected": {flow: {file: "code: message"}}}``. Errors
+    that are not the file's fault (the home is busy, full or read-only) are raised: the task fails
+    and is retried, and nothing is rejected for them.
+    """
+    from .errors import CbpError, InputError
     from .pipeline import Pipeline
     from .triggers import announce_landed, inbox_files
 
     landed: dict[str, list[str]] = {}
+    rejected: dict[str, dict[str, str]] = {}
     pipe: Optional[Pipeline] = None
     for flow in flows:
         d = os.path.join(inbox, flow)
+        done: list[str] = []
+        refused: list[str] = []
         for name in inbox_files(d):
             src = os.path.join(d, name)
-            pipe = pipe or Pipeline(yaml_path, home)
-            pipe.feed(flow, src, feed_id=f"inbox:{name}:{os.path.getsize(src)}")
+            why: Optional[tuple[str, str]] = None
+            try:
+                name.encode("utf-8")
+            except UnicodeEncodeError:
+                why = ("bad-name", "the file name is not UTF-8")
+            if why is None and os.path.islink(src):
+                why = ("not-a-regular-file", "a symbolic link (inbox files are landed only as regular files)")
+            if why is None:
+                try:
+                    feed_id = _inbox_feed_id(src, name)
+                except FileNotFoundError:
+                    continue  # taken away meanwhile (by another attempt of this task)
+                except (OSError, ValueError) as e:
+                    why = ("unreadable", f"cannot read the file: {getattr(e, 'strerror', None) or e}")
+            if why is None:
+                pipe = pipe or Pipeline(yaml_path, home)
+                try:
+                    pipe.feed(flow, src, feed_id=feed_id)
+                except InputError as e:
+                    why = (e.code, str(e))
+                except CbpError:
+                    raise  # busy, full or read-only home, ...: not the file's fault
+                except (RecursionError, ValueError, TypeError, OverflowError, UnicodeError) as e:  # data nobody foresaw
+                    why = ("bad-record", f"{src}: {type(e).__name__}: {e}; nothing was landed")
+            if why is not None:
+                target = _reject(d, name, *why)
+                refused.append(name)
+                rejected.setdefault(flow, {})[_shown(target)] = f"{why[0]}: {why[1]}"
+                print(f"cbp: rejected {_shown(src)} -> {_shown(os.path.join(d, REJECTED, target))}: [{why[0]}] {_shown(why[1])}", file=sys.stderr)
+                continue
             os.makedirs(os.path.join(d, "landed"), exist_ok=True)
-            shutil.move(src, os.path.join(d, "landed", name))
+            os.replace(src, os.path.join(d, "landed", name))
+            done.append(name)
             landed.setdefault(flow, []).append(name)
-        if flow in landed:  # the watcher announced these files already: their feeds are not news
-            announce_landed(home, flow, landed[flow], len(landed[flow]))
-    return landed
+            print(f"cbp: landed {_shown(src)} on flow '{flow}'")
+        if done or refused:  # the watcher announced these files already: they are not news any more
+            announce_landed(home, flow, done, len(done), rejected=refused)
+    return {"landed": landed, "rejected": rejected}
 
 
-def run_pipeline(yaml_path: str, home: str, spark_master: Optional[str] = None) -> dict[str, Any]:
-    """``cbp run`` in a subprocess; returns the epochs run and the new increments per output flow."""
+class ProcessGroup:
+    """A command run in its own process group, so that it can be killed with everything it started
+    (``cbp run`` and its Spark JVM): on ``timeout``, on any exception while waiting (Airflow's
+    ``execution_timeout``), and when :meth:`kill` is called (an operator's ``on_kill``). On Linux
+    the command also gets SIGKILL if the thread that started it dies (``PR_SET_PDEATHSIG``)."""
+
+    def __init__(self, cmd: list[str], env: Optional[dict[str, str]] = None, grace: float = 10.0) -> None:
+        self.cmd, self.env, self.grace = cmd, env, grace
+        self.proc: Optional[subprocess.Popen] = None
+        self.killed = False
+
+    def run(self, timeout: Optional[float] = None) -> tuple[int, str, str]:
+        """Run to the end (or kill at ``timeout`` seconds: :class:`TimeoutError`); returns (exit code, stdout, stderr)."""
+        with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+            cmd = self.cmd
+            if sys.platform.startswith("linux") and threading.current_thread() is threading.main_thread():
+                cmd = [sys.executable, "-c", _DIE_WITH_PARENT, str(os.getpid()), *cmd]
+            self.proc = subprocess.Popen(cmd, env=self.env, stdout=out, stderr=err, stdin=subprocess.DEVNULL, start_new_session=True)
+            try:
+                try:
+                    code = self.proc.wait(timeout=timeout)
+                except subprocess.TimeoutExpired:
+                    self.kill()
+                    raise TimeoutError(f"{' '.join(self.cmd)} did not finish within {timeout:g} s; its process group was killed") from None
+                except BaseException:
+                    self.kill()
+                    raise
+                finally:
+                    self._reap()
+            except BaseException:
+                sys.stderr.write(_read(out, 1 << 16) + _read(err, 1 << 16))  # what it said before it was killed
+                raise
+            return code, _read(out), _read(err)
+
+    def kill(self) -> None:
+        """SIGTERM to the whole group (and to descendants that left it: PySpark's worker daemon makes
+        a group of its own), SIGKILL to what is left of them after ``grace`` seconds."""
+        proc = self.proc
+        if proc is None or self.killed:
+            return
+        self.killed = True
+        strays = _strays(proc.pid)
+        for sig, wait in ((signal.SIGTERM, self.grace), (signal.SIGKILL, 10.0)):
+            if not self._alive() and not _running(strays):
+                return
+            try:
+                os.killpg(proc.pid, sig)
+            except ProcessLookupError:
+                pass
+            for p in _running(strays):
+                try:
+                    p.send_signal(sig)  # psutil checks that the pid is still that process
+                except Exception:
+                    pass
+            deadline = time.monotonic() + wait
+            while time.monotonic() < deadline and (self._alive() or _running(strays)):
+                time.sleep(0.05)
+
+    def _alive(self) -> bool:
+        """Whether a process of the group is left (zombies do not count: the leader is reaped here)."""
+        assert self.proc is not None
+        self.proc.poll()
+        return _group_has_live_members(self.proc.pid)
+
+    def _reap(self) -> None:
+        """After the leader exited: what it left in its group (a JVM that outlives its driver) gets 2 s, then is killed."""
+        deadline = time.monotonic() + 2.0
+        while self.proc is not None and not self.killed and self._alive():
+            if time.monotonic() > deadline:
+                self.kill()
+                break
+            time.sleep(0.05)
+
+
+# Run argv[2:] with SIGKILL on the death of the parent (pid argv[1]); exec keeps the setting.
+_DIE_WITH_PARENT = ("import ctypes, os, signal, sys\n"
+                    "ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG\n"
+                    "os.getppid() == int(sys.argv[1]) or os._exit(137)\n"
+                    "os.execvp(sys.argv[2], sys.argv[2:])\n")
+
+
+def _strays(pid: int) -> list[Any]:
+    """The live descendants of ``pid`` outside its process group (psutil processes; [] without psutil)."""
+    try:
+        import psutil
+    except ImportError:
+        return []
+    try:
+        return [p for p in psutil.Process(pid).children(recursive=True) if _pgid(p.pid) not in (pid, None)]
+    except psutil.Error:
+        return []
+
+
+def _pgid(pid: int) -> Optional[int]:
+    try:
+        return os.getpgid(pid)
+    except OSError:
+        return None
+
+
+def _running(procs: list[Any]) -> list[Any]:
+    """The psutil processes of ``procs`` that still run (not gone, not zombies)."""
+    out = []
+    for p in procs:
+        try:
+            if p.is_running() and p.status() != "zombie":
+                out.append(p)
+        except Exception:  # psutil.NoSuchProcess and kin
+            pass
+    return out
+
+
+def _group_has_live_members(pgid: int) -> bool:
+    """Whether a process group has members that are not zombies (Linux: /proc; elsewhere: any member)."""
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    if not os.path.isdir("/proc/self"):
+        return True
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            with open(f"/proc/{pid}/stat", "rb") as fh:
+                fields = fh.read().rsplit(b")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[2]) == pgid and fields[0] != b"Z":  # state, ppid, pgrp
+            return True
+    return False
+
+
+def _read(fh: Any, limit: int = 1 << 20) -> str:
+    """The last ``limit`` bytes of a binary file, as text."""
+    fh.seek(0, os.SEEK_END)
+    size = fh.tell()
+    fh.seek(max(0, size - limit))
+    return fh.read().decode("utf-8", "replace")
+
+
+def run_pipeline(yaml_path: str, home: str, spark_master: Optional[str] = None, *, epoch_timeout: Optional[float] = None,
+                 timeout: Optional[float] = None, grace: float = 10.0, started: Optional[Callable[[ProcessGroup], None]] = None) -> dict[str, Any]:
+    """``cbp run`` in a subprocess in its own process group; returns the epochs run and the new
+    increments per output flow.
+
+    ``epoch_timeout`` (seconds) is passed on as ``cbp run --epoch-timeout``. ``timeout`` (seconds)
+    bounds the whole run: the process group is killed and :class:`TimeoutError` raised. It is
+    killed as well when an exception interrupts the wait (Airflow's ``execution_timeout`` raises
+    one in the task) or when ``started``'s group is killed (an operator's ``on_kill``).
+    """
     from .pipeline import Pipeline
 
     pipe = Pipeline(yaml_path, home)
@@ -156,12 +423,19 @@ def run_pipeline(yaml_path: str, home: str, spark_master: Optional[str] = None) 
     env = dict(os.environ)
     if spark_master:
         env["CBP_SPARK_MASTER"] = spark_master
-    proc = subprocess.run([sys.executable, "-m", "cbp.cli", "run", yaml_path, "--home", home], capture_output=True, text=True, env=env)
-    sys.stdout.write(proc.stdout)
-    sys.stderr.write(proc.stderr[-20000:])
-    if proc.returncode != 0:
-        last = (proc.stderr.strip().splitlines() or ["(no message)"])[-1]
-        raise RuntimeError(f"cbp run {yaml_path} --home {home} failed with exit code {proc.returncode}: {last}")
+    cmd = [sys.executable, "-m", "cbp.cli", "run", yaml_path, "--home", home]
+    if epoch_timeout is not None:
+        cmd += ["--epoch-timeout", f"{epoch_timeout:g}"]
+    group = ProcessGroup(cmd, env, grace=grace)
+    if started is not None:
+        started(group)
+    code, out, err = group.run(timeout)
+    sys.stdout.write(out)
+    sys.stderr.write(err[-20000:])
+    if code != 0:
+        last = (err.strip().splitlines() or ["(no message)"])[-1]
+        what = "was killed" if group.killed else f"failed with exit code {code}"
+        raise RuntimeError(f"cbp run {yaml_path} --home {home} {what}: {last}")
     pipe.controller.refresh()
     st = pipe.controller.st
     epochs = 0
@@ -191,6 +465,42 @@ def crawl_round(yaml_path: str, home: str, cfg: CrawlerConfig) -> dict[str, Any]
 
 
 # ---------------------------------------------------------------------------- DAGs
+_RUN_OPERATOR: Optional[type] = None
+
+
+def run_operator() -> type:
+    """The operator of the ``run`` task: :func:`run_pipeline`, whose process group ``on_kill`` kills.
+
+    Airflow calls ``on_kill`` when the task's ``execution_timeout`` fires and when the task is
+    terminated (SIGTERM: marked failed, cleared, the worker stopped)."""
+    global _RUN_OPERATOR
+    if _RUN_OPERATOR is None:
+        from airflow.sdk import BaseOperator
+
+        class CbpRunOperator(BaseOperator):
+            """``cbp run`` until quiescent (see :func:`cbp.dagfactory.run_pipeline`)."""
+
+            ui_color = "#e8f4ff"
+
+            def __init__(self, *, yaml_path: str, home: str, spark_master: Optional[str] = None,
+                         epoch_timeout: Optional[float] = None, **kwargs: Any) -> None:
+                super().__init__(**kwargs)
+                self.yaml_path, self.home, self.spark_master, self.epoch_timeout = yaml_path, home, spark_master, epoch_timeout
+                self._group: Optional[ProcessGroup] = None
+
+            def execute(self, context: Any) -> dict[str, Any]:
+                return run_pipeline(self.yaml_path, self.home, self.spark_master, epoch_timeout=self.epoch_timeout,
+                                    started=lambda g: setattr(self, "_group", g))
+
+            def on_kill(self) -> None:
+                if self._group is not None:
+                    self._group.kill()
+
+        CbpRunOperator.__module__, CbpRunOperator.__qualname__ = __name__, "CbpRunOperator"
+        _RUN_OPERATOR = CbpRunOperator
+    return _RUN_OPERATOR
+
+
 def pipeline_dag(yaml_path: str, cfg: DagConfig) -> Any:
     """The DAG ``cbp_<pipeline>`` for one pipeline YAML (see the module docstring)."""
     from airflow.sdk import DAG, AssetAny, task
@@ -201,18 +511,17 @@ def pipeline_dag(yaml_path: str, cfg: DagConfig) -> Any:
     inputs = list(spec.external_flows)
     watched = [flow_asset(home, spec, f, watch=True, inbox=cfg.inbox_dir(spec, f), poke_interval=cfg.poke_interval) for f in inputs]
     yaml_path = os.path.abspath(yaml_path)
+    timeout = timedelta(minutes=cfg.run_timeout_minutes)
     with DAG(dag_id=f"cbp_{spec.name}", schedule=AssetAny(*watched) if watched else None, catchup=False, max_active_runs=1,
-             default_args=DEFAULT_ARGS, tags=["cbp"], doc_md=f"cbp pipeline `{spec.name}` ({yaml_path}), home `{home}`") as dag:
+             default_args={**DEFAULT_ARGS, "execution_timeout": timeout}, tags=["cbp"],
+             doc_md=f"cbp pipeline `{spec.name}` ({yaml_path}), home `{home}`") as dag:
 
         @task(task_id="land_inbox")
-        def _land() -> dict[str, list[str]]:
+        def _land() -> dict[str, Any]:
             return land_inbox(yaml_path, home, os.path.join(cfg.inbox, spec.name), inputs)
 
-        @task(task_id="run")
-        def _run() -> dict[str, Any]:
-            return run_pipeline(yaml_path, home, cfg.spark_master)
-
-        ran = _run()
+        ran = run_operator()(task_id="run", yaml_path=yaml_path, home=home, spark_master=cfg.spark_master,
+                             epoch_timeout=cfg.epoch_timeout_seconds, execution_timeout=timeout)
         _land() >> ran
         for flow in _outputs(spec):
 
@@ -224,7 +533,7 @@ def pipeline_dag(yaml_path: str, cfg: DagConfig) -> Any:
                 context["outlet_events"][flow_asset(home, spec, flow)].extra = {"records": n}
                 return n
 
-            _publish(ran)
+            _publish(ran.output)
 
         @task(task_id="publish_epochs", outlets=[epochs_asset(home, spec)])
         def _epochs(result: dict[str, Any]) -> int:
@@ -232,7 +541,7 @@ def pipeline_dag(yaml_path: str, cfg: DagConfig) -> Any:
                 raise AirflowSkipException("no stage epoch ran: nothing new")
             return int(result["epochs"])
 
-        _epochs(ran)
+        _epochs(ran.output)
     return dag
 
 
@@ -245,11 +554,12 @@ def crawler_dag(yaml_path: str, cfg: DagConfig, crawler: CrawlerConfig) -> Any:
     home = cfg.home(spec)
     yaml_path = os.path.abspath(yaml_path)
     pages = flow_asset(home, spec, crawler.pages)
+    timeout = timedelta(minutes=cfg.crawl_timeout_minutes)
     with DAG(dag_id=f"cbp_{spec.name}_crawler", schedule=AssetAny(flow_asset(home, spec, crawler.queue), epochs_asset(home, spec)),
-             catchup=False, max_active_runs=1, default_args=DEFAULT_ARGS, tags=["cbp", "crawler"],
+             catchup=False, max_active_runs=1, default_args={**DEFAULT_ARGS, "execution_timeout": timeout}, tags=["cbp", "crawler"],
              doc_md=f"crawler of `{spec.name}`: corpus {', '.join(crawler.corpus)}, {crawler.max_pages} pages per round") as dag:
 
-        @task(task_id="crawl_round", outlets=[pages])
+        @task(task_id="crawl_round", outlets=[pages], execution_timeout=timeout)
         def _crawl(**context: Any) -> dict[str, Any]:
             rep = crawl_round(yaml_path, home, crawler)
             if not rep["landed"]:

@@ -5,7 +5,8 @@ The DAGs of :mod:`cbp.dagfactory` watch every external input flow of a pipeline 
 
 - the flow has feeds that were not announced yet: landed by ``cbp feed``, by the Python API,
   or by any Airflow task, wherever it ran;
-- files wait in the flow's inbox directory (``*.jsonl``), which the DAG's first task lands.
+- files wait in the flow's inbox directory (``*.jsonl``), which the DAG's first task lands (or
+  moves to ``rejected/`` if they cannot be landed: a rejected file is not announced again).
 
 What was announced is kept beside the home (``<home>/_airflow/announced/<flow>.json``), so a
 trigger restarted by the triggerer (it is re-created after every event) does not fire twice for
@@ -21,7 +22,8 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-from typing import Any, AsyncIterator, Optional
+import stat
+from typing import Any, AsyncIterator, Optional, Sequence
 
 from airflow.triggers.base import BaseEventTrigger, TriggerEvent
 
@@ -39,10 +41,20 @@ def landed_feeds(home: str, flow: str) -> int:
 
 
 def inbox_files(inbox: Optional[str]) -> list[str]:
-    """The ``*.jsonl`` files waiting in an inbox directory, oldest name first."""
+    """The ``*.jsonl`` files waiting in an inbox directory, oldest name first: regular files, and
+    symbolic links (which the DAG rejects); not directories, FIFOs or devices."""
     if not inbox or not os.path.isdir(inbox):
         return []
-    return sorted(f for f in os.listdir(inbox) if f.endswith(".jsonl") and os.path.isfile(os.path.join(inbox, f)))
+    names = []
+    for f in os.listdir(inbox):
+        if f.endswith(".jsonl"):
+            try:
+                mode = os.lstat(os.path.join(inbox, f)).st_mode
+            except OSError:
+                continue
+            if stat.S_ISREG(mode) or stat.S_ISLNK(mode):
+                names.append(f)
+    return sorted(names)
 
 
 def _announced_path(home: str, flow: str) -> str:
@@ -66,12 +78,15 @@ def _write_announced(home: str, flow: str, seen: dict[str, Any]) -> None:
     os.replace(tmp, path)
 
 
-def announce_landed(home: str, flow: str, files: list[str], feeds: int) -> None:
-    """Record that announced inbox ``files`` were landed as ``feeds`` feeds, so they are not announced again."""
+def announce_landed(home: str, flow: str, files: list[str], feeds: int, rejected: Sequence[str] = ()) -> None:
+    """Record that announced inbox ``files`` were landed as ``feeds`` feeds (and that ``rejected``
+    files left the inbox without a feed), so they are not announced again, and a file dropped later
+    under the same name is."""
     seen = _read_announced(home, flow)
     done = [f for f in files if f in seen["inbox"]]
-    if done:
-        seen["inbox"] = [f for f in seen["inbox"] if f not in done]
+    gone = [f for f in rejected if f in seen["inbox"]]
+    if done or gone:
+        seen["inbox"] = [f for f in seen["inbox"] if f not in done and f not in gone]
         seen["feeds"] += min(feeds, len(done))
         _write_announced(home, flow, seen)
 
@@ -99,7 +114,8 @@ class IncrementLanded(BaseEventTrigger):
         if feeds <= seen["feeds"] and not new_files:
             return None
         _write_announced(self.home, self.flow, {"feeds": max(feeds, seen["feeds"]), "inbox": waiting})
-        return {"flow": self.flow, "feeds": feeds, "new_feeds": max(0, feeds - seen["feeds"]), "inbox_files": new_files}
+        return {"flow": self.flow, "feeds": feeds, "new_feeds": max(0, feeds - seen["feeds"]),
+                "inbox_files": [os.fsencode(f).decode("utf-8", "backslashreplace") for f in new_files]}  # undecodable names as escapes
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
         while True:

@@ -123,13 +123,17 @@ def test_inbox_files_and_cbp_feed_lead_to_a_run(airflow_env):
     inbox.mkdir(parents=True)
     watcher = IncrementLanded(home, "urls", inbox=str(inbox))
     assert watcher.check() is None
+    (inbox / "batch-0.jsonl").write_text('{"url": "http://c/"}\n{"url": \n')  # a bad file does not block the one behind it
     (inbox / "batch-1.jsonl").write_text("".join(json.dumps({"url": u}) + "\n" for u in ["http://a/", "http://b/", "http://a/"]))
     ev = watcher.check()
-    assert ev["inbox_files"] == ["batch-1.jsonl"]
+    assert ev["inbox_files"] == ["batch-0.jsonl", "batch-1.jsonl"]
     assert watcher.check() is None  # announced once
     dr = dags["cbp_url_count"].test()
-    assert str(dr.state) == "success"
-    assert sorted(os.listdir(inbox)) == ["landed"] and os.listdir(inbox / "landed") == ["batch-1.jsonl"]
+    assert str(dr.state) == "success" and _states(dr)["land_inbox"] == "success"
+    assert sorted(os.listdir(inbox)) == ["landed", "rejected"] and os.listdir(inbox / "landed") == ["batch-1.jsonl"]
+    assert sorted(os.listdir(inbox / "rejected")) == ["batch-0.jsonl", "batch-0.jsonl.error.txt"]
+    assert (inbox / "rejected" / "batch-0.jsonl.error.txt").read_text().startswith("bad-record: ")
+    assert watcher.check() is None  # the rejected file is not announced again
     p = cbp.load(FLOWS / "url_count.yaml", home=home)
     assert {r["url"]: r["count"] for r in p.state("url_count")} == {"http://a/": 2, "http://b/": 1}
     assert _events(f"file://{home}/flows/counts")[-1] == {"records": 2}
