@@ -138,11 +138,16 @@ def _dispatch(args: argparse.Namespace) -> int:
         if args.file is None and not args.close:
             raise UsageError("give FILE.jsonl (or --close to close the open frame)", code="usage")
         if args.file is None:
-            incs = pipe.close(args.input_flow)
+            landed = pipe.close(args.input_flow)
         else:
             src = "/dev/stdin" if args.file == "-" else args.file
-            incs = pipe.feed(args.input_flow, src, close=args.close, feed_id=args.feed_id)
-        print(f"landed on '{args.input_flow}': increment(s) {', '.join(map(str, incs)) or 'none'}{' (closed)' if args.close else ''}")
+            landed = pipe.feed(args.input_flow, src, close=args.close, feed_id=args.feed_id)
+        # the feed's number is what 'cbp output FLOW --epoch N' takes; an empty feed has one too
+        what = (f"already landed (--id {args.feed_id}), nothing new" if landed.repeated
+                else f"{landed.records} record(s)")
+        incs = f"increment(s) {', '.join(map(str, landed))}" if landed else "no increment"
+        print(f"landed on '{args.input_flow}' as feed {landed.feed} (output --epoch {landed.feed}): {what}, {incs}"
+              f"{' (closed)' if args.close else ''}")
         return 0
     if args.command == "run":
         return _run(pipe, args)

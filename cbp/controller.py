@@ -30,7 +30,7 @@ import sys
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterator, Optional, Sequence
+from typing import Any, Callable, Iterable, Iterator, Optional, Sequence
 
 import numpy as np
 import pyarrow as pa
@@ -46,7 +46,7 @@ from .spec import PipelineSpec, StageSpec
 from .storage import INC, PART, SRC, Home
 from .task import TaskPlan
 
-__all__ = ["Controller", "EpochReport", "Decision"]
+__all__ = ["Controller", "EpochReport", "Decision", "Landed"]
 
 
 @dataclass
@@ -77,6 +77,16 @@ class Decision:
     reads: dict[str, int]
     removes: dict[str, int]
     state: Any
+
+
+class Landed(list):  # type: ignore[type-arg]
+    """What a feed landed: the increment ids (the list), ``feed`` its number (what
+    ``output(flow, epoch=N)`` and ``cbp output --epoch N`` take for an external flow), ``records``
+    how many records it landed, ``repeated`` whether its feed id had landed before (then nothing was)."""
+
+    def __init__(self, incs: Iterable[int] = (), *, feed: int = 0, records: int = 0, repeated: bool = False) -> None:
+        super().__init__(incs)
+        self.feed, self.records, self.repeated = feed, records, repeated
 
 
 def _new_snapshot(spec: PipelineSpec) -> dict[str, Any]:
@@ -235,15 +245,18 @@ class Controller:
             self.st["connectors"][_conn(consumer, flow)].append(inc)
 
     def feed(self, flow: str, records: list[dict[str, Any]] | pa.Table, *, close: bool = False,
-             feed_id: Optional[str] = None) -> list[int]:
+             feed_id: Optional[str] = None) -> "Landed":
         """Land validated records (dicts, or an Arrow table of the fields as stored) on external
-        flow ``flow``; return the increment ids they went to.
+        flow ``flow``; return the increment ids they went to, as a :class:`Landed` list whose
+        ``feed`` is the feed's number: the N of ``output(flow, epoch=N)``.
 
-        With the default framing, a feed is one increment. With ``frame_by``, consecutive records
-        with the same framing key form an increment, which is complete once a record with another
-        key arrives on the flow, or when ``close`` is given (the paper's missing punctuation).
-        A feed with a ``feed_id`` the flow has already landed lands nothing (a retried task, a
-        re-delivered file) and returns the first one's increment ids.
+        Every feed takes the next feed number, an empty one too (it lands no increment, and its
+        ``output --epoch N`` is empty). With the default framing, a feed of records is one
+        increment, numbered as the feed unless a crashed run used that id. With ``frame_by``,
+        consecutive records with the same framing key form an increment, which is complete once a
+        record with another key arrives on the flow, or when ``close`` is given (the paper's
+        missing punctuation). A feed with a ``feed_id`` the flow has already landed lands nothing
+        (a retried task, a re-delivered file) and returns the first one's increment ids and number.
         """
         fl = self.spec.flow(flow)
         if not fl.external:
@@ -254,8 +267,11 @@ class Controller:
             seen = fs.setdefault("feed_ids", {})
             if feed_id is not None and feed_id in seen:
                 self.notify(f"feed id '{feed_id}' already landed on '{flow}' as feed {seen[feed_id]['feed']}; nothing was landed")
-                return list(seen[feed_id]["incs"])
+                return Landed(seen[feed_id]["incs"], feed=seen[feed_id]["feed"], records=0, repeated=True)
             fs["feeds"] += 1
+            number = fs["feeds"]
+            if fl.frame_by is None:  # increment ids follow feed numbers, past empty feeds too
+                fs["next_inc"] = max(fs["next_inc"], number)
             what = f"feed {fs['feeds']} of flow '{flow}'"
             commits, ids, written = self._land(flow, data, close=close, producer=f"feed:{fs['feeds']}", prior_frame=fs["feeds"],
                                                app=("cbp:feed", fs["feeds"]), what=what)
@@ -263,7 +279,7 @@ class Controller:
                 seen[feed_id] = {"feed": fs["feeds"], "incs": ids}
             faults.point("feed:written")
             self._commit("feed", what, commits, written=written)
-        return ids
+            return Landed(ids, feed=number, records=data.num_rows)
 
     @contextmanager
     def _locked(self) -> Iterator[None]:

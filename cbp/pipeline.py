@@ -12,20 +12,42 @@
 from __future__ import annotations
 
 import os
-from typing import Any, Callable, Iterable, Mapping, Optional, Union
+from typing import Any, BinaryIO, Callable, Iterable, Iterator, Mapping, Optional, Union
 
 import pyarrow as pa
 
-from .controller import Controller, EpochReport
+from .controller import Controller, EpochReport, Landed
 from .errors import InputError
 from .schema import RecordError
 from .spec import PipelineSpec, load_spec
 from .storage import Home
 
-__all__ = ["Pipeline", "load", "default_home"]
+__all__ = ["Pipeline", "load", "default_home", "MAX_LINE_BYTES"]
 
 _CHUNK = 50_000  # records validated per Arrow chunk while feeding
+MAX_LINE_BYTES = 64 << 20  # the longest line of a JSON-lines feed (64 MiB); a longer one is refused unread
 Records = Union[str, "os.PathLike[str]", Iterable[Mapping[str, Any]]]
+
+
+def _json_lines(fh: BinaryIO, src: str) -> Iterator[Union[str, RecordError]]:
+    """The lines of a JSON-lines file as text, or a :class:`RecordError` for a line that is longer
+    than :data:`MAX_LINE_BYTES` (not read whole) or not UTF-8; lines end at ``\\n`` only."""
+    while True:
+        try:
+            raw = fh.readline(MAX_LINE_BYTES + 1)
+        except OSError as e:
+            raise InputError(f"{src}: cannot read the file: {e.strerror or e}; nothing was landed", code="unreadable") from None
+        if not raw:
+            return
+        if len(raw) > MAX_LINE_BYTES and not raw.endswith(b"\n"):
+            limit = f"{MAX_LINE_BYTES >> 20} MiB" if MAX_LINE_BYTES % (1 << 20) == 0 else f"{MAX_LINE_BYTES:,} bytes"
+            yield RecordError(None, f"the line is longer than {limit}, the most cbp reads as one record")
+            return
+        try:
+            yield raw.decode("utf-8")
+        except UnicodeDecodeError as e:
+            yield RecordError(None, f"not UTF-8 text ({e.reason} at byte {e.start + 1} of the line)")
+            return
 
 
 def default_home(spec: PipelineSpec) -> str:
@@ -48,12 +70,17 @@ class Pipeline:
         self.home = Home(home or default_home(self.spec))
         self.controller = Controller(self.spec, self.home, mode=mode, spark=spark, **tuning)
 
-    def feed(self, flow: str, records: Records, *, close: bool = False, feed_id: Optional[str] = None) -> list[int]:
+    def feed(self, flow: str, records: Records, *, close: bool = False, feed_id: Optional[str] = None) -> Landed:
         """Land one increment on external input flow ``flow``: a JSON-lines file or an iterable of dicts.
 
         Every record is checked against the flow's schema first; one bad record rejects the
-        whole increment (:class:`cbp.errors.InputError` naming the line and field) and nothing lands.
+        whole increment (:class:`cbp.errors.InputError` code ``bad-record`` naming the file and
+        line or the record number, the flow and the field) and nothing lands. A line longer than
+        :data:`MAX_LINE_BYTES`, text that is not UTF-8 or not Unicode (a lone surrogate), and JSON
+        nested deeper than :data:`cbp.schema.MAX_DEPTH` are bad records too.
         ``feed_id`` makes the feed idempotent: a second feed with the same id lands nothing.
+        Returns the increment ids, as a list whose ``feed`` is the number ``output(flow, epoch=N)``
+        takes (every feed gets one, an empty feed too).
         """
         fl = self.spec.flow(flow)
         if not fl.external:
@@ -70,19 +97,18 @@ class Pipeline:
         if isinstance(records, (str, os.PathLike)):
             src = os.fspath(records)
             try:
-                fh = open(src, encoding="utf-8")
+                fh = open(src, "rb")
             except OSError as e:
                 raise InputError(f"{src}: cannot read the file: {e.strerror}", code="unreadable") from None
             with fh:
-                try:
-                    for n, line in enumerate(fh, 1):
+                for n, line in enumerate(_json_lines(fh, src), 1):
+                    try:
+                        if isinstance(line, RecordError):
+                            raise line
                         if line.strip():
-                            try:
-                                keep(fl.schema.validate_json_line(line))
-                            except RecordError as e:
-                                raise InputError(f"{src}:{n}: flow '{flow}': {e}; nothing was landed", code="bad-record") from None
-                except UnicodeDecodeError as e:
-                    raise InputError(f"{src}: not UTF-8 text ({e.reason} at byte {e.start}); nothing was landed", code="bad-record") from None
+                            keep(fl.schema.validate_json_line(line))
+                    except RecordError as e:
+                        raise InputError(f"{src}:{n}: flow '{flow}': {e}; nothing was landed", code="bad-record") from None
         else:
             if isinstance(records, Mapping):
                 raise InputError(f"flow '{flow}': feed takes a list (or iterable) of records, or a JSON-lines file path; got one dict", code="bad-record")
@@ -94,7 +120,7 @@ class Pipeline:
         chunks.append(fl.schema.to_arrow(valid))
         return self.controller.feed(flow, pa.concat_tables(chunks), close=close, feed_id=feed_id)
 
-    def close(self, flow: str) -> list[int]:
+    def close(self, flow: str) -> Landed:
         """Mark the open increment of a framed input flow complete (a punctuation)."""
         return self.controller.feed(flow, [], close=True)
 

@@ -2,7 +2,14 @@
 
 A schema is a mapping of field name to a type string: ``string``, ``int``, ``float``,
 ``bool``, ``json`` (any JSON value), ``list<T>`` of a scalar type, each optionally
-followed by ``?`` for a field that may be null or missing.
+followed by ``?`` for a field that may be null or missing. Field names are identifiers that do
+not start with ``_`` (cbp's own columns do).
+
+Validation is total: a record either comes back as a plain dict that Arrow, Parquet and JSON can
+hold, or :class:`RecordError` says which field is wrong. Text must be valid Unicode (no lone
+surrogates such as ``"\ud800"``), ``json`` values are JSON (string keys, finite numbers) nested at
+most :data:`MAX_DEPTH` levels counting the record itself, and a JSON line is refused before it is
+parsed if it nests deeper than that.
 
     >>> s = RecordSchema.parse({"url": "string", "count": "int"})
     >>> s.validate({"url": "http://a/", "count": 2})
@@ -12,17 +19,30 @@ followed by ``?`` for a field that may be null or missing.
 from __future__ import annotations
 
 import json
+import math
 import re
+import reprlib
 from dataclasses import dataclass
 from typing import Annotated, Any, Mapping, Optional
 
 import pyarrow as pa
-from pydantic import ConfigDict, Field, StrictBool, StrictFloat, StrictInt, StrictStr, TypeAdapter, ValidationError, create_model
+from pydantic import AfterValidator, ConfigDict, Field, StrictBool, StrictFloat, StrictInt, StrictStr, TypeAdapter, ValidationError
+from typing_extensions import NotRequired, Required, TypedDict
 
-__all__ = ["FieldType", "RecordSchema", "RecordError", "parse_type"]
+__all__ = ["FieldType", "RecordSchema", "RecordError", "parse_type", "MAX_DEPTH", "FIELD_NAME"]
 
+MAX_DEPTH = 128  # arrays/objects nested in one record, the record itself counting as one (as serde_json)
+FIELD_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_]*\Z")  # a field name; '_' starts cbp's own columns
 _INT64 = Annotated[StrictInt, Field(ge=-(2**63), le=2**63 - 1)]  # what Arrow/Delta/Spark store
-_FLOAT = Annotated[StrictFloat, Field(allow_inf_nan=False)] | _INT64  # JSON has no NaN or Infinity
+# JSON has no NaN or Infinity; an int in a float field is stored as the float it stands for
+# (Arrow refuses ints a double cannot hold exactly)
+_FLOAT = Annotated[Annotated[StrictFloat, Field(allow_inf_nan=False)] | _INT64, AfterValidator(float)]
+_SURROGATE = re.compile("[\ud800-\udfff]")  # only a lone \\uXXXX escape gets one into a str
+_JSON_INT_BITS = 14_000  # ~4,200 digits: Python's int <-> text conversion limit is 4,300
+_STRING = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"?', re.S)  # a JSON string (an unterminated one: to the end)
+_NOT_BRACKET = re.compile(r"[^\[\]{}]+")
+_repr = reprlib.Repr()
+_repr.maxstring = _repr.maxother = 60
 _SCALARS: dict[str, tuple[Any, pa.DataType]] = {
     "string": (StrictStr, pa.string()),
     "int": (_INT64, pa.int64()),
@@ -95,14 +115,18 @@ class RecordSchema:
 
     def __init__(self, fields: Mapping[str, FieldType]) -> None:
         self.fields = dict(fields)
-        defs: dict[str, Any] = {}
-        for name, ft in self.fields.items():
-            defs[name] = (ft.python, Field(default=None) if ft.nullable else ...)
-        model = create_model(  # type: ignore[call-overload]
-            "Record", __config__=ConfigDict(extra="forbid", strict=True), **defs
-        )
-        self._adapter = TypeAdapter(model)
+        if not self.fields:
+            raise ValueError("a schema needs at least one field (a record of no fields cannot be stored)")
+        for name in self.fields:
+            if not isinstance(name, str) or not FIELD_NAME.match(name):
+                raise ValueError(f"field name {_short(name)} must be an identifier (letters, digits, _) not starting with '_'")
+        # a TypedDict, not a model: any identifier is a field name (a model reserves 'model_config' ...)
+        td: Any = TypedDict("Record", {  # type: ignore[misc]
+            name: (NotRequired[ft.python] if ft.nullable else Required[ft.python]) for name, ft in self.fields.items()})
+        td.__pydantic_config__ = ConfigDict(extra="forbid", strict=True)
+        self._adapter = TypeAdapter(td)
         self._json_fields = [n for n, ft in self.fields.items() if ft.scalar == "json"]
+        self._text_fields = [(n, ft.is_list) for n, ft in self.fields.items() if ft.scalar == "string"]
 
     def __getstate__(self) -> dict[str, Any]:
         return {"fields": self.fields}
@@ -115,8 +139,10 @@ class RecordSchema:
 
     @classmethod
     def parse(cls, raw: Mapping[str, str]) -> "RecordSchema":
-        """Build a schema from ``{field: type string}``."""
-        return cls({str(k): parse_type(v) for k, v in raw.items()})
+        """Build a schema from ``{field: type string}``; ``ValueError`` says what is wrong."""
+        if not isinstance(raw, Mapping):
+            raise ValueError(f"a schema is a mapping of field names to type strings, got {type(raw).__name__}")
+        return cls({k: parse_type(v) for k, v in raw.items()})
 
     def __repr__(self) -> str:
         return "RecordSchema({" + ", ".join(f"{k!r}: '{v}'" for k, v in self.fields.items()) + "})"
@@ -131,17 +157,36 @@ class RecordSchema:
         if not isinstance(record, Mapping):
             raise RecordError(None, f"expected a JSON object, got {type(record).__name__}")
         try:
-            model = self._adapter.validate_python(dict(record))
+            rec = self._adapter.validate_python(dict(record))
         except ValidationError as e:
             raise _record_error(e) from None
-        return {name: getattr(model, name) for name in self.fields}
+        out = {name: rec.get(name) for name in self.fields}
+        for name, is_list in self._text_fields:
+            v = out[name]
+            if v is not None:
+                for text in (v if is_list else (v,)):
+                    if text is not None and _SURROGATE.search(text):
+                        raise RecordError(name, _surrogate_message(text, f"[{v.index(text)}]" if is_list else ""))
+        for name in self._json_fields:
+            if out[name] is not None:
+                _check_json(name, out[name])
+        return out
 
     def validate_json_line(self, line: str) -> dict[str, Any]:
-        """Parse one JSON text and validate it (malformed JSON is a :class:`RecordError` too)."""
+        """Parse one JSON text and validate it (malformed JSON is a :class:`RecordError` too).
+
+        Work is bounded: a text nested deeper than :data:`MAX_DEPTH` is refused before it is parsed.
+        """
+        if _too_deep(line):
+            raise RecordError(None, f"JSON nested deeper than {MAX_DEPTH} levels of arrays/objects (the record counts as one)")
         try:
             value = json.loads(line, object_pairs_hook=_no_duplicate_keys, parse_constant=_no_constant)
+        except RecordError:
+            raise
         except json.JSONDecodeError as e:
             raise RecordError(None, f"malformed JSON: {e.msg} at column {e.colno}") from None
+        except (ValueError, RecursionError) as e:  # e.g. an integer of more than 4,300 digits
+            raise RecordError(None, f"malformed JSON: {str(e).split(';')[0]}") from None
         return self.validate(value)
 
     def to_storage(self, record: Mapping[str, Any]) -> dict[str, Any]:
@@ -181,9 +226,95 @@ def _no_constant(name: str) -> Any:
     raise RecordError(None, f"malformed JSON: {name} is not a JSON number")
 
 
+def _too_deep(text: str) -> bool:
+    """Whether a JSON text nests arrays/objects deeper than MAX_DEPTH (brackets in strings do not count).
+
+    Linear and at C/numpy speed whatever the text: strings are cut out by one regex pass (an
+    unterminated one runs to the end), then the depth is a running sum over the brackets left.
+    """
+    if text.count("[") + text.count("{") <= MAX_DEPTH:
+        return False  # the common case
+    brackets = _NOT_BRACKET.sub("", _STRING.sub("", text))
+    if brackets.count("[") + brackets.count("{") <= MAX_DEPTH:
+        return False
+    import numpy as np
+
+    depth = 0
+    for start in range(0, len(brackets), 1 << 20):
+        b = np.frombuffer(brackets[start:start + (1 << 20)].encode("ascii"), dtype=np.uint8)
+        running = np.cumsum(np.where((b == 91) | (b == 123), 1, -1)) + depth  # '[' 91, '{' 123
+        if int(running.max()) > MAX_DEPTH:
+            return True
+        depth = int(running[-1])
+    return False
+
+
+def _surrogate_message(text: str, where: str = "") -> str:
+    i = _SURROGATE.search(text).start()  # type: ignore[union-attr]
+    return (f"text{where} holds a lone surrogate \\u{ord(text[i]):04x} at character {i + 1} (a \\uXXXX escape "
+            "without its pair), which is not Unicode; it cannot be stored")
+
+
+def _check_json(field: str, value: Any) -> None:
+    """A ``json`` field's value must be JSON: checked without recursion, in bounded depth."""
+    stack: list[tuple[Any, int, Any, Any]] = [(value, 2, None, None)]  # value, depth (the record is 1), parent entry, key
+
+    def path(entry: Any) -> str:
+        keys = []
+        while entry is not None and entry[2] is not None:
+            keys.append(f"[{_short(entry[3])}]")
+            entry = entry[2]
+        return "".join(reversed(keys))
+
+    while stack:
+        entry = stack.pop()
+        v, depth = entry[0], entry[1]
+        if v is None or v is True or v is False:
+            continue
+        t = type(v)
+        if t is str:
+            if _SURROGATE.search(v):
+                raise RecordError(field, _surrogate_message(v, path(entry)))
+        elif t is int:
+            if v.bit_length() > _JSON_INT_BITS:
+                raise RecordError(field, f"an integer{path(entry)} of more than 4,000 digits")
+        elif t is float:
+            if not math.isfinite(v):
+                raise RecordError(field, f"{v}{path(entry)} is not a JSON number (JSON has no NaN or Infinity)")
+        elif t is dict or t is list or t is tuple:
+            if depth > MAX_DEPTH:
+                raise RecordError(field, f"nested deeper than {MAX_DEPTH} levels of arrays/objects (the record counts as one)")
+            if t is dict:
+                for k, item in v.items():
+                    if type(k) is not str:
+                        raise RecordError(field, f"object key {_short(k)}{path(entry)} is not a string (JSON keys are strings)")
+                    if _SURROGATE.search(k):
+                        raise RecordError(field, _surrogate_message(k, path(entry)))
+                    stack.append((item, depth + 1, entry, k))
+            else:
+                stack.extend((item, depth + 1, entry, i) for i, item in enumerate(v))
+        else:
+            raise RecordError(field, f"{t.__name__} value{path(entry)} is not JSON (use dicts, lists, strings, numbers, booleans or None)")
+
+
+def _short(x: Any) -> str:
+    """A name or value for a message: short strings as they are, anything else abridged (never recursing deeply)."""
+    if type(x) is str:
+        return x if len(x) <= 80 and not _SURROGATE.search(x) else repr(x[:60])[1:-1] + ("..." if len(x) > 60 else "")
+    return _safe_repr(x)
+
+
+def _safe_repr(x: Any) -> str:
+    """An abridged repr that cannot fail (a huge int, a user object whose __repr__ raises)."""
+    try:
+        return _repr.repr(x)
+    except Exception:
+        return f"an int of {x.bit_length()} bits" if type(x) is int else f"<{type(x).__name__}>"
+
+
 def _record_error(e: ValidationError) -> RecordError:
     err = e.errors()[0]
-    loc = [str(x) for x in err.get("loc", ()) if x != "Record"]
+    loc = [_short(x) if not isinstance(x, int) else str(x) for x in err.get("loc", ())]
     field = loc[0] if loc else None
     kind = err.get("type", "")
     if kind == "missing":
@@ -192,4 +323,4 @@ def _record_error(e: ValidationError) -> RecordError:
         return RecordError(field, "unknown field (not in the flow's schema)")
     where = ("[" + "][".join(loc[1:]) + "]") if len(loc) > 1 else ""
     got = err.get("input")
-    return RecordError(field, f"{err.get('msg', 'invalid')}{where}, got {type(got).__name__} {got!r:.60}")
+    return RecordError(field, f"{err.get('msg', 'invalid')}{where}, got {type(got).__name__} {_safe_repr(got)}")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 
 import pytest
 
@@ -204,3 +205,218 @@ def test_yaml_that_no_longer_fits_the_home(spark, make_pipeline, tmp_path, chang
     p.feed("words", [{"w": "a"}])
     p.run()
     assert {r["w"]: r["n"] for r in p.state("count")} == {"a": 2, "b": 1}
+
+
+# ---------------------------------------------------------------- hostile JSON lines and records (no Spark needed: feeds land through delta-rs)
+ALL_TYPES = """
+pipeline: types
+flows:
+  recs: {external: true, schema: {s: string, i: "int?", f: "float?", b: "bool?", j: "json?", l: "list<string?>?", n: "list<float>?"}}
+stages:
+  keep:
+    translator: MOD:keep
+    inputs: [recs]
+"""
+ALL_TYPES_MODULE = """
+def keep(key, state, recs, out):
+    pass
+"""
+
+
+def _nested(depth: int, inner: str = "1") -> str:
+    return "[" * depth + inner + "]" * depth
+
+
+def _deep_list(depth: int) -> list:
+    top = node = []
+    for _ in range(depth - 1):
+        node.append([])
+        node = node[0]
+    return top
+
+
+@pytest.fixture
+def landed(tmp_path, make_pipeline):
+    """A home with one feed landed on each of two pipelines: url_count ('urls') and every field type ('recs')."""
+    urls = cbp.load(URLS, home=str(tmp_path / "urls"))
+    urls.feed("urls", [{"url": "a"}])
+    types = cbp.load(make_pipeline(ALL_TYPES, ALL_TYPES_MODULE), home=str(tmp_path / "types"))
+    types.feed("recs", [{"s": "x", "j": {"k": [1, "two", None]}, "l": ["a", None], "n": [1, 2.5]}])
+    return {"urls": urls, "recs": types}
+
+
+def _unchanged(p, flow):
+    return p.output(flow), p.status()
+
+
+HOSTILE_LINES = [  # flow, line, what the message says
+    ("urls", _nested(5000), "nested deeper than 128 levels"),
+    ("urls", '{"url": ' + _nested(5000) + "}", "nested deeper than 128 levels"),
+    ("urls", '{"url": "' + "[" * 5000 + '"}' + ", " + _nested(200), "nested deeper than 128 levels"),  # brackets in a string do not count, these do
+    ("urls", '{"url": "\\ud800"}', "lone surrogate \\ud800"),
+    ("urls", '{"url": "ok \\udfff"}', "lone surrogate \\udfff"),
+    ("urls", '{"url": "\\ud83d\\ud83d"}', "lone surrogate \\ud83d"),
+    ("urls", '{"url": "x", "\\ud800": 1}', "valid string"),  # a field name that is not Unicode
+    ("urls", '{"url": 1' + "0" * 5000 + "}", "malformed JSON: Exceeds the limit"),
+    ("urls", '{"url": "x"} {"url": "y"}', "malformed JSON: Extra data"),
+    ("urls", '\ufeff{"url": "x"}', "malformed JSON"),
+    ("urls", '{"url": Infinity}', "Infinity is not a JSON number"),
+    ("recs", '{"s": "x", "j": ' + _nested(128) + "}", "JSON nested deeper than 128 levels"),
+    ("recs", '{"s": "x", "j": {"\\udc00": 1}}', "field 'j': text holds a lone surrogate \\udc00"),
+    ("recs", '{"s": "x", "j": ["a", {"b": "\\ud800"}]}', "field 'j': text[1][b] holds a lone surrogate"),
+    ("recs", '{"s": "x", "l": ["a", "\\ud800"]}', "field 'l': text[1] holds a lone surrogate"),
+    ("recs", '{"s": "x", "j": 1e999}', "field 'j': inf is not a JSON number"),
+    ("recs", '{"s": "x", "f": -1e999}', "field 'f'"),
+    ("recs", '{"s": "x", "i": 9223372036854775808}', "field 'i'"),
+    ("recs", '{"s": "x", "b": 1}', "field 'b'"),
+    ("recs", '{"s": "x", "n": [1, [2]]}', "field 'n'"),
+]
+
+
+@pytest.mark.parametrize("flow,line,words", HOSTILE_LINES, ids=[f"{i}-{f}" for i, (f, _, _) in enumerate(HOSTILE_LINES)])
+def test_hostile_json_lines_are_refused_fast_naming_file_line_and_flow(landed, tmp_path, capsys, flow, line, words):
+    p = landed[flow]
+    before = _unchanged(p, flow)
+    path = tmp_path / "in.jsonl"
+    good = '{"url": "fine"}' if flow == "urls" else '{"s": "fine"}'
+    path.write_text(good + "\n" + line + "\n" + good + "\n", encoding="utf-8", errors="surrogatepass")
+    t0 = time.perf_counter()
+    with pytest.raises(InputError) as e:
+        p.feed(flow, path)
+    assert time.perf_counter() - t0 < 2  # bounded work, not a benchmark
+    msg = str(e.value)
+    assert e.value.code == "bad-record"
+    assert msg.startswith(f"{path}:2: flow '{flow}': ") and "nothing was landed" in msg, msg
+    assert words in msg, msg
+    assert _unchanged(p, flow) == before
+    assert main(["feed", str(p.spec.path), flow, str(path), "--home", p.home.location]) == 3
+    err = capsys.readouterr().err
+    assert f"{path}:2: flow '{flow}': " in err and "Traceback" not in err
+    assert _unchanged(p, flow) == before
+
+
+HOSTILE_RECORDS = [  # flow, record, what the message says
+    ("urls", {"url": "\ud800"}, "field 'url': text holds a lone surrogate \\ud800"),
+    ("urls", {"url": "fine", "\udc00": 1}, "valid string"),
+    ("urls", {"url": _deep_list(10_000)}, "field 'url': Input should be a valid string"),
+    ("urls", {"url": "x", "extra": _deep_list(10_000)}, "field 'extra': unknown field"),
+    ("recs", {"s": "x", "j": _deep_list(10_000)}, "field 'j': nested deeper than 128 levels"),
+    ("recs", {"s": "x", "j": {"a": _deep_list(127)}}, "field 'j': nested deeper than 128 levels"),
+    ("recs", {"s": "x", "j": {"k": "\udfff"}}, "field 'j': text[k] holds a lone surrogate"),
+    ("recs", {"s": "x", "j": {1: "a"}}, "field 'j': object key 1 is not a string"),
+    ("recs", {"s": "x", "j": {"a": {1, 2}}}, "field 'j': set value[a] is not JSON"),
+    ("recs", {"s": "x", "j": [float("nan")]}, "field 'j': nan[0] is not a JSON number"),
+    ("recs", {"s": "x", "j": 10 ** 5000}, "field 'j': an integer of more than 4,000 digits"),
+    ("recs", {"s": "x", "j": b"bytes"}, "field 'j': bytes value is not JSON"),
+    ("recs", {"s": "x", "l": ["ok", "\ud800"]}, "field 'l': text[1] holds a lone surrogate"),
+    ("recs", {"s": "x", "f": float("inf")}, "field 'f'"),
+    ("recs", {"s": "x", "i": True}, "field 'i'"),
+]
+
+
+@pytest.mark.parametrize("flow,record,words", HOSTILE_RECORDS, ids=[f"{i}-{f}" for i, (f, _, _) in enumerate(HOSTILE_RECORDS)])
+def test_hostile_records_through_the_python_api(landed, flow, record, words):
+    p = landed[flow]
+    before = _unchanged(p, flow)
+    good = {"url": "fine"} if flow == "urls" else {"s": "fine"}
+    t0 = time.perf_counter()
+    with pytest.raises(InputError) as e:
+        p.feed(flow, [good, record, good])
+    assert time.perf_counter() - t0 < 2
+    assert e.value.code == "bad-record"
+    assert str(e.value).startswith(f"record 2: flow '{flow}': ") and words in str(e.value), str(e.value)
+    assert _unchanged(p, flow) == before
+
+
+def test_records_at_the_limits_land_and_read_back(landed):
+    """What validation accepts, Arrow, Parquet and JSON hold: deep-but-allowed JSON, astral characters,
+    ints in float fields (stored as the float they stand for)."""
+    p = landed["recs"]
+    rec = {"s": "\U0001f600 \u2028 \x00", "i": -(2**63), "f": 2**63 - 1, "b": False, "j": {"a": _deep_list(126), "\U0001f600": 1.5},
+           "l": [], "n": [2**53 + 1, -0.0]}
+    got = p.feed("recs", [rec])
+    assert got.records == 1
+    back = p.output("recs", epoch=got.feed)
+    assert back == [{**rec, "f": float(2**63 - 1), "n": [float(2**53 + 1), -0.0]}]
+    line = json.dumps({"s": "\ud83d\ude00", "j": json.loads(_nested(126, "[]"))})  # an escaped pair is one character
+    path = p.home.location + ".jsonl"
+    with open(path, "w") as fh:
+        fh.write(line + "\n")
+    got = p.feed("recs", path)
+    assert p.output("recs", epoch=got.feed)[0]["s"] == "\U0001f600"
+
+
+def test_over_long_lines_are_refused_without_reading_them_whole(landed, tmp_path, monkeypatch):
+    import cbp.pipeline
+
+    p = landed["urls"]
+    before = _unchanged(p, "urls")
+    assert cbp.pipeline.MAX_LINE_BYTES == 64 << 20
+    t0 = time.perf_counter()
+    with pytest.raises(InputError) as e:  # an endless line: read up to the limit, then refused
+        p.feed("urls", "/dev/zero")
+    assert time.perf_counter() - t0 < 5
+    assert e.value.code == "bad-record" and "/dev/zero:1: flow 'urls': the line is longer than 64 MiB" in str(e.value)
+    monkeypatch.setattr(cbp.pipeline, "MAX_LINE_BYTES", 100)
+    exact = '{"url": "' + "x" * (100 - 11) + '"}'
+    assert len(exact) == 100
+    path = tmp_path / "long.jsonl"
+    path.write_text(exact + "\n" + exact + "x\n")
+    with pytest.raises(InputError) as e:
+        p.feed("urls", path)
+    assert e.value.code == "bad-record" and f"{path}:2: flow 'urls': the line is longer than 100 bytes" in str(e.value)
+    assert _unchanged(p, "urls") == before
+    path.write_text(exact + "\n" + exact)  # exactly the limit, with or without the newline
+    assert p.feed("urls", path).records == 2
+
+
+def test_non_utf8_names_the_line(landed, tmp_path):
+    path = tmp_path / "in.jsonl"
+    path.write_bytes(b'{"url": "ok"}\n{"url": "\xed\xa0\x80"}\n')  # an encoded surrogate is not UTF-8 either
+    with pytest.raises(InputError) as e:
+        landed["urls"].feed("urls", path)
+    assert e.value.code == "bad-record" and f"{path}:2: flow 'urls': not UTF-8 text" in str(e.value)
+
+
+# ---------------------------------------------------------------- feed numbers: what 'feed' prints is what 'output --epoch' takes
+def test_empty_feed_takes_a_number_and_the_numbers_agree_cli(tmp_path, capsys):
+    home = str(tmp_path / "h")
+    files = {"a": '{"url": "a"}\n', "empty": "", "blank": "\n  \n", "b": '{"url": "b"}\n{"url": "c"}\n'}
+    for name, text in files.items():
+        (tmp_path / f"{name}.jsonl").write_text(text)
+    printed = []
+    for name in files:
+        assert main(["feed", str(URLS), "urls", str(tmp_path / f"{name}.jsonl"), "--home", home]) == 0
+        printed.append(capsys.readouterr().out.strip())
+    assert printed == [
+        "landed on 'urls' as feed 1 (output --epoch 1): 1 record(s), increment(s) 1",
+        "landed on 'urls' as feed 2 (output --epoch 2): 0 record(s), no increment",
+        "landed on 'urls' as feed 3 (output --epoch 3): 0 record(s), no increment",
+        "landed on 'urls' as feed 4 (output --epoch 4): 2 record(s), increment(s) 4",
+    ]
+    for epoch, want in [(1, ["a"]), (2, []), (3, []), (4, ["b", "c"])]:
+        assert main(["output", str(URLS), "urls", "--epoch", str(epoch), "--home", home]) == 0
+        assert [json.loads(x)["url"] for x in capsys.readouterr().out.splitlines()] == want
+    assert main(["feed", str(URLS), "urls", str(tmp_path / "b.jsonl"), "--home", home, "--id", "k"]) == 0
+    assert "as feed 5 (output --epoch 5): 2 record(s), increment(s) 5" in capsys.readouterr().out
+    assert main(["feed", str(URLS), "urls", str(tmp_path / "b.jsonl"), "--home", home, "--id", "k"]) == 0
+    assert "as feed 5 (output --epoch 5): already landed (--id k), nothing new, increment(s) 5" in capsys.readouterr().out
+    assert main(["status", str(URLS), "--home", home, "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["stages"]["url_count"]["connectors"]["urls"] == {"pending": 3, "complete": 3, "records": 5}
+
+
+def test_empty_feed_takes_a_number_and_the_numbers_agree_api(tmp_path):
+    p = cbp.load(URLS, home=str(tmp_path / "h"))
+    first = p.feed("urls", [{"url": "a"}])
+    empty = p.feed("urls", [])
+    nothing = p.feed("urls", tmp_path / "none.jsonl") if (tmp_path / "none.jsonl").write_text("") == 0 else None
+    later = p.feed("urls", [{"url": "b"}])
+    assert (first, first.feed, empty, empty.feed, nothing, nothing.feed, later, later.feed) == ([1], 1, [], 2, [], 3, [4], 4)
+    assert [p.output("urls", epoch=n) for n in (1, 2, 3, 4)] == [[{"url": "a"}], [], [], [{"url": "b"}]]
+    framed = cbp.load(FLOWS / "set_diff.yaml", home=str(tmp_path / "f"))
+    one = framed.feed("crawl_a", [{"url": "u1", "hour": 1}])
+    none = framed.feed("crawl_a", [])
+    two = framed.feed("crawl_a", [{"url": "u2", "hour": 1}, {"url": "u3", "hour": 2}])
+    assert (one.feed, none.feed, two.feed) == (1, 2, 3)
+    assert framed.output("crawl_a", epoch=3) == [{"url": "u2", "hour": 1}, {"url": "u3", "hour": 2}]
+    assert framed.output("crawl_a", epoch=2) == []

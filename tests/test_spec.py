@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 import pytest
 
 from cbp import SpecError, load_spec
@@ -199,3 +201,117 @@ def test_flow_nobody_writes(make_pipeline):
     with pytest.raises(SpecError, match="flow 'c' is neither external nor written by any stage") as e:
         load_spec(make_pipeline(text, GOOD_MODULE))
     assert e.value.code == "no-producer"
+
+
+# ---------------------------------------------------------------- hostile YAML: bounded work, SpecError with file and line
+def _laughs(levels: int = 9) -> str:
+    """The "billion laughs": 9 levels of 9 aliases expand to 9**9 strings."""
+    out = 'l0: &l0 ["lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol"]\n'
+    for n in range(1, levels):
+        out += f"l{n}: &l{n} [" + ", ".join([f"*l{n - 1}"] * 9) + "]\n"
+    return out
+
+
+def _deep(n: int) -> str:
+    return "[" * n + "]" * n
+
+
+@pytest.mark.parametrize("name,text,code,line", [
+    ("recursive-anchor", BASE + "    params: {x: &a [*a]}\n", "yaml-recursive", 11),
+    ("recursive-merge", BASE + "    params: &m {<<: *m}\n", "yaml-recursive", 11),
+    ("alias-bomb", _laughs() + BASE, "yaml-too-big", 6),
+    ("alias-bomb-in-params", BASE + "    params:\n" + "".join("      " + x + "\n" for x in _laughs().splitlines()), "yaml-too-big", 17),
+    ("deep-flow", BASE + f"    params: {{x: {_deep(5000)}}}\n", "yaml-too-deep", 11),
+    ("deep-aliases", BASE + "    params:\n      a: &a " + _deep(20) + "\n      b: &b [[[[[[[[[[[[*a]]]]]]]]]]]]\n", "yaml-too-deep", 13),
+    ("deep-block", BASE + "    params:\n" + "".join("  " * (i + 3) + f"k{i}:\n" for i in range(40)), "yaml-too-deep", 41),
+    ("duplicate-top-key", BASE.replace("pipeline: p\n", "pipeline: p\npipeline: q\n"), "duplicate-key", 3),
+    ("duplicate-stage-key", BASE.replace("    outputs: [b]", "    outputs: [b]\n    translator: MOD:t"), "duplicate-key", 11),
+    ("duplicate-schema-field", BASE.replace("{url: string, n: int}}\nstages", "{url: string, n: int, url: int}}\nstages"), "duplicate-key", 5),
+    ("duplicate-bool-keys", BASE + "    params: {m: {yes: 1, true: 2}}\n", "duplicate-key", 11),
+    ("undefined-alias", BASE + "    params: {x: *nope}\n", "yaml", 11),
+    ("bad-timestamp", BASE + "    params: {when: 2001-13-01}\n", "yaml", 11),
+    ("bad-explicit-int", BASE + "    params: {n: !!int abc}\n", "yaml", 11),
+    ("bad-explicit-bool", BASE + "    params: {n: !!bool maybe}\n", "yaml", 11),
+    ("huge-int", BASE + "    params: {n: " + "9" * 5000 + "}\n", "yaml", 11),
+    ("python-tag", BASE + "    params: {n: !!python/object/apply:os.system [echo]}\n", "yaml", 11),
+    ("nul-character", BASE + "    params: {n: \"a\x00b\"}\n", "yaml", 11),
+    ("tab-indent", BASE + "    params:\n\t- x\n", "yaml", 12),
+    ("two-documents", BASE + "---\npipeline: q\n", "yaml", 11),
+    ("unhashable-key", BASE + "    params: {[a]: 1}\n", "yaml", 11),
+])
+def test_hostile_yaml_is_refused_fast_with_file_and_line(make_pipeline, capsys, name, text, code, line):
+    from cbp.cli import main
+
+    path = make_pipeline(text, GOOD_MODULE)
+    t0 = time.perf_counter()
+    with pytest.raises(SpecError) as e:
+        load_spec(path)
+    assert time.perf_counter() - t0 < 2, name  # a correctness bound: work is bounded, not a benchmark
+    assert e.value.code == code, str(e.value)
+    assert str(e.value).startswith(f"{path}: line {line}: "), str(e.value)
+    assert main(["validate", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert f"{path}: line {line}: " in err and "Traceback" not in err
+
+
+def test_file_size_and_encoding_are_checked(make_pipeline):
+    from cbp.spec import MAX_YAML_BYTES
+
+    big = make_pipeline(BASE + "# " + "x" * MAX_YAML_BYTES + "\n", GOOD_MODULE)
+    with pytest.raises(SpecError) as e:
+        load_spec(big)
+    assert e.value.code == "yaml-too-big" and "line 11: the file is longer than 64 KiB" in str(e.value)
+    ok = make_pipeline(BASE + "# " + "x" * (MAX_YAML_BYTES - len(BASE) - 60) + "\n", GOOD_MODULE)
+    assert load_spec(ok).name == "p"  # just under the limit is fine
+    latin1 = make_pipeline(BASE, GOOD_MODULE)
+    latin1.write_bytes(BASE.replace("pipeline: p", "pipeline: p\ndescription: caf\xe9").encode("latin-1"))
+    with pytest.raises(SpecError) as e:
+        load_spec(latin1)
+    assert e.value.code == "yaml" and "line 3: not UTF-8 text" in str(e.value)
+
+
+@pytest.mark.parametrize("old,new,line,words", [
+    ("    outputs: [b]", "    outputs: [b]\n    partitions: true", 11, ["partitions", "valid integer"]),
+    ("    outputs: [b]", "    outputs: [b]\n    partitions: '4'", 11, ["partitions", "valid integer"]),
+    ("    outputs: [b]", "    outputs: [b]\n    partitions: 4.0", 11, ["partitions", "valid integer"]),
+    ("{external: true,", "{external: 1,", 4, ["flow 'a' external", "valid boolean"]),
+    ("{external: true,", "{external: 'yes',", 4, ["flow 'a' external", "valid boolean"]),
+    ("pipeline: p", "pipeline: 12", 2, ["pipeline", "valid string"]),
+    ("translator: MOD:t", "translator: 5", 8, ["stage 's1' translator", "valid string"]),
+    ("{url: string, n: int}}\nstages", "{url: string, n: 1}}\nstages", 5, ["flow 'b'", "valid string"]),
+    ("    outputs: [b]", "    outputs: [b, 1]", 10, ["stage 's1' outputs", "valid string"]),
+    ("    outputs: [b]", "    outputs: [b]\n    state: {schema: {n: int}, grouping: 0}", 11, ["grouping"]),
+])
+def test_yaml_scalars_are_strictly_typed(make_pipeline, old, new, line, words):
+    assert old in BASE
+    path = make_pipeline(BASE.replace(old, new), GOOD_MODULE)
+    with pytest.raises(SpecError) as e:
+        load_spec(path)
+    assert e.value.code == "invalid-spec" and f"line {line}: " in str(e.value), str(e.value)
+    for w in words:
+        assert w in str(e.value), str(e.value)
+
+
+@pytest.mark.parametrize("params", ["{x: .nan}", "{x: {1: a}}", "{x: 2001-01-01}", "{x: !!binary aGk=}"])
+def test_params_must_be_plain_values(make_pipeline, params):
+    path = make_pipeline(BASE + f"    params: {params}\n", GOOD_MODULE)
+    with pytest.raises(SpecError) as e:
+        load_spec(path)
+    assert e.value.code == "bad-params" and "line 11" in str(e.value), str(e.value)
+
+
+def test_anchors_aliases_and_merge_keys_still_work(make_pipeline):
+    text = BASE.replace("  a: {external: true, schema: {url: string, n: int}}", "  a: {external: true, schema: &rec {url: string, n: int}}").replace(
+        "  b: {schema: {url: string, n: int}}", "  b: {schema: *rec}") + "    params: &p {x: 1, y: [1, 2]}\n  s2:\n    translator: MOD:t\n    inputs: [b]\n    params: {<<: *p, x: 2}\n"
+    spec = load_spec(make_pipeline(text, GOOD_MODULE))
+    assert spec.flows["b"].schema == spec.flows["a"].schema
+    assert spec.stages["s2"].params == {"x": 2, "y": [1, 2]}
+
+
+def test_odd_names_are_refused_or_work(make_pipeline):
+    """A name with a trailing newline is not an identifier; an identifier pydantic reserves is a fine field name."""
+    with pytest.raises(SpecError) as e:
+        load_spec(make_pipeline(BASE.replace("  b: {schema", '  "b\\n": {schema').replace("outputs: [b]", 'outputs: ["b\\n"]'), GOOD_MODULE))
+    assert e.value.code == "bad-name"
+    spec = load_spec(make_pipeline(BASE.replace("n: int}", "model_config: int}"), GOOD_MODULE))
+    assert spec.flows["a"].schema.validate({"url": "u", "model_config": 1}) == {"url": "u", "model_config": 1}
