@@ -148,6 +148,7 @@ class Controller:
         self.backpressure = backpressure
         self._checked_ids: set[str] = set()
         self.notify = notify or (lambda message: None)  # recoveries and lock take-overs are reported here
+        self.epoch_timeout: Optional[float] = None  # seconds per stage epoch of the current run (cbp run --epoch-timeout)
         self._interrupted: dict[str, dict[str, Any]] = {}  # stage -> intention of an epoch to finish
         snap = home.read_controller()
         self.st = snap if snap is not None else _new_snapshot(spec)
@@ -512,7 +513,8 @@ class Controller:
 
     # ------------------------------------------------------------------ scheduling
     def run(self, max_epochs: Optional[int] = None, on_epoch: Optional[Callable[[EpochReport], None]] = None,
-            on_start: Optional[Callable[[str, int], None]] = None, command: str = "cbp.Pipeline.run()") -> list[EpochReport]:
+            on_start: Optional[Callable[[str, int], None]] = None, command: str = "cbp.Pipeline.run()",
+            epoch_timeout: Optional[float] = None) -> list[EpochReport]:
         """Run runnable stages round by round until none is runnable or ``max_epochs`` stage epochs ran.
 
         Each round gives every runnable stage (in dataflow order) one epoch, so no stage starves;
@@ -520,7 +522,12 @@ class Controller:
         while others can run. The round's position is part of each epoch's commit, so a run that
         was killed (or stopped by ``max_epochs``) goes on exactly where it stopped. Only one
         runner works on a home at a time: another one gets :class:`cbp.errors.BusyError`.
+        ``epoch_timeout`` (seconds) limits every stage epoch of this run, besides each stage's
+        own ``timeout``: an epoch over its limit is cancelled and nothing of it is committed.
         """
+        if epoch_timeout is not None and not epoch_timeout > 0:
+            raise UsageError(f"the epoch timeout must be a positive number of seconds, got {epoch_timeout}", code="bad-option")
+        self.epoch_timeout = epoch_timeout
         reports: list[EpochReport] = []
 
         def took_over(holder: dict[str, Any]) -> None:
@@ -690,6 +697,10 @@ class Controller:
             parts=parts, max_files=self.max_state_files, row_group=self.state_row_group, cache_mb=self.state_cache_mb,
             fault=faults.current(), driver_pid=os.getpid(),
         )
+        limits = [t for t in (spec.timeout, self.epoch_timeout) if t is not None]
+        if limits:
+            plan.timeout = min(limits)
+            plan.deadline = time.time() + plan.timeout
         try:
             results = run_stage_epoch(self.spark, plan, input_files, state_uris, state_needs_dedupe=sst["layout"] != "blackbox")
             faults.point("epoch:ran")
@@ -904,6 +915,33 @@ class Controller:
             t = t.filter(pc.equal(t[SRC], epoch))
         t = t.sort_by([(INC, "ascending")])
         return [fl.schema.from_storage(r) for r in t.select(list(fl.schema.fields)).to_pylist()]
+
+    def idle_reasons(self) -> dict[str, str]:
+        """Why each stage is not runnable now (stages that are runnable are left out)."""
+        from .deadends import dead_ends
+
+        self.refresh()
+        dead = {d.stage: d.message for d in dead_ends(self.spec)}
+        out: dict[str, str] = {}
+        for s, spec in self.spec.stages.items():
+            if self.decide(s) is not None:
+                continue
+            if s in dead:
+                out[s] = dead[s]
+                continue
+            frames = self.frames(s)
+            pending = {i.flow: len(self.st["connectors"][_conn(s, i.flow)]) for i in spec.inputs}
+            have = ", ".join(f"'{f}' {len(k)} complete of {pending[f]} pending" for f, k in frames.items())
+            if not any(pending.values()):
+                out[s] = "no new input on " + ", ".join(f"'{f}'" for f in pending)
+            elif spec.runnable_name == "all" and not any(frames.values()):
+                out[s] = f"no complete increment yet ({have}); a framed flow's increment completes when a later framing key arrives or on 'cbp feed --close'"
+            elif spec.runnable_name == "all":
+                waiting = [f for f, k in frames.items() if not k]
+                out[s] = f"runnable 'all' waits for an increment on {', '.join(repr(f) for f in waiting)} ({have})"
+            else:
+                out[s] = f"its runnable '{spec.runnable_name}' says not runnable ({have})"
+        return out
 
     def status(self) -> dict[str, Any]:
         """Stages, epochs run, pending increments per connector, and which stages are runnable now."""

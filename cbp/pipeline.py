@@ -125,13 +125,20 @@ class Pipeline:
         return self.controller.feed(flow, [], close=True)
 
     def run(self, max_epochs: Optional[int] = None, on_epoch: Optional[Callable[[EpochReport], None]] = None,
-            on_start: Optional[Callable[[str, int], None]] = None, command: str = "cbp.Pipeline.run()") -> list[EpochReport]:
+            on_start: Optional[Callable[[str, int], None]] = None, command: str = "cbp.Pipeline.run()",
+            epoch_timeout: Optional[float] = None) -> list[EpochReport]:
         """Run stage epochs until no stage is runnable (or ``max_epochs``); one report per epoch.
 
         First finishes what a killed run left (a pending commit, an interrupted epoch). Raises
-        :class:`cbp.errors.BusyError` if another runner works on the same home.
+        :class:`cbp.errors.BusyError` if another runner works on the same home. An epoch that
+        takes longer than ``epoch_timeout`` seconds (or its stage's YAML ``timeout``) is cancelled:
+        :class:`cbp.errors.UserCodeError` with code ``timeout``, nothing of it committed.
         """
-        return self.controller.run(max_epochs, on_epoch=on_epoch, on_start=on_start, command=command)
+        return self.controller.run(max_epochs, on_epoch=on_epoch, on_start=on_start, command=command, epoch_timeout=epoch_timeout)
+
+    def idle_reasons(self) -> dict[str, str]:
+        """Why each stage that is not runnable now is not (stage -> reason); runnable stages are left out."""
+        return self.controller.idle_reasons()
 
     def state(self, stage: str, epoch: Optional[int] = None) -> list[dict[str, Any]]:
         """The stage's state records after its ``epoch`` (default: latest)."""
