@@ -41,7 +41,7 @@ sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 
 import crash_harness as ch  # noqa: E402
 
-from cbp.corpus import fetch_debian_doc, iter_pages, links  # noqa: E402
+from cbp.crawl.corpus import fetch_debian_doc, iter_pages, links  # noqa: E402
 
 EPOCH_LINE = re.compile(r"^(\w+)\s+epoch\s+(\d+)\s.*\s([\d.]+)s$")
 RECOVERED = re.compile(r"recovered: finished committing (.*), which was interrupted \(([\d.]+)s\)")
@@ -92,7 +92,7 @@ def main() -> None:
     print(f"data: {source}; {args.increments} increments of ~{per} links")
     work = Path(tempfile.mkdtemp(prefix="cbp-crash-"))
 
-    from cbp.sparksession import get_spark
+    from cbp.engine.session import get_spark
 
     spark = get_spark()
     t0 = time.perf_counter()

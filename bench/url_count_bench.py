@@ -53,7 +53,7 @@ def log(msg: str) -> None:
 # ---------------------------------------------------------------------------------- URL vocabulary
 def load_vocabulary() -> tuple[list[str], str]:
     """Base URLs and a sentence saying where they came from (cached in bench/data/)."""
-    from cbp.corpus import fetch_debian_doc, iter_pages, links
+    from cbp.crawl.corpus import fetch_debian_doc, iter_pages, links
 
     cache = DATA / f"{DOC_PACKAGE}-urls.txt"
     if cache.exists():
@@ -382,7 +382,7 @@ def main(argv: list[str] | None = None) -> int:
 
     os.environ["CBP_STATE_CACHE_MB"] = str(args.cache_mb)  # before Spark starts its Python workers
     import cbp
-    from cbp.sparksession import get_spark
+    from cbp.engine.session import get_spark
 
     t0 = time.perf_counter()
     get_spark()

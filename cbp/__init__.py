@@ -7,12 +7,12 @@ translators as plain Python functions ``translate(key, state, *inputs, out)``.
     >>> p = cbp.load("flows/url_count.yaml", home="/tmp/cbp-demo")   # doctest: +SKIP
     >>> p.feed("urls", [{"url": "http://a/"}]); p.run()              # doctest: +SKIP
 
-The crawl-queue loop's crawler is :class:`Crawler` (:mod:`cbp.crawler`); Airflow DAGs are made
-by :mod:`cbp.dagfactory` (it needs the ``airflow`` extra).
+The crawl-queue loop's crawler is :class:`Crawler` (:mod:`cbp.crawl.crawler`); Airflow DAGs are made
+by :mod:`cbp.airflow.dagfactory` (it needs the ``airflow`` extra).
 """
 
 from .controller import EpochReport
-from .crawler import Corpus, Crawler, CrawlRound
+from .crawl.crawler import Corpus, Crawler, CrawlRound
 from .errors import BusyError, CbpError, InputError, RuntimeStateError, SpecError, UsageError, UserCodeError
 from .model import Emitter, Writer, runnable_all, runnable_any
 from .pipeline import Pipeline, load

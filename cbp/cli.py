@@ -121,7 +121,7 @@ def _dispatch(args: argparse.Namespace) -> int:
     from .spec import load_spec
 
     if args.command == "validate":
-        from .deadends import dead_ends
+        from .spec.deadends import dead_ends
 
         spec = load_spec(args.flow_yaml)
         print(f"{args.flow_yaml}: pipeline '{spec.name}' is valid: {len(spec.flows)} flows, {len(spec.stages)} stages "
@@ -212,7 +212,7 @@ def _run(pipe: Any, args: argparse.Namespace) -> int:
 
 
 def _crawl(pipe: Any, args: argparse.Namespace) -> int:
-    from .crawler import MAX_PAGE_BYTES, Corpus, Crawler
+    from .crawl.crawler import MAX_PAGE_BYTES, Corpus, Crawler
 
     if len(args.host) > len(args.corpus):
         raise UsageError(f"{len(args.host)} --host for {len(args.corpus)} --corpus; give at most one --host per --corpus", code="usage")

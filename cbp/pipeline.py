@@ -18,7 +18,7 @@ import pyarrow as pa
 
 from .controller import Controller, EpochReport, Landed
 from .errors import InputError
-from .schema import RecordError
+from .spec.schema import RecordError
 from .spec import PipelineSpec, load_spec
 from .storage import Home
 
@@ -77,7 +77,7 @@ class Pipeline:
         whole increment (:class:`cbp.errors.InputError` code ``bad-record`` naming the file and
         line or the record number, the flow and the field) and nothing lands. A line longer than
         :data:`MAX_LINE_BYTES`, text that is not UTF-8 or not Unicode (a lone surrogate), and JSON
-        nested deeper than :data:`cbp.schema.MAX_DEPTH` are bad records too.
+        nested deeper than :data:`cbp.spec.schema.MAX_DEPTH` are bad records too.
         ``feed_id`` makes the feed idempotent: a second feed with the same id lands nothing.
         Returns the increment ids, as a list whose ``feed`` is the number ``output(flow, epoch=N)``
         takes (every feed gets one, an empty feed too).

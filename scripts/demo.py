@@ -17,7 +17,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
 import cbp  # noqa: E402
-from cbp.corpus import fetch_debian_doc, iter_pages, links  # noqa: E402
+from cbp.crawl.corpus import fetch_debian_doc, iter_pages, links  # noqa: E402
 
 
 def main() -> int:

@@ -13,7 +13,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 FLOWS = ROOT / "flows"
 
-# Airflow (imported by cbp.triggers / cbp.dagfactory, also while collecting doctests) reads its
+# Airflow (imported by cbp.airflow.triggers / cbp.airflow.dagfactory, also while collecting doctests) reads its
 # configuration once, at import: point it at a throw-away home before anything imports it, so
 # tests never touch a user's ~/airflow. tests/test_airflow.py creates the database there.
 AIRFLOW_HOME = tempfile.mkdtemp(prefix="cbp-test-airflow-")
@@ -49,7 +49,7 @@ def count(key, state, words, out):
 
 @pytest.fixture(scope="session")
 def spark():
-    from cbp.sparksession import get_spark
+    from cbp.engine.session import get_spark
 
     os.environ.setdefault("CBP_SPARK_MASTER", "local[2,2]")  # 2 attempts per task, as in cbp's default
     session = get_spark()

@@ -1,4 +1,4 @@
-"""The Airflow 3 DAGs (dags/cbp_dags.py, cbp.dagfactory), run in-process with ``dag.test()``.
+"""The Airflow 3 DAGs (dags/cbp_dags.py, cbp.airflow.dagfactory), run in-process with ``dag.test()``.
 
 The crawl loop of paper 001 §1.1: the crawler DAG lands a round of pages (asset event on
 ``pages``), the pipeline DAG runs the epochs and publishes ``crawl_queue``, and so on, for
@@ -45,7 +45,7 @@ crawlers:
     r = subprocess.run([sys.executable, "-m", "airflow", "db", "migrate"], capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stderr[-3000:]
     assert os.environ["AIRFLOW_HOME"] == AIRFLOW_HOME
-    from cbp.dagfactory import make_dags
+    from cbp.airflow.dagfactory import make_dags
 
     return {"base": base, "seed": seed, "dags": make_dags(os.environ["CBP_DAGS_CONFIG"])}
 
@@ -79,7 +79,7 @@ def test_dags_are_built_for_every_flow_and_the_crawler(airflow_env):
 
 def test_crawl_loop_through_the_dags_equals_from_scratch_each_round(airflow_env):
     import cbp
-    from cbp.triggers import IncrementLanded
+    from cbp.airflow.triggers import IncrementLanded
 
     dags = airflow_env["dags"]
     home = str(airflow_env["base"] / "state" / "crawl_queue")
@@ -115,7 +115,7 @@ def test_crawl_loop_through_the_dags_equals_from_scratch_each_round(airflow_env)
 
 def test_inbox_files_and_cbp_feed_lead_to_a_run(airflow_env):
     import cbp
-    from cbp.triggers import IncrementLanded
+    from cbp.airflow.triggers import IncrementLanded
 
     dags = airflow_env["dags"]
     home = str(airflow_env["base"] / "state" / "url_count")

@@ -212,7 +212,7 @@ def _config_file(tmp_path: Path, flows: Path, extra: str = "") -> Path:
 def test_run_and_crawl_tasks_have_the_configured_execution_timeout(tmp_path):
     from datetime import timedelta
 
-    from cbp.dagfactory import load_config, make_dags
+    from cbp.airflow.dagfactory import load_config, make_dags
 
     dags = make_dags(str(_config_file(tmp_path, FLOWS, "run_timeout_minutes: 7\ncrawl_timeout_minutes: 3\nepoch_timeout_seconds: 45\n")))
     pipelines = [d for name, d in dags.items() if not name.endswith("_crawler")]
@@ -233,7 +233,7 @@ def test_run_and_crawl_tasks_have_the_configured_execution_timeout(tmp_path):
 
 
 def test_epoch_timeout_is_passed_to_cbp_run_only_when_set(tmp_path, make_pipeline):
-    from cbp.dagfactory import run_pipeline
+    from cbp.airflow.dagfactory import run_pipeline
 
     path = str(make_pipeline(WORD_COUNT, "def count(key, state, words, out):\n    pass\n"))
     cmds = []
@@ -253,7 +253,7 @@ def test_epoch_timeout_is_passed_to_cbp_run_only_when_set(tmp_path, make_pipelin
 
 
 def test_process_group_timeout_kills_every_process_of_the_group():
-    from cbp.dagfactory import ProcessGroup
+    from cbp.airflow.dagfactory import ProcessGroup
 
     g = ProcessGroup(["sh", "-c", "sleep 300 & sleep 300 & wait"], grace=2)
     t0 = time.monotonic()
@@ -269,7 +269,7 @@ def test_cbp_run_dies_with_a_task_process_killed_by_sigkill(tmp_path):
         pytest.skip("PR_SET_PDEATHSIG is Linux")
     pidfile = tmp_path / "pid"
     code = ("import sys, threading, time\n"
-            "from cbp.dagfactory import ProcessGroup\n"
+            "from cbp.airflow.dagfactory import ProcessGroup\n"
             "g = ProcessGroup(['sleep', '300'])\n"
             "def tell():\n"
             "    while g.proc is None: time.sleep(0.05)\n"
@@ -307,7 +307,7 @@ def _sleepy_run_task(tmp_path: Path, make_pipeline, settings: str, words: list[d
     """The run task of a factory-built DAG (``settings`` in its cbp.yaml) for a word count whose
     translator sleeps for an hour, with ``words`` fed; and the pipeline, and the translator's marker."""
     import cbp
-    from cbp.dagfactory import make_dags
+    from cbp.airflow.dagfactory import make_dags
 
     marker = tmp_path / "translator-started"
     path = make_pipeline(WORD_COUNT, SLEEPY.format(marker=str(marker)))
@@ -413,8 +413,8 @@ BAD = {
 @pytest.mark.parametrize("kind", sorted(BAD))
 def test_a_bad_inbox_file_is_rejected_with_its_error_and_the_next_one_lands(kind, tmp_path, make_pipeline, monkeypatch):
     import cbp
-    from cbp.dagfactory import land_inbox
-    from cbp.triggers import IncrementLanded, landed_feeds
+    from cbp.airflow.dagfactory import land_inbox
+    from cbp.airflow.triggers import IncrementLanded, landed_feeds
 
     yaml = str(make_pipeline(WORD_COUNT, TRIVIAL))
     home, inbox = str(tmp_path / "home"), tmp_path / "inbox"
@@ -459,8 +459,8 @@ def test_a_bad_inbox_file_is_rejected_with_its_error_and_the_next_one_lands(kind
 
 def test_retried_inbox_lands_each_file_once_and_a_new_file_under_an_old_name_too(tmp_path, make_pipeline):
     import cbp
-    from cbp.dagfactory import land_inbox
-    from cbp.triggers import IncrementLanded, landed_feeds
+    from cbp.airflow.dagfactory import land_inbox
+    from cbp.airflow.triggers import IncrementLanded, landed_feeds
 
     yaml = str(make_pipeline(WORD_COUNT, TRIVIAL))
     home, inbox = str(tmp_path / "home"), tmp_path / "inbox"
@@ -492,7 +492,7 @@ def test_retried_inbox_lands_each_file_once_and_a_new_file_under_an_old_name_too
 
 
 def test_an_inbox_failure_that_is_not_the_file_s_fault_rejects_nothing(tmp_path, make_pipeline):
-    from cbp.dagfactory import land_inbox
+    from cbp.airflow.dagfactory import land_inbox
 
     yaml = str(make_pipeline(WORD_COUNT, TRIVIAL))
     home = tmp_path / "home"
@@ -506,7 +506,7 @@ def test_an_inbox_failure_that_is_not_the_file_s_fault_rejects_nothing(tmp_path,
 
 
 def test_fifos_and_directories_in_the_inbox_are_left_alone(tmp_path):
-    from cbp.triggers import inbox_files
+    from cbp.airflow.triggers import inbox_files
 
     d = tmp_path / "in"
     d.mkdir()

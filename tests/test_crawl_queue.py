@@ -16,10 +16,10 @@ import sys
 import pytest
 
 import cbp
-from cbp.crawl_reference import counts_from_scratch, queue_from_scratch
-from cbp.crawler import Corpus, Crawler, decode_html
+from cbp.crawl.reference import counts_from_scratch, queue_from_scratch
+from cbp.crawl.crawler import Corpus, Crawler, decode_html
 from cbp.errors import UsageError
-from cbp.weblinks import normalize_url, page_links, site_of
+from cbp.crawl.links import normalize_url, page_links, site_of
 from conftest import FLOWS, ROOT
 from crawl_site import BAD_PAGES, HOST, huge_page, make_site
 

@@ -1,4 +1,4 @@
-"""The crawler stays inside its corpus, and no URL stops it (cbp/crawler.py).
+"""The crawler stays inside its corpus, and no URL stops it (cbp/crawl/crawler.py).
 
 Escapes first: a file outside the corpus (holding a private marker) must never be read, through
 symbolic links (a directory's ``index.html``, a file, a directory, relative or absolute), dot
@@ -25,7 +25,7 @@ import pytest
 import cbp
 from cbp import crawler as crawler_mod
 from cbp.cli import main
-from cbp.crawler import REASONS, Corpus, Crawler
+from cbp.crawl.crawler import REASONS, Corpus, Crawler
 from cbp.errors import UsageError
 from conftest import FLOWS
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import cbp
 from cbp.cli import main
-from cbp.deadends import dead_ends
+from cbp.spec.deadends import dead_ends
 
 SELF_LOOP = """
 pipeline: loopy

@@ -15,7 +15,7 @@ import tempfile
 
 from hypothesis import strategies as st
 
-from cbp.crawler import REASONS, Corpus
+from cbp.crawl.crawler import REASONS, Corpus
 from fuzzing import fuzz
 from test_crawler_containment import HOST, hostile_corpus, no_hang
 

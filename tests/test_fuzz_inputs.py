@@ -35,7 +35,7 @@ from hypothesis import strategies as st
 import cbp
 import cbp.spec
 from cbp.errors import InputError, SpecError
-from cbp.schema import MAX_DEPTH, RecordError, RecordSchema, parse_type
+from cbp.spec.schema import MAX_DEPTH, RecordError, RecordSchema, parse_type
 from conftest import FLOWS
 from fuzzing import budget, fuzz
 

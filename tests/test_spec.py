@@ -163,7 +163,7 @@ def test_frame_by_must_agree(make_pipeline):
 
 def test_record_types_at_their_limits():
     """Ints are 64-bit, floats finite (JSON has no NaN), list items may be nullable with list<T?>."""
-    from cbp.schema import RecordError, RecordSchema
+    from cbp.spec.schema import RecordError, RecordSchema
 
     s = RecordSchema.parse({"i": "int?", "f": "float", "l": "list<int?>"})
     assert s.validate({"i": 2**63 - 1, "f": 2, "l": [1, None]}) == {"i": 2**63 - 1, "f": 2, "l": [1, None]}

@@ -10,7 +10,7 @@ import shutil
 import sys
 from typing import Optional
 
-from .errors import RuntimeStateError
+from ..errors import RuntimeStateError
 
 __all__ = ["get_spark"]
 

@@ -2,7 +2,7 @@
 
 Given every page crawled so far, the queue is every URL that is not crawled and whose
 ``score(u) = inlinks(u) + 0.5 * log2(1 + inlinks(site(u)))`` is at least the threshold, where
-``inlinks`` counts the distinct links of each page (:func:`cbp.weblinks.page_links`).
+``inlinks`` counts the distinct links of each page (:func:`cbp.crawl.links.page_links`).
 
     >>> pages = [{"url": "http://a/", "html": '<a href="x">1</a><a href="x">2</a><a href="y">3</a>'},
     ...          {"url": "http://a/y", "html": '<a href="x">'}]
@@ -17,7 +17,7 @@ from typing import Any, Iterable, Mapping, Optional
 
 import pandas as pd
 
-from .weblinks import normalize_url, page_links, site_of
+from .links import normalize_url, page_links, site_of
 
 __all__ = ["queue_from_scratch", "counts_from_scratch"]
 

@@ -3,7 +3,7 @@
 :func:`pipeline_dag` turns a ``flows/*.yaml`` into a DAG ``cbp_<pipeline>``:
 
 - **schedule**: one Airflow Asset per external input flow (``file://<home>/flows/<flow>``), any
-  of which starts a run. Each asset has an ``AssetWatcher`` (:class:`cbp.triggers.IncrementLanded`),
+  of which starts a run. Each asset has an ``AssetWatcher`` (:class:`cbp.airflow.triggers.IncrementLanded`),
   so an increment landed outside Airflow (``cbp feed``, the Python API, a file dropped in the
   inbox) starts a run too; a task that lands an increment also emits the asset event itself.
 - **land_inbox**: lands ``<inbox>/<flow>/*.jsonl`` files (each once: feed id = file name, size and
@@ -21,7 +21,7 @@
 
 :func:`crawler_dag` makes ``cbp_<pipeline>_crawler``: scheduled on the ``crawl_queue`` asset
 (and the pipeline's epochs asset, so the frontier left by a capped round is not stranded), it
-runs one crawl round (:class:`cbp.crawler.Crawler`, ``execution_timeout`` =
+runs one crawl round (:class:`cbp.crawl.crawler.Crawler`, ``execution_timeout`` =
 ``crawl_timeout_minutes``) and emits the ``pages`` asset event if it landed pages. The two DAGs
 are the continuous loop of paper 001 §1.1.
 
@@ -48,7 +48,7 @@ from typing import Any, Callable, Optional
 
 import yaml
 
-from .spec import PipelineSpec, load_spec
+from ..spec import PipelineSpec, load_spec
 
 __all__ = ["DagConfig", "CrawlerConfig", "load_config", "make_dags", "pipeline_dag", "crawler_dag", "flow_asset", "epochs_asset",
            "land_inbox", "run_pipeline", "crawl_round", "ProcessGroup"]
@@ -210,8 +210,8 @@ def land_inbox(yaml_path: str, home: str, inbox: str, flows: list[str]) -> dict[
     that are not the file's fault (the home is busy, full or read-only) are raised: the task fails
     and is retried, and nothing is rejected for them.
     """
-    from .errors import CbpError, InputError
-    from .pipeline import Pipeline
+    from ..errors import CbpError, InputError
+    from ..pipeline import Pipeline
     from .triggers import announce_landed, inbox_files
 
     landed: dict[str, list[str]] = {}
@@ -416,7 +416,7 @@ def run_pipeline(yaml_path: str, home: str, spark_master: Optional[str] = None, 
     killed as well when an exception interrupts the wait (Airflow's ``execution_timeout`` raises
     one in the task) or when ``started``'s group is killed (an operator's ``on_kill``).
     """
-    from .pipeline import Pipeline
+    from ..pipeline import Pipeline
 
     pipe = Pipeline(yaml_path, home)
     before = {s: st["epoch"] for s, st in pipe.controller.st["stages"].items()}
@@ -451,8 +451,8 @@ def run_pipeline(yaml_path: str, home: str, spark_master: Optional[str] = None, 
 
 def crawl_round(yaml_path: str, home: str, cfg: CrawlerConfig) -> dict[str, Any]:
     """One crawl round; returns what it fetched and landed."""
-    from .crawler import Corpus, Crawler
-    from .pipeline import Pipeline
+    from ..crawl.crawler import Corpus, Crawler
+    from ..pipeline import Pipeline
 
     pipe = Pipeline(yaml_path, home)
     hosts = cfg.hosts + [None] * (len(cfg.corpus) - len(cfg.hosts))
@@ -478,7 +478,7 @@ def run_operator() -> type:
         from airflow.sdk import BaseOperator
 
         class CbpRunOperator(BaseOperator):
-            """``cbp run`` until quiescent (see :func:`cbp.dagfactory.run_pipeline`)."""
+            """``cbp run`` until quiescent (see :func:`cbp.airflow.dagfactory.run_pipeline`)."""
 
             ui_color = "#e8f4ff"
 

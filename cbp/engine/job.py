@@ -3,7 +3,7 @@
 *Direct* mode (§4.5): only the new input increments are read and routed (RouteBy) through
 Spark's shuffle into the stage's P partitions with Spark's own hash (``repartition(P, _key)``),
 sorted by key and flow. Task ``p`` owns state partition ``p``: it reads the state of the keys it
-needs through the partition's index and writes only what changed (:mod:`cbp.task`).
+needs through the partition's index and writes only what changed (:mod:`cbp.engine.task`).
 
 *Black-box* mode (§4.4): the state is just another input. It is read whole, shuffled with the
 new input, and written whole every epoch: the baseline the benchmarks compare against.
@@ -21,8 +21,8 @@ import uuid
 from functools import partial, reduce
 from typing import Any, Optional
 
-from .errors import RuntimeStateError, UserCodeError
-from .schema import RecordSchema
+from ..errors import RuntimeStateError, UserCodeError
+from ..spec.schema import RecordSchema
 from .task import IO_ERROR, USER_ERROR, TaskPlan, grouped_task, recordwise_task, route_batches
 
 __all__ = ["run_stage_epoch", "spark_ddl"]

@@ -1,8 +1,8 @@
 """What runs inside a Spark task: routing records, and one stage epoch on one partition.
 
-The driver side (:mod:`cbp.physical`) ships a :class:`TaskPlan` to every task. A grouped task
+The driver side (:mod:`cbp.engine.job`) ships a :class:`TaskPlan` to every task. A grouped task
 receives its partition's *new* input, sorted by key and flow, reads the state of the keys it
-needs from the partition it owns (:mod:`cbp.bipindex`), calls the translator once per key with
+needs from the partition it owns (:mod:`cbp.engine.bipindex`), calls the translator once per key with
 one iterator per input flow, and writes the state changes and output increments as files that
 the driver then commits. A task that fails leaves only unreferenced files behind.
 """
@@ -23,12 +23,12 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from . import faults
+from .. import faults
 from .bipindex import ROW_GROUP, STATE_META, PartitionIndex, StateMeta, latest_rows, read_partition_rows
-from .model import Emitter
-from .schema import RecordError, RecordSchema
-from .spec import StageSpec
-from .storage import INC, Home
+from ..model import Emitter
+from ..spec.schema import RecordError, RecordSchema
+from ..spec import StageSpec
+from ..storage import INC, Home
 
 __all__ = ["TaskPlan", "ENVELOPE", "RESULT", "encode_key", "route_batches", "grouped_task", "recordwise_task", "USER_ERROR"]
 

@@ -37,14 +37,14 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from . import faults
-from .bipindex import ROW_GROUP, STATE_META, StateMeta, latest_rows
-from .errors import CbpError, InputError, RuntimeStateError, SpecError, UsageError, UserCodeError
-from .model import normalize_runnable_result
-from .physical import run_stage_epoch
-from .spec import PipelineSpec, StageSpec
-from .storage import INC, PART, SRC, Home
-from .task import TaskPlan
+from .. import faults
+from ..engine.bipindex import ROW_GROUP, STATE_META, StateMeta, latest_rows
+from ..errors import CbpError, InputError, RuntimeStateError, SpecError, UsageError, UserCodeError
+from ..model import normalize_runnable_result
+from ..engine.job import run_stage_epoch
+from ..spec import PipelineSpec, StageSpec
+from ..storage import INC, PART, SRC, Home
+from ..engine.task import TaskPlan
 
 __all__ = ["Controller", "EpochReport", "Decision", "Landed"]
 
@@ -208,7 +208,7 @@ class Controller:
     @property
     def spark(self) -> Any:
         if self._spark is None:
-            from .sparksession import get_spark
+            from ..engine.session import get_spark
 
             self._spark = get_spark()
         return self._spark
@@ -918,7 +918,7 @@ class Controller:
 
     def idle_reasons(self) -> dict[str, str]:
         """Why each stage is not runnable now (stages that are runnable are left out)."""
-        from .deadends import dead_ends
+        from ..spec.deadends import dead_ends
 
         self.refresh()
         dead = {d.stage: d.message for d in dead_ends(self.spec)}

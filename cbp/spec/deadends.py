@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .spec import PipelineSpec
+from . import PipelineSpec
 
 __all__ = ["DeadEnd", "dead_ends", "runnable_stages"]
 

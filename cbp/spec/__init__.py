@@ -38,8 +38,8 @@ from typing import Any, Callable, Literal, Optional
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from .errors import SpecError
-from .model import runnable_all, runnable_any
+from ..errors import SpecError
+from ..model import runnable_all, runnable_any
 from .resolve import is_import_path, resolve_callable
 from .schema import FieldType, RecordSchema, parse_type
 

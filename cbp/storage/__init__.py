@@ -34,7 +34,7 @@ import pyarrow.parquet as pq
 from deltalake import CommitProperties, DeltaTable, Transaction
 from deltalake.transaction import AddAction, RemoveAction
 
-from .errors import BusyError, RuntimeStateError
+from ..errors import BusyError, RuntimeStateError
 
 __all__ = ["Home", "INC", "PART", "SRC"]
 

@@ -28,7 +28,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from .storage import Home
+from ..storage import Home
 
 __all__ = ["PartitionIndex", "StateMeta", "STATE_META", "read_partition_rows", "latest_rows"]
 

@@ -1,6 +1,6 @@
 """An Airflow event trigger that fires when an increment lands on a cbp flow (for ``AssetWatcher``).
 
-The DAGs of :mod:`cbp.dagfactory` watch every external input flow of a pipeline with
+The DAGs of :mod:`cbp.airflow.dagfactory` watch every external input flow of a pipeline with
 :class:`IncrementLanded`. It fires when
 
 - the flow has feeds that were not announced yet: landed by ``cbp feed``, by the Python API,
@@ -32,7 +32,7 @@ __all__ = ["IncrementLanded", "landed_feeds", "inbox_files", "announce_landed"]
 
 def landed_feeds(home: str, flow: str) -> int:
     """How many feeds the flow has had in the home (0 if nothing was ever landed)."""
-    from .storage import Home
+    from ..storage import Home
 
     snap = Home(home).read_controller()
     if snap is None or flow not in snap.get("flows", {}):
@@ -102,7 +102,7 @@ class IncrementLanded(BaseEventTrigger):
         self.poke_interval = poke_interval
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
-        return ("cbp.triggers.IncrementLanded",
+        return ("cbp.airflow.triggers.IncrementLanded",
                 {"home": self.home, "flow": self.flow, "inbox": self.inbox, "poke_interval": self.poke_interval})
 
     def check(self) -> Optional[dict[str, Any]]:

@@ -38,11 +38,11 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Iterable, Iterator, Optional
 from urllib.parse import unquote_to_bytes, urlsplit
 
-from .errors import UsageError
-from .weblinks import normalize_url
+from ..errors import UsageError
+from .links import normalize_url
 
 if TYPE_CHECKING:
-    from .pipeline import Pipeline
+    from ..pipeline import Pipeline
 
 __all__ = ["Corpus", "Crawler", "CrawlRound", "Fetched", "decode_html", "MAX_PAGE_BYTES", "MAX_URL_CHARS", "REASONS"]
 

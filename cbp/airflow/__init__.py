@@ -1,0 +1,2 @@
+"""Apache Airflow integration: the DAG factory (:mod:`.dagfactory`) and the trigger that fires
+when an increment lands (:mod:`.triggers`). Needs the ``airflow`` extra."""
