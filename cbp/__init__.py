@@ -11,7 +11,7 @@ The crawl-queue loop's crawler is :class:`Crawler` (:mod:`cbp.crawl.crawler`); A
 by :mod:`cbp.airflow.dagfactory` (it needs the ``airflow`` extra).
 """
 
-from .controller import EpochReport
+from .controller import EpochRecord, EpochReport
 from .crawl.crawler import Corpus, Crawler, CrawlRound
 from .errors import BusyError, CbpError, InputError, RuntimeStateError, SpecError, UsageError, UserCodeError
 from .model import Emitter, Writer, runnable_all, runnable_any
@@ -19,7 +19,7 @@ from .pipeline import Pipeline, load
 from .spec import PipelineSpec, load_spec
 
 __all__ = [
-    "load", "Pipeline", "load_spec", "PipelineSpec", "EpochReport", "Crawler", "Corpus", "CrawlRound",
+    "load", "Pipeline", "load_spec", "PipelineSpec", "EpochReport", "EpochRecord", "Crawler", "Corpus", "CrawlRound",
     "Emitter", "Writer", "runnable_all", "runnable_any",
     "CbpError", "SpecError", "InputError", "UsageError", "UserCodeError", "RuntimeStateError", "BusyError",
 ]

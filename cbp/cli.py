@@ -153,8 +153,8 @@ def _dispatch(args: argparse.Namespace) -> int:
         return _run(pipe, args)
     if args.command == "crawl":
         return _crawl(pipe, args)
-    if pipe.controller.home.read_controller() is None:
-        print(f"cbp {args.command}: note: nothing has been fed or run in {pipe.controller.home.location} yet; "
+    if pipe.is_new:
+        print(f"cbp {args.command}: note: nothing has been fed or run in {pipe.home.location} yet; "
               "is --home right?", file=sys.stderr)
     if args.command == "state":
         for rec in pipe.state(args.stage, args.epoch):

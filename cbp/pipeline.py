@@ -16,7 +16,7 @@ from typing import Any, BinaryIO, Callable, Iterable, Iterator, Mapping, Optiona
 
 import pyarrow as pa
 
-from .controller import Controller, EpochReport, Landed
+from .controller import Controller, EpochRecord, EpochReport, Landed
 from .errors import InputError
 from .spec.schema import RecordError
 from .spec import PipelineSpec, load_spec
@@ -135,6 +135,23 @@ class Pipeline:
         :class:`cbp.errors.UserCodeError` with code ``timeout``, nothing of it committed.
         """
         return self.controller.run(max_epochs, on_epoch=on_epoch, on_start=on_start, command=command, epoch_timeout=epoch_timeout)
+
+    def epochs(self, stage: str) -> int:
+        """How many epochs ``stage`` has committed."""
+        return self.controller.epochs(stage)
+
+    def feeds(self, flow: str) -> int:
+        """How many feeds external flow ``flow`` has had (the N of its newest ``output(flow, epoch=N)``)."""
+        return self.controller.feeds(flow)
+
+    def epoch_record(self, stage: str, epoch: int) -> EpochRecord:
+        """What a committed stage epoch read and wrote (increment ids per flow, records per output)."""
+        return self.controller.epoch_record(stage, epoch)
+
+    @property
+    def is_new(self) -> bool:
+        """True while nothing has been fed or run in the home."""
+        return self.controller.is_new()
 
     def idle_reasons(self) -> dict[str, str]:
         """Why each stage that is not runnable now is not (stage -> reason); runnable stages are left out."""

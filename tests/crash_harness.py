@@ -171,12 +171,12 @@ def results(home: str, spark: Any = None) -> dict[str, Any]:
     """Everything a run produced: epochs with their inputs and outputs, every output increment's
     records, the state through cbp and through a plain Delta reader, and leftovers of recovery."""
     p = cbp.load(YAML, home=home, spark=spark)
-    st = p.controller.st
     out: dict[str, Any] = {"epochs": {}, "outputs": {}, "state": {}, "delta_state": {}}
     for s in STAGES:
-        sst = st["stages"][s]
-        out["epochs"][s] = {e: {"inputs": h["inputs"], "outputs": h["outputs"]} for e, h in sorted(sst["history"].items(), key=lambda x: int(x[0]))}
-        for e in range(1, sst["epoch"] + 1):
+        n = p.epochs(s)
+        records = {e: p.epoch_record(s, e) for e in range(1, n + 1)}
+        out["epochs"][s] = {str(e): {"inputs": r.inputs, "outputs": r.outputs} for e, r in records.items()}
+        for e in range(1, n + 1):
             for f in p.spec.stages[s].outputs:
                 out["outputs"][f"{f}@{s}:{e}"] = _canon(p.output(f, epoch=e))
     for s in STATEFUL:

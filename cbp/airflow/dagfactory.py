@@ -419,7 +419,7 @@ def run_pipeline(yaml_path: str, home: str, spark_master: Optional[str] = None, 
     from ..pipeline import Pipeline
 
     pipe = Pipeline(yaml_path, home)
-    before = {s: st["epoch"] for s, st in pipe.controller.st["stages"].items()}
+    before = {s: pipe.epochs(s) for s in pipe.spec.stages}
     env = dict(os.environ)
     if spark_master:
         env["CBP_SPARK_MASTER"] = spark_master
@@ -436,16 +436,14 @@ def run_pipeline(yaml_path: str, home: str, spark_master: Optional[str] = None, 
         last = (err.strip().splitlines() or ["(no message)"])[-1]
         what = "was killed" if group.killed else f"failed with exit code {code}"
         raise RuntimeError(f"cbp run {yaml_path} --home {home} {what}: {last}")
-    pipe.controller.refresh()
-    st = pipe.controller.st
     epochs = 0
     new: dict[str, int] = {f: 0 for f in _outputs(pipe.spec)}
-    for s, sst in st["stages"].items():
-        for e in range(before.get(s, 0) + 1, sst["epoch"] + 1):
+    for s in pipe.spec.stages:
+        for e in range(before.get(s, 0) + 1, pipe.epochs(s) + 1):
             epochs += 1
-            for f, incs in sst["history"][str(e)]["outputs"].items():
+            for f, n in pipe.epoch_record(s, e).records.items():
                 if f in new:
-                    new[f] += sum(int(st["flows"][f]["incs"][str(i)]["records"]) for i in incs)
+                    new[f] += n
     return {"epochs": epochs, "records": new}
 
 

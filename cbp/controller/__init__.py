@@ -46,7 +46,7 @@ from ..spec import PipelineSpec, StageSpec
 from ..storage import INC, PART, SRC, Home
 from ..engine.task import TaskPlan
 
-__all__ = ["Controller", "EpochReport", "Decision", "Landed"]
+__all__ = ["Controller", "EpochReport", "EpochRecord", "Decision", "Landed"]
 
 
 @dataclass
@@ -68,6 +68,18 @@ class EpochReport:
         outs = ", ".join(f"{f}={n}" for f, n in self.outputs.items()) or "-"
         return (f"{self.stage:<16} epoch {self.epoch:>4}  in {self.records_in:>9}  out {self.records_out:>9} ({outs})  "
                 f"state read {self.keys_read:>8}  written {self.keys_written:>8}  {self.seconds:7.2f}s")
+
+
+@dataclass(frozen=True)
+class EpochRecord:
+    """A committed stage epoch: the increment ids it read per input flow, and the increment ids and
+    records it wrote per output flow."""
+
+    stage: str
+    epoch: int
+    inputs: dict[str, list[int]]
+    outputs: dict[str, list[int]]
+    records: dict[str, int]
 
 
 @dataclass
@@ -942,6 +954,34 @@ class Controller:
             else:
                 out[s] = f"its runnable '{spec.runnable_name}' says not runnable ({have})"
         return out
+
+    # ------------------------------------------------------------------ accessors (read-only)
+    def epochs(self, stage: str) -> int:
+        """How many epochs ``stage`` has committed."""
+        self.refresh()
+        self.spec.stage(stage)
+        return int(self.st["stages"][stage]["epoch"])
+
+    def feeds(self, flow: str) -> int:
+        """How many feeds external flow ``flow`` has had (the N of its newest ``output --epoch N``)."""
+        self.refresh()
+        self.spec.flow(flow)
+        return int(self.st["flows"][flow]["feeds"])
+
+    def epoch_record(self, stage: str, epoch: int) -> "EpochRecord":
+        """What stage epoch ``epoch`` read (increment ids per input flow) and wrote (ids and records per output flow)."""
+        self.refresh()
+        sst = self.st["stages"][self.spec.stage(stage).name]
+        h = sst["history"].get(str(epoch))
+        if h is None:
+            raise UsageError(f"stage '{stage}' has not run epoch {epoch} (epochs run: {sst['epoch']})", code="unknown-epoch")
+        outputs = {f: [int(i) for i in ids] for f, ids in h["outputs"].items()}
+        records = {f: sum(int(self.st["flows"][f]["incs"][str(i)]["records"]) for i in ids) for f, ids in outputs.items()}
+        return EpochRecord(stage, epoch, {f: [int(i) for i in ids] for f, ids in h["inputs"].items()}, outputs, records)
+
+    def is_new(self) -> bool:
+        """True while nothing has been fed or run in the home."""
+        return self.home.read_controller() is None
 
     def status(self) -> dict[str, Any]:
         """Stages, epochs run, pending increments per connector, and which stages are runnable now."""

@@ -563,7 +563,7 @@ class Crawler:
             rep.frontier = len(st["frontier"])
             st.setdefault("rounds", []).append({"round": rep.round, "cursor": doing["cursor"], "queued": rep.queued, "picked": len(rep.picked),
                                                 "landed": len(rep.landed), "failed": len(rep.failed), "frontier": rep.frontier,
-                                                "feed": (self.p.controller.st["flows"][self.pages]["feeds"] if rep.landed else None),
+                                                "feed": (self.p.feeds(self.pages) if rep.landed else None),
                                                 "at": time.strftime("%Y-%m-%dT%H:%M:%S")})
             self._save(st)
             return rep
