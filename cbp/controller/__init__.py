@@ -44,6 +44,7 @@ from ..model import normalize_runnable_result
 from ..engine.job import run_stage_epoch
 from ..spec import PipelineSpec, StageSpec
 from ..storage import INC, PART, SRC, Home
+from ..engine.protocol import TaskResult
 from ..engine.task import TaskPlan
 
 __all__ = ["Controller", "EpochReport", "EpochRecord", "Decision", "Landed"]
@@ -727,7 +728,7 @@ class Controller:
                 self._abandon_quietly(stage, epoch, out_incs)
             raise
 
-        stats = [r["stats"] for r in results]
+        stats = [r.stats for r in results]
         phases: dict[str, float] = {}
         for s in stats:
             for k, v in s.get("seconds", {}).items():
@@ -739,7 +740,7 @@ class Controller:
             seconds=time.perf_counter() - t0, outputs=counts, mode=self.mode, phases=phases,
         )
 
-    def _epoch_commits(self, stage: str, epoch: int, d: Decision, results: list[dict[str, Any]], inputs: dict[str, list[int]],
+    def _epoch_commits(self, stage: str, epoch: int, d: Decision, results: list[TaskResult], inputs: dict[str, list[int]],
                        out_incs: dict[str, int]) -> tuple[list[dict[str, Any]], list[str], dict[str, int], list[str]]:
         """Turn the tasks' results into the epoch's Delta commits and the next snapshot (in ``self.st``).
 
@@ -755,21 +756,21 @@ class Controller:
         written: list[str] = []
         state_targets = [["stages", stage, "state_version"], ["stages", stage, "history", str(epoch), "state_version"]]
         if spec.state_schema is not None:
-            adds = [a for r in results for a in r["state_adds"]]
-            removes = [x for r in results for x in r["state_removes"]]
+            adds = [a for r in results for a in r.state_adds]
+            removes = [x for r in results for x in r.state_removes]
             if self.mode == "blackbox" or adds or removes:
                 state_rel = self._state_rel(stage)
                 self.home.ensure_table(state_rel, self._state_table_schema(spec), PART)
                 commits.append({"table": state_rel, "partition_by": PART, "adds": adds, "removes": removes,
                                 "overwrite": self.mode == "blackbox", "app": app, "version": epoch, "targets": state_targets})
             old_index = dict(sst["index"])
-            sst["index"] = {str(r["part"]): r["index"] for r in results if r.get("index")} if self.mode == "direct" else {}
+            sst["index"] = {str(r.part): r.index for r in results if r.index} if self.mode == "direct" else {}
             sst["layout"] = self.mode
             cleanup += [rel for p, rel in old_index.items() if rel and sst["index"].get(p) != rel]
         produced: dict[str, list[int]] = {}
         counts: dict[str, int] = {}
         for flow in spec.outputs:
-            adds = [a for r in results for a in r["outputs"].get(flow, [])]
+            adds = [a for r in results for a in r.outputs.get(flow, [])]
             n = sum(int(a["rows"]) for a in adds)
             counts[flow] = n
             if not adds:

@@ -23,6 +23,7 @@ from typing import Any, Optional
 
 from ..errors import RuntimeStateError, UserCodeError
 from ..spec.schema import RecordSchema
+from .protocol import TaskResult
 from .task import IO_ERROR, USER_ERROR, TaskPlan, grouped_task, recordwise_task, route_batches
 
 __all__ = ["run_stage_epoch", "spark_ddl"]
@@ -48,7 +49,7 @@ def spark_ddl(schema: RecordSchema, meta: str = "") -> str:
 
 
 def run_stage_epoch(spark: Any, plan: TaskPlan, input_files: dict[int, list[str]], state_files: Optional[list[str]] = None,
-                    state_needs_dedupe: bool = False) -> list[dict[str, Any]]:
+                    state_needs_dedupe: bool = False) -> list[TaskResult]:
     """Run one stage epoch; return each task's result (files written, stats).
 
     ``input_files`` maps input index -> file URIs of the increments to read; ``state_files`` are
@@ -81,7 +82,7 @@ def run_stage_epoch(spark: Any, plan: TaskPlan, input_files: dict[int, list[str]
         sc.removeJobTag(tag)
         if timer is not None:
             timer.cancel()
-    return [json.loads(r["meta"]) for r in rows]
+    return [TaskResult(**json.loads(r["meta"])) for r in rows]
 
 
 def _job_error(plan: TaskPlan, text: str) -> Exception:
