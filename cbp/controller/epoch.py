@@ -1,0 +1,242 @@
+"""One stage epoch, driven from the controller: intention, Spark job, commits (paper 001 §4.3).
+
+Before a stage epoch runs, its *intention* (what it reads and removes, the increment ids it will
+produce, the connectors it touches) is written; the Spark job (:mod:`cbp.engine.job`) then writes
+only new files, and the epoch is committed as one change (:mod:`.journal`). A runner that dies
+leaves the intention: the next ``cbp run`` re-runs the epoch with the same decision, or drops
+it if its inputs changed.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from typing import Any, Optional
+
+import pyarrow as pa
+
+from .. import faults
+from ..engine.bipindex import STATE_META, StateMeta
+from ..engine.job import run_stage_epoch
+from ..engine.protocol import TaskResult
+from ..engine.task import TaskPlan
+from ..errors import RuntimeStateError
+from ..spec import StageSpec
+from ..storage import INC, LAYOUT, PART
+from .journal import ENTRY
+from .records import Decision, EpochReport
+from .snapshot import Increment
+
+__all__ = ["Epochs"]
+
+
+class Epochs:
+    """Stage epochs and their intentions for :class:`~cbp.controller.Controller` (a mixin)."""
+
+    # ------------------------------------------------------------------ intentions
+    def _load_intentions(self) -> None:
+        """Find epochs that were under way when a runner died; drop intentions that no longer apply."""
+        self._interrupted = {}
+        for stage, it in self.home.intentions().items():
+            if stage in self.spec.stages and self._intention_fits(it):
+                self._interrupted[stage] = it
+            else:
+                self._abandon(stage, it)
+
+    def _intention_fits(self, it: dict[str, Any]) -> bool:
+        """An intention can be finished if its epoch is the stage's next and its inputs are still at the heads."""
+        stage = it["stage"]
+        if stage not in self.spec.stages or it["epoch"] != self.st.stages[stage].epoch + 1:
+            return False
+        for flow, ids in it["inputs"].items():
+            q = self.st.connectors.get(f"{stage}.{flow}")
+            if q is None or q[:len(ids)] != ids:
+                return False
+        return True
+
+    def _abandon(self, stage: str, it: dict[str, Any]) -> None:
+        """Drop an intention whose epoch will not be finished, and the files its attempt left."""
+        st = self.st.stages.get(stage)
+        if it["epoch"] > (st.epoch if st else 0):
+            self._discard_epoch_files(stage, it["epoch"], it.get("out_incs", {}))
+        self.home.clear_intention(stage)
+
+    def _write_intention(self, stage: str, epoch: int, d: Decision, inputs: dict[str, list[int]], out_incs: dict[str, int]) -> None:
+        spec = self.spec.stages[stage]
+        try:
+            self.home.write_intention(stage, {
+                "stage": stage, "epoch": epoch, "reads": d.reads, "removes": d.removes, "runnable_state": d.state,
+                "inputs": inputs, "out_incs": out_incs, "started": time.time(),
+                "connectors": {i.flow: self.st.connector(stage, i.flow) for i in spec.inputs},
+            })
+        except OSError as e:
+            raise RuntimeStateError(f"stage '{stage}' epoch {epoch}: cannot write its intention in {self.home.uri(LAYOUT.INTENTIONS)}: {e}; "
+                                    "nothing was run", code="io") from e
+        faults.point("epoch:intention")
+
+    # ------------------------------------------------------------------ one stage epoch
+    def _state_table_schema(self, spec: StageSpec) -> pa.Schema:
+        return pa.schema([pa.field(PART, pa.int32())] + list(STATE_META) + list(spec.state_schema.arrow))  # type: ignore[union-attr]
+
+    def run_epoch(self, stage: str, d: Decision, *, intention: Optional[dict[str, Any]] = None) -> EpochReport:
+        """Run and commit one epoch of ``stage``: state, output increments and connectors, all or nothing."""
+        with self._transaction():
+            return self._run_epoch(stage, d, intention)
+
+    def _run_epoch(self, stage: str, d: Decision, intention: Optional[dict[str, Any]]) -> EpochReport:
+        spec = self.spec.stages[stage]
+        epoch = self.st.stages[stage].epoch + 1
+        t0 = time.perf_counter()
+        inputs: dict[str, list[int]] = {}
+        input_files: dict[int, list[str]] = {}
+        for idx, inp in enumerate(spec.inputs):
+            n = d.reads.get(inp.flow, 0)
+            if n:
+                inputs[inp.flow] = self.st.connector(stage, inp.flow)[:n]
+                input_files[idx] = self._increment_uris(inp.flow, inputs[inp.flow])
+        if intention is not None:  # the attempt that died allocated these; its files go first
+            out_incs = {f: int(i) for f, i in intention["out_incs"].items()}
+            for f, i in out_incs.items():
+                self.st.flows[f].next_inc = max(self.st.flows[f].next_inc, i + 1)
+            self._discard_epoch_files(stage, epoch, out_incs)
+        else:
+            out_incs = {f: self._allocate(f, 1)[0] for f in spec.outputs}
+        self._write_intention(stage, epoch, d, inputs, out_incs)
+        plan, state_uris = self._plan(stage, epoch, out_incs)
+        try:
+            results = run_stage_epoch(self.spark, plan, input_files, state_uris, state_needs_dedupe=self.st.stages[stage].layout != "blackbox")
+            faults.point("epoch:ran")
+            commits, cleanup, counts, written = self._epoch_commits(stage, epoch, d, results, inputs, out_incs)
+            self._commit("epoch", f"stage '{stage}' epoch {epoch}", commits, stage=stage, cleanup=cleanup, written=written)
+        except BaseException:
+            try:
+                committing = self.home.pending() is not None  # then the change is finished later, not dropped
+            except OSError:
+                committing = True
+            if not committing:
+                self._abandon_quietly(stage, epoch, out_incs)
+            raise
+        return _report(stage, epoch, self.mode, results, counts, time.perf_counter() - t0)
+
+    def _plan(self, stage: str, epoch: int, out_incs: dict[str, int]) -> tuple[TaskPlan, Optional[list[str]]]:
+        """The plan the epoch's tasks get, and (black-box mode) the state table's files."""
+        spec = self.spec.stages[stage]
+        sst = self.st.stages[stage]
+        parts: dict[int, StateMeta] = {}
+        state_uris: Optional[list[str]] = None
+        state_rel = LAYOUT.state(stage)
+        if spec.state_schema is not None and sst.state_version is not None:
+            files = self.home.table_files(state_rel, sst.state_version)
+            if self.mode == "blackbox":
+                state_uris = [self.home.uri(state_rel, f["path"]) for f in files]
+            else:
+                for f in files:
+                    parts.setdefault(int(f["partition"]), StateMeta()).files.append(f)
+                for p, rel in (sst.index if sst.layout == "direct" else {}).items():
+                    parts.setdefault(int(p), StateMeta()).index = rel
+        plan = TaskPlan(
+            home=self.home, stage=spec, epoch=epoch, mode=self.mode,
+            out_schemas={f: self.spec.flows[f].schema for f in spec.outputs}, out_incs=out_incs,
+            input_schemas=[self.spec.flows[i.flow].schema for i in spec.inputs], state_rel=state_rel,
+            parts=parts, max_files=self.max_state_files, row_group=self.state_row_group, cache_mb=self.state_cache_mb,
+            fault=faults.current(), driver_pid=os.getpid(),
+        )
+        limits = [t for t in (spec.timeout, self.epoch_timeout) if t is not None]
+        if limits:
+            plan.timeout = min(limits)
+            plan.deadline = time.time() + plan.timeout
+        return plan, state_uris
+
+    def _epoch_commits(self, stage: str, epoch: int, d: Decision, results: list[TaskResult], inputs: dict[str, list[int]],
+                       out_incs: dict[str, int]) -> tuple[list[dict[str, Any]], list[str], dict[str, int], list[str]]:
+        """Turn the tasks' results into the epoch's Delta commits, the next snapshot (in ``self.st``)
+        and its history entry.
+
+        Returns the commits, the files to delete once committed, the records per output flow, and
+        the files written here (re-framed outputs), to delete if the epoch is abandoned.
+        """
+        spec = self.spec.stages[stage]
+        sst = self.st.stages[stage]
+        app = f"cbp:{stage}"
+        entry = LAYOUT.epoch_entry(stage, epoch)
+        commits: list[dict[str, Any]] = []
+        cleanup: list[str] = []
+        written: list[str] = []
+        if spec.state_schema is not None:
+            adds = [a for r in results for a in r.state_adds]
+            removes = [x for r in results for x in r.state_removes]
+            if self.mode == "blackbox" or adds or removes:
+                state_rel = LAYOUT.state(stage)
+                self.home.ensure_table(state_rel, self._state_table_schema(spec), PART)
+                commits.append({"table": state_rel, "partition_by": PART, "adds": adds, "removes": removes,
+                                "overwrite": self.mode == "blackbox", "app": app, "version": epoch,
+                                "targets": [["stages", stage, "state_version"], [ENTRY, entry, "state_version"]]})
+            old_index = dict(sst.index)
+            sst.index = {str(r.part): r.index for r in results if r.index} if self.mode == "direct" else {}
+            sst.layout = self.mode
+            cleanup += [rel for p, rel in old_index.items() if rel and sst.index.get(p) != rel]
+        produced: dict[str, list[int]] = {}
+        counts: dict[str, int] = {}
+        for flow in spec.outputs:
+            adds = [a for r in results for a in r.outputs.get(flow, [])]
+            counts[flow] = sum(int(a["rows"]) for a in adds)
+            if not adds:
+                continue  # an epoch that writes nothing to a flow adds no increment to it
+            if self.spec.flows[flow].frame_by is not None:  # re-frame the epoch's records by the flow's FrameBy
+                data, task_files = self._read_task_files(flow, adds)
+                cleanup += task_files
+                fc, produced[flow], w = self._land(flow, data, close=False, producer=f"{stage}:{epoch}", prior_frame=epoch,
+                                                   app=(app, epoch), what=f"stage '{stage}' epoch {epoch}")
+                commits += fc
+                written += w
+                continue
+            rel = LAYOUT.flow(flow)
+            self.home.ensure_table(rel, self._flow_schema(flow), INC)
+            commits.append({"table": rel, "partition_by": INC, "adds": adds, "removes": [], "app": app, "version": epoch,
+                            "targets": [["flows", flow, "version"], ["flows", flow, "incs", str(out_incs[flow]), "version"]]})
+            self._register(flow, out_incs[flow], Increment(epoch, counts[flow], self.st.flows[flow].version, f"{stage}:{epoch}", True))
+            produced[flow] = [out_incs[flow]]
+        for flow, n in d.removes.items():
+            del self.st.connector(stage, flow)[:n]
+        sst.epoch = epoch
+        sst.runnable_state = d.state
+        self._entry(entry, {"state_version": sst.state_version, "inputs": inputs, "outputs": produced,
+                            "records": {f: counts[f] for f in produced}})
+        return commits, cleanup, counts, written
+
+    def _abandon_quietly(self, stage: str, epoch: int, out_incs: dict[str, int]) -> None:
+        try:
+            self._discard_epoch_files(stage, epoch, out_incs)
+            self.home.clear_intention(stage)
+        except OSError:
+            pass  # e.g. a read-only home: the intention stays and the next run re-runs the epoch
+
+    def _discard_epoch_files(self, stage: str, epoch: int, out_incs: dict[str, int]) -> None:
+        """Delete the files an uncommitted attempt of this epoch wrote (none of them is in a Delta log)."""
+        prefix = LAYOUT.epoch_prefix(epoch)
+        for base in (LAYOUT.state(stage), LAYOUT.index(stage)):
+            for part in self.home.list_dir(base):
+                if part.startswith(f"{PART}="):
+                    for name in self.home.list_dir(f"{base}/{part}"):
+                        if name.startswith(prefix):
+                            self.home.delete_file(f"{base}/{part}/{name}")
+        for flow, inc in out_incs.items():
+            d = LAYOUT.increment_dir(flow, inc)
+            for name in self.home.list_dir(d):
+                if name.startswith(LAYOUT.output_prefix(stage, epoch)):
+                    self.home.delete_file(f"{d}/{name}")
+
+
+def _report(stage: str, epoch: int, mode: str, results: list[TaskResult], counts: dict[str, int], seconds: float) -> EpochReport:
+    stats = [r.stats for r in results]
+    phases: dict[str, float] = {}
+    for s in stats:
+        for k, v in s.get("seconds", {}).items():
+            phases[k] = round(phases.get(k, 0.0) + v, 3)
+    return EpochReport(
+        stage=stage, epoch=epoch,
+        records_in=sum(s["in"] for s in stats), records_out=sum(counts.values()),
+        keys_read=sum(s["state_read"] for s in stats), keys_written=sum(s["state_written"] for s in stats),
+        seconds=seconds, outputs=counts, mode=mode, phases=phases,
+        row_groups_read=sum(int(s.get("row_groups_read", 0)) for s in stats),
+    )

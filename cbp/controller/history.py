@@ -1,0 +1,97 @@
+"""The history log: what happened, one small JSON file per fact, read only on demand.
+
+Each stage epoch, feed, feed id and garbage-collected increment gets a file of its own, named
+after what it records, under ``<home>/_cbp/history/`` (paths owned by :class:`cbp.storage.Layout`).
+They are written while a change is committed, before the controller snapshot that makes the
+change visible (:mod:`cbp.controller.journal`), so a file whose change did not commit may exist
+for a moment: every lookup checks the entry against the snapshot it is read with.
+
+A lookup costs one file read however long the pipeline has run; listing (every collected
+increment of a flow) happens only for ``output`` of a whole flow.
+
+A home of format 1 kept these facts in its snapshot; :func:`legacy_entries` turns them into
+entries, which are written with the next change and read from memory until then.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Optional
+
+from ..storage import Home, Layout
+from .snapshot import Snapshot
+
+__all__ = ["History", "legacy_entries"]
+
+
+class History:
+    """Reads history entries of one home, checked against a snapshot."""
+
+    def __init__(self, home: Home, layout: Layout) -> None:
+        self.home, self.layout = home, layout
+        self.legacy: dict[str, Any] = {}  # entries of a format-1 snapshot not written yet
+
+    def _read(self, rel: str) -> Optional[dict[str, Any]]:
+        if rel in self.legacy:
+            return self.legacy[rel]
+        return self.home.read_json(rel)
+
+    def epoch(self, snap: Snapshot, stage: str, epoch: int) -> Optional[dict[str, Any]]:
+        """``{"state_version", "inputs", "outputs", "records"}`` of a committed stage epoch, or None."""
+        if not 1 <= epoch <= snap.stages[stage].epoch:
+            return None
+        return self._read(self.layout.epoch_entry(stage, epoch))
+
+    def feed(self, snap: Snapshot, flow: str, n: int) -> Optional[dict[str, Any]]:
+        """``{"incs", "records"}`` of the nth feed of an external flow, or None."""
+        if not 1 <= n <= snap.flows[flow].feeds:
+            return None
+        return self._read(self.layout.feed_entry(flow, n))
+
+    def feed_id(self, snap: Snapshot, flow: str, feed_id: str) -> Optional[dict[str, Any]]:
+        """``{"feed", "incs", "id"}`` of the feed that landed with ``feed_id``, or None."""
+        e = self._read(self.layout.feed_id_entry(flow, feed_id))
+        if e is None or e.get("id") != feed_id or e["feed"] > snap.flows[flow].feeds:
+            return None
+        return e
+
+    def collected_version(self, snap: Snapshot, flow: str, inc: int) -> Optional[int]:
+        """A table version that still holds garbage-collected increment ``inc``, or None."""
+        e = self._read(self.layout.collected_entry(flow, inc))
+        return None if e is None or inc in snap.flows[flow].incs else int(e["version"])
+
+    def collected(self, snap: Snapshot, flow: str) -> dict[int, int]:
+        """Increments of ``flow`` already garbage-collected: id -> a table version that still holds it."""
+        out: dict[int, int] = {}
+        prefix = self.layout.collected_dir(flow)
+        names = set(self.home.list_dir(prefix)) | {r.rsplit("/", 1)[1] for r in self.legacy if r.startswith(prefix + "/")}
+        for name in names:
+            if not name.endswith(".json"):
+                continue
+            e = self._read(f"{prefix}/{name}")
+            if e is not None and e["inc"] not in snap.flows[flow].incs:
+                out[int(e["inc"])] = int(e["version"])
+        return out
+
+
+def legacy_entries(doc: dict[str, Any], layout: Layout) -> dict[str, Any]:
+    """History entries of a format-1 snapshot (per-epoch history, feed ids, collected increments)."""
+    out: dict[str, Any] = {}
+    for stage, s in doc["stages"].items():
+        for e, h in s.get("history", {}).items():
+            records = {f: sum(doc["flows"][f]["incs"][str(i)]["records"] for i in ids if str(i) in doc["flows"][f]["incs"])
+                       for f, ids in h.get("outputs", {}).items()}
+            out[layout.epoch_entry(stage, int(e))] = {"state_version": h.get("state_version"), "inputs": h.get("inputs", {}),
+                                                      "outputs": h.get("outputs", {}), "records": records}
+    for flow, f in doc["flows"].items():
+        feeds: dict[int, list[int]] = {}
+        for i, m in f["incs"].items():
+            if m["producer"].startswith("feed:"):
+                for src in m.get("srcs") or [int(m["producer"][5:])]:
+                    feeds.setdefault(int(src), []).append(int(i))
+            if m.get("gc"):
+                out[layout.collected_entry(flow, int(i))] = {"inc": int(i), "version": m["version"]}
+        for n, ids in feeds.items():
+            out[layout.feed_entry(flow, n)] = {"incs": sorted(set(ids))}
+        for fid, v in f.get("feed_ids", {}).items():
+            out[layout.feed_id_entry(flow, fid)] = {"id": fid, "feed": v["feed"], "incs": list(v["incs"])}
+    return out

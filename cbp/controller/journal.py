@@ -1,0 +1,210 @@
+"""Durable changes of a home (paper 001 §4.3): the pending record, Delta commits, the snapshot.
+
+Every change (a feed, a stage epoch, a garbage collection) is committed the same way: the new
+data files are written first (invisible), then a *pending* record holding the Delta commits to
+make (each with an application transaction id, so a commit already made is recognised), the
+snapshot change (a :func:`~.snapshot.diff` from the committed snapshot) and the history entries;
+then the Delta commits, the history entries, and the new snapshot, which is the commit point. A
+writer that dies anywhere leaves a pending record that the next writer finishes
+(:meth:`Journal.recover`), idempotently.
+
+What a change writes follows the change: the diff and the entries are small, and the snapshot
+holds only what is live (:mod:`.snapshot`), so neither grows with the epochs already run.
+"""
+
+from __future__ import annotations
+
+import copy
+import sys
+import time
+from contextlib import contextmanager
+from typing import Any, Iterator, Optional, Sequence
+
+from .. import faults
+from ..errors import RuntimeStateError
+from ..storage import LAYOUT
+from .history import legacy_entries
+from .snapshot import FORMAT, Snapshot, diff, patch
+
+__all__ = ["Journal"]
+
+ENTRY = "@entry"  # first element of a commit target that points into a history entry
+
+
+class Journal:
+    """The commit protocol of :class:`~cbp.controller.Controller` (a mixin: it shares its state)."""
+
+    st: Snapshot
+    _committed: Optional[dict[str, Any]]  # JSON of the newest committed snapshot (None: a new home)
+    _entries: dict[str, Any]  # history entries of the change being made
+
+    # ------------------------------------------------------------------ loading
+    def _load(self, doc: Optional[dict[str, Any]]) -> None:
+        """Adopt a committed snapshot (JSON), of this format or of format 1."""
+        self._committed = doc
+        if doc is None:
+            self.st = self._fresh()
+            return
+        self.st = Snapshot.from_json(doc)
+        if int(doc.get("format", 1)) < FORMAT:  # its history is written with the next change
+            self.history.legacy = legacy_entries(doc, LAYOUT)
+        self._reconcile()
+
+    def refresh(self) -> None:
+        """Re-read the newest snapshot (another process or Pipeline object may have moved on)."""
+        doc = self.home.read_controller()
+        if doc is not None and int(doc["seq"]) != self.st.seq:
+            self._load(doc)
+
+    @contextmanager
+    def _locked(self) -> Iterator[None]:
+        """Hold the home's lock and work on the newest snapshot (see :meth:`Home.lock`)."""
+
+        def waiting() -> None:
+            print(f"cbp: waiting for another process to finish its change to {self.home.location} ...", file=sys.stderr, flush=True)
+
+        with self.home.lock(waiting):
+            self.refresh()
+            self.recover()
+            yield
+
+    @contextmanager
+    def _transaction(self) -> Iterator[None]:
+        """Changes to the snapshot in the block are dropped if it raises (nothing half-applied)."""
+        before = self.st.copy()
+        self._entries = {}
+        try:
+            yield
+        except BaseException:
+            self.st = before
+            self._entries = {}
+            raise
+
+    def _save(self) -> None:
+        """Write the snapshot as it is, outside a change (a Runnable's new state while not runnable)."""
+        self.st.seq += 1
+        doc = self.st.to_json()
+        self.home.write_controller(doc)
+        self._committed = doc
+
+    def _entry(self, rel: str, value: dict[str, Any]) -> None:
+        """A history entry to write with the change being made."""
+        self._entries[rel] = value
+
+    # ------------------------------------------------------------------ committing
+    def _commit(self, kind: str, what: str, commits: list[dict[str, Any]], *, stage: Optional[str] = None,
+                cleanup: Sequence[str] = (), written: Sequence[str] = ()) -> None:
+        """Make the change in ``self.st`` durable, with the Delta ``commits`` it needs, all or nothing.
+
+        Each commit is ``{"table", "partition_by", "adds", "removes", "app", "version", "targets"}``:
+        the files to add/remove, the application transaction id that marks it done, and the paths
+        (in the snapshot's JSON, or ``["@entry", rel, key]`` in a history entry) that receive the
+        table version it creates. ``cleanup`` files are deleted afterwards; ``written`` files are
+        deleted if the change is abandoned before its pending record exists.
+        """
+        self.st.seq += 1
+        new = self.st.to_json()
+        entries = {**self.history.legacy, **self._entries}
+        record: dict[str, Any] = {"format": FORMAT, "kind": kind, "what": what, "stage": stage, "seq": self.st.seq,
+                                  "commits": commits, "cleanup": list(cleanup), "entries": entries, "written_at": time.time()}
+        if self._committed is None:
+            record["snapshot"] = new  # the first change of a home carries the whole (small) snapshot
+        else:
+            record["base"] = int(self._committed["seq"])
+            record["diff"] = diff(self._committed, new)
+        try:
+            self.home.write_pending(record)
+        except OSError as e:
+            self._delete_quietly(written)
+            raise RuntimeStateError(f"{what}: cannot write {self.home.uri(LAYOUT.PENDING)}: {e}; nothing was committed", code="io") from e
+        faults.point(f"{kind}:pending")
+        self._finish(record, kind)
+
+    def _finish(self, record: dict[str, Any], kind: str) -> None:
+        """Apply a pending record: the Delta commits not made yet, the entries, the snapshot, the cleanup. Idempotent."""
+        current = self.home.read_controller()
+        done = current is not None and int(current["seq"]) >= int(record["seq"])
+        if done:
+            snap = current
+        elif "snapshot" in record:  # the first change of a home, or a record of format 1
+            snap = copy.deepcopy(record["snapshot"])
+        else:
+            if current is None or int(current["seq"]) != int(record["base"]):
+                raise RuntimeStateError(f"{record['what']}: the pending change in {self.home.uri(LAYOUT.PENDING)} was made on snapshot "
+                                        f"{record['base']}, but the home holds {current and current['seq']}; the home was changed "
+                                        "by hand or by two writers at once", code="home-corrupt")
+            snap = patch(copy.deepcopy(current), record["diff"])
+        entries = copy.deepcopy(record.get("entries", {}))
+        for n, c in enumerate(record["commits"]):
+            version = self._make_commit(record["what"], kind, n, c)
+            for path in c["targets"]:
+                if path[0] == ENTRY:
+                    entries[path[1]][path[2]] = version
+                elif not done:
+                    _set_path(snap, path, version)
+        if not done:
+            for rel, value in entries.items():
+                self._write_record(record["what"], rel, value)
+            try:
+                self.home.write_controller(snap)
+            except OSError as e:
+                raise RuntimeStateError(f"{record['what']}: cannot write the controller snapshot in {self.home.uri(LAYOUT.CONTROLLER)}: {e}. "
+                                        "Once the cause is fixed, the next 'cbp run' or 'cbp feed' finishes the commit", code="io") from e
+        faults.point(f"{kind}:snapshot")
+        self._delete_quietly(record["cleanup"])
+        if record.get("stage"):
+            self.home.clear_intention(record["stage"])
+        self.home.clear_pending()
+        if set(self.history.legacy) <= set(entries):
+            self.history.legacy = {}
+        self._load(snap)
+
+    def _make_commit(self, what: str, kind: str, n: int, c: dict[str, Any]) -> int:
+        """Make one Delta commit of a pending record unless its transaction id says it is made; its version."""
+        dt = self.home.table(c["table"])
+        if dt is None or (dt.transaction_version(c["app"]) or 0) < c["version"]:
+            try:
+                self.home.commit_files(c["table"], None, c["partition_by"], c["adds"], c["removes"],
+                                       overwrite=c.get("overwrite", False), app_id=c["app"], app_version=c["version"])
+            except Exception as e:
+                raise RuntimeStateError(
+                    f"{what}: the commit to {self.home.uri(c['table'])} failed: {e}. Nothing of it is visible "
+                    "through cbp; once the cause is fixed, the next 'cbp run' or 'cbp feed' on this home finishes it", code="io") from e
+            faults.point(f"{kind}:committed:{n}")
+        return self.home.table(c["table"]).version()  # type: ignore[union-attr]  # ours: writers are serialised
+
+    def _write_record(self, what: str, rel: str, value: dict[str, Any]) -> None:
+        try:
+            self.home.write_json(rel, value)
+        except OSError as e:
+            raise RuntimeStateError(f"{what}: cannot write {self.home.uri(rel)}: {e}. Once the cause is fixed, the next "
+                                    "'cbp run' or 'cbp feed' finishes the commit", code="io") from e
+
+    def recover(self) -> Optional[str]:
+        """Finish a change that a killed or failed writer left pending; return what it was.
+
+        Called under the home's lock before every change, so the pending record (if any) belongs
+        to a writer that is gone.
+        """
+        record = self.home.pending()
+        if record is None:
+            return None
+        t0 = time.perf_counter()
+        if "format" not in record:  # format 1: the whole next snapshot, history included
+            record = {**record, "entries": {}}
+        self._finish(record, "recover")
+        self.notify(f"recovered: finished committing {record['what']}, which was interrupted ({time.perf_counter() - t0:.2f}s)")
+        return record["what"]
+
+    def _delete_quietly(self, rels: Any) -> None:
+        for rel in rels:
+            try:
+                self.home.delete_file(rel)
+            except OSError:
+                pass  # an orphan file is invisible; it only takes space
+
+
+def _set_path(doc: dict[str, Any], path: list[str], value: Any) -> None:
+    for k in path[:-1]:
+        doc = doc[k]
+    doc[path[-1]] = value

@@ -1,0 +1,234 @@
+"""Landing records as increments of a flow, framing them, and dropping increments nobody reads.
+
+Feeds land on external flows; a stage epoch's framed outputs land the same way. With the
+default framing (FrameByPrior) a feed or an epoch's output is one increment; with ``frame_by``,
+consecutive records with the same framing key form an increment, complete once a later key
+arrives (or on ``close``).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Optional
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from .. import faults
+from ..errors import InputError, RuntimeStateError, UserCodeError
+from ..storage import INC, LAYOUT, SRC
+from .records import Landed, check_storable
+from .snapshot import Increment, conn
+
+__all__ = ["Landing"]
+
+
+class Landing:
+    """Feeds, framing and garbage collection of :class:`~cbp.controller.Controller` (a mixin)."""
+
+    # ------------------------------------------------------------------ increments
+    def _flow_schema(self, flow: str) -> pa.Schema:
+        return pa.schema(self._flow_extra(flow) + list(self.spec.flows[flow].schema.arrow))
+
+    def _flow_extra(self, flow: str) -> list[pa.Field]:
+        """Columns cbp adds to a flow's table: the increment id, and for a framed flow the feed or
+        producing epoch of each record (a framed increment can span several feeds or epochs)."""
+        return [pa.field(INC, pa.int64())] + ([pa.field(SRC, pa.int64())] if self.spec.flows[flow].frame_by is not None else [])
+
+    def _allocate(self, flow: str, n: int) -> list[int]:
+        """New increment ids, never reusing one a crashed run may have left in the table."""
+        fs = self.st.flows[flow]
+        start = fs.next_inc
+        if flow not in self._checked_ids:  # once per process: skip ids a crashed run left in the table
+            self._checked_ids.add(flow)
+            dt = self.home.table(LAYOUT.flow(flow))
+            used = [int(p[INC]) for p in dt.partitions()] if dt is not None else []
+            if used:
+                start = max(start, max(used) + 1)
+        fs.next_inc = start + n
+        return list(range(start, start + n))
+
+    def _register(self, flow: str, inc: int, m: Increment) -> None:
+        self.st.flows[flow].incs[inc] = m
+        for consumer in self.spec.flows[flow].consumers:
+            self.st.connector(consumer, flow).append(inc)
+
+    def feed(self, flow: str, records: list[dict[str, Any]] | pa.Table, *, close: bool = False,
+             feed_id: Optional[str] = None) -> Landed:
+        """Land validated records (dicts, or an Arrow table of the fields as stored) on external
+        flow ``flow``; return the increment ids they went to, as a :class:`Landed` list whose
+        ``feed`` is the feed's number: the N of ``output(flow, epoch=N)``.
+
+        Every feed takes the next feed number, an empty one too (it lands no increment, and its
+        ``output --epoch N`` is empty). With the default framing, a feed of records is one
+        increment, numbered as the feed unless a crashed run used that id. With ``frame_by``,
+        consecutive records with the same framing key form an increment, which is complete once a
+        record with another key arrives on the flow, or when ``close`` is given (the paper's
+        missing punctuation). A feed with a ``feed_id`` the flow has already landed lands nothing
+        (a retried task, a re-delivered file) and returns the first one's increment ids and number.
+        """
+        fl = self.spec.flow(flow)
+        if not fl.external:
+            raise InputError(f"flow '{flow}' is produced by stage '{fl.producer}'; only external flows (external: true) can be fed", code="not-external")
+        data = records if isinstance(records, pa.Table) else fl.schema.to_arrow(records)
+        with self._locked(), self._transaction():
+            fs = self.st.flows[flow]
+            seen = self.history.feed_id(self.st, flow, feed_id) if feed_id is not None else None
+            if seen is not None:
+                self.notify(f"feed id '{feed_id}' already landed on '{flow}' as feed {seen['feed']}; nothing was landed")
+                return Landed(seen["incs"], feed=seen["feed"], records=0, repeated=True)
+            fs.feeds += 1
+            number = fs.feeds
+            if fl.frame_by is None:  # increment ids follow feed numbers, past empty feeds too
+                fs.next_inc = max(fs.next_inc, number)
+            what = f"feed {number} of flow '{flow}'"
+            commits, ids, written = self._land(flow, data, close=close, producer=f"feed:{number}", prior_frame=number,
+                                               app=("cbp:feed", number), what=what)
+            self._entry(LAYOUT.feed_entry(flow, number), {"incs": ids, "records": data.num_rows, "id": feed_id})
+            if feed_id is not None:
+                self._entry(LAYOUT.feed_id_entry(flow, feed_id), {"id": feed_id, "feed": number, "incs": ids})
+            faults.point("feed:written")
+            self._commit("feed", what, commits, written=written)
+            return Landed(ids, feed=number, records=data.num_rows)
+
+    def _frame_runs(self, flow: str, data: pa.Table, producer: str) -> list[list[Any]]:
+        """Consecutive runs of records with one framing key: ``[key, first row, rows]``."""
+        fl = self.spec.flows[flow]
+        fs = self.st.flows[flow]
+        runs: list[list[Any]] = []
+        fstate = fs.frame_state
+        i = 0
+        for batch in data.to_batches(max_chunksize=65536):
+            for rec in batch.to_pylist():
+                try:
+                    key, fstate = fl.frame_by(fl.schema.from_storage(rec), fstate)  # type: ignore[misc]
+                except Exception as e:
+                    raise UserCodeError(f"flow '{flow}' record {i + 1} ({producer}): frame_by '{fl.frame_by.text}' raised "  # type: ignore[union-attr]
+                                        f"{type(e).__name__}: {e}; nothing was landed") from e
+                if runs and runs[-1][0] == key:
+                    runs[-1][2] += 1
+                else:
+                    runs.append([key, i, 1])
+                i += 1
+        text = fl.frame_by.text  # type: ignore[union-attr]
+        check_storable(fstate, f"flow '{flow}': frame_by '{text}' returned a state that")
+        for key, first, _ in runs:
+            rec = fl.schema.from_storage(data.slice(first, 1).to_pylist()[0])
+            check_storable(key, f"flow '{flow}': frame_by '{text}' returned a framing key (for record {rec!r:.200}) that")
+        fs.frame_state = fstate
+        return runs
+
+    def _land(self, flow: str, data: pa.Table, *, close: bool, producer: str, prior_frame: Any,
+              app: tuple[str, int], what: str) -> tuple[list[dict[str, Any]], list[int], list[str]]:
+        """Frame validated records (an Arrow table of the flow's fields, as stored) into increments
+        of ``flow``, write their files (not yet committed) and enqueue them in the snapshot.
+
+        Returns the Delta commit to make (a list of zero or one, see :meth:`Journal._commit`), the
+        increment ids, and the files written (to delete if the change is abandoned).
+        """
+        fl = self.spec.flows[flow]
+        fs = self.st.flows[flow]
+        open_inc = fs.open_increment()
+        if fl.frame_by is None:
+            runs = [[prior_frame, 0, data.num_rows]] if data.num_rows else []
+        else:
+            runs = self._frame_runs(flow, data, producer)
+        # the open increment takes the first run if it has the same framing key
+        assignments: list[tuple[int, Any, int, bool]] = []  # inc, frame, rows, is_new
+        if open_inc is not None and runs and fs.incs[open_inc].frame == runs[0][0]:
+            key, _, count = runs.pop(0)
+            assignments.append((open_inc, key, count, False))
+        elif open_inc is not None and runs:
+            fs.incs[open_inc].complete = True  # a later frame arrived
+        new_ids = self._allocate(flow, len(runs))
+        assignments += [(i, key, count, True) for i, (key, _, count) in zip(new_ids, runs)]
+        commits: list[dict[str, Any]] = []
+        written: list[str] = []
+        if data.num_rows:
+            commits.append(self._write_increments(flow, data, assignments, prior_frame, app, what, written))
+        for n, (inc, key, count, is_new) in enumerate(assignments):
+            complete = fl.frame_by is None or n < len(assignments) - 1 or close
+            if is_new:
+                self._register(flow, inc, Increment(key, count, fs.version, producer, complete, [prior_frame]))
+            else:
+                m = fs.incs[inc]
+                m.records += count
+                m.complete = complete
+                m.srcs.append(prior_frame)
+        if close and not assignments and open_inc is not None:
+            fs.incs[open_inc].complete = True
+        return commits, [a[0] for a in assignments], written
+
+    def _write_increments(self, flow: str, data: pa.Table, assignments: list[tuple[int, Any, int, bool]], prior_frame: Any,
+                          app: tuple[str, int], what: str, written: list[str]) -> dict[str, Any]:
+        """Write one file per increment of ``assignments``; return the Delta commit that adds them."""
+        fl = self.spec.flows[flow]
+        rel = LAYOUT.flow(flow)
+        schema = self._flow_schema(flow)
+        self.home.ensure_table(rel, schema, INC)
+        adds = []
+        start = 0
+        for inc, _, count, _ in assignments:
+            columns = [pa.array(np.full(count, inc, dtype=np.int64))]
+            if fl.frame_by is not None:
+                columns.append(pa.array(np.full(count, prior_frame, dtype=np.int64)))
+            part = pa.Table.from_arrays(columns + list(data.slice(start, count).columns), schema=schema)
+            start += count
+            try:
+                add = self.home.write_parquet(LAYOUT.increment_dir(flow, inc), part.drop_columns([INC]), "in", inc)
+            except OSError as e:
+                raise RuntimeStateError(f"{what}: cannot write to {self.home.uri(rel)}: {e}; nothing was landed", code="io") from e
+            written.append(add["rel"])
+            add["path"] = add.pop("rel")[len(rel) + 1:]
+            adds.append(add)
+        targets = [["flows", flow, "version"]] + [["flows", flow, "incs", str(a[0]), "version"] for a in assignments]
+        return {"table": rel, "partition_by": INC, "adds": adds, "removes": [], "app": app[0], "version": app[1], "targets": targets}
+
+    def _read_task_files(self, flow: str, adds: list[dict[str, Any]]) -> tuple[pa.Table, list[str]]:
+        """The records of files a task wrote (in partition order) that will be re-framed, and their paths."""
+        schema = self.spec.flows[flow].schema
+        parts, rels = [], []
+        for a in sorted(adds, key=lambda a: a["path"]):
+            rel = f"{LAYOUT.flow(flow)}/{a['path']}"
+            parts.append(pq.read_table(self.home.path(rel), filesystem=self.home.fs).select(list(schema.fields)).cast(schema.arrow))
+            rels.append(rel)
+        return (pa.concat_tables(parts) if parts else schema.arrow.empty_table()), rels
+
+    def _increment_uris(self, flow: str, ids: list[int]) -> list[str]:
+        """The data files of live increments ``ids`` of ``flow``."""
+        fs = self.st.flows[flow]
+        wanted = set(ids)
+        rel = LAYOUT.flow(flow)
+        return [self.home.uri(rel, f["path"]) for f in self.home.table_files(rel, fs.version) if int(f["partition"]) in wanted]  # type: ignore[arg-type]
+
+    # ------------------------------------------------------------------ garbage collection
+    def collect_garbage(self) -> list[tuple[str, int]]:
+        """Drop increments no connector references from flows that have readers (one durable change).
+
+        Dropped increments leave the snapshot for the history (still readable through ``output``
+        by Delta time travel until the table is vacuumed).
+        """
+        dropped: list[tuple[str, int]] = []
+        commits: list[dict[str, Any]] = []
+        with self._transaction():
+            run = self.st.gc_runs + 1
+            for flow, fs in self.st.flows.items():
+                consumers = self.spec.flows[flow].consumers if flow in self.spec.flows else ()
+                if not consumers or fs.version is None:
+                    continue
+                referenced = {i for c in consumers for i in self.st.connector(c, flow)}
+                dead = sorted(i for i, m in fs.incs.items() if m.complete and i not in referenced)
+                if not dead:
+                    continue
+                rel = LAYOUT.flow(flow)
+                removes = [f for f in self.home.table_files(rel, fs.version) if int(f["partition"]) in set(dead)]
+                commits.append({"table": rel, "partition_by": INC, "adds": [], "removes": removes, "app": "cbp:gc", "version": run,
+                                "targets": [["flows", flow, "version"]]})
+                for i in dead:
+                    self._entry(LAYOUT.collected_entry(flow, i), {"inc": i, "version": fs.version})
+                    del fs.incs[i]
+                    dropped.append((flow, i))
+            if dropped:
+                self.st.gc_runs = run
+                self._commit("gc", f"garbage collection {run}", commits)
+        return dropped

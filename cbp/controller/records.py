@@ -1,0 +1,78 @@
+"""What the controller hands out: epoch reports and records, Runnable decisions, feed results."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any, Iterable
+
+from ..errors import UserCodeError
+
+__all__ = ["EpochReport", "EpochRecord", "Decision", "Landed", "check_storable", "signature"]
+
+
+@dataclass
+class EpochReport:
+    """What one stage epoch did (one line of ``cbp run``)."""
+
+    stage: str
+    epoch: int
+    records_in: int
+    records_out: int
+    keys_read: int
+    keys_written: int
+    seconds: float
+    outputs: dict[str, int] = field(default_factory=dict)
+    mode: str = "direct"
+    phases: dict[str, float] = field(default_factory=dict)  # task seconds per phase, summed over tasks
+    row_groups_read: int = 0  # state row groups the tasks read (direct mode)
+
+    def line(self) -> str:
+        outs = ", ".join(f"{f}={n}" for f, n in self.outputs.items()) or "-"
+        return (f"{self.stage:<16} epoch {self.epoch:>4}  in {self.records_in:>9}  out {self.records_out:>9} ({outs})  "
+                f"state read {self.keys_read:>8}  written {self.keys_written:>8}  {self.seconds:7.2f}s")
+
+
+@dataclass(frozen=True)
+class EpochRecord:
+    """A committed stage epoch: the increment ids it read per input flow, and the increment ids and
+    records it wrote per output flow."""
+
+    stage: str
+    epoch: int
+    inputs: dict[str, list[int]]
+    outputs: dict[str, list[int]]
+    records: dict[str, int]
+
+
+@dataclass
+class Decision:
+    """A Runnable's answer: how many of the oldest complete increments to read and remove per flow."""
+
+    reads: dict[str, int]
+    removes: dict[str, int]
+    state: Any
+
+
+class Landed(list):  # type: ignore[type-arg]
+    """What a feed landed: the increment ids (the list), ``feed`` its number (what
+    ``output(flow, epoch=N)`` and ``cbp output --epoch N`` take for an external flow), ``records``
+    how many records it landed, ``repeated`` whether its feed id had landed before (then nothing was)."""
+
+    def __init__(self, incs: Iterable[int] = (), *, feed: int = 0, records: int = 0, repeated: bool = False) -> None:
+        super().__init__(incs)
+        self.feed, self.records, self.repeated = feed, records, repeated
+
+
+def check_storable(value: Any, what: str) -> None:
+    """Runnable states, frame states and framing keys live in the JSON controller snapshot."""
+    try:
+        json.dumps(value, allow_nan=False)
+    except (TypeError, ValueError) as e:
+        raise UserCodeError(f"{what} cannot be stored as JSON ({e}); use dicts, lists, strings, numbers, booleans "
+                            "or None (tuples come back as lists); nothing was run or landed", code="not-storable") from e
+
+
+def signature(schema: Any) -> dict[str, str]:
+    """A record schema as stored in the snapshot's shapes (field -> type)."""
+    return {name: str(ft) for name, ft in schema.fields.items()}

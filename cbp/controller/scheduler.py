@@ -1,0 +1,164 @@
+"""Runnability and scheduling (paper 001 §4.1-4.2): what each stage's Runnable says, and the
+round-robin scheduler for possibly cyclic graphs with backpressure."""
+
+from __future__ import annotations
+
+import copy
+import json
+from typing import Any, Callable, Optional
+
+from ..errors import UsageError, UserCodeError
+from ..model import normalize_runnable_result
+from .records import Decision, EpochReport, check_storable
+from .snapshot import Sched
+
+__all__ = ["Scheduling"]
+
+
+class Scheduling:
+    """Runnability and the scheduler of :class:`~cbp.controller.Controller` (a mixin)."""
+
+    def frames(self, stage: str) -> dict[str, list[Any]]:
+        """Framing keys of the complete increments at the head of each input connector."""
+        out: dict[str, list[Any]] = {}
+        for inp in self.spec.stages[stage].inputs:
+            incs = self.st.flows[inp.flow].incs
+            keys = []
+            for i in self.st.connector(stage, inp.flow):
+                m = incs[i]
+                if not m.complete:
+                    break
+                keys.append(m.frame)
+            out[inp.flow] = keys
+        return out
+
+    def decide(self, stage: str, *, keep_state: bool = False) -> Optional[Decision]:
+        """Ask the stage's Runnable; None when the stage is not runnable.
+
+        With ``keep_state`` (the scheduler's calls), a new runnable state returned with a "not
+        runnable" answer is saved too; a runnable decision carries its state to the epoch's commit.
+        """
+        spec = self.spec.stages[stage]
+        frames = self.frames(stage)
+        where = f"stage '{stage}' runnable '{spec.runnable_name}'"
+        try:
+            result = spec.runnable({k: list(v) for k, v in frames.items()}, copy.deepcopy(self.st.stages[stage].runnable_state))
+            reads, removes, state = normalize_runnable_result(result, frames, where)
+        except (TypeError, ValueError) as e:
+            raise UserCodeError(str(e) if where in str(e) else f"{where}: {e}") from e
+        except Exception as e:
+            raise UserCodeError(f"{where} raised {type(e).__name__}: {e}") from e
+        check_storable(state, f"{where} returned a state that")
+        if not reads:
+            sst = self.st.stages[stage]
+            stored = json.loads(json.dumps(state)) if keep_state else None  # as it will read back
+            if keep_state and stored != sst.runnable_state:
+                sst.runnable_state = stored
+                self._save()
+            return None
+        return Decision(reads, removes, state)
+
+    def _backpressured(self, stage: str) -> bool:
+        outs = [f for f in self.spec.stages[stage].outputs if self.spec.flows[f].consumers]
+        if not outs:
+            return False
+        return all(len(self.st.connector(c, f)) >= self.backpressure for f in outs for c in self.spec.flows[f].consumers)
+
+    def run(self, max_epochs: Optional[int] = None, on_epoch: Optional[Callable[[EpochReport], None]] = None,
+            on_start: Optional[Callable[[str, int], None]] = None, command: str = "cbp.Pipeline.run()",
+            epoch_timeout: Optional[float] = None) -> list[EpochReport]:
+        """Run runnable stages round by round until none is runnable or ``max_epochs`` stage epochs ran.
+
+        Each round gives every runnable stage (in dataflow order) one epoch, so no stage starves;
+        a stage whose every downstream connector already holds ``backpressure`` increments waits
+        while others can run. The round's position is part of each epoch's commit, so a run that
+        was killed (or stopped by ``max_epochs``) goes on exactly where it stopped. Only one
+        runner works on a home at a time: another one gets :class:`cbp.errors.BusyError`.
+        ``epoch_timeout`` (seconds) limits every stage epoch of this run, besides each stage's
+        own ``timeout``: an epoch over its limit is cancelled and nothing of it is committed.
+        """
+        if epoch_timeout is not None and not epoch_timeout > 0:
+            raise UsageError(f"the epoch timeout must be a positive number of seconds, got {epoch_timeout}", code="bad-option")
+        self.epoch_timeout = epoch_timeout
+        reports: list[EpochReport] = []
+
+        def took_over(holder: dict[str, Any]) -> None:
+            self.notify(f"took over the home from a cbp run that was killed (pid {holder.get('pid')} on {holder.get('host')}: {holder.get('command')})")
+
+        with self.home.runner_lock(command, took_over):
+            with self._locked():
+                self._load_intentions()
+                if not self.st.sched.ran:  # no epoch in this round yet: a new run starts a whole round
+                    self.st.sched = Sched()
+            while max_epochs is None or len(reports) < max_epochs:
+                with self._locked():  # feeds may land between epochs; each epoch sees them
+                    step = self._next_step()
+                    if step is None:
+                        break
+                    stage, d, intention = step
+                    if on_start:
+                        on_start(stage, self.st.stages[stage].epoch + 1)
+                    rep = self.run_epoch(stage, d, intention=intention)
+                reports.append(rep)
+                if on_epoch:
+                    on_epoch(rep)
+            with self._locked():
+                self.collect_garbage()
+        return reports
+
+    def _next_step(self) -> Optional[tuple[str, Decision, Optional[dict[str, Any]]]]:
+        """Advance the scheduler to the next stage epoch to run: (stage, decision, intention to finish)."""
+        sc = self.st.sched
+        while True:
+            order = list(self.spec.order) if sc.pass_ == 0 else sc.held
+            if sc.pos >= len(order):
+                if not sc.ran and sc.pass_ == 0 and sc.held:
+                    sc.pass_, sc.pos = 1, 0
+                    continue
+                quiet = not sc.ran
+                sc = self.st.sched = Sched()
+                if quiet:  # nothing ran in a whole round
+                    return None
+                continue
+            stage = order[sc.pos]
+            sc.pos += 1
+            intention = self._interrupted.pop(stage, None)
+            if intention is not None and self._intention_fits(intention):
+                self.notify(f"finishing stage '{stage}' epoch {intention['epoch']}, which was interrupted: re-running it with the same inputs")
+                sc.ran = True
+                return stage, Decision(intention["reads"], intention["removes"], intention["runnable_state"]), intention
+            if sc.pass_ == 0 and self._backpressured(stage):
+                sc.held.append(stage)
+                continue
+            d = self.decide(stage, keep_state=True)
+            if d is None:
+                continue
+            sc.ran = True
+            return stage, d, None
+
+    def idle_reasons(self) -> dict[str, str]:
+        """Why each stage is not runnable now (stages that are runnable are left out)."""
+        from ..spec.deadends import dead_ends
+
+        self.refresh()
+        dead = {d.stage: d.message for d in dead_ends(self.spec)}
+        out: dict[str, str] = {}
+        for s, spec in self.spec.stages.items():
+            if self.decide(s) is not None:
+                continue
+            if s in dead:
+                out[s] = dead[s]
+                continue
+            frames = self.frames(s)
+            pending = {i.flow: len(self.st.connector(s, i.flow)) for i in spec.inputs}
+            have = ", ".join(f"'{f}' {len(k)} complete of {pending[f]} pending" for f, k in frames.items())
+            if not any(pending.values()):
+                out[s] = "no new input on " + ", ".join(f"'{f}'" for f in pending)
+            elif spec.runnable_name == "all" and not any(frames.values()):
+                out[s] = f"no complete increment yet ({have}); a framed flow's increment completes when a later framing key arrives or on 'cbp feed --close'"
+            elif spec.runnable_name == "all":
+                waiting = [f for f, k in frames.items() if not k]
+                out[s] = f"runnable 'all' waits for an increment on {', '.join(repr(f) for f in waiting)} ({have})"
+            else:
+                out[s] = f"its runnable '{spec.runnable_name}' says not runnable ({have})"
+        return out

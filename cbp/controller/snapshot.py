@@ -1,0 +1,182 @@
+"""The controller's live state: a typed, versioned snapshot that holds what is live, not history.
+
+What is live: per flow the increments not yet garbage-collected, its framing state and counters;
+per stage input the connector (queue of increment ids); per stage its epoch, runnable state,
+state table version and index; the scheduler's position. What happened (each stage epoch's
+inputs and outputs, each feed, feed ids, increments already collected) goes to the history log
+(:mod:`cbp.controller.history`) as the change that made it commits, and is read on demand. So
+the snapshot, and what a change writes, do not grow with the epochs a pipeline has run.
+
+A change is written as a :func:`diff` of the snapshot's JSON form (see :mod:`cbp.controller.journal`).
+
+    >>> s = Snapshot.new("p", {"urls": False}, {"count": ["urls"]})
+    >>> s2 = Snapshot.from_json(s.to_json()); s2.stages["count"].epoch, s2.connector("count", "urls")
+    (0, [])
+    >>> ops = diff({"a": 1, "b": {"c": [1]}}, {"a": 1, "b": {"c": [1, 2]}, "d": 0}); ops
+    [['set', ['b', 'c'], [1, 2]], ['set', ['d'], 0]]
+    >>> patch({"a": 1, "b": {"c": [1]}}, ops)
+    {'a': 1, 'b': {'c': [1, 2]}, 'd': 0}
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import asdict, dataclass, field
+from typing import Any, Optional
+
+from ..errors import RuntimeStateError
+
+__all__ = ["FORMAT", "Snapshot", "FlowState", "StageState", "Increment", "Sched", "diff", "patch", "conn"]
+
+FORMAT = 2  # format 1 (cbp 0.1.0) kept history in the snapshot; see Snapshot.from_json
+
+
+def conn(stage: str, flow: str) -> str:
+    """The name of the connector of ``stage``'s input ``flow``."""
+    return f"{stage}.{flow}"
+
+
+@dataclass
+class Increment:
+    """A live increment of a flow: its framing key, records, the table version that holds it."""
+
+    frame: Any
+    records: int
+    version: Optional[int]
+    producer: str  # "feed:N" or "<stage>:<epoch>"
+    complete: bool
+    srcs: list[Any] = field(default_factory=list)  # feeds / producing epochs whose records it holds
+
+
+@dataclass
+class FlowState:
+    next_inc: int = 1
+    version: Optional[int] = None
+    feeds: int = 0
+    frame_state: Any = None
+    incs: dict[int, Increment] = field(default_factory=dict)
+
+    def open_increment(self) -> Optional[int]:
+        """The increment still being framed (not complete), if any."""
+        return next((i for i, m in self.incs.items() if not m.complete), None)
+
+
+@dataclass
+class StageState:
+    epoch: int = 0
+    runnable_state: Any = None
+    state_version: Optional[int] = None
+    layout: str = "direct"  # how the state table was last written: direct (indexed) or blackbox
+    index: dict[str, str] = field(default_factory=dict)  # partition -> index file
+
+
+@dataclass
+class Sched:
+    """The scheduler's position: pass 0 visits every stage in dataflow order (honouring
+    backpressure); pass 1 visits the stages held back, if nothing else ran."""
+
+    pass_: int = 0
+    pos: int = 0
+    held: list[str] = field(default_factory=list)
+    ran: bool = False
+
+
+@dataclass
+class Snapshot:
+    pipeline: str
+    seq: int = 0
+    flows: dict[str, FlowState] = field(default_factory=dict)
+    connectors: dict[str, list[int]] = field(default_factory=dict)
+    stages: dict[str, StageState] = field(default_factory=dict)
+    sched: Sched = field(default_factory=Sched)
+    gc_runs: int = 0
+    shapes: dict[str, Any] = field(default_factory=dict)  # what the stored data was written with
+
+    @classmethod
+    def new(cls, pipeline: str, flows: dict[str, bool], inputs: dict[str, list[str]]) -> "Snapshot":
+        """An empty snapshot for flows (name -> external) and stages (name -> input flows)."""
+        s = cls(pipeline)
+        s.adopt(flows, inputs)
+        return s
+
+    def adopt(self, flows: dict[str, Any], inputs: dict[str, list[str]]) -> None:
+        """Add the flows, stages and connectors it lacks (a YAML that grew), empty."""
+        for f in flows:
+            self.flows.setdefault(f, FlowState())
+        for s, fl in inputs.items():
+            self.stages.setdefault(s, StageState())
+            for f in fl:
+                self.connectors.setdefault(conn(s, f), [])
+        if any(s not in inputs for s in self.sched.held):
+            self.sched = Sched()
+
+    def connector(self, stage: str, flow: str) -> list[int]:
+        return self.connectors[conn(stage, flow)]
+
+    def copy(self) -> "Snapshot":
+        return copy.deepcopy(self)
+
+    # ---------------------------------------------------------------- JSON form
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "format": FORMAT, "seq": self.seq, "pipeline": self.pipeline, "gc_runs": self.gc_runs, "shapes": self.shapes,
+            "sched": {"pass": self.sched.pass_, "pos": self.sched.pos, "held": list(self.sched.held), "ran": self.sched.ran},
+            "flows": {n: {"next_inc": f.next_inc, "version": f.version, "feeds": f.feeds, "frame_state": f.frame_state,
+                          "incs": {str(i): asdict(m) for i, m in f.incs.items()}} for n, f in self.flows.items()},
+            "connectors": {k: list(v) for k, v in self.connectors.items()},
+            "stages": {n: asdict(s) for n, s in self.stages.items()},
+        }
+
+    @classmethod
+    def from_json(cls, doc: dict[str, Any]) -> "Snapshot":
+        """Read a snapshot of this format, or of format 1 (its history is left out: see :func:`legacy_history`)."""
+        fmt = int(doc.get("format", 1))
+        if fmt > FORMAT:
+            raise RuntimeStateError(f"the controller snapshot has format {fmt}, newer than this cbp reads ({FORMAT}); "
+                                    "upgrade cbp to use this home", code="home-format")
+        sc = doc.get("sched") or {}
+        flows = {}
+        for n, f in doc["flows"].items():
+            incs = {int(i): Increment(m["frame"], m["records"], m["version"], m["producer"], m["complete"], list(m.get("srcs", [])))
+                    for i, m in f["incs"].items() if not m.get("gc", False)}
+            flows[n] = FlowState(f["next_inc"], f["version"], f["feeds"], f.get("frame_state"), incs)
+        stages = {n: StageState(s["epoch"], s.get("runnable_state"), s.get("state_version"), s.get("layout", "direct"), dict(s.get("index", {})))
+                  for n, s in doc["stages"].items()}
+        return cls(
+            pipeline=doc["pipeline"], seq=int(doc["seq"]), flows=flows,
+            connectors={k: [int(i) for i in v] for k, v in doc["connectors"].items()}, stages=stages,
+            sched=Sched(sc.get("pass", 0), sc.get("pos", 0), list(sc.get("held", [])), sc.get("ran", False)),
+            gc_runs=int(doc.get("gc_runs", 0)), shapes=dict(doc.get("shapes", {})),
+        )
+
+
+def diff(a: Any, b: Any, path: Optional[list[str]] = None) -> list[list[Any]]:
+    """Operations that turn JSON value ``a`` into ``b``: ``["set", path, value]`` and ``["del", path]``."""
+    path = path or []
+    if isinstance(a, dict) and isinstance(b, dict):
+        ops: list[list[Any]] = []
+        for k, v in b.items():
+            if k not in a:
+                ops.append(["set", path + [k], v])
+            elif a[k] != v:
+                ops += diff(a[k], v, path + [k])
+        ops += [["del", path + [k]] for k in a if k not in b]
+        return ops
+    return [] if a == b else [["set", path, b]]
+
+
+def patch(doc: Any, ops: list[list[Any]]) -> Any:
+    """Apply :func:`diff` operations to a JSON value (in place where it can) and return it."""
+    for op in ops:
+        kind, p = op[0], op[1]
+        if not p:
+            doc = copy.deepcopy(op[2])
+            continue
+        node = doc
+        for k in p[:-1]:
+            node = node[k]
+        if kind == "set":
+            node[p[-1]] = copy.deepcopy(op[2])
+        else:
+            node.pop(p[-1], None)
+    return doc

@@ -1,0 +1,391 @@
+"""The home: where a pipeline's increments, state, index and controller records live.
+
+Everything goes through pyarrow's filesystem abstraction and delta-rs, so a home can be a local
+directory or an object-store URI (``s3://bucket/pipelines/crawl``). Which file is where is
+:mod:`cbp.storage.layout`'s business.
+
+    >>> h = Home("/tmp/cbp-doc-home")
+    >>> h.uri("flows", "urls")
+    '/tmp/cbp-doc-home/flows/urls'
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import socket
+import threading
+import time
+import uuid
+from contextlib import contextmanager
+from typing import Any, Callable, Iterable, Iterator, Optional
+
+import pyarrow as pa
+import pyarrow.fs as pafs
+import pyarrow.parquet as pq
+from deltalake import CommitProperties, DeltaTable, Transaction
+from deltalake.transaction import AddAction, RemoveAction
+
+from ..errors import BusyError, RuntimeStateError
+from .layout import INC, LAYOUT, PART, SRC
+
+__all__ = ["Home", "INC", "PART", "SRC"]
+
+_CONTROLLER = LAYOUT.CONTROLLER
+_INTENTIONS = LAYOUT.INTENTIONS
+_PENDING = LAYOUT.PENDING
+_RUNNER = LAYOUT.RUNNER
+
+
+class _ProcessLock:
+    """This process's hold on one home's lock file (flock is per open file, so one fd per path)."""
+
+    def __init__(self) -> None:
+        self.mutex = threading.RLock()
+        self.depth = 0
+        self.fd = -1
+
+
+def _open_lock_file(path: str, home: str) -> int:
+    try:
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        return os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    except OSError as e:
+        raise RuntimeStateError(f"cannot open the lock file {path} of the home {home}: {e.strerror}; is the home read-only or full?", code="io") from e
+
+
+_LOCKS: dict[str, _ProcessLock] = {}
+_LOCKS_GUARD = threading.Lock()
+
+
+class Home:
+    """A pipeline's home: a local path or a URI understood by pyarrow and delta-rs. Picklable."""
+
+    def __init__(self, location: str | os.PathLike[str]) -> None:
+        loc = os.fspath(location)
+        if "://" not in loc:
+            loc = os.path.abspath(loc)
+        self.location = loc.rstrip("/")
+        self._fs: Optional[pafs.FileSystem] = None
+        self._root = ""
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {"location": self.location}
+
+    def __setstate__(self, st: dict[str, Any]) -> None:
+        self.__init__(st["location"])  # type: ignore[misc]
+
+    def __repr__(self) -> str:
+        return f"Home({self.location!r})"
+
+    @property
+    def fs(self) -> pafs.FileSystem:
+        if self._fs is None:
+            self._fs, self._root = pafs.FileSystem.from_uri(self.location)
+        return self._fs
+
+    def path(self, *parts: str) -> str:
+        """A path inside the home, for :attr:`fs`."""
+        _ = self.fs
+        return "/".join([self._root.rstrip("/"), *parts])
+
+    def uri(self, *parts: str) -> str:
+        """A URI inside the home, for delta-rs and Spark."""
+        return "/".join([self.location, *parts])
+
+    # ----------------------------------------------------------- plain files
+    def write_bytes(self, rel: str, data: bytes) -> None:
+        """Replace a file atomically (temp file, then rename); on a local home also durably (fsync)."""
+        local = self.local_dir()
+        if local is not None:
+            path = os.path.join(local, rel)
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            tmp = f"{path}.tmp-{uuid.uuid4().hex[:8]}"
+            try:
+                with open(tmp, "wb") as f:
+                    f.write(data)
+                    f.flush()
+                    os.fsync(f.fileno())
+                os.replace(tmp, path)
+            except BaseException:
+                if os.path.exists(tmp):
+                    os.unlink(tmp)
+                raise
+            dfd = os.open(os.path.dirname(path), os.O_RDONLY)
+            try:
+                os.fsync(dfd)
+            finally:
+                os.close(dfd)
+            return
+        path = self.path(rel)
+        self.fs.create_dir(path.rsplit("/", 1)[0], recursive=True)
+        tmp = f"{path}.tmp-{uuid.uuid4().hex[:8]}"
+        with self.fs.open_output_stream(tmp) as out:
+            out.write(data)
+        self.fs.move(tmp, path)
+
+    def read_bytes(self, rel: str) -> bytes:
+        with self.fs.open_input_stream(self.path(rel)) as f:
+            return f.read()
+
+    def list_dir(self, rel: str) -> list[str]:
+        sel = pafs.FileSelector(self.path(rel), allow_not_found=True)
+        return sorted(i.base_name for i in self.fs.get_file_info(sel))
+
+    def delete_file(self, rel: str) -> None:
+        try:
+            self.fs.delete_file(self.path(rel))
+        except FileNotFoundError:
+            pass
+
+    # ----------------------------------------------------------- mutual exclusion
+    def local_dir(self) -> Optional[str]:
+        """The home as a local directory path, or None when it is not on the local filesystem."""
+        if "://" not in self.location:
+            return self.location
+        if self.location.startswith("file://"):
+            return self.path()
+        return None
+
+    @contextmanager
+    def lock(self, waiting: Optional[Callable[[], None]] = None) -> Iterator[None]:
+        """Hold the home's mutation lock: one feed or one stage epoch at a time, across processes.
+
+        Every change to the controller snapshot happens under it, after re-reading the newest
+        snapshot, so a feed that lands while ``cbp run`` works is never overwritten. On a local
+        home it is an ``flock`` on ``<home>/_cbp/lock`` (released by the OS if the process dies);
+        re-entrant within a process. ``waiting`` is called once if another process holds it.
+        Object-store homes have no lock: run one writer at a time there.
+        """
+        local = self.local_dir()
+        if local is None:
+            yield
+            return
+        path = os.path.join(local, LAYOUT.LOCK)
+        with _LOCKS_GUARD:
+            entry = _LOCKS.setdefault(path, _ProcessLock())
+        with entry.mutex:
+            if entry.depth == 0:
+                fd = _open_lock_file(path, self.location)
+                try:
+                    try:
+                        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    except BlockingIOError:
+                        if waiting is not None:
+                            waiting()
+                        fcntl.flock(fd, fcntl.LOCK_EX)
+                except BaseException:
+                    os.close(fd)
+                    raise
+                entry.fd = fd
+            entry.depth += 1
+            try:
+                yield
+            finally:
+                entry.depth -= 1
+                if entry.depth == 0:
+                    fcntl.flock(entry.fd, fcntl.LOCK_UN)
+                    os.close(entry.fd)
+                    entry.fd = -1
+
+    @contextmanager
+    def runner_lock(self, command: str, took_over: Optional[Callable[[dict[str, Any]], None]] = None) -> Iterator[None]:
+        """Be the one runner of this home for the block, or raise :class:`BusyError` at once.
+
+        On a local home this is an ``flock`` on ``<home>/_cbp/runner.lock``, which the OS releases
+        when the holder dies however it dies; ``_cbp/runner.json`` says who holds it. Finding that
+        file with the lock free means a runner was killed: ``took_over`` gets what it said.
+        Object-store homes have no such lock (run one ``cbp run`` at a time there).
+        """
+        local = self.local_dir()
+        if local is None:
+            yield
+            return
+        path = os.path.join(local, LAYOUT.RUNNER_LOCK)
+        fd = _open_lock_file(path, self.location)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            holder = self.runner_info() or {}
+            since = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(holder["started"])) if "started" in holder else "an unknown time"
+            raise BusyError(
+                f"another cbp run is already working on {self.location} (pid {holder.get('pid', '?')} on host "
+                f"{holder.get('host', '?')}, since {since}: {holder.get('command', '?')}); only one runner per home. "
+                "Wait for it to finish (feeds may land meanwhile: it will run them), or stop it first", code="busy",
+            ) from None
+        try:
+            stale = self.runner_info()
+            if stale is not None and took_over is not None:
+                took_over(stale)
+            me = {"pid": os.getpid(), "host": socket.gethostname(), "started": time.time(), "command": command}
+            try:
+                self.write_bytes(_RUNNER, json.dumps(me).encode())
+            except OSError as e:
+                raise RuntimeStateError(f"cannot write {self.uri(_RUNNER)}: {e.strerror}; is the home read-only or full?", code="io") from e
+            try:
+                yield
+            finally:
+                self.delete_file(_RUNNER)
+        finally:
+            fcntl.flock(fd, fcntl.LOCK_UN)
+            os.close(fd)
+
+    def runner_info(self) -> Optional[dict[str, Any]]:
+        """Who holds (or, if the lock is free, last held and was killed holding) the runner lock."""
+        try:
+            return json.loads(self.read_bytes(_RUNNER))
+        except (FileNotFoundError, ValueError):
+            return None
+
+    def runner_active(self) -> bool:
+        """Whether some process holds the runner lock now (local homes; False elsewhere)."""
+        local = self.local_dir()
+        path = os.path.join(local, LAYOUT.RUNNER_LOCK) if local else None
+        if path is None or not os.path.exists(path):
+            return False
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return True
+        finally:
+            os.close(fd)
+        return False
+
+    # ----------------------------------------------------------- write-ahead records
+    def read_json(self, rel: str) -> Optional[dict[str, Any]]:
+        """A JSON file of the home, or None if it does not exist (files are replaced atomically)."""
+        try:
+            return json.loads(self.read_bytes(rel))
+        except FileNotFoundError:
+            return None
+
+    def write_json(self, rel: str, value: dict[str, Any]) -> None:
+        """Write a JSON file atomically (temp file, then rename)."""
+        self.write_bytes(rel, json.dumps(value, sort_keys=True).encode())
+
+    def pending(self) -> Optional[dict[str, Any]]:
+        """The change being committed when the last writer stopped, if it did not finish."""
+        return self.read_json(_PENDING)
+
+    def write_pending(self, record: dict[str, Any]) -> None:
+        self.write_json(_PENDING, record)
+
+    def clear_pending(self) -> None:
+        self.delete_file(_PENDING)
+
+    def intentions(self) -> dict[str, dict[str, Any]]:
+        """Stage -> the write-ahead intention of its last epoch that has not been committed or dropped."""
+        out = {}
+        for name in self.list_dir(_INTENTIONS):
+            if name.endswith(".json"):
+                rec = self.read_json(f"{_INTENTIONS}/{name}")
+                if rec is not None:
+                    out[rec["stage"]] = rec
+        return out
+
+    def write_intention(self, stage: str, record: dict[str, Any]) -> None:
+        self.write_json(LAYOUT.intention(stage), record)
+
+    def clear_intention(self, stage: str) -> None:
+        self.delete_file(LAYOUT.intention(stage))
+
+    # ----------------------------------------------------------- controller snapshots
+    def read_controller(self) -> Optional[dict[str, Any]]:
+        """The newest complete controller snapshot, or None for a new home."""
+        for name in reversed(self.list_dir(_CONTROLLER)):
+            if not name.endswith(".json"):
+                continue
+            try:
+                return json.loads(self.read_bytes(f"{_CONTROLLER}/{name}"))
+            except (ValueError, OSError):
+                continue  # a torn write: the previous snapshot is the truth
+        return None
+
+    def write_controller(self, snapshot: dict[str, Any], keep: int = 20) -> None:
+        """Write snapshot ``seq`` (atomically: temp file, then rename) and prune old ones."""
+        seq = int(snapshot["seq"])
+        self.write_bytes(LAYOUT.snapshot(seq), json.dumps(snapshot, sort_keys=True).encode())
+        names = [n for n in self.list_dir(_CONTROLLER) if n.endswith(".json")]
+        for n in names[:-keep]:
+            self.delete_file(f"{_CONTROLLER}/{n}")
+
+    # ----------------------------------------------------------- Delta tables
+    def table(self, rel: str, version: Optional[int] = None) -> Optional[DeltaTable]:
+        uri = self.uri(rel)
+        if not DeltaTable.is_deltatable(uri):
+            return None
+        try:
+            return DeltaTable(uri, version=version)
+        except Exception as e:  # delta-rs raises several types for a missing version
+            raise RuntimeStateError(f"cannot open Delta table {uri} at version {version}: {e}") from e
+
+    def ensure_table(self, rel: str, schema: pa.Schema, partition_by: str) -> DeltaTable:
+        """Open the table, creating it empty (version 0) on first use."""
+        dt = self.table(rel)
+        if dt is None:
+            try:
+                dt = DeltaTable.create(self.uri(rel), schema=schema, partition_by=[partition_by])
+            except Exception as e:
+                raise RuntimeStateError(f"cannot create Delta table {self.uri(rel)}: {e}") from e
+        return dt
+
+    def commit_files(
+        self,
+        rel: str,
+        schema: Optional[pa.Schema],
+        partition_by: str,
+        adds: Iterable[dict[str, Any]],
+        removes: Iterable[dict[str, Any]] = (),
+        *,
+        overwrite: bool = False,
+        app_id: Optional[str] = None,
+        app_version: Optional[int] = None,
+    ) -> int:
+        """Commit files written by tasks (and files to drop) in one Delta transaction; return the version.
+
+        With ``app_id``/``app_version`` the commit carries Delta's application transaction id, so a
+        re-run can tell that this epoch was already committed (``transaction_version``). Without
+        ``schema`` the table must exist.
+        """
+        dt = self.ensure_table(rel, schema, partition_by) if schema is not None else self.table(rel)
+        if dt is None:
+            raise RuntimeStateError(f"Delta table {self.uri(rel)} is missing; it was created before this commit was planned")
+        actions: list[Any] = [
+            AddAction(a["path"], int(a["size"]), {partition_by: str(a["partition"])}, int(a["mtime"]), True, json.dumps({"numRecords": int(a["rows"])}))
+            for a in adds
+        ]
+        actions += [
+            RemoveAction(r["path"], True, int(r.get("mtime") or 0), int(r["size"]), {partition_by: str(r["partition"])})
+            for r in removes
+        ]
+        props = CommitProperties(app_transactions=[Transaction(app_id, app_version)]) if app_id is not None else None
+        dt.create_write_transaction(
+            actions, mode="overwrite" if overwrite else "append", schema=dt.schema(), partition_by=[partition_by], commit_properties=props
+        )
+        return DeltaTable(self.uri(rel)).version()
+
+    def table_files(self, rel: str, version: int) -> list[dict[str, Any]]:
+        """The live data files of a table version: path (relative), size, partition value, rows."""
+        dt = self.table(rel, version)
+        if dt is None:
+            return []
+        acts = pa.table(dt.get_add_actions(flatten=True)).to_pylist()
+        pcol = next((k for k in (acts[0] if acts else {}) if k.startswith("partition.")), None)
+        return [
+            {"path": a["path"], "size": a["size_bytes"], "mtime": a["modification_time"], "rows": a.get("num_records"), "partition": a[pcol] if pcol else None}
+            for a in acts
+        ]
+
+    def write_parquet(self, rel_dir: str, table: pa.Table, prefix: str, partition: Any, row_group_size: int = 65536) -> dict[str, Any]:
+        """Write a data file into a table's partition directory; return its future add action."""
+        name = f"{prefix}-{uuid.uuid4().hex[:12]}.parquet"
+        rel = f"{rel_dir}/{name}"
+        path = self.path(rel)
+        self.fs.create_dir(path.rsplit("/", 1)[0], recursive=True)
+        pq.write_table(table, path, filesystem=self.fs, row_group_size=row_group_size, compression="zstd")
+        info = self.fs.get_file_info(path)
+        mtime = int(info.mtime.timestamp() * 1000) if info.mtime else 0
+        return {"rel": rel, "size": info.size, "mtime": mtime, "rows": table.num_rows, "partition": partition}

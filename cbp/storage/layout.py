@@ -1,0 +1,96 @@
+"""Every path and file name of a home, in one place.
+
+Paths are relative to the home (a local directory or an object-store URI)::
+
+    flows/<flow>/_inc=<id>/                 Delta table of the flow's increments, partitioned by _inc
+    stages/<stage>/state/_part=<p>/         Delta table of state records, partitioned by _part
+    stages/<stage>/index/_part=<p>/         BIPtable index files (key hash -> data file, row group)
+    _cbp/controller/<seq>.json              controller snapshots (what is live)
+    _cbp/history/...                        what happened: epochs, feeds, feed ids, collected increments
+    _cbp/intentions/<stage>.json            write-ahead intention of the stage epoch under way
+    _cbp/pending.json                       a change being committed
+    _cbp/lock, _cbp/runner.lock, _cbp/runner.json   locks (local homes) and who runs
+    _crawler/state.json                     the crawl application's position
+
+Files a stage epoch writes start with ``e<epoch>`` (state and index) or ``s<stage>-e<epoch>``
+(output increments), so an abandoned attempt's files are found and deleted.
+
+    >>> LAYOUT.epoch_entry("count", 7)
+    '_cbp/history/stages/count/epochs/000000000007.json'
+    >>> LAYOUT.increment_dir("urls", 3), LAYOUT.output_prefix("count", 2)
+    ('flows/urls/_inc=3', 'scount-e00000002')
+"""
+
+from __future__ import annotations
+
+import hashlib
+
+__all__ = ["Layout", "LAYOUT", "INC", "PART", "SRC"]
+
+INC = "_inc"  # partition column of a flow's table: the increment id
+SRC = "_src"  # column of a framed flow: the feed or producing epoch of each record
+PART = "_part"  # partition column of a state table: the state partition
+
+
+class Layout:
+    """Paths of a home (see the module docstring); one shared instance, :data:`LAYOUT`."""
+
+    CONTROLLER = "_cbp/controller"
+    INTENTIONS = "_cbp/intentions"
+    PENDING = "_cbp/pending.json"
+    LOCK = "_cbp/lock"
+    RUNNER_LOCK = "_cbp/runner.lock"
+    RUNNER = "_cbp/runner.json"
+    HISTORY = "_cbp/history"
+    CRAWLER = "_crawler/state.json"
+    CRAWLER_LOCK = "_crawler/lock"
+
+    # ------------------------------------------------------------ tables
+    def flow(self, flow: str) -> str:
+        return f"flows/{flow}"
+
+    def increment_dir(self, flow: str, inc: int) -> str:
+        return f"flows/{flow}/{INC}={inc}"
+
+    def state(self, stage: str) -> str:
+        return f"stages/{stage}/state"
+
+    def index(self, stage: str) -> str:
+        return f"stages/{stage}/index"
+
+    def part_dir(self, base: str, p: int) -> str:
+        return f"{base}/{PART}={p}"
+
+    def epoch_prefix(self, epoch: int) -> str:
+        """Prefix of the state and index files a stage epoch writes."""
+        return f"e{epoch:08d}"
+
+    def output_prefix(self, stage: str, epoch: int) -> str:
+        """Prefix of the output-increment files a stage epoch writes."""
+        return f"s{stage}-{self.epoch_prefix(epoch)}"
+
+    # ------------------------------------------------------------ controller records
+    def snapshot(self, seq: int) -> str:
+        return f"{self.CONTROLLER}/{seq:012d}.json"
+
+    def intention(self, stage: str) -> str:
+        return f"{self.INTENTIONS}/{stage}.json"
+
+    def epoch_entry(self, stage: str, epoch: int) -> str:
+        return f"{self.HISTORY}/stages/{stage}/epochs/{epoch:012d}.json"
+
+    def feed_entry(self, flow: str, n: int) -> str:
+        return f"{self.HISTORY}/flows/{flow}/feeds/{n:012d}.json"
+
+    def feed_id_entry(self, flow: str, feed_id: str) -> str:
+        digest = hashlib.sha256(feed_id.encode("utf-8", "surrogatepass")).hexdigest()[:40]
+        return f"{self.HISTORY}/flows/{flow}/feed_ids/{digest}.json"
+
+    def collected_dir(self, flow: str) -> str:
+        return f"{self.HISTORY}/flows/{flow}/collected"
+
+    def collected_entry(self, flow: str, inc: int) -> str:
+        return f"{self.collected_dir(flow)}/{inc:012d}.json"
+
+
+LAYOUT = Layout()
