@@ -41,7 +41,8 @@ sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 
 import crash_harness as ch  # noqa: E402
 
-from cbp.crawl.corpus import fetch_debian_doc, iter_pages, links  # noqa: E402
+from cbp.crawl.corpus import fetch_debian_doc, iter_pages  # noqa: E402
+from cbp.crawl.links import page_links  # noqa: E402
 
 EPOCH_LINE = re.compile(r"^(\w+)\s+epoch\s+(\d+)\s.*\s([\d.]+)s$")
 RECOVERED = re.compile(r"recovered: finished committing (.*), which was interrupted \(([\d.]+)s\)")
@@ -62,7 +63,11 @@ KILLS: list[tuple[str, list[str]]] = [g for g in ch.KILLS if g[0] == "feed"] + [
 
 
 def real_edges(limit_pages: int) -> tuple[list[str], str]:
-    """'a b' lines: links between pages of python3.11-doc (page ids by sorted URL)."""
+    """'a b' lines: links between pages of python3.11-doc (page ids by sorted URL), each link once.
+
+    The links are the crawl queue's (:func:`cbp.crawl.links.page_links`: distinct targets, the page
+    itself left out), in sorted order per page.
+    """
     root = fetch_debian_doc("python3.11-doc", str(BENCH / "data"))
     if root is None:
         rng = random.Random(3)
@@ -72,8 +77,8 @@ def real_edges(limit_pages: int) -> tuple[list[str], str]:
     random.Random(1).shuffle(pages)  # pages arrive as a crawl finds them: in no particular order, each with its links
     lines = []
     for url, html in pages:
-        for dst in sorted(set(links(url, html))):
-            if dst in ids and dst != url:
+        for dst in sorted(page_links(url, html)):
+            if dst in ids:
                 lines.append(f"{ids[url]} {ids[dst]}")
     return lines, f"python3.11-doc: {len(pages)} pages, {len(lines)} links between them, in crawl order"
 

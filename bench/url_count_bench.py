@@ -13,10 +13,13 @@ measurement to ``bench/out/url_count.json``.
     .venv/bin/python bench/url_count_bench.py            # 1M, 3M, 10M keys, 100k increment
     .venv/bin/python bench/url_count_bench.py --quick    # 20k, 60k, 200k keys, 5k increment
 
-URLs are real: the hrefs of the Python 3.11 HTML documentation (Debian package
-``python3.11-doc``, downloaded once with ``apt-get download`` and cached in ``bench/data/``),
-made absolute and padded with a numeric query parameter (``?p=N``) to reach millions of distinct
-keys. Without the package, generated URLs are used and the output says so.
+URLs are real: the link targets of the Python 3.11 HTML documentation (Debian package
+``python3.11-doc``, downloaded once with ``apt-get download`` and cached in ``bench/data/``), by
+the crawl queue's link rules (:func:`cbp.crawl.links.page_links`: absolute and normalized), padded
+with a numeric query parameter (``?p=N``) to reach millions of distinct keys. The list is cached
+in ``bench/data/python3.11-doc-urls.txt`` under the rules' version
+(:data:`cbp.crawl.links.RULES_VERSION`) and rebuilt when the rules change. Without the package,
+generated URLs are used and the output says so.
 """
 
 from __future__ import annotations
@@ -52,20 +55,26 @@ def log(msg: str) -> None:
 
 # ---------------------------------------------------------------------------------- URL vocabulary
 def load_vocabulary() -> tuple[list[str], str]:
-    """Base URLs and a sentence saying where they came from (cached in bench/data/)."""
-    from cbp.crawl.corpus import fetch_debian_doc, iter_pages, links
+    """Base URLs and a sentence saying where they came from (cached in bench/data/).
+
+    The cache's first line names the link rules it was built with; a cache built with other rules
+    (or before the line existed) is rebuilt.
+    """
+    from cbp.crawl.corpus import fetch_debian_doc, iter_pages
+    from cbp.crawl.links import RULES_VERSION, page_links
 
     cache = DATA / f"{DOC_PACKAGE}-urls.txt"
+    header = f"# link targets of {DOC_PACKAGE}, cbp.crawl.links rules {RULES_VERSION}"
     if cache.exists():
-        urls = [u for u in cache.read_text(encoding="utf-8").splitlines() if u]
+        head, _, rest = cache.read_text(encoding="utf-8").partition("\n")
+        urls = [u for u in rest.splitlines() if u] if head == header else []
         if urls:
-            return urls, f"real URLs: {len(urls)} distinct hrefs of Debian package {DOC_PACKAGE} (cached {cache.relative_to(ROOT)})"
+            return urls, f"real URLs: {len(urls)} distinct link targets of Debian package {DOC_PACKAGE} (cached {cache.relative_to(ROOT)})"
     root = fetch_debian_doc(DOC_PACKAGE, str(DATA))
-    urls = sorted({u for page, html in iter_pages(root, DOC_PACKAGE) for u in links(page, html)
-                   if not any(c.isspace() for c in u)}) if root else []
+    urls = sorted({u for page, html in iter_pages(root, DOC_PACKAGE) for u in page_links(page, html)}) if root else []
     if len(urls) >= 100:
-        cache.write_text("\n".join(urls) + "\n", encoding="utf-8")
-        return urls, f"real URLs: {len(urls)} distinct hrefs of Debian package {DOC_PACKAGE} (now cached in {cache.relative_to(ROOT)})"
+        cache.write_text(header + "\n" + "\n".join(urls) + "\n", encoding="utf-8")
+        return urls, f"real URLs: {len(urls)} distinct link targets of Debian package {DOC_PACKAGE} (now cached in {cache.relative_to(ROOT)})"
     why = "apt-get download failed" if root is None else f"only {len(urls)} URLs found"
     rng = np.random.default_rng(7)
     words = ["news", "docs", "blog", "shop", "wiki", "forum", "api", "static", "user", "item", "tag", "page"]

@@ -1,8 +1,10 @@
 """The demo behind `scripts/demo`: URLCount over the links of real pages, five increments.
 
 Pages come from Debian's python3.11-doc package (fetched with apt-get download); each increment
-is the links found on the next batch of pages. After each epoch it shows what changed; at the
-end, the most-linked URLs and the commands to look further.
+is the links found on the next batch of pages, by the crawl queue's rules (cbp.crawl.links),
+every occurrence of a link counted: URLCount counts how often each URL is linked to, not how
+many pages link to it. After each epoch it shows what
+changed; at the end, the most-linked URLs and the commands to look further.
 """
 
 from __future__ import annotations
@@ -17,7 +19,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
 import cbp  # noqa: E402
-from cbp.crawl.corpus import fetch_debian_doc, iter_pages, links  # noqa: E402
+from cbp.crawl.corpus import fetch_debian_doc, iter_pages  # noqa: E402
+from cbp.crawl.links import page_links  # noqa: E402
 
 
 def main() -> int:
@@ -43,7 +46,7 @@ def main() -> int:
     per = max(1, len(pages) // args.increments)
     for i in range(args.increments):
         batch = pages[i * per:(i + 1) * per]
-        urls = [{"url": u} for page_url, html in batch for u in links(page_url, html)]
+        urls = [{"url": u} for page_url, html in batch for u in page_links(page_url, html, every_occurrence=True)]
         t0 = time.perf_counter()
         pipe.feed("urls", urls)
         for rep in pipe.run():

@@ -1,13 +1,15 @@
 """Real web pages for demos and benchmarks: the HTML of Debian documentation packages.
 
 A package such as ``python3.11-doc`` (about 500 pages) or ``openjdk-17-doc`` (about 10,000) is
-downloaded with ``apt-get download`` (no installation) and unpacked with ``dpkg-deb -x``; each
-file maps to a URL ``http://<package>/<path>``.
+downloaded with ``apt-get download`` (no installation) and unpacked with ``dpkg-deb -x``.
+:func:`iter_pages` gives its pages as the crawler would fetch them (:class:`cbp.crawl.crawler.Corpus`
+with host ``<package>``): file ``<path>`` is URL ``http://<package>/<path>`` (normalized), the
+text decoded and capped as the crawler does. The links of a page are
+:func:`cbp.crawl.links.page_links`, the crawl queue's rules; this module has none of its own.
 
+    >>> from cbp.crawl.links import page_links
     >>> root = fetch_debian_doc("python3.11-doc", "bench/data")      # doctest: +SKIP
-    >>> pages = list(iter_pages(root, "python3.11-doc"))              # doctest: +SKIP
-    >>> links("http://x/a/b.html", '<a href="../c.html#s">c</a> <a href="d?a=1&amp;b=2">d</a>')
-    ['http://x/c.html', 'http://x/a/d?a=1&b=2']
+    >>> links = {url: page_links(url, html) for url, html in iter_pages(root, "python3.11-doc")}  # doctest: +SKIP
 """
 
 from __future__ import annotations
@@ -16,26 +18,10 @@ import glob
 import os
 import subprocess
 from typing import Iterator, Optional
-from html.parser import HTMLParser
-from urllib.parse import urldefrag, urljoin, urlsplit
 
-__all__ = ["fetch_debian_doc", "iter_pages", "links"]
+from .crawler import Corpus
 
-
-
-class _Hrefs(HTMLParser):
-    """Collects the href of every <a> element; attribute values come back with entities decoded."""
-
-    def __init__(self) -> None:
-        super().__init__(convert_charrefs=True)
-        self.hrefs: list[str] = []
-
-    def handle_starttag(self, tag: str, attrs: list[tuple[str, Optional[str]]]) -> None:
-        if tag == "a":
-            for name, value in attrs:
-                if name == "href" and value is not None:
-                    self.hrefs.append(value)
-                    break
+__all__ = ["fetch_debian_doc", "iter_pages"]
 
 
 def fetch_debian_doc(package: str, dest: str) -> Optional[str]:
@@ -73,29 +59,14 @@ def fetch_debian_doc(package: str, dest: str) -> Optional[str]:
 
 
 def iter_pages(root: str, package: str) -> Iterator[tuple[str, str]]:
-    """``(url, html)`` for every ``.html`` file below ``root``, in a stable order; undecodable bytes replaced."""
-    found = []
-    for d, _, files in os.walk(root):
-        for f in files:
-            if f.endswith((".html", ".htm")):
-                found.append(os.path.join(d, f))
-    for path in sorted(found):
-        rel = os.path.relpath(path, root).replace(os.sep, "/")
-        with open(path, "rb") as fh:
-            yield f"http://{package}/{rel}", fh.read().decode("utf-8", errors="replace")
+    """``(url, html)`` of every HTML page below ``root``, sorted by URL, exactly as the crawler fetches it.
 
-
-def links(url: str, html: str) -> list[str]:
-    """Absolute http(s) link targets of a page (fragment removed, the page itself dropped), in order."""
-    parser = _Hrefs()
-    parser.feed(html)
-    parser.close()
-    out = []
-    for href in parser.hrefs:
-        try:
-            target = urldefrag(urljoin(url, href.strip()))[0]
-        except ValueError:
-            continue  # a malformed URL (e.g. a bad IPv6 host) is not a link
-        if urlsplit(target).scheme in ("http", "https") and target != url:
-            out.append(target)
-    return out
+    The pages of ``Corpus(root, host=package)``: files outside the root (through symbolic links)
+    are left out, the URL is the crawl queue's normalized one, the bytes are decoded by
+    :func:`cbp.crawl.crawler.decode_html` and capped at ``MAX_PAGE_BYTES``.
+    """
+    corpus = Corpus(root, host=package)
+    for url in corpus.pages():
+        page = corpus.fetch(url)
+        if page.html is not None:
+            yield url, page.html

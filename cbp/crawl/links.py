@@ -1,14 +1,21 @@
 """Links of a web page, and the URL rules of the crawl queue (paper 001, Fig. 1).
 
 These functions are the contract of ``flows/crawl_queue.yaml``: the pipeline's ``extract_links``
-stage, the crawler and the from-scratch reference all use them, so "a link" means the same
-thing everywhere.
+stage, the crawler and the from-scratch reference all use them, and so do the demo and the
+benchmarks (over the pages of :mod:`cbp.crawl.corpus`), so "a link" means the same thing
+everywhere. There is no other link extractor in cbp.
 
     >>> page_links("http://Ex.org/a/b.html", '<a href="../c.html#s">c</a><a href="mailto:x@y">m</a>'
     ...            '<a href="b.html">self</a><a href="/c.html">again</a><a href="HTTPS://EX.ORG:8443/d?q=1&amp;r=2">d</a>')
     ['http://ex.org/c.html', 'https://ex.org:8443/d?q=1&r=2']
     >>> site_of("https://ex.org:8443/d?q=1")
     'https://ex.org:8443'
+
+``page_links(..., every_occurrence=True)`` keeps a target each time a link to it occurs (for
+counting link occurrences, as the URLCount demo does); everything else about it is the same.
+
+    >>> page_links("http://h/a", '<a href="b#1">b</a><a href="a">self</a><a href="./b#2">b</a>', every_occurrence=True)
+    ['http://h/b', 'http://h/b']
 
 HTML is parsed with lexbor (through ``selectolax``), an HTML5 parser that accepts any input:
 invalid markup, unclosed tags, binary junk. Pages larger than ``max_chars`` are parsed only up
@@ -22,9 +29,13 @@ import re
 from typing import Optional
 from urllib.parse import quote, urldefrag, urljoin, urlsplit, urlunsplit
 
-__all__ = ["page_links", "normalize_url", "site_of", "MAX_PAGE_CHARS"]
+__all__ = ["page_links", "normalize_url", "site_of", "MAX_PAGE_CHARS", "RULES_VERSION"]
 
 MAX_PAGE_CHARS = 8 * 1024 * 1024  # characters of a page that are parsed; the rest is ignored
+#: Raise it whenever a change here gives some page other links: whatever is derived from links
+#: and kept across runs (e.g. the URL vocabulary bench/url_count_bench.py caches) is keyed by it.
+#: 1: the lexbor parser and normalize_url (before it, cbp.crawl.corpus had an HTMLParser of its own).
+RULES_VERSION = 1
 
 _STRIP = re.compile(r"[\t\n\r]")  # removed anywhere in a URL, as browsers do (WHATWG URL parser)
 _HOST = re.compile(r"^(?:[a-z0-9_~!$&'()*+,;=%-]+(?:\.[a-z0-9_~!$&'()*+,;=%-]+)*\.?)$")
@@ -102,11 +113,13 @@ def site_of(url: str) -> str:
     return f"{scheme}://{rest.split('/', 1)[0].split('?', 1)[0]}"
 
 
-def page_links(url: str, html: str, max_chars: int = MAX_PAGE_CHARS) -> list[str]:
+def page_links(url: str, html: str, max_chars: int = MAX_PAGE_CHARS, *, every_occurrence: bool = False) -> list[str]:
     """Distinct normalized targets of a page's ``<a href>`` links, in document order, without the page itself.
 
-    A page whose own URL is not a well-formed http(s) URL has no links (relative links could not
-    be resolved). Never raises for any ``html`` string.
+    With ``every_occurrence`` a target is listed each time a link to it occurs (still in document
+    order, still without the page itself and without what is not an http(s) URL). A page whose
+    own URL is not a well-formed http(s) URL has no links (relative links could not be
+    resolved). Never raises for any ``html`` string.
 
         >>> page_links("http://h/", "<p>no links</p>"), page_links("not a url", '<a href="http://h/">x</a>')
         ([], [])
@@ -125,14 +138,18 @@ def page_links(url: str, html: str, max_chars: int = MAX_PAGE_CHARS) -> list[str
     node = tree.css_first("base[href]")  # <base href> changes what relative links resolve against
     if node is not None and node.attributes.get("href"):
         base = normalize_url(node.attributes["href"] or "", src) or src
-    seen: set[str] = {src}
+    seen: set[str] = set()
     out: list[str] = []
     for node in tree.css("a[href]"):
         href = node.attributes.get("href")
         if not href:
             continue
         dst = normalize_url(href, base)
-        if dst is not None and dst not in seen:
+        if dst is None or dst == src:
+            continue
+        if every_occurrence:
+            out.append(dst)
+        elif dst not in seen:
             seen.add(dst)
             out.append(dst)
     return out
