@@ -49,7 +49,7 @@ SNAPSHOTS = Path("_cbp") / "controller"  # cbp.storage: <home>/_cbp/controller/<
 SPARK_JOB = "run_stage_epoch"  # cbp.engine.job: one stage epoch as one Spark job
 #: Modules that may hold the name the controller calls ``run_stage_epoch`` by: every one found is
 #: wrapped, and each round checks that the wrapper saw one call per epoch (else the code moved).
-CALL_SITES = ("cbp.controller", "cbp.scheduler", "cbp.epoch", "cbp.epochs", "cbp.runner", "cbp.engine.job")
+CALL_SITES = ("cbp.controller.epoch", "cbp.controller", "cbp.engine.job")
 PROGRESS_EVERY = 100
 
 
