@@ -9,12 +9,28 @@ import time
 
 import cbp
 from cbp.storage import Home
-from conftest import WORD_COUNT, WORD_COUNT_MODULE
+from conftest import WORD_COUNT
+
+
+GATED = """
+import os, time
+
+def count(key, state, words, out):
+    here = os.path.dirname(__file__)
+    open(os.path.join(here, "started"), "a").close()  # the epoch is running now
+    deadline = time.time() + 120
+    while not os.path.exists(os.path.join(here, "go")) and time.time() < deadline:
+        time.sleep(0.05)
+    prev = next(state, None)
+    out.state.write({"w": key, "n": sum(1 for _ in words) + (prev["n"] if prev else 0)})
+"""
 
 
 def test_feed_during_run_is_not_lost(spark, make_pipeline, tmp_path):
-    """A feed that lands while an epoch runs is kept, and a later epoch (of this run or the next) reads it."""
-    path = make_pipeline(WORD_COUNT, WORD_COUNT_MODULE.replace("SLEEP = 0.0", "SLEEP = 0.5"))
+    """A feed that lands while an epoch surely runs (its translator waits on a gate) is kept, and a
+    later epoch (of this run or the next) reads it."""
+    path = make_pipeline(WORD_COUNT, GATED)
+    started, go = path.parent / "started", path.parent / "go"
     home = str(tmp_path / "h")
     runner = cbp.load(path, home=home)
     runner.feed("words", [{"w": "a"}, {"w": "b"}])
@@ -22,13 +38,19 @@ def test_feed_during_run_is_not_lost(spark, make_pipeline, tmp_path):
     result: dict = {}
     t = threading.Thread(target=lambda: result.setdefault("reports", runner.run()))
     t.start()
-    time.sleep(2.0)  # the first epoch is running now (it sleeps per key)
-    feeder.feed("words", [{"w": "a"}, {"w": "c"}])
+    deadline = time.time() + 120
+    while not started.exists() and time.time() < deadline:
+        time.sleep(0.05)
+    assert started.exists(), "the first epoch never started"
+    feeder.feed("words", [{"w": "a"}, {"w": "c"}])  # lands while epoch 1 waits in its translator
     feeder.feed("words", [{"w": "a"}])
+    assert feeder.epochs("count") == 0  # epoch 1 is still under way
+    go.touch()
     t.join()
     runner.run()
     assert {r["w"]: r["n"] for r in runner.state("count")} == {"a": 3, "b": 1, "c": 1}
     assert runner.status()["stages"]["count"]["connectors"]["words"]["pending"] == 0
+    assert runner.epoch_record("count", 1).inputs == {"words": [1]}  # epoch 1 read only the feed before it
     assert [r["w"] for r in runner.output("words", epoch=3)] == ["a"]  # feeds are numbered in landing order
 
 

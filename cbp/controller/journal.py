@@ -191,7 +191,7 @@ class Journal:
             return None
         t0 = time.perf_counter()
         if "format" not in record:  # format 1: the whole next snapshot, history included
-            record = {**record, "entries": {}}
+            record = {**record, "entries": {}, "seq": int(record["snapshot"]["seq"])}
         self._finish(record, "recover")
         self.notify(f"recovered: finished committing {record['what']}, which was interrupted ({time.perf_counter() - t0:.2f}s)")
         return record["what"]
