@@ -55,12 +55,17 @@ class History:
         return e
 
     def collected_version(self, snap: Snapshot, flow: str, inc: int) -> Optional[int]:
-        """A table version that still holds garbage-collected increment ``inc``, or None."""
+        """A table version that still holds increment ``inc``, which left the snapshot; None if unknown.
+
+        An increment of a flow nobody reads leaves the snapshot without leaving the table: its
+        entry has no version, and the flow's current version holds it."""
         e = self._read(self.layout.collected_entry(flow, inc))
-        return None if e is None or inc in snap.flows[flow].incs else int(e["version"])
+        if e is None or inc in snap.flows[flow].incs:
+            return None
+        return snap.flows[flow].version if e["version"] is None else int(e["version"])
 
     def collected(self, snap: Snapshot, flow: str) -> dict[int, int]:
-        """Increments of ``flow`` already garbage-collected: id -> a table version that still holds it."""
+        """Increments of ``flow`` that left the snapshot: id -> a table version that still holds it."""
         out: dict[int, int] = {}
         prefix = self.layout.collected_dir(flow)
         names = set(self.home.list_dir(prefix)) | {r.rsplit("/", 1)[1] for r in self.legacy if r.startswith(prefix + "/")}
@@ -69,7 +74,7 @@ class History:
                 continue
             e = self._read(f"{prefix}/{name}")
             if e is not None and e["inc"] not in snap.flows[flow].incs:
-                out[int(e["inc"])] = int(e["version"])
+                out[int(e["inc"])] = snap.flows[flow].version if e["version"] is None else int(e["version"])
         return out
 
 

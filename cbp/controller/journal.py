@@ -161,17 +161,16 @@ class Journal:
 
     def _make_commit(self, what: str, kind: str, n: int, c: dict[str, Any]) -> int:
         """Make one Delta commit of a pending record unless its transaction id says it is made; its version."""
-        dt = self.home.table(c["table"])
-        if dt is None or (dt.transaction_version(c["app"]) or 0) < c["version"]:
-            try:
-                self.home.commit_files(c["table"], None, c["partition_by"], c["adds"], c["removes"],
-                                       overwrite=c.get("overwrite", False), app_id=c["app"], app_version=c["version"])
-            except Exception as e:
-                raise RuntimeStateError(
-                    f"{what}: the commit to {self.home.uri(c['table'])} failed: {e}. Nothing of it is visible "
-                    "through cbp; once the cause is fixed, the next 'cbp run' or 'cbp feed' on this home finishes it", code="io") from e
+        try:
+            version, made = self.home.commit_once(c["table"], c["partition_by"], c["adds"], c["removes"],
+                                                  overwrite=c.get("overwrite", False), app_id=c["app"], app_version=c["version"])
+        except Exception as e:
+            raise RuntimeStateError(
+                f"{what}: the commit to {self.home.uri(c['table'])} failed: {e}. Nothing of it is visible "
+                "through cbp; once the cause is fixed, the next 'cbp run' or 'cbp feed' on this home finishes it", code="io") from e
+        if made:
             faults.point(f"{kind}:committed:{n}")
-        return self.home.table(c["table"]).version()  # type: ignore[union-attr]  # ours: writers are serialised
+        return version
 
     def _write_record(self, what: str, rel: str, value: dict[str, Any]) -> None:
         try:

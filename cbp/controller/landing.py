@@ -206,7 +206,8 @@ class Landing:
         """Drop increments no connector references from flows that have readers (one durable change).
 
         Dropped increments leave the snapshot for the history (still readable through ``output``
-        by Delta time travel until the table is vacuumed).
+        by Delta time travel until the table is vacuumed). The complete increments of a flow
+        nobody reads leave the snapshot too, but stay in its table.
         """
         dropped: list[tuple[str, int]] = []
         commits: list[dict[str, Any]] = []
@@ -214,7 +215,13 @@ class Landing:
             run = self.st.gc_runs + 1
             for flow, fs in self.st.flows.items():
                 consumers = self.spec.flows[flow].consumers if flow in self.spec.flows else ()
-                if not consumers or fs.version is None:
+                if fs.version is None:
+                    continue
+                if not consumers:  # nobody reads it: its increments stay in the table, not in the snapshot
+                    for i in sorted(i for i, m in fs.incs.items() if m.complete):
+                        self._entry(LAYOUT.collected_entry(flow, i), {"inc": i, "version": None})
+                        del fs.incs[i]
+                        dropped.append((flow, i))
                     continue
                 referenced = {i for c in consumers for i in self.st.connector(c, flow)}
                 dead = sorted(i for i, m in fs.incs.items() if m.complete and i not in referenced)
@@ -229,6 +236,6 @@ class Landing:
                     del fs.incs[i]
                     dropped.append((flow, i))
             if dropped:
-                self.st.gc_runs = run
+                self.st.gc_runs = run if commits else self.st.gc_runs
                 self._commit("gc", f"garbage collection {run}", commits)
         return dropped

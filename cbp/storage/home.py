@@ -322,10 +322,10 @@ class Home:
         except Exception as e:  # delta-rs raises several types for a missing version
             raise RuntimeStateError(f"cannot open Delta table {uri} at version {version}: {e}") from e
 
-    def ensure_table(self, rel: str, schema: pa.Schema, partition_by: str) -> DeltaTable:
-        """Open the table, creating it empty (version 0) on first use."""
-        dt = self.table(rel)
-        if dt is None:
+    def ensure_table(self, rel: str, schema: pa.Schema, partition_by: str) -> Optional[DeltaTable]:
+        """Create the table empty (version 0) on first use; None if it existed (not loaded: a load costs)."""
+        dt = None
+        if not DeltaTable.is_deltatable(self.uri(rel)):
             try:
                 dt = DeltaTable.create(self.uri(rel), schema=schema, partition_by=[partition_by])
             except Exception as e:
@@ -350,9 +350,29 @@ class Home:
         re-run can tell that this epoch was already committed (``transaction_version``). Without
         ``schema`` the table must exist.
         """
-        dt = self.ensure_table(rel, schema, partition_by) if schema is not None else self.table(rel)
+        dt = (self.ensure_table(rel, schema, partition_by) if schema is not None else None) or self.table(rel)
         if dt is None:
             raise RuntimeStateError(f"Delta table {self.uri(rel)} is missing; it was created before this commit was planned")
+        self._commit_actions(dt, partition_by, adds, removes, overwrite, app_id, app_version)
+        dt.update_incremental()
+        return dt.version()
+
+    def commit_once(self, rel: str, partition_by: str, adds: Iterable[dict[str, Any]], removes: Iterable[dict[str, Any]], *,
+                    overwrite: bool, app_id: str, app_version: int) -> tuple[int, bool]:
+        """Commit as :meth:`commit_files` unless the table already holds transaction ``app_id`` at
+        ``app_version`` or later; return the table's version and whether this call committed.
+        The table's log is loaded once (it is the cost of a commit that grows with the table)."""
+        dt = self.table(rel)
+        if dt is None:
+            raise RuntimeStateError(f"Delta table {self.uri(rel)} is missing; it was created before this commit was planned")
+        if (dt.transaction_version(app_id) or 0) >= app_version:
+            return dt.version(), False
+        self._commit_actions(dt, partition_by, adds, removes, overwrite, app_id, app_version)
+        dt.update_incremental()
+        return dt.version(), True
+
+    def _commit_actions(self, dt: DeltaTable, partition_by: str, adds: Iterable[dict[str, Any]], removes: Iterable[dict[str, Any]],
+                        overwrite: bool, app_id: Optional[str], app_version: Optional[int]) -> None:
         actions: list[Any] = [
             AddAction(a["path"], int(a["size"]), {partition_by: str(a["partition"])}, int(a["mtime"]), True, json.dumps({"numRecords": int(a["rows"])}))
             for a in adds
@@ -365,7 +385,6 @@ class Home:
         dt.create_write_transaction(
             actions, mode="overwrite" if overwrite else "append", schema=dt.schema(), partition_by=[partition_by], commit_properties=props
         )
-        return DeltaTable(self.uri(rel)).version()
 
     def table_files(self, rel: str, version: int) -> list[dict[str, Any]]:
         """The live data files of a table version: path (relative), size, partition value, rows."""
