@@ -27,8 +27,8 @@ def count(key, state, words, out):
 
 
 def test_feed_during_run_is_not_lost(spark, make_pipeline, tmp_path):
-    """A feed that lands while an epoch surely runs (its translator waits on a gate) is kept, and a
-    later epoch (of this run or the next) reads it."""
+    """A feed made while an epoch surely runs (its translator waits on a gate) waits for the epoch's
+    commit, is kept, and a later epoch (of this run or the next) reads it."""
     path = make_pipeline(WORD_COUNT, GATED)
     started, go = path.parent / "started", path.parent / "go"
     home = str(tmp_path / "h")
@@ -42,10 +42,13 @@ def test_feed_during_run_is_not_lost(spark, make_pipeline, tmp_path):
     while not started.exists() and time.time() < deadline:
         time.sleep(0.05)
     assert started.exists(), "the first epoch never started"
-    feeder.feed("words", [{"w": "a"}, {"w": "c"}])  # lands while epoch 1 waits in its translator
-    feeder.feed("words", [{"w": "a"}])
-    assert feeder.epochs("count") == 0  # epoch 1 is still under way
+    # the feeds are made while epoch 1 waits in its translator; they wait for the epoch's commit
+    feeds = threading.Thread(target=lambda: (feeder.feed("words", [{"w": "a"}, {"w": "c"}]), feeder.feed("words", [{"w": "a"}])))
+    feeds.start()
+    feeds.join(timeout=3)
+    assert feeds.is_alive(), "a feed landed in the middle of an epoch instead of waiting for its commit"
     go.touch()
+    feeds.join()
     t.join()
     runner.run()
     assert {r["w"]: r["n"] for r in runner.state("count")} == {"a": 3, "b": 1, "c": 1}
