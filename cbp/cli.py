@@ -18,11 +18,13 @@ import sys
 import time
 from typing import Any, Optional, Sequence
 
-from .errors import BusyError, CbpError, InputError, SpecError, UsageError, UserCodeError
+from .errors import BusyError, CbpError, InputError, RuntimeStateError, SpecError, UsageError, UserCodeError
 
 __all__ = ["main"]
 
-_EXIT = {SpecError: 2, UsageError: 2, InputError: 3, UserCodeError: 4, BusyError: 6}
+#: Exit code per error class (never per message): a time limit, a dying worker and any user-code
+#: failure are UserCodeErrors (4), an unwritable home a RuntimeStateError (5); any other CbpError is 5.
+_EXIT = {SpecError: 2, UsageError: 2, InputError: 3, UserCodeError: 4, RuntimeStateError: 5, BusyError: 6}
 
 
 def _parser() -> argparse.ArgumentParser:

@@ -12,6 +12,8 @@ the epoch or the key. Tests assert the ``code`` attribute, not the wording.
 
 from __future__ import annotations
 
+from typing import Any
+
 __all__ = [
     "CbpError",
     "SpecError",
@@ -59,16 +61,39 @@ class UsageError(CbpError):
 class UserCodeError(CbpError):
     """A translator, RouteBy, OrderBy, FrameBy or Runnable function raised or broke its contract.
 
-    The epoch it happened in was not committed.
+    The epoch it happened in was not committed. Codes: ``user-code``, ``timeout`` (the epoch ran
+    out of its time limit), ``worker-died`` (a Python worker exited while running user code), and
+    the controller's own. When known: ``stage``, ``epoch``, ``key`` (the grouping key, as the
+    translator got it), ``exc_type`` (the exception's class name) and ``location`` (the user's
+    ``file:line``); ``None`` otherwise.
+
+        >>> e = UserCodeError("stage 'c' epoch 2 key 'k': ...", stage="c", epoch=2, key="k", exc_type="ValueError")
+        >>> e.code, e.stage, e.epoch, e.key, e.exc_type, e.location
+        ('user-code', 'c', 2, 'k', 'ValueError', None)
     """
 
     code = "user-code"
 
+    def __init__(self, message: str, *, code: str | None = None, stage: str | None = None, epoch: int | None = None,
+                 key: Any = None, exc_type: str | None = None, location: str | None = None) -> None:
+        super().__init__(message, code=code)
+        self.stage, self.epoch, self.key = stage, epoch, key
+        self.exc_type, self.location = exc_type, location
+
 
 class RuntimeStateError(CbpError):
-    """The home directory or Spark is not in the state cbp needs."""
+    """The home directory or Spark is not in the state cbp needs.
+
+    Code ``io`` for a home that cannot be written (read-only, full, unreachable), with ``path``
+    and ``errno`` when known, and ``stage``/``epoch`` when it happened in a stage epoch.
+    """
 
     code = "runtime"
+
+    def __init__(self, message: str, *, code: str | None = None, path: str | None = None, errno: int | None = None,
+                 stage: str | None = None, epoch: int | None = None) -> None:
+        super().__init__(message, code=code)
+        self.path, self.errno, self.stage, self.epoch = path, errno, stage, epoch
 
 
 class BusyError(CbpError):

@@ -21,7 +21,7 @@ import json
 import os
 from collections import OrderedDict
 from dataclasses import dataclass, field
-from typing import Any, Optional
+from typing import Any, Iterator, Optional
 
 import numpy as np
 import pyarrow as pa
@@ -30,7 +30,7 @@ import pyarrow.parquet as pq
 
 from ..storage import Home
 
-__all__ = ["PartitionIndex", "StateMeta", "STATE_META", "read_partition_rows", "latest_rows"]
+__all__ = ["PartitionIndex", "StateReader", "StateMeta", "STATE_META", "read_partition_rows", "latest_rows"]
 
 #: Columns every state row carries before the user's state fields.
 STATE_META = pa.schema([
@@ -126,31 +126,6 @@ class PartitionIndex:
         return PartitionIndex(self.h[keep], self.f[keep], self.g[keep], list(self.files)).updated(
             np.empty(0, np.int64), np.empty(0, np.int32), np.empty(0, np.int32), np.empty(0, np.int64), None, np.empty(0, np.int32))
 
-    def rows_of(self, home: Home, table_rel: str, hashes: np.ndarray, cache_mb: Optional[float] = None) -> tuple[pa.Table, np.ndarray, np.ndarray]:
-        """Read the latest state rows of the keys with these hashes, touching only their row groups.
-
-        Returns the rows and, aligned with them, the file id and row group each came from.
-        """
-        pos = self.positions(np.unique(hashes))
-        parts, fids, rgs_out = [], [], []
-        if pos.size:
-            pf_ids = self.f[pos]
-            for fid in np.unique(pf_ids):
-                sel = pos[pf_ids == fid]
-                path = home.path(f"{table_rel}/{self.files[fid]}")
-                t, rg_col = _read_keys(home, path, np.unique(self.h[sel]), np.unique(self.g[sel]), cache_mb)
-                parts.append(t)
-                rgs_out.append(rg_col)
-                fids.append(np.full(t.num_rows, fid, np.int32))
-        if not parts:
-            return pa.Table.from_batches([], schema=STATE_META), np.empty(0, np.int32), np.empty(0, np.int32)
-        return pa.concat_tables(parts, promote_options="default"), np.concatenate(fids), np.concatenate(rgs_out)
-
-    def all_rows(self, home: Home, table_rel: str, cache_mb: Optional[float] = None) -> tuple[pa.Table, np.ndarray, np.ndarray]:
-        """Every live row of the partition (outer stages and compaction)."""
-        return self.rows_of(home, table_rel, self.h, cache_mb)
-
-
 _INDEXES: "OrderedDict[str, PartitionIndex]" = OrderedDict()
 
 
@@ -225,27 +200,97 @@ def _file_cache(budget_mb: Optional[float]) -> _FileCache:
     return _CACHE
 
 
-def _read_keys(home: Home, path: str, hashes: np.ndarray, rgs: np.ndarray, cache_mb: Optional[float]) -> tuple[pa.Table, np.ndarray]:
-    """Rows of one state file whose ``_h`` is in ``hashes`` (sorted), and the row group of each."""
-    cache = _file_cache(cache_mb)
-    key = f"{home.location}|{path}"
-    entry = cache.get(key)
-    if entry is None:
-        pf = pq.ParquetFile(home.fs.open_input_file(path))
-        n_rg = pf.metadata.num_row_groups
-        counts = np.array([pf.metadata.row_group(i).num_rows for i in range(n_rg)], dtype=np.int64)
-        if rgs.size * 2 <= n_rg or cache.budget == 0:  # few row groups: read just those
-            t = pf.read_row_groups([int(r) for r in rgs])
-            rg_col = np.repeat(rgs, counts[rgs])
-            mask = pc.is_in(t["_h"], value_set=pa.array(hashes, pa.int64()))
-            keep = mask.to_numpy(zero_copy_only=False)
-            return t.filter(mask), rg_col[keep]
-        t = pf.read().combine_chunks()  # most of the file is needed: read it whole, once, and keep it
-        entry = _CachedFile(t, t["_h"].to_numpy(), np.concatenate([[0], np.cumsum(counts)[:-1]]))
-        cache.put(key, entry)
-    rows = _matches(entry.h, hashes)
-    rg = np.searchsorted(entry.rg_starts, rows, side="right") - 1
-    return entry.table.take(pa.array(rows, pa.int64())), rg.astype(np.int32)
+class StateReader:
+    """Reads the latest state rows of keys through a partition's index, for one task.
+
+    Lookups come in key-hash order (a task's input is sorted by hash, as the files are), chunk
+    by chunk: each file is opened once, and the last row group read from each file is kept,
+    since the next chunk may need it again; so a task reads every row group it needs once.
+    ``files_opened`` and ``row_groups_read`` count what came from disk (not from the worker's
+    cache). A file of which a task needs more than half is read whole, once, into the cache.
+    """
+
+    def __init__(self, home: Home, table_rel: str, index: PartitionIndex, cache_mb: Optional[float] = None) -> None:
+        self.home, self.table_rel, self.index = home, table_rel, index
+        self.cache = _file_cache(cache_mb)
+        self.files_opened = 0
+        self.row_groups_read = 0
+        self._open: dict[int, pq.ParquetFile] = {}
+        self._done: dict[int, int] = {}  # file id -> row groups read from it by this task
+        self._last: dict[int, tuple[int, pa.Table]] = {}  # file id -> its last row group read (number, rows)
+
+    def rows_of(self, hashes: np.ndarray) -> tuple[pa.Table, np.ndarray, np.ndarray]:
+        """The latest rows of the keys with these hashes, and, aligned, the file id and row group of each."""
+        idx = self.index
+        pos = idx.positions(np.unique(hashes))
+        parts, fids, rgs_out = [], [], []
+        if pos.size:
+            pf_ids = idx.f[pos]
+            for fid in np.unique(pf_ids):
+                sel = pos[pf_ids == fid]
+                t, rg_col = self._read_keys(int(fid), np.unique(idx.h[sel]), np.unique(idx.g[sel]))
+                parts.append(t)
+                rgs_out.append(rg_col)
+                fids.append(np.full(t.num_rows, fid, np.int32))
+        if not parts:
+            return pa.Table.from_batches([], schema=STATE_META), np.empty(0, np.int32), np.empty(0, np.int32)
+        return pa.concat_tables(parts, promote_options="default"), np.concatenate(fids), np.concatenate(rgs_out)
+
+    def scan(self, chunk: int = ROW_GROUP) -> Iterator[tuple[pa.Table, np.ndarray, np.ndarray]]:
+        """:meth:`rows_of` for every live key, in hash order, about ``chunk`` index entries at a time."""
+        h = self.index.h
+        a = 0
+        while a < h.size:
+            b = min(a + chunk, h.size)
+            b = int(np.searchsorted(h, h[b - 1], side="right"))  # a hash's entries stay in one chunk
+            yield self.rows_of(h[a:b])
+            a = b
+
+    def _file(self, fid: int, path: str) -> pq.ParquetFile:
+        pf = self._open.get(fid)
+        if pf is None:
+            pf = self._open[fid] = pq.ParquetFile(self.home.fs.open_input_file(path))
+            self.files_opened += 1
+        return pf
+
+    def _read_keys(self, fid: int, hashes: np.ndarray, rgs: np.ndarray) -> tuple[pa.Table, np.ndarray]:
+        """Rows of one state file whose ``_h`` is in ``hashes`` (sorted), and the row group of each."""
+        path = self.home.path(f"{self.table_rel}/{self.index.files[fid]}")
+        key = f"{self.home.location}|{path}"
+        entry = self.cache.get(key)
+        if entry is None:
+            pf = self._file(fid, path)
+            n_rg = pf.metadata.num_row_groups
+            counts = np.array([pf.metadata.row_group(i).num_rows for i in range(n_rg)], dtype=np.int64)
+            if self.cache.budget == 0 or (self._done.get(fid, 0) + rgs.size) * 2 <= n_rg:  # few row groups: read just those
+                t, rg_col = self._read_row_groups(fid, pf, rgs, counts)
+                mask = pc.is_in(t["_h"], value_set=pa.array(hashes, pa.int64()))
+                return t.filter(mask), rg_col[mask.to_numpy(zero_copy_only=False)]
+            t = pf.read().combine_chunks()  # most of the file is needed: read it whole, once, and keep it
+            self.row_groups_read += n_rg
+            entry = _CachedFile(t, t["_h"].to_numpy(), np.concatenate([[0], np.cumsum(counts)[:-1]]))
+            self.cache.put(key, entry)
+        rows = _matches(entry.h, hashes)
+        rg = np.searchsorted(entry.rg_starts, rows, side="right") - 1
+        return entry.table.take(pa.array(rows, pa.int64())), rg.astype(np.int32)
+
+    def _read_row_groups(self, fid: int, pf: pq.ParquetFile, rgs: np.ndarray, counts: np.ndarray) -> tuple[pa.Table, np.ndarray]:
+        last = self._last.get(fid)
+        kept = last is not None and last[0] in rgs
+        todo = rgs[rgs != last[0]] if kept else rgs  # type: ignore[index]
+        tables, rg_cols = [], []
+        if kept:
+            tables.append(last[1])  # type: ignore[index]
+            rg_cols.append(np.full(last[1].num_rows, last[0], np.int32))  # type: ignore[index]
+        if todo.size:
+            t = pf.read_row_groups([int(r) for r in todo])
+            self.row_groups_read += int(todo.size)
+            self._done[fid] = self._done.get(fid, 0) + int(todo.size)
+            top = int(todo[-1])
+            self._last[fid] = (top, t.slice(t.num_rows - int(counts[top])).take(np.arange(int(counts[top]))))  # a copy
+            tables.append(t)
+            rg_cols.append(np.repeat(todo, counts[todo]).astype(np.int32))
+        return pa.concat_tables(tables), np.concatenate(rg_cols)
 
 
 def read_partition_rows(home: Home, table_rel: str, files: list[dict[str, Any]]) -> pa.Table:

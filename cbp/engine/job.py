@@ -14,7 +14,6 @@ Either way the job only writes files; :mod:`cbp.controller` commits them.
 from __future__ import annotations
 
 import json
-import re
 import threading
 import time
 import uuid
@@ -23,15 +22,13 @@ from typing import Any, Optional
 
 from ..errors import RuntimeStateError, UserCodeError
 from ..spec.schema import RecordSchema
-from .protocol import TaskResult
-from .task import IO_ERROR, USER_ERROR, TaskPlan, grouped_task, recordwise_task, route_batches
+from .protocol import FailureRecord, TaskResult, decode_failure, decode_results, result_spark_schema
+from .task import TaskPlan, grouped_task, recordwise_task, route_batches
 
 __all__ = ["run_stage_epoch", "spark_ddl"]
 
 _SPARK_TYPES = {"string": "STRING", "int": "BIGINT", "float": "DOUBLE", "bool": "BOOLEAN", "json": "STRING"}
-_ERR_RE = re.compile(re.escape(USER_ERROR) + r"<<(.*?)>>" + re.escape(USER_ERROR), re.S)
-_IO_RE = re.compile(re.escape(IO_ERROR) + r"<<(.*?)>>" + re.escape(IO_ERROR), re.S)
-_WORKER_DIED = ("Python worker exited unexpectedly", "worker exited unexpectedly (crashed)", "EOFException")
+_WORKER_DIED = ("Python worker exited unexpectedly", "worker exited unexpectedly (crashed)")  # only without a JVM exception
 CANCEL_GRACE = 5.0  # seconds after the deadline before the driver cancels a job whose tasks did not stop
 
 
@@ -53,7 +50,8 @@ def run_stage_epoch(spark: Any, plan: TaskPlan, input_files: dict[int, list[str]
     """Run one stage epoch; return each task's result (files written, stats).
 
     ``input_files`` maps input index -> file URIs of the increments to read; ``state_files`` are
-    the state table's files (black-box mode only).
+    the state table's files (black-box mode only). A failed job raises the :mod:`cbp.errors`
+    error its tasks reported (:func:`_job_error`).
     """
     st = plan.stage
     sc = spark.sparkContext
@@ -68,42 +66,70 @@ def run_stage_epoch(spark: Any, plan: TaskPlan, input_files: dict[int, list[str]
     try:
         if st.record_wise:
             jobs = [
-                _read(spark, plan.input_schemas[i], files).mapInArrow(partial(recordwise_task, plan, i), "meta STRING")
+                _read(spark, plan.input_schemas[i], files).mapInArrow(partial(recordwise_task, plan, i), result_spark_schema())
                 for i, files in input_files.items() if files
             ]
             if not jobs:
                 return []
-            rows = reduce(lambda a, b: a.unionByName(b), jobs).collect()
+            table = reduce(lambda a, b: a.unionByName(b), jobs).toArrow()
         else:
-            rows = _grouped(spark, plan, input_files, state_files, state_needs_dedupe).collect()
+            table = _grouped(spark, plan, input_files, state_files, state_needs_dedupe).toArrow()
     except Exception as e:  # Spark wraps the task's exception in its own
-        raise _job_error(plan, str(e)) from None
+        raise _job_error(plan, e) from None
     finally:
         sc.removeJobTag(tag)
         if timer is not None:
             timer.cancel()
-    return [TaskResult(**json.loads(r["meta"])) for r in rows]
+    return decode_results(table)
 
 
-def _job_error(plan: TaskPlan, text: str) -> Exception:
-    """The cbp error for a failed stage-epoch job, from what its tasks reported."""
+def _job_error(plan: TaskPlan, exc: Exception) -> Exception:
+    """The cbp error for a failed stage-epoch job: from the failure record its task sent
+    (:func:`cbp.engine.protocol.decode_failure`), else from what Spark says happened."""
     none = "nothing of this epoch was committed"
-    if plan.deadline is not None and time.time() >= plan.deadline:
+    text = str(exc)
+    rec = decode_failure(text)
+    at = {"stage": plan.stage.name, "epoch": plan.epoch}
+    if (plan.deadline is not None and time.time() >= plan.deadline) or (rec is not None and rec.code == "timeout"):
+        named = rec if rec is not None and rec.code == "timeout" and rec.key is not None else None
         limit = f" of {plan.timeout:g} s" if plan.timeout else ""
-        m = _ERR_RE.search(text)
-        where = m.group(1) if m and "time limit" in m.group(1) else plan.where()
+        where = named.message if named is not None else plan.where()
         return UserCodeError(f"{where}: the epoch ran out of its time limit{limit} and was cancelled; {none}. "
-                             "Raise the stage's 'timeout' (or 'cbp run --epoch-timeout') or fix the translator", code="timeout")
-    m = _ERR_RE.search(text)
-    if m:
-        return UserCodeError(m.group(1) + f"; {none}")
-    m = _IO_RE.search(text)
-    if m:
-        return RuntimeStateError(m.group(1) + f"; {none}; fix the cause and run again", code="io")
-    if any(sign in text for sign in _WORKER_DIED):
+                             "Raise the stage's 'timeout' (or 'cbp run --epoch-timeout') or fix the translator", code="timeout",
+                             key=_key(named), location=named.location if named is not None else None, **at)
+    if rec is not None and rec.code == "io":
+        return RuntimeStateError(f"{rec.message}; {none}; fix the cause and run again", code="io", path=rec.path, errno=rec.errno, **at)
+    if rec is not None:
+        return UserCodeError(f"{rec.message}; {none}", code=rec.code, key=_key(rec), exc_type=rec.exc_type, location=rec.location, **at)
+    if _worker_died(exc):
         return UserCodeError(f"{plan.where()}: a Spark Python worker died while running the stage's code (did a translator call "
-                             f"os._exit, or get killed, e.g. for memory?); {none}", code="worker-died")
-    return RuntimeStateError(f"{plan.where()}: the Spark job failed; {none}: {_first_lines(text)}")
+                             f"os._exit, or get killed, e.g. for memory?); {none}", code="worker-died", **at)
+    return RuntimeStateError(f"{plan.where()}: the Spark job failed; {none}: {_first_lines(text)}", **at)
+
+
+def _key(rec: Optional[FailureRecord]) -> Any:
+    return json.loads(rec.key) if rec is not None and rec.key is not None else None
+
+
+def _worker_died(exc: Exception) -> bool:
+    """Whether a Python worker exited under a task: Spark's Python runner hit the end of the
+    worker's output (an ``EOFException`` it wraps), told by the JVM exception's classes and frames."""
+    je = getattr(exc, "java_exception", None)
+    if je is None:  # no JVM exception to look at (e.g. Spark Connect): Spark's wording is all there is
+        return any(sign in str(exc) for sign in _WORKER_DIED)
+    try:
+        for _ in range(32):
+            cause = je.getCause()
+            if cause is None:
+                return False
+            if cause.getClass().getName() == "java.io.EOFException":
+                frames = je.getStackTrace()
+                if len(frames) and str(frames[0].getClassName()).startswith("org.apache.spark.api.python."):
+                    return True
+            je = cause
+    except Exception:  # the JVM is gone or the chain cannot be read
+        return False
+    return False
 
 
 def _read(spark: Any, schema: RecordSchema, files: list[str]) -> Any:
@@ -133,8 +159,9 @@ def _grouped(spark: Any, plan: TaskPlan, input_files: dict[int, list[str]], stat
         env = reduce(lambda a, b: a.unionByName(b), parts)
     else:
         env = spark.createDataFrame([], env_ddl)
-    env = env.withColumn("_h", F.xxhash64("_key")).repartition(plan.stage.partitions, "_key").sortWithinPartitions("_key", "_flow")
-    return env.mapInArrow(partial(grouped_task, plan), "meta STRING")
+    # sorted by hash first, as state files are: a task reads and writes its state in one pass
+    env = env.withColumn("_h", F.xxhash64("_key")).repartition(plan.stage.partitions, "_key").sortWithinPartitions("_h", "_key", "_flow")
+    return env.mapInArrow(partial(grouped_task, plan), result_spark_schema())
 
 
 def _first_lines(text: str, n: int = 12) -> str:

@@ -1,16 +1,59 @@
-"""What a task of a stage epoch reports to the driver.
+"""What a task of a stage epoch reports to the driver: a typed result row, or a typed failure.
 
-    >>> r = TaskResult(part=1, stats={"in": 3})
-    >>> r.part, r.index, r.state_adds
-    (1, None, [])
+**Results** travel as Arrow rows of :data:`RESULT` (the output schema of every stage-epoch
+``mapInArrow``): the files a task wrote as lists of add-action structs, and its stats as maps.
+:func:`result_batch` encodes a :class:`TaskResult` in a task, :func:`decode_results` turns the
+collected Arrow table back into :class:`TaskResult` objects on the driver.
+
+    >>> r = TaskResult(part=1, state_adds=[{"path": "f", "size": 9, "mtime": 0, "rows": 2, "partition": 1}],
+    ...                stats={"in": 3, "seconds": {"translate": 0.5}, "out": {"counts": 2}})
+    >>> decode_results(pa.Table.from_batches([result_batch(r)])) == [r]
+    True
+
+**Failures.** Spark ships only the text of a task's exception to the driver. A task that fails
+for a reason cbp knows (user code, a time limit, the home) raises :class:`TaskFailed`, whose
+text ends with its :class:`FailureRecord` in one fixed, versioned encoding: base64 of a JSON
+object between ``[[cbp-failure/<version> `` and ``]]``. The driver decodes it with
+:func:`decode_failure` (``None`` when there is none, e.g. a worker that died) and never reads
+anything else of the message. The encoding, not a file under the home, because the failures
+that matter most (a read-only or full home) are exactly those where nothing can be written
+there, and because the record then always belongs to the attempt whose failure failed the job.
+
+    >>> rec = FailureRecord("user-code", "stage 's' epoch 2 key 'k': it broke ]]", "s", 2, key='"k"', exc_type="ValueError")
+    >>> decode_failure("Traceback ...\\nTaskFailed: " + str(TaskFailed(rec))) == rec
+    True
+    >>> decode_failure("Python worker exited unexpectedly") is None
+    True
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import base64
+import binascii
+import json
+import re
+from dataclasses import asdict, dataclass, field, fields
 from typing import Any, Optional
 
-__all__ = ["TaskResult"]
+import pyarrow as pa
+
+__all__ = ["TaskResult", "RESULT", "ADD", "result_batch", "decode_results", "result_spark_schema",
+           "FailureRecord", "TaskFailed", "encode_failure", "decode_failure"]
+
+#: A future Delta add (or remove) action: a data file the task wrote (or one it replaces).
+ADD = pa.struct([("path", pa.string()), ("size", pa.int64()), ("mtime", pa.int64()), ("rows", pa.int64()), ("partition", pa.int64())])
+#: One row per task. ``counts`` are the integer stats, ``seconds`` the time per phase, ``out`` records per output flow.
+RESULT = pa.schema([
+    pa.field("part", pa.int32(), nullable=False),
+    pa.field("index", pa.string()),
+    pa.field("state_adds", pa.list_(ADD)),
+    pa.field("state_removes", pa.list_(ADD)),
+    pa.field("outputs", pa.map_(pa.string(), pa.list_(ADD))),
+    pa.field("counts", pa.map_(pa.string(), pa.int64())),
+    pa.field("seconds", pa.map_(pa.string(), pa.float64())),
+    pa.field("out", pa.map_(pa.string(), pa.int64())),
+])
+_MAPS = ("seconds", "out")  # stats entries that are maps of their own; every other stat is an integer
 
 
 @dataclass
@@ -19,6 +62,7 @@ class TaskResult:
 
     ``state_adds``/``state_removes`` are files of the stage's state table, ``outputs`` maps each
     output flow to its new files, ``index`` is the partition's new index file (direct mode).
+    ``stats`` holds integer counters plus ``seconds`` (per phase) and ``out`` (records per flow).
     """
 
     part: int
@@ -27,3 +71,97 @@ class TaskResult:
     state_removes: list[dict[str, Any]] = field(default_factory=list)
     outputs: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
     stats: dict[str, Any] = field(default_factory=dict)
+
+
+def _add(a: dict[str, Any]) -> dict[str, Any]:
+    rows = a.get("rows")
+    return {"path": a["path"], "size": int(a["size"]), "mtime": int(a.get("mtime") or 0),
+            "rows": None if rows is None else int(rows), "partition": int(a["partition"])}
+
+
+def result_batch(r: TaskResult) -> pa.RecordBatch:
+    """The Arrow row a task yields for its result."""
+    counts = {k: int(v) for k, v in r.stats.items() if k not in _MAPS}
+    return pa.RecordBatch.from_pylist([{
+        "part": r.part, "index": r.index,
+        "state_adds": [_add(a) for a in r.state_adds], "state_removes": [_add(a) for a in r.state_removes],
+        "outputs": {f: [_add(a) for a in adds] for f, adds in r.outputs.items()},
+        "counts": counts, "seconds": {k: float(v) for k, v in r.stats.get("seconds", {}).items()},
+        "out": {k: int(v) for k, v in r.stats.get("out", {}).items()},
+    }], schema=RESULT)
+
+
+def decode_results(table: pa.Table) -> list[TaskResult]:
+    """The driver's side of :func:`result_batch`: every task's row back as a :class:`TaskResult`."""
+    out = []
+    for row in table.select(RESULT.names).to_pylist():
+        stats: dict[str, Any] = dict(row["counts"] or ())
+        for m in _MAPS:
+            stats[m] = dict(row[m] or ())
+        out.append(TaskResult(part=row["part"], index=row["index"], state_adds=list(row["state_adds"] or ()),
+                              state_removes=list(row["state_removes"] or ()),
+                              outputs={f: list(adds) for f, adds in row["outputs"] or ()}, stats=stats))
+    return out
+
+
+def result_spark_schema() -> Any:
+    """:data:`RESULT` as a Spark schema (the ``mapInArrow`` output schema)."""
+    from pyspark.sql.pandas.types import from_arrow_schema
+
+    return from_arrow_schema(RESULT)
+
+
+# ------------------------------------------------------------------ failures
+FAILURE_VERSION = 1
+_FAILURE_RE = re.compile(r"\[\[cbp-failure/(\d+) ([A-Za-z0-9+/=]*)\]\]")
+_FIELD_CHARS = 2000  # no field of a record is longer: the record rides in an exception's text
+
+
+@dataclass
+class FailureRecord:
+    """Why a task failed, as the driver needs it to raise the right :mod:`cbp.errors` error.
+
+    ``code`` is ``user-code``, ``timeout`` or ``io``; ``message`` names the stage, epoch and key or
+    path; ``key`` is the grouping key as JSON text (``None``: no key involved or not known);
+    ``location`` the ``file:line`` of the user's code; ``path``/``errno`` those of a failed write.
+    """
+
+    code: str
+    message: str
+    stage: str
+    epoch: int
+    key: Optional[str] = None
+    exc_type: Optional[str] = None
+    location: Optional[str] = None
+    path: Optional[str] = None
+    errno: Optional[int] = None
+
+
+class TaskFailed(Exception):
+    """Raised in a task for a failure cbp knows; its text is the message plus the encoded record."""
+
+    def __init__(self, record: FailureRecord) -> None:
+        self.record = record
+        super().__init__(f"{record.message} {encode_failure(record)}")
+
+
+def encode_failure(rec: FailureRecord) -> str:
+    """The record in its fixed encoding (long text fields cut to a bound)."""
+    d = {k: (v[:_FIELD_CHARS] if isinstance(v, str) else v) for k, v in asdict(rec).items()}
+    d["v"] = FAILURE_VERSION
+    data = base64.b64encode(json.dumps(d, separators=(",", ":")).encode()).decode("ascii")
+    return f"[[cbp-failure/{FAILURE_VERSION} {data}]]"
+
+
+def decode_failure(text: str) -> Optional[FailureRecord]:
+    """The last record encoded in ``text`` (Spark's message of a failed job), or ``None``."""
+    for m in reversed(list(_FAILURE_RE.finditer(text))):
+        if int(m.group(1)) != FAILURE_VERSION:
+            continue
+        try:
+            d = json.loads(base64.b64decode(m.group(2), validate=True))
+            names = {f.name for f in fields(FailureRecord)}
+            return FailureRecord(**{k: v for k, v in d.items() if k in names})
+        except (binascii.Error, ValueError, TypeError):
+            continue
+    return None

@@ -1,6 +1,9 @@
-"""The SparkSession cbp runs on: local Spark by default, any master through ``CBP_SPARK_MASTER``.
+"""The SparkSession cbp runs on: local Spark by default, any master through ``CBP_SPARK_MASTER``,
+any further Spark settings through ``CBP_SPARK_CONF`` (``key=value;key=value``).
 
     >>> spark = get_spark()          # doctest: +SKIP
+    >>> spark_conf("spark.executor.pyspark.memory=1g; spark.sql.shuffle.partitions = 4")
+    {'spark.executor.pyspark.memory': '1g', 'spark.sql.shuffle.partitions': '4'}
 """
 
 from __future__ import annotations
@@ -12,7 +15,7 @@ from typing import Optional
 
 from ..errors import RuntimeStateError
 
-__all__ = ["get_spark"]
+__all__ = ["get_spark", "spark_conf"]
 
 _LOG4J = os.path.join(os.path.dirname(os.path.abspath(__file__)), "log4j2.properties")
 
@@ -23,13 +26,28 @@ _JAVA_HINT = (
 )
 
 
-def get_spark(master: Optional[str] = None) -> "pyspark.sql.SparkSession":  # type: ignore[name-defined]  # noqa: F821
+def spark_conf(text: str) -> dict[str, str]:
+    """Spark settings from ``key=value`` pairs separated by ``;`` (the form of ``CBP_SPARK_CONF``)."""
+    conf = {}
+    for item in text.split(";"):
+        if not item.strip():
+            continue
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise RuntimeStateError(f"CBP_SPARK_CONF: {item.strip()!r} is not key=value (settings are separated by ';')", code="spark-conf")
+        conf[key.strip()] = value.strip()
+    return conf
+
+
+def get_spark(master: Optional[str] = None, conf: Optional[dict[str, str]] = None) -> "pyspark.sql.SparkSession":  # type: ignore[name-defined]  # noqa: F821
     """Return the process's SparkSession, creating it with cbp's settings on first use.
 
     ``master`` (or ``CBP_SPARK_MASTER``) defaults to ``local[*,2]``: local Spark on every core,
     retrying a failed task once, as a cluster would (a lost Python worker, say). Adaptive query execution is
     switched off: a stage's shuffle must keep exactly its partition count, because partition
-    ``p`` of the shuffle is the task that owns state partition ``p``.
+    ``p`` of the shuffle is the task that owns state partition ``p``. ``CBP_SPARK_CONF`` and then
+    ``conf`` add or override settings (e.g. ``spark.executor.pyspark.memory``, the address-space
+    limit of each Python worker) when the session is created.
     """
     java_home = os.environ.get("JAVA_HOME")
     if not shutil.which("java") and not (java_home and os.path.exists(os.path.join(java_home, "bin", "java"))):
@@ -53,6 +71,8 @@ def get_spark(master: Optional[str] = None) -> "pyspark.sql.SparkSession":  # ty
         .config("spark.sql.session.timeZone", "UTC")
         .config("spark.driver.extraJavaOptions", f"-Dlog4j2.configurationFile={_LOG4J}")
     )
+    for key, value in {**spark_conf(os.environ.get("CBP_SPARK_CONF", "")), **(conf or {})}.items():
+        builder = builder.config(key, value)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel(os.environ.get("CBP_SPARK_LOG_LEVEL", "ERROR"))
     return spark

@@ -1,0 +1,99 @@
+"""Files a task writes, in chunks: a Parquet file grows row group by row group, so a task never
+holds more than one chunk of the records it writes.
+
+Every file gets a new unique name (a retried task writes new files; the failed attempt's stay
+unreferenced), and :meth:`ParquetSink.close` returns its future Delta add action.
+"""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any, Callable, Optional
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from ..storage import Home
+
+__all__ = ["ParquetSink", "RecordSink", "io_path"]
+
+
+def io_path(e: OSError) -> Optional[str]:
+    """The path a failed write was writing, when a sink or the error knows it."""
+    return getattr(e, "cbp_path", None) or e.filename
+
+
+class ParquetSink:
+    """One new data file in ``rel_dir`` (relative to the home), opened at the first rows written."""
+
+    def __init__(self, home: Home, rel_dir: str, prefix: str, schema: pa.Schema, partition: int, row_group: int = 65536) -> None:
+        self.home, self.rel_dir, self.prefix, self.schema = home, rel_dir, prefix, schema
+        self.partition, self.row_group = partition, row_group
+        self.rows = 0
+        self.rel: Optional[str] = None
+        self._writer: Optional[pq.ParquetWriter] = None
+
+    def write(self, table: pa.Table) -> None:
+        """Append rows (each call adds row groups of at most ``row_group`` rows)."""
+        if table.num_rows == 0:
+            return
+        try:
+            if self._writer is None:
+                self.rel = f"{self.rel_dir}/{self.prefix}-{uuid.uuid4().hex[:12]}.parquet"
+                path = self.home.path(self.rel)
+                self.home.fs.create_dir(path.rsplit("/", 1)[0], recursive=True)
+                self._writer = pq.ParquetWriter(path, self.schema, filesystem=self.home.fs, compression="zstd")
+            self._writer.write_table(table, row_group_size=self.row_group)
+        except OSError as e:
+            e.cbp_path = self.home.path(self.rel or self.rel_dir)  # type: ignore[attr-defined]
+            raise
+        self.rows += table.num_rows
+
+    def close(self) -> Optional[dict[str, Any]]:
+        """Finish the file; its add action (``rel`` relative to the home), or ``None`` if nothing was written."""
+        if self._writer is None:
+            return None
+        path = self.home.path(self.rel)  # type: ignore[arg-type]
+        try:
+            self._writer.close()
+            self._writer = None
+            info = self.home.fs.get_file_info(path)
+        except OSError as e:
+            e.cbp_path = path  # type: ignore[attr-defined]
+            raise
+        mtime = int(info.mtime.timestamp() * 1000) if info.mtime else 0
+        return {"rel": self.rel, "size": info.size, "mtime": mtime, "rows": self.rows, "partition": self.partition}
+
+    def abort(self) -> None:
+        """Close an unfinished file (it stays unreferenced: a failed task leaves nothing visible)."""
+        if self._writer is not None:
+            try:
+                self._writer.close()
+            except OSError:
+                pass
+            self._writer = None
+
+
+class RecordSink:
+    """Records buffered ``chunk`` at a time, converted to Arrow by ``to_table`` and appended to a sink."""
+
+    def __init__(self, sink: ParquetSink, to_table: Callable[[list[dict[str, Any]]], pa.Table], chunk: int) -> None:
+        self.sink, self.to_table, self.chunk = sink, to_table, max(1, chunk)
+        self.count = 0
+        self._buf: list[dict[str, Any]] = []
+
+    def add(self, record: dict[str, Any]) -> None:
+        self._buf.append(record)
+        self.count += 1
+        if len(self._buf) >= self.chunk:
+            self.flush()
+
+    def flush(self) -> None:
+        if self._buf:
+            table = self.to_table(self._buf)
+            self._buf = []
+            self.sink.write(table)
+
+    def close(self) -> Optional[dict[str, Any]]:
+        self.flush()
+        return self.sink.close()
