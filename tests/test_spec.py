@@ -255,7 +255,7 @@ def test_hostile_yaml_is_refused_fast_with_file_and_line(make_pipeline, capsys, 
 
 
 def test_file_size_and_encoding_are_checked(make_pipeline):
-    from cbp.spec import MAX_YAML_BYTES
+    from cbp.spec.loader import MAX_YAML_BYTES
 
     big = make_pipeline(BASE + "# " + "x" * MAX_YAML_BYTES + "\n", GOOD_MODULE)
     with pytest.raises(SpecError) as e:
