@@ -23,7 +23,7 @@ from contextlib import contextmanager
 import pytest
 
 import cbp
-from cbp.crawl import crawler as crawler_mod
+from cbp.crawl import fetch as crawler_mod
 from cbp.cli import main
 from cbp.crawl.crawler import REASONS, Corpus, Crawler
 from cbp.errors import UsageError

@@ -18,7 +18,7 @@ from .. import faults
 from ..errors import InputError, RuntimeStateError, UserCodeError
 from ..storage import INC, LAYOUT, SRC
 from .records import Landed, check_storable
-from .snapshot import Increment, conn
+from .snapshot import Increment
 
 __all__ = ["Landing"]
 

@@ -1,0 +1,373 @@
+"""Fetching a URL from a corpus directory that stands for the web, never outside it.
+
+A corpus is a directory (e.g. an unpacked Debian documentation package) whose files are the
+URLs ``http://<host>/<path>``. The path is walked from the root one name at a time, each opened
+relative to its parent with ``O_NOFOLLOW`` (a directory's ``index.html`` too); symbolic links are
+followed only while they stay inside; FIFOs, devices and sockets are never opened. No URL makes
+:meth:`Corpus.fetch` raise: one that cannot be fetched gets a reason from :data:`REASONS`.
+"""
+
+from __future__ import annotations
+
+import codecs
+import errno
+import os
+import re
+import stat
+from dataclasses import dataclass
+from typing import Any, Optional
+from urllib.parse import unquote_to_bytes, urlsplit
+
+from ..errors import UsageError
+from .links import normalize_url
+
+__all__ = ["Corpus", "Fetched", "decode_html", "MAX_PAGE_BYTES", "MAX_URL_CHARS", "REASONS"]
+
+MAX_PAGE_BYTES = 8 * 1024 * 1024  # bytes of a file the crawler reads; a bigger page is truncated
+MAX_URL_CHARS = 64 * 1024  # a longer URL is "not a corpus path: too long"
+NOT_A_PATH = "not a corpus path: "
+# Why a URL was not fetched: stable prefixes (what follows a colon says more), like error codes.
+REASONS = (
+    "outside the corpus",  # another site, or a path (through "..", a symbolic link) leaving the root
+    "not found",  # no such file (or a file used as a directory)
+    "not a regular file",  # a FIFO, device or socket: refused without being opened
+    "not HTML",  # neither an .html/.htm/.xhtml/.shtml name nor starting with <!doctype html / <html
+    NOT_A_PATH,  # + why: NUL byte, bad percent-encoding, encoded slash, backslash, dot segment, not UTF-8,
+    #              not valid Unicode, name too long, too long, not an http(s) URL, malformed URL, a port,
+    #              user info, not a string
+    "unreadable: ",  # + the OS's message (permission denied, too many levels of symbolic links, I/O error)
+    "failed: ",  # + an exception type: anything else that went wrong for this one URL
+)
+_NAME_MAX = 255  # bytes of one file name
+_PATH_MAX = 4096  # bytes of a path below the root
+_MAX_HOPS = 40  # symbolic links followed (and races retried) in one fetch, as the kernel's ELOOP limit
+_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+_FILE_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC
+_HTML_SUFFIXES = (".html", ".htm", ".xhtml", ".shtml")
+_META_CHARSET = re.compile(rb"""<meta[^>]*?charset\s*=\s*["']?\s*([A-Za-z0-9_.:-]+)""", re.I)
+
+
+def decode_html(data: bytes) -> str:
+    """Bytes of a page -> text, as a browser would guess: BOM, else UTF-8, else the ``<meta charset>``, else windows-1252.
+
+    Never raises; undecodable bytes become U+FFFD.
+
+        >>> decode_html(b"caf\\xc3\\xa9"), decode_html(b'<meta charset="latin-1">caf\\xe9')[-4:]
+        ('café', 'café')
+        >>> decode_html(b"caf\\xe9 \\x81") == "café \\ufffd"
+        True
+    """
+    for bom, enc in ((codecs.BOM_UTF8, "utf-8"), (codecs.BOM_UTF16_LE, "utf-16-le"), (codecs.BOM_UTF16_BE, "utf-16-be")):
+        if data.startswith(bom):
+            return data[len(bom):].decode(enc, errors="replace")
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError:
+        pass
+    enc = "cp1252"
+    m = _META_CHARSET.search(data[:4096])
+    if m:
+        try:
+            enc = codecs.lookup(m.group(1).decode("ascii")).name
+        except LookupError:
+            pass
+    if enc.startswith("utf-16") or enc == "utf-8":  # a page that lies about its encoding
+        return data.decode("utf-8", errors="replace")
+    return data.decode(enc, errors="replace")
+
+
+@dataclass(frozen=True)
+class Fetched:
+    """What fetching one URL gave: the page text, or why there is none (see :data:`REASONS`).
+
+    ``path`` is the file that was read (symbolic links resolved, always below the corpus root).
+    """
+
+    url: str
+    html: Optional[str] = None
+    reason: Optional[str] = None
+    truncated: bool = False
+    path: Optional[str] = None
+
+
+class _Refused(Exception):
+    """Internal: fetching stops here, for this reason."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+def _reason_of(e: BaseException) -> str:
+    """The stable reason for an error of the filesystem or of decoding."""
+    if isinstance(e, _Refused):
+        return e.reason
+    if isinstance(e, OSError):
+        if e.errno in (errno.ENOENT, errno.ENOTDIR):
+            return "not found"
+        if e.errno == errno.ENAMETOOLONG:
+            return f"{NOT_A_PATH}name too long"
+        return f"unreadable: {e.strerror or type(e).__name__}"
+    if isinstance(e, UnicodeError):
+        return f"{NOT_A_PATH}not valid Unicode"
+    if isinstance(e, ValueError):  # e.g. "embedded null byte"
+        return f"{NOT_A_PATH}{e}"
+    return f"failed: {type(e).__name__}"
+
+
+_BAD_PCT = re.compile(r"%(?![0-9A-Fa-f]{2})")
+
+
+def _split(url: Any) -> tuple[str, str, str]:
+    """``(scheme, netloc, path)`` of an http(s) URL; raises :class:`_Refused` for anything else."""
+    if not isinstance(url, str):
+        raise _Refused(f"{NOT_A_PATH}not a string")
+    if len(url) > MAX_URL_CHARS:
+        raise _Refused(f"{NOT_A_PATH}too long")
+    try:
+        parts = urlsplit(url)
+        scheme = parts.scheme.lower()
+    except ValueError:  # e.g. "http://[::1", or a host that is not a host under NFKC
+        raise _Refused(f"{NOT_A_PATH}malformed URL") from None
+    if scheme not in ("http", "https") or not parts.netloc:
+        raise _Refused(f"{NOT_A_PATH}not an http(s) URL")
+    return scheme, parts.netloc, parts.path
+
+
+def _components(path: str) -> list[str]:
+    """The file names a URL path walks through from the corpus root (``[]`` for the root).
+
+    Refuses (:class:`_Refused`) what cannot be a corpus path: dot segments (plain or encoded),
+    encoded slashes, backslashes, NUL, bad %-encoding, names that are not UTF-8 (encoded
+    surrogates, overlong forms), names over 255 bytes, paths over 4096 bytes. Nothing is
+    resolved here: the filesystem is asked only for a list of plain names.
+    """
+    if "\\" in path:
+        raise _Refused(f"{NOT_A_PATH}backslash")
+    out: list[str] = []
+    total = 0
+    for seg in path.split("/"):
+        if not seg:
+            continue  # "//" is "/", as web servers read it
+        if "%" in seg and _BAD_PCT.search(seg):
+            raise _Refused(f"{NOT_A_PATH}bad percent-encoding")
+        try:
+            raw = unquote_to_bytes(seg.encode("utf-8"))
+        except UnicodeEncodeError:  # a lone surrogate in the URL itself
+            raise _Refused(f"{NOT_A_PATH}not valid Unicode") from None
+        if b"\x00" in raw:
+            raise _Refused(f"{NOT_A_PATH}NUL byte")
+        if b"/" in raw:
+            raise _Refused(f"{NOT_A_PATH}encoded slash")
+        if b"\\" in raw:
+            raise _Refused(f"{NOT_A_PATH}backslash")
+        if len(raw) > _NAME_MAX:
+            raise _Refused(f"{NOT_A_PATH}name too long")
+        total += len(raw) + 1
+        if total > _PATH_MAX:
+            raise _Refused(f"{NOT_A_PATH}too long")
+        try:
+            name = raw.decode("utf-8")  # strict: no surrogates (%ED%A0%80), no overlong forms (%C0%AE)
+        except UnicodeDecodeError:
+            raise _Refused(f"{NOT_A_PATH}not UTF-8") from None
+        if name == "..":
+            raise _Refused("outside the corpus" if not out else f"{NOT_A_PATH}dot segment")
+        if name == ".":
+            raise _Refused(f"{NOT_A_PATH}dot segment")
+        out.append(name)
+    return out
+
+
+# Hooks for the tests of races: every filesystem call of a fetch goes through these two.
+def _lstat_at(name: str, dir_fd: int) -> os.stat_result:
+    return os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+
+
+def _open_at(name: str, flags: int, dir_fd: int) -> int:
+    return os.open(name, flags, dir_fd=dir_fd)
+
+
+class Corpus:
+    """A directory standing for a web site: file ``<root>/<path>`` is URL ``http://<host>/<path>``.
+
+    A URL naming a directory (or ending in ``/``) is its ``index.html``. Only regular HTML files
+    are pages. Nothing outside the root is ever opened: the path is walked one name at a time
+    from the root, each directory opened with ``O_NOFOLLOW`` relative to the one before, the
+    file itself with ``O_NOFOLLOW | O_NONBLOCK`` (a FIFO or device is refused, never opened
+    blocking), and the opened file's real path is checked to be below the root. Symbolic
+    links are followed only while they stay inside the root (resolved against the root, like
+    the rest of the path); a link pointing out of it -- absolute or with ``..`` climbing above
+    the root -- is "outside the corpus". :meth:`fetch` never raises.
+
+        >>> Corpus("/srv/python3.11-doc").host                          # doctest: +SKIP
+        'python3.11-doc'
+    """
+
+    def __init__(self, root: str | os.PathLike[str], host: Optional[str] = None, scheme: str = "http") -> None:
+        self.root = os.path.realpath(os.fspath(root))
+        if not os.path.isdir(self.root):
+            raise UsageError(f"corpus directory {self.root} does not exist (unpack a package with: dpkg-deb -x PKG.deb DIR)", code="no-corpus")
+        self._below = self.root.rstrip(os.sep) + os.sep  # what the path of anything inside starts with
+        self.host = (host or os.path.basename(self.root)).lower()
+        self.scheme = scheme
+        self.site = f"{scheme}://{self.host}"
+
+    def url_of(self, path: str | os.PathLike[str]) -> str:
+        """The URL of a file below the root."""
+        rel = os.path.relpath(os.path.realpath(os.fspath(path)), self.root).replace(os.sep, "/")
+        url = normalize_url(f"{self.site}/{rel}")
+        assert url is not None
+        return url
+
+    def pages(self) -> list[str]:
+        """URLs of every HTML file of the corpus (regular files inside the root), sorted."""
+        out = set()
+        for d, _, files in os.walk(self.root):
+            for f in files:
+                path = os.path.join(d, f)
+                if not f.lower().endswith(_HTML_SUFFIXES) or not self._inside(os.path.realpath(path)) or not os.path.isfile(path):
+                    continue
+                try:
+                    out.add(self.url_of(path))
+                except (ValueError, AssertionError):  # a name that is not UTF-8 has no URL
+                    continue
+        return sorted(out)
+
+    def _inside(self, real: str) -> bool:
+        return real == self.root or real.startswith(self._below)
+
+    def fetch(self, url: str, max_bytes: int = MAX_PAGE_BYTES) -> Fetched:
+        """The page at ``url``, or a :class:`Fetched` with the reason it cannot be fetched.
+
+        Never raises, whatever the string (reasons: :data:`REASONS`). The query and fragment
+        are ignored; host and scheme compare case-insensitively; a port or user info is refused.
+        """
+        try:
+            names = self._names(url)
+            fd, path = self._open(names)
+            try:
+                with os.fdopen(fd, "rb", closefd=True) as fh:
+                    data = fh.read(max(0, max_bytes) + 1)
+            except OSError as e:
+                raise _Refused(f"unreadable: {e.strerror or type(e).__name__}") from None
+            head = data[:512].lstrip().lower()
+            if not path.lower().endswith(_HTML_SUFFIXES) and not head.startswith((b"<!doctype html", b"<html")):
+                return Fetched(url, reason="not HTML")
+            return Fetched(url, html=decode_html(data[:max_bytes]), truncated=len(data) > max_bytes, path=path)
+        except Exception as e:  # noqa: BLE001 -- a URL is recorded as unfetchable, it never stops the crawler
+            return Fetched(url, reason=_reason_of(e))
+
+    def _names(self, url: Any) -> list[str]:
+        """The names ``url`` walks through below the root; raises :class:`_Refused`."""
+        scheme, netloc, path = _split(url)
+        if netloc.lower() != self.host or scheme != self.scheme:
+            if "@" in netloc:
+                raise _Refused(f"{NOT_A_PATH}user info")
+            if scheme == self.scheme and netloc.rpartition(":")[0].lower() == self.host:
+                raise _Refused(f"{NOT_A_PATH}a port")
+            raise _Refused("outside the corpus")
+        return _components(path)
+
+    def _open(self, names: list[str]) -> tuple[int, str]:
+        """Open the regular file ``names`` lead to from the root, never leaving it: ``(fd, real path)``."""
+        todo = list(names)
+        if not todo:
+            todo = ["index.html"]
+        root_fd = os.open(self.root, _DIR_FLAGS)
+        fds = [root_fd]  # fds[i]: the directory reached by done[:i]
+        done: list[str] = []
+        hops = 0
+        try:
+            while True:
+                name = todo.pop(0)
+                last = not todo
+                try:
+                    st = _lstat_at(name, fds[-1])
+                except OSError as e:
+                    raise _Refused(_reason_of(e)) from None
+                if stat.S_ISLNK(st.st_mode):
+                    hops += 1
+                    if hops > _MAX_HOPS:
+                        raise _Refused(f"unreadable: {os.strerror(errno.ELOOP)}")
+                    try:
+                        target = os.readlink(name, dir_fd=fds[-1])
+                    except OSError as e:
+                        if e.errno == errno.EINVAL:  # no longer a link: look again
+                            todo.insert(0, name)
+                            continue
+                        raise _Refused(_reason_of(e)) from None
+                    todo = self._through_link(target, done) + todo
+                    for fd in fds[1:]:
+                        os.close(fd)
+                    fds, done = [root_fd], []  # walk the resolved path again from the root
+                    if not todo:
+                        todo = ["index.html"]
+                    continue
+                flags = _DIR_FLAGS if stat.S_ISDIR(st.st_mode) else _FILE_FLAGS
+                if not stat.S_ISDIR(st.st_mode):
+                    if not last:
+                        raise _Refused("not found")  # a file used as a directory
+                    if not stat.S_ISREG(st.st_mode):
+                        raise _Refused("not a regular file")  # FIFO, device, socket: never opened
+                try:
+                    fd = _open_at(name, flags, fds[-1])
+                except OSError as e:
+                    if e.errno in (errno.ELOOP, errno.ENOTDIR, errno.ENXIO) and hops < _MAX_HOPS:
+                        hops += 1  # swapped between lstat and open (e.g. for a symlink): look again
+                        todo.insert(0, name)
+                        continue
+                    raise _Refused(_reason_of(e)) from None
+                if stat.S_ISDIR(st.st_mode):
+                    fds.append(fd)
+                    done.append(name)
+                    if last:
+                        todo.append("index.html")  # a directory is its index.html, walked like any name
+                    continue
+                try:
+                    fst = os.fstat(fd)
+                    if not stat.S_ISREG(fst.st_mode):
+                        raise _Refused("not a regular file")
+                    path = os.path.join(self.root, *done, name)
+                    self._check_opened(fd, fst, path)
+                except BaseException:
+                    os.close(fd)
+                    raise
+                return fd, path
+        finally:
+            for fd in fds:
+                os.close(fd)
+
+    def _through_link(self, target: str, done: list[str]) -> list[str]:
+        """The names below the root a symbolic link in directory ``done`` points to; outside -> refused."""
+        if target.startswith("/"):
+            if not self._inside(target):
+                raise _Refused("outside the corpus")  # absolute links are read against the real root: this one leaves
+            base: list[str] = []
+            target = target[len(self._below):]
+        else:
+            base = list(done)
+        for seg in target.split("/"):
+            if seg in ("", "."):
+                continue
+            if seg == "..":
+                if not base:
+                    raise _Refused("outside the corpus")  # climbs above the root, even if it would come back
+                base.pop()
+            else:
+                base.append(seg)
+        return base
+
+    def _check_opened(self, fd: int, fst: os.stat_result, path: str) -> None:
+        """The opened file really is below the root now (a directory may have been moved out meanwhile)."""
+        try:
+            real = os.readlink(f"/proc/self/fd/{fd}")
+        except OSError:
+            real = ""
+        if real.startswith("/"):
+            if not self._inside(real):
+                raise _Refused("outside the corpus")
+            return
+        real = os.path.realpath(path)  # no /proc: the path must still resolve inside, to this very file
+        st = os.stat(real)
+        if not self._inside(real) or (st.st_dev, st.st_ino) != (fst.st_dev, fst.st_ino):
+            raise _Refused("outside the corpus")
