@@ -10,19 +10,9 @@ import pytest
 import cbp
 from cbp.cli import main
 from cbp.errors import UserCodeError
+from conftest import WORD_COUNT
 
-PIPE = """
-pipeline: runaway
-flows:
-  words: {external: true, schema: {w: string}}
-stages:
-  count:
-    translator: MOD:count
-    partitions: 2
-    inputs: [{flow: words, route_by: w}]
-    state: {schema: {w: string, n: int}}
-    TIMEOUT
-"""
+PIPE = WORD_COUNT + "    TIMEOUT\n"  # the shared word count, with a line for the stage's time limit
 MODULE = """
 import os, sys, time
 
