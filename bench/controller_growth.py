@@ -63,6 +63,7 @@ class SparkJobTimer:
 
     def __init__(self) -> None:
         self.seconds = 0.0
+        self.cpu = 0.0
         self.calls = 0
         self.patched: list[str] = []
         self._depth = 0
@@ -89,20 +90,21 @@ class SparkJobTimer:
             if self._depth:  # one wrapped name calling another: count once
                 return fn(*args, **kwargs)
             self._depth += 1
-            t0 = time.perf_counter()
+            t0, c0 = time.perf_counter(), time.process_time()
             try:
                 return fn(*args, **kwargs)
             finally:
                 self.seconds += time.perf_counter() - t0
+                self.cpu += time.process_time() - c0
                 self.calls += 1
                 self._depth -= 1
 
         timed._bench_timed = True  # type: ignore[attr-defined]
         return timed
 
-    def take(self) -> tuple[float, int]:
-        out = (self.seconds, self.calls)
-        self.seconds, self.calls = 0.0, 0
+    def take(self) -> tuple[float, float, int]:
+        out = (self.seconds, self.cpu, self.calls)
+        self.seconds, self.cpu, self.calls = 0.0, 0.0, 0
         return out
 
 
@@ -192,13 +194,15 @@ def one_round(p: Any, n: int, records: list[dict[str, str]], timer: SparkJobTime
     """Feed and run once; return the round's measurements and the tracked files after it."""
     timer.take()
     w0 = driver_wchar()
+    c0 = time.process_time()
     t0 = time.perf_counter()
     landed = p.feed(FLOW, records, feed_id=f"round-{n}")
     t1 = time.perf_counter()
     reports = p.run()
     t2 = time.perf_counter()
+    c2 = time.process_time()
     w1 = driver_wchar()
-    spark_s, calls = timer.take()
+    spark_s, spark_cpu, calls = timer.take()
     if getattr(landed, "repeated", False):
         raise BenchError(f"round {n}: feed id 'round-{n}' was taken as a repeat")
     if len(reports) != 1:
@@ -214,7 +218,7 @@ def one_round(p: Any, n: int, records: list[dict[str, str]], timer: SparkJobTime
     wall = t2 - t0
     row = {
         "round": n, "epoch": reports[0].epoch, "wall_s": wall, "feed_s": t1 - t0, "run_s": t2 - t1, "spark_s": spark_s,
-        "controller_s": wall - spark_s, "epoch_report_s": reports[0].seconds, "driver_bytes": w1 - w0,
+        "controller_s": wall - spark_s, "controller_cpu_s": (c2 - c0) - spark_cpu, "epoch_report_s": reports[0].seconds, "driver_bytes": w1 - w0,
         "home_bytes": home_bytes, "home_files": home_files, "snapshot_bytes": snap_bytes, "snapshot": snap_name,
         "tracked_files": len(after), "walk_s": time.perf_counter() - t3,
     }
@@ -225,6 +229,7 @@ def one_round(p: Any, n: int, records: list[dict[str, str]], timer: SparkJobTime
 #: (JSON key, table label, scale, unit, checked against --goal)
 METRICS = [
     ("controller_s", "controller time (wall - Spark job)", 1e3, "ms", True),
+    ("controller_cpu_s", "controller CPU time (driver process, all threads, outside the Spark job)", 1e3, "ms", False),
     ("driver_bytes", "driver bytes written (wchar)", 1 / 1024, "KiB", True),
     ("home_bytes", "home bytes written (_cbp, _delta_log: new or changed files)", 1 / 1024, "KiB", False),
     ("snapshot_bytes", "controller snapshot size", 1 / 1024, "KiB", False),
@@ -284,6 +289,7 @@ def plot(rows: list[dict[str, Any]], window: int, path: Path) -> None:
     fig, (ax1, ax2) = plt.subplots(2, 1, figsize=(10, 7.5), sharex=True)
     ax1.plot(df.index, df["controller_s"] * 1e3, ".", ms=2, alpha=0.3, color="tab:blue")
     ax1.plot(roll.index, roll["controller_s"] * 1e3, color="tab:blue", label=f"controller (wall - Spark job), centred rolling median of {window}")
+    ax1.plot(roll.index, roll["controller_cpu_s"] * 1e3, color="tab:purple", label="controller CPU time, rolling median")
     ax1.plot(roll.index, roll["spark_s"] * 1e3, color="tab:grey", ls="--", label="Spark job, rolling median")
     ax1.set_ylabel("ms per round")
     ax1.set_ylim(bottom=0, top=max(df["controller_s"].quantile(0.99), df["spark_s"].quantile(0.95)) * 1e3 * 1.3)  # not the 1st job

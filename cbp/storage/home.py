@@ -24,7 +24,7 @@ from typing import Any, Callable, Iterable, Iterator, Optional
 import pyarrow as pa
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
-from deltalake import CommitProperties, DeltaTable, Transaction
+from deltalake import CommitProperties, DeltaTable, PostCommitHookProperties, Transaction
 from deltalake.transaction import AddAction, RemoveAction
 
 from ..errors import BusyError, RuntimeStateError
@@ -36,6 +36,11 @@ _CONTROLLER = LAYOUT.CONTROLLER
 _INTENTIONS = LAYOUT.INTENTIONS
 _PENDING = LAYOUT.PENDING
 _RUNNER = LAYOUT.RUNNER
+#: Commits write a Delta checkpoint every 100 versions (delta-rs's default interval) but do not
+#: list the log to clean it: delta-rs does that listing on every commit, a cost that grows with the
+#: table's age. :meth:`Home._tidy_log` cleans expired log files once per checkpoint instead.
+_HOOKS = PostCommitHookProperties(create_checkpoint=True, cleanup_expired_logs=False)
+_CHECKPOINT_EVERY = 100
 
 
 class _ProcessLock:
@@ -69,6 +74,11 @@ class Home:
         self.location = loc.rstrip("/")
         self._fs: Optional[pafs.FileSystem] = None
         self._root = ""
+        #: Open Delta tables by relative path, kept at their newest version across calls: loading a
+        #: table reads its newest checkpoint and the log after it, which grows with the table's age;
+        #: bringing a loaded table up to date reads only the commits since (``update_incremental``).
+        self._tables: dict[str, DeltaTable] = {}
+        self._tables_lock = threading.Lock()
 
     def __getstate__(self) -> dict[str, Any]:
         return {"location": self.location}
@@ -314,6 +324,10 @@ class Home:
 
     # ----------------------------------------------------------- Delta tables
     def table(self, rel: str, version: Optional[int] = None) -> Optional[DeltaTable]:
+        """The Delta table at ``rel`` (its newest version, or ``version``), or None if there is none.
+
+        A table of its own for the caller to read; the controller's commits use :meth:`_open`.
+        """
         uri = self.uri(rel)
         if not DeltaTable.is_deltatable(uri):
             return None
@@ -322,14 +336,40 @@ class Home:
         except Exception as e:  # delta-rs raises several types for a missing version
             raise RuntimeStateError(f"cannot open Delta table {uri} at version {version}: {e}") from e
 
+    def _open(self, rel: str) -> Optional[DeltaTable]:
+        """The newest version of the table at ``rel`` from a table this Home keeps open between
+        calls, or None if there is none. One look for the commit after the version it holds tells
+        whether another writer committed since (then only those commits are read), so the cost
+        does not grow with the table's age as a new load's does. Used under the home's lock."""
+        with self._tables_lock:
+            dt = self._tables.get(rel)
+            try:
+                if dt is None:
+                    if not DeltaTable.is_deltatable(self.uri(rel)):
+                        return None
+                    dt = self._tables[rel] = DeltaTable(self.uri(rel))
+                elif self._exists(LAYOUT.delta_commit(rel, dt.version() + 1)):
+                    dt.update_incremental()
+            except Exception as e:
+                raise RuntimeStateError(f"cannot open Delta table {self.uri(rel)}: {e}") from e
+            return dt
+
+    def _exists(self, rel: str) -> bool:
+        local = self.local_dir()
+        if local is not None:
+            return os.path.exists(os.path.join(local, rel))
+        return self.fs.get_file_info(self.path(rel)).type != pafs.FileType.NotFound
+
     def ensure_table(self, rel: str, schema: pa.Schema, partition_by: str) -> Optional[DeltaTable]:
         """Create the table empty (version 0) on first use; None if it existed (not loaded: a load costs)."""
-        dt = None
-        if not DeltaTable.is_deltatable(self.uri(rel)):
-            try:
-                dt = DeltaTable.create(self.uri(rel), schema=schema, partition_by=[partition_by])
-            except Exception as e:
-                raise RuntimeStateError(f"cannot create Delta table {self.uri(rel)}: {e}") from e
+        if rel in self._tables or DeltaTable.is_deltatable(self.uri(rel)):
+            return None
+        try:
+            dt = DeltaTable.create(self.uri(rel), schema=schema, partition_by=[partition_by])
+        except Exception as e:
+            raise RuntimeStateError(f"cannot create Delta table {self.uri(rel)}: {e}") from e
+        with self._tables_lock:
+            self._tables[rel] = dt
         return dt
 
     def commit_files(
@@ -350,25 +390,23 @@ class Home:
         re-run can tell that this epoch was already committed (``transaction_version``). Without
         ``schema`` the table must exist.
         """
-        dt = (self.ensure_table(rel, schema, partition_by) if schema is not None else None) or self.table(rel)
+        dt = (self.ensure_table(rel, schema, partition_by) if schema is not None else None) or self._open(rel)
         if dt is None:
             raise RuntimeStateError(f"Delta table {self.uri(rel)} is missing; it was created before this commit was planned")
         self._commit_actions(dt, partition_by, adds, removes, overwrite, app_id, app_version)
-        dt.update_incremental()
         return dt.version()
 
     def commit_once(self, rel: str, partition_by: str, adds: Iterable[dict[str, Any]], removes: Iterable[dict[str, Any]], *,
                     overwrite: bool, app_id: str, app_version: int) -> tuple[int, bool]:
         """Commit as :meth:`commit_files` unless the table already holds transaction ``app_id`` at
         ``app_version`` or later; return the table's version and whether this call committed.
-        The table's log is loaded once (it is the cost of a commit that grows with the table)."""
-        dt = self.table(rel)
+        The table stays open between commits (see :meth:`_open`)."""
+        dt = self._open(rel)
         if dt is None:
             raise RuntimeStateError(f"Delta table {self.uri(rel)} is missing; it was created before this commit was planned")
         if (dt.transaction_version(app_id) or 0) >= app_version:
             return dt.version(), False
         self._commit_actions(dt, partition_by, adds, removes, overwrite, app_id, app_version)
-        dt.update_incremental()
         return dt.version(), True
 
     def _commit_actions(self, dt: DeltaTable, partition_by: str, adds: Iterable[dict[str, Any]], removes: Iterable[dict[str, Any]],
@@ -383,12 +421,27 @@ class Home:
         ]
         props = CommitProperties(app_transactions=[Transaction(app_id, app_version)]) if app_id is not None else None
         dt.create_write_transaction(
-            actions, mode="overwrite" if overwrite else "append", schema=dt.schema(), partition_by=[partition_by], commit_properties=props
+            actions, mode="overwrite" if overwrite else "append", schema=dt.schema(), partition_by=[partition_by], commit_properties=props,
+            post_commithook_properties=_HOOKS,
         )
+        dt.update_incremental()
+        if dt.version() % _CHECKPOINT_EVERY == 0:
+            self._tidy_log(dt)
+
+    @staticmethod
+    def _tidy_log(dt: DeltaTable) -> None:
+        """Delete log files older than the table's log retention (30 days unless set), as delta-rs
+        would after every commit; done once per checkpoint, and never fatal."""
+        try:
+            dt.cleanup_metadata()
+        except Exception:  # a failed clean-up leaves old log files, which is harmless
+            pass
 
     def table_files(self, rel: str, version: int) -> list[dict[str, Any]]:
         """The live data files of a table version: path (relative), size, partition value, rows."""
-        dt = self.table(rel, version)
+        dt = self._open(rel)
+        if dt is not None and dt.version() != version:
+            dt = self.table(rel, version)
         if dt is None:
             return []
         acts = pa.table(dt.get_add_actions(flatten=True)).to_pylist()

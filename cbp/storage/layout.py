@@ -58,6 +58,10 @@ class Layout:
     def index(self, stage: str) -> str:
         return f"stages/{stage}/index"
 
+    def delta_commit(self, table: str, version: int) -> str:
+        """The Delta log file of commit ``version`` of the table at ``table`` (Delta protocol naming)."""
+        return f"{table}/_delta_log/{version:020d}.json"
+
     def part_dir(self, base: str, p: int) -> str:
         return f"{base}/{PART}={p}"
 
