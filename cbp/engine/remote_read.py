@@ -27,25 +27,18 @@ def needs_arrow_reader(files: list[str]) -> bool:
 
 def read_parquet(spark: Any, ddl: str, files: list[str]) -> Any:
     """A DataFrame of the files' records with the columns of ``ddl`` (missing columns are null)."""
-    from pyspark.sql.types import StructType
-
-    schema = StructType.fromDDL(ddl)
-    n = max(1, min(len(files), spark.sparkContext.defaultParallelism))
-    objectstore.propagate_to_spark(spark.sparkContext)
-    names = spark.createDataFrame([(f,) for f in files], "_file STRING").repartition(n)
-    return names.mapInArrow(partial(_read_files, ddl), schema)
-
-
-def _arrow_schema(ddl: str) -> pa.Schema:
     from pyspark.sql.pandas.types import to_arrow_schema
     from pyspark.sql.types import StructType
 
-    return to_arrow_schema(StructType.fromDDL(ddl))
+    schema = StructType.fromDDL(ddl)  # parsed by the JVM: on the driver, not in the workers
+    n = max(1, min(len(files), spark.sparkContext.defaultParallelism))
+    objectstore.propagate_to_spark(spark.sparkContext)
+    names = spark.createDataFrame([(f,) for f in files], "_file STRING").repartition(n)
+    return names.mapInArrow(partial(_read_files, to_arrow_schema(schema)), schema)
 
 
-def _read_files(ddl: str, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-    """Worker side: stream each named file's row groups, cast to ``ddl``."""
-    schema = _arrow_schema(ddl)
+def _read_files(schema: pa.Schema, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    """Worker side: stream each named file's row groups, cast to ``schema``."""
     for batch in batches:
         for uri in batch.column(0).to_pylist():
             fs, path = objectstore.filesystem(uri)
