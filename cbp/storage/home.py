@@ -208,7 +208,7 @@ class Home:
         with entry.mutex:
             if entry.depth == 0:
                 if local is None:
-                    entry.lease = Lease(self._lease_store("the home's mutation lock"), "mutation", self._holder())
+                    entry.lease = Lease(self.lease_store("the home's mutation lock"), "mutation", self.holder_info())
                     entry.lease.acquire((lambda _rec: waiting()) if waiting is not None else None)
                 else:
                     entry.fd = _flock(path, self.location, waiting)
@@ -235,7 +235,7 @@ class Home:
         holder stops renewing it. ``_cbp/runner.json`` says who holds it. Finding that file with
         the lock free means a runner was killed: ``took_over`` gets what it said.
         """
-        me = {**self._holder(), "command": command}
+        me = {**self.holder_info(), "command": command}
         with self._runner_hold(me) as expired:
             stale = self.runner_info() or (expired.info if expired is not None else None)
             if stale is not None and took_over is not None:
@@ -254,7 +254,7 @@ class Home:
         """Hold the runner flock (yields None) or lease (yields the expired record it took over, if any)."""
         local = self.local_dir()
         if local is None:
-            lease = Lease(self._lease_store("cbp run's one-runner lock"), "runner", me)
+            lease = Lease(self.lease_store("cbp run's one-runner lock"), "runner", me)
             ok, rec = lease.try_acquire()
             if not ok:
                 raise self._busy(rec.info if rec is not None else {})
@@ -285,10 +285,12 @@ class Home:
         )
 
     @staticmethod
-    def _holder() -> dict[str, Any]:
+    def holder_info() -> dict[str, Any]:
+        """This process, as a lock holder: pid, host, start time."""
         return {"pid": os.getpid(), "host": socket.gethostname(), "started": time.time()}
 
-    def _lease_store(self, part: str) -> S3Objects:
+    def lease_store(self, part: str) -> S3Objects:
+        """Where the home's leases live (S3 only; code ``unsupported-store`` elsewhere), for ``part``'s error message."""
         if not objectstore.is_s3(self.location):
             raise RuntimeStateError(f"{part}: {self.location} is on an object store cbp has no leases for; "
                                     "use an s3:// (or S3-compatible) home, or a local one", code="unsupported-store", path=self.location)
