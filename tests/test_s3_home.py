@@ -21,7 +21,7 @@ import pytest
 
 from cbp.errors import BusyError, CbpError
 from cbp.storage import Home
-from cbp.storage.lease import Lease, S3Objects
+from cbp.storage.lease import KEEP, PRUNE_EVERY, Lease, S3Objects
 from cbp.testing import Increment, replay
 from conftest import FLOWS, ROOT
 
@@ -118,7 +118,14 @@ def test_home_unpickled_on_an_executor_builds_the_same_filesystem(s3):
     assert h.storage_options is not None and h.storage_options["conditional_put"] == "etag"
 
 
-def test_crawler_and_airflow_parts_say_what_needs_a_local_home(s3, tmp_path):
+def test_unreachable_bucket_is_a_typed_error(s3):
+    with pytest.raises(CbpError) as e:
+        with Home("s3://no-such-bucket-cbp/h").runner_lock("x"):
+            pass
+    assert e.value.code == "io"
+
+
+def test_airflow_dags_say_they_need_a_local_home(s3, tmp_path):
     from cbp.airflow.dagfactory import load_config
 
     cfg = tmp_path / "cbp.yaml"
@@ -207,11 +214,11 @@ def test_renewal_keeps_the_lease_and_old_records_are_pruned(s3):
     lease = Lease(store, "t", {"who": "me"}, ttl=1.2, renew=0.3)
     ok, _ = lease.try_acquire()
     assert ok
-    time.sleep(2.5)  # well past one ttl: still held thanks to renewals
+    time.sleep(3.5)  # well past one ttl: still held thanks to renewals
     other = Lease(store, "t", ttl=1.2)
     ok2, rec = other.try_acquire()
     assert not ok2 and rec is not None and rec.info == {"who": "me"}
-    assert lease.seq > 4 and len(store.list("_cbp/leases/t")) <= 5
+    assert lease.seq > PRUNE_EVERY and len(store.list("_cbp/leases/t")) <= KEEP + PRUNE_EVERY
     lease.release()
     assert other.try_acquire()[0]
     other.release()

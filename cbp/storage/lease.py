@@ -37,6 +37,25 @@ from .objectstore import settings
 __all__ = ["Lease", "LeaseRecord", "S3Objects", "default_ttl"]
 
 KEEP = 3  # records kept behind the highest one (a reader that listed just before a prune still finds its record)
+PRUNE_EVERY = 8  # prune when the sequence number is a multiple of this (a prune is a listing and some deletes)
+_CLIENTS: dict[Any, Any] = {}
+_CLIENTS_GUARD = threading.Lock()
+
+
+def _client() -> Any:
+    """This process's boto3 S3 client for the environment's settings (creating one costs ~0.5 s)."""
+    s = settings()
+    with _CLIENTS_GUARD:
+        client = _CLIENTS.get(s)
+        if client is None:
+            import boto3
+            from botocore.config import Config
+
+            cfg = Config(s3={"addressing_style": "path"} if s.endpoint else {}, retries={"max_attempts": 3, "mode": "standard"})
+            client = _CLIENTS[s] = boto3.session.Session().client(
+                "s3", endpoint_url=s.endpoint, region_name=s.region, aws_access_key_id=s.access_key,
+                aws_secret_access_key=s.secret_key, aws_session_token=s.session_token, config=cfg)
+    return client
 
 
 def default_ttl() -> tuple[float, float]:
@@ -59,25 +78,26 @@ class S3Objects:
     @property
     def client(self) -> Any:
         if self._client is None:
-            import boto3
-            from botocore.config import Config
-
-            s = settings()
-            cfg = Config(s3={"addressing_style": "path"} if s.endpoint else {}, retries={"max_attempts": 3, "mode": "standard"})
-            self._client = boto3.session.Session().client(
-                "s3", endpoint_url=s.endpoint, region_name=s.region, aws_access_key_id=s.access_key,
-                aws_secret_access_key=s.secret_key, aws_session_token=s.session_token, config=cfg)
+            self._client = _client()
         return self._client
 
     def key(self, rel: str) -> str:
         return f"{self.prefix}/{rel}" if self.prefix else rel
 
+    def _failed(self, what: str, rel: str, e: Exception) -> RuntimeStateError:
+        where = f"s3://{self.bucket}/{self.key(rel)}"
+        return RuntimeStateError(f"cannot {what} {where}: {e}; is the bucket there, and are AWS_ENDPOINT_URL and the credentials right?",
+                                 code="io", path=where)
+
     def list(self, rel_dir: str) -> list[str]:
         """Names of the objects directly under ``rel_dir``."""
         prefix = self.key(rel_dir).rstrip("/") + "/"
         names: list[str] = []
-        for page in self.client.get_paginator("list_objects_v2").paginate(Bucket=self.bucket, Prefix=prefix):
-            names += [o["Key"][len(prefix):] for o in page.get("Contents", []) if "/" not in o["Key"][len(prefix):]]
+        try:
+            for page in self.client.get_paginator("list_objects_v2").paginate(Bucket=self.bucket, Prefix=prefix):
+                names += [o["Key"][len(prefix):] for o in page.get("Contents", []) if "/" not in o["Key"][len(prefix):]]
+        except Exception as e:  # botocore's errors: unreachable endpoint, no bucket, bad credentials
+            raise self._failed("list", rel_dir, e) from e
         return names
 
     def read(self, rel: str) -> Optional[bytes]:
@@ -85,6 +105,8 @@ class S3Objects:
             return self.client.get_object(Bucket=self.bucket, Key=self.key(rel))["Body"].read()
         except self.client.exceptions.NoSuchKey:
             return None
+        except Exception as e:
+            raise self._failed("read", rel, e) from e
 
     def create(self, rel: str, data: bytes) -> bool:
         """Create the object if it does not exist; False if it does (or a concurrent create won)."""
@@ -97,10 +119,15 @@ class S3Objects:
             status = e.response.get("ResponseMetadata", {}).get("HTTPStatusCode")
             if status in (409, 412) or e.response.get("Error", {}).get("Code") in ("PreconditionFailed", "ConditionalRequestConflict"):
                 return False
-            raise
+            raise self._failed("create", rel, e) from e
+        except Exception as e:
+            raise self._failed("create", rel, e) from e
 
     def delete(self, rel: str) -> None:
-        self.client.delete_object(Bucket=self.bucket, Key=self.key(rel))
+        try:
+            self.client.delete_object(Bucket=self.bucket, Key=self.key(rel))
+        except Exception as e:
+            raise self._failed("delete", rel, e) from e
 
 
 @dataclass(frozen=True)
@@ -229,6 +256,8 @@ class Lease:
             self.seq = 0
 
     def _prune(self) -> None:
+        if self.seq % PRUNE_EVERY:
+            return
         try:
             for s in self._seqs():
                 if s < self.seq - KEEP:
