@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Optional
 
 from ..errors import RuntimeStateError
+from .layout import LAYOUT
 from .objectstore import settings
 
 __all__ = ["Lease", "LeaseRecord", "S3Objects", "default_ttl"]
@@ -160,7 +161,7 @@ class Lease:
     def __init__(self, store: S3Objects, name: str, info: Optional[dict[str, Any]] = None, *,
                  ttl: Optional[float] = None, renew: Optional[float] = None) -> None:
         dttl, drenew = default_ttl()
-        self.store, self.dir = store, f"_cbp/leases/{name}"
+        self.store, self.dir = store, LAYOUT.lease_dir(name)
         self.name = name
         self.info = dict(info or {})
         self.ttl = float(ttl if ttl is not None else dttl)
