@@ -93,7 +93,11 @@ def _increments() -> list[list[dict]]:
 
 
 def test_url_count_on_s3_equals_local(spark, s3, tmp_path):
-    """feed + run + state + output of flows/url_count.yaml on an s3:// home, as on a local one."""
+    """feed + run + state + output of flows/url_count.yaml on an s3:// home, as on a local one.
+
+    The SparkSession (fixture ``spark``) starts before ``s3`` sets the AWS_* variables, so its
+    Python workers get them only the way a cluster's executors would: from the driver, through
+    ``SparkContext.environment``."""
     incs = [Increment("urls", inc) for inc in _increments()]
     home = _home()
     remote = replay(FLOWS / "url_count.yaml", incs, home=home, max_state_files=2)
@@ -148,6 +152,20 @@ def test_second_runner_is_refused_with_busy(s3):
         assert e.value.code == "busy" and time.time() - t < 5
         assert str(holder.pid) in str(e.value)  # the holder is named, as on a local disk
         assert Home(home).runner_active()
+    finally:
+        holder.kill()
+        holder.wait()
+
+
+def test_second_cbp_run_on_an_s3_home_exits_busy(s3):
+    home = _home()
+    holder = _start("runner", home)
+    try:
+        _wait_held(holder)
+        cli = subprocess.run([sys.executable, "-c", "import sys; from cbp.cli import main; sys.exit(main())", "run",
+                              str(FLOWS / "url_count.yaml"), "--home", home], capture_output=True, text=True, env=_env(), timeout=300)
+        assert cli.returncode == 6, cli.stderr[-2000:]  # BusyError's exit code, as on a local disk
+        assert str(holder.pid) in cli.stderr
     finally:
         holder.kill()
         holder.wait()
