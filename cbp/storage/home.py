@@ -115,14 +115,6 @@ class Home:
         """Whether the home is on an object store (no local path, leases instead of flock)."""
         return objectstore.is_object_store(self.location)
 
-    def require_local(self, part: str) -> str:
-        """The home's local directory, or :class:`RuntimeStateError` (code ``needs-local-home``) naming ``part``."""
-        local = self.local_dir()
-        if local is None:
-            raise RuntimeStateError(f"{part} needs a home on a local disk (or a shared filesystem mounted as one); "
-                                    f"{self.location} is on an object store", code="needs-local-home", path=self.location)
-        return local
-
     def path(self, *parts: str) -> str:
         """A path inside the home, for :attr:`fs`."""
         _ = self.fs
@@ -208,8 +200,9 @@ class Home:
         with entry.mutex:
             if entry.depth == 0:
                 if local is None:
-                    entry.lease = Lease(self.lease_store("the home's mutation lock"), "mutation", self.holder_info())
-                    entry.lease.acquire((lambda _rec: waiting()) if waiting is not None else None)
+                    lease = Lease(self.lease_store("the home's mutation lock"), "mutation", self.holder_info())
+                    lease.acquire((lambda _rec: waiting()) if waiting is not None else None)
+                    entry.lease = lease
                 else:
                     entry.fd = _flock(path, self.location, waiting)
             entry.depth += 1
