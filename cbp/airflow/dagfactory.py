@@ -43,6 +43,7 @@ from typing import Any, Callable, Optional
 
 import yaml
 
+from ..errors import RuntimeStateError
 from ..spec import PipelineSpec, load_spec
 from .processes import ProcessGroup
 
@@ -101,6 +102,10 @@ def load_config(path: str) -> DagConfig:
     unknown = set(raw) - known
     if unknown:
         raise ValueError(f"{path}: unknown key(s) {', '.join(sorted(unknown))}; known: {', '.join(sorted(known))}")
+    if "://" in str(raw.get("homes", "")) and not str(raw["homes"]).startswith("file://"):
+        raise RuntimeStateError(f"{path}: homes: {raw['homes']}: the Airflow DAGs need homes on a local disk (their asset URIs, "
+                                "inboxes and announcement markers are local files); run cbp on an object-store home with "
+                                "'cbp run' or cbp.load() instead", code="needs-local-home", path=str(raw["homes"]))
     crawlers = {}
     for name, c in (raw.get("crawlers") or {}).items():
         try:

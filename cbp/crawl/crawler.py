@@ -34,6 +34,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Iterable, Iterator
 
 from ..errors import UsageError
+from ..storage.lease import Lease
 from .fetch import MAX_PAGE_BYTES, MAX_URL_CHARS, REASONS, Corpus, Fetched, _reason_of, _split, decode_html
 from .links import normalize_url
 
@@ -118,8 +119,14 @@ class Crawler:
     @contextmanager
     def _lock(self) -> Iterator[None]:
         local = self.p.home.local_dir()
-        if local is None:
-            yield
+        if local is None:  # a home on S3: a lease (see cbp.storage.lease)
+            lease = Lease(self.p.home.lease_store("the crawler's lock"), "crawler", self.p.home.holder_info())
+            if not lease.try_acquire()[0]:
+                raise UsageError(f"another crawler is working on {self.p.home.location}; run one crawler per home", code="busy")
+            try:
+                yield
+            finally:
+                lease.release()
             return
         import fcntl
 

@@ -22,7 +22,9 @@ from typing import Any, Optional
 
 from ..errors import RuntimeStateError, UserCodeError
 from ..spec.schema import RecordSchema
+from ..storage.objectstore import propagate_to_spark
 from .protocol import FailureRecord, TaskResult, decode_failure, decode_results, result_spark_schema
+from .remote_read import needs_arrow_reader, read_parquet
 from .task import TaskPlan, grouped_task, recordwise_task, route_batches
 
 __all__ = ["run_stage_epoch", "spark_ddl"]
@@ -63,6 +65,7 @@ def run_stage_epoch(spark: Any, plan: TaskPlan, input_files: dict[int, list[str]
         timer.start()
     sc.setInterruptOnCancel(True)
     sc.addJobTag(tag)
+    propagate_to_spark(sc)  # a home on S3: the workers build the driver's filesystem
     try:
         if st.record_wise:
             jobs = [
@@ -132,8 +135,11 @@ def _worker_died(exc: Exception) -> bool:
     return False
 
 
-def _read(spark: Any, schema: RecordSchema, files: list[str]) -> Any:
-    return spark.read.schema(spark_ddl(schema)).parquet(*files)
+def _read(spark: Any, schema: RecordSchema, files: list[str], meta: str = "") -> Any:
+    ddl = spark_ddl(schema, meta)
+    if needs_arrow_reader(files):  # a home on an object store: no Hadoop connector needed
+        return read_parquet(spark, ddl, files)
+    return spark.read.schema(ddl).parquet(*files)
 
 
 def _grouped(spark: Any, plan: TaskPlan, input_files: dict[int, list[str]], state_files: Optional[list[str]], dedupe: bool) -> Any:
@@ -146,7 +152,7 @@ def _grouped(spark: Any, plan: TaskPlan, input_files: dict[int, list[str]], stat
     ]
     if plan.mode == "blackbox" and plan.stage.state_schema is not None and state_files:
         schema = plan.stage.state_schema
-        s = spark.read.schema(spark_ddl(schema, "_key STRING, _h BIGINT, _epoch BIGINT, _alive BOOLEAN")).parquet(*state_files)
+        s = _read(spark, schema, state_files, "_key STRING, _h BIGINT, _epoch BIGINT, _alive BOOLEAN")
         if dedupe:  # the table was last written in direct mode: keep each key's newest rows
             newest = s.groupBy("_key").agg(F.max("_epoch").alias("_newest"))
             s = s.join(newest, "_key").where("_epoch = _newest")

@@ -1,8 +1,9 @@
 """The home: where a pipeline's increments, state, index and controller records live.
 
 Everything goes through pyarrow's filesystem abstraction and delta-rs, so a home can be a local
-directory or an object-store URI (``s3://bucket/pipelines/crawl``). Which file is where is
-:mod:`cbp.storage.layout`'s business.
+directory or an object-store URI (``s3://bucket/pipelines/crawl``), configured from the environment
+(:mod:`cbp.storage.objectstore`). Which file is where is :mod:`cbp.storage.layout`'s business.
+Locks are ``flock`` on a local home and leases on S3 (:mod:`cbp.storage.lease`).
 
     >>> h = Home("/tmp/cbp-doc-home")
     >>> h.uri("flows", "urls")
@@ -28,7 +29,9 @@ from deltalake import CommitProperties, DeltaTable, PostCommitHookProperties, Tr
 from deltalake.transaction import AddAction, RemoveAction
 
 from ..errors import BusyError, RuntimeStateError
+from . import objectstore
 from .layout import INC, LAYOUT, PART, SRC
+from .lease import Lease, LeaseRecord, S3Objects
 
 __all__ = ["Home", "INC", "PART", "SRC"]
 
@@ -44,12 +47,13 @@ _CHECKPOINT_EVERY = 100
 
 
 class _ProcessLock:
-    """This process's hold on one home's lock file (flock is per open file, so one fd per path)."""
+    """This process's hold on one home's lock (flock is per open file, so one fd per path; or a lease)."""
 
     def __init__(self) -> None:
         self.mutex = threading.RLock()
         self.depth = 0
         self.fd = -1
+        self.lease: Optional[Lease] = None
 
 
 def _open_lock_file(path: str, home: str) -> int:
@@ -58,6 +62,22 @@ def _open_lock_file(path: str, home: str) -> int:
         return os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
     except OSError as e:
         raise RuntimeStateError(f"cannot open the lock file {path} of the home {home}: {e.strerror}; is the home read-only or full?", code="io") from e
+
+
+def _flock(path: str, home: str, waiting: Optional[Callable[[], None]]) -> int:
+    """Open and ``flock`` a lock file exclusively, calling ``waiting`` once if that has to wait; the fd."""
+    fd = _open_lock_file(path, home)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            if waiting is not None:
+                waiting()
+            fcntl.flock(fd, fcntl.LOCK_EX)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
 
 
 _LOCKS: dict[str, _ProcessLock] = {}
@@ -91,9 +111,19 @@ class Home:
 
     @property
     def fs(self) -> pafs.FileSystem:
+        """The home's pyarrow filesystem (S3 settings from the environment, also after unpickling)."""
         if self._fs is None:
-            self._fs, self._root = pafs.FileSystem.from_uri(self.location)
+            self._fs, self._root = objectstore.filesystem(self.location)
         return self._fs
+
+    @property
+    def storage_options(self) -> Optional[dict[str, str]]:
+        """delta-rs ``storage_options`` for the home's tables (None on a local home)."""
+        return objectstore.storage_options(self.location)
+
+    def is_object_store(self) -> bool:
+        """Whether the home is on an object store (no local path, leases instead of flock)."""
+        return objectstore.is_object_store(self.location)
 
     def path(self, *parts: str) -> str:
         """A path inside the home, for :attr:`fs`."""
@@ -106,7 +136,8 @@ class Home:
 
     # ----------------------------------------------------------- plain files
     def write_bytes(self, rel: str, data: bytes) -> None:
-        """Replace a file atomically (temp file, then rename); on a local home also durably (fsync)."""
+        """Replace a file atomically: on a local home durably (temp file, fsync, rename); on an object
+        store with one PUT (atomic by itself; a store without rename gains nothing from a temp file)."""
         local = self.local_dir()
         if local is not None:
             path = os.path.join(local, rel)
@@ -129,6 +160,10 @@ class Home:
                 os.close(dfd)
             return
         path = self.path(rel)
+        if self.is_object_store():
+            with self.fs.open_output_stream(path) as out:
+                out.write(data)
+            return
         self.fs.create_dir(path.rsplit("/", 1)[0], recursive=True)
         tmp = f"{path}.tmp-{uuid.uuid4().hex[:8]}"
         with self.fs.open_output_stream(tmp) as out:
@@ -165,71 +200,49 @@ class Home:
         Every change to the controller snapshot happens under it, after re-reading the newest
         snapshot, so a feed that lands while ``cbp run`` works is never overwritten. On a local
         home it is an ``flock`` on ``<home>/_cbp/lock`` (released by the OS if the process dies);
-        re-entrant within a process. ``waiting`` is called once if another process holds it.
-        Object-store homes have no lock: run one writer at a time there.
+        on S3 the lease ``mutation`` (:mod:`cbp.storage.lease`; a dead holder's lease expires).
+        Re-entrant within a process. ``waiting`` is called once if another process holds it.
         """
         local = self.local_dir()
-        if local is None:
-            yield
-            return
-        path = os.path.join(local, LAYOUT.LOCK)
+        path = os.path.join(local, LAYOUT.LOCK) if local is not None else self.uri(LAYOUT.LOCK)
         with _LOCKS_GUARD:
             entry = _LOCKS.setdefault(path, _ProcessLock())
         with entry.mutex:
             if entry.depth == 0:
-                fd = _open_lock_file(path, self.location)
-                try:
-                    try:
-                        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                    except BlockingIOError:
-                        if waiting is not None:
-                            waiting()
-                        fcntl.flock(fd, fcntl.LOCK_EX)
-                except BaseException:
-                    os.close(fd)
-                    raise
-                entry.fd = fd
+                if local is None:
+                    lease = Lease(self.lease_store("the home's mutation lock"), "mutation", self.holder_info())
+                    lease.acquire((lambda _rec: waiting()) if waiting is not None else None)
+                    entry.lease = lease
+                else:
+                    entry.fd = _flock(path, self.location, waiting)
             entry.depth += 1
             try:
                 yield
             finally:
                 entry.depth -= 1
                 if entry.depth == 0:
-                    fcntl.flock(entry.fd, fcntl.LOCK_UN)
-                    os.close(entry.fd)
-                    entry.fd = -1
+                    if entry.lease is not None:
+                        lease, entry.lease = entry.lease, None
+                        lease.release()
+                    else:
+                        fcntl.flock(entry.fd, fcntl.LOCK_UN)
+                        os.close(entry.fd)
+                        entry.fd = -1
 
     @contextmanager
     def runner_lock(self, command: str, took_over: Optional[Callable[[dict[str, Any]], None]] = None) -> Iterator[None]:
         """Be the one runner of this home for the block, or raise :class:`BusyError` at once.
 
         On a local home this is an ``flock`` on ``<home>/_cbp/runner.lock``, which the OS releases
-        when the holder dies however it dies; ``_cbp/runner.json`` says who holds it. Finding that
-        file with the lock free means a runner was killed: ``took_over`` gets what it said.
-        Object-store homes have no such lock (run one ``cbp run`` at a time there).
+        when the holder dies however it dies; on S3 the lease ``runner``, which expires when its
+        holder stops renewing it. ``_cbp/runner.json`` says who holds it. Finding that file with
+        the lock free means a runner was killed: ``took_over`` gets what it said.
         """
-        local = self.local_dir()
-        if local is None:
-            yield
-            return
-        path = os.path.join(local, LAYOUT.RUNNER_LOCK)
-        fd = _open_lock_file(path, self.location)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            os.close(fd)
-            holder = self.runner_info() or {}
-            since = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(holder["started"])) if "started" in holder else "an unknown time"
-            raise BusyError(
-                f"another cbp run is already working on {self.location} (pid {holder.get('pid', '?')} on host "
-                f"{holder.get('host', '?')}, since {since}: {holder.get('command', '?')}); only one runner per home. "
-                "Wait for it to finish (feeds may land meanwhile: it will run them), or stop it first", code="busy",
-            ) from None
-        try:
-            stale = self.runner_info()
+        me = {**self.holder_info(), "command": command}
+        with self._runner_hold(me) as expired:
+            stale = self.runner_info() or (expired.info if expired is not None else None)
             if stale is not None and took_over is not None:
                 took_over(stale)
-            me = {"pid": os.getpid(), "host": socket.gethostname(), "started": time.time(), "command": command}
             try:
                 self.write_bytes(_RUNNER, json.dumps(me).encode())
             except OSError as e:
@@ -238,9 +251,53 @@ class Home:
                 yield
             finally:
                 self.delete_file(_RUNNER)
+
+    @contextmanager
+    def _runner_hold(self, me: dict[str, Any]) -> Iterator[Optional[LeaseRecord]]:
+        """Hold the runner flock (yields None) or lease (yields the expired record it took over, if any)."""
+        local = self.local_dir()
+        if local is None:
+            lease = Lease(self.lease_store("cbp run's one-runner lock"), "runner", me)
+            ok, rec = lease.try_acquire()
+            if not ok:
+                raise self._busy(rec.info if rec is not None else {})
+            try:
+                yield rec
+            finally:
+                lease.release()
+            return
+        path = os.path.join(local, LAYOUT.RUNNER_LOCK)
+        fd = _open_lock_file(path, self.location)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            raise self._busy(self.runner_info() or {}) from None
+        try:
+            yield None
         finally:
             fcntl.flock(fd, fcntl.LOCK_UN)
             os.close(fd)
+
+    def _busy(self, holder: dict[str, Any]) -> BusyError:
+        since = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(holder["started"])) if "started" in holder else "an unknown time"
+        return BusyError(
+            f"another cbp run is already working on {self.location} (pid {holder.get('pid', '?')} on host "
+            f"{holder.get('host', '?')}, since {since}: {holder.get('command', '?')}); only one runner per home. "
+            "Wait for it to finish (feeds may land meanwhile: it will run them), or stop it first", code="busy",
+        )
+
+    @staticmethod
+    def holder_info() -> dict[str, Any]:
+        """This process, as a lock holder: pid, host, start time."""
+        return {"pid": os.getpid(), "host": socket.gethostname(), "started": time.time()}
+
+    def lease_store(self, part: str) -> S3Objects:
+        """Where the home's leases live (S3 only; code ``unsupported-store`` elsewhere), for ``part``'s error message."""
+        if not objectstore.is_s3(self.location):
+            raise RuntimeStateError(f"{part}: {self.location} is on an object store cbp has no leases for; "
+                                    "use an s3:// (or S3-compatible) home, or a local one", code="unsupported-store", path=self.location)
+        return S3Objects(self.location)
 
     def runner_info(self) -> Optional[dict[str, Any]]:
         """Who holds (or, if the lock is free, last held and was killed holding) the runner lock."""
@@ -250,10 +307,15 @@ class Home:
             return None
 
     def runner_active(self) -> bool:
-        """Whether some process holds the runner lock now (local homes; False elsewhere)."""
+        """Whether some process holds the runner lock (or lease) now."""
         local = self.local_dir()
-        path = os.path.join(local, LAYOUT.RUNNER_LOCK) if local else None
-        if path is None or not os.path.exists(path):
+        if local is None:
+            if not objectstore.is_s3(self.location):
+                return False
+            rec = Lease(S3Objects(self.location), "runner").current()
+            return rec is not None and rec.live()
+        path = os.path.join(local, LAYOUT.RUNNER_LOCK)
+        if not os.path.exists(path):
             return False
         fd = os.open(path, os.O_RDONLY)
         try:
@@ -328,11 +390,11 @@ class Home:
 
         A table of its own for the caller to read; the controller's commits use :meth:`_open`.
         """
-        uri = self.uri(rel)
-        if not DeltaTable.is_deltatable(uri):
+        uri, so = self.uri(rel), self.storage_options
+        if not DeltaTable.is_deltatable(uri, storage_options=so):
             return None
         try:
-            return DeltaTable(uri, version=version)
+            return DeltaTable(uri, version=version, storage_options=so)
         except Exception as e:  # delta-rs raises several types for a missing version
             raise RuntimeStateError(f"cannot open Delta table {uri} at version {version}: {e}") from e
 
@@ -345,9 +407,10 @@ class Home:
             dt = self._tables.get(rel)
             try:
                 if dt is None:
-                    if not DeltaTable.is_deltatable(self.uri(rel)):
+                    so = self.storage_options
+                    if not DeltaTable.is_deltatable(self.uri(rel), storage_options=so):
                         return None
-                    dt = self._tables[rel] = DeltaTable(self.uri(rel))
+                    dt = self._tables[rel] = DeltaTable(self.uri(rel), storage_options=so)
                 elif self._exists(LAYOUT.delta_commit(rel, dt.version() + 1)):
                     dt.update_incremental()
             except Exception as e:
@@ -362,10 +425,11 @@ class Home:
 
     def ensure_table(self, rel: str, schema: pa.Schema, partition_by: str) -> Optional[DeltaTable]:
         """Create the table empty (version 0) on first use; None if it existed (not loaded: a load costs)."""
-        if rel in self._tables or DeltaTable.is_deltatable(self.uri(rel)):
+        so = self.storage_options
+        if rel in self._tables or DeltaTable.is_deltatable(self.uri(rel), storage_options=so):
             return None
         try:
-            dt = DeltaTable.create(self.uri(rel), schema=schema, partition_by=[partition_by])
+            dt = DeltaTable.create(self.uri(rel), schema=schema, partition_by=[partition_by], storage_options=so)
         except Exception as e:
             raise RuntimeStateError(f"cannot create Delta table {self.uri(rel)}: {e}") from e
         with self._tables_lock:

@@ -10,6 +10,7 @@ Paths are relative to the home (a local directory or an object-store URI)::
     _cbp/intentions/<stage>.json            write-ahead intention of the stage epoch under way
     _cbp/pending.json                       a change being committed
     _cbp/lock, _cbp/runner.lock, _cbp/runner.json   locks (local homes) and who runs
+    _cbp/leases/<name>/<seq>.json           leases instead of locks (homes on S3, see cbp.storage.lease)
     _crawler/state.json                     the crawl application's position
 
 Files a stage epoch writes start with ``e<epoch>`` (state and index) or ``s<stage>-e<epoch>``
@@ -41,6 +42,7 @@ class Layout:
     LOCK = "_cbp/lock"
     RUNNER_LOCK = "_cbp/runner.lock"
     RUNNER = "_cbp/runner.json"
+    LEASES = "_cbp/leases"
     HISTORY = "_cbp/history"
     CRAWLER = "_crawler/state.json"
     CRAWLER_LOCK = "_crawler/lock"
@@ -72,6 +74,9 @@ class Layout:
     def output_prefix(self, stage: str, epoch: int) -> str:
         """Prefix of the output-increment files a stage epoch writes."""
         return f"s{stage}-{self.epoch_prefix(epoch)}"
+
+    def lease_dir(self, name: str) -> str:
+        return f"{self.LEASES}/{name}"
 
     # ------------------------------------------------------------ controller records
     def snapshot(self, seq: int) -> str:

@@ -1,0 +1,51 @@
+"""Reading a home's parquet files on an object store in Spark's Python workers, through pyarrow.
+
+Spark reads ``s3://`` paths only with Hadoop's S3A connector on its classpath (``hadoop-aws`` and
+the AWS SDK bundle, some 700 MB). cbp's own jobs do not need it: for a home on S3 the file list
+becomes a small DataFrame, and each Python worker reads its files with the home's pyarrow
+filesystem (:mod:`cbp.storage.objectstore`, settings from the environment that
+:func:`~cbp.storage.objectstore.propagate_to_spark` ships). Local homes keep Spark's reader.
+"""
+
+from __future__ import annotations
+
+from functools import partial
+from typing import Any, Iterator
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from ..storage import objectstore
+
+__all__ = ["needs_arrow_reader", "read_parquet"]
+
+
+def needs_arrow_reader(files: list[str]) -> bool:
+    """Whether the files are on an object store (read them with :func:`read_parquet`)."""
+    return bool(files) and objectstore.is_object_store(files[0])
+
+
+def read_parquet(spark: Any, ddl: str, files: list[str]) -> Any:
+    """A DataFrame of the files' records with the columns of ``ddl`` (missing columns are null)."""
+    from pyspark.sql.pandas.types import to_arrow_schema
+    from pyspark.sql.types import StructType
+
+    schema = StructType.fromDDL(ddl)  # parsed by the JVM: on the driver, not in the workers
+    n = max(1, min(len(files), spark.sparkContext.defaultParallelism))
+    objectstore.propagate_to_spark(spark.sparkContext)
+    names = spark.createDataFrame([(f,) for f in files], "_file STRING").repartition(n)
+    return names.mapInArrow(partial(_read_files, to_arrow_schema(schema)), schema)
+
+
+def _read_files(schema: pa.Schema, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    """Worker side: stream each named file's row groups, cast to ``schema``."""
+    for batch in batches:
+        for uri in batch.column(0).to_pylist():
+            fs, path = objectstore.filesystem(uri)
+            with fs.open_input_file(path) as fh:
+                pf = pq.ParquetFile(fh)
+                have = set(pf.schema_arrow.names)
+                cols = [f.name for f in schema if f.name in have]
+                for rb in pf.iter_batches(batch_size=20000, columns=cols):
+                    arrays = [rb.column(f.name).cast(f.type) if f.name in have else pa.nulls(rb.num_rows, f.type) for f in schema]
+                    yield pa.RecordBatch.from_arrays(arrays, schema=schema)

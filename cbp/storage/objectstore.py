@@ -1,0 +1,194 @@
+"""One set of object-store settings for everything that touches a home on S3 (or an S3-compatible server).
+
+The settings come from the environment variables a Spark or AWS user already sets:
+``AWS_ENDPOINT_URL`` (e.g. ``http://127.0.0.1:9000`` for MinIO), ``AWS_ACCESS_KEY_ID``,
+``AWS_SECRET_ACCESS_KEY``, ``AWS_SESSION_TOKEN``, ``AWS_REGION`` (or ``AWS_DEFAULT_REGION``) and
+``AWS_ALLOW_HTTP`` (inferred from an ``http://`` endpoint). From them come
+
+- pyarrow's :class:`~pyarrow.fs.S3FileSystem` (:func:`filesystem`), used by :class:`~cbp.storage.Home`
+  on the driver and, after unpickling, in Spark's Python workers;
+- delta-rs ``storage_options`` (:func:`storage_options`) for every Delta table call, with
+  ``conditional_put=etag``: commits are created with ``If-None-Match``, so concurrent writers
+  never overwrite each other's commit (no unsafe rename, no DynamoDB);
+- the Spark ``s3a`` settings (:func:`spark_s3a_conf`) for a SparkSession that reads the home's
+  tables with Spark itself (delta-spark; it needs ``hadoop-aws`` on the classpath).
+
+    >>> s = ObjectStoreSettings.from_env({"AWS_ENDPOINT_URL": "http://127.0.0.1:9000", "AWS_ACCESS_KEY_ID": "k",
+    ...                                   "AWS_SECRET_ACCESS_KEY": "s", "AWS_REGION": "eu-west-1"})
+    >>> s.allow_http, s.endpoint_host
+    (True, '127.0.0.1:9000')
+    >>> s.delta_options()["conditional_put"], s.delta_options()["AWS_ALLOW_HTTP"]
+    ('etag', 'true')
+    >>> s.spark_s3a_conf()["spark.hadoop.fs.s3a.connection.ssl.enabled"]
+    'false'
+    >>> is_object_store("s3://bucket/x"), is_object_store("/tmp/x"), is_object_store("file:///tmp/x")
+    (True, False, False)
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from dataclasses import dataclass
+from typing import Mapping, Optional
+from urllib.parse import urlparse
+
+import pyarrow.fs as pafs
+
+__all__ = ["ObjectStoreSettings", "settings", "is_object_store", "is_s3", "filesystem", "storage_options",
+           "spark_s3a_conf", "ENV_VARS", "propagate_to_spark"]
+
+S3_SCHEMES = ("s3", "s3a")
+ENV_VARS = ("AWS_ENDPOINT_URL", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_REGION",
+            "AWS_DEFAULT_REGION", "AWS_ALLOW_HTTP")
+"""The environment variables the settings are read from (and that :func:`propagate_to_spark` ships)."""
+
+
+def _truthy(value: Optional[str]) -> Optional[bool]:
+    if value is None or value.strip() == "":
+        return None
+    return value.strip().lower() in ("1", "true", "yes", "on")
+
+
+@dataclass(frozen=True)
+class ObjectStoreSettings:
+    """Endpoint, credentials and region of the S3 service a home lives on (all optional)."""
+
+    endpoint: Optional[str] = None
+    access_key: Optional[str] = None
+    secret_key: Optional[str] = None
+    session_token: Optional[str] = None
+    region: Optional[str] = None
+    allow_http: bool = False
+
+    @classmethod
+    def from_env(cls, env: Optional[Mapping[str, str]] = None) -> "ObjectStoreSettings":
+        """The settings from ``env`` (default: the process environment)."""
+        env = os.environ if env is None else env
+        endpoint = (env.get("AWS_ENDPOINT_URL") or "").strip().rstrip("/") or None
+        http = _truthy(env.get("AWS_ALLOW_HTTP"))
+        if http is None:
+            http = bool(endpoint and endpoint.lower().startswith("http://"))
+        return cls(endpoint=endpoint, access_key=env.get("AWS_ACCESS_KEY_ID") or None, secret_key=env.get("AWS_SECRET_ACCESS_KEY") or None,
+                   session_token=env.get("AWS_SESSION_TOKEN") or None, region=env.get("AWS_REGION") or env.get("AWS_DEFAULT_REGION") or None,
+                   allow_http=http)
+
+    @property
+    def endpoint_host(self) -> Optional[str]:
+        """``host:port`` of the endpoint (what pyarrow's ``endpoint_override`` wants)."""
+        if not self.endpoint:
+            return None
+        u = urlparse(self.endpoint if "://" in self.endpoint else f"https://{self.endpoint}")
+        return u.netloc + u.path.rstrip("/")
+
+    @property
+    def scheme(self) -> str:
+        if self.endpoint and self.endpoint.lower().startswith("http://"):
+            return "http"
+        return "https"
+
+    def pyarrow_fs(self) -> pafs.S3FileSystem:
+        """pyarrow's S3 filesystem with these settings (path-style when an endpoint is given)."""
+        kw: dict[str, object] = {}
+        if self.access_key and self.secret_key:
+            kw.update(access_key=self.access_key, secret_key=self.secret_key)
+            if self.session_token:
+                kw["session_token"] = self.session_token
+        if self.region:
+            kw["region"] = self.region
+        if self.endpoint_host:
+            kw.update(endpoint_override=self.endpoint_host, scheme=self.scheme, force_virtual_addressing=False)
+        return pafs.S3FileSystem(**kw)  # type: ignore[arg-type]
+
+    def delta_options(self) -> dict[str, str]:
+        """delta-rs ``storage_options``: credentials, endpoint and safe concurrent commits (conditional put)."""
+        opts = {"conditional_put": "etag"}
+        for key, value in (("AWS_ENDPOINT_URL", self.endpoint), ("AWS_ACCESS_KEY_ID", self.access_key),
+                           ("AWS_SECRET_ACCESS_KEY", self.secret_key), ("AWS_SESSION_TOKEN", self.session_token),
+                           ("AWS_REGION", self.region)):
+            if value:
+                opts[key] = value
+        if self.allow_http:
+            opts["AWS_ALLOW_HTTP"] = "true"
+        if self.endpoint:
+            opts["AWS_VIRTUAL_HOSTED_STYLE_REQUEST"] = "false"
+        return opts
+
+    def spark_s3a_conf(self) -> dict[str, str]:
+        """Spark settings for reading and writing ``s3://`` and ``s3a://`` paths through Hadoop's S3A."""
+        p = "spark.hadoop.fs.s3a."
+        conf = {
+            "spark.hadoop.fs.s3.impl": "org.apache.hadoop.fs.s3a.S3AFileSystem",
+            "spark.hadoop.fs.s3a.impl": "org.apache.hadoop.fs.s3a.S3AFileSystem",
+        }
+        if self.endpoint:
+            conf[p + "endpoint"] = self.endpoint
+            conf[p + "path.style.access"] = "true"
+            conf[p + "connection.ssl.enabled"] = "false" if self.allow_http else "true"
+        if self.region:
+            conf[p + "endpoint.region"] = self.region
+        if self.access_key and self.secret_key:
+            conf[p + "access.key"] = self.access_key
+            conf[p + "secret.key"] = self.secret_key
+            if self.session_token:
+                conf[p + "session.token"] = self.session_token
+                conf[p + "aws.credentials.provider"] = "org.apache.hadoop.fs.s3a.TemporaryAWSCredentialsProvider"
+            else:
+                conf[p + "aws.credentials.provider"] = "org.apache.hadoop.fs.s3a.SimpleAWSCredentialsProvider"
+        return conf
+
+
+def settings() -> ObjectStoreSettings:
+    """The settings of this process's environment."""
+    return ObjectStoreSettings.from_env()
+
+
+def is_object_store(location: str) -> bool:
+    """Whether a home location is a URI of a remote store (not a path, not ``file://``)."""
+    return "://" in location and not location.lower().startswith("file://")
+
+
+def is_s3(location: str) -> bool:
+    """Whether a location is an ``s3://`` or ``s3a://`` URI."""
+    return location.split("://", 1)[0].lower() in S3_SCHEMES if "://" in location else False
+
+
+_FS_CACHE: dict[ObjectStoreSettings, pafs.FileSystem] = {}
+_FS_GUARD = threading.Lock()
+
+
+def filesystem(location: str) -> tuple[pafs.FileSystem, str]:
+    """The pyarrow filesystem of a location and the path inside it (S3 from :func:`settings`)."""
+    if not is_s3(location):
+        return pafs.FileSystem.from_uri(location)
+    s = settings()
+    with _FS_GUARD:
+        fs = _FS_CACHE.get(s)
+        if fs is None:
+            fs = _FS_CACHE[s] = s.pyarrow_fs()
+    return fs, location.split("://", 1)[1].rstrip("/")
+
+
+def storage_options(location: str) -> Optional[dict[str, str]]:
+    """delta-rs ``storage_options`` for a table URI (None for local tables and non-S3 stores)."""
+    return settings().delta_options() if is_s3(location) else None
+
+
+def spark_s3a_conf() -> dict[str, str]:
+    """Spark ``s3a`` settings from the environment, for whoever builds the SparkSession."""
+    return settings().spark_s3a_conf()
+
+
+def propagate_to_spark(spark_context: object) -> None:
+    """Ship this process's object-store variables to Spark's Python workers.
+
+    Python functions that Spark runs carry ``SparkContext.environment`` to their workers, so a
+    :class:`~cbp.storage.Home` unpickled on an executor builds the same filesystem as the driver,
+    even when the executor's own environment lacks the variables.
+    """
+    env = getattr(spark_context, "environment", None)
+    if env is None:
+        return
+    for key in ENV_VARS:
+        if key in os.environ:
+            env[key] = os.environ[key]

@@ -1,0 +1,276 @@
+"""Homes on S3: a real S3 API (moto's server on loopback), delta-rs with conditional puts, leases.
+
+The server is started once per module on 127.0.0.1 and a free port; the AWS_* variables point
+this process (and, through ``SparkContext.environment``, Spark's Python workers) at it.
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+
+from cbp.errors import BusyError, CbpError
+from cbp.storage import Home
+from cbp.storage.lease import KEEP, PRUNE_EVERY, Lease, S3Objects
+from cbp.testing import Increment, replay
+from conftest import FLOWS, ROOT
+
+boto3 = pytest.importorskip("boto3", reason="boto3 is not installed (pip install -e '.[dev]')")
+pytest.importorskip("moto.server", reason="moto's S3 server is not installed (pip install 'moto[server]')")
+MOTO = [sys.executable, "-m", "moto.server"]  # this interpreter's moto, not another one on PATH
+
+HOLDER = str(Path(__file__).with_name("s3_lease_holder.py"))
+BUCKET = "cbp-test"
+ENV = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing", "AWS_REGION": "us-east-1"}
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def s3():
+    """A moto S3 server with the bucket ``cbp-test``; the process environment points at it."""
+    port = _free_port()
+    proc = subprocess.Popen([*MOTO, "-H", "127.0.0.1", "-p", str(port)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            start_new_session=True)
+    endpoint = f"http://127.0.0.1:{port}"
+    saved = {k: os.environ.get(k) for k in [*ENV, "AWS_ENDPOINT_URL"]}
+    os.environ.update(ENV, AWS_ENDPOINT_URL=endpoint)
+    client = boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1")
+    deadline = time.time() + 30
+    while True:
+        try:
+            client.create_bucket(Bucket=BUCKET)
+            break
+        except Exception:
+            if time.time() > deadline or proc.poll() is not None:
+                proc.kill()
+                raise
+            time.sleep(0.2)
+    yield client
+    proc.terminate()
+    proc.wait(10)
+    for k, v in saved.items():
+        if v is None:
+            os.environ.pop(k, None)
+        else:
+            os.environ[k] = v
+
+
+def _home() -> str:
+    return f"s3://{BUCKET}/homes/{uuid.uuid4().hex[:10]}"
+
+
+def _env(**extra: str) -> dict[str, str]:
+    return {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), str(ROOT / "tests")]), **extra}
+
+
+def _start(*args: str, **env: str) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, HOLDER, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_env(**env))
+
+
+def _wait_held(proc: subprocess.Popen) -> None:
+    line = proc.stdout.readline().strip()  # type: ignore[union-attr]
+    assert line == "held", f"holder said {line!r}: {proc.stderr.read() if proc.poll() is not None else ''}"  # type: ignore[union-attr]
+
+
+# ------------------------------------------------------------------ a pipeline on S3
+def _increments() -> list[list[dict]]:
+    return [[{"url": f"http://s{i % 3}.example/p{(i * 7) % 11}"} for i in range(n)] for n in (20, 0, 7, 13)]
+
+
+def test_url_count_on_s3_equals_local(spark, s3, tmp_path):
+    """feed + run + state + output of flows/url_count.yaml on an s3:// home, as on a local one.
+
+    The SparkSession (fixture ``spark``) starts before ``s3`` sets the AWS_* variables, so its
+    Python workers get them only the way a cluster's executors would: from the driver, through
+    ``SparkContext.environment``."""
+    incs = [Increment("urls", inc) for inc in _increments()]
+    home = _home()
+    remote = replay(FLOWS / "url_count.yaml", incs, home=home, max_state_files=2)
+    local = replay(FLOWS / "url_count.yaml", incs, home=str(tmp_path / "home"), max_state_files=2)
+    key = lambda r: (r["url"], r["count"])  # noqa: E731
+    for a, b in zip(remote.steps, local.steps):
+        assert sorted(a.outputs.get("counts", []), key=key) == sorted(b.outputs.get("counts", []), key=key)
+        assert sorted(a.state["url_count"], key=key) == sorted(b.state["url_count"], key=key)
+    p = remote.pipeline
+    assert sorted(p.output("counts", epoch=1), key=key) == sorted(local.pipeline.output("counts", epoch=1), key=key)
+    assert p.status()["stages"]["url_count"]["epochs"] == 3
+    assert Home(home).runner_info() is None and not Home(home).runner_active()
+    listed = s3.list_objects_v2(Bucket=BUCKET, Prefix=home.split(f"{BUCKET}/", 1)[1] + "/stages/url_count/state/_delta_log/")
+    assert listed.get("KeyCount", 0) > 0  # the state is a Delta table on S3
+
+
+def test_home_unpickled_on_an_executor_builds_the_same_filesystem(s3):
+    h = pickle.loads(pickle.dumps(Home(_home())))
+    h.write_bytes("x/y.json", b"{}")
+    assert h.read_bytes("x/y.json") == b"{}"
+    assert h.list_dir("x") == ["y.json"]
+    assert h.storage_options is not None and h.storage_options["conditional_put"] == "etag"
+
+
+def test_unreachable_bucket_is_a_typed_error(s3):
+    with pytest.raises(CbpError) as e:
+        with Home("s3://no-such-bucket-cbp/h").runner_lock("x"):
+            pass
+    assert e.value.code == "io"
+
+
+def test_airflow_dags_say_they_need_a_local_home(s3, tmp_path):
+    from cbp.airflow.dagfactory import load_config
+
+    cfg = tmp_path / "cbp.yaml"
+    cfg.write_text("homes: s3://bucket/homes\n")
+    with pytest.raises(CbpError) as e:
+        load_config(str(cfg))
+    assert e.value.code == "needs-local-home"
+
+
+# ------------------------------------------------------------------ leases
+def test_second_runner_is_refused_with_busy(s3):
+    home = _home()
+    holder = _start("runner", home)
+    try:
+        _wait_held(holder)
+        t = time.time()
+        with pytest.raises(BusyError) as e:
+            with Home(home).runner_lock("second"):
+                pass
+        assert e.value.code == "busy" and time.time() - t < 5
+        assert str(holder.pid) in str(e.value)  # the holder is named, as on a local disk
+        assert Home(home).runner_active()
+    finally:
+        holder.kill()
+        holder.wait()
+
+
+def test_second_cbp_run_on_an_s3_home_exits_busy(s3):
+    home = _home()
+    holder = _start("runner", home)
+    try:
+        _wait_held(holder)
+        cli = subprocess.run([sys.executable, "-c", "import sys; from cbp.cli import main; sys.exit(main())", "run",
+                              str(FLOWS / "url_count.yaml"), "--home", home], capture_output=True, text=True, env=_env(), timeout=300)
+        assert cli.returncode == 6, cli.stderr[-2000:]  # BusyError's exit code, as on a local disk
+        assert str(holder.pid) in cli.stderr
+    finally:
+        holder.kill()
+        holder.wait()
+
+
+def test_runner_lock_is_released_and_taken_again(s3):
+    h = Home(_home())
+    with h.runner_lock("first"):
+        assert h.runner_active() and h.runner_info()["command"] == "first"
+        with pytest.raises(BusyError):
+            with h.runner_lock("nested"):
+                pass
+    assert not h.runner_active() and h.runner_info() is None
+    with h.runner_lock("again"):
+        pass
+
+
+def test_mutation_lock_waits_then_proceeds(s3):
+    home = _home()
+    holder = _start("mutation", home, "2.5", CBP_LEASE_TTL="6")
+    try:
+        _wait_held(holder)
+        calls = []
+        t = time.time()
+        h = Home(home)
+        with h.lock(lambda: calls.append(time.time())):
+            with h.lock():  # re-entrant within the process
+                waited = time.time() - t
+        assert len(calls) == 1 and waited > 1.0
+        assert holder.wait(30) == 0
+    finally:
+        holder.kill()
+
+
+def test_killed_runner_is_taken_over_after_expiry(s3, monkeypatch):
+    home = _home()
+    monkeypatch.setenv("CBP_LEASE_TTL", "3")
+    holder = _start("runner", home, CBP_LEASE_TTL="3", CBP_LEASE_RENEW="1")
+    _wait_held(holder)
+    time.sleep(1.5)  # it renewed at least once
+    holder.send_signal(signal.SIGKILL)
+    holder.wait()
+    with pytest.raises(BusyError) as e:  # not yet expired
+        with Home(home).runner_lock("too early"):
+            pass
+    assert e.value.code == "busy"
+    time.sleep(3.5)
+    seen = []
+    with Home(home).runner_lock("successor", took_over=seen.append):
+        pass
+    assert len(seen) == 1 and seen[0]["pid"] == holder.pid and seen[0]["command"] == "holder runner"
+
+
+def test_racing_runners_exactly_one_wins(s3):
+    home = _home()
+    start = time.time() + 4  # every racer has imported cbp by then
+    racers = [_start("race", home, str(start)) for _ in range(3)]
+    said = [r.communicate(timeout=60)[0].strip() for r in racers]
+    assert sorted(said) == ["busy", "busy", "won"], said
+
+
+def test_renewal_keeps_the_lease_and_old_records_are_pruned(s3):
+    store = S3Objects(_home())
+    lease = Lease(store, "t", {"who": "me"}, ttl=1.2, renew=0.3)
+    ok, _ = lease.try_acquire()
+    assert ok
+    time.sleep(3.5)  # well past one ttl: still held thanks to renewals
+    other = Lease(store, "t", ttl=1.2)
+    ok2, rec = other.try_acquire()
+    assert not ok2 and rec is not None and rec.info == {"who": "me"}
+    assert lease.seq > PRUNE_EVERY and len(store.list("_cbp/leases/t")) <= KEEP + PRUNE_EVERY
+    lease.release()
+    assert other.try_acquire()[0]
+    other.release()
+
+
+def test_concurrent_delta_commits_on_s3_lose_nothing(s3):
+    import pyarrow as pa
+    from deltalake import DeltaTable, write_deltalake
+
+    table = f"{_home()}/t"
+    write_deltalake(table, pa.table({"tag": pa.array([], pa.string()), "i": pa.array([], pa.int64())}), storage_options=Home(table).storage_options)
+    procs = [_start("append", table, "12", tag) for tag in ("a", "b")]
+    for p in procs:
+        out, err = p.communicate(timeout=240)
+        assert p.returncode == 0 and out.strip() == "done", err[-2000:]
+    rows = DeltaTable(table, storage_options=Home(table).storage_options).to_pyarrow_table().to_pylist()
+    assert sorted((r["tag"], r["i"]) for r in rows) == sorted((t, i) for t in "ab" for i in range(12))
+
+
+def test_threads_of_one_process_share_the_mutation_lock(s3):
+    h = Home(_home())
+    inside, peak = [0], [0]
+    guard = threading.Lock()
+
+    def work() -> None:
+        with h.lock():
+            with guard:
+                inside[0] += 1
+                peak[0] = max(peak[0], inside[0])
+            time.sleep(0.05)
+            with guard:
+                inside[0] -= 1
+
+    ts = [threading.Thread(target=work) for _ in range(4)]
+    [t.start() for t in ts]
+    [t.join() for t in ts]
+    assert peak[0] == 1
