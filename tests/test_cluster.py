@@ -15,6 +15,7 @@ import collections
 import json
 import os
 import random
+import re
 import signal
 import subprocess
 import sys
@@ -212,6 +213,40 @@ def _wait_for_mark(marks: Path, worker: int, proc: subprocess.Popen, timeout: fl
     raise AssertionError(f"no task ran on worker-{worker} within {timeout}s")
 
 
+def _process_groups() -> set[int]:
+    """The process groups ``scripts/cluster up`` started (each component leads its own)."""
+    return {int(p.read_text()) for p in STATE.glob("*.pid")}
+
+
+def listeners(driver_pid: int) -> list[tuple[str, str]]:
+    """Listening TCP sockets (address, process) of the cluster's processes, their executors and Python
+    workers, and the driver ``driver_pid`` with its children (its JVM), from ``ss -ltnpH``."""
+    groups, parents = _process_groups(), {}
+    ours = {driver_pid}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            f = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        pid = int(stat.parent.name)
+        parents[pid] = int(f[1])
+        if int(f[2]) in groups:
+            ours.add(pid)
+    for pid in parents:  # the driver's descendants
+        p = pid
+        while p > 1 and p not in ours and p in parents:
+            p = parents[p]
+        if p == driver_pid:
+            ours.add(pid)
+    found = []
+    for line in subprocess.run(["ss", "-ltnpH"], capture_output=True, text=True, check=True).stdout.splitlines():
+        cols = line.split()
+        pids = {int(x) for x in re.findall(r"pid=(\d+)", line)}
+        if pids & ours:
+            found.append((cols[3], cols[-1]))
+    return found
+
+
 def _kill_worker(worker: int) -> int:
     """SIGKILL worker ``worker``'s process group: the worker JVM, its executor JVM and their Python workers."""
     pid = int((STATE / f"worker-{worker}.pid").read_text())
@@ -230,9 +265,11 @@ def test_worker_killed_mid_epoch(cluster, tmp_path):
                             stderr=subprocess.PIPE, text=True)
     try:
         _wait_for_mark(marks, 1, proc)
+        listening = listeners(proc.pid)
         _kill_worker(1)
         killed_at = time.monotonic()
         out, err = proc.communicate(timeout=600)
+        took = time.monotonic() - killed_at
     finally:
         if proc.poll() is None:
             proc.kill()
@@ -250,7 +287,9 @@ def test_worker_killed_mid_epoch(cluster, tmp_path):
     assert moved, f"no key called on worker-1 was re-run on worker-2: {placed}"
     reference = _uninterrupted(tmp_path, yaml, words)
     assert state == reference
-    print(f"worker-1 killed; the epoch finished {time.monotonic() - killed_at:.1f}s later; {len(moved)} keys re-run on worker-2")
+    assert listening and all(addr.startswith(("127.0.0.1:", "[::ffff:127.0.0.1]:")) for addr, _ in listening), listening
+    print(f"worker-1 killed; cbp run ended {took:.1f}s later; {len(moved)} keys re-run on worker-2; "
+          f"{len(listening)} listening sockets of the cluster and the driver, all on 127.0.0.1")
 
 
 def _uninterrupted(tmp_path: Path, yaml: str, words: list[dict[str, Any]]) -> list[dict[str, Any]]:
