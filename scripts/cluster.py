@@ -253,8 +253,10 @@ def up() -> int:
     p = ports()
     started = []
     for c in components():
-        if c.pid() is not None:
-            print(f"{c.name}: already up (pid {c.pid()})")
+        running = c.pid()
+        if running is not None:
+            wait_for(c, running, lambda c=c: ready(c, p), "ready")  # type: ignore[misc]  # e.g. a worker re-registering
+            print(f"{c.name}: already up (pid {running})")
             continue
         pid = start(c, p)
         started.append(c.name)
@@ -312,6 +314,7 @@ def down() -> int:
         was = stop(c)
         print(f"{c.name}: {'stopped' if was else 'was not running'}")
     (STATE / "env.sh").unlink(missing_ok=True)
+    (STATE / "cluster.json").unlink(missing_ok=True)  # the next 'up' picks free ports again
     return 0
 
 

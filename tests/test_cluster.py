@@ -69,7 +69,7 @@ def cluster() -> Iterator[dict[str, str]]:
 
 def _local_env() -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if k not in CLUSTER_VARS}
-    env.update(CBP_SPARK_MASTER="local[2,2]", PYTHONPATH=str(ROOT))
+    env.update(CBP_SPARK_MASTER="local[2,2]", PYTHONPATH=str(ROOT), SPARK_LOCAL_IP="127.0.0.1")  # the reference binds to loopback too
     return env
 
 
