@@ -3,7 +3,8 @@ executor JVMs and Python workers, and an S3-compatible object store, all on 127.
 
 Runs only when a cluster is up (``scripts/cluster up``; then ``state/cluster/env.sh`` exists and
 ``scripts/cluster status`` succeeds), or with ``CBP_TEST_CLUSTER=1``, which starts one and stops it
-at the end; otherwise every test here is skipped. Every Spark driver is a ``cbp`` CLI subprocess
+at the end; otherwise every test here is skipped but the last, which checks without Spark that
+translators and their helper modules travel to executors by value. Every Spark driver is a ``cbp`` CLI subprocess
 (the cluster's with env.sh's variables, the local-mode reference with ``local[2,2]``), so this
 module never creates a SparkSession in the pytest process: run it on its own
 (``pytest tests/test_cluster.py``) or with the suite, it does not disturb the suite's local session.
@@ -300,3 +301,21 @@ def _uninterrupted(tmp_path: Path, yaml: str, words: list[dict[str, Any]]) -> li
     cbp(env, "feed", str(fast), "words", str(tmp_path / "words.jsonl"), "--home", home)
     cbp(env, "run", str(fast), "--home", home, "--quiet")
     return jsonl(cbp(env, "state", str(fast), "count", "--home", home))
+
+
+def test_translator_and_helpers_ship_by_value(tmp_path):
+    """Without a cluster: a translator and the helper module it imports from beside the YAML are
+    pickled by value, so a process that cannot import them (an executor) still runs them."""
+    from pyspark import cloudpickle
+
+    from cbp.spec.resolve import resolve_callable
+
+    (tmp_path / "ship_helper_x1.py").write_text("def add(a, b):\n    return a + b\n")
+    (tmp_path / "ship_mod_x1.py").write_text("from ship_helper_x1 import add\n\ndef fn(x):\n    return add(x, 1)\n")
+    fn = resolve_callable("ship_mod_x1:fn", str(tmp_path))
+    blob = tmp_path / "fn.pickle"
+    blob.write_bytes(cloudpickle.dumps(fn))
+    code = f"import pickle, sys; print(pickle.loads(open({str(blob)!r}, 'rb').read())(41))"
+    r = subprocess.run([sys.executable, "-c", code], cwd="/", capture_output=True, text=True, timeout=120,
+                       env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert r.returncode == 0 and r.stdout.strip() == "42", r.stderr
