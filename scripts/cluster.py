@@ -108,7 +108,9 @@ def base_env() -> dict[str, str]:
                PYTHONPATH=os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p),
                SPARK_LOG_DIR=str(LOGS), SPARK_NO_DAEMONIZE="1")
     env.pop("SPARK_CONF_DIR", None)
-    env["SPARK_MASTER_OPTS"] = "-Dspark.master.rest.enabled=false"  # else the master's REST server takes port 6066
+    # No REST server (it would take port 6066); a taken port is an error, not a silent move to the next one.
+    env["SPARK_MASTER_OPTS"] = "-Dspark.master.rest.enabled=false -Dspark.port.maxRetries=0"
+    env["SPARK_WORKER_OPTS"] = "-Dspark.port.maxRetries=0"
     return env
 
 
