@@ -53,13 +53,28 @@ def resolve_callable(path: str, base_dir: str) -> Callable[..., Any]:
 
 
 def _ship_by_value(module: Any, base: str) -> None:
-    """Pickle functions of modules that live beside the YAML by value for Spark's workers."""
+    """Pickle functions of modules that live beside the YAML by value for Spark's workers.
+
+    Executors need not see the YAML's directory (on a cluster their working directory is the
+    worker's): the module, and every module it imported from beside the YAML (a helper module next
+    to the translators), travel inside the pickled task instead of being imported there.
+    """
     file = getattr(module, "__file__", None)
     if not file or not os.path.abspath(file).startswith(base + os.sep):
         return
     from pyspark import cloudpickle
 
-    try:
-        cloudpickle.register_pickle_by_value(module)
-    except ValueError:
-        pass  # already registered, or a package-level module cloudpickle does not ship
+    beside = [m for m in list(sys.modules.values()) if _lives_in(m, base)]
+    for mod in [module, *beside]:
+        try:
+            cloudpickle.register_pickle_by_value(mod)
+        except ValueError:
+            pass  # already registered, or a package-level module cloudpickle does not ship
+
+
+def _lives_in(module: Any, base: str) -> bool:
+    """Whether a loaded module is a top-level module whose file lies directly in ``base`` (a user's
+    helper next to the translators; packages such as cbp itself, even in that directory, are not)."""
+    file = getattr(module, "__file__", None)
+    name = getattr(module, "__name__", "") or ""
+    return bool(file) and "." not in name and os.path.dirname(os.path.abspath(file)) == base and not file.endswith("__init__.py")

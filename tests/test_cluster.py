@@ -1,0 +1,321 @@
+"""cbp on a real Spark standalone cluster (``scripts/cluster``): a master, two workers with their own
+executor JVMs and Python workers, and an S3-compatible object store, all on 127.0.0.1.
+
+Runs only when a cluster is up (``scripts/cluster up``; then ``state/cluster/env.sh`` exists and
+``scripts/cluster status`` succeeds), or with ``CBP_TEST_CLUSTER=1``, which starts one and stops it
+at the end; otherwise every test here is skipped but the last, which checks without Spark that
+translators and their helper modules travel to executors by value. Every Spark driver is a ``cbp`` CLI subprocess
+(the cluster's with env.sh's variables, the local-mode reference with ``local[2,2]``), so this
+module never creates a SparkSession in the pytest process: run it on its own
+(``pytest tests/test_cluster.py``) or with the suite, it does not disturb the suite's local session.
+"""
+
+from __future__ import annotations
+
+import collections
+import json
+import os
+import random
+import re
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+import uuid
+from pathlib import Path
+from typing import Any, Iterator, Optional
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+STATE = ROOT / "state" / "cluster"
+SCRIPT = ROOT / "scripts" / "cluster"
+CBP = str(Path(sys.executable).parent / "cbp")
+URLS = str(ROOT / "flows" / "url_count.yaml")
+S3_HOMES = os.environ.get("CBP_TEST_S3_HOME") == "1"  # object-store homes are being built on branch s3home
+
+pytestmark = pytest.mark.cluster
+
+#: What env.sh sets; removed from the local-mode reference's environment.
+CLUSTER_VARS = ("CBP_SPARK_MASTER", "CBP_SPARK_CONF", "AWS_ENDPOINT_URL", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY")
+
+
+def _script(cmd: str, timeout: float = 240) -> subprocess.CompletedProcess:
+    env = {**os.environ, "CBP_PYTHON": sys.executable}
+    return subprocess.run([str(SCRIPT), cmd], env=env, capture_output=True, text=True, timeout=timeout)
+
+
+def _sourced(env_sh: Path) -> dict[str, str]:
+    """The environment after sourcing env.sh."""
+    out = subprocess.run(["bash", "-c", f"source '{env_sh}' && env -0"], capture_output=True, check=True)
+    return dict(item.split("=", 1) for item in out.stdout.decode().split("\0") if "=" in item)
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[dict[str, str]]:
+    """The running cluster's driver environment; starts and stops one only with CBP_TEST_CLUSTER=1."""
+    env_sh = STATE / "env.sh"
+    ours = False
+    if not (env_sh.exists() and _script("status", 60).returncode == 0):
+        if os.environ.get("CBP_TEST_CLUSTER") != "1":
+            pytest.skip("no cluster up: run 'scripts/cluster up' first, or set CBP_TEST_CLUSTER=1 to start one for these tests")
+        r = _script("up")
+        assert r.returncode == 0, r.stdout + r.stderr
+        ours = True
+    yield _sourced(env_sh)
+    if ours:
+        _script("down")
+
+
+def _local_env() -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k not in CLUSTER_VARS}
+    env.update(CBP_SPARK_MASTER="local[2,2]", PYTHONPATH=str(ROOT), SPARK_LOCAL_IP="127.0.0.1")  # the reference binds to loopback too
+    return env
+
+
+def cbp(env: dict[str, str], *args: str, timeout: float = 600) -> str:
+    """Run the ``cbp`` CLI; its stdout (fails with both streams when it exits non-zero)."""
+    r = subprocess.run([CBP, *args], env=env, cwd=ROOT, capture_output=True, text=True, timeout=timeout)
+    assert r.returncode == 0, f"cbp {' '.join(args)} exited {r.returncode}:\n{r.stdout}\n{r.stderr[-3000:]}"
+    return r.stdout
+
+
+def jsonl(text: str) -> list[dict[str, Any]]:
+    return sorted((json.loads(x) for x in text.splitlines() if x.strip()), key=lambda r: json.dumps(r, sort_keys=True))
+
+
+def increments(n: int, size: int, seed: int = 7) -> list[list[dict[str, str]]]:
+    """``n`` increments of URLs over a small vocabulary, so that later increments hit stored keys."""
+    rnd = random.Random(seed)
+    return [[{"url": f"http://h{rnd.randrange(6)}.example/p{rnd.randrange(120)}"} for _ in range(size)] for _ in range(n)]
+
+
+def write_jsonl(path: Path, records: list[dict[str, Any]]) -> str:
+    path.write_text("".join(json.dumps(r) + "\n" for r in records))
+    return str(path)
+
+
+def app_dirs() -> dict[int, set[Path]]:
+    """Per worker, the application directories in its work dir (one per app that got an executor there)."""
+    return {i: set((STATE / f"work-{i}").glob("app-*")) for i in (1, 2)}
+
+
+def finished_tasks(before: dict[int, set[Path]]) -> dict[int, int]:
+    """Per worker, the tasks its executors finished for the applications started since ``before``."""
+    counts = {}
+    for i, dirs in app_dirs().items():
+        counts[i] = sum(p.read_text(errors="replace").count("Finished task")
+                        for d in dirs - before[i] for p in d.glob("*/stderr"))
+    return counts
+
+
+def pipeline_run(env: dict[str, str], yaml: str, home: str, feeds: list[list[dict[str, Any]]], tmp: Path, flow: str = "urls",
+                 output: str = "counts", stage: str = "url_count") -> dict[str, Any]:
+    """Feed and run increment by increment; each epoch's output, the final state and the status."""
+    outs = []
+    for n, recs in enumerate(feeds, 1):
+        cbp(env, "feed", yaml, flow, write_jsonl(tmp / f"{uuid.uuid4().hex}.jsonl", recs), "--home", home)
+        cbp(env, "run", yaml, "--home", home, "--quiet")
+        outs.append(jsonl(cbp(env, "output", yaml, output, "--epoch", str(n), "--home", home)))
+    return {"outputs": outs, "state": jsonl(cbp(env, "state", yaml, stage, "--home", home)),
+            "status": json.loads(cbp(env, "status", yaml, "--home", home, "--json"))}
+
+
+def from_scratch(feeds: list[list[dict[str, Any]]]) -> tuple[list[list[dict[str, Any]]], list[dict[str, Any]]]:
+    """URLCount computed directly: each epoch's changed counts, and the final counts."""
+    total: collections.Counter = collections.Counter()
+    outs = []
+    for recs in feeds:
+        total.update(r["url"] for r in recs)
+        seen = {r["url"] for r in recs}
+        outs.append(jsonl("\n".join(json.dumps({"url": u, "count": total[u]}) for u in seen)))
+    return outs, jsonl("\n".join(json.dumps({"url": u, "count": c}) for u, c in total.items()))
+
+
+def _home(kind: str, tmp_path: Path, env: dict[str, str]) -> str:
+    if kind == "local":
+        return str(tmp_path / "home-cluster")
+    return f"s3://{env['CBP_S3_BUCKET']}/test-{uuid.uuid4().hex[:8]}/url_count"
+
+
+@pytest.mark.parametrize("home_kind", ["local", pytest.param("s3", marks=pytest.mark.skipif(
+    not S3_HOMES, reason="object-store homes: branch s3home (set CBP_TEST_S3_HOME=1 once it has landed)"))])
+def test_url_count_on_cluster(cluster, tmp_path, home_kind):
+    """flows/url_count.yaml through the CLI on the cluster equals local mode and the from-scratch counts,
+    and its tasks ran in the executors of both workers."""
+    feeds = increments(2, 1500)
+    before = app_dirs()
+    t0 = time.monotonic()
+    on_cluster = pipeline_run(cluster, URLS, _home(home_kind, tmp_path, cluster), feeds, tmp_path)
+    took = time.monotonic() - t0
+    ran = finished_tasks(before)
+    local = pipeline_run(_local_env(), URLS, str(tmp_path / "home-local"), feeds, tmp_path)
+    outs, state = from_scratch(feeds)
+    assert on_cluster["outputs"] == local["outputs"] == outs
+    assert on_cluster["state"] == local["state"] == state
+    st = on_cluster["status"]["stages"]["url_count"]
+    assert st["epochs"] == 2 and st["runnable"] is False
+    assert ran[1] > 0 and ran[2] > 0, f"tasks per worker: {ran}"
+    print(f"cluster: 2 feeds + runs in {took:.1f}s; tasks finished per worker {ran}")
+
+
+SLOW_YAML = """
+pipeline: slow_count
+flows:
+  words:  {external: true, schema: {w: string}}
+  placed: {schema: {w: string, where: string}}
+stages:
+  count:
+    translator: slow_count:count
+    partitions: 4
+    inputs: [{flow: words, route_by: w}]
+    state: {schema: {w: string, n: int}}
+    outputs: [placed]
+    params: {marks: MARKS, sleep: 0.4}
+"""
+SLOW_MODULE = """
+import os
+import time
+
+from slow_helper import add  # a sibling module: must reach the executors too
+
+
+def count(key, state, words, out):
+    with open(os.path.join(out.params["marks"], f"{os.getpid()}-{key}"), "w") as f:
+        f.write(os.getcwd())  # the Python worker's directory: state/cluster/work-N/<app>/<executor>
+    time.sleep(out.params["sleep"])
+    prev = next(state, None)
+    out.state.write({"w": key, "n": add(sum(1 for _ in words), prev["n"] if prev else 0)})
+    out.placed.write({"w": key, "where": os.getcwd()})
+"""
+
+
+def _slow_flow(tmp_path: Path) -> tuple[str, Path]:
+    """A stage that sleeps per key and records where it ran, in a directory executors cannot import from."""
+    d = tmp_path / "flow"
+    d.mkdir()
+    marks = tmp_path / "marks"
+    marks.mkdir()
+    (d / "slow_count.py").write_text(textwrap.dedent(SLOW_MODULE))
+    (d / "slow_helper.py").write_text("def add(a, b):\n    return a + b\n")
+    (d / "slow.yaml").write_text(textwrap.dedent(SLOW_YAML).replace("MARKS", str(marks)))
+    return str(d / "slow.yaml"), marks
+
+
+def _wait_for_mark(marks: Path, worker: int, proc: subprocess.Popen, timeout: float = 300) -> None:
+    """Wait until a translator call runs in an executor of ``worker``."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if any(f"/work-{worker}/" in m.read_text() for m in marks.iterdir() if m.stat().st_size):
+            return
+        assert proc.poll() is None, f"cbp run ended before a task ran on worker-{worker}: {proc.communicate()}"
+        time.sleep(0.1)
+    raise AssertionError(f"no task ran on worker-{worker} within {timeout}s")
+
+
+def _process_groups() -> set[int]:
+    """The process groups ``scripts/cluster up`` started (each component leads its own)."""
+    return {int(p.read_text()) for p in STATE.glob("*.pid")}
+
+
+def listeners(driver_pid: int) -> list[tuple[str, str]]:
+    """Listening TCP sockets (address, process) of the cluster's processes, their executors and Python
+    workers, and the driver ``driver_pid`` with its children (its JVM), from ``ss -ltnpH``."""
+    groups, parents = _process_groups(), {}
+    ours = {driver_pid}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            f = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        pid = int(stat.parent.name)
+        parents[pid] = int(f[1])
+        if int(f[2]) in groups:
+            ours.add(pid)
+    for pid in parents:  # the driver's descendants
+        p = pid
+        while p > 1 and p not in ours and p in parents:
+            p = parents[p]
+        if p == driver_pid:
+            ours.add(pid)
+    found = []
+    for line in subprocess.run(["ss", "-ltnpH"], capture_output=True, text=True, check=True).stdout.splitlines():
+        cols = line.split()
+        pids = {int(x) for x in re.findall(r"pid=(\d+)", line)}
+        if pids & ours:
+            found.append((cols[3], cols[-1]))
+    return found
+
+
+def _kill_worker(worker: int) -> int:
+    """SIGKILL worker ``worker``'s process group: the worker JVM, its executor JVM and their Python workers."""
+    pid = int((STATE / f"worker-{worker}.pid").read_text())
+    os.killpg(pid, signal.SIGKILL)
+    return pid
+
+
+def test_worker_killed_mid_epoch(cluster, tmp_path):
+    """SIGKILL a worker and its executor while the epoch's tasks run: Spark reruns them on the other
+    worker and the epoch's results equal an uninterrupted run's; then the worker is brought back."""
+    yaml, marks = _slow_flow(tmp_path)
+    words = [{"w": f"w{i % 40}"} for i in range(120)]
+    home = str(tmp_path / "home-killed")
+    cbp(cluster, "feed", yaml, "words", write_jsonl(tmp_path / "words.jsonl", words), "--home", home)
+    proc = subprocess.Popen([CBP, "run", yaml, "--home", home], env=cluster, cwd=ROOT, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        _wait_for_mark(marks, 1, proc)
+        listening = listeners(proc.pid)
+        _kill_worker(1)
+        killed_at = time.monotonic()
+        out, err = proc.communicate(timeout=600)
+        took = time.monotonic() - killed_at
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        restored = _script("up")
+    assert proc.returncode == 0, out + err[-3000:]
+    assert restored.returncode == 0 and "worker-1: started" in restored.stdout, restored.stdout + restored.stderr
+    where = jsonl(cbp(cluster, "output", yaml, "placed", "--home", home))
+    state = jsonl(cbp(cluster, "state", yaml, "count", "--home", home))
+    expected = jsonl("\n".join(json.dumps({"w": w, "n": n}) for w, n in collections.Counter(r["w"] for r in words).items()))
+    assert state == expected
+    placed = {r["w"]: r["where"] for r in jsonl(cbp(cluster, "output", yaml, "placed", "--home", home))}
+    assert len(placed) == len(where) == 40
+    called_on_1 = {m.name.split("-", 1)[1] for m in marks.iterdir() if "/work-1/" in m.read_text()}
+    moved = {k for k in called_on_1 if "/work-2/" in placed[k]}
+    assert moved, f"no key called on worker-1 was re-run on worker-2: {placed}"
+    reference = _uninterrupted(tmp_path, yaml, words)
+    assert state == reference
+    assert listening and all(addr.startswith(("127.0.0.1:", "[::ffff:127.0.0.1]:")) for addr, _ in listening), listening
+    print(f"worker-1 killed; cbp run ended {took:.1f}s later; {len(moved)} keys re-run on worker-2; "
+          f"{len(listening)} listening sockets of the cluster and the driver, all on 127.0.0.1")
+
+
+def _uninterrupted(tmp_path: Path, yaml: str, words: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The same epoch in local mode, without a kill (and without the sleeps)."""
+    fast = tmp_path / "flow" / "fast.yaml"
+    fast.write_text(Path(yaml).read_text().replace("sleep: 0.4", "sleep: 0"))
+    env, home = _local_env(), str(tmp_path / "home-local")
+    cbp(env, "feed", str(fast), "words", str(tmp_path / "words.jsonl"), "--home", home)
+    cbp(env, "run", str(fast), "--home", home, "--quiet")
+    return jsonl(cbp(env, "state", str(fast), "count", "--home", home))
+
+
+def test_translator_and_helpers_ship_by_value(tmp_path):
+    """Without a cluster: a translator and the helper module it imports from beside the YAML are
+    pickled by value, so a process that cannot import them (an executor) still runs them."""
+    from pyspark import cloudpickle
+
+    from cbp.spec.resolve import resolve_callable
+
+    (tmp_path / "ship_helper_x1.py").write_text("def add(a, b):\n    return a + b\n")
+    (tmp_path / "ship_mod_x1.py").write_text("from ship_helper_x1 import add\n\ndef fn(x):\n    return add(x, 1)\n")
+    fn = resolve_callable("ship_mod_x1:fn", str(tmp_path))
+    blob = tmp_path / "fn.pickle"
+    blob.write_bytes(cloudpickle.dumps(fn))
+    code = f"import pickle, sys; print(pickle.loads(open({str(blob)!r}, 'rb').read())(41))"
+    r = subprocess.run([sys.executable, "-c", code], cwd="/", capture_output=True, text=True, timeout=120,
+                       env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert r.returncode == 0 and r.stdout.strip() == "42", r.stderr
