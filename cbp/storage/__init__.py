@@ -1,7 +1,8 @@
 """Internal: storage of a home, not part of cbp's public API.
 
 - :mod:`.layout`: every path and file name of a home (:data:`LAYOUT`);
-- :mod:`.home`: :class:`Home`: files, JSON records, locks, Delta tables and commits (delta-rs);
+- :mod:`.home`: :class:`Home`: files, JSON records, locks;
+- :mod:`.tables`: a home's Delta tables, kept open between commits, and their data files (delta-rs);
 - :mod:`.objectstore`: S3 settings from the environment, for pyarrow, delta-rs and Spark;
 - :mod:`.lease`: leases made of conditional writes, the locks of a home on S3.
 """
