@@ -2,7 +2,7 @@
 executor JVMs and Python workers, and an S3-compatible object store, all on 127.0.0.1.
 
 Runs only when a cluster is up (``scripts/cluster up``; then ``state/cluster/env.sh`` exists and
-``scripts/cluster status`` succeeds), or with ``CBP_TEST_CLUSTER=1``, which starts one and stops it
+``scripts/cluster status`` succeeds), or with ``CBP_TEST_CLUSTER=1`` (or ``CI=true``, as in ``.ci/run``), which starts one and stops it
 at the end; otherwise every test here is skipped but the last, which checks without Spark that
 translators and their helper modules travel to executors by value. Every Spark driver is a ``cbp`` CLI subprocess
 (the cluster's with env.sh's variables, the local-mode reference with ``local[2,2]``), so this
@@ -33,7 +33,6 @@ STATE = ROOT / "state" / "cluster"
 SCRIPT = ROOT / "scripts" / "cluster"
 CBP = str(Path(sys.executable).parent / "cbp")
 URLS = str(ROOT / "flows" / "url_count.yaml")
-S3_HOMES = os.environ.get("CBP_TEST_S3_HOME") == "1"  # object-store homes are being built on branch s3home
 
 pytestmark = pytest.mark.cluster
 
@@ -58,7 +57,7 @@ def cluster() -> Iterator[dict[str, str]]:
     env_sh = STATE / "env.sh"
     ours = False
     if not (env_sh.exists() and _script("status", 60).returncode == 0):
-        if os.environ.get("CBP_TEST_CLUSTER") != "1":
+        if os.environ.get("CBP_TEST_CLUSTER") != "1" and os.environ.get("CI") != "true":
             pytest.skip("no cluster up: run 'scripts/cluster up' first, or set CBP_TEST_CLUSTER=1 to start one for these tests")
         r = _script("up")
         assert r.returncode == 0, r.stdout + r.stderr
@@ -139,8 +138,7 @@ def _home(kind: str, tmp_path: Path, env: dict[str, str]) -> str:
     return f"s3://{env['CBP_S3_BUCKET']}/test-{uuid.uuid4().hex[:8]}/url_count"
 
 
-@pytest.mark.parametrize("home_kind", ["local", pytest.param("s3", marks=pytest.mark.skipif(
-    not S3_HOMES, reason="object-store homes: branch s3home (set CBP_TEST_S3_HOME=1 once it has landed)"))])
+@pytest.mark.parametrize("home_kind", ["local", "s3"])
 def test_url_count_on_cluster(cluster, tmp_path, home_kind):
     """flows/url_count.yaml through the CLI on the cluster equals local mode and the from-scratch counts,
     and its tasks ran in the executors of both workers."""
