@@ -106,7 +106,7 @@ class Home(DeltaTables):
     def fs(self) -> pafs.FileSystem:
         """The home's pyarrow filesystem (S3 settings from the environment, also after unpickling)."""
         if self._fs is None:
-            self._fs, self._root = objectstore.filesystem(self.location)
+            self._fs, self._root = objectstore.filesystem(self.location, user=self)
         return self._fs
 
     @property

@@ -27,10 +27,13 @@ The settings come from the environment variables a Spark or AWS user already set
 
 from __future__ import annotations
 
+import atexit
+import gc
 import os
 import threading
+import weakref
 from dataclasses import dataclass
-from typing import Mapping, Optional
+from typing import Any, Mapping, Optional
 from urllib.parse import urlparse
 
 import pyarrow.fs as pafs
@@ -155,18 +158,37 @@ def is_s3(location: str) -> bool:
 
 _FS_CACHE: dict[ObjectStoreSettings, pafs.FileSystem] = {}
 _FS_GUARD = threading.Lock()
+_USERS: "weakref.WeakSet[Any]" = weakref.WeakSet()
 
 
-def filesystem(location: str) -> tuple[pafs.FileSystem, str]:
-    """The pyarrow filesystem of a location and the path inside it (S3 from :func:`settings`)."""
+def filesystem(location: str, user: Any = None) -> tuple[pafs.FileSystem, str]:
+    """The pyarrow filesystem of a location and the path inside it (S3 from :func:`settings`).
+
+    ``user`` (an object with an ``_fs`` attribute, e.g. a Home) lets go of the filesystem when the
+    process exits, before pyarrow shuts its S3 client down: an S3 filesystem destroyed after that
+    aborts the interpreter ("terminate called without an active exception").
+    """
     if not is_s3(location):
         return pafs.FileSystem.from_uri(location)
     s = settings()
     with _FS_GUARD:
         fs = _FS_CACHE.get(s)
         if fs is None:
+            if not _FS_CACHE:
+                atexit.register(_release)  # registered after pyarrow's own finaliser, so it runs first
             fs = _FS_CACHE[s] = s.pyarrow_fs()
+        if user is not None:
+            _USERS.add(user)
     return fs, location.split("://", 1)[1].rstrip("/")
+
+
+def _release() -> None:
+    """Drop every S3 filesystem this process made, at exit, before pyarrow finalizes S3."""
+    with _FS_GUARD:
+        _FS_CACHE.clear()
+        for user in list(_USERS):
+            user._fs = None
+    gc.collect()
 
 
 def storage_options(location: str) -> Optional[dict[str, str]]:
