@@ -84,6 +84,9 @@ def delta_conf(jars: Optional[list[str]]) -> dict[str, str]:
         "spark.jars": ",".join(jars),
         "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
         "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
+        # Delta replays a table's log in a Spark job of 50 tasks by default; cbp's logs are small
+        # (a commit per epoch, checkpoints), and the first query over a home took 3x longer with 50
+        "spark.databricks.delta.snapshotPartitions": "4",
     }
 
 
