@@ -231,6 +231,28 @@ def test_require_delta_names_setup():
     with pytest.raises(CbpError) as e:
         require_delta(NoDelta())
     assert e.value.code == "no-delta-jars" and "scripts/setup" in str(e.value)
+    p = cbp.load(YAML, home="/nonexistent/cbp-home", spark=NoDelta())
+    for call in (lambda: p.sql("SELECT 1"), lambda: p.state_df("url_count"), lambda: p.flow_df("urls")):
+        with pytest.raises(CbpError) as e:
+            call()
+        assert e.value.code == "no-delta-jars"
+
+
+def test_cli_without_jars(spark, tmp_path, capsys):
+    """Without the jars (CBP_JARS_DIR elsewhere), cbp sql fails cleanly; the rest works."""
+    if has_delta(spark):
+        pytest.skip("this session has the jars; run with CBP_JARS_DIR=/nonexistent")
+    home = str(tmp_path / "h")
+    assert main(["feed", str(YAML), "urls", "--home", home, str(_jsonl(tmp_path, FEEDS[0]))]) == 0
+    assert main(["run", str(YAML), "--home", home, "--quiet"]) == 0
+    assert main(["sql", str(YAML), "SELECT * FROM url_count", "--home", home]) == 5
+    assert "scripts/setup" in capsys.readouterr().err
+
+
+def _jsonl(tmp_path, records: list[dict]):
+    path = tmp_path / "feed.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in records))
+    return path
 
 
 def test_s3a_conf_from_aws_environment():

@@ -2,7 +2,7 @@
 any further Spark settings through ``CBP_SPARK_CONF`` (``key=value;key=value``).
 
 When ``bash scripts/jars`` has resolved Spark's Delta connector (``state/jars/manifest.txt``, or
-``CBP_JARS_DIR``), the session loads it (``spark.jars``, Delta's SQL extension and catalog) and
+``CBP_JARS_DIR``), the session loads it (the jars, Delta's SQL extension and catalog) and
 hadoop-aws; ``s3://`` and ``s3a://`` paths then reach S3 with the ``AWS_*`` variables a user sets.
 
     >>> spark = get_spark()          # doctest: +SKIP
@@ -70,18 +70,25 @@ def delta_jars(directory: Optional[str] = None) -> Optional[list[str]]:
     return paths
 
 
-def delta_conf(jars: Optional[list[str]]) -> dict[str, str]:
+def delta_conf(jars: Optional[list[str]], local: bool = False) -> dict[str, str]:
     """Spark settings that load Spark's Delta connector from ``jars`` (none without jars).
+
+    On a cluster the jars go to ``spark.jars`` (Spark ships them to the executors); with a
+    ``local`` master on the driver's class path, because Spark would otherwise copy them (670 MiB,
+    mostly the AWS SDK bundle) into every session's temporary directory.
 
         >>> delta_conf(["/j/delta-spark.jar"])["spark.sql.extensions"]
         'io.delta.sql.DeltaSparkSessionExtension'
+        >>> delta_conf(["/j/a.jar", "/j/b.jar"], local=True)["spark.driver.extraClassPath"]
+        '/j/a.jar:/j/b.jar'
         >>> delta_conf(None)
         {}
     """
     if not jars:
         return {}
+    where = {"spark.driver.extraClassPath": os.pathsep.join(jars)} if local else {"spark.jars": ",".join(jars)}
     return {
-        "spark.jars": ",".join(jars),
+        **where,
         "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
         "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
         # Delta replays a table's log in a Spark job of 50 tasks by default; cbp's logs are small
@@ -159,8 +166,9 @@ def get_spark(master: Optional[str] = None, conf: Optional[dict[str, str]] = Non
     active = SparkSession.getActiveSession()
     if active is not None:
         return active
+    master = master or os.environ.get("CBP_SPARK_MASTER", "local[*,2]")
     builder = (
-        SparkSession.builder.master(master or os.environ.get("CBP_SPARK_MASTER", "local[*,2]"))
+        SparkSession.builder.master(master)
         .appName("cbp")
         .config("spark.ui.enabled", "false")
         .config("spark.ui.showConsoleProgress", "false")
@@ -171,7 +179,7 @@ def get_spark(master: Optional[str] = None, conf: Optional[dict[str, str]] = Non
         .config("spark.sql.session.timeZone", "UTC")
         .config("spark.driver.extraJavaOptions", f"-Dlog4j2.configurationFile={_LOG4J}")
     )
-    extra = {**delta_conf(delta_jars()), **s3a_conf(), **spark_conf(os.environ.get("CBP_SPARK_CONF", "")), **(conf or {})}
+    extra = {**delta_conf(delta_jars(), local=master.startswith("local")), **s3a_conf(), **spark_conf(os.environ.get("CBP_SPARK_CONF", "")), **(conf or {})}
     for key, value in extra.items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
