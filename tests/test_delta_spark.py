@@ -243,7 +243,7 @@ def test_cli_without_jars(spark, tmp_path, capsys):
     if has_delta(spark):
         pytest.skip("this session has the jars; run with CBP_JARS_DIR=/nonexistent")
     home = str(tmp_path / "h")
-    assert main(["feed", str(YAML), "urls", "--home", home, str(_jsonl(tmp_path, FEEDS[0]))]) == 0
+    assert main(["feed", str(YAML), "urls", str(_jsonl(tmp_path, FEEDS[0])), "--home", home]) == 0
     assert main(["run", str(YAML), "--home", home, "--quiet"]) == 0
     assert main(["sql", str(YAML), "SELECT * FROM url_count", "--home", home]) == 5
     assert "scripts/setup" in capsys.readouterr().err
