@@ -264,3 +264,39 @@ def test_s3a_conf_from_aws_environment():
     assert (c["spark.hadoop.fs.s3a.access.key"], c["spark.hadoop.fs.s3a.secret.key"], c["spark.hadoop.fs.s3a.endpoint.region"]) == ("k", "s", "r")
     assert c["spark.hadoop.fs.s3.impl"] == "org.apache.hadoop.fs.s3a.S3AFileSystem"
     assert s3a_conf({"AWS_PROFILE": "x"}) == {}
+
+
+def test_s3_table_through_s3a(dspark, monkeypatch):
+    """hadoop-aws and the AWS SDK bundle load: a table delta-rs wrote to an S3 server (moto) reads
+    through ``s3://`` (mapped to S3A) with time travel, and one Spark appends reads in delta-rs."""
+    moto_server = pytest.importorskip("moto.server")
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    srv = moto_server.ThreadedMotoServer(ip_address="127.0.0.1", port=port)
+    srv.start()
+    env = {"AWS_ENDPOINT_URL": f"http://127.0.0.1:{port}", "AWS_ACCESS_KEY_ID": "test", "AWS_SECRET_ACCESS_KEY": "test",
+           "AWS_REGION": "us-east-1"}
+    hadoop = dspark.sparkContext._jsc.hadoopConfiguration()
+    try:
+        for k, v in env.items():
+            monkeypatch.setenv(k, v)
+        for k, v in s3a_conf(env).items():  # what get_spark sets at start, set on the running session
+            hadoop.set(k[len("spark.hadoop."):], v)
+        import boto3
+        from deltalake import write_deltalake
+
+        boto3.client("s3").create_bucket(Bucket="cbp")
+        so = {"AWS_ALLOW_HTTP": "true", "AWS_S3_ALLOW_UNSAFE_RENAME": "true"}
+        write_deltalake("s3://cbp/t", pa.table({"k": ["a", "b"], "n": [1, 2]}), storage_options=so)
+        write_deltalake("s3://cbp/t", pa.table({"k": ["c"], "n": [3]}), mode="append", storage_options=so)
+        assert sorted(r.k for r in read_delta(dspark, "s3://cbp/t", 0).collect()) == ["a", "b"]
+        assert sorted(r.k for r in read_delta(dspark, "s3://cbp/t").collect()) == ["a", "b", "c"]
+        dspark.createDataFrame([("d", 4)], "k STRING, n BIGINT").write.format("delta").mode("append").save("s3://cbp/t")
+        assert sorted(DeltaTable("s3://cbp/t", storage_options=so).to_pyarrow_table()["k"].to_pylist()) == ["a", "b", "c", "d"]
+    finally:
+        for k in s3a_conf(env):
+            hadoop.unset(k[len("spark.hadoop."):])
+        srv.stop()
