@@ -1,9 +1,10 @@
-"""The ``cbp`` command line: validate, feed, run, state, output, status.
+"""The ``cbp`` command line: validate, feed, run, state, output, status, sql.
 
     $ cbp validate flows/url_count.yaml
     $ cbp feed flows/url_count.yaml urls day1.jsonl
     $ cbp run flows/url_count.yaml --max-epochs 10
     $ cbp output flows/url_count.yaml counts --epoch 1
+    $ cbp sql flows/url_count.yaml "SELECT * FROM url_count WHERE count > 1" --format table
 
 Exit codes: 0 success, 2 a mistake in the YAML or the command, 3 bad input records, 4 user code
 failed, 5 runtime/storage problem, 6 another ``cbp run`` holds the home.
@@ -62,6 +63,13 @@ def _parser() -> argparse.ArgumentParser:
     with_home(p)
     p.add_argument("flow", metavar="FLOW")
     p.add_argument("--epoch", type=int, help="only the records its producing stage wrote in that epoch (for an external flow: the Nth feed)")
+
+    p = sub.add_parser("sql", help="run a Spark SQL query (Spark's Delta connector) over the stages' state and the flows")
+    with_home(p)
+    p.add_argument("query", metavar="SQL", help="a query; stages (their state) and flows (their records) are views by name")
+    p.add_argument("--epoch", metavar="N|STAGE=N", help="stages' state after their epoch N (Delta time travel); "
+                   "flows they produce: what that epoch wrote. STAGE=N (comma-separated) pins single stages")
+    p.add_argument("--format", choices=["jsonl", "table"], default="jsonl", help="JSON lines (default) or a text table")
 
     p = sub.add_parser("crawl", help="crawl rounds: fetch queued URLs from a local corpus and land them as pages")
     with_home(p)
@@ -166,6 +174,8 @@ def _dispatch(args: argparse.Namespace) -> int:
         for rec in pipe.output(args.flow, args.epoch):
             print(json.dumps(rec, ensure_ascii=False))
         return 0
+    if args.command == "sql":
+        return _sql(pipe, args)
     if args.command == "status":
         st = pipe.status()
         if args.json:
@@ -211,6 +221,60 @@ def _run(pipe: Any, args: argparse.Namespace) -> int:
         for stage, why in pipe.idle_reasons().items():
             print(f"  stage '{stage}' did not run: {why}")
     return 0
+
+
+def _sql(pipe: Any, args: argparse.Namespace) -> int:
+    from .sql import sql_error
+
+    from .engine.session import get_spark
+
+    # py4j and pyspark's SQLQueryContextLogger would log a failed query as a traceback; cbp reports it (main)
+    for name in ("", "SQLQueryContextLogger"):
+        logging.getLogger(name).setLevel(logging.CRITICAL)
+    # this process runs no stage epoch, so Spark may coalesce the shuffles of the query (AQE) as usual
+    get_spark(conf={"spark.sql.adaptive.enabled": "true"})
+    df = pipe.sql(args.query, args.epoch)
+    try:
+        columns = list(df.columns)
+        rows = [_plain(r.asDict(recursive=True)) for r in df.toLocalIterator()]
+    except CbpError:
+        raise
+    except Exception as e:  # the query failed while it ran (a bad cast, a division by zero with ANSI on, ...)
+        raise sql_error(e) from None
+    if args.format == "jsonl":
+        for row in rows:
+            print(json.dumps(row, ensure_ascii=False))
+        return 0
+    cells = [[_cell(row.get(c)) for c in columns] for row in rows]
+    widths = [max([len(c)] + [len(r[i]) for r in cells]) for i, c in enumerate(columns)]
+    print("  ".join(c.ljust(w) for c, w in zip(columns, widths)).rstrip())
+    print("  ".join("-" * w for w in widths))
+    for r in cells:
+        print("  ".join(v.ljust(w) for v, w in zip(r, widths)).rstrip())
+    print(f"({len(rows)} row{'s' if len(rows) != 1 else ''})")
+    return 0
+
+
+def _plain(value: Any) -> Any:
+    """A query result value as JSON: decimals as numbers, dates and times as ISO text."""
+    import datetime
+    import decimal
+
+    if isinstance(value, dict):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    if isinstance(value, decimal.Decimal):
+        return int(value) if value == value.to_integral_value() else float(value)
+    if isinstance(value, (datetime.date, datetime.datetime, datetime.time)):
+        return value.isoformat()
+    if isinstance(value, (bytes, bytearray)):
+        return value.hex()
+    return value
+
+
+def _cell(value: Any) -> str:
+    return "NULL" if value is None else value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
 
 
 def _crawl(pipe: Any, args: argparse.Namespace) -> int:

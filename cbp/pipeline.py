@@ -169,6 +169,41 @@ class Pipeline:
         """Stages, epochs run, pending increments per connector, the runner, and anything interrupted."""
         return self.controller.status()
 
+    def sql(self, query: str, epoch: Union[None, int, str, Mapping[str, int]] = None) -> Any:
+        """Run a read-only Spark SQL query (Spark's Delta connector) over views named after the
+        stateful stages (their state) and the flows (their records); a Spark DataFrame.
+
+        ``epoch`` (``N``, ``{stage: N}`` or ``"stage=N"``): pinned stages show their state after
+        that epoch (Delta time travel) and the flows they produce what that epoch wrote. Needs
+        the jars of ``bash scripts/setup`` (else code ``no-delta-jars``); a bad query is code ``bad-sql``.
+
+            >>> p.sql("SELECT url, count FROM url_count ORDER BY count DESC LIMIT 3").show()   # doctest: +SKIP
+        """
+        from .sql import run_sql
+
+        return run_sql(self.controller, self.controller.spark, query, epoch)
+
+    def state_df(self, stage: str, epoch: Optional[int] = None) -> Any:
+        """The stage's state records after ``epoch`` (default: latest) as a Spark DataFrame (``state`` in Spark).
+
+            >>> p.state_df("url_count").where("count > 1").count()   # doctest: +SKIP
+            4
+        """
+        from .sql import state_df
+
+        return state_df(self.controller, self.controller.spark, stage, epoch)
+
+    def flow_df(self, flow: str, epoch: Optional[int] = None) -> Any:
+        """The flow's records (those its producer wrote in ``epoch`` when given) as a Spark DataFrame
+        (``output`` in Spark).
+
+            >>> p.flow_df("counts", epoch=1).count()   # doctest: +SKIP
+            3
+        """
+        from .sql import flow_df
+
+        return flow_df(self.controller, self.controller.spark, flow, epoch)
+
 
 def load(path: str | os.PathLike[str], home: Optional[str] = None, *, mode: Optional[str] = None, spark: Any = None) -> Pipeline:
     """Load a pipeline YAML (validated) bound to ``home`` (default ``state/<pipeline>``)."""

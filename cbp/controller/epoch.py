@@ -17,6 +17,7 @@ import pyarrow as pa
 
 from .. import faults
 from ..engine.bipindex import STATE_META, StateMeta
+from ..engine.deltaread import StateSource
 from ..engine.job import run_stage_epoch
 from ..engine.protocol import TaskResult
 from ..engine.task import TaskPlan
@@ -118,18 +119,20 @@ class Epochs:
             raise
         return _report(stage, epoch, self.mode, results, counts, time.perf_counter() - t0)
 
-    def _plan(self, stage: str, epoch: int, out_incs: dict[str, int]) -> tuple[TaskPlan, Optional[list[str]]]:
-        """The plan the epoch's tasks get, and (black-box mode) the state table's files."""
+    def _plan(self, stage: str, epoch: int, out_incs: dict[str, int]) -> tuple[TaskPlan, Optional[StateSource]]:
+        """The plan the epoch's tasks get, and (black-box mode) the state table at its version."""
         spec = self.spec.stages[stage]
         sst = self.st.stages[stage]
         parts: dict[int, StateMeta] = {}
-        state_uris: Optional[list[str]] = None
+        state_uris: Optional[StateSource] = None
         state_rel = LAYOUT.state(stage)
         if spec.state_schema is not None and sst.state_version is not None:
-            files = self.home.table_files(state_rel, sst.state_version)
-            if self.mode == "blackbox":
-                state_uris = [self.home.uri(state_rel, f["path"]) for f in files]
+            if self.mode == "blackbox":  # read by Spark's Delta reader, or as these files without it
+                version, home = sst.state_version, self.home
+                state_uris = StateSource(home.uri(state_rel), version,
+                                         lambda: [home.uri(state_rel, f["path"]) for f in home.table_files(state_rel, version)])
             else:
+                files = self.home.table_files(state_rel, sst.state_version)
                 for f in files:
                     parts.setdefault(int(f["partition"]), StateMeta()).files.append(f)
                 for p, rel in (sst.index if sst.layout == "direct" else {}).items():

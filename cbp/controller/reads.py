@@ -50,13 +50,19 @@ class Reads:
         """True while nothing has been fed or run in the home."""
         return self.home.read_controller() is None
 
+    def state_version(self, stage: str, epoch: Optional[int] = None) -> Optional[int]:
+        """The Delta version of the stage's state table after ``epoch`` (default: the latest); None if empty."""
+        self.refresh()
+        stage = self.spec.stage(stage).name
+        return self.st.stages[stage].state_version if epoch is None else self._epoch_entry(stage, epoch)["state_version"]
+
     def state_records(self, stage: str, epoch: Optional[int] = None) -> list[dict[str, Any]]:
         """The stage's state records after ``epoch`` (default: the latest), sorted by key."""
         self.refresh()
         spec = self.spec.stage(stage)
         if spec.state_schema is None:
             raise UsageError(f"stage '{stage}' has no state (no 'state:' in the YAML)", code="no-state")
-        version = self.st.stages[stage].state_version if epoch is None else self._epoch_entry(stage, epoch)["state_version"]
+        version = self.state_version(stage, epoch)
         if version is None:
             return []
         dt = self.home.table(LAYOUT.state(stage), version)
@@ -64,8 +70,8 @@ class Reads:
         rows = rows.sort_by([("_key", "ascending")])
         return [spec.state_schema.from_storage(r) for r in rows.select(list(spec.state_schema.fields)).to_pylist()]
 
-    def output_records(self, flow: str, epoch: Optional[int] = None) -> list[dict[str, Any]]:
-        """Records of the flow's increments (only those produced by its stage's ``epoch`` when given)."""
+    def output_versions(self, flow: str, epoch: Optional[int] = None) -> dict[Any, list[int]]:
+        """Which increments of the flow :meth:`output_records` reads at which Delta version of its table."""
         self.refresh()
         fl = self.spec.flow(flow)
         fs = self.st.flows[flow]
@@ -86,6 +92,12 @@ class Reads:
             if v is None:
                 raise UsageError(f"flow '{flow}': increment {inc} is neither live nor in the history of {self.home.location}", code="home-corrupt")
             by_version.setdefault(v, []).append(inc)
+        return by_version
+
+    def output_records(self, flow: str, epoch: Optional[int] = None) -> list[dict[str, Any]]:
+        """Records of the flow's increments (only those produced by its stage's ``epoch`` when given)."""
+        by_version = self.output_versions(flow, epoch)
+        fl = self.spec.flow(flow)
         parts = []
         for v, incs in by_version.items():
             dt = self.home.table(LAYOUT.flow(flow), v)

@@ -5,8 +5,9 @@ Spark's shuffle into the stage's P partitions with Spark's own hash (``repartiti
 sorted by key and flow. Task ``p`` owns state partition ``p``: it reads the state of the keys it
 needs through the partition's index and writes only what changed (:mod:`cbp.engine.task`).
 
-*Black-box* mode (§4.4): the state is just another input. It is read whole, shuffled with the
-new input, and written whole every epoch: the baseline the benchmarks compare against.
+*Black-box* mode (§4.4): the state is just another input. It is read whole (through Spark's
+Delta connector at the epoch's version when the session has it, else as the version's Parquet
+files), shuffled with the new input, and written whole every epoch: the benchmarks' baseline.
 
 Either way the job only writes files; :mod:`cbp.controller` commits them.
 """
@@ -23,6 +24,8 @@ from typing import Any, Optional
 from ..errors import RuntimeStateError, UserCodeError
 from ..spec.schema import RecordSchema
 from ..storage.objectstore import propagate_to_spark
+from .deltaread import STATE_COLUMNS, StateSource, latest_state, read_delta
+from .session import has_delta
 from .protocol import FailureRecord, TaskResult, decode_failure, decode_results, result_spark_schema
 from .remote_read import needs_arrow_reader, read_parquet
 from .task import TaskPlan, grouped_task, recordwise_task, route_batches
@@ -47,12 +50,12 @@ def spark_ddl(schema: RecordSchema, meta: str = "") -> str:
     return ", ".join(([meta] if meta else []) + cols)
 
 
-def run_stage_epoch(spark: Any, plan: TaskPlan, input_files: dict[int, list[str]], state_files: Optional[list[str]] = None,
+def run_stage_epoch(spark: Any, plan: TaskPlan, input_files: dict[int, list[str]], state_files: Optional[StateSource] = None,
                     state_needs_dedupe: bool = False) -> list[TaskResult]:
     """Run one stage epoch; return each task's result (files written, stats).
 
-    ``input_files`` maps input index -> file URIs of the increments to read; ``state_files`` are
-    the state table's files (black-box mode only). A failed job raises the :mod:`cbp.errors`
+    ``input_files`` maps input index -> file URIs of the increments to read; ``state_files`` is
+    the state table at its version (black-box mode only). A failed job raises the :mod:`cbp.errors`
     error its tasks reported (:func:`_job_error`).
     """
     st = plan.stage
@@ -142,7 +145,18 @@ def _read(spark: Any, schema: RecordSchema, files: list[str], meta: str = "") ->
     return spark.read.schema(ddl).parquet(*files)
 
 
-def _grouped(spark: Any, plan: TaskPlan, input_files: dict[int, list[str]], state_files: Optional[list[str]], dedupe: bool) -> Any:
+def _state_rows(spark: Any, schema: RecordSchema, state: StateSource) -> Optional[Any]:
+    """The state table's rows at the epoch's version: by Spark's Delta reader when the session
+    has it, else from the version's data files (listed with delta-rs); None when there are none."""
+    if has_delta(spark):
+        return read_delta(spark, state.uri, state.version).select(*STATE_COLUMNS, *[f"`{c}`" for c in schema.fields])
+    files = state.files()
+    if not files:
+        return None
+    return _read(spark, schema, files, "_key STRING, _h BIGINT, _epoch BIGINT, _alive BOOLEAN")
+
+
+def _grouped(spark: Any, plan: TaskPlan, input_files: dict[int, list[str]], state: Optional[StateSource], dedupe: bool) -> Any:
     from pyspark.sql import functions as F
 
     env_ddl = "_key STRING, _flow INT, _rec STRING"
@@ -150,13 +164,11 @@ def _grouped(spark: Any, plan: TaskPlan, input_files: dict[int, list[str]], stat
         _read(spark, plan.input_schemas[i], files).mapInArrow(partial(route_batches, plan, i), env_ddl)
         for i, files in input_files.items() if files
     ]
-    if plan.mode == "blackbox" and plan.stage.state_schema is not None and state_files:
-        schema = plan.stage.state_schema
-        s = _read(spark, schema, state_files, "_key STRING, _h BIGINT, _epoch BIGINT, _alive BOOLEAN")
-        if dedupe:  # the table was last written in direct mode: keep each key's newest rows
-            newest = s.groupBy("_key").agg(F.max("_epoch").alias("_newest"))
-            s = s.join(newest, "_key").where("_epoch = _newest")
-        s = s.where("_alive")
+    schema = plan.stage.state_schema
+    s = _state_rows(spark, schema, state) if plan.mode == "blackbox" and schema is not None and state is not None else None
+    if s is not None:
+        # dedupe: the table was last written in direct mode, so keep each key's newest rows
+        s = latest_state(s, dedupe)
         parts.append(s.select(
             "_key", F.lit(-1).cast("int").alias("_flow"),
             F.to_json(F.struct(*[F.col(f"`{c}`") for c in schema.fields]), {"ignoreNullFields": "false"}).alias("_rec"),

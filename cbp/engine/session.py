@@ -1,6 +1,10 @@
 """The SparkSession cbp runs on: local Spark by default, any master through ``CBP_SPARK_MASTER``,
 any further Spark settings through ``CBP_SPARK_CONF`` (``key=value;key=value``).
 
+When ``bash scripts/jars`` has resolved Spark's Delta connector (``state/jars/manifest.txt``, or
+``CBP_JARS_DIR``), the session loads it (the jars, Delta's SQL extension and catalog) and
+hadoop-aws; ``s3://`` and ``s3a://`` paths then reach S3 with the ``AWS_*`` variables a user sets.
+
     >>> spark = get_spark()          # doctest: +SKIP
     >>> spark_conf("spark.executor.pyspark.memory=1g; spark.sql.shuffle.partitions = 4")
     {'spark.executor.pyspark.memory': '1g', 'spark.sql.shuffle.partitions': '4'}
@@ -15,7 +19,7 @@ from typing import Optional
 
 from ..errors import RuntimeStateError
 
-__all__ = ["get_spark", "spark_conf"]
+__all__ = ["get_spark", "spark_conf", "delta_jars", "delta_conf", "s3a_conf", "has_delta", "require_delta"]
 
 _LOG4J = os.path.join(os.path.dirname(os.path.abspath(__file__)), "log4j2.properties")
 
@@ -39,6 +43,96 @@ def spark_conf(text: str) -> dict[str, str]:
     return conf
 
 
+def _jars_dir() -> str:
+    """Where ``scripts/jars`` puts the jar cache: ``CBP_JARS_DIR``, else ``state/jars`` of the repository."""
+    explicit = os.environ.get("CBP_JARS_DIR")
+    if explicit:
+        return explicit
+    repo = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    return os.path.join(repo, "state", "jars")
+
+
+def delta_jars(directory: Optional[str] = None) -> Optional[list[str]]:
+    """The jar cache's jars (absolute paths), or ``None`` when it is missing or incomplete.
+
+        >>> delta_jars("/nonexistent") is None
+        True
+    """
+    directory = directory or _jars_dir()
+    try:
+        with open(os.path.join(directory, "manifest.txt"), encoding="utf-8") as f:
+            names = [line.strip() for line in f if line.strip()]
+    except OSError:
+        return None
+    paths = [os.path.join(os.path.abspath(directory), n) for n in names]
+    if not paths or not all(os.path.isfile(p) for p in paths):
+        return None
+    return paths
+
+
+def delta_conf(jars: Optional[list[str]], local: bool = False) -> dict[str, str]:
+    """Spark settings that load Spark's Delta connector from ``jars`` (none without jars).
+
+    On a cluster the jars go to ``spark.jars`` (Spark ships them to the executors); with a
+    ``local`` master on the driver's class path, because Spark would otherwise copy them (670 MiB,
+    mostly the AWS SDK bundle) into every session's temporary directory.
+
+        >>> delta_conf(["/j/delta-spark.jar"])["spark.sql.extensions"]
+        'io.delta.sql.DeltaSparkSessionExtension'
+        >>> delta_conf(["/j/a.jar", "/j/b.jar"], local=True)["spark.driver.extraClassPath"]
+        '/j/a.jar:/j/b.jar'
+        >>> delta_conf(None)
+        {}
+    """
+    if not jars:
+        return {}
+    where = {"spark.driver.extraClassPath": os.pathsep.join(jars)} if local else {"spark.jars": ",".join(jars)}
+    return {
+        **where,
+        "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
+        "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
+        # Delta replays a table's log in a Spark job of 50 tasks by default; cbp's logs are small
+        # (a commit per epoch, checkpoints), and the first query over a home took 3x longer with 50
+        "spark.databricks.delta.snapshotPartitions": "4",
+    }
+
+
+def s3a_conf(env: Optional[dict[str, str]] = None) -> dict[str, str]:
+    """Spark settings for S3 from the variables an AWS user sets (only those that are set).
+
+    ``s3://`` is mapped to S3A, so a home written ``s3://bucket/path`` reaches Spark as written.
+
+        >>> c = s3a_conf({"AWS_ENDPOINT_URL": "http://127.0.0.1:9000", "AWS_REGION": "eu-west-1"})
+        >>> c["spark.hadoop.fs.s3a.endpoint"], c["spark.hadoop.fs.s3a.connection.ssl.enabled"]
+        ('http://127.0.0.1:9000', 'false')
+        >>> s3a_conf({})
+        {}
+    """
+    from ..storage.objectstore import ObjectStoreSettings
+
+    env = os.environ if env is None else env
+    if not any(env.get(k) for k in ("AWS_ENDPOINT_URL", "AWS_ACCESS_KEY_ID", "AWS_REGION", "AWS_DEFAULT_REGION")):
+        return {}
+    conf = ObjectStoreSettings.from_env(env).spark_s3a_conf()  # the same settings as pyarrow's and delta-rs's
+    conf["spark.hadoop.fs.AbstractFileSystem.s3.impl"] = "org.apache.hadoop.fs.s3a.S3A"
+    return conf
+
+
+def has_delta(spark: "pyspark.sql.SparkSession") -> bool:  # type: ignore[name-defined]  # noqa: F821
+    """Whether ``spark`` was created with Spark's Delta connector (see ``delta_conf``)."""
+    return "DeltaSparkSessionExtension" in (spark.conf.get("spark.sql.extensions", "") or "")
+
+
+def require_delta(spark: "pyspark.sql.SparkSession") -> None:  # type: ignore[name-defined]  # noqa: F821
+    """Raise ``RuntimeStateError`` (code ``no-delta-jars``) unless ``spark`` has the Delta connector."""
+    if not has_delta(spark):
+        where = _jars_dir()
+        raise RuntimeStateError(
+            f"Spark's Delta connector (delta-spark) is not loaded: no complete jar cache in {where} "
+            "when this process started Spark. Run 'bash scripts/setup' (or 'bash scripts/jars'; it needs Maven "
+            "and Maven Central), then start again.", code="no-delta-jars", path=where)
+
+
 def get_spark(master: Optional[str] = None, conf: Optional[dict[str, str]] = None) -> "pyspark.sql.SparkSession":  # type: ignore[name-defined]  # noqa: F821
     """Return the process's SparkSession, creating it with cbp's settings on first use.
 
@@ -47,7 +141,8 @@ def get_spark(master: Optional[str] = None, conf: Optional[dict[str, str]] = Non
     switched off: a stage's shuffle must keep exactly its partition count, because partition
     ``p`` of the shuffle is the task that owns state partition ``p``. ``CBP_SPARK_CONF`` and then
     ``conf`` add or override settings (e.g. ``spark.executor.pyspark.memory``, the address-space
-    limit of each Python worker) when the session is created.
+    limit of each Python worker) when the session is created. With the jar cache, the session
+    has Spark's Delta connector (``delta_conf``); with ``AWS_*`` variables, S3A (``s3a_conf``).
     """
     java_home = os.environ.get("JAVA_HOME")
     if not shutil.which("java") and not (java_home and os.path.exists(os.path.join(java_home, "bin", "java"))):
@@ -59,8 +154,9 @@ def get_spark(master: Optional[str] = None, conf: Optional[dict[str, str]] = Non
     active = SparkSession.getActiveSession()
     if active is not None:
         return active
+    master = master or os.environ.get("CBP_SPARK_MASTER", "local[*,2]")
     builder = (
-        SparkSession.builder.master(master or os.environ.get("CBP_SPARK_MASTER", "local[*,2]"))
+        SparkSession.builder.master(master)
         .appName("cbp")
         .config("spark.ui.enabled", "false")
         .config("spark.ui.showConsoleProgress", "false")
@@ -71,7 +167,8 @@ def get_spark(master: Optional[str] = None, conf: Optional[dict[str, str]] = Non
         .config("spark.sql.session.timeZone", "UTC")
         .config("spark.driver.extraJavaOptions", f"-Dlog4j2.configurationFile={_LOG4J}")
     )
-    for key, value in {**spark_conf(os.environ.get("CBP_SPARK_CONF", "")), **(conf or {})}.items():
+    extra = {**delta_conf(delta_jars(), local=master.startswith("local")), **s3a_conf(), **spark_conf(os.environ.get("CBP_SPARK_CONF", "")), **(conf or {})}
+    for key, value in extra.items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel(os.environ.get("CBP_SPARK_LOG_LEVEL", "ERROR"))

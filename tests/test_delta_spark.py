@@ -1,0 +1,302 @@
+"""Spark's own Delta connector (delta-spark) over cbp's tables, and cbp's tables for Spark users.
+
+cbp writes with delta-rs; these tests read the same tables with delta-spark and delta-rs, time
+travel included, read a table Spark wrote with delta-rs, and check ``cbp sql`` / ``Pipeline.sql``
+against ``cbp state`` / ``cbp output`` and a from-scratch count. They need the jars of
+``bash scripts/jars`` and skip without them.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+
+import pyarrow as pa
+import pytest
+from deltalake import DeltaTable
+
+import cbp
+from cbp.cli import main
+from cbp.engine import job
+from cbp.engine.deltaread import latest_state, read_delta
+from cbp.engine.session import has_delta, require_delta, s3a_conf
+from cbp.errors import CbpError
+from cbp.sql import sql_error
+from cbp.storage import LAYOUT
+from conftest import FLOWS
+
+YAML = FLOWS / "url_count.yaml"
+FEEDS = [
+    [{"url": "a"}, {"url": "b"}, {"url": "a"}],
+    [{"url": "c"}, {"url": "a"}],
+    [{"url": "b"}, {"url": "d"}, {"url": "d"}, {"url": "é/ü"}],
+    [{"url": "a"}],
+]
+# A counter that drops a key's state when it reaches 3: tombstones and several files per partition.
+DROPPING = """
+pipeline: dropper
+flows:
+  words: {external: true, schema: {w: string}}
+stages:
+  count:
+    translator: MOD:count
+    partitions: 2
+    inputs: [{flow: words, route_by: w}]
+    state: {schema: {w: string, n: int}}
+"""
+DROPPING_MODULE = """
+def count(key, state, words, out):
+    prev = next(state, None)
+    n = sum(1 for _ in words) + (prev["n"] if prev else 0)
+    if n < 3:
+        out.state.write({"w": key, "n": n})
+"""
+
+
+@pytest.fixture(scope="module")
+def dspark(spark):
+    if not has_delta(spark):
+        pytest.skip("no delta-spark jars (bash scripts/jars)")
+    return spark
+
+
+@pytest.fixture(scope="module")
+def url_home(dspark, tmp_path_factory):
+    """url_count after each of FEEDS was fed and run (direct mode, compacting after 2 files)."""
+    home = str(tmp_path_factory.mktemp("url") / "home")
+    p = cbp.load(YAML, home=home, spark=dspark)
+    p.controller.max_state_files = 2
+    for inc in FEEDS:
+        p.feed("urls", inc)
+        p.run()
+    return home
+
+
+def rows(table: pa.Table | list[dict], cols: list[str]) -> list[tuple]:
+    recs = table.to_pylist() if isinstance(table, pa.Table) else table
+    return sorted(tuple(r[c] for c in cols) for r in recs)
+
+
+def cli(capsys, *args: str) -> tuple[int, list[dict]]:
+    code = main([str(a) for a in args])
+    out = capsys.readouterr().out
+    return code, [json.loads(line) for line in out.splitlines() if line.strip()]
+
+
+def scratch(n: int) -> list[dict]:
+    """The from-scratch url_count state after the first ``n`` feeds."""
+    c = Counter(r["url"] for inc in FEEDS[:n] for r in inc)
+    return sorted(({"url": u, "count": k} for u, k in c.items()), key=lambda r: json.dumps(r["url"], ensure_ascii=False))
+
+
+# ------------------------------------------------------------ both readers, both ways
+def test_cbp_tables_read_alike_by_spark_and_delta_rs(dspark, url_home):
+    """Every version of every table cbp wrote (delta-rs) reads the same through delta-spark."""
+    for rel in (LAYOUT.state("url_count"), LAYOUT.flow("urls"), LAYOUT.flow("counts")):
+        uri = f"{url_home}/{rel}"
+        newest = DeltaTable(uri).version()
+        assert newest >= len(FEEDS)
+        for v in range(newest + 1):
+            mine = pa.table(DeltaTable(uri, version=v).to_pyarrow_table())
+            cols = [c for c in mine.column_names]
+            theirs = read_delta(dspark, uri, v).toPandas().to_dict("records")
+            assert rows(theirs, cols) == rows(mine, cols), (rel, v)
+
+
+def test_state_semantics_with_tombstones(dspark, make_pipeline, tmp_path):
+    """latest_state in Spark == cbp's latest_rows (newest epoch per key, no tombstones), each epoch."""
+    p = cbp.load(make_pipeline(DROPPING, DROPPING_MODULE), home=str(tmp_path / "h"), spark=dspark)
+    p.controller.max_state_files = 3
+    feeds = [["x", "y"], ["x"], ["x", "z"], ["y", "y"], ["x"], ["q"]]
+    state: dict[str, int] = {}
+    for words in feeds:
+        p.feed("words", [{"w": w} for w in words])
+        p.run()
+        for w, k in Counter(words).items():  # from scratch: a key that reaches 3 is dropped, then starts again
+            n = k + state.pop(w, 0)
+            if n < 3:
+                state[w] = n
+        expected = sorted(state.items())
+        assert rows(p.state("count"), ["w", "n"]) == expected
+        assert rows(p.state_df("count").toPandas().to_dict("records"), ["w", "n"]) == expected
+    for e in range(1, p.epochs("count") + 1):  # time travel: each epoch's state, both readers
+        assert rows(p.state_df("count", e).toPandas().to_dict("records"), ["w", "n"]) == rows(p.state("count", e), ["w", "n"])
+
+
+def test_spark_written_table_read_by_delta_rs(dspark, tmp_path):
+    """A Delta table written by Spark's connector reads the same through delta-rs, time travel too."""
+    uri = str(tmp_path / "sparktable")
+    dspark.createDataFrame([("a", 1), ("b", 2)], "k STRING, n BIGINT").write.format("delta").save(uri)
+    dspark.createDataFrame([("c", 3)], "k STRING, n BIGINT").write.format("delta").mode("append").save(uri)
+    dspark.createDataFrame([("d", 4)], "k STRING, n BIGINT").write.format("delta").mode("overwrite").save(uri)
+    expected = {0: [("a", 1), ("b", 2)], 1: [("a", 1), ("b", 2), ("c", 3)], 2: [("d", 4)]}
+    assert DeltaTable(uri).version() == 2
+    for v, want in expected.items():
+        assert rows(pa.table(DeltaTable(uri, version=v).to_pyarrow_table()), ["k", "n"]) == want
+        assert rows(read_delta(dspark, uri, v).toPandas().to_dict("records"), ["k", "n"]) == want
+
+
+# ------------------------------------------------------------ cbp sql
+def test_cbp_sql_equals_cbp_state_and_scratch(dspark, url_home, capsys):
+    code, state = cli(capsys, "state", YAML, "url_count", "--home", url_home)
+    assert code == 0 and state == scratch(len(FEEDS))
+    code, sql = cli(capsys, "sql", YAML, "SELECT * FROM url_count", "--home", url_home)
+    assert code == 0 and sql == state  # the same records in the same order (by key)
+    for n in range(1, len(FEEDS) + 1):
+        code, by_epoch = cli(capsys, "sql", YAML, "SELECT * FROM url_count", "--home", url_home, "--epoch", n)
+        assert code == 0
+        _, state_n = cli(capsys, "state", YAML, "url_count", "--home", url_home, "--epoch", n)
+        assert by_epoch == state_n == scratch(n)
+        _, named = cli(capsys, "sql", YAML, "SELECT * FROM url_count", "--home", url_home, "--epoch", f"url_count={n}")
+        assert named == state_n
+
+
+def test_cbp_sql_flows_equal_cbp_output(dspark, url_home, capsys):
+    for flow in ("urls", "counts"):
+        _, out = cli(capsys, "output", YAML, flow, "--home", url_home)
+        code, sql = cli(capsys, "sql", YAML, f"SELECT * FROM {flow}", "--home", url_home)
+        assert code == 0 and sorted(map(json.dumps, sql)) == sorted(map(json.dumps, out))
+    for n in range(1, len(FEEDS) + 1):  # a pinned stage's output flow: what that epoch wrote
+        _, out = cli(capsys, "output", YAML, "counts", "--home", url_home, "--epoch", n)
+        _, sql = cli(capsys, "sql", YAML, "SELECT url, count FROM counts", "--home", url_home, "--epoch", n)
+        assert sorted(map(json.dumps, sql)) == sorted(map(json.dumps, out))
+    code, agg = cli(capsys, "sql", YAML, "SELECT count(*) AS n, sum(count) AS total FROM url_count", "--home", url_home)
+    assert agg == [{"n": len(scratch(len(FEEDS))), "total": sum(len(f) for f in FEEDS)}]
+
+
+def test_pipeline_sql_api(dspark, url_home):
+    p = cbp.load(YAML, home=url_home, spark=dspark)
+    df = p.sql("SELECT s.url, s.count FROM url_count s JOIN urls u ON s.url = u.url WHERE s.count > 1")
+    assert {r["url"] for r in df.collect()} == {r["url"] for r in scratch(len(FEEDS)) if r["count"] > 1}
+    assert [r.asDict() for r in p.state_df("url_count", 2).collect()] == scratch(2)
+    assert p.flow_df("counts", epoch=1).count() == 2
+    assert p.sql("SELECT * FROM url_count", epoch={"url_count": 1}).count() == len(scratch(1))
+
+
+@pytest.mark.parametrize("query,args,code,exit_code", [
+    ("SELEC * FROM url_count", [], "bad-sql", 2),
+    ("SELECT nope FROM url_count", [], "bad-sql", 2),
+    ("SELECT * FROM no_such_view", [], "bad-sql", 2),
+    ("SELECT * FROM url_count", ["--epoch", "nostage=1"], "unknown-stage", 2),
+    ("SELECT * FROM url_count", ["--epoch", "99"], "unknown-epoch", 2),
+    ("SELECT * FROM url_count", ["--epoch", "x"], "usage", 2),
+    ("INSERT INTO urls VALUES ('x')", [], "sql-not-query", 2),
+    ("DROP VIEW urls", [], "sql-not-query", 2),
+    ("SELECT cast('x' AS INT)", [], "bad-sql", 2),
+])
+def test_sql_errors_have_codes(dspark, url_home, capsys, query, args, code, exit_code):
+    assert main(["sql", str(YAML), query, "--home", url_home, *args]) == exit_code
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and "Py4J" not in err and "SQLQueryContextLogger" not in err
+    p = cbp.load(YAML, home=url_home, spark=dspark)
+    if query.startswith("SELECT cast"):  # fails only when it runs: a DataFrame raises Spark's error, which the CLI maps
+        with pytest.raises(Exception) as raw:
+            p.sql(query).collect()
+        assert sql_error(raw.value).code == code
+        return
+    with pytest.raises(CbpError) as e:
+        p.sql(query, args[1] if args else None)
+    assert e.value.code == code
+
+
+def test_sql_table_format(dspark, url_home, capsys):
+    assert main(["sql", str(YAML), "SELECT url, count FROM url_count ORDER BY url LIMIT 2", "--home", url_home, "--format", "table"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].split() == ["url", "count"] and lines[-1] == "(2 rows)"
+
+
+# ------------------------------------------------------------ black-box mode
+def test_blackbox_reads_state_through_delta_spark(dspark, tmp_path, monkeypatch):
+    calls = []
+    real = job.read_delta
+    monkeypatch.setattr(job, "read_delta", lambda spark, uri, version=None: calls.append((uri, version)) or real(spark, uri, version))
+    p = cbp.load(YAML, home=str(tmp_path / "bb"), mode="blackbox", spark=dspark)
+    for inc in FEEDS:
+        p.feed("urls", inc)
+        p.run()
+    assert p.state("url_count") == scratch(len(FEEDS))
+    assert [v for _, v in calls] == [p.controller.state_version("url_count", e) for e in range(1, len(FEEDS))]
+    assert rows(latest_state(read_delta(dspark, calls[-1][0])).toPandas().to_dict("records"), ["url", "count"]) == \
+        rows(scratch(len(FEEDS)), ["url", "count"])
+
+
+# ------------------------------------------------------------ session settings
+def test_require_delta_names_setup():
+    class NoDelta:
+        class conf:
+            @staticmethod
+            def get(key, default=None):
+                return default
+
+    with pytest.raises(CbpError) as e:
+        require_delta(NoDelta())
+    assert e.value.code == "no-delta-jars" and "scripts/setup" in str(e.value)
+    p = cbp.load(YAML, home="/nonexistent/cbp-home", spark=NoDelta())
+    for call in (lambda: p.sql("SELECT 1"), lambda: p.state_df("url_count"), lambda: p.flow_df("urls")):
+        with pytest.raises(CbpError) as e:
+            call()
+        assert e.value.code == "no-delta-jars"
+
+
+def test_cli_without_jars(spark, tmp_path, capsys):
+    """Without the jars (CBP_JARS_DIR elsewhere), cbp sql fails cleanly; the rest works."""
+    if has_delta(spark):
+        pytest.skip("this session has the jars; run with CBP_JARS_DIR=/nonexistent")
+    home = str(tmp_path / "h")
+    assert main(["feed", str(YAML), "urls", str(_jsonl(tmp_path, FEEDS[0])), "--home", home]) == 0
+    assert main(["run", str(YAML), "--home", home, "--quiet"]) == 0
+    assert main(["sql", str(YAML), "SELECT * FROM url_count", "--home", home]) == 5
+    assert "scripts/setup" in capsys.readouterr().err
+
+
+def _jsonl(tmp_path, records: list[dict]):
+    path = tmp_path / "feed.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in records))
+    return path
+
+
+def test_s3a_conf_from_aws_environment():
+    env = {"AWS_ENDPOINT_URL": "https://s3.example:9000", "AWS_ACCESS_KEY_ID": "k", "AWS_SECRET_ACCESS_KEY": "s", "AWS_REGION": "r"}
+    c = s3a_conf(env)
+    assert c["spark.hadoop.fs.s3a.endpoint"] == "https://s3.example:9000"
+    assert c["spark.hadoop.fs.s3a.connection.ssl.enabled"] == "true"
+    assert c["spark.hadoop.fs.s3a.path.style.access"] == "true"
+    assert (c["spark.hadoop.fs.s3a.access.key"], c["spark.hadoop.fs.s3a.secret.key"], c["spark.hadoop.fs.s3a.endpoint.region"]) == ("k", "s", "r")
+    assert c["spark.hadoop.fs.s3.impl"] == "org.apache.hadoop.fs.s3a.S3AFileSystem"
+    assert s3a_conf({"AWS_PROFILE": "x"}) == {}
+
+
+def test_s3_table_through_s3a(dspark, monkeypatch):
+    """hadoop-aws and the AWS SDK bundle load: a table delta-rs wrote to an S3 server (moto) reads
+    through ``s3://`` (mapped to S3A) with time travel, and one Spark appends reads in delta-rs."""
+    moto_server = pytest.importorskip("moto.server")
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    srv = moto_server.ThreadedMotoServer(ip_address="127.0.0.1", port=port)
+    srv.start()
+    env = {"AWS_ENDPOINT_URL": f"http://127.0.0.1:{port}", "AWS_ACCESS_KEY_ID": "test", "AWS_SECRET_ACCESS_KEY": "test",
+           "AWS_REGION": "us-east-1"}
+    hadoop = dspark.sparkContext._jsc.hadoopConfiguration()
+    try:
+        for k, v in env.items():
+            monkeypatch.setenv(k, v)
+        for k, v in s3a_conf(env).items():  # what get_spark sets at start, set on the running session
+            hadoop.set(k[len("spark.hadoop."):], v)
+        import boto3
+        from deltalake import write_deltalake
+
+        boto3.client("s3").create_bucket(Bucket="cbp")
+        so = {"AWS_ALLOW_HTTP": "true", "AWS_S3_ALLOW_UNSAFE_RENAME": "true"}
+        write_deltalake("s3://cbp/t", pa.table({"k": ["a", "b"], "n": [1, 2]}), storage_options=so)
+        write_deltalake("s3://cbp/t", pa.table({"k": ["c"], "n": [3]}), mode="append", storage_options=so)
+        assert sorted(r.k for r in read_delta(dspark, "s3://cbp/t", 0).collect()) == ["a", "b"]
+        assert sorted(r.k for r in read_delta(dspark, "s3://cbp/t").collect()) == ["a", "b", "c"]
+        dspark.createDataFrame([("d", 4)], "k STRING, n BIGINT").write.format("delta").mode("append").save("s3://cbp/t")
+        assert sorted(DeltaTable("s3://cbp/t", storage_options=so).to_pyarrow_table()["k"].to_pylist()) == ["a", "b", "c", "d"]
+    finally:
+        for k in s3a_conf(env):
+            hadoop.unset(k[len("spark.hadoop."):])
+        srv.stop()
