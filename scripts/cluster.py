@@ -150,6 +150,7 @@ def env_sh(p: dict[str, int]) -> str:
         "AWS_DEFAULT_REGION": S3_REGION,
         "AWS_ALLOW_HTTP": "true",  # delta-rs / object_store refuse plain http endpoints without it
         "CBP_S3_BUCKET": BUCKET,
+        "CBP_JARS_ON_WORKERS": "1",  # the workers run on this machine: Delta and S3A jars from state/jars, not shipped
     }
     out = [f"# written by scripts/cluster up; source it to run cbp on the cluster ({STATE})"]
     out += [f"export {k}='{v}'" for k, v in lines.items()]

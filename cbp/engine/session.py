@@ -70,11 +70,13 @@ def delta_jars(directory: Optional[str] = None) -> Optional[list[str]]:
     return paths
 
 
-def delta_conf(jars: Optional[list[str]], local: bool = False) -> dict[str, str]:
+def delta_conf(jars: Optional[list[str]], local: bool = False, on_workers: bool = False) -> dict[str, str]:
     """Spark settings that load Spark's Delta connector from ``jars`` (none without jars).
 
-    On a cluster the jars go to ``spark.jars`` (Spark ships them to the executors); with a
-    ``local`` master on the driver's class path, because Spark would otherwise copy them (670 MiB,
+    On a cluster the jars go to ``spark.jars`` (Spark ships them to the executors) unless
+    ``on_workers`` (``CBP_JARS_ON_WORKERS=1``, set by ``scripts/cluster``'s env.sh) says the
+    workers have them at the same paths: then on the executors' class path too. With a ``local``
+    master they go on the driver's class path, because Spark would otherwise copy them (670 MiB,
     mostly the AWS SDK bundle) into every session's temporary directory.
 
         >>> delta_conf(["/j/delta-spark.jar"])["spark.sql.extensions"]
@@ -86,7 +88,13 @@ def delta_conf(jars: Optional[list[str]], local: bool = False) -> dict[str, str]
     """
     if not jars:
         return {}
-    where = {"spark.driver.extraClassPath": os.pathsep.join(jars)} if local else {"spark.jars": ",".join(jars)}
+    path = os.pathsep.join(jars)
+    if local:
+        where = {"spark.driver.extraClassPath": path}
+    elif on_workers:
+        where = {"spark.driver.extraClassPath": path, "spark.executor.extraClassPath": path}
+    else:
+        where = {"spark.jars": ",".join(jars)}
     return {
         **where,
         "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
@@ -167,7 +175,7 @@ def get_spark(master: Optional[str] = None, conf: Optional[dict[str, str]] = Non
         .config("spark.sql.session.timeZone", "UTC")
         .config("spark.driver.extraJavaOptions", f"-Dlog4j2.configurationFile={_LOG4J}")
     )
-    extra = {**delta_conf(delta_jars(), local=master.startswith("local")), **s3a_conf(), **spark_conf(os.environ.get("CBP_SPARK_CONF", "")), **(conf or {})}
+    extra = {**delta_conf(delta_jars(), local=master.startswith("local"), on_workers=os.environ.get("CBP_JARS_ON_WORKERS") == "1"), **s3a_conf(), **spark_conf(os.environ.get("CBP_SPARK_CONF", "")), **(conf or {})}
     for key, value in extra.items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
