@@ -47,7 +47,8 @@ from .config import CRAWL_TIMEOUT_MINUTES, RUN_TIMEOUT_MINUTES, CrawlerConfig, D
 from .processes import ProcessGroup
 
 __all__ = ["DagConfig", "CrawlerConfig", "load_config", "make_dags", "pipeline_dag", "crawler_dag", "flow_asset", "epochs_asset",
-           "land_inbox", "run_pipeline", "crawl_round", "ProcessGroup"]
+           "land_inbox", "run_pipeline", "crawl_round", "ProcessGroup", "home_uri", "task_environ",
+           "RUN_TIMEOUT_MINUTES", "CRAWL_TIMEOUT_MINUTES"]
 
 DEFAULT_ARGS = {"retries": 2}
 
