@@ -98,7 +98,7 @@ def driver(env: dict[str, str], args: list[str], home: str, fault: Optional[str]
         try:
             code = proc.wait(timeout)
         finally:
-            left = _group(proc.pid)
+            left = _group(proc.pid) if proc.poll() != 0 else []  # after a clean exit the JVM ends by itself
             if left:
                 os.killpg(proc.pid, signal.SIGKILL)
         out.seek(0)
@@ -171,6 +171,7 @@ def test_driver_killed_mid_epoch_on_s3_home_recovers_exactly(cluster, tmp_path):
     kills = [e for e in log if e["fault"]]
     assert len(kills) == sum(len(v) for v in KILLS.values())
     assert sum(e["took_over"] for e in log) == len(kills)
+    assert any("java" in e["group_killed"] for e in kills)  # the driver's Spark JVM was SIGKILLed with it
     print(f"reference (local) {t_ref:.0f}s; victim on the cluster with {len(kills)} kills {t_victim:.0f}s")
     for e in log:
         print(json.dumps(e))
