@@ -181,7 +181,8 @@ def results(home: str, spark: Any = None) -> dict[str, Any]:
                 out["outputs"][f"{f}@{s}:{e}"] = _canon(p.output(f, epoch=e))
     for s in STATEFUL:
         out["state"][s] = _canon(p.state(s))
-        rows = latest_rows(DeltaTable(os.path.join(home, "stages", s, "state")).to_pyarrow_table())
+        table = DeltaTable(os.path.join(home, "stages", s, "state"), storage_options=p.home.storage_options)  # an s3:// home too
+        rows = latest_rows(table.to_pyarrow_table())
         fields = list(p.spec.stages[s].state_schema.fields)  # type: ignore[union-attr]
         out["delta_state"][s] = _canon(rows.select(fields).to_pylist())
     out["leftovers"] = {"pending": p.home.pending() is not None, "intentions": sorted(p.home.intentions())}

@@ -1,7 +1,8 @@
 """Homes on S3: a real S3 API (moto's server on loopback), delta-rs with conditional puts, leases.
 
-The server is started once per module on 127.0.0.1 and a free port; the AWS_* variables point
-this process (and, through ``SparkContext.environment``, Spark's Python workers) at it.
+The server (fixture ``s3`` of tests/moto_s3.py) is started once per module on 127.0.0.1 and a free
+port; the AWS_* variables point this process (and, through ``SparkContext.environment``, Spark's
+Python workers) at it.
 """
 
 from __future__ import annotations
@@ -9,7 +10,6 @@ from __future__ import annotations
 import os
 import pickle
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -24,50 +24,9 @@ from cbp.storage import Home
 from cbp.storage.lease import KEEP, PRUNE_EVERY, Lease, S3Objects
 from cbp.testing import Increment, replay
 from conftest import FLOWS, ROOT
-
-boto3 = pytest.importorskip("boto3", reason="boto3 is not installed (pip install -e '.[dev]')")
-pytest.importorskip("moto.server", reason="moto's S3 server is not installed (pip install 'moto[server]')")
-MOTO = [sys.executable, "-m", "moto.server"]  # this interpreter's moto, not another one on PATH
+from moto_s3 import BUCKET, s3  # noqa: F401  (the module's S3 server fixture)
 
 HOLDER = str(Path(__file__).with_name("s3_lease_holder.py"))
-BUCKET = "cbp-test"
-ENV = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing", "AWS_REGION": "us-east-1"}
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-@pytest.fixture(scope="module")
-def s3():
-    """A moto S3 server with the bucket ``cbp-test``; the process environment points at it."""
-    port = _free_port()
-    proc = subprocess.Popen([*MOTO, "-H", "127.0.0.1", "-p", str(port)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                            start_new_session=True)
-    endpoint = f"http://127.0.0.1:{port}"
-    saved = {k: os.environ.get(k) for k in [*ENV, "AWS_ENDPOINT_URL"]}
-    os.environ.update(ENV, AWS_ENDPOINT_URL=endpoint)
-    client = boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1")
-    deadline = time.time() + 30
-    while True:
-        try:
-            client.create_bucket(Bucket=BUCKET)
-            break
-        except Exception:
-            if time.time() > deadline or proc.poll() is not None:
-                proc.kill()
-                raise
-            time.sleep(0.2)
-    yield client
-    proc.terminate()
-    proc.wait(10)
-    for k, v in saved.items():
-        if v is None:
-            os.environ.pop(k, None)
-        else:
-            os.environ[k] = v
 
 
 def _home() -> str:

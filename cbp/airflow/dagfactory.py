@@ -2,7 +2,8 @@
 
 :func:`pipeline_dag` turns a ``flows/*.yaml`` into a DAG ``cbp_<pipeline>``:
 
-- **schedule**: one Airflow Asset per external input flow (``file://<home>/flows/<flow>``), any
+- **schedule**: one Airflow Asset per external input flow (``file://<home>/flows/<flow>``, or
+  ``s3://.../flows/<flow>`` for a home on S3; settings in :mod:`cbp.airflow.config`), any
   of which starts a run. Each asset has an ``AssetWatcher`` (:class:`cbp.airflow.triggers.IncrementLanded`),
   so an increment landed outside Airflow (``cbp feed``, the Python API, a file dropped in the
   inbox) starts a run too; a task that lands an increment also emits the asset event itself.
@@ -37,124 +38,61 @@ import hashlib
 import os
 import stat
 import sys
-from dataclasses import dataclass, field
+from contextlib import contextmanager
 from datetime import timedelta
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Iterator, Optional
 
-import yaml
-
-from ..errors import RuntimeStateError
 from ..spec import PipelineSpec, load_spec
+from .config import CRAWL_TIMEOUT_MINUTES, RUN_TIMEOUT_MINUTES, CrawlerConfig, DagConfig, is_remote, load_config
 from .processes import ProcessGroup
 
 __all__ = ["DagConfig", "CrawlerConfig", "load_config", "make_dags", "pipeline_dag", "crawler_dag", "flow_asset", "epochs_asset",
-           "land_inbox", "run_pipeline", "crawl_round", "ProcessGroup"]
+           "land_inbox", "run_pipeline", "crawl_round", "ProcessGroup", "home_uri", "task_environ",
+           "RUN_TIMEOUT_MINUTES", "CRAWL_TIMEOUT_MINUTES"]
 
 DEFAULT_ARGS = {"retries": 2}
-RUN_TIMEOUT_MINUTES = 120.0  # a run task (cbp run until quiescent) that takes longer is killed, with its Spark JVM
-CRAWL_TIMEOUT_MINUTES = 30.0  # a crawl round that takes longer is stopped
-
-
-@dataclass(frozen=True)
-class CrawlerConfig:
-    """A crawler DAG: corpus directories standing for the web, seed URLs, pages per round."""
-
-    corpus: list[str]
-    seed: list[str]
-    max_pages: int = 1000
-    hosts: list[str] = field(default_factory=list)
-    queue: str = "crawl_queue"
-    pages: str = "pages"
-
-
-@dataclass(frozen=True)
-class DagConfig:
-    """Where the YAML files, homes and inboxes are (see ``dags/cbp.yaml``)."""
-
-    flows: str
-    homes: str
-    inbox: str
-    crawlers: dict[str, CrawlerConfig] = field(default_factory=dict)
-    poke_interval: float = 5.0
-    spark_master: Optional[str] = None
-    run_timeout_minutes: float = RUN_TIMEOUT_MINUTES
-    crawl_timeout_minutes: float = CRAWL_TIMEOUT_MINUTES
-    epoch_timeout_seconds: Optional[float] = None  # passed on as ``cbp run --epoch-timeout`` when set
-
-    def home(self, spec: PipelineSpec) -> str:
-        return os.path.join(self.homes, spec.name)
-
-    def inbox_dir(self, spec: PipelineSpec, flow: str) -> str:
-        return os.path.join(self.inbox, spec.name, flow)
-
-
-def load_config(path: str) -> DagConfig:
-    """Read ``dags/cbp.yaml``; relative paths are relative to the file."""
-    with open(path) as fh:
-        raw = yaml.safe_load(fh) or {}
-    base = os.path.dirname(os.path.abspath(path))
-
-    def p(x: str) -> str:
-        return os.path.normpath(os.path.join(base, os.path.expanduser(str(x))))
-
-    known = {"flows", "homes", "inbox", "crawlers", "poke_interval", "spark_master",
-             "run_timeout_minutes", "crawl_timeout_minutes", "epoch_timeout_seconds"}
-    unknown = set(raw) - known
-    if unknown:
-        raise ValueError(f"{path}: unknown key(s) {', '.join(sorted(unknown))}; known: {', '.join(sorted(known))}")
-    if "://" in str(raw.get("homes", "")) and not str(raw["homes"]).startswith("file://"):
-        raise RuntimeStateError(f"{path}: homes: {raw['homes']}: the Airflow DAGs need homes on a local disk (their asset URIs, "
-                                "inboxes and announcement markers are local files); run cbp on an object-store home with "
-                                "'cbp run' or cbp.load() instead", code="needs-local-home", path=str(raw["homes"]))
-    crawlers = {}
-    for name, c in (raw.get("crawlers") or {}).items():
-        try:
-            crawlers[name] = CrawlerConfig(
-                corpus=[p(d) for d in (c["corpus"] if isinstance(c["corpus"], list) else [c["corpus"]])],
-                seed=c["seed"] if isinstance(c["seed"], list) else [c["seed"]],
-                max_pages=int(c.get("max_pages", 1000)), hosts=list(c.get("hosts", [])),
-                queue=c.get("queue", "crawl_queue"), pages=c.get("pages", "pages"))
-        except (KeyError, TypeError) as e:
-            raise ValueError(f"{path}: crawler '{name}' needs corpus and seed ({e})") from None
-
-    def positive(key: str, default: Optional[float]) -> Optional[float]:
-        v = raw.get(key, default)
-        if v is None and default is None:
-            return None
-        try:
-            n = float(v)
-        except (TypeError, ValueError):
-            n = float("nan")
-        if not 0 < n < float("inf"):
-            raise ValueError(f"{path}: {key} must be a positive number, got {v!r}")
-        return n
-
-    return DagConfig(flows=p(raw.get("flows", "../flows")), homes=p(raw.get("homes", "../state")), inbox=p(raw.get("inbox", "../state/inbox")),
-                     crawlers=crawlers, poke_interval=float(raw.get("poke_interval", 5.0)), spark_master=raw.get("spark_master"),
-                     run_timeout_minutes=positive("run_timeout_minutes", RUN_TIMEOUT_MINUTES),
-                     crawl_timeout_minutes=positive("crawl_timeout_minutes", CRAWL_TIMEOUT_MINUTES),
-                     epoch_timeout_seconds=positive("epoch_timeout_seconds", None))
 
 
 # ---------------------------------------------------------------------------- assets
-def flow_asset(home: str, spec: PipelineSpec, flow: str, watch: bool = False, inbox: Optional[str] = None, poke_interval: float = 5.0) -> Any:
-    """The Airflow Asset of a flow's Delta table, ``file://<home>/flows/<flow>`` (with its watcher if ``watch``)."""
+def home_uri(home: str) -> str:
+    """The home as a URI: ``file://<absolute path>`` for a local home, the home itself on an object store."""
+    return home.rstrip("/") if is_remote(home) else f"file://{os.path.abspath(home)}"
+
+
+def flow_asset(home: str, spec: PipelineSpec, flow: str, watch: bool = False, inbox: Optional[str] = None, poke_interval: float = 5.0,
+               markers: Optional[str] = None) -> Any:
+    """The Airflow Asset of a flow's Delta table, ``<home URI>/flows/<flow>`` (with its watcher if ``watch``)."""
     from airflow.sdk import Asset, AssetWatcher
 
     from .triggers import IncrementLanded
 
     watchers = []
     if watch:
-        watchers = [AssetWatcher(name=f"cbp_{spec.name}_{flow}_landed",
-                                 trigger=IncrementLanded(home=home, flow=flow, inbox=inbox, poke_interval=poke_interval))]
-    return Asset(name=f"cbp.{spec.name}.{flow}", uri=f"file://{os.path.abspath(home)}/flows/{flow}", group="cbp", watchers=watchers)
+        trigger = IncrementLanded(home=home, flow=flow, inbox=inbox, poke_interval=poke_interval, markers=markers)
+        watchers = [AssetWatcher(name=f"cbp_{spec.name}_{flow}_landed", trigger=trigger)]
+    return Asset(name=f"cbp.{spec.name}.{flow}", uri=f"{home_uri(home)}/flows/{flow}", group="cbp", watchers=watchers)
 
 
 def epochs_asset(home: str, spec: PipelineSpec) -> Any:
     """An Asset updated whenever the pipeline ran at least one stage epoch."""
     from airflow.sdk import Asset
 
-    return Asset(name=f"cbp.{spec.name}._epochs", uri=f"file://{os.path.abspath(home)}/_cbp/epochs", group="cbp")
+    return Asset(name=f"cbp.{spec.name}._epochs", uri=f"{home_uri(home)}/_cbp/epochs", group="cbp")
+
+
+@contextmanager
+def task_environ(extra: dict[str, str]) -> Iterator[None]:
+    """``os.environ`` with ``extra`` for the block (a task that reads an object-store home in-process)."""
+    saved = {k: os.environ.get(k) for k in extra}
+    os.environ.update(extra)
+    try:
+        yield
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
 
 
 def _outputs(spec: PipelineSpec) -> list[str]:
@@ -202,11 +140,12 @@ def _reject(d: str, name: str, code: str, message: str) -> str:
     return target
 
 
-def land_inbox(yaml_path: str, home: str, inbox: str, flows: list[str]) -> dict[str, dict[str, Any]]:
+def land_inbox(yaml_path: str, home: str, inbox: str, flows: list[str], markers: Optional[str] = None) -> dict[str, dict[str, Any]]:
     """Land every ``<inbox>/<flow>/*.jsonl`` once and move it to ``landed/``; a file that cannot be
     landed goes to ``rejected/`` with ``<file>.error.txt`` (``<code>: <message>``) and the next file
     is landed all the same.
 
+    ``markers`` is the local directory of the announcement markers (default ``<home>/_airflow``).
     Returns ``{"landed": {flow: [files]}, "rejected": {flow: {file: "code: message"}}}``. Errors
     that are not the file's fault (the home is busy, full or read-only) are raised: the task fails
     and is retried, and nothing is rejected for them.
@@ -260,27 +199,35 @@ def land_inbox(yaml_path: str, home: str, inbox: str, flows: list[str]) -> dict[
             landed.setdefault(flow, []).append(name)
             print(f"cbp: landed {_shown(src)} on flow '{flow}'")
         if done or refused:  # the watcher announced these files already: they are not news any more
-            announce_landed(home, flow, done, len(done), rejected=refused)
+            announce_landed(home, flow, done, len(done), rejected=refused, markers=markers)
     return {"landed": landed, "rejected": rejected}
 
 
 def run_pipeline(yaml_path: str, home: str, spark_master: Optional[str] = None, *, epoch_timeout: Optional[float] = None,
-                 timeout: Optional[float] = None, grace: float = 10.0, started: Optional[Callable[[ProcessGroup], None]] = None) -> dict[str, Any]:
+                 timeout: Optional[float] = None, grace: float = 10.0, started: Optional[Callable[[ProcessGroup], None]] = None,
+                 env: Optional[dict[str, str]] = None) -> dict[str, Any]:
     """``cbp run`` in a subprocess in its own process group; returns the epochs run and the new
     increments per output flow.
 
     ``epoch_timeout`` (seconds) is passed on as ``cbp run --epoch-timeout``. ``timeout`` (seconds)
     bounds the whole run: the process group is killed and :class:`TimeoutError` raised. It is
     killed as well when an exception interrupts the wait (Airflow's ``execution_timeout`` raises
-    one in the task) or when ``started``'s group is killed (an operator's ``on_kill``).
+    one in the task) or when ``started``'s group is killed (an operator's ``on_kill``). ``env`` (e.g. a
+    cluster's env.sh, :meth:`DagConfig.task_env`) is added to the environment of ``cbp run`` and of
+    this function's own reads of the home; ``spark_master`` goes to ``cbp run`` as ``CBP_SPARK_MASTER``.
     """
+    extra = {**(env or {}), **({"CBP_SPARK_MASTER": spark_master} if spark_master else {})}
+    with task_environ(extra):
+        return _run_pipeline(yaml_path, home, extra, epoch_timeout, timeout, grace, started)
+
+
+def _run_pipeline(yaml_path: str, home: str, extra: dict[str, str], epoch_timeout: Optional[float], timeout: Optional[float],
+                  grace: float, started: Optional[Callable[[ProcessGroup], None]]) -> dict[str, Any]:
     from ..pipeline import Pipeline
 
     pipe = Pipeline(yaml_path, home)
     before = {s: pipe.epochs(s) for s in pipe.spec.stages}
-    env = dict(os.environ)
-    if spark_master:
-        env["CBP_SPARK_MASTER"] = spark_master
+    env = {**os.environ, **extra}
     cmd = [sys.executable, "-m", "cbp.cli", "run", yaml_path, "--home", home]
     if epoch_timeout is not None:
         cmd += ["--epoch-timeout", f"{epoch_timeout:g}"]
@@ -305,8 +252,13 @@ def run_pipeline(yaml_path: str, home: str, spark_master: Optional[str] = None, 
     return {"epochs": epochs, "records": new}
 
 
-def crawl_round(yaml_path: str, home: str, cfg: CrawlerConfig) -> dict[str, Any]:
-    """One crawl round; returns what it fetched and landed."""
+def crawl_round(yaml_path: str, home: str, cfg: CrawlerConfig, env: Optional[dict[str, str]] = None) -> dict[str, Any]:
+    """One crawl round (with ``env`` added to the environment); returns what it fetched and landed."""
+    with task_environ(env or {}):
+        return _crawl_round(yaml_path, home, cfg)
+
+
+def _crawl_round(yaml_path: str, home: str, cfg: CrawlerConfig) -> dict[str, Any]:
     from ..crawl.crawler import Corpus, Crawler
     from ..pipeline import Pipeline
 
@@ -339,14 +291,19 @@ def run_operator() -> type:
             ui_color = "#e8f4ff"
 
             def __init__(self, *, yaml_path: str, home: str, spark_master: Optional[str] = None,
-                         epoch_timeout: Optional[float] = None, **kwargs: Any) -> None:
+                         epoch_timeout: Optional[float] = None, env_file: Optional[str] = None, **kwargs: Any) -> None:
                 super().__init__(**kwargs)
                 self.yaml_path, self.home, self.spark_master, self.epoch_timeout = yaml_path, home, spark_master, epoch_timeout
+                self.env_file = env_file
                 self._group: Optional[ProcessGroup] = None
 
             def execute(self, context: Any) -> dict[str, Any]:
                 return run_pipeline(self.yaml_path, self.home, self.spark_master, epoch_timeout=self.epoch_timeout,
-                                    started=lambda g: setattr(self, "_group", g))
+                                    started=lambda g: setattr(self, "_group", g), env=self.task_env())
+
+            def task_env(self) -> dict[str, str]:
+                """The variables ``cbp run`` gets besides the task's own: env_file's (sourced now), the master."""
+                return DagConfig(flows="", homes="", inbox="", spark_master=self.spark_master, env_file=self.env_file).task_env()
 
             def on_kill(self) -> None:
                 if self._group is not None:
@@ -365,7 +322,9 @@ def pipeline_dag(yaml_path: str, cfg: DagConfig) -> Any:
     spec = load_spec(yaml_path)
     home = cfg.home(spec)
     inputs = list(spec.external_flows)
-    watched = [flow_asset(home, spec, f, watch=True, inbox=cfg.inbox_dir(spec, f), poke_interval=cfg.poke_interval) for f in inputs]
+    markers = cfg.markers_dir(spec)
+    watched = [flow_asset(home, spec, f, watch=True, inbox=cfg.inbox_dir(spec, f), poke_interval=cfg.poke_interval, markers=markers)
+               for f in inputs]
     yaml_path = os.path.abspath(yaml_path)
     timeout = timedelta(minutes=cfg.run_timeout_minutes)
     with DAG(dag_id=f"cbp_{spec.name}", schedule=AssetAny(*watched) if watched else None, catchup=False, max_active_runs=1,
@@ -374,10 +333,11 @@ def pipeline_dag(yaml_path: str, cfg: DagConfig) -> Any:
 
         @task(task_id="land_inbox")
         def _land() -> dict[str, Any]:
-            return land_inbox(yaml_path, home, os.path.join(cfg.inbox, spec.name), inputs)
+            with task_environ(cfg.task_env()):
+                return land_inbox(yaml_path, home, os.path.join(cfg.inbox, spec.name), inputs, markers=markers)
 
         ran = run_operator()(task_id="run", yaml_path=yaml_path, home=home, spark_master=cfg.spark_master,
-                             epoch_timeout=cfg.epoch_timeout_seconds, execution_timeout=timeout)
+                             epoch_timeout=cfg.epoch_timeout_seconds, env_file=cfg.env_file, execution_timeout=timeout)
         _land() >> ran
         for flow in _outputs(spec):
 
@@ -417,7 +377,7 @@ def crawler_dag(yaml_path: str, cfg: DagConfig, crawler: CrawlerConfig) -> Any:
 
         @task(task_id="crawl_round", outlets=[pages], execution_timeout=timeout)
         def _crawl(**context: Any) -> dict[str, Any]:
-            rep = crawl_round(yaml_path, home, crawler)
+            rep = crawl_round(yaml_path, home, crawler, env=cfg.task_env())
             if not rep["landed"]:
                 raise AirflowSkipException(f"nothing to crawl (round {rep['round']}, {rep['failed']} failed)")
             context["outlet_events"][pages].extra = {"round": rep["round"], "pages": rep["landed"]}

@@ -8,9 +8,10 @@ The DAGs of :mod:`cbp.airflow.dagfactory` watch every external input flow of a p
 - files wait in the flow's inbox directory (``*.jsonl``), which the DAG's first task lands (or
   moves to ``rejected/`` if they cannot be landed: a rejected file is not announced again).
 
-What was announced is kept beside the home (``<home>/_airflow/announced/<flow>.json``), so a
-trigger restarted by the triggerer (it is re-created after every event) does not fire twice for
-the same feed or file.
+What was announced is kept in a local directory, ``markers`` (default: beside the home,
+``<home>/_airflow``; a home on an object store needs one on the Airflow machine's disk), as
+``<markers>/announced/<flow>.json``, so a trigger restarted by the triggerer (it is re-created
+after every event) does not fire twice for the same feed or file.
 
     >>> t = IncrementLanded("/srv/state/crawl_queue", "pages", inbox="/srv/state/inbox/crawl_queue/pages")  # doctest: +SKIP
     >>> t.check()          # what the trigger would announce now, or None      # doctest: +SKIP
@@ -57,20 +58,24 @@ def inbox_files(inbox: Optional[str]) -> list[str]:
     return sorted(names)
 
 
-def _announced_path(home: str, flow: str) -> str:
-    return os.path.join(home, "_airflow", "announced", f"{flow}.json")
+def _announced_path(home: str, flow: str, markers: Optional[str] = None) -> str:
+    if markers is None:
+        if "://" in home and not home.startswith("file://"):
+            raise ValueError(f"the announcement markers of {home} need a local directory (markers=...)")
+        markers = os.path.join(home, "_airflow")
+    return os.path.join(markers, "announced", f"{flow}.json")
 
 
-def _read_announced(home: str, flow: str) -> dict[str, Any]:
+def _read_announced(home: str, flow: str, markers: Optional[str] = None) -> dict[str, Any]:
     try:
-        with open(_announced_path(home, flow)) as fh:
+        with open(_announced_path(home, flow, markers)) as fh:
             return json.load(fh)
     except (OSError, ValueError):
         return {"feeds": 0, "inbox": []}
 
 
-def _write_announced(home: str, flow: str, seen: dict[str, Any]) -> None:
-    path = _announced_path(home, flow)
+def _write_announced(home: str, flow: str, seen: dict[str, Any], markers: Optional[str] = None) -> None:
+    path = _announced_path(home, flow, markers)
     os.makedirs(os.path.dirname(path), exist_ok=True)
     tmp = f"{path}.tmp-{os.getpid()}"
     with open(tmp, "w") as fh:
@@ -78,42 +83,43 @@ def _write_announced(home: str, flow: str, seen: dict[str, Any]) -> None:
     os.replace(tmp, path)
 
 
-def announce_landed(home: str, flow: str, files: list[str], feeds: int, rejected: Sequence[str] = ()) -> None:
+def announce_landed(home: str, flow: str, files: list[str], feeds: int, rejected: Sequence[str] = (), markers: Optional[str] = None) -> None:
     """Record that announced inbox ``files`` were landed as ``feeds`` feeds (and that ``rejected``
     files left the inbox without a feed), so they are not announced again, and a file dropped later
     under the same name is."""
-    seen = _read_announced(home, flow)
+    seen = _read_announced(home, flow, markers)
     done = [f for f in files if f in seen["inbox"]]
     gone = [f for f in rejected if f in seen["inbox"]]
     if done or gone:
         seen["inbox"] = [f for f in seen["inbox"] if f not in done and f not in gone]
         seen["feeds"] += min(feeds, len(done))
-        _write_announced(home, flow, seen)
+        _write_announced(home, flow, seen, markers)
 
 
 class IncrementLanded(BaseEventTrigger):
     """Fires once per batch of new feeds (or inbox files) of ``flow`` in ``home``; see the module docstring."""
 
-    def __init__(self, home: str, flow: str, inbox: Optional[str] = None, poke_interval: float = 5.0) -> None:
+    def __init__(self, home: str, flow: str, inbox: Optional[str] = None, poke_interval: float = 5.0, markers: Optional[str] = None) -> None:
         super().__init__()
         self.home = home
         self.flow = flow
         self.inbox = inbox
         self.poke_interval = poke_interval
+        self.markers = markers
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
-        return ("cbp.airflow.triggers.IncrementLanded",
-                {"home": self.home, "flow": self.flow, "inbox": self.inbox, "poke_interval": self.poke_interval})
+        return ("cbp.airflow.triggers.IncrementLanded", {"home": self.home, "flow": self.flow, "inbox": self.inbox,
+                                                         "poke_interval": self.poke_interval, "markers": self.markers})
 
     def check(self) -> Optional[dict[str, Any]]:
         """The event to send now (and remember as announced), or None if nothing new landed."""
-        seen = _read_announced(self.home, self.flow)
+        seen = _read_announced(self.home, self.flow, self.markers)
         feeds = landed_feeds(self.home, self.flow)
         waiting = inbox_files(self.inbox)
         new_files = [f for f in waiting if f not in seen["inbox"]]
         if feeds <= seen["feeds"] and not new_files:
             return None
-        _write_announced(self.home, self.flow, {"feeds": max(feeds, seen["feeds"]), "inbox": waiting})
+        _write_announced(self.home, self.flow, {"feeds": max(feeds, seen["feeds"]), "inbox": waiting}, self.markers)
         return {"flow": self.flow, "feeds": feeds, "new_feeds": max(0, feeds - seen["feeds"]),
                 "inbox_files": [os.fsencode(f).decode("utf-8", "backslashreplace") for f in new_files]}  # undecodable names as escapes
 
