@@ -213,7 +213,8 @@ class DirectPartition:
             index_rel = f"stages/{plan.stage.name}/index/_part={p}/e{plan.epoch:08d}-{uuid.uuid4().hex[:12]}.parquet"
             index.save(plan.home, index_rel)
         stats.update(state_read=self.keys_read, state_written=self.keys_written, live_keys=index.live_keys,
-                     files=len(index.files), row_groups_read=self.reader.row_groups_read, files_opened=self.reader.files_opened)
+                     files=len(index.files), row_groups_read=self.reader.row_groups_read, files_opened=self.reader.files_opened,
+                     cache_hits=self.reader.cache_hits, cache_lookups=self.reader.cache_lookups)
         return index_rel, adds, removes
 
     def abort(self) -> None:
