@@ -14,6 +14,7 @@ Either way the job only writes files; :mod:`cbp.controller` commits them.
 from __future__ import annotations
 
 import json
+import os
 import threading
 import time
 import uuid
@@ -169,7 +170,8 @@ def _grouped(spark: Any, plan: TaskPlan, input_files: dict[int, list[str]], stat
         env = spark.createDataFrame([], env_ddl)
     # sorted by hash first, as state files are: a task reads and writes its state in one pass
     env = env.withColumn("_h", F.xxhash64("_key")).repartition(plan.stage.partitions, "_key").sortWithinPartitions("_h", "_key", "_flow")
-    if plan.mode == "direct" and not spark.sparkContext.master.startswith("local"):  # keep partition p on its executor
+    if plan.mode == "direct" and not spark.sparkContext.master.startswith("local") and os.environ.get("CBP_PLACEMENT", "1") != "0":
+        # keep partition p on the executor that ran it last epoch (cbp.engine.locality)
         return placed_epoch(spark, env, plan, grouped_task)
     return env.mapInArrow(partial(grouped_task, plan), result_spark_schema()).toArrow()
 
