@@ -200,6 +200,17 @@ def _file_cache(budget_mb: Optional[float]) -> _FileCache:
     return _CACHE
 
 
+def cache_written(home: Home, path: str, table: pa.Table, row_group: int, budget_mb: Optional[float]) -> None:
+    """Keep a state file this worker just wrote (``table``: all its rows, in order, in row groups of
+    ``row_group`` rows) in the worker's cache, decoded: the next epoch of this partition, placed
+    on the same executor, then finds it there instead of reading it back."""
+    cache = _file_cache(budget_mb)
+    if cache.budget == 0 or table.nbytes > cache.budget:
+        return
+    t = table.combine_chunks()
+    cache.put(f"{home.location}|{path}", _CachedFile(t, t["_h"].to_numpy(), np.arange(0, max(t.num_rows, 1), row_group)))
+
+
 class StateReader:
     """Reads the latest state rows of keys through a partition's index, for one task.
 
