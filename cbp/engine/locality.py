@@ -23,7 +23,7 @@ import os
 import socket
 from typing import Any, Iterator, Optional
 
-__all__ = ["executor_name", "task_location", "located_rdd", "placed_epoch"]
+__all__ = ["executor_name", "task_location", "located_rdd", "placed_epoch", "balanced"]
 
 _NAME: Optional[str] = None
 
@@ -105,6 +105,26 @@ def located_rdd(sc: Any, batches_jrdd: Any, prefs: list[Optional[str]]) -> Any:
 _LAST: dict[tuple[str, str, str], dict[int, str]] = {}
 
 
+def balanced(last: dict[int, str], partitions: int) -> dict[int, str]:
+    """Partition -> executor for the next epoch: ``last``, with partitions moved from the busiest to
+    the idlest of the executors seen until their counts differ by at most one (Spark placed the first
+    epoch, maybe unevenly; each move costs that partition's cache once).
+
+        >>> balanced({0: "a", 1: "b", 2: "b", 3: "b"}, 4)
+        {0: 'a', 1: 'b', 2: 'b', 3: 'a'}
+    """
+    out = {p: e for p, e in last.items() if p < partitions}
+    while out:
+        load: dict[str, list[int]] = {}
+        for p, e in sorted(out.items()):
+            load.setdefault(e, []).append(p)
+        busy, idle = max(load, key=lambda e: len(load[e])), min(load, key=lambda e: len(load[e]))
+        if len(load[busy]) - len(load[idle]) <= 1:
+            break
+        out[load[busy][-1]] = idle
+    return out
+
+
 def _placed_task(plan: Any, schema: Any, task: Any, rows: Iterator[tuple[bytes, list[bytes]]]) -> Iterator[bytes]:
     """The task of a placed epoch: Arrow batches in, ``task``'s result batches out (IPC bytes)."""
     import pyarrow as pa
@@ -117,7 +137,8 @@ def _placed_task(plan: Any, schema: Any, task: Any, rows: Iterator[tuple[bytes, 
 
 def placed_epoch(spark: Any, env: Any, plan: Any, task: Any) -> Any:
     """Run ``task(plan, batches)`` on each partition of the DataFrame ``env`` (one per state partition),
-    partition ``p`` preferring the executor that ran it in the stage's last epoch in this driver;
+    partition ``p`` preferring the executor that ran it in the stage's last epoch in this driver
+    (:func:`balanced` over the executors);
     return the tasks' result rows (:data:`cbp.engine.protocol.RESULT`) as an Arrow table."""
     from functools import partial
 
@@ -130,7 +151,7 @@ def placed_epoch(spark: Any, env: Any, plan: Any, task: Any) -> Any:
     large = str(spark.conf.get("spark.sql.execution.arrow.useLargeVarTypes", "false")).lower() == "true"
     schema = to_arrow_schema(env.schema, prefers_large_types=True) if large else to_arrow_schema(env.schema)
     key = (sc.applicationId, str(plan.home.location), plan.stage.name)
-    last = _LAST.get(key, {})
+    last = balanced(_LAST.get(key, {}), plan.stage.partitions)
     prefs = [task_location(last.get(p)) for p in range(plan.stage.partitions)]
     rdd = located_rdd(sc, env._jdf.toArrowBatchRdd(), prefs)
     blobs = rdd.mapPartitions(partial(_placed_task, plan, schema, task)).collect()
