@@ -35,11 +35,6 @@ class EpochReport:
         """``cache_hits / cache_lookups``; ``None`` when no state was read."""
         return round(self.cache_hits / self.cache_lookups, 4) if self.cache_lookups else None
 
-    def placement(self) -> dict[str, Any]:
-        """Where the epoch ran and how its state reads went (``cbp status --json``, the history)."""
-        return {"executors": {str(p): e for p, e in sorted(self.executors.items())},
-                "cache_hits": self.cache_hits, "cache_lookups": self.cache_lookups, "cache_hit_rate": self.cache_hit_rate}
-
     def line(self) -> str:
         outs = ", ".join(f"{f}={n}" for f, n in self.outputs.items()) or "-"
         rate = self.cache_hit_rate
