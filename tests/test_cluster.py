@@ -317,3 +317,42 @@ def test_translator_and_helpers_ship_by_value(tmp_path):
     r = subprocess.run([sys.executable, "-c", code], cwd="/", capture_output=True, text=True, timeout=120,
                        env={**os.environ, "PYTHONPATH": str(ROOT)})
     assert r.returncode == 0 and r.stdout.strip() == "42", r.stderr
+
+
+# ============================================================== locality: partition p stays on its executor
+# (branch 'locality'; cbp.engine.locality) One driver process runs several epochs, as a long-lived
+# `cbp run` or Airflow worker would, so the executors and their state caches live across epochs.
+LOCALITY_DRIVER = """
+import json, sys
+import cbp
+from cbp.engine.session import get_spark
+p = cbp.load(sys.argv[1], sys.argv[2], spark=get_spark())
+for feed in json.loads(open(sys.argv[3]).read()):
+    p.feed("urls", feed)
+    for r in p.run():
+        print(json.dumps({"epoch": r.epoch, "executors": {str(k): v for k, v in r.executors.items()},
+                          "cache_hits": r.cache_hits, "cache_lookups": r.cache_lookups, "rate": r.cache_hit_rate}), flush=True)
+"""
+
+
+def test_partition_stays_on_its_executor(cluster, tmp_path):
+    """3 epochs of url_count in one driver on the cluster: from epoch 2 on, every partition runs on the
+    executor that ran it before; both executors are used; the last epoch reads state from the cache."""
+    feeds = [[{"url": f"http://h{i % 7}.example/p{i}"} for i in range(2000)]] + increments(2, 400, seed=11)
+    feeds[1] += [{"url": f"http://h{i % 7}.example/p{i}"} for i in range(0, 2000, 5)]
+    feeds[2] += [{"url": f"http://h{i % 7}.example/p{i}"} for i in range(1, 2000, 5)]  # keys of epoch 1's files
+    (tmp_path / "feeds.json").write_text(json.dumps(feeds))
+    (tmp_path / "driver.py").write_text(LOCALITY_DRIVER)
+    env = {**cluster, "PYTHONPATH": str(ROOT)}
+    r = subprocess.run([sys.executable, str(tmp_path / "driver.py"), URLS, str(tmp_path / "home"), str(tmp_path / "feeds.json")],
+                       env=env, cwd=ROOT, capture_output=True, text=True, timeout=900)
+    assert r.returncode == 0, r.stderr[-3000:]
+    reports = [json.loads(x) for x in r.stdout.splitlines() if x.startswith("{")]
+    assert [x["epoch"] for x in reports] == [1, 2, 3]
+    maps = [x["executors"] for x in reports]
+    print("partition -> executor per epoch:", maps, "hit rates:", [x["rate"] for x in reports])
+    assert all(set(m) == {"0", "1", "2", "3"} for m in maps)
+    assert len(set(maps[0].values())) == 2 and not any(v.startswith("driver@") for v in maps[0].values())
+    assert maps[1] == maps[2]  # stable from epoch 2 on (Spark places epoch 1; cbp evens it out for epoch 2)
+    assert sorted(list(maps[1].values()).count(e) for e in set(maps[1].values())) == [2, 2]
+    assert reports[2]["cache_lookups"] > 0 and reports[2]["rate"] > 0

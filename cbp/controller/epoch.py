@@ -204,7 +204,7 @@ class Epochs:
         sst.epoch = epoch
         sst.runnable_state = d.state
         self._entry(entry, {"state_version": sst.state_version, "inputs": inputs, "outputs": produced,
-                            "records": {f: counts[f] for f in produced}})
+                            "records": {f: counts[f] for f in produced}, "placement": _placement(results)})
         return commits, cleanup, counts, written
 
     def _abandon_quietly(self, stage: str, epoch: int, out_incs: dict[str, int]) -> None:
@@ -230,6 +230,14 @@ class Epochs:
                     self.home.delete_file(f"{d}/{name}")
 
 
+def _placement(results: list[TaskResult]) -> dict[str, Any]:
+    """Which executor ran each partition's task and how the state cache served it (kept in the history)."""
+    stats = [r.stats for r in results]
+    hits, lookups = (sum(int(s.get(k, 0)) for s in stats) for k in ("cache_hits", "cache_lookups"))
+    return {"executors": {str(r.part): r.executor for r in sorted(results, key=lambda r: r.part) if r.executor},
+            "cache_hits": hits, "cache_lookups": lookups, "cache_hit_rate": round(hits / lookups, 4) if lookups else None}
+
+
 def _report(stage: str, epoch: int, mode: str, results: list[TaskResult], counts: dict[str, int], seconds: float) -> EpochReport:
     stats = [r.stats for r in results]
     phases: dict[str, float] = {}
@@ -242,4 +250,6 @@ def _report(stage: str, epoch: int, mode: str, results: list[TaskResult], counts
         keys_read=sum(s["state_read"] for s in stats), keys_written=sum(s["state_written"] for s in stats),
         seconds=seconds, outputs=counts, mode=mode, phases=phases,
         row_groups_read=sum(int(s.get("row_groups_read", 0)) for s in stats),
+        executors={r.part: r.executor for r in results if r.executor},  # type: ignore[misc]
+        cache_hits=sum(int(s.get("cache_hits", 0)) for s in stats), cache_lookups=sum(int(s.get("cache_lookups", 0)) for s in stats),
     )

@@ -125,7 +125,8 @@ class Reads:
                 runnable: Any = self.decide(s) is not None
             except UserCodeError as e:
                 runnable = f"error: {e}"
-            stages[s] = {"epochs": self.st.stages[s].epoch, "connectors": conns, "runnable": runnable}
+            stages[s] = {"epochs": self.st.stages[s].epoch, "connectors": conns, "runnable": runnable,
+                         "last_epoch": self._last_placement(s)}
         runner = self.home.runner_info() if self.home.runner_active() else None
         interrupted = self.interrupted()
         if runner is not None:  # what a live runner has under way is not interrupted
@@ -133,6 +134,13 @@ class Reads:
                 it["recovery"] = "under way in the running cbp run"
         return {"pipeline": self.spec.name, "home": self.home.location, "mode": self.mode, "stages": stages,
                 "runner": runner, "interrupted": interrupted}
+
+    def _last_placement(self, stage: str) -> Optional[dict[str, Any]]:
+        """Where the stage's last epoch ran: partition -> executor, and its state-cache hits (``None`` before one)."""
+        entry = self.history.epoch(self.st, stage, self.st.stages[stage].epoch)
+        if not entry:
+            return None
+        return {"epoch": self.st.stages[stage].epoch, **(entry.get("placement") or {})}
 
     def interrupted(self) -> list[dict[str, Any]]:
         """What a killed or failed writer left for recovery: a pending commit, epochs under way."""

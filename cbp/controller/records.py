@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from typing import Any, Iterable
+from typing import Any, Iterable, Optional
 
 from ..errors import UserCodeError
 
@@ -26,11 +26,23 @@ class EpochReport:
     mode: str = "direct"
     phases: dict[str, float] = field(default_factory=dict)  # task seconds per phase, summed over tasks
     row_groups_read: int = 0  # state row groups the tasks read (direct mode)
+    executors: dict[int, str] = field(default_factory=dict)  # partition -> executor that ran its task ("<id>@<host>")
+    cache_hits: int = 0  # state-file reads served from the executors' state caches (direct mode) ...
+    cache_lookups: int = 0  # ... of all state-file reads
+
+    @property
+    def cache_hit_rate(self) -> Optional[float]:
+        """``cache_hits / cache_lookups``; ``None`` when no state was read."""
+        return round(self.cache_hits / self.cache_lookups, 4) if self.cache_lookups else None
 
     def line(self) -> str:
         outs = ", ".join(f"{f}={n}" for f, n in self.outputs.items()) or "-"
+        rate = self.cache_hit_rate
+        cache = f"  cache {rate:4.0%}" if rate is not None else ""
+        where = len(set(self.executors.values()))
         return (f"{self.stage:<16} epoch {self.epoch:>4}  in {self.records_in:>9}  out {self.records_out:>9} ({outs})  "
-                f"state read {self.keys_read:>8}  written {self.keys_written:>8}  {self.seconds:7.2f}s")
+                f"state read {self.keys_read:>8}  written {self.keys_written:>8}  {self.seconds:7.2f}s{cache}"
+                + (f"  on {where} executors" if where > 1 else ""))
 
 
 @dataclass(frozen=True)

@@ -200,6 +200,17 @@ def _file_cache(budget_mb: Optional[float]) -> _FileCache:
     return _CACHE
 
 
+def cache_written(home: Home, path: str, table: pa.Table, row_group: int, budget_mb: Optional[float]) -> None:
+    """Keep a state file this worker just wrote (``table``: all its rows, in order, in row groups of
+    ``row_group`` rows) in the worker's cache, decoded: the next epoch of this partition, placed
+    on the same executor, then finds it there instead of reading it back."""
+    cache = _file_cache(budget_mb)
+    if cache.budget == 0 or table.nbytes > cache.budget:
+        return
+    t = table.combine_chunks()
+    cache.put(f"{home.location}|{path}", _CachedFile(t, t["_h"].to_numpy(), np.arange(0, max(t.num_rows, 1), row_group)))
+
+
 class StateReader:
     """Reads the latest state rows of keys through a partition's index, for one task.
 
@@ -208,6 +219,8 @@ class StateReader:
     since the next chunk may need it again; so a task reads every row group it needs once.
     ``files_opened`` and ``row_groups_read`` count what came from disk (not from the worker's
     cache). A file of which a task needs more than half is read whole, once, into the cache.
+    ``cache_lookups`` counts the (file, chunk) reads of state rows, ``cache_hits`` those served
+    from the cache.
     """
 
     def __init__(self, home: Home, table_rel: str, index: PartitionIndex, cache_mb: Optional[float] = None) -> None:
@@ -215,6 +228,8 @@ class StateReader:
         self.cache = _file_cache(cache_mb)
         self.files_opened = 0
         self.row_groups_read = 0
+        self.cache_lookups = 0  # state files looked up in the worker's cache ...
+        self.cache_hits = 0  # ... and found there
         self._open: dict[int, pq.ParquetFile] = {}
         self._done: dict[int, int] = {}  # file id -> row groups read from it by this task
         self._last: dict[int, tuple[int, pa.Table]] = {}  # file id -> its last row group read (number, rows)
@@ -258,7 +273,10 @@ class StateReader:
         path = self.home.path(f"{self.table_rel}/{self.index.files[fid]}")
         key = f"{self.home.location}|{path}"
         entry = self.cache.get(key)
-        if entry is None:
+        self.cache_lookups += 1
+        if entry is not None:
+            self.cache_hits += 1
+        else:
             pf = self._file(fid, path)
             n_rg = pf.metadata.num_row_groups
             counts = np.array([pf.metadata.row_group(i).num_rows for i in range(n_rg)], dtype=np.int64)

@@ -15,6 +15,7 @@ Either way the job only writes files; :mod:`cbp.controller` commits them.
 from __future__ import annotations
 
 import json
+import os
 import threading
 import time
 import uuid
@@ -25,6 +26,7 @@ from ..errors import RuntimeStateError, UserCodeError
 from ..spec.schema import RecordSchema
 from ..storage.objectstore import propagate_to_spark
 from .deltaread import STATE_COLUMNS, StateSource, latest_state, read_delta
+from .locality import placed_epoch
 from .session import has_delta
 from .protocol import FailureRecord, TaskResult, decode_failure, decode_results, result_spark_schema
 from .remote_read import needs_arrow_reader, read_parquet
@@ -79,7 +81,7 @@ def run_stage_epoch(spark: Any, plan: TaskPlan, input_files: dict[int, list[str]
                 return []
             table = reduce(lambda a, b: a.unionByName(b), jobs).toArrow()
         else:
-            table = _grouped(spark, plan, input_files, state_files, state_needs_dedupe).toArrow()
+            table = _grouped(spark, plan, input_files, state_files, state_needs_dedupe)
     except Exception as e:  # Spark wraps the task's exception in its own
         raise _job_error(plan, e) from None
     finally:
@@ -157,6 +159,7 @@ def _state_rows(spark: Any, schema: RecordSchema, state: StateSource) -> Optiona
 
 
 def _grouped(spark: Any, plan: TaskPlan, input_files: dict[int, list[str]], state: Optional[StateSource], dedupe: bool) -> Any:
+    """The grouped stage epoch's job; its tasks' result rows (an Arrow table)."""
     from pyspark.sql import functions as F
 
     env_ddl = "_key STRING, _flow INT, _rec STRING"
@@ -179,7 +182,10 @@ def _grouped(spark: Any, plan: TaskPlan, input_files: dict[int, list[str]], stat
         env = spark.createDataFrame([], env_ddl)
     # sorted by hash first, as state files are: a task reads and writes its state in one pass
     env = env.withColumn("_h", F.xxhash64("_key")).repartition(plan.stage.partitions, "_key").sortWithinPartitions("_h", "_key", "_flow")
-    return env.mapInArrow(partial(grouped_task, plan), result_spark_schema())
+    if plan.mode == "direct" and not spark.sparkContext.master.startswith("local") and os.environ.get("CBP_PLACEMENT", "1") != "0":
+        # keep partition p on the executor that ran it last epoch (cbp.engine.locality)
+        return placed_epoch(spark, env, plan, grouped_task)
+    return env.mapInArrow(partial(grouped_task, plan), result_spark_schema()).toArrow()
 
 
 def _first_lines(text: str, n: int = 12) -> str:

@@ -52,6 +52,7 @@ RESULT = pa.schema([
     pa.field("counts", pa.map_(pa.string(), pa.int64())),
     pa.field("seconds", pa.map_(pa.string(), pa.float64())),
     pa.field("out", pa.map_(pa.string(), pa.int64())),
+    pa.field("executor", pa.string()),
 ])
 _MAPS = ("seconds", "out")  # stats entries that are maps of their own; every other stat is an integer
 
@@ -63,6 +64,7 @@ class TaskResult:
     ``state_adds``/``state_removes`` are files of the stage's state table, ``outputs`` maps each
     output flow to its new files, ``index`` is the partition's new index file (direct mode).
     ``stats`` holds integer counters plus ``seconds`` (per phase) and ``out`` (records per flow).
+    ``executor`` names the executor that ran the task.
     """
 
     part: int
@@ -71,6 +73,7 @@ class TaskResult:
     state_removes: list[dict[str, Any]] = field(default_factory=list)
     outputs: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
     stats: dict[str, Any] = field(default_factory=dict)
+    executor: Optional[str] = None  # the executor that ran the task (:func:`cbp.engine.locality.executor_name`)
 
 
 def _add(a: dict[str, Any]) -> dict[str, Any]:
@@ -87,7 +90,7 @@ def result_batch(r: TaskResult) -> pa.RecordBatch:
         "state_adds": [_add(a) for a in r.state_adds], "state_removes": [_add(a) for a in r.state_removes],
         "outputs": {f: [_add(a) for a in adds] for f, adds in r.outputs.items()},
         "counts": counts, "seconds": {k: float(v) for k, v in r.stats.get("seconds", {}).items()},
-        "out": {k: int(v) for k, v in r.stats.get("out", {}).items()},
+        "out": {k: int(v) for k, v in r.stats.get("out", {}).items()}, "executor": r.executor,
     }], schema=RESULT)
 
 
@@ -100,7 +103,8 @@ def decode_results(table: pa.Table) -> list[TaskResult]:
             stats[m] = dict(row[m] or ())
         out.append(TaskResult(part=row["part"], index=row["index"], state_adds=list(row["state_adds"] or ()),
                               state_removes=list(row["state_removes"] or ()),
-                              outputs={f: list(adds) for f, adds in row["outputs"] or ()}, stats=stats))
+                              outputs={f: list(adds) for f, adds in row["outputs"] or ()}, stats=stats,
+                              executor=row["executor"]))
     return out
 
 

@@ -19,7 +19,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from .bipindex import STATE_META, PartitionIndex, StateMeta, StateReader, latest_rows
+from .bipindex import STATE_META, PartitionIndex, StateMeta, StateReader, cache_written, latest_rows
 from .sinks import ParquetSink
 
 if TYPE_CHECKING:
@@ -48,9 +48,10 @@ def _state_row(key_text: str, h: int, epoch: int, rec: Optional[dict[str, Any]])
 
 class StateWriter:
     """A new state file of partition ``p``: rows in key-hash order, one row group per ``plan.row_group``
-    rows, written as they come; remembers the hash and row group of every live row (for the index)."""
+    rows, written as they come; remembers the hash and row group of every live row (for the index).
+    With ``keep``, the finished file also goes into the worker's state cache (:func:`cache_written`)."""
 
-    def __init__(self, plan: "TaskPlan", p: int, prefix: str) -> None:
+    def __init__(self, plan: "TaskPlan", p: int, prefix: str, keep: bool = True) -> None:
         self.plan, self.row_group = plan, plan.row_group
         self.schema = state_schema(plan)
         self.sink = ParquetSink(plan.home, f"{plan.state_rel}/_part={p}", prefix, self.schema, p, plan.row_group)
@@ -61,6 +62,7 @@ class StateWriter:
         self._last_h: Optional[int] = None
         self._h: list[np.ndarray] = []
         self._g: list[np.ndarray] = []
+        self._written: Optional[list[pa.Table]] = [] if keep and plan.mode == "direct" else None
 
     def add(self, key_text: str, h: int, rec: Optional[dict[str, Any]]) -> None:
         """One row of a key (``rec`` in storage form), or its tombstone (``rec`` None)."""
@@ -83,7 +85,11 @@ class StateWriter:
         self._emit(final=True)
         add = self.sink.close()
         if add is not None:
-            add["path"] = add.pop("rel")[len(self.plan.state_rel) + 1:]
+            rel = add.pop("rel")
+            add["path"] = rel[len(self.plan.state_rel) + 1:]
+            if self._written:
+                cache_written(self.plan.home, self.plan.home.path(rel), pa.concat_tables(self._written), self.row_group, self.plan.cache_mb)
+        self._written = None
         h = np.concatenate(self._h) if self._h else np.empty(0, np.int64)
         g = np.concatenate(self._g) if self._g else np.empty(0, np.int32)
         return add, h, g
@@ -115,6 +121,8 @@ class StateWriter:
         self._h.append(h[alive])
         self._g.append(((self.rows + np.arange(n)) // self.row_group)[alive].astype(np.int32))
         self.sink.write(out)
+        if self._written is not None:
+            self._written.append(out)
         self.rows += n
 
 
@@ -213,7 +221,8 @@ class DirectPartition:
             index_rel = f"stages/{plan.stage.name}/index/_part={p}/e{plan.epoch:08d}-{uuid.uuid4().hex[:12]}.parquet"
             index.save(plan.home, index_rel)
         stats.update(state_read=self.keys_read, state_written=self.keys_written, live_keys=index.live_keys,
-                     files=len(index.files), row_groups_read=self.reader.row_groups_read, files_opened=self.reader.files_opened)
+                     files=len(index.files), row_groups_read=self.reader.row_groups_read, files_opened=self.reader.files_opened,
+                     cache_hits=self.reader.cache_hits, cache_lookups=self.reader.cache_lookups)
         return index_rel, adds, removes
 
     def abort(self) -> None:

@@ -31,6 +31,7 @@ from ..spec.schema import RecordError, RecordSchema
 from ..storage import INC, Home
 from .bipindex import ROW_GROUP, StateMeta
 from .groups import Group, group_chunks, with_state_keys
+from .locality import executor_name
 from .protocol import FailureRecord, TaskFailed, TaskResult, result_batch
 from .sinks import ParquetSink, RecordSink, io_path
 from .statepart import BlackboxPartition, DirectPartition, OldState
@@ -286,6 +287,7 @@ def _grouped_task(plan: TaskPlan, batches: Iterable[pa.RecordBatch]) -> Iterator
             _translate(plan, calls, part, g, old)
         clock.lap("translate")
         result = _finish(plan, p, calls, part, stats, clock)
+        result.executor = executor_name()
     except BaseException:
         calls.abort()
         if part is not None:
@@ -371,7 +373,7 @@ def _recordwise_task(plan: TaskPlan, flow_idx: int, batches: Iterable[pa.RecordB
         raise
     faults.task_point(plan.fault, "task:outputs-written", plan.driver_pid)
     stats = {"in": n_in, "keys": calls.calls, "state_read": 0, "state_written": 0, "out": calls.counts}
-    yield result_batch(TaskResult(part=p, outputs=outputs, stats=stats))
+    yield result_batch(TaskResult(part=p, outputs=outputs, stats=stats, executor=executor_name()))
 
 
 class _Clock:

@@ -1,0 +1,161 @@
+"""Which executor runs a task, and keeping state partition ``p`` on the same executor across epochs.
+
+**Naming an executor.** A Python task cannot ask Spark for its executor id (``SparkEnv`` lives in
+the JVM). Its Python worker is a child of the ``pyspark.daemon``, itself a child of the executor
+JVM, whose command line (``CoarseGrainedExecutorBackend``, the same on standalone, YARN and
+Kubernetes) carries ``--executor-id`` and ``--hostname``. :func:`executor_name` walks up the
+process tree through ``/proc`` to find them and returns ``"<id>@<host>"``; a task in local mode
+(no such ancestor) is ``"driver@<host>"``.
+
+**Placement.** Spark's reduce tasks only prefer *hosts* that hold map output, which is useless
+when executors share a host. A task location of the form ``executor_<host>_<id>`` (Spark's
+``ExecutorCacheTaskLocation``) makes Spark schedule a task PROCESS_LOCAL on that executor first
+(delay scheduling, ``spark.locality.wait``). PySpark cannot set an RDD's preferred locations, but
+``SparkContext.makeRDD(Seq[(item, Seq[location])])`` can, through py4j. :func:`located_rdd` zips
+such an RDD (one item per partition) with the partitions of the shuffled input: a zipped
+partition prefers its parents' locations, so partition ``p``'s task goes to the executor that ran
+``p`` last epoch (and kept its state files in its cache) while that executor lives.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+from typing import Any, Iterator, Optional
+
+__all__ = ["executor_name", "task_location", "located_rdd", "placed_epoch", "balanced"]
+
+_NAME: Optional[str] = None
+
+
+def _ancestors(pid: int, depth: int = 8) -> Iterator[list[str]]:
+    """The command lines of ``pid`` and its ancestors (Linux ``/proc``; nothing elsewhere)."""
+    for _ in range(depth):
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                args = [a.decode(errors="replace") for a in f.read().split(b"\0")]
+            with open(f"/proc/{pid}/stat") as f:
+                pid = int(f.read().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            return
+        yield args
+        if pid <= 1:
+            return
+
+
+def executor_name() -> str:
+    """This process's executor as ``"<executor id>@<host>"`` (``"driver@<host>"`` in local mode)."""
+    global _NAME
+    if _NAME is None:
+        name = f"driver@{os.environ.get('SPARK_LOCAL_HOSTNAME') or socket.gethostname()}"
+        for args in _ancestors(os.getpid()):
+            if "--executor-id" in args and "--hostname" in args:
+                try:
+                    name = f"{args[args.index('--executor-id') + 1]}@{args[args.index('--hostname') + 1]}"
+                except IndexError:
+                    pass
+                break
+        _NAME = name
+    return _NAME
+
+
+def task_location(executor: Optional[str]) -> Optional[str]:
+    """Spark's task-location string for an executor name, ``None`` for none or the driver.
+
+        >>> task_location("1@127.0.0.1"), task_location("driver@h"), task_location(None)
+        ('executor_127.0.0.1_1', None, None)
+    """
+    if not executor or "@" not in executor:
+        return None
+    eid, host = executor.split("@", 1)
+    return None if eid == "driver" else f"executor_{host}_{eid}"
+
+
+def _prefs_rdd(sc: Any, prefs: list[Optional[str]]) -> Any:
+    """A JVM RDD of one item per partition, partition ``p`` preferring location ``prefs[p]``."""
+    jvm = sc._jvm
+    items = jvm.java.util.ArrayList()
+    for p, loc in enumerate(prefs):
+        locs = jvm.java.util.ArrayList()
+        if loc:
+            locs.add(loc)
+        seq = jvm.scala.jdk.javaapi.CollectionConverters.asScala(locs).toList()
+        items.add(jvm.scala.Tuple2(bytearray(p.to_bytes(4, "big")), seq))
+    tag = jvm.scala.reflect.ClassTag.apply(jvm.java.lang.Class.forName("[B"))
+    return sc._jsc.sc().makeRDD(jvm.scala.jdk.javaapi.CollectionConverters.asScala(items).toList(), tag)
+
+
+def located_rdd(sc: Any, batches_jrdd: Any, prefs: list[Optional[str]]) -> Any:
+    """A PySpark RDD whose partition ``p`` is ``[(p_bytes, [arrow batch bytes, ...])]`` from the JVM
+    RDD ``batches_jrdd`` (Arrow record batches, one partition per state partition), preferring
+    to run on ``prefs[p]``."""
+    from pyspark.rdd import RDD
+    from pyspark.serializers import BatchedSerializer, CPickleSerializer
+
+    jvm = sc._jvm
+    left = jvm.org.apache.spark.api.java.JavaRDD.fromRDD(_prefs_rdd(sc, prefs), jvm.scala.reflect.ClassTag.AnyRef())
+    right = jvm.org.apache.spark.api.java.JavaRDD.fromRDD(batches_jrdd, jvm.scala.reflect.ClassTag.AnyRef()).glom()
+    pairs = left.zip(right)
+    pickled = jvm.org.apache.spark.api.python.SerDeUtil.pairRDDToPython(pairs.rdd(), 1)
+    return RDD(jvm.org.apache.spark.api.java.JavaRDD.fromRDD(pickled, jvm.scala.reflect.ClassTag.AnyRef()), sc,
+               BatchedSerializer(CPickleSerializer(), 1))
+
+
+#: (application, home, stage) -> {partition: executor name} of the stage's last epoch in this driver
+_LAST: dict[tuple[str, str, str], dict[int, str]] = {}
+
+
+def balanced(last: dict[int, str], partitions: int) -> dict[int, str]:
+    """Partition -> executor for the next epoch: ``last``, with partitions moved from the busiest to
+    the idlest of the executors seen until their counts differ by at most one (Spark placed the first
+    epoch, maybe unevenly; each move costs that partition's cache once).
+
+        >>> balanced({0: "a", 1: "b", 2: "b", 3: "b"}, 4)
+        {0: 'a', 1: 'b', 2: 'b', 3: 'a'}
+    """
+    out = {p: e for p, e in last.items() if p < partitions}
+    while out:
+        load: dict[str, list[int]] = {}
+        for p, e in sorted(out.items()):
+            load.setdefault(e, []).append(p)
+        busy, idle = max(load, key=lambda e: len(load[e])), min(load, key=lambda e: len(load[e]))
+        if len(load[busy]) - len(load[idle]) <= 1:
+            break
+        out[load[busy][-1]] = idle
+    return out
+
+
+def _placed_task(plan: Any, schema: Any, task: Any, rows: Iterator[tuple[bytes, list[bytes]]]) -> Iterator[bytes]:
+    """The task of a placed epoch: Arrow batches in, ``task``'s result batches out (IPC bytes)."""
+    import pyarrow as pa
+
+    for _, blobs in rows:
+        batches = (pa.ipc.read_record_batch(pa.py_buffer(b), schema) for b in blobs)
+        for rb in task(plan, batches):
+            yield rb.serialize().to_pybytes()
+
+
+def placed_epoch(spark: Any, env: Any, plan: Any, task: Any) -> Any:
+    """Run ``task(plan, batches)`` on each partition of the DataFrame ``env`` (one per state partition),
+    partition ``p`` preferring the executor that ran it in the stage's last epoch in this driver
+    (:func:`balanced` over the executors);
+    return the tasks' result rows (:data:`cbp.engine.protocol.RESULT`) as an Arrow table."""
+    from functools import partial
+
+    import pyarrow as pa
+    from pyspark.sql.pandas.types import to_arrow_schema
+
+    from .protocol import RESULT
+
+    sc = spark.sparkContext
+    large = str(spark.conf.get("spark.sql.execution.arrow.useLargeVarTypes", "false")).lower() == "true"
+    schema = to_arrow_schema(env.schema, prefers_large_types=True) if large else to_arrow_schema(env.schema)
+    key = (sc.applicationId, str(plan.home.location), plan.stage.name)
+    last = balanced(_LAST.get(key, {}), plan.stage.partitions)
+    prefs = [task_location(last.get(p)) for p in range(plan.stage.partitions)]
+    rdd = located_rdd(sc, env._jdf.toArrowBatchRdd(), prefs)
+    blobs = rdd.mapPartitions(partial(_placed_task, plan, schema, task)).collect()
+    table = pa.Table.from_batches([pa.ipc.read_record_batch(pa.py_buffer(b), RESULT) for b in blobs], schema=RESULT)
+    ran = {int(p): e for p, e in zip(table["part"].to_pylist(), table["executor"].to_pylist()) if e}
+    _LAST[key] = {**last, **ran}
+    return table
