@@ -13,7 +13,7 @@
   queue.
 
 Like tests/test_cluster.py (whose fixture and helpers this module uses) the tests run only when a
-cluster is up (or with ``CBP_TEST_CLUSTER=1``) and every driver is a ``cbp`` subprocess.
+cluster is up or can be started (``CBP_TEST_CLUSTER=0`` skips) and every driver is a ``cbp`` subprocess.
 """
 
 from __future__ import annotations
