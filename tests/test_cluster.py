@@ -145,13 +145,16 @@ def test_url_count_on_cluster(cluster, tmp_path, home_kind):
     feeds = increments(2, 1500)
     before = app_dirs()
     t0 = time.monotonic()
-    on_cluster = pipeline_run(cluster, URLS, _home(home_kind, tmp_path, cluster), feeds, tmp_path)
+    home = _home(home_kind, tmp_path, cluster)
+    on_cluster = pipeline_run(cluster, URLS, home, feeds, tmp_path)
     took = time.monotonic() - t0
     ran = finished_tasks(before)
     local = pipeline_run(_local_env(), URLS, str(tmp_path / "home-local"), feeds, tmp_path)
     outs, state = from_scratch(feeds)
     assert on_cluster["outputs"] == local["outputs"] == outs
     assert on_cluster["state"] == local["state"] == state
+    if home_kind == "s3":  # Spark SQL through the Delta connector and S3A, on the cluster, equals cbp state
+        assert jsonl(cbp(cluster, "sql", URLS, "SELECT url, count FROM url_count", "--home", home)) == state
     st = on_cluster["status"]["stages"]["url_count"]
     assert st["epochs"] == 2 and st["runnable"] is False
     assert ran[1] > 0 and ran[2] > 0, f"tasks per worker: {ran}"
