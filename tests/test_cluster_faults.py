@@ -26,11 +26,12 @@ import sys
 import tempfile
 import time
 import uuid
-from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Iterator, Optional
+from typing import Any, Optional
 
 import pytest
+
+from cbp.airflow.dagfactory import task_environ
 
 import crash_harness as ch
 from crawl_site import HOST, make_site
@@ -52,20 +53,9 @@ def _s3_home(env: dict[str, str], name: str) -> str:
     return f"s3://{env['CBP_S3_BUCKET']}/test-{uuid.uuid4().hex[:8]}/{name}"
 
 
-@contextmanager
-def _aws(env: dict[str, str]) -> Iterator[None]:
+def _aws(env: dict[str, str]) -> Any:
     """This process's AWS_* variables set to the cluster's S3 server (for reading s3 homes in-process)."""
-    keys = [k for k in env if k.startswith("AWS_")]
-    saved = {k: os.environ.get(k) for k in keys}
-    os.environ.update({k: env[k] for k in keys})
-    try:
-        yield
-    finally:
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
+    return task_environ({k: v for k, v in env.items() if k.startswith("AWS_")})
 
 
 def _group(pgid: int) -> list[str]:
