@@ -70,8 +70,9 @@ def operations(incs: list[list[dict[str, str]]]) -> list[tuple[str, int]]:
     return ops
 
 
-def cli(args: list[str], home: str, fault: Optional[str] = None, timeout: float = 900) -> subprocess.CompletedProcess[str]:
-    """``cbp <command> components.yaml --home <home> <args...>`` in a new process.
+def cli(args: list[str], home: str, fault: Optional[str] = None, timeout: float = 900,
+        yaml: Optional[Path] = None) -> subprocess.CompletedProcess[str]:
+    """``cbp <command> components.yaml --home <home> <args...>`` in a new process (``yaml``: another pipeline).
 
     ``fault`` is a ``CBP_FAULT`` value, or ``after:<seconds>`` for a SIGKILL from outside after
     that long (if the process is still running then).
@@ -82,7 +83,7 @@ def cli(args: list[str], home: str, fault: Optional[str] = None, timeout: float 
         env["CBP_FAULT"] = fault
     env.setdefault("CBP_SPARK_MASTER", "local[2,2]")
     env["PYTHONPATH"] = os.pathsep.join([str(Path(__file__).resolve().parents[1]), env.get("PYTHONPATH", "")])
-    cmd = [sys.executable, "-m", "cbp.cli", args[0], str(YAML), "--home", home, *args[1:]]
+    cmd = [sys.executable, "-m", "cbp.cli", args[0], str(yaml or YAML), "--home", home, *args[1:]]
     if not (fault and fault.startswith("after:")):
         return subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=timeout)
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)

@@ -144,3 +144,27 @@ def test_route_by_all_everywhere_is_refused(make_pipeline):
     with pytest.raises(SpecError) as e:
         cbp.load_spec(path)
     assert e.value.code == "broadcast-nowhere"
+
+
+def test_broadcast_and_multicast_epochs_survive_crashes(spark, tmp_path, make_pipeline):
+    """SIGKILLs in the epoch that broadcasts (2) and in those that make and use bindings (3, 4): the
+    restarted runs deliver exactly what an uninterrupted run does, and no bindings file is left over."""
+    import crash_harness as ch
+
+    path = make_pipeline(YAML.replace("GROUPING", "inner"), MODULE)
+    home = str(tmp_path / "home")
+    kills = {2: ["kill-driver:task:outputs-written:1"], 3: ["kill:epoch:ran:1", "kill:epoch:committed:0:2"]}
+    for i, feed in enumerate(FEEDS[:4], 1):
+        p = cbp.load(path, home=home, spark=spark)
+        p.feed("ins", feed)
+        if i not in kills:
+            p.run()
+            continue
+        for fault in kills[i] + [None]:  # the runs that are killed go through the command line
+            r = ch.cli(["run"], home, fault, yaml=path)
+            assert r.returncode == (-9 if fault else 0), (fault, r.stderr[-2000:])
+    p = cbp.load(path, home=home, spark=spark)
+    assert _seen(p) == {e for e in expected("inner") if e[0] <= 5}
+    assert p.epochs("node") == 5
+    left = sorted((tmp_path / "home" / "stages" / "node" / "bindings").glob("*.parquet"))
+    assert left == []  # epoch 5 bound nothing; the bindings of epoch 3 were dropped after epoch 4
