@@ -118,6 +118,13 @@ def test_one_copy_per_partition(spark, tmp_path, make_pipeline):
     assert rep.records_in == 60 and rep.copies_in == 3 and rep.delivered == 60
     assert rep.shuffle_records == 60 + 3  # Spark's own count: 60 keyed records, one copy of X per partition
     assert sum(1 for r in p.output("seen") if r["tag"] == "X") == 60
+    # multicast: 30 keys bind to g, one key sends M to g; the next epoch shuffles the 30 bindings
+    # and one copy of M per partition, not one M per bound key
+    p.feed("ins", [_rec(f"k{i}", "bind", "b", "g") for i in range(30)] + [_rec("k59", "send", "M", "g")])
+    bind, deliver = p.run()
+    assert bind.shuffle_records == 31 and deliver.epoch == 3
+    assert deliver.shuffle_records == 30 + 3 and deliver.bindings_in == 30 and deliver.copies_in == 3 and deliver.delivered == 30
+    assert sorted(r["k"] for r in p.output("seen") if r["tag"] == "M" and r["flow"] == "msgs") == sorted(f"k{i}" for i in range(30))
 
 
 def test_broadcast_to_an_unknown_flow_is_an_error_naming_the_stage(spark, tmp_path, make_pipeline):
