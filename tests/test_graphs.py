@@ -128,7 +128,7 @@ def check_pagerank(result: Replay, incs: list[Edges]) -> None:
 
 @pytest.mark.parametrize("mode", ["direct", "blackbox"])
 def test_pagerank_matches_networkx(spark, tmp_path, mode):
-    incs = graph_increments(seed=3, n=40, m=110, sinks=0.25)
+    incs = graph_increments(seed=3, n=30, m=80, sinks=0.4)
     result = replay(FLOWS / "pagerank.yaml", [Increment("edges", feed(e)) for e in incs], home=str(tmp_path / mode), mode=mode)
     check_pagerank(result, incs)
 
