@@ -14,13 +14,13 @@ by :mod:`cbp.airflow.dagfactory` (it needs the ``airflow`` extra).
 from .controller import EpochRecord, EpochReport
 from .crawl.crawler import Corpus, Crawler, CrawlRound
 from .errors import BusyError, CbpError, InputError, RuntimeStateError, SpecError, UsageError, UserCodeError
-from .model import Emitter, Writer, runnable_all, runnable_any
+from .model import ALL, Broadcast, Emitter, Multicast, Writer, broadcast, multicast, runnable_all, runnable_any
 from .pipeline import Pipeline, load
 from .spec import PipelineSpec, load_spec
 
 __all__ = [
     "load", "Pipeline", "load_spec", "PipelineSpec", "EpochReport", "EpochRecord", "Crawler", "Corpus", "CrawlRound",
-    "Emitter", "Writer", "runnable_all", "runnable_any",
+    "Emitter", "Writer", "runnable_all", "runnable_any", "ALL", "broadcast", "multicast", "Broadcast", "Multicast",
     "CbpError", "SpecError", "InputError", "UsageError", "UserCodeError", "RuntimeStateError", "BusyError",
 ]
 __version__ = "0.1.0"

@@ -12,15 +12,89 @@ sorted by its flow's OrderBy), ``out`` writes records to output flows and to the
 
 The defaults are RouteByRcd (no ``route_by``), OrderByAny (no ``order_by``), FrameByPrior (no
 ``frame_by``) and :func:`runnable_all`; :func:`runnable_any` is the other built-in.
+
+Besides keys, a RouteBy may return the broadcast key :data:`ALL` (or :func:`broadcast` limited
+to some input flows, or to the stored keys) and a multicast address (:func:`multicast`), bound
+to keys with ``out.associate(key, address)`` (paper 001 §2.3, §4.5.3).
 """
 
 from __future__ import annotations
 
-from typing import Any, Callable, Iterable, Mapping
+from typing import Any, Callable, Iterable, Mapping, Optional
 
-__all__ = ["Writer", "Emitter", "runnable_all", "runnable_any", "normalize_runnable_result"]
+__all__ = ["Writer", "Emitter", "runnable_all", "runnable_any", "normalize_runnable_result",
+           "Broadcast", "Multicast", "ALL", "broadcast", "multicast"]
 
 Frames = Mapping[str, list[Any]]
+
+
+class Broadcast:
+    """The broadcast key: a record routed to it reaches keys of the epoch, crossing the shuffle once
+    per partition. ``flows`` limits it to keys with input on those input flows (``"state"``: every
+    stored key, which makes those keys called); ``None`` means every key called in the epoch.
+
+        >>> ALL, broadcast("state"), broadcast("edges", "state").flows
+        (ALL, broadcast('state'), ('edges', 'state'))
+    """
+
+    __slots__ = ("flows",)
+
+    def __init__(self, flows: Optional[tuple[str, ...]] = None) -> None:
+        self.flows = flows
+
+    def __repr__(self) -> str:
+        return "ALL" if self.flows is None else f"broadcast({', '.join(map(repr, self.flows))})"
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Broadcast) and other.flows == self.flows
+
+    def __hash__(self) -> int:
+        return hash(("cbp.broadcast", self.flows))
+
+
+#: RouteBy's broadcast key: deliver the record to every key called in the epoch (paper 001 §2.3).
+ALL = Broadcast()
+
+
+def broadcast(*flows: str) -> Broadcast:
+    """A broadcast key limited to keys with input on ``flows`` (``"state"``: every stored key).
+
+        >>> broadcast() is ALL or broadcast() == ALL
+        True
+    """
+    if not all(isinstance(f, str) for f in flows):
+        raise TypeError(f"broadcast() takes input flow names (or 'state'), got {flows!r:.80}")
+    return Broadcast(tuple(flows)) if flows else ALL
+
+
+class Multicast:
+    """A multicast address as a RouteBy result: the record reaches, in the stage's next epoch,
+    every key the stage bound to ``address`` with ``out.associate`` in the epoch that wrote it.
+
+        >>> multicast("n1")
+        multicast('n1')
+    """
+
+    __slots__ = ("address",)
+
+    def __init__(self, address: Any) -> None:
+        self.address = address
+
+    def __repr__(self) -> str:
+        return f"multicast({self.address!r})"
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Multicast) and other.address == self.address
+
+    def __hash__(self) -> int:
+        return hash(("cbp.multicast", repr(self.address)))
+
+
+def multicast(address: Any) -> Multicast:
+    """RouteBy's multicast key for ``address`` (any JSON value: a string, number or list)."""
+    if address is None:
+        raise TypeError("multicast() needs an address, got None")
+    return Multicast(address)
 
 
 def runnable_all(frames: Frames, state: Any) -> tuple[dict[str, int], dict[str, int], Any]:
@@ -111,8 +185,10 @@ class Emitter:
         outputs: Iterable[str],
         has_state: bool,
         sink: Callable[[str, Any], None],
+        bind: Optional[Callable[[Any, Any], None]] = None,
     ) -> None:
         self.stage = stage
+        self._bind = bind
         self.epoch = epoch
         self.params = dict(params)
         self.has_state = has_state
@@ -133,3 +209,17 @@ class Emitter:
     def write(self, flow: str, record: Mapping[str, Any]) -> None:
         """Write ``record`` to output flow ``flow`` (``"state"`` for the stage's state)."""
         self[flow].write(record)
+
+    def associate(self, key: Any, address: Any) -> None:
+        """Bind grouping key ``key`` to multicast ``address`` for the stage's next epoch: records
+        written in this epoch whose RouteBy returns ``multicast(address)`` reach ``key`` then
+        (paper 001 §4.5.3; bindings last one epoch).
+
+            >>> bound = []
+            >>> out = Emitter("s", 1, {}, [], False, lambda f, r: None, lambda k, a: bound.append((k, a)))
+            >>> out.associate("n2", "n1"); bound
+            [('n2', 'n1')]
+        """
+        if self._bind is None:
+            raise TypeError(f"stage '{self.stage}' has no grouping keys (a record-wise stage): it cannot associate keys with multicast addresses")
+        self._bind(key, address)

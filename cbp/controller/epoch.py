@@ -105,7 +105,9 @@ class Epochs:
         self._write_intention(stage, epoch, d, inputs, out_incs)
         plan, state_uris = self._plan(stage, epoch, out_incs)
         try:
-            results = run_stage_epoch(self.spark, plan, input_files, state_uris, state_needs_dedupe=self.st.stages[stage].layout != "blackbox")
+            shuffle: dict[str, int] = {}
+            results = run_stage_epoch(self.spark, plan, input_files, state_uris, state_needs_dedupe=self.st.stages[stage].layout != "blackbox",
+                                      shuffle=shuffle)
             faults.point("epoch:ran")
             commits, cleanup, counts, written = self._epoch_commits(stage, epoch, d, results, inputs, out_incs)
             self._commit("epoch", f"stage '{stage}' epoch {epoch}", commits, stage=stage, cleanup=cleanup, written=written)
@@ -117,7 +119,7 @@ class Epochs:
             if not committing:
                 self._abandon_quietly(stage, epoch, out_incs)
             raise
-        return _report(stage, epoch, self.mode, results, counts, time.perf_counter() - t0)
+        return _report(stage, epoch, self.mode, results, counts, time.perf_counter() - t0, shuffle)
 
     def _plan(self, stage: str, epoch: int, out_incs: dict[str, int]) -> tuple[TaskPlan, Optional[StateSource]]:
         """The plan the epoch's tasks get, and (black-box mode) the state table at its version."""
@@ -142,7 +144,7 @@ class Epochs:
             out_schemas={f: self.spec.flows[f].schema for f in spec.outputs}, out_incs=out_incs,
             input_schemas=[self.spec.flows[i.flow].schema for i in spec.inputs], state_rel=state_rel,
             parts=parts, max_files=self.max_state_files, row_group=self.state_row_group, cache_mb=self.state_cache_mb,
-            fault=faults.current(), driver_pid=os.getpid(),
+            fault=faults.current(), driver_pid=os.getpid(), bindings=[self.home.uri(rel) for rel in sst.bindings],
         )
         limits = [t for t in (spec.timeout, self.epoch_timeout) if t is not None]
         if limits:
@@ -201,6 +203,8 @@ class Epochs:
             produced[flow] = [out_incs[flow]]
         for flow, n in d.removes.items():
             del self.st.connector(stage, flow)[:n]
+        cleanup += sst.bindings  # bindings last one epoch (paper 001 §4.5.3)
+        sst.bindings = sorted(a["path"] for r in results for a in r.bindings)
         sst.epoch = epoch
         sst.runnable_state = d.state
         self._entry(entry, {"state_version": sst.state_version, "inputs": inputs, "outputs": produced,
@@ -217,6 +221,9 @@ class Epochs:
     def _discard_epoch_files(self, stage: str, epoch: int, out_incs: dict[str, int]) -> None:
         """Delete the files an uncommitted attempt of this epoch wrote (none of them is in a Delta log)."""
         prefix = LAYOUT.epoch_prefix(epoch)
+        for name in self.home.list_dir(LAYOUT.bindings(stage)):
+            if name.startswith(prefix):
+                self.home.delete_file(f"{LAYOUT.bindings(stage)}/{name}")
         for base in (LAYOUT.state(stage), LAYOUT.index(stage)):
             for part in self.home.list_dir(base):
                 if part.startswith(f"{PART}="):
@@ -238,7 +245,8 @@ def _placement(results: list[TaskResult]) -> dict[str, Any]:
             "cache_hits": hits, "cache_lookups": lookups, "cache_hit_rate": round(hits / lookups, 4) if lookups else None}
 
 
-def _report(stage: str, epoch: int, mode: str, results: list[TaskResult], counts: dict[str, int], seconds: float) -> EpochReport:
+def _report(stage: str, epoch: int, mode: str, results: list[TaskResult], counts: dict[str, int], seconds: float,
+            shuffle: dict[str, int]) -> EpochReport:
     stats = [r.stats for r in results]
     phases: dict[str, float] = {}
     for s in stats:
@@ -252,4 +260,7 @@ def _report(stage: str, epoch: int, mode: str, results: list[TaskResult], counts
         row_groups_read=sum(int(s.get("row_groups_read", 0)) for s in stats),
         executors={r.part: r.executor for r in results if r.executor},  # type: ignore[misc]
         cache_hits=sum(int(s.get("cache_hits", 0)) for s in stats), cache_lookups=sum(int(s.get("cache_lookups", 0)) for s in stats),
+        copies_in=sum(int(s.get("broadcast_in", 0)) + int(s.get("multicast_in", 0)) for s in stats),
+        bindings_in=sum(int(s.get("bindings_in", 0)) for s in stats), delivered=sum(int(s.get("delivered", 0)) for s in stats),
+        shuffle_records=shuffle.get("records"), shuffle_bytes=shuffle.get("bytes"),
     )

@@ -29,6 +29,11 @@ class EpochReport:
     executors: dict[int, str] = field(default_factory=dict)  # partition -> executor that ran its task ("<id>@<host>")
     cache_hits: int = 0  # state-file reads served from the executors' state caches (direct mode) ...
     cache_lookups: int = 0  # ... of all state-file reads
+    copies_in: int = 0  # copies of broadcast and multicast records the tasks received (one per partition each)
+    bindings_in: int = 0  # multicast bindings of the stage's last epoch the tasks received
+    delivered: int = 0  # broadcast and multicast records handed to translate calls
+    shuffle_records: Optional[int] = None  # records and bytes the epoch's Spark job wrote to its shuffle
+    shuffle_bytes: Optional[int] = None  # (Spark's own task metrics; None when Spark did not report them)
 
     @property
     def cache_hit_rate(self) -> Optional[float]:

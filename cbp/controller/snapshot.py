@@ -68,6 +68,7 @@ class StageState:
     state_version: Optional[int] = None
     layout: str = "direct"  # how the state table was last written: direct (indexed) or blackbox
     index: dict[str, str] = field(default_factory=dict)  # partition -> index file
+    bindings: list[str] = field(default_factory=list)  # multicast bindings files of the last epoch, for the next
 
 
 @dataclass
@@ -140,7 +141,8 @@ class Snapshot:
             incs = {int(i): Increment(m["frame"], m["records"], m["version"], m["producer"], m["complete"], list(m.get("srcs", [])))
                     for i, m in f["incs"].items() if not m.get("gc", False)}
             flows[n] = FlowState(f["next_inc"], f["version"], f["feeds"], f.get("frame_state"), incs)
-        stages = {n: StageState(s["epoch"], s.get("runnable_state"), s.get("state_version"), s.get("layout", "direct"), dict(s.get("index", {})))
+        stages = {n: StageState(s["epoch"], s.get("runnable_state"), s.get("state_version"), s.get("layout", "direct"), dict(s.get("index", {})),
+                             [str(b) for b in s.get("bindings", [])])
                   for n, s in doc["stages"].items()}
         return cls(
             pipeline=doc["pipeline"], seq=int(doc["seq"]), flows=flows,

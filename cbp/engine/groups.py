@@ -24,18 +24,20 @@ __all__ = ["Group", "group_chunks", "with_state_keys"]
 
 
 class Group:
-    """One key's records: the stored JSON texts of each input flow, and (black-box mode) of its state."""
+    """One key's records: the stored JSON texts of each input flow, (black-box mode) of its state,
+    and the multicast addresses it is bound to (input index -2, :mod:`cbp.engine.routing`)."""
 
-    __slots__ = ("key", "h", "flows", "state")
+    __slots__ = ("key", "h", "flows", "state", "bound")
 
     def __init__(self, key: str, h: int, n_inputs: int) -> None:
         self.key, self.h = key, h
         self.flows: list[list[str]] = [[] for _ in range(n_inputs)]
         self.state: list[str] = []
+        self.bound: list[str] = []
 
     def add(self, flows: list[int], texts: list[str]) -> None:
         for fl, text in zip(flows, texts):
-            (self.state if fl < 0 else self.flows[fl]).append(text)
+            (self.flows[fl] if fl >= 0 else self.state if fl == -1 else self.bound).append(text)
 
     @property
     def records(self) -> int:

@@ -30,9 +30,10 @@ from .locality import placed_epoch
 from .session import has_delta
 from .protocol import FailureRecord, TaskResult, decode_failure, decode_results, result_spark_schema
 from .remote_read import needs_arrow_reader, read_parquet
+from .routing import BOUND, COPY, COPY_HASH
 from .task import TaskPlan, grouped_task, recordwise_task, route_batches
 
-__all__ = ["run_stage_epoch", "spark_ddl"]
+__all__ = ["run_stage_epoch", "spark_ddl", "partition_probes", "shuffle_written"]
 
 _SPARK_TYPES = {"string": "STRING", "int": "BIGINT", "float": "DOUBLE", "bool": "BOOLEAN", "json": "STRING"}
 _WORKER_DIED = ("Python worker exited unexpectedly", "worker exited unexpectedly (crashed)")  # only without a JVM exception
@@ -53,12 +54,13 @@ def spark_ddl(schema: RecordSchema, meta: str = "") -> str:
 
 
 def run_stage_epoch(spark: Any, plan: TaskPlan, input_files: dict[int, list[str]], state_files: Optional[StateSource] = None,
-                    state_needs_dedupe: bool = False) -> list[TaskResult]:
+                    state_needs_dedupe: bool = False, shuffle: Optional[dict[str, int]] = None) -> list[TaskResult]:
     """Run one stage epoch; return each task's result (files written, stats).
 
     ``input_files`` maps input index -> file URIs of the increments to read; ``state_files`` is
     the state table at its version (black-box mode only). A failed job raises the :mod:`cbp.errors`
-    error its tasks reported (:func:`_job_error`).
+    error its tasks reported (:func:`_job_error`). ``shuffle``, if given, receives the records
+    and bytes the job wrote to Spark's shuffle (:func:`shuffle_written`).
     """
     st = plan.stage
     sc = spark.sparkContext
@@ -82,6 +84,8 @@ def run_stage_epoch(spark: Any, plan: TaskPlan, input_files: dict[int, list[str]
             table = reduce(lambda a, b: a.unionByName(b), jobs).toArrow()
         else:
             table = _grouped(spark, plan, input_files, state_files, state_needs_dedupe)
+        if shuffle is not None:
+            shuffle.update(shuffle_written(sc, tag))
     except Exception as e:  # Spark wraps the task's exception in its own
         raise _job_error(plan, e) from None
     finally:
@@ -141,7 +145,10 @@ def _worker_died(exc: Exception) -> bool:
 
 
 def _read(spark: Any, schema: RecordSchema, files: list[str], meta: str = "") -> Any:
-    ddl = spark_ddl(schema, meta)
+    return _read_ddl(spark, spark_ddl(schema, meta), files)
+
+
+def _read_ddl(spark: Any, ddl: str, files: list[str]) -> Any:
     if needs_arrow_reader(files):  # a home on an object store: no Hadoop connector needed
         return read_parquet(spark, ddl, files)
     return spark.read.schema(ddl).parquet(*files)
@@ -162,11 +169,15 @@ def _grouped(spark: Any, plan: TaskPlan, input_files: dict[int, list[str]], stat
     """The grouped stage epoch's job; its tasks' result rows (an Arrow table)."""
     from pyspark.sql import functions as F
 
-    env_ddl = "_key STRING, _flow INT, _rec STRING"
+    env_ddl = "_key STRING, _flow INT, _rec STRING, _r STRING"
+    plan.probes = partition_probes(spark, plan.stage.partitions)
     parts = [
         _read(spark, plan.input_schemas[i], files).mapInArrow(partial(route_batches, plan, i), env_ddl)
         for i, files in input_files.items() if files
     ]
+    if plan.bindings:  # the multicast bindings of the stage's last epoch, to their keys
+        parts.append(_read_ddl(spark, "_key STRING, _addr STRING", plan.bindings).select(
+            "_key", F.lit(BOUND).cast("int").alias("_flow"), F.col("_addr").alias("_rec"), F.col("_key").alias("_r")))
     schema = plan.stage.state_schema
     s = _state_rows(spark, schema, state) if plan.mode == "blackbox" and schema is not None and state is not None else None
     if s is not None:
@@ -175,17 +186,73 @@ def _grouped(spark: Any, plan: TaskPlan, input_files: dict[int, list[str]], stat
         parts.append(s.select(
             "_key", F.lit(-1).cast("int").alias("_flow"),
             F.to_json(F.struct(*[F.col(f"`{c}`") for c in schema.fields]), {"ignoreNullFields": "false"}).alias("_rec"),
+            F.col("_key").alias("_r"),
         ))
     if parts:
         env = reduce(lambda a, b: a.unionByName(b), parts)
     else:
         env = spark.createDataFrame([], env_ddl)
-    # sorted by hash first, as state files are: a task reads and writes its state in one pass
-    env = env.withColumn("_h", F.xxhash64("_key")).repartition(plan.stage.partitions, "_key").sortWithinPartitions("_h", "_key", "_flow")
+    # partitioned by Spark's hash of _r (the key's text; a probe for the copies of broadcast and multicast
+    # records), sorted by hash first, as state files are: a task reads and writes its state in one pass
+    h = F.when(F.col("_key").startswith(COPY), F.lit(COPY_HASH)).otherwise(F.xxhash64("_key"))
+    env = env.withColumn("_h", h).repartition(plan.stage.partitions, "_r").drop("_r").sortWithinPartitions("_h", "_key", "_flow")
     if plan.mode == "direct" and not spark.sparkContext.master.startswith("local") and os.environ.get("CBP_PLACEMENT", "1") != "0":
         # keep partition p on the executor that ran it last epoch (cbp.engine.locality)
         return placed_epoch(spark, env, plan, grouped_task)
     return env.mapInArrow(partial(grouped_task, plan), result_spark_schema()).toArrow()
+
+
+def shuffle_written(sc: Any, tag: str, wait: float = 2.0) -> dict[str, int]:
+    """Records and bytes written to the shuffle by the jobs tagged ``tag``, from Spark's status store
+    (its task metrics, as the Spark UI shows them); empty if Spark does not say within ``wait`` s.
+    The store is filled by a listener, a moment after a job ends: this waits for the jobs to end."""
+    try:
+        jsc = sc._jsc.sc()
+        store = jsc.statusStore()
+        job_ids = list(jsc.statusTracker().getJobIdsForTag(tag))
+        deadline = time.time() + wait
+        records = written = 0
+        for jid in job_ids:
+            job = store.job(jid)
+            while str(job.status()) == "RUNNING" and time.time() < deadline:
+                time.sleep(0.01)
+                job = store.job(jid)
+            stages = job.stageIds().iterator()
+            while stages.hasNext():
+                try:
+                    st = store.lastStageAttempt(stages.next())
+                except Exception:  # a stage that was skipped (its shuffle output reused) has no attempt
+                    continue
+                records += int(st.shuffleWriteRecords())
+                written += int(st.shuffleWriteBytes())
+        return {"records": records, "bytes": written} if job_ids else {}
+    except Exception:  # no JVM (Spark Connect) or a store without these methods
+        return {}
+
+
+_PROBES: dict[int, list[str]] = {}
+
+
+def partition_probes(spark: Any, n: int) -> list[str]:
+    """For each of ``n`` partitions a string that Spark's hash partitioning (``pmod(hash(s), n)``,
+    as ``repartition(n, col)`` does) puts in it: where the copies of a broadcast or multicast record
+    are sent. Computed once per partition count by a small Spark job.
+
+        >>> probes = partition_probes(spark, 4)                                          # doctest: +SKIP
+        >>> spark.sql(f"select pmod(hash('{probes[2]}'), 4)").first()[0]                 # doctest: +SKIP
+        2
+    """
+    if n not in _PROBES:
+        found: dict[int, str] = {}
+        size = 16 * n
+        while len(found) < n:
+            rows = spark.range(0, size).selectExpr("concat('cbp-probe-', cast(id as string)) as s").selectExpr(
+                "s", f"pmod(hash(s), {n}) as p").collect()
+            for r in rows:
+                found.setdefault(int(r["p"]), r["s"])
+            size *= 4
+        _PROBES[n] = [found[p] for p in range(n)]
+    return _PROBES[n]
 
 
 def _first_lines(text: str, n: int = 12) -> str:

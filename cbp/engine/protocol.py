@@ -53,6 +53,7 @@ RESULT = pa.schema([
     pa.field("seconds", pa.map_(pa.string(), pa.float64())),
     pa.field("out", pa.map_(pa.string(), pa.int64())),
     pa.field("executor", pa.string()),
+    pa.field("bindings", pa.list_(ADD)),
 ])
 _MAPS = ("seconds", "out")  # stats entries that are maps of their own; every other stat is an integer
 
@@ -64,7 +65,8 @@ class TaskResult:
     ``state_adds``/``state_removes`` are files of the stage's state table, ``outputs`` maps each
     output flow to its new files, ``index`` is the partition's new index file (direct mode).
     ``stats`` holds integer counters plus ``seconds`` (per phase) and ``out`` (records per flow).
-    ``executor`` names the executor that ran the task.
+    ``executor`` names the executor that ran the task; ``bindings`` are the files of the multicast
+    bindings its translate calls made (:mod:`cbp.engine.routing`).
     """
 
     part: int
@@ -74,6 +76,7 @@ class TaskResult:
     outputs: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
     stats: dict[str, Any] = field(default_factory=dict)
     executor: Optional[str] = None  # the executor that ran the task (:func:`cbp.engine.locality.executor_name`)
+    bindings: list[dict[str, Any]] = field(default_factory=list)  # multicast bindings files (paths relative to the home)
 
 
 def _add(a: dict[str, Any]) -> dict[str, Any]:
@@ -91,6 +94,7 @@ def result_batch(r: TaskResult) -> pa.RecordBatch:
         "outputs": {f: [_add(a) for a in adds] for f, adds in r.outputs.items()},
         "counts": counts, "seconds": {k: float(v) for k, v in r.stats.get("seconds", {}).items()},
         "out": {k: int(v) for k, v in r.stats.get("out", {}).items()}, "executor": r.executor,
+        "bindings": [_add(a) for a in r.bindings],
     }], schema=RESULT)
 
 
@@ -104,7 +108,7 @@ def decode_results(table: pa.Table) -> list[TaskResult]:
         out.append(TaskResult(part=row["part"], index=row["index"], state_adds=list(row["state_adds"] or ()),
                               state_removes=list(row["state_removes"] or ()),
                               outputs={f: list(adds) for f, adds in row["outputs"] or ()}, stats=stats,
-                              executor=row["executor"]))
+                              executor=row["executor"], bindings=list(row["bindings"] or ())))
     return out
 
 

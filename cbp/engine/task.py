@@ -25,27 +25,19 @@ import numpy as np
 import pyarrow as pa
 
 from .. import faults
-from ..model import Emitter
+from ..model import Broadcast, Emitter, Multicast
 from ..spec import StageSpec
 from ..spec.schema import RecordError, RecordSchema
-from ..storage import INC, Home
+from ..storage import INC, LAYOUT, Home
 from .bipindex import ROW_GROUP, StateMeta
 from .groups import Group, group_chunks, with_state_keys
 from .locality import executor_name
 from .protocol import FailureRecord, TaskFailed, TaskResult, result_batch
+from .routing import BINDINGS, ENVELOPE, Copies, Routes, check_target, encode_key
 from .sinks import ParquetSink, RecordSink, io_path
 from .statepart import BlackboxPartition, DirectPartition, OldState
 
 __all__ = ["TaskPlan", "ENVELOPE", "EpochTimeout", "encode_key", "route_batches", "grouped_task", "recordwise_task"]
-
-#: Records on their way to a stage: JSON-encoded key, input index (-1: state), stored record as JSON.
-ENVELOPE = pa.schema([("_key", pa.string()), ("_flow", pa.int32()), ("_rec", pa.string())])
-
-
-def encode_key(key: Any) -> str:
-    """The canonical text of a grouping key (JSON), used for routing and stored as ``_key``."""
-    return json.dumps(key, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
-
 
 class EpochTimeout(BaseException):
     """Raised inside a task when its stage epoch's time limit is up (a BaseException, so that a
@@ -79,6 +71,8 @@ class TaskPlan:
     deadline: Optional[float] = None  # wall-clock time (time.time()) the epoch must end by
     timeout: Optional[float] = None  # the limit that set it, in seconds (for messages)
     write_rows: int = 4096  # output records a task buffers before appending them to its file
+    probes: list[str] = field(default_factory=list)  # per partition, a string Spark hashes into it (cbp.engine.routing)
+    bindings: list[str] = field(default_factory=list)  # URIs of the bindings the stage's last epoch made
 
     def where(self, key: Any = None) -> str:
         s = f"stage '{self.stage.name}' epoch {self.epoch}"
@@ -103,17 +97,13 @@ def _user_failure(plan: TaskPlan, where: str, fn_name: str, exc: BaseException, 
 
 # ------------------------------------------------------------------ routing (map side)
 def route_batches(plan: TaskPlan, flow_idx: int, batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-    """RouteBy each record of input ``flow_idx``; a record routed to several keys is sent to each.
-
-    Envelopes are yielded in batches of at most :data:`ROUTE_ROWS` rows or about
-    :data:`ROUTE_BYTES` of text, however many keys a record goes to.
-    """
+    """RouteBy each record of input ``flow_idx``: one envelope per distinct key it goes to, or one
+    copy per partition for a broadcast or multicast key (:mod:`cbp.engine.routing`)."""
     inp = plan.stage.inputs[flow_idx]
     route = inp.route_by
     assert route is not None
-    keys: list[str] = []
-    recs: list[str] = []
-    size = 0
+    routes = Routes(flow_idx, plan.probes)
+    flows = [i.flow for i in plan.stage.inputs]
     for b in batches:
         for rec in b.to_pylist():
             text = json.dumps(rec, separators=(",", ":"), ensure_ascii=False)
@@ -124,27 +114,26 @@ def route_batches(plan: TaskPlan, flow_idx: int, batches: Iterable[pa.RecordBatc
             many = out if isinstance(out, (list, set, frozenset)) else (out,)  # a tuple is one composite key
             if None in many:
                 raise _failed(plan, "user-code", f"{plan.where()} flow '{inp.flow}': route_by '{route.text}' returned no key (None) for record {text[:200]}")
-            encoded = [encode_key(k) for k in many]
-            if len(encoded) > 1:
-                encoded = list(dict.fromkeys(encoded))  # a record goes to each distinct key once
-            for k in encoded:
-                keys.append(k)
-                recs.append(text)
-                size += len(text) + len(k)
-                if len(keys) >= ROUTE_ROWS or size >= ROUTE_BYTES:
-                    yield _envelopes(keys, recs, flow_idx)
-                    keys, recs, size = [], [], 0
-    if keys:
-        yield _envelopes(keys, recs, flow_idx)
-
-
-ROUTE_ROWS = 20000
-ROUTE_BYTES = 16 << 20
-
-
-def _envelopes(keys: list[str], recs: list[str], flow_idx: int) -> pa.RecordBatch:
-    return pa.RecordBatch.from_arrays(
-        [pa.array(keys, pa.string()), pa.array(np.full(len(keys), flow_idx, np.int32)), pa.array(recs, pa.string())], schema=ENVELOPE)
+            keys: list[str] = []
+            for k in many:
+                if isinstance(k, (Broadcast, Multicast)):
+                    why = check_target(k, flows)
+                    if why is not None:
+                        raise _failed(plan, "route-target", f"{plan.where()} flow '{inp.flow}': route_by '{route.text}': {why}; record {text[:200]}")
+                    yield from routes.add_copies(k, text)
+                    continue
+                try:
+                    keys.append(encode_key(k))
+                except (TypeError, ValueError) as e:
+                    raise _failed(plan, "user-code", f"{plan.where()} flow '{inp.flow}': route_by '{route.text}' returned a key that is not a JSON value "
+                                  f"({e}) for record {text[:200]}") from None
+            for k in (dict.fromkeys(keys) if len(keys) > 1 else keys):  # a record goes to each distinct key once
+                full = routes.add(k, text)
+                if full is not None:
+                    yield full
+    last = routes.flush()
+    if last is not None:
+        yield last
 
 
 # ------------------------------------------------------------------ translate calls
@@ -157,10 +146,13 @@ class _Calls:
         self.outputs = {f: RecordSink(ParquetSink(plan.home, f"flows/{f}/{INC}={plan.out_incs[f]}", f"s{st.name}-e{plan.epoch:08d}-p{part:05d}",
                                                   plan.out_schemas[f].arrow, plan.out_incs[f]), plan.out_schemas[f].to_arrow, plan.write_rows)
                         for f in st.outputs}
+        self.bindings = RecordSink(ParquetSink(plan.home, LAYOUT.bindings(st.name), f"{LAYOUT.epoch_prefix(plan.epoch)}-p{part:05d}", BINDINGS, part),
+                                   lambda rows: pa.Table.from_pylist(rows, BINDINGS), plan.write_rows)
         self.state_out: list[dict[str, Any]] = []
         self.key: Any = None
         self.key_text: Optional[str] = None
-        self.emitter = Emitter(st.name, plan.epoch, st.params, st.outputs, st.state_schema is not None, self._sink)
+        self.emitter = Emitter(st.name, plan.epoch, st.params, st.outputs, st.state_schema is not None, self._sink,
+                               None if st.record_wise else self._bind)
         self.calls = 0
 
     def _sink(self, flow: str, record: Any) -> None:
@@ -174,6 +166,17 @@ class _Calls:
             self.state_out.append(rec)
         else:
             self.outputs[flow].add(rec)
+
+    def _bind(self, key: Any, address: Any) -> None:
+        try:
+            row = {"_key": encode_key(key), "_addr": encode_key(address)}
+        except (TypeError, ValueError) as e:
+            raise _failed(self.plan, "user-code", f"{self.plan.where(self.key)}: out.associate({key!r:.80}, {address!r:.80}): "
+                          f"the key and the address must be JSON values ({e})", key=self.key_text, exc_type=type(e).__name__) from None
+        if address is None:
+            raise _failed(self.plan, "user-code", f"{self.plan.where(self.key)}: out.associate({key!r:.80}, None): a multicast address cannot be None",
+                          key=self.key_text, exc_type="TypeError")
+        self.bindings.add(row)
 
     def call(self, key_text: Optional[str], key: Any, state: list[dict[str, Any]], inputs: list[Iterator[dict[str, Any]]]) -> list[dict[str, Any]]:
         self.key, self.key_text = key, key_text
@@ -192,6 +195,14 @@ class _Calls:
     def counts(self) -> dict[str, int]:
         return {f: s.count for f, s in self.outputs.items()}
 
+    def close_bindings(self) -> list[dict[str, Any]]:
+        """Finish the bindings file: its add action (path relative to the home), if any binding was made."""
+        add = self.bindings.close()
+        if add is None:
+            return []
+        add["path"] = add.pop("rel")
+        return [add]
+
     def close(self) -> dict[str, list[dict[str, Any]]]:
         """Finish the output files; their add actions per flow (paths relative to the flow's table)."""
         result: dict[str, list[dict[str, Any]]] = {}
@@ -203,7 +214,7 @@ class _Calls:
         return result
 
     def abort(self) -> None:
-        for sink in self.outputs.values():
+        for sink in [*self.outputs.values(), self.bindings]:
             sink.sink.abort()
 
 
@@ -277,15 +288,18 @@ def _grouped_task(plan: TaskPlan, batches: Iterable[pa.RecordBatch]) -> Iterator
     clock = _Clock()
     calls = _Calls(plan, p)
     part: _Partition = None
+    copies = Copies(plan)
     try:
         if plan.stage.state_schema is not None:
             part = DirectPartition(plan, p) if plan.mode == "direct" else BlackboxPartition(plan, p)
         clock.lap("index_load")
         stats: dict[str, Any] = {"in": 0}
-        for g, old in _keyed(plan, part, group_chunks(batches, len(plan.stage.inputs)), clock):
+        chunks = copies.absorb(group_chunks(batches, len(plan.stage.inputs)))
+        for g, old in _keyed(plan, part, chunks, clock, copies):
             stats["in"] += g.records
-            _translate(plan, calls, part, g, old)
+            _translate(plan, calls, part, g, old, copies)
         clock.lap("translate")
+        stats.update(copies.stats)
         result = _finish(plan, p, calls, part, stats, clock)
         result.executor = executor_name()
     except BaseException:
@@ -296,14 +310,17 @@ def _grouped_task(plan: TaskPlan, batches: Iterable[pa.RecordBatch]) -> Iterator
     yield result_batch(result)
 
 
-def _keyed(plan: TaskPlan, part: _Partition, chunks: Iterator[list[Group]], clock: "_Clock") -> Iterator[tuple[Group, Optional[OldState]]]:
-    """The keys to call, in hash order, with their stored state (direct mode): those with input,
-    plus, for outer grouping, every stored key of the partition."""
-    if isinstance(part, DirectPartition) and plan.stage.grouping == "outer":
-        yield from with_state_keys((g for c in chunks for g in c), part.scan(), len(plan.stage.inputs))
+def _keyed(plan: TaskPlan, part: _Partition, chunks: Iterator[list[Group]], clock: "_Clock", copies: Copies) -> Iterator[tuple[Group, Optional[OldState]]]:
+    """The keys to visit, in hash order, with their stored state (direct mode): those with input
+    (multicast deliveries included), plus, for outer grouping or a broadcast to the stored keys,
+    every stored key of the partition."""
+    if isinstance(part, DirectPartition) and (plan.stage.grouping == "outer" or copies.to_state):
+        for g, old in with_state_keys(_delivered(chunks, copies), part.scan(), len(plan.stage.inputs)):
+            yield g, old
         return
     for chunk in chunks:
         clock.lap("input")
+        chunk = list(_delivered((chunk,), copies))
         found = part.lookup(np.array([g.h for g in chunk], np.int64)) if isinstance(part, DirectPartition) else {}
         clock.lap("state_read")
         for g in chunk:
@@ -312,16 +329,30 @@ def _keyed(plan: TaskPlan, part: _Partition, chunks: Iterator[list[Group]], cloc
         clock.lap("translate")
 
 
-def _translate(plan: TaskPlan, calls: _Calls, part: _Partition, g: Group, old: Optional[OldState]) -> None:
-    """Call the translator for one key and hand its new state to the partition."""
+def _delivered(chunks: Iterable[list[Group]], copies: Copies) -> Iterator[Group]:
+    """The key groups with their multicast deliveries; a group left with neither input nor state
+    (a key bound to addresses nothing was sent to) is dropped."""
+    for chunk in chunks:
+        for g in chunk:
+            copies.deliver_multicast(g)
+            if g.records or g.state:
+                yield g
+
+
+def _translate(plan: TaskPlan, calls: _Calls, part: _Partition, g: Group, old: Optional[OldState], copies: Copies) -> None:
+    """Call the translator for one key (if it is called) and hand its new state to the partition."""
     st = plan.stage
     if isinstance(part, BlackboxPartition):
         records = [st.state_schema.from_storage(json.loads(t)) for t in g.state]  # type: ignore[union-attr]
-        if st.grouping == "inner" and not g.records:
-            part.update(g.key, g.h, records, records)  # a key without input keeps its state
-            return
+        has_state = bool(g.state)
     else:
         records = old.records if old is not None else []
+        has_state = old is not None
+    copies.deliver_broadcast(g, has_state, st.grouping == "outer")
+    if not g.records and not (st.grouping == "outer" and has_state):
+        if isinstance(part, BlackboxPartition):
+            part.update(g.key, g.h, records, records)  # a key without input keeps its state
+        return
     key = json.loads(g.key)
     inputs = [_flow_iter(plan, idx, g.flows[idx], key, g.key) for idx in range(len(st.inputs))]
     new = calls.call(g.key, key, records, inputs)
@@ -337,12 +368,13 @@ def _finish(plan: TaskPlan, p: int, calls: _Calls, part: _Partition, stats: dict
     clock.lap("state_write")
     faults.task_point(plan.fault, "task:state-written", plan.driver_pid)
     outputs = calls.close()
+    bindings = calls.close_bindings()
     faults.task_point(plan.fault, "task:outputs-written", plan.driver_pid)
     clock.lap("outputs")
     stats.setdefault("state_read", 0)
     stats.setdefault("state_written", 0)
     stats.update(seconds=clock.laps, keys=calls.calls, out=calls.counts)
-    return TaskResult(part=p, index=index, state_adds=adds, state_removes=removes, outputs=outputs, stats=stats)
+    return TaskResult(part=p, index=index, state_adds=adds, state_removes=removes, outputs=outputs, stats=stats, bindings=bindings)
 
 
 # ------------------------------------------------------------------ record-wise task

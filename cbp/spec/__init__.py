@@ -19,7 +19,7 @@ A file looks like::
         translator: url_count:count_urls    # module beside the YAML, or installed
         partitions: 4
         inputs:
-          - {flow: urls, route_by: url}     # a field name or module:function
+          - {flow: urls, route_by: url}     # a field name, module:function, or ALL (broadcast)
         state: {schema: {url: string, count: int}, grouping: inner}
         outputs: [counts]
         runnable: all                       # all | any | module:function
@@ -38,7 +38,7 @@ from typing import Any, Callable, Literal, Optional
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from ..errors import SpecError
-from ..model import runnable_all, runnable_any
+from ..model import ALL, runnable_all, runnable_any
 from .resolve import is_import_path, resolve_callable
 from .loader import load_yaml
 from .schema import FieldType, RecordSchema, parse_type
@@ -47,6 +47,12 @@ __all__ = ["load_spec", "load_yaml", "PipelineSpec", "StageSpec", "FlowSpec", "I
 
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 STATE = "state"
+BROADCAST = "ALL"  # ``route_by: ALL``: every record of the input goes to every key called in the epoch
+
+
+def route_to_all(record: dict[str, Any]) -> Any:
+    """The RouteBy of ``route_by: ALL``."""
+    return ALL
 
 
 # ---------------------------------------------------------------- raw YAML shape (pydantic)
@@ -357,11 +363,15 @@ class _Compiler:
             what = f"stage '{name}' input '{inp.flow}'"
             if inp.fields is not None:
                 self._check_consumer_fields(name, inp.flow, inp.fields, schema, where + ("inputs",))
-            route = self._key_function(inp.route_by, schema, where + ("inputs",), what + " route_by")
+            route = KeyFunction(BROADCAST, fn=route_to_all) if inp.route_by == BROADCAST else \
+                self._key_function(inp.route_by, schema, where + ("inputs",), what + " route_by")
             order = self._key_function(inp.order_by, schema, where + ("inputs",), what + " order_by")
             if s.state is not None and route is None:
                 raise self.fail(where + ("inputs",), f"{what}: a stage with state must group its inputs; give route_by (a field or module:function), the default RouteByRcd gives every record its own group", "route-required")
             inputs.append(InputSpec(inp.flow, route, order))
+        if inputs and all(i.route_by is not None and i.route_by.text == BROADCAST for i in inputs) and (s.state is None or s.state.grouping == "inner"):
+            raise self.fail(where + ("inputs",), f"stage '{name}': every input is routed to ALL, which reaches only keys called by other "
+                            "input, so no key would ever be called; route one input by key, or make the state grouping outer", "broadcast-nowhere")
         state_schema = self._schema(s.state.fields, where + ("state",), f"stage '{name}' state") if s.state else None
         flows = ", ".join(i.flow for i in s.inputs)
         translator = self._callable(s.translator, where + ("translator",), f"stage '{name}' translator",

@@ -60,6 +60,10 @@ class Layout:
     def index(self, stage: str) -> str:
         return f"stages/{stage}/index"
 
+    def bindings(self, stage: str) -> str:
+        """Directory of the multicast bindings a stage epoch makes (read by the stage's next epoch)."""
+        return f"stages/{stage}/bindings"
+
     def delta_commit(self, table: str, version: int) -> str:
         """The Delta log file of commit ``version`` of the table at ``table`` (Delta protocol naming)."""
         return f"{table}/_delta_log/{version:020d}.json"

@@ -1,0 +1,146 @@
+"""Broadcast (ALL) and multicast routing (paper 001 §2.3, §4.5.3): who gets what, one copy per partition.
+
+A stage keyed by ``k`` logs every record it is given (``seen``); the expected delivery sets are
+written out by hand from the semantics, and direct mode must equal black-box mode.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+import cbp
+from cbp.errors import SpecError, UserCodeError
+
+YAML = """
+pipeline: bcast
+flows:
+  ins: {external: true, schema: {k: string, op: string, tag: string, addr: "string?"}}
+  msgs: {schema: {addr: string, tag: string}}
+  seen: {schema: {k: string, flow: string, tag: string, epoch: int}}
+stages:
+  node:
+    translator: MOD:node
+    partitions: 3
+    runnable: any
+    inputs:
+      - {flow: ins, route_by: "MOD:route"}
+      - {flow: msgs, route_by: "MOD:route_msg"}
+    state: {schema: {k: string}, grouping: GROUPING}
+    outputs: [msgs, seen]
+"""
+MODULE = """
+import cbp
+
+def route(r):
+    op = r["op"]
+    if op == "all":
+        return cbp.ALL
+    if op == "state":
+        return cbp.broadcast("state")
+    if op == "ins":
+        return cbp.broadcast("ins")
+    if op == "mc":
+        return cbp.multicast(r["addr"])
+    if op == "bad":
+        return cbp.broadcast("nope")
+    return r["k"]
+
+def route_msg(m):
+    return cbp.multicast(m["addr"])
+
+def node(key, state, ins, msgs, out):
+    prev = next(state, None)
+    for r in ins:
+        out.seen.write({"k": key, "flow": "ins", "tag": r["tag"], "epoch": out.epoch})
+        if r["op"] == "bind":
+            out.associate(key, r["addr"])
+        elif r["op"] == "send":
+            out.msgs.write({"addr": r["addr"], "tag": r["tag"]})
+    for m in msgs:
+        out.seen.write({"k": key, "flow": "msgs", "tag": m["tag"], "epoch": out.epoch})
+    out.state.write({"k": key})
+"""
+
+
+def _rec(k, op, tag, addr=None):
+    return {"k": k, "op": op, "tag": tag, "addr": addr}
+
+
+FEEDS = [
+    # epoch 1: three keys, and an ALL record: it reaches the keys called in the epoch
+    [_rec("a", "key", "a1"), _rec("b", "key", "b1"), _rec("c", "key", "c1"), _rec("", "all", "X1")],
+    # epoch 2: a and a new key e have input; S2 goes to every stored key (a, b, c: e has no state yet),
+    # which makes b and c called, so ALL (X2) reaches them too; I2 only keys with input on 'ins'
+    [_rec("a", "key", "a2"), _rec("e", "key", "e2"), _rec("", "all", "X2"), _rec("", "state", "S2"), _rec("", "ins", "I2")],
+    # epoch 3: a and b bind themselves to g1, c sends M3 to g1 and binds itself to g2 (nothing is sent to g2);
+    # epoch 4 (the loopback flow msgs): a and b get M3, c is not called
+    [_rec("a", "bind", "a3", "g1"), _rec("b", "bind", "b3", "g1"), _rec("c", "send", "M3", "g1"), _rec("c", "bind", "c3", "g2")],
+    # epoch 5: a multicast straight from the input to g1; the bindings of epoch 3 were for epoch 4 only: nobody
+    [_rec("", "mc", "M5", "g1"), _rec("e", "key", "e5")],
+    # epoch 6: a binds to g3; epoch 7: M7 to g3 reaches a, which has no other input
+    [_rec("a", "bind", "a6", "g3")],
+    [_rec("", "mc", "M7", "g3"), _rec("b", "key", "b7")],
+]
+
+
+def expected(grouping: str) -> set[tuple]:
+    plain = {(1, "a", "ins", "a1"), (1, "b", "ins", "b1"), (1, "c", "ins", "c1"),
+             (2, "a", "ins", "a2"), (2, "e", "ins", "e2"),
+             (3, "a", "ins", "a3"), (3, "b", "ins", "b3"), (3, "c", "ins", "M3"), (3, "c", "ins", "c3"),
+             (5, "e", "ins", "e5"), (6, "a", "ins", "a6"), (7, "b", "ins", "b7")}
+    delivered = {(1, k, "ins", "X1") for k in "abc"} | {(2, k, "ins", "X2") for k in "abce"} | {(2, k, "ins", "S2") for k in "abc"} \
+        | {(2, k, "ins", "I2") for k in "ae"} | {(4, "a", "msgs", "M3"), (4, "b", "msgs", "M3"), (7, "a", "ins", "M7")}
+    if grouping == "outer":  # every stored key is called every epoch, so ALL reaches them all
+        delivered |= set()  # X1: nothing stored before epoch 1; X2: a, b, c, e already
+    return plain | delivered
+
+
+def _seen(p) -> set[tuple]:
+    return {(r["epoch"], r["k"], r["flow"], r["tag"]) for r in p.output("seen")}
+
+
+@pytest.mark.parametrize("mode,grouping", [("direct", "inner"), ("blackbox", "inner"), ("direct", "outer"), ("blackbox", "outer")])
+def test_broadcast_and_multicast_delivery(spark, tmp_path, make_pipeline, mode, grouping):
+    path = make_pipeline(YAML.replace("GROUPING", grouping), MODULE)
+    p = cbp.load(path, home=str(tmp_path / "home"), mode=mode, spark=spark)
+    for i, feed in enumerate(FEEDS, 1):
+        p.feed("ins", feed)
+        p.run()
+    assert _seen(p) == expected(grouping)
+
+
+def test_one_copy_per_partition(spark, tmp_path, make_pipeline):
+    """A broadcast record reaches each of the 3 tasks once, however many keys it is delivered to."""
+    path = make_pipeline(YAML.replace("GROUPING", "inner"), MODULE)
+    p = cbp.load(path, home=str(tmp_path / "home"), spark=spark)
+    p.feed("ins", [_rec(f"k{i}", "key", "t") for i in range(60)] + [_rec("", "all", "X")])
+    (rep,) = p.run()
+    assert rep.records_in == 60 and rep.copies_in == 3 and rep.delivered == 60
+    assert rep.shuffle_records == 60 + 3  # Spark's own count: 60 keyed records, one copy of X per partition
+    assert sum(1 for r in p.output("seen") if r["tag"] == "X") == 60
+
+
+def test_broadcast_to_an_unknown_flow_is_an_error_naming_the_stage(spark, tmp_path, make_pipeline):
+    path = make_pipeline(YAML.replace("GROUPING", "inner"), MODULE)
+    p = cbp.load(path, home=str(tmp_path / "home"), spark=spark)
+    p.feed("ins", [_rec("a", "key", "a1"), _rec("", "bad", "B")])
+    with pytest.raises(UserCodeError) as e:
+        p.run()
+    assert e.value.code == "route-target" and e.value.stage == "node"
+    assert p.output("seen") == []
+
+
+def test_route_by_all_everywhere_is_refused(make_pipeline):
+    path = make_pipeline("""
+    pipeline: x
+    flows:
+      a: {external: true, schema: {v: string}}
+    stages:
+      s:
+        translator: MOD:t
+        inputs: [{flow: a, route_by: ALL}]
+        state: {schema: {v: string}}
+    """, "def t(key, state, a, out):\n    pass\n")
+    with pytest.raises(SpecError) as e:
+        cbp.load_spec(path)
+    assert e.value.code == "broadcast-nowhere"
