@@ -97,8 +97,13 @@ def test_clustering_emulated_multicast_gives_the_same_records(spark, tmp_path):
         assert [sorted(e.outputs["coefficients"], key=lambda r: r["node"]) for e in a.epochs] == \
                [sorted(e.outputs["coefficients"], key=lambda r: r["node"]) for e in b.epochs]
         assert a.state == b.state
-    # the old neighbours' update is one record per sender with multicast, one per (sender, neighbour) without
-    assert sum(len(s.outputs["updates"]) for s in multi.steps) < sum(len(s.outputs["updates"]) for s in emul.steps)
+    # multicast delivers the old neighbours' update from one copy per partition; emulated, the shuffle replicates it
+    reports = {name: [e.report for s in r.steps for e in s.epochs] for name, r in (("multicast", multi), ("emulated", emul))}
+    for name, reps in reports.items():
+        print(f"\nclustering {name}: shuffled {sum(r.shuffle_records or 0 for r in reps)} records, "
+              f"{sum(r.shuffle_bytes or 0 for r in reps)} bytes; {sum(r.copies_in for r in reps)} copies, "
+              f"{sum(r.bindings_in for r in reps)} bindings, {sum(r.delivered for r in reps)} multicast deliveries")
+    assert sum(r.delivered for r in reports["multicast"]) > 0 == sum(r.delivered + r.copies_in for r in reports["emulated"])
 
 
 # ---------------------------------------------------------------- PageRank
