@@ -13,7 +13,8 @@ vector, so ``PR`` is proportional to ``s = (I - α Mᵀ)⁻¹ 1``, the "leaky" P
 is the link matrix with dangling rows left empty. Each node can therefore keep an unnormalised
 ``s_v = 1 + α Σ_{u→v} s_u / outdeg(u)``; a dangling node simply sends nothing, and ``PR = s / Σ s``.
 
-How (push propagation, after Chien et al. [8], whose thresholding this keeps): a node stores ``s``,
+How (push propagation with a threshold, in the spirit of the thresholded updates of [8] that the
+paper implements, without its supernode construction): a node stores ``s``,
 ``sent`` (the score its out-neighbours currently reflect), the out-degree ``degree`` it was sent
 with and its out-adjacency (old neighbours first). When ``s`` moved by more than
 ``params.tolerance`` from ``sent``, or the node gained out-edges, it sends its old out-neighbours
@@ -99,11 +100,15 @@ def pagerank(node: str | int, state: Iterator[Record], edges: Iterator[Record], 
              rank_deltas: Iterator[Record], out: Any) -> None:
     """Add received pushes to the score, add new out-edges, push on if the change is large enough."""
     if node == TOTAL:
-        return add_up(state, rank_deltas, out)
+        add_up(state, rank_deltas, out)
+        return
     prev = next(state, None)
     links = list(edges)
     if prev is None and all(e["src"] == e["dst"] for e in links):
         return  # only self-loops: the node does not appear
+    # Leaky PageRank: s_v = 1 + α Σ_{u→v} s_u / outdeg(u), a dangling node sends nothing. Uniform
+    # teleport and uniform dangling redistribution (networkx's) are both multiples of the all-ones
+    # vector, so networkx's PR = s / Σ s and no broadcast of the dangling mass is needed.
     old_score = prev["score"] if prev else 0.0
     score = math.fsum([old_score if prev else 1.0, *(p["delta"] for p in pushes)])
     sent, degree, adj = (prev["sent"], prev["degree"], list(prev["out"])) if prev else (0.0, 0, [])
@@ -118,7 +123,10 @@ def pagerank(node: str | int, state: Iterator[Record], edges: Iterator[Record], 
 
 
 def add_up(state: Iterator[Record], rank_deltas: Iterator[Record], out: Any) -> None:
-    """The key :data:`TOTAL`: add the run's score changes to the total; emit it when it changed."""
+    """The key :data:`TOTAL`: add the run's score changes to the total; emit it when it changed.
+
+    Its state record has ``node`` null and the total as ``score``.
+    """
     prev = next(state, None)
     old = prev["score"] if prev else 0.0
     new = math.fsum([old, *(r["delta"] for r in rank_deltas)])
