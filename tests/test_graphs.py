@@ -106,6 +106,20 @@ def test_clustering_emulated_multicast_gives_the_same_records(spark, tmp_path):
     assert sum(r.delivered for r in reports["multicast"]) > 0 == sum(r.delivered + r.copies_in for r in reports["emulated"])
 
 
+def test_clustering_feed_while_updates_are_pending(spark, tmp_path):
+    """Runnable any: a feed landing mid-run is read together with the pending updates; still networkx's result."""
+    incs = graph_increments(seed=9, n=30, m=90)
+    p = cbp.load(FLOWS / "clustering.yaml", home=str(tmp_path / "h"))
+    coeffs: dict[str, float] = {}
+    for i, inc in enumerate(incs):
+        p.feed("edges", feed(inc))
+        for rep in p.run(max_epochs=None if i == len(incs) - 1 else 1):
+            coeffs.update((r["node"], r["coefficient"]) for r in p.output("coefficients", epoch=rep.epoch))
+    expected = nx.clustering(nx.Graph((a, b) for inc in incs for a, b in inc if a != b))
+    assert set(coeffs) == set(expected)
+    assert max(abs(coeffs[v] - expected[v]) for v in expected) <= 1e-9
+
+
 # ---------------------------------------------------------------- PageRank
 def reference_pagerank(g: nx.DiGraph) -> dict[str, float]:
     """networkx's PageRank (alpha 0.85), converged far below the 1e-6 compared against.
@@ -116,25 +130,31 @@ def reference_pagerank(g: nx.DiGraph) -> dict[str, float]:
 
 
 def check_pagerank(result: Replay, incs: list[Edges]) -> None:
+    """After every run: newest score / newest total = networkx, and one total per edges increment taken."""
     g = nx.DiGraph()
-    total = None
+    total, landed = None, 0
     for step, inc, scores in zip(result.steps, incs, newest(result, "ranks", "score")):
         g.add_edges_from((a, b) for a, b in inc if a != b)
+        landed += 1
+        if not step.increment.run:
+            continue
         totals = [r["total"] for r in step.outputs.get("rank_total", [])]
-        assert len(totals) <= 1  # one total per run, once propagation stopped
-        total = totals[-1] if totals else total
+        assert len(totals) == landed  # each increment (all change the graph) is propagated, then totalled, alone
+        total, landed = totals[-1], 0
         expected = reference_pagerank(g)
         assert set(scores) == set(expected)
         assert abs(total - sum(scores.values())) <= 1e-12 * total
         assert max(abs(scores[v] / total - expected[v]) for v in expected) <= 1e-6
         last = step.epochs[-1].outputs  # the phases: edges, pushes while any, then the total
-        assert last["rank_total"] == step.outputs.get("rank_total", []) and last["pushes"] == []
+        assert [r["total"] for r in last["rank_total"]] == totals[-1:] and last["pushes"] == []
 
 
 @pytest.mark.parametrize("mode,k", [("direct", 5), ("blackbox", 3)])  # each increment takes 10-20 epochs to converge
 def test_pagerank_matches_networkx(spark, tmp_path, mode, k):
     incs = graph_increments(seed=3, n=30, m=80, sinks=0.4, k=k)
-    result = replay(FLOWS / "pagerank.yaml", [Increment("edges", feed(e)) for e in incs], home=str(tmp_path / mode), mode=mode)
+    # in direct mode increments 3 and 4 land together: the Runnable takes them one after the other
+    steps = [Increment("edges", feed(e), run=not (mode == "direct" and i == 2)) for i, e in enumerate(incs)]
+    result = replay(FLOWS / "pagerank.yaml", steps, home=str(tmp_path / mode), mode=mode)
     check_pagerank(result, incs)
 
 
