@@ -41,7 +41,7 @@ from __future__ import annotations
 import math
 from typing import Any, Iterator
 
-import cbp
+from cbp import Emitter, multicast
 
 Record = dict[str, Any]
 Frames = dict[str, list[Any]]
@@ -59,7 +59,7 @@ def edge_ends(edge: Record) -> list[str]:
 def route_push(push: Record) -> Any:
     """RouteBy of ``pushes``: the listed new out-neighbours, else the sender's multicast group."""
     targets = push["targets"]
-    return cbp.multicast(push["src"]) if targets is None else targets
+    return multicast(push["src"]) if targets is None else targets
 
 
 def propagation_first(frames: Frames, state: Any) -> tuple[dict[str, int], dict[str, int], Any]:
@@ -83,7 +83,7 @@ def new_out_neighbours(node: str, edges: list[Record], known: list[str]) -> list
     return sorted({e["dst"] for e in edges if e["src"] == node} - set(known) - {node})
 
 
-def push(node: str, adj: list[str], degree: int, sent: float, score: float, out: Any) -> None:
+def push(node: str, adj: list[str], degree: int, sent: float, score: float, out: Emitter) -> None:
     """Send the old out-neighbours (``adj[:degree]``) the change of their share, the new ones their share."""
     alpha, d = float(out.params.get("alpha", 0.85)), len(adj)
     old, new = adj[:degree], adj[degree:]
@@ -97,7 +97,7 @@ def push(node: str, adj: list[str], degree: int, sent: float, score: float, out:
 
 
 def pagerank(node: str | int, state: Iterator[Record], edges: Iterator[Record], pushes: Iterator[Record],
-             rank_deltas: Iterator[Record], out: Any) -> None:
+             rank_deltas: Iterator[Record], out: Emitter) -> None:
     """Add received pushes to the score, add new out-edges, push on if the change is large enough."""
     if node == TOTAL:
         add_up(state, rank_deltas, out)
@@ -122,7 +122,7 @@ def pagerank(node: str | int, state: Iterator[Record], edges: Iterator[Record], 
     out.state.write({"node": node, "score": score, "sent": sent, "degree": degree, "out": adj})
 
 
-def add_up(state: Iterator[Record], rank_deltas: Iterator[Record], out: Any) -> None:
+def add_up(state: Iterator[Record], rank_deltas: Iterator[Record], out: Emitter) -> None:
     """The key :data:`TOTAL`: add the run's score changes to the total; emit it when it changed.
 
     Its state record has ``node`` null and the total as ``score``.
