@@ -88,6 +88,12 @@ class RecordSink:
         if len(self._buf) >= self.chunk:
             self.flush()
 
+    def add_table(self, table: pa.Table) -> None:
+        """Append records already in Arrow form (the sink's schema)."""
+        self.flush()
+        self.sink.write(table)
+        self.count += table.num_rows
+
     def flush(self) -> None:
         if self._buf:
             table = self.to_table(self._buf)

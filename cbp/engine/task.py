@@ -18,6 +18,7 @@ import threading
 import time
 import traceback
 from contextlib import contextmanager
+from functools import partial
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Iterator, Optional, Union
 
@@ -29,6 +30,7 @@ from ..model import Broadcast, Emitter, Multicast
 from ..spec import StageSpec
 from ..spec.schema import RecordError, RecordSchema
 from ..storage import INC, LAYOUT, Home
+from .batch import BatchTranslate
 from .bipindex import ROW_GROUP, StateMeta
 from .groups import Group, group_chunks, with_state_keys
 from .locality import executor_name
@@ -295,9 +297,12 @@ def _grouped_task(plan: TaskPlan, batches: Iterable[pa.RecordBatch]) -> Iterator
         clock.lap("index_load")
         stats: dict[str, Any] = {"in": 0}
         chunks = copies.absorb(group_chunks(batches, len(plan.stage.inputs)))
+        batch = BatchTranslate(plan, calls, partial(_update, part), _failed, _user_failure) if plan.stage.batch else None
         for g, old in _keyed(plan, part, chunks, clock, copies):
             stats["in"] += g.records
-            _translate(plan, calls, part, g, old, copies)
+            _translate(plan, calls, part, g, old, copies, batch)
+        if batch is not None:
+            batch.flush()
         clock.lap("translate")
         stats.update(copies.stats)
         result = _finish(plan, p, calls, part, stats, clock)
@@ -339,8 +344,10 @@ def _delivered(chunks: Iterable[list[Group]], copies: Copies) -> Iterator[Group]
                 yield g
 
 
-def _translate(plan: TaskPlan, calls: _Calls, part: _Partition, g: Group, old: Optional[OldState], copies: Copies) -> None:
-    """Call the translator for one key (if it is called) and hand its new state to the partition."""
+def _translate(plan: TaskPlan, calls: _Calls, part: _Partition, g: Group, old: Optional[OldState], copies: Copies,
+               batch: Optional[BatchTranslate] = None) -> None:
+    """Call the translator for one key (if it is called) and hand its new state to the partition
+    (a batch translator: queue the key for the next batch call)."""
     st = plan.stage
     if isinstance(part, BlackboxPartition):
         records = [st.state_schema.from_storage(json.loads(t)) for t in g.state]  # type: ignore[union-attr]
@@ -350,12 +357,20 @@ def _translate(plan: TaskPlan, calls: _Calls, part: _Partition, g: Group, old: O
         has_state = old is not None
     copies.deliver_broadcast(g, has_state, st.grouping == "outer")
     if not g.records and not (st.grouping == "outer" and has_state):
-        if isinstance(part, BlackboxPartition):
+        if batch is not None and isinstance(part, BlackboxPartition):
+            batch.add(g, old, records, called=False)  # kept, in key order with the batch's keys
+        elif isinstance(part, BlackboxPartition):
             part.update(g.key, g.h, records, records)  # a key without input keeps its state
+        return
+    if batch is not None:
+        batch.add(g, old, records)
         return
     key = json.loads(g.key)
     inputs = [_flow_iter(plan, idx, g.flows[idx], key, g.key) for idx in range(len(st.inputs))]
-    new = calls.call(g.key, key, records, inputs)
+    _update(part, g, old, records, calls.call(g.key, key, records, inputs))
+
+
+def _update(part: _Partition, g: Group, old: Optional[OldState], records: list[dict[str, Any]], new: list[dict[str, Any]]) -> None:
     if isinstance(part, BlackboxPartition):
         part.update(g.key, g.h, records, new)
     elif part is not None:

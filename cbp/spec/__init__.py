@@ -17,6 +17,7 @@ A file looks like::
     stages:
       url_count:
         translator: url_count:count_urls    # module beside the YAML, or installed
+        batch: false                        # true: a vectorised translator (Arrow tables per batch of keys)
         partitions: 4
         inputs:
           - {flow: urls, route_by: url}     # a field name, module:function, or ALL (broadcast)
@@ -89,6 +90,7 @@ class _RawStage(_Strict):
     params: dict[str, Any] = {}
     description: Optional[str] = None
     timeout: Optional[float] = Field(default=None, gt=0, le=7 * 24 * 3600)  # seconds per epoch of this stage
+    batch: bool = False  # a vectorised translator: called per batch of keys with Arrow tables (cbp.engine.batch)
 
     @field_validator("inputs", mode="before")
     @classmethod
@@ -165,6 +167,7 @@ class StageSpec:
     runnable_name: str
     params: dict[str, Any]
     timeout: Optional[float] = None  # seconds an epoch of this stage may take (YAML 'timeout')
+    batch: bool = False  # the translator is vectorised (YAML 'batch: true')
 
     @property
     def input_flows(self) -> list[str]:
@@ -373,6 +376,9 @@ class _Compiler:
             raise self.fail(where + ("inputs",), f"stage '{name}': every input is routed to ALL, which reaches only keys called by other "
                             "input, so no key would ever be called; route one input by key, or make the state grouping outer", "broadcast-nowhere")
         state_schema = self._schema(s.state.fields, where + ("state",), f"stage '{name}' state") if s.state else None
+        if s.batch and s.state is None and all(i.route_by is None for i in inputs):
+            raise self.fail(where + ("batch",), f"stage '{name}': a batch translator is called with groups of keys, but this stage has no "
+                            "keys (no state and no route_by: a record-wise stage); give its inputs a route_by or drop 'batch'", "batch-needs-keys")
         flows = ", ".join(i.flow for i in s.inputs)
         translator = self._callable(s.translator, where + ("translator",), f"stage '{name}' translator",
                                     (2 + len(s.inputs), f"translate(key, state, {flows}, out=...)"))
@@ -388,7 +394,7 @@ class _Compiler:
                             f"booleans, null, lists and mappings with string keys ({e})", "bad-params") from None
         return StageSpec(
             name, translator, s.translator, tuple(inputs), tuple(s.outputs), state_schema,
-            s.state.grouping if s.state else "inner", s.partitions, runnable, s.runnable, dict(s.params), s.timeout,
+            s.state.grouping if s.state else "inner", s.partitions, runnable, s.runnable, dict(s.params), s.timeout, s.batch,
         )
 
     def _check_consumer_fields(self, stage: str, flow: str, fields: dict[str, str], schema: RecordSchema, where: tuple[str, ...]) -> None:

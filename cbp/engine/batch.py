@@ -1,0 +1,224 @@
+"""Vectorised translate: one call per batch of keys, with Arrow tables (a stage with ``batch: true``).
+
+A grouped task visits its keys in hash order exactly as for per-key translate (the same input
+groups, state lookups, broadcast and multicast deliveries, and the same rule for which keys are
+called). Instead of one Python call per key, :class:`BatchTranslate` collects up to
+:data:`BATCH_KEYS` called keys and calls the translator once::
+
+    translate(keys, state, *inputs, out) -> {"state": Table, "removed": keys, "<flow>": Table, ...}
+
+``keys`` is an Arrow array of the called keys (their values when Arrow can type them all alike,
+else their JSON text); ``state`` holds the stored rows of those keys and each of ``inputs`` the
+records of one input flow, each table with a ``_key`` column first, rows grouped by key in the
+order of ``keys`` and, within a key, in the flow's OrderBy order. Tables are in stored form
+(``json`` fields as JSON text). ``out`` carries ``stage``, ``epoch``, ``params``, ``has_state``.
+
+The result: ``state`` rows (with ``_key``) *replace* the state of the keys they name; keys in
+``removed`` lose their state; the state of the other keys stays as it was. Each output flow's
+table must have the flow's fields. A key that is not in ``keys``, a key both in ``state`` and in
+``removed``, a missing or mistyped column, a null in a non-nullable field or a non-finite float
+fails the epoch naming the stage and epoch; nothing of it is committed.
+
+    >>> import pyarrow as pa
+    >>> _typed_keys(['"a"', '"b"']).to_pylist(), _typed_keys(['"a"', '1']).to_pylist()
+    (['a', 'b'], ['"a"', '1'])
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any, Optional
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from ..spec.schema import RecordSchema
+from .routing import encode_key
+
+if TYPE_CHECKING:
+    from .groups import Group
+    from .statepart import OldState
+    from .task import TaskPlan, _Calls
+
+__all__ = ["BATCH_KEYS", "BatchOut", "BatchTranslate"]
+
+BATCH_KEYS = 8192  # keys per call of a batch translator
+
+
+class BatchOut:
+    """The ``out`` argument of a batch translator: what the stage and epoch are (nothing to write to:
+    a batch translator returns its tables)."""
+
+    def __init__(self, stage: str, epoch: int, params: Mapping[str, Any], has_state: bool) -> None:
+        self.stage, self.epoch, self.params, self.has_state = stage, epoch, dict(params), has_state
+
+
+class BatchTranslate:
+    """Collects the called keys of a task and calls the stage's batch translator per :data:`BATCH_KEYS`."""
+
+    def __init__(self, plan: "TaskPlan", calls: "_Calls", update: Any, fail: Any, user_failure: Any) -> None:
+        """``update(g, old, records, new)`` hands a key's new state to the task's partition; ``fail`` and
+        ``user_failure`` make the task's typed failures (:mod:`cbp.engine.task`)."""
+        self.plan, self.calls, self.update = plan, calls, update
+        self._fail, self._user_failure = fail, user_failure
+        st = plan.stage
+        self.out = BatchOut(st.name, plan.epoch, st.params, st.state_schema is not None)
+        self.pending: list[tuple["Group", Optional["OldState"], list[dict[str, Any]]]] = []
+        self.kept: list[tuple["Group", Optional["OldState"], list[dict[str, Any]]]] = []  # not called, in key order with pending
+        self._order: list[bool] = []  # for each key queued: called (True) or kept as it is (False)
+
+    def add(self, g: "Group", old: Optional["OldState"], records: list[dict[str, Any]], called: bool = True) -> None:
+        """A key with its stored state records (decoded): called, or (black-box mode) only kept,
+        which must still reach the partition in key order."""
+        (self.pending if called else self.kept).append((g, old, records))
+        self._order.append(called)
+        if len(self.pending) >= BATCH_KEYS:
+            self.flush()
+
+    def flush(self) -> None:
+        from .task import USER_EXCEPTIONS, EpochTimeout  # noqa: PLC0415 (task imports this module)
+
+        if not self._order:
+            return
+        pending, kept, order = self.pending, self.kept, self._order
+        self.pending, self.kept, self._order = [], [], []
+        if not pending:
+            for g, old, records in kept:
+                self.update(g, old, records, records)
+            return
+        plan, st = self.plan, self.plan.stage
+        texts = [g.key for g, _, _ in pending]
+        keys = _typed_keys(texts)
+        as_text = pa.types.is_string(keys.type) and keys.to_pylist() == texts  # keys Arrow could not type alike
+        state = self._state_table(keys, pending)
+        inputs = [self._input_table(keys, idx, pending) for idx in range(len(st.inputs))]
+        self.calls.calls += len(pending)
+        try:
+            result = st.translator(keys, state, *inputs, out=self.out)
+        except (*USER_EXCEPTIONS, EpochTimeout) as e:
+            raise self._user_failure(plan, plan.where(), f"batch translator '{st.translator_path}'", e) from None
+        new, removed, outputs = self._check(result, set(texts), as_text)
+        called, unchanged = iter(pending), iter(kept)
+        for is_called in order:
+            if not is_called:
+                g, old, records = next(unchanged)
+                self.update(g, old, records, records)
+                continue
+            g, old, records = next(called)
+            recs = new.get(g.key)
+            self.update(g, old, records, recs if recs is not None else [] if g.key in removed else records)
+        for flow, table in outputs.items():
+            self.calls.outputs[flow].add_table(table)
+
+    # ------------------------------------------------------------------ tables in
+    def _state_table(self, keys: pa.Array, pending: list[Any]) -> Optional[pa.Table]:
+        schema = self.plan.stage.state_schema
+        if schema is None:
+            return None
+        rows, at = [], []
+        for i, (_, _, records) in enumerate(pending):
+            rows += records
+            at += [i] * len(records)
+        return _with_key(schema.to_arrow(rows), keys, at)
+
+    def _input_table(self, keys: pa.Array, idx: int, pending: list[Any]) -> pa.Table:
+        from .task import _flow_iter  # noqa: PLC0415 (task imports this module)
+
+        schema = self.plan.input_schemas[idx]
+        rows, at = [], []
+        for i, (g, _, _) in enumerate(pending):
+            texts = g.flows[idx]
+            if texts:
+                recs = list(_flow_iter(self.plan, idx, texts, None, g.key))
+                rows += recs
+                at += [i] * len(recs)
+        return _with_key(schema.to_arrow(rows), keys, at)
+
+    # ------------------------------------------------------------------ tables out
+    def _check(self, result: Any, called: set[str], as_text: bool) -> tuple[dict[str, list[dict[str, Any]]], set[str], dict[str, pa.Table]]:
+        st = self.plan.stage
+        where = f"{self.plan.where()}: batch translator '{st.translator_path}'"
+        if result is None:
+            result = {}
+        if not isinstance(result, Mapping):
+            raise self._fail(self.plan, "batch-output", f"{where} returned {type(result).__name__}; it must return a mapping of "
+                             "'state', 'removed' and output flow names to Arrow tables")
+        allowed = set(st.outputs) | ({"state", "removed"} if st.state_schema is not None else set())
+        extra = sorted(set(result) - allowed)
+        if extra:
+            raise self._fail(self.plan, "batch-output", f"{where} returned {', '.join(map(repr, extra))}, which the stage does not have "
+                             f"(it may return: {', '.join(sorted(allowed)) or 'nothing'})")
+        new: dict[str, list[dict[str, Any]]] = {}
+        if result.get("state") is not None:
+            table = self._conform(result["state"], st.state_schema, "state", where, with_key=True)  # type: ignore[arg-type]
+            ks = _key_texts(table.column("_key"), as_text)
+            recs = table.drop_columns(["_key"]).to_pylist()
+            for k, rec in zip(ks, recs):
+                new.setdefault(k, []).append(st.state_schema.from_storage(rec))  # type: ignore[union-attr]
+        removed_list = [] if result.get("removed") is None else _key_texts(result["removed"], as_text)
+        removed = set(removed_list)
+        bad = sorted((set(new) | removed) - called)
+        if bad:
+            raise self._fail(self.plan, "batch-key", f"{where} returned state for key(s) it was not called for: {', '.join(bad[:5])}")
+        both = sorted(removed & set(new)) or sorted({k for k in removed_list if removed_list.count(k) > 1})
+        if both:
+            raise self._fail(self.plan, "batch-duplicate-key", f"{where}: key(s) {', '.join(both[:5])} are both given new state and "
+                             "removed, or removed twice")
+        outputs = {f: self._conform(result[f], self.plan.out_schemas[f], f, where) for f in st.outputs if result.get(f) is not None}
+        return new, removed, outputs
+
+    def _conform(self, table: Any, schema: RecordSchema, name: str, where: str, with_key: bool = False) -> pa.Table:
+        """``table`` cast to the stored form of ``schema`` (plus ``_key``), or a ``batch-schema`` failure."""
+        if isinstance(table, pa.RecordBatch):
+            table = pa.Table.from_batches([table])
+        if not isinstance(table, pa.Table):
+            raise self._fail(self.plan, "batch-schema", f"{where} returned {type(table).__name__} for '{name}'; give a pyarrow Table")
+        want = list(schema.fields) + (["_key"] if with_key else [])
+        missing = [c for c in want if c not in table.column_names]
+        if missing:
+            raise self._fail(self.plan, "batch-schema", f"{where}: the '{name}' table lacks column(s) {', '.join(missing)} "
+                             f"(it has {', '.join(table.column_names)})")
+        target = schema.arrow
+        try:
+            cols = [table.column(f.name).cast(f.type) for f in target]
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError) as e:
+            raise self._fail(self.plan, "batch-schema", f"{where}: the '{name}' table does not fit the schema {schema}: {e}") from None
+        out = pa.Table.from_arrays(cols, schema=target)
+        for fname, ft in schema.fields.items():
+            col = out.column(fname)
+            if not ft.nullable and col.null_count:
+                raise self._fail(self.plan, "batch-schema", f"{where}: the '{name}' table has nulls in field '{fname}', which is not nullable")
+            flat = (pc.list_flatten(col) if ft.is_list else col).drop_null()
+            if ft.is_list and not ft.items_nullable and len(pc.list_flatten(col)) != len(flat):
+                raise self._fail(self.plan, "batch-schema", f"{where}: the '{name}' table has null items in field '{fname}', whose items are not nullable")
+            if ft.scalar == "float" and len(flat) and not pc.all(pc.is_finite(flat)).as_py():
+                raise self._fail(self.plan, "batch-schema", f"{where}: the '{name}' table has a non-finite float in field '{fname}'")
+        if with_key:
+            out = out.append_column("_key", table.column("_key"))
+        return out
+
+
+def _typed_keys(texts: list[str]) -> pa.Array:
+    """The keys as an Arrow array of their values, or of their JSON text if Arrow cannot type them alike."""
+    values = [json.loads(t) for t in texts]
+    try:
+        arr = pa.array(values)
+    except (pa.ArrowInvalid, pa.ArrowTypeError):
+        return pa.array(texts, pa.string())
+    if pa.types.is_null(arr.type) or pa.types.is_struct(arr.type):
+        return pa.array(texts, pa.string())
+    return arr
+
+
+def _with_key(table: pa.Table, keys: pa.Array, at: list[int]) -> pa.Table:
+    return table.add_column(0, "_key", keys.take(pa.array(np.asarray(at, np.int64))) if at else pa.array([], keys.type))
+
+
+def _key_texts(keys: Any, as_text: bool) -> list[str]:
+    """The canonical texts of keys returned by a translator (given as values, or as texts when the
+    translator got them as texts)."""
+    if isinstance(keys, (pa.Array, pa.ChunkedArray)):
+        keys = keys.to_pylist()
+    return [str(k) if as_text else encode_key(k) for k in keys]

@@ -1,0 +1,149 @@
+"""Vectorised translate (``batch: true``): the same state and outputs as per-key translate, and bad
+batch output refused naming the stage and epoch with nothing committed."""
+
+from __future__ import annotations
+
+import json
+import random
+
+import pytest
+
+import cbp
+from cbp.errors import UserCodeError
+from cbp.testing import Increment, replay
+from conftest import FLOWS
+
+
+def _canon(recs):
+    return sorted(json.dumps(r, sort_keys=True) for r in recs)
+
+
+def _url_increments(seed: int, n: int = 5) -> list[Increment]:
+    rng = random.Random(seed)
+    return [Increment("urls", [{"url": f"http://h{rng.randint(0, 9)}/p{rng.randint(0, 30)}"} for _ in range(rng.randint(1, 80))])
+            for _ in range(n)]
+
+
+@pytest.mark.parametrize("mode,seed", [("direct", 1), ("blackbox", 2)])
+def test_url_count_vec_equals_url_count(spark, tmp_path, mode, seed):
+    incs = _url_increments(seed)
+    per_key = replay(FLOWS / "url_count.yaml", incs, home=str(tmp_path / "k"), mode=mode, spark=spark)
+    vec = replay(FLOWS / "url_count_vec.yaml", incs, home=str(tmp_path / "v"), mode=mode, spark=spark)
+    for a, b in zip(per_key.steps, vec.steps):
+        assert _canon(a.outputs["counts"]) == _canon(b.outputs["counts"])
+        assert _canon(a.state["url_count"]) == _canon(b.state["url_count"])
+    assert len(vec.final_state("url_count")) > 20
+
+
+# framing by hour, a loopback flow (halves travel back until they are 0), removed keys
+YAML = """
+pipeline: halves
+flows:
+  nums: {external: true, schema: {k: string, v: int, hour: int}}
+  carry: {schema: {k: string, v: int}}
+  totals: {schema: {k: string, total: int}}
+stages:
+  sum:
+    translator: MOD:TRANSLATOR
+    BATCH
+    partitions: 3
+    runnable: any
+    inputs:
+      - {flow: nums, route_by: k, frame_by: hour, order_by: v}
+      - {flow: carry, route_by: k}
+    state: {schema: {k: string, total: int, last: "int?"}}
+    outputs: [carry, totals]
+"""
+MODULE = """
+import pyarrow as pa
+import pyarrow.compute as pc
+
+def per_key(key, state, nums, carry, out):
+    prev = next(state, None)
+    total = prev["total"] if prev else 0
+    last = prev["last"] if prev else None
+    for r in nums:
+        total += r["v"]
+        last = r["v"]  # nums come ordered by v: the largest
+        if r["v"] > 1:
+            out.carry.write({"k": key, "v": r["v"] // 2})
+    for c in carry:
+        total += c["v"]
+        if c["v"] > 1:
+            out.carry.write({"k": key, "v": c["v"] // 2})
+    if total > 100:  # a key whose total passes 100 is dropped
+        return
+    out.state.write({"k": key, "total": total, "last": last})
+    out.totals.write({"k": key, "total": total})
+
+def batch(keys, state, nums, carry, out):
+    both = pa.concat_tables([nums.select(["_key", "v"]), carry.select(["_key", "v"])])
+    add = both.group_by("_key").aggregate([("v", "sum")])
+    t = pa.table({"_key": keys})
+    t = t.join(add, "_key", join_type="left outer").join(state.select(["_key", "total", "last"]), "_key", join_type="left outer")
+    t = t.join(nums.group_by("_key").aggregate([("v", "max")]), "_key", join_type="left outer")
+    total = pc.add(pc.fill_null(t["v_sum"], 0), pc.fill_null(t["total"], 0))
+    last = pc.if_else(pc.is_null(t["v_max"]), t["last"], t["v_max"])
+    new = pa.table({"_key": t["_key"], "k": t["_key"], "total": total, "last": last})
+    keep = pc.less_equal(new["total"], 100)
+    msgs = both.filter(pc.greater(both["v"], 1))
+    carry_out = pa.table({"k": msgs["_key"], "v": pc.divide(msgs["v"], 2)})
+    return {"state": new.filter(keep), "removed": new.filter(pc.invert(keep))["_key"],
+            "carry": carry_out, "totals": new.filter(keep).drop_columns(["_key", "last"])}
+"""
+
+
+def _halves(seed: int) -> list[Increment]:
+    rng = random.Random(seed)
+    incs = []
+    for hour in range(1, 6):
+        incs.append(Increment("nums", [{"k": f"k{rng.randint(0, 12)}", "v": rng.randint(0, 40), "hour": hour}
+                                       for _ in range(rng.randint(1, 15))], close=hour == 5))
+    return incs
+
+
+@pytest.mark.parametrize("mode", ["direct", "blackbox"])
+def test_batch_equals_per_key_with_framing_and_a_loopback_flow(spark, tmp_path, make_pipeline, mode):
+    incs = _halves(7)
+    runs = {}
+    for name, translator, batch in (("k", "per_key", ""), ("v", "batch", "batch: true")):
+        path = make_pipeline(YAML.replace("TRANSLATOR", translator).replace("BATCH", batch), MODULE)
+        runs[name] = replay(path, incs, home=str(tmp_path / name), mode=mode, spark=spark)
+    for a, b in zip(runs["k"].steps, runs["v"].steps):
+        assert [e.report.epoch for e in a.epochs] == [e.report.epoch for e in b.epochs]
+        for flow in ("carry", "totals"):
+            assert _canon(a.outputs.get(flow, [])) == _canon(b.outputs.get(flow, [])), flow
+        assert _canon(a.state["sum"]) == _canon(b.state["sum"])
+    assert any(r["total"] > 40 for r in runs["v"].outputs("totals"))
+
+
+BAD = """
+import pyarrow as pa
+
+def bad(keys, state, nums, carry, out):
+    kind = out.params["kind"]
+    if kind == "schema":
+        return {"state": pa.table({"_key": keys, "k": keys})}  # no 'total'
+    if kind == "type":
+        return {"totals": pa.table({"k": keys, "total": pa.array(["x"] * len(keys))})}
+    if kind == "both":
+        return {"state": pa.table({"_key": keys, "k": keys, "total": [1] * len(keys), "last": [None] * len(keys)}), "removed": keys}
+    if kind == "stranger":
+        return {"removed": ["nobody"]}
+    if kind == "nulls":
+        return {"totals": pa.table({"k": keys, "total": pa.array([None] * len(keys), pa.int64())})}
+    return 42
+"""
+
+
+@pytest.mark.parametrize("kind,code", [("schema", "batch-schema"), ("type", "batch-schema"), ("nulls", "batch-schema"),
+                                       ("both", "batch-duplicate-key"), ("stranger", "batch-key"), ("int", "batch-output")])
+def test_bad_batch_output_is_refused_and_nothing_is_committed(spark, tmp_path, make_pipeline, kind, code):
+    text = YAML.replace("TRANSLATOR", "bad").replace("BATCH", "batch: true").replace("outputs: [carry, totals]",
+                                                                                      f"outputs: [carry, totals]\n    params: {{kind: {kind}}}")
+    p = cbp.load(make_pipeline(text, BAD), home=str(tmp_path / "h"), spark=spark)
+    p.feed("nums", [{"k": "a", "v": 3, "hour": 1}, {"k": "b", "v": 4, "hour": 1}], close=True)
+    with pytest.raises(UserCodeError) as e:
+        p.run()
+    assert e.value.code == code and e.value.stage == "sum" and e.value.epoch == 1
+    assert p.epochs("sum") == 0 and p.output("totals") == [] and p.state("sum") == []
