@@ -14,7 +14,6 @@ from typing import Any
 
 import networkx as nx
 import pytest
-from networkx.algorithms.link_analysis.pagerank_alg import _pagerank_python
 
 import cbp
 from cbp.testing import Increment, Replay, replay
@@ -124,11 +123,8 @@ def test_clustering_feed_while_updates_are_pending(spark, tmp_path):
 
 # ---------------------------------------------------------------- PageRank
 def reference_pagerank(g: nx.DiGraph) -> dict[str, float]:
-    """networkx's PageRank (alpha 0.85), converged far below the 1e-6 compared against.
-
-    ``nx.pagerank`` is this power iteration too, run through scipy, which cbp does not install.
-    """
-    return _pagerank_python(g, alpha=0.85, tol=1e-13, max_iter=10_000)
+    """``networkx.pagerank`` (alpha 0.85), converged far below the 1e-6 compared against."""
+    return nx.pagerank(g, alpha=0.85, tol=1e-13, max_iter=10_000)
 
 
 def check_pagerank(result: Replay, incs: list[Edges]) -> None:
@@ -151,7 +147,7 @@ def check_pagerank(result: Replay, incs: list[Edges]) -> None:
         assert [r["total"] for r in last["rank_total"]] == totals[-1:] and last["pushes"] == []
 
 
-@pytest.mark.parametrize("mode,k", [("direct", 5), ("blackbox", 3)])  # each increment takes 10-20 epochs to converge
+@pytest.mark.parametrize("mode,k", [("direct", 4), ("blackbox", 3)])  # each increment takes 10-20 epochs to converge
 def test_pagerank_matches_networkx(spark, tmp_path, mode, k):
     incs = graph_increments(seed=6, n=30, m=80, sinks=0.4, k=k)
     # in direct mode increments 3 and 4 land together: the Runnable takes them one after the other
