@@ -1,10 +1,11 @@
 #!/usr/bin/env python
-"""URLCount benchmark: per-epoch time of direct vs black-box mode as the state grows.
+"""URLCount benchmark: per-epoch time of direct (per-key and vectorised translate) vs black-box mode as the state grows.
 
 For each state size S (default 1M, 3M, 10M distinct URLs) the benchmark builds URLCount state
-with S keys (in direct mode, fed in chunks), copies the home twice, and runs the same fixed
+with S keys (in direct mode, fed in chunks), copies the home three times, and runs the same fixed
 increments (default 100k records: half existing keys drawn uniformly, half new keys, fixed seed)
-on the direct copy and on the black-box copy, alternating the two modes epoch by epoch. The
+on the direct copy, the black-box copy and a direct copy run by ``flows/url_count_vec.yaml`` (the
+vectorised translator), alternating the modes epoch by epoch. The
 first epoch on each copy is an unmeasured warm-up (the first black-box epoch after direct
 epochs also dedupes the state). It prints a markdown table of median epoch times and ratios and
 writes it to ``bench/out/url_count.md``, a plot to ``bench/out/url_count.png`` and every
@@ -42,6 +43,8 @@ import numpy as np
 BENCH = Path(__file__).resolve().parent
 ROOT = BENCH.parent
 YAML = ROOT / "flows" / "url_count.yaml"
+YAML_VEC = ROOT / "flows" / "url_count_vec.yaml"  # the same pipeline with a vectorised translator (batch: true)
+MODES = ("direct", "blackbox", "vectorised")
 DATA = BENCH / "data"
 OUT = BENCH / "out"
 DOC_PACKAGE = "python3.11-doc"
@@ -156,19 +159,20 @@ def live_state_files(home: Path) -> int:
 def measure(size: int, build_home: Path, work: Path, keys: Keys, args: argparse.Namespace) -> dict[str, Any]:
     import cbp
 
-    homes = {m: work / f"{m}-{size}" for m in ("direct", "blackbox")}
+    homes = {m: work / f"{m}-{size}" for m in MODES}
     t0 = time.perf_counter()
     for h in homes.values():
         shutil.copytree(build_home, h)
     copy_s = time.perf_counter() - t0
-    pipes = {m: cbp.load(YAML, home=str(h), mode=m) for m, h in homes.items()}
-    n_epochs = {"direct": args.direct_epochs, "blackbox": args.epochs}
+    pipes = {m: cbp.load(YAML_VEC if m == "vectorised" else YAML, home=str(h), mode="direct" if m == "vectorised" else m)
+             for m, h in homes.items()}
+    n_epochs = {"direct": args.direct_epochs, "blackbox": args.epochs, "vectorised": args.direct_epochs}
     incs = increments(size, args.increment, max(n_epochs.values()) + 1, args.seed)
-    runs: dict[str, list[dict[str, Any]]] = {"direct": [], "blackbox": []}
+    runs: dict[str, list[dict[str, Any]]] = {m: [] for m in MODES}
     files = live_state_files(homes["direct"])
     for j, ids in enumerate(incs):
         recs = keys.records(ids)
-        order = ["direct", "blackbox"] if j % 2 == 0 else ["blackbox", "direct"]  # cancel drift
+        order = list(MODES) if j % 2 == 0 else list(reversed(MODES))  # cancel drift
         for mode in order:
             if j > n_epochs[mode]:
                 continue
@@ -181,14 +185,15 @@ def measure(size: int, build_home: Path, work: Path, keys: Keys, args: argparse.
                 files = m["state_files"]
                 note = f"  state files {files}{' (compacted)' if m['compacted'] else ''}"
             runs[mode].append(m)
-            log(f"  {size:>10,} keys  {mode:<8} {'warm-up' if j == 0 else f'epoch {j}':<8} {m['seconds']:7.2f}s "
+            log(f"  {size:>10,} keys  {mode:<10} {'warm-up' if j == 0 else f'epoch {j}':<8} {m['seconds']:7.2f}s "
                 f"(run() {m['run_wall']:6.2f}s)  in {m['records_in']}  state read {m['keys_read']}  written {m['keys_written']}{note}")
     # the two modes must agree (same state, same increments): compare the last common epoch's output
     common = min(n_epochs.values())
     ep = {mode: rs[common]["epoch"] for mode, rs in runs.items()}
-    agree = counts_of(pipes["direct"], ep["direct"]) == counts_of(pipes["blackbox"], ep["blackbox"])
+    want = counts_of(pipes["direct"], ep["direct"])
+    agree = want == counts_of(pipes["blackbox"], ep["blackbox"]) and want == counts_of(pipes["vectorised"], ep["vectorised"])
     if not agree:
-        log(f"  WARNING: direct and black-box outputs differ at {size} keys, measured epoch {common}")
+        log(f"  WARNING: the modes' outputs differ at {size} keys, measured epoch {common}")
     disk = {m: sum(f.stat().st_size for f in (h / "stages").rglob("*") if f.is_file()) for m, h in homes.items()}
     if not args.keep:
         for h in homes.values():
@@ -237,7 +242,7 @@ def report(results: list[dict[str, Any]], builds: list[dict[str, Any]], args: ar
     base = results[0]
     d0, b0 = base["direct"]["median"], base["blackbox"]["median"]
     lines = [
-        "# URLCount: direct vs black-box epoch time",
+        "# URLCount: direct (per-key, vectorised) vs black-box epoch time",
         "",
         f"- command: `{command}`",
         f"- date: {_dt.datetime.now().isoformat(timespec='seconds')}; machine: {os.cpu_count()} cores, "
@@ -253,16 +258,18 @@ def report(results: list[dict[str, Any]], builds: list[dict[str, Any]], args: ar
         "(the workers' state cache is cold for it); ratios use medians",
         "",
         f"| state keys | direct s | direct mean s | direct 1st s | black-box s | black-box / direct | direct vs {fmt_keys(base['size'])} "
-        f"| black-box vs {fmt_keys(base['size'])} | direct state keys read | outputs agree |",
-        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|:---:|",
+        f"| black-box vs {fmt_keys(base['size'])} | vectorised s | vectorised / direct | direct state keys read | outputs agree |",
+        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|:---:|",
     ]
     for r in results:
-        d, b = r["direct"], r["blackbox"]
+        d, b, v = r["direct"], r["blackbox"], r["vectorised"]
         kr = statistics.median(x["keys_read"] for x in r["runs"]["direct"] if not x["warmup"])
         lines.append(
             f"| {fmt_keys(r['size'])} | {d['median']:.2f} [{d['min']:.2f}-{d['max']:.2f}] | {d['mean']:.2f} ({d['compactions']}) | {d['warmup']:.2f} "
             f"| {b['median']:.2f} [{b['min']:.2f}-{b['max']:.2f}] "
-            f"| {b['median'] / d['median']:.1f}x | {d['median'] / d0:.2f}x | {b['median'] / b0:.2f}x | {kr:,.0f} | {'yes' if r['outputs_agree'] else 'NO'} |"
+            f"| {b['median'] / d['median']:.1f}x | {d['median'] / d0:.2f}x | {b['median'] / b0:.2f}x "
+            f"| {v['median']:.2f} [{v['min']:.2f}-{v['max']:.2f}] | {v['median'] / d['median']:.2f}x "
+            f"| {kr:,.0f} | {'yes' if r['outputs_agree'] else 'NO'} |"
         )
     top = results[-1]
     dr, br = top["direct"]["median"] / d0, top["blackbox"]["median"] / b0
@@ -302,7 +309,8 @@ def plot(results: list[dict[str, Any]], args: argparse.Namespace, path: Path, so
 
     xs = [r["size"] for r in results]
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 4.2))
-    styles = {"direct": ("tab:blue", "o", "direct"), "blackbox": ("tab:red", "s", "black-box")}
+    styles = {"direct": ("tab:blue", "o", "direct"), "blackbox": ("tab:red", "s", "black-box"),
+              "vectorised": ("tab:green", "^", "direct, vectorised translate")}
     for mode, (color, marker, label) in styles.items():
         med = np.array([r[mode]["median"] for r in results])
         lo = med - np.array([r[mode]["min"] for r in results])
