@@ -10,12 +10,15 @@ fresh copy of the pre-loaded home: once forced to read through the index (only t
 that hold the keys; ``state_scan_fraction`` > 1) and once forced to scan (read the whole file;
 ``state_scan_fraction`` 0). The worker's state cache is set to 1 MB so that nothing read in
 one measurement survives to the next (each epoch reads its state from the files). Reported per f:
-the epoch time (EpochReport.seconds) and the task's ``state_read`` phase (EpochReport.phases),
-medians over ``--repeats`` runs, the row groups read, and the break-even fraction of keys touched
-(the smallest f at which scanning is no slower, interpolated), next to the paper's 60%.
+the epoch time (EpochReport.seconds) and the task's ``state_read`` phase (EpochReport.phases)
+(median over ``--repeats`` epochs, default 1), and, since those include the same translate and
+decode work on both sides and the machine is shared, the time of the state reader alone
+(:class:`cbp.engine.bipindex.StateReader` on the same files in this process, minimum of
+``--reader-repeats``), which decides the break-even fraction of keys touched (the smallest f from
+which on scanning is no slower, interpolated), reported next to the paper's 60%.
 
-    .venv/bin/python bench/biptable.py            # 500k keys, 2 repeats (~12 min on 2 shared cores)
-    .venv/bin/python bench/biptable.py --quick    # 50k keys, 2 repeats (~3 min)
+    .venv/bin/python bench/biptable.py            # 500k keys (~10 min on 2 shared cores)
+    .venv/bin/python bench/biptable.py --quick    # 50k keys (~2 min)
 
 Output: a markdown table on stdout and in ``bench/out/biptable.md``, every measurement in
 ``bench/out/biptable.json``, a plot in ``bench/out/biptable.png``. The keys are the real URLs of
@@ -53,6 +56,7 @@ FRACTIONS = [0.0001, 0.001, 0.01, 0.05, 0.10, 0.20, 0.40, 0.60, 0.80, 1.00]
 MODES = {"index": 2.0, "scan": 0.0}  # state_scan_fraction that forces each side
 PAPER_BREAK_EVEN = 0.60  # §4.5.2/§5.2: BIPtables beat a sequential scan up to ~60% of the state records
 CACHE_MB = 1.0  # per-worker state cache in the measured epochs: too small to keep a state file
+CHUNK = 20_000  # keys per lookup in the reader-alone timing: spark.sql.execution.arrow.maxRecordsPerBatch (cbp.engine.session)
 
 
 def log(msg: str) -> None:
@@ -120,6 +124,47 @@ def break_even(fr: list[float], index: list[float], scan: list[float]) -> tuple[
     return x, f"index faster at {a:.2%}, scan no slower from {b:.2%} on"
 
 
+def reader_bench(base: Path, fractions: list[float], repeats: int, chunk: int, seed: int) -> dict[str, Any]:
+    """Time :meth:`StateReader.rows_of` alone (in this process, no Spark) on the pre-loaded state:
+    for each fraction, the hashes of that many random stored keys, sorted and handed over in chunks
+    of ``chunk`` (as a task's input batches arrive), through the index and by scanning; a fresh
+    reader, index and 1 MB cache each time. Returns the minimum and median seconds per side."""
+    import glob
+
+    from cbp.engine import bipindex
+    from cbp.storage import Home
+
+    home = Home(str(base))
+    rel = os.path.relpath(sorted(glob.glob(str(base / "stages" / "url_count" / "index" / "_part=0" / "*.parquet")))[-1], base)
+    rng = np.random.default_rng(seed)
+    out: dict[str, Any] = {mode: {"min": [], "median": [], "row_groups": []} for mode in MODES}
+    for f in fractions:
+        bipindex._INDEXES.clear()
+        all_h = bipindex.PartitionIndex.load(home, rel).h
+        h = np.sort(rng.choice(all_h, size=max(1, round(f * all_h.size)), replace=False))
+        times: dict[str, list[float]] = {mode: [] for mode in MODES}
+        rgs: dict[str, int] = {}
+        for rep in range(repeats):
+            for mode in (list(MODES) if rep % 2 == 0 else list(MODES)[::-1]):
+                bipindex._INDEXES.clear()
+                t0 = time.perf_counter()
+                idx = bipindex.PartitionIndex.load(home, rel)
+                reader = bipindex.StateReader(home, "stages/url_count/state", idx, cache_mb=CACHE_MB, scan_fraction=MODES[mode])
+                n = 0
+                for a in range(0, h.size, chunk):
+                    n += reader.rows_of(h[a:a + chunk])[0].num_rows
+                times[mode].append(time.perf_counter() - t0)
+                rgs[mode] = reader.row_groups_read
+                if n != h.size:
+                    raise RuntimeError(f"reader found {n} rows for {h.size} keys")
+        for mode in MODES:
+            out[mode]["min"].append(min(times[mode]))
+            out[mode]["median"].append(statistics.median(times[mode]))
+            out[mode]["row_groups"].append(rgs[mode])
+        log(f"  reader f {f:8.2%}: index {min(times['index']):.3f}s  scan {min(times['scan']):.3f}s (min of {repeats})")
+    return out
+
+
 def rows_to_row_groups(f: float, r: int) -> float:
     """Fraction of row groups touched when a fraction ``f`` of the keys, uniformly random, is touched."""
     return 1.0 - (1.0 - f) ** r
@@ -137,21 +182,27 @@ def report(res: dict[str, Any], args: argparse.Namespace, command: str) -> str:
         f"- data: {res['source']}",
         f"- state: URLCount, 1 partition, {args.keys:,} keys pre-loaded in one epoch = {res['shape']['files']} file, "
         f"{res['shape']['row_groups']} row groups of {args.row_group} rows, {res['shape']['bytes'] / 2**20:.1f} MiB on disk",
-        f"- each cell: median of {args.repeats} epochs, each on a fresh copy of that state, worker state cache {CACHE_MB:g} MB "
+        f"- epoch columns: median of {args.repeats} Spark epoch(s), each on a fresh copy of that state, worker state cache {CACHE_MB:g} MB "
         "(nothing survives between measurements); increment = f x keys distinct stored keys drawn at random (seed "
         f"{args.seed}); the two sides alternate order; 'state_read' is the task's state_read phase (EpochReport.phases)",
         "",
-        "| keys touched f | keys | row groups touched (index) | index: state_read s | scan: state_read s | scan/index (state_read) "
-        "| index: epoch s | scan: epoch s | scan/index (epoch) | outputs agree |",
-        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|:---:|",
+        f"- 'reader' columns: StateReader.rows_of alone, in the driver (no Spark), keys handed over sorted in chunks of {CHUNK:,} "
+        f"as a task's input batches come, minimum of {args.reader_repeats} runs each (the machine is shared: minima are the "
+        "stable statistic); this is exactly what the knob changes",
+        "",
+        "| keys touched f | keys | row groups read (index) | reader: index s | reader: scan s | scan/index (reader) "
+        "| index: state_read s | scan: state_read s | index: epoch s | scan: epoch s | scan/index (epoch) | outputs agree |",
+        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|:---:|",
     ]
+    rd = res["reader"]
     for k, f in enumerate(fr):
         i, s = res["median"]["index"], res["median"]["scan"]
         lines.append(
             f"| {f:.2%} | {res['touched'][k]:,} | {res['rg_index'][k]:.0f} / {res['shape']['row_groups']} "
-            f"| {i['state_read'][k]:.3f} | {s['state_read'][k]:.3f} | {s['state_read'][k] / max(i['state_read'][k], 1e-9):.2f} "
+            f"| {rd['index']['min'][k]:.3f} | {rd['scan']['min'][k]:.3f} | {rd['scan']['min'][k] / max(rd['index']['min'][k], 1e-9):.2f} "
+            f"| {i['state_read'][k]:.3f} | {s['state_read'][k]:.3f} "
             f"| {i['seconds'][k]:.2f} | {s['seconds'][k]:.2f} | {s['seconds'][k] / i['seconds'][k]:.2f} | {'yes' if res['agree'][k] else 'NO'} |")
-    be, be_s = res["break_even"]["state_read"], res["break_even"]["seconds"]
+    be, be_s, be_r = res["break_even"]["state_read"], res["break_even"]["seconds"], res["break_even"]["reader"]
     r = args.row_group
 
     def fmt(x: Optional[float]) -> str:
@@ -159,14 +210,15 @@ def report(res: dict[str, Any], args: argparse.Namespace, command: str) -> str:
 
     lines += [
         "",
-        f"Break-even fraction of keys touched (scan no slower than the index), from the state_read phase: **{fmt(be)}** "
-        f"({res['break_even']['state_read_how']}); from the whole epoch time: {fmt(be_s)} ({res['break_even']['seconds_how']}). "
+        f"Break-even fraction of keys touched (scan no slower than the index from there on), from the reader alone: **{fmt(be_r)}** "
+        f"({res['break_even']['reader_how']}); from the epochs' state_read phase: {fmt(be)} ({res['break_even']['state_read_how']}); "
+        f"from the whole epoch time: {fmt(be_s)} ({res['break_even']['seconds_how']}). "
         f"Paper (§5.2, Fig. 13, BIPtable vs 'sequential, no sort' on HDFS): ~{PAPER_BREAK_EVEN:.0%} of the state records.",
         "",
         f"Row groups of {r} rows: a fraction f of uniformly random keys touches about 1-(1-f)^{r} of the row groups "
         f"(f = 0.01%: {rows_to_row_groups(1e-4, r):.0%}, 0.1%: {rows_to_row_groups(1e-3, r):.0%}, 1%: {rows_to_row_groups(1e-2, r):.0%}), "
         "so from ~0.1% of the keys up the index reads every row group too, and the two sides differ only in how they read "
-        "and match them. Suggested SCAN_FRACTION (rule on row groups) = 1-(1-f*)^R for the state_read break-even f*: "
+        "and match them. Suggested SCAN_FRACTION (rule on row groups) = 1-(1-f*)^R for the reader's break-even f*: "
         f"**{res['suggested_scan_fraction']}**.",
         "",
     ]
@@ -180,10 +232,12 @@ def plot(res: dict[str, Any], args: argparse.Namespace, path: Path) -> None:
     import matplotlib.pyplot as plt
 
     fr = [f * 100 for f in res["fractions"]]
-    fig, axes = plt.subplots(1, 2, figsize=(12, 4.5))
-    for ax, key, title in ((axes[0], "state_read", "task state_read phase"), (axes[1], "seconds", "epoch time")):
+    fig, axes = plt.subplots(1, 3, figsize=(16, 4.5))
+    for ax, key, title in ((axes[0], "reader", "StateReader alone (min)"), (axes[1], "state_read", "task state_read phase"),
+                           (axes[2], "seconds", "epoch time")):
         for mode, style in (("index", "o-"), ("scan", "s--")):
-            ax.plot(fr, res["median"][mode][key], style, label="through the index (row groups)" if mode == "index" else "scan (whole file)")
+            ys = res["reader"][mode]["min"] if key == "reader" else res["median"][mode][key]
+            ax.plot(fr, ys, style, label="through the index (row groups)" if mode == "index" else "scan (whole file)")
         be = res["break_even"][key]
         if be is not None:
             ax.axvline(be * 100, color="red", lw=1, label=f"break-even {be:.2%}")
@@ -205,7 +259,8 @@ def main(argv: Optional[list[str]] = None) -> int:
     ap.add_argument("--quick", action="store_true", help="50k keys instead of 500k")
     ap.add_argument("--keys", type=int, default=None, help="state keys pre-loaded (500000; --quick 50000)")
     ap.add_argument("--fractions", default=",".join(f"{f:g}" for f in FRACTIONS), help="fractions of the keys an increment touches")
-    ap.add_argument("--repeats", type=int, default=None, help="epochs per (fraction, side) (2)")
+    ap.add_argument("--repeats", type=int, default=None, help="Spark epochs per (fraction, side) (1; 0 skips them)")
+    ap.add_argument("--reader-repeats", type=int, default=7, help="StateReader-alone timings per (fraction, side) (7)")
     ap.add_argument("--row-group", type=int, default=None, help="rows per state row group (the engine's ROW_GROUP)")
     ap.add_argument("--seed", type=int, default=13)
     ap.add_argument("--workdir", default=None, help="directory for the temporary homes (default: a new one under bench/out/)")
@@ -214,7 +269,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     from cbp.engine.bipindex import ROW_GROUP
 
     args.keys = args.keys or (50_000 if args.quick else 500_000)
-    args.repeats = args.repeats or 2
+    args.repeats = 1 if args.repeats is None else args.repeats
     args.row_group = args.row_group or ROW_GROUP
     fractions = [float(x) for x in args.fractions.split(",")]
     command = "bench/biptable.py " + " ".join(sys.argv[1:] if argv is None else argv)
@@ -231,6 +286,10 @@ def main(argv: Optional[list[str]] = None) -> int:
     _, m = epoch(yaml, base, keys.records(np.arange(args.keys)), args.row_group, None, None)
     shape = state_shape(base)
     log(f"  {m['seconds']:.1f}s; state: {shape}")
+
+    log(f"reader alone (no Spark): {args.reader_repeats} repeats per fraction and side")
+    reader = reader_bench(base, fractions, args.reader_repeats, CHUNK, args.seed)
+    rd_be, rd_how = break_even(fractions, reader["index"]["min"], reader["scan"]["min"])
 
     rng = np.random.default_rng(args.seed)
     touched = [max(1, round(f * args.keys)) for f in fractions]
@@ -249,7 +308,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     measure(len(fractions) // 2, "index", 1)
     runs: dict[str, list[list[dict[str, Any]]]] = {mode: [[] for _ in fractions] for mode in MODES}
     agree = [True] * len(fractions)
-    for rep in range(args.repeats):
+    for rep in range(args.repeats if args.repeats > 0 else 0):
         for k, f in enumerate(fractions):
             order = list(MODES) if (k + rep) % 2 == 0 else list(MODES)[::-1]
             for mode in order:
@@ -257,18 +316,19 @@ def main(argv: Optional[list[str]] = None) -> int:
                 runs[mode][k].append(m)
                 log(f"  rep {rep} f {f:8.2%} {mode:<5} epoch {m['seconds']:6.2f}s  state_read {m['state_read']:6.3f}s  "
                     f"row groups {m['row_groups_read']:>4}  keys read {m['keys_read']:>7}")
-            if rep == 0:
+            if rep == 0:  # the two sides must give the same output
                 agree[k] = runs["index"][k][0]["out"] == runs["scan"][k][0]["out"]
                 for mode in MODES:
                     runs[mode][k][0]["out"] = None
-    med = {mode: {key: [statistics.median(x[key] for x in runs[mode][k]) for k in range(len(fractions))]
+    nan = float("nan")
+    med = {mode: {key: [statistics.median(x[key] for x in runs[mode][k]) if runs[mode][k] else nan for k in range(len(fractions))]
                   for key in ("seconds", "state_read")} for mode in MODES}
-    be, how = break_even(fractions, med["index"]["state_read"], med["scan"]["state_read"])
-    be_s, how_s = break_even(fractions, med["index"]["seconds"], med["scan"]["seconds"])
-    suggested = "above 1 (never scan)" if be is None else f"{rows_to_row_groups(be, args.row_group):.2f}"
+    be, how = break_even(fractions, med["index"]["state_read"], med["scan"]["state_read"]) if args.repeats else (None, "not measured")
+    be_s, how_s = break_even(fractions, med["index"]["seconds"], med["scan"]["seconds"]) if args.repeats else (None, "not measured")
+    suggested = "above 1 (never scan)" if rd_be is None else f"{rows_to_row_groups(rd_be, args.row_group):.2f}"
     res = {"fractions": fractions, "touched": touched, "shape": shape, "source": source, "median": med, "agree": agree,
-           "rg_index": [statistics.median(x["row_groups_read"] for x in runs["index"][k]) for k in range(len(fractions))],
-           "break_even": {"state_read": be, "state_read_how": how, "seconds": be_s, "seconds_how": how_s},
+           "rg_index": reader["index"]["row_groups"], "reader": reader,
+           "break_even": {"reader": rd_be, "reader_how": rd_how, "state_read": be, "state_read_how": how, "seconds": be_s, "seconds_how": how_s},
            "suggested_scan_fraction": suggested, "paper_break_even": PAPER_BREAK_EVEN, "runs": runs}
     md = report(res, args, command) + f"\nTotal {time.perf_counter() - t_start:.0f} s.\n"
     (OUT / "biptable.md").write_text(md, encoding="utf-8")

@@ -10,7 +10,8 @@
   (``w_cnt`` two hex digits, ``p_cnt`` three decimal ones); lines starting with two spaces are
   the license header. :func:`wordnet_edges` gives the directed edge list (pointer symbols and
   word-level pointers folded: one edge per ordered pair) and, with ``directed=False``, the
-  undirected one (one edge per unordered pair, ``src < dst``).
+  undirected one (one edge per unordered pair, ``src < dst``); ``hypernyms_only`` keeps just the
+  hypernym pointers (``@``, ``@i``): the taxonomy, a DAG from each synset up to its roots.
 - **A documentation package's link graph** (:func:`doc_link_edges`, default ``python3.11-doc``):
   its HTML pages are the nodes (their URLs, :func:`cbp.crawl.corpus.iter_pages`), and a link from
   a page to another page of the package (:func:`cbp.crawl.links.page_links`, the crawl queue's
@@ -47,8 +48,8 @@ def _pos(p: str) -> str:
         raise ValueError(f"unknown WordNet part of speech {p!r}") from None
 
 
-def parse_wordnet_line(line: str) -> tuple[str, list[str]]:
-    """One data line: its synset's node id and the node ids its pointers point to (in order)."""
+def parse_wordnet_line(line: str) -> tuple[str, list[tuple[str, str]]]:
+    """One data line: its synset's node id and its pointers as (pointer symbol, node id), in order."""
     f = line.split()
     offset, ss_type, w_cnt = f[0], f[2], int(f[3], 16)
     node = f"{offset}{_pos(ss_type)}"
@@ -57,14 +58,19 @@ def parse_wordnet_line(line: str) -> tuple[str, list[str]]:
     i += 1
     targets = []
     for _ in range(p_cnt):
-        _symbol, off, pos, _src_tgt = f[i:i + 4]
-        targets.append(f"{off}{_pos(pos)}")
+        symbol, off, pos, _src_tgt = f[i:i + 4]
+        targets.append((symbol, f"{off}{_pos(pos)}"))
         i += 4
     return node, targets
 
 
-def parse_wordnet(directory: Path) -> list[Edge]:
-    """Directed edges (synset -> pointed synset; one per ordered pair, no self-loops), sorted."""
+#: Pointer symbols of the hypernym graph (synset -> its hypernyms, instance hypernyms included).
+HYPERNYMS = frozenset({"@", "@i"})
+
+
+def parse_wordnet(directory: Path, symbols: Optional[frozenset[str]] = None) -> list[Edge]:
+    """Directed edges (synset -> pointed synset; one per ordered pair, no self-loops), sorted;
+    only pointers whose symbol is in ``symbols`` when given."""
     edges: set[Edge] = set()
     for name in WORDNET_FILES:
         with open(directory / name, encoding="latin-1") as fh:
@@ -72,7 +78,7 @@ def parse_wordnet(directory: Path) -> list[Edge]:
                 if line.startswith("  ") or not line.strip():
                     continue
                 node, targets = parse_wordnet_line(line)
-                edges.update((node, t) for t in targets if t != node)
+                edges.update((node, t) for sym, t in targets if t != node and (symbols is None or sym in symbols))
     return sorted(edges)
 
 
@@ -97,20 +103,23 @@ def _write_cache(path: Path, header: str, edges: list[Edge]) -> None:
     tmp.replace(path)
 
 
-def wordnet_edges(directed: bool = True) -> list[Edge]:
-    """WordNet's synset pointer graph (cached in ``bench/data/wordnet-{directed,undirected}.edges``)."""
+def wordnet_edges(directed: bool = True, hypernyms_only: bool = False) -> list[Edge]:
+    """WordNet's synset pointer graph (cached in ``bench/data/wordnet-{directed,undirected}.edges``);
+    with ``hypernyms_only`` just the hypernym pointers (:data:`HYPERNYMS`: a DAG, synset -> hypernym;
+    cached in ``bench/data/wordnet-hypernyms-*.edges``)."""
     from cbp.crawl.corpus import fetch_debian_doc
 
     kind = "directed" if directed else "undirected"
-    cache = DATA / f"wordnet-{kind}.edges"
-    header = f"# wordnet-base synset pointers, {kind}, node = offset+pos (s->a), parser v1"
+    which = "hypernyms-" if hypernyms_only else ""
+    cache = DATA / f"wordnet-{which}{kind}.edges"
+    header = f"# wordnet-base synset pointers{' @ @i' if hypernyms_only else ''}, {kind}, node = offset+pos (s->a), parser v1"
     hit = _read_cache(cache, header)
     if hit is not None:
         return hit
     root = fetch_debian_doc("wordnet-base", str(DATA))
     if root is None:
         raise RuntimeError("cannot get Debian package wordnet-base (apt-get download failed)")
-    edges = parse_wordnet(Path(root) / "usr" / "share" / "wordnet")
+    edges = parse_wordnet(Path(root) / "usr" / "share" / "wordnet", HYPERNYMS if hypernyms_only else None)
     if not directed:
         edges = undirected(edges)
     _write_cache(cache, header, edges)
@@ -161,6 +170,7 @@ def nodes_of(edges: Iterable[Edge]) -> set[str]:
 
 def main() -> int:
     for name, edges in (("wordnet directed", wordnet_edges(True)), ("wordnet undirected", wordnet_edges(False)),
+                        ("wordnet hypernyms directed", wordnet_edges(True, hypernyms_only=True)),
                         ("python3.11-doc links directed", doc_link_edges(directed=True)),
                         ("python3.11-doc links undirected", doc_link_edges(directed=False))):
         print(f"{name:<32} {len(nodes_of(edges)):>8,} nodes {len(edges):>9,} edges")
