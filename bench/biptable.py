@@ -53,6 +53,8 @@ sys.path.insert(0, str(BENCH))
 from url_count_bench import Keys, load_vocabulary  # noqa: E402  (the same real URL keys)
 
 FRACTIONS = [0.0001, 0.001, 0.01, 0.05, 0.10, 0.20, 0.40, 0.60, 0.80, 1.00]
+#: Extra fractions for the reader-alone timing (cheap): where the index stops saving row groups.
+READER_EXTRA = [0.00002, 0.00005, 0.0002, 0.0003, 0.0005]
 MODES = {"index": 2.0, "scan": 0.0}  # state_scan_fraction that forces each side
 PAPER_BREAK_EVEN = 0.60  # §4.5.2/§5.2: BIPtables beat a sequential scan up to ~60% of the state records
 CACHE_MB = 1.0  # per-worker state cache in the measured epochs: too small to keep a state file
@@ -197,11 +199,17 @@ def report(res: dict[str, Any], args: argparse.Namespace, command: str) -> str:
     rd = res["reader"]
     for k, f in enumerate(fr):
         i, s = res["median"]["index"], res["median"]["scan"]
+        q = rd["fractions"].index(f)
         lines.append(
             f"| {f:.2%} | {res['touched'][k]:,} | {res['rg_index'][k]:.0f} / {res['shape']['row_groups']} "
-            f"| {rd['index']['min'][k]:.3f} | {rd['scan']['min'][k]:.3f} | {rd['scan']['min'][k] / max(rd['index']['min'][k], 1e-9):.2f} "
+            f"| {rd['index']['min'][q]:.3f} | {rd['scan']['min'][q]:.3f} | {rd['scan']['min'][q] / max(rd['index']['min'][q], 1e-9):.2f} "
             f"| {i['state_read'][k]:.3f} | {s['state_read'][k]:.3f} "
             f"| {i['seconds'][k]:.2f} | {s['seconds'][k]:.2f} | {s['seconds'][k] / i['seconds'][k]:.2f} | {'yes' if res['agree'][k] else 'NO'} |")
+    lines += ["", "Reader alone, every fraction timed (minimum seconds; row groups = what the index read):", "",
+              "| keys touched f | row groups (index) | 1-(1-f)^R | index s | scan s | scan/index |", "|---:|---:|---:|---:|---:|---:|"]
+    for q, f in enumerate(rd["fractions"]):
+        lines.append(f"| {f:.3%} | {rd['index']['row_groups'][q]} / {res['shape']['row_groups']} | {rows_to_row_groups(f, args.row_group):.0%} "
+                     f"| {rd['index']['min'][q]:.3f} | {rd['scan']['min'][q]:.3f} | {rd['scan']['min'][q] / max(rd['index']['min'][q], 1e-9):.2f} |")
     be, be_s, be_r = res["break_even"]["state_read"], res["break_even"]["seconds"], res["break_even"]["reader"]
     r = args.row_group
 
@@ -211,7 +219,9 @@ def report(res: dict[str, Any], args: argparse.Namespace, command: str) -> str:
     lines += [
         "",
         f"Break-even fraction of keys touched (scan no slower than the index from there on), from the reader alone: **{fmt(be_r)}** "
-        f"({res['break_even']['reader_how']}); from the epochs' state_read phase: {fmt(be)} ({res['break_even']['state_read_how']}); "
+        f"({res['break_even']['reader_how']}); the same timings against the fraction of row groups the index read: "
+        f"{'none' if res['break_even']['reader_row_groups'] is None else format(res['break_even']['reader_row_groups'], '.1%')} of the row groups; "
+        f"from the epochs' state_read phase: {fmt(be)} ({res['break_even']['state_read_how']}); "
         f"from the whole epoch time: {fmt(be_s)} ({res['break_even']['seconds_how']}). "
         f"Paper (§5.2, Fig. 13, BIPtable vs 'sequential, no sort' on HDFS): ~{PAPER_BREAK_EVEN:.0%} of the state records.",
         "",
@@ -236,8 +246,9 @@ def plot(res: dict[str, Any], args: argparse.Namespace, path: Path) -> None:
     for ax, key, title in ((axes[0], "reader", "StateReader alone (min)"), (axes[1], "state_read", "task state_read phase"),
                            (axes[2], "seconds", "epoch time")):
         for mode, style in (("index", "o-"), ("scan", "s--")):
+            xs = [f * 100 for f in res["reader"]["fractions"]] if key == "reader" else fr
             ys = res["reader"][mode]["min"] if key == "reader" else res["median"][mode][key]
-            ax.plot(fr, ys, style, label="through the index (row groups)" if mode == "index" else "scan (whole file)")
+            ax.plot(xs, ys, style, label="through the index (row groups)" if mode == "index" else "scan (whole file)")
         be = res["break_even"][key]
         if be is not None:
             ax.axvline(be * 100, color="red", lw=1, label=f"break-even {be:.2%}")
@@ -288,8 +299,14 @@ def main(argv: Optional[list[str]] = None) -> int:
     log(f"  {m['seconds']:.1f}s; state: {shape}")
 
     log(f"reader alone (no Spark): {args.reader_repeats} repeats per fraction and side")
-    reader = reader_bench(base, fractions, args.reader_repeats, CHUNK, args.seed)
-    rd_be, rd_how = break_even(fractions, reader["index"]["min"], reader["scan"]["min"])
+    rfr = sorted(set(fractions) | (set(READER_EXTRA) if args.fractions == ",".join(f"{f:g}" for f in FRACTIONS) else set()))
+    reader = reader_bench(base, rfr, args.reader_repeats, CHUNK, args.seed)
+    reader["fractions"] = rfr
+    rd_be, rd_how = break_even(rfr, reader["index"]["min"], reader["scan"]["min"])
+    n_rg = shape["row_groups"]
+    rg_frac = [g / n_rg for g in reader["index"]["row_groups"]]
+    by_rg = sorted(zip(rg_frac, reader["index"]["min"], reader["scan"]["min"]))  # the same timings, by row groups read
+    rg_be, rg_how = break_even([x[0] for x in by_rg], [x[1] for x in by_rg], [x[2] for x in by_rg])
 
     rng = np.random.default_rng(args.seed)
     touched = [max(1, round(f * args.keys)) for f in fractions]
@@ -327,8 +344,8 @@ def main(argv: Optional[list[str]] = None) -> int:
     be_s, how_s = break_even(fractions, med["index"]["seconds"], med["scan"]["seconds"]) if args.repeats else (None, "not measured")
     suggested = "above 1 (never scan)" if rd_be is None else f"{rows_to_row_groups(rd_be, args.row_group):.2f}"
     res = {"fractions": fractions, "touched": touched, "shape": shape, "source": source, "median": med, "agree": agree,
-           "rg_index": reader["index"]["row_groups"], "reader": reader,
-           "break_even": {"reader": rd_be, "reader_how": rd_how, "state_read": be, "state_read_how": how, "seconds": be_s, "seconds_how": how_s},
+           "rg_index": [reader["index"]["row_groups"][rfr.index(f)] for f in fractions], "reader": reader,
+           "break_even": {"reader": rd_be, "reader_how": rd_how, "reader_row_groups": rg_be, "reader_row_groups_how": rg_how, "state_read": be, "state_read_how": how, "seconds": be_s, "seconds_how": how_s},
            "suggested_scan_fraction": suggested, "paper_break_even": PAPER_BREAK_EVEN, "runs": runs}
     md = report(res, args, command) + f"\nTotal {time.perf_counter() - t_start:.0f} s.\n"
     (OUT / "biptable.md").write_text(md, encoding="utf-8")
