@@ -110,20 +110,19 @@ def state_shape(home: Path) -> dict[str, int]:
 
 
 def break_even(fr: list[float], index: list[float], scan: list[float]) -> tuple[Optional[float], str]:
-    """The fraction from which on scanning is no slower than the index: the smallest measured
-    fraction at which scan <= index holds there and at every larger fraction (so that one noisy
-    point below does not decide), interpolated linearly with the fraction just below it."""
+    """The fraction from which on scanning is no slower than the index, robust to a noisy point:
+    the first measured fraction at which scan <= index and the median scan/index ratio over it and
+    every larger fraction is <= 1; interpolated linearly with the fraction just below it."""
     d = [i - s for i, s in zip(index, scan)]  # > 0: the index is slower
-    k = len(fr)
-    while k > 0 and d[k - 1] >= 0:
-        k -= 1
-    if k == len(fr):
-        return None, "the index is faster at the largest fraction measured: no break-even up to 100%"
-    if k == 0:
-        return fr[0], f"scan no slower at every fraction measured: break-even at or below {fr[0]:.2%}"
-    a, b = fr[k - 1], fr[k]
-    x = a + (b - a) * (-d[k - 1]) / (d[k] - d[k - 1])
-    return x, f"index faster at {a:.2%}, scan no slower from {b:.2%} on"
+    ratios = [s / max(i, 1e-12) for i, s in zip(index, scan)]
+    for k in range(len(fr)):
+        if d[k] >= 0 and statistics.median(ratios[k:]) <= 1.0:
+            if k == 0:
+                return fr[0], f"scan no slower from the smallest fraction measured ({fr[0]:.3%}) on"
+            a, b = fr[k - 1], fr[k]
+            x = a + (b - a) * (-d[k - 1]) / (d[k] - d[k - 1]) if d[k - 1] < 0 else a
+            return x, f"index faster at {a:.3%}, scan no slower at {b:.3%} (median scan/index from there on {statistics.median(ratios[k:]):.2f})"
+    return None, "the index is faster, or no slower in the median, at every fraction measured: no break-even up to 100%"
 
 
 def reader_bench(base: Path, fractions: list[float], repeats: int, chunk: int, seed: int) -> dict[str, Any]:
@@ -139,19 +138,21 @@ def reader_bench(base: Path, fractions: list[float], repeats: int, chunk: int, s
     home = Home(str(base))
     rel = os.path.relpath(sorted(glob.glob(str(base / "stages" / "url_count" / "index" / "_part=0" / "*.parquet")))[-1], base)
     rng = np.random.default_rng(seed)
-    out: dict[str, Any] = {mode: {"min": [], "median": [], "row_groups": []} for mode in MODES}
+    sides = {**MODES, "rule": None}  # "rule": the engine's default (SCAN_FRACTION, or CBP_STATE_SCAN_FRACTION)
+    out: dict[str, Any] = {mode: {"min": [], "median": [], "row_groups": []} for mode in sides}
+    out["rule_scan_fraction"] = bipindex.scan_fraction()
     for f in fractions:
         bipindex._INDEXES.clear()
         all_h = bipindex.PartitionIndex.load(home, rel).h
         h = np.sort(rng.choice(all_h, size=max(1, round(f * all_h.size)), replace=False))
-        times: dict[str, list[float]] = {mode: [] for mode in MODES}
+        times: dict[str, list[float]] = {mode: [] for mode in sides}
         rgs: dict[str, int] = {}
         for rep in range(repeats):
-            for mode in (list(MODES) if rep % 2 == 0 else list(MODES)[::-1]):
+            for mode in (list(sides) if rep % 2 == 0 else list(sides)[::-1]):
                 bipindex._INDEXES.clear()
                 t0 = time.perf_counter()
                 idx = bipindex.PartitionIndex.load(home, rel)
-                reader = bipindex.StateReader(home, "stages/url_count/state", idx, cache_mb=CACHE_MB, scan_fraction=MODES[mode])
+                reader = bipindex.StateReader(home, "stages/url_count/state", idx, cache_mb=CACHE_MB, scan_fraction=sides[mode])
                 n = 0
                 for a in range(0, h.size, chunk):
                     n += reader.rows_of(h[a:a + chunk])[0].num_rows
@@ -159,11 +160,12 @@ def reader_bench(base: Path, fractions: list[float], repeats: int, chunk: int, s
                 rgs[mode] = reader.row_groups_read
                 if n != h.size:
                     raise RuntimeError(f"reader found {n} rows for {h.size} keys")
-        for mode in MODES:
+        for mode in sides:
             out[mode]["min"].append(min(times[mode]))
             out[mode]["median"].append(statistics.median(times[mode]))
             out[mode]["row_groups"].append(rgs[mode])
-        log(f"  reader f {f:8.2%}: index {min(times['index']):.3f}s  scan {min(times['scan']):.3f}s (min of {repeats})")
+        log(f"  reader f {f:8.3%}: index {min(times['index']):.3f}s  scan {min(times['scan']):.3f}s  "
+            f"rule {min(times['rule']):.3f}s ({rgs['rule']} row groups) (min of {repeats})")
     return out
 
 
@@ -206,10 +208,12 @@ def report(res: dict[str, Any], args: argparse.Namespace, command: str) -> str:
             f"| {i['state_read'][k]:.3f} | {s['state_read'][k]:.3f} "
             f"| {i['seconds'][k]:.2f} | {s['seconds'][k]:.2f} | {s['seconds'][k] / i['seconds'][k]:.2f} | {'yes' if res['agree'][k] else 'NO'} |")
     lines += ["", "Reader alone, every fraction timed (minimum seconds; row groups = what the index read):", "",
-              "| keys touched f | row groups (index) | 1-(1-f)^R | index s | scan s | scan/index |", "|---:|---:|---:|---:|---:|---:|"]
+              f"| keys touched f | row groups (index) | 1-(1-f)^R | index s | scan s | scan/index | rule (SCAN_FRACTION {rd['rule_scan_fraction']:g}) s "
+              "| rule row groups read |", "|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for q, f in enumerate(rd["fractions"]):
         lines.append(f"| {f:.3%} | {rd['index']['row_groups'][q]} / {res['shape']['row_groups']} | {rows_to_row_groups(f, args.row_group):.0%} "
-                     f"| {rd['index']['min'][q]:.3f} | {rd['scan']['min'][q]:.3f} | {rd['scan']['min'][q] / max(rd['index']['min'][q], 1e-9):.2f} |")
+                     f"| {rd['index']['min'][q]:.3f} | {rd['scan']['min'][q]:.3f} | {rd['scan']['min'][q] / max(rd['index']['min'][q], 1e-9):.2f} "
+                     f"| {rd['rule']['min'][q]:.3f} | {rd['rule']['row_groups'][q]} |")
     be, be_s, be_r = res["break_even"]["state_read"], res["break_even"]["seconds"], res["break_even"]["reader"]
     r = args.row_group
 

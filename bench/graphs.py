@@ -31,7 +31,8 @@ graph's size (the goal: the update's propagation epochs read < 5% of the state k
     .venv/bin/python bench/graphs.py --quick    # both parts, small (~2 min)
     .venv/bin/python bench/graphs.py --part clustering    # or --part pagerank
 
-Output: markdown tables on stdout and in ``bench/out/graphs.md``, every measurement in
+Output: markdown tables on stdout and in ``bench/out/graphs.md`` (each part also alone in
+``bench/out/graphs_{clustering,pagerank}.md``, so that ``--part`` runs keep each other's), every measurement in
 ``bench/out/graphs.json``, plots ``bench/out/graphs_clustering.png`` (Fig. 14 shape) and
 ``bench/out/graphs_pagerank.png`` (Fig. 15 shape).
 """
@@ -424,13 +425,17 @@ def main(argv: Optional[list[str]] = None) -> int:
     ok = True
     if args.part in ("both", "clustering"):
         res = clustering_part(args, work)
-        md += clustering_table(res)
+        part = clustering_table(res)
+        (OUT / "graphs_clustering.md").write_text("\n".join(md[:5] + part) + "\n", encoding="utf-8")
+        md += part
         clustering_plot(res, OUT / "graphs_clustering.png")
         results["clustering"] = res
         ok &= all(res["agree_networkx"].values())
     if args.part in ("both", "pagerank"):
         res = pagerank_part(args, work)
-        md += pagerank_table(res)
+        part = pagerank_table(res)
+        (OUT / "graphs_pagerank.md").write_text("\n".join(md[:5] + part) + "\n", encoding="utf-8")
+        md += part
         pagerank_plot(res, OUT / "graphs_pagerank.png")
         results["pagerank"] = res
     md.append(f"Total {time.perf_counter() - t0:.0f} s.")
