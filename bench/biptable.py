@@ -275,7 +275,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     ap.add_argument("--keys", type=int, default=None, help="state keys pre-loaded (500000; --quick 50000)")
     ap.add_argument("--fractions", default=",".join(f"{f:g}" for f in FRACTIONS), help="fractions of the keys an increment touches")
     ap.add_argument("--repeats", type=int, default=None, help="Spark epochs per (fraction, side) (1; 0 skips them)")
-    ap.add_argument("--reader-repeats", type=int, default=7, help="StateReader-alone timings per (fraction, side) (7)")
+    ap.add_argument("--reader-repeats", type=int, default=11, help="StateReader-alone timings per (fraction, side) (11)")
     ap.add_argument("--row-group", type=int, default=None, help="rows per state row group (the engine's ROW_GROUP)")
     ap.add_argument("--seed", type=int, default=13)
     ap.add_argument("--workdir", default=None, help="directory for the temporary homes (default: a new one under bench/out/)")

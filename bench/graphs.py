@@ -3,7 +3,7 @@
 
 Part 1, clustering coefficients (Fig. 14). A real undirected graph (by default the page link
 graph of Debian's ``python3.11-doc``, :func:`graphdata.doc_link_edges`, restricted to the pages
-of a seeded random sample, ``--pages``: 300, ``--quick`` 150) is split with a fixed seed into a base graph and
+of a seeded random sample, ``--pages``: all 530 pages, ``--quick`` 150) is split with a fixed seed into a base graph and
 ``--increments`` equal increments (:func:`graphdata.split_edges`). Three variants of the
 clustering pipeline get the same feeds, each in its own home: black-box mode with multicast
 (``flows/clustering.yaml``, mode blackbox), direct mode with multicast emulated by replication
@@ -27,7 +27,7 @@ graph's size (the goal: the update's propagation epochs read < 5% of the state k
 ``--tolerance`` (default: the YAML's) runs a copy of ``flows/pagerank.yaml`` with that
 ``params.tolerance`` (the push threshold), as the paper shortened its first phase.
 
-    .venv/bin/python bench/graphs.py            # both parts, full sizes (~15 min on 2 shared cores)
+    .venv/bin/python bench/graphs.py            # both parts, full sizes (~10 min on 2 shared cores)
     .venv/bin/python bench/graphs.py --quick    # both parts, small (~2 min)
     .venv/bin/python bench/graphs.py --part clustering    # or --part pagerank
 
@@ -391,7 +391,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     ap.add_argument("--quick", action="store_true", help="small graphs")
     ap.add_argument("--part", choices=["both", "clustering", "pagerank"], default="both")
     ap.add_argument("--package", default="python3.11-doc", help="documentation package whose link graph clustering uses")
-    ap.add_argument("--pages", type=int, default=None, help="pages sampled for the clustering graph (default 300; --quick 150; 0 = all 530)")
+    ap.add_argument("--pages", type=int, default=None, help="pages sampled for the clustering graph (default 0 = all 530; --quick 150)")
     ap.add_argument("--increments", type=int, default=10)
     ap.add_argument("--pr-nodes", type=int, default=None, help="BFS subgraph size of WordNet for PageRank (default 0 = all; --quick 5000)")
     ap.add_argument("--new-edges", type=int, default=None, help="new edges of the PageRank update (default 20; --quick 5)")
@@ -404,7 +404,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     ap.add_argument("--keep", action="store_true")
     args = ap.parse_args(argv)
     if args.pages is None:
-        args.pages = 150 if args.quick else 300
+        args.pages = 150 if args.quick else 0
     args.pages = args.pages or None
     if args.pr_nodes is None:
         args.pr_nodes = 5000 if args.quick else 0
