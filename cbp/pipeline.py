@@ -61,7 +61,9 @@ class Pipeline:
     ``tuning`` goes to the controller: ``max_state_files`` (files per state partition before it
     is compacted, default 8), ``state_row_group`` (rows per row group of state files, 8192),
     ``state_cache_mb`` (decoded state files a Spark Python worker keeps, default
-    ``CBP_STATE_CACHE_MB`` or 2048; 0 disables), ``backpressure`` (4).
+    ``CBP_STATE_CACHE_MB`` or 2048; 0 disables), ``state_scan_fraction`` (fraction of a state
+    file's row groups above which a task reads it whole, :data:`cbp.engine.bipindex.SCAN_FRACTION`;
+    0 always scans, above 1 never), ``backpressure`` (4).
     """
 
     def __init__(self, path: str | os.PathLike[str], home: Optional[str] = None, *, mode: Optional[str] = None,

@@ -143,7 +143,7 @@ class Epochs:
             home=self.home, stage=spec, epoch=epoch, mode=self.mode,
             out_schemas={f: self.spec.flows[f].schema for f in spec.outputs}, out_incs=out_incs,
             input_schemas=[self.spec.flows[i.flow].schema for i in spec.inputs], state_rel=state_rel,
-            parts=parts, max_files=self.max_state_files, row_group=self.state_row_group, cache_mb=self.state_cache_mb,
+            parts=parts, max_files=self.max_state_files, row_group=self.state_row_group, cache_mb=self.state_cache_mb, scan_fraction=self.state_scan_fraction,
             fault=faults.current(), driver_pid=os.getpid(), bindings=[self.home.uri(rel) for rel in sst.bindings],
         )
         limits = [t for t in (spec.timeout, self.epoch_timeout) if t is not None]

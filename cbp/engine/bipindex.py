@@ -30,7 +30,7 @@ import pyarrow.parquet as pq
 
 from ..storage import Home
 
-__all__ = ["PartitionIndex", "StateReader", "StateMeta", "STATE_META", "read_partition_rows", "latest_rows"]
+__all__ = ["PartitionIndex", "StateReader", "SCAN_FRACTION", "scan_fraction", "StateMeta", "STATE_META", "read_partition_rows", "latest_rows"]
 
 #: Columns every state row carries before the user's state fields.
 STATE_META = pa.schema([
@@ -40,6 +40,47 @@ STATE_META = pa.schema([
     pa.field("_alive", pa.bool_()),  # False: tombstone, the key's state was dropped
 ])
 ROW_GROUP = 8192  # rows per row group of state files: the unit an inner stage reads
+
+#: Fraction of a state file's row groups above which a task reads the file whole (a scan, then
+#: kept in the worker's cache) instead of reading just the row groups it needs through the index.
+#: The rule is applied as a task's lookups stream by: once the row groups a task has read from a
+#: file plus those its next chunk of keys needs exceed ``SCAN_FRACTION`` of the file's row groups,
+#: the file is read whole. 0 always scans; any value above 1 never does (always the index).
+#: ``CBP_STATE_SCAN_FRACTION`` (read each time a :class:`StateReader` is made, i.e. in the Spark
+#: workers, which get the environment the driver had when Spark started) or the pipeline tuning
+#: option ``state_scan_fraction`` (which reaches the tasks in their plan) overrides it.
+#:
+#: The value comes from ``bench/biptable.py`` (paper 001 §5.2, Fig. 13), which measures the
+#: break-even *fraction of keys touched* f* between reading through the index and scanning, for
+#: uniformly random keys (500k keys, one file of 62 row groups, the state reader alone, minimum of
+#: 15 runs): the index was faster up to f = 0.02% of the keys (1.6x), as fast at 0.03%, and the
+#: scan 5-10% faster from 0.05% on, so f* = 0.030%. The rule counts *row groups*: with R rows per
+#: row group and keys touched uniformly at random, touching a fraction f of the keys touches about
+#: 1 - (1 - f)^R of the row groups, so the threshold is 1 - (1 - f*)^R = 1 - (1 - 0.0003)^8192
+#: = 0.91 (the same timings against the row groups the index actually read: 0.92; a second,
+#: noisier run of 11: f* = 0.047%, 0.98), rounded down to 0.9. The paper's BIPtables broke even
+#: at ~60% of the keys because they read single records; here the unit is a row group.
+#: With R = 8192 (:data:`ROW_GROUP`), any f above ~0.1% touches every row group: the index only
+#: saves reads for increments of a few keys per row group, and beyond that it costs 5-10% more
+#: than a scan (and a scan also fills the worker's cache for later epochs).
+#:
+#: Caveat (measured by the same benchmark, "rule" column): a task with many input chunks meets
+#: the threshold mid-stream, after reading ``SCAN_FRACTION`` of the row groups one by one, and
+#: then reads the file whole, so it reads up to (1 + SCAN_FRACTION) times the file (500k keys,
+#: f >= 5%: 111-116 row groups of 62, 30-60% slower than either side alone; at 0.5 it was 87-92).
+SCAN_FRACTION = 0.9
+
+
+def scan_fraction(override: Optional[float] = None) -> float:
+    """The scan rule's threshold: ``override`` (a pipeline's ``state_scan_fraction``), else
+    ``CBP_STATE_SCAN_FRACTION``, else :data:`SCAN_FRACTION`."""
+    if override is not None:
+        return float(override)
+    env = os.environ.get("CBP_STATE_SCAN_FRACTION", "").strip()
+    return float(env) if env else SCAN_FRACTION
+
+
+_scan_fraction = scan_fraction  # StateReader's argument of the same name hides the function
 
 
 @dataclass
@@ -218,14 +259,19 @@ class StateReader:
     by chunk: each file is opened once, and the last row group read from each file is kept,
     since the next chunk may need it again; so a task reads every row group it needs once.
     ``files_opened`` and ``row_groups_read`` count what came from disk (not from the worker's
-    cache). A file of which a task needs more than half is read whole, once, into the cache.
+    cache). A file of which a task needs more than a fraction :data:`SCAN_FRACTION` (0.9) of the
+    row groups is read whole, once, into the cache (``scan_fraction`` overrides it, see
+    :func:`scan_fraction`; with the cache disabled, ``cache_mb`` 0, files are never read whole).
     ``cache_lookups`` counts the (file, chunk) reads of state rows, ``cache_hits`` those served
-    from the cache.
+    from the cache (or from a file this task read whole but the cache could not hold).
     """
 
-    def __init__(self, home: Home, table_rel: str, index: PartitionIndex, cache_mb: Optional[float] = None) -> None:
+    def __init__(self, home: Home, table_rel: str, index: PartitionIndex, cache_mb: Optional[float] = None,
+                 scan_fraction: Optional[float] = None) -> None:
         self.home, self.table_rel, self.index = home, table_rel, index
         self.cache = _file_cache(cache_mb)
+        self.scan_fraction = _scan_fraction(scan_fraction)
+        self._whole: dict[int, _CachedFile] = {}  # files this task read whole (the cache may be too small to keep them)
         self.files_opened = 0
         self.row_groups_read = 0
         self.cache_lookups = 0  # state files looked up in the worker's cache ...
@@ -272,7 +318,7 @@ class StateReader:
         """Rows of one state file whose ``_h`` is in ``hashes`` (sorted), and the row group of each."""
         path = self.home.path(f"{self.table_rel}/{self.index.files[fid]}")
         key = f"{self.home.location}|{path}"
-        entry = self.cache.get(key)
+        entry = self.cache.get(key) or self._whole.get(fid)
         self.cache_lookups += 1
         if entry is not None:
             self.cache_hits += 1
@@ -280,7 +326,7 @@ class StateReader:
             pf = self._file(fid, path)
             n_rg = pf.metadata.num_row_groups
             counts = np.array([pf.metadata.row_group(i).num_rows for i in range(n_rg)], dtype=np.int64)
-            if self.cache.budget == 0 or (self._done.get(fid, 0) + rgs.size) * 2 <= n_rg:  # few row groups: read just those
+            if self.cache.budget == 0 or self._done.get(fid, 0) + rgs.size <= self.scan_fraction * n_rg:  # few row groups: read just those
                 t, rg_col = self._read_row_groups(fid, pf, rgs, counts)
                 mask = pc.is_in(t["_h"], value_set=pa.array(hashes, pa.int64()))
                 return t.filter(mask), rg_col[mask.to_numpy(zero_copy_only=False)]
@@ -288,6 +334,7 @@ class StateReader:
             self.row_groups_read += n_rg
             entry = _CachedFile(t, t["_h"].to_numpy(), np.concatenate([[0], np.cumsum(counts)[:-1]]))
             self.cache.put(key, entry)
+            self._whole[fid] = entry
         rows = _matches(entry.h, hashes)
         rg = np.searchsorted(entry.rg_starts, rows, side="right") - 1
         return entry.table.take(pa.array(rows, pa.int64())), rg.astype(np.int32)

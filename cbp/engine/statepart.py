@@ -155,7 +155,7 @@ class DirectPartition:
         self.rebuilt = rebuilt is not None
         self.adds: list[dict[str, Any]] = [rebuilt] if rebuilt is not None else []
         self.removes: list[dict[str, Any]] = list(self.meta.files) if rebuilt is not None else []
-        self.reader = StateReader(plan.home, plan.state_rel, self.index, plan.cache_mb)
+        self.reader = StateReader(plan.home, plan.state_rel, self.index, plan.cache_mb, plan.scan_fraction)
         self.writer = StateWriter(plan, p, prefix=f"e{plan.epoch:08d}")
         self.keys_read = 0
         self.keys_written = 0
@@ -291,7 +291,7 @@ def _compact(plan: "TaskPlan", p: int, index: PartitionIndex, files: list[dict[s
     base = max(files, key=lambda f: int(f["rows"] or 0))
     deltas = [f for f in files if f is not base]
     if sum(int(f["rows"] or 0) for f in deltas) * 2 >= int(base["rows"] or 0):
-        reader = StateReader(plan.home, plan.state_rel, index, plan.cache_mb)
+        reader = StateReader(plan.home, plan.state_rel, index, plan.cache_mb, plan.scan_fraction)
         w = StateWriter(plan, p, prefix=f"e{plan.epoch:08d}-compact")
         names = state_schema(plan).names
         for rows, _, _ in reader.scan():

@@ -1,0 +1,68 @@
+"""The state scan rule's knob (cbp.engine.bipindex.SCAN_FRACTION): 0 scans, above 1 never does,
+the environment variable and the plan's value override the constant, and a file read whole is
+read once per task even when the worker's cache cannot hold it."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import numpy as np
+
+from cbp.engine import bipindex
+from cbp.engine.bipindex import PartitionIndex, StateMeta, StateReader
+from cbp.engine.statepart import DirectPartition
+from cbp.spec.schema import RecordSchema
+from cbp.storage import Home
+
+
+def _plan(tmp_path, epoch, parts=None, scan_fraction=None, cache_mb=0.0):
+    schema = RecordSchema.parse({"w": "string", "n": "int"})
+    return SimpleNamespace(home=Home(str(tmp_path)), stage=SimpleNamespace(name="s", state_schema=schema), epoch=epoch,
+                           state_rel="stages/s/state", row_group=4, cache_mb=cache_mb, scan_fraction=scan_fraction,
+                           max_files=8, parts=parts or {}, mode="direct")
+
+
+def _state(tmp_path):
+    """One state file of 40 keys (hashes 0..39) in 10 row groups of 4 rows; its index."""
+    part = DirectPartition(_plan(tmp_path, 1), 0)
+    for h in range(40):
+        part.update(f'"k{h}"', h, None, [{"w": f"k{h}", "n": h}])
+    index, adds, _ = part.finish({})
+    return Home(str(tmp_path)), PartitionIndex.load(Home(str(tmp_path)), index)
+
+
+def _read(home, index, hashes, chunks=1, **kw):
+    r = StateReader(home, "stages/s/state", index, cache_mb=0.001, **kw)  # a cache too small to keep the file
+    n = 0
+    for part in np.array_split(np.array(hashes, np.int64), chunks):
+        n += r.rows_of(part)[0].num_rows
+    assert n == len(hashes)
+    return r
+
+
+def test_scan_fraction_forces_each_side(tmp_path, monkeypatch):
+    monkeypatch.delenv("CBP_STATE_SCAN_FRACTION", raising=False)
+    home, index = _state(tmp_path)
+    assert _read(home, index, [0, 12], scan_fraction=2.0).row_groups_read == 2  # through the index: 2 of 10
+    assert _read(home, index, [0, 12], scan_fraction=0.0).row_groups_read == 10  # scan: the whole file
+    # the default: 2 of 10 row groups is below SCAN_FRACTION, 10 of 10 above
+    assert _read(home, index, [0, 12]).row_groups_read == 2
+    assert _read(home, index, list(range(0, 40, 4))).row_groups_read == 10
+    # the environment variable, read when a reader is made
+    monkeypatch.setenv("CBP_STATE_SCAN_FRACTION", "0")
+    assert bipindex.scan_fraction() == 0.0 and _read(home, index, [0, 12]).row_groups_read == 10
+    assert bipindex.scan_fraction(1.5) == 1.5 and _read(home, index, [0, 12], scan_fraction=1.5).row_groups_read == 2
+
+
+def test_a_file_read_whole_is_read_once_per_task(tmp_path, monkeypatch):
+    monkeypatch.delenv("CBP_STATE_SCAN_FRACTION", raising=False)
+    home, index = _state(tmp_path)
+    r = _read(home, index, list(range(40)), chunks=5, scan_fraction=0.0)  # 5 lookups, the file is too big to cache
+    assert r.row_groups_read == 10 and r.files_opened == 1 and r.cache_lookups == 5 and r.cache_hits == 4
+
+
+def test_the_plan_carries_the_fraction_to_the_partition_reader(tmp_path):
+    _, index = _state(tmp_path)
+    meta = StateMeta(files=[], index=None)
+    part = DirectPartition(_plan(tmp_path, 2, {0: meta}, scan_fraction=0.25), 0)
+    assert part.reader.scan_fraction == 0.25
