@@ -66,3 +66,35 @@ def test_the_plan_carries_the_fraction_to_the_partition_reader(tmp_path):
     meta = StateMeta(files=[], index=None)
     part = DirectPartition(_plan(tmp_path, 2, {0: meta}, scan_fraction=0.25), 0)
     assert part.reader.scan_fraction == 0.25
+
+
+def test_the_driver_chooses_index_or_scan_per_partition_and_epoch(spark, tmp_path, monkeypatch):
+    """A small increment reads only its keys' row groups; one touching every key reads each state
+    file whole, once (no switch half-way, which read row groups and then the whole file)."""
+    import cbp
+    from conftest import FLOWS
+
+    monkeypatch.delenv("CBP_STATE_SCAN_FRACTION", raising=False)
+    urls = [{"url": f"http://x/{i}"} for i in range(400)]
+    reads = {}
+    for name, fraction in (("driver", None), ("mid-stream", 0.9)):
+        p = cbp.Pipeline(FLOWS / "url_count.yaml", str(tmp_path / name), spark=spark, state_row_group=4, state_cache_mb=0.001,
+                         state_scan_fraction=fraction)
+        p.feed("urls", urls)
+        p.run()  # 400 keys: 100 row groups of 4 rows over the 4 partitions
+        p.feed("urls", urls[:2])
+        (small,) = p.run()
+        assert 1 <= small.row_groups_read <= 2 and small.keys_read == 2
+        p.feed("urls", urls)
+        key = "spark.sql.execution.arrow.maxRecordsPerBatch"
+        before = spark.conf.get(key)
+        spark.conf.set(key, "8")  # the task's keys arrive in many chunks, as in a large epoch
+        try:
+            (full,) = p.run()
+        finally:
+            spark.conf.set(key, before)
+        assert full.keys_read == 400
+        reads[name] = full.row_groups_read
+    # the driver's choice reads each file once (+ the 2-row files of epoch 2); deciding chunk by chunk
+    # reads row groups one by one, then the whole file
+    assert 100 <= reads["driver"] <= 104 < reads["mid-stream"]

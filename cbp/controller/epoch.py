@@ -16,7 +16,7 @@ from typing import Any, Optional
 import pyarrow as pa
 
 from .. import faults
-from ..engine.bipindex import STATE_META, StateMeta
+from ..engine.bipindex import STATE_META, StateMeta, choose_reads
 from ..engine.deltaread import StateSource
 from ..engine.job import run_stage_epoch
 from ..engine.protocol import TaskResult
@@ -103,7 +103,7 @@ class Epochs:
         else:
             out_incs = {f: self._allocate(f, 1)[0] for f in spec.outputs}
         self._write_intention(stage, epoch, d, inputs, out_incs)
-        plan, state_uris = self._plan(stage, epoch, out_incs)
+        plan, state_uris = self._plan(stage, epoch, out_incs, inputs)
         try:
             shuffle: dict[str, int] = {}
             results = run_stage_epoch(self.spark, plan, input_files, state_uris, state_needs_dedupe=self.st.stages[stage].layout != "blackbox",
@@ -121,7 +121,8 @@ class Epochs:
             raise
         return _report(stage, epoch, self.mode, results, counts, time.perf_counter() - t0, shuffle)
 
-    def _plan(self, stage: str, epoch: int, out_incs: dict[str, int]) -> tuple[TaskPlan, Optional[StateSource]]:
+    def _plan(self, stage: str, epoch: int, out_incs: dict[str, int],
+              inputs: Optional[dict[str, list[int]]] = None) -> tuple[TaskPlan, Optional[StateSource]]:
         """The plan the epoch's tasks get, and (black-box mode) the state table at its version."""
         spec = self.spec.stages[stage]
         sst = self.st.stages[stage]
@@ -146,6 +147,11 @@ class Epochs:
             parts=parts, max_files=self.max_state_files, row_group=self.state_row_group, cache_mb=self.state_cache_mb, scan_fraction=self.state_scan_fraction,
             fault=faults.current(), driver_pid=os.getpid(), bindings=[self.home.uri(rel) for rel in sst.bindings],
         )
+        if self.mode == "direct" and self.state_scan_fraction is None and not os.environ.get("CBP_STATE_SCAN_FRACTION"):
+            new = sum(self.st.flows[i.flow].incs[n].records for i in spec.inputs for n in (inputs or {}).get(i.flow, [])
+                      if n in self.st.flows[i.flow].incs)
+            plan.scan_choice = {p: choose_reads(new, spec.partitions, sum(int(f.get("rows") or 0) for f in m.files), self.state_row_group)
+                                for p, m in parts.items()}
         limits = [t for t in (spec.timeout, self.epoch_timeout) if t is not None]
         if limits:
             plan.timeout = min(limits)

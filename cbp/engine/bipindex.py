@@ -30,7 +30,7 @@ import pyarrow.parquet as pq
 
 from ..storage import Home
 
-__all__ = ["PartitionIndex", "StateReader", "SCAN_FRACTION", "scan_fraction", "StateMeta", "STATE_META", "read_partition_rows", "latest_rows"]
+__all__ = ["PartitionIndex", "StateReader", "SCAN_FRACTION", "scan_fraction", "choose_reads", "StateMeta", "STATE_META", "read_partition_rows", "latest_rows"]
 
 #: Columns every state row carries before the user's state fields.
 STATE_META = pa.schema([
@@ -64,11 +64,31 @@ ROW_GROUP = 8192  # rows per row group of state files: the unit an inner stage r
 #: saves reads for increments of a few keys per row group, and beyond that it costs 5-10% more
 #: than a scan (and a scan also fills the worker's cache for later epochs).
 #:
-#: Caveat (measured by the same benchmark, "rule" column): a task with many input chunks meets
-#: the threshold mid-stream, after reading ``SCAN_FRACTION`` of the row groups one by one, and
-#: then reads the file whole, so it reads up to (1 + SCAN_FRACTION) times the file (500k keys,
-#: f >= 5%: 111-116 row groups of 62, 30-60% slower than either side alone; at 0.5 it was 87-92).
+#: The driver therefore decides per partition and epoch before the tasks start
+#: (:func:`choose_reads`, from the increment's records and the partition's stored rows): scan or
+#: index, nothing in between. The mid-stream rule only applies when the user sets the fraction
+#: (tuning or environment); it can then read a file up to (1 + SCAN_FRACTION) times (the
+#: benchmark's "rule" column: 111-116 row groups of 62 for f >= 5%, 30-60% slower than either side).
 SCAN_FRACTION = 0.9
+
+
+def choose_reads(new_records: int, partitions: int, stored_rows: int, row_group: int = ROW_GROUP, threshold: Optional[float] = None) -> float:
+    """The driver's choice for one state partition and epoch, from the measured break-even: the
+    ``scan_fraction`` its task gets, 0.0 (read the files whole) or 2.0 (only the row groups the
+    keys need), so the task does not switch mid-stream and read a file twice.
+
+    The task's share of the new records over the partition's stored rows estimates the fraction f
+    of keys touched, and 1 - (1 - f)^R the fraction of row groups; above ``threshold`` (default
+    :data:`SCAN_FRACTION`) a scan is cheaper (``bench/biptable.py``).
+
+        >>> choose_reads(100_000, 4, 250_000), choose_reads(20, 4, 25_000), choose_reads(5, 1, 0)
+        (0.0, 2.0, 2.0)
+    """
+    if stored_rows <= 0 or new_records <= 0:
+        return 2.0
+    f = min(1.0, new_records / max(partitions, 1) / stored_rows)
+    groups = 1.0 - (1.0 - f) ** max(row_group, 1)
+    return 0.0 if groups >= (SCAN_FRACTION if threshold is None else threshold) else 2.0
 
 
 def scan_fraction(override: Optional[float] = None) -> float:

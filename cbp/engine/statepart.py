@@ -155,7 +155,8 @@ class DirectPartition:
         self.rebuilt = rebuilt is not None
         self.adds: list[dict[str, Any]] = [rebuilt] if rebuilt is not None else []
         self.removes: list[dict[str, Any]] = list(self.meta.files) if rebuilt is not None else []
-        self.reader = StateReader(plan.home, plan.state_rel, self.index, plan.cache_mb, plan.scan_fraction)
+        choice = getattr(plan, "scan_choice", {}).get(p)  # the driver's choice for this partition and epoch
+        self.reader = StateReader(plan.home, plan.state_rel, self.index, plan.cache_mb, plan.scan_fraction if choice is None else choice)
         self.writer = StateWriter(plan, p, prefix=f"e{plan.epoch:08d}")
         self.keys_read = 0
         self.keys_written = 0

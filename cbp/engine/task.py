@@ -69,6 +69,7 @@ class TaskPlan:
     row_group: int = ROW_GROUP
     cache_mb: Optional[float] = None
     scan_fraction: Optional[float] = None  # the state scan rule's threshold (cbp.engine.bipindex.SCAN_FRACTION when None)
+    scan_choice: dict[int, float] = field(default_factory=dict)  # per partition: the driver's scan (0) or index (2) choice
     fault: Optional[str] = None  # CBP_FAULT of the driver (crash tests, see cbp.faults)
     driver_pid: int = 0
     deadline: Optional[float] = None  # wall-clock time (time.time()) the epoch must end by
