@@ -86,18 +86,10 @@ def epoch(yaml: Path, home: Path, records: list[dict[str, str]], row_group: int,
         tuning["state_scan_fraction"] = scan
     if cache_mb is not None:
         tuning["state_cache_mb"] = cache_mb
+    from url_count_bench import run_one  # bench/ is on the path when a benchmark runs
+
     p = Pipeline(yaml, home=str(home), mode="direct", **tuning)
-    t0 = time.perf_counter()
-    p.feed("urls", records)
-    t1 = time.perf_counter()
-    reports = p.run()
-    t2 = time.perf_counter()
-    if len(reports) != 1:
-        raise RuntimeError(f"expected one epoch, got {len(reports)}")
-    r = reports[0]
-    return p, {"epoch": r.epoch, "seconds": r.seconds, "run_wall": t2 - t1, "feed": t1 - t0, "records_in": r.records_in,
-               "keys_read": r.keys_read, "keys_written": r.keys_written, "row_groups_read": r.row_groups_read,
-               "cache_hits": r.cache_hits, "cache_lookups": r.cache_lookups, "phases": dict(r.phases)}
+    return p, run_one(p, records)
 
 
 def state_shape(home: Path) -> dict[str, int]:

@@ -112,6 +112,7 @@ def run_one(p: Any, records: list[dict[str, str]]) -> dict[str, Any]:
     r = reports[0]
     return {"epoch": r.epoch, "seconds": r.seconds, "run_wall": t2 - t1, "feed": t1 - t0, "records_in": r.records_in,
             "records_out": r.records_out, "keys_read": r.keys_read, "keys_written": r.keys_written, "line": r.line(),
+            "row_groups_read": r.row_groups_read, "cache_hits": r.cache_hits, "cache_lookups": r.cache_lookups,
             "phases": dict(getattr(r, "phases", {}) or {})}  # task seconds per phase, summed over the stage's tasks
 
 
