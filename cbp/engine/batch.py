@@ -74,7 +74,7 @@ class BatchTranslate:
         which must still reach the partition in key order."""
         (self.pending if called else self.kept).append((g, old, records))
         self._order.append(called)
-        if len(self.pending) >= BATCH_KEYS:
+        if len(self.pending) >= BATCH_KEYS or len(self._order) >= 4 * BATCH_KEYS:  # kept keys are held too: bound them
             self.flush()
 
     def flush(self) -> None:
