@@ -232,6 +232,22 @@ def test_run_and_crawl_tasks_have_the_configured_execution_timeout(tmp_path):
             load_config(str(_config_file(tmp_path, FLOWS, f"run_timeout_minutes: {bad}\n")))
 
 
+def test_two_yamls_of_one_pipeline_name_are_refused(tmp_path):
+    """A second YAML with the same pipeline name would replace the first's DAG (and share its home)."""
+    import shutil
+
+    from cbp.airflow.dagfactory import make_dags
+
+    flows = tmp_path / "flows"
+    flows.mkdir()
+    for f in ("url_count.yaml", "url_count.py", "crawl_queue.yaml", "crawl_queue.py"):
+        shutil.copy(FLOWS / f, flows / f)
+    assert set(make_dags(str(_config_file(tmp_path, flows)))) == {"cbp_url_count", "cbp_crawl_queue", "cbp_crawl_queue_crawler"}
+    (flows / "url_count_copy.yaml").write_text((FLOWS / "url_count.yaml").read_text())
+    with pytest.raises(ValueError, match="url_count_copy.yaml and .*url_count.yaml both declare pipeline 'url_count'"):
+        make_dags(str(_config_file(tmp_path, flows)))
+
+
 def test_epoch_timeout_is_passed_to_cbp_run_only_when_set(tmp_path, make_pipeline):
     from cbp.airflow.dagfactory import run_pipeline
 

@@ -391,8 +391,12 @@ def make_dags(config_path: str) -> dict[str, Any]:
     """Every DAG of the configuration: one per ``flows/*.yaml``, one per configured crawler."""
     cfg = load_config(config_path)
     dags: dict[str, Any] = {}
+    seen: dict[str, str] = {}
     for path in sorted(glob.glob(os.path.join(cfg.flows, "*.yaml"))):
         spec = load_spec(path)
+        if spec.name in seen:  # one DAG id and one default home per pipeline name: a second YAML would silently replace the first
+            raise ValueError(f"{path} and {seen[spec.name]} both declare pipeline '{spec.name}'; give each YAML in {cfg.flows} its own name")
+        seen[spec.name] = path
         d = pipeline_dag(path, cfg)
         dags[d.dag_id] = d
         if spec.name in cfg.crawlers:
