@@ -117,6 +117,31 @@ def test_batch_equals_per_key_with_framing_and_a_loopback_flow(spark, tmp_path, 
     assert any(r["total"] > 40 for r in runs["v"].outputs("totals"))
 
 
+
+@pytest.mark.parametrize("keys", ["escapes", "ints"])
+def test_batch_equals_per_key_whatever_the_keys_look_like(spark, tmp_path, make_pipeline, keys):
+    """Keys that are not plain strings (quotes, backslashes, control characters, non-ASCII; or
+    integers, negative and beyond 32 bits) reach the batch translator typed and its state finds
+    them again."""
+    rng = random.Random(11)
+    if keys == "ints":
+        pool = [-3, 0, 7, 2**40, -(2**35), 12, 99]
+        text = YAML.replace("k: string", "k: int")
+    else:
+        pool = ['q"1', "b\\2", "t\t3", "é4", "\u2028 5", "plain", "", "new\nline"]
+        text = YAML
+    incs = [Increment("nums", [{"k": rng.choice(pool), "v": rng.randint(0, 30), "hour": hour} for _ in range(rng.randint(3, 12))],
+                      close=hour == 4) for hour in range(1, 5)]
+    runs = {}
+    for name, translator, batch in (("k", "per_key", ""), ("v", "batch", "batch: true")):
+        path = make_pipeline(text.replace("TRANSLATOR", translator).replace("BATCH", batch), MODULE)
+        runs[name] = replay(path, incs, home=str(tmp_path / name), mode="direct", spark=spark)
+    for a, b in zip(runs["k"].steps, runs["v"].steps):
+        assert _canon(a.outputs.get("totals", [])) == _canon(b.outputs.get("totals", []))
+        assert _canon(a.state["sum"]) == _canon(b.state["sum"])
+    assert len({r["k"] for r in runs["v"].final_state("sum")} - {"plain", 0, 7, 12, 99}) >= 3  # the unusual keys have state
+
+
 BAD = """
 import pyarrow as pa
 

@@ -39,7 +39,7 @@ from .routing import encode_key
 
 if TYPE_CHECKING:
     from .groups import Group
-    from .statepart import OldState
+    from .statepart import DirectPartition, OldState
     from .task import TaskPlan, _Calls
 
 __all__ = ["BATCH_KEYS", "BatchOut", "BatchTranslate"]
@@ -58,10 +58,12 @@ class BatchOut:
 class BatchTranslate:
     """Collects the called keys of a task and calls the stage's batch translator per :data:`BATCH_KEYS`."""
 
-    def __init__(self, plan: "TaskPlan", calls: "_Calls", update: Any, fail: Any, user_failure: Any) -> None:
+    def __init__(self, plan: "TaskPlan", calls: "_Calls", update: Any, fail: Any, user_failure: Any,
+                 direct: Optional["DirectPartition"] = None) -> None:
         """``update(g, old, records, new)`` hands a key's new state to the task's partition; ``fail`` and
-        ``user_failure`` make the task's typed failures (:mod:`cbp.engine.task`)."""
-        self.plan, self.calls, self.update = plan, calls, update
+        ``user_failure`` make the task's typed failures (:mod:`cbp.engine.task`). With ``direct`` (a
+        direct-mode partition), the new state rows go to it as one Arrow table per call."""
+        self.plan, self.calls, self.update, self.direct = plan, calls, update, direct
         self._fail, self._user_failure = fail, user_failure
         st = plan.stage
         self.out = BatchOut(st.name, plan.epoch, st.params, st.state_schema is not None)
@@ -91,7 +93,6 @@ class BatchTranslate:
         plan, st = self.plan, self.plan.stage
         texts = [g.key for g, _, _ in pending]
         keys = _typed_keys(texts)
-        as_text = pa.types.is_string(keys.type) and keys.to_pylist() == texts  # keys Arrow could not type alike
         state = self._state_table(keys, pending)
         inputs = [self._input_table(keys, idx, pending) for idx in range(len(st.inputs))]
         self.calls.calls += len(pending)
@@ -99,16 +100,20 @@ class BatchTranslate:
             result = st.translator(keys, state, *inputs, out=self.out)
         except (*USER_EXCEPTIONS, EpochTimeout) as e:
             raise self._user_failure(plan, plan.where(), f"batch translator '{st.translator_path}'", e) from None
-        new, removed, outputs = self._check(result, set(texts), as_text)
-        called, unchanged = iter(pending), iter(kept)
-        for is_called in order:
-            if not is_called:
-                g, old, records = next(unchanged)
-                self.update(g, old, records, records)
-                continue
-            g, old, records = next(called)
-            recs = new.get(g.key)
-            self.update(g, old, records, recs if recs is not None else [] if g.key in removed else records)
+        new, removed, outputs = self._check(result, keys, texts)
+        if self.direct is not None and not kept:
+            self._write_direct(pending, new, removed)
+        else:
+            called, unchanged, i = iter(pending), iter(kept), 0
+            for is_called in order:
+                if not is_called:
+                    g, old, records = next(unchanged)
+                    self.update(g, old, records, records)
+                    continue
+                g, old, records = next(called)
+                recs = new[0].get(i)
+                self.update(g, old, records, recs if recs is not None else [] if i in removed else records)
+                i += 1
         for flow, table in outputs.items():
             self.calls.outputs[flow].add_table(table)
 
@@ -151,7 +156,9 @@ class BatchTranslate:
         return table.drop_columns(["_pos"])
 
     # ------------------------------------------------------------------ tables out
-    def _check(self, result: Any, called: set[str], as_text: bool) -> tuple[dict[str, list[dict[str, Any]]], set[str], dict[str, pa.Table]]:
+    def _check(self, result: Any, keys: pa.Array, texts: list[str]) -> tuple[tuple[dict[int, list[dict[str, Any]]], Optional[pa.Table]], set[int], dict[str, pa.Table]]:
+        """The result checked: new state records by position of their key in ``keys`` (and the conformed
+        state table with a ``_pos`` column), the positions of removed keys, and the output tables."""
         st = self.plan.stage
         where = f"{self.plan.where()}: batch translator '{st.translator_path}'"
         if result is None:
@@ -164,24 +171,88 @@ class BatchTranslate:
         if extra:
             raise self._fail(self.plan, "batch-output", f"{where} returned {', '.join(map(repr, extra))}, which the stage does not have "
                              f"(it may return: {', '.join(sorted(allowed)) or 'nothing'})")
-        new: dict[str, list[dict[str, Any]]] = {}
+        new: dict[int, list[dict[str, Any]]] = {}
+        table: Optional[pa.Table] = None
         if result.get("state") is not None:
             table = self._conform(result["state"], st.state_schema, "state", where, with_key=True)  # type: ignore[arg-type]
-            ks = _key_texts(table.column("_key"), as_text)
-            recs = table.drop_columns(["_key"]).to_pylist()
-            for k, rec in zip(ks, recs):
-                new.setdefault(k, []).append(st.state_schema.from_storage(rec))  # type: ignore[union-attr]
-        removed_list = [] if result.get("removed") is None else _key_texts(result["removed"], as_text)
-        removed = set(removed_list)
-        bad = sorted((set(new) | removed) - called)
-        if bad:
-            raise self._fail(self.plan, "batch-key", f"{where} returned state for key(s) it was not called for: {', '.join(bad[:5])}")
-        both = sorted(removed & set(new)) or sorted({k for k in removed_list if removed_list.count(k) > 1})
+            pos = self._positions(table.column("_key"), keys, where)
+            table = table.drop_columns(["_key"]).append_column("_pos", pa.array(pos, pa.int64()))
+            recs = table.drop_columns(["_pos"]).to_pylist()
+            for i, rec in zip(pos.tolist(), recs):
+                new.setdefault(i, []).append(st.state_schema.from_storage(rec))  # type: ignore[union-attr]
+        removed_pos = (np.empty(0, np.int64) if result.get("removed") is None
+                       else self._positions(result["removed"], keys, where))
+        removed = set(removed_pos.tolist())
+        both = sorted(removed & set(new)) or (sorted(removed) if len(removed) < removed_pos.size else [])
         if both:
-            raise self._fail(self.plan, "batch-duplicate-key", f"{where}: key(s) {', '.join(both[:5])} are both given new state and "
-                             "removed, or removed twice")
+            if len(removed) < removed_pos.size:
+                u, n = np.unique(removed_pos, return_counts=True)
+                both = u[n > 1].tolist()
+            raise self._fail(self.plan, "batch-duplicate-key", f"{where}: key(s) {', '.join(texts[i] for i in both[:5])} are both "
+                             "given new state and removed, or removed twice")
         outputs = {f: self._conform(result[f], self.plan.out_schemas[f], f, where) for f in st.outputs if result.get(f) is not None}
-        return new, removed, outputs
+        return (new, table), removed, outputs
+
+    def _positions(self, returned: Any, keys: pa.Array, where: str) -> np.ndarray:
+        """Where each returned key is in ``keys`` (the keys of the call), or a ``batch-key`` failure."""
+        if isinstance(returned, pa.ChunkedArray):
+            returned = returned.combine_chunks()
+        if not isinstance(returned, pa.Array):
+            try:
+                returned = pa.array(list(returned))
+            except (TypeError, pa.ArrowInvalid, pa.ArrowTypeError):
+                returned = pa.array([encode_key(k) for k in returned], pa.string())
+        if len(returned) and returned.type != keys.type:
+            try:
+                returned = returned.cast(keys.type)
+            except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError):
+                raise self._fail(self.plan, "batch-key", f"{where} returned keys of type {returned.type}; it was called with "
+                                 f"keys of type {keys.type}") from None
+        try:
+            pos = pc.index_in(returned, value_set=keys)
+        except pa.ArrowNotImplementedError:  # e.g. list keys: match their canonical texts
+            at = {encode_key(k): i for i, k in enumerate(keys.to_pylist())}
+            pos = pa.array([at.get(encode_key(k)) for k in returned.to_pylist()], pa.int64())
+        if pos.null_count:
+            bad = returned.filter(pc.is_null(pos)).to_pylist()
+            raise self._fail(self.plan, "batch-key", f"{where} returned state for key(s) it was not called for: "
+                             f"{', '.join(map(str, bad[:5]))}")
+        return pos.to_numpy(zero_copy_only=False).astype(np.int64)
+
+    # ------------------------------------------------------------------ state out (direct mode)
+    def _write_direct(self, pending: list[Any], new: tuple[dict[int, list[dict[str, Any]]], Optional[pa.Table]],
+                      removed: set[int]) -> None:
+        """Hand the changed keys' new rows to the direct partition as one Arrow table, in key order.
+
+        A key's state changes when the call gave it new records different from the stored ones,
+        or removed a key that had state; the others are not rewritten (as per-key translate)."""
+        by_pos, table = new
+        changed = np.zeros(len(pending), bool)
+        for i, (g, old, records) in enumerate(pending):
+            recs = by_pos.get(i)
+            if recs is None and i not in removed:
+                continue
+            if (recs if recs is not None else []) == records:
+                continue
+            changed[i] = True
+            self.direct.drop(g.h, old)
+        if not changed.any():
+            return
+        parts = []
+        if table is not None and table.num_rows:
+            rows = table.filter(pa.array(changed[table.column("_pos").to_numpy()]))
+            parts.append(rows.append_column("_alive", pa.array(np.ones(rows.num_rows, bool))))
+        gone = [i for i in sorted(removed) if changed[i]]
+        if gone:
+            schema = self.plan.stage.state_schema.arrow  # type: ignore[union-attr]
+            dead = pa.table({f.name: pa.nulls(len(gone), f.type) for f in schema})
+            parts.append(dead.append_column("_pos", pa.array(gone, pa.int64())).append_column("_alive", pa.array(np.zeros(len(gone), bool))))
+        rows = pa.concat_tables(parts) if len(parts) > 1 else parts[0]
+        rows = rows.take(pc.sort_indices(rows, [("_pos", "ascending")]))  # stable: a key's rows keep their order
+        at = rows.column("_pos").to_numpy()
+        keys = pa.array([pending[i][0].key for i in at.tolist()], pa.string())
+        hashes = pa.array(np.fromiter((pending[i][0].h for i in at.tolist()), np.int64, len(at)))
+        self.direct.write_rows(keys, hashes, rows.drop_columns(["_pos"]))
 
     def _conform(self, table: Any, schema: RecordSchema, name: str, where: str, with_key: bool = False) -> pa.Table:
         """``table`` cast to the stored form of ``schema`` (plus ``_key``), or a ``batch-schema`` failure."""
@@ -229,24 +300,24 @@ def _read_json(texts: list[str], schema: pa.Schema) -> pa.Table:
 
 
 def _typed_keys(texts: list[str]) -> pa.Array:
-    """The keys as an Arrow array of their values, or of their JSON text if Arrow cannot type them alike."""
+    """The keys as an Arrow array of their values, or of their JSON text if Arrow cannot type them alike.
+
+    Strings without escapes (the usual case) are unquoted by Arrow; other keys are decoded one by one.
+    """
+    arr = pa.array(texts, pa.string())
+    if len(arr) and pc.all(pc.starts_with(arr, '"')).as_py() and not pc.any(pc.match_substring(arr, "\\")).as_py():
+        return pc.utf8_slice_codeunits(arr, 1, -1)
     values = [json.loads(t) for t in texts]
     try:
-        arr = pa.array(values)
-    except (pa.ArrowInvalid, pa.ArrowTypeError):
-        return pa.array(texts, pa.string())
-    if pa.types.is_null(arr.type) or pa.types.is_struct(arr.type):
-        return pa.array(texts, pa.string())
-    return arr
+        typed = pa.array(values)
+    except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError):
+        return arr
+    if pa.types.is_null(typed.type) or pa.types.is_struct(typed.type):
+        return arr
+    if pa.types.is_floating(typed.type) and pc.count_distinct(typed).as_py() < len(typed):  # 1 and 1.0: two keys, one value
+        return arr
+    return typed
 
 
 def _with_key(table: pa.Table, keys: pa.Array, at: list[int]) -> pa.Table:
     return table.add_column(0, "_key", keys.take(pa.array(np.asarray(at, np.int64))) if at else pa.array([], keys.type))
-
-
-def _key_texts(keys: Any, as_text: bool) -> list[str]:
-    """The canonical texts of keys returned by a translator (given as values, or as texts when the
-    translator got them as texts)."""
-    if isinstance(keys, (pa.Array, pa.ChunkedArray)):
-        keys = keys.to_pylist()
-    return [str(k) if as_text else encode_key(k) for k in keys]

@@ -27,22 +27,22 @@ class Group:
     """One key's records: the stored JSON texts of each input flow, (black-box mode) of its state,
     and the multicast addresses it is bound to (input index -2, :mod:`cbp.engine.routing`)."""
 
-    __slots__ = ("key", "h", "flows", "state", "bound")
+    __slots__ = ("key", "h", "flows", "state", "bound", "records")
 
     def __init__(self, key: str, h: int, n_inputs: int) -> None:
         self.key, self.h = key, h
         self.flows: list[list[str]] = [[] for _ in range(n_inputs)]
         self.state: list[str] = []
         self.bound: list[str] = []
+        self.records = 0  #: input records (state rows and bindings not counted)
 
     def add(self, flows: list[int], texts: list[str]) -> None:
         for fl, text in zip(flows, texts):
-            (self.flows[fl] if fl >= 0 else self.state if fl == -1 else self.bound).append(text)
-
-    @property
-    def records(self) -> int:
-        """Input records (state rows not counted)."""
-        return sum(map(len, self.flows))
+            if fl >= 0:
+                self.flows[fl].append(text)
+                self.records += 1
+            else:
+                (self.state if fl == -1 else self.bound).append(text)
 
 
 def group_chunks(batches: Iterable[pa.RecordBatch], n_inputs: int) -> Iterator[list[Group]]:

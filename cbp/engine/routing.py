@@ -162,6 +162,7 @@ class Copies:
         for addr in dict.fromkeys(g.bound):
             for idx, text in self.multicast.get(addr, ()):
                 g.flows[idx].append(text)
+                g.records += 1
                 self.stats["delivered"] += 1
         g.bound = []
 
@@ -176,6 +177,7 @@ class Copies:
         for only, to_state, idx, text in self.broadcast:
             if called if only is None else (to_state and has_state) or any(had[i] for i in only):
                 g.flows[idx].append(text)
+                g.records += 1
                 self.stats["delivered"] += 1
 
 

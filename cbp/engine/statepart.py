@@ -183,16 +183,28 @@ class DirectPartition:
         """Record a key's new state (written only if it changed; ``[]`` drops it)."""
         if new == (old.records if old else []):
             return  # unchanged state is not rewritten
-        self.keys_written += 1
-        for f, g in dict.fromkeys(old.locs if old else ()):
-            self._drops[0].append(h)
-            self._drops[1].append(f)
-            self._drops[2].append(g)
+        self.drop(h, old)
         schema = self.plan.stage.state_schema
         for rec in new:
             self.writer.add(key_text, h, schema.to_storage(rec))  # type: ignore[union-attr]
         if not new:
             self.writer.add(key_text, h, None)
+
+    def drop(self, h: int, old: Optional[OldState]) -> None:
+        """A key whose state changes: its stored rows (if any) leave the index when the epoch commits."""
+        self.keys_written += 1
+        for f, g in dict.fromkeys(old.locs if old else ()):
+            self._drops[0].append(h)
+            self._drops[1].append(f)
+            self._drops[2].append(g)
+
+    def write_rows(self, keys: pa.Array, hashes: pa.Array, rows: pa.Table) -> None:
+        """New rows of keys already :meth:`drop`-ped, in storage form, in key-hash order (``_alive``
+        false: a tombstone); ``keys`` (texts) and ``hashes`` align with ``rows``."""
+        n = rows.num_rows
+        cols = {"_key": keys, "_h": hashes, "_epoch": pa.array(np.full(n, self.plan.epoch, np.int64)), "_alive": rows.column("_alive")}
+        schema = self.writer.schema
+        self.writer.write_table(pa.table([cols[f.name] if f.name in cols else rows.column(f.name) for f in schema], schema=schema))
 
     def finish(self, stats: dict[str, Any]) -> tuple[Optional[str], list[dict[str, Any]], list[dict[str, Any]]]:
         """Close the new file, update (and maybe compact) the index; the index file, adds, removes."""

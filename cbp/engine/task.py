@@ -299,7 +299,8 @@ def _grouped_task(plan: TaskPlan, batches: Iterable[pa.RecordBatch]) -> Iterator
         clock.lap("index_load")
         stats: dict[str, Any] = {"in": 0}
         chunks = copies.absorb(group_chunks(batches, len(plan.stage.inputs)))
-        batch = BatchTranslate(plan, calls, partial(_update, part), _failed, _user_failure) if plan.stage.batch else None
+        batch = (BatchTranslate(plan, calls, partial(_update, part), _failed, _user_failure,
+                                direct=part if isinstance(part, DirectPartition) else None) if plan.stage.batch else None)
         for g, old in _keyed(plan, part, chunks, clock, copies):
             stats["in"] += g.records
             _translate(plan, calls, part, g, old, copies, batch)
