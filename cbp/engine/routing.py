@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any, Iterable, Iterator, Optional, Union
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from ..model import Broadcast, Multicast
 from ..spec import STATE
@@ -37,7 +38,7 @@ from .groups import Group
 if TYPE_CHECKING:
     from .task import TaskPlan
 
-__all__ = ["ENVELOPE", "BOUND", "COPY", "COPY_HASH", "BINDINGS", "encode_key", "copy_key", "Routes", "Copies"]
+__all__ = ["ENVELOPE", "BOUND", "COPY", "COPY_HASH", "BINDINGS", "encode_key", "copy_key", "plain_envelopes", "Routes", "Copies"]
 
 #: Records on their way to a stage: key text, input index (-1: state, -2: a binding), record as JSON, partitioning string.
 ENVELOPE = pa.schema([("_key", pa.string()), ("_flow", pa.int32()), ("_rec", pa.string()), ("_r", pa.string())])
@@ -67,6 +68,48 @@ def copy_key(target: Logical) -> str:
     if isinstance(target, Multicast):
         return f"{COPY}M{encode_key(target.address)}"
     return f"{COPY}B{json.dumps(None if target.flows is None else list(target.flows))}"
+
+
+#: Characters JSON text must escape (Python's ``json`` with ``ensure_ascii=False`` escapes exactly these).
+_ESCAPED = r'["\\\x00-\x1f]'
+
+
+def plain_envelopes(flow_idx: int, field: str, batch: pa.RecordBatch) -> Optional[pa.RecordBatch]:
+    """The envelopes of a batch whose RouteBy is the (non-``json``) field ``field``, built by Arrow
+    in one pass: the same key and record texts as :func:`encode_key` and ``json.dumps`` give.
+
+    ``None`` when some record needs the per-record path: a float or list field, a string that JSON
+    must escape, or a record without a key (which is an error there).
+
+        >>> b = pa.RecordBatch.from_pydict({"url": ["a", "é"], "n": [1, None], "ok": [True, False]})
+        >>> plain_envelopes(0, "url", b).to_pydict()["_rec"]
+        ['{"url":"a","n":1,"ok":true}', '{"url":"é","n":null,"ok":false}']
+        >>> plain_envelopes(0, "url", pa.RecordBatch.from_pydict({"url": ['say "hi"']})) is None
+        True
+    """
+    texts: dict[str, Any] = {}
+    for name, col in zip(batch.schema.names, batch.columns):
+        t = col.type
+        if pa.types.is_string(t) or pa.types.is_large_string(t):
+            if pc.any(pc.match_substring_regex(col, _ESCAPED)).as_py():
+                return None
+            texts[name] = pc.binary_join_element_wise('"', col, '"', "")
+        elif pa.types.is_integer(t):
+            texts[name] = pc.cast(col, pa.string())
+        elif pa.types.is_boolean(t):
+            texts[name] = pc.if_else(col, "true", "false")
+        else:
+            return None
+    key = texts.get(field)
+    if key is None or key.null_count:
+        return None
+    parts: list[Any] = []
+    for i, name in enumerate(batch.schema.names):
+        parts += [("{" if i == 0 else ",") + json.dumps(name, ensure_ascii=False) + ":", pc.fill_null(texts[name], "null")]
+    rec = pc.binary_join_element_wise(*parts, "}", "")
+    n = batch.num_rows
+    return pa.RecordBatch.from_arrays([key.cast(pa.string()), pa.array(np.full(n, flow_idx, np.int32)), rec.cast(pa.string()),
+                                       key.cast(pa.string())], schema=ENVELOPE)
 
 
 class Routes:

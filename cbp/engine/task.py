@@ -35,7 +35,7 @@ from .bipindex import ROW_GROUP, StateMeta
 from .groups import Group, group_chunks, with_state_keys
 from .locality import executor_name
 from .protocol import FailureRecord, TaskFailed, TaskResult, result_batch
-from .routing import BINDINGS, ENVELOPE, Copies, Routes, check_target, encode_key
+from .routing import BINDINGS, ENVELOPE, Copies, Routes, check_target, encode_key, plain_envelopes
 from .sinks import ParquetSink, RecordSink, io_path
 from .statepart import BlackboxPartition, DirectPartition, OldState
 
@@ -108,7 +108,14 @@ def route_batches(plan: TaskPlan, flow_idx: int, batches: Iterable[pa.RecordBatc
     assert route is not None
     routes = Routes(flow_idx, plan.probes)
     flows = [i.flow for i in plan.stage.inputs]
+    ft = plan.input_schemas[flow_idx].fields.get(route.field) if route.field is not None else None
+    plain = ft is not None and ft.scalar != "json" and not ft.is_list
     for b in batches:
+        env = plain_envelopes(flow_idx, route.field, b) if plain else None  # type: ignore[arg-type]
+        if env is not None:  # every record of the batch routed by Arrow
+            if env.num_rows:
+                yield env
+            continue
         for rec in b.to_pylist():
             text = json.dumps(rec, separators=(",", ":"), ensure_ascii=False)
             try:
