@@ -63,7 +63,9 @@ class Pipeline:
     ``state_cache_mb`` (decoded state files a Spark Python worker keeps, default
     ``CBP_STATE_CACHE_MB`` or 2048; 0 disables), ``state_scan_fraction`` (fraction of a state
     file's row groups above which a task reads it whole, :data:`cbp.engine.bipindex.SCAN_FRACTION`;
-    0 always scans, above 1 never), ``backpressure`` (4).
+    0 always scans, above 1 never), ``small_epoch_records`` (new records of an epoch up to which
+    the driver routes them itself and the epoch runs without a shuffle,
+    :data:`cbp.engine.smallepoch.SMALL_RECORDS`; 0 turns that off), ``backpressure`` (4).
     """
 
     def __init__(self, path: str | os.PathLike[str], home: Optional[str] = None, *, mode: Optional[str] = None,

@@ -44,7 +44,8 @@ class Controller(Journal, Landing, Scheduling, Epochs, Reads):
 
     def __init__(self, spec: PipelineSpec, home: Home, *, mode: Optional[str] = None, spark: Any = None,
                  max_state_files: int = 8, backpressure: int = 4, state_row_group: int = ROW_GROUP,
-                 state_cache_mb: Optional[float] = None, state_scan_fraction: Optional[float] = None, notify: Optional[Callable[[str], None]] = None) -> None:
+                 state_cache_mb: Optional[float] = None, state_scan_fraction: Optional[float] = None,
+                 small_epoch_records: Optional[int] = None, notify: Optional[Callable[[str], None]] = None) -> None:
         self.spec = spec
         self.home = home
         self.mode = mode or spec.mode
@@ -55,6 +56,7 @@ class Controller(Journal, Landing, Scheduling, Epochs, Reads):
         self.state_row_group = state_row_group
         self.state_cache_mb = state_cache_mb
         self.state_scan_fraction = state_scan_fraction
+        self.small_epoch_records = small_epoch_records
         self.backpressure = backpressure
         self._checked_ids: set[str] = set()
         self.notify = notify or (lambda message: None)  # recoveries and lock take-overs are reported here

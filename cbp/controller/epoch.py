@@ -147,9 +147,11 @@ class Epochs:
             parts=parts, max_files=self.max_state_files, row_group=self.state_row_group, cache_mb=self.state_cache_mb, scan_fraction=self.state_scan_fraction,
             fault=faults.current(), driver_pid=os.getpid(), bindings=[self.home.uri(rel) for rel in sst.bindings],
         )
+        known = [self.st.flows[i.flow].incs.get(n) for i in spec.inputs for n in (inputs or {}).get(i.flow, [])]
+        new = sum(m.records for m in known if m is not None)
+        plan.new_records = new if all(m is not None for m in known) else None
+        plan.small_records = self.small_epoch_records
         if self.mode == "direct" and self.state_scan_fraction is None and not os.environ.get("CBP_STATE_SCAN_FRACTION"):
-            new = sum(self.st.flows[i.flow].incs[n].records for i in spec.inputs for n in (inputs or {}).get(i.flow, [])
-                      if n in self.st.flows[i.flow].incs)
             plan.scan_choice = {p: choose_reads(new, spec.partitions, sum(int(f.get("rows") or 0) for f in m.files), self.state_row_group)
                                 for p, m in parts.items()}
         limits = [t for t in (spec.timeout, self.epoch_timeout) if t is not None]

@@ -28,6 +28,7 @@ from ..storage.objectstore import propagate_to_spark
 from .deltaread import STATE_COLUMNS, StateSource, latest_state, read_delta
 from .locality import placed_epoch
 from .session import has_delta
+from .smallepoch import driver_routed, run_routed
 from .protocol import FailureRecord, TaskResult, decode_failure, decode_results, result_spark_schema
 from .remote_read import needs_arrow_reader, read_parquet
 from .routing import BOUND, COPY, COPY_HASH
@@ -169,6 +170,10 @@ def _grouped(spark: Any, plan: TaskPlan, input_files: dict[int, list[str]], stat
     """The grouped stage epoch's job; its tasks' result rows (an Arrow table)."""
     from pyspark.sql import functions as F
 
+    placed = plan.mode == "direct" and not spark.sparkContext.master.startswith("local") and os.environ.get("CBP_PLACEMENT", "1") != "0"
+    routed = driver_routed(plan, input_files)
+    if routed is not None:  # a small increment: routed by the driver, no shuffle (cbp.engine.smallepoch)
+        return run_routed(spark, plan, routed, grouped_task, placed)
     env_ddl = "_key STRING, _flow INT, _rec STRING, _r STRING"
     plan.probes = partition_probes(spark, plan.stage.partitions)
     parts = [
@@ -196,8 +201,7 @@ def _grouped(spark: Any, plan: TaskPlan, input_files: dict[int, list[str]], stat
     # records), sorted by hash first, as state files are: a task reads and writes its state in one pass
     h = F.when(F.col("_key").startswith(COPY), F.lit(COPY_HASH)).otherwise(F.xxhash64("_key"))
     env = env.withColumn("_h", h).repartition(plan.stage.partitions, "_r").drop("_r").sortWithinPartitions("_h", "_key", "_flow")
-    if plan.mode == "direct" and not spark.sparkContext.master.startswith("local") and os.environ.get("CBP_PLACEMENT", "1") != "0":
-        # keep partition p on the executor that ran it last epoch (cbp.engine.locality)
+    if placed:  # keep partition p on the executor that ran it last epoch (cbp.engine.locality)
         return placed_epoch(spark, env, plan, grouped_task)
     return env.mapInArrow(partial(grouped_task, plan), result_spark_schema()).toArrow()
 

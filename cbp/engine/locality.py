@@ -23,7 +23,7 @@ import os
 import socket
 from typing import Any, Iterator, Optional
 
-__all__ = ["executor_name", "task_location", "located_rdd", "placed_epoch", "balanced"]
+__all__ = ["executor_name", "task_location", "located_rdd", "items_rdd", "placed_epoch", "executor_preferences", "remember_executors", "balanced"]
 
 _NAME: Optional[str] = None
 
@@ -73,16 +73,20 @@ def task_location(executor: Optional[str]) -> Optional[str]:
 
 def _prefs_rdd(sc: Any, prefs: list[Optional[str]]) -> Any:
     """A JVM RDD of one item per partition, partition ``p`` preferring location ``prefs[p]``."""
+    return items_rdd(sc, [p.to_bytes(4, "big") for p in range(len(prefs))], prefs)
+
+
+def items_rdd(sc: Any, items: list[bytes], prefs: list[Optional[str]]) -> Any:
+    """A JVM RDD of byte arrays, ``items[p]`` alone in partition ``p``, which prefers location ``prefs[p]``."""
     jvm = sc._jvm
-    items = jvm.java.util.ArrayList()
-    for p, loc in enumerate(prefs):
+    seq = jvm.java.util.ArrayList()
+    for item, loc in zip(items, prefs):
         locs = jvm.java.util.ArrayList()
         if loc:
             locs.add(loc)
-        seq = jvm.scala.jdk.javaapi.CollectionConverters.asScala(locs).toList()
-        items.add(jvm.scala.Tuple2(bytearray(p.to_bytes(4, "big")), seq))
+        seq.add(jvm.scala.Tuple2(bytearray(item), jvm.scala.jdk.javaapi.CollectionConverters.asScala(locs).toList()))
     tag = jvm.scala.reflect.ClassTag.apply(jvm.java.lang.Class.forName("[B"))
-    return sc._jsc.sc().makeRDD(jvm.scala.jdk.javaapi.CollectionConverters.asScala(items).toList(), tag)
+    return sc._jsc.sc().makeRDD(jvm.scala.jdk.javaapi.CollectionConverters.asScala(seq).toList(), tag)
 
 
 def located_rdd(sc: Any, batches_jrdd: Any, prefs: list[Optional[str]]) -> Any:
@@ -135,6 +139,24 @@ def _placed_task(plan: Any, schema: Any, task: Any, rows: Iterator[tuple[bytes, 
             yield rb.serialize().to_pybytes()
 
 
+def _placement_key(sc: Any, plan: Any) -> tuple[str, str, str]:
+    return (sc.applicationId, str(plan.home.location), plan.stage.name)
+
+
+def executor_preferences(sc: Any, plan: Any) -> list[Optional[str]]:
+    """Per partition of ``plan``'s stage, the task location of the executor that ran it last epoch
+    in this driver (:func:`balanced` over the executors), or None."""
+    last = balanced(_LAST.get(_placement_key(sc, plan), {}), plan.stage.partitions)
+    return [task_location(last.get(p)) for p in range(plan.stage.partitions)]
+
+
+def remember_executors(sc: Any, plan: Any, results: Any) -> None:
+    """Note which executor ran each partition (the ``part`` and ``executor`` of the tasks' result rows)."""
+    key = _placement_key(sc, plan)
+    ran = {int(p): e for p, e in zip(results["part"].to_pylist(), results["executor"].to_pylist()) if e}
+    _LAST[key] = {**balanced(_LAST.get(key, {}), plan.stage.partitions), **ran}
+
+
 def placed_epoch(spark: Any, env: Any, plan: Any, task: Any) -> Any:
     """Run ``task(plan, batches)`` on each partition of the DataFrame ``env`` (one per state partition),
     partition ``p`` preferring the executor that ran it in the stage's last epoch in this driver
@@ -150,12 +172,8 @@ def placed_epoch(spark: Any, env: Any, plan: Any, task: Any) -> Any:
     sc = spark.sparkContext
     large = str(spark.conf.get("spark.sql.execution.arrow.useLargeVarTypes", "false")).lower() == "true"
     schema = to_arrow_schema(env.schema, prefers_large_types=True) if large else to_arrow_schema(env.schema)
-    key = (sc.applicationId, str(plan.home.location), plan.stage.name)
-    last = balanced(_LAST.get(key, {}), plan.stage.partitions)
-    prefs = [task_location(last.get(p)) for p in range(plan.stage.partitions)]
-    rdd = located_rdd(sc, env._jdf.toArrowBatchRdd(), prefs)
+    rdd = located_rdd(sc, env._jdf.toArrowBatchRdd(), executor_preferences(sc, plan))
     blobs = rdd.mapPartitions(partial(_placed_task, plan, schema, task)).collect()
     table = pa.Table.from_batches([pa.ipc.read_record_batch(pa.py_buffer(b), RESULT) for b in blobs], schema=RESULT)
-    ran = {int(p): e for p, e in zip(table["part"].to_pylist(), table["executor"].to_pylist()) if e}
-    _LAST[key] = {**last, **ran}
+    remember_executors(sc, plan, table)
     return table

@@ -77,6 +77,8 @@ class TaskPlan:
     write_rows: int = 4096  # output records a task buffers before appending them to its file
     probes: list[str] = field(default_factory=list)  # per partition, a string Spark hashes into it (cbp.engine.routing)
     bindings: list[str] = field(default_factory=list)  # URIs of the bindings the stage's last epoch made
+    new_records: Optional[int] = None  # records of the increments the epoch reads (None: not known)
+    small_records: Optional[int] = None  # up to how many the driver routes them (cbp.engine.smallepoch; None: its default)
 
     def where(self, key: Any = None) -> str:
         s = f"stage '{self.stage.name}' epoch {self.epoch}"

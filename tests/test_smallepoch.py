@@ -1,0 +1,148 @@
+"""Small epochs routed by the driver (``cbp.engine.smallepoch``): Spark's hashes computed exactly,
+the same state and outputs as the shuffle path, the shuffle path wherever the driver must not
+route, and failures reported as from any task."""
+
+from __future__ import annotations
+
+import json
+import random
+
+import pytest
+
+import cbp
+from cbp.engine.sparkhash import partition_of, spark_hash, spark_xxhash64
+from cbp.errors import UserCodeError
+from cbp.testing import Increment, replay
+from conftest import FLOWS
+
+ALPHABET = ["a", "Z", "0", " ", "é", "字", "😀", "/", "?", "\x00", "\x7f", "ÿ", "\u2028", '"', "\\", "\n"]
+
+
+def test_spark_hashes_computed_in_the_driver_equal_sparks(spark):
+    rng = random.Random(3)
+    keys = ["", "a", "ab", "abc", "abcd", "abcde", "x" * 257, "字" * 100] + [
+        "".join(rng.choice(ALPHABET) for _ in range(rng.randint(0, 40))) for _ in range(3000)]
+    keys += [json.dumps(rng.randint(-10**12, 10**12)) for _ in range(300)] + [json.dumps(f"u{rng.random()}") for _ in range(300)]
+    rows = spark.createDataFrame([(k,) for k in keys], "k string").selectExpr(
+        "k", "hash(k) as h", "xxhash64(k) as x", "pmod(hash(k), 3) as p3", "pmod(hash(k), 64) as p64").collect()
+    want = {r["k"]: (r["h"], r["x"], r["p3"], r["p64"]) for r in rows}
+    got = zip(keys, spark_hash(keys).tolist(), spark_xxhash64(keys).tolist(), partition_of(keys, 3).tolist(), partition_of(keys, 64).tolist())
+    wrong = [(k, want[k], rest) for k, *rest in got if want[k] != tuple(rest)]
+    assert wrong == []
+
+
+def _canon(recs):
+    return sorted(json.dumps(r, sort_keys=True) for r in recs)
+
+
+def _both(monkeypatch, run):
+    """``run(name)`` with the small-epoch path (default threshold) and without it (0)."""
+    out = {}
+    for name, limit in (("small", None), ("shuffle", "0")):
+        if limit is None:
+            monkeypatch.delenv("CBP_SMALL_EPOCH_RECORDS", raising=False)
+        else:
+            monkeypatch.setenv("CBP_SMALL_EPOCH_RECORDS", limit)
+        out[name] = run(name)
+    monkeypatch.delenv("CBP_SMALL_EPOCH_RECORDS", raising=False)
+    return out
+
+
+@pytest.mark.parametrize("yaml", ["url_count.yaml", "url_count_vec.yaml"])
+def test_small_epochs_equal_the_shuffle_path(spark, tmp_path, monkeypatch, yaml):
+    rng = random.Random(5)
+    pool = [f"http://h{rng.randint(0, 9)}/p{rng.randint(0, 40)}" for _ in range(60)] + ["http://é/字"]
+    escaped = ['http://q/"x"', "http://t/\t"]  # strings JSON must escape: the batch is routed by Spark
+    incs = [Increment("urls", [{"url": rng.choice(pool + escaped if j in (2, 4) else pool)} for _ in range(rng.randint(40, 120))])
+            for j in range(6)]
+    runs = _both(monkeypatch, lambda name: replay(FLOWS / yaml, incs, home=str(tmp_path / name), spark=spark))
+    for a, b in zip(runs["small"].steps, runs["shuffle"].steps):
+        assert _canon(a.outputs["counts"]) == _canon(b.outputs["counts"])
+        assert _canon(a.state["url_count"]) == _canon(b.state["url_count"])
+    shuffled = [[e.report.shuffle_records for e in s.epochs] for s in runs["small"].steps]
+    assert [x[0] == 0 for x in shuffled] == [not any(r["url"] in escaped for r in inc.records) for inc in incs]
+    assert all(e.report.shuffle_records > 0 for s in runs["shuffle"].steps for e in s.epochs)
+    counts = {r["url"]: r["count"] for r in runs["small"].final_state("url_count")}
+    want: dict[str, int] = {}
+    for inc in incs:
+        for r in inc.records:
+            want[r["url"]] = want.get(r["url"], 0) + 1
+    assert counts == want
+
+
+HALVES = """
+pipeline: halves
+flows:
+  nums: {external: true, schema: {k: KEYTYPE, v: int, hour: int}}
+  carry: {schema: {k: KEYTYPE, v: int}}
+  totals: {schema: {k: KEYTYPE, total: int}}
+stages:
+  sum:
+    translator: MOD:step
+    partitions: 3
+    runnable: any
+    inputs:
+      - {flow: nums, route_by: k, frame_by: hour, order_by: v}
+      - {flow: carry, route_by: k}
+    state: {schema: {k: KEYTYPE, total: int}, grouping: GROUPING}
+    outputs: [carry, totals]
+"""
+HALVES_MODULE = """
+def step(key, state, nums, carry, out):
+    prev = next(state, None)
+    total = prev["total"] if prev else 0
+    for r in list(nums) + list(carry):
+        total += r["v"]
+        if r["v"] > 1:
+            out.carry.write({"k": key, "v": r["v"] // 2})
+    if total > 100:
+        return
+    out.state.write({"k": key, "total": total})
+    out.totals.write({"k": key, "total": total})
+"""
+
+
+@pytest.mark.parametrize("keytype,grouping", [("string", "inner"), ("int", "outer")])
+def test_small_epochs_with_framing_a_loopback_flow_and_outer_grouping(spark, tmp_path, make_pipeline, monkeypatch, keytype, grouping):
+    rng = random.Random(9)
+    pool = ["a", "b", "é", "", "k4", "k5"] if keytype == "string" else [-3, 0, 7, 2**40, 12]
+    incs = [Increment("nums", [{"k": rng.choice(pool), "v": rng.randint(0, 40), "hour": h} for _ in range(rng.randint(1, 12))], close=h == 4)
+            for h in range(1, 5)]
+    path = make_pipeline(HALVES.replace("KEYTYPE", keytype).replace("GROUPING", grouping), HALVES_MODULE)
+    runs = _both(monkeypatch, lambda name: replay(path, incs, home=str(tmp_path / name), spark=spark))
+    for a, b in zip(runs["small"].steps, runs["shuffle"].steps):
+        assert [e.report.epoch for e in a.epochs] == [e.report.epoch for e in b.epochs]
+        for flow in ("carry", "totals"):
+            assert _canon(a.outputs.get(flow, [])) == _canon(b.outputs.get(flow, [])), flow
+        assert _canon(a.state["sum"]) == _canon(b.state["sum"])
+    small = [e.report for s in runs["small"].steps for e in s.epochs]
+    assert len(small) > 4 and all(r.shuffle_records == 0 for r in small)
+
+
+def test_the_shuffle_path_where_the_driver_must_not_route(spark, tmp_path, make_pipeline):
+    """Black-box mode, a RouteBy function, and more records than the threshold take Spark's shuffle."""
+    urls = [{"url": f"http://h/{i % 7}"} for i in range(50)]
+    bb = cbp.load(FLOWS / "url_count.yaml", home=str(tmp_path / "bb"), mode="blackbox", spark=spark)
+    bb.feed("urls", urls)
+    assert bb.run()[0].shuffle_records > 0
+    path = make_pipeline(HALVES.replace("KEYTYPE", "string").replace("GROUPING", "inner").replace("route_by: k, frame_by", "route_by: 'MOD:key', frame_by"),
+                         HALVES_MODULE + "\ndef key(r):\n    return r['k']\n")
+    fn = cbp.load(path, home=str(tmp_path / "fn"), spark=spark)
+    fn.feed("nums", [{"k": "a", "v": 1, "hour": 1}], close=True)
+    assert fn.run()[0].shuffle_records > 0
+    big = cbp.Pipeline(FLOWS / "url_count.yaml", str(tmp_path / "big"), spark=spark, small_epoch_records=49)
+    big.feed("urls", urls)
+    assert big.run()[0].shuffle_records == 50
+    big.feed("urls", urls[:49])
+    assert big.run()[0].shuffle_records == 0
+
+
+def test_a_translator_error_in_a_small_epoch_names_the_key_and_commits_nothing(spark, tmp_path, make_pipeline):
+    path = make_pipeline(HALVES.replace("KEYTYPE", "string").replace("GROUPING", "inner"),
+                         HALVES_MODULE.replace("    prev = next(state, None)", "    if key == 'boom':\n        raise ValueError('no')\n    prev = next(state, None)"))
+    p = cbp.load(path, home=str(tmp_path / "h"), spark=spark)
+    p.feed("nums", [{"k": "a", "v": 1, "hour": 1}, {"k": "boom", "v": 2, "hour": 1}], close=True)
+    with pytest.raises(UserCodeError) as e:
+        p.run()
+    assert e.value.code == "user-code" and e.value.key == "boom" and e.value.stage == "sum"
+    assert p.state("sum") == []
