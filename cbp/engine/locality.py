@@ -23,7 +23,7 @@ import os
 import socket
 from typing import Any, Iterator, Optional
 
-__all__ = ["executor_name", "task_location", "located_rdd", "items_rdd", "placed_epoch", "executor_preferences", "remember_executors", "balanced"]
+__all__ = ["executor_name", "task_location", "located_rdd", "prefs_rdd", "placed_epoch", "executor_preferences", "remember_executors", "balanced"]
 
 _NAME: Optional[str] = None
 
@@ -71,22 +71,18 @@ def task_location(executor: Optional[str]) -> Optional[str]:
     return None if eid == "driver" else f"executor_{host}_{eid}"
 
 
-def _prefs_rdd(sc: Any, prefs: list[Optional[str]]) -> Any:
+def prefs_rdd(sc: Any, prefs: list[Optional[str]]) -> Any:
     """A JVM RDD of one item per partition, partition ``p`` preferring location ``prefs[p]``."""
-    return items_rdd(sc, [p.to_bytes(4, "big") for p in range(len(prefs))], prefs)
-
-
-def items_rdd(sc: Any, items: list[bytes], prefs: list[Optional[str]]) -> Any:
-    """A JVM RDD of byte arrays, ``items[p]`` alone in partition ``p``, which prefers location ``prefs[p]``."""
     jvm = sc._jvm
-    seq = jvm.java.util.ArrayList()
-    for item, loc in zip(items, prefs):
+    items = jvm.java.util.ArrayList()
+    for p, loc in enumerate(prefs):
         locs = jvm.java.util.ArrayList()
         if loc:
             locs.add(loc)
-        seq.add(jvm.scala.Tuple2(bytearray(item), jvm.scala.jdk.javaapi.CollectionConverters.asScala(locs).toList()))
+        seq = jvm.scala.jdk.javaapi.CollectionConverters.asScala(locs).toList()
+        items.add(jvm.scala.Tuple2(bytearray(p.to_bytes(4, "big")), seq))
     tag = jvm.scala.reflect.ClassTag.apply(jvm.java.lang.Class.forName("[B"))
-    return sc._jsc.sc().makeRDD(jvm.scala.jdk.javaapi.CollectionConverters.asScala(seq).toList(), tag)
+    return sc._jsc.sc().makeRDD(jvm.scala.jdk.javaapi.CollectionConverters.asScala(items).toList(), tag)
 
 
 def located_rdd(sc: Any, batches_jrdd: Any, prefs: list[Optional[str]]) -> Any:
@@ -97,7 +93,7 @@ def located_rdd(sc: Any, batches_jrdd: Any, prefs: list[Optional[str]]) -> Any:
     from pyspark.serializers import BatchedSerializer, CPickleSerializer
 
     jvm = sc._jvm
-    left = jvm.org.apache.spark.api.java.JavaRDD.fromRDD(_prefs_rdd(sc, prefs), jvm.scala.reflect.ClassTag.AnyRef())
+    left = jvm.org.apache.spark.api.java.JavaRDD.fromRDD(prefs_rdd(sc, prefs), jvm.scala.reflect.ClassTag.AnyRef())
     right = jvm.org.apache.spark.api.java.JavaRDD.fromRDD(batches_jrdd, jvm.scala.reflect.ClassTag.AnyRef()).glom()
     pairs = left.zip(right)
     pickled = jvm.org.apache.spark.api.python.SerDeUtil.pairRDDToPython(pairs.rdd(), 1)

@@ -128,7 +128,7 @@ def run_routed(spark: Any, plan: "TaskPlan", parts: list[pa.Table], task: Any, p
     from pyspark.rdd import RDD
     from pyspark.serializers import NoOpSerializer
 
-    from .locality import executor_preferences, items_rdd, remember_executors
+    from .locality import executor_preferences, prefs_rdd, remember_executors
     from .protocol import RESULT
 
     sc = spark.sparkContext
@@ -138,10 +138,13 @@ def run_routed(spark: Any, plan: "TaskPlan", parts: list[pa.Table], task: Any, p
         with pa.ipc.new_stream(sink, ROUTED) as w:
             w.write_table(t.cast(ROUTED))
         payloads.append(sink.getvalue().to_pybytes())
-    prefs = executor_preferences(sc, plan) if placed else [None] * len(parts)
-    jvm = sc._jvm
-    jrdd = jvm.org.apache.spark.api.java.JavaRDD.fromRDD(items_rdd(sc, payloads, prefs), jvm.scala.reflect.ClassTag.AnyRef())
-    blobs = RDD(jrdd, sc, NoOpSerializer()).mapPartitions(partial(_routed_task, plan, task)).collect()
+    data = sc.parallelize(payloads, len(payloads))  # payload p alone in partition p (through a file, not py4j)
+    if placed:  # zipped with an RDD whose partition p prefers p's executor: the pair's task does too
+        jvm = sc._jvm
+        where = RDD(jvm.org.apache.spark.api.java.JavaRDD.fromRDD(prefs_rdd(sc, executor_preferences(sc, plan)), jvm.scala.reflect.ClassTag.AnyRef()),
+                    sc, NoOpSerializer())
+        data = where.zip(data).values()
+    blobs = data.mapPartitions(partial(_routed_task, plan, task)).collect()
     table = pa.Table.from_batches([pa.ipc.read_record_batch(pa.py_buffer(b), RESULT) for b in blobs], schema=RESULT)
     if placed:
         remember_executors(sc, plan, table)
