@@ -9,9 +9,10 @@ epoch, ``bench/epoch_cost.py``). When the epoch's new records are at most
 each input flow routes by a plain field, the driver reads the increment with pyarrow, routes it with Arrow
 (:func:`cbp.engine.routing.plain_envelopes`), computes Spark's two hashes itself
 (:mod:`cbp.engine.sparkhash`), sorts each partition's envelopes as Spark would, and runs the same
-grouped task (:func:`cbp.engine.task.grouped_task`) in a one-stage job whose partition ``p``
-holds exactly partition ``p``'s envelopes (and prefers the executor that ran ``p`` last, as
-:mod:`cbp.engine.locality` places the normal path's tasks).
+grouped task (:func:`cbp.engine.task.grouped_task`) on exactly partition ``p``'s envelopes for
+each ``p``, in a one-stage job (on a cluster a task per partition, preferring the executor that
+ran ``p`` last, as :mod:`cbp.engine.locality` places the normal path's tasks; else the partitions
+dealt to one task per core).
 
 Anything else takes the normal path: black-box mode (the whole state goes through the shuffle),
 multicast bindings, a RouteBy function or ``ALL`` (user code and copies: the map side's job), a
@@ -113,18 +114,24 @@ def driver_routed(plan: "TaskPlan", input_files: dict[int, list[str]]) -> Option
     return out
 
 
-def _routed_task(plan: "TaskPlan", task: Any, payloads: Iterator[bytes]) -> Iterator[bytes]:
-    """Worker side: this partition's envelopes (one Arrow IPC stream) in, the task's result out."""
-    for data in payloads:
-        reader = pa.ipc.open_stream(pa.py_buffer(data))
-        for rb in task(plan, iter(reader)):
-            yield rb.serialize().to_pybytes()
+def _routed_task(plan: "TaskPlan", task: Any, items: Iterator[list[tuple[int, bytes]]]) -> Iterator[bytes]:
+    """Worker side: for each partition given to this task, its envelopes (one Arrow IPC stream)
+    in, the grouped task's result out."""
+    for group in items:
+        for p, data in group:
+            for rb in task(plan, iter(pa.ipc.open_stream(pa.py_buffer(data))), p):
+                yield rb.serialize().to_pybytes()
 
 
 def run_routed(spark: Any, plan: "TaskPlan", parts: list[pa.Table], task: Any, placed: bool) -> pa.Table:
-    """Run ``task(plan, batches)`` once per partition on the envelopes the driver routed; the
-    tasks' result rows (:data:`cbp.engine.protocol.RESULT`); with ``placed``, partition ``p`` prefers
-    the executor that ran it last (:mod:`cbp.engine.locality`)."""
+    """Run ``task(plan, batches, p)`` for each partition ``p`` on the envelopes the driver routed;
+    the tasks' result rows (:data:`cbp.engine.protocol.RESULT`).
+
+    With ``placed`` (a cluster), partition ``p`` is a Spark task of its own that prefers the executor
+    that ran ``p`` last (:mod:`cbp.engine.locality`). Otherwise the partitions are dealt to as many
+    tasks as Spark runs at once (one per core in local mode), each running its share one after the
+    other: with little to do per partition, a task's fixed cost is most of its time.
+    """
     from pyspark.rdd import RDD
     from pyspark.serializers import NoOpSerializer
 
@@ -133,12 +140,14 @@ def run_routed(spark: Any, plan: "TaskPlan", parts: list[pa.Table], task: Any, p
 
     sc = spark.sparkContext
     payloads = []
-    for t in parts:
+    for p, t in enumerate(parts):
         sink = pa.BufferOutputStream()
         with pa.ipc.new_stream(sink, ROUTED) as w:
             w.write_table(t.cast(ROUTED))
-        payloads.append(sink.getvalue().to_pybytes())
-    data = sc.parallelize(payloads, len(payloads))  # payload p alone in partition p (through a file, not py4j)
+        payloads.append((p, sink.getvalue().to_pybytes()))
+    tasks = len(payloads) if placed else max(1, min(len(payloads), sc.defaultParallelism))
+    groups = [payloads[i::tasks] for i in range(tasks)]
+    data = sc.parallelize(groups, tasks)  # group i alone in Spark partition i (through a file, not py4j)
     if placed:  # zipped with an RDD whose partition p prefers p's executor: the pair's task does too
         jvm = sc._jvm
         where = RDD(jvm.org.apache.spark.api.java.JavaRDD.fromRDD(prefs_rdd(sc, executor_preferences(sc, plan)), jvm.scala.reflect.ClassTag.AnyRef()),

@@ -288,16 +288,16 @@ def _time_limit(plan: TaskPlan) -> Iterator[None]:
 _Partition = Union[DirectPartition, BlackboxPartition, None]
 
 
-def grouped_task(plan: TaskPlan, batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-    """One stage epoch on one partition (direct or black-box)."""
+def grouped_task(plan: TaskPlan, batches: Iterable[pa.RecordBatch], part: Optional[int] = None) -> Iterator[pa.RecordBatch]:
+    """One stage epoch on one partition (direct or black-box): ``part``, else the Spark task's."""
     with _io_errors(plan):
-        yield from _grouped_task(plan, batches)
+        yield from _grouped_task(plan, batches, part)
 
 
-def _grouped_task(plan: TaskPlan, batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+def _grouped_task(plan: TaskPlan, batches: Iterable[pa.RecordBatch], part_id: Optional[int]) -> Iterator[pa.RecordBatch]:
     from pyspark import TaskContext
 
-    p = TaskContext.get().partitionId()
+    p = TaskContext.get().partitionId() if part_id is None else part_id
     clock = _Clock()
     calls = _Calls(plan, p)
     part: _Partition = None

@@ -18,6 +18,7 @@ parsed if it nests deeper than that.
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import re
@@ -110,6 +111,52 @@ def parse_type(text: str) -> FieldType:
     return FieldType(scalar, is_list=bool(m.group(1)), nullable=bool(m.group(4)), items_nullable=bool(m.group(2)))
 
 
+@functools.lru_cache(maxsize=256)
+def _adapter(fields: tuple[tuple[str, FieldType], ...]) -> TypeAdapter:  # type: ignore[type-arg]
+    """The pydantic validator of a schema's records; built once per process and schema (a task
+    unpickles its plan's schemas every time)."""
+    # a TypedDict, not a model: any identifier is a field name (a model reserves 'model_config' ...)
+    td: Any = TypedDict("Record", {  # type: ignore[misc]
+        name: (NotRequired[ft.python] if ft.nullable else Required[ft.python]) for name, ft in fields})
+    td.__pydantic_config__ = ConfigDict(extra="forbid", strict=True)
+    return TypeAdapter(td)
+
+
+def _flat_record(flat: list[tuple[str, str, bool]], record: dict[str, Any]) -> Optional[dict[str, Any]]:
+    """``record`` checked as pydantic would accept it, for a schema of plain scalar fields; None
+    if it is not plainly valid (then pydantic's validation says what is wrong, or accepts it)."""
+    out: dict[str, Any] = {}
+    present = 0
+    for name, scalar, nullable in flat:
+        v = record.get(name)
+        present += name in record
+        t = type(v)
+        if v is None:
+            if not nullable:
+                return None
+        elif scalar == "string":
+            if t is not str or _SURROGATE.search(v):
+                return None
+        elif scalar == "int":
+            if t is not int or not -(2**63) <= v < 2**63:
+                return None
+        elif scalar == "bool":
+            if t is not bool:
+                return None
+        elif t is float:  # float
+            if v != v or v in (_INF, -_INF):
+                return None
+        elif t is int and -(2**63) <= v < 2**63:
+            v = float(v)
+        else:
+            return None
+        out[name] = v
+    return out if present == len(record) else None  # else a field the schema does not have
+
+
+_INF = float("inf")
+
+
 class RecordSchema:
     """The fields of a flow's records, with a fast validator (pydantic) and an Arrow schema."""
 
@@ -120,13 +167,13 @@ class RecordSchema:
         for name in self.fields:
             if not isinstance(name, str) or not FIELD_NAME.match(name):
                 raise ValueError(f"field name {_short(name)} must be an identifier (letters, digits, _) not starting with '_'")
-        # a TypedDict, not a model: any identifier is a field name (a model reserves 'model_config' ...)
-        td: Any = TypedDict("Record", {  # type: ignore[misc]
-            name: (NotRequired[ft.python] if ft.nullable else Required[ft.python]) for name, ft in self.fields.items()})
-        td.__pydantic_config__ = ConfigDict(extra="forbid", strict=True)
-        self._adapter = TypeAdapter(td)
+        self._adapter = _adapter(tuple(self.fields.items()))
         self._json_fields = [n for n, ft in self.fields.items() if ft.scalar == "json"]
         self._text_fields = [(n, ft.is_list) for n, ft in self.fields.items() if ft.scalar == "string"]
+        #: (name, scalar, nullable) of each field when all are plain scalars: :meth:`validate` checks
+        #: such records itself and leaves pydantic only the ones it cannot accept (to say why)
+        self._flat = None if any(ft.is_list or ft.scalar == "json" for ft in self.fields.values()) else [
+            (n, ft.scalar, ft.nullable) for n, ft in self.fields.items()]
 
     def __getstate__(self) -> dict[str, Any]:
         return {"fields": self.fields}
@@ -154,6 +201,10 @@ class RecordSchema:
 
     def validate(self, record: Any) -> dict[str, Any]:
         """Return the record as a plain dict with every field, or raise :class:`RecordError`."""
+        if self._flat is not None and type(record) is dict:
+            out = _flat_record(self._flat, record)
+            if out is not None:
+                return out
         if not isinstance(record, Mapping):
             raise RecordError(None, f"expected a JSON object, got {type(record).__name__}")
         try:
