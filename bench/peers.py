@@ -306,7 +306,7 @@ def goals(results: dict[int, dict[str, dict[str, Any]]], args: argparse.Namespac
     return out
 
 
-def plot(results: dict[int, dict[str, dict[str, Any]]], path: Path) -> None:
+def plot(results: dict[int, dict[str, dict[str, Any]]], path: Path, increment: int) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -314,25 +314,27 @@ def plot(results: dict[int, dict[str, dict[str, Any]]], path: Path) -> None:
 
     sizes = sorted(results)
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(12, 4.5))
-    for name in SYSTEMS:
+    for i, name in enumerate(SYSTEMS):
+        color = f"C{i}"  # one colour per system in both panels (black-box has no build of its own)
         pts = [(s, results[s][name]) for s in sizes if name in results[s] and "median" in results[s][name]]
         if not pts:
             continue
         xs = [s for s, _ in pts]
-        ax1.plot(xs, [r["median"] for _, r in pts], marker="o", label=LABELS[name])
+        ax1.plot(xs, [r["median"] for _, r in pts], marker="o", color=color, label=LABELS[name])
         built = [(s, r) for s, r in pts if r.get("build")]
         if built:
-            ax2.plot([s for s, _ in built], [s / r["build"] for s, r in built], marker="s", label=LABELS[name])
+            ax2.plot([s for s, _ in built], [s / r["build"] for s, r in built], marker="s", color=color, label=LABELS[name])
     for ax in (ax1, ax2):
         ax.set_xscale("log")
         ax.set_yscale("log")
         ax.set_xlabel("state keys")
         ax.grid(True, alpha=0.3)
     ax1.set_ylabel("seconds per epoch (median)")
-    ax1.set_title("URLCount epoch, 100k-record increment" if len(sizes) else "")
+    ax1.set_title(f"URLCount epoch, {increment:,}-record increment")
     ax2.set_ylabel("state build, keys/s")
     ax2.set_title("state build")
     ax1.legend(fontsize=7)
+    ax2.legend(fontsize=7)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
@@ -346,7 +348,7 @@ def rerender(path: Path) -> int:
     refs = {int(k): v for k, v in saved["references"].items()}
     md = report(results, refs, args, saved["source"], saved.get("command", "bench/peers.py"), saved["total_seconds"])
     (OUT / "peers.md").write_text(md, encoding="utf-8")
-    plot(results, OUT / "peers.png")
+    plot(results, OUT / "peers.png", args.increment)
     print(md)
     return 0
 
@@ -403,7 +405,7 @@ def main(argv: list[str] | None = None) -> int:
         (OUT / "peers.md").write_text(md, encoding="utf-8")
         (OUT / "peers.json").write_text(json.dumps({"args": vars(args), "source": source, "command": command, "references": refs, "results": results,
                                                     "total_seconds": time.perf_counter() - t_start}, indent=1, default=str), encoding="utf-8")
-        plot(results, OUT / "peers.png")
+        plot(results, OUT / "peers.png", args.increment)
         return md
 
     try:
