@@ -40,7 +40,7 @@ from typing import Any
 
 import numpy as np
 
-from url_count_bench import OUT, YAML, Keys, _version, build, increments, load_vocabulary, log  # puts ROOT on sys.path
+from url_count_bench import OUT, YAML, Keys, _version, build, increments, load_vocabulary, log, run_one  # puts ROOT on sys.path
 
 SPARK_JOB = "run_stage_epoch"
 
@@ -131,21 +131,14 @@ def _union(spans: list[tuple[int, int]]) -> int:
 
 
 def one_epoch(p: Any, jobs: SparkJobs, records: list[dict[str, str]]) -> dict[str, Any]:
-    t0 = time.perf_counter()
-    p.feed("urls", records)
-    t1 = time.perf_counter()
-    reports = p.run()
-    t2 = time.perf_counter()
-    if len(reports) != 1:
-        raise SystemExit(f"expected one epoch, got {len(reports)}")
+    r = run_one(p, records)  # feed + run(), one epoch
     sj = jobs.take()
-    r = reports[0]
     stages = sj.pop("stages")
     # the epoch's stages in order: the map side(s) and the reduce side (the largest number of tasks = P is last)
-    m = {"feed": t1 - t0, "run": t2 - t1, "epoch_seconds": r.seconds, "controller": (t2 - t1) - sj["spark_job"], **sj,
+    m = {"feed": r["feed"], "run": r["run_wall"], "epoch_seconds": r["seconds"], "controller": r["run_wall"] - sj["spark_job"], **sj,
          "stage_walls": [s["wall"] for s in stages], "stage_tasks": [s["tasks"] for s in stages],
          "stage_run": [s["run"] for s in stages], "stage_deser": [s["deserialize"] for s in stages],
-         "phases": dict(r.phases or {})}
+         "phases": r["phases"]}
     return m
 
 
