@@ -139,11 +139,15 @@ def run_routed(spark: Any, plan: "TaskPlan", parts: list[pa.Table], task: Any, p
     from .protocol import RESULT
 
     sc = spark.sparkContext
+    try:  # a task gets its envelopes in batches of this many, as from the shuffle
+        chunk = max(1, int(spark.conf.get("spark.sql.execution.arrow.maxRecordsPerBatch", "10000")))
+    except ValueError:
+        chunk = 10_000
     payloads = []
     for p, t in enumerate(parts):
         sink = pa.BufferOutputStream()
         with pa.ipc.new_stream(sink, ROUTED) as w:
-            w.write_table(t.cast(ROUTED))
+            w.write_table(t.cast(ROUTED), max_chunksize=chunk)
         payloads.append((p, sink.getvalue().to_pybytes()))
     tasks = len(payloads) if placed else max(1, min(len(payloads), sc.defaultParallelism))
     groups = [payloads[i::tasks] for i in range(tasks)]
