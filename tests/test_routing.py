@@ -1,5 +1,5 @@
 """Routing by a field with Arrow (``plain_envelopes``) gives the envelopes of the per-record path,
-or declines a batch the per-record path must take."""
+or declines a batch the per-record path must take; records cross as Arrow structs, unchanged."""
 
 from __future__ import annotations
 
@@ -9,16 +9,25 @@ import random
 import pyarrow as pa
 import pytest
 
-from cbp.engine.routing import encode_key, plain_envelopes
+from cbp.engine.routing import encode_key, envelope_schema, plain_envelopes
+from cbp.spec.schema import RecordSchema
 
 ALPHABET = ["a", "Z", "0", " ", "é", "字", "😀", "/", "?", "=", "&", "'", "\u2028", "\x7f", "<", "%"]
 NEEDS_PYTHON = ['"', "\\", "\n", "\t", "\x00", "\x1f"]
 
 
-def _slow(batch: pa.RecordBatch, field: str) -> tuple[list[str], list[str]]:
+SCHEMA = RecordSchema.parse({"url": "string", "n": "int", "ok": "bool", "note": "string?"})
+ENV = envelope_schema([RecordSchema.parse({"x": "int"}), RecordSchema.parse({"a": "float"}), RecordSchema.parse({"b": "string"}), SCHEMA])
+
+
+def _env(fields: dict) -> pa.Schema:
+    return envelope_schema([RecordSchema.parse(fields)])
+
+
+def _slow(batch: pa.RecordBatch, field: str) -> tuple[list[str], list[dict]]:
     keys, recs = [], []
     for rec in batch.to_pylist():
-        recs.append(json.dumps(rec, separators=(",", ":"), ensure_ascii=False))
+        recs.append(json.loads(json.dumps(rec, ensure_ascii=False)))
         keys.append(encode_key(rec[field]))
     return keys, recs
 
@@ -35,24 +44,29 @@ def test_arrow_routing_equals_the_per_record_path(seed):
         "note": pa.array([rng.choice([None, word()]) for _ in range(n)], pa.string()),
     })
     for field in ("url", "n"):
-        env = plain_envelopes(3, field, batch.filter(pa.array([v is not None for v in batch.column(field).to_pylist()])))
+        env = plain_envelopes(3, field, batch.filter(pa.array([v is not None for v in batch.column(field).to_pylist()])), ENV)
         want = _slow(batch.filter(pa.array([v is not None for v in batch.column(field).to_pylist()])), field)
-        assert env is not None
+        assert env is not None and env.schema == ENV
         assert env.column("_key").to_pylist() == want[0] and env.column("_r").to_pylist() == want[0]
-        assert env.column("_rec").to_pylist() == want[1]
+        assert env.column("_i3").to_pylist() == want[1]
+        assert [env.column(c).null_count for c in ("_i0", "_i1", "_i2", "_rec")] == [env.num_rows] * 4
         assert set(env.column("_flow").to_pylist()) == {3}
 
 
 @pytest.mark.parametrize("bad", NEEDS_PYTHON)
-def test_a_string_json_must_escape_sends_the_batch_down_the_per_record_path(bad):
+def test_a_key_json_must_escape_sends_the_batch_down_the_per_record_path(bad):
     batch = pa.RecordBatch.from_pydict({"url": ["plain", f"x{bad}y"], "n": [1, 2]})
-    assert plain_envelopes(0, "url", batch) is None
-    other = pa.RecordBatch.from_pydict({"url": ["plain", "fine"], "note": [None, f"x{bad}y"]})
-    assert plain_envelopes(0, "url", other) is None
+    assert plain_envelopes(0, "url", batch, _env({"url": "string", "n": "int"})) is None
+    # other fields are not text any more: they cross as they are
+    other = pa.RecordBatch.from_pydict({"url": ["plain", "fine"], "note": [None, f"x{bad}y"], "x": [1.5, float("nan")], "xs": [[1], None]})
+    env = plain_envelopes(0, "url", other, _env({"url": "string", "note": "string?", "x": "float?", "xs": "list<int>?"}))
+    assert env.column("_key").to_pylist() == ['"plain"', '"fine"']
+    assert env.column("_i0").to_pylist()[1]["note"] == f"x{bad}y" and env.column("_i0").to_pylist()[0]["xs"] == [1]
 
 
 def test_missing_keys_and_other_types_are_left_to_the_per_record_path():
-    assert plain_envelopes(0, "url", pa.RecordBatch.from_pydict({"url": ["a", None]})) is None  # an error there, named
-    assert plain_envelopes(0, "url", pa.RecordBatch.from_pydict({"url": ["a"], "x": [1.5]})) is None  # float text: Python's repr
-    assert plain_envelopes(0, "url", pa.RecordBatch.from_pydict({"url": ["a"], "xs": [[1]]})) is None
-    assert plain_envelopes(0, "nope", pa.RecordBatch.from_pydict({"url": ["a"]})) is None
+    env = _env({"url": "string"})
+    assert plain_envelopes(0, "url", pa.RecordBatch.from_pydict({"url": ["a", None]}), env) is None  # an error there, named
+    assert plain_envelopes(0, "x", pa.RecordBatch.from_pydict({"x": [1.5]}), _env({"x": "float"})) is None  # float text: Python's repr
+    assert plain_envelopes(0, "xs", pa.RecordBatch.from_pydict({"xs": [[1]]}), _env({"xs": "list<int>"})) is None
+    assert plain_envelopes(0, "nope", pa.RecordBatch.from_pydict({"url": ["a"]}), env) is None

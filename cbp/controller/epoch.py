@@ -271,4 +271,5 @@ def _report(stage: str, epoch: int, mode: str, results: list[TaskResult], counts
         copies_in=sum(int(s.get("broadcast_in", 0)) + int(s.get("multicast_in", 0)) for s in stats),
         bindings_in=sum(int(s.get("bindings_in", 0)) for s in stats), delivered=sum(int(s.get("delivered", 0)) for s in stats),
         shuffle_records=shuffle.get("records"), shuffle_bytes=shuffle.get("bytes"),
+        columnar_tasks=sum(int(s.get("columnar", 0)) for s in stats),
     )

@@ -80,8 +80,6 @@ class BatchTranslate:
             self.flush()
 
     def flush(self) -> None:
-        from .task import USER_EXCEPTIONS, EpochTimeout  # noqa: PLC0415 (task imports this module)
-
         if not self._order:
             return
         pending, kept, order = self.pending, self.kept, self._order
@@ -90,16 +88,12 @@ class BatchTranslate:
             for g, old, records in kept:
                 self.update(g, old, records, records)
             return
-        plan, st = self.plan, self.plan.stage
+        st = self.plan.stage
         texts = [g.key for g, _, _ in pending]
         keys = _typed_keys(texts)
         state = self._state_table(keys, pending)
         inputs = [self._input_table(keys, idx, pending) for idx in range(len(st.inputs))]
-        self.calls.calls += len(pending)
-        try:
-            result = st.translator(keys, state, *inputs, out=self.out)
-        except (*USER_EXCEPTIONS, EpochTimeout) as e:
-            raise self._user_failure(plan, plan.where(), f"batch translator '{st.translator_path}'", e) from None
+        result = self.call(keys, state, inputs, len(pending))
         new, removed, outputs = self._check(result, keys, texts)
         if self.direct is not None and not kept:
             self._write_direct(pending, new, removed)
@@ -129,9 +123,9 @@ class BatchTranslate:
         return _with_key(schema.to_arrow(rows), keys, at)
 
     def _input_table(self, keys: pa.Array, idx: int, pending: list[Any]) -> pa.Table:
-        """One input flow's records of the batch's keys, decoded by Arrow's JSON reader in one call;
-        sorted by key position and, within a key, by the flow's OrderBy (a field: by Arrow; a
-        function: per key in Python)."""
+        """One input flow's records of the batch's keys: the groups' Arrow slices (:mod:`cbp.engine.groups`)
+        put together, never decoded to Python; sorted by key position and, within a key, by the
+        flow's OrderBy (a field: by Arrow; a function: per key in Python)."""
         from .task import _flow_iter  # noqa: PLC0415 (task imports this module)
 
         schema = self.plan.input_schemas[idx]
@@ -140,25 +134,49 @@ class BatchTranslate:
             rows, at = [], []
             for i, (g, _, _) in enumerate(pending):
                 if g.flows[idx]:
-                    recs = list(_flow_iter(self.plan, idx, g.flows[idx], None, g.key))
+                    recs = list(_flow_iter(self.plan, idx, [r for part in g.flows[idx] for r in part.to_pylist()], None, g.key))
                     rows += recs
                     at += [i] * len(recs)
             return _with_key(schema.to_arrow(rows), keys, at)
-        texts: list[str] = []
-        at = []
-        for i, (g, _, _) in enumerate(pending):
-            texts += g.flows[idx]
-            at += [i] * len(g.flows[idx])
-        table = _read_json(texts, schema.arrow)
-        table = _with_key(table, keys, at).append_column("_pos", pa.array(np.asarray(at, np.int64)))
+        parts: list[pa.Array] = []
+        sizes: list[int] = []
+        for g, _, _ in pending:
+            parts += g.flows[idx]
+            sizes.append(sum(len(part) for part in g.flows[idx]))
+        at = np.repeat(np.arange(len(pending), dtype=np.int64), sizes)
+        table = _records_table(parts, schema.arrow)
+        table = _with_key(table, keys, at).append_column("_pos", pa.array(at))
         if order is not None and table.num_rows:
             table = table.sort_by([("_pos", "ascending"), (order.field, "ascending")])
         return table.drop_columns(["_pos"])
 
     # ------------------------------------------------------------------ tables out
+    def call(self, keys: pa.Array, state: Optional[pa.Table], inputs: list[pa.Table], n: int) -> Any:
+        """Call the batch translator for ``n`` keys; a user failure names the stage and epoch."""
+        from .task import USER_EXCEPTIONS, EpochTimeout  # noqa: PLC0415 (task imports this module)
+
+        st = self.plan.stage
+        self.calls.calls += n
+        try:
+            return st.translator(keys, state, *inputs, out=self.out)
+        except (*USER_EXCEPTIONS, EpochTimeout) as e:
+            raise self._user_failure(self.plan, self.plan.where(), f"batch translator '{st.translator_path}'", e) from None
+
     def _check(self, result: Any, keys: pa.Array, texts: list[str]) -> tuple[tuple[dict[int, list[dict[str, Any]]], Optional[pa.Table]], set[int], dict[str, pa.Table]]:
-        """The result checked: new state records by position of their key in ``keys`` (and the conformed
-        state table with a ``_pos`` column), the positions of removed keys, and the output tables."""
+        """:meth:`check`, with the new state records decoded by position of their key in ``keys``."""
+        table, removed, outputs = self.check(result, keys, texts.__getitem__)
+        new: dict[int, list[dict[str, Any]]] = {}
+        if table is not None:
+            schema = self.plan.stage.state_schema
+            recs = table.drop_columns(["_pos"]).to_pylist()
+            for i, rec in zip(table.column("_pos").to_pylist(), recs):
+                new.setdefault(i, []).append(schema.from_storage(rec))  # type: ignore[union-attr]
+        return (new, table), set(removed.tolist()), outputs
+
+    def check(self, result: Any, keys: pa.Array, name: Any) -> tuple[Optional[pa.Table], np.ndarray, dict[str, pa.Table]]:
+        """The result checked: the new state rows conformed to the state schema with a ``_pos`` column
+        (their key's position in ``keys``), the positions of removed keys, and the output tables.
+        ``name(i)`` is the text of key ``i`` (for messages)."""
         st = self.plan.stage
         where = f"{self.plan.where()}: batch translator '{st.translator_path}'"
         if result is None:
@@ -171,27 +189,21 @@ class BatchTranslate:
         if extra:
             raise self._fail(self.plan, "batch-output", f"{where} returned {', '.join(map(repr, extra))}, which the stage does not have "
                              f"(it may return: {', '.join(sorted(allowed)) or 'nothing'})")
-        new: dict[int, list[dict[str, Any]]] = {}
         table: Optional[pa.Table] = None
+        new_pos = np.empty(0, np.int64)
         if result.get("state") is not None:
             table = self._conform(result["state"], st.state_schema, "state", where, with_key=True)  # type: ignore[arg-type]
-            pos = self._positions(table.column("_key"), keys, where)
-            table = table.drop_columns(["_key"]).append_column("_pos", pa.array(pos, pa.int64()))
-            recs = table.drop_columns(["_pos"]).to_pylist()
-            for i, rec in zip(pos.tolist(), recs):
-                new.setdefault(i, []).append(st.state_schema.from_storage(rec))  # type: ignore[union-attr]
-        removed_pos = (np.empty(0, np.int64) if result.get("removed") is None
-                       else self._positions(result["removed"], keys, where))
-        removed = set(removed_pos.tolist())
-        both = sorted(removed & set(new)) or (sorted(removed) if len(removed) < removed_pos.size else [])
+            new_pos = self._positions(table.column("_key"), keys, where)
+            table = table.drop_columns(["_key"]).append_column("_pos", pa.array(new_pos, pa.int64()))
+        removed = (np.empty(0, np.int64) if result.get("removed") is None
+                   else self._positions(result["removed"], keys, where))
+        u, counts = np.unique(removed, return_counts=True)
+        both = np.intersect1d(u, new_pos).tolist() or u[counts > 1].tolist()
         if both:
-            if len(removed) < removed_pos.size:
-                u, n = np.unique(removed_pos, return_counts=True)
-                both = u[n > 1].tolist()
-            raise self._fail(self.plan, "batch-duplicate-key", f"{where}: key(s) {', '.join(texts[i] for i in both[:5])} are both "
+            raise self._fail(self.plan, "batch-duplicate-key", f"{where}: key(s) {', '.join(name(i) for i in both[:5])} are both "
                              "given new state and removed, or removed twice")
         outputs = {f: self._conform(result[f], self.plan.out_schemas[f], f, where) for f in st.outputs if result.get(f) is not None}
-        return (new, table), removed, outputs
+        return table, removed, outputs
 
     def _positions(self, returned: Any, keys: pa.Array, where: str) -> np.ndarray:
         """Where each returned key is in ``keys`` (the keys of the call), or a ``batch-key`` failure."""
@@ -285,29 +297,25 @@ class BatchTranslate:
         return out
 
 
-def _read_json(texts: list[str], schema: pa.Schema) -> pa.Table:
-    """Records stored as JSON texts (one object each) to a table of ``schema``, in order."""
-    import io
-
-    from pyarrow import json as pj
-
-    if not texts:
+def _records_table(parts: list[pa.Array], schema: pa.Schema) -> pa.Table:
+    """Slices of envelopes' record columns (struct arrays) as one table of ``schema``, in order."""
+    if not parts:
         return schema.empty_table()
-    data = io.BytesIO("\n".join(texts).encode("utf-8"))
-    opts = pj.ParseOptions(explicit_schema=schema, unexpected_field_behavior="ignore")
-    t = pj.read_json(data, read_options=pj.ReadOptions(block_size=max(1 << 20, data.getbuffer().nbytes + 1)), parse_options=opts)
-    return t.select(schema.names).cast(schema)
+    arr = pa.concat_arrays(parts) if len(parts) > 1 else parts[0]
+    return pa.Table.from_struct_array(arr).select(schema.names).cast(schema)
 
 
-def _typed_keys(texts: list[str]) -> pa.Array:
+def _typed_keys(texts: Any) -> pa.Array:
     """The keys as an Arrow array of their values, or of their JSON text if Arrow cannot type them alike.
 
     Strings without escapes (the usual case) are unquoted by Arrow; other keys are decoded one by one.
     """
-    arr = pa.array(texts, pa.string())
+    arr = texts if isinstance(texts, pa.Array) else pa.array(texts, pa.string())
     if len(arr) and pc.all(pc.starts_with(arr, '"')).as_py() and not pc.any(pc.match_substring(arr, "\\")).as_py():
         return pc.utf8_slice_codeunits(arr, 1, -1)
-    values = [json.loads(t) for t in texts]
+    if len(arr) and pc.all(pc.match_substring_regex(arr, r"^-?(0|[1-9][0-9]{0,17})$")).as_py():  # integers, inside int64
+        return arr.cast(pa.int64())
+    values = [json.loads(t) for t in arr.to_pylist()]
     try:
         typed = pa.array(values)
     except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError):
@@ -319,5 +327,5 @@ def _typed_keys(texts: list[str]) -> pa.Array:
     return typed
 
 
-def _with_key(table: pa.Table, keys: pa.Array, at: list[int]) -> pa.Table:
-    return table.add_column(0, "_key", keys.take(pa.array(np.asarray(at, np.int64))) if at else pa.array([], keys.type))
+def _with_key(table: pa.Table, keys: pa.Array, at: Any) -> pa.Table:
+    return table.add_column(0, "_key", keys.take(pa.array(np.asarray(at, np.int64))) if len(at) else pa.array([], keys.type))

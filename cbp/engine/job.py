@@ -31,10 +31,10 @@ from .session import has_delta
 from .smallepoch import driver_routed, run_routed
 from .protocol import FailureRecord, TaskResult, decode_failure, decode_results, result_spark_schema
 from .remote_read import needs_arrow_reader, read_parquet
-from .routing import BOUND, COPY, COPY_HASH
+from .routing import BOUND, COPY, COPY_HASH, record_column
 from .task import TaskPlan, grouped_task, recordwise_task, route_batches
 
-__all__ = ["run_stage_epoch", "spark_ddl", "partition_probes", "shuffle_written"]
+__all__ = ["run_stage_epoch", "spark_ddl", "struct_ddl", "envelope_ddl", "partition_probes", "shuffle_written"]
 
 _SPARK_TYPES = {"string": "STRING", "int": "BIGINT", "float": "DOUBLE", "bool": "BOOLEAN", "json": "STRING"}
 _WORKER_DIED = ("Python worker exited unexpectedly", "worker exited unexpectedly (crashed)")  # only without a JVM exception
@@ -47,11 +47,33 @@ def spark_ddl(schema: RecordSchema, meta: str = "") -> str:
         >>> spark_ddl(RecordSchema.parse({"url": "string", "n": "int", "xs": "list<float>"}))
         '`url` STRING, `n` BIGINT, `xs` ARRAY<DOUBLE>'
     """
+    return ", ".join(([meta] if meta else []) + _columns(schema))
+
+
+def _columns(schema: RecordSchema) -> list[str]:
     cols = []
     for name, ft in schema.fields.items():
         t = _SPARK_TYPES[ft.scalar]
         cols.append(f"`{name}` {'ARRAY<' + t + '>' if ft.is_list else t}")
-    return ", ".join(([meta] if meta else []) + cols)
+    return cols
+
+
+def struct_ddl(schema: RecordSchema) -> str:
+    """The Spark type of a record of ``schema`` as a struct (how records cross the shuffle).
+
+        >>> struct_ddl(RecordSchema.parse({"url": "string", "xs": "list<int>"}))
+        'STRUCT<`url`: STRING, `xs`: ARRAY<BIGINT>>'
+    """
+    return "STRUCT<" + ", ".join(c.replace("` ", "`: ", 1) for c in _columns(schema)) + ">"
+
+
+def envelope_ddl(plan: TaskPlan) -> str:
+    """The Spark DDL of the stage epoch's envelopes (:func:`cbp.engine.routing.envelope_schema`)."""
+    cols = ["_key STRING", "_flow INT", "_rec STRING", "_r STRING"]
+    cols += [f"{record_column(i)} {struct_ddl(s)}" for i, s in enumerate(plan.input_schemas)]
+    if plan.mode == "blackbox" and plan.stage.state_schema is not None:
+        cols.append(f"_st {struct_ddl(plan.stage.state_schema)}")
+    return ", ".join(cols)
 
 
 def run_stage_epoch(spark: Any, plan: TaskPlan, input_files: dict[int, list[str]], state_files: Optional[StateSource] = None,
@@ -171,28 +193,31 @@ def _grouped(spark: Any, plan: TaskPlan, input_files: dict[int, list[str]], stat
     from pyspark.sql import functions as F
 
     placed = plan.mode == "direct" and not spark.sparkContext.master.startswith("local") and os.environ.get("CBP_PLACEMENT", "1") != "0"
+    plan.columnar = os.environ.get("CBP_COLUMNAR", "1") != "0"
     routed = driver_routed(plan, input_files)
     if routed is not None:  # a small increment: routed by the driver, no shuffle (cbp.engine.smallepoch)
         return run_routed(spark, plan, routed, grouped_task, placed)
-    env_ddl = "_key STRING, _flow INT, _rec STRING, _r STRING"
+    env_ddl = envelope_ddl(plan)
     plan.probes = partition_probes(spark, plan.stage.partitions)
     parts = [
         _read(spark, plan.input_schemas[i], files).mapInArrow(partial(route_batches, plan, i), env_ddl)
         for i, files in input_files.items() if files
     ]
+    types = {f.name: f.dataType for f in spark.createDataFrame([], env_ddl).schema.fields}
+
+    def envelopes(df: Any, **cols: Any) -> Any:  # the columns not given are null
+        return df.select(*[(cols[n] if n in cols else F.lit(None).cast(t)).alias(n) for n, t in types.items()])
+
     if plan.bindings:  # the multicast bindings of the stage's last epoch, to their keys
-        parts.append(_read_ddl(spark, "_key STRING, _addr STRING", plan.bindings).select(
-            "_key", F.lit(BOUND).cast("int").alias("_flow"), F.col("_addr").alias("_rec"), F.col("_key").alias("_r")))
+        b = _read_ddl(spark, "_key STRING, _addr STRING", plan.bindings)
+        parts.append(envelopes(b, _key=F.col("_key"), _flow=F.lit(BOUND).cast("int"), _rec=F.col("_addr"), _r=F.col("_key")))
     schema = plan.stage.state_schema
     s = _state_rows(spark, schema, state) if plan.mode == "blackbox" and schema is not None and state is not None else None
     if s is not None:
         # dedupe: the table was last written in direct mode, so keep each key's newest rows
         s = latest_state(s, dedupe)
-        parts.append(s.select(
-            "_key", F.lit(-1).cast("int").alias("_flow"),
-            F.to_json(F.struct(*[F.col(f"`{c}`") for c in schema.fields]), {"ignoreNullFields": "false"}).alias("_rec"),
-            F.col("_key").alias("_r"),
-        ))
+        parts.append(envelopes(s, _key=F.col("_key"), _flow=F.lit(-1).cast("int"), _r=F.col("_key"),
+                               _st=F.struct(*[F.col(f"`{c}`") for c in schema.fields]).cast(types["_st"])))
     if parts:
         env = reduce(lambda a, b: a.unionByName(b), parts)
     else:

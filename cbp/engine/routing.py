@@ -2,8 +2,12 @@
 
 **Keys.** RouteBy gives each record one key, several keys, or one of the logical keys of paper
 001 §2.3: :data:`cbp.ALL` / :func:`cbp.broadcast` and :func:`cbp.multicast`. A keyed record
-becomes one envelope per key (:data:`ENVELOPE`): the key's canonical JSON text, the input index,
-the record as JSON text, and ``_r``, the string Spark hash-partitions on (the key text itself).
+becomes one envelope per key (:func:`envelope_schema`): the key's canonical JSON text, the input
+index, ``_r``, the string Spark hash-partitions on (the key text itself), and the record itself
+as an Arrow struct of its flow's schema in the column of its input (``_i0``, ``_i1``, ...; null
+in the others). Records cross the shuffle in Arrow form, as they are stored: no text encoding on
+the map side, no parsing on the reduce side. ``_rec`` carries a binding's address text, and
+``_st`` (black-box mode) a stored state row.
 
 **One copy per partition** (§4.5.3). A broadcast or multicast record becomes P envelopes, one
 for each partition: its ``_key`` is a *copy key* (:data:`COPY`, then ``B`` and the JSON list of
@@ -33,15 +37,15 @@ import pyarrow.compute as pc
 
 from ..model import Broadcast, Multicast
 from ..spec import STATE
+from ..spec.schema import RecordSchema
 from .groups import Group
 
 if TYPE_CHECKING:
     from .task import TaskPlan
 
-__all__ = ["ENVELOPE", "BOUND", "COPY", "COPY_HASH", "BINDINGS", "encode_key", "copy_key", "plain_envelopes", "Routes", "Copies"]
+__all__ = ["BOUND", "COPY", "COPY_HASH", "BINDINGS", "envelope_schema", "record_column", "encode_key", "copy_key",
+           "plain_envelopes", "Routes", "Copies"]
 
-#: Records on their way to a stage: key text, input index (-1: state, -2: a binding), record as JSON, partitioning string.
-ENVELOPE = pa.schema([("_key", pa.string()), ("_flow", pa.int32()), ("_rec", pa.string()), ("_r", pa.string())])
 BOUND = -2
 COPY = "\x01"  # first character of a copy key; a key's JSON text starts with a printable character
 COPY_HASH = -(1 << 63)  # the ``_h`` of copies: they sort before every key of the partition
@@ -49,9 +53,29 @@ COPY_HASH = -(1 << 63)  # the ``_h`` of copies: they sort before every key of th
 BINDINGS = pa.schema([("_key", pa.string()), ("_addr", pa.string())])
 
 ROUTE_ROWS = 20000
-ROUTE_BYTES = 16 << 20
 
 Logical = Union[Broadcast, Multicast]
+
+
+def record_column(idx: int) -> str:
+    """The envelope column that carries the records of input ``idx``."""
+    return f"_i{idx}"
+
+
+def envelope_schema(inputs: list[RecordSchema], state: Optional[RecordSchema] = None) -> pa.Schema:
+    """Envelopes on their way to a stage whose input flows have schemas ``inputs``: key text, input
+    index (-1: a state row, -2: a binding), the address of a binding, the partitioning string, one
+    struct column per input flow and (``state``: black-box mode) one for state rows.
+
+        >>> from cbp.spec.schema import RecordSchema
+        >>> envelope_schema([RecordSchema.parse({"url": "string"})]).names
+        ['_key', '_flow', '_rec', '_r', '_i0']
+    """
+    fields = [pa.field("_key", pa.string()), pa.field("_flow", pa.int32()), pa.field("_rec", pa.string()), pa.field("_r", pa.string())]
+    fields += [pa.field(record_column(i), pa.struct(list(s.arrow))) for i, s in enumerate(inputs)]
+    if state is not None:
+        fields.append(pa.field("_st", pa.struct(list(state.arrow))))
+    return pa.schema(fields)
 
 
 def encode_key(key: Any) -> str:
@@ -74,91 +98,111 @@ def copy_key(target: Logical) -> str:
 _ESCAPED = r'["\\\x00-\x1f]'
 
 
-def plain_envelopes(flow_idx: int, field: str, batch: pa.RecordBatch) -> Optional[pa.RecordBatch]:
-    """The envelopes of a batch whose RouteBy is the (non-``json``) field ``field``, built by Arrow
-    in one pass: the same key and record texts as :func:`encode_key` and ``json.dumps`` give.
+def records_struct(batch: pa.RecordBatch, schema: pa.Schema, idx: int) -> pa.StructArray:
+    """The records of ``batch`` as the envelope column of input ``idx`` (cast to its stored types)."""
+    st = schema.field(record_column(idx)).type
+    cols = [batch.column(f.name).cast(f.type) for f in st]
+    return pa.StructArray.from_arrays(cols, fields=list(st))
 
-    ``None`` when some record needs the per-record path: a float or list field, a string that JSON
-    must escape, or a record without a key (which is an error there).
 
-        >>> b = pa.RecordBatch.from_pydict({"url": ["a", "é"], "n": [1, None], "ok": [True, False]})
-        >>> plain_envelopes(0, "url", b).to_pydict()["_rec"]
-        ['{"url":"a","n":1,"ok":true}', '{"url":"é","n":null,"ok":false}']
-        >>> plain_envelopes(0, "url", pa.RecordBatch.from_pydict({"url": ['say "hi"']})) is None
+def envelopes(schema: pa.Schema, idx: int, keys: pa.Array, recs: pa.Array, route: Optional[pa.Array] = None) -> pa.RecordBatch:
+    """Envelopes of input ``idx``: key texts, their records (a struct array), partitioning strings
+    (the keys when not given); the other columns null."""
+    n = len(keys)
+    cols = {"_key": keys, "_flow": pa.array(np.full(n, idx, np.int32)), "_r": keys if route is None else route, record_column(idx): recs}
+    return pa.RecordBatch.from_arrays([cols[f.name] if f.name in cols else pa.nulls(n, f.type) for f in schema], schema=schema)
+
+
+def plain_envelopes(flow_idx: int, field: str, batch: pa.RecordBatch, schema: pa.Schema) -> Optional[pa.RecordBatch]:
+    """The envelopes (of ``schema``, :func:`envelope_schema`) of a batch whose RouteBy is the
+    (non-``json``) field ``field``, built by Arrow in one pass: the same key texts as
+    :func:`encode_key` gives, the records as they are.
+
+    ``None`` when some record needs the per-record path: a key that is a float, a list, a string
+    that JSON must escape, or missing (which is an error there).
+
+        >>> from cbp.spec.schema import RecordSchema
+        >>> env = envelope_schema([RecordSchema.parse({"url": "string", "n": "int"})])
+        >>> b = pa.RecordBatch.from_pydict({"url": ["a", "é"], "n": [1, None]})
+        >>> e = plain_envelopes(0, "url", b, env)
+        >>> e.column("_key").to_pylist(), e.column("_i0").to_pylist()
+        (['"a"', '"é"'], [{'url': 'a', 'n': 1}, {'url': 'é', 'n': None}])
+        >>> plain_envelopes(0, "url", pa.RecordBatch.from_pydict({"url": ['say "hi"'], "n": [1]}), env) is None
         True
     """
-    texts: dict[str, Any] = {}
-    for name, col in zip(batch.schema.names, batch.columns):
-        t = col.type
-        if pa.types.is_string(t) or pa.types.is_large_string(t):
-            if pc.any(pc.match_substring_regex(col, _ESCAPED)).as_py():
-                return None
-            texts[name] = pc.binary_join_element_wise('"', col, '"', "")
-        elif pa.types.is_integer(t):
-            texts[name] = pc.cast(col, pa.string())
-        elif pa.types.is_boolean(t):
-            texts[name] = pc.if_else(col, "true", "false")
-        else:
-            return None
-    key = texts.get(field)
-    if key is None or key.null_count:
+    if field not in batch.schema.names:
         return None
-    parts: list[Any] = []
-    for i, name in enumerate(batch.schema.names):
-        parts += [("{" if i == 0 else ",") + json.dumps(name, ensure_ascii=False) + ":", pc.fill_null(texts[name], "null")]
-    rec = pc.binary_join_element_wise(*parts, "}", "")
-    n = batch.num_rows
-    return pa.RecordBatch.from_arrays([key.cast(pa.string()), pa.array(np.full(n, flow_idx, np.int32)), rec.cast(pa.string()),
-                                       key.cast(pa.string())], schema=ENVELOPE)
+    col = batch.column(field)
+    t = col.type
+    if col.null_count:
+        return None
+    if pa.types.is_string(t) or pa.types.is_large_string(t):
+        if pc.any(pc.match_substring_regex(col, _ESCAPED)).as_py():
+            return None
+        key = pc.binary_join_element_wise('"', col, '"', "")
+    elif pa.types.is_integer(t):
+        key = pc.cast(col, pa.string())
+    elif pa.types.is_boolean(t):
+        key = pc.if_else(col, "true", "false")
+    else:
+        return None
+    return envelopes(schema, flow_idx, key.cast(pa.string()), records_struct(batch, schema, flow_idx))
 
 
 class Routes:
-    """Envelopes of one input flow, emitted in batches of at most :data:`ROUTE_ROWS` rows or about
-    :data:`ROUTE_BYTES` of text."""
+    """Envelopes of one input flow, from one input batch at a time: each envelope names a record
+    of the batch by its row; emitted in batches of at most :data:`ROUTE_ROWS` envelopes."""
 
-    def __init__(self, flow_idx: int, probes: list[str]) -> None:
-        self.flow_idx, self.probes = flow_idx, probes
+    def __init__(self, flow_idx: int, probes: list[str], schema: pa.Schema) -> None:
+        self.flow_idx, self.probes, self.schema = flow_idx, probes, schema
+        self.recs: Optional[pa.StructArray] = None
         self.keys: list[str] = []
-        self.recs: list[str] = []
+        self.rows: list[int] = []
         self.parts: list[str] = []
-        self.size = 0
 
-    def add(self, key: str, text: str, route: Optional[str] = None) -> Optional[pa.RecordBatch]:
-        """Queue one envelope; a full batch when one is due."""
+    def start(self, batch: pa.RecordBatch) -> None:
+        """The next input batch (the envelopes of the last one must have been flushed)."""
+        self.recs = records_struct(batch, self.schema, self.flow_idx)
+
+    def add(self, key: str, row: int, route: Optional[str] = None) -> Optional[pa.RecordBatch]:
+        """Queue one envelope of row ``row``; a full batch when one is due."""
         self.keys.append(key)
-        self.recs.append(text)
+        self.rows.append(row)
         self.parts.append(key if route is None else route)
-        self.size += len(text) + len(key)
-        return self.flush() if len(self.keys) >= ROUTE_ROWS or self.size >= ROUTE_BYTES else None
+        return self.flush() if len(self.keys) >= ROUTE_ROWS else None
 
-    def add_copies(self, target: Logical, text: str) -> Iterator[pa.RecordBatch]:
+    def add_copies(self, target: Logical, row: int) -> Iterator[pa.RecordBatch]:
         """Queue one copy of the record for each partition."""
         ck = copy_key(target)
         for probe in self.probes:
-            b = self.add(ck, text, probe)
+            b = self.add(ck, row, probe)
             if b is not None:
                 yield b
 
     def flush(self) -> Optional[pa.RecordBatch]:
         if not self.keys:
             return None
-        n = len(self.keys)
-        b = pa.RecordBatch.from_arrays([pa.array(self.keys, pa.string()), pa.array(np.full(n, self.flow_idx, np.int32)),
-                                        pa.array(self.recs, pa.string()), pa.array(self.parts, pa.string())], schema=ENVELOPE)
-        self.keys, self.recs, self.parts, self.size = [], [], [], 0
+        assert self.recs is not None
+        b = envelopes(self.schema, self.flow_idx, pa.array(self.keys, pa.string()), self.recs.take(pa.array(self.rows, pa.int64())),
+                      pa.array(self.parts, pa.string()))
+        self.keys, self.rows, self.parts = [], [], []
         return b
 
 
 class Copies:
-    """The broadcast and multicast records a grouped task received, and their delivery to key groups."""
+    """The broadcast and multicast records a grouped task received, and their delivery to key groups.
+
+    A copy is kept as the task's key groups hold records (:mod:`cbp.engine.groups`): an Arrow
+    slice of one or more records (batch translate), else its JSON text, so that every key it is
+    delivered to decodes a fresh record of its own."""
 
     def __init__(self, plan: "TaskPlan") -> None:
         names = [i.flow for i in plan.stage.inputs]
         self._index = {n: i for i, n in enumerate(names)}
         self.where = plan.where()
-        #: (input indexes it is limited to or None, whether it goes to stored keys, input index, record text)
-        self.broadcast: list[tuple[Optional[frozenset[int]], bool, int, str]] = []
-        self.multicast: dict[str, list[tuple[int, str]]] = {}
+        #: (input indexes it is limited to or None, whether it goes to stored keys, input index, records, how many)
+        self.broadcast: list[tuple[Optional[frozenset[int]], bool, int, Any, int]] = []
+        self.multicast: dict[str, list[tuple[int, Any, int]]] = {}
         self.to_state = False  # a broadcast goes to every stored key: the task must visit them all
         self.stats = {"broadcast_in": 0, "multicast_in": 0, "bindings_in": 0, "delivered": 0}
 
@@ -179,23 +223,27 @@ class Copies:
         if not g.key.startswith(COPY):
             return False
         kind, body = g.key[1], g.key[2:]
-        for idx, texts in enumerate(g.flows):
-            for text in texts:
-                if kind == "M":
-                    self.multicast.setdefault(body, []).append((idx, text))
-                    self.stats["multicast_in"] += 1
+        for idx, items in enumerate(g.flows):
+            for item in items:
+                if isinstance(item, dict):
+                    item, n = json.dumps(item, separators=(",", ":"), ensure_ascii=False), 1
                 else:
-                    self._add_broadcast(json.loads(body), idx, text)
+                    n = len(item)
+                if kind == "M":
+                    self.multicast.setdefault(body, []).append((idx, item, n))
+                    self.stats["multicast_in"] += n
+                else:
+                    self._add_broadcast(json.loads(body), idx, item, n)
         return True
 
-    def _add_broadcast(self, flows: Optional[list[str]], idx: int, text: str) -> None:
-        self.stats["broadcast_in"] += 1
+    def _add_broadcast(self, flows: Optional[list[str]], idx: int, item: Any, n: int) -> None:
+        self.stats["broadcast_in"] += n
         if flows is None:
-            self.broadcast.append((None, False, idx, text))
+            self.broadcast.append((None, False, idx, item, n))
             return
         to_state = STATE in flows
         self.to_state |= to_state
-        self.broadcast.append((frozenset(self._index[f] for f in flows if f != STATE), to_state, idx, text))
+        self.broadcast.append((frozenset(self._index[f] for f in flows if f != STATE), to_state, idx, item, n))
 
     def deliver_multicast(self, g: Group) -> None:
         """Add to ``g`` the multicast records of the addresses it is bound to."""
@@ -203,10 +251,10 @@ class Copies:
             return
         self.stats["bindings_in"] += len(g.bound)
         for addr in dict.fromkeys(g.bound):
-            for idx, text in self.multicast.get(addr, ()):
-                g.flows[idx].append(text)
-                g.records += 1
-                self.stats["delivered"] += 1
+            for idx, item, n in self.multicast.get(addr, ()):
+                g.flows[idx].append(item)
+                g.records += n
+                self.stats["delivered"] += n
         g.bound = []
 
     def deliver_broadcast(self, g: Group, has_state: bool, outer: bool) -> None:
@@ -215,13 +263,13 @@ class Copies:
         grouping, or by a broadcast to the stored keys)."""
         if not self.broadcast:
             return
-        had = [bool(texts) for texts in g.flows]
+        had = [bool(items) for items in g.flows]
         called = any(had) or (has_state and (outer or self.to_state))
-        for only, to_state, idx, text in self.broadcast:
+        for only, to_state, idx, item, n in self.broadcast:
             if called if only is None else (to_state and has_state) or any(had[i] for i in only):
-                g.flows[idx].append(text)
-                g.records += 1
-                self.stats["delivered"] += 1
+                g.flows[idx].append(item)
+                g.records += n
+                self.stats["delivered"] += n
 
 
 def _chain(first: list[Group], rest: Iterator[list[Group]]) -> Iterator[list[Group]]:

@@ -16,7 +16,7 @@ dealt to one task per core).
 
 Anything else takes the normal path: black-box mode (the whole state goes through the shuffle),
 multicast bindings, a RouteBy function or ``ALL`` (user code and copies: the map side's job), a
-batch Arrow cannot route by itself (floats, lists, strings JSON must escape), or more records.
+batch Arrow cannot route by itself (float or list keys, key strings JSON must escape), or more records.
 
 The knob: ``CBP_SMALL_EPOCH_RECORDS`` or the pipeline tuning option ``small_epoch_records``
 (0 turns the path off).
@@ -33,22 +33,26 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from ..storage import objectstore
-from .routing import ENVELOPE, plain_envelopes
+from .routing import plain_envelopes
 from .sparkhash import partition_of, spark_xxhash64
 
 if TYPE_CHECKING:
     from .task import TaskPlan
 
-__all__ = ["SMALL_RECORDS", "small_records", "driver_routed", "run_routed"]
+__all__ = ["SMALL_RECORDS", "small_records", "routed_schema", "driver_routed", "run_routed"]
 
 #: New records of an epoch up to which the driver routes them (above, Spark's shuffle does).
 SMALL_RECORDS = 20_000
-#: ... as long as their files hold at most this many bytes, and their envelopes (the JSON texts a
-#: task gets) this many: the driver holds them, and a task its partition's share.
+#: ... as long as their files hold at most this many bytes, and their envelopes (what a task gets)
+#: this many: the driver holds them, and a task its partition's share.
 SMALL_FILE_BYTES = 16 << 20
 SMALL_ENVELOPE_BYTES = 64 << 20
-#: The envelopes a grouped task gets, as the shuffle hands them over (``_r`` dropped, ``_h`` added).
-ROUTED = pa.schema([ENVELOPE.field("_key"), ENVELOPE.field("_flow"), ENVELOPE.field("_rec"), pa.field("_h", pa.int64())])
+
+
+def routed_schema(plan: "TaskPlan") -> pa.Schema:
+    """The envelopes a grouped task gets, as the shuffle hands them over (``_r`` dropped, ``_h`` added)."""
+    env = plan.envelope_schema()
+    return pa.schema([f for f in env if f.name != "_r"] + [pa.field("_h", pa.int64())])
 
 
 def small_records(override: Optional[int] = None) -> int:
@@ -86,12 +90,13 @@ def driver_routed(plan: "TaskPlan", input_files: dict[int, list[str]]) -> Option
         return None
     parts: list[pa.RecordBatch] = []
     size = 0
+    schema = plan.envelope_schema()
     for i, fs, path in located:
         want = plan.input_schemas[i].arrow
         with fs.open_input_file(path) as fh:
             table = pq.read_table(fh, columns=[f.name for f in want])
         for b in table.cast(want).to_batches():
-            env = plain_envelopes(i, plan.stage.inputs[i].route_by.field, b)  # type: ignore[union-attr, arg-type]
+            env = plain_envelopes(i, plan.stage.inputs[i].route_by.field, b, schema)  # type: ignore[union-attr, arg-type]
             if env is None:
                 return None
             size += env.nbytes
@@ -99,12 +104,12 @@ def driver_routed(plan: "TaskPlan", input_files: dict[int, list[str]]) -> Option
                 return None
             parts.append(env)
     n = plan.stage.partitions
+    routed = routed_schema(plan)
     if not parts:
-        return [pa.table({f.name: pa.array([], f.type) for f in ROUTED}) for _ in range(n)]
-    env = pa.Table.from_batches(parts, schema=ENVELOPE)
+        return [routed.empty_table() for _ in range(n)]
+    env = pa.Table.from_batches(parts, schema=schema)
     keys = env.column("_key").to_pylist()
-    table = pa.table({"_key": env.column("_key"), "_flow": env.column("_flow"), "_rec": env.column("_rec"),
-                      "_h": pa.array(spark_xxhash64(keys), pa.int64())})
+    table = env.drop_columns(["_r"]).append_column("_h", pa.array(spark_xxhash64(keys), pa.int64()))
     part = partition_of(keys, n)
     out = []
     for p in range(n):
@@ -144,10 +149,11 @@ def run_routed(spark: Any, plan: "TaskPlan", parts: list[pa.Table], task: Any, p
     except ValueError:
         chunk = 10_000
     payloads = []
+    routed = routed_schema(plan)
     for p, t in enumerate(parts):
         sink = pa.BufferOutputStream()
-        with pa.ipc.new_stream(sink, ROUTED) as w:
-            w.write_table(t.cast(ROUTED), max_chunksize=chunk)
+        with pa.ipc.new_stream(sink, routed) as w:
+            w.write_table(t.cast(routed), max_chunksize=chunk)
         payloads.append((p, sink.getvalue().to_pybytes()))
     tasks = len(payloads) if placed else max(1, min(len(payloads), sc.defaultParallelism))
     groups = [payloads[i::tasks] for i in range(tasks)]

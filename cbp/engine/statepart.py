@@ -198,6 +198,14 @@ class DirectPartition:
             self._drops[1].append(f)
             self._drops[2].append(g)
 
+    def drop_rows(self, h: np.ndarray, f: np.ndarray, g: np.ndarray) -> None:
+        """:meth:`drop` for many stored rows at once: their key hashes, file ids and row groups."""
+        if h.size:
+            u = np.unique(np.stack([h.astype(np.int64), f.astype(np.int64), g.astype(np.int64)]), axis=1)
+            self._drops[0].extend(u[0].tolist())
+            self._drops[1].extend(u[1].tolist())
+            self._drops[2].extend(u[2].tolist())
+
     def write_rows(self, keys: pa.Array, hashes: pa.Array, rows: pa.Table) -> None:
         """New rows of keys already :meth:`drop`-ped, in storage form, in key-hash order (``_alive``
         false: a tombstone); ``keys`` (texts) and ``hashes`` align with ``rows``."""

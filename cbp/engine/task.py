@@ -31,15 +31,16 @@ from ..spec import StageSpec
 from ..spec.schema import RecordError, RecordSchema
 from ..storage import INC, LAYOUT, Home
 from .batch import BatchTranslate
+from .columnar import ColumnarTask, columnar_ok
 from .bipindex import ROW_GROUP, StateMeta
 from .groups import Group, group_chunks, with_state_keys
 from .locality import executor_name
 from .protocol import FailureRecord, TaskFailed, TaskResult, result_batch
-from .routing import BINDINGS, ENVELOPE, Copies, Routes, check_target, encode_key, plain_envelopes
+from .routing import BINDINGS, Copies, Routes, check_target, encode_key, envelope_schema, plain_envelopes
 from .sinks import ParquetSink, RecordSink, io_path
 from .statepart import BlackboxPartition, DirectPartition, OldState
 
-__all__ = ["TaskPlan", "ENVELOPE", "EpochTimeout", "encode_key", "route_batches", "grouped_task", "recordwise_task"]
+__all__ = ["TaskPlan", "EpochTimeout", "encode_key", "route_batches", "grouped_task", "recordwise_task"]
 
 class EpochTimeout(BaseException):
     """Raised inside a task when its stage epoch's time limit is up (a BaseException, so that a
@@ -79,6 +80,11 @@ class TaskPlan:
     bindings: list[str] = field(default_factory=list)  # URIs of the bindings the stage's last epoch made
     new_records: Optional[int] = None  # records of the increments the epoch reads (None: not known)
     small_records: Optional[int] = None  # up to how many the driver routes them (cbp.engine.smallepoch; None: its default)
+    columnar: bool = True  # a batch translator may take the columnar path (cbp.engine.columnar; CBP_COLUMNAR=0: never)
+
+    def envelope_schema(self) -> pa.Schema:
+        """The envelopes of this stage epoch (:func:`cbp.engine.routing.envelope_schema`)."""
+        return envelope_schema(self.input_schemas, self.stage.state_schema if self.mode == "blackbox" else None)
 
     def where(self, key: Any = None) -> str:
         s = f"stage '{self.stage.name}' epoch {self.epoch}"
@@ -108,45 +114,51 @@ def route_batches(plan: TaskPlan, flow_idx: int, batches: Iterable[pa.RecordBatc
     inp = plan.stage.inputs[flow_idx]
     route = inp.route_by
     assert route is not None
-    routes = Routes(flow_idx, plan.probes)
+    schema = plan.envelope_schema()
+    routes = Routes(flow_idx, plan.probes, schema)
     flows = [i.flow for i in plan.stage.inputs]
     ft = plan.input_schemas[flow_idx].fields.get(route.field) if route.field is not None else None
     plain = ft is not None and ft.scalar != "json" and not ft.is_list
     for b in batches:
-        env = plain_envelopes(flow_idx, route.field, b) if plain else None  # type: ignore[arg-type]
+        env = plain_envelopes(flow_idx, route.field, b, schema) if plain else None  # type: ignore[arg-type]
         if env is not None:  # every record of the batch routed by Arrow
             if env.num_rows:
                 yield env
             continue
-        for rec in b.to_pylist():
-            text = json.dumps(rec, separators=(",", ":"), ensure_ascii=False)
+        routes.start(b)
+        for row, rec in enumerate(b.to_pylist()):
             try:
                 out = route(plan.input_schemas[flow_idx].from_storage(dict(rec)))
             except (*USER_EXCEPTIONS, EpochTimeout) as e:
-                raise _user_failure(plan, f"{plan.where()} flow '{inp.flow}' record {text[:200]}", f"route_by '{route.text}'", e) from None
+                raise _user_failure(plan, f"{plan.where()} flow '{inp.flow}' record {_shown(rec)}", f"route_by '{route.text}'", e) from None
             many = out if isinstance(out, (list, set, frozenset)) else (out,)  # a tuple is one composite key
             if None in many:
-                raise _failed(plan, "user-code", f"{plan.where()} flow '{inp.flow}': route_by '{route.text}' returned no key (None) for record {text[:200]}")
+                raise _failed(plan, "user-code", f"{plan.where()} flow '{inp.flow}': route_by '{route.text}' returned no key (None) for record {_shown(rec)}")
             keys: list[str] = []
             for k in many:
                 if isinstance(k, (Broadcast, Multicast)):
                     why = check_target(k, flows)
                     if why is not None:
-                        raise _failed(plan, "route-target", f"{plan.where()} flow '{inp.flow}': route_by '{route.text}': {why}; record {text[:200]}")
-                    yield from routes.add_copies(k, text)
+                        raise _failed(plan, "route-target", f"{plan.where()} flow '{inp.flow}': route_by '{route.text}': {why}; record {_shown(rec)}")
+                    yield from routes.add_copies(k, row)
                     continue
                 try:
                     keys.append(encode_key(k))
                 except (TypeError, ValueError) as e:
                     raise _failed(plan, "user-code", f"{plan.where()} flow '{inp.flow}': route_by '{route.text}' returned a key that is not a JSON value "
-                                  f"({e}) for record {text[:200]}") from None
+                                  f"({e}) for record {_shown(rec)}") from None
             for k in (dict.fromkeys(keys) if len(keys) > 1 else keys):  # a record goes to each distinct key once
-                full = routes.add(k, text)
+                full = routes.add(k, row)
                 if full is not None:
                     yield full
-    last = routes.flush()
-    if last is not None:
-        yield last
+        last = routes.flush()
+        if last is not None:
+            yield last
+
+
+def _shown(rec: dict[str, Any]) -> str:
+    """A record in an error message: its JSON text, cut at 200 characters."""
+    return json.dumps(rec, separators=(",", ":"), ensure_ascii=False, default=str)[:200]
 
 
 # ------------------------------------------------------------------ translate calls
@@ -231,12 +243,14 @@ class _Calls:
             sink.sink.abort()
 
 
-def _flow_iter(plan: TaskPlan, idx: int, texts: list[str], key: Any, key_text: str) -> Iterator[dict[str, Any]]:
+def _flow_iter(plan: TaskPlan, idx: int, items: list[Any], key: Any, key_text: str) -> Iterator[dict[str, Any]]:
+    """One input flow's records of a key for the translator, in OrderBy order: ``items`` are the
+    group's (:mod:`cbp.engine.groups`): records in stored form, or the JSON texts of copies."""
     schema = plan.input_schemas[idx]
     order = plan.stage.inputs[idx].order_by
     if order is None:  # OrderByAny: arrival order, decoded lazily
-        return (schema.from_storage(json.loads(t)) for t in texts)
-    recs = [schema.from_storage(json.loads(t)) for t in texts]
+        return (schema.from_storage(json.loads(t) if type(t) is str else t) for t in items)
+    recs = [schema.from_storage(json.loads(t) if type(t) is str else t) for t in items]
     try:
         recs.sort(key=order)
     except (*USER_EXCEPTIONS, EpochTimeout) as e:
@@ -307,14 +321,18 @@ def _grouped_task(plan: TaskPlan, batches: Iterable[pa.RecordBatch], part_id: Op
             part = DirectPartition(plan, p) if plan.mode == "direct" else BlackboxPartition(plan, p)
         clock.lap("index_load")
         stats: dict[str, Any] = {"in": 0}
-        chunks = copies.absorb(group_chunks(batches, len(plan.stage.inputs)))
         batch = (BatchTranslate(plan, calls, partial(_update, part), _failed, _user_failure,
                                 direct=part if isinstance(part, DirectPartition) else None) if plan.stage.batch else None)
-        for g, old in _keyed(plan, part, chunks, clock, copies):
-            stats["in"] += g.records
-            _translate(plan, calls, part, g, old, copies, batch)
-        if batch is not None:
-            batch.flush()
+        if batch is not None and columnar_ok(plan, part):  # no key groups: Arrow all the way (cbp.engine.columnar)
+            stats["in"] = ColumnarTask(plan, batch, part if isinstance(part, DirectPartition) else None, clock).run(batches)
+            stats["columnar"] = 1
+        else:
+            chunks = copies.absorb(group_chunks(batches, len(plan.stage.inputs), arrow=plan.stage.batch))
+            for g, old in _keyed(plan, part, chunks, clock, copies):
+                stats["in"] += g.records
+                _translate(plan, calls, part, g, old, copies, batch)
+            if batch is not None:
+                batch.flush()
         clock.lap("translate")
         stats.update(copies.stats)
         result = _finish(plan, p, calls, part, stats, clock)
@@ -362,7 +380,7 @@ def _translate(plan: TaskPlan, calls: _Calls, part: _Partition, g: Group, old: O
     (a batch translator: queue the key for the next batch call)."""
     st = plan.stage
     if isinstance(part, BlackboxPartition):
-        records = [st.state_schema.from_storage(json.loads(t)) for t in g.state]  # type: ignore[union-attr]
+        records = [st.state_schema.from_storage(r) for r in g.state]  # type: ignore[union-attr]
         has_state = bool(g.state)
     else:
         records = old.records if old is not None else []

@@ -1,0 +1,219 @@
+"""Batch translate with no Python per key or per record: the columnar path of a grouped task.
+
+When a stage's logic is vectorised (``batch: true``) and nothing in the epoch needs to visit keys
+one by one, a grouped task never builds key groups (:mod:`cbp.engine.groups`). It takes the
+shuffled envelopes (:mod:`cbp.engine.routing`) as they come, sorted by key hash, key and flow,
+a chunk of whole keys at a time (at most :data:`cbp.engine.batch.BATCH_KEYS`), and with Arrow
+compute only:
+
+- finds the key runs (where ``_key`` changes), their hashes and typed keys;
+- reads the chunk's stored state through the partition's index (:meth:`StateReader.rows_of`)
+  and keeps each key's newest live rows;
+- cuts each input flow's records out of its struct column, in key order (and OrderBy field);
+- calls the batch translator once, checks what it returned (:meth:`BatchTranslate.check`);
+- compares each key's new rows with its stored rows and writes only the keys that changed,
+  with tombstones for the removed ones, in hash order, as one Arrow table.
+
+The same results as the per-key visit of :class:`cbp.engine.batch.BatchTranslate`. Used when
+(:func:`columnar_ok`) the epoch is direct-mode, grouping is inner (only keys with input are
+called), every input routes by a field (so there are no broadcast or multicast copies), no
+OrderBy is a function, and the stage made no multicast bindings; otherwise the key-group path.
+``CBP_COLUMNAR=0`` in the driver's environment turns it off.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Iterable, Optional
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from .batch import BATCH_KEYS, BatchTranslate, _typed_keys
+from .routing import record_column
+
+if TYPE_CHECKING:
+    from .statepart import DirectPartition
+    from .task import TaskPlan, _Calls, _Clock
+
+__all__ = ["columnar_ok", "ColumnarTask"]
+
+CHUNK_ROWS = 1 << 16  # envelopes gathered before a chunk of whole keys is cut off
+
+
+def columnar_ok(plan: "TaskPlan", part: Any) -> bool:
+    """Whether this grouped task can take the columnar path (see the module)."""
+    from .statepart import DirectPartition  # noqa: PLC0415
+
+    st = plan.stage
+    if not st.batch or not plan.columnar or plan.mode != "direct" or plan.bindings or (st.state_schema is not None and not isinstance(part, DirectPartition)):
+        return False
+    if st.state_schema is not None and st.grouping != "inner":
+        return False
+    return all(i.route_by is not None and i.route_by.field is not None and (i.order_by is None or i.order_by.field is not None)
+               for i in st.inputs)
+
+
+class ColumnarTask:
+    """One grouped task's batch translate over Arrow chunks of whole keys."""
+
+    def __init__(self, plan: "TaskPlan", batch: BatchTranslate, part: Optional["DirectPartition"], clock: "_Clock") -> None:
+        self.plan, self.batch, self.part, self.clock = plan, batch, part, clock
+        self.records = 0
+
+    def run(self, batches: Iterable[pa.RecordBatch]) -> int:
+        """Translate every key of the task's envelopes; the number of input records."""
+        held: list[pa.RecordBatch] = []
+        rows, due = 0, CHUNK_ROWS
+        for b in batches:
+            if b.num_rows == 0:
+                continue
+            held.append(b)
+            rows += b.num_rows
+            if rows >= due:
+                t = pa.Table.from_batches(held).combine_chunks()
+                keys = t.column("_key")
+                start = int(pc.index(keys, keys[len(keys) - 1]).as_py())  # the last key may go on in the next batch
+                if start > 0:
+                    self._chunk(t.slice(0, start))
+                held = t.slice(start).to_batches()
+                rows = t.num_rows - start
+                due = rows + CHUNK_ROWS  # one key with more records than a chunk: look again a chunk later
+        if held:
+            self._chunk(pa.Table.from_batches(held).combine_chunks())
+        return self.records
+
+    def _chunk(self, t: pa.Table) -> None:
+        """Whole keys' envelopes (sorted by hash, key, flow): translated BATCH_KEYS keys at a time."""
+        keys = t.column("_key").combine_chunks()
+        n = len(keys)
+        change = np.ones(n, bool)
+        if n > 1:
+            change[1:] = pc.not_equal(keys.slice(1), keys.slice(0, n - 1)).to_numpy(zero_copy_only=False)
+        starts = np.flatnonzero(change)
+        for a in range(0, starts.size, BATCH_KEYS):
+            lo = int(starts[a])
+            hi = int(starts[a + BATCH_KEYS]) if a + BATCH_KEYS < starts.size else n
+            self._call(t.slice(lo, hi - lo), starts[a:a + BATCH_KEYS] - lo, change[lo:hi])
+        self.clock.lap("translate")
+
+    def _call(self, t: pa.Table, starts: np.ndarray, change: np.ndarray) -> None:
+        plan, bt = self.plan, self.batch
+        st = plan.stage
+        self.records += t.num_rows
+        texts = t.column("_key").combine_chunks().take(pa.array(starts))
+        hashes = t.column("_h").combine_chunks().take(pa.array(starts)).to_numpy()
+        typed = _typed_keys(texts)
+        row_pos = np.cumsum(change) - 1  # each envelope's key, as a position in the call's keys
+        self.clock.lap("input")
+        old, old_pos, locs = self._old_state(texts, hashes)
+        self.clock.lap("state_read")
+        flows = t.column("_flow").to_numpy()
+        inputs = []
+        for idx, inp in enumerate(st.inputs):
+            mask = flows == idx
+            recs = pa.Table.from_struct_array(t.column(record_column(idx)).filter(pa.array(mask)).combine_chunks())
+            table = recs.select(plan.input_schemas[idx].arrow.names).cast(plan.input_schemas[idx].arrow)
+            at = row_pos[mask]
+            table = table.add_column(0, "_key", typed.take(pa.array(at)))
+            if inp.order_by is not None and table.num_rows:
+                table = table.append_column("_pos", pa.array(at)).sort_by([("_pos", "ascending"), (inp.order_by.field, "ascending")]).drop_columns(["_pos"])
+            inputs.append(table)
+        state = None
+        if old is not None:
+            state = old.add_column(0, "_key", typed.take(pa.array(old_pos)))
+        result = bt.call(typed, state, inputs, len(starts))
+        new, removed, outputs = bt.check(result, typed, lambda i: texts[i].as_py())
+        if self.part is not None:
+            self._write(texts, hashes, old, old_pos, locs, new, removed)
+        for flow, table in outputs.items():
+            bt.calls.outputs[flow].add_table(table)
+
+    def _old_state(self, texts: pa.Array, hashes: np.ndarray) -> tuple[Optional[pa.Table], np.ndarray, Optional[tuple[np.ndarray, ...]]]:
+        """The stored state of the call's keys: each key's newest live rows (key order, then stored
+        order), their key positions, and (key position, hash, file id, row group) of every stored row."""
+        part, schema = self.part, self.plan.stage.state_schema
+        if part is None or schema is None:
+            return None, np.empty(0, np.int64), None
+        empty = schema.arrow.empty_table()
+        if not part.index.live_keys:
+            return empty, np.empty(0, np.int64), None
+        rows, fids, rgs = part.reader.rows_of(hashes)
+        if rows.num_rows == 0:
+            return empty, np.empty(0, np.int64), None
+        pos = pc.index_in(rows.column("_key"), value_set=texts)  # another key with the same hash: not this call's
+        ok = pos.is_valid().to_numpy(zero_copy_only=False)
+        rows, fids, rgs = rows.filter(pa.array(ok)), fids[ok], rgs[ok]
+        pos = pos.filter(pa.array(ok)).to_numpy().astype(np.int64)
+        part.keys_read += int(np.unique(pos).size)
+        epochs = rows.column("_epoch").to_numpy()
+        newest = np.full(len(texts), np.iinfo(np.int64).min, np.int64)
+        np.maximum.at(newest, pos, epochs)
+        live = (epochs == newest[pos]) & rows.column("_alive").to_numpy(zero_copy_only=False)
+        order = np.argsort(pos[live], kind="stable")
+        old = rows.filter(pa.array(live)).select(schema.arrow.names).take(pa.array(order)).cast(schema.arrow)
+        return old, pos[live][order], (pos, hashes[pos], fids, rgs)
+
+    def _write(self, texts: pa.Array, hashes: np.ndarray, old: Optional[pa.Table], old_pos: np.ndarray,
+               locs: Optional[tuple[np.ndarray, ...]], new: Optional[pa.Table], removed: np.ndarray) -> None:
+        """Write the keys whose state changed: new rows, or a tombstone for a removed key that had state."""
+        part = self.part
+        assert part is not None
+        n = len(texts)
+        n_old = np.bincount(old_pos, minlength=n)
+        new_pos = new.column("_pos").to_numpy() if new is not None else np.empty(0, np.int64)
+        n_new = np.bincount(new_pos, minlength=n)
+        changed = np.zeros(n, bool)
+        changed[removed] = n_old[removed] > 0
+        given = n_new > 0
+        changed |= given & (n_new != n_old)
+        same_count = np.flatnonzero(given & (n_new == n_old))
+        if same_count.size and new is not None and old is not None:
+            changed[same_count] = _rows_differ(old, old_pos, new, same_count, n)
+        if not changed.any():
+            return
+        ch = np.flatnonzero(changed)
+        part.keys_written += int(ch.size)
+        if locs is not None:
+            kpos, h, f, g = locs
+            sel = changed[kpos]
+            part.drop_rows(h[sel], f[sel], g[sel])
+        parts = []
+        if new is not None and new.num_rows:
+            rows = new.filter(pa.array(changed[new_pos]))
+            parts.append(rows.append_column("_alive", pa.array(np.ones(rows.num_rows, bool))))
+        gone = np.sort(removed[changed[removed]]) if removed.size else removed
+        if gone.size:
+            arrow = self.plan.stage.state_schema.arrow  # type: ignore[union-attr]
+            dead = pa.table({f.name: pa.nulls(gone.size, f.type) for f in arrow})
+            parts.append(dead.append_column("_pos", pa.array(gone.astype(np.int64))).append_column("_alive", pa.array(np.zeros(gone.size, bool))))
+        rows = pa.concat_tables(parts) if len(parts) > 1 else parts[0]
+        rows = rows.take(pc.sort_indices(rows, [("_pos", "ascending")]))  # stable: a key's rows keep their order
+        at = pa.array(rows.column("_pos").to_numpy())
+        part.write_rows(texts.take(at), pa.array(hashes).take(at), rows.drop_columns(["_pos"]))
+
+
+def _rows_differ(old: pa.Table, old_pos: np.ndarray, new: pa.Table, keys: np.ndarray, n: int) -> np.ndarray:
+    """For keys (positions) with as many new rows as stored ones: whether any row differs, in order."""
+    want = np.zeros(n, bool)
+    want[keys] = True
+    a = old.filter(pa.array(want[old_pos]))
+    new_pos = new.column("_pos").to_numpy()
+    sel = want[new_pos]
+    b = new.filter(pa.array(sel))
+    b_pos = new_pos[sel]
+    b = b.take(pa.array(np.argsort(b_pos, kind="stable")))  # rows of a key together, in the order returned
+    at = np.sort(b_pos, kind="stable")
+    differs = np.zeros(len(at), bool)
+    for name in old.column_names:
+        x, y = a.column(name), b.column(name)
+        if pa.types.is_list(x.type):
+            differs |= np.array([u != v for u, v in zip(x.to_pylist(), y.to_pylist())], bool)
+            continue
+        eq = pc.equal(x, y)
+        both_null = pc.and_(pc.is_null(x), pc.is_null(y))
+        same = pc.or_kleene(pc.fill_null(eq, False), both_null)
+        differs |= ~same.to_numpy(zero_copy_only=False)
+    out = np.zeros(n, bool)
+    np.logical_or.at(out, at, differs)
+    return out[keys]
