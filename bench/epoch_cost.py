@@ -21,6 +21,7 @@ settings side by side in one run with ``--compare KEY=VALUE`` (a pipeline tuning
 
     .venv/bin/python bench/epoch_cost.py                       # 100k keys, 20 epochs of 1k records (~2 min)
     .venv/bin/python bench/epoch_cost.py --keys 1000000 --increment 1000
+    .venv/bin/python bench/epoch_cost.py --keys 1000000 --increment 100000 --epochs 5 --vectorised
 """
 
 from __future__ import annotations
@@ -40,7 +41,7 @@ from typing import Any
 
 import numpy as np
 
-from url_count_bench import OUT, YAML, Keys, _version, build, increments, load_vocabulary, log, run_one  # puts ROOT on sys.path
+from url_count_bench import OUT, YAML, Keys, _version, build, increments, load_vocabulary, log, run_one, vec_yaml  # puts ROOT on sys.path
 
 SPARK_JOB = "run_stage_epoch"
 
@@ -168,6 +169,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--warmup", type=int, default=3)
     ap.add_argument("--compare", default=None, metavar="KEY=VALUE", help="a tuning option for a second arm, run alternately")
     ap.add_argument("--seed", type=int, default=42)
+    ap.add_argument("--vectorised", action="store_true", help="time the epochs of flows/url_count_vec.yaml (batch translate) on the built state")
     ap.add_argument("--profile", type=int, default=0, metavar="N", help="also print the N functions the driver spends most time in (cProfile)")
     args = ap.parse_args(argv)
 
@@ -195,7 +197,7 @@ def main(argv: list[str] | None = None) -> int:
             if name != "default":
                 k, v = name.split("=", 1)
                 tuning[k] = json.loads(v) if v[:1].isdigit() or v in ("true", "false") else v
-            arms[name] = cbp.Pipeline(YAML, home=str(work / f"arm-{len(arms)}"), spark=spark, **tuning)
+            arms[name] = cbp.Pipeline(vec_yaml(work) if args.vectorised else YAML, home=str(work / f"arm-{len(arms)}"), spark=spark, **tuning)
         incs = increments(args.keys, args.increment, args.warmup + args.epochs, args.seed)
         jobs.take()
         results: dict[str, list[dict[str, Any]]] = {n: [] for n in names}

@@ -286,9 +286,11 @@ def test_columnar_path_equals_key_groups_and_per_key(spark, tmp_path, make_pipel
     assert sorted((r["k"], r["item"]) for r in final) == sorted((k, i) for k, s in want.items() for i in s)
 
 
-def test_columnar_path_with_a_key_of_more_records_than_a_chunk(spark, tmp_path):
+@pytest.mark.parametrize("small", ["0", "1000000"])
+def test_columnar_path_with_a_key_of_more_records_than_a_chunk(spark, tmp_path, monkeypatch, small):
     """A key whose records span several of the columnar path's chunks (64k envelopes) is still
-    one key, called once, with all its records."""
+    one key, called once, with all its records (through the shuffle, and routed by the driver)."""
+    monkeypatch.setenv("CBP_SMALL_EPOCH_RECORDS", small)
     rng = random.Random(4)
     recs = [{"url": "http://hot/"} if rng.random() < 0.9 else {"url": f"http://c/{rng.randint(0, 500)}"} for _ in range(150_000)]
     run = replay(FLOWS / "url_count_vec.yaml", [Increment("urls", recs[:20]), Increment("urls", recs[20:])],
@@ -298,5 +300,6 @@ def test_columnar_path_with_a_key_of_more_records_than_a_chunk(spark, tmp_path):
         want[r["url"]] = want.get(r["url"], 0) + 1
     assert {r["url"]: r["count"] for r in run.final_state("url_count")} == want
     last = run.steps[-1].epochs[0].report
+    assert (last.shuffle_records > 0) == (small == "0")
     assert last.columnar_tasks > 0 and last.keys_written == len({r["url"] for r in recs[20:]})
     assert sum(1 for r in run.steps[-1].outputs["counts"] if r["url"] == "http://hot/") == 1

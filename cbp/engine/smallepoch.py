@@ -41,8 +41,10 @@ if TYPE_CHECKING:
 
 __all__ = ["SMALL_RECORDS", "small_records", "routed_schema", "driver_routed", "run_routed"]
 
-#: New records of an epoch up to which the driver routes them (above, Spark's shuffle does).
-SMALL_RECORDS = 20_000
+#: New records of an epoch up to which the driver routes them (above, Spark's shuffle does). On 2
+#: cores the driver's path was faster up to 200k records (URLCount, 1M state keys: 0.69x the
+#: shuffle path's epoch at 100k records, 0.79x at 200k; ``bench/epoch_cost.py --compare``).
+SMALL_RECORDS = 200_000
 #: ... as long as their files hold at most this many bytes, and their envelopes (what a task gets)
 #: this many: the driver holds them, and a task its partition's share.
 SMALL_FILE_BYTES = 16 << 20
@@ -108,9 +110,9 @@ def driver_routed(plan: "TaskPlan", input_files: dict[int, list[str]]) -> Option
     if not parts:
         return [routed.empty_table() for _ in range(n)]
     env = pa.Table.from_batches(parts, schema=schema)
-    keys = env.column("_key").to_pylist()
-    table = env.drop_columns(["_r"]).append_column("_h", pa.array(spark_xxhash64(keys), pa.int64()))
-    part = partition_of(keys, n)
+    key_col = env.column("_key").combine_chunks()
+    table = env.drop_columns(["_r"]).append_column("_h", pa.array(spark_xxhash64(key_col.to_pylist()), pa.int64()))
+    part = partition_of(key_col, n)
     out = []
     for p in range(n):
         rows = table.filter(pa.array(part == p))

@@ -21,16 +21,13 @@ from __future__ import annotations
 from typing import Sequence
 
 import numpy as np
+import pyarrow as pa
 import xxhash
 
 __all__ = ["spark_hash", "spark_xxhash64", "partition_of", "SEED"]
 
 SEED = 42
 _C1, _C2 = np.uint32(0xCC9E2D51), np.uint32(0x1B873593)
-#: Keys longer than this are hashed one by one (a padded matrix of all keys would grow with the longest).
-_MATRIX_MAX = 256
-
-
 def _rotl(x: np.ndarray, r: int) -> np.ndarray:
     return (x << np.uint32(r)) | (x >> np.uint32(32 - r))
 
@@ -51,44 +48,51 @@ def _fmix(h1: np.ndarray, length: np.ndarray) -> np.ndarray:
     return h1
 
 
-def _murmur3(data: list[bytes]) -> np.ndarray:
-    """Spark's ``Murmur3_x86_32.hashUnsafeBytes(b, 42)`` of each byte string, as uint32."""
-    n = len(data)
-    lengths = np.fromiter((len(b) for b in data), dtype=np.int64, count=n)
-    width = (int(lengths.max()) + 3) // 4 * 4 if n else 0
-    m = np.zeros((n, max(width, 4)), dtype=np.uint8)
-    for i, b in enumerate(data):
-        m[i, : len(b)] = np.frombuffer(b, dtype=np.uint8)
-    words = m.view("<u4")  # little-endian 4-byte blocks, as Spark reads them on x86 and ARM
+def _utf8(keys: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
+    """The UTF-8 bytes of all keys, one after the other, and the offset of each key (plus the end)."""
+    arr = keys if isinstance(keys, pa.Array) else pa.array(keys, pa.large_string())
+    arr = arr.cast(pa.large_string())
+    if arr.offset or not len(arr):
+        arr = pa.concat_arrays([arr])  # its buffers start at its first key
+    offsets = np.frombuffer(arr.buffers()[1], np.int64, count=len(arr) + 1) if len(arr) else np.zeros(1, np.int64)
+    data = arr.buffers()[2]
+    return (np.frombuffer(data, np.uint8) if data is not None else np.zeros(0, np.uint8)), offsets
+
+
+def _murmur3(data: np.ndarray, offsets: np.ndarray) -> np.ndarray:
+    """Spark's ``Murmur3_x86_32.hashUnsafeBytes(b, 42)`` of each byte string (``data[offsets[i]:offsets[i + 1]]``),
+    as uint32: one numpy pass per 4-byte block position over the keys that are that long."""
+    starts = offsets[:-1]
+    lengths = offsets[1:] - starts
+    n = starts.size
+    padded = np.concatenate([data, np.zeros(4, np.uint8)])  # a block read never runs past the end
+
+    def block(sel: np.ndarray, at: np.ndarray) -> np.ndarray:
+        b = [padded[at + t].astype(np.uint32) for t in range(4)]
+        return b[0] | (b[1] << np.uint32(8)) | (b[2] << np.uint32(16)) | (b[3] << np.uint32(24))  # little-endian, as Spark reads
+
     aligned = lengths // 4
     h1 = np.full(n, SEED, dtype=np.uint32)
     with np.errstate(over="ignore"):
-        for j in range(width // 4):
-            live = aligned > j
-            if not live.any():
-                break
-            h1 = np.where(live, _mix(h1, words[:, j]), h1)
+        j = 0
+        sel = np.flatnonzero(aligned > 0)
+        while sel.size:
+            h1[sel] = _mix(h1[sel], block(sel, starts[sel] + 4 * j))
+            j += 1
+            sel = sel[aligned[sel] > j]
         for t in range(3):  # the tail: each byte sign-extended and mixed as a block
             pos = aligned * 4 + t
-            live = pos < lengths
-            if not live.any():
+            sel = np.flatnonzero(pos < lengths)
+            if not sel.size:
                 break
-            byte = m[np.arange(n), np.minimum(pos, m.shape[1] - 1)].astype(np.int8).astype(np.int32).astype(np.uint32)
-            h1 = np.where(live, _mix(h1, byte), h1)
+            byte = padded[starts[sel] + pos[sel]].astype(np.int8).astype(np.int32).astype(np.uint32)
+            h1[sel] = _mix(h1[sel], byte)
         return _fmix(h1, lengths)
 
 
 def spark_hash(keys: Sequence[str]) -> np.ndarray:
     """Spark SQL's ``hash(k)`` (Murmur3, seed 42) of each string, as int32."""
-    data = [k.encode("utf-8") for k in keys]
-    out = np.empty(len(data), dtype=np.uint32)
-    short = [i for i, b in enumerate(data) if len(b) <= _MATRIX_MAX]
-    if short:
-        out[short] = _murmur3([data[i] for i in short])
-    for i, b in enumerate(data):
-        if len(b) > _MATRIX_MAX:
-            out[i] = _murmur3([b])[0]
-    return out.view(np.int32)
+    return _murmur3(*_utf8(keys)).view(np.int32)
 
 
 def partition_of(keys: Sequence[str], partitions: int) -> np.ndarray:
