@@ -42,7 +42,7 @@ if TYPE_CHECKING:
     from .statepart import DirectPartition, OldState
     from .task import TaskPlan, _Calls
 
-__all__ = ["BATCH_KEYS", "BatchOut", "BatchTranslate"]
+__all__ = ["BATCH_KEYS", "BatchOut", "BatchTranslate", "write_changed"]
 
 BATCH_KEYS = 8192  # keys per call of a batch translator
 
@@ -250,21 +250,10 @@ class BatchTranslate:
             self.direct.drop(g.h, old)
         if not changed.any():
             return
-        parts = []
-        if table is not None and table.num_rows:
-            rows = table.filter(pa.array(changed[table.column("_pos").to_numpy()]))
-            parts.append(rows.append_column("_alive", pa.array(np.ones(rows.num_rows, bool))))
-        gone = [i for i in sorted(removed) if changed[i]]
-        if gone:
-            schema = self.plan.stage.state_schema.arrow  # type: ignore[union-attr]
-            dead = pa.table({f.name: pa.nulls(len(gone), f.type) for f in schema})
-            parts.append(dead.append_column("_pos", pa.array(gone, pa.int64())).append_column("_alive", pa.array(np.zeros(len(gone), bool))))
-        rows = pa.concat_tables(parts) if len(parts) > 1 else parts[0]
-        rows = rows.take(pc.sort_indices(rows, [("_pos", "ascending")]))  # stable: a key's rows keep their order
-        at = rows.column("_pos").to_numpy()
-        keys = pa.array([pending[i][0].key for i in at.tolist()], pa.string())
-        hashes = pa.array(np.fromiter((pending[i][0].h for i in at.tolist()), np.int64, len(at)))
-        self.direct.write_rows(keys, hashes, rows.drop_columns(["_pos"]))
+        keys = pa.array([g.key for g, _, _ in pending], pa.string())
+        hashes = pa.array(np.fromiter((g.h for g, _, _ in pending), np.int64, len(pending)))
+        write_changed(self.direct, self.plan.stage.state_schema.arrow, table, changed,  # type: ignore[union-attr]
+                      np.fromiter(sorted(removed), np.int64, len(removed)), keys, hashes)
 
     def _conform(self, table: Any, schema: RecordSchema, name: str, where: str, with_key: bool = False) -> pa.Table:
         """``table`` cast to the stored form of ``schema`` (plus ``_key``), or a ``batch-schema`` failure."""
@@ -295,6 +284,26 @@ class BatchTranslate:
         if with_key:
             out = out.append_column("_key", table.column("_key"))
         return out
+
+
+def write_changed(direct: "DirectPartition", schema: pa.Schema, table: Optional[pa.Table], changed: np.ndarray,
+                  removed: np.ndarray, keys: pa.Array, hashes: pa.Array) -> None:
+    """Write the new rows of the changed keys of a batch call to ``direct`` (their old rows already
+    dropped): ``table``'s rows (state schema plus ``_pos``, the key's position) of keys with
+    ``changed[pos]``, and a tombstone for each removed position that changed; in key order, a key's
+    rows in the order returned. ``keys`` (texts) and ``hashes`` are by position."""
+    parts = []
+    if table is not None and table.num_rows:
+        rows = table.filter(pa.array(changed[table.column("_pos").to_numpy()]))
+        parts.append(rows.append_column("_alive", pa.array(np.ones(rows.num_rows, bool))))
+    gone = removed[changed[removed]] if removed.size else removed
+    if gone.size:
+        dead = pa.table({f.name: pa.nulls(gone.size, f.type) for f in schema})
+        parts.append(dead.append_column("_pos", pa.array(gone.astype(np.int64))).append_column("_alive", pa.array(np.zeros(gone.size, bool))))
+    rows = pa.concat_tables(parts) if len(parts) > 1 else parts[0]
+    rows = rows.take(pc.sort_indices(rows, [("_pos", "ascending")]))  # stable: a key's rows keep their order
+    at = pa.array(rows.column("_pos").to_numpy())
+    direct.write_rows(keys.take(at), hashes.take(at), rows.drop_columns(["_pos"]))
 
 
 def _records_table(parts: list[pa.Array], schema: pa.Schema) -> pa.Table:

@@ -29,7 +29,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from .batch import BATCH_KEYS, BatchTranslate, _typed_keys
+from .batch import BATCH_KEYS, BatchTranslate, _typed_keys, write_changed
 from .routing import record_column
 
 if TYPE_CHECKING:
@@ -178,19 +178,7 @@ class ColumnarTask:
             kpos, h, f, g = locs
             sel = changed[kpos]
             part.drop_rows(h[sel], f[sel], g[sel])
-        parts = []
-        if new is not None and new.num_rows:
-            rows = new.filter(pa.array(changed[new_pos]))
-            parts.append(rows.append_column("_alive", pa.array(np.ones(rows.num_rows, bool))))
-        gone = np.sort(removed[changed[removed]]) if removed.size else removed
-        if gone.size:
-            arrow = self.plan.stage.state_schema.arrow  # type: ignore[union-attr]
-            dead = pa.table({f.name: pa.nulls(gone.size, f.type) for f in arrow})
-            parts.append(dead.append_column("_pos", pa.array(gone.astype(np.int64))).append_column("_alive", pa.array(np.zeros(gone.size, bool))))
-        rows = pa.concat_tables(parts) if len(parts) > 1 else parts[0]
-        rows = rows.take(pc.sort_indices(rows, [("_pos", "ascending")]))  # stable: a key's rows keep their order
-        at = pa.array(rows.column("_pos").to_numpy())
-        part.write_rows(texts.take(at), pa.array(hashes).take(at), rows.drop_columns(["_pos"]))
+        write_changed(part, self.plan.stage.state_schema.arrow, new, changed, np.sort(removed), texts, pa.array(hashes))  # type: ignore[union-attr]
 
 
 def _rows_differ(old: pa.Table, old_pos: np.ndarray, new: pa.Table, keys: np.ndarray, n: int) -> np.ndarray:
