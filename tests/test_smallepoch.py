@@ -10,7 +10,7 @@ import random
 import pytest
 
 import cbp
-from cbp.engine.sparkhash import partition_of, spark_hash, spark_xxhash64
+from cbp.engine.sparkhash import partition_of, partition_probes, spark_hash, spark_xxhash64
 from cbp.errors import UserCodeError
 from cbp.testing import Increment, replay
 from conftest import FLOWS
@@ -29,6 +29,15 @@ def test_spark_hashes_computed_in_the_driver_equal_sparks(spark):
     got = zip(keys, spark_hash(keys).tolist(), spark_xxhash64(keys).tolist(), partition_of(keys, 3).tolist(), partition_of(keys, 64).tolist())
     wrong = [(k, want[k], rest) for k, *rest in got if want[k] != tuple(rest)]
     assert wrong == []
+
+
+def test_partition_probes_land_where_sparks_repartition_puts_them(spark):
+    from pyspark.sql.functions import spark_partition_id
+
+    for n in (1, 2, 3, 4, 7, 16, 64):
+        probes = list(partition_probes(n))
+        rows = spark.createDataFrame([(s,) for s in probes], "s string").repartition(n, "s").select("s", spark_partition_id().alias("p")).collect()
+        assert sorted((r["s"], r["p"]) for r in rows) == sorted(zip(probes, range(n))), n
 
 
 def _canon(recs):

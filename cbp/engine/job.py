@@ -29,12 +29,13 @@ from .deltaread import STATE_COLUMNS, StateSource, latest_state, read_delta
 from .locality import placed_epoch
 from .session import has_delta
 from .smallepoch import driver_routed, run_routed
+from .sparkhash import partition_probes
 from .protocol import FailureRecord, TaskResult, decode_failure, decode_results, result_spark_schema
 from .remote_read import needs_arrow_reader, read_parquet
 from .routing import BOUND, COPY, COPY_HASH, record_column
 from .task import TaskPlan, grouped_task, recordwise_task, route_batches
 
-__all__ = ["run_stage_epoch", "spark_ddl", "struct_ddl", "envelope_ddl", "partition_probes", "shuffle_written"]
+__all__ = ["run_stage_epoch", "spark_ddl", "struct_ddl", "envelope_ddl", "shuffle_written"]
 
 _SPARK_TYPES = {"string": "STRING", "int": "BIGINT", "float": "DOUBLE", "bool": "BOOLEAN", "json": "STRING"}
 _WORKER_DIED = ("Python worker exited unexpectedly", "worker exited unexpectedly (crashed)")  # only without a JVM exception
@@ -198,7 +199,7 @@ def _grouped(spark: Any, plan: TaskPlan, input_files: dict[int, list[str]], stat
     if routed is not None:  # a small increment: routed by the driver, no shuffle (cbp.engine.smallepoch)
         return run_routed(spark, plan, routed, grouped_task, placed)
     env_ddl = envelope_ddl(plan)
-    plan.probes = partition_probes(spark, plan.stage.partitions)
+    plan.probes = list(partition_probes(plan.stage.partitions))
     parts = [
         _read(spark, plan.input_schemas[i], files).mapInArrow(partial(route_batches, plan, i), env_ddl)
         for i, files in input_files.items() if files
@@ -257,31 +258,6 @@ def shuffle_written(sc: Any, tag: str, wait: float = 2.0) -> dict[str, int]:
         return {"records": records, "bytes": written} if job_ids else {}
     except Exception:  # no JVM (Spark Connect) or a store without these methods
         return {}
-
-
-_PROBES: dict[int, list[str]] = {}
-
-
-def partition_probes(spark: Any, n: int) -> list[str]:
-    """For each of ``n`` partitions a string that Spark's hash partitioning (``pmod(hash(s), n)``,
-    as ``repartition(n, col)`` does) puts in it: where the copies of a broadcast or multicast record
-    are sent. Computed once per partition count by a small Spark job.
-
-        >>> probes = partition_probes(spark, 4)                                          # doctest: +SKIP
-        >>> spark.sql(f"select pmod(hash('{probes[2]}'), 4)").first()[0]                 # doctest: +SKIP
-        2
-    """
-    if n not in _PROBES:
-        found: dict[int, str] = {}
-        size = 16 * n
-        while len(found) < n:
-            rows = spark.range(0, size).selectExpr("concat('cbp-probe-', cast(id as string)) as s").selectExpr(
-                "s", f"pmod(hash(s), {n}) as p").collect()
-            for r in rows:
-                found.setdefault(int(r["p"]), r["s"])
-            size *= 4
-        _PROBES[n] = [found[p] for p in range(n)]
-    return _PROBES[n]
 
 
 def _first_lines(text: str, n: int = 12) -> str:

@@ -13,7 +13,7 @@ the map side, no parsing on the reduce side. ``_rec`` carries a binding's addres
 for each partition: its ``_key`` is a *copy key* (:data:`COPY`, then ``B`` and the JSON list of
 flows it is limited to, or ``M`` and the multicast address), which no key text can be, and its
 ``_r`` is a *probe*: a string whose Spark hash falls in that partition
-(:func:`cbp.engine.job.partition_probes`). The job sorts copies first in each partition, so a
+(:func:`cbp.engine.sparkhash.partition_probes`). The job sorts copies first in each partition, so a
 task has them all (:class:`Copies`) before its first key group.
 
 **Bindings.** ``out.associate(key, address)`` in epoch e writes ``(key, address)`` rows to the

@@ -18,13 +18,14 @@ for compatibility). Its XXH64 is the reference algorithm (the ``xxhash`` library
 
 from __future__ import annotations
 
+import functools
 from typing import Sequence
 
 import numpy as np
 import pyarrow as pa
 import xxhash
 
-__all__ = ["spark_hash", "spark_xxhash64", "partition_of", "SEED"]
+__all__ = ["spark_hash", "spark_xxhash64", "partition_of", "partition_probes", "SEED"]
 
 SEED = 42
 _C1, _C2 = np.uint32(0xCC9E2D51), np.uint32(0x1B873593)
@@ -98,6 +99,24 @@ def spark_hash(keys: Sequence[str]) -> np.ndarray:
 def partition_of(keys: Sequence[str], partitions: int) -> np.ndarray:
     """``pmod(hash(k), partitions)``: the partition ``repartition(partitions, k)`` sends each key to."""
     return np.mod(spark_hash(keys).astype(np.int64), partitions)
+
+
+@functools.lru_cache(maxsize=64)
+def partition_probes(n: int) -> tuple[str, ...]:
+    """For each of ``n`` partitions a string that ``repartition(n, col)`` puts in it: where the
+    copies of a broadcast or multicast record are sent (:mod:`cbp.engine.routing`).
+
+        >>> [int(p) for p in partition_of(list(partition_probes(4)), 4)]
+        [0, 1, 2, 3]
+    """
+    found: dict[int, str] = {}
+    size = 16 * n
+    while len(found) < n:
+        cands = [f"cbp-probe-{i}" for i in range(size)]
+        for s, p in zip(cands, partition_of(cands, n).tolist()):
+            found.setdefault(int(p), s)
+        size *= 4
+    return tuple(found[p] for p in range(n))
 
 
 def spark_xxhash64(keys: Sequence[str]) -> np.ndarray:
