@@ -39,10 +39,11 @@ def _parser() -> argparse.ArgumentParser:
     p = sub.add_parser("validate", help="check a pipeline YAML without running anything")
     p.add_argument("flow_yaml", metavar="FLOW.yaml")
 
-    p = sub.add_parser("feed", help="land one increment (JSON lines) on an external input flow")
+    p = sub.add_parser("feed", help="land one increment (JSON lines or Parquet) on an external input flow")
     with_home(p)
     p.add_argument("input_flow", metavar="INPUT_FLOW")
-    p.add_argument("file", metavar="FILE.jsonl", nargs="?", help="one JSON object per line ('-' for stdin); optional with --close")
+    p.add_argument("file", metavar="FILE", nargs="?",
+                   help="JSON lines, one object per line ('-' for stdin), or a Parquet file (*.parquet); optional with --close")
     p.add_argument("--close", action="store_true", help="close the flow's open frame: its increment becomes complete")
     p.add_argument("--id", dest="feed_id", help="an id for this feed (e.g. the file's name): a feed with an id already landed lands nothing")
 
@@ -146,7 +147,7 @@ def _dispatch(args: argparse.Namespace) -> int:
     pipe.controller.notify = lambda message: print(f"cbp {args.command}: {message}", file=sys.stderr, flush=True)
     if args.command == "feed":
         if args.file is None and not args.close:
-            raise UsageError("give FILE.jsonl (or --close to close the open frame)", code="usage")
+            raise UsageError("give FILE (.jsonl or .parquet; or --close to close the open frame)", code="usage")
         if args.file is None:
             landed = pipe.close(args.input_flow)
         else:

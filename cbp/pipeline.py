@@ -18,7 +18,8 @@ import pyarrow as pa
 
 from .controller import Controller, EpochRecord, EpochReport, Landed
 from .errors import InputError
-from .spec.schema import RecordError
+from .spec.arrowrecords import ArrowRecordError, conform
+from .spec.schema import RecordError, RecordSchema
 from .spec import PipelineSpec, load_spec
 from .storage import Home
 
@@ -26,7 +27,7 @@ __all__ = ["Pipeline", "load", "default_home", "MAX_LINE_BYTES"]
 
 _CHUNK = 50_000  # records validated per Arrow chunk while feeding
 MAX_LINE_BYTES = 64 << 20  # the longest line of a JSON-lines feed (64 MiB); a longer one is refused unread
-Records = Union[str, "os.PathLike[str]", Iterable[Mapping[str, Any]]]
+Records = Union[str, "os.PathLike[str]", Iterable[Mapping[str, Any]], pa.Table, pa.RecordBatch, pa.RecordBatchReader, Any]
 
 
 def _json_lines(fh: BinaryIO, src: str) -> Iterator[Union[str, RecordError]]:
@@ -48,6 +49,58 @@ def _json_lines(fh: BinaryIO, src: str) -> Iterator[Union[str, RecordError]]:
         except UnicodeDecodeError as e:
             yield RecordError(None, f"not UTF-8 text ({e.reason} at byte {e.start + 1} of the line)")
             return
+
+
+def _is_arrow(records: Any) -> bool:
+    """Whether ``records`` are Arrow data (or a DataFrame that exports them), not dicts."""
+    return isinstance(records, (pa.Table, pa.RecordBatch, pa.RecordBatchReader)) or hasattr(records, "__arrow_c_stream__") or (
+        type(records).__module__.startswith("pandas") and type(records).__name__ == "DataFrame")
+
+
+def _arrow_batches(records: Any, flow: str) -> Iterator[pa.RecordBatch]:
+    """The record batches of an Arrow source; a DataFrame Arrow cannot read is a ``bad-record`` error."""
+    if isinstance(records, pa.RecordBatch):
+        yield records
+        return
+    if isinstance(records, pa.Table):
+        yield from records.to_batches(_CHUNK)
+        return
+    try:
+        if isinstance(records, pa.RecordBatchReader):
+            reader = records
+        elif type(records).__module__.startswith("pandas"):  # its index is not a field (pandas' own export may add it)
+            reader = pa.Table.from_pandas(records, preserve_index=False).to_reader(_CHUNK)
+        else:
+            reader = pa.RecordBatchReader.from_stream(records)
+        yield from reader
+    except (pa.ArrowException, ValueError, TypeError) as e:  # e.g. a pandas column of mixed Python types
+        raise InputError(f"flow '{flow}': the {type(records).__name__} cannot be read as Arrow columns: {e}; nothing was landed",
+                         code="bad-record") from None
+
+
+def _parquet_batches(src: str) -> Iterator[pa.RecordBatch]:
+    """The record batches of a Parquet file; a file that is not one (or cannot be read) is ``unreadable``."""
+    import pyarrow.parquet as pq
+
+    try:
+        with pq.ParquetFile(src) as f:
+            yield from f.iter_batches(batch_size=_CHUNK)
+    except (OSError, pa.ArrowException, ValueError) as e:
+        raise InputError(f"{src}: cannot read the file as Parquet: {e}; nothing was landed", code="unreadable") from None
+
+
+def _conformed(schema: RecordSchema, batches: Iterator[pa.RecordBatch], flow: str, src: Optional[str]) -> pa.Table:
+    """Arrow batches checked and converted to the flow's stored form (:func:`cbp.spec.arrowrecords.conform`)."""
+    chunks = [schema.arrow.empty_table()]
+    seen = 0
+    for b in batches:
+        try:
+            chunks.append(conform(schema, b))
+        except ArrowRecordError as e:
+            where = f"{src}: record {seen + e.row + 1}" if src else f"record {seen + e.row + 1}"
+            raise InputError(f"{where}: flow '{flow}': {e}; nothing was landed", code="bad-record") from None
+        seen += b.num_rows
+    return pa.concat_tables(chunks)
 
 
 def default_home(spec: PipelineSpec) -> str:
@@ -75,27 +128,45 @@ class Pipeline:
         self.controller = Controller(self.spec, self.home, mode=mode, spark=spark, **tuning)
 
     def feed(self, flow: str, records: Records, *, close: bool = False, feed_id: Optional[str] = None) -> Landed:
-        """Land one increment on external input flow ``flow``: a JSON-lines file or an iterable of dicts.
+        """Land one increment on external input flow ``flow``: a JSON-lines file, a Parquet file
+        (``*.parquet``), an Arrow table or record batches (anything pyarrow reads as a stream:
+        ``pyarrow.Table``, ``RecordBatchReader``, a pandas or polars DataFrame), or an iterable of dicts.
 
         Every record is checked against the flow's schema first; one bad record rejects the
         whole increment (:class:`cbp.errors.InputError` code ``bad-record`` naming the file and
         line or the record number, the flow and the field) and nothing lands. A line longer than
         :data:`MAX_LINE_BYTES`, text that is not UTF-8 or not Unicode (a lone surrogate), and JSON
-        nested deeper than :data:`cbp.spec.schema.MAX_DEPTH` are bad records too.
+        nested deeper than :data:`cbp.spec.schema.MAX_DEPTH` are bad records too. Arrow columns
+        are checked column by column (:mod:`cbp.spec.arrowrecords`), by the same rules as the
+        same records given as dicts. A file that cannot be read is code ``unreadable``.
         ``feed_id`` makes the feed idempotent: a second feed with the same id lands nothing.
         Returns the increment ids, as a list whose ``feed`` is the number ``output(flow, epoch=N)``
         takes (every feed gets one, an empty feed too).
+
+            >>> p.feed("urls", pyarrow.table({"url": ["http://a/", "http://b/"]}))   # doctest: +SKIP
+            [2]
         """
         fl = self.spec.flow(flow)
         if not fl.external:
             raise InputError(f"flow '{flow}' is produced by stage '{fl.producer}'; only external flows (external: true) can be fed", code="not-external")
-        chunks: list[pa.Table] = []  # validated records go to Arrow in chunks: a big file stays compact in memory
+        if isinstance(records, (str, os.PathLike)) and os.fspath(records).endswith(".parquet"):
+            table = _conformed(fl.schema, _parquet_batches(os.fspath(records)), flow, os.fspath(records))
+        elif _is_arrow(records):
+            table = _conformed(fl.schema, _arrow_batches(records, flow), flow, None)
+        else:
+            table = self._validated(fl.schema, records, flow)
+        return self.controller.feed(flow, table, close=close, feed_id=feed_id)
+
+    @staticmethod
+    def _validated(schema: RecordSchema, records: Records, flow: str) -> pa.Table:
+        """JSON lines or dicts, validated one record at a time, as Arrow (in chunks: a big file stays compact)."""
+        chunks: list[pa.Table] = []
         valid: list[dict[str, Any]] = []
 
         def keep(rec: dict[str, Any]) -> None:
             valid.append(rec)
             if len(valid) >= _CHUNK:
-                chunks.append(fl.schema.to_arrow(valid))
+                chunks.append(schema.to_arrow(valid))
                 valid.clear()
 
         if isinstance(records, (str, os.PathLike)):
@@ -110,7 +181,7 @@ class Pipeline:
                         if isinstance(line, RecordError):
                             raise line
                         if line.strip():
-                            keep(fl.schema.validate_json_line(line))
+                            keep(schema.validate_json_line(line))
                     except RecordError as e:
                         raise InputError(f"{src}:{n}: flow '{flow}': {e}; nothing was landed", code="bad-record") from None
         else:
@@ -118,11 +189,11 @@ class Pipeline:
                 raise InputError(f"flow '{flow}': feed takes a list (or iterable) of records, or a JSON-lines file path; got one dict", code="bad-record")
             for n, rec in enumerate(records, 1):
                 try:
-                    keep(fl.schema.validate(rec))
+                    keep(schema.validate(rec))
                 except RecordError as e:
                     raise InputError(f"record {n}: flow '{flow}': {e}; nothing was landed", code="bad-record") from None
-        chunks.append(fl.schema.to_arrow(valid))
-        return self.controller.feed(flow, pa.concat_tables(chunks), close=close, feed_id=feed_id)
+        chunks.append(schema.to_arrow(valid))
+        return pa.concat_tables(chunks)
 
     def close(self, flow: str) -> Landed:
         """Mark the open increment of a framed input flow complete (a punctuation)."""

@@ -79,7 +79,7 @@ def test_cli_exit_codes_and_messages(fed, tmp_path, capsys):
     out = [json.loads(x) for x in capsys.readouterr().out.splitlines()]
     assert out == [{"url": "a", "count": 2}, {"url": "b", "count": 1}]
     assert main(["feed", str(URLS), "urls", "--home", home]) == 2  # no file and no --close
-    assert "give FILE.jsonl" in capsys.readouterr().err
+    assert "give FILE" in capsys.readouterr().err
     assert main(["output", str(URLS), "urls", "--epoch", "2", "--home", home]) == 2  # one feed so far
     assert "external flow 'urls' has had 1 feed(s)" in capsys.readouterr().err
     with pytest.raises(SystemExit) as e:

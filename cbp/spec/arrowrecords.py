@@ -1,0 +1,177 @@
+"""Records that arrive as Arrow columns (a pyarrow Table, a Parquet file, a pandas DataFrame):
+checked against a flow's schema column by column and converted to its stored form.
+
+The rules are those of :meth:`cbp.spec.schema.RecordSchema.validate` for the same records as
+Python dicts (``table.to_pylist()``), so feeding a table lands what feeding its rows would, and
+a table the dict path refuses is refused too, naming the same record (the first bad one) and a
+field at fault:
+
+- every column is a field of the schema (``unknown field``); a field without ``?`` has a
+  column (``missing``) and no nulls;
+- ``string``: Arrow strings (``string``, ``large_string``, ``string_view``, dictionary-encoded),
+  valid UTF-8 (which also rules out lone surrogates); ``int``: Arrow integers that fit int64;
+  ``float``: Arrow floats, finite, or integers (stored as the float they stand for); ``bool``:
+  Arrow booleans; ``list<T>``: Arrow lists (``list``, ``large_list``, ``fixed_size_list``) of such items, nulls among them only for ``list<T?>``;
+  ``json``: any Arrow type whose Python values are JSON (checked per value, as the dict path does,
+  and stored as sorted-key JSON text);
+- a column whose values are all null (Arrow's ``null`` type, or any other), and list items that
+  are all null or absent, fit whatever the field's type, as ``None`` and ``[]`` do in a dict.
+
+    >>> import pyarrow as pa
+    >>> from cbp.spec.schema import RecordSchema
+    >>> s = RecordSchema.parse({"url": "string", "n": "float"})
+    >>> conform(s, pa.table({"url": ["a"], "n": pa.array([2], pa.int32())})).to_pylist()
+    [{'url': 'a', 'n': 2.0}]
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Optional
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from .schema import FieldType, RecordError, RecordSchema, _check_json
+
+__all__ = ["conform", "ArrowRecordError"]
+
+_INT64_MAX = 2**63 - 1
+
+
+class ArrowRecordError(RecordError):
+    """A :class:`RecordError` of one row of an Arrow batch: ``row`` is its index (0-based)."""
+
+    def __init__(self, field: Optional[str], message: str, row: int) -> None:
+        super().__init__(field, message)
+        self.row = row
+
+
+_Bad = Optional[tuple[int, str]]  # (row, message) of a column's first bad value
+
+
+def conform(schema: RecordSchema, data: pa.Table | pa.RecordBatch) -> pa.Table:
+    """``data``'s rows in the stored form of ``schema`` (:attr:`RecordSchema.arrow`), or raise
+    :class:`ArrowRecordError` for its first bad row (the first field at fault in schema order)."""
+    n = data.num_rows
+    if n == 0:
+        return schema.arrow.empty_table()
+    names = data.schema.names
+    seen: set[str] = set()
+    for name in names:
+        if name in seen:
+            raise ArrowRecordError(name, "appears twice among the columns", 0)
+        seen.add(name)
+        if name not in schema.fields:
+            raise ArrowRecordError(name, "unknown field (not in the flow's schema)", 0)
+    cols: list[pa.Array] = []
+    first: Optional[tuple[int, int, str, str]] = None  # (row, field position, field, message)
+    for pos, (name, ft) in enumerate(schema.fields.items()):
+        if name not in seen:
+            if not ft.nullable:
+                raise ArrowRecordError(name, "missing (every field without '?' is required)", 0)
+            cols.append(pa.nulls(n, ft.arrow))
+            continue
+        col = data.column(name)
+        arr = col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col
+        out, bad = _field(ft, arr)
+        if bad is not None and (first is None or bad[0] < first[0]):
+            first = (bad[0], pos, name, bad[1])
+        cols.append(out)
+    if first is not None:
+        raise ArrowRecordError(first[2], first[3], first[0])
+    return pa.Table.from_arrays(cols, schema=schema.arrow)
+
+
+def _field(ft: FieldType, arr: pa.Array) -> tuple[pa.Array, _Bad]:
+    """One column in its stored type, and its first bad value (``None``: all good)."""
+    if pa.types.is_dictionary(arr.type):
+        arr = arr.dictionary_decode()
+    if ft.scalar == "json":  # null is a JSON value: a json field without '?' must only be present
+        return (pa.nulls(len(arr), ft.arrow), None) if arr.null_count == len(arr) else _json(ft, arr)
+    nulls = None if ft.nullable or not arr.null_count else (_first(arr.is_null()), f"is null, but its type '{ft}' has no '?'")
+    if arr.null_count == len(arr):  # no values: nothing to check but the nulls, whatever the type
+        return pa.nulls(len(arr), ft.arrow), nulls
+    out, bad = _list(ft, arr) if ft.is_list else _scalar(ft.scalar, arr)
+    return out, min((b for b in (bad, nulls) if b is not None), key=lambda b: b[0], default=None)
+
+
+def _scalar(scalar: str, arr: pa.Array) -> tuple[pa.Array, _Bad]:
+    t = arr.type
+    if arr.null_count == len(arr):  # list items that are all null (or none at all): any type will do
+        return pa.nulls(len(arr), FieldType(scalar).arrow), None
+    if scalar == "string" and (pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_string_view(t)):
+        try:
+            arr.validate(full=True)
+        except pa.ArrowInvalid:
+            return arr, _bad_utf8(arr)
+        return arr.cast(pa.string()), None
+    if scalar == "int" and pa.types.is_integer(t):
+        if pa.types.is_uint64(t) and arr.null_count < len(arr) and pc.max(arr).as_py() > _INT64_MAX:
+            return arr, (_first(pc.greater(arr, pa.scalar(_INT64_MAX, pa.uint64()))), "is larger than 2**63 - 1, the largest int cbp stores")
+        return arr.cast(pa.int64()), None
+    if scalar == "float" and (pa.types.is_floating(t) or pa.types.is_integer(t)):
+        out = arr.cast(pa.float64(), safe=False)  # an int stands for the nearest float, as float(v) in the dict path
+        bad = pc.invert(pc.is_finite(out))
+        if arr.null_count < len(arr) and pc.any(bad).as_py():
+            return out, (_first(bad), "NaN and infinities are not JSON numbers; cbp stores finite floats only")
+        return out, None
+    if scalar == "bool" and pa.types.is_boolean(t):
+        return arr, None
+    return arr, (_first(arr.is_valid()), f"expected {scalar} values, got an Arrow column of type {t}")
+
+
+def _list(ft: FieldType, arr: pa.Array) -> tuple[pa.Array, _Bad]:
+    t = arr.type
+    if not (pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t)):
+        return arr, (_first(arr.is_valid()), f"expected a list<{ft.scalar}> column, got an Arrow column of type {t}")
+    try:
+        lists = arr.cast(pa.list_(t.value_type))  # one layout (32-bit offsets) whatever list type came
+    except (pa.ArrowException, ValueError) as e:  # more than 2**31 items in the batch
+        return arr, (_first(arr.is_valid()), f"the Arrow column of type {t} cannot be read as list<{ft.scalar}> ({e})")
+    items, bad = _scalar(ft.scalar, lists.flatten())
+    parents = None
+    if bad is None and not ft.items_nullable and items.null_count:
+        bad = (_first(items.is_null()), f"a list item is null, but the type '{ft}' has no '?' inside the list")
+    if bad is not None:
+        parents = pc.list_parent_indices(lists)
+        return arr, (int(parents[bad[0]].as_py()), bad[1])
+    lengths = pc.fill_null(pc.list_value_length(lists), 0).cast(pa.int32())
+    offsets = pa.concat_arrays([pa.array([0], pa.int32()), pc.cumulative_sum(lengths)]) if len(lists) else pa.array([0], pa.int32())
+    return pa.ListArray.from_arrays(offsets, items, mask=lists.is_null()), None
+
+
+def _json(ft: FieldType, arr: pa.Array) -> tuple[pa.Array, _Bad]:
+    """A ``json`` field: each value checked and stored as JSON text, as the dict path does."""
+    try:
+        values = arr.to_pylist()
+    except (pa.ArrowException, ValueError, OverflowError) as e:  # e.g. a date outside Python's range
+        return arr, (_first(arr.is_valid()), f"the Arrow column of type {arr.type} cannot be read as JSON values ({e})")
+    out: list[Optional[str]] = []
+    for i, v in enumerate(values):
+        if v is None:
+            out.append(None)
+            continue
+        try:
+            _check_json("", v)
+        except RecordError as e:
+            return arr, (i, str(e).split(": ", 1)[-1])
+        out.append(json.dumps(v, sort_keys=True))
+    return pa.array(out, pa.string()), None
+
+
+def _bad_utf8(arr: pa.Array) -> tuple[int, str]:
+    """The first value of a string column that is not UTF-8 (the column failed Arrow's check)."""
+    as_bytes = pa.large_binary() if pa.types.is_large_string(arr.type) else pa.binary_view() if pa.types.is_string_view(arr.type) else pa.binary()
+    for i, b in enumerate(arr.view(as_bytes).to_pylist()):
+        if b is not None:
+            try:
+                b.decode("utf-8")
+            except UnicodeDecodeError as e:
+                return i, f"not UTF-8 text ({e.reason} at byte {e.start + 1}); a lone surrogate is not Unicode either"
+    return 0, "not valid UTF-8 text"
+
+
+def _first(mask: Any) -> int:
+    """The index of the first true value of a boolean array."""
+    return int(pc.index(mask, True).as_py())
