@@ -529,3 +529,25 @@ def test_fifos_and_directories_in_the_inbox_are_left_alone(tmp_path):
     (d / "ok.jsonl").write_text("")
     (d / "link.jsonl").symlink_to(d / "nowhere")
     assert inbox_files(str(d)) == ["link.jsonl", "ok.jsonl"]
+
+
+def test_parquet_inbox_files_land_and_a_bad_one_is_rejected_under_its_own_suffix(tmp_path, make_pipeline):
+    import cbp
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    from cbp.airflow.dagfactory import REJECTED, land_inbox
+    from cbp.airflow.triggers import IncrementLanded
+
+    yaml = str(make_pipeline(WORD_COUNT, TRIVIAL))
+    home, inbox = str(tmp_path / "home"), tmp_path / "inbox"
+    d = inbox / "words"
+    (d / REJECTED).mkdir(parents=True)
+    pq.write_table(pa.table({"w": ["x", "y", "x"]}), d / "b.parquet")
+    pq.write_table(pa.table({"w": [1, 2]}), d / "a.parquet")
+    (d / REJECTED / "a.parquet").write_bytes(b"an earlier rejected file of that name")
+    assert IncrementLanded(home, "words", inbox=str(d)).check()["inbox_files"] == ["a.parquet", "b.parquet"]
+    res = land_inbox(yaml, home, str(inbox), ["words"])
+    assert res["landed"] == {"words": ["b.parquet"]}
+    assert list(res["rejected"]["words"]) == ["a.1.parquet"] and res["rejected"]["words"]["a.1.parquet"].startswith("bad-record: ")
+    assert sorted(os.listdir(d / REJECTED)) == ["a.1.parquet", "a.1.parquet.error.txt", "a.parquet"]
+    assert cbp.load(yaml, home=home).output("words") == WORDS

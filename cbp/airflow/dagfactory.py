@@ -7,7 +7,7 @@
   of which starts a run. Each asset has an ``AssetWatcher`` (:class:`cbp.airflow.triggers.IncrementLanded`),
   so an increment landed outside Airflow (``cbp feed``, the Python API, a file dropped in the
   inbox) starts a run too; a task that lands an increment also emits the asset event itself.
-- **land_inbox**: lands ``<inbox>/<flow>/*.jsonl`` files (each once: feed id = file name, size and
+- **land_inbox**: lands ``<inbox>/<flow>/*.jsonl`` and ``*.parquet`` files (each once: feed id = file name, size and
   content hash) and moves them to ``<inbox>/<flow>/landed/``. A file that cannot be landed (bad
   JSON, a record that does not fit the flow, not UTF-8, unreadable, a symlink) goes to
   ``<inbox>/<flow>/rejected/`` with ``<name>.error.txt`` beside it (error code and message), and
@@ -130,8 +130,8 @@ def _reject(d: str, name: str, code: str, message: str) -> str:
     target, n = name, 0
     while os.path.lexists(os.path.join(rej, target)):
         n += 1
-        stem = name[:-len(".jsonl")] if name.endswith(".jsonl") else name
-        target = f"{stem}.{n}.jsonl"
+        stem, dot, suffix = name.rpartition(".")
+        target = f"{stem}.{n}.{suffix}" if dot else f"{name}.{n}"
     err = os.path.join(rej, f"{target}.error.txt")
     with open(f"{err}.tmp", "w", encoding="utf-8", errors="backslashreplace") as fh:  # the error first: a crash leaves the file in the inbox
         fh.write(f"{code}: {message}\n")
@@ -141,7 +141,7 @@ def _reject(d: str, name: str, code: str, message: str) -> str:
 
 
 def land_inbox(yaml_path: str, home: str, inbox: str, flows: list[str], markers: Optional[str] = None) -> dict[str, dict[str, Any]]:
-    """Land every ``<inbox>/<flow>/*.jsonl`` once and move it to ``landed/``; a file that cannot be
+    """Land every ``<inbox>/<flow>/*.jsonl`` and ``*.parquet`` once and move it to ``landed/``; a file that cannot be
     landed goes to ``rejected/`` with ``<file>.error.txt`` (``<code>: <message>``) and the next file
     is landed all the same.
 

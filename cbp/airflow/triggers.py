@@ -5,7 +5,7 @@ The DAGs of :mod:`cbp.airflow.dagfactory` watch every external input flow of a p
 
 - the flow has feeds that were not announced yet: landed by ``cbp feed``, by the Python API,
   or by any Airflow task, wherever it ran;
-- files wait in the flow's inbox directory (``*.jsonl``), which the DAG's first task lands (or
+- files wait in the flow's inbox directory (``*.jsonl`` or ``*.parquet``), which the DAG's first task lands (or
   moves to ``rejected/`` if they cannot be landed: a rejected file is not announced again).
 
 What was announced is kept in a local directory, ``markers`` (default: beside the home,
@@ -28,7 +28,9 @@ from typing import Any, AsyncIterator, Optional, Sequence
 
 from airflow.triggers.base import BaseEventTrigger, TriggerEvent
 
-__all__ = ["IncrementLanded", "landed_feeds", "inbox_files", "announce_landed"]
+__all__ = ["IncrementLanded", "landed_feeds", "inbox_files", "announce_landed", "INBOX_SUFFIXES"]
+
+INBOX_SUFFIXES = (".jsonl", ".parquet")  # what the inbox lands: JSON lines or Parquet (cbp.Pipeline.feed)
 
 
 def landed_feeds(home: str, flow: str) -> int:
@@ -42,13 +44,13 @@ def landed_feeds(home: str, flow: str) -> int:
 
 
 def inbox_files(inbox: Optional[str]) -> list[str]:
-    """The ``*.jsonl`` files waiting in an inbox directory, oldest name first: regular files, and
+    """The ``*.jsonl`` and ``*.parquet`` files waiting in an inbox directory, oldest name first: regular files, and
     symbolic links (which the DAG rejects); not directories, FIFOs or devices."""
     if not inbox or not os.path.isdir(inbox):
         return []
     names = []
     for f in os.listdir(inbox):
-        if f.endswith(".jsonl"):
+        if f.endswith(INBOX_SUFFIXES):
             try:
                 mode = os.lstat(os.path.join(inbox, f)).st_mode
             except OSError:
