@@ -97,6 +97,7 @@ class RuntimeStateError(CbpError):
 
 
 class BusyError(CbpError):
-    """Another ``cbp run`` holds the home: one runner per home."""
+    """Another ``cbp run`` holds the home: one runner per home (code ``busy``); or, on an object
+    store, this process's lease on the home ran out or was taken over (code ``lease-lost``)."""
 
     code = "busy"

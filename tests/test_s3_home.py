@@ -233,3 +233,30 @@ def test_threads_of_one_process_share_the_mutation_lock(s3):
     [t.start() for t in ts]
     [t.join() for t in ts]
     assert peak[0] == 1
+
+
+def test_a_holder_whose_lease_ran_out_commits_nothing(s3, monkeypatch):
+    """A process stalled past its lease's expiry (renewals stopped) may have been replaced by another
+    holder: its next commit is refused (BusyError ``lease-lost``), nothing of it lands, and the home
+    goes on as if it had never tried."""
+    import cbp
+
+    monkeypatch.setenv("CBP_LEASE_TTL", "3")
+    monkeypatch.setenv("CBP_LEASE_RENEW", "1")
+    home = _home()
+    p = cbp.load(FLOWS / "url_count.yaml", home=home)
+    p.feed("urls", [{"url": "http://a/"}])
+    with monkeypatch.context() as m:
+        m.setattr(Lease, "renew", lambda self: True)  # the renewals stall (as in a process paused by the OS)
+        with pytest.raises(BusyError) as e:
+            with Home(home).lock():
+                time.sleep(3.3)  # the mutation lease expires: another process may take it now
+                thief = Lease(S3Objects(home), "mutation", {"who": "thief"})
+                assert thief.try_acquire()[0]
+                p.feed("urls", [{"url": "http://lost/"}])  # re-enters the expired lock: its commit is fenced off
+        thief.release()
+    assert e.value.code == "lease-lost"
+    fresh = cbp.load(FLOWS / "url_count.yaml", home=home)
+    assert fresh.feeds("urls") == 1 and fresh.output("urls") == [{"url": "http://a/"}]
+    fresh.feed("urls", [{"url": "http://b/"}])  # the home works on
+    assert fresh.feeds("urls") == 2

@@ -82,6 +82,7 @@ class Journal:
 
     def _save(self) -> None:
         """Write the snapshot as it is, outside a change (a Runnable's new state while not runnable)."""
+        self.home.fence("saving the controller snapshot")
         self.st.seq += 1
         doc = self.st.to_json()
         self.home.write_controller(doc)
@@ -112,6 +113,11 @@ class Journal:
         else:
             record["base"] = int(self._committed["seq"])
             record["diff"] = diff(self._committed, new)
+        try:
+            self.home.fence(what)  # a lock that may have passed to another process commits nothing
+        except BaseException:
+            self._delete_quietly(written)
+            raise
         try:
             self.home.write_pending(record)
         except OSError as e:

@@ -92,6 +92,7 @@ class Home(DeltaTables):
         #: bringing a loaded table up to date reads only the commits since (``update_incremental``).
         self._tables: dict[str, DeltaTable] = {}
         self._tables_lock = threading.Lock()
+        self._runner_lease: Optional[Lease] = None  # held by runner_lock on S3 (see fence)
 
     def __getstate__(self) -> dict[str, Any]:
         return {"location": self.location}
@@ -222,6 +223,24 @@ class Home(DeltaTables):
                         os.close(entry.fd)
                         entry.fd = -1
 
+    def fence(self, what: str) -> None:
+        """Refuse (:class:`BusyError` code ``lease-lost``) to make a change durable if this process's
+        hold on the home may have passed to another: on S3, when the mutation lease it holds (or
+        its runner lease) was taken over or has less than a third of its ttl left, as after a stall
+        longer than the renewals allow. A local home's flocks cannot be lost: nothing to check.
+        Called before the point of no return of every change (:mod:`cbp.controller.journal`)."""
+        local = self.local_dir()
+        if local is not None:
+            return
+        entry = _LOCKS.get(self.uri(LAYOUT.LOCK))
+        for lease in (entry.lease if entry is not None else None, self._runner_lease):
+            if lease is not None and (lease.lost or lease.remaining() < lease.ttl / 3):
+                raise BusyError(
+                    f"{what}: this process's {lease.name} lease on {self.location} "
+                    f"{'was taken over by another process' if lease.lost else 'has run out'} (was it stalled for longer than "
+                    f"the lease's {lease.ttl:g} s, CBP_LEASE_TTL?); another process may be changing the home, so nothing of "
+                    "this was committed. Run again", code="lease-lost")
+
     @contextmanager
     def runner_lock(self, command: str, took_over: Optional[Callable[[dict[str, Any]], None]] = None) -> Iterator[None]:
         """Be the one runner of this home for the block, or raise :class:`BusyError` at once.
@@ -254,9 +273,11 @@ class Home(DeltaTables):
             ok, rec = lease.try_acquire()
             if not ok:
                 raise self._busy(rec.info if rec is not None else {})
+            self._runner_lease = lease
             try:
                 yield rec
             finally:
+                self._runner_lease = None
                 lease.release()
             return
         path = os.path.join(local, LAYOUT.RUNNER_LOCK)

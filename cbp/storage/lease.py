@@ -169,6 +169,7 @@ class Lease:
         self.token = uuid.uuid4().hex
         self.seq = 0
         self.lost = False
+        self.expires = 0.0  # when this holder's newest record expires (wall clock)
         self._stop = threading.Event()
         self._thread: Optional[threading.Thread] = None
         self._io = threading.Lock()
@@ -197,10 +198,13 @@ class Lease:
     # ------------------------------------------------------------------ writing
     def _create(self, seq: int, released: bool = False) -> bool:
         rec = LeaseRecord(seq, self.token, uuid.uuid4().hex, time.time() + self.ttl, released, self.info)
-        if self.store.create(self._rel(seq), rec.to_json()):
-            return True
-        data = self.store.read(self._rel(seq))  # a retried request whose first attempt did succeed?
-        return data is not None and LeaseRecord.from_json(data).nonce == rec.nonce
+        made = self.store.create(self._rel(seq), rec.to_json())
+        if not made:
+            data = self.store.read(self._rel(seq))  # a retried request whose first attempt did succeed?
+            made = data is not None and LeaseRecord.from_json(data).nonce == rec.nonce
+        if made:
+            self.expires = rec.expires
+        return made
 
     def try_acquire(self) -> tuple[bool, Optional[LeaseRecord]]:
         """Take the lease if it is free or expired: (True, the expired record taken over, if any),
@@ -243,6 +247,13 @@ class Lease:
         print(f"cbp: lost the lease {self.name} of {self.store.bucket}/{self.store.prefix}: it expired before it was renewed "
               "(was this process stalled?) and another process took it over", file=sys.stderr, flush=True)
         return False
+
+    def remaining(self) -> float:
+        """Seconds this holder's lease has left by its own records (0 when not held or lost): nobody
+        else can take the lease before then, however its renewals fare."""
+        if self.seq == 0 or self.lost:
+            return 0.0
+        return max(0.0, self.expires - time.time())
 
     def release(self) -> None:
         """Give the lease up (a released record), stop renewing."""
