@@ -70,3 +70,21 @@ def test_missing_keys_and_other_types_are_left_to_the_per_record_path():
     assert plain_envelopes(0, "x", pa.RecordBatch.from_pydict({"x": [1.5]}), _env({"x": "float"})) is None  # float text: Python's repr
     assert plain_envelopes(0, "xs", pa.RecordBatch.from_pydict({"xs": [[1]]}), _env({"xs": "list<int>"})) is None
     assert plain_envelopes(0, "nope", pa.RecordBatch.from_pydict({"url": ["a"]}), env) is None
+
+
+def test_spark_sql_key_texts_equal_encode_key(spark):
+    """Keys built by Spark SQL on the map side (job.json_key_sql) are encode_key's texts, byte for
+    byte: every control character, quotes, backslashes, U+2028, non-BMP text; int64 and bool."""
+    from pyspark.sql import functions as F
+
+    from cbp.engine.job import json_key_sql
+
+    rng = random.Random(9)
+    alphabet = [chr(c) for c in range(0, 40)] + ['"', "\\", "/", "é", "\u2028", "\u2029", "\x7f", "😀", "字", "a"]
+    texts = ["", '"', "\\", "\\\\\"", "\x00", "a\u0001b"] + ["".join(rng.choice(alphabet) for _ in range(rng.randint(0, 12))) for _ in range(2000)]
+    rows = spark.createDataFrame([(t,) for t in texts], "s string").select("s", json_key_sql(F.col("s"), "string").alias("k")).collect()
+    assert [r["k"] for r in rows] == [encode_key(r["s"]) for r in rows]
+    ints = [0, -1, 2**63 - 1, -(2**63)] + [rng.randint(-(2**63), 2**63 - 1) for _ in range(200)]
+    rows = spark.createDataFrame([(i, i % 2 == 0) for i in ints], "n bigint, b boolean").select(
+        "n", "b", json_key_sql(F.col("n"), "int").alias("kn"), json_key_sql(F.col("b"), "bool").alias("kb")).collect()
+    assert all(r["kn"] == encode_key(r["n"]) and r["kb"] == encode_key(r["b"]) for r in rows)

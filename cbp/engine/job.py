@@ -32,7 +32,7 @@ from .smallepoch import driver_routed, run_routed
 from .sparkhash import partition_probes
 from .protocol import FailureRecord, TaskResult, decode_failure, decode_results, result_spark_schema
 from .remote_read import needs_arrow_reader, read_parquet
-from .routing import BOUND, COPY, COPY_HASH, record_column
+from .routing import BOUND, COPY, COPY_HASH, JSON_ESCAPED, record_column
 from .task import TaskPlan, grouped_task, recordwise_task, route_batches
 
 __all__ = ["run_stage_epoch", "spark_ddl", "struct_ddl", "envelope_ddl", "shuffle_written"]
@@ -200,14 +200,14 @@ def _grouped(spark: Any, plan: TaskPlan, input_files: dict[int, list[str]], stat
         return run_routed(spark, plan, routed, grouped_task, placed)
     env_ddl = envelope_ddl(plan)
     plan.probes = list(partition_probes(plan.stage.partitions))
+    types = {f.name: f.dataType for f in spark.createDataFrame([], env_ddl).schema.fields}
+    envelopes = partial(_envelopes, types)
+    jvm = os.environ.get("CBP_JVM_ROUTING", "1") != "0"
     parts = [
-        _read(spark, plan.input_schemas[i], files).mapInArrow(partial(route_batches, plan, i), env_ddl)
+        (jvm and _jvm_routed(spark, plan, i, files, envelopes))
+        or _read(spark, plan.input_schemas[i], files).mapInArrow(partial(route_batches, plan, i), env_ddl)
         for i, files in input_files.items() if files
     ]
-    types = {f.name: f.dataType for f in spark.createDataFrame([], env_ddl).schema.fields}
-
-    def envelopes(df: Any, **cols: Any) -> Any:  # the columns not given are null
-        return df.select(*[(cols[n] if n in cols else F.lit(None).cast(t)).alias(n) for n, t in types.items()])
 
     if plan.bindings:  # the multicast bindings of the stage's last epoch, to their keys
         b = _read_ddl(spark, "_key STRING, _addr STRING", plan.bindings)
@@ -230,6 +230,53 @@ def _grouped(spark: Any, plan: TaskPlan, input_files: dict[int, list[str]], stat
     if placed:  # keep partition p on the executor that ran it last epoch (cbp.engine.locality)
         return placed_epoch(spark, env, plan, grouped_task)
     return env.mapInArrow(partial(grouped_task, plan), result_spark_schema()).toArrow()
+
+
+def _envelopes(types: dict[str, Any], df: Any, **cols: Any) -> Any:
+    """``df`` as envelopes (:func:`envelope_ddl`): the columns given, null in the others."""
+    from pyspark.sql import functions as F
+
+    return df.select(*[(cols[n].cast(t) if n in cols else F.lit(None).cast(t)).alias(n) for n, t in types.items()])
+
+
+_JSON_ESCAPES = {8: "\\b", 9: "\\t", 10: "\\n", 12: "\\f", 13: "\\r"}
+
+
+def json_key_sql(col: Any, scalar: str) -> Any:
+    """The Spark SQL expression of :func:`cbp.engine.routing.encode_key` of a non-null ``string``,
+    ``int`` or ``bool`` column: the same text, byte for byte (JSON string escapes as Python's
+    ``json.dumps(ensure_ascii=False)`` writes them: ``\\`` and ``\"``, the short escapes of
+    backspace, tab, newline, form feed and return, ``\\u00xx`` for the other control characters)."""
+    from pyspark.sql import functions as F
+
+    if scalar == "int":
+        return col.cast("string")
+    if scalar == "bool":
+        return F.when(col, F.lit("true")).otherwise(F.lit("false"))
+    esc = F.replace(F.replace(col, F.lit("\\"), F.lit("\\\\")), F.lit('"'), F.lit('\\"'))
+    for c in range(32):
+        esc = F.replace(esc, F.lit(chr(c)), F.lit(_JSON_ESCAPES.get(c, f"\\u{c:04x}")))
+    quote = F.lit('"')
+    return F.when(col.rlike(JSON_ESCAPED), F.concat(quote, esc, quote)).otherwise(F.concat(quote, col, quote))
+
+
+def _jvm_routed(spark: Any, plan: TaskPlan, idx: int, files: list[str], envelopes: Any) -> Optional[Any]:
+    """The envelopes of input ``idx`` built by Spark SQL, with no Python on the map side, when its
+    RouteBy is a field that is never null and never needs Python to become a key (a ``string``,
+    ``int`` or ``bool``: :func:`json_key_sql`); None otherwise (``route_batches`` routes it)."""
+    from pyspark.sql import functions as F
+
+    route = plan.stage.inputs[idx].route_by
+    schema = plan.input_schemas[idx]
+    ft = schema.fields.get(route.field) if route is not None and route.field is not None else None
+    if ft is None or ft.nullable or ft.is_list or ft.scalar not in ("string", "int", "bool"):
+        return None
+    df = _read(spark, schema, files)
+    key = json_key_sql(F.col(f"`{route.field}`"), ft.scalar)
+    col = record_column(idx)
+    rec = F.struct(*[F.col(f"`{c}`") for c in schema.fields])
+    env = envelopes(df, _key=key, _flow=F.lit(idx).cast("int"), **{col: rec})
+    return env.withColumn("_r", F.col("_key"))
 
 
 def shuffle_written(sc: Any, tag: str, wait: float = 2.0) -> dict[str, int]:

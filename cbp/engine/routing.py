@@ -44,7 +44,7 @@ if TYPE_CHECKING:
     from .task import TaskPlan
 
 __all__ = ["BOUND", "COPY", "COPY_HASH", "BINDINGS", "envelope_schema", "record_column", "encode_key", "copy_key",
-           "plain_envelopes", "Routes", "Copies"]
+           "plain_envelopes", "Routes", "Copies", "JSON_ESCAPED"]
 
 BOUND = -2
 COPY = "\x01"  # first character of a copy key; a key's JSON text starts with a printable character
@@ -95,7 +95,8 @@ def copy_key(target: Logical) -> str:
 
 
 #: Characters JSON text must escape (Python's ``json`` with ``ensure_ascii=False`` escapes exactly these).
-_ESCAPED = r'["\\\x00-\x1f]'
+#: the characters JSON escapes in a string (a key text of such a string is not just the string quoted)
+JSON_ESCAPED = r'["\\\x00-\x1f]'
 
 
 def records_struct(batch: pa.RecordBatch, schema: pa.Schema, idx: int) -> pa.StructArray:
@@ -137,7 +138,7 @@ def plain_envelopes(flow_idx: int, field: str, batch: pa.RecordBatch, schema: pa
     if col.null_count:
         return None
     if pa.types.is_string(t) or pa.types.is_large_string(t):
-        if pc.any(pc.match_substring_regex(col, _ESCAPED)).as_py():
+        if pc.any(pc.match_substring_regex(col, JSON_ESCAPED)).as_py():
             return None
         key = pc.binary_join_element_wise('"', col, '"', "")
     elif pa.types.is_integer(t):
