@@ -18,6 +18,7 @@ import pyarrow as pa
 
 from .controller import Controller, EpochRecord, EpochReport, Landed
 from .errors import InputError
+from .gcpolicy import fewer_collections
 from .spec.arrowrecords import ArrowRecordError, conform
 from .spec.schema import RecordError, RecordSchema
 from .spec import PipelineSpec, load_spec
@@ -154,7 +155,8 @@ class Pipeline:
         elif _is_arrow(records):
             table = _conformed(fl.schema, _arrow_batches(records, flow), flow, None)
         else:
-            table = self._validated(fl.schema, records, flow)
+            with fewer_collections():  # a dict per record: see cbp.gcpolicy
+                table = self._validated(fl.schema, records, flow)
         return self.controller.feed(flow, table, close=close, feed_id=feed_id)
 
     @staticmethod

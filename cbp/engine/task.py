@@ -26,6 +26,7 @@ import numpy as np
 import pyarrow as pa
 
 from .. import faults
+from ..gcpolicy import fewer_collections
 from ..model import Broadcast, Emitter, Multicast
 from ..spec import StageSpec
 from ..spec.schema import RecordError, RecordSchema
@@ -111,6 +112,11 @@ def _user_failure(plan: TaskPlan, where: str, fn_name: str, exc: BaseException, 
 def route_batches(plan: TaskPlan, flow_idx: int, batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
     """RouteBy each record of input ``flow_idx``: one envelope per distinct key it goes to, or one
     copy per partition for a broadcast or multicast key (:mod:`cbp.engine.routing`)."""
+    with fewer_collections():
+        yield from _route_batches(plan, flow_idx, batches)
+
+
+def _route_batches(plan: TaskPlan, flow_idx: int, batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
     inp = plan.stage.inputs[flow_idx]
     route = inp.route_by
     assert route is not None
@@ -304,7 +310,7 @@ _Partition = Union[DirectPartition, BlackboxPartition, None]
 
 def grouped_task(plan: TaskPlan, batches: Iterable[pa.RecordBatch], part: Optional[int] = None) -> Iterator[pa.RecordBatch]:
     """One stage epoch on one partition (direct or black-box): ``part``, else the Spark task's."""
-    with _io_errors(plan):
+    with _io_errors(plan), fewer_collections():
         yield from _grouped_task(plan, batches, part)
 
 
@@ -425,7 +431,7 @@ def _finish(plan: TaskPlan, p: int, calls: _Calls, part: _Partition, stats: dict
 # ------------------------------------------------------------------ record-wise task
 def recordwise_task(plan: TaskPlan, flow_idx: int, batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
     """A record-wise stage (no state, RouteByRcd): translate each record alone, no shuffle."""
-    with _io_errors(plan):
+    with _io_errors(plan), fewer_collections():
         yield from _recordwise_task(plan, flow_idx, batches)
 
 
