@@ -203,11 +203,11 @@ def _grouped(spark: Any, plan: TaskPlan, input_files: dict[int, list[str]], stat
     types = {f.name: f.dataType for f in spark.createDataFrame([], env_ddl).schema.fields}
     envelopes = partial(_envelopes, types)
     jvm = os.environ.get("CBP_JVM_ROUTING", "1") != "0"
-    parts = [
-        (jvm and _jvm_routed(spark, plan, i, files, envelopes))
-        or _read(spark, plan.input_schemas[i], files).mapInArrow(partial(route_batches, plan, i), env_ddl)
-        for i, files in input_files.items() if files
-    ]
+    parts = []
+    for i, files in input_files.items():
+        if files:
+            sql = _jvm_routed(spark, plan, i, files, envelopes) if jvm else None
+            parts.append(sql if sql is not None else _read(spark, plan.input_schemas[i], files).mapInArrow(partial(route_batches, plan, i), env_ddl))
 
     if plan.bindings:  # the multicast bindings of the stage's last epoch, to their keys
         b = _read_ddl(spark, "_key STRING, _addr STRING", plan.bindings)
@@ -239,9 +239,6 @@ def _envelopes(types: dict[str, Any], df: Any, **cols: Any) -> Any:
     return df.select(*[(cols[n].cast(t) if n in cols else F.lit(None).cast(t)).alias(n) for n, t in types.items()])
 
 
-_JSON_ESCAPES = {8: "\\b", 9: "\\t", 10: "\\n", 12: "\\f", 13: "\\r"}
-
-
 def json_key_sql(col: Any, scalar: str) -> Any:
     """The Spark SQL expression of :func:`cbp.engine.routing.encode_key` of a non-null ``string``,
     ``int`` or ``bool`` column: the same text, byte for byte (JSON string escapes as Python's
@@ -253,9 +250,9 @@ def json_key_sql(col: Any, scalar: str) -> Any:
         return col.cast("string")
     if scalar == "bool":
         return F.when(col, F.lit("true")).otherwise(F.lit("false"))
-    esc = F.replace(F.replace(col, F.lit("\\"), F.lit("\\\\")), F.lit('"'), F.lit('\\"'))
-    for c in range(32):
-        esc = F.replace(esc, F.lit(chr(c)), F.lit(_JSON_ESCAPES.get(c, f"\\u{c:04x}")))
+    esc = col
+    for c in ["\\", '"', *map(chr, range(32))]:  # the backslash first: the escapes written after it hold one
+        esc = F.replace(esc, F.lit(c), F.lit(json.dumps(c)[1:-1]))
     quote = F.lit('"')
     return F.when(col.rlike(JSON_ESCAPED), F.concat(quote, esc, quote)).otherwise(F.concat(quote, col, quote))
 

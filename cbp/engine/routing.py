@@ -95,7 +95,6 @@ def copy_key(target: Logical) -> str:
 
 
 #: Characters JSON text must escape (Python's ``json`` with ``ensure_ascii=False`` escapes exactly these).
-#: the characters JSON escapes in a string (a key text of such a string is not just the string quoted)
 JSON_ESCAPED = r'["\\\x00-\x1f]'
 
 

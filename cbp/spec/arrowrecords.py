@@ -32,7 +32,7 @@ from typing import Any, Optional
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from .schema import FieldType, RecordError, RecordSchema, _check_json
+from .schema import FieldType, RecordError, RecordSchema, check_json
 
 __all__ = ["conform", "ArrowRecordError"]
 
@@ -65,8 +65,8 @@ def conform(schema: RecordSchema, data: pa.Table | pa.RecordBatch) -> pa.Table:
         if name not in schema.fields:
             raise ArrowRecordError(name, "unknown field (not in the flow's schema)", 0)
     cols: list[pa.Array] = []
-    first: Optional[tuple[int, int, str, str]] = None  # (row, field position, field, message)
-    for pos, (name, ft) in enumerate(schema.fields.items()):
+    first: Optional[tuple[int, str, str]] = None  # (row, field, message): on a tie, the field first in the schema
+    for name, ft in schema.fields.items():
         if name not in seen:
             if not ft.nullable:
                 raise ArrowRecordError(name, "missing (every field without '?' is required)", 0)
@@ -76,10 +76,10 @@ def conform(schema: RecordSchema, data: pa.Table | pa.RecordBatch) -> pa.Table:
         arr = col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col
         out, bad = _field(ft, arr)
         if bad is not None and (first is None or bad[0] < first[0]):
-            first = (bad[0], pos, name, bad[1])
+            first = (bad[0], name, bad[1])
         cols.append(out)
     if first is not None:
-        raise ArrowRecordError(first[2], first[3], first[0])
+        raise ArrowRecordError(first[1], first[2], first[0])
     return pa.Table.from_arrays(cols, schema=schema.arrow)
 
 
@@ -130,12 +130,10 @@ def _list(ft: FieldType, arr: pa.Array) -> tuple[pa.Array, _Bad]:
     except (pa.ArrowException, ValueError) as e:  # more than 2**31 items in the batch
         return arr, (_first(arr.is_valid()), f"the Arrow column of type {t} cannot be read as list<{ft.scalar}> ({e})")
     items, bad = _scalar(ft.scalar, lists.flatten())
-    parents = None
     if bad is None and not ft.items_nullable and items.null_count:
         bad = (_first(items.is_null()), f"a list item is null, but the type '{ft}' has no '?' inside the list")
-    if bad is not None:
-        parents = pc.list_parent_indices(lists)
-        return arr, (int(parents[bad[0]].as_py()), bad[1])
+    if bad is not None:  # the row of the list that holds the bad item
+        return arr, (int(pc.list_parent_indices(lists)[bad[0]].as_py()), bad[1])
     lengths = pc.fill_null(pc.list_value_length(lists), 0).cast(pa.int32())
     offsets = pa.concat_arrays([pa.array([0], pa.int32()), pc.cumulative_sum(lengths)]) if len(lists) else pa.array([0], pa.int32())
     return pa.ListArray.from_arrays(offsets, items, mask=lists.is_null()), None
@@ -153,7 +151,7 @@ def _json(ft: FieldType, arr: pa.Array) -> tuple[pa.Array, _Bad]:
             out.append(None)
             continue
         try:
-            _check_json("", v)
+            check_json("", v)
         except RecordError as e:
             return arr, (i, str(e).split(": ", 1)[-1])
         out.append(json.dumps(v, sort_keys=True))

@@ -30,7 +30,7 @@ import pyarrow as pa
 from pydantic import AfterValidator, ConfigDict, Field, StrictBool, StrictFloat, StrictInt, StrictStr, TypeAdapter, ValidationError
 from typing_extensions import NotRequired, Required, TypedDict
 
-__all__ = ["FieldType", "RecordSchema", "RecordError", "parse_type", "MAX_DEPTH", "FIELD_NAME"]
+__all__ = ["FieldType", "RecordSchema", "RecordError", "parse_type", "check_json", "MAX_DEPTH", "FIELD_NAME"]
 
 MAX_DEPTH = 128  # arrays/objects nested in one record, the record itself counting as one (as serde_json)
 FIELD_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_]*\Z")  # a field name; '_' starts cbp's own columns
@@ -220,7 +220,7 @@ class RecordSchema:
                         raise RecordError(name, _surrogate_message(text, f"[{v.index(text)}]" if is_list else ""))
         for name in self._json_fields:
             if out[name] is not None:
-                _check_json(name, out[name])
+                check_json(name, out[name])
         return out
 
     def validate_json_line(self, line: str) -> dict[str, Any]:
@@ -306,8 +306,9 @@ def _surrogate_message(text: str, where: str = "") -> str:
             "without its pair), which is not Unicode; it cannot be stored")
 
 
-def _check_json(field: str, value: Any) -> None:
-    """A ``json`` field's value must be JSON: checked without recursion, in bounded depth."""
+def check_json(field: str, value: Any) -> None:
+    """A ``json`` field's value must be JSON (:class:`RecordError` naming ``field`` if not): checked
+    without recursion, in bounded depth."""
     stack: list[tuple[Any, int, Any, Any]] = [(value, 2, None, None)]  # value, depth (the record is 1), parent entry, key
 
     def path(entry: Any) -> str:
