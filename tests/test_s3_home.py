@@ -260,3 +260,21 @@ def test_a_holder_whose_lease_ran_out_commits_nothing(s3, monkeypatch):
     assert fresh.feeds("urls") == 1 and fresh.output("urls") == [{"url": "http://a/"}]
     fresh.feed("urls", [{"url": "http://b/"}])  # the home works on
     assert fresh.feeds("urls") == 2
+
+
+def test_the_fence_leaves_a_renewing_holder_alone_whatever_its_renewal_interval(s3, monkeypatch):
+    """With renewals set close to the ttl a live holder's lease gets low between renewals;
+    that is not a lost lease: the fence lets its commits through, and still stops a stalled one."""
+    monkeypatch.setenv("CBP_LEASE_TTL", "2")
+    monkeypatch.setenv("CBP_LEASE_RENEW", "1.6")
+    h = Home(_home())
+    with h.lock():
+        time.sleep(1.45)  # just before the first renewal (at 1.6 s): ~0.55 s of the lease left, as always then
+        h.fence("a commit just before a renewal")
+    with monkeypatch.context() as m:
+        m.setattr(Lease, "renew", lambda self: True)  # stalled renewals
+        with pytest.raises(BusyError) as e:
+            with h.lock():
+                time.sleep(1.85)  # 0.15 s left: below (2 - 1.6) / 2
+                h.fence("a commit of a stalled holder")
+    assert e.value.code == "lease-lost"

@@ -226,7 +226,8 @@ class Home(DeltaTables):
     def fence(self, what: str) -> None:
         """Refuse (:class:`BusyError` code ``lease-lost``) to make a change durable if this process's
         hold on the home may have passed to another: on S3, when the mutation lease it holds (or
-        its runner lease) was taken over or has less than a third of its ttl left, as after a stall
+        its runner lease) was taken over, or has less than half the time left that its renewals
+        always leave it (``(ttl - renew) / 2``: a third of the ttl by default), as after a stall
         longer than the renewals allow. A local home's flocks cannot be lost: nothing to check.
         Called before the point of no return of every change (:mod:`cbp.controller.journal`)."""
         local = self.local_dir()
@@ -234,7 +235,7 @@ class Home(DeltaTables):
             return
         entry = _LOCKS.get(self.uri(LAYOUT.LOCK))
         for lease in (entry.lease if entry is not None else None, self._runner_lease):
-            if lease is not None and (lease.lost or lease.remaining() < lease.ttl / 3):
+            if lease is not None and (lease.lost or lease.remaining() < (lease.ttl - lease.renew_every) / 2):
                 raise BusyError(
                     f"{what}: this process's {lease.name} lease on {self.location} "
                     f"{'was taken over by another process' if lease.lost else 'has run out'} (was it stalled for longer than "
