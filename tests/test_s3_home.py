@@ -17,6 +17,7 @@ import time
 import uuid
 from pathlib import Path
 
+import pyarrow as pa
 import pytest
 
 from cbp.errors import BusyError, CbpError
@@ -71,6 +72,14 @@ def test_url_count_on_s3_equals_local(spark, s3, tmp_path):
     assert Home(home).runner_info() is None and not Home(home).runner_active()
     listed = s3.list_objects_v2(Bucket=BUCKET, Prefix=home.split(f"{BUCKET}/", 1)[1] + "/stages/url_count/state/_delta_log/")
     assert listed.get("KeyCount", 0) > 0  # the state is a Delta table on S3
+    objects = {o["Key"]: o["Size"] for page in s3.get_paginator("list_objects_v2").paginate(Bucket=BUCKET, Prefix=home.split(f"{BUCKET}/", 1)[1] + "/")
+               for o in page.get("Contents", [])}
+    assert not [k for k in objects if k.endswith("/")]  # no directory marker objects (one request each)
+    for rel in ("stages/url_count/state", "flows/urls", "flows/counts"):  # sizes counted while writing = the objects' sizes
+        dt = Home(home).table(rel, version=1)  # (the read increments of urls have left its newest version)
+        assert dt.metadata().configuration.get("delta.checkpointInterval") == "10"
+        adds = pa.table(dt.get_add_actions(flatten=True)).to_pylist()
+        assert adds and all(objects[f"{home.split(f'{BUCKET}/', 1)[1]}/{rel}/{a['path']}"] == a["size_bytes"] for a in adds)
 
 
 def test_home_unpickled_on_an_executor_builds_the_same_filesystem(s3):

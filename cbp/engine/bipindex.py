@@ -143,7 +143,7 @@ class PartitionIndex:
         t = pa.table({"h": self.h, "f": self.f, "g": self.g})
         t = t.replace_schema_metadata({"cbp.files": json.dumps(self.files), "cbp.hash": "spark-xxhash64"})
         path = home.path(rel)
-        home.fs.create_dir(path.rsplit("/", 1)[0], recursive=True)
+        home.make_parent(path)
         pq.write_table(t, path, filesystem=home.fs, compression={"h": "none", "f": "zstd", "g": "zstd"}, use_dictionary=False)
 
     def positions(self, hashes: np.ndarray) -> np.ndarray:

@@ -7,6 +7,7 @@ unreferenced), and :meth:`ParquetSink.close` returns its future Delta add action
 
 from __future__ import annotations
 
+import time
 import uuid
 from typing import Any, Callable, Optional
 
@@ -32,6 +33,7 @@ class ParquetSink:
         self.rows = 0
         self.rel: Optional[str] = None
         self._writer: Optional[pq.ParquetWriter] = None
+        self._out: Any = None
 
     def write(self, table: pa.Table) -> None:
         """Append rows (each call adds row groups of at most ``row_group`` rows)."""
@@ -41,8 +43,9 @@ class ParquetSink:
             if self._writer is None:
                 self.rel = f"{self.rel_dir}/{self.prefix}-{uuid.uuid4().hex[:12]}.parquet"
                 path = self.home.path(self.rel)
-                self.home.fs.create_dir(path.rsplit("/", 1)[0], recursive=True)
-                self._writer = pq.ParquetWriter(path, self.schema, filesystem=self.home.fs, compression="zstd")
+                self.home.make_parent(path)
+                self._out = self.home.fs.open_output_stream(path)
+                self._writer = pq.ParquetWriter(self._out, self.schema, compression="zstd")
             self._writer.write_table(table, row_group_size=self.row_group)
         except OSError as e:
             e.cbp_path = self.home.path(self.rel or self.rel_dir)  # type: ignore[attr-defined]
@@ -57,21 +60,23 @@ class ParquetSink:
         try:
             self._writer.close()
             self._writer = None
-            info = self.home.fs.get_file_info(path)
+            size = self._out.tell()  # the bytes written: no look at the file afterwards (a request on S3)
+            self._out.close()
+            self._out = None
         except OSError as e:
             e.cbp_path = path  # type: ignore[attr-defined]
             raise
-        mtime = int(info.mtime.timestamp() * 1000) if info.mtime else 0
-        return {"rel": self.rel, "size": info.size, "mtime": mtime, "rows": self.rows, "partition": self.partition}
+        return {"rel": self.rel, "size": size, "mtime": int(time.time() * 1000), "rows": self.rows, "partition": self.partition}
 
     def abort(self) -> None:
         """Close an unfinished file (it stays unreferenced: a failed task leaves nothing visible)."""
-        if self._writer is not None:
-            try:
-                self._writer.close()
-            except OSError:
-                pass
-            self._writer = None
+        for closing in (self._writer, self._out):
+            if closing is not None:
+                try:
+                    closing.close()
+                except OSError:
+                    pass
+        self._writer = self._out = None
 
 
 class RecordSink:

@@ -93,6 +93,7 @@ class Home(DeltaTables):
         self._tables: dict[str, DeltaTable] = {}
         self._tables_lock = threading.Lock()
         self._runner_lease: Optional[Lease] = None  # held by runner_lock on S3 (see fence)
+        self._s3: Optional[S3Objects] = None
 
     def __getstate__(self) -> dict[str, Any]:
         return {"location": self.location}
@@ -158,21 +159,58 @@ class Home(DeltaTables):
             with self.fs.open_output_stream(path) as out:
                 out.write(data)
             return
-        self.fs.create_dir(path.rsplit("/", 1)[0], recursive=True)
+        self.make_parent(path)
         tmp = f"{path}.tmp-{uuid.uuid4().hex[:8]}"
         with self.fs.open_output_stream(tmp) as out:
             out.write(data)
         self.fs.move(tmp, path)
 
+    def make_parent(self, path: str) -> None:
+        """Create the directory that will hold ``path`` (an :attr:`fs` path). Nothing on an object
+        store, which has no directories: pyarrow would write a marker object per level."""
+        if not self.is_object_store():
+            self.fs.create_dir(path.rsplit("/", 1)[0], recursive=True)
+
+    @property
+    def _objects(self) -> Optional[S3Objects]:
+        """On S3, the home's objects through boto3: one request to read, look up or delete a file,
+        where pyarrow takes two (a HEAD before a read; a listing after a missing HEAD; a directory
+        marker written after a delete)."""
+        if self._s3 is None and objectstore.is_s3(self.location):
+            self._s3 = S3Objects(self.location)
+        return self._s3
+
     def read_bytes(self, rel: str) -> bytes:
+        """A file's bytes (``FileNotFoundError`` if it is not there)."""
+        objects = self._objects
+        if objects is not None:
+            data = objects.read(rel)
+            if data is None:
+                raise FileNotFoundError(self.uri(rel))
+            return data
         with self.fs.open_input_stream(self.path(rel)) as f:
             return f.read()
+
+    def exists(self, rel: str) -> bool:
+        """Whether a file is there."""
+        local = self.local_dir()
+        if local is not None:
+            return os.path.exists(os.path.join(local, rel))
+        objects = self._objects
+        if objects is not None:
+            return objects.exists(rel)
+        return self.fs.get_file_info(self.path(rel)).type != pafs.FileType.NotFound
 
     def list_dir(self, rel: str) -> list[str]:
         sel = pafs.FileSelector(self.path(rel), allow_not_found=True)
         return sorted(i.base_name for i in self.fs.get_file_info(sel))
 
     def delete_file(self, rel: str) -> None:
+        """Delete a file; nothing if it is not there."""
+        objects = self._objects
+        if objects is not None:
+            objects.delete(rel)
+            return
         try:
             self.fs.delete_file(self.path(rel))
         except FileNotFoundError:
@@ -392,9 +430,12 @@ class Home(DeltaTables):
         return None
 
     def write_controller(self, snapshot: dict[str, Any], keep: int = 20) -> None:
-        """Write snapshot ``seq`` (atomically: temp file, then rename) and prune old ones."""
+        """Write snapshot ``seq`` (atomically: temp file, then rename) and prune old ones (every
+        tenth snapshot: a listing of the folder is a request on an object store)."""
         seq = int(snapshot["seq"])
         self.write_bytes(LAYOUT.snapshot(seq), json.dumps(snapshot, sort_keys=True).encode())
+        if seq % 10:
+            return
         names = [n for n in self.list_dir(_CONTROLLER) if n.endswith(".json")]
         for n in names[:-keep]:
             self.delete_file(f"{_CONTROLLER}/{n}")

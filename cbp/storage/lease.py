@@ -109,6 +109,20 @@ class S3Objects:
         except Exception as e:
             raise self._failed("read", rel, e) from e
 
+    def exists(self, rel: str) -> bool:
+        """Whether the object is there (one HEAD; pyarrow would also list, to look for a directory)."""
+        from botocore.exceptions import ClientError
+
+        try:
+            self.client.head_object(Bucket=self.bucket, Key=self.key(rel))
+            return True
+        except ClientError as e:
+            if e.response.get("ResponseMetadata", {}).get("HTTPStatusCode") == 404:
+                return False
+            raise self._failed("look up", rel, e) from e
+        except Exception as e:
+            raise self._failed("look up", rel, e) from e
+
     def create(self, rel: str, data: bytes) -> bool:
         """Create the object if it does not exist; False if it does (or a concurrent create won)."""
         from botocore.exceptions import ClientError

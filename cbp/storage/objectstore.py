@@ -101,7 +101,8 @@ class ObjectStoreSettings:
             kw["region"] = self.region
         if self.endpoint_host:
             kw.update(endpoint_override=self.endpoint_host, scheme=self.scheme, force_virtual_addressing=False)
-        return pafs.S3FileSystem(**kw)  # type: ignore[arg-type]
+        # A delayed open lets a small file be one PUT instead of a multipart upload's three requests.
+        return pafs.S3FileSystem(allow_delayed_open=True, **kw)  # type: ignore[arg-type]
 
     def delta_options(self) -> dict[str, str]:
         """delta-rs ``storage_options``: credentials, endpoint and safe concurrent commits (conditional put)."""
