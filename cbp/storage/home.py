@@ -12,6 +12,7 @@ Locks are ``flock`` on a local home and leases on S3 (:mod:`cbp.storage.lease`).
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import json
 import os
@@ -47,6 +48,16 @@ class _ProcessLock:
         self.depth = 0
         self.fd = -1
         self.lease: Optional[Lease] = None
+
+
+@contextmanager
+def _as_os_error() -> Iterator[None]:
+    """A failed request through boto3 as the ``OSError`` pyarrow's filesystem would have raised,
+    so that callers treat a file operation's failure the same on every store."""
+    try:
+        yield
+    except RuntimeStateError as e:
+        raise OSError(errno.EIO, str(e)) from e
 
 
 def _open_lock_file(path: str, home: str) -> int:
@@ -184,7 +195,8 @@ class Home(DeltaTables):
         """A file's bytes (``FileNotFoundError`` if it is not there)."""
         objects = self._objects
         if objects is not None:
-            data = objects.read(rel)
+            with _as_os_error():
+                data = objects.read(rel)
             if data is None:
                 raise FileNotFoundError(self.uri(rel))
             return data
@@ -198,7 +210,8 @@ class Home(DeltaTables):
             return os.path.exists(os.path.join(local, rel))
         objects = self._objects
         if objects is not None:
-            return objects.exists(rel)
+            with _as_os_error():
+                return objects.exists(rel)
         return self.fs.get_file_info(self.path(rel)).type != pafs.FileType.NotFound
 
     def list_dir(self, rel: str) -> list[str]:
@@ -209,7 +222,8 @@ class Home(DeltaTables):
         """Delete a file; nothing if it is not there."""
         objects = self._objects
         if objects is not None:
-            objects.delete(rel)
+            with _as_os_error():
+                objects.delete(rel)
             return
         try:
             self.fs.delete_file(self.path(rel))
