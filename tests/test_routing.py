@@ -88,3 +88,18 @@ def test_spark_sql_key_texts_equal_encode_key(spark):
     rows = spark.createDataFrame([(i, i % 2 == 0) for i in ints], "n bigint, b boolean").select(
         "n", "b", json_key_sql(F.col("n"), "int").alias("kn"), json_key_sql(F.col("b"), "bool").alias("kb")).collect()
     assert all(r["kn"] == encode_key(r["n"]) and r["kb"] == encode_key(r["b"]) for r in rows)
+
+
+def test_decode_key_is_json_loads_of_every_key_text():
+    """The translator gets decode_key(text): the JSON value itself, also for the texts the fast
+    path (a string without escapes) does not take: escapes, numbers, lists, objects, null."""
+    from cbp.engine.routing import decode_key
+
+    rng = random.Random(11)
+    alphabet = [chr(c) for c in range(0, 40)] + ['"', "\\", "/", "é", "\u2028", "\x7f", "😀", "字", "a", "u"]
+    keys: list = ["", '"', "\\", "a\\u0041", "\x00"] + ["".join(rng.choice(alphabet) for _ in range(rng.randint(0, 12))) for _ in range(3000)]
+    keys += [0, -7, 2**63 - 1, 1.5, True, None, ["a", 1], {"b": ["\\", '"']}]
+    for k in keys:
+        text = encode_key(k)
+        assert decode_key(text) == json.loads(text) == k
+        assert type(decode_key(text)) is type(k)

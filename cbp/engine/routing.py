@@ -87,6 +87,18 @@ def encode_key(key: Any) -> str:
     return json.dumps(key, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
 
 
+def decode_key(text: str) -> Any:
+    r"""The grouping key of a canonical key text (:func:`encode_key`'s inverse). A string key
+    without escapes is the text between its quotes (no JSON parse: one call per key of an epoch).
+
+        >>> decode_key('"http://a.example/?q=1"'), decode_key('[1,"x"]'), decode_key('"say \\"hi\\""')
+        ('http://a.example/?q=1', [1, 'x'], 'say "hi"')
+    """
+    if text[:1] == '"' and "\\" not in text:  # valid JSON: no backslash, so no escaped quote inside
+        return text[1:-1]
+    return json.loads(text)
+
+
 def copy_key(target: Logical) -> str:
     """The ``_key`` of the copies of a record routed to a broadcast or multicast key."""
     if isinstance(target, Multicast):

@@ -37,7 +37,7 @@ from .bipindex import ROW_GROUP, StateMeta
 from .groups import Group, group_chunks, with_state_keys
 from .locality import executor_name
 from .protocol import FailureRecord, TaskFailed, TaskResult, result_batch
-from .routing import BINDINGS, Copies, Routes, check_target, encode_key, envelope_schema, plain_envelopes
+from .routing import BINDINGS, Copies, Routes, check_target, decode_key, encode_key, envelope_schema, plain_envelopes
 from .sinks import ParquetSink, RecordSink, io_path
 from .statepart import BlackboxPartition, DirectPartition, OldState
 
@@ -179,6 +179,9 @@ class _Calls:
                         for f in st.outputs}
         self.bindings = RecordSink(ParquetSink(plan.home, LAYOUT.bindings(st.name), f"{LAYOUT.epoch_prefix(plan.epoch)}-p{part:05d}", BINDINGS, part),
                                    lambda rows: pa.Table.from_pylist(rows, BINDINGS), plan.write_rows)
+        self._validators = {f: plan.out_schemas[f].validate for f in st.outputs}
+        if st.state_schema is not None:
+            self._validators["state"] = st.state_schema.validate
         self.state_out: list[dict[str, Any]] = []
         self.key: Any = None
         self.key_text: Optional[str] = None
@@ -187,9 +190,8 @@ class _Calls:
         self.calls = 0
 
     def _sink(self, flow: str, record: Any) -> None:
-        schema = self.plan.stage.state_schema if flow == "state" else self.plan.out_schemas[flow]
         try:
-            rec = schema.validate(record)  # type: ignore[union-attr]
+            rec = self._validators[flow](record)
         except RecordError as e:
             raise _failed(self.plan, "user-code", f"{self.plan.where(self.key)}: the translator wrote a record to '{flow}' that does not fit its schema: "
                           f"{e}; record {record!r:.200}", key=self.key_text, exc_type="RecordError") from None
@@ -401,7 +403,7 @@ def _translate(plan: TaskPlan, calls: _Calls, part: _Partition, g: Group, old: O
     if batch is not None:
         batch.add(g, old, records)
         return
-    key = json.loads(g.key)
+    key = decode_key(g.key)
     inputs = [_flow_iter(plan, idx, g.flows[idx], key, g.key) for idx in range(len(st.inputs))]
     _update(part, g, old, records, calls.call(g.key, key, records, inputs))
 
