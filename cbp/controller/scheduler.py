@@ -86,14 +86,20 @@ class Scheduling:
             self.notify(f"took over the home from a cbp run that was killed (pid {holder.get('pid')} on {holder.get('host')}: {holder.get('command')})")
 
         with self.home.runner_lock(command, took_over):
-            with self._locked():
-                self._load_intentions()
-                if not self.st.sched.ran:  # no epoch in this round yet: a new run starts a whole round
-                    self.st.sched = Sched()
-            while max_epochs is None or len(reports) < max_epochs:
-                with self._locked():  # feeds may land between epochs; each epoch sees them
-                    step = self._next_step()
+            first = True
+            while True:
+                # One hold of the lock per epoch (feeds may land between epochs; each epoch sees
+                # them); the first also starts the run, the last also collects garbage: on S3 each
+                # hold is a lease taken and given back, four requests.
+                with self._locked():
+                    if first:
+                        self._load_intentions()
+                        if not self.st.sched.ran:  # no epoch in this round yet: a new run starts a whole round
+                            self.st.sched = Sched()
+                        first = False
+                    step = self._next_step() if max_epochs is None or len(reports) < max_epochs else None
                     if step is None:
+                        self.collect_garbage()
                         break
                     stage, d, intention = step
                     if on_start:
@@ -102,8 +108,6 @@ class Scheduling:
                 reports.append(rep)
                 if on_epoch:
                     on_epoch(rep)
-            with self._locked():
-                self.collect_garbage()
         return reports
 
     def _next_step(self) -> Optional[tuple[str, Decision, Optional[dict[str, Any]]]]:
