@@ -24,6 +24,34 @@ def io_path(e: OSError) -> Optional[str]:
     return getattr(e, "cbp_path", None) or e.filename
 
 
+#: Columns whose values are unique in a file by construction (a key's text and hash): never
+#: dictionary-encoded (a dictionary of unique values only costs time and bytes).
+UNIQUE_COLUMNS = frozenset({"_key", "_h"})
+
+
+def dictionary_columns(table: pa.Table) -> list[str]:
+    """The columns worth a dictionary in files whose first rows are ``table``: not those of
+    :data:`UNIQUE_COLUMNS`, nor those at least half of whose first (1,000 or more) values are
+    distinct. Unique strings such as URLs write about 2x faster and 25% smaller plain.
+
+        >>> import pyarrow as pa
+        >>> t = pa.table({"_key": [str(i) for i in range(2000)], "url": [f"u{i}" for i in range(2000)], "n": [i % 3 for i in range(2000)]})
+        >>> dictionary_columns(t)
+        ['n']
+    """
+    import pyarrow.compute as pc
+
+    keep = []
+    for name, col in zip(table.column_names, table.columns):
+        if name in UNIQUE_COLUMNS:
+            continue
+        if len(col) >= 1000 and not pa.types.is_boolean(col.type) and not pa.types.is_nested(col.type):
+            if pc.count_distinct(col).as_py() * 2 >= len(col):
+                continue
+        keep.append(name)
+    return keep
+
+
 class ParquetSink:
     """One new data file in ``rel_dir`` (relative to the home), opened at the first rows written."""
 
@@ -45,7 +73,7 @@ class ParquetSink:
                 path = self.home.path(self.rel)
                 self.home.make_parent(path)
                 self._out = self.home.fs.open_output_stream(path)
-                self._writer = pq.ParquetWriter(self._out, self.schema, compression="zstd")
+                self._writer = pq.ParquetWriter(self._out, self.schema, compression="zstd", use_dictionary=dictionary_columns(table))
             self._writer.write_table(table, row_group_size=self.row_group)
         except OSError as e:
             e.cbp_path = self.home.path(self.rel or self.rel_dir)  # type: ignore[attr-defined]
