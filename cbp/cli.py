@@ -233,7 +233,9 @@ def _sql(pipe: Any, args: argparse.Namespace) -> int:
     for name in ("", "SQLQueryContextLogger"):
         logging.getLogger(name).setLevel(logging.CRITICAL)
     # this process runs no stage epoch, so Spark may coalesce the shuffles of the query (AQE) as usual
-    get_spark(conf={"spark.sql.adaptive.enabled": "true"})
+    # (and no SQL on files by path: the query reads the pipeline's views, see cbp.sql._check_read_only)
+    spark = get_spark(conf={"spark.sql.adaptive.enabled": "true", "spark.sql.runSQLOnFiles": "false"})
+    spark.sparkContext.setLogLevel("OFF")  # a task failing under the query is reported once, below, not as Java traces
     df = pipe.sql(args.query, args.epoch)
     try:
         columns = list(df.columns)

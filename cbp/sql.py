@@ -16,7 +16,7 @@ epochs (Delta time travel), and the flows they produce to what that epoch wrote.
 from __future__ import annotations
 
 import re
-from typing import TYPE_CHECKING, Any, Mapping, Optional, Union
+from typing import TYPE_CHECKING, Any, Iterator, Mapping, Optional, Union
 
 from .engine.deltaread import latest_state, read_delta
 from .engine.job import spark_ddl
@@ -171,23 +171,96 @@ def run_sql(ctl: "Controller", spark: Any, query: str, epoch: Epochs = None) -> 
 
 
 def _check_read_only(spark: Any, query: str) -> None:
-    """Refuse a statement that is not a query (INSERT, DELETE, CREATE, SET ...) before it runs:
-    ``spark.sql`` runs commands at once, and cbp's tables are written by cbp only."""
+    """Refuse, before it runs, a statement that is not a query over the pipeline's views.
+
+    ``spark.sql`` runs commands at once, and cbp's tables are written by cbp only; nothing outside
+    the home is read. Every node of the parsed statement is looked at (common table expressions and
+    subqueries included, from Spark's JSON form of the plan): ``sql-not-query`` for a command
+    (INSERT, DELETE, MERGE, CREATE, SET ...; EXPLAIN, DESCRIBE and SHOW at the top are queries),
+    ``sql-not-allowed`` for a table named by path or catalog (``delta.`/x```, ``text.`/etc/passwd```),
+    a table function that reads files (only Spark's generators and ``range`` are allowed), a
+    function that calls Java (``reflect``, ``java_method``) and ``IDENTIFIER(...)`` over an
+    expression (what it names is not known before it runs).
+    """
+    import json
+
     try:
         plan = spark._jsparkSession.sessionState().sqlParser().parsePlan(query)
     except Exception as e:
         raise sql_error(e) from None
+    try:
+        nodes = list(_plan_nodes(json.loads(plan.toJSON())))
+    except Exception as e:  # a plan Spark cannot show as JSON cannot be checked
+        raise UsageError(f"cbp sql cannot check this statement ({type(e).__name__}); write it as a plain query", code="sql-not-allowed") from None
     jvm = spark.sparkContext._jvm
-    cls = plan.getClass().getSimpleName()
     command = jvm.java.lang.Class.forName("org.apache.spark.sql.catalyst.plans.logical.Command")
-    if (command.isInstance(plan) and not cls.startswith(_READ_ONLY_COMMANDS)) or "Insert" in cls:
-        raise UsageError(f"cbp sql runs queries only (SELECT, WITH, VALUES, EXPLAIN, DESCRIBE, SHOW); this statement is a {cls}, "
-                         "which would change tables or settings", code="sql-not-query")
+    kinds: dict[str, bool] = {}
+    for depth, node in nodes:
+        cls = str(node.get("class", ""))
+        simple = cls.rsplit(".", 1)[-1]
+        if cls not in kinds:
+            try:
+                kinds[cls] = bool(command.isAssignableFrom(jvm.java.lang.Class.forName(cls)))
+            except Exception:
+                kinds[cls] = False
+        if (kinds[cls] and not (depth == 0 and simple.startswith(_READ_ONLY_COMMANDS))) or "Insert" in simple:
+            raise UsageError(f"cbp sql runs queries only (SELECT, WITH, VALUES, EXPLAIN, DESCRIBE, SHOW); this statement contains {simple}, "
+                             "which would change tables or settings", code="sql-not-query")
+        why = _not_allowed(simple, node)
+        if why:
+            raise UsageError(f"cbp sql reads the pipeline's views only: {why}", code="sql-not-allowed")
+
+
+#: Table functions a query may call: Spark's generators and ``range`` (none reads a file).
+_TABLE_FUNCTIONS = frozenset({"range", "explode", "explode_outer", "inline", "inline_outer", "json_tuple", "posexplode",
+                              "posexplode_outer", "stack", "variant_explode", "variant_explode_outer", "sql_keywords", "collations"})
+#: Functions that run Java code named in the query.
+_JAVA_FUNCTIONS = frozenset({"reflect", "java_method", "try_reflect"})
+
+
+def _names(value: Any) -> list[str]:
+    """Spark's JSON form of a name list (``"[delta, /x]"``) as its parts."""
+    text = str(value or "")
+    return [p.strip() for p in text.strip("[]").split(",")] if text.startswith("[") else [text]
+
+
+def _not_allowed(simple: str, node: dict[str, Any]) -> str:
+    """Why one parsed plan or expression node may not run in ``cbp sql`` ("" if it may)."""
+    if simple.startswith("Unresolved") and "multipartIdentifier" in node and len(_names(node.get("multipartIdentifier"))) != 1:
+        return f"{'.'.join(_names(node.get('multipartIdentifier')))} is a table by path or catalog; name a view (a stage or a flow)"
+    if simple == "UnresolvedTableValuedFunction":
+        name = _names(node.get("name"))
+        if len(name) != 1 or name[0].lower() not in _TABLE_FUNCTIONS:
+            return f"table function {'.'.join(name)}() may read files; only {', '.join(sorted(_TABLE_FUNCTIONS))} are allowed"
+    if simple == "UnresolvedFunction":
+        name = _names(node.get("nameParts"))
+        if len(name) != 1 or name[0].lower() in _JAVA_FUNCTIONS:
+            return f"function {'.'.join(name)}() calls Java code or a catalog's function"
+    if simple in ("PlanWithUnresolvedIdentifier", "ExpressionWithUnresolvedIdentifier"):
+        return "IDENTIFIER() over an expression; write the name itself"
+    return ""
+
+
+def _plan_nodes(doc: Any, depth: int = 0) -> Iterator[tuple[int, dict[str, Any]]]:
+    """Every node (plan or expression) in Spark's JSON form of a plan (``TreeNode.toJSON``: a list
+    of nodes in pre-order, with nested lists for expressions, subquery plans and CTE definitions);
+    ``depth`` 0 only for the statement's top node."""
+    stack: list[tuple[Any, int]] = [(doc, depth)]
+    while stack:
+        item, d = stack.pop()
+        if isinstance(item, dict):
+            if "class" in item:
+                yield d, item
+            stack.extend((v, 1) for v in item.values() if isinstance(v, (list, dict)))
+        elif isinstance(item, list):
+            stack.extend((v, d if i == 0 else 1) for i, v in reversed(list(enumerate(item))))
 
 
 def sql_error(exc: Exception) -> Exception:
     """The cbp error for a failed Spark SQL query: the user's query (``bad-sql``: Spark's SQLSTATE
-    class 42, syntax or access, or 22, data) or anything else (``sql-failed``)."""
+    class 42, syntax or access, 22, data, or P0, ``raise_error``) or anything else (``sql-failed``).
+    A query that fails while its rows are fetched comes as py4j's error around Spark's: the
+    message and SQLSTATE are those of the innermost Spark error in its causes."""
     from pyspark.errors import AnalysisException
 
     first = next((ln.strip() for ln in str(exc).splitlines() if ln.strip()), type(exc).__name__)
@@ -196,6 +269,37 @@ def sql_error(exc: Exception) -> Exception:
         state = (exc.getSqlState() or "") if hasattr(exc, "getSqlState") else ""  # type: ignore[attr-defined]
     except Exception:
         state = ""
-    if isinstance(exc, AnalysisException) or state[:2] in ("42", "22"):
+    cause = _spark_cause(exc)
+    if cause is not None:
+        first, state = cause
+    if isinstance(exc, AnalysisException) or state[:2] in ("42", "22", "P0"):
         return UsageError(f"the SQL query failed: {first}", code="bad-sql")
     return RuntimeStateError(f"the SQL query failed in Spark: {first}", code="sql-failed")
+
+
+def _spark_cause(exc: Exception) -> Optional[tuple[str, str]]:
+    """(first line of the message, SQLSTATE) of the innermost error with a SQLSTATE among the
+    causes of a py4j error, else of its innermost cause; None without a JVM error."""
+    je = getattr(exc, "java_exception", None)
+    if je is None:
+        return None
+    found: Optional[tuple[str, str]] = None
+    last: Optional[tuple[str, str]] = None
+    try:
+        for _ in range(32):
+            if je is None:
+                break
+            msg = str(je.getMessage() or je.getClass().getName())
+            line = next((ln.strip() for ln in msg.splitlines() if ln.strip()), str(je.getClass().getName()))
+            state = ""
+            try:
+                state = str(je.getSqlState() or "")
+            except Exception:  # not a SparkThrowable
+                state = ""
+            last = (line, state)
+            if state:
+                found = last
+            je = je.getCause()
+    except Exception:  # the JVM is gone
+        pass
+    return found or last

@@ -9,7 +9,9 @@ against ``cbp state`` / ``cbp output`` and a from-scratch count. They need the j
 from __future__ import annotations
 
 import json
+import os
 from collections import Counter
+from pathlib import Path
 
 import pyarrow as pa
 import pytest
@@ -183,13 +185,21 @@ def test_pipeline_sql_api(dspark, url_home):
     ("INSERT INTO urls VALUES ('x')", [], "sql-not-query", 2),
     ("DROP VIEW urls", [], "sql-not-query", 2),
     ("SELECT cast('x' AS INT)", [], "bad-sql", 2),
+    ("SELECT raise_error('boom') FROM urls", [], "bad-sql", 2),
+    ("WITH x AS (SELECT 1) INSERT INTO urls SELECT * FROM urls", [], "sql-not-query", 2),
+    ("WITH x AS (SELECT 1) INSERT OVERWRITE DIRECTORY '/tmp/cbp-sql-out' USING parquet SELECT * FROM x", [], "sql-not-query", 2),
+    ("SELECT java_method('java.lang.System', 'exit', 3)", [], "sql-not-allowed", 2),
+    ("SELECT IDENTIFIER('ref' || 'lect')('java.util.UUID', 'randomUUID')", [], "sql-not-allowed", 2),
+    ("SELECT * FROM urls WHERE url IN (SELECT value FROM text.`/etc/passwd`)", [], "sql-not-allowed", 2),
+    ("SELECT (SELECT count(*) FROM json.`/etc/passwd`) AS n", [], "sql-not-allowed", 2),
+    ("SELECT * FROM read_files('/etc/passwd')", [], "sql-not-allowed", 2),
 ])
 def test_sql_errors_have_codes(dspark, url_home, capsys, query, args, code, exit_code):
     assert main(["sql", str(YAML), query, "--home", url_home, *args]) == exit_code
     err = capsys.readouterr().err
     assert "Traceback" not in err and "Py4J" not in err and "SQLQueryContextLogger" not in err
     p = cbp.load(YAML, home=url_home, spark=dspark)
-    if query.startswith("SELECT cast"):  # fails only when it runs: a DataFrame raises Spark's error, which the CLI maps
+    if query.startswith(("SELECT cast", "SELECT raise_error")):  # fails only when it runs: a DataFrame raises Spark's error, which the CLI maps
         with pytest.raises(Exception) as raw:
             p.sql(query).collect()
         assert sql_error(raw.value).code == code
@@ -197,6 +207,22 @@ def test_sql_errors_have_codes(dspark, url_home, capsys, query, args, code, exit
     with pytest.raises(CbpError) as e:
         p.sql(query, args[1] if args else None)
     assert e.value.code == code
+
+
+def test_sql_refuses_a_write_behind_a_cte_and_nothing_changes(dspark, url_home, capsys):
+    """A DELETE behind ``WITH`` is a DeleteFromTable under the top node: refused before Spark runs it."""
+    state = Path(url_home) / "stages" / "url_count" / "state"
+    log_before = sorted(os.listdir(state / "_delta_log"))
+    before = cli(capsys, "state", YAML, "url_count", "--home", url_home)[1]
+    for q in (f"WITH x AS (SELECT 1) DELETE FROM delta.`{state}`", f"DELETE FROM delta.`{state}` WHERE true",
+              f"WITH x AS (SELECT 1) MERGE INTO delta.`{state}` t USING x ON false WHEN NOT MATCHED THEN INSERT *",
+              f"DESCRIBE delta.`{state}`"):
+        assert main(["sql", str(YAML), q, "--home", url_home]) == 2
+        assert "Traceback" not in capsys.readouterr().err
+    assert sorted(os.listdir(state / "_delta_log")) == log_before
+    assert cli(capsys, "state", YAML, "url_count", "--home", url_home)[1] == before
+    ok = cli(capsys, "sql", YAML, "WITH c AS (SELECT url, count FROM url_count) SELECT count(*) AS n FROM c WHERE EXISTS (SELECT 1 FROM urls u WHERE u.url = c.url)", "--home", url_home)
+    assert ok == (0, [{"n": len(before)}])
 
 
 def test_sql_table_format(dspark, url_home, capsys):
