@@ -91,6 +91,10 @@ def _parser() -> argparse.ArgumentParser:
     return ap
 
 
+#: The longest epoch time limit (a week: the bound of a stage's ``timeout:`` in the YAML).
+MAX_TIMEOUT = 7 * 24 * 3600
+
+
 def _seconds(text: str) -> float:
     try:
         n = float(text)
@@ -98,6 +102,8 @@ def _seconds(text: str) -> float:
         raise argparse.ArgumentTypeError(f"must be a number of seconds, got {text!r}") from None
     if not n > 0 or n == float("inf"):
         raise argparse.ArgumentTypeError(f"must be more than 0 seconds, got {text}")
+    if n > MAX_TIMEOUT:
+        raise argparse.ArgumentTypeError(f"must be at most {MAX_TIMEOUT} seconds (a week, as a stage's 'timeout:'), got {text}")
     return n
 
 

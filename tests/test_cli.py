@@ -52,3 +52,38 @@ def test_cli_feed_close(spark, tmp_path, capsys):
     assert main(["status", SETDIFF, "--home", home, "--json"]) == 0
     st = json.loads(capsys.readouterr().out)
     assert st["stages"]["set_diff"]["connectors"]["crawl_a"] == {"pending": 1, "complete": 1, "records": 1}
+
+
+import pytest  # noqa: E402
+
+import cbp  # noqa: E402
+from cbp.errors import UsageError  # noqa: E402
+
+
+@pytest.mark.parametrize("home", ["http://127.0.0.1:1/x", "memory://x", "gs://bucket/x", "s3://", "s3:///x",
+                                  "{tmp}/h_pct%41", "{tmp}/back\\slash", "{tmp}/new\nline"])
+def test_a_home_cbp_cannot_keep_is_refused_before_anything_is_written(tmp_path, capsys, home):
+    """Unknown schemes ended in tracebacks or retried for minutes (gs://); '%' in a local path was
+    percent-decoded by delta-rs, which then opened another directory's tables."""
+    home = home.format(tmp=tmp_path)
+    (tmp_path / "h_pctA").mkdir()  # the directory delta-rs would have read for h_pct%41
+    day = tmp_path / "d.jsonl"
+    day.write_text('{"url": "http://a/"}\n')
+    for argv in (["status", URLS], ["feed", URLS, "urls", str(day)], ["run", URLS]):
+        assert main([*argv, "--home", home]) == 2
+        err = capsys.readouterr().err
+        assert "Traceback" not in err and err.count("\n") == 1, err
+    with pytest.raises(UsageError) as e:
+        cbp.load(URLS, home=home)
+    assert e.value.code == "bad-home"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["d.jsonl", "h_pctA"] and not any((tmp_path / "h_pctA").iterdir())
+
+
+@pytest.mark.parametrize("value", ["1e300", "604801"])
+def test_epoch_timeout_is_at_most_a_week(tmp_path, capsys, value):
+    with pytest.raises(SystemExit) as ex:  # argparse's usage error
+        main(["run", URLS, "--home", str(tmp_path / "h"), "--epoch-timeout", value])
+    assert ex.value.code == 2 and "at most 604800" in capsys.readouterr().err
+    with pytest.raises(UsageError) as e:
+        cbp.load(URLS, home=str(tmp_path / "h")).run(epoch_timeout=float(value))
+    assert e.value.code == "bad-option"

@@ -315,3 +315,12 @@ def test_odd_names_are_refused_or_work(make_pipeline):
     assert e.value.code == "bad-name"
     spec = load_spec(make_pipeline(BASE.replace("n: int}", "model_config: int}"), GOOD_MODULE))
     assert spec.flows["a"].schema.validate({"url": "u", "model_config": 1}) == {"url": "u", "model_config": 1}
+
+
+@pytest.mark.parametrize("body", ["raise SystemExit(0)\n", "import sys\nsys.exit(3)\n", "raise RuntimeError('no')\n"])
+def test_a_module_that_exits_while_imported_is_a_spec_error(make_pipeline, body):
+    """``sys.exit`` at import time must not end ``cbp validate`` silently with exit 0."""
+    path = make_pipeline(BASE, body + GOOD_MODULE)
+    with pytest.raises(SpecError) as e:
+        load_spec(path)
+    assert e.value.code == "bad-import" and "line 8: stage 's1' translator" in str(e.value), str(e.value)

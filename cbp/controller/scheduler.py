@@ -77,8 +77,8 @@ class Scheduling:
         ``epoch_timeout`` (seconds) limits every stage epoch of this run, besides each stage's
         own ``timeout``: an epoch over its limit is cancelled and nothing of it is committed.
         """
-        if epoch_timeout is not None and not epoch_timeout > 0:
-            raise UsageError(f"the epoch timeout must be a positive number of seconds, got {epoch_timeout}", code="bad-option")
+        if epoch_timeout is not None and not 0 < epoch_timeout <= 7 * 24 * 3600:
+            raise UsageError(f"the epoch timeout must be a positive number of seconds, at most a week (604800), got {epoch_timeout}", code="bad-option")
         self.epoch_timeout = epoch_timeout
         reports: list[EpochReport] = []
 

@@ -39,7 +39,7 @@ def resolve_callable(path: str, base_dir: str) -> Callable[..., Any]:
         module = importlib.import_module(mod_name)
     except ModuleNotFoundError as e:
         raise ValueError(f"import path '{path}': module '{mod_name}' not found ({e}); looked beside the YAML in {base} and on sys.path") from None
-    except Exception as e:  # the user's module failed while importing
+    except (Exception, SystemExit) as e:  # the user's module failed while importing (or called sys.exit)
         raise ValueError(f"import path '{path}': importing module '{mod_name}' raised {type(e).__name__}: {e}") from e
     obj: Any = module
     for part in attr.split("."):

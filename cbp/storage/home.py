@@ -26,7 +26,7 @@ from typing import Any, Callable, Iterator, Optional
 import pyarrow.fs as pafs
 from deltalake import DeltaTable
 
-from ..errors import BusyError, RuntimeStateError
+from ..errors import BusyError, RuntimeStateError, UsageError
 from . import objectstore
 from .layout import INC, LAYOUT, PART, SRC
 from .lease import Lease, LeaseRecord, S3Objects
@@ -88,6 +88,29 @@ _LOCKS: dict[str, _ProcessLock] = {}
 _LOCKS_GUARD = threading.Lock()
 
 
+def check_location(loc: str) -> str:
+    """A home's location as given, if cbp can keep a home there: a local path, a ``file://``
+    URI, or ``s3://BUCKET[/PREFIX]`` (``s3a://`` too). Refused (``bad-home``): other schemes
+    (no store cbp was tested with; some retry for minutes), an ``s3://`` URI without a bucket, and
+    ``%``, ``\\`` or control characters in the path (delta-rs reads a table's path as a URL: it
+    would percent-decode ``%41`` and open another directory's tables).
+
+        >>> check_location("state/x"), check_location("s3://b/homes/x")
+        ('state/x', 's3://b/homes/x')
+    """
+    scheme, sep, rest = loc.partition("://")
+    if sep:
+        if scheme.lower() not in (*objectstore.S3_SCHEMES, "file"):
+            raise UsageError(f"--home {loc!r}: cbp keeps homes on a local disk or on S3 (s3://BUCKET/PREFIX), not {scheme}://", code="bad-home")
+        if scheme.lower() != "file" and (not rest or rest.startswith("/")):
+            raise UsageError(f"--home {loc!r}: name a bucket (s3://BUCKET/PREFIX)", code="bad-home")
+    bad = sorted({c for c in loc if c in "%\\" or ord(c) < 32 or ord(c) == 127})
+    if bad:
+        raise UsageError(f"--home {loc!r}: a home's path may not contain {', '.join(repr(c) for c in bad)} "
+                         "(Delta tables are opened by URL: '%' would be decoded); choose another directory", code="bad-home")
+    return loc
+
+
 class Home(DeltaTables):
     """A pipeline's home: a local path or a URI understood by pyarrow and delta-rs. Picklable."""
 
@@ -95,7 +118,7 @@ class Home(DeltaTables):
         loc = os.fspath(location)
         if "://" not in loc:
             loc = os.path.abspath(loc)
-        self.location = loc.rstrip("/")
+        self.location = check_location(loc).rstrip("/")
         self._fs: Optional[pafs.FileSystem] = None
         self._root = ""
         #: Open Delta tables by relative path, kept at their newest version across calls: loading a
