@@ -104,6 +104,9 @@ def check_location(loc: str) -> str:
             raise UsageError(f"--home {loc!r}: cbp keeps homes on a local disk or on S3 (s3://BUCKET/PREFIX), not {scheme}://", code="bad-home")
         if scheme.lower() != "file" and (not rest or rest.startswith("/")):
             raise UsageError(f"--home {loc!r}: name a bucket (s3://BUCKET/PREFIX)", code="bad-home")
+    local = loc[len("file://"):] if loc.lower().startswith("file://") else (None if sep else loc)
+    if local is not None and os.path.exists(local) and not os.path.isdir(local):
+        raise UsageError(f"--home {loc!r} is a file, not a directory; a home is a directory cbp creates", code="bad-home")
     bad = sorted({c for c in loc if c in "%\\" or ord(c) < 32 or ord(c) == 127})
     if bad:
         raise UsageError(f"--home {loc!r}: a home's path may not contain {', '.join(repr(c) for c in bad)} "
