@@ -110,6 +110,11 @@ def test_corpus_fetch_rules(site):
     assert big.truncated and len(big.html) == 1000
     with pytest.raises(UsageError, match="does not exist"):
         Corpus(root / "nope")
+    for host in ("a/b", "x y", "a..b", "-a", "a:80", "h\n", "ü"):  # pages of such a corpus would be at no URL of it
+        with pytest.raises(UsageError) as e:
+            Corpus(root, host)
+        assert e.value.code == "bad-host"
+    assert Corpus(root, "Ext0.Example").host == "ext0.example"
 
 
 def test_crawler_round_killed_half_way_is_redone_identically_and_lands_once(site, tmp_path):

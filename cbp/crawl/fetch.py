@@ -115,6 +115,8 @@ def _reason_of(e: BaseException) -> str:
     return f"failed: {type(e).__name__}"
 
 
+#: A host name a corpus can stand for (the URLs of its pages are http://HOST/PATH).
+_HOST = re.compile(r"[a-z0-9_]([a-z0-9_-]*[a-z0-9_])?(\.[a-z0-9_]([a-z0-9_-]*[a-z0-9_])?)*\Z")
 _BAD_PCT = re.compile(r"%(?![0-9A-Fa-f]{2})")
 
 
@@ -209,6 +211,9 @@ class Corpus:
             raise UsageError(f"corpus directory {self.root} does not exist (unpack a package with: dpkg-deb -x PKG.deb DIR)", code="no-corpus")
         self._below = self.root.rstrip(os.sep) + os.sep  # what the path of anything inside starts with
         self.host = (host or os.path.basename(self.root)).lower()
+        if not _HOST.match(self.host):
+            raise UsageError(f"corpus {self.root}: {self.host!r} is not a host name (letters, digits, '-' and '.'); "
+                             "give one with --host NAME", code="bad-host")
         self.scheme = scheme
         self.site = f"{scheme}://{self.host}"
 
