@@ -20,6 +20,7 @@ import time
 from typing import Any, Optional, Sequence
 
 from .errors import BusyError, CbpError, InputError, RuntimeStateError, SpecError, UsageError, UserCodeError
+from .spec import MAX_TIMEOUT
 
 __all__ = ["main"]
 
@@ -89,10 +90,6 @@ def _parser() -> argparse.ArgumentParser:
     with_home(p)
     p.add_argument("--json", action="store_true", help="print the status as JSON")
     return ap
-
-
-#: The longest epoch time limit (a week: the bound of a stage's ``timeout:`` in the YAML).
-MAX_TIMEOUT = 7 * 24 * 3600
 
 
 def _seconds(text: str) -> float:

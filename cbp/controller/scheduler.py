@@ -9,6 +9,7 @@ from typing import Any, Callable, Optional
 
 from ..errors import UsageError, UserCodeError
 from ..model import normalize_runnable_result
+from ..spec import MAX_TIMEOUT
 from .records import Decision, EpochReport, check_storable
 from .snapshot import Sched
 
@@ -77,8 +78,8 @@ class Scheduling:
         ``epoch_timeout`` (seconds) limits every stage epoch of this run, besides each stage's
         own ``timeout``: an epoch over its limit is cancelled and nothing of it is committed.
         """
-        if epoch_timeout is not None and not 0 < epoch_timeout <= 7 * 24 * 3600:
-            raise UsageError(f"the epoch timeout must be a positive number of seconds, at most a week (604800), got {epoch_timeout}", code="bad-option")
+        if epoch_timeout is not None and not 0 < epoch_timeout <= MAX_TIMEOUT:
+            raise UsageError(f"the epoch timeout must be a positive number of seconds, at most a week ({MAX_TIMEOUT}), got {epoch_timeout}", code="bad-option")
         self.epoch_timeout = epoch_timeout
         reports: list[EpochReport] = []
 

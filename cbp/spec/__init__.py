@@ -44,10 +44,12 @@ from .resolve import is_import_path, resolve_callable
 from .loader import load_yaml
 from .schema import FieldType, RecordSchema, parse_type
 
-__all__ = ["load_spec", "load_yaml", "PipelineSpec", "StageSpec", "FlowSpec", "InputSpec", "KeyFunction", "FrameFunction"]
+__all__ = ["MAX_TIMEOUT", "load_spec", "load_yaml", "PipelineSpec", "StageSpec", "FlowSpec", "InputSpec", "KeyFunction", "FrameFunction"]
 
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 STATE = "state"
+#: The longest time limit of a stage epoch, in seconds (a week): YAML ``timeout:`` and ``cbp run --epoch-timeout``.
+MAX_TIMEOUT = 7 * 24 * 3600
 BROADCAST = "ALL"  # ``route_by: ALL``: every record of the input goes to every key called in the epoch
 
 
@@ -89,7 +91,7 @@ class _RawStage(_Strict):
     runnable: str = "all"
     params: dict[str, Any] = {}
     description: Optional[str] = None
-    timeout: Optional[float] = Field(default=None, gt=0, le=7 * 24 * 3600)  # seconds per epoch of this stage
+    timeout: Optional[float] = Field(default=None, gt=0, le=MAX_TIMEOUT)  # seconds per epoch of this stage
     batch: bool = False  # a vectorised translator: called per batch of keys with Arrow tables (cbp.engine.batch)
 
     @field_validator("inputs", mode="before")
