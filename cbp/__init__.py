@@ -11,6 +11,8 @@ The crawl-queue loop's crawler is :class:`Crawler` (:mod:`cbp.crawl.crawler`); A
 by :mod:`cbp.airflow.dagfactory` (it needs the ``airflow`` extra).
 """
 
+__version__ = "0.1.0"  # before the imports: cbp.storage writes it into Delta commits
+
 from .controller import EpochRecord, EpochReport
 from .crawl.crawler import Corpus, Crawler, CrawlRound
 from .errors import BusyError, CbpError, InputError, RuntimeStateError, SpecError, UsageError, UserCodeError
@@ -23,4 +25,3 @@ __all__ = [
     "Emitter", "Writer", "runnable_all", "runnable_any", "ALL", "broadcast", "multicast", "Broadcast", "Multicast",
     "CbpError", "SpecError", "InputError", "UsageError", "UserCodeError", "RuntimeStateError", "BusyError",
 ]
-__version__ = "0.1.0"

@@ -22,6 +22,7 @@ import pytest
 
 from cbp.errors import BusyError, CbpError
 from cbp.storage import Home
+from cbp.storage.tables import TABLE_CONFIG
 from cbp.storage.lease import KEEP, PRUNE_EVERY, Lease, S3Objects
 from cbp.testing import Increment, replay
 from conftest import FLOWS, ROOT
@@ -77,7 +78,7 @@ def test_url_count_on_s3_equals_local(spark, s3, tmp_path):
     assert not [k for k in objects if k.endswith("/")]  # no directory marker objects (one request each)
     for rel in ("stages/url_count/state", "flows/urls", "flows/counts"):  # sizes counted while writing = the objects' sizes
         dt = Home(home).table(rel, version=1)  # (the read increments of urls have left its newest version)
-        assert dt.metadata().configuration.get("delta.checkpointInterval") == "10"
+        assert dt.metadata().configuration.get("delta.checkpointInterval") == TABLE_CONFIG["delta.checkpointInterval"]
         adds = pa.table(dt.get_add_actions(flatten=True)).to_pylist()
         assert adds and all(objects[f"{home.split(f'{BUCKET}/', 1)[1]}/{rel}/{a['path']}"] == a["size_bytes"] for a in adds)
 

@@ -60,6 +60,23 @@ def _as_os_error() -> Iterator[None]:
         raise OSError(errno.EIO, str(e)) from e
 
 
+def _write_synced(path: str, data: bytes) -> None:
+    """Write a new local file and make its bytes durable (fsync)."""
+    with open(path, "wb") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def _fsync_dir(path: str) -> None:
+    """Make a local directory's entries (a rename, a new link) durable."""
+    dfd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(dfd)
+    finally:
+        os.close(dfd)
+
+
 def _open_lock_file(path: str, home: str) -> int:
     try:
         os.makedirs(os.path.dirname(path), exist_ok=True)
@@ -124,10 +141,9 @@ class Home(DeltaTables):
         self.location = check_location(loc).rstrip("/")
         self._fs: Optional[pafs.FileSystem] = None
         self._root = ""
-        #: Open Delta tables by relative path, kept at their newest version across calls: loading a
-        #: table reads its newest checkpoint and the log after it, which grows with the table's age;
-        #: bringing a loaded table up to date reads only the commits since (``update_incremental``).
-        self._tables: dict[str, DeltaTable] = {}
+        #: The tables this process commits to, by relative path (see :class:`cbp.storage.tables._Head`):
+        #: loaded once, then kept up to date by the commits themselves.
+        self._heads: dict[str, Any] = {}
         self._tables_lock = threading.Lock()
         self._runner_lease: Optional[Lease] = None  # held by runner_lock on S3 (see fence)
         self._s3: Optional[S3Objects] = None
@@ -176,20 +192,13 @@ class Home(DeltaTables):
             os.makedirs(os.path.dirname(path), exist_ok=True)
             tmp = f"{path}.tmp-{uuid.uuid4().hex[:8]}"
             try:
-                with open(tmp, "wb") as f:
-                    f.write(data)
-                    f.flush()
-                    os.fsync(f.fileno())
+                _write_synced(tmp, data)
                 os.replace(tmp, path)
             except BaseException:
                 if os.path.exists(tmp):
                     os.unlink(tmp)
                 raise
-            dfd = os.open(os.path.dirname(path), os.O_RDONLY)
-            try:
-                os.fsync(dfd)
-            finally:
-                os.close(dfd)
+            _fsync_dir(os.path.dirname(path))
             return
         path = self.path(rel)
         if self.is_object_store():
@@ -201,6 +210,33 @@ class Home(DeltaTables):
         with self.fs.open_output_stream(tmp) as out:
             out.write(data)
         self.fs.move(tmp, path)
+
+    def create_file(self, rel: str, data: bytes) -> bool:
+        """Create a file with ``data`` unless it exists (then False), atomically: a reader sees all of
+        it or nothing. On a local disk a synced temp file hard-linked to its name; on S3 one PUT with
+        ``If-None-Match``. Delta commits are made this way (:mod:`cbp.storage.tables`)."""
+        local = self.local_dir()
+        if local is None:
+            objects = self._objects
+            if objects is None:
+                raise RuntimeStateError(f"cannot create {self.uri(rel)}: this store has no atomic create", code="io")
+            with _as_os_error():
+                return bool(objects.create(rel, data))
+        path = os.path.join(local, rel)
+        tmp = os.path.join(os.path.dirname(path), f"_tmp_{uuid.uuid4().hex}.tmp")
+        try:
+            _write_synced(tmp, data)
+            try:
+                os.link(tmp, path)
+            except FileExistsError:
+                return False
+        finally:
+            try:
+                os.unlink(tmp)
+            except FileNotFoundError:
+                pass
+        _fsync_dir(os.path.dirname(path))
+        return True
 
     def make_parent(self, path: str) -> None:
         """Create the directory that will hold ``path`` (an :attr:`fs` path). Nothing on an object

@@ -68,6 +68,10 @@ class Layout:
         """The Delta log file of commit ``version`` of the table at ``table`` (Delta protocol naming)."""
         return f"{table}/_delta_log/{version:020d}.json"
 
+    def delta_last_checkpoint(self, table: str) -> str:
+        """The Delta log's pointer to the table's newest checkpoint (Delta protocol naming)."""
+        return f"{table}/_delta_log/_last_checkpoint"
+
     def part_dir(self, base: str, p: int) -> str:
         return f"{base}/{PART}={p}"
 
