@@ -77,6 +77,7 @@ class _Head:
     since: int = 0  # commits since the last checkpoint (or the load)
     actions: int = 0  # add and remove actions in them
     checkpoint_size: int = 0  # actions in the last checkpoint (live files, tombstones, ...), 0 if unknown
+    tidied: int = 0  # the version at which this process last deleted expired log files
 
     @classmethod
     def load(cls, dt: DeltaTable) -> "_Head":
@@ -272,7 +273,8 @@ class DeltaTables:
             h.dt.create_checkpoint()
             h.since = h.actions = 0
             h.checkpoint_size = self._checkpoint_size(rel)
-            if h.version % _TIDY_EVERY == 0:
+            if h.version - h.tidied >= _TIDY_EVERY:
+                h.tidied = h.version
                 h.dt.cleanup_metadata()
         except Exception:  # a missing checkpoint or clean-up is harmless: readers read more log
             pass
