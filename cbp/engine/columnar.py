@@ -124,10 +124,13 @@ class ColumnarTask:
             state = old.add_column(0, "_key", typed.take(pa.array(old_pos)))
         result = bt.call(typed, state, inputs, len(starts))
         new, removed, outputs = bt.check(result, typed, lambda i: texts[i].as_py())
+        self.clock.lap("translate")  # building the call's tables, the user's call and its check
         if self.part is not None:
             self._write(texts, hashes, old, old_pos, locs, new, removed)
+            self.clock.lap("state_write")
         for flow, table in outputs.items():
             bt.calls.outputs[flow].add_table(table)
+        self.clock.lap("outputs")
 
     def _old_state(self, texts: pa.Array, hashes: np.ndarray) -> tuple[Optional[pa.Table], np.ndarray, Optional[tuple[np.ndarray, ...]]]:
         """The stored state of the call's keys: each key's newest live rows (key order, then stored
