@@ -195,6 +195,9 @@ class Emitter:
         self._writers = {f: Writer(f, sink) for f in outputs}
         if has_state:
             self._writers["state"] = Writer("state", sink)
+        for f, w in self._writers.items():  # out.<flow> as a plain attribute: a lookup ~10x faster than __getattr__
+            if f not in self.__dict__ and not hasattr(type(self), f):
+                self.__dict__[f] = w
 
     def __getattr__(self, name: str) -> Writer:
         try:

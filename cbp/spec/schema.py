@@ -135,7 +135,7 @@ def _flat_record(flat: list[tuple[str, str, bool]], record: dict[str, Any]) -> O
             if not nullable:
                 return None
         elif scalar == "string":
-            if t is not str or _SURROGATE.search(v):
+            if t is not str or (not v.isascii() and _SURROGATE.search(v)):  # isascii: a C scan, 10x a regex search
                 return None
         elif scalar == "int":
             if t is not int or not -(2**63) <= v < 2**63:
