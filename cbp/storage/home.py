@@ -27,7 +27,7 @@ import pyarrow.fs as pafs
 from deltalake import DeltaTable
 
 from ..errors import BusyError, RuntimeStateError, UsageError
-from . import objectstore
+from . import localfiles, objectstore
 from .layout import INC, LAYOUT, PART, SRC
 from .lease import Lease, LeaseRecord, S3Objects
 from .tables import DeltaTables
@@ -58,23 +58,6 @@ def _as_os_error() -> Iterator[None]:
         yield
     except RuntimeStateError as e:
         raise OSError(errno.EIO, str(e)) from e
-
-
-def _write_synced(path: str, data: bytes) -> None:
-    """Write a new local file and make its bytes durable (fsync)."""
-    with open(path, "wb") as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
-
-
-def _fsync_dir(path: str) -> None:
-    """Make a local directory's entries (a rename, a new link) durable."""
-    dfd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(dfd)
-    finally:
-        os.close(dfd)
 
 
 def _open_lock_file(path: str, home: str) -> int:
@@ -188,17 +171,7 @@ class Home(DeltaTables):
         store with one PUT (atomic by itself; a store without rename gains nothing from a temp file)."""
         local = self.local_dir()
         if local is not None:
-            path = os.path.join(local, rel)
-            os.makedirs(os.path.dirname(path), exist_ok=True)
-            tmp = f"{path}.tmp-{uuid.uuid4().hex[:8]}"
-            try:
-                _write_synced(tmp, data)
-                os.replace(tmp, path)
-            except BaseException:
-                if os.path.exists(tmp):
-                    os.unlink(tmp)
-                raise
-            _fsync_dir(os.path.dirname(path))
+            localfiles.replace_file(os.path.join(local, rel), data)
             return
         path = self.path(rel)
         if self.is_object_store():
@@ -222,21 +195,7 @@ class Home(DeltaTables):
                 raise RuntimeStateError(f"cannot create {self.uri(rel)}: this store has no atomic create", code="io")
             with _as_os_error():
                 return bool(objects.create(rel, data))
-        path = os.path.join(local, rel)
-        tmp = os.path.join(os.path.dirname(path), f"_tmp_{uuid.uuid4().hex}.tmp")
-        try:
-            _write_synced(tmp, data)
-            try:
-                os.link(tmp, path)
-            except FileExistsError:
-                return False
-        finally:
-            try:
-                os.unlink(tmp)
-            except FileNotFoundError:
-                pass
-        _fsync_dir(os.path.dirname(path))
-        return True
+        return localfiles.create_file(os.path.join(local, rel), data)
 
     def make_parent(self, path: str) -> None:
         """Create the directory that will hold ``path`` (an :attr:`fs` path). Nothing on an object
