@@ -155,3 +155,37 @@ def test_a_translator_error_in_a_small_epoch_names_the_key_and_commits_nothing(s
         p.run()
     assert e.value.code == "user-code" and e.value.key == "boom" and e.value.stage == "sum"
     assert p.state("sum") == []
+
+
+def test_local_tasks_claim_each_partition_once_and_keep_them_on_their_worker(spark, tmp_path):
+    """In local mode the tasks claim the partitions (their worker's own first): every partition runs
+    exactly once, each epoch's state equals the from-scratch count, and the driver knows which
+    worker ran each partition."""
+    from cbp.engine import smallepoch
+
+    p = cbp.load(FLOWS / "url_count.yaml", home=str(tmp_path / "h"), spark=spark)
+    rng = random.Random(3)
+    pool = [f"http://h{i % 7}/p{i}" for i in range(400)]
+    want: dict[str, int] = {}
+    for _ in range(4):
+        recs = [{"url": rng.choice(pool)} for _ in range(300)]
+        for r in recs:
+            want[r["url"]] = want.get(r["url"], 0) + 1
+        p.feed("urls", recs)
+        [r] = p.run()
+        assert r.shuffle_records == 0  # routed by the driver
+        assert {x["url"]: x["count"] for x in p.state("url_count")} == want
+    if spark.sparkContext.defaultParallelism < 4:  # fewer tasks than the 4 partitions: they claim
+        assert sorted(smallepoch._LAST_WORKER[(p.home.location, "url_count")]) == [0, 1, 2, 3]
+
+
+def test_a_retried_task_takes_over_its_failed_attempts_claims(tmp_path):
+    from cbp.engine.smallepoch import claim, claim_order
+
+    assert claim(str(tmp_path), 2, task=0, pid=100) and not claim(str(tmp_path), 2, task=1, pid=101)
+    assert claim(str(tmp_path), 2, task=0, pid=102)  # the retry of task 0, in a new worker
+    # a worker that ran every partition keeps its share; the rest go to whoever comes
+    order, kept = claim_order(6, 2, me=0, pid=5, last={p: 5 for p in range(6)})
+    assert kept == {0, 1, 2} and order[:3] == [0, 1, 2]
+    order, kept = claim_order(6, 2, me=1, pid=8, last={p: 5 for p in range(6)})
+    assert order[:3] == [3, 5, 4]  # nobody keeps 3-5: this task's share (odd) first

@@ -11,8 +11,15 @@ each input flow routes by a plain field, the driver reads the increment with pya
 (:mod:`cbp.engine.sparkhash`), sorts each partition's envelopes as Spark would, and runs the same
 grouped task (:func:`cbp.engine.task.grouped_task`) on exactly partition ``p``'s envelopes for
 each ``p``, in a one-stage job (on a cluster a task per partition, preferring the executor that
-ran ``p`` last, as :mod:`cbp.engine.locality` places the normal path's tasks; else the partitions
-dealt to one task per core).
+ran ``p`` last, as :mod:`cbp.engine.locality` places the normal path's tasks; else one task per
+core, each taking partitions one at a time).
+
+In local mode the tasks' Python workers keep the state files they read in memory, but Spark
+hands a task to whichever idle worker comes first, so a fixed share of partitions per task met a
+worker without them about one time in six. There each task claims its partitions itself
+(:func:`claim`: a file created only if absent, in a directory the driver made for the job, which
+also holds each partition's envelopes): first those its worker ran last time, then those nobody
+ran, then the rest; the driver checks that every partition came back exactly once.
 
 Anything else takes the normal path: black-box mode (the whole state goes through the shuffle),
 multicast bindings, a RouteBy function or ``ALL`` (user code and copies: the map side's job), a
@@ -25,6 +32,8 @@ The knob: ``CBP_SMALL_EPOCH_RECORDS`` or the pipeline tuning option ``small_epoc
 from __future__ import annotations
 
 import os
+import shutil
+import tempfile
 from functools import partial
 from typing import TYPE_CHECKING, Any, Iterator, Optional
 
@@ -32,6 +41,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from ..errors import RuntimeStateError
 from ..storage import objectstore
 from .routing import plain_envelopes
 from .sparkhash import partition_of, spark_xxhash64
@@ -39,7 +49,7 @@ from .sparkhash import partition_of, spark_xxhash64
 if TYPE_CHECKING:
     from .task import TaskPlan
 
-__all__ = ["SMALL_RECORDS", "small_records", "routed_schema", "driver_routed", "run_routed"]
+__all__ = ["SMALL_RECORDS", "small_records", "routed_schema", "driver_routed", "run_routed", "claim", "claim_order"]
 
 #: New records of an epoch up to which the driver routes them (above, Spark's shuffle does). On 2
 #: cores the driver's path was faster up to 200k records (URLCount, 1M state keys: 0.69x the
@@ -49,6 +59,8 @@ SMALL_RECORDS = 200_000
 #: this many: the driver holds them, and a task its partition's share.
 SMALL_FILE_BYTES = 16 << 20
 SMALL_ENVELOPE_BYTES = 64 << 20
+#: (home, stage) -> partition -> the local Python worker (pid) that ran it last (local mode).
+_LAST_WORKER: dict[tuple[str, str], dict[int, int]] = {}
 
 
 def routed_schema(plan: "TaskPlan") -> pa.Schema:
@@ -135,9 +147,10 @@ def run_routed(spark: Any, plan: "TaskPlan", parts: list[pa.Table], task: Any, p
     the tasks' result rows (:data:`cbp.engine.protocol.RESULT`).
 
     With ``placed`` (a cluster), partition ``p`` is a Spark task of its own that prefers the executor
-    that ran ``p`` last (:mod:`cbp.engine.locality`). Otherwise the partitions are dealt to as many
-    tasks as Spark runs at once (one per core in local mode), each running its share one after the
-    other: with little to do per partition, a task's fixed cost is most of its time.
+    that ran ``p`` last (:mod:`cbp.engine.locality`). Otherwise there are as many tasks as Spark
+    runs at once (one per core in local mode), each running several partitions one after the other
+    (with little to do per partition, a task's fixed cost is most of its time): dealt to them in
+    turn, or in local mode claimed by them (:func:`_run_claimed`).
     """
     from pyspark.rdd import RDD
     from pyspark.serializers import NoOpSerializer
@@ -146,18 +159,15 @@ def run_routed(spark: Any, plan: "TaskPlan", parts: list[pa.Table], task: Any, p
     from .protocol import RESULT
 
     sc = spark.sparkContext
-    try:  # a task gets its envelopes in batches of this many, as from the shuffle
-        chunk = max(1, int(spark.conf.get("spark.sql.execution.arrow.maxRecordsPerBatch", "10000")))
-    except ValueError:
-        chunk = 10_000
+    tasks = len(parts) if placed else max(1, min(len(parts), sc.defaultParallelism))
+    chunk = _chunk(spark)
+    if not placed and tasks < len(parts) and sc.master.startswith("local"):
+        return _run_claimed(sc, plan, parts, task, tasks, chunk)
     payloads = []
-    routed = routed_schema(plan)
     for p, t in enumerate(parts):
         sink = pa.BufferOutputStream()
-        with pa.ipc.new_stream(sink, routed) as w:
-            w.write_table(t.cast(routed), max_chunksize=chunk)
+        _write_envelopes(sink, plan, t, chunk)
         payloads.append((p, sink.getvalue().to_pybytes()))
-    tasks = len(payloads) if placed else max(1, min(len(payloads), sc.defaultParallelism))
     groups = [payloads[i::tasks] for i in range(tasks)]
     data = sc.parallelize(groups, tasks)  # group i alone in Spark partition i (through a file, not py4j)
     if placed:  # zipped with an RDD whose partition p prefers p's executor: the pair's task does too
@@ -171,3 +181,124 @@ def run_routed(spark: Any, plan: "TaskPlan", parts: list[pa.Table], task: Any, p
         remember_executors(sc, plan, table)
     return table
 
+
+def _chunk(spark: Any) -> int:
+    """Envelopes per Arrow batch a task gets, as from the shuffle."""
+    try:
+        return max(1, int(spark.conf.get("spark.sql.execution.arrow.maxRecordsPerBatch", "10000")))
+    except ValueError:
+        return 10_000
+
+
+def _write_envelopes(sink: Any, plan: "TaskPlan", t: pa.Table, chunk: int) -> None:
+    routed = routed_schema(plan)
+    with pa.ipc.new_stream(sink, routed) as w:
+        w.write_table(t.cast(routed), max_chunksize=chunk)
+
+
+def _run_claimed(sc: Any, plan: "TaskPlan", parts: list[pa.Table], task: Any, tasks: int, chunk: int) -> pa.Table:
+    """:func:`run_routed` in local mode: ``tasks`` tasks claim the partitions (module docstring)."""
+    from .protocol import RESULT
+
+    work = tempfile.mkdtemp(prefix="cbp-routed-")
+    key = (plan.home.location, plan.stage.name)
+    try:
+        for p, t in enumerate(parts):
+            with pa.OSFile(os.path.join(work, f"{p}.arrows"), "wb") as f:
+                _write_envelopes(f, plan, t, chunk)
+        last = dict(_LAST_WORKER.get(key, {}))
+        blobs = sc.parallelize(range(tasks), tasks).mapPartitions(partial(_claiming_task, plan, task, work, len(parts), tasks, last)).collect()
+        table = pa.Table.from_batches([pa.ipc.read_record_batch(pa.py_buffer(b), RESULT) for b in blobs], schema=RESULT)
+        done = sorted(table.column("part").to_pylist())
+        if done != list(range(len(parts))):
+            raise RuntimeStateError(f"stage '{plan.stage.name}' epoch {plan.epoch}: the tasks returned partitions {done} of "
+                                    f"{len(parts)}; the epoch is not committed and runs again", code="io")
+        _LAST_WORKER[key] = {p: pid for p in range(len(parts)) if (pid := _claimant(work, p)[1]) is not None}
+        return table
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def claim(work: str, p: int, task: int, pid: int) -> bool:
+    """Claim partition ``p`` for task ``task`` (run by worker ``pid``): True if no other task had
+    it. A claim by an earlier attempt of the same task (which Spark retries only once it failed)
+    passes to this one.
+
+        >>> import tempfile
+        >>> d = tempfile.mkdtemp()
+        >>> claim(d, 0, task=0, pid=10), claim(d, 0, task=1, pid=11), claim(d, 0, task=0, pid=12)
+        (True, False, True)
+    """
+    path = os.path.join(work, f"{p}.claim")
+    try:
+        fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600)
+    except FileExistsError:
+        if _claimant(work, p)[0] != task:
+            return False
+        fd = os.open(path, os.O_WRONLY | os.O_TRUNC)
+    try:
+        os.write(fd, f"{task} {pid}".encode())
+    finally:
+        os.close(fd)
+    return True
+
+
+def _claimant(work: str, p: int) -> tuple[Optional[int], Optional[int]]:
+    """The task and worker pid that claimed partition ``p`` (None, None if unknown)."""
+    try:
+        with open(os.path.join(work, f"{p}.claim"), "rb") as f:
+            task, pid = f.read().split()
+        return int(task), int(pid)
+    except (OSError, ValueError):
+        return None, None
+
+
+def _claiming_task(plan: "TaskPlan", task: Any, work: str, n: int, tasks: int, last: dict[int, int], items: Iterator[int]) -> Iterator[bytes]:
+    """Worker side of :func:`_run_claimed`. The task says which worker runs it, claims the partitions
+    this worker ran last (up to its share of all), then the others (its share first), except those
+    kept by a worker that runs another of the job's tasks: that task claims them first thing (and if
+    it fails, Spark's retry runs in a new worker and takes them)."""
+    from pyspark import TaskContext
+
+    me = TaskContext.get().partitionId()  # type: ignore[union-attr]
+    pid = os.getpid()
+    with open(os.path.join(work, f"task-{me}.pid"), "w") as f:
+        f.write(str(pid))
+    order, kept = claim_order(n, tasks, me, pid, last)
+    for p in order:
+        if p in kept and last[p] != pid and last[p] in _running(work, tasks, me):
+            continue
+        if not claim(work, p, me, pid):
+            continue
+        with pa.memory_map(os.path.join(work, f"{p}.arrows")) as source:
+            for rb in task(plan, iter(pa.ipc.open_stream(source)), p):
+                yield rb.serialize().to_pybytes()
+
+
+def claim_order(n: int, tasks: int, me: int, pid: int, last: dict[int, int]) -> tuple[list[int], set[int]]:
+    """The order in which task ``me`` (worker ``pid``) tries the ``n`` partitions, and the partitions
+    each worker keeps: of those it ran last (``last``: partition -> pid), at most its share of all.
+
+        >>> claim_order(4, 2, me=1, pid=7, last={0: 7, 1: 7, 2: 7, 3: 9})   # 7 keeps 0 and 1, 9 keeps 3
+        ([0, 1, 2, 3], {0, 1, 3})
+        >>> claim_order(4, 2, me=1, pid=9, last={0: 7, 1: 7, 2: 7, 3: 9})   # its own, then 2 (kept by nobody)
+        ([3, 2, 1, 0], {0, 1, 3})
+    """
+    quota = -(-n // tasks)
+    kept = {p for w in set(last.values()) for p in sorted(q for q in range(n) if last.get(q) == w)[:quota]}
+    mine = [p for p in range(n) if p in kept and last[p] == pid]
+    rest = sorted((p for p in range(n) if p not in mine), key=lambda p: (p in kept, p % tasks != me, p))
+    return mine + rest, kept
+
+
+def _running(work: str, tasks: int, me: int) -> set[int]:
+    """The workers (pids) that run the job's other tasks, as far as they have said so yet."""
+    pids = set()
+    for t in range(tasks):
+        if t != me:
+            try:
+                with open(os.path.join(work, f"task-{t}.pid")) as f:
+                    pids.add(int(f.read()))
+            except (OSError, ValueError):
+                pass
+    return pids
