@@ -264,14 +264,15 @@ class DeltaTables:
         h.reload()
 
     def _checkpoint(self, rel: str, h: _Head) -> None:
-        """Write delta-rs's checkpoint of version ``h.version`` (and, every 100 versions, delete log
-        files older than the table's log retention). Never fatal: without it readers read more log."""
+        """Write delta-rs's checkpoint of version ``h.version`` (and, at the first one 100 versions or
+        more after the last clean-up, delete log files older than the table's log retention). Never
+        fatal: without it readers read more log; a failed one is tried again when the next is due."""
+        h.since = h.actions = 0
         try:
             h.dt.update_incremental()
             if h.dt.version() != h.version:
                 return
             h.dt.create_checkpoint()
-            h.since = h.actions = 0
             h.checkpoint_size = self._checkpoint_size(rel)
             if h.version - h.tidied >= _TIDY_EVERY:
                 h.tidied = h.version
