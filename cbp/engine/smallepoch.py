@@ -176,10 +176,16 @@ def run_routed(spark: Any, plan: "TaskPlan", parts: list[pa.Table], task: Any, p
                     sc, NoOpSerializer())
         data = where.zip(data).values()
     blobs = data.mapPartitions(partial(_routed_task, plan, task)).collect()
-    table = pa.Table.from_batches([pa.ipc.read_record_batch(pa.py_buffer(b), RESULT) for b in blobs], schema=RESULT)
+    table = _in_partition_order(pa.Table.from_batches([pa.ipc.read_record_batch(pa.py_buffer(b), RESULT) for b in blobs], schema=RESULT))
     if placed:
         remember_executors(sc, plan, table)
     return table
+
+
+def _in_partition_order(table: pa.Table) -> pa.Table:
+    """The tasks' result rows by partition, as the shuffle path returns them: the files of an
+    output flow are committed, and read back, in the same order whichever task ran a partition."""
+    return table.take(pc.sort_indices(table.column("part")))
 
 
 def _chunk(spark: Any) -> int:
@@ -208,8 +214,8 @@ def _run_claimed(sc: Any, plan: "TaskPlan", parts: list[pa.Table], task: Any, ta
                 _write_envelopes(f, plan, t, chunk)
         last = dict(_LAST_WORKER.get(key, {}))
         blobs = sc.parallelize(range(tasks), tasks).mapPartitions(partial(_claiming_task, plan, task, work, len(parts), tasks, last)).collect()
-        table = pa.Table.from_batches([pa.ipc.read_record_batch(pa.py_buffer(b), RESULT) for b in blobs], schema=RESULT)
-        done = sorted(table.column("part").to_pylist())
+        table = _in_partition_order(pa.Table.from_batches([pa.ipc.read_record_batch(pa.py_buffer(b), RESULT) for b in blobs], schema=RESULT))
+        done = table.column("part").to_pylist()
         if done != list(range(len(parts))):
             raise RuntimeStateError(f"stage '{plan.stage.name}' epoch {plan.epoch}: the tasks returned partitions {done} of "
                                     f"{len(parts)}; the epoch is not committed and runs again", code="io")
