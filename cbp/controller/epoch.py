@@ -143,6 +143,7 @@ class Epochs:
         plan = TaskPlan(
             home=self.home, stage=spec, epoch=epoch, mode=self.mode,
             out_schemas={f: self.spec.flows[f].schema for f in spec.outputs}, out_incs=out_incs,
+            out_frames={f: fr.field for f in spec.outputs if (fr := self.spec.flows[f].frame_by) is not None and fr.field is not None},
             input_schemas=[self.spec.flows[i.flow].schema for i in spec.inputs], state_rel=state_rel,
             parts=parts, max_files=self.max_state_files, row_group=self.state_row_group, cache_mb=self.state_cache_mb, scan_fraction=self.state_scan_fraction,
             fault=faults.current(), driver_pid=os.getpid(), bindings=[self.home.uri(rel) for rel in sst.bindings],
@@ -195,7 +196,13 @@ class Epochs:
             counts[flow] = sum(int(a["rows"]) for a in adds)
             if not adds:
                 continue  # an epoch that writes nothing to a flow adds no increment to it
-            if self.spec.flows[flow].frame_by is not None:  # re-frame the epoch's records by the flow's FrameBy
+            frame_by = self.spec.flows[flow].frame_by
+            if frame_by is not None and frame_by.field is not None:  # framed by the tasks: join their runs
+                runs = [(a["frame"], a) for r in sorted(results, key=lambda r: r.part) for a in r.outputs.get(flow, [])]
+                fc, produced[flow] = self._land_runs(flow, runs, producer=f"{stage}:{epoch}", prior_frame=epoch, app=(app, epoch))
+                commits += fc
+                continue
+            if frame_by is not None:  # a FrameBy function threads its state through the epoch's records: framed here
                 data, task_files = self._read_task_files(flow, adds)
                 cleanup += task_files
                 fc, produced[flow], w = self._land(flow, data, close=False, producer=f"{stage}:{epoch}", prior_frame=epoch,

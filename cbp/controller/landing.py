@@ -3,11 +3,14 @@
 Feeds land on external flows; a stage epoch's framed outputs land the same way. With the
 default framing (FrameByPrior) a feed or an epoch's output is one increment; with ``frame_by``,
 consecutive records with the same framing key form an increment, complete once a later key
-arrives (or on ``close``).
+arrives (or on ``close``). A stage output framed by a field is framed where it is written, by
+the tasks (:mod:`cbp.engine.framing`), and only joined here; one framed by a FrameBy function,
+whose state threads through the epoch's records in order, is read back and framed here.
 """
 
 from __future__ import annotations
 
+import json
 from typing import Any, Optional
 
 import numpy as np
@@ -15,6 +18,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from .. import faults
+from ..engine.framing import frame_runs
 from ..errors import InputError, RuntimeStateError, UserCodeError
 from ..storage import INC, LAYOUT, SRC
 from .records import Landed, check_storable
@@ -95,7 +99,13 @@ class Landing:
         """Consecutive runs of records with one framing key: ``[key, first row, rows]``."""
         fl = self.spec.flows[flow]
         fs = self.st.flows[flow]
-        runs: list[list[Any]] = []
+        field = fl.frame_by.field  # type: ignore[union-attr]
+        if field is not None:  # column-wise
+            ft = fl.schema.fields[field]
+            runs = [list(r) for r in frame_runs(data.column(field), json_text=ft.scalar == "json" and not ft.is_list)]
+            self._check_frames(flow, [(key, lambda first=first: data.slice(first, 1).to_pylist()[0]) for key, first, _ in runs])
+            return runs
+        runs = []
         fstate = fs.frame_state
         i = 0
         for batch in data.to_batches(max_chunksize=65536):
@@ -110,13 +120,21 @@ class Landing:
                 else:
                     runs.append([key, i, 1])
                 i += 1
-        text = fl.frame_by.text  # type: ignore[union-attr]
-        check_storable(fstate, f"flow '{flow}': frame_by '{text}' returned a state that")
-        for key, first, _ in runs:
-            rec = fl.schema.from_storage(data.slice(first, 1).to_pylist()[0])
-            check_storable(key, f"flow '{flow}': frame_by '{text}' returned a framing key (for record {rec!r:.200}) that")
+        check_storable(fstate, f"flow '{flow}': frame_by '{fl.frame_by.text}' returned a state that")  # type: ignore[union-attr]
+        self._check_frames(flow, [(key, lambda first=first: data.slice(first, 1).to_pylist()[0]) for key, first, _ in runs])
         fs.frame_state = fstate
         return runs
+
+    def _check_frames(self, flow: str, keys: list[tuple[Any, Any]]) -> None:
+        """Framing keys live in the snapshot: each must be storable. ``keys`` pairs each with a
+        function that gives the first record of its run, as stored (for the message)."""
+        fl = self.spec.flows[flow]
+        for key, first in keys:
+            try:
+                check_storable(key, "")
+            except UserCodeError:
+                rec = fl.schema.from_storage(first())
+                check_storable(key, f"flow '{flow}': frame_by '{fl.frame_by.text}' returned a framing key (for record {rec!r:.200}) that")  # type: ignore[union-attr]
 
     def _land(self, flow: str, data: pa.Table, *, close: bool, producer: str, prior_frame: Any,
               app: tuple[str, int], what: str) -> tuple[list[dict[str, Any]], list[int], list[str]]:
@@ -127,25 +145,64 @@ class Landing:
         increment ids, and the files written (to delete if the change is abandoned).
         """
         fl = self.spec.flows[flow]
-        fs = self.st.flows[flow]
-        open_inc = fs.open_increment()
         if fl.frame_by is None:
             runs = [[prior_frame, 0, data.num_rows]] if data.num_rows else []
         else:
             runs = self._frame_runs(flow, data, producer)
-        # the open increment takes the first run if it has the same framing key
-        assignments: list[tuple[int, Any, int, bool]] = []  # inc, frame, rows, is_new
-        if open_inc is not None and runs and fs.incs[open_inc].frame == runs[0][0]:
-            key, _, count = runs.pop(0)
-            assignments.append((open_inc, key, count, False))
-        elif open_inc is not None and runs:
-            fs.incs[open_inc].complete = True  # a later frame arrived
-        new_ids = self._allocate(flow, len(runs))
-        assignments += [(i, key, count, True) for i, (key, _, count) in zip(new_ids, runs)]
+        assignments = self._assign(flow, [(key, count) for key, _, count in runs], close=close, producer=producer, prior_frame=prior_frame)
         commits: list[dict[str, Any]] = []
         written: list[str] = []
         if data.num_rows:
             commits.append(self._write_increments(flow, data, assignments, prior_frame, app, what, written))
+        return commits, [a[0] for a in assignments], written
+
+    def _land_runs(self, flow: str, runs: list[tuple[str, dict[str, Any]]], *, producer: str, prior_frame: Any,
+                   app: tuple[str, int]) -> tuple[list[dict[str, Any]], list[int]]:
+        """Land an epoch's output of a flow framed by a field, framed by its tasks
+        (:class:`cbp.engine.framing.FramedSink`): ``runs`` are the tasks' files in output order,
+        each with its run's framing key as JSON text. Consecutive runs with equal keys (the end
+        of one task's output and the start of the next) are one increment.
+
+        Returns the Delta commit to make and the increment ids, as :meth:`_land`.
+        """
+        merged: list[list[Any]] = []  # key, rows, adds
+        for text, add in runs:
+            key = json.loads(text)
+            if merged and merged[-1][0] == key:
+                merged[-1][1] += int(add["rows"])
+                merged[-1][2].append(add)
+            else:
+                merged.append([key, int(add["rows"]), [add]])
+        self._check_frames(flow, [(key, lambda adds=adds: self._first_record(flow, adds[0])) for key, _, adds in merged])
+        assignments = self._assign(flow, [(key, rows) for key, rows, _ in merged], close=False, producer=producer, prior_frame=prior_frame)
+        rel = LAYOUT.flow(flow)
+        self.home.ensure_table(rel, self._flow_schema(flow), INC)
+        adds = [{**a, "partition": inc} for (inc, _, _, _), (_, _, files) in zip(assignments, merged) for a in files]
+        targets = [["flows", flow, "version"]] + [["flows", flow, "incs", str(a[0]), "version"] for a in assignments]
+        commits = [{"table": rel, "partition_by": INC, "adds": adds, "removes": [], "app": app[0], "version": app[1], "targets": targets}] if adds else []
+        return commits, [a[0] for a in assignments]
+
+    def _first_record(self, flow: str, add: dict[str, Any]) -> dict[str, Any]:
+        """The first record of a file a task wrote to ``flow`` (for a message)."""
+        path = self.home.path(f"{LAYOUT.flow(flow)}/{add['path']}")
+        return pq.ParquetFile(self.home.fs.open_input_file(path)).read_row_group(0).slice(0, 1).to_pylist()[0]
+
+    def _assign(self, flow: str, runs: list[tuple[Any, int]], *, close: bool, producer: str, prior_frame: Any) -> list[tuple[int, Any, int, bool]]:
+        """Put runs ``(framing key, rows)`` of new records of ``flow`` into increments, in the snapshot:
+        the open increment takes the first run if it has the same framing key, the others get new
+        ids. Returns ``(increment id, framing key, rows, is new)`` per run."""
+        fl = self.spec.flows[flow]
+        fs = self.st.flows[flow]
+        open_inc = fs.open_increment()
+        runs = list(runs)
+        assignments: list[tuple[int, Any, int, bool]] = []
+        if open_inc is not None and runs and fs.incs[open_inc].frame == runs[0][0]:
+            key, count = runs.pop(0)
+            assignments.append((open_inc, key, count, False))
+        elif open_inc is not None and runs:
+            fs.incs[open_inc].complete = True  # a later frame arrived
+        new_ids = self._allocate(flow, len(runs))
+        assignments += [(i, key, count, True) for i, (key, count) in zip(new_ids, runs)]
         for n, (inc, key, count, is_new) in enumerate(assignments):
             complete = fl.frame_by is None or n < len(assignments) - 1 or close
             if is_new:
@@ -157,7 +214,7 @@ class Landing:
                 m.srcs.append(prior_frame)
         if close and not assignments and open_inc is not None:
             fs.incs[open_inc].complete = True
-        return commits, [a[0] for a in assignments], written
+        return assignments
 
     def _write_increments(self, flow: str, data: pa.Table, assignments: list[tuple[int, Any, int, bool]], prior_frame: Any,
                           app: tuple[str, int], what: str, written: list[str]) -> dict[str, Any]:

@@ -41,7 +41,9 @@ __all__ = ["TaskResult", "RESULT", "ADD", "result_batch", "decode_results", "res
            "FailureRecord", "TaskFailed", "encode_failure", "decode_failure"]
 
 #: A future Delta add (or remove) action: a data file the task wrote (or one it replaces).
-ADD = pa.struct([("path", pa.string()), ("size", pa.int64()), ("mtime", pa.int64()), ("rows", pa.int64()), ("partition", pa.int64())])
+#: ``frame`` is the framing key (JSON text) of the run of records in a file of a flow framed by a field.
+ADD = pa.struct([("path", pa.string()), ("size", pa.int64()), ("mtime", pa.int64()), ("rows", pa.int64()), ("partition", pa.int64()),
+                 ("frame", pa.string())])
 #: One row per task. ``counts`` are the integer stats, ``seconds`` the time per phase, ``out`` records per output flow.
 RESULT = pa.schema([
     pa.field("part", pa.int32(), nullable=False),
@@ -82,7 +84,12 @@ class TaskResult:
 def _add(a: dict[str, Any]) -> dict[str, Any]:
     rows = a.get("rows")
     return {"path": a["path"], "size": int(a["size"]), "mtime": int(a.get("mtime") or 0),
-            "rows": None if rows is None else int(rows), "partition": int(a["partition"])}
+            "rows": None if rows is None else int(rows), "partition": int(a["partition"]), "frame": a.get("frame")}
+
+
+def _adds(rows: Optional[list[dict[str, Any]]]) -> list[dict[str, Any]]:
+    """Decoded add actions; ``frame`` only where there is one."""
+    return [a if a.get("frame") is not None else {k: v for k, v in a.items() if k != "frame"} for a in rows or ()]
 
 
 def result_batch(r: TaskResult) -> pa.RecordBatch:
@@ -105,10 +112,10 @@ def decode_results(table: pa.Table) -> list[TaskResult]:
         stats: dict[str, Any] = dict(row["counts"] or ())
         for m in _MAPS:
             stats[m] = dict(row[m] or ())
-        out.append(TaskResult(part=row["part"], index=row["index"], state_adds=list(row["state_adds"] or ()),
-                              state_removes=list(row["state_removes"] or ()),
-                              outputs={f: list(adds) for f, adds in row["outputs"] or ()}, stats=stats,
-                              executor=row["executor"], bindings=list(row["bindings"] or ())))
+        out.append(TaskResult(part=row["part"], index=row["index"], state_adds=_adds(row["state_adds"]),
+                              state_removes=_adds(row["state_removes"]),
+                              outputs={f: _adds(adds) for f, adds in row["outputs"] or ()}, stats=stats,
+                              executor=row["executor"], bindings=_adds(row["bindings"])))
     return out
 
 

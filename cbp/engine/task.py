@@ -38,6 +38,7 @@ from .groups import Group, group_chunks, with_state_keys
 from .locality import executor_name
 from .protocol import FailureRecord, TaskFailed, TaskResult, result_batch
 from .routing import BINDINGS, Copies, Routes, check_target, decode_key, encode_key, envelope_schema, plain_envelopes
+from .framing import FramedSink
 from .sinks import ParquetSink, RecordSink, io_path
 from .statepart import BlackboxPartition, DirectPartition, OldState
 
@@ -64,6 +65,7 @@ class TaskPlan:
     mode: str
     out_schemas: dict[str, RecordSchema]
     out_incs: dict[str, int]
+    out_frames: dict[str, str]  # output flows framed by a field: that field (framed in the task, cbp.engine.framing)
     input_schemas: list[RecordSchema]
     state_rel: str
     parts: dict[int, StateMeta] = field(default_factory=dict)
@@ -174,9 +176,7 @@ class _Calls:
     def __init__(self, plan: TaskPlan, part: int) -> None:
         self.plan = plan
         st = plan.stage
-        self.outputs = {f: RecordSink(ParquetSink(plan.home, f"flows/{f}/{INC}={plan.out_incs[f]}", f"s{st.name}-e{plan.epoch:08d}-p{part:05d}",
-                                                  plan.out_schemas[f].arrow, plan.out_incs[f]), plan.out_schemas[f].to_arrow, plan.write_rows)
-                        for f in st.outputs}
+        self.outputs = {f: RecordSink(_output_sink(plan, f, part), plan.out_schemas[f].to_arrow, plan.write_rows) for f in st.outputs}
         self.bindings = RecordSink(ParquetSink(plan.home, LAYOUT.bindings(st.name), f"{LAYOUT.epoch_prefix(plan.epoch)}-p{part:05d}", BINDINGS, part),
                                    lambda rows: pa.Table.from_pylist(rows, BINDINGS), plan.write_rows)
         self._validators = {f: plan.out_schemas[f].validate for f in st.outputs}
@@ -240,15 +240,30 @@ class _Calls:
         """Finish the output files; their add actions per flow (paths relative to the flow's table)."""
         result: dict[str, list[dict[str, Any]]] = {}
         for flow, sink in self.outputs.items():
-            add = sink.close()
-            if add is not None:
-                add["path"] = add.pop("rel")[len(f"flows/{flow}") + 1:]
-                result[flow] = [add]
+            done = sink.close()
+            adds = done if isinstance(done, list) else [] if done is None else [done]
+            for add in adds:
+                add["path"] = add.pop("rel")[len(LAYOUT.flow(flow)) + 1:]
+            if adds:
+                result[flow] = adds
         return result
 
     def abort(self) -> None:
         for sink in [*self.outputs.values(), self.bindings]:
             sink.sink.abort()
+
+
+def _output_sink(plan: TaskPlan, flow: str, part: int) -> ParquetSink | FramedSink:
+    """Where a task writes its records of output ``flow``: one file in the directory of the
+    increment the epoch took for it, or, for a flow framed by a field, one file per run there
+    (their increments are told by the driver, :mod:`cbp.engine.framing`)."""
+    rel_dir, prefix = LAYOUT.increment_dir(flow, plan.out_incs[flow]), LAYOUT.output_prefix(plan.stage.name, plan.epoch) + f"-p{part:05d}"
+    schema = plan.out_schemas[flow]
+    field = plan.out_frames.get(flow)
+    if field is None:
+        return ParquetSink(plan.home, rel_dir, prefix, schema.arrow, plan.out_incs[flow])
+    return FramedSink(plan.home, rel_dir, prefix, schema.arrow, field, json_text=schema.fields[field].scalar == "json" and not schema.fields[field].is_list,
+                      epoch=plan.epoch, partition=plan.out_incs[flow])
 
 
 def _flow_iter(plan: TaskPlan, idx: int, items: list[Any], key: Any, key_text: str) -> Iterator[dict[str, Any]]:

@@ -14,7 +14,11 @@ Paths are relative to the home (a local directory or an object-store URI)::
     _crawler/state.json                     the crawl application's position
 
 Files a stage epoch writes start with ``e<epoch>`` (state and index) or ``s<stage>-e<epoch>``
-(output increments), so an abandoned attempt's files are found and deleted.
+(output increments), so an abandoned attempt's files are found and deleted. A stage epoch's
+files of an output flow go to the directory of the increment it took for the flow before its
+tasks ran; when the tasks frame the flow by a field, the driver learns the increments (there may
+be several) afterwards, and the Delta log's partition values, not the directory, say which
+increment each file is in.
 
     >>> LAYOUT.epoch_entry("count", 7)
     '_cbp/history/stages/count/epochs/000000000007.json'
