@@ -362,3 +362,46 @@ def patient(frames, state):
     assert cbp.load(path, home=home).run() == []  # asked 2
     [rep] = cbp.load(path, home=home).run()  # asked 3: runs
     assert rep.stage == "count" and cbp.load(path, home=home).state("count") == [{"w": "a", "n": 1}]
+
+
+MUTATE = """
+pipeline: mutate
+flows:
+  words: {external: true, schema: {w: string, doc: string}}
+stages:
+  tally:
+    translator: MOD:tally
+    partitions: 2
+    inputs: [{flow: words, route_by: w}]
+    state: {schema: {w: string, n: int, docs: list<string>, seen: json}}
+"""
+MUTATE_MODULE = """
+def tally(w, state, words, out):
+    prev = next(state, None) or {"w": w, "n": 0, "docs": [], "seen": {"docs": []}}
+    for r in words:           # the old state changed in place, then written back
+        prev["n"] += 1
+        prev["docs"].append(r["doc"])
+        prev["seen"]["docs"].append(r["doc"])
+    out.state.write(prev)
+"""
+
+
+@pytest.mark.parametrize("mode", ["direct", "blackbox"])
+@pytest.mark.parametrize("cache_mb", [0, 64])
+def test_state_changed_in_place_is_written(spark, make_pipeline, tmp_path, mode, cache_mb):
+    """A translator that changes its old state record in place (a scalar, a list, a JSON value)
+    and writes it back: every change is kept, as if it had built a new record."""
+    p = cbp.Pipeline(make_pipeline(MUTATE, MUTATE_MODULE), home=str(tmp_path / "h"), mode=mode, state_cache_mb=cache_mb)
+    fed: list[dict[str, str]] = []
+    for i in range(4):
+        inc = [{"w": w, "doc": f"d{i}{j}"} for j, w in enumerate(["a", "b", "a", "c"][: i + 2])]
+        fed += inc
+        p.feed("words", inc)
+        rep = p.run()
+        assert rep[0].keys_written == len({r["w"] for r in inc})
+    want = collections.defaultdict(list)
+    for r in fed:
+        want[r["w"]].append(r["doc"])
+    got = {r["w"]: r for r in p.state("tally")}
+    assert {w: (r["n"], sorted(r["docs"]), sorted(r["seen"]["docs"])) for w, r in got.items()} == \
+           {w: (len(d), sorted(d), sorted(d)) for w, d in want.items()}

@@ -60,7 +60,7 @@ class BatchTranslate:
 
     def __init__(self, plan: "TaskPlan", calls: "_Calls", update: Any, fail: Any, user_failure: Any,
                  direct: Optional["DirectPartition"] = None) -> None:
-        """``update(g, old, records, new)`` hands a key's new state to the task's partition; ``fail`` and
+        """``update(g, old, new)`` hands a key's new state to the task's partition; ``fail`` and
         ``user_failure`` make the task's typed failures (:mod:`cbp.engine.task`). With ``direct`` (a
         direct-mode partition), the new state rows go to it as one Arrow table per call."""
         self.plan, self.calls, self.update, self.direct = plan, calls, update, direct
@@ -86,7 +86,7 @@ class BatchTranslate:
         self.pending, self.kept, self._order = [], [], []
         if not pending:
             for g, old, records in kept:
-                self.update(g, old, records, records)
+                self.update(g, old, records)
             return
         st = self.plan.stage
         texts = [g.key for g, _, _ in pending]
@@ -102,11 +102,11 @@ class BatchTranslate:
             for is_called in order:
                 if not is_called:
                     g, old, records = next(unchanged)
-                    self.update(g, old, records, records)
+                    self.update(g, old, records)
                     continue
                 g, old, records = next(called)
                 recs = new[0].get(i)
-                self.update(g, old, records, recs if recs is not None else [] if i in removed else records)
+                self.update(g, old, recs if recs is not None else [] if i in removed else records)
                 i += 1
         for flow, table in outputs.items():
             self.calls.outputs[flow].add_table(table)

@@ -29,10 +29,13 @@ __all__ = ["OldState", "StateWriter", "DirectPartition", "BlackboxPartition"]
 
 
 class OldState(NamedTuple):
-    """A key's stored state: its records (decoded) and where its rows are (file id, row group)."""
+    """A key's stored state: its records (decoded), where its rows are (file id, row group), and
+    its rows as stored, which a new state is compared with (the translator may change
+    ``records`` in place)."""
 
     records: list[dict[str, Any]]
     locs: list[tuple[int, int]]
+    stored: list[dict[str, Any]]
 
 
 def state_schema(plan: "TaskPlan") -> pa.Schema:
@@ -137,11 +140,12 @@ def _rows_by_key(schema: Any, rows: pa.Table, fids: np.ndarray, rgs: np.ndarray)
     for k, h, e, alive, rec, f, g in zip(*cols, recs, fids.tolist(), rgs.tolist()):
         entry = out.get(k)
         if entry is None or e > epochs[k]:  # the latest rows of a key win (older ones are stale)
-            entry = out[k] = (h, OldState([], list(entry[1].locs) if entry else []))
+            entry = out[k] = (h, OldState([], list(entry[1].locs) if entry else [], []))
             epochs[k] = e
         entry[1].locs.append((f, g))
         if alive and e == epochs[k]:
-            entry[1].records.append(schema.from_storage(rec))
+            entry[1].stored.append(rec)
+            entry[1].records.append(schema.decoded_copy(rec))
     return out
 
 
@@ -181,12 +185,13 @@ class DirectPartition:
 
     def update(self, key_text: str, h: int, old: Optional[OldState], new: list[dict[str, Any]]) -> None:
         """Record a key's new state (written only if it changed; ``[]`` drops it)."""
-        if new == (old.records if old else []):
+        schema = self.plan.stage.state_schema
+        rows = [schema.to_storage(rec) for rec in new]  # type: ignore[union-attr]
+        if rows == (old.stored if old else []):
             return  # unchanged state is not rewritten
         self.drop(h, old)
-        schema = self.plan.stage.state_schema
-        for rec in new:
-            self.writer.add(key_text, h, schema.to_storage(rec))  # type: ignore[union-attr]
+        for row in rows:
+            self.writer.add(key_text, h, row)
         if not new:
             self.writer.add(key_text, h, None)
 
@@ -260,11 +265,13 @@ class BlackboxPartition:
         self.keys_written = 0
 
     def update(self, key_text: str, h: int, old: list[dict[str, Any]], new: list[dict[str, Any]]) -> None:
+        """Write a key's new state; ``old`` is its state as stored (compared, for the counts)."""
         schema = self.plan.stage.state_schema
+        rows = [schema.to_storage(rec) for rec in new]  # type: ignore[union-attr]
         self.keys_read += 1 if old else 0
-        self.keys_written += 1 if new != old else 0
-        for rec in new:
-            self.writer.add(key_text, h, schema.to_storage(rec))  # type: ignore[union-attr]
+        self.keys_written += 1 if rows != old else 0
+        for row in rows:
+            self.writer.add(key_text, h, row)
 
     def finish(self, stats: dict[str, Any]) -> tuple[Optional[str], list[dict[str, Any]], list[dict[str, Any]]]:
         add, _, _ = self.writer.close()

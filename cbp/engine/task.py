@@ -403,7 +403,7 @@ def _translate(plan: TaskPlan, calls: _Calls, part: _Partition, g: Group, old: O
     (a batch translator: queue the key for the next batch call)."""
     st = plan.stage
     if isinstance(part, BlackboxPartition):
-        records = [st.state_schema.from_storage(r) for r in g.state]  # type: ignore[union-attr]
+        records = [st.state_schema.decoded_copy(r) for r in g.state]  # type: ignore[union-attr]
         has_state = bool(g.state)
     else:
         records = old.records if old is not None else []
@@ -413,19 +413,20 @@ def _translate(plan: TaskPlan, calls: _Calls, part: _Partition, g: Group, old: O
         if batch is not None and isinstance(part, BlackboxPartition):
             batch.add(g, old, records, called=False)  # kept, in key order with the batch's keys
         elif isinstance(part, BlackboxPartition):
-            part.update(g.key, g.h, records, records)  # a key without input keeps its state
+            part.update(g.key, g.h, g.state, records)  # a key without input keeps its state
         return
     if batch is not None:
         batch.add(g, old, records)
         return
     key = decode_key(g.key)
     inputs = [_flow_iter(plan, idx, g.flows[idx], key, g.key) for idx in range(len(st.inputs))]
-    _update(part, g, old, records, calls.call(g.key, key, records, inputs))
+    _update(part, g, old, calls.call(g.key, key, records, inputs))
 
 
-def _update(part: _Partition, g: Group, old: Optional[OldState], records: list[dict[str, Any]], new: list[dict[str, Any]]) -> None:
+def _update(part: _Partition, g: Group, old: Optional[OldState], new: list[dict[str, Any]]) -> None:
+    """Hand a key's new state to its partition, which compares it with the state as stored."""
     if isinstance(part, BlackboxPartition):
-        part.update(g.key, g.h, records, new)
+        part.update(g.key, g.h, g.state, new)  # type: ignore[arg-type]
     elif part is not None:
         part.update(g.key, g.h, old, new)
 

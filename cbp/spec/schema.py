@@ -170,6 +170,7 @@ class RecordSchema:
         self._adapter = _adapter(tuple(self.fields.items()))
         self._json_fields = [n for n, ft in self.fields.items() if ft.scalar == "json"]
         self._text_fields = [(n, ft.is_list) for n, ft in self.fields.items() if ft.scalar == "string"]
+        self._list_fields = [n for n, ft in self.fields.items() if ft.is_list]
         #: (name, scalar, nullable) of each field when all are plain scalars: :meth:`validate` checks
         #: such records itself and leaves pydantic only the ones it cannot accept (to say why)
         self._flat = None if any(ft.is_list or ft.scalar == "json" for ft in self.fields.values()) else [
@@ -256,6 +257,24 @@ class RecordSchema:
             if record.get(n) is not None:
                 record[n] = json.loads(record[n])
         return record
+
+    def decoded_copy(self, row: Mapping[str, Any]) -> dict[str, Any]:
+        """A stored row decoded as :meth:`from_storage` does, sharing nothing mutable with ``row``
+        (a translator may change the record it is given in place; ``row`` stays as it was stored).
+
+            >>> s = RecordSchema.parse({"tags": "list<string>", "extra": "json"})
+            >>> row = {"tags": ["a"], "extra": '{"n": 1}'}
+            >>> rec = s.decoded_copy(row)
+            >>> rec["tags"].append("b"); rec
+            {'tags': ['a', 'b'], 'extra': {'n': 1}}
+            >>> row
+            {'tags': ['a'], 'extra': '{"n": 1}'}
+        """
+        out = dict(row)
+        for n in self._list_fields:
+            if out.get(n) is not None:
+                out[n] = list(out[n])
+        return self.from_storage(out)
 
     def to_arrow(self, records: list[Mapping[str, Any]], extra: pa.Schema | None = None) -> pa.Table:
         """Validated records (plus ``extra`` leading columns) to an Arrow table."""
