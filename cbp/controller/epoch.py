@@ -188,7 +188,8 @@ class Epochs:
             old_index = dict(sst.index)
             sst.index = {str(r.part): r.index for r in results if r.index} if self.mode == "direct" else {}
             sst.layout = self.mode
-            cleanup += [rel for p, rel in old_index.items() if rel and sst.index.get(p) != rel]
+            # index files no new index stands on: what the tasks say, or (black-box) every one
+            cleanup += [rel for r in results for rel in r.index_garbage] if self.mode == "direct" else self._index_files(stage, old_index)
         produced: dict[str, list[int]] = {}
         counts: dict[str, int] = {}
         for flow in spec.outputs:
@@ -225,6 +226,11 @@ class Epochs:
         self._entry(entry, {"state_version": sst.state_version, "inputs": inputs, "outputs": produced,
                             "records": {f: counts[f] for f in produced}, "placement": _placement(results)})
         return commits, cleanup, counts, written
+
+    def _index_files(self, stage: str, index: dict[str, str]) -> list[str]:
+        """Every index file of ``stage``'s partitions that have an ``index`` (a file and the deltas it stands on)."""
+        base = LAYOUT.index(stage)
+        return [f"{base}/{PART}={p}/{name}" for p in index for name in self.home.list_dir(f"{base}/{PART}={p}")]
 
     def _abandon_quietly(self, stage: str, epoch: int, out_incs: dict[str, int]) -> None:
         try:

@@ -111,11 +111,26 @@ class StateMeta:
     index: Optional[str] = None  # index file, relative to the home
 
 
+#: Most index deltas a partition's index file may stand on before it is written whole again.
+MAX_DELTAS = 8
+#: ... and most entries those deltas may hold together, as a fraction of the live keys.
+DELTA_FRACTION = 0.125
+
+
 class PartitionIndex:
-    """Sorted arrays: key hash -> (file id, row group). ``files`` maps file id -> data file path."""
+    """Sorted arrays: key hash -> (file id, row group). ``files`` maps file id -> data file path.
+
+    On disk an index is a whole file, or a *delta*: the entries an epoch dropped and added, on top
+    of the index file it updated (its parent). An epoch then writes what changed, not every live
+    key; the index is written whole again once its deltas hold :data:`DELTA_FRACTION` of the
+    live keys or number :data:`MAX_DELTAS`. ``chain`` lists the files this index was loaded from
+    or saved to (the whole file first), which its next save may still need.
+    """
 
     def __init__(self, h: np.ndarray, f: np.ndarray, g: np.ndarray, files: list[str]) -> None:
         self.h, self.f, self.g, self.files = h, f, g, files
+        self.chain: list[str] = []
+        self.chain_entries = 0  # entries of the deltas in the chain
 
     @classmethod
     def empty(cls) -> "PartitionIndex":
@@ -127,24 +142,57 @@ class PartitionIndex:
 
     @classmethod
     def load(cls, home: Home, rel: str) -> "PartitionIndex":
-        """Read an index file (a worker keeps the last few it read or wrote: they never change)."""
+        """Read an index file, and the files it stands on (a worker keeps the last few indexes it
+        read or wrote: they never change)."""
         key = f"{home.location}|{rel}"
         hit = _INDEXES.get(key)
         if hit is not None:
             return hit
         t = pq.read_table(home.path(rel), filesystem=home.fs)
-        files = json.loads(t.schema.metadata[b"cbp.files"])
-        idx = cls(t["h"].to_numpy(), t["f"].to_numpy().astype(np.int32), t["g"].to_numpy().astype(np.int32), files)
+        meta = t.schema.metadata
+        if meta.get(b"cbp.kind") == b"delta":
+            parent = cls.load(home, meta[b"cbp.parent"].decode())
+            drop = t.filter(pc.equal(t["add"], False))
+            add = t.filter(t["add"])
+            idx = parent.updated(drop["h"].to_numpy(), drop["f"].to_numpy().astype(np.int32), drop["g"].to_numpy().astype(np.int32),
+                                 add["h"].to_numpy(), meta[b"cbp.add_file"].decode() if add.num_rows else None,
+                                 add["g"].to_numpy().astype(np.int32))
+            idx.chain, idx.chain_entries = parent.chain + [rel], parent.chain_entries + t.num_rows
+        else:
+            idx = cls(t["h"].to_numpy(), t["f"].to_numpy().astype(np.int32), t["g"].to_numpy().astype(np.int32),
+                      json.loads(meta[b"cbp.files"]))
+            idx.chain = [rel]
         _remember_index(key, idx)
         return idx
 
-    def save(self, home: Home, rel: str) -> None:
-        _remember_index(f"{home.location}|{rel}", self)
-        t = pa.table({"h": self.h, "f": self.f, "g": self.g})
-        t = t.replace_schema_metadata({"cbp.files": json.dumps(self.files), "cbp.hash": "spark-xxhash64"})
+    def save(self, home: Home, rel: str, parent: Optional["PartitionIndex"] = None,
+             delta: Optional[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, Optional[str], np.ndarray]] = None) -> list[str]:
+        """Write this index as file ``rel``: as ``delta`` (the :meth:`updated` arguments that made it
+        from ``parent``) when ``parent`` came from a file and its deltas are few and small, else
+        whole. Returns the index files no longer needed once this one replaces ``parent``'s."""
+        old = list(parent.chain) if parent is not None else []
+        entries = 0 if delta is None else int(delta[0].size + delta[3].size)
+        if (delta is not None and parent is not None and parent.chain and len(parent.chain) <= MAX_DELTAS
+                and parent.chain_entries + entries <= max(self.live_keys, 1) * DELTA_FRACTION):
+            dh, df, dg, ah, add_file, ag = delta
+            t = pa.table({"add": pa.array(np.r_[np.zeros(dh.size, bool), np.ones(ah.size, bool)]),
+                          "h": pa.array(np.r_[dh, ah].astype(np.int64)),
+                          "f": pa.array(np.r_[df, np.zeros(ah.size, np.int32)].astype(np.int32)),
+                          "g": pa.array(np.r_[dg, ag].astype(np.int32))})
+            t = t.replace_schema_metadata({"cbp.kind": "delta", "cbp.parent": parent.chain[-1], "cbp.add_file": add_file or "",
+                                           "cbp.hash": "spark-xxhash64"})
+            self.chain, self.chain_entries = parent.chain + [rel], parent.chain_entries + entries
+            garbage: list[str] = []
+        else:
+            t = pa.table({"h": self.h, "f": self.f, "g": self.g})
+            t = t.replace_schema_metadata({"cbp.files": json.dumps(self.files), "cbp.hash": "spark-xxhash64"})
+            self.chain, self.chain_entries = [rel], 0
+            garbage = old
         path = home.path(rel)
         home.make_parent(path)
         pq.write_table(t, path, filesystem=home.fs, compression={"h": "none", "f": "zstd", "g": "zstd"}, use_dictionary=False)
+        _remember_index(f"{home.location}|{rel}", self)
+        return garbage
 
     def positions(self, hashes: np.ndarray) -> np.ndarray:
         """Positions of the index entries whose hash is in ``hashes`` (sorted, unique)."""
@@ -175,7 +223,9 @@ class PartitionIndex:
             h = np.insert(h, at, ah)
             f = np.insert(f, at, np.full(ah.size, len(files) - 1, np.int32))
             g = np.insert(g, at, add_g.astype(np.int32)[order])
-        used = np.unique(f)  # forget files no entry points to, renumber the rest
+        used = np.flatnonzero(np.bincount(f, minlength=len(files)))  # forget files no entry points to, renumber the rest
+        if used.size == len(files):
+            return PartitionIndex(h, f, g, files)
         remap = np.full(max(len(files), 1), -1, np.int32)
         remap[used] = np.arange(used.size, dtype=np.int32)
         return PartitionIndex(h, remap[f], g, [files[i] for i in used])

@@ -56,6 +56,7 @@ RESULT = pa.schema([
     pa.field("out", pa.map_(pa.string(), pa.int64())),
     pa.field("executor", pa.string()),
     pa.field("bindings", pa.list_(ADD)),
+    pa.field("index_garbage", pa.list_(pa.string())),
 ])
 _MAPS = ("seconds", "out")  # stats entries that are maps of their own; every other stat is an integer
 
@@ -68,7 +69,8 @@ class TaskResult:
     output flow to its new files, ``index`` is the partition's new index file (direct mode).
     ``stats`` holds integer counters plus ``seconds`` (per phase) and ``out`` (records per flow).
     ``executor`` names the executor that ran the task; ``bindings`` are the files of the multicast
-    bindings its translate calls made (:mod:`cbp.engine.routing`).
+    bindings its translate calls made (:mod:`cbp.engine.routing`); ``index_garbage`` the index
+    files of the partition that its new index no longer stands on.
     """
 
     part: int
@@ -79,6 +81,7 @@ class TaskResult:
     stats: dict[str, Any] = field(default_factory=dict)
     executor: Optional[str] = None  # the executor that ran the task (:func:`cbp.engine.locality.executor_name`)
     bindings: list[dict[str, Any]] = field(default_factory=list)  # multicast bindings files (paths relative to the home)
+    index_garbage: list[str] = field(default_factory=list)  # index files the new index no longer needs (relative to the home)
 
 
 def _add(a: dict[str, Any]) -> dict[str, Any]:
@@ -101,7 +104,7 @@ def result_batch(r: TaskResult) -> pa.RecordBatch:
         "outputs": {f: [_add(a) for a in adds] for f, adds in r.outputs.items()},
         "counts": counts, "seconds": {k: float(v) for k, v in r.stats.get("seconds", {}).items()},
         "out": {k: int(v) for k, v in r.stats.get("out", {}).items()}, "executor": r.executor,
-        "bindings": [_add(a) for a in r.bindings],
+        "bindings": [_add(a) for a in r.bindings], "index_garbage": list(r.index_garbage),
     }], schema=RESULT)
 
 
@@ -115,7 +118,7 @@ def decode_results(table: pa.Table) -> list[TaskResult]:
         out.append(TaskResult(part=row["part"], index=row["index"], state_adds=_adds(row["state_adds"]),
                               state_removes=_adds(row["state_removes"]),
                               outputs={f: _adds(adds) for f, adds in row["outputs"] or ()}, stats=stats,
-                              executor=row["executor"], bindings=_adds(row["bindings"])))
+                              executor=row["executor"], bindings=_adds(row["bindings"]), index_garbage=list(row["index_garbage"] or ())))
     return out
 
 

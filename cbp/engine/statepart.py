@@ -165,6 +165,7 @@ class DirectPartition:
         self.keys_read = 0
         self.keys_written = 0
         self._drops: tuple[array, array, array] = (array("q"), array("i"), array("i"))
+        self.index_garbage: list[str] = []  # index files the new index no longer needs (deleted once committed)
 
     def lookup(self, hashes: np.ndarray) -> dict[str, tuple[int, OldState]]:
         """The stored state of the keys with these hashes (a chunk of the input, in hash order)."""
@@ -224,9 +225,11 @@ class DirectPartition:
         plan, p = self.plan, self.p
         add, h, g = self.writer.close()
         index = self.index
+        delta: Optional[tuple[Any, ...]] = None
         if add is not None:
             dh, df, dg = (np.array(a, dtype=np.int64 if a.typecode == "q" else np.int32) for a in self._drops)
             index = index.updated(dh, df, dg, h, add["path"], g)
+            delta = (dh, df, dg, h, add["path"], g)
             self.adds.append(add)
         adds, removes = self.adds, self.removes
         current = ([] if self.rebuilt else list(self.meta.files)) + adds
@@ -242,10 +245,11 @@ class DirectPartition:
             adds = [a for a in adds if id(a) not in gone] + ([compacted] if compacted else [])
             stats["compacted"] = len(replaced)
             stats["compact_row_groups_read"] = read
+            delta = None  # compacted: the index is written whole
         index_rel = self.meta.index
         if add is not None or removes:
             index_rel = f"stages/{plan.stage.name}/index/_part={p}/e{plan.epoch:08d}-{uuid.uuid4().hex[:12]}.parquet"
-            index.save(plan.home, index_rel)
+            self.index_garbage = index.save(plan.home, index_rel, None if self.rebuilt else self.index, delta)
         stats.update(state_read=self.keys_read, state_written=self.keys_written, live_keys=index.live_keys,
                      files=len(index.files), row_groups_read=self.reader.row_groups_read, files_opened=self.reader.files_opened,
                      cache_hits=self.reader.cache_hits, cache_lookups=self.reader.cache_lookups)

@@ -443,7 +443,8 @@ def _finish(plan: TaskPlan, p: int, calls: _Calls, part: _Partition, stats: dict
     stats.setdefault("state_read", 0)
     stats.setdefault("state_written", 0)
     stats.update(seconds=clock.laps, keys=calls.calls, out=calls.counts)
-    return TaskResult(part=p, index=index, state_adds=adds, state_removes=removes, outputs=outputs, stats=stats, bindings=bindings)
+    return TaskResult(part=p, index=index, state_adds=adds, state_removes=removes, outputs=outputs, stats=stats, bindings=bindings,
+                      index_garbage=getattr(part, "index_garbage", []))
 
 
 # ------------------------------------------------------------------ record-wise task
