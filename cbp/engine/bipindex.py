@@ -4,8 +4,10 @@ A stateful stage's state is a Delta table partitioned by ``_part``. Each epoch, 
 owns partition ``p`` appends one data file holding only the keys whose state changed (sorted by
 key hash, in small row groups; a key whose state was dropped gets a tombstone row). Beside it,
 the task writes the partition's *index*: for every live key, its 64-bit hash and the location
-(data file, row group) of its latest records. An inner stage looks up the hashes of the keys
-that received input and reads just those row groups; it never scans the partition.
+(data file, row group) of its latest records, as a delta (the entries the epoch dropped and
+added) on top of the index file it updated, or whole once the deltas grow (:class:`PartitionIndex`).
+An inner stage looks up the hashes of the keys that received input and reads just those row
+groups; it never scans the partition.
 
 When a partition's live keys are spread over too many files, the task compacts them into one
 file sorted by hash (the superseded files leave the Delta table in the same commit).
