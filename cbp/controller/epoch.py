@@ -18,6 +18,7 @@ import pyarrow as pa
 from .. import faults
 from ..engine.bipindex import STATE_META, StateMeta, choose_reads
 from ..engine.deltaread import StateSource
+from ..engine.framing import FRAME_KEY
 from ..engine.job import run_stage_epoch
 from ..engine.protocol import TaskResult
 from ..engine.task import TaskPlan
@@ -199,7 +200,7 @@ class Epochs:
                 continue  # an epoch that writes nothing to a flow adds no increment to it
             frame_by = self.spec.flows[flow].frame_by
             if frame_by is not None and frame_by.field is not None:  # framed by the tasks: join their runs
-                runs = [(a["frame"], a) for r in sorted(results, key=lambda r: r.part) for a in r.outputs.get(flow, [])]
+                runs = [(a[FRAME_KEY], a) for r in sorted(results, key=lambda r: r.part) for a in r.outputs.get(flow, [])]
                 fc, produced[flow] = self._land_runs(flow, runs, producer=f"{stage}:{epoch}", prior_frame=epoch, app=(app, epoch))
                 commits += fc
                 continue

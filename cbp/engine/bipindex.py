@@ -150,10 +150,17 @@ class PartitionIndex:
         hit = _INDEXES.get(key)
         if hit is not None:
             return hit
+        idx = cls._read(home, rel)
+        _remember_index(key, idx)
+        return idx
+
+    @classmethod
+    def _read(cls, home: Home, rel: str) -> "PartitionIndex":
+        """Read an index file and the files it stands on (those are not kept: only the newest is used)."""
         t = pq.read_table(home.path(rel), filesystem=home.fs)
         meta = t.schema.metadata
         if meta.get(b"cbp.kind") == b"delta":
-            parent = cls.load(home, meta[b"cbp.parent"].decode())
+            parent = _INDEXES.get(f"{home.location}|{meta[b'cbp.parent'].decode()}") or cls._read(home, meta[b"cbp.parent"].decode())
             drop = t.filter(pc.equal(t["add"], False))
             add = t.filter(t["add"])
             idx = parent.updated(drop["h"].to_numpy(), drop["f"].to_numpy().astype(np.int32), drop["g"].to_numpy().astype(np.int32),
@@ -164,7 +171,6 @@ class PartitionIndex:
             idx = cls(t["h"].to_numpy(), t["f"].to_numpy().astype(np.int32), t["g"].to_numpy().astype(np.int32),
                       json.loads(meta[b"cbp.files"]))
             idx.chain = [rel]
-        _remember_index(key, idx)
         return idx
 
     def save(self, home: Home, rel: str, parent: Optional["PartitionIndex"] = None,
