@@ -35,6 +35,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from ..spec.schema import RecordSchema
+from .protocol import USER_EXCEPTIONS, EpochTimeout
 from .routing import encode_key
 
 if TYPE_CHECKING:
@@ -58,13 +59,14 @@ class BatchOut:
 class BatchTranslate:
     """Collects the called keys of a task and calls the stage's batch translator per :data:`BATCH_KEYS`."""
 
-    def __init__(self, plan: "TaskPlan", calls: "_Calls", update: Any, fail: Any, user_failure: Any,
+    def __init__(self, plan: "TaskPlan", calls: "_Calls", update: Any, fail: Any, user_failure: Any, flow_iter: Any,
                  direct: Optional["DirectPartition"] = None) -> None:
         """``update(g, old, new)`` hands a key's new state to the task's partition; ``fail`` and
-        ``user_failure`` make the task's typed failures (:mod:`cbp.engine.task`). With ``direct`` (a
+        ``user_failure`` make the task's typed failures (:mod:`cbp.engine.task`), ``flow_iter`` decodes a key's records of one
+        flow in OrderBy order (:func:`cbp.engine.task._flow_iter`). With ``direct`` (a
         direct-mode partition), the new state rows go to it as one Arrow table per call."""
         self.plan, self.calls, self.update, self.direct = plan, calls, update, direct
-        self._fail, self._user_failure = fail, user_failure
+        self._fail, self._user_failure, self._flow_iter = fail, user_failure, flow_iter
         st = plan.stage
         self.out = BatchOut(st.name, plan.epoch, st.params, st.state_schema is not None)
         self.pending: list[tuple["Group", Optional["OldState"], list[dict[str, Any]]]] = []
@@ -126,15 +128,13 @@ class BatchTranslate:
         """One input flow's records of the batch's keys: the groups' Arrow slices (:mod:`cbp.engine.groups`)
         put together, never decoded to Python; sorted by key position and, within a key, by the
         flow's OrderBy (a field: by Arrow; a function: per key in Python)."""
-        from .task import _flow_iter  # noqa: PLC0415 (task imports this module)
-
         schema = self.plan.input_schemas[idx]
         order = self.plan.stage.inputs[idx].order_by
         if order is not None and order.field is None:  # an OrderBy function: decode per key, as per-key translate does
             rows, at = [], []
             for i, (g, _, _) in enumerate(pending):
                 if g.flows[idx]:
-                    recs = list(_flow_iter(self.plan, idx, [r for part in g.flows[idx] for r in part.to_pylist()], None, g.key))
+                    recs = list(self._flow_iter(self.plan, idx, [r for part in g.flows[idx] for r in part.to_pylist()], None, g.key))
                     rows += recs
                     at += [i] * len(recs)
             return _with_key(schema.to_arrow(rows), keys, at)
@@ -153,8 +153,6 @@ class BatchTranslate:
     # ------------------------------------------------------------------ tables out
     def call(self, keys: pa.Array, state: Optional[pa.Table], inputs: list[pa.Table], n: int) -> Any:
         """Call the batch translator for ``n`` keys; a user failure names the stage and epoch."""
-        from .task import USER_EXCEPTIONS, EpochTimeout  # noqa: PLC0415 (task imports this module)
-
         st = self.plan.stage
         self.calls.calls += n
         try:

@@ -38,7 +38,7 @@ from typing import Any, Optional
 import pyarrow as pa
 
 __all__ = ["TaskResult", "RESULT", "ADD", "result_batch", "decode_results", "result_spark_schema",
-           "FailureRecord", "TaskFailed", "encode_failure", "decode_failure"]
+           "FailureRecord", "TaskFailed", "encode_failure", "decode_failure", "EpochTimeout", "USER_EXCEPTIONS"]
 
 #: A future Delta add (or remove) action: a data file the task wrote (or one it replaces).
 #: ``frame`` is the framing key (JSON text) of the run of records in a file of a flow framed by a field.
@@ -130,6 +130,14 @@ def result_spark_schema() -> Any:
 
 
 # ------------------------------------------------------------------ failures
+class EpochTimeout(BaseException):
+    """Raised inside a task when its stage epoch's time limit is up (a BaseException, so that a
+    translator's ``except Exception`` cannot swallow it)."""
+
+
+#: What user code may raise that cbp reports as the user's failure (``SystemExit`` included).
+USER_EXCEPTIONS = (Exception, SystemExit)
+
 FAILURE_VERSION = 1
 _FAILURE_RE = re.compile(r"\[\[cbp-failure/(\d+) ([A-Za-z0-9+/=]*)\]\]")
 _FIELD_CHARS = 2000  # no field of a record is longer: the record rides in an exception's text

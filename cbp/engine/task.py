@@ -36,7 +36,7 @@ from .columnar import ColumnarTask, columnar_ok
 from .bipindex import ROW_GROUP, StateMeta
 from .groups import Group, group_chunks, with_state_keys
 from .locality import executor_name
-from .protocol import FailureRecord, TaskFailed, TaskResult, result_batch
+from .protocol import USER_EXCEPTIONS, EpochTimeout, FailureRecord, TaskFailed, TaskResult, result_batch
 from .routing import BINDINGS, Copies, Routes, check_target, decode_key, encode_key, envelope_schema, plain_envelopes
 from .framing import FramedSink
 from .sinks import ParquetSink, RecordSink, io_path
@@ -44,15 +44,7 @@ from .statepart import BlackboxPartition, DirectPartition, OldState
 
 __all__ = ["TaskPlan", "EpochTimeout", "encode_key", "route_batches", "grouped_task", "recordwise_task"]
 
-class EpochTimeout(BaseException):
-    """Raised inside a task when its stage epoch's time limit is up (a BaseException, so that a
-    translator's ``except Exception`` cannot swallow it)."""
-
-
 RETRY_GRACE = 2.0  # seconds a task attempt started after its epoch's deadline runs (less than the driver's cancel grace)
-
-#: What user code may raise that cbp reports as the user's failure (``SystemExit`` included).
-USER_EXCEPTIONS = (Exception, SystemExit)
 
 
 @dataclass
@@ -344,7 +336,7 @@ def _grouped_task(plan: TaskPlan, batches: Iterable[pa.RecordBatch], part_id: Op
             part = DirectPartition(plan, p) if plan.mode == "direct" else BlackboxPartition(plan, p)
         clock.lap("index_load")
         stats: dict[str, Any] = {"in": 0}
-        batch = (BatchTranslate(plan, calls, partial(_update, part), _failed, _user_failure,
+        batch = (BatchTranslate(plan, calls, partial(_update, part), _failed, _user_failure, _flow_iter,
                                 direct=part if isinstance(part, DirectPartition) else None) if plan.stage.batch else None)
         if batch is not None and columnar_ok(plan, part):  # no key groups: Arrow all the way (cbp.engine.columnar)
             stats["in"] = ColumnarTask(plan, batch, part if isinstance(part, DirectPartition) else None, clock).run(batches)

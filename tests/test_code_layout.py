@@ -1,0 +1,94 @@
+"""The code shows its layers: no module over 500 lines, no function over 80, no import cycle, and
+no layer importing one above it (README, "How the code is laid out")."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import networkx as nx
+
+ROOT = Path(__file__).resolve().parents[1] / "cbp"
+
+#: Each top-level piece of the package and its layer: a module may import its own layer and the
+#: layers below, never one above (the package's ``__init__`` only for ``__version__``).
+LAYERS = {
+    "errors": 0, "faults": 0, "gcpolicy": 0, "model": 0,
+    "spec": 1, "storage": 1,
+    "engine": 2,
+    "controller": 3,
+    "sql": 4,
+    "pipeline": 5,
+    "testing": 6, "crawl": 6,
+    "cli": 7, "airflow": 7,
+}
+
+
+def _modules() -> dict[str, Path]:
+    out = {}
+    for f in sorted(ROOT.rglob("*.py")):
+        parts = ["cbp", *f.relative_to(ROOT).with_suffix("").parts]
+        if parts[-1] == "__init__":
+            parts = parts[:-1]
+        out[".".join(parts)] = f
+    return out
+
+
+def _imports(mods: dict[str, Path]) -> dict[str, set[tuple[str, list[str]]]]:
+    """Per module, the cbp modules it imports, with the names it takes from each."""
+    out: dict[str, set[tuple[str, list[str]]]] = {}
+    for m, f in mods.items():
+        pkg = m if f.name == "__init__.py" else m.rsplit(".", 1)[0]
+        found = set()
+        tree = ast.parse(f.read_text(encoding="utf-8"))
+        typing_only = {id(n) for block in ast.walk(tree) if isinstance(block, ast.If) and "TYPE_CHECKING" in ast.dump(block.test)
+                       for stmt in block.body for n in ast.walk(stmt)}
+        for node in ast.walk(tree):
+            if id(node) in typing_only:  # annotations only: not an import at run time
+                continue
+            if isinstance(node, ast.ImportFrom):
+                base = pkg.split(".")[: len(pkg.split(".")) - (node.level - 1)] if node.level else []
+                name = ".".join(base + ([node.module] if node.module else [])) if node.level else (node.module or "")
+                if not name.startswith("cbp"):
+                    continue
+                for a in node.names:  # "from .. import faults" imports a module
+                    sub = f"{name}.{a.name}"
+                    found.add((sub, ()) if sub in mods else (name, (a.name,)))
+            elif isinstance(node, ast.Import):
+                found |= {(a.name, ()) for a in node.names if a.name.startswith("cbp.")}
+        out[m] = {(d, tuple(names)) for d, names in found if d in mods and d != m}  # type: ignore[misc]
+    return out
+
+
+def _layer(module: str) -> str:
+    return module.split(".")[1] if "." in module else "cbp"
+
+
+def test_module_and_function_sizes():
+    too_long = []
+    for m, f in _modules().items():
+        text = f.read_text(encoding="utf-8")
+        if len(text.splitlines()) > 500:
+            too_long.append(f"{m}: {len(text.splitlines())} lines")
+        for node in ast.walk(ast.parse(text)):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.end_lineno - node.lineno + 1 > 80:  # type: ignore[operator]
+                too_long.append(f"{m}.{node.name}: {node.end_lineno - node.lineno + 1} lines")  # type: ignore[operator]
+    assert not too_long
+
+
+def test_no_import_cycle_and_no_layer_reaching_up():
+    mods = _modules()
+    imports = _imports(mods)
+    assert set(map(_layer, mods)) - {"cbp"} <= set(LAYERS)  # a new top-level piece gets a layer here
+    g = nx.DiGraph([(m, d) for m, ds in imports.items() for d, _ in ds if _layer(d) != "cbp"])
+    assert list(nx.simple_cycles(g)) == []
+    upward = []
+    for m, ds in imports.items():
+        for d, names in ds:
+            a, b = _layer(m), _layer(d)
+            if b == "cbp":
+                if a != "cbp" and set(names) != {"__version__"}:
+                    upward.append(f"{m} imports {names} from the package")
+            elif a != "cbp" and a != b and LAYERS[a] < LAYERS[b]:
+                upward.append(f"{m} ({a}) imports {d} ({b})")
+    assert not upward
