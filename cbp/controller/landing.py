@@ -102,9 +102,8 @@ class Landing:
         field = fl.frame_by.field  # type: ignore[union-attr]
         if field is not None:  # column-wise
             ft = fl.schema.fields[field]
-            runs = [list(r) for r in frame_runs(data.column(field), json_text=ft.scalar == "json" and not ft.is_list)]
-            self._check_frames(flow, [(key, lambda first=first: data.slice(first, 1).to_pylist()[0]) for key, first, _ in runs])
-            return runs
+            # a field's values were validated as JSON values (finite floats, no lone surrogates): storable keys
+            return [list(r) for r in frame_runs(data.column(field), json_text=ft.scalar == "json" and not ft.is_list)]
         runs = []
         fstate = fs.frame_state
         i = 0
@@ -163,7 +162,8 @@ class Landing:
         each with its run's framing key as JSON text. Consecutive runs with equal keys (the end
         of one task's output and the start of the next) are one increment.
 
-        Returns the Delta commit to make and the increment ids, as :meth:`_land`.
+        Returns the Delta commit to make and the increment ids, as :meth:`_land`. The keys are
+        values of a field, validated as JSON: storable in the snapshot.
         """
         merged: list[list[Any]] = []  # key, rows, adds
         for text, add in runs:
@@ -173,7 +173,6 @@ class Landing:
                 merged[-1][2].append(add)
             else:
                 merged.append([key, int(add["rows"]), [add]])
-        self._check_frames(flow, [(key, lambda adds=adds: self._first_record(flow, adds[0])) for key, _, adds in merged])
         assignments = self._assign(flow, [(key, rows) for key, rows, _ in merged], close=False, producer=producer, prior_frame=prior_frame)
         rel = LAYOUT.flow(flow)
         self.home.ensure_table(rel, self._flow_schema(flow), INC)
@@ -181,11 +180,6 @@ class Landing:
         targets = [["flows", flow, "version"]] + [["flows", flow, "incs", str(a[0]), "version"] for a in assignments]
         commits = [{"table": rel, "partition_by": INC, "adds": adds, "removes": [], "app": app[0], "version": app[1], "targets": targets}] if adds else []
         return commits, [a[0] for a in assignments]
-
-    def _first_record(self, flow: str, add: dict[str, Any]) -> dict[str, Any]:
-        """The first record of a file a task wrote to ``flow`` (for a message)."""
-        path = self.home.path(f"{LAYOUT.flow(flow)}/{add['path']}")
-        return pq.ParquetFile(self.home.fs.open_input_file(path)).read_row_group(0).slice(0, 1).to_pylist()[0]
 
     def _assign(self, flow: str, runs: list[tuple[Any, int]], *, close: bool, producer: str, prior_frame: Any) -> list[tuple[int, Any, int, bool]]:
         """Put runs ``(framing key, rows)`` of new records of ``flow`` into increments, in the snapshot:
