@@ -231,6 +231,8 @@ def report(results: dict[int, dict[str, dict[str, Any]]], refs: dict[int, dict[s
         f"1 unmeasured warm-up, then {args.epochs} measured epochs per system; seconds: median [min-max]",
         "- epoch time: cbp `run()` wall time; streaming peers: the micro-batch's triggerExecution (query start left out); "
         "delta-rs job: read + aggregate + MERGE. Peak memory: RSS of the system's process tree (driver, JVM, Python workers).",
+        f"- build: the first {args.chunk:,}-key files, each URL once: cbp feeds them all, then one `run()` (one epoch); "
+        "delta-rs and delta-spark write the table once; the streaming peers take them as their first micro-batches.",
         "",
         "| state keys | system | epoch s | records/s | vs cbp vectorised | build s | build keys/s | peak memory GiB | state = from-scratch |",
         "|---:|:---|---:|---:|---:|---:|---:|---:|:---:|",

@@ -87,16 +87,16 @@ def test_streamed_epochs_match_from_scratch(spark, make_pipeline, tmp_path, smal
         assert {r["w"]: r["age"] for r in p.state("age")} == ages
 
 
-def _plan(tmp_path, epoch, parts=None):
+def _plan(tmp_path, epoch, parts=None, cache_mb=0):
     schema = RecordSchema.parse({"w": "string", "n": "int"})
     return SimpleNamespace(home=Home(str(tmp_path)), stage=SimpleNamespace(name="s", state_schema=schema), epoch=epoch,
-                           state_rel="stages/s/state", row_group=4, cache_mb=0, scan_fraction=None, max_files=8, parts=parts or {},
+                           state_rel="stages/s/state", row_group=4, cache_mb=cache_mb, scan_fraction=None, max_files=8, parts=parts or {},
                            mode="direct")
 
 
-def _epoch(tmp_path, epoch, parts, updates):
+def _epoch(tmp_path, epoch, parts, updates, cache_mb=0):
     """One direct-mode epoch on partition 0: ``updates`` maps hash -> new records ([] drops the key)."""
-    part = DirectPartition(_plan(tmp_path, epoch, parts), 0)
+    part = DirectPartition(_plan(tmp_path, epoch, parts, cache_mb), 0)
     found = part.lookup(np.array(sorted(updates), np.int64))
     for h in sorted(updates):
         hit = found.get(f'"k{h}"')
@@ -129,6 +129,27 @@ def test_state_reads_touch_only_the_row_groups_of_their_keys(tmp_path):
     found = part.lookup(np.array([3, 5, 13, 20], np.int64))
     assert {k: v[1].records for k, v in found.items()} == {'"k3"': rec(3, 2), '"k13"': rec(13, 7), '"k20"': rec(20)}
     assert part.reader.files_opened == 2
+
+
+@pytest.mark.parametrize("budget_kb,cached", [(1024, True), (1, False)])
+def test_a_written_file_is_cached_only_within_the_budget(tmp_path, budget_kb, cached):
+    """A state file a task writes goes into its worker's cache when it fits the budget; when it
+    does not, the writer stops holding its rows as soon as they outgrow the budget (a big epoch's
+    rows are not all kept in memory for nothing), and reads go to the file."""
+    from cbp.engine.statepart import StateWriter
+
+    mb = budget_kb / 1024
+    rec = lambda h, n=1: [{"w": f"k{h}", "n": n}]  # noqa: E731
+    w = StateWriter(_plan(tmp_path / "w", 1, cache_mb=mb), 0, prefix="e1")
+    for h in range(400):
+        w.add(f'"k{h}"', h, {"w": f"k{h}", "n": 1})
+    assert (w._written is not None) == cached  # 400 rows are ~10 kB
+    w.close()
+    parts, _ = _epoch(tmp_path, 1, {}, {h: rec(h) for h in range(400)}, cache_mb=mb)
+    part = DirectPartition(_plan(tmp_path, 2, parts, cache_mb=mb), 0)
+    found = part.lookup(np.array([7, 250], np.int64))
+    assert {k: v[1].records for k, v in found.items()} == {'"k7"': rec(7), '"k250"': rec(250)}
+    assert (part.reader.cache_hits > 0, part.reader.row_groups_read == 0) == (cached, cached)
 
 
 @pytest.mark.parametrize("keep_tombstones", [True, False])

@@ -274,6 +274,14 @@ class _CachedFile:
     def nbytes(self) -> int:
         return int(self.table.nbytes + self.h.nbytes)
 
+    def take(self, rows: np.ndarray) -> pa.Table:
+        """The rows at these positions. A file cached as written (in chunks) is made one chunk at
+        its first lookup: ``take`` on many chunks is ~20x slower, and a file is often never looked
+        up again before it is compacted away."""
+        if self.table.num_rows and self.table.column(0).num_chunks > 1:
+            self.table = self.table.combine_chunks()
+        return self.table.take(pa.array(rows, pa.int64()))
+
 
 class _FileCache:
     """Decoded state files kept by a Spark Python worker across epochs (LRU, bounded in bytes).
@@ -319,15 +327,20 @@ def _file_cache(budget_mb: Optional[float]) -> _FileCache:
     return _CACHE
 
 
+def cache_budget(budget_mb: Optional[float]) -> int:
+    """The bytes a worker's state cache may hold (``budget_mb``, else ``CBP_STATE_CACHE_MB``)."""
+    return _file_cache(budget_mb).budget
+
+
 def cache_written(home: Home, path: str, table: pa.Table, row_group: int, budget_mb: Optional[float]) -> None:
     """Keep a state file this worker just wrote (``table``: all its rows, in order, in row groups of
     ``row_group`` rows) in the worker's cache, decoded: the next epoch of this partition, placed
-    on the same executor, then finds it there instead of reading it back."""
+    on the same executor, then finds it there instead of reading it back. The table is kept as
+    it came (its chunks are not copied into one)."""
     cache = _file_cache(budget_mb)
     if cache.budget == 0 or table.nbytes > cache.budget:
         return
-    t = table.combine_chunks()
-    cache.put(f"{home.location}|{path}", _CachedFile(t, t["_h"].to_numpy(), np.arange(0, max(t.num_rows, 1), row_group)))
+    cache.put(f"{home.location}|{path}", _CachedFile(table, table["_h"].to_numpy(), np.arange(0, max(table.num_rows, 1), row_group)))
 
 
 class StateReader:
@@ -415,7 +428,7 @@ class StateReader:
             self._whole[fid] = entry
         rows = _matches(entry.h, hashes)
         rg = np.searchsorted(entry.rg_starts, rows, side="right") - 1
-        return entry.table.take(pa.array(rows, pa.int64())), rg.astype(np.int32)
+        return entry.take(rows), rg.astype(np.int32)
 
     def _read_row_groups(self, fid: int, pf: pq.ParquetFile, rgs: np.ndarray, counts: np.ndarray) -> tuple[pa.Table, np.ndarray]:
         last = self._last.get(fid)

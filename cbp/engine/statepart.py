@@ -19,7 +19,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from .bipindex import STATE_META, PartitionIndex, StateMeta, StateReader, cache_written, latest_rows
+from .bipindex import STATE_META, PartitionIndex, StateMeta, StateReader, cache_budget, cache_written, latest_rows
 from .sinks import ParquetSink
 
 if TYPE_CHECKING:
@@ -66,6 +66,8 @@ class StateWriter:
         self._h: list[np.ndarray] = []
         self._g: list[np.ndarray] = []
         self._written: Optional[list[pa.Table]] = [] if keep and plan.mode == "direct" else None
+        self._written_bytes = 0
+        self._budget = cache_budget(plan.cache_mb) if self._written is not None else 0
 
     def add(self, key_text: str, h: int, rec: Optional[dict[str, Any]]) -> None:
         """One row of a key (``rec`` in storage form), or its tombstone (``rec`` None)."""
@@ -126,6 +128,9 @@ class StateWriter:
         self.sink.write(out)
         if self._written is not None:
             self._written.append(out)
+            self._written_bytes += out.nbytes
+            if self._written_bytes > self._budget:  # the file could not be cached: hold none of it
+                self._written = None
         self.rows += n
 
 
