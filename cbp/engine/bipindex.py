@@ -19,7 +19,6 @@ file sorted by hash (the superseded files leave the Delta table in the same comm
 
 from __future__ import annotations
 
-import json
 import os
 from collections import OrderedDict
 from dataclasses import dataclass, field
@@ -31,6 +30,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from ..storage import Home
+from .partindex import _INDEXES, DELTA_FRACTION, MAX_DELTAS, PartitionIndex, _matches  # noqa: F401  (re-exported)
 
 __all__ = ["PartitionIndex", "StateReader", "SCAN_FRACTION", "scan_fraction", "choose_reads", "StateMeta", "STATE_META", "read_partition_rows", "latest_rows"]
 
@@ -111,157 +111,6 @@ class StateMeta:
 
     files: list[dict[str, Any]] = field(default_factory=list)  # add-action dicts (path relative to the table)
     index: Optional[str] = None  # index file, relative to the home
-
-
-#: Most index deltas a partition's index file may stand on before it is written whole again.
-MAX_DELTAS = 8
-#: ... and most entries those deltas may hold together, as a fraction of the live keys.
-DELTA_FRACTION = 0.125
-
-
-class PartitionIndex:
-    """Sorted arrays: key hash -> (file id, row group). ``files`` maps file id -> data file path.
-
-    On disk an index is a whole file, or a *delta*: the entries an epoch dropped and added, on top
-    of the index file it updated (its parent). An epoch then writes what changed, not every live
-    key; the index is written whole again once its deltas hold :data:`DELTA_FRACTION` of the
-    live keys or number :data:`MAX_DELTAS`. ``chain`` lists the files this index was loaded from
-    or saved to (the whole file first), which its next save may still need.
-    """
-
-    def __init__(self, h: np.ndarray, f: np.ndarray, g: np.ndarray, files: list[str]) -> None:
-        self.h, self.f, self.g, self.files = h, f, g, files
-        self.chain: list[str] = []
-        self.chain_entries = 0  # entries of the deltas in the chain
-
-    @classmethod
-    def empty(cls) -> "PartitionIndex":
-        return cls(np.empty(0, np.int64), np.empty(0, np.int32), np.empty(0, np.int32), [])
-
-    @property
-    def live_keys(self) -> int:
-        return int(self.h.size)
-
-    @classmethod
-    def load(cls, home: Home, rel: str) -> "PartitionIndex":
-        """Read an index file, and the files it stands on (a worker keeps the last few indexes it
-        read or wrote: they never change)."""
-        key = f"{home.location}|{rel}"
-        hit = _INDEXES.get(key)
-        if hit is not None:
-            return hit
-        idx = cls._read(home, rel)
-        _remember_index(key, idx)
-        return idx
-
-    @classmethod
-    def _read(cls, home: Home, rel: str) -> "PartitionIndex":
-        """Read an index file and the files it stands on (those are not kept: only the newest is used)."""
-        t = pq.read_table(home.path(rel), filesystem=home.fs)
-        meta = t.schema.metadata
-        if meta.get(b"cbp.kind") == b"delta":
-            parent = _INDEXES.get(f"{home.location}|{meta[b'cbp.parent'].decode()}") or cls._read(home, meta[b"cbp.parent"].decode())
-            drop = t.filter(pc.equal(t["add"], False))
-            add = t.filter(t["add"])
-            idx = parent.updated(drop["h"].to_numpy(), drop["f"].to_numpy().astype(np.int32), drop["g"].to_numpy().astype(np.int32),
-                                 add["h"].to_numpy(), meta[b"cbp.add_file"].decode() if add.num_rows else None,
-                                 add["g"].to_numpy().astype(np.int32))
-            idx.chain, idx.chain_entries = parent.chain + [rel], parent.chain_entries + t.num_rows
-        else:
-            idx = cls(t["h"].to_numpy(), t["f"].to_numpy().astype(np.int32), t["g"].to_numpy().astype(np.int32),
-                      json.loads(meta[b"cbp.files"]))
-            idx.chain = [rel]
-        return idx
-
-    def save(self, home: Home, rel: str, parent: Optional["PartitionIndex"] = None,
-             delta: Optional[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, Optional[str], np.ndarray]] = None) -> list[str]:
-        """Write this index as file ``rel``: as ``delta`` (the :meth:`updated` arguments that made it
-        from ``parent``) when ``parent`` came from a file and its deltas are few and small, else
-        whole. Returns the index files no longer needed once this one replaces ``parent``'s."""
-        old = list(parent.chain) if parent is not None else []
-        entries = 0 if delta is None else int(delta[0].size + delta[3].size)
-        if (delta is not None and parent is not None and parent.chain and len(parent.chain) <= MAX_DELTAS
-                and parent.chain_entries + entries <= max(self.live_keys, 1) * DELTA_FRACTION):
-            dh, df, dg, ah, add_file, ag = delta
-            t = pa.table({"add": pa.array(np.r_[np.zeros(dh.size, bool), np.ones(ah.size, bool)]),
-                          "h": pa.array(np.r_[dh, ah].astype(np.int64)),
-                          "f": pa.array(np.r_[df, np.zeros(ah.size, np.int32)].astype(np.int32)),
-                          "g": pa.array(np.r_[dg, ag].astype(np.int32))})
-            t = t.replace_schema_metadata({"cbp.kind": "delta", "cbp.parent": parent.chain[-1], "cbp.add_file": add_file or "",
-                                           "cbp.hash": "spark-xxhash64"})
-            self.chain, self.chain_entries = parent.chain + [rel], parent.chain_entries + entries
-            garbage: list[str] = []
-        else:
-            t = pa.table({"h": self.h, "f": self.f, "g": self.g})
-            t = t.replace_schema_metadata({"cbp.files": json.dumps(self.files), "cbp.hash": "spark-xxhash64"})
-            self.chain, self.chain_entries = [rel], 0
-            garbage = old
-        path = home.path(rel)
-        home.make_parent(path)
-        pq.write_table(t, path, filesystem=home.fs, compression={"h": "none", "f": "zstd", "g": "zstd"}, use_dictionary=False)
-        _remember_index(f"{home.location}|{rel}", self)
-        return garbage
-
-    def positions(self, hashes: np.ndarray) -> np.ndarray:
-        """Positions of the index entries whose hash is in ``hashes`` (sorted, unique)."""
-        return _matches(self.h, hashes)
-
-    def updated(self, drop_h: np.ndarray, drop_f: np.ndarray, drop_g: np.ndarray,
-                add_h: np.ndarray, add_file: Optional[str], add_g: np.ndarray) -> "PartitionIndex":
-        """A new index without the entries ``(drop_h, drop_f, drop_g)``, plus new entries in ``add_file``."""
-        keep = np.ones(self.h.size, dtype=bool)
-        if drop_h.size:
-            lo = np.searchsorted(self.h, drop_h, side="left")
-            hi = np.searchsorted(self.h, drop_h, side="right")
-            single = (hi - lo) == 1  # the usual case; several entries share a hash only on a collision
-            at = lo[single]
-            hit = (self.f[at] == drop_f[single]) & (self.g[at] == drop_g[single])
-            keep[at[hit]] = False
-            for a, b, ff, gg in zip(lo[~single], hi[~single], drop_f[~single], drop_g[~single]):
-                for j in range(a, b):
-                    if self.f[j] == ff and self.g[j] == gg:
-                        keep[j] = False
-        h, f, g = self.h[keep], self.f[keep], self.g[keep]
-        files = list(self.files)
-        if add_file is not None and add_h.size:  # merge the (small, sorted) new entries into the sorted arrays
-            files.append(add_file)
-            order = np.argsort(add_h, kind="stable")
-            ah = add_h.astype(np.int64)[order]
-            at = np.searchsorted(h, ah, side="right")
-            h = np.insert(h, at, ah)
-            f = np.insert(f, at, np.full(ah.size, len(files) - 1, np.int32))
-            g = np.insert(g, at, add_g.astype(np.int32)[order])
-        used = np.flatnonzero(np.bincount(f, minlength=len(files)))  # forget files no entry points to, renumber the rest
-        if used.size == len(files):
-            return PartitionIndex(h, f, g, files)
-        remap = np.full(max(len(files), 1), -1, np.int32)
-        remap[used] = np.arange(used.size, dtype=np.int32)
-        return PartitionIndex(h, remap[f], g, [files[i] for i in used])
-
-    def without_files(self, names: set[str]) -> "PartitionIndex":
-        """The index without the entries that point into the data files ``names``."""
-        gone = np.array([i for i, n in enumerate(self.files) if n in names], dtype=np.int32)
-        keep = ~np.isin(self.f, gone)
-        return PartitionIndex(self.h[keep], self.f[keep], self.g[keep], list(self.files)).updated(
-            np.empty(0, np.int64), np.empty(0, np.int32), np.empty(0, np.int32), np.empty(0, np.int64), None, np.empty(0, np.int32))
-
-_INDEXES: "OrderedDict[str, PartitionIndex]" = OrderedDict()
-
-
-def _remember_index(key: str, idx: "PartitionIndex", keep: int = 16) -> None:
-    _INDEXES[key] = idx
-    while len(_INDEXES) > keep:
-        _INDEXES.popitem(last=False)
-
-
-def _matches(sorted_h: np.ndarray, hashes: np.ndarray) -> np.ndarray:
-    """Positions in ``sorted_h`` of every element equal to one of ``hashes``."""
-    lo = np.searchsorted(sorted_h, hashes, side="left")
-    hi = np.searchsorted(sorted_h, hashes, side="right")
-    lens = hi - lo
-    if not lens.any():
-        return np.empty(0, np.int64)
-    return np.repeat(lo, lens) + (np.arange(int(lens.sum())) - np.repeat(np.cumsum(lens) - lens, lens))
 
 
 @dataclass
@@ -373,14 +222,12 @@ class StateReader:
 
     def rows_of(self, hashes: np.ndarray) -> tuple[pa.Table, np.ndarray, np.ndarray]:
         """The latest rows of the keys with these hashes, and, aligned, the file id and row group of each."""
-        idx = self.index
-        pos = idx.positions(np.unique(hashes))
+        eh, ef, eg = self.index.entries(np.unique(hashes))
         parts, fids, rgs_out = [], [], []
-        if pos.size:
-            pf_ids = idx.f[pos]
-            for fid in np.unique(pf_ids):
-                sel = pos[pf_ids == fid]
-                t, rg_col = self._read_keys(int(fid), np.unique(idx.h[sel]), np.unique(idx.g[sel]))
+        if eh.size:
+            for fid in np.unique(ef):
+                sel = ef == fid
+                t, rg_col = self._read_keys(int(fid), np.unique(eh[sel]), np.unique(eg[sel]))
                 parts.append(t)
                 rgs_out.append(rg_col)
                 fids.append(np.full(t.num_rows, fid, np.int32))

@@ -256,7 +256,7 @@ class DirectPartition:
             index_rel = f"stages/{plan.stage.name}/index/_part={p}/e{plan.epoch:08d}-{uuid.uuid4().hex[:12]}.parquet"
             self.index_garbage = index.save(plan.home, index_rel, None if self.rebuilt else self.index, delta)
         stats.update(state_read=self.keys_read, state_written=self.keys_written, live_keys=index.live_keys,
-                     files=len(index.files), row_groups_read=self.reader.row_groups_read, files_opened=self.reader.files_opened,
+                     files=index.live_files, row_groups_read=self.reader.row_groups_read, files_opened=self.reader.files_opened,
                      cache_hits=self.reader.cache_hits, cache_lookups=self.reader.cache_lookups)
         return index_rel, adds, removes
 
