@@ -75,3 +75,41 @@ def test_an_update_does_not_copy_the_index():
     assert new.live_keys == n + 1 and idx.live_keys == n
     h, f, _ = new.entries(np.array([10, 11, 12], np.int64))
     assert sorted(zip(h.tolist(), f.tolist())) == [(11, 1), (12, 0), (12, 1)]
+
+
+def _write(home: Home, rel: str, table, meta: dict) -> None:
+    import pyarrow.parquet as pq
+
+    path = home.path(rel)
+    home.make_parent(path)
+    pq.write_table(table.replace_schema_metadata(meta), path, filesystem=home.fs)
+
+
+def test_deltas_of_the_earlier_release_are_replayed_as_written(tmp_path):
+    """Before file ids were kept, each update forgot the files no entry pointed to and renumbered
+    the rest: a chain written then still reads back right (here: after the first delta file "b" is
+    unused, so "c" is id 1 for the second delta)."""
+    import json
+
+    import pyarrow as pa
+
+    home = Home(str(tmp_path))
+    whole = pa.table({"h": pa.array([1, 2, 3], pa.int64()), "f": pa.array([0, 1, 2], pa.int32()), "g": pa.array([0, 0, 0], pa.int32())})
+    _write(home, "i/e1.parquet", whole, {"cbp.files": json.dumps(["a", "b", "c"]), "cbp.hash": "spark-xxhash64"})
+
+    def delta(drop, add_h):
+        return pa.table({"add": pa.array([False, True]), "h": pa.array([drop[0], add_h], pa.int64()),
+                         "f": pa.array([drop[1], 0], pa.int32()), "g": pa.array([0, 0], pa.int32())})
+
+    _write(home, "i/e2.parquet", delta((2, 1), 2), {"cbp.kind": "delta", "cbp.parent": "i/e1.parquet", "cbp.add_file": "d"})
+    _write(home, "i/e3.parquet", delta((3, 1), 3), {"cbp.kind": "delta", "cbp.parent": "i/e2.parquet", "cbp.add_file": "e"})
+    partindex._INDEXES.clear()
+    idx = PartitionIndex.load(home, "i/e3.parquet")
+    assert _as_model(idx) == [(1, "a", 0), (2, "d", 0), (3, "e", 0)]
+    assert idx.chain == ["i/e1.parquet", "i/e2.parquet", "i/e3.parquet"]
+    # and a delta this release writes on top of it reads back the same
+    new = idx.updated(np.array([1], np.int64), np.array([0], np.int32), np.array([0], np.int32), np.array([1], np.int64), "f", np.array([0], np.int32))
+    new.save(home, "i/e4.parquet", idx, (np.array([1], np.int64), np.array([0], np.int32), np.array([0], np.int32),
+                                         np.array([1], np.int64), "f", np.array([0], np.int32)))
+    partindex._INDEXES.clear()
+    assert _as_model(PartitionIndex.load(home, "i/e4.parquet")) == [(1, "f", 0), (2, "d", 0), (3, "e", 0)]

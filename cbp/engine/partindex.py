@@ -10,6 +10,8 @@ asks for every entry (:attr:`PartitionIndex.h`, a scan or a compaction, which co
 File ids are positions in :attr:`PartitionIndex.files`. An update never renumbers them (a file no
 entry points to any more stays, as a hole), so a delta's ids mean the same in the task that wrote
 it and in a worker that replays it on the parent read from disk; a whole write renumbers them.
+Deltas written before that rule (no ``cbp.ids: kept`` in their metadata) renumbered after each
+update, and are replayed that way.
 
     >>> idx = PartitionIndex(np.array([5, 9]), np.array([0, 0], np.int32), np.array([0, 1], np.int32), ["a.parquet"])
     >>> new = idx.updated(np.array([9]), np.array([0], np.int32), np.array([1], np.int32),
@@ -195,6 +197,8 @@ class PartitionIndex:
             idx = parent.updated(drop["h"].to_numpy(), drop["f"].to_numpy().astype(np.int32), drop["g"].to_numpy().astype(np.int32),
                                  add["h"].to_numpy(), meta[b"cbp.add_file"].decode() if add.num_rows else None,
                                  add["g"].to_numpy().astype(np.int32))
+            if meta.get(b"cbp.ids") != b"kept":  # written by cbp before 2026-11-26, whose updates renumbered the files
+                idx = idx.renumbered()
             idx.chain, idx.chain_entries = parent.chain + [rel], parent.chain_entries + t.num_rows
         else:
             idx = cls(t["h"].to_numpy(), t["f"].to_numpy().astype(np.int32), t["g"].to_numpy().astype(np.int32),
@@ -218,7 +222,7 @@ class PartitionIndex:
                           "f": pa.array(np.r_[df, np.zeros(ah.size, np.int32)].astype(np.int32)),
                           "g": pa.array(np.r_[dg, ag].astype(np.int32))})
             t = t.replace_schema_metadata({"cbp.kind": "delta", "cbp.parent": parent.chain[-1], "cbp.add_file": add_file or "",
-                                           "cbp.hash": "spark-xxhash64"})
+                                           "cbp.hash": "spark-xxhash64", "cbp.ids": "kept"})
             self.chain, self.chain_entries = parent.chain + [rel], parent.chain_entries + entries
             garbage: list[str] = []
         else:
