@@ -65,8 +65,7 @@ class Reads:
         version = self.state_version(stage, epoch)
         if version is None:
             return []
-        dt = self.home.table(LAYOUT.state(stage), version)
-        rows = latest_rows(pa.table(dt.to_pyarrow_table()))  # type: ignore[union-attr]
+        rows = latest_rows(self.home.read_table(LAYOUT.state(stage), version))  # type: ignore[arg-type]
         rows = rows.sort_by([("_key", "ascending")])
         return [spec.state_schema.from_storage(r) for r in rows.select(list(spec.state_schema.fields)).to_pylist()]
 
@@ -100,8 +99,7 @@ class Reads:
         fl = self.spec.flow(flow)
         parts = []
         for v, incs in by_version.items():
-            dt = self.home.table(LAYOUT.flow(flow), v)
-            parts.append(pa.table(dt.to_pyarrow_table(partitions=[(INC, "in", [str(i) for i in incs])])))  # type: ignore[union-attr]
+            parts.append(self.home.read_table(LAYOUT.flow(flow), v, partitions=[(INC, "in", [str(i) for i in incs])]))
         if not parts:
             return []
         t = pa.concat_tables(parts)

@@ -126,6 +126,26 @@ class DeltaTables:
         except Exception as e:  # delta-rs raises several types for a missing version
             raise RuntimeStateError(f"cannot open Delta table {uri} at version {version}: {e}") from e
 
+    def read_table(self, rel: str, version: Optional[int] = None, partitions: Any = None) -> Optional[pa.Table]:
+        """The rows of the Delta table at ``rel`` (``partitions``: delta-rs's partition filters),
+        or None if there is no table. The files are read through the home's own pyarrow filesystem:
+        delta-rs's default one (a Python filesystem over its Rust object store) makes the process
+        abort at exit now and then ("terminate called without an active exception": 18 runs in 100
+        of a one-line read on a loaded machine; none through pyarrow's filesystem).
+
+            >>> import tempfile
+            >>> from cbp.storage import Home
+            >>> Home(tempfile.mkdtemp()).read_table("none") is None
+            True
+        """
+        dt = self.table(rel, version)
+        if dt is None:
+            return None
+        from pyarrow.fs import SubTreeFileSystem
+
+        fs = SubTreeFileSystem(self.path(rel), self.fs)  # type: ignore[attr-defined]
+        return pa.table(dt.to_pyarrow_table(partitions=partitions, filesystem=fs))
+
     def _head(self, rel: str, wanted: Optional[int] = None) -> Optional[_Head]:
         """The newest version of the table at ``rel`` as this Home knows it, or None if there is no
         table. Loaded on first use; after that one look for the commit after the version held tells
