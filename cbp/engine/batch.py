@@ -36,7 +36,7 @@ import pyarrow.compute as pc
 
 from ..spec.schema import RecordSchema
 from .protocol import USER_EXCEPTIONS, EpochTimeout
-from .routing import encode_key
+from .routing import encode_key, has_byte
 
 if TYPE_CHECKING:
     from .groups import Group
@@ -218,6 +218,8 @@ class BatchTranslate:
             except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError):
                 raise self._fail(self.plan, "batch-key", f"{where} returned keys of type {returned.type}; it was called with "
                                  f"keys of type {keys.type}") from None
+        if len(returned) == len(keys) and returned.equals(keys):  # the keys of the call, in its order (a column's compare)
+            return np.arange(len(keys), dtype=np.int64)
         try:
             pos = pc.index_in(returned, value_set=keys)
         except pa.ArrowNotImplementedError:  # e.g. list keys: match their canonical texts
@@ -318,7 +320,7 @@ def _typed_keys(texts: Any) -> pa.Array:
     Strings without escapes (the usual case) are unquoted by Arrow; other keys are decoded one by one.
     """
     arr = texts if isinstance(texts, pa.Array) else pa.array(texts, pa.string())
-    if len(arr) and pc.all(pc.starts_with(arr, '"')).as_py() and not pc.any(pc.match_substring(arr, "\\")).as_py():
+    if len(arr) and pc.all(pc.starts_with(arr, '"')).as_py() and not has_byte(arr, ord("\\")):
         return pc.utf8_slice_codeunits(arr, 1, -1)
     if len(arr) and pc.all(pc.match_substring_regex(arr, r"^-?(0|[1-9][0-9]{0,17})$")).as_py():  # integers, inside int64
         return arr.cast(pa.int64())

@@ -51,27 +51,33 @@ def spark_ddl(schema: RecordSchema, meta: str = "") -> str:
     return ", ".join(([meta] if meta else []) + _columns(schema))
 
 
-def _columns(schema: RecordSchema) -> list[str]:
+def _columns(schema: RecordSchema, without: Optional[str] = None) -> list[str]:
     cols = []
     for name, ft in schema.fields.items():
+        if name == without:
+            continue
         t = _SPARK_TYPES[ft.scalar]
         cols.append(f"`{name}` {'ARRAY<' + t + '>' if ft.is_list else t}")
     return cols
 
 
-def struct_ddl(schema: RecordSchema) -> str:
-    """The Spark type of a record of ``schema`` as a struct (how records cross the shuffle).
+def struct_ddl(schema: RecordSchema, without: Optional[str] = None) -> str:
+    """The Spark type of a record of ``schema`` as a struct (how records cross the shuffle), ``without``
+    one field (the RouteBy field that crosses as the key).
 
         >>> struct_ddl(RecordSchema.parse({"url": "string", "xs": "list<int>"}))
         'STRUCT<`url`: STRING, `xs`: ARRAY<BIGINT>>'
+        >>> struct_ddl(RecordSchema.parse({"url": "string"}), without="url")
+        'STRUCT<>'
     """
-    return "STRUCT<" + ", ".join(c.replace("` ", "`: ", 1) for c in _columns(schema)) + ">"
+    return "STRUCT<" + ", ".join(c.replace("` ", "`: ", 1) for c in _columns(schema, without)) + ">"
 
 
 def envelope_ddl(plan: TaskPlan) -> str:
     """The Spark DDL of the stage epoch's envelopes (:func:`cbp.engine.routing.envelope_schema`)."""
     cols = ["_key STRING", "_flow INT", "_rec STRING", "_r STRING"]
-    cols += [f"{record_column(i)} {struct_ddl(s)}" for i, s in enumerate(plan.input_schemas)]
+    elided = plan.elided
+    cols += [f"{record_column(i)} {struct_ddl(s, elided.get(i))}" for i, s in enumerate(plan.input_schemas)]
     if plan.mode == "blackbox" and plan.stage.state_schema is not None:
         cols.append(f"_st {struct_ddl(plan.stage.state_schema)}")
     return ", ".join(cols)
@@ -211,22 +217,24 @@ def _grouped(spark: Any, plan: TaskPlan, input_files: dict[int, list[str]], stat
 
     if plan.bindings:  # the multicast bindings of the stage's last epoch, to their keys
         b = _read_ddl(spark, "_key STRING, _addr STRING", plan.bindings)
-        parts.append(envelopes(b, _key=F.col("_key"), _flow=F.lit(BOUND).cast("int"), _rec=F.col("_addr"), _r=F.col("_key")))
+        parts.append(envelopes(b, _key=F.col("_key"), _flow=F.lit(BOUND).cast("int"), _rec=F.col("_addr")))
     schema = plan.stage.state_schema
     s = _state_rows(spark, schema, state) if plan.mode == "blackbox" and schema is not None and state is not None else None
     if s is not None:
         # dedupe: the table was last written in direct mode, so keep each key's newest rows
         s = latest_state(s, dedupe)
-        parts.append(envelopes(s, _key=F.col("_key"), _flow=F.lit(-1).cast("int"), _r=F.col("_key"),
+        parts.append(envelopes(s, _key=F.col("_key"), _flow=F.lit(-1).cast("int"),
                                _st=F.struct(*[F.col(f"`{c}`") for c in schema.fields]).cast(types["_st"])))
     if parts:
         env = reduce(lambda a, b: a.unionByName(b), parts)
     else:
         env = spark.createDataFrame([], env_ddl)
-    # partitioned by Spark's hash of _r (the key's text; a probe for the copies of broadcast and multicast
-    # records), sorted by hash first, as state files are: a task reads and writes its state in one pass
+    # partitioned by Spark's hash of the key's text (or of _r, the probe of a copy of a broadcast or
+    # multicast record; null in the other envelopes, so the key crosses the shuffle once), sorted by
+    # hash first, as state files are: a task reads and writes its state in one pass
     h = F.when(F.col("_key").startswith(COPY), F.lit(COPY_HASH)).otherwise(F.xxhash64("_key"))
-    env = env.withColumn("_h", h).repartition(plan.stage.partitions, "_r").drop("_r").sortWithinPartitions("_h", "_key", "_flow")
+    by = F.coalesce(F.col("_r"), F.col("_key"))
+    env = env.withColumn("_h", h).repartition(plan.stage.partitions, by).drop("_r").sortWithinPartitions("_h", "_key", "_flow")
     if placed:  # keep partition p on the executor that ran it last epoch (cbp.engine.locality)
         return placed_epoch(spark, env, plan, grouped_task)
     return env.mapInArrow(partial(grouped_task, plan), result_spark_schema()).toArrow()
@@ -260,20 +268,18 @@ def json_key_sql(col: Any, scalar: str) -> Any:
 def _jvm_routed(spark: Any, plan: TaskPlan, idx: int, files: list[str], envelopes: Any) -> Optional[Any]:
     """The envelopes of input ``idx`` built by Spark SQL, with no Python on the map side, when its
     RouteBy is a field that is never null and never needs Python to become a key (a ``string``,
-    ``int`` or ``bool``: :func:`json_key_sql`); None otherwise (``route_batches`` routes it)."""
+    ``int`` or ``bool``: :func:`json_key_sql`); None otherwise (``route_batches`` routes it). The
+    field crosses as the key only (:func:`cbp.engine.routing.elided_fields`)."""
     from pyspark.sql import functions as F
 
-    route = plan.stage.inputs[idx].route_by
-    schema = plan.input_schemas[idx]
-    ft = schema.fields.get(route.field) if route is not None and route.field is not None else None
-    if ft is None or ft.nullable or ft.is_list or ft.scalar not in ("string", "int", "bool"):
+    field = plan.elided.get(idx)
+    if field is None:
         return None
+    schema = plan.input_schemas[idx]
     df = _read(spark, schema, files)
-    key = json_key_sql(F.col(f"`{route.field}`"), ft.scalar)
-    col = record_column(idx)
-    rec = F.struct(*[F.col(f"`{c}`") for c in schema.fields])
-    env = envelopes(df, _key=key, _flow=F.lit(idx).cast("int"), **{col: rec})
-    return env.withColumn("_r", F.col("_key"))
+    key = json_key_sql(F.col(f"`{field}`"), schema.fields[field].scalar)
+    rec = F.struct(*[F.col(f"`{c}`") for c in schema.fields if c != field])
+    return envelopes(df, _key=key, _flow=F.lit(idx).cast("int"), **{record_column(idx): rec})
 
 
 def shuffle_written(sc: Any, tag: str, wait: float = 2.0) -> dict[str, int]:

@@ -100,7 +100,9 @@ class PartitionIndex:
         keep = np.ones(self._bh.size, bool)
         keep[self._dead] = False
         h, f, g = self._bh[keep], self._bf[keep], self._bg[keep]
-        if self._oh.size:
+        if self._oh.size and not h.size:  # a first build: the overlay is everything
+            h, f, g = self._oh, self._of, self._og
+        elif self._oh.size:
             at = np.searchsorted(h, self._oh, side="right")
             h, f, g = np.insert(h, at, self._oh), np.insert(f, at, self._of), np.insert(g, at, self._og)
         self._bh, self._bf, self._bg, self._dead, self._oh, self._of, self._og = h, f, g, _I64, _I64, _I32, _I32
@@ -147,11 +149,12 @@ class PartitionIndex:
             files.append(add_file)
             counts = np.append(counts, add_h.size)
             order = np.argsort(add_h, kind="stable")
-            ah = add_h.astype(np.int64)[order]
-            at = np.searchsorted(oh, ah, side="right")
-            oh = np.insert(oh, at, ah)
-            of = np.insert(of, at, np.full(ah.size, len(files) - 1, np.int32))
-            og = np.insert(og, at, add_g.astype(np.int32)[order])
+            ah, af, ag = add_h.astype(np.int64)[order], np.full(add_h.size, len(files) - 1, np.int32), add_g.astype(np.int32)[order]
+            if oh.size:
+                at = np.searchsorted(oh, ah, side="right")
+                oh, of, og = np.insert(oh, at, ah), np.insert(of, at, af), np.insert(og, at, ag)
+            else:
+                oh, of, og = ah, af, ag
         new = PartitionIndex(self._bh, self._bf, self._bg, files)
         new._dead, new._oh, new._of, new._og, new._counts = dead, oh, of, og, counts
         return new

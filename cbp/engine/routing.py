@@ -3,16 +3,21 @@
 **Keys.** RouteBy gives each record one key, several keys, or one of the logical keys of paper
 001 §2.3: :data:`cbp.ALL` / :func:`cbp.broadcast` and :func:`cbp.multicast`. A keyed record
 becomes one envelope per key (:func:`envelope_schema`): the key's canonical JSON text, the input
-index, ``_r``, the string Spark hash-partitions on (the key text itself), and the record itself
+index, ``_r`` (null: Spark hash-partitions on the key text itself), and the record itself
 as an Arrow struct of its flow's schema in the column of its input (``_i0``, ``_i1``, ...; null
 in the others). Records cross the shuffle in Arrow form, as they are stored: no text encoding on
 the map side, no parsing on the reduce side. ``_rec`` carries a binding's address text, and
 ``_st`` (black-box mode) a stored state row.
 
+**A key field crosses once.** When an input routes by a field whose key text gives its value back
+exactly (a non-null ``string``, ``int`` or ``bool``: :func:`elided_fields`), the envelopes leave
+that field out of the record: it crosses the shuffle as ``_key`` only, and the task puts it back
+(:func:`restore_fields`) before anything reads the records.
+
 **One copy per partition** (§4.5.3). A broadcast or multicast record becomes P envelopes, one
 for each partition: its ``_key`` is a *copy key* (:data:`COPY`, then ``B`` and the JSON list of
 flows it is limited to, or ``M`` and the multicast address), which no key text can be, and its
-``_r`` is a *probe*: a string whose Spark hash falls in that partition
+``_r`` is a *probe*: a string whose Spark hash falls in that partition, hashed instead of the key
 (:func:`cbp.engine.sparkhash.partition_probes`). The job sorts copies first in each partition, so a
 task has them all (:class:`Copies`) before its first key group.
 
@@ -44,7 +49,7 @@ if TYPE_CHECKING:
     from .task import TaskPlan
 
 __all__ = ["BOUND", "COPY", "COPY_HASH", "BINDINGS", "envelope_schema", "record_column", "encode_key", "copy_key",
-           "plain_envelopes", "Routes", "Copies", "JSON_ESCAPED"]
+           "plain_envelopes", "Routes", "Copies", "JSON_ESCAPED", "elided_fields", "restore_fields", "has_byte"]
 
 BOUND = -2
 COPY = "\x01"  # first character of a copy key; a key's JSON text starts with a printable character
@@ -62,17 +67,43 @@ def record_column(idx: int) -> str:
     return f"_i{idx}"
 
 
-def envelope_schema(inputs: list[RecordSchema], state: Optional[RecordSchema] = None) -> pa.Schema:
-    """Envelopes on their way to a stage whose input flows have schemas ``inputs``: key text, input
-    index (-1: a state row, -2: a binding), the address of a binding, the partitioning string, one
-    struct column per input flow and (``state``: black-box mode) one for state rows.
+#: Field types whose key text (:func:`encode_key`) gives the value back exactly, and that Spark SQL
+#: can turn into that text (``cbp.engine.job.json_key_sql``).
+KEY_SCALARS = ("string", "int", "bool")
+
+
+def elided_fields(routes: list[Optional[str]], inputs: list[RecordSchema]) -> dict[int, str]:
+    """The inputs (by index) routed by a field that the key text gives back (a non-null, non-list
+    ``string``, ``int`` or ``bool``), with that field: their envelopes leave it out of the record.
+    ``routes``: each input's RouteBy field (None: a function or none).
 
         >>> from cbp.spec.schema import RecordSchema
-        >>> envelope_schema([RecordSchema.parse({"url": "string"})]).names
-        ['_key', '_flow', '_rec', '_r', '_i0']
+        >>> elided_fields(["url", "x", None], [RecordSchema.parse({"url": "string", "n": "int"}), RecordSchema.parse({"x": "float"}), RecordSchema.parse({"y": "int"})])
+        {0: 'url'}
     """
+    out = {}
+    for i, (field, schema) in enumerate(zip(routes, inputs)):
+        ft = schema.fields.get(field) if field is not None else None
+        if ft is not None and not ft.nullable and not ft.is_list and ft.scalar in KEY_SCALARS:
+            out[i] = field
+    return out
+
+
+def envelope_schema(inputs: list[RecordSchema], state: Optional[RecordSchema] = None, elided: Optional[dict[int, str]] = None) -> pa.Schema:
+    """Envelopes on their way to a stage whose input flows have schemas ``inputs``: key text, input
+    index (-1: a state row, -2: a binding), the address of a binding, the partitioning string, one
+    struct column per input flow (without its ``elided`` field) and (``state``: black-box mode) one
+    for state rows.
+
+        >>> from cbp.spec.schema import RecordSchema
+        >>> envelope_schema([RecordSchema.parse({"url": "string", "n": "int"})], elided={0: "url"}).names
+        ['_key', '_flow', '_rec', '_r', '_i0']
+        >>> envelope_schema([RecordSchema.parse({"url": "string", "n": "int"})], elided={0: "url"}).field("_i0").type
+        StructType(struct<n: int64>)
+    """
+    elided = elided or {}
     fields = [pa.field("_key", pa.string()), pa.field("_flow", pa.int32()), pa.field("_rec", pa.string()), pa.field("_r", pa.string())]
-    fields += [pa.field(record_column(i), pa.struct(list(s.arrow))) for i, s in enumerate(inputs)]
+    fields += [pa.field(record_column(i), pa.struct([f for f in s.arrow if f.name != elided.get(i)])) for i, s in enumerate(inputs)]
     if state is not None:
         fields.append(pa.field("_st", pa.struct(list(state.arrow))))
     return pa.schema(fields)
@@ -99,6 +130,69 @@ def decode_key(text: str) -> Any:
     return json.loads(text)
 
 
+def has_byte(texts: pa.Array, byte: int) -> bool:
+    r"""Whether a string of ``texts`` (a string array) holds the byte ``byte``: one pass over its
+    data buffer, ~10x faster than ``pc.match_substring`` (a character below 128 is that byte in UTF-8).
+
+        >>> texts = pa.array(['"a"', '"b\\c"'])
+        >>> has_byte(texts, ord("\\")), has_byte(texts.slice(0, 1), ord("\\"))
+        (True, False)
+    """
+    data = texts.buffers()[2] if len(texts) else None
+    if data is None:
+        return False
+    off = np.frombuffer(texts.buffers()[1], np.int32, len(texts) + 1, texts.offset * 4)
+    return bool((np.frombuffer(data, np.uint8)[off[0]:off[-1]] == byte).any())
+
+
+def key_values(texts: pa.Array, scalar: str) -> pa.Array:
+    r"""The values of a field of type ``scalar`` (one of :data:`KEY_SCALARS`) whose key texts are ``texts``.
+
+        >>> key_values(pa.array(['"a"', '"say \\"hi\\""']), "string").to_pylist()
+        ['a', 'say "hi"']
+        >>> key_values(pa.array(["12", "-3"]), "int").to_pylist(), key_values(pa.array(["true", "false"]), "bool").to_pylist()
+        ([12, -3], [True, False])
+    """
+    if scalar == "int":
+        return texts.cast(pa.int64())
+    if scalar == "bool":
+        return pc.equal(texts, "true")
+    plain = pc.utf8_slice_codeunits(texts, 1, -1)
+    if not has_byte(texts, ord("\\")):  # no escapes: the text between the quotes
+        return plain
+    escaped = pc.match_substring(texts, "\\")
+    return pa.array([json.loads(t) if e else p for t, p, e in zip(texts.to_pylist(), plain.to_pylist(), escaped.to_pylist())], pa.string())
+
+
+def restore_fields(batch: pa.RecordBatch, inputs: list[RecordSchema], elided: dict[int, str]) -> pa.RecordBatch:
+    """``batch`` (envelopes) with each input's ``elided`` field back in its records, from the key
+    texts (:func:`elided_fields`); the same batch when nothing was left out."""
+    cols = {}
+    flows = None
+    for i, name in elided.items():
+        col = record_column(i)
+        st = batch.column(col)
+        if st.type.get_field_index(name) >= 0:  # this batch carries it (not routed by the job's rules)
+            continue
+        if flows is None:
+            flows = batch.column("_flow").to_numpy(zero_copy_only=False)
+        mine = flows == i
+        keys = batch.column("_key")
+        if mine.all():
+            values = key_values(keys, inputs[i].fields[name].scalar)
+        else:  # other rows: null (their struct is null)
+            at = np.cumsum(mine) - 1
+            values = key_values(keys.filter(pa.array(mine)), inputs[i].fields[name].scalar).take(pa.array(at, mask=~mine))
+        full = inputs[i].arrow
+        kids = st.flatten()
+        children = [values.cast(f.type) if f.name == name else kids[st.type.get_field_index(f.name)] for f in full]
+        cols[col] = pa.StructArray.from_arrays(children, fields=list(full), mask=st.is_null())
+    if not cols:
+        return batch
+    names = batch.schema.names
+    return pa.RecordBatch.from_arrays([cols.get(n, batch.column(n)) for n in names], names=names)
+
+
 def copy_key(target: Logical) -> str:
     """The ``_key`` of the copies of a record routed to a broadcast or multicast key."""
     if isinstance(target, Multicast):
@@ -113,15 +207,19 @@ JSON_ESCAPED = r'["\\\x00-\x1f]'
 def records_struct(batch: pa.RecordBatch, schema: pa.Schema, idx: int) -> pa.StructArray:
     """The records of ``batch`` as the envelope column of input ``idx`` (cast to its stored types)."""
     st = schema.field(record_column(idx)).type
+    if st.num_fields == 0:  # the key was the only field (it crosses as _key): records of no fields, not null
+        return pa.Array.from_buffers(st, batch.num_rows, [None], children=[])
     cols = [batch.column(f.name).cast(f.type) for f in st]
     return pa.StructArray.from_arrays(cols, fields=list(st))
 
 
 def envelopes(schema: pa.Schema, idx: int, keys: pa.Array, recs: pa.Array, route: Optional[pa.Array] = None) -> pa.RecordBatch:
     """Envelopes of input ``idx``: key texts, their records (a struct array), partitioning strings
-    (the keys when not given); the other columns null."""
+    (where not the key: the probes of copies); the other columns null."""
     n = len(keys)
-    cols = {"_key": keys, "_flow": pa.array(np.full(n, idx, np.int32)), "_r": keys if route is None else route, record_column(idx): recs}
+    cols = {"_key": keys, "_flow": pa.array(np.full(n, idx, np.int32)), record_column(idx): recs}
+    if route is not None:
+        cols["_r"] = route
     return pa.RecordBatch.from_arrays([cols[f.name] if f.name in cols else pa.nulls(n, f.type) for f in schema], schema=schema)
 
 
@@ -170,7 +268,7 @@ class Routes:
         self.recs: Optional[pa.StructArray] = None
         self.keys: list[str] = []
         self.rows: list[int] = []
-        self.parts: list[str] = []
+        self.parts: list[Optional[str]] = []
 
     def start(self, batch: pa.RecordBatch) -> None:
         """The next input batch (the envelopes of the last one must have been flushed)."""
@@ -180,7 +278,7 @@ class Routes:
         """Queue one envelope of row ``row``; a full batch when one is due."""
         self.keys.append(key)
         self.rows.append(row)
-        self.parts.append(key if route is None else route)
+        self.parts.append(route)
         return self.flush() if len(self.keys) >= ROUTE_ROWS else None
 
     def add_copies(self, target: Logical, row: int) -> Iterator[pa.RecordBatch]:

@@ -37,7 +37,7 @@ from .bipindex import ROW_GROUP, StateMeta
 from .groups import Group, group_chunks, with_state_keys
 from .locality import executor_name
 from .protocol import USER_EXCEPTIONS, EpochTimeout, FailureRecord, TaskFailed, TaskResult, result_batch
-from .routing import BINDINGS, Copies, Routes, check_target, decode_key, encode_key, envelope_schema, plain_envelopes
+from .routing import BINDINGS, Copies, Routes, check_target, decode_key, elided_fields, encode_key, envelope_schema, plain_envelopes, restore_fields
 from .framing import FramedSink
 from .sinks import ParquetSink, RecordSink, io_path
 from .statepart import BlackboxPartition, DirectPartition, OldState
@@ -77,9 +77,14 @@ class TaskPlan:
     small_records: Optional[int] = None  # up to how many the driver routes them (cbp.engine.smallepoch; None: its default)
     columnar: bool = True  # a batch translator may take the columnar path (cbp.engine.columnar; CBP_COLUMNAR=0: never)
 
+    @property
+    def elided(self) -> dict[int, str]:
+        """The inputs whose RouteBy field crosses the shuffle as the key only (:func:`cbp.engine.routing.elided_fields`)."""
+        return elided_fields([i.route_by.field if i.route_by is not None else None for i in self.stage.inputs], self.input_schemas)
+
     def envelope_schema(self) -> pa.Schema:
         """The envelopes of this stage epoch (:func:`cbp.engine.routing.envelope_schema`)."""
-        return envelope_schema(self.input_schemas, self.stage.state_schema if self.mode == "blackbox" else None)
+        return envelope_schema(self.input_schemas, self.stage.state_schema if self.mode == "blackbox" else None, self.elided)
 
     def where(self, key: Any = None) -> str:
         s = f"stage '{self.stage.name}' epoch {self.epoch}"
@@ -327,6 +332,9 @@ def _grouped_task(plan: TaskPlan, batches: Iterable[pa.RecordBatch], part_id: Op
     from pyspark import TaskContext
 
     p = TaskContext.get().partitionId() if part_id is None else part_id
+    elided = plan.elided
+    if elided:  # RouteBy fields the envelopes left out (they crossed as the key): back into the records
+        batches = (restore_fields(b, plan.input_schemas, elided) for b in batches)
     clock = _Clock()
     calls = _Calls(plan, p)
     part: _Partition = None
