@@ -161,6 +161,15 @@ def child(args: argparse.Namespace) -> int:
     res["fingerprint"] = ps.fingerprint(sysm.final_state())
     sysm.close()
     res["peak_rss"] = mem.stop()
+    if name == "cbp-vectorised":  # the same build again in this process, now warm (JVM compiled, Python workers up)
+        again = ps.Cbp(spark, work / "again", "direct", vec_yaml(work))
+        t0 = time.perf_counter()
+        again.build(data["build"])
+        res["build_warm"] = time.perf_counter() - t0
+        keys, total = again.final_state().selectExpr("count(*)", "sum(`count`)").first()
+        if (keys, total) != (spec["size"], spec["size"]):  # every URL of the build files once
+            raise RuntimeError(f"the warm build's state has {keys} keys and counts {total}, not {spec['size']}")
+        log(f"{name} {spec['size']:,} keys: state built again, warm, in {res['build_warm']:.1f}s")
     Path(args.result).write_text(json.dumps(res), encoding="utf-8")
     return 0
 
@@ -232,7 +241,9 @@ def report(results: dict[int, dict[str, dict[str, Any]]], refs: dict[int, dict[s
         "- epoch time: cbp `run()` wall time; streaming peers: the micro-batch's triggerExecution (query start left out); "
         "delta-rs job: read + aggregate + MERGE. Peak memory: RSS of the system's process tree (driver, JVM, Python workers).",
         f"- build: the first {args.chunk:,}-key files, each URL once: cbp feeds them all, then one `run()` (one epoch); "
-        "delta-rs and delta-spark write the table once; the streaming peers take them as their first micro-batches.",
+        "delta-rs and delta-spark write the table once; the streaming peers take them as their first micro-batches. "
+        "Each system builds first thing in its process (cold: the JVM's first jobs, the Python workers' start); "
+        "cbp vectorised then builds the same state again in a new home of the same process (warm; not in its peak memory).",
         "",
         "| state keys | system | epoch s | records/s | vs cbp vectorised | build s | build keys/s | peak memory GiB | state = from-scratch |",
         "|---:|:---|---:|---:|---:|---:|---:|---:|:---:|",
@@ -250,6 +261,8 @@ def report(results: dict[int, dict[str, dict[str, Any]]], refs: dict[int, dict[s
             ok = "yes" if r["fingerprint"] == refs[size] else "NO"
             ratio = f"{r['median'] / vec:.2f}x" if vec else "-"
             b = f"{r['build']:.0f} | {size / r['build']:,.0f}" if r.get("build") else "(copied) | "
+            if r.get("build_warm"):
+                b += f" ({size / r['build_warm']:,.0f} warm)"
             lines.append(f"| {fmt_keys(size)} | {name} | {r['median']:.2f} [{r['min']:.2f}-{r['max']:.2f}] | "
                          f"{args.increment / r['median']:,.0f} | {ratio} | {b} | "
                          f"{r['peak_rss'] / 2**30:.1f} | {ok} |")
@@ -304,7 +317,9 @@ def goals(results: dict[int, dict[str, dict[str, Any]]], args: argparse.Namespac
             say(f"{fmt_keys(size)}: vectorised >= 100x the records/s of transformWithStateInPandas ({t / v:.0f}x)", t / v >= 100)
         r = results.get(size, {}).get("cbp-vectorised")
         if r and r.get("build"):
-            say(f"{fmt_keys(size)}: vectorised state build >= 500k keys/s ({size / r['build']:,.0f})", size / r["build"] >= 500_000)
+            say(f"{fmt_keys(size)}: vectorised state build >= 500k keys/s, cold ({size / r['build']:,.0f})", size / r["build"] >= 500_000)
+        if r and r.get("build_warm"):
+            say(f"{fmt_keys(size)}: vectorised state build >= 500k keys/s, warm ({size / r['build_warm']:,.0f})", size / r["build_warm"] >= 500_000)
     return out
 
 
