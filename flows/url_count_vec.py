@@ -3,18 +3,21 @@
 Same flows, stage and schemas as ``url_count.yaml``; the per-key form is ``url_count.py``.
 """
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
 
 def count_urls(urls_keys, state, urls, out):
-    """New count = stored count + sightings in this epoch, for every URL called."""
-    seen = urls.group_by("_key").aggregate([("url", "count")])  # _key, url_count
-    prev = state.select(["_key", "count"]) if state is not None else None
-    if prev is not None and prev.num_rows:
-        seen = seen.join(prev, "_key", join_type="left outer")
-        total = pc.add(seen["url_count"], pc.fill_null(seen["count"], 0))
-    else:
-        total = seen["url_count"]
-    new = pa.table({"_key": seen["_key"], "url": seen["_key"], "count": pc.cast(total, pa.int64())})
+    """New count = stored count + sightings in this epoch, for every URL called.
+
+    The records come grouped by key in the order of ``urls_keys`` (every called URL has at least
+    one), so a URL's sightings are the length of its run: no hash table, no reordering.
+    """
+    ends = pc.run_end_encode(urls["_key"].combine_chunks()).run_ends.to_numpy()
+    total = pa.array(np.diff(ends, prepend=0), pa.int64())
+    if state is not None and state.num_rows:  # stored counts, where there are
+        prev = state["count"].take(pc.index_in(urls_keys, value_set=state["_key"]))
+        total = pc.add(total, pc.fill_null(prev, 0))
+    new = pa.table({"_key": urls_keys, "url": urls_keys, "count": total})
     return {"state": new, "counts": new.drop_columns(["_key"])}

@@ -294,15 +294,22 @@ def write_changed(direct: "DirectPartition", schema: pa.Schema, table: Optional[
     rows in the order returned. ``keys`` (texts) and ``hashes`` are by position."""
     parts = []
     if table is not None and table.num_rows:
-        rows = table.filter(pa.array(changed[table.column("_pos").to_numpy()]))
+        keep = changed[table.column("_pos").to_numpy()]
+        rows = table if keep.all() else table.filter(pa.array(keep))
         parts.append(rows.append_column("_alive", pa.array(np.ones(rows.num_rows, bool))))
     gone = removed[changed[removed]] if removed.size else removed
     if gone.size:
         dead = pa.table({f.name: pa.nulls(gone.size, f.type) for f in schema})
         parts.append(dead.append_column("_pos", pa.array(gone.astype(np.int64))).append_column("_alive", pa.array(np.zeros(gone.size, bool))))
     rows = pa.concat_tables(parts) if len(parts) > 1 else parts[0]
-    rows = rows.take(pc.sort_indices(rows, [("_pos", "ascending")]))  # stable: a key's rows keep their order
-    at = pa.array(rows.column("_pos").to_numpy())
+    pos = rows.column("_pos").to_numpy()
+    if np.any(pos[1:] < pos[:-1]):  # not yet in key order (a translator may return keys in any order)
+        order = np.argsort(pos, kind="stable")  # stable: a key's rows keep their order
+        rows, pos = rows.take(pa.array(order)), pos[order]
+    if pos.size == len(keys) and np.array_equal(pos, np.arange(pos.size)):  # every key of the call, once: no take
+        direct.write_rows(keys, hashes, rows.drop_columns(["_pos"]))
+        return
+    at = pa.array(pos)
     direct.write_rows(keys.take(at), hashes.take(at), rows.drop_columns(["_pos"]))
 
 

@@ -222,6 +222,8 @@ class StateReader:
 
     def rows_of(self, hashes: np.ndarray) -> tuple[pa.Table, np.ndarray, np.ndarray]:
         """The latest rows of the keys with these hashes, and, aligned, the file id and row group of each."""
+        if not self.index.live_keys:  # nothing stored yet (a first build): no lookup
+            return pa.Table.from_batches([], schema=STATE_META), np.empty(0, np.int32), np.empty(0, np.int32)
         eh, ef, eg = self.index.entries(np.unique(hashes))
         parts, fids, rgs_out = [], [], []
         if eh.size:
