@@ -138,6 +138,8 @@ def has_byte(texts: pa.Array, byte: int) -> bool:
         >>> has_byte(texts, ord("\\")), has_byte(texts.slice(0, 1), ord("\\"))
         (True, False)
     """
+    if texts.type != pa.string():  # large strings, views: Arrow's own search
+        return bool(pc.any(pc.match_substring(texts, chr(byte))).as_py())
     data = texts.buffers()[2] if len(texts) else None
     if data is None:
         return False
