@@ -30,7 +30,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from ..storage import Home
-from .partindex import _INDEXES, DELTA_FRACTION, MAX_DELTAS, PartitionIndex, _matches  # noqa: F401  (re-exported)
+from .partindex import _INDEXES, MAX_DELTAS, PartitionIndex, _matches  # noqa: F401  (re-exported)
 
 __all__ = ["PartitionIndex", "StateReader", "SCAN_FRACTION", "scan_fraction", "choose_reads", "StateMeta", "STATE_META", "read_partition_rows", "latest_rows"]
 
