@@ -30,7 +30,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from ..storage import Home
-from .partindex import _INDEXES, MAX_DELTAS, PartitionIndex, _matches  # noqa: F401  (re-exported)
+from .partindex import _INDEXES, MAX_DELTAS, PartitionIndex, _matches, sorted_unique  # noqa: F401  (re-exported)
 
 __all__ = ["PartitionIndex", "StateReader", "SCAN_FRACTION", "scan_fraction", "choose_reads", "StateMeta", "STATE_META", "read_partition_rows", "latest_rows"]
 
@@ -224,12 +224,12 @@ class StateReader:
         """The latest rows of the keys with these hashes, and, aligned, the file id and row group of each."""
         if not self.index.live_keys:  # nothing stored yet (a first build): no lookup
             return pa.Table.from_batches([], schema=STATE_META), np.empty(0, np.int32), np.empty(0, np.int32)
-        eh, ef, eg = self.index.entries(np.unique(hashes))
+        eh, ef, eg = self.index.entries(sorted_unique(hashes))
         parts, fids, rgs_out = [], [], []
         if eh.size:
             for fid in np.unique(ef):
                 sel = ef == fid
-                t, rg_col = self._read_keys(int(fid), np.unique(eh[sel]), np.unique(eg[sel]))
+                t, rg_col = self._read_keys(int(fid), sorted_unique(eh[sel]), sorted_unique(eg[sel]))
                 parts.append(t)
                 rgs_out.append(rg_col)
                 fids.append(np.full(t.num_rows, fid, np.int32))

@@ -212,10 +212,12 @@ class DirectPartition:
     def drop_rows(self, h: np.ndarray, f: np.ndarray, g: np.ndarray) -> None:
         """:meth:`drop` for many stored rows at once: their key hashes, file ids and row groups."""
         if h.size:
-            u = np.unique(np.stack([h.astype(np.int64), f.astype(np.int64), g.astype(np.int64)]), axis=1)
-            self._drops[0].extend(u[0].tolist())
-            self._drops[1].extend(u[1].tolist())
-            self._drops[2].extend(u[2].tolist())
+            order = np.lexsort((g, f, h))
+            h, f, g = h[order], f[order], g[order]
+            new = np.r_[True, (h[1:] != h[:-1]) | (f[1:] != f[:-1]) | (g[1:] != g[:-1])]
+            self._drops[0].extend(h[new].tolist())
+            self._drops[1].extend(f[new].tolist())
+            self._drops[2].extend(g[new].tolist())
 
     def write_rows(self, keys: pa.Array, hashes: pa.Array, rows: pa.Table) -> None:
         """New rows of keys already :meth:`drop`-ped, in storage form, in key-hash order (``_alive``
