@@ -60,6 +60,7 @@ def batch(keys, state, a, c, out):
     for flow, t in (("a", a), ("c", c)):
         for r in t.to_pylist():
             k = r.pop("_key")
+            r.pop("_pos")
             if flow == "a" and r["j"] is not None:
                 r["j"] = json.loads(r["j"])
             rows.append({"k": k, "flow": flow, "rec": _text(r)})

@@ -79,6 +79,8 @@ def per_key(key, state, nums, carry, out):
     out.totals.write({"k": key, "total": total})
 
 def batch(keys, state, nums, carry, out):
+    for t in (state, nums, carry):  # _pos: each row's key's position in keys
+        assert t["_key"].to_pylist() == keys.take(pa.array(t["_pos"].to_numpy(), pa.int64())).to_pylist()
     both = pa.concat_tables([nums.select(["_key", "v"]), carry.select(["_key", "v"])])
     add = both.group_by("_key").aggregate([("v", "sum")])
     t = pa.table({"_key": keys})
@@ -223,7 +225,17 @@ def per_key(key, state, ops, out):
         out.changes.write({"k": key, "n": len(new)})
 
 
+def _check_pos(keys, *tables):
+    # _pos: each row's key's position in keys; rows grouped in the order of keys
+    for t in tables:
+        pos = t["_pos"].to_numpy()
+        assert t.column_names[0] == "_key" and t.column_names[-1] == "_pos", t.column_names
+        assert t["_key"].to_pylist() == keys.take(pa.array(pos, pa.int64())).to_pylist()
+        assert (pos[1:] >= pos[:-1]).all()
+
+
 def batch(keys, state, ops, out):
+    _check_pos(keys, state, ops)
     old, got = {}, {}
     for r in state.to_pylist():
         old.setdefault(r["_key"], []).append(r["item"])

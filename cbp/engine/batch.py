@@ -9,8 +9,9 @@ called). Instead of one Python call per key, :class:`BatchTranslate` collects up
 
 ``keys`` is an Arrow array of the called keys (their values when Arrow can type them all alike,
 else their JSON text); ``state`` holds the stored rows of those keys and each of ``inputs`` the
-records of one input flow, each table with a ``_key`` column first, rows grouped by key in the
-order of ``keys`` and, within a key, in the flow's OrderBy order. Tables are in stored form
+records of one input flow, each table with a ``_key`` column first and a ``_pos`` column last
+(the position of the row's key in ``keys``), rows grouped by key in the order of ``keys`` and,
+within a key, in the flow's OrderBy order. Tables are in stored form
 (``json`` fields as JSON text). ``out`` carries ``stage``, ``epoch``, ``params``, ``has_state``.
 
 The result: ``state`` rows (with ``_key``) *replace* the state of the keys they name; keys in
@@ -144,11 +145,10 @@ class BatchTranslate:
             parts += g.flows[idx]
             sizes.append(sum(len(part) for part in g.flows[idx]))
         at = np.repeat(np.arange(len(pending), dtype=np.int64), sizes)
-        table = _records_table(parts, schema.arrow)
-        table = _with_key(table, keys, at).append_column("_pos", pa.array(at))
+        table = _with_key(_records_table(parts, schema.arrow), keys, at)
         if order is not None and table.num_rows:
             table = table.sort_by([("_pos", "ascending"), (order.field, "ascending")])
-        return table.drop_columns(["_pos"])
+        return table
 
     # ------------------------------------------------------------------ tables out
     def call(self, keys: pa.Array, state: Optional[pa.Table], inputs: list[pa.Table], n: int) -> Any:
@@ -346,4 +346,7 @@ def _typed_keys(texts: Any) -> pa.Array:
 
 
 def _with_key(table: pa.Table, keys: pa.Array, at: Any) -> pa.Table:
-    return table.add_column(0, "_key", keys.take(pa.array(np.asarray(at, np.int64))) if len(at) else pa.array([], keys.type))
+    """``table`` (rows of the keys at positions ``at`` of ``keys``) as a batch translator gets it:
+    ``_key`` first, the fields, then ``_pos``, the position of the row's key in ``keys``."""
+    pos = pa.array(np.asarray(at, np.int64), pa.int64())
+    return table.add_column(0, "_key", keys.take(pos)).append_column("_pos", pos)

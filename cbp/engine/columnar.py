@@ -29,7 +29,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from .batch import BatchTranslate, _typed_keys, write_changed
+from .batch import BatchTranslate, _typed_keys, _with_key, write_changed
 from .routing import record_column
 
 if TYPE_CHECKING:
@@ -118,13 +118,13 @@ class ColumnarTask:
             recs = pa.Table.from_struct_array(t.column(record_column(idx)).filter(pa.array(mask)).combine_chunks())
             table = recs.select(plan.input_schemas[idx].arrow.names).cast(plan.input_schemas[idx].arrow)
             at = row_pos[mask]
-            table = table.add_column(0, "_key", typed.take(pa.array(at)))
+            table = _with_key(table, typed, at)
             if inp.order_by is not None and table.num_rows:
-                table = table.append_column("_pos", pa.array(at)).sort_by([("_pos", "ascending"), (inp.order_by.field, "ascending")]).drop_columns(["_pos"])
+                table = table.sort_by([("_pos", "ascending"), (inp.order_by.field, "ascending")])
             inputs.append(table)
         state = None
         if old is not None:
-            state = old.add_column(0, "_key", typed.take(pa.array(old_pos)))
+            state = _with_key(old, typed, old_pos)
         result = bt.call(typed, state, inputs, len(starts))
         new, removed, outputs = bt.check(result, typed, lambda i: texts[i].as_py())
         self.clock.lap("translate")  # building the call's tables, the user's call and its check
