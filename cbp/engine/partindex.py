@@ -261,17 +261,18 @@ def _matches(sorted_h: np.ndarray, hashes: np.ndarray) -> np.ndarray:
 
 
 def sorted_unique(a: np.ndarray) -> np.ndarray:
-    """``np.unique(a)``, without a sort when ``a`` is sorted already (hashes usually come in order).
+    """``np.unique(a)``, without a sort when ``a`` is sorted already (hashes usually come in
+    order); ``a`` itself when it is sorted and unique.
 
         >>> sorted_unique(np.array([1, 1, 4, 9, 9])).tolist(), sorted_unique(np.array([3, 1, 3])).tolist()
         ([1, 4, 9], [1, 3])
     """
     if a.size < 2:
         return a
-    step = a[1:] != a[:-1]
     if not np.all(a[1:] >= a[:-1]):
         return np.unique(a)
-    return a[np.r_[True, step]] if not step.all() else a
+    step = a[1:] != a[:-1]
+    return a if step.all() else a[np.r_[True, step]]
 
 
 def _sorted_contains(sorted_a: np.ndarray, x: np.ndarray) -> np.ndarray:

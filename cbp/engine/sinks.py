@@ -37,7 +37,8 @@ SAMPLE = 4096
 def dictionary_columns(table: pa.Table) -> list[str]:
     """The columns worth a dictionary in files whose first rows are ``table``: not those of
     :data:`UNIQUE_COLUMNS`, nor those at least half of whose first :data:`SAMPLE` values are
-    distinct (in a table of 1,000 rows or more). Unique strings such as URLs write about 2x faster and 25% smaller plain.
+    distinct (in a table of 1,000 rows or more). Unique strings such as URLs write about 2x
+    faster and 25% smaller plain.
 
         >>> import pyarrow as pa
         >>> t = pa.table({"_key": [str(i) for i in range(2000)], "url": [f"u{i}" for i in range(2000)], "n": [i % 3 for i in range(2000)]})
