@@ -30,7 +30,8 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from ..storage import Home
-from .partindex import _INDEXES, MAX_DELTAS, PartitionIndex, _matches, sorted_unique  # noqa: F401  (re-exported)
+from .partindex import _INDEXES, MAX_DELTAS, PartitionIndex, _matches  # noqa: F401  (re-exported)
+from .partindex import sorted_unique
 
 __all__ = ["PartitionIndex", "StateReader", "SCAN_FRACTION", "scan_fraction", "choose_reads", "StateMeta", "STATE_META", "read_partition_rows", "latest_rows"]
 
@@ -222,11 +223,9 @@ class StateReader:
 
     def rows_of(self, hashes: np.ndarray) -> tuple[pa.Table, np.ndarray, np.ndarray]:
         """The latest rows of the keys with these hashes, and, aligned, the file id and row group of each."""
-        if not self.index.live_keys:  # nothing stored yet (a first build): no lookup
-            return pa.Table.from_batches([], schema=STATE_META), np.empty(0, np.int32), np.empty(0, np.int32)
-        eh, ef, eg = self.index.entries(sorted_unique(hashes))
         parts, fids, rgs_out = [], [], []
-        if eh.size:
+        if self.index.live_keys:  # (nothing stored yet, a first build: no lookup)
+            eh, ef, eg = self.index.entries(sorted_unique(hashes))
             for fid in np.unique(ef):
                 sel = ef == fid
                 t, rg_col = self._read_keys(int(fid), sorted_unique(eh[sel]), sorted_unique(eg[sel]))
