@@ -187,8 +187,9 @@ class Pipeline:
                     except RecordError as e:
                         raise InputError(f"{src}:{n}: flow '{flow}': {e}; nothing was landed", code="bad-record") from None
         else:
-            if isinstance(records, Mapping):
-                raise InputError(f"flow '{flow}': feed takes a list (or iterable) of records, or a JSON-lines file path; got one dict", code="bad-record")
+            if isinstance(records, (Mapping, bytes)) or not hasattr(records, "__iter__"):
+                got = "one dict" if isinstance(records, Mapping) else type(records).__name__
+                raise InputError(f"flow '{flow}': feed takes a list (or iterable) of records, or a JSON-lines file path; got {got}", code="bad-record")
             for n, rec in enumerate(records, 1):
                 try:
                     keep(schema.validate(rec))

@@ -328,6 +328,16 @@ def test_hostile_records_through_the_python_api(landed, flow, record, words):
     assert _unchanged(p, flow) == before
 
 
+@pytest.mark.parametrize("what", [5, None, 1.5, {"url": "a"}, b"bytes"])
+def test_feeding_something_that_is_not_records_is_refused(landed, what):
+    p = landed["urls"]
+    before = _unchanged(p, "urls")
+    with pytest.raises(InputError) as e:
+        p.feed("urls", what)
+    assert e.value.code == "bad-record" and "flow 'urls'" in str(e.value)
+    assert _unchanged(p, "urls") == before
+
+
 def test_records_at_the_limits_land_and_read_back(landed):
     """What validation accepts, Arrow, Parquet and JSON hold: deep-but-allowed JSON, astral characters,
     ints in float fields (stored as the float they stand for)."""

@@ -9,7 +9,8 @@ import random
 import pytest
 
 import cbp
-from cbp.errors import UserCodeError
+from cbp.engine.batch import _typed_keys
+from cbp.errors import SpecError, UserCodeError
 from cbp.testing import Increment, replay
 from conftest import FLOWS
 
@@ -161,11 +162,26 @@ def bad(keys, state, nums, carry, out):
         return {"removed": ["nobody"]}
     if kind == "nulls":
         return {"totals": pa.table({"k": keys, "total": pa.array([None] * len(keys), pa.int64())})}
+    n = len(keys)
+    if kind == "intkey":  # an int column for a string field: not turned into text
+        return {"totals": pa.table({"k": pa.array(range(n)), "total": [1] * n})}
+    if kind == "strtotal":  # digits for an int field: not parsed
+        return {"state": pa.table({"_key": keys, "k": keys, "total": ["5"] * n})}
+    if kind == "floattotal":
+        return {"totals": pa.table({"k": keys, "total": [5.0] * n})}
+    if kind == "dupcol":
+        return {"state": pa.Table.from_arrays([keys, keys, pa.array([1] * n), pa.array([2] * n)], names=["_key", "k", "total", "total"])}
+    if kind in ("rmtable", "rmstr", "rmobj"):
+        return {"removed": {"rmtable": pa.table({"_key": keys}), "rmstr": "ab", "rmobj": [object()]}[kind]}
+    if kind == "empty":  # nothing new, nothing removed: valid
+        return {"state": pa.table({"_key": [], "k": [], "total": []}), "removed": [], "totals": pa.table({"k": [], "total": []})}
     return 42
 """
 
 
 @pytest.mark.parametrize("kind,code", [("schema", "batch-schema"), ("type", "batch-schema"), ("nulls", "batch-schema"),
+                                       ("intkey", "batch-schema"), ("strtotal", "batch-schema"), ("floattotal", "batch-schema"),
+                                       ("dupcol", "batch-schema"), ("rmtable", "batch-key"), ("rmstr", "batch-key"), ("rmobj", "batch-key"),
                                        ("both", "batch-duplicate-key"), ("stranger", "batch-key"), ("int", "batch-output")])
 @pytest.mark.parametrize("columnar", ["1", "0"])
 def test_bad_batch_output_is_refused_and_nothing_is_committed(spark, tmp_path, make_pipeline, monkeypatch, kind, code, columnar):
@@ -178,6 +194,128 @@ def test_bad_batch_output_is_refused_and_nothing_is_committed(spark, tmp_path, m
         p.run()
     assert e.value.code == code and e.value.stage == "sum" and e.value.epoch == 1
     assert p.epochs("sum") == 0 and p.output("totals") == [] and p.state("sum") == []
+
+
+@pytest.mark.parametrize("columnar", ["1", "0"])
+def test_empty_batch_results_commit(spark, tmp_path, make_pipeline, monkeypatch, columnar):
+    """Empty tables and an empty list of removed keys (typed null by Arrow) are a valid result."""
+    monkeypatch.setenv("CBP_COLUMNAR", columnar)
+    text = YAML.replace("TRANSLATOR", "bad").replace("BATCH", "batch: true").replace("outputs: [carry, totals]",
+                                                                                      "outputs: [carry, totals]\n    params: {kind: empty}")
+    p = cbp.load(make_pipeline(text, BAD), home=str(tmp_path / "h"), spark=spark)
+    p.feed("nums", [{"k": "a", "v": 3, "hour": 1}], close=True)
+    assert [r.epoch for r in p.run()] == [1]
+    assert p.state("sum") == [] and p.output("totals") == []
+
+
+JSON_YAML = """
+pipeline: js
+flows:
+  ev: {external: true, schema: {k: string, v: string}}
+  res: {schema: {k: string, j: "json"}}
+stages:
+  s:
+    translator: MOD:t
+    batch: true
+    partitions: 2
+    inputs: [{flow: ev, route_by: k}]
+    state: {schema: {k: string, j: json}}
+    outputs: [res]
+"""
+JSON_MOD = """
+import pyarrow as pa
+
+def t(keys, state, ev, out):
+    j = pa.array([v for v in ev["v"].to_pylist()], pa.string())  # one record per key: its text as the json field
+    return {"state": pa.table({"_key": ev["_key"], "k": ev["_key"], "j": j}), "res": pa.table({"k": ev["_key"], "j": j})}
+"""
+
+
+@pytest.mark.parametrize("text,ok", [('{"b": [1, 2.5], "a": null}', True), ("null", True), ("not json {", False),
+                                     ("NaN", False), ('"\\ud800"', False), ("[" * 200 + "]" * 200, False)])
+@pytest.mark.parametrize("columnar", ["1", "0"])
+def test_json_fields_of_a_batch_result_are_parsed_and_checked(spark, tmp_path, make_pipeline, monkeypatch, text, ok, columnar):
+    """A json field comes back as JSON text: valid text is stored as the value it stands for;
+    anything else (not JSON, NaN, a lone surrogate, too deep) is a batch-schema error, nothing committed."""
+    monkeypatch.setenv("CBP_COLUMNAR", columnar)
+    p = cbp.load(make_pipeline(JSON_YAML, JSON_MOD), home=str(tmp_path / "h"), spark=spark)
+    p.feed("ev", [{"k": "a", "v": "1"}, {"k": "b", "v": text}])
+    if not ok:
+        with pytest.raises(UserCodeError) as e:
+            p.run()
+        assert e.value.code == "batch-schema" and e.value.stage == "s" and e.value.epoch == 1
+        assert p.epochs("s") == 0 and p.state("s") == [] and p.output("res") == []
+        return
+    p.run()
+    want = {"a": 1, "b": json.loads(text)}
+    assert {r["k"]: r["j"] for r in p.state("s")} == want
+    assert {r["k"]: r["j"] for r in p.output("res")} == want
+
+
+def test_order_by_and_output_names_a_batch_stage_cannot_use(make_pipeline):
+    """An order_by field must order by its value (no json or list field); a stateful batch stage
+    cannot have an output flow named 'removed' (its result's removed keys)."""
+    base = YAML.replace("TRANSLATOR", "batch").replace("BATCH", "batch: true")
+    for field, typ in (("v", "json"), ("v", "list<int>")):
+        with pytest.raises(SpecError) as e:
+            cbp.load_spec(make_pipeline(base.replace("v: int, hour: int", f"v: '{typ}', hour: int"), MODULE))
+        assert e.value.code == "bad-order-by", field
+    renamed = base.replace("carry", "removed")
+    with pytest.raises(SpecError) as e:
+        cbp.load_spec(make_pipeline(renamed, MODULE))
+    assert e.value.code == "reserved-name"
+    cbp.load_spec(make_pipeline(renamed.replace("batch: true", ""), MODULE))  # per key, 'removed' is a name like any
+
+
+def test_keys_that_json_tells_apart_stay_apart():
+    """1 and 1.0 (also inside lists) are two keys: a batch translator gets their JSON texts, not one value for both."""
+    assert _typed_keys(["[1]", "[1.0]"]).to_pylist() == ["[1]", "[1.0]"]
+    assert _typed_keys(["1", "2.5"]).to_pylist() == ["1", "2.5"]
+    assert _typed_keys(["1.5", "2.5"]).to_pylist() == [1.5, 2.5]
+    assert _typed_keys(["[1,2]", "[3]"]).to_pylist() == [[1, 2], [3]]
+
+
+NULLS_YAML = """
+pipeline: nulls
+flows:
+  ev: {external: true, schema: {k: string, v: "int?", n: int}}
+  seq: {schema: {k: string, order: "list<int>"}}
+stages:
+  s:
+    translator: MOD:TRANSLATOR
+    BATCH
+    partitions: 2
+    inputs: [{flow: ev, route_by: k, order_by: v}]
+    outputs: [seq]
+"""
+NULLS_MOD = """
+import pyarrow as pa
+
+def per_key(key, state, ev, out):
+    out.seq.write({"k": key, "order": [r["n"] for r in ev]})
+
+def batch(keys, state, ev, out):
+    order = {}
+    for k, n in zip(ev["_key"].to_pylist(), ev["n"].to_pylist()):
+        order.setdefault(k, []).append(n)
+    return {"seq": pa.table({"k": list(order), "order": list(order.values())})}
+"""
+
+
+def test_order_by_a_nullable_field_puts_nulls_last_in_both_forms(spark, tmp_path, make_pipeline):
+    rng = random.Random(5)
+    recs = [{"k": f"k{rng.randint(0, 3)}", "v": rng.choice([None, rng.randint(0, 5)]), "n": i} for i in range(40)]
+    got = {}
+    for name, translator, batch in (("k", "per_key", ""), ("v", "batch", "batch: true")):
+        p = cbp.load(make_pipeline(NULLS_YAML.replace("TRANSLATOR", translator).replace("BATCH", batch), NULLS_MOD),
+                     home=str(tmp_path / name), spark=spark)
+        p.feed("ev", recs)
+        p.run()
+        got[name] = {r["k"]: r["order"] for r in p.output("seq")}
+    want = {}
+    for r in sorted(recs, key=lambda r: (r["v"] is None, r["v"] if r["v"] is not None else 0)):  # stable: arrival order among equals
+        want.setdefault(r["k"], []).append(r["n"])
+    assert got["k"] == got["v"] == want
 
 
 # sets of items per key: several state rows per key, a list field, unchanged keys, removals and re-adds

@@ -43,6 +43,15 @@ def route(r):
         return cbp.multicast(r["addr"])
     if op == "bad":
         return cbp.broadcast("nope")
+    if op == "all2":  # the same broadcast twice: one copy
+        return [cbp.ALL, cbp.ALL]
+    if op == "mc2":
+        return [cbp.multicast(r["addr"]), cbp.multicast(r["addr"])]
+    if op in ("deep", "deepmc"):  # nested deeper than JSON text can be written
+        v = []
+        for _ in range(5000):
+            v = [v]
+        return [v] if op == "deep" else cbp.multicast(v)
     return r["k"]
 
 def route_msg(m):
@@ -59,6 +68,21 @@ def node(key, state, ins, msgs, out):
     for m in msgs:
         out.seen.write({"k": key, "flow": "msgs", "tag": m["tag"], "epoch": out.epoch})
     out.state.write({"k": key})
+
+def node_batch(keys, state, ins, msgs, out):
+    # node, vectorised: the same deliveries, bindings, messages and state
+    import pyarrow as pa
+    seen, sent = [], []
+    for r in ins.to_pylist():
+        seen.append({"k": r["_key"], "flow": "ins", "tag": r["tag"], "epoch": out.epoch})
+        if r["op"] == "bind":
+            out.associate(r["_key"], r["addr"])
+        elif r["op"] == "send":
+            sent.append({"addr": r["addr"], "tag": r["tag"]})
+    seen += [{"k": m["_key"], "flow": "msgs", "tag": m["tag"], "epoch": out.epoch} for m in msgs.to_pylist()]
+    return {"state": pa.table({"_key": keys, "k": keys}),
+            "seen": pa.Table.from_pylist(seen, pa.schema([("k", pa.string()), ("flow", pa.string()), ("tag", pa.string()), ("epoch", pa.int64())])),
+            "msgs": pa.Table.from_pylist(sent, pa.schema([("addr", pa.string()), ("tag", pa.string())]))}
 """
 
 
@@ -99,9 +123,14 @@ def _seen(p) -> set[tuple]:
     return {(r["epoch"], r["k"], r["flow"], r["tag"]) for r in p.output("seen")}
 
 
-@pytest.mark.parametrize("mode,grouping", [("direct", "inner"), ("blackbox", "inner"), ("direct", "outer"), ("blackbox", "outer")])
-def test_broadcast_and_multicast_delivery(spark, tmp_path, make_pipeline, mode, grouping):
-    path = make_pipeline(YAML.replace("GROUPING", grouping), MODULE)
+@pytest.mark.parametrize("mode,grouping,batch", [("direct", "inner", False), ("blackbox", "inner", False), ("direct", "outer", False),
+                                                 ("blackbox", "outer", False), ("direct", "inner", True), ("blackbox", "outer", True)])
+def test_broadcast_and_multicast_delivery(spark, tmp_path, make_pipeline, mode, grouping, batch):
+    """Per-key and batch translators (which bind with out.associate too) get the same deliveries."""
+    text = YAML.replace("GROUPING", grouping)
+    if batch:
+        text = text.replace("translator: MOD:node", "translator: MOD:node_batch\n    batch: true")
+    path = make_pipeline(text, MODULE)
     p = cbp.load(path, home=str(tmp_path / "home"), mode=mode, spark=spark)
     for i, feed in enumerate(FEEDS, 1):
         p.feed("ins", feed)
@@ -125,6 +154,31 @@ def test_one_copy_per_partition(spark, tmp_path, make_pipeline):
     assert bind.shuffle_records == 31 and deliver.epoch == 3
     assert deliver.shuffle_records == 30 + 3 and deliver.bindings_in == 30 and deliver.copies_in == 3 and deliver.delivered == 30
     assert sorted(r["k"] for r in p.output("seen") if r["tag"] == "M" and r["flow"] == "msgs") == sorted(f"k{i}" for i in range(30))
+
+
+def test_the_same_broadcast_or_multicast_twice_is_delivered_once(spark, tmp_path, make_pipeline):
+    path = make_pipeline(YAML.replace("GROUPING", "inner"), MODULE)
+    p = cbp.load(path, home=str(tmp_path / "home"), spark=spark)
+    p.feed("ins", [_rec("a", "key", "a1"), _rec("b", "key", "b1"), _rec("", "all2", "X")])
+    (rep,) = p.run()
+    assert rep.copies_in == 3 and rep.delivered == 2
+    p.feed("ins", [_rec("a", "bind", "a2", "g")])
+    p.run()
+    p.feed("ins", [_rec("", "mc2", "M", "g"), _rec("b", "key", "b3")])
+    p.run()
+    tags = sorted((r["k"], r["tag"]) for r in p.output("seen") if r["tag"] in ("X", "M"))
+    assert tags == [("a", "M"), ("a", "X"), ("b", "X")]
+
+
+@pytest.mark.parametrize("op,code", [("deep", "user-code"), ("deepmc", "route-target")])
+def test_a_key_too_deep_for_json_is_an_error_naming_the_route(spark, tmp_path, make_pipeline, op, code):
+    path = make_pipeline(YAML.replace("GROUPING", "inner"), MODULE)
+    p = cbp.load(path, home=str(tmp_path / "home"), spark=spark)
+    p.feed("ins", [_rec("a", "key", "a1"), _rec("", op, "D")])
+    with pytest.raises(UserCodeError) as e:
+        p.run()
+    assert e.value.code == code and e.value.stage == "node" and "route_by" in str(e.value)
+    assert p.epochs("node") == 0 and p.output("seen") == []
 
 
 def test_broadcast_to_an_unknown_flow_is_an_error_naming_the_stage(spark, tmp_path, make_pipeline):

@@ -12,13 +12,17 @@ else their JSON text); ``state`` holds the stored rows of those keys and each of
 records of one input flow, each table with a ``_key`` column first and a ``_pos`` column last
 (the position of the row's key in ``keys``), rows grouped by key in the order of ``keys`` and,
 within a key, in the flow's OrderBy order. Tables are in stored form
-(``json`` fields as JSON text). ``out`` carries ``stage``, ``epoch``, ``params``, ``has_state``.
+(``json`` fields as JSON text). ``out`` carries ``stage``, ``epoch``, ``params``, ``has_state``,
+and ``associate(key, address)`` / ``associate_all(keys, addresses)`` for multicast bindings.
 
 The result: ``state`` rows (with ``_key``) *replace* the state of the keys they name; keys in
 ``removed`` lose their state; the state of the other keys stays as it was. Each output flow's
-table must have the flow's fields. A key that is not in ``keys``, a key both in ``state`` and in
-``removed``, a missing or mistyped column, a null in a non-nullable field or a non-finite float
-fails the epoch naming the stage and epoch; nothing of it is committed.
+table must have the flow's fields, typed as fed Arrow records must be
+(:mod:`cbp.spec.arrowrecords`: no silent conversion of an int to a string, a string or a float to
+an int; ``json`` fields as JSON text, parsed and checked). A key that is not in ``keys``, a key
+both in ``state`` and in ``removed``, a missing or mistyped column, a null in a non-nullable
+field, a non-finite float or bad JSON fails the epoch naming the stage and epoch; nothing of it
+is committed.
 
     >>> import pyarrow as pa
     >>> _typed_keys(['"a"', '"b"']).to_pylist(), _typed_keys(['"a"', '1']).to_pylist()
@@ -35,6 +39,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from ..spec.arrowrecords import ArrowRecordError, conform
 from ..spec.schema import RecordSchema
 from .protocol import USER_EXCEPTIONS, EpochTimeout
 from .routing import encode_key, has_byte
@@ -50,11 +55,35 @@ BATCH_KEYS = 8192  # keys per call of a batch translator
 
 
 class BatchOut:
-    """The ``out`` argument of a batch translator: what the stage and epoch are (nothing to write to:
-    a batch translator returns its tables)."""
+    """The ``out`` argument of a batch translator: what the stage and epoch are, and the stage's
+    multicast bindings (a batch translator returns its tables; it writes nothing else)."""
 
-    def __init__(self, stage: str, epoch: int, params: Mapping[str, Any], has_state: bool) -> None:
+    def __init__(self, stage: str, epoch: int, params: Mapping[str, Any], has_state: bool, bind: Any = None) -> None:
         self.stage, self.epoch, self.params, self.has_state = stage, epoch, dict(params), has_state
+        self._bind = bind
+
+    def associate(self, key: Any, address: Any) -> None:
+        """Bind ``key`` to the multicast ``address`` for the next epoch, as ``out.associate`` of a
+        per-key translator does (paper 001 §4.5.3)."""
+        if self._bind is None:
+            raise TypeError(f"stage '{self.stage}' has no grouping keys (a record-wise stage): it cannot associate keys with multicast addresses")
+        self._bind(key, address)
+
+    def associate_all(self, keys: Any, addresses: Any) -> None:
+        """Bind each of ``keys`` to the address at the same position of ``addresses`` (Arrow arrays
+        or sequences of equal length).
+
+            >>> seen = []
+            >>> BatchOut("s", 1, {}, False, lambda k, a: seen.append((k, a))).associate_all(["a", "b"], ["g", "g"])
+            >>> seen
+            [('a', 'g'), ('b', 'g')]
+        """
+        ks = keys.to_pylist() if isinstance(keys, (pa.Array, pa.ChunkedArray)) else list(keys)
+        addrs = addresses.to_pylist() if isinstance(addresses, (pa.Array, pa.ChunkedArray)) else list(addresses)
+        if len(ks) != len(addrs):
+            raise ValueError(f"associate_all: {len(ks)} keys but {len(addrs)} addresses")
+        for k, a in zip(ks, addrs):
+            self.associate(k, a)
 
 
 class BatchTranslate:
@@ -69,7 +98,8 @@ class BatchTranslate:
         self.plan, self.calls, self.update, self.direct = plan, calls, update, direct
         self._fail, self._user_failure, self._flow_iter = fail, user_failure, flow_iter
         st = plan.stage
-        self.out = BatchOut(st.name, plan.epoch, st.params, st.state_schema is not None)
+        self.out = BatchOut(st.name, plan.epoch, st.params, st.state_schema is not None,
+                            None if st.record_wise else calls.bind)
         self.pending: list[tuple["Group", Optional["OldState"], list[dict[str, Any]]]] = []
         self.kept: list[tuple["Group", Optional["OldState"], list[dict[str, Any]]]] = []  # not called, in key order with pending
         self._order: list[bool] = []  # for each key queued: called (True) or kept as it is (False)
@@ -210,11 +240,20 @@ class BatchTranslate:
         if isinstance(returned, pa.ChunkedArray):
             returned = returned.combine_chunks()
         if not isinstance(returned, pa.Array):
+            if isinstance(returned, (str, bytes, Mapping, pa.Table, pa.RecordBatch)) or not hasattr(returned, "__iter__"):
+                raise self._fail(self.plan, "batch-key", f"{where} returned {type(returned).__name__} for 'removed'; "
+                                 "give the keys as an Arrow array or a list")
+            returned = list(returned)
             try:
-                returned = pa.array(list(returned))
-            except (TypeError, pa.ArrowInvalid, pa.ArrowTypeError):
-                returned = pa.array([encode_key(k) for k in returned], pa.string())
-        if len(returned) and returned.type != keys.type:
+                returned = pa.array(returned)
+            except (TypeError, ValueError, pa.ArrowInvalid, pa.ArrowTypeError):
+                try:
+                    returned = pa.array([encode_key(k) for k in returned], pa.string())
+                except (TypeError, ValueError) as e:
+                    raise self._fail(self.plan, "batch-key", f"{where} returned a key that is not a JSON value: {e}") from None
+        if not len(returned):  # none (an empty list comes typed null)
+            return np.empty(0, np.int64)
+        if returned.type != keys.type:
             try:
                 returned = returned.cast(keys.type)
             except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError):
@@ -258,31 +297,24 @@ class BatchTranslate:
                       np.fromiter(sorted(removed), np.int64, len(removed)), keys, hashes)
 
     def _conform(self, table: Any, schema: RecordSchema, name: str, where: str, with_key: bool = False) -> pa.Table:
-        """``table`` cast to the stored form of ``schema`` (plus ``_key``), or a ``batch-schema`` failure."""
+        """``table``'s schema fields in their stored form (plus ``_key``), by the rules of fed Arrow
+        records (:func:`cbp.spec.arrowrecords.conform`, ``json`` fields as JSON text); other
+        columns are ignored. A table that does not fit is a ``batch-schema`` failure."""
         if isinstance(table, pa.RecordBatch):
             table = pa.Table.from_batches([table])
         if not isinstance(table, pa.Table):
             raise self._fail(self.plan, "batch-schema", f"{where} returned {type(table).__name__} for '{name}'; give a pyarrow Table")
         want = list(schema.fields) + (["_key"] if with_key else [])
-        missing = [c for c in want if c not in table.column_names]
-        if missing:
-            raise self._fail(self.plan, "batch-schema", f"{where}: the '{name}' table lacks column(s) {', '.join(missing)} "
-                             f"(it has {', '.join(table.column_names)})")
-        target = schema.arrow
+        names = table.column_names
+        twice = sorted({c for c in names if c in want and names.count(c) > 1})
+        missing = [c for c in want if c not in names and (c == "_key" or not schema.fields[c].nullable)]
+        if twice or missing:
+            what = f"has column(s) {', '.join(twice)} twice" if twice else f"lacks column(s) {', '.join(missing)}"
+            raise self._fail(self.plan, "batch-schema", f"{where}: the '{name}' table {what} (it has {', '.join(names)})")
         try:
-            cols = [table.column(f.name).cast(f.type) for f in target]
-        except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError) as e:
-            raise self._fail(self.plan, "batch-schema", f"{where}: the '{name}' table does not fit the schema {schema}: {e}") from None
-        out = pa.Table.from_arrays(cols, schema=target)
-        for fname, ft in schema.fields.items():
-            col = out.column(fname)
-            if not ft.nullable and col.null_count:
-                raise self._fail(self.plan, "batch-schema", f"{where}: the '{name}' table has nulls in field '{fname}', which is not nullable")
-            flat = (pc.list_flatten(col) if ft.is_list else col).drop_null()
-            if ft.is_list and not ft.items_nullable and len(pc.list_flatten(col)) != len(flat):
-                raise self._fail(self.plan, "batch-schema", f"{where}: the '{name}' table has null items in field '{fname}', whose items are not nullable")
-            if ft.scalar == "float" and len(flat) and not pc.all(pc.is_finite(flat)).as_py():
-                raise self._fail(self.plan, "batch-schema", f"{where}: the '{name}' table has a non-finite float in field '{fname}'")
+            out = conform(schema, table.select([c for c in schema.fields if c in names]), json_text=True)
+        except ArrowRecordError as e:
+            raise self._fail(self.plan, "batch-schema", f"{where}: the '{name}' table does not fit the schema {schema}: row {e.row}: {e}") from None
         if with_key:
             out = out.append_column("_key", table.column("_key"))
         return out
@@ -340,7 +372,7 @@ def _typed_keys(texts: Any) -> pa.Array:
         return arr
     if pa.types.is_null(typed.type) or pa.types.is_struct(typed.type):
         return arr
-    if pa.types.is_floating(typed.type) and pc.count_distinct(typed).as_py() < len(typed):  # 1 and 1.0: two keys, one value
+    if any(encode_key(v) != t for v, t in zip(typed.to_pylist(), arr.to_pylist())):  # e.g. 1 and 1.0 (also in lists): one type, other keys
         return arr
     return typed
 

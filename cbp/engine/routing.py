@@ -398,6 +398,10 @@ def check_target(target: Logical, flows: list[str]) -> Optional[str]:
     if isinstance(target, Multicast):
         try:
             encode_key(target.address)
-        except (TypeError, ValueError) as e:
-            return f"multicast address {target.address!r:.80} is not a JSON value ({e})"
+        except (TypeError, ValueError, RecursionError) as e:
+            try:
+                shown = repr(target.address)[:80]
+            except RecursionError:
+                shown = "(nested too deeply to show)"
+            return f"multicast address {shown} is not a JSON value ({e})"
     return None

@@ -37,7 +37,7 @@ from .bipindex import ROW_GROUP, StateMeta
 from .groups import Group, group_chunks, with_state_keys
 from .locality import executor_name
 from .protocol import USER_EXCEPTIONS, EpochTimeout, FailureRecord, TaskFailed, TaskResult, result_batch
-from .routing import BINDINGS, Copies, Routes, check_target, decode_key, elided_fields, encode_key, envelope_schema, plain_envelopes, restore_fields
+from .routing import BINDINGS, Copies, Routes, check_target, copy_key, decode_key, elided_fields, encode_key, envelope_schema, plain_envelopes, restore_fields
 from .framing import FramedSink
 from .sinks import ParquetSink, RecordSink, io_path
 from .statepart import BlackboxPartition, DirectPartition, OldState
@@ -140,16 +140,20 @@ def _route_batches(plan: TaskPlan, flow_idx: int, batches: Iterable[pa.RecordBat
             if None in many:
                 raise _failed(plan, "user-code", f"{plan.where()} flow '{inp.flow}': route_by '{route.text}' returned no key (None) for record {_shown(rec)}")
             keys: list[str] = []
+            copied: set[str] = set()
             for k in many:
                 if isinstance(k, (Broadcast, Multicast)):
                     why = check_target(k, flows)
                     if why is not None:
                         raise _failed(plan, "route-target", f"{plan.where()} flow '{inp.flow}': route_by '{route.text}': {why}; record {_shown(rec)}")
-                    yield from routes.add_copies(k, row)
+                    ck = copy_key(k)
+                    if ck not in copied:  # the same broadcast or multicast twice: one copy
+                        copied.add(ck)
+                        yield from routes.add_copies(k, row)
                     continue
                 try:
                     keys.append(encode_key(k))
-                except (TypeError, ValueError) as e:
+                except (TypeError, ValueError, RecursionError) as e:
                     raise _failed(plan, "user-code", f"{plan.where()} flow '{inp.flow}': route_by '{route.text}' returned a key that is not a JSON value "
                                   f"({e}) for record {_shown(rec)}") from None
             for k in (dict.fromkeys(keys) if len(keys) > 1 else keys):  # a record goes to each distinct key once
@@ -183,7 +187,7 @@ class _Calls:
         self.key: Any = None
         self.key_text: Optional[str] = None
         self.emitter = Emitter(st.name, plan.epoch, st.params, st.outputs, st.state_schema is not None, self._sink,
-                               None if st.record_wise else self._bind)
+                               None if st.record_wise else self.bind)
         self.calls = 0
 
     def _sink(self, flow: str, record: Any) -> None:
@@ -197,7 +201,8 @@ class _Calls:
         else:
             self.outputs[flow].add(rec)
 
-    def _bind(self, key: Any, address: Any) -> None:
+    def bind(self, key: Any, address: Any) -> None:
+        """Record a multicast binding (``out.associate``) for the stage's next epoch."""
         try:
             row = {"_key": encode_key(key), "_addr": encode_key(address)}
         except (TypeError, ValueError) as e:
@@ -271,8 +276,12 @@ def _flow_iter(plan: TaskPlan, idx: int, items: list[Any], key: Any, key_text: s
     if order is None:  # OrderByAny: arrival order, decoded lazily
         return (schema.from_storage(json.loads(t) if type(t) is str else t) for t in items)
     recs = [schema.from_storage(json.loads(t) if type(t) is str else t) for t in items]
+    by: Any = order
+    if order.field is not None and schema.fields[order.field].nullable:  # nulls last, as Arrow sorts a batch's
+        f = order.field
+        by = lambda r: (r[f] is None, r[f])  # noqa: E731
     try:
-        recs.sort(key=order)
+        recs.sort(key=by)
     except (*USER_EXCEPTIONS, EpochTimeout) as e:
         raise _user_failure(plan, f"{plan.where(key)} flow '{plan.stage.inputs[idx].flow}'", f"order_by '{order.text}'", e, key_text) from None
     return iter(recs)

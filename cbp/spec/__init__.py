@@ -219,6 +219,7 @@ def load_spec(path: str | os.PathLike[str]) -> PipelineSpec:
     return _Compiler(path, raw, lines).compile()
 
 
+BATCH_REMOVED = "removed"  # what a batch translator's result calls the keys it removes
 _KEY_CALL = "f(record)"  # how route_by / order_by functions are called
 
 
@@ -371,6 +372,11 @@ class _Compiler:
             route = KeyFunction(BROADCAST, fn=route_to_all) if inp.route_by == BROADCAST else \
                 self._key_function(inp.route_by, schema, where + ("inputs",), what + " route_by")
             order = self._key_function(inp.order_by, schema, where + ("inputs",), what + " order_by")
+            if order is not None and order.field is not None:
+                ft = schema.fields[order.field]
+                if ft.is_list or ft.scalar == "json":
+                    raise self.fail(where + ("inputs",), f"{what} order_by: field '{order.field}' is of type '{ft}'; a field orders by its "
+                                    "value only if it is a string, int, float or bool (nulls last); order by an import path 'module:function' instead", "bad-order-by")
             if s.state is not None and route is None:
                 raise self.fail(where + ("inputs",), f"{what}: a stage with state must group its inputs; give route_by (a field or module:function), the default RouteByRcd gives every record its own group", "route-required")
             inputs.append(InputSpec(inp.flow, route, order))
@@ -378,6 +384,9 @@ class _Compiler:
             raise self.fail(where + ("inputs",), f"stage '{name}': every input is routed to ALL, which reaches only keys called by other "
                             "input, so no key would ever be called; route one input by key, or make the state grouping outer", "broadcast-nowhere")
         state_schema = self._schema(s.state.fields, where + ("state",), f"stage '{name}' state") if s.state else None
+        if s.batch and s.state is not None and BATCH_REMOVED in s.outputs:
+            raise self.fail(where + ("outputs",), f"stage '{name}': a batch translator returns the keys it removes under "
+                            f"'{BATCH_REMOVED}', so an output flow cannot have that name; rename the flow", "reserved-name")
         if s.batch and s.state is None and all(i.route_by is None for i in inputs):
             raise self.fail(where + ("batch",), f"stage '{name}': a batch translator is called with groups of keys, but this stage has no "
                             "keys (no state and no route_by: a record-wise stage); give its inputs a route_by or drop 'batch'", "batch-needs-keys")

@@ -13,7 +13,8 @@ field at fault:
   ``float``: Arrow floats, finite, or integers (stored as the float they stand for); ``bool``:
   Arrow booleans; ``list<T>``: Arrow lists (``list``, ``large_list``, ``fixed_size_list``) of such items, nulls among them only for ``list<T?>``;
   ``json``: any Arrow type whose Python values are JSON (checked per value, as the dict path does,
-  and stored as sorted-key JSON text);
+  and stored as sorted-key JSON text); with ``json_text=True`` (tables already in stored form, as
+  a batch translator returns them) a string column of JSON text, each value parsed and checked;
 - a column whose values are all null (Arrow's ``null`` type, or any other), and list items that
   are all null or absent, fit whatever the field's type, as ``None`` and ``[]`` do in a dict.
 
@@ -50,9 +51,10 @@ class ArrowRecordError(RecordError):
 _Bad = Optional[tuple[int, str]]  # (row, message) of a column's first bad value
 
 
-def conform(schema: RecordSchema, data: pa.Table | pa.RecordBatch) -> pa.Table:
+def conform(schema: RecordSchema, data: pa.Table | pa.RecordBatch, json_text: bool = False) -> pa.Table:
     """``data``'s rows in the stored form of ``schema`` (:attr:`RecordSchema.arrow`), or raise
-    :class:`ArrowRecordError` for its first bad row (the first field at fault in schema order)."""
+    :class:`ArrowRecordError` for its first bad row (the first field at fault in schema order).
+    ``json_text``: ``json`` fields hold JSON text (the stored form), not values."""
     n = data.num_rows
     if n == 0:
         return schema.arrow.empty_table()
@@ -74,7 +76,7 @@ def conform(schema: RecordSchema, data: pa.Table | pa.RecordBatch) -> pa.Table:
             continue
         col = data.column(name)
         arr = col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col
-        out, bad = _field(ft, arr)
+        out, bad = _field(ft, arr, json_text)
         if bad is not None and (first is None or bad[0] < first[0]):
             first = (bad[0], name, bad[1])
         cols.append(out)
@@ -83,12 +85,14 @@ def conform(schema: RecordSchema, data: pa.Table | pa.RecordBatch) -> pa.Table:
     return pa.Table.from_arrays(cols, schema=schema.arrow)
 
 
-def _field(ft: FieldType, arr: pa.Array) -> tuple[pa.Array, _Bad]:
+def _field(ft: FieldType, arr: pa.Array, json_text: bool = False) -> tuple[pa.Array, _Bad]:
     """One column in its stored type, and its first bad value (``None``: all good)."""
     if pa.types.is_dictionary(arr.type):
         arr = arr.dictionary_decode()
     if ft.scalar == "json":  # null is a JSON value: a json field without '?' must only be present
-        return (pa.nulls(len(arr), ft.arrow), None) if arr.null_count == len(arr) else _json(ft, arr)
+        if arr.null_count == len(arr):
+            return pa.nulls(len(arr), ft.arrow), None
+        return _json_text(arr) if json_text else _json(ft, arr)
     nulls = None if ft.nullable or not arr.null_count else (_first(arr.is_null()), f"is null, but its type '{ft}' has no '?'")
     if arr.null_count == len(arr):  # no values: nothing to check but the nulls, whatever the type
         return pa.nulls(len(arr), ft.arrow), nulls
@@ -156,6 +160,32 @@ def _json(ft: FieldType, arr: pa.Array) -> tuple[pa.Array, _Bad]:
             return arr, (i, str(e).split(": ", 1)[-1])
         out.append(json.dumps(v, sort_keys=True))
     return pa.array(out, pa.string()), None
+
+
+def _json_text(arr: pa.Array) -> tuple[pa.Array, _Bad]:
+    """A ``json`` field given as JSON text: each value parsed (no NaN or Infinity, which JSON does
+    not have), checked as :func:`_json` checks values, and stored as sorted-key JSON text."""
+    t = arr.type
+    if not (pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_string_view(t)):
+        return arr, (_first(arr.is_valid()), f"expected JSON text (a json field's stored form) in a string column, got an Arrow column of type {t}")
+    out: list[Optional[str]] = []
+    for i, text in enumerate(arr.to_pylist()):
+        if text is None:
+            out.append(None)
+            continue
+        try:
+            v = json.loads(text, parse_constant=_no_constant)
+            check_json("", v)
+        except RecordError as e:
+            return arr, (i, str(e).split(": ", 1)[-1])
+        except (ValueError, RecursionError) as e:  # not JSON, or nested beyond the parser
+            return arr, (i, f"not JSON text ({str(e)[:120]})")
+        out.append(None if v is None else json.dumps(v, sort_keys=True))
+    return pa.array(out, pa.string()), None
+
+
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a JSON number; cbp stores finite floats only")
 
 
 def _bad_utf8(arr: pa.Array) -> tuple[int, str]:
