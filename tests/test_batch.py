@@ -269,10 +269,15 @@ def test_order_by_and_output_names_a_batch_stage_cannot_use(make_pipeline):
 
 def test_keys_that_json_tells_apart_stay_apart():
     """1 and 1.0 (also inside lists) are two keys: a batch translator gets their JSON texts, not one value for both."""
-    assert _typed_keys(["[1]", "[1.0]"]).to_pylist() == ["[1]", "[1.0]"]
-    assert _typed_keys(["1", "2.5"]).to_pylist() == ["1", "2.5"]
-    assert _typed_keys(["1.5", "2.5"]).to_pylist() == [1.5, 2.5]
-    assert _typed_keys(["[1,2]", "[3]"]).to_pylist() == [[1, 2], [3]]
+    def typed(texts):
+        keys, key_texts = _typed_keys(texts)
+        return keys.to_pylist(), key_texts
+
+    assert typed(["[1]", "[1.0]"]) == (["[1]", "[1.0]"], True)
+    assert typed(["1", "2.5"]) == (["1", "2.5"], True)
+    assert typed(["1.5", "2.5"]) == ([1.5, 2.5], False)
+    assert typed(["[1,2]", "[3]"]) == ([[1, 2], [3]], False)
+    assert typed(['"a"', '"b\\u0000"']) == (["a", "b\x00"], False)
 
 
 NULLS_YAML = """
@@ -453,3 +458,57 @@ def test_columnar_path_with_a_key_of_more_records_than_a_chunk(spark, tmp_path, 
     assert (last.shuffle_records > 0) == (small == "0")
     assert last.columnar_tasks > 0 and last.keys_written == len({r["url"] for r in recs[20:]})
     assert sum(1 for r in run.steps[-1].outputs["counts"] if r["url"] == "http://hot/") == 1
+
+
+MIXED_YAML = """
+pipeline: mixed
+flows:
+  ev: {external: true, schema: {j: json, w: int}}
+  res: {schema: {key: string, n: int, ws: "list<int>"}}
+stages:
+  s:
+    translator: MOD:TRANSLATOR
+    BATCH
+    partitions: 2
+    inputs: [{flow: ev, route_by: j, order_by: w}]
+    state: {schema: {key: string, n: int}}
+    outputs: [res]
+"""
+MIXED_MOD = """
+import json
+import pyarrow as pa
+
+def per_key(key, state, ev, out):
+    prev = next(state, None)
+    ws = [r["w"] for r in ev]
+    n = (prev["n"] if prev else 0) + len(ws)
+    out.state.write({"key": json.dumps(key), "n": n})
+    out.res.write({"key": json.dumps(key), "n": n, "ws": ws})
+
+def batch(keys, state, ev, out):
+    texts = keys.to_pylist() if out.key_texts else [json.dumps(k) for k in keys.to_pylist()]
+    n = [0] * len(keys)
+    ws = [[] for _ in keys]
+    for p, c in zip(state["_pos"].to_pylist(), state["n"].to_pylist()):
+        n[p] += c
+    for p, w in zip(ev["_pos"].to_pylist(), ev["w"].to_pylist()):
+        n[p] += 1
+        ws[p].append(w)
+    return {"state": pa.table({"_key": keys, "key": texts, "n": n}), "res": pa.table({"key": texts, "n": n, "ws": ws})}
+"""
+
+
+def test_keys_of_mixed_json_types_reach_a_batch_translator_as_texts(spark, tmp_path, make_pipeline):
+    """1, 3.0, 1.5 and "1.5" are four keys: a call that holds keys Arrow cannot type alike gets
+    their JSON texts (out.key_texts) and finds each key's state; the same as per key."""
+    rng = random.Random(3)
+    incs = [Increment("ev", [{"j": rng.choice([1, 2, 3.0, 1.5, "1.5", "x", 2**40]), "w": rng.randint(0, 50)} for _ in range(rng.randint(3, 9))])
+            for _ in range(4)]
+    runs = {}
+    for name, translator, batch in (("k", "per_key", ""), ("v", "batch", "batch: true")):
+        path = make_pipeline(MIXED_YAML.replace("TRANSLATOR", translator).replace("BATCH", batch), MIXED_MOD)
+        runs[name] = replay(path, incs, home=str(tmp_path / name), spark=spark)
+    for a, b in zip(runs["k"].steps, runs["v"].steps):
+        assert _canon(a.outputs.get("res", [])) == _canon(b.outputs.get("res", []))
+        assert _canon(a.state["s"]) == _canon(b.state["s"])
+    assert {"1", "3.0", "1.5", '"1.5"'} <= {r["key"] for r in runs["v"].final_state("s")}

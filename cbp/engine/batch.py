@@ -8,7 +8,7 @@ called). Instead of one Python call per key, :class:`BatchTranslate` collects up
     translate(keys, state, *inputs, out) -> {"state": Table, "removed": keys, "<flow>": Table, ...}
 
 ``keys`` is an Arrow array of the called keys (their values when Arrow can type them all alike,
-else their JSON text); ``state`` holds the stored rows of those keys and each of ``inputs`` the
+else their JSON text, and then ``out.key_texts`` is True); ``state`` holds the stored rows of those keys and each of ``inputs`` the
 records of one input flow, each table with a ``_key`` column first and a ``_pos`` column last
 (the position of the row's key in ``keys``), rows grouped by key in the order of ``keys`` and,
 within a key, in the flow's OrderBy order. Tables are in stored form
@@ -25,8 +25,8 @@ field, a non-finite float or bad JSON fails the epoch naming the stage and epoch
 is committed.
 
     >>> import pyarrow as pa
-    >>> _typed_keys(['"a"', '"b"']).to_pylist(), _typed_keys(['"a"', '1']).to_pylist()
-    (['a', 'b'], ['"a"', '1'])
+    >>> [(a.to_pylist(), text) for a, text in (_typed_keys(['"a"', '"b"']), _typed_keys(['"a"', '1']))]
+    [(['a', 'b'], False), (['"a"', '1'], True)]
 """
 
 from __future__ import annotations
@@ -60,6 +60,7 @@ class BatchOut:
 
     def __init__(self, stage: str, epoch: int, params: Mapping[str, Any], has_state: bool, bind: Any = None) -> None:
         self.stage, self.epoch, self.params, self.has_state = stage, epoch, dict(params), has_state
+        self.key_texts = False  # this call's keys are their JSON texts (Arrow could not type them alike)
         self._bind = bind
 
     def associate(self, key: Any, address: Any) -> None:
@@ -123,10 +124,10 @@ class BatchTranslate:
             return
         st = self.plan.stage
         texts = [g.key for g, _, _ in pending]
-        keys = _typed_keys(texts)
+        keys, key_texts = _typed_keys(texts)
         state = self._state_table(keys, pending)
         inputs = [self._input_table(keys, idx, pending) for idx in range(len(st.inputs))]
-        result = self.call(keys, state, inputs, len(pending))
+        result = self.call(keys, state, inputs, len(pending), key_texts)
         new, removed, outputs = self._check(result, keys, texts)
         if self.direct is not None and not kept:
             self._write_direct(pending, new, removed)
@@ -181,10 +182,12 @@ class BatchTranslate:
         return table
 
     # ------------------------------------------------------------------ tables out
-    def call(self, keys: pa.Array, state: Optional[pa.Table], inputs: list[pa.Table], n: int) -> Any:
-        """Call the batch translator for ``n`` keys; a user failure names the stage and epoch."""
+    def call(self, keys: pa.Array, state: Optional[pa.Table], inputs: list[pa.Table], n: int, key_texts: bool = False) -> Any:
+        """Call the batch translator for ``n`` keys (``key_texts``: given as their JSON texts); a user
+        failure names the stage and epoch."""
         st = self.plan.stage
         self.calls.calls += n
+        self.out.key_texts = key_texts
         try:
             return st.translator(keys, state, *inputs, out=self.out)
         except (*USER_EXCEPTIONS, EpochTimeout) as e:
@@ -355,26 +358,27 @@ def _records_table(parts: list[pa.Array], schema: pa.Schema) -> pa.Table:
     return pa.Table.from_struct_array(arr).select(schema.names).cast(schema)
 
 
-def _typed_keys(texts: Any) -> pa.Array:
-    """The keys as an Arrow array of their values, or of their JSON text if Arrow cannot type them alike.
+def _typed_keys(texts: Any) -> tuple[pa.Array, bool]:
+    """The keys as an Arrow array of their values, or of their JSON text if Arrow cannot type them
+    alike (then the flag is True: ``out.key_texts``).
 
     Strings without escapes (the usual case) are unquoted by Arrow; other keys are decoded one by one.
     """
     arr = texts if isinstance(texts, pa.Array) else pa.array(texts, pa.string())
     if len(arr) and pc.all(pc.starts_with(arr, '"')).as_py() and not has_byte(arr, ord("\\")):
-        return pc.utf8_slice_codeunits(arr, 1, -1)
+        return pc.utf8_slice_codeunits(arr, 1, -1), False
     if len(arr) and pc.all(pc.match_substring_regex(arr, r"^-?(0|[1-9][0-9]{0,17})$")).as_py():  # integers, inside int64
-        return arr.cast(pa.int64())
+        return arr.cast(pa.int64()), False
     values = [json.loads(t) for t in arr.to_pylist()]
     try:
         typed = pa.array(values)
     except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError):
-        return arr
+        return arr, True
     if pa.types.is_null(typed.type) or pa.types.is_struct(typed.type):
-        return arr
+        return arr, True
     if any(encode_key(v) != t for v, t in zip(typed.to_pylist(), arr.to_pylist())):  # e.g. 1 and 1.0 (also in lists): one type, other keys
-        return arr
-    return typed
+        return arr, True
+    return typed, False
 
 
 def _with_key(table: pa.Table, keys: pa.Array, at: Any) -> pa.Table:

@@ -106,7 +106,7 @@ class ColumnarTask:
         self.records += t.num_rows
         texts = t.column("_key").combine_chunks().take(pa.array(starts))
         hashes = t.column("_h").combine_chunks().take(pa.array(starts)).to_numpy()
-        typed = _typed_keys(texts)
+        typed, key_texts = _typed_keys(texts)
         row_pos = np.cumsum(change) - 1  # each envelope's key, as a position in the call's keys
         self.clock.lap("input")
         old, old_pos, locs = self._old_state(texts, hashes)
@@ -125,7 +125,7 @@ class ColumnarTask:
         state = None
         if old is not None:
             state = _with_key(old, typed, old_pos)
-        result = bt.call(typed, state, inputs, len(starts))
+        result = bt.call(typed, state, inputs, len(starts), key_texts)
         new, removed, outputs = bt.check(result, typed, lambda i: texts[i].as_py())
         self.clock.lap("translate")  # building the call's tables, the user's call and its check
         if self.part is not None:
