@@ -57,6 +57,12 @@ def route(r):
 def route_msg(m):
     return cbp.multicast(m["addr"])
 
+def ins_first(frames, state):  # a Runnable: one increment at a time, the external flow first
+    for flow in ("ins", "msgs"):
+        if frames[flow]:
+            return {flow: 1}, {flow: 1}, state
+    return {}, {}, state
+
 def node(key, state, ins, msgs, out):
     prev = next(state, None)
     for r in ins:
@@ -179,6 +185,22 @@ def test_a_key_too_deep_for_json_is_an_error_naming_the_route(spark, tmp_path, m
         p.run()
     assert e.value.code == code and e.value.stage == "node" and "route_by" in str(e.value)
     assert p.epochs("node") == 0 and p.output("seen") == []
+
+
+@pytest.mark.parametrize("mode", ["direct", "blackbox"])
+def test_multicast_records_read_late_go_by_the_bindings_of_the_epoch_that_wrote_them(spark, tmp_path, make_pipeline, mode):
+    """The Runnable reads the second increment (c binds to g, X is multicast to g from the input)
+    before M, which epoch 1 wrote to its loopback flow when a was bound to g: X reaches the keys
+    bound in epoch 1 (the previous epoch), and so does M, in epoch 3, not c; then no bindings file is left."""
+    path = make_pipeline(YAML.replace("GROUPING", "inner").replace("runnable: any", "runnable: MOD:ins_first"), MODULE)
+    home = tmp_path / "home"
+    p = cbp.load(path, home=str(home), mode=mode, spark=spark)
+    p.feed("ins", [_rec("a", "bind", "a1", "g"), _rec("s", "send", "M", "g")])
+    p.feed("ins", [_rec("c", "bind", "c2", "g"), _rec("", "mc", "X", "g")])
+    assert [r.epoch for r in p.run()] == [1, 2, 3]
+    assert _seen(p) == {(1, "a", "ins", "a1"), (1, "s", "ins", "M"), (2, "c", "ins", "c2"), (2, "a", "ins", "X"), (3, "a", "msgs", "M")}
+    bindings = home / "stages" / "node" / "bindings"
+    assert bindings.is_dir() and [f for f in bindings.glob("*") if f.is_file()] == []
 
 
 def test_broadcast_to_an_unknown_flow_is_an_error_naming_the_stage(spark, tmp_path, make_pipeline):

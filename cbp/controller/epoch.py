@@ -25,6 +25,7 @@ from ..engine.task import TaskPlan
 from ..errors import RuntimeStateError
 from ..spec import StageSpec
 from ..storage import INC, LAYOUT, PART
+from ..storage.layout import epoch_of
 from .journal import ENTRY
 from .records import Decision, EpochReport
 from .snapshot import Increment
@@ -91,11 +92,14 @@ class Epochs:
         t0 = time.perf_counter()
         inputs: dict[str, list[int]] = {}
         input_files: dict[int, list[str]] = {}
+        made_in: dict[str, int] = {}  # loopback files -> the epoch of this stage that wrote them (whose bindings deliver their multicasts)
         for idx, inp in enumerate(spec.inputs):
             n = d.reads.get(inp.flow, 0)
             if n:
                 inputs[inp.flow] = self.st.connector(stage, inp.flow)[:n]
-                input_files[idx] = self._increment_uris(inp.flow, inputs[inp.flow])
+                files = self._increment_files(inp.flow, inputs[inp.flow])
+                input_files[idx] = [uri for uri, _ in files]
+                made_in.update((uri, e) for uri, i in files if (e := self._made_in(stage, inp.flow, i)) is not None)
         if intention is not None:  # the attempt that died allocated these; its files go first
             out_incs = {f: int(i) for f, i in intention["out_incs"].items()}
             for f, i in out_incs.items():
@@ -105,6 +109,9 @@ class Epochs:
             out_incs = {f: self._allocate(f, 1)[0] for f in spec.outputs}
         self._write_intention(stage, epoch, d, inputs, out_incs)
         plan, state_uris = self._plan(stage, epoch, out_incs, inputs)
+        plan.made_in = made_in
+        wanted = {epoch - 1, *made_in.values()}
+        plan.bindings = [self.home.uri(rel) for rel in self.st.stages[stage].bindings if epoch_of(rel) in wanted]
         try:
             shuffle: dict[str, int] = {}
             results = run_stage_epoch(self.spark, plan, input_files, state_uris, state_needs_dedupe=self.st.stages[stage].layout != "blackbox",
@@ -147,7 +154,7 @@ class Epochs:
             out_frames={f: fr.field for f in spec.outputs if (fr := self.spec.flows[f].frame_by) is not None and fr.field is not None},
             input_schemas=[self.spec.flows[i.flow].schema for i in spec.inputs], state_rel=state_rel,
             parts=parts, max_files=self.max_state_files, row_group=self.state_row_group, cache_mb=self.state_cache_mb, scan_fraction=self.state_scan_fraction,
-            fault=faults.current(), driver_pid=os.getpid(), bindings=[self.home.uri(rel) for rel in sst.bindings],
+            fault=faults.current(), driver_pid=os.getpid(),
         )
         known = [self.st.flows[i.flow].incs.get(n) for i in spec.inputs for n in (inputs or {}).get(i.flow, [])]
         new = sum(m.records for m in known if m is not None)
@@ -220,13 +227,27 @@ class Epochs:
             produced[flow] = [out_incs[flow]]
         for flow, n in d.removes.items():
             del self.st.connector(stage, flow)[:n]
-        cleanup += sst.bindings  # bindings last one epoch (paper 001 §4.5.3)
-        sst.bindings = sorted(a["path"] for r in results for a in r.bindings)
+        # bindings serve the next epoch (paper 001 §4.5.3) and, while they are unread, the loopback increments of the epoch that made them
+        kept = [rel for rel in sst.bindings if self._awaited(stage, epoch_of(rel))]
+        cleanup += [rel for rel in sst.bindings if rel not in kept]
+        sst.bindings = sorted(kept + [a["path"] for r in results for a in r.bindings])
         sst.epoch = epoch
         sst.runnable_state = d.state
         self._entry(entry, {"state_version": sst.state_version, "inputs": inputs, "outputs": produced,
                             "records": {f: counts[f] for f in produced}, "placement": _placement(results)})
         return commits, cleanup, counts, written
+
+    def _made_in(self, stage: str, flow: str, inc: int) -> Optional[int]:
+        """The epoch of ``stage`` that wrote increment ``inc`` of ``flow`` (None: another producer)."""
+        m = self.st.flows[flow].incs.get(inc)
+        who, _, e = m.producer.rpartition(":") if m is not None else ("", "", "")
+        return int(e) if who == stage and e.isdigit() else None
+
+    def _awaited(self, stage: str, made: Optional[int]) -> bool:
+        """Whether ``stage`` still has unread loopback increments written by its epoch ``made``."""
+        spec = self.spec.stages[stage]
+        return made is not None and any(self._made_in(stage, i.flow, n) == made for i in spec.inputs if i.flow in spec.outputs
+                                        for n in self.st.connector(stage, i.flow))
 
     def _index_files(self, stage: str, index: dict[str, str]) -> list[str]:
         """Every index file of ``stage``'s partitions that have an ``index`` (a file and the deltas it stands on)."""

@@ -247,10 +247,15 @@ class Landing:
 
     def _increment_uris(self, flow: str, ids: list[int]) -> list[str]:
         """The data files of live increments ``ids`` of ``flow``."""
+        return [uri for uri, _ in self._increment_files(flow, ids)]
+
+    def _increment_files(self, flow: str, ids: list[int]) -> list[tuple[str, int]]:
+        """The data files of live increments ``ids`` of ``flow``, each with its increment."""
         fs = self.st.flows[flow]
         wanted = set(ids)
         rel = LAYOUT.flow(flow)
-        return [self.home.uri(rel, f["path"]) for f in self.home.table_files(rel, fs.version) if int(f["partition"]) in wanted]  # type: ignore[arg-type]
+        return [(self.home.uri(rel, f["path"]), int(f["partition"])) for f in self.home.table_files(rel, fs.version)  # type: ignore[arg-type]
+                if int(f["partition"]) in wanted]  # type: ignore[arg-type]
 
     # ------------------------------------------------------------------ garbage collection
     def collect_garbage(self) -> list[tuple[str, int]]:

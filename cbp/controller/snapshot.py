@@ -68,7 +68,7 @@ class StageState:
     state_version: Optional[int] = None
     layout: str = "direct"  # how the state table was last written: direct (indexed) or blackbox
     index: dict[str, str] = field(default_factory=dict)  # partition -> index file
-    bindings: list[str] = field(default_factory=list)  # multicast bindings files of the last epoch, for the next
+    bindings: list[str] = field(default_factory=list)  # multicast bindings files of the last epoch and of epochs whose loopback increments are unread
 
 
 @dataclass

@@ -20,10 +20,11 @@ import threading
 import time
 import uuid
 from functools import partial, reduce
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 from ..errors import RuntimeStateError, UserCodeError
 from ..spec.schema import RecordSchema
+from ..storage.layout import epoch_of
 from ..storage.objectstore import propagate_to_spark
 from .deltaread import STATE_COLUMNS, StateSource, latest_state, read_delta
 from .locality import placed_epoch
@@ -32,7 +33,7 @@ from .smallepoch import driver_routed, run_routed
 from .sparkhash import partition_probes
 from .protocol import FailureRecord, TaskResult, decode_failure, decode_results, result_spark_schema
 from .remote_read import needs_arrow_reader, read_parquet
-from .routing import BOUND, COPY, COPY_HASH, JSON_ESCAPED, record_column
+from .routing import BOUND, COPY, COPY_HASH, JSON_ESCAPED, bound_address, record_column
 from .task import TaskPlan, grouped_task, recordwise_task, route_batches
 
 __all__ = ["run_stage_epoch", "spark_ddl", "struct_ddl", "envelope_ddl", "shuffle_written"]
@@ -211,13 +212,16 @@ def _grouped(spark: Any, plan: TaskPlan, input_files: dict[int, list[str]], stat
     jvm = os.environ.get("CBP_JVM_ROUTING", "1") != "0"
     parts = []
     for i, files in input_files.items():
-        if files:
-            sql = _jvm_routed(spark, plan, i, files, envelopes) if jvm else None
-            parts.append(sql if sql is not None else _read(spark, plan.input_schemas[i], files).mapInArrow(partial(route_batches, plan, i), env_ddl))
-
-    if plan.bindings:  # the multicast bindings of the stage's last epoch, to their keys
-        b = _read_ddl(spark, "_key STRING, _addr STRING", plan.bindings)
-        parts.append(envelopes(b, _key=F.col("_key"), _flow=F.lit(BOUND).cast("int"), _rec=F.col("_addr")))
+        sql = _jvm_routed(spark, plan, i, files, envelopes) if jvm and files else None
+        if sql is not None:
+            parts.append(sql)
+            continue
+        for made, some in _by_epoch(files, lambda f: plan.made_in.get(f, plan.epoch - 1)).items():  # multicasts go by the bindings of the epoch that wrote them
+            parts.append(_read(spark, plan.input_schemas[i], some).mapInArrow(partial(route_batches, plan, i, made), env_ddl))
+    for made, some in _by_epoch(plan.bindings, lambda f: epoch_of(f)).items():  # multicast bindings, to their keys
+        b = _read_ddl(spark, "_key STRING, _addr STRING", some)
+        addr = F.concat(F.lit(bound_address(made, "")), F.col("_addr"))
+        parts.append(envelopes(b, _key=F.col("_key"), _flow=F.lit(BOUND).cast("int"), _rec=addr))
     schema = plan.stage.state_schema
     s = _state_rows(spark, schema, state) if plan.mode == "blackbox" and schema is not None and state is not None else None
     if s is not None:
@@ -238,6 +242,14 @@ def _grouped(spark: Any, plan: TaskPlan, input_files: dict[int, list[str]], stat
     if placed:  # keep partition p on the executor that ran it last epoch (cbp.engine.locality)
         return placed_epoch(spark, env, plan, grouped_task)
     return env.mapInArrow(partial(grouped_task, plan), result_spark_schema()).toArrow()
+
+
+def _by_epoch(files: list[str], epoch: Callable[[str], Optional[int]]) -> dict[int, list[str]]:
+    """``files`` grouped by the stage epoch each belongs to (in order)."""
+    out: dict[int, list[str]] = {}
+    for f in files:
+        out.setdefault(epoch(f) or 0, []).append(f)
+    return out
 
 
 def _envelopes(types: dict[str, Any], df: Any, **cols: Any) -> Any:

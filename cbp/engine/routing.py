@@ -22,13 +22,15 @@ flows it is limited to, or ``M`` and the multicast address), which no key text c
 task has them all (:class:`Copies`) before its first key group.
 
 **Bindings.** ``out.associate(key, address)`` in epoch e writes ``(key, address)`` rows to the
-stage's bindings files; the stage's next epoch shuffles them by key with input index
-:data:`BOUND` (they do not make a key called by themselves). A key group then receives the
+stage's bindings files; the epoch that reads records multicast in epoch e (its loopback
+records) or after it (any other records, in epoch e + 1) shuffles them by key with input index
+:data:`BOUND` (they do not make a key called by themselves), the address qualified by e
+(:func:`bound_address`), as are the copies' addresses. A key group then receives the
 multicast records of each address it is bound to, and the broadcast records its limits allow.
 
     >>> import cbp
-    >>> copy_key(cbp.ALL), copy_key(cbp.broadcast("state")), copy_key(cbp.multicast("n1"))
-    ('\\x01Bnull', '\\x01B["state"]', '\\x01M"n1"')
+    >>> copy_key(cbp.ALL), copy_key(cbp.broadcast("state")), copy_key(cbp.multicast("n1"), 4)
+    ('\\x01Bnull', '\\x01B["state"]', '\\x01M4:"n1"')
 """
 
 from __future__ import annotations
@@ -48,7 +50,7 @@ from .groups import Group
 if TYPE_CHECKING:
     from .task import TaskPlan
 
-__all__ = ["BOUND", "COPY", "COPY_HASH", "BINDINGS", "envelope_schema", "record_column", "encode_key", "copy_key",
+__all__ = ["BOUND", "COPY", "COPY_HASH", "BINDINGS", "envelope_schema", "record_column", "encode_key", "copy_key", "bound_address",
            "plain_envelopes", "Routes", "Copies", "JSON_ESCAPED", "elided_fields", "restore_fields", "has_byte"]
 
 BOUND = -2
@@ -195,11 +197,23 @@ def restore_fields(batch: pa.RecordBatch, inputs: list[RecordSchema], elided: di
     return pa.RecordBatch.from_arrays([cols.get(n, batch.column(n)) for n in names], names=names)
 
 
-def copy_key(target: Logical) -> str:
-    """The ``_key`` of the copies of a record routed to a broadcast or multicast key."""
+def copy_key(target: Logical, made: int = 0) -> str:
+    """The ``_key`` of the copies of a record routed to a broadcast or multicast key; a multicast
+    address is qualified by ``made``, the epoch whose bindings deliver it (:func:`bound_address`)."""
     if isinstance(target, Multicast):
-        return f"{COPY}M{encode_key(target.address)}"
+        return f"{COPY}M{bound_address(made, encode_key(target.address))}"
     return f"{COPY}B{json.dumps(None if target.flows is None else list(target.flows))}"
+
+
+def bound_address(made: int, address: str) -> str:
+    """A multicast address (its JSON text) as bound in stage epoch ``made``: a record reaches the
+    keys bound to its address in the epoch that wrote it (a loopback record) or, for any other
+    record, in the stage's previous epoch.
+
+        >>> bound_address(3, '"n1"')
+        '3:"n1"'
+    """
+    return f"{made}:{address}"
 
 
 #: Characters JSON text must escape (Python's ``json`` with ``ensure_ascii=False`` escapes exactly these).
@@ -283,9 +297,8 @@ class Routes:
         self.parts.append(route)
         return self.flush() if len(self.keys) >= ROUTE_ROWS else None
 
-    def add_copies(self, target: Logical, row: int) -> Iterator[pa.RecordBatch]:
-        """Queue one copy of the record for each partition."""
-        ck = copy_key(target)
+    def add_copies(self, ck: str, row: int) -> Iterator[pa.RecordBatch]:
+        """Queue one copy of the record for each partition (``ck``: :func:`copy_key`)."""
         for probe in self.probes:
             b = self.add(ck, row, probe)
             if b is not None:

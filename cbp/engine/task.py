@@ -72,7 +72,8 @@ class TaskPlan:
     timeout: Optional[float] = None  # the limit that set it, in seconds (for messages)
     write_rows: int = 4096  # output records a task buffers before appending them to its file
     probes: list[str] = field(default_factory=list)  # per partition, a string Spark hashes into it (cbp.engine.routing)
-    bindings: list[str] = field(default_factory=list)  # URIs of the bindings the stage's last epoch made
+    bindings: list[str] = field(default_factory=list)  # URIs of the bindings files the epoch reads (named by the epoch that made them)
+    made_in: dict[str, int] = field(default_factory=dict)  # input file URI -> the epoch of this stage that wrote it (loopback flows)
     new_records: Optional[int] = None  # records of the increments the epoch reads (None: not known)
     small_records: Optional[int] = None  # up to how many the driver routes them (cbp.engine.smallepoch; None: its default)
     columnar: bool = True  # a batch translator may take the columnar path (cbp.engine.columnar; CBP_COLUMNAR=0: never)
@@ -108,14 +109,15 @@ def _user_failure(plan: TaskPlan, where: str, fn_name: str, exc: BaseException, 
 
 
 # ------------------------------------------------------------------ routing (map side)
-def route_batches(plan: TaskPlan, flow_idx: int, batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+def route_batches(plan: TaskPlan, flow_idx: int, made: int, batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
     """RouteBy each record of input ``flow_idx``: one envelope per distinct key it goes to, or one
-    copy per partition for a broadcast or multicast key (:mod:`cbp.engine.routing`)."""
+    copy per partition for a broadcast or multicast key (:mod:`cbp.engine.routing`); ``made``: the
+    epoch whose bindings deliver the records' multicasts (:func:`cbp.engine.routing.bound_address`)."""
     with fewer_collections():
-        yield from _route_batches(plan, flow_idx, batches)
+        yield from _route_batches(plan, flow_idx, made, batches)
 
 
-def _route_batches(plan: TaskPlan, flow_idx: int, batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+def _route_batches(plan: TaskPlan, flow_idx: int, made: int, batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
     inp = plan.stage.inputs[flow_idx]
     route = inp.route_by
     assert route is not None
@@ -146,10 +148,10 @@ def _route_batches(plan: TaskPlan, flow_idx: int, batches: Iterable[pa.RecordBat
                     why = check_target(k, flows)
                     if why is not None:
                         raise _failed(plan, "route-target", f"{plan.where()} flow '{inp.flow}': route_by '{route.text}': {why}; record {_shown(rec)}")
-                    ck = copy_key(k)
+                    ck = copy_key(k, made)
                     if ck not in copied:  # the same broadcast or multicast twice: one copy
                         copied.add(ck)
-                        yield from routes.add_copies(k, row)
+                        yield from routes.add_copies(ck, row)
                     continue
                 try:
                     keys.append(encode_key(k))

@@ -29,8 +29,9 @@ increment each file is in.
 from __future__ import annotations
 
 import hashlib
+from typing import Optional
 
-__all__ = ["Layout", "LAYOUT", "INC", "PART", "SRC"]
+__all__ = ["Layout", "LAYOUT", "INC", "PART", "SRC", "epoch_of"]
 
 INC = "_inc"  # partition column of a flow's table: the increment id
 SRC = "_src"  # column of a framed flow: the feed or producing epoch of each record
@@ -115,3 +116,14 @@ class Layout:
 
 
 LAYOUT = Layout()
+
+
+def epoch_of(path: str) -> Optional[int]:
+    """The stage epoch that wrote a state, index or bindings file (its name starts with
+    :meth:`Layout.epoch_prefix`), or None.
+
+        >>> epoch_of("s3://b/home/stages/s/bindings/e00000012-p00003-1f2e.parquet"), epoch_of("x.parquet")
+        (12, None)
+    """
+    name = path.rstrip("/").rsplit("/", 1)[-1]
+    return int(name[1:9]) if len(name) > 9 and name[0] == "e" and name[1:9].isdigit() else None
