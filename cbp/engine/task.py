@@ -278,12 +278,8 @@ def _flow_iter(plan: TaskPlan, idx: int, items: list[Any], key: Any, key_text: s
     if order is None:  # OrderByAny: arrival order, decoded lazily
         return (schema.from_storage(json.loads(t) if type(t) is str else t) for t in items)
     recs = [schema.from_storage(json.loads(t) if type(t) is str else t) for t in items]
-    by: Any = order
-    if order.field is not None and schema.fields[order.field].nullable:  # nulls last, as Arrow sorts a batch's
-        f = order.field
-        by = lambda r: (r[f] is None, r[f])  # noqa: E731
     try:
-        recs.sort(key=by)
+        recs.sort(key=order.sort_key(schema))
     except (*USER_EXCEPTIONS, EpochTimeout) as e:
         raise _user_failure(plan, f"{plan.where(key)} flow '{plan.stage.inputs[idx].flow}'", f"order_by '{order.text}'", e, key_text) from None
     return iter(recs)
