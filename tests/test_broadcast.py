@@ -203,6 +203,51 @@ def test_multicast_records_read_late_go_by_the_bindings_of_the_epoch_that_wrote_
     assert bindings.is_dir() and [f for f in bindings.glob("*") if f.is_file()] == []
 
 
+@pytest.mark.parametrize("mode", ["direct", "blackbox"])
+def test_a_framed_loopback_increment_goes_by_the_bindings_of_each_epoch_that_wrote_to_it(spark, tmp_path, make_pipeline, mode):
+    """msgs is framed by its address: M1 (epoch 1, a bound to g) and M2 (epoch 2, c bound to g)
+    land in one increment, closed by M3 in epoch 3 and read in epoch 4: M1 reaches a, M2 reaches c."""
+    yaml = YAML.replace("GROUPING", "inner").replace("runnable: any", "runnable: MOD:ins_first") \
+        .replace('{flow: msgs, route_by: "MOD:route_msg"}', '{flow: msgs, route_by: "MOD:route_msg", frame_by: addr}')
+    home = tmp_path / "home"
+    p = cbp.load(make_pipeline(yaml, MODULE), home=str(home), mode=mode, spark=spark)
+    p.feed("ins", [_rec("a", "bind", "a1", "g"), _rec("s", "send", "M1", "g")])
+    p.feed("ins", [_rec("c", "bind", "c2", "g"), _rec("s", "send", "M2", "g")])
+    p.feed("ins", [_rec("s", "send", "M3", "h")])
+    assert [r.epoch for r in p.run()] == [1, 2, 3, 4]
+    assert {s for s in _seen(p) if s[2] == "msgs"} == {(4, "a", "msgs", "M1"), (4, "c", "msgs", "M2")}
+    assert [f for f in (home / "stages" / "node" / "bindings").glob("*") if f.is_file()] == []
+
+
+def test_a_stage_named_feed_multicasts_its_input_by_its_previous_epoch(spark, tmp_path, make_pipeline):
+    """Feeds are recorded as made by "feed:<n>": a stage of that name must not take them for its own loopback output."""
+    path = make_pipeline(YAML.replace("GROUPING", "inner").replace("  node:\n", "  feed:\n"), MODULE)
+    p = cbp.load(path, home=str(tmp_path / "home"), spark=spark)
+    p.feed("ins", [_rec("a", "bind", "a1", "g")])
+    p.run()
+    p.feed("ins", [_rec("", "mc", "X", "g"), _rec("b", "key", "b2")])
+    p.run()
+    assert {s for s in _seen(p) if s[3] == "X"} == {(2, "a", "ins", "X")}
+
+
+def test_bindings_of_a_retried_task_are_deleted_with_their_epoch(spark, tmp_path, make_pipeline, monkeypatch):
+    """A task dies after writing its bindings file and Spark runs it again: the first attempt's
+    file is in no result, and goes when the epoch's bindings do."""
+    marker = tmp_path / "marker"
+    monkeypatch.setenv("CBP_FAULT", f"task-exit:task:outputs-written:{marker}")
+    home = tmp_path / "home"
+    yaml = YAML.replace("GROUPING", "inner").replace("partitions: 3", "partitions: 1")  # the task that dies has bindings
+    p = cbp.load(make_pipeline(yaml, MODULE), home=str(home), spark=spark)
+    p.feed("ins", [_rec(k, "bind", f"{k}1", "g") for k in "abcdefgh"] + [_rec("s", "send", "M", "g")])
+    assert [r.epoch for r in p.run()] == [1, 2]
+    assert marker.exists()  # a task did die once
+    monkeypatch.delenv("CBP_FAULT")
+    p.feed("ins", [_rec("z", "key", "z1")])
+    p.run()
+    assert sorted(s[1] for s in _seen(p) if s[3] == "M" and s[2] == "msgs") == list("abcdefgh")
+    assert [f.name for f in (home / "stages" / "node" / "bindings").glob("*") if f.is_file()] == []
+
+
 def test_broadcast_to_an_unknown_flow_is_an_error_naming_the_stage(spark, tmp_path, make_pipeline):
     path = make_pipeline(YAML.replace("GROUPING", "inner"), MODULE)
     p = cbp.load(path, home=str(tmp_path / "home"), spark=spark)

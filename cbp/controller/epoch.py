@@ -99,7 +99,7 @@ class Epochs:
                 inputs[inp.flow] = self.st.connector(stage, inp.flow)[:n]
                 files = self._increment_files(inp.flow, inputs[inp.flow])
                 input_files[idx] = [uri for uri, _ in files]
-                made_in.update((uri, e) for uri, i in files if (e := self._made_in(stage, inp.flow, i)) is not None)
+                made_in.update((uri, e) for uri, i in files if (e := self._made_in(stage, inp.flow, uri, i)) is not None)
         if intention is not None:  # the attempt that died allocated these; its files go first
             out_incs = {f: int(i) for f, i in intention["out_incs"].items()}
             for f, i in out_incs.items():
@@ -215,7 +215,8 @@ class Epochs:
                 data, task_files = self._read_task_files(flow, adds)
                 cleanup += task_files
                 fc, produced[flow], w = self._land(flow, data, close=False, producer=f"{stage}:{epoch}", prior_frame=epoch,
-                                                   app=(app, epoch), what=f"stage '{stage}' epoch {epoch}")
+                                                   app=(app, epoch), what=f"stage '{stage}' epoch {epoch}",
+                                                   prefix=LAYOUT.output_prefix(stage, epoch))
                 commits += fc
                 written += w
                 continue
@@ -229,24 +230,52 @@ class Epochs:
             del self.st.connector(stage, flow)[:n]
         # bindings serve the next epoch (paper 001 §4.5.3) and, while they are unread, the loopback increments of the epoch that made them
         kept = [rel for rel in sst.bindings if self._awaited(stage, epoch_of(rel))]
-        cleanup += [rel for rel in sst.bindings if rel not in kept]
+        dropped = [rel for rel in sst.bindings if rel not in kept]
         sst.bindings = sorted(kept + [a["path"] for r in results for a in r.bindings])
+        cleanup += dropped + self._stray_bindings(stage, dropped, sst.bindings)
         sst.epoch = epoch
         sst.runnable_state = d.state
         self._entry(entry, {"state_version": sst.state_version, "inputs": inputs, "outputs": produced,
                             "records": {f: counts[f] for f in produced}, "placement": _placement(results)})
         return commits, cleanup, counts, written
 
-    def _made_in(self, stage: str, flow: str, inc: int) -> Optional[int]:
-        """The epoch of ``stage`` that wrote increment ``inc`` of ``flow`` (None: another producer)."""
+    def _stray_bindings(self, stage: str, dropped: list[str], live: list[str]) -> list[str]:
+        """Bindings files of the epochs whose bindings are ``dropped`` that no result named: those
+        of task attempts that failed after writing them (listed only when bindings are dropped)."""
+        done = {epoch_of(rel) for rel in dropped}
+        if not done:
+            return []
+        base, known = LAYOUT.bindings(stage), set(dropped) | set(live)
+        return [rel for name in self.home.list_dir(base) if epoch_of(name) in done and (rel := f"{base}/{name}") not in known]
+
+    def _made_in(self, stage: str, flow: str, uri: str, inc: int) -> Optional[int]:
+        """The epoch of ``stage`` that wrote file ``uri`` of increment ``inc`` of ``flow`` (None: the
+        flow is not one of the stage's loopback flows). A file's name says it
+        (:meth:`Layout.output_prefix`); a re-framed file landed before such names were given goes
+        by the epoch that opened its increment."""
+        if flow not in self.spec.stages[stage].outputs:
+            return None
+        name = uri.rsplit("/", 1)[-1]
+        start = LAYOUT.output_prefix(stage, 0)[:-8]  # "s<stage>-e", then the epoch's 8 digits
+        digits = name[len(start):len(start) + 8]
+        if name.startswith(start) and digits.isdigit():
+            return int(digits)
+        epochs = self._made_epochs(stage, flow, inc)
+        return min(epochs) if epochs else None
+
+    def _made_epochs(self, stage: str, flow: str, inc: int) -> set[int]:
+        """The epochs of ``stage`` that wrote records of increment ``inc`` of its loopback flow
+        ``flow``: the one that opened it and (framed) every one that added to it."""
         m = self.st.flows[flow].incs.get(inc)
-        who, _, e = m.producer.rpartition(":") if m is not None else ("", "", "")
-        return int(e) if who == stage and e.isdigit() else None
+        if m is None or flow not in self.spec.stages[stage].outputs:
+            return set()
+        opened = m.producer.rpartition(":")[2]
+        return {int(s) for s in m.srcs if isinstance(s, int) and not isinstance(s, bool)} | ({int(opened)} if opened.isdigit() else set())
 
     def _awaited(self, stage: str, made: Optional[int]) -> bool:
-        """Whether ``stage`` still has unread loopback increments written by its epoch ``made``."""
+        """Whether ``stage`` still has unread loopback increments with records of its epoch ``made``."""
         spec = self.spec.stages[stage]
-        return made is not None and any(self._made_in(stage, i.flow, n) == made for i in spec.inputs if i.flow in spec.outputs
+        return made is not None and any(made in self._made_epochs(stage, i.flow, n) for i in spec.inputs if i.flow in spec.outputs
                                         for n in self.st.connector(stage, i.flow))
 
     def _index_files(self, stage: str, index: dict[str, str]) -> list[str]:

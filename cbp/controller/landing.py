@@ -136,12 +136,13 @@ class Landing:
                 check_storable(key, f"flow '{flow}': frame_by '{fl.frame_by.text}' returned a framing key (for record {rec!r:.200}) that")  # type: ignore[union-attr]
 
     def _land(self, flow: str, data: pa.Table, *, close: bool, producer: str, prior_frame: Any,
-              app: tuple[str, int], what: str) -> tuple[list[dict[str, Any]], list[int], list[str]]:
+              app: tuple[str, int], what: str, prefix: str = "in") -> tuple[list[dict[str, Any]], list[int], list[str]]:
         """Frame validated records (an Arrow table of the flow's fields, as stored) into increments
         of ``flow``, write their files (not yet committed) and enqueue them in the snapshot.
 
         Returns the Delta commit to make (a list of zero or one, see :meth:`Journal._commit`), the
-        increment ids, and the files written (to delete if the change is abandoned).
+        increment ids, and the files written (to delete if the change is abandoned). ``prefix``
+        starts the files' names (a stage's: :meth:`Layout.output_prefix`, which names the epoch).
         """
         fl = self.spec.flows[flow]
         if fl.frame_by is None:
@@ -152,7 +153,7 @@ class Landing:
         commits: list[dict[str, Any]] = []
         written: list[str] = []
         if data.num_rows:
-            commits.append(self._write_increments(flow, data, assignments, prior_frame, app, what, written))
+            commits.append(self._write_increments(flow, data, assignments, prior_frame, app, what, written, prefix))
         return commits, [a[0] for a in assignments], written
 
     def _land_runs(self, flow: str, runs: list[tuple[str, dict[str, Any]]], *, producer: str, prior_frame: Any,
@@ -211,7 +212,7 @@ class Landing:
         return assignments
 
     def _write_increments(self, flow: str, data: pa.Table, assignments: list[tuple[int, Any, int, bool]], prior_frame: Any,
-                          app: tuple[str, int], what: str, written: list[str]) -> dict[str, Any]:
+                          app: tuple[str, int], what: str, written: list[str], prefix: str = "in") -> dict[str, Any]:
         """Write one file per increment of ``assignments``; return the Delta commit that adds them."""
         fl = self.spec.flows[flow]
         rel = LAYOUT.flow(flow)
@@ -226,7 +227,7 @@ class Landing:
             part = pa.Table.from_arrays(columns + list(data.slice(start, count).columns), schema=schema)
             start += count
             try:
-                add = self.home.write_parquet(LAYOUT.increment_dir(flow, inc), part.drop_columns([INC]), "in", inc)
+                add = self.home.write_parquet(LAYOUT.increment_dir(flow, inc), part.drop_columns([INC]), prefix, inc)
             except OSError as e:
                 raise RuntimeStateError(f"{what}: cannot write to {self.home.uri(rel)}: {e}; nothing was landed", code="io") from e
             written.append(add["rel"])
