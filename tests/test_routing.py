@@ -146,3 +146,43 @@ def test_a_key_field_crosses_once_and_comes_back_as_fed():
     for i in range(4):  # rows of other flows stay null
         assert back.column(f"_i{i}").null_count == sum(1 for f, _ in got if f != i)
     assert restore_fields(back, inputs, elided) is back  # a batch that carries the fields is left alone
+
+
+NULL_KEYS = """
+pipeline: nkeys
+flows:
+  ev:  {external: true, schema: {k: "string?", v: int}}
+  res: {schema: {k: "string?", n: int}}
+stages:
+  s:
+    translator: MOD:count
+    partitions: 3
+    inputs: [{flow: ev, route_by: k}]
+    state: {schema: {k: "string?", n: int}}
+    outputs: [res]
+"""
+NULL_KEYS_MODULE = """
+def count(key, state, ev, out):
+    prev = next(state, None)
+    n = sum(1 for _ in ev) + (prev["n"] if prev else 0)
+    out.state.write({"k": key, "n": n})
+    out.res.write({"k": key, "n": n})
+"""
+
+
+@pytest.mark.parametrize("mode,small", [("direct", None), ("direct", 0), ("blackbox", None)])
+def test_a_null_route_field_is_a_key_of_its_own(spark, tmp_path, make_pipeline, mode, small):
+    """As in a Spark groupBy: the records whose route_by field is null are one group (not the string
+    "null"), in every routing path, and a null does not stop the stage."""
+    from collections import Counter
+
+    from cbp.pipeline import Pipeline
+
+    tuning = {} if small is None else {"small_epoch_records": small}
+    p = Pipeline(make_pipeline(NULL_KEYS, NULL_KEYS_MODULE), home=str(tmp_path / "home"), mode=mode, spark=spark, **tuning)
+    feeds = [[{"k": "a", "v": 1}, {"k": None, "v": 2}, {"k": "null", "v": 3}, {"k": None, "v": 4}], [{"k": None, "v": 5}, {"k": "b", "v": 6}]]
+    for recs in feeds:
+        p.feed("ev", recs)
+        p.run()
+    want = Counter(r["k"] for recs in feeds for r in recs)
+    assert sorted(((r["k"] is None, r["k"] or ""), r["n"]) for r in p.state("s")) == sorted(((k is None, k or ""), n) for k, n in want.items())

@@ -139,7 +139,7 @@ def _route_batches(plan: TaskPlan, flow_idx: int, made: int, batches: Iterable[p
             except (*USER_EXCEPTIONS, EpochTimeout) as e:
                 raise _user_failure(plan, f"{plan.where()} flow '{inp.flow}' record {_shown(rec)}", f"route_by '{route.text}'", e) from None
             many = out if isinstance(out, (list, set, frozenset)) else (out,)  # a tuple is one composite key
-            if None in many:
+            if None in many and route.field is None:  # a field's null is a key, as in a Spark groupBy
                 raise _failed(plan, "user-code", f"{plan.where()} flow '{inp.flow}': route_by '{route.text}' returned no key (None) for record {_shown(rec)}")
             keys: list[str] = []
             copied: set[str] = set()
