@@ -16,7 +16,8 @@ epochs (Delta time travel), and the flows they produce to what that epoch wrote.
 from __future__ import annotations
 
 import re
-from typing import TYPE_CHECKING, Any, Iterator, Mapping, Optional, Union
+from functools import partial
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Mapping, Optional, Union
 
 from .engine.deltaread import latest_state, read_delta
 from .engine.job import spark_ddl
@@ -129,15 +130,22 @@ def views(ctl: "Controller", spark: Any, epoch: Epochs = None, query: Optional[s
     the views whose names it mentions (each view reads its Delta log when it is made)."""
     pinned = _stage_epochs(ctl, epoch)
     wanted = (lambda name: True) if query is None else (lambda name: _mentions(query, name))
-    out: dict[str, Any] = {}
     stateful = [s for s, st in ctl.spec.stages.items() if st.state_schema is not None]
-    for s in stateful:
-        if wanted(s):
-            out[s] = state_df(ctl, spark, s, pinned.get(s))
+    named: list[tuple[str, str, Callable[[], Any]]] = [(s, f"the state of stage '{s}'", partial(state_df, ctl, spark, s, pinned.get(s)))
+                                                       for s in stateful]
     for f, fl in ctl.spec.flows.items():
-        name = f"flow_{f}" if f in stateful else f
-        if wanted(name):
-            out[name] = flow_df(ctl, spark, f, pinned.get(fl.producer) if fl.producer is not None else None)
+        named.append((f"flow_{f}" if f in stateful else f, f"flow '{f}'",
+                      partial(flow_df, ctl, spark, f, pinned.get(fl.producer) if fl.producer is not None else None)))
+    seen: dict[str, str] = {}
+    out: dict[str, Any] = {}
+    for name, what, make in named:
+        if not wanted(name):
+            continue
+        other = seen.setdefault(name.lower(), what)
+        if other != what:
+            raise UsageError(f"the view {name} would be both {other} and {what} (Spark SQL names are case-insensitive); rename one "
+                             "in the YAML, or read them with 'cbp state' / 'cbp output'", code="sql-ambiguous")
+        out[name] = make()
     return out
 
 

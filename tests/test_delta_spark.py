@@ -326,3 +326,42 @@ def test_s3_table_through_s3a(dspark, monkeypatch):
         for k in s3a_conf(env):
             hadoop.unset(k[len("spark.hadoop."):])
         srv.stop()
+
+
+COLLIDING = """
+pipeline: coll
+flows:
+  flow_x: {external: true, schema: {url: string}}
+  x:      {schema: {url: string, count: int}}
+  URLS:   {schema: {url: string, count: int}}
+  urls:   {schema: {url: string}}
+stages:
+  x:
+    translator: MOD:tr
+    partitions: 2
+    inputs: [{flow: flow_x, route_by: url}]
+    state: {schema: {url: string, count: int}}
+    outputs: [x, URLS, urls]
+"""
+COLLIDING_MODULE = """
+def tr(key, state, flow_x, out):
+    prev = next(state, None)
+    n = sum(1 for _ in flow_x) + (prev["count"] if prev else 0)
+    out.state.write({"url": key, "count": n})
+    out.x.write({"url": key, "count": n})
+    out.URLS.write({"url": key, "count": n})
+    out.urls.write({"url": key})
+"""
+
+
+def test_views_whose_names_collide_are_refused_not_mixed_up(dspark, make_pipeline, tmp_path):
+    """Flow 'x' of stateful stage 'x' is the view flow_x, as is the flow 'flow_x'; 'URLS' and 'urls'
+    are one name to Spark: a query naming either is refused, the others still work."""
+    p = cbp.load(make_pipeline(COLLIDING, COLLIDING_MODULE), home=str(tmp_path / "home"), spark=dspark)
+    p.feed("flow_x", [{"url": "a"}, {"url": "a"}, {"url": "b"}])
+    p.run()
+    for query in ("SELECT * FROM flow_x", "SELECT * FROM urls", "SELECT * FROM `URLS`"):
+        with pytest.raises(CbpError) as e:
+            p.sql(query)
+        assert e.value.code == "sql-ambiguous", query
+    assert sorted(tuple(r) for r in p.sql("SELECT url, count FROM x").collect()) == [("a", 2), ("b", 1)]
