@@ -226,3 +226,7 @@ class Emitter:
         if self._bind is None:
             raise TypeError(f"stage '{self.stage}' has no grouping keys (a record-wise stage): it cannot associate keys with multicast addresses")
         self._bind(key, address)
+
+
+#: What ``out.<name>`` is besides an output flow (an output flow of a per-key stage may not be named so).
+EMITTER_NAMES = frozenset({"stage", "epoch", "params", "has_state"} | {n for n in vars(Emitter) if not n.startswith("_")})

@@ -324,3 +324,19 @@ def test_a_module_that_exits_while_imported_is_a_spec_error(make_pipeline, body)
     with pytest.raises(SpecError) as e:
         load_spec(path)
     assert e.value.code == "bad-import" and "line 8: stage 's1' translator" in str(e.value), str(e.value)
+
+
+@pytest.mark.parametrize("name", ["params", "epoch", "stage", "has_state", "write", "associate"])
+def test_an_output_flow_named_like_the_emitters_own_attributes_is_refused(make_pipeline, name):
+    """out.params is the stage's params: a flow of that name could not be written as out.<flow>."""
+    text = BASE.replace("  b: {", f"  {name}: {{").replace("outputs: [b]", f"outputs: [{name}]")
+    with pytest.raises(SpecError) as e:
+        load_spec(make_pipeline(text, GOOD_MODULE))
+    assert e.value.code == "reserved-name" and f"'{name}'" in str(e.value)
+
+
+def test_every_public_name_of_the_emitter_is_reserved():
+    from cbp.model import EMITTER_NAMES, Emitter
+
+    out = Emitter("s", 1, {}, ["f"], True, lambda f, r: None)
+    assert {n for n in set(dir(out)) | set(vars(out)) if not n.startswith("_")} - {"f", "state"} == set(EMITTER_NAMES)
