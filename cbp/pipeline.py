@@ -17,7 +17,7 @@ from typing import Any, BinaryIO, Callable, Iterable, Iterator, Mapping, Optiona
 import pyarrow as pa
 
 from .controller import Controller, EpochRecord, EpochReport, Landed
-from .errors import InputError
+from .errors import InputError, UsageError
 from .gcpolicy import fewer_collections
 from .spec.arrowrecords import ArrowRecordError, conform
 from .spec.schema import RecordError, RecordSchema
@@ -52,8 +52,40 @@ def _json_lines(fh: BinaryIO, src: str) -> Iterator[Union[str, RecordError]]:
             return
 
 
+#: The tuning options of :class:`Pipeline`: (type, smallest value, None allowed).
+TUNING: dict[str, tuple[type, float, bool]] = {
+    "max_state_files": (int, 1, False), "backpressure": (int, 1, False), "state_row_group": (int, 1, False),
+    "state_cache_mb": (float, 0, True), "state_scan_fraction": (float, 0, True), "small_epoch_records": (int, 0, True),
+}
+
+
+def _check_tuning(tuning: Mapping[str, Any]) -> None:
+    """Refuse an unknown tuning option or a value it cannot take (``bad-tuning``), before anything runs.
+
+        >>> _check_tuning({"max_state_files": 0})
+        Traceback (most recent call last):
+        cbp.errors.UsageError: tuning option max_state_files=0: give an integer >= 1
+    """
+    for name, value in tuning.items():
+        if name == "notify":
+            if value is not None and not callable(value):
+                raise UsageError(f"tuning option notify={value!r}: give a function of one message, or None", code="bad-tuning")
+            continue
+        if name not in TUNING:
+            raise UsageError(f"unknown tuning option '{name}' (known: {', '.join([*TUNING, 'notify'])})", code="bad-tuning")
+        kind, least, nullable = TUNING[name]
+        if value is None and nullable:
+            continue
+        number = isinstance(value, int) if kind is int else isinstance(value, (int, float))
+        if isinstance(value, bool) or not number or not (value >= least) or value != value or value in (float("inf"), float("-inf")):
+            raise UsageError(f"tuning option {name}={value!r}: give {'an integer' if kind is int else 'a number'} >= {least:g}"
+                             + (" or None" if nullable else ""), code="bad-tuning")
+
+
 def _is_arrow(records: Any) -> bool:
     """Whether ``records`` are Arrow data (or a DataFrame that exports them), not dicts."""
+    if isinstance(records, (list, tuple)) and records and all(isinstance(r, (pa.Table, pa.RecordBatch)) for r in records):
+        return True  # e.g. table.to_batches()
     return isinstance(records, (pa.Table, pa.RecordBatch, pa.RecordBatchReader)) or hasattr(records, "__arrow_c_stream__") or (
         type(records).__module__.startswith("pandas") and type(records).__name__ == "DataFrame")
 
@@ -62,6 +94,10 @@ def _arrow_batches(records: Any, flow: str) -> Iterator[pa.RecordBatch]:
     """The record batches of an Arrow source; a DataFrame Arrow cannot read is a ``bad-record`` error."""
     if isinstance(records, pa.RecordBatch):
         yield records
+        return
+    if isinstance(records, (list, tuple)):  # of tables and batches (_is_arrow)
+        for r in records:
+            yield from _arrow_batches(r, flow)
         return
     if isinstance(records, pa.Table):
         yield from records.to_batches(_CHUNK)
@@ -124,6 +160,7 @@ class Pipeline:
 
     def __init__(self, path: str | os.PathLike[str], home: Optional[str] = None, *, mode: Optional[str] = None,
                  spark: Any = None, **tuning: Any) -> None:
+        _check_tuning(tuning)
         self.spec = load_spec(path)
         self.home = Home(home or default_home(self.spec))
         self.controller = Controller(self.spec, self.home, mode=mode, spark=spark, **tuning)
@@ -148,6 +185,8 @@ class Pipeline:
             [2]
         """
         fl = self.spec.flow(flow)
+        if feed_id is not None and not isinstance(feed_id, str):
+            raise InputError(f"flow '{flow}': feed_id must be a string, not {type(feed_id).__name__}; nothing was landed", code="bad-feed-id")
         if not fl.external:
             raise InputError(f"flow '{flow}' is produced by stage '{fl.producer}'; only external flows (external: true) can be fed", code="not-external")
         if isinstance(records, (str, os.PathLike)) and os.fspath(records).endswith(".parquet"):

@@ -430,3 +430,44 @@ def test_empty_feed_takes_a_number_and_the_numbers_agree_api(tmp_path):
     assert (one.feed, none.feed, two.feed) == (1, 2, 3)
     assert framed.output("crawl_a", epoch=3) == [{"url": "u2", "hour": 1}, {"url": "u3", "hour": 2}]
     assert framed.output("crawl_a", epoch=2) == []
+
+
+def test_a_runnable_state_nested_too_deeply_is_not_storable(spark, make_pipeline, tmp_path):
+    deep = "\ndef run(frames, state):\n    v = []\n    for _ in range(100000):\n        v = [v]\n    return {'words'}, {'words'}, v\n"
+    p = cbp.load(make_pipeline(FAILING.replace("    outputs: [counts]", "    outputs: [counts]\n    runnable: MOD:run"), FAILING_MODULE + deep),
+                 home=str(tmp_path / "h"))
+    p.feed("words", [{"w": "x"}])
+    with pytest.raises(UserCodeError) as e:
+        p.run()
+    assert e.value.code == "not-storable" and "stage 'count'" in str(e.value)
+    assert p.status()["stages"]["count"]["epochs"] == 0 and p.state("count") == []
+
+
+@pytest.mark.parametrize("tuning", [{"bogus": 1}, {"max_state_files": "8"}, {"max_state_files": 0}, {"state_row_group": 0},
+                                    {"backpressure": -1}, {"small_epoch_records": -1}, {"state_scan_fraction": float("nan")},
+                                    {"state_cache_mb": True}, {"notify": 5}])
+def test_bad_tuning_is_refused_before_anything_runs(tmp_path, tuning):
+    from cbp.errors import UsageError
+
+    with pytest.raises(UsageError) as e:
+        cbp.Pipeline(URLS, home=str(tmp_path / "h"), **tuning)
+    assert e.value.code == "bad-tuning" and next(iter(tuning)) in str(e.value)
+    assert not (tmp_path / "h").exists()
+
+
+def test_a_feed_id_that_is_not_a_string_is_refused(landed):
+    p = landed["urls"]
+    before = _unchanged(p, "urls")
+    with pytest.raises(InputError) as e:
+        p.feed("urls", [{"url": "b"}], feed_id=5)
+    assert e.value.code == "bad-feed-id"
+    assert _unchanged(p, "urls") == before
+
+
+def test_a_list_of_record_batches_is_fed_as_arrow(landed):
+    import pyarrow as pa
+
+    p = landed["urls"]
+    t = pa.table({"url": ["x", "y", "z"]})
+    p.feed("urls", t.to_batches(max_chunksize=2) + [pa.table({"url": ["w"]})])
+    assert sorted(r["url"] for r in p.output("urls")) == ["a", "w", "x", "y", "z"]

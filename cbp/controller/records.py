@@ -86,6 +86,8 @@ def check_storable(value: Any, what: str) -> None:
     """Runnable states, frame states and framing keys live in the JSON controller snapshot."""
     try:
         json.dumps(value, allow_nan=False)
+    except RecursionError:
+        raise UserCodeError(f"{what} cannot be stored as JSON (nested too deeply); nothing was run or landed", code="not-storable") from None
     except (TypeError, ValueError) as e:
         raise UserCodeError(f"{what} cannot be stored as JSON ({e}); use dicts, lists, strings, numbers, booleans "
                             "or None (tuples come back as lists); nothing was run or landed", code="not-storable") from e
