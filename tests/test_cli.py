@@ -61,7 +61,8 @@ from cbp.errors import UsageError  # noqa: E402
 
 
 @pytest.mark.parametrize("home", ["http://127.0.0.1:1/x", "memory://x", "gs://bucket/x", "s3://", "s3:///x",
-                                  "{tmp}/h_pct%41", "{tmp}/back\\slash", "{tmp}/new\nline", "{tmp}/d.jsonl"])
+                                  "{tmp}/h_pct%41", "{tmp}/back\\slash", "{tmp}/new\nline", "{tmp}/d.jsonl", "{tmp}/d.jsonl/sub",
+                                  "file://otherhost{tmp}/h", "file:relative/h"])
 def test_a_home_cbp_cannot_keep_is_refused_before_anything_is_written(tmp_path, capsys, home):
     """Unknown schemes ended in tracebacks or retried for minutes (gs://); '%' in a local path was
     percent-decoded by delta-rs, which then opened another directory's tables."""
@@ -77,6 +78,15 @@ def test_a_home_cbp_cannot_keep_is_refused_before_anything_is_written(tmp_path, 
         cbp.load(URLS, home=home)
     assert e.value.code == "bad-home"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["d.jsonl", "h_pctA"] and not any((tmp_path / "h_pctA").iterdir())
+
+
+@pytest.mark.parametrize("uri", ["file://{tmp}/h", "file://localhost{tmp}/h", "file:{tmp}/h", "FILE://{tmp}/h"])
+def test_a_file_uri_home_is_the_local_directory_it_names(tmp_path, capsys, monkeypatch, uri):
+    monkeypatch.chdir(tmp_path)
+    day = tmp_path / "d.jsonl"
+    day.write_text('{"url": "http://a/"}\n')
+    assert main(["feed", URLS, "urls", str(day), "--home", uri.format(tmp=tmp_path)]) == 0
+    assert (tmp_path / "h" / "flows" / "urls").is_dir() and sorted(p.name for p in tmp_path.iterdir()) == ["d.jsonl", "h"]
 
 
 @pytest.mark.parametrize("value", ["1e300", "604801"])

@@ -105,8 +105,12 @@ def check_location(loc: str) -> str:
         if scheme.lower() != "file" and (not rest or rest.startswith("/")):
             raise UsageError(f"--home {loc!r}: name a bucket (s3://BUCKET/PREFIX)", code="bad-home")
     local = loc[len("file://"):] if loc.lower().startswith("file://") else (None if sep else loc)
-    if local is not None and os.path.exists(local) and not os.path.isdir(local):
-        raise UsageError(f"--home {loc!r} is a file, not a directory; a home is a directory cbp creates", code="bad-home")
+    if local is not None:
+        up = local
+        while up and not os.path.lexists(up) and os.path.dirname(up) != up:
+            up = os.path.dirname(up)  # the nearest part of the path that exists must be a directory
+        if up and os.path.exists(up) and not os.path.isdir(up):
+            raise UsageError(f"--home {loc!r}: {up} is a file, not a directory; a home is a directory cbp creates", code="bad-home")
     bad = sorted({c for c in loc if c in "%\\" or ord(c) < 32 or ord(c) == 127})
     if bad:
         raise UsageError(f"--home {loc!r}: a home's path may not contain {', '.join(repr(c) for c in bad)} "
@@ -114,11 +118,32 @@ def check_location(loc: str) -> str:
     return loc
 
 
+def local_file_uri(loc: str) -> str:
+    """A ``file:`` URI as the local path it names (``file:///x``, ``file://localhost/x`` and
+    ``file:/x`` are ``/x``); any other location as it is. A ``file:`` URI naming another host or a
+    relative path is ``bad-home``.
+
+        >>> local_file_uri("file://localhost/tmp/h"), local_file_uri("file:/tmp/h"), local_file_uri("s3://b/h")
+        ('/tmp/h', '/tmp/h', 's3://b/h')
+    """
+    if loc[:5].lower() != "file:":
+        return loc
+    rest = loc[5:]
+    if rest.startswith("//"):
+        host, _, path = rest[2:].partition("/")
+        if host.lower() not in ("", "localhost"):
+            raise UsageError(f"--home {loc!r}: a file: URI of another host ({host}); give a local path or file:///PATH", code="bad-home")
+        return "/" + path
+    if rest.startswith("/"):
+        return rest
+    raise UsageError(f"--home {loc!r}: a file: URI names an absolute path (file:///PATH); give that, or a plain path", code="bad-home")
+
+
 class Home(DeltaTables):
     """A pipeline's home: a local path or a URI understood by pyarrow and delta-rs. Picklable."""
 
     def __init__(self, location: str | os.PathLike[str]) -> None:
-        loc = os.fspath(location)
+        loc = local_file_uri(os.fspath(location))
         if "://" not in loc:
             loc = os.path.abspath(loc)
         self.location = check_location(loc).rstrip("/")
