@@ -110,6 +110,11 @@ def count(key, state, words, out):
         raise ValueError("cannot count poison")
     if key == "badtype":
         out.counts.write({"w": key, "n": "many"})
+    if key == "interrupt":
+        raise KeyboardInterrupt()
+    if key == "cancelled":
+        import asyncio
+        raise asyncio.CancelledError()
     out.state.write({"w": key, "n": n})
     out.counts.write({"w": key, "n": n})
 """
@@ -119,6 +124,8 @@ def count(key, state, words, out):
 @pytest.mark.parametrize("bad,words", [
     ("poison", ["translator", "raised ValueError: cannot count poison", "key 'poison'"]),
     ("badtype", ["does not fit its schema", "'counts'", "field 'n'", "key 'badtype'"]),
+    ("interrupt", ["translator", "raised KeyboardInterrupt", "key 'interrupt'"]),
+    ("cancelled", ["translator", "raised CancelledError", "key 'cancelled'"]),
 ])
 def test_failing_translator_commits_nothing(spark, make_pipeline, tmp_path, mode, bad, words):
     path = make_pipeline(FAILING, FAILING_MODULE)

@@ -135,8 +135,10 @@ class EpochTimeout(BaseException):
     translator's ``except Exception`` cannot swallow it)."""
 
 
-#: What user code may raise that cbp reports as the user's failure (``SystemExit`` included).
-USER_EXCEPTIONS = (Exception, SystemExit)
+#: What user code may raise that cbp reports as the user's failure: anything, ``SystemExit``,
+#: ``KeyboardInterrupt`` and asyncio's ``CancelledError`` included (the handlers, which also catch
+#: :class:`EpochTimeout`, tell the time limit apart).
+USER_EXCEPTIONS: tuple[type[BaseException], ...] = (BaseException,)
 
 FAILURE_VERSION = 1
 _FAILURE_RE = re.compile(r"\[\[cbp-failure/(\d+) ([A-Za-z0-9+/=]*)\]\]")
