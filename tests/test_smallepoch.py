@@ -144,6 +144,10 @@ def test_the_shuffle_path_where_the_driver_must_not_route(spark, tmp_path, make_
     assert big.run()[0].shuffle_records == 50
     big.feed("urls", urls[:49])
     assert big.run()[0].shuffle_records == 0
+    long_url = "http://h/" + "x" * 100_000  # hashed by the driver a numpy pass per 4 bytes (a 20 MB URL took 77 s): Spark hashes it
+    big.feed("urls", [{"url": long_url}, {"url": "http://h/1"}])
+    assert big.run()[0].shuffle_records == 2
+    assert {r["url"]: r["count"] for r in big.state("url_count")}[long_url] == 1
 
 
 def test_a_translator_error_in_a_small_epoch_names_the_key_and_commits_nothing(spark, tmp_path, make_pipeline):

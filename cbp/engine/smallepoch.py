@@ -59,6 +59,8 @@ SMALL_RECORDS = 200_000
 #: this many: the driver holds them, and a task its partition's share.
 SMALL_FILE_BYTES = 16 << 20
 SMALL_ENVELOPE_BYTES = 64 << 20
+#: Longest key text (UTF-8 bytes) the driver hashes itself; an epoch with a longer one takes the shuffle.
+SMALL_KEY_BYTES = 4096
 #: (home, stage) -> partition -> the local Python worker (pid) that ran it last (local mode).
 _LAST_WORKER: dict[tuple[str, str], dict[int, int]] = {}
 
@@ -123,6 +125,8 @@ def driver_routed(plan: "TaskPlan", input_files: dict[int, list[str]]) -> Option
         return [routed.empty_table() for _ in range(n)]
     env = pa.Table.from_batches(parts, schema=schema)
     key_col = env.column("_key").combine_chunks()
+    if pc.max(pc.binary_length(key_col)).as_py() > SMALL_KEY_BYTES:
+        return None  # Spark hashes a long key in the JVM; here it would cost a numpy pass per 4 bytes
     table = env.drop_columns(["_r"]).append_column("_h", pa.array(spark_xxhash64(key_col.to_pylist()), pa.int64()))
     part = partition_of(key_col, n)
     out = []
