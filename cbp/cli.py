@@ -117,7 +117,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     try:
         return _dispatch(args)
     except CbpError as e:
-        print(f"cbp {args.command}: error: {e}", file=sys.stderr)
+        print(f"cbp {args.command}: error [{e.code}]: {e}", file=sys.stderr)
         return next((code for cls, code in _EXIT.items() if isinstance(e, cls)), 5)
     except BrokenPipeError:
         return 0

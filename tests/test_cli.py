@@ -73,7 +73,7 @@ def test_a_home_cbp_cannot_keep_is_refused_before_anything_is_written(tmp_path, 
     for argv in (["status", URLS], ["feed", URLS, "urls", str(day)], ["run", URLS]):
         assert main([*argv, "--home", home]) == 2
         err = capsys.readouterr().err
-        assert "Traceback" not in err and err.count("\n") == 1, err
+        assert "Traceback" not in err and err.count("\n") == 1 and "error [bad-home]: " in err, err
     with pytest.raises(UsageError) as e:
         cbp.load(URLS, home=home)
     assert e.value.code == "bad-home"
