@@ -26,9 +26,10 @@ from typing import Any, Callable, Iterator, Optional
 import pyarrow.fs as pafs
 from deltalake import DeltaTable
 
-from ..errors import BusyError, RuntimeStateError, UsageError
+from ..errors import BusyError, RuntimeStateError
 from . import localfiles, objectstore
 from .layout import INC, LAYOUT, PART, SRC
+from .location import check_location, local_file_uri
 from .lease import Lease, LeaseRecord, S3Objects
 from .tables import DeltaTables
 
@@ -86,57 +87,6 @@ def _flock(path: str, home: str, waiting: Optional[Callable[[], None]]) -> int:
 
 _LOCKS: dict[str, _ProcessLock] = {}
 _LOCKS_GUARD = threading.Lock()
-
-
-def check_location(loc: str) -> str:
-    """A home's location as given, if cbp can keep a home there: a local path, a ``file://``
-    URI, or ``s3://BUCKET[/PREFIX]`` (``s3a://`` too). Refused (``bad-home``): other schemes
-    (no store cbp was tested with; some retry for minutes), an ``s3://`` URI without a bucket, and
-    ``%``, ``\\`` or control characters in the path (delta-rs reads a table's path as a URL: it
-    would percent-decode ``%41`` and open another directory's tables).
-
-        >>> check_location("state/x"), check_location("s3://b/homes/x")
-        ('state/x', 's3://b/homes/x')
-    """
-    scheme, sep, rest = loc.partition("://")
-    if sep:
-        if scheme.lower() not in (*objectstore.S3_SCHEMES, "file"):
-            raise UsageError(f"--home {loc!r}: cbp keeps homes on a local disk or on S3 (s3://BUCKET/PREFIX), not {scheme}://", code="bad-home")
-        if scheme.lower() != "file" and (not rest or rest.startswith("/")):
-            raise UsageError(f"--home {loc!r}: name a bucket (s3://BUCKET/PREFIX)", code="bad-home")
-    local = loc[len("file://"):] if loc.lower().startswith("file://") else (None if sep else loc)
-    if local is not None:
-        up = local
-        while up and not os.path.lexists(up) and os.path.dirname(up) != up:
-            up = os.path.dirname(up)  # the nearest part of the path that exists must be a directory
-        if up and os.path.exists(up) and not os.path.isdir(up):
-            raise UsageError(f"--home {loc!r}: {up} is a file, not a directory; a home is a directory cbp creates", code="bad-home")
-    bad = sorted({c for c in loc if c in "%\\" or ord(c) < 32 or ord(c) == 127})
-    if bad:
-        raise UsageError(f"--home {loc!r}: a home's path may not contain {', '.join(repr(c) for c in bad)} "
-                         "(Delta tables are opened by URL: '%' would be decoded); choose another directory", code="bad-home")
-    return loc
-
-
-def local_file_uri(loc: str) -> str:
-    """A ``file:`` URI as the local path it names (``file:///x``, ``file://localhost/x`` and
-    ``file:/x`` are ``/x``); any other location as it is. A ``file:`` URI naming another host or a
-    relative path is ``bad-home``.
-
-        >>> local_file_uri("file://localhost/tmp/h"), local_file_uri("file:/tmp/h"), local_file_uri("s3://b/h")
-        ('/tmp/h', '/tmp/h', 's3://b/h')
-    """
-    if loc[:5].lower() != "file:":
-        return loc
-    rest = loc[5:]
-    if rest.startswith("//"):
-        host, _, path = rest[2:].partition("/")
-        if host.lower() not in ("", "localhost"):
-            raise UsageError(f"--home {loc!r}: a file: URI of another host ({host}); give a local path or file:///PATH", code="bad-home")
-        return "/" + path
-    if rest.startswith("/"):
-        return rest
-    raise UsageError(f"--home {loc!r}: a file: URI names an absolute path (file:///PATH); give that, or a plain path", code="bad-home")
 
 
 class Home(DeltaTables):
