@@ -228,5 +228,7 @@ class Emitter:
         self._bind(key, address)
 
 
-#: What ``out.<name>`` is besides an output flow (an output flow of a per-key stage may not be named so).
+#: What ``out.<name>`` is besides an output flow (an output flow of a per-key stage may not be
+#: named so): its public names, and its own and Python's private ones.
 EMITTER_NAMES = frozenset({"stage", "epoch", "params", "has_state"} | {n for n in vars(Emitter) if not n.startswith("_")})
+EMITTER_PRIVATE = frozenset({"_writers", "_bind"} | set(dir(Emitter)) - EMITTER_NAMES)

@@ -11,6 +11,7 @@
 
 from __future__ import annotations
 
+import numbers
 import os
 from typing import Any, BinaryIO, Callable, Iterable, Iterator, Mapping, Optional, Union
 
@@ -76,7 +77,7 @@ def _check_tuning(tuning: Mapping[str, Any]) -> None:
         kind, least, nullable = TUNING[name]
         if value is None and nullable:
             continue
-        number = isinstance(value, int) if kind is int else isinstance(value, (int, float))
+        number = isinstance(value, numbers.Integral) if kind is int else isinstance(value, numbers.Real)  # numpy's too
         if isinstance(value, bool) or not number or not (value >= least) or value != value or value in (float("inf"), float("-inf")):
             raise UsageError(f"tuning option {name}={value!r}: give {'an integer' if kind is int else 'a number'} >= {least:g}"
                              + (" or None" if nullable else ""), code="bad-tuning")

@@ -462,6 +462,13 @@ def test_bad_tuning_is_refused_before_anything_runs(tmp_path, tuning):
     assert not (tmp_path / "h").exists()
 
 
+def test_numpy_numbers_are_good_tuning(tmp_path):
+    import numpy as np
+
+    p = cbp.Pipeline(URLS, home=str(tmp_path / "h"), max_state_files=np.int64(3), state_scan_fraction=np.float32(0.5))
+    assert p.controller.max_state_files == 3
+
+
 def test_a_feed_id_that_is_not_a_string_is_refused(landed):
     p = landed["urls"]
     before = _unchanged(p, "urls")

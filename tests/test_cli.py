@@ -62,7 +62,7 @@ from cbp.errors import UsageError  # noqa: E402
 
 @pytest.mark.parametrize("home", ["http://127.0.0.1:1/x", "memory://x", "gs://bucket/x", "s3://", "s3:///x",
                                   "{tmp}/h_pct%41", "{tmp}/back\\slash", "{tmp}/new\nline", "{tmp}/d.jsonl", "{tmp}/d.jsonl/sub",
-                                  "file://otherhost{tmp}/h", "file:relative/h"])
+                                  "file://otherhost{tmp}/h", "file:relative/h", "/", "file:///", "file://localhost"])
 def test_a_home_cbp_cannot_keep_is_refused_before_anything_is_written(tmp_path, capsys, home):
     """Unknown schemes ended in tracebacks or retried for minutes (gs://); '%' in a local path was
     percent-decoded by delta-rs, which then opened another directory's tables."""

@@ -170,8 +170,24 @@ def count(key, state, ev, out):
 """
 
 
-@pytest.mark.parametrize("mode,small", [("direct", None), ("direct", 0), ("blackbox", None)])
-def test_a_null_route_field_is_a_key_of_its_own(spark, tmp_path, make_pipeline, mode, small):
+NULL_KEYS_BATCH = """
+import pyarrow as pa
+
+def count(keys, state, ev, out):
+    assert not out.key_texts, keys  # a call with the null key alone gets it as a null, not as the text 'null'
+    n = [0] * len(keys)
+    for p in ev.column("_pos").to_pylist():
+        n[p] += 1
+    if state is not None:
+        for p, c in zip(state.column("_pos").to_pylist(), state.column("n").to_pylist()):
+            n[p] += c
+    return {"state": pa.table({"_key": keys, "k": keys, "n": pa.array(n, pa.int64())}), "res": pa.table({"k": keys, "n": pa.array(n, pa.int64())})}
+"""
+
+
+@pytest.mark.parametrize("mode,small,batch", [("direct", None, False), ("direct", 0, False), ("blackbox", None, False),
+                                              ("direct", None, True), ("blackbox", 0, True)])
+def test_a_null_route_field_is_a_key_of_its_own(spark, tmp_path, make_pipeline, mode, small, batch):
     """As in a Spark groupBy: the records whose route_by field is null are one group (not the string
     "null"), in every routing path, and a null does not stop the stage."""
     from collections import Counter
@@ -179,8 +195,10 @@ def test_a_null_route_field_is_a_key_of_its_own(spark, tmp_path, make_pipeline, 
     from cbp.pipeline import Pipeline
 
     tuning = {} if small is None else {"small_epoch_records": small}
-    p = Pipeline(make_pipeline(NULL_KEYS, NULL_KEYS_MODULE), home=str(tmp_path / "home"), mode=mode, spark=spark, **tuning)
-    feeds = [[{"k": "a", "v": 1}, {"k": None, "v": 2}, {"k": "null", "v": 3}, {"k": None, "v": 4}], [{"k": None, "v": 5}, {"k": "b", "v": 6}]]
+    yaml = NULL_KEYS.replace("translator: MOD:count", "translator: MOD:count\n    batch: true") if batch else NULL_KEYS
+    p = Pipeline(make_pipeline(yaml, NULL_KEYS_BATCH if batch else NULL_KEYS_MODULE), home=str(tmp_path / "home"), mode=mode, spark=spark, **tuning)
+    feeds = [[{"k": "a", "v": 1}, {"k": None, "v": 2}, {"k": "null", "v": 3}, {"k": None, "v": 4}], [{"k": None, "v": 5}, {"k": "b", "v": 6}],
+             [{"k": None, "v": 7}]]  # a call (a task) with the null key alone
     for recs in feeds:
         p.feed("ev", recs)
         p.run()

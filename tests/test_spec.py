@@ -326,7 +326,7 @@ def test_a_module_that_exits_while_imported_is_a_spec_error(make_pipeline, body)
     assert e.value.code == "bad-import" and "line 8: stage 's1' translator" in str(e.value), str(e.value)
 
 
-@pytest.mark.parametrize("name", ["params", "epoch", "stage", "has_state", "write", "associate"])
+@pytest.mark.parametrize("name", ["params", "epoch", "stage", "has_state", "write", "associate", "_writers", "_bind", "__class__"])
 def test_an_output_flow_named_like_the_emitters_own_attributes_is_refused(make_pipeline, name):
     """out.params is the stage's params: a flow of that name could not be written as out.<flow>."""
     text = BASE.replace("  b: {", f"  {name}: {{").replace("outputs: [b]", f"outputs: [{name}]")
@@ -336,7 +336,8 @@ def test_an_output_flow_named_like_the_emitters_own_attributes_is_refused(make_p
 
 
 def test_every_public_name_of_the_emitter_is_reserved():
-    from cbp.model import EMITTER_NAMES, Emitter
+    from cbp.model import EMITTER_NAMES, EMITTER_PRIVATE, Emitter
 
     out = Emitter("s", 1, {}, ["f"], True, lambda f, r: None)
     assert {n for n in set(dir(out)) | set(vars(out)) if not n.startswith("_")} - {"f", "state"} == set(EMITTER_NAMES)
+    assert {n for n in set(dir(out)) | set(vars(out)) if n.startswith("_")} <= EMITTER_PRIVATE

@@ -374,7 +374,9 @@ def _typed_keys(texts: Any) -> tuple[pa.Array, bool]:
         typed = pa.array(values)
     except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError):
         return arr, True
-    if pa.types.is_null(typed.type) or pa.types.is_struct(typed.type):
+    if pa.types.is_null(typed.type):  # every key null (a route_by field's nulls): values all the same
+        return typed, False
+    if pa.types.is_struct(typed.type):
         return arr, True
     if any(encode_key(v) != t for v, t in zip(typed.to_pylist(), arr.to_pylist())):  # e.g. 1 and 1.0 (also in lists): one type, other keys
         return arr, True

@@ -39,7 +39,7 @@ from typing import Any, Callable, Literal, Optional
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from ..errors import SpecError
-from ..model import ALL, EMITTER_NAMES, runnable_all, runnable_any
+from ..model import ALL, EMITTER_NAMES, EMITTER_PRIVATE, runnable_all, runnable_any
 from .resolve import is_import_path, resolve_callable
 from .loader import load_yaml
 from .schema import FieldType, RecordSchema, parse_type
@@ -285,9 +285,9 @@ class _Compiler:
             for out in s.outputs:
                 if out == STATE:
                     raise self.fail(where + ("outputs",), f"stage '{sname}': 'state' is written through out.state; declare it under 'state:', not as an output", "reserved-name")
-                if out in EMITTER_NAMES and not s.batch:
+                if (out in EMITTER_NAMES or out in EMITTER_PRIVATE) and not s.batch:
                     raise self.fail(where + ("outputs",), f"stage '{sname}': out.{out} is the translator's {out}, so an output flow "
-                                    f"cannot be named '{out}' ({', '.join(sorted(EMITTER_NAMES))} are taken); rename the flow", "reserved-name")
+                                    f"cannot be named '{out}' ({', '.join(sorted(EMITTER_NAMES))} and out's private names are taken); rename the flow", "reserved-name")
                 if out not in raw.flows:
                     raise self.fail(where + ("outputs",), f"stage '{sname}': unknown output flow '{out}' (declared flows: {', '.join(raw.flows)})", "unknown-flow")
                 if raw.flows[out].external:

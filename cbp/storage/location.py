@@ -28,6 +28,8 @@ def check_location(loc: str) -> str:
         if scheme.lower() != "file" and (not rest or rest.startswith("/")):
             raise UsageError(f"--home {loc!r}: name a bucket (s3://BUCKET/PREFIX)", code="bad-home")
     local = loc[len("file://"):] if loc.lower().startswith("file://") else (None if sep else loc)
+    if local is not None and os.path.abspath(local) == os.path.abspath(os.sep):
+        raise UsageError(f"--home {loc!r} is the root directory; give a directory of its own", code="bad-home")
     if local is not None:
         up = local
         while up and not os.path.lexists(up) and os.path.dirname(up) != up:
