@@ -117,7 +117,10 @@ def encode_key(key: Any) -> str:
         >>> encode_key(["url", "é"])
         '["url","é"]'
     """
-    return json.dumps(key, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return _KEY_TEXT(key)
+
+
+_KEY_TEXT = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode  # json.dumps(key, ...) without an encoder per call
 
 
 def decode_key(text: str) -> Any:
