@@ -34,6 +34,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Iterable, Iterator
 
 from ..errors import UsageError
+from ..spec.schema import RecordError
 from ..storage.lease import Lease
 from .fetch import MAX_PAGE_BYTES, MAX_URL_CHARS, REASONS, Corpus, Fetched, _reason_of, _split, decode_html
 from .links import normalize_url
@@ -179,7 +180,8 @@ class Crawler:
                         u = None
                     if u is None:
                         raise UsageError(f"seed {s!r} is not an http(s) URL", code="bad-seed")
-                    if u not in done:
+                    if u not in st["fetched"]:  # a seed given again is fetched again if it failed (a wrong --host, a missing corpus)
+                        st["failed"].pop(u, None)
                         frontier[u] = SEED_SCORE
                 records, newest = self.new_queue_records(st["cursor"])
                 for r in records:  # a queued URL is never an error: at worst it is fetched and fails with a reason
@@ -195,24 +197,32 @@ class Crawler:
             doing = st["doing"]
             rep = CrawlRound(doing["round"], queued=doing["queued"], picked=list(doing["picks"]), redone=redone)
             pages = []
+            moved: list[str] = []  # picks landed under another URL (a directory's, with its "/")
+            schema = self.p.spec.flow(self.pages).schema
             for u in doing["picks"]:
                 try:
                     f = self.fetch(u)
+                    if f.html is not None:
+                        schema.validate({"url": u, "html": f.html})  # a page the flow would refuse fails alone, not the round
                 except Exception as e:  # noqa: BLE001 -- fetch never raises; if it did, this pick fails, not the round
-                    f = Fetched(u, reason=_reason_of(e))
+                    f = Fetched(u, reason=_reason_of(e) if not isinstance(e, RecordError) else f"failed: {type(e).__name__}")
                 if f.html is None:
                     rep.failed[u] = f.reason or "failed"
+                elif f.url in rep.landed or (f.url != u and f.url in st["fetched"]):
+                    moved.append(u)  # http://h/dir when http://h/dir/ was fetched already
                 else:
-                    pages.append({"url": u, "html": f.html})
-                    rep.landed.append(u)
+                    pages.append({"url": f.url, "html": f.html})
+                    rep.landed.append(f.url)
+                    if f.url != u:
+                        moved.append(u)
                     if f.truncated:
-                        rep.truncated.append(u)
+                        rep.truncated.append(f.url)
             if pages:
                 rep.increments = self.p.feed(self.pages, pages, feed_id=f"crawl:{doing['round']}")
             st["round"] = doing["round"]
             st["cursor"] = doing["cursor"]
             st["frontier"] = doing["frontier"]
-            st["fetched"] = st["fetched"] + rep.landed
+            st["fetched"] = st["fetched"] + rep.landed + moved
             st["failed"] = {**st["failed"], **rep.failed}
             st["doing"] = None
             rep.frontier = len(st["frontier"])

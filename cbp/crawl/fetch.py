@@ -16,7 +16,7 @@ import re
 import stat
 from dataclasses import dataclass
 from typing import Any, Optional
-from urllib.parse import unquote_to_bytes, urlsplit
+from urllib.parse import quote, unquote_to_bytes, urlsplit
 
 from ..errors import UsageError
 from .links import normalize_url
@@ -43,42 +43,70 @@ _PATH_MAX = 4096  # bytes of a path below the root
 _MAX_HOPS = 40  # symbolic links followed (and races retried) in one fetch, as the kernel's ELOOP limit
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
 _FILE_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC
+_NAME_SAFE = "/!$&'()*+,;=:@[]^|~"  # kept as they are in a file's URL (a WHATWG URL path keeps them); others %-encoded
 _HTML_SUFFIXES = (".html", ".htm", ".xhtml", ".shtml")
 _META_CHARSET = re.compile(rb"""<meta[^>]*?charset\s*=\s*["']?\s*([A-Za-z0-9_.:-]+)""", re.I)
 
 
-def decode_html(data: bytes) -> str:
-    """Bytes of a page -> text, as a browser would guess: BOM, else UTF-8, else the ``<meta charset>``, else windows-1252.
+#: The encodings a ``<meta charset>`` may choose, as the WHATWG Encoding Standard maps them: a
+#: label Python's codec registry resolves to a key here decodes with its value; any other label
+#: (``utf-7``, ``utf-32``, ``unicode_escape``, ``rot13``, ``hex``, ``base64``...) is ignored, as a
+#: browser ignores a label it does not know. ``latin1``/``ascii`` are windows-1252 and a meta
+#: ``utf-16`` is UTF-8, as in the standard; GBK and GB2312 are decoded as GB18030, Big5 as
+#: Big5-HKSCS, Shift_JIS as windows-31j and EUC-KR as windows-949 (the standard's decoders).
+_META_ENCODINGS = {
+    **{n: n for n in ("cp866", "koi8-r", "koi8-u", "mac-roman", "mac-cyrillic", "gb18030", "euc_jp", "iso2022_jp",
+                      *(f"iso8859-{i}" for i in (2, 3, 4, 5, 6, 7, 8, 10, 13, 14, 15, 16)), *(f"cp{i}" for i in range(1250, 1259)))},
+    "iso8859-1": "cp1252", "ascii": "cp1252", "iso8859-9": "cp1254", "iso8859-11": "cp874", "cp874": "cp874", "tis-620": "cp874",
+    "gbk": "gb18030", "gb2312": "gb18030", "big5": "big5hkscs", "big5hkscs": "big5hkscs", "shift_jis": "cp932", "cp932": "cp932",
+    "euc_kr": "cp949", "cp949": "cp949", "utf-8": "utf-8", "utf-16": "utf-8", "utf-16-le": "utf-8", "utf-16-be": "utf-8",
+}
+_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
 
-    Never raises; undecodable bytes become U+FFFD.
+
+def decode_html(data: bytes, truncated: bool = False) -> str:
+    """Bytes of a page -> text, as a browser would guess: BOM, else UTF-8, else the ``<meta charset>``
+    (an encoding of the WHATWG Encoding Standard), else windows-1252.
+
+    Never raises, and the text never holds a lone surrogate; undecodable bytes become U+FFFD. A
+    ``truncated`` page is UTF-8 if it is up to a character cut at its end.
 
         >>> decode_html(b"caf\\xc3\\xa9"), decode_html(b'<meta charset="latin-1">caf\\xe9')[-4:]
         ('café', 'café')
-        >>> decode_html(b"caf\\xe9 \\x81") == "café \\ufffd"
-        True
+        >>> decode_html(b"caf\\xe9 \\x81") == "café \\ufffd", decode_html(b"caf\\xc3\\xa9 \\xc3", truncated=True)
+        (True, 'café ')
+        >>> decode_html(b'<meta charset="unicode_escape">\\\\ud800\\xff')[-7:]  # not an encoding of the web: windows-1252
+        '\\\\ud800ÿ'
     """
     for bom, enc in ((codecs.BOM_UTF8, "utf-8"), (codecs.BOM_UTF16_LE, "utf-16-le"), (codecs.BOM_UTF16_BE, "utf-16-be")):
         if data.startswith(bom):
-            return data[len(bom):].decode(enc, errors="replace")
+            return _no_surrogates(data[len(bom):].decode(enc, errors="replace"))
     try:
         return data.decode("utf-8")
-    except UnicodeDecodeError:
-        pass
+    except UnicodeDecodeError as e:
+        if truncated and e.start >= len(data) - 3 and e.reason == "unexpected end of data":
+            return data[:e.start].decode("utf-8")  # UTF-8 cut inside its last character
     enc = "cp1252"
     m = _META_CHARSET.search(data[:4096])
     if m:
         try:
-            enc = codecs.lookup(m.group(1).decode("ascii")).name
-        except LookupError:
+            enc = _META_ENCODINGS.get(codecs.lookup(m.group(1).decode("ascii").strip().lower()).name, enc)
+        except (LookupError, UnicodeError, ValueError):
             pass
-    if enc.startswith("utf-16") or enc == "utf-8":  # a page that lies about its encoding
-        return data.decode("utf-8", errors="replace")
-    return data.decode(enc, errors="replace")
+    try:
+        return _no_surrogates(data.decode(enc, errors="replace"))
+    except Exception:  # noqa: BLE001 -- a codec's own failure: the page is still text
+        return data.decode("cp1252", errors="replace")
+
+
+def _no_surrogates(text: str) -> str:
+    return text if text.isascii() or not _LONE_SURROGATE.search(text) else _LONE_SURROGATE.sub("\ufffd", text)
 
 
 @dataclass(frozen=True)
 class Fetched:
     """What fetching one URL gave: the page text, or why there is none (see :data:`REASONS`).
+    ``url`` is where the page is (the URL asked for, or a directory's with its trailing ``/``).
 
     ``path`` is the file that was read (symbolic links resolved, always below the corpus root).
     """
@@ -218,9 +246,14 @@ class Corpus:
         self.site = f"{scheme}://{self.host}"
 
     def url_of(self, path: str | os.PathLike[str]) -> str:
-        """The URL of a file below the root."""
+        """The URL of a file below the root (its names %-encoded where a URL path needs it).
+
+            >>> c = Corpus(os.path.dirname(__file__), host="h")
+            >>> c.url_of(os.path.join(c.root, "100% a?b#c (é).html"))
+            'http://h/100%25%20a%3Fb%23c%20(%C3%A9).html'
+        """
         rel = os.path.relpath(os.path.realpath(os.fspath(path)), self.root).replace(os.sep, "/")
-        url = normalize_url(f"{self.site}/{rel}")
+        url = normalize_url(f"{self.site}/{quote(rel, safe=_NAME_SAFE)}")  # a name with "?", "#" or "%" is still that file
         assert url is not None
         return url
 
@@ -242,23 +275,28 @@ class Corpus:
         return real == self.root or real.startswith(self._below)
 
     def fetch(self, url: str, max_bytes: int = MAX_PAGE_BYTES) -> Fetched:
-        """The page at ``url``, or a :class:`Fetched` with the reason it cannot be fetched.
+        """The page at ``url``, or a :class:`Fetched` with the reason it cannot be fetched. A
+        directory named without its trailing ``/`` is fetched at the URL with it (``Fetched.url``),
+        as a web server would redirect there.
 
         Never raises, whatever the string (reasons: :data:`REASONS`). The query and fragment
         are ignored; host and scheme compare case-insensitively; a port or user info is refused.
         """
         try:
             names = self._names(url)
-            fd, path = self._open(names)
+            fd, path, in_dir = self._open(names)
             try:
-                with os.fdopen(fd, "rb", closefd=True) as fh:
-                    data = fh.read(max(0, max_bytes) + 1)
+                with os.fdopen(fd, "rb", closefd=True) as fh:  # read() allocates what it is asked for: ask no more than the file has
+                    data = fh.read(min(max(0, max_bytes), os.fstat(fd).st_size) + 1)
             except OSError as e:
                 raise _Refused(f"unreadable: {e.strerror or type(e).__name__}") from None
             head = data[:512].lstrip().lower()
             if not path.lower().endswith(_HTML_SUFFIXES) and not head.startswith((b"<!doctype html", b"<html")):
                 return Fetched(url, reason="not HTML")
-            return Fetched(url, html=decode_html(data[:max_bytes]), truncated=len(data) > max_bytes, path=path)
+            scheme, netloc, upath = _split(url)
+            if in_dir and not upath.endswith("/"):  # a web server redirects http://h/dir to http://h/dir/ (its links resolve there)
+                url = normalize_url(f"{scheme}://{netloc}{upath}/") or url
+            return Fetched(url, html=decode_html(data[:max_bytes], len(data) > max_bytes), truncated=len(data) > max_bytes, path=path)
         except Exception as e:  # noqa: BLE001 -- a URL is recorded as unfetchable, it never stops the crawler
             return Fetched(url, reason=_reason_of(e))
 
@@ -273,9 +311,11 @@ class Corpus:
             raise _Refused("outside the corpus")
         return _components(path)
 
-    def _open(self, names: list[str]) -> tuple[int, str]:
-        """Open the regular file ``names`` lead to from the root, never leaving it: ``(fd, real path)``."""
+    def _open(self, names: list[str]) -> tuple[int, str, bool]:
+        """Open the regular file ``names`` lead to from the root, never leaving it: ``(fd, real
+        path, whether the names led to a directory whose index.html it is)``."""
         todo = list(names)
+        in_dir = not todo
         if not todo:
             todo = ["index.html"]
         root_fd = os.open(self.root, _DIR_FLAGS)
@@ -327,6 +367,7 @@ class Corpus:
                     done.append(name)
                     if last:
                         todo.append("index.html")  # a directory is its index.html, walked like any name
+                        in_dir = True
                     continue
                 try:
                     fst = os.fstat(fd)
@@ -337,7 +378,7 @@ class Corpus:
                 except BaseException:
                     os.close(fd)
                     raise
-                return fd, path
+                return fd, path, in_dir
         finally:
             for fd in fds:
                 os.close(fd)

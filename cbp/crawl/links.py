@@ -18,16 +18,19 @@ counting link occurrences, as the URLCount demo does); everything else about it 
     ['http://h/b', 'http://h/b']
 
 HTML is parsed with lexbor (through ``selectolax``), an HTML5 parser that accepts any input:
-invalid markup, unclosed tags, binary junk. Pages larger than ``max_chars`` are parsed only up
-to that many characters.
+invalid markup, unclosed tags, binary junk; a page nested thousands of elements deep (which
+lexbor takes seconds on) is read by the standard library's tokenizer instead. Pages larger than
+``max_chars`` are parsed only up to that many characters. URLs are parsed and resolved by the
+WHATWG URL Standard (``ada``), as browsers do.
 """
 
 from __future__ import annotations
 
-import ipaddress
 import re
+from html.parser import HTMLParser
 from typing import Optional
-from urllib.parse import quote, urldefrag, urljoin, urlsplit, urlunsplit
+
+from ada_url import URL
 
 __all__ = ["page_links", "normalize_url", "site_of", "MAX_PAGE_CHARS", "RULES_VERSION"]
 
@@ -35,70 +38,36 @@ MAX_PAGE_CHARS = 8 * 1024 * 1024  # characters of a page that are parsed; the re
 #: Raise it whenever a change here gives some page other links: whatever is derived from links
 #: and kept across runs (e.g. the URL vocabulary bench/url_count_bench.py caches) is keyed by it.
 #: 1: the lexbor parser and normalize_url (before it, cbp.crawl.corpus had an HTMLParser of its own).
-RULES_VERSION = 1
-
-_STRIP = re.compile(r"[\t\n\r]")  # removed anywhere in a URL, as browsers do (WHATWG URL parser)
-_HOST = re.compile(r"^(?:[a-z0-9_~!$&'()*+,;=%-]+(?:\.[a-z0-9_~!$&'()*+,;=%-]+)*\.?)$")
-_ABSOLUTE = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")  # "http:///x" is a malformed absolute URL, not a relative one
-_SAFE = "/%:@!$&'()*+,;=-._~?"  # characters kept as they are in paths and queries; others are %-encoded
+#: 2: URLs parsed and resolved by the WHATWG URL Standard (ada), as browsers do: backslashes,
+#:    IDN hosts, encoded dot segments, a ``<base>`` of another scheme, ``href=""``.
+RULES_VERSION = 2
 
 
 def normalize_url(url: str, base: Optional[str] = None) -> Optional[str]:
     """The absolute form of ``url`` (resolved against ``base``) that the crawl queue uses, or None.
 
-    Fragment removed, scheme and host lower-cased, default ports dropped, spaces and non-ASCII
-    characters of the path and query %-encoded; None unless it is a well-formed ``http``/``https`` URL.
+    Parsed and resolved as a browser does (the WHATWG URL Standard, by the ``ada`` library:
+    backslashes are slashes, hosts IDNA-encoded and lower-cased, dot segments plain or encoded
+    removed, spaces and non-ASCII characters %-encoded, default ports dropped); then the fragment
+    and any user info are dropped. None unless the result is an ``http``/``https`` URL.
 
         >>> normalize_url("../x y.html#top", "HTTP://Host.ORG:80/a/b/")
         'http://host.org/a/x%20y.html'
+        >>> normalize_url("http://evil\\\\@other/x"), normalize_url("http://Bücher.de/%2e%2e/a")
+        ('http://evil/@other/x', 'http://xn--bcher-kva.de/a')
         >>> normalize_url("javascript:void(0)", "http://h/") is None, normalize_url("http://[::1", "http://h/") is None
         (True, True)
-        >>> normalize_url("http://h/\\ud800") is None
-        True
+        >>> normalize_url("http://h/\\ud800") is None, normalize_url("x.html", "ftp://h/") is None
+        (True, True)
     """
-    url = _STRIP.sub("", url).strip(" \x00\x0b\x0c")
     try:
-        absolute = urljoin(base, url) if base is not None and not _ABSOLUTE.match(url) else url
-        absolute = urldefrag(absolute)[0]
-        parts = urlsplit(absolute)
-        scheme = parts.scheme.lower()
-        if scheme not in ("http", "https"):
+        u = URL(url, base) if base is not None else URL(url)
+        scheme = u.protocol
+        if scheme != "http:" and scheme != "https:" or not u.hostname:
             return None
-        host = parts.hostname  # lower-cased by urlsplit
-        port = parts.port  # raises ValueError for a port that is not a number in range
-    except ValueError:
+        return f"{scheme}//{u.host}{u.pathname}{u.search}"
+    except (ValueError, TypeError, UnicodeError):  # not a URL; a lone surrogate
         return None
-    if host and ":" in host:  # an IPv6 literal, written in brackets
-        try:
-            host = f"[{ipaddress.IPv6Address(host).compressed}]"
-        except ValueError:
-            return None
-    elif not host or not _HOST.match(host):
-        return None
-    if port is not None and port != (80 if scheme == "http" else 443):
-        host = f"{host}:{port}"
-    try:
-        path = quote(_remove_dot_segments(parts.path or "/"), safe=_SAFE)
-        query = quote(parts.query, safe=_SAFE)
-    except UnicodeEncodeError:  # a lone surrogate: no URL a page can mean
-        return None
-    return urlunsplit((scheme, host, path, query, ""))
-
-
-def _remove_dot_segments(path: str) -> str:
-    """RFC 3986 §5.2.4: ``/a/./b/../c`` -> ``/a/c`` (urljoin does it only for relative links)."""
-    segs = path.split("/")
-    out: list[str] = []
-    for i, seg in enumerate(segs):
-        last = i == len(segs) - 1
-        if seg in (".", ".."):
-            if seg == ".." and len(out) > 1:
-                out.pop()
-            if last:
-                out.append("")
-            continue
-        out.append(seg)
-    return "/".join(out)
 
 
 def site_of(url: str) -> str:
@@ -124,8 +93,6 @@ def page_links(url: str, html: str, max_chars: int = MAX_PAGE_CHARS, *, every_oc
         >>> page_links("http://h/", "<p>no links</p>"), page_links("not a url", '<a href="http://h/">x</a>')
         ([], [])
     """
-    from selectolax.lexbor import LexborHTMLParser
-
     src = normalize_url(url)
     if src is None or not html:
         return []
@@ -133,17 +100,13 @@ def page_links(url: str, html: str, max_chars: int = MAX_PAGE_CHARS, *, every_oc
         html = html[:max_chars]
     if "\x00" in html:
         html = html.replace("\x00", "\ufffd")  # as the HTML5 tokenizer would; lexbor's C strings stop at NUL
-    tree = LexborHTMLParser(html)
+    base_href, hrefs = _hrefs(html)
     base = src
-    node = tree.css_first("base[href]")  # <base href> changes what relative links resolve against
-    if node is not None and node.attributes.get("href"):
-        base = normalize_url(node.attributes["href"] or "", src) or src
+    if base_href:  # <base href> changes what relative links resolve against (one that is no URL is ignored)
+        base = _resolve(base_href, src) or src
     seen: set[str] = set()
     out: list[str] = []
-    for node in tree.css("a[href]"):
-        href = node.attributes.get("href")
-        if not href:
-            continue
+    for href in hrefs:
         dst = normalize_url(href, base)
         if dst is None or dst == src:
             continue
@@ -153,3 +116,81 @@ def page_links(url: str, html: str, max_chars: int = MAX_PAGE_CHARS, *, every_oc
             seen.add(dst)
             out.append(dst)
     return out
+
+
+def _resolve(href: str, base: str) -> Optional[str]:
+    """``href`` resolved against ``base``, whatever its scheme (None if it is no URL)."""
+    try:
+        return URL(href, base).href
+    except (ValueError, TypeError, UnicodeError):
+        return None
+
+
+#: Pages lexbor's tree builder would take seconds on (its cost grows with nesting depth times
+#: tags, and with the square of one tag's attributes): more tags or ``=`` than these, and an
+#: estimated depth or a tag's length beyond the next two, are read by the standard library's
+#: tokenizer instead, which finds the same ``<a href>`` and ``<base href>`` in linear time.
+_FEW_TAGS, _MAX_DEPTH, _MAX_TAG_CHARS = 20_000, 2_000, 64 * 1024
+_TAG = re.compile(r"<(/?)([A-Za-z][A-Za-z0-9-]*)[^>]*>?")
+_NOT_NESTING = frozenset("a area base br col embed hr img input link meta source track wbr p li dt dd option optgroup tr td th "
+                         "thead tbody tfoot rb rt rtc rp colgroup caption html head body".split())
+
+
+def _hrefs(html: str) -> tuple[Optional[str], list[str]]:
+    """The first ``<base href>`` and every ``<a href>`` of a page, in document order."""
+    if (html.count("<") > _FEW_TAGS or html.count("=") > _FEW_TAGS) and _pathological(html):
+        return _hrefs_by_tokens(html)
+    from selectolax.lexbor import LexborHTMLParser
+
+    tree = LexborHTMLParser(html)
+    node = tree.css_first("base[href]")
+    base = node.attributes.get("href") if node is not None else None
+    return base, [h for h in (n.attributes.get("href") for n in tree.css("a[href]")) if h is not None]
+
+
+def _pathological(html: str) -> bool:
+    """Whether a page nests elements deeper than a browser would build (an estimate from its tags)
+    or has a tag longer than any real one."""
+    depth = deepest = 0
+    for m in _TAG.finditer(html):
+        if m.end() - m.start() > _MAX_TAG_CHARS:
+            return True
+        name = m.group(2).lower()
+        if name in _NOT_NESTING:
+            continue
+        depth = max(0, depth - 1) if m.group(1) else depth + 1
+        if depth > deepest:
+            deepest = depth
+            if deepest > _MAX_DEPTH:
+                return True
+    return False
+
+
+class _Links(HTMLParser):
+    """Internal: the standard library's tokenizer, collecting ``<a href>`` and the first ``<base href>``."""
+
+    def __init__(self) -> None:
+        super().__init__(convert_charrefs=True)
+        self.base: Optional[str] = None
+        self.hrefs: list[str] = []
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, Optional[str]]]) -> None:
+        if tag in ("a", "base"):
+            href = next((v for k, v in attrs if k == "href"), None)
+            if href is not None:
+                if tag == "a":
+                    self.hrefs.append(href)
+                elif self.base is None:
+                    self.base = href
+
+    handle_startendtag = handle_starttag
+
+
+def _hrefs_by_tokens(html: str) -> tuple[Optional[str], list[str]]:
+    links = _Links()
+    try:
+        links.feed(html)
+        links.close()
+    except Exception:  # noqa: BLE001 -- the tokenizer accepts anything; keep what it found if not
+        pass
+    return links.base, links.hrefs
