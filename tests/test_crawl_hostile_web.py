@@ -21,6 +21,7 @@ from cbp.crawl import links as links_mod
 from cbp.crawl.crawler import Corpus, Crawler
 from cbp.crawl.fetch import decode_html
 from cbp.crawl.links import normalize_url, page_links
+from cbp.errors import RuntimeStateError
 from conftest import FLOWS
 
 CRAWL = FLOWS / "crawl_queue.yaml"
@@ -166,3 +167,15 @@ def test_the_tokenizer_finds_what_lexbor_finds_on_ordinary_pages():
             '<a href=\'q?x=1&amp;y=2\'>q</a><a name="n">n</a><a href="http://o/">o</a></body></html>')
     assert links_mod._hrefs_by_tokens(html) == links_mod._hrefs(html)
     assert page_links("http://h/", html) == ["http://h/d/a.html", "http://h/d/b.html", "http://h/d/A&B.html", "http://h/d/q?x=1&y=2", "http://o/"]
+
+
+@pytest.mark.parametrize("text", [b"{not json", b"[]", b'{"round": "1"}', b"\xff\xfe", b'{"round": 1, "cursor": 0, "frontier": {}, "fetched": [], "failed": {}, "doing": 3}'])
+def test_a_damaged_crawler_position_is_a_typed_error_not_a_restart(spark, tmp_path, text):
+    c = _site(tmp_path, {"a.html": b"<html>a"})
+    p = cbp.load(CRAWL, home=str(tmp_path / "home"), spark=spark)
+    cr = Crawler(p, [c])
+    p.home.write_bytes("_crawler/state.json", text)
+    with pytest.raises(RuntimeStateError) as e:
+        cr.round(seeds=["http://h/a.html"])
+    assert e.value.code == "bad-crawler-state"
+    assert p.feeds("pages") == 0

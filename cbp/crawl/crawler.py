@@ -33,7 +33,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Iterable, Iterator
 
-from ..errors import UsageError
+from ..errors import RuntimeStateError, UsageError
 from ..spec.schema import RecordError
 from ..storage.lease import Lease
 from .fetch import MAX_PAGE_BYTES, MAX_URL_CHARS, REASONS, Corpus, Fetched, _reason_of, _split, decode_html
@@ -45,6 +45,7 @@ if TYPE_CHECKING:
 __all__ = ["Corpus", "Crawler", "CrawlRound", "Fetched", "decode_html", "MAX_PAGE_BYTES", "MAX_URL_CHARS", "REASONS"]
 
 _STATE = "_crawler/state.json"
+_STATE_FIELDS = {"round": int, "cursor": int, "frontier": dict, "fetched": list, "failed": dict}  # and "doing": a dict or None
 SEED_SCORE = 1e300  # seeds are fetched before any queued URL
 
 
@@ -111,8 +112,17 @@ class Crawler:
     # ------------------------------------------------------------------ state
     def state(self) -> dict[str, Any]:
         """The crawler's position: rounds, queue epochs consumed, frontier, fetched and failed URLs."""
-        st = self.p.home.read_json(_STATE)
-        return st or {"round": 0, "cursor": 0, "frontier": {}, "fetched": [], "failed": {}, "doing": None, "rounds": []}
+        try:
+            st = self.p.home.read_json(_STATE)
+        except ValueError as e:  # not JSON, not UTF-8
+            st = e
+        if st is None:
+            return {"round": 0, "cursor": 0, "frontier": {}, "fetched": [], "failed": {}, "doing": None, "rounds": []}
+        if not (isinstance(st, dict) and all(type(st.get(k)) is t for k, t in _STATE_FIELDS.items()) and isinstance(st.get("doing"), (dict, type(None)))):
+            raise RuntimeStateError(f"the crawler's position {self.p.home.uri(_STATE)} is damaged ({str(st)[:80] if isinstance(st, ValueError) else 'not the fields a crawler writes'}); "
+                                    "restore it from a backup, or delete it to crawl again from round 1 with new seeds (feed ids crawl:N would repeat: "
+                                    "use a new home then)", code="bad-crawler-state", path=self.p.home.uri(_STATE))
+        return st
 
     def _save(self, st: dict[str, Any]) -> None:
         self.p.home.write_json(_STATE, st)
