@@ -14,6 +14,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -125,6 +126,9 @@ def test_inbox_files_and_cbp_feed_lead_to_a_run(airflow_env):
     assert watcher.check() is None
     (inbox / "batch-0.jsonl").write_text('{"url": "http://c/"}\n{"url": \n')  # a bad file does not block the one behind it
     (inbox / "batch-1.jsonl").write_text("".join(json.dumps({"url": u}) + "\n" for u in ["http://a/", "http://b/", "http://a/"]))
+    assert watcher.check() is None  # just written: maybe still being written, not announced before inbox_settle_seconds
+    for f in inbox.iterdir():
+        os.utime(f, (time.time() - 60, time.time() - 60))  # as if written a minute ago
     ev = watcher.check()
     assert ev["inbox_files"] == ["batch-0.jsonl", "batch-1.jsonl"]
     assert watcher.check() is None  # announced once

@@ -12,6 +12,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -97,7 +98,9 @@ def test_run_task_on_an_s3_home_in_local_mode(s3, tmp_path):
     inbox.mkdir(parents=True)
     (inbox / "b1.jsonl").write_text("".join(json.dumps({"url": u}) + "\n" for u in ["http://a/", "http://b/", "http://a/"]))
     trigger = dag.timetable.asset_condition.objects[0].watchers[0].trigger
-    assert isinstance(trigger, IncrementLanded) and trigger.check()["inbox_files"] == ["b1.jsonl"]
+    assert isinstance(trigger, IncrementLanded) and trigger.check() is None  # not before inbox_settle_seconds
+    os.utime(inbox / "b1.jsonl", (time.time() - 60, time.time() - 60))  # written a minute ago: complete
+    assert trigger.check()["inbox_files"] == ["b1.jsonl"]
     landed = dag.task_dict["land_inbox"].python_callable()
     assert landed["landed"] == {"urls": ["b1.jsonl"]}
     result = dag.task_dict["run"].execute(context={})

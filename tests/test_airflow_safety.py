@@ -25,6 +25,7 @@ from pathlib import Path
 
 import pytest
 
+from cbp.errors import CbpError
 from conftest import FLOWS, ROOT, WORD_COUNT
 
 pytest.importorskip("airflow")
@@ -228,8 +229,9 @@ def test_run_and_crawl_tasks_have_the_configured_execution_timeout(tmp_path):
     assert dags["cbp_url_count"].task_dict["run"].epoch_timeout is None
     assert dags["cbp_crawl_queue_crawler"].task_dict["crawl_round"].execution_timeout == timedelta(minutes=30)
     for bad in ("0", "-1", "abc", "null", ".inf"):
-        with pytest.raises(ValueError, match="run_timeout_minutes"):
+        with pytest.raises(CbpError, match="run_timeout_minutes") as e:
             load_config(str(_config_file(tmp_path, FLOWS, f"run_timeout_minutes: {bad}\n")))
+        assert e.value.code == "bad-config"
 
 
 def test_two_yamls_of_one_pipeline_name_are_refused(tmp_path):
@@ -244,8 +246,12 @@ def test_two_yamls_of_one_pipeline_name_are_refused(tmp_path):
         shutil.copy(FLOWS / f, flows / f)
     assert set(make_dags(str(_config_file(tmp_path, flows)))) == {"cbp_url_count", "cbp_crawl_queue", "cbp_crawl_queue_crawler"}
     (flows / "url_count_copy.yaml").write_text((FLOWS / "url_count.yaml").read_text())
-    with pytest.raises(ValueError, match="url_count_copy.yaml and .*url_count.yaml both declare pipeline 'url_count'"):
-        make_dags(str(_config_file(tmp_path, flows)))
+    dags = make_dags(str(_config_file(tmp_path, flows)))  # neither YAML runs: cbp_url_count fails with the reason
+    assert set(dags) == {"cbp_url_count", "cbp_crawl_queue", "cbp_crawl_queue_crawler"}
+    assert set(dags["cbp_url_count"].task_dict) == {"broken"} and "broken" in dags["cbp_url_count"].tags
+    with pytest.raises(CbpError, match="url_count_copy.yaml and .*url_count.yaml both declare pipeline 'url_count'") as e:
+        dags["cbp_url_count"].task_dict["broken"].python_callable()
+    assert e.value.code == "duplicate-pipeline"
 
 
 def test_epoch_timeout_is_passed_to_cbp_run_only_when_set(tmp_path, make_pipeline):
@@ -446,10 +452,10 @@ def test_a_bad_inbox_file_is_rejected_with_its_error_and_the_next_one_lands(kind
             return real_open(p, *a, **k)
 
         monkeypatch.setattr(os, "open", deny)
-    watcher = IncrementLanded(home, "words", inbox=str(d))
+    watcher = IncrementLanded(home, "words", inbox=str(d), settle=0)
     assert watcher.check()["inbox_files"] == ["a.jsonl", "b.jsonl"]
 
-    res = land_inbox(yaml, home, str(inbox), ["words"])
+    res = land_inbox(yaml, home, str(inbox), ["words"], settle=0)
     assert res["landed"] == {"words": ["b.jsonl"]}
     assert list(res["rejected"]["words"]) == ["a.jsonl"] and res["rejected"]["words"]["a.jsonl"].startswith(f"{code}: ")
     assert sorted(os.listdir(d)) == ["landed", "rejected"]
@@ -464,7 +470,7 @@ def test_a_bad_inbox_file_is_rejected_with_its_error_and_the_next_one_lands(kind
     # a retry (the good file back, as if the task died before moving it) lands nothing twice
     shutil.copy(d / "landed" / "b.jsonl", d / "b.jsonl")
     monkeypatch.undo()
-    res = land_inbox(yaml, home, str(inbox), ["words"])
+    res = land_inbox(yaml, home, str(inbox), ["words"], settle=0)
     assert res == {"landed": {"words": ["b.jsonl"]}, "rejected": {}}
     assert cbp.load(yaml, home=home).output("words") == WORDS and landed_feeds(home, "words") == 1
     assert sorted(os.listdir(d / "rejected")) == ["a.jsonl", "a.jsonl.error.txt"]
@@ -481,15 +487,15 @@ def test_retried_inbox_lands_each_file_once_and_a_new_file_under_an_old_name_too
     d.mkdir(parents=True)
     (d / "a.jsonl").write_text("not json\n")
     _good(d, "b.jsonl")
-    watcher = IncrementLanded(home, "words", inbox=str(d))
+    watcher = IncrementLanded(home, "words", inbox=str(d), settle=0)
     assert watcher.check() is not None
-    land_inbox(yaml, home, str(inbox), ["words"])
-    assert land_inbox(yaml, home, str(inbox), ["words"]) == {"landed": {}, "rejected": {}}  # the retry: nothing to do
+    land_inbox(yaml, home, str(inbox), ["words"], settle=0)
+    assert land_inbox(yaml, home, str(inbox), ["words"], settle=0) == {"landed": {}, "rejected": {}}  # the retry: nothing to do
     assert landed_feeds(home, "words") == 1 and watcher.check() is None
     # the same bad name again (another bad file): rejected beside the first, which is kept; announced again
     (d / "a.jsonl").write_text('{"w": 1}\n')
     assert watcher.check()["inbox_files"] == ["a.jsonl"]
-    res = land_inbox(yaml, home, str(inbox), ["words"])
+    res = land_inbox(yaml, home, str(inbox), ["words"], settle=0)
     assert list(res["rejected"]["words"]) == ["a.1.jsonl"]
     assert (d / "rejected" / "a.jsonl").read_text() == "not json\n" and (d / "rejected" / "a.1.jsonl").read_text() == '{"w": 1}\n'
     assert (d / "rejected" / "a.1.jsonl.error.txt").read_text().startswith("bad-record: ")
@@ -497,7 +503,7 @@ def test_retried_inbox_lands_each_file_once_and_a_new_file_under_an_old_name_too
     _good(d, "b.jsonl", [{"w": "q"}, {"w": "r"}, {"w": "q"}])
     assert (d / "b.jsonl").stat().st_size == (d / "landed" / "b.jsonl").stat().st_size
     assert watcher.check()["inbox_files"] == ["b.jsonl"]
-    res = land_inbox(yaml, home, str(inbox), ["words"])
+    res = land_inbox(yaml, home, str(inbox), ["words"], settle=0)
     assert res["landed"] == {"words": ["b.jsonl"]}
     assert landed_feeds(home, "words") == 2
     assert sorted(r["w"] for r in cbp.load(yaml, home=home).output("words")) == ["q", "q", "r", "x", "x", "y"]
@@ -514,7 +520,7 @@ def test_an_inbox_failure_that_is_not_the_file_s_fault_rejects_nothing(tmp_path,
     d.mkdir(parents=True)
     _good(d, "b.jsonl")
     with pytest.raises(Exception):
-        land_inbox(yaml, str(home), str(tmp_path / "inbox"), ["words"])
+        land_inbox(yaml, str(home), str(tmp_path / "inbox"), ["words"], settle=0)
     assert os.listdir(d) == ["b.jsonl"]  # still waiting: the retry (once the home is fixed) lands it
 
 
@@ -528,7 +534,7 @@ def test_fifos_and_directories_in_the_inbox_are_left_alone(tmp_path):
     (d / "note.txt").write_text("x")
     (d / "ok.jsonl").write_text("")
     (d / "link.jsonl").symlink_to(d / "nowhere")
-    assert inbox_files(str(d)) == ["link.jsonl", "ok.jsonl"]
+    assert inbox_files(str(d), settle=0) == ["link.jsonl", "ok.jsonl"]
 
 
 def test_parquet_inbox_files_land_and_a_bad_one_is_rejected_under_its_own_suffix(tmp_path, make_pipeline):
@@ -545,8 +551,8 @@ def test_parquet_inbox_files_land_and_a_bad_one_is_rejected_under_its_own_suffix
     pq.write_table(pa.table({"w": ["x", "y", "x"]}), d / "b.parquet")
     pq.write_table(pa.table({"w": [1, 2]}), d / "a.parquet")
     (d / REJECTED / "a.parquet").write_bytes(b"an earlier rejected file of that name")
-    assert IncrementLanded(home, "words", inbox=str(d)).check()["inbox_files"] == ["a.parquet", "b.parquet"]
-    res = land_inbox(yaml, home, str(inbox), ["words"])
+    assert IncrementLanded(home, "words", inbox=str(d), settle=0).check()["inbox_files"] == ["a.parquet", "b.parquet"]
+    res = land_inbox(yaml, home, str(inbox), ["words"], settle=0)
     assert res["landed"] == {"words": ["b.parquet"]}
     assert list(res["rejected"]["words"]) == ["a.1.parquet"] and res["rejected"]["words"]["a.1.parquet"].startswith("bad-record: ")
     assert sorted(os.listdir(d / REJECTED)) == ["a.1.parquet", "a.1.parquet.error.txt", "a.parquet"]

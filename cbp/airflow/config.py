@@ -6,6 +6,13 @@ directory (``inbox:``, or ``markers:``): the inbox files and the triggers' annou
 stay on the Airflow machine's disk while the pipelines' state is on S3. Without one, such a
 configuration is refused with code ``needs-local-home``.
 
+The file is read with the bounded YAML reader of pipeline files (no alias bombs; a key given twice
+is ``duplicate-key``). Every other bad setting is refused when the file is loaded with code
+``bad-config``, the file and the key named: an unknown key (at the top or in a crawler), a
+number that is not finite and positive (time limits at most a week, as ``cbp run
+--epoch-timeout``), ``max_pages`` that is not a whole number >= 1, a ``homes`` cbp cannot keep a
+home in (:func:`cbp.storage.location.check_location`; ``file:`` URIs name local directories).
+
     >>> cfg = load_config("dags/cbp.yaml")                      # doctest: +SKIP
     >>> cfg.home(spec), cfg.markers_dir(spec)                   # doctest: +SKIP
     ('s3://cbp/homes/crawl_queue', '/srv/inbox/.cbp-markers/crawl_queue')
@@ -16,25 +23,30 @@ from __future__ import annotations
 import os
 import subprocess
 from dataclasses import dataclass, field
-from typing import Any, Optional
+from typing import Any, Callable, Optional
+from urllib.parse import urlsplit
 
-import yaml
+from ..errors import RuntimeStateError, UsageError
+from ..spec import MAX_TIMEOUT, PipelineSpec, load_yaml
+from ..storage.location import check_location, local_file_uri
+from .triggers import INBOX_SETTLE_SECONDS
 
-from ..errors import RuntimeStateError
-from ..spec import PipelineSpec
-
-__all__ = ["DagConfig", "CrawlerConfig", "load_config", "is_remote", "env_file_vars", "RUN_TIMEOUT_MINUTES", "CRAWL_TIMEOUT_MINUTES"]
+__all__ = ["DagConfig", "CrawlerConfig", "load_config", "is_remote", "env_file_vars", "RUN_TIMEOUT_MINUTES", "CRAWL_TIMEOUT_MINUTES",
+           "BAD_CONFIG", "INBOX_SETTLE_SECONDS"]
 
 RUN_TIMEOUT_MINUTES = 120.0  # a run task (cbp run until quiescent) that takes longer is killed, with its Spark JVM
 CRAWL_TIMEOUT_MINUTES = 30.0  # a crawl round that takes longer is stopped
 MARKERS_IN_INBOX = ".cbp-markers"  # default markers directory of object-store homes: <inbox>/.cbp-markers/<pipeline>
 KNOWN = {"flows", "homes", "inbox", "markers", "crawlers", "poke_interval", "spark_master", "env_file",
-         "run_timeout_minutes", "crawl_timeout_minutes", "epoch_timeout_seconds"}
+         "run_timeout_minutes", "crawl_timeout_minutes", "epoch_timeout_seconds", "inbox_settle_seconds"}
+CRAWLER_KEYS = {"corpus", "seed", "max_pages", "hosts", "queue", "pages"}
+BAD_CONFIG = "bad-config"  # the code of a bad setting
+MAX_MINUTES = MAX_TIMEOUT / 60  # the time limits are at most a week, as `cbp run --epoch-timeout`
 
 
 def is_remote(location: str) -> bool:
-    """Whether a home is on an object store (a URI other than ``file://``)."""
-    return "://" in location and not location.startswith("file://")
+    """Whether a home is on an object store (a URI other than ``file:``)."""
+    return "://" in location and not location.lower().startswith("file:")
 
 
 @dataclass(frozen=True)
@@ -62,6 +74,7 @@ class DagConfig:
     run_timeout_minutes: float = RUN_TIMEOUT_MINUTES
     crawl_timeout_minutes: float = CRAWL_TIMEOUT_MINUTES
     epoch_timeout_seconds: Optional[float] = None  # passed on as ``cbp run --epoch-timeout`` when set
+    inbox_settle_seconds: float = INBOX_SETTLE_SECONDS  # an inbox file is landed once unchanged (mtime) this long
     markers: Optional[str] = None  # local directory of the announcement markers (default: beside the home, or in the inbox)
     env_file: Optional[str] = None  # a shell file (e.g. state/cluster/env.sh) whose variables the tasks run with
 
@@ -101,36 +114,98 @@ def env_file_vars(path: str) -> dict[str, str]:
     return {k: v for k, v in out.items() if base.get(k) != v and k not in ("_", "SHLVL", "PWD", "OLDPWD")}
 
 
-def _crawlers(raw: dict[str, Any], path: str, p: Any) -> dict[str, CrawlerConfig]:
-    crawlers = {}
-    for name, c in (raw.get("crawlers") or {}).items():
+def _bad(path: str, key: str, message: str) -> RuntimeStateError:
+    """The error of a bad setting (code ``bad-config``), naming the file and the key."""
+    return RuntimeStateError(f"{path}: {key}: {message}", code=BAD_CONFIG, path=path)
+
+
+def _text(raw: dict[str, Any], path: str, key: str, default: Optional[str], where: str = "") -> Optional[str]:
+    """A non-empty string setting; an empty ``key:`` is unset if the setting is optional (``default`` None), else refused."""
+    v = raw.get(key)
+    if v is None:
+        if key in raw and default is not None:
+            raise _bad(path, where + key, "is empty; give a value or leave the key out")
+        return default
+    if not isinstance(v, str) or not v.strip():
+        raise _bad(path, where + key, f"must be a non-empty string, got {v!r}")
+    return v
+
+
+def _texts(raw: dict[str, Any], path: str, key: str, where: str, required: bool) -> list[str]:
+    """A list of non-empty strings (a single string is a list of one)."""
+    v = raw.get(key)
+    if v is None:
+        if required:
+            raise _bad(path, where + key, "is missing or empty")
+        return []
+    items = v if isinstance(v, list) else [v]
+    if (required and not items) or not all(isinstance(x, str) and x.strip() for x in items):
+        raise _bad(path, where + key, f"must be a string or a list of non-empty strings, got {v!r}")
+    return items
+
+
+def _number(raw: dict[str, Any], path: str, key: str, default: Optional[float], most: float, zero: bool = False) -> Optional[float]:
+    """A finite number above 0 (or at least 0 with ``zero``) and at most ``most``; an empty optional one is unset."""
+    v = raw.get(key)
+    if v is None:
+        if key in raw and default is not None:
+            raise _bad(path, key, "is empty; give a number or leave the key out")
+        return default
+    if isinstance(v, str):  # YAML reads 1e9 (no dot) as a string
         try:
-            crawlers[name] = CrawlerConfig(
-                corpus=[p(d) for d in (c["corpus"] if isinstance(c["corpus"], list) else [c["corpus"]])],
-                seed=c["seed"] if isinstance(c["seed"], list) else [c["seed"]],
-                max_pages=int(c.get("max_pages", 1000)), hosts=list(c.get("hosts", [])),
-                queue=c.get("queue", "crawl_queue"), pages=c.get("pages", "pages"))
-        except (KeyError, TypeError) as e:
-            raise ValueError(f"{path}: crawler '{name}' needs corpus and seed ({e})") from None
-    return crawlers
+            v = float(v)
+        except ValueError:
+            pass
+    ok = isinstance(v, (int, float)) and not isinstance(v, bool) and (v >= 0 if zero else v > 0) and v <= most  # NaN fails both
+    if not ok:
+        raise _bad(path, key, f"must be a number {'at least 0' if zero else 'above 0'} and at most {most:g}, got {v!r}")
+    return float(v)
 
 
-def _positive(raw: dict[str, Any], path: str, key: str, default: Optional[float]) -> Optional[float]:
-    v = raw.get(key, default)
-    if v is None and default is None:
-        return None
-    try:
-        n = float(v)
-    except (TypeError, ValueError):
-        n = float("nan")
-    if not 0 < n < float("inf"):
-        raise ValueError(f"{path}: {key} must be a positive number, got {v!r}")
-    return n
+def _seeds(c: dict[str, Any], path: str, where: str) -> list[str]:
+    seeds = _texts(c, path, "seed", where, required=True)
+    for s in seeds:
+        try:
+            u = urlsplit(s)
+            ok = u.scheme.lower() in ("http", "https") and bool(u.hostname)
+        except ValueError:
+            ok = False
+        if not ok:
+            raise _bad(path, where + "seed", f"{s!r} is not an http(s) URL")
+    return seeds
 
 
-def _check_local_dirs(raw: dict[str, Any], path: str) -> None:
+def _crawler(name: str, c: Any, path: str, p: Callable[[str, str], str]) -> CrawlerConfig:
+    where = f"crawlers: {name}: "
+    if not isinstance(c, dict):
+        raise _bad(path, where.rstrip(": "), f"must be a mapping with corpus and seed, got {c!r:.80}")
+    unknown = set(map(str, c)) - CRAWLER_KEYS
+    if unknown:
+        raise _bad(path, where + ", ".join(sorted(unknown)), f"unknown key(s); known: {', '.join(sorted(CRAWLER_KEYS))}")
+    corpus = [p(where + "corpus", d) for d in _texts(c, path, "corpus", where, required=True)]
+    hosts = _texts(c, path, "hosts", where, required=False)
+    if len(hosts) > len(corpus):
+        raise _bad(path, where + "hosts", f"{len(hosts)} hosts for {len(corpus)} corpus directories (one host per directory, in order)")
+    max_pages = c.get("max_pages", 1000)
+    if isinstance(max_pages, bool) or not isinstance(max_pages, int) or max_pages < 1:
+        raise _bad(path, where + "max_pages", f"must be a whole number of at least 1, got {max_pages!r}")
+    return CrawlerConfig(corpus=corpus, seed=_seeds(c, path, where), max_pages=max_pages, hosts=hosts,
+                         queue=_text(c, path, "queue", "crawl_queue", where) or "crawl_queue",
+                         pages=_text(c, path, "pages", "pages", where) or "pages")
+
+
+def _crawlers(raw: dict[str, Any], path: str, p: Callable[[str, str], str]) -> dict[str, CrawlerConfig]:
+    entries = raw.get("crawlers") or {}
+    if not isinstance(entries, dict):
+        raise _bad(path, "crawlers", f"must be a mapping of pipeline names to crawler settings, got {entries!r:.80}")
+    for name in entries:
+        if not isinstance(name, str):
+            raise _bad(path, "crawlers", f"{name!r} is not a pipeline name")
+    return {name: _crawler(name, c, path, p) for name, c in entries.items()}
+
+
+def _check_local_dirs(homes: str, raw: dict[str, Any], path: str) -> None:
     """An object-store ``homes`` needs a local ``inbox`` or ``markers`` directory (code ``needs-local-home``)."""
-    homes = str(raw.get("homes", ""))
     if not is_remote(homes):
         return
     local = [k for k in ("inbox", "markers") if raw.get(k) is not None]
@@ -144,25 +219,58 @@ def _check_local_dirs(raw: dict[str, Any], path: str) -> None:
                                     f"the {k} may not)", code="needs-local-home", path=str(raw[k]))
 
 
+def _homes(raw: dict[str, Any], path: str, p: Callable[[str, str], str]) -> str:
+    """``homes``: a local directory, a ``file:`` URI or ``s3://BUCKET[/PREFIX]`` (see :func:`check_location`)."""
+    loc = _text(raw, path, "homes", "../state") or ""
+    loc = loc if is_remote(loc) else p("homes", loc)
+    try:
+        return check_location(loc)
+    except UsageError as e:
+        raise _bad(path, "homes", str(e).replace("--home ", "", 1)) from None
+
+
+def _read(path: str) -> dict[str, Any]:
+    """The file's settings: one mapping, read with the bounded YAML reader (no alias bombs, no duplicate keys)."""
+    raw, _ = load_yaml(path)
+    raw = {} if raw is None else raw
+    if not isinstance(raw, dict):
+        raise RuntimeStateError(f"{path}: the file must be a mapping of settings (flows:, homes:, ...), not a "
+                                f"{type(raw).__name__}", code=BAD_CONFIG, path=path)
+    unknown = set(map(str, raw)) - KNOWN
+    if unknown:
+        raise _bad(path, ", ".join(sorted(unknown)), f"unknown key(s); known: {', '.join(sorted(KNOWN))}")
+    return raw
+
+
 def load_config(path: str) -> DagConfig:
-    """Read ``dags/cbp.yaml``; relative paths are relative to the file."""
-    with open(path) as fh:
-        raw = yaml.safe_load(fh) or {}
+    """Read ``dags/cbp.yaml``; relative paths are relative to the file. A bad setting is refused with
+    code ``bad-config`` (the file and the key named); YAML it cannot read keeps the reader's code
+    (``duplicate-key``, ``yaml-too-big``, ...)."""
+    raw = _read(path)
     base = os.path.dirname(os.path.abspath(path))
 
-    def p(x: str) -> str:
-        return os.path.normpath(os.path.join(base, os.path.expanduser(str(x))))
+    def p(key: str, x: str) -> str:
+        try:
+            x = local_file_uri(x)
+        except UsageError as e:
+            raise _bad(path, key, str(e).replace("--home ", "", 1)) from None
+        return os.path.normpath(os.path.join(base, os.path.expanduser(x)))
 
-    unknown = set(raw) - KNOWN
-    if unknown:
-        raise ValueError(f"{path}: unknown key(s) {', '.join(sorted(unknown))}; known: {', '.join(sorted(KNOWN))}")
-    _check_local_dirs(raw, path)
-    homes = str(raw.get("homes", "../state"))
-    return DagConfig(flows=p(raw.get("flows", "../flows")), homes=homes if is_remote(homes) else p(homes),
-                     inbox=p(raw.get("inbox", "../state/inbox")), crawlers=_crawlers(raw, path, p),
-                     poke_interval=float(raw.get("poke_interval", 5.0)), spark_master=raw.get("spark_master"),
-                     run_timeout_minutes=_positive(raw, path, "run_timeout_minutes", RUN_TIMEOUT_MINUTES),  # type: ignore[arg-type]
-                     crawl_timeout_minutes=_positive(raw, path, "crawl_timeout_minutes", CRAWL_TIMEOUT_MINUTES),  # type: ignore[arg-type]
-                     epoch_timeout_seconds=_positive(raw, path, "epoch_timeout_seconds", None),
-                     markers=p(raw["markers"]) if raw.get("markers") is not None else None,
-                     env_file=p(raw["env_file"]) if raw.get("env_file") is not None else None)
+    def opt(key: str) -> Optional[str]:
+        v = _text(raw, path, key, None)
+        return None if v is None else p(key, v)
+
+    homes = _homes(raw, path, p)
+    for key in ("inbox", "markers", "env_file", "spark_master", "flows"):
+        _text(raw, path, key, None)
+    _check_local_dirs(homes, raw, path)
+    return DagConfig(flows=p("flows", _text(raw, path, "flows", "../flows") or ""), homes=homes,
+                     inbox=p("inbox", _text(raw, path, "inbox", "../state/inbox") or ""), crawlers=_crawlers(raw, path, p),
+                     poke_interval=_number(raw, path, "poke_interval", 5.0, MAX_TIMEOUT),  # type: ignore[arg-type]
+                     spark_master=_text(raw, path, "spark_master", None),
+                     run_timeout_minutes=_number(raw, path, "run_timeout_minutes", RUN_TIMEOUT_MINUTES, MAX_MINUTES),  # type: ignore[arg-type]
+                     crawl_timeout_minutes=_number(raw, path, "crawl_timeout_minutes", CRAWL_TIMEOUT_MINUTES, MAX_MINUTES),  # type: ignore[arg-type]
+                     epoch_timeout_seconds=_number(raw, path, "epoch_timeout_seconds", None, MAX_TIMEOUT),
+                     inbox_settle_seconds=_number(raw, path, "inbox_settle_seconds", INBOX_SETTLE_SECONDS, MAX_TIMEOUT,  # type: ignore[arg-type]
+                                                  zero=True),
+                     markers=opt("markers"), env_file=opt("env_file"))

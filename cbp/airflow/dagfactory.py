@@ -8,7 +8,8 @@
   so an increment landed outside Airflow (``cbp feed``, the Python API, a file dropped in the
   inbox) starts a run too; a task that lands an increment also emits the asset event itself.
 - **land_inbox**: lands ``<inbox>/<flow>/*.jsonl`` and ``*.parquet`` files (each once: feed id = file name, size and
-  content hash) and moves them to ``<inbox>/<flow>/landed/``. A file that cannot be landed (bad
+  content hash) and moves them to ``<inbox>/<flow>/landed/`` (beside an earlier file of the name). Files still
+  being written wait: hidden or temporary names, and files modified in the last ``inbox_settle_seconds``. A file that cannot be landed (bad
   JSON, a record that does not fit the flow, not UTF-8, unreadable, a symlink) goes to
   ``<inbox>/<flow>/rejected/`` with ``<name>.error.txt`` beside it (error code and message), and
   the files behind it are landed all the same.
@@ -26,6 +27,10 @@ runs one crawl round (:class:`cbp.crawl.crawler.Crawler`, ``execution_timeout`` 
 ``crawl_timeout_minutes``) and emits the ``pages`` asset event if it landed pages. The two DAGs
 are the continuous loop of paper 001 §1.1.
 
+:func:`make_dags` builds them all. A pipeline that cannot be built (a broken YAML, two YAMLs of one
+name, a DAG id taken twice) does not take the others with it: its DAG (:func:`broken_dag`) has one
+task that fails, once, with the error's code and message, which is also logged.
+
     >>> dags = make_dags("dags/cbp.yaml")                       # doctest: +SKIP
     >>> sorted(dags)                                            # doctest: +SKIP
     ['cbp_crawl_queue', 'cbp_crawl_queue_crawler', 'cbp_url_count', ...]
@@ -34,33 +39,42 @@ are the continuous loop of paper 001 §1.1.
 from __future__ import annotations
 
 import glob
-import hashlib
+import logging
 import os
-import stat
+import re
 import sys
 from contextlib import contextmanager
 from datetime import timedelta
 from typing import Any, Callable, Iterator, Optional
+from urllib.parse import quote
 
+from ..errors import RuntimeStateError
 from ..spec import PipelineSpec, load_spec
-from .config import CRAWL_TIMEOUT_MINUTES, RUN_TIMEOUT_MINUTES, CrawlerConfig, DagConfig, is_remote, load_config
+from .config import BAD_CONFIG, CRAWL_TIMEOUT_MINUTES, INBOX_SETTLE_SECONDS, RUN_TIMEOUT_MINUTES, CrawlerConfig, DagConfig, is_remote, load_config
 from .processes import ProcessGroup
+from .triggers import REJECTED, inbox_feed_id, keep_landed, reject_file, shown_name
 
 __all__ = ["DagConfig", "CrawlerConfig", "load_config", "make_dags", "pipeline_dag", "crawler_dag", "flow_asset", "epochs_asset",
-           "land_inbox", "run_pipeline", "crawl_round", "ProcessGroup", "home_uri", "task_environ",
+           "land_inbox", "run_pipeline", "crawl_round", "ProcessGroup", "home_uri", "task_environ", "broken_dag",
            "RUN_TIMEOUT_MINUTES", "CRAWL_TIMEOUT_MINUTES"]
 
 DEFAULT_ARGS = {"retries": 2}
+_LOG = logging.getLogger(__name__)
 
 
 # ---------------------------------------------------------------------------- assets
 def home_uri(home: str) -> str:
-    """The home as a URI: ``file://<absolute path>`` for a local home, the home itself on an object store."""
-    return home.rstrip("/") if is_remote(home) else f"file://{os.path.abspath(home)}"
+    """The home as a URI: ``file://<absolute path>`` for a local home, the home itself on an object store;
+    the path percent-encoded (Airflow would cut an Asset URI at a ``#`` or ``?``)."""
+    if is_remote(home):
+        scheme, _, rest = home.rstrip("/").partition("://")
+        bucket, slash, prefix = rest.partition("/")
+        return f"{scheme}://{bucket}{slash}{quote(prefix, safe='/')}"
+    return f"file://{quote(os.path.abspath(home), safe='/')}"
 
 
 def flow_asset(home: str, spec: PipelineSpec, flow: str, watch: bool = False, inbox: Optional[str] = None, poke_interval: float = 5.0,
-               markers: Optional[str] = None) -> Any:
+               markers: Optional[str] = None, settle: float = INBOX_SETTLE_SECONDS) -> Any:
     """The Airflow Asset of a flow's Delta table, ``<home URI>/flows/<flow>`` (with its watcher if ``watch``)."""
     from airflow.sdk import Asset, AssetWatcher
 
@@ -68,7 +82,7 @@ def flow_asset(home: str, spec: PipelineSpec, flow: str, watch: bool = False, in
 
     watchers = []
     if watch:
-        trigger = IncrementLanded(home=home, flow=flow, inbox=inbox, poke_interval=poke_interval, markers=markers)
+        trigger = IncrementLanded(home=home, flow=flow, inbox=inbox, poke_interval=poke_interval, markers=markers, settle=settle)
         watchers = [AssetWatcher(name=f"cbp_{spec.name}_{flow}_landed", trigger=trigger)]
     return Asset(name=f"cbp.{spec.name}.{flow}", uri=f"{home_uri(home)}/flows/{flow}", group="cbp", watchers=watchers)
 
@@ -100,50 +114,13 @@ def _outputs(spec: PipelineSpec) -> list[str]:
 
 
 # ---------------------------------------------------------------------------- task bodies (plain functions, testable)
-REJECTED = "rejected"  # beside landed/: files that could not be landed, each with <name>.error.txt
-
-
-def _shown(name: str) -> str:
-    """A file name as printable text (undecodable bytes as escapes)."""
-    return os.fsencode(name).decode("utf-8", "backslashreplace")
-
-
-def _inbox_feed_id(path: str, name: str) -> str:
-    """``inbox:<name>:<size>:<sha256 prefix>``: the same file lands once however often it is retried,
-    and another file dropped later under the same name and size is landed too."""
-    h = hashlib.sha256()
-    size = 0
-    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0))
-    with os.fdopen(fd, "rb") as fh:
-        if not stat.S_ISREG(os.fstat(fh.fileno()).st_mode):
-            raise ValueError("not a regular file")
-        while chunk := fh.read(1 << 20):
-            h.update(chunk)
-            size += len(chunk)
-    return f"inbox:{name}:{size}:{h.hexdigest()[:16]}"
-
-
-def _reject(d: str, name: str, code: str, message: str) -> str:
-    """Move ``d/name`` to ``d/rejected/`` (never over an earlier rejected file) with the error beside it."""
-    rej = os.path.join(d, REJECTED)
-    os.makedirs(rej, exist_ok=True)
-    target, n = name, 0
-    while os.path.lexists(os.path.join(rej, target)):
-        n += 1
-        stem, dot, suffix = name.rpartition(".")
-        target = f"{stem}.{n}.{suffix}" if dot else f"{name}.{n}"
-    err = os.path.join(rej, f"{target}.error.txt")
-    with open(f"{err}.tmp", "w", encoding="utf-8", errors="backslashreplace") as fh:  # the error first: a crash leaves the file in the inbox
-        fh.write(f"{code}: {message}\n")
-    os.replace(f"{err}.tmp", err)
-    os.replace(os.path.join(d, name), os.path.join(rej, target))
-    return target
-
-
-def land_inbox(yaml_path: str, home: str, inbox: str, flows: list[str], markers: Optional[str] = None) -> dict[str, dict[str, Any]]:
-    """Land every ``<inbox>/<flow>/*.jsonl`` and ``*.parquet`` once and move it to ``landed/``; a file that cannot be
-    landed goes to ``rejected/`` with ``<file>.error.txt`` (``<code>: <message>``) and the next file
-    is landed all the same.
+def land_inbox(yaml_path: str, home: str, inbox: str, flows: list[str], markers: Optional[str] = None,
+               settle: float = INBOX_SETTLE_SECONDS) -> dict[str, dict[str, Any]]:
+    """Land every ``<inbox>/<flow>/*.jsonl`` and ``*.parquet`` once and move it to ``landed/`` (beside an earlier
+    file of that name, as ``<stem>.<n>.<suffix>``); a file that cannot be landed goes to ``rejected/`` with
+    ``<file>.error.txt`` (``<code>: <message>``) and the next file is landed all the same. Files still
+    being written are left for a later run: hidden and temporary names, and files modified less than
+    ``settle`` seconds ago (:func:`cbp.airflow.triggers.inbox_files`).
 
     ``markers`` is the local directory of the announcement markers (default ``<home>/_airflow``).
     Returns ``{"landed": {flow: [files]}, "rejected": {flow: {file: "code: message"}}}``. Errors
@@ -161,7 +138,7 @@ def land_inbox(yaml_path: str, home: str, inbox: str, flows: list[str], markers:
         d = os.path.join(inbox, flow)
         done: list[str] = []
         refused: list[str] = []
-        for name in inbox_files(d):
+        for name in inbox_files(d, settle):
             src = os.path.join(d, name)
             why: Optional[tuple[str, str]] = None
             try:
@@ -172,7 +149,7 @@ def land_inbox(yaml_path: str, home: str, inbox: str, flows: list[str], markers:
                 why = ("not-a-regular-file", "a symbolic link (inbox files are landed only as regular files)")
             if why is None:
                 try:
-                    feed_id = _inbox_feed_id(src, name)
+                    feed_id = inbox_feed_id(src, name)
                 except FileNotFoundError:
                     continue  # taken away meanwhile (by another attempt of this task)
                 except (OSError, ValueError) as e:
@@ -188,16 +165,15 @@ def land_inbox(yaml_path: str, home: str, inbox: str, flows: list[str], markers:
                 except (RecursionError, ValueError, TypeError, OverflowError, UnicodeError) as e:  # data nobody foresaw
                     why = ("bad-record", f"{src}: {type(e).__name__}: {e}; nothing was landed")
             if why is not None:
-                target = _reject(d, name, *why)
+                target = reject_file(d, name, *why)
                 refused.append(name)
-                rejected.setdefault(flow, {})[_shown(target)] = f"{why[0]}: {why[1]}"
-                print(f"cbp: rejected {_shown(src)} -> {_shown(os.path.join(d, REJECTED, target))}: [{why[0]}] {_shown(why[1])}", file=sys.stderr)
+                rejected.setdefault(flow, {})[shown_name(target)] = f"{why[0]}: {why[1]}"
+                print(f"cbp: rejected {shown_name(src)} -> {shown_name(os.path.join(d, REJECTED, target))}: [{why[0]}] {shown_name(why[1])}", file=sys.stderr)
                 continue
-            os.makedirs(os.path.join(d, "landed"), exist_ok=True)
-            os.replace(src, os.path.join(d, "landed", name))
+            target = keep_landed(d, name, feed_id)
             done.append(name)
             landed.setdefault(flow, []).append(name)
-            print(f"cbp: landed {_shown(src)} on flow '{flow}'")
+            print(f"cbp: landed {shown_name(src)} on flow '{flow}' (kept as landed/{shown_name(target)})")
         if done or refused:  # the watcher announced these files already: they are not news any more
             announce_landed(home, flow, done, len(done), rejected=refused, markers=markers)
     return {"landed": landed, "rejected": rejected}
@@ -323,8 +299,8 @@ def pipeline_dag(yaml_path: str, cfg: DagConfig) -> Any:
     home = cfg.home(spec)
     inputs = list(spec.external_flows)
     markers = cfg.markers_dir(spec)
-    watched = [flow_asset(home, spec, f, watch=True, inbox=cfg.inbox_dir(spec, f), poke_interval=cfg.poke_interval, markers=markers)
-               for f in inputs]
+    watched = [flow_asset(home, spec, f, watch=True, inbox=cfg.inbox_dir(spec, f), poke_interval=cfg.poke_interval, markers=markers,
+                          settle=cfg.inbox_settle_seconds) for f in inputs]
     yaml_path = os.path.abspath(yaml_path)
     timeout = timedelta(minutes=cfg.run_timeout_minutes)
     with DAG(dag_id=f"cbp_{spec.name}", schedule=AssetAny(*watched) if watched else None, catchup=False, max_active_runs=1,
@@ -334,7 +310,8 @@ def pipeline_dag(yaml_path: str, cfg: DagConfig) -> Any:
         @task(task_id="land_inbox")
         def _land() -> dict[str, Any]:
             with task_environ(cfg.task_env()):
-                return land_inbox(yaml_path, home, os.path.join(cfg.inbox, spec.name), inputs, markers=markers)
+                return land_inbox(yaml_path, home, os.path.join(cfg.inbox, spec.name), inputs, markers=markers,
+                                  settle=cfg.inbox_settle_seconds)
 
         ran = run_operator()(task_id="run", yaml_path=yaml_path, home=home, spark_master=cfg.spark_master,
                              epoch_timeout=cfg.epoch_timeout_seconds, env_file=cfg.env_file, execution_timeout=timeout)
@@ -387,22 +364,96 @@ def crawler_dag(yaml_path: str, cfg: DagConfig, crawler: CrawlerConfig) -> Any:
     return dag
 
 
+# ---------------------------------------------------------------------------- what cannot be built
+def broken_dag(dag_id: str, source: str, error: BaseException) -> Any:
+    """A DAG whose one task, ``broken``, fails with ``error`` (once, ``@once``): a pipeline that cannot be
+    built shows in Airflow, with its error code and message, instead of taking the folder's other DAGs with it."""
+    from airflow.sdk import DAG, task
+
+    code = getattr(error, "code", type(error).__name__)
+    with DAG(dag_id=dag_id, schedule="@once", catchup=False, max_active_runs=1, tags=["cbp", "broken"],
+             description=f"not built: [{code}] {error}"[:500], doc_md=f"`{source}` could not be made a DAG: `[{code}]` {error}") as dag:
+
+        @task(task_id="broken", retries=0)
+        def _broken() -> None:
+            raise error
+
+        _broken()
+    return dag
+
+
+def _flow_files(cfg: DagConfig, config_path: str) -> list[str]:
+    if not os.path.isdir(cfg.flows):
+        raise RuntimeStateError(f"{config_path}: flows: {cfg.flows} is not a directory", code=BAD_CONFIG, path=cfg.flows)
+    return sorted(glob.glob(os.path.join(glob.escape(cfg.flows), "*.yaml")))  # a '[' in the path is no pattern
+
+
+def _read_flows(cfg: DagConfig, config_path: str) -> tuple[dict[str, tuple[str, PipelineSpec]], dict[str, tuple[str, BaseException]]]:
+    """The pipelines of ``flows/`` by name, and the YAML files that cannot be used, by the DAG id each stands for
+    (``cbp_<pipeline>``, or ``cbp_<file name>`` for a file that cannot be read)."""
+    specs: dict[str, tuple[str, PipelineSpec]] = {}
+    broken: dict[str, tuple[str, BaseException]] = {}
+    first: dict[str, str] = {}
+    for path in _flow_files(cfg, config_path):
+        try:
+            spec = load_spec(path)
+        except Exception as e:  # noqa: BLE001 - whatever it is, it is this file's, shown in its own DAG
+            broken.setdefault("cbp_" + re.sub(r"[^A-Za-z0-9_.-]", "_", os.path.basename(path)[:-5]), (path, e))
+            continue
+        if spec.name in first:  # one DAG id and one default home per pipeline name: neither YAML is run
+            specs.pop(spec.name, None)
+            broken[f"cbp_{spec.name}"] = (path, RuntimeStateError(f"{path} and {first[spec.name]} both declare pipeline '{spec.name}'; "
+                                                                 f"give each YAML in {cfg.flows} its own name", code="duplicate-pipeline"))
+            continue
+        first[spec.name] = path
+        specs[spec.name] = (path, spec)
+    return specs, broken
+
+
+def _plan(cfg: DagConfig, config_path: str) -> dict[str, list[tuple[str, Callable[[], Any]]]]:
+    """Each DAG id and what makes its DAG: a pipeline's, a crawler's, or a broken one's (more than one: a collision)."""
+    specs, broken = _read_flows(cfg, config_path)
+    plan: dict[str, list[tuple[str, Callable[[], Any]]]] = {}
+    for name, (path, _) in specs.items():
+        plan.setdefault(f"cbp_{name}", []).append((path, lambda path=path: pipeline_dag(path, cfg)))
+        if name in cfg.crawlers:
+            plan.setdefault(f"cbp_{name}_crawler", []).append(
+                (f"{config_path}: crawlers: {name}", lambda path=path, name=name: crawler_dag(path, cfg, cfg.crawlers[name])))
+    for name in sorted(set(cfg.crawlers) - set(specs)):  # the crawler of a pipeline that is broken or missing
+        source, error = broken.get(f"cbp_{name}") or (config_path, RuntimeStateError(
+            f"{config_path}: crawlers: {name}: no pipeline '{name}' in {cfg.flows}", code="unknown-pipeline"))
+        broken[f"cbp_{name}_crawler"] = (source, error)
+    for dag_id, (source, error) in broken.items():
+        while dag_id in plan:  # a good DAG keeps its id
+            dag_id += "_broken"
+        plan[dag_id] = [(source, lambda error=error: _raise(error))]  # make_dags logs it and makes its broken DAG
+    return plan
+
+
+def _raise(error: BaseException) -> Any:
+    raise error
+
+
 def make_dags(config_path: str) -> dict[str, Any]:
-    """Every DAG of the configuration: one per ``flows/*.yaml``, one per configured crawler."""
+    """Every DAG of the configuration: one per ``flows/*.yaml``, one per configured crawler.
+
+    A bad ``cbp.yaml`` raises (Airflow shows the import error). A pipeline YAML that cannot be
+    loaded or built, two YAMLs of one pipeline name, a crawler of a missing pipeline, or two DAGs
+    of one id (a pipeline ``x_crawler`` and the crawler of ``x``, code ``dag-id-collision``) does
+    not: it becomes a DAG whose one task fails with the error (:func:`broken_dag`), logged here,
+    and every other DAG is built."""
     cfg = load_config(config_path)
     dags: dict[str, Any] = {}
-    seen: dict[str, str] = {}
-    for path in sorted(glob.glob(os.path.join(cfg.flows, "*.yaml"))):
-        spec = load_spec(path)
-        if spec.name in seen:  # one DAG id and one default home per pipeline name: a second YAML would silently replace the first
-            raise ValueError(f"{path} and {seen[spec.name]} both declare pipeline '{spec.name}'; give each YAML in {cfg.flows} its own name")
-        seen[spec.name] = path
-        d = pipeline_dag(path, cfg)
-        dags[d.dag_id] = d
-        if spec.name in cfg.crawlers:
-            c = crawler_dag(path, cfg, cfg.crawlers[spec.name])
-            dags[c.dag_id] = c
-    missing = set(cfg.crawlers) - {load_spec(p).name for p in glob.glob(os.path.join(cfg.flows, "*.yaml"))}
-    if missing:
-        raise ValueError(f"crawlers configured for unknown pipeline(s): {', '.join(sorted(missing))} (no such YAML in {cfg.flows})")
+    for dag_id, makers in sorted(_plan(cfg, config_path).items()):
+        source, make = makers[0]
+        try:
+            if len(makers) > 1:
+                raise RuntimeStateError(f"DAG id {dag_id} would be made by {' and by '.join(s for s, _ in makers)}; rename the pipeline",
+                                        code="dag-id-collision")
+            dags[dag_id] = make()
+            continue
+        except Exception as e:  # noqa: BLE001 - shown in the DAG that stands for it
+            error: BaseException = e
+        _LOG.error("cbp: %s: not made a DAG: [%s] %s", source, getattr(error, "code", type(error).__name__), error)
+        dags[dag_id] = broken_dag(dag_id, source, error)
     return dags

@@ -6,7 +6,10 @@ The DAGs of :mod:`cbp.airflow.dagfactory` watch every external input flow of a p
 - the flow has feeds that were not announced yet: landed by ``cbp feed``, by the Python API,
   or by any Airflow task, wherever it ran;
 - files wait in the flow's inbox directory (``*.jsonl`` or ``*.parquet``), which the DAG's first task lands (or
-  moves to ``rejected/`` if they cannot be landed: a rejected file is not announced again).
+  moves to ``rejected/`` if they cannot be landed: a rejected file is not announced again). A file
+  counts once it is complete: names starting with ``.`` or ``_`` and temporary suffixes
+  (``.tmp``, ``.part``, ``._COPYING_``, ...) are ignored, and a file is taken only when it was
+  not modified for ``settle`` seconds (a ``cp``, ``scp`` or ``curl -o`` still writing it is left alone).
 
 What was announced is kept in a local directory, ``markers`` (default: beside the home,
 ``<home>/_airflow``; a home on an object store needs one on the Airflow machine's disk), as
@@ -21,16 +24,21 @@ after every event) does not fire twice for the same feed or file.
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
 import os
 import stat
+import time
 from typing import Any, AsyncIterator, Optional, Sequence
 
 from airflow.triggers.base import BaseEventTrigger, TriggerEvent
 
-__all__ = ["IncrementLanded", "landed_feeds", "inbox_files", "announce_landed", "INBOX_SUFFIXES"]
+__all__ = ["IncrementLanded", "landed_feeds", "inbox_files", "announce_landed", "INBOX_SUFFIXES", "INBOX_SETTLE_SECONDS", "settled",
+           "REJECTED", "inbox_feed_id", "reject_file", "keep_landed", "shown_name"]
 
 INBOX_SUFFIXES = (".jsonl", ".parquet")  # what the inbox lands: JSON lines or Parquet (cbp.Pipeline.feed)
+TEMP_SUFFIXES = (".tmp", ".part", ".crdownload", "._COPYING_", ".filepart")  # files being written (browsers, hadoop fs -put, WinSCP)
+INBOX_SETTLE_SECONDS = 5.0  # an inbox file modified more recently may still be being written: it waits
 
 
 def landed_feeds(home: str, flow: str) -> int:
@@ -43,21 +51,93 @@ def landed_feeds(home: str, flow: str) -> int:
     return int(snap["flows"][flow]["feeds"])
 
 
-def inbox_files(inbox: Optional[str]) -> list[str]:
+def settled(st: os.stat_result, settle: float, now: Optional[float] = None) -> bool:
+    """Whether a file was last modified at least ``settle`` seconds ago (its writer is done)."""
+    return (time.time() if now is None else now) - st.st_mtime >= settle
+
+
+def inbox_files(inbox: Optional[str], settle: float = INBOX_SETTLE_SECONDS) -> list[str]:
     """The ``*.jsonl`` and ``*.parquet`` files waiting in an inbox directory, oldest name first: regular files, and
-    symbolic links (which the DAG rejects); not directories, FIFOs or devices."""
+    symbolic links (which the DAG rejects); not directories, FIFOs or devices. Not the files still
+    being written: hidden or temporary names (``.x.jsonl``, ``_x.jsonl``, ``x.jsonl.part``) and files
+    modified less than ``settle`` seconds ago."""
     if not inbox or not os.path.isdir(inbox):
         return []
     names = []
+    now = time.time()
     for f in os.listdir(inbox):
-        if f.endswith(INBOX_SUFFIXES):
+        if f.endswith(INBOX_SUFFIXES) and not f.startswith((".", "_")) and not f.endswith(TEMP_SUFFIXES):
             try:
-                mode = os.lstat(os.path.join(inbox, f)).st_mode
+                st = os.lstat(os.path.join(inbox, f))
             except OSError:
                 continue
-            if stat.S_ISREG(mode) or stat.S_ISLNK(mode):
+            if (stat.S_ISREG(st.st_mode) or stat.S_ISLNK(st.st_mode)) and settled(st, settle, now):
                 names.append(f)
     return sorted(names)
+
+
+# ---------------------------------------------------------------------------- landing inbox files (cbp.airflow.dagfactory.land_inbox)
+REJECTED = "rejected"  # beside landed/: files that could not be landed, each with <name>.error.txt
+
+
+def shown_name(name: str) -> str:
+    """A file name as printable text (undecodable bytes as escapes)."""
+    return os.fsencode(name).decode("utf-8", "backslashreplace")
+
+
+def inbox_feed_id(path: str, name: str) -> str:
+    """``inbox:<name>:<size>:<sha256 prefix>``: the same file lands once however often it is retried,
+    and another file dropped later under the same name and size is landed too."""
+    h = hashlib.sha256()
+    size = 0
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0))
+    with os.fdopen(fd, "rb") as fh:
+        if not stat.S_ISREG(os.fstat(fh.fileno()).st_mode):
+            raise ValueError("not a regular file")
+        while chunk := fh.read(1 << 20):
+            h.update(chunk)
+            size += len(chunk)
+    return f"inbox:{name}:{size}:{h.hexdigest()[:16]}"
+
+
+def _free_name(d: str, name: str) -> str:
+    """``name``, or ``<stem>.<n>.<suffix>`` with the first ``n`` no file in ``d`` has."""
+    target, n = name, 0
+    while os.path.lexists(os.path.join(d, target)):
+        n += 1
+        stem, dot, suffix = name.rpartition(".")
+        target = f"{stem}.{n}.{suffix}" if dot else f"{name}.{n}"
+    return target
+
+
+def reject_file(d: str, name: str, code: str, message: str) -> str:
+    """Move ``d/name`` to ``d/rejected/`` (never over an earlier rejected file) with the error beside it."""
+    rej = os.path.join(d, REJECTED)
+    os.makedirs(rej, exist_ok=True)
+    target = _free_name(rej, name)
+    err = os.path.join(rej, f"{target}.error.txt")
+    with open(f"{err}.tmp", "w", encoding="utf-8", errors="backslashreplace") as fh:  # the error first: a crash leaves the file in the inbox
+        fh.write(f"{code}: {message}\n")
+    os.replace(f"{err}.tmp", err)
+    os.replace(os.path.join(d, name), os.path.join(rej, target))
+    return target
+
+
+def keep_landed(d: str, name: str, feed_id: str) -> str:
+    """Move the landed ``d/name`` to ``d/landed/``: over an earlier file of that name only if it is the
+    same file (a retried task), beside it otherwise (``<stem>.<n>.<suffix>``)."""
+    done = os.path.join(d, "landed")
+    os.makedirs(done, exist_ok=True)
+    target = name
+    if os.path.lexists(os.path.join(done, name)):
+        try:
+            same = inbox_feed_id(os.path.join(done, name), name) == feed_id
+        except (OSError, ValueError):
+            same = False
+        target = name if same else _free_name(done, name)
+    os.replace(os.path.join(d, name), os.path.join(done, target))
+    return target
+
 
 
 def _announced_path(home: str, flow: str, markers: Optional[str] = None) -> str:
@@ -101,23 +181,26 @@ def announce_landed(home: str, flow: str, files: list[str], feeds: int, rejected
 class IncrementLanded(BaseEventTrigger):
     """Fires once per batch of new feeds (or inbox files) of ``flow`` in ``home``; see the module docstring."""
 
-    def __init__(self, home: str, flow: str, inbox: Optional[str] = None, poke_interval: float = 5.0, markers: Optional[str] = None) -> None:
+    def __init__(self, home: str, flow: str, inbox: Optional[str] = None, poke_interval: float = 5.0, markers: Optional[str] = None,
+                 settle: float = INBOX_SETTLE_SECONDS) -> None:
         super().__init__()
         self.home = home
         self.flow = flow
         self.inbox = inbox
         self.poke_interval = poke_interval
         self.markers = markers
+        self.settle = settle
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
         return ("cbp.airflow.triggers.IncrementLanded", {"home": self.home, "flow": self.flow, "inbox": self.inbox,
-                                                         "poke_interval": self.poke_interval, "markers": self.markers})
+                                                         "poke_interval": self.poke_interval, "markers": self.markers,
+                                                         "settle": self.settle})
 
     def check(self) -> Optional[dict[str, Any]]:
         """The event to send now (and remember as announced), or None if nothing new landed."""
         seen = _read_announced(self.home, self.flow, self.markers)
         feeds = landed_feeds(self.home, self.flow)
-        waiting = inbox_files(self.inbox)
+        waiting = inbox_files(self.inbox, self.settle)  # complete files only: one still being written is announced once settled
         new_files = [f for f in waiting if f not in seen["inbox"]]
         if feeds <= seen["feeds"] and not new_files:
             return None
