@@ -512,3 +512,61 @@ def test_keys_of_mixed_json_types_reach_a_batch_translator_as_texts(spark, tmp_p
         assert _canon(a.outputs.get("res", [])) == _canon(b.outputs.get("res", []))
         assert _canon(a.state["s"]) == _canon(b.state["s"])
     assert {"1", "3.0", "1.5", '"1.5"'} <= {r["key"] for r in runs["v"].final_state("s")}
+
+
+KEYTYPE_YAML = """
+pipeline: kt
+flows:
+  ev: {external: true, schema: {k: string, v: string}}
+stages:
+  s:
+    translator: MOD:t
+    batch: true
+    partitions: 1
+    inputs: [{flow: ev, route_by: k}]
+    state: {schema: {k: string, v: int}}
+    params: {kind: KIND}
+"""
+KEYTYPE_MOD = """
+import pyarrow as pa
+
+def t(keys, state, ev, out):
+    kind = out.params["kind"]
+    wrong = {"int": pa.array([int(k) for k in keys.to_pylist()]), "float": pa.array([float(k) for k in keys.to_pylist()]),
+             "large": keys.cast(pa.large_string())}[kind]
+    return {"state": pa.table({"_key": wrong, "k": keys, "v": [7] * len(keys)}), "removed": wrong[:0]}
+"""
+
+
+@pytest.mark.parametrize("kind, code", [("int", "batch-key"), ("float", "batch-key"), ("large", None)])
+@pytest.mark.parametrize("columnar", ["1", "0"])
+def test_returned_keys_of_another_kind_are_not_cast_into_the_calls_keys(spark, tmp_path, make_pipeline, monkeypatch, kind, code, columnar):
+    """Keys "1" and "2" answered with 1 and 2 (or 1.0, 2.0): other keys, not these (a text of
+    another Arrow width is the same key)."""
+    monkeypatch.setenv("CBP_COLUMNAR", columnar)
+    text = KEYTYPE_YAML.replace("KIND", kind)
+    p = cbp.load(make_pipeline(text, KEYTYPE_MOD), home=str(tmp_path / "h"), spark=spark)
+    p.feed("ev", [{"k": "1", "v": "x"}, {"k": "2", "v": "y"}])
+    if code is None:
+        p.run()
+        assert sorted(r["k"] for r in p.state("s")) == ["1", "2"]
+        return
+    with pytest.raises(UserCodeError) as e:
+        p.run()
+    assert e.value.code == code and e.value.stage == "s" and e.value.epoch == 1
+    assert p.epochs("s") == 0 and p.state("s") == []
+
+
+@pytest.mark.parametrize("columnar", ["1", "0"])
+def test_a_json_state_that_python_finds_equal_but_json_does_not_is_written(spark, tmp_path, make_pipeline, monkeypatch, columnar):
+    """1, true and 1.0 are equal in Python and three values in JSON: a batch result changing one
+    into another is a change (as in per-key translate), in the columnar and the key-group paths."""
+    monkeypatch.setenv("CBP_COLUMNAR", columnar)
+    p = cbp.load(make_pipeline(JSON_YAML, JSON_MOD), home=str(tmp_path / "h"), spark=spark)
+    p.feed("ev", [{"k": "a", "v": "1"}, {"k": "b", "v": "[1, 2]"}, {"k": "c", "v": '{"x": 1}'}])
+    p.run()
+    p.feed("ev", [{"k": "a", "v": "true"}, {"k": "b", "v": "[1.0, true]"}, {"k": "c", "v": '{"x": 1.0}'}])
+    [rep] = p.run()
+    assert rep.keys_written == 3
+    got = {r["k"]: r["j"] for r in p.state("s")}
+    assert json.dumps(got, sort_keys=True) == json.dumps({"a": True, "b": [1.0, True], "c": {"x": 1.0}}, sort_keys=True)

@@ -258,6 +258,8 @@ class BatchTranslate:
             return np.empty(0, np.int64)
         if returned.type != keys.type:
             try:
+                if not (_kind(returned.type) == _kind(keys.type) or pa.types.is_null(returned.type)):  # "1", 1, 1.0 and true are four keys
+                    raise pa.ArrowTypeError("another kind of key")
                 returned = returned.cast(keys.type)
             except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError):
                 raise self._fail(self.plan, "batch-key", f"{where} returned keys of type {returned.type}; it was called with "
@@ -284,11 +286,12 @@ class BatchTranslate:
         or removed a key that had state; the others are not rewritten (as per-key translate)."""
         by_pos, table = new
         changed = np.zeros(len(pending), bool)
-        for i, (g, old, records) in enumerate(pending):
+        to_storage = self.plan.stage.state_schema.to_storage  # type: ignore[union-attr]
+        for i, (g, old, _) in enumerate(pending):
             recs = by_pos.get(i)
             if recs is None and i not in removed:
                 continue
-            if (recs if recs is not None else []) == records:
+            if [to_storage(r) for r in recs or ()] == (old.stored if old else []):  # as stored: 1, true and 1.0 differ in a json field
                 continue
             changed[i] = True
             self.direct.drop(g.h, old)
@@ -388,3 +391,10 @@ def _with_key(table: pa.Table, keys: pa.Array, at: Any) -> pa.Table:
     ``_key`` first, the fields, then ``_pos``, the position of the row's key in ``keys``."""
     pos = pa.array(np.asarray(at, np.int64), pa.int64())
     return table.add_column(0, "_key", keys.take(pos)).append_column("_pos", pos)
+
+
+def _kind(t: pa.DataType) -> str:
+    """What a key type is, for a returned key to match a call's key: text, integer, or the type itself."""
+    if pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_string_view(t):
+        return "text"
+    return "integer" if pa.types.is_integer(t) else str(t)
