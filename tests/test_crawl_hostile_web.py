@@ -156,12 +156,12 @@ def test_a_base_of_another_scheme_and_an_empty_href_resolve_as_in_a_browser():
     "<a " + " ".join(f"a{i}=1" for i in range(100_000)) + ' href="x">',
     "<b><i><u><font>" * 50_000 + '<a href="x">x</a>',
 ])
-def test_pages_lexbor_would_take_minutes_on_are_read_by_the_tokenizer(html, monkeypatch):
+def test_pages_lexbor_would_take_minutes_on_are_read_by_a_linear_scan(html, monkeypatch):
     monkeypatch.setattr("selectolax.lexbor.LexborHTMLParser", lambda *a: pytest.fail("lexbor parsed a pathological page"))
     assert page_links("http://h/", html) == ["http://h/x"]
 
 
-def test_the_tokenizer_finds_what_lexbor_finds_on_ordinary_pages():
+def test_the_linear_scan_finds_what_lexbor_finds_on_ordinary_pages():
     html = ('<html><head><base href="/d/"><title>t</title></head><body><p>x<a href="a.html">a</a><a href="b.html#f">b</a>'
             '<!-- <a href="c.html"> --><script>var s = "<a href=\\"s.html\\">";</script><A HREF="A&amp;B.html">c</A>'
             '<a href=\'q?x=1&amp;y=2\'>q</a><a name="n">n</a><a href="http://o/">o</a></body></html>')

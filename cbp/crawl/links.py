@@ -19,7 +19,7 @@ counting link occurrences, as the URLCount demo does); everything else about it 
 
 HTML is parsed with lexbor (through ``selectolax``), an HTML5 parser that accepts any input:
 invalid markup, unclosed tags, binary junk; a page nested thousands of elements deep (which
-lexbor takes seconds on) is read by the standard library's tokenizer instead. Pages larger than
+lexbor takes seconds on) is read by a linear scan of its tags instead. Pages larger than
 ``max_chars`` are parsed only up to that many characters. URLs are parsed and resolved by the
 WHATWG URL Standard (``ada``), as browsers do.
 """
@@ -27,7 +27,7 @@ WHATWG URL Standard (``ada``), as browsers do.
 from __future__ import annotations
 
 import re
-from html.parser import HTMLParser
+from html import unescape
 from typing import Optional
 
 from ada_url import URL
@@ -106,8 +106,9 @@ def page_links(url: str, html: str, max_chars: int = MAX_PAGE_CHARS, *, every_oc
         base = _resolve(base_href, src) or src
     seen: set[str] = set()
     out: list[str] = []
+    resolved: dict[str, Optional[str]] = {}  # a page repeats its links: each distinct href is resolved once
     for href in hrefs:
-        dst = normalize_url(href, base)
+        dst = resolved[href] if href in resolved else resolved.setdefault(href, normalize_url(href, base))
         if dst is None or dst == src:
             continue
         if every_occurrence:
@@ -128,8 +129,9 @@ def _resolve(href: str, base: str) -> Optional[str]:
 
 #: Pages lexbor's tree builder would take seconds on (its cost grows with nesting depth times
 #: tags, and with the square of one tag's attributes): more tags or ``=`` than these, and an
-#: estimated depth or a tag's length beyond the next two, are read by the standard library's
-#: tokenizer instead, which finds the same ``<a href>`` and ``<base href>`` in linear time.
+#: estimated depth or a tag's length beyond the next two, are read by :func:`_hrefs_by_tokens`
+#: instead, which finds the same ``<a href>`` and ``<base href>`` in linear time (the standard
+#: library's ``html.parser`` is quadratic on unclosed tags).
 _FEW_TAGS, _MAX_DEPTH, _MAX_TAG_CHARS = 20_000, 2_000, 64 * 1024
 _TAG = re.compile(r"<(/?)([A-Za-z][A-Za-z0-9-]*)[^>]*>?")
 _NOT_NESTING = frozenset("a area base br col embed hr img input link meta source track wbr p li dt dd option optgroup tr td th "
@@ -166,31 +168,36 @@ def _pathological(html: str) -> bool:
     return False
 
 
-class _Links(HTMLParser):
-    """Internal: the standard library's tokenizer, collecting ``<a href>`` and the first ``<base href>``."""
-
-    def __init__(self) -> None:
-        super().__init__(convert_charrefs=True)
-        self.base: Optional[str] = None
-        self.hrefs: list[str] = []
-
-    def handle_starttag(self, tag: str, attrs: list[tuple[str, Optional[str]]]) -> None:
-        if tag in ("a", "base"):
-            href = next((v for k, v in attrs if k == "href"), None)
-            if href is not None:
-                if tag == "a":
-                    self.hrefs.append(href)
-                elif self.base is None:
-                    self.base = href
-
-    handle_startendtag = handle_starttag
+#: A pathological page's pieces, left to right, in one linear pass (every alternative ends at the
+#: end of the text if its closing never comes, so nothing is scanned twice): comments, the raw text
+#: of elements whose content is no markup (and template contents, which lexbor's selectors do not
+#: search), and the start tags of ``a`` and ``base`` (a quoted value may hold ``>``).
+_PIECE = re.compile(r"<!--.*?(?:-->|\Z)|<(script|style|textarea|title|xmp|iframe|noembed|noframes|template)\b[^>]*>.*?(?:</\1\s*>|\Z)"
+                    r"|<plaintext\b.*|<(a|base)(?=[\s/>])((?:[^>\"']|\"[^\"]*\"?|'[^']*'?)*)", re.S | re.I)
+_ATTR = re.compile(r"""([^\s"'=/>]+)(?:\s*=\s*(?:"([^"]*)"?|'([^']*)'?|([^\s>]*)))?""")
 
 
 def _hrefs_by_tokens(html: str) -> tuple[Optional[str], list[str]]:
-    links = _Links()
-    try:
-        links.feed(html)
-        links.close()
-    except Exception:  # noqa: BLE001 -- the tokenizer accepts anything; keep what it found if not
-        pass
-    return links.base, links.hrefs
+    """:func:`_hrefs` by a linear scan instead of a tree: the first ``<base href>`` and every
+    ``<a href>`` outside comments and raw-text elements (attribute values unescaped)."""
+    base: Optional[str] = None
+    hrefs: list[str] = []
+    for m in _PIECE.finditer(html):
+        tag = m.group(2)
+        href = _href(m.group(3)) if tag is not None and m.end() < len(html) else None  # a tag the text ends in is dropped
+        if href is None:
+            continue
+        if tag.lower() == "a":
+            hrefs.append(href)
+        elif base is None:
+            base = href
+    return base, hrefs
+
+
+def _href(attributes: str) -> Optional[str]:
+    """The value of the first ``href`` among a start tag's attributes (``""`` for one without a value)."""
+    for a in _ATTR.finditer(attributes):
+        if a.group(1).lower() == "href":
+            value = next((v for v in a.group(2, 3, 4) if v is not None), "")
+            return unescape(value)
+    return None
