@@ -283,7 +283,7 @@ class Corpus:
         are ignored; host and scheme compare case-insensitively; a port or user info is refused.
         """
         try:
-            names = self._names(url)
+            names, upath = self._names(url)
             fd, path, in_dir = self._open(names)
             try:
                 with os.fdopen(fd, "rb", closefd=True) as fh:  # read() allocates what it is asked for: ask no more than the file has
@@ -293,15 +293,14 @@ class Corpus:
             head = data[:512].lstrip().lower()
             if not path.lower().endswith(_HTML_SUFFIXES) and not head.startswith((b"<!doctype html", b"<html")):
                 return Fetched(url, reason="not HTML")
-            scheme, netloc, upath = _split(url)
             if in_dir and not upath.endswith("/"):  # a web server redirects http://h/dir to http://h/dir/ (its links resolve there)
-                url = normalize_url(f"{scheme}://{netloc}{upath}/") or url
+                url = normalize_url(f"{self.site}{upath}/") or url
             return Fetched(url, html=decode_html(data[:max_bytes], len(data) > max_bytes), truncated=len(data) > max_bytes, path=path)
         except Exception as e:  # noqa: BLE001 -- a URL is recorded as unfetchable, it never stops the crawler
             return Fetched(url, reason=_reason_of(e))
 
-    def _names(self, url: Any) -> list[str]:
-        """The names ``url`` walks through below the root; raises :class:`_Refused`."""
+    def _names(self, url: Any) -> tuple[list[str], str]:
+        """The names ``url`` walks through below the root, and its path; raises :class:`_Refused`."""
         scheme, netloc, path = _split(url)
         if netloc.lower() != self.host or scheme != self.scheme:
             if "@" in netloc:
@@ -309,7 +308,7 @@ class Corpus:
             if scheme == self.scheme and netloc.rpartition(":")[0].lower() == self.host:
                 raise _Refused(f"{NOT_A_PATH}a port")
             raise _Refused("outside the corpus")
-        return _components(path)
+        return _components(path), path
 
     def _open(self, names: list[str]) -> tuple[int, str, bool]:
         """Open the regular file ``names`` lead to from the root, never leaving it: ``(fd, real
@@ -346,7 +345,7 @@ class Corpus:
                         os.close(fd)
                     fds, done = [root_fd], []  # walk the resolved path again from the root
                     if not todo:
-                        todo = ["index.html"]
+                        todo, in_dir = ["index.html"], True
                     continue
                 flags = _DIR_FLAGS if stat.S_ISDIR(st.st_mode) else _FILE_FLAGS
                 if not stat.S_ISDIR(st.st_mode):
