@@ -130,35 +130,43 @@ def _seen(p) -> set[tuple]:
 
 
 @pytest.mark.parametrize("mode,grouping,batch", [("direct", "inner", False), ("blackbox", "inner", False), ("direct", "outer", False),
-                                                 ("blackbox", "outer", False), ("direct", "inner", True), ("blackbox", "outer", True)])
+                                                 ("blackbox", "outer", False), ("direct", "inner", True), ("blackbox", "outer", True),
+                                                 ("direct/shuffle", "inner", False), ("direct/shuffle", "outer", True)])
 def test_broadcast_and_multicast_delivery(spark, tmp_path, make_pipeline, mode, grouping, batch):
-    """Per-key and batch translators (which bind with out.associate too) get the same deliveries."""
+    """Per-key and batch translators (which bind with out.associate too) get the same deliveries;
+    direct mode's small epochs (routed by the driver) and its shuffle path ("direct/shuffle") too."""
+    mode, _, path_ = mode.partition("/")
     text = YAML.replace("GROUPING", grouping)
     if batch:
         text = text.replace("translator: MOD:node", "translator: MOD:node_batch\n    batch: true")
     path = make_pipeline(text, MODULE)
-    p = cbp.load(path, home=str(tmp_path / "home"), mode=mode, spark=spark)
+    p = cbp.Pipeline(path, str(tmp_path / "home"), mode=mode, spark=spark, **({"small_epoch_records": 0} if path_ == "shuffle" else {}))
     for i, feed in enumerate(FEEDS, 1):
         p.feed("ins", feed)
-        p.run()
+        reports = p.run()
+        assert all(r.shuffle_records == 0 for r in reports) == (mode == "direct" and path_ != "shuffle")
     assert _seen(p) == expected(grouping)
 
 
-def test_one_copy_per_partition(spark, tmp_path, make_pipeline):
-    """A broadcast record reaches each of the 3 tasks once, however many keys it is delivered to."""
+@pytest.mark.parametrize("small", [False, True])
+def test_one_copy_per_partition(spark, tmp_path, make_pipeline, small):
+    """A broadcast record reaches each of the 3 tasks once, however many keys it is delivered to:
+    through Spark's shuffle (whose own record counts show it), and routed by the driver in a small
+    epoch (cbp.engine.smallepoch: nothing shuffled, the tasks' copies counted)."""
     path = make_pipeline(YAML.replace("GROUPING", "inner"), MODULE)
-    p = cbp.load(path, home=str(tmp_path / "home"), spark=spark)
+    p = cbp.Pipeline(path, str(tmp_path / "home"), spark=spark, **({} if small else {"small_epoch_records": 0}))
     p.feed("ins", [_rec(f"k{i}", "key", "t") for i in range(60)] + [_rec("", "all", "X")])
     (rep,) = p.run()
     assert rep.records_in == 60 and rep.copies_in == 3 and rep.delivered == 60
-    assert rep.shuffle_records == 60 + 3  # Spark's own count: 60 keyed records, one copy of X per partition
+    assert rep.shuffle_records == (0 if small else 60 + 3)  # Spark's own count: 60 keyed records, one copy of X per partition
     assert sum(1 for r in p.output("seen") if r["tag"] == "X") == 60
     # multicast: 30 keys bind to g, one key sends M to g; the next epoch shuffles the 30 bindings
     # and one copy of M per partition, not one M per bound key
     p.feed("ins", [_rec(f"k{i}", "bind", "b", "g") for i in range(30)] + [_rec("k59", "send", "M", "g")])
     bind, deliver = p.run()
-    assert bind.shuffle_records == 31 and deliver.epoch == 3
-    assert deliver.shuffle_records == 30 + 3 and deliver.bindings_in == 30 and deliver.copies_in == 3 and deliver.delivered == 30
+    assert bind.shuffle_records == (0 if small else 31) and deliver.epoch == 3
+    assert deliver.shuffle_records == (0 if small else 30 + 3)
+    assert deliver.bindings_in == 30 and deliver.copies_in == 3 and deliver.delivered == 30
     assert sorted(r["k"] for r in p.output("seen") if r["tag"] == "M" and r["flow"] == "msgs") == sorted(f"k{i}" for i in range(30))
 
 

@@ -105,6 +105,43 @@ def test_exiting_translator_is_a_user_code_failure(spark, make_pipeline, tmp_pat
     assert _counts(p) == {"bad": 1, "ok": 1}
 
 
+ROUTE = """
+import os, time
+
+def route(r):
+    if r["w"] == "bad":
+        how = open(os.path.join(os.path.dirname(__file__), "how")).read().strip()
+        if how == "loop":
+            while True:
+                time.sleep(0.01)
+        if how == "os_exit":
+            os._exit(7)
+        if how == "raise":
+            raise KeyError("no such word")
+    return r["w"]
+"""
+
+
+@pytest.mark.parametrize("how,code", [("raise", "user-code"), ("loop", "timeout"), ("os_exit", "worker-died")])
+def test_a_failing_route_by_function_in_a_small_epoch(spark, make_pipeline, tmp_path, how, code):
+    """A small epoch runs RouteBy functions in a Spark job, as the shuffle path does: an error names
+    the record and the function, a loop meets the time limit, an exit is the worker's death; the
+    driver lives on, nothing is committed, and the fixed function runs the same epoch."""
+    path = make_pipeline(PIPE.replace("TIMEOUT", "timeout: 12").replace("route_by: w", "route_by: 'MOD:route'"), MODULE + ROUTE)
+    (path.parent / "how").write_text(how)
+    p = cbp.load(path, home=str(tmp_path / "h"), spark=spark)
+    p.feed("words", [{"w": "a"}, {"w": "bad"}])
+    with pytest.raises(UserCodeError) as e:
+        p.run()
+    assert e.value.code == code and e.value.stage == "count" and e.value.epoch == 1
+    if how == "raise":
+        assert "route_by" in str(e.value) and '"bad"' in str(e.value) and "KeyError" in str(e.value)
+    assert p.status()["stages"]["count"]["epochs"] == 0 and p.state("count") == []
+    (path.parent / "how").write_text("fixed")
+    [r] = p.run()
+    assert _counts(p) == {"a": 1, "bad": 1} and r.shuffle_records == 0  # routed by the driver's job
+
+
 def test_timeout_must_be_positive(make_pipeline):
     from cbp.errors import SpecError
 

@@ -61,7 +61,7 @@ def _both(monkeypatch, run):
 def test_small_epochs_equal_the_shuffle_path(spark, tmp_path, monkeypatch, yaml):
     rng = random.Random(5)
     pool = [f"http://h{rng.randint(0, 9)}/p{rng.randint(0, 40)}" for _ in range(60)] + ["http://é/字"]
-    escaped = ['http://q/"x"', "http://t/\t"]  # strings JSON must escape: the batch is routed by Spark
+    escaped = ['http://q/"x"', "http://t/\t"]  # strings JSON must escape: the batch is routed by a Spark job (no shuffle)
     incs = [Increment("urls", [{"url": rng.choice(pool + escaped if j in (2, 4) else pool)} for _ in range(rng.randint(40, 120))])
             for j in range(6)]
     runs = _both(monkeypatch, lambda name: replay(FLOWS / yaml, incs, home=str(tmp_path / name), spark=spark))
@@ -69,7 +69,7 @@ def test_small_epochs_equal_the_shuffle_path(spark, tmp_path, monkeypatch, yaml)
         assert _canon(a.outputs["counts"]) == _canon(b.outputs["counts"])
         assert _canon(a.state["url_count"]) == _canon(b.state["url_count"])
     shuffled = [[e.report.shuffle_records for e in s.epochs] for s in runs["small"].steps]
-    assert [x[0] == 0 for x in shuffled] == [not any(r["url"] in escaped for r in inc.records) for inc in incs]
+    assert all(x[0] == 0 for x in shuffled)
     assert all(e.report.shuffle_records > 0 for s in runs["shuffle"].steps for e in s.epochs)
     counts = {r["url"]: r["count"] for r in runs["small"].final_state("url_count")}
     want: dict[str, int] = {}
@@ -128,8 +128,9 @@ def test_small_epochs_with_framing_a_loopback_flow_and_outer_grouping(spark, tmp
     assert len(small) > 4 and all(r.shuffle_records == 0 for r in small)
 
 
-def test_the_shuffle_path_where_the_driver_must_not_route(spark, tmp_path, make_pipeline):
-    """Black-box mode, a RouteBy function, and more records than the threshold take Spark's shuffle."""
+def test_the_shuffle_path_where_the_driver_must_not_route_and_a_routeby_function(spark, tmp_path, make_pipeline):
+    """Black-box mode and more records than the threshold take Spark's shuffle; a RouteBy function
+    does not (a Spark job of one stage runs it: no shuffle)."""
     urls = [{"url": f"http://h/{i % 7}"} for i in range(50)]
     bb = cbp.load(FLOWS / "url_count.yaml", home=str(tmp_path / "bb"), mode="blackbox", spark=spark)
     bb.feed("urls", urls)
@@ -138,7 +139,7 @@ def test_the_shuffle_path_where_the_driver_must_not_route(spark, tmp_path, make_
                          HALVES_MODULE + "\ndef key(r):\n    return r['k']\n")
     fn = cbp.load(path, home=str(tmp_path / "fn"), spark=spark)
     fn.feed("nums", [{"k": "a", "v": 1, "hour": 1}], close=True)
-    assert fn.run()[0].shuffle_records > 0
+    assert fn.run()[0].shuffle_records == 0
     big = cbp.Pipeline(FLOWS / "url_count.yaml", str(tmp_path / "big"), spark=spark, small_epoch_records=49)
     big.feed("urls", urls)
     assert big.run()[0].shuffle_records == 50
@@ -193,3 +194,22 @@ def test_a_retried_task_takes_over_its_failed_attempts_claims(tmp_path):
     assert kept == {0, 1, 2} and order[:3] == [0, 1, 2]
     order, kept = claim_order(6, 2, me=1, pid=8, last={p: 5 for p in range(6)})
     assert order[:3] == [3, 5, 4]  # nobody keeps 3-5: this task's share (odd) first
+
+
+def test_envelopes_a_routeby_function_multiplies_past_the_cap_take_the_shuffle(spark, tmp_path, make_pipeline, monkeypatch):
+    """A RouteBy that returns many keys per record: once its job's envelopes pass the cap the epoch
+    takes the shuffle instead, with the same result."""
+    from cbp.engine import smallepoch
+
+    path = make_pipeline(HALVES.replace("KEYTYPE", "string").replace("GROUPING", "inner").replace("route_by: k, frame_by", "route_by: 'MOD:fan', frame_by"),
+                         HALVES_MODULE + "\ndef fan(r):\n    return [r['k'] + str(i) for i in range(40)]\n")
+    recs = [{"k": k, "v": 1, "hour": 1} for k in "abcdefgh"]
+    runs = {}
+    for name, cap in (("small", smallepoch.SMALL_ENVELOPE_BYTES), ("capped", 4000)):
+        monkeypatch.setattr(smallepoch, "SMALL_ENVELOPE_BYTES", cap)
+        p = cbp.load(path, home=str(tmp_path / name), spark=spark)
+        p.feed("nums", recs, close=True)
+        [r] = p.run()
+        runs[name] = (r.shuffle_records, _canon(p.state("sum")))
+    assert runs["small"][0] == 0 and runs["capped"][0] == 8 * 40
+    assert runs["small"][1] == runs["capped"][1] and len(runs["small"][1]) == 8 * 40

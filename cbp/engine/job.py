@@ -202,11 +202,11 @@ def _grouped(spark: Any, plan: TaskPlan, input_files: dict[int, list[str]], stat
 
     placed = plan.mode == "direct" and not spark.sparkContext.master.startswith("local") and os.environ.get("CBP_PLACEMENT", "1") != "0"
     plan.columnar = os.environ.get("CBP_COLUMNAR", "1") != "0"
-    routed = driver_routed(plan, input_files)
+    plan.probes = list(partition_probes(plan.stage.partitions))
+    routed = driver_routed(spark, plan, input_files)
     if routed is not None:  # a small increment: routed by the driver, no shuffle (cbp.engine.smallepoch)
         return run_routed(spark, plan, routed, grouped_task, placed)
     env_ddl = envelope_ddl(plan)
-    plan.probes = list(partition_probes(plan.stage.partitions))
     types = {f.name: f.dataType for f in spark.createDataFrame([], env_ddl).schema.fields}
     envelopes = partial(_envelopes, types)
     jvm = os.environ.get("CBP_JVM_ROUTING", "1") != "0"

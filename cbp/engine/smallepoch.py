@@ -3,16 +3,25 @@
 A stage epoch normally is a Spark job of two stages: the map side reads the increment and routes
 it, Spark's shuffle partitions it by ``pmod(hash(key), P)`` and sorts each partition by
 ``xxhash64(key)``, and the reduce side runs the grouped tasks. For a small increment most of that
-job is fixed cost (a second stage, the shuffle, the sort; about half of a 1,000-record URLCount
-epoch, ``bench/epoch_cost.py``). When the epoch's new records are at most
-:func:`small_records` (default :data:`SMALL_RECORDS`, and :data:`SMALL_FILE_BYTES` of files) and
-each input flow routes by a plain field, the driver reads the increment with pyarrow, routes it with Arrow
-(:func:`cbp.engine.routing.plain_envelopes`), computes Spark's two hashes itself
-(:mod:`cbp.engine.sparkhash`), sorts each partition's envelopes as Spark would, and runs the same
+job is fixed cost (a second stage, the shuffle, the sort, Spark's planning of each small file; about
+half of a 1,000-record URLCount epoch, ``bench/epoch_cost.py``). When the epoch's new records are at
+most :func:`small_records` (default :data:`SMALL_RECORDS`, and :data:`SMALL_FILE_BYTES` of files
+with the stage's multicast bindings), the driver reads them with pyarrow and routes them itself:
+
+- an input routed by a plain field, with Arrow (:func:`cbp.engine.routing.plain_envelopes`);
+- any other (a RouteBy function, ``ALL``, multicast, a ``json`` or list field, a key JSON must
+  escape) by a one-stage Spark job whose tasks run RouteBy as the normal path's map side does
+  (:func:`route_on_executors`: user code never runs in the driver, and under the epoch's time
+  limit); its envelopes, with the copies of broadcast and multicast records, come back to the driver;
+- the bindings files, with pyarrow, as the normal path's job turns them into envelopes.
+
+The driver then computes Spark's two hashes itself (:mod:`cbp.engine.sparkhash`; a copy goes by its
+probe, as in the shuffle), sorts each partition's envelopes as Spark would, and runs the same
 grouped task (:func:`cbp.engine.task.grouped_task`) on exactly partition ``p``'s envelopes for
 each ``p``, in a one-stage job (on a cluster a task per partition, preferring the executor that
 ran ``p`` last, as :mod:`cbp.engine.locality` places the normal path's tasks; else one task per
-core, each taking partitions one at a time).
+core, each taking partitions one at a time). Nothing crosses Spark's shuffle, so such an epoch
+reports no shuffled records (``EpochReport.copies_in`` still counts one copy per partition).
 
 In local mode the tasks' Python workers keep the state files they read in memory, but Spark
 hands a task to whichever idle worker comes first, so a fixed share of partitions per task met a
@@ -22,8 +31,8 @@ also holds each partition's envelopes): first those its worker ran last time, th
 ran, then the rest; the driver checks that every partition came back exactly once.
 
 Anything else takes the normal path: black-box mode (the whole state goes through the shuffle),
-multicast bindings, a RouteBy function or ``ALL`` (user code and copies: the map side's job), a
-batch Arrow cannot route by itself (float or list keys, key strings JSON must escape), or more records.
+more records or bytes, envelopes that outgrow :data:`SMALL_ENVELOPE_BYTES` (a RouteBy that returns
+many keys), or a key longer than :data:`SMALL_KEY_BYTES`.
 
 The knob: ``CBP_SMALL_EPOCH_RECORDS`` or the pipeline tuning option ``small_epoch_records``
 (0 turns the path off).
@@ -37,19 +46,21 @@ import tempfile
 from functools import partial
 from typing import TYPE_CHECKING, Any, Iterator, Optional
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from ..errors import RuntimeStateError
 from ..storage import objectstore
-from .routing import plain_envelopes
+from ..storage.layout import epoch_of
+from .routing import BINDINGS, BOUND, COPY, COPY_HASH, bound_address, plain_envelopes
 from .sparkhash import partition_of, spark_xxhash64
 
 if TYPE_CHECKING:
     from .task import TaskPlan
 
-__all__ = ["SMALL_RECORDS", "small_records", "routed_schema", "driver_routed", "run_routed", "claim", "claim_order"]
+__all__ = ["SMALL_RECORDS", "small_records", "routed_schema", "driver_routed", "route_on_executors", "run_routed", "claim", "claim_order"]
 
 #: New records of an epoch up to which the driver routes them (above, Spark's shuffle does). On 2
 #: cores the driver's path was faster up to 200k records (URLCount, 1M state keys: 0.69x the
@@ -61,6 +72,8 @@ SMALL_FILE_BYTES = 16 << 20
 SMALL_ENVELOPE_BYTES = 64 << 20
 #: Longest key text (UTF-8 bytes) the driver hashes itself; an epoch with a longer one takes the shuffle.
 SMALL_KEY_BYTES = 4096
+#: Records per task of the job that runs RouteBy functions for a small epoch (at least; a slice per core above it).
+ROUTE_SLICE = 2048
 #: (home, stage) -> partition -> the local Python worker (pid) that ran it last (local mode).
 _LAST_WORKER: dict[tuple[str, str], dict[int, int]] = {}
 
@@ -87,54 +100,125 @@ def small_records(override: Optional[int] = None) -> int:
         return SMALL_RECORDS
 
 
-def driver_routed(plan: "TaskPlan", input_files: dict[int, list[str]]) -> Optional[list[pa.Table]]:
+def driver_routed(spark: Any, plan: "TaskPlan", input_files: dict[int, list[str]]) -> Optional[list[pa.Table]]:
     """Partition ``p``'s envelopes (sorted as the shuffle sorts them) for each ``p``, or None when
     this epoch must take the normal path (see the module's docstring)."""
-    if (plan.mode != "direct" or plan.bindings or plan.new_records is None
-            or plan.new_records > small_records(plan.small_records)):
+    if plan.mode != "direct" or plan.new_records is None or plan.new_records > small_records(plan.small_records):
         return None
-    located: list[tuple[int, Any, str]] = []
-    for i, files in input_files.items():
-        route = plan.stage.inputs[i].route_by
-        ft = plan.input_schemas[i].fields.get(route.field) if route is not None and route.field is not None else None
-        if ft is None or ft.scalar == "json" or ft.is_list:
-            return None
-        for uri in files:
-            fs, path = objectstore.filesystem(uri)
-            located.append((i, fs, path))
-    if sum(fs.get_file_info(path).size or 0 for _, fs, path in located) > SMALL_FILE_BYTES:
+    located = [(i, uri, *objectstore.filesystem(uri)) for i, files in input_files.items() for uri in files]
+    bound = [(uri, *objectstore.filesystem(uri)) for uri in plan.bindings]
+    if sum(fs.get_file_info(path).size or 0 for *_, fs, path in [*located, *bound]) > SMALL_FILE_BYTES:
         return None
-    parts: list[pa.RecordBatch] = []
-    size = 0
     schema = plan.envelope_schema()
-    for i, fs, path in located:
+    parts: list[pa.RecordBatch] = []
+    remote: list[tuple[int, int, pa.Table]] = []  # (input, the epoch whose bindings deliver its multicasts, records): RouteBy's job
+    for i, uri, fs, path in located:
         want = plan.input_schemas[i].arrow
         with fs.open_input_file(path) as fh:
-            table = pq.read_table(fh, columns=[f.name for f in want])
-        for b in table.cast(want).to_batches():
-            env = plain_envelopes(i, plan.stage.inputs[i].route_by.field, b, schema)  # type: ignore[union-attr, arg-type]
+            table = pq.read_table(fh, columns=[f.name for f in want]).cast(want)
+        field = _plain_field(plan, i)
+        rest = []
+        for b in table.to_batches():
+            env = plain_envelopes(i, field, b, schema) if field is not None else None
             if env is None:
-                return None
-            size += env.nbytes
-            if size > SMALL_ENVELOPE_BYTES:
-                return None
-            parts.append(env)
+                rest.append(b)
+            else:
+                parts.append(env)
+        if rest:
+            remote.append((i, plan.made_in.get(uri, plan.epoch - 1) or 0, pa.Table.from_batches(rest, want)))
+    for uri, fs, path in bound:
+        with fs.open_input_file(path) as fh:
+            parts.extend(_binding_envelopes(pq.read_table(fh, columns=BINDINGS.names).cast(BINDINGS), epoch_of(uri) or 0, schema))
+    if remote:
+        routed = route_on_executors(spark, plan, remote)
+        if routed is None:
+            return None
+        parts.extend(routed)
+    if sum(b.nbytes for b in parts) > SMALL_ENVELOPE_BYTES:
+        return None
+    return _partitioned(plan, pa.Table.from_batches(parts, schema=schema))
+
+
+def _plain_field(plan: "TaskPlan", i: int) -> Optional[str]:
+    """The field input ``i`` is routed by, if Arrow can make its keys (not a ``json`` or list field, not a function)."""
+    route = plan.stage.inputs[i].route_by
+    ft = plan.input_schemas[i].fields.get(route.field) if route is not None and route.field is not None else None
+    return None if ft is None or ft.scalar == "json" or ft.is_list else route.field  # type: ignore[union-attr]
+
+
+def _binding_envelopes(rows: pa.Table, made: int, schema: pa.Schema) -> list[pa.RecordBatch]:
+    """Envelopes of a bindings file written in stage epoch ``made``: to the bound key, the address as
+    the copies of that epoch's multicasts name it (as the normal path's job builds them)."""
+    out = []
+    for b in rows.to_batches():
+        n = b.num_rows
+        cols = {"_key": b.column("_key"), "_flow": pa.array(np.full(n, BOUND, np.int32)),
+                "_rec": pc.binary_join_element_wise(bound_address(made, ""), b.column("_addr"), "")}
+        out.append(pa.RecordBatch.from_arrays([cols[f.name] if f.name in cols else pa.nulls(n, f.type) for f in schema], schema=schema))
+    return out
+
+
+def _partitioned(plan: "TaskPlan", env: pa.Table) -> Optional[list[pa.Table]]:
+    """Each partition's envelopes as Spark's job would give them: partitioned by the hash of ``_r``
+    (a copy's probe) or else the key text, ``_h`` added, sorted by ``_h``, key and flow."""
     n = plan.stage.partitions
     routed = routed_schema(plan)
-    if not parts:
+    if not env.num_rows:
         return [routed.empty_table() for _ in range(n)]
-    env = pa.Table.from_batches(parts, schema=schema)
     key_col = env.column("_key").combine_chunks()
-    if pc.max(pc.binary_length(key_col)).as_py() > SMALL_KEY_BYTES:
+    copy = pc.starts_with(key_col, COPY).to_numpy(zero_copy_only=False)
+    keys = key_col.filter(pa.array(~copy))
+    if len(keys) and pc.max(pc.binary_length(keys)).as_py() > SMALL_KEY_BYTES:
         return None  # Spark hashes a long key in the JVM; here it would cost a numpy pass per 4 bytes
-    table = env.drop_columns(["_r"]).append_column("_h", pa.array(spark_xxhash64(key_col.to_pylist()), pa.int64()))
-    part = partition_of(key_col, n)
+    h = np.full(len(key_col), COPY_HASH, np.int64)
+    h[~copy] = spark_xxhash64(keys.to_pylist())
+    part = partition_of(pc.coalesce(env.column("_r").combine_chunks(), key_col), n)
+    table = env.drop_columns(["_r"]).append_column("_h", pa.array(h, pa.int64()))
     out = []
     for p in range(n):
         rows = table.filter(pa.array(part == p))
         order = pc.sort_indices(rows, sort_keys=[("_h", "ascending"), ("_key", "ascending"), ("_flow", "ascending")])  # stable, as Spark's is for these
         out.append(rows.take(order).combine_chunks())
     return out
+
+
+def route_on_executors(spark: Any, plan: "TaskPlan", work: list[tuple[int, int, pa.Table]]) -> Optional[list[pa.RecordBatch]]:
+    """RouteBy of the records in ``work`` run by a one-stage Spark job (user code runs where the
+    normal path runs it, under the epoch's time limit), its envelopes collected; None when they
+    outgrow what the driver should hold (:data:`SMALL_ENVELOPE_BYTES`)."""
+    sc = spark.sparkContext
+    tasks = max(1, sc.defaultParallelism)
+    payloads = []
+    for i, made, table in work:
+        step = max(ROUTE_SLICE, -(-table.num_rows // tasks))
+        for a in range(0, table.num_rows, step):
+            sink = pa.BufferOutputStream()
+            with pa.ipc.new_stream(sink, table.schema) as w:
+                w.write_table(table.slice(a, step))
+            payloads.append((i, made, sink.getvalue().to_pybytes()))
+    tasks = min(tasks, len(payloads))
+    blobs = sc.parallelize(payloads, tasks).mapPartitions(partial(_routing_task, plan, SMALL_ENVELOPE_BYTES // tasks)).collect()
+    if any(not b for b in blobs):
+        return None
+    schema = plan.envelope_schema()
+    return [pa.ipc.read_record_batch(pa.py_buffer(b), schema) for b in blobs]
+
+
+def _routing_task(plan: "TaskPlan", cap: int, items: Iterator[tuple[int, int, bytes]]) -> Iterator[bytes]:
+    """Worker side of :func:`route_on_executors`: the envelopes of each slice of records, as
+    :func:`cbp.engine.task.route_batches` makes them on the normal path's map side; an empty
+    message once they pass ``cap`` bytes."""
+    from .task import route_batches, time_limit
+
+    size = 0
+    with time_limit(plan):
+        for i, made, data in items:
+            for b in route_batches(plan, i, made, pa.ipc.open_stream(pa.py_buffer(data))):
+                size += b.nbytes
+                if size > cap:
+                    yield b""
+                    return
+                yield b.serialize().to_pybytes()
 
 
 def _routed_task(plan: "TaskPlan", task: Any, items: Iterator[list[tuple[int, bytes]]]) -> Iterator[bytes]:

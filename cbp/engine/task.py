@@ -42,7 +42,7 @@ from .framing import FramedSink
 from .sinks import ParquetSink, RecordSink, io_path
 from .statepart import BlackboxPartition, DirectPartition, OldState
 
-__all__ = ["TaskPlan", "EpochTimeout", "encode_key", "route_batches", "grouped_task", "recordwise_task"]
+__all__ = ["TaskPlan", "EpochTimeout", "encode_key", "route_batches", "grouped_task", "recordwise_task", "time_limit"]
 
 RETRY_GRACE = 2.0  # seconds a task attempt started after its epoch's deadline runs (less than the driver's cancel grace)
 
@@ -288,7 +288,7 @@ def _flow_iter(plan: TaskPlan, idx: int, items: list[Any], key: Any, key_text: s
 @contextmanager
 def _io_errors(plan: TaskPlan) -> Iterator[None]:
     try:
-        with _time_limit(plan):
+        with time_limit(plan):
             yield
     except OSError as e:  # a full or read-only home, a lost object store
         raise _failed(plan, "io", f"{plan.where()}: cannot write to the home {plan.home.location}: {e}",
@@ -298,7 +298,7 @@ def _io_errors(plan: TaskPlan) -> Iterator[None]:
 
 
 @contextmanager
-def _time_limit(plan: TaskPlan) -> Iterator[None]:
+def time_limit(plan: TaskPlan) -> Iterator[None]:
     """Raise :class:`EpochTimeout` in this task when ``plan.deadline`` passes (SIGALRM).
 
     A Spark Python worker runs its task in its main thread, where signals are delivered; the
