@@ -136,15 +136,17 @@ def clustering_part(args: argparse.Namespace, work: Path) -> dict[str, Any]:
     log(f"clustering: {desc}")
     pipes = {label: Pipeline(flow(y), home=str(work / f"clustering-{i}"), mode=mode, **tuning) for i, (label, y, mode, tuning) in enumerate(VARIANTS)}
     runs: dict[str, list[dict[str, Any]]] = {label: [] for label in pipes}
-    for j, inc in enumerate([base] + incs):
-        labels = list(pipes)
-        labels = labels[j % len(labels):] + labels[:j % len(labels)]  # rotate the order: no variant always goes first
-        for label in labels:
-            m = run_feed(pipes[label], inc)
-            m["increment"] = j
-            runs[label].append(m)
-            log(f"  {'base' if j == 0 else f'inc {j:>2}'} {label:<27} run() {m['run_wall']:7.2f}s  epochs {m['n_epochs']}  "
-                f"shuffled {m['shuffle_bytes'] / 2**20:8.2f} MiB ({m['shuffle_records']:,} records)")
+    feeds = list(enumerate([base] + incs))
+    if args.order == "rotate":  # increment by increment, the variants taking turns (no variant always goes first)
+        steps = [(j, label) for j, _ in feeds for label in list(pipes)[j % len(pipes):] + list(pipes)[:j % len(pipes)]]
+    else:  # each variant feeds all its increments before the next starts: no other home in its Python workers' caches
+        steps = [(j, label) for label in pipes for j, _ in feeds]
+    for j, label in steps:
+        m = run_feed(pipes[label], feeds[j][1])
+        m["increment"] = j
+        runs[label].append(m)
+        log(f"  {'base' if j == 0 else f'inc {j:>2}'} {label:<27} run() {m['run_wall']:7.2f}s  epochs {m['n_epochs']}  "
+            f"shuffled {m['shuffle_bytes'] / 2**20:8.2f} MiB ({m['shuffle_records']:,} records)")
     g = nx.Graph()
     g.add_edges_from(edges)
     expected = nx.clustering(g)
@@ -404,6 +406,8 @@ def main(argv: Optional[list[str]] = None) -> int:
     ap.add_argument("--package", default="python3.11-doc", help="documentation package whose link graph clustering uses")
     ap.add_argument("--pages", type=int, default=None, help="pages sampled for the clustering graph (default 0 = all 530; --quick 150)")
     ap.add_argument("--increments", type=int, default=10)
+    ap.add_argument("--order", choices=["rotate", "blocks"], default="rotate",
+                    help="clustering: variants take turns per increment (rotate) or run all their increments one after the other (blocks)")
     ap.add_argument("--pr-nodes", type=int, default=None, help="BFS subgraph size of WordNet for PageRank (default 0 = all; --quick 5000)")
     ap.add_argument("--new-edges", type=int, default=None, help="new edges of the PageRank update (default 20; --quick 5)")
     ap.add_argument("--tolerance", type=float, default=None, help="PageRank push threshold (default: flows/pagerank.yaml's)")

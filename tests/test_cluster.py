@@ -161,6 +161,27 @@ def test_url_count_on_cluster(cluster, tmp_path, home_kind):
     print(f"cluster: 2 feeds + runs in {took:.1f}s; tasks finished per worker {ran}")
 
 
+def test_clustering_with_multicast_on_cluster(cluster, tmp_path):
+    """flows/clustering.yaml (RouteBy functions, multicast bindings; its small epochs routed by a Spark
+    job on the executors, then by the driver) on the cluster with its home on S3: after each
+    increment every node's coefficient equals networkx's."""
+    import networkx as nx
+
+    rnd = random.Random(11)
+    nodes = [f"n{i}" for i in range(40)]
+    yaml = str(ROOT / "flows" / "clustering.yaml")
+    home = f"s3://{cluster['CBP_S3_BUCKET']}/test-{uuid.uuid4().hex[:8]}/clustering"
+    g = nx.Graph()
+    for step in range(2):
+        edges = [(rnd.choice(nodes), rnd.choice(nodes)) for _ in range(120)]
+        g.add_edges_from((a, b) for a, b in edges if a != b)
+        cbp(cluster, "feed", yaml, "edges", write_jsonl(tmp_path / f"e{step}.jsonl", [{"src": a, "dst": b} for a, b in edges]), "--home", home)
+        cbp(cluster, "run", yaml, "--home", home, "--quiet")
+        got = {r["node"]: r["coefficient"] for r in jsonl(cbp(cluster, "state", yaml, "clustering", "--home", home))}
+        want = nx.clustering(g)
+        assert set(got) == set(want) and all(abs(got[v] - want[v]) <= 1e-9 for v in want), step
+
+
 SLOW_YAML = """
 pipeline: slow_count
 flows:

@@ -213,3 +213,8 @@ def test_envelopes_a_routeby_function_multiplies_past_the_cap_take_the_shuffle(s
         runs[name] = (r.shuffle_records, _canon(p.state("sum")))
     assert runs["small"][0] == 0 and runs["capped"][0] == 8 * 40
     assert runs["small"][1] == runs["capped"][1] and len(runs["small"][1]) == 8 * 40
+    # the stage's next epoch of as many records goes straight to the shuffle: no routing job to throw away
+    assert smallepoch._ROUTED_BYTES[(p.home.location, "sum")] * 8 >= 4000
+    p.feed("nums", [{"k": k, "v": 1, "hour": 2} for k in "abcdefgh"], close=True)
+    [r] = p.run()
+    assert r.shuffle_records == 8 * 40

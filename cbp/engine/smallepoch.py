@@ -76,6 +76,9 @@ SMALL_KEY_BYTES = 4096
 ROUTE_SLICE = 2048
 #: (home, stage) -> partition -> the local Python worker (pid) that ran it last (local mode).
 _LAST_WORKER: dict[tuple[str, str], dict[int, int]] = {}
+#: (home, stage) -> envelope bytes per record of its last routing job (:func:`route_on_executors`):
+#: an epoch whose records would make more than the cap takes the shuffle without trying.
+_ROUTED_BYTES: dict[tuple[str, str], float] = {}
 
 
 def routed_schema(plan: "TaskPlan") -> pa.Schema:
@@ -130,7 +133,12 @@ def driver_routed(spark: Any, plan: "TaskPlan", input_files: dict[int, list[str]
         with fs.open_input_file(path) as fh:
             parts.extend(_binding_envelopes(pq.read_table(fh, columns=BINDINGS.names).cast(BINDINGS), epoch_of(uri) or 0, schema))
     if remote:
+        key, records = (plan.home.location, plan.stage.name), sum(t.num_rows for _, _, t in remote)
+        if records * _ROUTED_BYTES.get(key, 0.0) >= SMALL_ENVELOPE_BYTES:
+            return None  # the last routing job of this stage says its envelopes would outgrow the cap
         routed = route_on_executors(spark, plan, remote)
+        # bytes of envelopes per record RouteBy routed (at least, when they outgrew the cap)
+        _ROUTED_BYTES[key] = (SMALL_ENVELOPE_BYTES if routed is None else sum(b.nbytes for b in routed)) / max(records, 1)
         if routed is None:
             return None
         parts.extend(routed)
