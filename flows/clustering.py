@@ -7,13 +7,16 @@ one record for each node that appeared or whose coefficient changed (possibly se
 run: the newest is right).
 
 How: one stateful stage keyed by node. A node's state is its adjacency and, for each neighbour,
-that neighbour's adjacency as last heard (the friends-of-friends relation, FoF). A node that gains
-neighbours in an epoch tells its *old* neighbours only the new ones and its *new* neighbours its
-whole adjacency, on the loopback flow ``updates``; receivers merge what they hear into their FoF
-next epoch and recompute. Adjacencies only grow, so merging is a set union and the order in
-which updates arrive does not matter. A triangle's three edges may arrive in any epochs: the
-endpoint of the last one to arrive tells the third node about the other two, so every node ends
-up with its neighbours' complete adjacencies, two epochs after each feed.
+the neighbours it shares with that neighbour (the part of the friends-of-friends relation, FoF,
+that closes a triangle: the rest cannot change the coefficient, so it is not kept). A node that
+gains neighbours in an epoch tells its *old* neighbours only the new ones and its *new* neighbours
+its whole adjacency, on the loopback flow ``updates``; receivers keep what they hear of their own
+neighbours, next epoch, on both ends of each link (``x`` heard from ``u`` is ``u`` known of ``x``
+too), and recompute. Adjacencies only grow, so merging is a set union and the order in which
+updates arrive does not matter. A triangle's three edges may arrive in any epochs: the endpoint of
+the last one to arrive tells the third node about the other two, so every node ends up knowing
+every link among its neighbours, two epochs after each feed. (A home written before this kept each
+neighbour's whole adjacency; such lists are read as they are and pruned as they grow.)
 
 Why multicast: each of the two updates is the same record for every node it goes to. With
 ``params.multicast`` (``clustering.yaml``) the node writes each once, routed to
@@ -62,16 +65,33 @@ def coefficient(adj: list[str], fof: dict[str, list[str]]) -> float:
     return links / (n * (n - 1))
 
 
-def merge(fof: dict[str, list[str]], src: str, nodes: list[str]) -> None:
-    """Add what ``src`` says its neighbours are to what is known of them (no duplicates)."""
-    known = fof.get(src)
-    if known is None:
-        fof[src] = list(dict.fromkeys(nodes))
+def merge(fof: dict[str, list[str]], src: str, nodes: list[str], nbrs: set[str], grown: dict[str, set[str]]) -> None:
+    """Record that ``src`` and each of ``nodes`` among the neighbours ``nbrs`` are linked, on both
+    ends: ``grown`` holds the lists being extended as sets, written back by :func:`settle`."""
+    if src not in nbrs:
         return
-    seen = set(known)
-    added = [x for x in dict.fromkeys(nodes) if x not in seen]
-    if added:
-        fof[src] = known + added
+    shared = nbrs.intersection(nodes)
+    shared.discard(src)
+    if not shared:
+        return
+    known = grown.get(src)
+    if known is None:
+        known = grown[src] = set(fof.get(src, ()))
+    known |= shared
+    for x in shared:
+        other = grown.get(x)
+        if other is None:
+            other = grown[x] = set(fof.get(x, ()))
+        other.add(src)
+
+
+def settle(fof: dict[str, list[str]], grown: dict[str, set[str]]) -> None:
+    """Write the grown sets back into ``fof`` as lists: what was known first, in its order, then
+    what was added, sorted (so that the state is the same whatever the order of the updates)."""
+    for u, now in grown.items():
+        known = fof.get(u, [])
+        if len(now) > len(known):
+            fof[u] = known + sorted(now.difference(known))
 
 
 def send_updates(node: str, old: list[str], new: list[str], out: Emitter) -> None:
@@ -89,18 +109,21 @@ def send_updates(node: str, old: list[str], new: list[str], out: Emitter) -> Non
 
 
 def clustering(node: str, state: Iterator[Record], edges: Iterator[Record], updates: Iterator[Record], out: Emitter) -> None:
-    """Merge neighbours' updates into the FoF, add new edges and announce them, emit a changed coefficient."""
+    """Add new edges and announce them, keep what neighbours' updates say of shared neighbours,
+    emit a changed coefficient."""
     prev = next(state, None)
     adj: list[str] = list(prev["adj"]) if prev else []
     fof: dict[str, list[str]] = prev["fof"] if prev else {}  # lists as stored; only what grows is copied
-    for upd in updates:
-        merge(fof, upd["src"], upd["nodes"])
     new = new_neighbours(node, edges, set(adj))
     if prev is None and not new:
         return  # only self-loops: the node does not appear
     if new:
         send_updates(node, adj, new, out)
         adj += new
+    nbrs, grown = set(adj), {}
+    for upd in updates:
+        merge(fof, upd["src"], upd["nodes"], nbrs, grown)
+    settle(fof, grown)
     c = coefficient(adj, fof)
     if prev is None or c != prev["coefficient"]:
         out.coefficients.write({"node": node, "coefficient": c})
