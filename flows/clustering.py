@@ -16,7 +16,8 @@ too), and recompute. Adjacencies only grow, so merging is a set union and the or
 updates arrive does not matter. A triangle's three edges may arrive in any epochs: the endpoint of
 the last one to arrive tells the third node about the other two, so every node ends up knowing
 every link among its neighbours, two epochs after each feed. (A home written before this kept each
-neighbour's whole adjacency; such lists are read as they are and pruned as they grow.)
+neighbour's whole adjacency; its lists are read as they are: the coefficient only counts the
+neighbours in them.)
 
 Why multicast: each of the two updates is the same record for every node it goes to. With
 ``params.multicast`` (``clustering.yaml``) the node writes each once, routed to
