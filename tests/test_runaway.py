@@ -122,14 +122,16 @@ def route(r):
 """
 
 
+@pytest.mark.parametrize("small", [True, False], ids=["small", "shuffle"])
 @pytest.mark.parametrize("how,code", [("raise", "user-code"), ("loop", "timeout"), ("os_exit", "worker-died")])
-def test_a_failing_route_by_function_in_a_small_epoch(spark, make_pipeline, tmp_path, how, code):
-    """A small epoch runs RouteBy functions in a Spark job, as the shuffle path does: an error names
-    the record and the function, a loop meets the time limit, an exit is the worker's death; the
-    driver lives on, nothing is committed, and the fixed function runs the same epoch."""
+def test_a_failing_route_by_function(spark, make_pipeline, tmp_path, how, code, small):
+    """RouteBy functions run in a Spark job on both paths (a small epoch's routing job, the
+    shuffle's map side): an error names the record and the function, a loop meets the time limit,
+    an exit is the worker's death; the driver lives on, nothing is committed, and the fixed
+    function runs the same epoch."""
     path = make_pipeline(PIPE.replace("TIMEOUT", "timeout: 12").replace("route_by: w", "route_by: 'MOD:route'"), MODULE + ROUTE)
     (path.parent / "how").write_text(how)
-    p = cbp.load(path, home=str(tmp_path / "h"), spark=spark)
+    p = cbp.Pipeline(str(path), home=str(tmp_path / "h"), spark=spark, **({} if small else {"small_epoch_records": 0}))
     p.feed("words", [{"w": "a"}, {"w": "bad"}])
     with pytest.raises(UserCodeError) as e:
         p.run()
@@ -139,7 +141,7 @@ def test_a_failing_route_by_function_in_a_small_epoch(spark, make_pipeline, tmp_
     assert p.status()["stages"]["count"]["epochs"] == 0 and p.state("count") == []
     (path.parent / "how").write_text("fixed")
     [r] = p.run()
-    assert _counts(p) == {"a": 1, "bad": 1} and r.shuffle_records == 0  # routed by the driver's job
+    assert _counts(p) == {"a": 1, "bad": 1} and (r.shuffle_records == 0) == small  # a small epoch: routed by the driver's job
 
 
 def test_timeout_must_be_positive(make_pipeline):

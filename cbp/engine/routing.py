@@ -43,7 +43,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from ..model import Broadcast, Multicast
-from ..spec import STATE
+from ..spec import STATE, KeyFunction
 from ..spec.schema import RecordSchema
 from .groups import Group
 
@@ -51,7 +51,7 @@ if TYPE_CHECKING:
     from .task import TaskPlan
 
 __all__ = ["BOUND", "COPY", "COPY_HASH", "BINDINGS", "envelope_schema", "record_column", "encode_key", "copy_key", "bound_address",
-           "plain_envelopes", "Routes", "Copies", "JSON_ESCAPED", "elided_fields", "restore_fields", "has_byte"]
+           "plain_envelopes", "plain_route_field", "Routes", "Copies", "JSON_ESCAPED", "elided_fields", "restore_fields", "has_byte"]
 
 BOUND = -2
 COPY = "\x01"  # first character of a copy key; a key's JSON text starts with a printable character
@@ -240,6 +240,13 @@ def envelopes(schema: pa.Schema, idx: int, keys: pa.Array, recs: pa.Array, route
     if route is not None:
         cols["_r"] = route
     return pa.RecordBatch.from_arrays([cols[f.name] if f.name in cols else pa.nulls(n, f.type) for f in schema], schema=schema)
+
+
+def plain_route_field(route: Optional[KeyFunction], schema: RecordSchema) -> Optional[str]:
+    """The field of records of ``schema`` that ``route`` routes by, when :func:`plain_envelopes`
+    can make its keys (not a function, not a ``json`` or list field); else None."""
+    ft = schema.fields.get(route.field) if route is not None and route.field is not None else None
+    return None if ft is None or ft.scalar == "json" or ft.is_list else route.field
 
 
 def plain_envelopes(flow_idx: int, field: str, batch: pa.RecordBatch, schema: pa.Schema) -> Optional[pa.RecordBatch]:

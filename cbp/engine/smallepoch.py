@@ -54,7 +54,7 @@ import pyarrow.parquet as pq
 from ..errors import RuntimeStateError
 from ..storage import objectstore
 from ..storage.layout import epoch_of
-from .routing import BINDINGS, BOUND, COPY, COPY_HASH, bound_address, plain_envelopes
+from .routing import BINDINGS, BOUND, COPY, COPY_HASH, bound_address, plain_envelopes, plain_route_field
 from .sparkhash import partition_of, spark_xxhash64
 
 if TYPE_CHECKING:
@@ -119,7 +119,7 @@ def driver_routed(spark: Any, plan: "TaskPlan", input_files: dict[int, list[str]
         want = plan.input_schemas[i].arrow
         with fs.open_input_file(path) as fh:
             table = pq.read_table(fh, columns=[f.name for f in want]).cast(want)
-        field = _plain_field(plan, i)
+        field = plain_route_field(plan.stage.inputs[i].route_by, plan.input_schemas[i])
         rest = []
         for b in table.to_batches():
             env = plain_envelopes(i, field, b, schema) if field is not None else None
@@ -145,13 +145,6 @@ def driver_routed(spark: Any, plan: "TaskPlan", input_files: dict[int, list[str]
     if sum(b.nbytes for b in parts) > SMALL_ENVELOPE_BYTES:
         return None
     return _partitioned(plan, pa.Table.from_batches(parts, schema=schema))
-
-
-def _plain_field(plan: "TaskPlan", i: int) -> Optional[str]:
-    """The field input ``i`` is routed by, if Arrow can make its keys (not a ``json`` or list field, not a function)."""
-    route = plan.stage.inputs[i].route_by
-    ft = plan.input_schemas[i].fields.get(route.field) if route is not None and route.field is not None else None
-    return None if ft is None or ft.scalar == "json" or ft.is_list else route.field  # type: ignore[union-attr]
 
 
 def _binding_envelopes(rows: pa.Table, made: int, schema: pa.Schema) -> list[pa.RecordBatch]:

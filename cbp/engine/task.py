@@ -37,7 +37,7 @@ from .bipindex import ROW_GROUP, StateMeta
 from .groups import Group, group_chunks, with_state_keys
 from .locality import executor_name
 from .protocol import USER_EXCEPTIONS, EpochTimeout, FailureRecord, TaskFailed, TaskResult, result_batch
-from .routing import BINDINGS, Copies, Routes, check_target, copy_key, decode_key, elided_fields, encode_key, envelope_schema, plain_envelopes, restore_fields
+from .routing import BINDINGS, Copies, Routes, check_target, copy_key, decode_key, elided_fields, encode_key, envelope_schema, plain_envelopes, plain_route_field, restore_fields
 from .framing import FramedSink
 from .sinks import ParquetSink, RecordSink, io_path
 from .statepart import BlackboxPartition, DirectPartition, OldState
@@ -124,10 +124,9 @@ def _route_batches(plan: TaskPlan, flow_idx: int, made: int, batches: Iterable[p
     schema = plan.envelope_schema()
     routes = Routes(flow_idx, plan.probes, schema)
     flows = [i.flow for i in plan.stage.inputs]
-    ft = plan.input_schemas[flow_idx].fields.get(route.field) if route.field is not None else None
-    plain = ft is not None and ft.scalar != "json" and not ft.is_list
+    plain = plain_route_field(route, plan.input_schemas[flow_idx])
     for b in batches:
-        env = plain_envelopes(flow_idx, route.field, b, schema) if plain else None  # type: ignore[arg-type]
+        env = plain_envelopes(flow_idx, plain, b, schema) if plain is not None else None
         if env is not None:  # every record of the batch routed by Arrow
             if env.num_rows:
                 yield env
