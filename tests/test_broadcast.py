@@ -52,6 +52,8 @@ def route(r):
         for _ in range(5000):
             v = [v]
         return [v] if op == "deep" else cbp.multicast(v)
+    if op in ("surrogate", "surrogatemc"):  # text that cannot be UTF-8
+        return ["ok", "\\ud800" + r["k"]] if op == "surrogate" else cbp.multicast(["\\udfff"])
     return r["k"]
 
 def route_msg(m):
@@ -184,8 +186,8 @@ def test_the_same_broadcast_or_multicast_twice_is_delivered_once(spark, tmp_path
     assert tags == [("a", "M"), ("a", "X"), ("b", "X")]
 
 
-@pytest.mark.parametrize("op,code", [("deep", "user-code"), ("deepmc", "route-target")])
-def test_a_key_too_deep_for_json_is_an_error_naming_the_route(spark, tmp_path, make_pipeline, op, code):
+@pytest.mark.parametrize("op,code", [("deep", "user-code"), ("deepmc", "route-target"), ("surrogate", "user-code"), ("surrogatemc", "route-target")])
+def test_a_key_too_deep_for_json_or_not_unicode_is_an_error_naming_the_route(spark, tmp_path, make_pipeline, op, code):
     path = make_pipeline(YAML.replace("GROUPING", "inner"), MODULE)
     p = cbp.load(path, home=str(tmp_path / "home"), spark=spark)
     p.feed("ins", [_rec("a", "key", "a1"), _rec("", op, "D")])

@@ -116,8 +116,14 @@ def encode_key(key: Any) -> str:
 
         >>> encode_key(["url", "é"])
         '["url","é"]'
+
+    A key whose text cannot be UTF-8 (a lone surrogate) raises ``UnicodeEncodeError``, a
+    ``ValueError``, as a key that is not a JSON value does.
     """
-    return _KEY_TEXT(key)
+    text = _KEY_TEXT(key)
+    if not text.isascii():
+        text.encode("utf-8")  # raises on a lone surrogate, before Arrow would, far from the record
+    return text
 
 
 _KEY_TEXT = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode  # json.dumps(key, ...) without an encoder per call
