@@ -131,6 +131,16 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         sys.stdout.flush()
 
 
+def json_line(rec: Any) -> str:
+    r"""``rec`` as one line of JSON, UTF-8 as it is, except the line and paragraph separators
+    U+2028/U+2029, escaped: Python's ``str.splitlines`` and JavaScript break lines at them.
+
+        >>> json_line({"s": "a\u2028b", "t": "é"})
+        '{"s": "a\\u2028b", "t": "é"}'
+    """
+    return json.dumps(rec, ensure_ascii=False).replace("\u2028", "\\u2028").replace("\u2029", "\\u2029")
+
+
 def _dispatch(args: argparse.Namespace) -> int:
     from .spec import load_spec
 
@@ -172,11 +182,11 @@ def _dispatch(args: argparse.Namespace) -> int:
               "is --home right?", file=sys.stderr)
     if args.command == "state":
         for rec in pipe.state(args.stage, args.epoch):
-            print(json.dumps(rec, ensure_ascii=False))
+            print(json_line(rec))
         return 0
     if args.command == "output":
         for rec in pipe.output(args.flow, args.epoch):
-            print(json.dumps(rec, ensure_ascii=False))
+            print(json_line(rec))
         return 0
     if args.command == "sql":
         return _sql(pipe, args)
@@ -249,7 +259,7 @@ def _sql(pipe: Any, args: argparse.Namespace) -> int:
         raise sql_error(e) from None
     if args.format == "jsonl":
         for row in rows:
-            print(json.dumps(row, ensure_ascii=False))
+            print(json_line(row))
         return 0
     cells = [[_cell(row.get(c)) for c in columns] for row in rows]
     widths = [max([len(c)] + [len(r[i]) for r in cells]) for i, c in enumerate(columns)]

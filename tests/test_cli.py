@@ -97,3 +97,17 @@ def test_epoch_timeout_is_at_most_a_week(tmp_path, capsys, value):
     with pytest.raises(UsageError) as e:
         cbp.load(URLS, home=str(tmp_path / "h")).run(epoch_timeout=float(value))
     assert e.value.code == "bad-option"
+
+
+def test_json_lines_stay_one_line_per_record_whatever_the_text(spark, tmp_path, capsys):
+    """U+2028 and U+2029 are line breaks to Python's ``splitlines`` and to JavaScript: escaped."""
+    home = str(tmp_path / "home")
+    urls = ["a\u2028b", "c\u2029d", "é\n\"x\"", "plain"]
+    (tmp_path / "d.jsonl").write_text("".join(json.dumps({"url": u}) + "\n" for u in urls), encoding="utf-8")
+    assert main(["feed", URLS, "urls", str(tmp_path / "d.jsonl"), "--home", home]) == 0
+    assert main(["run", URLS, "--home", home]) == 0
+    capsys.readouterr()
+    for args in (["output", URLS, "counts"], ["state", URLS, "url_count"]):
+        assert main([*args, "--home", home]) == 0
+        lines = capsys.readouterr().out.splitlines()
+        assert sorted(json.loads(x)["url"] for x in lines) == sorted(urls), lines
