@@ -7,5 +7,6 @@
 - :mod:`.sinks`: output and state files written row group by row group;
 - :mod:`.protocol`: typed task results and failure records sent to the driver;
 - :mod:`.bipindex`: the BIPtable-style index of a state partition;
-- :mod:`.session`: the SparkSession cbp runs on.
+- :mod:`.session`: the SparkSession cbp runs on;
+- :mod:`.jvmcache`: the class archive that lets a new driver JVM start sooner.
 """

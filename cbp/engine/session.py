@@ -18,6 +18,7 @@ import sys
 from typing import Optional
 
 from ..errors import RuntimeStateError
+from .jvmcache import abandon, driver_java_options, finish_at_exit
 
 __all__ = ["get_spark", "spark_conf", "delta_jars", "delta_conf", "s3a_conf", "has_delta", "require_delta"]
 
@@ -157,6 +158,7 @@ def get_spark(master: Optional[str] = None, conf: Optional[dict[str, str]] = Non
         raise RuntimeStateError(_JAVA_HINT, code="no-java")
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    from pyspark import SparkContext
     from pyspark.sql import SparkSession
 
     active = SparkSession.getActiveSession()
@@ -176,11 +178,21 @@ def get_spark(master: Optional[str] = None, conf: Optional[dict[str, str]] = Non
         .config("spark.sql.files.openCostInBytes", str(1 << 20))
         .config("spark.python.worker.reuse", "true")
         .config("spark.sql.session.timeZone", "UTC")
-        .config("spark.driver.extraJavaOptions", f"-Dlog4j2.configurationFile={_LOG4J}")
     )
     extra = {**delta_conf(delta_jars(), local=master.startswith("local"), on_workers=os.environ.get("CBP_JARS_ON_WORKERS") == "1"), **s3a_conf(), **spark_conf(os.environ.get("CBP_SPARK_CONF", "")), **(conf or {})}
+    recording = None
+    if "spark.driver.extraJavaOptions" not in extra and SparkContext._gateway is None:  # a new driver JVM: cbp's options
+        archive, recording = driver_java_options(extra.get("spark.driver.extraClassPath", ""))
+        extra["spark.driver.extraJavaOptions"] = f"-Dlog4j2.configurationFile={_LOG4J} {archive}".strip()
     for key, value in extra.items():
         builder = builder.config(key, value)
-    spark = builder.getOrCreate()
+    try:
+        spark = builder.getOrCreate()
+    except BaseException:
+        if recording is not None:
+            abandon(recording)
+        raise
+    if recording is not None:
+        finish_at_exit(spark, recording)
     spark.sparkContext.setLogLevel(os.environ.get("CBP_SPARK_LOG_LEVEL", "ERROR"))
     return spark
