@@ -116,3 +116,11 @@ def test_an_archive_not_checked_whole_or_since_cut_short_is_never_handed_to_a_jv
         assert again is not None and "SharedArchiveFile" not in options  # recorded anew instead
         assert not archive.exists() and not Path(job[1] + ".ok").exists()
         jvmcache.abandon(again)
+
+
+def test_a_cache_whose_path_spark_would_split_is_not_used(tmp_path, monkeypatch):
+    """Spark splits ``spark.driver.extraJavaOptions`` at blanks: such a path would break the JVM's start."""
+    monkeypatch.setenv("CBP_JVM_CACHE", str(tmp_path / "a b"))
+    monkeypatch.delenv("CBP_JVM_ARCHIVE", raising=False)
+    assert jvmcache.driver_java_options("") == ("", None)
+    assert not (tmp_path / "a b").exists()

@@ -108,6 +108,8 @@ def driver_java_options(extra_class_path: str) -> tuple[str, Optional[tuple[str,
     if key is None:
         return "", None
     where = _cache_dir()
+    if any(c.isspace() or c in "'\"\\" for c in where):  # Spark splits the JVM's options at blanks
+        return "", None
     path = os.path.join(where, f"{key}.jsa")
     if _intact(path):
         return _options(path, None), None
@@ -161,9 +163,11 @@ def _check(java: str, class_path: str, archive: str) -> bool:
 
 def finish_at_exit(spark: Any, job: tuple[str, str, str]) -> None:
     """When this process exits: stop ``spark``, let the JVM write the archive, and keep it if the
-    JVM wrote it and exited cleanly."""
+    JVM exited cleanly and a second JVM maps it whole."""
+    system = spark.sparkContext._jvm.java.lang.System
+    java = os.path.join(system.getProperty("java.home"), "bin", "java")
     _recording.append(job)
-    atexit.register(_finish, spark, *job)
+    atexit.register(_finish, spark, *job, java, system.getProperty("java.class.path"))
 
 
 def abandon(job: tuple[str, str, str]) -> None:
@@ -175,16 +179,13 @@ def abandon(job: tuple[str, str, str]) -> None:
             pass
 
 
-def _finish(spark: Any, recording: str, path: str, lock: str) -> None:
+def _finish(spark: Any, recording: str, path: str, lock: str, java: str, class_path: str) -> None:
     from pyspark import SparkContext
 
     try:
         proc = getattr(SparkContext._gateway, "proc", None)
         if proc is None or proc.poll() is not None:
             return
-        system = SparkContext._jvm.java.lang.System
-        java = os.path.join(system.getProperty("java.home"), "bin", "java")
-        class_path = system.getProperty("java.class.path")
         try:
             spark.stop()
         except Exception:  # noqa: BLE001 - the archive is written whatever the session's state
