@@ -37,8 +37,11 @@ __all__ = ["PartitionIndex", "MAX_DELTAS", "DELTA_FRACTION", "sorted_unique"]
 
 #: Most index deltas a partition's index file may stand on before it is written whole again.
 MAX_DELTAS = 8
-#: ... and most entries those deltas may hold together, as a fraction of the live keys.
-DELTA_FRACTION = 0.125
+#: ... and most entries those deltas may hold together, as a fraction of the live keys: a load
+#: from files reads at most 1.5x the whole index, and writing it whole (every 8 epochs at most,
+#: as compaction does) stays rare. At 0.125, a 100k-record epoch rewrote the index of 1M keys
+#: every epoch and of 3M every third (3M: median epoch 0.42 s against 0.36 s at 0.5).
+DELTA_FRACTION = 0.5
 
 _I64 = np.empty(0, np.int64)
 _I32 = np.empty(0, np.int32)
