@@ -152,6 +152,7 @@ def get_spark(master: Optional[str] = None, conf: Optional[dict[str, str]] = Non
     ``conf`` add or override settings (e.g. ``spark.executor.pyspark.memory``, the address-space
     limit of each Python worker) when the session is created. With the jar cache, the session
     has Spark's Delta connector (``delta_conf``); with ``AWS_*`` variables, S3A (``s3a_conf``).
+    A new driver JVM starts from the class archive of :mod:`cbp.engine.jvmcache` (or records it).
     """
     java_home = os.environ.get("JAVA_HOME")
     if not shutil.which("java") and not (java_home and os.path.exists(os.path.join(java_home, "bin", "java"))):
