@@ -124,3 +124,16 @@ def test_a_cache_whose_path_spark_would_split_is_not_used(tmp_path, monkeypatch)
     monkeypatch.delenv("CBP_JVM_ARCHIVE", raising=False)
     assert jvmcache.driver_java_options("") == ("", None)
     assert not (tmp_path / "a b").exists()
+
+
+def test_a_java_that_cannot_record_still_starts_a_driver_and_is_not_asked_again(tmp_path):
+    """Asked to record without the JDK's own archive (here ``-Xshare:off`` from JAVA_TOOL_OPTIONS,
+    as on a JDK built without one), a JVM refuses to start at all."""
+    cache = tmp_path / "jvm"
+    env = {**os.environ, "CBP_JVM_CACHE": str(cache), "CBP_SPARK_MASTER": "local[1]", "JAVA_TOOL_OPTIONS": "-Xshare:off"}
+    env.pop("CBP_SPARK_CONF", None)
+    run = "from cbp.engine.session import get_spark; s = get_spark(); print('COUNT', s.range(7).count())"
+    for _ in range(2):
+        p = subprocess.run([sys.executable, "-c", run], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+        assert p.returncode == 0 and "COUNT 7" in p.stdout, p.stderr[-3000:]
+        assert [f.name.split(".", 1)[1] for f in cache.iterdir()] == ["jsa.failed"]

@@ -12,7 +12,10 @@ driver after it starts from the archive. On 2 cores this took a session's start 
 An archive belongs to one Java and one class path (each jar's name, size and time), which make
 its key; a JVM that finds it does not match ignores it (``-Xshare:auto``). A truncated archive is
 another matter: the JVM dies of SIGBUS mapping it. So an archive is kept only once a second JVM
-has mapped it whole (``-Xshare:on``), and used only at the size it had then. ``CBP_JVM_ARCHIVE=0`` turns
+has mapped it whole (``-Xshare:on``), and used only at the size it had then. A JVM refuses to start
+when asked to record without the JDK's own archive (a JDK without ``lib/server/classes.jsa``,
+``-Xshare:off`` in ``JAVA_TOOL_OPTIONS``): the driver then starts again without, and the key is
+marked ``.failed`` so that no later driver tries. ``CBP_JVM_ARCHIVE=0`` turns
 this off; ``CBP_JVM_CACHE`` says where archives are kept (default ``$XDG_CACHE_HOME/cbp/jvm``,
 else ``~/.cache/cbp/jvm``).
 
@@ -29,7 +32,7 @@ import shutil
 import time
 from typing import Any, Optional
 
-__all__ = ["abandon", "cache_dir", "driver_java_options", "finish_at_exit", "recording"]
+__all__ = ["abandon", "cache_dir", "driver_java_options", "finish_at_exit", "recording", "refuse"]
 
 _QUIET = "-Xlog:cds=off,cds+dynamic=off"  # the JVM lists every class it cannot archive on stdout otherwise
 _STALE = 30 * 60  # a recording whose process has not finished in this long is abandoned
@@ -128,6 +131,20 @@ def driver_java_options(extra_class_path: str) -> tuple[str, Optional[tuple[str,
     os.close(fd)
     recording = f"{path}.{os.getpid()}.tmp"
     return _options(path, recording), (recording, path, lock)
+
+
+def refuse(extra_class_path: str, reason: str) -> None:
+    """Mark this Java and class path as one that cannot use an archive (a driver did not start with
+    one, and did without): later drivers start without trying."""
+    key = archive_key(extra_class_path)
+    if key is None:
+        return
+    try:
+        os.makedirs(_cache_dir(), exist_ok=True)
+        with open(os.path.join(_cache_dir(), f"{key}.jsa.failed"), "w", encoding="utf-8") as f:
+            f.write(reason + "\n")
+    except OSError:
+        pass
 
 
 def _intact(path: str) -> bool:

@@ -15,10 +15,10 @@ from __future__ import annotations
 import os
 import shutil
 import sys
-from typing import Optional
+from typing import Any, Optional
 
 from ..errors import RuntimeStateError
-from .jvmcache import abandon, driver_java_options, finish_at_exit
+from .jvmcache import abandon, driver_java_options, finish_at_exit, refuse
 
 __all__ = ["get_spark", "spark_conf", "delta_jars", "delta_conf", "s3a_conf", "has_delta", "require_delta"]
 
@@ -142,6 +142,31 @@ def require_delta(spark: "pyspark.sql.SparkSession") -> None:  # type: ignore[na
             "and Maven Central), then start again.", code="no-delta-jars", path=where)
 
 
+def _start(builder: Any, archive: str, recording: Optional[tuple[str, str, str]], class_path: str) -> Any:
+    """``builder.getOrCreate()``; the JVM started with the class archive's options ``archive``
+    (recording it when ``recording``). A JVM that does not start with them (a JDK without its own
+    archive refuses to record) is started again without, and the archive is not asked for again."""
+    from pyspark import SparkContext
+
+    try:
+        spark = builder.getOrCreate()
+    except Exception:
+        if recording is not None:
+            abandon(recording)
+        if not archive or SparkContext._gateway is not None:
+            raise
+        spark = builder.config("spark.driver.extraJavaOptions", f"-Dlog4j2.configurationFile={_LOG4J}").getOrCreate()
+        refuse(class_path, "a driver JVM did not start with the archive's options and did without")
+        return spark
+    except BaseException:
+        if recording is not None:
+            abandon(recording)
+        raise
+    if recording is not None:
+        finish_at_exit(spark, recording)
+    return spark
+
+
 def get_spark(master: Optional[str] = None, conf: Optional[dict[str, str]] = None) -> "pyspark.sql.SparkSession":  # type: ignore[name-defined]  # noqa: F821
     """Return the process's SparkSession, creating it with cbp's settings on first use.
 
@@ -181,19 +206,12 @@ def get_spark(master: Optional[str] = None, conf: Optional[dict[str, str]] = Non
         .config("spark.sql.session.timeZone", "UTC")
     )
     extra = {**delta_conf(delta_jars(), local=master.startswith("local"), on_workers=os.environ.get("CBP_JARS_ON_WORKERS") == "1"), **s3a_conf(), **spark_conf(os.environ.get("CBP_SPARK_CONF", "")), **(conf or {})}
-    recording = None
+    archive, recording, class_path = "", None, extra.get("spark.driver.extraClassPath", "")
     if "spark.driver.extraJavaOptions" not in extra and SparkContext._gateway is None:  # a new driver JVM: cbp's options
-        archive, recording = driver_java_options(extra.get("spark.driver.extraClassPath", ""))
+        archive, recording = driver_java_options(class_path)
         extra["spark.driver.extraJavaOptions"] = f"-Dlog4j2.configurationFile={_LOG4J} {archive}".strip()
     for key, value in extra.items():
         builder = builder.config(key, value)
-    try:
-        spark = builder.getOrCreate()
-    except BaseException:
-        if recording is not None:
-            abandon(recording)
-        raise
-    if recording is not None:
-        finish_at_exit(spark, recording)
+    spark = _start(builder, archive, recording, class_path)
     spark.sparkContext.setLogLevel(os.environ.get("CBP_SPARK_LOG_LEVEL", "ERROR"))
     return spark
