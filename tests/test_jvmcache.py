@@ -99,6 +99,9 @@ def test_a_java_that_wrote_no_archive_is_not_asked_again(tmp_path, monkeypatch):
     jvmcache.abandon(job)
     Path(job[1] + ".failed").write_text("no archive\n")
     assert jvmcache.driver_java_options("") == ("", None)
+    Path(job[1]).write_bytes(b"archive")  # a driver did not start with this archive and did without: not used again
+    Path(job[1] + ".ok").write_text("7")
+    assert jvmcache.driver_java_options("") == ("", None)
 
 
 def test_an_archive_not_checked_whole_or_since_cut_short_is_never_handed_to_a_jvm(tmp_path, monkeypatch):

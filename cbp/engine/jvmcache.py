@@ -114,10 +114,10 @@ def driver_java_options(extra_class_path: str) -> tuple[str, Optional[tuple[str,
     if any(c.isspace() or c in "'\"\\" for c in where):  # Spark splits the JVM's options at blanks
         return "", None
     path = os.path.join(where, f"{key}.jsa")
+    if os.path.exists(path + ".failed"):  # this Java could not write or start with one: do not try on every start
+        return "", None
     if _intact(path):
         return _options(path, None), None
-    if os.path.exists(path + ".failed"):  # this Java could not write one: do not try on every start
-        return "", None
     try:
         os.makedirs(where, exist_ok=True)
         lock = path + ".lock"
