@@ -47,10 +47,6 @@ def recording() -> Optional[str]:
 
 def cache_dir() -> str:
     """Where archives are kept."""
-    return _cache_dir()
-
-
-def _cache_dir() -> str:
     explicit = os.environ.get("CBP_JVM_CACHE")
     if explicit:
         return explicit
@@ -110,7 +106,7 @@ def driver_java_options(extra_class_path: str) -> tuple[str, Optional[tuple[str,
     key = archive_key(extra_class_path)
     if key is None:
         return "", None
-    where = _cache_dir()
+    where = cache_dir()
     if any(c.isspace() or c in "'\"\\" for c in where):  # Spark splits the JVM's options at blanks
         return "", None
     path = os.path.join(where, f"{key}.jsa")
@@ -140,8 +136,8 @@ def refuse(extra_class_path: str, reason: str) -> None:
     if key is None:
         return
     try:
-        os.makedirs(_cache_dir(), exist_ok=True)
-        with open(os.path.join(_cache_dir(), f"{key}.jsa.failed"), "w", encoding="utf-8") as f:
+        os.makedirs(cache_dir(), exist_ok=True)
+        with open(os.path.join(cache_dir(), f"{key}.jsa.failed"), "w", encoding="utf-8") as f:
             f.write(reason + "\n")
     except OSError:
         pass
