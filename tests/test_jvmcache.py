@@ -83,6 +83,19 @@ def test_one_driver_records_at_a_time_and_a_dead_recorder_is_taken_over(tmp_path
     jvmcache.abandon(job2)
     assert not list(tmp_path.iterdir())
 
+    # a recorder killed a moment ago (its pid gone on this machine): taken over at once, its .tmp removed
+    _, job4 = jvmcache.driver_java_options("")
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    Path(job4[2]).write_text(f"{jvmcache._HOST} {dead.pid}")
+    left = Path(f"{job4[1]}.{dead.pid}.tmp")
+    left.write_bytes(b"half an archive")
+    _, job5 = jvmcache.driver_java_options("")
+    assert job5 is not None and not left.exists()
+    assert jvmcache.driver_java_options("") == ("", None)  # this one is alive: its lock holds
+    jvmcache.abandon(job5)
+    assert not list(tmp_path.iterdir())
+
     Path(job[1]).write_bytes(b"archive")
     Path(job[1] + ".ok").write_text("7")
     options3, job3 = jvmcache.driver_java_options("")

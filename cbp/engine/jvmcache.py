@@ -29,6 +29,7 @@ import atexit
 import hashlib
 import os
 import shutil
+import socket
 import time
 from typing import Any, Optional
 
@@ -37,6 +38,7 @@ __all__ = ["abandon", "cache_dir", "driver_java_options", "finish_at_exit", "rec
 _QUIET = "-Xlog:cds=off,cds+dynamic=off"  # the JVM lists every class it cannot archive on stdout otherwise
 _STALE = 30 * 60  # a recording whose process has not finished in this long is abandoned
 _KEEP = 4  # archives kept (other Java versions or class paths), newest first
+_HOST = socket.gethostname().replace(" ", "_") or "-"  # a lock names its process on this machine (caches may be shared)
 _recording: list[tuple[str, str, str]] = []  # this process's recording, if it makes one
 
 
@@ -117,16 +119,44 @@ def driver_java_options(extra_class_path: str) -> tuple[str, Optional[tuple[str,
     try:
         os.makedirs(where, exist_ok=True)
         lock = path + ".lock"
-        if os.path.exists(lock) and time.time() - os.path.getmtime(lock) > _STALE:  # its process died
+        if os.path.exists(lock) and _abandoned(lock):
             os.unlink(lock)
             _prune(where)
         fd = os.open(lock, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
     except OSError:  # another process records it now, or the cache is not writable
         return "", None
-    os.write(fd, str(os.getpid()).encode())
+    os.write(fd, f"{_HOST} {os.getpid()}".encode())
     os.close(fd)
     recording = f"{path}.{os.getpid()}.tmp"
     return _options(path, recording), (recording, path, lock)
+
+
+def _abandoned(lock: str) -> bool:
+    """Whether the recording that holds ``lock`` was given up: its process (on this machine) is gone,
+    or it has held the lock longer than any recording takes. Its ``.tmp`` goes with it."""
+    try:
+        host, pid = open(lock, encoding="utf-8").read().split()
+        gone = host == _HOST and not _alive(int(pid))
+    except (OSError, ValueError):
+        host, pid, gone = "", "", False
+    if not gone and time.time() - os.path.getmtime(lock) <= _STALE:
+        return False
+    if gone:
+        try:
+            os.unlink(f"{lock[: -len('.lock')]}.{pid}.tmp")
+        except OSError:
+            pass
+    return True
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:  # it exists, under another user
+        return True
+    return True
 
 
 def refuse(extra_class_path: str, reason: str) -> None:
