@@ -11,6 +11,7 @@
 
 from __future__ import annotations
 
+import io
 import numbers
 import os
 from typing import Any, BinaryIO, Callable, Iterable, Iterator, Mapping, Optional, Union
@@ -116,15 +117,45 @@ def _arrow_batches(records: Any, flow: str) -> Iterator[pa.RecordBatch]:
                          code="bad-record") from None
 
 
-def _parquet_batches(src: str) -> Iterator[pa.RecordBatch]:
-    """The record batches of a Parquet file; a file that is not one (or cannot be read) is ``unreadable``."""
+def _parquet_batches(src: Union[str, BinaryIO], name: str) -> Iterator[pa.RecordBatch]:
+    """The record batches of a Parquet file (a path or an open binary file called ``name``); a file
+    that is not one (or cannot be read) is ``unreadable``."""
     import pyarrow.parquet as pq
 
     try:
         with pq.ParquetFile(src) as f:
             yield from f.iter_batches(batch_size=_CHUNK)
     except (OSError, pa.ArrowException, ValueError) as e:
-        raise InputError(f"{src}: cannot read the file as Parquet: {e}; nothing was landed", code="unreadable") from None
+        raise InputError(f"{name}: cannot read the file as Parquet: {e}; nothing was landed", code="unreadable") from None
+
+
+def _as_arrow(schema: RecordSchema, records: Iterable[dict[str, Any]]) -> pa.Table:
+    """Validated records as Arrow, converted in chunks (a big file stays compact)."""
+    chunks: list[pa.Table] = []
+    valid: list[dict[str, Any]] = []
+    for rec in records:
+        valid.append(rec)
+        if len(valid) >= _CHUNK:
+            chunks.append(schema.to_arrow(valid))
+            valid.clear()
+    chunks.append(schema.to_arrow(valid))
+    return pa.concat_tables(chunks)
+
+
+def _is_file(records: Any) -> bool:
+    """Whether ``records`` is an open file (read as JSON lines or Parquet), not an iterable of dicts."""
+    return isinstance(records, io.IOBase) or (hasattr(records, "read") and hasattr(records, "readline") and hasattr(records, "seek"))
+
+
+def _is_parquet(fh: BinaryIO, name: str) -> bool:
+    """Whether the open file ``fh`` starts as a Parquet file does (``PAR1``); back at its start after."""
+    try:
+        start = fh.tell()
+        magic = fh.read(4)
+        fh.seek(start)
+    except (OSError, ValueError) as e:
+        raise InputError(f"{name}: cannot read the file: {getattr(e, 'strerror', None) or e}; nothing was landed", code="unreadable") from None
+    return magic == b"PAR1"
 
 
 def _conformed(schema: RecordSchema, batches: Iterator[pa.RecordBatch], flow: str, src: Optional[str]) -> pa.Table:
@@ -166,10 +197,14 @@ class Pipeline:
         self.home = Home(home or default_home(self.spec))
         self.controller = Controller(self.spec, self.home, mode=mode, spark=spark, **tuning)
 
-    def feed(self, flow: str, records: Records, *, close: bool = False, feed_id: Optional[str] = None) -> Landed:
+    def feed(self, flow: str, records: Records, *, close: bool = False, feed_id: Optional[str] = None,
+             source: Optional[str] = None) -> Landed:
         """Land one increment on external input flow ``flow``: a JSON-lines file, a Parquet file
-        (``*.parquet``), an Arrow table or record batches (anything pyarrow reads as a stream:
-        ``pyarrow.Table``, ``RecordBatchReader``, a pandas or polars DataFrame), or an iterable of dicts.
+        (``*.parquet``), a file open for binary reading (``source`` names it in errors; Parquet
+        if that name ends in ``.parquet``, or, ending in neither that nor ``.jsonl``, if the file
+        starts as Parquet does; else JSON lines), an Arrow table or record batches (anything pyarrow
+        reads as a stream: ``pyarrow.Table``, ``RecordBatchReader``, a pandas or polars DataFrame),
+        or an iterable of dicts.
 
         Every record is checked against the flow's schema first; one bad record rejects the
         whole increment (:class:`cbp.errors.InputError` code ``bad-record`` naming the file and
@@ -191,7 +226,15 @@ class Pipeline:
         if not fl.external:
             raise InputError(f"flow '{flow}' is produced by stage '{fl.producer}'; only external flows (external: true) can be fed", code="not-external")
         if isinstance(records, (str, os.PathLike)) and os.fspath(records).endswith(".parquet"):
-            table = _conformed(fl.schema, _parquet_batches(os.fspath(records)), flow, os.fspath(records))
+            table = _conformed(fl.schema, _parquet_batches(os.fspath(records), os.fspath(records)), flow, os.fspath(records))
+        elif _is_file(records):
+            if isinstance(records, io.TextIOBase):
+                raise InputError(f"{source or records.name}: the file is open in text mode; open it with 'rb' (nothing was landed)", code="unreadable")
+            name = source or (records.name if isinstance(getattr(records, "name", None), str) else "the file")
+            if name.endswith(".parquet") or (not name.endswith((".jsonl", ".json")) and _is_parquet(records, name)):
+                table = _conformed(fl.schema, _parquet_batches(records, name), flow, name)
+            else:
+                table = self._json_file(fl.schema, records, name, flow)
         elif _is_arrow(records):
             table = _conformed(fl.schema, _arrow_batches(records, flow), flow, None)
         else:
@@ -201,16 +244,7 @@ class Pipeline:
 
     @staticmethod
     def _validated(schema: RecordSchema, records: Records, flow: str) -> pa.Table:
-        """JSON lines or dicts, validated one record at a time, as Arrow (in chunks: a big file stays compact)."""
-        chunks: list[pa.Table] = []
-        valid: list[dict[str, Any]] = []
-
-        def keep(rec: dict[str, Any]) -> None:
-            valid.append(rec)
-            if len(valid) >= _CHUNK:
-                chunks.append(schema.to_arrow(valid))
-                valid.clear()
-
+        """JSON lines or dicts, validated one record at a time, as Arrow."""
         if isinstance(records, (str, os.PathLike)):
             src = os.fspath(records)
             try:
@@ -218,25 +252,34 @@ class Pipeline:
             except OSError as e:
                 raise InputError(f"{src}: cannot read the file: {e.strerror}", code="unreadable") from None
             with fh:
-                for n, line in enumerate(_json_lines(fh, src), 1):
-                    try:
-                        if isinstance(line, RecordError):
-                            raise line
-                        if line.strip():
-                            keep(schema.validate_json_line(line))
-                    except RecordError as e:
-                        raise InputError(f"{src}:{n}: flow '{flow}': {e}; nothing was landed", code="bad-record") from None
-        else:
-            if isinstance(records, (Mapping, bytes)) or not hasattr(records, "__iter__"):
-                got = "one dict" if isinstance(records, Mapping) else type(records).__name__
-                raise InputError(f"flow '{flow}': feed takes a list (or iterable) of records, or a JSON-lines file path; got {got}", code="bad-record")
+                return Pipeline._json_file(schema, fh, src, flow)
+        if isinstance(records, (Mapping, bytes)) or not hasattr(records, "__iter__"):
+            got = "one dict" if isinstance(records, Mapping) else type(records).__name__
+            raise InputError(f"flow '{flow}': feed takes a list (or iterable) of records, or a JSON-lines file path; got {got}", code="bad-record")
+        def checked() -> Iterator[dict[str, Any]]:
             for n, rec in enumerate(records, 1):
                 try:
-                    keep(schema.validate(rec))
+                    yield schema.validate(rec)
                 except RecordError as e:
                     raise InputError(f"record {n}: flow '{flow}': {e}; nothing was landed", code="bad-record") from None
-        chunks.append(schema.to_arrow(valid))
-        return pa.concat_tables(chunks)
+
+        return _as_arrow(schema, checked())
+
+    @staticmethod
+    def _json_file(schema: RecordSchema, fh: BinaryIO, src: str, flow: str) -> pa.Table:
+        """The records of an open JSON-lines file called ``src``, validated as :meth:`_validated` does."""
+
+        def checked() -> Iterator[dict[str, Any]]:
+            for n, line in enumerate(_json_lines(fh, src), 1):
+                try:
+                    if isinstance(line, RecordError):
+                        raise line
+                    if line.strip():
+                        yield schema.validate_json_line(line)
+                except RecordError as e:
+                    raise InputError(f"{src}:{n}: flow '{flow}': {e}; nothing was landed", code="bad-record") from None
+
+        return _as_arrow(schema, checked())
 
     def close(self, flow: str) -> Landed:
         """Mark the open increment of a framed input flow complete (a punctuation)."""

@@ -155,6 +155,30 @@ def test_a_file_that_is_not_parquet_is_unreadable(pipe, tmp_path):
     assert p.feeds("a") == 0
 
 
+def test_an_open_file_lands_what_its_path_lands_and_errors_name_its_source(pipe, tmp_path):
+    import io
+
+    rows = [{"k": k, "n": i} for i, k in enumerate(ODD)]
+    pq.write_table(pa.Table.from_pylist(rows), tmp_path / "inc.parquet")
+    (tmp_path / "inc.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    want = _canon(r | {"s": None, "f": None, "b": None, "j": None, "xs": None, "ys": None} for r in rows)
+    for i, (name, source) in enumerate([("inc.parquet", None), ("inc.jsonl", None), ("inc.parquet", "dropped"), ("inc.jsonl", "dropped")]):
+        p = pipe(f"h{i}")
+        with open(tmp_path / name, "rb") as fh:  # a Parquet file is told by its name, or by its first bytes
+            assert p.feed("a", fh, source=source).records == len(rows)
+        assert _canon(p.output("a")) == want, (name, source)
+    p = pipe("bad")
+    for fh, source, code, where in [(io.BytesIO(b'{"k": "a", "n": 1}\n{"k": 5, "n": 1}\n'), "inbox/x.jsonl", "bad-record", "inbox/x.jsonl:2:"),
+                                    (io.BytesIO(b"PAR1 not really"), "inbox/y.bin", "unreadable", "inbox/y.bin:"),
+                                    (io.BytesIO(b"{}"), "inbox/z.parquet", "unreadable", "inbox/z.parquet:"),
+                                    (open(tmp_path / "inc.jsonl", encoding="utf-8"), None, "unreadable", "inc.jsonl")]:
+        with pytest.raises(InputError) as e:
+            p.feed("a", fh, source=source)
+        assert e.value.code == code and where in str(e.value), str(e.value)
+        fh.close()
+    assert p.feeds("a") == 0
+
+
 def test_a_dataframe_arrow_cannot_read_is_a_bad_record(pipe):
     with pytest.raises(InputError) as e:
         pipe().feed("a", pd.DataFrame({"k": ["a", 3], "n": [1, 2]}))

@@ -12,7 +12,8 @@
   being written wait: hidden or temporary names, and files modified in the last ``inbox_settle_seconds``. A file that cannot be landed (bad
   JSON, a record that does not fit the flow, not UTF-8, unreadable, a symlink) goes to
   ``<inbox>/<flow>/rejected/`` with ``<name>.error.txt`` beside it (error code and message), and
-  the files behind it are landed all the same.
+  the files behind it are landed all the same. Nothing is followed out of the inbox
+  (:mod:`cbp.airflow.inbox`).
 - **run**: ``cbp run`` until quiescent (a subprocess in its own process group: one Spark driver per
   run). The task has an ``execution_timeout`` (``run_timeout_minutes``); when it fires, or the task
   is killed, the whole process group (``cbp run`` and its Spark JVM) is killed. A run with nothing
@@ -52,7 +53,7 @@ from ..errors import RuntimeStateError
 from ..spec import PipelineSpec, load_spec
 from .config import BAD_CONFIG, CRAWL_TIMEOUT_MINUTES, INBOX_SETTLE_SECONDS, RUN_TIMEOUT_MINUTES, CrawlerConfig, DagConfig, is_remote, load_config
 from .processes import ProcessGroup
-from .triggers import REJECTED, inbox_feed_id, keep_landed, reject_file, shown_name
+from .inbox import land_inbox
 
 __all__ = ["DagConfig", "CrawlerConfig", "load_config", "make_dags", "pipeline_dag", "crawler_dag", "flow_asset", "epochs_asset",
            "land_inbox", "run_pipeline", "crawl_round", "ProcessGroup", "home_uri", "task_environ", "broken_dag",
@@ -114,71 +115,6 @@ def _outputs(spec: PipelineSpec) -> list[str]:
 
 
 # ---------------------------------------------------------------------------- task bodies (plain functions, testable)
-def land_inbox(yaml_path: str, home: str, inbox: str, flows: list[str], markers: Optional[str] = None,
-               settle: float = INBOX_SETTLE_SECONDS) -> dict[str, dict[str, Any]]:
-    """Land every ``<inbox>/<flow>/*.jsonl`` and ``*.parquet`` once and move it to ``landed/`` (beside an earlier
-    file of that name, as ``<stem>.<n>.<suffix>``); a file that cannot be landed goes to ``rejected/`` with
-    ``<file>.error.txt`` (``<code>: <message>``) and the next file is landed all the same. Files still
-    being written are left for a later run: hidden and temporary names, and files modified less than
-    ``settle`` seconds ago (:func:`cbp.airflow.triggers.inbox_files`).
-
-    ``markers`` is the local directory of the announcement markers (default ``<home>/_airflow``).
-    Returns ``{"landed": {flow: [files]}, "rejected": {flow: {file: "code: message"}}}``. Errors
-    that are not the file's fault (the home is busy, full or read-only) are raised: the task fails
-    and is retried, and nothing is rejected for them.
-    """
-    from ..errors import CbpError, InputError
-    from ..pipeline import Pipeline
-    from .triggers import announce_landed, inbox_files
-
-    landed: dict[str, list[str]] = {}
-    rejected: dict[str, dict[str, str]] = {}
-    pipe: Optional[Pipeline] = None
-    for flow in flows:
-        d = os.path.join(inbox, flow)
-        done: list[str] = []
-        refused: list[str] = []
-        for name in inbox_files(d, settle):
-            src = os.path.join(d, name)
-            why: Optional[tuple[str, str]] = None
-            try:
-                name.encode("utf-8")
-            except UnicodeEncodeError:
-                why = ("bad-name", "the file name is not UTF-8")
-            if why is None and os.path.islink(src):
-                why = ("not-a-regular-file", "a symbolic link (inbox files are landed only as regular files)")
-            if why is None:
-                try:
-                    feed_id = inbox_feed_id(src, name)
-                except FileNotFoundError:
-                    continue  # taken away meanwhile (by another attempt of this task)
-                except (OSError, ValueError) as e:
-                    why = ("unreadable", f"cannot read the file: {getattr(e, 'strerror', None) or e}")
-            if why is None:
-                pipe = pipe or Pipeline(yaml_path, home)
-                try:
-                    pipe.feed(flow, src, feed_id=feed_id)
-                except InputError as e:
-                    why = (e.code, str(e))
-                except CbpError:
-                    raise  # busy, full or read-only home, ...: not the file's fault
-                except (RecursionError, ValueError, TypeError, OverflowError, UnicodeError) as e:  # data nobody foresaw
-                    why = ("bad-record", f"{src}: {type(e).__name__}: {e}; nothing was landed")
-            if why is not None:
-                target = reject_file(d, name, *why)
-                refused.append(name)
-                rejected.setdefault(flow, {})[shown_name(target)] = f"{why[0]}: {why[1]}"
-                print(f"cbp: rejected {shown_name(src)} -> {shown_name(os.path.join(d, REJECTED, target))}: [{why[0]}] {shown_name(why[1])}", file=sys.stderr)
-                continue
-            target = keep_landed(d, name, feed_id)
-            done.append(name)
-            landed.setdefault(flow, []).append(name)
-            print(f"cbp: landed {shown_name(src)} on flow '{flow}' (kept as landed/{shown_name(target)})")
-        if done or refused:  # the watcher announced these files already: they are not news any more
-            announce_landed(home, flow, done, len(done), rejected=refused, markers=markers)
-    return {"landed": landed, "rejected": rejected}
-
-
 def run_pipeline(yaml_path: str, home: str, spark_master: Optional[str] = None, *, epoch_timeout: Optional[float] = None,
                  timeout: Optional[float] = None, grace: float = 10.0, started: Optional[Callable[[ProcessGroup], None]] = None,
                  env: Optional[dict[str, str]] = None) -> dict[str, Any]:
