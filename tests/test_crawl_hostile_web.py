@@ -155,6 +155,8 @@ def test_a_base_of_another_scheme_and_an_empty_href_resolve_as_in_a_browser():
     "<div>" * 200_000 + '<a href="x">x</a>',
     "<a " + " ".join(f"a{i}=1" for i in range(100_000)) + ' href="x">',
     "<b><i><u><font>" * 50_000 + '<a href="x">x</a>',
+    "<a " + " ".join(f"a{i}" for i in range(100_000)) + ' href="x">',  # attributes without '=' (few '<' and '=')
+    "<p>text</p>" * 100 + "<div " + " ".join(f"d{i}" for i in range(5_000)) + '><a href="x">x</a></div>',  # a short tag of many attributes
 ])
 def test_pages_lexbor_would_take_minutes_on_are_read_by_a_linear_scan(html, monkeypatch):
     monkeypatch.setattr("selectolax.lexbor.LexborHTMLParser", lambda *a: pytest.fail("lexbor parsed a pathological page"))

@@ -128,11 +128,15 @@ def _resolve(href: str, base: str) -> Optional[str]:
 
 
 #: Pages lexbor's tree builder would take seconds on (its cost grows with nesting depth times
-#: tags, and with the square of one tag's attributes): more tags or ``=`` than these, and an
-#: estimated depth or a tag's length beyond the next two, are read by :func:`_hrefs_by_tokens`
+#: tags, and with the square of one tag's attributes): a page with more tags or ``=`` than the first
+#: of these, or a tag of over 2,000 characters, whose estimated depth, longest tag or most
+#: attributes in one tag (``<a a0 a1 ...>``: attributes need no ``=``) passes the others is read by
+#: :func:`_hrefs_by_tokens`
 #: instead, which finds the same ``<a href>`` and ``<base href>`` in linear time (the standard
 #: library's ``html.parser`` is quadratic on unclosed tags).
-_FEW_TAGS, _MAX_DEPTH, _MAX_TAG_CHARS = 20_000, 2_000, 64 * 1024
+_FEW_TAGS, _MAX_DEPTH, _MAX_TAG_CHARS, _MAX_ATTRS = 20_000, 2_000, 64 * 1024, 1_000
+_ATTR_START = re.compile(r"\s[^\s=>]")
+_LONG_TAG = re.compile(r"<[A-Za-z][^>]{%d}" % (2 * _MAX_ATTRS))  # tried at <= _FEW_TAGS tags: linear enough
 _TAG = re.compile(r"<(/?)([A-Za-z][A-Za-z0-9-]*)[^>]*>?")
 _NOT_NESTING = frozenset("a area base br col embed hr img input link meta source track wbr p li dt dd option optgroup tr td th "
                          "thead tbody tfoot rb rt rtc rp colgroup caption html head body".split())
@@ -140,7 +144,7 @@ _NOT_NESTING = frozenset("a area base br col embed hr img input link meta source
 
 def _hrefs(html: str) -> tuple[Optional[str], list[str]]:
     """The first ``<base href>`` and every ``<a href>`` of a page, in document order."""
-    if (html.count("<") > _FEW_TAGS or html.count("=") > _FEW_TAGS) and _pathological(html):
+    if (html.count("<") > _FEW_TAGS or html.count("=") > _FEW_TAGS or _LONG_TAG.search(html)) and _pathological(html):
         return _hrefs_by_tokens(html)
     from selectolax.lexbor import LexborHTMLParser
 
@@ -152,10 +156,11 @@ def _hrefs(html: str) -> tuple[Optional[str], list[str]]:
 
 def _pathological(html: str) -> bool:
     """Whether a page nests elements deeper than a browser would build (an estimate from its tags)
-    or has a tag longer than any real one."""
+    or has a tag longer, or with more attributes, than any real one."""
     depth = deepest = 0
     for m in _TAG.finditer(html):
-        if m.end() - m.start() > _MAX_TAG_CHARS:
+        size = m.end() - m.start()
+        if size > _MAX_TAG_CHARS or (size > 2 * _MAX_ATTRS and len(_ATTR_START.findall(html, m.start(), m.end())) > _MAX_ATTRS):
             return True
         name = m.group(2).lower()
         if name in _NOT_NESTING:
