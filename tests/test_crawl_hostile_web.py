@@ -171,7 +171,15 @@ def test_the_linear_scan_finds_what_lexbor_finds_on_ordinary_pages():
     assert page_links("http://h/", html) == ["http://h/d/a.html", "http://h/d/b.html", "http://h/d/A&B.html", "http://h/d/q?x=1&y=2", "http://o/"]
 
 
-@pytest.mark.parametrize("text", [b"{not json", b"[]", b'{"round": "1"}', b"\xff\xfe", b'{"round": 1, "cursor": 0, "frontier": {}, "fetched": [], "failed": {}, "doing": 3}'])
+_POS = '"round": 1, "cursor": 0, "frontier": {}, "fetched": [], "failed": {}'
+
+
+@pytest.mark.parametrize("text", [b"{not json", b"[]", b'{"round": "1"}', b"\xff\xfe", b'{"round": 1, "cursor": 0, "frontier": {}, "fetched": [], "failed": {}, "doing": 3}',
+                                  *(f"{{{_POS.replace(a, b)}, \"doing\": {d}}}".encode() for a, b, d in [
+                                      ('"round": 1', '"round": 1', "{}"), ('"fetched": []', '"fetched": [1, [2]]', "null"),
+                                      ('"cursor": 0', '"cursor": -5', "null"), ('"frontier": {}', '"frontier": {"http://h/": "high"}', "null"),
+                                      ('"failed": {}', '"failed": {"http://h/": 3}', "null"), ('"round": 1', '"round": 1', '{"round": 7}'),
+                                      ('"round": 1', '"round": true', "null")])])
 def test_a_damaged_crawler_position_is_a_typed_error_not_a_restart(spark, tmp_path, text):
     c = _site(tmp_path, {"a.html": b"<html>a"})
     p = cbp.load(CRAWL, home=str(tmp_path / "home"), spark=spark)

@@ -49,6 +49,34 @@ _STATE_FIELDS = {"round": int, "cursor": int, "frontier": dict, "fetched": list,
 SEED_SCORE = 1e300  # seeds are fetched before any queued URL
 
 
+def _well_formed(st: Any) -> bool:
+    """Whether ``st`` has the fields, types and ranges a crawler writes (nothing else is resumed from).
+
+        >>> _well_formed({"round": 1, "cursor": 2, "frontier": {"http://h/": 1.5}, "fetched": ["http://h/a"], "failed": {}, "doing": None})
+        True
+        >>> _well_formed({"round": 1, "cursor": -5, "frontier": {}, "fetched": [[2]], "failed": {}, "doing": {}})
+        False
+    """
+    def count(v: Any) -> bool:
+        return type(v) is int and v >= 0
+
+    def scores(v: Any) -> bool:
+        return isinstance(v, dict) and all(isinstance(u, str) and type(x) in (int, float) for u, x in v.items())
+
+    def urls(v: Any) -> bool:
+        return isinstance(v, list) and all(isinstance(u, str) for u in v)
+
+    if not (isinstance(st, dict) and all(type(st.get(k)) is t for k, t in _STATE_FIELDS.items())):
+        return False
+    if not (count(st["round"]) and count(st["cursor"]) and scores(st["frontier"]) and urls(st["fetched"])
+            and all(isinstance(u, str) and isinstance(r, str) for u, r in st["failed"].items())):
+        return False
+    doing = st.get("doing")
+    return doing is None or (isinstance(doing, dict) and count(doing.get("round")) and doing["round"] == st["round"] + 1
+                             and count(doing.get("cursor")) and urls(doing.get("picks"))
+                             and count(doing.get("queued")) and scores(doing.get("frontier")))
+
+
 def _score(value: Any) -> float:
     """A queue record's score as a number (one that is not a number ranks last: -inf)."""
     try:
@@ -118,7 +146,7 @@ class Crawler:
             st = e
         if st is None:
             return {"round": 0, "cursor": 0, "frontier": {}, "fetched": [], "failed": {}, "doing": None, "rounds": []}
-        if not (isinstance(st, dict) and all(type(st.get(k)) is t for k, t in _STATE_FIELDS.items()) and isinstance(st.get("doing"), (dict, type(None)))):
+        if not _well_formed(st):
             raise RuntimeStateError(f"the crawler's position {self.p.home.uri(_STATE)} is damaged ({str(st)[:80] if isinstance(st, ValueError) else 'not the fields a crawler writes'}); "
                                     "restore it from a backup, or delete it to crawl again from round 1 with new seeds (feed ids crawl:N would repeat: "
                                     "use a new home then)", code="bad-crawler-state", path=self.p.home.uri(_STATE))
