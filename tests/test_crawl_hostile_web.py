@@ -189,3 +189,30 @@ def test_a_damaged_crawler_position_is_a_typed_error_not_a_restart(spark, tmp_pa
         cr.round(seeds=["http://h/a.html"])
     assert e.value.code == "bad-crawler-state"
     assert p.feeds("pages") == 0
+
+
+def test_a_corpus_must_be_a_directory_named_by_a_host_urls_keep(tmp_path):
+    from cbp.errors import UsageError
+
+    for name in ("2024", "0x7f", "lib.2", "foo.0x1"):  # URL parsers read these as IPv4 addresses
+        (tmp_path / name).mkdir()
+        with pytest.raises(UsageError) as e:
+            Corpus(tmp_path / name)
+        assert e.value.code == "bad-host", name
+    (tmp_path / "file").write_text("x")
+    for root in ("", " ", "a\0b", str(tmp_path / "file"), str(tmp_path / "missing")):  # '' is not the current directory
+        with pytest.raises(UsageError) as e:
+            Corpus(root, host="h")
+        assert e.value.code == "no-corpus", root
+    assert Corpus(tmp_path / "2024", host="python3.11-doc").site == "http://python3.11-doc"
+
+
+def test_two_corpora_of_one_host_are_refused_not_one_dropped(spark, tmp_path):
+    from cbp.errors import UsageError
+
+    (tmp_path / "a" / "h").mkdir(parents=True)
+    (tmp_path / "b" / "h").mkdir(parents=True)
+    p = cbp.load(CRAWL, home=str(tmp_path / "home"), spark=spark)
+    with pytest.raises(UsageError) as e:
+        Crawler(p, [Corpus(tmp_path / "a" / "h"), Corpus(tmp_path / "b" / "h")])
+    assert e.value.code == "bad-host"

@@ -29,7 +29,9 @@ from urllib.parse import urlsplit
 from ..errors import RuntimeStateError, UsageError
 from ..spec import MAX_TIMEOUT, PipelineSpec, load_yaml
 from ..storage.location import check_location, local_file_uri
-from .triggers import INBOX_SETTLE_SECONDS
+from ..crawl.fetch import is_host_name
+from ..crawl.links import normalize_url
+from .inbox import INBOX_SETTLE_SECONDS
 
 __all__ = ["DagConfig", "CrawlerConfig", "load_config", "is_remote", "env_file_vars", "RUN_TIMEOUT_MINUTES", "CRAWL_TIMEOUT_MINUTES",
            "BAD_CONFIG", "INBOX_SETTLE_SECONDS"]
@@ -167,7 +169,7 @@ def _seeds(c: dict[str, Any], path: str, where: str) -> list[str]:
     for s in seeds:
         try:
             u = urlsplit(s)
-            ok = u.scheme.lower() in ("http", "https") and bool(u.hostname)
+            ok = u.scheme.lower() in ("http", "https") and bool(u.hostname) and normalize_url(s) is not None
         except ValueError:
             ok = False
         if not ok:
@@ -184,6 +186,9 @@ def _crawler(name: str, c: Any, path: str, p: Callable[[str, str], str]) -> Craw
         raise _bad(path, where + ", ".join(sorted(unknown)), f"unknown key(s); known: {', '.join(sorted(CRAWLER_KEYS))}")
     corpus = [p(where + "corpus", d) for d in _texts(c, path, "corpus", where, required=True)]
     hosts = _texts(c, path, "hosts", where, required=False)
+    for h in hosts:
+        if not is_host_name(h.lower()):
+            raise _bad(path, where + "hosts", f"{h!r} is not a host name URLs keep as it is (letters, digits, '-' and '.', not all digits)")
     if len(hosts) > len(corpus):
         raise _bad(path, where + "hosts", f"{len(hosts)} hosts for {len(corpus)} corpus directories (one host per directory, in order)")
     max_pages = c.get("max_pages", 1000)
@@ -254,6 +259,10 @@ def load_config(path: str) -> DagConfig:
             x = local_file_uri(x)
         except UsageError as e:
             raise _bad(path, key, str(e).replace("--home ", "", 1)) from None
+        if is_remote(x) or "://" in x:
+            raise _bad(path, key, f"{x!r} is not a local path (this setting needs a directory or file on the Airflow machine)")
+        if not x.strip() or any(c in x for c in "\0\n\r"):
+            raise _bad(path, key, f"{x!r} is not a path (empty, or a NUL or line break in it)")
         return os.path.normpath(os.path.join(base, os.path.expanduser(x)))
 
     def opt(key: str) -> Optional[str]:

@@ -118,7 +118,12 @@ class Crawler:
     def __init__(self, pipeline: "Pipeline", corpora: Iterable[Corpus], *, max_pages: int = 1000, queue: str = "crawl_queue",
                  pages: str = "pages", max_bytes: int = MAX_PAGE_BYTES) -> None:
         self.p = pipeline
-        self.corpora = {c.site: c for c in corpora}
+        self.corpora: dict[str, Corpus] = {}
+        for c in corpora:
+            if c.site in self.corpora:
+                raise UsageError(f"two corpus directories stand for {c.site}: {self.corpora[c.site].root} and {c.root}; "
+                                 "give one of them another host (--host NAME)", code="bad-host")
+            self.corpora[c.site] = c
         if max_pages < 1:
             raise UsageError(f"max_pages must be at least 1, got {max_pages}", code="bad-option")
         self.max_pages = max_pages

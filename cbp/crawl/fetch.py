@@ -21,7 +21,7 @@ from urllib.parse import quote, unquote_to_bytes, urlsplit
 from ..errors import UsageError
 from .links import normalize_url
 
-__all__ = ["Corpus", "Fetched", "decode_html", "MAX_PAGE_BYTES", "MAX_URL_CHARS", "REASONS"]
+__all__ = ["Corpus", "Fetched", "decode_html", "is_host_name", "MAX_PAGE_BYTES", "MAX_URL_CHARS", "REASONS"]
 
 MAX_PAGE_BYTES = 8 * 1024 * 1024  # bytes of a file the crawler reads; a bigger page is truncated
 MAX_URL_CHARS = 64 * 1024  # a longer URL is "not a corpus path: too long"
@@ -144,6 +144,16 @@ def _reason_of(e: BaseException) -> str:
 
 
 #: A host name a corpus can stand for (the URLs of its pages are http://HOST/PATH).
+def is_host_name(host: str, scheme: str = "http") -> bool:
+    """Whether ``host`` can name a corpus: a lower-case host name that URLs keep as it is (not one
+    a URL parser reads as a number, such as ``2024`` or ``0x7f``).
+
+        >>> is_host_name("python3.11-doc"), is_host_name("2024"), is_host_name("a b")
+        (True, False, False)
+    """
+    return bool(_HOST.match(host)) and normalize_url(f"{scheme}://{host}/") == f"{scheme}://{host}/"
+
+
 _HOST = re.compile(r"[a-z0-9_]([a-z0-9_-]*[a-z0-9_])?(\.[a-z0-9_]([a-z0-9_-]*[a-z0-9_])?)*\Z")
 _BAD_PCT = re.compile(r"%(?![0-9A-Fa-f]{2})")
 
@@ -234,14 +244,19 @@ class Corpus:
     """
 
     def __init__(self, root: str | os.PathLike[str], host: Optional[str] = None, scheme: str = "http") -> None:
-        self.root = os.path.realpath(os.fspath(root))
-        if not os.path.isdir(self.root):
-            raise UsageError(f"corpus directory {self.root} does not exist (unpack a package with: dpkg-deb -x PKG.deb DIR)", code="no-corpus")
+        given = os.fspath(root)
+        try:
+            self.root = os.path.realpath(given) if given.strip() else ""
+        except (ValueError, OSError):  # a NUL in the name
+            self.root = ""
+        if not self.root or not os.path.isdir(self.root):
+            what = "is not a directory" if self.root and os.path.exists(self.root) else "does not exist"
+            raise UsageError(f"corpus directory {given!r} {what} (unpack a package with: dpkg-deb -x PKG.deb DIR)", code="no-corpus")
         self._below = self.root.rstrip(os.sep) + os.sep  # what the path of anything inside starts with
         self.host = (host or os.path.basename(self.root)).lower()
-        if not _HOST.match(self.host):
-            raise UsageError(f"corpus {self.root}: {self.host!r} is not a host name (letters, digits, '-' and '.'); "
-                             "give one with --host NAME", code="bad-host")
+        if not is_host_name(self.host, scheme):
+            raise UsageError(f"corpus {self.root}: {self.host!r} is not a host name URLs keep as it is (letters, digits, '-' and '.', "
+                             "not all digits); give one with --host NAME", code="bad-host")
         self.scheme = scheme
         self.site = f"{scheme}://{self.host}"
 
