@@ -19,7 +19,7 @@ import sys
 import time
 from typing import Any, Optional, Sequence
 
-from .errors import BusyError, CbpError, InputError, RuntimeStateError, SpecError, UsageError, UserCodeError
+from .errors import BusyError, CbpError, InputError, RuntimeStateError, SpecError, UsageError, UserCodeError, printable
 from .spec import MAX_TIMEOUT
 
 __all__ = ["main"]
@@ -117,7 +117,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     try:
         return _dispatch(args)
     except CbpError as e:
-        print(f"cbp {args.command}: error [{e.code}]: {e}", file=sys.stderr)
+        print(f"cbp {args.command}: error [{e.code}]: {printable(str(e))}", file=sys.stderr)
         return next((code for cls, code in _EXIT.items() if isinstance(e, cls)), 5)
     except BrokenPipeError:
         return 0
@@ -125,7 +125,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         print(f"cbp {args.command}: interrupted; the next run continues from the last committed epoch", file=sys.stderr)
         return 130
     except OSError as e:  # e.g. a home on an object store that cannot be reached
-        print(f"cbp {args.command}: error: {type(e).__name__}: {e}", file=sys.stderr)
+        print(f"cbp {args.command}: error: {type(e).__name__}: {printable(str(e))}", file=sys.stderr)
         return 5
     finally:
         sys.stdout.flush()

@@ -15,6 +15,7 @@ from __future__ import annotations
 from typing import Any
 
 __all__ = [
+    "printable",
     "CbpError",
     "SpecError",
     "InputError",
@@ -101,3 +102,13 @@ class BusyError(CbpError):
     store, this process's lease on the home ran out or was taken over (code ``lease-lost``)."""
 
     code = "busy"
+
+
+def printable(text: str) -> str:
+    r"""``text`` as one line a terminal shows as it is: control characters (escape sequences, line
+    breaks, NUL) and lone surrogates as Python escapes.
+
+        >>> print(printable("stage 'a\x1b[2Jb'\n"))
+        stage 'a\x1b[2Jb'\n
+    """
+    return "".join(c if c.isprintable() or c == " " else c.encode("unicode_escape", "backslashreplace").decode("ascii") for c in text)

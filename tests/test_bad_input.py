@@ -175,6 +175,61 @@ def test_runnable_and_frame_states_must_be_storable(spark, make_pipeline, tmp_pa
     assert p.output("words") == []
 
 
+DRIVER_SIDE = """
+class Odd(BaseException):
+    pass
+
+
+class Unprintable(Exception):
+    def __str__(self):
+        raise ValueError("no message either")
+
+
+def boom(how):
+    if how == "exit":
+        raise SystemExit(0)
+    if how == "odd":
+        raise Odd("not an Exception")
+    raise Unprintable()
+
+
+def run(frames, state):
+    boom(open(__file__ + ".how").read())
+
+
+def frame(rec, state):
+    boom(open(__file__ + ".how").read())
+"""
+
+
+@pytest.mark.parametrize("how", ["exit", "odd", "unprintable"])
+def test_driver_side_user_code_that_exits_or_raises_oddly_is_a_user_code_error(make_pipeline, tmp_path, capsys, how):
+    """A runnable or frame_by runs in the driver: ``SystemExit(0)`` there made ``cbp feed``/``run``
+    exit 0 with nothing landed; a ``BaseException`` subclass or an exception that cannot print
+    itself ended in a traceback."""
+    from cbp.cli import main
+
+    path = make_pipeline(FAILING.replace("    outputs: [counts]", "    outputs: [counts]\n    runnable: MOD:run"), FAILING_MODULE + DRIVER_SIDE)
+    framed = make_pipeline(FAILING.replace("route_by: w}", "route_by: w, frame_by: MOD:frame}"), FAILING_MODULE + DRIVER_SIDE)
+    for yaml in (path, framed):
+        for mod in yaml.parent.glob("mod_*.py"):
+            mod.with_name(mod.name + ".how").write_text(how)
+    day = tmp_path / "day.jsonl"
+    day.write_text('{"w": "x"}\n')
+    home, home2 = str(tmp_path / "h"), str(tmp_path / "h2")
+    assert main(["feed", str(path), "words", str(day), "--home", home]) == 0
+    assert main(["status", str(path), "--home", home]) == 0  # status reports what the runnable raised
+    out = capsys.readouterr().out
+    assert "runnable error: " in out and {"exit": "SystemExit", "odd": "Odd", "unprintable": "Unprintable"}[how] in out, out
+    for argv in (["run", str(path), "--home", home], ["feed", str(framed), "words", str(day), "--home", home2]):
+        assert main(argv) == 4, argv
+        err = capsys.readouterr().err
+        assert "error [user-code]" in err and err.count("\n") == 1 and "Traceback" not in err, err
+        assert {"exit": "SystemExit", "odd": "Odd", "unprintable": "Unprintable"}[how] in err, err
+    assert cbp.load(path, home=home).status()["stages"]["count"]["epochs"] == 0
+    assert cbp.load(framed, home=home2).output("words") == []
+
+
 def test_missing_java_is_explained(monkeypatch):
     import shutil
 

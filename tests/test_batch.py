@@ -173,6 +173,19 @@ def bad(keys, state, nums, carry, out):
         return {"state": pa.Table.from_arrays([keys, keys, pa.array([1] * n), pa.array([2] * n)], names=["_key", "k", "total", "total"])}
     if kind in ("rmtable", "rmstr", "rmobj"):
         return {"removed": {"rmtable": pa.table({"_key": keys}), "rmstr": "ab", "rmobj": [object()]}[kind]}
+    if kind == "brokenmap":  # a mapping whose methods fail
+        class Broken(dict):
+            def keys(self):
+                raise RuntimeError("no keys")
+            items = __iter__ = get = __getitem__ = keys
+        return Broken(state=None)
+    if kind == "brokenremoved":
+        class Gone:
+            def __iter__(self):
+                raise RuntimeError("cannot iterate")
+        return {"removed": Gone()}
+    if kind == "oddkeys":  # names of mixed types: listed, not sorted
+        return {1: None, "x": None}
     if kind == "empty":  # nothing new, nothing removed: valid
         return {"state": pa.table({"_key": [], "k": [], "total": []}), "removed": [], "totals": pa.table({"k": [], "total": []})}
     return 42
@@ -182,7 +195,8 @@ def bad(keys, state, nums, carry, out):
 @pytest.mark.parametrize("kind,code", [("schema", "batch-schema"), ("type", "batch-schema"), ("nulls", "batch-schema"),
                                        ("intkey", "batch-schema"), ("strtotal", "batch-schema"), ("floattotal", "batch-schema"),
                                        ("dupcol", "batch-schema"), ("rmtable", "batch-key"), ("rmstr", "batch-key"), ("rmobj", "batch-key"),
-                                       ("both", "batch-duplicate-key"), ("stranger", "batch-key"), ("int", "batch-output")])
+                                       ("both", "batch-duplicate-key"), ("stranger", "batch-key"), ("int", "batch-output"),
+                                       ("brokenmap", "batch-output"), ("brokenremoved", "batch-key"), ("oddkeys", "batch-output")])
 @pytest.mark.parametrize("columnar", ["1", "0"])
 def test_bad_batch_output_is_refused_and_nothing_is_committed(spark, tmp_path, make_pipeline, monkeypatch, kind, code, columnar):
     monkeypatch.setenv("CBP_COLUMNAR", columnar)

@@ -62,11 +62,13 @@ from cbp.errors import UsageError  # noqa: E402
 
 @pytest.mark.parametrize("home", ["http://127.0.0.1:1/x", "memory://x", "gs://bucket/x", "s3://", "s3:///x",
                                   "{tmp}/h_pct%41", "{tmp}/back\\slash", "{tmp}/new\nline", "{tmp}/d.jsonl", "{tmp}/d.jsonl/sub",
-                                  "file://otherhost{tmp}/h", "file:relative/h", "/", "file:///", "file://localhost"])
+                                  "file://otherhost{tmp}/h", "file:relative/h", "/", "file:///", "file://localhost", "//", "/{tmp}/h",
+                                  "{tmp}/to-root"])
 def test_a_home_cbp_cannot_keep_is_refused_before_anything_is_written(tmp_path, capsys, home):
     """Unknown schemes ended in tracebacks or retried for minutes (gs://); '%' in a local path was
     percent-decoded by delta-rs, which then opened another directory's tables."""
     home = home.format(tmp=tmp_path)
+    (tmp_path / "to-root").symlink_to("/")  # a link to the root is the root
     (tmp_path / "h_pctA").mkdir()  # the directory delta-rs would have read for h_pct%41
     day = tmp_path / "d.jsonl"
     day.write_text('{"url": "http://a/"}\n')
@@ -77,7 +79,7 @@ def test_a_home_cbp_cannot_keep_is_refused_before_anything_is_written(tmp_path, 
     with pytest.raises(UsageError) as e:
         cbp.load(URLS, home=home)
     assert e.value.code == "bad-home"
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["d.jsonl", "h_pctA"] and not any((tmp_path / "h_pctA").iterdir())
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["d.jsonl", "h_pctA", "to-root"] and not any((tmp_path / "h_pctA").iterdir())
 
 
 @pytest.mark.parametrize("uri", ["file://{tmp}/h", "file://localhost{tmp}/h", "file:{tmp}/h", "FILE://{tmp}/h"])

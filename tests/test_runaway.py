@@ -118,12 +118,22 @@ def route(r):
             os._exit(7)
         if how == "raise":
             raise KeyError("no such word")
+        if how == "nan":
+            return float("nan")  # no JSON value: no key
+        if how == "unprintable":
+            raise Unprintable()
     return r["w"]
+
+
+class Unprintable(Exception):
+    def __str__(self):
+        raise ValueError("no message either")
 """
 
 
 @pytest.mark.parametrize("small", [True, False], ids=["small", "shuffle"])
-@pytest.mark.parametrize("how,code", [("raise", "user-code"), ("loop", "timeout"), ("os_exit", "worker-died")])
+@pytest.mark.parametrize("how,code", [("raise", "user-code"), ("loop", "timeout"), ("os_exit", "worker-died"), ("nan", "user-code"),
+                                      ("unprintable", "user-code")])
 def test_a_failing_route_by_function(spark, make_pipeline, tmp_path, how, code, small):
     """RouteBy functions run in a Spark job on both paths (a small epoch's routing job, the
     shuffle's map side): an error names the record and the function, a loop meets the time limit,
@@ -136,8 +146,9 @@ def test_a_failing_route_by_function(spark, make_pipeline, tmp_path, how, code, 
     with pytest.raises(UserCodeError) as e:
         p.run()
     assert e.value.code == code and e.value.stage == "count" and e.value.epoch == 1
-    if how == "raise":
-        assert "route_by" in str(e.value) and '"bad"' in str(e.value) and "KeyError" in str(e.value)
+    if how in ("raise", "nan", "unprintable"):
+        assert "route_by" in str(e.value) and '"bad"' in str(e.value) and "Traceback" not in str(e.value), str(e.value)
+        assert {"raise": "KeyError", "nan": "not a JSON value", "unprintable": "Unprintable"}[how] in str(e.value)
     assert p.status()["stages"]["count"]["epochs"] == 0 and p.state("count") == []
     (path.parent / "how").write_text("fixed")
     [r] = p.run()

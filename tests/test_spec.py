@@ -313,6 +313,11 @@ def test_odd_names_are_refused_or_work(make_pipeline):
     with pytest.raises(SpecError) as e:
         load_spec(make_pipeline(BASE.replace("  b: {schema", '  "b\\n": {schema').replace("outputs: [b]", 'outputs: ["b\\n"]'), GOOD_MODULE))
     assert e.value.code == "bad-name"
+    long = "b" * 101  # names become file names: one that cannot be one is refused here, not by the first epoch
+    with pytest.raises(SpecError) as e:
+        load_spec(make_pipeline(BASE.replace("  b: {schema", f"  {long}: {{schema").replace("outputs: [b]", f"outputs: [{long}]"), GOOD_MODULE))
+    assert e.value.code == "bad-name"
+    load_spec(make_pipeline(BASE.replace("  b: {schema", f"  {long[:100]}: {{schema").replace("outputs: [b]", f"outputs: [{long[:100]}]"), GOOD_MODULE))
     spec = load_spec(make_pipeline(BASE.replace("n: int}", "model_config: int}"), GOOD_MODULE))
     assert spec.flows["a"].schema.validate({"url": "u", "model_config": 1}) == {"url": "u", "model_config": 1}
 
@@ -341,3 +346,26 @@ def test_every_public_name_of_the_emitter_is_reserved():
     out = Emitter("s", 1, {}, ["f"], True, lambda f, r: None)
     assert {n for n in set(dir(out)) | set(vars(out)) if not n.startswith("_")} - {"f", "state"} == set(EMITTER_NAMES)
     assert {n for n in set(dir(out)) | set(vars(out)) if n.startswith("_")} <= EMITTER_PRIVATE
+
+
+def test_two_pipelines_with_a_module_of_one_name_each_get_their_own(tmp_path):
+    """Translator modules are imported beside their YAML: a second pipeline's ``tr.py`` is not
+    answered from the first one's ``sys.modules`` entry, and the YAML's directory is on
+    ``sys.path`` only while its modules are imported (a ``wave.py`` there would shadow the
+    standard library's for the rest of the process)."""
+    import sys
+
+    from cbp.spec import load_spec
+
+    specs = []
+    for name in ("a", "b"):
+        d = tmp_path / name
+        d.mkdir()
+        (d / "trhelp.py").write_text(f"WHO = {name!r}\n")
+        (d / "tr.py").write_text("import trhelp\n\ndef count(key, state, urls, out):\n    return trhelp.WHO\n")
+        (d / "p.yaml").write_text((FLOWS / "url_count.yaml").read_text().replace("url_count:count_urls", "tr:count"))
+        specs.append(load_spec(str(d / "p.yaml")))
+        assert str(d) not in sys.path
+    assert [s.stages["url_count"].translator(None, None, None, None) for s in specs] == ["a", "b"]
+    sys.modules.pop("tr", None)
+    sys.modules.pop("trhelp", None)

@@ -96,8 +96,9 @@ def inbox_files(inbox: Optional[str], settle: float = INBOX_SETTLE_SECONDS) -> l
 
 def shown_name(name: str) -> str:
     """A file name as one line of printable text (undecodable bytes and control characters as escapes)."""
-    text = os.fsencode(name).decode("utf-8", "backslashreplace")
-    return "".join(c if c.isprintable() else c.encode("unicode_escape").decode("ascii") for c in text)
+    from ..errors import printable
+
+    return printable(os.fsencode(name).decode("utf-8", "backslashreplace"))
 
 
 def inbox_feed_id(fh: BinaryIO, name: str) -> str:

@@ -20,6 +20,7 @@ import pyarrow.parquet as pq
 from .. import faults
 from ..engine.framing import frame_runs
 from ..errors import InputError, RuntimeStateError, UserCodeError
+from ..spec.resolve import safe_str
 from ..storage import INC, LAYOUT, SRC
 from .records import Landed, check_storable
 from .snapshot import Increment
@@ -111,9 +112,11 @@ class Landing:
             for rec in batch.to_pylist():
                 try:
                     key, fstate = fl.frame_by(fl.schema.from_storage(rec), fstate)  # type: ignore[misc]
-                except Exception as e:
+                except KeyboardInterrupt:
+                    raise
+                except BaseException as e:  # noqa: BLE001 - user code: SystemExit and kin too, never a silent exit
                     raise UserCodeError(f"flow '{flow}' record {i + 1} ({producer}): frame_by '{fl.frame_by.text}' raised "  # type: ignore[union-attr]
-                                        f"{type(e).__name__}: {e}; nothing was landed") from e
+                                        f"{type(e).__name__}: {safe_str(e)}; nothing was landed") from None
                 if runs and runs[-1][0] == key:
                     runs[-1][2] += 1
                 else:

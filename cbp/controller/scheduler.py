@@ -10,6 +10,7 @@ from typing import Any, Callable, Optional
 from ..errors import UsageError, UserCodeError
 from ..model import normalize_runnable_result
 from ..spec import MAX_TIMEOUT
+from ..spec.resolve import safe_str
 from .records import Decision, EpochReport, check_storable
 from .snapshot import Sched
 
@@ -47,8 +48,10 @@ class Scheduling:
             reads, removes, state = normalize_runnable_result(result, frames, where)
         except (TypeError, ValueError) as e:
             raise UserCodeError(str(e) if where in str(e) else f"{where}: {e}") from e
-        except Exception as e:
-            raise UserCodeError(f"{where} raised {type(e).__name__}: {e}") from e
+        except KeyboardInterrupt:
+            raise
+        except BaseException as e:  # noqa: BLE001 - user code: SystemExit and kin too, never a silent exit
+            raise UserCodeError(f"{where} raised {type(e).__name__}: {safe_str(e)}") from None
         check_storable(state, f"{where} returned a state that")
         if not reads:
             sst = self.st.stages[stage]

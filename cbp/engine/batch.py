@@ -40,6 +40,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from ..spec.arrowrecords import ArrowRecordError, conform
+from ..spec.resolve import safe_str
 from ..spec.schema import RecordSchema
 from .protocol import USER_EXCEPTIONS, EpochTimeout
 from .routing import encode_key, has_byte
@@ -215,8 +216,13 @@ class BatchTranslate:
         if not isinstance(result, Mapping):
             raise self._fail(self.plan, "batch-output", f"{where} returned {type(result).__name__}; it must return a mapping of "
                              "'state', 'removed' and output flow names to Arrow tables")
+        try:  # a plain dict from here on: a user's mapping whose methods fail fails here, named
+            result = {k: result[k] for k in list(result.keys())}
+        except (*USER_EXCEPTIONS, EpochTimeout) as e:
+            raise self._fail(self.plan, "batch-output", f"{where} returned a {type(result).__name__} that could not be read as a mapping: "
+                             f"{type(e).__name__}: {safe_str(e)}") from None
         allowed = set(st.outputs) | ({"state", "removed"} if st.state_schema is not None else set())
-        extra = sorted(set(result) - allowed)
+        extra = sorted((k for k in result if k not in allowed), key=repr)
         if extra:
             raise self._fail(self.plan, "batch-output", f"{where} returned {', '.join(map(repr, extra))}, which the stage does not have "
                              f"(it may return: {', '.join(sorted(allowed)) or 'nothing'})")
@@ -246,7 +252,10 @@ class BatchTranslate:
             if isinstance(returned, (str, bytes, Mapping, pa.Table, pa.RecordBatch)) or not hasattr(returned, "__iter__"):
                 raise self._fail(self.plan, "batch-key", f"{where} returned {type(returned).__name__} for 'removed'; "
                                  "give the keys as an Arrow array or a list")
-            returned = list(returned)
+            try:
+                returned = list(returned)
+            except (*USER_EXCEPTIONS, EpochTimeout) as e:
+                raise self._fail(self.plan, "batch-key", f"{where} returned a 'removed' that could not be read: {type(e).__name__}: {safe_str(e)}") from None
             try:
                 returned = pa.array(returned)
             except (TypeError, ValueError, pa.ArrowInvalid, pa.ArrowTypeError):
@@ -270,7 +279,7 @@ class BatchTranslate:
             pos = pc.index_in(returned, value_set=keys)
         except pa.ArrowNotImplementedError:  # e.g. list keys: match their canonical texts
             at = {encode_key(k): i for i, k in enumerate(keys.to_pylist())}
-            pos = pa.array([at.get(encode_key(k)) for k in returned.to_pylist()], pa.int64())
+            pos = pa.array([at.get(_key_text(k)) for k in returned.to_pylist()], pa.int64())
         if pos.null_count:
             bad = returned.filter(pc.is_null(pos)).to_pylist()
             raise self._fail(self.plan, "batch-key", f"{where} returned state for key(s) it was not called for: "
@@ -398,3 +407,11 @@ def _kind(t: pa.DataType) -> str:
     if pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_string_view(t):
         return "text"
     return "integer" if pa.types.is_integer(t) else str(t)
+
+
+def _key_text(key: Any) -> Optional[str]:
+    """``encode_key(key)``, or None for a value that is no key (NaN: no key of a call is)."""
+    try:
+        return encode_key(key)
+    except (TypeError, ValueError, RecursionError):
+        return None

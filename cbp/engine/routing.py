@@ -126,7 +126,7 @@ def encode_key(key: Any) -> str:
     return text
 
 
-_KEY_TEXT = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode  # json.dumps(key, ...) without an encoder per call
+_KEY_TEXT = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False).encode  # json.dumps(key, ...) without an encoder per call; NaN and infinities are no JSON
 
 
 def decode_key(text: str) -> Any:

@@ -29,6 +29,7 @@ from .. import faults
 from ..gcpolicy import fewer_collections
 from ..model import Broadcast, Emitter, Multicast
 from ..spec import StageSpec
+from ..spec.resolve import safe_str
 from ..spec.schema import RecordError, RecordSchema
 from ..storage import INC, LAYOUT, Home
 from .batch import BatchTranslate
@@ -104,7 +105,7 @@ def _user_failure(plan: TaskPlan, where: str, fn_name: str, exc: BaseException, 
     if isinstance(exc, EpochTimeout):
         return _failed(plan, "timeout", f"{where}: {fn_name} was still running when the epoch's time limit was up; the key is the one it was called for",
                        key=key_text, location=loc)
-    return _failed(plan, "user-code", f"{where}: {fn_name} raised {type(exc).__name__}: {exc}" + (f" ({loc})" if loc else ""),
+    return _failed(plan, "user-code", f"{where}: {fn_name} raised {type(exc).__name__}: {safe_str(exc)}" + (f" ({loc})" if loc else ""),
                    key=key_text, exc_type=type(exc).__name__, location=loc)
 
 

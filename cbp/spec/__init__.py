@@ -46,7 +46,7 @@ from .schema import FieldType, RecordSchema, parse_type
 
 __all__ = ["MAX_TIMEOUT", "load_spec", "load_yaml", "PipelineSpec", "StageSpec", "FlowSpec", "InputSpec", "KeyFunction", "FrameFunction"]
 
-_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
+_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,99}\Z")  # at most 100 characters: names become file and directory names
 STATE = "state"
 #: The longest time limit of a stage epoch, in seconds (a week): YAML ``timeout:`` and ``cbp run --epoch-timeout``.
 MAX_TIMEOUT = 7 * 24 * 3600
@@ -252,11 +252,11 @@ class _Compiler:
     def compile(self) -> PipelineSpec:
         raw = self.raw
         if not _NAME.match(raw.pipeline):
-            raise self.fail(("pipeline",), f"pipeline name '{raw.pipeline}' must be a plain identifier", "bad-name")
+            raise self.fail(("pipeline",), f"pipeline name '{raw.pipeline:.120}' must be a plain identifier of at most 100 characters", "bad-name")
         for kind, names in (("flow", raw.flows), ("stage", raw.stages)):
             for n in names:
                 if not _NAME.match(n):
-                    raise self.fail((kind + "s", n), f"{kind} name '{n}' must be a plain identifier (letters, digits, _)", "bad-name")
+                    raise self.fail((kind + "s", n), f"{kind} name '{n:.120}' must be a plain identifier (letters, digits, _; at most 100)", "bad-name")
         if STATE in raw.flows:
             raise self.fail(("flows", STATE), "'state' is reserved for each stage's state flow; rename the flow", "reserved-name")
         if not raw.stages:

@@ -13,9 +13,10 @@ from __future__ import annotations
 import importlib
 import os
 import sys
-from typing import Any, Callable
+from contextlib import contextmanager
+from typing import Any, Callable, Iterator
 
-__all__ = ["resolve_callable", "is_import_path"]
+__all__ = ["resolve_callable", "is_import_path", "safe_str"]
 
 
 def is_import_path(text: str) -> bool:
@@ -33,14 +34,15 @@ def resolve_callable(path: str, base_dir: str) -> Callable[..., Any]:
     if not sep or not mod_name or not attr:
         raise ValueError(f"import path '{path}' must look like 'module:function'")
     base = os.path.abspath(base_dir)
-    if base not in sys.path:
-        sys.path.insert(0, base)
     try:
-        module = importlib.import_module(mod_name)
+        with _beside(base, mod_name):
+            module = importlib.import_module(mod_name)
     except ModuleNotFoundError as e:
         raise ValueError(f"import path '{path}': module '{mod_name}' not found ({e}); looked beside the YAML in {base} and on sys.path") from None
-    except (Exception, SystemExit) as e:  # the user's module failed while importing (or called sys.exit)
-        raise ValueError(f"import path '{path}': importing module '{mod_name}' raised {type(e).__name__}: {e}") from e
+    except KeyboardInterrupt:
+        raise
+    except BaseException as e:  # noqa: BLE001 - the user's module failed while importing (or called sys.exit)
+        raise ValueError(f"import path '{path}': importing module '{mod_name}' raised {type(e).__name__}: {safe_str(e)}") from None
     obj: Any = module
     for part in attr.split("."):
         if not hasattr(obj, part):
@@ -50,6 +52,50 @@ def resolve_callable(path: str, base_dir: str) -> Callable[..., Any]:
         raise ValueError(f"import path '{path}' names a {type(obj).__name__}, not a function")
     _ship_by_value(module, base)
     return obj
+
+
+#: Directories of pipeline YAMLs whose modules were imported (their modules must not stand in for another's).
+_BASES: set[str] = set()
+
+
+@contextmanager
+def _beside(base: str, mod_name: str) -> Iterator[None]:
+    """Import with ``base`` first on ``sys.path``, and only meanwhile (a module beside one YAML must
+    not shadow anything the process imports later), after dropping from ``sys.modules`` the modules
+    of another YAML's directory that ``base`` has a module of the same name for (two pipelines
+    with a ``tr.py`` each get their own)."""
+    for name, mod in list(sys.modules.items()):
+        top = name.partition(".")[0]
+        file = getattr(mod, "__file__", None)
+        if not file or not (os.path.isfile(os.path.join(base, top + ".py")) or os.path.isdir(os.path.join(base, top))):
+            continue
+        home = _package_base(file, name)
+        if home != base and home in _BASES:
+            del sys.modules[name]
+    sys.path.insert(0, base)
+    try:
+        yield
+    finally:
+        _BASES.add(base)
+        if base in sys.path:
+            sys.path.remove(base)
+
+
+def _package_base(file: str, name: str) -> str:
+    """The directory a (sub)module ``name`` loaded from ``file`` was found in (what was on ``sys.path``)."""
+    path = os.path.abspath(file)
+    depth = name.count(".") + (1 if path.endswith("__init__.py") else 0)
+    for _ in range(depth + 1):
+        path = os.path.dirname(path)
+    return path
+
+
+def safe_str(e: BaseException) -> str:
+    """``str(e)``, or a stand-in when the exception's own ``__str__`` fails."""
+    try:
+        return str(e)
+    except Exception:  # noqa: BLE001 - a user's exception class
+        return f"<{type(e).__name__}: its message could not be shown>"
 
 
 def _ship_by_value(module: Any, base: str) -> None:
