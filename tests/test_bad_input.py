@@ -169,10 +169,21 @@ def test_runnable_and_frame_states_must_be_storable(spark, make_pipeline, tmp_pa
     framed = make_pipeline(FAILING.replace("route_by: w}", "route_by: w, frame_by: MOD:frame}"),
                            FAILING_MODULE + "\ndef frame(rec, state):\n    return {rec['w']}, state\n")
     p = cbp.load(framed, home=str(tmp_path / "h2"))
-    with pytest.raises(UserCodeError, match="flow 'words': frame_by .* returned a framing key .*'w': 'x'.* cannot be stored as JSON"):
+    with pytest.raises(UserCodeError, match="flow 'words': frame_by .* gave a framing key .*'w': 'x'.* cannot be stored as JSON"):
         p.feed("words", [{"w": "x"}])
     assert p.status()["stages"]["count"]["connectors"]["words"]["pending"] == 0
     assert p.output("words") == []
+
+    # too long to keep in every snapshot: a function's key or a field's value
+    big = make_pipeline(FAILING.replace("route_by: w}", "route_by: w, frame_by: MOD:frame}"),
+                        FAILING_MODULE + "\ndef frame(rec, state):\n    return rec['w'] * 2, state\n")
+    field = make_pipeline(FAILING.replace("route_by: w}", "route_by: w, frame_by: w}"), FAILING_MODULE)
+    for i, yaml in enumerate((big, field)):
+        p = cbp.load(yaml, home=str(tmp_path / f"h3{i}"))
+        with pytest.raises(UserCodeError, match="framing key .* characters as JSON") as e:
+            p.feed("words", [{"w": "x" * (1 << 20)}])
+        assert e.value.code == "not-storable" and p.output("words") == []
+        p.feed("words", [{"w": "x" * 1000}])  # a long key, but no longer than a snapshot keeps
 
 
 DRIVER_SIDE = """

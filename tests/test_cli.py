@@ -113,3 +113,28 @@ def test_json_lines_stay_one_line_per_record_whatever_the_text(spark, tmp_path, 
         assert main([*args, "--home", home]) == 0
         lines = capsys.readouterr().out.splitlines()
         assert sorted(json.loads(x)["url"] for x in lines) == sorted(urls), lines
+
+
+@pytest.mark.parametrize("doc", ["[]", '{"flows": 5, "stages": {}}', '{"seq": 3, "flows": {}, "stages": {"url_count": []}}', '{"flows": {}, "stages": {}}'])
+def test_a_controller_snapshot_of_another_shape_is_a_damaged_home_not_a_traceback(tmp_path, capsys, doc):
+    home = tmp_path / "h"
+    day = tmp_path / "d.jsonl"
+    day.write_text('{"url": "http://a/"}\n')
+    assert main(["feed", URLS, "urls", str(day), "--home", str(home)]) == 0
+    newest = sorted((home / "_cbp" / "controller").glob("*.json"))[-1]
+    newest.write_text(doc)
+    capsys.readouterr()
+    for argv in (["status", URLS], ["feed", URLS, "urls", str(day)]):
+        assert main([*argv, "--home", str(home)]) == 5
+        err = capsys.readouterr().err
+        assert "error [damaged-home]" in err and "Traceback" not in err, err
+
+
+def test_the_home_of_another_pipeline_is_a_bad_home(tmp_path, capsys):
+    home = str(tmp_path / "h")
+    day = tmp_path / "d.jsonl"
+    day.write_text('{"url": "http://a/"}\n')
+    assert main(["feed", URLS, "urls", str(day), "--home", home]) == 0
+    other = str(FLOWS / "set_diff.yaml")
+    assert main(["status", other, "--home", home]) == 2
+    assert "error [bad-home]" in capsys.readouterr().err

@@ -24,7 +24,7 @@ from __future__ import annotations
 from typing import Any, Callable, Optional
 
 from ..engine.bipindex import ROW_GROUP
-from ..errors import CbpError, RuntimeStateError, SpecError
+from ..errors import CbpError, RuntimeStateError, SpecError, UsageError
 from ..spec import PipelineSpec
 from ..storage import LAYOUT, Home
 from .epoch import Epochs
@@ -85,7 +85,8 @@ class Controller(Journal, Landing, Scheduling, Epochs, Reads):
         """Adopt YAML changes that keep the pipeline's shape: new flows, stages or inputs start empty."""
         self.st.adopt(self.spec.flows, {s: st.input_flows for s, st in self.spec.stages.items()})
         if self.st.pipeline != self.spec.name:
-            raise RuntimeStateError(f"home {self.home.location} belongs to pipeline '{self.st.pipeline}', not '{self.spec.name}'; use another --home")
+            raise UsageError(f"home {self.home.location} belongs to pipeline '{self.st.pipeline}', not '{self.spec.name}'; use another --home",
+                             code="bad-home")
         for name, fl in self.spec.flows.items():
             self._check_shape(f"flow:{name}", f"flow '{name}'", "increments",
                               {"schema": signature(fl.schema), "framed": fl.frame_by is not None}, self.st.flows[name].version is not None)

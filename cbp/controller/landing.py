@@ -103,8 +103,10 @@ class Landing:
         field = fl.frame_by.field  # type: ignore[union-attr]
         if field is not None:  # column-wise
             ft = fl.schema.fields[field]
-            # a field's values were validated as JSON values (finite floats, no lone surrogates): storable keys
-            return [list(r) for r in frame_runs(data.column(field), json_text=ft.scalar == "json" and not ft.is_list)]
+            # a field's values were validated as JSON values (finite floats, no lone surrogates): storable, unless too long
+            runs = [list(r) for r in frame_runs(data.column(field), json_text=ft.scalar == "json" and not ft.is_list)]
+            self._check_frames(flow, [(key, lambda first=first: data.slice(first, 1).to_pylist()[0]) for key, first, _ in runs])
+            return runs
         runs = []
         fstate = fs.frame_state
         i = 0
@@ -136,7 +138,7 @@ class Landing:
                 check_storable(key, "")
             except UserCodeError:
                 rec = fl.schema.from_storage(first())
-                check_storable(key, f"flow '{flow}': frame_by '{fl.frame_by.text}' returned a framing key (for record {rec!r:.200}) that")  # type: ignore[union-attr]
+                check_storable(key, f"flow '{flow}': frame_by '{fl.frame_by.text}' gave a framing key (for record {rec!r:.200}) that")  # type: ignore[union-attr]
 
     def _land(self, flow: str, data: pa.Table, *, close: bool, producer: str, prior_frame: Any,
               app: tuple[str, int], what: str, prefix: str = "in") -> tuple[list[dict[str, Any]], list[int], list[str]]:

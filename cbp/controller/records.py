@@ -85,12 +85,19 @@ class Landed(list):  # type: ignore[type-arg]
 def check_storable(value: Any, what: str) -> None:
     """Runnable states, frame states and framing keys live in the JSON controller snapshot."""
     try:
-        json.dumps(value, allow_nan=False)
+        text = json.dumps(value, allow_nan=False)
     except RecursionError:
         raise UserCodeError(f"{what} cannot be stored as JSON (nested too deeply); nothing was run or landed", code="not-storable") from None
     except (TypeError, ValueError) as e:
         raise UserCodeError(f"{what} cannot be stored as JSON ({e}); use dicts, lists, strings, numbers, booleans "
                             "or None (tuples come back as lists); nothing was run or landed", code="not-storable") from e
+    if len(text) > MAX_STORED_CHARS:  # every snapshot (each feed and epoch writes one) would carry it
+        raise UserCodeError(f"{what} takes {len(text):,} characters as JSON, more than the {MAX_STORED_CHARS:,} the controller "
+                            "keeps of one; keep large data in the stage's state; nothing was run or landed", code="not-storable")
+
+
+#: The longest runnable state, frame state or framing key (as JSON) the controller snapshot keeps.
+MAX_STORED_CHARS = 1 << 20
 
 
 def signature(schema: Any) -> dict[str, str]:

@@ -130,7 +130,16 @@ class Snapshot:
 
     @classmethod
     def from_json(cls, doc: dict[str, Any]) -> "Snapshot":
-        """Read a snapshot of this format, or of format 1 (its history is left out: see :func:`legacy_history`)."""
+        """Read a snapshot of this format, or of format 1 (its history is left out: see :func:`legacy_history`);
+        one of another shape is ``damaged-home``."""
+        try:
+            return cls._from_json(doc)
+        except (KeyError, TypeError, ValueError, AttributeError) as e:
+            raise RuntimeStateError(f"the controller snapshot of the home is damaged ({type(e).__name__}: {str(e)[:80]}); "
+                                    "restore the home from a backup", code="damaged-home") from None
+
+    @classmethod
+    def _from_json(cls, doc: dict[str, Any]) -> "Snapshot":
         fmt = int(doc.get("format", 1))
         if fmt > FORMAT:
             raise RuntimeStateError(f"the controller snapshot has format {fmt}, newer than this cbp reads ({FORMAT}); "

@@ -236,7 +236,7 @@ class RecordSchema:
         except RecordError:
             raise
         except json.JSONDecodeError as e:
-            raise RecordError(None, f"malformed JSON: {e.msg} at column {e.colno}") from None
+            raise RecordError(None, f"malformed JSON: {e.msg.removesuffix(' at')} at column {e.colno}") from None
         except (ValueError, RecursionError) as e:  # e.g. an integer of more than 4,300 digits
             raise RecordError(None, f"malformed JSON: {str(e).split(';')[0]}") from None
         return self.validate(value)

@@ -434,9 +434,13 @@ class Home(DeltaTables):
             if not name.endswith(".json"):
                 continue
             try:
-                return json.loads(self.read_bytes(f"{_CONTROLLER}/{name}"))
+                doc = json.loads(self.read_bytes(f"{_CONTROLLER}/{name}"))
             except (ValueError, OSError):
                 continue  # a torn write: the previous snapshot is the truth
+            if not (isinstance(doc, dict) and isinstance(doc.get("flows"), dict) and isinstance(doc.get("stages"), dict)):
+                raise RuntimeStateError(f"the controller snapshot {self.uri(f'{_CONTROLLER}/{name}')} is damaged (JSON, but not a "
+                                        "snapshot cbp writes); restore the home from a backup", code="damaged-home")
+            return doc
         return None
 
     def write_controller(self, snapshot: dict[str, Any], keep: int = 20) -> None:
