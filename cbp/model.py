@@ -20,6 +20,7 @@ to keys with ``out.associate(key, address)`` (paper 001 §2.3, §4.5.3).
 
 from __future__ import annotations
 
+import numbers
 from typing import Any, Callable, Iterable, Mapping, Optional
 
 __all__ = ["Writer", "Emitter", "runnable_all", "runnable_any", "normalize_runnable_result",
@@ -135,7 +136,10 @@ def normalize_runnable_result(result: Any, frames: Frames, where: str) -> tuple[
         if x is None or x is False:
             return {}
         if isinstance(x, Mapping):
-            out = {str(k): int(v) for k, v in x.items() if int(v) > 0}
+            bad = [(k, v) for k, v in x.items() if isinstance(v, bool) or not isinstance(v, numbers.Integral) or v < 0]
+            if bad:
+                raise TypeError(f"{where}: {what} gives {bad[0][1]!r:.40} for '{bad[0][0]}'; a count of increments is a whole number, 0 or more")
+            out = {str(k): int(v) for k, v in x.items() if v > 0}
         elif isinstance(x, Iterable) and not isinstance(x, (str, bytes)):
             out = {str(k): 1 for k in x}
         else:

@@ -405,3 +405,14 @@ def test_state_changed_in_place_is_written(spark, make_pipeline, tmp_path, mode,
     got = {r["w"]: r for r in p.state("tally")}
     assert {w: (r["n"], sorted(r["docs"]), sorted(r["seen"]["docs"])) for w, r in got.items()} == \
            {w: (len(d), sorted(d), sorted(d)) for w, d in want.items()}
+
+
+def test_a_runnable_s_counts_must_be_whole_numbers():
+    """``{flow: 1.5}`` was read as 1 and ``{flow: -1}`` as 0, without a word."""
+    from cbp.model import normalize_runnable_result
+
+    frames = {"a": [1, 2], "b": [1]}
+    assert normalize_runnable_result(({"a": 2, "b": 0}, {"a": 1}, None), frames, "w")[:2] == ({"a": 2}, {"a": 1})
+    for bad in ({"a": 1.5}, {"a": -1}, {"a": True}, {"a": "1"}):
+        with pytest.raises(TypeError, match="whole number"):
+            normalize_runnable_result((bad, set(), None), frames, "w")
