@@ -293,15 +293,17 @@ def land_inbox(yaml_path: str, home: str, inbox: str, flows: list[str], markers:
         d = os.path.join(inbox, flow)
         if not os.path.lexists(d):
             continue
+        done: list[str] = []
+        refused: list[str] = []
         try:
             with InboxDir(d) as box:
-                done, refused = lander.land(box, flow, settle, landed, rejected)
+                lander.land(box, flow, settle, landed, rejected, done, refused)
         except BadInbox as e:
-            bad[flow] = f"bad-inbox: {shown_name(d)}: {shown_name(str(e))}; nothing of flow '{flow}' is landed until it is"
+            bad[flow] = f"bad-inbox: {shown_name(d)}: {shown_name(str(e))}; nothing more of flow '{flow}' is landed until it is"
             print(f"cbp: inbox of flow '{flow}' not landed: [bad-inbox] {shown_name(d)}: {shown_name(str(e))}", file=sys.stderr)
-            continue
-        if done or refused:  # the watcher announced these files already: they are not news any more
-            announce_landed(home, flow, done, len(done), rejected=refused, markers=markers)
+        finally:  # also when a later file failed: the watcher announced these already, they are not news any more
+            if done or refused:
+                announce_landed(home, flow, done, len(done), rejected=refused, markers=markers)
     out: dict[str, dict[str, Any]] = {"landed": landed, "rejected": rejected}
     if bad:
         out["bad_inbox"] = bad
@@ -315,10 +317,9 @@ class _Lander:
         self.yaml_path, self.home = yaml_path, home
         self.pipe: Any = None
 
-    def land(self, box: InboxDir, flow: str, settle: float, landed: dict[str, list[str]],
-             rejected: dict[str, dict[str, str]]) -> tuple[list[str], list[str]]:
-        done: list[str] = []
-        refused: list[str] = []
+    def land(self, box: InboxDir, flow: str, settle: float, landed: dict[str, list[str]], rejected: dict[str, dict[str, str]],
+             done: list[str], refused: list[str]) -> None:
+        """Land the files waiting in ``box``; the names landed go to ``done``, those rejected to ``refused``."""
         names = box.waiting(settle)
         if names:
             box.prepare()
@@ -341,7 +342,6 @@ class _Lander:
             landed.setdefault(flow, []).append(name)
             kept = f"kept as {LANDED}/{shown_name(target)}" if target else "removed from the inbox meanwhile"
             print(f"cbp: landed {shown_name(src)} on flow '{flow}' ({kept})")
-        return done, refused
 
     def _feed(self, box: InboxDir, flow: str, name: str, src: str) -> tuple[Optional[tuple[str, str]], str]:
         """Land ``name``: (None, its feed id), or (why it was not: code and message, "")."""
