@@ -157,10 +157,19 @@ def test_a_base_of_another_scheme_and_an_empty_href_resolve_as_in_a_browser():
     "<b><i><u><font>" * 50_000 + '<a href="x">x</a>',
     "<a " + " ".join(f"a{i}" for i in range(100_000)) + ' href="x">',  # attributes without '=' (few '<' and '=')
     "<p>text</p>" * 100 + "<div " + " ".join(f"d{i}" for i in range(5_000)) + '><a href="x">x</a></div>',  # a short tag of many attributes
+    '<a t=">" ' + " ".join(f"a{i}" for i in range(100_000)) + ' href="x">',  # a '>' in a quoted value first
+    "<a t='>' " + " ".join(f"a{i}" for i in range(100_000)) + ' href="x">',
 ])
 def test_pages_lexbor_would_take_minutes_on_are_read_by_a_linear_scan(html, monkeypatch):
     monkeypatch.setattr("selectolax.lexbor.LexborHTMLParser", lambda *a: pytest.fail("lexbor parsed a pathological page"))
     assert page_links("http://h/", html) == ["http://h/x"]
+
+
+def test_a_long_quoted_value_is_no_attributes(monkeypatch):
+    """An inline SVG path of thousands of coordinates is one attribute: lexbor reads the page."""
+    monkeypatch.setattr(links_mod, "_hrefs_by_tokens", lambda *a: pytest.fail("an ordinary page went to the linear scan"))
+    html = '<svg><path d="' + " ".join(str(i) for i in range(5_000)) + '"/></svg><!--><a href="/after">'
+    assert page_links("http://h/", html) == ["http://h/after"]
 
 
 def test_the_linear_scan_finds_what_lexbor_finds_on_ordinary_pages():

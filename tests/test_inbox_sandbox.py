@@ -63,10 +63,15 @@ def test_a_link_planted_where_the_error_file_is_written_is_removed_not_followed(
     os.symlink(outside / "precious.txt", d / "rejected" / "bad.jsonl.error.txt.tmp")
     (d / "bad.jsonl").write_text("not json\n")
     res = land_inbox(yaml, home, str(inbox), ["words"], settle=0)
-    assert res["rejected"]["words"]["bad.jsonl"].startswith("bad-record: ")
+    assert res["rejected"]["words"]["bad.1.jsonl"].startswith("bad-record: ")  # beside what was planted, which is left alone
     _untouched(outside)
-    assert sorted(os.listdir(d / "rejected")) == ["bad.jsonl", "bad.jsonl.error.txt"]
-    assert (d / "rejected" / "bad.jsonl.error.txt").read_text().startswith("bad-record: ")
+    assert sorted(os.listdir(d / "rejected")) == ["bad.1.jsonl", "bad.1.jsonl.error.txt", "bad.jsonl.error.txt.tmp"]
+    assert (d / "rejected" / "bad.1.jsonl.error.txt").read_text().startswith("bad-record: ")
+    os.unlink(d / "rejected" / "bad.jsonl.error.txt.tmp")
+    (d / "rejected" / "bad.jsonl.error.txt").mkdir()  # a directory where an error file would go
+    (d / "bad.jsonl").write_text("not json either\n")
+    res = land_inbox(yaml, home, str(inbox), ["words"], settle=0)
+    assert list(res["rejected"]["words"]) == ["bad.2.jsonl"] and "bad_inbox" not in res
 
 
 @pytest.mark.parametrize("where", ["flow", "landed", "rejected", "landed-file"])
@@ -117,6 +122,31 @@ def test_the_other_flows_land_beside_a_bad_inbox_directory(tmp_path, make_pipeli
     res = land_inbox(yaml, home, str(inbox), ["nope", "words", "more"], settle=0)  # a flow without a directory: nothing to do
     assert list(res["bad_inbox"]) == ["words"] and res["landed"] == {"more": ["a.jsonl"]}
     assert len(cbp.load(yaml, home=home).output("more")) == 2 and cbp.load(yaml, home=home).output("words") == []
+
+
+def test_a_file_renamed_over_one_being_landed_waits_for_the_next_run(box, monkeypatch):
+    """A producer that publishes by rename may replace ``a.jsonl`` while cbp lands the old one: the
+    old one's records land, and the new file is not moved to ``landed/`` unread."""
+    import cbp
+    from cbp.airflow import inbox as inbox_mod
+
+    yaml, home, inbox, d, outside = box
+    _jsonl(d / "a.jsonl", [{"w": "old"}])
+    real = cbp.Pipeline.feed
+
+    def feed_then_replace(self, *a, **k):
+        out = real(self, *a, **k)
+        _jsonl(d / ".new", [{"w": "new"}])
+        os.replace(d / ".new", d / "a.jsonl")
+        return out
+
+    monkeypatch.setattr(cbp.Pipeline, "feed", feed_then_replace)
+    res = inbox_mod.land_inbox(yaml, home, str(inbox), ["words"], settle=0)
+    assert res["landed"] == {"words": ["a.jsonl"]} and os.listdir(d / "landed") == []
+    monkeypatch.undo()
+    res = inbox_mod.land_inbox(yaml, home, str(inbox), ["words"], settle=0)
+    assert res["landed"] == {"words": ["a.jsonl"]} and os.listdir(d / "landed") == ["a.jsonl"]
+    assert _fed(yaml, home) == ["new", "old"]
 
 
 def test_a_file_swapped_after_it_was_hashed_lands_as_it_was_hashed(box, monkeypatch):

@@ -364,8 +364,19 @@ def test_two_pipelines_with_a_module_of_one_name_each_get_their_own(tmp_path):
         (d / "trhelp.py").write_text(f"WHO = {name!r}\n")
         (d / "tr.py").write_text("import trhelp\n\ndef count(key, state, urls, out):\n    return trhelp.WHO\n")
         (d / "p.yaml").write_text((FLOWS / "url_count.yaml").read_text().replace("url_count:count_urls", "tr:count"))
+        (d / "colorsys.py").write_text("raise RuntimeError('a module beside the YAML shadowed the standard library')\n")
+        (d / "lazyhelp.py").write_text(f"WHO = {name!r}\n")
         specs.append(load_spec(str(d / "p.yaml")))
-        assert str(d) not in sys.path
+        assert sys.path[-1] == str(d) and str(d) not in sys.path[:-1]  # last: found by a later import, shadowing nothing
     assert [s.stages["url_count"].translator(None, None, None, None) for s in specs] == ["a", "b"]
-    sys.modules.pop("tr", None)
-    sys.modules.pop("trhelp", None)
+    sys.modules.pop("colorsys", None)
+    import colorsys  # the standard library's
+
+    assert colorsys.__file__.startswith(sys.base_prefix) or "site-packages" not in colorsys.__file__
+    import lazyhelp  # what a translator imports when it is called: still found beside its YAML
+
+    assert lazyhelp.WHO in ("a", "b")
+    for name in ("tr", "trhelp", "lazyhelp"):
+        sys.modules.pop(name, None)
+    for d in ("a", "b"):
+        sys.path.remove(str(tmp_path / d))

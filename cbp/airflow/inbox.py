@@ -154,57 +154,85 @@ class InboxDir:
     def waiting(self, settle: float) -> list[str]:
         return _waiting(self.fd, settle)
 
-    def open(self, name: str) -> BinaryIO:
-        """``name`` open for reading: ``OSError`` ``ELOOP`` for a link, ``ValueError`` for anything but a regular file."""
-        fd = os.open(name, os.O_RDONLY | _NOFOLLOW | getattr(os, "O_NONBLOCK", 0), dir_fd=self.fd)
-        fh = os.fdopen(fd, "rb")
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            fh.close()
-            raise ValueError("not a regular file")
-        return fh
+    def open(self, name: str) -> tuple[BinaryIO, tuple[int, int]]:
+        """``name`` open for reading, and its identity (device, inode): ``OSError`` ``ELOOP`` for a
+        link, ``ValueError`` for anything but a regular file."""
+        return _open_regular(name, self.fd)
 
-    def _free_name(self, sub: str, name: str) -> str:
-        """``name``, or ``<stem>.<n>.<suffix>`` with the first ``n`` nothing in ``sub`` has."""
+    def _free_name(self, sub: str, name: str, *beside: str) -> str:
+        """``name``, or ``<stem>.<n>.<suffix>`` with the first ``n`` for which nothing in ``sub`` has that
+        name (nor that name with any of the suffixes ``beside``)."""
         target, n = name, 0
-        while _exists(target, self._sub(sub)):
+        while any(_exists(target + b, self._sub(sub)) for b in ("", *beside)):
             n += 1
             stem, dot, suffix = name.rpartition(".")
             target = f"{stem}.{n}.{suffix}" if dot else f"{name}.{n}"
         return target
 
-    def reject(self, name: str, code: str, message: str) -> Optional[str]:
-        """Move ``name`` to ``rejected/`` (never over an earlier rejected file) with the error beside
-        it; None if the file went away meanwhile."""
-        rej = self._sub(REJECTED)
-        target = self._free_name(REJECTED, name)
-        err, tmp = f"{target}.error.txt", f"{target}.error.txt.tmp"
-        _write_new(tmp, rej, f"{code}: {message}\n")  # the error first: a crash leaves the file in the inbox
-        os.replace(tmp, err, src_dir_fd=rej, dst_dir_fd=rej)
+    def _still(self, name: str, ident: Optional[tuple[int, int]]) -> bool:
+        """Whether ``name`` is still the file that was read (not removed, nor replaced by a rename)."""
         try:
-            os.replace(name, target, src_dir_fd=self.fd, dst_dir_fd=rej)
+            st = os.stat(name, dir_fd=self.fd, follow_symlinks=False)
         except FileNotFoundError:
+            return False
+        return ident is None or (st.st_dev, st.st_ino) == ident
+
+    def reject(self, name: str, code: str, message: str, ident: Optional[tuple[int, int]] = None) -> Optional[str]:
+        """Move ``name`` to ``rejected/`` (never over an earlier rejected file) with the error beside
+        it; None if the file went away, or another took its name, meanwhile (that one waits for the next run)."""
+        try:
+            rej = self._sub(REJECTED)
+            target = self._free_name(REJECTED, name, ".error.txt", ".error.txt.tmp")
+            err, tmp = f"{target}.error.txt", f"{target}.error.txt.tmp"
+            _write_new(tmp, rej, f"{code}: {message}\n")  # the error first: a crash leaves the file in the inbox
+            os.replace(tmp, err, src_dir_fd=rej, dst_dir_fd=rej)
+            if self._still(name, ident):
+                try:
+                    os.replace(name, target, src_dir_fd=self.fd, dst_dir_fd=rej)
+                    return target
+                except FileNotFoundError:
+                    pass
             os.unlink(err, dir_fd=rej)
             return None
-        return target
+        except OSError as e:
+            raise BadInbox(f"cannot move {name} to {REJECTED}/: {e.strerror or e}") from None
 
-    def keep(self, name: str, feed_id: str) -> Optional[str]:
+    def keep(self, name: str, feed_id: str, ident: Optional[tuple[int, int]] = None) -> Optional[str]:
         """Move the landed ``name`` to ``landed/``: over an earlier file of that name only if it is the
-        same file (a retried task), beside it otherwise (``<stem>.<n>.<suffix>``); None if it went away."""
-        done = self._sub(LANDED)
-        target = name
-        if _exists(name, done):
-            try:
-                fd = os.open(name, os.O_RDONLY | _NOFOLLOW | getattr(os, "O_NONBLOCK", 0), dir_fd=done)
-                with os.fdopen(fd, "rb") as fh:
-                    same = stat.S_ISREG(os.fstat(fd).st_mode) and inbox_feed_id(fh, name) == feed_id
-            except OSError:
-                same = False
-            target = name if same else self._free_name(LANDED, name)
+        same file (a retried task), beside it otherwise (``<stem>.<n>.<suffix>``); None if it went
+        away, or another took its name, meanwhile (that one waits for the next run)."""
         try:
-            os.replace(name, target, src_dir_fd=self.fd, dst_dir_fd=done)
-        except FileNotFoundError:
-            return None
-        return target
+            done = self._sub(LANDED)
+            target = name
+            if _exists(name, done):
+                try:
+                    fh, _ = _open_regular(name, done)
+                    with fh:
+                        same = inbox_feed_id(fh, name) == feed_id
+                except (OSError, ValueError):
+                    same = False
+                target = name if same else self._free_name(LANDED, name)
+            if not self._still(name, ident):
+                return None
+            try:
+                os.replace(name, target, src_dir_fd=self.fd, dst_dir_fd=done)
+            except FileNotFoundError:
+                return None
+            return target
+        except OSError as e:
+            raise BadInbox(f"cannot move {name} to {LANDED}/: {e.strerror or e}") from None
+
+
+def _open_regular(name: str, dir_fd: int) -> tuple[BinaryIO, tuple[int, int]]:
+    fd = os.open(name, os.O_RDONLY | _NOFOLLOW | getattr(os, "O_NONBLOCK", 0), dir_fd=dir_fd)
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise ValueError("not a regular file")
+        return os.fdopen(fd, "rb"), (st.st_dev, st.st_ino)
+    except BaseException:
+        os.close(fd)
+        raise
 
 
 def _exists(name: str, dir_fd: int) -> bool:
@@ -325,11 +353,11 @@ class _Lander:
             box.prepare()
         for name in names:
             src = os.path.join(box.path, name)
-            why, fed = self._feed(box, flow, name, src)
+            why, fed, ident = self._feed(box, flow, name, src)
             if why == ("gone", ""):
                 continue  # taken away meanwhile (by another attempt of this task)
             if why is not None:
-                target = box.reject(name, *why)
+                target = box.reject(name, *why, ident=ident)
                 if target is None:
                     continue
                 refused.append(name)
@@ -337,43 +365,45 @@ class _Lander:
                 print(f"cbp: rejected {shown_name(src)} -> {shown_name(os.path.join(box.path, REJECTED, target))}: "
                       f"[{why[0]}] {shown_name(why[1])}", file=sys.stderr)
                 continue
-            target = box.keep(name, fed)
+            target = box.keep(name, fed, ident)
             done.append(name)
             landed.setdefault(flow, []).append(name)
-            kept = f"kept as {LANDED}/{shown_name(target)}" if target else "removed from the inbox meanwhile"
+            kept = f"kept as {LANDED}/{shown_name(target)}" if target else "removed or replaced in the inbox meanwhile"
             print(f"cbp: landed {shown_name(src)} on flow '{flow}' ({kept})")
 
-    def _feed(self, box: InboxDir, flow: str, name: str, src: str) -> tuple[Optional[tuple[str, str]], str]:
-        """Land ``name``: (None, its feed id), or (why it was not: code and message, "")."""
+    def _feed(self, box: InboxDir, flow: str, name: str, src: str) -> tuple[Optional[tuple[str, str]], str, Optional[tuple[int, int]]]:
+        """Land ``name``: (None, its feed id, the identity of the file read), or (why it was not: code
+        and message, "", the identity if it was opened)."""
         from ..errors import CbpError, InputError
         from ..pipeline import Pipeline
+        from ..spec.resolve import safe_str
 
         try:
             name.encode("utf-8")
         except UnicodeEncodeError:
-            return ("bad-name", "the file name is not UTF-8"), ""
+            return ("bad-name", "the file name is not UTF-8"), "", None
         try:
-            fh = box.open(name)
+            fh, ident = box.open(name)
         except FileNotFoundError:
-            return ("gone", ""), ""
+            return ("gone", ""), "", None
         except OSError as e:
             if e.errno == errno.ELOOP:
-                return ("not-a-regular-file", "a symbolic link (inbox files are landed only as regular files)"), ""
-            return ("unreadable", f"cannot read the file: {e.strerror or e}"), ""
+                return ("not-a-regular-file", "a symbolic link (inbox files are landed only as regular files)"), "", None
+            return ("unreadable", f"cannot read the file: {e.strerror or e}"), "", None
         except ValueError as e:
-            return ("unreadable", f"cannot read the file: {e}"), ""
+            return ("unreadable", f"cannot read the file: {e}"), "", None
         with fh:
             try:
                 feed_id = inbox_feed_id(fh, name)
             except OSError as e:
-                return ("unreadable", f"cannot read the file: {e.strerror or e}"), ""
+                return ("unreadable", f"cannot read the file: {e.strerror or e}"), "", ident
             self.pipe = self.pipe or Pipeline(self.yaml_path, self.home)
             try:
                 self.pipe.feed(flow, fh, feed_id=feed_id, source=src)
             except InputError as e:
-                return (e.code, str(e)), ""
+                return (e.code, str(e)), "", ident
             except CbpError:
                 raise  # busy, full or read-only home, ...: not the file's fault
             except (RecursionError, ValueError, TypeError, OverflowError, UnicodeError) as e:  # data nobody foresaw
-                return ("bad-record", f"{src}: {type(e).__name__}: {e}; nothing was landed"), ""
-        return None, feed_id
+                return ("bad-record", f"{src}: {type(e).__name__}: {safe_str(e)}; nothing was landed"), "", ident
+        return None, feed_id, ident

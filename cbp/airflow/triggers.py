@@ -28,11 +28,11 @@ from typing import Any, AsyncIterator, Optional
 
 from airflow.triggers.base import BaseEventTrigger, TriggerEvent
 
-from .inbox import (INBOX_SETTLE_SECONDS, INBOX_SUFFIXES, REJECTED, announce_landed, inbox_feed_id, inbox_files, read_announced, settled,
-                    shown_name, write_announced)
+from .inbox import (INBOX_SETTLE_SECONDS, INBOX_SUFFIXES, REJECTED, announce_landed, inbox_files, read_announced, settled, shown_name,
+                    write_announced)
 
 __all__ = ["IncrementLanded", "landed_feeds", "inbox_files", "announce_landed", "INBOX_SUFFIXES", "INBOX_SETTLE_SECONDS", "settled",
-           "REJECTED", "inbox_feed_id", "shown_name"]
+           "REJECTED", "shown_name"]
 
 
 def landed_feeds(home: str, flow: str) -> int:

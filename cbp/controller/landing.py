@@ -118,7 +118,7 @@ class Landing:
                     raise
                 except BaseException as e:  # noqa: BLE001 - user code: SystemExit and kin too, never a silent exit
                     raise UserCodeError(f"flow '{flow}' record {i + 1} ({producer}): frame_by '{fl.frame_by.text}' raised "  # type: ignore[union-attr]
-                                        f"{type(e).__name__}: {safe_str(e)}; nothing was landed") from None
+                                        f"{type(e).__name__}: {safe_str(e)}; nothing was landed") from e
                 if runs and runs[-1][0] == key:
                     runs[-1][2] += 1
                 else:

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any, Iterable, Optional
 
 from ..errors import UserCodeError
+from ..spec.resolve import safe_str
 
 __all__ = ["EpochReport", "EpochRecord", "Decision", "Landed", "check_storable", "signature"]
 
@@ -88,9 +89,11 @@ def check_storable(value: Any, what: str) -> None:
         text = json.dumps(value, allow_nan=False)
     except RecursionError:
         raise UserCodeError(f"{what} cannot be stored as JSON (nested too deeply); nothing was run or landed", code="not-storable") from None
-    except (TypeError, ValueError) as e:
-        raise UserCodeError(f"{what} cannot be stored as JSON ({e}); use dicts, lists, strings, numbers, booleans "
-                            "or None (tuples come back as lists); nothing was run or landed", code="not-storable") from e
+    except KeyboardInterrupt:
+        raise
+    except BaseException as e:  # noqa: BLE001 - TypeError, ValueError, or a user's object whose methods fail
+        raise UserCodeError(f"{what} cannot be stored as JSON ({type(e).__name__}: {safe_str(e)}); use dicts, lists, strings, numbers, "
+                            "booleans or None (tuples come back as lists); nothing was run or landed", code="not-storable") from None
     if len(text) > MAX_STORED_CHARS:  # every snapshot (each feed and epoch writes one) would carry it
         raise UserCodeError(f"{what} takes {len(text):,} characters as JSON, more than the {MAX_STORED_CHARS:,} the controller "
                             "keeps of one; keep large data in the stage's state; nothing was run or landed", code="not-storable")

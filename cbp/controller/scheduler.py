@@ -47,11 +47,12 @@ class Scheduling:
             result = spec.runnable({k: list(v) for k, v in frames.items()}, copy.deepcopy(self.st.stages[stage].runnable_state))
             reads, removes, state = normalize_runnable_result(result, frames, where)
         except (TypeError, ValueError) as e:
-            raise UserCodeError(str(e) if where in str(e) else f"{where}: {e}") from e
+            text = safe_str(e)
+            raise UserCodeError(text if where in text else f"{where}: {text}") from e
         except KeyboardInterrupt:
             raise
         except BaseException as e:  # noqa: BLE001 - user code: SystemExit and kin too, never a silent exit
-            raise UserCodeError(f"{where} raised {type(e).__name__}: {safe_str(e)}") from None
+            raise UserCodeError(f"{where} raised {type(e).__name__}: {safe_str(e)}") from e
         check_storable(state, f"{where} returned a state that")
         if not reads:
             sst = self.st.stages[stage]

@@ -66,7 +66,7 @@ def _well_formed(st: Any) -> bool:
     def urls(v: Any) -> bool:
         return isinstance(v, list) and all(isinstance(u, str) for u in v)
 
-    if not (isinstance(st, dict) and all(type(st.get(k)) is t for k, t in _STATE_FIELDS.items())):
+    if not (isinstance(st, dict) and all(type(st.get(k)) is t for k, t in _STATE_FIELDS.items()) and isinstance(st.get("rounds", []), list)):
         return False
     if not (count(st["round"]) and count(st["cursor"]) and scores(st["frontier"]) and urls(st["fetched"])
             and all(isinstance(u, str) and isinstance(r, str) for u, r in st["failed"].items())):

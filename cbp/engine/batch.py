@@ -390,7 +390,7 @@ def _typed_keys(texts: Any) -> tuple[pa.Array, bool]:
         return typed, False
     if pa.types.is_struct(typed.type):
         return arr, True
-    if any(encode_key(v) != t for v, t in zip(typed.to_pylist(), arr.to_pylist())):  # e.g. 1 and 1.0 (also in lists): one type, other keys
+    if any(_key_text(v) != t for v, t in zip(typed.to_pylist(), arr.to_pylist())):  # e.g. 1 and 1.0 (also in lists): one type, other keys
         return arr, True
     return typed, False
 

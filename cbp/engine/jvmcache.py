@@ -38,7 +38,20 @@ __all__ = ["abandon", "cache_dir", "driver_java_options", "finish_at_exit", "rec
 _QUIET = "-Xlog:cds=off,cds+dynamic=off"  # the JVM lists every class it cannot archive on stdout otherwise
 _STALE = 30 * 60  # a recording whose process has not finished in this long is abandoned
 _KEEP = 4  # archives kept (other Java versions or class paths), newest first
-_HOST = socket.gethostname().replace(" ", "_") or "-"  # a lock names its process on this machine (caches may be shared)
+def _machine() -> str:
+    """This machine and PID namespace (a lock names its process by it: caches may be shared by
+    hosts, or by containers of one host name)."""
+    parts = [socket.gethostname().replace(" ", "_") or "-"]
+    for path, read in (("/proc/sys/kernel/random/boot_id", lambda p: open(p).read().strip()[:8]),
+                       ("/proc/self/ns/pid", os.readlink)):
+        try:
+            parts.append(read(path).replace(" ", "_"))
+        except OSError:
+            pass
+    return ":".join(parts)
+
+
+_HOST = _machine()
 _recording: list[tuple[str, str, str]] = []  # this process's recording, if it makes one
 
 

@@ -60,14 +60,16 @@ _BASES: set[str] = set()
 
 @contextmanager
 def _beside(base: str, mod_name: str) -> Iterator[None]:
-    """Import with ``base`` first on ``sys.path``, and only meanwhile (a module beside one YAML must
-    not shadow anything the process imports later), after dropping from ``sys.modules`` the modules
-    of another YAML's directory that ``base`` has a module of the same name for (two pipelines
-    with a ``tr.py`` each get their own)."""
+    """Import with ``base`` first on ``sys.path``, then move it last (a module beside one YAML must not
+    shadow anything the process imports later, and a translator's own later ``import helper`` still
+    finds its helper), after dropping from ``sys.modules`` the modules of another YAML's directory
+    that ``base`` has a module of the same name for (two pipelines with a ``tr.py`` each get their own)."""
+    mine = {n[:-3] for n in _listdir(base) if n.endswith(".py")} | {n for n in _listdir(base) if os.path.isdir(os.path.join(base, n))}
     for name, mod in list(sys.modules.items()):
-        top = name.partition(".")[0]
+        if name.partition(".")[0] not in mine:
+            continue
         file = getattr(mod, "__file__", None)
-        if not file or not (os.path.isfile(os.path.join(base, top + ".py")) or os.path.isdir(os.path.join(base, top))):
+        if not file:
             continue
         home = _package_base(file, name)
         if home != base and home in _BASES:
@@ -77,8 +79,16 @@ def _beside(base: str, mod_name: str) -> Iterator[None]:
         yield
     finally:
         _BASES.add(base)
-        if base in sys.path:
+        while base in sys.path:
             sys.path.remove(base)
+        sys.path.append(base)
+
+
+def _listdir(d: str) -> list[str]:
+    try:
+        return os.listdir(d)
+    except OSError:
+        return []
 
 
 def _package_base(file: str, name: str) -> str:

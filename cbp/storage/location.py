@@ -28,6 +28,8 @@ def check_location(loc: str) -> str:
         if scheme.lower() != "file" and (not rest or rest.startswith("/")):
             raise UsageError(f"--home {loc!r}: name a bucket (s3://BUCKET/PREFIX)", code="bad-home")
     local = loc[len("file://"):] if loc.lower().startswith("file://") else (None if sep else loc)
+    if local is not None and "\0" in local:
+        raise UsageError(f"--home {loc!r}: a home's path may not contain a NUL; choose another directory", code="bad-home")
     if local is not None and local.startswith("//"):  # POSIX leaves '//x' to the system; URLs read it as a host
         raise UsageError(f"--home {loc!r}: a path starting with '//'; give it with one '/'", code="bad-home")
     if local is not None and os.path.realpath(local) == os.path.realpath(os.sep):  # a link to / too
