@@ -65,6 +65,7 @@ def _beside(base: str, mod_name: str) -> Iterator[None]:
     finds its helper), after dropping from ``sys.modules`` the modules of another YAML's directory
     that ``base`` has a module of the same name for (two pipelines with a ``tr.py`` each get their own)."""
     mine = {n[:-3] for n in _listdir(base) if n.endswith(".py")} | {n for n in _listdir(base) if os.path.isdir(os.path.join(base, n))}
+    mine -= {__name__.partition(".")[0], *getattr(sys, "stdlib_module_names", ())}  # never cbp itself, nor the standard library
     for name, mod in list(sys.modules.items()):
         if name.partition(".")[0] not in mine:
             continue
