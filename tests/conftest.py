@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import atexit
 import os
+import shutil
 import sys
 import tempfile
 import textwrap
@@ -17,6 +19,7 @@ FLOWS = ROOT / "flows"
 # configuration once, at import: point it at a throw-away home before anything imports it, so
 # tests never touch a user's ~/airflow. tests/test_airflow.py creates the database there.
 AIRFLOW_HOME = tempfile.mkdtemp(prefix="cbp-test-airflow-")
+atexit.register(shutil.rmtree, AIRFLOW_HOME, True)  # the session's own: nothing left in /tmp
 os.environ["AIRFLOW_HOME"] = AIRFLOW_HOME
 os.environ["AIRFLOW__CORE__LOAD_EXAMPLES"] = "False"
 os.environ["AIRFLOW__CORE__DAGS_FOLDER"] = str(ROOT / "dags")

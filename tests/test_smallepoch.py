@@ -218,3 +218,27 @@ def test_envelopes_a_routeby_function_multiplies_past_the_cap_take_the_shuffle(s
     p.feed("nums", [{"k": k, "v": 1, "hour": 2} for k in "abcdefgh"], close=True)
     [r] = p.run()
     assert r.shuffle_records == 8 * 40
+
+
+def test_envelope_directories_of_killed_runs_are_swept(tmp_path, monkeypatch):
+    """A small epoch's envelopes sit in ``cbp-routed-<pid>-*`` until its job ends; a run killed
+    meanwhile left them for good (up to 64 MB each). The next process's first small epoch removes
+    those of processes that are gone, and any a day old."""
+    import os
+    import subprocess
+    import tempfile
+    import time
+
+    from cbp.engine import smallepoch
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    monkeypatch.setattr(smallepoch, "_SWEPT", [])
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    for name in (f"cbp-routed-{dead.pid}-abc", f"cbp-routed-{os.getpid()}-def", "cbp-routed-old_name", "cbp-routed-new_name", "other"):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "0.arrows").write_bytes(b"x")
+    day_ago = time.time() - 2 * 86400
+    os.utime(tmp_path / "cbp-routed-old_name", (day_ago, day_ago))
+    smallepoch._sweep_routed()
+    assert sorted(p.name for p in tmp_path.iterdir()) == [f"cbp-routed-{os.getpid()}-def", "cbp-routed-new_name", "other"]

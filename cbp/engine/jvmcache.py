@@ -33,7 +33,7 @@ import socket
 import time
 from typing import Any, Optional
 
-__all__ = ["abandon", "cache_dir", "driver_java_options", "finish_at_exit", "recording", "refuse"]
+__all__ = ["abandon", "cache_dir", "driver_java_options", "finish_at_exit", "pid_alive", "recording", "refuse"]
 
 _QUIET = "-Xlog:cds=off,cds+dynamic=off"  # the JVM lists every class it cannot archive on stdout otherwise
 _STALE = 30 * 60  # a recording whose process has not finished in this long is abandoned
@@ -149,7 +149,7 @@ def _abandoned(lock: str) -> bool:
     or it has held the lock longer than any recording takes. Its ``.tmp`` goes with it."""
     try:
         host, pid = open(lock, encoding="utf-8").read().split()
-        gone = host == _HOST and not _alive(int(pid))
+        gone = host == _HOST and not pid_alive(int(pid))
     except (OSError, ValueError):
         host, pid, gone = "", "", False
     if not gone and time.time() - os.path.getmtime(lock) <= _STALE:
@@ -162,7 +162,8 @@ def _abandoned(lock: str) -> bool:
     return True
 
 
-def _alive(pid: int) -> bool:
+def pid_alive(pid: int) -> bool:
+    """Whether process ``pid`` exists on this machine (under any user)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:

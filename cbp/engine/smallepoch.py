@@ -42,6 +42,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import time
 import tempfile
 from functools import partial
 from typing import TYPE_CHECKING, Any, Iterator, Optional
@@ -55,6 +56,7 @@ from ..errors import RuntimeStateError
 from ..storage import objectstore
 from ..storage.layout import epoch_of
 from .routing import BINDINGS, BOUND, COPY, COPY_HASH, bound_address, plain_envelopes, plain_route_field
+from .jvmcache import pid_alive
 from .sparkhash import partition_of, spark_xxhash64
 
 if TYPE_CHECKING:
@@ -295,7 +297,8 @@ def _run_claimed(sc: Any, plan: "TaskPlan", parts: list[pa.Table], task: Any, ta
     """:func:`run_routed` in local mode: ``tasks`` tasks claim the partitions (module docstring)."""
     from .protocol import RESULT
 
-    work = tempfile.mkdtemp(prefix="cbp-routed-")
+    _sweep_routed()
+    work = tempfile.mkdtemp(prefix=f"cbp-routed-{os.getpid()}-")
     key = (plan.home.location, plan.stage.name)
     try:
         for p, t in enumerate(parts):
@@ -312,6 +315,31 @@ def _run_claimed(sc: Any, plan: "TaskPlan", parts: list[pa.Table], task: Any, ta
         return table
     finally:
         shutil.rmtree(work, ignore_errors=True)
+
+
+_SWEPT: list[bool] = []
+
+
+def _sweep_routed() -> None:
+    """Remove the envelope directories of small epochs whose process was killed (its ``finally``
+    never ran): once per process, those of processes gone from this machine, or a day old."""
+    if _SWEPT:
+        return
+    _SWEPT.append(True)
+    tmp = tempfile.gettempdir()
+    try:
+        names = [n for n in os.listdir(tmp) if n.startswith("cbp-routed-")]
+    except OSError:
+        return
+    for n in names:
+        path = os.path.join(tmp, n)
+        pid = n.split("-")[2] if n.count("-") >= 3 else ""
+        try:
+            gone = (pid.isdigit() and not pid_alive(int(pid))) or time.time() - os.path.getmtime(path) > 86400
+        except OSError:
+            continue
+        if gone:
+            shutil.rmtree(path, ignore_errors=True)
 
 
 def claim(work: str, p: int, task: int, pid: int) -> bool:
