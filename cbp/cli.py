@@ -19,6 +19,7 @@ import sys
 import time
 from typing import Any, Optional, Sequence
 
+from . import commands
 from .errors import BusyError, CbpError, InputError, RuntimeStateError, SpecError, UsageError, UserCodeError, printable
 from .spec import MAX_TIMEOUT
 
@@ -89,6 +90,8 @@ def _parser() -> argparse.ArgumentParser:
     p = sub.add_parser("status", help="stages, epochs run, pending increments per connector")
     with_home(p)
     p.add_argument("--json", action="store_true", help="print the status as JSON")
+    for mod in commands.modules():
+        mod.add_parser(sub, with_home)
     return ap
 
 
@@ -143,6 +146,10 @@ def json_line(rec: Any) -> str:
 
 def _dispatch(args: argparse.Namespace) -> int:
     from .spec import load_spec
+
+    for mod in commands.modules():
+        if mod.NAME == args.command:
+            return int(mod.run(args))
 
     if args.command == "validate":
         from .spec.deadends import dead_ends
