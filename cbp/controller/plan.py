@@ -82,7 +82,7 @@ def definition(spec: PipelineSpec) -> dict[str, Any]:
             "defaults": {} if s.state_schema is None else dict(s.state_schema.defaults),
             "partitions": s.partitions, "translator": s.translator_path, "runnable": s.runnable_name,
             "route_by": {i.flow: i.route_by.text if i.route_by else None for i in s.inputs},
-            "params": s.params, "grouping": s.grouping, "migrate": s.migrate_path, "batch": s.batch,
+            "params": s.params, "grouping": s.grouping, "migrate": s.migrate_path, "batch": s.batch, "backfill": s.backfill,
         }
     return {"mode": spec.mode, "flows": flows, "stages": stages}
 
