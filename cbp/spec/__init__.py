@@ -34,7 +34,7 @@ import json
 import os
 import re
 from dataclasses import dataclass, field
-from typing import Any, Callable, Literal, Optional
+from typing import Any, Callable, Literal, Optional, Union
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
@@ -73,12 +73,12 @@ class _RawInput(_Strict):
 
 
 class _RawState(_Strict):
-    fields: dict[str, Any] = Field(alias="schema")  # type string, or {type: T, default: V} (cbp.spec.fielddefs)
+    fields: dict[str, Union[str, dict[str, Any]]] = Field(alias="schema")  # type string, or {type: T, default: V} (cbp.spec.fielddefs)
     grouping: Literal["inner", "outer"] = "inner"
 
 
 class _RawFlow(_Strict):
-    fields: dict[str, Any] = Field(alias="schema")
+    fields: dict[str, Union[str, dict[str, Any]]] = Field(alias="schema")
     external: bool = False
     description: Optional[str] = None
 

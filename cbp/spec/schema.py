@@ -203,6 +203,8 @@ class RecordSchema:
 
     def validate(self, record: Any) -> dict[str, Any]:
         """Return the record as a plain dict with every field, or raise :class:`RecordError`."""
+        if self.defaults and isinstance(record, Mapping) and any(k not in record for k in self.defaults):
+            record = {**self.defaults, **record}  # a field with a default may be left out (YAML 'default:')
         if self._flat is not None and type(record) is dict:
             out = _flat_record(self._flat, record)
             if out is not None:
