@@ -244,3 +244,30 @@ def test_flow_schema_change_rewrites_pending_increments(spark, make_pipeline, tm
     p.run()
     assert {r["w"]: r["n"] for r in p.state("count")} == {"a": 3, "b": 2, "c": 1, "gone": 1}
     assert sorted(r["w"] for r in p.output("words")) == sorted([r["w"] for r in FEEDS[0] + FEEDS[1]] + ["a"])
+
+
+def test_translator_change_applies_and_status_shows_it(spark, make_pipeline, tmp_path):
+    """A new translator (or a new input) touches no stored data: the run goes on, the home records the
+    YAML, status says at which epoch the code changed and warns of a stage waiting on a flow nobody fed."""
+    home = str(tmp_path / "h")
+    p = cbp.load(make_pipeline(COUNT, MODULE), home=home)
+    p.feed("words", FEEDS[0])
+    p.run()
+    two = COUNT.replace("words: {external: true, schema: {w: string}}",
+                        "words: {external: true, schema: {w: string}}\n  more: {external: true, schema: {w: string}}")
+    two = two.replace("inputs: [{flow: words, route_by: w}]", "inputs: [{flow: words, route_by: w}, {flow: more, route_by: w}]")
+    module = MODULE.replace("def count(key, state, words, out):", "def count(key, state, words, more, out):\n    words = list(words) + list(more)")
+    q = cbp.load(make_pipeline(two, module), home=home)
+    plan = q.plan()
+    assert not plan.needs_upgrade and {c.verdict for c in plan.changes} == {"applies"}
+    assert any("waits for an increment on every input" in line for line in plan.lines())
+    q.feed("words", FEEDS[1])
+    assert q.run() == []  # 'more' was never fed
+    status = q.status()
+    assert any("'more', which nobody has fed" in w for w in status["warnings"])
+    q.feed("more", [{"w": "a"}])
+    q.run()
+    status = q.status()
+    assert status["code"]["count"]["changed_at_epoch"] == 2 and not status["warnings"]
+    assert {r["w"]: r["n"] for r in q.state("count")} == {"a": 3, "b": 2, "c": 1, "gone": 1}
+    assert q.controller.recorded_definition()["stages"]["count"]["inputs"] == ["words", "more"]

@@ -33,8 +33,10 @@ def count(key, state, words, out):
     out.state.write({"w": key, "n": n, **({"x": prev.get("x", 7)} if prev and "x" in prev else {})})
     out.changes.write({"w": key, "n": n})
 """
-KILLS = ["kill:upgrade:written:1", "kill:upgrade:pending:1", "kill:upgrade:committed:0:1", "kill:upgrade:committed:1:1",
-         "kill:recover:snapshot:1", "kill:upgrade:snapshot:1"]
+#: files written, nothing pending (old pipeline); one of the two Delta commits made (new, once finished);
+#: killed at the pending record and again while the next writer finishes it (new). Each is a new process with
+#: its own Spark (about a minute on a loaded machine), so the points are few; tests/test_crash.py covers the journal's others.
+KILLS = ["kill:upgrade:written:1", "kill:upgrade:committed:0:1", "kill:recover:snapshot:1"]
 
 
 def _state(p):
