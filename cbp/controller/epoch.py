@@ -26,6 +26,7 @@ from ..errors import RuntimeStateError
 from ..spec import StageSpec
 from ..storage import INC, LAYOUT, PART
 from ..storage.layout import epoch_of
+from .codehash import note_code
 from .journal import ENTRY
 from .records import Decision, EpochReport
 from .snapshot import Increment
@@ -236,7 +237,8 @@ class Epochs:
         sst.epoch = epoch
         sst.runnable_state = d.state
         self._entry(entry, {"state_version": sst.state_version, "inputs": inputs, "outputs": produced,
-                            "records": {f: counts[f] for f in produced}, "placement": _placement(results)})
+                            "records": {f: counts[f] for f in produced}, "placement": _placement(results),
+                            "code": note_code(self.st, spec, epoch)})
         return commits, cleanup, counts, written
 
     def _stray_bindings(self, stage: str, dropped: list[str], live: list[str]) -> list[str]:
