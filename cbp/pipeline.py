@@ -297,6 +297,27 @@ class Pipeline:
         """
         return self.controller.run(max_epochs, on_epoch=on_epoch, on_start=on_start, command=command, epoch_timeout=epoch_timeout)
 
+    def rewind(self, to_epoch: int, stage: Optional[str] = None, *, command: str = "cbp.Pipeline.rewind()") -> Any:
+        """Put state, outputs and the controller back as they were right after ``stage``'s epoch
+        ``to_epoch`` (0: before any stage epoch; ``stage`` may be left out in a one-stage pipeline),
+        keeping every feed since pending: the next :meth:`run` recomputes them with today's code.
+        One durable change; the undone epochs stay readable (:meth:`undone_output`). See
+        docs/howto/rewind.md.
+
+            >>> p.rewind(2, stage="count").line()     # doctest: +SKIP
+            "rewound to after stage 'count' epoch 2: undone count epochs 3-4; pending now: 'words' 2 increment(s)"
+        """
+        from .controller.rewind import rewind
+
+        return rewind(self.controller, to_epoch, stage, command=command)
+
+    def undone_output(self, flow: str, epoch: int, rewind_seq: Optional[int] = None) -> list[dict[str, Any]]:
+        """The records ``flow``'s producer wrote in ``epoch`` before a rewind undid that epoch
+        (the latest such rewind, or the one committed as change ``rewind_seq``; see :meth:`history`)."""
+        from .controller.rewind import undone_records
+
+        return undone_records(self.controller, flow, epoch, rewind_seq)
+
     def epochs(self, stage: str) -> int:
         """How many epochs ``stage`` has committed."""
         return self.controller.epochs(stage)

@@ -63,6 +63,7 @@ class Controller(Journal, Landing, Scheduling, Epochs, Reads):
         self.epoch_timeout: Optional[float] = None  # seconds per stage epoch of the current run (cbp run --epoch-timeout)
         self._interrupted: dict[str, dict[str, Any]] = {}  # stage -> intention of an epoch to finish
         self._entries: dict[str, Any] = {}
+        self.run_info: Optional[dict[str, Any]] = None  # the cbp run under way (pid, host, started, command), for the history
         self.history = History(home, LAYOUT)
         self._load(home.read_controller())
 

@@ -11,6 +11,7 @@ whose state threads through the epoch's records in order, is read back and frame
 from __future__ import annotations
 
 import json
+from dataclasses import asdict
 from typing import Any, Optional
 
 import numpy as np
@@ -281,7 +282,7 @@ class Landing:
                     continue
                 if not consumers:  # nobody reads it: its increments stay in the table, not in the snapshot
                     for i in sorted(i for i, m in fs.incs.items() if m.complete):
-                        self._entry(LAYOUT.collected_entry(flow, i), {"inc": i, "version": None})
+                        self._entry(LAYOUT.collected_entry(flow, i), {"inc": i, "version": None, "meta": asdict(fs.incs[i])})
                         del fs.incs[i]
                         dropped.append((flow, i))
                     continue
@@ -294,7 +295,7 @@ class Landing:
                 commits.append({"table": rel, "partition_by": INC, "adds": [], "removes": removes, "app": "cbp:gc", "version": run,
                                 "targets": [["flows", flow, "version"]]})
                 for i in dead:
-                    self._entry(LAYOUT.collected_entry(flow, i), {"inc": i, "version": fs.version})
+                    self._entry(LAYOUT.collected_entry(flow, i), {"inc": i, "version": fs.version, "meta": asdict(fs.incs[i])})  # meta: for a rewind
                     del fs.incs[i]
                     dropped.append((flow, i))
             if dropped:
