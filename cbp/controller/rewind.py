@@ -156,6 +156,8 @@ def _merge(ctl: "Controller", cur: Snapshot, target: Snapshot, undone: dict[str,
             t.next_inc = max(t.next_inc, fs.next_inc)
             new.flows[f] = t
             continue
+        if not fl.consumers:  # nobody reads it: a rewind has nothing to give back
+            continue
         new.flows[f] = _external(ctl, cur, target, f, report)
         kept = set(new.flows[f].incs)
         since = sorted(i for i in kept if i not in target.flows.get(f, FlowState()).incs)
@@ -170,7 +172,8 @@ def _external(ctl: "Controller", cur: Snapshot, target: Snapshot, flow: str, rep
     each as it is now (a framed one may have grown), those collected since back from the history."""
     fs = copy.deepcopy(cur.flows[flow])
     tf = target.flows.get(flow, FlowState())
-    wanted = set(tf.incs)
+    read = {i for c in ctl.spec.flows[flow].consumers for i in target.connectors.get(f"{c}.{flow}", [])}
+    wanted = {i for i in tf.incs if i in fs.incs or i in read or not ctl.spec.flows[flow].consumers}  # not garbage at the target
     for n in range(tf.feeds + 1, fs.feeds + 1):
         e = ctl.history.feed(cur, flow, n)
         wanted.update(int(i) for i in (e or {}).get("incs", []))
@@ -248,12 +251,16 @@ def _restore_flow(ctl: "Controller", cur: Snapshot, target: Snapshot, new: Snaps
     if _head(ctl, rel) is None:
         fs.version = None
         return []
-    by_version: dict[Optional[int], set[int]] = {}
-    external = flow in ctl.spec.flows and ctl.spec.flows[flow].external
-    for i, m in fs.incs.items():  # an external flow's increments as they are now; a stage output's as at the target
-        v = (cur.flows[flow].version if i in cur.flows[flow].incs else m.version) if external else target.flows.get(flow, FlowState()).version
-        by_version.setdefault(v, set()).add(i)
-    want = [f for v, ids in by_version.items() for f in _files(ctl, rel, v) if int(f["partition"]) in ids]
+    fl = ctl.spec.flows.get(flow)
+    if fl is not None and fl.external and not fl.consumers:
+        return []
+    if fl is None or not fl.external:  # a stage's output: as at the target (a flow nobody reads keeps collected increments there too)
+        want = _files(ctl, rel, target.flows.get(flow, FlowState()).version)
+    else:  # the increments of an external flow as they are now, those collected since out of the version that held them
+        by_version: dict[Optional[int], set[int]] = {}
+        for i, m in fs.incs.items():
+            by_version.setdefault(cur.flows[flow].version if i in cur.flows[flow].incs else m.version, set()).add(i)
+        want = [f for v, ids in by_version.items() for f in _files(ctl, rel, v) if int(f["partition"]) in ids]
     targets = [["flows", flow, "version"]] + [["flows", flow, "incs", str(i), "version"] for i in fs.incs]
     commits, head = _diff(ctl, rel, INC, want, seq, targets)
     fs.version = head
