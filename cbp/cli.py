@@ -214,6 +214,7 @@ def _dispatch(args: argparse.Namespace) -> int:
             print(f"  stage {name:<16} epochs {s['epochs']:>5}  runnable {s['runnable']}")
             for flow, c in s["connectors"].items():
                 print(f"    <- {flow:<16} pending increments {c['pending']:>4} (complete {c['complete']}, records {c['records']})")
+        commands.history.print_status(st, args.flow_yaml)  # the last run's epochs; pending feeds that repeat earlier ones
         return 0
     raise AssertionError(args.command)
 

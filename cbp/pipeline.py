@@ -318,6 +318,28 @@ class Pipeline:
 
         return undone_records(self.controller, flow, epoch, rewind_seq)
 
+    def unfeed(self, flow: str, feed: int) -> dict[str, Any]:
+        """Withdraw feed ``feed`` (its number, as :meth:`feed` returned it) of external flow ``flow``
+        while no stage has read it; refused with code ``feed-read`` once one has (then :meth:`rewind`).
+
+            >>> p.unfeed("words", 3)     # doctest: +SKIP
+            {'flow': 'words', 'feed': 3, 'increments': [3], 'records': 2}
+        """
+        from .controller.feeds import unfeed
+
+        return unfeed(self.controller, flow, feed)
+
+    def history(self) -> list[dict[str, Any]]:
+        """Every run (which feeds each of its stage epochs read, what each wrote) and every rewind,
+        oldest first: what ``cbp history`` prints.
+
+            >>> [e["kind"] for e in p.history()]     # doctest: +SKIP
+            ['run', 'run', 'rewind', 'run']
+        """
+        from .controller.runs import timeline
+
+        return timeline(self.controller)
+
     def epochs(self, stage: str) -> int:
         """How many epochs ``stage`` has committed."""
         return self.controller.epochs(stage)

@@ -23,6 +23,7 @@ from ..engine.framing import frame_runs
 from ..errors import InputError, RuntimeStateError, UserCodeError
 from ..spec.resolve import safe_str
 from ..storage import INC, LAYOUT, SRC
+from .feeds import note_feed, warn_duplicate
 from .records import Landed, check_storable
 from .snapshot import Increment
 
@@ -90,11 +91,13 @@ class Landing:
             what = f"feed {number} of flow '{flow}'"
             commits, ids, written = self._land(flow, data, close=close, producer=f"feed:{number}", prior_frame=number,
                                                app=("cbp:feed", number), what=what)
-            self._entry(LAYOUT.feed_entry(flow, number), {"incs": ids, "records": data.num_rows, "id": feed_id})
+            note = note_feed(self, flow, number, data, feed_id)  # its hash: a feed that repeats an earlier one is warned about
+            self._entry(LAYOUT.feed_entry(flow, number), {"incs": ids, "records": data.num_rows, "id": feed_id, **note})
             if feed_id is not None:
                 self._entry(LAYOUT.feed_id_entry(flow, feed_id), {"id": feed_id, "feed": number, "incs": ids})
             faults.point("feed:written")
             self._commit("feed", what, commits, written=written)
+            warn_duplicate(self, flow, number, note, str(self.spec.path))
             return Landed(ids, feed=number, records=data.num_rows)
 
     def _frame_runs(self, flow: str, data: pa.Table, producer: str) -> list[list[Any]]:
