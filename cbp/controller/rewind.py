@@ -147,6 +147,11 @@ def _merge(ctl: "Controller", cur: Snapshot, target: Snapshot, undone: dict[str,
         st = copy.deepcopy(target.stages.get(s, StageState()))
         if s in undone:
             st.index = {}  # the target's index files may be gone: the next epoch rebuilds each partition's index
+            gone = [rel for rel in st.bindings if not ctl.home.exists(rel)]
+            if gone:  # multicast bindings are deleted once read (cbp.controller.epoch): an undone epoch read these
+                raise RuntimeStateError(f"cannot rewind stage '{s}': the multicast bindings its next epoch would read were deleted "
+                                        f"after an undone epoch read them (e.g. {gone[0]}); rewind to its last epoch or later, "
+                                        "or to 0. Nothing was changed", code="rewind-unavailable")
         new.stages[s] = st
     new.connectors = {k: list(target.connectors.get(k, [])) for k in cur.connectors}
     for f, fs in cur.flows.items():
