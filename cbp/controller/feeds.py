@@ -78,8 +78,13 @@ def warn_duplicate(ctl: "Controller", flow: str, number: int, note: dict[str, An
         ctl.notify(text)
 
 
+#: ``cbp status`` looks at the newest this many pending feeds of each flow (one small read each).
+MAX_CHECKED = 100
+
+
 def pending_duplicates(ctl: "Controller") -> list[dict[str, Any]]:
-    """Feeds still pending for some stage that repeat an earlier feed (for ``cbp status``)."""
+    """Feeds still pending for some stage that repeat an earlier feed (for ``cbp status``; the
+    newest :data:`MAX_CHECKED` pending feeds of each flow)."""
     out = []
     for flow, fl in ctl.spec.flows.items():
         if not fl.external or flow not in ctl.st.flows:
@@ -87,7 +92,7 @@ def pending_duplicates(ctl: "Controller") -> list[dict[str, Any]]:
         pending = {i for c in fl.consumers for i in ctl.st.connector(c, flow)}
         feeds = sorted({int(s) for i in pending if (m := ctl.st.flows[flow].incs.get(i)) and m.producer.startswith("feed:")
                         for s in (m.srcs or [int(m.producer[5:])])})
-        for n in feeds:
+        for n in feeds[-MAX_CHECKED:]:
             e = ctl.history.feed(ctl.st, flow, n) or {}
             if e.get("duplicate_of") is not None:
                 out.append({"flow": flow, "feed": n, "duplicate_of": e["duplicate_of"]})
