@@ -221,6 +221,7 @@ def _dispatch(args: argparse.Namespace) -> int:
         from .controller.codehash import status_lines
         for line in status_lines(st):
             print(line)
+        commands.history.print_status(st, args.flow_yaml)  # the last run's epochs; pending feeds that repeat earlier ones
         return 0
     raise AssertionError(args.command)
 

@@ -326,6 +326,49 @@ class Pipeline:
         """
         return self.controller.upgrade(tuple(restore_archived), tuple(discard_archived), command=command)
 
+    def rewind(self, to_epoch: int, stage: Optional[str] = None, *, command: str = "cbp.Pipeline.rewind()") -> Any:
+        """Put state, outputs and the controller back as they were right after ``stage``'s epoch
+        ``to_epoch`` (0: before any stage epoch; ``stage`` may be left out in a one-stage pipeline),
+        keeping every feed since pending: the next :meth:`run` recomputes them with today's code.
+        One durable change; the undone epochs stay readable (:meth:`undone_output`). See
+        docs/howto/rewind.md.
+
+            >>> p.rewind(2, stage="count").line()     # doctest: +SKIP
+            "rewound to after stage 'count' epoch 2: undone count epochs 3-4; pending now: 'words' 2 increment(s)"
+        """
+        from .controller.rewind import rewind
+
+        return rewind(self.controller, to_epoch, stage, command=command)
+
+    def undone_output(self, flow: str, epoch: int, rewind_seq: Optional[int] = None) -> list[dict[str, Any]]:
+        """The records ``flow``'s producer wrote in ``epoch`` before a rewind undid that epoch
+        (the latest such rewind, or the one committed as change ``rewind_seq``; see :meth:`history`)."""
+        from .controller.rewind import undone_records
+
+        return undone_records(self.controller, flow, epoch, rewind_seq)
+
+    def unfeed(self, flow: str, feed: int) -> dict[str, Any]:
+        """Withdraw feed ``feed`` (its number, as :meth:`feed` returned it) of external flow ``flow``
+        while no stage has read it; refused with code ``feed-read`` once one has (then :meth:`rewind`).
+
+            >>> p.unfeed("words", 3)     # doctest: +SKIP
+            {'flow': 'words', 'feed': 3, 'increments': [3], 'records': 2}
+        """
+        from .controller.feeds import unfeed
+
+        return unfeed(self.controller, flow, feed)
+
+    def history(self) -> list[dict[str, Any]]:
+        """Every run (which feeds each of its stage epochs read, what each wrote) and every rewind,
+        oldest first: what ``cbp history`` prints.
+
+            >>> [e["kind"] for e in p.history()]     # doctest: +SKIP
+            ['run', 'run', 'rewind', 'run']
+        """
+        from .controller.runs import timeline
+
+        return timeline(self.controller)
+
     def epochs(self, stage: str) -> int:
         """How many epochs ``stage`` has committed."""
         return self.controller.epochs(stage)

@@ -70,6 +70,7 @@ class Controller(Journal, Landing, Scheduling, Epochs, Reads):
         self._entries: dict[str, Any] = {}
         self._upgrading = False
         self.evolution = Plan([])
+        self.run_info: Optional[dict[str, Any]] = None  # the cbp run under way (pid, host, started, command), for the history
         self.history = History(home, LAYOUT)
         self._load(home.read_controller())
 

@@ -156,6 +156,8 @@ class Journal:
             except OSError as e:
                 raise RuntimeStateError(f"{record['what']}: cannot write the controller snapshot in {self.home.uri(LAYOUT.CONTROLLER)}: {e}. "
                                         "Once the cause is fixed, the next 'cbp run' or 'cbp feed' finishes the commit", code="io") from e
+        if record.get("kind") == "epoch":  # the snapshot after each stage epoch: what 'cbp rewind' goes back to
+            self._write_record(record["what"], LAYOUT.snapshot_copy(int(snap["seq"])), snap)
         faults.point(f"{kind}:snapshot")
         self._delete_quietly(record["cleanup"])
         if record.get("stage"):

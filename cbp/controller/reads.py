@@ -15,7 +15,9 @@ from ..engine.bipindex import latest_rows
 from ..errors import UsageError, UserCodeError
 from ..storage import INC, LAYOUT, SRC
 from .migrate import conform
+from .feeds import pending_duplicates
 from .records import EpochRecord
+from .runs import last_run
 
 __all__ = ["Reads"]
 
@@ -133,7 +135,7 @@ class Reads:
             for it in interrupted:
                 it["recovery"] = "under way in the running cbp run"
         return {"pipeline": self.spec.name, "home": self.home.location, "mode": self.mode, "stages": stages,
-                "runner": runner, "interrupted": interrupted}
+                "runner": runner, "interrupted": interrupted, "last_run": last_run(self), "duplicate_feeds": pending_duplicates(self)}
 
     def _last_placement(self, stage: str) -> Optional[dict[str, Any]]:
         """Where the stage's last epoch ran: partition -> executor, and its state-cache hits (``None`` before one)."""
