@@ -271,3 +271,21 @@ def test_translator_change_applies_and_status_shows_it(spark, make_pipeline, tmp
     assert status["code"]["count"]["changed_at_epoch"] == 2 and not status["warnings"]
     assert {r["w"]: r["n"] for r in q.state("count")} == {"a": 3, "b": 2, "c": 1, "gone": 1}
     assert q.controller.recorded_definition()["stages"]["count"]["inputs"] == ["words", "more"]
+
+
+def test_migrate_that_fails_changes_nothing(spark, make_pipeline, tmp_path):
+    """A migrate function that raises (or returns a record of the wrong shape) is migrate-failed naming the key; the home is as it was."""
+    home = str(tmp_path / "h")
+    p = cbp.load(make_pipeline(COUNT, MODULE), home=home)
+    p.feed("words", FEEDS[0])
+    p.run()
+    before = sorted(map(_key, p.state("count")))
+    bad = MODULE + "\ndef broken(row):\n    return {'w': row['w'], 'c': row['n']}   # an int for a string field\n"
+    q = cbp.load(make_pipeline(COUNT.replace(STATE, "state: {schema: {w: string, c: string}}\n    migrate: MOD:broken")
+                               .replace("translator: MOD:count", "translator: MOD:count_text"), bad), home=home)
+    with pytest.raises(cbp.UserCodeError) as e:
+        q.upgrade()
+    assert e.value.code == "migrate-failed" and "key" in str(e.value)
+    assert q.plan().needs_upgrade and sorted(map(_key, q.state("count"))) == before
+    state_dir = tmp_path / "h" / "stages" / "count" / "state"
+    assert not [f for f in state_dir.rglob("*.parquet") if "-u" in f.name]  # the rewrite's files were removed
