@@ -271,3 +271,44 @@ def test_translator_change_applies_and_status_shows_it(spark, make_pipeline, tmp
     assert status["code"]["count"]["changed_at_epoch"] == 2 and not status["warnings"]
     assert {r["w"]: r["n"] for r in q.state("count")} == {"a": 3, "b": 2, "c": 1, "gone": 1}
     assert q.controller.recorded_definition()["stages"]["count"]["inputs"] == ["words", "more"]
+
+
+def test_migrate_that_fails_changes_nothing(spark, make_pipeline, tmp_path):
+    """A migrate function that raises (or returns a record of the wrong shape) is migrate-failed naming the key; the home is as it was."""
+    home = str(tmp_path / "h")
+    p = cbp.load(make_pipeline(COUNT, MODULE), home=home)
+    p.feed("words", FEEDS[0])
+    p.run()
+    before = sorted(map(_key, p.state("count")))
+    bad = MODULE + "\ndef broken(row):\n    return {'w': row['w'], 'c': row['n']}   # an int for a string field\n"
+    q = cbp.load(make_pipeline(COUNT.replace(STATE, "state: {schema: {w: string, c: string}}\n    migrate: MOD:broken")
+                               .replace("translator: MOD:count", "translator: MOD:count_text"), bad), home=home)
+    with pytest.raises(cbp.UserCodeError) as e:
+        q.upgrade()
+    assert e.value.code == "migrate-failed" and "key" in str(e.value)
+    assert q.plan().needs_upgrade and sorted(map(_key, q.state("count"))) == before
+    state_dir = tmp_path / "h" / "stages" / "count" / "state"
+    assert not [f for f in state_dir.rglob("*.parquet") if "-u" in f.name]  # the rewrite's files were removed
+
+
+def test_home_of_an_older_cbp_takes_its_shapes_as_recorded(spark, tmp_path):
+    """A home written before pipelines were recorded: its schemas and partitions are the recorded pipeline
+    (the same YAML plans nothing; partitions 4 -> 2 plans a rewrite) and its next write records the YAML."""
+    import shutil
+    from pathlib import Path
+
+    from cbp.controller.plan import PIPELINE
+
+    fixture = Path(__file__).parent / "fixtures" / "home-v1" / "url_count"
+    home = tmp_path / "old"
+    shutil.copytree(fixture, home)
+    yaml = Path(__file__).parents[1] / "flows" / "url_count.yaml"
+    p = cbp.load(yaml, home=str(home))
+    assert not p.plan().changes and PIPELINE not in p.controller._committed_snapshot().shapes
+    smaller = tmp_path / "url_count.yaml"
+    smaller.write_text(yaml.read_text().replace("partitions: 4", "partitions: 2"))
+    shutil.copy(yaml.parent / "url_count.py", tmp_path / "url_count.py")
+    assert [c.kind for c in cbp.load(smaller, home=str(home)).plan().changes] == ["state-rewrite"]
+    p.feed("urls", [{"url": "a"}])
+    rec = p.controller._committed_snapshot().shapes[PIPELINE]
+    assert p.controller.home.read_json(rec["entry"])["yaml"] == yaml.read_text()

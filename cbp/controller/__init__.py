@@ -111,8 +111,8 @@ class Controller(Journal, Landing, Scheduling, Epochs, Reads):
         with Journal._locked(self):
             if self.evolution.needs_upgrade and not self._upgrading:
                 raise UsageError(f"{self.spec.path}: the pipeline changed since the home {self.home.location} recorded it, in ways that "
-                                 "touch stored data:\n  " + "\n  ".join(self.evolution.lines())
-                                 + "\nRun 'cbp upgrade' (or 'cbp run --upgrade') to apply the plan, or restore the previous YAML",
+                                 "touch stored data: " + "; ".join(self.evolution.lines())
+                                 + ". Run 'cbp upgrade' (or 'cbp run --upgrade') to apply the plan ('cbp plan' shows it), or restore the previous YAML",
                                  code="pipeline-changed")
             yield
 
@@ -137,7 +137,7 @@ class Controller(Journal, Landing, Scheduling, Epochs, Reads):
                 with self._locked():
                     plan = self.plan(restore, discard)
                     if plan.refused:
-                        raise UsageError("the plan has changes cbp cannot make:\n  " + "\n  ".join(c.line() for c in plan.refused), code="plan-refused")
+                        raise UsageError("the plan has changes cbp cannot make: " + "; ".join(c.line() for c in plan.refused), code="plan-refused")
                     unknown = [r for r in (*restore, *discard) if r not in {c.name for c in plan.changes}]
                     if unknown:
                         raise UsageError(f"no archived stage '{unknown[0]}' is added back by this YAML", code="not-archived")

@@ -72,7 +72,7 @@ def state_commit(ctl: "Controller", stage: str, old: RecordSchema, n: int) -> tu
     job = Job(ctl.home, rel, old, new, spec.migrate, spec.partitions, sst.epoch, f"u{n}", ctl.state_row_group, stage)
     done, errors = rewrite_state(ctl.spark, job, by_part)
     if errors:
-        raise UserCodeError(f"cbp upgrade: migrating stage '{stage}''s state failed; nothing was changed:\n  " + "\n  ".join(errors[:5]),
+        raise UserCodeError(f"cbp upgrade: migrating stage '{stage}''s state failed; nothing was changed: " + "; ".join(errors[:5]),
                             code="migrate-failed", stage=stage)
     adds = [r["add"] for r in done.values()]
     schema = pa.schema([pa.field(PART, pa.int32())] + list(STATE_META) + list(new.arrow))
