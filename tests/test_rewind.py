@@ -307,3 +307,21 @@ def test_rewind_with_framed_increments_open_across_epochs(spark, make_pipeline, 
     # still open: each day's users are some of that day's, the same in the replay as in the fresh run)
     assert all(set(r["users"]) <= set(scratch[r["day"]]) for r in p.state("per_day"))
     assert {1, 2, 3} <= {r["day"] for r in p.state("per_day") if r["users"] == scratch[r["day"]]}
+
+
+def test_rewind_a_home_of_an_earlier_release(spark, tmp_path):
+    """tests/fixtures/home-v1 (format 1): its epochs kept no snapshot (rewind-unavailable), but
+    back to the beginning works: every feed pending again, the replay counts them all."""
+    from fixtures.old_home import replay
+
+    old = Path(__file__).parent / "fixtures" / "home-v1"
+    shutil.copytree(old, tmp_path / "old")
+    p = replay(str(tmp_path / "old"), spark, steps=[])["url_count"]
+    with pytest.raises(CbpError) as e:
+        p.rewind(1)
+    assert e.value.code == "rewind-unavailable"
+    rep = p.rewind(0)
+    assert rep.undone == {"url_count": [1, 2]} and rep.pending == {"urls": 3}
+    assert p.state("url_count") == [] and p.output("counts") == []
+    p.run()
+    assert {r["url"]: r["count"] for r in p.state("url_count")} == {"a": 3, "b": 2, "c": 1, "d": 1}

@@ -179,21 +179,25 @@ def _external(ctl: "Controller", cur: Snapshot, target: Snapshot, flow: str, rep
     tf = target.flows.get(flow, FlowState())
     read = {i for c in ctl.spec.flows[flow].consumers for i in target.connectors.get(f"{c}.{flow}", [])}
     wanted = {i for i in tf.incs if i in fs.incs or i in read or not ctl.spec.flows[flow].consumers}  # not garbage at the target
+    fed: dict[int, tuple[int, int]] = {}  # increment -> its feed and the feed's records (an unframed feed is one increment)
     for n in range(tf.feeds + 1, fs.feeds + 1):
-        e = ctl.history.feed(cur, flow, n)
-        wanted.update(int(i) for i in (e or {}).get("incs", []))
+        e = ctl.history.feed(cur, flow, n) or {}
+        fed.update((int(i), (n, int(e.get("records") or 0))) for i in e.get("incs", []))
+    wanted.update(fed)
     incs: dict[int, Increment] = {}
     for i in sorted(wanted):
         if i in fs.incs:
             incs[i] = fs.incs[i]
             continue
-        e = ctl.home.read_json(LAYOUT.collected_entry(flow, i))
+        e = ctl.history._read(LAYOUT.collected_entry(flow, i))
         if e is None or e.get("undone"):
             continue  # withdrawn (cbp unfeed): not landed any more
         if e.get("meta"):
             incs[i] = Increment(**{**e["meta"], "srcs": list(e["meta"].get("srcs", []))})
         elif i in tf.incs and tf.incs[i].complete:
             incs[i] = copy.deepcopy(tf.incs[i])
+        elif i in fed and ctl.spec.flows[flow].frame_by is None:  # collected by an older cbp: what feed() made of it
+            incs[i] = Increment(fed[i][0], fed[i][1], None, f"feed:{fed[i][0]}", True, [fed[i][0]])
         else:
             raise RuntimeStateError(f"flow '{flow}': increment {i} was collected by a cbp that did not keep what a rewind needs "
                                     "to bring it back; rewind to a later epoch", code="rewind-unavailable")
@@ -288,7 +292,7 @@ def _record(ctl: "Controller", cur: Snapshot, target: Snapshot, undone: dict[str
                     if i in cur.flows[f].incs:
                         v = cur.flows[f].version
                     else:
-                        c = ctl.home.read_json(LAYOUT.collected_entry(f, int(i)))
+                        c = ctl.history._read(LAYOUT.collected_entry(f, int(i)))
                         if c is None or c.get("undone"):
                             continue
                         if int(i) not in target.flows.get(f, FlowState()).incs:

@@ -34,7 +34,7 @@ class _Sources:
         m = self.ctl.st.flows[flow].incs.get(inc)
         if m is not None:
             return {"producer": m.producer, "srcs": m.srcs}
-        e = self.ctl.home.read_json(LAYOUT.collected_entry(flow, inc))
+        e = self.ctl.history._read(LAYOUT.collected_entry(flow, inc))
         return (e or {}).get("meta")
 
     def feeds(self, flow: str, inc: int) -> list[int]:
