@@ -12,6 +12,7 @@ hadoop-aws; ``s3://`` and ``s3a://`` paths then reach S3 with the ``AWS_*`` vari
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import sys
@@ -19,6 +20,7 @@ from typing import Any, Optional
 
 from ..errors import RuntimeStateError
 from .jvmcache import abandon, driver_java_options, finish_at_exit, refuse
+from .jvmlog import launching, verbose
 
 __all__ = ["get_spark", "spark_conf", "delta_jars", "delta_conf", "s3a_conf", "has_delta", "require_delta"]
 
@@ -212,6 +214,7 @@ def get_spark(master: Optional[str] = None, conf: Optional[dict[str, str]] = Non
         extra["spark.driver.extraJavaOptions"] = f"-Dlog4j2.configurationFile={_LOG4J} {archive}".strip()
     for key, value in extra.items():
         builder = builder.config(key, value)
-    spark = _start(builder, archive, recording, class_path)
-    spark.sparkContext.setLogLevel(os.environ.get("CBP_SPARK_LOG_LEVEL", "ERROR"))
+    with launching() if SparkContext._gateway is None else contextlib.nullcontext():  # Spark's lines only if verbose
+        spark = _start(builder, archive, recording, class_path)
+    spark.sparkContext.setLogLevel(os.environ.get("CBP_SPARK_LOG_LEVEL", "WARN" if verbose() else "ERROR"))
     return spark
