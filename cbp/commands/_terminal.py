@@ -45,6 +45,8 @@ class EpochDisplay:
         self._task: Any = None
         self._of: Optional[tuple[str, int]] = None
         self._ended: set[tuple[str, int]] = set()
+        # the terminal itself: while Spark's JVM starts, fd 2 is a pipe (cbp.engine.jvmlog.launching)
+        self._out = os.fdopen(os.dup(sys.stderr.fileno()), "w", buffering=1)
 
     def progress(self, p: Progress) -> None:
         with self._lock:
@@ -68,7 +70,7 @@ class EpochDisplay:
 
         self._bar = Bar(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                         TextColumn("tasks  {task.fields[records]}"), TimeElapsedColumn(),
-                        console=Console(stderr=True), transient=True, redirect_stdout=False, redirect_stderr=False)
+                        console=Console(file=self._out), transient=True, redirect_stdout=False, redirect_stderr=False)
         self._task = self._bar.add_task(f"{p.stage} epoch {p.epoch}", total=None, records="", spark="")
         self._of = (p.stage, p.epoch)
         self._bar.start()
