@@ -47,15 +47,15 @@ def test_a_real_cbp_run_prints_no_spark_or_jvm_line(tmp_path):
 
 
 CHILD = """
-import sys
-from cbp.engine.jvmlog import launching
-import subprocess
-with launching():
-    p = subprocess.Popen(["sh", "-c", "echo 'WARNING: Using incubator modules: jdk.incubator.vector' >&2; "
-                          "echo '12:00:01 ERROR Executor: task failed' >&2; echo 'java.lang.RuntimeException: boom' >&2; "
-                          "printf '\\\\tat org.apache.Foo(Foo.java:1)\\\\n' >&2; echo 'a translator says hi' >&2"])
+import os, subprocess, time
+from cbp.engine.jvmlog import filtered_stderr
+w = filtered_stderr()
+p = subprocess.Popen(["sh", "-c", "echo 'WARNING: Using incubator modules: jdk.incubator.vector' >&2; "
+                      "echo '12:00:01 ERROR Executor: task failed' >&2; echo 'java.lang.RuntimeException: boom' >&2; "
+                      "printf '\\tat org.apache.Foo(Foo.java:1)\\n' >&2; echo 'a translator says hi' >&2"], stderr=w)
+os.close(w)
 p.wait()
-import time; time.sleep(0.5)  # the copying thread is a daemon: give it the pipe's last lines
+time.sleep(0.5)  # the copying thread is a daemon: give it the pipe's last lines
 """
 
 

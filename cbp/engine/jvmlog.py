@@ -1,7 +1,7 @@
 """Keep Spark's and the JVM's lines off the terminal unless asked for (``cbp --verbose``, ``CBP_VERBOSE=1``).
 
-The driver JVM (and the Python workers it forks) write to the stderr they inherit. :func:`launching`
-gives the JVM being started a pipe instead; a daemon thread copies what arrives to this process's
+The driver JVM (and the Python workers it forks) write to the stderr they inherit. :func:`launch`
+starts the JVM with a pipe instead; a daemon thread copies what arrives to this process's
 stderr, leaving out what is Spark's or the JVM's: its start-up notices (``WARNING: Using incubator
 modules``, ``Setting default log level``), log4j lines (``HH:mm:ss LEVEL Class: ...``, the layout of
 cbp's ``log4j2.properties``) with the Java stack traces that follow them. Anything else (a
@@ -15,14 +15,12 @@ line passes. The last lines left out are kept (:func:`recent`) for a report of a
 from __future__ import annotations
 
 import collections
-import contextlib
 import os
 import re
-import sys
 import threading
-from typing import Iterator
+from typing import Any
 
-__all__ = ["verbose", "launching", "is_jvm_line", "recent"]
+__all__ = ["verbose", "launch", "filtered_stderr", "is_jvm_line", "recent"]
 
 _JVM = re.compile(
     r"^(WARNING: (Using incubator modules|An illegal reflective|Please consider reporting|Use --illegal-access|"
@@ -76,20 +74,30 @@ def _copy(fd: int, out: int, everything: bool) -> None:
                     pass
 
 
-@contextlib.contextmanager
-def launching() -> Iterator[None]:
-    """While this block starts a JVM, its stderr (fd 2) is a pipe whose lines are filtered onto the
-    real stderr by a daemon thread for the rest of the process; this process's fd 2 is restored after."""
-    sys.stderr.flush()
+def filtered_stderr() -> int:
+    """The write end of a new pipe whose lines a daemon thread copies to this process's stderr,
+    leaving out Spark's and the JVM's unless :func:`verbose`; give it to a child as its stderr
+    and close it here."""
     read, write = os.pipe()
-    out = os.dup(2)
-    saved = os.dup(2)
-    threading.Thread(target=_copy, args=(read, out, verbose()), name="cbp-jvm-stderr", daemon=True).start()
-    os.dup2(write, 2)
-    os.close(write)
-    try:
-        yield
-    finally:
-        sys.stderr.flush()
-        os.dup2(saved, 2)
-        os.close(saved)
+    threading.Thread(target=_copy, args=(read, os.dup(2), verbose()), name="cbp-jvm-stderr", daemon=True).start()
+    return write
+
+
+def launch(builder: Any) -> Any:
+    """``builder.getOrCreate()`` (a PySpark ``SparkSession.Builder``), the driver JVM started with a
+    pipe for its stderr whose lines a daemon thread filters onto this process's stderr for the rest
+    of the process. Only the JVM (and the Python workers it forks) write into the pipe: this
+    process's own stderr is left as it is."""
+    from pyspark import SparkConf, SparkContext
+    from pyspark.java_gateway import launch_gateway
+
+    if SparkContext._gateway is None and "PYSPARK_GATEWAY_PORT" not in os.environ:
+        conf = SparkConf(loadDefaults=False)
+        conf.setAll(list(builder._options.items()))  # what getOrCreate would pass to spark-submit
+        write = filtered_stderr()
+        try:
+            gateway = launch_gateway(conf, popen_kwargs={"stderr": write})
+        finally:
+            os.close(write)
+        SparkContext._ensure_initialized(gateway=gateway)
+    return builder.getOrCreate()
