@@ -9,15 +9,12 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
-
 from conftest import ROOT
 
 DOCS = ROOT / "docs"
 
 
 def test_mkdocs_build_strict(tmp_path):
-    pytest.importorskip("mkdocs", reason="the docs tools are in the dev extras (pip install -e '.[dev]')")
     env = {**os.environ, "PYTHONPATH": str(ROOT), "NO_MKDOCS_2_WARNING": "1"}
     r = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "-f", str(ROOT / "mkdocs.yml"), "-d", str(tmp_path / "site")],
                        capture_output=True, text=True, env=env, cwd=ROOT, timeout=600)
