@@ -110,3 +110,36 @@ def test_python_run_logs_each_epoch_and_reports_progress(spark, make_pipeline, t
     assert all(0 <= g.tasks_done <= g.tasks_total for g in seen)
     assert [r.getMessage() for r in caplog.records if r.name == "cbp" and r.levelno == logging.INFO] == [rep.line()]
     assert {r["w"]: r["n"] for r in p.state("count")} == {"a": 2, "b": 1}
+
+
+DISPLAY = """
+import time
+from cbp.commands._terminal import EpochDisplay
+from cbp.engine.progress import Progress
+d = EpochDisplay()
+d.progress(Progress("count", 1, 0.5, 0, 0, None, "starting Spark"))  # under 2 s: nothing shows
+for i in range(4):
+    d.progress(Progress("count", 1, 2.5 + i, i, 4, i * 100, "job"))
+    time.sleep(0.3)
+d.done("count", 1)
+d.progress(Progress("count", 1, 9.0, 4, 4, 400, "job"))  # a late look at an ended epoch: ignored
+print("count epoch 1 done")
+"""
+
+
+def test_the_progress_bar_shows_on_a_terminal_and_goes_away(tmp_path):
+    """cbp run's bar (tasks done of all, records read), in a pseudo-terminal (``script``)."""
+    if shutil.which("script") is None:
+        import pytest
+
+        pytest.skip("no 'script' (util-linux) to give the child a terminal")
+    (tmp_path / "d.py").write_text(DISPLAY)
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "TERM": "xterm", "COLUMNS": "100"}
+    r = subprocess.run(["script", "-qec", f"{sys.executable} {tmp_path / 'd.py'}", str(tmp_path / "tty.txt")],
+                       capture_output=True, text=True, env=env, timeout=120)
+    assert r.returncode == 0, r.stdout + r.stderr
+    screen = re.sub(r"\x1b\[[0-9;?]*[a-zA-Z]", "", (tmp_path / "tty.txt").read_text(errors="replace")).replace("\r", "\n")
+    assert "count epoch 1" in screen and "3/4 tasks" in screen and "300 records read" in screen
+    assert "starting Spark" not in screen  # that look came before 2 s
+    assert "4/4" not in screen  # nor after the epoch ended
+    assert "count epoch 1 done" in screen

@@ -55,7 +55,7 @@ class EpochDisplay:
             if self._bar is None or self._of != (p.stage, p.epoch):
                 self._close()
                 self._open(p)
-            records = f"{p.records_read:,} records read" if p.records_read is not None else ""
+            records = f"{p.records_read:,} records read" if p.records_read is not None else p.spark_stage
             self._bar.update(self._task, completed=p.tasks_done, total=max(p.tasks_total, 1) if p.tasks_total else None,
                              records=records, spark=p.spark_stage[:40])
 

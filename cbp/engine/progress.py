@@ -22,7 +22,8 @@ __all__ = ["Progress", "Poller", "spark_progress"]
 class Progress:
     """One look at a running epoch: ``tasks_done`` of ``tasks_total`` tasks of Spark's active jobs,
     ``records_read`` by them so far (input and shuffle records; None when Spark does not say), the
-    seconds since the epoch started. A small epoch routed by the driver runs no Spark job (0 of 0)."""
+    seconds since the epoch started, and the name of Spark's newest active stage (``"starting Spark"``
+    while the process has no SparkContext yet). A small epoch routed by the driver runs no Spark job (0 of 0)."""
 
     stage: str
     epoch: int
@@ -92,6 +93,8 @@ class Poller:
                 sc = SparkContext._active_spark_context
                 if sc is not None:
                     done, total, records, name = spark_progress(sc)
+                else:
+                    name = "starting Spark"
             except Exception:  # Spark stopping under us: nothing to say this time
                 pass
             if self._current is current:
