@@ -41,11 +41,11 @@ def _parser() -> argparse.ArgumentParser:
                        "the directory holding the YAML's flows/ directory, else the YAML's own directory)")
 
     p = sub.add_parser("validate", help="check a pipeline YAML without running anything")
-    p.add_argument("flow_yaml", metavar="FLOW.yaml")
+    p.add_argument("flow_yaml", metavar="FLOW.yaml", help="the pipeline file")
 
     p = sub.add_parser("feed", help="land one increment (JSON lines or Parquet) on an external input flow")
     with_home(p)
-    p.add_argument("input_flow", metavar="INPUT_FLOW")
+    p.add_argument("input_flow", metavar="INPUT_FLOW", help="an external flow of the pipeline (external: true)")
     p.add_argument("file", metavar="FILE", nargs="?",
                    help="JSON lines, one object per line ('-' for stdin), or a Parquet file (*.parquet); optional with --close")
     p.add_argument("--close", action="store_true", help="close the flow's open frame: its increment becomes complete")
@@ -61,12 +61,12 @@ def _parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("state", help="print a stage's state records as JSON lines")
     with_home(p)
-    p.add_argument("stage", metavar="STAGE")
+    p.add_argument("stage", metavar="STAGE", help="a stage with state")
     p.add_argument("--epoch", type=int, help="the state after this epoch of the stage (default: latest)")
 
     p = sub.add_parser("output", help="print a flow's records as JSON lines")
     with_home(p)
-    p.add_argument("flow", metavar="FLOW")
+    p.add_argument("flow", metavar="FLOW", help="any flow of the pipeline (external or a stage's output)")
     p.add_argument("--epoch", type=int, help="only the records its producing stage wrote in that epoch (for an external flow: the Nth feed)")
 
     p = sub.add_parser("sql", help="run a Spark SQL query (Spark's Delta connector) over the stages' state and the flows")

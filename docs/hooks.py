@@ -117,7 +117,9 @@ def yaml_reference() -> str:
         out += [f"## {where}", "", "| key | type | default | what it is |", "|---|---|---|---|"]
         for name, field in model.model_fields.items():
             key = field.alias or name
-            kind = str(field.annotation).replace("typing.", "").replace("cbp.spec.", "").replace("_Raw", "").replace("|", "\\|")
+            ann = field.annotation
+            kind = ann.__name__ if isinstance(ann, type) else str(ann)
+            kind = kind.replace("typing.", "").replace("cbp.spec.", "").replace("_Raw", "").replace("|", "\\|")
             default = "required" if field.is_required() else f"`{field.default!r}`"
             out.append(f"| `{key}` | `{kind}` | {default} | {MEANING.get((where, key), '')} |")
         out.append("")
