@@ -17,6 +17,7 @@ from .controller import EpochRecord, EpochReport
 from .controller.feeds import DuplicateFeedWarning
 from .controller.rewind import RewindReport
 from .controller.plan import Change, Plan
+from .engine.progress import Progress
 from .crawl.crawler import Corpus, Crawler, CrawlRound
 from .errors import BusyError, CbpError, InputError, RuntimeStateError, SpecError, UsageError, UserCodeError
 from .model import ALL, Broadcast, Emitter, Multicast, Writer, broadcast, multicast, runnable_all, runnable_any
@@ -24,7 +25,7 @@ from .pipeline import Pipeline, load
 from .spec import PipelineSpec, load_spec
 
 __all__ = [
-    "load", "Pipeline", "load_spec", "PipelineSpec", "EpochReport", "EpochRecord", "Plan", "Change", "Crawler", "Corpus", "CrawlRound",
+    "load", "Pipeline", "load_spec", "PipelineSpec", "EpochReport", "EpochRecord", "Plan", "Change", "Progress", "Crawler", "Corpus", "CrawlRound",
     "Emitter", "Writer", "runnable_all", "runnable_any", "ALL", "broadcast", "multicast", "Broadcast", "Multicast",
     "RewindReport", "DuplicateFeedWarning",
     "CbpError", "SpecError", "InputError", "UsageError", "UserCodeError", "RuntimeStateError", "BusyError",

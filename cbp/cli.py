@@ -20,6 +20,7 @@ import time
 from typing import Any, Optional, Sequence
 
 from . import commands
+from .commands import _terminal as terminal
 from .errors import BusyError, CbpError, InputError, RuntimeStateError, SpecError, UsageError, UserCodeError, printable
 from .spec import MAX_TIMEOUT
 
@@ -36,15 +37,16 @@ def _parser() -> argparse.ArgumentParser:
 
     def with_home(p: argparse.ArgumentParser) -> None:
         p.add_argument("flow_yaml", metavar="FLOW.yaml", help="the pipeline file")
-        p.add_argument("--home", help="where the pipeline keeps its state (default: state/<pipeline name>)")
+        p.add_argument("--home", help="where the pipeline keeps its state (default: state/<pipeline name> in the project, "
+                       "the directory holding the YAML's flows/ directory, else the YAML's own directory)")
 
     p = sub.add_parser("validate", help="check a pipeline YAML without running anything")
-    p.add_argument("flow_yaml", metavar="FLOW.yaml")
+    p.add_argument("flow_yaml", metavar="FLOW.yaml", help="the pipeline file")
     p.add_argument("--home", help="also plan the YAML against the pipeline this home recorded (as 'cbp plan')")
 
     p = sub.add_parser("feed", help="land one increment (JSON lines or Parquet) on an external input flow")
     with_home(p)
-    p.add_argument("input_flow", metavar="INPUT_FLOW")
+    p.add_argument("input_flow", metavar="INPUT_FLOW", help="an external flow of the pipeline (external: true)")
     p.add_argument("file", metavar="FILE", nargs="?",
                    help="JSON lines, one object per line ('-' for stdin), or a Parquet file (*.parquet); optional with --close")
     p.add_argument("--close", action="store_true", help="close the flow's open frame: its increment becomes complete")
@@ -61,12 +63,12 @@ def _parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("state", help="print a stage's state records as JSON lines")
     with_home(p)
-    p.add_argument("stage", metavar="STAGE")
+    p.add_argument("stage", metavar="STAGE", help="a stage with state")
     p.add_argument("--epoch", type=int, help="the state after this epoch of the stage (default: latest)")
 
     p = sub.add_parser("output", help="print a flow's records as JSON lines")
     with_home(p)
-    p.add_argument("flow", metavar="FLOW")
+    p.add_argument("flow", metavar="FLOW", help="any flow of the pipeline (external or a stage's output)")
     p.add_argument("--epoch", type=int, help="only the records its producing stage wrote in that epoch (for an external flow: the Nth feed)")
 
     p = sub.add_parser("sql", help="run a Spark SQL query (Spark's Delta connector) over the stages' state and the flows")
@@ -94,6 +96,9 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="print the status as JSON")
     for mod in commands.modules():
         mod.add_parser(sub, with_home)
+    ap.add_argument("--verbose", action="store_true", help="show Spark's and the JVM's own lines on stderr (hidden by default)")
+    for p in sub.choices.values():  # also after the command: cbp run X.yaml --verbose
+        p.add_argument("--verbose", action="store_true", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
     return ap
 
 
@@ -119,6 +124,7 @@ def _positive(text: str) -> int:
 def main(argv: Optional[Sequence[str]] = None) -> int:
     """Entry point of the ``cbp`` console script; returns the exit code."""
     args = _parser().parse_args(argv)
+    terminal.setup(args.verbose)
     try:
         return _dispatch(args)
     except CbpError as e:
@@ -232,18 +238,20 @@ def _run(pipe: Any, args: argparse.Namespace) -> int:
     logging.getLogger().setLevel(logging.CRITICAL)
     t0 = time.perf_counter()
     tty = sys.stderr.isatty()
+    display = terminal.EpochDisplay() if tty and not args.quiet else None  # a progress bar for an epoch over 2 s
 
     def start(stage: str, epoch: int) -> None:
-        if not args.quiet:
-            print(f"... running {stage} epoch {epoch}", file=sys.stderr, end="\r" if tty else "\n", flush=True)
+        if not args.quiet and not tty:
+            print(f"... running {stage} epoch {epoch}", file=sys.stderr, flush=True)
 
     def done(rep: Any) -> None:
-        if tty and not args.quiet:
-            print(" " * 60, file=sys.stderr, end="\r")
+        if display is not None:
+            display.done(rep.stage, rep.epoch)
         print(rep.line(), flush=True)
 
     command = "cbp " + " ".join(sys.argv[1:]) if sys.argv and sys.argv[0].endswith("cbp") else f"cbp run {args.flow_yaml}"
-    reports = pipe.run(args.max_epochs, on_epoch=done, on_start=start, command=command, epoch_timeout=args.epoch_timeout, upgrade=args.upgrade)
+    reports = pipe.run(args.max_epochs, on_epoch=done, on_start=start, command=command, epoch_timeout=args.epoch_timeout,
+                       upgrade=args.upgrade, progress=display.progress if display is not None else None)
     print(f"{len(reports)} stage epoch(s) in {time.perf_counter() - t0:.1f}s; "
           + ("quiescent: no stage is runnable" if args.max_epochs is None or len(reports) < args.max_epochs else f"stopped at --max-epochs {args.max_epochs}"))
     if not reports:

@@ -11,7 +11,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import io
+import logging
 import numbers
 import os
 from typing import Any, BinaryIO, Callable, Iterable, Iterator, Mapping, Optional, Union
@@ -21,6 +23,7 @@ import pyarrow as pa
 from .controller import Controller, EpochRecord, EpochReport, Landed
 from .controller.plan import Plan
 from .controller.upgrade import unfed_waits
+from .engine.progress import Poller, Progress
 from .errors import InputError, UsageError
 from .gcpolicy import fewer_collections
 from .spec.arrowrecords import ArrowRecordError, conform
@@ -28,7 +31,9 @@ from .spec.schema import RecordError, RecordSchema
 from .spec import PipelineSpec, load_spec
 from .storage import Home
 
-__all__ = ["Pipeline", "load", "default_home", "MAX_LINE_BYTES"]
+__all__ = ["Pipeline", "load", "default_home", "project_dir", "MAX_LINE_BYTES"]
+
+_LOG = logging.getLogger("cbp")
 
 _CHUNK = 50_000  # records validated per Arrow chunk while feeding
 MAX_LINE_BYTES = 64 << 20  # the longest line of a JSON-lines feed (64 MiB); a longer one is refused unread
@@ -174,9 +179,31 @@ def _conformed(schema: RecordSchema, batches: Iterator[pa.RecordBatch], flow: st
     return pa.concat_tables(chunks)
 
 
+def project_dir(yaml_path: str | os.PathLike[str]) -> str:
+    """The project a pipeline YAML belongs to: the directory holding its ``flows/`` directory when
+    the YAML lies in one (``proj/flows/x.yaml`` -> ``proj``), else the YAML's own directory.
+
+        >>> project_dir("/srv/proj/flows/url_count.yaml"), project_dir("/tmp/x/p.yaml")
+        ('/srv/proj', '/tmp/x')
+    """
+    d = os.path.dirname(os.path.abspath(os.fspath(yaml_path)))
+    return os.path.dirname(d) if os.path.basename(d) == "flows" else d
+
+
 def default_home(spec: PipelineSpec) -> str:
-    """``state/<pipeline name>`` under the current directory."""
-    return os.path.join("state", spec.name)
+    """``<project>/state/<pipeline name>`` (see :func:`project_dir`), wherever the command runs from.
+
+    Homes used to be ``state/<pipeline name>`` under the working directory: when the project's home
+    does not exist yet but that one does, a warning (logger ``cbp``) names both; pass ``home=`` to
+    keep using the old one.
+    """
+    home = os.path.join(project_dir(spec.path), "state", spec.name)
+    old = os.path.abspath(os.path.join("state", spec.name))
+    if old != home and not os.path.exists(os.path.join(home, "_cbp")) and os.path.exists(os.path.join(old, "_cbp")):
+        _LOG.warning("the home of pipeline '%s' is %s (beside its project's flows/); there is none yet, but there is "
+                     "one under the working directory, %s: pass --home %s (home= in Python) to use that one",
+                     spec.name, home, old, old)
+    return home
 
 
 class Pipeline:
@@ -289,7 +316,8 @@ class Pipeline:
 
     def run(self, max_epochs: Optional[int] = None, on_epoch: Optional[Callable[[EpochReport], None]] = None,
             on_start: Optional[Callable[[str, int], None]] = None, command: str = "cbp.Pipeline.run()",
-            epoch_timeout: Optional[float] = None, upgrade: bool = False) -> list[EpochReport]:
+            epoch_timeout: Optional[float] = None, upgrade: bool = False,
+            progress: Optional[Callable[[Progress], None]] = None) -> list[EpochReport]:
         """Run stage epochs until no stage is runnable (or ``max_epochs``); one report per epoch.
 
         First finishes what a killed run left (a pending commit, an interrupted epoch). Raises
@@ -298,10 +326,33 @@ class Pipeline:
         :class:`cbp.errors.UserCodeError` with code ``timeout``, nothing of it committed.
         A YAML that changed stored data since the home recorded it is :class:`cbp.errors.UsageError`
         ``pipeline-changed`` (see :meth:`plan`), unless ``upgrade`` applies the plan first (:meth:`upgrade`).
+        Each epoch is logged (logger ``cbp``: its start at DEBUG, its report line at INFO);
+        ``progress`` is called about twice a second while an epoch runs, with a
+        :class:`cbp.engine.progress.Progress` (Spark's tasks done of all, records read so far).
+
+            >>> import logging; logging.basicConfig(level=logging.INFO)          # doctest: +SKIP
+            >>> p.run(progress=lambda g: print(g.stage, g.tasks_done, g.tasks_total))  # doctest: +SKIP
         """
+        poller = Poller(progress) if progress is not None else None
+
+        def started(stage: str, epoch: int) -> None:
+            _LOG.debug("running %s epoch %d", stage, epoch)
+            if poller is not None:
+                poller.epoch(stage, epoch)
+            if on_start is not None:
+                on_start(stage, epoch)
+
+        def ended(rep: EpochReport) -> None:
+            if poller is not None:
+                poller.idle()
+            _LOG.info("%s", rep.line())
+            if on_epoch is not None:
+                on_epoch(rep)
+
         if upgrade:
             self.upgrade()
-        reports = self.controller.run(max_epochs, on_epoch=on_epoch, on_start=on_start, command=command, epoch_timeout=epoch_timeout)
+        with poller if poller is not None else contextlib.nullcontext():
+            reports = self.controller.run(max_epochs, on_epoch=ended, on_start=started, command=command, epoch_timeout=epoch_timeout)
         for warning in unfed_waits(self.controller):
             self.controller.notify(f"warning: {warning}")
         return reports

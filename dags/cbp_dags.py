@@ -1,6 +1,6 @@
 """Airflow 3 DAGs for every cbp pipeline in flows/, and the crawl-queue crawler (see dags/cbp.yaml).
 
-Start Airflow with this folder as its DAGs folder (README, "Airflow"); the factory is cbp.airflow.dagfactory.
+Start Airflow with this folder as its DAGs folder (docs/howto/airflow.md); the factory is cbp.airflow.dagfactory.
 """
 
 import os

@@ -8,7 +8,7 @@
    http://127.0.0.1:8181 only, the log servers that standalone would open on every interface
    (8793, 8794) are not started (the UI reads task logs from the local files), everything runs
    with umask 077 (the admin password file, logs, database: owner only; AIRFLOW_HOME is 0700) in
-   one process group (``SERVE``; the README's manual steps start the same command);
+   one process group (``SERVE``; the manual steps of docs/howto/airflow.md start the same command);
 3. lands the seed with ``cbp crawl --seed`` (outside Airflow: the AssetWatcher of ``pages`` sees it);
 4. watches the loop advance: after each crawl round (crawler DAG) and the pipeline run that
    follows it (pipeline DAG), prints the round, the DAG runs and the queue, and checks the queue
@@ -41,7 +41,7 @@ UMASK = 0o077  # what Airflow creates (the admin password file, logs, the SQLite
 PASSWORDS = "simple_auth_manager_passwords.json.generated"
 # What `airflow standalone` starts, minus its log servers (they listen on every interface; the UI
 # reads task logs from the local files), run by a bash in a process group of its own that stops
-# all of them when any one exits. The README's manual steps run the same line, after `umask 077`.
+# all of them when any one exits. The manual steps of docs/howto/airflow.md run the same line, after `umask 077`.
 SERVE = ("airflow db migrate > /dev/null && { airflow api-server & airflow scheduler --skip-serve-logs & "
          "airflow dag-processor & airflow triggerer --skip-serve-logs & wait -n; kill 0; }")
 

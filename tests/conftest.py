@@ -5,10 +5,14 @@ from __future__ import annotations
 import atexit
 import os
 import shutil
+import signal
+import subprocess
 import sys
 import tempfile
 import textwrap
+import threading
 from pathlib import Path
+from typing import Any, Callable, Optional
 
 import pytest
 
@@ -79,6 +83,106 @@ def make_pipeline(tmp_path):
         return path
 
     return make
+
+
+class Background:
+    """Processes and threads a test starts, stopped when the test ends, pass or fail (fixture ``background``).
+
+        proc = background.popen([sys.executable, "-c", "..."], stdout=subprocess.PIPE, text=True)
+        t = background.thread(work, stop=lambda: gate.touch())   # ``stop`` unblocks it at teardown
+        lease = background.lease(store, "t", ttl=30)             # its renewals stop at teardown
+    """
+
+    def __init__(self) -> None:
+        self._procs: list[subprocess.Popen] = []
+        self._threads: list[tuple[threading.Thread, Optional[Callable[[], Any]]]] = []
+        self._leases: list[Any] = []
+
+    def popen(self, *args: Any, **kw: Any) -> subprocess.Popen:
+        """``subprocess.Popen(*args, **kw)``, killed (its whole group with ``start_new_session``) at teardown."""
+        proc = subprocess.Popen(*args, **kw)
+        self._procs.append(proc)
+        return proc
+
+    def thread(self, target: Callable[[], Any], *, stop: Optional[Callable[[], Any]] = None) -> threading.Thread:
+        """Start ``target`` in a daemon thread; at teardown ``stop()`` is called and the thread joined."""
+        t = threading.Thread(target=target, daemon=True)
+        self._threads.append((t, stop))
+        t.start()
+        return t
+
+    def lease(self, *args: Any, **kw: Any) -> Any:
+        """A :class:`cbp.storage.lease.Lease` whose renewal thread is stopped at teardown."""
+        from cbp.storage.lease import Lease
+
+        lease = Lease(*args, **kw)
+        self._leases.append(lease)
+        return lease
+
+    def stop(self) -> list[str]:
+        """Stop everything; return what would not stop."""
+        left = []
+        for proc in self._procs:
+            if proc.poll() is None:
+                try:
+                    if os.getpgid(proc.pid) == proc.pid:
+                        os.killpg(proc.pid, signal.SIGKILL)
+                    else:
+                        proc.kill()
+                except ProcessLookupError:
+                    pass
+            try:
+                proc.wait(30)
+            except subprocess.TimeoutExpired:
+                left.append(f"process {proc.pid} {proc.args!r}")
+            for f in (proc.stdin, proc.stdout, proc.stderr):
+                if f is not None:
+                    f.close()
+        for lease in self._leases:
+            _stop_renewing(lease)
+        for t, stop in self._threads:
+            if stop is not None:
+                stop()
+            t.join(60)
+            if t.is_alive():
+                left.append(f"thread {t.name}")
+        return left
+
+
+def _stop_renewing(lease: Any) -> None:
+    """Stop a lease's renewal thread without writing to its store (which may be gone by now)."""
+    lease._stop.set()
+    t = lease._thread
+    if t is not None and t is not threading.current_thread():
+        t.join(30)
+
+
+@pytest.fixture
+def background():
+    """Start processes and threads through this; they are stopped when the test ends, pass or fail."""
+    bg = Background()
+    yield bg
+    left = bg.stop()
+    assert not left, f"still running after the test: {left}"
+
+
+@pytest.fixture(autouse=True)
+def _lease_renewals_stopped(monkeypatch):
+    """Whatever a test does, no lease renewal thread it started outlives it (a failed assert inside a
+    ``with home.lock()`` still releases; a Lease a test made by hand would not)."""
+    from cbp.storage.lease import Lease
+
+    started: list[Any] = []
+    original = Lease._start_renewing
+
+    def tracked(self: Any) -> None:
+        started.append(self)
+        original(self)
+
+    monkeypatch.setattr(Lease, "_start_renewing", tracked)
+    yield
+    for lease in started:
+        _stop_renewing(lease)
 
 
 def pytest_terminal_summary(terminalreporter):  # how many inputs each fuzz target tried

@@ -2,7 +2,8 @@
 
     python s3_lease_holder.py runner HOME            take the runner lock, say "held", sleep until killed
     python s3_lease_holder.py mutation HOME SECONDS  take the mutation lock, say "held", hold it SECONDS, exit
-    python s3_lease_holder.py race HOME START        at time START try the runner lock once: say "won" or "busy"
+    python s3_lease_holder.py race HOME START        at time START try the runner lock once: say "won" (and hold it
+                                                     until stdin closes) or "busy"
     python s3_lease_holder.py append TABLE N TAG     append N one-row commits to a Delta table on S3
 """
 
@@ -30,7 +31,7 @@ def main(argv: list[str]) -> None:
         try:
             with Home(loc).runner_lock("racer"):
                 print("won", flush=True)
-                time.sleep(3.0)  # past every other racer's try
+                sys.stdin.read()  # held until the test has heard every racer (it closes our stdin)
         except BusyError as e:
             print(e.code, flush=True)
     elif what == "append":

@@ -42,10 +42,7 @@ def _loop():
 
 
 def _airflow_section() -> str:
-    text = (ROOT / "README.md").read_text()
-    start = text.index("### Airflow")
-    end = text.find("\n## ", start)
-    return text[start:end if end > 0 else len(text)]
+    return (ROOT / "docs" / "howto" / "airflow.md").read_text()  # the Airflow guide of the docs site
 
 
 def _config(env: dict[str, str], section: str, key: str) -> str:

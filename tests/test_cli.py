@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
+import logging
 import re
+import shutil
 
 from cbp.cli import main
 from conftest import FLOWS
@@ -12,8 +14,18 @@ URLS = str(FLOWS / "url_count.yaml")
 SETDIFF = str(FLOWS / "set_diff.yaml")
 
 
+def _project(tmp_path):
+    """A project of its own: tmp_path/proj/flows/url_count.{yaml,py}; returns the YAML's path."""
+    flows = tmp_path / "proj" / "flows"
+    flows.mkdir(parents=True)
+    for f in ("url_count.yaml", "url_count.py"):
+        shutil.copy(FLOWS / f, flows / f)
+    return str(flows / "url_count.yaml")
+
+
 def test_cli_end_to_end(spark, tmp_path, capsys, monkeypatch):
-    monkeypatch.chdir(tmp_path)  # default home: state/<pipeline> under the current directory
+    URLS = _project(tmp_path)
+    monkeypatch.chdir(tmp_path)  # default home: state/<pipeline> in the project, not in the working directory
     (tmp_path / "d1.jsonl").write_text('{"url": "a"}\n{"url": "b"}\n\n{"url": "a"}\n')
     (tmp_path / "d2.jsonl").write_text('{"url": "b"}\n')
     assert main(["validate", URLS]) == 0
@@ -30,7 +42,8 @@ def test_cli_end_to_end(spark, tmp_path, capsys, monkeypatch):
     assert main(["feed", URLS, "urls", "d2.jsonl"]) == 0
     assert main(["run", URLS]) == 0
     assert "epoch    2" in capsys.readouterr().out
-    assert (tmp_path / "state" / "url_count" / "flows" / "counts" / "_delta_log").is_dir()
+    assert (tmp_path / "proj" / "state" / "url_count" / "flows" / "counts" / "_delta_log").is_dir()
+    assert not (tmp_path / "state").exists()
     assert main(["output", URLS, "counts", "--epoch", "2"]) == 0
     assert [json.loads(x) for x in capsys.readouterr().out.splitlines()] == [{"url": "b", "count": 2}]
     assert main(["output", URLS, "counts"]) == 0
@@ -138,3 +151,27 @@ def test_the_home_of_another_pipeline_is_a_bad_home(tmp_path, capsys):
     other = str(FLOWS / "set_diff.yaml")
     assert main(["status", other, "--home", home]) == 2
     assert "error [bad-home]" in capsys.readouterr().err
+
+
+def test_the_default_home_is_the_projects_whatever_the_working_directory(tmp_path, monkeypatch, caplog):
+    """``proj/flows/x.yaml`` keeps its state in ``proj/state/<pipeline>`` from any directory; a YAML
+    outside a flows/ directory beside itself; an old home under the working directory is named in a warning."""
+    from cbp.pipeline import default_home, project_dir
+
+    yaml = _project(tmp_path)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    assert project_dir(yaml) == str(tmp_path / "proj")
+    assert cbp.load(yaml).home.location.rstrip("/") == str(tmp_path / "proj" / "state" / "url_count")
+    loose = tmp_path / "loose" / "p.yaml"
+    loose.parent.mkdir()
+    shutil.copy(yaml, loose)
+    assert project_dir(loose) == str(loose.parent)
+    assert default_home(cbp.load(loose, home=str(tmp_path / "unused")).spec) == str(loose.parent / "state" / "url_count")
+    assert not caplog.records
+    (elsewhere / "state" / "url_count" / "_cbp").mkdir(parents=True)  # a home made under the old default
+    with caplog.at_level(logging.WARNING, logger="cbp"):
+        cbp.load(yaml)
+    [warned] = [r.getMessage() for r in caplog.records if r.name == "cbp"]
+    assert str(elsewhere / "state" / "url_count") in warned and str(tmp_path / "proj" / "state" / "url_count") in warned

@@ -1,5 +1,5 @@
 """The code shows its layers: no module over 500 lines, no function over 80, no import cycle, and
-no layer importing one above it (README, "How the code is laid out")."""
+no layer importing one above it (docs/concepts/code-layout.md)."""
 
 from __future__ import annotations
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import subprocess
 import sys
-import threading
 import time
 
 import cbp
@@ -26,7 +25,7 @@ def count(key, state, words, out):
 """
 
 
-def test_feed_during_run_is_not_lost(spark, make_pipeline, tmp_path):
+def test_feed_during_run_is_not_lost(spark, make_pipeline, tmp_path, background):
     """A feed made while an epoch surely runs (its translator waits on a gate) waits for the epoch's
     commit, is kept, and a later epoch (of this run or the next) reads it."""
     path = make_pipeline(WORD_COUNT, GATED)
@@ -36,15 +35,13 @@ def test_feed_during_run_is_not_lost(spark, make_pipeline, tmp_path):
     runner.feed("words", [{"w": "a"}, {"w": "b"}])
     feeder = cbp.load(path, home=home)  # another Pipeline object on the same home, as another process would be
     result: dict = {}
-    t = threading.Thread(target=lambda: result.setdefault("reports", runner.run()))
-    t.start()
+    t = background.thread(lambda: result.setdefault("reports", runner.run()), stop=go.touch)  # a failed assert opens the gate
     deadline = time.time() + 120
     while not started.exists() and time.time() < deadline:
         time.sleep(0.05)
     assert started.exists(), "the first epoch never started"
     # the feeds are made while epoch 1 waits in its translator; they wait for the epoch's commit
-    feeds = threading.Thread(target=lambda: (feeder.feed("words", [{"w": "a"}, {"w": "c"}]), feeder.feed("words", [{"w": "a"}])))
-    feeds.start()
+    feeds = background.thread(lambda: (feeder.feed("words", [{"w": "a"}, {"w": "c"}]), feeder.feed("words", [{"w": "a"}])))
     feeds.join(timeout=3)
     assert feeds.is_alive(), "a feed landed in the middle of an epoch instead of waiting for its commit"
     go.touch()
@@ -57,10 +54,10 @@ def test_feed_during_run_is_not_lost(spark, make_pipeline, tmp_path):
     assert [r["w"] for r in runner.output("words", epoch=3)] == ["a"]  # feeds are numbered in landing order
 
 
-def test_lock_is_held_across_processes(tmp_path, capsys):
+def test_lock_is_held_across_processes(tmp_path, capsys, background):
     """While another process holds the home's lock, a change waits for it and says so."""
     home = tmp_path / "h"
-    holder = subprocess.Popen(
+    holder = background.popen(
         [sys.executable, "-c", "import sys, time; from cbp.storage import Home\n"
          f"with Home({str(home)!r}).lock():\n    print('held', flush=True); time.sleep(2)"],
         stdout=subprocess.PIPE, text=True,

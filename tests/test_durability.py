@@ -18,14 +18,15 @@ from cbp.errors import BusyError, RuntimeStateError, UserCodeError
 from conftest import ROOT, WORD_COUNT, WORD_COUNT_MODULE
 
 
-def _cli(*args: str, fault: str | None = None, wait: bool = True, **kw):
+def _cli(*args: str, fault: str | None = None, start=None, **kw):
+    """``cbp ARGS`` to its end; or, with ``start`` (fixture ``background``'s ``popen``), started and returned."""
     env = dict(os.environ, PYTHONPATH=str(ROOT))
     env.pop("CBP_FAULT", None)
     if fault:
         env["CBP_FAULT"] = fault
     cmd = [sys.executable, "-m", "cbp.cli", *args]
-    if not wait:
-        return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, **kw)
+    if start is not None:
+        return start(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, **kw)
     return subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=600, **kw)
 
 
@@ -50,7 +51,7 @@ def _wait_for(proc: subprocess.Popen, text: str, timeout: float = 120) -> str:
     raise AssertionError(f"never saw {text!r}:\n{seen}")
 
 
-def test_second_runner_is_refused_and_a_killed_ones_lock_is_taken_over(spark, make_pipeline, tmp_path):
+def test_second_runner_is_refused_and_a_killed_ones_lock_is_taken_over(spark, make_pipeline, tmp_path, background):
     gate = tmp_path / "gate"  # the translator waits for this file: the first runner is surely mid-epoch when killed
     module = WORD_COUNT_MODULE + f"""
 import os as _os
@@ -64,7 +65,7 @@ def count(key, state, words, out):
     path = str(make_pipeline(WORD_COUNT, module))
     home = str(tmp_path / "h")
     assert _cli("feed", path, "--home", home, "words", _words(tmp_path, "a.jsonl", ["a", "b", "c", "a"])).returncode == 0
-    first = _cli("run", path, "--home", home, wait=False)
+    first = _cli("run", path, "--home", home, start=background.popen)
     _wait_for(first, "running count epoch 1")
     # a second runner (CLI, or the Python API in another process) is refused at once, naming the holder
     second = _cli("run", path, "--home", home)

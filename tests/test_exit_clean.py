@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import subprocess
 import sys
-import time
 
 import pyarrow as pa
 
@@ -23,7 +22,7 @@ print(t.num_rows)
 """
 
 
-def test_reading_a_table_then_exiting_never_aborts(tmp_path):
+def test_reading_a_table_then_exiting_never_aborts(tmp_path, background):
     h = Home(str(tmp_path / "home"))
     h.ensure_table("t", pa.schema([("_inc", pa.int64()), ("v", pa.string())]), "_inc")
     adds = []
@@ -31,15 +30,8 @@ def test_reading_a_table_then_exiting_never_aborts(tmp_path):
         add = h.write_parquet(f"t/_inc={i}", pa.table({"v": [f"x{j}" for j in range(1000)]}), "in", i)
         adds.append({**add, "path": add["rel"][2:]})
     h.commit_once("t", "_inc", adds, [], overwrite=False, app_id="t", app_version=1)
-    burners = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(2)]
-    try:
-        deadline = time.monotonic() + 60
-        runs = 0
-        while runs < 30 and time.monotonic() < deadline:
-            r = subprocess.run([sys.executable, "-c", CHILD, str(tmp_path / "home")], capture_output=True, text=True, timeout=120)
-            assert (r.returncode, r.stdout.strip()) == (0, "3000"), r.stderr[-500:]
-            runs += 1
-    finally:
-        for b in burners:
-            b.kill()
-    assert runs >= 10
+    for _ in range(2):  # both cores busy, as on a loaded machine
+        background.popen([sys.executable, "-c", "while True: pass"])
+    for _ in range(10):  # a fixed number of runs, however long they take (no count per wall-clock second)
+        r = subprocess.run([sys.executable, "-c", CHILD, str(tmp_path / "home")], capture_output=True, text=True, timeout=300)
+        assert (r.returncode, r.stdout.strip()) == (0, "3000"), r.stderr[-500:]

@@ -39,8 +39,10 @@ def _env(**extra: str) -> dict[str, str]:
     return {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), str(ROOT / "tests")]), **extra}
 
 
-def _start(*args: str, **env: str) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, HOLDER, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_env(**env))
+def _start(background, *args: str, stdin: int | None = None, **env: str) -> subprocess.Popen:
+    """A lease holder in a subprocess, killed when the test ends (fixture ``background``)."""
+    return background.popen([sys.executable, HOLDER, *args], stdin=stdin, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, env=_env(**env))
 
 
 def _wait_held(proc: subprocess.Popen) -> None:
@@ -109,9 +111,9 @@ def test_airflow_dags_say_they_need_a_local_home(s3, tmp_path):
 
 
 # ------------------------------------------------------------------ leases
-def test_second_runner_is_refused_with_busy(s3):
+def test_second_runner_is_refused_with_busy(s3, background):
     home = _home()
-    holder = _start("runner", home)
+    holder = _start(background, "runner", home)
     try:
         _wait_held(holder)
         t = time.time()
@@ -126,9 +128,9 @@ def test_second_runner_is_refused_with_busy(s3):
         holder.wait()
 
 
-def test_second_cbp_run_on_an_s3_home_exits_busy(s3):
+def test_second_cbp_run_on_an_s3_home_exits_busy(s3, background):
     home = _home()
-    holder = _start("runner", home)
+    holder = _start(background, "runner", home)
     try:
         _wait_held(holder)
         cli = subprocess.run([sys.executable, "-c", "import sys; from cbp.cli import main; sys.exit(main())", "run",
@@ -152,9 +154,9 @@ def test_runner_lock_is_released_and_taken_again(s3):
         pass
 
 
-def test_mutation_lock_waits_then_proceeds(s3):
+def test_mutation_lock_waits_then_proceeds(s3, background):
     home = _home()
-    holder = _start("mutation", home, "2.5", CBP_LEASE_TTL="6")
+    holder = _start(background, "mutation", home, "2.5", CBP_LEASE_TTL="6")
     try:
         _wait_held(holder)
         calls = []
@@ -169,55 +171,78 @@ def test_mutation_lock_waits_then_proceeds(s3):
         holder.kill()
 
 
-def test_killed_runner_is_taken_over_after_expiry(s3, monkeypatch):
+def test_killed_runner_is_taken_over_after_expiry(s3, monkeypatch, background):
+    """A SIGKILLed holder's lease is refused to others until it expires, then taken over (the
+    successor is told whom it replaced). A ttl of 8 s leaves a busy machine time for the first check."""
     home = _home()
-    monkeypatch.setenv("CBP_LEASE_TTL", "3")
-    holder = _start("runner", home, CBP_LEASE_TTL="3", CBP_LEASE_RENEW="1")
+    monkeypatch.setenv("CBP_LEASE_TTL", "8")
+    holder = _start(background, "runner", home, CBP_LEASE_TTL="8", CBP_LEASE_RENEW="1")
     _wait_held(holder)
-    time.sleep(1.5)  # it renewed at least once
     holder.send_signal(signal.SIGKILL)
     holder.wait()
     with pytest.raises(BusyError) as e:  # not yet expired
         with Home(home).runner_lock("too early"):
             pass
     assert e.value.code == "busy"
-    time.sleep(3.5)
-    seen = []
-    with Home(home).runner_lock("successor", took_over=seen.append):
-        pass
+    seen: list[dict] = []
+    deadline = time.monotonic() + 120  # expiry, however slowly this machine gets there
+    while not seen:
+        try:
+            with Home(home).runner_lock("successor", took_over=seen.append):
+                pass
+            break
+        except BusyError:
+            assert time.monotonic() < deadline, "the killed holder's lease never expired"
+            time.sleep(0.5)
     assert len(seen) == 1 and seen[0]["pid"] == holder.pid and seen[0]["command"] == "holder runner"
 
 
-def test_racing_runners_exactly_one_wins(s3):
+def test_racing_runners_exactly_one_wins(s3, background):
     home = _home()
     start = time.time() + 4  # every racer has imported cbp by then
-    racers = [_start("race", home, str(start)) for _ in range(3)]
-    said = [r.communicate(timeout=60)[0].strip() for r in racers]
+    racers = [_start(background, "race", home, str(start), stdin=subprocess.PIPE) for _ in range(3)]
+    said = [r.stdout.readline().strip() for r in racers]  # type: ignore[union-attr]  (the winner holds on meanwhile)
+    for r in racers:
+        r.stdin.close()  # type: ignore[union-attr]
+        assert r.wait(60) == 0
     assert sorted(said) == ["busy", "busy", "won"], said
 
 
-def test_renewal_keeps_the_lease_and_old_records_are_pruned(s3):
+def test_renewal_keeps_the_lease_and_old_records_are_pruned(s3, background):
+    """The renewal thread writes records that outlive the first one (so the lease is held past its
+    first expiry), and old records are pruned. Nothing here depends on how fast this machine is: the
+    test waits (with a generous deadline) for renewals to happen, then drives more by hand."""
     store = S3Objects(_home())
-    lease = Lease(store, "t", {"who": "me"}, ttl=1.2, renew=0.3)
+    lease = background.lease(store, "t", {"who": "me"}, ttl=60, renew=0.2)
     ok, _ = lease.try_acquire()
     assert ok
-    time.sleep(3.5)  # well past one ttl: still held thanks to renewals
-    other = Lease(store, "t", ttl=1.2)
+    first = lease.current()
+    assert first is not None and first.holder == lease.token
+    deadline = time.monotonic() + 120
+    while lease.seq < 3:  # two renewals by the thread
+        assert time.monotonic() < deadline, f"the renewal thread renewed {lease.seq - 1} times in 120 s"
+        time.sleep(0.1)
+    other = background.lease(store, "t", ttl=60)
+    top = other.current()
+    assert top is not None and top.holder == lease.token and top.seq > first.seq
+    assert top.expires > first.expires and top.live(now=first.expires)  # a renewal outlives the first record
     ok2, rec = other.try_acquire()
     assert not ok2 and rec is not None and rec.info == {"who": "me"}
-    assert lease.seq > PRUNE_EVERY and len(store.list("_cbp/leases/t")) <= KEEP + PRUNE_EVERY
+    while lease.seq <= 2 * PRUNE_EVERY:  # renewals driven by hand (the thread may add its own: same rule)
+        assert lease.renew()
+    assert len(store.list("_cbp/leases/t")) <= KEEP + PRUNE_EVERY
     lease.release()
     assert other.try_acquire()[0]
     other.release()
 
 
-def test_concurrent_delta_commits_on_s3_lose_nothing(s3):
+def test_concurrent_delta_commits_on_s3_lose_nothing(s3, background):
     import pyarrow as pa
     from deltalake import DeltaTable, write_deltalake
 
     table = f"{_home()}/t"
     write_deltalake(table, pa.table({"tag": pa.array([], pa.string()), "i": pa.array([], pa.int64())}), storage_options=Home(table).storage_options)
-    procs = [_start("append", table, "12", tag) for tag in ("a", "b")]
+    procs = [_start(background, "append", table, "12", tag) for tag in ("a", "b")]
     for p in procs:
         out, err = p.communicate(timeout=240)
         assert p.returncode == 0 and out.strip() == "done", err[-2000:]

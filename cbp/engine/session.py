@@ -19,6 +19,7 @@ from typing import Any, Optional
 
 from ..errors import RuntimeStateError
 from .jvmcache import abandon, driver_java_options, finish_at_exit, refuse
+from .jvmlog import launch, verbose
 
 __all__ = ["get_spark", "spark_conf", "delta_jars", "delta_conf", "s3a_conf", "has_delta", "require_delta"]
 
@@ -149,13 +150,13 @@ def _start(builder: Any, archive: str, recording: Optional[tuple[str, str, str]]
     from pyspark import SparkContext
 
     try:
-        spark = builder.getOrCreate()
+        spark = launch(builder)  # Spark's and the JVM's lines only if verbose (cbp.engine.jvmlog)
     except Exception:
         if recording is not None:
             abandon(recording)
         if not archive or SparkContext._gateway is not None:
             raise
-        spark = builder.config("spark.driver.extraJavaOptions", f"-Dlog4j2.configurationFile={_LOG4J}").getOrCreate()
+        spark = launch(builder.config("spark.driver.extraJavaOptions", f"-Dlog4j2.configurationFile={_LOG4J}"))
         refuse(class_path, "a driver JVM did not start with the archive's options and did without")
         return spark
     except BaseException:
@@ -213,5 +214,5 @@ def get_spark(master: Optional[str] = None, conf: Optional[dict[str, str]] = Non
     for key, value in extra.items():
         builder = builder.config(key, value)
     spark = _start(builder, archive, recording, class_path)
-    spark.sparkContext.setLogLevel(os.environ.get("CBP_SPARK_LOG_LEVEL", "ERROR"))
+    spark.sparkContext.setLogLevel(os.environ.get("CBP_SPARK_LOG_LEVEL", "WARN" if verbose() else "ERROR"))
     return spark

@@ -1,0 +1,132 @@
+"""``cbp init NAME``: scaffold a pipeline of one's own that validates and passes its test as made.
+
+    $ cbp init clicks --dir myproject
+    created myproject/flows/clicks.yaml, myproject/flows/clicks.py, myproject/tests/test_clicks.py
+
+The pipeline counts events per key (a stateful stage with an output flow): change the YAML's
+schemas and the translator to make it yours; the test replays two increments with
+:func:`cbp.testing.replay` and compares with a count from scratch.
+"""
+
+from __future__ import annotations
+
+import argparse
+import keyword
+import os
+import re
+import sys
+from typing import Any, Callable
+
+from ..errors import UsageError
+
+__all__ = ["NAME", "add_parser", "run", "scaffold"]
+
+NAME = "init"
+
+YAML = """\
+# {name}: counts events per key. Made by 'cbp init {name}': change it into your own pipeline.
+pipeline: {name}
+flows:
+  events:
+    external: true              # you feed it: cbp feed flows/{name}.yaml events FILE.jsonl
+    schema: {{key: string}}
+  counts:
+    description: every key whose count changed in the epoch, with its new count
+    schema: {{key: string, count: int}}
+stages:
+  count:
+    translator: {name}:count    # the function count in {name}.py, beside this file
+    partitions: 4
+    inputs:
+      - {{flow: events, route_by: key}}   # one translate call per key with new events
+    state:
+      schema: {{key: string, count: int}}
+      grouping: inner           # only keys with new input are read and called
+    outputs: [counts]
+"""
+
+TRANSLATOR = '''\
+"""The translator of pipeline {name} (flows/{name}.yaml)."""
+
+
+def count(key, state, events, out):
+    """Called once per key with new events: add them to the key's stored count, emit the new count.
+
+    ``state`` iterates the key's stored state records (none the first time), ``events`` its new
+    records of the flow 'events'; ``out.state.write`` replaces the key's state, ``out.counts.write``
+    emits a record on the flow 'counts'.
+    """
+    prev = next(state, None)
+    total = sum(1 for _ in events) + (prev["count"] if prev else 0)
+    out.state.write({{"key": key, "count": total}})
+    out.counts.write({{"key": key, "count": total}})
+'''
+
+TEST = '''\
+"""Tests of pipeline {name}: replay recorded increments, compare with a count from scratch."""
+
+from collections import Counter
+from pathlib import Path
+
+from cbp.testing import Increment, replay
+
+YAML = Path(__file__).resolve().parents[1] / "flows" / "{name}.yaml"
+
+DAYS = [
+    [{{"key": "a"}}, {{"key": "b"}}, {{"key": "a"}}],
+    [{{"key": "b"}}, {{"key": "c"}}],
+]
+
+
+def test_{name}_counts_every_key(tmp_path):
+    r = replay(YAML, [Increment("events", day) for day in DAYS], home=str(tmp_path / "home"))
+    expected = Counter(e["key"] for day in DAYS for e in day)
+    assert {{s["key"]: s["count"] for s in r.final_state("count")}} == expected
+    # an epoch emits the keys whose count changed, with their new count
+    assert sorted((o["key"], o["count"]) for o in r.steps[1].outputs["counts"]) == [("b", 2), ("c", 1)]
+'''
+
+
+def add_parser(sub: Any, with_home: Callable[[argparse.ArgumentParser], None]) -> None:
+    p = sub.add_parser(NAME, help="scaffold a pipeline: flows/NAME.yaml, its translator flows/NAME.py and tests/test_NAME.py",
+                       description="Make a pipeline that validates and passes its test as made (a count per key); "
+                                   "then change it into your own.")
+    p.add_argument("name", metavar="NAME", help="the pipeline's name: lower-case letters, digits and _, starting with a letter")
+    p.add_argument("--dir", default=".", help="the project directory to create it in (default: the current one)")
+
+
+def check_name(name: str) -> None:
+    """Refuse a name that is not a usable module name (``bad-name``)."""
+    if not re.fullmatch(r"[a-z][a-z0-9_]{0,63}", name) or keyword.iskeyword(name):
+        raise UsageError(f"pipeline name {name!r}: use lower-case letters, digits and _, starting with a letter "
+                         "(it names the translator module)", code="bad-name")
+    if name in sys.stdlib_module_names or name in ("cbp", "pyspark", "deltalake", "pyarrow", "pandas", "test", "tests"):
+        raise UsageError(f"pipeline name {name!r} is also the name of a module Python or cbp imports; choose another",
+                         code="bad-name")
+
+
+def scaffold(name: str, directory: str = ".") -> list[str]:
+    """Write the three files of a new pipeline under ``directory``; return their paths.
+
+        >>> scaffold("clicks", "/tmp/myproject")        # doctest: +SKIP
+        ['/tmp/myproject/flows/clicks.yaml', '/tmp/myproject/flows/clicks.py', '/tmp/myproject/tests/test_clicks.py']
+    """
+    check_name(name)
+    files = {os.path.join(directory, "flows", f"{name}.yaml"): YAML, os.path.join(directory, "flows", f"{name}.py"): TRANSLATOR,
+             os.path.join(directory, "tests", f"test_{name}.py"): TEST}
+    there = [f for f in files if os.path.lexists(f)]
+    if there:
+        raise UsageError(f"{', '.join(there)} already exist(s): nothing was written", code="exists")
+    for path, text in files.items():
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+    for path, text in files.items():
+        with open(path, "x", encoding="utf-8") as f:
+            f.write(text.format(name=name))
+    return list(files)
+
+
+def run(args: argparse.Namespace) -> int:
+    made = scaffold(args.name, args.dir)
+    print(f"created {', '.join(made)}")
+    print(f"next: cbp validate {made[0]}   then   python -m pytest {made[2]}")
+    return 0
