@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import hashlib
 import sys
+import time
 from typing import TYPE_CHECKING, Any, Optional
 
 from ..spec import StageSpec
@@ -54,7 +55,8 @@ def evolution_status(ctl: "Controller") -> dict[str, Any]:
     from .upgrade import unfed_waits
 
     shapes = ctl.st.shapes
-    archived = {k[len(ARCHIVE):]: {"epoch": v["epoch"], "upgrade": v["upgrade"], "pending": sum(len(c) for c in v["connectors"].values())}
+    archived = {k[len(ARCHIVE):]: {"epoch": v["epoch"], "removed": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(v.get("at", 0))),
+                                   "pending": sum(len(c) for c in v["connectors"].values())}
                 for k, v in shapes.items() if k.startswith(ARCHIVE)}
     code = {}
     for s, spec in ctl.spec.stages.items():
@@ -70,7 +72,7 @@ def evolution_status(ctl: "Controller") -> dict[str, Any]:
 
 def status_lines(st: dict[str, Any]) -> list[str]:
     """The text ``cbp status`` prints for :func:`evolution_status`."""
-    out = [f"  archived stage {s}: epoch {a['epoch']}, {a['pending']} pending increment(s) (removed at upgrade {a['upgrade']})"
+    out = [f"  archived stage {s}: epoch {a['epoch']}, {a['pending']} pending increment(s) (removed {a['removed']})"
            for s, a in st.get("archived", {}).items()]
     for s, c in st.get("code", {}).items():
         if c["changed_at_epoch"]:

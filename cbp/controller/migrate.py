@@ -20,7 +20,7 @@ import pyarrow.parquet as pq
 
 from ..engine.bipindex import STATE_META
 from ..engine.restate import Job, rewrite_state
-from ..errors import UserCodeError
+from ..errors import RuntimeStateError, UserCodeError
 from ..spec.schema import RecordSchema
 from ..storage import INC, LAYOUT, PART, SRC
 
@@ -70,7 +70,12 @@ def state_commit(ctl: "Controller", stage: str, old: RecordSchema, n: int) -> tu
     new = spec.state_schema
     assert new is not None
     job = Job(ctl.home, rel, old, new, spec.migrate, spec.partitions, sst.epoch, f"u{n}", ctl.state_row_group, stage)
-    done, errors = rewrite_state(ctl.spark, job, by_part)
+    try:
+        done, errors = rewrite_state(ctl.spark, job, by_part)
+    except Exception as e:  # Spark's own failure (a lost worker, a full disk): the files written are invisible orphans
+        first = str(e).strip().splitlines()[0][:300] if str(e).strip() else type(e).__name__
+        raise RuntimeStateError(f"cbp upgrade: the Spark job rewriting stage '{stage}''s state failed ({first}); nothing was changed",
+                                code="upgrade-failed") from None
     if errors:
         raise UserCodeError(f"cbp upgrade: migrating stage '{stage}''s state failed; nothing was changed: " + "; ".join(errors[:5]),
                             code="migrate-failed", stage=stage)

@@ -9,6 +9,7 @@ retained increments (``backfill: true``) or empty (``--discard-archived``).
 
 from __future__ import annotations
 
+import time
 from typing import Any, Optional
 
 from ..spec import PipelineSpec
@@ -57,7 +58,8 @@ def _added(s: str, d: dict[str, Any], snap: Snapshot, restore: tuple[str, ...], 
     what = f"stage '{s}'"
     arch = snap.shapes.get(ARCHIVE + s)
     if arch is not None:
-        where = f"it was removed at upgrade {arch['upgrade']} and its state and position (epoch {arch['epoch']}) are archived in the home"
+        when = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(arch.get("at", 0)))
+        where = f"it was removed on {when} and its state and position (epoch {arch['epoch']}) are archived in the home"
         if s in restore:
             return Change("migrates", what, f"added back, restored from its archive (epoch {arch['epoch']}) with every increment "
                           "of its inputs it missed", kind="restore", name=s, data=True)
