@@ -48,7 +48,7 @@ def expected_by_hour(a: list[dict], b: list[dict]):
 @pytest.mark.parametrize("mode,seed", [("direct", 1), ("blackbox", 2), ("direct", 3)])
 def test_set_diff_matches_pandas(spark, tmp_path, monkeypatch, mode, seed):
     if seed == 3:
-        monkeypatch.setattr("cbp.pipeline._CHUNK", 3)  # feeds validated in many small Arrow chunks, frames across them
+        monkeypatch.setattr("cbp.spec.feedfiles._CHUNK", 3)  # feeds validated in many small Arrow chunks, frames across them
     rng = random.Random(seed)
     a, b = crawl(rng, 8, 0.3), crawl(rng, 8, 0.3)
     feeds = [("crawl_a", c) for c in chunk(rng, a)] + [("crawl_b", c) for c in chunk(rng, b)]
