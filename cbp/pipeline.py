@@ -18,7 +18,7 @@ from typing import Any, BinaryIO, Callable, Iterable, Iterator, Mapping, Optiona
 
 import pyarrow as pa
 
-from .controller import Controller, EpochRecord, EpochReport, Landed
+from .controller import Controller, EpochRecord, EpochReport, Landed, SyncReport
 from .errors import InputError, UsageError
 from .gcpolicy import fewer_collections
 from .spec.arrowrecords import ArrowRecordError, conform
@@ -225,6 +225,8 @@ class Pipeline:
             raise InputError(f"flow '{flow}': feed_id must be a string, not {type(feed_id).__name__}; nothing was landed", code="bad-feed-id")
         if not fl.external:
             raise InputError(f"flow '{flow}' is produced by stage '{fl.producer}'; only external flows (external: true) can be fed", code="not-external")
+        if fl.source is not None:
+            raise InputError(f"flow '{flow}' is fed from source table {fl.source} by 'cbp sync' (Pipeline.sync()) only; nothing was landed", code="source-flow")
         if isinstance(records, (str, os.PathLike)) and os.fspath(records).endswith(".parquet"):
             table = _conformed(fl.schema, _parquet_batches(os.fspath(records), os.fspath(records)), flow, os.fspath(records))
         elif _is_file(records):
@@ -287,15 +289,31 @@ class Pipeline:
 
     def run(self, max_epochs: Optional[int] = None, on_epoch: Optional[Callable[[EpochReport], None]] = None,
             on_start: Optional[Callable[[str, int], None]] = None, command: str = "cbp.Pipeline.run()",
-            epoch_timeout: Optional[float] = None) -> list[EpochReport]:
+            epoch_timeout: Optional[float] = None, sync: bool = True) -> list[EpochReport]:
         """Run stage epochs until no stage is runnable (or ``max_epochs``); one report per epoch.
+        Source flows are synced first (:meth:`sync`) unless ``sync=False``.
 
         First finishes what a killed run left (a pending commit, an interrupted epoch). Raises
         :class:`cbp.errors.BusyError` if another runner works on the same home. An epoch that
         takes longer than ``epoch_timeout`` seconds (or its stage's YAML ``timeout``) is cancelled:
         :class:`cbp.errors.UserCodeError` with code ``timeout``, nothing of it committed.
         """
+        if sync:
+            self.sync()
         return self.controller.run(max_epochs, on_epoch=on_epoch, on_start=on_start, command=command, epoch_timeout=epoch_timeout)
+
+    def sync(self, flows: Optional[list[str]] = None) -> list[SyncReport]:
+        """Land what the Delta tables of source flows (``source: {delta: URI}``) gained since the
+        last version landed: the first time the table as of its current version, then each later
+        version's change data feed as one feed with signed records. Exactly once per version, even
+        if a sync is killed; a version that cannot be read (no change data feed, vacuumed, a schema
+        that no longer fits) is an :class:`~cbp.errors.InputError` naming the table and version
+        (codes in :mod:`cbp.controller.sources`), nothing of it landed. One report per flow.
+
+            >>> [r.line() for r in p.sync()]                                  # doctest: +SKIP
+            ["orders: landed versions 3..5 of /data/orders (412 changed records, feeds 2..4)"]
+        """
+        return self.controller.sync(flows)
 
     def epochs(self, stage: str) -> int:
         """How many epochs ``stage`` has committed."""

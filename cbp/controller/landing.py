@@ -87,8 +87,12 @@ class Landing:
             if fl.frame_by is None:  # increment ids follow feed numbers, past empty feeds too
                 fs.next_inc = max(fs.next_inc, number)
             what = f"feed {number} of flow '{flow}'"
+            keyed, keyed_written = {}, []
+            if fl.key:  # events by key: land the changes they make (cbp.controller.keyed)
+                data, keyed, keyed_written = self._keyed_feed(flow, data, number, feed_id)  # type: ignore[attr-defined]
             commits, ids, written = self._land(flow, data, close=close, producer=f"feed:{number}", prior_frame=number,
                                                app=("cbp:feed", number), what=what)
+            commits, written = commits + ([keyed] if keyed else []), written + keyed_written
             self._entry(LAYOUT.feed_entry(flow, number), {"incs": ids, "records": data.num_rows, "id": feed_id})
             if feed_id is not None:
                 self._entry(LAYOUT.feed_id_entry(flow, feed_id), {"id": feed_id, "feed": number, "incs": ids})

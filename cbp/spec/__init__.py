@@ -43,6 +43,7 @@ from ..model import ALL, EMITTER_NAMES, EMITTER_PRIVATE, runnable_all, runnable_
 from .resolve import is_import_path, resolve_callable
 from .loader import load_yaml
 from .schema import FieldType, RecordSchema, parse_type
+from .sources import RawSource, SourceSpecError, flow_source
 
 __all__ = ["MAX_TIMEOUT", "load_spec", "load_yaml", "PipelineSpec", "StageSpec", "FlowSpec", "InputSpec", "KeyFunction", "FrameFunction"]
 
@@ -80,6 +81,10 @@ class _RawFlow(_Strict):
     fields: dict[str, str] = Field(alias="schema")
     external: bool = False
     description: Optional[str] = None
+    source: Optional[RawSource] = None  # a Delta table that 'cbp sync' lands (cbp.spec.sources)
+    key: Optional[list[str]] = None  # a keyed flow: upserts per key (AUTO CDC)
+    sequence_by: Optional[str] = None
+    delete_when: Optional[str] = None
 
 
 class _RawStage(_Strict):
@@ -159,6 +164,10 @@ class FlowSpec:
     producer: Optional[str]
     consumers: tuple[str, ...]
     frame_by: Optional[FrameFunction] = None
+    source: Optional[str] = None  # the Delta table 'cbp sync' lands on this flow
+    key: tuple[str, ...] = ()  # a keyed flow's key fields (cbp.controller.keyed)
+    sequence_by: Optional[str] = None
+    delete_when: Optional[str] = None
 
 
 @dataclass(frozen=True)
@@ -303,11 +312,15 @@ class _Compiler:
 
         frames = self._frames(schemas, consumers)
         stages = {n: self._stage(n, s, schemas) for n, s in raw.stages.items()}
-        flows = {
-            n: FlowSpec(n, schemas[n], f.external, producers.get(n), tuple(consumers[n]), frames.get(n))
-            for n, f in raw.flows.items()
-        }
+        flows = {n: FlowSpec(n, schemas[n], f.external, producers.get(n), tuple(consumers[n]), frames.get(n), **self._source(n, f, schemas[n], frames))
+                 for n, f in raw.flows.items()}
         return PipelineSpec(raw.pipeline, self.path, raw.mode, flows, stages, _stage_order(stages, flows))
+
+    def _source(self, name: str, f: _RawFlow, schema: RecordSchema, frames: dict[str, Any]) -> dict[str, Any]:
+        try:
+            return flow_source(name, f.external, f.source, f.key, f.sequence_by, f.delete_when, schema, name in frames)
+        except SourceSpecError as e:
+            raise self.fail(("flows", name), str(e), e.code) from None
 
     def _schema(self, fields: dict[str, str], where: tuple[str, ...], what: str) -> RecordSchema:
         if not fields:
