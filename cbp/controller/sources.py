@@ -22,6 +22,7 @@ from typing import Any, Optional
 
 import pyarrow as pa
 
+from .. import faults
 from ..errors import InputError
 from ..spec.arrowrecords import ArrowRecordError, conform
 from ..storage import LAYOUT
@@ -121,7 +122,9 @@ class Sources:
                     return report
                 version = newest if last is None else last + 1
                 data = self._source_data(flow, table, version, first=last is None)
+                faults.point("sync:read")
                 landed = self.feed(flow, data, feed_id=feed_id_of(fl.source, version))  # type: ignore[attr-defined]
+            faults.point("sync:landed")
             report.versions.append(version)
             report.feeds.append(landed.feed)
             report.records += data.num_rows
