@@ -113,15 +113,6 @@ def test_delta_source_follows_appends_updates_and_deletes(spark, make_pipeline, 
     _follow(make_pipeline, tmp_path, str(tmp_path / "src"), versions=10)
 
 
-class TestS3:
-    from moto_s3 import s3  # noqa: F401  (the module's S3 server fixture)
-
-    def test_s3_source(self, s3, spark, make_pipeline, tmp_path):  # noqa: F811
-        from moto_s3 import BUCKET
-
-        _follow(make_pipeline, tmp_path, f"s3://{BUCKET}/sources/orders", versions=4)
-
-
 # ------------------------------------------------------------------ errors: nothing lands
 def _pipe(make_pipeline, tmp_path, uri):
     return cbp.load(make_pipeline(YAML.replace("SRC", uri), MOD), home=str(tmp_path / "home"))

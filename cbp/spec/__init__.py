@@ -43,7 +43,7 @@ from ..model import ALL, EMITTER_NAMES, EMITTER_PRIVATE, runnable_all, runnable_
 from .resolve import is_import_path, resolve_callable
 from .loader import load_yaml
 from .schema import DIFF, FieldType, RecordSchema, parse_type
-from .sources import RawSource, SourceSpecError, flow_source
+from .sources import RawSource, flow_source
 
 __all__ = ["MAX_TIMEOUT", "load_spec", "load_yaml", "PipelineSpec", "StageSpec", "FlowSpec", "InputSpec", "KeyFunction", "FrameFunction"]
 
@@ -312,15 +312,9 @@ class _Compiler:
 
         frames = self._frames(schemas, consumers)
         stages = {n: self._stage(n, s, schemas) for n, s in raw.stages.items()}
-        flows = {n: FlowSpec(n, schemas[n], f.external, producers.get(n), tuple(consumers[n]), frames.get(n), **self._source(n, f, schemas[n], frames))
+        flows = {n: FlowSpec(n, schemas[n], f.external, producers.get(n), tuple(consumers[n]), frames.get(n), **flow_source(n, f, schemas[n], n in frames, self.fail))
                  for n, f in raw.flows.items()}
         return PipelineSpec(raw.pipeline, self.path, raw.mode, flows, stages, _stage_order(stages, flows))
-
-    def _source(self, name: str, f: _RawFlow, schema: RecordSchema, frames: dict[str, Any]) -> dict[str, Any]:
-        try:
-            return flow_source(name, f.external, f.source, f.key, f.sequence_by, f.delete_when, schema, name in frames)
-        except SourceSpecError as e:
-            raise self.fail(("flows", name), str(e), e.code) from None
 
     def _schema(self, fields: dict[str, str], where: tuple[str, ...], what: str) -> RecordSchema:
         if not fields:

@@ -21,7 +21,7 @@ A *source flow* is fed from a Delta table by ``cbp sync`` (:mod:`cbp.controller.
 
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 from pydantic import BaseModel, ConfigDict
 
@@ -48,16 +48,19 @@ class SourceSpecError(ValueError):
         self.code = code
 
 
-def flow_source(name: str, external: bool, source: Optional[RawSource], key: Optional[list[str]], sequence_by: Optional[str],
-                delete_when: Optional[str], schema: RecordSchema, framed: bool) -> dict[str, Any]:
-    """The :class:`~cbp.spec.FlowSpec` fields ``source``, ``key``, ``sequence_by``, ``delete_when`` of flow ``name``, checked."""
-    if (source is not None or key is not None) and not external:
-        raise SourceSpecError(f"flow '{name}': 'source' and 'key' belong to external flows (external: true)", "not-external")
-    if (source is not None or key is not None) and framed:
-        raise SourceSpecError(f"flow '{name}': a source or keyed flow lands one increment per feed; it cannot have a frame_by", "source-framed")
-    keys = check_keyed(schema, key, sequence_by, delete_when, f"flow '{name}'")
-    uri = check_source_uri(source.delta, f"flow '{name}'") if source is not None else None
-    return {"source": uri, "key": keys, "sequence_by": sequence_by, "delete_when": delete_when}
+def flow_source(name: str, raw: Any, schema: RecordSchema, framed: bool, fail: Callable[[tuple[str, ...], str, str], Exception]) -> dict[str, Any]:
+    """The :class:`~cbp.spec.FlowSpec` fields ``source``, ``key``, ``sequence_by``, ``delete_when`` of
+    flow ``name`` (``raw``: its YAML), checked; a mistake is raised as ``fail(where, message, code)``."""
+    try:
+        if (raw.source is not None or raw.key is not None) and not raw.external:
+            raise SourceSpecError(f"flow '{name}': 'source' and 'key' belong to external flows (external: true)", "not-external")
+        if (raw.source is not None or raw.key is not None) and framed:
+            raise SourceSpecError(f"flow '{name}': a source or keyed flow lands one increment per feed; it cannot have a frame_by", "source-framed")
+        keys = check_keyed(schema, raw.key, raw.sequence_by, raw.delete_when, f"flow '{name}'")
+        uri = check_source_uri(raw.source.delta, f"flow '{name}'") if raw.source is not None else None
+    except SourceSpecError as e:
+        raise fail(("flows", name), str(e), e.code) from None
+    return {"source": uri, "key": keys, "sequence_by": raw.sequence_by, "delete_when": raw.delete_when}
 
 
 def check_source_uri(uri: str, what: str) -> str:
