@@ -304,7 +304,9 @@ class Pipeline:
         :class:`cbp.errors.UserCodeError` with code ``timeout``, nothing of it committed.
         """
         if sync:
-            self.sync()
+            for r in self.sync():
+                if r.versions:
+                    self.controller.notify(r.line())
         return self.controller.run(max_epochs, on_epoch=on_epoch, on_start=on_start, command=command, epoch_timeout=epoch_timeout)
 
     def sync(self, flows: Optional[list[str]] = None) -> list[SyncReport]:

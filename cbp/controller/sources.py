@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import Any, Optional
 
 import pyarrow as pa
+import pyarrow.compute  # noqa: F401  (pa.compute)
 
 from .. import faults
 from ..errors import InputError
@@ -149,4 +150,7 @@ class Sources:
             raise InputError(f"source table {fl.source} version {version}: record {e.row + 1}: flow '{flow}': {e}. The table's "
                              "schema no longer fits the flow: change the flow's schema (cbp plan / cbp upgrade) or the table; "
                              "nothing was landed", code="source-schema") from None
-        return data.append_column(DIFF, diff)
+        data = data.append_column(DIFF, diff)
+        if fl.key and not first:  # events of a keyed flow: within a version, what went away before what came
+            data = data.take(pa.compute.sort_indices(data, [(DIFF, "ascending")]))
+        return data
