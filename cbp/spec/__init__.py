@@ -312,7 +312,7 @@ class _Compiler:
 
         frames = self._frames(schemas, consumers)
         stages = {n: self._stage(n, s, schemas) for n, s in raw.stages.items()}
-        flows = {n: FlowSpec(n, schemas[n], f.external, producers.get(n), tuple(consumers[n]), frames.get(n), **flow_source(n, f, schemas[n], n in frames, self.fail))
+        flows = {n: FlowSpec(n, schemas[n], f.external, producers.get(n), tuple(consumers[n]), frames.get(n), **flow_source(n, f, schemas[n], n in frames, self.fail, self.base))
                  for n, f in raw.flows.items()}
         return PipelineSpec(raw.pipeline, self.path, raw.mode, flows, stages, _stage_order(stages, flows))
 

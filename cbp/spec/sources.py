@@ -48,23 +48,25 @@ class SourceSpecError(ValueError):
         self.code = code
 
 
-def flow_source(name: str, raw: Any, schema: RecordSchema, framed: bool, fail: Callable[[tuple[str, ...], str, str], Exception]) -> dict[str, Any]:
+def flow_source(name: str, raw: Any, schema: RecordSchema, framed: bool, fail: Callable[[tuple[str, ...], str, str], Exception],
+                base: str = ".") -> dict[str, Any]:
     """The :class:`~cbp.spec.FlowSpec` fields ``source``, ``key``, ``sequence_by``, ``delete_when`` of
-    flow ``name`` (``raw``: its YAML), checked; a mistake is raised as ``fail(where, message, code)``."""
+    flow ``name`` (``raw``: its YAML, in directory ``base``), checked; a mistake is raised as ``fail(where, message, code)``."""
     try:
         if (raw.source is not None or raw.key is not None) and not raw.external:
             raise SourceSpecError(f"flow '{name}': 'source' and 'key' belong to external flows (external: true)", "not-external")
         if (raw.source is not None or raw.key is not None) and framed:
             raise SourceSpecError(f"flow '{name}': a source or keyed flow lands one increment per feed; it cannot have a frame_by", "source-framed")
         keys = check_keyed(schema, raw.key, raw.sequence_by, raw.delete_when, f"flow '{name}'")
-        uri = check_source_uri(raw.source.delta, f"flow '{name}'") if raw.source is not None else None
+        uri = check_source_uri(raw.source.delta, f"flow '{name}'", base) if raw.source is not None else None
     except SourceSpecError as e:
         raise fail(("flows", name), str(e), e.code) from None
     return {"source": uri, "key": keys, "sequence_by": raw.sequence_by, "delete_when": raw.delete_when}
 
 
-def check_source_uri(uri: str, what: str) -> str:
-    """A Delta source location as cbp will open it: a local path (made absolute), a ``file:``
+def check_source_uri(uri: str, what: str, base: str = ".") -> str:
+    """A Delta source location as cbp will open it: a local path (relative ones from ``base``, the
+    YAML file's directory, made absolute), a ``file:``
     URI, or ``s3://BUCKET/PATH`` (``s3a://`` too); anything else is ``bad-source``.
 
         >>> check_source_uri("s3://b/t", "flow 'x'")
@@ -86,7 +88,7 @@ def check_source_uri(uri: str, what: str) -> str:
         return text
     if text.lower().startswith("file:"):
         return text
-    return os.path.abspath(text)
+    return os.path.abspath(os.path.join(base, text))
 
 
 def check_keyed(schema: RecordSchema, key: Optional[list[str]], sequence_by: Optional[str], delete_when: Optional[str],
