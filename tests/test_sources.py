@@ -124,8 +124,13 @@ def test_source_errors_land_nothing(make_pipeline, tmp_path):
     with pytest.raises(InputError) as e:
         p.sync()
     assert e.value.code == "source-missing" and uri in str(e.value)
+    cli = [sys.executable, "-m", "cbp.cli", "sync", p.spec.path, "--home", str(tmp_path / "home")]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+    r = subprocess.run(cli, env=env, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 3 and "[source-missing]" in r.stderr
     write_deltalake(uri, _orders([1, 2, 3], random.Random(1)))  # no change data feed
-    assert p.sync()[0].versions == [0]  # the first sync needs none: the table as it is
+    r = subprocess.run(cli, env=env, capture_output=True, text=True, timeout=300)  # the first sync needs none: the table as it is
+    assert r.returncode == 0 and r.stdout.startswith("orders: landed version 0 of ") and "(3 changed records, feeds 1..1)" in r.stdout
     DeltaTable(uri).delete("order_id = 2")
     with pytest.raises(InputError) as e:
         p.sync()
