@@ -169,19 +169,22 @@ KILLS = [["kill:sync:read:2"], ["kill:feed:written:2"], ["kill:feed:pending:3"],
          ["kill:feed:snapshot:3"], ["kill:sync:landed:1"], ["kill:sync:landed:3"]]
 
 
-def test_sync_killed_anywhere_lands_each_version_once(make_pipeline, tmp_path):
+@pytest.mark.parametrize("keyed", [False, True])
+def test_sync_killed_anywhere_lands_each_version_once(make_pipeline, tmp_path, keyed):
     """``cbp sync`` killed (SIGKILL) at each moment of landing a version, then synced again: every
-    version landed exactly once, and the flow's signed records add up to the table's rows."""
+    version landed exactly once, and the flow's signed records add up to the table's rows (for a
+    keyed flow too, whose keyed table commits second: ``feed:committed:1``)."""
     uri = str(tmp_path / "src")
     rnd = random.Random(2)
     write_deltalake(uri, _orders(list(range(10)), rnd), configuration=CDF)
-    yaml = make_pipeline(YAML.replace("SRC", uri), MOD)
+    text = YAML.replace("SRC", uri)
+    yaml = make_pipeline(text.replace("    source:", "    key: [order_id]\n    source:") if keyed else text, MOD)
     home = str(tmp_path / "home")
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
     cmd = [sys.executable, "-m", "cbp.cli", "sync", str(yaml), "--home", home]
     assert subprocess.run(cmd, env=env, capture_output=True, timeout=300).returncode == 0
     next_id = [50]
-    for n, faults in enumerate(KILLS):
+    for n, faults in enumerate(KILLS + ([["kill:feed:committed:1:2"], ["kill:feed:committed:0:1", "kill:recover:committed:1:1"]] if keyed else [])):
         for v in range(3):
             _change(uri, 4 * n + v, rnd, next_id)
         for fault in faults:
