@@ -95,11 +95,6 @@ class Sources:
             n -= 1
         return None
 
-    def pending_versions(self, flow: str) -> tuple[Optional[int], int]:
-        """``(version landed last or None, newest version of the table)``: a sync is due when they differ."""
-        self.refresh()
-        return self.landed_version(flow), SourceTable(self.spec.flows[flow].source).version()  # type: ignore[arg-type]
-
     def sync(self, flows: Optional[list[str]] = None) -> list[SyncReport]:
         """Land every version the source tables of ``flows`` (default: all source flows) gained."""
         return [self._sync_flow(f) for f in (flows if flows is not None else self.source_flows())]
