@@ -13,7 +13,7 @@ by :mod:`cbp.airflow.dagfactory` (it needs the ``airflow`` extra).
 
 __version__ = "0.1.0"  # before the imports: cbp.storage writes it into Delta commits
 
-from .controller import EpochRecord, EpochReport
+from .controller import EpochRecord, EpochReport, SyncReport
 from .controller.feeds import DuplicateFeedWarning
 from .controller.rewind import RewindReport
 from .controller.plan import Change, Plan
@@ -25,7 +25,7 @@ from .pipeline import Pipeline, load
 from .spec import PipelineSpec, load_spec
 
 __all__ = [
-    "load", "Pipeline", "load_spec", "PipelineSpec", "EpochReport", "EpochRecord", "Plan", "Change", "Progress", "Crawler", "Corpus", "CrawlRound",
+    "load", "Pipeline", "load_spec", "PipelineSpec", "EpochReport", "EpochRecord", "Plan", "Change", "Progress", "SyncReport", "Crawler", "Corpus", "CrawlRound",
     "Emitter", "Writer", "runnable_all", "runnable_any", "ALL", "broadcast", "multicast", "Broadcast", "Multicast",
     "RewindReport", "DuplicateFeedWarning",
     "CbpError", "SpecError", "InputError", "UsageError", "UserCodeError", "RuntimeStateError", "BusyError",

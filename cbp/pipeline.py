@@ -20,7 +20,7 @@ from typing import Any, BinaryIO, Callable, Iterable, Iterator, Mapping, Optiona
 
 import pyarrow as pa
 
-from .controller import Controller, EpochRecord, EpochReport, Landed
+from .controller import Controller, EpochRecord, EpochReport, Landed, SyncReport
 from .controller.plan import Plan
 from .controller.upgrade import unfed_waits
 from .engine.progress import Poller, Progress
@@ -143,6 +143,8 @@ class Pipeline:
             raise InputError(f"flow '{flow}': feed_id must be a string, not {type(feed_id).__name__}; nothing was landed", code="bad-feed-id")
         if not fl.external:
             raise InputError(f"flow '{flow}' is produced by stage '{fl.producer}'; only external flows (external: true) can be fed", code="not-external")
+        if fl.source is not None:
+            raise InputError(f"flow '{flow}' is fed from source table {fl.source} by 'cbp sync' (Pipeline.sync()) only; nothing was landed", code="source-flow")
         if isinstance(records, (str, os.PathLike)) and os.fspath(records).endswith(".parquet"):
             table = _conformed(fl.schema, _parquet_batches(os.fspath(records), os.fspath(records)), flow, os.fspath(records))
         elif _is_file(records):
@@ -206,8 +208,9 @@ class Pipeline:
     def run(self, max_epochs: Optional[int] = None, on_epoch: Optional[Callable[[EpochReport], None]] = None,
             on_start: Optional[Callable[[str, int], None]] = None, command: str = "cbp.Pipeline.run()",
             epoch_timeout: Optional[float] = None, upgrade: bool = False,
-            progress: Optional[Callable[[Progress], None]] = None) -> list[EpochReport]:
+            progress: Optional[Callable[[Progress], None]] = None, sync: bool = True) -> list[EpochReport]:
         """Run stage epochs until no stage is runnable (or ``max_epochs``); one report per epoch.
+        Source flows are synced first (:meth:`sync`) unless ``sync=False``.
 
         First finishes what a killed run left (a pending commit, an interrupted epoch). Raises
         :class:`cbp.errors.BusyError` if another runner works on the same home. An epoch that
@@ -240,6 +243,10 @@ class Pipeline:
 
         if upgrade:
             self.upgrade()
+        if sync:
+            for r in self.sync():
+                if r.versions:
+                    self.controller.notify(r.line())
         with poller if poller is not None else contextlib.nullcontext():
             reports = self.controller.run(max_epochs, on_epoch=ended, on_start=started, command=command, epoch_timeout=epoch_timeout)
         for warning in unfed_waits(self.controller):
@@ -308,6 +315,19 @@ class Pipeline:
         from .controller.runs import timeline
 
         return timeline(self.controller)
+
+    def sync(self, flows: Optional[list[str]] = None) -> list[SyncReport]:
+        """Land what the Delta tables of source flows (``source: {delta: URI}``) gained since the
+        last version landed: the first time the table as of its current version, then each later
+        version's change data feed as one feed with signed records. Exactly once per version, even
+        if a sync is killed; a version that cannot be read (no change data feed, vacuumed, a schema
+        that no longer fits) is an :class:`~cbp.errors.InputError` naming the table and version
+        (codes in :mod:`cbp.controller.sources`), nothing of it landed. One report per flow.
+
+            >>> [r.line() for r in p.sync()]                                  # doctest: +SKIP
+            ["orders: landed versions 3..5 of /data/orders (412 changed records, feeds 2..4)"]
+        """
+        return self.controller.sync(flows)
 
     def epochs(self, stage: str) -> int:
         """How many epochs ``stage`` has committed."""

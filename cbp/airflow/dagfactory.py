@@ -82,7 +82,12 @@ def flow_asset(home: str, spec: PipelineSpec, flow: str, watch: bool = False, in
     from .triggers import IncrementLanded
 
     watchers = []
-    if watch:
+    source = spec.flows[flow].source
+    if watch and source is not None:  # fed from a Delta table: fire when it gains a version (cbp run syncs first)
+        from .sourcetrigger import SourceVersionAdded
+
+        watchers = [AssetWatcher(name=f"cbp_{spec.name}_{flow}_source", trigger=SourceVersionAdded(home, flow, source, poke_interval, markers))]
+    elif watch:
         trigger = IncrementLanded(home=home, flow=flow, inbox=inbox, poke_interval=poke_interval, markers=markers, settle=settle)
         watchers = [AssetWatcher(name=f"cbp_{spec.name}_{flow}_landed", trigger=trigger)]
     return Asset(name=f"cbp.{spec.name}.{flow}", uri=f"{home_uri(home)}/flows/{flow}", group="cbp", watchers=watchers)
@@ -233,10 +238,10 @@ def pipeline_dag(yaml_path: str, cfg: DagConfig) -> Any:
 
     spec = load_spec(yaml_path)
     home = cfg.home(spec)
-    inputs = list(spec.external_flows)
+    inputs = [f for f in spec.external_flows if spec.flows[f].source is None]  # source flows have no inbox: they are synced
     markers = cfg.markers_dir(spec)
     watched = [flow_asset(home, spec, f, watch=True, inbox=cfg.inbox_dir(spec, f), poke_interval=cfg.poke_interval, markers=markers,
-                          settle=cfg.inbox_settle_seconds) for f in inputs]
+                          settle=cfg.inbox_settle_seconds) for f in spec.external_flows]
     yaml_path = os.path.abspath(yaml_path)
     timeout = timedelta(minutes=cfg.run_timeout_minutes)
     with DAG(dag_id=f"cbp_{spec.name}", schedule=AssetAny(*watched) if watched else None, catchup=False, max_active_runs=1,

@@ -10,6 +10,8 @@ increments that no connector references.
 - :mod:`.history`: what happened (epochs, feeds, feed ids, collected increments), read on demand;
 - :mod:`.journal`: the commit protocol: pending records, Delta commits, recovery;
 - :mod:`.landing`: feeds, framing, garbage collection;
+- :mod:`.keyed`: keyed flows (upserts by key as signed changes);
+- :mod:`.sources`: syncing flows fed from Delta tables;
 - :mod:`.scheduler`: runnability and the round-robin scheduler;
 - :mod:`.epoch`: one stage epoch: intention, Spark job, commits;
 - :mod:`.reads`: state and output records, epochs, status.
@@ -31,6 +33,7 @@ from ..storage import LAYOUT, Home
 from .epoch import Epochs
 from .history import History
 from .journal import Journal
+from .keyed import Keyed
 from .landing import Landing
 from .reads import Reads
 from .codehash import evolution_status
@@ -39,12 +42,13 @@ from .records import Decision, EpochRecord, EpochReport, Landed
 from .stageplan import make_plan
 from .upgrade import apply_plan, record, sha, yaml_text
 from .scheduler import Scheduling
+from .sources import Sources, SyncReport
 from .snapshot import Snapshot
 
-__all__ = ["Controller", "EpochReport", "EpochRecord", "Decision", "Landed"]
+__all__ = ["Controller", "EpochReport", "EpochRecord", "Decision", "Landed", "SyncReport"]
 
 
-class Controller(Journal, Landing, Scheduling, Epochs, Reads):
+class Controller(Journal, Landing, Keyed, Sources, Scheduling, Epochs, Reads):
     """Connectors, runnability, scheduling and epoch commits for one pipeline in one home."""
 
     def __init__(self, spec: PipelineSpec, home: Home, *, mode: Optional[str] = None, spark: Any = None,

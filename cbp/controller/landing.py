@@ -92,8 +92,12 @@ class Landing:
             if fl.frame_by is None:  # increment ids follow feed numbers, past empty feeds too
                 fs.next_inc = max(fs.next_inc, number)
             what = f"feed {number} of flow '{flow}'"
+            keyed, keyed_written = {}, []
+            if fl.key:  # events by key: land the changes they make (cbp.controller.keyed)
+                data, keyed, keyed_written = self._keyed_feed(flow, data, number, feed_id)  # type: ignore[attr-defined]
             commits, ids, written = self._land(flow, data, close=close, producer=f"feed:{number}", prior_frame=number,
                                                app=("cbp:feed", number), what=what)
+            commits, written = commits + ([keyed] if keyed else []), written + keyed_written
             note = note_feed(self, flow, number, data, feed_id)  # its hash: a feed that repeats an earlier one is warned about
             self._entry(LAYOUT.feed_entry(flow, number), {"incs": ids, "records": data.num_rows, "id": feed_id, **note})
             if feed_id is not None:

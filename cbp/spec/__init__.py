@@ -44,6 +44,7 @@ from .resolve import is_import_path, resolve_callable
 from .loader import load_yaml
 from .fielddefs import field_definition
 from .schema import DIFF, FieldType, RecordSchema, parse_type
+from .sources import RawSource, flow_source
 
 __all__ = ["MAX_TIMEOUT", "load_spec", "load_yaml", "PipelineSpec", "StageSpec", "FlowSpec", "InputSpec", "KeyFunction", "FrameFunction"]
 
@@ -81,6 +82,10 @@ class _RawFlow(_Strict):
     fields: dict[str, Union[str, dict[str, Any]]] = Field(alias="schema")
     external: bool = False
     description: Optional[str] = None
+    source: Optional[RawSource] = None  # a Delta table that 'cbp sync' lands (cbp.spec.sources)
+    key: Optional[list[str]] = None  # a keyed flow: upserts per key (AUTO CDC)
+    sequence_by: Optional[str] = None
+    delete_when: Optional[str] = None
 
 
 class _RawStage(_Strict):
@@ -162,6 +167,10 @@ class FlowSpec:
     producer: Optional[str]
     consumers: tuple[str, ...]
     frame_by: Optional[FrameFunction] = None
+    source: Optional[str] = None  # the Delta table 'cbp sync' lands on this flow
+    key: tuple[str, ...] = ()  # a keyed flow's key fields (cbp.controller.keyed)
+    sequence_by: Optional[str] = None
+    delete_when: Optional[str] = None
 
 
 @dataclass(frozen=True)
@@ -309,10 +318,8 @@ class _Compiler:
 
         frames = self._frames(schemas, consumers)
         stages = {n: self._stage(n, s, schemas) for n, s in raw.stages.items()}
-        flows = {
-            n: FlowSpec(n, schemas[n], f.external, producers.get(n), tuple(consumers[n]), frames.get(n))
-            for n, f in raw.flows.items()
-        }
+        flows = {n: FlowSpec(n, schemas[n], f.external, producers.get(n), tuple(consumers[n]), frames.get(n), **flow_source(n, f, schemas[n], n in frames, self.fail, self.base))
+                 for n, f in raw.flows.items()}
         return PipelineSpec(raw.pipeline, self.path, raw.mode, flows, stages, _stage_order(stages, flows))
 
     def _schema(self, fields: dict[str, Any], where: tuple[str, ...], what: str) -> RecordSchema:

@@ -1,0 +1,151 @@
+"""Syncing source flows: what a Delta table gained since the last version landed (``cbp sync``).
+
+A flow declared ``source: {delta: URI}`` is fed by :meth:`Sources.sync` only. The first sync
+lands the table as of its current version (every row +1); each later version lands its change
+data feed as one feed (``insert``/``update_postimage`` +1, ``delete``/``update_preimage`` -1).
+Each feed's id is ``delta:<URI>@<version>`` and the version landed last is read from the flow's
+newest feed, under the home's lock, so a sync killed anywhere lands every version exactly once:
+the next sync starts after the version whose feed was committed (:mod:`.journal`).
+
+Errors (nothing of the version lands; the versions before it have landed):
+``source-missing`` (no table, or a version that is gone), ``source-no-cdf`` (no change data feed),
+``source-cdf-missing`` (a version's change data was vacuumed), ``source-schema`` (the table's
+columns no longer fit the flow), ``source-changed`` (the flow was synced from another table),
+``source-version`` (the table's newest version is older than one already landed: it was
+re-created).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Optional
+
+import pyarrow as pa
+import pyarrow.compute  # noqa: F401  (pa.compute)
+
+from .. import faults
+from ..errors import InputError
+from ..spec.arrowrecords import ArrowRecordError, conform
+from ..storage import LAYOUT
+from ..storage.deltasource import DIFF, SourceTable
+
+__all__ = ["Sources", "SyncReport", "feed_id_of", "parse_feed_id"]
+
+_PREFIX = "delta:"
+
+
+def feed_id_of(uri: str, version: int) -> str:
+    """The feed id of ``version`` of source table ``uri``.
+
+        >>> feed_id_of("s3://b/t", 7)
+        'delta:s3://b/t@7'
+    """
+    return f"{_PREFIX}{uri}@{version}"
+
+
+def parse_feed_id(feed_id: Any) -> Optional[tuple[str, int]]:
+    """``(uri, version)`` of a source feed id, None for any other id.
+
+        >>> parse_feed_id("delta:/data/t@12"), parse_feed_id("upload-3")
+        (('/data/t', 12), None)
+    """
+    if not isinstance(feed_id, str) or not feed_id.startswith(_PREFIX) or "@" not in feed_id:
+        return None
+    uri, _, version = feed_id[len(_PREFIX):].rpartition("@")
+    return (uri, int(version)) if version.isdigit() else None
+
+
+@dataclass
+class SyncReport:
+    """What a sync landed on one source flow: the table versions (in order) and their feed numbers."""
+
+    flow: str
+    uri: str
+    versions: list[int]
+    feeds: list[int]
+    records: int
+
+    def line(self) -> str:
+        if not self.versions:
+            return f"{self.flow}: {self.uri} has no new version"
+        span = f"version {self.versions[0]}" if len(self.versions) == 1 else f"versions {self.versions[0]}..{self.versions[-1]}"
+        return f"{self.flow}: landed {span} of {self.uri} ({self.records} changed records, feeds {self.feeds[0]}..{self.feeds[-1]})"
+
+
+class Sources:
+    """The sync part of :class:`~cbp.controller.Controller` (a mixin)."""
+
+    def source_flows(self) -> list[str]:
+        """The flows fed from a Delta table."""
+        return [n for n, f in self.spec.flows.items() if f.source is not None]
+
+    def landed_version(self, flow: str) -> Optional[int]:
+        """The newest version of ``flow``'s source table landed, None before the first sync."""
+        fl = self.spec.flows[flow]
+        n = self.st.flows[flow].feeds
+        while n > 0:
+            entry = self.history.feed(self.st, flow, n)
+            got = parse_feed_id(entry.get("id")) if entry else None
+            if got is not None:
+                if got[0] != fl.source:
+                    raise InputError(f"flow '{flow}': its records came from source table {got[0]} (up to version {got[1]}), "
+                                     f"but its source is now {fl.source}; a flow follows one table: land the new one in a new "
+                                     "home, or under a flow of its own", code="source-changed")
+                return got[1]
+            n -= 1
+        return None
+
+    def sync(self, flows: Optional[list[str]] = None) -> list[SyncReport]:
+        """Land every version the source tables of ``flows`` (default: all source flows) gained."""
+        return [self._sync_flow(f) for f in (flows if flows is not None else self.source_flows())]
+
+    def _sync_flow(self, flow: str) -> SyncReport:
+        fl = self.spec.flow(flow)
+        if fl.source is None:
+            raise InputError(f"flow '{flow}' has no 'source'; only flows declared with source: {{delta: URI}} are synced", code="not-source")
+        table = SourceTable(fl.source)
+        report = SyncReport(flow, fl.source, [], [], 0)
+        newest = table.version()
+        while True:
+            with self._locked():
+                last = self.landed_version(flow)
+                if last is not None and last > newest:
+                    newest = table.version()
+                    if last > newest:
+                        raise InputError(f"source table {fl.source}: its newest version is {newest}, but flow '{flow}' already landed "
+                                         f"version {last}; the table was re-created. Land it in a new home", code="source-version")
+                if last is not None and last >= newest:
+                    return report
+                version = newest if last is None else last + 1
+                data = self._source_data(flow, table, version, first=last is None)
+                faults.point("sync:read")
+                landed = self.feed(flow, data, feed_id=feed_id_of(fl.source, version))  # type: ignore[attr-defined]
+            faults.point("sync:landed")
+            report.versions.append(version)
+            report.feeds.append(landed.feed)
+            report.records += data.num_rows
+            if last is None:
+                return report
+
+    def _source_data(self, flow: str, table: SourceTable, version: int, *, first: bool) -> pa.Table:
+        """Version ``version`` of the table as records of ``flow`` with ``_diff``: all its rows, or its changes."""
+        fl = self.spec.flows[flow]
+        fields = list(fl.schema.fields)
+        if first:
+            raw = table.rows(version, fields)
+            diff = pa.array([1] * raw.num_rows, pa.int64())
+        else:
+            table.check_cdf(version)
+            raw = table.changes(version, fields)
+            diff = raw.column(DIFF)
+            raw = raw.drop_columns([DIFF])
+        try:
+            data = conform(fl.schema, raw)
+        except ArrowRecordError as e:
+            raise InputError(f"source table {fl.source} version {version}: record {e.row + 1}: flow '{flow}': {e}. The table's "
+                             "schema no longer fits the flow: change the flow's schema (cbp plan / cbp upgrade) or the table; "
+                             "nothing was landed", code="source-schema") from None
+        data = data.append_column(DIFF, diff)
+        if fl.key and not first:  # events of a keyed flow: within a version, what went away before what came
+            data = data.take(pa.compute.sort_indices(data, [(DIFF, "ascending")]))
+        return data

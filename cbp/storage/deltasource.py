@@ -1,0 +1,117 @@
+"""Reading a Delta table that feeds a source flow: its versions, its rows, its change data feed.
+
+A source table belongs to someone else (their jobs append, MERGE and DELETE): cbp only reads it,
+with delta-rs, through the same object-store settings as homes (:mod:`.objectstore`). What each
+version changed comes from the table's change data feed (``delta.enableChangeDataFeed``) as
+signed rows: ``insert`` and ``update_postimage`` are +1, ``delete`` and ``update_preimage`` -1.
+
+    >>> SIGNS["update_preimage"], SIGNS["insert"]
+    (-1, 1)
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from ..errors import InputError
+from . import objectstore
+from .location import local_file_uri
+
+__all__ = ["SourceTable", "SIGNS", "CDF_PROPERTY", "DIFF"]
+
+CDF_PROPERTY = "delta.enableChangeDataFeed"
+DIFF = "_diff"
+SIGNS = {"insert": 1, "update_postimage": 1, "delete": -1, "update_preimage": -1}
+_CDF_COLUMNS = ("_change_type", "_commit_version", "_commit_timestamp")
+
+
+class SourceTable:
+    """A Delta table read as a source: ``SourceTable(uri).version()``, ``.rows(v)``, ``.changes(v)``.
+
+    Errors name the table and the version (:class:`~cbp.errors.InputError`): ``source-missing``
+    (no Delta table there, or no such version), ``source-no-cdf`` (the change data feed is not
+    enabled), ``source-cdf-missing`` (a version's change data is gone: vacuumed, or its log
+    cleaned up).
+    """
+
+    def __init__(self, uri: str) -> None:
+        self.uri = uri
+        self._dt = None
+
+    def _open(self, version: Optional[int] = None):  # type: ignore[no-untyped-def]
+        from deltalake import DeltaTable
+
+        where = local_file_uri(self.uri)
+        try:
+            if self._dt is None:
+                self._dt = DeltaTable(where, storage_options=objectstore.storage_options(where))
+            elif version is None:
+                self._dt.update_incremental()
+            if version is not None and self._dt.version() != version:
+                self._dt.load_as_version(version)
+        except Exception as e:  # noqa: BLE001 - delta-rs raises its own and OSError kinds
+            at = f" version {version}" if version is not None else ""
+            raise InputError(f"source table {self.uri}{at}: cannot open it as a Delta table: {str(e).splitlines()[0][:300]}; "
+                             "nothing was landed", code="source-missing") from None
+        return self._dt
+
+    def version(self) -> int:
+        """The table's newest version."""
+        return int(self._open().version())
+
+    def cdf_enabled(self, version: int) -> bool:
+        """Whether the change data feed is on as of ``version``."""
+        conf = self._open(version).metadata().configuration
+        return str(conf.get(CDF_PROPERTY, "false")).strip().lower() == "true"
+
+    def check_cdf(self, version: int) -> None:
+        """Refuse (``source-no-cdf``) a version whose changes cbp cannot read."""
+        if not self.cdf_enabled(version):
+            raise InputError(f"source table {self.uri} version {version}: the table has no change data feed, so cbp cannot "
+                             f"tell what the version changed; enable it with ALTER TABLE ... SET TBLPROPERTIES "
+                             f"({CDF_PROPERTY} = true) (delta-rs: DeltaTable.alter.set_table_properties) and sync again; "
+                             "nothing was landed", code="source-no-cdf")
+
+    def rows(self, version: int, columns: list[str]) -> pa.Table:
+        """The table's rows as of ``version`` (the columns of ``columns`` it has)."""
+        dt = self._open(version)
+        have = [c for c in columns if c in set(dt.schema().to_arrow().names)]  # type: ignore[attr-defined]
+        try:
+            return _plain(pa.table(dt.to_pyarrow_dataset().to_table(columns=have)))
+        except Exception as e:  # noqa: BLE001
+            raise InputError(f"source table {self.uri} version {version}: cannot read its rows: {str(e).splitlines()[0][:300]}; "
+                             "nothing was landed", code="source-missing") from None
+
+    def changes(self, version: int, columns: list[str]) -> pa.Table:
+        """What ``version`` changed: the columns of ``columns`` the table has, and ``_diff`` (+1/-1)."""
+        dt = self._open()
+        try:
+            reader = dt.load_cdf(starting_version=version, ending_version=version, columns=None)
+            data = pa.table(reader)
+        except Exception as e:  # noqa: BLE001
+            raise InputError(f"source table {self.uri} version {version}: its change data cannot be read "
+                             f"({str(e).splitlines()[0][:300]}); it was vacuumed or its log cleaned up. Land the table "
+                             "anew in a new home, or keep change data longer (delta.deletedFileRetentionDuration, "
+                             "delta.logRetentionDuration); nothing was landed", code="source-cdf-missing") from None
+        kinds = pc.cast(data.column("_change_type"), pa.string())
+        signs = pc.if_else(pc.is_in(kinds, pa.array(["insert", "update_postimage"])), 1, -1).cast(pa.int64())
+        keep = pc.is_in(kinds, pa.array(list(SIGNS)))
+        body = _plain(data.select([c for c in data.schema.names if c in set(columns)]))
+        return body.append_column(DIFF, signs).filter(keep)
+
+
+def _plain(t: pa.Table) -> pa.Table:
+    """Arrow types delta-rs reads (string views, large strings) as the plain ones cbp stores."""
+    fields = []
+    for f in t.schema:
+        if pa.types.is_string_view(f.type) or pa.types.is_large_string(f.type):
+            fields.append(pa.field(f.name, pa.string(), f.nullable))
+        elif pa.types.is_binary_view(f.type) or pa.types.is_large_binary(f.type):
+            fields.append(pa.field(f.name, pa.binary(), f.nullable))
+        else:
+            fields.append(f)
+    target = pa.schema(fields)
+    return t if target == t.schema else t.cast(target)
