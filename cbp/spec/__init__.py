@@ -42,6 +42,7 @@ from ..errors import SpecError
 from ..model import ALL, EMITTER_NAMES, EMITTER_PRIVATE, runnable_all, runnable_any
 from .resolve import is_import_path, resolve_callable
 from .loader import load_yaml
+from .messages import pydantic_message
 from .fielddefs import field_definition
 from .schema import DIFF, FieldType, RecordSchema, parse_type
 from .sources import RawSource, flow_source
@@ -243,7 +244,7 @@ def load_spec(path: str | os.PathLike[str], text: Optional[str] = None) -> Pipel
     try:
         raw = _RawPipeline.model_validate(data)
     except ValidationError as e:
-        raise SpecError(path, _pydantic_message(e, lines), code="invalid-spec") from None
+        raise SpecError(path, pydantic_message(e, lines), code="invalid-spec") from None
     return _Compiler(path, raw, lines).compile()
 
 
@@ -486,26 +487,3 @@ def _stage_order(stages: dict[str, StageSpec], flows: dict[str, FlowSpec]) -> tu
     for n in stages:
         visit(n, set())
     return tuple(order)
-
-
-def _pydantic_message(e: ValidationError, lines: dict[tuple[str, ...], int]) -> str:
-    parts = []
-    for err in e.errors()[:5]:
-        loc = [str(x) for x in err["loc"]]
-        keys = tuple(x for x in loc if not x.isdigit())
-        line = None
-        for n in range(len(keys), -1, -1):
-            line = lines.get(keys[:n])
-            if line:
-                break
-        what = {"missing": "missing (required)", "extra_forbidden": "unknown field"}.get(err["type"], err["msg"])
-        label = _describe(loc)
-        parts.append((f"line {line}: " if line else "") + f"{label}: {what}")
-    return "; ".join(parts)
-
-
-def _describe(loc: list[str]) -> str:
-    if len(loc) >= 2 and loc[0] in ("stages", "flows"):
-        rest = ".".join(x if not x.isdigit() else f"[{x}]" for x in loc[2:])
-        return f"{loc[0][:-1]} '{loc[1]}'" + (f" {rest}" if rest else "")
-    return ".".join(loc) or "file"
