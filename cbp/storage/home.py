@@ -104,6 +104,7 @@ class Home(DeltaTables):
         self._heads: dict[str, Any] = {}
         self._tables_lock = threading.Lock()
         self._runner_lease: Optional[Lease] = None  # held by runner_lock on S3 (see fence)
+        self._runner_thread: Optional[int] = None  # the thread that holds runner_lock through this object (a follower)
         self._s3: Optional[S3Objects] = None
 
     def __getstate__(self) -> dict[str, Any]:
@@ -297,8 +298,13 @@ class Home(DeltaTables):
         On a local home this is an ``flock`` on ``<home>/_cbp/runner.lock``, which the OS releases
         when the holder dies however it dies; on S3 the lease ``runner``, which expires when its
         holder stops renewing it. ``_cbp/runner.json`` says who holds it. Finding that file with
-        the lock free means a runner was killed: ``took_over`` gets what it said.
+        the lock free means a runner was killed: ``took_over`` gets what it said. Re-entrant in the
+        thread that holds it through this object (a follower's runs, :mod:`cbp.follow`); another
+        thread or object is refused as another process is.
         """
+        if self._runner_thread == threading.get_ident():  # re-entered: a follower's runs (cbp.follow)
+            yield
+            return
         me = {**self.holder_info(), "command": command}
         with self._runner_hold(me) as expired:
             stale = self.runner_info() or (expired.info if expired is not None else None)
@@ -308,9 +314,11 @@ class Home(DeltaTables):
                 self.write_bytes(_RUNNER, json.dumps(me).encode())
             except OSError as e:
                 raise RuntimeStateError(f"cannot write {self.uri(_RUNNER)}: {e.strerror}; is the home read-only or full?", code="io") from e
+            self._runner_thread = threading.get_ident()
             try:
                 yield
             finally:
+                self._runner_thread = None
                 self.delete_file(_RUNNER)
 
     @contextmanager
