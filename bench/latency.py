@@ -129,7 +129,7 @@ class Follower:
 
     def stop(self) -> int:
         if self.alive():
-            os.killpg(self.proc.pid, signal.SIGTERM)
+            self.proc.send_signal(signal.SIGTERM)  # the follower only: its JVM would die mid-epoch
         try:
             return self.proc.wait(120)
         except subprocess.TimeoutExpired:

@@ -119,7 +119,7 @@ def processes():
     yield start
     for p in started:
         if p.poll() is None:
-            os.killpg(p.pid, signal.SIGTERM)
+            p.send_signal(signal.SIGTERM)  # the follower only; then the whole group
             try:
                 p.wait(120)
             except subprocess.TimeoutExpired:
