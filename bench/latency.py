@@ -21,7 +21,7 @@ seen by this process polling the home's controller snapshot every 10 ms. Methods
   (``poke_interval``, 5 s: 2.5 s on average) and the scheduler's and triggerer's loops, which
   ``airflow standalone`` would add and this does not measure (``--no-airflow`` skips the row).
 
-Prints a table; writes ``bench/out/latency.{md,json,png}``.
+Prints a table; writes ``bench/out/latency.{md,json,png}`` and ``bench/latency.png`` (the docs' plot).
 
     .venv/bin/python bench/latency.py                    # 100k keys; 5 fresh runs, 5 DAG runs, 20+20 followed (~8 min)
     .venv/bin/python bench/latency.py --runs 3 --follow-runs 10 --no-airflow
@@ -242,7 +242,8 @@ def main() -> int:
         log(f"building a home of {args.keys:,} keys in {work}")
         h, batches = build(args, work)
         log(f"built in {time.perf_counter() - t0:.0f}s ({args.source})")
-        res: dict[str, Any] = {"args": {k: v for k, v in vars(args).items()}, "version": _version("cbp"), "commit": _commit()}
+        res: dict[str, Any] = {"args": {k: v for k, v in vars(args).items()}, "version": _version("cbp"), "commit": _commit(),
+                               "load_before": os.getloadavg()[1]}
         log(f"a fresh cbp run per increment ({args.runs})")
         res["cbp_run"] = per_process(h, batches[:args.runs])
         log(f"one follower: {args.follow_runs * 2} increments, fed and dropped in its inbox")
@@ -251,6 +252,7 @@ def main() -> int:
             log(f"the Airflow DAG, in-process dag.test() ({args.runs})")
             res["airflow"] = airflow(h, batches[-args.runs:], work)
         res["total_seconds"] = time.perf_counter() - t0
+        res["load_after"] = os.getloadavg()[1]
     finally:
         shutil.rmtree(work, ignore_errors=True)
     write(res)
@@ -288,7 +290,8 @@ def write(res: dict[str, Any]) -> None:
         f"- {_dt.datetime.now().strftime('%Y-%m-%d %H:%M')}, cbp {res['version']} (`{res['commit']}`), {os.cpu_count()} cores; "
         f"`python bench/latency.py {' '.join(sys.argv[1:])}`",
         f"- URLCount vectorised, {a['keys']:,} state keys, {a['increment']:,}-record increments (half new keys); {a['source']}",
-        "- seconds from the increment landed (durable in the home) to the epoch that read it committed",
+        "- seconds from the increment landed (durable in the home) to the epoch that read it committed; "
+        f"machine load (5-minute average) {res['load_before']:.1f} at the start, {res['load_after']:.1f} at the end",
         "",
         "| method | n | median | p90 | min | max | notes |",
         "|:---|---:|---:|---:|---:|---:|:---|",
@@ -320,7 +323,8 @@ def write(res: dict[str, Any]) -> None:
     ax.legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(OUT / "latency.png", dpi=120)
-    log(f"wrote {OUT / 'latency.md'}, .json, .png")
+    shutil.copy(OUT / "latency.png", Path(__file__).with_name("latency.png"))  # the docs' plot (docs/benchmarks/latency.md)
+    log(f"wrote {OUT / 'latency.md'}, .json, .png (and bench/latency.png)")
 
 
 if __name__ == "__main__":

@@ -210,7 +210,8 @@ def test_stop_waits_for_the_epoch_in_flight(spark, make_pipeline, tmp_path, foll
     assert q.status()["stages"]["count"]["connectors"]["words"]["pending"] == 1 and not q.status()["interrupted"]
 
 
-def test_sigterm_stops_the_follower_process_after_the_epoch_in_flight(make_pipeline, tmp_path, processes):
+@pytest.mark.parametrize("how", ["SIGTERM to the follower", "Ctrl-C: SIGINT to its process group"])
+def test_sigterm_or_ctrl_c_stops_the_follower_process_after_the_epoch_in_flight(how, make_pipeline, tmp_path, processes):
     yaml, marker = _make(make_pipeline, tmp_path, sleep=4.0)
     home = str(tmp_path / "home")
     p = cbp.load(yaml, home=home)
@@ -218,10 +219,14 @@ def test_sigterm_stops_the_follower_process_after_the_epoch_in_flight(make_pipel
     proc = processes([sys.executable, "-m", "cbp.cli", "run", "--follow", str(yaml), "--home", home])
     _until(lambda: _in_flight(marker) or proc.poll() is not None, what="the follower's epoch to be in flight")
     assert proc.poll() is None, proc.communicate()
-    proc.send_signal(signal.SIGTERM)
+    if how.startswith("SIGTERM"):
+        proc.send_signal(signal.SIGTERM)
+    else:
+        os.killpg(proc.pid, signal.SIGINT)  # what a terminal sends: to the follower, its JVM (which ignores it), ...
     out, err = proc.communicate(timeout=300)
     assert proc.returncode == 0, err
-    assert "SIGTERM: stopping after the epoch in flight" in err and out.strip().splitlines()[-1].startswith("stopped: 1 run(s), 1 stage epoch(s)")
+    name = "SIGTERM" if how.startswith("SIGTERM") else "SIGINT"
+    assert f"{name}: stopping after the epoch in flight" in err and out.strip().splitlines()[-1].startswith("stopped: 1 run(s), 1 stage epoch(s)")
     q = cbp.load(yaml, home=home)
     assert q.epochs("count") == 1 and _counts(q) == {"slow": 1, "x": 2} and not q.status()["interrupted"] and not q.status()["runner"]
 
