@@ -196,7 +196,7 @@ class Follower:
             self.controller.notify(f"took over the home from a cbp run that was killed (pid {holder.get('pid')} on "
                                    f"{holder.get('host')}: {holder.get('command')})")
 
-        with self.home.runner_lock(self.command, took_over):
+        with self.home.follower_lock(self.command, took_over):
             if warm is not None:
                 warm()
             self._poll_sources()

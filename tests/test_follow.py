@@ -201,8 +201,8 @@ def test_stop_waits_for_the_epoch_in_flight(spark, make_pipeline, tmp_path, foll
     p.feed("words", [{"w": "slow"}, {"w": "x"}])
     h = followers(p)
     _until(lambda: _in_flight(marker), what="the epoch to be in flight")
-    cbp.load(yaml, home=home).feed("words", [{"w": "y"}])  # lands during the epoch; not run after the stop
-    h.stop.set()
+    h.stop.set()  # asked while the epoch is in flight
+    cbp.load(yaml, home=home).feed("words", [{"w": "y"}])  # waits for the epoch's commit (the mutation lock); not run after it
     h.thread.join(300)
     assert "error" not in h.box and h.box["summary"].epochs == 1
     q = cbp.load(yaml, home=home)

@@ -104,7 +104,7 @@ class Home(DeltaTables):
         self._heads: dict[str, Any] = {}
         self._tables_lock = threading.Lock()
         self._runner_lease: Optional[Lease] = None  # held by runner_lock on S3 (see fence)
-        self._runner_thread: Optional[int] = None  # the thread that holds runner_lock through this object (a follower)
+        self._follower_thread: Optional[int] = None  # the thread that holds follower_lock through this object
         self._s3: Optional[S3Objects] = None
 
     def __getstate__(self) -> dict[str, Any]:
@@ -298,11 +298,10 @@ class Home(DeltaTables):
         On a local home this is an ``flock`` on ``<home>/_cbp/runner.lock``, which the OS releases
         when the holder dies however it dies; on S3 the lease ``runner``, which expires when its
         holder stops renewing it. ``_cbp/runner.json`` says who holds it. Finding that file with
-        the lock free means a runner was killed: ``took_over`` gets what it said. Re-entrant in the
-        thread that holds it through this object (a follower's runs, :mod:`cbp.follow`); another
-        thread or object is refused as another process is.
+        the lock free means a runner was killed: ``took_over`` gets what it said. Not re-entrant,
+        except in the thread that holds :meth:`follower_lock` through this object.
         """
-        if self._runner_thread == threading.get_ident():  # re-entered: a follower's runs (cbp.follow)
+        if self._follower_thread == threading.get_ident():  # a follower's runs (follower_lock): it is the runner already
             yield
             return
         me = {**self.holder_info(), "command": command}
@@ -314,12 +313,21 @@ class Home(DeltaTables):
                 self.write_bytes(_RUNNER, json.dumps(me).encode())
             except OSError as e:
                 raise RuntimeStateError(f"cannot write {self.uri(_RUNNER)}: {e.strerror}; is the home read-only or full?", code="io") from e
-            self._runner_thread = threading.get_ident()
             try:
                 yield
             finally:
-                self._runner_thread = None
                 self.delete_file(_RUNNER)
+
+    @contextmanager
+    def follower_lock(self, command: str, took_over: Optional[Callable[[dict[str, Any]], None]] = None) -> Iterator[None]:
+        """:meth:`runner_lock` for a follower (:mod:`cbp.follow`): held across its runs, whose own
+        :meth:`runner_lock` (in this thread, through this object) it covers; ``busy`` as runner_lock."""
+        with self.runner_lock(command, took_over):
+            self._follower_thread = threading.get_ident()
+            try:
+                yield
+            finally:
+                self._follower_thread = None
 
     @contextmanager
     def _runner_hold(self, me: dict[str, Any]) -> Iterator[Optional[LeaseRecord]]:
