@@ -16,7 +16,9 @@ and runs again, with at least ``min_interval`` seconds between the starts of two
 - every ``recheck`` seconds it runs anyway (a feeder killed mid-commit left a pending record that
   only a run finishes; a snapshot written under another name).
 
-Waiting is a sleep of ``poll`` seconds between looks (no busy wait). ``stop`` (a
+Waiting is a sleep of ``poll`` seconds (at least 0.01) between looks: no busy wait. An error in a
+run (a translator that raises, an unreachable store) ends the follower with that error, as it
+ends ``cbp run``. ``stop`` (a
 :class:`threading.Event` or a callable returning True) is looked at between looks and after every
 epoch: the follower stops after the epoch in flight, with nothing half-committed.
 
@@ -46,6 +48,7 @@ __all__ = ["follow", "Follower", "FollowSummary", "Source", "sync_hook", "stoppe
 
 POLL_LOCAL = 0.05  # seconds between looks for new input on a local home (a stat per look)
 POLL_OBJECT_STORE = 1.0  # on an object store: one HEAD request per look (about 86,400 a day)
+MIN_POLL = 0.01  # a smaller poll is taken as this one
 RECHECK = 60.0  # seconds after which a follower runs even if it saw nothing new
 SYNC_EVERY = 5.0  # seconds between two looks at a Delta source's versions (Pipeline.sync)
 
@@ -122,7 +125,8 @@ class Follower:
         self.pipe, self.controller = pipe, pipe.controller
         self.home = self.controller.home
         self.min_interval = float(min_interval)
-        self.poll = float(poll) if poll is not None else (POLL_OBJECT_STORE if self.home.local_dir() is None else POLL_LOCAL)
+        default = POLL_OBJECT_STORE if self.home.local_dir() is None else POLL_LOCAL
+        self.poll = max(float(poll), MIN_POLL) if poll is not None else default  # never a busy wait
         self.recheck = float(recheck)
         self.should_stop = stopper(stop)
         hook = sync_hook(pipe)
@@ -139,7 +143,7 @@ class Follower:
             left = deadline - time.monotonic()
             if left <= 0:
                 return False
-            time.sleep(min(left, max(self.poll, 0.01)))
+            time.sleep(min(left, self.poll))
         return True
 
     def _landed_elsewhere(self) -> bool:

@@ -270,3 +270,16 @@ def test_sync_hook_is_used_only_with_a_delta_source():
     assert hook() is True and hook() is False and calls == [1]  # at most once per `every`
     assert sync_hook(SimpleNamespace(spec=SimpleNamespace(flows={"plain": flows["plain"]}), sync=pipe.sync)) is None
     assert sync_hook(SimpleNamespace(spec=SimpleNamespace(flows=flows))) is None  # a Pipeline without sync() (before `sources` is merged)
+
+
+def test_follower_options(make_pipeline, tmp_path):
+    from cbp.errors import UsageError
+    from cbp.follow import MIN_POLL, POLL_LOCAL, Follower
+
+    yaml, _ = _make(make_pipeline, tmp_path)
+    p = cbp.load(yaml, home=str(tmp_path / "home"))
+    assert Follower(p).poll == POLL_LOCAL and Follower(p, poll=0).poll == MIN_POLL  # never a busy wait
+    for bad in ({"min_interval": -1}, {"min_interval": float("nan")}, {"poll": "1"}, {"stop": 3}):
+        with pytest.raises(UsageError) as e:
+            Follower(p, **bad)
+        assert e.value.code == "bad-option"
