@@ -105,8 +105,10 @@ def sync_hook(pipe: Any, every: float = SYNC_EVERY) -> Optional[Source]:
         if now - last[0] < every:
             return False
         last[0] = now
-        landed = sync()
-        return bool(landed) if landed is not None else False  # what it landed shows as a new snapshot anyway
+        reports = sync()  # one report per source flow, with the versions it landed (cbp.controller.sources)
+        if isinstance(reports, (list, tuple)):
+            return any(getattr(r, "versions", None) for r in reports)
+        return bool(reports)  # what it landed shows as a new snapshot anyway
 
     return poll
 
@@ -134,6 +136,7 @@ class Follower:
         self.command, self.epoch_timeout = command, epoch_timeout
         self.on_epoch, self.on_start, self.on_round, self.on_ready = on_epoch, on_start, on_round, on_ready
         self.summary = FollowSummary()
+        self._seen = self.controller.st.seq
 
     # ------------------------------------------------------------------ waiting
     def _sleep(self, seconds: float) -> bool:
@@ -147,8 +150,10 @@ class Follower:
         return True
 
     def _landed_elsewhere(self) -> bool:
-        """Whether a change was committed since this follower's last look: the next snapshot exists."""
-        return self.home.exists(LAYOUT.snapshot(self.controller.st.seq + 1))
+        """Whether a change was committed since this follower's last run: the snapshot after the one
+        that run ended on exists (each change writes the next one; anything that refreshes the
+        controller meanwhile, as a sync does, cannot hide it)."""
+        return self.home.exists(LAYOUT.snapshot(self._seen + 1))
 
     def _poll_sources(self) -> bool:
         landed = False
@@ -188,6 +193,7 @@ class Follower:
             self.pipe.run(on_epoch=done, on_start=self.on_start, command=self.command, epoch_timeout=self.epoch_timeout)
         except _Stopped:
             stopped = True
+        self._seen = self.controller.st.seq  # the snapshot the run ended on
         if self.on_round is not None:
             self.on_round(reports)
         return not stopped

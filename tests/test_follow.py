@@ -265,9 +265,12 @@ def test_sync_hook_is_used_only_with_a_delta_source():
 
     calls = []
     flows = {"plain": SimpleNamespace(source=None), "table": SimpleNamespace(source={"delta": "/tmp/t"})}
-    pipe = SimpleNamespace(spec=SimpleNamespace(flows=flows), sync=lambda: calls.append(1) or 1)
+    landed = [[SimpleNamespace(versions=[]), SimpleNamespace(versions=[4, 5])], [SimpleNamespace(versions=[])]]
+    pipe = SimpleNamespace(spec=SimpleNamespace(flows=flows), sync=lambda: calls.append(1) or landed[len(calls) - 1])
     hook = sync_hook(pipe, every=3600)
     assert hook() is True and hook() is False and calls == [1]  # at most once per `every`
+    hook = sync_hook(pipe, every=0)
+    assert hook() is False and calls == [1, 1]  # a sync that landed no version
     assert sync_hook(SimpleNamespace(spec=SimpleNamespace(flows={"plain": flows["plain"]}), sync=pipe.sync)) is None
     assert sync_hook(SimpleNamespace(spec=SimpleNamespace(flows=flows))) is None  # a Pipeline without sync() (before `sources` is merged)
 
@@ -283,3 +286,16 @@ def test_follower_options(make_pipeline, tmp_path):
         with pytest.raises(UsageError) as e:
             Follower(p, **bad)
         assert e.value.code == "bad-option"
+
+
+def test_a_source_that_refreshes_the_controller_does_not_hide_a_feed(spark, make_pipeline, tmp_path, followers):
+    """A Delta source's sync() takes the lock and re-reads the snapshot between runs; a feed landed
+    just before is still seen (not only by the 60 s recheck, turned off here)."""
+    yaml, _ = _make(make_pipeline, tmp_path)
+    home = str(tmp_path / "home")
+    p = cbp.load(yaml, home=home)
+    first = threading.Event()
+    followers(p, recheck=3600, on_round=lambda reports: first.set(), sources=[lambda: p.controller.refresh() or False])
+    assert first.wait(300)
+    cbp.load(yaml, home=home).feed("words", [{"w": "a"}])
+    _until(lambda: _counts(cbp.load(yaml, home=home)) == {"a": 1}, timeout=120, what="the feed to be run")
