@@ -207,7 +207,7 @@ class Follower:
                                    f"{holder.get('host')}: {holder.get('command')})")
 
         with self.home.follower_lock(self.command, took_over):
-            if warm is not None:
+            if warm is not None and not self.should_stop():  # a stop asked meanwhile: no Spark to start
                 warm()
             self._poll_sources()
             if self.on_ready is not None:
