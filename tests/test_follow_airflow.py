@@ -101,7 +101,7 @@ def test_the_run_task_hands_the_pipeline_to_one_follower(env):
 
 
 def test_a_follower_that_cannot_start_fails_the_task_with_its_reason(tmp_path):
-    from cbp.airflow.follower import ensure_follower, follower_running
+    from cbp.airflow.follower import ensure_follower, follower_running, stop_follower
 
     flows = tmp_path / "flows"
     flows.mkdir()
@@ -109,11 +109,14 @@ def test_a_follower_that_cannot_start_fails_the_task_with_its_reason(tmp_path):
     (flows / f"{NAME}.py").write_text(MODULE)
     home, markers = str(tmp_path / "home"), str(tmp_path / "markers")
     p = cbp.load(flows / f"{NAME}.yaml", home=home)
-    with p.home.runner_lock("a cbp run holding the home"):  # the new follower exits busy before its Spark starts
-        with pytest.raises(CbpError) as e:
-            ensure_follower(str(flows / f"{NAME}.yaml"), home, markers=markers, env={"PYTHONPATH": os.environ.get("PYTHONPATH", "")})
-    assert e.value.code == "follower-failed" and "[busy]" in str(e.value)
-    assert follower_running(markers) is None
+    try:
+        with p.home.runner_lock("a cbp run holding the home"):  # the new follower exits busy before its Spark starts
+            with pytest.raises(CbpError) as e:
+                ensure_follower(str(flows / f"{NAME}.yaml"), home, markers=markers, env={"PYTHONPATH": os.environ.get("PYTHONPATH", "")})
+        assert e.value.code == "follower-failed" and "[busy]" in str(e.value)
+        assert follower_running(markers) is None
+    finally:
+        stop_follower(markers)  # whatever happened, no follower is left running
 
 
 def test_follow_setting(tmp_path):
