@@ -21,6 +21,7 @@ from typing import Any, Optional, Sequence
 
 from . import commands
 from .commands import _terminal as terminal
+from .commands import _follow
 from .errors import BusyError, CbpError, InputError, RuntimeStateError, SpecError, UsageError, UserCodeError, printable
 from .spec import MAX_TIMEOUT
 
@@ -60,6 +61,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--epoch-timeout", type=_seconds, default=None, metavar="SECONDS",
                    help="cancel a stage epoch that runs longer than this (exit 4, nothing committed); a stage's YAML 'timeout' applies too")
     p.add_argument("--upgrade", action="store_true", help="apply the plan of a changed YAML first (as 'cbp upgrade')")
+    _follow.add_arguments(p)  # --follow, --min-interval, ...: continuous mode
 
     p = sub.add_parser("state", help="print a stage's state records as JSON lines")
     with_home(p)
@@ -192,7 +194,7 @@ def _dispatch(args: argparse.Namespace) -> int:
               f"{' (closed)' if args.close else ''}")
         return 0
     if args.command == "run":
-        return _run(pipe, args)
+        return _follow.run(pipe, args, _run)
     if args.command == "crawl":
         return _crawl(pipe, args)
     if pipe.is_new:

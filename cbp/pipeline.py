@@ -16,7 +16,7 @@ import io
 import logging
 import numbers
 import os
-from typing import Any, BinaryIO, Callable, Iterable, Iterator, Mapping, Optional, Union
+from typing import Any, BinaryIO, Callable, Iterable, Iterator, Mapping, Optional, Sequence, Union
 
 import pyarrow as pa
 
@@ -328,6 +328,22 @@ class Pipeline:
             ["orders: landed versions 3..5 of /data/orders (412 changed records, feeds 2..4)"]
         """
         return self.controller.sync(flows)
+
+    def follow(self, min_interval: float = 0.0, stop: Any = None, *, poll: Optional[float] = None, sources: Sequence[Any] = (),
+               on_epoch: Optional[Callable[[EpochReport], None]] = None, command: str = "cbp.Pipeline.follow()", **options: Any) -> Any:
+        """Keep running: an epoch round whenever an increment lands (a feed by any process, what
+        ``sources`` land, a Delta source's new version), at least ``min_interval`` seconds apart,
+        until ``stop`` (a :class:`threading.Event`, or a function returning True) says so; then
+        returns after the epoch in flight (:class:`cbp.follow.FollowSummary`). Holds the runner
+        lock throughout (:class:`cbp.errors.BusyError` if another runner has it). See :mod:`cbp.follow`.
+
+            >>> stop = threading.Event()                                               # doctest: +SKIP
+            >>> threading.Thread(target=p.follow, kwargs={"stop": stop}).start()       # doctest: +SKIP
+        """
+        from .follow import Follower
+
+        return Follower(self, min_interval=min_interval, stop=stop, poll=poll, sources=sources, on_epoch=on_epoch,
+                        command=command, **options).run()
 
     def epochs(self, stage: str) -> int:
         """How many epochs ``stage`` has committed."""

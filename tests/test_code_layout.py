@@ -18,7 +18,7 @@ LAYERS = {
     "engine": 2,
     "controller": 3,
     "sql": 4,
-    "pipeline": 5,
+    "pipeline": 5, "follow": 5,
     "testing": 6, "crawl": 6,
     "cli": 7, "airflow": 7, "commands": 7,
 }

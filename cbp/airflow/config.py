@@ -6,6 +6,9 @@ directory (``inbox:``, or ``markers:``): the inbox files and the triggers' annou
 stay on the Airflow machine's disk while the pipelines' state is on S3. Without one, such a
 configuration is refused with code ``needs-local-home``.
 
+``follow: [names]`` hands those pipelines to a follower (one warm ``cbp run --follow`` process,
+:mod:`cbp.airflow.follower`) instead of a ``cbp run`` per DAG run.
+
 The file is read with the bounded YAML reader of pipeline files (no alias bombs; a key given twice
 is ``duplicate-key``). Every other bad setting is refused when the file is loaded with code
 ``bad-config``, the file and the key named: an unknown key (at the top or in a crawler), a
@@ -40,7 +43,7 @@ RUN_TIMEOUT_MINUTES = 120.0  # a run task (cbp run until quiescent) that takes l
 CRAWL_TIMEOUT_MINUTES = 30.0  # a crawl round that takes longer is stopped
 MARKERS_IN_INBOX = ".cbp-markers"  # default markers directory of object-store homes: <inbox>/.cbp-markers/<pipeline>
 KNOWN = {"flows", "homes", "inbox", "markers", "crawlers", "poke_interval", "spark_master", "env_file",
-         "run_timeout_minutes", "crawl_timeout_minutes", "epoch_timeout_seconds", "inbox_settle_seconds"}
+         "run_timeout_minutes", "crawl_timeout_minutes", "epoch_timeout_seconds", "inbox_settle_seconds", "follow"}
 CRAWLER_KEYS = {"corpus", "seed", "max_pages", "hosts", "queue", "pages"}
 BAD_CONFIG = "bad-config"  # the code of a bad setting
 MAX_MINUTES = MAX_TIMEOUT / 60  # the time limits are at most a week, as `cbp run --epoch-timeout`
@@ -79,6 +82,7 @@ class DagConfig:
     inbox_settle_seconds: float = INBOX_SETTLE_SECONDS  # an inbox file is landed once unchanged (mtime) this long
     markers: Optional[str] = None  # local directory of the announcement markers (default: beside the home, or in the inbox)
     env_file: Optional[str] = None  # a shell file (e.g. state/cluster/env.sh) whose variables the tasks run with
+    follow: list[str] = field(default_factory=list)  # pipelines handed to a follower (cbp.airflow.follower), not a cbp run per increment
 
     def home(self, spec: PipelineSpec) -> str:
         if is_remote(self.homes):
@@ -282,4 +286,4 @@ def load_config(path: str) -> DagConfig:
                      epoch_timeout_seconds=_number(raw, path, "epoch_timeout_seconds", None, MAX_TIMEOUT),
                      inbox_settle_seconds=_number(raw, path, "inbox_settle_seconds", INBOX_SETTLE_SECONDS, MAX_TIMEOUT,  # type: ignore[arg-type]
                                                   zero=True),
-                     markers=opt("markers"), env_file=opt("env_file"))
+                     markers=opt("markers"), env_file=opt("env_file"), follow=_texts(raw, path, "follow", "", required=False))

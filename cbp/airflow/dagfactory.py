@@ -18,6 +18,9 @@
   run). The task has an ``execution_timeout`` (``run_timeout_minutes``); when it fires, or the task
   is killed, the whole process group (``cbp run`` and its Spark JVM) is killed. A run with nothing
   new does nothing.
+  For a pipeline named in ``follow:`` of the configuration, the task instead makes sure that one
+  ``cbp run --follow`` process follows the home (:mod:`cbp.airflow.follower`: started detached,
+  its pid recorded, never twice) and returns: that warm driver runs every increment as it lands.
 - **publish_<flow>**: one per output flow that no stage reads, with that flow's Asset as outlet;
   it emits the asset event only if the run wrote records to the flow (skipped otherwise), and
   **publish_epochs** emits ``file://<home>/_cbp/epochs`` when any epoch ran.
@@ -189,6 +192,17 @@ def _crawl_round(yaml_path: str, home: str, cfg: CrawlerConfig) -> dict[str, Any
     return {"round": rep.round, "landed": len(rep.landed), "failed": len(rep.failed), "frontier": rep.frontier, "increments": rep.increments}
 
 
+def follow_pipeline(yaml_path: str, home: str, cfg: DagConfig, spec: PipelineSpec) -> dict[str, Any]:
+    """The ``run`` task of a pipeline in ``follow:``: make sure a follower runs (it lands the inbox
+    and runs every increment itself); nothing ran in the task, so nothing is published."""
+    from .follower import ensure_follower
+
+    inbox = os.path.join(cfg.inbox, spec.name)
+    got = ensure_follower(yaml_path, home, markers=cfg.markers_dir(spec), inbox=inbox, settle=cfg.inbox_settle_seconds, env=cfg.task_env())
+    print(f"cbp: pipeline {spec.name} is followed by pid {got['follower']}" + (" (started now)" if got["started"] else ""))
+    return {"epochs": 0, "records": {f: 0 for f in _outputs(spec)}, **got}
+
+
 # ---------------------------------------------------------------------------- DAGs
 _RUN_OPERATOR: Optional[type] = None
 
@@ -254,8 +268,16 @@ def pipeline_dag(yaml_path: str, cfg: DagConfig) -> Any:
                 return land_inbox(yaml_path, home, os.path.join(cfg.inbox, spec.name), inputs, markers=markers,
                                   settle=cfg.inbox_settle_seconds)
 
-        ran = run_operator()(task_id="run", yaml_path=yaml_path, home=home, spark_master=cfg.spark_master,
-                             epoch_timeout=cfg.epoch_timeout_seconds, env_file=cfg.env_file, execution_timeout=timeout)
+        if spec.name in cfg.follow:  # handed to a follower: the task makes sure one runs (cbp.airflow.follower)
+            @task(task_id="run")
+            def _follow() -> dict[str, Any]:
+                return follow_pipeline(yaml_path, home, cfg, spec)
+
+            ran = result = _follow()
+        else:
+            ran = run_operator()(task_id="run", yaml_path=yaml_path, home=home, spark_master=cfg.spark_master,
+                                 epoch_timeout=cfg.epoch_timeout_seconds, env_file=cfg.env_file, execution_timeout=timeout)
+            result = ran.output
         _land() >> ran
         for flow in _outputs(spec):
 
@@ -267,7 +289,7 @@ def pipeline_dag(yaml_path: str, cfg: DagConfig) -> Any:
                 context["outlet_events"][flow_asset(home, spec, flow)].extra = {"records": n}
                 return n
 
-            _publish(ran.output)
+            _publish(result)
 
         @task(task_id="publish_epochs", outlets=[epochs_asset(home, spec)])
         def _epochs(result: dict[str, Any]) -> int:
@@ -275,7 +297,7 @@ def pipeline_dag(yaml_path: str, cfg: DagConfig) -> Any:
                 raise AirflowSkipException("no stage epoch ran: nothing new")
             return int(result["epochs"])
 
-        _epochs(ran.output)
+        _epochs(result)
     return dag
 
 

@@ -104,6 +104,7 @@ class Home(DeltaTables):
         self._heads: dict[str, Any] = {}
         self._tables_lock = threading.Lock()
         self._runner_lease: Optional[Lease] = None  # held by runner_lock on S3 (see fence)
+        self._follower_thread: Optional[int] = None  # the thread that holds follower_lock through this object
         self._s3: Optional[S3Objects] = None
 
     def __getstate__(self) -> dict[str, Any]:
@@ -297,8 +298,12 @@ class Home(DeltaTables):
         On a local home this is an ``flock`` on ``<home>/_cbp/runner.lock``, which the OS releases
         when the holder dies however it dies; on S3 the lease ``runner``, which expires when its
         holder stops renewing it. ``_cbp/runner.json`` says who holds it. Finding that file with
-        the lock free means a runner was killed: ``took_over`` gets what it said.
+        the lock free means a runner was killed: ``took_over`` gets what it said. Not re-entrant,
+        except in the thread that holds :meth:`follower_lock` through this object.
         """
+        if self._follower_thread == threading.get_ident():  # a follower's runs (follower_lock): it is the runner already
+            yield
+            return
         me = {**self.holder_info(), "command": command}
         with self._runner_hold(me) as expired:
             stale = self.runner_info() or (expired.info if expired is not None else None)
@@ -312,6 +317,17 @@ class Home(DeltaTables):
                 yield
             finally:
                 self.delete_file(_RUNNER)
+
+    @contextmanager
+    def follower_lock(self, command: str, took_over: Optional[Callable[[dict[str, Any]], None]] = None) -> Iterator[None]:
+        """:meth:`runner_lock` for a follower (:mod:`cbp.follow`): held across its runs, whose own
+        :meth:`runner_lock` (in this thread, through this object) it covers; ``busy`` as runner_lock."""
+        with self.runner_lock(command, took_over):
+            self._follower_thread = threading.get_ident()
+            try:
+                yield
+            finally:
+                self._follower_thread = None
 
     @contextmanager
     def _runner_hold(self, me: dict[str, Any]) -> Iterator[Optional[LeaseRecord]]:
