@@ -98,7 +98,7 @@ def flow_commit(ctl: "Controller", flow: str, n: int) -> tuple[dict[str, Any], l
     for f in ctl.home.table_files(rel, fs.version):  # type: ignore[arg-type]
         t = pq.read_table(ctl.home.path(f"{rel}/{f['path']}"), filesystem=ctl.home.fs)
         inc = int(f["partition"])
-        t = conform(t, schema, keep=(SRC,) if SRC in t.column_names else ())
+        t = conform(t, schema.signed(), keep=(SRC,) if SRC in t.column_names else ())  # _diff stays, last (null: +1)
         add = ctl.home.write_parquet(LAYOUT.increment_dir(flow, inc), t, f"u{n}", inc)
         written.append(add["rel"])
         adds.append({**add, "path": add.pop("rel")[len(rel) + 1:]})

@@ -113,7 +113,7 @@ class Reads:
         parts = []
         for v, incs in by_version.items():
             t = self.home.read_table(LAYOUT.flow(flow), v, partitions=[(INC, "in", [str(i) for i in incs])])
-            parts.append(conform(t, fl.schema, keep=tuple(c for c in (INC, SRC) if c in t.column_names)))  # type: ignore[union-attr]
+            parts.append(conform(t, fl.schema, keep=tuple(c for c in (INC, SRC, DIFF) if c in t.column_names)))  # type: ignore[union-attr]
         if not parts:
             return []
         t = pa.concat_tables(parts)
@@ -138,7 +138,8 @@ class Reads:
         by_version = self.output_versions(flow, epoch, upto=True)
         cols = list(fl.schema.fields)
         parts = [self.home.read_table(LAYOUT.flow(flow), v, partitions=[(INC, "in", [str(i) for i in incs])]) for v, incs in by_version.items()]
-        parts = [t for t in parts if t is not None and t.num_rows]
+        parts = [conform(t, fl.schema, keep=tuple(c for c in (INC, SRC, DIFF) if c in t.column_names))  # as stored, or upgraded since
+                 for t in parts if t is not None and t.num_rows]
         if not parts:
             return []
         t = pa.concat_tables([fill_diff(with_diff(p.select(cols + [c for c in (DIFF, SRC) if c in p.column_names]))) for p in parts],
