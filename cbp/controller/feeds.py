@@ -15,6 +15,7 @@ change; a feed that a stage read is refused (code ``feed-read``): a rewind
 from __future__ import annotations
 
 import hashlib
+import io
 import warnings
 from dataclasses import asdict
 from typing import TYPE_CHECKING, Any, Optional
@@ -34,16 +35,29 @@ class DuplicateFeedWarning(UserWarning):
     """A feed landed the same records as an earlier feed of the same flow (and had no feed id)."""
 
 
+class _HashSink(io.RawIOBase):
+    """A writable file that only feeds a hash (the records are never copied whole)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.h = hashlib.sha256()
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, b: Any) -> int:
+        self.h.update(b)
+        return len(b)
+
+
 def content_hash(table: pa.Table) -> str:
-    """A SHA-256 of records as they are stored (their Arrow IPC form): equal for the same records
-    in the same order, fed the same way."""
-    h = hashlib.sha256()
-    sink = pa.BufferOutputStream()
-    t = table.replace_schema_metadata(None).combine_chunks()
-    with pa.ipc.new_stream(sink, t.schema) as w:
+    """A SHA-256 of records as they are stored (their Arrow IPC stream, written batch by batch
+    into the hash): equal for the same records in the same order, fed the same way."""
+    sink = _HashSink()
+    t = table.replace_schema_metadata(None)
+    with pa.ipc.new_stream(pa.PythonFile(sink, mode="w"), t.schema) as w:
         w.write_table(t)
-    h.update(sink.getvalue().to_pybytes())
-    return h.hexdigest()
+    return sink.h.hexdigest()
 
 
 def note_feed(ctl: "Controller", flow: str, number: int, data: pa.Table, feed_id: Optional[str]) -> dict[str, Any]:
