@@ -136,3 +136,16 @@ def test_history_lists_runs_feeds_read_and_writes(spark, make_pipeline, tmp_path
     assert "read words: feeds 2, 3 (increments 2, 3)" in r.stdout
     r = _cli("history", str(y), "--home", home, "--json")
     assert [e["kind"] for e in json.loads(r.stdout)["events"]] == ["run", "rewind"]
+
+
+def test_a_keyed_flows_feed_cannot_be_withdrawn(make_pipeline, tmp_path):
+    """A keyed flow's feed also moved the current row per key: withdrawing it alone would leave the
+    keyed table and the flow disagreeing, so it is refused (the opposite change is the way)."""
+    y = make_pipeline(YAML.replace("words: {external: true, schema: {w: string}}",
+                                   "words: {external: true, key: [w], schema: {w: string}}"), CODE)
+    p = cbp.load(y, str(tmp_path / "home"))
+    p.feed("words", A)
+    with pytest.raises(CbpError) as e:
+        p.unfeed("words", 1)
+    assert e.value.code == "feed-keyed"
+    assert sorted(r["w"] for r in p.output("words")) == ["a", "b"]  # nothing withdrawn

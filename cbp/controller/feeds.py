@@ -120,6 +120,10 @@ def unfeed(ctl: "Controller", flow: str, number: int) -> dict[str, Any]:
     if not fl.external:
         raise InputError(f"flow '{flow}' is produced by stage '{fl.producer}'; only feeds of external flows can be withdrawn",
                          code="not-external")
+    if fl.key or fl.source is not None:  # its keyed table / its source's versions already took the feed in
+        raise UsageError(f"flow '{flow}' is {'keyed' if fl.key else 'synced from ' + str(fl.source)}: its feeds change "
+                         f"{'the current row per key' if fl.key else 'what was landed of the table'} as well, so one cannot be withdrawn alone; "
+                         "feed the opposite change (an upsert of the old row, or a delete) instead", code="feed-keyed")
     with ctl._locked(), ctl._transaction():
         fs = ctl.st.flows[flow]
         e = ctl.history.feed(ctl.st, flow, number) if isinstance(number, int) and not isinstance(number, bool) else None
