@@ -23,11 +23,11 @@ ends ``cbp run``. ``stop`` (a
 epoch: the follower stops after the epoch in flight, with nothing half-committed.
 
     >>> import threading                                               # doctest: +SKIP
-    >>> p = cbp.load("flows/url_count.yaml", home="/tmp/cbp-demo")
-    >>> stop = threading.Event()
-    >>> t = threading.Thread(target=p.follow, kwargs={"stop": stop, "min_interval": 1.0}); t.start()
-    >>> cbp.load("flows/url_count.yaml", home="/tmp/cbp-demo").feed("urls", [{"url": "http://a/"}])  # the follower runs it
-    >>> stop.set(); t.join()
+    >>> p = cbp.load("flows/url_count.yaml", home="/tmp/cbp-demo")  # doctest: +SKIP
+    >>> stop = threading.Event()  # doctest: +SKIP
+    >>> t = threading.Thread(target=p.follow, kwargs={"stop": stop, "min_interval": 1.0}); t.start()  # doctest: +SKIP
+    >>> cbp.load("flows/url_count.yaml", home="/tmp/cbp-demo").feed("urls", [{"url": "http://a/"}])  # the follower runs it  # doctest: +SKIP
+    >>> stop.set(); t.join()  # doctest: +SKIP
 """
 
 from __future__ import annotations
