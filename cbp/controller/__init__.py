@@ -93,7 +93,8 @@ class Controller(Journal, Landing, Scheduling, Epochs, Reads):
         for name, stage in self.spec.stages.items():
             if stage.state_schema is not None:
                 self._check_shape(f"state:{name}", f"stage '{name}'", "state",
-                                  {"schema": signature(stage.state_schema), "partitions": stage.partitions},
+                                  {"schema": signature(stage.state_schema), "partitions": stage.partitions,
+                                   **({"row_key": list(stage.row_key)} if stage.row_key else {})},
                                   self.st.stages[name].state_version is not None)
 
     def _check_shape(self, key: str, what: str, data: str, now: dict[str, Any], stored: bool) -> None:
@@ -110,6 +111,8 @@ class Controller(Journal, Landing, Scheduling, Epochs, Reads):
         diffs += [f"field '{f}' changed from {old_s[f]} to {new_s[f]}" for f in new_s if f in old_s and old_s[f] != new_s[f]]
         if before.get("partitions") != now.get("partitions"):
             diffs.append(f"partitions changed from {before.get('partitions')} to {now.get('partitions')}")
+        if before.get("row_key") != now.get("row_key"):
+            diffs.append(f"row_key changed from {before.get('row_key')} to {now.get('row_key')}")
         if before.get("framed") != now.get("framed"):
             diffs.append("frame_by " + ("added" if now.get("framed") else "removed"))
         raise SpecError(str(self.spec.path), f"{what} no longer fits its {data} stored in {self.home.location}: {'; '.join(diffs)}. "

@@ -34,7 +34,7 @@ import json
 import os
 import re
 from dataclasses import dataclass, field
-from typing import Any, Callable, Literal, Optional
+from typing import Any, Callable, Literal, Optional, Union
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
@@ -43,6 +43,7 @@ from ..model import ALL, EMITTER_NAMES, EMITTER_PRIVATE, runnable_all, runnable_
 from .resolve import is_import_path, resolve_callable
 from .loader import load_yaml
 from .schema import FieldType, RecordSchema, parse_type
+from .rowkey import row_key_fields
 
 __all__ = ["MAX_TIMEOUT", "load_spec", "load_yaml", "PipelineSpec", "StageSpec", "FlowSpec", "InputSpec", "KeyFunction", "FrameFunction"]
 
@@ -74,6 +75,7 @@ class _RawInput(_Strict):
 class _RawState(_Strict):
     fields: dict[str, str] = Field(alias="schema")
     grouping: Literal["inner", "outer"] = "inner"
+    row_key: Optional[Union[str, list[str]]] = None  # keyed rows (cbp.engine.keyedstate): a key's state is a map row key -> row
 
 
 class _RawFlow(_Strict):
@@ -183,6 +185,7 @@ class StageSpec:
     params: dict[str, Any]
     timeout: Optional[float] = None  # seconds an epoch of this stage may take (YAML 'timeout')
     batch: bool = False  # the translator is vectorised (YAML 'batch: true')
+    row_key: tuple[str, ...] = ()  # keyed rows: the state fields that name a row of a key (YAML 'state: {row_key: ...}')
 
     @property
     def input_flows(self) -> list[str]:
@@ -422,6 +425,7 @@ class _Compiler:
         return StageSpec(
             name, translator, s.translator, tuple(inputs), tuple(s.outputs), state_schema,
             s.state.grouping if s.state else "inner", s.partitions, runnable, s.runnable, dict(s.params), s.timeout, s.batch,
+            row_key_fields(self, s, inputs, state_schema, where) if s.state is not None else (),
         )
 
     def _check_consumer_fields(self, stage: str, flow: str, fields: dict[str, str], schema: RecordSchema, where: tuple[str, ...]) -> None:
