@@ -225,3 +225,27 @@ def test_bad_row_key_is_a_spec_error(make_pipeline, state: str, code: str) -> No
     with pytest.raises(SpecError) as e:
         cbp.load(path, home=str(Path(path).parent / "home"))
     assert e.value.code == code
+
+
+def test_killed_runs_recover_keyed_rows(make_pipeline, spark) -> None:
+    """SIGKILL after the state's commit (outputs not), and inside the Spark job after a task wrote
+    its state files: the restarted runs end with the dict model's rows."""
+    import crash_harness as ch
+
+    path = make_pipeline(YAML.replace("FN", "per_key").replace("BATCH", ""), MODULE)
+    home = str(Path(path).parent / "home")
+    rk = ROW_KEYS
+    epochs = [[("w", k, r, i, []) for i, (k, r) in enumerate((k, r) for k in KEYS for r in rk)],
+              [("w", "k49569", rk[0], 7, []), ("d", "k74517", rk[1], 0, []), ("w", "z", "c", 1, []), ("g", "z", "a", 0, [])],
+              [("d", "k49569", rk[0], 0, []), ("w", "k74517", rk[0], 9, []), ("d", "z", "a", 0, []), ("i", "z", "a", 0, [])]]
+    p = cbp.load(path, home=home)
+    p.feed("ops", _records(epochs[0]))
+    p.run()
+    for ops, fault in zip(epochs[1:], ("kill:epoch:committed:0:1", "kill-driver:task:state-written:1")):
+        p.feed("ops", _records(ops))
+        killed = ch.cli(["run"], home, fault=fault, yaml=Path(path))
+        assert killed.returncode == -9, killed.stderr[-2000:]
+    done = ch.cli(["run"], home, yaml=Path(path))
+    assert done.returncode == 0, done.stderr[-2000:]
+    want, _ = _expected(epochs)
+    assert sorted(cbp.load(path, home=home).state("site"), key=lambda r: (r["k"], r["rk"])) == want
