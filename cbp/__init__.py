@@ -14,6 +14,8 @@ by :mod:`cbp.airflow.dagfactory` (it needs the ``airflow`` extra).
 __version__ = "0.1.0"  # before the imports: cbp.storage writes it into Delta commits
 
 from .controller import EpochRecord, EpochReport
+from .controller.feeds import DuplicateFeedWarning
+from .controller.rewind import RewindReport
 from .crawl.crawler import Corpus, Crawler, CrawlRound
 from .errors import BusyError, CbpError, InputError, RuntimeStateError, SpecError, UsageError, UserCodeError
 from .model import ALL, Broadcast, Emitter, Multicast, Writer, broadcast, multicast, runnable_all, runnable_any
@@ -23,5 +25,6 @@ from .spec import PipelineSpec, load_spec
 __all__ = [
     "load", "Pipeline", "load_spec", "PipelineSpec", "EpochReport", "EpochRecord", "Crawler", "Corpus", "CrawlRound",
     "Emitter", "Writer", "runnable_all", "runnable_any", "ALL", "broadcast", "multicast", "Broadcast", "Multicast",
+    "RewindReport", "DuplicateFeedWarning",
     "CbpError", "SpecError", "InputError", "UsageError", "UserCodeError", "RuntimeStateError", "BusyError",
 ]

@@ -40,6 +40,7 @@ def _parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("validate", help="check a pipeline YAML without running anything")
     p.add_argument("flow_yaml", metavar="FLOW.yaml")
+    p.add_argument("--home", help="also plan the YAML against the pipeline this home recorded (as 'cbp plan')")
 
     p = sub.add_parser("feed", help="land one increment (JSON lines or Parquet) on an external input flow")
     with_home(p)
@@ -56,6 +57,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
     p.add_argument("--epoch-timeout", type=_seconds, default=None, metavar="SECONDS",
                    help="cancel a stage epoch that runs longer than this (exit 4, nothing committed); a stage's YAML 'timeout' applies too")
+    p.add_argument("--upgrade", action="store_true", help="apply the plan of a changed YAML first (as 'cbp upgrade')")
 
     p = sub.add_parser("state", help="print a stage's state records as JSON lines")
     with_home(p)
@@ -159,7 +161,9 @@ def _dispatch(args: argparse.Namespace) -> int:
               f"({', '.join(spec.order)}); external inputs: {', '.join(spec.external_flows) or 'none'}")
         for d in dead_ends(spec):
             print(f"cbp validate: warning [{d.code}]: {d.message}", file=sys.stderr)
-        return 0
+        from .commands.plan import show
+        from .pipeline import Pipeline
+        return show(Pipeline(args.flow_yaml, args.home).plan(), "validate") if args.home else 0
 
     from .pipeline import Pipeline
 
@@ -214,6 +218,10 @@ def _dispatch(args: argparse.Namespace) -> int:
             print(f"  stage {name:<16} epochs {s['epochs']:>5}  runnable {s['runnable']}")
             for flow, c in s["connectors"].items():
                 print(f"    <- {flow:<16} pending increments {c['pending']:>4} (complete {c['complete']}, records {c['records']})")
+        from .controller.codehash import status_lines
+        for line in status_lines(st):
+            print(line)
+        commands.history.print_status(st, args.flow_yaml)  # the last run's epochs; pending feeds that repeat earlier ones
         return 0
     raise AssertionError(args.command)
 
@@ -235,7 +243,7 @@ def _run(pipe: Any, args: argparse.Namespace) -> int:
         print(rep.line(), flush=True)
 
     command = "cbp " + " ".join(sys.argv[1:]) if sys.argv and sys.argv[0].endswith("cbp") else f"cbp run {args.flow_yaml}"
-    reports = pipe.run(args.max_epochs, on_epoch=done, on_start=start, command=command, epoch_timeout=args.epoch_timeout)
+    reports = pipe.run(args.max_epochs, on_epoch=done, on_start=start, command=command, epoch_timeout=args.epoch_timeout, upgrade=args.upgrade)
     print(f"{len(reports)} stage epoch(s) in {time.perf_counter() - t0:.1f}s; "
           + ("quiescent: no stage is runnable" if args.max_epochs is None or len(reports) < args.max_epochs else f"stopped at --max-epochs {args.max_epochs}"))
     if not reports:

@@ -19,6 +19,8 @@ from typing import Any, BinaryIO, Callable, Iterable, Iterator, Mapping, Optiona
 import pyarrow as pa
 
 from .controller import Controller, EpochRecord, EpochReport, Landed
+from .controller.plan import Plan
+from .controller.upgrade import unfed_waits
 from .errors import InputError, UsageError
 from .gcpolicy import fewer_collections
 from .spec.arrowrecords import ArrowRecordError, conform
@@ -287,15 +289,85 @@ class Pipeline:
 
     def run(self, max_epochs: Optional[int] = None, on_epoch: Optional[Callable[[EpochReport], None]] = None,
             on_start: Optional[Callable[[str, int], None]] = None, command: str = "cbp.Pipeline.run()",
-            epoch_timeout: Optional[float] = None) -> list[EpochReport]:
+            epoch_timeout: Optional[float] = None, upgrade: bool = False) -> list[EpochReport]:
         """Run stage epochs until no stage is runnable (or ``max_epochs``); one report per epoch.
 
         First finishes what a killed run left (a pending commit, an interrupted epoch). Raises
         :class:`cbp.errors.BusyError` if another runner works on the same home. An epoch that
         takes longer than ``epoch_timeout`` seconds (or its stage's YAML ``timeout``) is cancelled:
         :class:`cbp.errors.UserCodeError` with code ``timeout``, nothing of it committed.
+        A YAML that changed stored data since the home recorded it is :class:`cbp.errors.UsageError`
+        ``pipeline-changed`` (see :meth:`plan`), unless ``upgrade`` applies the plan first (:meth:`upgrade`).
         """
-        return self.controller.run(max_epochs, on_epoch=on_epoch, on_start=on_start, command=command, epoch_timeout=epoch_timeout)
+        if upgrade:
+            self.upgrade()
+        reports = self.controller.run(max_epochs, on_epoch=on_epoch, on_start=on_start, command=command, epoch_timeout=epoch_timeout)
+        for warning in unfed_waits(self.controller):
+            self.controller.notify(f"warning: {warning}")
+        return reports
+
+    def plan(self, *, restore_archived: Iterable[str] = (), discard_archived: Iterable[str] = ()) -> Plan:
+        """What the YAML changes against the pipeline the home recorded: one :class:`cbp.controller.plan.Change`
+        per difference, each ``applies``, ``migrates`` or ``refused`` (nothing is changed).
+
+            >>> print("\\n".join(p.plan().lines()))                           # doctest: +SKIP
+            migrates  stage 'count': state rewritten (one pass): partitions 4 -> 8
+        """
+        return self.controller.plan(tuple(restore_archived), tuple(discard_archived))
+
+    def upgrade(self, *, restore_archived: Iterable[str] = (), discard_archived: Iterable[str] = (),
+                command: str = "cbp.Pipeline.upgrade()") -> Plan:
+        """Apply :meth:`plan` to the home as one durable change (a kill leaves the old pipeline or
+        the new one). A plan with a refused change raises :class:`cbp.errors.UsageError` ``plan-refused``.
+        ``restore_archived``: stages added back from their archive (with every increment they missed);
+        ``discard_archived``: stages added back empty.
+
+            >>> p.upgrade(restore_archived=["total"])                        # doctest: +SKIP
+        """
+        return self.controller.upgrade(tuple(restore_archived), tuple(discard_archived), command=command)
+
+    def rewind(self, to_epoch: int, stage: Optional[str] = None, *, command: str = "cbp.Pipeline.rewind()") -> Any:
+        """Put state, outputs and the controller back as they were right after ``stage``'s epoch
+        ``to_epoch`` (0: before any stage epoch; ``stage`` may be left out in a one-stage pipeline),
+        keeping every feed since pending: the next :meth:`run` recomputes them with today's code.
+        One durable change; the undone epochs stay readable (:meth:`undone_output`). See
+        docs/howto/rewind.md.
+
+            >>> p.rewind(2, stage="count").line()     # doctest: +SKIP
+            "rewound to after stage 'count' epoch 2: undone count epochs 3-4; pending now: 'words' 2 increment(s)"
+        """
+        from .controller.rewind import rewind
+
+        return rewind(self.controller, to_epoch, stage, command=command)
+
+    def undone_output(self, flow: str, epoch: int, rewind_seq: Optional[int] = None) -> list[dict[str, Any]]:
+        """The records ``flow``'s producer wrote in ``epoch`` before a rewind undid that epoch
+        (the latest such rewind, or the one committed as change ``rewind_seq``; see :meth:`history`)."""
+        from .controller.rewind import undone_records
+
+        return undone_records(self.controller, flow, epoch, rewind_seq)
+
+    def unfeed(self, flow: str, feed: int) -> dict[str, Any]:
+        """Withdraw feed ``feed`` (its number, as :meth:`feed` returned it) of external flow ``flow``
+        while no stage has read it; refused with code ``feed-read`` once one has (then :meth:`rewind`).
+
+            >>> p.unfeed("words", 3)     # doctest: +SKIP
+            {'flow': 'words', 'feed': 3, 'increments': [3], 'records': 2}
+        """
+        from .controller.feeds import unfeed
+
+        return unfeed(self.controller, flow, feed)
+
+    def history(self) -> list[dict[str, Any]]:
+        """Every run (which feeds each of its stage epochs read, what each wrote) and every rewind,
+        oldest first: what ``cbp history`` prints.
+
+            >>> [e["kind"] for e in p.history()]     # doctest: +SKIP
+            ['run', 'run', 'rewind', 'run']
+        """
+        from .controller.runs import timeline
+
+        return timeline(self.controller)
 
     def epochs(self, stage: str) -> int:
         """How many epochs ``stage`` has committed."""
@@ -307,7 +379,8 @@ class Pipeline:
 
     def epoch_record(self, stage: str, epoch: int) -> EpochRecord:
         """What a committed stage epoch read and wrote (increment ids per flow, records per output)."""
-        return self.controller.epoch_record(stage, epoch)
+        with self.controller.reading():
+            return self.controller.epoch_record(stage, epoch)
 
     @property
     def is_new(self) -> bool:
@@ -320,11 +393,13 @@ class Pipeline:
 
     def state(self, stage: str, epoch: Optional[int] = None) -> list[dict[str, Any]]:
         """The stage's state records after its ``epoch`` (default: latest)."""
-        return self.controller.state_records(stage, epoch)
+        with self.controller.reading():
+            return self.controller.state_records(stage, epoch)
 
     def output(self, flow: str, epoch: Optional[int] = None) -> list[dict[str, Any]]:
         """The flow's records (only those its producer wrote in ``epoch`` when given)."""
-        return self.controller.output_records(flow, epoch)
+        with self.controller.reading():
+            return self.controller.output_records(flow, epoch)
 
     def status(self) -> dict[str, Any]:
         """Stages, epochs run, pending increments per connector, the runner, and anything interrupted."""
@@ -342,7 +417,8 @@ class Pipeline:
         """
         from .sql import run_sql
 
-        return run_sql(self.controller, self.controller.spark, query, epoch)
+        with self.controller.reading():
+            return run_sql(self.controller, self.controller.spark, query, epoch)
 
     def state_df(self, stage: str, epoch: Optional[int] = None) -> Any:
         """The stage's state records after ``epoch`` (default: latest) as a Spark DataFrame (``state`` in Spark).
@@ -352,7 +428,8 @@ class Pipeline:
         """
         from .sql import state_df
 
-        return state_df(self.controller, self.controller.spark, stage, epoch)
+        with self.controller.reading():
+            return state_df(self.controller, self.controller.spark, stage, epoch)
 
     def flow_df(self, flow: str, epoch: Optional[int] = None) -> Any:
         """The flow's records (those its producer wrote in ``epoch`` when given) as a Spark DataFrame
@@ -363,7 +440,8 @@ class Pipeline:
         """
         from .sql import flow_df
 
-        return flow_df(self.controller, self.controller.spark, flow, epoch)
+        with self.controller.reading():
+            return flow_df(self.controller, self.controller.spark, flow, epoch)
 
 
 def load(path: str | os.PathLike[str], home: Optional[str] = None, *, mode: Optional[str] = None, spark: Any = None) -> Pipeline:

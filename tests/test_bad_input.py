@@ -257,23 +257,26 @@ def test_missing_java_is_explained(monkeypatch):
 
 
 @pytest.mark.parametrize("change, message", [
-    (("partitions: 2", "partitions: 3"), "stage 'count' no longer fits its state stored in .*: partitions changed from 2 to 3"),
-    (("state: {schema: {w: string, n: int}}", "state: {schema: {w: string, n: float}}"), "field 'n' changed from int to float"),
+    (("partitions: 2", "partitions: 3"), "stage 'count': state rewritten .*partitions 2 -> 3"),
+    (("state: {schema: {w: string, n: int}}", "state: {schema: {w: string, n: float}}"), "field 'n' int -> float"),
     (("state: {schema: {w: string, n: int}}", 'state: {schema: {w: string, n: int, x: "int?"}}'), "field 'x' added"),
-    (("schema: {w: string}}", 'schema: {w: string, v: "int?"}}'), "flow 'words' no longer fits its increments.*field 'v' added"),
-    (("inputs: [{flow: words, route_by: w}]", "inputs: [{flow: words, route_by: w, frame_by: w}]"), "flow 'words'.*frame_by added"),
+    (("schema: {w: string}}", 'schema: {w: string, v: "int?"}}'), "flow 'words': field 'v' added"),
+    (("inputs: [{flow: words, route_by: w}]", "inputs: [{flow: words, route_by: w, frame_by: w}]"), "flow 'words': frame_by added"),
 ])
 def test_yaml_that_no_longer_fits_the_home(spark, make_pipeline, tmp_path, change, message):
-    """Changing partitions, a schema or framing once data is stored is refused by name; the old YAML still works."""
+    """Changing partitions, a schema or framing once data is stored waits for 'cbp upgrade' (pipeline-changed,
+    the plan in the message); reads still work; the old YAML still runs."""
     home = str(tmp_path / "h")
     good = make_pipeline(WORD_COUNT, WORD_COUNT_MODULE)
     p = cbp.load(good, home=home)
     p.feed("words", [{"w": "a"}, {"w": "b"}])
     p.run()
     changed = make_pipeline(WORD_COUNT.replace(*change), WORD_COUNT_MODULE)
-    with pytest.raises(cbp.SpecError, match=message) as e:
-        cbp.load(changed, home=home)
-    assert e.value.code == "home-mismatch" and str(changed) in str(e.value)
+    q = cbp.load(changed, home=home)
+    with pytest.raises(cbp.UsageError, match=message) as e:
+        q.run()
+    assert e.value.code == "pipeline-changed" and str(changed) in str(e.value)
+    assert {r["w"]: r["n"] for r in q.state("count")} == {"a": 1, "b": 1}
     p = cbp.load(good, home=home)
     p.feed("words", [{"w": "a"}])
     p.run()

@@ -21,18 +21,23 @@ increments that no connector references.
 
 from __future__ import annotations
 
-from typing import Any, Callable, Optional
+from contextlib import contextmanager
+from typing import Any, Callable, Iterator, Optional
 
 from ..engine.bipindex import ROW_GROUP
-from ..errors import CbpError, RuntimeStateError, SpecError, UsageError
-from ..spec import PipelineSpec
+from ..errors import CbpError, SpecError, UsageError
+from ..spec import PipelineSpec, load_spec
 from ..storage import LAYOUT, Home
 from .epoch import Epochs
 from .history import History
 from .journal import Journal
 from .landing import Landing
 from .reads import Reads
-from .records import Decision, EpochRecord, EpochReport, Landed, signature
+from .codehash import evolution_status
+from .plan import PIPELINE, Plan, definition, recorded
+from .records import Decision, EpochRecord, EpochReport, Landed
+from .stageplan import make_plan
+from .upgrade import apply_plan, record, sha, yaml_text
 from .scheduler import Scheduling
 from .snapshot import Snapshot
 
@@ -63,6 +68,9 @@ class Controller(Journal, Landing, Scheduling, Epochs, Reads):
         self.epoch_timeout: Optional[float] = None  # seconds per stage epoch of the current run (cbp run --epoch-timeout)
         self._interrupted: dict[str, dict[str, Any]] = {}  # stage -> intention of an epoch to finish
         self._entries: dict[str, Any] = {}
+        self._upgrading = False
+        self.evolution = Plan([])
+        self.run_info: Optional[dict[str, Any]] = None  # the cbp run under way (pid, host, started, command), for the history
         self.history = History(home, LAYOUT)
         self._load(home.read_controller())
 
@@ -82,38 +90,96 @@ class Controller(Journal, Landing, Scheduling, Epochs, Reads):
         return s
 
     def _reconcile(self) -> None:
-        """Adopt YAML changes that keep the pipeline's shape: new flows, stages or inputs start empty."""
-        self.st.adopt(self.spec.flows, {s: st.input_flows for s, st in self.spec.stages.items()})
+        """Compare the YAML with the pipeline the home recorded (:attr:`evolution`, the plan); adopt
+        what touches no stored data (new flows, stages or inputs start empty) and record it with
+        the next change. A plan that touches stored data waits for :meth:`upgrade`."""
         if self.st.pipeline != self.spec.name:
             raise UsageError(f"home {self.home.location} belongs to pipeline '{self.st.pipeline}', not '{self.spec.name}'; use another --home",
                              code="bad-home")
-        for name, fl in self.spec.flows.items():
-            self._check_shape(f"flow:{name}", f"flow '{name}'", "increments",
-                              {"schema": signature(fl.schema), "framed": fl.frame_by is not None}, self.st.flows[name].version is not None)
-        for name, stage in self.spec.stages.items():
-            if stage.state_schema is not None:
-                self._check_shape(f"state:{name}", f"stage '{name}'", "state",
-                                  {"schema": signature(stage.state_schema), "partitions": stage.partitions,
-                                   **({"row_key": list(stage.row_key)} if stage.row_key else {})},
-                                  self.st.stages[name].state_version is not None)
+        self.evolution = make_plan(recorded(self.st), self.spec, self.st)
+        self.st.adopt(self.spec.flows, {s: st.input_flows for s, st in self.spec.stages.items()})
+        if not self.evolution.needs_upgrade:
+            rec = self.st.shapes.get(PIPELINE)
+            if rec is None or rec["sha256"] != sha(yaml_text(self.spec.path)) or rec["definition"] != definition(self.spec):
+                rel, entry = record(self, "created" if not self.st.shapes else "adopted", self.evolution.lines())
+                self.history.legacy[rel] = entry
 
-    def _check_shape(self, key: str, what: str, data: str, now: dict[str, Any], stored: bool) -> None:
-        """Refuse a YAML whose schema, framing or partition count no longer fits the data in the home."""
-        shapes = self.st.shapes
-        before = shapes.get(key)
-        if before is None or not stored or before == now:
-            shapes[key] = now
+    @contextmanager
+    def _locked(self) -> Iterator[None]:
+        """The home's lock (:meth:`Journal._locked`); a change waits for ``cbp upgrade`` while the YAML
+        changes stored data (code ``pipeline-changed``)."""
+        with Journal._locked(self):
+            if self.evolution.needs_upgrade and not self._upgrading:
+                raise UsageError(f"{self.spec.path}: the pipeline changed since the home {self.home.location} recorded it, in ways that "
+                                 "touch stored data:\n  " + "\n  ".join(self.evolution.lines())
+                                 + "\nRun 'cbp upgrade' (or 'cbp run --upgrade') to apply the plan, or restore the previous YAML",
+                                 code="pipeline-changed")
+            yield
+
+    # ------------------------------------------------------------------ evolution (cbp plan / upgrade)
+    def _committed_snapshot(self) -> Snapshot:
+        return Snapshot.from_json(self._committed) if self._committed is not None else Snapshot(self.spec.name)
+
+    def recorded_definition(self) -> Optional[dict[str, Any]]:
+        """The pipeline the home recorded (:func:`.plan.definition`), None for a new home."""
+        return recorded(self._committed_snapshot())
+
+    def plan(self, restore: tuple[str, ...] = (), discard: tuple[str, ...] = ()) -> Plan:
+        """What :meth:`upgrade` would do (nothing is changed)."""
+        self.refresh()
+        return make_plan(self.recorded_definition(), self.spec, self._committed_snapshot(), restore=restore, discard=discard)
+
+    def upgrade(self, restore: tuple[str, ...] = (), discard: tuple[str, ...] = (), command: str = "cbp upgrade") -> Plan:
+        """Apply the plan as one durable change; refused plans raise ``plan-refused``."""
+        with self.home.runner_lock(command):
+            self._upgrading = True
+            try:
+                with self._locked():
+                    plan = self.plan(restore, discard)
+                    if plan.refused:
+                        raise UsageError("the plan has changes cbp cannot make:\n  " + "\n  ".join(c.line() for c in plan.refused), code="plan-refused")
+                    unknown = [r for r in (*restore, *discard) if r not in {c.name for c in plan.changes}]
+                    if unknown:
+                        raise UsageError(f"no archived stage '{unknown[0]}' is added back by this YAML", code="not-archived")
+                    if plan.needs_upgrade:
+                        apply_plan(self, plan, restore)
+                    return plan
+            finally:
+                self._upgrading = False
+
+    def recorded_spec(self) -> Optional[PipelineSpec]:
+        """The pipeline as the home recorded it (its YAML, translators resolved beside today's file); None if not recorded."""
+        rec = self._committed_snapshot().shapes.get(PIPELINE)
+        entry = self.home.read_json(rec["entry"]) if rec else None
+        if not entry or not entry.get("yaml"):
+            return None
+        try:
+            return load_spec(self.spec.path, text=entry["yaml"])
+        except SpecError as e:
+            self.notify(f"the recorded YAML cannot be loaded as it was ({e}); reading with today's YAML")
+            return None
+
+    @contextmanager
+    def reading(self) -> Iterator[None]:
+        """Read-only access on a home whose YAML changed: as the home recorded it (a note says so)."""
+        self.refresh()
+        if not self.evolution.needs_upgrade:
+            yield
             return
-        diffs = []
-        old_s, new_s = before["schema"], now["schema"]
-        diffs += [f"field '{f}' added" for f in new_s if f not in old_s]
-        diffs += [f"field '{f}' removed" for f in old_s if f not in new_s]
-        diffs += [f"field '{f}' changed from {old_s[f]} to {new_s[f]}" for f in new_s if f in old_s and old_s[f] != new_s[f]]
-        if before.get("partitions") != now.get("partitions"):
-            diffs.append(f"partitions changed from {before.get('partitions')} to {now.get('partitions')}")
-        if before.get("row_key") != now.get("row_key"):
-            diffs.append(f"row_key changed from {before.get('row_key')} to {now.get('row_key')}")
-        if before.get("framed") != now.get("framed"):
-            diffs.append("frame_by " + ("added" if now.get("framed") else "removed"))
-        raise SpecError(str(self.spec.path), f"{what} no longer fits its {data} stored in {self.home.location}: {'; '.join(diffs)}. "
-                        "cbp does not migrate stored data: restore the previous definition, or start a new --home", code="home-mismatch")
+        spec = self.recorded_spec()
+        self.notify(f"warning: {self.spec.path} differs from the pipeline recorded in {self.home.location} "
+                    f"('cbp plan' shows how); reading the home as {'recorded' if spec else 'stored'}")
+        current = self.spec
+        self.spec = spec or current
+        try:
+            yield
+        finally:
+            self.spec = current
+            if self._committed is not None:
+                self._load(self._committed)
+
+    def status(self) -> dict[str, Any]:
+        with self.reading():
+            out = Reads.status(self)
+            out.update(evolution_status(self))
+        return out

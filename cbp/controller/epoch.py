@@ -26,6 +26,7 @@ from ..errors import RuntimeStateError
 from ..spec import StageSpec
 from ..storage import INC, LAYOUT, PART
 from ..storage.layout import epoch_of
+from .codehash import note_code
 from .journal import ENTRY
 from .records import Decision, EpochReport
 from .snapshot import Increment
@@ -181,6 +182,7 @@ class Epochs:
         spec = self.spec.stages[stage]
         sst = self.st.stages[stage]
         app = f"cbp:{stage}"
+        txn = self.st.seq + 1  # the change's sequence number: Delta transaction version, never reused (also after a rewind)
         entry = LAYOUT.epoch_entry(stage, epoch)
         commits: list[dict[str, Any]] = []
         cleanup: list[str] = []
@@ -192,7 +194,7 @@ class Epochs:
                 state_rel = LAYOUT.state(stage)
                 self.home.ensure_table(state_rel, self._state_table_schema(spec), PART)
                 commits.append({"table": state_rel, "partition_by": PART, "adds": adds, "removes": removes,
-                                "overwrite": self.mode == "blackbox", "app": app, "version": epoch,
+                                "overwrite": self.mode == "blackbox", "app": app, "version": txn,
                                 "targets": [["stages", stage, "state_version"], [ENTRY, entry, "state_version"]]})
             old_index = dict(sst.index)
             sst.index = {str(r.part): r.index for r in results if r.index} if self.mode == "direct" else {}
@@ -209,21 +211,21 @@ class Epochs:
             frame_by = self.spec.flows[flow].frame_by
             if frame_by is not None and frame_by.field is not None:  # framed by the tasks: join their runs
                 runs = [(a[FRAME_KEY], a) for r in sorted(results, key=lambda r: r.part) for a in r.outputs.get(flow, [])]
-                fc, produced[flow] = self._land_runs(flow, runs, producer=f"{stage}:{epoch}", prior_frame=epoch, app=(app, epoch))
+                fc, produced[flow] = self._land_runs(flow, runs, producer=f"{stage}:{epoch}", prior_frame=epoch, app=(app, txn))
                 commits += fc
                 continue
             if frame_by is not None:  # a FrameBy function threads its state through the epoch's records: framed here
                 data, task_files = self._read_task_files(flow, adds)
                 cleanup += task_files
                 fc, produced[flow], w = self._land(flow, data, close=False, producer=f"{stage}:{epoch}", prior_frame=epoch,
-                                                   app=(app, epoch), what=f"stage '{stage}' epoch {epoch}",
+                                                   app=(app, txn), what=f"stage '{stage}' epoch {epoch}",
                                                    prefix=LAYOUT.output_prefix(stage, epoch))
                 commits += fc
                 written += w
                 continue
             rel = LAYOUT.flow(flow)
             self.home.ensure_table(rel, self._flow_schema(flow), INC)
-            commits.append({"table": rel, "partition_by": INC, "adds": adds, "removes": [], "app": app, "version": epoch,
+            commits.append({"table": rel, "partition_by": INC, "adds": adds, "removes": [], "app": app, "version": txn,
                             "targets": [["flows", flow, "version"], ["flows", flow, "incs", str(out_incs[flow]), "version"]]})
             self._register(flow, out_incs[flow], Increment(epoch, counts[flow], self.st.flows[flow].version, f"{stage}:{epoch}", True))
             produced[flow] = [out_incs[flow]]
@@ -237,7 +239,9 @@ class Epochs:
         sst.epoch = epoch
         sst.runnable_state = d.state
         self._entry(entry, {"state_version": sst.state_version, "inputs": inputs, "outputs": produced,
-                            "records": {f: counts[f] for f in produced}, "placement": _placement(results)})
+                            "records": {f: counts[f] for f in produced}, "placement": _placement(results),
+                            "code": note_code(self.st, spec, epoch),
+                            "seq": txn, "run": self.run_info, "at": round(time.time(), 3)})
         return commits, cleanup, counts, written
 
     def _stray_bindings(self, stage: str, dropped: list[str], live: list[str]) -> list[str]:

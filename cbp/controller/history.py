@@ -60,7 +60,7 @@ class History:
         An increment of a flow nobody reads leaves the snapshot without leaving the table: its
         entry has no version, and the flow's current version holds it."""
         e = self._read(self.layout.collected_entry(flow, inc))
-        if e is None or inc in snap.flows[flow].incs:
+        if e is None or inc in snap.flows[flow].incs or e.get("undone"):
             return None
         return snap.flows[flow].version if e["version"] is None else int(e["version"])
 
@@ -73,7 +73,7 @@ class History:
             if not name.endswith(".json"):
                 continue
             e = self._read(f"{prefix}/{name}")
-            if e is not None and e["inc"] not in snap.flows[flow].incs:
+            if e is not None and e["inc"] not in snap.flows[flow].incs and not e.get("undone"):  # undone: written by an epoch a rewind undid
                 out[int(e["inc"])] = snap.flows[flow].version if e["version"] is None else int(e["version"])
         return out
 

@@ -156,6 +156,8 @@ class Journal:
             except OSError as e:
                 raise RuntimeStateError(f"{record['what']}: cannot write the controller snapshot in {self.home.uri(LAYOUT.CONTROLLER)}: {e}. "
                                         "Once the cause is fixed, the next 'cbp run' or 'cbp feed' finishes the commit", code="io") from e
+        if record.get("kind") == "epoch":  # the snapshot after each stage epoch: what 'cbp rewind' goes back to
+            self._write_record(record["what"], LAYOUT.snapshot_copy(int(snap["seq"])), snap)
         faults.point(f"{kind}:snapshot")
         self._delete_quietly(record["cleanup"])
         if record.get("stage"):
@@ -169,7 +171,8 @@ class Journal:
         """Make one Delta commit of a pending record unless its transaction id says it is made; its version."""
         try:
             version, made = self.home.commit_once(c["table"], c["partition_by"], c["adds"], c["removes"],
-                                                  overwrite=c.get("overwrite", False), app_id=c["app"], app_version=c["version"])
+                                                  overwrite=c.get("overwrite", False), app_id=c["app"], app_version=c["version"],
+                                                  schema=_schema(c.get("schema")))
         except Exception as e:
             raise RuntimeStateError(
                 f"{what}: the commit to {self.home.uri(c['table'])} failed: {e}. Nothing of it is visible "
@@ -207,6 +210,15 @@ class Journal:
                 self.home.delete_file(rel)
             except OSError:
                 pass  # an orphan file is invisible; it only takes space
+
+
+def _schema(text: Optional[str]) -> Any:
+    """A commit's new table schema (Arrow IPC, hex), if it changes one (cbp upgrade)."""
+    if not text:
+        return None
+    import pyarrow as pa
+
+    return pa.ipc.read_schema(pa.py_buffer(bytes.fromhex(text)))
 
 
 def _set_path(doc: dict[str, Any], path: list[str], value: Any) -> None:

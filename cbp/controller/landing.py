@@ -11,6 +11,7 @@ whose state threads through the epoch's records in order, is read back and frame
 from __future__ import annotations
 
 import json
+from dataclasses import asdict
 from typing import Any, Optional
 
 import numpy as np
@@ -22,6 +23,7 @@ from ..engine.framing import frame_runs
 from ..errors import InputError, RuntimeStateError, UserCodeError
 from ..spec.resolve import safe_str
 from ..storage import INC, LAYOUT, SRC
+from .feeds import note_feed, warn_duplicate
 from .records import Landed, check_storable
 from .snapshot import Increment
 
@@ -89,11 +91,13 @@ class Landing:
             what = f"feed {number} of flow '{flow}'"
             commits, ids, written = self._land(flow, data, close=close, producer=f"feed:{number}", prior_frame=number,
                                                app=("cbp:feed", number), what=what)
-            self._entry(LAYOUT.feed_entry(flow, number), {"incs": ids, "records": data.num_rows, "id": feed_id})
+            note = note_feed(self, flow, number, data, feed_id)  # its hash: a feed that repeats an earlier one is warned about
+            self._entry(LAYOUT.feed_entry(flow, number), {"incs": ids, "records": data.num_rows, "id": feed_id, **note})
             if feed_id is not None:
                 self._entry(LAYOUT.feed_id_entry(flow, feed_id), {"id": feed_id, "feed": number, "incs": ids})
             faults.point("feed:written")
             self._commit("feed", what, commits, written=written)
+            warn_duplicate(self, flow, number, note, str(self.spec.path))
             return Landed(ids, feed=number, records=data.num_rows)
 
     def _frame_runs(self, flow: str, data: pa.Table, producer: str) -> list[list[Any]]:
@@ -281,7 +285,7 @@ class Landing:
                     continue
                 if not consumers:  # nobody reads it: its increments stay in the table, not in the snapshot
                     for i in sorted(i for i, m in fs.incs.items() if m.complete):
-                        self._entry(LAYOUT.collected_entry(flow, i), {"inc": i, "version": None})
+                        self._entry(LAYOUT.collected_entry(flow, i), {"inc": i, "version": None, "meta": asdict(fs.incs[i])})
                         del fs.incs[i]
                         dropped.append((flow, i))
                     continue
@@ -294,7 +298,7 @@ class Landing:
                 commits.append({"table": rel, "partition_by": INC, "adds": [], "removes": removes, "app": "cbp:gc", "version": run,
                                 "targets": [["flows", flow, "version"]]})
                 for i in dead:
-                    self._entry(LAYOUT.collected_entry(flow, i), {"inc": i, "version": fs.version})
+                    self._entry(LAYOUT.collected_entry(flow, i), {"inc": i, "version": fs.version, "meta": asdict(fs.incs[i])})  # meta: for a rewind
                     del fs.incs[i]
                     dropped.append((flow, i))
             if dropped:

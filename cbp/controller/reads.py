@@ -14,7 +14,10 @@ import pyarrow.compute as pc
 from ..engine.bipindex import latest_rows
 from ..errors import UsageError, UserCodeError
 from ..storage import INC, LAYOUT, SRC
+from .migrate import conform
+from .feeds import pending_duplicates
 from .records import EpochRecord
+from .runs import last_run
 
 __all__ = ["Reads"]
 
@@ -67,7 +70,7 @@ class Reads:
             return []
         rows = latest_rows(self.home.read_table(LAYOUT.state(stage), version))  # type: ignore[arg-type]
         rows = rows.sort_by([("_key", "ascending")])
-        return [spec.state_schema.from_storage(r) for r in rows.select(list(spec.state_schema.fields)).to_pylist()]
+        return [spec.state_schema.from_storage(r) for r in conform(rows, spec.state_schema).to_pylist()]  # as stored, or upgraded since
 
     def output_versions(self, flow: str, epoch: Optional[int] = None) -> dict[Any, list[int]]:
         """Which increments of the flow :meth:`output_records` reads at which Delta version of its table."""
@@ -99,7 +102,8 @@ class Reads:
         fl = self.spec.flow(flow)
         parts = []
         for v, incs in by_version.items():
-            parts.append(self.home.read_table(LAYOUT.flow(flow), v, partitions=[(INC, "in", [str(i) for i in incs])]))
+            t = self.home.read_table(LAYOUT.flow(flow), v, partitions=[(INC, "in", [str(i) for i in incs])])
+            parts.append(conform(t, fl.schema, keep=tuple(c for c in (INC, SRC) if c in t.column_names)))  # type: ignore[union-attr]
         if not parts:
             return []
         t = pa.concat_tables(parts)
@@ -131,7 +135,7 @@ class Reads:
             for it in interrupted:
                 it["recovery"] = "under way in the running cbp run"
         return {"pipeline": self.spec.name, "home": self.home.location, "mode": self.mode, "stages": stages,
-                "runner": runner, "interrupted": interrupted}
+                "runner": runner, "interrupted": interrupted, "last_run": last_run(self), "duplicate_feeds": pending_duplicates(self)}
 
     def _last_placement(self, stage: str) -> Optional[dict[str, Any]]:
         """Where the stage's last epoch ran: partition -> executor, and its state-cache hits (``None`` before one)."""

@@ -91,6 +91,7 @@ class Scheduling:
             self.notify(f"took over the home from a cbp run that was killed (pid {holder.get('pid')} on {holder.get('host')}: {holder.get('command')})")
 
         with self.home.runner_lock(command, took_over):
+            self.run_info = {**self.home.holder_info(), "command": command}  # kept in each epoch's history entry (cbp history)
             first = True
             while True:
                 # One hold of the lock per epoch (feeds may land between epochs; each epoch sees

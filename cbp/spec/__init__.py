@@ -42,6 +42,7 @@ from ..errors import SpecError
 from ..model import ALL, EMITTER_NAMES, EMITTER_PRIVATE, runnable_all, runnable_any
 from .resolve import is_import_path, resolve_callable
 from .loader import load_yaml
+from .fielddefs import field_definition
 from .schema import FieldType, RecordSchema, parse_type
 from .rowkey import row_key_fields
 
@@ -73,13 +74,13 @@ class _RawInput(_Strict):
 
 
 class _RawState(_Strict):
-    fields: dict[str, str] = Field(alias="schema")
+    fields: dict[str, Union[str, dict[str, Any]]] = Field(alias="schema")  # type string, or {type: T, default: V} (cbp.spec.fielddefs)
     grouping: Literal["inner", "outer"] = "inner"
     row_key: Optional[Union[str, list[str]]] = None  # keyed rows (cbp.engine.keyedstate): a key's state is a map row key -> row
 
 
 class _RawFlow(_Strict):
-    fields: dict[str, str] = Field(alias="schema")
+    fields: dict[str, Union[str, dict[str, Any]]] = Field(alias="schema")
     external: bool = False
     description: Optional[str] = None
 
@@ -95,6 +96,8 @@ class _RawStage(_Strict):
     description: Optional[str] = None
     timeout: Optional[float] = Field(default=None, gt=0, le=MAX_TIMEOUT)  # seconds per epoch of this stage
     batch: bool = False  # a vectorised translator: called per batch of keys with Arrow tables (cbp.engine.batch)
+    migrate: Optional[str] = None  # module:function turning an old state row into a new one (or None) on 'cbp upgrade'
+    backfill: bool = False  # a stage added by 'cbp upgrade' first reads its inputs' retained increments
 
     @field_validator("inputs", mode="before")
     @classmethod
@@ -185,6 +188,9 @@ class StageSpec:
     params: dict[str, Any]
     timeout: Optional[float] = None  # seconds an epoch of this stage may take (YAML 'timeout')
     batch: bool = False  # the translator is vectorised (YAML 'batch: true')
+    migrate: Optional[Callable[..., Any]] = None  # YAML 'migrate': old state row -> new row or None (cbp upgrade)
+    migrate_path: Optional[str] = None
+    backfill: bool = False  # YAML 'backfill: true'
     row_key: tuple[str, ...] = ()  # keyed rows: the state fields that name a row of a key (YAML 'state: {row_key: ...}')
 
     @property
@@ -222,10 +228,10 @@ class PipelineSpec:
 
 
 # ---------------------------------------------------------------- loader
-def load_spec(path: str | os.PathLike[str]) -> PipelineSpec:
-    """Read, validate and resolve a pipeline YAML file; raise :class:`SpecError` on any mistake."""
+def load_spec(path: str | os.PathLike[str], text: Optional[str] = None) -> PipelineSpec:
+    """Read, validate and resolve a pipeline YAML file (or ``text`` as if it were that file); raise :class:`SpecError` on any mistake."""
     path = os.fspath(path)
-    data, lines = load_yaml(path)
+    data, lines = load_yaml(path, text)
     if not isinstance(data, dict):
         raise SpecError(path, "line 1: the file must be a mapping with 'pipeline', 'flows' and 'stages'", code="invalid-spec")
     try:
@@ -235,7 +241,6 @@ def load_spec(path: str | os.PathLike[str]) -> PipelineSpec:
     return _Compiler(path, raw, lines).compile()
 
 
-BATCH_REMOVED = "removed"  # what a batch translator's result calls the keys it removes
 _KEY_CALL = "f(record)"  # how route_by / order_by functions are called
 
 
@@ -312,18 +317,21 @@ class _Compiler:
         }
         return PipelineSpec(raw.pipeline, self.path, raw.mode, flows, stages, _stage_order(stages, flows))
 
-    def _schema(self, fields: dict[str, str], where: tuple[str, ...], what: str) -> RecordSchema:
+    def _schema(self, fields: dict[str, Any], where: tuple[str, ...], what: str) -> RecordSchema:
         if not fields:
             raise self.fail(where, f"{what}: the schema has no fields", "empty-schema")
         out: dict[str, FieldType] = {}
+        defaults: dict[str, Any] = {}
         for name, t in fields.items():
             if not _NAME.match(str(name)) or str(name).startswith("_"):
                 raise self.fail(where, f"{what}: field name '{name}' must be an identifier not starting with '_'", "bad-name")
             try:
-                out[name] = parse_type(t)
+                out[name], has, value = field_definition(name, t)
             except ValueError as e:
                 raise self.fail(where, f"{what}: field '{name}': {e}", "bad-type") from None
-        return RecordSchema(out)
+            if has:
+                defaults[name] = value
+        return RecordSchema(out, defaults)
 
     def _key_function(self, text: Optional[str], schema: RecordSchema, where: tuple[str, ...], what: str) -> Optional[KeyFunction]:
         if text is None:
@@ -403,9 +411,6 @@ class _Compiler:
             raise self.fail(where + ("inputs",), f"stage '{name}': every input is routed to ALL, which reaches only keys called by other "
                             "input, so no key would ever be called; route one input by key, or make the state grouping outer", "broadcast-nowhere")
         state_schema = self._schema(s.state.fields, where + ("state",), f"stage '{name}' state") if s.state else None
-        if s.batch and s.state is not None and BATCH_REMOVED in s.outputs:
-            raise self.fail(where + ("outputs",), f"stage '{name}': a batch translator returns the keys it removes under "
-                            f"'{BATCH_REMOVED}', so an output flow cannot have that name; rename the flow", "reserved-name")
         if s.batch and s.state is None and all(i.route_by is None for i in inputs):
             raise self.fail(where + ("batch",), f"stage '{name}': a batch translator is called with groups of keys, but this stage has no "
                             "keys (no state and no route_by: a record-wise stage); give its inputs a route_by or drop 'batch'", "batch-needs-keys")
@@ -422,10 +427,15 @@ class _Compiler:
         except (TypeError, ValueError) as e:
             raise self.fail(where + ("params",), f"stage '{name}': params must be plain YAML values: strings, finite numbers, "
                             f"booleans, null, lists and mappings with string keys ({e})", "bad-params") from None
+        migrate = None
+        if s.migrate is not None:
+            if s.state is None:
+                raise self.fail(where + ("migrate",), f"stage '{name}': 'migrate' turns old state rows into new ones; the stage has no state", "migrate-without-state")
+            migrate = self._callable(s.migrate, where + ("migrate",), f"stage '{name}' migrate", (1, "migrate(old_row)"))
         return StageSpec(
             name, translator, s.translator, tuple(inputs), tuple(s.outputs), state_schema,
             s.state.grouping if s.state else "inner", s.partitions, runnable, s.runnable, dict(s.params), s.timeout, s.batch,
-            row_key_fields(self, s, inputs, state_schema, where) if s.state is not None else (),
+            migrate, s.migrate, s.backfill, row_key_fields(self, s, inputs, state_schema, where) if s.state is not None else (),
         )
 
     def _check_consumer_fields(self, stage: str, flow: str, fields: dict[str, str], schema: RecordSchema, where: tuple[str, ...]) -> None:

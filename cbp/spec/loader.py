@@ -7,7 +7,7 @@ refusal is a :class:`cbp.errors.SpecError` naming the file and line.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Optional
 
 import yaml
 
@@ -22,7 +22,7 @@ _NL = b"\n"
 
 
 
-def load_yaml(path: str) -> tuple[Any, dict[tuple[str, ...], int]]:
+def load_yaml(path: str, text: Optional[str] = None) -> tuple[Any, dict[tuple[str, ...], int]]:
     """Read one YAML document with bounded work; return it and the line of each key path.
 
     The file is at most :data:`MAX_YAML_BYTES` of UTF-8; nesting at most :data:`MAX_YAML_DEPTH`
@@ -31,8 +31,11 @@ def load_yaml(path: str) -> tuple[Any, dict[tuple[str, ...], int]]:
     the line.
     """
     try:
-        with open(path, "rb") as fh:
-            raw = fh.read(MAX_YAML_BYTES + 1)
+        if text is not None:  # the text a home recorded (cbp.controller.upgrade), read as if it were the file
+            raw = text.encode("utf-8")[:MAX_YAML_BYTES + 1]
+        else:
+            with open(path, "rb") as fh:
+                raw = fh.read(MAX_YAML_BYTES + 1)
     except OSError as e:
         raise SpecError(path, f"cannot read the file: {e.strerror or e}", code="unreadable") from None
     if len(raw) > MAX_YAML_BYTES:

@@ -17,10 +17,15 @@ if TYPE_CHECKING:
     from . import _Compiler
 
 ROW_KEY_TYPES = ("string", "int", "bool")
+BATCH_REMOVED = "removed"  # what a batch translator's result calls the keys it removes (cbp.engine.batch)
 
 
 def row_key_fields(c: "_Compiler", s: Any, inputs: list[Any], schema: Optional[RecordSchema], where: tuple[str, ...]) -> tuple[str, ...]:
-    """The stage's row key fields (``()``: none), checked: a ``bad-row-key`` spec error otherwise."""
+    """The row key fields (``()``: none) of a stage with state, checked: a ``bad-row-key`` spec error
+    otherwise (and ``reserved-name`` for an output a batch translator's result would shadow)."""
+    if s.batch and BATCH_REMOVED in s.outputs:
+        raise c.fail(where + ("outputs",), f"stage '{where[-1]}': a batch translator returns the keys it removes under "
+                     f"'{BATCH_REMOVED}', so an output flow cannot have that name; rename the flow", "reserved-name")
     rk = s.state.row_key
     if rk is None:
         return ()

@@ -160,8 +160,9 @@ _INF = float("inf")
 class RecordSchema:
     """The fields of a flow's records, with a fast validator (pydantic) and an Arrow schema."""
 
-    def __init__(self, fields: Mapping[str, FieldType]) -> None:
+    def __init__(self, fields: Mapping[str, FieldType], defaults: Optional[Mapping[str, Any]] = None) -> None:
         self.fields = dict(fields)
+        self.defaults = dict(defaults or {})  # field -> the value stored rows without it get on an upgrade (YAML 'default:')
         if not self.fields:
             raise ValueError("a schema needs at least one field (a record of no fields cannot be stored)")
         for name in self.fields:
@@ -177,10 +178,10 @@ class RecordSchema:
             (n, ft.scalar, ft.nullable) for n, ft in self.fields.items()]
 
     def __getstate__(self) -> dict[str, Any]:
-        return {"fields": self.fields}
+        return {"fields": self.fields, "defaults": self.defaults}
 
     def __setstate__(self, st: dict[str, Any]) -> None:
-        self.__init__(st["fields"])  # type: ignore[misc]
+        self.__init__(st["fields"], st.get("defaults"))  # type: ignore[misc]
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, RecordSchema) and other.fields == self.fields
@@ -202,6 +203,8 @@ class RecordSchema:
 
     def validate(self, record: Any) -> dict[str, Any]:
         """Return the record as a plain dict with every field, or raise :class:`RecordError`."""
+        if self.defaults and isinstance(record, Mapping) and any(k not in record for k in self.defaults):
+            record = {**self.defaults, **record}  # a field with a default may be left out (YAML 'default:')
         if self._flat is not None and type(record) is dict:
             out = _flat_record(self._flat, record)
             if out is not None:

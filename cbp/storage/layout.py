@@ -108,6 +108,18 @@ class Layout:
         digest = hashlib.sha256(feed_id.encode("utf-8", "surrogatepass")).hexdigest()[:40]
         return f"{self.HISTORY}/flows/{flow}/feed_ids/{digest}.json"
 
+    def snapshot_copy(self, seq: int) -> str:
+        """The controller snapshot a stage epoch committed, kept for ``cbp rewind`` (snapshots themselves are pruned)."""
+        return f"{self.HISTORY}/snapshots/{seq:012d}.json"
+
+    def rewind_entry(self, seq: int) -> str:
+        """The record of the rewind committed as change ``seq``: where it went back to, the epochs it undid."""
+        return f"{self.HISTORY}/rewinds/{seq:012d}.json"
+
+    def feed_hash_entry(self, flow: str, digest: str) -> str:
+        """The feeds of ``flow`` whose records hash to ``digest`` (duplicate feeds are warned about)."""
+        return f"{self.HISTORY}/flows/{flow}/hashes/{digest[:40]}.json"
+
     def collected_dir(self, flow: str) -> str:
         return f"{self.HISTORY}/flows/{flow}/collected"
 

@@ -36,6 +36,7 @@ from urllib.parse import quote
 import pyarrow as pa
 import pyarrow.parquet as pq
 from deltalake import CommitProperties, DeltaTable, Transaction
+from deltalake import Schema as DeltaSchema
 from deltalake.transaction import AddAction, RemoveAction
 
 from .. import __version__
@@ -204,23 +205,24 @@ class DeltaTables:
         return h.version
 
     def commit_once(self, rel: str, partition_by: str, adds: Iterable[dict[str, Any]], removes: Iterable[dict[str, Any]], *,
-                    overwrite: bool, app_id: str, app_version: int) -> tuple[int, bool]:
+                    overwrite: bool, app_id: str, app_version: int, schema: Optional[pa.Schema] = None) -> tuple[int, bool]:
         """Commit as :meth:`commit_files` unless the table already holds transaction ``app_id`` at
-        ``app_version`` or later; return the table's version and whether this call committed."""
+        ``app_version`` or later; return the table's version and whether this call committed.
+        ``schema``: the table's new schema from this version on (a ``metaData`` action; cbp upgrade)."""
         h = self._head(rel)
         if h is None:
             raise RuntimeStateError(f"Delta table {self.uri(rel)} is missing; it was created before this commit was planned")  # type: ignore[attr-defined]
         if h.transaction_version(app_id) >= app_version:
             return h.version, False
-        self._commit(rel, h, partition_by, adds, removes, overwrite, app_id, app_version)
+        self._commit(rel, h, partition_by, adds, removes, overwrite, app_id, app_version, schema)
         return h.version, True
 
     def _commit(self, rel: str, h: _Head, partition_by: str, adds: Iterable[dict[str, Any]], removes: Iterable[dict[str, Any]],
-                overwrite: bool, app_id: Optional[str], app_version: Optional[int]) -> None:
+                overwrite: bool, app_id: Optional[str], app_version: Optional[int], schema: Optional[pa.Schema] = None) -> None:
         """Write the table's next commit (Delta's JSON actions) unless another writer made it first,
         then bring ``h`` up to it and write a checkpoint when one is due."""
         if not h.plain:
-            self._commit_by_delta_rs(rel, h, partition_by, adds, removes, overwrite, app_id, app_version)
+            self._commit_by_delta_rs(rel, h, partition_by, adds, removes, overwrite, app_id, app_version, schema)
             return
         now = int(time.time() * 1000)
         added = [_file(a, partition_by) for a in adds]
@@ -231,6 +233,8 @@ class DeltaTables:
                                                        "engineInfo": f"cbp/{__version__}", "clientVersion": f"cbp-{__version__}"}}]
         if app_id is not None:
             lines.append({"txn": {"appId": app_id, "version": int(app_version or 0), "lastUpdated": now}})
+        if schema is not None:
+            lines.append({"metaData": _metadata(h.dt, schema)})
         lines += [{"add": {"path": quote(f["path"], safe="/=-_.~"), "partitionValues": {partition_by: _value(f["partition"])},
                            "size": f["size"], "modificationTime": f["mtime"], "dataChange": True,
                            **({"stats": json.dumps({"numRecords": int(f["rows"])})} if f["rows"] is not None else {})}} for f in added]
@@ -268,8 +272,8 @@ class DeltaTables:
             return True
         return h.since >= min(_MIN_INTERVAL, h.interval) and _LOG_SHARE * h.actions >= max(h.checkpoint_size, len(h.files))
 
-    def _commit_by_delta_rs(self, rel: str, h: _Head, partition_by: str, adds: Iterable[dict[str, Any]],
-                            removes: Iterable[dict[str, Any]], overwrite: bool, app_id: Optional[str], app_version: Optional[int]) -> None:
+    def _commit_by_delta_rs(self, rel: str, h: _Head, partition_by: str, adds: Iterable[dict[str, Any]], removes: Iterable[dict[str, Any]],
+                            overwrite: bool, app_id: Optional[str], app_version: Optional[int], schema: Optional[pa.Schema] = None) -> None:
         """Commit through delta-rs (tables whose protocol cbp's own commits do not speak)."""
         actions: list[Any] = [AddAction(f["path"], f["size"], {partition_by: _value(f["partition"])}, f["mtime"], True,
                                         json.dumps({"numRecords": int(f["rows"] or 0)})) for f in map(lambda a: _file(a, partition_by), adds)]
@@ -278,7 +282,8 @@ class DeltaTables:
         props = CommitProperties(app_transactions=[Transaction(app_id, int(app_version or 0))]) if app_id is not None else None
         dt = h.dt
         dt.update_incremental()
-        dt.create_write_transaction(actions, mode="overwrite" if overwrite else "append", schema=dt.schema(), partition_by=[partition_by],
+        new_schema = dt.schema() if schema is None else DeltaSchema.from_arrow(schema)
+        dt.create_write_transaction(actions, mode="overwrite" if overwrite else "append", schema=new_schema, partition_by=[partition_by],
                                     commit_properties=props)
         dt.update_incremental()
         h.reload()
@@ -326,6 +331,15 @@ class DeltaTables:
             pq.write_table(table, out, row_group_size=row_group_size, compression="zstd")
             size = out.tell()
         return {"rel": rel, "size": size, "mtime": int(time.time() * 1000), "rows": table.num_rows, "partition": partition}
+
+
+def _metadata(dt: DeltaTable, schema: pa.Schema) -> dict[str, Any]:
+    """The ``metaData`` action that gives table ``dt`` a new schema, all else as it was."""
+    dt.update_incremental()
+    m = dt.metadata()
+    return {"id": m.id, "name": m.name, "description": m.description, "format": {"provider": "parquet", "options": {}},
+            "schemaString": DeltaSchema.from_arrow(schema).to_json(), "partitionColumns": list(m.partition_columns),
+            "createdTime": m.created_time, "configuration": dict(m.configuration)}
 
 
 def _value(v: Any) -> Optional[str]:

@@ -1,0 +1,83 @@
+"""Which translator code each stage epoch ran, and what ``cbp status`` says about evolution.
+
+Each stage epoch records a hash of its translator's module file (:func:`code_hash`) in its history
+entry; the snapshot keeps, per stage, the hash of its last epoch and the epoch since which that
+code has run (``shapes["code:<stage>"]``), so ``cbp status`` shows when the code changed and
+whether today's file differs from what the last epoch ran.
+
+    >>> code_hash(None)
+    ''
+"""
+
+from __future__ import annotations
+
+import hashlib
+import sys
+from typing import TYPE_CHECKING, Any, Optional
+
+from ..spec import StageSpec
+from .plan import ARCHIVE
+from .snapshot import Snapshot
+
+if TYPE_CHECKING:
+    from . import Controller
+
+__all__ = ["code_hash", "note_code", "evolution_status"]
+
+
+def code_hash(spec: Optional[StageSpec]) -> str:
+    """The first 16 hex digits of the SHA-256 of the stage's translator module file ('' if unknown)."""
+    fn = getattr(spec, "translator", None)
+    mod = sys.modules.get(getattr(fn, "__module__", "") or "")
+    path = getattr(mod, "__file__", None)
+    if not path:
+        return ""
+    try:
+        with open(path, "rb") as fh:
+            return hashlib.sha256(fh.read()).hexdigest()[:16]
+    except OSError:
+        return ""
+
+
+def note_code(snap: Snapshot, spec: StageSpec, epoch: int) -> str:
+    """Remember the code epoch ``epoch`` of the stage runs (in ``snap``); its hash, for the epoch's entry."""
+    h = code_hash(spec)
+    key = f"code:{spec.name}"
+    was = snap.shapes.get(key)
+    if was is None or was.get("hash") != h:
+        snap.shapes[key] = {"hash": h, "since": epoch, "before": was.get("hash") if was else None}
+    return h
+
+
+def evolution_status(ctl: "Controller") -> dict[str, Any]:
+    """``archived`` stages, per-stage ``code`` (hash, since which epoch, whether today's file differs), ``warnings``, ``plan``."""
+    from .upgrade import unfed_waits
+
+    shapes = ctl.st.shapes
+    archived = {k[len(ARCHIVE):]: {"epoch": v["epoch"], "upgrade": v["upgrade"], "pending": sum(len(c) for c in v["connectors"].values())}
+                for k, v in shapes.items() if k.startswith(ARCHIVE)}
+    code = {}
+    for s, spec in ctl.spec.stages.items():
+        rec = shapes.get(f"code:{s}")
+        if rec is not None:
+            now = code_hash(spec)
+            code[s] = {"hash": rec["hash"], "since_epoch": rec["since"], "changed_at_epoch": rec["since"] if rec.get("before") else None,
+                       "file_differs": bool(now) and now != rec["hash"]}
+    plan = ctl.evolution
+    return {"archived": archived, "code": code, "warnings": unfed_waits(ctl),
+            "plan": plan.lines() if plan.changes else [], "needs_upgrade": plan.needs_upgrade}
+
+
+def status_lines(st: dict[str, Any]) -> list[str]:
+    """The text ``cbp status`` prints for :func:`evolution_status`."""
+    out = [f"  archived stage {s}: epoch {a['epoch']}, {a['pending']} pending increment(s) (removed at upgrade {a['upgrade']})"
+           for s, a in st.get("archived", {}).items()]
+    for s, c in st.get("code", {}).items():
+        if c["changed_at_epoch"]:
+            out.append(f"  stage {s}: translator code changed at epoch {c['changed_at_epoch']}")
+        if c["file_differs"]:
+            out.append(f"  stage {s}: the translator file differs from the code its last epoch ran")
+    out += [f"  warning: {w}" for w in st.get("warnings", [])]
+    if st.get("needs_upgrade"):
+        out += ["  the YAML differs from the recorded pipeline; 'cbp upgrade' would:"] + [f"    {line}" for line in st["plan"]]
+    return out

@@ -1,0 +1,105 @@
+"""The data side of an upgrade: a stage's state and a flow's stored increments in a new shape.
+
+Each function writes new files only (invisible until committed) and returns the Delta commit
+(the journal's form, :mod:`.journal`) that makes them the table's live files with the new schema,
+under the application transaction ``cbp-upgrade`` of the upgrade's number, so a recovery that
+finds the commit made does not make it twice.
+
+    >>> import pyarrow as pa
+    >>> from cbp.spec.schema import RecordSchema
+    >>> conform(pa.table({"n": [1], "x": ["gone"]}), RecordSchema.parse({"n": "float", "m": "int?"})).to_pylist()
+    [{'n': 1.0, 'm': None}]
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from ..engine.bipindex import STATE_META
+from ..engine.restate import Job, rewrite_state
+from ..errors import UserCodeError
+from ..spec.schema import RecordSchema
+from ..storage import INC, LAYOUT, PART, SRC
+
+if TYPE_CHECKING:
+    from . import Controller
+
+__all__ = ["conform", "upgrade_app", "state_commit", "flow_commit", "schema_hex"]
+
+APP = "cbp-upgrade"
+
+
+def upgrade_app(n: int) -> tuple[str, int]:
+    """The application transaction of upgrade ``n``'s Delta commits."""
+    return APP, n
+
+
+def schema_hex(schema: pa.Schema) -> str:
+    """An Arrow schema as the journal keeps it in a pending record (IPC, hex)."""
+    return bytes(schema.serialize()).hex()
+
+
+def conform(t: pa.Table, schema: RecordSchema, keep: tuple[str, ...] = ()) -> pa.Table:
+    """``t`` with exactly the fields of ``schema`` (after the columns ``keep``): fields it lacks
+    get their default or null, types are cast (widened), other columns dropped."""
+    cols, fields = [t[c] for c in keep], [t.schema.field(c) for c in keep]
+    for name, ft in schema.fields.items():
+        if name in t.column_names:
+            cols.append(t[name].cast(ft.arrow))
+        elif name in schema.defaults:
+            cols.append(pa.array([schema.to_storage({name: schema.defaults[name]})[name]] * t.num_rows, ft.arrow))
+        else:
+            cols.append(pa.nulls(t.num_rows, ft.arrow))
+        fields.append(pa.field(name, ft.arrow))
+    return pa.table(cols, schema=pa.schema(fields))
+
+
+def state_commit(ctl: "Controller", stage: str, old: RecordSchema, n: int) -> tuple[dict[str, Any], dict[str, str], list[str]]:
+    """Rewrite ``stage``'s state into the YAML's schema and partition count (one pass, a Spark job).
+
+    Returns the commit, the new index (partition -> index file), and the files written."""
+    spec = ctl.spec.stages[stage]
+    sst = ctl.st.stages[stage]
+    rel = LAYOUT.state(stage)
+    by_part: dict[int, list[dict[str, Any]]] = {}
+    for f in ctl.home.table_files(rel, sst.state_version):  # type: ignore[arg-type]
+        by_part.setdefault(int(f["partition"]), []).append(f)
+    new = spec.state_schema
+    assert new is not None
+    job = Job(ctl.home, rel, old, new, spec.migrate, spec.partitions, sst.epoch, f"u{n}", ctl.state_row_group, stage)
+    done, errors = rewrite_state(ctl.spark, job, by_part)
+    if errors:
+        raise UserCodeError(f"cbp upgrade: migrating stage '{stage}''s state failed; nothing was changed:\n  " + "\n  ".join(errors[:5]),
+                            code="migrate-failed", stage=stage)
+    adds = [r["add"] for r in done.values()]
+    schema = pa.schema([pa.field(PART, pa.int32())] + list(STATE_META) + list(new.arrow))
+    app, version = upgrade_app(n)
+    commit = {"table": rel, "partition_by": PART, "adds": adds, "removes": [], "overwrite": True, "app": app, "version": version,
+              "schema": schema_hex(schema), "targets": [["stages", stage, "state_version"]]}
+    written = [f"{rel}/{a['path']}" for a in adds] + [r["index"] for r in done.values()]
+    return commit, {str(q): r["index"] for q, r in done.items()}, written
+
+
+def flow_commit(ctl: "Controller", flow: str, n: int) -> tuple[dict[str, Any], list[str]]:
+    """Rewrite every file of ``flow``'s table live at its version into the YAML's schema (the
+    increments not yet read, and those of a flow nobody reads); the commit and the files written."""
+    fs = ctl.st.flows[flow]
+    rel = LAYOUT.flow(flow)
+    schema = ctl.spec.flows[flow].schema
+    adds, removes, written = [], [], []
+    for f in ctl.home.table_files(rel, fs.version):  # type: ignore[arg-type]
+        t = pq.read_table(ctl.home.path(f"{rel}/{f['path']}"), filesystem=ctl.home.fs)
+        inc = int(f["partition"])
+        t = conform(t, schema, keep=(SRC,) if SRC in t.column_names else ())
+        add = ctl.home.write_parquet(LAYOUT.increment_dir(flow, inc), t, f"u{n}", inc)
+        written.append(add["rel"])
+        adds.append({**add, "path": add.pop("rel")[len(rel) + 1:]})
+        removes.append(f)
+    app, version = upgrade_app(n)
+    targets = [["flows", flow, "version"]] + [["flows", flow, "incs", str(i), "version"] for i in fs.incs]
+    commit = {"table": rel, "partition_by": INC, "adds": adds, "removes": removes, "app": app, "version": version,
+              "schema": schema_hex(ctl._flow_schema(flow)), "targets": targets}
+    return commit, written

@@ -1,0 +1,336 @@
+"""Rewind: put a pipeline back as it was after a committed stage epoch, keeping every feed since.
+
+Every stage epoch keeps the controller snapshot it committed (:meth:`Layout.snapshot_copy`), and
+every table of a home is a Delta table, so the pipeline as it was after stage ``S``'s epoch ``N``
+is that snapshot plus the table versions it names. A rewind goes back to that moment for the
+*whole* pipeline (every stage to the epoch it had reached then, so no stage keeps anything an
+undone epoch wrote), and keeps what happened outside the stages since: feeds stay landed and
+become pending again, feed numbers, increment ids and garbage-collection runs go on counting.
+
+It is one durable change (:mod:`.journal`): a new Delta commit per table that puts back the files
+the target moment had live (Delta's ``RESTORE`` done as plain adds and removes; increments that
+were garbage-collected since come back the same way, out of the table's history) and removes
+what the undone epochs wrote, the new snapshot, and a history entry (:meth:`Layout.rewind_entry`)
+that keeps the undone epochs' records. Nothing is deleted: the undone epochs stay readable by
+Delta time travel (:func:`undone_records`). A data file that VACUUM removed since cannot come
+back: then the rewind is refused (code ``rewind-vacuumed``) before anything changes.
+
+    >>> p.rewind(2, stage="count")        # doctest: +SKIP
+    RewindReport(stage='count', epoch=2, undone={'count': [3, 4]}, ...)
+"""
+
+from __future__ import annotations
+
+import copy
+import time
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Optional
+
+import pyarrow as pa
+
+from .. import faults
+from ..errors import RuntimeStateError, UsageError
+from ..storage import INC, LAYOUT, PART
+from .snapshot import FlowState, Increment, Sched, Snapshot, StageState
+
+if TYPE_CHECKING:
+    from . import Controller
+
+__all__ = ["RewindReport", "rewind", "rewinds", "undone_records"]
+
+APP = "cbp:rewind"  # the Delta application transaction id of a rewind's commits (version: the change's seq)
+
+
+@dataclass
+class RewindReport:
+    """What a rewind did: the moment it went back to, the stage epochs it undid, what is pending now."""
+
+    stage: Optional[str]
+    epoch: int
+    seq: int  # the sequence number of the rewind's change (its record: rewinds())
+    undone: dict[str, list[int]] = field(default_factory=dict)  # stage -> epochs undone
+    pending: dict[str, int] = field(default_factory=dict)  # external flow -> increments pending for some stage
+    restored: dict[str, list[int]] = field(default_factory=dict)  # flow -> increments brought back from its history
+
+    def where(self) -> str:
+        """The moment gone back to, in words."""
+        return f"stage '{self.stage}' epoch {self.epoch}" if self.epoch else "the beginning (before any stage epoch)"
+
+    def line(self) -> str:
+        undone = "; ".join(f"{s} epoch{'s' if len(e) > 1 else ''} {_span(e)}" for s, e in self.undone.items() if e) or "nothing"
+        pending = ", ".join(f"'{f}' {n} increment(s)" for f, n in self.pending.items()) or "none"
+        return f"rewound to after {self.where()}: undone {undone}; pending now: {pending}"
+
+
+def _span(epochs: list[int]) -> str:
+    return f"{epochs[0]}-{epochs[-1]}" if len(epochs) > 1 else str(epochs[0])
+
+
+def rewind(ctl: "Controller", to_epoch: int, stage: Optional[str] = None, *, command: str = "cbp.Pipeline.rewind()") -> RewindReport:
+    """Put the pipeline back as it was right after ``stage``'s epoch ``to_epoch`` (0: before any stage
+    epoch ran), as one durable change; see the module docstring. Refuses while a ``cbp run`` works."""
+    if isinstance(to_epoch, bool) or not isinstance(to_epoch, int) or to_epoch < 0:
+        raise UsageError(f"--to-epoch must be an epoch number, 0 or more; got {to_epoch!r}", code="bad-option")
+    if stage is not None:
+        stage = ctl.spec.stage(stage).name
+    elif to_epoch and len(ctl.spec.stages) == 1:
+        stage = next(iter(ctl.spec.stages))
+    elif to_epoch:
+        raise UsageError(f"pipeline '{ctl.spec.name}' has {len(ctl.spec.stages)} stages: say whose epoch {to_epoch} with --stage "
+                         f"(one of {', '.join(ctl.spec.order)}; 'cbp history' lists them), or --to-epoch 0 for the beginning",
+                         code="rewind-needs-stage")
+    with ctl.home.runner_lock(command), ctl._locked():
+        for s, it in ctl.home.intentions().items():  # epochs under way when a runner died: the next run decides again
+            ctl._abandon(s, it)
+        with ctl._transaction():
+            return _rewind(ctl, to_epoch, stage)
+
+
+def _rewind(ctl: "Controller", to_epoch: int, stage: Optional[str]) -> RewindReport:
+    cur = ctl.st
+    seq = cur.seq + 1
+    target = _target(ctl, to_epoch, stage)
+    undone = {s: list(range(target.stages[s].epoch + 1 if s in target.stages else 1, st.epoch + 1)) for s, st in cur.stages.items()}
+    undone = {s: e for s, e in undone.items() if e}
+    report = RewindReport(stage, to_epoch, seq, undone)
+    if not undone:
+        ctl.notify(f"nothing to rewind: no stage epoch was committed after {report.where()}")
+        return report
+    new = _merge(ctl, cur, target, undone, report)
+    commits: list[dict[str, Any]] = []
+    for s in undone:
+        if s in ctl.spec.stages and ctl.spec.stages[s].state_schema is not None:
+            commits += _restore_state(ctl, new, s, target.stages[s].state_version if s in target.stages else None, seq)
+    for f in new.flows:
+        commits += _restore_flow(ctl, cur, target, new, f, seq)
+    record = _record(ctl, cur, target, undone, report)
+    ctl._entry(LAYOUT.rewind_entry(seq), record)
+    for flow, incs in record["collected_undone"].items():
+        for inc, entry in incs.items():
+            ctl._entry(LAYOUT.collected_entry(flow, int(inc)), {**entry, "undone": seq})
+    faults.point("rewind:planned")
+    ctl.st = new
+    ctl._commit("rewind", f"rewind to after {report.where()}", commits)
+    report.pending = {f: len({i for c in ctl.spec.flows[f].consumers for i in ctl.st.connector(c, f)})
+                      for f in ctl.spec.external_flows if f in ctl.st.flows}
+    return report
+
+
+def _target(ctl: "Controller", to_epoch: int, stage: Optional[str]) -> Snapshot:
+    """The snapshot of the moment to go back to."""
+    if to_epoch == 0:
+        return Snapshot.new(ctl.st.pipeline, {f: fl.external for f, fl in ctl.spec.flows.items()},
+                            {s: st.input_flows for s, st in ctl.spec.stages.items()})
+    assert stage is not None
+    have = ctl.st.stages[stage].epoch
+    if to_epoch > have:
+        raise UsageError(f"stage '{stage}' has run {have} epoch(s); cannot rewind to epoch {to_epoch} ('cbp history' lists them)",
+                         code="unknown-epoch")
+    entry = ctl.history.epoch(ctl.st, stage, to_epoch)
+    seq = entry.get("seq") if entry else None
+    doc = None
+    if seq is not None:
+        doc = ctl.home.read_json(LAYOUT.snapshot_copy(int(seq))) or ctl.home.read_json(LAYOUT.snapshot(int(seq)))
+    if doc is None:
+        raise RuntimeStateError(f"stage '{stage}' epoch {to_epoch} was committed by a cbp that kept no snapshot to rewind to "
+                                f"({ctl.home.uri(LAYOUT.HISTORY)} has none for it); rewind to a later epoch, or to 0",
+                                code="rewind-unavailable")
+    return Snapshot.from_json(doc)
+
+
+def _merge(ctl: "Controller", cur: Snapshot, target: Snapshot, undone: dict[str, list[int]], report: RewindReport) -> Snapshot:
+    """The snapshot after the rewind: the target's stages, connectors and stage outputs; the
+    current feeds (every increment fed since the target, pending again) and counters."""
+    new = cur.copy()
+    new.sched = Sched()
+    for s in cur.stages:
+        st = copy.deepcopy(target.stages.get(s, StageState()))
+        if s in undone:
+            st.index = {}  # the target's index files may be gone: the next epoch rebuilds each partition's index
+            gone = [rel for rel in st.bindings if not ctl.home.exists(rel)]
+            if gone:  # multicast bindings are deleted once read (cbp.controller.epoch): an undone epoch read these
+                raise RuntimeStateError(f"cannot rewind stage '{s}': the multicast bindings its next epoch would read were deleted "
+                                        f"after an undone epoch read them (e.g. {gone[0]}); rewind to its last epoch or later, "
+                                        "or to 0. Nothing was changed", code="rewind-unavailable")
+        new.stages[s] = st
+    new.connectors = {k: list(target.connectors.get(k, [])) for k in cur.connectors}
+    for f, fs in cur.flows.items():
+        fl = ctl.spec.flows.get(f)
+        if fl is None or not fl.external:
+            t = copy.deepcopy(target.flows.get(f, FlowState()))
+            t.next_inc = max(t.next_inc, fs.next_inc)
+            new.flows[f] = t
+            continue
+        if not fl.consumers:  # nobody reads it: a rewind has nothing to give back
+            continue
+        new.flows[f] = _external(ctl, cur, target, f, report)
+        kept = set(new.flows[f].incs)
+        since = sorted(i for i in kept if i not in target.flows.get(f, FlowState()).incs)
+        for c in fl.consumers:
+            q = [i for i in new.connector(c, f) if i in kept]  # a feed withdrawn since (cbp unfeed) is gone
+            new.connectors[f"{c}.{f}"] = q + [i for i in since if i not in q]
+    return new
+
+
+def _external(ctl: "Controller", cur: Snapshot, target: Snapshot, flow: str, report: RewindReport) -> FlowState:
+    """An external flow after the rewind: the increments live at the target and those fed since,
+    each as it is now (a framed one may have grown), those collected since back from the history."""
+    fs = copy.deepcopy(cur.flows[flow])
+    tf = target.flows.get(flow, FlowState())
+    read = {i for c in ctl.spec.flows[flow].consumers for i in target.connectors.get(f"{c}.{flow}", [])}
+    wanted = {i for i in tf.incs if i in fs.incs or i in read or not ctl.spec.flows[flow].consumers}  # not garbage at the target
+    for n in range(tf.feeds + 1, fs.feeds + 1):
+        e = ctl.history.feed(cur, flow, n)
+        wanted.update(int(i) for i in (e or {}).get("incs", []))
+    incs: dict[int, Increment] = {}
+    for i in sorted(wanted):
+        if i in fs.incs:
+            incs[i] = fs.incs[i]
+            continue
+        e = ctl.home.read_json(LAYOUT.collected_entry(flow, i))
+        if e is None or e.get("undone"):
+            continue  # withdrawn (cbp unfeed): not landed any more
+        if e.get("meta"):
+            incs[i] = Increment(**{**e["meta"], "srcs": list(e["meta"].get("srcs", []))})
+        elif i in tf.incs and tf.incs[i].complete:
+            incs[i] = copy.deepcopy(tf.incs[i])
+        else:
+            raise RuntimeStateError(f"flow '{flow}': increment {i} was collected by a cbp that did not keep what a rewind needs "
+                                    "to bring it back; rewind to a later epoch", code="rewind-unavailable")
+        incs[i].version = int(e["version"]) if e["version"] is not None else fs.version
+        report.restored.setdefault(flow, []).append(i)
+    fs.incs = incs
+    return fs
+
+
+def _head(ctl: "Controller", rel: str) -> Optional[int]:
+    dt = ctl.home.table(rel)
+    return None if dt is None else dt.version()
+
+
+def _files(ctl: "Controller", rel: str, version: Optional[int]) -> list[dict[str, Any]]:
+    """The live files of a table version; an old version whose log is gone is ``rewind-vacuumed``."""
+    if version is None:
+        return []
+    try:
+        return ctl.home.table_files(rel, version)
+    except Exception as e:  # delta-rs raises several types for a version it cannot load
+        raise RuntimeStateError(f"cannot rewind: version {version} of Delta table {ctl.home.uri(rel)} cannot be read any more "
+                                f"({str(e)[:200]}); its log was cleaned up. Nothing was changed", code="rewind-vacuumed") from e
+
+
+def _diff(ctl: "Controller", rel: str, partition_by: str, want: list[dict[str, Any]], seq: int,
+          targets: list[list[str]]) -> tuple[list[dict[str, Any]], Optional[int]]:
+    """The commit that makes ``want`` the table's live files (none if they are), and its head version."""
+    head = _head(ctl, rel)
+    have = _files(ctl, rel, head)
+    have_paths, want_paths = {f["path"] for f in have}, {f["path"] for f in want}
+    adds = [f for f in want if f["path"] not in have_paths]
+    removes = [f for f in have if f["path"] not in want_paths]
+    gone = [f["path"] for f in adds if not ctl.home.exists(f"{rel}/{f['path']}")]
+    if gone:
+        raise RuntimeStateError(f"cannot rewind: {len(gone)} data file(s) of Delta table {ctl.home.uri(rel)} that the target moment "
+                                f"needs were deleted (VACUUM?), e.g. {gone[0]}. Nothing was changed; rewind to a later epoch",
+                                code="rewind-vacuumed")
+    if not adds and not removes:
+        return [], head
+    return [{"table": rel, "partition_by": partition_by, "adds": adds, "removes": removes, "app": APP, "version": seq,
+             "targets": targets}], head
+
+
+def _restore_state(ctl: "Controller", new: Snapshot, stage: str, version: Optional[int], seq: int) -> list[dict[str, Any]]:
+    """Put the stage's state table back to the files of ``version`` (no state: no files)."""
+    rel = LAYOUT.state(stage)
+    if _head(ctl, rel) is None:
+        new.stages[stage].state_version = None
+        return []
+    commits, head = _diff(ctl, rel, PART, _files(ctl, rel, version), seq, [["stages", stage, "state_version"]])
+    new.stages[stage].state_version = head if commits or version is not None else None
+    return commits
+
+
+def _restore_flow(ctl: "Controller", cur: Snapshot, target: Snapshot, new: Snapshot, flow: str, seq: int) -> list[dict[str, Any]]:
+    """Make the flow's table hold exactly the increments live after the rewind."""
+    rel = LAYOUT.flow(flow)
+    fs = new.flows[flow]
+    if _head(ctl, rel) is None:
+        fs.version = None
+        return []
+    fl = ctl.spec.flows.get(flow)
+    if fl is not None and fl.external and not fl.consumers:
+        return []
+    if fl is None or not fl.external:  # a stage's output: as at the target (a flow nobody reads keeps collected increments there too)
+        want = _files(ctl, rel, target.flows.get(flow, FlowState()).version)
+    else:  # the increments of an external flow as they are now, those collected since out of the version that held them
+        by_version: dict[Optional[int], set[int]] = {}
+        for i, m in fs.incs.items():
+            by_version.setdefault(cur.flows[flow].version if i in cur.flows[flow].incs else m.version, set()).add(i)
+        want = [f for v, ids in by_version.items() for f in _files(ctl, rel, v) if int(f["partition"]) in ids]
+    targets = [["flows", flow, "version"]] + [["flows", flow, "incs", str(i), "version"] for i in fs.incs]
+    commits, head = _diff(ctl, rel, INC, want, seq, targets)
+    fs.version = head
+    for m in fs.incs.values():
+        m.version = head
+    return commits
+
+
+def _record(ctl: "Controller", cur: Snapshot, target: Snapshot, undone: dict[str, list[int]], report: RewindReport) -> dict[str, Any]:
+    """The rewind's history entry: where it went, and each undone epoch's entry with the table
+    versions that still hold what it wrote (read by :func:`undone_records`)."""
+    epochs: dict[str, list[dict[str, Any]]] = {}
+    collected: dict[str, dict[str, dict[str, Any]]] = {}
+    for s, es in undone.items():
+        for e in es:
+            entry = ctl.history.epoch(cur, s, e) or {}
+            versions: dict[str, dict[str, int]] = {}
+            for f, ids in entry.get("outputs", {}).items():
+                for i in ids:
+                    if i in cur.flows[f].incs:
+                        v = cur.flows[f].version
+                    else:
+                        c = ctl.home.read_json(LAYOUT.collected_entry(f, int(i)))
+                        if c is None or c.get("undone"):
+                            continue
+                        if int(i) not in target.flows.get(f, FlowState()).incs:
+                            collected.setdefault(f, {})[str(i)] = c
+                        v = cur.flows[f].version if c["version"] is None else int(c["version"])
+                    versions.setdefault(f, {})[str(i)] = v
+            epochs.setdefault(s, []).append({**{k: v for k, v in entry.items() if k != "placement"}, "epoch": e, "versions": versions})
+    to = {"stage": report.stage, "epoch": report.epoch, "seq": target.seq}
+    return {"seq": report.seq, "to": to, "at": round(time.time(), 3), "undone": epochs, "collected_undone": collected,
+            "restored": {f: sorted(ids) for f, ids in report.restored.items()}}
+
+
+def rewinds(ctl: "Controller") -> list[dict[str, Any]]:
+    """The records of the rewinds committed in the home, oldest first."""
+    ctl.refresh()
+    out = []
+    for name in ctl.home.list_dir(f"{LAYOUT.HISTORY}/rewinds"):
+        if name.endswith(".json") and name[:-5].isdigit() and int(name[:-5]) <= ctl.st.seq:  # a later one did not commit
+            rec = ctl.home.read_json(f"{LAYOUT.HISTORY}/rewinds/{name}")
+            if rec is not None:
+                out.append(rec)
+    return out
+
+
+def undone_records(ctl: "Controller", flow: str, epoch: int, rewind_seq: Optional[int] = None) -> list[dict[str, Any]]:
+    """The records that epoch ``epoch`` of ``flow``'s producer wrote before a rewind undid it (the
+    latest rewind that undid that epoch, or the one committed as change ``rewind_seq``)."""
+    fl = ctl.spec.flow(flow)
+    if fl.producer is None:
+        raise UsageError(f"flow '{flow}' is external: a rewind undoes no feed", code="not-produced")
+    for rec in reversed(rewinds(ctl)):
+        if rewind_seq is not None and rec["seq"] != rewind_seq:
+            continue
+        for e in rec["undone"].get(fl.producer, []):
+            if e["epoch"] == epoch:
+                by_version: dict[int, list[str]] = {}
+                for i, v in e["versions"].get(flow, {}).items():
+                    by_version.setdefault(int(v), []).append(i)
+                parts = [ctl.home.read_table(LAYOUT.flow(flow), v, partitions=[(INC, "in", ids)]) for v, ids in by_version.items()]
+                if not parts:
+                    return []
+                t = pa.concat_tables(parts).sort_by([(INC, "ascending")])
+                return [fl.schema.from_storage(r) for r in t.select(list(fl.schema.fields)).to_pylist()]
+    raise UsageError(f"no rewind undid epoch {epoch} of stage '{fl.producer}'" + (f" as change {rewind_seq}" if rewind_seq else ""),
+                     code="unknown-epoch")

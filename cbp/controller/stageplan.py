@@ -1,0 +1,153 @@
+"""The stage part of a plan (:mod:`.plan`): stages added, removed and changed.
+
+Each change says what an upgrade does to the stage's stored data (its state table, its
+position: epoch and connectors), or that nothing stored changes. A stage removed from the YAML
+is archived (state and position kept in the home); a stage added back is refused until the
+user says how it starts: from the archive (``--restore-archived``), rebuilt from its inputs'
+retained increments (``backfill: true``) or empty (``--discard-archived``).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Optional
+
+from ..spec import PipelineSpec
+from .plan import ARCHIVE, Change, Plan, definition, flow_changes, schema_steps
+from .snapshot import Snapshot, conn
+
+__all__ = ["make_plan", "stage_changes", "has_data"]
+
+
+def make_plan(old: Optional[dict[str, Any]], spec: PipelineSpec, snap: Snapshot, *, restore: tuple[str, ...] = (),
+              discard: tuple[str, ...] = ()) -> Plan:
+    """The changes from the recorded pipeline ``old`` to ``spec``, judged against what ``snap`` holds."""
+    new = definition(spec)
+    if old is None:
+        return Plan([])
+    stored = {f for f, fs in snap.flows.items() if fs.version is not None}
+    changes = flow_changes(old, new, stored) + stage_changes(old, new, spec, snap, restore, discard)
+    return Plan(changes)
+
+
+def has_data(snap: Snapshot, stage: str) -> bool:
+    """Whether the home holds anything of ``stage``: epochs, state, or pending increments."""
+    st = snap.stages.get(stage)
+    if st is None:
+        return False
+    pending = any(v for k, v in snap.connectors.items() if k.split(".", 1)[0] == stage)
+    return st.epoch > 0 or st.state_version is not None or pending
+
+
+def stage_changes(old: dict[str, Any], new: dict[str, Any], spec: PipelineSpec, snap: Snapshot,
+                  restore: tuple[str, ...], discard: tuple[str, ...]) -> list[Change]:
+    out: list[Change] = []
+    for s, d in new["stages"].items():
+        was = old["stages"].get(s)
+        if was is None:
+            out.append(_added(s, d, snap, restore, discard))
+        else:
+            out += _changed(s, was, d, snap)
+    for s in old["stages"]:
+        if s not in new["stages"]:
+            out.append(_removed(s, snap))
+    return out
+
+
+def _added(s: str, d: dict[str, Any], snap: Snapshot, restore: tuple[str, ...], discard: tuple[str, ...]) -> Change:
+    what = f"stage '{s}'"
+    arch = snap.shapes.get(ARCHIVE + s)
+    if arch is not None:
+        where = f"it was removed at upgrade {arch['upgrade']} and its state and position (epoch {arch['epoch']}) are archived in the home"
+        if s in restore:
+            return Change("migrates", what, f"added back, restored from its archive (epoch {arch['epoch']}) with every increment "
+                          "of its inputs it missed", kind="restore", name=s, data=True)
+        if d.get("backfill") or s in discard:
+            how = "rebuilt from its inputs' first retained increments (backfill)" if s not in discard or d.get("backfill") else "empty"
+            return Change("migrates", what, f"added back, starts {how}; its archive is dropped", kind="add-stage", name=s, data=True,
+                          args={"backfill": bool(d.get("backfill")) and s not in discard, "clear": True})
+        return Change("refused", what, f"added back, but {where}. Say how it starts: --restore-archived {s} (the archive plus "
+                      f"every increment it missed), 'backfill: true' on the stage (rebuilt from its inputs' retained increments), "
+                      f"or --discard-archived {s} (empty)", code="archived-stage", name=s)
+    leftover = snap.stages.get(s)
+    if d.get("backfill"):
+        return Change("migrates", what, "added; first reads its inputs from their first retained increment (backfill)",
+                      kind="add-stage", name=s, data=True, args={"backfill": True, "clear": leftover is not None})
+    if leftover is not None and has_data(snap, s):  # state an older cbp left behind: never resumed silently
+        return Change("migrates", what, "added; the state and position an earlier pipeline left in the home are set aside: starts empty",
+                      kind="add-stage", name=s, data=True, args={"backfill": False, "clear": True})
+    return Change("applies", what, "added; starts empty" + _waits(d))
+
+
+def _removed(s: str, snap: Snapshot) -> Change:
+    what = f"stage '{s}'"
+    if not has_data(snap, s):
+        return Change("applies", what, "removed (it had run nothing: nothing to archive)", kind="drop-stage", name=s)
+    st = snap.stages[s]
+    pending = sum(len(v) for k, v in snap.connectors.items() if k.split(".", 1)[0] == s)
+    return Change("migrates", what, f"removed: its state and position (epoch {st.epoch}, {pending} pending increment(s)) are archived "
+                  "in the home; adding it back later asks whether to restore them", kind="archive", name=s, data=True)
+
+
+def _changed(s: str, was: dict[str, Any], d: dict[str, Any], snap: Snapshot) -> list[Change]:
+    what = f"stage '{s}'"
+    out: list[Change] = []
+    st = snap.stages.get(s)
+    stored = st is not None and st.state_version is not None
+    for f in d["inputs"]:
+        if f not in was.get("inputs", d["inputs"]):
+            out.append(Change("applies", what, f"input '{f}' added (read from its next increment on){_waits(d)}"))
+    for f in was.get("inputs", []):
+        if f not in d["inputs"]:
+            n = len(snap.connectors.get(conn(s, f), []))
+            out.append(Change("migrates" if n else "applies", what, f"input '{f}' removed" + (f": its {n} pending increment(s) are dropped" if n else ""),
+                              kind="drop-input", name=s, data=bool(n), args={"flow": f}))
+    for c in _state_changes(s, was, d, stored):  # keyed rows (row_key) are not rewritten by an upgrade (yet): refused, not corrupted
+        out.append(Change("refused", what, c.detail + "; the state has keyed rows (row_key), which cbp upgrade does not rewrite yet: restore the "
+                          "previous schema and partitions, or add a new stage", code="row-key-refused", name=s)
+                   if c.kind == "state-rewrite" and d.get("row_key") else c)
+    if "state" in was and was.get("row_key") != d.get("row_key"):  # keyed rows are stored otherwise (_rk, row hashes): not converted
+        out.append(Change("refused" if stored else "applies", what, f"row_key {was.get('row_key')} -> {d.get('row_key')}" + (
+            ": the stored state is kept in another layout, which cbp does not convert; restore the previous row_key, or add a new stage"
+            if stored else " (nothing stored yet)"), code="row-key-refused" if stored else "", name=s))
+    for key, label in (("translator", "translator"), ("runnable", "runnable"), ("params", "params"), ("route_by", "route_by"),
+                       ("grouping", "state grouping"), ("outputs", "outputs"), ("batch", "batch")):
+        if key in was and was[key] != d[key]:
+            out.append(Change("applies", what, f"{label} changed" + (" (keys already in the state stay where they are)" if key == "route_by" and stored else "")))
+    return out
+
+
+def _state_changes(s: str, was: dict[str, Any], d: dict[str, Any], stored: bool) -> list[Change]:
+    what = f"stage '{s}'"
+    old, new = was.get("state", d["state"]), d["state"]
+    if "state" not in was and "partitions" not in was:
+        return []
+    if old is None and new is not None:
+        return [Change("applies", what, "state added (starts empty)")]
+    if old is not None and new is None:
+        return [Change("migrates" if stored else "applies", what, "state removed: the state table is archived in the home",
+                       kind="drop-state", name=s, data=stored)]
+    if new is None:
+        return []
+    parts_old, parts_new = was.get("partitions", d["partitions"]), d["partitions"]
+    migrate_new = d.get("migrate") and d.get("migrate") != was.get("migrate")
+    if old == new and parts_old == parts_new and not migrate_new:
+        return []
+    if not stored:
+        return [Change("applies", what, "state schema or partitions changed (nothing stored yet)")]
+    steps, refused = schema_steps(old, new, d.get("defaults", {}))
+    if d.get("migrate"):
+        steps, refused = [f"every stored row through migrate '{d['migrate']}'"] if (old != new or migrate_new) else [], []
+    if refused:
+        return [Change("refused", what, "; ".join(refused) + f". Give the stage 'migrate: module:function' (an old row in, a new "
+                       "row or None out) to migrate its state, or restore the previous type", code="schema-refused", name=s)]
+    if parts_old != parts_new:
+        steps.append(f"partitions {parts_old} -> {parts_new}")
+    return [Change("migrates", what, "state rewritten (one pass): " + "; ".join(steps), kind="state-rewrite", name=s, data=True,
+                   args={"partitions": parts_new})]
+
+
+def _waits(d: dict[str, Any]) -> str:
+    """What a stage with runnable 'all' waits for."""
+    if d.get("runnable") == "all" and len(d["inputs"]) > 1:
+        return f"; runnable 'all': each epoch waits for an increment on every input ({', '.join(d['inputs'])})"
+    return ""

@@ -1,0 +1,138 @@
+"""Duplicate feeds are warned about, a feed no stage read can be withdrawn (cbp unfeed), and
+cbp history / status say per run which feeds each stage epoch read and what it wrote."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+import cbp
+from cbp.errors import CbpError
+
+ROOT = Path(__file__).resolve().parents[1]
+
+YAML = """
+pipeline: counter
+flows:
+  words: {external: true, schema: {w: string}}
+  deltas: {schema: {w: string, d: int}}
+stages:
+  count:
+    translator: MOD:count
+    partitions: 2
+    inputs: [{flow: words, route_by: w}]
+    outputs: [deltas]
+    state: {schema: {w: string, n: int}}
+"""
+CODE = """
+def count(key, state, words, out):
+    prev = next(state, None)
+    n = sum(1 for _ in words)
+    out.state.write({"w": key, "n": n + (prev["n"] if prev else 0)})
+    out.write("deltas", {"w": key, "d": n})
+"""
+A = [{"w": "a"}, {"w": "b"}]
+B = [{"w": "c"}]
+
+
+def _cli(*args: str, fault: str | None = None) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if k != "CBP_FAULT"}
+    if fault:
+        env["CBP_FAULT"] = fault
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")])
+    return subprocess.run([sys.executable, "-m", "cbp.cli", *args], capture_output=True, text=True, env=env, timeout=300)
+
+
+def test_duplicate_feed_warns_and_unfeed_withdraws_it(spark, make_pipeline, tmp_path):
+    y = make_pipeline(YAML, CODE)
+    home = str(tmp_path / "home")
+    p = cbp.load(y, home, spark=spark)
+    p.feed("words", A)
+    p.run()
+    p.feed("words", B, feed_id="b")
+    with pytest.warns(cbp.DuplicateFeedWarning, match="feed 3 of flow 'words' has the same records as feed 1"):
+        p.feed("words", A)
+    heard: list[str] = []
+    p.controller.notify = heard.append
+    p.feed("words", A, feed_id="again")  # an id says it is a feed of its own: no warning
+    assert not heard
+    assert [d["feed"] for d in p.status()["duplicate_feeds"]] == [3]
+    for args, code in [(("words", 1), "feed-read"), (("words", 9), "unknown-feed"), (("deltas", 1), "not-external")]:
+        with pytest.raises(CbpError) as e:
+            p.unfeed(*args)
+        assert e.value.code == code, args
+    assert p.unfeed("words", 3) == {"flow": "words", "feed": 3, "increments": [3], "records": 2}
+    with pytest.raises(CbpError) as e:
+        p.unfeed("words", 3)
+    assert e.value.code == "unknown-feed"
+    assert p.output("words", epoch=3) == [] and p.status()["duplicate_feeds"] == []
+    assert p.status()["stages"]["count"]["connectors"]["words"]["pending"] == 2
+    r = _cli("unfeed", str(y), "--home", home, "words", "--feed", "2")  # the command line, with a feed id that may land again
+    assert r.returncode == 0 and "withdrew feed 2 of 'words': 1 record(s), increment(s) 2" in r.stdout, r.stderr
+    p = cbp.load(y, home, spark=spark)
+    assert list(p.feed("words", B, feed_id="b")) == [5]  # withdrawn: its id lands again
+    p.run()
+    fed = A + A + B  # feeds 1, 4 and 5
+    want = pd.DataFrame(fed).groupby("w").size().to_dict()
+    assert {r["w"]: r["n"] for r in p.state("count")} == want
+    assert sorted(r["w"] for r in p.output("words")) == sorted(r["w"] for r in fed)
+    r = _cli("feed", str(y), "--home", home, "words", str(_jsonl(tmp_path, B)))
+    assert r.returncode == 0 and "warning [duplicate-feed]: feed 6 of flow 'words' has the same records as feed 5" in r.stderr
+    assert "DuplicateFeedWarning" not in r.stderr  # said once
+    r = _cli("status", str(y), "--home", home)
+    assert "pending feed 6 of 'words' has the same records as feed 5" in r.stdout
+
+
+def _jsonl(tmp_path: Path, recs: list[dict]) -> Path:
+    f = tmp_path / "f.jsonl"
+    f.write_text("".join(json.dumps(r) + "\n" for r in recs))
+    return f
+
+
+def test_unfeed_killed_reads_as_before_or_after(spark, make_pipeline, tmp_path):
+    y = make_pipeline(YAML, CODE)
+    for n, fault in enumerate(["kill:unfeed:pending:1", "kill:unfeed:committed:0:1", "kill:unfeed:snapshot:1"]):
+        home = str(tmp_path / f"h{n}")
+        p = cbp.load(y, home, spark=spark)
+        p.feed("words", A)
+        p.feed("words", B)
+        r = _cli("unfeed", str(y), "--home", home, "words", "--feed", "2", fault=fault)
+        assert r.returncode == -9, (fault, r.stderr)
+        p = cbp.load(y, home, spark=spark)
+        assert sorted(map(str, p.output("words"))) in (sorted(map(str, A + B)), sorted(map(str, A))), fault
+        r = _cli("status", str(y), "--home", home)
+        assert r.returncode == 0
+        p.feed("words", [])  # a change: finishes the interrupted withdrawal
+        assert sorted(map(str, p.output("words"))) == sorted(map(str, A)), fault
+        assert p.status()["stages"]["count"]["connectors"]["words"]["pending"] == 1
+
+
+def test_history_lists_runs_feeds_read_and_writes(spark, make_pipeline, tmp_path):
+    y = make_pipeline(YAML, CODE)
+    home = str(tmp_path / "home")
+    p = cbp.load(y, home, spark=spark)
+    p.feed("words", A)
+    p.run(command="run-1")
+    p.feed("words", B)
+    p.feed("words", A + B)
+    p.run(command="run-2")
+    assert p.status()["last_run"]["run"]["command"] == "run-2"
+    ev = p.history()
+    assert [e["kind"] for e in ev] == ["run", "run"]
+    assert ev[1]["epochs"][0]["read"] == {"words": {"increments": [2, 3], "feeds": [2, 3]}}
+    assert ev[1]["epochs"][0]["wrote"]["deltas"]["records"] == 3
+    p.rewind(1)
+    ev = p.history()
+    assert [e["kind"] for e in ev] == ["run", "rewind"] and ev[1]["undone"] == {"count": [2]}
+    assert ev[1]["undone_epochs"][0]["read"]["words"]["feeds"] == [2, 3]
+    r = _cli("history", str(y), "--home", home)
+    assert r.returncode == 0 and "run 1: run-1" in r.stdout and "[undone]" in r.stdout
+    assert "read words: feeds 2, 3 (increments 2, 3)" in r.stdout
+    r = _cli("history", str(y), "--home", home, "--json")
+    assert [e["kind"] for e in json.loads(r.stdout)["events"]] == ["run", "rewind"]
