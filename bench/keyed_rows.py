@@ -80,12 +80,12 @@ def records(a: int, b: int, site: str = "big.example") -> Any:
     return pa.table({"site": pa.array([site] * (b - a)), "url": pa.array(urls), "n": pa.array([1] * (b - a), pa.int64())})
 
 
-def run_one(p: Any, table: Any) -> float:
+def run_one(p: Any, table: Any) -> Any:
     p.feed("links", table)
     reports = p.run()
     if len(reports) != 1:
         raise RuntimeError(f"expected one epoch, got {len(reports)}")
-    return float(reports[0].seconds)
+    return reports[0]
 
 
 def measure(form: str, sizes: list[int], epochs: int, chunk: int, work: Path) -> list[dict[str, Any]]:
@@ -108,17 +108,21 @@ def measure(form: str, sizes: list[int], epochs: int, chunk: int, work: Path) ->
             run_one(p, records(have, b))
             have = b
         log(f"{form}: built {size:,} rows in {time.perf_counter() - t0:.0f}s")
-        times = []
+        times, loads, rgs = [], [], []
         for e in range(epochs):
             old = rng.integers(0, have, 5)
             t = records(0, 0)
             import pyarrow as pa
             urls = [f"https://big.example/page/{i:09d}" for i in old] + [f"https://big.example/new/{size}-{e}-{j}" for j in range(5)]
             t = pa.table({"site": ["big.example"] * 10, "url": urls, "n": pa.array([1] * 10, pa.int64())})
-            times.append(run_one(p, t))
-            log(f"{form}: {size:,} rows: epoch {e + 1}: {times[-1]:.2f}s")
+            r = run_one(p, t)
+            times.append(float(r.seconds))
+            loads.append(float((r.phases or {}).get("index_load", 0.0)))
+            rgs.append(int(r.row_groups_read or 0))
+            log(f"{form}: {size:,} rows: epoch {e + 1}: {times[-1]:.2f}s (index load {loads[-1]:.2f}s, row groups read {rgs[-1]})")
         have += 5 * epochs  # the new URLs of the touched epochs
-        rows.append({"form": form, "rows": size, "epochs": times, "median": statistics.median(times)})
+        rows.append({"form": form, "rows": size, "epochs": times, "median": statistics.median(times), "index_load": loads,
+                     "row_groups_read": rgs, "median_index_load": statistics.median(loads)})
     return rows
 
 
@@ -126,14 +130,16 @@ def report(results: list[dict[str, Any]]) -> str:
     by = {(r["form"], r["rows"]): r["median"] for r in results}
     sizes = sorted({r["rows"] for r in results})
     base = {f: by.get((f, sizes[0])) for f in ("without", "with")}
-    lines = ["| rows of the key | without row_key (s) | x 10k | with row_key (s) | x 10k | without / with |",
-             "|---:|---:|---:|---:|---:|---:|"]
+    loads = {r["rows"]: r.get("median_index_load") for r in results if r["form"] == "with"}
+    lines = ["| rows of the key | without row_key (s) | x 10k | with row_key (s) | x 10k | without / with | with: index load (s, median) |",
+             "|---:|---:|---:|---:|---:|---:|---:|"]
     for n in sizes:
         wo, wi = by.get(("without", n)), by.get(("with", n))
         cell = lambda v, b: (f"{v:.2f}", f"{v / b:.2f}x" if b else "") if v is not None else ("-", "-")  # noqa: E731
         a, ra = cell(wo, base["without"])
         c, rc = cell(wi, base["with"])
-        lines.append(f"| {n:,} | {a} | {ra} | {c} | {rc} | {f'{wo / wi:.1f}x' if wo and wi else '-'} |")
+        load = loads.get(n)
+        lines.append(f"| {n:,} | {a} | {ra} | {c} | {rc} | {f'{wo / wi:.1f}x' if wo and wi else '-'} | {'-' if load is None else f'{load:.2f}'} |")
     return "\n".join(lines)
 
 
