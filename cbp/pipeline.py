@@ -23,7 +23,8 @@ from .controller.plan import Plan
 from .controller.upgrade import unfed_waits
 from .errors import InputError, UsageError
 from .gcpolicy import fewer_collections
-from .spec.arrowrecords import ArrowRecordError, conform
+from .spec.arrowrecords import ArrowRecordError, conform, with_diff
+from .spec.diff import validate_json_line_signed, validate_signed
 from .spec.schema import RecordError, RecordSchema
 from .spec import PipelineSpec, load_spec
 from .storage import Home
@@ -131,16 +132,20 @@ def _parquet_batches(src: Union[str, BinaryIO], name: str) -> Iterator[pa.Record
         raise InputError(f"{name}: cannot read the file as Parquet: {e}; nothing was landed", code="unreadable") from None
 
 
-def _as_arrow(schema: RecordSchema, records: Iterable[dict[str, Any]]) -> pa.Table:
-    """Validated records as Arrow, converted in chunks (a big file stays compact)."""
+def _as_arrow(schema: RecordSchema, records: Iterable[tuple[dict[str, Any], int]]) -> pa.Table:
+    """Validated records with their multiplicities as Arrow (a last column ``_diff``), converted
+    in chunks (a big file stays compact)."""
     chunks: list[pa.Table] = []
     valid: list[dict[str, Any]] = []
-    for rec in records:
+    diffs: list[int] = []
+    for rec, diff in records:
         valid.append(rec)
+        diffs.append(diff)
         if len(valid) >= _CHUNK:
-            chunks.append(schema.to_arrow(valid))
+            chunks.append(schema.to_arrow(valid, diffs=diffs))
             valid.clear()
-    chunks.append(schema.to_arrow(valid))
+            diffs.clear()
+    chunks.append(schema.to_arrow(valid, diffs=diffs))
     return pa.concat_tables(chunks)
 
 
@@ -162,14 +167,14 @@ def _is_parquet(fh: BinaryIO, name: str) -> bool:
 
 def _conformed(schema: RecordSchema, batches: Iterator[pa.RecordBatch], flow: str, src: Optional[str]) -> pa.Table:
     """Arrow batches checked and converted to the flow's stored form (:func:`cbp.spec.arrowrecords.conform`)."""
-    chunks = [schema.arrow.empty_table()]
+    chunks = [with_diff(schema.arrow.empty_table())]
     seen = 0
     for b in batches:
         try:
-            chunks.append(conform(schema, b))
+            chunks.append(with_diff(conform(schema, b, signed=True)))
         except ArrowRecordError as e:
             where = f"{src}: record {seen + e.row + 1}" if src else f"record {seen + e.row + 1}"
-            raise InputError(f"{where}: flow '{flow}': {e}; nothing was landed", code="bad-record") from None
+            raise InputError(f"{where}: flow '{flow}': {e}; nothing was landed", code=e.code) from None
         seen += b.num_rows
     return pa.concat_tables(chunks)
 
@@ -258,12 +263,12 @@ class Pipeline:
         if isinstance(records, (Mapping, bytes)) or not hasattr(records, "__iter__"):
             got = "one dict" if isinstance(records, Mapping) else type(records).__name__
             raise InputError(f"flow '{flow}': feed takes a list (or iterable) of records, or a JSON-lines file path; got {got}", code="bad-record")
-        def checked() -> Iterator[dict[str, Any]]:
+        def checked() -> Iterator[tuple[dict[str, Any], int]]:
             for n, rec in enumerate(records, 1):
                 try:
-                    yield schema.validate(rec)
+                    yield validate_signed(schema, rec)
                 except RecordError as e:
-                    raise InputError(f"record {n}: flow '{flow}': {e}; nothing was landed", code="bad-record") from None
+                    raise InputError(f"record {n}: flow '{flow}': {e}; nothing was landed", code=e.code) from None
 
         return _as_arrow(schema, checked())
 
@@ -271,15 +276,15 @@ class Pipeline:
     def _json_file(schema: RecordSchema, fh: BinaryIO, src: str, flow: str) -> pa.Table:
         """The records of an open JSON-lines file called ``src``, validated as :meth:`_validated` does."""
 
-        def checked() -> Iterator[dict[str, Any]]:
+        def checked() -> Iterator[tuple[dict[str, Any], int]]:
             for n, line in enumerate(_json_lines(fh, src), 1):
                 try:
                     if isinstance(line, RecordError):
                         raise line
                     if line.strip():
-                        yield schema.validate_json_line(line)
+                        yield validate_json_line_signed(schema, line)
                 except RecordError as e:
-                    raise InputError(f"{src}:{n}: flow '{flow}': {e}; nothing was landed", code="bad-record") from None
+                    raise InputError(f"{src}:{n}: flow '{flow}': {e}; nothing was landed", code=e.code) from None
 
         return _as_arrow(schema, checked())
 
@@ -396,9 +401,18 @@ class Pipeline:
         with self.controller.reading():
             return self.controller.state_records(stage, epoch)
 
-    def output(self, flow: str, epoch: Optional[int] = None) -> list[dict[str, Any]]:
-        """The flow's records (only those its producer wrote in ``epoch`` when given)."""
+    def output(self, flow: str, epoch: Optional[int] = None, consolidated: bool = False) -> list[dict[str, Any]]:
+        """The flow's records (only those its producer wrote in ``epoch`` when given), each with its
+        ``_diff`` where that is not +1. ``consolidated``: the flow's contents as of ``epoch`` (default:
+        all of it), every record once with the sum of its multiplicities (``_diff`` where not 1),
+        zeros dropped; a negative sum is :class:`cbp.errors.InputError` code ``negative-multiplicity``.
+
+            >>> p.output("urls", consolidated=True)   # doctest: +SKIP
+            [{'url': 'http://b/'}, {'url': 'http://c/', '_diff': 2}]
+        """
         with self.controller.reading():
+            if consolidated:
+                return self.controller.consolidated_records(flow, epoch)
             return self.controller.output_records(flow, epoch)
 
     def status(self) -> dict[str, Any]:

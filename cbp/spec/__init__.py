@@ -43,7 +43,7 @@ from ..model import ALL, EMITTER_NAMES, EMITTER_PRIVATE, runnable_all, runnable_
 from .resolve import is_import_path, resolve_callable
 from .loader import load_yaml
 from .fielddefs import field_definition
-from .schema import FieldType, RecordSchema, parse_type
+from .schema import DIFF, FieldType, RecordSchema, parse_type
 from .rowkey import row_key_fields
 
 __all__ = ["MAX_TIMEOUT", "load_spec", "load_yaml", "PipelineSpec", "StageSpec", "FlowSpec", "InputSpec", "KeyFunction", "FrameFunction"]
@@ -323,6 +323,9 @@ class _Compiler:
         out: dict[str, FieldType] = {}
         defaults: dict[str, Any] = {}
         for name, t in fields.items():
+            if name == DIFF:
+                raise self.fail(where, f"{what}: field name '{DIFF}' is reserved: it is every record's multiplicity (+1 when absent, "
+                                       "-1 a retraction); cbp adds it, a schema does not declare it", "reserved-name")
             if not _NAME.match(str(name)) or str(name).startswith("_"):
                 raise self.fail(where, f"{what}: field name '{name}' must be an identifier not starting with '_'", "bad-name")
             try:
@@ -402,18 +405,15 @@ class _Compiler:
             if order is not None and order.field is not None:
                 ft = schema.fields[order.field]
                 if ft.is_list or ft.scalar == "json":
-                    raise self.fail(where + ("inputs",), f"{what} order_by: field '{order.field}' is of type '{ft}'; a field orders by its "
-                                    "value only if it is a string, int, float or bool (nulls last); order by an import path 'module:function' instead", "bad-order-by")
+                    raise self.fail(where + ("inputs",), f"{what} order_by: field '{order.field}' is of type '{ft}'; a field orders by its value only if it is a string, int, float or bool (nulls last); order by an import path 'module:function' instead", "bad-order-by")
             if s.state is not None and route is None:
                 raise self.fail(where + ("inputs",), f"{what}: a stage with state must group its inputs; give route_by (a field or module:function), the default RouteByRcd gives every record its own group", "route-required")
             inputs.append(InputSpec(inp.flow, route, order))
         if inputs and all(i.route_by is not None and i.route_by.text == BROADCAST for i in inputs) and (s.state is None or s.state.grouping == "inner"):
-            raise self.fail(where + ("inputs",), f"stage '{name}': every input is routed to ALL, which reaches only keys called by other "
-                            "input, so no key would ever be called; route one input by key, or make the state grouping outer", "broadcast-nowhere")
+            raise self.fail(where + ("inputs",), f"stage '{name}': every input is routed to ALL, which reaches only keys called by other input, so no key would ever be called; route one input by key, or make the state grouping outer", "broadcast-nowhere")
         state_schema = self._schema(s.state.fields, where + ("state",), f"stage '{name}' state") if s.state else None
         if s.batch and s.state is None and all(i.route_by is None for i in inputs):
-            raise self.fail(where + ("batch",), f"stage '{name}': a batch translator is called with groups of keys, but this stage has no "
-                            "keys (no state and no route_by: a record-wise stage); give its inputs a route_by or drop 'batch'", "batch-needs-keys")
+            raise self.fail(where + ("batch",), f"stage '{name}': a batch translator is called with groups of keys, but this stage has no keys (no state and no route_by: a record-wise stage); give its inputs a route_by or drop 'batch'", "batch-needs-keys")
         flows = ", ".join(i.flow for i in s.inputs)
         translator = self._callable(s.translator, where + ("translator",), f"stage '{name}' translator",
                                     (2 + len(s.inputs), f"translate(key, state, {flows}, out=...)"))
@@ -442,6 +442,8 @@ class _Compiler:
         producer = next((n for n, s in self.raw.stages.items() if flow in s.outputs), None)
         source = f"stage '{producer}' produces" if producer else "the flow declares"
         for fname, t in fields.items():
+            if fname == DIFF:
+                raise self.fail(where, f"stage '{stage}' input '{flow}': field name '{DIFF}' is reserved (every record carries it)", "reserved-name")
             try:
                 want = parse_type(t)
             except ValueError as e:
