@@ -264,3 +264,18 @@ def test_changed_row_key_or_rewrite_of_keyed_state_is_refused(make_pipeline, old
     Path(path).write_text(Path(path).read_text().replace(old, new))
     plan = cbp.load(path, home=home).plan()
     assert [c.code for c in plan.refused] == ["row-key-refused"]
+
+
+@pytest.mark.parametrize("body, code", [
+    ('out.state.write({"k": key, "rk": "a", "v": "x"})', "user-code"),
+    ('out.state.write({"k": key, "rk": "a", "v": 1, "_diff": -1})', "bad-diff"),
+    ('out.state.delete(("a", "b"))', "user-code"),
+])
+def test_bad_keyed_write_fails_the_epoch_with_nothing_landed(make_pipeline, body: str, code: str) -> None:
+    path = make_pipeline(YAML.replace("FN", "f").replace("BATCH", ""), f"def f(key, state, ops, out):\n    list(ops)\n    {body}\n")
+    p = cbp.load(path, home=str(Path(path).parent / "home"))
+    p.feed("ops", _records([("w", "z", "a", 1, [])]))
+    with pytest.raises(cbp.CbpError) as e:
+        p.run()
+    assert e.value.code == code
+    assert p.epochs("site") == 0 and p.state("site") == []

@@ -57,13 +57,20 @@ def rk_text(fields: tuple[str, ...], rec: dict[str, Any]) -> str:
     return encode_key(rec[fields[0]]) if len(fields) == 1 else encode_key([rec[f] for f in fields])
 
 
-def _given_text(fields: tuple[str, ...], row_key: Any) -> str:
-    """The row key text of a row key given to ``get``/``delete``: a value, or a tuple/list of values for several fields."""
-    if len(fields) == 1:
-        return encode_key(row_key)
-    if not isinstance(row_key, (tuple, list)) or len(row_key) != len(fields):
+def _given_text(fields: tuple[str, ...], kinds: tuple[str, ...], row_key: Any) -> str:
+    """The row key text of a row key given to ``get``/``delete``: a value, or a tuple/list of values
+    for several fields, each of its field's type (``kinds``: ``string``, ``int`` or ``bool``), else ``TypeError``."""
+    values = [row_key] if len(fields) == 1 else row_key
+    if len(fields) > 1 and (not isinstance(row_key, (tuple, list)) or len(row_key) != len(fields)):
         raise TypeError(f"the row key is {len(fields)} fields ({', '.join(fields)}): give a tuple of {len(fields)} values, not {row_key!r:.80}")
-    return encode_key(list(row_key))
+    for f, kind, v in zip(fields, kinds, values):
+        if not (isinstance(v, bool) if kind == "bool" else isinstance(v, int) and not isinstance(v, bool) if kind == "int" else isinstance(v, str)):
+            raise TypeError(f"row key field '{f}' is a {kind}; {v!r:.80} is not")
+    return encode_key(row_key) if len(fields) == 1 else encode_key(list(row_key))
+
+
+def _kinds(schema: Any, fields: tuple[str, ...]) -> tuple[str, ...]:
+    return tuple(schema.fields[f].scalar for f in fields)
 
 
 def key_range(kh: int) -> tuple[int, int]:
@@ -101,8 +108,10 @@ class KeyedRows:
         ({'url': 'a', 'n': 1}, None, {'a': {'url': 'a', 'n': 1}}, [{'url': 'a', 'n': 1}])
     """
 
-    def __init__(self, source: Any, key_text: str, kh: int, fields: tuple[str, ...], decode: Callable[[dict[str, Any]], dict[str, Any]]) -> None:
+    def __init__(self, source: Any, key_text: str, kh: int, fields: tuple[str, ...], decode: Callable[[dict[str, Any]], dict[str, Any]],
+                 kinds: tuple[str, ...] = ()) -> None:
         self._source, self._key, self._kh, self._fields, self._decode = source, key_text, kh, fields, decode
+        self._kinds = kinds or ("string",) * len(fields)
         self._it: Optional[Iterator[dict[str, Any]]] = None
 
     def __iter__(self) -> Iterator[dict[str, Any]]:
@@ -116,7 +125,7 @@ class KeyedRows:
 
     def get(self, row_key: Any, default: Any = None) -> Any:
         """The row with this row key (a value; a tuple for a row key of several fields), or ``default``."""
-        text = _given_text(self._fields, row_key)
+        text = _given_text(self._fields, self._kinds, row_key)
         row = self._source.fetch(self._key, self._kh, [text]).get(text)
         return default if row is None else self._decode(row)
 
@@ -124,7 +133,7 @@ class KeyedRows:
         """The rows with these row keys that exist, as ``{row_key: row}`` (one read for all)."""
         given = {}
         for rk in row_keys:
-            given.setdefault(_given_text(self._fields, rk), tuple(rk) if isinstance(rk, list) else rk)
+            given.setdefault(_given_text(self._fields, self._kinds, rk), tuple(rk) if isinstance(rk, list) else rk)
         found = self._source.fetch(self._key, self._kh, list(given)) if given else {}
         return {given[t]: self._decode(row) for t, row in found.items()}
 
@@ -136,15 +145,16 @@ class KeyedOut:
     def __init__(self, stage: str, schema: Any, fields: tuple[str, ...]) -> None:
         self.flow, self._stage, self._schema, self._fields = "state", stage, schema, fields
         self.ops: dict[str, Optional[dict[str, Any]]] = {}
+        self.check: Callable[[Any], dict[str, Any]] = schema.validate  # the task's state record check (state_partition)
 
     def write(self, record: Any) -> None:
         """Upsert ``record`` (checked against the state schema) under its row key."""
-        rec = self._schema.validate(record)
+        rec = self.check(record)
         self.ops[rk_text(self._fields, rec)] = self._schema.to_storage(rec)
 
     def delete(self, row_key: Any) -> None:
         """Remove the row with this row key (nothing if there is none)."""
-        self.ops[_given_text(self._fields, row_key)] = None
+        self.ops[_given_text(self._fields, _kinds(self._schema, self._fields), row_key)] = None
 
     def take(self) -> dict[str, Optional[dict[str, Any]]]:
         ops, self.ops = self.ops, {}
@@ -218,7 +228,7 @@ class KeyedPartition(DirectPartition):
         raise RuntimeError(f"{self.plan.where()}: a broadcast to every stored key is not supported for keyed rows (row_key)")
 
     def rows_for(self, g: "Group") -> KeyedRows:
-        return KeyedRows(self, g.key, g.h, self.fields, self.schema.decoded_copy)
+        return KeyedRows(self, g.key, g.h, self.fields, self.schema.decoded_copy, _kinds(self.schema, self.fields))
 
     def _rows(self, hashes: np.ndarray) -> tuple[list[dict[str, Any]], np.ndarray, np.ndarray]:
         """The stored rows at these row hashes (every version the index's row groups hold), with their file ids and row groups."""
@@ -308,7 +318,8 @@ class KeyedBlackbox(BlackboxPartition):
 
     def rows_for(self, g: "Group") -> KeyedRows:
         rows = {rk_text(self.fields, r): r for r in g.state}
-        return KeyedRows(_Stored(rows, self.schema.decoded_copy, self), g.key, g.h, self.fields, self.schema.decoded_copy)
+        return KeyedRows(_Stored(rows, self.schema.decoded_copy, self), g.key, g.h, self.fields, self.schema.decoded_copy,
+                         _kinds(self.schema, self.fields))
 
     def update(self, key_text: str, h: int, old: list[dict[str, Any]], new: list[dict[str, Any]]) -> None:
         """Write the key's rows (``old``, as stored) with the call's writes and deletes applied."""
@@ -328,12 +339,20 @@ class KeyedBlackbox(BlackboxPartition):
         self.writer.put(h, [_row(key_text, hh, epoch, t, rows[t]) for t, hh in zip(texts, hs)])
 
 
-def state_partition(plan: "TaskPlan", p: int, emitter: Any) -> "DirectPartition | BlackboxPartition":
+def state_partition(plan: "TaskPlan", p: int, calls: Any) -> "DirectPartition | BlackboxPartition":
     """The state partition of a stateful stage's task; for keyed rows, its :class:`KeyedOut`
-    becomes ``out.state`` of ``emitter``."""
+    becomes ``out.state`` of the task's translator calls (``calls``: :class:`cbp.engine.task._Calls`),
+    its rows checked as other state records are (the same failures and codes)."""
     if not plan.stage.row_key:
         return DirectPartition(plan, p) if plan.mode == "direct" else BlackboxPartition(plan, p)
     part: KeyedPartition | KeyedBlackbox = KeyedPartition(plan, p) if plan.mode == "direct" else KeyedBlackbox(plan, p)
+
+    def check(record: Any) -> dict[str, Any]:
+        calls._sink("state", record)
+        return calls.state_out.pop()  # type: ignore[no-any-return]
+
+    part.out.check = check
+    emitter = calls.emitter
     emitter._writers["state"] = part.out
     emitter.__dict__["state"] = part.out
     return part

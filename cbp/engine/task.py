@@ -350,7 +350,7 @@ def _grouped_task(plan: TaskPlan, batches: Iterable[pa.RecordBatch], part_id: Op
     copies = Copies(plan)
     try:
         if plan.stage.state_schema is not None:  # (keyed rows: cbp.engine.keyedstate)
-            part = state_partition(plan, p, calls.emitter)
+            part = state_partition(plan, p, calls)
         clock.lap("index_load")
         stats: dict[str, Any] = {"in": 0}
         batch = ((KeyedBatch if plan.stage.row_key else BatchTranslate)(plan, calls, partial(_update, part), _failed, _user_failure, _flow_iter,
