@@ -80,7 +80,8 @@ class Epochs:
 
     # ------------------------------------------------------------------ one stage epoch
     def _state_table_schema(self, spec: StageSpec) -> pa.Schema:
-        return pa.schema([pa.field(PART, pa.int32())] + list(STATE_META) + list(spec.state_schema.arrow))  # type: ignore[union-attr]
+        rk = [pa.field("_rk", pa.string())] if spec.row_key else []  # keyed rows (cbp.engine.keyedstate)
+        return pa.schema([pa.field(PART, pa.int32())] + list(STATE_META) + rk + list(spec.state_schema.arrow))  # type: ignore[union-attr]
 
     def run_epoch(self, stage: str, d: Decision, *, intention: Optional[dict[str, Any]] = None) -> EpochReport:
         """Run and commit one epoch of ``stage``: state, output increments and connectors, all or nothing."""

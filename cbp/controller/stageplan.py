@@ -103,7 +103,14 @@ def _changed(s: str, was: dict[str, Any], d: dict[str, Any], snap: Snapshot) -> 
             n = len(snap.connectors.get(conn(s, f), []))
             out.append(Change("migrates" if n else "applies", what, f"input '{f}' removed" + (f": its {n} pending increment(s) are dropped" if n else ""),
                               kind="drop-input", name=s, data=bool(n), args={"flow": f}))
-    out += _state_changes(s, was, d, stored)
+    for c in _state_changes(s, was, d, stored):  # keyed rows (row_key) are not rewritten by an upgrade (yet): refused, not corrupted
+        out.append(Change("refused", what, c.detail + "; the state has keyed rows (row_key), which cbp upgrade does not rewrite yet: restore the "
+                          "previous schema and partitions, or add a new stage", code="row-key-refused", name=s)
+                   if c.kind == "state-rewrite" and d.get("row_key") else c)
+    if "state" in was and was.get("row_key") != d.get("row_key"):  # keyed rows are stored otherwise (_rk, row hashes): not converted
+        out.append(Change("refused" if stored else "applies", what, f"row_key {was.get('row_key')} -> {d.get('row_key')}" + (
+            ": the stored state is kept in another layout, which cbp does not convert; restore the previous row_key, or add a new stage"
+            if stored else " (nothing stored yet)"), code="row-key-refused" if stored else "", name=s))
     for key, label in (("translator", "translator"), ("runnable", "runnable"), ("params", "params"), ("route_by", "route_by"),
                        ("grouping", "state grouping"), ("outputs", "outputs"), ("batch", "batch")):
         if key in was and was[key] != d[key]:

@@ -309,11 +309,16 @@ def read_partition_rows(home: Home, table_rel: str, files: list[dict[str, Any]])
 def latest_rows(rows: pa.Table, keep_tombstones: bool = False) -> pa.Table:
     """Keep, for each key, the rows of its newest epoch; drop tombstones unless asked to keep them.
 
-    Any Delta reader gets a stage's state this way: ``max(_epoch)`` per ``_key`` where ``_alive``.
+    Any Delta reader gets a stage's state this way: ``max(_epoch)`` per ``_key`` (per ``_key`` and
+    ``_rk`` for keyed rows) where ``_alive``.
     """
     if rows.num_rows == 0:
         return rows
-    newest = rows.group_by("_key").aggregate([("_epoch", "max")])
-    per_row = pc.take(newest["_epoch_max"], pc.index_in(rows["_key"], value_set=newest["_key"]))
+    ident = rows["_key"]
+    if "_rk" in rows.column_names:  # keyed rows (cbp.engine.keyedstate): a row is (_key, _rk)
+        ident = pc.binary_join_element_wise(rows["_key"], pc.fill_null(rows["_rk"], ""), "\x00")
+    ids = pa.table({"_id": ident, "_epoch": rows["_epoch"]})
+    newest = ids.group_by("_id").aggregate([("_epoch", "max")])
+    per_row = pc.take(newest["_epoch_max"], pc.index_in(ident, value_set=newest["_id"]))
     mask = pc.equal(rows["_epoch"], per_row)
     return rows.filter(mask if keep_tombstones else pc.and_(mask, rows["_alive"]))

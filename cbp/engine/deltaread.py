@@ -63,6 +63,6 @@ def latest_state(df: Any, dedupe: bool = True) -> Any:
     from pyspark.sql import functions as F
 
     if dedupe:
-        newest = F.max("_epoch").over(Window.partitionBy("_key"))
+        newest = F.max("_epoch").over(Window.partitionBy("_key", *(["_rk"] if "_rk" in df.columns else [])))
         df = df.withColumn("_newest", newest).where(F.col("_epoch") == F.col("_newest")).drop("_newest")
     return df.where(F.col("_alive"))

@@ -185,15 +185,15 @@ def _read_ddl(spark: Any, ddl: str, files: list[str]) -> Any:
     return spark.read.schema(ddl).parquet(*files)
 
 
-def _state_rows(spark: Any, schema: RecordSchema, state: StateSource) -> Optional[Any]:
+def _state_rows(spark: Any, schema: RecordSchema, state: StateSource, keyed: bool = False) -> Optional[Any]:
     """The state table's rows at the epoch's version: by Spark's Delta reader when the session
     has it, else from the version's data files (listed with delta-rs); None when there are none."""
     if has_delta(spark):
-        return read_delta(spark, state.uri, state.version).select(*STATE_COLUMNS, *[f"`{c}`" for c in schema.fields])
+        return read_delta(spark, state.uri, state.version).select(*STATE_COLUMNS, *(["_rk"] if keyed else []), *[f"`{c}`" for c in schema.fields])
     files = state.files()
     if not files:
         return None
-    return _read(spark, schema, files, "_key STRING, _h BIGINT, _epoch BIGINT, _alive BOOLEAN")
+    return _read(spark, schema, files, "_key STRING, _h BIGINT, _epoch BIGINT, _alive BOOLEAN" + (", _rk STRING" if keyed else ""))
 
 
 def _grouped(spark: Any, plan: TaskPlan, input_files: dict[int, list[str]], state: Optional[StateSource], dedupe: bool) -> Any:
@@ -223,7 +223,7 @@ def _grouped(spark: Any, plan: TaskPlan, input_files: dict[int, list[str]], stat
         addr = F.concat(F.lit(bound_address(made, "")), F.col("_addr"))
         parts.append(envelopes(b, _key=F.col("_key"), _flow=F.lit(BOUND).cast("int"), _rec=addr))
     schema = plan.stage.state_schema
-    s = _state_rows(spark, schema, state) if plan.mode == "blackbox" and schema is not None and state is not None else None
+    s = _state_rows(spark, schema, state, bool(plan.stage.row_key)) if plan.mode == "blackbox" and schema is not None and state is not None else None
     if s is not None:
         # dedupe: the table was last written in direct mode, so keep each key's newest rows
         s = latest_state(s, dedupe)

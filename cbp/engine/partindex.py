@@ -130,6 +130,23 @@ class PartitionIndex:
         return (np.concatenate([self._bh[pos], self._oh[op]]), np.concatenate([self._bf[pos], self._of[op]]),
                 np.concatenate([self._bg[pos], self._og[op]]))
 
+    def hashes_between(self, lo: int, hi: int) -> np.ndarray:
+        """The distinct live hashes ``h`` with ``lo <= h <= hi``, sorted (the rows of one key of a
+        keyed stage, :mod:`cbp.engine.keyedstate`); costs the entries in the range.
+
+            >>> PartitionIndex(np.array([1, 5, 5, 9]), np.zeros(4, np.int32), np.zeros(4, np.int32), ["a"]).hashes_between(2, 9).tolist()
+            [5, 9]
+        """
+        a, b = np.searchsorted(self._bh, [lo, hi], side="left")[0], np.searchsorted(self._bh, hi, side="right")
+        pos = np.arange(a, b)
+        if self._dead.size and pos.size:
+            pos = pos[~_sorted_contains(self._dead, pos)]
+        h = self._bh[pos]
+        if self._oh.size:
+            o = self._oh[np.searchsorted(self._oh, lo, side="left"):np.searchsorted(self._oh, hi, side="right")]
+            h = np.sort(np.concatenate([h, o])) if o.size else h
+        return sorted_unique(h)
+
     def updated(self, drop_h: np.ndarray, drop_f: np.ndarray, drop_g: np.ndarray,
                 add_h: np.ndarray, add_file: Optional[str], add_g: np.ndarray) -> "PartitionIndex":
         """A new index without the entries ``(drop_h, drop_f, drop_g)`` (every live entry equal to

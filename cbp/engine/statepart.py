@@ -39,7 +39,9 @@ class OldState(NamedTuple):
 
 
 def state_schema(plan: "TaskPlan") -> pa.Schema:
-    return pa.schema(list(STATE_META) + list(plan.stage.state_schema.arrow))  # type: ignore[union-attr]
+    """A state file's columns: :data:`STATE_META`, ``_rk`` for keyed rows (:mod:`cbp.engine.keyedstate`), the state fields."""
+    rk = [pa.field("_rk", pa.string())] if plan.stage.row_key else []
+    return pa.schema(list(STATE_META) + rk + list(plan.stage.state_schema.arrow))  # type: ignore[union-attr]
 
 
 def _state_row(key_text: str, h: int, epoch: int, rec: Optional[dict[str, Any]]) -> dict[str, Any]:
@@ -307,7 +309,8 @@ def _open_index(plan: "TaskPlan", p: int, meta: StateMeta) -> tuple[PartitionInd
 
 
 def _sorted(rows: pa.Table) -> pa.Table:
-    return rows.take(pc.sort_indices(rows, sort_keys=[("_h", "ascending"), ("_key", "ascending")]))
+    keys = [("_h", "ascending"), ("_key", "ascending")] + ([("_rk", "ascending")] if "_rk" in rows.column_names else [])
+    return rows.take(pc.sort_indices(rows, sort_keys=keys))
 
 
 def _index_of(w: StateWriter) -> tuple[PartitionIndex, Optional[dict[str, Any]]]:

@@ -43,6 +43,7 @@ from .routing import BINDINGS, Copies, Routes, check_target, copy_key, decode_ke
 from .framing import FramedSink
 from .sinks import ParquetSink, RecordSink, io_path
 from .statepart import BlackboxPartition, DirectPartition, OldState
+from .keyedbatch import KeyedBatch, KeyedRows, state_partition
 
 __all__ = ["TaskPlan", "EpochTimeout", "encode_key", "route_batches", "grouped_task", "recordwise_task", "time_limit"]
 
@@ -222,7 +223,7 @@ class _Calls:
         self.calls += 1
         st = self.plan.stage
         try:
-            st.translator(key, iter(state), *inputs, out=self.emitter)
+            st.translator(key, state if isinstance(state, KeyedRows) else iter(state), *inputs, out=self.emitter)
         except TaskFailed:
             raise
         except (*USER_EXCEPTIONS, EpochTimeout) as e:
@@ -348,13 +349,13 @@ def _grouped_task(plan: TaskPlan, batches: Iterable[pa.RecordBatch], part_id: Op
     part: _Partition = None
     copies = Copies(plan)
     try:
-        if plan.stage.state_schema is not None:
-            part = DirectPartition(plan, p) if plan.mode == "direct" else BlackboxPartition(plan, p)
+        if plan.stage.state_schema is not None:  # (keyed rows: cbp.engine.keyedstate)
+            part = state_partition(plan, p, calls)
         clock.lap("index_load")
         stats: dict[str, Any] = {"in": 0}
-        batch = (BatchTranslate(plan, calls, partial(_update, part), _failed, _user_failure, _flow_iter,
+        batch = ((KeyedBatch if plan.stage.row_key else BatchTranslate)(plan, calls, partial(_update, part), _failed, _user_failure, _flow_iter,
                                 direct=part if isinstance(part, DirectPartition) else None) if plan.stage.batch else None)
-        if batch is not None and columnar_ok(plan, part):  # no key groups: Arrow all the way (cbp.engine.columnar)
+        if batch is not None and not plan.stage.row_key and columnar_ok(plan, part):  # no key groups: Arrow all the way (cbp.engine.columnar)
             stats["in"] = ColumnarTask(plan, batch, part if isinstance(part, DirectPartition) else None, clock).run(batches)
             stats["columnar"] = 1
         else:
@@ -410,11 +411,11 @@ def _translate(plan: TaskPlan, calls: _Calls, part: _Partition, g: Group, old: O
     """Call the translator for one key (if it is called) and hand its new state to the partition
     (a batch translator: queue the key for the next batch call)."""
     st = plan.stage
-    if isinstance(part, BlackboxPartition):
-        records = [st.state_schema.decoded_copy(r) for r in g.state]  # type: ignore[union-attr]
+    if isinstance(part, BlackboxPartition):  # (keyed rows: rows_for, read as the translator asks, cbp.engine.keyedstate)
+        records = part.rows_for(g) if st.row_key else [st.state_schema.decoded_copy(r) for r in g.state]  # type: ignore[union-attr]
         has_state = bool(g.state)
     else:
-        records = old.records if old is not None else []
+        records = part.rows_for(g) if st.row_key else old.records if old is not None else []  # type: ignore[union-attr]
         has_state = old is not None
     delivered_consolidated(g, copies, has_state, st.grouping == "outer", st.batch)
     if not g.records and not (st.grouping == "outer" and has_state):

@@ -46,6 +46,7 @@ from .messages import pydantic_message
 from .fielddefs import field_definition
 from .schema import DIFF, FieldType, RecordSchema, parse_type
 from .sources import RawSource, flow_source
+from .rowkey import row_key_fields
 
 __all__ = ["MAX_TIMEOUT", "load_spec", "load_yaml", "PipelineSpec", "StageSpec", "FlowSpec", "InputSpec", "KeyFunction", "FrameFunction"]
 
@@ -77,6 +78,7 @@ class _RawInput(_Strict):
 class _RawState(_Strict):
     fields: dict[str, Union[str, dict[str, Any]]] = Field(alias="schema")  # type string, or {type: T, default: V} (cbp.spec.fielddefs)
     grouping: Literal["inner", "outer"] = "inner"
+    row_key: Optional[Union[str, list[str]]] = None  # keyed rows (cbp.engine.keyedstate): a key's state is a map row key -> row
 
 
 class _RawFlow(_Strict):
@@ -199,6 +201,7 @@ class StageSpec:
     migrate: Optional[Callable[..., Any]] = None  # YAML 'migrate': old state row -> new row or None (cbp upgrade)
     migrate_path: Optional[str] = None
     backfill: bool = False  # YAML 'backfill: true'
+    row_key: tuple[str, ...] = ()  # keyed rows: the state fields that name a row of a key (YAML 'state: {row_key: ...}')
 
     @property
     def input_flows(self) -> list[str]:
@@ -248,7 +251,6 @@ def load_spec(path: str | os.PathLike[str], text: Optional[str] = None) -> Pipel
     return _Compiler(path, raw, lines).compile()
 
 
-BATCH_REMOVED = "removed"  # what a batch translator's result calls the keys it removes
 _KEY_CALL = "f(record)"  # how route_by / order_by functions are called
 
 
@@ -411,21 +413,15 @@ class _Compiler:
             if order is not None and order.field is not None:
                 ft = schema.fields[order.field]
                 if ft.is_list or ft.scalar == "json":
-                    raise self.fail(where + ("inputs",), f"{what} order_by: field '{order.field}' is of type '{ft}'; a field orders by its "
-                                    "value only if it is a string, int, float or bool (nulls last); order by an import path 'module:function' instead", "bad-order-by")
+                    raise self.fail(where + ("inputs",), f"{what} order_by: field '{order.field}' is of type '{ft}'; a field orders by its value only if it is a string, int, float or bool (nulls last); order by an import path 'module:function' instead", "bad-order-by")
             if s.state is not None and route is None:
                 raise self.fail(where + ("inputs",), f"{what}: a stage with state must group its inputs; give route_by (a field or module:function), the default RouteByRcd gives every record its own group", "route-required")
             inputs.append(InputSpec(inp.flow, route, order))
         if inputs and all(i.route_by is not None and i.route_by.text == BROADCAST for i in inputs) and (s.state is None or s.state.grouping == "inner"):
-            raise self.fail(where + ("inputs",), f"stage '{name}': every input is routed to ALL, which reaches only keys called by other "
-                            "input, so no key would ever be called; route one input by key, or make the state grouping outer", "broadcast-nowhere")
+            raise self.fail(where + ("inputs",), f"stage '{name}': every input is routed to ALL, which reaches only keys called by other input, so no key would ever be called; route one input by key, or make the state grouping outer", "broadcast-nowhere")
         state_schema = self._schema(s.state.fields, where + ("state",), f"stage '{name}' state") if s.state else None
-        if s.batch and s.state is not None and BATCH_REMOVED in s.outputs:
-            raise self.fail(where + ("outputs",), f"stage '{name}': a batch translator returns the keys it removes under "
-                            f"'{BATCH_REMOVED}', so an output flow cannot have that name; rename the flow", "reserved-name")
         if s.batch and s.state is None and all(i.route_by is None for i in inputs):
-            raise self.fail(where + ("batch",), f"stage '{name}': a batch translator is called with groups of keys, but this stage has no "
-                            "keys (no state and no route_by: a record-wise stage); give its inputs a route_by or drop 'batch'", "batch-needs-keys")
+            raise self.fail(where + ("batch",), f"stage '{name}': a batch translator is called with groups of keys, but this stage has no keys (no state and no route_by: a record-wise stage); give its inputs a route_by or drop 'batch'", "batch-needs-keys")
         flows = ", ".join(i.flow for i in s.inputs)
         translator = self._callable(s.translator, where + ("translator",), f"stage '{name}' translator",
                                     (2 + len(s.inputs), f"translate(key, state, {flows}, out=...)"))
@@ -447,7 +443,7 @@ class _Compiler:
         return StageSpec(
             name, translator, s.translator, tuple(inputs), tuple(s.outputs), state_schema,
             s.state.grouping if s.state else "inner", s.partitions, runnable, s.runnable, dict(s.params), s.timeout, s.batch,
-            migrate, s.migrate, s.backfill,
+            migrate, s.migrate, s.backfill, row_key_fields(self, s, inputs, state_schema, where) if s.state is not None else (),
         )
 
     def _check_consumer_fields(self, stage: str, flow: str, fields: dict[str, str], schema: RecordSchema, where: tuple[str, ...]) -> None:
