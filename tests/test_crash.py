@@ -76,3 +76,51 @@ def test_rewind_killed_and_recovered_then_replayed_equals_reference(spark, tmp_p
     assert got["delta_state"] == want["delta_state"]
     assert got["leftovers"] == {"pending": False, "intentions": []}
     assert got["epochs"]["parse"]["3"]["inputs"] == {"lines": [3, 4]}  # the replay read both feeds since parse epoch 2
+
+
+#: Kill points of feeds with retractions and of the epochs that read them (URLCount): (operation index, faults)
+SIGNED_KILLS = {0: ["kill:feed:written:1"], 2: ["kill:feed:committed:0:1"], 4: ["kill:feed:pending:1"],
+                1: ["kill:epoch:ran:1"], 3: ["kill-driver:task:outputs-written:1"], 5: ["kill:epoch:committed:0:1"]}
+
+
+def test_feeds_with_retractions_survive_sigkill_exactly(spark, tmp_path):
+    """Feeds that retract what earlier feeds landed, killed while landing and while the epochs
+    that read them run: nothing lost, nothing twice (the same consolidated flow, counts and state
+    as an uninterrupted run, and as pandas)."""
+    import json
+
+    import pandas as pd
+
+    import cbp
+    from conftest import FLOWS
+
+    yaml = FLOWS / "url_count.yaml"
+    incs = [[{"url": f"u{i % 5}", "_diff": 2} for i in range(10)],
+            [{"url": "u1", "_diff": -3}, {"url": "u2", "_diff": -3}, {"url": "u9"}, {"url": "u9", "_diff": -1}],
+            [{"url": "u2", "_diff": -1}, {"url": "u3"}, {"url": "u1", "_diff": -1}]]
+    ref = cbp.load(yaml, home=str(tmp_path / "reference"), spark=spark)
+    for k, inc in enumerate(incs):
+        ref.feed("urls", inc, feed_id=f"inc{k}")
+        ref.run()
+    victim = str(tmp_path / "victim")
+    for i in range(2 * len(incs)):
+        k = i // 2
+        if i % 2 == 0:
+            src = tmp_path / f"inc{k}.jsonl"
+            src.write_text("".join(json.dumps(r) + "\n" for r in incs[k]))
+            args = ["feed", "urls", str(src), "--id", f"inc{k}"]
+        else:
+            args = ["run"]
+        for fault in SIGNED_KILLS.get(i, []) + [None]:
+            r = ch.cli(args, victim, fault, yaml=yaml)
+            assert r.returncode == (-9 if fault else 0), (i, fault, r.stderr[-2000:])
+    got = cbp.load(yaml, home=victim, spark=spark)
+    df = pd.DataFrame([{"url": r["url"], "d": r.get("_diff", 1)} for inc in incs for r in inc])
+    counts = {u: int(c) for u, c in df.groupby("url")["d"].sum().items() if c}
+    assert {r["url"]: r["count"] for r in got.state("url_count")} == counts
+    for p in (got, ref):
+        assert {r["url"]: r.get("_diff", 1) for r in p.output("urls", consolidated=True)} == counts
+    assert got.epochs("url_count") == ref.epochs("url_count")
+    for e in range(1, ref.epochs("url_count") + 1):
+        assert sorted(map(json.dumps, got.output("counts", epoch=e))) == sorted(map(json.dumps, ref.output("counts", epoch=e)))
+    assert got.home.pending() is None and not got.home.intentions()
