@@ -20,7 +20,7 @@ LAYERS = {
     "sql": 4,
     "pipeline": 5,
     "testing": 6, "crawl": 6,
-    "cli": 7, "airflow": 7,
+    "cli": 7, "commands": 7, "airflow": 7,
 }
 
 
