@@ -139,6 +139,7 @@ class CrawlRound:
     gone: list[str] = field(default_factory=list)  # ... landed as gone (404)
     held: list[str] = field(default_factory=list)  # ... missing on a host held back as a suspected outage
     retracted: int = 0  # queue records taken back (URLs whose score fell below the threshold)
+    records: int = 0  # pages records landed (new pages, new versions, gone pages)
 
     def counts(self) -> dict[str, list[str]]:
         """The per-round lists the statistics count."""
@@ -409,6 +410,7 @@ class Crawler:
             st["failed"] = {**st["failed"], **rep.failed}
             st["doing"] = None
             rep.frontier = len(st["frontier"])
+            rep.records = len(records)
             rep.retracted = int(doing.get("retracted", 0))
             st.setdefault("rounds", []).append({
                 "round": rep.round, "cursor": doing["cursor"], "queued": rep.queued, "picked": len(rep.picked),
