@@ -21,7 +21,8 @@ import pyarrow as pa
 from .controller import Controller, EpochRecord, EpochReport, Landed
 from .errors import InputError, UsageError
 from .gcpolicy import fewer_collections
-from .spec.arrowrecords import ArrowRecordError, conform
+from .spec.arrowrecords import ArrowRecordError, conform, with_diff
+from .spec.diff import validate_json_line_signed, validate_signed
 from .spec.schema import RecordError, RecordSchema
 from .spec import PipelineSpec, load_spec
 from .storage import Home
@@ -129,16 +130,20 @@ def _parquet_batches(src: Union[str, BinaryIO], name: str) -> Iterator[pa.Record
         raise InputError(f"{name}: cannot read the file as Parquet: {e}; nothing was landed", code="unreadable") from None
 
 
-def _as_arrow(schema: RecordSchema, records: Iterable[dict[str, Any]]) -> pa.Table:
-    """Validated records as Arrow, converted in chunks (a big file stays compact)."""
+def _as_arrow(schema: RecordSchema, records: Iterable[tuple[dict[str, Any], int]]) -> pa.Table:
+    """Validated records with their multiplicities as Arrow (a last column ``_diff``), converted
+    in chunks (a big file stays compact)."""
     chunks: list[pa.Table] = []
     valid: list[dict[str, Any]] = []
-    for rec in records:
+    diffs: list[int] = []
+    for rec, diff in records:
         valid.append(rec)
+        diffs.append(diff)
         if len(valid) >= _CHUNK:
-            chunks.append(schema.to_arrow(valid))
+            chunks.append(schema.to_arrow(valid, diffs=diffs))
             valid.clear()
-    chunks.append(schema.to_arrow(valid))
+            diffs.clear()
+    chunks.append(schema.to_arrow(valid, diffs=diffs))
     return pa.concat_tables(chunks)
 
 
@@ -160,14 +165,14 @@ def _is_parquet(fh: BinaryIO, name: str) -> bool:
 
 def _conformed(schema: RecordSchema, batches: Iterator[pa.RecordBatch], flow: str, src: Optional[str]) -> pa.Table:
     """Arrow batches checked and converted to the flow's stored form (:func:`cbp.spec.arrowrecords.conform`)."""
-    chunks = [schema.arrow.empty_table()]
+    chunks = [with_diff(schema.arrow.empty_table())]
     seen = 0
     for b in batches:
         try:
-            chunks.append(conform(schema, b))
+            chunks.append(with_diff(conform(schema, b, signed=True)))
         except ArrowRecordError as e:
             where = f"{src}: record {seen + e.row + 1}" if src else f"record {seen + e.row + 1}"
-            raise InputError(f"{where}: flow '{flow}': {e}; nothing was landed", code="bad-record") from None
+            raise InputError(f"{where}: flow '{flow}': {e}; nothing was landed", code=e.code) from None
         seen += b.num_rows
     return pa.concat_tables(chunks)
 
@@ -256,12 +261,12 @@ class Pipeline:
         if isinstance(records, (Mapping, bytes)) or not hasattr(records, "__iter__"):
             got = "one dict" if isinstance(records, Mapping) else type(records).__name__
             raise InputError(f"flow '{flow}': feed takes a list (or iterable) of records, or a JSON-lines file path; got {got}", code="bad-record")
-        def checked() -> Iterator[dict[str, Any]]:
+        def checked() -> Iterator[tuple[dict[str, Any], int]]:
             for n, rec in enumerate(records, 1):
                 try:
-                    yield schema.validate(rec)
+                    yield validate_signed(schema, rec)
                 except RecordError as e:
-                    raise InputError(f"record {n}: flow '{flow}': {e}; nothing was landed", code="bad-record") from None
+                    raise InputError(f"record {n}: flow '{flow}': {e}; nothing was landed", code=e.code) from None
 
         return _as_arrow(schema, checked())
 
@@ -269,15 +274,15 @@ class Pipeline:
     def _json_file(schema: RecordSchema, fh: BinaryIO, src: str, flow: str) -> pa.Table:
         """The records of an open JSON-lines file called ``src``, validated as :meth:`_validated` does."""
 
-        def checked() -> Iterator[dict[str, Any]]:
+        def checked() -> Iterator[tuple[dict[str, Any], int]]:
             for n, line in enumerate(_json_lines(fh, src), 1):
                 try:
                     if isinstance(line, RecordError):
                         raise line
                     if line.strip():
-                        yield schema.validate_json_line(line)
+                        yield validate_json_line_signed(schema, line)
                 except RecordError as e:
-                    raise InputError(f"{src}:{n}: flow '{flow}': {e}; nothing was landed", code="bad-record") from None
+                    raise InputError(f"{src}:{n}: flow '{flow}': {e}; nothing was landed", code=e.code) from None
 
         return _as_arrow(schema, checked())
 

@@ -20,6 +20,7 @@ import pyarrow.parquet as pq
 from .. import faults
 from ..engine.framing import frame_runs
 from ..errors import InputError, RuntimeStateError, UserCodeError
+from ..spec.arrowrecords import DIFF_FIELD, with_diff
 from ..spec.resolve import safe_str
 from ..storage import INC, LAYOUT, SRC
 from .records import Landed, check_storable
@@ -33,7 +34,9 @@ class Landing:
 
     # ------------------------------------------------------------------ increments
     def _flow_schema(self, flow: str) -> pa.Schema:
-        return pa.schema(self._flow_extra(flow) + list(self.spec.flows[flow].schema.arrow))
+        """A flow table's columns: cbp's leading ones, the flow's fields, and each record's
+        multiplicity ``_diff`` last (null, or missing in a table an older cbp wrote: +1)."""
+        return pa.schema(self._flow_extra(flow) + list(self.spec.flows[flow].schema.arrow) + [DIFF_FIELD])
 
     def _flow_extra(self, flow: str) -> list[pa.Field]:
         """Columns cbp adds to a flow's table: the increment id, and for a framed flow the feed or
@@ -75,7 +78,7 @@ class Landing:
         fl = self.spec.flow(flow)
         if not fl.external:
             raise InputError(f"flow '{flow}' is produced by stage '{fl.producer}'; only external flows (external: true) can be fed", code="not-external")
-        data = records if isinstance(records, pa.Table) else fl.schema.to_arrow(records)
+        data = with_diff(records if isinstance(records, pa.Table) else fl.schema.to_arrow(records))
         with self._locked(), self._transaction():
             fs = self.st.flows[flow]
             seen = self.history.feed_id(self.st, flow, feed_id) if feed_id is not None else None
@@ -150,6 +153,7 @@ class Landing:
         starts the files' names (a stage's: :meth:`Layout.output_prefix`, which names the epoch).
         """
         fl = self.spec.flows[flow]
+        data = with_diff(data)
         if fl.frame_by is None:
             runs = [[prior_frame, 0, data.num_rows]] if data.num_rows else []
         else:

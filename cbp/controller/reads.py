@@ -13,6 +13,7 @@ import pyarrow.compute as pc
 
 from ..engine.bipindex import latest_rows
 from ..errors import UsageError, UserCodeError
+from ..spec.schema import DIFF
 from ..storage import INC, LAYOUT, SRC
 from .records import EpochRecord
 
@@ -106,7 +107,12 @@ class Reads:
         if epoch is not None and fl.frame_by is not None:  # a framed increment may hold records of several feeds/epochs
             t = t.filter(pc.equal(t[SRC], epoch))
         t = t.sort_by([(INC, "ascending")])
-        return [fl.schema.from_storage(r) for r in t.select(list(fl.schema.fields)).to_pylist()]
+        recs = [fl.schema.from_storage(r) for r in t.select(list(fl.schema.fields)).to_pylist()]
+        if DIFF in t.schema.names:  # shown where it is not +1 (null: +1, a file written before signed records)
+            for r, d in zip(recs, t[DIFF].to_pylist()):
+                if d is not None and d != 1:
+                    r[DIFF] = d
+        return recs
 
     def status(self) -> dict[str, Any]:
         """Stages, epochs run, pending increments per connector, and which stages are runnable now."""

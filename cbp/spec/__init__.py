@@ -42,7 +42,7 @@ from ..errors import SpecError
 from ..model import ALL, EMITTER_NAMES, EMITTER_PRIVATE, runnable_all, runnable_any
 from .resolve import is_import_path, resolve_callable
 from .loader import load_yaml
-from .schema import FieldType, RecordSchema, parse_type
+from .schema import DIFF, FieldType, RecordSchema, parse_type
 
 __all__ = ["MAX_TIMEOUT", "load_spec", "load_yaml", "PipelineSpec", "StageSpec", "FlowSpec", "InputSpec", "KeyFunction", "FrameFunction"]
 
@@ -314,6 +314,9 @@ class _Compiler:
             raise self.fail(where, f"{what}: the schema has no fields", "empty-schema")
         out: dict[str, FieldType] = {}
         for name, t in fields.items():
+            if name == DIFF:
+                raise self.fail(where, f"{what}: field name '{DIFF}' is reserved: it is every record's multiplicity (+1 when absent, "
+                                       "-1 a retraction); cbp adds it, a schema does not declare it", "reserved-name")
             if not _NAME.match(str(name)) or str(name).startswith("_"):
                 raise self.fail(where, f"{what}: field name '{name}' must be an identifier not starting with '_'", "bad-name")
             try:
@@ -428,6 +431,8 @@ class _Compiler:
         producer = next((n for n, s in self.raw.stages.items() if flow in s.outputs), None)
         source = f"stage '{producer}' produces" if producer else "the flow declares"
         for fname, t in fields.items():
+            if fname == DIFF:
+                raise self.fail(where, f"stage '{stage}' input '{flow}': field name '{DIFF}' is reserved (every record carries it)", "reserved-name")
             try:
                 want = parse_type(t)
             except ValueError as e:

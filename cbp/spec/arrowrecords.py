@@ -30,12 +30,17 @@ from __future__ import annotations
 import json
 from typing import Any, Optional
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from .schema import FieldType, RecordError, RecordSchema, check_json
+from .diff import DiffError
+from .schema import DIFF, FieldType, RecordError, RecordSchema, check_json
 
-__all__ = ["conform", "ArrowRecordError"]
+__all__ = ["conform", "ArrowRecordError", "ArrowDiffError", "split_diff", "with_diff", "DIFF_FIELD"]
+
+#: The ``_diff`` column of stored records (increments of flows)
+DIFF_FIELD = pa.field(DIFF, pa.int64())
 
 _INT64_MAX = 2**63 - 1
 
@@ -48,13 +53,76 @@ class ArrowRecordError(RecordError):
         self.row = row
 
 
+class ArrowDiffError(DiffError, ArrowRecordError):
+    """A bad ``_diff`` in row ``row`` of an Arrow batch (code ``bad-diff``)."""
+
+    def __init__(self, message: str, row: int) -> None:
+        RecordError.__init__(self, DIFF, message)
+        self.row = row
+
+
+def split_diff(data: pa.Table | pa.RecordBatch) -> tuple[pa.Table | pa.RecordBatch, Optional[pa.Array]]:
+    """``data`` without its ``_diff`` column, and that column checked and as int64 (None if there
+    is none): every value an integer, not null, nonzero, within int64, else :class:`ArrowDiffError`
+    for the first bad row (as :func:`cbp.spec.schema.check_diff` on each row's value).
+
+        >>> split_diff(pa.table({"url": ["a"], "_diff": [-1]}))[1].to_pylist()
+        [-1]
+    """
+    names = data.schema.names
+    if DIFF not in names:
+        return data, None
+    if names.count(DIFF) > 1:
+        raise ArrowRecordError(DIFF, "appears twice among the columns", 0)
+    i = names.index(DIFF)
+    col = data.column(i)
+    arr = col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col
+    rest = data.remove_column(i) if isinstance(data, pa.Table) else pa.RecordBatch.from_arrays(
+        [data.column(j) for j in range(len(names)) if j != i], names=[n for n in names if n != DIFF])
+    if pa.types.is_dictionary(arr.type):
+        arr = arr.dictionary_decode()
+    t = arr.type
+    if not pa.types.is_integer(t):
+        bad = 0 if not arr.null_count else _first(arr.is_null())
+        raise ArrowDiffError(f"must be a nonzero int (a multiplicity: +1 a record, -1 a retraction), got an Arrow column of type {t}", bad)
+    if arr.null_count:
+        raise ArrowDiffError("is null; a record's multiplicity is a nonzero int (leave the column out for +1)", _first(arr.is_null()))
+    if pa.types.is_uint64(t) and len(arr) and pc.max(arr).as_py() > _INT64_MAX:
+        raise ArrowDiffError("must fit in 64 bits (-2**63 .. 2**63 - 1)", _first(pc.greater(arr, pa.scalar(_INT64_MAX, pa.uint64()))))
+    zero = pc.equal(arr, 0)
+    if len(arr) and pc.any(zero).as_py():
+        raise ArrowDiffError("must be a nonzero int (a multiplicity: +1 a record, -1 a retraction), got 0", _first(zero))
+    return rest, arr.cast(pa.int64())
+
+
+def with_diff(table: pa.Table) -> pa.Table:
+    """``table`` with a last column ``_diff``: its own (moved last), or +1 for every row (a table
+    written by a cbp before signed records, or records given without one).
+
+        >>> with_diff(pa.table({"url": ["a"]})).to_pylist()
+        [{'url': 'a', '_diff': 1}]
+    """
+    names = table.schema.names
+    if DIFF in names:
+        if names[-1] == DIFF:
+            return table
+        col = table.column(DIFF)
+        return table.drop_columns([DIFF]).append_column(DIFF_FIELD, col.cast(pa.int64()))
+    return table.append_column(DIFF_FIELD, pa.array(np.ones(table.num_rows, dtype=np.int64)))
+
+
 _Bad = Optional[tuple[int, str]]  # (row, message) of a column's first bad value
 
 
-def conform(schema: RecordSchema, data: pa.Table | pa.RecordBatch, json_text: bool = False) -> pa.Table:
+def conform(schema: RecordSchema, data: pa.Table | pa.RecordBatch, json_text: bool = False, signed: bool = False) -> pa.Table:
     """``data``'s rows in the stored form of ``schema`` (:attr:`RecordSchema.arrow`), or raise
     :class:`ArrowRecordError` for its first bad row (the first field at fault in schema order).
-    ``json_text``: ``json`` fields hold JSON text (the stored form), not values."""
+    ``json_text``: ``json`` fields hold JSON text (the stored form), not values. ``signed``: a
+    ``_diff`` column is allowed, checked (:func:`split_diff`) and kept as the last column."""
+    if signed:
+        rest, diff = split_diff(data)
+        out = conform(schema, rest, json_text)
+        return out if diff is None else out.append_column(pa.field(DIFF, pa.int64()), diff)
     n = data.num_rows
     if n == 0:
         return schema.arrow.empty_table()

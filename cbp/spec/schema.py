@@ -30,7 +30,10 @@ import pyarrow as pa
 from pydantic import AfterValidator, ConfigDict, Field, StrictBool, StrictFloat, StrictInt, StrictStr, TypeAdapter, ValidationError
 from typing_extensions import NotRequired, Required, TypedDict
 
-__all__ = ["FieldType", "RecordSchema", "RecordError", "parse_type", "check_json", "MAX_DEPTH", "FIELD_NAME"]
+__all__ = ["FieldType", "RecordSchema", "RecordError", "parse_type", "check_json", "MAX_DEPTH", "FIELD_NAME", "DIFF"]
+
+#: The reserved field of a record's multiplicity: a nonzero int64, +1 when absent (-1: a retraction)
+DIFF = "_diff"
 
 MAX_DEPTH = 128  # arrays/objects nested in one record, the record itself counting as one (as serde_json)
 FIELD_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_]*\Z")  # a field name; '_' starts cbp's own columns
@@ -55,7 +58,10 @@ _TYPE_RE = re.compile(r"^\s*(?:list<\s*(\w+)\s*(\?)?\s*>|(\w+))\s*(\?)?\s*$")
 
 
 class RecordError(ValueError):
-    """One record does not fit its schema; ``field`` names the field at fault."""
+    """One record does not fit its schema; ``field`` names the field at fault; ``code`` is the
+    :class:`cbp.errors.InputError` code it becomes (``bad-record``, or ``bad-diff`` for a bad ``_diff``)."""
+
+    code = "bad-record"
 
     def __init__(self, field: str | None, message: str) -> None:
         self.field = field
@@ -160,11 +166,17 @@ _INF = float("inf")
 class RecordSchema:
     """The fields of a flow's records, with a fast validator (pydantic) and an Arrow schema."""
 
-    def __init__(self, fields: Mapping[str, FieldType]) -> None:
+    def __init__(self, fields: Mapping[str, FieldType], signed: bool = False) -> None:
         self.fields = dict(fields)
+        #: whether the last field is ``_diff`` (int64, null: +1), as the engine reads increments (:meth:`signed`)
+        self.is_signed = signed
+        if signed:
+            self.fields[DIFF] = FieldType("int", nullable=True)
         if not self.fields:
             raise ValueError("a schema needs at least one field (a record of no fields cannot be stored)")
         for name in self.fields:
+            if signed and name == DIFF:
+                continue
             if not isinstance(name, str) or not FIELD_NAME.match(name):
                 raise ValueError(f"field name {_short(name)} must be an identifier (letters, digits, _) not starting with '_'")
         self._adapter = _adapter(tuple(self.fields.items()))
@@ -177,13 +189,27 @@ class RecordSchema:
             (n, ft.scalar, ft.nullable) for n, ft in self.fields.items()]
 
     def __getstate__(self) -> dict[str, Any]:
-        return {"fields": self.fields}
+        return {"fields": self.user_fields, "signed": self.is_signed}
 
     def __setstate__(self, st: dict[str, Any]) -> None:
-        self.__init__(st["fields"])  # type: ignore[misc]
+        self.__init__(st["fields"], st.get("signed", False))  # type: ignore[misc]
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, RecordSchema) and other.fields == self.fields
+
+    @property
+    def user_fields(self) -> dict[str, FieldType]:
+        """The fields the flow declares (without ``_diff``)."""
+        return {n: ft for n, ft in self.fields.items() if n != DIFF} if self.is_signed else self.fields
+
+    def signed(self) -> "RecordSchema":
+        """This schema with a last field ``_diff`` (a nullable int64: null means +1), as records of
+        increments are stored and read; :meth:`from_storage` gives a null one as 1.
+
+            >>> RecordSchema.parse({"url": "string"}).signed().arrow.names
+            ['url', '_diff']
+        """
+        return self if self.is_signed else RecordSchema(self.fields, signed=True)
 
     @classmethod
     def parse(cls, raw: Mapping[str, str]) -> "RecordSchema":
@@ -229,6 +255,10 @@ class RecordSchema:
 
         Work is bounded: a text nested deeper than :data:`MAX_DEPTH` is refused before it is parsed.
         """
+        return self.validate(self.parse_json_line(line))
+
+    def parse_json_line(self, line: str) -> Any:
+        """One JSON text parsed (not validated), bounded as :meth:`validate_json_line` says."""
         if _too_deep(line):
             raise RecordError(None, f"JSON nested deeper than {MAX_DEPTH} levels of arrays/objects (the record counts as one)")
         try:
@@ -239,7 +269,7 @@ class RecordSchema:
             raise RecordError(None, f"malformed JSON: {e.msg.removesuffix(' at')} at column {e.colno}") from None
         except (ValueError, RecursionError) as e:  # e.g. an integer of more than 4,300 digits
             raise RecordError(None, f"malformed JSON: {str(e).split(';')[0]}") from None
-        return self.validate(value)
+        return value
 
     def to_storage(self, record: Mapping[str, Any]) -> dict[str, Any]:
         """Encode ``json`` fields as text, as they are stored."""
@@ -252,7 +282,9 @@ class RecordSchema:
         return out
 
     def from_storage(self, record: dict[str, Any]) -> dict[str, Any]:
-        """Decode stored ``json`` fields back to values."""
+        """Decode stored ``json`` fields back to values (and, signed, a null or missing ``_diff`` to 1)."""
+        if self.is_signed and record.get(DIFF) is None:
+            record[DIFF] = 1
         for n in self._json_fields:
             if record.get(n) is not None:
                 record[n] = json.loads(record[n])
@@ -276,11 +308,14 @@ class RecordSchema:
                 out[n] = list(out[n])
         return self.from_storage(out)
 
-    def to_arrow(self, records: list[Mapping[str, Any]], extra: pa.Schema | None = None) -> pa.Table:
-        """Validated records (plus ``extra`` leading columns) to an Arrow table."""
+    def to_arrow(self, records: list[Mapping[str, Any]], extra: pa.Schema | None = None,
+                 diffs: Optional[list[int]] = None) -> pa.Table:
+        """Validated records (plus ``extra`` leading columns) to an Arrow table; with ``diffs``
+        (one per record), a last column ``_diff`` (int64) holds them."""
         schema = self.arrow if extra is None else pa.schema(list(extra) + list(self.arrow))
         rows = [self.to_storage(r) for r in records] if self._json_fields else records
-        return pa.Table.from_pylist(rows, schema=schema)
+        table = pa.Table.from_pylist(rows, schema=schema)
+        return table if diffs is None else table.append_column(pa.field(DIFF, pa.int64()), pa.array(diffs, pa.int64()))
 
 
 def _no_duplicate_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
