@@ -69,7 +69,13 @@ def _check(p, land, feeds) -> None:
     _, crawled = latest_versions(feeds)
     ref = queue_from_scratch(feeds, 2.0, feeds=True)
     got = {u: s for u, s in _queue(p).items() if u not in crawled}
-    assert set(got) == set(ref) and all(math.isclose(got[u], ref[u]) for u in ref), sorted(set(got) ^ set(ref))[:5]
+    assert set(got) == set(ref), sorted(set(got) ^ set(ref))[:5]  # queued and not crawled = the from-scratch queue
+    e = p.status()["stages"]["threshold"]["epochs"]
+    if e > _check.seen.get(id(p), 0):  # what this round queued carries this round's from-scratch score
+        for q in p.output("crawl_queue", epoch=e):
+            if q.get("_diff", 1) > 0:
+                assert math.isclose(q["score"], ref[q["url"]]), q
+        _check.seen[id(p)] = e
     current, _ = latest_versions(feeds)
     land.feed("pages", list(current.values()))
     land.run()
@@ -77,6 +83,9 @@ def _check(p, land, feeds) -> None:
     full = {**{("url", r["url"]): r["inlinks"] for r in land.output("url_counts", epoch=e)},
             **{("site", r["site"]): r["inlinks"] for r in land.output("site_counts", epoch=e)}}
     assert full == _want(feeds)
+
+
+_check.seen = {}
 
 
 def _pipelines(tmp_path, spark):
