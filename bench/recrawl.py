@@ -192,7 +192,7 @@ def crawl_round(ctx: dict[str, Any], phase: str, rows: list[dict[str, Any]]) -> 
     land_s = time.perf_counter() - t0
     want, scratch_s = timed(lambda: want_counts(feeds))
     check(f"{phase} round {rep.round}", direct, land, feeds, want, ctx["threshold"], any(r.stage == "threshold" for r in reports))
-    row = {"phase": phase, "round": rep.round, "fetched": len(rep.fetched), "revisited": len(rep.revisited), "unchanged": len(rep.unchanged),
+    row = {"phase": phase, "round": rep.round, "picked": len(rep.picked), "fetched": len(rep.fetched), "revisited": len(rep.revisited), "unchanged": len(rep.unchanged),
            "changed": len(rep.changed), "gone": len(rep.gone), "back": len(rep.back), "records": rep.records,
            "links_added": sum(1 for r in links if r.get("_diff", 1) > 0), "links_retracted": sum(1 for r in links if r.get("_diff", 1) < 0),
            "epochs": len(reports), "crawl_s": round(crawl_s, 2), "direct_s": round(run_s, 2), "cbp_s": round(crawl_s + run_s, 2),
@@ -293,8 +293,9 @@ def main() -> None:
     for _ in range(40):  # 1. the first version, round after round until nothing is left
         ctx["clock"].t += 60  # a minute per round: no revisit falls due while the site is first crawled
         row = crawl_round(ctx, "crawl v1", rows)
-        if row["records"] == 0:
-            rows.pop()
+        if row["records"] == 0 and ctx["crawler"].pending() == 0:
+            if row["picked"] == 0:
+                rows.pop()
             break
     first = [r for r in rows if r["phase"] == "crawl v1"]
     everything_due(ctx)

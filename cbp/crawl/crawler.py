@@ -80,7 +80,7 @@ def _well_formed(st: Any) -> bool:
     return doing is None or (isinstance(doing, dict) and count(doing.get("round")) and doing["round"] == st["round"] + 1
                              and count(doing.get("cursor")) and urls(doing.get("picks"))
                              and count(doing.get("queued")) and scores(doing.get("frontier"))
-                             and urls(doing.get("revisits", [])) and _number(doing.get("now", 0.0)) and count(doing.get("feeds", 0)))
+                             and urls(doing.get("revisits", [])) and urls(doing.get("outside", [])) and _number(doing.get("now", 0.0)) and count(doing.get("feeds", 0)))
 
 
 def _number(v: Any) -> bool:
@@ -249,13 +249,24 @@ class Crawler:
             out += self.p.output(self.queue, epoch=e)
         return out, newest
 
+    def _corpus_of(self, url: str) -> Optional[Corpus]:
+        """The corpus that holds the URL's site (also one it names with a port or user info, which it refuses); raises for a non-URL."""
+        scheme, netloc, _ = _split(url)
+        host = netloc.lower()
+        return self.corpora.get(f"{scheme}://{host}") or next(
+            (c for c in self.corpora.values() if c.scheme == scheme and c.host in (host.rpartition("@")[2], host.rpartition(":")[0])), None)
+
+    def _outside(self, url: str) -> bool:
+        """Whether no corpus holds the URL's site: "outside the corpus" without a fetch (and without using a pick)."""
+        try:
+            return self._corpus_of(url) is None
+        except Exception:  # noqa: BLE001 -- not a URL: fetched, to fail with its own reason
+            return False
+
     def fetch(self, url: str) -> Fetched:
         """Fetch one URL from the corpus that holds its site; never raises (reasons: :data:`REASONS`)."""
         try:
-            scheme, netloc, _ = _split(url)
-            host = netloc.lower()
-            corpus = self.corpora.get(f"{scheme}://{host}") or next(
-                (c for c in self.corpora.values() if c.scheme == scheme and c.host in (host.rpartition("@")[2], host.rpartition(":")[0])), None)
+            corpus = self._corpus_of(url)
             if corpus is None:
                 return Fetched(url, reason="outside the corpus")
             return corpus.fetch(url, self.max_bytes)  # says why a port or user info is refused
@@ -290,6 +301,9 @@ class Crawler:
                     retracted += 1
             elif u not in done and (u not in frontier or score > frontier[u]):
                 frontier[u] = score
+        outside = sorted(u for u in frontier if self._outside(u))  # other sites: failed at once, no pick used
+        for u in outside:
+            del frontier[u]
         seeded = [u for u in frontier if frontier[u] == SEED_SCORE]
         new = sorted((u for u in frontier if frontier[u] != SEED_SCORE), key=lambda u: (-frontier[u], u))
         now = float(self.clock())
@@ -297,7 +311,7 @@ class Crawler:
         for u in picks:
             frontier.pop(u, None)
         return {"round": k, "cursor": newest, "picks": picks, "queued": len(records), "frontier": frontier,
-                "revisits": revisits, "now": now, "feeds": self.p.feeds(self.pages), "retracted": retracted}
+                "revisits": revisits, "now": now, "feeds": self.p.feeds(self.pages), "retracted": retracted, "outside": outside}
 
     def _fetch_new(self, u: str, st: dict[str, Any], rep: CrawlRound, landed: dict[str, dict[str, Any]], moved: list[str]) -> None:
         """Fetch a URL not crawled before."""
@@ -394,6 +408,8 @@ class Crawler:
             landed: dict[str, dict[str, Any]] = {}
             moved: list[str] = []  # picks landed under another URL (a directory's, with its "/")
             outcome: dict[str, str] = {}
+            for u in doing.get("outside", ()):
+                rep.failed[u] = "outside the corpus"
             for u in doing["picks"]:
                 if u in revisits and u in st["pages"]:
                     self._revisit(u, st["pages"][u], landed, outcome)

@@ -47,13 +47,14 @@ def freshness(crawler: Any, pages: dict[str, dict[str, Any]]) -> Optional[float]
     return round(current / len(pages), 6)
 
 
-def _links_per_epoch(p: Any) -> list[dict[str, int]]:
-    """Links added and retracted by each epoch of the stage producing ``links`` (if the pipeline has one)."""
+def _links_per_epoch(p: Any, last: int = 50) -> list[dict[str, int]]:
+    """Links added and retracted by each of the ``last`` epochs of the stage producing ``links`` (if the pipeline has one)."""
     flow = p.spec.flows.get("links")
     if flow is None or flow.producer is None:
         return []
     out = []
-    for e in range(1, int(p.status()["stages"][flow.producer]["epochs"]) + 1):
+    newest = int(p.status()["stages"][flow.producer]["epochs"])
+    for e in range(max(1, newest - last + 1), newest + 1):
         added = retracted = 0
         for r in p.output("links", epoch=e):
             d = r.get("_diff", 1)
