@@ -135,6 +135,8 @@ def plot_rounds(rep: dict[str, Any], path: str) -> None:
     axes[1].legend(fontsize=8)
     fr = [(r["round"], r["freshness"]) for r in rep["rounds"] if r.get("freshness") is not None]
     axes[2].plot([a for a, _ in fr], [b for _, b in fr], marker=".")
+    if not fr:
+        axes[2].text(0.5, 0.5, "not recorded per round (cbp crawl --freshness)", ha="center", transform=axes[2].transAxes)
     axes[2].set_ylim(0, 1.05)
     axes[2].set_title(f"freshness after each round (now {rep['freshness']})")
     axes[2].set_xlabel("round")
