@@ -297,3 +297,18 @@ def test_cli_revisits_and_stats(web, tmp_path):
     assert rep["interval_quantiles_s"]["max"] == 60.0 and png.stat().st_size > 1000
     bad = subprocess.run(base + ["--revisit-min", "10", "--revisit-max", "5"], capture_output=True, text=True, cwd=ROOT, timeout=120)
     assert bad.returncode == 2 and "[bad-option]" in bad.stderr
+
+
+def test_a_url_the_queue_takes_back_leaves_the_frontier(web, monkeypatch):
+    root, p, clock = web
+    c = Crawler(p, [Corpus(root)], max_pages=1, clock=clock, policy=Revisits(revisit_min=100, revisit_max=1000))
+    batches = iter([
+        ([{"url": f"http://{H}/p1.html", "score": 5.0}, {"url": f"http://{H}/p2.html", "score": 4.0},
+          {"url": f"http://{H}/p3.html", "score": 3.5}, {"url": "http://elsewhere.example/x", "score": 9.0}], 1),
+        ([{"url": f"http://{H}/p2.html", "score": 4.0, "_diff": -1}], 2),
+    ])
+    monkeypatch.setattr(c, "new_queue_records", lambda cursor: next(batches, ([], 2)))
+    rep = c.round()
+    assert rep.picked == [f"http://{H}/p1.html"] and rep.failed == {"http://elsewhere.example/x": "outside the corpus"}  # no pick used
+    rep = c.round()
+    assert rep.retracted == 1 and rep.picked == [f"http://{H}/p3.html"] and c.state()["frontier"] == {}
