@@ -66,6 +66,7 @@ def _parser() -> argparse.ArgumentParser:
     with_home(p)
     p.add_argument("flow", metavar="FLOW")
     p.add_argument("--epoch", type=int, help="only the records its producing stage wrote in that epoch (for an external flow: the Nth feed)")
+    p.add_argument("--consolidated", action="store_true", help="the flow's contents as of --epoch (default: all): each record once, _diff summed, zeros dropped")
 
     p = sub.add_parser("sql", help="run a Spark SQL query (Spark's Delta connector) over the stages' state and the flows")
     with_home(p)
@@ -177,7 +178,7 @@ def _dispatch(args: argparse.Namespace) -> int:
             print(json_line(rec))
         return 0
     if args.command == "output":
-        for rec in pipe.output(args.flow, args.epoch):
+        for rec in pipe.output(args.flow, args.epoch, consolidated=args.consolidated):
             print(json_line(rec))
         return 0
     if args.command == "sql":

@@ -164,8 +164,19 @@ class Writer:
         self._sink = sink
 
     def write(self, record: Mapping[str, Any]) -> None:
-        """Write one record; it becomes visible to readers of the flow in the next epoch."""
+        """Write one record; it becomes visible to readers of the flow in the next epoch. A
+        ``"_diff"`` field gives its multiplicity (a nonzero int; +1 when absent, -1 a retraction)."""
         self._sink(self.name, record)
+
+    def retract(self, record: Mapping[str, Any]) -> None:
+        """Write ``record`` with its multiplicity negated: ``_diff`` -1, or -n for a record read with ``_diff`` n.
+
+            >>> seen = []
+            >>> Writer("counts", lambda f, r: seen.append(r)).retract({"url": "u", "count": 2, "_diff": 1}); seen
+            [{'url': 'u', 'count': 2, '_diff': -1}]
+        """
+        d = record.get("_diff", 1)
+        self._sink(self.name, {**record, "_diff": -d if type(d) is int else d})
 
 
 class Emitter:

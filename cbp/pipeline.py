@@ -327,8 +327,17 @@ class Pipeline:
         """The stage's state records after its ``epoch`` (default: latest)."""
         return self.controller.state_records(stage, epoch)
 
-    def output(self, flow: str, epoch: Optional[int] = None) -> list[dict[str, Any]]:
-        """The flow's records (only those its producer wrote in ``epoch`` when given)."""
+    def output(self, flow: str, epoch: Optional[int] = None, consolidated: bool = False) -> list[dict[str, Any]]:
+        """The flow's records (only those its producer wrote in ``epoch`` when given), each with its
+        ``_diff`` where that is not +1. ``consolidated``: the flow's contents as of ``epoch`` (default:
+        all of it), every record once with the sum of its multiplicities (``_diff`` where not 1),
+        zeros dropped; a negative sum is :class:`cbp.errors.InputError` code ``negative-multiplicity``.
+
+            >>> p.output("urls", consolidated=True)   # doctest: +SKIP
+            [{'url': 'http://b/'}, {'url': 'http://c/', '_diff': 2}]
+        """
+        if consolidated:
+            return self.controller.consolidated_records(flow, epoch)
         return self.controller.output_records(flow, epoch)
 
     def status(self) -> dict[str, Any]:

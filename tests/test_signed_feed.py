@@ -123,3 +123,53 @@ def test_a_table_without_the_diff_column_reads_as_plus_one(pipe, tmp_path):
     old = pq.read_table(files[0])
     pq.write_table(old.drop_columns(["_diff"]), files[0])
     assert pipe.output("urls") == [{"url": "a", "n": None}]
+
+
+def _canon(recs):
+    return sorted(json.dumps(r, sort_keys=True) for r in recs)
+
+
+def test_consolidated_output_as_of_each_feed_matches_pandas(pipe):
+    import random
+
+    rng = random.Random(4)
+    feeds, have = [], {}
+    for _ in range(6):
+        feed = []
+        for _ in range(rng.randint(5, 30)):
+            u, n = f"u{rng.randint(0, 9)}", rng.choice([None, 1, 2])
+            d = rng.choice([1, 1, 3])
+            if have.get((u, n), 0) > 0 and rng.random() < 0.4:
+                d = -rng.randint(1, have[(u, n)])
+            have[(u, n)] = have.get((u, n), 0) + d
+            feed.append({"url": u, "n": n, "_diff": d})
+        feeds.append(feed)
+        pipe.feed("urls", feed)
+    for upto in range(1, 7):
+        df = pd.DataFrame([r for f in feeds[:upto] for r in f])
+        df["n"] = df["n"].astype(object)
+        sums = df.fillna({"n": -1}).groupby(["url", "n"])["_diff"].sum()
+        want = []
+        for (u, n), d in sums.items():
+            if d:
+                want.append({"url": u, "n": None if n == -1 else int(n), **({"_diff": int(d)} if d != 1 else {})})
+        assert _canon(pipe.output("urls", epoch=upto, consolidated=True)) == _canon(want)
+    assert _canon(pipe.output("urls", consolidated=True)) == _canon(pipe.output("urls", epoch=6, consolidated=True))
+
+
+def test_a_retraction_of_what_is_not_there_is_refused_by_consolidated_output(pipe, capsys, tmp_path):
+    from cbp.cli import main
+
+    pipe.feed("urls", [{"url": "a"}, {"url": "b"}])
+    pipe.feed("urls", [{"url": "a", "_diff": -1}, {"url": "b", "_diff": -1}])
+    assert pipe.output("urls", consolidated=True) == []
+    pipe.feed("urls", [{"url": "b", "_diff": -1}, {"url": "c"}])
+    assert pipe.output("urls", epoch=2, consolidated=True) == []  # as of feed 2 all is well
+    with pytest.raises(InputError) as e:
+        pipe.output("urls", consolidated=True)
+    assert e.value.code == "negative-multiplicity"
+    assert "'urls'" in str(e.value) and '"b"' in str(e.value) and "feed 3" in str(e.value)
+    assert main(["output", str(tmp_path / "p.yaml"), "--home", str(tmp_path / "home"), "urls", "--consolidated"]) != 0
+    assert "negative-multiplicity" in capsys.readouterr().err
+    assert main(["output", str(tmp_path / "p.yaml"), "--home", str(tmp_path / "home"), "urls", "--consolidated", "--epoch", "1"]) == 0
+    assert _canon(json.loads(x) for x in capsys.readouterr().out.splitlines()) == _canon([{"url": "a", "n": None}, {"url": "b", "n": None}])

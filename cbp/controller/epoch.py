@@ -152,7 +152,7 @@ class Epochs:
             home=self.home, stage=spec, epoch=epoch, mode=self.mode,
             out_schemas={f: self.spec.flows[f].schema for f in spec.outputs}, out_incs=out_incs,
             out_frames={f: fr.field for f in spec.outputs if (fr := self.spec.flows[f].frame_by) is not None and fr.field is not None},
-            input_schemas=[self.spec.flows[i.flow].schema for i in spec.inputs], state_rel=state_rel,
+            input_schemas=[self.spec.flows[i.flow].schema.signed() for i in spec.inputs], state_rel=state_rel,
             parts=parts, max_files=self.max_state_files, row_group=self.state_row_group, cache_mb=self.state_cache_mb, scan_fraction=self.state_scan_fraction,
             fault=faults.current(), driver_pid=os.getpid(),
         )

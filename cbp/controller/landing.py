@@ -251,9 +251,11 @@ class Landing:
         parts, rels = [], []
         for a in sorted(adds, key=lambda a: a["path"]):
             rel = f"{LAYOUT.flow(flow)}/{a['path']}"
-            parts.append(pq.read_table(self.home.path(rel), filesystem=self.home.fs).select(list(schema.fields)).cast(schema.arrow))
+            t = pq.read_table(self.home.path(rel), filesystem=self.home.fs)
+            parts.append(with_diff(t.select(list(schema.fields) + [DIFF_FIELD.name] * (DIFF_FIELD.name in t.column_names))
+                                   .cast(pa.schema(list(schema.arrow) + [DIFF_FIELD] * (DIFF_FIELD.name in t.column_names)))))
             rels.append(rel)
-        return (pa.concat_tables(parts) if parts else schema.arrow.empty_table()), rels
+        return (pa.concat_tables(parts) if parts else with_diff(schema.arrow.empty_table())), rels
 
     def _increment_uris(self, flow: str, ids: list[int]) -> list[str]:
         """The data files of live increments ``ids`` of ``flow``."""

@@ -6,13 +6,16 @@ connector changes are seen together or not at all.
 
 from __future__ import annotations
 
+import json
 from typing import Any, Optional
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from ..engine.bipindex import latest_rows
-from ..errors import UsageError, UserCodeError
+from ..engine.signed import fill_diff
+from ..errors import InputError, UsageError, UserCodeError
+from ..spec.arrowrecords import with_diff
 from ..spec.schema import DIFF
 from ..storage import INC, LAYOUT, SRC
 from .records import EpochRecord
@@ -70,8 +73,9 @@ class Reads:
         rows = rows.sort_by([("_key", "ascending")])
         return [spec.state_schema.from_storage(r) for r in rows.select(list(spec.state_schema.fields)).to_pylist()]
 
-    def output_versions(self, flow: str, epoch: Optional[int] = None) -> dict[Any, list[int]]:
-        """Which increments of the flow :meth:`output_records` reads at which Delta version of its table."""
+    def output_versions(self, flow: str, epoch: Optional[int] = None, upto: bool = False) -> dict[Any, list[int]]:
+        """Which increments of the flow :meth:`output_records` reads at which Delta version of its
+        table (``upto``: those of every epoch up to ``epoch``, or feed for an external flow)."""
         self.refresh()
         fl = self.spec.flow(flow)
         fs = self.st.flows[flow]
@@ -79,13 +83,8 @@ class Reads:
         if epoch is None:
             collected = self.history.collected(self.st, flow)
             ids = sorted(set(fs.incs) | set(collected))
-        elif fl.producer is None:
-            e = self.history.feed(self.st, flow, epoch)
-            if e is None:
-                raise UsageError(f"external flow '{flow}' has had {fs.feeds} feed(s); --epoch N picks the Nth (1..{fs.feeds})", code="unknown-epoch")
-            ids = [int(i) for i in e["incs"]]
         else:
-            ids = [int(i) for i in self._epoch_entry(fl.producer, epoch)["outputs"].get(flow, [])]
+            ids = sorted({i for e in (range(1, epoch + 1) if upto and epoch > 0 else [epoch]) for i in self._epoch_incs(flow, e)})
         by_version: dict[Any, list[int]] = {}  # live increments at the current version, collected ones by time travel
         for inc in ids:
             v = fs.version if inc in fs.incs else collected[inc] if inc in collected else self.history.collected_version(self.st, flow, inc)
@@ -93,6 +92,16 @@ class Reads:
                 raise UsageError(f"flow '{flow}': increment {inc} is neither live nor in the history of {self.home.location}", code="home-corrupt")
             by_version.setdefault(v, []).append(inc)
         return by_version
+
+    def _epoch_incs(self, flow: str, epoch: int) -> list[int]:
+        """The increments of ``flow`` its producer's ``epoch`` wrote, or (external) its feed ``epoch`` landed."""
+        fl, fs = self.spec.flow(flow), self.st.flows[flow]
+        if fl.producer is None:
+            e = self.history.feed(self.st, flow, epoch)
+            if e is None:
+                raise UsageError(f"external flow '{flow}' has had {fs.feeds} feed(s); --epoch N picks the Nth (1..{fs.feeds})", code="unknown-epoch")
+            return [int(i) for i in e["incs"]]
+        return [int(i) for i in self._epoch_entry(fl.producer, epoch)["outputs"].get(flow, [])]
 
     def output_records(self, flow: str, epoch: Optional[int] = None) -> list[dict[str, Any]]:
         """Records of the flow's increments (only those produced by its stage's ``epoch`` when given)."""
@@ -113,6 +122,53 @@ class Reads:
                 if d is not None and d != 1:
                     r[DIFF] = d
         return recs
+
+    def consolidated_records(self, flow: str, epoch: Optional[int] = None) -> list[dict[str, Any]]:
+        """The flow's contents as of ``epoch`` (its producer's epoch, or the feed of an external flow;
+        default: all it holds): every record once, with the sum of its multiplicities as ``_diff``
+        where that is not 1, zeros dropped, in the order each record first came. A record whose
+        sum is negative (more retracted than there was) is :class:`InputError` code
+        ``negative-multiplicity`` naming the flow, the record and the feed or epoch where its sum
+        first went below zero."""
+        fl = self.spec.flow(flow)
+        by_version = self.output_versions(flow, epoch, upto=True)
+        cols = list(fl.schema.fields)
+        parts = [self.home.read_table(LAYOUT.flow(flow), v, partitions=[(INC, "in", [str(i) for i in incs])]) for v, incs in by_version.items()]
+        parts = [t for t in parts if t is not None and t.num_rows]
+        if not parts:
+            return []
+        t = pa.concat_tables([fill_diff(with_diff(p.select(cols + [c for c in (DIFF, SRC) if c in p.column_names]))) for p in parts],
+                             promote_options="default")
+        t = t.append_column(INC, pa.concat_arrays([p[INC].combine_chunks().cast(pa.int64()) for p in parts]))
+        if epoch is not None and fl.frame_by is not None:  # a framed increment may hold records of later feeds/epochs
+            t = t.filter(pc.less_equal(t[SRC], epoch))
+        t = t.sort_by([(INC, "ascending")] + ([(SRC, "ascending")] if SRC in t.column_names else []))
+        totals: dict[str, list[Any]] = {}  # record identity -> [record, running sum, where it first went negative]
+        for rec, d, inc, src in zip(t.select(cols).to_pylist(), t[DIFF].to_pylist(), t[INC].to_pylist(),
+                                    t[SRC].to_pylist() if SRC in t.column_names else [None] * t.num_rows):
+            k = json.dumps([rec[c] for c in cols], separators=(",", ":"), ensure_ascii=False)
+            have = totals.setdefault(k, [rec, 0, None])
+            have[1] += d
+            if have[1] < 0 and have[2] is None:
+                have[2] = src if src is not None else self._increment_source(flow, inc)
+        out = []
+        for rec, total, where in totals.values():
+            if total < 0:
+                what = f"feed {where}" if fl.producer is None else f"stage '{fl.producer}' epoch {where}"
+                raise InputError(f"flow '{flow}': record {json.dumps(fl.schema.from_storage(dict(rec)), ensure_ascii=False)[:200]} is retracted "
+                                 f"more often than it was added (its multiplicity sums to {total}; it first went below zero in {what})",
+                                 code="negative-multiplicity")
+            if total:
+                r = fl.schema.from_storage(dict(rec))
+                if total != 1:
+                    r[DIFF] = total
+                out.append(r)
+        return out
+
+    def _increment_source(self, flow: str, inc: int) -> Any:
+        """The feed (external flow) or producing epoch of increment ``inc`` of an unframed flow."""
+        m = self.st.flows[flow].incs.get(inc)
+        return m.producer.split(":")[-1] if m is not None and m.producer else f"increment {inc}"
 
     def status(self) -> dict[str, Any]:
         """Stages, epochs run, pending increments per connector, and which stages are runnable now."""

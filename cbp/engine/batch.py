@@ -39,11 +39,13 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ..spec.arrowrecords import ArrowRecordError, conform
+from ..spec.arrowrecords import ArrowRecordError, conform, with_diff
+from ..spec.diff import DIFF
 from ..spec.resolve import safe_str
 from ..spec.schema import RecordSchema
 from .protocol import USER_EXCEPTIONS, EpochTimeout
 from .routing import encode_key, has_byte
+from .signed import fill_diff
 
 if TYPE_CHECKING:
     from .groups import Group
@@ -326,10 +328,16 @@ class BatchTranslate:
         if twice or missing:
             what = f"has column(s) {', '.join(twice)} twice" if twice else f"lacks column(s) {', '.join(missing)}"
             raise self._fail(self.plan, "batch-schema", f"{where}: the '{name}' table {what} (it has {', '.join(names)})")
+        if with_key and DIFF in names:
+            raise self._fail(self.plan, "bad-diff", f"{where}: the 'state' table has a '{DIFF}' column; state rows are not signed (a key's state is what it holds now)")
+        signed = not with_key and DIFF in names
         try:
-            out = conform(schema, table.select([c for c in schema.fields if c in names]), json_text=True)
+            out = conform(schema, table.select([c for c in schema.fields if c in names] + [DIFF] * signed), json_text=True, signed=signed)
         except ArrowRecordError as e:
-            raise self._fail(self.plan, "batch-schema", f"{where}: the '{name}' table does not fit the schema {schema}: row {e.row}: {e}") from None
+            raise self._fail(self.plan, e.code if e.code == "bad-diff" else "batch-schema",
+                             f"{where}: the '{name}' table does not fit the schema {schema}: row {e.row}: {e}") from None
+        if not with_key:
+            return with_diff(out)
         if with_key:
             out = out.append_column("_key", table.column("_key"))
         return out
@@ -367,7 +375,7 @@ def _records_table(parts: list[pa.Array], schema: pa.Schema) -> pa.Table:
     if not parts:
         return schema.empty_table()
     arr = pa.concat_arrays(parts) if len(parts) > 1 else parts[0]
-    return pa.Table.from_struct_array(arr).select(schema.names).cast(schema)
+    return fill_diff(pa.Table.from_struct_array(arr).select(schema.names).cast(schema))
 
 
 def _typed_keys(texts: Any) -> tuple[pa.Array, bool]:

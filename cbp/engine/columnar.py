@@ -31,6 +31,7 @@ import pyarrow.compute as pc
 
 from .batch import BatchTranslate, _typed_keys, _with_key, write_changed
 from .routing import record_column
+from .signed import consolidate_table, fill_diff, has_negative
 
 if TYPE_CHECKING:
     from .statepart import DirectPartition
@@ -106,18 +107,25 @@ class ColumnarTask:
         self.records += t.num_rows
         texts = t.column("_key").combine_chunks().take(pa.array(starts))
         hashes = t.column("_h").combine_chunks().take(pa.array(starts)).to_numpy()
-        typed, key_texts = _typed_keys(texts)
         row_pos = np.cumsum(change) - 1  # each envelope's key, as a position in the call's keys
+        flows = t.column("_flow").to_numpy()
+        cut = []
+        for idx in range(len(st.inputs)):
+            mask = flows == idx
+            recs = pa.Table.from_struct_array(t.column(record_column(idx)).filter(pa.array(mask)).combine_chunks())
+            cut.append((fill_diff(recs.select(plan.input_schemas[idx].arrow.names).cast(plan.input_schemas[idx].arrow)), row_pos[mask]))
+        if any(has_negative(table) for table, _ in cut):  # retractions: consolidated per key and flow; keys left with nothing are not called
+            cut, keep = _consolidated(cut, len(starts))
+            if keep is not None:
+                if not keep.size:
+                    return
+                texts, hashes = texts.take(pa.array(keep)), hashes[keep]
+        typed, key_texts = _typed_keys(texts)
         self.clock.lap("input")
         old, old_pos, locs = self._old_state(texts, hashes)
         self.clock.lap("state_read")
-        flows = t.column("_flow").to_numpy()
         inputs = []
-        for idx, inp in enumerate(st.inputs):
-            mask = flows == idx
-            recs = pa.Table.from_struct_array(t.column(record_column(idx)).filter(pa.array(mask)).combine_chunks())
-            table = recs.select(plan.input_schemas[idx].arrow.names).cast(plan.input_schemas[idx].arrow)
-            at = row_pos[mask]
+        for inp, (table, at) in zip(st.inputs, cut):
             table = _with_key(table, typed, at)
             if inp.order_by is not None and table.num_rows:
                 table = table.sort_by([("_pos", "ascending"), (inp.order_by.field, "ascending")])
@@ -185,6 +193,22 @@ class ColumnarTask:
             sel = changed[kpos]
             part.drop_rows(h[sel], f[sel], g[sel])
         write_changed(part, self.plan.stage.state_schema.arrow, new, changed, np.sort(removed), texts, pa.array(hashes))  # type: ignore[union-attr]
+
+
+def _consolidated(cut: list[tuple[pa.Table, np.ndarray]], n: int) -> tuple[list[tuple[pa.Table, np.ndarray]], Optional[np.ndarray]]:
+    """Each flow's records (with their key positions) consolidated per key (:mod:`cbp.engine.signed`),
+    and the positions of the keys left with records (None: all of them), the positions renumbered."""
+    out = []
+    live = np.zeros(n, bool)
+    for table, at in cut:
+        c = consolidate_table(table.append_column("_pos", pa.array(at, pa.int64())))
+        at = c.column("_pos").to_numpy()
+        live[at] = True
+        out.append((c.drop_columns(["_pos"]), at))
+    if live.all():
+        return out, None
+    renum = np.cumsum(live) - 1
+    return [(table, renum[at]) for table, at in out], np.flatnonzero(live)
 
 
 def _rows_differ(old: pa.Table, old_pos: np.ndarray, new: pa.Table, keys: np.ndarray, n: int) -> np.ndarray:

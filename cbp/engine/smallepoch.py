@@ -105,6 +105,14 @@ def small_records(override: Optional[int] = None) -> int:
         return SMALL_RECORDS
 
 
+def _read_as(pf: pq.ParquetFile, want: pa.Schema) -> pa.Table:
+    """A file's records with the columns of ``want`` (one it lacks, as ``_diff`` in a file an older
+    cbp wrote, is null)."""
+    have = set(pf.schema_arrow.names)
+    t = pf.read(columns=[f.name for f in want if f.name in have])
+    return pa.Table.from_arrays([t.column(f.name).cast(f.type) if f.name in have else pa.nulls(t.num_rows, f.type) for f in want], schema=want)
+
+
 def driver_routed(spark: Any, plan: "TaskPlan", input_files: dict[int, list[str]]) -> Optional[list[pa.Table]]:
     """Partition ``p``'s envelopes (sorted as the shuffle sorts them) for each ``p``, or None when
     this epoch must take the normal path (see the module's docstring)."""
@@ -120,7 +128,7 @@ def driver_routed(spark: Any, plan: "TaskPlan", input_files: dict[int, list[str]
     for i, uri, fs, path in located:
         want = plan.input_schemas[i].arrow
         with fs.open_input_file(path) as fh:
-            table = pq.read_table(fh, columns=[f.name for f in want]).cast(want)
+            table = _read_as(pq.ParquetFile(fh), want)
         field = plain_route_field(plan.stage.inputs[i].route_by, plan.input_schemas[i])
         rest = []
         for b in table.to_batches():

@@ -34,6 +34,7 @@ from ..spec.schema import RecordError, RecordSchema
 from ..storage import INC, LAYOUT, Home
 from .batch import BatchTranslate
 from .columnar import ColumnarTask, columnar_ok
+from .signed import consolidated_batches, delivered_consolidated, signed_record, state_record
 from .bipindex import ROW_GROUP, StateMeta
 from .groups import Group, group_chunks, with_state_keys
 from .locality import executor_name
@@ -179,12 +180,12 @@ class _Calls:
     def __init__(self, plan: TaskPlan, part: int) -> None:
         self.plan = plan
         st = plan.stage
-        self.outputs = {f: RecordSink(_output_sink(plan, f, part), plan.out_schemas[f].to_arrow, plan.write_rows) for f in st.outputs}
+        self.outputs = {f: RecordSink(_output_sink(plan, f, part), plan.out_schemas[f].signed().to_arrow, plan.write_rows) for f in st.outputs}
         self.bindings = RecordSink(ParquetSink(plan.home, LAYOUT.bindings(st.name), f"{LAYOUT.epoch_prefix(plan.epoch)}-p{part:05d}", BINDINGS, part),
                                    lambda rows: pa.Table.from_pylist(rows, BINDINGS), plan.write_rows)
-        self._validators = {f: plan.out_schemas[f].validate for f in st.outputs}
+        self._validators = {f: partial(signed_record, plan.out_schemas[f]) for f in st.outputs}
         if st.state_schema is not None:
-            self._validators["state"] = st.state_schema.validate
+            self._validators["state"] = partial(state_record, st.state_schema)
         self.state_out: list[dict[str, Any]] = []
         self.key: Any = None
         self.key_text: Optional[str] = None
@@ -196,8 +197,8 @@ class _Calls:
         try:
             rec = self._validators[flow](record)
         except RecordError as e:
-            raise _failed(self.plan, "user-code", f"{self.plan.where(self.key)}: the translator wrote a record to '{flow}' that does not fit its schema: "
-                          f"{e}; record {record!r:.200}", key=self.key_text, exc_type="RecordError") from None
+            raise _failed(self.plan, "user-code" if e.code == "bad-record" else e.code, f"{self.plan.where(self.key)}: the translator wrote a record to '{flow}' that does not fit its schema: "
+                          f"{e}; record {record!r:.200}", key=self.key_text, exc_type=type(e).__name__) from None
         if flow == "state":
             self.state_out.append(rec)
         else:
@@ -262,7 +263,7 @@ def _output_sink(plan: TaskPlan, flow: str, part: int) -> ParquetSink | FramedSi
     increment the epoch took for it, or, for a flow framed by a field, one file per run there
     (their increments are told by the driver, :mod:`cbp.engine.framing`)."""
     rel_dir, prefix = LAYOUT.increment_dir(flow, plan.out_incs[flow]), LAYOUT.output_prefix(plan.stage.name, plan.epoch) + f"-p{part:05d}"
-    schema = plan.out_schemas[flow]
+    schema = plan.out_schemas[flow].signed()
     field = plan.out_frames.get(flow)
     if field is None:
         return ParquetSink(plan.home, rel_dir, prefix, schema.arrow, plan.out_incs[flow])
@@ -415,7 +416,7 @@ def _translate(plan: TaskPlan, calls: _Calls, part: _Partition, g: Group, old: O
     else:
         records = old.records if old is not None else []
         has_state = old is not None
-    copies.deliver_broadcast(g, has_state, st.grouping == "outer")
+    delivered_consolidated(g, copies, has_state, st.grouping == "outer", st.batch)
     if not g.records and not (st.grouping == "outer" and has_state):
         if batch is not None and isinstance(part, BlackboxPartition):
             batch.add(g, old, records, called=False)  # kept, in key order with the batch's keys
@@ -470,7 +471,7 @@ def _recordwise_task(plan: TaskPlan, flow_idx: int, batches: Iterable[pa.RecordB
     empty: list[dict[str, Any]] = []
     schema = plan.input_schemas[flow_idx]
     try:
-        for b in batches:
+        for b in consolidated_batches(batches):
             for rec in b.to_pylist():
                 n_in += 1
                 inputs: list[Iterator[dict[str, Any]]] = [iter(()) for _ in plan.stage.inputs]
