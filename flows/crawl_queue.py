@@ -44,11 +44,13 @@ def extract_links(key, state, pages, out):
     status = status_of(page)
     new = page_links(src, page.get("html") or "") if status == 200 else []
     old = list(prev["links"]) if prev is not None else []
-    gained, lost = set(new) - set(old), set(old) - set(new)
-    for dst in sorted(lost):
-        out.links.write({"src": src, "dst": dst, "_diff": -1})
-    for dst in sorted(gained):
-        out.links.write({"src": src, "dst": dst})
+    new_set, old_set = set(new), set(old)
+    for dst in old:
+        if dst not in new_set:
+            out.links.write({"src": src, "dst": dst, "_diff": -1})
+    for dst in new:  # in the page's order
+        if dst not in old_set:
+            out.links.write({"src": src, "dst": dst})
     out.state.write({"url": src, "status": status, "fetched": page.get("fetched"), "links": new})
 
 
