@@ -281,9 +281,19 @@ def main() -> None:
     ap.add_argument("--budget", type=int, default=0, help="fetches per hourly round in the freshness runs (default: pages/12)")
     ap.add_argument("--hours", type=int, default=72)
     ap.add_argument("--work", default=str(OUT / "recrawl_work"))
+    ap.add_argument("--freshness-only", action="store_true", help="redo only the freshness runs on the site a full run left in --work")
     args = ap.parse_args()
     OUT.mkdir(exist_ok=True)
     work = Path(args.work)
+    if args.freshness_only:
+        done = json.loads((OUT / "recrawl.json").read_text())
+        st = json.loads((work / "direct" / "_crawler" / "state.json").read_text())
+        live = sorted(u for u, e in st["pages"].items() if e["status"] == 200)
+        budget = args.budget or max(1, len(live) // 12)
+        fresh = freshness_all(work / "web" / PACKAGE, live, budget, args.hours, work)
+        first = [r for r in done["rows"] if r["phase"] == "crawl v1"]
+        write(done["rows"], first, fresh, args, budget, done["wall_s"])
+        return
     old, new = unpack(args.old), unpack(args.new)
     log(f"{PACKAGE} {args.old} and {args.new}: {sum(1 for _ in old.rglob('*.html'))} and {sum(1 for _ in new.rglob('*.html'))} HTML files; "
         f"{sum(1 for a in old.rglob('*.html') if (new / a.relative_to(old)).exists() and not filecmp.cmp(a, new / a.relative_to(old), shallow=False))} differ")
@@ -323,11 +333,24 @@ def main() -> None:
 
     fixed_iv = len(live) / budget * HOUR
     log(f"freshness: {len(live)} pages, {budget} fetches per hourly round, {args.hours} hours; fixed interval {fixed_iv / HOUR:.1f} h vs adaptive 1 h .. 7 days")
-    fresh = {"fixed": freshness_run(ctx["web"], live, Revisits(revisit_min=fixed_iv, revisit_max=fixed_iv), budget, args.hours, work / "fresh-fixed", 11),
-             "adaptive": freshness_run(ctx["web"], live, Revisits(revisit_min=HOUR, revisit_max=7 * DAY), budget, args.hours, work / "fresh-adaptive", 11)}
+    fresh = freshness_all(ctx["web"], live, budget, args.hours, work)
+    write(rows, first, fresh, args, budget, wall)
+
+
+def freshness_all(web: Path, live: list[str], budget: int, hours: int, work: Path) -> dict[str, Any]:
+    """The freshness runs: a fixed interval of pages/budget hours, a fixed interval as short as the budget
+    allows (every page always due: round robin, the whole budget used), and adaptive (1 hour .. 7 days)."""
+    from cbp.crawl.schedule import Revisits
+
+    fixed_iv = len(live) / budget * HOUR
+    log(f"freshness: {len(live)} pages, {budget} fetches per hourly round, {hours} hours; fixed {fixed_iv / HOUR:.1f} h, "
+        "fixed 1 h (round robin), adaptive 1 h .. 7 days")
+    fresh = {"fixed": freshness_run(web, live, Revisits(revisit_min=fixed_iv, revisit_max=fixed_iv), budget, hours, work / "fresh-fixed", 11),
+             "round robin": freshness_run(web, live, Revisits(revisit_min=HOUR, revisit_max=HOUR), budget, hours, work / "fresh-rr", 11),
+             "adaptive": freshness_run(web, live, Revisits(revisit_min=HOUR, revisit_max=7 * DAY), budget, hours, work / "fresh-adaptive", 11)}
     for k, v in fresh.items():
         log(f"freshness {k}: mean {v['mean']} after hour {v['warmup_hours']}, {v['fetches']} fetches, hot pages' interval {v['hot_interval_h']} h")
-    write(rows, first, fresh, args, budget, wall)
+    return fresh
 
 
 def write(rows: list[dict[str, Any]], first: list[dict[str, Any]], fresh: dict[str, Any], args: argparse.Namespace, budget: int, wall: float) -> None:
@@ -341,13 +364,12 @@ def write(rows: list[dict[str, Any]], first: list[dict[str, Any]], fresh: dict[s
     ratio = [round(r["cbp_s"] / first_s, 4) for r in nochange]
     summary = {"first_crawl_cbp_s": round(first_s, 2), "first_crawl_pages": sum(r["fetched"] for r in first),
                "no_change_cbp_s": [r["cbp_s"] for r in nochange], "no_change_over_first": ratio,
-               "freshness_fixed": fresh["fixed"]["mean"], "freshness_adaptive": fresh["adaptive"]["mean"],
-               "fetches_fixed": fresh["fixed"]["fetches"], "fetches_adaptive": fresh["adaptive"]["fetches"], "budget_per_round": budget}
+               **{f"freshness_{k}": v["mean"] for k, v in fresh.items()}, **{f"fetches_{k}": v["fetches"] for k, v in fresh.items()},
+               "budget_per_round": budget}
     lines += ["", f"Re-crawl rounds that change nothing: {summary['no_change_cbp_s']} s (crawler + cbp) vs {first_s:.1f} s for the rounds "
                   f"that first fetched those {summary['first_crawl_pages']} pages: {ratio}x (goal <= 0.1x).",
-              f"Freshness over hours {fresh['fixed']['warmup_hours']}..{args.hours} with {budget} fetches per hourly round: fixed interval "
-              f"{summary['freshness_fixed']} ({summary['fetches_fixed']} fetches), adaptive {summary['freshness_adaptive']} "
-              f"({summary['fetches_adaptive']} fetches)."]
+              f"Freshness over hours {fresh['fixed']['warmup_hours']}..{args.hours} with at most {budget} fetches per hourly round: "
+              + ", ".join(f"{k} {v['mean']} ({v['fetches']} fetches, hot pages' interval {v['hot_interval_h']} h)" for k, v in fresh.items()) + "."]
     table = "\n".join(lines)
     print(table, flush=True)
     (OUT / "recrawl.md").write_text(table + "\n")
