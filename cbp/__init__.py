@@ -15,13 +15,14 @@ __version__ = "0.1.0"  # before the imports: cbp.storage writes it into Delta co
 
 from .controller import EpochRecord, EpochReport
 from .crawl.crawler import Corpus, Crawler, CrawlRound
+from .crawl.schedule import Revisits
 from .errors import BusyError, CbpError, InputError, RuntimeStateError, SpecError, UsageError, UserCodeError
 from .model import ALL, Broadcast, Emitter, Multicast, Writer, broadcast, multicast, runnable_all, runnable_any
 from .pipeline import Pipeline, load
 from .spec import PipelineSpec, load_spec
 
 __all__ = [
-    "load", "Pipeline", "load_spec", "PipelineSpec", "EpochReport", "EpochRecord", "Crawler", "Corpus", "CrawlRound",
+    "load", "Pipeline", "load_spec", "PipelineSpec", "EpochReport", "EpochRecord", "Crawler", "Corpus", "CrawlRound", "Revisits",
     "Emitter", "Writer", "runnable_all", "runnable_any", "ALL", "broadcast", "multicast", "Broadcast", "Multicast",
     "CbpError", "SpecError", "InputError", "UsageError", "UserCodeError", "RuntimeStateError", "BusyError",
 ]
