@@ -434,4 +434,10 @@ class Crawler:
         st = self.state()
         records, _ = self.new_queue_records(st["cursor"])
         done = set(st["fetched"]) | set(st["failed"])
-        return len(set(st["frontier"]) | {r["url"] for r in records if r["url"] not in done})
+        waiting = set(st["frontier"])
+        for r in records:  # in order: a retraction (_diff -1) takes a URL back out
+            if _diff(r) < 0:
+                waiting.discard(r.get("url"))
+            elif r.get("url") not in done:
+                waiting.add(r.get("url"))
+        return len(waiting)
