@@ -19,13 +19,14 @@ from .controller.rewind import RewindReport
 from .controller.plan import Change, Plan
 from .engine.progress import Progress
 from .crawl.crawler import Corpus, Crawler, CrawlRound
+from .crawl.schedule import Revisits
 from .errors import BusyError, CbpError, InputError, RuntimeStateError, SpecError, UsageError, UserCodeError
 from .model import ALL, Broadcast, Emitter, Multicast, Writer, broadcast, multicast, runnable_all, runnable_any
 from .pipeline import Pipeline, load
 from .spec import PipelineSpec, load_spec
 
 __all__ = [
-    "load", "Pipeline", "load_spec", "PipelineSpec", "EpochReport", "EpochRecord", "Plan", "Change", "Progress", "SyncReport", "Crawler", "Corpus", "CrawlRound",
+    "load", "Pipeline", "load_spec", "PipelineSpec", "EpochReport", "EpochRecord", "Plan", "Change", "Progress", "SyncReport", "Crawler", "Corpus", "CrawlRound", "Revisits",
     "Emitter", "Writer", "runnable_all", "runnable_any", "ALL", "broadcast", "multicast", "Broadcast", "Multicast",
     "RewindReport", "DuplicateFeedWarning",
     "CbpError", "SpecError", "InputError", "UsageError", "UserCodeError", "RuntimeStateError", "BusyError",

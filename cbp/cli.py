@@ -81,19 +81,6 @@ def _parser() -> argparse.ArgumentParser:
                    "flows they produce: what that epoch wrote. STAGE=N (comma-separated) pins single stages")
     p.add_argument("--format", choices=["jsonl", "table"], default="jsonl", help="JSON lines (default) or a text table")
 
-    p = sub.add_parser("crawl", help="crawl rounds: fetch queued URLs from a local corpus and land them as pages")
-    with_home(p)
-    p.add_argument("--corpus", action="append", required=True, metavar="DIR",
-                   help="a directory standing for a web site: file DIR/PATH is http://HOST/PATH (repeatable)")
-    p.add_argument("--host", action="append", default=[], metavar="NAME", help="the host of each --corpus, in order (default: the directory's name)")
-    p.add_argument("--seed", action="append", default=[], metavar="URL", help="URL(s) to fetch first (repeatable)")
-    p.add_argument("--max-pages", type=_positive, default=1000, help="pages fetched per round at most (default 1000)")
-    p.add_argument("--max-bytes", type=_positive, default=None, help="bytes read of a page at most; a bigger page is truncated (default 8 MiB)")
-    p.add_argument("--rounds", type=_positive, default=1, help="crawl rounds to do (default 1)")
-    p.add_argument("--run", action="store_true", help="after each round, run the pipeline until quiescent (the loop without a scheduler)")
-    p.add_argument("--queue", default="crawl_queue", help="the flow of URLs to crawl (default crawl_queue)")
-    p.add_argument("--pages", default="pages", help="the external flow pages are landed on (default pages)")
-
     p = sub.add_parser("status", help="stages, epochs run, pending increments per connector")
     with_home(p)
     p.add_argument("--json", action="store_true", help="print the status as JSON")
@@ -195,8 +182,6 @@ def _dispatch(args: argparse.Namespace) -> int:
         return 0
     if args.command == "run":
         return _follow.run(pipe, args, _run)
-    if args.command == "crawl":
-        return _crawl(pipe, args)
     if pipe.is_new:
         print(f"cbp {args.command}: note: nothing has been fed or run in {pipe.home.location} yet; "
               "is --home right?", file=sys.stderr)
@@ -317,31 +302,6 @@ def _plain(value: Any) -> Any:
 
 def _cell(value: Any) -> str:
     return "NULL" if value is None else value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
-
-
-def _crawl(pipe: Any, args: argparse.Namespace) -> int:
-    from .crawl.crawler import MAX_PAGE_BYTES, Corpus, Crawler
-
-    if len(args.host) > len(args.corpus):
-        raise UsageError(f"{len(args.host)} --host for {len(args.corpus)} --corpus; give at most one --host per --corpus", code="usage")
-    hosts = args.host + [None] * (len(args.corpus) - len(args.host))
-    crawler = Crawler(pipe, [Corpus(d, h) for d, h in zip(args.corpus, hosts)], max_pages=args.max_pages,
-                      queue=args.queue, pages=args.pages, max_bytes=args.max_bytes or MAX_PAGE_BYTES)
-    if args.run:
-        logging.getLogger().setLevel(logging.CRITICAL)
-    for n in range(args.rounds):
-        rep = crawler.round(seeds=args.seed if n == 0 else ())
-        print(rep.line(), flush=True)
-        for url, reason in sorted(rep.failed.items()):
-            print(f"  could not fetch {url}: {reason}", file=sys.stderr)
-        if args.run:
-            t0 = time.perf_counter()
-            reports = pipe.run(command=f"cbp crawl {args.flow_yaml} --run")
-            print(f"  {len(reports)} stage epoch(s) in {time.perf_counter() - t0:.1f}s", flush=True)
-        if not rep.picked and (not args.run or crawler.pending() == 0):
-            print("nothing left to crawl", flush=True)
-            break
-    return 0
 
 
 if __name__ == "__main__":

@@ -134,6 +134,8 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--rounds", type=int, default=4, help="crawl rounds to watch (default 4)")
     ap.add_argument("--max-pages", type=int, default=100, help="pages per crawl round (default 100)")
+    ap.add_argument("--revisit-min", type=float, default=60.0,
+                    help="seconds before a page is revisited at the earliest (the crawler DAG also runs this often; default 60)")
     ap.add_argument("--work", default=str(ROOT / "state" / "airflow-loop"), help="AIRFLOW_HOME and cbp homes go here (wiped first)")
     ap.add_argument("--idle", type=float, default=300, help="give up when nothing happens for this many seconds")
     ap.add_argument("--port", type=int, default=PORT, help=f"port of Airflow's API server and UI, on {HOST} only (default {PORT})")
@@ -155,7 +157,7 @@ def main() -> int:
     config = work / "cbp.yaml"
     config.write_text(f"flows: {ROOT / 'flows'}\nhomes: {work / 'homes'}\ninbox: {work / 'inbox'}\npoke_interval: 2\n"
                       f"crawlers:\n  crawl_queue:\n    corpus: {corpus}\n    hosts: [{PACKAGE}]\n    seed: {SEED}\n"
-                      f"    max_pages: {args.max_pages}\n")
+                      f"    max_pages: {args.max_pages}\n    revisit_min: {args.revisit_min}\n    revisit_max: {args.revisit_min * 10}\n")
     env = airflow_env(work / "airflow", config, args.port)
     bindir = Path(sys.executable).parent
     airflow = str(bindir / "airflow")
@@ -237,14 +239,19 @@ def watch(args, env, airflow, proc, home, yaml, corpus, work) -> int:
             last_change = time.time()
             p = cbp_api.load(yaml, home=str(home))
             feeds = [r["feed"] for r in rounds[:checked] if r["feed"]]
-            pages = [x for f in feeds for x in p.output("pages", epoch=f)]
-            crawled = {x["url"] for x in pages}
-            queue = {q["url"]: q["score"] for e in range(1, nxt["cursor"] + 1) for q in p.output("crawl_queue", epoch=e) if q["url"] not in crawled}
-            want = queue_from_scratch(pages)
+            versions = [p.output("pages", epoch=f) for f in feeds]
+            crawled = {x["url"] for v in versions for x in v}
+            signed: dict = {}  # the queue with its retractions (_diff -1) summed in
+            for e in range(1, nxt["cursor"] + 1):
+                for q in p.output("crawl_queue", epoch=e):
+                    signed[(q["url"], q["score"])] = signed.get((q["url"], q["score"]), 0) + q.get("_diff", 1)
+            queue = {u: s for (u, s), n in signed.items() if n > 0 and u not in crawled}
+            want = queue_from_scratch(versions, feeds=True)
             same = set(queue) == set(want)  # (scores are those at queueing time; the tests check them per epoch)
             failures += not same
             ok = sum(1 for r in runs if r.get("state") == "success")
-            log(f"round {done['round']} ({done['landed']} pages landed at {done['at']}, {done['failed']} unfetchable) processed; "
+            log(f"round {done['round']} ({done['landed']} pages landed at {done['at']}, {done['failed']} unfetchable; revisited "
+                f"{done.get('revisited', 0)}: {done.get('unchanged', 0)} unchanged, {done.get('changed', 0)} changed, {done.get('gone', 0)} gone) processed; "
                 f"{len(crawled)} pages crawled, {len(queue)} URLs waiting in the queue, from-scratch queue: {'equal' if same else 'DIFFERENT'} "
                 f"({ok} successful pipeline DAG runs so far)")
             for url, score in sorted(queue.items(), key=lambda kv: (-kv[1], kv[0]))[:5]:

@@ -64,6 +64,11 @@ BAD = {  # the config file -> (code, a word of the message: the key)
     "max_pages true": ("HEAD\n" + CRAWLER + "    max_pages: true\n", "bad-config", "max_pages"),
     "max_pages 2.9": ("HEAD\n" + CRAWLER + "    max_pages: 2.9\n", "bad-config", "max_pages"),
     "max_pages text": ("HEAD\n" + CRAWLER + "    max_pages: abc\n", "bad-config", "max_pages"),
+    "revisit_min 0": ("HEAD\n" + CRAWLER + "    revisit_min: 0\n", "bad-config", "revisit_min"),
+    "revisit_max inf": ("HEAD\n" + CRAWLER + "    revisit_max: .inf\n", "bad-config", "revisit_max"),
+    "revisit_min over max": ("HEAD\n" + CRAWLER + "    revisit_min: 100\n    revisit_max: 10\n", "bad-config", "revisit_min"),
+    "gone_after 0": ("HEAD\n" + CRAWLER + "    gone_after: 0\n", "bad-config", "gone_after"),
+    "max_per_host text": ("HEAD\n" + CRAWLER + "    max_per_host: many\n", "bad-config", "max_per_host"),
     "crawler key typo": ("HEAD\n" + CRAWLER + "    max_page: 5\n", "bad-config", "max_page"),
     "crawler without seed": ("HEAD\ncrawlers:\n  crawl_queue:\n    corpus: {corpus}\n", "bad-config", "seed"),
     "seed not http": ("HEAD\n" + CRAWLER.replace("http://h/", "javascript:alert(1)"), "bad-config", "seed"),
@@ -107,10 +112,12 @@ def test_good_settings_load_as_written(tmp_path):
     from cbp.airflow.config import load_config
 
     cfg = load_config(_write(tmp_path, "HEAD\npoke_interval: 0.5\nrun_timeout_minutes: 10080\nepoch_timeout_seconds: 6e2\n"
-                                       "inbox_settle_seconds: 0\n" + CRAWLER + "    hosts: h\n    max_pages: 7\n"))
+                                       "inbox_settle_seconds: 0\n" + CRAWLER + "    hosts: h\n    max_pages: 7\n"
+                                       "    revisit_min: 60\n    revisit_max: 86400\n    gone_after: 2\n    max_per_host: 50\n"))
     assert (cfg.poke_interval, cfg.run_timeout_minutes, cfg.epoch_timeout_seconds, cfg.inbox_settle_seconds) == (0.5, 10080, 600, 0)
     c = cfg.crawlers["crawl_queue"]
     assert c.hosts == ["h"] and c.seed == ["http://h/"] and c.corpus == [str(tmp_path / "corpus")] and c.max_pages == 7
+    assert (c.revisit_min, c.revisit_max, c.gone_after, c.max_per_host) == (60.0, 86400.0, 2, 50)
     assert load_config(_write(tmp_path, "HEAD\n")).inbox_settle_seconds == 5  # the default: a few seconds
     # a file: URI is the directory it names, wherever the config file is
     assert load_config(_write(tmp_path, f"flows: {FLOWS}\nhomes: file://{tmp_path}/h\n")).homes == f"{tmp_path}/h"

@@ -35,8 +35,9 @@ def site(tmp_path):
 def _stage_links(translators, url, html):
     """What the ``extract_links`` translator of flows/crawl_queue.py writes for one page, in order."""
     got: list[tuple[str, str]] = []
-    out = SimpleNamespace(links=SimpleNamespace(write=lambda r: got.append((r["src"], r["dst"]))))
-    translators.extract_links(None, iter(()), iter([{"url": url, "html": html}]), out)
+    out = SimpleNamespace(links=SimpleNamespace(write=lambda r: got.append((r["src"], r["dst"]))), has_state=True,
+                          state=SimpleNamespace(write=lambda r: None))
+    translators.extract_links(url, iter(()), iter([{"url": url, "html": html}]), out)  # a page's first version
     return got
 
 

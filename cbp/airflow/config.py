@@ -23,6 +23,7 @@ home in (:func:`cbp.storage.location.check_location`; ``file:`` URIs name local 
 
 from __future__ import annotations
 
+import math
 import os
 import subprocess
 from dataclasses import dataclass, field
@@ -44,7 +45,7 @@ CRAWL_TIMEOUT_MINUTES = 30.0  # a crawl round that takes longer is stopped
 MARKERS_IN_INBOX = ".cbp-markers"  # default markers directory of object-store homes: <inbox>/.cbp-markers/<pipeline>
 KNOWN = {"flows", "homes", "inbox", "markers", "crawlers", "poke_interval", "spark_master", "env_file",
          "run_timeout_minutes", "crawl_timeout_minutes", "epoch_timeout_seconds", "inbox_settle_seconds", "follow"}
-CRAWLER_KEYS = {"corpus", "seed", "max_pages", "hosts", "queue", "pages"}
+CRAWLER_KEYS = {"corpus", "seed", "max_pages", "hosts", "queue", "pages", "revisit_min", "revisit_max", "gone_after", "max_per_host"}
 BAD_CONFIG = "bad-config"  # the code of a bad setting
 MAX_MINUTES = MAX_TIMEOUT / 60  # the time limits are at most a week, as `cbp run --epoch-timeout`
 
@@ -64,6 +65,10 @@ class CrawlerConfig:
     hosts: list[str] = field(default_factory=list)
     queue: str = "crawl_queue"
     pages: str = "pages"
+    revisit_min: float = 3600.0  # seconds: the shortest revisit interval (also how often the crawler DAG runs on its own)
+    revisit_max: float = 30 * 86400.0  # seconds: the longest
+    gone_after: int = 1
+    max_per_host: Optional[int] = None
 
 
 @dataclass(frozen=True)
@@ -198,9 +203,23 @@ def _crawler(name: str, c: Any, path: str, p: Callable[[str, str], str]) -> Craw
     max_pages = c.get("max_pages", 1000)
     if isinstance(max_pages, bool) or not isinstance(max_pages, int) or max_pages < 1:
         raise _bad(path, where + "max_pages", f"must be a whole number of at least 1, got {max_pages!r}")
+    whole = {}
+    for key, default in (("gone_after", 1), ("max_per_host", None)):
+        v = c.get(key, default)
+        if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 1):
+            raise _bad(path, where + key, f"must be a whole number of at least 1, got {v!r}")
+        whole[key] = v
+    secs = {}
+    for key, default in (("revisit_min", 3600.0), ("revisit_max", 30 * 86400.0)):
+        v = c.get(key, default)
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v <= 0:
+            raise _bad(path, where + key, f"must be a finite number of seconds > 0, got {v!r}")
+        secs[key] = float(v)
+    if secs["revisit_min"] > secs["revisit_max"]:
+        raise _bad(path, where + "revisit_min", f"{secs['revisit_min']} is more than revisit_max ({secs['revisit_max']})")
     return CrawlerConfig(corpus=corpus, seed=_seeds(c, path, where), max_pages=max_pages, hosts=hosts,
                          queue=_text(c, path, "queue", "crawl_queue", where) or "crawl_queue",
-                         pages=_text(c, path, "pages", "pages", where) or "pages")
+                         pages=_text(c, path, "pages", "pages", where) or "pages", **secs, **whole)
 
 
 def _crawlers(raw: dict[str, Any], path: str, p: Callable[[str, str], str]) -> dict[str, CrawlerConfig]:

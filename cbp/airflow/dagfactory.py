@@ -179,17 +179,24 @@ def crawl_round(yaml_path: str, home: str, cfg: CrawlerConfig, env: Optional[dic
 
 
 def _crawl_round(yaml_path: str, home: str, cfg: CrawlerConfig) -> dict[str, Any]:
+    from ..crawl import stats
     from ..crawl.crawler import Corpus, Crawler
+    from ..crawl.schedule import Revisits
     from ..pipeline import Pipeline
 
     pipe = Pipeline(yaml_path, home)
     hosts = cfg.hosts + [None] * (len(cfg.corpus) - len(cfg.hosts))
-    crawler = Crawler(pipe, [Corpus(d, h) for d, h in zip(cfg.corpus, hosts)], max_pages=cfg.max_pages, queue=cfg.queue, pages=cfg.pages)
+    policy = Revisits(revisit_min=cfg.revisit_min, revisit_max=cfg.revisit_max, gone_after=cfg.gone_after, max_per_host=cfg.max_per_host)
+    crawler = Crawler(pipe, [Corpus(d, h) for d, h in zip(cfg.corpus, hosts)], max_pages=cfg.max_pages, queue=cfg.queue, pages=cfg.pages,
+                      policy=policy, measure_freshness=True)
     rep = crawler.round(seeds=cfg.seed if crawler.state()["round"] == 0 else ())
     print(rep.line())
     for url, reason in sorted(rep.failed.items()):
         print(f"  could not fetch {url}: {reason}")
-    return {"round": rep.round, "landed": len(rep.landed), "failed": len(rep.failed), "frontier": rep.frontier, "increments": rep.increments}
+    for line in stats.lines(stats.report(crawler, with_freshness=False)):  # the freshness is the round's, just measured
+        print(f"  {line}")
+    return {"round": rep.round, "landed": rep.records, "failed": len(rep.failed), "frontier": rep.frontier, "increments": rep.increments,
+            "unchanged": len(rep.unchanged), "changed": len(rep.changed), "gone": len(rep.gone)}
 
 
 def follow_pipeline(yaml_path: str, home: str, cfg: DagConfig, spec: PipelineSpec) -> dict[str, Any]:
@@ -311,7 +318,13 @@ def crawler_dag(yaml_path: str, cfg: DagConfig, crawler: CrawlerConfig) -> Any:
     yaml_path = os.path.abspath(yaml_path)
     pages = flow_asset(home, spec, crawler.pages)
     timeout = timedelta(minutes=cfg.crawl_timeout_minutes)
-    with DAG(dag_id=f"cbp_{spec.name}_crawler", schedule=AssetAny(flow_asset(home, spec, crawler.queue), epochs_asset(home, spec)),
+    from airflow.timetables.assets import AssetOrTimeSchedule
+    from airflow.timetables.trigger import DeltaTriggerTimetable
+
+    # new queue records, or every revisit_min seconds: revisits fall due with no queue change
+    schedule = AssetOrTimeSchedule(timetable=DeltaTriggerTimetable(timedelta(seconds=crawler.revisit_min)),
+                                   assets=AssetAny(flow_asset(home, spec, crawler.queue), epochs_asset(home, spec)))
+    with DAG(dag_id=f"cbp_{spec.name}_crawler", schedule=schedule,
              catchup=False, max_active_runs=1, default_args={**DEFAULT_ARGS, "execution_timeout": timeout}, tags=["cbp", "crawler"],
              doc_md=f"crawler of `{spec.name}`: corpus {', '.join(crawler.corpus)}, {crawler.max_pages} pages per round") as dag:
 
@@ -319,7 +332,7 @@ def crawler_dag(yaml_path: str, cfg: DagConfig, crawler: CrawlerConfig) -> Any:
         def _crawl(**context: Any) -> dict[str, Any]:
             rep = crawl_round(yaml_path, home, crawler, env=cfg.task_env())
             if not rep["landed"]:
-                raise AirflowSkipException(f"nothing to crawl (round {rep['round']}, {rep['failed']} failed)")
+                raise AirflowSkipException(f"nothing landed (round {rep['round']}: {rep['unchanged']} unchanged, {rep['failed']} failed)")
             context["outlet_events"][pages].extra = {"round": rep["round"], "pages": rep["landed"]}
             return rep
 

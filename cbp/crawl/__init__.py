@@ -5,5 +5,6 @@
 """
 
 from .crawler import Corpus, Crawler, CrawlRound
+from .schedule import Revisits
 
-__all__ = ["Corpus", "Crawler", "CrawlRound"]
+__all__ = ["Corpus", "Crawler", "CrawlRound", "Revisits"]

@@ -31,13 +31,16 @@ import os
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Iterable, Iterator
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Optional
 
 from ..errors import RuntimeStateError, UsageError
 from ..spec.schema import RecordError
 from ..storage.lease import Lease
 from .fetch import MAX_PAGE_BYTES, MAX_URL_CHARS, REASONS, Corpus, Fetched, _reason_of, _split, decode_html
 from .links import normalize_url
+from .crawlstate import _well_formed, upgrade_state
+from .schedule import Revisits, due_revisits, host_of, pick
+from .stats import freshness
 
 if TYPE_CHECKING:
     from ..pipeline import Pipeline
@@ -45,36 +48,13 @@ if TYPE_CHECKING:
 __all__ = ["Corpus", "Crawler", "CrawlRound", "Fetched", "decode_html", "MAX_PAGE_BYTES", "MAX_URL_CHARS", "REASONS"]
 
 _STATE = "_crawler/state.json"
-_STATE_FIELDS = {"round": int, "cursor": int, "frontier": dict, "fetched": list, "failed": dict}  # and "doing": a dict or None
 SEED_SCORE = 1e300  # seeds are fetched before any queued URL
 
 
-def _well_formed(st: Any) -> bool:
-    """Whether ``st`` has the fields, types and ranges a crawler writes (nothing else is resumed from).
-
-        >>> _well_formed({"round": 1, "cursor": 2, "frontier": {"http://h/": 1.5}, "fetched": ["http://h/a"], "failed": {}, "doing": None})
-        True
-        >>> _well_formed({"round": 1, "cursor": -5, "frontier": {}, "fetched": [[2]], "failed": {}, "doing": {}})
-        False
-    """
-    def count(v: Any) -> bool:
-        return type(v) is int and v >= 0
-
-    def scores(v: Any) -> bool:
-        return isinstance(v, dict) and all(isinstance(u, str) and type(x) in (int, float) for u, x in v.items())
-
-    def urls(v: Any) -> bool:
-        return isinstance(v, list) and all(isinstance(u, str) for u in v)
-
-    if not (isinstance(st, dict) and all(type(st.get(k)) is t for k, t in _STATE_FIELDS.items()) and isinstance(st.get("rounds", []), list)):
-        return False
-    if not (count(st["round"]) and count(st["cursor"]) and scores(st["frontier"]) and urls(st["fetched"])
-            and all(isinstance(u, str) and isinstance(r, str) for u, r in st["failed"].items())):
-        return False
-    doing = st.get("doing")
-    return doing is None or (isinstance(doing, dict) and count(doing.get("round")) and doing["round"] == st["round"] + 1
-                             and count(doing.get("cursor")) and urls(doing.get("picks"))
-                             and count(doing.get("queued")) and scores(doing.get("frontier")))
+def _diff(record: Any) -> int:
+    """A record's multiplicity (``_diff``, +1 when absent)."""
+    d = record.get("_diff", 1) if isinstance(record, dict) else 1
+    return d if type(d) is int else 1
 
 
 def _score(value: Any) -> float:
@@ -99,13 +79,31 @@ class CrawlRound:
     frontier: int = 0
     increments: list[int] = field(default_factory=list)
     redone: bool = False
+    fetched: list[str] = field(default_factory=list)  # new pages landed (status 200)
+    revisited: list[str] = field(default_factory=list)  # crawled pages fetched again
+    unchanged: list[str] = field(default_factory=list)  # ... found unchanged (landed nothing: a 304)
+    changed: list[str] = field(default_factory=list)  # ... found changed (landed a new version)
+    back: list[str] = field(default_factory=list)  # ... found again after they were gone
+    gone: list[str] = field(default_factory=list)  # ... landed as gone (404)
+    held: list[str] = field(default_factory=list)  # ... missing on a host held back as a suspected outage
+    retracted: int = 0  # queue records taken back (URLs whose score fell below the threshold)
+    records: int = 0  # pages records landed (new pages, new versions, gone pages)
+
+    def counts(self) -> dict[str, list[str]]:
+        """The per-round lists the statistics count."""
+        return {"fetched": self.fetched, "revisited": self.revisited, "unchanged": self.unchanged, "changed": self.changed,
+                "back": self.back, "gone": self.gone, "held": self.held}
 
     def line(self) -> str:
         """One line for a log."""
         extra = f", {len(self.truncated)} truncated" if self.truncated else ""
         again = " (redone after an interruption)" if self.redone else ""
-        return (f"crawl round {self.round}{again}: {self.queued} new in queue, fetched {len(self.landed)} of {len(self.picked)} "
+        text = (f"crawl round {self.round}{again}: {self.queued} new in queue, fetched {len(self.landed)} of {len(self.picked)} "
                 f"({len(self.failed)} failed{extra}); {self.frontier} left in the frontier")
+        if self.revisited:
+            text += (f"; revisited {len(self.revisited)}: {len(self.unchanged)} unchanged, {len(self.changed)} changed, "
+                     f"{len(self.gone)} gone, {len(self.back)} back, {len(self.held)} held")
+        return text
 
 
 class Crawler:
@@ -116,8 +114,12 @@ class Crawler:
     """
 
     def __init__(self, pipeline: "Pipeline", corpora: Iterable[Corpus], *, max_pages: int = 1000, queue: str = "crawl_queue",
-                 pages: str = "pages", max_bytes: int = MAX_PAGE_BYTES) -> None:
+                 pages: str = "pages", max_bytes: int = MAX_PAGE_BYTES, policy: Optional[Revisits] = None,
+                 clock: Callable[[], float] = time.time, measure_freshness: bool = False) -> None:
         self.p = pipeline
+        self.policy = policy or Revisits()
+        self.clock = clock
+        self.measure_freshness = measure_freshness
         self.corpora: dict[str, Corpus] = {}
         for c in corpora:
             if c.site in self.corpora:
@@ -140,6 +142,7 @@ class Crawler:
         if spec.flows[queue].producer is None:
             raise UsageError(f"{spec.name}: flow '{queue}' is external; the crawler reads a flow a stage produces", code="bad-flow")
         self.queue, self.pages = queue, pages
+        self._page_fields = set(spec.flows[pages].schema.fields)
         self.producer = spec.flows[queue].producer
 
     # ------------------------------------------------------------------ state
@@ -150,12 +153,12 @@ class Crawler:
         except ValueError as e:  # not JSON, not UTF-8
             st = e
         if st is None:
-            return {"round": 0, "cursor": 0, "frontier": {}, "fetched": [], "failed": {}, "doing": None, "rounds": []}
+            return {"round": 0, "cursor": 0, "frontier": {}, "fetched": [], "failed": {}, "doing": None, "rounds": [], "pages": {}}
         if not _well_formed(st):
             raise RuntimeStateError(f"the crawler's position {self.p.home.uri(_STATE)} is damaged ({str(st)[:80] if isinstance(st, ValueError) else 'not the fields a crawler writes'}); "
                                     "restore it from a backup, or delete it to crawl again from round 1 with new seeds (feed ids crawl:N would repeat: "
                                     "use a new home then)", code="bad-crawler-state", path=self.p.home.uri(_STATE))
-        return st
+        return upgrade_state(st, float(self.clock()), self.policy)
 
     def _save(self, st: dict[str, Any]) -> None:
         self.p.home.write_json(_STATE, st)
@@ -194,91 +197,247 @@ class Crawler:
             out += self.p.output(self.queue, epoch=e)
         return out, newest
 
+    def _corpus_of(self, url: str) -> Optional[Corpus]:
+        """The corpus that holds the URL's site (also one it names with a port or user info, which it refuses); raises for a non-URL."""
+        scheme, netloc, _ = _split(url)
+        host = netloc.lower()
+        return self.corpora.get(f"{scheme}://{host}") or next(
+            (c for c in self.corpora.values() if c.scheme == scheme and c.host in (host.rpartition("@")[2], host.rpartition(":")[0])), None)
+
+    def _outside(self, url: str) -> bool:
+        """Whether no corpus holds the URL's site: "outside the corpus" without a fetch (and without using a pick)."""
+        try:
+            return self._corpus_of(url) is None
+        except Exception:  # noqa: BLE001 -- not a URL: fetched, to fail with its own reason
+            return False
+
     def fetch(self, url: str) -> Fetched:
         """Fetch one URL from the corpus that holds its site; never raises (reasons: :data:`REASONS`)."""
         try:
-            scheme, netloc, _ = _split(url)
-            host = netloc.lower()
-            corpus = self.corpora.get(f"{scheme}://{host}") or next(
-                (c for c in self.corpora.values() if c.scheme == scheme and c.host in (host.rpartition("@")[2], host.rpartition(":")[0])), None)
+            corpus = self._corpus_of(url)
             if corpus is None:
                 return Fetched(url, reason="outside the corpus")
             return corpus.fetch(url, self.max_bytes)  # says why a port or user info is refused
         except Exception as e:  # noqa: BLE001 -- one URL never stops the crawler
             return Fetched(url, reason=_reason_of(e))
 
+    def _plan(self, st: dict[str, Any], seeds: Iterable[str]) -> dict[str, Any]:
+        """What round ``st['round'] + 1`` will fetch (its write-ahead record)."""
+        k = st["round"] + 1
+        done = set(st["fetched"]) | set(st["failed"])
+        frontier: dict[str, float] = dict(st["frontier"])
+        seeded: list[str] = []
+        for s in seeds:  # a seed is the user's: a bad one is a usage error, before anything is written
+            try:
+                u = normalize_url(s) if isinstance(s, str) else None
+            except ValueError:  # e.g. a lone surrogate
+                u = None
+            if u is None:
+                raise UsageError(f"seed {s!r} is not an http(s) URL", code="bad-seed")
+            if u not in st["fetched"]:  # a seed given again is fetched again if it failed (a wrong --host, a missing corpus)
+                st["failed"].pop(u, None)
+                frontier[u] = SEED_SCORE
+        records, newest = self.new_queue_records(st["cursor"])
+        retracted = 0
+        for r in records:  # a queued URL is never an error: at worst it is fetched and fails with a reason
+            u, score = r.get("url"), _score(r.get("score"))
+            if not isinstance(u, str):
+                continue
+            if _diff(r) < 0:  # the queue took it back (its score fell below the threshold)
+                if u in frontier and frontier[u] != SEED_SCORE:
+                    del frontier[u]
+                    retracted += 1
+            elif u not in done and (u not in frontier or score > frontier[u]):
+                frontier[u] = score
+        outside = sorted(u for u in frontier if self._outside(u))  # other sites: failed at once, no pick used
+        for u in outside:
+            del frontier[u]
+        seeded = [u for u in frontier if frontier[u] == SEED_SCORE]
+        new = sorted((u for u in frontier if frontier[u] != SEED_SCORE), key=lambda u: (-frontier[u], u))
+        now = float(self.clock())
+        picks, revisits = pick(sorted(seeded), due_revisits(st["pages"], now), new, self.max_pages, self.policy)
+        for u in picks:
+            frontier.pop(u, None)
+        return {"round": k, "cursor": newest, "picks": picks, "queued": len(records), "frontier": frontier,
+                "revisits": revisits, "now": now, "feeds": self.p.feeds(self.pages), "retracted": retracted, "outside": outside}
+
+    def _fetch_new(self, u: str, st: dict[str, Any], rep: CrawlRound, landed: dict[str, dict[str, Any]], moved: list[str]) -> None:
+        """Fetch a URL not crawled before."""
+        schema = self.p.spec.flow(self.pages).schema
+        try:
+            f = self.fetch(u)
+            if f.html is not None:
+                schema.validate(self._record(f.url, 200, f.html, f.digest, 0.0))  # a page the flow would refuse fails alone, not the round
+        except Exception as e:  # noqa: BLE001 -- fetch never raises; if it did, this pick fails, not the round
+            f = Fetched(u, reason=_reason_of(e) if not isinstance(e, RecordError) else f"failed: {type(e).__name__}")
+        if f.html is None:
+            rep.failed[u] = f.reason or "failed"
+        elif f.url in landed or (f.url != u and (f.url in st["fetched"] or f.url in st["pages"])):
+            moved.append(u)  # http://h/dir when http://h/dir/ was fetched already
+        else:
+            landed[f.url] = {"f": f, "status": 200, "kind": "new"}
+            rep.landed.append(f.url)
+            if f.url != u:
+                moved.append(u)
+            if f.truncated:
+                rep.truncated.append(f.url)
+
+    def _revisit(self, u: str, entry: dict[str, Any], landed: dict[str, dict[str, Any]], outcome: dict[str, str]) -> None:
+        """Fetch a crawled page again (conditionally: its stamp plays Last-Modified)."""
+        stamp = tuple(entry["stamp"]) if entry.get("status") == 200 and entry.get("stamp") else None
+        try:
+            f = self._corpus_fetch(u, stamp)
+            if f.html is not None:
+                self.p.spec.flow(self.pages).schema.validate(self._record(u, 200, f.html, f.digest, 0.0))
+        except Exception as e:  # noqa: BLE001
+            f = Fetched(u, reason=_reason_of(e) if not isinstance(e, RecordError) else f"failed: {type(e).__name__}")
+        if f.not_modified or (f.html is not None and entry.get("status") == 200 and f.digest == entry.get("digest")):
+            outcome[u] = "unchanged"
+            landed[u] = {"f": f, "status": 304, "kind": "unchanged"}
+        elif f.html is not None:
+            outcome[u] = "changed" if entry.get("status") == 200 else "back"
+            landed[u] = {"f": f, "status": 200, "kind": outcome[u]}
+        elif str(f.reason).startswith(("unreadable: changing", "failed: ")):
+            outcome[u] = "retry"  # transient: neither a version nor a miss
+        else:
+            outcome[u] = "missed" if entry.get("status") == 200 else "still gone"
+
+    def _corpus_fetch(self, url: str, unless: Optional[tuple[int, int, int]]) -> Fetched:
+        f = self.fetch(url) if unless is None else None
+        if f is not None:
+            return f
+        try:
+            scheme, netloc, _ = _split(url)
+            corpus = self.corpora.get(f"{scheme}://{netloc.lower()}")
+            return corpus.fetch(url, self.max_bytes, unless=unless) if corpus else Fetched(url, reason="outside the corpus")
+        except Exception as e:  # noqa: BLE001
+            return Fetched(url, reason=_reason_of(e))
+
+    def _record(self, url: str, status: int, html: Optional[str], digest: Optional[str], now: float) -> dict[str, Any]:
+        """A ``pages`` record with the fields the flow has."""
+        rec = {"url": url, "status": status, "html": html, "digest": digest, "fetched": now}
+        return {k: v for k, v in rec.items() if k in self._page_fields}
+
+    def _outages(self, doing: dict[str, Any], st: dict[str, Any], outcome: dict[str, str]) -> set[str]:
+        """Hosts whose revisited live pages all vanished this round (suspected outages: held back)."""
+        by_host: dict[str, list[str]] = {}
+        for u in doing.get("revisits", ()):
+            if st["pages"][u].get("status") == 200:
+                by_host.setdefault(host_of(u), []).append(outcome.get(u, ""))
+        held = set()
+        outages = st.setdefault("outages", {})
+        for h, seen in by_host.items():
+            corpus = next((c for c in self.corpora.values() if c.host == h), None)
+            root_gone = corpus is not None and not (os.path.isdir(corpus.root) and any(os.scandir(corpus.root)))
+            if seen and all(o == "missed" for o in seen) and (len(seen) >= 2 or root_gone):
+                outages[h] = outages.get(h, 0) + 1
+                if outages[h] <= self.policy.outage_rounds:
+                    held.add(h)
+            else:
+                outages.pop(h, None)
+        return held
+
     def round(self, seeds: Iterable[str] = ()) -> CrawlRound:
-        """Run one crawl round (``seeds`` join the frontier first); lands at most one increment."""
+        """Run one crawl round (``seeds`` join the frontier first); lands at most one increment.
+
+        New URLs land as status 200; due revisits land only what changed: a new version (200),
+        a page gone (404, after ``gone_after`` misses) or back; an unchanged page lands nothing.
+        """
         with self._lock():
             st = self.state()
             redone = st["doing"] is not None
             if not redone:
-                k = st["round"] + 1
-                done = set(st["fetched"]) | set(st["failed"])
-                frontier: dict[str, float] = dict(st["frontier"])
-                for s in seeds:  # a seed is the user's: a bad one is a usage error, before anything is written
-                    try:
-                        u = normalize_url(s) if isinstance(s, str) else None
-                    except ValueError:  # e.g. a lone surrogate
-                        u = None
-                    if u is None:
-                        raise UsageError(f"seed {s!r} is not an http(s) URL", code="bad-seed")
-                    if u not in st["fetched"]:  # a seed given again is fetched again if it failed (a wrong --host, a missing corpus)
-                        st["failed"].pop(u, None)
-                        frontier[u] = SEED_SCORE
-                records, newest = self.new_queue_records(st["cursor"])
-                for r in records:  # a queued URL is never an error: at worst it is fetched and fails with a reason
-                    u, score = r.get("url"), _score(r.get("score"))
-                    if isinstance(u, str) and u not in done and (u not in frontier or score > frontier[u]):
-                        frontier[u] = score
-                picks = sorted(frontier, key=lambda u: (-frontier[u], u))[: self.max_pages]
-                for u in picks:
-                    del frontier[u]
-                st["doing"] = {"round": k, "cursor": newest, "picks": picks, "queued": len(records),
-                               "frontier": frontier}
+                st["doing"] = self._plan(st, seeds)
                 self._save(st)  # write-ahead: a killed round is redone with exactly these picks
             doing = st["doing"]
+            now = float(doing.get("now", self.clock()))
+            revisits = set(doing.get("revisits", ()))
             rep = CrawlRound(doing["round"], queued=doing["queued"], picked=list(doing["picks"]), redone=redone)
-            pages = []
+            landed: dict[str, dict[str, Any]] = {}
             moved: list[str] = []  # picks landed under another URL (a directory's, with its "/")
-            schema = self.p.spec.flow(self.pages).schema
+            outcome: dict[str, str] = {}
+            for u in doing.get("outside", ()):
+                rep.failed[u] = "outside the corpus"
             for u in doing["picks"]:
-                try:
-                    f = self.fetch(u)
-                    if f.html is not None:
-                        schema.validate({"url": u, "html": f.html})  # a page the flow would refuse fails alone, not the round
-                except Exception as e:  # noqa: BLE001 -- fetch never raises; if it did, this pick fails, not the round
-                    f = Fetched(u, reason=_reason_of(e) if not isinstance(e, RecordError) else f"failed: {type(e).__name__}")
-                if f.html is None:
-                    rep.failed[u] = f.reason or "failed"
-                elif f.url in rep.landed or (f.url != u and f.url in st["fetched"]):
-                    moved.append(u)  # http://h/dir when http://h/dir/ was fetched already
+                if u in revisits and u in st["pages"]:
+                    self._revisit(u, st["pages"][u], landed, outcome)
                 else:
-                    pages.append({"url": f.url, "html": f.html})
-                    rep.landed.append(f.url)
-                    if f.url != u:
-                        moved.append(u)
-                    if f.truncated:
-                        rep.truncated.append(f.url)
-            if pages:
-                rep.increments = self.p.feed(self.pages, pages, feed_id=f"crawl:{doing['round']}")
-            st["round"] = doing["round"]
-            st["cursor"] = doing["cursor"]
-            st["frontier"] = doing["frontier"]
-            st["fetched"] = st["fetched"] + rep.landed + moved
+                    self._fetch_new(u, st, rep, landed, moved)
+            held = self._outages(doing, st, outcome)
+            records = self._versions(st, landed, outcome, held, now, rep)
+            if redone and "feeds" in doing and self.p.feeds(self.pages) > doing["feeds"]:
+                self._as_landed(st, doing)  # landed by the killed try: the schedule follows what landed
+            elif records:
+                rep.increments = self.p.feed(self.pages, records, feed_id=f"crawl:{doing['round']}")
+            st["round"], st["cursor"], st["frontier"] = doing["round"], doing["cursor"], doing["frontier"]
+            st["fetched"] = st["fetched"] + [u for u in rep.landed if u not in st["fetched"]] + moved
             st["failed"] = {**st["failed"], **rep.failed}
             st["doing"] = None
             rep.frontier = len(st["frontier"])
-            st.setdefault("rounds", []).append({"round": rep.round, "cursor": doing["cursor"], "queued": rep.queued, "picked": len(rep.picked),
-                                                "landed": len(rep.landed), "failed": len(rep.failed), "frontier": rep.frontier,
-                                                "feed": (self.p.feeds(self.pages) if rep.landed else None),
-                                                "at": time.strftime("%Y-%m-%dT%H:%M:%S")})
+            rep.records = len(records)
+            rep.retracted = int(doing.get("retracted", 0))
+            st.setdefault("rounds", []).append({
+                "round": rep.round, "cursor": doing["cursor"], "queued": rep.queued, "picked": len(rep.picked),
+                "landed": len(records), "failed": len(rep.failed), "frontier": rep.frontier,
+                "feed": (self.p.feeds(self.pages) if records else None), "at": time.strftime("%Y-%m-%dT%H:%M:%S"), "now": now,
+                **{k: len(v) for k, v in rep.counts().items()}, "held_hosts": sorted(held), "queue_retracted": rep.retracted})
+            if self.measure_freshness:
+                st["rounds"][-1]["freshness"] = freshness(self, st["pages"])
             self._save(st)
             return rep
+
+    def _versions(self, st: dict[str, Any], landed: dict[str, dict[str, Any]], outcome: dict[str, str], held: set[str],
+                  now: float, rep: CrawlRound) -> list[dict[str, Any]]:
+        """The round's ``pages`` records, and each URL's schedule after the round (in ``st['pages']``)."""
+        pol, pages, records = self.policy, st["pages"], []
+        for u, got in landed.items():
+            f = got["f"]
+            if got["kind"] == "new":
+                pages[u] = pol.new_entry(now, f.digest, f.stamp)
+                records.append(self._record(u, 200, f.html, f.digest, now))
+                rep.fetched.append(u)
+            elif got["kind"] == "unchanged":
+                pages[u] = {**pol.revisited(pages[u], now, changed=False), "stamp": list(f.stamp) if f.stamp else pages[u].get("stamp")}
+                rep.unchanged.append(u)
+            else:
+                pages[u] = {**pol.revisited(pages[u], now, changed=True), "status": 200, "digest": f.digest,
+                            "stamp": list(f.stamp) if f.stamp else None}
+                records.append(self._record(u, 200, f.html, f.digest, now))
+                (rep.changed if got["kind"] == "changed" else rep.back).append(u)
+                rep.landed.append(u)
+        for u, o in outcome.items():
+            if o == "missed" and host_of(u) in held:
+                pages[u] = {**pages[u], "next": now + pol.revisit_min, "last": now}
+                rep.held.append(u)
+            elif o in ("missed", "still gone"):
+                gone = o == "missed" and pages[u].get("misses", 0) + 1 >= pol.gone_after and "status" in self._page_fields
+                pages[u] = pol.missed(pages[u], now, gone=gone)
+                if gone:
+                    records.append(self._record(u, 404, None, None, now))
+                    rep.gone.append(u)
+            elif o == "retry":
+                pages[u] = {**pages[u], "next": now + pol.revisit_min}
+        rep.revisited = [u for u in outcome]
+        return records
+
+    def _as_landed(self, st: dict[str, Any], doing: dict[str, Any]) -> None:
+        """A redone round whose feed the killed try had landed: the schedule takes the digests that landed."""
+        for r in self.p.output(self.pages, epoch=doing["feeds"] + 1):
+            e = st["pages"].get(r.get("url"))
+            if e is not None:
+                e["status"] = r.get("status") or 200
+                e["digest"] = r.get("digest")
+                e["stamp"] = None  # read it again next time: the digest decides
 
     def pending(self) -> int:
         """URLs waiting: the frontier plus queue records not consumed yet."""
         st = self.state()
         records, _ = self.new_queue_records(st["cursor"])
         done = set(st["fetched"]) | set(st["failed"])
-        return len(set(st["frontier"]) | {r["url"] for r in records if r["url"] not in done})
+        waiting = set(st["frontier"])
+        for r in records:  # in order: a retraction (_diff -1) takes a URL back out
+            if _diff(r) < 0:
+                waiting.discard(r.get("url"))
+            elif r.get("url") not in done:
+                waiting.add(r.get("url"))
+        return len(waiting)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import codecs
 import errno
+import hashlib
 import os
 import re
 import stat
@@ -40,6 +41,7 @@ REASONS = (
 )
 _NAME_MAX = 255  # bytes of one file name
 _PATH_MAX = 4096  # bytes of a path below the root
+_MAX_REREADS = 4  # reads of a file that changes while it is read, before giving up for this round
 _MAX_HOPS = 40  # symbolic links followed (and races retried) in one fetch, as the kernel's ELOOP limit
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
 _FILE_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC
@@ -116,6 +118,12 @@ class Fetched:
     reason: Optional[str] = None
     truncated: bool = False
     path: Optional[str] = None
+    #: the file's ``(mtime_ns, size, inode)`` when it was read: its Last-Modified (see :meth:`Corpus.fetch`)
+    stamp: Optional[tuple[int, int, int]] = None
+    #: SHA-256 (hex) of the bytes read: what decides whether a page changed
+    digest: Optional[str] = None
+    #: a conditional fetch whose file has the stamp given: nothing was read (an HTTP 304)
+    not_modified: bool = False
 
 
 class _Refused(Exception):
@@ -289,30 +297,65 @@ class Corpus:
     def _inside(self, real: str) -> bool:
         return real == self.root or real.startswith(self._below)
 
-    def fetch(self, url: str, max_bytes: int = MAX_PAGE_BYTES) -> Fetched:
+    def fetch(self, url: str, max_bytes: int = MAX_PAGE_BYTES, unless: Optional[tuple[int, int, int]] = None) -> Fetched:
         """The page at ``url``, or a :class:`Fetched` with the reason it cannot be fetched. A
         directory named without its trailing ``/`` is fetched at the URL with it (``Fetched.url``),
         as a web server would redirect there.
 
         Never raises, whatever the string (reasons: :data:`REASONS`). The query and fragment
         are ignored; host and scheme compare case-insensitively; a port or user info is refused.
+
+        A conditional fetch: ``unless`` is the ``stamp`` of an earlier fetch (the file's
+        modification time plays Last-Modified); when the file still has it, nothing is read and
+        the result is ``not_modified``. A page is read through one descriptor, and its size,
+        modification time and inode are compared before and after the read (and with what the
+        path names then): a file rewritten or replaced meanwhile is read again, never landed
+        half-read (after :data:`_MAX_REREADS` tries: "unreadable: changing while read").
         """
         try:
             names, upath = self._names(url)
-            fd, path, in_dir = self._open(names)
-            try:
-                with os.fdopen(fd, "rb", closefd=True) as fh:  # read() allocates what it is asked for: ask no more than the file has
-                    data = fh.read(min(max(0, max_bytes), os.fstat(fd).st_size) + 1)
-            except OSError as e:
-                raise _Refused(f"unreadable: {e.strerror or type(e).__name__}") from None
+            for _ in range(_MAX_REREADS):
+                got = self._read(names, max_bytes, unless)
+                if got is not None:
+                    break
+            else:
+                raise _Refused("unreadable: changing while read")
+            if isinstance(got, tuple) and len(got) == 2:
+                return Fetched(url, not_modified=True, path=got[0], stamp=got[1])
+            data, path, in_dir, stamp = got
             head = data[:512].lstrip().lower()
             if not path.lower().endswith(_HTML_SUFFIXES) and not head.startswith((b"<!doctype html", b"<html")):
                 return Fetched(url, reason="not HTML")
             if in_dir and not upath.endswith("/"):  # a web server redirects http://h/dir to http://h/dir/ (its links resolve there)
                 url = normalize_url(f"{self.site}{upath}/") or url
-            return Fetched(url, html=decode_html(data[:max_bytes], len(data) > max_bytes), truncated=len(data) > max_bytes, path=path)
+            return Fetched(url, html=decode_html(data[:max_bytes], len(data) > max_bytes), truncated=len(data) > max_bytes, path=path,
+                           stamp=stamp, digest=hashlib.sha256(data[:max_bytes]).hexdigest())
         except Exception as e:  # noqa: BLE001 -- a URL is recorded as unfetchable, it never stops the crawler
             return Fetched(url, reason=_reason_of(e))
+
+    def _read(self, names: list[str], max_bytes: int, unless: Optional[tuple[int, int, int]]) -> Any:
+        """One try: ``(path, stamp)`` when not modified, ``(data, path, in_dir, stamp)`` when read whole
+        and unchanged meanwhile, None when the file changed while it was read (try again)."""
+        fd, path, in_dir = self._open(names)
+        try:
+            with os.fdopen(fd, "rb", closefd=True) as fh:  # read() allocates what it is asked for: ask no more than the file has
+                before = os.fstat(fd)
+                stamp = (before.st_mtime_ns, before.st_size, before.st_ino)
+                if unless is not None and tuple(unless) == stamp:
+                    return path, stamp
+                data = fh.read(min(max(0, max_bytes), before.st_size) + 1)
+                after = os.fstat(fd)
+        except OSError as e:
+            raise _Refused(f"unreadable: {e.strerror or type(e).__name__}") from None
+        if (after.st_mtime_ns, after.st_size, after.st_ino) != stamp or (len(data) <= max_bytes and len(data) != before.st_size):
+            return None  # written to while read
+        try:
+            now = os.stat(path, follow_symlinks=False)  # the name points to another file now: that one is the page
+            if now.st_ino != before.st_ino and stat.S_ISREG(now.st_mode):
+                return None
+        except OSError:
+            pass  # removed after the read: what was read is the page as it was
+        return data, path, in_dir, stamp
 
     def _names(self, url: Any) -> tuple[list[str], str]:
         """The names ``url`` walks through below the root, and its path; raises :class:`_Refused`."""

@@ -1,13 +1,18 @@
 """The crawl queue computed from scratch (pandas), to check the incremental pipeline against.
 
-Given every page crawled so far, the queue is every URL that is not crawled and whose
-``score(u) = inlinks(u) + 0.5 * log2(1 + inlinks(site(u)))`` is at least the threshold, where
-``inlinks`` counts the distinct links of each page (:func:`cbp.crawl.links.page_links`).
+Given every page version crawled so far, the in-link counts are those of the *latest version* of
+each page (:mod:`cbp.crawl.versions`: a 200 replaces the version before, a 404/410 is a page
+without links, a 304 changes nothing); the queue is every URL that is not crawled (no version of
+it landed, whatever its status) and whose ``score(u) = inlinks(u) + 0.5 * log2(1 + inlinks(site(u)))``
+is at least the threshold, where ``inlinks`` counts the distinct links of each page
+(:func:`cbp.crawl.links.page_links`).
 
     >>> pages = [{"url": "http://a/", "html": '<a href="x">1</a><a href="x">2</a><a href="y">3</a>'},
     ...          {"url": "http://a/y", "html": '<a href="x">'}]
     >>> queue_from_scratch(pages, threshold=2.0)
     {'http://a/x': 3.0}
+    >>> queue_from_scratch([pages, [{"url": "http://a/y", "status": 404, "html": None}]], threshold=1.0, feeds=True)
+    {'http://a/x': 2.0}
 """
 
 from __future__ import annotations
@@ -18,26 +23,47 @@ from typing import Any, Iterable, Mapping, Optional
 import pandas as pd
 
 from .links import normalize_url, page_links, site_of
+from .versions import latest, replaces, status_of
 
-__all__ = ["queue_from_scratch", "counts_from_scratch"]
+__all__ = ["queue_from_scratch", "counts_from_scratch", "latest_versions"]
 
 
-def counts_from_scratch(pages: Iterable[Mapping[str, Any]], cache: Optional[dict[str, list[str]]] = None) -> tuple[pd.Series, pd.Series, set[str]]:
-    """In-links per URL, in-links per site, and the crawled URLs.
-
-    ``cache`` (url -> links) saves re-parsing pages when this is called again on more pages.
-    """
+def latest_versions(feeds: Iterable[Iterable[Mapping[str, Any]]]) -> tuple[dict[str, Mapping[str, Any]], set[str]]:
+    """The latest version of every page (normalized URL -> record) after ``feeds`` (each the records
+    one epoch of the pipeline reads, in order), and every URL any record landed for (the crawled ones)."""
+    current: dict[str, Mapping[str, Any]] = {}
     crawled: set[str] = set()
+    for feed in feeds:
+        by_url: dict[str, list[Mapping[str, Any]]] = {}
+        for p in feed:
+            u = normalize_url(p["url"]) or p["url"]
+            crawled.add(u)
+            by_url.setdefault(u, []).append(p)
+        for u, recs in by_url.items():
+            best = latest(recs)
+            if best is not None and (u not in current or replaces(best, current[u].get("fetched"))):
+                current[u] = best
+    return current, crawled
+
+
+def counts_from_scratch(pages: Iterable[Any], cache: Optional[dict[str, list[str]]] = None,
+                        feeds: bool = False) -> tuple[pd.Series, pd.Series, set[str]]:
+    """In-links per URL, in-links per site (keys with none left out), and the crawled URLs.
+
+    ``pages``: page records, all read in one epoch; with ``feeds``, a list of such lists, one per
+    epoch. ``cache`` ((url, html) -> links) saves re-parsing pages when this is called again.
+    """
+    current, crawled = latest_versions(pages if feeds else [pages])
     src, dst = [], []
-    for p in pages:
-        u = normalize_url(p["url"]) or p["url"]
-        crawled.add(u)
+    for u, p in current.items():
+        if status_of(p) != 200:
+            continue  # gone: no links
+        html = p.get("html") or ""
         if cache is None:
-            found = page_links(u, p["html"])
-        elif u in cache:
-            found = cache[u]
+            found = page_links(u, html)
         else:
-            found = cache[u] = page_links(u, p["html"])
+            k = (u, html)
+            found = cache[k] if k in cache else cache.setdefault(k, page_links(u, html))
         for d in found:
             src.append(u)
             dst.append(d)
@@ -48,10 +74,10 @@ def counts_from_scratch(pages: Iterable[Mapping[str, Any]], cache: Optional[dict
     return url_in, site_in, crawled
 
 
-def queue_from_scratch(pages: Iterable[Mapping[str, Any]], threshold: float = 3.0,
-                       cache: Optional[dict[str, list[str]]] = None) -> dict[str, float]:
+def queue_from_scratch(pages: Iterable[Any], threshold: float = 3.0,
+                       cache: Optional[dict[str, list[str]]] = None, feeds: bool = False) -> dict[str, float]:
     """``{url: score}`` of every not-yet-crawled URL whose score is at least ``threshold``."""
-    url_in, site_in, crawled = counts_from_scratch(pages, cache)
+    url_in, site_in, crawled = counts_from_scratch(pages, cache, feeds)
     out = {}
     for url, n in url_in.items():
         if url in crawled:
