@@ -312,3 +312,32 @@ def test_home_of_an_older_cbp_takes_its_shapes_as_recorded(spark, tmp_path):
     p.feed("urls", [{"url": "a"}])
     rec = p.controller._committed_snapshot().shapes[PIPELINE]
     assert p.controller.home.read_json(rec["entry"])["yaml"] == yaml.read_text()
+
+
+def test_rewind_refuses_to_cross_an_upgrade_that_changed_storage(spark, make_pipeline, tmp_path):
+    """A rewind to before a repartition would put back state files of the old partition count under
+    the new YAML: refused (rewind-across-upgrade); a rewind to after the upgrade works."""
+    old = make_pipeline(COUNT, MODULE)
+    home = str(tmp_path / "home")
+    p = cbp.load(old, home, spark=spark)
+    for feed in FEEDS[:2]:
+        p.feed("words", feed)
+        p.run()
+    new = old.parent / "new.yaml"
+    new.write_text(old.read_text().replace("partitions: 2", "partitions: 3"))
+    q = cbp.load(new, home, spark=spark)
+    q.upgrade()
+    q.feed("words", FEEDS[2])
+    q.run()
+    q.feed("words", FEEDS[0])
+    q.run()
+    with pytest.raises(cbp.CbpError) as e:
+        q.rewind(1)
+    assert e.value.code == "rewind-across-upgrade"
+    q.rewind(3)
+    q.run()
+    fresh = cbp.load(new, str(tmp_path / "fresh"), spark=spark)
+    for feed in FEEDS + [FEEDS[0]]:
+        fresh.feed("words", feed)
+    fresh.run()
+    assert sorted(map(str, q.state("count"))) == sorted(map(str, fresh.state("count")))

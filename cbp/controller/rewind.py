@@ -90,6 +90,8 @@ def _rewind(ctl: "Controller", to_epoch: int, stage: Optional[str]) -> RewindRep
     cur = ctl.st
     seq = cur.seq + 1
     target = _target(ctl, to_epoch, stage)
+    if to_epoch:
+        _same_storage(cur, target, ctl.home.location)
     undone = {s: list(range(target.stages[s].epoch + 1 if s in target.stages else 1, st.epoch + 1)) for s, st in cur.stages.items()}
     undone = {s: e for s, e in undone.items() if e}
     report = RewindReport(stage, to_epoch, seq, undone)
@@ -114,6 +116,18 @@ def _rewind(ctl: "Controller", to_epoch: int, stage: Optional[str]) -> RewindRep
     report.pending = {f: len({i for c in ctl.spec.flows[f].consumers for i in ctl.st.connector(c, f)})
                       for f in ctl.spec.external_flows if f in ctl.st.flows}
     return report
+
+
+def _same_storage(cur: Snapshot, target: Snapshot, where: str) -> None:
+    """Refuse a rewind across an upgrade that changed how a flow or a stage's state is stored (schema,
+    partitions, framing) or removed a stage: the tables' older versions no longer fit the YAML."""
+    changed = sorted(k for k in target.shapes if k.startswith(("state:", "flow:")) and k in cur.shapes and cur.shapes[k] != target.shapes[k])
+    gone = sorted(set(target.stages) - set(cur.stages))
+    if changed or gone:
+        what = [k.replace(":", " ", 1) for k in changed] + [f"stage {s} (removed)" for s in gone]
+        raise UsageError(f"cannot rewind {where} to before an upgrade that changed {', '.join(what)}: the tables' older "
+                         "versions no longer fit the pipeline. Rewind to an epoch after the upgrade, or to 0 (everything "
+                         "recomputed from the retained increments)", code="rewind-across-upgrade")
 
 
 def _target(ctl: "Controller", to_epoch: int, stage: Optional[str]) -> Snapshot:

@@ -73,6 +73,7 @@ class _WriterPlan:
 class _Stage:
     name: str
     state_schema: RecordSchema
+    row_key: tuple[str, ...] = ()  # keyed-row stages are not rewritten by an upgrade (row-key-refused)
 
 
 def convert(rows: pa.Table, job: Job) -> tuple[pa.Table, list[str]]:
