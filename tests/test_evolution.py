@@ -341,3 +341,16 @@ def test_rewind_refuses_to_cross_an_upgrade_that_changed_storage(spark, make_pip
         fresh.feed("words", feed)
     fresh.run()
     assert sorted(map(str, q.state("count"))) == sorted(map(str, fresh.state("count")))
+
+
+def test_a_keyed_flows_schema_change_is_refused(make_pipeline, tmp_path):
+    """A keyed flow keeps its current rows per key in a table of its own, which an upgrade does
+    not migrate: a changed schema or key of a keyed flow holding data is refused, not half-applied."""
+    keyed = COUNT.replace("words: {external: true, schema: {w: string}}", "words: {external: true, key: [w], schema: {w: string}}")
+    old = make_pipeline(keyed, MODULE)
+    home = str(tmp_path / "home")
+    cbp.load(old, home).feed("words", [{"w": "a"}])
+    new = old.parent / "new.yaml"
+    new.write_text(old.read_text().replace("schema: {w: string}}", 'schema: {w: string, v: "int?"}}', 1))
+    plan = cbp.load(new, home).plan()
+    assert [c.code for c in plan.refused] == ["keyed-refused"]

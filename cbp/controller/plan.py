@@ -73,7 +73,8 @@ class Plan:
 def definition(spec: PipelineSpec) -> dict[str, Any]:
     """What a home records of a pipeline (JSON)."""
     flows = {n: {"schema": {k: str(t) for k, t in f.schema.fields.items()}, "defaults": dict(f.schema.defaults),
-                 "framed": f.frame_by is not None, "external": f.external} for n, f in spec.flows.items()}
+                 "framed": f.frame_by is not None, "external": f.external,
+                 **({"key": list(f.key)} if f.key else {})} for n, f in spec.flows.items()}  # keyed flows (cbp.controller.keyed)
     stages = {}
     for n, s in spec.stages.items():
         stages[n] = {
@@ -155,6 +156,11 @@ def flow_changes(old: dict[str, Any], new: dict[str, Any], stored: set[str]) -> 
         if was.get("framed", False) != d["framed"] and f in stored:
             out.append(Change("refused", what, f"frame_by {'added' if d['framed'] else 'removed'}: its stored increments were framed "
                               "otherwise; restore the previous frame_by, or give the flow a new name", code="reframed", name=f))
+        if (was.get("key") or d.get("key")) and f in stored and (was["schema"] != d["schema"] or was.get("key") != d.get("key")):
+            out.append(Change("refused", what, "a keyed flow's key or schema changed: its table of current rows per key is not "
+                              "migrated by an upgrade; restore the previous definition, or land the data under a new flow",
+                              code="keyed-refused", name=f))
+            continue
         if was["schema"] == d["schema"]:
             continue
         steps, refused = schema_steps(was["schema"], d["schema"], d.get("defaults", {}))
