@@ -443,7 +443,7 @@ def test_over_long_lines_are_refused_without_reading_them_whole(landed, tmp_path
         p.feed("urls", "/dev/zero")
     assert time.perf_counter() - t0 < 5
     assert e.value.code == "bad-record" and "/dev/zero:1: flow 'urls': the line is longer than 64 MiB" in str(e.value)
-    monkeypatch.setattr(cbp.pipeline, "MAX_LINE_BYTES", 100)
+    monkeypatch.setattr("cbp.spec.feedfiles.MAX_LINE_BYTES", 100)  # where the JSON-lines reader reads it
     exact = '{"url": "' + "x" * (100 - 11) + '"}'
     assert len(exact) == 100
     path = tmp_path / "long.jsonl"
