@@ -11,8 +11,9 @@ is at least the threshold, where ``inlinks`` counts the distinct links of each p
     ...          {"url": "http://a/y", "html": '<a href="x">'}]
     >>> queue_from_scratch(pages, threshold=2.0)
     {'http://a/x': 3.0}
-    >>> queue_from_scratch([pages, [{"url": "http://a/y", "status": 404, "html": None}]], threshold=1.0, feeds=True)
-    {'http://a/x': 2.0}
+    >>> gone = queue_from_scratch([pages, [{"url": "http://a/y", "status": 404, "html": None}]], threshold=1.0, feeds=True)
+    >>> {u: round(s, 3) for u, s in gone.items()}  # a/y's link gone: 1 in-link, site a 2 (x and y)
+    {'http://a/x': 1.792}
 """
 
 from __future__ import annotations
