@@ -17,7 +17,7 @@ from cbp.storage import Home
 
 def _plan(tmp_path, epoch, parts=None, scan_fraction=None, cache_mb=0.0):
     schema = RecordSchema.parse({"w": "string", "n": "int"})
-    return SimpleNamespace(home=Home(str(tmp_path)), stage=SimpleNamespace(name="s", state_schema=schema), epoch=epoch,
+    return SimpleNamespace(home=Home(str(tmp_path)), stage=SimpleNamespace(name="s", state_schema=schema, row_key=()), epoch=epoch,
                            state_rel="stages/s/state", row_group=4, cache_mb=cache_mb, scan_fraction=scan_fraction,
                            max_files=8, parts=parts or {}, mode="direct")
 
