@@ -3,9 +3,9 @@
 One Spark job: a task per old state partition reads that partition's newest live rows, turns
 each into a row of the new schema (fields added with their default or null, fields dropped,
 types widened, or the stage's ``migrate`` function), and sends each row to its new partition
-``pmod(hash(key), P')`` (:func:`cbp.engine.sparkhash.partition_of`, the partition every epoch
+``pmod(hash(key), P')`` (:func:`cbp.engine.common.sparkhash.partition_of`, the partition every epoch
 routes the key to); a task per new partition sorts its rows by key hash and writes one state file
-and its index (:class:`cbp.engine.partindex.PartitionIndex`), as a compaction would. Nothing is
+and its index (:class:`cbp.engine.task.partindex.PartitionIndex`), as a compaction would. Nothing is
 committed here: the controller commits the files (:mod:`cbp.controller.migrate`).
 
     >>> import pyarrow as pa
@@ -27,13 +27,13 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ..spec.schema import RecordError, RecordSchema
-from ..storage import Home
-from ..storage.objectstore import propagate_to_spark
-from .bipindex import STATE_META, latest_rows, read_partition_rows
-from .partindex import PartitionIndex
-from .sparkhash import partition_of
-from .statepart import StateWriter
+from ...spec.schema import RecordError, RecordSchema
+from ...storage import Home
+from ...storage.objectstore import propagate_to_spark
+from ..task.bipindex import STATE_META, latest_rows, read_partition_rows
+from ..task.partindex import PartitionIndex
+from ..common.sparkhash import partition_of
+from ..task.statepart import StateWriter
 
 __all__ = ["Job", "convert", "rewrite_state"]
 

@@ -8,18 +8,18 @@ half of a 1,000-record URLCount epoch, ``bench/epoch_cost.py``). When the epoch'
 most :func:`small_records` (default :data:`SMALL_RECORDS`, and :data:`SMALL_FILE_BYTES` of files
 with the stage's multicast bindings), the driver reads them with pyarrow and routes them itself:
 
-- an input routed by a plain field, with Arrow (:func:`cbp.engine.routing.plain_envelopes`);
+- an input routed by a plain field, with Arrow (:func:`cbp.engine.task.routing.plain_envelopes`);
 - any other (a RouteBy function, ``ALL``, multicast, a ``json`` or list field, a key JSON must
   escape) by a one-stage Spark job whose tasks run RouteBy as the normal path's map side does
   (:func:`route_on_executors`: user code never runs in the driver, and under the epoch's time
   limit); its envelopes, with the copies of broadcast and multicast records, come back to the driver;
 - the bindings files, with pyarrow, as the normal path's job turns them into envelopes.
 
-The driver then computes Spark's two hashes itself (:mod:`cbp.engine.sparkhash`; a copy goes by its
+The driver then computes Spark's two hashes itself (:mod:`cbp.engine.common.sparkhash`; a copy goes by its
 probe, as in the shuffle), sorts each partition's envelopes as Spark would, and runs the same
-grouped task (:func:`cbp.engine.task.grouped_task`) on exactly partition ``p``'s envelopes for
+grouped task (:func:`cbp.engine.task.translate.grouped_task`) on exactly partition ``p``'s envelopes for
 each ``p``, in a one-stage job (on a cluster a task per partition, preferring the executor that
-ran ``p`` last, as :mod:`cbp.engine.locality` places the normal path's tasks; else one task per
+ran ``p`` last, as :mod:`cbp.engine.driver.locality` places the normal path's tasks; else one task per
 core, each taking partitions one at a time). Nothing crosses Spark's shuffle, so such an epoch
 reports no shuffled records (``EpochReport.copies_in`` still counts one copy per partition).
 
@@ -52,15 +52,15 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from ..errors import RuntimeStateError
-from ..storage import objectstore
-from ..storage.layout import epoch_of
-from .routing import BINDINGS, BOUND, COPY, COPY_HASH, bound_address, plain_envelopes, plain_route_field
+from ...errors import RuntimeStateError
+from ...storage import objectstore
+from ...storage.layout import epoch_of
+from ..task.routing import BINDINGS, BOUND, COPY, COPY_HASH, bound_address, plain_envelopes, plain_route_field
 from .jvmcache import pid_alive
-from .sparkhash import partition_of, spark_xxhash64
+from ..common.sparkhash import partition_of, spark_xxhash64
 
 if TYPE_CHECKING:
-    from .task import TaskPlan
+    from ..task.plan import TaskPlan
 
 __all__ = ["SMALL_RECORDS", "small_records", "routed_schema", "driver_routed", "route_on_executors", "run_routed", "claim", "claim_order"]
 
@@ -217,9 +217,9 @@ def route_on_executors(spark: Any, plan: "TaskPlan", work: list[tuple[int, int, 
 
 def _routing_task(plan: "TaskPlan", cap: int, items: Iterator[tuple[int, int, bytes]]) -> Iterator[bytes]:
     """Worker side of :func:`route_on_executors`: the envelopes of each slice of records, as
-    :func:`cbp.engine.task.route_batches` makes them on the normal path's map side; an empty
+    :func:`cbp.engine.task.translate.route_batches` makes them on the normal path's map side; an empty
     message once they pass ``cap`` bytes."""
-    from .task import route_batches, time_limit
+    from ..task.translate import route_batches, time_limit
 
     size = 0
     with time_limit(plan):
@@ -243,10 +243,10 @@ def _routed_task(plan: "TaskPlan", task: Any, items: Iterator[list[tuple[int, by
 
 def run_routed(spark: Any, plan: "TaskPlan", parts: list[pa.Table], task: Any, placed: bool) -> pa.Table:
     """Run ``task(plan, batches, p)`` for each partition ``p`` on the envelopes the driver routed;
-    the tasks' result rows (:data:`cbp.engine.protocol.RESULT`).
+    the tasks' result rows (:data:`cbp.engine.common.protocol.RESULT`).
 
     With ``placed`` (a cluster), partition ``p`` is a Spark task of its own that prefers the executor
-    that ran ``p`` last (:mod:`cbp.engine.locality`). Otherwise there are as many tasks as Spark
+    that ran ``p`` last (:mod:`cbp.engine.driver.locality`). Otherwise there are as many tasks as Spark
     runs at once (one per core in local mode), each running several partitions one after the other
     (with little to do per partition, a task's fixed cost is most of its time): dealt to them in
     turn, or in local mode claimed by them (:func:`_run_claimed`).
@@ -255,7 +255,7 @@ def run_routed(spark: Any, plan: "TaskPlan", parts: list[pa.Table], task: Any, p
     from pyspark.serializers import NoOpSerializer
 
     from .locality import executor_preferences, prefs_rdd, remember_executors
-    from .protocol import RESULT
+    from ..common.protocol import RESULT
 
     sc = spark.sparkContext
     tasks = len(parts) if placed else max(1, min(len(parts), sc.defaultParallelism))
@@ -303,7 +303,7 @@ def _write_envelopes(sink: Any, plan: "TaskPlan", t: pa.Table, chunk: int) -> No
 
 def _run_claimed(sc: Any, plan: "TaskPlan", parts: list[pa.Table], task: Any, tasks: int, chunk: int) -> pa.Table:
     """:func:`run_routed` in local mode: ``tasks`` tasks claim the partitions (module docstring)."""
-    from .protocol import RESULT
+    from ..common.protocol import RESULT
 
     _sweep_routed()
     work = tempfile.mkdtemp(prefix=f"cbp-routed-{os.getpid()}-")

@@ -15,7 +15,7 @@ from typing import Any, Iterator
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from ..storage import objectstore
+from ...storage import objectstore
 
 __all__ = ["needs_arrow_reader", "read_parquet"]
 
