@@ -125,3 +125,29 @@ def test_engine_task_modules_import_each_other_without_a_cycle():
     task = {m for m in mods if _engine_side(m) == "task"}
     g = nx.DiGraph([(m, d) for m, ds in _imports(mods, typing=True).items() if m in task for d, _ in ds if d in task])
     assert len(task) > 10 and list(nx.simple_cycles(g)) == []
+
+
+_SHIPPING = {"mapPartitions", "mapPartitionsWithIndex", "mapInArrow", "mapInPandas", "applyInPandas", "flatMap", "map", "foreachPartition"}
+
+
+def test_driver_jobs_ship_only_task_side_functions():
+    """What a driver module hands Spark to run on the executors (``rdd.mapPartitions(partial(f, ...))``,
+    ``df.mapInArrow(f, ...)`` ...) is a function of :mod:`cbp.engine.task`, imported from there."""
+    shipped, wrong = [], []
+    for m, f in _modules().items():
+        if _engine_side(m) != "driver":
+            continue
+        tree = ast.parse(f.read_text(encoding="utf-8"))
+        pkg = m.rsplit(".", 1)[0].split(".")
+        origin = {a.asname or a.name: ".".join(pkg[: len(pkg) - node.level + 1] + [node.module or ""])
+                  for node in ast.walk(tree) if isinstance(node, ast.ImportFrom) and node.level for a in node.names}
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in _SHIPPING and node.args:
+                fn = node.args[0]
+                if isinstance(fn, ast.Call) and isinstance(fn.func, ast.Name) and fn.func.id == "partial":
+                    fn = fn.args[0]
+                name = fn.id if isinstance(fn, ast.Name) else ast.dump(fn)
+                shipped.append(name)
+                if _engine_side(origin.get(name, "") + ".x") != "task":
+                    wrong.append(f"{m}: {name}")
+    assert len(shipped) >= 8 and not wrong

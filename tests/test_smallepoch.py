@@ -185,7 +185,7 @@ def test_local_tasks_claim_each_partition_once_and_keep_them_on_their_worker(spa
 
 
 def test_a_retried_task_takes_over_its_failed_attempts_claims(tmp_path):
-    from cbp.engine.driver.smallepoch import claim, claim_order
+    from cbp.engine.task.runners import claim, claim_order
 
     assert claim(str(tmp_path), 2, task=0, pid=100) and not claim(str(tmp_path), 2, task=1, pid=101)
     assert claim(str(tmp_path), 2, task=0, pid=102)  # the retry of task 0, in a new worker

@@ -19,7 +19,10 @@ partition prefers its parents' locations, so partition ``p``'s task goes to the 
 
 from __future__ import annotations
 
-from typing import Any, Iterator, Optional
+from typing import Any, Optional
+
+from ..common.protocol import RESULT
+from ..task.runners import placed_task
 
 __all__ = ["task_location", "located_rdd", "prefs_rdd", "placed_epoch", "executor_preferences", "remember_executors", "balanced"]
 
@@ -90,16 +93,6 @@ def balanced(last: dict[int, str], partitions: int) -> dict[int, str]:
     return out
 
 
-def _placed_task(plan: Any, schema: Any, task: Any, rows: Iterator[tuple[bytes, list[bytes]]]) -> Iterator[bytes]:
-    """The task of a placed epoch: Arrow batches in, ``task``'s result batches out (IPC bytes)."""
-    import pyarrow as pa
-
-    for _, blobs in rows:
-        batches = (pa.ipc.read_record_batch(pa.py_buffer(b), schema) for b in blobs)
-        for rb in task(plan, batches):
-            yield rb.serialize().to_pybytes()
-
-
 def _placement_key(sc: Any, plan: Any) -> tuple[str, str, str]:
     return (sc.applicationId, str(plan.home.location), plan.stage.name)
 
@@ -128,13 +121,11 @@ def placed_epoch(spark: Any, env: Any, plan: Any, task: Any) -> Any:
     import pyarrow as pa
     from pyspark.sql.pandas.types import to_arrow_schema
 
-    from ..common.protocol import RESULT
-
     sc = spark.sparkContext
     large = str(spark.conf.get("spark.sql.execution.arrow.useLargeVarTypes", "false")).lower() == "true"
     schema = to_arrow_schema(env.schema, prefers_large_types=True) if large else to_arrow_schema(env.schema)
     rdd = located_rdd(sc, env._jdf.toArrowBatchRdd(), executor_preferences(sc, plan))
-    blobs = rdd.mapPartitions(partial(_placed_task, plan, schema, task)).collect()
+    blobs = rdd.mapPartitions(partial(placed_task, plan, schema, task)).collect()
     table = pa.Table.from_batches([pa.ipc.read_record_batch(pa.py_buffer(b), RESULT) for b in blobs], schema=RESULT)
     remember_executors(sc, plan, table)
     return table

@@ -1,169 +1,16 @@
-"""Rewriting a stage's whole state in one pass (``cbp upgrade``): a new schema, a new partition count.
-
-One Spark job: a task per old state partition reads that partition's newest live rows, turns
-each into a row of the new schema (fields added with their default or null, fields dropped,
-types widened, or the stage's ``migrate`` function), and sends each row to its new partition
-``pmod(hash(key), P')`` (:func:`cbp.engine.common.sparkhash.partition_of`, the partition every epoch
-routes the key to); a task per new partition sorts its rows by key hash and writes one state file
-and its index (:class:`cbp.engine.task.partindex.PartitionIndex`), as a compaction would. Nothing is
-committed here: the controller commits the files (:mod:`cbp.controller.migrate`).
-
-    >>> import pyarrow as pa
-    >>> from cbp.spec.schema import RecordSchema
-    >>> old, new = RecordSchema.parse({"k": "string", "n": "int"}), RecordSchema({**RecordSchema.parse({"k": "string", "n": "float"}).fields})
-    >>> rows = pa.table({"_key": ['"a"'], "_h": [1], "_epoch": [3], "_alive": [True], "k": ["a"], "n": [2]})
-    >>> convert(rows, Job(None, "", old, new, None, 2, 5, "u1", 8192, "s"))[0].to_pylist()
-    [{'_key': '"a"', '_h': 1, '_epoch': 5, '_alive': True, 'k': 'a', 'n': 2.0}]
-"""
+"""Rewriting a stage's whole state in one pass (``cbp upgrade``): the Spark job, whose tasks
+(:mod:`cbp.engine.task.restate`) convert each old partition's rows and write each new partition."""
 
 from __future__ import annotations
 
-import uuid
-from dataclasses import dataclass
 from functools import partial
-from typing import Any, Callable, Iterator, Optional
+from typing import Any
 
-import numpy as np
-import pyarrow as pa
-import pyarrow.compute as pc
-
-from ...spec.schema import RecordError, RecordSchema
 from ...storage import Home
 from ...storage.objectstore import propagate_to_spark
-from ..task.bipindex import STATE_META, latest_rows, read_partition_rows
-from ..task.partindex import PartitionIndex
-from ..common.sparkhash import partition_of
-from ..task.statepart import StateWriter
+from ..task.restate import Job, convert_part, write_part
 
-__all__ = ["Job", "convert", "rewrite_state"]
-
-_ERROR = b"\x00err:"  # a shuffled value that carries a failure, not rows
-
-
-@dataclass
-class Job:
-    """What the tasks of one state rewrite need (pickled to the executors)."""
-
-    home: Any  # Home
-    state_rel: str
-    old: RecordSchema
-    new: RecordSchema
-    migrate: Optional[Callable[[dict[str, Any]], Any]]
-    partitions: int
-    epoch: int  # the stage's current epoch: the rewritten rows' _epoch
-    tag: str  # in the new files' names
-    row_group: int
-    stage: str
-
-
-@dataclass
-class _WriterPlan:
-    """What :class:`StateWriter` reads of a stage epoch's plan."""
-
-    home: Any
-    state_rel: str
-    row_group: int
-    epoch: int
-    stage: Any
-    mode: str = "direct"
-    cache_mb: Optional[float] = None
-
-
-@dataclass
-class _Stage:
-    name: str
-    state_schema: RecordSchema
-    row_key: tuple[str, ...] = ()  # keyed-row stages are not rewritten by an upgrade (row-key-refused)
-
-
-def convert(rows: pa.Table, job: Job) -> tuple[pa.Table, list[str]]:
-    """Live state rows of the old schema as rows of the new one (state columns first); the failures."""
-    meta = {"_key": rows["_key"], "_h": rows["_h"], "_epoch": pa.array(np.full(rows.num_rows, job.epoch, np.int64)), "_alive": rows["_alive"]}
-    if job.migrate is not None:
-        return _migrated(rows, job, meta)
-    cols = []
-    for name, ft in job.new.fields.items():
-        if name in rows.column_names:
-            cols.append(rows[name].cast(ft.arrow))
-        elif name in job.new.defaults:
-            value = job.new.to_storage({name: job.new.defaults[name]})[name]
-            cols.append(pa.array([value] * rows.num_rows, ft.arrow))
-        else:
-            cols.append(pa.nulls(rows.num_rows, ft.arrow))
-    return pa.table(list(meta.values()) + cols, schema=pa.schema(list(STATE_META) + list(job.new.arrow))), []
-
-
-def _migrated(rows: pa.Table, job: Job, meta: dict[str, Any]) -> tuple[pa.Table, list[str]]:
-    """Rows through the stage's ``migrate`` function: an old record in, a new record or None out."""
-    keep, out, errors = [], [], []
-    olds = rows.select([f for f in job.old.fields if f in rows.column_names]).to_pylist()
-    keys = rows["_key"].to_pylist()
-    for i, (key, rec) in enumerate(zip(keys, olds)):
-        try:
-            new = job.migrate(job.old.from_storage(dict(rec)))  # type: ignore[misc]
-            if new is None:
-                continue
-            out.append(job.new.to_storage(job.new.validate(new)))
-            keep.append(i)
-        except RecordError as e:
-            errors.append(f"stage '{job.stage}' key {key}: migrate returned a record that does not fit the new state schema: {e}")
-        except Exception as e:  # noqa: BLE001 - the user's function
-            errors.append(f"stage '{job.stage}' key {key}: migrate raised {type(e).__name__}: {e}")
-        if len(errors) >= 5:
-            break
-    idx = pa.array(keep, pa.int64())
-    data = pa.Table.from_pylist(out, schema=job.new.arrow)
-    t = pa.table([v.take(idx) if k != "_epoch" else pa.array(np.full(len(keep), job.epoch, np.int64)) for k, v in meta.items()]
-                 + data.columns, schema=pa.schema(list(STATE_META) + list(job.new.arrow)))
-    return t, errors
-
-
-def _ipc(t: pa.Table) -> bytes:
-    sink = pa.BufferOutputStream()
-    with pa.ipc.new_stream(sink, t.schema) as w:
-        w.write_table(t)
-    return sink.getvalue().to_pybytes()  # type: ignore[no-any-return]
-
-
-def _convert_part(job: Job, item: tuple[int, list[dict[str, Any]]]) -> Iterator[tuple[int, bytes]]:
-    """Task of an old partition: its newest live rows, converted, split by new partition."""
-    _, files = item
-    rows = latest_rows(read_partition_rows(job.home, job.state_rel, files))
-    if rows.num_rows == 0:
-        return
-    t, errors = convert(rows, job)
-    if errors:
-        yield 0, _ERROR + "\n".join(errors).encode()
-        return
-    q = partition_of(t["_key"].to_pylist(), job.partitions)
-    for p in np.unique(q):
-        yield int(p), _ipc(t.filter(pa.array(q == p)))
-
-
-def _write_part(job: Job, q: int, items: Iterator[tuple[int, bytes]]) -> Iterator[tuple[int, Any]]:
-    """Task of a new partition: its rows sorted by key hash, one state file and its index."""
-    tables, errors = [], []
-    for _, data in items:
-        if data.startswith(_ERROR):
-            errors.append(data[len(_ERROR):].decode())
-        else:
-            tables.append(pa.ipc.open_stream(data).read_all())
-    if errors:
-        yield q, {"errors": errors}
-        return
-    if not tables:
-        return
-    rows = pa.concat_tables(tables)
-    rows = rows.take(pc.sort_indices(rows, sort_keys=[("_h", "ascending"), ("_key", "ascending")]))
-    plan = _WriterPlan(job.home, job.state_rel, job.row_group, job.epoch, _Stage(job.stage, job.new))
-    w = StateWriter(plan, q, prefix=f"e{job.epoch:08d}-{job.tag}", keep=False)  # type: ignore[arg-type]
-    w.write_table(rows)
-    add, h, g = w.close()
-    if add is None:
-        return
-    index_rel = f"stages/{job.stage}/index/_part={q}/e{job.epoch:08d}-{job.tag}-{uuid.uuid4().hex[:12]}.parquet"
-    PartitionIndex(h, np.zeros(h.size, np.int32), g, [add["path"]]).save(job.home, index_rel)
-    yield q, {"add": add, "index": index_rel, "rows": int(rows.num_rows)}
+__all__ = ["rewrite_state"]
 
 
 def rewrite_state(spark: Any, job: Job, files_by_part: dict[int, list[dict[str, Any]]]) -> tuple[dict[int, dict[str, Any]], list[str]]:
@@ -175,8 +22,8 @@ def rewrite_state(spark: Any, job: Job, files_by_part: dict[int, list[dict[str, 
     sc = spark.sparkContext
     propagate_to_spark(sc)
     rdd = sc.parallelize(items, len(items))
-    pairs = rdd.flatMap(partial(_convert_part, job)).partitionBy(job.partitions, lambda q: q)
-    got = pairs.mapPartitionsWithIndex(partial(_write_part, job)).collect()
+    pairs = rdd.flatMap(partial(convert_part, job)).partitionBy(job.partitions, lambda q: q)
+    got = pairs.mapPartitionsWithIndex(partial(write_part, job)).collect()
     errors = [e for _, r in got if "errors" in r for e in r["errors"]]
     if errors:
         for _, r in got:

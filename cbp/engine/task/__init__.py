@@ -11,5 +11,7 @@ importing :mod:`cbp.engine.driver`. Bottom to top, each importing only those bef
   (keyed rows too), broadcast and multicast copies;
 - :mod:`.calls`, :mod:`.batch`, :mod:`.columnar`, :mod:`.keyedbatch`: the translator's calls, per
   key, per batch of keys, columnar;
-- :mod:`.translate`: the task entry points (``route_batches``, ``grouped_task``, ``recordwise_task``).
+- :mod:`.translate`: the task entry points (``route_batches``, ``grouped_task``, ``recordwise_task``);
+- :mod:`.runners`, :mod:`.restate`: what the driver's other jobs ship (placed and small-epoch tasks,
+  object-store reads; a state rewrite's tasks).
 """
