@@ -20,9 +20,9 @@ import re
 from functools import partial
 from typing import TYPE_CHECKING, Any, Callable, Iterator, Mapping, Optional, Union
 
-from .engine.deltaread import latest_state, read_delta
-from .engine.job import spark_ddl
-from .engine.session import require_delta
+from .engine.driver.deltaread import latest_state, read_delta
+from .engine.driver.job import spark_ddl
+from .engine.driver.session import require_delta
 from .errors import RuntimeStateError, UsageError
 from .spec.schema import DIFF
 from .storage import INC, LAYOUT, SRC

@@ -19,9 +19,9 @@ from deltalake import DeltaTable
 
 import cbp
 from cbp.cli import main
-from cbp.engine import job
-from cbp.engine.deltaread import latest_state, read_delta
-from cbp.engine.session import has_delta, require_delta, s3a_conf
+from cbp.engine.driver import job
+from cbp.engine.driver.deltaread import latest_state, read_delta
+from cbp.engine.driver.session import has_delta, require_delta, s3a_conf
 from cbp.errors import CbpError
 from cbp.sql import sql_error
 from cbp.storage import LAYOUT

@@ -12,8 +12,8 @@ from typing import Any, Optional
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ..engine.bipindex import latest_rows
-from ..engine.signed import fill_diff
+from ..engine.task.bipindex import latest_rows
+from ..engine.task.signed import fill_diff
 from ..errors import InputError, UsageError, UserCodeError
 from ..spec.arrowrecords import with_diff
 from ..spec.schema import DIFF
