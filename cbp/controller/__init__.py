@@ -24,7 +24,8 @@ increments that no connector references.
 - :mod:`.reads`: state and output records, epochs, status; :mod:`.runs`: the history of runs;
 - :mod:`.upgrade` (with :mod:`.migrate`): applying a changed YAML; :mod:`.rewind`: going back.
 
-Reads and writes nothing itself: it composes the parts and delegates to them.
+Reads: nothing itself (it composes the parts and delegates to them). Writes: only ``live.spec``,
+which :meth:`Controller.reading` swaps while a changed home is read as it was recorded.
 
     >>> from cbp.spec import load_spec                                  # doctest: +SKIP
     >>> ctl = Controller(load_spec("flows/url_count.yaml"), Home("state/url_count"))  # doctest: +SKIP

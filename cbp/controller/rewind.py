@@ -215,7 +215,7 @@ class Rewind:
             if i in fs.incs:
                 incs[i] = fs.incs[i]
                 continue
-            e = self.history._read(LAYOUT.collected_entry(flow, i))
+            e = self.history.read(LAYOUT.collected_entry(flow, i))
             if e is None or e.get("undone"):
                 continue  # withdrawn (cbp unfeed): not landed any more
             if e.get("meta"):
@@ -312,7 +312,7 @@ class Rewind:
                         if i in cur.flows[f].incs:
                             v = cur.flows[f].version
                         else:
-                            c = self.history._read(LAYOUT.collected_entry(f, int(i)))
+                            c = self.history.read(LAYOUT.collected_entry(f, int(i)))
                             if c is None or c.get("undone"):
                                 continue
                             if int(i) not in target.flows.get(f, FlowState()).incs:

@@ -43,7 +43,7 @@ class _Sources:
         m = self.snap.flows[flow].incs.get(inc)
         if m is not None:
             return {"producer": m.producer, "srcs": m.srcs}
-        e = self.history._read(LAYOUT.collected_entry(flow, inc))
+        e = self.history.read(LAYOUT.collected_entry(flow, inc))
         return (e or {}).get("meta")
 
     def feeds(self, flow: str, inc: int) -> list[int]:
