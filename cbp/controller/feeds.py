@@ -4,7 +4,7 @@ Each feed's records are hashed as they land (:func:`content_hash`, over their Ar
 history entry per hash (:meth:`Layout.feed_hash_entry`) lists the feeds with those records, so a
 feed without ``--id`` whose records equal an earlier feed's of the same flow is reported (a
 :class:`DuplicateFeedWarning`, the controller's ``notify``, and ``cbp status`` while it is
-pending). :func:`unfeed` withdraws a feed whose increments no stage has read yet, as one durable
+pending). :meth:`Feeds.unfeed` withdraws a feed whose increments no stage has read yet, as one durable
 change; a feed that a stage read is refused (code ``feed-read``): a rewind
 (:mod:`.rewind`) or a retraction is the way then.
 

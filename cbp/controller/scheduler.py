@@ -5,8 +5,8 @@ Reads: ``live.spec`` and ``live.st`` (connectors, increments' framing keys and c
 runnable states, the scheduler's position), the intentions a killed run left, the runner lease.
 Writes: ``live.st`` (the scheduler's position ``sched``; a Runnable's new state when it says not
 runnable, saved through the journal); runs each epoch through :class:`~.epoch.Epochs` (which
-commits it) and collects garbage through :class:`~.landing.Landing` when a run ends; holds the
-home's runner lease for a run.
+commits it; the scheduler sets its ``epoch_timeout`` and ``run_info`` for the run) and collects
+garbage through :class:`~.landing.Landing` when a run ends; holds the home's runner lease for a run.
 """
 
 from __future__ import annotations
