@@ -135,3 +135,26 @@ def test_controller_modules_say_what_they_read_and_write():
     missing = [name for name, tree in _controller_modules().items()
                if not all(w in (ast.get_docstring(tree) or "") for w in ("Reads:", "Writes:"))]
     assert not missing
+
+
+def test_controller_parts_take_only_what_they_use():
+    """Each part (a controller class handed the shared ``live``) uses every collaborator its
+    ``__init__`` takes: what a part is handed is what it reads and writes through."""
+    unused = []
+    for name, tree in _controller_modules().items():
+        for cls in (n for n in tree.body if isinstance(n, ast.ClassDef)):
+            methods = [m for m in cls.body if isinstance(m, ast.FunctionDef)]
+            init = next((m for m in methods if m.name == "__init__"), None)
+            params = {a.arg for a in init.args.args[1:]} if init else set()
+            if "live" not in params:
+                continue
+            handed = {}  # attribute -> the parameter stored in it
+            for node in ast.walk(init):
+                if isinstance(node, ast.Assign):
+                    pairs = (zip(node.targets[0].elts, node.value.elts) if isinstance(node.targets[0], ast.Tuple)
+                             and isinstance(node.value, ast.Tuple) else [(node.targets[0], node.value)])
+                    handed.update({t.attr: v.id for t, v in pairs if isinstance(t, ast.Attribute) and isinstance(v, ast.Name) and v.id in params})
+            used = {n.attr for m in methods if m is not init for n in ast.walk(m) if isinstance(n, ast.Attribute)
+                    and isinstance(n.value, ast.Name) and n.value.id == "self"}
+            unused += [f"{name}: {cls.name}({p})" for p in params - {handed[a] for a in handed if a in used}]
+    assert not unused
