@@ -59,14 +59,15 @@ class Notice:
 @dataclass
 class Tuning:
     """How epochs run: files per state partition before compaction, rows per state row group,
-    the state cache and scan fraction of the tasks, small epochs, and backpressure."""
+    the state cache and scan fraction of the tasks, small epochs, and backpressure (the
+    defaults are :class:`~cbp.controller.Controller`'s)."""
 
-    max_state_files: int = 8
-    state_row_group: int = 8192
-    state_cache_mb: Optional[float] = None
-    state_scan_fraction: Optional[float] = None
-    small_epoch_records: Optional[int] = None
-    backpressure: int = 4
+    max_state_files: int
+    state_row_group: int
+    state_cache_mb: Optional[float]
+    state_scan_fraction: Optional[float]
+    small_epoch_records: Optional[int]
+    backpressure: int
 
 
 class LazySpark:
