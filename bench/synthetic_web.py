@@ -219,6 +219,7 @@ def plot(res: dict[str, Any], path: Path) -> None:
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import MaxNLocator
 
     fig, (ax, bx) = plt.subplots(1, 2, figsize=(10, 4))
     xs = [r["epoch"] for r in res["epochs"]]
@@ -228,6 +229,7 @@ def plot(res: dict[str, Any], path: Path) -> None:
     ax.set_title(f"epoch seconds ({res['links']:,} new links)")
     bx.set_title("merge stage seconds")
     for x in (ax, bx):
+        x.xaxis.set_major_locator(MaxNLocator(integer=True))
         x.set_xlabel("epoch")
         x.set_ylim(bottom=0)
         x.grid(True, alpha=0.3)
