@@ -1,4 +1,4 @@
-"""A state partition's index (:mod:`cbp.engine.bipindex`): key hash -> (data file, row group).
+"""A state partition's index (:mod:`cbp.engine.task.bipindex`): key hash -> (data file, row group).
 
 On disk an index is a whole file, or a *delta*: the entries an epoch dropped and added, on top of
 the index file it updated (its parent). In memory it is a *base* (sorted arrays, never changed
@@ -31,7 +31,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from ..storage import Home
+from ...storage import Home
 
 __all__ = ["PartitionIndex", "MAX_DELTAS", "DELTA_FRACTION", "sorted_unique"]
 
@@ -132,7 +132,7 @@ class PartitionIndex:
 
     def hashes_between(self, lo: int, hi: int) -> np.ndarray:
         """The distinct live hashes ``h`` with ``lo <= h <= hi``, sorted (the rows of one key of a
-        keyed stage, :mod:`cbp.engine.keyedstate`); costs the entries in the range.
+        keyed stage, :mod:`cbp.engine.task.keyedstate`); costs the entries in the range.
 
             >>> PartitionIndex(np.array([1, 5, 5, 9]), np.zeros(4, np.int32), np.zeros(4, np.int32), ["a"]).hashes_between(2, 9).tolist()
             [5, 9]
