@@ -144,7 +144,7 @@ def build(pipes: dict[str, Any], web: Web, chunk: int, per_page: int) -> dict[st
 
 def measure(args: argparse.Namespace, work: Path) -> dict[str, Any]:
     import cbp
-    from cbp.engine.session import get_spark
+    from cbp.engine.driver.session import get_spark
 
     spark = get_spark()
     sizes = zipf_sizes(int(10_000_000 * args.scale), int(100_000 * args.scale), args.top)
