@@ -6,9 +6,10 @@ leaves it: the next ``cbp run`` finishes the epoch with the same decision if its
 at the heads of their connectors (:meth:`Intentions.fits`), or drops it and the files its attempt
 wrote (:meth:`Intentions.abandon`). The journal clears an intention when its epoch commits.
 
-Reads: ``live.spec`` and ``live.st`` (stage epochs and connectors), the home's intentions.
+Reads: ``live.spec`` and ``live.st`` (stage epochs and connectors), the home's intentions, the rewinds' records.
 Writes: intention files, and deletes the files an abandoned attempt wrote (its epoch's bindings,
-state and index files, output increments). :attr:`Intentions.interrupted` holds the intentions
+state and index files, output increments), never the state files of an epoch of that number that a
+rewind undid (the rewinds' records name them). :attr:`Intentions.interrupted` holds the intentions
 found at the start of a run, for the scheduler to finish.
 """
 
@@ -88,6 +89,7 @@ class Intentions:
     def discard_files(self, stage: str, epoch: int, out_incs: dict[str, int]) -> None:
         """Delete the files an uncommitted attempt of this epoch wrote (none of them is in a Delta log)."""
         prefix = LAYOUT.epoch_prefix(epoch)
+        keep = self._undone_state_files(stage, epoch)
         for name in self.home.list_dir(LAYOUT.bindings(stage)):
             if name.startswith(prefix):
                 self.home.delete_file(f"{LAYOUT.bindings(stage)}/{name}")
@@ -95,10 +97,22 @@ class Intentions:
             for part in self.home.list_dir(base):
                 if part.startswith(f"{PART}="):
                     for name in self.home.list_dir(f"{base}/{part}"):
-                        if name.startswith(prefix):
+                        if name.startswith(prefix) and name not in keep:
                             self.home.delete_file(f"{base}/{part}/{name}")
         for flow, inc in out_incs.items():
             d = LAYOUT.increment_dir(flow, inc)
             for name in self.home.list_dir(d):
                 if name.startswith(LAYOUT.output_prefix(stage, epoch)):
                     self.home.delete_file(f"{d}/{name}")
+
+    def _undone_state_files(self, stage: str, epoch: int) -> set[str]:
+        """The names of the state files that an earlier epoch ``epoch`` of ``stage`` committed before a
+        rewind undid it: they share this attempt's name prefix, and the state table's history still
+        lists them (Delta time travel to the undone epoch reads them), so they are never deleted."""
+        names: set[str] = set()
+        for name in self.home.list_dir(f"{LAYOUT.HISTORY}/rewinds"):
+            rec = self.home.read_json(f"{LAYOUT.HISTORY}/rewinds/{name}") if name.endswith(".json") else None
+            for e in (rec or {}).get("undone", {}).get(stage, []):
+                if e.get("epoch") == epoch and e.get("state_version") is not None:
+                    names.update(f["path"].rsplit("/", 1)[-1] for f in self.home.table_files(LAYOUT.state(stage), int(e["state_version"])))
+        return names
