@@ -29,6 +29,7 @@ MEANING = {
     ("flow", "schema"): "field name -> type (`string`, `int`, `float`, `bool`, `bytes`, `json`, ...); records are checked against it",
     ("flow", "external"): "`true` for an input you feed (`cbp feed`); otherwise a stage must produce it",
     ("flow", "description"): "free text",
+    ("flow", "migrate"): "`module:function` that `cbp upgrade` calls with each stored record of the flow's live increments (a dict in the old schema) when the schema changes in a way cbp cannot make itself; returns the new record or `None` (dropped). See [Changing a pipeline](../howto/changing-a-pipeline.md)",
     ("stage", "translator"): "`module:function`, the module looked up beside the YAML first",
     ("stage", "inputs"): "the flows the stage reads, each with its RouteBy/OrderBy/FrameBy (see *input*)",
     ("stage", "state"): "the stage's state: its schema and grouping (see *state*); none for a stateless stage",

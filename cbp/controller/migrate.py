@@ -17,7 +17,7 @@ committed: :class:`~.upgrade.Upgrade` commits them); nothing in the snapshot.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Optional
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -26,12 +26,12 @@ from ..engine.task.bipindex import STATE_META
 from ..engine.driver.restate import rewrite_state
 from ..engine.task.restate import Job
 from ..errors import RuntimeStateError, UserCodeError
-from ..spec.schema import RecordSchema
+from ..spec.schema import DIFF, RecordError, RecordSchema
 from ..storage import INC, LAYOUT, PART, SRC, Home
 from .landing import flow_schema
 from .live import LazySpark, Live, Tuning
 
-__all__ = ["conform", "upgrade_app", "Migration", "schema_hex"]
+__all__ = ["conform", "conforms", "stored_rows", "upgrade_app", "Migration", "schema_hex"]
 
 APP = "cbp-upgrade"
 
@@ -59,6 +59,33 @@ def conform(t: pa.Table, schema: RecordSchema, keep: tuple[str, ...] = ()) -> pa
             cols.append(pa.nulls(t.num_rows, ft.arrow))
         fields.append(pa.field(name, ft.arrow))
     return pa.table(cols, schema=pa.schema(fields))
+
+
+def conforms(t: pa.Table, schema: RecordSchema) -> bool:
+    """Whether :func:`conform` only widens ``t`` into ``schema``: every field there with its type (or
+    ``int`` under ``float``), or missing and nullable or defaulted. Not so for increments stored
+    before a flow's ``migrate:`` changed its types or fields (they are read as recorded)."""
+    for name, ft in schema.fields.items():
+        if name not in t.column_names:
+            if not ft.nullable and name not in schema.defaults:
+                return False
+            continue
+        have = t.schema.field(name).type
+        if have != ft.arrow and not (pa.types.is_integer(have) and pa.types.is_floating(ft.arrow)):
+            return False
+    return True
+
+
+def stored_rows(t: pa.Table, schema: RecordSchema, meta: tuple[str, ...]) -> list[tuple[dict[str, Any], dict[str, Any]]]:
+    """Rows of a stored increment table as (record, the columns ``meta`` present): in ``schema``
+    when the table conforms to it, otherwise as recorded (its own fields and types, from before a
+    flow migration)."""
+    keep = tuple(c for c in meta if c in t.column_names)
+    if conforms(t, schema):
+        rows = [schema.from_storage(r) for r in conform(t, schema, keep=keep).to_pylist()]
+    else:
+        rows = t.to_pylist()
+    return [({k: v for k, v in r.items() if k not in meta}, {c: r.get(c) for c in keep}) for r in rows]
 
 
 class Migration:
@@ -97,9 +124,11 @@ class Migration:
         written = [f"{rel}/{a['path']}" for a in adds] + [r["index"] for r in done.values()]
         return commit, {str(q): r["index"] for q, r in done.items()}, written
 
-    def flow_commit(self, flow: str, n: int) -> tuple[dict[str, Any], list[str]]:
+    def flow_commit(self, flow: str, n: int, old: Optional[RecordSchema] = None) -> tuple[dict[str, Any], list[str]]:
         """Rewrite every file of ``flow``'s table live at its version into the YAML's schema (the
-        increments not yet read, and those of a flow nobody reads); the commit and the files written."""
+        increments not yet read, and those of a flow nobody reads): widened, or (``old``: the recorded
+        schema) each record through the flow's ``migrate`` function; the commit and the files written.
+        Runs in the driver, one increment file at a time."""
         fs = self.live.st.flows[flow]
         rel = LAYOUT.flow(flow)
         schema = self.live.spec.flows[flow].schema
@@ -107,6 +136,8 @@ class Migration:
         for f in self.home.table_files(rel, fs.version):  # type: ignore[arg-type]
             t = pq.read_table(self.home.path(f"{rel}/{f['path']}"), filesystem=self.home.fs)
             inc = int(f["partition"])
+            if old is not None:
+                t = self._migrated(flow, conform(t, old.signed(), keep=(SRC,) if SRC in t.column_names else ()), old, inc)
             t = conform(t, schema.signed(), keep=(SRC,) if SRC in t.column_names else ())  # _diff stays, last (null: +1)
             add = self.home.write_parquet(LAYOUT.increment_dir(flow, inc), t, f"u{n}", inc)
             written.append(add["rel"])
@@ -117,3 +148,31 @@ class Migration:
         commit = {"table": rel, "partition_by": INC, "adds": adds, "removes": removes, "app": app, "version": version,
                   "schema": schema_hex(flow_schema(self.live.spec, flow)), "targets": targets}
         return commit, written
+
+    def _migrated(self, flow: str, t: pa.Table, old: RecordSchema, inc: int) -> pa.Table:
+        """``t`` (records of schema ``old``, ``_diff`` and maybe ``_src``) through the flow's ``migrate``:
+        each record's ``_diff`` and ``_src`` kept, the result checked against the new schema; a raise
+        or a bad result is ``migrate-failed``."""
+        spec = self.live.spec.flows[flow]
+        fn, new, meta = spec.migrate, spec.schema, [c for c in (SRC, DIFF) if c in t.column_names]
+        assert fn is not None
+        out: list[dict[str, Any]] = []
+        for row in t.to_pylist():
+            rec = old.from_storage({k: row[k] for k in old.fields})
+            shown = str(rec)[:200]
+            try:
+                res = fn(dict(rec))
+                if res is None:
+                    continue
+                out.append({**new.to_storage(new.validate(res)), **{c: row[c] for c in meta}})
+            except RecordError as e:
+                self._fail(flow, spec.migrate_path, inc, shown, f"returned a record that does not fit the new schema: {e}")
+            except Exception as e:  # the user's function
+                self._fail(flow, spec.migrate_path, inc, shown, f"raised {type(e).__name__}: {e}")
+        cols = [t.schema.field(c) for c in meta if c == SRC] + list(new.arrow) + [t.schema.field(c) for c in meta if c == DIFF]
+        return pa.Table.from_pylist(out, schema=pa.schema(cols))
+
+    @staticmethod
+    def _fail(flow: str, fn: Optional[str], inc: int, record: str, what: str) -> None:
+        raise UserCodeError(f"cbp upgrade: migrating flow '{flow}' failed; nothing was changed: migrate '{fn}' {what} "
+                            f"(increment {inc}, record {record})", code="migrate-failed")

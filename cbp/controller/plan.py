@@ -77,7 +77,8 @@ def definition(spec: PipelineSpec) -> dict[str, Any]:
     """What a home records of a pipeline (JSON)."""
     flows = {n: {"schema": {k: str(t) for k, t in f.schema.fields.items()}, "defaults": dict(f.schema.defaults),
                  "framed": f.frame_by is not None, "external": f.external,
-                 **({"key": list(f.key)} if f.key else {})} for n, f in spec.flows.items()}  # keyed flows (cbp.controller.keyed)
+                 **({"key": list(f.key)} if f.key else {}),  # keyed flows (cbp.controller.keyed)
+                 **({"migrate": f.migrate_path} if f.migrate_path else {})} for n, f in spec.flows.items()}
     stages = {}
     for n, s in spec.stages.items():
         stages[n] = {
@@ -159,18 +160,23 @@ def flow_changes(old: dict[str, Any], new: dict[str, Any], stored: set[str]) -> 
         if was.get("framed", False) != d["framed"] and f in stored:
             out.append(Change("refused", what, f"frame_by {'added' if d['framed'] else 'removed'}: its stored increments were framed "
                               "otherwise; restore the previous frame_by, or give the flow a new name", code="reframed", name=f))
-        if (was.get("key") or d.get("key")) and f in stored and (was["schema"] != d["schema"] or was.get("key") != d.get("key")):
+        migrate_new = d.get("migrate") and d.get("migrate") != was.get("migrate")
+        if (was.get("key") or d.get("key")) and f in stored and (was["schema"] != d["schema"] or was.get("key") != d.get("key") or migrate_new):
             out.append(Change("refused", what, "a keyed flow's key or schema changed: its table of current rows per key is not "
                               "migrated by an upgrade; restore the previous definition, or land the data under a new flow",
                               code="keyed-refused", name=f))
             continue
-        if was["schema"] == d["schema"]:
+        if was["schema"] == d["schema"] and not (migrate_new and f in stored):
             continue
         steps, refused = schema_steps(was["schema"], d["schema"], d.get("defaults", {}))
         if f not in stored:
             out.append(Change("applies", what, "schema changed (nothing stored yet)"))
+        elif migrate_new:
+            out.append(Change("migrates", what, f"every stored record of its live increments through migrate '{d['migrate']}' (with a migration)",
+                              kind="flow-schema", name=f, data=True, args={"migrate": d["migrate"]}))
         elif refused:
-            out.append(Change("refused", what, "; ".join(refused) + ". A flow's records are not migrated by a function: "
+            out.append(Change("refused", what, "; ".join(refused) + ". Give the flow 'migrate: module:function' (an old record in, a new "
+                              "record or None out; a new or changed one: a function already recorded ran at an earlier upgrade), "
                               "restore the previous type, or add a new field (nullable or with a default) instead", code="schema-refused", name=f))
         else:
             out.append(Change("migrates", what, "; ".join(steps), kind="flow-schema", name=f, data=True))

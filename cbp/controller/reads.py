@@ -14,13 +14,9 @@ from __future__ import annotations
 import json
 from typing import Any, Optional
 
-import pyarrow as pa
-import pyarrow.compute as pc
 
 from ..engine.task.bipindex import latest_rows
-from ..engine.task.signed import fill_diff
 from ..errors import InputError, UsageError, UserCodeError
-from ..spec.arrowrecords import with_diff
 from ..spec.schema import DIFF
 from ..storage import INC, LAYOUT, SRC, Home
 from .feeds import Feeds
@@ -28,7 +24,7 @@ from .history import History
 from .intentions import Intentions
 from .journal import Journal
 from .live import Live
-from .migrate import conform
+from .migrate import conform, stored_rows
 from .records import EpochRecord
 from .runs import Runs
 from .scheduler import Scheduler
@@ -121,25 +117,28 @@ class Reads:
             return [int(i) for i in e["incs"]]
         return [int(i) for i in self._epoch_entry(fl.producer, epoch)["outputs"].get(flow, [])]
 
-    def output_records(self, flow: str, epoch: Optional[int] = None) -> list[dict[str, Any]]:
-        """Records of the flow's increments (only those produced by its stage's ``epoch`` when given)."""
-        by_version = self.output_versions(flow, epoch)
+    def _rows(self, flow: str, by_version: dict[Any, list[int]]) -> list[tuple[dict[str, Any], int, Any, int]]:
+        """(record, increment, ``_src`` or None, ``_diff``) of the increments ``by_version`` names, in
+        increment order: in today's schema, or as recorded where an increment predates a flow
+        migration (:func:`~.migrate.stored_rows`)."""
         fl = self.live.spec.flow(flow)
-        parts = []
+        out = []
         for v, incs in by_version.items():
             t = self.home.read_table(LAYOUT.flow(flow), v, partitions=[(INC, "in", [str(i) for i in incs])])
-            parts.append(conform(t, fl.schema, keep=tuple(c for c in (INC, SRC, DIFF) if c in t.column_names)))  # type: ignore[union-attr]
-        if not parts:
-            return []
-        t = pa.concat_tables(parts, promote_options="default")  # versions from before a table got _diff lack it (null: +1)
-        if epoch is not None and fl.frame_by is not None:  # a framed increment may hold records of several feeds/epochs
-            t = t.filter(pc.equal(t[SRC], epoch))
-        t = t.sort_by([(INC, "ascending")])
-        recs = [fl.schema.from_storage(r) for r in t.select(list(fl.schema.fields)).to_pylist()]
-        if DIFF in t.schema.names:  # shown where it is not +1 (null: +1, a file written before signed records)
-            for r, d in zip(recs, t[DIFF].to_pylist()):
-                if d is not None and d != 1:
-                    r[DIFF] = d
+            for rec, meta in stored_rows(t, fl.schema, (INC, SRC, DIFF)) if t is not None else []:
+                d = meta.get(DIFF)
+                out.append((rec, int(meta[INC]), meta.get(SRC), 1 if d is None else int(d)))  # null or absent _diff: +1
+        out.sort(key=lambda r: r[1])  # stable: a version's order within an increment
+        return out
+
+    def output_records(self, flow: str, epoch: Optional[int] = None) -> list[dict[str, Any]]:
+        """Records of the flow's increments (only those produced by its stage's ``epoch`` when given)."""
+        fl = self.live.spec.flow(flow)
+        recs = []
+        for rec, _, src, d in self._rows(flow, self.output_versions(flow, epoch)):
+            if epoch is not None and fl.frame_by is not None and src != epoch:  # a framed increment may hold records of several feeds/epochs
+                continue
+            recs.append({**rec, DIFF: d} if d != 1 else rec)  # shown where it is not +1
         return recs
 
     def consolidated_records(self, flow: str, epoch: Optional[int] = None) -> list[dict[str, Any]]:
@@ -150,23 +149,13 @@ class Reads:
         ``negative-multiplicity`` naming the flow, the record and the feed or epoch where its sum
         first went below zero."""
         fl = self.live.spec.flow(flow)
-        by_version = self.output_versions(flow, epoch, upto=True)
-        cols = list(fl.schema.fields)
-        parts = [self.home.read_table(LAYOUT.flow(flow), v, partitions=[(INC, "in", [str(i) for i in incs])]) for v, incs in by_version.items()]
-        parts = [conform(t, fl.schema, keep=tuple(c for c in (INC, SRC, DIFF) if c in t.column_names))  # as stored, or upgraded since
-                 for t in parts if t is not None and t.num_rows]
-        if not parts:
-            return []
-        t = pa.concat_tables([fill_diff(with_diff(p.select(cols + [c for c in (DIFF, SRC) if c in p.column_names]))) for p in parts],
-                             promote_options="default")
-        t = t.append_column(INC, pa.concat_arrays([p[INC].combine_chunks().cast(pa.int64()) for p in parts]))
+        rows = self._rows(flow, self.output_versions(flow, epoch, upto=True))
         if epoch is not None and fl.frame_by is not None:  # a framed increment may hold records of later feeds/epochs
-            t = t.filter(pc.less_equal(t[SRC], epoch))
-        t = t.sort_by([(INC, "ascending")] + ([(SRC, "ascending")] if SRC in t.column_names else []))
+            rows = [r for r in rows if r[2] is not None and r[2] <= epoch]
+        rows.sort(key=lambda r: (r[1], -1 if r[2] is None else r[2]))
         totals: dict[str, list[Any]] = {}  # record identity -> [record, running sum, where it first went negative]
-        for rec, d, inc, src in zip(t.select(cols).to_pylist(), t[DIFF].to_pylist(), t[INC].to_pylist(),
-                                    t[SRC].to_pylist() if SRC in t.column_names else [None] * t.num_rows):
-            k = json.dumps([rec[c] for c in cols], separators=(",", ":"), ensure_ascii=False)
+        for rec, inc, src, d in rows:
+            k = json.dumps(rec, separators=(",", ":"), ensure_ascii=False, sort_keys=True, default=repr)
             have = totals.setdefault(k, [rec, 0, None])
             have[1] += d
             if have[1] < 0 and have[2] is None:
@@ -175,14 +164,11 @@ class Reads:
         for rec, total, where in totals.values():
             if total < 0:
                 what = f"feed {where}" if fl.producer is None else f"stage '{fl.producer}' epoch {where}"
-                raise InputError(f"flow '{flow}': record {json.dumps(fl.schema.from_storage(dict(rec)), ensure_ascii=False)[:200]} is retracted "
+                raise InputError(f"flow '{flow}': record {json.dumps(rec, ensure_ascii=False, default=repr)[:200]} is retracted "
                                  f"more often than it was added (its multiplicity sums to {total}; it first went below zero in {what})",
                                  code="negative-multiplicity")
             if total:
-                r = fl.schema.from_storage(dict(rec))
-                if total != 1:
-                    r[DIFF] = total
-                out.append(r)
+                out.append({**rec, DIFF: total} if total != 1 else rec)
         return out
 
     def _increment_source(self, flow: str, inc: int) -> Any:

@@ -33,15 +33,15 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Optional
 
-import pyarrow as pa
-
 from .. import faults
 from ..errors import RuntimeStateError, UsageError
-from ..storage import INC, LAYOUT, PART, Home
+from ..spec.schema import DIFF
+from ..storage import INC, LAYOUT, PART, SRC, Home
 from .history import History
 from .intentions import Intentions
 from .journal import Journal
 from .live import Live
+from .migrate import stored_rows
 from .snapshot import FlowState, Increment, Sched, Snapshot, StageState
 
 __all__ = ["RewindReport", "Rewind"]
@@ -349,10 +349,8 @@ class Rewind:
                     by_version: dict[int, list[str]] = {}
                     for i, v in e["versions"].get(flow, {}).items():
                         by_version.setdefault(int(v), []).append(i)
-                    parts = [self.home.read_table(LAYOUT.flow(flow), v, partitions=[(INC, "in", ids)]) for v, ids in by_version.items()]
-                    if not parts:
-                        return []
-                    t = pa.concat_tables(parts).sort_by([(INC, "ascending")])
-                    return [fl.schema.from_storage(r) for r in t.select(list(fl.schema.fields)).to_pylist()]
+                    rows = [r for v, ids in by_version.items() for r in stored_rows(self.home.read_table(LAYOUT.flow(flow), v, partitions=[(INC, "in", ids)]),
+                                                                                       fl.schema, (INC, SRC, DIFF))]
+                    return [rec for rec, meta in sorted(rows, key=lambda r: int(r[1][INC]))]  # as recorded if before a flow migration
         raise UsageError(f"no rewind undid epoch {epoch} of stage '{fl.producer}'" + (f" as change {rewind_seq}" if rewind_seq else ""),
                          code="unknown-epoch")

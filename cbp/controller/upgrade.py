@@ -99,9 +99,16 @@ class Upgrade:
                cleanup: list[str], written: list[str]) -> None:
         s = c.name
         if c.kind == "flow-schema":
-            commit, w = self.migration.flow_commit(s, n)
+            migrating = c.args.get("migrate") and old is not None
+            commit, w = self.migration.flow_commit(s, n, RecordSchema.parse(old["flows"][s]["schema"]) if migrating else None)  # type: ignore[index]
             written += w
             commits.append(commit)
+            if migrating:  # records a migrate dropped leave their increments' counts
+                fs, rows = self.live.st.flows[s], {}
+                for a in commit["adds"]:
+                    rows[int(a["partition"])] = rows.get(int(a["partition"]), 0) + int(a["rows"])
+                for i, m in fs.incs.items():
+                    m.records = rows.get(i, 0)
         elif c.kind == "state-rewrite":
             assert old is not None
             base = LAYOUT.index(s)

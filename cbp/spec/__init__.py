@@ -89,6 +89,7 @@ class _RawFlow(_Strict):
     key: Optional[list[str]] = None  # a keyed flow: upserts per key (AUTO CDC)
     sequence_by: Optional[str] = None
     delete_when: Optional[str] = None
+    migrate: Optional[str] = None  # module:function turning an old stored record into a new one (or None) on 'cbp upgrade'
 
 
 class _RawStage(_Strict):
@@ -174,6 +175,8 @@ class FlowSpec:
     key: tuple[str, ...] = ()  # a keyed flow's key fields (cbp.controller.keyed)
     sequence_by: Optional[str] = None
     delete_when: Optional[str] = None
+    migrate: Optional[Callable[..., Any]] = None  # YAML 'migrate': old stored record -> new record or None (cbp upgrade)
+    migrate_path: Optional[str] = None
 
 
 @dataclass(frozen=True)
@@ -321,8 +324,9 @@ class _Compiler:
 
         frames = self._frames(schemas, consumers)
         stages = {n: self._stage(n, s, schemas) for n, s in raw.stages.items()}
-        flows = {n: FlowSpec(n, schemas[n], f.external, producers.get(n), tuple(consumers[n]), frames.get(n), **flow_source(n, f, schemas[n], n in frames, self.fail, self.base))
-                 for n, f in raw.flows.items()}
+        flows = {n: FlowSpec(n, schemas[n], f.external, producers.get(n), tuple(consumers[n]), frames.get(n), **flow_source(n, f, schemas[n], n in frames, self.fail, self.base),
+                             migrate=None if f.migrate is None else self._callable(f.migrate, ("flows", n, "migrate"), f"flow '{n}' migrate", (1, "migrate(old_record)")),
+                             migrate_path=f.migrate) for n, f in raw.flows.items()}
         return PipelineSpec(raw.pipeline, self.path, raw.mode, flows, stages, _stage_order(stages, flows))
 
     def _schema(self, fields: dict[str, Any], where: tuple[str, ...], what: str) -> RecordSchema:
