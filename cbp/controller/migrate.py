@@ -133,16 +133,24 @@ class Migration:
         rel = LAYOUT.flow(flow)
         schema = self.live.spec.flows[flow].schema
         adds, removes, written = [], [], []
-        for f in self.home.table_files(rel, fs.version):  # type: ignore[arg-type]
-            t = pq.read_table(self.home.path(f"{rel}/{f['path']}"), filesystem=self.home.fs)
-            inc = int(f["partition"])
-            if old is not None:
-                t = self._migrated(flow, conform(t, old.signed(), keep=(SRC,) if SRC in t.column_names else ()), old, inc)
-            t = conform(t, schema.signed(), keep=(SRC,) if SRC in t.column_names else ())  # _diff stays, last (null: +1)
-            add = self.home.write_parquet(LAYOUT.increment_dir(flow, inc), t, f"u{n}", inc)
-            written.append(add["rel"])
-            adds.append({**add, "path": add.pop("rel")[len(rel) + 1:]})
-            removes.append(f)
+        try:
+            for f in self.home.table_files(rel, fs.version):  # type: ignore[arg-type]
+                t = pq.read_table(self.home.path(f"{rel}/{f['path']}"), filesystem=self.home.fs)
+                inc = int(f["partition"])
+                if old is not None:
+                    t = self._migrated(flow, conform(t, old.signed(), keep=(SRC,) if SRC in t.column_names else ()), old, inc)
+                t = conform(t, schema.signed(), keep=(SRC,) if SRC in t.column_names else ())  # _diff stays, last (null: +1)
+                add = self.home.write_parquet(LAYOUT.increment_dir(flow, inc), t, f"u{n}", inc)
+                written.append(add["rel"])
+                adds.append({**add, "path": add.pop("rel")[len(rel) + 1:]})
+                removes.append(f)
+        except BaseException:  # a migrate that failed: what this flow's rewrite wrote goes (it would be an invisible orphan)
+            for w in written:
+                try:
+                    self.home.delete_file(w)
+                except OSError:
+                    pass
+            raise
         app, version = upgrade_app(n)
         targets = [["flows", flow, "version"]] + [["flows", flow, "incs", str(i), "version"] for i in fs.incs]
         commit = {"table": rel, "partition_by": INC, "adds": adds, "removes": removes, "app": app, "version": version,
