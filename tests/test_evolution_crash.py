@@ -25,13 +25,19 @@ stages:
 """
 NEW = (OLD.replace("partitions: 2", "partitions: 3")
        .replace("state: {schema: {w: string, n: int}}", "state: {schema: {w: string, n: int, x: {type: int, default: 7}}}")
-       .replace("changes: {schema: {w: string, n: int}}", 'changes: {schema: {w: string, n: int, v: "string?"}}'))
+       .replace("changes: {schema: {w: string, n: int}}", 'changes: {schema: {w: string, n: int, v: "string?"}}')
+       # and a flow migration: the pending feed's field renamed through MOD:rename (the kills cover it too)
+       .replace("words: {external: true, schema: {w: string}}", "words: {external: true, schema: {word: string}, migrate: MOD:rename}")
+       .replace("route_by: w}", "route_by: word}"))
 MODULE = """
 def count(key, state, words, out):
     prev = next(state, None)
     n = sum(1 for _ in words) + (prev["n"] if prev else 0)
     out.state.write({"w": key, "n": n, **({"x": prev.get("x", 7)} if prev and "x" in prev else {})})
     out.changes.write({"w": key, "n": n})
+
+def rename(rec):
+    return {"word": rec["w"]}
 """
 #: files written, nothing pending (old pipeline); one of the two Delta commits made (new, once finished);
 #: killed at the pending record and again while the next writer finishes it (new). Each is a new process with
@@ -53,7 +59,7 @@ def test_kill_inside_upgrade_leaves_old_or_new(spark, make_pipeline, tmp_path):
     for recs in ([{"w": "a"}, {"w": "b"}, {"w": "a"}], [{"w": "c"}]):
         p.feed("words", recs)
         p.run()
-    p.feed("words", [{"w": "d"}])  # pending while the upgrade runs
+    p.feed("words", [{"w": "d"}, {"w": "a"}])  # pending while the upgrade runs (migrated: 'w' renamed 'word')
     before = _state(p)
     clean = str(tmp_path / "clean")
     shutil.copytree(base, clean)
