@@ -162,3 +162,23 @@ def test_flow_migrate_plan_needs_a_new_function(make_pipeline, tmp_path):
     cbp.load(make_pipeline(keyed, MODULE), home=home2).feed("words", FEEDS[0])
     new_keyed = NEW.replace("words: {external: true,", "words: {external: true, key: [w],")
     assert [c.code for c in cbp.load(make_pipeline(new_keyed, MODULE), home=home2).plan().refused] == ["keyed-refused"]
+
+
+def test_flow_migrate_runs_once_and_undone_epochs_read_as_recorded(spark, make_pipeline, tmp_path):
+    """After a rewind, the restored feeds are migrated by the upgrade and the undone epoch's output
+    reads as recorded; the same migrate, recorded, does not run again: a later non-widening change needs a new one."""
+    old, new = make_pipeline(OLD, MODULE, module_name="fm_once"), make_pipeline(NEW, MODULE, module_name="fm_once")
+    home = str(tmp_path / "h")
+    p = cbp.load(old, home=home)
+    for recs in FEEDS[:2]:
+        p.feed("words", recs)
+        p.run()
+    p.rewind(1, stage="count")
+    p = cbp.load(new, home=home)
+    p.upgrade()
+    assert _rows(p.undone_output("changes", 2)) == _rows([{"w": "a", "n": 5}, {"w": "c", "n": 5}])
+    p.run()
+    assert {r["w"]: r["n"] for r in p.state("count")} == {"a": 5, "b": 1, "c": 5}
+    again = NEW.replace("schema: {w: string, k: int}", "schema: {w: string, k: string}")
+    plan = cbp.load(make_pipeline(again, MODULE, module_name="fm_once"), home=home).plan()
+    assert [(c.name, c.code) for c in plan.refused] == [("words", "schema-refused")], plan.lines()
