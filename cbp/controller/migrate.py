@@ -64,16 +64,33 @@ def conform(t: pa.Table, schema: RecordSchema, keep: tuple[str, ...] = ()) -> pa
 def conforms(t: pa.Table, schema: RecordSchema) -> bool:
     """Whether :func:`conform` only widens ``t`` into ``schema``: every field there with its type (or
     ``int`` under ``float``), or missing and nullable or defaulted. Not so for increments stored
-    before a flow's ``migrate:`` changed its types or fields (they are read as recorded)."""
+    before a flow's ``migrate:`` changed its types or fields (they are read as recorded).
+
+        >>> conforms(pa.table({"n": pa.array([1], pa.int32()), "s": pa.array(["x"], pa.large_string())}), RecordSchema.parse({"n": "float", "s": "string"}))
+        True
+        >>> conforms(pa.table({"n": ["1"]}), RecordSchema.parse({"n": "int"})), conforms(pa.table({"n": [1]}), RecordSchema.parse({"c": "int"}))
+        (False, False)
+    """
     for name, ft in schema.fields.items():
         if name not in t.column_names:
             if not ft.nullable and name not in schema.defaults:
                 return False
             continue
-        have = t.schema.field(name).type
-        if have != ft.arrow and not (pa.types.is_integer(have) and pa.types.is_floating(ft.arrow)):
+        have, want = _family(t.schema.field(name).type), _family(ft.arrow)
+        if have != want and (have, want) != ("int", "float"):
             return False
     return True
+
+
+def _family(t: pa.DataType) -> Any:
+    """An Arrow type as a schema type sees it (a reader's large or view variants and widths alike)."""
+    if pa.types.is_string(t) or pa.types.is_large_string(t) or str(t) == "string_view":
+        return "string"
+    if pa.types.is_integer(t) or pa.types.is_floating(t):
+        return "int" if pa.types.is_integer(t) else "float"
+    if pa.types.is_list(t) or pa.types.is_large_list(t) or str(t).startswith("list_view"):
+        return ("list", _family(t.value_type))
+    return str(t)
 
 
 def stored_rows(t: pa.Table, schema: RecordSchema, meta: tuple[str, ...]) -> list[tuple[dict[str, Any], dict[str, Any]]]:
