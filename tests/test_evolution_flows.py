@@ -182,3 +182,11 @@ def test_flow_migrate_runs_once_and_undone_epochs_read_as_recorded(spark, make_p
     again = NEW.replace("schema: {w: string, k: int}", "schema: {w: string, k: string}")
     plan = cbp.load(make_pipeline(again, MODULE, module_name="fm_once"), home=home).plan()
     assert [(c.name, c.code) for c in plan.refused] == [("words", "schema-refused")], plan.lines()
+
+
+def test_flow_migrate_is_resolved_like_a_stages(make_pipeline):
+    """A flow's migrate that does not import, or cannot be called with one record, is a spec error."""
+    for fn, code in (("MOD:nowhere", "bad-import"), ("MOD:count", "bad-signature")):
+        with pytest.raises(cbp.SpecError) as e:
+            cbp.load(make_pipeline(NEW.replace("MOD:parse_k", fn), MODULE))
+        assert e.value.code == code and "flow 'words' migrate" in str(e.value)
