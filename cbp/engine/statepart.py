@@ -346,7 +346,7 @@ def _compact(plan: "TaskPlan", p: int, index: PartitionIndex, files: list[dict[s
     # index the merged rows that were their key's newest anywhere (a delta older than the base may
     # hold stale rows of keys the base has since rewritten: they stay, unindexed, for readers to skip)
     names = {f["path"] for f in deltas}
-    latest = index.h[np.isin(index.f, [i for i, n in enumerate(index.files) if n in names])]
+    latest = index.hashes_in_files([i for i, n in enumerate(index.files) if n in names])
     keep = np.isin(h, latest)
     new_index = index.without_files(names).updated(
         np.empty(0, np.int64), np.empty(0, np.int32), np.empty(0, np.int32), h[keep], add["path"] if add else None, g[keep])
