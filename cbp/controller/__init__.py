@@ -53,7 +53,7 @@ class Controller(Journal, Landing, Keyed, Sources, Scheduling, Epochs, Reads):
 
     def __init__(self, spec: PipelineSpec, home: Home, *, mode: Optional[str] = None, spark: Any = None,
                  max_state_files: int = 8, backpressure: int = 4, state_row_group: int = ROW_GROUP,
-                 state_cache_mb: Optional[float] = None, state_scan_fraction: Optional[float] = None,
+                 state_cache_mb: Optional[float] = None, state_scan_fraction: Optional[float] = None, state_index_mb: Optional[float] = None,
                  small_epoch_records: Optional[int] = None, notify: Optional[Callable[[str], None]] = None) -> None:
         self.spec = spec
         self.home = home
@@ -64,6 +64,7 @@ class Controller(Journal, Landing, Keyed, Sources, Scheduling, Epochs, Reads):
         self.max_state_files = max_state_files
         self.state_row_group = state_row_group
         self.state_cache_mb = state_cache_mb
+        self.state_index_mb = state_index_mb
         self.state_scan_fraction = state_scan_fraction
         self.small_epoch_records = small_epoch_records
         self.backpressure = backpressure

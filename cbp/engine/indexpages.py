@@ -58,6 +58,7 @@ class PageCache:
 
     def __init__(self, budget: int) -> None:
         self.budget, self.used, self.held = budget, 0, 0
+        self.reads = 0  # pages read from files (not found here)
         self.pages: "OrderedDict[str, Arrays]" = OrderedDict()
 
     def get(self, key: str) -> Optional[Arrays]:
@@ -182,6 +183,7 @@ class PagedBase:
         if hit is not None:
             return hit
         t = self._file().read_row_group(i, columns=["h", "f", "g"])
+        _CACHE.reads += 1
         page = (t["h"].to_numpy(), t["f"].to_numpy().astype(np.int32, copy=False), t["g"].to_numpy().astype(np.int32, copy=False))
         if keep:
             _CACHE.put(key, page)

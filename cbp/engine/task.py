@@ -67,6 +67,7 @@ class TaskPlan:
     max_files: int = 8
     row_group: int = ROW_GROUP
     cache_mb: Optional[float] = None
+    index_mb: Optional[float] = None  # the worker's partition index budget (cbp.engine.indexpages.INDEX_MB when None)
     scan_fraction: Optional[float] = None  # the state scan rule's threshold (cbp.engine.bipindex.SCAN_FRACTION when None)
     scan_choice: dict[int, float] = field(default_factory=dict)  # per partition: the driver's scan (0) or index (2) choice
     fault: Optional[str] = None  # CBP_FAULT of the driver (crash tests, see cbp.faults)
@@ -306,8 +307,7 @@ def time_limit(plan: TaskPlan) -> Iterator[None]:
     A Spark Python worker runs its task in its main thread, where signals are delivered; the
     exception surfaces inside whatever Python code runs then, usually the translator, so the
     failure can name the key. The driver also cancels the job a little later, for code that
-    never returns to the interpreter.
-    """
+    never returns to the interpreter."""
     if plan.deadline is None or threading.current_thread() is not threading.main_thread():
         yield
         return
