@@ -138,3 +138,21 @@ def test_an_index_file_of_the_earlier_release_is_read_by_pages(tmp_path, monkeyp
     back = PartitionIndex.load(home, "i/new.parquet")
     assert back.files == ["a", "b", "d"] and _model_of(back) == [(1, "a", 0), (2, "a", 1), (3, "d", 0), (5, "b", 0), (8, "b", 0), (9, "a", 1)]
     assert pq.ParquetFile(home.path("i/new.parquet")).metadata.num_row_groups == 2
+
+
+def test_a_state_file_larger_than_the_cache_is_never_held_whole(tmp_path, monkeypatch):
+    """The scan rule reads a file whole only if the worker's state cache could hold it (or it is
+    small): a task's memory stays bounded by state_cache_mb whatever the partition's size."""
+    from test_scan_fraction import _state
+
+    from cbp.engine import bipindex
+
+    monkeypatch.delenv("CBP_STATE_SCAN_FRACTION", raising=False)
+    home, index = _state(tmp_path)  # 40 keys, 10 row groups
+    r = bipindex.StateReader(home, "stages/s/state", index, cache_mb=1e-6, scan_fraction=0.0)
+    assert r.rows_of(np.array([0, 12], np.int64))[0].num_rows == 2 and r.row_groups_read == 10  # small: read whole
+    monkeypatch.setattr(bipindex, "WHOLE_FLOOR", 0)
+    r = bipindex.StateReader(home, "stages/s/state", index, cache_mb=1e-6, scan_fraction=0.0)
+    for part in np.array_split(np.arange(40, dtype=np.int64), 5):
+        assert r.rows_of(part)[0].num_rows == part.size
+    assert r.row_groups_read == 10 and r.cache_hits == 0 and not r._whole  # row group by row group, each once

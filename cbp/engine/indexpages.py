@@ -205,7 +205,8 @@ class PagedBase:
         parts = []
         for i in self._spans(hashes, hashes).tolist():
             h, f, g = self.page(i)
-            pos = matches(h, hashes[(hashes >= h[0]) & (hashes <= h[-1])]) if h.size else _I64
+            a, b = (np.searchsorted(hashes, [h[0], h[-1]], side="left")[0], np.searchsorted(hashes, h[-1], side="right")) if h.size else (0, 0)
+            pos = matches(h, hashes[a:b]) if b > a else _I64
             if pos.size:
                 parts.append((pos + self.starts[i], h[pos], f[pos], g[pos]))
         if not parts:

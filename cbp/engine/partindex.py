@@ -36,6 +36,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from ..storage import Home
+from . import indexpages
 from .indexpages import CACHE, PAGE, ArrayBase, PagedBase, index_budget, matches, write_whole
 
 __all__ = ["PartitionIndex", "MAX_DELTAS", "DELTA_FRACTION", "sorted_unique", "delta_cap"]
@@ -47,6 +48,10 @@ MAX_DELTAS = 8
 #: as compaction does) stays rare. At 0.125, a 100k-record epoch rewrote the index of 1M keys
 #: every epoch and of 3M every third (3M: median epoch 0.42 s against 0.36 s at 0.5).
 DELTA_FRACTION = 0.5
+#: An epoch whose delta would hold more entries than this many pages writes the index whole: it
+#: wrote at least as many state rows, which cost more than streaming the index, and a worker that
+#: opens the index later does not replay a delta that big (a build of 1M rows into one key).
+BIG_DELTA_PAGES = 8
 #: Bytes an entry of the deltas takes in memory (overlay: hash, file id, row group; or a dead position).
 ENTRY_BYTES = 16
 
@@ -322,7 +327,7 @@ class PartitionIndex:
         old = list(parent.chain) if parent is not None else []
         entries = 0 if delta is None else int(delta[0].size + delta[3].size)
         kept: PartitionIndex = self
-        if (delta is not None and parent is not None and parent.chain and len(parent.chain) <= MAX_DELTAS
+        if (delta is not None and parent is not None and parent.chain and len(parent.chain) <= MAX_DELTAS and entries <= BIG_DELTA_PAGES * indexpages.PAGE
                 and parent.chain_entries + entries <= min(max(self.live_keys, 1) * DELTA_FRACTION, delta_cap())):
             dh, df, dg, ah, add_file, ag = delta
             t = pa.table({"add": pa.array(np.r_[np.zeros(dh.size, bool), np.ones(ah.size, bool)]),
