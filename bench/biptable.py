@@ -13,7 +13,7 @@ one measurement survives to the next (each epoch reads its state from the files)
 the epoch time (EpochReport.seconds) and the task's ``state_read`` phase (EpochReport.phases)
 (median over ``--repeats`` epochs, default 1), and, since those include the same translate and
 decode work on both sides and the machine is shared, the time of the state reader alone
-(:class:`cbp.engine.bipindex.StateReader` on the same files in this process, minimum of
+(:class:`cbp.engine.task.bipindex.StateReader` on the same files in this process, minimum of
 ``--reader-repeats``), which decides the break-even fraction of keys touched (the smallest f from
 which on scanning is no slower, interpolated), reported next to the paper's 60%.
 
@@ -58,7 +58,7 @@ READER_EXTRA = [0.00002, 0.00005, 0.0002, 0.0003, 0.0005]
 MODES = {"index": 2.0, "scan": 0.0}  # state_scan_fraction that forces each side
 PAPER_BREAK_EVEN = 0.60  # §4.5.2/§5.2: BIPtables beat a sequential scan up to ~60% of the state records
 CACHE_MB = 1.0  # per-worker state cache in the measured epochs: too small to keep a state file
-CHUNK = 20_000  # keys per lookup in the reader-alone timing: spark.sql.execution.arrow.maxRecordsPerBatch (cbp.engine.session)
+CHUNK = 20_000  # keys per lookup in the reader-alone timing: spark.sql.execution.arrow.maxRecordsPerBatch (cbp.engine.driver.session)
 
 
 def log(msg: str) -> None:
@@ -124,7 +124,7 @@ def reader_bench(base: Path, fractions: list[float], repeats: int, chunk: int, s
     reader, index and 1 MB cache each time. Returns the minimum and median seconds per side."""
     import glob
 
-    from cbp.engine import bipindex
+    from cbp.engine.task import bipindex
     from cbp.storage import Home
 
     home = Home(str(base))
@@ -273,7 +273,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     ap.add_argument("--workdir", default=None, help="directory for the temporary homes (default: a new one under bench/out/)")
     ap.add_argument("--keep", action="store_true", help="keep the pre-loaded home")
     args = ap.parse_args(argv)
-    from cbp.engine.bipindex import ROW_GROUP
+    from cbp.engine.task.bipindex import ROW_GROUP
 
     args.keys = args.keys or (50_000 if args.quick else 500_000)
     args.repeats = 1 if args.repeats is None else args.repeats

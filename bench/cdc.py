@@ -223,7 +223,7 @@ def child(spec_path: str, result_path: str) -> int:
     work.mkdir(parents=True, exist_ok=True)
     table = str(work / "source")
     shutil.copytree(spec["data"]["base"], table)
-    from cbp.engine.session import get_spark
+    from cbp.engine.driver.session import get_spark
 
     spark = get_spark(conf={} if name == "cbp" else {"spark.sql.adaptive.enabled": "true", "spark.sql.shuffle.partitions": "4"})
     sysm: Any = {"cbp": Cbp, "cdf-merge": CdfMerge, "recompute": Recompute}[name](spark, work, table)

@@ -56,7 +56,7 @@ def log(msg: str) -> None:
 def child(args: argparse.Namespace) -> int:
     """Build the state and measure the epochs of one setup; write the measurements as JSON."""
     import cbp
-    from cbp.engine.session import get_spark
+    from cbp.engine.driver.session import get_spark
     from url_count_bench import Keys, increments, load_vocabulary
 
     vocab, source = load_vocabulary()

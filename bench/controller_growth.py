@@ -46,10 +46,10 @@ from url_count_bench import OUT, ROOT, YAML, _mem_gib, _version, log  # bench/ i
 
 FLOW = "urls"
 SNAPSHOTS = Path("_cbp") / "controller"  # cbp.storage: <home>/_cbp/controller/<seq:012d>.json
-SPARK_JOB = "run_stage_epoch"  # cbp.engine.job: one stage epoch as one Spark job
+SPARK_JOB = "run_stage_epoch"  # cbp.engine.driver.job: one stage epoch as one Spark job
 #: Modules that may hold the name the controller calls ``run_stage_epoch`` by: every one found is
 #: wrapped, and each round checks that the wrapper saw one call per epoch (else the code moved).
-CALL_SITES = ("cbp.controller.epoch", "cbp.controller", "cbp.engine.job")
+CALL_SITES = ("cbp.controller.epoch", "cbp.controller", "cbp.engine.driver.job")
 PROGRESS_EVERY = 100
 
 
@@ -345,7 +345,7 @@ def main(argv: list[str] | None = None) -> int:
 
     t_start = time.perf_counter()
     import cbp
-    from cbp.engine.session import get_spark
+    from cbp.engine.driver.session import get_spark
 
     timer = SparkJobTimer()
     try:

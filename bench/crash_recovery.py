@@ -97,7 +97,7 @@ def main() -> None:
     print(f"data: {source}; {args.increments} increments of ~{per} links")
     work = Path(tempfile.mkdtemp(prefix="cbp-crash-"))
 
-    from cbp.engine.session import get_spark
+    from cbp.engine.driver.session import get_spark
 
     spark = get_spark()
     t0 = time.perf_counter()

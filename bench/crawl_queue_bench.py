@@ -78,7 +78,7 @@ def main() -> None:
     from cbp.crawl.corpus import fetch_debian_doc
     from cbp.crawl.reference import queue_from_scratch
     from cbp.crawl.crawler import Corpus, Crawler
-    from cbp.engine.session import get_spark
+    from cbp.engine.driver.session import get_spark
 
     root = fetch_debian_doc(args.package, str(DATA))
     if root is None:

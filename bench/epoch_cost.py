@@ -174,7 +174,7 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
 
     import cbp
-    from cbp.engine.session import get_spark
+    from cbp.engine.driver.session import get_spark
 
     vocab, source = load_vocabulary()
     keys = Keys(vocab)

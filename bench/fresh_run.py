@@ -7,7 +7,7 @@ URLs as ``url_count_bench.py``), then ``--rounds`` rounds; each round lands a 1,
 increment with ``cbp feed`` (no Spark) and times, as whole processes, side by side in one run
 (their order alternating from round to round):
 
-- ``cbp run`` with the driver JVM's class archive (``cbp/engine/jvmcache.py``) and without it
+- ``cbp run`` with the driver JVM's class archive (``cbp/engine/driver/jvmcache.py``) and without it
   (``CBP_JVM_ARCHIVE=0``): one epoch each, on the same home;
 - a process that only starts a SparkSession and runs one job (``spark.range(10).count()``), with
   and without the archive: the part of the above that is Spark's.
@@ -39,7 +39,7 @@ import numpy as np
 from url_count_bench import OUT, ROOT, YAML_VEC, Keys, _version, increments, load_vocabulary, log  # puts ROOT on sys.path
 
 CBP = str(Path(sys.executable).parent / "cbp")
-SPARK_ONLY = "from cbp.engine.session import get_spark; assert get_spark().range(10).count() == 10"
+SPARK_ONLY = "from cbp.engine.driver.session import get_spark; assert get_spark().range(10).count() == 10"
 
 
 def timed(cmd: list[str], env: dict[str, str]) -> float:

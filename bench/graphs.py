@@ -10,7 +10,7 @@ shuffle every epoch (``small_epoch_records: 0``): black-box mode with multicast
 (``flows/clustering.yaml``, mode blackbox), direct mode with multicast emulated by replication
 (``flows/clustering_emulated.yaml``) and direct mode with multicast (``flows/clustering.yaml``).
 The two direct ones run again as cbp runs them by default, their small epochs routed by the driver
-(:mod:`cbp.engine.smallepoch`: no shuffle, so no bytes to count).
+(:mod:`cbp.engine.driver.smallepoch`: no shuffle, so no bytes to count).
 Each feed is followed by ``run()`` (to quiescence: two epochs). Per increment and variant: the
 time of ``run()`` and the bytes Spark shuffled (``EpochReport.shuffle_bytes`` summed over the
 epochs of the run); reported cumulatively, as in Fig. 14(a)/(b). The variants alternate their
@@ -66,7 +66,7 @@ sys.path.insert(0, str(BENCH))
 from graphdata import Edge, doc_link_edges, nodes_of, split_edges, wordnet_edges  # noqa: E402
 
 VARIANTS = [  # (label, YAML in flows/, mode, tuning): Fig. 14's three through Spark's shuffle (its bytes are Spark's metrics),
-    # then both direct variants as they run by default, small epochs routed by the driver (cbp.engine.smallepoch: nothing shuffled)
+    # then both direct variants as they run by default, small epochs routed by the driver (cbp.engine.driver.smallepoch: nothing shuffled)
     ("black-box, multicast", "clustering.yaml", "blackbox", {"small_epoch_records": 0}),
     ("direct, emulated multicast", "clustering_emulated.yaml", "direct", {"small_epoch_records": 0}),
     ("direct, multicast", "clustering.yaml", "direct", {"small_epoch_records": 0}),

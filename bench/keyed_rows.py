@@ -177,7 +177,7 @@ def main() -> None:
     args = ap.parse_args()
     OUT.mkdir(parents=True, exist_ok=True)
     work = Path(args.workdir) if args.workdir else Path(tempfile.mkdtemp(prefix="tmp-keyed-rows-", dir=OUT))
-    from cbp.engine.session import get_spark
+    from cbp.engine.driver.session import get_spark
 
     get_spark()
     results: list[dict[str, Any]] = json.loads(Path(args.with_results).read_text()) if args.with_results else []

@@ -129,7 +129,7 @@ def child(args: argparse.Namespace) -> int:
     name, work, data = spec["system"], Path(spec["work"]), spec["data"]
     work.mkdir(parents=True, exist_ok=True)
     os.environ.setdefault("CBP_STATE_CACHE_MB", "4096")
-    from cbp.engine.session import get_spark
+    from cbp.engine.driver.session import get_spark
 
     mem = PeakRss()
     conf = {} if name.startswith("cbp-") else {**ps.STREAMING_CONF, "spark.sql.adaptive.enabled": "true"}
@@ -214,7 +214,7 @@ def run_child(system: str, size: int, work: Path, data: dict[str, Any], args: ar
 
 def reference_fingerprint(data: dict[str, Any]) -> dict[str, int]:
     import peer_systems as ps
-    from cbp.engine.session import get_spark
+    from cbp.engine.driver.session import get_spark
 
     spark = get_spark()
     try:

@@ -239,7 +239,7 @@ def setup(args: argparse.Namespace, old: Path, work: Path) -> dict[str, Any]:
     import cbp
     from cbp.crawl.crawler import Corpus, Crawler
     from cbp.crawl.schedule import Revisits
-    from cbp.engine.session import get_spark
+    from cbp.engine.driver.session import get_spark
 
     shutil.rmtree(work, ignore_errors=True)
     web = work / "web" / PACKAGE

@@ -87,7 +87,7 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=1)
     ap.add_argument("--row-wise", action="store_true", help="the row-wise translator (flows/url_count.yaml)")
     args = ap.parse_args()
-    from cbp.engine.session import get_spark
+    from cbp.engine.driver.session import get_spark
 
     spark = get_spark()
     src = ROOT / "flows" / ("url_count.yaml" if args.row_wise else "url_count_vec.yaml")

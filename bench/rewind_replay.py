@@ -40,7 +40,7 @@ def main() -> None:
     ap.add_argument("--urls", type=int, default=50000)
     ap.add_argument("--back", type=int, nargs="+", default=[1, 4])
     a = ap.parse_args()
-    from cbp.engine.session import get_spark
+    from cbp.engine.driver.session import get_spark
 
     spark = get_spark()
     feeds = _feeds(a.epochs, a.records, a.urls)

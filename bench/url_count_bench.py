@@ -413,7 +413,7 @@ def main(argv: list[str] | None = None) -> int:
 
     os.environ["CBP_STATE_CACHE_MB"] = str(args.cache_mb)  # before Spark starts its Python workers
     import cbp
-    from cbp.engine.session import get_spark
+    from cbp.engine.driver.session import get_spark
 
     t0 = time.perf_counter()
     get_spark()

@@ -17,7 +17,7 @@ from .controller import EpochRecord, EpochReport, SyncReport
 from .controller.feeds import DuplicateFeedWarning
 from .controller.rewind import RewindReport
 from .controller.plan import Change, Plan
-from .engine.progress import Progress
+from .engine.driver.progress import Progress
 from .crawl.crawler import Corpus, Crawler, CrawlRound
 from .crawl.schedule import Revisits
 from .errors import BusyError, CbpError, InputError, RuntimeStateError, SpecError, UsageError, UserCodeError

@@ -251,7 +251,7 @@ def _run(pipe: Any, args: argparse.Namespace) -> int:
 def _sql(pipe: Any, args: argparse.Namespace) -> int:
     from .sql import sql_error
 
-    from .engine.session import get_spark
+    from .engine.driver.session import get_spark
 
     # py4j and pyspark's SQLQueryContextLogger would log a failed query as a traceback; cbp reports it (main)
     for name in ("", "SQLQueryContextLogger"):

@@ -23,7 +23,7 @@ import pyarrow as pa
 from .controller import Controller, EpochRecord, EpochReport, Landed, SyncReport
 from .controller.plan import Plan
 from .controller.upgrade import unfed_waits
-from .engine.progress import Poller, Progress
+from .engine.driver.progress import Poller, Progress
 from .errors import InputError, UsageError
 from .gcpolicy import fewer_collections
 from .spec.diff import validate_json_line_signed, validate_signed
@@ -103,12 +103,12 @@ class Pipeline:
     is compacted, default 8), ``state_row_group`` (rows per row group of state files, 8192),
     ``state_cache_mb`` (decoded state files a Spark Python worker keeps, default
     ``CBP_STATE_CACHE_MB`` or 2048; 0 disables), ``state_scan_fraction`` (fraction of a state
-    file's row groups above which a task reads it whole, :data:`cbp.engine.bipindex.SCAN_FRACTION`;
+    file's row groups above which a task reads it whole, :data:`cbp.engine.task.bipindex.SCAN_FRACTION`;
     0 always scans, above 1 never), ``state_index_mb`` (partition index a Spark Python worker keeps:
     pages read and the newest epochs' entries, default ``CBP_STATE_INDEX_MB`` or 1024,
-    :mod:`cbp.engine.indexpages`), ``small_epoch_records`` (new records of an epoch up to which
+    :mod:`cbp.engine.task.indexpages`), ``small_epoch_records`` (new records of an epoch up to which
     the driver routes them itself and the epoch runs without a shuffle,
-    :data:`cbp.engine.smallepoch.SMALL_RECORDS`; 0 turns that off), ``backpressure`` (4).
+    :data:`cbp.engine.driver.smallepoch.SMALL_RECORDS`; 0 turns that off), ``backpressure`` (4).
     """
 
     def __init__(self, path: str | os.PathLike[str], home: Optional[str] = None, *, mode: Optional[str] = None,
@@ -223,7 +223,7 @@ class Pipeline:
         ``pipeline-changed`` (see :meth:`plan`), unless ``upgrade`` applies the plan first (:meth:`upgrade`).
         Each epoch is logged (logger ``cbp``: its start at DEBUG, its report line at INFO);
         ``progress`` is called about twice a second while an epoch runs, with a
-        :class:`cbp.engine.progress.Progress` (Spark's tasks done of all, records read so far).
+        :class:`cbp.engine.driver.progress.Progress` (Spark's tasks done of all, records read so far).
 
             >>> import logging; logging.basicConfig(level=logging.INFO)          # doctest: +SKIP
             >>> p.run(progress=lambda g: print(g.stage, g.tasks_done, g.tasks_total))  # doctest: +SKIP

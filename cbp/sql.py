@@ -1,7 +1,8 @@
 """Spark SQL over a pipeline's tables, through Spark's own Delta connector (delta-spark).
 
 Each stateful stage is a view of its current state records (as ``cbp state`` shows them) and
-each flow a view of its records (as ``cbp output`` shows them), both read with
+each flow a view of its records (as ``cbp output`` shows them, with a ``_diff`` column: +1, or -1
+for a retraction), both read with
 ``spark.read.format("delta")`` at the versions the controller snapshot names, so a query sees
 one committed moment of the pipeline. ``epoch`` pins stages to the state after one of their
 epochs (Delta time travel), and the flows they produce to what that epoch wrote.
@@ -19,10 +20,11 @@ import re
 from functools import partial
 from typing import TYPE_CHECKING, Any, Callable, Iterator, Mapping, Optional, Union
 
-from .engine.deltaread import latest_state, read_delta
-from .engine.job import spark_ddl
-from .engine.session import require_delta
+from .engine.driver.deltaread import latest_state, read_delta
+from .engine.driver.job import spark_ddl
+from .engine.driver.session import require_delta
 from .errors import RuntimeStateError, UsageError
+from .spec.schema import DIFF
 from .storage import INC, LAYOUT, SRC
 
 if TYPE_CHECKING:
@@ -114,13 +116,14 @@ def flow_df(ctl: "Controller", spark: Any, flow: str, epoch: Optional[int] = Non
         df = read_delta(spark, ctl.home.uri(LAYOUT.flow(fl.name)), version)
         parts.append(df.where(F.col(INC).cast("bigint").isin([int(i) for i in incs])))
     if not parts:
-        return spark.createDataFrame([], spark_ddl(fl.schema))
+        return spark.createDataFrame([], spark_ddl(fl.schema) + f", {DIFF} bigint")
     df = parts[0]
     for more in parts[1:]:
-        df = df.unionByName(more)
+        df = df.unionByName(more, allowMissingColumns=True)  # versions from before the table got _diff lack it
     if epoch is not None and fl.frame_by is not None:  # a framed increment may hold records of several feeds/epochs
         df = df.where(F.col(SRC) == int(epoch))
-    return df.orderBy(F.col(INC).cast("bigint")).select(*fields)
+    diff = F.coalesce(F.col(DIFF).cast("bigint"), F.lit(1)) if DIFF in df.columns else F.lit(1).cast("bigint")
+    return df.orderBy(F.col(INC).cast("bigint")).select(*fields, diff.alias(DIFF))
 
 
 def views(ctl: "Controller", spark: Any, epoch: Epochs = None, query: Optional[str] = None) -> dict[str, Any]:

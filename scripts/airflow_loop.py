@@ -128,6 +128,31 @@ def stop_airflow(proc: subprocess.Popen, grace: float = 60) -> None:
     except ProcessLookupError:
         pass
     proc.wait()
+    _wait_group_gone(proc.pid)
+
+
+def _wait_group_gone(pgid: int, timeout: float = 60) -> None:
+    """Wait until no live process of group ``pgid`` is left (a SIGKILLed process on a busy machine
+    can take a while to die), SIGKILLing any that appear, up to ``timeout`` seconds."""
+    import psutil
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        alive = []
+        for p in psutil.process_iter(["pid", "status"]):
+            try:
+                if os.getpgid(p.pid) == pgid and p.info["status"] != psutil.STATUS_ZOMBIE:
+                    alive.append(p)
+            except (ProcessLookupError, psutil.Error):
+                pass
+        if not alive:
+            return
+        for p in alive:
+            try:
+                p.kill()
+            except psutil.Error:
+                pass
+        psutil.wait_procs(alive, timeout=1.0)
 
 
 def main() -> int:

@@ -1,5 +1,5 @@
 #!/usr/bin/env python
-"""Record the driver JVM's class archive now (cbp.engine.jvmcache), so that the first `cbp run`
+"""Record the driver JVM's class archive now (cbp.engine.driver.jvmcache), so that the first `cbp run`
 after setup already starts from it; nothing to do when this Java and class path have one.
 
 The archive holds what this process's JVM loads: URLCount's epochs, per-key and vectorised, on the
@@ -18,8 +18,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 import cbp  # noqa: E402
-from cbp.engine import jvmcache  # noqa: E402
-from cbp.engine.session import get_spark  # noqa: E402
+from cbp.engine.driver import jvmcache  # noqa: E402
+from cbp.engine.driver.session import get_spark  # noqa: E402
 
 
 def main() -> int:

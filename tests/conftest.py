@@ -56,7 +56,7 @@ def count(key, state, words, out):
 
 @pytest.fixture(scope="session")
 def spark():
-    from cbp.engine.session import get_spark
+    from cbp.engine.driver.session import get_spark
 
     os.environ.setdefault("CBP_SPARK_MASTER", "local[2,2]")  # 2 attempts per task, as in cbp's default
     session = get_spark()

@@ -21,7 +21,7 @@ import networkx as nx
 from deltalake import DeltaTable
 
 import cbp
-from cbp.engine.bipindex import latest_rows
+from cbp.engine.task.bipindex import latest_rows
 
 YAML = Path(__file__).resolve().parent / "crash" / "components.yaml"
 STAGES = ("parse", "cc", "size")

@@ -10,7 +10,7 @@ import random
 import pyarrow as pa
 import pytest
 
-from cbp.engine.groups import group_chunks
+from cbp.engine.task.groups import group_chunks
 from cbp.testing import Increment, replay
 
 YAML = """

@@ -245,7 +245,7 @@ def test_missing_java_is_explained(monkeypatch):
     import shutil
 
     from cbp import RuntimeStateError
-    from cbp.engine.session import get_spark
+    from cbp.engine.driver.session import get_spark
 
     monkeypatch.setattr(shutil, "which", lambda name: None)
     monkeypatch.delenv("JAVA_HOME", raising=False)

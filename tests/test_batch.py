@@ -9,7 +9,7 @@ import random
 import pytest
 
 import cbp
-from cbp.engine.batch import _typed_keys
+from cbp.engine.task.batch import _typed_keys
 from cbp.errors import SpecError, UserCodeError
 from cbp.testing import Increment, replay
 from conftest import FLOWS

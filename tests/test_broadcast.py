@@ -154,7 +154,7 @@ def test_broadcast_and_multicast_delivery(spark, tmp_path, make_pipeline, mode, 
 def test_one_copy_per_partition(spark, tmp_path, make_pipeline, small):
     """A broadcast record reaches each of the 3 tasks once, however many keys it is delivered to:
     through Spark's shuffle (whose own record counts show it), and routed by the driver in a small
-    epoch (cbp.engine.smallepoch: nothing shuffled, the tasks' copies counted)."""
+    epoch (cbp.engine.driver.smallepoch: nothing shuffled, the tasks' copies counted)."""
     path = make_pipeline(YAML.replace("GROUPING", "inner"), MODULE)
     p = cbp.Pipeline(path, str(tmp_path / "home"), spark=spark, **({} if small else {"small_epoch_records": 0}))
     p.feed("ins", [_rec(f"k{i}", "key", "t") for i in range(60)] + [_rec("", "all", "X")])

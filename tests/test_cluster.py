@@ -344,12 +344,12 @@ def test_translator_and_helpers_ship_by_value(tmp_path):
 
 
 # ============================================================== locality: partition p stays on its executor
-# (branch 'locality'; cbp.engine.locality) One driver process runs several epochs, as a long-lived
+# (branch 'locality'; cbp.engine.driver.locality) One driver process runs several epochs, as a long-lived
 # `cbp run` or Airflow worker would, so the executors and their state caches live across epochs.
 LOCALITY_DRIVER = """
 import json, sys
 import cbp
-from cbp.engine.session import get_spark
+from cbp.engine.driver.session import get_spark
 p = cbp.load(sys.argv[1], sys.argv[2], spark=get_spark())
 for feed in json.loads(open(sys.argv[3]).read()):
     p.feed("urls", feed)

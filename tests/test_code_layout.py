@@ -34,8 +34,10 @@ def _modules() -> dict[str, Path]:
     return out
 
 
-def _imports(mods: dict[str, Path]) -> dict[str, set[tuple[str, list[str]]]]:
-    """Per module, the cbp modules it imports, with the names it takes from each."""
+def _imports(mods: dict[str, Path], typing: bool = False) -> dict[str, set[tuple[str, list[str]]]]:
+    """Per module, the cbp modules it imports, with the names it takes from each (also those
+    imported for annotations only, under ``TYPE_CHECKING``, if ``typing``); imports inside
+    functions count."""
     out: dict[str, set[tuple[str, list[str]]]] = {}
     for m, f in mods.items():
         pkg = m if f.name == "__init__.py" else m.rsplit(".", 1)[0]
@@ -44,7 +46,7 @@ def _imports(mods: dict[str, Path]) -> dict[str, set[tuple[str, list[str]]]]:
         typing_only = {id(n) for block in ast.walk(tree) if isinstance(block, ast.If) and "TYPE_CHECKING" in ast.dump(block.test)
                        for stmt in block.body for n in ast.walk(stmt)}
         for node in ast.walk(tree):
-            if id(node) in typing_only:  # annotations only: not an import at run time
+            if id(node) in typing_only and not typing:  # annotations only: not an import at run time
                 continue
             if isinstance(node, ast.ImportFrom):
                 base = pkg.split(".")[: len(pkg.split(".")) - (node.level - 1)] if node.level else []
@@ -92,3 +94,60 @@ def test_no_import_cycle_and_no_layer_reaching_up():
             elif a != "cbp" and a != b and LAYERS[a] < LAYERS[b]:
                 upward.append(f"{m} ({a}) imports {d} ({b})")
     assert not upward
+
+
+#: The engine's packages by where their code runs (docs/concepts/code-layout.md): a Spark task's
+#: code never imports the driver's, and what both use imports neither.
+ENGINE_SIDES = {"task": {"task", "common"}, "common": {"common"}, "driver": {"driver", "task", "common"}}
+
+
+def _engine_side(module: str) -> str | None:
+    parts = module.split(".")
+    return parts[2] if len(parts) > 3 and parts[1] == "engine" else None
+
+
+def test_engine_task_side_never_imports_the_driver_side():
+    mods = _modules()
+    assert {_engine_side(m) for m in mods if m.startswith("cbp.engine.")} - {None} == set(ENGINE_SIDES)
+    assert not [m for m in mods if m.startswith("cbp.engine.") and m.count(".") == 2 and m.rsplit(".", 1)[1] not in ENGINE_SIDES]
+    wrong = []
+    for m, ds in _imports(mods, typing=True).items():
+        side = _engine_side(m)
+        for d, _ in ds:
+            if side is not None and _engine_side(d) is not None and _engine_side(d) not in ENGINE_SIDES[side]:
+                wrong.append(f"{m} imports {d}")
+    assert not wrong
+
+
+def test_engine_task_modules_import_each_other_without_a_cycle():
+    """Annotations-only and function-level imports count: a task module's dependencies run one way."""
+    mods = _modules()
+    task = {m for m in mods if _engine_side(m) == "task"}
+    g = nx.DiGraph([(m, d) for m, ds in _imports(mods, typing=True).items() if m in task for d, _ in ds if d in task])
+    assert len(task) > 10 and list(nx.simple_cycles(g)) == []
+
+
+_SHIPPING = {"mapPartitions", "mapPartitionsWithIndex", "mapInArrow", "mapInPandas", "applyInPandas", "flatMap", "map", "foreachPartition"}
+
+
+def test_driver_jobs_ship_only_task_side_functions():
+    """What a driver module hands Spark to run on the executors (``rdd.mapPartitions(partial(f, ...))``,
+    ``df.mapInArrow(f, ...)`` ...) is a function of :mod:`cbp.engine.task`, imported from there."""
+    shipped, wrong = [], []
+    for m, f in _modules().items():
+        if _engine_side(m) != "driver":
+            continue
+        tree = ast.parse(f.read_text(encoding="utf-8"))
+        pkg = m.rsplit(".", 1)[0].split(".")
+        origin = {a.asname or a.name: ".".join(pkg[: len(pkg) - node.level + 1] + [node.module or ""])
+                  for node in ast.walk(tree) if isinstance(node, ast.ImportFrom) and node.level for a in node.names}
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in _SHIPPING and node.args:
+                fn = node.args[0]
+                if isinstance(fn, ast.Call) and isinstance(fn.func, ast.Name) and fn.func.id == "partial":
+                    fn = fn.args[0]
+                name = fn.id if isinstance(fn, ast.Name) else ast.dump(fn)
+                shipped.append(name)
+                if _engine_side(origin.get(name, "") + ".x") != "task":
+                    wrong.append(f"{m}: {name}")
+    assert len(shipped) >= 8 and not wrong

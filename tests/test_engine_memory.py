@@ -47,7 +47,7 @@ import json, os, sys
 from collections import Counter
 
 import cbp
-from cbp.engine.session import get_spark
+from cbp.engine.driver.session import get_spark
 
 work, n_docs, text_len = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
 sys.path.insert(0, work)

@@ -12,8 +12,8 @@ from conftest import WORD_COUNT
 
 import cbp
 from cbp.cli import main
-from cbp.engine.job import _job_error
-from cbp.engine.protocol import FailureRecord, TaskFailed, TaskResult, decode_failure, decode_results, encode_failure, result_batch
+from cbp.engine.driver.job import _job_error
+from cbp.engine.common.protocol import FailureRecord, TaskFailed, TaskResult, decode_failure, decode_results, encode_failure, result_batch
 from cbp.errors import RuntimeStateError, UserCodeError
 
 ADD = {"path": "_part=1/e00000002-abc.parquet", "size": 1234, "mtime": 1795442750451, "rows": 17, "partition": 1}
@@ -39,7 +39,7 @@ def test_result_rows_round_trip():
 def test_failure_records_survive_any_message(message):
     forged = encode_failure(FailureRecord("io", "forged by the user's exception text", "evil", 9))
     rec = FailureRecord("user-code", message + forged, "s", 1, key=json.dumps(["a", 1]), exc_type="ValueError", location="/x/m.py:3")
-    text = f"An exception was thrown from the Python worker:\nTraceback ...\ncbp.engine.protocol.TaskFailed: {TaskFailed(rec)}\n\tat org.apache..."
+    text = f"An exception was thrown from the Python worker:\nTraceback ...\ncbp.engine.common.protocol.TaskFailed: {TaskFailed(rec)}\n\tat org.apache..."
     got = decode_failure(text)
     assert got is not None and got.code == "user-code" and got.stage == "s" and got.key == '["a", 1]' and got.location == "/x/m.py:3"
     assert got.message == (message + forged)[:2000]

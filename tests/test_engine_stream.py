@@ -11,8 +11,8 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from cbp.engine.bipindex import PartitionIndex, StateMeta
-from cbp.engine.statepart import DirectPartition
+from cbp.engine.task.bipindex import PartitionIndex, StateMeta
+from cbp.engine.task.statepart import DirectPartition
 from cbp.pipeline import Pipeline
 from cbp.spec.schema import RecordSchema
 from cbp.storage import Home
@@ -136,7 +136,7 @@ def test_a_written_file_is_cached_only_within_the_budget(tmp_path, budget_kb, ca
     """A state file a task writes goes into its worker's cache when it fits the budget; when it
     does not, the writer stops holding its rows as soon as they outgrow the budget (a big epoch's
     rows are not all kept in memory for nothing), and reads go to the file."""
-    from cbp.engine.statepart import StateWriter
+    from cbp.engine.task.statepart import StateWriter
 
     mb = budget_kb / 1024
     rec = lambda h, n=1: [{"w": f"k{h}", "n": n}]  # noqa: E731
@@ -158,8 +158,8 @@ def test_merging_state_files_in_hash_order(tmp_path, keep_tombstones):
     each key's newest rows, as a Delta reader sees them (3 keys share each hash, row groups of 4)."""
     import pyarrow.parquet as pq
 
-    from cbp.engine.bipindex import latest_rows, read_partition_rows
-    from cbp.engine.statepart import StateWriter, _merge_files
+    from cbp.engine.task.bipindex import latest_rows, read_partition_rows
+    from cbp.engine.task.statepart import StateWriter, _merge_files
 
     rng = random.Random(3)
     plan = _plan(tmp_path, 1)

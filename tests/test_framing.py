@@ -14,7 +14,7 @@ from deltalake import DeltaTable
 
 import cbp
 from cbp.controller.landing import Landing
-from cbp.engine.framing import frame_runs
+from cbp.engine.task.framing import frame_runs
 
 FRAMED = """
 pipeline: framed

@@ -11,8 +11,8 @@ from deltalake import DeltaTable
 from test_model import KV, KV_MODULE
 
 import cbp
-from cbp.engine import bipindex
-from cbp.engine.bipindex import MAX_DELTAS, PartitionIndex, latest_rows
+from cbp.engine.task import bipindex
+from cbp.engine.task.bipindex import MAX_DELTAS, PartitionIndex, latest_rows
 from cbp.storage import Home
 
 

@@ -1,4 +1,4 @@
-"""A partition's index read page by page (cbp.engine.indexpages) against a dict model, over many
+"""A partition's index read page by page (cbp.engine.task.indexpages) against a dict model, over many
 random epochs: inserts, updates and deletes (hash collisions included), deltas, whole writes,
 compactions (entries of merged files replaced), new workers that reopen it from disk, and a
 page cache far smaller than the index."""
@@ -13,9 +13,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from cbp.engine import indexpages, partindex
-from cbp.engine.indexpages import CACHE, PagedBase
-from cbp.engine.partindex import PartitionIndex
+from cbp.engine.task import indexpages, partindex
+from cbp.engine.task.indexpages import CACHE, PagedBase
+from cbp.engine.task.partindex import PartitionIndex
 from cbp.storage import Home
 
 
@@ -145,7 +145,7 @@ def test_a_state_file_larger_than_the_cache_is_never_held_whole(tmp_path, monkey
     small): a task's memory stays bounded by state_cache_mb whatever the partition's size."""
     from test_scan_fraction import _state
 
-    from cbp.engine import bipindex
+    from cbp.engine.task import bipindex
 
     monkeypatch.delenv("CBP_STATE_SCAN_FRACTION", raising=False)
     home, index = _state(tmp_path)  # 40 keys, 10 row groups

@@ -1,4 +1,4 @@
-"""The driver JVM's class archive (cbp.engine.jvmcache): the first driver of a Java and class path
+"""The driver JVM's class archive (cbp.engine.driver.jvmcache): the first driver of a Java and class path
 records it as its process exits, the drivers after it start from it, and a driver never waits
 for another's recording."""
 
@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from cbp.engine import jvmcache
+from cbp.engine.driver import jvmcache
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -22,7 +22,7 @@ ROOT = Path(__file__).resolve().parent.parent
 _DRIVER = """
 import subprocess, sys
 from pyspark import SparkContext
-from cbp.engine.session import get_spark
+from cbp.engine.driver.session import get_spark
 spark = get_spark()
 assert spark.range(10).count() == 10
 pid = SparkContext._gateway.proc.pid
@@ -148,7 +148,7 @@ def test_a_java_that_cannot_record_still_starts_a_driver_and_is_not_asked_again(
     cache = tmp_path / "jvm"
     env = {**os.environ, "CBP_JVM_CACHE": str(cache), "CBP_SPARK_MASTER": "local[1]", "JAVA_TOOL_OPTIONS": "-Xshare:off"}
     env.pop("CBP_SPARK_CONF", None)
-    run = "from cbp.engine.session import get_spark; s = get_spark(); print('COUNT', s.range(7).count())"
+    run = "from cbp.engine.driver.session import get_spark; s = get_spark(); print('COUNT', s.range(7).count())"
     for _ in range(2):
         p = subprocess.run([sys.executable, "-c", run], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
         assert p.returncode == 0 and "COUNT 7" in p.stdout, p.stderr[-3000:]

@@ -20,8 +20,8 @@ from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as hs
 
 import cbp
-from cbp.engine.keyedstate import key_range, row_hashes
-from cbp.engine.sparkhash import spark_xxhash64
+from cbp.engine.task.keyedstate import key_range, row_hashes
+from cbp.engine.common.sparkhash import spark_xxhash64
 from cbp.errors import SpecError
 
 # row keys r49971/r118633 and r35529/r169704 have equal low 32 bits of their row hash; keys

@@ -6,7 +6,8 @@ import json
 
 import cbp
 from cbp.cli import main
-from cbp.engine.locality import executor_name, task_location
+from cbp.engine.driver.locality import task_location
+from cbp.engine.task.executor import executor_name
 from conftest import FLOWS
 
 URLS = str(FLOWS / "url_count.yaml")

@@ -11,7 +11,7 @@ import pytest
 from deltalake import DeltaTable
 
 import cbp
-from cbp.engine.bipindex import latest_rows
+from cbp.engine.task.bipindex import latest_rows
 
 INDEX = """
 pipeline: inverted

@@ -16,6 +16,8 @@ MORE = [
     ("url_count", "feed", {"flow": "urls", "records": [{"url": "e"}, {"url": "b"}]}),
     ("url_count", "feed", {"flow": "urls", "records": [{"url": "b"}, {"url": "c"}], "feed_id": "day2"}),  # a retry: lands nothing
     ("url_count", "run", {}),
+    ("url_count", "feed", {"flow": "urls", "records": [{"url": "a", "_diff": -1}, {"url": "d"}]}),  # a retraction on an old home's table
+    ("url_count", "run", {}),
     ("set_diff", "feed", {"flow": "crawl_b", "records": [{"url": "u6", "hour": 4}, {"url": "u7", "hour": 5}]}),
     ("set_diff", "run", {}),
 ]
@@ -62,4 +64,4 @@ def test_old_home_goes_on_like_a_fresh_one(homes, spark, tmp_path):
                 p.run()
     for name in fresh:
         assert _view(old[name]) == _view(fresh[name]), name
-    assert {r["url"]: r["count"] for r in old["url_count"].state("url_count")} == {"a": 3, "b": 3, "c": 1, "d": 1, "e": 1}
+    assert {r["url"]: r["count"] for r in old["url_count"].state("url_count")} == {"a": 2, "b": 3, "c": 1, "d": 2, "e": 1}

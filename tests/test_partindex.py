@@ -8,8 +8,8 @@ import random
 import numpy as np
 import pytest
 
-from cbp.engine import partindex
-from cbp.engine.partindex import PartitionIndex
+from cbp.engine.task import partindex
+from cbp.engine.task.partindex import PartitionIndex
 from cbp.storage import Home
 
 

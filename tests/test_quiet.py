@@ -14,8 +14,8 @@ import shutil
 import subprocess
 import sys
 
-from cbp.engine.jvmlog import is_jvm_line
-from cbp.engine.progress import Progress
+from cbp.engine.driver.jvmlog import is_jvm_line
+from cbp.engine.driver.progress import Progress
 from conftest import FLOWS, ROOT, WORD_COUNT
 
 import cbp
@@ -48,7 +48,7 @@ def test_a_real_cbp_run_prints_no_spark_or_jvm_line(tmp_path):
 
 CHILD = """
 import os, subprocess, time
-from cbp.engine.jvmlog import filtered_stderr
+from cbp.engine.driver.jvmlog import filtered_stderr
 w = filtered_stderr()
 p = subprocess.Popen(["sh", "-c", "echo 'WARNING: Using incubator modules: jdk.incubator.vector' >&2; "
                       "echo '12:00:01 ERROR Executor: task failed' >&2; echo 'java.lang.RuntimeException: boom' >&2; "
@@ -115,7 +115,7 @@ def test_python_run_logs_each_epoch_and_reports_progress(spark, make_pipeline, t
 DISPLAY = """
 import time
 from cbp.commands._terminal import EpochDisplay
-from cbp.engine.progress import Progress
+from cbp.engine.driver.progress import Progress
 d = EpochDisplay()
 d.progress(Progress("count", 1, 0.5, 0, 0, None, "starting Spark"))  # under 2 s: nothing shows
 for i in range(4):

@@ -9,7 +9,7 @@ import random
 import pyarrow as pa
 import pytest
 
-from cbp.engine.routing import encode_key, envelope_schema, plain_envelopes
+from cbp.engine.task.routing import encode_key, envelope_schema, plain_envelopes
 from cbp.spec.schema import RecordSchema
 
 ALPHABET = ["a", "Z", "0", " ", "é", "字", "😀", "/", "?", "=", "&", "'", "\u2028", "\x7f", "<", "%"]
@@ -77,7 +77,7 @@ def test_spark_sql_key_texts_equal_encode_key(spark):
     byte: every control character, quotes, backslashes, U+2028, non-BMP text; int64 and bool."""
     from pyspark.sql import functions as F
 
-    from cbp.engine.job import json_key_sql
+    from cbp.engine.driver.job import json_key_sql
 
     rng = random.Random(9)
     alphabet = [chr(c) for c in range(0, 40)] + ['"', "\\", "/", "é", "\u2028", "\u2029", "\x7f", "😀", "字", "a"]
@@ -93,7 +93,7 @@ def test_spark_sql_key_texts_equal_encode_key(spark):
 def test_decode_key_is_json_loads_of_every_key_text():
     """The translator gets decode_key(text): the JSON value itself, also for the texts the fast
     path (a string without escapes) does not take: escapes, numbers, lists, objects, null."""
-    from cbp.engine.routing import decode_key
+    from cbp.engine.task.routing import decode_key
 
     rng = random.Random(11)
     alphabet = [chr(c) for c in range(0, 40)] + ['"', "\\", "/", "é", "\u2028", "\x7f", "😀", "字", "a", "u"]
@@ -109,7 +109,7 @@ def test_a_key_field_crosses_once_and_comes_back_as_fed():
     """An input routed by a non-null string, int or bool field leaves that field out of its
     envelopes (the key text carries it); ``restore_fields`` puts back the records as fed: escapes,
     int64 limits, bools, other flows' rows (null) and the only field of a record alike."""
-    from cbp.engine.routing import Routes, elided_fields, restore_fields
+    from cbp.engine.task.routing import Routes, elided_fields, restore_fields
 
     rng = random.Random(5)
     alphabet = ALPHABET + NEEDS_PYTHON

@@ -1,4 +1,4 @@
-"""The state scan rule's knob (cbp.engine.bipindex.SCAN_FRACTION): 0 scans, above 1 never does,
+"""The state scan rule's knob (cbp.engine.task.bipindex.SCAN_FRACTION): 0 scans, above 1 never does,
 the environment variable and the plan's value override the constant, and a file read whole is
 read once per task even when the worker's cache cannot hold it."""
 
@@ -8,9 +8,9 @@ from types import SimpleNamespace
 
 import numpy as np
 
-from cbp.engine import bipindex
-from cbp.engine.bipindex import PartitionIndex, StateMeta, StateReader
-from cbp.engine.statepart import DirectPartition
+from cbp.engine.task import bipindex
+from cbp.engine.task.bipindex import PartitionIndex, StateMeta, StateReader
+from cbp.engine.task.statepart import DirectPartition
 from cbp.spec.schema import RecordSchema
 from cbp.storage import Home
 

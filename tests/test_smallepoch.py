@@ -1,4 +1,4 @@
-"""Small epochs routed by the driver (``cbp.engine.smallepoch``): Spark's hashes computed exactly,
+"""Small epochs routed by the driver (``cbp.engine.driver.smallepoch``): Spark's hashes computed exactly,
 the same state and outputs as the shuffle path, the shuffle path wherever the driver must not
 route, and failures reported as from any task."""
 
@@ -10,7 +10,7 @@ import random
 import pytest
 
 import cbp
-from cbp.engine.sparkhash import partition_of, partition_probes, spark_hash, spark_xxhash64
+from cbp.engine.common.sparkhash import partition_of, partition_probes, spark_hash, spark_xxhash64
 from cbp.errors import UserCodeError
 from cbp.testing import Increment, replay
 from conftest import FLOWS
@@ -166,7 +166,7 @@ def test_local_tasks_claim_each_partition_once_and_keep_them_on_their_worker(spa
     """In local mode the tasks claim the partitions (their worker's own first): every partition runs
     exactly once, each epoch's state equals the from-scratch count, and the driver knows which
     worker ran each partition."""
-    from cbp.engine import smallepoch
+    from cbp.engine.driver import smallepoch
 
     p = cbp.load(FLOWS / "url_count.yaml", home=str(tmp_path / "h"), spark=spark)
     rng = random.Random(3)
@@ -185,7 +185,7 @@ def test_local_tasks_claim_each_partition_once_and_keep_them_on_their_worker(spa
 
 
 def test_a_retried_task_takes_over_its_failed_attempts_claims(tmp_path):
-    from cbp.engine.smallepoch import claim, claim_order
+    from cbp.engine.task.runners import claim, claim_order
 
     assert claim(str(tmp_path), 2, task=0, pid=100) and not claim(str(tmp_path), 2, task=1, pid=101)
     assert claim(str(tmp_path), 2, task=0, pid=102)  # the retry of task 0, in a new worker
@@ -199,7 +199,7 @@ def test_a_retried_task_takes_over_its_failed_attempts_claims(tmp_path):
 def test_envelopes_a_routeby_function_multiplies_past_the_cap_take_the_shuffle(spark, tmp_path, make_pipeline, monkeypatch):
     """A RouteBy that returns many keys per record: once its job's envelopes pass the cap the epoch
     takes the shuffle instead, with the same result."""
-    from cbp.engine import smallepoch
+    from cbp.engine.driver import smallepoch
 
     path = make_pipeline(HALVES.replace("KEYTYPE", "string").replace("GROUPING", "inner").replace("route_by: k, frame_by", "route_by: 'MOD:fan', frame_by"),
                          HALVES_MODULE + "\ndef fan(r):\n    return [r['k'] + str(i) for i in range(40)]\n")
@@ -229,7 +229,7 @@ def test_envelope_directories_of_killed_runs_are_swept(tmp_path, monkeypatch):
     import tempfile
     import time
 
-    from cbp.engine import smallepoch
+    from cbp.engine.driver import smallepoch
 
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
     monkeypatch.setattr(smallepoch, "_SWEPT", [])

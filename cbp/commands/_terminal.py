@@ -14,7 +14,7 @@ import sys
 import threading
 from typing import Any, Optional
 
-from ..engine.progress import Progress
+from ..engine.driver.progress import Progress
 
 __all__ = ["AFTER", "EpochDisplay", "setup"]
 
@@ -24,7 +24,7 @@ AFTER = 2.0  # seconds an epoch runs before its bar shows
 def setup(verbose: bool) -> None:
     """cbp's own warnings (logger ``cbp``) on stderr; Spark's and the JVM's lines only when ``verbose``."""
     if verbose:
-        os.environ["CBP_VERBOSE"] = "1"  # read where the Spark JVM starts (cbp.engine.jvmlog)
+        os.environ["CBP_VERBOSE"] = "1"  # read where the Spark JVM starts (cbp.engine.driver.jvmlog)
     log = logging.getLogger("cbp")
     if not any(getattr(h, "_cbp_cli", False) for h in log.handlers):
         handler = logging.StreamHandler(sys.stderr)
@@ -45,7 +45,7 @@ class EpochDisplay:
         self._task: Any = None
         self._of: Optional[tuple[str, int]] = None
         self._ended: set[tuple[str, int]] = set()
-        # the terminal itself: while Spark's JVM starts, fd 2 is a pipe (cbp.engine.jvmlog.launching)
+        # the terminal itself: while Spark's JVM starts, fd 2 is a pipe (cbp.engine.driver.jvmlog.launching)
         self._out = os.fdopen(os.dup(sys.stderr.fileno()), "w", buffering=1)
 
     def progress(self, p: Progress) -> None:

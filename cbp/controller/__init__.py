@@ -26,7 +26,7 @@ from __future__ import annotations
 from contextlib import contextmanager
 from typing import Any, Callable, Iterator, Optional
 
-from ..engine.bipindex import ROW_GROUP
+from ..engine.task.bipindex import ROW_GROUP
 from ..errors import CbpError, SpecError, UsageError
 from ..spec import PipelineSpec, load_spec
 from ..storage import LAYOUT, Home
@@ -82,7 +82,7 @@ class Controller(Journal, Landing, Keyed, Sources, Scheduling, Epochs, Reads):
     @property
     def spark(self) -> Any:
         if self._spark is None:
-            from ..engine.session import get_spark
+            from ..engine.driver.session import get_spark
 
             self._spark = get_spark()
         return self._spark

@@ -1,7 +1,7 @@
 """One stage epoch, driven from the controller: intention, Spark job, commits (paper 001 §4.3).
 
 Before a stage epoch runs, its *intention* (what it reads and removes, the increment ids it will
-produce, the connectors it touches) is written; the Spark job (:mod:`cbp.engine.job`) then writes
+produce, the connectors it touches) is written; the Spark job (:mod:`cbp.engine.driver.job`) then writes
 only new files, and the epoch is committed as one change (:mod:`.journal`). A runner that dies
 leaves the intention: the next ``cbp run`` re-runs the epoch with the same decision, or drops
 it if its inputs changed.
@@ -16,12 +16,12 @@ from typing import Any, Optional
 import pyarrow as pa
 
 from .. import faults
-from ..engine.bipindex import STATE_META, StateMeta, choose_reads
-from ..engine.deltaread import StateSource
-from ..engine.framing import FRAME_KEY
-from ..engine.job import run_stage_epoch
-from ..engine.protocol import TaskResult
-from ..engine.task import TaskPlan
+from ..engine.task.bipindex import STATE_META, StateMeta, choose_reads
+from ..engine.driver.deltaread import StateSource
+from ..engine.task.framing import FRAME_KEY
+from ..engine.driver.job import run_stage_epoch
+from ..engine.common.protocol import TaskResult
+from ..engine.task.plan import TaskPlan
 from ..errors import RuntimeStateError
 from ..spec import StageSpec
 from ..storage import INC, LAYOUT, PART
@@ -80,7 +80,7 @@ class Epochs:
 
     # ------------------------------------------------------------------ one stage epoch
     def _state_table_schema(self, spec: StageSpec) -> pa.Schema:
-        rk = [pa.field("_rk", pa.string())] if spec.row_key else []  # keyed rows (cbp.engine.keyedstate)
+        rk = [pa.field("_rk", pa.string())] if spec.row_key else []  # keyed rows (cbp.engine.task.keyedstate)
         return pa.schema([pa.field(PART, pa.int32())] + list(STATE_META) + rk + list(spec.state_schema.arrow))  # type: ignore[union-attr]
 
     def run_epoch(self, stage: str, d: Decision, *, intention: Optional[dict[str, Any]] = None) -> EpochReport:

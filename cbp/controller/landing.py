@@ -4,7 +4,7 @@ Feeds land on external flows; a stage epoch's framed outputs land the same way. 
 default framing (FrameByPrior) a feed or an epoch's output is one increment; with ``frame_by``,
 consecutive records with the same framing key form an increment, complete once a later key
 arrives (or on ``close``). A stage output framed by a field is framed where it is written, by
-the tasks (:mod:`cbp.engine.framing`), and only joined here; one framed by a FrameBy function,
+the tasks (:mod:`cbp.engine.task.framing`), and only joined here; one framed by a FrameBy function,
 whose state threads through the epoch's records in order, is read back and framed here.
 """
 
@@ -19,7 +19,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from .. import faults
-from ..engine.framing import frame_runs
+from ..engine.task.framing import frame_runs
 from ..errors import InputError, RuntimeStateError, UserCodeError
 from ..spec.arrowrecords import DIFF_FIELD, with_diff
 from ..spec.resolve import safe_str
@@ -176,7 +176,7 @@ class Landing:
     def _land_runs(self, flow: str, runs: list[tuple[str, dict[str, Any]]], *, producer: str, prior_frame: Any,
                    app: tuple[str, int]) -> tuple[list[dict[str, Any]], list[int]]:
         """Land an epoch's output of a flow framed by a field, framed by its tasks
-        (:class:`cbp.engine.framing.FramedSink`): ``runs`` are the tasks' files in output order,
+        (:class:`cbp.engine.task.framing.FramedSink`): ``runs`` are the tasks' files in output order,
         each with its run's framing key as JSON text. Consecutive runs with equal keys (the end
         of one task's output and the start of the next) are one increment.
 

@@ -18,8 +18,9 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from ..engine.bipindex import STATE_META
-from ..engine.restate import Job, rewrite_state
+from ..engine.task.bipindex import STATE_META
+from ..engine.driver.restate import rewrite_state
+from ..engine.task.restate import Job
 from ..errors import RuntimeStateError, UserCodeError
 from ..spec.schema import RecordSchema
 from ..storage import INC, LAYOUT, PART, SRC

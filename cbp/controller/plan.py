@@ -84,7 +84,7 @@ def definition(spec: PipelineSpec) -> dict[str, Any]:
             "partitions": s.partitions, "translator": s.translator_path, "runnable": s.runnable_name,
             "route_by": {i.flow: i.route_by.text if i.route_by else None for i in s.inputs},
             "params": s.params, "grouping": s.grouping, "migrate": s.migrate_path, "batch": s.batch, "backfill": s.backfill,
-            **({"row_key": list(s.row_key)} if s.row_key else {}),  # keyed rows (cbp.engine.keyedstate)
+            **({"row_key": list(s.row_key)} if s.row_key else {}),  # keyed rows (cbp.engine.task.keyedstate)
         }
     return {"mode": spec.mode, "flows": flows, "stages": stages}
 

@@ -12,8 +12,8 @@ from typing import Any, Optional
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ..engine.bipindex import latest_rows
-from ..engine.signed import fill_diff
+from ..engine.task.bipindex import latest_rows
+from ..engine.task.signed import fill_diff
 from ..errors import InputError, UsageError, UserCodeError
 from ..spec.arrowrecords import with_diff
 from ..spec.schema import DIFF
@@ -116,7 +116,7 @@ class Reads:
             parts.append(conform(t, fl.schema, keep=tuple(c for c in (INC, SRC, DIFF) if c in t.column_names)))  # type: ignore[union-attr]
         if not parts:
             return []
-        t = pa.concat_tables(parts)
+        t = pa.concat_tables(parts, promote_options="default")  # versions from before a table got _diff lack it (null: +1)
         if epoch is not None and fl.frame_by is not None:  # a framed increment may hold records of several feeds/epochs
             t = t.filter(pc.equal(t[SRC], epoch))
         t = t.sort_by([(INC, "ascending")])

@@ -35,7 +35,7 @@ class EpochReport:
     delivered: int = 0  # broadcast and multicast records handed to translate calls
     shuffle_records: Optional[int] = None  # records and bytes the epoch's Spark job wrote to its shuffle
     shuffle_bytes: Optional[int] = None  # (Spark's own task metrics; None when Spark did not report them)
-    columnar_tasks: int = 0  # tasks that ran a batch translator on Arrow chunks, without key groups (cbp.engine.columnar)
+    columnar_tasks: int = 0  # tasks that ran a batch translator on Arrow chunks, without key groups (cbp.engine.task.columnar)
 
     @property
     def cache_hit_rate(self) -> Optional[float]:

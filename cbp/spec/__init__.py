@@ -78,7 +78,7 @@ class _RawInput(_Strict):
 class _RawState(_Strict):
     fields: dict[str, Union[str, dict[str, Any]]] = Field(alias="schema")  # type string, or {type: T, default: V} (cbp.spec.fielddefs)
     grouping: Literal["inner", "outer"] = "inner"
-    row_key: Optional[Union[str, list[str]]] = None  # keyed rows (cbp.engine.keyedstate): a key's state is a map row key -> row
+    row_key: Optional[Union[str, list[str]]] = None  # keyed rows (cbp.engine.task.keyedstate): a key's state is a map row key -> row
 
 
 class _RawFlow(_Strict):
@@ -101,7 +101,7 @@ class _RawStage(_Strict):
     params: dict[str, Any] = {}
     description: Optional[str] = None
     timeout: Optional[float] = Field(default=None, gt=0, le=MAX_TIMEOUT)  # seconds per epoch of this stage
-    batch: bool = False  # a vectorised translator: called per batch of keys with Arrow tables (cbp.engine.batch)
+    batch: bool = False  # a vectorised translator: called per batch of keys with Arrow tables (cbp.engine.task.batch)
     migrate: Optional[str] = None  # module:function turning an old state row into a new one (or None) on 'cbp upgrade'
     backfill: bool = False  # a stage added by 'cbp upgrade' first reads its inputs' retained increments
 

@@ -1,7 +1,7 @@
 """``state: {schema, row_key}``: the fields that name a row of a key's state (keyed rows, issue 38).
 
 A stage with a row key keeps each key's state as a map from row key to row
-(:mod:`cbp.engine.keyedstate`). The row key is one field or a list of fields of the state schema,
+(:mod:`cbp.engine.task.keyedstate`). The row key is one field or a list of fields of the state schema,
 each a non-null ``string``, ``int`` or ``bool`` (values that JSON writes one way only). Keyed rows
 are read through the index key by key, so a stage with a row key groups its inputs inner and
 routes none of them to ``ALL`` (which reaches every stored key).
@@ -17,7 +17,7 @@ if TYPE_CHECKING:
     from . import _Compiler
 
 ROW_KEY_TYPES = ("string", "int", "bool")
-BATCH_REMOVED = "removed"  # what a batch translator's result calls the keys it removes (cbp.engine.batch)
+BATCH_REMOVED = "removed"  # what a batch translator's result calls the keys it removes (cbp.engine.task.batch)
 
 
 def row_key_fields(c: "_Compiler", s: Any, inputs: list[Any], schema: Optional[RecordSchema], where: tuple[str, ...]) -> tuple[str, ...]:

@@ -103,6 +103,7 @@ class Home(DeltaTables):
         #: loaded once, then kept up to date by the commits themselves.
         self._heads: dict[str, Any] = {}
         self._tables_lock = threading.Lock()
+        self._signed_tables: set[str] = set()
         self._runner_lease: Optional[Lease] = None  # held by runner_lock on S3 (see fence)
         self._follower_thread: Optional[int] = None  # the thread that holds follower_lock through this object
         self._s3: Optional[S3Objects] = None

@@ -43,6 +43,8 @@ from .. import __version__
 from ..errors import RuntimeStateError
 from .layout import LAYOUT
 
+_DIFF = "_diff"  # a signed record's multiplicity column (cbp.spec.schema.DIFF)
+
 __all__ = ["DeltaTables"]
 
 #: Tables cbp creates ask for a checkpoint at least every 100 versions (Delta's default; tables
@@ -112,6 +114,7 @@ class DeltaTables:
 
     # Home provides: location, fs, storage_options, uri(), path(), exists(), read_bytes(), create_file(), make_parent().
     _heads: dict[str, _Head]
+    _signed_tables: set[str]  # flow tables known to have the ``_diff`` column
     _tables_lock: threading.Lock
 
     def table(self, rel: str, version: Optional[int] = None) -> Optional[DeltaTable]:
@@ -177,6 +180,8 @@ class DeltaTables:
         """Create the table empty (version 0) on first use; None if it existed (not loaded: a load costs)."""
         so = self.storage_options  # type: ignore[attr-defined]
         if rel in self._heads or DeltaTable.is_deltatable(self.uri(rel), storage_options=so):  # type: ignore[attr-defined]
+            if _DIFF in schema.names:
+                self._add_diff_column(rel, schema.field(_DIFF), partition_by)
             return None
         try:
             dt = DeltaTable.create(self.uri(rel), schema=schema, partition_by=[partition_by], storage_options=so,  # type: ignore[attr-defined]
@@ -186,6 +191,21 @@ class DeltaTables:
         with self._tables_lock:
             self._heads[rel] = _Head.load(dt)
         return dt
+
+    def _add_diff_column(self, rel: str, diff: pa.Field, partition_by: str) -> None:
+        """Give a flow table written by a cbp before signed records its ``_diff`` column (a
+        ``metaData`` commit adding a nullable column, once), so that every reader (cbp, Spark's
+        Delta connector, delta-rs) sees the retractions written into it from now on. Files
+        without the column read it as null, which is +1. Idempotent: a kill after it is harmless."""
+        if rel in self._signed_tables:
+            return
+        h = self._head(rel)
+        if h is not None:
+            h.dt.update_incremental()
+            current = pa.schema(h.dt.schema().to_arrow())
+            if _DIFF not in current.names:
+                self._commit(rel, h, partition_by, [], [], False, None, None, current.append(diff))
+        self._signed_tables.add(rel)
 
     def commit_files(self, rel: str, schema: Optional[pa.Schema], partition_by: str, adds: Iterable[dict[str, Any]],
                      removes: Iterable[dict[str, Any]] = (), *, overwrite: bool = False, app_id: Optional[str] = None,
@@ -227,7 +247,7 @@ class DeltaTables:
         now = int(time.time() * 1000)
         added = [_file(a, partition_by) for a in adds]
         dropped = list(h.files.values()) if overwrite else [_file(r, partition_by) for r in removes]
-        op = "WRITE" if added or overwrite else "DELETE"
+        op = "WRITE" if added or overwrite else "DELETE" if dropped or schema is None else "ADD COLUMNS"
         params = {"mode": "Overwrite" if overwrite else "Append", "partitionBy": json.dumps([partition_by])} if op == "WRITE" else {}
         lines: list[dict[str, Any]] = [{"commitInfo": {"timestamp": now, "operation": op, "operationParameters": params,
                                                        "engineInfo": f"cbp/{__version__}", "clientVersion": f"cbp-{__version__}"}}]

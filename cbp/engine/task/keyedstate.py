@@ -9,7 +9,7 @@ key as its own entry of the partition's index. A row is stored with
   32 bits of xxhash64 of ``_rk``.
 
 State files are sorted by ``_h`` (then ``_key`` and ``_rk``), so the rows of one key lie together,
-sorted by their row key's hash, and the index (:class:`cbp.engine.partindex.PartitionIndex`, a
+sorted by their row key's hash, and the index (:class:`cbp.engine.task.partindex.PartitionIndex`, a
 hash -> file and row group map) finds one row, a few rows, or the range of all the rows of a key
 without reading the others. Everything the index, the state reader, compaction and the worker's
 cache do per hash they do per row here. A row rewritten or deleted leaves the index (its old entry
@@ -19,7 +19,7 @@ a key, or two keys of the same top 32 bits) share index entries: rewriting one r
 as it was, so neither is lost.
 
 Any Delta reader gets a keyed stage's state as the newest ``_epoch`` per ``(_key, _rk)`` where
-``_alive`` (:func:`cbp.engine.bipindex.latest_rows`).
+``_alive`` (:func:`cbp.engine.task.bipindex.latest_rows`).
 
     >>> rk_text(("url",), {"url": "a", "n": 1}), rk_text(("site", "n"), {"site": "a", "n": 1})
     ('"a"', '["a",1]')
@@ -42,7 +42,7 @@ from .statepart import BlackboxPartition, DirectPartition, StateWriter
 
 if TYPE_CHECKING:
     from .groups import Group
-    from .task import TaskPlan
+    from .plan import TaskPlan
 
 __all__ = ["RK", "KeyedRows", "KeyedOut", "KeyedPartition", "KeyedBlackbox", "state_partition", "rk_text", "row_hashes", "key_range"]
 
@@ -341,7 +341,7 @@ class KeyedBlackbox(BlackboxPartition):
 
 def state_partition(plan: "TaskPlan", p: int, calls: Any) -> "DirectPartition | BlackboxPartition":
     """The state partition of a stateful stage's task; for keyed rows, its :class:`KeyedOut`
-    becomes ``out.state`` of the task's translator calls (``calls``: :class:`cbp.engine.task._Calls`),
+    becomes ``out.state`` of the task's translator calls (``calls``: :class:`cbp.engine.task.translate._Calls`),
     its rows checked as other state records are (the same failures and codes)."""
     if not plan.stage.row_key:
         return DirectPartition(plan, p) if plan.mode == "direct" else BlackboxPartition(plan, p)

@@ -1,7 +1,7 @@
 """A grouped task's input as key groups, streamed batch by batch.
 
 Spark hands a grouped task its partition's input as Arrow batches of envelopes
-(:func:`cbp.engine.routing.envelope_schema` without ``_r``, plus ``_h``), sorted by key hash,
+(:func:`cbp.engine.task.routing.envelope_schema` without ``_r``, plus ``_h``), sorted by key hash,
 key and flow. Only one batch is decoded at a time; a key whose records continue in the next batch
 is carried over, so memory holds one batch plus the records of the current key.
 
@@ -35,7 +35,7 @@ __all__ = ["Group", "group_chunks", "with_state_keys"]
 class Group:
     """One key's records: those of each input flow (decoded dicts, or Arrow slices: see the module),
     (black-box mode) its stored state rows, and the multicast addresses it is bound to (input
-    index -2, :mod:`cbp.engine.routing`)."""
+    index -2, :mod:`cbp.engine.task.routing`)."""
 
     __slots__ = ("key", "h", "flows", "state", "bound", "records")
 

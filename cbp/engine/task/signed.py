@@ -25,8 +25,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ..spec.diff import DIFF, DiffError, validate_signed
-from ..spec.schema import RecordSchema
+from ...spec.diff import DIFF, DiffError, validate_signed
+from ...spec.schema import RecordSchema
 
 __all__ = ["consolidate_records", "consolidate_table", "consolidate_group", "delivered_consolidated", "fill_diff", "has_negative", "consolidated_batches", "signed_record", "state_record", "has_retraction", "text_has_retraction", "INT64"]
 
@@ -102,7 +102,7 @@ def consolidate_table(t: pa.Table) -> pa.Table:
 
 
 def consolidate_group(g: Any, arrow: bool) -> bool:
-    """Consolidate each input flow's records of key group ``g`` (:class:`cbp.engine.groups.Group`)
+    """Consolidate each input flow's records of key group ``g`` (:class:`cbp.engine.task.groups.Group`)
     that holds a retraction, in place, and recount ``g.records``; whether anything changed. Its
     items are stored records (dicts) or copies' JSON texts, or (``arrow``) struct-array slices."""
     changed = False
@@ -158,7 +158,7 @@ def consolidated_batches(batches: Iterable[pa.RecordBatch]) -> Iterable[pa.Recor
 
 def delivered_consolidated(g: Any, copies: Any, has_state: bool, outer: bool, arrow: bool) -> None:
     """Key group ``g`` consolidated, then given the broadcast records it gets
-    (:meth:`cbp.engine.routing.Copies.deliver_broadcast`, which looks at what input is left), and
+    (:meth:`cbp.engine.task.routing.Copies.deliver_broadcast`, which looks at what input is left), and
     consolidated again with them: +r and -r of a key cancel before anything is decided on its input."""
     consolidate_group(g, arrow)
     if copies.broadcast:

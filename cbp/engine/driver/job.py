@@ -3,7 +3,7 @@
 *Direct* mode (§4.5): only the new input increments are read and routed (RouteBy) through
 Spark's shuffle into the stage's P partitions with Spark's own hash (``repartition(P, _key)``),
 sorted by key and flow. Task ``p`` owns state partition ``p``: it reads the state of the keys it
-needs through the partition's index and writes only what changed (:mod:`cbp.engine.task`).
+needs through the partition's index and writes only what changed (:mod:`cbp.engine.task.translate`).
 
 *Black-box* mode (§4.4): the state is just another input. It is read whole (through Spark's
 Delta connector at the epoch's version when the session has it, else as the version's Parquet
@@ -22,19 +22,19 @@ import uuid
 from functools import partial, reduce
 from typing import Any, Callable, Optional
 
-from ..errors import RuntimeStateError, UserCodeError
-from ..spec.schema import RecordSchema
-from ..storage.layout import epoch_of
-from ..storage.objectstore import propagate_to_spark
+from ...errors import RuntimeStateError, UserCodeError
+from ...spec.schema import RecordSchema
+from ...storage.layout import epoch_of
+from ...storage.objectstore import propagate_to_spark
 from .deltaread import STATE_COLUMNS, StateSource, latest_state, read_delta
 from .locality import placed_epoch
 from .session import has_delta
 from .smallepoch import driver_routed, run_routed
-from .sparkhash import partition_probes
-from .protocol import FailureRecord, TaskResult, decode_failure, decode_results, result_spark_schema
+from ..common.sparkhash import partition_probes
+from ..common.protocol import FailureRecord, TaskResult, decode_failure, decode_results, result_spark_schema
 from .remote_read import needs_arrow_reader, read_parquet
-from .routing import BOUND, COPY, COPY_HASH, JSON_ESCAPED, bound_address, record_column
-from .task import TaskPlan, grouped_task, recordwise_task, route_batches
+from ..task.routing import BOUND, COPY, COPY_HASH, JSON_ESCAPED, bound_address, record_column
+from ..task.translate import TaskPlan, grouped_task, recordwise_task, route_batches
 
 __all__ = ["run_stage_epoch", "spark_ddl", "struct_ddl", "envelope_ddl", "shuffle_written"]
 
@@ -75,7 +75,7 @@ def struct_ddl(schema: RecordSchema, without: Optional[str] = None) -> str:
 
 
 def envelope_ddl(plan: TaskPlan) -> str:
-    """The Spark DDL of the stage epoch's envelopes (:func:`cbp.engine.routing.envelope_schema`)."""
+    """The Spark DDL of the stage epoch's envelopes (:func:`cbp.engine.task.routing.envelope_schema`)."""
     cols = ["_key STRING", "_flow INT", "_rec STRING", "_r STRING"]
     elided = plan.elided
     cols += [f"{record_column(i)} {struct_ddl(s, elided.get(i))}" for i, s in enumerate(plan.input_schemas)]
@@ -128,7 +128,7 @@ def run_stage_epoch(spark: Any, plan: TaskPlan, input_files: dict[int, list[str]
 
 def _job_error(plan: TaskPlan, exc: Exception) -> Exception:
     """The cbp error for a failed stage-epoch job: from the failure record its task sent
-    (:func:`cbp.engine.protocol.decode_failure`), else from what Spark says happened."""
+    (:func:`cbp.engine.common.protocol.decode_failure`), else from what Spark says happened."""
     none = "nothing of this epoch was committed"
     text = str(exc)
     rec = decode_failure(text)
@@ -204,7 +204,7 @@ def _grouped(spark: Any, plan: TaskPlan, input_files: dict[int, list[str]], stat
     plan.columnar = os.environ.get("CBP_COLUMNAR", "1") != "0"
     plan.probes = list(partition_probes(plan.stage.partitions))
     routed = driver_routed(spark, plan, input_files)
-    if routed is not None:  # a small increment: routed by the driver, no shuffle (cbp.engine.smallepoch)
+    if routed is not None:  # a small increment: routed by the driver, no shuffle (cbp.engine.driver.smallepoch)
         return run_routed(spark, plan, routed, grouped_task, placed)
     env_ddl = envelope_ddl(plan)
     types = {f.name: f.dataType for f in spark.createDataFrame([], env_ddl).schema.fields}
@@ -239,7 +239,7 @@ def _grouped(spark: Any, plan: TaskPlan, input_files: dict[int, list[str]], stat
     h = F.when(F.col("_key").startswith(COPY), F.lit(COPY_HASH)).otherwise(F.xxhash64("_key"))
     by = F.coalesce(F.col("_r"), F.col("_key"))
     env = env.withColumn("_h", h).repartition(plan.stage.partitions, by).drop("_r").sortWithinPartitions("_h", "_key", "_flow")
-    if placed:  # keep partition p on the executor that ran it last epoch (cbp.engine.locality)
+    if placed:  # keep partition p on the executor that ran it last epoch (cbp.engine.driver.locality)
         return placed_epoch(spark, env, plan, grouped_task)
     return env.mapInArrow(partial(grouped_task, plan), result_spark_schema()).toArrow()
 
@@ -260,7 +260,7 @@ def _envelopes(types: dict[str, Any], df: Any, **cols: Any) -> Any:
 
 
 def json_key_sql(col: Any, scalar: str) -> Any:
-    """The Spark SQL expression of :func:`cbp.engine.routing.encode_key` of a non-null ``string``,
+    """The Spark SQL expression of :func:`cbp.engine.task.routing.encode_key` of a non-null ``string``,
     ``int`` or ``bool`` column: the same text, byte for byte (JSON string escapes as Python's
     ``json.dumps(ensure_ascii=False)`` writes them: ``\\`` and ``\"``, the short escapes of
     backspace, tab, newline, form feed and return, ``\\u00xx`` for the other control characters)."""
@@ -281,7 +281,7 @@ def _jvm_routed(spark: Any, plan: TaskPlan, idx: int, files: list[str], envelope
     """The envelopes of input ``idx`` built by Spark SQL, with no Python on the map side, when its
     RouteBy is a field that is never null and never needs Python to become a key (a ``string``,
     ``int`` or ``bool``: :func:`json_key_sql`); None otherwise (``route_batches`` routes it). The
-    field crosses as the key only (:func:`cbp.engine.routing.elided_fields`)."""
+    field crosses as the key only (:func:`cbp.engine.task.routing.elided_fields`)."""
     from pyspark.sql import functions as F
 
     field = plan.elided.get(idx)

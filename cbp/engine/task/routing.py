@@ -18,7 +18,7 @@ that field out of the record: it crosses the shuffle as ``_key`` only, and the t
 for each partition: its ``_key`` is a *copy key* (:data:`COPY`, then ``B`` and the JSON list of
 flows it is limited to, or ``M`` and the multicast address), which no key text can be, and its
 ``_r`` is a *probe*: a string whose Spark hash falls in that partition, hashed instead of the key
-(:func:`cbp.engine.sparkhash.partition_probes`). The job sorts copies first in each partition, so a
+(:func:`cbp.engine.common.sparkhash.partition_probes`). The job sorts copies first in each partition, so a
 task has them all (:class:`Copies`) before its first key group.
 
 **Bindings.** ``out.associate(key, address)`` in epoch e writes ``(key, address)`` rows to the
@@ -36,22 +36,18 @@ multicast records of each address it is bound to, and the broadcast records its 
 from __future__ import annotations
 
 import json
-from typing import TYPE_CHECKING, Any, Iterable, Iterator, Optional, Union
+from typing import Any, Iterator, Optional, Union
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ..model import Broadcast, Multicast
-from ..spec import STATE, KeyFunction
-from ..spec.schema import RecordSchema
-from .groups import Group
-
-if TYPE_CHECKING:
-    from .task import TaskPlan
+from ...model import Broadcast, Multicast
+from ...spec import STATE, KeyFunction
+from ...spec.schema import RecordSchema
 
 __all__ = ["BOUND", "COPY", "COPY_HASH", "BINDINGS", "envelope_schema", "record_column", "encode_key", "copy_key", "bound_address",
-           "plain_envelopes", "plain_route_field", "Routes", "Copies", "JSON_ESCAPED", "elided_fields", "restore_fields", "has_byte"]
+           "plain_envelopes", "plain_route_field", "Routes", "JSON_ESCAPED", "elided_fields", "restore_fields", "has_byte"]
 
 BOUND = -2
 COPY = "\x01"  # first character of a copy key; a key's JSON text starts with a printable character
@@ -70,7 +66,7 @@ def record_column(idx: int) -> str:
 
 
 #: Field types whose key text (:func:`encode_key`) gives the value back exactly, and that Spark SQL
-#: can turn into that text (``cbp.engine.job.json_key_sql``).
+#: can turn into that text (``cbp.engine.driver.job.json_key_sql``).
 KEY_SCALARS = ("string", "int", "bool")
 
 
@@ -328,94 +324,6 @@ class Routes:
                       pa.array(self.parts, pa.string()))
         self.keys, self.rows, self.parts = [], [], []
         return b
-
-
-class Copies:
-    """The broadcast and multicast records a grouped task received, and their delivery to key groups.
-
-    A copy is kept as the task's key groups hold records (:mod:`cbp.engine.groups`): an Arrow
-    slice of one or more records (batch translate), else its JSON text, so that every key it is
-    delivered to decodes a fresh record of its own."""
-
-    def __init__(self, plan: "TaskPlan") -> None:
-        names = [i.flow for i in plan.stage.inputs]
-        self._index = {n: i for i, n in enumerate(names)}
-        self.where = plan.where()
-        #: (input indexes it is limited to or None, whether it goes to stored keys, input index, records, how many)
-        self.broadcast: list[tuple[Optional[frozenset[int]], bool, int, Any, int]] = []
-        self.multicast: dict[str, list[tuple[int, Any, int]]] = {}
-        self.to_state = False  # a broadcast goes to every stored key: the task must visit them all
-        self.stats = {"broadcast_in": 0, "multicast_in": 0, "bindings_in": 0, "delivered": 0}
-
-    def absorb(self, chunks: Iterable[list[Group]]) -> Iterator[list[Group]]:
-        """Take the copies off the front of the task's key groups; the remaining chunks.
-
-        Reads ahead to the first chunk with a key group, so that :attr:`to_state` is known before
-        the first key is visited.
-        """
-        it = iter(chunks)
-        for chunk in it:
-            rest = [g for g in chunk if not self._take(g)]
-            if rest:
-                return _chain(rest, it)
-        return iter(())
-
-    def _take(self, g: Group) -> bool:
-        if not g.key.startswith(COPY):
-            return False
-        kind, body = g.key[1], g.key[2:]
-        for idx, items in enumerate(g.flows):
-            for item in items:
-                if isinstance(item, dict):
-                    item, n = json.dumps(item, separators=(",", ":"), ensure_ascii=False), 1
-                else:
-                    n = len(item)
-                if kind == "M":
-                    self.multicast.setdefault(body, []).append((idx, item, n))
-                    self.stats["multicast_in"] += n
-                else:
-                    self._add_broadcast(json.loads(body), idx, item, n)
-        return True
-
-    def _add_broadcast(self, flows: Optional[list[str]], idx: int, item: Any, n: int) -> None:
-        self.stats["broadcast_in"] += n
-        if flows is None:
-            self.broadcast.append((None, False, idx, item, n))
-            return
-        to_state = STATE in flows
-        self.to_state |= to_state
-        self.broadcast.append((frozenset(self._index[f] for f in flows if f != STATE), to_state, idx, item, n))
-
-    def deliver_multicast(self, g: Group) -> None:
-        """Add to ``g`` the multicast records of the addresses it is bound to."""
-        if not g.bound:
-            return
-        self.stats["bindings_in"] += len(g.bound)
-        for addr in dict.fromkeys(g.bound):
-            for idx, item, n in self.multicast.get(addr, ()):
-                g.flows[idx].append(item)
-                g.records += n
-                self.stats["delivered"] += n
-        g.bound = []
-
-    def deliver_broadcast(self, g: Group, has_state: bool, outer: bool) -> None:
-        """Add to ``g`` the broadcast records it gets: limited ones if it has input on one of their
-        flows or (``"state"``) stored state; unlimited ones if the key is called (by input, by outer
-        grouping, or by a broadcast to the stored keys)."""
-        if not self.broadcast:
-            return
-        had = [bool(items) for items in g.flows]
-        called = any(had) or (has_state and (outer or self.to_state))
-        for only, to_state, idx, item, n in self.broadcast:
-            if called if only is None else (to_state and has_state) or any(had[i] for i in only):
-                g.flows[idx].append(item)
-                g.records += n
-                self.stats["delivered"] += n
-
-
-def _chain(first: list[Group], rest: Iterator[list[Group]]) -> Iterator[list[Group]]:
-    yield first
-    yield from rest
 
 
 def check_target(target: Logical, flows: list[str]) -> Optional[str]:

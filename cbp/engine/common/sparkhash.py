@@ -2,7 +2,7 @@
 
 A stage's state partition ``p`` holds the keys whose text ``k`` has ``pmod(hash(k), P) == p``
 (Spark's ``hash``: its Murmur3 variant, seed 42, as ``repartition(P, col)`` uses), and its rows are
-sorted by ``xxhash64(k)`` (seed 42). The engine's small-epoch path (:mod:`cbp.engine.smallepoch`)
+sorted by ``xxhash64(k)`` (seed 42). The engine's small-epoch path (:mod:`cbp.engine.driver.smallepoch`)
 routes a small increment in the driver, so it must give exactly Spark's values:
 ``tests/test_sparkhash.py`` compares them with Spark's own on random Unicode strings.
 
@@ -104,7 +104,7 @@ def partition_of(keys: Sequence[str], partitions: int) -> np.ndarray:
 @functools.lru_cache(maxsize=64)
 def partition_probes(n: int) -> tuple[str, ...]:
     """For each of ``n`` partitions a string that ``repartition(n, col)`` puts in it: where the
-    copies of a broadcast or multicast record are sent (:mod:`cbp.engine.routing`).
+    copies of a broadcast or multicast record are sent (:mod:`cbp.engine.task.routing`).
 
         >>> [int(p) for p in partition_of(list(partition_probes(4)), 4)]
         [0, 1, 2, 3]

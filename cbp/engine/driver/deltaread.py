@@ -18,7 +18,7 @@ from .session import require_delta
 
 __all__ = ["StateSource", "read_delta", "latest_state", "STATE_COLUMNS"]
 
-#: The columns every state row carries before the user's fields (see :mod:`cbp.engine.bipindex`).
+#: The columns every state row carries before the user's fields (see :mod:`cbp.engine.task.bipindex`).
 STATE_COLUMNS = ("_key", "_h", "_epoch", "_alive")
 
 
@@ -52,7 +52,7 @@ def read_delta(spark: Any, uri: str, version: Optional[int] = None) -> Any:
 def latest_state(df: Any, dedupe: bool = True) -> Any:
     """A state table's live rows: each key's rows of its newest epoch, without tombstones.
 
-    This is :func:`cbp.engine.bipindex.latest_rows` in Spark: ``max(_epoch)`` per ``_key`` where
+    This is :func:`cbp.engine.task.bipindex.latest_rows` in Spark: ``max(_epoch)`` per ``_key`` where
     ``_alive``. ``dedupe=False`` trusts that each key has rows of one epoch only (a table last
     rewritten whole, in black-box mode).
 

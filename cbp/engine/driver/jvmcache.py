@@ -1,5 +1,5 @@
 """A class-data-sharing archive for the driver's JVM, so that a new process reaches its first
-Spark job seconds sooner (internal; used by :func:`cbp.engine.session.get_spark`).
+Spark job seconds sooner (internal; used by :func:`cbp.engine.driver.session.get_spark`).
 
 Most of a SparkSession's start and of its first job is the JVM loading and verifying classes.
 Java 13 and newer can write the classes a run loaded to an archive when the JVM exits

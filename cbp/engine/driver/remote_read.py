@@ -10,12 +10,10 @@ filesystem (:mod:`cbp.storage.objectstore`, settings from the environment that
 from __future__ import annotations
 
 from functools import partial
-from typing import Any, Iterator
+from typing import Any
 
-import pyarrow as pa
-import pyarrow.parquet as pq
-
-from ..storage import objectstore
+from ...storage import objectstore
+from ..task.runners import read_files
 
 __all__ = ["needs_arrow_reader", "read_parquet"]
 
@@ -34,18 +32,6 @@ def read_parquet(spark: Any, ddl: str, files: list[str]) -> Any:
     n = max(1, min(len(files), spark.sparkContext.defaultParallelism))
     objectstore.propagate_to_spark(spark.sparkContext)
     names = spark.createDataFrame([(f,) for f in files], "_file STRING").repartition(n)
-    return names.mapInArrow(partial(_read_files, to_arrow_schema(schema)), schema)
+    return names.mapInArrow(partial(read_files, to_arrow_schema(schema)), schema)
 
 
-def _read_files(schema: pa.Schema, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-    """Worker side: stream each named file's row groups, cast to ``schema``."""
-    for batch in batches:
-        for uri in batch.column(0).to_pylist():
-            fs, path = objectstore.filesystem(uri)
-            with fs.open_input_file(path) as fh:
-                pf = pq.ParquetFile(fh)
-                have = set(pf.schema_arrow.names)
-                cols = [f.name for f in schema if f.name in have]
-                for rb in pf.iter_batches(batch_size=20000, columns=cols):
-                    arrays = [rb.column(f.name).cast(f.type) if f.name in have else pa.nulls(rb.num_rows, f.type) for f in schema]
-                    yield pa.RecordBatch.from_arrays(arrays, schema=schema)

@@ -19,44 +19,12 @@ partition prefers its parents' locations, so partition ``p``'s task goes to the 
 
 from __future__ import annotations
 
-import os
-import socket
-from typing import Any, Iterator, Optional
+from typing import Any, Optional
 
-__all__ = ["executor_name", "task_location", "located_rdd", "prefs_rdd", "placed_epoch", "executor_preferences", "remember_executors", "balanced"]
+from ..common.protocol import RESULT
+from ..task.runners import placed_task
 
-_NAME: Optional[str] = None
-
-
-def _ancestors(pid: int, depth: int = 8) -> Iterator[list[str]]:
-    """The command lines of ``pid`` and its ancestors (Linux ``/proc``; nothing elsewhere)."""
-    for _ in range(depth):
-        try:
-            with open(f"/proc/{pid}/cmdline", "rb") as f:
-                args = [a.decode(errors="replace") for a in f.read().split(b"\0")]
-            with open(f"/proc/{pid}/stat") as f:
-                pid = int(f.read().rsplit(")", 1)[1].split()[1])
-        except (OSError, ValueError, IndexError):
-            return
-        yield args
-        if pid <= 1:
-            return
-
-
-def executor_name() -> str:
-    """This process's executor as ``"<executor id>@<host>"`` (``"driver@<host>"`` in local mode)."""
-    global _NAME
-    if _NAME is None:
-        name = f"driver@{os.environ.get('SPARK_LOCAL_HOSTNAME') or socket.gethostname()}"
-        for args in _ancestors(os.getpid()):
-            if "--executor-id" in args and "--hostname" in args:
-                try:
-                    name = f"{args[args.index('--executor-id') + 1]}@{args[args.index('--hostname') + 1]}"
-                except IndexError:
-                    pass
-                break
-        _NAME = name
-    return _NAME
+__all__ = ["task_location", "located_rdd", "prefs_rdd", "placed_epoch", "executor_preferences", "remember_executors", "balanced"]
 
 
 def task_location(executor: Optional[str]) -> Optional[str]:
@@ -125,16 +93,6 @@ def balanced(last: dict[int, str], partitions: int) -> dict[int, str]:
     return out
 
 
-def _placed_task(plan: Any, schema: Any, task: Any, rows: Iterator[tuple[bytes, list[bytes]]]) -> Iterator[bytes]:
-    """The task of a placed epoch: Arrow batches in, ``task``'s result batches out (IPC bytes)."""
-    import pyarrow as pa
-
-    for _, blobs in rows:
-        batches = (pa.ipc.read_record_batch(pa.py_buffer(b), schema) for b in blobs)
-        for rb in task(plan, batches):
-            yield rb.serialize().to_pybytes()
-
-
 def _placement_key(sc: Any, plan: Any) -> tuple[str, str, str]:
     return (sc.applicationId, str(plan.home.location), plan.stage.name)
 
@@ -157,19 +115,17 @@ def placed_epoch(spark: Any, env: Any, plan: Any, task: Any) -> Any:
     """Run ``task(plan, batches)`` on each partition of the DataFrame ``env`` (one per state partition),
     partition ``p`` preferring the executor that ran it in the stage's last epoch in this driver
     (:func:`balanced` over the executors);
-    return the tasks' result rows (:data:`cbp.engine.protocol.RESULT`) as an Arrow table."""
+    return the tasks' result rows (:data:`cbp.engine.common.protocol.RESULT`) as an Arrow table."""
     from functools import partial
 
     import pyarrow as pa
     from pyspark.sql.pandas.types import to_arrow_schema
 
-    from .protocol import RESULT
-
     sc = spark.sparkContext
     large = str(spark.conf.get("spark.sql.execution.arrow.useLargeVarTypes", "false")).lower() == "true"
     schema = to_arrow_schema(env.schema, prefers_large_types=True) if large else to_arrow_schema(env.schema)
     rdd = located_rdd(sc, env._jdf.toArrowBatchRdd(), executor_preferences(sc, plan))
-    blobs = rdd.mapPartitions(partial(_placed_task, plan, schema, task)).collect()
+    blobs = rdd.mapPartitions(partial(placed_task, plan, schema, task)).collect()
     table = pa.Table.from_batches([pa.ipc.read_record_batch(pa.py_buffer(b), RESULT) for b in blobs], schema=RESULT)
     remember_executors(sc, plan, table)
     return table

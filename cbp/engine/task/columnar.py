@@ -1,8 +1,8 @@
 """Batch translate with no Python per key or per record: the columnar path of a grouped task.
 
 When a stage's logic is vectorised (``batch: true``) and nothing in the epoch needs to visit keys
-one by one, a grouped task never builds key groups (:mod:`cbp.engine.groups`). It takes the
-shuffled envelopes (:mod:`cbp.engine.routing`) as they come, sorted by key hash, key and flow,
+one by one, a grouped task never builds key groups (:mod:`cbp.engine.task.groups`). It takes the
+shuffled envelopes (:mod:`cbp.engine.task.routing`) as they come, sorted by key hash, key and flow,
 a chunk of whole keys at a time (at most :data:`CALL_KEYS`), and with Arrow
 compute only:
 
@@ -14,7 +14,7 @@ compute only:
 - compares each key's new rows with its stored rows and writes only the keys that changed,
   with tombstones for the removed ones, in hash order, as one Arrow table.
 
-The same results as the per-key visit of :class:`cbp.engine.batch.BatchTranslate`. Used when
+The same results as the per-key visit of :class:`cbp.engine.task.batch.BatchTranslate`. Used when
 (:func:`columnar_ok`) the epoch is direct-mode, grouping is inner (only keys with input are
 called), every input routes by a field (so there are no broadcast or multicast copies), no
 OrderBy is a function, and the stage made no multicast bindings; otherwise the key-group path.
@@ -32,10 +32,11 @@ import pyarrow.compute as pc
 from .batch import BatchTranslate, _typed_keys, _with_key, write_changed
 from .routing import record_column
 from .signed import consolidate_table, fill_diff, has_negative
+from .statepart import DirectPartition
 
 if TYPE_CHECKING:
-    from .statepart import DirectPartition
-    from .task import TaskPlan, _Calls, _Clock
+    from .calls import _Calls
+    from .plan import TaskPlan, _Clock
 
 __all__ = ["columnar_ok", "ColumnarTask"]
 
@@ -47,8 +48,6 @@ CALL_KEYS = 1 << 16
 
 def columnar_ok(plan: "TaskPlan", part: Any) -> bool:
     """Whether this grouped task can take the columnar path (see the module)."""
-    from .statepart import DirectPartition  # noqa: PLC0415
-
     st = plan.stage
     if not st.batch or not plan.columnar or plan.mode != "direct" or plan.bindings or (st.state_schema is not None and not isinstance(part, DirectPartition)):
         return False
@@ -196,7 +195,7 @@ class ColumnarTask:
 
 
 def _consolidated(cut: list[tuple[pa.Table, np.ndarray]], n: int) -> tuple[list[tuple[pa.Table, np.ndarray]], Optional[np.ndarray]]:
-    """Each flow's records (with their key positions) consolidated per key (:mod:`cbp.engine.signed`),
+    """Each flow's records (with their key positions) consolidated per key (:mod:`cbp.engine.task.signed`),
     and the positions of the keys left with records (None: all of them), the positions renumbered."""
     out = []
     live = np.zeros(n, bool)

@@ -8,25 +8,25 @@ half of a 1,000-record URLCount epoch, ``bench/epoch_cost.py``). When the epoch'
 most :func:`small_records` (default :data:`SMALL_RECORDS`, and :data:`SMALL_FILE_BYTES` of files
 with the stage's multicast bindings), the driver reads them with pyarrow and routes them itself:
 
-- an input routed by a plain field, with Arrow (:func:`cbp.engine.routing.plain_envelopes`);
+- an input routed by a plain field, with Arrow (:func:`cbp.engine.task.routing.plain_envelopes`);
 - any other (a RouteBy function, ``ALL``, multicast, a ``json`` or list field, a key JSON must
   escape) by a one-stage Spark job whose tasks run RouteBy as the normal path's map side does
   (:func:`route_on_executors`: user code never runs in the driver, and under the epoch's time
   limit); its envelopes, with the copies of broadcast and multicast records, come back to the driver;
 - the bindings files, with pyarrow, as the normal path's job turns them into envelopes.
 
-The driver then computes Spark's two hashes itself (:mod:`cbp.engine.sparkhash`; a copy goes by its
+The driver then computes Spark's two hashes itself (:mod:`cbp.engine.common.sparkhash`; a copy goes by its
 probe, as in the shuffle), sorts each partition's envelopes as Spark would, and runs the same
-grouped task (:func:`cbp.engine.task.grouped_task`) on exactly partition ``p``'s envelopes for
+grouped task (:func:`cbp.engine.task.translate.grouped_task`) on exactly partition ``p``'s envelopes for
 each ``p``, in a one-stage job (on a cluster a task per partition, preferring the executor that
-ran ``p`` last, as :mod:`cbp.engine.locality` places the normal path's tasks; else one task per
+ran ``p`` last, as :mod:`cbp.engine.driver.locality` places the normal path's tasks; else one task per
 core, each taking partitions one at a time). Nothing crosses Spark's shuffle, so such an epoch
 reports no shuffled records (``EpochReport.copies_in`` still counts one copy per partition).
 
 In local mode the tasks' Python workers keep the state files they read in memory, but Spark
 hands a task to whichever idle worker comes first, so a fixed share of partitions per task met a
 worker without them about one time in six. There each task claims its partitions itself
-(:func:`claim`: a file created only if absent, in a directory the driver made for the job, which
+(:func:`cbp.engine.task.runners.claim`: a file created only if absent, in a directory the driver made for the job, which
 also holds each partition's envelopes): first those its worker ran last time, then those nobody
 ran, then the rest; the driver checks that every partition came back exactly once.
 
@@ -45,24 +45,27 @@ import shutil
 import time
 import tempfile
 from functools import partial
-from typing import TYPE_CHECKING, Any, Iterator, Optional
+from typing import TYPE_CHECKING, Any, Optional
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from ..errors import RuntimeStateError
-from ..storage import objectstore
-from ..storage.layout import epoch_of
-from .routing import BINDINGS, BOUND, COPY, COPY_HASH, bound_address, plain_envelopes, plain_route_field
+from ...errors import RuntimeStateError
+from ...storage import objectstore
+from ...storage.layout import epoch_of
+from ..common.protocol import RESULT
+from ..common.sparkhash import partition_of, spark_xxhash64
+from ..task.routing import BINDINGS, BOUND, COPY, COPY_HASH, bound_address, plain_envelopes, plain_route_field
+from ..task.runners import claimant, claiming_task, routed_task, routing_task
 from .jvmcache import pid_alive
-from .sparkhash import partition_of, spark_xxhash64
+from .locality import executor_preferences, prefs_rdd, remember_executors
 
 if TYPE_CHECKING:
-    from .task import TaskPlan
+    from ..task.plan import TaskPlan
 
-__all__ = ["SMALL_RECORDS", "small_records", "routed_schema", "driver_routed", "route_on_executors", "run_routed", "claim", "claim_order"]
+__all__ = ["SMALL_RECORDS", "small_records", "routed_schema", "driver_routed", "route_on_executors", "run_routed"]
 
 #: New records of an epoch up to which the driver routes them (above, Spark's shuffle does). On 2
 #: cores the driver's path was faster up to 200k records (URLCount, 1M state keys: 0.69x the
@@ -208,54 +211,25 @@ def route_on_executors(spark: Any, plan: "TaskPlan", work: list[tuple[int, int, 
                 w.write_table(table.slice(a, step))
             payloads.append((i, made, sink.getvalue().to_pybytes()))
     tasks = min(tasks, len(payloads))
-    blobs = sc.parallelize(payloads, tasks).mapPartitions(partial(_routing_task, plan, SMALL_ENVELOPE_BYTES // tasks)).collect()
+    blobs = sc.parallelize(payloads, tasks).mapPartitions(partial(routing_task, plan, SMALL_ENVELOPE_BYTES // tasks)).collect()
     if any(not b for b in blobs):
         return None
     schema = plan.envelope_schema()
     return [pa.ipc.read_record_batch(pa.py_buffer(b), schema) for b in blobs]
 
 
-def _routing_task(plan: "TaskPlan", cap: int, items: Iterator[tuple[int, int, bytes]]) -> Iterator[bytes]:
-    """Worker side of :func:`route_on_executors`: the envelopes of each slice of records, as
-    :func:`cbp.engine.task.route_batches` makes them on the normal path's map side; an empty
-    message once they pass ``cap`` bytes."""
-    from .task import route_batches, time_limit
-
-    size = 0
-    with time_limit(plan):
-        for i, made, data in items:
-            for b in route_batches(plan, i, made, pa.ipc.open_stream(pa.py_buffer(data))):
-                size += b.nbytes
-                if size > cap:
-                    yield b""
-                    return
-                yield b.serialize().to_pybytes()
-
-
-def _routed_task(plan: "TaskPlan", task: Any, items: Iterator[list[tuple[int, bytes]]]) -> Iterator[bytes]:
-    """Worker side: for each partition given to this task, its envelopes (one Arrow IPC stream)
-    in, the grouped task's result out."""
-    for group in items:
-        for p, data in group:
-            for rb in task(plan, iter(pa.ipc.open_stream(pa.py_buffer(data))), p):
-                yield rb.serialize().to_pybytes()
-
-
 def run_routed(spark: Any, plan: "TaskPlan", parts: list[pa.Table], task: Any, placed: bool) -> pa.Table:
     """Run ``task(plan, batches, p)`` for each partition ``p`` on the envelopes the driver routed;
-    the tasks' result rows (:data:`cbp.engine.protocol.RESULT`).
+    the tasks' result rows (:data:`cbp.engine.common.protocol.RESULT`).
 
     With ``placed`` (a cluster), partition ``p`` is a Spark task of its own that prefers the executor
-    that ran ``p`` last (:mod:`cbp.engine.locality`). Otherwise there are as many tasks as Spark
+    that ran ``p`` last (:mod:`cbp.engine.driver.locality`). Otherwise there are as many tasks as Spark
     runs at once (one per core in local mode), each running several partitions one after the other
     (with little to do per partition, a task's fixed cost is most of its time): dealt to them in
     turn, or in local mode claimed by them (:func:`_run_claimed`).
     """
     from pyspark.rdd import RDD
     from pyspark.serializers import NoOpSerializer
-
-    from .locality import executor_preferences, prefs_rdd, remember_executors
-    from .protocol import RESULT
 
     sc = spark.sparkContext
     tasks = len(parts) if placed else max(1, min(len(parts), sc.defaultParallelism))
@@ -274,7 +248,7 @@ def run_routed(spark: Any, plan: "TaskPlan", parts: list[pa.Table], task: Any, p
         where = RDD(jvm.org.apache.spark.api.java.JavaRDD.fromRDD(prefs_rdd(sc, executor_preferences(sc, plan)), jvm.scala.reflect.ClassTag.AnyRef()),
                     sc, NoOpSerializer())
         data = where.zip(data).values()
-    blobs = data.mapPartitions(partial(_routed_task, plan, task)).collect()
+    blobs = data.mapPartitions(partial(routed_task, plan, task)).collect()
     table = _in_partition_order(pa.Table.from_batches([pa.ipc.read_record_batch(pa.py_buffer(b), RESULT) for b in blobs], schema=RESULT))
     if placed:
         remember_executors(sc, plan, table)
@@ -303,8 +277,6 @@ def _write_envelopes(sink: Any, plan: "TaskPlan", t: pa.Table, chunk: int) -> No
 
 def _run_claimed(sc: Any, plan: "TaskPlan", parts: list[pa.Table], task: Any, tasks: int, chunk: int) -> pa.Table:
     """:func:`run_routed` in local mode: ``tasks`` tasks claim the partitions (module docstring)."""
-    from .protocol import RESULT
-
     _sweep_routed()
     work = tempfile.mkdtemp(prefix=f"cbp-routed-{os.getpid()}-")
     key = (plan.home.location, plan.stage.name)
@@ -313,13 +285,13 @@ def _run_claimed(sc: Any, plan: "TaskPlan", parts: list[pa.Table], task: Any, ta
             with pa.OSFile(os.path.join(work, f"{p}.arrows"), "wb") as f:
                 _write_envelopes(f, plan, t, chunk)
         last = dict(_LAST_WORKER.get(key, {}))
-        blobs = sc.parallelize(range(tasks), tasks).mapPartitions(partial(_claiming_task, plan, task, work, len(parts), tasks, last)).collect()
+        blobs = sc.parallelize(range(tasks), tasks).mapPartitions(partial(claiming_task, plan, task, work, len(parts), tasks, last)).collect()
         table = _in_partition_order(pa.Table.from_batches([pa.ipc.read_record_batch(pa.py_buffer(b), RESULT) for b in blobs], schema=RESULT))
         done = table.column("part").to_pylist()
         if done != list(range(len(parts))):
             raise RuntimeStateError(f"stage '{plan.stage.name}' epoch {plan.epoch}: the tasks returned partitions {done} of "
                                     f"{len(parts)}; the epoch is not committed and runs again", code="io")
-        _LAST_WORKER[key] = {p: pid for p in range(len(parts)) if (pid := _claimant(work, p)[1]) is not None}
+        _LAST_WORKER[key] = {p: pid for p in range(len(parts)) if (pid := claimant(work, p)[1]) is not None}
         return table
     finally:
         shutil.rmtree(work, ignore_errors=True)
@@ -350,86 +322,3 @@ def _sweep_routed() -> None:
             shutil.rmtree(path, ignore_errors=True)
 
 
-def claim(work: str, p: int, task: int, pid: int) -> bool:
-    """Claim partition ``p`` for task ``task`` (run by worker ``pid``): True if no other task had
-    it. A claim by an earlier attempt of the same task (which Spark retries only once it failed)
-    passes to this one.
-
-        >>> import tempfile
-        >>> d = tempfile.mkdtemp()
-        >>> claim(d, 0, task=0, pid=10), claim(d, 0, task=1, pid=11), claim(d, 0, task=0, pid=12)
-        (True, False, True)
-    """
-    path = os.path.join(work, f"{p}.claim")
-    try:
-        fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600)
-    except FileExistsError:
-        if _claimant(work, p)[0] != task:
-            return False
-        fd = os.open(path, os.O_WRONLY | os.O_TRUNC)
-    try:
-        os.write(fd, f"{task} {pid}".encode())
-    finally:
-        os.close(fd)
-    return True
-
-
-def _claimant(work: str, p: int) -> tuple[Optional[int], Optional[int]]:
-    """The task and worker pid that claimed partition ``p`` (None, None if unknown)."""
-    try:
-        with open(os.path.join(work, f"{p}.claim"), "rb") as f:
-            task, pid = f.read().split()
-        return int(task), int(pid)
-    except (OSError, ValueError):
-        return None, None
-
-
-def _claiming_task(plan: "TaskPlan", task: Any, work: str, n: int, tasks: int, last: dict[int, int], items: Iterator[int]) -> Iterator[bytes]:
-    """Worker side of :func:`_run_claimed`. The task says which worker runs it, claims the partitions
-    this worker ran last (up to its share of all), then the others (its share first), except those
-    kept by a worker that runs another of the job's tasks: that task claims them first thing (and if
-    it fails, Spark's retry runs in a new worker and takes them)."""
-    from pyspark import TaskContext
-
-    me = TaskContext.get().partitionId()  # type: ignore[union-attr]
-    pid = os.getpid()
-    with open(os.path.join(work, f"task-{me}.pid"), "w") as f:
-        f.write(str(pid))
-    order, kept = claim_order(n, tasks, me, pid, last)
-    for p in order:
-        if p in kept and last[p] != pid and last[p] in _running(work, tasks, me):
-            continue
-        if not claim(work, p, me, pid):
-            continue
-        with pa.memory_map(os.path.join(work, f"{p}.arrows")) as source:
-            for rb in task(plan, iter(pa.ipc.open_stream(source)), p):
-                yield rb.serialize().to_pybytes()
-
-
-def claim_order(n: int, tasks: int, me: int, pid: int, last: dict[int, int]) -> tuple[list[int], set[int]]:
-    """The order in which task ``me`` (worker ``pid``) tries the ``n`` partitions, and the partitions
-    each worker keeps: of those it ran last (``last``: partition -> pid), at most its share of all.
-
-        >>> claim_order(4, 2, me=1, pid=7, last={0: 7, 1: 7, 2: 7, 3: 9})   # 7 keeps 0 and 1, 9 keeps 3
-        ([0, 1, 2, 3], {0, 1, 3})
-        >>> claim_order(4, 2, me=1, pid=9, last={0: 7, 1: 7, 2: 7, 3: 9})   # its own, then 2 (kept by nobody)
-        ([3, 2, 1, 0], {0, 1, 3})
-    """
-    quota = -(-n // tasks)
-    kept = {p for w in set(last.values()) for p in sorted(q for q in range(n) if last.get(q) == w)[:quota]}
-    mine = [p for p in range(n) if p in kept and last[p] == pid]
-    rest = sorted((p for p in range(n) if p not in mine), key=lambda p: (p in kept, p % tasks != me, p))
-    return mine + rest, kept
-
-
-def _running(work: str, tasks: int, me: int) -> set[int]:
-    """The workers (pids) that run the job's other tasks, as far as they have said so yet."""
-    pids = set()
-    for t in range(tasks):
-        if t != me:
-            try:
-                with open(os.path.join(work, f"task-{t}.pid")) as f:
-                    pids.add(int(f.read()))
-            except (OSError, ValueError):
-                pass
-    return pids

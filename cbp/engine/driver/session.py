@@ -17,7 +17,7 @@ import shutil
 import sys
 from typing import Any, Optional
 
-from ..errors import RuntimeStateError
+from ...errors import RuntimeStateError
 from .jvmcache import abandon, driver_java_options, finish_at_exit, refuse
 from .jvmlog import launch, verbose
 
@@ -118,7 +118,7 @@ def s3a_conf(env: Optional[dict[str, str]] = None) -> dict[str, str]:
         >>> s3a_conf({})
         {}
     """
-    from ..storage.objectstore import ObjectStoreSettings
+    from ...storage.objectstore import ObjectStoreSettings
 
     env = os.environ if env is None else env
     if not any(env.get(k) for k in ("AWS_ENDPOINT_URL", "AWS_ACCESS_KEY_ID", "AWS_REGION", "AWS_DEFAULT_REGION")):
@@ -150,7 +150,7 @@ def _start(builder: Any, archive: str, recording: Optional[tuple[str, str, str]]
     from pyspark import SparkContext
 
     try:
-        spark = launch(builder)  # Spark's and the JVM's lines only if verbose (cbp.engine.jvmlog)
+        spark = launch(builder)  # Spark's and the JVM's lines only if verbose (cbp.engine.driver.jvmlog)
     except Exception:
         if recording is not None:
             abandon(recording)
@@ -178,7 +178,7 @@ def get_spark(master: Optional[str] = None, conf: Optional[dict[str, str]] = Non
     ``conf`` add or override settings (e.g. ``spark.executor.pyspark.memory``, the address-space
     limit of each Python worker) when the session is created. With the jar cache, the session
     has Spark's Delta connector (``delta_conf``); with ``AWS_*`` variables, S3A (``s3a_conf``).
-    A new driver JVM starts from the class archive of :mod:`cbp.engine.jvmcache` (or records it).
+    A new driver JVM starts from the class archive of :mod:`cbp.engine.driver.jvmcache` (or records it).
     """
     java_home = os.environ.get("JAVA_HOME")
     if not shutil.which("java") and not (java_home and os.path.exists(os.path.join(java_home, "bin", "java"))):

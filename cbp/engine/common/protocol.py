@@ -69,7 +69,7 @@ class TaskResult:
     output flow to its new files, ``index`` is the partition's new index file (direct mode).
     ``stats`` holds integer counters plus ``seconds`` (per phase) and ``out`` (records per flow).
     ``executor`` names the executor that ran the task; ``bindings`` are the files of the multicast
-    bindings its translate calls made (:mod:`cbp.engine.routing`); ``index_garbage`` the index
+    bindings its translate calls made (:mod:`cbp.engine.task.routing`); ``index_garbage`` the index
     files of the partition that its new index no longer stands on.
     """
 
@@ -79,7 +79,7 @@ class TaskResult:
     state_removes: list[dict[str, Any]] = field(default_factory=list)
     outputs: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
     stats: dict[str, Any] = field(default_factory=dict)
-    executor: Optional[str] = None  # the executor that ran the task (:func:`cbp.engine.locality.executor_name`)
+    executor: Optional[str] = None  # the executor that ran the task (:func:`cbp.engine.driver.locality.executor_name`)
     bindings: list[dict[str, Any]] = field(default_factory=list)  # multicast bindings files (paths relative to the home)
     index_garbage: list[str] = field(default_factory=list)  # index files the new index no longer needs (relative to the home)
 

@@ -24,7 +24,7 @@ from .indexpages import CACHE as INDEX_CACHE
 from .sinks import ParquetSink
 
 if TYPE_CHECKING:
-    from .task import TaskPlan
+    from .plan import TaskPlan
 
 __all__ = ["OldState", "StateWriter", "DirectPartition", "BlackboxPartition"]
 
@@ -40,7 +40,7 @@ class OldState(NamedTuple):
 
 
 def state_schema(plan: "TaskPlan") -> pa.Schema:
-    """A state file's columns: :data:`STATE_META`, ``_rk`` for keyed rows (:mod:`cbp.engine.keyedstate`), the state fields."""
+    """A state file's columns: :data:`STATE_META`, ``_rk`` for keyed rows (:mod:`cbp.engine.task.keyedstate`), the state fields."""
     rk = [pa.field("_rk", pa.string())] if plan.stage.row_key else []
     return pa.schema(list(STATE_META) + rk + list(plan.stage.state_schema.arrow))  # type: ignore[union-attr]
 

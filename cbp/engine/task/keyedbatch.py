@@ -1,6 +1,6 @@
 """Batch translators of keyed stages (``batch: true`` with ``state: {row_key: ...}``, issue 38).
 
-A batch translator of a keyed stage is called as any batch translator (:mod:`cbp.engine.batch`),
+A batch translator of a keyed stage is called as any batch translator (:mod:`cbp.engine.task.batch`),
 but its ``state`` argument is a :class:`KeyedBatchState`: it holds no rows until asked.
 ``state.get(requests)`` takes a table with a ``_pos`` column (the key's position in ``keys``) and
 the row key fields, and returns the stored rows found (``_key``, the state fields, ``_pos``);
@@ -22,11 +22,11 @@ from typing import Any, Optional
 import numpy as np
 import pyarrow as pa
 
-from ..spec.resolve import safe_str
-from ..spec.schema import RecordSchema
+from ...spec.resolve import safe_str
+from ...spec.schema import RecordSchema
 from .batch import BatchTranslate, _typed_keys, _with_key
-from .keyedstate import KeyedRows, rk_text, state_partition  # noqa: F401  (state_partition: for cbp.engine.task)
-from .protocol import USER_EXCEPTIONS, EpochTimeout
+from .keyedstate import KeyedRows, rk_text, state_partition  # noqa: F401  (state_partition: for cbp.engine.task.translate)
+from ..common.protocol import USER_EXCEPTIONS, EpochTimeout
 
 __all__ = ["KeyedBatch", "KeyedBatchState", "DELETED"]
 
@@ -73,7 +73,7 @@ class KeyedBatchState:
 
 
 class KeyedBatch(BatchTranslate):
-    """:class:`cbp.engine.batch.BatchTranslate` for a keyed stage: the call's upserts and deletes
+    """:class:`cbp.engine.task.batch.BatchTranslate` for a keyed stage: the call's upserts and deletes
     become each key's row writes, handed to the partition key by key in order."""
 
     def flush(self) -> None:
@@ -143,6 +143,6 @@ class KeyedBatch(BatchTranslate):
 
 
 def _out_of(rows: KeyedRows) -> Any:
-    """The partition's ``out.state`` (:class:`cbp.engine.keyedstate.KeyedOut`) behind a key's rows."""
+    """The partition's ``out.state`` (:class:`cbp.engine.task.keyedstate.KeyedOut`) behind a key's rows."""
     src = rows._source
     return src.owner.out if hasattr(src, "owner") else src.out

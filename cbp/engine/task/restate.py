@@ -1,12 +1,13 @@
-"""Rewriting a stage's whole state in one pass (``cbp upgrade``): a new schema, a new partition count.
+"""The tasks that rewrite a stage's whole state in one pass (``cbp upgrade``): a new schema, a new partition count.
 
 One Spark job: a task per old state partition reads that partition's newest live rows, turns
 each into a row of the new schema (fields added with their default or null, fields dropped,
 types widened, or the stage's ``migrate`` function), and sends each row to its new partition
-``pmod(hash(key), P')`` (:func:`cbp.engine.sparkhash.partition_of`, the partition every epoch
+``pmod(hash(key), P')`` (:func:`cbp.engine.common.sparkhash.partition_of`, the partition every epoch
 routes the key to); a task per new partition sorts its rows by key hash and writes one state file
-and its index (:class:`cbp.engine.partindex.PartitionIndex`), as a compaction would. Nothing is
-committed here: the controller commits the files (:mod:`cbp.controller.migrate`).
+and its index (:class:`cbp.engine.task.partindex.PartitionIndex`), as a compaction would. Nothing is
+committed here: the driver runs the job (:func:`cbp.engine.driver.restate.rewrite_state`) and the
+controller commits the files (:mod:`cbp.controller.migrate`).
 
     >>> import pyarrow as pa
     >>> from cbp.spec.schema import RecordSchema
@@ -20,22 +21,19 @@ from __future__ import annotations
 
 import uuid
 from dataclasses import dataclass
-from functools import partial
 from typing import Any, Callable, Iterator, Optional
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ..spec.schema import RecordError, RecordSchema
-from ..storage import Home
-from ..storage.objectstore import propagate_to_spark
+from ...spec.schema import RecordError, RecordSchema
+from ..common.sparkhash import partition_of
 from .bipindex import STATE_META, latest_rows, read_partition_rows
 from .partindex import PartitionIndex
-from .sparkhash import partition_of
 from .statepart import StateWriter
 
-__all__ = ["Job", "convert", "rewrite_state"]
+__all__ = ["Job", "convert", "convert_part", "write_part"]
 
 _ERROR = b"\x00err:"  # a shuffled value that carries a failure, not rows
 
@@ -125,7 +123,7 @@ def _ipc(t: pa.Table) -> bytes:
     return sink.getvalue().to_pybytes()  # type: ignore[no-any-return]
 
 
-def _convert_part(job: Job, item: tuple[int, list[dict[str, Any]]]) -> Iterator[tuple[int, bytes]]:
+def convert_part(job: Job, item: tuple[int, list[dict[str, Any]]]) -> Iterator[tuple[int, bytes]]:
     """Task of an old partition: its newest live rows, converted, split by new partition."""
     _, files = item
     rows = latest_rows(read_partition_rows(job.home, job.state_rel, files))
@@ -140,7 +138,7 @@ def _convert_part(job: Job, item: tuple[int, list[dict[str, Any]]]) -> Iterator[
         yield int(p), _ipc(t.filter(pa.array(q == p)))
 
 
-def _write_part(job: Job, q: int, items: Iterator[tuple[int, bytes]]) -> Iterator[tuple[int, Any]]:
+def write_part(job: Job, q: int, items: Iterator[tuple[int, bytes]]) -> Iterator[tuple[int, Any]]:
     """Task of a new partition: its rows sorted by key hash, one state file and its index."""
     tables, errors = [], []
     for _, data in items:
@@ -164,24 +162,3 @@ def _write_part(job: Job, q: int, items: Iterator[tuple[int, bytes]]) -> Iterato
     index_rel = f"stages/{job.stage}/index/_part={q}/e{job.epoch:08d}-{job.tag}-{uuid.uuid4().hex[:12]}.parquet"
     PartitionIndex(h, np.zeros(h.size, np.int32), g, [add["path"]]).save(job.home, index_rel)
     yield q, {"add": add, "index": index_rel, "rows": int(rows.num_rows)}
-
-
-def rewrite_state(spark: Any, job: Job, files_by_part: dict[int, list[dict[str, Any]]]) -> tuple[dict[int, dict[str, Any]], list[str]]:
-    """Run the rewrite; per new partition its ``{"add", "index", "rows"}``, and the failures (then nothing is to be committed)."""
-    home: Home = job.home
-    items = sorted(files_by_part.items())
-    if not items:
-        return {}, []
-    sc = spark.sparkContext
-    propagate_to_spark(sc)
-    rdd = sc.parallelize(items, len(items))
-    pairs = rdd.flatMap(partial(_convert_part, job)).partitionBy(job.partitions, lambda q: q)
-    got = pairs.mapPartitionsWithIndex(partial(_write_part, job)).collect()
-    errors = [e for _, r in got if "errors" in r for e in r["errors"]]
-    if errors:
-        for _, r in got:
-            if "add" in r:
-                home.delete_file(f"{job.state_rel}/{r['add']['path']}")
-                home.delete_file(r["index"])
-        return {}, errors
-    return {q: r for q, r in got}, []

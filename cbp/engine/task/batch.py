@@ -39,18 +39,19 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ..spec.arrowrecords import ArrowRecordError, conform, with_diff
-from ..spec.diff import DIFF
-from ..spec.resolve import safe_str
-from ..spec.schema import RecordSchema
-from .protocol import USER_EXCEPTIONS, EpochTimeout
+from ...spec.arrowrecords import ArrowRecordError, conform, with_diff
+from ...spec.diff import DIFF
+from ...spec.resolve import safe_str
+from ...spec.schema import RecordSchema
+from ..common.protocol import USER_EXCEPTIONS, EpochTimeout
 from .routing import encode_key, has_byte
 from .signed import fill_diff
 
 if TYPE_CHECKING:
     from .groups import Group
     from .statepart import DirectPartition, OldState
-    from .task import TaskPlan, _Calls
+    from .calls import _Calls
+    from .plan import TaskPlan
 
 __all__ = ["BATCH_KEYS", "BatchOut", "BatchTranslate", "write_changed"]
 
@@ -96,8 +97,8 @@ class BatchTranslate:
     def __init__(self, plan: "TaskPlan", calls: "_Calls", update: Any, fail: Any, user_failure: Any, flow_iter: Any,
                  direct: Optional["DirectPartition"] = None) -> None:
         """``update(g, old, new)`` hands a key's new state to the task's partition; ``fail`` and
-        ``user_failure`` make the task's typed failures (:mod:`cbp.engine.task`), ``flow_iter`` decodes a key's records of one
-        flow in OrderBy order (:func:`cbp.engine.task._flow_iter`). With ``direct`` (a
+        ``user_failure`` make the task's typed failures (:mod:`cbp.engine.task.translate`), ``flow_iter`` decodes a key's records of one
+        flow in OrderBy order (:func:`cbp.engine.task.translate._flow_iter`). With ``direct`` (a
         direct-mode partition), the new state rows go to it as one Arrow table per call."""
         self.plan, self.calls, self.update, self.direct = plan, calls, update, direct
         self._fail, self._user_failure, self._flow_iter = fail, user_failure, flow_iter
@@ -160,7 +161,7 @@ class BatchTranslate:
         return _with_key(schema.to_arrow(rows), keys, at)
 
     def _input_table(self, keys: pa.Array, idx: int, pending: list[Any]) -> pa.Table:
-        """One input flow's records of the batch's keys: the groups' Arrow slices (:mod:`cbp.engine.groups`)
+        """One input flow's records of the batch's keys: the groups' Arrow slices (:mod:`cbp.engine.task.groups`)
         put together, never decoded to Python; sorted by key position and, within a key, by the
         flow's OrderBy (a field: by Arrow; a function: per key in Python)."""
         schema = self.plan.input_schemas[idx]

@@ -14,7 +14,7 @@ from typing import Any, Callable, Optional
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from ..storage import Home
+from ...storage import Home
 
 __all__ = ["ParquetSink", "RecordSink", "io_path"]
 

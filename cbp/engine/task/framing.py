@@ -23,7 +23,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ..storage import SRC, Home
+from ...storage import SRC, Home
 from .sinks import ParquetSink
 
 __all__ = ["frame_runs", "FramedSink", "FRAME_KEY"]

@@ -1,9 +1,9 @@
-"""A state partition's index (:mod:`cbp.engine.bipindex`): key hash -> (data file, row group).
+"""A state partition's index (:mod:`cbp.engine.task.bipindex`): key hash -> (data file, row group).
 
 On disk an index is a whole file, or a *delta*: the entries an epoch dropped and added, on top of
 the index file it updated (its parent). In memory it is a *base* (sorted entries, never changed
 once made: a whole file read page by page through the worker's bounded page cache, or arrays,
-:mod:`cbp.engine.indexpages`), the positions of the base entries dropped since, and a small sorted
+:mod:`cbp.engine.task.indexpages`), the positions of the base entries dropped since, and a small sorted
 *overlay* of the entries added since. So an epoch's update costs what the epoch changed, not the
 partition's live keys, and so does a worker that opens the index: it reads the deltas and the
 pages its lookups need. The overlay is folded into a new whole file, streamed page by page, when
@@ -35,7 +35,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from ..storage import Home
+from ...storage import Home
 from . import indexpages
 from .indexpages import CACHE, PAGE, ArrayBase, PagedBase, index_budget, matches, write_whole
 
@@ -196,7 +196,7 @@ class PartitionIndex:
 
     def hashes_between(self, lo: int, hi: int) -> np.ndarray:
         """The distinct live hashes ``h`` with ``lo <= h <= hi``, sorted (the rows of one key of a
-        keyed stage, :mod:`cbp.engine.keyedstate`); costs the entries in the range.
+        keyed stage, :mod:`cbp.engine.task.keyedstate`); costs the entries in the range.
 
             >>> PartitionIndex(np.array([1, 5, 5, 9]), np.zeros(4, np.int32), np.zeros(4, np.int32), ["a"]).hashes_between(2, 9).tolist()
             [5, 9]
@@ -372,7 +372,7 @@ def _remember_index(key: str, idx: PartitionIndex, keep: int = 16) -> None:
     cache.trim()
 
 
-_matches = matches  # (the name cbp.engine.bipindex re-exports)
+_matches = matches  # (the name cbp.engine.task.bipindex re-exports)
 
 
 def sorted_unique(a: np.ndarray) -> np.ndarray:

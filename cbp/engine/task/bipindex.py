@@ -29,7 +29,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from ..storage import Home
+from ...storage import Home
 from .partindex import _INDEXES, MAX_DELTAS, PartitionIndex, _matches  # noqa: F401  (re-exported)
 from .partindex import sorted_unique
 
@@ -324,7 +324,7 @@ def latest_rows(rows: pa.Table, keep_tombstones: bool = False) -> pa.Table:
     if rows.num_rows == 0:
         return rows
     ident = rows["_key"]
-    if "_rk" in rows.column_names:  # keyed rows (cbp.engine.keyedstate): a row is (_key, _rk)
+    if "_rk" in rows.column_names:  # keyed rows (cbp.engine.task.keyedstate): a row is (_key, _rk)
         ident = pc.binary_join_element_wise(rows["_key"], pc.fill_null(rows["_rk"], ""), "\x00")
     ids = pa.table({"_id": ident, "_epoch": rows["_epoch"]})
     newest = ids.group_by("_id").aggregate([("_epoch", "max")])

@@ -1,4 +1,4 @@
-"""The base of a partition's index (:mod:`cbp.engine.partindex`): in memory, or read page by page.
+"""The base of a partition's index (:mod:`cbp.engine.task.partindex`): in memory, or read page by page.
 
 A whole index file is sorted by hash and written in row groups of :data:`PAGE` entries (a
 *page*); its footer's statistics (the smallest and largest hash of each page) are the sparse top
@@ -26,7 +26,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from ..storage import Home
+from ...storage import Home
 
 __all__ = ["PAGE", "INDEX_MB", "CACHE", "ArrayBase", "PagedBase", "PageCache", "index_budget", "write_whole", "matches"]
 

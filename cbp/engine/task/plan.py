@@ -1,0 +1,79 @@
+"""The plan of a stage epoch's tasks (:class:`TaskPlan`, pickled to the executors) and a task's
+phase clock: the bottom of :mod:`cbp.engine.task.translate`, imported by every module that reads a plan."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+import pyarrow as pa
+
+from ...spec import StageSpec
+from ...spec.schema import RecordSchema
+from ...storage import Home
+from .bipindex import ROW_GROUP, StateMeta
+from .routing import elided_fields, envelope_schema
+
+__all__ = ["TaskPlan"]
+
+
+@dataclass
+class TaskPlan:
+    """Everything a task of one stage epoch needs (pickled to the executors)."""
+
+    home: Home
+    stage: StageSpec
+    epoch: int
+    mode: str
+    out_schemas: dict[str, RecordSchema]
+    out_incs: dict[str, int]
+    out_frames: dict[str, str]  # output flows framed by a field: that field (framed in the task, cbp.engine.task.framing)
+    input_schemas: list[RecordSchema]
+    state_rel: str
+    parts: dict[int, StateMeta] = field(default_factory=dict)
+    max_files: int = 8
+    row_group: int = ROW_GROUP
+    cache_mb: Optional[float] = None
+    index_mb: Optional[float] = None  # the worker's partition index budget (cbp.engine.task.indexpages.INDEX_MB when None)
+    scan_fraction: Optional[float] = None  # the state scan rule's threshold (cbp.engine.task.bipindex.SCAN_FRACTION when None)
+    scan_choice: dict[int, float] = field(default_factory=dict)  # per partition: the driver's scan (0) or index (2) choice
+    fault: Optional[str] = None  # CBP_FAULT of the driver (crash tests, see cbp.faults)
+    driver_pid: int = 0
+    deadline: Optional[float] = None  # wall-clock time (time.time()) the epoch must end by
+    timeout: Optional[float] = None  # the limit that set it, in seconds (for messages)
+    write_rows: int = 4096  # output records a task buffers before appending them to its file
+    probes: list[str] = field(default_factory=list)  # per partition, a string Spark hashes into it (cbp.engine.task.routing)
+    bindings: list[str] = field(default_factory=list)  # URIs of the bindings files the epoch reads (named by the epoch that made them)
+    made_in: dict[str, int] = field(default_factory=dict)  # input file URI -> the epoch of this stage that wrote it (loopback flows)
+    new_records: Optional[int] = None  # records of the increments the epoch reads (None: not known)
+    small_records: Optional[int] = None  # up to how many the driver routes them (cbp.engine.driver.smallepoch; None: its default)
+    columnar: bool = True  # a batch translator may take the columnar path (cbp.engine.task.columnar; CBP_COLUMNAR=0: never)
+
+    @property
+    def elided(self) -> dict[int, str]:
+        """The inputs whose RouteBy field crosses the shuffle as the key only (:func:`cbp.engine.task.routing.elided_fields`)."""
+        return elided_fields([i.route_by.field if i.route_by is not None else None for i in self.stage.inputs], self.input_schemas)
+
+    def envelope_schema(self) -> pa.Schema:
+        """The envelopes of this stage epoch (:func:`cbp.engine.task.routing.envelope_schema`)."""
+        return envelope_schema(self.input_schemas, self.stage.state_schema if self.mode == "blackbox" else None, self.elided)
+
+    def where(self, key: Any = None) -> str:
+        s = f"stage '{self.stage.name}' epoch {self.epoch}"
+        return s if key is None else f"{s} key {key!r}"
+
+
+
+
+class _Clock:
+    """Seconds spent in each phase of a task (reported in the task's stats)."""
+
+    def __init__(self) -> None:
+        self.laps: dict[str, float] = {}
+        self._t = time.perf_counter()
+
+    def lap(self, name: str) -> None:
+        now = time.perf_counter()
+        self.laps[name] = round(self.laps.get(name, 0.0) + now - self._t, 4)
+        self._t = now
