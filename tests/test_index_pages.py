@@ -49,6 +49,7 @@ def _check(idx: PartitionIndex, model: list[tuple[int, str, int]], rng: random.R
     chunks = [c[0].tolist() for c in idx.chunks(size)]
     assert [x for c in chunks for x in c] == [e[0] for e in model]
     assert all(a[-1] != b[0] for a, b in zip(chunks, chunks[1:]))  # a hash's entries in one chunk
+    assert all(len(c) >= size and len(set(c[size - 1:])) == 1 for c in chunks[:-1])  # about size: longer by one hash's entries
     assert CACHE.used + CACHE.held <= CACHE.budget or len(partindex._INDEXES) == 1
 
 

@@ -141,12 +141,14 @@ class PartitionIndex:
             if n < size:
                 continue
             h, f, g = (np.concatenate([c[k] for c in held]) for k in range(3))
-            cut = int(np.searchsorted(h, h[-1], side="left"))  # the last hash's entries wait for the next chunk
-            if cut == 0:
-                held, n = [(h, f, g)], h.size
-                continue
-            yield h[:cut], f[:cut], g[:cut]
-            held, n = [(h[cut:], f[cut:], g[cut:])], h.size - cut
+            a = 0
+            while h.size - a >= size:
+                b = int(np.searchsorted(h, h[a + size - 1], side="right"))  # the chunk ends after a hash's last entry
+                if b >= h.size:  # ... which may be in the next page
+                    break
+                yield h[a:b], f[a:b], g[a:b]
+                a = b
+            held, n = [(h[a:], f[a:], g[a:])], h.size - a
         if n:
             yield tuple(np.concatenate([c[k] for c in held]) for k in range(3))  # type: ignore[misc]
 
