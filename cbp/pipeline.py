@@ -252,7 +252,7 @@ class Pipeline:
                     self.controller.notify(r.line())
         with poller if poller is not None else contextlib.nullcontext():
             reports = self.controller.run(max_epochs, on_epoch=ended, on_start=started, command=command, epoch_timeout=epoch_timeout)
-        for warning in unfed_waits(self.controller):
+        for warning in unfed_waits(self.controller.spec, self.controller.st):
             self.controller.notify(f"warning: {warning}")
         return reports
 
@@ -286,16 +286,12 @@ class Pipeline:
             >>> p.rewind(2, stage="count").line()     # doctest: +SKIP
             "rewound to after stage 'count' epoch 2: undone count epochs 3-4; pending now: 'words' 2 increment(s)"
         """
-        from .controller.rewind import rewind
-
-        return rewind(self.controller, to_epoch, stage, command=command)
+        return self.controller.rewind(to_epoch, stage, command=command)
 
     def undone_output(self, flow: str, epoch: int, rewind_seq: Optional[int] = None) -> list[dict[str, Any]]:
         """The records ``flow``'s producer wrote in ``epoch`` before a rewind undid that epoch
         (the latest such rewind, or the one committed as change ``rewind_seq``; see :meth:`history`)."""
-        from .controller.rewind import undone_records
-
-        return undone_records(self.controller, flow, epoch, rewind_seq)
+        return self.controller.undone_records(flow, epoch, rewind_seq)
 
     def unfeed(self, flow: str, feed: int) -> dict[str, Any]:
         """Withdraw feed ``feed`` (its number, as :meth:`feed` returned it) of external flow ``flow``
@@ -304,9 +300,7 @@ class Pipeline:
             >>> p.unfeed("words", 3)     # doctest: +SKIP
             {'flow': 'words', 'feed': 3, 'increments': [3], 'records': 2}
         """
-        from .controller.feeds import unfeed
-
-        return unfeed(self.controller, flow, feed)
+        return self.controller.unfeed(flow, feed)
 
     def history(self) -> list[dict[str, Any]]:
         """Every run (which feeds each of its stage epochs read, what each wrote) and every rewind,
@@ -315,9 +309,7 @@ class Pipeline:
             >>> [e["kind"] for e in p.history()]     # doctest: +SKIP
             ['run', 'run', 'rewind', 'run']
         """
-        from .controller.runs import timeline
-
-        return timeline(self.controller)
+        return self.controller.timeline()
 
     def sync(self, flows: Optional[list[str]] = None) -> list[SyncReport]:
         """Land what the Delta tables of source flows (``source: {delta: URI}``) gained since the

@@ -83,42 +83,108 @@ def site_of_url(record):
     return site_of(normalize_url(record["url"]) or record["url"])
 
 
-def merge(site, state, url_counts, site_counts, pages, out):
-    """Combine the site's counts with its crawled URLs; send not-yet-crawled URLs whose counts changed.
+SITE_ROW = ""  #: merge's row key of the site's own row (its in-link count): no URL is empty
+_NEW = {"inlinks": 0, "crawled": False, "sent_inlinks": None, "sent_site": None}
 
-    State: one record per URL of the site (``url`` null: the site's own count). ``sent_*`` are
-    the counts last sent on ``candidates``, so ``threshold`` can tell a first crossing.
+
+def merge(site, state, url_counts, site_counts, pages, out):
+    """Combine the site's counts with its crawled URLs; send the not-yet-crawled URLs whose in-link
+    count changed, and those whose place in the queue a change of the site's count flips.
+
+    State (keyed rows, ``row_key: url``): one row per URL of the site, and the site's own count
+    under ``url: ""``. ``sent_*`` are the counts last sent on ``candidates``. The site's count
+    enters every score, but a change of it can put a URL in the queue or take it out only for
+    URLs with few in-links on sites with few in-links (``params.threshold``, the same as
+    threshold's: :func:`flip_band`); only then are all the site's rows read.
+    Without state (the landmark variant) every URL counted in the epoch and not crawled is sent.
     """
-    site_in, urls = 0, {}
-    for r in state:
-        if r["url"] is None:
-            site_in = r["inlinks"]
-        else:
-            urls[r["url"]] = dict(r)
-    changed = set()
-    for c in url_counts:  # changes add up, whatever the order (an epoch may read several of count_links')
-        r = urls.setdefault(c["url"], {"url": c["url"], "inlinks": 0, "crawled": False, "sent_inlinks": None, "sent_site": None})
-        r["inlinks"] += _change(c) * _diff(c)
-        changed.add(c["url"])
+    if not out.has_state:
+        _merge_all(url_counts, site_counts, pages, out)
+        return
+    t = float(out.params.get("threshold", 3.0))
+    change = _url_changes(url_counts)
+    crawled = {u for u in map(page_url, pages) if u != SITE_ROW}  # a page landed with an empty URL can have no in-link
+    wanted = sorted(set(change) | crawled)
+    stored = state.get_many([SITE_ROW, *wanted])  # one read: the site's row and the rows of the URLs of the epoch
+    site_row = stored.pop(SITE_ROW, None)
+    site_in = site_row["inlinks"] if site_row else 0
     new_site_in = site_in + sum(_change(c) * _diff(c) for c in site_counts)
-    for p in pages:
-        u = normalize_url(p["url"]) or p["url"]
-        r = urls.setdefault(u, {"url": u, "inlinks": 0, "crawled": False, "sent_inlinks": None, "sent_site": None})
-        r["crawled"] = True
-    candidates = urls.values() if new_site_in != site_in else (urls[u] for u in changed)
-    for r in sorted(candidates, key=lambda r: r["url"]):
+    rows = {}
+    for u in wanted:
+        r = dict(stored.get(u) or {"url": u, **_NEW})
+        r["inlinks"] += change.get(u, 0)
+        r["crawled"] = r["crawled"] or u in crawled
+        rows[u] = r
+    flips = []
+    if flip_band(t, site_in, new_site_in):  # a site with few in-links: some URL may enter or leave the queue
+        for r in state:
+            if r["url"] != SITE_ROW and r["url"] not in rows and not r["crawled"] and \
+                    _above(r["sent_inlinks"], r["sent_site"], t) != _above(r["inlinks"], new_site_in, t):
+                stored[r["url"]] = r
+                flips.append(dict(r))
+    rows.update((r["url"], r) for r in flips)
+    for u in sorted(rows):
+        r = rows[u]
         if r["crawled"] or (r["inlinks"] == 0 and r["sent_inlinks"] is None):
             continue
         if (r["sent_inlinks"], r["sent_site"]) != (r["inlinks"], new_site_in):
-            out.candidates.write({"url": r["url"], "inlinks": r["inlinks"], "site_inlinks": new_site_in,
+            out.candidates.write({"url": u, "inlinks": r["inlinks"], "site_inlinks": new_site_in,
                                   "prev_inlinks": r["sent_inlinks"], "prev_site_inlinks": r["sent_site"]})
             r["sent_inlinks"], r["sent_site"] = r["inlinks"], new_site_in
-    if not out.has_state:  # the landmark variant keeps no state
-        return
-    out.state.write({"url": None, "inlinks": new_site_in, "crawled": False, "sent_inlinks": None, "sent_site": None})
-    for u in sorted(urls):
-        if urls[u]["crawled"] or urls[u]["inlinks"] != 0:  # a URL no page links to any more (and not crawled) is forgotten
-            out.state.write(urls[u])
+    if new_site_in != site_in:
+        _put(out, SITE_ROW, {"url": SITE_ROW, **_NEW, "inlinks": new_site_in} if new_site_in != 0 else None, site_row)
+    for u, r in rows.items():  # a URL no page links to any more (and not crawled) is forgotten
+        _put(out, u, r if r["crawled"] or r["inlinks"] != 0 else None, stored.get(u))
+
+
+def flip_band(t, site_before, site_after):
+    """Whether a change of a site's in-link count from ``site_before`` to ``site_after`` moves some
+    in-link count ``v >= 1`` across threshold ``t``: ``v + 0.5*log2(1 + site)`` on one side of ``t``
+    before and on the other after. The ``v`` that can lie between ``t - 0.5*log2(1 + site_after)``
+    and ``t - 0.5*log2(1 + site_before)`` are few (the band is at most 0.5*log2 of the count wide)
+    and each is checked with the score itself, so rounding cannot disagree with ``threshold``.
+
+        >>> flip_band(3.0, 14, 15), flip_band(3.0, 15, 1_000_000), flip_band(3.0, 2, 3), flip_band(3.0, 0, 1), flip_band(10.0, 5000, 5001)
+        (True, False, True, False, False)
+    """
+    if site_before == site_after:
+        return False
+    lo, hi = sorted((site_before, site_after))
+    first = max(1, math.floor(t - 0.5 * math.log2(1 + max(hi, 0))) - 1)
+    last = max(1, math.ceil(t - 0.5 * math.log2(1 + max(lo, 0))) + 1)
+    return any(_above(v, lo, t) != _above(v, hi, t) for v in range(first, last + 1))
+
+
+def _above(inlinks, site_inlinks, t):
+    """Whether ``threshold`` holds a URL with these counts in the queue (a URL no page links to is no candidate)."""
+    return bool(inlinks) and crawl_score(inlinks, site_inlinks) >= t
+
+
+def _put(out, url, row, before):
+    """Write ``row`` under ``url`` if it differs from the stored ``before`` (``None``: delete the stored row)."""
+    if row is None:
+        if before is not None:
+            out.state.delete(url)
+    elif row != before:
+        out.state.write(row)
+
+
+def _url_changes(url_counts):
+    """The change of each URL's in-link count (changes add up, whatever the order: an epoch may read several of count_links')."""
+    change = {}
+    for c in url_counts:
+        change[c["url"]] = change.get(c["url"], 0) + _change(c) * _diff(c)
+    return change
+
+
+def _merge_all(url_counts, site_counts, pages, out):
+    """Merge without state (the landmark variant): every URL counted in the epoch and not crawled in it."""
+    change = _url_changes(url_counts)
+    site_in = sum(_change(c) * _diff(c) for c in site_counts)
+    crawled = set(map(page_url, pages))
+    for u in sorted(change):
+        if u not in crawled and change[u] != 0:
+            out.candidates.write({"url": u, "inlinks": change[u], "site_inlinks": site_in, "prev_inlinks": None, "prev_site_inlinks": None})
 
 
 def _change(count):

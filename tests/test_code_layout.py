@@ -151,3 +151,69 @@ def test_driver_jobs_ship_only_task_side_functions():
                 if _engine_side(origin.get(name, "") + ".x") != "task":
                     wrong.append(f"{m}: {name}")
     assert len(shipped) >= 8 and not wrong
+
+
+CONTROLLER = ROOT / "controller"
+
+
+def _controller_modules() -> dict[str, ast.Module]:
+    return {f.name: ast.parse(f.read_text(encoding="utf-8")) for f in sorted(CONTROLLER.glob("*.py"))}
+
+
+def test_controller_parts_are_composed_not_mixed_in():
+    """The Controller is a facade over parts it composes, each handed what it works with (issue 37,
+    item 7): no controller class derives from another, no function takes the whole controller, no
+    part reaches into a collaborator's private state, and none keeps the spec or the snapshot of
+    its own (they are read through the shared :class:`cbp.controller.live.Live`, never stale)."""
+    from cbp.controller import Controller
+
+    assert Controller.__bases__ == (object,)
+    mods = _controller_modules()
+    classes = {n.name for tree in mods.values() for n in tree.body if isinstance(n, ast.ClassDef)}
+    wrong = [f"{name}: class {n.name}({ast.unparse(b)})" for name, tree in mods.items() for n in tree.body if isinstance(n, ast.ClassDef)
+             for b in n.bases if ast.unparse(b).split(".")[-1] in classes]
+    for name, tree in mods.items():
+        for node in ast.walk(tree):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                wrong += [f"{name}:{node.lineno}: {node.name}({a.arg}: {ast.unparse(a.annotation) if a.annotation else ''})"
+                          for a in node.args.args if a.arg in ("ctl", "controller") or "Controller" in ast.unparse(a.annotation or ast.Constant(""))]
+            if name in ("__init__.py", "live.py") or not isinstance(node, ast.Attribute):
+                continue
+            inner = node.value
+            if isinstance(inner, ast.Name) and inner.id == "self" and node.attr in ("st", "spec", "committed"):
+                wrong.append(f"{name}:{node.lineno}: self.{node.attr} (read it from the Live object)")
+            if (isinstance(inner, ast.Attribute) and isinstance(inner.value, ast.Name) and inner.value.id == "self"
+                    and node.attr.startswith("_") and not node.attr.startswith("__")):
+                wrong.append(f"{name}:{node.lineno}: self.{inner.attr}.{node.attr} (another part's private state)")
+    assert not wrong
+
+
+def test_controller_modules_say_what_they_read_and_write():
+    """Each controller module's docstring names what its part reads and what it writes, so that
+    each file can be read alone."""
+    missing = [name for name, tree in _controller_modules().items()
+               if not all(w in (ast.get_docstring(tree) or "") for w in ("Reads:", "Writes:"))]
+    assert not missing
+
+
+def test_controller_parts_take_only_what_they_use():
+    """Each part (a controller class handed the shared ``live``) uses every collaborator its
+    ``__init__`` takes: what a part is handed is what it reads and writes through."""
+    unused = []
+    for name, tree in _controller_modules().items():
+        for cls in (n for n in tree.body if isinstance(n, ast.ClassDef)):
+            methods = [m for m in cls.body if isinstance(m, ast.FunctionDef)]
+            init = next((m for m in methods if m.name == "__init__"), None)
+            params = {a.arg for a in init.args.args[1:]} if init else set()
+            if "live" not in params:
+                continue
+            handed = {}  # attribute -> the parameter stored in it
+            for node in ast.walk(init):
+                if isinstance(node, ast.Assign):
+                    pairs = (zip(node.targets[0].elts, node.value.elts) if isinstance(node.targets[0], ast.Tuple)
+                             and isinstance(node.value, ast.Tuple) else [(node.targets[0], node.value)])
+                    handed.update({t.attr: v.id for t, v in pairs if isinstance(t, ast.Attribute) and isinstance(v, ast.Name) and v.id in params})
+            used = {n.attr for m in methods if m is not init for n in ast.walk(m) if isinstance(n, ast.Attribute)
+                    and isinstance(n.value, ast.Name) and n.value.id == "self"}
+            unused += [f"{name}: {cls.name}({p})" for p in params - {handed[a] for a in handed if a in used}]
+    assert not unused

@@ -16,7 +16,7 @@ import sys
 import pytest
 
 import cbp
-from cbp.crawl.reference import counts_from_scratch, queue_from_scratch
+from cbp.crawl.reference import counts_from_scratch, latest_versions, queue_from_scratch
 from cbp.crawl.crawler import Corpus, Crawler, decode_html
 from cbp.errors import UsageError
 from cbp.crawl.links import normalize_url, page_links, site_of
@@ -257,3 +257,46 @@ def test_cbp_crawl_cli_rounds_and_failures(site, tmp_path):
                              capture_output=True, text=True, cwd=ROOT, timeout=120)
     assert missing.returncode == 2 and "does not exist" in missing.stderr
     assert os.path.exists(home / "_crawler" / "state.json")
+
+
+# ---------------------------------------------------------------- merge's keyed rows (issue 38)
+def test_a_link_to_a_big_site_makes_merge_read_few_of_its_rows(spark, tmp_path):
+    """A site of 4,000 URLs in merge's state: a page linking to one of them and to a new one makes
+    merge read the site's row and that URL's row (keyed rows), not the 4,000; a link to a small
+    site reads that site's few rows; the queue is the from-scratch queue after every epoch."""
+    p = cbp.load(CRAWL, home=str(tmp_path / "home"), spark=spark, mode="direct")
+    big = "http://big.example"
+    feeds = [[{"url": f"http://hub.example/{i}", "html": "".join(f'<a href="{big}/{j}">' for j in range(i * 1000, i * 1000 + 1000))}
+              for i in range(4)] + [{"url": "http://hub.example/s", "html": '<a href="http://small.example/a">'}]]
+    p.feed("pages", feeds[0])
+    p.run()
+    assert sum(1 for r in p.state("merge") if r["url"].startswith(big)) == 4000
+    for feed, most in (([{"url": "http://x.example/1", "html": f'<a href="{big}/7"><a href="{big}/new">'}], 2),
+                       ([{"url": "http://x.example/2", "html": f'<a href="{big}/7"><a href="http://small.example/a">'}], 2 + 3),
+                       ([{"url": f"{big}/7", "html": ""}, {"url": "http://x.example/1", "status": 404, "html": None, "fetched": 1e10}], 2 + 2)):
+        feeds.append(feed)
+        p.feed("pages", feed)
+        merge = next(r for r in p.run() if r.stage == "merge")
+        assert 0 < merge.keys_read <= most  # rows read: big's row and its URLs of the epoch (+ small's rows)
+        queued: dict[str, int] = {}
+        for r in p.output("crawl_queue"):
+            queued[r["url"]] = queued.get(r["url"], 0) + r.get("_diff", 1)
+        _, crawled = latest_versions(feeds)
+        assert {u for u, n in queued.items() if n > 0} - crawled == set(queue_from_scratch(feeds, feeds=True))
+
+
+def test_a_home_of_the_crawl_queue_before_keyed_rows_is_refused_by_the_plan(tmp_path):
+    """merge's state is stored in another layout with keyed rows: a home built before is not resumed."""
+    flows = tmp_path / "flows"
+    flows.mkdir()
+    old = ROOT / "bench" / "crawl_before"
+    (flows / "crawl_queue.yaml").write_text((old / "crawl_queue_before.yaml").read_text().replace("crawl_queue_before", "crawl_queue"))
+    (flows / "crawl_queue.py").write_text((old / "crawl_queue_before.py").read_text())
+    home = str(tmp_path / "home")
+    p = cbp.load(flows / "crawl_queue.yaml", home=home)
+    p.feed("pages", [{"url": "http://a.example/", "html": '<a href="x"><a href="y">'}])
+    p.run()
+    shutil.copy(CRAWL, flows / "crawl_queue.yaml")
+    shutil.copy(FLOWS / "crawl_queue.py", flows / "crawl_queue.py")
+    plan = cbp.load(flows / "crawl_queue.yaml", home=home).plan()
+    assert "row-key-refused" in [c.code for c in plan.refused]

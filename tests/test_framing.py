@@ -89,7 +89,7 @@ def test_field_framing_in_tasks_equals_framing_on_the_driver(spark, make_pipelin
         p = cbp.load(make_pipeline(FRAMED.replace("FRAME", frame), MODULE), home=str(tmp_path / how))
         with monkeypatch.context() as m:
             if how == "field":  # the driver never reads the tasks' records back
-                m.setattr(Landing, "_read_task_files", lambda *a: pytest.fail("the driver re-read a field-framed output"))
+                m.setattr(Landing, "read_task_files", lambda *a: pytest.fail("the driver re-read a field-framed output"))
             frames = []
             for batch in feeds:
                 p.feed("events", batch)

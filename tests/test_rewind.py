@@ -160,6 +160,32 @@ def parse(key, state, lines, out):
 """
 
 
+def test_an_abandoned_rerun_keeps_the_undone_epochs_state_files(spark, tmp_path):
+    """After a rewind, a re-run of epoch 3 that fails (its files are dropped) leaves the state files
+    of the undone epoch 3: Delta time travel to it still reads, and a later run equals a fresh one."""
+    from deltalake import DeltaTable
+
+    fixed, buggy = _versions(tmp_path, "abandon")
+    home = str(tmp_path / "home")
+    _buggy_history(fixed, buggy, home, spark)
+    failing = fixed.with_name("wc_abandon_fails.py")
+    failing.write_text("BUG = False\n" + CODE.replace("    prev = next(state, None)", "    if key == 'c':\n        raise ValueError('boom')\n    prev = next(state, None)"))
+    (yaml_failing := fixed.with_name("wc_abandon_fails.yaml")).write_text(YAML.replace("MOD", "wc_abandon_fails"))
+    p = cbp.load(fixed, home, spark=spark)
+    p.rewind(2, stage="count")
+    undone = {e["epoch"]: e["state_version"] for e in p.controller.rewinds()[-1]["undone"]["count"]}
+    from cbp.storage import LAYOUT
+    uri = p.home.uri(LAYOUT.state("count"))
+    before = {e: DeltaTable(uri, version=v).to_pyarrow_table().num_rows for e, v in undone.items()}
+    with pytest.raises(CbpError):
+        cbp.load(yaml_failing, home, spark=spark).run()
+    assert {e: DeltaTable(uri, version=v).to_pyarrow_table().num_rows for e, v in undone.items()} == before
+    p = cbp.load(fixed, home, spark=spark)
+    p.run()
+    want = _fresh(fixed, str(tmp_path / "fresh"), spark)
+    assert p.state("count") == want.state("count")
+
+
 def test_rewind_multi_stage_with_loopback(spark, tmp_path):
     """components.yaml (parse -> cc with its loopback flow -> size): parse epochs 3-4 ran buggy
     code; back to after parse epoch 2, the next run with the fixed code gives networkx's answer

@@ -69,11 +69,10 @@ def print_events(events: list[dict[str, Any]]) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..controller.runs import timeline
     from ..pipeline import Pipeline
 
     pipe = Pipeline(args.flow_yaml, args.home)
-    events = timeline(pipe.controller)
+    events = pipe.controller.timeline()
     if args.last is not None:
         events = events[-args.last:] if args.last > 0 else []
     if args.json:

@@ -5,6 +5,9 @@ entry; the snapshot keeps, per stage, the hash of its last epoch and the epoch s
 code has run (``shapes["code:<stage>"]``), so ``cbp status`` shows when the code changed and
 whether today's file differs from what the last epoch ran.
 
+Reads: a snapshot's ``shapes`` and the translators' module files. Writes: ``shapes["code:<stage>"]``
+of the snapshot it is given (:func:`note_code`, with each stage epoch's change).
+
     >>> code_hash(None)
     ''
 """
@@ -14,14 +17,11 @@ from __future__ import annotations
 import hashlib
 import sys
 import time
-from typing import TYPE_CHECKING, Any, Optional
+from typing import Any, Optional
 
-from ..spec import StageSpec
-from .plan import ARCHIVE
+from ..spec import PipelineSpec, StageSpec
+from .plan import ARCHIVE, Plan
 from .snapshot import Snapshot
-
-if TYPE_CHECKING:
-    from . import Controller
 
 __all__ = ["code_hash", "note_code", "evolution_status"]
 
@@ -50,23 +50,22 @@ def note_code(snap: Snapshot, spec: StageSpec, epoch: int) -> str:
     return h
 
 
-def evolution_status(ctl: "Controller") -> dict[str, Any]:
+def evolution_status(spec: PipelineSpec, st: Snapshot, plan: Plan) -> dict[str, Any]:
     """``archived`` stages, per-stage ``code`` (hash, since which epoch, whether today's file differs), ``warnings``, ``plan``."""
     from .upgrade import unfed_waits
 
-    shapes = ctl.st.shapes
+    shapes = st.shapes
     archived = {k[len(ARCHIVE):]: {"epoch": v["epoch"], "removed": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(v.get("at", 0))),
                                    "pending": sum(len(c) for c in v["connectors"].values())}
                 for k, v in shapes.items() if k.startswith(ARCHIVE)}
     code = {}
-    for s, spec in ctl.spec.stages.items():
+    for s, stage in spec.stages.items():
         rec = shapes.get(f"code:{s}")
         if rec is not None:
-            now = code_hash(spec)
+            now = code_hash(stage)
             code[s] = {"hash": rec["hash"], "since_epoch": rec["since"], "changed_at_epoch": rec["since"] if rec.get("before") else None,
                        "file_differs": bool(now) and now != rec["hash"]}
-    plan = ctl.evolution
-    return {"archived": archived, "code": code, "warnings": unfed_waits(ctl),
+    return {"archived": archived, "code": code, "warnings": unfed_waits(spec, st),
             "plan": plan.lines() if plan.changes else [], "needs_upgrade": plan.needs_upgrade}
 
 

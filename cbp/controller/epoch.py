@@ -4,7 +4,14 @@ Before a stage epoch runs, its *intention* (what it reads and removes, the incre
 produce, the connectors it touches) is written; the Spark job (:mod:`cbp.engine.driver.job`) then writes
 only new files, and the epoch is committed as one change (:mod:`.journal`). A runner that dies
 leaves the intention: the next ``cbp run`` re-runs the epoch with the same decision, or drops
-it if its inputs changed.
+it if its inputs changed (:mod:`.intentions`).
+
+Reads: ``live.spec`` and ``live.st`` (the stage's epoch, state version, index, bindings; its
+input connectors and increments), the input increments' and state table's files, the tuning.
+Writes: through the journal, one change per epoch: the state table and output flow tables (Delta
+commits), ``live.st`` (the stage's epoch, runnable state, index, layout and bindings; its input
+connectors; output increments, via :class:`~.landing.Landing`), the epoch's history entry and its
+intention (:class:`~.intentions.Intentions`); deletes index and binding files no one reads again.
 """
 
 from __future__ import annotations
@@ -22,12 +29,14 @@ from ..engine.task.framing import FRAME_KEY
 from ..engine.driver.job import run_stage_epoch
 from ..engine.common.protocol import TaskResult
 from ..engine.task.plan import TaskPlan
-from ..errors import RuntimeStateError
 from ..spec import StageSpec
-from ..storage import INC, LAYOUT, PART
+from ..storage import INC, LAYOUT, PART, Home
 from ..storage.layout import epoch_of
 from .codehash import note_code
-from .journal import ENTRY
+from .intentions import Intentions
+from .journal import ENTRY, Journal
+from .landing import Landing, flow_schema
+from .live import LazySpark, Live, Tuning
 from .records import Decision, EpochReport
 from .snapshot import Increment
 
@@ -35,48 +44,14 @@ __all__ = ["Epochs"]
 
 
 class Epochs:
-    """Stage epochs and their intentions for :class:`~cbp.controller.Controller` (a mixin)."""
+    """Runs and commits one stage epoch at a time."""
 
-    # ------------------------------------------------------------------ intentions
-    def _load_intentions(self) -> None:
-        """Find epochs that were under way when a runner died; drop intentions that no longer apply."""
-        self._interrupted = {}
-        for stage, it in self.home.intentions().items():
-            if stage in self.spec.stages and self._intention_fits(it):
-                self._interrupted[stage] = it
-            else:
-                self._abandon(stage, it)
-
-    def _intention_fits(self, it: dict[str, Any]) -> bool:
-        """An intention can be finished if its epoch is the stage's next and its inputs are still at the heads."""
-        stage = it["stage"]
-        if stage not in self.spec.stages or it["epoch"] != self.st.stages[stage].epoch + 1:
-            return False
-        for flow, ids in it["inputs"].items():
-            q = self.st.connectors.get(f"{stage}.{flow}")
-            if q is None or q[:len(ids)] != ids:
-                return False
-        return True
-
-    def _abandon(self, stage: str, it: dict[str, Any]) -> None:
-        """Drop an intention whose epoch will not be finished, and the files its attempt left."""
-        st = self.st.stages.get(stage)
-        if it["epoch"] > (st.epoch if st else 0):
-            self._discard_epoch_files(stage, it["epoch"], it.get("out_incs", {}))
-        self.home.clear_intention(stage)
-
-    def _write_intention(self, stage: str, epoch: int, d: Decision, inputs: dict[str, list[int]], out_incs: dict[str, int]) -> None:
-        spec = self.spec.stages[stage]
-        try:
-            self.home.write_intention(stage, {
-                "stage": stage, "epoch": epoch, "reads": d.reads, "removes": d.removes, "runnable_state": d.state,
-                "inputs": inputs, "out_incs": out_incs, "started": time.time(),
-                "connectors": {i.flow: self.st.connector(stage, i.flow) for i in spec.inputs},
-            })
-        except OSError as e:
-            raise RuntimeStateError(f"stage '{stage}' epoch {epoch}: cannot write its intention in {self.home.uri(LAYOUT.INTENTIONS)}: {e}; "
-                                    "nothing was run", code="io") from e
-        faults.point("epoch:intention")
+    def __init__(self, home: Home, live: Live, journal: Journal, landing: Landing, intentions: Intentions,
+                 tuning: Tuning, spark: LazySpark, mode: str) -> None:
+        self.home, self.live, self.journal, self.landing, self.intentions = home, live, journal, landing, intentions
+        self.tuning, self.spark, self.mode = tuning, spark, mode
+        self.epoch_timeout: Optional[float] = None  # seconds per stage epoch of the current run (cbp run --epoch-timeout)
+        self.run_info: Optional[dict[str, Any]] = None  # the cbp run under way (pid, host, started, command), for the history
 
     # ------------------------------------------------------------------ one stage epoch
     def _state_table_schema(self, spec: StageSpec) -> pa.Schema:
@@ -85,12 +60,12 @@ class Epochs:
 
     def run_epoch(self, stage: str, d: Decision, *, intention: Optional[dict[str, Any]] = None) -> EpochReport:
         """Run and commit one epoch of ``stage``: state, output increments and connectors, all or nothing."""
-        with self._transaction():
+        with self.journal.transaction():
             return self._run_epoch(stage, d, intention)
 
     def _run_epoch(self, stage: str, d: Decision, intention: Optional[dict[str, Any]]) -> EpochReport:
-        spec = self.spec.stages[stage]
-        epoch = self.st.stages[stage].epoch + 1
+        spec = self.live.spec.stages[stage]
+        epoch = self.live.st.stages[stage].epoch + 1
         t0 = time.perf_counter()
         inputs: dict[str, list[int]] = {}
         input_files: dict[int, list[str]] = {}
@@ -98,44 +73,45 @@ class Epochs:
         for idx, inp in enumerate(spec.inputs):
             n = d.reads.get(inp.flow, 0)
             if n:
-                inputs[inp.flow] = self.st.connector(stage, inp.flow)[:n]
-                files = self._increment_files(inp.flow, inputs[inp.flow])
+                inputs[inp.flow] = self.live.st.connector(stage, inp.flow)[:n]
+                files = self.landing.increment_files(inp.flow, inputs[inp.flow])
                 input_files[idx] = [uri for uri, _ in files]
                 made_in.update((uri, e) for uri, i in files if (e := self._made_in(stage, inp.flow, uri, i)) is not None)
         if intention is not None:  # the attempt that died allocated these; its files go first
             out_incs = {f: int(i) for f, i in intention["out_incs"].items()}
             for f, i in out_incs.items():
-                self.st.flows[f].next_inc = max(self.st.flows[f].next_inc, i + 1)
-            self._discard_epoch_files(stage, epoch, out_incs)
+                self.live.st.flows[f].next_inc = max(self.live.st.flows[f].next_inc, i + 1)
+            self.intentions.discard_files(stage, epoch, out_incs)
         else:
-            out_incs = {f: self._allocate(f, 1)[0] for f in spec.outputs}
-        self._write_intention(stage, epoch, d, inputs, out_incs)
+            out_incs = {f: self.landing.allocate(f, 1)[0] for f in spec.outputs}
+        self.intentions.write(stage, epoch, d, inputs, out_incs)
         plan, state_uris = self._plan(stage, epoch, out_incs, inputs)
         plan.made_in = made_in
         wanted = {epoch - 1, *made_in.values()}
-        plan.bindings = [self.home.uri(rel) for rel in self.st.stages[stage].bindings if epoch_of(rel) in wanted]
+        plan.bindings = [self.home.uri(rel) for rel in self.live.st.stages[stage].bindings if epoch_of(rel) in wanted]
         try:
             shuffle: dict[str, int] = {}
-            results = run_stage_epoch(self.spark, plan, input_files, state_uris, state_needs_dedupe=self.st.stages[stage].layout != "blackbox",
+            results = run_stage_epoch(self.spark.get(), plan, input_files, state_uris,
+                                      state_needs_dedupe=self.live.st.stages[stage].layout != "blackbox",
                                       shuffle=shuffle)
             faults.point("epoch:ran")
             commits, cleanup, counts, written = self._epoch_commits(stage, epoch, d, results, inputs, out_incs)
-            self._commit("epoch", f"stage '{stage}' epoch {epoch}", commits, stage=stage, cleanup=cleanup, written=written)
+            self.journal.commit("epoch", f"stage '{stage}' epoch {epoch}", commits, stage=stage, cleanup=cleanup, written=written)
         except BaseException:
             try:
                 committing = self.home.pending() is not None  # then the change is finished later, not dropped
             except OSError:
                 committing = True
             if not committing:
-                self._abandon_quietly(stage, epoch, out_incs)
+                self.intentions.abandon_quietly(stage, epoch, out_incs)
             raise
         return _report(stage, epoch, self.mode, results, counts, time.perf_counter() - t0, shuffle)
 
     def _plan(self, stage: str, epoch: int, out_incs: dict[str, int],
               inputs: Optional[dict[str, list[int]]] = None) -> tuple[TaskPlan, Optional[StateSource]]:
         """The plan the epoch's tasks get, and (black-box mode) the state table at its version."""
-        spec = self.spec.stages[stage]
-        sst = self.st.stages[stage]
+        spec = self.live.spec.stages[stage]
+        sst = self.live.st.stages[stage]
         parts: dict[int, StateMeta] = {}
         state_uris: Optional[StateSource] = None
         state_rel = LAYOUT.state(stage)
@@ -152,19 +128,20 @@ class Epochs:
                     parts.setdefault(int(p), StateMeta()).index = rel
         plan = TaskPlan(
             home=self.home, stage=spec, epoch=epoch, mode=self.mode,
-            out_schemas={f: self.spec.flows[f].schema for f in spec.outputs}, out_incs=out_incs,
-            out_frames={f: fr.field for f in spec.outputs if (fr := self.spec.flows[f].frame_by) is not None and fr.field is not None},
-            input_schemas=[self.spec.flows[i.flow].schema.signed() for i in spec.inputs], state_rel=state_rel,
-            parts=parts, max_files=self.max_state_files, row_group=self.state_row_group, cache_mb=self.state_cache_mb, scan_fraction=self.state_scan_fraction,
+            out_schemas={f: self.live.spec.flows[f].schema for f in spec.outputs}, out_incs=out_incs,
+            out_frames={f: fr.field for f in spec.outputs if (fr := self.live.spec.flows[f].frame_by) is not None and fr.field is not None},
+            input_schemas=[self.live.spec.flows[i.flow].schema.signed() for i in spec.inputs], state_rel=state_rel,
+            parts=parts, max_files=self.tuning.max_state_files, row_group=self.tuning.state_row_group,
+            cache_mb=self.tuning.state_cache_mb, scan_fraction=self.tuning.state_scan_fraction,
             fault=faults.current(), driver_pid=os.getpid(),
         )
-        known = [self.st.flows[i.flow].incs.get(n) for i in spec.inputs for n in (inputs or {}).get(i.flow, [])]
+        known = [self.live.st.flows[i.flow].incs.get(n) for i in spec.inputs for n in (inputs or {}).get(i.flow, [])]
         new = sum(m.records for m in known if m is not None)
         plan.new_records = new if all(m is not None for m in known) else None
-        plan.small_records = self.small_epoch_records
-        plan.index_mb = self.state_index_mb
-        if self.mode == "direct" and self.state_scan_fraction is None and not os.environ.get("CBP_STATE_SCAN_FRACTION"):
-            plan.scan_choice = {p: choose_reads(new, spec.partitions, sum(int(f.get("rows") or 0) for f in m.files), self.state_row_group)
+        plan.small_records = self.tuning.small_epoch_records
+        plan.index_mb = self.tuning.state_index_mb
+        if self.mode == "direct" and self.tuning.state_scan_fraction is None and not os.environ.get("CBP_STATE_SCAN_FRACTION"):
+            plan.scan_choice = {p: choose_reads(new, spec.partitions, sum(int(f.get("rows") or 0) for f in m.files), self.tuning.state_row_group)
                                 for p, m in parts.items()}
         limits = [t for t in (spec.timeout, self.epoch_timeout) if t is not None]
         if limits:
@@ -174,16 +151,16 @@ class Epochs:
 
     def _epoch_commits(self, stage: str, epoch: int, d: Decision, results: list[TaskResult], inputs: dict[str, list[int]],
                        out_incs: dict[str, int]) -> tuple[list[dict[str, Any]], list[str], dict[str, int], list[str]]:
-        """Turn the tasks' results into the epoch's Delta commits, the next snapshot (in ``self.st``)
+        """Turn the tasks' results into the epoch's Delta commits, the next snapshot (in ``self.live.st``)
         and its history entry.
 
         Returns the commits, the files to delete once committed, the records per output flow, and
         the files written here (re-framed outputs), to delete if the epoch is abandoned.
         """
-        spec = self.spec.stages[stage]
-        sst = self.st.stages[stage]
+        spec = self.live.spec.stages[stage]
+        sst = self.live.st.stages[stage]
         app = f"cbp:{stage}"
-        txn = self.st.seq + 1  # the change's sequence number: Delta transaction version, never reused (also after a rewind)
+        txn = self.live.st.seq + 1  # the change's sequence number: Delta transaction version, never reused (also after a rewind)
         entry = LAYOUT.epoch_entry(stage, epoch)
         commits: list[dict[str, Any]] = []
         cleanup: list[str] = []
@@ -209,29 +186,29 @@ class Epochs:
             counts[flow] = sum(int(a["rows"]) for a in adds)
             if not adds:
                 continue  # an epoch that writes nothing to a flow adds no increment to it
-            frame_by = self.spec.flows[flow].frame_by
+            frame_by = self.live.spec.flows[flow].frame_by
             if frame_by is not None and frame_by.field is not None:  # framed by the tasks: join their runs
                 runs = [(a[FRAME_KEY], a) for r in sorted(results, key=lambda r: r.part) for a in r.outputs.get(flow, [])]
-                fc, produced[flow] = self._land_runs(flow, runs, producer=f"{stage}:{epoch}", prior_frame=epoch, app=(app, txn))
+                fc, produced[flow] = self.landing.land_runs(flow, runs, producer=f"{stage}:{epoch}", prior_frame=epoch, app=(app, txn))
                 commits += fc
                 continue
             if frame_by is not None:  # a FrameBy function threads its state through the epoch's records: framed here
-                data, task_files = self._read_task_files(flow, adds)
+                data, task_files = self.landing.read_task_files(flow, adds)
                 cleanup += task_files
-                fc, produced[flow], w = self._land(flow, data, close=False, producer=f"{stage}:{epoch}", prior_frame=epoch,
+                fc, produced[flow], w = self.landing.land(flow, data, close=False, producer=f"{stage}:{epoch}", prior_frame=epoch,
                                                    app=(app, txn), what=f"stage '{stage}' epoch {epoch}",
                                                    prefix=LAYOUT.output_prefix(stage, epoch))
                 commits += fc
                 written += w
                 continue
             rel = LAYOUT.flow(flow)
-            self.home.ensure_table(rel, self._flow_schema(flow), INC)
+            self.home.ensure_table(rel, flow_schema(self.live.spec, flow), INC)
             commits.append({"table": rel, "partition_by": INC, "adds": adds, "removes": [], "app": app, "version": txn,
                             "targets": [["flows", flow, "version"], ["flows", flow, "incs", str(out_incs[flow]), "version"]]})
-            self._register(flow, out_incs[flow], Increment(epoch, counts[flow], self.st.flows[flow].version, f"{stage}:{epoch}", True))
+            self.landing.register(flow, out_incs[flow], Increment(epoch, counts[flow], self.live.st.flows[flow].version, f"{stage}:{epoch}", True))
             produced[flow] = [out_incs[flow]]
         for flow, n in d.removes.items():
-            del self.st.connector(stage, flow)[:n]
+            del self.live.st.connector(stage, flow)[:n]
         # bindings serve the next epoch (paper 001 §4.5.3) and, while they are unread, the loopback increments of the epoch that made them
         kept = [rel for rel in sst.bindings if self._awaited(stage, epoch_of(rel))]
         dropped = [rel for rel in sst.bindings if rel not in kept]
@@ -239,9 +216,9 @@ class Epochs:
         cleanup += dropped + self._stray_bindings(stage, dropped, sst.bindings)
         sst.epoch = epoch
         sst.runnable_state = d.state
-        self._entry(entry, {"state_version": sst.state_version, "inputs": inputs, "outputs": produced,
+        self.journal.entry(entry, {"state_version": sst.state_version, "inputs": inputs, "outputs": produced,
                             "records": {f: counts[f] for f in produced}, "placement": _placement(results),
-                            "code": note_code(self.st, spec, epoch),
+                            "code": note_code(self.live.st, spec, epoch),
                             "seq": txn, "run": self.run_info, "at": round(time.time(), 3)})
         return commits, cleanup, counts, written
 
@@ -259,7 +236,7 @@ class Epochs:
         flow is not one of the stage's loopback flows). A file's name says it
         (:meth:`Layout.output_prefix`); a re-framed file landed before such names were given goes
         by the epoch that opened its increment."""
-        if flow not in self.spec.stages[stage].outputs:
+        if flow not in self.live.spec.stages[stage].outputs:
             return None
         name = uri.rsplit("/", 1)[-1]
         start = LAYOUT.output_prefix(stage, 0)[:-8]  # "s<stage>-e", then the epoch's 8 digits
@@ -272,47 +249,22 @@ class Epochs:
     def _made_epochs(self, stage: str, flow: str, inc: int) -> set[int]:
         """The epochs of ``stage`` that wrote records of increment ``inc`` of its loopback flow
         ``flow``: the one that opened it and (framed) every one that added to it."""
-        m = self.st.flows[flow].incs.get(inc)
-        if m is None or flow not in self.spec.stages[stage].outputs:
+        m = self.live.st.flows[flow].incs.get(inc)
+        if m is None or flow not in self.live.spec.stages[stage].outputs:
             return set()
         opened = m.producer.rpartition(":")[2]
         return {int(s) for s in m.srcs if isinstance(s, int) and not isinstance(s, bool)} | ({int(opened)} if opened.isdigit() else set())
 
     def _awaited(self, stage: str, made: Optional[int]) -> bool:
         """Whether ``stage`` still has unread loopback increments with records of its epoch ``made``."""
-        spec = self.spec.stages[stage]
+        spec = self.live.spec.stages[stage]
         return made is not None and any(made in self._made_epochs(stage, i.flow, n) for i in spec.inputs if i.flow in spec.outputs
-                                        for n in self.st.connector(stage, i.flow))
+                                        for n in self.live.st.connector(stage, i.flow))
 
     def _index_files(self, stage: str, index: dict[str, str]) -> list[str]:
         """Every index file of ``stage``'s partitions that have an ``index`` (a file and the deltas it stands on)."""
         base = LAYOUT.index(stage)
         return [f"{base}/{PART}={p}/{name}" for p in index for name in self.home.list_dir(f"{base}/{PART}={p}")]
-
-    def _abandon_quietly(self, stage: str, epoch: int, out_incs: dict[str, int]) -> None:
-        try:
-            self._discard_epoch_files(stage, epoch, out_incs)
-            self.home.clear_intention(stage)
-        except OSError:
-            pass  # e.g. a read-only home: the intention stays and the next run re-runs the epoch
-
-    def _discard_epoch_files(self, stage: str, epoch: int, out_incs: dict[str, int]) -> None:
-        """Delete the files an uncommitted attempt of this epoch wrote (none of them is in a Delta log)."""
-        prefix = LAYOUT.epoch_prefix(epoch)
-        for name in self.home.list_dir(LAYOUT.bindings(stage)):
-            if name.startswith(prefix):
-                self.home.delete_file(f"{LAYOUT.bindings(stage)}/{name}")
-        for base in (LAYOUT.state(stage), LAYOUT.index(stage)):
-            for part in self.home.list_dir(base):
-                if part.startswith(f"{PART}="):
-                    for name in self.home.list_dir(f"{base}/{part}"):
-                        if name.startswith(prefix):
-                            self.home.delete_file(f"{base}/{part}/{name}")
-        for flow, inc in out_incs.items():
-            d = LAYOUT.increment_dir(flow, inc)
-            for name in self.home.list_dir(d):
-                if name.startswith(LAYOUT.output_prefix(stage, epoch)):
-                    self.home.delete_file(f"{d}/{name}")
 
 
 def _placement(results: list[TaskResult]) -> dict[str, Any]:

@@ -11,6 +11,9 @@ increment of a flow) happens only for ``output`` of a whole flow.
 
 A home of format 1 kept these facts in its snapshot; :func:`legacy_entries` turns them into
 entries, which are written with the next change and read from memory until then.
+
+Reads: history entries under ``_cbp/history`` (and the legacy entries in memory). Writes: only
+``legacy`` in memory (the journal writes the entries, with each change).
 """
 
 from __future__ import annotations
@@ -30,7 +33,8 @@ class History:
         self.home, self.layout = home, layout
         self.legacy: dict[str, Any] = {}  # entries of a format-1 snapshot not written yet
 
-    def _read(self, rel: str) -> Optional[dict[str, Any]]:
+    def read(self, rel: str) -> Optional[dict[str, Any]]:
+        """The entry at ``rel`` (a legacy one not written yet, or the file), unchecked; None if there is none."""
         if rel in self.legacy:
             return self.legacy[rel]
         return self.home.read_json(rel)
@@ -39,17 +43,17 @@ class History:
         """``{"state_version", "inputs", "outputs", "records"}`` of a committed stage epoch, or None."""
         if not 1 <= epoch <= snap.stages[stage].epoch:
             return None
-        return self._read(self.layout.epoch_entry(stage, epoch))
+        return self.read(self.layout.epoch_entry(stage, epoch))
 
     def feed(self, snap: Snapshot, flow: str, n: int) -> Optional[dict[str, Any]]:
         """``{"incs", "records"}`` of the nth feed of an external flow, or None."""
         if not 1 <= n <= snap.flows[flow].feeds:
             return None
-        return self._read(self.layout.feed_entry(flow, n))
+        return self.read(self.layout.feed_entry(flow, n))
 
     def feed_id(self, snap: Snapshot, flow: str, feed_id: str) -> Optional[dict[str, Any]]:
         """``{"feed", "incs", "id"}`` of the feed that landed with ``feed_id``, or None."""
-        e = self._read(self.layout.feed_id_entry(flow, feed_id))
+        e = self.read(self.layout.feed_id_entry(flow, feed_id))
         if e is None or e.get("id") != feed_id or e["feed"] > snap.flows[flow].feeds:
             return None
         return e
@@ -59,7 +63,7 @@ class History:
 
         An increment of a flow nobody reads leaves the snapshot without leaving the table: its
         entry has no version, and the flow's current version holds it."""
-        e = self._read(self.layout.collected_entry(flow, inc))
+        e = self.read(self.layout.collected_entry(flow, inc))
         if e is None or inc in snap.flows[flow].incs or e.get("undone"):
             return None
         return snap.flows[flow].version if e["version"] is None else int(e["version"])
@@ -72,7 +76,7 @@ class History:
         for name in names:
             if not name.endswith(".json"):
                 continue
-            e = self._read(f"{prefix}/{name}")
+            e = self.read(f"{prefix}/{name}")
             if e is not None and e["inc"] not in snap.flows[flow].incs and not e.get("undone"):  # undone: written by an epoch a rewind undid
                 out[int(e["inc"])] = snap.flows[flow].version if e["version"] is None else int(e["version"])
         return out

@@ -10,6 +10,12 @@ writer that dies anywhere leaves a pending record that the next writer finishes
 
 What a change writes follows the change: the diff and the entries are small, and the snapshot
 holds only what is live (:mod:`.snapshot`), so neither grows with the epochs already run.
+
+Reads: the home's controller snapshot (``_cbp/controller``), its pending record and lock; the
+history's legacy entries. Writes: ``live.st`` and ``live.committed`` (:class:`~.live.Live`: it
+loads, commits and rolls back the snapshot), the pending record, the Delta commits a change
+names, history entries, per-epoch snapshot copies, and the controller snapshot; it clears the
+intention of a committed stage epoch.
 """
 
 from __future__ import annotations
@@ -18,12 +24,13 @@ import copy
 import sys
 import time
 from contextlib import contextmanager
-from typing import Any, Iterator, Optional, Sequence
+from typing import Any, Callable, Iterator, Optional, Sequence
 
 from .. import faults
 from ..errors import RuntimeStateError
-from ..storage import LAYOUT
-from .history import legacy_entries
+from ..storage import LAYOUT, Home
+from .history import History, legacy_entries
+from .live import Live
 from .snapshot import FORMAT, Snapshot, diff, patch
 
 __all__ = ["Journal"]
@@ -32,33 +39,41 @@ ENTRY = "@entry"  # first element of a commit target that points into a history 
 
 
 class Journal:
-    """The commit protocol of :class:`~cbp.controller.Controller` (a mixin: it shares its state)."""
+    """The commit protocol: loads the live snapshot, makes each change of it durable, recovers.
 
-    st: Snapshot
-    _committed: Optional[dict[str, Any]]  # JSON of the newest committed snapshot (None: a new home)
-    _entries: dict[str, Any]  # history entries of the change being made
+    ``reconcile`` is called after every snapshot loaded (the facade compares it with the YAML,
+    :meth:`.evolution.Evolution.reconcile`); ``check`` under the lock before every change (it
+    raises while the YAML waits for ``cbp upgrade``, :meth:`.evolution.Evolution.check`).
+    """
+
+    def __init__(self, home: Home, history: History, live: Live, notify: Callable[[str], None],
+                 reconcile: Callable[[], None], check: Callable[[], None]) -> None:
+        self.home, self.history, self.live, self.notify = home, history, live, notify
+        self.reconcile, self.check = reconcile, check
+        self.entries: dict[str, Any] = {}  # history entries of the change being made
 
     # ------------------------------------------------------------------ loading
-    def _load(self, doc: Optional[dict[str, Any]]) -> None:
-        """Adopt a committed snapshot (JSON), of this format or of format 1."""
-        self._committed = doc
+    def load(self, doc: Optional[dict[str, Any]]) -> None:
+        """Adopt a committed snapshot (JSON), of this format or of format 1; None: a new home."""
+        self.live.committed = doc
         if doc is None:
-            self.st = self._fresh()
-            return
-        self.st = Snapshot.from_json(doc)
-        if int(doc.get("format", 1)) < FORMAT:  # its history is written with the next change
-            self.history.legacy = legacy_entries(doc, LAYOUT)
-        self._reconcile()
+            self.live.st = Snapshot(self.live.spec.name)
+        else:
+            self.live.st = Snapshot.from_json(doc)
+            if int(doc.get("format", 1)) < FORMAT:  # its history is written with the next change
+                self.history.legacy = legacy_entries(doc, LAYOUT)
+        self.reconcile()
 
     def refresh(self) -> None:
         """Re-read the newest snapshot (another process or Pipeline object may have moved on)."""
         doc = self.home.read_controller()
-        if doc is not None and int(doc["seq"]) != self.st.seq:
-            self._load(doc)
+        if doc is not None and int(doc["seq"]) != self.live.st.seq:
+            self.load(doc)
 
     @contextmanager
-    def _locked(self) -> Iterator[None]:
-        """Hold the home's lock and work on the newest snapshot (see :meth:`Home.lock`)."""
+    def locked(self) -> Iterator[None]:
+        """Hold the home's lock and work on the newest snapshot (see :meth:`Home.lock`); a change
+        waits for ``cbp upgrade`` while the YAML changes stored data (``check``)."""
 
         def waiting() -> None:
             print(f"cbp: waiting for another process to finish its change to {self.home.location} ...", file=sys.stderr, flush=True)
@@ -66,36 +81,37 @@ class Journal:
         with self.home.lock(waiting):
             self.refresh()
             self.recover()
+            self.check()
             yield
 
     @contextmanager
-    def _transaction(self) -> Iterator[None]:
+    def transaction(self) -> Iterator[None]:
         """Changes to the snapshot in the block are dropped if it raises (nothing half-applied)."""
-        before = self.st.copy()
-        self._entries = {}
+        before = self.live.st.copy()
+        self.entries = {}
         try:
             yield
         except BaseException:
-            self.st = before
-            self._entries = {}
+            self.live.st = before
+            self.entries = {}
             raise
 
-    def _save(self) -> None:
+    def save(self) -> None:
         """Write the snapshot as it is, outside a change (a Runnable's new state while not runnable)."""
         self.home.fence("saving the controller snapshot")
-        self.st.seq += 1
-        doc = self.st.to_json()
+        self.live.st.seq += 1
+        doc = self.live.st.to_json()
         self.home.write_controller(doc)
-        self._committed = doc
+        self.live.committed = doc
 
-    def _entry(self, rel: str, value: dict[str, Any]) -> None:
+    def entry(self, rel: str, value: dict[str, Any]) -> None:
         """A history entry to write with the change being made."""
-        self._entries[rel] = value
+        self.entries[rel] = value
 
     # ------------------------------------------------------------------ committing
-    def _commit(self, kind: str, what: str, commits: list[dict[str, Any]], *, stage: Optional[str] = None,
+    def commit(self, kind: str, what: str, commits: list[dict[str, Any]], *, stage: Optional[str] = None,
                 cleanup: Sequence[str] = (), written: Sequence[str] = ()) -> None:
-        """Make the change in ``self.st`` durable, with the Delta ``commits`` it needs, all or nothing.
+        """Make the change in ``live.st`` durable, with the Delta ``commits`` it needs, all or nothing.
 
         Each commit is ``{"table", "partition_by", "adds", "removes", "app", "version", "targets"}``:
         the files to add/remove, the application transaction id that marks it done, and the paths
@@ -103,25 +119,27 @@ class Journal:
         table version it creates. ``cleanup`` files are deleted afterwards; ``written`` files are
         deleted if the change is abandoned before its pending record exists.
         """
-        self.st.seq += 1
-        new = self.st.to_json()
-        entries = {**self.history.legacy, **self._entries}
-        record: dict[str, Any] = {"format": FORMAT, "kind": kind, "what": what, "stage": stage, "seq": self.st.seq,
+        st = self.live.st
+        st.seq += 1
+        new = st.to_json()
+        entries = {**self.history.legacy, **self.entries}
+        record: dict[str, Any] = {"format": FORMAT, "kind": kind, "what": what, "stage": stage, "seq": st.seq,
                                   "commits": commits, "cleanup": list(cleanup), "entries": entries, "written_at": time.time()}
-        if self._committed is None:
+        committed = self.live.committed
+        if committed is None:
             record["snapshot"] = new  # the first change of a home carries the whole (small) snapshot
         else:
-            record["base"] = int(self._committed["seq"])
-            record["diff"] = diff(self._committed, new)
+            record["base"] = int(committed["seq"])
+            record["diff"] = diff(committed, new)
         try:
             self.home.fence(what)  # a lock that may have passed to another process commits nothing
         except BaseException:
-            self._delete_quietly(written)
+            self.delete_quietly(written)
             raise
         try:
             self.home.write_pending(record)
         except OSError as e:
-            self._delete_quietly(written)
+            self.delete_quietly(written)
             raise RuntimeStateError(f"{what}: cannot write {self.home.uri(LAYOUT.PENDING)}: {e}; nothing was committed", code="io") from e
         faults.point(f"{kind}:pending")
         self._finish(record, kind)
@@ -159,13 +177,13 @@ class Journal:
         if record.get("kind") == "epoch":  # the snapshot after each stage epoch: what 'cbp rewind' goes back to
             self._write_record(record["what"], LAYOUT.snapshot_copy(int(snap["seq"])), snap)
         faults.point(f"{kind}:snapshot")
-        self._delete_quietly(record["cleanup"])
+        self.delete_quietly(record["cleanup"])
         if record.get("stage"):
             self.home.clear_intention(record["stage"])
         self.home.clear_pending()
         if set(self.history.legacy) <= set(entries):
             self.history.legacy = {}
-        self._load(snap)
+        self.load(snap)
 
     def _make_commit(self, what: str, kind: str, n: int, c: dict[str, Any]) -> int:
         """Make one Delta commit of a pending record unless its transaction id says it is made; its version."""
@@ -204,7 +222,7 @@ class Journal:
         self.notify(f"recovered: finished committing {record['what']}, which was interrupted ({time.perf_counter() - t0:.2f}s)")
         return record["what"]
 
-    def _delete_quietly(self, rels: Any) -> None:
+    def delete_quietly(self, rels: Any) -> None:
         for rel in rels:
             try:
                 self.home.delete_file(rel)

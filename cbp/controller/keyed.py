@@ -6,7 +6,7 @@ feed rewrites only the buckets its keys fall in). A feed's records are events: a
 +1) or a delete (``_diff`` -1, or the ``delete_when`` field true). cbp turns them into the signed
 changes they make to the flow's contents, ``-old`` and ``+new`` per key (nothing for a row that
 does not change), and lands those, together with the keyed table's new version, as one durable
-change (:meth:`~.journal.Journal._commit`): a feed lands whole or not at all.
+change (:meth:`~.journal.Journal.commit`): a feed lands whole or not at all.
 
 Order: without ``sequence_by`` the events apply in feed order, feed after feed, and a delete of a
 key that has no row is an error (``retract-missing``, naming the flow, the row and the feed;
@@ -14,6 +14,10 @@ nothing of the feed lands). With ``sequence_by`` the event with the greatest seq
 tie, the later one); an event older than the key's row is dropped, and a deleted key keeps a
 *tombstone* with its sequence, so a late event never brings it back. A delete of a key with no
 row then only leaves a tombstone (the insert it deletes may still be on its way).
+
+Reads: ``live.spec`` (the flow's key, schema, ``sequence_by``, ``delete_when``), the keyed table's
+files in the buckets a feed touches. Writes: new files of those buckets (returned as the commit
+for :class:`~.landing.Landing` to make with the feed); nothing in the snapshot.
 
     >>> from cbp.spec.schema import RecordSchema
     >>> s = RecordSchema.parse({"id": "int", "v": "int"})
@@ -34,8 +38,9 @@ import pyarrow.parquet as pq
 
 from ..errors import InputError, RuntimeStateError
 from ..spec.schema import RecordSchema
-from ..storage import LAYOUT
+from ..storage import LAYOUT, Home
 from .journal import ENTRY
+from .live import Live
 
 __all__ = ["Keyed", "keyed_changes", "bucket_of", "BUCKETS", "DELETED", "BUCKET", "keyed_rel"]
 
@@ -112,14 +117,17 @@ def keyed_changes(schema: RecordSchema, key: tuple[str, ...], sequence_by: Optio
 
 
 class Keyed:
-    """The keyed-flow part of :class:`~cbp.controller.Controller` (a mixin)."""
+    """Turns a keyed flow's feed into the signed changes it makes, and the keyed table's new files."""
+
+    def __init__(self, home: Home, live: Live) -> None:
+        self.home, self.live = home, live
 
     def _keyed_schema(self, flow: str) -> pa.Schema:
-        return pa.schema([pa.field(BUCKET, pa.int64()), *self.spec.flows[flow].schema.arrow, pa.field(DELETED, pa.bool_())])
+        return pa.schema([pa.field(BUCKET, pa.int64()), *self.live.spec.flows[flow].schema.arrow, pa.field(DELETED, pa.bool_())])
 
     def _keyed_current(self, flow: str, buckets: set[int]) -> tuple[Current, dict[int, list[dict[str, Any]]]]:
         """The keyed table's rows in ``buckets`` (key -> (row, tombstone)), and its files per bucket."""
-        fl = self.spec.flows[flow]
+        fl = self.live.spec.flows[flow]
         rel = keyed_rel(flow)
         dt = self.home.table(rel)
         current: Current = {}
@@ -137,10 +145,10 @@ class Keyed:
                 current[tuple(r[x] for x in fl.key)] = (r, gone)
         return current, files
 
-    def _keyed_feed(self, flow: str, data: pa.Table, number: int, feed_id: Optional[str]) -> tuple[pa.Table, dict[str, Any], list[str]]:
+    def feed(self, flow: str, data: pa.Table, number: int, feed_id: Optional[str]) -> tuple[pa.Table, dict[str, Any], list[str]]:
         """A feed of keyed flow ``flow`` as the signed changes to land (the flow's fields and ``_diff``),
         the keyed table's commit, and the files written."""
-        fl = self.spec.flows[flow]
+        fl = self.live.spec.flows[flow]
         fields = list(fl.schema.fields)
         rows = data.select(fields).to_pylist()
         diffs = [1 if d is None else int(d) for d in data.column(DIFF).to_pylist()] if DIFF in data.schema.names else [1] * len(rows)

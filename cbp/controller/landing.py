@@ -6,13 +6,19 @@ consecutive records with the same framing key form an increment, complete once a
 arrives (or on ``close``). A stage output framed by a field is framed where it is written, by
 the tasks (:mod:`cbp.engine.task.framing`), and only joined here; one framed by a FrameBy function,
 whose state threads through the epoch's records in order, is read back and framed here.
+
+Reads: ``live.spec`` and ``live.st`` (flows: increments, counters, framing state; connectors),
+flow tables' files, the history's feed ids. Writes: increment files of flow tables (Delta commits
+through the journal), ``live.st`` (new increments and their ids, feed numbers, framing state,
+connectors; increments collected), feed, feed-id and collected-increment history entries.
+Keyed flows' tables are :class:`~.keyed.Keyed`'s, feed hashes :class:`~.feeds.Feeds`'.
 """
 
 from __future__ import annotations
 
 import json
 from dataclasses import asdict
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 import numpy as np
 import pyarrow as pa
@@ -22,32 +28,43 @@ from .. import faults
 from ..engine.task.framing import frame_runs
 from ..errors import InputError, RuntimeStateError, UserCodeError
 from ..spec.arrowrecords import DIFF_FIELD, with_diff
+from ..spec import PipelineSpec
 from ..spec.resolve import safe_str
-from ..storage import INC, LAYOUT, SRC
-from .feeds import note_feed, warn_duplicate
+from ..storage import INC, LAYOUT, SRC, Home
+from .feeds import Feeds
+from .history import History
+from .journal import Journal
+from .keyed import Keyed
+from .live import Live
 from .records import Landed, check_storable
 from .snapshot import Increment
 
-__all__ = ["Landing"]
+__all__ = ["Landing", "flow_schema"]
+
+
+def flow_schema(spec: PipelineSpec, flow: str) -> pa.Schema:
+    """A flow table's columns: cbp's leading ones (the increment id, and for a framed flow the
+    feed or producing epoch of each record: a framed increment can span several), the flow's
+    fields, and each record's multiplicity ``_diff`` last (null, or missing in a table an older
+    cbp wrote: +1)."""
+    fl = spec.flows[flow]
+    extra = [pa.field(INC, pa.int64())] + ([pa.field(SRC, pa.int64())] if fl.frame_by is not None else [])
+    return pa.schema(extra + list(fl.schema.arrow) + [DIFF_FIELD])
 
 
 class Landing:
-    """Feeds, framing and garbage collection of :class:`~cbp.controller.Controller` (a mixin)."""
+    """Lands records as increments of flows (feeds and stage outputs), frames them, collects garbage."""
+
+    def __init__(self, home: Home, live: Live, journal: Journal, history: History, keyed: Keyed, feeds: Feeds,
+                 notify: Callable[[str], None]) -> None:
+        self.home, self.live, self.journal, self.history = home, live, journal, history
+        self.keyed, self.feeds, self.notify = keyed, feeds, notify
+        self._checked_ids: set[str] = set()  # flows whose table was checked for ids a crashed run left
 
     # ------------------------------------------------------------------ increments
-    def _flow_schema(self, flow: str) -> pa.Schema:
-        """A flow table's columns: cbp's leading ones, the flow's fields, and each record's
-        multiplicity ``_diff`` last (null, or missing in a table an older cbp wrote: +1)."""
-        return pa.schema(self._flow_extra(flow) + list(self.spec.flows[flow].schema.arrow) + [DIFF_FIELD])
-
-    def _flow_extra(self, flow: str) -> list[pa.Field]:
-        """Columns cbp adds to a flow's table: the increment id, and for a framed flow the feed or
-        producing epoch of each record (a framed increment can span several feeds or epochs)."""
-        return [pa.field(INC, pa.int64())] + ([pa.field(SRC, pa.int64())] if self.spec.flows[flow].frame_by is not None else [])
-
-    def _allocate(self, flow: str, n: int) -> list[int]:
+    def allocate(self, flow: str, n: int) -> list[int]:
         """New increment ids, never reusing one a crashed run may have left in the table."""
-        fs = self.st.flows[flow]
+        fs = self.live.st.flows[flow]
         start = fs.next_inc
         if flow not in self._checked_ids:  # once per process: skip ids a crashed run left in the table
             self._checked_ids.add(flow)
@@ -58,10 +75,10 @@ class Landing:
         fs.next_inc = start + n
         return list(range(start, start + n))
 
-    def _register(self, flow: str, inc: int, m: Increment) -> None:
-        self.st.flows[flow].incs[inc] = m
-        for consumer in self.spec.flows[flow].consumers:
-            self.st.connector(consumer, flow).append(inc)
+    def register(self, flow: str, inc: int, m: Increment) -> None:
+        self.live.st.flows[flow].incs[inc] = m
+        for consumer in self.live.spec.flows[flow].consumers:
+            self.live.st.connector(consumer, flow).append(inc)
 
     def feed(self, flow: str, records: list[dict[str, Any]] | pa.Table, *, close: bool = False,
              feed_id: Optional[str] = None) -> Landed:
@@ -77,13 +94,13 @@ class Landing:
         missing punctuation). A feed with a ``feed_id`` the flow has already landed lands nothing
         (a retried task, a re-delivered file) and returns the first one's increment ids and number.
         """
-        fl = self.spec.flow(flow)
+        fl = self.live.spec.flow(flow)
         if not fl.external:
             raise InputError(f"flow '{flow}' is produced by stage '{fl.producer}'; only external flows (external: true) can be fed", code="not-external")
         data = with_diff(records if isinstance(records, pa.Table) else fl.schema.to_arrow(records))
-        with self._locked(), self._transaction():
-            fs = self.st.flows[flow]
-            seen = self.history.feed_id(self.st, flow, feed_id) if feed_id is not None else None
+        with self.journal.locked(), self.journal.transaction():
+            fs = self.live.st.flows[flow]
+            seen = self.history.feed_id(self.live.st, flow, feed_id) if feed_id is not None else None
             if seen is not None:
                 self.notify(f"feed id '{feed_id}' already landed on '{flow}' as feed {seen['feed']}; nothing was landed")
                 return Landed(seen["incs"], feed=seen["feed"], records=0, repeated=True)
@@ -94,23 +111,23 @@ class Landing:
             what = f"feed {number} of flow '{flow}'"
             keyed, keyed_written = {}, []
             if fl.key:  # events by key: land the changes they make (cbp.controller.keyed)
-                data, keyed, keyed_written = self._keyed_feed(flow, data, number, feed_id)  # type: ignore[attr-defined]
-            commits, ids, written = self._land(flow, data, close=close, producer=f"feed:{number}", prior_frame=number,
+                data, keyed, keyed_written = self.keyed.feed(flow, data, number, feed_id)
+            commits, ids, written = self.land(flow, data, close=close, producer=f"feed:{number}", prior_frame=number,
                                                app=("cbp:feed", number), what=what)
             commits, written = commits + ([keyed] if keyed else []), written + keyed_written
-            note = note_feed(self, flow, number, data, feed_id)  # its hash: a feed that repeats an earlier one is warned about
-            self._entry(LAYOUT.feed_entry(flow, number), {"incs": ids, "records": data.num_rows, "id": feed_id, **note})
+            note = self.feeds.note(flow, number, data, feed_id)  # its hash: a feed that repeats an earlier one is warned about
+            self.journal.entry(LAYOUT.feed_entry(flow, number), {"incs": ids, "records": data.num_rows, "id": feed_id, **note})
             if feed_id is not None:
-                self._entry(LAYOUT.feed_id_entry(flow, feed_id), {"id": feed_id, "feed": number, "incs": ids})
+                self.journal.entry(LAYOUT.feed_id_entry(flow, feed_id), {"id": feed_id, "feed": number, "incs": ids})
             faults.point("feed:written")
-            self._commit("feed", what, commits, written=written)
-            warn_duplicate(self, flow, number, note, str(self.spec.path))
+            self.journal.commit("feed", what, commits, written=written)
+            self.feeds.warn_duplicate(flow, number, note, str(self.live.spec.path))
             return Landed(ids, feed=number, records=data.num_rows)
 
     def _frame_runs(self, flow: str, data: pa.Table, producer: str) -> list[list[Any]]:
         """Consecutive runs of records with one framing key: ``[key, first row, rows]``."""
-        fl = self.spec.flows[flow]
-        fs = self.st.flows[flow]
+        fl = self.live.spec.flows[flow]
+        fs = self.live.st.flows[flow]
         field = fl.frame_by.field  # type: ignore[union-attr]
         if field is not None:  # column-wise
             ft = fl.schema.fields[field]
@@ -143,7 +160,7 @@ class Landing:
     def _check_frames(self, flow: str, keys: list[tuple[Any, Any]]) -> None:
         """Framing keys live in the snapshot: each must be storable. ``keys`` pairs each with a
         function that gives the first record of its run, as stored (for the message)."""
-        fl = self.spec.flows[flow]
+        fl = self.live.spec.flows[flow]
         for key, first in keys:
             try:
                 check_storable(key, "")
@@ -151,16 +168,16 @@ class Landing:
                 rec = fl.schema.from_storage(first())
                 check_storable(key, f"flow '{flow}': frame_by '{fl.frame_by.text}' gave a framing key (for record {rec!r:.200}) that")  # type: ignore[union-attr]
 
-    def _land(self, flow: str, data: pa.Table, *, close: bool, producer: str, prior_frame: Any,
+    def land(self, flow: str, data: pa.Table, *, close: bool, producer: str, prior_frame: Any,
               app: tuple[str, int], what: str, prefix: str = "in") -> tuple[list[dict[str, Any]], list[int], list[str]]:
         """Frame validated records (an Arrow table of the flow's fields, as stored) into increments
         of ``flow``, write their files (not yet committed) and enqueue them in the snapshot.
 
-        Returns the Delta commit to make (a list of zero or one, see :meth:`Journal._commit`), the
+        Returns the Delta commit to make (a list of zero or one, see :meth:`Journal.commit`), the
         increment ids, and the files written (to delete if the change is abandoned). ``prefix``
         starts the files' names (a stage's: :meth:`Layout.output_prefix`, which names the epoch).
         """
-        fl = self.spec.flows[flow]
+        fl = self.live.spec.flows[flow]
         data = with_diff(data)
         if fl.frame_by is None:
             runs = [[prior_frame, 0, data.num_rows]] if data.num_rows else []
@@ -173,14 +190,14 @@ class Landing:
             commits.append(self._write_increments(flow, data, assignments, prior_frame, app, what, written, prefix))
         return commits, [a[0] for a in assignments], written
 
-    def _land_runs(self, flow: str, runs: list[tuple[str, dict[str, Any]]], *, producer: str, prior_frame: Any,
+    def land_runs(self, flow: str, runs: list[tuple[str, dict[str, Any]]], *, producer: str, prior_frame: Any,
                    app: tuple[str, int]) -> tuple[list[dict[str, Any]], list[int]]:
         """Land an epoch's output of a flow framed by a field, framed by its tasks
         (:class:`cbp.engine.task.framing.FramedSink`): ``runs`` are the tasks' files in output order,
         each with its run's framing key as JSON text. Consecutive runs with equal keys (the end
         of one task's output and the start of the next) are one increment.
 
-        Returns the Delta commit to make and the increment ids, as :meth:`_land`. The keys are
+        Returns the Delta commit to make and the increment ids, as :meth:`land`. The keys are
         values of a field, validated as JSON: storable in the snapshot.
         """
         merged: list[list[Any]] = []  # key, rows, adds
@@ -193,7 +210,7 @@ class Landing:
                 merged.append([key, int(add["rows"]), [add]])
         assignments = self._assign(flow, [(key, rows) for key, rows, _ in merged], close=False, producer=producer, prior_frame=prior_frame)
         rel = LAYOUT.flow(flow)
-        self.home.ensure_table(rel, self._flow_schema(flow), INC)
+        self.home.ensure_table(rel, flow_schema(self.live.spec, flow), INC)
         adds = [{**a, "partition": inc} for (inc, _, _, _), (_, _, files) in zip(assignments, merged) for a in files]
         targets = [["flows", flow, "version"]] + [["flows", flow, "incs", str(a[0]), "version"] for a in assignments]
         commits = [{"table": rel, "partition_by": INC, "adds": adds, "removes": [], "app": app[0], "version": app[1], "targets": targets}] if adds else []
@@ -203,8 +220,8 @@ class Landing:
         """Put runs ``(framing key, rows)`` of new records of ``flow`` into increments, in the snapshot:
         the open increment takes the first run if it has the same framing key, the others get new
         ids. Returns ``(increment id, framing key, rows, is new)`` per run."""
-        fl = self.spec.flows[flow]
-        fs = self.st.flows[flow]
+        fl = self.live.spec.flows[flow]
+        fs = self.live.st.flows[flow]
         open_inc = fs.open_increment()
         runs = list(runs)
         assignments: list[tuple[int, Any, int, bool]] = []
@@ -213,12 +230,12 @@ class Landing:
             assignments.append((open_inc, key, count, False))
         elif open_inc is not None and runs:
             fs.incs[open_inc].complete = True  # a later frame arrived
-        new_ids = self._allocate(flow, len(runs))
+        new_ids = self.allocate(flow, len(runs))
         assignments += [(i, key, count, True) for i, (key, count) in zip(new_ids, runs)]
         for n, (inc, key, count, is_new) in enumerate(assignments):
             complete = fl.frame_by is None or n < len(assignments) - 1 or close
             if is_new:
-                self._register(flow, inc, Increment(key, count, fs.version, producer, complete, [prior_frame]))
+                self.register(flow, inc, Increment(key, count, fs.version, producer, complete, [prior_frame]))
             else:
                 m = fs.incs[inc]
                 m.records += count
@@ -231,9 +248,9 @@ class Landing:
     def _write_increments(self, flow: str, data: pa.Table, assignments: list[tuple[int, Any, int, bool]], prior_frame: Any,
                           app: tuple[str, int], what: str, written: list[str], prefix: str = "in") -> dict[str, Any]:
         """Write one file per increment of ``assignments``; return the Delta commit that adds them."""
-        fl = self.spec.flows[flow]
+        fl = self.live.spec.flows[flow]
         rel = LAYOUT.flow(flow)
-        schema = self._flow_schema(flow)
+        schema = flow_schema(self.live.spec, flow)
         self.home.ensure_table(rel, schema, INC)
         adds = []
         start = 0
@@ -253,9 +270,9 @@ class Landing:
         targets = [["flows", flow, "version"]] + [["flows", flow, "incs", str(a[0]), "version"] for a in assignments]
         return {"table": rel, "partition_by": INC, "adds": adds, "removes": [], "app": app[0], "version": app[1], "targets": targets}
 
-    def _read_task_files(self, flow: str, adds: list[dict[str, Any]]) -> tuple[pa.Table, list[str]]:
+    def read_task_files(self, flow: str, adds: list[dict[str, Any]]) -> tuple[pa.Table, list[str]]:
         """The records of files a task wrote (in partition order) that will be re-framed, and their paths."""
-        schema = self.spec.flows[flow].schema
+        schema = self.live.spec.flows[flow].schema
         parts, rels = [], []
         for a in sorted(adds, key=lambda a: a["path"]):
             rel = f"{LAYOUT.flow(flow)}/{a['path']}"
@@ -265,13 +282,9 @@ class Landing:
             rels.append(rel)
         return (pa.concat_tables(parts) if parts else with_diff(schema.arrow.empty_table())), rels
 
-    def _increment_uris(self, flow: str, ids: list[int]) -> list[str]:
-        """The data files of live increments ``ids`` of ``flow``."""
-        return [uri for uri, _ in self._increment_files(flow, ids)]
-
-    def _increment_files(self, flow: str, ids: list[int]) -> list[tuple[str, int]]:
+    def increment_files(self, flow: str, ids: list[int]) -> list[tuple[str, int]]:
         """The data files of live increments ``ids`` of ``flow``, each with its increment."""
-        fs = self.st.flows[flow]
+        fs = self.live.st.flows[flow]
         wanted = set(ids)
         rel = LAYOUT.flow(flow)
         return [(self.home.uri(rel, f["path"]), int(f["partition"])) for f in self.home.table_files(rel, fs.version)  # type: ignore[arg-type]
@@ -287,19 +300,19 @@ class Landing:
         """
         dropped: list[tuple[str, int]] = []
         commits: list[dict[str, Any]] = []
-        with self._transaction():
-            run = self.st.gc_runs + 1
-            for flow, fs in self.st.flows.items():
-                consumers = self.spec.flows[flow].consumers if flow in self.spec.flows else ()
+        with self.journal.transaction():
+            run = self.live.st.gc_runs + 1
+            for flow, fs in self.live.st.flows.items():
+                consumers = self.live.spec.flows[flow].consumers if flow in self.live.spec.flows else ()
                 if fs.version is None:
                     continue
                 if not consumers:  # nobody reads it: its increments stay in the table, not in the snapshot
                     for i in sorted(i for i, m in fs.incs.items() if m.complete):
-                        self._entry(LAYOUT.collected_entry(flow, i), {"inc": i, "version": None, "meta": asdict(fs.incs[i])})
+                        self.journal.entry(LAYOUT.collected_entry(flow, i), {"inc": i, "version": None, "meta": asdict(fs.incs[i])})
                         del fs.incs[i]
                         dropped.append((flow, i))
                     continue
-                referenced = {i for c in consumers for i in self.st.connector(c, flow)}
+                referenced = {i for c in consumers for i in self.live.st.connector(c, flow)}
                 dead = sorted(i for i, m in fs.incs.items() if m.complete and i not in referenced)
                 if not dead:
                     continue
@@ -308,10 +321,10 @@ class Landing:
                 commits.append({"table": rel, "partition_by": INC, "adds": [], "removes": removes, "app": "cbp:gc", "version": run,
                                 "targets": [["flows", flow, "version"]]})
                 for i in dead:
-                    self._entry(LAYOUT.collected_entry(flow, i), {"inc": i, "version": fs.version, "meta": asdict(fs.incs[i])})  # meta: for a rewind
+                    self.journal.entry(LAYOUT.collected_entry(flow, i), {"inc": i, "version": fs.version, "meta": asdict(fs.incs[i])})  # meta: for a rewind
                     del fs.incs[i]
                     dropped.append((flow, i))
             if dropped:
-                self.st.gc_runs = run if commits else self.st.gc_runs
-                self._commit("gc", f"garbage collection {run}", commits)
+                self.live.st.gc_runs = run if commits else self.live.st.gc_runs
+                self.journal.commit("gc", f"garbage collection {run}", commits)
         return dropped

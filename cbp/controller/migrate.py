@@ -5,6 +5,10 @@ Each function writes new files only (invisible until committed) and returns the 
 under the application transaction ``cbp-upgrade`` of the upgrade's number, so a recovery that
 finds the commit made does not make it twice.
 
+Reads: ``live.spec`` (the new schemas, partitions, ``migrate`` functions) and ``live.st`` (state
+and flow table versions), the tables' files. Writes: new state, index and increment files (not
+committed: :class:`~.upgrade.Upgrade` commits them); nothing in the snapshot.
+
     >>> import pyarrow as pa
     >>> from cbp.spec.schema import RecordSchema
     >>> conform(pa.table({"n": [1], "x": ["gone"]}), RecordSchema.parse({"n": "float", "m": "int?"})).to_pylist()
@@ -13,7 +17,7 @@ finds the commit made does not make it twice.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -23,12 +27,11 @@ from ..engine.driver.restate import rewrite_state
 from ..engine.task.restate import Job
 from ..errors import RuntimeStateError, UserCodeError
 from ..spec.schema import RecordSchema
-from ..storage import INC, LAYOUT, PART, SRC
+from ..storage import INC, LAYOUT, PART, SRC, Home
+from .landing import flow_schema
+from .live import LazySpark, Live, Tuning
 
-if TYPE_CHECKING:
-    from . import Controller
-
-__all__ = ["conform", "upgrade_app", "state_commit", "flow_commit", "schema_hex"]
+__all__ = ["conform", "upgrade_app", "Migration", "schema_hex"]
 
 APP = "cbp-upgrade"
 
@@ -58,54 +61,59 @@ def conform(t: pa.Table, schema: RecordSchema, keep: tuple[str, ...] = ()) -> pa
     return pa.table(cols, schema=pa.schema(fields))
 
 
-def state_commit(ctl: "Controller", stage: str, old: RecordSchema, n: int) -> tuple[dict[str, Any], dict[str, str], list[str]]:
-    """Rewrite ``stage``'s state into the YAML's schema and partition count (one pass, a Spark job).
+class Migration:
+    """Rewrites a stage's state or a flow's stored increments for an upgrade (new files only)."""
 
-    Returns the commit, the new index (partition -> index file), and the files written."""
-    spec = ctl.spec.stages[stage]
-    sst = ctl.st.stages[stage]
-    rel = LAYOUT.state(stage)
-    by_part: dict[int, list[dict[str, Any]]] = {}
-    for f in ctl.home.table_files(rel, sst.state_version):  # type: ignore[arg-type]
-        by_part.setdefault(int(f["partition"]), []).append(f)
-    new = spec.state_schema
-    assert new is not None
-    job = Job(ctl.home, rel, old, new, spec.migrate, spec.partitions, sst.epoch, f"u{n}", ctl.state_row_group, stage)
-    try:
-        done, errors = rewrite_state(ctl.spark, job, by_part)
-    except Exception as e:  # Spark's own failure (a lost worker, a full disk): the files written are invisible orphans
-        first = str(e).strip().splitlines()[0][:300] if str(e).strip() else type(e).__name__
-        raise RuntimeStateError(f"cbp upgrade: the Spark job rewriting stage '{stage}''s state failed ({first}); nothing was changed",
-                                code="upgrade-failed") from None
-    if errors:
-        raise UserCodeError(f"cbp upgrade: migrating stage '{stage}''s state failed; nothing was changed: " + "; ".join(errors[:5]),
-                            code="migrate-failed", stage=stage)
-    adds = [r["add"] for r in done.values()]
-    schema = pa.schema([pa.field(PART, pa.int32())] + list(STATE_META) + list(new.arrow))
-    app, version = upgrade_app(n)
-    commit = {"table": rel, "partition_by": PART, "adds": adds, "removes": [], "overwrite": True, "app": app, "version": version,
-              "schema": schema_hex(schema), "targets": [["stages", stage, "state_version"]]}
-    written = [f"{rel}/{a['path']}" for a in adds] + [r["index"] for r in done.values()]
-    return commit, {str(q): r["index"] for q, r in done.items()}, written
+    def __init__(self, home: Home, live: Live, tuning: Tuning, spark: LazySpark) -> None:
+        self.home, self.live, self.tuning, self.spark = home, live, tuning, spark
 
+    def state_commit(self, stage: str, old: RecordSchema, n: int) -> tuple[dict[str, Any], dict[str, str], list[str]]:
+        """Rewrite ``stage``'s state into the YAML's schema and partition count (one pass, a Spark job).
 
-def flow_commit(ctl: "Controller", flow: str, n: int) -> tuple[dict[str, Any], list[str]]:
-    """Rewrite every file of ``flow``'s table live at its version into the YAML's schema (the
-    increments not yet read, and those of a flow nobody reads); the commit and the files written."""
-    fs = ctl.st.flows[flow]
-    rel = LAYOUT.flow(flow)
-    schema = ctl.spec.flows[flow].schema
-    adds, removes, written = [], [], []
-    for f in ctl.home.table_files(rel, fs.version):  # type: ignore[arg-type]
-        t = pq.read_table(ctl.home.path(f"{rel}/{f['path']}"), filesystem=ctl.home.fs)
-        inc = int(f["partition"])
-        t = conform(t, schema.signed(), keep=(SRC,) if SRC in t.column_names else ())  # _diff stays, last (null: +1)
-        add = ctl.home.write_parquet(LAYOUT.increment_dir(flow, inc), t, f"u{n}", inc)
-        written.append(add["rel"])
-        adds.append({**add, "path": add.pop("rel")[len(rel) + 1:]})
-        removes.append(f)
-    app, version = upgrade_app(n)
-    targets = [["flows", flow, "version"]] + [["flows", flow, "incs", str(i), "version"] for i in fs.incs]
-    commit = {"table": rel, "partition_by": INC, "adds": adds, "removes": removes, "app": app, "version": version,
-              "schema": schema_hex(ctl._flow_schema(flow)), "targets": targets}
-    return commit, written
+        Returns the commit, the new index (partition -> index file), and the files written."""
+        spec = self.live.spec.stages[stage]
+        sst = self.live.st.stages[stage]
+        rel = LAYOUT.state(stage)
+        by_part: dict[int, list[dict[str, Any]]] = {}
+        for f in self.home.table_files(rel, sst.state_version):  # type: ignore[arg-type]
+            by_part.setdefault(int(f["partition"]), []).append(f)
+        new = spec.state_schema
+        assert new is not None
+        job = Job(self.home, rel, old, new, spec.migrate, spec.partitions, sst.epoch, f"u{n}", self.tuning.state_row_group, stage)
+        try:
+            done, errors = rewrite_state(self.spark.get(), job, by_part)
+        except Exception as e:  # Spark's own failure (a lost worker, a full disk): the files written are invisible orphans
+            first = str(e).strip().splitlines()[0][:300] if str(e).strip() else type(e).__name__
+            raise RuntimeStateError(f"cbp upgrade: the Spark job rewriting stage '{stage}''s state failed ({first}); nothing was changed",
+                                    code="upgrade-failed") from None
+        if errors:
+            raise UserCodeError(f"cbp upgrade: migrating stage '{stage}''s state failed; nothing was changed: " + "; ".join(errors[:5]),
+                                code="migrate-failed", stage=stage)
+        adds = [r["add"] for r in done.values()]
+        schema = pa.schema([pa.field(PART, pa.int32())] + list(STATE_META) + list(new.arrow))
+        app, version = upgrade_app(n)
+        commit = {"table": rel, "partition_by": PART, "adds": adds, "removes": [], "overwrite": True, "app": app, "version": version,
+                  "schema": schema_hex(schema), "targets": [["stages", stage, "state_version"]]}
+        written = [f"{rel}/{a['path']}" for a in adds] + [r["index"] for r in done.values()]
+        return commit, {str(q): r["index"] for q, r in done.items()}, written
+
+    def flow_commit(self, flow: str, n: int) -> tuple[dict[str, Any], list[str]]:
+        """Rewrite every file of ``flow``'s table live at its version into the YAML's schema (the
+        increments not yet read, and those of a flow nobody reads); the commit and the files written."""
+        fs = self.live.st.flows[flow]
+        rel = LAYOUT.flow(flow)
+        schema = self.live.spec.flows[flow].schema
+        adds, removes, written = [], [], []
+        for f in self.home.table_files(rel, fs.version):  # type: ignore[arg-type]
+            t = pq.read_table(self.home.path(f"{rel}/{f['path']}"), filesystem=self.home.fs)
+            inc = int(f["partition"])
+            t = conform(t, schema.signed(), keep=(SRC,) if SRC in t.column_names else ())  # _diff stays, last (null: +1)
+            add = self.home.write_parquet(LAYOUT.increment_dir(flow, inc), t, f"u{n}", inc)
+            written.append(add["rel"])
+            adds.append({**add, "path": add.pop("rel")[len(rel) + 1:]})
+            removes.append(f)
+        app, version = upgrade_app(n)
+        targets = [["flows", flow, "version"]] + [["flows", flow, "incs", str(i), "version"] for i in fs.incs]
+        commit = {"table": rel, "partition_by": INC, "adds": adds, "removes": removes, "app": app, "version": version,
+                  "schema": schema_hex(flow_schema(self.live.spec, flow)), "targets": targets}
+        return commit, written

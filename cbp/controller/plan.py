@@ -11,6 +11,9 @@ reads those as the recorded pipeline.
 each ``applies`` (nothing stored changes), ``migrates`` (stored data is rewritten or archived:
 needs ``cbp upgrade``) or ``refused`` (why, and what to do).
 
+Reads: a spec and a snapshot it is given. Writes: nothing (pure functions; :mod:`.evolution`
+keeps the plan, :mod:`.upgrade` applies it).
+
     >>> old = {"flows": {"f": {"schema": {"n": "int"}, "defaults": {}, "framed": False}}, "stages": {}}
     >>> new = {"flows": {"f": {"schema": {"n": "float", "m": "int?"}, "defaults": {}, "framed": False}}, "stages": {}}
     >>> [c.line() for c in flow_changes(old, new, stored={"f"})]

@@ -2,6 +2,11 @@
 
 Every read is pinned to the versions the snapshot names, so a stage epoch's state, outputs and
 connector changes are seen together or not at all.
+
+Reads: ``live.spec`` and ``live.st`` (refreshed from the home first), state and flow tables at the
+versions it names, epoch, feed and collected-increment history entries, the pending record,
+intentions and runner lease (for ``status``). Writes: nothing (a refresh may load a newer
+snapshot into ``live``, through the journal).
 """
 
 from __future__ import annotations
@@ -17,38 +22,48 @@ from ..engine.task.signed import fill_diff
 from ..errors import InputError, UsageError, UserCodeError
 from ..spec.arrowrecords import with_diff
 from ..spec.schema import DIFF
-from ..storage import INC, LAYOUT, SRC
+from ..storage import INC, LAYOUT, SRC, Home
+from .feeds import Feeds
+from .history import History
+from .intentions import Intentions
+from .journal import Journal
+from .live import Live
 from .migrate import conform
-from .feeds import pending_duplicates
 from .records import EpochRecord
-from .runs import last_run
+from .runs import Runs
+from .scheduler import Scheduler
 
 __all__ = ["Reads"]
 
 
 class Reads:
-    """Read-only accessors of :class:`~cbp.controller.Controller` (a mixin)."""
+    """Read-only accessors: state and output records, epochs, feeds, status."""
+
+    def __init__(self, home: Home, live: Live, journal: Journal, history: History, intentions: Intentions,
+                 scheduler: Scheduler, runs: Runs, feeds: Feeds, mode: str) -> None:
+        self.home, self.live, self.journal, self.history, self.intentions = home, live, journal, history, intentions
+        self.scheduler, self.runs, self.duplicates, self.mode = scheduler, runs, feeds, mode  # feeds: pending duplicates
 
     def epochs(self, stage: str) -> int:
         """How many epochs ``stage`` has committed."""
-        self.refresh()
-        return self.st.stages[self.spec.stage(stage).name].epoch
+        self.journal.refresh()
+        return self.live.st.stages[self.live.spec.stage(stage).name].epoch
 
     def feeds(self, flow: str) -> int:
         """How many feeds external flow ``flow`` has had (the N of its newest ``output --epoch N``)."""
-        self.refresh()
-        return self.st.flows[self.spec.flow(flow).name].feeds
+        self.journal.refresh()
+        return self.live.st.flows[self.live.spec.flow(flow).name].feeds
 
     def _epoch_entry(self, stage: str, epoch: int) -> dict[str, Any]:
-        e = self.history.epoch(self.st, stage, epoch)
+        e = self.history.epoch(self.live.st, stage, epoch)
         if e is None:
-            raise UsageError(f"stage '{stage}' has not run epoch {epoch} (epochs run: {self.st.stages[stage].epoch})", code="unknown-epoch")
+            raise UsageError(f"stage '{stage}' has not run epoch {epoch} (epochs run: {self.live.st.stages[stage].epoch})", code="unknown-epoch")
         return e
 
     def epoch_record(self, stage: str, epoch: int) -> EpochRecord:
         """What stage epoch ``epoch`` read (increment ids per input flow) and wrote (ids and records per output flow)."""
-        self.refresh()
-        e = self._epoch_entry(self.spec.stage(stage).name, epoch)
+        self.journal.refresh()
+        e = self._epoch_entry(self.live.spec.stage(stage).name, epoch)
         outputs = {f: [int(i) for i in ids] for f, ids in e["outputs"].items()}
         return EpochRecord(stage, epoch, {f: [int(i) for i in ids] for f, ids in e["inputs"].items()}, outputs,
                            {f: int(n) for f, n in e.get("records", {}).items()})
@@ -59,14 +74,14 @@ class Reads:
 
     def state_version(self, stage: str, epoch: Optional[int] = None) -> Optional[int]:
         """The Delta version of the stage's state table after ``epoch`` (default: the latest); None if empty."""
-        self.refresh()
-        stage = self.spec.stage(stage).name
-        return self.st.stages[stage].state_version if epoch is None else self._epoch_entry(stage, epoch)["state_version"]
+        self.journal.refresh()
+        stage = self.live.spec.stage(stage).name
+        return self.live.st.stages[stage].state_version if epoch is None else self._epoch_entry(stage, epoch)["state_version"]
 
     def state_records(self, stage: str, epoch: Optional[int] = None) -> list[dict[str, Any]]:
         """The stage's state records after ``epoch`` (default: the latest), sorted by key."""
-        self.refresh()
-        spec = self.spec.stage(stage)
+        self.journal.refresh()
+        spec = self.live.spec.stage(stage)
         if spec.state_schema is None:
             raise UsageError(f"stage '{stage}' has no state (no 'state:' in the YAML)", code="no-state")
         version = self.state_version(stage, epoch)
@@ -79,18 +94,18 @@ class Reads:
     def output_versions(self, flow: str, epoch: Optional[int] = None, upto: bool = False) -> dict[Any, list[int]]:
         """Which increments of the flow :meth:`output_records` reads at which Delta version of its
         table (``upto``: those of every epoch up to ``epoch``, or feed for an external flow)."""
-        self.refresh()
-        fl = self.spec.flow(flow)
-        fs = self.st.flows[flow]
+        self.journal.refresh()
+        fl = self.live.spec.flow(flow)
+        fs = self.live.st.flows[flow]
         collected: dict[int, int] = {}
         if epoch is None:
-            collected = self.history.collected(self.st, flow)
+            collected = self.history.collected(self.live.st, flow)
             ids = sorted(set(fs.incs) | set(collected))
         else:
             ids = sorted({i for e in (range(1, epoch + 1) if upto and epoch > 0 else [epoch]) for i in self._epoch_incs(flow, e)})
         by_version: dict[Any, list[int]] = {}  # live increments at the current version, collected ones by time travel
         for inc in ids:
-            v = fs.version if inc in fs.incs else collected[inc] if inc in collected else self.history.collected_version(self.st, flow, inc)
+            v = fs.version if inc in fs.incs else collected[inc] if inc in collected else self.history.collected_version(self.live.st, flow, inc)
             if v is None:
                 raise UsageError(f"flow '{flow}': increment {inc} is neither live nor in the history of {self.home.location}", code="home-corrupt")
             by_version.setdefault(v, []).append(inc)
@@ -98,9 +113,9 @@ class Reads:
 
     def _epoch_incs(self, flow: str, epoch: int) -> list[int]:
         """The increments of ``flow`` its producer's ``epoch`` wrote, or (external) its feed ``epoch`` landed."""
-        fl, fs = self.spec.flow(flow), self.st.flows[flow]
+        fl, fs = self.live.spec.flow(flow), self.live.st.flows[flow]
         if fl.producer is None:
-            e = self.history.feed(self.st, flow, epoch)
+            e = self.history.feed(self.live.st, flow, epoch)
             if e is None:
                 raise UsageError(f"external flow '{flow}' has had {fs.feeds} feed(s); --epoch N picks the Nth (1..{fs.feeds})", code="unknown-epoch")
             return [int(i) for i in e["incs"]]
@@ -109,7 +124,7 @@ class Reads:
     def output_records(self, flow: str, epoch: Optional[int] = None) -> list[dict[str, Any]]:
         """Records of the flow's increments (only those produced by its stage's ``epoch`` when given)."""
         by_version = self.output_versions(flow, epoch)
-        fl = self.spec.flow(flow)
+        fl = self.live.spec.flow(flow)
         parts = []
         for v, incs in by_version.items():
             t = self.home.read_table(LAYOUT.flow(flow), v, partitions=[(INC, "in", [str(i) for i in incs])])
@@ -134,7 +149,7 @@ class Reads:
         sum is negative (more retracted than there was) is :class:`InputError` code
         ``negative-multiplicity`` naming the flow, the record and the feed or epoch where its sum
         first went below zero."""
-        fl = self.spec.flow(flow)
+        fl = self.live.spec.flow(flow)
         by_version = self.output_versions(flow, epoch, upto=True)
         cols = list(fl.schema.fields)
         parts = [self.home.read_table(LAYOUT.flow(flow), v, partitions=[(INC, "in", [str(i) for i in incs])]) for v, incs in by_version.items()]
@@ -172,40 +187,41 @@ class Reads:
 
     def _increment_source(self, flow: str, inc: int) -> Any:
         """The feed (external flow) or producing epoch of increment ``inc`` of an unframed flow."""
-        m = self.st.flows[flow].incs.get(inc)
+        m = self.live.st.flows[flow].incs.get(inc)
         return m.producer.split(":")[-1] if m is not None and m.producer else f"increment {inc}"
 
     def status(self) -> dict[str, Any]:
         """Stages, epochs run, pending increments per connector, and which stages are runnable now."""
-        self.refresh()
+        self.journal.refresh()
         stages = {}
-        for s, spec in self.spec.stages.items():
+        for s, spec in self.live.spec.stages.items():
             conns = {}
             for inp in spec.inputs:
-                q = self.st.connector(s, inp.flow)
-                incs = self.st.flows[inp.flow].incs
+                q = self.live.st.connector(s, inp.flow)
+                incs = self.live.st.flows[inp.flow].incs
                 conns[inp.flow] = {"pending": len(q), "complete": sum(1 for i in q if incs[i].complete),
                                    "records": sum(incs[i].records for i in q)}
             try:
-                runnable: Any = self.decide(s) is not None
+                runnable: Any = self.scheduler.decide(s) is not None
             except UserCodeError as e:
                 runnable = f"error: {e}"
-            stages[s] = {"epochs": self.st.stages[s].epoch, "connectors": conns, "runnable": runnable,
+            stages[s] = {"epochs": self.live.st.stages[s].epoch, "connectors": conns, "runnable": runnable,
                          "last_epoch": self._last_placement(s)}
         runner = self.home.runner_info() if self.home.runner_active() else None
         interrupted = self.interrupted()
         if runner is not None:  # what a live runner has under way is not interrupted
             for it in interrupted:
                 it["recovery"] = "under way in the running cbp run"
-        return {"pipeline": self.spec.name, "home": self.home.location, "mode": self.mode, "stages": stages,
-                "runner": runner, "interrupted": interrupted, "last_run": last_run(self), "duplicate_feeds": pending_duplicates(self)}
+        return {"pipeline": self.live.spec.name, "home": self.home.location, "mode": self.mode, "stages": stages,
+                "runner": runner, "interrupted": interrupted, "last_run": self.runs.last_run(),
+                "duplicate_feeds": self.duplicates.pending_duplicates()}
 
     def _last_placement(self, stage: str) -> Optional[dict[str, Any]]:
         """Where the stage's last epoch ran: partition -> executor, and its state-cache hits (``None`` before one)."""
-        entry = self.history.epoch(self.st, stage, self.st.stages[stage].epoch)
+        entry = self.history.epoch(self.live.st, stage, self.live.st.stages[stage].epoch)
         if not entry:
             return None
-        return {"epoch": self.st.stages[stage].epoch, **(entry.get("placement") or {})}
+        return {"epoch": self.live.st.stages[stage].epoch, **(entry.get("placement") or {})}
 
     def interrupted(self) -> list[dict[str, Any]]:
         """What a killed or failed writer left for recovery: a pending commit, epochs under way."""
@@ -221,7 +237,7 @@ class Reads:
         for stage, it in self.home.intentions().items():
             if rec is not None and rec.get("stage") == stage:
                 continue
-            fits = stage in self.spec.stages and self._intention_fits(it)
+            fits = stage in self.live.spec.stages and self.intentions.fits(it)
             reads = ", ".join(f"{f} {ids}" for f, ids in it["inputs"].items()) or "no input"
             out.append({"kind": "epoch", "stage": stage, "epoch": it["epoch"], "reads": it["inputs"],
                         "recovery": (f"the next 'cbp run' re-runs stage '{stage}' epoch {it['epoch']} with the same inputs ({reads})" if fits

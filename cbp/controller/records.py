@@ -1,4 +1,6 @@
-"""What the controller hands out: epoch reports and records, Runnable decisions, feed results."""
+"""What the controller hands out: epoch reports and records, Runnable decisions, feed results.
+
+Reads: nothing. Writes: nothing (data classes, and checks that a value can be stored)."""
 
 from __future__ import annotations
 

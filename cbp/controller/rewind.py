@@ -12,8 +12,15 @@ the target moment had live (Delta's ``RESTORE`` done as plain adds and removes; 
 were garbage-collected since come back the same way, out of the table's history) and removes
 what the undone epochs wrote, the new snapshot, and a history entry (:meth:`Layout.rewind_entry`)
 that keeps the undone epochs' records. Nothing is deleted: the undone epochs stay readable by
-Delta time travel (:func:`undone_records`). A data file that VACUUM removed since cannot come
+Delta time travel (:meth:`Rewind.undone_records`). A data file that VACUUM removed since cannot come
 back: then the rewind is refused (code ``rewind-vacuumed``) before anything changes.
+
+Reads: ``live.spec`` and ``live.st``, the snapshot copy of the target moment, epoch, feed and
+collected-increment history entries, the state and flow tables' logs (their files at old
+versions), the rewinds' records. Writes: through the journal, one change: a Delta commit per
+table whose live files change, ``live.st`` (replaced by the merged snapshot), the rewind's
+history entry and collected-increment entries marked undone; drops every intention first
+(:class:`~.intentions.Intentions`).
 
     >>> p.rewind(2, stage="count")        # doctest: +SKIP
     RewindReport(stage='count', epoch=2, undone={'count': [3, 4]}, ...)
@@ -24,19 +31,20 @@ from __future__ import annotations
 import copy
 import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Optional
+from typing import Any, Callable, Optional
 
 import pyarrow as pa
 
 from .. import faults
 from ..errors import RuntimeStateError, UsageError
-from ..storage import INC, LAYOUT, PART
+from ..storage import INC, LAYOUT, PART, Home
+from .history import History
+from .intentions import Intentions
+from .journal import Journal
+from .live import Live
 from .snapshot import FlowState, Increment, Sched, Snapshot, StageState
 
-if TYPE_CHECKING:
-    from . import Controller
-
-__all__ = ["RewindReport", "rewind", "rewinds", "undone_records"]
+__all__ = ["RewindReport", "Rewind"]
 
 APP = "cbp:rewind"  # the Delta application transaction id of a rewind's commits (version: the change's seq)
 
@@ -66,58 +74,6 @@ def _span(epochs: list[int]) -> str:
     return f"{epochs[0]}-{epochs[-1]}" if len(epochs) > 1 else str(epochs[0])
 
 
-def rewind(ctl: "Controller", to_epoch: int, stage: Optional[str] = None, *, command: str = "cbp.Pipeline.rewind()") -> RewindReport:
-    """Put the pipeline back as it was right after ``stage``'s epoch ``to_epoch`` (0: before any stage
-    epoch ran), as one durable change; see the module docstring. Refuses while a ``cbp run`` works."""
-    if isinstance(to_epoch, bool) or not isinstance(to_epoch, int) or to_epoch < 0:
-        raise UsageError(f"--to-epoch must be an epoch number, 0 or more; got {to_epoch!r}", code="bad-option")
-    if stage is not None:
-        stage = ctl.spec.stage(stage).name
-    elif to_epoch and len(ctl.spec.stages) == 1:
-        stage = next(iter(ctl.spec.stages))
-    elif to_epoch:
-        raise UsageError(f"pipeline '{ctl.spec.name}' has {len(ctl.spec.stages)} stages: say whose epoch {to_epoch} with --stage "
-                         f"(one of {', '.join(ctl.spec.order)}; 'cbp history' lists them), or --to-epoch 0 for the beginning",
-                         code="rewind-needs-stage")
-    with ctl.home.runner_lock(command), ctl._locked():
-        for s, it in ctl.home.intentions().items():  # epochs under way when a runner died: the next run decides again
-            ctl._abandon(s, it)
-        with ctl._transaction():
-            return _rewind(ctl, to_epoch, stage)
-
-
-def _rewind(ctl: "Controller", to_epoch: int, stage: Optional[str]) -> RewindReport:
-    cur = ctl.st
-    seq = cur.seq + 1
-    target = _target(ctl, to_epoch, stage)
-    if to_epoch:
-        _same_storage(cur, target, ctl.home.location)
-    undone = {s: list(range(target.stages[s].epoch + 1 if s in target.stages else 1, st.epoch + 1)) for s, st in cur.stages.items()}
-    undone = {s: e for s, e in undone.items() if e}
-    report = RewindReport(stage, to_epoch, seq, undone)
-    if not undone:
-        ctl.notify(f"nothing to rewind: no stage epoch was committed after {report.where()}")
-        return report
-    new = _merge(ctl, cur, target, undone, report)
-    commits: list[dict[str, Any]] = []
-    for s in undone:
-        if s in ctl.spec.stages and ctl.spec.stages[s].state_schema is not None:
-            commits += _restore_state(ctl, new, s, target.stages[s].state_version if s in target.stages else None, seq)
-    for f in new.flows:
-        commits += _restore_flow(ctl, cur, target, new, f, seq)
-    record = _record(ctl, cur, target, undone, report)
-    ctl._entry(LAYOUT.rewind_entry(seq), record)
-    for flow, incs in record["collected_undone"].items():
-        for inc, entry in incs.items():
-            ctl._entry(LAYOUT.collected_entry(flow, int(inc)), {**entry, "undone": seq})
-    faults.point("rewind:planned")
-    ctl.st = new
-    ctl._commit("rewind", f"rewind to after {report.where()}", commits)
-    report.pending = {f: len({i for c in ctl.spec.flows[f].consumers for i in ctl.st.connector(c, f)})
-                      for f in ctl.spec.external_flows if f in ctl.st.flows}
-    return report
-
-
 def _same_storage(cur: Snapshot, target: Snapshot, where: str) -> None:
     """Refuse a rewind across an upgrade that changed how a flow or a stage's state is stored (schema,
     partitions, framing) or removed a stage: the tables' older versions no longer fit the YAML."""
@@ -130,225 +86,273 @@ def _same_storage(cur: Snapshot, target: Snapshot, where: str) -> None:
                          "recomputed from the retained increments)", code="rewind-across-upgrade")
 
 
-def _target(ctl: "Controller", to_epoch: int, stage: Optional[str]) -> Snapshot:
-    """The snapshot of the moment to go back to."""
-    if to_epoch == 0:
-        return Snapshot.new(ctl.st.pipeline, {f: fl.external for f, fl in ctl.spec.flows.items()},
-                            {s: st.input_flows for s, st in ctl.spec.stages.items()})
-    assert stage is not None
-    have = ctl.st.stages[stage].epoch
-    if to_epoch > have:
-        raise UsageError(f"stage '{stage}' has run {have} epoch(s); cannot rewind to epoch {to_epoch} ('cbp history' lists them)",
+class Rewind:
+    """Rewinds a home (one durable change), and reads what rewinds undid."""
+
+    def __init__(self, home: Home, live: Live, journal: Journal, history: History, intentions: Intentions,
+                 notify: Callable[[str], None]) -> None:
+        self.home, self.live, self.journal, self.history = home, live, journal, history
+        self.intentions, self.notify = intentions, notify
+
+    def rewind(self, to_epoch: int, stage: Optional[str] = None, *, command: str = "cbp.Pipeline.rewind()") -> RewindReport:
+        """Put the pipeline back as it was right after ``stage``'s epoch ``to_epoch`` (0: before any stage
+        epoch ran), as one durable change; see the module docstring. Refuses while a ``cbp run`` works."""
+        if isinstance(to_epoch, bool) or not isinstance(to_epoch, int) or to_epoch < 0:
+            raise UsageError(f"--to-epoch must be an epoch number, 0 or more; got {to_epoch!r}", code="bad-option")
+        spec = self.live.spec
+        if stage is not None:
+            stage = spec.stage(stage).name
+        elif to_epoch and len(spec.stages) == 1:
+            stage = next(iter(spec.stages))
+        elif to_epoch:
+            raise UsageError(f"pipeline '{spec.name}' has {len(spec.stages)} stages: say whose epoch {to_epoch} with --stage "
+                             f"(one of {', '.join(spec.order)}; 'cbp history' lists them), or --to-epoch 0 for the beginning",
+                             code="rewind-needs-stage")
+        with self.home.runner_lock(command), self.journal.locked():
+            self.intentions.abandon_all()  # epochs under way when a runner died: the next run decides again
+            with self.journal.transaction():
+                return self._rewind(to_epoch, stage)
+
+    def _rewind(self, to_epoch: int, stage: Optional[str]) -> RewindReport:
+        cur = self.live.st
+        seq = cur.seq + 1
+        target = self._target(to_epoch, stage)
+        if to_epoch:
+            _same_storage(cur, target, self.home.location)
+        undone = {s: list(range(target.stages[s].epoch + 1 if s in target.stages else 1, st.epoch + 1)) for s, st in cur.stages.items()}
+        undone = {s: e for s, e in undone.items() if e}
+        report = RewindReport(stage, to_epoch, seq, undone)
+        if not undone:
+            self.notify(f"nothing to rewind: no stage epoch was committed after {report.where()}")
+            return report
+        new = self._merge(cur, target, undone, report)
+        commits: list[dict[str, Any]] = []
+        for s in undone:
+            if s in self.live.spec.stages and self.live.spec.stages[s].state_schema is not None:
+                commits += self._restore_state(new, s, target.stages[s].state_version if s in target.stages else None, seq)
+        for f in new.flows:
+            commits += self._restore_flow(cur, target, new, f, seq)
+        record = self._record(cur, target, undone, report)
+        self.journal.entry(LAYOUT.rewind_entry(seq), record)
+        for flow, incs in record["collected_undone"].items():
+            for inc, entry in incs.items():
+                self.journal.entry(LAYOUT.collected_entry(flow, int(inc)), {**entry, "undone": seq})
+        faults.point("rewind:planned")
+        self.live.st = new
+        self.journal.commit("rewind", f"rewind to after {report.where()}", commits)
+        report.pending = {f: len({i for c in self.live.spec.flows[f].consumers for i in self.live.st.connector(c, f)})
+                          for f in self.live.spec.external_flows if f in self.live.st.flows}
+        return report
+
+    def _target(self, to_epoch: int, stage: Optional[str]) -> Snapshot:
+        """The snapshot of the moment to go back to."""
+        if to_epoch == 0:
+            return Snapshot.new(self.live.st.pipeline, {f: fl.external for f, fl in self.live.spec.flows.items()},
+                                {s: st.input_flows for s, st in self.live.spec.stages.items()})
+        assert stage is not None
+        have = self.live.st.stages[stage].epoch
+        if to_epoch > have:
+            raise UsageError(f"stage '{stage}' has run {have} epoch(s); cannot rewind to epoch {to_epoch} ('cbp history' lists them)",
+                             code="unknown-epoch")
+        entry = self.history.epoch(self.live.st, stage, to_epoch)
+        seq = entry.get("seq") if entry else None
+        doc = None
+        if seq is not None:
+            doc = self.home.read_json(LAYOUT.snapshot_copy(int(seq))) or self.home.read_json(LAYOUT.snapshot(int(seq)))
+        if doc is None:
+            raise RuntimeStateError(f"stage '{stage}' epoch {to_epoch} was committed by a cbp that kept no snapshot to rewind to "
+                                    f"({self.home.uri(LAYOUT.HISTORY)} has none for it); rewind to a later epoch, or to 0",
+                                    code="rewind-unavailable")
+        return Snapshot.from_json(doc)
+
+    def _merge(self, cur: Snapshot, target: Snapshot, undone: dict[str, list[int]], report: RewindReport) -> Snapshot:
+        """The snapshot after the rewind: the target's stages, connectors and stage outputs; the
+        current feeds (every increment fed since the target, pending again) and counters."""
+        new = cur.copy()
+        new.sched = Sched()
+        for s in cur.stages:
+            st = copy.deepcopy(target.stages.get(s, StageState()))
+            if s in undone:
+                st.index = {}  # the target's index files may be gone: the next epoch rebuilds each partition's index
+                gone = [rel for rel in st.bindings if not self.home.exists(rel)]
+                if gone:  # multicast bindings are deleted once read (cbp.controller.epoch): an undone epoch read these
+                    raise RuntimeStateError(f"cannot rewind stage '{s}': the multicast bindings its next epoch would read were deleted "
+                                            f"after an undone epoch read them (e.g. {gone[0]}); rewind to its last epoch or later, "
+                                            "or to 0. Nothing was changed", code="rewind-unavailable")
+            new.stages[s] = st
+        new.connectors = {k: list(target.connectors.get(k, [])) for k in cur.connectors}
+        for f, fs in cur.flows.items():
+            fl = self.live.spec.flows.get(f)
+            if fl is None or not fl.external:
+                t = copy.deepcopy(target.flows.get(f, FlowState()))
+                t.next_inc = max(t.next_inc, fs.next_inc)
+                new.flows[f] = t
+                continue
+            if not fl.consumers:  # nobody reads it: a rewind has nothing to give back
+                continue
+            new.flows[f] = self._external(cur, target, f, report)
+            kept = set(new.flows[f].incs)
+            since = sorted(i for i in kept if i not in target.flows.get(f, FlowState()).incs)
+            for c in fl.consumers:
+                q = [i for i in new.connector(c, f) if i in kept]  # a feed withdrawn since (cbp unfeed) is gone
+                new.connectors[f"{c}.{f}"] = q + [i for i in since if i not in q]
+        return new
+
+    def _external(self, cur: Snapshot, target: Snapshot, flow: str, report: RewindReport) -> FlowState:
+        """An external flow after the rewind: the increments live at the target and those fed since,
+        each as it is now (a framed one may have grown), those collected since back from the history."""
+        fs = copy.deepcopy(cur.flows[flow])
+        tf = target.flows.get(flow, FlowState())
+        read = {i for c in self.live.spec.flows[flow].consumers for i in target.connectors.get(f"{c}.{flow}", [])}
+        wanted = {i for i in tf.incs if i in fs.incs or i in read or not self.live.spec.flows[flow].consumers}  # not garbage at the target
+        fed: dict[int, tuple[int, int]] = {}  # increment -> its feed and the feed's records (an unframed feed is one increment)
+        for n in range(tf.feeds + 1, fs.feeds + 1):
+            e = self.history.feed(cur, flow, n) or {}
+            fed.update((int(i), (n, int(e.get("records") or 0))) for i in e.get("incs", []))
+        wanted.update(fed)
+        incs: dict[int, Increment] = {}
+        for i in sorted(wanted):
+            if i in fs.incs:
+                incs[i] = fs.incs[i]
+                continue
+            e = self.history.read(LAYOUT.collected_entry(flow, i))
+            if e is None or e.get("undone"):
+                continue  # withdrawn (cbp unfeed): not landed any more
+            if e.get("meta"):
+                incs[i] = Increment(**{**e["meta"], "srcs": list(e["meta"].get("srcs", []))})
+            elif i in tf.incs and tf.incs[i].complete:
+                incs[i] = copy.deepcopy(tf.incs[i])
+            elif i in fed and self.live.spec.flows[flow].frame_by is None:  # collected by an older cbp: what feed() made of it
+                incs[i] = Increment(fed[i][0], fed[i][1], None, f"feed:{fed[i][0]}", True, [fed[i][0]])
+            else:
+                raise RuntimeStateError(f"flow '{flow}': increment {i} was collected by a cbp that did not keep what a rewind needs "
+                                        "to bring it back; rewind to a later epoch", code="rewind-unavailable")
+            incs[i].version = int(e["version"]) if e["version"] is not None else fs.version
+            report.restored.setdefault(flow, []).append(i)
+        fs.incs = incs
+        return fs
+
+    def _head(self, rel: str) -> Optional[int]:
+        dt = self.home.table(rel)
+        return None if dt is None else dt.version()
+
+    def _files(self, rel: str, version: Optional[int]) -> list[dict[str, Any]]:
+        """The live files of a table version; an old version whose log is gone is ``rewind-vacuumed``."""
+        if version is None:
+            return []
+        try:
+            return self.home.table_files(rel, version)
+        except Exception as e:  # delta-rs raises several types for a version it cannot load
+            raise RuntimeStateError(f"cannot rewind: version {version} of Delta table {self.home.uri(rel)} cannot be read any more "
+                                    f"({str(e)[:200]}); its log was cleaned up. Nothing was changed", code="rewind-vacuumed") from e
+
+    def _diff(self, rel: str, partition_by: str, want: list[dict[str, Any]], seq: int,
+              targets: list[list[str]]) -> tuple[list[dict[str, Any]], Optional[int]]:
+        """The commit that makes ``want`` the table's live files (none if they are), and its head version."""
+        head = self._head(rel)
+        have = self._files(rel, head)
+        have_paths, want_paths = {f["path"] for f in have}, {f["path"] for f in want}
+        adds = [f for f in want if f["path"] not in have_paths]
+        removes = [f for f in have if f["path"] not in want_paths]
+        gone = [f["path"] for f in adds if not self.home.exists(f"{rel}/{f['path']}")]
+        if gone:
+            raise RuntimeStateError(f"cannot rewind: {len(gone)} data file(s) of Delta table {self.home.uri(rel)} that the target moment "
+                                    f"needs were deleted (VACUUM?), e.g. {gone[0]}. Nothing was changed; rewind to a later epoch",
+                                    code="rewind-vacuumed")
+        if not adds and not removes:
+            return [], head
+        return [{"table": rel, "partition_by": partition_by, "adds": adds, "removes": removes, "app": APP, "version": seq,
+                 "targets": targets}], head
+
+    def _restore_state(self, new: Snapshot, stage: str, version: Optional[int], seq: int) -> list[dict[str, Any]]:
+        """Put the stage's state table back to the files of ``version`` (no state: no files)."""
+        rel = LAYOUT.state(stage)
+        if self._head(rel) is None:
+            new.stages[stage].state_version = None
+            return []
+        commits, head = self._diff(rel, PART, self._files(rel, version), seq, [["stages", stage, "state_version"]])
+        new.stages[stage].state_version = head if commits or version is not None else None
+        return commits
+
+    def _restore_flow(self, cur: Snapshot, target: Snapshot, new: Snapshot, flow: str, seq: int) -> list[dict[str, Any]]:
+        """Make the flow's table hold exactly the increments live after the rewind."""
+        rel = LAYOUT.flow(flow)
+        fs = new.flows[flow]
+        if self._head(rel) is None:
+            fs.version = None
+            return []
+        fl = self.live.spec.flows.get(flow)
+        if fl is not None and fl.external and not fl.consumers:
+            return []
+        if fl is None or not fl.external:  # a stage's output: as at the target (a flow nobody reads keeps collected increments there too)
+            want = self._files(rel, target.flows.get(flow, FlowState()).version)
+        else:  # the increments of an external flow as they are now, those collected since out of the version that held them
+            by_version: dict[Optional[int], set[int]] = {}
+            for i, m in fs.incs.items():
+                by_version.setdefault(cur.flows[flow].version if i in cur.flows[flow].incs else m.version, set()).add(i)
+            want = [f for v, ids in by_version.items() for f in self._files(rel, v) if int(f["partition"]) in ids]
+        targets = [["flows", flow, "version"]] + [["flows", flow, "incs", str(i), "version"] for i in fs.incs]
+        commits, head = self._diff(rel, INC, want, seq, targets)
+        fs.version = head
+        for m in fs.incs.values():
+            m.version = head
+        return commits
+
+    def _record(self, cur: Snapshot, target: Snapshot, undone: dict[str, list[int]], report: RewindReport) -> dict[str, Any]:
+        """The rewind's history entry: where it went, and each undone epoch's entry with the table
+        versions that still hold what it wrote (read by :meth:`undone_records`)."""
+        epochs: dict[str, list[dict[str, Any]]] = {}
+        collected: dict[str, dict[str, dict[str, Any]]] = {}
+        for s, es in undone.items():
+            for e in es:
+                entry = self.history.epoch(cur, s, e) or {}
+                versions: dict[str, dict[str, int]] = {}
+                for f, ids in entry.get("outputs", {}).items():
+                    for i in ids:
+                        if i in cur.flows[f].incs:
+                            v = cur.flows[f].version
+                        else:
+                            c = self.history.read(LAYOUT.collected_entry(f, int(i)))
+                            if c is None or c.get("undone"):
+                                continue
+                            if int(i) not in target.flows.get(f, FlowState()).incs:
+                                collected.setdefault(f, {})[str(i)] = c
+                            v = cur.flows[f].version if c["version"] is None else int(c["version"])
+                        versions.setdefault(f, {})[str(i)] = v
+                epochs.setdefault(s, []).append({**{k: v for k, v in entry.items() if k != "placement"}, "epoch": e, "versions": versions})
+        to = {"stage": report.stage, "epoch": report.epoch, "seq": target.seq}
+        return {"seq": report.seq, "to": to, "at": round(time.time(), 3), "undone": epochs, "collected_undone": collected,
+                "restored": {f: sorted(ids) for f, ids in report.restored.items()}}
+
+    def rewinds(self) -> list[dict[str, Any]]:
+        """The records of the rewinds committed in the home, oldest first."""
+        self.journal.refresh()
+        out = []
+        for name in self.home.list_dir(f"{LAYOUT.HISTORY}/rewinds"):
+            if name.endswith(".json") and name[:-5].isdigit() and int(name[:-5]) <= self.live.st.seq:  # a later one did not commit
+                rec = self.home.read_json(f"{LAYOUT.HISTORY}/rewinds/{name}")
+                if rec is not None:
+                    out.append(rec)
+        return out
+
+    def undone_records(self, flow: str, epoch: int, rewind_seq: Optional[int] = None) -> list[dict[str, Any]]:
+        """The records that epoch ``epoch`` of ``flow``'s producer wrote before a rewind undid it (the
+        latest rewind that undid that epoch, or the one committed as change ``rewind_seq``)."""
+        fl = self.live.spec.flow(flow)
+        if fl.producer is None:
+            raise UsageError(f"flow '{flow}' is external: a rewind undoes no feed", code="not-produced")
+        for rec in reversed(self.rewinds()):
+            if rewind_seq is not None and rec["seq"] != rewind_seq:
+                continue
+            for e in rec["undone"].get(fl.producer, []):
+                if e["epoch"] == epoch:
+                    by_version: dict[int, list[str]] = {}
+                    for i, v in e["versions"].get(flow, {}).items():
+                        by_version.setdefault(int(v), []).append(i)
+                    parts = [self.home.read_table(LAYOUT.flow(flow), v, partitions=[(INC, "in", ids)]) for v, ids in by_version.items()]
+                    if not parts:
+                        return []
+                    t = pa.concat_tables(parts).sort_by([(INC, "ascending")])
+                    return [fl.schema.from_storage(r) for r in t.select(list(fl.schema.fields)).to_pylist()]
+        raise UsageError(f"no rewind undid epoch {epoch} of stage '{fl.producer}'" + (f" as change {rewind_seq}" if rewind_seq else ""),
                          code="unknown-epoch")
-    entry = ctl.history.epoch(ctl.st, stage, to_epoch)
-    seq = entry.get("seq") if entry else None
-    doc = None
-    if seq is not None:
-        doc = ctl.home.read_json(LAYOUT.snapshot_copy(int(seq))) or ctl.home.read_json(LAYOUT.snapshot(int(seq)))
-    if doc is None:
-        raise RuntimeStateError(f"stage '{stage}' epoch {to_epoch} was committed by a cbp that kept no snapshot to rewind to "
-                                f"({ctl.home.uri(LAYOUT.HISTORY)} has none for it); rewind to a later epoch, or to 0",
-                                code="rewind-unavailable")
-    return Snapshot.from_json(doc)
-
-
-def _merge(ctl: "Controller", cur: Snapshot, target: Snapshot, undone: dict[str, list[int]], report: RewindReport) -> Snapshot:
-    """The snapshot after the rewind: the target's stages, connectors and stage outputs; the
-    current feeds (every increment fed since the target, pending again) and counters."""
-    new = cur.copy()
-    new.sched = Sched()
-    for s in cur.stages:
-        st = copy.deepcopy(target.stages.get(s, StageState()))
-        if s in undone:
-            st.index = {}  # the target's index files may be gone: the next epoch rebuilds each partition's index
-            gone = [rel for rel in st.bindings if not ctl.home.exists(rel)]
-            if gone:  # multicast bindings are deleted once read (cbp.controller.epoch): an undone epoch read these
-                raise RuntimeStateError(f"cannot rewind stage '{s}': the multicast bindings its next epoch would read were deleted "
-                                        f"after an undone epoch read them (e.g. {gone[0]}); rewind to its last epoch or later, "
-                                        "or to 0. Nothing was changed", code="rewind-unavailable")
-        new.stages[s] = st
-    new.connectors = {k: list(target.connectors.get(k, [])) for k in cur.connectors}
-    for f, fs in cur.flows.items():
-        fl = ctl.spec.flows.get(f)
-        if fl is None or not fl.external:
-            t = copy.deepcopy(target.flows.get(f, FlowState()))
-            t.next_inc = max(t.next_inc, fs.next_inc)
-            new.flows[f] = t
-            continue
-        if not fl.consumers:  # nobody reads it: a rewind has nothing to give back
-            continue
-        new.flows[f] = _external(ctl, cur, target, f, report)
-        kept = set(new.flows[f].incs)
-        since = sorted(i for i in kept if i not in target.flows.get(f, FlowState()).incs)
-        for c in fl.consumers:
-            q = [i for i in new.connector(c, f) if i in kept]  # a feed withdrawn since (cbp unfeed) is gone
-            new.connectors[f"{c}.{f}"] = q + [i for i in since if i not in q]
-    return new
-
-
-def _external(ctl: "Controller", cur: Snapshot, target: Snapshot, flow: str, report: RewindReport) -> FlowState:
-    """An external flow after the rewind: the increments live at the target and those fed since,
-    each as it is now (a framed one may have grown), those collected since back from the history."""
-    fs = copy.deepcopy(cur.flows[flow])
-    tf = target.flows.get(flow, FlowState())
-    read = {i for c in ctl.spec.flows[flow].consumers for i in target.connectors.get(f"{c}.{flow}", [])}
-    wanted = {i for i in tf.incs if i in fs.incs or i in read or not ctl.spec.flows[flow].consumers}  # not garbage at the target
-    fed: dict[int, tuple[int, int]] = {}  # increment -> its feed and the feed's records (an unframed feed is one increment)
-    for n in range(tf.feeds + 1, fs.feeds + 1):
-        e = ctl.history.feed(cur, flow, n) or {}
-        fed.update((int(i), (n, int(e.get("records") or 0))) for i in e.get("incs", []))
-    wanted.update(fed)
-    incs: dict[int, Increment] = {}
-    for i in sorted(wanted):
-        if i in fs.incs:
-            incs[i] = fs.incs[i]
-            continue
-        e = ctl.history._read(LAYOUT.collected_entry(flow, i))
-        if e is None or e.get("undone"):
-            continue  # withdrawn (cbp unfeed): not landed any more
-        if e.get("meta"):
-            incs[i] = Increment(**{**e["meta"], "srcs": list(e["meta"].get("srcs", []))})
-        elif i in tf.incs and tf.incs[i].complete:
-            incs[i] = copy.deepcopy(tf.incs[i])
-        elif i in fed and ctl.spec.flows[flow].frame_by is None:  # collected by an older cbp: what feed() made of it
-            incs[i] = Increment(fed[i][0], fed[i][1], None, f"feed:{fed[i][0]}", True, [fed[i][0]])
-        else:
-            raise RuntimeStateError(f"flow '{flow}': increment {i} was collected by a cbp that did not keep what a rewind needs "
-                                    "to bring it back; rewind to a later epoch", code="rewind-unavailable")
-        incs[i].version = int(e["version"]) if e["version"] is not None else fs.version
-        report.restored.setdefault(flow, []).append(i)
-    fs.incs = incs
-    return fs
-
-
-def _head(ctl: "Controller", rel: str) -> Optional[int]:
-    dt = ctl.home.table(rel)
-    return None if dt is None else dt.version()
-
-
-def _files(ctl: "Controller", rel: str, version: Optional[int]) -> list[dict[str, Any]]:
-    """The live files of a table version; an old version whose log is gone is ``rewind-vacuumed``."""
-    if version is None:
-        return []
-    try:
-        return ctl.home.table_files(rel, version)
-    except Exception as e:  # delta-rs raises several types for a version it cannot load
-        raise RuntimeStateError(f"cannot rewind: version {version} of Delta table {ctl.home.uri(rel)} cannot be read any more "
-                                f"({str(e)[:200]}); its log was cleaned up. Nothing was changed", code="rewind-vacuumed") from e
-
-
-def _diff(ctl: "Controller", rel: str, partition_by: str, want: list[dict[str, Any]], seq: int,
-          targets: list[list[str]]) -> tuple[list[dict[str, Any]], Optional[int]]:
-    """The commit that makes ``want`` the table's live files (none if they are), and its head version."""
-    head = _head(ctl, rel)
-    have = _files(ctl, rel, head)
-    have_paths, want_paths = {f["path"] for f in have}, {f["path"] for f in want}
-    adds = [f for f in want if f["path"] not in have_paths]
-    removes = [f for f in have if f["path"] not in want_paths]
-    gone = [f["path"] for f in adds if not ctl.home.exists(f"{rel}/{f['path']}")]
-    if gone:
-        raise RuntimeStateError(f"cannot rewind: {len(gone)} data file(s) of Delta table {ctl.home.uri(rel)} that the target moment "
-                                f"needs were deleted (VACUUM?), e.g. {gone[0]}. Nothing was changed; rewind to a later epoch",
-                                code="rewind-vacuumed")
-    if not adds and not removes:
-        return [], head
-    return [{"table": rel, "partition_by": partition_by, "adds": adds, "removes": removes, "app": APP, "version": seq,
-             "targets": targets}], head
-
-
-def _restore_state(ctl: "Controller", new: Snapshot, stage: str, version: Optional[int], seq: int) -> list[dict[str, Any]]:
-    """Put the stage's state table back to the files of ``version`` (no state: no files)."""
-    rel = LAYOUT.state(stage)
-    if _head(ctl, rel) is None:
-        new.stages[stage].state_version = None
-        return []
-    commits, head = _diff(ctl, rel, PART, _files(ctl, rel, version), seq, [["stages", stage, "state_version"]])
-    new.stages[stage].state_version = head if commits or version is not None else None
-    return commits
-
-
-def _restore_flow(ctl: "Controller", cur: Snapshot, target: Snapshot, new: Snapshot, flow: str, seq: int) -> list[dict[str, Any]]:
-    """Make the flow's table hold exactly the increments live after the rewind."""
-    rel = LAYOUT.flow(flow)
-    fs = new.flows[flow]
-    if _head(ctl, rel) is None:
-        fs.version = None
-        return []
-    fl = ctl.spec.flows.get(flow)
-    if fl is not None and fl.external and not fl.consumers:
-        return []
-    if fl is None or not fl.external:  # a stage's output: as at the target (a flow nobody reads keeps collected increments there too)
-        want = _files(ctl, rel, target.flows.get(flow, FlowState()).version)
-    else:  # the increments of an external flow as they are now, those collected since out of the version that held them
-        by_version: dict[Optional[int], set[int]] = {}
-        for i, m in fs.incs.items():
-            by_version.setdefault(cur.flows[flow].version if i in cur.flows[flow].incs else m.version, set()).add(i)
-        want = [f for v, ids in by_version.items() for f in _files(ctl, rel, v) if int(f["partition"]) in ids]
-    targets = [["flows", flow, "version"]] + [["flows", flow, "incs", str(i), "version"] for i in fs.incs]
-    commits, head = _diff(ctl, rel, INC, want, seq, targets)
-    fs.version = head
-    for m in fs.incs.values():
-        m.version = head
-    return commits
-
-
-def _record(ctl: "Controller", cur: Snapshot, target: Snapshot, undone: dict[str, list[int]], report: RewindReport) -> dict[str, Any]:
-    """The rewind's history entry: where it went, and each undone epoch's entry with the table
-    versions that still hold what it wrote (read by :func:`undone_records`)."""
-    epochs: dict[str, list[dict[str, Any]]] = {}
-    collected: dict[str, dict[str, dict[str, Any]]] = {}
-    for s, es in undone.items():
-        for e in es:
-            entry = ctl.history.epoch(cur, s, e) or {}
-            versions: dict[str, dict[str, int]] = {}
-            for f, ids in entry.get("outputs", {}).items():
-                for i in ids:
-                    if i in cur.flows[f].incs:
-                        v = cur.flows[f].version
-                    else:
-                        c = ctl.history._read(LAYOUT.collected_entry(f, int(i)))
-                        if c is None or c.get("undone"):
-                            continue
-                        if int(i) not in target.flows.get(f, FlowState()).incs:
-                            collected.setdefault(f, {})[str(i)] = c
-                        v = cur.flows[f].version if c["version"] is None else int(c["version"])
-                    versions.setdefault(f, {})[str(i)] = v
-            epochs.setdefault(s, []).append({**{k: v for k, v in entry.items() if k != "placement"}, "epoch": e, "versions": versions})
-    to = {"stage": report.stage, "epoch": report.epoch, "seq": target.seq}
-    return {"seq": report.seq, "to": to, "at": round(time.time(), 3), "undone": epochs, "collected_undone": collected,
-            "restored": {f: sorted(ids) for f, ids in report.restored.items()}}
-
-
-def rewinds(ctl: "Controller") -> list[dict[str, Any]]:
-    """The records of the rewinds committed in the home, oldest first."""
-    ctl.refresh()
-    out = []
-    for name in ctl.home.list_dir(f"{LAYOUT.HISTORY}/rewinds"):
-        if name.endswith(".json") and name[:-5].isdigit() and int(name[:-5]) <= ctl.st.seq:  # a later one did not commit
-            rec = ctl.home.read_json(f"{LAYOUT.HISTORY}/rewinds/{name}")
-            if rec is not None:
-                out.append(rec)
-    return out
-
-
-def undone_records(ctl: "Controller", flow: str, epoch: int, rewind_seq: Optional[int] = None) -> list[dict[str, Any]]:
-    """The records that epoch ``epoch`` of ``flow``'s producer wrote before a rewind undid it (the
-    latest rewind that undid that epoch, or the one committed as change ``rewind_seq``)."""
-    fl = ctl.spec.flow(flow)
-    if fl.producer is None:
-        raise UsageError(f"flow '{flow}' is external: a rewind undoes no feed", code="not-produced")
-    for rec in reversed(rewinds(ctl)):
-        if rewind_seq is not None and rec["seq"] != rewind_seq:
-            continue
-        for e in rec["undone"].get(fl.producer, []):
-            if e["epoch"] == epoch:
-                by_version: dict[int, list[str]] = {}
-                for i, v in e["versions"].get(flow, {}).items():
-                    by_version.setdefault(int(v), []).append(i)
-                parts = [ctl.home.read_table(LAYOUT.flow(flow), v, partitions=[(INC, "in", ids)]) for v, ids in by_version.items()]
-                if not parts:
-                    return []
-                t = pa.concat_tables(parts).sort_by([(INC, "ascending")])
-                return [fl.schema.from_storage(r) for r in t.select(list(fl.schema.fields)).to_pylist()]
-    raise UsageError(f"no rewind undid epoch {epoch} of stage '{fl.producer}'" + (f" as change {rewind_seq}" if rewind_seq else ""),
-                     code="unknown-epoch")

@@ -2,39 +2,48 @@
 
 Built from the history log (:mod:`.history`): each stage epoch's entry says what it read and
 wrote, the change it committed as (``seq``) and the run it belonged to; rewinds have entries of
-their own (:mod:`.rewind`). :func:`timeline` reads every epoch's entry (``cbp history``, on
-demand); :func:`last_run` only those of the newest run (``cbp status``).
+their own (:mod:`.rewind`). :meth:`Runs.timeline` reads every epoch's entry (``cbp history``, on
+demand); :meth:`Runs.last_run` only those of the newest run (``cbp status``).
 
-    >>> [e["kind"] for e in timeline(ctl)]          # doctest: +SKIP
+Reads: ``live.spec`` and ``live.st`` (refreshed first: stage epochs, increments), epoch, feed and
+collected-increment history entries, the rewinds' records (``rewinds``, from
+:class:`~.rewind.Rewind`). Writes: nothing.
+
+    >>> [e["kind"] for e in ctl.timeline()]          # doctest: +SKIP
     ['run', 'run', 'rewind', 'run']
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Optional
+from typing import Any, Callable, Optional
 
+from ..spec import PipelineSpec
 from ..storage import LAYOUT
-from .rewind import rewinds
+from .history import History
+from .journal import Journal
+from .live import Live
+from .snapshot import Snapshot
 
-if TYPE_CHECKING:
-    from . import Controller
-
-__all__ = ["timeline", "last_run", "describe_epoch"]
+__all__ = ["Runs", "describe_epoch"]
 
 
 class _Sources:
     """Where an increment came from: the feeds (external flows) or the stage epoch (stage outputs)
     whose records it holds; from the snapshot, the history of collected increments, or the feeds'."""
 
-    def __init__(self, ctl: "Controller") -> None:
-        self.ctl = ctl
+    def __init__(self, live: Live, history: History) -> None:
+        self.live, self.history = live, history
         self._feeds: dict[str, dict[int, list[int]]] = {}
 
+    @property
+    def snap(self) -> Snapshot:
+        return self.live.st
+
     def _meta(self, flow: str, inc: int) -> Optional[dict[str, Any]]:
-        m = self.ctl.st.flows[flow].incs.get(inc)
+        m = self.snap.flows[flow].incs.get(inc)
         if m is not None:
             return {"producer": m.producer, "srcs": m.srcs}
-        e = self.ctl.history._read(LAYOUT.collected_entry(flow, inc))
+        e = self.history.read(LAYOUT.collected_entry(flow, inc))
         return (e or {}).get("meta")
 
     def feeds(self, flow: str, inc: int) -> list[int]:
@@ -43,8 +52,8 @@ class _Sources:
             return sorted({int(s) for s in m.get("srcs") or [int(m["producer"][5:])]})
         if flow not in self._feeds:  # collected by an older cbp: the feeds' own entries say
             by_inc: dict[int, list[int]] = {}
-            for n in range(1, self.ctl.st.flows[flow].feeds + 1):
-                for i in (self.ctl.history.feed(self.ctl.st, flow, n) or {}).get("incs", []):
+            for n in range(1, self.snap.flows[flow].feeds + 1):
+                for i in (self.history.feed(self.snap, flow, n) or {}).get("incs", []):
                     by_inc.setdefault(int(i), []).append(n)
             self._feeds[flow] = by_inc
         return self._feeds[flow].get(inc, [])
@@ -54,17 +63,16 @@ class _Sources:
         return None if m is None else str(m["producer"])
 
 
-def describe_epoch(ctl: "Controller", stage: str, epoch: int, entry: dict[str, Any], src: Optional[_Sources] = None) -> dict[str, Any]:
+def describe_epoch(spec: PipelineSpec, src: _Sources, stage: str, epoch: int, entry: dict[str, Any]) -> dict[str, Any]:
     """One stage epoch as ``cbp history`` shows it: what it read (increments, and the feeds or
     producing epochs they hold) and wrote (increments and records per output flow)."""
-    src = src or _Sources(ctl)
     read: dict[str, Any] = {}
     for flow, ids in entry.get("inputs", {}).items():
-        fl = ctl.spec.flows.get(flow)
+        fl = spec.flows.get(flow)
         r: dict[str, Any] = {"increments": [int(i) for i in ids]}
         if fl is not None and fl.external:
             r["feeds"] = sorted({n for i in ids for n in src.feeds(flow, int(i))})
-        elif flow in ctl.st.flows:
+        elif flow in src.snap.flows:
             r["from"] = sorted({p for i in ids if (p := src.producer(flow, int(i))) is not None})
         read[flow] = r
     wrote = {f: {"increments": [int(i) for i in ids], "records": int(entry.get("records", {}).get(f, 0))}
@@ -88,53 +96,58 @@ def _group(epochs: list[tuple[Optional[dict[str, Any]], dict[str, Any]]]) -> lis
     return out
 
 
-def timeline(ctl: "Controller") -> list[dict[str, Any]]:
-    """Every run (its stage epochs in commit order) and every rewind of the home, oldest first."""
-    ctl.refresh()
-    src = _Sources(ctl)
-    rows: list[tuple[float, Optional[dict[str, Any]], dict[str, Any]]] = []
-    for n, (stage, st) in enumerate(ctl.st.stages.items()):
-        for e in range(1, st.epoch + 1):
-            entry = ctl.history.epoch(ctl.st, stage, e) or {}
-            order = float(entry["seq"]) if entry.get("seq") is not None else -1e9 + e + n / 100  # older entries: no seq
-            rows.append((order, entry.get("run"), describe_epoch(ctl, stage, e, entry, src)))
-    rows.sort(key=lambda r: r[0])
-    events: list[tuple[float, list[dict[str, Any]]]] = []
-    bounds = sorted(float(r["seq"]) for r in rewinds(ctl))
-    recs = {float(r["seq"]): r for r in rewinds(ctl)}
-    start = 0
-    for b in bounds + [float("inf")]:
-        chunk = [(run, ep) for order, run, ep in rows[start:] if order < b]
-        start += len(chunk)
-        events += [(0.0, [g]) for g in _group(chunk)]
-        if b != float("inf"):
-            r = recs[b]
-            events.append((0.0, [{"kind": "rewind", "seq": r["seq"], "at": r.get("at"), "to": r["to"],
-                                  "undone": {s: [e["epoch"] for e in es] for s, es in r["undone"].items()},
-                                  "undone_epochs": [{**describe_epoch(ctl, s, e["epoch"], e, src), "undone": True}
-                                                    for s, es in r["undone"].items() for e in es],
-                                  "restored": r.get("restored", {})}]))
-    return [e for _, g in events for e in g]
+class Runs:
+    """The runs and rewinds of a home, as ``cbp history`` and ``cbp status`` show them."""
 
+    def __init__(self, live: Live, journal: Journal, history: History, rewinds: Callable[[], list[dict[str, Any]]]) -> None:
+        self.live, self.journal, self.history, self.rewinds = live, journal, history, rewinds
 
-def last_run(ctl: "Controller") -> Optional[dict[str, Any]]:
-    """The newest run's stage epochs (reading only their entries), or None before any epoch."""
-    ctl.refresh()
-    last: dict[str, dict[str, Any]] = {}
-    for stage, st in ctl.st.stages.items():
-        if st.epoch:
-            last[stage] = ctl.history.epoch(ctl.st, stage, st.epoch) or {}
-    if not last:
-        return None
-    newest = max(last.values(), key=lambda e: e.get("seq") or 0)
-    key = _run_key(newest.get("run"))
-    src = _Sources(ctl)
-    found: list[tuple[int, dict[str, Any]]] = []
-    for stage, entry in last.items():
-        e = ctl.st.stages[stage].epoch
-        while e >= 1 and (key is not None and _run_key(entry.get("run")) == key or entry is newest):
-            found.append((entry.get("seq") or 0, describe_epoch(ctl, stage, e, entry, src)))
-            e -= 1
-            entry = ctl.history.epoch(ctl.st, stage, e) or {} if e >= 1 else {}
-    found.sort(key=lambda f: f[0])
-    return {"run": newest.get("run"), "epochs": [ep for _, ep in found]}
+    def timeline(self) -> list[dict[str, Any]]:
+        """Every run (its stage epochs in commit order) and every rewind of the home, oldest first."""
+        self.journal.refresh()
+        src = _Sources(self.live, self.history)
+        rows: list[tuple[float, Optional[dict[str, Any]], dict[str, Any]]] = []
+        for n, (stage, st) in enumerate(self.live.st.stages.items()):
+            for e in range(1, st.epoch + 1):
+                entry = self.history.epoch(self.live.st, stage, e) or {}
+                order = float(entry["seq"]) if entry.get("seq") is not None else -1e9 + e + n / 100  # older entries: no seq
+                rows.append((order, entry.get("run"), describe_epoch(self.live.spec, src, stage, e, entry)))
+        rows.sort(key=lambda r: r[0])
+        events: list[tuple[float, list[dict[str, Any]]]] = []
+        bounds = sorted(float(r["seq"]) for r in self.rewinds())
+        recs = {float(r["seq"]): r for r in self.rewinds()}
+        start = 0
+        for b in bounds + [float("inf")]:
+            chunk = [(run, ep) for order, run, ep in rows[start:] if order < b]
+            start += len(chunk)
+            events += [(0.0, [g]) for g in _group(chunk)]
+            if b != float("inf"):
+                r = recs[b]
+                events.append((0.0, [{"kind": "rewind", "seq": r["seq"], "at": r.get("at"), "to": r["to"],
+                                      "undone": {s: [e["epoch"] for e in es] for s, es in r["undone"].items()},
+                                      "undone_epochs": [{**describe_epoch(self.live.spec, src, s, e["epoch"], e), "undone": True}
+                                                        for s, es in r["undone"].items() for e in es],
+                                      "restored": r.get("restored", {})}]))
+        return [e for _, g in events for e in g]
+
+    def last_run(self) -> Optional[dict[str, Any]]:
+        """The newest run's stage epochs (reading only their entries), or None before any epoch."""
+        self.journal.refresh()
+        last: dict[str, dict[str, Any]] = {}
+        for stage, st in self.live.st.stages.items():
+            if st.epoch:
+                last[stage] = self.history.epoch(self.live.st, stage, st.epoch) or {}
+        if not last:
+            return None
+        newest = max(last.values(), key=lambda e: e.get("seq") or 0)
+        key = _run_key(newest.get("run"))
+        src = _Sources(self.live, self.history)
+        found: list[tuple[int, dict[str, Any]]] = []
+        for stage, entry in last.items():
+            e = self.live.st.stages[stage].epoch
+            while e >= 1 and (key is not None and _run_key(entry.get("run")) == key or entry is newest):
+                found.append((entry.get("seq") or 0, describe_epoch(self.live.spec, src, stage, e, entry)))
+                e -= 1
+                entry = self.history.epoch(self.live.st, stage, e) or {} if e >= 1 else {}
+        found.sort(key=lambda f: f[0])
+        return {"run": newest.get("run"), "epochs": [ep for _, ep in found]}

@@ -1,5 +1,13 @@
 """Runnability and scheduling (paper 001 §4.1-4.2): what each stage's Runnable says, and the
-round-robin scheduler for possibly cyclic graphs with backpressure."""
+round-robin scheduler for possibly cyclic graphs with backpressure.
+
+Reads: ``live.spec`` and ``live.st`` (connectors, increments' framing keys and completeness,
+runnable states, the scheduler's position), the intentions a killed run left, the runner lease.
+Writes: ``live.st`` (the scheduler's position ``sched``; a Runnable's new state when it says not
+runnable, saved through the journal); runs each epoch through :class:`~.epoch.Epochs` (which
+commits it; the scheduler sets its ``epoch_timeout`` and ``run_info`` for the run) and collects
+garbage through :class:`~.landing.Landing` when a run ends; holds the home's runner lease for a run.
+"""
 
 from __future__ import annotations
 
@@ -11,22 +19,33 @@ from ..errors import UsageError, UserCodeError
 from ..model import normalize_runnable_result
 from ..spec import MAX_TIMEOUT
 from ..spec.resolve import safe_str
+from ..storage import Home
+from .epoch import Epochs
+from .intentions import Intentions
+from .journal import Journal
+from .landing import Landing
+from .live import Live, Tuning
 from .records import Decision, EpochReport, check_storable
 from .snapshot import Sched
 
-__all__ = ["Scheduling"]
+__all__ = ["Scheduler"]
 
 
-class Scheduling:
-    """Runnability and the scheduler of :class:`~cbp.controller.Controller` (a mixin)."""
+class Scheduler:
+    """Asks Runnables, and runs runnable stages round by round."""
+
+    def __init__(self, home: Home, live: Live, journal: Journal, intentions: Intentions, epochs: Epochs, landing: Landing,
+                 tuning: Tuning, notify: Callable[[str], None]) -> None:
+        self.home, self.live, self.journal, self.intentions = home, live, journal, intentions
+        self.epochs, self.landing, self.tuning, self.notify = epochs, landing, tuning, notify
 
     def frames(self, stage: str) -> dict[str, list[Any]]:
         """Framing keys of the complete increments at the head of each input connector."""
         out: dict[str, list[Any]] = {}
-        for inp in self.spec.stages[stage].inputs:
-            incs = self.st.flows[inp.flow].incs
+        for inp in self.live.spec.stages[stage].inputs:
+            incs = self.live.st.flows[inp.flow].incs
             keys = []
-            for i in self.st.connector(stage, inp.flow):
+            for i in self.live.st.connector(stage, inp.flow):
                 m = incs[i]
                 if not m.complete:
                     break
@@ -40,11 +59,11 @@ class Scheduling:
         With ``keep_state`` (the scheduler's calls), a new runnable state returned with a "not
         runnable" answer is saved too; a runnable decision carries its state to the epoch's commit.
         """
-        spec = self.spec.stages[stage]
+        spec = self.live.spec.stages[stage]
         frames = self.frames(stage)
         where = f"stage '{stage}' runnable '{spec.runnable_name}'"
         try:
-            result = spec.runnable({k: list(v) for k, v in frames.items()}, copy.deepcopy(self.st.stages[stage].runnable_state))
+            result = spec.runnable({k: list(v) for k, v in frames.items()}, copy.deepcopy(self.live.st.stages[stage].runnable_state))
             reads, removes, state = normalize_runnable_result(result, frames, where)
         except (TypeError, ValueError) as e:
             text = safe_str(e)
@@ -55,19 +74,19 @@ class Scheduling:
             raise UserCodeError(f"{where} raised {type(e).__name__}: {safe_str(e)}") from e
         check_storable(state, f"{where} returned a state that")
         if not reads:
-            sst = self.st.stages[stage]
+            sst = self.live.st.stages[stage]
             stored = json.loads(json.dumps(state)) if keep_state else None  # as it will read back
             if keep_state and stored != sst.runnable_state:
                 sst.runnable_state = stored
-                self._save()
+                self.journal.save()
             return None
         return Decision(reads, removes, state)
 
     def _backpressured(self, stage: str) -> bool:
-        outs = [f for f in self.spec.stages[stage].outputs if self.spec.flows[f].consumers]
+        outs = [f for f in self.live.spec.stages[stage].outputs if self.live.spec.flows[f].consumers]
         if not outs:
             return False
-        return all(len(self.st.connector(c, f)) >= self.backpressure for f in outs for c in self.spec.flows[f].consumers)
+        return all(len(self.live.st.connector(c, f)) >= self.tuning.backpressure for f in outs for c in self.live.spec.flows[f].consumers)
 
     def run(self, max_epochs: Optional[int] = None, on_epoch: Optional[Callable[[EpochReport], None]] = None,
             on_start: Optional[Callable[[str, int], None]] = None, command: str = "cbp.Pipeline.run()",
@@ -84,33 +103,33 @@ class Scheduling:
         """
         if epoch_timeout is not None and not 0 < epoch_timeout <= MAX_TIMEOUT:
             raise UsageError(f"the epoch timeout must be a positive number of seconds, at most a week ({MAX_TIMEOUT}), got {epoch_timeout}", code="bad-option")
-        self.epoch_timeout = epoch_timeout
+        self.epochs.epoch_timeout = epoch_timeout
         reports: list[EpochReport] = []
 
         def took_over(holder: dict[str, Any]) -> None:
             self.notify(f"took over the home from a cbp run that was killed (pid {holder.get('pid')} on {holder.get('host')}: {holder.get('command')})")
 
         with self.home.runner_lock(command, took_over):
-            self.run_info = {**self.home.holder_info(), "command": command}  # kept in each epoch's history entry (cbp history)
+            self.epochs.run_info = {**self.home.holder_info(), "command": command}  # kept in each epoch's history entry (cbp history)
             first = True
             while True:
                 # One hold of the lock per epoch (feeds may land between epochs; each epoch sees
                 # them); the first also starts the run, the last also collects garbage: on S3 each
                 # hold is a lease taken and given back, four requests.
-                with self._locked():
+                with self.journal.locked():
                     if first:
-                        self._load_intentions()
-                        if not self.st.sched.ran:  # no epoch in this round yet: a new run starts a whole round
-                            self.st.sched = Sched()
+                        self.intentions.load()
+                        if not self.live.st.sched.ran:  # no epoch in this round yet: a new run starts a whole round
+                            self.live.st.sched = Sched()
                         first = False
                     step = self._next_step() if max_epochs is None or len(reports) < max_epochs else None
                     if step is None:
-                        self.collect_garbage()
+                        self.landing.collect_garbage()
                         break
                     stage, d, intention = step
                     if on_start:
-                        on_start(stage, self.st.stages[stage].epoch + 1)
-                    rep = self.run_epoch(stage, d, intention=intention)
+                        on_start(stage, self.live.st.stages[stage].epoch + 1)
+                    rep = self.epochs.run_epoch(stage, d, intention=intention)
                 reports.append(rep)
                 if on_epoch:
                     on_epoch(rep)
@@ -118,22 +137,22 @@ class Scheduling:
 
     def _next_step(self) -> Optional[tuple[str, Decision, Optional[dict[str, Any]]]]:
         """Advance the scheduler to the next stage epoch to run: (stage, decision, intention to finish)."""
-        sc = self.st.sched
+        sc = self.live.st.sched
         while True:
-            order = list(self.spec.order) if sc.pass_ == 0 else sc.held
+            order = list(self.live.spec.order) if sc.pass_ == 0 else sc.held
             if sc.pos >= len(order):
                 if not sc.ran and sc.pass_ == 0 and sc.held:
                     sc.pass_, sc.pos = 1, 0
                     continue
                 quiet = not sc.ran
-                sc = self.st.sched = Sched()
+                sc = self.live.st.sched = Sched()
                 if quiet:  # nothing ran in a whole round
                     return None
                 continue
             stage = order[sc.pos]
             sc.pos += 1
-            intention = self._interrupted.pop(stage, None)
-            if intention is not None and self._intention_fits(intention):
+            intention = self.intentions.interrupted.pop(stage, None)
+            if intention is not None and self.intentions.fits(intention):
                 self.notify(f"finishing stage '{stage}' epoch {intention['epoch']}, which was interrupted: re-running it with the same inputs")
                 sc.ran = True
                 return stage, Decision(intention["reads"], intention["removes"], intention["runnable_state"]), intention
@@ -150,17 +169,17 @@ class Scheduling:
         """Why each stage is not runnable now (stages that are runnable are left out)."""
         from ..spec.deadends import dead_ends
 
-        self.refresh()
-        dead = {d.stage: d.message for d in dead_ends(self.spec)}
+        self.journal.refresh()
+        dead = {d.stage: d.message for d in dead_ends(self.live.spec)}
         out: dict[str, str] = {}
-        for s, spec in self.spec.stages.items():
+        for s, spec in self.live.spec.stages.items():
             if self.decide(s) is not None:
                 continue
             if s in dead:
                 out[s] = dead[s]
                 continue
             frames = self.frames(s)
-            pending = {i.flow: len(self.st.connector(s, i.flow)) for i in spec.inputs}
+            pending = {i.flow: len(self.live.st.connector(s, i.flow)) for i in spec.inputs}
             have = ", ".join(f"'{f}' {len(k)} complete of {pending[f]} pending" for f, k in frames.items())
             if not any(pending.values()):
                 out[s] = "no new input on " + ", ".join(f"'{f}'" for f in pending)

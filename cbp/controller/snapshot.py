@@ -9,6 +9,9 @@ the snapshot, and what a change writes, do not grow with the epochs a pipeline h
 
 A change is written as a :func:`diff` of the snapshot's JSON form (see :mod:`cbp.controller.journal`).
 
+Reads: nothing (JSON it is given). Writes: nothing (the journal stores snapshots; parts change
+the live one, :class:`~.live.Live`).
+
     >>> s = Snapshot.new("p", {"urls": False}, {"count": ["urls"]})
     >>> s2 = Snapshot.from_json(s.to_json()); s2.stages["count"].epoch, s2.connector("count", "urls")
     (0, [])

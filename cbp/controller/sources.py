@@ -13,6 +13,11 @@ Errors (nothing of the version lands; the versions before it have landed):
 columns no longer fit the flow), ``source-changed`` (the flow was synced from another table),
 ``source-version`` (the table's newest version is older than one already landed: it was
 re-created).
+
+Reads: ``live.spec`` and ``live.st`` (source flows, their feed counts), the flows' feed history
+entries (the version landed last), the source tables. Writes: each version as one feed, through
+:meth:`.landing.Landing.feed` (under the journal's lock, taken again here so that reading the
+version landed last and landing the next are one step).
 """
 
 from __future__ import annotations
@@ -26,8 +31,11 @@ import pyarrow.compute  # noqa: F401  (pa.compute)
 from .. import faults
 from ..errors import InputError
 from ..spec.arrowrecords import ArrowRecordError, conform
-from ..storage import LAYOUT
 from ..storage.deltasource import DIFF, SourceTable
+from .history import History
+from .journal import Journal
+from .landing import Landing
+from .live import Live
 
 __all__ = ["Sources", "SyncReport", "feed_id_of", "parse_feed_id"]
 
@@ -73,18 +81,21 @@ class SyncReport:
 
 
 class Sources:
-    """The sync part of :class:`~cbp.controller.Controller` (a mixin)."""
+    """Syncs source flows: lands each new version of their Delta tables as one feed."""
+
+    def __init__(self, live: Live, journal: Journal, history: History, landing: Landing) -> None:
+        self.live, self.journal, self.history, self.landing = live, journal, history, landing
 
     def source_flows(self) -> list[str]:
         """The flows fed from a Delta table."""
-        return [n for n, f in self.spec.flows.items() if f.source is not None]
+        return [n for n, f in self.live.spec.flows.items() if f.source is not None]
 
     def landed_version(self, flow: str) -> Optional[int]:
         """The newest version of ``flow``'s source table landed, None before the first sync."""
-        fl = self.spec.flows[flow]
-        n = self.st.flows[flow].feeds
+        fl = self.live.spec.flows[flow]
+        n = self.live.st.flows[flow].feeds
         while n > 0:
-            entry = self.history.feed(self.st, flow, n)
+            entry = self.history.feed(self.live.st, flow, n)
             got = parse_feed_id(entry.get("id")) if entry else None
             if got is not None:
                 if got[0] != fl.source:
@@ -100,14 +111,14 @@ class Sources:
         return [self._sync_flow(f) for f in (flows if flows is not None else self.source_flows())]
 
     def _sync_flow(self, flow: str) -> SyncReport:
-        fl = self.spec.flow(flow)
+        fl = self.live.spec.flow(flow)
         if fl.source is None:
             raise InputError(f"flow '{flow}' has no 'source'; only flows declared with source: {{delta: URI}} are synced", code="not-source")
         table = SourceTable(fl.source)
         report = SyncReport(flow, fl.source, [], [], 0)
         newest = table.version()
         while True:
-            with self._locked():
+            with self.journal.locked():
                 last = self.landed_version(flow)
                 if last is not None and last > newest:
                     newest = table.version()
@@ -119,7 +130,7 @@ class Sources:
                 version = newest if last is None else last + 1
                 data = self._source_data(flow, table, version, first=last is None)
                 faults.point("sync:read")
-                landed = self.feed(flow, data, feed_id=feed_id_of(fl.source, version))  # type: ignore[attr-defined]
+                landed = self.landing.feed(flow, data, feed_id=feed_id_of(fl.source, version))
             faults.point("sync:landed")
             report.versions.append(version)
             report.feeds.append(landed.feed)
@@ -129,7 +140,7 @@ class Sources:
 
     def _source_data(self, flow: str, table: SourceTable, version: int, *, first: bool) -> pa.Table:
         """Version ``version`` of the table as records of ``flow`` with ``_diff``: all its rows, or its changes."""
-        fl = self.spec.flows[flow]
+        fl = self.live.spec.flows[flow]
         fields = list(fl.schema.fields)
         if first:
             raw = table.rows(version, fields)

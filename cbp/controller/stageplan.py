@@ -5,6 +5,8 @@ position: epoch and connectors), or that nothing stored changes. A stage removed
 is archived (state and position kept in the home); a stage added back is refused until the
 user says how it starts: from the archive (``--restore-archived``), rebuilt from its inputs'
 retained increments (``backfill: true``) or empty (``--discard-archived``).
+
+Reads: a spec and a snapshot it is given. Writes: nothing (pure functions).
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ A flow framed by a field (``frame_by: day``) cuts its records into increments at
 that field's value (paper 001 §3.2). :func:`frame_runs` finds those changes with Arrow compute
 instead of one Python call per record; :class:`FramedSink` writes a task's output of such a
 flow as one file per run, so the driver only joins runs across tasks and never reads the records
-again (:meth:`cbp.controller.landing.Landing._land_runs`).
+again (:meth:`cbp.controller.landing.Landing.land_runs`).
 
     >>> import pyarrow as pa
     >>> frame_runs(pa.chunked_array([["a", "a", "b", None, None, "a"]]))

@@ -1,0 +1,85 @@
+"""What the controller's parts share: the live pipeline and snapshot, the notes, the tuning, Spark.
+
+Each part of :class:`~cbp.controller.Controller` is handed these objects, never copies of what
+they hold, so a part always sees the snapshot and the spec of now:
+
+- :class:`Live` holds the pipeline ``spec`` (swapped while a home whose YAML changed is read as
+  it was recorded, :meth:`Controller.reading`), the live snapshot ``st`` (swapped when the journal
+  loads a newer one: a refresh, a recovery, a commit, a transaction rolled back) and
+  ``committed``, the JSON of the newest committed snapshot. Only the journal
+  (:mod:`.journal`) assigns ``st`` and ``committed``, and a rewind its new snapshot; only the
+  facade assigns ``spec``.
+- :class:`Notice` is where parts report what users should hear (recoveries, take-overs,
+  duplicate feeds); ``cbp`` commands point it at stderr.
+- :class:`Tuning` holds the settings a Pipeline was given (state files, row groups, backpressure).
+- :class:`LazySpark` starts the SparkSession the first time a part needs it.
+
+Reads: nothing. Writes: nothing (they hold what the other parts read and write).
+
+    >>> n = Notice(); n("unheard"); n.listened
+    False
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable, Optional
+
+from ..spec import PipelineSpec
+from .snapshot import Snapshot
+
+__all__ = ["Live", "Notice", "Tuning", "LazySpark"]
+
+
+class Live:
+    """The spec and snapshot the controller works on now (see the module docstring)."""
+
+    def __init__(self, spec: PipelineSpec) -> None:
+        self.spec = spec
+        self.st = Snapshot(spec.name)  # until the journal loads the home's
+        self.committed: Optional[dict[str, Any]] = None  # JSON of the newest committed snapshot (None: a new home)
+
+
+class Notice:
+    """A settable callback for what the user should hear; silent until something listens."""
+
+    def __init__(self, listener: Optional[Callable[[str], None]] = None) -> None:
+        self.listener = listener
+
+    def __call__(self, message: str) -> None:
+        if self.listener is not None:
+            self.listener(message)
+
+    @property
+    def listened(self) -> bool:
+        """Whether anything listens (else a part may warn the Python way)."""
+        return self.listener is not None
+
+
+@dataclass
+class Tuning:
+    """How epochs run: files per state partition before compaction, rows per state row group,
+    the state cache and scan fraction of the tasks, small epochs, and backpressure (the
+    defaults are :class:`~cbp.controller.Controller`'s)."""
+
+    max_state_files: int
+    state_row_group: int
+    state_cache_mb: Optional[float]
+    state_scan_fraction: Optional[float]
+    small_epoch_records: Optional[int]
+    backpressure: int
+    state_index_mb: Optional[float] = None  # the tasks' partition index budget (cbp.engine.task.indexpages)
+
+
+class LazySpark:
+    """The SparkSession, started on first use (reads and feeds never start one)."""
+
+    def __init__(self, spark: Any = None) -> None:
+        self._spark = spark
+
+    def get(self) -> Any:
+        if self._spark is None:
+            from ..engine.driver.session import get_spark
+
+            self._spark = get_spark()
+        return self._spark
