@@ -94,6 +94,7 @@ class PeakRss:
         import psutil
 
         self.proc, self.every, self.peak, self._stop = psutil.Process(), every, 0, threading.Event()
+        self.parts: dict[str, int] = {}  # at the peak: RSS of the driver's Python, the JVM, the Python workers
         self._thread = threading.Thread(target=self._loop, daemon=True)
         self._thread.start()
 
@@ -101,13 +102,17 @@ class PeakRss:
         import psutil
 
         while not self._stop.is_set():
-            total = 0
+            total, parts = 0, {"driver": 0, "jvm": 0, "workers": 0}
             for p in [self.proc, *self.proc.children(recursive=True)]:
                 try:
-                    total += p.memory_info().rss
+                    rss = p.memory_info().rss
+                    kind = "driver" if p.pid == self.proc.pid else "jvm" if "java" in p.name() else "workers"
                 except psutil.Error:
-                    pass
-            self.peak = max(self.peak, total)
+                    continue
+                total += rss
+                parts[kind] += rss
+            if total > self.peak:
+                self.peak, self.parts = total, parts
             self._stop.wait(self.every)
 
     def stop(self) -> int:
@@ -149,6 +154,8 @@ def child(args: argparse.Namespace) -> int:
         sysm.build(data["build"])
         res["build"] = time.perf_counter() - t0
         log(f"{name} {spec['size']:,} keys: state built in {res['build']:.1f}s")
+    res["peak_rss_build"], res["peak_parts_build"] = mem.peak, mem.parts  # then the epochs' peak alone
+    mem.peak, mem.parts = 0, {}
     if name == "cbp-direct" and spec.get("save_home"):
         shutil.copytree(work / "home", spec["save_home"])
     res["epochs"] = []
@@ -160,7 +167,11 @@ def child(args: argparse.Namespace) -> int:
         res["phases"] = sysm.phases[-len(data["increments"]):]
     res["fingerprint"] = ps.fingerprint(sysm.final_state())
     sysm.close()
-    res["peak_rss"] = mem.stop()
+    res["peak_rss_epochs"], res["peak_parts_epochs"] = mem.stop(), mem.parts
+    res["peak_rss"] = max(res["peak_rss_build"], res["peak_rss_epochs"])
+    gib = lambda parts: ", ".join(f"{k} {v / 2**30:.1f}" for k, v in parts.items())  # noqa: E731
+    log(f"{name} {spec['size']:,} keys: peak RSS GiB: build {res['peak_rss_build'] / 2**30:.1f} ({gib(res['peak_parts_build'])}), "
+        f"epochs {res['peak_rss_epochs'] / 2**30:.1f} ({gib(res['peak_parts_epochs'])})")
     if name == "cbp-vectorised":  # the same build again in this process, now warm (JVM compiled, Python workers up)
         again = ps.Cbp(spark, work / "again", "direct", vec_yaml(work))
         t0 = time.perf_counter()

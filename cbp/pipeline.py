@@ -42,6 +42,7 @@ _LOG = logging.getLogger("cbp")
 TUNING: dict[str, tuple[type, float, bool]] = {
     "max_state_files": (int, 1, False), "backpressure": (int, 1, False), "state_row_group": (int, 1, False),
     "state_cache_mb": (float, 0, True), "state_scan_fraction": (float, 0, True), "small_epoch_records": (int, 0, True),
+    "state_index_mb": (float, 1, True),
 }
 
 
@@ -103,7 +104,9 @@ class Pipeline:
     ``state_cache_mb`` (decoded state files a Spark Python worker keeps, default
     ``CBP_STATE_CACHE_MB`` or 2048; 0 disables), ``state_scan_fraction`` (fraction of a state
     file's row groups above which a task reads it whole, :data:`cbp.engine.task.bipindex.SCAN_FRACTION`;
-    0 always scans, above 1 never), ``small_epoch_records`` (new records of an epoch up to which
+    0 always scans, above 1 never), ``state_index_mb`` (partition index a Spark Python worker keeps:
+    pages read and the newest epochs' entries, default ``CBP_STATE_INDEX_MB`` or 1024,
+    :mod:`cbp.engine.task.indexpages`), ``small_epoch_records`` (new records of an epoch up to which
     the driver routes them itself and the epoch runs without a shuffle,
     :data:`cbp.engine.driver.smallepoch.SMALL_RECORDS`; 0 turns that off), ``backpressure`` (4).
     """

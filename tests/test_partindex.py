@@ -71,7 +71,7 @@ def test_an_update_does_not_copy_the_index():
     idx = PartitionIndex(np.arange(n, dtype=np.int64) * 2, np.zeros(n, np.int32), np.arange(n, dtype=np.int32) // 8192, ["a"])
     new = idx.updated(np.array([10], np.int64), np.array([0], np.int32), np.array([0], np.int32),
                       np.array([11, 12], np.int64), "b", np.array([0, 0], np.int32))
-    assert new._bh is idx._bh and new._dead.size == 1 and new._oh.size == 2
+    assert new._base is idx._base and new._dead.size == 1 and new._oh.size == 2
     assert new.live_keys == n + 1 and idx.live_keys == n
     h, f, _ = new.entries(np.array([10, 11, 12], np.int64))
     assert sorted(zip(h.tolist(), f.tolist())) == [(11, 1), (12, 0), (12, 1)]

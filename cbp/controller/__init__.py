@@ -72,14 +72,14 @@ class Controller:
 
     def __init__(self, spec: PipelineSpec, home: Home, *, mode: Optional[str] = None, spark: Any = None,
                  max_state_files: int = 8, backpressure: int = 4, state_row_group: int = ROW_GROUP,
-                 state_cache_mb: Optional[float] = None, state_scan_fraction: Optional[float] = None,
+                 state_cache_mb: Optional[float] = None, state_scan_fraction: Optional[float] = None, state_index_mb: Optional[float] = None,
                  small_epoch_records: Optional[int] = None, notify: Optional[Callable[[str], None]] = None) -> None:
         self.home = home
         self.mode = mode or spec.mode
         if self.mode not in ("direct", "blackbox"):
             raise CbpError(f"unknown mode '{self.mode}'; use 'direct' or 'blackbox'")
         self.live = Live(spec)
-        self.tuning = Tuning(max_state_files, state_row_group, state_cache_mb, state_scan_fraction, small_epoch_records, backpressure)
+        self.tuning = Tuning(max_state_files, state_row_group, state_cache_mb, state_scan_fraction, small_epoch_records, backpressure, state_index_mb)
         self._spark = LazySpark(spark)
         self._notice = Notice(notify)  # recoveries and lock take-overs are reported here
         self.history = History(home, LAYOUT)

@@ -139,6 +139,7 @@ class Epochs:
         new = sum(m.records for m in known if m is not None)
         plan.new_records = new if all(m is not None for m in known) else None
         plan.small_records = self.tuning.small_epoch_records
+        plan.index_mb = self.tuning.state_index_mb
         if self.mode == "direct" and self.tuning.state_scan_fraction is None and not os.environ.get("CBP_STATE_SCAN_FRACTION"):
             plan.scan_choice = {p: choose_reads(new, spec.partitions, sum(int(f.get("rows") or 0) for f in m.files), self.tuning.state_row_group)
                                 for p, m in parts.items()}

@@ -68,6 +68,7 @@ class Tuning:
     state_scan_fraction: Optional[float]
     small_epoch_records: Optional[int]
     backpressure: int
+    state_index_mb: Optional[float] = None  # the tasks' partition index budget (cbp.engine.task.indexpages)
 
 
 class LazySpark:

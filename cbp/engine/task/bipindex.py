@@ -75,6 +75,12 @@ ROW_GROUP = 8192  # rows per row group of state files: the unit an inner stage r
 SCAN_FRACTION = 0.9
 
 
+#: A state file larger than the worker's state cache is read row group by row group even when a
+#: task needs most of it (so a task holds at most about the cache's budget), unless it is
+#: smaller than this (bytes decoded): small files are read whole, cached or not.
+WHOLE_FLOOR = 64 * 2**20
+
+
 def choose_reads(new_records: int, partitions: int, stored_rows: int, row_group: int = ROW_GROUP, threshold: Optional[float] = None) -> float:
     """The driver's choice for one state partition and epoch, from the measured break-even: the
     ``scan_fraction`` its task gets, 0.0 (read the files whole) or 2.0 (only the row groups the
@@ -202,7 +208,8 @@ class StateReader:
     ``files_opened`` and ``row_groups_read`` count what came from disk (not from the worker's
     cache). A file of which a task needs more than a fraction :data:`SCAN_FRACTION` (0.9) of the
     row groups is read whole, once, into the cache (``scan_fraction`` overrides it, see
-    :func:`scan_fraction`; with the cache disabled, ``cache_mb`` 0, files are never read whole).
+    :func:`scan_fraction`; with the cache disabled, ``cache_mb`` 0, files are never read whole, nor
+    files larger than both the cache and :data:`WHOLE_FLOOR`: a task's memory stays bounded).
     ``cache_lookups`` counts the (file, chunk) reads of state rows, ``cache_hits`` those served
     from the cache (or from a file this task read whole but the cache could not hold).
     """
@@ -238,13 +245,8 @@ class StateReader:
 
     def scan(self, chunk: int = ROW_GROUP) -> Iterator[tuple[pa.Table, np.ndarray, np.ndarray]]:
         """:meth:`rows_of` for every live key, in hash order, about ``chunk`` index entries at a time."""
-        h = self.index.h
-        a = 0
-        while a < h.size:
-            b = min(a + chunk, h.size)
-            b = int(np.searchsorted(h, h[b - 1], side="right"))  # a hash's entries stay in one chunk
-            yield self.rows_of(h[a:b])
-            a = b
+        for h, _, _ in self.index.chunks(chunk):  # a hash's entries in one chunk; the index streamed
+            yield self.rows_of(h)
 
     def _file(self, fid: int, path: str) -> pq.ParquetFile:
         pf = self._open.get(fid)
@@ -265,7 +267,8 @@ class StateReader:
             pf = self._file(fid, path)
             n_rg = pf.metadata.num_row_groups
             counts = np.array([pf.metadata.row_group(i).num_rows for i in range(n_rg)], dtype=np.int64)
-            if self.cache.budget == 0 or self._done.get(fid, 0) + rgs.size <= self.scan_fraction * n_rg:  # few row groups: read just those
+            if (self.cache.budget == 0 or self._done.get(fid, 0) + rgs.size <= self.scan_fraction * n_rg  # few row groups: read just those
+                    or _decoded_bytes(pf) > max(self.cache.budget, WHOLE_FLOOR)):  # a file larger than the cache: never held whole
                 t, rg_col = self._read_row_groups(fid, pf, rgs, counts)
                 mask = pc.is_in(t["_h"], value_set=pa.array(hashes, pa.int64()))
                 return t.filter(mask), rg_col[mask.to_numpy(zero_copy_only=False)]
@@ -295,6 +298,12 @@ class StateReader:
             tables.append(t)
             rg_cols.append(np.repeat(todo, counts[todo]).astype(np.int32))
         return pa.concat_tables(tables), np.concatenate(rg_cols)
+
+
+def _decoded_bytes(pf: pq.ParquetFile) -> int:
+    """About the bytes a state file takes decoded (its row groups' uncompressed sizes)."""
+    md = pf.metadata
+    return sum(md.row_group(i).total_byte_size for i in range(md.num_row_groups))
 
 
 def read_partition_rows(home: Home, table_rel: str, files: list[dict[str, Any]]) -> pa.Table:

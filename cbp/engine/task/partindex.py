@@ -1,11 +1,15 @@
 """A state partition's index (:mod:`cbp.engine.task.bipindex`): key hash -> (data file, row group).
 
 On disk an index is a whole file, or a *delta*: the entries an epoch dropped and added, on top of
-the index file it updated (its parent). In memory it is a *base* (sorted arrays, never changed
-once made), the positions of the base entries dropped since, and a small sorted *overlay* of the
-entries added since. So an epoch's update costs what the epoch changed, not the partition's live
-keys: the overlay is folded into the base only when the index is written whole, or when someone
-asks for every entry (:attr:`PartitionIndex.h`, a scan or a compaction, which cost that anyway).
+the index file it updated (its parent). In memory it is a *base* (sorted entries, never changed
+once made: a whole file read page by page through the worker's bounded page cache, or arrays,
+:mod:`cbp.engine.task.indexpages`), the positions of the base entries dropped since, and a small sorted
+*overlay* of the entries added since. So an epoch's update costs what the epoch changed, not the
+partition's live keys, and so does a worker that opens the index: it reads the deltas and the
+pages its lookups need. The overlay is folded into a new whole file, streamed page by page, when
+the deltas grow (more than :data:`MAX_DELTAS`, or more entries than :data:`DELTA_FRACTION` of the
+live keys or than an eighth of the worker's index budget); :attr:`PartitionIndex.h` (every entry
+in memory) is for tests and tools.
 
 File ids are positions in :attr:`PartitionIndex.files`. An update never renumbers them (a file no
 entry points to any more stays, as a hole), so a delta's ids mean the same in the task that wrote
@@ -24,7 +28,7 @@ from __future__ import annotations
 
 import json
 from collections import OrderedDict
-from typing import Optional
+from typing import Iterator, Optional, Union
 
 import numpy as np
 import pyarrow as pa
@@ -32,8 +36,10 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from ...storage import Home
+from . import indexpages
+from .indexpages import CACHE, PAGE, ArrayBase, PagedBase, index_budget, matches, write_whole
 
-__all__ = ["PartitionIndex", "MAX_DELTAS", "DELTA_FRACTION", "sorted_unique"]
+__all__ = ["PartitionIndex", "MAX_DELTAS", "DELTA_FRACTION", "sorted_unique", "delta_cap"]
 
 #: Most index deltas a partition's index file may stand on before it is written whole again.
 MAX_DELTAS = 8
@@ -42,11 +48,23 @@ MAX_DELTAS = 8
 #: as compaction does) stays rare. At 0.125, a 100k-record epoch rewrote the index of 1M keys
 #: every epoch and of 3M every third (3M: median epoch 0.42 s against 0.36 s at 0.5).
 DELTA_FRACTION = 0.5
+#: An epoch whose delta would hold more entries than this many pages writes the index whole: it
+#: wrote at least as many state rows, which cost more than streaming the index, and a worker that
+#: opens the index later does not replay a delta that big (a build of 1M rows into one key).
+BIG_DELTA_PAGES = 8
+#: Bytes an entry of the deltas takes in memory (overlay: hash, file id, row group; or a dead position).
+ENTRY_BYTES = 16
 
 _I64 = np.empty(0, np.int64)
 _I32 = np.empty(0, np.int32)
 
 Delta = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, Optional[str], np.ndarray]
+Base = Union[ArrayBase, PagedBase]
+
+
+def delta_cap() -> int:
+    """Most entries an index's deltas may hold: an eighth of the worker's index budget."""
+    return max(CACHE.budget // 8 // ENTRY_BYTES, 1024)
 
 
 class PartitionIndex:
@@ -57,7 +75,7 @@ class PartitionIndex:
     """
 
     def __init__(self, h: np.ndarray, f: np.ndarray, g: np.ndarray, files: list[str]) -> None:
-        self._bh, self._bf, self._bg = h, f, g  # the base, sorted by hash
+        self._base: Base = ArrayBase(h, f, g)  # sorted by hash
         self._dead = _I64  # sorted positions of the base entries dropped since
         self._oh, self._of, self._og = _I64, _I32, _I32  # the overlay, sorted by hash
         self.files: list[str] = files
@@ -69,66 +87,114 @@ class PartitionIndex:
     def empty(cls) -> "PartitionIndex":
         return cls(_I64, _I32, _I32, [])
 
+    @classmethod
+    def _on(cls, base: Base, files: list[str]) -> "PartitionIndex":
+        idx = cls(_I64, _I32, _I32, files)
+        idx._base = base
+        return idx
+
     @property
     def live_keys(self) -> int:
-        return int(self._bh.size - self._dead.size + self._oh.size)
+        return int(self._base.size - self._dead.size + self._oh.size)
 
     @property
     def live_files(self) -> int:
         """Data files some entry points to."""
         return int(np.count_nonzero(self._file_counts()))
 
-    # ------------------------------------------------------------------ every entry (folds the overlay in)
+    @property
+    def nbytes(self) -> int:
+        """Bytes this index holds in memory besides the worker's cached pages."""
+        return int(self._base.nbytes + self._dead.nbytes + self._oh.nbytes + self._of.nbytes + self._og.nbytes)
+
+    # ------------------------------------------------------------------ every entry
     @property
     def h(self) -> np.ndarray:
-        """Every live entry's hash, sorted (with :attr:`f` and :attr:`g`, aligned)."""
-        self._fold()
-        return self._bh
+        """Every live entry's hash, sorted (with :attr:`f` and :attr:`g`, aligned): the whole
+        index in memory (tests, tools; the engine streams it, :meth:`chunks`)."""
+        return self._all()[0]
 
     @property
     def f(self) -> np.ndarray:
-        self._fold()
-        return self._bf
+        return self._all()[1]
 
     @property
     def g(self) -> np.ndarray:
-        self._fold()
-        return self._bg
+        return self._all()[2]
 
-    def _fold(self) -> None:
-        """Make the dropped entries and the overlay part of the base (the same entries, the same
-        ids: safe on an index other tasks hold)."""
-        if not self._dead.size and not self._oh.size:
-            return
-        keep = np.ones(self._bh.size, bool)
-        keep[self._dead] = False
-        h, f, g = self._bh[keep], self._bf[keep], self._bg[keep]
-        if self._oh.size and not h.size:  # a first build: the overlay is everything
-            h, f, g = self._oh, self._of, self._og
-        elif self._oh.size:
-            at = np.searchsorted(h, self._oh, side="right")
-            h, f, g = np.insert(h, at, self._oh), np.insert(f, at, self._of), np.insert(g, at, self._og)
-        self._bh, self._bf, self._bg, self._dead, self._oh, self._of, self._og = h, f, g, _I64, _I64, _I32, _I32
+    def _all(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        if isinstance(self._base, ArrayBase) and not self._dead.size and not self._oh.size:
+            return self._base.arrays()
+        parts = list(self.chunks(PAGE))
+        if not parts:
+            return _I64, _I32, _I32
+        return tuple(np.concatenate([p[k] for p in parts]) for k in range(3))  # type: ignore[return-value]
+
+    def chunks(self, size: int = PAGE) -> Iterator[tuple[np.ndarray, np.ndarray, np.ndarray]]:
+        """Every live entry in hash order, about ``size`` at a time, a hash's entries in one chunk;
+        holds a page of the base and the overlay."""
+        held: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
+        n = 0
+        for h, f, g in self._merged():
+            held.append((h, f, g))
+            n += h.size
+            if n < size:
+                continue
+            h, f, g = (np.concatenate([c[k] for c in held]) for k in range(3))
+            a = 0
+            while h.size - a >= size:
+                b = int(np.searchsorted(h, h[a + size - 1], side="right"))  # the chunk ends after a hash's last entry
+                if b >= h.size:  # ... which may be in the next page
+                    break
+                yield h[a:b], f[a:b], g[a:b]
+                a = b
+            held, n = [(h[a:], f[a:], g[a:])], h.size - a
+        if n:
+            yield tuple(np.concatenate([c[k] for c in held]) for k in range(3))  # type: ignore[misc]
+
+    def _merged(self) -> Iterator[tuple[np.ndarray, np.ndarray, np.ndarray]]:
+        """The live entries page by page: a base page without its dropped entries, with the overlay's
+        entries up to the page's last hash merged in (hash order; the base's entries first)."""
+        oh, of, og = self._oh, self._of, self._og
+        o = 0
+        for start, h, f, g in self._base.pages():
+            if not h.size:
+                continue
+            if self._dead.size:
+                a, b = np.searchsorted(self._dead, [start, start + h.size])
+                d = self._dead[a:b] - start
+                if d.size:
+                    keep = np.ones(h.size, bool)
+                    keep[d] = False
+                    h, f, g = h[keep], f[keep], g[keep]
+            top = int(np.searchsorted(oh, h[-1], side="right")) if h.size else o
+            if top > o:
+                at = np.searchsorted(h, oh[o:top], side="right")
+                h, f, g = np.insert(h, at, oh[o:top]), np.insert(f, at, of[o:top]), np.insert(g, at, og[o:top])
+                o = top
+            yield h, f, g
+        if o < oh.size:
+            yield oh[o:], of[o:], og[o:]
 
     def _file_counts(self) -> np.ndarray:
         if self._counts is None:
-            keep = np.ones(self._bh.size, bool)
-            keep[self._dead] = False
-            self._counts = (np.bincount(self._bf[keep], minlength=len(self.files))
-                            + np.bincount(self._of, minlength=len(self.files)))
+            counts = self._base.counts(len(self.files))
+            if self._dead.size:
+                counts -= np.bincount(self._base.f_at(self._dead), minlength=len(self.files))[:len(self.files)]
+            self._counts = counts + np.bincount(self._of, minlength=len(self.files))[:len(self.files)]
         return self._counts
 
     # ------------------------------------------------------------------ lookups and updates
     def entries(self, hashes: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """The live entries (hash, file id, row group) whose hash is in ``hashes`` (sorted, unique)."""
-        pos = _matches(self._bh, hashes)
+        pos, h, f, g = self._base.lookup(hashes)
         if self._dead.size and pos.size:
-            pos = pos[~_sorted_contains(self._dead, pos)]
+            keep = ~_sorted_contains(self._dead, pos)
+            h, f, g = h[keep], f[keep], g[keep]
         if not self._oh.size:
-            return self._bh[pos], self._bf[pos], self._bg[pos]
-        op = _matches(self._oh, hashes)
-        return (np.concatenate([self._bh[pos], self._oh[op]]), np.concatenate([self._bf[pos], self._of[op]]),
-                np.concatenate([self._bg[pos], self._og[op]]))
+            return h, f, g
+        op = matches(self._oh, hashes)
+        return np.concatenate([h, self._oh[op]]), np.concatenate([f, self._of[op]]), np.concatenate([g, self._og[op]])
 
     def hashes_between(self, lo: int, hi: int) -> np.ndarray:
         """The distinct live hashes ``h`` with ``lo <= h <= hi``, sorted (the rows of one key of a
@@ -137,11 +203,9 @@ class PartitionIndex:
             >>> PartitionIndex(np.array([1, 5, 5, 9]), np.zeros(4, np.int32), np.zeros(4, np.int32), ["a"]).hashes_between(2, 9).tolist()
             [5, 9]
         """
-        a, b = np.searchsorted(self._bh, [lo, hi], side="left")[0], np.searchsorted(self._bh, hi, side="right")
-        pos = np.arange(a, b)
+        pos, h = self._base.between(lo, hi)
         if self._dead.size and pos.size:
-            pos = pos[~_sorted_contains(self._dead, pos)]
-        h = self._bh[pos]
+            h = h[~_sorted_contains(self._dead, pos)]
         if self._oh.size:
             o = self._oh[np.searchsorted(self._oh, lo, side="left"):np.searchsorted(self._oh, hi, side="right")]
             h = np.sort(np.concatenate([h, o])) if o.size else h
@@ -154,9 +218,11 @@ class PartitionIndex:
         counts = self._file_counts().copy()
         dead, oh, of, og = self._dead, self._oh, self._of, self._og
         if drop_h.size:
-            found = _equal_entries(self._bh, self._bf, self._bg, drop_h, drop_f, drop_g)
-            new_dead = np.setdiff1d(found, dead, assume_unique=True)
-            np.subtract.at(counts, self._bf[new_dead], 1)
+            pos, bh, bf, bg = self._base.lookup(sorted_unique(np.sort(drop_h)))
+            hit = _equal_entries(bh, bf, bg, drop_h, drop_f, drop_g)
+            fresh = ~_sorted_contains(dead, pos[hit]) if dead.size else np.ones(hit.size, bool)
+            new_dead = pos[hit][fresh]
+            np.subtract.at(counts, bf[hit][fresh], 1)
             dead = np.union1d(dead, new_dead)
             if oh.size:
                 gone = _equal_entries(oh, of, og, drop_h, drop_f, drop_g)
@@ -175,19 +241,36 @@ class PartitionIndex:
                 oh, of, og = np.insert(oh, at, ah), np.insert(of, at, af), np.insert(og, at, ag)
             else:
                 oh, of, og = ah, af, ag
-        new = PartitionIndex(self._bh, self._bf, self._bg, files)
+        new = PartitionIndex._on(self._base, files)
         new._dead, new._oh, new._of, new._og, new._counts = dead, oh, of, og, counts
         return new
 
     def without_files(self, names: set[str]) -> "PartitionIndex":
-        """The index without the entries that point into the data files ``names``."""
+        """The index without the entries that point into the data files ``names`` (the base read
+        page by page: holds the positions of those entries)."""
         gone = np.array([i for i, n in enumerate(self.files) if n in names], dtype=np.int32)
-        keep = ~np.isin(self.f, gone)
-        return PartitionIndex(self.h[keep], self.f[keep], self.g[keep], list(self.files))
+        dead = [self._dead]
+        for start, _, f, _ in self._base.pages():
+            hit = np.flatnonzero(np.isin(f, gone))
+            if hit.size:
+                dead.append(hit + start)
+        keep = ~np.isin(self._of, gone)
+        new = PartitionIndex._on(self._base, list(self.files))
+        new._dead = np.unique(np.concatenate(dead))
+        new._oh, new._of, new._og = self._oh[keep], self._of[keep], self._og[keep]
+        counts = self._file_counts().copy()
+        counts[gone] = 0
+        new._counts = counts
+        return new
+
+    def hashes_in_files(self, ids: list[int]) -> np.ndarray:
+        """The live hashes whose entries point into the files with these ids (streamed), sorted."""
+        out = [h[np.isin(f, ids)] for h, f, _ in self.chunks()]
+        return np.concatenate(out) if out else _I64
 
     def renumbered(self) -> "PartitionIndex":
-        """The same entries as a base alone, with only the files some entry points to (ids renumbered)."""
-        h, f, g = self.h, self.f, self.g
+        """The same entries as arrays alone, with only the files some entry points to (ids renumbered)."""
+        h, f, g = self._all()
         used = np.flatnonzero(np.bincount(f, minlength=len(self.files)))
         if used.size == len(self.files):
             return PartitionIndex(h, f, g, list(self.files))
@@ -197,12 +280,14 @@ class PartitionIndex:
 
     # ------------------------------------------------------------------ files
     @classmethod
-    def load(cls, home: Home, rel: str) -> "PartitionIndex":
-        """Read an index file, and the files it stands on (a worker keeps the last few indexes it
-        read or wrote: they never change)."""
+    def load(cls, home: Home, rel: str, budget_mb: Optional[float] = None) -> "PartitionIndex":
+        """Open an index file and the deltas it stands on (a worker keeps the last few indexes it
+        opened or wrote, within its index budget, ``budget_mb``: they never change)."""
+        index_budget(budget_mb)
         key = f"{home.location}|{rel}"
         hit = _INDEXES.get(key)
         if hit is not None:
+            _INDEXES.move_to_end(key)
             return hit
         idx = cls._read(home, rel)
         _remember_index(key, idx)
@@ -210,10 +295,12 @@ class PartitionIndex:
 
     @classmethod
     def _read(cls, home: Home, rel: str) -> "PartitionIndex":
-        """Read an index file and the files it stands on (those are not kept: only the newest is used)."""
-        t = pq.read_table(home.path(rel), filesystem=home.fs)
-        meta = t.schema.metadata
+        """Open an index file: a whole one by its footer (its pages are read as lookups need them),
+        a delta whole, on top of the files it stands on (those are not kept: only the newest is used)."""
+        pf = pq.ParquetFile(home.fs.open_input_file(home.path(rel)))
+        meta = pf.schema_arrow.metadata or {}
         if meta.get(b"cbp.kind") == b"delta":
+            t = pf.read()
             parent = _INDEXES.get(f"{home.location}|{meta[b'cbp.parent'].decode()}") or cls._read(home, meta[b"cbp.parent"].decode())
             drop = t.filter(pc.equal(t["add"], False))
             add = t.filter(t["add"])
@@ -223,22 +310,27 @@ class PartitionIndex:
             if meta.get(b"cbp.ids") != b"kept":  # written by cbp before 2026-11-26, whose updates renumbered the files
                 idx = idx.renumbered()
             idx.chain, idx.chain_entries = parent.chain + [rel], parent.chain_entries + t.num_rows
+            return idx
+        files = json.loads(meta[b"cbp.files"])
+        base = PagedBase.open(home, rel, pf)
+        if base is None:  # no page statistics: read it whole
+            t = pf.read()
+            idx = cls(t["h"].to_numpy(), t["f"].to_numpy().astype(np.int32), t["g"].to_numpy().astype(np.int32), files)
         else:
-            idx = cls(t["h"].to_numpy(), t["f"].to_numpy().astype(np.int32), t["g"].to_numpy().astype(np.int32),
-                      json.loads(meta[b"cbp.files"]))
-            idx.chain = [rel]
+            idx = cls._on(base, files)
+        idx.chain = [rel]
         return idx
 
     def save(self, home: Home, rel: str, parent: Optional["PartitionIndex"] = None, delta: Optional[Delta] = None) -> list[str]:
         """Write this index as file ``rel``: as ``delta`` (the :meth:`updated` arguments that made it
         from ``parent``) when ``parent`` came from a file and its deltas are few and small, else
-        whole (renumbered: the index kept for the next epoch is the one read back from the file).
-        Returns the index files no longer needed once this one replaces ``parent``'s."""
+        whole (renumbered, streamed page by page: the index kept for the next epoch reads that
+        file). Returns the index files no longer needed once this one replaces ``parent``'s."""
         old = list(parent.chain) if parent is not None else []
         entries = 0 if delta is None else int(delta[0].size + delta[3].size)
         kept: PartitionIndex = self
-        if (delta is not None and parent is not None and parent.chain and len(parent.chain) <= MAX_DELTAS
-                and parent.chain_entries + entries <= max(self.live_keys, 1) * DELTA_FRACTION):
+        if (delta is not None and parent is not None and parent.chain and len(parent.chain) <= MAX_DELTAS and entries <= BIG_DELTA_PAGES * indexpages.PAGE
+                and parent.chain_entries + entries <= min(max(self.live_keys, 1) * DELTA_FRACTION, delta_cap())):
             dh, df, dg, ah, add_file, ag = delta
             t = pa.table({"add": pa.array(np.r_[np.zeros(dh.size, bool), np.ones(ah.size, bool)]),
                           "h": pa.array(np.r_[dh, ah].astype(np.int64)),
@@ -247,16 +339,20 @@ class PartitionIndex:
             t = t.replace_schema_metadata({"cbp.kind": "delta", "cbp.parent": parent.chain[-1], "cbp.add_file": add_file or "",
                                            "cbp.hash": "spark-xxhash64", "cbp.ids": "kept"})
             self.chain, self.chain_entries = parent.chain + [rel], parent.chain_entries + entries
+            path = home.path(rel)
+            home.make_parent(path)
+            pq.write_table(t, path, filesystem=home.fs, compression={"h": "none", "f": "zstd", "g": "zstd"}, use_dictionary=False)
             garbage: list[str] = []
         else:
-            kept = self.renumbered()
-            t = pa.table({"h": kept.h, "f": kept.f, "g": kept.g})
-            t = t.replace_schema_metadata({"cbp.files": json.dumps(kept.files), "cbp.hash": "spark-xxhash64"})
+            counts = self._file_counts()
+            used = np.flatnonzero(counts > 0)
+            remap = np.full(max(len(self.files), 1), -1, np.int32)
+            remap[used] = np.arange(used.size, dtype=np.int32)
+            files = [self.files[i] for i in used]
+            base = write_whole(home, rel, ((h, remap[f], g) for h, f, g in self.chunks()), files, counts[used])
+            kept = PartitionIndex._on(base, files)
             kept.chain = [rel]
             garbage = old
-        path = home.path(rel)
-        home.make_parent(path)
-        pq.write_table(t, path, filesystem=home.fs, compression={"h": "none", "f": "zstd", "g": "zstd"}, use_dictionary=False)
         _remember_index(f"{home.location}|{rel}", kept)
         return garbage
 
@@ -265,19 +361,20 @@ _INDEXES: "OrderedDict[str, PartitionIndex]" = OrderedDict()
 
 
 def _remember_index(key: str, idx: PartitionIndex, keep: int = 16) -> None:
+    """Keep ``idx`` (at most ``keep`` indexes, holding at most half the worker's index budget
+    in memory besides their pages: the oldest go first, the newest stays)."""
     _INDEXES[key] = idx
-    while len(_INDEXES) > keep:
-        _INDEXES.popitem(last=False)
+    _INDEXES.move_to_end(key)
+    cache = CACHE
+    held = sum(i.nbytes for i in _INDEXES.values())
+    while len(_INDEXES) > 1 and (len(_INDEXES) > keep or held > cache.budget // 2):
+        _, old = _INDEXES.popitem(last=False)
+        held -= old.nbytes
+    cache.held = held
+    cache.trim()
 
 
-def _matches(sorted_h: np.ndarray, hashes: np.ndarray) -> np.ndarray:
-    """Positions in ``sorted_h`` of every element equal to one of ``hashes``."""
-    lo = np.searchsorted(sorted_h, hashes, side="left")
-    hi = np.searchsorted(sorted_h, hashes, side="right")
-    lens = hi - lo
-    if not lens.any():
-        return np.empty(0, np.int64)
-    return np.repeat(lo, lens) + (np.arange(int(lens.sum())) - np.repeat(np.cumsum(lens) - lens, lens))
+_matches = matches  # (the name cbp.engine.task.bipindex re-exports)
 
 
 def sorted_unique(a: np.ndarray) -> np.ndarray:

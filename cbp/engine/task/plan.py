@@ -35,6 +35,7 @@ class TaskPlan:
     max_files: int = 8
     row_group: int = ROW_GROUP
     cache_mb: Optional[float] = None
+    index_mb: Optional[float] = None  # the worker's partition index budget (cbp.engine.task.indexpages.INDEX_MB when None)
     scan_fraction: Optional[float] = None  # the state scan rule's threshold (cbp.engine.task.bipindex.SCAN_FRACTION when None)
     scan_choice: dict[int, float] = field(default_factory=dict)  # per partition: the driver's scan (0) or index (2) choice
     fault: Optional[str] = None  # CBP_FAULT of the driver (crash tests, see cbp.faults)

@@ -20,6 +20,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from .bipindex import STATE_META, PartitionIndex, StateMeta, StateReader, cache_budget, cache_written, latest_rows
+from .indexpages import CACHE as INDEX_CACHE
 from .sinks import ParquetSink
 
 if TYPE_CHECKING:
@@ -162,6 +163,7 @@ class DirectPartition:
     def __init__(self, plan: "TaskPlan", p: int) -> None:
         self.plan, self.p = plan, p
         self.meta = plan.parts.get(p, StateMeta())
+        self._pages_read = INDEX_CACHE.reads
         self.index, rebuilt = _open_index(plan, p, self.meta)
         self.rebuilt = rebuilt is not None
         self.adds: list[dict[str, Any]] = [rebuilt] if rebuilt is not None else []
@@ -261,7 +263,7 @@ class DirectPartition:
             self.index_garbage = index.save(plan.home, index_rel, None if self.rebuilt else self.index, delta)
         stats.update(state_read=self.keys_read, state_written=self.keys_written, live_keys=index.live_keys,
                      files=index.live_files, row_groups_read=self.reader.row_groups_read, files_opened=self.reader.files_opened,
-                     cache_hits=self.reader.cache_hits, cache_lookups=self.reader.cache_lookups)
+                     cache_hits=self.reader.cache_hits, cache_lookups=self.reader.cache_lookups, index_pages_read=INDEX_CACHE.reads - self._pages_read)
         return index_rel, adds, removes
 
     def abort(self) -> None:
@@ -300,7 +302,7 @@ def _open_index(plan: "TaskPlan", p: int, meta: StateMeta) -> tuple[PartitionInd
     """The partition's index; rebuilt (as a compaction) when the state has files but no index
     (it was last written in black-box mode)."""
     if meta.index is not None:
-        return PartitionIndex.load(plan.home, meta.index), None
+        return PartitionIndex.load(plan.home, meta.index, getattr(plan, "index_mb", None)), None
     if not meta.files:
         return PartitionIndex.empty(), None
     w = StateWriter(plan, p, prefix=f"e{plan.epoch:08d}-rebuilt")
@@ -346,7 +348,7 @@ def _compact(plan: "TaskPlan", p: int, index: PartitionIndex, files: list[dict[s
     # index the merged rows that were their key's newest anywhere (a delta older than the base may
     # hold stale rows of keys the base has since rewritten: they stay, unindexed, for readers to skip)
     names = {f["path"] for f in deltas}
-    latest = index.h[np.isin(index.f, [i for i, n in enumerate(index.files) if n in names])]
+    latest = index.hashes_in_files([i for i, n in enumerate(index.files) if n in names])
     keep = np.isin(h, latest)
     new_index = index.without_files(names).updated(
         np.empty(0, np.int64), np.empty(0, np.int32), np.empty(0, np.int32), h[keep], add["path"] if add else None, g[keep])
