@@ -188,6 +188,15 @@ def test_retractions_on_a_home_of_an_earlier_release_reach_sql_and_output(dspark
     assert {r["url"]: r["count"] for r in p.state("url_count")} == {u: n for u, n in scratch_counts.items() if n}
 
 
+def test_the_jar_cache_is_found_in_the_repository_without_a_setting(monkeypatch):
+    """Spark's Delta connector is loaded from ``state/jars`` of the repository (scripts/jars puts it
+    there) when ``CBP_JARS_DIR`` is not set, wherever the session module lives."""
+    from cbp.engine.driver import session
+
+    monkeypatch.delenv("CBP_JARS_DIR", raising=False)
+    assert Path(session._jars_dir()) == Path(__file__).resolve().parents[1] / "state" / "jars"
+
+
 def test_pipeline_sql_api(dspark, url_home):
     p = cbp.load(YAML, home=url_home, spark=dspark)
     df = p.sql("SELECT s.url, s.count FROM url_count s JOIN urls u ON s.url = u.url WHERE s.count > 1")

@@ -13,6 +13,7 @@ hadoop-aws; ``s3://`` and ``s3a://`` paths then reach S3 with the ``AWS_*`` vari
 from __future__ import annotations
 
 import os
+from pathlib import Path
 import shutil
 import sys
 from typing import Any, Optional
@@ -50,8 +51,8 @@ def _jars_dir() -> str:
     explicit = os.environ.get("CBP_JARS_DIR")
     if explicit:
         return explicit
-    repo = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    return os.path.join(repo, "state", "jars")
+    repo = Path(__file__).resolve().parents[3]  # cbp/engine/driver/session.py -> the repository
+    return str(repo / "state" / "jars")
 
 
 def delta_jars(directory: Optional[str] = None) -> Optional[list[str]]:
