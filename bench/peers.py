@@ -172,7 +172,7 @@ def child(args: argparse.Namespace) -> int:
     gib = lambda parts: ", ".join(f"{k} {v / 2**30:.1f}" for k, v in parts.items())  # noqa: E731
     log(f"{name} {spec['size']:,} keys: peak RSS GiB: build {res['peak_rss_build'] / 2**30:.1f} ({gib(res['peak_parts_build'])}), "
         f"epochs {res['peak_rss_epochs'] / 2**30:.1f} ({gib(res['peak_parts_epochs'])})")
-    if name == "cbp-vectorised":  # the same build again in this process, now warm (JVM compiled, Python workers up)
+    if name == "cbp-vectorised" and not spec.get("no_warm_build"):  # the same build again in this process, now warm (JVM compiled, Python workers up)
         again = ps.Cbp(spark, work / "again", "direct", vec_yaml(work))
         t0 = time.perf_counter()
         again.build(data["build"])
@@ -188,7 +188,8 @@ def child(args: argparse.Namespace) -> int:
 def run_child(system: str, size: int, work: Path, data: dict[str, Any], args: argparse.Namespace,
               seed_home: Optional[Path], save_home: Optional[Path]) -> dict[str, Any]:
     spec = {"system": system, "size": size, "work": str(work / system), "data": data,
-            "seed_home": str(seed_home) if seed_home else None, "save_home": str(save_home) if save_home else None}
+            "seed_home": str(seed_home) if seed_home else None, "save_home": str(save_home) if save_home else None,
+            "no_warm_build": args.no_warm_build}
     spec_f, res_f = work / f"{system}.spec.json", work / f"{system}.result.json"
     spec_f.write_text(json.dumps(spec), encoding="utf-8")
     cmd = [sys.executable, str(Path(__file__).resolve()), "--child", str(spec_f), "--result", str(res_f)]
@@ -393,6 +394,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seed", type=int, default=42)
     ap.add_argument("--quick", action="store_true", help="smoke run: 20k keys, 5k increment, 2 epochs")
     ap.add_argument("--workdir", default=None)
+    ap.add_argument("--no-warm-build", action="store_true",
+                    help="skip cbp vectorised's second (warm) build of the state, which doubles a large size's run time")
     ap.add_argument("--report", default=None, metavar="JSON", help="only render bench/out/peers.md and .png again from a peers.json")
     ap.add_argument("--child", default=None, help=argparse.SUPPRESS)
     ap.add_argument("--result", default=None, help=argparse.SUPPRESS)

@@ -98,3 +98,24 @@ def test_the_driver_chooses_index_or_scan_per_partition_and_epoch(spark, tmp_pat
     # the driver's choice reads each file once (+ the 2-row files of epoch 2); deciding chunk by chunk
     # reads row groups one by one, then the whole file
     assert 100 <= reads["driver"] <= 104 < reads["mid-stream"]
+
+
+def test_a_file_read_whole_first_evicts_what_the_budget_cannot_hold_beside_it(tmp_path, monkeypatch):
+    """The worker holds at most about its cache's budget plus the file being read, not the full
+    cache beside it: older files are evicted before the read, least recently used first."""
+    monkeypatch.delenv("CBP_STATE_SCAN_FRACTION", raising=False)
+    home, index = _state(tmp_path)
+    size = bipindex._decoded_bytes(bipindex.pq.ParquetFile(home.path(f"stages/s/state/{index.files[0]}")))
+    r = StateReader(home, "stages/s/state", index, scan_fraction=0.0)
+    cache = r.cache  # the worker's cache, which the reader's making has set to the default budget
+    cache.files.clear()
+    cache.used = 0
+    old = bipindex._CachedFile(bipindex.pa.table({"x": np.zeros(size // 8 + 1, np.int64)}), np.zeros(0, np.int64), np.zeros(1, np.int64))
+    cache.put("old", old)
+    cache.budget = old.nbytes + size // 2  # holds the old file, or the new one, not both
+    held = []
+    real = bipindex.pq.ParquetFile.read
+    monkeypatch.setattr(bipindex.pq.ParquetFile, "read", lambda self, *a, **k: held.append(cache.used) or real(self, *a, **k))
+    assert r.rows_of(np.arange(40, dtype=np.int64))[0].num_rows == 40
+    assert held == [0] and "old" not in cache.files  # evicted before the read, not after
+    assert r.cache_hits == 0 and r.row_groups_read == 10

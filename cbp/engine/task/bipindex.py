@@ -160,6 +160,16 @@ class _FileCache:
             self.files.move_to_end(key)
         return hit
 
+    def make_room(self, nbytes: int) -> None:
+        """Evict the least recently used files until ``nbytes`` more fit the budget: a file about to
+        be read whole is decoded beside the cache, so the worker holds at most about the budget
+        plus that one file (and, for a moment, its copy made one chunk), not the budget plus it."""
+        if nbytes > self.budget:
+            return
+        while self.files and self.used + nbytes > self.budget:
+            _, old = self.files.popitem(last=False)
+            self.used -= old.nbytes
+
     def put(self, key: str, entry: _CachedFile) -> None:
         if entry.nbytes > self.budget:
             return
@@ -272,6 +282,7 @@ class StateReader:
                 t, rg_col = self._read_row_groups(fid, pf, rgs, counts)
                 mask = pc.is_in(t["_h"], value_set=pa.array(hashes, pa.int64()))
                 return t.filter(mask), rg_col[mask.to_numpy(zero_copy_only=False)]
+            self.cache.make_room(_decoded_bytes(pf))
             t = pf.read().combine_chunks()  # most of the file is needed: read it whole, once, and keep it
             self.row_groups_read += n_rg
             entry = _CachedFile(t, t["_h"].to_numpy(), np.concatenate([[0], np.cumsum(counts)[:-1]]))
