@@ -141,7 +141,7 @@ def child(args: argparse.Namespace) -> int:
     elif name == "cbp-vectorised":
         from url_count_bench import vec_yaml
 
-        sysm = ps.Cbp(spark, work, "direct", vec_yaml(work))
+        sysm = ps.Cbp(spark, work, "direct", vec_yaml(work, spec.get("partitions")))
     elif name == "cbp-blackbox":
         sysm = ps.Cbp(spark, work, "blackbox", ps.YAML, seed_home=Path(spec["seed_home"]))
     else:
@@ -173,7 +173,7 @@ def child(args: argparse.Namespace) -> int:
     log(f"{name} {spec['size']:,} keys: peak RSS GiB: build {res['peak_rss_build'] / 2**30:.1f} ({gib(res['peak_parts_build'])}), "
         f"epochs {res['peak_rss_epochs'] / 2**30:.1f} ({gib(res['peak_parts_epochs'])})")
     if name == "cbp-vectorised" and not spec.get("no_warm_build"):  # the same build again in this process, now warm (JVM compiled, Python workers up)
-        again = ps.Cbp(spark, work / "again", "direct", vec_yaml(work))
+        again = ps.Cbp(spark, work / "again", "direct", vec_yaml(work, spec.get("partitions")))
         t0 = time.perf_counter()
         again.build(data["build"])
         res["build_warm"] = time.perf_counter() - t0
@@ -189,7 +189,7 @@ def run_child(system: str, size: int, work: Path, data: dict[str, Any], args: ar
               seed_home: Optional[Path], save_home: Optional[Path]) -> dict[str, Any]:
     spec = {"system": system, "size": size, "work": str(work / system), "data": data,
             "seed_home": str(seed_home) if seed_home else None, "save_home": str(save_home) if save_home else None,
-            "no_warm_build": args.no_warm_build}
+            "no_warm_build": args.no_warm_build, "partitions": args.partitions}
     spec_f, res_f = work / f"{system}.spec.json", work / f"{system}.result.json"
     spec_f.write_text(json.dumps(spec), encoding="utf-8")
     cmd = [sys.executable, str(Path(__file__).resolve()), "--child", str(spec_f), "--result", str(res_f)]
@@ -255,7 +255,10 @@ def report(results: dict[int, dict[str, dict[str, Any]]], refs: dict[int, dict[s
         f"- build: the first {args.chunk:,}-key files, each URL once: cbp feeds them all, then one `run()` (one epoch); "
         "delta-rs and delta-spark write the table once; the streaming peers take them as their first micro-batches. "
         "Each system builds first thing in its process (cold: the JVM's first jobs, the Python workers' start); "
-        "cbp vectorised then builds the same state again in a new home of the same process (warm; not in its peak memory).",
+        ("cbp vectorised's second, warm build was skipped (--no-warm-build)." if getattr(args, "no_warm_build", False) else
+         "cbp vectorised then builds the same state again in a new home of the same process (warm; not in its peak memory)."),
+        *([f"- cbp vectorised's stage ran with {args.partitions} partitions (--partitions; the flow's YAML says 4)."]
+          if getattr(args, "partitions", None) else []),
         "",
         "| state keys | system | epoch s | records/s | vs cbp vectorised | build s | build keys/s | peak memory GiB | state = from-scratch |",
         "|---:|:---|---:|---:|---:|---:|---:|---:|:---:|",
@@ -394,6 +397,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seed", type=int, default=42)
     ap.add_argument("--quick", action="store_true", help="smoke run: 20k keys, 5k increment, 2 epochs")
     ap.add_argument("--workdir", default=None)
+    ap.add_argument("--partitions", type=int, default=None,
+                    help="cbp vectorised's stage partitions (default: flows/url_count_vec.yaml's 4; more keep each partition's files small)")
     ap.add_argument("--no-warm-build", action="store_true",
                     help="skip cbp vectorised's second (warm) build of the state, which doubles a large size's run time")
     ap.add_argument("--report", default=None, metavar="JSON", help="only render bench/out/peers.md and .png again from a peers.json")

@@ -36,7 +36,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Optional
 
 import numpy as np
 
@@ -100,14 +100,17 @@ class Keys:
 
 
 # ---------------------------------------------------------------------------------- running epochs
-def vec_yaml(work: Path) -> Path:
+def vec_yaml(work: Path, partitions: Optional[int] = None) -> Path:
     """``flows/url_count_vec.yaml`` under the pipeline name ``url_count``, so that it runs on a copy of
-    the state built by ``url_count.yaml`` (a home belongs to one pipeline name)."""
+    the state built by ``url_count.yaml`` (a home belongs to one pipeline name); ``partitions``
+    replaces the stage's partition count (a larger state wants more, smaller partitions)."""
     d = work / "vec-flow"
     d.mkdir(parents=True, exist_ok=True)
     text = YAML_VEC.read_text(encoding="utf-8")
-    if "pipeline: url_count_vec" not in text:
-        raise SystemExit("flows/url_count_vec.yaml no longer says 'pipeline: url_count_vec'; update bench/url_count_bench.py")
+    if "pipeline: url_count_vec" not in text or "    partitions: 4\n" not in text:
+        raise SystemExit("flows/url_count_vec.yaml no longer says 'pipeline: url_count_vec' and 'partitions: 4'; update bench/url_count_bench.py")
+    if partitions:
+        text = text.replace("    partitions: 4\n", f"    partitions: {int(partitions)}\n")
     (d / "url_count_vec.yaml").write_text(text.replace("pipeline: url_count_vec", "pipeline: url_count"), encoding="utf-8")
     shutil.copy(YAML_VEC.with_suffix(".py"), d / "url_count_vec.py")
     return d / "url_count_vec.yaml"
