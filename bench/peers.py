@@ -255,7 +255,7 @@ def report(results: dict[int, dict[str, dict[str, Any]]], refs: dict[int, dict[s
         f"- build: the first {args.chunk:,}-key files, each URL once: cbp feeds them all, then one `run()` (one epoch); "
         "delta-rs and delta-spark write the table once; the streaming peers take them as their first micro-batches. "
         "Each system builds first thing in its process (cold: the JVM's first jobs, the Python workers' start); "
-        ("cbp vectorised's second, warm build was skipped (--no-warm-build)." if getattr(args, "no_warm_build", False) else
+        + ("cbp vectorised's second, warm build was skipped (--no-warm-build)." if getattr(args, "no_warm_build", False) else
          "cbp vectorised then builds the same state again in a new home of the same process (warm; not in its peak memory)."),
         *([f"- cbp vectorised's stage ran with {args.partitions} partitions (--partitions; the flow's YAML says 4)."]
           if getattr(args, "partitions", None) else []),
