@@ -107,3 +107,22 @@ def test_partition_input_far_larger_than_the_python_workers_memory(tmp_path):
     assert res["state_ok"] and res["outputs_ok"], res
     assert res["input_mb"] > 1100
     assert 0 < res["worker_peak_mb"] < res["input_mb"] / 2, res  # measured: ~340 MB (4.2 GB before streaming)
+
+
+def test_rdd_and_sql_jobs_share_one_pool_of_python_workers(spark):
+    """A small epoch runs its tasks through ``mapPartitions``, a large one through ``mapInArrow``;
+    both must land in the same Python workers (one pool), or each worker of each pool holds its
+    own state and index caches: twice the memory ``state_cache_mb`` + ``state_index_mb`` allow."""
+    import pyarrow as pa
+
+    def daemon_rdd(it):
+        yield os.getppid()
+
+    def daemon_sql(batches):
+        for _ in batches:
+            pass
+        yield pa.RecordBatch.from_pydict({"p": [os.getppid()]})
+
+    rdd = set(spark.sparkContext.parallelize(range(4), 2).mapPartitions(daemon_rdd).collect())
+    sql = {r.p for r in spark.range(4).repartition(2).mapInArrow(daemon_sql, "p long").collect()}
+    assert rdd == sql and len(rdd) == 1

@@ -205,6 +205,12 @@ def get_spark(master: Optional[str] = None, conf: Optional[dict[str, str]] = Non
         # compress to 3.3 MB) is one map task on one core: at 1 MB it splits by row groups
         .config("spark.sql.files.openCostInBytes", str(1 << 20))
         .config("spark.python.worker.reuse", "true")
+        # Spark keeps a pool of Python workers per set of worker environment variables, and its SQL
+        # runners (mapInArrow) add one that its RDD runner (mapPartitions) does not: two pools, each
+        # worker with its own state and index caches (twice the memory the settings allow), and a
+        # partition cached by a large epoch's worker never found by a small epoch's. Without the
+        # simplified traceback both kinds of job share one pool. cbp reports task errors itself.
+        .config("spark.sql.execution.pyspark.udf.simplifiedTraceback.enabled", "false")
         .config("spark.sql.session.timeZone", "UTC")
     )
     extra = {**delta_conf(delta_jars(), local=master.startswith("local"), on_workers=os.environ.get("CBP_JARS_ON_WORKERS") == "1"), **s3a_conf(), **spark_conf(os.environ.get("CBP_SPARK_CONF", "")), **(conf or {})}
