@@ -162,8 +162,8 @@ class _FileCache:
 
     def make_room(self, nbytes: int) -> None:
         """Evict the least recently used files until ``nbytes`` more fit the budget: a file about to
-        be read whole is decoded beside the cache, so the worker holds at most about the budget
-        plus that one file (and, for a moment, its copy made one chunk), not the budget plus it."""
+        be read whole is decoded beside the cache, so the cache and that file together stay within
+        the budget (plus, for a moment, the file's copy made one chunk); ``put`` uses it too."""
         if nbytes > self.budget:
             return
         while self.files and self.used + nbytes > self.budget:
@@ -173,11 +173,9 @@ class _FileCache:
     def put(self, key: str, entry: _CachedFile) -> None:
         if entry.nbytes > self.budget:
             return
+        self.make_room(entry.nbytes)
         self.files[key] = entry
         self.used += entry.nbytes
-        while self.used > self.budget:
-            _, old = self.files.popitem(last=False)
-            self.used -= old.nbytes
 
 
 _CACHE: Optional[_FileCache] = None
