@@ -251,21 +251,6 @@ def test_killed_runs_recover_keyed_rows(make_pipeline, spark) -> None:
     assert sorted(cbp.load(path, home=home).state("site"), key=lambda r: (r["k"], r["rk"])) == want
 
 
-@pytest.mark.parametrize("old, new", [("row_key: rk}", "row_key: k}"), ("row_key: rk}", "row_key: [k, rk]}"), ("row_key: rk}", "}"),
-                                      ("partitions: 1", "partitions: 2")])
-def test_changed_row_key_or_rewrite_of_keyed_state_is_refused(make_pipeline, old: str, new: str) -> None:
-    """Keyed rows are stored in their own layout: a changed or removed row_key, or a state rewrite
-    (partitions) of a keyed stage, is refused by the plan (row-key-refused)."""
-    path = make_pipeline(YAML.replace("FN", "per_key").replace("BATCH", ""), MODULE)
-    home = str(Path(path).parent / "home")
-    p = cbp.load(path, home=home)
-    p.feed("ops", _records([("w", "z", "a", 1, [])]))
-    p.run()
-    Path(path).write_text(Path(path).read_text().replace(old, new))
-    plan = cbp.load(path, home=home).plan()
-    assert [c.code for c in plan.refused] == ["row-key-refused"]
-
-
 @pytest.mark.parametrize("body, code", [
     ('out.state.write({"k": key, "rk": "a", "v": "x"})', "user-code"),
     ('out.state.write({"k": key, "rk": "a", "v": 1, "_diff": -1})', "bad-diff"),

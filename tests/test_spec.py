@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import time
 
 import pytest
@@ -380,3 +381,26 @@ def test_two_pipelines_with_a_module_of_one_name_each_get_their_own(tmp_path):
         sys.modules.pop(name, None)
     for d in ("a", "b"):
         sys.path.remove(str(tmp_path / d))
+
+
+def test_pipeline_params_reach_every_stage_and_a_stages_own_win(make_pipeline):
+    text = BASE.replace("stages:\n", "params: {t: 3.0, name: x}\nstages:\n") + (
+        "    params: {t: 5.0}\n"
+        "  s2:\n    translator: MOD:t\n    inputs: [{flow: b, route_by: url}]\n")
+    spec = load_spec(make_pipeline(text, GOOD_MODULE))
+    assert spec.stages["s1"].params == {"t": 5.0, "name": "x"}
+    assert spec.stages["s2"].params == {"t": 3.0, "name": "x"}
+
+
+def test_pipeline_params_must_be_plain_values(make_pipeline):
+    path = make_pipeline(BASE.replace("stages:\n", "params: {x: .nan}\nstages:\n"), GOOD_MODULE)
+    with pytest.raises(SpecError) as e:
+        load_spec(path)
+    assert e.value.code == "bad-params" and "line 6" in str(e.value), str(e.value)
+
+
+def test_the_crawl_queues_merge_and_threshold_share_one_threshold():
+    """merge skips the URLs its site's count cannot move across threshold's threshold: one value, set once."""
+    spec = load_spec(FLOWS / "crawl_queue.yaml")
+    assert spec.stages["merge"].params["threshold"] == spec.stages["threshold"].params["threshold"] == 3.0
+    assert not re.search(r"threshold:\s*[0-9]", (FLOWS / "crawl_queue.yaml").read_text().split("\nstages:")[1]), "set once, in the pipeline's params"

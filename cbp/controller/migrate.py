@@ -23,6 +23,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from ..engine.task.bipindex import STATE_META
+from ..engine.task.keyedstate import RK
 from ..engine.driver.restate import rewrite_state
 from ..engine.task.restate import Job
 from ..errors import RuntimeStateError, UserCodeError
@@ -112,7 +113,7 @@ class Migration:
         self.home, self.live, self.tuning, self.spark = home, live, tuning, spark
 
     def state_commit(self, stage: str, old: RecordSchema, n: int) -> tuple[dict[str, Any], dict[str, str], list[str]]:
-        """Rewrite ``stage``'s state into the YAML's schema and partition count (one pass, a Spark job).
+        """Rewrite ``stage``'s state into the YAML's schema, partition count and row key (one pass, a Spark job).
 
         Returns the commit, the new index (partition -> index file), and the files written."""
         spec = self.live.spec.stages[stage]
@@ -123,7 +124,7 @@ class Migration:
             by_part.setdefault(int(f["partition"]), []).append(f)
         new = spec.state_schema
         assert new is not None
-        job = Job(self.home, rel, old, new, spec.migrate, spec.partitions, sst.epoch, f"u{n}", self.tuning.state_row_group, stage)
+        job = Job(self.home, rel, old, new, spec.migrate, spec.partitions, sst.epoch, f"u{n}", self.tuning.state_row_group, stage, spec.row_key)
         try:
             done, errors = rewrite_state(self.spark.get(), job, by_part)
         except Exception as e:  # Spark's own failure (a lost worker, a full disk): the files written are invisible orphans
@@ -134,7 +135,8 @@ class Migration:
             raise UserCodeError(f"cbp upgrade: migrating stage '{stage}''s state failed; nothing was changed: " + "; ".join(errors[:5]),
                                 code="migrate-failed", stage=stage)
         adds = [r["add"] for r in done.values()]
-        schema = pa.schema([pa.field(PART, pa.int32())] + list(STATE_META) + list(new.arrow))
+        rk = [pa.field(RK, pa.string())] if spec.row_key else []  # keyed rows (cbp.engine.task.keyedstate)
+        schema = pa.schema([pa.field(PART, pa.int32())] + list(STATE_META) + rk + list(new.arrow))
         app, version = upgrade_app(n)
         commit = {"table": rel, "partition_by": PART, "adds": adds, "removes": [], "overwrite": True, "app": app, "version": version,
                   "schema": schema_hex(schema), "targets": [["stages", stage, "state_version"]]}

@@ -105,14 +105,19 @@ def _changed(s: str, was: dict[str, Any], d: dict[str, Any], snap: Snapshot) -> 
             n = len(snap.connectors.get(conn(s, f), []))
             out.append(Change("migrates" if n else "applies", what, f"input '{f}' removed" + (f": its {n} pending increment(s) are dropped" if n else ""),
                               kind="drop-input", name=s, data=bool(n), args={"flow": f}))
-    for c in _state_changes(s, was, d, stored):  # keyed rows (row_key) are not rewritten by an upgrade (yet): refused, not corrupted
-        out.append(Change("refused", what, c.detail + "; the state has keyed rows (row_key), which cbp upgrade does not rewrite yet: restore the "
-                          "previous schema and partitions, or add a new stage", code="row-key-refused", name=s)
-                   if c.kind == "state-rewrite" and d.get("row_key") else c)
-    if "state" in was and was.get("row_key") != d.get("row_key"):  # keyed rows are stored otherwise (_rk, row hashes): not converted
-        out.append(Change("refused" if stored else "applies", what, f"row_key {was.get('row_key')} -> {d.get('row_key')}" + (
-            ": the stored state is kept in another layout, which cbp does not convert; restore the previous row_key, or add a new stage"
-            if stored else " (nothing stored yet)"), code="row-key-refused" if stored else "", name=s))
+    changes = _state_changes(s, was, d, stored)
+    if "state" in was and was.get("row_key") != d.get("row_key") and was["state"] is not None and d["state"] is not None:
+        # keyed rows are stored with their row key and row hash (cbp.engine.task.keyedstate): a new row_key rewrites them
+        step = f"row_key {was.get('row_key') or 'none'} -> {d.get('row_key') or 'none'}"
+        rewrite = next((c for c in changes if c.kind == "state-rewrite"), None)
+        if not stored:
+            changes.append(Change("applies", what, step + " (nothing stored yet)"))
+        elif rewrite is not None:
+            rewrite.detail += f"; {step}"
+        elif not any(c.verdict == "refused" for c in changes):
+            changes.append(Change("migrates", what, f"state rewritten (one pass): {step}", kind="state-rewrite", name=s, data=True,
+                                  args={"partitions": d["partitions"]}))
+    out += changes
     for key, label in (("translator", "translator"), ("runnable", "runnable"), ("params", "params"), ("route_by", "route_by"),
                        ("grouping", "state grouping"), ("outputs", "outputs"), ("batch", "batch")):
         if key in was and was[key] != d[key]:

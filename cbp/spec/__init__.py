@@ -11,6 +11,7 @@ A file looks like::
 
     pipeline: url_count
     mode: direct                 # or blackbox (paper 001 §4.4, the baseline)
+    params: {}                   # every stage's params start from these (a stage's own win)
     flows:
       urls:   {external: true, schema: {url: string}}
       counts: {schema: {url: string, count: int}}
@@ -116,6 +117,7 @@ class _RawPipeline(_Strict):
     pipeline: str
     mode: Literal["direct", "blackbox"] = "direct"
     description: Optional[str] = None
+    params: dict[str, Any] = {}  # shared by every stage: a stage's params are these, updated by its own
     flows: dict[str, _RawFlow]
     stages: dict[str, _RawStage]
 
@@ -283,6 +285,7 @@ class _Compiler:
         if not raw.stages:
             raise self.fail(("stages",), "the pipeline has no stages", "no-stages")
 
+        self._check_params(raw.params, ("params",), "the pipeline")
         schemas: dict[str, RecordSchema] = {}
         for fname, f in raw.flows.items():
             schemas[fname] = self._schema(f.fields, ("flows", fname, "schema"), f"flow '{fname}'")
@@ -433,12 +436,8 @@ class _Compiler:
             runnable = runnable_all if s.runnable == "all" else runnable_any
         else:
             runnable = self._callable(s.runnable, where + ("runnable",), f"stage '{name}' runnable", (2, "runnable(frames, state)"))
-        try:  # params reach translators as JSON-like values: what JSON cannot hold as it is, is refused
-            if json.loads(json.dumps(s.params, allow_nan=False)) != s.params:
-                raise ValueError("a mapping key that is not a string")
-        except (TypeError, ValueError) as e:
-            raise self.fail(where + ("params",), f"stage '{name}': params must be plain YAML values: strings, finite numbers, "
-                            f"booleans, null, lists and mappings with string keys ({e})", "bad-params") from None
+        self._check_params(s.params, where + ("params",), f"stage '{name}'")
+        params = {**self.raw.params, **s.params}
         migrate = None
         if s.migrate is not None:
             if s.state is None:
@@ -446,9 +445,18 @@ class _Compiler:
             migrate = self._callable(s.migrate, where + ("migrate",), f"stage '{name}' migrate", (1, "migrate(old_row)"))
         return StageSpec(
             name, translator, s.translator, tuple(inputs), tuple(s.outputs), state_schema,
-            s.state.grouping if s.state else "inner", s.partitions, runnable, s.runnable, dict(s.params), s.timeout, s.batch,
+            s.state.grouping if s.state else "inner", s.partitions, runnable, s.runnable, params, s.timeout, s.batch,
             migrate, s.migrate, s.backfill, row_key_fields(self, s, inputs, state_schema, where) if s.state is not None else (),
         )
+
+    def _check_params(self, params: dict[str, Any], where: tuple[str, ...], what: str) -> None:
+        """Params reach translators as JSON-like values: what JSON cannot hold as it is, is refused (``bad-params``)."""
+        try:
+            if json.loads(json.dumps(params, allow_nan=False)) != params:
+                raise ValueError("a mapping key that is not a string")
+        except (TypeError, ValueError) as e:
+            raise self.fail(where, f"{what}: params must be plain YAML values: strings, finite numbers, "
+                            f"booleans, null, lists and mappings with string keys ({e})", "bad-params") from None
 
     def _check_consumer_fields(self, stage: str, flow: str, fields: dict[str, str], schema: RecordSchema, where: tuple[str, ...]) -> None:
         producer = next((n for n, s in self.raw.stages.items() if flow in s.outputs), None)

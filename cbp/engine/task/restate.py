@@ -5,16 +5,21 @@ each into a row of the new schema (fields added with their default or null, fiel
 types widened, or the stage's ``migrate`` function), and sends each row to its new partition
 ``pmod(hash(key), P')`` (:func:`cbp.engine.common.sparkhash.partition_of`, the partition every epoch
 routes the key to); a task per new partition sorts its rows by key hash and writes one state file
-and its index (:class:`cbp.engine.task.partindex.PartitionIndex`), as a compaction would. Nothing is
+and its index (:class:`cbp.engine.task.partindex.PartitionIndex`), as a compaction would. Keyed rows
+(:mod:`cbp.engine.task.keyedstate`) get the row key and row hash of the new ``row_key`` (a new
+row_key, or a migrate, may change them); without one, the key's hash. Nothing is
 committed here: the driver runs the job (:func:`cbp.engine.driver.restate.rewrite_state`) and the
 controller commits the files (:mod:`cbp.controller.migrate`).
 
     >>> import pyarrow as pa
     >>> from cbp.spec.schema import RecordSchema
     >>> old, new = RecordSchema.parse({"k": "string", "n": "int"}), RecordSchema({**RecordSchema.parse({"k": "string", "n": "float"}).fields})
-    >>> rows = pa.table({"_key": ['"a"'], "_h": [1], "_epoch": [3], "_alive": [True], "k": ["a"], "n": [2]})
-    >>> convert(rows, Job(None, "", old, new, None, 2, 5, "u1", 8192, "s"))[0].to_pylist()
-    [{'_key': '"a"', '_h': 1, '_epoch': 5, '_alive': True, 'k': 'a', 'n': 2.0}]
+    >>> rows = pa.table({"_key": ['"a"'], "_h": [0], "_epoch": [3], "_alive": [True], "k": ["a"], "n": [2]})
+    >>> t, failures = convert(rows, Job(None, "", old, new, None, 2, 5, "u1", 8192, "s"))
+    >>> t.drop_columns(["_h"]).to_pylist(), t["_h"].to_pylist() == spark_xxhash64(['"a"']).tolist(), failures
+    ([{'_key': '"a"', '_epoch': 5, '_alive': True, 'k': 'a', 'n': 2.0}], True, [])
+    >>> convert(rows, Job(None, "", old, new, None, 2, 5, "u1", 8192, "s", row_key=("k",)))[0]["_rk"].to_pylist()  # keyed rows
+    ['"a"']
 """
 
 from __future__ import annotations
@@ -28,8 +33,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from ...spec.schema import RecordError, RecordSchema
-from ..common.sparkhash import partition_of
+from ..common.sparkhash import partition_of, spark_xxhash64
 from .bipindex import STATE_META, latest_rows, read_partition_rows
+from .keyedstate import RK, rk_text, row_hashes
 from .partindex import PartitionIndex
 from .statepart import StateWriter
 
@@ -52,6 +58,7 @@ class Job:
     tag: str  # in the new files' names
     row_group: int
     stage: str
+    row_key: tuple[str, ...] = ()  # the new state's row key (keyed rows: cbp.engine.task.keyedstate); () for whole-key state
 
 
 @dataclass
@@ -71,14 +78,19 @@ class _WriterPlan:
 class _Stage:
     name: str
     state_schema: RecordSchema
-    row_key: tuple[str, ...] = ()  # keyed-row stages are not rewritten by an upgrade (row-key-refused)
+    row_key: tuple[str, ...] = ()  # keyed rows: the writer adds the _rk column
 
 
 def convert(rows: pa.Table, job: Job) -> tuple[pa.Table, list[str]]:
-    """Live state rows of the old schema as rows of the new one (state columns first); the failures."""
+    """Live state rows of the old schema as rows of the new one (state columns first, ``_rk`` for
+    keyed rows); the failures."""
     meta = {"_key": rows["_key"], "_h": rows["_h"], "_epoch": pa.array(np.full(rows.num_rows, job.epoch, np.int64)), "_alive": rows["_alive"]}
-    if job.migrate is not None:
-        return _migrated(rows, job, meta)
+    t, errors = _migrated(rows, job, meta) if job.migrate is not None else (_cast(rows, job, meta), [])
+    return (t, errors) if errors else _rekeyed(t, job)
+
+
+def _cast(rows: pa.Table, job: Job, meta: dict[str, Any]) -> pa.Table:
+    """Rows of the old schema in the new one: fields added with their default or null, dropped, widened."""
     cols = []
     for name, ft in job.new.fields.items():
         if name in rows.column_names:
@@ -88,7 +100,33 @@ def convert(rows: pa.Table, job: Job) -> tuple[pa.Table, list[str]]:
             cols.append(pa.array([value] * rows.num_rows, ft.arrow))
         else:
             cols.append(pa.nulls(rows.num_rows, ft.arrow))
-    return pa.table(list(meta.values()) + cols, schema=pa.schema(list(STATE_META) + list(job.new.arrow))), []
+    return pa.table(list(meta.values()) + cols, schema=pa.schema(list(STATE_META) + list(job.new.arrow)))
+
+
+def _rekeyed(t: pa.Table, job: Job) -> tuple[pa.Table, list[str]]:
+    """Converted rows with the new state's ``_h`` (and ``_rk``): the key's hash for whole-key state;
+    for keyed rows each row's row key and row hash, computed afresh (the row key, its fields or a
+    migrate may have changed). Two rows of one key with one row key are a failure, not a silent loss."""
+    keys = t["_key"].to_pylist()
+    kh = spark_xxhash64(keys)
+    if not job.row_key:
+        return t.set_column(1, "_h", pa.array(kh, pa.int64())), []
+    recs = t.select(list(job.row_key)).to_pylist()
+    texts = [rk_text(job.row_key, r) for r in recs]
+    seen: dict[tuple[str, str], int] = {}
+    errors = []
+    for k, rk in zip(keys, texts):
+        if seen.setdefault((k, rk), 0):
+            errors.append(f"stage '{job.stage}' key {k}: two stored rows would have row key {rk} ({', '.join(job.row_key)}); "
+                          f"a key's rows need distinct row keys: give the stage a migrate that makes them distinct, or another row_key")
+            if len(errors) >= 5:
+                break
+        seen[(k, rk)] += 1
+    if errors:
+        return t, errors
+    h = pa.array((kh >> 32 << 32) + row_hashes(0, texts), pa.int64())  # keyedstate.row_hashes per key, vectorised
+    t = t.set_column(1, "_h", h)
+    return t.add_column(len(STATE_META), pa.field(RK, pa.string()), pa.array(texts, pa.string())), []
 
 
 def _migrated(rows: pa.Table, job: Job, meta: dict[str, Any]) -> tuple[pa.Table, list[str]]:
@@ -152,8 +190,9 @@ def write_part(job: Job, q: int, items: Iterator[tuple[int, bytes]]) -> Iterator
     if not tables:
         return
     rows = pa.concat_tables(tables)
-    rows = rows.take(pc.sort_indices(rows, sort_keys=[("_h", "ascending"), ("_key", "ascending")]))
-    plan = _WriterPlan(job.home, job.state_rel, job.row_group, job.epoch, _Stage(job.stage, job.new))
+    order = [("_h", "ascending"), ("_key", "ascending")] + ([(RK, "ascending")] if job.row_key else [])
+    rows = rows.take(pc.sort_indices(rows, sort_keys=order))
+    plan = _WriterPlan(job.home, job.state_rel, job.row_group, job.epoch, _Stage(job.stage, job.new, job.row_key))
     w = StateWriter(plan, q, prefix=f"e{job.epoch:08d}-{job.tag}", keep=False)  # type: ignore[arg-type]
     w.write_table(rows)
     add, h, g = w.close()
