@@ -209,7 +209,6 @@ def test_many_epochs_compact_and_keep_rows(make_pipeline) -> None:
     ("{schema: {rk: float, v: int}, row_key: rk}", "bad-row-key"),
     ("{schema: {rk: string, v: int}, row_key: [rk, rk]}", "bad-row-key"),
     ("{schema: {rk: string, v: int}, row_key: []}", "bad-row-key"),
-    ("{schema: {rk: string, v: int}, row_key: rk, grouping: outer}", "bad-row-key"),
 ])
 def test_bad_row_key_is_a_spec_error(make_pipeline, state: str, code: str) -> None:
     path = make_pipeline(textwrap.dedent(f'''

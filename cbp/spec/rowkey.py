@@ -2,9 +2,9 @@
 
 A stage with a row key keeps each key's state as a map from row key to row
 (:mod:`cbp.engine.task.keyedstate`). The row key is one field or a list of fields of the state schema,
-each a non-null ``string``, ``int`` or ``bool`` (values that JSON writes one way only). Keyed rows
-are read through the index key by key, so a stage with a row key groups its inputs inner and
-routes none of them to ``ALL`` (which reaches every stored key).
+each a non-null ``string``, ``int`` or ``bool`` (values that JSON writes one way only). Outer
+grouping and broadcasts work as for whole-key state: the keys a task visits without input are found
+by a scan of the partition's key columns, and each key's rows are read as its translator asks.
 """
 
 from __future__ import annotations
@@ -44,12 +44,6 @@ def row_key_fields(c: "_Compiler", s: Any, inputs: list[Any], schema: Optional[R
         if t.is_list or t.nullable or t.scalar not in ROW_KEY_TYPES:
             raise c.fail(at, f"stage '{name}': row_key field '{f}' is {t}; a row key field must be a non-null "
                          f"{', '.join(ROW_KEY_TYPES[:-1])} or {ROW_KEY_TYPES[-1]}", "bad-row-key")
-    if s.state.grouping == "outer":
-        raise c.fail(at, f"stage '{name}': keyed rows (row_key) are read key by key; an outer grouping, which visits every stored key, "
-                     "is not supported with them", "bad-row-key")
-    if any(i.route_by is not None and i.route_by.text == "ALL" for i in inputs):
-        raise c.fail(at, f"stage '{name}': an input routed to ALL reaches every stored key; with keyed rows (row_key) it is not supported",
-                     "bad-row-key")
     if s.batch and "deleted" in s.outputs:
         raise c.fail(where + ("outputs",), f"stage '{name}': a batch translator of keyed rows returns the rows it deletes under 'deleted', "
                      "so an output flow cannot have that name; rename the flow", "reserved-name")

@@ -36,6 +36,7 @@ import numpy as np
 import pyarrow as pa
 import xxhash
 
+from ..common.sparkhash import spark_xxhash64
 from .partindex import sorted_unique
 from .routing import encode_key
 from .statepart import BlackboxPartition, DirectPartition, StateWriter
@@ -47,6 +48,7 @@ if TYPE_CHECKING:
 __all__ = ["RK", "KeyedRows", "KeyedOut", "KeyedPartition", "KeyedBlackbox", "state_partition", "rk_text", "row_hashes", "key_range"]
 
 RK = "_rk"  #: the state column holding a row's row key (canonical JSON text)
+STORED = ()  #: what :meth:`KeyedPartition.scan` gives as a stored key's state (its rows are read as asked)
 _LOW = 0xFFFFFFFF
 _SEED = 42
 READ_CHUNK = 8192  #: row hashes a key's iteration reads at a time
@@ -224,8 +226,30 @@ class KeyedPartition(DirectPartition):
     def lookup(self, hashes: np.ndarray) -> dict[str, Any]:
         return {}  # keyed rows are read when the translator asks for them
 
-    def scan(self) -> Iterator[Any]:
-        raise RuntimeError(f"{self.plan.where()}: a broadcast to every stored key is not supported for keyed rows (row_key)")
+    def scan(self) -> Iterator[tuple[int, str, Any]]:
+        """Every key with a live row, as ``(key hash, key text, STORED)`` in (hash, key) order: the
+        keys an outer grouping or a broadcast to the stored keys visits. It reads the key columns of
+        every stored row (what visiting every key costs); a key's rows are read again through the
+        index only as its translator asks for them."""
+        held: dict[int, set[str]] = {}  # the keys of each top-32-bit value not yet complete
+        for rows, _, _ in self.reader.scan():
+            if rows.num_rows == 0:
+                continue
+            slim = rows.select(["_key", "_h", RK, "_epoch", "_alive"]).to_pylist()
+            for (k, _), r in _newest(slim).items():  # a row's versions share its hash, so one chunk
+                if r["_alive"]:
+                    held.setdefault(int(r["_h"]) >> 32, set()).add(k)
+            last = max(int(h) for h in rows["_h"].to_pylist()) >> 32
+            for top in sorted(t for t in held if t < last):  # later chunks hold only hashes above this one's
+                yield from self._keys(held.pop(top))
+        for top in sorted(held):
+            yield from self._keys(held.pop(top))
+
+    def _keys(self, keys: set[str]) -> Iterator[tuple[int, str, Any]]:
+        texts = sorted(keys)
+        self.keys_read += len(texts)
+        for kh, k in sorted(zip(spark_xxhash64(texts).tolist(), texts)):
+            yield kh, k, STORED
 
     def rows_for(self, g: "Group") -> KeyedRows:
         return KeyedRows(self, g.key, g.h, self.fields, self.schema.decoded_copy, _kinds(self.schema, self.fields))
