@@ -39,6 +39,40 @@ def tick(key, state, ops, bump, out):
         if before.get(rk) != v:
             out.state.write({"k": key, "rk": rk, "v": v})
     out.seen.write({"key": key, "n": len(before), "got": state.get("#calls", {}).get("v", -1)})
+
+
+def tick_batch(keys, state, ops, bump, out):
+    """tick as a batch translator: every key of the call, called by input or not, in one call."""
+    import pyarrow as pa
+    every = state.all()
+    befores = [{} for _ in range(len(keys))]
+    for p, r in zip(every["_pos"].to_pylist(), every.select(["rk", "v"]).to_pylist()):
+        befores[p][r["rk"]] = r["v"]
+    mine = {}
+    for r in ops.sort_by("seq").to_pylist():
+        mine.setdefault(r["_pos"], []).append(r)
+    by = {}
+    for r in bump.to_pylist():
+        by[r["_pos"]] = by.get(r["_pos"], 0) + r["by"]
+    ups, dels, seen = [], [], []
+    for p, key in enumerate(keys.to_pylist()):
+        before = befores[p]
+        rows = dict(before)
+        for op in mine.get(p, []):
+            if op["op"] == "w":
+                rows[op["rk"]] = op["v"]
+            elif op["op"] == "d":
+                rows.pop(op["rk"], None)
+            else:
+                rows = {}
+        if rows or not any(op["op"] == "x" for op in mine.get(p, [])):
+            rows["#calls"] = rows.get("#calls", 0) + 1 + by.get(p, 0)
+        dels += [{"_key": key, "rk": rk} for rk in before.keys() - rows.keys()]
+        ups += [{"_key": key, "k": key, "rk": rk, "v": v} for rk, v in rows.items() if before.get(rk) != v]
+        seen.append({"key": key, "n": len(before), "got": before.get("#calls", -1)})
+    return {"state": pa.Table.from_pylist(ups, schema=pa.schema([("_key", pa.string()), ("k", pa.string()), ("rk", pa.string()), ("v", pa.int64())])),
+            "deleted": pa.Table.from_pylist(dels, schema=pa.schema([("_key", pa.string()), ("rk", pa.string())])),
+            "seen": pa.Table.from_pylist(seen, schema=pa.schema([("key", pa.string()), ("n", pa.int64()), ("got", pa.int64())]))}
 '''
 
 YAML = '''
@@ -49,12 +83,13 @@ flows:
   seen: {schema: {key: string, n: int, got: int}}
 stages:
   site:
-    translator: MOD:tick
+    translator: MOD:FN
     inputs: [{flow: ops, route_by: key, order_by: seq}, {flow: bump, route_by: ROUTE}]
     state: {schema: {k: string, rk: string, v: int}, row_key: rk, grouping: GROUPING}
     outputs: [seen]
     partitions: 2
     runnable: any
+    batch: BATCH
 '''
 
 KEYS = ["k49569", "k74517", "z", "y"]  # k49569 and k74517: equal top 32 bits of their key hash (tests/test_keyed_rows.py)
@@ -97,10 +132,12 @@ def _model(route: str, outer: bool = True) -> tuple[list[list[dict]], list[list[
     return states, seens
 
 
-@pytest.mark.parametrize("grouping, route, mode", [("outer", "ALL", "direct"), ("outer", "ALL", "blackbox"),
-                                                   ("inner", "MOD:to_state", "direct"), ("outer", "MOD:to_state", "direct")])
-def test_keys_visited_without_input_read_their_rows_as_asked(make_pipeline, spark, grouping, route, mode):
-    path = make_pipeline(YAML.replace("GROUPING", grouping).replace("ROUTE", route), MODULE)
+@pytest.mark.parametrize("grouping, route, mode, batch", [("outer", "ALL", "direct", False), ("outer", "ALL", "blackbox", False),
+                                                          ("inner", "MOD:to_state", "direct", False), ("outer", "MOD:to_state", "direct", False),
+                                                          ("outer", "ALL", "direct", True), ("inner", "MOD:to_state", "direct", True)])
+def test_keys_visited_without_input_read_their_rows_as_asked(make_pipeline, spark, grouping, route, mode, batch):
+    yaml = YAML.replace("GROUPING", grouping).replace("ROUTE", route).replace("FN", "tick_batch" if batch else "tick")
+    path = make_pipeline(yaml.replace("BATCH", "true" if batch else "false"), MODULE)
     p = cbp.load(path, home=str(Path(path).parent / "home"), mode=mode, spark=spark)
     states, seens = _model("ALL" if route == "ALL" else "state", grouping == "outer")
     for i, (ops, bumps) in enumerate(EPOCHS):
