@@ -14,12 +14,12 @@ controller commits the files (:mod:`cbp.controller.migrate`).
     >>> import pyarrow as pa
     >>> from cbp.spec.schema import RecordSchema
     >>> old, new = RecordSchema.parse({"k": "string", "n": "int"}), RecordSchema({**RecordSchema.parse({"k": "string", "n": "float"}).fields})
-    >>> rows = pa.table({"_key": ['"a"'], "_h": [0], "_epoch": [3], "_alive": [True], "k": ["a"], "n": [2]})
-    >>> t, failures = convert(rows, Job(None, "", old, new, None, 2, 5, "u1", 8192, "s"))
-    >>> t.drop_columns(["_h"]).to_pylist(), t["_h"].to_pylist() == spark_xxhash64(['"a"']).tolist(), failures
-    ([{'_key': '"a"', '_epoch': 5, '_alive': True, 'k': 'a', 'n': 2.0}], True, [])
-    >>> convert(rows, Job(None, "", old, new, None, 2, 5, "u1", 8192, "s", row_key=("k",)))[0]["_rk"].to_pylist()  # keyed rows
-    ['"a"']
+    >>> rows = pa.table({"_key": ['"a"'], "_h": spark_xxhash64(['"a"']), "_epoch": [3], "_alive": [True], "k": ["a"], "n": [2]})
+    >>> convert(rows, Job(None, "", old, new, None, 2, 5, "u1", 8192, "s"))[0].drop_columns(["_h"]).to_pylist()
+    [{'_key': '"a"', '_epoch': 5, '_alive': True, 'k': 'a', 'n': 2.0}]
+    >>> keyed = convert(rows, Job(None, "", old, new, None, 2, 5, "u1", 8192, "s", row_key=("k",)))[0]  # keyed rows
+    >>> keyed["_rk"].to_pylist(), keyed["_h"].to_pylist() == row_hashes(rows["_h"][0].as_py(), ['"a"']).tolist()
+    (['"a"'], True)
 """
 
 from __future__ import annotations
@@ -86,7 +86,7 @@ def convert(rows: pa.Table, job: Job) -> tuple[pa.Table, list[str]]:
     keyed rows); the failures."""
     meta = {"_key": rows["_key"], "_h": rows["_h"], "_epoch": pa.array(np.full(rows.num_rows, job.epoch, np.int64)), "_alive": rows["_alive"]}
     t, errors = _migrated(rows, job, meta) if job.migrate is not None else (_cast(rows, job, meta), [])
-    return (t, errors) if errors else _rekeyed(t, job)
+    return (t, errors) if errors else _rekeyed(t, job, RK in rows.column_names)
 
 
 def _cast(rows: pa.Table, job: Job, meta: dict[str, Any]) -> pa.Table:
@@ -103,14 +103,15 @@ def _cast(rows: pa.Table, job: Job, meta: dict[str, Any]) -> pa.Table:
     return pa.table(list(meta.values()) + cols, schema=pa.schema(list(STATE_META) + list(job.new.arrow)))
 
 
-def _rekeyed(t: pa.Table, job: Job) -> tuple[pa.Table, list[str]]:
-    """Converted rows with the new state's ``_h`` (and ``_rk``): the key's hash for whole-key state;
-    for keyed rows each row's row key and row hash, computed afresh (the row key, its fields or a
-    migrate may have changed). Two rows of one key with one row key are a failure, not a silent loss."""
-    keys = t["_key"].to_pylist()
-    kh = spark_xxhash64(keys)
+def _rekeyed(t: pa.Table, job: Job, was_keyed: bool) -> tuple[pa.Table, list[str]]:
+    """Converted rows with the new state's ``_h`` (and ``_rk``): the key's hash for whole-key state
+    (recomputed only for rows that were keyed); for keyed rows each row's row key and row hash,
+    computed afresh (the row key, its fields or a migrate may have changed) over the top 32 bits
+    of the key's hash, which any stored ``_h`` of the key carries. Two rows of one key with one row
+    key are a failure, not a silent loss."""
     if not job.row_key:
-        return t.set_column(1, "_h", pa.array(kh, pa.int64())), []
+        return (t.set_column(1, "_h", pa.array(spark_xxhash64(t["_key"].to_pylist()), pa.int64())) if was_keyed else t), []
+    keys = t["_key"].to_pylist()
     recs = t.select(list(job.row_key)).to_pylist()
     texts = [rk_text(job.row_key, r) for r in recs]
     seen: dict[tuple[str, str], int] = {}
@@ -124,7 +125,7 @@ def _rekeyed(t: pa.Table, job: Job) -> tuple[pa.Table, list[str]]:
         seen[(k, rk)] += 1
     if errors:
         return t, errors
-    h = pa.array((kh >> 32 << 32) + row_hashes(0, texts), pa.int64())  # keyedstate.row_hashes per key, vectorised
+    h = pa.array((t["_h"].to_numpy() >> 32 << 32) + row_hashes(0, texts), pa.int64())  # keyedstate.row_hashes per key, vectorised
     t = t.set_column(1, "_h", h)
     return t.add_column(len(STATE_META), pa.field(RK, pa.string()), pa.array(texts, pa.string())), []
 
