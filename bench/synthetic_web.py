@@ -200,6 +200,19 @@ def check_reference(web: Web, args: argparse.Namespace, queue: dict[tuple[str, f
     return True
 
 
+def recheck(args: argparse.Namespace, work: Path) -> None:
+    """:func:`check_reference` on the 'after' home of an earlier run, its pages regenerated from the same arguments and seed."""
+    import cbp
+
+    web = Web(zipf_sizes(int(10_000_000 * args.scale), int(100_000 * args.scale), args.top))
+    links = args.links or max(1000, int(10_000 * args.scale))
+    rng = np.random.default_rng(args.seed)
+    pages = [web.new_pages(rng, e, links, args.per_page) for e in range(args.epochs)]
+    queue, _ = queue_records(cbp.load(FORMS["after"], home=str(work / "after"), mode="direct"), 0)
+    if not check_reference(web, args, queue, pages):
+        raise SystemExit("the queue differs from the from-scratch queue")
+
+
 def report(res: dict[str, Any]) -> str:
     lines = ["| epoch | before (s) | after (s) | before / after | merge before (s) | merge after (s) | candidates before | candidates after "
              "| merge rows read after | queue records (equal) |", "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
@@ -251,7 +264,14 @@ def main() -> None:
     ap.add_argument("--reference", action=argparse.BooleanOptionalAction, default=None,
                     help="check the final queue against the from-scratch queue (default: up to 2M URLs)")
     ap.add_argument("--workdir", default=None, help="where the two homes go (default: a new directory under bench/out, deleted after)")
+    ap.add_argument("--check-only", action="store_true",
+                    help="check the 'after' home a run left in --workdir against the from-scratch queue (the same arguments as that run)")
     args = ap.parse_args()
+    if args.check_only:
+        if not args.workdir or not (Path(args.workdir) / "after").is_dir():
+            ap.error("--check-only needs --workdir of an earlier run (its 'after' home)")
+        recheck(args, Path(args.workdir))
+        return
     OUT.mkdir(parents=True, exist_ok=True)
     work = Path(args.workdir) if args.workdir else Path(tempfile.mkdtemp(prefix="tmp-synthetic-web-", dir=OUT))
     t0 = time.perf_counter()
