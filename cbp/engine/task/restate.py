@@ -114,15 +114,13 @@ def _rekeyed(t: pa.Table, job: Job, was_keyed: bool) -> tuple[pa.Table, list[str
     keys = t["_key"].to_pylist()
     recs = t.select(list(job.row_key)).to_pylist()
     texts = [rk_text(job.row_key, r) for r in recs]
-    seen: dict[tuple[str, str], int] = {}
+    seen: set[tuple[str, str]] = set()
     errors = []
     for k, rk in zip(keys, texts):
-        if seen.setdefault((k, rk), 0):
+        if (k, rk) in seen and len(errors) < 5:
             errors.append(f"stage '{job.stage}' key {k}: two stored rows would have row key {rk} ({', '.join(job.row_key)}); "
                           f"a key's rows need distinct row keys: give the stage a migrate that makes them distinct, or another row_key")
-            if len(errors) >= 5:
-                break
-        seen[(k, rk)] += 1
+        seen.add((k, rk))
     if errors:
         return t, errors
     h = pa.array((t["_h"].to_numpy() >> 32 << 32) + row_hashes(0, texts), pa.int64())  # keyedstate.row_hashes per key, vectorised
