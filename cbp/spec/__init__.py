@@ -74,6 +74,7 @@ class _RawInput(_Strict):
     order_by: Optional[str] = None
     frame_by: Optional[str] = None
     fields: Optional[dict[str, str]] = Field(default=None, alias="schema")
+    signed: Optional[bool] = None  # the translator sums this input's _diff (None: the stage's 'signed')
 
 
 class _RawState(_Strict):
@@ -106,6 +107,7 @@ class _RawStage(_Strict):
     batch: bool = False  # a vectorised translator: called per batch of keys with Arrow tables (cbp.engine.task.batch)
     migrate: Optional[str] = None  # module:function turning an old state row into a new one (or None) on 'cbp upgrade'
     backfill: bool = False  # a stage added by 'cbp upgrade' first reads its inputs' retained increments
+    signed: bool = False  # the translator sums _diff: records other than +1 (retractions) may reach it
 
     @field_validator("inputs", mode="before")
     @classmethod
@@ -186,6 +188,7 @@ class InputSpec:
     flow: str
     route_by: Optional[KeyFunction]
     order_by: Optional[KeyFunction]
+    signed: bool = False  # the translator sums this input's _diff (YAML 'signed', per input or per stage)
 
 
 @dataclass(frozen=True)
@@ -207,6 +210,7 @@ class StageSpec:
     migrate_path: Optional[str] = None
     backfill: bool = False  # YAML 'backfill: true'
     row_key: tuple[str, ...] = ()  # keyed rows: the state fields that name a row of a key (YAML 'state: {row_key: ...}')
+    signed: bool = False  # YAML 'signed: true': the translator sums _diff (each input may say otherwise)
 
     @property
     def input_flows(self) -> list[str]:
@@ -423,7 +427,7 @@ class _Compiler:
                     raise self.fail(where + ("inputs",), f"{what} order_by: field '{order.field}' is of type '{ft}'; a field orders by its value only if it is a string, int, float or bool (nulls last); order by an import path 'module:function' instead", "bad-order-by")
             if s.state is not None and route is None:
                 raise self.fail(where + ("inputs",), f"{what}: a stage with state must group its inputs; give route_by (a field or module:function), the default RouteByRcd gives every record its own group", "route-required")
-            inputs.append(InputSpec(inp.flow, route, order))
+            inputs.append(InputSpec(inp.flow, route, order, s.signed if inp.signed is None else inp.signed))
         if inputs and all(i.route_by is not None and i.route_by.text == BROADCAST for i in inputs) and (s.state is None or s.state.grouping == "inner"):
             raise self.fail(where + ("inputs",), f"stage '{name}': every input is routed to ALL, which reaches only keys called by other input, so no key would ever be called; route one input by key, or make the state grouping outer", "broadcast-nowhere")
         state_schema = self._schema(s.state.fields, where + ("state",), f"stage '{name}' state") if s.state else None
@@ -447,6 +451,7 @@ class _Compiler:
             name, translator, s.translator, tuple(inputs), tuple(s.outputs), state_schema,
             s.state.grouping if s.state else "inner", s.partitions, runnable, s.runnable, params, s.timeout, s.batch,
             migrate, s.migrate, s.backfill, row_key_fields(self, s, inputs, state_schema, where) if s.state is not None else (),
+            s.signed,
         )
 
     def _check_params(self, params: dict[str, Any], where: tuple[str, ...], what: str) -> None:
