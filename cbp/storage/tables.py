@@ -131,7 +131,8 @@ class DeltaTables:
             raise RuntimeStateError(f"cannot open Delta table {uri} at version {version}: {e}") from e
 
     def read_table(self, rel: str, version: Optional[int] = None, partitions: Any = None) -> Optional[pa.Table]:
-        """The rows of the Delta table at ``rel`` (``partitions``: delta-rs's partition filters),
+        """The rows of the Delta table at ``rel`` (``partitions``: delta-rs's tuple filters on partition
+        columns, pruning whole files as delta-rs's deprecated ``partitions=`` did),
         or None if there is no table. The files are read through the home's own pyarrow filesystem:
         delta-rs's default one (a Python filesystem over its Rust object store) makes the process
         abort at exit now and then ("terminate called without an active exception": 18 runs in 100
@@ -148,7 +149,7 @@ class DeltaTables:
         from pyarrow.fs import SubTreeFileSystem
 
         fs = SubTreeFileSystem(self.path(rel), self.fs)  # type: ignore[attr-defined]
-        return pa.table(dt.to_pyarrow_table(partitions=partitions, filesystem=fs))
+        return pa.table(dt.to_pyarrow_dataset(file_pruning_predicate=partitions, filesystem=fs).to_table())
 
     def _head(self, rel: str, wanted: Optional[int] = None) -> Optional[_Head]:
         """The newest version of the table at ``rel`` as this Home knows it, or None if there is no
