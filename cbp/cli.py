@@ -32,6 +32,11 @@ __all__ = ["main"]
 _EXIT = {SpecError: 2, UsageError: 2, InputError: 3, UserCodeError: 4, RuntimeStateError: 5, BusyError: 6}
 
 
+def exit_code(error: type[CbpError]) -> int:
+    """The exit code of ``cbp`` failing with an error of class ``error`` (cbp/errorcodes.py lists them per code)."""
+    return next((code for cls, code in _EXIT.items() if issubclass(error, cls)), 5)
+
+
 def _parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="cbp", description="Continuous bulk processing on Apache Spark with Delta Lake state.")
     sub = ap.add_subparsers(dest="command", required=True, metavar="COMMAND")
@@ -119,7 +124,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         return _dispatch(args)
     except CbpError as e:
         print(f"cbp {args.command}: error [{e.code}]: {printable(str(e))}", file=sys.stderr)
-        return next((code for cls, code in _EXIT.items() if isinstance(e, cls)), 5)
+        return exit_code(type(e))
     except BrokenPipeError:
         return 0
     except KeyboardInterrupt:

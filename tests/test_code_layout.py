@@ -13,7 +13,7 @@ ROOT = Path(__file__).resolve().parents[1] / "cbp"
 #: Each top-level piece of the package and its layer: a module may import its own layer and the
 #: layers below, never one above (the package's ``__init__`` only for ``__version__``).
 LAYERS = {
-    "errors": 0, "faults": 0, "gcpolicy": 0, "model": 0,
+    "errors": 0, "errorcodes": 0, "faults": 0, "gcpolicy": 0, "model": 0,
     "spec": 1, "storage": 1,
     "engine": 2,
     "controller": 3,

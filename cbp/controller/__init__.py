@@ -40,7 +40,7 @@ from typing import Any, Callable, Iterator, Optional
 import pyarrow as pa
 
 from ..engine.task.bipindex import ROW_GROUP
-from ..errors import CbpError
+from ..errors import UsageError
 from ..spec import PipelineSpec
 from ..storage import LAYOUT, Home
 from .codehash import evolution_status
@@ -77,7 +77,7 @@ class Controller:
         self.home = home
         self.mode = mode or spec.mode
         if self.mode not in ("direct", "blackbox"):
-            raise CbpError(f"unknown mode '{self.mode}'; use 'direct' or 'blackbox'")
+            raise UsageError(f"unknown mode '{self.mode}'; use 'direct' or 'blackbox'", code="bad-option")
         self.live = Live(spec)
         self.tuning = Tuning(max_state_files, state_row_group, state_cache_mb, state_scan_fraction, small_epoch_records, backpressure, state_index_mb)
         self._spark = LazySpark(spark)

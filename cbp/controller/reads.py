@@ -16,7 +16,7 @@ from typing import Any, Optional
 
 
 from ..engine.task.bipindex import latest_rows
-from ..errors import InputError, UsageError, UserCodeError
+from ..errors import InputError, RuntimeStateError, UsageError, UserCodeError
 from ..spec.schema import DIFF
 from ..storage import INC, LAYOUT, SRC, Home
 from .feeds import Feeds
@@ -103,7 +103,7 @@ class Reads:
         for inc in ids:
             v = fs.version if inc in fs.incs else collected[inc] if inc in collected else self.history.collected_version(self.live.st, flow, inc)
             if v is None:
-                raise UsageError(f"flow '{flow}': increment {inc} is neither live nor in the history of {self.home.location}", code="home-corrupt")
+                raise RuntimeStateError(f"flow '{flow}': increment {inc} is neither live nor in the history of {self.home.location}", code="home-corrupt")
             by_version.setdefault(v, []).append(inc)
         return by_version
 

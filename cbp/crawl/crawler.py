@@ -33,7 +33,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Optional
 
-from ..errors import RuntimeStateError, UsageError
+from ..errors import BusyError, RuntimeStateError, UsageError
 from ..spec.schema import RecordError
 from ..storage.lease import Lease
 from .fetch import MAX_PAGE_BYTES, MAX_URL_CHARS, REASONS, Corpus, Fetched, _reason_of, _split, decode_html
@@ -169,7 +169,7 @@ class Crawler:
         if local is None:  # a home on S3: a lease (see cbp.storage.lease)
             lease = Lease(self.p.home.lease_store("the crawler's lock"), "crawler", self.p.home.holder_info())
             if not lease.try_acquire()[0]:
-                raise UsageError(f"another crawler is working on {self.p.home.location}; run one crawler per home", code="busy")
+                raise BusyError(f"another crawler is working on {self.p.home.location}; run one crawler per home", code="busy")
             try:
                 yield
             finally:
@@ -183,7 +183,7 @@ class Crawler:
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
-                raise UsageError(f"another crawler is working on {self.p.home.location}; run one crawler per home", code="busy") from None
+                raise BusyError(f"another crawler is working on {self.p.home.location}; run one crawler per home", code="busy") from None
             yield
         finally:
             os.close(fd)
