@@ -3,8 +3,8 @@
 - the "How-to" and "Benchmarks" sections of the nav list the pages present in docs/howto/ and
   docs/benchmarks/ (titled by their first heading): a page added there is in the nav;
 - reference/cli.md is generated from cbp's own argparse parser (every command, argument and flag);
-- reference/yaml-keys.md is generated from the pipeline YAML's models (cbp.spec), with the meaning
-  of each key from :data:`MEANING`;
+- reference/yaml-keys.md is generated from the pipeline YAML's models (cbp/spec/raw.py), with the
+  meaning of each key from its ``Field(description=...)``;
 - the benchmarks' plots (bench/*.png) are published under benchmarks/plots/.
 """
 
@@ -18,38 +18,6 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = ROOT / "docs"
-
-#: What each YAML key means (by model and key); a key without an entry shows only its type and default.
-MEANING = {
-    ("pipeline", "pipeline"): "the pipeline's name: its default home is `state/<name>` in the project",
-    ("pipeline", "mode"): "`direct` (state partition-pinned and indexed, the default) or `blackbox` (state re-read and re-shuffled every epoch: the paper's baseline)",
-    ("pipeline", "description"): "free text",
-    ("pipeline", "params"): "a mapping every stage's `out.params` starts from; a stage's own `params` override its keys for that stage (one value several stages must agree on is set here once)",
-    ("pipeline", "flows"): "the flows, by name (see *flow*)",
-    ("pipeline", "stages"): "the stages, by name (see *stage*)",
-    ("flow", "schema"): "field name -> type (`string`, `int`, `float`, `bool`, `bytes`, `json`, ...); records are checked against it",
-    ("flow", "external"): "`true` for an input you feed (`cbp feed`); otherwise a stage must produce it",
-    ("flow", "description"): "free text",
-    ("flow", "migrate"): "`module:function` that `cbp upgrade` calls with each stored record of the flow's live increments (a dict in the old schema) when the schema changes in a way cbp cannot make itself; returns the new record or `None` (dropped). See [Changing a pipeline](../howto/changing-a-pipeline.md)",
-    ("stage", "translator"): "`module:function`, the module looked up beside the YAML first",
-    ("stage", "inputs"): "the flows the stage reads, each with its RouteBy/OrderBy/FrameBy (see *input*)",
-    ("stage", "state"): "the stage's state: its schema and grouping (see *state*); none for a stateless stage",
-    ("stage", "outputs"): "the flows the stage writes (`out.<flow>.write(...)`)",
-    ("stage", "partitions"): "the stage's fixed number of state partitions (the parallelism of its epochs)",
-    ("stage", "runnable"): "when the stage may run: `all` (every input has an increment, the default), `any`, or `module:function`",
-    ("stage", "params"): "any mapping, handed to the translator as `out.params` (over the pipeline's `params`)",
-    ("stage", "description"): "free text",
-    ("stage", "timeout"): "seconds an epoch of this stage may take; a longer one is cancelled (`timeout`, exit 4)",
-    ("stage", "batch"): "a vectorised translator, called per batch of keys with Arrow tables (see the guide)",
-    ("input", "flow"): "the input flow's name",
-    ("input", "route_by"): "a field name or `module:function` giving a record's key (the translate call it goes to)",
-    ("input", "order_by"): "a field name or `module:function` ordering a key's records of this flow",
-    ("input", "frame_by"): "`module:function` grouping records into frames (increments become complete when a frame closes)",
-    ("input", "schema"): "a schema the stage expects of this input (a subset of the flow's)",
-    ("state", "schema"): "the state record's fields (the key field included)",
-    ("state", "grouping"): "`inner` (only keys with new input are read and called) or `outer` (every stored key is called each epoch)",
-}
-
 
 def _nav_section(nav: list[Any], title: str, folder: str) -> None:
     """Fill the nav entry ``title`` with the pages in docs/<folder>/, index.md first."""
@@ -105,26 +73,40 @@ def cli_reference() -> str:
     return "\n".join(out)
 
 
-def yaml_reference() -> str:
-    """The YAML keys page, from the spec's pydantic models."""
-    sys.path.insert(0, str(ROOT))
-    from cbp import spec
+def _model_rows(model: Any) -> list[str]:
+    """The table of a model's keys: key, type, default and its ``description``."""
+    out = ["| key | type | default | what it is |", "|---|---|---|---|"]
+    for name, field in model.model_fields.items():
+        key = field.alias or name
+        ann = field.annotation
+        kind = ann.__name__ if isinstance(ann, type) else str(ann)
+        kind = kind.replace("typing.", "").replace("cbp.spec.raw.", "").replace("cbp.spec.sources.", "")
+        kind = kind.replace("Raw", "").replace("|", "\\|")
+        default = "required" if field.is_required() else f"`{field.default!r}`"
+        text = (field.description or "").replace("|", "\\|")
+        out.append(f"| `{key}` | `{kind}` | {default} | {text} |")
+    return out
 
-    models = [("pipeline", spec._RawPipeline), ("flow", spec._RawFlow), ("stage", spec._RawStage),
-              ("input", spec._RawInput), ("state", spec._RawState)]
-    out = ["# YAML keys", "", "Generated from the pipeline file's models (`cbp.spec`) when the docs are built. "
+
+def yaml_reference() -> str:
+    """The YAML keys page, from the spec's pydantic models (cbp/spec/raw.py) and their descriptions."""
+    sys.path.insert(0, str(ROOT))
+    from cbp.spec import raw
+    from cbp.spec.schema import SCALAR_TYPES
+
+    models = [("pipeline", raw.RawPipeline), ("flow", raw.RawFlow), ("source", raw.RawSource),
+              ("stage", raw.RawStage), ("input", raw.RawInput), ("state", raw.RawState)]
+    out = ["# YAML keys", "", "Generated from the pipeline file's models (`cbp/spec/raw.py`) when the docs are built. "
            "A key that is not listed is an error (`invalid-spec`), naming the file, the line and the stage or flow; "
            "see [Pipelines](../guide/pipelines.md) for a whole example.", ""]
     for where, model in models:
-        out += [f"## {where}", "", "| key | type | default | what it is |", "|---|---|---|---|"]
-        for name, field in model.model_fields.items():
-            key = field.alias or name
-            ann = field.annotation
-            kind = ann.__name__ if isinstance(ann, type) else str(ann)
-            kind = kind.replace("typing.", "").replace("cbp.spec.", "").replace("_Raw", "").replace("|", "\\|")
-            default = "required" if field.is_required() else f"`{field.default!r}`"
-            out.append(f"| `{key}` | `{kind}` | {default} | {MEANING.get((where, key), '')} |")
-        out.append("")
+        out += [f"## {where}", "", *_model_rows(model), ""]
+    types = ", ".join(f"`{t}`" for t in SCALAR_TYPES)
+    out += ["## field", "", "A field of a `schema` (a flow's, a state's, an input's) is `name: T`, T a type string: "
+            f"one of {types}; `list<T>` of a scalar T other than `json` (`list<T?>`: items may be null); any of them "
+            "nullable with a trailing `?` (`int?`, `list<string>?`). Any other type is refused (`bad-type`). "
+            "A flow's or state's field may take the long form `name: {type: T, default: V}`:", "",
+            *_model_rows(raw.RawField), ""]
     return "\n".join(out)
 
 

@@ -78,8 +78,10 @@ class _Scan:
         self.root = root
         self.trees = {p: ast.parse(p.read_text(encoding="utf-8")) for p in sorted(root.rglob("*.py"))}
         self.classes = _error_classes()
-        self.consts = {t.id: n.value.value for tree in self.trees.values() for n in tree.body if isinstance(n, ast.Assign)
-                       for t in n.targets if isinstance(t, ast.Name) and isinstance(n.value, ast.Constant) and isinstance(n.value.value, str)}
+        self.consts = {t.id: n.value.value for tree in self.trees.values() for n in tree.body
+                       if isinstance(n, ast.Assign) and isinstance(n.value, ast.Constant)
+                       and isinstance(n.value.value, str)
+                       for t in n.targets if isinstance(t, ast.Name)}
         self.found: dict[tuple[str, str], list[str]] = defaultdict(list)
         self.relays: dict[str, tuple[int, str, tuple[str, ...]]] = {}  # function -> (param index, param name, classes)
 
@@ -155,7 +157,8 @@ class _Scan:
                             targets = n.targets if isinstance(n, ast.Assign) else [n.target]
                             if any(isinstance(t, ast.Name) and t.id == "code" for t in targets):
                                 for cls in makers[c.name]:
-                                    self.found[(n.value.value, cls)].append(f"{path.relative_to(self.root.parent)}:{n.lineno}")
+                                    where = f"{path.relative_to(self.root.parent)}:{n.lineno}"
+                                    self.found[(n.value.value, cls)].append(where)
 
 
 def raise_sites(root: Path) -> dict[tuple[str, str], list[str]]:

@@ -38,14 +38,16 @@ def test_every_raised_code_is_in_the_catalog_with_its_class():
             missing.append(f"code '{code}' ({cls}, raised at {', '.join(where[:3])}) has no entry: add "
                            f"_c(\"{code}\", {cls}, <exit>, \"<meaning>\", \"<what to do>\") to cbp/errorcodes.py")
         elif cls not in [k.__name__ for k in entry.classes]:
-            missing.append(f"code '{code}' is raised as {cls} at {', '.join(where[:3])}, but its entry in cbp/errorcodes.py "
-                           f"lists only {[k.__name__ for k in entry.classes]}: add {cls} (and its exit code)")
+            missing.append(f"code '{code}' is raised as {cls} at {', '.join(where[:3])}, but its entry in "
+                           f"cbp/errorcodes.py lists only {[k.__name__ for k in entry.classes]}: "
+                           f"add {cls} (and its exit code)")
     assert not missing, "\n".join(missing)
 
 
 def test_every_catalog_entry_is_raised_as_it_says():
     found = raise_sites(CBP)
-    unraised = [f"'{c.code}' as {k.__name__}" for c in _catalog().values() for k in c.classes if (c.code, k.__name__) not in found]
+    unraised = [f"'{c.code}' as {k.__name__}" for c in _catalog().values() for k in c.classes
+                if (c.code, k.__name__) not in found]
     assert not unraised, f"catalog entries nothing in cbp/ raises (remove them or fix the class): {unraised}"
 
 

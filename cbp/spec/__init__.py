@@ -35,9 +35,9 @@ import json
 import os
 import re
 from dataclasses import dataclass, field
-from typing import Any, Callable, Literal, Optional, Union
+from typing import Any, Callable, Optional
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import ValidationError
 
 from ..errors import SpecError
 from ..model import ALL, EMITTER_NAMES, EMITTER_PRIVATE, runnable_all, runnable_any
@@ -46,82 +46,25 @@ from .loader import load_yaml
 from .messages import pydantic_message
 from .fielddefs import field_definition
 from .schema import DIFF, FieldType, RecordSchema, parse_type
-from .sources import RawSource, flow_source
+from .sources import flow_source
+from .raw import MAX_TIMEOUT
+from .raw import RawFlow as _RawFlow
+from .raw import RawInput as _RawInput
+from .raw import RawPipeline as _RawPipeline
+from .raw import RawStage as _RawStage
+from .raw import RawState as _RawState
 from .rowkey import row_key_fields
 
 __all__ = ["MAX_TIMEOUT", "load_spec", "load_yaml", "PipelineSpec", "StageSpec", "FlowSpec", "InputSpec", "KeyFunction", "FrameFunction"]
 
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,99}\Z")  # at most 100 characters: names become file and directory names
 STATE = "state"
-#: The longest time limit of a stage epoch, in seconds (a week): YAML ``timeout:`` and ``cbp run --epoch-timeout``.
-MAX_TIMEOUT = 7 * 24 * 3600
 BROADCAST = "ALL"  # ``route_by: ALL``: every record of the input goes to every key called in the epoch
 
 
 def route_to_all(record: dict[str, Any]) -> Any:
     """The RouteBy of ``route_by: ALL``."""
     return ALL
-
-
-# ---------------------------------------------------------------- raw YAML shape (pydantic)
-class _Strict(BaseModel):  # strict: no bool for an int, no number for a string, no "4" for 4
-    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True, strict=True)
-
-
-class _RawInput(_Strict):
-    flow: str
-    route_by: Optional[str] = None
-    order_by: Optional[str] = None
-    frame_by: Optional[str] = None
-    fields: Optional[dict[str, str]] = Field(default=None, alias="schema")
-    signed: Optional[bool] = None  # the translator sums this input's _diff (None: the stage's 'signed')
-
-
-class _RawState(_Strict):
-    fields: dict[str, Union[str, dict[str, Any]]] = Field(alias="schema")  # type string, or {type: T, default: V} (cbp.spec.fielddefs)
-    grouping: Literal["inner", "outer"] = "inner"
-    row_key: Optional[Union[str, list[str]]] = None  # keyed rows (cbp.engine.task.keyedstate): a key's state is a map row key -> row
-
-
-class _RawFlow(_Strict):
-    fields: dict[str, Union[str, dict[str, Any]]] = Field(alias="schema")
-    external: bool = False
-    description: Optional[str] = None
-    source: Optional[RawSource] = None  # a Delta table that 'cbp sync' lands (cbp.spec.sources)
-    key: Optional[list[str]] = None  # a keyed flow: upserts per key (AUTO CDC)
-    sequence_by: Optional[str] = None
-    delete_when: Optional[str] = None
-    migrate: Optional[str] = None  # module:function turning an old stored record into a new one (or None) on 'cbp upgrade'
-
-
-class _RawStage(_Strict):
-    translator: str
-    inputs: list[_RawInput] = []
-    state: Optional[_RawState] = None
-    outputs: list[str] = []
-    partitions: int = Field(default=4, ge=1, le=100_000)
-    runnable: str = "all"
-    params: dict[str, Any] = {}
-    description: Optional[str] = None
-    timeout: Optional[float] = Field(default=None, gt=0, le=MAX_TIMEOUT)  # seconds per epoch of this stage
-    batch: bool = False  # a vectorised translator: called per batch of keys with Arrow tables (cbp.engine.task.batch)
-    migrate: Optional[str] = None  # module:function turning an old state row into a new one (or None) on 'cbp upgrade'
-    backfill: bool = False  # a stage added by 'cbp upgrade' first reads its inputs' retained increments
-    signed: bool = False  # the translator sums _diff: records other than +1 (retractions) may reach it
-
-    @field_validator("inputs", mode="before")
-    @classmethod
-    def _short_inputs(cls, v: Any) -> Any:
-        return [{"flow": x} if isinstance(x, str) else x for x in v] if isinstance(v, list) else v
-
-
-class _RawPipeline(_Strict):
-    pipeline: str
-    mode: Literal["direct", "blackbox"] = "direct"
-    description: Optional[str] = None
-    params: dict[str, Any] = {}  # shared by every stage: a stage's params are these, updated by its own
-    flows: dict[str, _RawFlow]
-    stages: dict[str, _RawStage]
 
 
 # ---------------------------------------------------------------- resolved objects

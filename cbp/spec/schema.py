@@ -54,6 +54,8 @@ _SCALARS: dict[str, tuple[Any, pa.DataType]] = {
     "bool": (StrictBool, pa.bool_()),
     "json": (Any, pa.string()),
 }
+#: The scalar type names a schema field takes (each also as ``list<T>``, except json, and nullable as ``T?``).
+SCALAR_TYPES = tuple(_SCALARS)
 _TYPE_RE = re.compile(r"^\s*(?:list<\s*(\w+)\s*(\?)?\s*>|(\w+))\s*(\?)?\s*$")
 
 

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from typing import Any, Callable, Optional
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 
 from .schema import RecordSchema
 
@@ -37,7 +37,7 @@ class RawSource(BaseModel):
     """``source:`` of a flow in YAML: where its records come from."""
 
     model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
-    delta: str
+    delta: str = Field(description="the Delta table's URI: a local path, a `file:` URI or `s3://BUCKET/PATH`")
 
 
 class SourceSpecError(ValueError):
