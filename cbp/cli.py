@@ -123,7 +123,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     try:
         return _dispatch(args)
     except CbpError as e:
-        print(f"cbp {args.command}: error [{e.code}]: {printable(str(e))}", file=sys.stderr)
+        for code, message in getattr(e, "problems", None) or [(e.code, str(e))]:  # a YAML's mistakes, one a line
+            print(f"cbp {args.command}: error [{code}]: {printable(message)}", file=sys.stderr)
         return exit_code(type(e))
     except BrokenPipeError:
         return 0

@@ -38,13 +38,19 @@ class CbpError(Exception):
 
 
 class SpecError(CbpError):
-    """A mistake in a pipeline YAML file, found before any Spark job starts."""
+    """A mistake in a pipeline YAML file, found before any Spark job starts.
+
+    ``problems`` lists every mistake found in one pass as ``(code, message)`` (each message with the
+    file and line); ``code`` is the first one's.
+    """
 
     code = "spec"
 
-    def __init__(self, path: str, message: str, *, code: str | None = None) -> None:
+    def __init__(self, path: str, message: str, *, code: str | None = None,
+                 problems: list[tuple[str, str]] | None = None) -> None:
         self.path = path
         super().__init__(f"{path}: {message}", code=code)
+        self.problems: list[tuple[str, str]] = problems or [(self.code, str(self))]
 
 
 class InputError(CbpError):

@@ -43,7 +43,8 @@ from ..errors import SpecError
 from ..model import ALL, EMITTER_NAMES, EMITTER_PRIVATE, runnable_all, runnable_any
 from .resolve import is_import_path, resolve_callable
 from .loader import load_yaml
-from .messages import pydantic_message
+from .messages import pydantic_messages
+from .problems import Problems, combined
 from .fielddefs import field_definition
 from .schema import DIFF, FieldType, RecordSchema, parse_type
 from .sources import flow_source
@@ -199,7 +200,8 @@ def load_spec(path: str | os.PathLike[str], text: Optional[str] = None) -> Pipel
     try:
         raw = _RawPipeline.model_validate(data)
     except ValidationError as e:
-        raise SpecError(path, pydantic_message(e, lines), code="invalid-spec") from None
+        errors = [SpecError(path, m, code="invalid-spec") for m in pydantic_messages(e, lines)]
+        raise combined(path, errors) from None
     return _Compiler(path, raw, lines).compile()
 
 
@@ -220,64 +222,108 @@ class _Compiler:
         return SpecError(self.path, (f"line {line}: " if line else "") + message, code=code)
 
     def compile(self) -> PipelineSpec:
+        """The pipeline; every mistake that does not follow from an earlier one is reported together."""
+        raw, problems = self.raw, Problems(self.path)
+        self._names(problems)
+        with problems.check():
+            self._check_params(raw.params, ("params",), "the pipeline")
+        schemas: dict[str, RecordSchema] = {}
+        for fname, f in raw.flows.items():
+            with problems.check():
+                schemas[fname] = self._schema(f.fields, ("flows", fname, "schema"), f"flow '{fname}'")
+        producers, consumers, bad = self._structure(problems)
+        if not bad:  # a stage refused above may be the producer a flow lacks
+            for fname in raw.flows:
+                with problems.check():
+                    self._producer(fname, producers, consumers)
+        frames: dict[str, FrameFunction] = {}
+        if not bad and set(schemas) == set(raw.flows):
+            with problems.check():
+                frames = self._frames(schemas, consumers)
+        stages: dict[str, StageSpec] = {}
+        for n, s in raw.stages.items():
+            if n not in bad and all(i.flow in schemas for i in s.inputs):
+                with problems.check():
+                    stages[n] = self._stage(n, s, schemas)
+        flows: dict[str, FlowSpec] = {}
+        for n, f in raw.flows.items():
+            if n in schemas:
+                with problems.check():
+                    flows[n] = self._flow(n, f, schemas[n], producers, consumers, frames)
+        problems.raise_any()
+        return PipelineSpec(raw.pipeline, self.path, raw.mode, flows, stages, _stage_order(stages, flows))
+
+    def _names(self, problems: Problems) -> None:
+        """The pipeline's, flows' and stages' names, and that there are stages."""
         raw = self.raw
         if not _NAME.match(raw.pipeline):
-            raise self.fail(("pipeline",), f"pipeline name '{raw.pipeline:.120}' must be a plain identifier of at most 100 characters", "bad-name")
+            with problems.check():
+                raise self.fail(("pipeline",), f"pipeline name '{raw.pipeline:.120}' must be a plain identifier of at most 100 characters", "bad-name")
         for kind, names in (("flow", raw.flows), ("stage", raw.stages)):
             for n in names:
                 if not _NAME.match(n):
-                    raise self.fail((kind + "s", n), f"{kind} name '{n:.120}' must be a plain identifier (letters, digits, _; at most 100)", "bad-name")
-        if STATE in raw.flows:
-            raise self.fail(("flows", STATE), "'state' is reserved for each stage's state flow; rename the flow", "reserved-name")
-        if not raw.stages:
-            raise self.fail(("stages",), "the pipeline has no stages", "no-stages")
+                    with problems.check():
+                        raise self.fail((kind + "s", n), f"{kind} name '{n:.120}' must be a plain identifier (letters, digits, _; at most 100)", "bad-name")
+        with problems.check():
+            if STATE in raw.flows:
+                raise self.fail(("flows", STATE), "'state' is reserved for each stage's state flow; rename the flow", "reserved-name")
+        with problems.check():
+            if not raw.stages:
+                raise self.fail(("stages",), "the pipeline has no stages", "no-stages")
 
-        self._check_params(raw.params, ("params",), "the pipeline")
-        schemas: dict[str, RecordSchema] = {}
-        for fname, f in raw.flows.items():
-            schemas[fname] = self._schema(f.fields, ("flows", fname, "schema"), f"flow '{fname}'")
-
+    def _structure(self, problems: Problems) -> tuple[dict[str, str], dict[str, list[str]], set[str]]:
+        """Each stage's inputs and outputs: (producer of each flow, readers of each flow, the stages refused)."""
         producers: dict[str, str] = {}
-        consumers: dict[str, list[str]] = {f: [] for f in raw.flows}
-        for sname, s in raw.stages.items():
-            where = ("stages", sname)
-            if not s.inputs:
-                raise self.fail(where, f"stage '{sname}' has no input flow; every stage reads at least one", "no-input")
-            seen: set[str] = set()
-            for inp in s.inputs:
-                if inp.flow == STATE:
-                    raise self.fail(where + ("inputs",), f"stage '{sname}': the state flow is read implicitly; declare it under 'state:', not as an input", "reserved-name")
-                if inp.flow not in raw.flows:
-                    raise self.fail(where + ("inputs",), f"stage '{sname}': unknown input flow '{inp.flow}' (declared flows: {', '.join(raw.flows)})", "unknown-flow")
-                if inp.flow in seen:
-                    raise self.fail(where + ("inputs",), f"stage '{sname}': input flow '{inp.flow}' is listed twice", "duplicate-input")
-                seen.add(inp.flow)
-                consumers[inp.flow].append(sname)
-            for out in s.outputs:
-                if out == STATE:
-                    raise self.fail(where + ("outputs",), f"stage '{sname}': 'state' is written through out.state; declare it under 'state:', not as an output", "reserved-name")
-                if (out in EMITTER_NAMES or out in EMITTER_PRIVATE) and not s.batch:
-                    raise self.fail(where + ("outputs",), f"stage '{sname}': out.{out} is the translator's {out}, so an output flow "
-                                    f"cannot be named '{out}' ({', '.join(sorted(EMITTER_NAMES))} and out's private names are taken); rename the flow", "reserved-name")
-                if out not in raw.flows:
-                    raise self.fail(where + ("outputs",), f"stage '{sname}': unknown output flow '{out}' (declared flows: {', '.join(raw.flows)})", "unknown-flow")
-                if raw.flows[out].external:
-                    raise self.fail(where + ("outputs",), f"stage '{sname}' writes flow '{out}', which is an external input (external: true); an external flow is fed from outside only", "external-produced")
-                if out in producers:
-                    raise self.fail(where + ("outputs",), f"flow '{out}' has two producers, stages '{producers[out]}' and '{sname}'; give each its own flow", "two-producers")
-                producers[out] = sname
-        for fname, f in raw.flows.items():
-            if not f.external and fname not in producers and consumers[fname]:
-                raise self.fail(("flows", fname), f"flow '{fname}' is read by stage '{consumers[fname][0]}' but no stage produces it; mark it 'external: true' if it is fed from outside", "no-producer")
-            if not f.external and fname not in producers:
-                raise self.fail(("flows", fname), f"flow '{fname}' is neither external nor written by any stage; list it under a stage's 'outputs', mark it 'external: true', or remove it", "no-producer")
+        consumers: dict[str, list[str]] = {f: [] for f in self.raw.flows}
+        bad: set[str] = set()
+        for sname, s in self.raw.stages.items():
+            with problems.check():
+                bad.add(sname)
+                self._stage_flows(sname, s, producers, consumers)
+                bad.discard(sname)
+        return producers, consumers, bad
 
-        frames = self._frames(schemas, consumers)
-        stages = {n: self._stage(n, s, schemas) for n, s in raw.stages.items()}
-        flows = {n: FlowSpec(n, schemas[n], f.external, producers.get(n), tuple(consumers[n]), frames.get(n), **flow_source(n, f, schemas[n], n in frames, self.fail, self.base),
-                             migrate=None if f.migrate is None else self._callable(f.migrate, ("flows", n, "migrate"), f"flow '{n}' migrate", (1, "migrate(old_record)")),
-                             migrate_path=f.migrate) for n, f in raw.flows.items()}
-        return PipelineSpec(raw.pipeline, self.path, raw.mode, flows, stages, _stage_order(stages, flows))
+    def _stage_flows(self, sname: str, s: _RawStage, producers: dict[str, str], consumers: dict[str, list[str]]) -> None:
+        raw, where = self.raw, ("stages", sname)
+        if not s.inputs:
+            raise self.fail(where, f"stage '{sname}' has no input flow; every stage reads at least one", "no-input")
+        seen: set[str] = set()
+        for inp in s.inputs:
+            if inp.flow == STATE:
+                raise self.fail(where + ("inputs",), f"stage '{sname}': the state flow is read implicitly; declare it under 'state:', not as an input", "reserved-name")
+            if inp.flow not in raw.flows:
+                raise self.fail(where + ("inputs",), f"stage '{sname}': unknown input flow '{inp.flow}' (declared flows: {', '.join(raw.flows)})", "unknown-flow")
+            if inp.flow in seen:
+                raise self.fail(where + ("inputs",), f"stage '{sname}': input flow '{inp.flow}' is listed twice", "duplicate-input")
+            seen.add(inp.flow)
+            consumers[inp.flow].append(sname)
+        for out in s.outputs:
+            if out == STATE:
+                raise self.fail(where + ("outputs",), f"stage '{sname}': 'state' is written through out.state; declare it under 'state:', not as an output", "reserved-name")
+            if (out in EMITTER_NAMES or out in EMITTER_PRIVATE) and not s.batch:
+                raise self.fail(where + ("outputs",), f"stage '{sname}': out.{out} is the translator's {out}, so an output flow "
+                                f"cannot be named '{out}' ({', '.join(sorted(EMITTER_NAMES))} and out's private names are taken); rename the flow", "reserved-name")
+            if out not in raw.flows:
+                raise self.fail(where + ("outputs",), f"stage '{sname}': unknown output flow '{out}' (declared flows: {', '.join(raw.flows)})", "unknown-flow")
+            if raw.flows[out].external:
+                raise self.fail(where + ("outputs",), f"stage '{sname}' writes flow '{out}', which is an external input (external: true); an external flow is fed from outside only", "external-produced")
+            if out in producers:
+                raise self.fail(where + ("outputs",), f"flow '{out}' has two producers, stages '{producers[out]}' and '{sname}'; give each its own flow", "two-producers")
+            producers[out] = sname
+
+    def _producer(self, fname: str, producers: dict[str, str], consumers: dict[str, list[str]]) -> None:
+        """A flow that is not external has a producer."""
+        if self.raw.flows[fname].external or fname in producers:
+            return
+        if consumers[fname]:
+            raise self.fail(("flows", fname), f"flow '{fname}' is read by stage '{consumers[fname][0]}' but no stage produces it; mark it 'external: true' if it is fed from outside", "no-producer")
+        raise self.fail(("flows", fname), f"flow '{fname}' is neither external nor written by any stage; list it under a stage's 'outputs', mark it 'external: true', or remove it", "no-producer")
+
+    def _flow(self, n: str, f: _RawFlow, schema: RecordSchema, producers: dict[str, str], consumers: dict[str, list[str]],
+              frames: dict[str, FrameFunction]) -> FlowSpec:
+        migrate = None if f.migrate is None else self._callable(f.migrate, ("flows", n, "migrate"), f"flow '{n}' migrate", (1, "migrate(old_record)"))
+        return FlowSpec(n, schema, f.external, producers.get(n), tuple(consumers[n]), frames.get(n),
+                        **flow_source(n, f, schema, n in frames, self.fail, self.base), migrate=migrate, migrate_path=f.migrate)
 
     def _schema(self, fields: dict[str, Any], where: tuple[str, ...], what: str) -> RecordSchema:
         if not fields:

@@ -8,12 +8,16 @@ from __future__ import annotations
 
 from pydantic import ValidationError
 
-__all__ = ["pydantic_message", "describe"]
+__all__ = ["pydantic_messages", "describe"]
+
+#: The most validation errors of one file reported (a file of many mistakes is usually not a pipeline file).
+MAX_REPORTED = 50
 
 
-def pydantic_message(e: ValidationError, lines: dict[tuple[str, ...], int]) -> str:
+def pydantic_messages(e: ValidationError, lines: dict[tuple[str, ...], int]) -> list[str]:
+    """Each validation error (at most :data:`MAX_REPORTED`) as a message naming its line, stage or flow."""
     parts = []
-    for err in e.errors()[:5]:
+    for err in e.errors()[:MAX_REPORTED]:
         loc = [str(x) for x in err["loc"]]
         keys = tuple(x for x in loc if not x.isdigit())
         line = None
@@ -24,7 +28,7 @@ def pydantic_message(e: ValidationError, lines: dict[tuple[str, ...], int]) -> s
         what = {"missing": "missing (required)", "extra_forbidden": "unknown field"}.get(err["type"], err["msg"])
         label = describe(loc)
         parts.append((f"line {line}: " if line else "") + f"{label}: {what}")
-    return "; ".join(parts)
+    return parts
 
 
 def describe(loc: list[str]) -> str:

@@ -1,0 +1,56 @@
+"""Internal: the mistakes of one pipeline YAML file, collected in one pass and raised as one :class:`SpecError`.
+
+The compiler runs each check that does not depend on a failed one inside :meth:`Problems.check`;
+a :class:`SpecError` raised there is kept and the next check runs. :meth:`Problems.raise_any` then
+raises one error listing them all, with the first one's code (and the first alone as it was).
+
+    >>> p = Problems("x.yaml")
+    >>> for code in ("bad-name", "unknown-flow"):
+    ...     with p.check():
+    ...         raise SpecError("x.yaml", f"line 3: it is wrong ({code})", code=code)
+    >>> try:
+    ...     p.raise_any()
+    ... except SpecError as e:
+    ...     print(e.code, [c for c, _ in e.problems])
+    bad-name ['bad-name', 'unknown-flow']
+"""
+
+from __future__ import annotations
+
+from contextlib import contextmanager
+from typing import Iterator
+
+from ..errors import SpecError
+
+__all__ = ["Problems", "combined"]
+
+
+class Problems:
+    """The SpecErrors found so far in the file at ``path``."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self.errors: list[SpecError] = []
+
+    @contextmanager
+    def check(self) -> Iterator[None]:
+        """Run a check; a SpecError it raises is kept, not raised."""
+        try:
+            yield
+        except SpecError as e:
+            self.errors.append(e)
+
+    def raise_any(self) -> None:
+        """Raise the problems found as one SpecError (nothing if there are none)."""
+        if self.errors:
+            raise combined(self.path, self.errors)
+
+
+def combined(path: str, errors: list[SpecError]) -> SpecError:
+    """One SpecError for ``errors``: the first itself if it is alone; else one whose message lists
+    each (with its code) and whose ``problems`` holds every ``(code, message)``."""
+    if len(errors) == 1:
+        return errors[0]
+    problems = [p for e in errors for p in e.problems]
+    listed = "; ".join(f"[{code}] {message.removeprefix(path + ': ')}" for code, message in problems)
+    return SpecError(path, f"{len(problems)} problems: {listed}", code=problems[0][0], problems=problems)
