@@ -296,6 +296,11 @@ the YAML or the command (`SpecError`, `UsageError`), 3 bad input records (`Input
 code failed (`UserCodeError`), 5 a runtime or storage problem (`RuntimeStateError`, and an
 `OSError` cbp did not expect), 6 another run holds the home (`BusyError`); 130 interrupted.
 
+The mistakes of a pipeline YAML are reported together: every one that does not follow from another
+(a stage reading an unknown flow is not also checked against that flow's schema), one a line, each
+with its file, line, stage or flow and code; the `SpecError`'s `code` is the first one's and its
+`problems` lists every `(code, message)`.
+
 This page is generated from the catalog in `cbp/errorcodes.py`, which `tests/test_error_catalog.py`
 checks against every place cbp raises a code; after changing the catalog, regenerate it with
 `python -m cbp.errorcodes > docs/reference/error-codes.md`.

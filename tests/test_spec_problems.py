@@ -56,7 +56,8 @@ def test_three_independent_mistakes_are_three_problems(make_pipeline, capsys):
 def test_a_dependent_mistake_is_not_reported_twice(make_pipeline):
     """A stage reading an unknown flow is one problem: its route_by etc. are not checked against a missing schema,
     and no flow is reported as lacking the producer that stage might have been."""
-    text = THREE.replace("{flow: b, route_by: url}", "{flow: nosuch, route_by: url}").replace("blob: bytes", "blob: string")
+    text = THREE.replace("{flow: b, route_by: url}", "{flow: nosuch, route_by: url}")
+    text = text.replace("blob: bytes", "blob: string")
     with pytest.raises(SpecError) as e:
         load_spec(make_pipeline(text, MODULE))
     assert [c for c, _ in e.value.problems] == ["unknown-flow", "unknown-field"]
@@ -87,7 +88,8 @@ def test_every_validation_error_is_reported(make_pipeline):
 
 
 def test_one_mistake_is_reported_as_before(make_pipeline):
-    text = THREE.replace("blob: bytes", "blob: string").replace("nomodule_here:t", "MOD:t").replace("route_by: missing", "route_by: url")
+    text = THREE.replace("blob: bytes", "blob: string").replace("nomodule_here:t", "MOD:t")
+    text = text.replace("route_by: missing", "route_by: url")
     text = text.replace("outputs: [d]", "outputs: [c]")
     with pytest.raises(SpecError) as e:
         load_spec(make_pipeline(text, MODULE))
