@@ -36,7 +36,8 @@ def test_every_raised_code_is_in_the_catalog_with_its_class():
         entry = catalog.get(code)
         if entry is None:
             missing.append(f"code '{code}' ({cls}, raised at {', '.join(where[:3])}) has no entry: add "
-                           f"_c(\"{code}\", {cls}, <exit>, \"<meaning>\", \"<what to do>\") to cbp/errorcodes.py")
+                           f"_c(\"{code}\", {cls}, {exit_code(getattr(errors, cls))}, \"<meaning>\", \"<what to do>\") "
+                           "to cbp/errorcodes.py")
         elif cls not in [k.__name__ for k in entry.classes]:
             missing.append(f"code '{code}' is raised as {cls} at {', '.join(where[:3])}, but its entry in "
                            f"cbp/errorcodes.py lists only {[k.__name__ for k in entry.classes]}: "

@@ -48,6 +48,7 @@ def test_three_independent_mistakes_are_three_problems(make_pipeline, capsys):
     for (code, message), line, who in zip(e.value.problems, lines, ("flow 'a'", "stage 's1'", "stage 's2'")):
         assert message.startswith(f"{path}: line {line}: ") and who in message, (code, message)
         assert f"[{code}]" in str(e.value)
+    assert str(e.value).startswith(e.value.problems[0][1])  # the first problem, as when it was the only one
     assert main(["validate", str(path)]) == 2
     err = capsys.readouterr().err.splitlines()
     assert [ln.split("]")[0] for ln in err] == [f"cbp validate: error [{c}" for c, _ in e.value.problems]
@@ -94,4 +95,4 @@ def test_one_mistake_is_reported_as_before(make_pipeline):
     with pytest.raises(SpecError) as e:
         load_spec(make_pipeline(text, MODULE))
     assert e.value.code == "two-producers" and len(e.value.problems) == 1
-    assert "problems" not in str(e.value)
+    assert "more problem" not in str(e.value)

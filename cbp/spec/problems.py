@@ -47,10 +47,12 @@ class Problems:
 
 
 def combined(path: str, errors: list[SpecError]) -> SpecError:
-    """One SpecError for ``errors``: the first itself if it is alone; else one whose message lists
-    each (with its code) and whose ``problems`` holds every ``(code, message)``."""
+    """One SpecError for ``errors``: the first itself if it is alone; else one whose message is the
+    first's followed by the others (each with its code), and whose ``problems`` holds every
+    ``(code, message)``."""
     if len(errors) == 1:
         return errors[0]
     problems = [p for e in errors for p in e.problems]
-    listed = "; ".join(f"[{code}] {message.removeprefix(path + ': ')}" for code, message in problems)
-    return SpecError(path, f"{len(problems)} problems: {listed}", code=problems[0][0], problems=problems)
+    first, *rest = [f"{message.removeprefix(path + ': ')} [{code}]" for code, message in problems]
+    text = f"{first}; and {len(rest)} more problem{'s' if len(rest) > 1 else ''}: {'; '.join(rest)}"
+    return SpecError(path, text, code=problems[0][0], problems=problems)
