@@ -84,7 +84,7 @@ class Upgrade:
             read = f" (read as {copies} records of +1: the input is not signed)" if expanded else ""
             parts.append(f"flow '{i.flow}': {sv.increments} increment(s), {sv.stored} records stored, "
                          f"{contents.records} records consolidated{read}")
-        detail = c.detail.split(";", 1)[0] + "; backfilled from " + ("; ".join(parts) or "nothing (no input)")
+        detail = f"{c.detail}; backfill reads " + ("; ".join(parts) or "nothing (no input)")
         return Change(c.verdict, c.what, detail, kind=c.kind, name=c.name, data=c.data, args=c.args)
 
     def _contents_of(self, flow: str, snap: Snapshot, sv: Optional[Survey] = None) -> Contents:
