@@ -97,7 +97,8 @@ class Reads:
         collected: dict[int, int] = {}
         if epoch is None:
             collected = self.history.collected(self.live.st, flow)
-            ids = sorted({i for i, m in fs.incs.items() if not is_synthetic(m.producer)} | set(collected))  # a backfill's: not the flow's
+            live = {i for i, m in fs.incs.items() if not is_synthetic(m.producer)}  # a backfill's: not the flow's
+            ids = sorted(live | set(collected))
         else:
             ids = sorted({i for e in (range(1, epoch + 1) if upto and epoch > 0 else [epoch]) for i in self._epoch_incs(flow, e)})
         by_version: dict[Any, list[int]] = {}  # live increments at the current version, collected ones by time travel

@@ -66,11 +66,13 @@ def _added(s: str, d: dict[str, Any], snap: Snapshot, restore: tuple[str, ...], 
             return Change("migrates", what, f"added back, restored from its archive (epoch {arch['epoch']}) with every increment "
                           "of its inputs it missed", kind="restore", name=s, data=True)
         if d.get("backfill") or s in discard:
-            how = "rebuilt from its inputs' whole contents (backfill)" if s not in discard or d.get("backfill") else "empty"
+            rebuilt = s not in discard or d.get("backfill")
+            how = "rebuilt from its inputs' whole contents (backfill)" if rebuilt else "empty"
             return Change("migrates", what, f"added back, starts {how}; its archive is dropped", kind="add-stage", name=s, data=True,
                           args={"backfill": bool(d.get("backfill")) and s not in discard, "clear": True})
         return Change("refused", what, f"added back, but {where}. Say how it starts: --restore-archived {s} (the archive plus "
-                      f"every increment it missed), 'backfill: true' on the stage (rebuilt from its inputs' whole contents), "
+                      "every increment it missed), 'backfill: true' on the stage (rebuilt from its inputs' whole "
+                      "contents), "
                       f"or --discard-archived {s} (empty)", code="archived-stage", name=s)
     leftover = snap.stages.get(s)
     if d.get("backfill"):

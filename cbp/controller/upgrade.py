@@ -71,9 +71,9 @@ class Upgrade:
             sv = survey(self.home, self.history, snap, i.flow)
             if sv.missing:
                 gone = "; ".join(sv.missing[:3]) + (" and more" if len(sv.missing) > 3 else "")
-                return Change("refused", c.what, f"added with 'backfill: true', but the home no longer holds all of flow "
-                              f"'{i.flow}': {gone}. Add the stage without 'backfill: true' (it starts empty), or restore "
-                              "the files from a backup", code="backfill-unavailable", name=c.name)
+                why = (f"added with 'backfill: true', but the home no longer holds all of flow '{i.flow}': {gone}. "
+                       "Add the stage without 'backfill: true' (it starts empty), or restore the files from a backup")
+                return Change("refused", c.what, why, code="backfill-unavailable", name=c.name)
             try:
                 contents = self._contents_of(i.flow, snap, sv)
             except ValueError as e:
@@ -206,18 +206,20 @@ class Upgrade:
             del self.live.st.connectors[k]
         self._clear_state(s, n, commits)
         for i in self.live.spec.stages[s].inputs:
-            self.live.st.connectors[conn(s, i.flow)] = self._backfill(s, i.flow, i.signed, n, written) if backfill else []
+            ids = self._backfill(s, i.flow, i.signed, n, written) if backfill else []
+            self.live.st.connectors[conn(s, i.flow)] = ids
 
     def _backfill(self, s: str, flow: str, signed: bool, n: int, written: list[str]) -> list[int]:
         """Write ``flow``'s consolidated contents as one synthetic increment for stage ``s``; its connector."""
         sv = survey(self.home, self.history, self.live.st, flow)
         if sv.missing:  # the plan said otherwise a moment ago: the home changed under it
-            raise UsageError(f"cannot backfill stage '{s}': the home no longer holds all of flow '{flow}': {sv.missing[0]}",
-                             code="backfill-unavailable")
+            raise UsageError(f"cannot backfill stage '{s}': the home no longer holds all of flow '{flow}': "
+                             f"{sv.missing[0]}", code="backfill-unavailable")
         try:
             contents = self._contents_of(flow, self.live.st, sv)
         except ValueError as e:
-            raise UsageError(f"cannot backfill stage '{s}': {_unreadable(flow, e)}", code="backfill-unavailable") from None
+            why = _unreadable(flow, e)
+            raise UsageError(f"cannot backfill stage '{s}': {why}", code="backfill-unavailable") from None
         after = [sv.open] if sv.open is not None else []
         if not contents.records:
             return after
@@ -261,7 +263,7 @@ class Upgrade:
             fs.incs[inc] = Increment(inc, records, fs.version, "retained", True)
 
     def _is_synthetic(self, flow: str, inc: int) -> bool:
-        """Whether increment ``inc`` of ``flow`` is a backfill's synthetic increment (live, or as its collected entry says)."""
+        """Whether increment ``inc`` of ``flow`` is a backfill's synthetic increment (live, or as its entry says)."""
         m = self.live.st.flows[flow].incs.get(inc)
         if m is not None:
             return is_synthetic(m.producer)
@@ -292,10 +294,11 @@ class Upgrade:
             conns[f] = kept
         if missing:
             raise UsageError(f"cannot restore stage '{s}' from its archive: it missed {', '.join(missing[:5])}"
-                             f"{' and more' if len(missing) > 5 else ''}, which were garbage-collected after the stages reading "
-                             f"them had read them. Add it back with 'backfill: true' on the stage (rebuilt from its inputs' whole "
-                             f"contents, which the home keeps until the flow tables are vacuumed: 'cbp plan' shows what it reads) "
-                             f"or with --discard-archived {s} (empty) instead", code="archive-increments-collected")
+                             f"{' and more' if len(missing) > 5 else ''}, which were garbage-collected after the "
+                             "stages reading them had read them. Add it back with 'backfill: true' on the stage "
+                             "(rebuilt from its inputs' whole contents, which the home keeps until the flow tables "
+                             f"are vacuumed: 'cbp plan' shows what it reads) or with --discard-archived {s} (empty) "
+                             "instead", code="archive-increments-collected")
         self.live.st.stages[s] = StageState(arch["epoch"], arch["runnable_state"], arch["state_version"], arch["layout"], dict(arch["index"]),
                                       list(arch["bindings"]))
         for f, ids in conns.items():
@@ -322,10 +325,11 @@ class Upgrade:
 def _unreadable(flow: str, e: ValueError) -> str:
     """Why :func:`~.backfill.consolidate` could not read ``flow``."""
     if e.args[0] == "negative":
-        return (f"flow '{flow}': record {str(e.args[1])[:200]} is retracted more often than it was added (its multiplicity "
-                f"sums to {e.args[2]}); fix the feeds ('cbp output {flow} --consolidated' shows where), or add the stage empty")
-    return (f"flow '{flow}': increment {e.args[1]} was stored before a 'migrate:' of the flow's schema and is read only as "
-            "recorded; add the stage without 'backfill: true'")
+        return (f"flow '{flow}': record {str(e.args[1])[:200]} is retracted more often than it was added (its "
+                f"multiplicity sums to {e.args[2]}); fix the feeds ('cbp output {flow} --consolidated' shows where), "
+                "or add the stage empty")
+    return (f"flow '{flow}': increment {e.args[1]} was stored before a 'migrate:' of the flow's schema and is "
+            "read only as recorded; add the stage without 'backfill: true'")
 
 
 def unfed_waits(spec: PipelineSpec, st: Snapshot) -> list[str]:
