@@ -281,3 +281,24 @@ def test_backfill_from_a_delta_source(spark, make_pipeline, tmp_path):
     _change(uri, 5, rnd, next_id)
     p.run()
     assert totals("again") == totals("totals") == _expected(uri)
+
+
+@pytest.mark.parametrize("fault", ["kill:upgrade:written:1", "kill:upgrade:pending:1", "kill:upgrade:committed:0:1"])
+def test_kill_inside_a_backfill_upgrade_leaves_old_or_new(spark, make_pipeline, tmp_path, fault):
+    """A 'cbp upgrade' killed after writing the synthetic increments (nothing pending), at its pending
+    record, or after one of the flows' commits: the next upgrade and run give the fresh home's states."""
+    from crash_harness import cli
+
+    feeds = signed_feeds(5, 4)
+    home = str(tmp_path / "h")
+    fresh(make_pipeline, tmp_path, BASE, feeds[:3], "h")
+    new = make_pipeline(BASE + ADDED, MODULE, module_name="bf_mod")
+    r = cli(["upgrade"], home, fault, yaml=new)
+    assert r.returncode == -9, r.stderr[-2000:]
+    q = cbp.load(new, home=home)
+    q.upgrade()  # the old pipeline: upgraded now; a pending upgrade: finished first
+    q.feed("words", feeds[3])
+    q.run()
+    assert _words(q) == from_scratch(feeds)
+    assert {r["w"]: r["d"] for r in q.state("sums")} == from_scratch(feeds)
+    assert {r["w"]: r.get("_diff", 1) for r in q.output("words", consolidated=True)} == from_scratch(feeds)

@@ -106,7 +106,7 @@ class _RawStage(_Strict):
     timeout: Optional[float] = Field(default=None, gt=0, le=MAX_TIMEOUT)  # seconds per epoch of this stage
     batch: bool = False  # a vectorised translator: called per batch of keys with Arrow tables (cbp.engine.task.batch)
     migrate: Optional[str] = None  # module:function turning an old state row into a new one (or None) on 'cbp upgrade'
-    backfill: bool = False  # a stage added by 'cbp upgrade' first reads its inputs' retained increments
+    backfill: bool = False  # a stage added by 'cbp upgrade' first reads its inputs' whole contents
     signed: bool = False  # the translator sums _diff: records other than +1 (retractions) may reach it
 
     @field_validator("inputs", mode="before")
