@@ -145,7 +145,8 @@ SECTIONS: list[tuple[str, list[Code]]] = [
            "send each event once, as an upsert or a delete"),
         _c("retract-missing", INP, 3, "a keyed flow's feed deletes a key that has no row",
            "the message names flow, key and feed; nothing of the feed landed"),
-        _c("negative-multiplicity", INP, 3, "`cbp output --consolidated`: a record retracted more often than added",
+        _c("negative-multiplicity", INP, 3, "`cbp output --consolidated` (or a backfill's `cbp plan`, as a refused "
+           "line): a record retracted more often than added",
            "find the feed that retracts it (the message names it)"),
     ]),
     ("Your code", [
@@ -229,7 +230,13 @@ SECTIONS: list[tuple[str, list[Code]]] = [
         _c("not-archived", U, 2, "`--restore-archived`/`--discard-archived` named a stage not added back",
            "check `cbp status` for the archived stages"),
         _c("archive-increments-collected", U, 2, "the archived stage missed increments that were garbage-collected",
-           "add it back with `backfill: true` or `--discard-archived`"),
+           "add it back with `backfill: true` (rebuilt from its inputs' whole contents, while the home holds them: "
+           "`cbp plan` says) or with `--discard-archived STAGE` (empty)"),
+        _c("backfill-unavailable", U, 2, "a stage with `backfill: true` needs its inputs' whole contents and the home "
+           "no longer holds some (a table version's log cleaned up, increment files vacuumed or deleted, or "
+           "increments stored before a flow's `migrate:`); a refused plan line, or raised by `cbp upgrade` if "
+           "the home changed since the plan", "add the stage without `backfill: true` (it starts empty), or restore "
+           "the files from a backup"),
         _c("archive-gone", U, 2, "files of the archived state are gone (vacuumed)",
            "add the stage back empty or with `backfill: true`"),
         _c("upgrade-failed", RS, 5, "the Spark job rewriting a stage's state failed; nothing changed",

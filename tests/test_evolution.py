@@ -4,6 +4,8 @@ increments with the new YAML."""
 
 from __future__ import annotations
 
+import shutil
+
 import pytest
 
 import cbp
@@ -146,7 +148,7 @@ def total(key, state, counts, out):
 @pytest.mark.parametrize("how", ["plain", "restore", "backfill", "discard"])
 def test_stage_removed_and_added_back_is_never_silently_resumed(spark, make_pipeline, tmp_path, how):
     """The reproduction of issue 37: 3 records, `total` removed, 5 records, `total` back, 2 records:
-    t=10 (restored), 7 (backfilled from the retained increments), 2 (started empty on request), or a refusal; never 5."""
+    t=10 (restored), 10 (backfilled from the whole contents of 'counts'), 2 (started empty on request), or a refusal; never 5."""
     full = make_pipeline(TOTAL, TOTAL_MODULE, module_name="evo_total")
     less = make_pipeline(REMOVED, TOTAL_MODULE, module_name="evo_total")
     back = make_pipeline(TOTAL.replace("partitions: 1", "partitions: 1\n    backfill: true") if how == "backfill" else TOTAL,
@@ -176,8 +178,8 @@ def test_stage_removed_and_added_back_is_never_silently_resumed(spark, make_pipe
     p.upgrade(restore_archived=["total"] if how == "restore" else [], discard_archived=["total"] if how == "discard" else [])
     p.feed("words", [{"w": "d"}] * 2)
     p.run()
-    # backfill reads what is retained: the 5 and 2 (the first 3 were read by 'total' and collected before it left)
-    assert p.state("total") == [{"t": {"discard": 2, "backfill": 7, "restore": 10}[how]}]
+    # backfill reads the whole contents of 'counts' (the first 3 too, read by 'total' and collected before it left)
+    assert p.state("total") == [{"t": {"discard": 2, "backfill": 10, "restore": 10}[how]}]
     assert p.status()["archived"] == {}
 
 
@@ -204,6 +206,23 @@ def test_restore_refused_when_missed_increments_were_collected(spark, make_pipel
     with pytest.raises(cbp.UsageError) as e:
         p.upgrade(restore_archived=["total"])
     assert e.value.code == "archive-increments-collected"
+    assert "'backfill: true'" in str(e.value) and "--discard-archived total" in str(e.value)
+    # each remedy the message names works: backfill rebuilds 'total' from all of 'counts' (a, b), as a fresh home has it
+    backfill = make_pipeline(two.replace("  total:\n", "  total:\n    backfill: true\n"), TOTAL_MODULE, module_name="evo_total")
+    keep = tmp_path / "h-copy"
+    shutil.copytree(home, keep)
+    p = cbp.load(backfill, home=home)
+    p.upgrade()
+    p.run()
+    fresh = cbp.load(full, home=str(tmp_path / "fresh"))
+    for w in ("a", "b"):
+        fresh.feed("words", [{"w": w}])
+        fresh.run()
+    assert p.state("total") == fresh.state("total") == [{"t": 2}]
+    p = cbp.load(full, home=str(keep))
+    p.upgrade(discard_archived=["total"])
+    p.run()
+    assert p.state("total") == []
 
 
 def test_refused_change_and_read_only_commands_on_a_changed_home(spark, make_pipeline, tmp_path, capsys):

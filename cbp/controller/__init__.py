@@ -22,7 +22,8 @@ increments that no connector references.
 - :mod:`.scheduler`: runnability and the round-robin scheduler;
 - :mod:`.epoch`: one stage epoch: intention, Spark job, commits;
 - :mod:`.reads`: state and output records, epochs, status; :mod:`.runs`: the history of runs;
-- :mod:`.upgrade` (with :mod:`.migrate`): applying a changed YAML; :mod:`.rewind`: going back.
+- :mod:`.upgrade` (with :mod:`.migrate` and :mod:`.backfill`): applying a changed YAML;
+  :mod:`.rewind`: going back.
 
 Reads: nothing itself (it composes the parts and delegates to them). Writes: only ``live.spec``,
 which :meth:`Controller.reading` swaps while a changed home is read as it was recorded.

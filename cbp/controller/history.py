@@ -69,8 +69,18 @@ class History:
         return snap.flows[flow].version if e["version"] is None else int(e["version"])
 
     def collected(self, snap: Snapshot, flow: str) -> dict[int, int]:
-        """Increments of ``flow`` that left the snapshot: id -> a table version that still holds it."""
+        """Increments of ``flow`` that left the snapshot: id -> a table version that still holds it
+        (a backfill's synthetic increments are not the flow's records: left out)."""
         out: dict[int, int] = {}
+        for inc, e in self.collected_entries(snap, flow).items():
+            producer = str((e.get("meta") or {}).get("producer", ""))
+            if not producer.startswith("backfill:"):  # cbp.controller.backfill.BACKFILL
+                out[inc] = snap.flows[flow].version if e["version"] is None else int(e["version"])
+        return out
+
+    def collected_entries(self, snap: Snapshot, flow: str) -> dict[int, dict[str, Any]]:
+        """The entries of the increments of ``flow`` that left the snapshot (not undone by a rewind), by id."""
+        out: dict[int, dict[str, Any]] = {}
         prefix = self.layout.collected_dir(flow)
         names = set(self.home.list_dir(prefix)) | {r.rsplit("/", 1)[1] for r in self.legacy if r.startswith(prefix + "/")}
         for name in names:
@@ -78,9 +88,8 @@ class History:
                 continue
             e = self.read(f"{prefix}/{name}")
             if e is not None and e["inc"] not in snap.flows[flow].incs and not e.get("undone"):  # undone: written by an epoch a rewind undid
-                out[int(e["inc"])] = snap.flows[flow].version if e["version"] is None else int(e["version"])
+                out[int(e["inc"])] = e
         return out
-
 
 def legacy_entries(doc: dict[str, Any], layout: Layout) -> dict[str, Any]:
     """History entries of a format-1 snapshot (per-epoch history, feed ids, collected increments)."""

@@ -19,6 +19,7 @@ from ..engine.task.bipindex import latest_rows
 from ..errors import InputError, RuntimeStateError, UsageError, UserCodeError
 from ..spec.schema import DIFF
 from ..storage import INC, LAYOUT, SRC, Home
+from .backfill import is_synthetic
 from .feeds import Feeds
 from .history import History
 from .intentions import Intentions
@@ -96,7 +97,8 @@ class Reads:
         collected: dict[int, int] = {}
         if epoch is None:
             collected = self.history.collected(self.live.st, flow)
-            ids = sorted(set(fs.incs) | set(collected))
+            live = {i for i, m in fs.incs.items() if not is_synthetic(m.producer)}  # a backfill's: not the flow's
+            ids = sorted(live | set(collected))
         else:
             ids = sorted({i for e in (range(1, epoch + 1) if upto and epoch > 0 else [epoch]) for i in self._epoch_incs(flow, e)})
         by_version: dict[Any, list[int]] = {}  # live increments at the current version, collected ones by time travel

@@ -4,7 +4,7 @@ Each change says what an upgrade does to the stage's stored data (its state tabl
 position: epoch and connectors), or that nothing stored changes. A stage removed from the YAML
 is archived (state and position kept in the home); a stage added back is refused until the
 user says how it starts: from the archive (``--restore-archived``), rebuilt from its inputs'
-retained increments (``backfill: true``) or empty (``--discard-archived``).
+whole contents (``backfill: true``) or empty (``--discard-archived``).
 
 Reads: a spec and a snapshot it is given. Writes: nothing (pure functions).
 """
@@ -66,15 +66,17 @@ def _added(s: str, d: dict[str, Any], snap: Snapshot, restore: tuple[str, ...], 
             return Change("migrates", what, f"added back, restored from its archive (epoch {arch['epoch']}) with every increment "
                           "of its inputs it missed", kind="restore", name=s, data=True)
         if d.get("backfill") or s in discard:
-            how = "rebuilt from its inputs' first retained increments (backfill)" if s not in discard or d.get("backfill") else "empty"
+            rebuilt = s not in discard or d.get("backfill")
+            how = "rebuilt from its inputs' whole contents (backfill)" if rebuilt else "empty"
             return Change("migrates", what, f"added back, starts {how}; its archive is dropped", kind="add-stage", name=s, data=True,
                           args={"backfill": bool(d.get("backfill")) and s not in discard, "clear": True})
         return Change("refused", what, f"added back, but {where}. Say how it starts: --restore-archived {s} (the archive plus "
-                      f"every increment it missed), 'backfill: true' on the stage (rebuilt from its inputs' retained increments), "
+                      "every increment it missed), 'backfill: true' on the stage (rebuilt from its inputs' whole "
+                      "contents), "
                       f"or --discard-archived {s} (empty)", code="archived-stage", name=s)
     leftover = snap.stages.get(s)
     if d.get("backfill"):
-        return Change("migrates", what, "added; first reads its inputs from their first retained increment (backfill)",
+        return Change("migrates", what, "added; first reads its inputs' whole consolidated contents (backfill)",
                       kind="add-stage", name=s, data=True, args={"backfill": True, "clear": leftover is not None})
     if leftover is not None and has_data(snap, s):  # state an older cbp left behind: never resumed silently
         return Change("migrates", what, "added; the state and position an earlier pipeline left in the home are set aside: starts empty",

@@ -27,7 +27,8 @@ from .. import faults
 from ..errors import UsageError
 from ..spec import PipelineSpec
 from ..spec.schema import RecordSchema
-from ..storage import LAYOUT, PART, Home
+from ..storage import INC, LAYOUT, PART, Home
+from .backfill import BACKFILL, Contents, Survey, consolidate, is_synthetic, survey, synthetic_rows
 from .evolution import Evolution, record
 from .history import History
 from .intentions import Intentions
@@ -40,6 +41,8 @@ from .stageplan import make_plan
 
 __all__ = ["Upgrade", "unfed_waits"]
 
+BACKFILL_APP = "cbp-backfill"  # the application transaction of an upgrade's synthetic increments (upgrade n: version n)
+
 
 class Upgrade:
     """Plans and applies an upgrade of the home to today's YAML."""
@@ -48,12 +51,48 @@ class Upgrade:
                  intentions: Intentions, migration: Migration) -> None:
         self.home, self.live, self.journal, self.history = home, live, journal, history
         self.evolution, self.intentions, self.migration = evolution, intentions, migration
+        self._contents: dict[str, Contents] = {}  # flow -> its consolidated contents, as the last plan read them
+        self._synthetic: dict[str, list[dict[str, Any]]] = {}  # flow -> the adds of its synthetic increments
 
     def plan(self, restore: tuple[str, ...] = (), discard: tuple[str, ...] = ()) -> Plan:
         """What :meth:`upgrade` would do (nothing is changed)."""
         self.journal.refresh()
-        return make_plan(self.evolution.recorded_definition(), self.live.spec, self.evolution.committed_snapshot(),
-                         restore=restore, discard=discard)
+        snap = self.evolution.committed_snapshot()
+        plan = make_plan(self.evolution.recorded_definition(), self.live.spec, snap, restore=restore, discard=discard)
+        self._contents = {}
+        plan.changes = [self._backfill_plan(c, snap) if c.kind == "add-stage" and c.args.get("backfill") else c
+                        for c in plan.changes]
+        return plan
+
+    def _backfill_plan(self, c: Change, snap: Snapshot) -> Change:
+        """An added stage's backfill as the plan shows it: what it reads per input, or a refusal naming what is gone."""
+        parts = []
+        for i in self.live.spec.stages[c.name].inputs:
+            sv = survey(self.home, self.history, snap, i.flow)
+            if sv.missing:
+                gone = "; ".join(sv.missing[:3]) + (" and more" if len(sv.missing) > 3 else "")
+                why = (f"added with 'backfill: true', but the home no longer holds all of flow '{i.flow}': {gone}. "
+                       "Add the stage without 'backfill: true' (it starts empty), or restore the files from a backup")
+                return Change("refused", c.what, why, code="backfill-unavailable", name=c.name)
+            try:
+                contents = self._contents_of(i.flow, snap, sv)
+            except ValueError as e:
+                code = "negative-multiplicity" if e.args[0] == "negative" else "backfill-unavailable"
+                return Change("refused", c.what, _unreadable(i.flow, e), name=c.name, code=code)
+            copies = sum(contents.diffs)
+            expanded = not i.signed and copies != contents.records
+            read = f" (read as {copies} records of +1: the input is not signed)" if expanded else ""
+            parts.append(f"flow '{i.flow}': {sv.increments} increment(s), {sv.stored} records stored, "
+                         f"{contents.records} records consolidated{read}")
+        detail = f"{c.detail}; backfill reads " + ("; ".join(parts) or "nothing (no input)")
+        return Change(c.verdict, c.what, detail, kind=c.kind, name=c.name, data=c.data, args=c.args)
+
+    def _contents_of(self, flow: str, snap: Snapshot, sv: Optional[Survey] = None) -> Contents:
+        """The flow's consolidated contents (read once per plan)."""
+        if flow not in self._contents:
+            sv = sv or survey(self.home, self.history, snap, flow)
+            self._contents[flow] = consolidate(self.home, self.live.spec, sv)
+        return self._contents[flow]
 
     def upgrade(self, restore: tuple[str, ...] = (), discard: tuple[str, ...] = (), command: str = "cbp upgrade") -> Plan:
         """Apply the plan as one durable change; refused plans raise ``plan-refused``."""
@@ -82,9 +121,11 @@ class Upgrade:
             commits: list[dict[str, Any]] = []
             cleanup: list[str] = []
             written: list[str] = []
+            self._synthetic = {}
             try:
                 for c in plan.changes:
                     self._apply(c, old, n, commits, cleanup, written)
+                commits += self._synthetic_commits(n)
             except BaseException:
                 self.journal.delete_quietly(written)
                 raise
@@ -131,7 +172,7 @@ class Upgrade:
             sst = self.live.st.stages[s]
             sst.state_version, sst.index = None, {}
         elif c.kind == "add-stage":
-            self._add(s, n, commits, backfill=c.args["backfill"])
+            self._add(s, n, commits, written, backfill=c.args["backfill"])
         elif c.kind == "restore":
             self._restore(s, n, commits)
 
@@ -154,8 +195,9 @@ class Upgrade:
         commits.append({"table": rel, "partition_by": PART, "adds": [], "removes": [], "overwrite": True, "app": app, "version": version,
                         "targets": [["stages", s, "state_version"]]})
 
-    def _add(self, s: str, n: int, commits: list[dict[str, Any]], *, backfill: bool) -> None:
-        """A stage added: empty, its epochs numbered on from any earlier life (Delta transaction ids stay increasing)."""
+    def _add(self, s: str, n: int, commits: list[dict[str, Any]], written: list[str], *, backfill: bool) -> None:
+        """A stage added: empty (or backfilled: its inputs' whole contents first), its epochs numbered on from any
+        earlier life (Delta transaction ids stay increasing)."""
         arch = self.live.st.shapes.pop(ARCHIVE + s, None)
         prev = self.live.st.stages.get(s)
         epoch = max(int(arch["epoch"]) if arch else 0, prev.epoch if prev else 0)
@@ -163,8 +205,46 @@ class Upgrade:
         for k in [k for k in self.live.st.connectors if k.split(".", 1)[0] == s]:
             del self.live.st.connectors[k]
         self._clear_state(s, n, commits)
-        for f in self.live.spec.stages[s].input_flows:
-            self.live.st.connectors[conn(s, f)] = self._retained(f) if backfill else []
+        for i in self.live.spec.stages[s].inputs:
+            ids = self._backfill(s, i.flow, i.signed, n, written) if backfill else []
+            self.live.st.connectors[conn(s, i.flow)] = ids
+
+    def _backfill(self, s: str, flow: str, signed: bool, n: int, written: list[str]) -> list[int]:
+        """Write ``flow``'s consolidated contents as one synthetic increment for stage ``s``; its connector."""
+        sv = survey(self.home, self.history, self.live.st, flow)
+        if sv.missing:  # the plan said otherwise a moment ago: the home changed under it
+            raise UsageError(f"cannot backfill stage '{s}': the home no longer holds all of flow '{flow}': "
+                             f"{sv.missing[0]}", code="backfill-unavailable")
+        try:
+            contents = self._contents_of(flow, self.live.st, sv)
+        except ValueError as e:
+            why = _unreadable(flow, e)
+            raise UsageError(f"cannot backfill stage '{s}': {why}", code="backfill-unavailable") from None
+        after = [sv.open] if sv.open is not None else []
+        if not contents.records:
+            return after
+        fs = self.live.st.flows[flow]
+        dt = self.home.table(LAYOUT.flow(flow))
+        used = [int(p[INC]) for p in dt.partitions()] if dt is not None else []
+        inc = max([fs.next_inc] + [u + 1 for u in used])
+        fs.next_inc = inc + 1
+        t = synthetic_rows(self.live.spec, flow, contents, signed)
+        add = self.home.write_parquet(LAYOUT.increment_dir(flow, inc), t, f"b{n}", inc)
+        written.append(add["rel"])
+        add["path"] = add.pop("rel")[len(LAYOUT.flow(flow)) + 1:]
+        self._synthetic.setdefault(flow, []).append(add)
+        fs.incs[inc] = Increment(None, t.num_rows, fs.version, BACKFILL + s, True)
+        return [inc] + after
+
+    def _synthetic_commits(self, n: int) -> list[dict[str, Any]]:
+        """One Delta commit per flow adding the synthetic increments this upgrade wrote."""
+        out = []
+        for flow, adds in self._synthetic.items():
+            targets = [["flows", flow, "version"]]
+            targets += [["flows", flow, "incs", str(a["partition"]), "version"] for a in adds]
+            out.append({"table": LAYOUT.flow(flow), "partition_by": INC, "adds": adds, "removes": [],
+                        "app": BACKFILL_APP, "version": n, "targets": targets})
+        return out
 
     def _in_table(self, flow: str) -> dict[int, int]:
         """Increments in the flow table's current version: id -> records."""
@@ -182,12 +262,13 @@ class Upgrade:
         if inc not in fs.incs:
             fs.incs[inc] = Increment(inc, records, fs.version, "retained", True)
 
-    def _retained(self, flow: str) -> list[int]:
-        """Every increment of ``flow`` still stored, oldest first (live, or in its table), made live."""
-        table = self._in_table(flow)
-        for inc, rows in table.items():
-            self._revive(flow, inc, rows)
-        return sorted(set(self.live.st.flows[flow].incs) if flow in self.live.st.flows else set())
+    def _is_synthetic(self, flow: str, inc: int) -> bool:
+        """Whether increment ``inc`` of ``flow`` is a backfill's synthetic increment (live, or as its entry says)."""
+        m = self.live.st.flows[flow].incs.get(inc)
+        if m is not None:
+            return is_synthetic(m.producer)
+        e = self.history.read(LAYOUT.collected_entry(flow, inc)) or {}
+        return is_synthetic((e.get("meta") or {}).get("producer"))
 
     def _restore(self, s: str, n: int, commits: list[dict[str, Any]]) -> None:
         """A stage added back as it was archived, with every increment of its inputs it missed."""
@@ -203,6 +284,8 @@ class Upgrade:
             ids = [int(i) for i in arch["connectors"].get(f, [])] + list(range(int(arch["next_inc"][f]), fs.next_inc))
             kept = []
             for i in ids:
+                if self._is_synthetic(f, i):  # another stage's backfill: not records the stage missed
+                    continue
                 if i in fs.incs or i in table:
                     self._revive(f, i, table.get(i, 0))
                     kept.append(i)
@@ -211,8 +294,11 @@ class Upgrade:
             conns[f] = kept
         if missing:
             raise UsageError(f"cannot restore stage '{s}' from its archive: it missed {', '.join(missing[:5])}"
-                             f"{' and more' if len(missing) > 5 else ''}, which were garbage-collected once no stage read them. "
-                             f"Add it back with 'backfill: true' or --discard-archived {s} instead", code="archive-increments-collected")
+                             f"{' and more' if len(missing) > 5 else ''}, which were garbage-collected after the "
+                             "stages reading them had read them. Add it back with 'backfill: true' on the stage "
+                             "(rebuilt from its inputs' whole contents, which the home keeps until the flow tables "
+                             f"are vacuumed: 'cbp plan' shows what it reads) or with --discard-archived {s} (empty) "
+                             "instead", code="archive-increments-collected")
         self.live.st.stages[s] = StageState(arch["epoch"], arch["runnable_state"], arch["state_version"], arch["layout"], dict(arch["index"]),
                                       list(arch["bindings"]))
         for f, ids in conns.items():
@@ -234,6 +320,16 @@ class Upgrade:
         app, v = upgrade_app(n)
         commits.append({"table": rel, "partition_by": PART, "adds": files, "removes": [], "overwrite": True, "app": app, "version": v,
                         "targets": [["stages", s, "state_version"]]})
+
+
+def _unreadable(flow: str, e: ValueError) -> str:
+    """Why :func:`~.backfill.consolidate` could not read ``flow``."""
+    if e.args[0] == "negative":
+        return (f"flow '{flow}': record {str(e.args[1])[:200]} is retracted more often than it was added (its "
+                f"multiplicity sums to {e.args[2]}); fix the feeds ('cbp output {flow} --consolidated' shows where), "
+                "or add the stage empty")
+    return (f"flow '{flow}': increment {e.args[1]} was stored before a 'migrate:' of the flow's schema and is "
+            "read only as recorded; add the stage without 'backfill: true'")
 
 
 def unfed_waits(spec: PipelineSpec, st: Snapshot) -> list[str]:

@@ -101,8 +101,9 @@ class RawStage(_Strict):
     batch: bool = Field(default=False, description="a vectorised translator, called per batch of keys with Arrow "
                         "tables (see [Vectorised translate](../guide/batch.md))")
     migrate: Optional[str] = Field(default=None, description=_MIGRATE.format(what="state row", thing="row"))
-    backfill: bool = Field(default=False, description="a stage added by `cbp upgrade` first reads every increment its "
-                           "input flows still retain, instead of starting from the next ones")
+    backfill: bool = Field(default=False, description="a stage added (or re-added) by `cbp upgrade` "
+                           "first reads its input flows' whole consolidated contents (collected increments included, "
+                           "as `cbp plan` counts them), instead of starting from the next increments")
     signed: bool = Field(default=False, description=_SIGNED.format(what="stage") + "; default false (an input's own "
                         "`signed` wins)")
 
