@@ -46,11 +46,12 @@ def test_plan_added_input_is_no_route_by_change(spark, make_pipeline, tmp_path):
     p = cbp.load(make_pipeline(PIPE, MODULE), home=home)
     p.feed("words", WORDS)
     p.run()
-    two = PIPE.replace("inputs: [{flow: words, route_by: w}]", "inputs: [{flow: words, route_by: w}, {flow: more, route_by: w}]")
+    two = PIPE.replace("inputs: [{flow: words, route_by: w}]",
+                       "inputs: [{flow: words, route_by: w}, {flow: more, route_by: w}]")
     two = two.replace("MOD:count", "MOD:count2")
     lines = cbp.load(make_pipeline(two, MODULE), home=home).plan().lines()
     assert any("input 'more' added" in line for line in lines) and not any("route_by" in line for line in lines), lines
-    moved = two.replace("{flow: words, route_by: w}", "{flow: words, route_by: v}")  # a real route_by change still reads as one
+    moved = two.replace("{flow: words, route_by: w}", "{flow: words, route_by: v}")  # a real change
     lines = cbp.load(make_pipeline(moved, MODULE), home=home).plan().lines()
     assert any("route_by changed" in line for line in lines), lines
     # signed: true on the stage, then on one input: a change that applies (no upgrade, no rebuild)
@@ -85,7 +86,8 @@ def test_status_after_rewind_to_todays_code(spark, make_pipeline, tmp_path, caps
     assert main(["status", str(yaml), "--home", home]) == 0
     assert "differs" not in capsys.readouterr().out
     p.run()  # the replay runs today's file: nothing differs
-    assert not p.status()["code"]["count"]["file_differs"] and {r["w"]: r["n"] for r in p.state("count")} == {"a": 2, "b": 1}
+    assert not p.status()["code"]["count"]["file_differs"]
+    assert {r["w"]: r["n"] for r in p.state("count")} == {"a": 2, "b": 1}
 
 
 KEYED = """
@@ -115,10 +117,11 @@ def test_keyed_rows_state_shows_their_key(spark, make_pipeline, tmp_path, capsys
     for n, ops in enumerate(feeds, 1):
         p.feed("ops", ops)
         p.run()
-        df = pd.DataFrame([r for f in feeds[:n] for r in f]).groupby(["g", "rk"]).tail(1)  # from scratch: the last row per (key, row key)
+        df = pd.DataFrame([r for f in feeds[:n] for r in f]).groupby(["g", "rk"]).tail(1)  # from scratch
         want = [{"_key": r["g"], "rk": r["rk"], "v": r["v"]} for r in df.to_dict("records")]
         got = p.state("site")
         assert sorted(got, key=lambda r: (r["_key"], r["rk"])) == sorted(want, key=lambda r: (r["_key"], r["rk"]))
     assert main(["state", str(yaml), "--home", home, "site"]) == 0
     printed = [json.loads(line) for line in capsys.readouterr().out.splitlines() if line.startswith("{")]
-    assert sorted((r["_key"], r["rk"], r["v"]) for r in printed) == [("a", "x", 1), ("a", "y", 2), ("b", "x", 5), ("c", "y", 2)]
+    want = [("a", "x", 1), ("a", "y", 2), ("b", "x", 5), ("c", "y", 2)]
+    assert sorted((r["_key"], r["rk"], r["v"]) for r in printed) == want

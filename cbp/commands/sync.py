@@ -25,8 +25,8 @@ def add_parser(sub: Any, with_home: Callable[[argparse.ArgumentParser], None]) -
     p.add_argument("--flow", action="append", default=None, metavar="NAME",
                    help="sync only this source flow (may be repeated; default: every source flow)")
     p.add_argument("--reland", action="append", default=None, metavar="FLOW",
-                   help="re-land this source flow from its table as it is now: signed changes against what the flow holds, "
-                        "one feed; later syncs go on from the table's current version (may be repeated)")
+                   help="re-land this source flow from its table as it is now: signed changes against what the "
+                        "flow holds, one feed; later syncs go on from the table's current version (may be repeated)")
 
 
 def run(args: argparse.Namespace) -> int:

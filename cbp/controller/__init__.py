@@ -94,7 +94,8 @@ class Controller:
         self._intentions = intentions = Intentions(home, live)
         self._feeds = Feeds(home, live, journal, history, notice)
         self._landing = Landing(home, live, journal, history, Keyed(home, live), self._feeds, notice)
-        self._sources = Sources(live, journal, history, self._landing, lambda flow: self._reads.consolidated_records(flow), notice)
+        self._sources = Sources(live, journal, history, self._landing,
+                                lambda flow: self._reads.consolidated_records(flow), notice)
         self._epochs = Epochs(home, live, journal, self._landing, intentions, self.tuning, self._spark, self.mode)
         self._scheduler = Scheduler(home, live, journal, intentions, self._epochs, self._landing, self.tuning, notice)
         self._rewind = Rewind(home, live, journal, history, intentions, notice)

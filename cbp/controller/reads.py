@@ -86,12 +86,12 @@ class Reads:
         if version is None:
             return []
         rows = latest_rows(self.home.read_table(LAYOUT.state(stage), version))  # type: ignore[arg-type]
+        rows = rows.sort_by([("_key", "ascending")] + ([("_rk", "ascending")] if spec.row_key else []))
+        # as stored, or upgraded since; a keyed-row stage's rows with the key each belongs to
+        records = [spec.state_schema.from_storage(r) for r in conform(rows, spec.state_schema).to_pylist()]
         if not spec.row_key:
-            rows = rows.sort_by([("_key", "ascending")])
-            return [spec.state_schema.from_storage(r) for r in conform(rows, spec.state_schema).to_pylist()]  # as stored, or upgraded since
-        rows = rows.sort_by([("_key", "ascending"), ("_rk", "ascending")])
-        keys = rows.column("_key").to_pylist()
-        return [{**spec.state_schema.from_storage(r), "_key": decode_key(k)} for r, k in zip(conform(rows, spec.state_schema).to_pylist(), keys)]
+            return records
+        return [{**r, "_key": decode_key(k)} for r, k in zip(records, rows.column("_key").to_pylist())]
 
     def output_versions(self, flow: str, epoch: Optional[int] = None, upto: bool = False) -> dict[Any, list[int]]:
         """Which increments of the flow :meth:`output_records` reads at which Delta version of its

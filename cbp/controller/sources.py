@@ -101,7 +101,7 @@ class SyncReport:
     def line(self) -> str:
         if self.relanded:
             if not self.feeds:
-                return f"{self.flow}: re-landed nothing: what was landed equals version {self.versions[0]} of {self.uri}"
+                return f"{self.flow}: re-landed nothing: what was landed is version {self.versions[0]} of {self.uri}"
             return (f"{self.flow}: re-landed version {self.versions[0]} of {self.uri} ({self.records} changed records "
                     f"against what was landed, feed {self.feeds[0]})")
         if not self.versions:
@@ -162,25 +162,25 @@ class Sources:
             self.notify(f"warning: {message}")
 
     def _no_cdf_warning(self, flow: str, uri: str, version: int, what: str) -> str:
-        return (f"[source-no-cdf] flow '{flow}': source table {uri} has no change data feed ({CDF_PROPERTY}); {what} version "
-                f"{version} as it is, but no later version can be synced without it. Enable it (ALTER TABLE ... SET TBLPROPERTIES "
-                f"({CDF_PROPERTY} = true)) before the table changes; if it changed meanwhile, re-land the flow once after "
-                f"enabling it: {reland_command(self.live.spec.path, flow)}")
+        return (f"[source-no-cdf] flow '{flow}': source table {uri} has no change data feed ({CDF_PROPERTY}); "
+                f"{what} version {version} as it is, but no later version can be synced without it. Enable it "
+                f"(ALTER TABLE ... SET TBLPROPERTIES ({CDF_PROPERTY} = true)) before the table changes; if it "
+                "changed meanwhile, re-land the flow once after enabling it: "
+                + reland_command(self.live.spec.path, flow))
 
     def reland(self, flow: str) -> SyncReport:
         """Land the table's current snapshot as signed changes against what ``flow`` holds (retract
         what is gone, add what is new, nothing for what is unchanged) as one feed that stands at the
         table's current version: later syncs read its change data feed from there."""
         fl = self._source_flow(flow)
-        if self.contents is None:
-            raise InputError("re-landing needs the flow's contents; use Pipeline.sync(reland=...)", code="not-source")
+        assert self.contents is not None, "Sources(contents=...) reads what the flow holds"
         table = SourceTable(fl.source)
         report = SyncReport(flow, fl.source, [], [], 0, relanded=True)
         with self.journal.locked():
             last = self.landed_version(flow)
             version = table.version()
-            now = table.rows(version, list(fl.schema.fields))
-            recs, diffs = signed_difference(self.contents(flow), [fl.schema.from_storage(r) for r in self._conformed(flow, now, version).to_pylist()])
+            now = self._conformed(flow, table.rows(version, list(fl.schema.fields)), version)
+            recs, diffs = signed_difference(self.contents(flow), [fl.schema.from_storage(r) for r in now.to_pylist()])
             report.versions.append(version)
             if recs or last != version:
                 data = fl.schema.to_arrow(recs, diffs=diffs)
