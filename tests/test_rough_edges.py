@@ -54,9 +54,9 @@ def test_plan_added_input_is_no_route_by_change(spark, make_pipeline, tmp_path):
     moved = two.replace("{flow: words, route_by: w}", "{flow: words, route_by: v}")  # a real change
     lines = cbp.load(make_pipeline(moved, MODULE), home=home).plan().lines()
     assert any("route_by changed" in line for line in lines), lines
-    # signed: true on the stage, then on one input: a change that applies (no upgrade, no rebuild)
+    # signed: true on the stage, then on each input instead: a change that applies (no upgrade, no rebuild)
     for text in (two.replace("    partitions: 2\n", "    partitions: 2\n    signed: true\n"),
-                 two.replace("{flow: more, route_by: w}", "{flow: more, route_by: w, signed: true}")):
+                 two.replace("route_by: w}", "route_by: w, signed: true}")):
         q = cbp.load(make_pipeline(text, MODULE), home=home)
         assert not q.plan().needs_upgrade and {c.verdict for c in q.plan().changes} <= {"applies"}
     q.feed("words", [{"w": "a", "v": "q", "_diff": -1}])
