@@ -157,9 +157,10 @@ class Sources:
 
     def _warn(self, report: SyncReport, message: str) -> None:
         report.warnings.append(message)
-        _LOG.warning("%s", message)
-        if self.notify is not None:
+        if self.notify is not None and getattr(self.notify, "listened", True):  # cbp sync / cbp run: on stderr
             self.notify(f"warning: {message}")
+        else:
+            _LOG.warning("%s", message)
 
     def _no_cdf_warning(self, flow: str, uri: str, version: int, what: str) -> str:
         return (f"[source-no-cdf] flow '{flow}': source table {uri} has no change data feed ({CDF_PROPERTY}); "
