@@ -66,6 +66,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--epoch-timeout", type=_seconds, default=None, metavar="SECONDS",
                    help="cancel a stage epoch that runs longer than this (exit 4, nothing committed); a stage's YAML 'timeout' applies too")
     p.add_argument("--upgrade", action="store_true", help="apply the plan of a changed YAML first (as 'cbp upgrade')")
+    p.add_argument("--no-sync", dest="sync", action="store_false",
+                   help="do not sync source flows (source: {delta: URI}) first: run on what 'cbp sync' landed already")
     _follow.add_arguments(p)  # --follow, --min-interval, ...: continuous mode
 
     p = sub.add_parser("state", help="print a stage's state records as JSON lines")
@@ -245,7 +247,7 @@ def _run(pipe: Any, args: argparse.Namespace) -> int:
 
     command = "cbp " + " ".join(sys.argv[1:]) if sys.argv and sys.argv[0].endswith("cbp") else f"cbp run {args.flow_yaml}"
     reports = pipe.run(args.max_epochs, on_epoch=done, on_start=start, command=command, epoch_timeout=args.epoch_timeout,
-                       upgrade=args.upgrade, progress=display.progress if display is not None else None)
+                       upgrade=args.upgrade, progress=display.progress if display is not None else None, sync=args.sync)
     print(f"{len(reports)} stage epoch(s) in {time.perf_counter() - t0:.1f}s; "
           + ("quiescent: no stage is runnable" if args.max_epochs is None or len(reports) < args.max_epochs else f"stopped at --max-epochs {args.max_epochs}"))
     if not reports:

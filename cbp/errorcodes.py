@@ -209,8 +209,10 @@ SECTIONS: list[tuple[str, list[Code]]] = [
     ("Delta tables as sources (`cbp sync`)", [
         _c("source-missing", INP, 3, "the source table cannot be opened as a Delta table (at that version)",
            "check the URI and the AWS_* settings"),
-        _c("source-no-cdf", INP, 3, "the table has no change data feed",
-           "`ALTER TABLE ... SET TBLPROPERTIES (delta.enableChangeDataFeed = true)` and sync again"),
+        _c("source-no-cdf", INP, 3, "a version was written without change data feed, so cbp cannot tell what it "
+           "changed (also a warning on a first sync of such a table)",
+           "`ALTER TABLE ... SET TBLPROPERTIES (delta.enableChangeDataFeed = true)`, then re-land once: "
+           "`cbp sync FLOW.yaml --reland FLOW`"),
         _c("source-cdf-missing", INP, 3, "a version's change data was vacuumed", "land the table anew in a new home"),
         _c("source-schema", INP, 3, "the table's schema no longer fits the flow",
            "change the flow's schema, or the table"),

@@ -311,18 +311,27 @@ class Pipeline:
         """
         return self.controller.timeline()
 
-    def sync(self, flows: Optional[list[str]] = None) -> list[SyncReport]:
+    def sync(self, flows: Optional[list[str]] = None, *, reland: Optional[list[str]] = None) -> list[SyncReport]:
         """Land what the Delta tables of source flows (``source: {delta: URI}``) gained since the
         last version landed: the first time the table as of its current version, then each later
         version's change data feed as one feed with signed records. Exactly once per version, even
         if a sync is killed; a version that cannot be read (no change data feed, vacuumed, a schema
         that no longer fits) is an :class:`~cbp.errors.InputError` naming the table and version
         (codes in :mod:`cbp.controller.sources`), nothing of it landed. One report per flow.
+        A first sync of a table without a change data feed warns (``source-no-cdf``, in the report's
+        ``warnings`` and logger ``cbp``).
+
+        ``reland`` (flow names): instead, land each flow's table as it is now as signed changes
+        against what the flow holds (retractions of what is gone, what is new, nothing for what
+        is unchanged), as one feed standing at the table's current version; later syncs read the
+        change data feed from there (after a table written without one).
 
             >>> [r.line() for r in p.sync()]                                  # doctest: +SKIP
             ["orders: landed versions 3..5 of /data/orders (412 changed records, feeds 2..4)"]
         """
-        return self.controller.sync(flows)
+        if isinstance(reland, str):
+            reland = [reland]
+        return self.controller.sync(flows, reland)
 
     def follow(self, min_interval: float = 0.0, stop: Any = None, *, poll: Optional[float] = None, sources: Sequence[Any] = (),
                on_epoch: Optional[Callable[[EpochReport], None]] = None, command: str = "cbp.Pipeline.follow()", **options: Any) -> Any:

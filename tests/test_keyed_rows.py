@@ -130,7 +130,7 @@ def _expected(epochs: list[list[tuple]]) -> tuple[list[dict], list[dict]]:
                     rows = [before[r] for r in set(many) if r in before] if kind == "m" else list(before.values())
                     seen.append({"key": key, "seq": seq, "got": json.dumps(sorted(rows, key=lambda r: r["rk"]), sort_keys=True)})
             model[key] = after
-    state = [r for rows in model.values() for r in rows.values()]
+    state = [{**r, "_key": key} for key, rows in model.items() for r in rows.values()]  # Pipeline.state: each row's key
     return sorted(state, key=lambda r: (r["k"], r["rk"])), sorted(seen, key=lambda r: (r["key"], r["seq"]))
 
 

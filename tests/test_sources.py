@@ -33,6 +33,7 @@ stages:
   totals:
     translator: MOD:totals
     partitions: 2
+    signed: true
     inputs: [{flow: orders, route_by: customer}]
     state: {schema: {customer: string, orders: int, total: int}, grouping: inner}
     outputs: [totals]
@@ -223,6 +224,7 @@ stages:
   sums:
     translator: MOD:sums
     partitions: 2
+    signed: true
     inputs: [{flow: events, route_by: grp}]
     state: {schema: {grp: string, n: int, total: int}, grouping: inner}
     outputs: [sums]

@@ -106,6 +106,9 @@ def run(pipe: Any, args: argparse.Namespace, plain: Callable[[Any, argparse.Name
         return plain(pipe, args)
     if args.max_epochs is not None:
         raise UsageError("--max-epochs does not go with --follow (a follower runs until stopped)", code="usage")
+    if not getattr(args, "sync", True):
+        raise UsageError("--no-sync does not go with --follow (a follower syncs source flows as their tables change); "
+                         "run 'cbp run --no-sync' without --follow", code="usage")
     logging.getLogger().setLevel(logging.CRITICAL)  # as cbp run: py4j's tracebacks are not cbp's messages
     signals = _Signals()
     signals.install(signal.SIGTERM)

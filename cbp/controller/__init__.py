@@ -95,7 +95,8 @@ class Controller:
         self._intentions = intentions = Intentions(home, live)
         self._feeds = Feeds(home, live, journal, history, notice)
         self._landing = Landing(home, live, journal, history, Keyed(home, live), self._feeds, notice)
-        self._sources = Sources(live, journal, history, self._landing)
+        self._sources = Sources(live, journal, history, self._landing,
+                                lambda flow: self._reads.consolidated_records(flow), notice)
         self._epochs = Epochs(home, live, journal, self._landing, intentions, self.tuning, self._spark, self.mode)
         self._scheduler = Scheduler(home, live, journal, intentions, self._epochs, self._landing, self.tuning, notice)
         self._rewind = Rewind(home, live, journal, history, intentions, notice)
@@ -185,9 +186,9 @@ class Controller:
     def landed_version(self, flow: str) -> Optional[int]:
         return self._sources.landed_version(flow)
 
-    def sync(self, flows: Optional[list[str]] = None) -> list[SyncReport]:
-        """Land every version the source tables gained (:meth:`.sources.Sources.sync`)."""
-        return self._sources.sync(flows)
+    def sync(self, flows: Optional[list[str]] = None, reland: Optional[list[str]] = None) -> list[SyncReport]:
+        """Land every version the source tables gained, or re-land ``reland`` (:meth:`.sources.Sources.sync`)."""
+        return self._sources.sync(flows, reland)
 
     # ------------------------------------------------------------------ scheduling and epochs
     def frames(self, stage: str) -> dict[str, list[Any]]:

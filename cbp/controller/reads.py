@@ -16,6 +16,7 @@ from typing import Any, Optional
 
 
 from ..engine.task.bipindex import latest_rows
+from ..engine.task.routing import decode_key
 from ..errors import InputError, RuntimeStateError, UsageError, UserCodeError
 from ..spec.schema import DIFF
 from ..storage import INC, LAYOUT, SRC, Home
@@ -76,7 +77,8 @@ class Reads:
         return self.live.st.stages[stage].state_version if epoch is None else self._epoch_entry(stage, epoch)["state_version"]
 
     def state_records(self, stage: str, epoch: Optional[int] = None) -> list[dict[str, Any]]:
-        """The stage's state records after ``epoch`` (default: the latest), sorted by key."""
+        """The stage's state records after ``epoch`` (default: the latest), sorted by key. A keyed-row
+        stage's (``state: {row_key: ...}``) carry ``_key``, the grouping key the row belongs to."""
         self.journal.refresh()
         spec = self.live.spec.stage(stage)
         if spec.state_schema is None:
@@ -85,8 +87,12 @@ class Reads:
         if version is None:
             return []
         rows = latest_rows(self.home.read_table(LAYOUT.state(stage), version))  # type: ignore[arg-type]
-        rows = rows.sort_by([("_key", "ascending")])
-        return [spec.state_schema.from_storage(r) for r in conform(rows, spec.state_schema).to_pylist()]  # as stored, or upgraded since
+        rows = rows.sort_by([("_key", "ascending")] + ([("_rk", "ascending")] if spec.row_key else []))
+        # as stored, or upgraded since; a keyed-row stage's rows with the key each belongs to
+        records = [spec.state_schema.from_storage(r) for r in conform(rows, spec.state_schema).to_pylist()]
+        if not spec.row_key:
+            return records
+        return [{**r, "_key": decode_key(k)} for r, k in zip(records, rows.column("_key").to_pylist())]
 
     def output_versions(self, flow: str, epoch: Optional[int] = None, upto: bool = False) -> dict[Any, list[int]]:
         """Which increments of the flow :meth:`output_records` reads at which Delta version of its

@@ -180,6 +180,11 @@ class Rewind:
                                             f"after an undone epoch read them (e.g. {gone[0]}); rewind to its last epoch or later, "
                                             "or to 0. Nothing was changed", code="rewind-unavailable")
             new.stages[s] = st
+            code = target.shapes.get(f"code:{s}")  # the code its last kept epoch ran (cbp.controller.codehash)
+            if code is None:
+                new.shapes.pop(f"code:{s}", None)
+            else:
+                new.shapes[f"code:{s}"] = copy.deepcopy(code)
         new.connectors = {k: list(target.connectors.get(k, [])) for k in cur.connectors}
         for f, fs in cur.flows.items():
             fl = self.live.spec.flows.get(f)

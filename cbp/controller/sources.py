@@ -22,8 +22,10 @@ version landed last and landing the next are one step).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any, Optional
+import json
+import logging
+from dataclasses import dataclass, field
+from typing import Any, Callable, Optional
 
 import pyarrow as pa
 import pyarrow.compute  # noqa: F401  (pa.compute)
@@ -31,15 +33,17 @@ import pyarrow.compute  # noqa: F401  (pa.compute)
 from .. import faults
 from ..errors import InputError
 from ..spec.arrowrecords import ArrowRecordError, conform
-from ..storage.deltasource import DIFF, SourceTable
+from ..storage.deltasource import CDF_PROPERTY, DIFF, SourceTable
 from .history import History
 from .journal import Journal
 from .landing import Landing
 from .live import Live
 
-__all__ = ["Sources", "SyncReport", "feed_id_of", "parse_feed_id"]
+__all__ = ["Sources", "SyncReport", "feed_id_of", "parse_feed_id", "signed_difference"]
 
 _PREFIX = "delta:"
+_RELAND = "~reland"  # a re-land's feed id: delta:<URI>@<version>~reland<feed number>
+_LOG = logging.getLogger("cbp")
 
 
 def feed_id_of(uri: str, version: int) -> str:
@@ -60,7 +64,26 @@ def parse_feed_id(feed_id: Any) -> Optional[tuple[str, int]]:
     if not isinstance(feed_id, str) or not feed_id.startswith(_PREFIX) or "@" not in feed_id:
         return None
     uri, _, version = feed_id[len(_PREFIX):].rpartition("@")
+    version = version.split(_RELAND, 1)[0]  # a re-land stands at the version it read
     return (uri, int(version)) if version.isdigit() else None
+
+
+def signed_difference(was: list[dict[str, Any]], now: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], list[int]]:
+    """What turns the records ``was`` (consolidated: ``_diff`` where not 1) into ``now`` (each +1):
+    the records to retract (-1 each, first) and to add (+1 each); an unchanged record is left out.
+
+        >>> signed_difference([{"k": 1}, {"k": 2, "_diff": 2}], [{"k": 2}, {"k": 3}])
+        ([{'k': 1}, {'k': 2}, {'k': 3}], [-1, -1, 1])
+    """
+    counts: dict[str, list[Any]] = {}  # record identity -> [record, multiplicity now - as landed]
+    for sign, recs in ((-1, was), (1, now)):
+        for rec in recs:
+            body = {k: v for k, v in rec.items() if k != DIFF}
+            k = json.dumps(body, separators=(",", ":"), ensure_ascii=False, sort_keys=True, default=repr)
+            counts.setdefault(k, [body, 0])[1] += sign * int(rec.get(DIFF, 1))
+    gone = [(r, -1) for r, n in counts.values() if n < 0 for _ in range(-n)]
+    came = [(r, 1) for r, n in counts.values() if n > 0 for _ in range(n)]
+    return [r for r, _ in gone + came], [d for _, d in gone + came]
 
 
 @dataclass
@@ -72,8 +95,15 @@ class SyncReport:
     versions: list[int]
     feeds: list[int]
     records: int
+    relanded: bool = False  # a re-land (Sources.reland): the table's snapshot as signed changes against what was landed
+    warnings: list[str] = field(default_factory=list)
 
     def line(self) -> str:
+        if self.relanded:
+            if not self.feeds:
+                return f"{self.flow}: re-landed nothing: what was landed is version {self.versions[0]} of {self.uri}"
+            return (f"{self.flow}: re-landed version {self.versions[0]} of {self.uri} ({self.records} changed records "
+                    f"against what was landed, feed {self.feeds[0]})")
         if not self.versions:
             return f"{self.flow}: {self.uri} has no new version"
         span = f"version {self.versions[0]}" if len(self.versions) == 1 else f"versions {self.versions[0]}..{self.versions[-1]}"
@@ -83,8 +113,12 @@ class SyncReport:
 class Sources:
     """Syncs source flows: lands each new version of their Delta tables as one feed."""
 
-    def __init__(self, live: Live, journal: Journal, history: History, landing: Landing) -> None:
+    def __init__(self, live: Live, journal: Journal, history: History, landing: Landing,
+                 contents: Optional[Callable[[str], list[dict[str, Any]]]] = None,
+                 notify: Optional[Callable[[str], None]] = None) -> None:
         self.live, self.journal, self.history, self.landing = live, journal, history, landing
+        self.contents = contents  # a flow's consolidated records as landed (Reads.consolidated_records)
+        self.notify = notify
 
     def source_flows(self) -> list[str]:
         """The flows fed from a Delta table."""
@@ -106,14 +140,61 @@ class Sources:
             n -= 1
         return None
 
-    def sync(self, flows: Optional[list[str]] = None) -> list[SyncReport]:
-        """Land every version the source tables of ``flows`` (default: all source flows) gained."""
+    def sync(self, flows: Optional[list[str]] = None, reland: Optional[list[str]] = None) -> list[SyncReport]:
+        """Land every version the source tables of ``flows`` (default: all source flows) gained;
+        ``reland``: flows re-landed from their table's current snapshot instead (:meth:`reland`)."""
+        if reland:
+            for f in reland:
+                self._source_flow(f)  # not-source before anything lands
+            return [self.reland(f) for f in reland]
         return [self._sync_flow(f) for f in (flows if flows is not None else self.source_flows())]
 
-    def _sync_flow(self, flow: str) -> SyncReport:
+    def _source_flow(self, flow: str) -> Any:
         fl = self.live.spec.flow(flow)
         if fl.source is None:
             raise InputError(f"flow '{flow}' has no 'source'; only flows declared with source: {{delta: URI}} are synced", code="not-source")
+        return fl
+
+    def _warn(self, report: SyncReport, message: str) -> None:
+        report.warnings.append(message)
+        if self.notify is not None and getattr(self.notify, "listened", True):  # cbp sync / cbp run: on stderr
+            self.notify(f"warning: {message}")
+        else:
+            _LOG.warning("%s", message)
+
+    def _no_cdf_warning(self, flow: str, uri: str, version: int, what: str) -> str:
+        return (f"[source-no-cdf] flow '{flow}': source table {uri} has no change data feed ({CDF_PROPERTY}); "
+                f"{what} version {version} as it is, but no later version can be synced without it. Enable it "
+                f"(ALTER TABLE ... SET TBLPROPERTIES ({CDF_PROPERTY} = true)) before the table changes; if it "
+                "changed meanwhile, re-land the flow once after enabling it: "
+                + reland_command(self.live.spec.path, flow))
+
+    def reland(self, flow: str) -> SyncReport:
+        """Land the table's current snapshot as signed changes against what ``flow`` holds (retract
+        what is gone, add what is new, nothing for what is unchanged) as one feed that stands at the
+        table's current version: later syncs read its change data feed from there."""
+        fl = self._source_flow(flow)
+        assert self.contents is not None, "Sources(contents=...) reads what the flow holds"
+        table = SourceTable(fl.source)
+        report = SyncReport(flow, fl.source, [], [], 0, relanded=True)
+        with self.journal.locked():
+            last = self.landed_version(flow)
+            version = table.version()
+            now = self._conformed(flow, table.rows(version, list(fl.schema.fields)), version)
+            recs, diffs = signed_difference(self.contents(flow), [fl.schema.from_storage(r) for r in now.to_pylist()])
+            report.versions.append(version)
+            if recs or last != version:
+                data = fl.schema.to_arrow(recs, diffs=diffs)
+                feed_id = f"{feed_id_of(fl.source, version)}{_RELAND}{self.live.st.flows[flow].feeds + 1}"
+                landed = self.landing.feed(flow, data, feed_id=feed_id)
+                report.feeds.append(landed.feed)
+                report.records = len(recs)
+        if not table.cdf_enabled(version):
+            self._warn(report, self._no_cdf_warning(flow, fl.source, version, "re-landed"))
+        return report
+
+    def _sync_flow(self, flow: str) -> SyncReport:
+        fl = self._source_flow(flow)
         table = SourceTable(fl.source)
         report = SyncReport(flow, fl.source, [], [], 0)
         newest = table.version()
@@ -136,6 +217,8 @@ class Sources:
             report.feeds.append(landed.feed)
             report.records += data.num_rows
             if last is None:
+                if not table.cdf_enabled(version):
+                    self._warn(report, self._no_cdf_warning(flow, fl.source, version, "landed"))
                 return report
 
     def _source_data(self, flow: str, table: SourceTable, version: int, *, first: bool) -> pa.Table:
@@ -146,17 +229,26 @@ class Sources:
             raw = table.rows(version, fields)
             diff = pa.array([1] * raw.num_rows, pa.int64())
         else:
-            table.check_cdf(version)
+            table.check_cdf(version, reland=reland_command(self.live.spec.path, flow))
             raw = table.changes(version, fields)
             diff = raw.column(DIFF)
             raw = raw.drop_columns([DIFF])
+        data = self._conformed(flow, raw, version).append_column(DIFF, diff)
+        if fl.key and not first:  # events of a keyed flow: within a version, what went away before what came
+            data = data.take(pa.compute.sort_indices(data, [(DIFF, "ascending")]))
+        return data
+
+    def _conformed(self, flow: str, raw: pa.Table, version: int) -> pa.Table:
+        """Rows read from version ``version`` of the flow's table in the flow's stored form (``source-schema``)."""
+        fl = self.live.spec.flows[flow]
         try:
-            data = conform(fl.schema, raw)
+            return conform(fl.schema, raw)
         except ArrowRecordError as e:
             raise InputError(f"source table {fl.source} version {version}: record {e.row + 1}: flow '{flow}': {e}. The table's "
                              "schema no longer fits the flow: change the flow's schema (cbp plan / cbp upgrade) or the table; "
                              "nothing was landed", code="source-schema") from None
-        data = data.append_column(DIFF, diff)
-        if fl.key and not first:  # events of a keyed flow: within a version, what went away before what came
-            data = data.take(pa.compute.sort_indices(data, [(DIFF, "ascending")]))
-        return data
+
+
+def reland_command(yaml_path: str, flow: str) -> str:
+    """The command that re-lands ``flow`` from its table's current snapshot."""
+    return f"cbp sync {yaml_path} --reland {flow} (Pipeline.sync(reland=['{flow}']))"

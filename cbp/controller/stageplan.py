@@ -122,9 +122,17 @@ def _changed(s: str, was: dict[str, Any], d: dict[str, Any], snap: Snapshot) -> 
     out += changes
     for key, label in (("translator", "translator"), ("runnable", "runnable"), ("params", "params"), ("route_by", "route_by"),
                        ("grouping", "state grouping"), ("outputs", "outputs"), ("batch", "batch")):
-        if key in was and was[key] != d[key]:
+        if key in was and _differs(key, was[key], d[key]):
             out.append(Change("applies", what, f"{label} changed" + (" (keys already in the state stay where they are)" if key == "route_by" and stored else "")))
     return out
+
+
+def _differs(key: str, old: Any, new: Any) -> bool:
+    """Whether a stage's ``key`` changed; ``route_by`` compares the inputs both have (an input added or
+    removed is a change of its own, not of the others' routing)."""
+    if key == "route_by" and isinstance(old, dict) and isinstance(new, dict):
+        return any(old[f] != new[f] for f in old if f in new)
+    return bool(old != new)
 
 
 def _state_changes(s: str, was: dict[str, Any], d: dict[str, Any], stored: bool) -> list[Change]:

@@ -67,13 +67,15 @@ class SourceTable:
         conf = self._open(version).metadata().configuration
         return str(conf.get(CDF_PROPERTY, "false")).strip().lower() == "true"
 
-    def check_cdf(self, version: int) -> None:
-        """Refuse (``source-no-cdf``) a version whose changes cbp cannot read."""
+    def check_cdf(self, version: int, reland: str = "cbp sync PIPELINE.yaml --reland FLOW") -> None:
+        """Refuse (``source-no-cdf``) a version whose changes cbp cannot read (``reland``: how to re-land)."""
         if not self.cdf_enabled(version):
-            raise InputError(f"source table {self.uri} version {version}: the table has no change data feed, so cbp cannot "
-                             f"tell what the version changed; enable it with ALTER TABLE ... SET TBLPROPERTIES "
-                             f"({CDF_PROPERTY} = true) (delta-rs: DeltaTable.alter.set_table_properties) and sync again; "
-                             "nothing was landed", code="source-no-cdf")
+            raise InputError(f"source table {self.uri} version {version}: the version was written without a change "
+                             "data feed, so cbp cannot tell what it changed (enabling the feed later does not bring "
+                             f"it back). Enable it with ALTER TABLE ... SET TBLPROPERTIES ({CDF_PROPERTY} = true) "
+                             "(delta-rs: DeltaTable.alter.set_table_properties), then re-land the flow from the table "
+                             f"as it is now: {reland}; later versions sync from there. Nothing was landed",
+                             code="source-no-cdf")
 
     def rows(self, version: int, columns: list[str]) -> pa.Table:
         """The table's rows as of ``version`` (the columns of ``columns`` it has)."""
