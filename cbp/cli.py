@@ -258,9 +258,12 @@ def _sql(pipe: Any, args: argparse.Namespace) -> int:
         logging.getLogger(name).setLevel(logging.CRITICAL)
     # this process runs no stage epoch, so Spark may coalesce the shuffles of the query (AQE) as usual
     # (and no SQL on files by path: the query reads the pipeline's views, see cbp.sql._check_read_only)
-    spark = get_spark(conf={"spark.sql.adaptive.enabled": "true", "spark.sql.runSQLOnFiles": "false"})
-    spark.sparkContext.setLogLevel("OFF")  # a task failing under the query is reported once, below, not as Java traces
-    df = pipe.sql(args.query, args.epoch)
+    def session() -> Any:  # started only for a statement cbp's own check let through (cbp.sqlcheck)
+        spark = get_spark(conf={"spark.sql.adaptive.enabled": "true", "spark.sql.runSQLOnFiles": "false"})
+        spark.sparkContext.setLogLevel("OFF")  # a task failing under the query is reported once, below, not as Java traces
+        return spark
+
+    df = pipe.sql(args.query, args.epoch, session=session)
     try:
         columns = list(df.columns)
         rows = [_plain(r.asDict(recursive=True)) for r in df.toLocalIterator()]

@@ -385,20 +385,25 @@ class Pipeline:
         """Stages, epochs run, pending increments per connector, the runner, and anything interrupted."""
         return self.controller.status()
 
-    def sql(self, query: str, epoch: Union[None, int, str, Mapping[str, int]] = None) -> Any:
+    def sql(self, query: str, epoch: Union[None, int, str, Mapping[str, int]] = None, *,
+            session: Optional[Callable[[], Any]] = None) -> Any:
         """Run a read-only Spark SQL query (Spark's Delta connector) over views named after the
         stateful stages (their state) and the flows (their records); a Spark DataFrame.
 
         ``epoch`` (``N``, ``{stage: N}`` or ``"stage=N"``): pinned stages show their state after
         that epoch (Delta time travel) and the flows they produce what that epoch wrote. Needs
         the jars of ``bash scripts/setup`` (else code ``no-delta-jars``); a bad query is code ``bad-sql``.
+        ``FROM view VERSION AS OF N`` reads one view at epoch N. The statement is checked before
+        Spark starts (:mod:`cbp.sqlcheck`); ``session`` gives the SparkSession then (default: the pipeline's).
 
             >>> p.sql("SELECT url, count FROM url_count ORDER BY count DESC LIMIT 3").show()   # doctest: +SKIP
         """
-        from .sql import run_sql
+        from .sql import prepare, run_sql
 
         with self.controller.reading():
-            return run_sql(self.controller, self.controller.spark, query, epoch)
+            checked = prepare(self.controller, query, epoch)
+            spark = session() if session is not None else self.controller.spark
+            return run_sql(self.controller, spark, query, epoch, checked)
 
     def state_df(self, stage: str, epoch: Optional[int] = None) -> Any:
         """The stage's state records after ``epoch`` (default: latest) as a Spark DataFrame (``state`` in Spark).
