@@ -52,6 +52,8 @@ def _parser() -> argparse.ArgumentParser:
                    help="JSON lines, one object per line ('-' for stdin), or a Parquet file (*.parquet); optional with --close")
     p.add_argument("--close", action="store_true", help="close the flow's open frame: its increment becomes complete")
     p.add_argument("--id", dest="feed_id", help="an id for this feed (e.g. the file's name): a feed with an id already landed lands nothing")
+    p.add_argument("--force", action="store_true",
+                   help="land a feed with --id even if its records equal a pending feed landed without an id")
 
     p = sub.add_parser("run", help="run stage epochs until no stage is runnable")
     with_home(p)
@@ -172,7 +174,7 @@ def _dispatch(args: argparse.Namespace) -> int:
             landed = pipe.close(args.input_flow)
         else:
             src = "/dev/stdin" if args.file == "-" else args.file
-            landed = pipe.feed(args.input_flow, src, close=args.close, feed_id=args.feed_id)
+            landed = pipe.feed(args.input_flow, src, close=args.close, feed_id=args.feed_id, force=args.force)
         # the feed's number is what 'cbp output FLOW --epoch N' takes; an empty feed has one too
         what = (f"already landed (--id {args.feed_id}), nothing new" if landed.repeated
                 else f"{landed.records} record(s)")

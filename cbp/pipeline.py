@@ -119,7 +119,7 @@ class Pipeline:
         self.controller = Controller(self.spec, self.home, mode=mode, spark=spark, **tuning)
 
     def feed(self, flow: str, records: Records, *, close: bool = False, feed_id: Optional[str] = None,
-             source: Optional[str] = None) -> Landed:
+             source: Optional[str] = None, force: bool = False) -> Landed:
         """Land one increment on external input flow ``flow``: a JSON-lines file, a Parquet file
         (``*.parquet``), a file open for binary reading (``source`` names it in errors; Parquet
         if that name ends in ``.parquet``, or, ending in neither that nor ``.jsonl``, if the file
@@ -134,7 +134,9 @@ class Pipeline:
         nested deeper than :data:`cbp.spec.schema.MAX_DEPTH` are bad records too. Arrow columns
         are checked column by column (:mod:`cbp.spec.arrowrecords`), by the same rules as the
         same records given as dicts. A file that cannot be read is code ``unreadable``.
-        ``feed_id`` makes the feed idempotent: a second feed with the same id lands nothing.
+        ``feed_id`` makes the feed idempotent: a second feed with the same id lands nothing. A feed
+        with an id whose records equal a pending feed landed without one is refused (code
+        ``duplicate-feed``: most likely a retry) unless ``force``.
         Returns the increment ids, as a list whose ``feed`` is the number ``output(flow, epoch=N)``
         takes (every feed gets one, an empty feed too).
 
@@ -163,7 +165,7 @@ class Pipeline:
         else:
             with fewer_collections():  # a dict per record: see cbp.gcpolicy
                 table = self._validated(fl.schema, records, flow)
-        return self.controller.feed(flow, table, close=close, feed_id=feed_id)
+        return self.controller.feed(flow, table, close=close, feed_id=feed_id, force=force)
 
     @staticmethod
     def _validated(schema: RecordSchema, records: Records, flow: str) -> pa.Table:

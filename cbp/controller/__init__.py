@@ -164,9 +164,9 @@ class Controller:
 
     # ------------------------------------------------------------------ landing and syncing
     def feed(self, flow: str, records: list[dict[str, Any]] | pa.Table, *, close: bool = False,
-             feed_id: Optional[str] = None) -> Landed:
+             feed_id: Optional[str] = None, force: bool = False) -> Landed:
         """Land records on external flow ``flow`` (:meth:`.landing.Landing.feed`)."""
-        return self._landing.feed(flow, records, close=close, feed_id=feed_id)
+        return self._landing.feed(flow, records, close=close, feed_id=feed_id, force=force)
 
     def collect_garbage(self) -> list[tuple[str, int]]:
         return self._landing.collect_garbage()
