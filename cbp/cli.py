@@ -128,6 +128,12 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         print(f"cbp {args.command}: interrupted; the next run continues from the last committed epoch", file=sys.stderr)
         return 130
     except OSError as e:  # e.g. a home on an object store that cannot be reached
+        from .storage.objectstore import unreachable
+
+        typed = unreachable(str(getattr(args, "home", None) or ""), e)
+        if typed is not None:
+            print(f"cbp {args.command}: error [home-unreachable]: {printable(str(typed))}", file=sys.stderr)
+            return 5
         print(f"cbp {args.command}: error: {type(e).__name__}: {printable(str(e))}", file=sys.stderr)
         return 5
     finally:

@@ -42,7 +42,7 @@ import pyarrow as pa
 from ..engine.task.bipindex import ROW_GROUP
 from ..errors import CbpError
 from ..spec import PipelineSpec
-from ..storage import LAYOUT, Home
+from ..storage import LAYOUT, Home, objectstore
 from .codehash import evolution_status
 from .epoch import Epochs
 from .evolution import Evolution
@@ -84,7 +84,11 @@ class Controller:
         self._notice = Notice(notify)  # recoveries and lock take-overs are reported here
         self.history = History(home, LAYOUT)
         self._compose()
-        self._journal.load(home.read_controller())
+        try:
+            snapshot = home.read_controller()  # the home's first read: an object store that takes no connection fails here
+        except OSError as e:
+            raise objectstore.unreachable(home.location, e) or e
+        self._journal.load(snapshot)
 
     def _compose(self) -> None:
         """Make the parts, each handed the collaborators it reads and writes through."""
