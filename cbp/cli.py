@@ -268,7 +268,8 @@ def _sql(pipe: Any, args: argparse.Namespace) -> int:
     # (and no SQL on files by path: the query reads the pipeline's views, see cbp.sql._check_read_only)
     def session() -> Any:  # started only for a statement cbp's own check let through (cbp.sqlcheck)
         spark = get_spark(conf={"spark.sql.adaptive.enabled": "true", "spark.sql.runSQLOnFiles": "false"})
-        spark.sparkContext.setLogLevel("OFF")  # a task failing under the query is reported once, below, not as Java traces
+        # a task failing under the query is reported once, below, not as Java traces
+        spark.sparkContext.setLogLevel("OFF")
         return spark
 
     df = pipe.sql(args.query, args.epoch, session=session)

@@ -141,11 +141,12 @@ class _View(NamedTuple):
 def _view_makers(ctl: "Controller", spark: Any, pinned: Mapping[str, int]) -> list[_View]:
     """The views of the pipeline (each stateful stage's state, each flow's records)."""
     stateful = [s for s, st in ctl.spec.stages.items() if st.state_schema is not None]
-    named = [_View(s, f"the state of stage '{s}'", partial(state_df, ctl, spark, s), pinned.get(s), partial(ctl.state_version, s))
-             for s in stateful]
+    named = [_View(s, f"the state of stage '{s}'", partial(state_df, ctl, spark, s), pinned.get(s),
+                   partial(ctl.state_version, s)) for s in stateful]
     for f, fl in ctl.spec.flows.items():
-        named.append(_View(f"flow_{f}" if f in stateful else f, f"flow '{f}'", partial(flow_df, ctl, spark, f),
-                           pinned.get(fl.producer) if fl.producer is not None else None, partial(ctl.output_versions, f)))
+        at = pinned.get(fl.producer) if fl.producer is not None else None
+        named.append(_View(f"flow_{f}" if f in stateful else f, f"flow '{f}'", partial(flow_df, ctl, spark, f), at,
+                           partial(ctl.output_versions, f)))
     return named
 
 

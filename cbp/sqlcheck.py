@@ -65,6 +65,7 @@ def check(view_names: Iterable[str], query: str) -> Checked:
     try:
         statements = [s for s in sqlglot.parse(query, read="spark") if s is not None]
     except sqlglot.errors.ParseError as e:
+        _refuse_write_words(query)  # a write sqlglot cannot parse (INSERT OVERWRITE DIRECTORY ...) is still a write
         raise _syntax_error(e) from None
     except sqlglot.errors.TokenError as e:
         raise UsageError(f"the SQL query does not parse: {str(e).splitlines()[0]}", code="bad-sql") from None
@@ -75,16 +76,17 @@ def check(view_names: Iterable[str], query: str) -> Checked:
         return Checked(query)  # EXPLAIN/SHOW ...: left to Spark's parser and cbp.sql._check_read_only
     for node in tree.walk():
         if type(node).__name__ in _WRITES:
-            raise UsageError(f"cbp sql runs queries only (SELECT, WITH, VALUES, EXPLAIN, DESCRIBE, SHOW); this statement "
-                             f"contains {type(node).__name__.upper()}, which would change tables or settings", code="sql-not-query")
+            raise UsageError(f"cbp sql runs queries only (SELECT, WITH, VALUES, EXPLAIN, DESCRIBE, SHOW); this "
+                             f"statement contains {type(node).__name__.upper()}, which would change tables or settings",
+                             code="sql-not-query")
     ctes = {c.alias_or_name.lower() for c in tree.find_all(exp.CTE)}
     travel: dict[tuple[str, int], str] = {}
     for table in list(tree.find_all(exp.Table)):
         if not isinstance(table.this, exp.Identifier):
             continue  # a table function: cbp.sql._check_read_only decides
         if table.args.get("db") is not None or table.args.get("catalog") is not None:
-            raise UsageError(f"cbp sql reads the pipeline's views only: {table.sql(dialect='spark')} is a table by path or "
-                             "catalog; name a view (a stage or a flow)", code="sql-not-allowed")
+            raise UsageError(f"cbp sql reads the pipeline's views only: {table.sql(dialect='spark')} is a table by "
+                             "path or catalog; name a view (a stage or a flow)", code="sql-not-allowed")
         name = table.name.lower()
         if name in ctes and table.args.get("version") is None:
             continue
@@ -97,6 +99,25 @@ def check(view_names: Iterable[str], query: str) -> Checked:
             table.set("version", None)
             table.set("this", exp.to_identifier(new, quoted=True))
     return Checked(tree.sql(dialect="spark") if travel else query, travel)
+
+
+#: Keywords (sqlglot's token types) that only a statement that writes has.
+_WRITE_WORDS = frozenset({"INSERT", "OVERWRITE", "CREATE", "DROP", "DELETE", "MERGE", "UPDATE", "ALTER", "TRUNCATE",
+                          "CACHE", "UNCACHE"})
+
+
+def _refuse_write_words(query: str) -> None:
+    """``sql-not-query`` for a statement sqlglot cannot parse that has a keyword only writes have."""
+    from sqlglot.dialects.spark import Spark
+
+    try:
+        words = {t.token_type.name for t in Spark().tokenize(query)}
+    except Exception:  # not even tokens: a syntax error
+        return
+    found = sorted(words & _WRITE_WORDS)
+    if found:
+        raise UsageError(f"cbp sql runs queries only (SELECT, WITH, VALUES, EXPLAIN, DESCRIBE, SHOW); this statement "
+                         f"has {', '.join(found)}, which would change tables or files", code="sql-not-query")
 
 
 def _travel_epoch(table: object, view: str) -> int:
@@ -121,4 +142,5 @@ def _syntax_error(e: object) -> UsageError:
     where = f"line {first.get('line')}, column {first.get('col')}" if first.get("line") else "somewhere"
     what = str(first.get("description") or str(e).splitlines()[0])
     near = str(first.get("highlight") or "").strip()
-    return UsageError(f"the SQL query does not parse at {where}{f' (near {near!r})' if near else ''}: {what}", code="bad-sql")
+    near_text = f" (near {near!r})" if near else ""
+    return UsageError(f"the SQL query does not parse at {where}{near_text}: {what}", code="bad-sql")

@@ -120,7 +120,9 @@ def test_an_unreachable_s3_home_is_home_unreachable_naming_the_endpoint(tmp_path
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     endpoint = f"http://127.0.0.1:{port}"
-    for k, v in {"AWS_ENDPOINT_URL": endpoint, "AWS_ACCESS_KEY_ID": "k", "AWS_SECRET_ACCESS_KEY": "s", "AWS_REGION": "us-east-1"}.items():
+    env = {"AWS_ENDPOINT_URL": endpoint, "AWS_ACCESS_KEY_ID": "k", "AWS_SECRET_ACCESS_KEY": "s",
+           "AWS_REGION": "us-east-1"}
+    for k, v in env.items():
         monkeypatch.setenv(k, v)
     day = tmp_path / "d.jsonl"
     day.write_text('{"url": "http://a/"}\n')

@@ -215,7 +215,8 @@ def test_version_as_of_is_an_epoch(dspark, url_home, capsys):
     q = ("SELECT b.url, b.count - coalesce(a.count, 0) AS grew FROM url_count VERSION AS OF 2 b "
          "LEFT JOIN url_count VERSION AS OF 1 a USING (url) ORDER BY b.url")
     before, after = {r["url"]: r["count"] for r in scratch(1)}, scratch(2)
-    assert cli(capsys, "sql", YAML, q, "--home", url_home) == (0, [{"url": r["url"], "grew": r["count"] - before.get(r["url"], 0)} for r in after])
+    want = [{"url": r["url"], "grew": r["count"] - before.get(r["url"], 0)} for r in after]
+    assert cli(capsys, "sql", YAML, q, "--home", url_home) == (0, want)
 
 
 def test_pipeline_sql_api(dspark, url_home):

@@ -40,6 +40,7 @@ def no_spark(monkeypatch):
     ("CREATE TABLE t AS SELECT * FROM urls", [], "sql-not-query"),
     ("SET spark.sql.ansi.enabled=false", [], "sql-not-query"),
     ("CACHE TABLE urls", [], "sql-not-query"),
+    ("WITH x AS (SELECT 1) INSERT OVERWRITE DIRECTORY '/tmp/cbp-sql-out' USING parquet SELECT * FROM x", [], "sql-not-query"),
     ("SELECT * FROM urls WHERE url IN (SELECT value FROM text.`/etc/passwd`)", [], "sql-not-allowed"),
     ("SELECT * FROM url_count TIMESTAMP AS OF '2026-01-01'", [], "sql-time-travel"),
     ("SELECT * FROM url_count VERSION AS OF 'x'", [], "sql-time-travel"),
@@ -72,6 +73,7 @@ def test_queries_pass_unchanged_and_time_travel_is_rewritten():
               "SELECT * FROM range(3)", "SELECT explode(array(1, 2))", "EXPLAIN SELECT * FROM urls", "DESCRIBE urls"):
         got = check(VIEWS, q)
         assert (got.query, got.travel) == (q, {})
-    got = check(VIEWS, "SELECT a.url FROM url_count VERSION AS OF 2 a JOIN URL_COUNT FOR VERSION AS OF 1 b ON a.url = b.url")
+    got = check(VIEWS, "SELECT a.url FROM url_count VERSION AS OF 2 a JOIN URL_COUNT FOR VERSION AS OF 1 b USING (url)")
     assert got.travel == {("url_count", 2): "url_count@2", ("url_count", 1): "url_count@1"}
-    assert "VERSION" not in got.query.upper() and "`url_count@2` AS a" in got.query and "`url_count@1` AS b" in got.query
+    assert "VERSION" not in got.query.upper()
+    assert "`url_count@2` AS a" in got.query and "`url_count@1` AS b" in got.query

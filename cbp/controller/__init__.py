@@ -85,7 +85,7 @@ class Controller:
         self.history = History(home, LAYOUT)
         self._compose()
         try:
-            snapshot = home.read_controller()  # the home's first read: an object store that takes no connection fails here
+            snapshot = home.read_controller()  # the home's first read: a store taking no connection fails here
         except OSError as e:
             raise objectstore.unreachable(home.location, e) or e
         self._journal.load(snapshot)

@@ -60,9 +60,13 @@ def refuse_mistyped_url(loc: str) -> None:
     """``bad-home`` for a location that looks like a mistyped URL (``s3:/b``, ``s3:b``, ``s3//b``,
     ``gs:b``), which would otherwise be a local directory named so; ``file:/x`` is a path.
 
-        >>> refuse_mistyped_url("s3:/b/x")
-        Traceback (most recent call last):
-        cbp.errors.UsageError: --home 's3:/b/x' looks like a mistyped URL: did you mean s3://b/x? (a local directory: ./s3:/b/x)
+        >>> try:
+        ...     refuse_mistyped_url("s3:/b/x")
+        ... except UsageError as e:
+        ...     print(e.code, str(e).split(": ")[1])
+        bad-home did you mean s3://b/x? (a local directory
+        >>> refuse_mistyped_url("./s3:/b/x"), refuse_mistyped_url("file:/tmp/x")
+        (None, None)
     """
     if "://" in loc:
         return  # a URL: check_location decides on it
@@ -71,11 +75,13 @@ def refuse_mistyped_url(loc: str) -> None:
         scheme, rest = m.group(1).lower(), loc[m.end():].lstrip("/")
         guess = f"did you mean {scheme}://{rest}?" if scheme in objectstore.S3_SCHEMES else \
             f"cbp keeps homes on a local disk or on S3 (s3://BUCKET/PREFIX), not {scheme}:"
-        raise UsageError(f"--home {loc!r} looks like a mistyped URL: {guess} (a local directory: ./{loc})", code="bad-home")
+        raise UsageError(f"--home {loc!r} looks like a mistyped URL: {guess} (a local directory: ./{loc})",
+                         code="bad-home")
     m = _MISSING_COLON.match(loc)
     if m:
-        raise UsageError(f"--home {loc!r} looks like a mistyped URL: did you mean {m.group(1).lower()}://{loc[m.end():]}? "
-                         f"(a local directory: ./{loc})", code="bad-home")
+        url = f"{m.group(1).lower()}://{loc[m.end():]}"
+        raise UsageError(f"--home {loc!r} looks like a mistyped URL: did you mean {url}? (a local directory: ./{loc})",
+                         code="bad-home")
 
 
 def local_file_uri(loc: str) -> str:

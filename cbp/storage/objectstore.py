@@ -231,7 +231,9 @@ def unreachable(location: str, exc: BaseException) -> Optional[Exception]:
     if not is_s3(location) or not any(m in text for m in _NO_CONNECTION):
         return None
     s = settings()
-    endpoint = f"the endpoint {s.endpoint} (AWS_ENDPOINT_URL)" if s.endpoint else "AWS's S3 endpoint (no AWS_ENDPOINT_URL is set)"
+    endpoint = f"the endpoint {s.endpoint} (AWS_ENDPOINT_URL)" if s.endpoint else \
+        "AWS's S3 endpoint (no AWS_ENDPOINT_URL is set)"
     first = next((ln.strip() for ln in text.splitlines() if ln.strip()), type(exc).__name__)
     return RuntimeStateError(f"the home {location} cannot be reached: {endpoint} takes no connection ({first}); "
-                             "is the object store running, and AWS_ENDPOINT_URL right?", code="home-unreachable", path=location)
+                             "is the object store running, and AWS_ENDPOINT_URL right?", code="home-unreachable",
+                             path=location)

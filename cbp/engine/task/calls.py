@@ -55,13 +55,16 @@ class ExitGuard:
         os._exit = self._real
 
 
-def worker_exit_failure(plan: TaskPlan, where: str, fn_name: str, exc: WorkerExit, key_text: Optional[str] = None) -> TaskFailed:
-    """``worker-died`` for user code that called ``os._exit``: where (stage, epoch, partition, key) and the user's line."""
+def worker_exit_failure(plan: TaskPlan, where: str, fn_name: str, exc: WorkerExit,
+                        key_text: Optional[str] = None) -> TaskFailed:
+    """``worker-died`` for user code that called ``os._exit``: where (stage, epoch, partition,
+    key) and the user's line."""
     tb = traceback.extract_tb(exc.__traceback__)
     user = [fr for fr in tb if "/cbp/" not in fr.filename.replace("\\", "/")] or tb[-1:]
     loc = f"{user[-1].filename}:{user[-1].lineno}" if user else None
-    return _failed(plan, "worker-died", f"{where}: {fn_name} called os._exit({exc.status!r}), which would have killed the Spark "
-                   f"Python worker" + (f" ({loc})" if loc else ""), key=key_text, exc_type="os._exit", location=loc)
+    message = f"{where}: {fn_name} called os._exit({exc.status!r}), which would have killed the Spark Python worker"
+    return _failed(plan, "worker-died", message + (f" ({loc})" if loc else ""), key=key_text, exc_type="os._exit",
+                   location=loc)
 
 
 def _failed(plan: TaskPlan, code: str, message: str, **fields: Any) -> TaskFailed:
