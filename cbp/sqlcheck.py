@@ -65,7 +65,7 @@ def check(view_names: Iterable[str], query: str) -> Checked:
     try:
         statements = [s for s in sqlglot.parse(query, read="spark") if s is not None]
     except sqlglot.errors.ParseError as e:
-        _refuse_write_words(query)  # a write sqlglot cannot parse (INSERT OVERWRITE DIRECTORY ...) is still a write
+        _refuse_unparsed(query)  # a write sqlglot cannot parse (INSERT OVERWRITE DIRECTORY ...) is still a write
         raise _syntax_error(e) from None
     except sqlglot.errors.TokenError as e:
         raise UsageError(f"the SQL query does not parse: {str(e).splitlines()[0]}", code="bad-sql") from None
@@ -106,18 +106,23 @@ _WRITE_WORDS = frozenset({"INSERT", "OVERWRITE", "CREATE", "DROP", "DELETE", "ME
                           "CACHE", "UNCACHE"})
 
 
-def _refuse_write_words(query: str) -> None:
-    """``sql-not-query`` for a statement sqlglot cannot parse that has a keyword only writes have."""
+def _refuse_unparsed(query: str) -> None:
+    """For a statement sqlglot cannot parse: ``sql-not-query`` if it has a keyword only writes
+    have, ``sql-not-allowed`` for ``IDENTIFIER(...)`` in a form sqlglot does not know (over an
+    expression, called); else nothing (a syntax error)."""
     from sqlglot.dialects.spark import Spark
 
     try:
-        words = {t.token_type.name for t in Spark().tokenize(query)}
+        tokens = Spark().tokenize(query)
     except Exception:  # not even tokens: a syntax error
         return
-    found = sorted(words & _WRITE_WORDS)
+    found = sorted({t.token_type.name for t in tokens} & _WRITE_WORDS)
     if found:
         raise UsageError(f"cbp sql runs queries only (SELECT, WITH, VALUES, EXPLAIN, DESCRIBE, SHOW); this statement "
                          f"has {', '.join(found)}, which would change tables or files", code="sql-not-query")
+    if any(a.text.upper() == "IDENTIFIER" and b.token_type.name == "L_PAREN" for a, b in zip(tokens, tokens[1:])):
+        raise UsageError("cbp sql reads the pipeline's views only: IDENTIFIER() over an expression; write the name itself",
+                         code="sql-not-allowed")
 
 
 def _travel_epoch(table: object, view: str) -> int:
