@@ -121,8 +121,8 @@ def _refuse_unparsed(query: str) -> None:
         raise UsageError(f"cbp sql runs queries only (SELECT, WITH, VALUES, EXPLAIN, DESCRIBE, SHOW); this statement "
                          f"has {', '.join(found)}, which would change tables or files", code="sql-not-query")
     if any(a.text.upper() == "IDENTIFIER" and b.token_type.name == "L_PAREN" for a, b in zip(tokens, tokens[1:])):
-        raise UsageError("cbp sql reads the pipeline's views only: IDENTIFIER() over an expression; write the name itself",
-                         code="sql-not-allowed")
+        raise UsageError("cbp sql reads the pipeline's views only: IDENTIFIER() over an expression; "
+                         "write the name itself", code="sql-not-allowed")
 
 
 def _travel_epoch(table: object, view: str) -> int:

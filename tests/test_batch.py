@@ -215,8 +215,8 @@ def test_bad_batch_output_is_refused_and_nothing_is_committed(spark, tmp_path, m
 
 def test_os_exit_in_a_batch_translator_is_worker_died_naming_the_batch(spark, tmp_path, make_pipeline):
     """os._exit in a batch translator: worker-died naming stage, epoch, the batch's size and the line."""
-    text = YAML.replace("TRANSLATOR", "bad").replace("BATCH", "batch: true").replace("outputs: [carry, totals]",
-                                                                                      "outputs: [carry, totals]\n    params: {kind: exit}")
+    params = "outputs: [carry, totals]\n    params: {kind: exit}"
+    text = YAML.replace("TRANSLATOR", "bad").replace("BATCH", "batch: true").replace("outputs: [carry, totals]", params)
     path = make_pipeline(text, BAD)
     p = cbp.load(path, home=str(tmp_path / "h"), spark=spark)
     p.feed("nums", [{"k": "a", "v": 3, "hour": 1}, {"k": "b", "v": 4, "hour": 1}], close=True)
@@ -224,7 +224,8 @@ def test_os_exit_in_a_batch_translator_is_worker_died_naming_the_batch(spark, tm
         p.run()
     assert (e.value.code, e.value.stage, e.value.epoch) == ("worker-died", "sum", 1)
     assert "os._exit(5)" in str(e.value) and "batch of" in str(e.value) and "partition" in str(e.value)
-    assert e.value.location is not None and e.value.location.endswith(f":{BAD.splitlines().index('        os._exit(5)  # EXIT') + 1}")
+    line = BAD.splitlines().index("        os._exit(5)  # EXIT") + 1
+    assert e.value.location is not None and e.value.location.endswith(f":{line}")
     assert p.epochs("sum") == 0 and p.state("sum") == []
 
 

@@ -40,7 +40,7 @@ def no_spark(monkeypatch):
     ("CREATE TABLE t AS SELECT * FROM urls", [], "sql-not-query"),
     ("SET spark.sql.ansi.enabled=false", [], "sql-not-query"),
     ("CACHE TABLE urls", [], "sql-not-query"),
-    ("WITH x AS (SELECT 1) INSERT OVERWRITE DIRECTORY '/tmp/cbp-sql-out' USING parquet SELECT * FROM x", [], "sql-not-query"),
+    ("WITH x AS (SELECT 1) INSERT OVERWRITE DIRECTORY '/tmp/out' USING parquet SELECT * FROM x", [], "sql-not-query"),
     ("SELECT * FROM urls WHERE url IN (SELECT value FROM text.`/etc/passwd`)", [], "sql-not-allowed"),
     ("SELECT IDENTIFIER('ref' || 'lect')('java.util.UUID', 'randomUUID')", [], "sql-not-allowed"),
     ("SELECT * FROM url_count TIMESTAMP AS OF '2026-01-01'", [], "sql-time-travel"),
