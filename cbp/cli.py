@@ -57,6 +57,8 @@ def _parser() -> argparse.ArgumentParser:
                    help="JSON lines, one object per line ('-' for stdin), or a Parquet file (*.parquet); optional with --close")
     p.add_argument("--close", action="store_true", help="close the flow's open frame: its increment becomes complete")
     p.add_argument("--id", dest="feed_id", help="an id for this feed (e.g. the file's name): a feed with an id already landed lands nothing")
+    p.add_argument("--force", action="store_true",
+                   help="land a feed with --id even if its records equal a pending feed landed without an id")
 
     p = sub.add_parser("run", help="run stage epochs until no stage is runnable")
     with_home(p)
@@ -134,6 +136,12 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         print(f"cbp {args.command}: interrupted; the next run continues from the last committed epoch", file=sys.stderr)
         return 130
     except OSError as e:  # e.g. a home on an object store that cannot be reached
+        from .storage.objectstore import unreachable
+
+        typed = unreachable(str(getattr(args, "home", None) or ""), e)
+        if typed is not None:
+            print(f"cbp {args.command}: error [home-unreachable]: {printable(str(typed))}", file=sys.stderr)
+            return 5
         print(f"cbp {args.command}: error: {type(e).__name__}: {printable(str(e))}", file=sys.stderr)
         return 5
     finally:
@@ -180,7 +188,7 @@ def _dispatch(args: argparse.Namespace) -> int:
             landed = pipe.close(args.input_flow)
         else:
             src = "/dev/stdin" if args.file == "-" else args.file
-            landed = pipe.feed(args.input_flow, src, close=args.close, feed_id=args.feed_id)
+            landed = pipe.feed(args.input_flow, src, close=args.close, feed_id=args.feed_id, force=args.force)
         # the feed's number is what 'cbp output FLOW --epoch N' takes; an empty feed has one too
         what = (f"already landed (--id {args.feed_id}), nothing new" if landed.repeated
                 else f"{landed.records} record(s)")
@@ -266,9 +274,13 @@ def _sql(pipe: Any, args: argparse.Namespace) -> int:
         logging.getLogger(name).setLevel(logging.CRITICAL)
     # this process runs no stage epoch, so Spark may coalesce the shuffles of the query (AQE) as usual
     # (and no SQL on files by path: the query reads the pipeline's views, see cbp.sql._check_read_only)
-    spark = get_spark(conf={"spark.sql.adaptive.enabled": "true", "spark.sql.runSQLOnFiles": "false"})
-    spark.sparkContext.setLogLevel("OFF")  # a task failing under the query is reported once, below, not as Java traces
-    df = pipe.sql(args.query, args.epoch)
+    def session() -> Any:  # started only for a statement cbp's own check let through (cbp.sqlcheck)
+        spark = get_spark(conf={"spark.sql.adaptive.enabled": "true", "spark.sql.runSQLOnFiles": "false"})
+        # a task failing under the query is reported once, below, not as Java traces
+        spark.sparkContext.setLogLevel("OFF")
+        return spark
+
+    df = pipe.sql(args.query, args.epoch, session=session)
     try:
         columns = list(df.columns)
         rows = [_plain(r.asDict(recursive=True)) for r in df.toLocalIterator()]

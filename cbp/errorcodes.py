@@ -119,12 +119,18 @@ SECTIONS: list[tuple[str, list[Code]]] = [
         _c("bad-tuning", U, 2, "a tuning value out of range", "the message gives the allowed range"),
         _c("exists", U, 2, "`cbp init`: files already there", "choose another directory"),
         _c("bad-home", U, 2,
-           "a `--home` cbp cannot use (not a local directory or `s3://` URI, another pipeline's home)",
-           "give a directory or an `s3://BUCKET/PREFIX`"),
+           "a `--home` cbp cannot use (not a local directory or `s3://` URI, another pipeline's home), or one that "
+           "looks like a mistyped URL (`s3:/b`, `s3:b`, `s3//b`, `gs:b`: it would be a local directory of that name)",
+           "give a directory or an `s3://BUCKET/PREFIX` (a local directory with a colon: `./s3:/b`)"),
         _c("bad-feed-id", INP, 3, "a feed id that is not a plain string", "give a short plain string"),
         _c("unknown-epoch", U, 2, "an `--epoch` that has not happened", "`cbp status` shows the epochs"),
         _c("no-state", U, 2, "a stage without state was asked for its state", "ask for its output flows instead"),
-        _c("bad-sql", U, 2, "`cbp sql`: a query that does not parse", "query the pipeline's views by name"),
+        _c("bad-sql", U, 2, "`cbp sql`: a query that does not parse (line and column given)",
+           "query the pipeline's views by name"),
+        _c("sql-unknown-view", U, 2, "`cbp sql`: a table name that is no view of the pipeline (refused before Spark "
+           "starts)", "the message lists the views: each stateful stage, each flow"),
+        _c("sql-time-travel", U, 2, "`cbp sql`: `TIMESTAMP AS OF`, or `VERSION AS OF` something other than a whole "
+           "number", "cbp's views travel by epoch: `VIEW VERSION AS OF N`, or `--epoch N`"),
         _c("sql-not-query", U, 2, "`cbp sql`: a statement that is not a query", "give a SELECT"),
         _c("sql-not-allowed", U, 2, "`cbp sql`: a query that reads files or calls what it may not",
            "query the views by name"),
@@ -141,6 +147,10 @@ SECTIONS: list[tuple[str, list[Code]]] = [
            "fix the record; nothing of the feed landed"),
         _c("bad-diff", (INP, UC), (3, 4), "a record's `_diff` is not a nonzero whole number within int64 (fed: exit 3; "
            "written by a batch translator: exit 4)", "give `_diff` as a nonzero int (+1 adds, -1 retracts)"),
+        _c("duplicate-feed", INP, 3, "`cbp feed --id X` of records equal to a feed landed without an id that a stage "
+           "has not read yet: most likely the same delivery retried (without `--id` it is a warning, and both land)",
+           "nothing landed; if the records are new after all, feed them with `--force` (Python `force=True`); "
+           "`cbp unfeed` withdraws the earlier feed"),
         _c("keyed-diff", INP, 3, "a keyed flow's feed has a `_diff` other than +1 (upsert) or -1 (delete)",
            "send each event once, as an upsert or a delete"),
         _c("retract-missing", INP, 3, "a keyed flow's feed deletes a key that has no row",
@@ -154,7 +164,9 @@ SECTIONS: list[tuple[str, list[Code]]] = [
            "the message names stage, epoch and key; fix it and run again: the epoch was not committed"),
         _c("timeout", UC, 4, "an epoch ran past `--epoch-timeout` or the stage's `timeout`",
            "find what is slow, or raise the limit"),
-        _c("worker-died", UC, 4, "a Python worker died (out of memory, `os._exit`)", "see the stage and key named"),
+        _c("worker-died", UC, 4, "a Python worker died (out of memory, `os._exit`)",
+           "a translator's `os._exit` is caught: the message names stage, epoch, task partition, key and your line; "
+           "a worker killed otherwise is named by stage and epoch"),
         _c("route-target", UC, 4, "records sent to a key or flow that cannot take them",
            "check where the translator writes"),
         _c("not-storable", UC, 4,
@@ -175,6 +187,8 @@ SECTIONS: list[tuple[str, list[Code]]] = [
            "read the message"),
         _c("io", RS, 5, "reading or writing the home failed (disk full, object store unreachable)",
            "fix the storage and run again: epochs are atomic"),
+        _c("home-unreachable", RS, 5, "an `s3://` home whose endpoint takes no connection (refused, unresolvable, "
+           "timed out); the message names the endpoint", "start the object store, or correct `AWS_ENDPOINT_URL`"),
         _c("home-corrupt", RS, 5, "the home's files are not what cbp wrote",
            "restore the home from a copy, or start a new one"),
         _c("damaged-home", RS, 5, "a snapshot or table of the home is missing or damaged",

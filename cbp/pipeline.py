@@ -119,7 +119,7 @@ class Pipeline:
         self.controller = Controller(self.spec, self.home, mode=mode, spark=spark, **tuning)
 
     def feed(self, flow: str, records: Records, *, close: bool = False, feed_id: Optional[str] = None,
-             source: Optional[str] = None) -> Landed:
+             source: Optional[str] = None, force: bool = False) -> Landed:
         """Land one increment on external input flow ``flow``: a JSON-lines file, a Parquet file
         (``*.parquet``), a file open for binary reading (``source`` names it in errors; Parquet
         if that name ends in ``.parquet``, or, ending in neither that nor ``.jsonl``, if the file
@@ -134,7 +134,9 @@ class Pipeline:
         nested deeper than :data:`cbp.spec.schema.MAX_DEPTH` are bad records too. Arrow columns
         are checked column by column (:mod:`cbp.spec.arrowrecords`), by the same rules as the
         same records given as dicts. A file that cannot be read is code ``unreadable``.
-        ``feed_id`` makes the feed idempotent: a second feed with the same id lands nothing.
+        ``feed_id`` makes the feed idempotent: a second feed with the same id lands nothing. A feed
+        with an id whose records equal a pending feed landed without one is refused (code
+        ``duplicate-feed``: most likely a retry) unless ``force``.
         Returns the increment ids, as a list whose ``feed`` is the number ``output(flow, epoch=N)``
         takes (every feed gets one, an empty feed too).
 
@@ -163,7 +165,7 @@ class Pipeline:
         else:
             with fewer_collections():  # a dict per record: see cbp.gcpolicy
                 table = self._validated(fl.schema, records, flow)
-        return self.controller.feed(flow, table, close=close, feed_id=feed_id)
+        return self.controller.feed(flow, table, close=close, feed_id=feed_id, force=force)
 
     @staticmethod
     def _validated(schema: RecordSchema, records: Records, flow: str) -> pa.Table:
@@ -394,20 +396,25 @@ class Pipeline:
         """Stages, epochs run, pending increments per connector, the runner, and anything interrupted."""
         return self.controller.status()
 
-    def sql(self, query: str, epoch: Union[None, int, str, Mapping[str, int]] = None) -> Any:
+    def sql(self, query: str, epoch: Union[None, int, str, Mapping[str, int]] = None, *,
+            session: Optional[Callable[[], Any]] = None) -> Any:
         """Run a read-only Spark SQL query (Spark's Delta connector) over views named after the
         stateful stages (their state) and the flows (their records); a Spark DataFrame.
 
         ``epoch`` (``N``, ``{stage: N}`` or ``"stage=N"``): pinned stages show their state after
         that epoch (Delta time travel) and the flows they produce what that epoch wrote. Needs
         the jars of ``bash scripts/setup`` (else code ``no-delta-jars``); a bad query is code ``bad-sql``.
+        ``FROM view VERSION AS OF N`` reads one view at epoch N. The statement is checked before
+        Spark starts (:mod:`cbp.sqlcheck`); ``session`` gives the SparkSession then (default: the pipeline's).
 
             >>> p.sql("SELECT url, count FROM url_count ORDER BY count DESC LIMIT 3").show()   # doctest: +SKIP
         """
-        from .sql import run_sql
+        from .sql import prepare, run_sql
 
         with self.controller.reading():
-            return run_sql(self.controller, self.controller.spark, query, epoch)
+            checked = prepare(self.controller, query, epoch)
+            spark = session() if session is not None else self.controller.spark
+            return run_sql(self.controller, spark, query, epoch, checked)
 
     def state_df(self, stage: str, epoch: Optional[int] = None) -> Any:
         """The stage's state records after ``epoch`` (default: latest) as a Spark DataFrame (``state`` in Spark).

@@ -483,7 +483,10 @@ def test_empty_feed_takes_a_number_and_the_numbers_agree_cli(tmp_path, capsys):
     for epoch, want in [(1, ["a"]), (2, []), (3, []), (4, ["b", "c"])]:
         assert main(["output", str(URLS), "urls", "--epoch", str(epoch), "--home", home]) == 0
         assert [json.loads(x)["url"] for x in capsys.readouterr().out.splitlines()] == want
-    assert main(["feed", str(URLS), "urls", str(tmp_path / "b.jsonl"), "--home", home, "--id", "k"]) == 0
+    # the pending feed 4 again, now with an id: most likely a retry, refused (nothing lands, no number taken)
+    assert main(["feed", str(URLS), "urls", str(tmp_path / "b.jsonl"), "--home", home, "--id", "k"]) == 3
+    assert "error [duplicate-feed]" in capsys.readouterr().err
+    assert main(["feed", str(URLS), "urls", str(tmp_path / "b.jsonl"), "--home", home, "--id", "k", "--force"]) == 0
     assert "as feed 5 (output --epoch 5): 2 record(s), increment(s) 5" in capsys.readouterr().out
     assert main(["feed", str(URLS), "urls", str(tmp_path / "b.jsonl"), "--home", home, "--id", "k"]) == 0
     assert "as feed 5 (output --epoch 5): already landed (--id k), nothing new, increment(s) 5" in capsys.readouterr().out

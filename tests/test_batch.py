@@ -162,6 +162,9 @@ def bad(keys, state, nums, carry, out):
         return {"removed": ["nobody"]}
     if kind == "nulls":
         return {"totals": pa.table({"k": keys, "total": pa.array([None] * len(keys), pa.int64())})}
+    if kind == "exit":
+        import os
+        os._exit(5)  # EXIT
     n = len(keys)
     if kind == "intkey":  # an int column for a string field: not turned into text
         return {"totals": pa.table({"k": pa.array(range(n)), "total": [1] * n})}
@@ -208,6 +211,22 @@ def test_bad_batch_output_is_refused_and_nothing_is_committed(spark, tmp_path, m
         p.run()
     assert e.value.code == code and e.value.stage == "sum" and e.value.epoch == 1
     assert p.epochs("sum") == 0 and p.output("totals") == [] and p.state("sum") == []
+
+
+def test_os_exit_in_a_batch_translator_is_worker_died_naming_the_batch(spark, tmp_path, make_pipeline):
+    """os._exit in a batch translator: worker-died naming stage, epoch, the batch's size and the line."""
+    params = "outputs: [carry, totals]\n    params: {kind: exit}"
+    text = YAML.replace("TRANSLATOR", "bad").replace("BATCH", "batch: true").replace("outputs: [carry, totals]", params)
+    path = make_pipeline(text, BAD)
+    p = cbp.load(path, home=str(tmp_path / "h"), spark=spark)
+    p.feed("nums", [{"k": "a", "v": 3, "hour": 1}, {"k": "b", "v": 4, "hour": 1}], close=True)
+    with pytest.raises(UserCodeError) as e:
+        p.run()
+    assert (e.value.code, e.value.stage, e.value.epoch) == ("worker-died", "sum", 1)
+    assert "os._exit(5)" in str(e.value) and "batch of" in str(e.value) and "partition" in str(e.value)
+    line = BAD.splitlines().index("        os._exit(5)  # EXIT") + 1
+    assert e.value.location is not None and e.value.location.endswith(f":{line}")
+    assert p.epochs("sum") == 0 and p.state("sum") == []
 
 
 @pytest.mark.parametrize("columnar", ["1", "0"])

@@ -95,6 +95,46 @@ def test_a_home_cbp_cannot_keep_is_refused_before_anything_is_written(tmp_path, 
     assert sorted(p.name for p in tmp_path.iterdir()) == ["d.jsonl", "h_pctA", "to-root"] and not any((tmp_path / "h_pctA").iterdir())
 
 
+@pytest.mark.parametrize("home", ["s3:/bucket/x", "s3:bucket", "s3//bucket/x", "S3A:/bucket", "gs:/bucket", "http:/x"])
+def test_a_mistyped_url_is_a_bad_home_not_a_local_directory(tmp_path, capsys, monkeypatch, home):
+    """``s3:/x`` (for ``s3://x``) made a local home ``./s3:/x`` and ``cbp run`` exited 0."""
+    monkeypatch.chdir(tmp_path)
+    day = tmp_path / "d.jsonl"
+    day.write_text('{"url": "http://a/"}\n')
+    for argv in (["status", URLS], ["feed", URLS, "urls", str(day)], ["run", URLS]):
+        assert main([*argv, "--home", home]) == 2
+        err = capsys.readouterr().err
+        assert "Traceback" not in err and "error [bad-home]: " in err and "mistyped URL" in err, err
+    with pytest.raises(UsageError) as e:
+        cbp.load(URLS, home=home)
+    assert e.value.code == "bad-home"
+    assert [p.name for p in tmp_path.iterdir()] == ["d.jsonl"]
+
+
+def test_an_unreachable_s3_home_is_home_unreachable_naming_the_endpoint(tmp_path, capsys, monkeypatch):
+    import socket
+
+    from cbp.errors import RuntimeStateError
+
+    with socket.socket() as s:  # a port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    endpoint = f"http://127.0.0.1:{port}"
+    env = {"AWS_ENDPOINT_URL": endpoint, "AWS_ACCESS_KEY_ID": "k", "AWS_SECRET_ACCESS_KEY": "s",
+           "AWS_REGION": "us-east-1"}
+    for k, v in env.items():
+        monkeypatch.setenv(k, v)
+    day = tmp_path / "d.jsonl"
+    day.write_text('{"url": "http://a/"}\n')
+    for argv in (["status", URLS], ["feed", URLS, "urls", str(day)], ["run", URLS]):
+        assert main([*argv, "--home", "s3://bucket/h"]) == 5
+        err = capsys.readouterr().err
+        assert "Traceback" not in err and "error [home-unreachable]: " in err and endpoint in err, err
+    with pytest.raises(RuntimeStateError) as e:
+        cbp.load(URLS, home="s3://bucket/h")
+    assert e.value.code == "home-unreachable" and endpoint in str(e.value)
+
+
 @pytest.mark.parametrize("uri", ["file://{tmp}/h", "file://localhost{tmp}/h", "file:{tmp}/h", "FILE://{tmp}/h"])
 def test_a_file_uri_home_is_the_local_directory_it_names(tmp_path, capsys, monkeypatch, uri):
     monkeypatch.chdir(tmp_path)

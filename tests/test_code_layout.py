@@ -17,7 +17,7 @@ LAYERS = {
     "spec": 1, "storage": 1,
     "engine": 2,
     "controller": 3,
-    "sql": 4,
+    "sql": 4, "sqlcheck": 4,
     "pipeline": 5, "follow": 5,
     "testing": 6, "crawl": 6,
     "cli": 7, "airflow": 7, "commands": 7,

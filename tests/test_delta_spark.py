@@ -199,6 +199,26 @@ def test_the_jar_cache_is_found_in_the_repository_without_a_setting(monkeypatch)
     assert Path(session._jars_dir()) == Path(__file__).resolve().parents[1] / "state" / "jars"
 
 
+def test_version_as_of_is_an_epoch(dspark, url_home, capsys):
+    """``VIEW VERSION AS OF N`` reads the view as ``--epoch N`` does (a stage's state after its epoch
+    N, a flow's records of epoch N or feed N), also several epochs of one view in one query."""
+    for n in range(1, len(FEEDS) + 1):
+        code, state = cli(capsys, "sql", YAML, f"SELECT * FROM url_count VERSION AS OF {n}", "--home", url_home)
+        assert code == 0 and state == scratch(n)
+        for flow in ("urls", "counts"):  # what epoch n wrote / feed n landed, as 'cbp output FLOW --epoch N'
+            _, out = cli(capsys, "output", YAML, flow, "--home", url_home, "--epoch", n)
+            _, travel = cli(capsys, "sql", YAML, f"SELECT * FROM {flow} VERSION AS OF {n}", "--home", url_home)
+            out = [{**r, "_diff": r.get("_diff", 1)} for r in out]
+            assert sorted(map(json.dumps, travel)) == sorted(map(json.dumps, out)) != []
+        _, fed = cli(capsys, "sql", YAML, f"SELECT url FROM urls VERSION AS OF {n}", "--home", url_home)
+        assert sorted(r["url"] for r in fed) == sorted(r["url"] for r in FEEDS[n - 1])
+    q = ("SELECT b.url, b.count - coalesce(a.count, 0) AS grew FROM url_count VERSION AS OF 2 b "
+         "LEFT JOIN url_count VERSION AS OF 1 a USING (url) ORDER BY b.url")
+    before, after = {r["url"]: r["count"] for r in scratch(1)}, scratch(2)
+    want = [{"url": r["url"], "grew": r["count"] - before.get(r["url"], 0)} for r in after]
+    assert cli(capsys, "sql", YAML, q, "--home", url_home) == (0, want)
+
+
 def test_pipeline_sql_api(dspark, url_home):
     p = cbp.load(YAML, home=url_home, spark=dspark)
     df = p.sql("SELECT s.url, s.count FROM url_count s JOIN urls u ON s.url = u.url WHERE s.count > 1")
@@ -211,7 +231,9 @@ def test_pipeline_sql_api(dspark, url_home):
 @pytest.mark.parametrize("query,args,code,exit_code", [
     ("SELEC * FROM url_count", [], "bad-sql", 2),
     ("SELECT nope FROM url_count", [], "bad-sql", 2),
-    ("SELECT * FROM no_such_view", [], "bad-sql", 2),
+    ("SELECT * FROM no_such_view", [], "sql-unknown-view", 2),
+    ("SELECT * FROM url_count VERSION AS OF 99", [], "unknown-epoch", 2),
+    ("SELECT * FROM url_count TIMESTAMP AS OF '2026-01-01'", [], "sql-time-travel", 2),
     ("SELECT * FROM url_count", ["--epoch", "nostage=1"], "unknown-stage", 2),
     ("SELECT * FROM url_count", ["--epoch", "99"], "unknown-epoch", 2),
     ("SELECT * FROM url_count", ["--epoch", "x"], "usage", 2),

@@ -4,6 +4,7 @@ from them (attributes, not message text)."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from types import SimpleNamespace
 
 import pyarrow as pa
@@ -111,4 +112,8 @@ def test_dying_worker_is_typed(spark, make_pipeline, tmp_path):
     p.feed("words", [{"w": "exit"}])
     with pytest.raises(UserCodeError) as e:
         p.run()
-    assert (e.value.code, e.value.stage, e.value.epoch, e.value.key) == ("worker-died", "count", 1, None)
+    assert (e.value.code, e.value.stage, e.value.epoch, e.value.key) == ("worker-died", "count", 1, "exit")
+    module = next(Path(p.spec.path).parent.glob("*.py"))
+    line = next(i for i, ln in enumerate(module.read_text().splitlines(), 1) if "os._exit(3)" in ln)
+    assert e.value.location == f"{module}:{line}" and "os._exit(3)" in str(e.value)
+    assert "key 'exit'" in str(e.value) and "partition" in str(e.value)

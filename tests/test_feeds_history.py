@@ -60,7 +60,10 @@ def test_duplicate_feed_warns_and_unfeed_withdraws_it(spark, make_pipeline, tmp_
         p.feed("words", A)
     heard: list[str] = []
     p.controller.notify = heard.append
-    p.feed("words", A, feed_id="again")  # an id says it is a feed of its own: no warning
+    with pytest.raises(CbpError) as e:  # feed 3 retried with an id while pending: refused
+        p.feed("words", A, feed_id="again")
+    assert e.value.code == "duplicate-feed" and "feed 3" in str(e.value)
+    p.feed("words", A, feed_id="again", force=True)  # meant: lands as a feed of its own, no warning
     assert not heard
     assert [d["feed"] for d in p.status()["duplicate_feeds"]] == [3]
     for args, code in [(("words", 1), "feed-read"), (("words", 9), "unknown-feed"), (("deltas", 1), "not-external")]:
@@ -87,6 +90,34 @@ def test_duplicate_feed_warns_and_unfeed_withdraws_it(spark, make_pipeline, tmp_
     assert "DuplicateFeedWarning" not in r.stderr  # said once
     r = _cli("status", str(y), "--home", home)
     assert "pending feed 6 of 'words' has the same records as feed 5" in r.stdout
+
+
+def test_refeed_with_id_of_a_pending_feed_without_one_is_refused(spark, make_pipeline, tmp_path):
+    """A feed landed without --id, then the same records with --id while it is pending: the retry is
+    refused (duplicate-feed, exit 3, nothing landed); once read, or with --force, such a feed lands."""
+    y = make_pipeline(YAML, CODE)
+    home = str(tmp_path / "home")
+    f = _jsonl(tmp_path, A)
+    assert _cli("feed", str(y), "--home", home, "words", str(f)).returncode == 0
+    r = _cli("feed", str(y), "--home", home, "words", str(f), "--id", "f.jsonl")
+    assert r.returncode == 3 and "[duplicate-feed]" in r.stderr and "feed 1" in r.stderr, r.stderr
+    p = cbp.load(y, home, spark=spark)
+    assert p.controller.feeds("words") == 1
+    p.run()
+    assert {r["w"]: r["n"] for r in p.state("count")} == pd.DataFrame(A).groupby("w").size().to_dict()
+    with pytest.warns(cbp.DuplicateFeedWarning):
+        p.feed("words", A)  # feed 2, no id, pending
+    with pytest.raises(CbpError) as e:
+        p.feed("words", A, feed_id="x")
+    assert e.value.code == "duplicate-feed" and "feed 2" in str(e.value)
+    p.run()
+    assert list(p.feed("words", A, feed_id="x")) == [3]  # feed 2 was read: the id'd feed is a feed of its own
+    r = _cli("feed", str(y), "--home", home, "words", str(f))  # feed 4, no id (warned), pending
+    r = _cli("feed", str(y), "--home", home, "words", str(f), "--id", "y", "--force")
+    assert r.returncode == 0 and "as feed 5" in r.stdout, r.stderr
+    p = cbp.load(y, home, spark=spark)
+    p.run()
+    assert {r["w"]: r["n"] for r in p.state("count")} == pd.DataFrame(A * 5).groupby("w").size().to_dict()
 
 
 def _jsonl(tmp_path: Path, recs: list[dict]) -> Path:

@@ -43,7 +43,7 @@ import pyarrow as pa
 from ..engine.task.bipindex import ROW_GROUP
 from ..errors import UsageError
 from ..spec import PipelineSpec
-from ..storage import LAYOUT, Home
+from ..storage import LAYOUT, Home, objectstore
 from .codehash import evolution_status
 from .epoch import Epochs
 from .evolution import Evolution
@@ -85,7 +85,11 @@ class Controller:
         self._notice = Notice(notify)  # recoveries and lock take-overs are reported here
         self.history = History(home, LAYOUT)
         self._compose()
-        self._journal.load(home.read_controller())
+        try:
+            snapshot = home.read_controller()  # the home's first read: a store taking no connection fails here
+        except OSError as e:
+            raise objectstore.unreachable(home.location, e) or e
+        self._journal.load(snapshot)
 
     def _compose(self) -> None:
         """Make the parts, each handed the collaborators it reads and writes through."""
@@ -166,9 +170,9 @@ class Controller:
 
     # ------------------------------------------------------------------ landing and syncing
     def feed(self, flow: str, records: list[dict[str, Any]] | pa.Table, *, close: bool = False,
-             feed_id: Optional[str] = None) -> Landed:
+             feed_id: Optional[str] = None, force: bool = False) -> Landed:
         """Land records on external flow ``flow`` (:meth:`.landing.Landing.feed`)."""
-        return self._landing.feed(flow, records, close=close, feed_id=feed_id)
+        return self._landing.feed(flow, records, close=close, feed_id=feed_id, force=force)
 
     def collect_garbage(self) -> list[tuple[str, int]]:
         return self._landing.collect_garbage()

@@ -92,6 +92,26 @@ class Feeds:
             out["duplicate_of"] = earlier[0]
         return out
 
+    def refuse_retry(self, flow: str, data: pa.Table, feed_id: Optional[str], force: bool) -> None:
+        """Before a feed with ``feed_id`` lands: refuse it (code ``duplicate-feed``) when its records
+        equal a pending feed of ``flow`` that had no id: most likely the same delivery retried with
+        an id; ``force`` lands it anyway. A keyed flow's feed entries hash the changes its events
+        made, so it is not checked."""
+        if force or feed_id is None or not data.num_rows or self.live.spec.flows[flow].key:
+            return
+        e = self.home.read_json(LAYOUT.feed_hash_entry(flow, content_hash(data))) or {"feeds": []}
+        fl = self.live.spec.flows[flow]
+        pending = {i for c in fl.consumers for i in self.live.st.connector(c, flow)}
+        for n in sorted(int(n) for n in e["feeds"]):
+            entry = self.history.feed(self.live.st, flow, n) or {}
+            if entry.get("id") is None and pending & {int(i) for i in entry.get("incs", [])}:
+                yaml = self.live.spec.path
+                raise InputError(f"flow '{flow}': these records equal feed {n}, landed without an id and not yet "
+                                 f"read by every stage, so --id {feed_id} would land them twice; nothing was landed. "
+                                 "If they are new records after all, feed them with --force (Python: force=True); "
+                                 f"'cbp unfeed {yaml} {flow} --feed {n}' withdraws the earlier feed",
+                                 code="duplicate-feed")
+
     def warn_duplicate(self, flow: str, number: int, note: dict[str, Any], yaml: str = "FLOW.yaml") -> None:
         """Tell the user that a feed repeated an earlier one: through the controller's ``notify`` (``cbp feed``
         prints it on stderr) or, when nothing listens, as a :class:`DuplicateFeedWarning`."""

@@ -81,7 +81,7 @@ class Landing:
             self.live.st.connector(consumer, flow).append(inc)
 
     def feed(self, flow: str, records: list[dict[str, Any]] | pa.Table, *, close: bool = False,
-             feed_id: Optional[str] = None) -> Landed:
+             feed_id: Optional[str] = None, force: bool = False) -> Landed:
         """Land validated records (dicts, or an Arrow table of the fields as stored) on external
         flow ``flow``; return the increment ids they went to, as a :class:`Landed` list whose
         ``feed`` is the feed's number: the N of ``output(flow, epoch=N)``.
@@ -92,7 +92,9 @@ class Landing:
         consecutive records with the same framing key form an increment, which is complete once a
         record with another key arrives on the flow, or when ``close`` is given (the paper's
         missing punctuation). A feed with a ``feed_id`` the flow has already landed lands nothing
-        (a retried task, a re-delivered file) and returns the first one's increment ids and number.
+        (a retried task, a re-delivered file) and returns the first one's increment ids and number;
+        one whose records equal a pending feed landed without an id is refused unless ``force``
+        (:meth:`.feeds.Feeds.refuse_retry`, code ``duplicate-feed``).
         """
         fl = self.live.spec.flow(flow)
         if not fl.external:
@@ -104,6 +106,7 @@ class Landing:
             if seen is not None:
                 self.notify(f"feed id '{feed_id}' already landed on '{flow}' as feed {seen['feed']}; nothing was landed")
                 return Landed(seen["incs"], feed=seen["feed"], records=0, repeated=True)
+            self.feeds.refuse_retry(flow, data, feed_id, force)
             fs.feeds += 1
             number = fs.feeds
             if fl.frame_by is None:  # increment ids follow feed numbers, past empty feeds too

@@ -29,7 +29,7 @@ from deltalake import DeltaTable
 from ..errors import BusyError, RuntimeStateError
 from . import localfiles, objectstore
 from .layout import INC, LAYOUT, PART, SRC
-from .location import check_location, local_file_uri
+from .location import check_location, local_file_uri, refuse_mistyped_url
 from .lease import Lease, LeaseRecord, S3Objects
 from .tables import DeltaTables
 
@@ -93,6 +93,7 @@ class Home(DeltaTables):
     """A pipeline's home: a local path or a URI understood by pyarrow and delta-rs. Picklable."""
 
     def __init__(self, location: str | os.PathLike[str]) -> None:
+        refuse_mistyped_url(os.fspath(location))  # 's3:/b' would be a local directory named so
         loc = local_file_uri(os.fspath(location))
         if "://" not in loc:
             loc = os.path.abspath(loc)

@@ -4,11 +4,12 @@
 from __future__ import annotations
 
 import os
+import re
 
 from ..errors import UsageError
 from . import objectstore
 
-__all__ = ["check_location", "local_file_uri"]
+__all__ = ["check_location", "local_file_uri", "refuse_mistyped_url"]
 
 
 def check_location(loc: str) -> str:
@@ -22,6 +23,8 @@ def check_location(loc: str) -> str:
         ('state/x', 's3://b/homes/x')
     """
     scheme, sep, rest = loc.partition("://")
+    if not sep:
+        refuse_mistyped_url(loc)
     if sep:
         if scheme.lower() not in (*objectstore.S3_SCHEMES, "file"):
             raise UsageError(f"--home {loc!r}: cbp keeps homes on a local disk or on S3 (s3://BUCKET/PREFIX), not {scheme}://", code="bad-home")
@@ -45,6 +48,40 @@ def check_location(loc: str) -> str:
         raise UsageError(f"--home {loc!r}: a home's path may not contain {', '.join(repr(c) for c in bad)} "
                          "(Delta tables are opened by URL: '%' would be decoded); choose another directory", code="bad-home")
     return loc
+
+
+#: ``scheme:`` at the start of a location: a URL, not a path (``file:`` is read by :func:`local_file_uri`).
+_SCHEME = re.compile(r"([A-Za-z][A-Za-z0-9+.-]*):")
+#: A store's name followed by ``//`` or ``:/``-less text: ``s3//b``, ``s3:b`` (a colon or slashes missing).
+_MISSING_COLON = re.compile(r"(s3a?|file)//", re.IGNORECASE)
+
+
+def refuse_mistyped_url(loc: str) -> None:
+    """``bad-home`` for a location that looks like a mistyped URL (``s3:/b``, ``s3:b``, ``s3//b``,
+    ``gs:b``), which would otherwise be a local directory named so; ``file:/x`` is a path.
+
+        >>> try:
+        ...     refuse_mistyped_url("s3:/b/x")
+        ... except UsageError as e:
+        ...     print(e.code, str(e).split(": ")[1])
+        bad-home did you mean s3://b/x? (a local directory
+        >>> refuse_mistyped_url("./s3:/b/x"), refuse_mistyped_url("file:/tmp/x")
+        (None, None)
+    """
+    if "://" in loc:
+        return  # a URL: check_location decides on it
+    m = _SCHEME.match(loc)
+    if m and m.group(1).lower() != "file":
+        scheme, rest = m.group(1).lower(), loc[m.end():].lstrip("/")
+        guess = f"did you mean {scheme}://{rest}?" if scheme in objectstore.S3_SCHEMES else \
+            f"cbp keeps homes on a local disk or on S3 (s3://BUCKET/PREFIX), not {scheme}:"
+        raise UsageError(f"--home {loc!r} looks like a mistyped URL: {guess} (a local directory: ./{loc})",
+                         code="bad-home")
+    m = _MISSING_COLON.match(loc)
+    if m:
+        url = f"{m.group(1).lower()}://{loc[m.end():]}"
+        raise UsageError(f"--home {loc!r} looks like a mistyped URL: did you mean {url}? (a local directory: ./{loc})",
+                         code="bad-home")
 
 
 def local_file_uri(loc: str) -> str:

@@ -39,7 +39,7 @@ from urllib.parse import urlparse
 import pyarrow.fs as pafs
 
 __all__ = ["ObjectStoreSettings", "settings", "is_object_store", "is_s3", "filesystem", "storage_options",
-           "spark_s3a_conf", "ENV_VARS", "propagate_to_spark"]
+           "spark_s3a_conf", "ENV_VARS", "propagate_to_spark", "unreachable"]
 
 S3_SCHEMES = ("s3", "s3a")
 ENV_VARS = ("AWS_ENDPOINT_URL", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_REGION",
@@ -215,3 +215,25 @@ def propagate_to_spark(spark_context: object) -> None:
     for key in ENV_VARS:
         if key in os.environ:
             env[key] = os.environ[key]
+
+
+#: How pyarrow's S3 client (curl) and botocore say that no connection could be made.
+_NO_CONNECTION = ("NETWORK_CONNECTION", "Could not connect", "Connection refused", "Failed to connect",
+                  "Could not resolve host", "Connect timeout", "Could not connect to the endpoint URL")
+
+
+def unreachable(location: str, exc: BaseException) -> Optional[Exception]:
+    """``home-unreachable`` (a :class:`~cbp.errors.RuntimeStateError` naming the endpoint) when
+    ``exc`` says the object store of an ``s3://`` home could not be connected to; else None."""
+    from ..errors import RuntimeStateError
+
+    text = str(exc)
+    if not is_s3(location) or not any(m in text for m in _NO_CONNECTION):
+        return None
+    s = settings()
+    endpoint = f"the endpoint {s.endpoint} (AWS_ENDPOINT_URL)" if s.endpoint else \
+        "AWS's S3 endpoint (no AWS_ENDPOINT_URL is set)"
+    first = next((ln.strip() for ln in text.splitlines() if ln.strip()), type(exc).__name__)
+    return RuntimeStateError(f"the home {location} cannot be reached: {endpoint} takes no connection ({first}); "
+                             "is the object store running, and AWS_ENDPOINT_URL right?", code="home-unreachable",
+                             path=location)

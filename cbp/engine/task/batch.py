@@ -192,8 +192,14 @@ class BatchTranslate:
         st = self.plan.stage
         self.calls.calls += n
         self.out.key_texts = key_texts
+        from .calls import ExitGuard, WorkerExit, worker_exit_failure
+
         try:
-            return st.translator(keys, state, *inputs, out=self.out)
+            with ExitGuard():
+                return st.translator(keys, state, *inputs, out=self.out)
+        except WorkerExit as e:
+            where = f"{self.plan.where()} (a batch of {n} keys, task partition {self.calls.part})"
+            raise worker_exit_failure(self.plan, where, f"batch translator '{st.translator_path}'", e) from None
         except (*USER_EXCEPTIONS, EpochTimeout) as e:
             raise self._user_failure(self.plan, self.plan.where(), f"batch translator '{st.translator_path}'", e) from None
 

@@ -3,6 +3,8 @@ task's output files (:class:`_Calls`), and the typed failures of user code."""
 
 from __future__ import annotations
 
+import os
+import threading
 import traceback
 from functools import partial
 from typing import Any, Iterator, Optional
@@ -20,6 +22,49 @@ from .plan import TaskPlan
 from .routing import BINDINGS, encode_key
 from .signed import signed_record, state_record
 from .sinks import ParquetSink, RecordSink
+
+
+class WorkerExit(BaseException):
+    """``os._exit`` called by user code while :class:`ExitGuard` is on: raised instead of ending the
+    Python worker, so the task can report the stage, partition and key (code ``worker-died``)."""
+
+    def __init__(self, status: Any) -> None:
+        super().__init__(status)
+        self.status = status
+
+
+class ExitGuard:
+    """While on (``with``), ``os._exit`` in this thread raises :class:`WorkerExit` (other threads,
+    e.g. PySpark's own, still exit). Two attribute writes per use: cheap enough per key."""
+
+    def __init__(self) -> None:
+        self._real = os._exit
+        self._owner = 0
+
+    def _exit(self, status: Any = 0) -> None:
+        if threading.get_ident() == self._owner:
+            raise WorkerExit(status)
+        self._real(status)
+
+    def __enter__(self) -> "ExitGuard":
+        self._owner = threading.get_ident()
+        os._exit = self._exit  # type: ignore[assignment]
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        os._exit = self._real
+
+
+def worker_exit_failure(plan: TaskPlan, where: str, fn_name: str, exc: WorkerExit,
+                        key_text: Optional[str] = None) -> TaskFailed:
+    """``worker-died`` for user code that called ``os._exit``: where (stage, epoch, partition,
+    key) and the user's line."""
+    tb = traceback.extract_tb(exc.__traceback__)
+    user = [fr for fr in tb if "/cbp/" not in fr.filename.replace("\\", "/")] or tb[-1:]
+    loc = f"{user[-1].filename}:{user[-1].lineno}" if user else None
+    message = f"{where}: {fn_name} called os._exit({exc.status!r}), which would have killed the Spark Python worker"
+    return _failed(plan, "worker-died", message + (f" ({loc})" if loc else ""), key=key_text, exc_type="os._exit",
+                   location=loc)
 
 
 def _failed(plan: TaskPlan, code: str, message: str, **fields: Any) -> TaskFailed:
@@ -57,6 +102,8 @@ class _Calls:
         self.emitter = Emitter(st.name, plan.epoch, st.params, st.outputs, st.state_schema is not None, self._sink,
                                None if st.record_wise else self.bind)
         self.calls = 0
+        self.part = part
+        self._guard = ExitGuard()
 
     def _sink(self, flow: str, record: Any) -> None:
         try:
@@ -87,9 +134,13 @@ class _Calls:
         self.calls += 1
         st = self.plan.stage
         try:
-            st.translator(key, state if isinstance(state, KeyedRows) else iter(state), *inputs, out=self.emitter)
+            with self._guard:
+                st.translator(key, state if isinstance(state, KeyedRows) else iter(state), *inputs, out=self.emitter)
         except TaskFailed:
             raise
+        except WorkerExit as e:
+            where = f"{self.plan.where(key)} (task partition {self.part})"
+            raise worker_exit_failure(self.plan, where, f"translator '{st.translator_path}'", e, key_text) from None
         except (*USER_EXCEPTIONS, EpochTimeout) as e:
             raise _user_failure(self.plan, self.plan.where(key), f"translator '{st.translator_path}'", e, key_text) from None
         return self.state_out
