@@ -1,10 +1,14 @@
 """Addition and retraction rounds of the graph pipelines (``bench/graphs.py --part retractions``).
 
-On a real graph, the page link graph of a Debian documentation package (``--package``, default
-``python3.11-doc``, :func:`graphdata.doc_link_edges`; undirected for clustering, directed for
-PageRank) restricted to a seeded random sample of ``--pages`` pages (default 150), each pipeline
-(``flows/clustering.yaml`` and ``flows/pagerank.yaml``, direct mode) is built from all edges but a
-held-out batch of ``--new-edges`` (default 10), then runs ``--rounds`` rounds (default 2) of:
+On real graphs, each pipeline (``flows/clustering.yaml`` and ``flows/pagerank.yaml``, direct
+mode) is built from all edges but a held-out batch of ``--new-edges`` (default 10), then runs
+``--rounds`` rounds (default 2) of the two kinds of run below. Clustering takes the undirected page
+link graph of a Debian documentation package (``--package``, default ``python3.11-doc``,
+:func:`graphdata.doc_link_edges`) restricted to a seeded random sample of ``--round-pages`` pages
+(default 150: a dense graph with hubs, where any change reaches most nodes). PageRank takes
+``--round-pr-graph``: ``wordnet`` (default), the subgraph of WordNet's hypernym DAG induced by
+``--round-pr-nodes`` (3,000) synsets found breadth-first from a seeded random one (a change reaches
+the ancestors of the edge only), or ``doc``, the package's directed page links on the same sample.
 
 - *add*: feed the held-out batch (first round) or re-add the batch retracted last round;
 - *retract*: retract as many other present edges, drawn with the seed (``_diff: -1``).
@@ -23,7 +27,7 @@ import random
 from pathlib import Path
 from typing import Any
 
-from graphdata import Edge, doc_link_edges
+from graphdata import Edge, doc_link_edges, wordnet_edges
 
 Signed = tuple[str, str, int]
 
@@ -62,15 +66,21 @@ def apply(mult: dict[Any, int], batch: list[Signed], directed: bool) -> None:
 
 def one_pipeline(args: argparse.Namespace, work: Path, flow: str) -> dict[str, Any]:
     """Build, then the add/retract rounds of one pipeline; every run measured and checked."""
-    from graphs import log, run_feed, sample_pages
+    from graphs import bfs_subgraph, log, run_feed, sample_pages
 
     from cbp.pipeline import Pipeline
 
     directed = flow == "pagerank"
-    edges: list[Edge] = sample_pages(doc_link_edges(args.package, directed=directed), args.pages, args.seed)
+    if directed and args.round_pr_graph == "wordnet":
+        edges: list[Edge] = bfs_subgraph(wordnet_edges(directed=True, hypernyms_only=True), args.round_pr_nodes, args.seed)
+        name = f"WordNet hypernyms, BFS subgraph of {args.round_pr_nodes:,} synsets"
+    else:
+        edges = sample_pages(doc_link_edges(args.package, directed=directed), args.pages, args.seed)
+        name = f"{args.package} page links ({'directed' if directed else 'undirected'}), {args.pages} pages sampled"
     rng = random.Random(args.seed)
     held = rng.sample(edges, args.new_edges)
-    base = [e for e in edges if e not in set(held)]
+    base = [e for e in edges if e not in held]
+    pool = sorted(set(edges) - set(held))  # retracted: drawn from the edges never held out
     p = Pipeline(Path(__file__).resolve().parent.parent / "flows" / f"{flow}.yaml", home=str(work / f"rounds-{flow}"))
     mult: dict[Any, int] = {}
     runs = []
@@ -81,8 +91,8 @@ def one_pipeline(args: argparse.Namespace, work: Path, flow: str) -> dict[str, A
         if name.startswith("add"):
             batch = [(a, b, 1) for a, b in held]
         elif name.startswith("retract"):
-            pool = sorted({(a, b) for a, b in edges} - {(a, b) for a, b in held})
             gone = rng.sample(pool, args.new_edges)
+            pool = sorted(set(pool) - set(gone))
             batch = [(a, b, -1) for a, b in gone]
         before = present_graph(mult, directed)
         apply(mult, batch, directed)
@@ -97,9 +107,8 @@ def one_pipeline(args: argparse.Namespace, work: Path, flow: str) -> dict[str, A
         log(f"  {flow:<10} {name:<9} {len(batch):>6} edges  run() {m['run_wall']:6.1f}s  {m['n_epochs']:>3} epochs  "
             f"keys read {called:,}  max error {err:.1e}")
         if name.startswith("retract"):
-            held = gone  # re-added next round
-    return {"graph": f"{args.package} page links ({'directed' if directed else 'undirected'}), "
-                     f"{len(set(a for e in edges for a in e)):,} nodes, {len(edges):,} edges", "runs": runs}
+            held = gone  # re-added next round (and not retracted again)
+    return {"graph": f"{name}: {len(set(a for e in edges for a in e)):,} nodes, {len(edges):,} edges", "runs": runs}
 
 
 def rounds_part(args: argparse.Namespace, work: Path) -> dict[str, Any]:
