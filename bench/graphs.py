@@ -33,7 +33,7 @@ graph's size (the goal: the update's propagation epochs read < 5% of the state k
     .venv/bin/python bench/graphs.py            # both parts, full sizes (~10 min on 2 shared cores)
     .venv/bin/python bench/graphs.py --quick    # both parts, small (~2 min)
     .venv/bin/python bench/graphs.py --part clustering    # or --part pagerank
-    .venv/bin/python bench/graphs.py --part retractions   # addition and retraction rounds (bench/graph_rounds.py, ~5 min)
+    .venv/bin/python bench/graphs.py --part retractions   # add/retract rounds (bench/graph_rounds.py, ~5 min)
 
 Part 3, retractions (:mod:`graph_rounds`, not part of ``both``): both pipelines on a sample of the
 doc link graph, built, then rounds that add a batch of edges and retract as many (``_diff: -1``),
@@ -410,8 +410,10 @@ def main(argv: Optional[list[str]] = None) -> int:
     ap.add_argument("--quick", action="store_true", help="small graphs")
     ap.add_argument("--part", choices=["both", "clustering", "pagerank", "retractions"], default="both")
     ap.add_argument("--rounds", type=int, default=2, help="retractions: add/retract rounds")
-    ap.add_argument("--round-pages", type=int, default=150, help="retractions: pages sampled from --package (clustering)")
-    ap.add_argument("--round-pr-graph", choices=["wordnet", "doc"], default="wordnet", help="retractions: PageRank's graph")
+    ap.add_argument("--round-pages", type=int, default=150,
+                    help="retractions: pages sampled from --package (clustering)")
+    ap.add_argument("--round-pr-graph", choices=["wordnet", "doc"], default="wordnet",
+                    help="retractions: PageRank's graph")
     ap.add_argument("--round-pr-nodes", type=int, default=3000, help="retractions: WordNet synsets for PageRank")
     ap.add_argument("--package", default="python3.11-doc", help="documentation package whose link graph clustering uses")
     ap.add_argument("--pages", type=int, default=None, help="pages sampled for the clustering graph (default 0 = all 530; --quick 150)")
@@ -466,7 +468,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     if args.part == "retractions":
         from graph_rounds import rounds_part, rounds_table
 
-        res = rounds_part(argparse.Namespace(**{**vars(args), "pages": args.round_pages, "new_edges": args.new_edges}), work)
+        res = rounds_part(argparse.Namespace(**{**vars(args), "pages": args.round_pages}), work)
         part = rounds_table(res)
         (OUT / "graphs_retractions.md").write_text("\n".join(md[:5] + part) + "\n", encoding="utf-8")
         md += part

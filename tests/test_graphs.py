@@ -181,8 +181,8 @@ def test_clustering_with_retractions(spark, tmp_path, yaml):
     assert sorted(r["node"] for r in final) == sorted(expected) and all("_diff" not in r for r in final)
 
 
-SMALL = st.lists(st.lists(st.tuples(st.sampled_from("abcdef"), st.sampled_from("abcdef"), st.sampled_from([1, 1, -1, 2])),
-                          min_size=1, max_size=8), min_size=2, max_size=4)
+SIGNED_EDGE = st.tuples(st.sampled_from("abcdef"), st.sampled_from("abcdef"), st.sampled_from([1, 1, -1, 2]))
+SMALL = st.lists(st.lists(SIGNED_EDGE, min_size=1, max_size=8), min_size=2, max_size=4)
 
 
 @settings(max_examples=6, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
