@@ -136,8 +136,8 @@ def rounds_table(res: dict[str, Any]) -> list[str]:
                   "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
         for r in v["runs"]:
             lines.append(f"| {r['run']} | {r['edges']:,} | {r['seconds']:.1f} | {r['epochs']} | {r['keys_read']:,} | "
-                         f"{r['max_keys_read']:,} | {r['keys_written']:,} | {r['records_in']:,} | {r['shuffle_records']:,} | {r['nodes']:,} | "
-                         f"{r['edgeless']} | {r['max_error']:.1e} |")
+                         f"{r['max_keys_read']:,} | {r['keys_written']:,} | {r['records_in']:,} | "
+                         f"{r['shuffle_records']:,} | {r['nodes']:,} | {r['edgeless']} | {r['max_error']:.1e} |")
         lines.append("")
     lines.append(f"All runs equal networkx: {'yes' if res['agree_networkx'] else 'NO'}.")
     return lines + [""]
