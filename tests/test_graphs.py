@@ -185,6 +185,7 @@ SIGNED_EDGE = st.tuples(st.sampled_from("abcdef"), st.sampled_from("abcdef"), st
 SMALL = st.lists(st.lists(SIGNED_EDGE, min_size=1, max_size=8), min_size=2, max_size=4)
 
 
+@pytest.mark.filterwarnings("ignore:warning \\[duplicate-feed\\]")  # the same increment twice is meant
 @settings(max_examples=6, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(incs=SMALL)
 def test_clustering_random_signed_sequences(spark, tmp_path_factory, incs):
