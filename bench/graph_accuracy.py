@@ -2,8 +2,8 @@
 """The graph pipelines against networkx on the link graph of any Debian documentation package.
 
 Not a timing benchmark: a check, on real data, of the contracts of ``flows/pagerank.yaml``
-(newest score / newest total = ``networkx.pagerank(alpha=0.85)``, max abs error <= 1e-6) and
-``flows/clustering.yaml`` (newest coefficient = ``networkx.clustering``, <= 1e-9) after every
+(consolidated score / total = ``networkx.pagerank(alpha=0.85)``, max abs error <= 1e-6) and
+``flows/clustering.yaml`` (consolidated coefficient = ``networkx.clustering``, <= 1e-9) after every
 increment. The package's page links (:func:`graphdata.doc_link_edges`: directed for PageRank,
 undirected for clustering) are split with a seed into a base graph and ``--increments`` equal
 increments; each is fed and run to quiescence, then compared.
@@ -63,12 +63,11 @@ def main() -> int:
             reps = p.run()
             dt = time.perf_counter() - t0
             g.add_edges_from((a, b) for a, b in inc if a != b)
-            for r in reps:
-                for o in p.output("ranks" if pr else "coefficients", epoch=r.epoch):
-                    newest[o["node"]] = o["score" if pr else "coefficient"]
-                if pr:
-                    for o in p.output("rank_total", epoch=r.epoch):
-                        total = o["total"]
+            # each change is written as -old, +new: the consolidated flows hold the current values
+            newest = {o["node"]: o["score" if pr else "coefficient"]
+                      for o in p.output("ranks" if pr else "coefficients", consolidated=True)}
+            if pr:
+                total = p.output("rank_total", consolidated=True)[0]["total"]
             want = nx.pagerank(g, alpha=0.85, tol=1e-12, max_iter=1000) if pr else nx.clustering(g)
             missing = [v for v in want if v not in newest]
             err = max((abs(newest[v] / (total if pr else 1.0) - want[v]) for v in want if v in newest), default=0.0)

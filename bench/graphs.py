@@ -33,6 +33,11 @@ graph's size (the goal: the update's propagation epochs read < 5% of the state k
     .venv/bin/python bench/graphs.py            # both parts, full sizes (~10 min on 2 shared cores)
     .venv/bin/python bench/graphs.py --quick    # both parts, small (~2 min)
     .venv/bin/python bench/graphs.py --part clustering    # or --part pagerank
+    .venv/bin/python bench/graphs.py --part retractions   # add/retract rounds (bench/graph_rounds.py, ~5 min)
+
+Part 3, retractions (:mod:`graph_rounds`, not part of ``both``): both pipelines on a sample of the
+doc link graph, built, then rounds that add a batch of edges and retract as many (``_diff: -1``),
+each run timed, its nodes called and records shuffled counted, and checked against networkx.
 
 Output: markdown tables on stdout and in ``bench/out/graphs.md`` (each part also alone in
 ``bench/out/graphs_{clustering,pagerank}.md``, so that ``--part`` runs keep each other's), every measurement in
@@ -86,8 +91,9 @@ def flow(name: str) -> Path:
     return path
 
 
-def feed_records(edges: list[Edge]) -> list[dict[str, str]]:
-    return [{"src": a, "dst": b} for a, b in edges]
+def feed_records(edges: list[Any]) -> list[dict[str, Any]]:
+    """Edge records; a third element, if any, is the ``_diff`` (-1: a retraction)."""
+    return [{"src": e[0], "dst": e[1], **({"_diff": e[2]} if len(e) > 2 and e[2] != 1 else {})} for e in edges]
 
 
 def run_feed(p: Any, edges: list[Edge]) -> dict[str, Any]:
@@ -402,7 +408,13 @@ def warm_up(work: Path) -> None:
 def main(argv: Optional[list[str]] = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--quick", action="store_true", help="small graphs")
-    ap.add_argument("--part", choices=["both", "clustering", "pagerank"], default="both")
+    ap.add_argument("--part", choices=["both", "clustering", "pagerank", "retractions"], default="both")
+    ap.add_argument("--rounds", type=int, default=2, help="retractions: add/retract rounds")
+    ap.add_argument("--round-pages", type=int, default=150,
+                    help="retractions: pages sampled from --package (clustering)")
+    ap.add_argument("--round-pr-graph", choices=["wordnet", "doc"], default="wordnet",
+                    help="retractions: PageRank's graph")
+    ap.add_argument("--round-pr-nodes", type=int, default=3000, help="retractions: WordNet synsets for PageRank")
     ap.add_argument("--package", default="python3.11-doc", help="documentation package whose link graph clustering uses")
     ap.add_argument("--pages", type=int, default=None, help="pages sampled for the clustering graph (default 0 = all 530; --quick 150)")
     ap.add_argument("--increments", type=int, default=10)
@@ -425,7 +437,7 @@ def main(argv: Optional[list[str]] = None) -> int:
         args.pr_nodes = 5000 if args.quick else 0
     args.pr_nodes = args.pr_nodes or None
     if args.new_edges is None:
-        args.new_edges = 5 if args.quick else 20
+        args.new_edges = 5 if args.quick else 10 if args.part == "retractions" else 20
     command = "bench/graphs.py " + " ".join(sys.argv[1:] if argv is None else argv)
     OUT.mkdir(parents=True, exist_ok=True)
     work = Path(args.workdir) if args.workdir else Path(tempfile.mkdtemp(prefix="tmp-graphs-", dir=OUT))
@@ -453,6 +465,15 @@ def main(argv: Optional[list[str]] = None) -> int:
         md += part
         pagerank_plot(res, OUT / "graphs_pagerank.png")
         results["pagerank"] = res
+    if args.part == "retractions":
+        from graph_rounds import rounds_part, rounds_table
+
+        res = rounds_part(argparse.Namespace(**{**vars(args), "pages": args.round_pages}), work)
+        part = rounds_table(res)
+        (OUT / "graphs_retractions.md").write_text("\n".join(md[:5] + part) + "\n", encoding="utf-8")
+        md += part
+        results["retractions"] = res
+        ok &= res["agree_networkx"]
     md.append(f"Total {time.perf_counter() - t0:.0f} s.")
     text = "\n".join(md) + "\n"
     (OUT / "graphs.md").write_text(text, encoding="utf-8")
