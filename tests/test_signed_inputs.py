@@ -39,9 +39,9 @@ def count(key, state, words, out):
 """
 
 
-def counter(make_pipeline, *, stage: str = "", inp: str = "", keyed: bool = False):
+def counter(make_pipeline, *, stage: str = "", inp: str = "", keyed: bool = False, module_name: str | None = None):
     text = COUNTER.replace("STAGE", stage).replace("INPUT", inp).replace("KEYED", ", key: [w]" if keyed else "")
-    return make_pipeline(text, MODULE)
+    return make_pipeline(text, MODULE, module_name)
 
 
 @pytest.mark.parametrize("feed", [
@@ -205,3 +205,35 @@ def test_validate_warns_about_unsigned_readers_of_signed_flows(make_pipeline):
     assert unsigned_readers(load_spec(counter(make_pipeline))) == []  # a plain external flow: refused when fed, if ever
     chain = load_spec(make_pipeline(CHAIN.replace("COUNTFN", "count").replace("BATCH", ""), CHAIN_MODULE))
     assert [(w.code, w.stage) for w in unsigned_readers(chain)] == [("unsigned-reader", "count")]  # written by signed 'relay'
+
+
+# ------------------------------------------------------------------ an existing home: plan, upgrade
+def test_adding_and_removing_signed_applies_without_a_rebuild(spark, make_pipeline, tmp_path):
+    home = str(tmp_path / "home")
+    name = f"signing_{tmp_path.name}".replace("-", "_")  # one translator path: only 'signed' changes
+    p = cbp.Pipeline(counter(make_pipeline, module_name=name), home, spark=spark)
+    p.feed("words", [{"w": "a"}, {"w": "a"}, {"w": "b"}])
+    p.run()
+    signed = cbp.Pipeline(counter(make_pipeline, stage="\n    signed: true", module_name=name), home, spark=spark)
+    plan = signed.plan()
+    assert not plan.needs_upgrade
+    assert [(c.verdict, c.what) for c in plan.changes] == [("applies", "stage 'count'")]
+    assert "now takes retractions" in plan.changes[0].detail
+    signed.feed("words", [{"w": "a", "_diff": -1}])
+    signed.run()
+    assert sorted(signed.state("count"), key=lambda r: r["w"]) == [{"w": "a", "n": 1}, {"w": "b", "n": 1}]
+    signed.upgrade()  # records the YAML; nothing stored is rewritten
+    unsigned = cbp.Pipeline(counter(make_pipeline, module_name=name), home, spark=spark)
+    plan = unsigned.plan()
+    assert not plan.needs_upgrade and "no longer takes retractions" in plan.changes[0].detail
+    with pytest.raises(InputError) as e:
+        unsigned.feed("words", [{"w": "b", "_diff": -1}])
+    assert e.value.code == "retraction-refused"
+
+
+def test_cli_validate_warns_unsigned_reader(make_pipeline, capsys):
+    from cbp.cli import main
+
+    assert main(["validate", str(counter(make_pipeline, keyed=True))]) == 0
+    err = capsys.readouterr().err
+    assert "warning [unsigned-reader]" in err and "'count'" in err and "signed: true" in err

@@ -118,10 +118,23 @@ def _changed(s: str, was: dict[str, Any], d: dict[str, Any], snap: Snapshot) -> 
             changes.append(Change("migrates", what, f"state rewritten (one pass): {step}", kind="state-rewrite", name=s, data=True,
                                   args={"partitions": d["partitions"]}))
     out += changes
+    out += _signed_changes(s, was, d)
     for key, label in (("translator", "translator"), ("runnable", "runnable"), ("params", "params"), ("route_by", "route_by"),
                        ("grouping", "state grouping"), ("outputs", "outputs"), ("batch", "batch")):
         if key in was and was[key] != d[key]:
             out.append(Change("applies", what, f"{label} changed" + (" (keys already in the state stay where they are)" if key == "route_by" and stored else "")))
+    return out
+
+
+def _signed_changes(s: str, was: dict[str, Any], d: dict[str, Any]) -> list[Change]:
+    """Inputs that now take retractions (``signed: true``) or no longer do: nothing stored changes
+    (a home recorded before 'signed' existed had every input unsigned)."""
+    old = was.get("signed") or {}
+    out = []
+    for f, now in d.get("signed", {}).items():
+        if f in was.get("inputs", []) and bool(old.get(f, False)) != now:
+            how = "now takes retractions (signed: true)" if now else "no longer takes retractions (signed: false): they are refused"
+            out.append(Change("applies", f"stage '{s}'", f"input '{f}' {how}"))
     return out
 
 
