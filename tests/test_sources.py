@@ -32,6 +32,7 @@ flows:
 stages:
   totals:
     translator: MOD:totals
+    signed: true
     partitions: 2
     inputs: [{flow: orders, route_by: customer}]
     state: {schema: {customer: string, orders: int, total: int}, grouping: inner}
@@ -222,6 +223,7 @@ flows:
 stages:
   sums:
     translator: MOD:sums
+    signed: true
     partitions: 2
     inputs: [{flow: events, route_by: grp}]
     state: {schema: {grp: string, n: int, total: int}, grouping: inner}
