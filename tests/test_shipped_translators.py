@@ -50,13 +50,13 @@ def counter_yaml(fn: str, key: str, count: str, *, batch: bool = False, state_ke
 
 
 def run_counter(spark: Any, yaml: Path, home: Path, key: str, count: str, *, state_key: str | None = None,
-                extra: Callable[[dict[str, Any]], dict[str, Any]] = lambda r: r) -> None:
+                extra: Callable[[dict[str, Any]], dict[str, Any]] = lambda r: r, stage: str = "count") -> None:
     """Feed :data:`FEEDS` (key field ``key``); after each, the state equals :func:`from_scratch`."""
     p = cbp.Pipeline(yaml, str(home), spark=spark)
     for n, feed in enumerate(FEEDS, 1):
         p.feed("ins", [extra({**{key if f == "k" else f: v for f, v in r.items()}}) for r in feed])
         p.run()
-        got = {s[state_key or key]: s[count] for s in p.state("count")}
+        got = {s[state_key or key]: s[count] for s in p.state(stage)}
         assert got == from_scratch(FEEDS[:n]), f"after feed {n}"
 
 
@@ -178,26 +178,24 @@ def _renamed(name: str, tmp_path: Path, *replacements: tuple[str, str]) -> Path:
     for a, b in replacements:
         assert a in text, a
         text = text.replace(a, b)
-    out = FLOWS / f"_test_{tmp_path.name}_{name}"
+    (tmp_path / "flows").mkdir()
+    module = name.removesuffix(".yaml") + ".py"
+    (tmp_path / "flows" / module).write_text((FLOWS / module).read_text())  # the translator, beside the YAML
+    out = tmp_path / "flows" / name
     out.write_text(text)
     return out
 
 
 def _url_count(spark, tmp_path, name):
     yaml = _renamed(name, tmp_path, ("  urls:", "  ins:"), ("flow: urls", "flow: ins"))
-    try:
-        run_counter(spark, yaml, tmp_path / "home", "url", "count", state_key="url")
-    finally:
-        yaml.unlink()
+    run_counter(spark, yaml, tmp_path / "home", "url", "count", stage="url_count")
 
 
 def _orders(spark, tmp_path, name):  # the Delta source replaced by a plain external flow: the same records
     yaml = _renamed(name, tmp_path, ("  orders:", "  ins:"), ("flow: orders", "flow: ins"),
                     ("    source: {delta: ../state/orders_source}   # a local path (relative to this file), a file: or s3:// URI\n", ""))
-    try:
-        run_counter(spark, yaml, tmp_path / "home", "customer", "orders", extra=lambda r: {**r, "order_id": 1, "amount": 2.0})
-    finally:
-        yaml.unlink()
+    run_counter(spark, yaml, tmp_path / "home", "customer", "orders", extra=lambda r: {**r, "order_id": 1, "amount": 2.0},
+                stage="customer_totals")
 
 
 def _set_diff(spark, tmp_path, name):  # not signed: first sightings cannot be taken back
