@@ -237,3 +237,21 @@ def test_cli_validate_warns_unsigned_reader(make_pipeline, capsys):
     assert main(["validate", str(counter(make_pipeline, keyed=True))]) == 0
     err = capsys.readouterr().err
     assert "warning [unsigned-reader]" in err and "'count'" in err and "signed: true" in err
+
+
+def test_delta_source_delete_is_refused_by_an_unsigned_stage(spark, make_pipeline, tmp_path):
+    from deltalake import DeltaTable, write_deltalake
+
+    uri = str(tmp_path / "src")
+    cdf = {"delta.enableChangeDataFeed": "true"}
+    write_deltalake(uri, pa.table({"w": ["a", "b"]}), configuration=cdf)
+    text = COUNTER.replace("STAGE", "").replace("INPUT", "").replace("KEYED", f", source: {{delta: '{uri}'}}")
+    p = cbp.Pipeline(make_pipeline(text, MODULE), str(tmp_path / "home"), spark=spark)
+    p.sync()  # the first version: every row +1
+    DeltaTable(uri).delete("w = 'a'")
+    with pytest.raises(InputError) as e:
+        p.sync()
+    assert e.value.code == "retraction-refused" and "'count'" in str(e.value)
+    assert p.feeds("words") == 1  # the delete's version did not land
+    p.run()
+    assert sorted(r["w"] for r in p.state("count")) == ["a", "b"]
