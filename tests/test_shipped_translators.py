@@ -135,11 +135,10 @@ stages:
     inputs: [{flow: ins, route_by: site}]
     state: {schema: {url: string, inlinks: int}, row_key: url}
 """
-ORDERS_DOC = counter_yaml("customer_totals", "customer", "orders").replace(
-    "ins: {external: true, schema: {customer: string}}", "ins: {external: true, schema: {customer: string, amount: float}}").replace(
-    "counts: {schema: {customer: string, orders: int}}", "counts: {schema: {customer: string, orders: int, total: float}}").replace(
-    "state: {schema: {customer: string, orders: int}}", "state: {schema: {customer: string, orders: int, total: float}}").replace(
-    "outputs: [counts]", "outputs: [totals]").replace("  counts: {schema", "  totals: {schema")
+ORDERS_DOC = (counter_yaml("customer_totals", "customer", "orders")
+              .replace("schema: {customer: string}", "schema: {customer: string, amount: float}")
+              .replace("{customer: string, orders: int}", "{customer: string, orders: int, total: float}")
+              .replace("outputs: [counts]", "outputs: [totals]").replace("  counts: {schema", "  totals: {schema"))
 DOC_CASES = [*COUNTERS, ("docs/howto/delta-sources.md", "customer_totals"), ("docs/howto/keyed-state.md", "add_links")]
 
 
@@ -193,9 +192,9 @@ def _url_count(spark, tmp_path, name):
 
 def _orders(spark, tmp_path, name):  # the Delta source replaced by a plain external flow: the same records
     yaml = _renamed(name, tmp_path, ("  orders:", "  ins:"), ("flow: orders", "flow: ins"),
-                    ("    source: {delta: ../state/orders_source}   # a local path (relative to this file), a file: or s3:// URI\n", ""))
-    run_counter(spark, yaml, tmp_path / "home", "customer", "orders", extra=lambda r: {**r, "order_id": 1, "amount": 2.0},
-                stage="customer_totals")
+                    ("    source: {delta: ../state/orders_source}", "    # source: the records, fed"))
+    run_counter(spark, yaml, tmp_path / "home", "customer", "orders",
+                extra=lambda r: {**r, "order_id": 1, "amount": 2.0}, stage="customer_totals")
 
 
 def _set_diff(spark, tmp_path, name):  # not signed: first sightings cannot be taken back

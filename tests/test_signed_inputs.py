@@ -204,7 +204,8 @@ def test_validate_warns_about_unsigned_readers_of_signed_flows(make_pipeline):
     assert unsigned_readers(load_spec(counter(make_pipeline, keyed=True, stage="\n    signed: true"))) == []
     assert unsigned_readers(load_spec(counter(make_pipeline))) == []  # a plain external flow: refused when fed, if ever
     chain = load_spec(make_pipeline(CHAIN.replace("COUNTFN", "count").replace("BATCH", ""), CHAIN_MODULE))
-    assert [(w.code, w.stage) for w in unsigned_readers(chain)] == [("unsigned-reader", "count")]  # written by signed 'relay'
+    # 'mid' is written by signed stage 'relay'
+    assert [(w.code, w.stage) for w in unsigned_readers(chain)] == [("unsigned-reader", "count")]
 
 
 # ------------------------------------------------------------------ an existing home: plan, upgrade

@@ -112,8 +112,10 @@ class Landing:
             what = f"feed {number} of flow '{flow}'"
             keyed, keyed_written = {}, []
             if fl.key:  # events by key: land the changes they make (cbp.controller.keyed)
-                data, keyed, keyed_written = self.keyed.feed(
-                    flow, data, number, feed_id, check=lambda changes: self._refuse_unsigned(flow, changes, number, keyed=True))
+                def refuse(changes: pa.Table) -> None:
+                    self._refuse_unsigned(flow, changes, number, keyed=True)
+
+                data, keyed, keyed_written = self.keyed.feed(flow, data, number, feed_id, check=refuse)
             else:
                 self._refuse_unsigned(flow, data, number, keyed=False)
             commits, ids, written = self.land(flow, data, close=close, producer=f"feed:{number}", prior_frame=number,
@@ -140,7 +142,10 @@ class Landing:
         rec = data.slice(i, 1).to_pylist()[0]
         diff = rec.pop(DIFF_FIELD.name)
         rec = self.live.spec.flows[flow].schema.from_storage(rec)
-        where = f"feed {number}: change {i + 1} (from the keyed upserts and deletes)" if keyed else f"feed {number}: record {i + 1}"
+        if keyed:
+            where = f"feed {number}: change {i + 1} (made of the keyed upserts and deletes)"
+        else:
+            where = f"feed {number}: record {i + 1}"
         raise InputError(refusal(flow, readers[0], where, rec, diff, "Nothing was landed."), code=REFUSED)
 
     def _frame_runs(self, flow: str, data: pa.Table, producer: str) -> list[list[Any]]:

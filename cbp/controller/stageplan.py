@@ -133,7 +133,8 @@ def _signed_changes(s: str, was: dict[str, Any], d: dict[str, Any]) -> list[Chan
     out = []
     for f, now in d.get("signed", {}).items():
         if f in was.get("inputs", []) and bool(old.get(f, False)) != now:
-            how = "now takes retractions (signed: true)" if now else "no longer takes retractions (signed: false): they are refused"
+            how = ("now takes retractions (signed: true)" if now
+                   else "no longer takes retractions (signed: false): they are refused")
             out.append(Change("applies", f"stage '{s}'", f"input '{f}' {how}"))
     return out
 

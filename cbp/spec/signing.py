@@ -31,7 +31,8 @@ from . import PipelineSpec
 __all__ = ["REFUSED", "UnsignedReader", "unsigned_inputs", "first_unsigned", "refusal", "unsigned_readers"]
 
 REFUSED = "retraction-refused"
-FIX = "sum _diff in the translator (sum(r['_diff'] for r in records), not a count of records) and add 'signed: true' to the stage"
+FIX = ("sum _diff in the translator (sum(r['_diff'] for r in records), not a count of records) "
+       "and add 'signed: true' to the stage")
 
 
 @dataclass(frozen=True)
@@ -92,7 +93,7 @@ def unsigned_readers(spec: PipelineSpec) -> list[UnsignedReader]:
         else:
             continue
         for stage in unsigned_inputs(spec, name):
-            out.append(UnsignedReader(stage, "unsigned-reader",
-                                      f"flow '{name}' is {why}; stage '{stage}' reads it without 'signed: true', so the "
-                                      f"first retraction will be refused ({REFUSED}): {FIX}"))
+            message = (f"flow '{name}' is {why}; stage '{stage}' reads it without 'signed: true', so the "
+                       f"first retraction will be refused ({REFUSED}): {FIX}")
+            out.append(UnsignedReader(stage, "unsigned-reader", message))
     return out
