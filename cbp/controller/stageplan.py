@@ -128,7 +128,10 @@ def _changed(s: str, was: dict[str, Any], d: dict[str, Any], snap: Snapshot) -> 
 
 def _signed_changes(s: str, was: dict[str, Any], d: dict[str, Any]) -> list[Change]:
     """Inputs that now take retractions (``signed: true``) or no longer do: nothing stored changes
-    (a home recorded before 'signed' existed had every input unsigned)."""
+    (a pipeline recorded before 'signed' existed had every input unsigned; a home of a cbp that
+    recorded only shapes is not compared, as for the translator)."""
+    if "translator" not in was:
+        return []
     old = was.get("signed") or {}
     out = []
     for f, now in d.get("signed", {}).items():
