@@ -258,3 +258,14 @@ def test_delta_source_delete_is_refused_by_an_unsigned_stage(spark, make_pipelin
         p.run()  # a run syncs first: still refused
     p.run(sync=False)
     assert sorted(r["w"] for r in p.state("count")) == ["a", "b"]
+
+
+def test_cli_feed_of_a_retraction_to_an_unsigned_stage_exits_3(make_pipeline, tmp_path, capsys):
+    from cbp.cli import main
+
+    f = tmp_path / "back.jsonl"
+    f.write_text('{"w": "home", "_diff": -1}\n')
+    yaml = str(counter(make_pipeline))
+    assert main(["feed", yaml, "words", str(f), "--home", str(tmp_path / "home")]) == 3
+    err = capsys.readouterr().err
+    assert "error [retraction-refused]" in err and "'count'" in err and "signed: true" in err
