@@ -167,11 +167,12 @@ def _dispatch(args: argparse.Namespace) -> int:
 
     if args.command == "validate":
         from .spec.deadends import dead_ends
+        from .spec.signing import unsigned_readers
 
         spec = load_spec(args.flow_yaml)
         print(f"{args.flow_yaml}: pipeline '{spec.name}' is valid: {len(spec.flows)} flows, {len(spec.stages)} stages "
               f"({', '.join(spec.order)}); external inputs: {', '.join(spec.external_flows) or 'none'}")
-        for d in dead_ends(spec):
+        for d in [*dead_ends(spec), *unsigned_readers(spec)]:
             print(f"cbp validate: warning [{d.code}]: {d.message}", file=sys.stderr)
         from .commands.plan import show
         from .pipeline import Pipeline

@@ -151,6 +151,11 @@ SECTIONS: list[tuple[str, list[Code]]] = [
            "has not read yet: most likely the same delivery retried (without `--id` it is a warning, and both land)",
            "nothing landed; if the records are new after all, feed them with `--force` (Python `force=True`); "
            "`cbp unfeed` withdraws the earlier feed"),
+        _c("retraction-refused", (INP, UC), (3, 4), "a record whose `_diff` is not +1 (a retraction, or several "
+           "copies) is bound for a stage input that does not say `signed: true`; at feed or sync time (exit 3) nothing "
+           "of the feed landed; at the epoch, for a flow a stage writes (exit 4), nothing of the epoch was committed",
+           "make the stage's translator sum `_diff` (not count records), then add `signed: true` to the stage or "
+           "that input ([retractions](../howto/retractions.md)); feed again or run again"),
         _c("keyed-diff", INP, 3, "a keyed flow's feed has a `_diff` other than +1 (upsert) or -1 (delete)",
            "send each event once, as an upsert or a delete"),
         _c("retract-missing", INP, 3, "a keyed flow's feed deletes a key that has no row",
@@ -280,6 +285,9 @@ REPORTED: list[Reported] = [
              "feed the cycle, or remove it"),
     Reported("waits-on-dead-stage", "`cbp validate` warning", "a stage waits on one that can never run",
              "see the stages named"),
+    Reported("unsigned-reader", "`cbp validate` warning",
+             "a Delta source, a keyed flow, or the output of a `signed: true` stage feeds an input that is not "
+             "signed, so its first retraction will be refused", "as for `retraction-refused`, before it happens"),
     Reported("self-loop-all", "`cbp validate` warning", "a stage that only feeds itself with `runnable: all`",
              "use `runnable: any`"),
     Reported("schema-refused", "refused plan line",

@@ -38,6 +38,7 @@ flows:
 stages:
   count:
     translator: MOD:count
+    signed: true
     partitions: 2
     inputs: [{flow: words, route_by: w}]
     state: {schema: {w: string, n: int}}
@@ -50,7 +51,9 @@ SLEEP = 0.0
 def count(key, state, words, out):
     prev = next(state, None)
     time.sleep(SLEEP)
-    out.state.write({"w": key, "n": sum(1 for _ in words) + (prev["n"] if prev else 0)})
+    n = sum(r["_diff"] for r in words) + (prev["n"] if prev else 0)
+    if n:
+        out.state.write({"w": key, "n": n})
 """
 
 

@@ -25,6 +25,7 @@ flows:
 stages:
   totals:
     translator: MOD:totals
+    signed: true
     partitions: 2
     inputs: [{flow: orders, route_by: customer}]
     state: {schema: {customer: string, total: int}, grouping: inner}

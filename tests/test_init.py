@@ -47,3 +47,21 @@ def test_generated_files_name_the_pipeline(tmp_path, name):
     spec = load_spec(yaml)
     assert spec.name == name and list(spec.stages) == ["count"] and spec.external_flows == ["events"]
     assert f"def test_{name}_counts_every_key" in open(test).read()
+
+
+def test_the_scaffold_takes_a_retraction_back(spark, tmp_path, capsys):
+    """The silent wrong result of a translator that counts records: after a retraction of 'home'
+    the state must agree with the consolidated flow (1), not count the retraction as an event (3)."""
+    import cbp
+
+    proj = tmp_path / "proj"
+    assert main(["init", "visits", "--dir", str(proj)]) == 0
+    p = cbp.Pipeline(proj / "flows" / "visits.yaml", str(tmp_path / "home"), spark=spark)
+    p.feed("events", [{"key": "home"}, {"key": "home"}, {"key": "about"}])
+    p.run()
+    p.feed("events", [{"key": "home", "_diff": -1}])  # echo '{"key": "home", "_diff": -1}' | cbp feed ...
+    p.run()
+    flow = {r["key"]: r.get("_diff", 1) for r in p.output("events", consolidated=True)}
+    assert flow == {"home": 1, "about": 1}
+    assert {s["key"]: s["count"] for s in p.state("count")} == flow
+    sys.modules.pop("visits", None)

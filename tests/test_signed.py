@@ -94,6 +94,7 @@ flows:
 stages:
   node:
     translator: MOD:node
+    signed: true
     partitions: 3
     runnable: any
     inputs:
@@ -213,6 +214,7 @@ flows:
 stages:
   copy:
     translator: MOD:copy
+    signed: true
     inputs: [{flow: ins}]
     outputs: [outs]
 """

@@ -22,6 +22,7 @@ flows:
 stages:
   st:
     translator: mod:noop
+    signed: true
     inputs: [{flow: urls, route_by: url}]
     outputs: [out]
 """

@@ -32,6 +32,7 @@ flows:
 stages:
   totals:
     translator: MOD:totals
+    signed: true
     partitions: 2
     signed: true
     inputs: [{flow: orders, route_by: customer}]
@@ -223,6 +224,7 @@ flows:
 stages:
   sums:
     translator: MOD:sums
+    signed: true
     partitions: 2
     signed: true
     inputs: [{flow: events, route_by: grp}]

@@ -22,6 +22,7 @@ flows:
 stages:
   s:
     translator: MOD:f
+    signed: true
     inputs: [orders, clicks]
     outputs: [out]
     runnable: any

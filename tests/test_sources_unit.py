@@ -29,6 +29,7 @@ flows:
 stages:
   s:
     translator: MOD:f
+    signed: true
     inputs: [{{flow: orders, route_by: customer}}]
     outputs: [out]
 """

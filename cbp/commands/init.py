@@ -4,8 +4,10 @@
     created myproject/flows/clicks.yaml, myproject/flows/clicks.py, myproject/tests/test_clicks.py
 
 The pipeline counts events per key (a stateful stage with an output flow): change the YAML's
-schemas and the translator to make it yours; the test replays two increments with
-:func:`cbp.testing.replay` and compares with a count from scratch.
+schemas and the translator to make it yours. The translator sums each event's multiplicity
+``_diff`` (+1, or -1 for a retraction), so the stage says ``signed: true``; the test replays
+three increments with :func:`cbp.testing.replay`, the last one a retraction, and compares the
+state with a sum from scratch.
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ flows:
 stages:
   count:
     translator: {name}:count    # the function count in {name}.py, beside this file
+    signed: true                # count sums _diff, so retractions (_diff: -1) may reach it
     partitions: 4
     inputs:
       - {{flow: events, route_by: key}}   # one translate call per key with new events
@@ -54,16 +57,18 @@ def count(key, state, events, out):
 
     ``state`` iterates the key's stored state records (none the first time), ``events`` its new
     records of the flow 'events'; ``out.state.write`` replaces the key's state, ``out.counts.write``
-    emits a record on the flow 'counts'.
+    emits a record on the flow 'counts'. Every record has a multiplicity ``_diff``: +1, -1 for a
+    retraction (an event taken back), n for n copies; so sum ``_diff``, never count records.
     """
     prev = next(state, None)
-    total = sum(1 for _ in events) + (prev["count"] if prev else 0)
-    out.state.write({{"key": key, "count": total}})
+    total = sum(e["_diff"] for e in events) + (prev["count"] if prev else 0)
+    if total:
+        out.state.write({{"key": key, "count": total}})  # a count of 0: no state, the key is dropped
     out.counts.write({{"key": key, "count": total}})
 '''
 
 TEST = '''\
-"""Tests of pipeline {name}: replay recorded increments, compare with a count from scratch."""
+"""Tests of pipeline {name}: replay recorded increments, compare with a sum from scratch."""
 
 from collections import Counter
 from pathlib import Path
@@ -75,15 +80,26 @@ YAML = Path(__file__).resolve().parents[1] / "flows" / "{name}.yaml"
 DAYS = [
     [{{"key": "a"}}, {{"key": "b"}}, {{"key": "a"}}],
     [{{"key": "b"}}, {{"key": "c"}}],
+    [{{"key": "a", "_diff": -1}}, {{"key": "c", "_diff": -1}}],  # retractions: one 'a' and the 'c' taken back
 ]
+
+
+def from_scratch(days):
+    """Each key's count: the sum of its events' multiplicities (_diff, +1 when absent), zeros left out."""
+    total = Counter()
+    for day in days:
+        for e in day:
+            total[e["key"]] += e.get("_diff", 1)
+    return {{k: n for k, n in total.items() if n}}
 
 
 def test_{name}_counts_every_key(tmp_path):
     r = replay(YAML, [Increment("events", day) for day in DAYS], home=str(tmp_path / "home"))
-    expected = Counter(e["key"] for day in DAYS for e in day)
-    assert {{s["key"]: s["count"] for s in r.final_state("count")}} == expected
-    # an epoch emits the keys whose count changed, with their new count
+    for i, step in enumerate(r.steps):  # after every increment, the state is the sum from scratch
+        assert {{s["key"]: s["count"] for s in step.state["count"]}} == from_scratch(DAYS[: i + 1])
+    # an epoch emits the keys whose count changed, with their new count (0: the key is gone)
     assert sorted((o["key"], o["count"]) for o in r.steps[1].outputs["counts"]) == [("b", 2), ("c", 1)]
+    assert sorted((o["key"], o["count"]) for o in r.steps[2].outputs["counts"]) == [("a", 1), ("c", 0)]
 '''
 
 

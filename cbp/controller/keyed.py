@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import json
 import zlib
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -145,9 +145,11 @@ class Keyed:
                 current[tuple(r[x] for x in fl.key)] = (r, gone)
         return current, files
 
-    def feed(self, flow: str, data: pa.Table, number: int, feed_id: Optional[str]) -> tuple[pa.Table, dict[str, Any], list[str]]:
+    def feed(self, flow: str, data: pa.Table, number: int, feed_id: Optional[str],
+             check: Optional[Callable[[pa.Table], None]] = None) -> tuple[pa.Table, dict[str, Any], list[str]]:
         """A feed of keyed flow ``flow`` as the signed changes to land (the flow's fields and ``_diff``),
-        the keyed table's commit, and the files written."""
+        the keyed table's commit, and the files written. ``check`` sees the changes before anything
+        is written, and may refuse them by raising."""
         fl = self.live.spec.flows[flow]
         fields = list(fl.schema.fields)
         rows = data.select(fields).to_pylist()
@@ -158,6 +160,8 @@ class Keyed:
         minus, plus, new = keyed_changes(fl.schema, fl.key, fl.sequence_by, fl.delete_when, current, rows, diffs, what)
         changes = pa.Table.from_pylist(minus + plus, schema=fl.schema.arrow)
         changes = changes.append_column(DIFF, pa.array([-1] * len(minus) + [1] * len(plus), pa.int64()))
+        if check is not None:
+            check(changes)
         rel = keyed_rel(flow)
         touched = {bucket_of(k) for k in new}
         merged = {k: v for k, v in current.items() if bucket_of(k) in touched}

@@ -30,6 +30,7 @@ from ..errors import InputError, RuntimeStateError, UserCodeError
 from ..spec.arrowrecords import DIFF_FIELD, with_diff
 from ..spec import PipelineSpec
 from ..spec.resolve import safe_str
+from ..spec.signing import REFUSED, first_unsigned, refusal, unsigned_inputs
 from ..storage import INC, LAYOUT, SRC, Home
 from .feeds import Feeds
 from .history import History
@@ -114,7 +115,12 @@ class Landing:
             what = f"feed {number} of flow '{flow}'"
             keyed, keyed_written = {}, []
             if fl.key:  # events by key: land the changes they make (cbp.controller.keyed)
-                data, keyed, keyed_written = self.keyed.feed(flow, data, number, feed_id)
+                def refuse(changes: pa.Table) -> None:
+                    self._refuse_unsigned(flow, changes, number, keyed=True)
+
+                data, keyed, keyed_written = self.keyed.feed(flow, data, number, feed_id, check=refuse)
+            else:
+                self._refuse_unsigned(flow, data, number, keyed=False)
             commits, ids, written = self.land(flow, data, close=close, producer=f"feed:{number}", prior_frame=number,
                                                app=("cbp:feed", number), what=what)
             commits, written = commits + ([keyed] if keyed else []), written + keyed_written
@@ -126,6 +132,24 @@ class Landing:
             self.journal.commit("feed", what, commits, written=written)
             self.feeds.warn_duplicate(flow, number, note, str(self.live.spec.path))
             return Landed(ids, feed=number, records=data.num_rows)
+
+    def _refuse_unsigned(self, flow: str, data: pa.Table, number: int, *, keyed: bool) -> None:
+        """Refuse a feed that holds a record other than +1 (a retraction, copies) when a stage reads
+        ``flow`` on an unsigned input (:mod:`cbp.spec.signing`); +r and -r that would cancel are refused too."""
+        readers = unsigned_inputs(self.live.spec, flow)
+        if not readers or DIFF_FIELD.name not in data.column_names:
+            return
+        i = first_unsigned(data.column(DIFF_FIELD.name))
+        if i is None:
+            return
+        rec = data.slice(i, 1).to_pylist()[0]
+        diff = rec.pop(DIFF_FIELD.name)
+        rec = self.live.spec.flows[flow].schema.from_storage(rec)
+        if keyed:
+            where = f"feed {number}: change {i + 1} (made of the keyed upserts and deletes)"
+        else:
+            where = f"feed {number}: record {i + 1}"
+        raise InputError(refusal(flow, readers[0], where, rec, diff, "Nothing was landed."), code=REFUSED)
 
     def _frame_runs(self, flow: str, data: pa.Table, producer: str) -> list[list[Any]]:
         """Consecutive runs of records with one framing key: ``[key, first row, rows]``."""

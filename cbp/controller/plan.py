@@ -87,6 +87,7 @@ def definition(spec: PipelineSpec) -> dict[str, Any]:
             "defaults": {} if s.state_schema is None else dict(s.state_schema.defaults),
             "partitions": s.partitions, "translator": s.translator_path, "runnable": s.runnable_name,
             "route_by": {i.flow: i.route_by.text if i.route_by else None for i in s.inputs},
+            "signed": {i.flow: i.signed for i in s.inputs},  # which inputs take retractions (cbp.spec.signing)
             "params": s.params, "grouping": s.grouping, "migrate": s.migrate_path, "batch": s.batch, "backfill": s.backfill,
             **({"row_key": list(s.row_key)} if s.row_key else {}),  # keyed rows (cbp.engine.task.keyedstate)
         }

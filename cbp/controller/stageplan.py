@@ -120,6 +120,7 @@ def _changed(s: str, was: dict[str, Any], d: dict[str, Any], snap: Snapshot) -> 
             changes.append(Change("migrates", what, f"state rewritten (one pass): {step}", kind="state-rewrite", name=s, data=True,
                                   args={"partitions": d["partitions"]}))
     out += changes
+    out += _signed_changes(s, was, d)
     for key, label in (("translator", "translator"), ("runnable", "runnable"), ("params", "params"), ("route_by", "route_by"),
                        ("grouping", "state grouping"), ("outputs", "outputs"), ("batch", "batch")):
         if key in was and _differs(key, was[key], d[key]):
@@ -133,6 +134,22 @@ def _differs(key: str, old: Any, new: Any) -> bool:
     if key == "route_by" and isinstance(old, dict) and isinstance(new, dict):
         return any(old[f] != new[f] for f in old if f in new)
     return bool(old != new)
+
+
+def _signed_changes(s: str, was: dict[str, Any], d: dict[str, Any]) -> list[Change]:
+    """Inputs that now take retractions (``signed: true``) or no longer do: nothing stored changes
+    (a pipeline recorded before 'signed' existed had every input unsigned; a home of a cbp that
+    recorded only shapes is not compared, as for the translator)."""
+    if "translator" not in was:
+        return []
+    old = was.get("signed") or {}
+    out = []
+    for f, now in d.get("signed", {}).items():
+        if f in was.get("inputs", []) and bool(old.get(f, False)) != now:
+            how = ("now takes retractions (signed: true)" if now
+                   else "no longer takes retractions (signed: false): they are refused")
+            out.append(Change("applies", f"stage '{s}'", f"input '{f}' {how}"))
+    return out
 
 
 def _state_changes(s: str, was: dict[str, Any], d: dict[str, Any], stored: bool) -> list[Change]:

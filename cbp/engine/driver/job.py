@@ -34,6 +34,7 @@ from ..common.sparkhash import partition_probes
 from ..common.protocol import FailureRecord, TaskResult, decode_failure, decode_results, result_spark_schema
 from .remote_read import needs_arrow_reader, read_parquet
 from ..task.routing import BOUND, COPY, COPY_HASH, JSON_ESCAPED, bound_address, record_column
+from .signedinputs import refuse_unsigned_inputs
 from ..task.translate import TaskPlan, grouped_task, recordwise_task, route_batches
 
 __all__ = ["run_stage_epoch", "spark_ddl", "struct_ddl", "envelope_ddl", "shuffle_written"]
@@ -94,6 +95,7 @@ def run_stage_epoch(spark: Any, plan: TaskPlan, input_files: dict[int, list[str]
     and bytes the job wrote to Spark's shuffle (:func:`shuffle_written`).
     """
     st = plan.stage
+    refuse_unsigned_inputs(plan, input_files)  # retractions go only where they are handled (cbp.spec.signing)
     sc = spark.sparkContext
     tag = f"cbp-{st.name}-{plan.epoch}-{uuid.uuid4().hex[:8]}"
     timer: Optional[threading.Timer] = None
