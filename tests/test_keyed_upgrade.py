@@ -107,14 +107,23 @@ def _without_note(seen: dict) -> dict:
 
 
 def _state(p) -> list[dict]:
-    return sorted(({k: r[k] for k in ("k", "rk", "v")} for r in p.state("site")), key=lambda r: (r["k"], r["rk"]))
+    """The stage's rows as the model has them: a keyed-row stage's rows carry the key they belong to
+    (``_key``, here the field ``k``); a whole-key stage's rows (between upgrades) carry none."""
+    rows = p.state("site")
+    assert all(r.get("_key", r["k"]) == r["k"] for r in rows)
+    return sorted(({k: r[k] for k in ("k", "rk", "v")} for r in rows), key=lambda r: (r["k"], r["rk"]))
+
+
+def _expected_state(ops: list[tuple]) -> list[dict]:
+    """The model's state (:func:`test_keyed_rows._expected`) without the ``_key`` it gives each row."""
+    return [{k: r[k] for k in ("k", "rk", "v")} for r in _expected(ops)[0]]
 
 
 def test_new_partitions_and_field_rewrite_the_keyed_rows(make_pipeline, spark):
     path, p = _home(make_pipeline, spark, "per_key", "row_key: rk}")
     Path(path).write_text(Path(path).read_text().replace("{k: string, rk: string, v: int}", '{k: string, rk: string, v: int, note: "string?"}').replace("partitions: 1", "partitions: 3"))
     p, seen = _go_on(path, p, spark)
-    want_state, _ = _expected(BEFORE + AFTER)
+    want_state = _expected_state(BEFORE + AFTER)
     assert _state(p) == want_state
     assert {r.get("note") for r in p.state("site")} == {None}
     assert sorted(json.dumps(_without_note(r), sort_keys=True) for r in seen) == _answers(BEFORE + AFTER, len(BEFORE))
@@ -126,7 +135,7 @@ def test_a_row_key_added_to_a_whole_key_stage(make_pipeline, spark):
     Path(path).write_text(Path(path).read_text().replace("}\n    outputs", ", row_key: rk}\n    outputs").replace(":whole", ":per_key"))
     assert "row_key: rk}" in Path(path).read_text()
     p, seen = _go_on(path, p, spark)
-    want_state, _ = _expected(BEFORE + AFTER)
+    want_state = _expected_state(BEFORE + AFTER)
     assert _state(p) == want_state
     assert sorted(json.dumps(r, sort_keys=True) for r in seen) == _answers(BEFORE + AFTER, len(BEFORE))
 
@@ -137,12 +146,12 @@ def test_a_row_key_removed_and_changed(make_pipeline, spark):
     Path(path).write_text(Path(path).read_text().replace(", row_key: rk}", "}").replace(":per_key", ":whole"))
     writes = [[op for op in ops if op[0] in "wd"] for ops in AFTER]
     p, _ = _go_on(path, p, spark, writes)
-    want_state, _ = _expected(BEFORE + writes)
+    want_state = _expected_state(BEFORE + writes)
     assert _state(p) == want_state
     Path(path).write_text(Path(path).read_text().replace("v: int}}", "v: int}, row_key: [k, rk]}").replace(":whole", ":pair"))
     last = [("w", "z", "d", 10, []), ("d", "k74517", "r118633", 0, []), ("g", "k49569", "r35529", 0, []), ("g", "k74517", "r169704", 0, [])]
     p, seen = _go_on(path, p, spark, [last])
-    want_state, _ = _expected(BEFORE + writes + [last])
+    want_state = _expected_state(BEFORE + writes + [last])
     assert _state(p) == want_state
     assert sorted(json.dumps(r, sort_keys=True) for r in seen) == _answers(BEFORE + writes + [last], len(BEFORE + writes))
 
@@ -154,7 +163,7 @@ def test_a_migrate_that_renames_row_keys(make_pipeline, spark):
     renamed = [[(k, key, rk.upper(), v, [m.upper() for m in many]) for k, key, rk, v, many in ops] for ops in BEFORE]
     after = [[("g", "k74517", "R118633", 0, []), ("m", "k49569", "a", 0, ["R35529", "r35529"]), ("i", "z", "a", 0, [])]]
     p, seen = _go_on(path, p, spark, after)
-    want_state, _ = _expected(renamed + after)
+    want_state = _expected_state(renamed + after)
     assert _state(p) == want_state
     assert sorted(json.dumps(r, sort_keys=True) for r in seen) == _answers(renamed + after, len(renamed))
 
