@@ -34,7 +34,6 @@ stages:
     translator: MOD:totals
     signed: true
     partitions: 2
-    signed: true
     inputs: [{flow: orders, route_by: customer}]
     state: {schema: {customer: string, orders: int, total: int}, grouping: inner}
     outputs: [totals]
@@ -226,7 +225,6 @@ stages:
     translator: MOD:sums
     signed: true
     partitions: 2
-    signed: true
     inputs: [{flow: events, route_by: grp}]
     state: {schema: {grp: string, n: int, total: int}, grouping: inner}
     outputs: [sums]
