@@ -209,6 +209,21 @@ def test_clustering_feed_while_updates_are_pending(spark, tmp_path):
     assert max(abs(coeffs[v] - expected[v]) for v in expected) <= 1e-9
 
 
+def test_clustering_signed_feeds_while_updates_are_pending(spark, tmp_path):
+    """Runnable any with retractions: each signed increment lands after one epoch of the previous one's
+    run (its updates still pending); after the last run the consolidated coefficients are networkx's."""
+    incs = signed_increments(seed=5, n=30, m=90, directed=False, retract=18)
+    p = cbp.load(FLOWS / "clustering.yaml", home=str(tmp_path / "h"))
+    for i, inc in enumerate(incs):
+        p.feed("edges", feed(inc))
+        for _ in p.run(max_epochs=None if i == len(incs) - 1 else 1):
+            pass
+    expected = nx.clustering(graph_of(mult_of(incs, directed=False), directed=False))
+    final = {r["node"]: r["coefficient"] for r in p.output("coefficients", consolidated=True)}
+    assert set(final) == set(expected)
+    assert max(abs(final[v] - expected[v]) for v in expected) <= 1e-9
+
+
 # ---------------------------------------------------------------- PageRank
 def reference_pagerank(g: nx.DiGraph) -> dict[str, float]:
     """``networkx.pagerank`` (alpha 0.85), converged far below the 1e-6 compared against."""
