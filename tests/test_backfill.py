@@ -200,6 +200,24 @@ def test_backfill_refused_when_the_home_no_longer_holds_the_increments(spark, ma
     assert p.state("tally") == []
 
 
+def test_backfill_refused_when_a_record_is_retracted_more_than_added(spark, make_pipeline, tmp_path):
+    """A flow whose consolidated contents hold a negative multiplicity (a signed reader let more
+    retractions land than additions) cannot start a stage: plan refuses with negative-multiplicity,
+    naming the flow; upgrade changes nothing."""
+    feeds = [[{"w": "a"}, {"w": "b"}], [{"w": "a", "_diff": -1}, {"w": "b", "_diff": -2}]]
+    home = str(tmp_path / "h")
+    fresh(make_pipeline, tmp_path, BASE, feeds, "h")
+    new = make_pipeline(BASE + ADDED, MODULE, module_name="bf_mod")
+    p = cbp.load(new, home=home)
+    refused = p.plan().refused
+    assert [c.code for c in refused] == ["negative-multiplicity"]
+    assert refused[0].name == "tally" and "flow 'words'" in refused[0].detail
+    with pytest.raises(cbp.UsageError) as e:
+        p.upgrade()
+    assert e.value.code == "plan-refused"
+    assert "tally" not in cbp.load(make_pipeline(BASE, MODULE, module_name="bf_mod"), home=home).status()["stages"]
+
+
 def test_readded_stage_backfills(spark, make_pipeline, tmp_path):
     """'tally' runs, is removed (archived), feeds go on (collected), and is added back with backfill:
     its state is rebuilt from the whole contents, as a fresh home's."""
