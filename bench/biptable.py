@@ -38,7 +38,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any
 
 import numpy as np
 
@@ -77,8 +77,14 @@ def one_partition_yaml(work: Path) -> Path:
     return d / "url_count.yaml"
 
 
-def epoch(yaml: Path, home: Path, records: list[dict[str, str]], row_group: int, scan: Optional[float],
-          cache_mb: Optional[float]) -> tuple[Any, dict[str, Any]]:
+def epoch(
+    yaml: Path,
+    home: Path,
+    records: list[dict[str, str]],
+    row_group: int,
+    scan: float | None,
+    cache_mb: float | None,
+) -> tuple[Any, dict[str, Any]]:
     from cbp.pipeline import Pipeline
 
     tuning: dict[str, Any] = {"state_row_group": row_group}
@@ -98,10 +104,14 @@ def state_shape(home: Path) -> dict[str, int]:
 
     uris = DeltaTable(str(home / "stages" / "url_count" / "state")).file_uris()
     groups = [pq.ParquetFile(u.removeprefix("file://")).metadata.num_row_groups for u in uris]
-    return {"files": len(uris), "row_groups": sum(groups), "bytes": sum(os.path.getsize(u.removeprefix("file://")) for u in uris)}
+    return {
+        "files": len(uris),
+        "row_groups": sum(groups),
+        "bytes": sum(os.path.getsize(u.removeprefix("file://")) for u in uris),
+    }
 
 
-def break_even(fr: list[float], index: list[float], scan: list[float]) -> tuple[Optional[float], str]:
+def break_even(fr: list[float], index: list[float], scan: list[float]) -> tuple[float | None, str]:
     """The fraction from which on scanning is no slower than the index, robust to a noisy point:
     the first measured fraction at which scan <= index and the median scan/index ratio over it and
     every larger fraction is <= 1; interpolated linearly with the fraction just below it."""
@@ -113,7 +123,10 @@ def break_even(fr: list[float], index: list[float], scan: list[float]) -> tuple[
                 return fr[0], f"scan no slower from the smallest fraction measured ({fr[0]:.3%}) on"
             a, b = fr[k - 1], fr[k]
             x = a + (b - a) * (-d[k - 1]) / (d[k] - d[k - 1]) if d[k - 1] < 0 else a
-            return x, f"index faster at {a:.3%}, scan no slower at {b:.3%} (median scan/index from there on {statistics.median(ratios[k:]):.2f})"
+            return (
+                x,
+                f"index faster at {a:.3%}, scan no slower at {b:.3%} (median scan/index from there on {statistics.median(ratios[k:]):.2f})",
+            )
     return None, "the index is faster, or no slower in the median, at every fraction measured: no break-even up to 100%"
 
 
@@ -128,7 +141,9 @@ def reader_bench(base: Path, fractions: list[float], repeats: int, chunk: int, s
     from cbp.storage import Home
 
     home = Home(str(base))
-    rel = os.path.relpath(sorted(glob.glob(str(base / "stages" / "url_count" / "index" / "_part=0" / "*.parquet")))[-1], base)
+    rel = os.path.relpath(
+        sorted(glob.glob(str(base / "stages" / "url_count" / "index" / "_part=0" / "*.parquet")))[-1], base
+    )
     rng = np.random.default_rng(seed)
     sides = {**MODES, "rule": None}  # "rule": the engine's default (SCAN_FRACTION, or CBP_STATE_SCAN_FRACTION)
     out: dict[str, Any] = {mode: {"min": [], "median": [], "row_groups": []} for mode in sides}
@@ -140,14 +155,16 @@ def reader_bench(base: Path, fractions: list[float], repeats: int, chunk: int, s
         times: dict[str, list[float]] = {mode: [] for mode in sides}
         rgs: dict[str, int] = {}
         for rep in range(repeats):
-            for mode in (list(sides) if rep % 2 == 0 else list(sides)[::-1]):
+            for mode in list(sides) if rep % 2 == 0 else list(sides)[::-1]:
                 bipindex._INDEXES.clear()
                 t0 = time.perf_counter()
                 idx = bipindex.PartitionIndex.load(home, rel)
-                reader = bipindex.StateReader(home, "stages/url_count/state", idx, cache_mb=CACHE_MB, scan_fraction=sides[mode])
+                reader = bipindex.StateReader(
+                    home, "stages/url_count/state", idx, cache_mb=CACHE_MB, scan_fraction=sides[mode]
+                )
                 n = 0
                 for a in range(0, h.size, chunk):
-                    n += reader.rows_of(h[a:a + chunk])[0].num_rows
+                    n += reader.rows_of(h[a : a + chunk])[0].num_rows
                 times[mode].append(time.perf_counter() - t0)
                 rgs[mode] = reader.row_groups_read
                 if n != h.size:
@@ -156,8 +173,10 @@ def reader_bench(base: Path, fractions: list[float], repeats: int, chunk: int, s
             out[mode]["min"].append(min(times[mode]))
             out[mode]["median"].append(statistics.median(times[mode]))
             out[mode]["row_groups"].append(rgs[mode])
-        log(f"  reader f {f:8.3%}: index {min(times['index']):.3f}s  scan {min(times['scan']):.3f}s  "
-            f"rule {min(times['rule']):.3f}s ({rgs['rule']} row groups) (min of {repeats})")
+        log(
+            f"  reader f {f:8.3%}: index {min(times['index']):.3f}s  scan {min(times['scan']):.3f}s  "
+            f"rule {min(times['rule']):.3f}s ({rgs['rule']} row groups) (min of {repeats})"
+        )
     return out
 
 
@@ -198,19 +217,29 @@ def report(res: dict[str, Any], args: argparse.Namespace, command: str) -> str:
             f"| {f:.2%} | {res['touched'][k]:,} | {res['rg_index'][k]:.0f} / {res['shape']['row_groups']} "
             f"| {rd['index']['min'][q]:.3f} | {rd['scan']['min'][q]:.3f} | {rd['scan']['min'][q] / max(rd['index']['min'][q], 1e-9):.2f} "
             f"| {i['state_read'][k]:.3f} | {s['state_read'][k]:.3f} "
-            f"| {i['seconds'][k]:.2f} | {s['seconds'][k]:.2f} | {s['seconds'][k] / i['seconds'][k]:.2f} | {'yes' if res['agree'][k] else 'NO'} |")
-    lines += ["", "Reader alone, every fraction timed (minimum seconds; row groups = what the index read):", "",
-              f"| keys touched f | row groups (index) | 1-(1-f)^R | index s | scan s | scan/index | rule (SCAN_FRACTION {rd['rule_scan_fraction']:g}) s "
-              "| rule row groups read |", "|---:|---:|---:|---:|---:|---:|---:|---:|"]
+            f"| {i['seconds'][k]:.2f} | {s['seconds'][k]:.2f} | {s['seconds'][k] / i['seconds'][k]:.2f} | {'yes' if res['agree'][k] else 'NO'} |"
+        )
+    lines += [
+        "",
+        "Reader alone, every fraction timed (minimum seconds; row groups = what the index read):",
+        "",
+        f"| keys touched f | row groups (index) | 1-(1-f)^R | index s | scan s | scan/index | rule (SCAN_FRACTION {rd['rule_scan_fraction']:g}) s "
+        "| rule row groups read |",
+        "|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
     for q, f in enumerate(rd["fractions"]):
-        lines.append(f"| {f:.3%} | {rd['index']['row_groups'][q]} / {res['shape']['row_groups']} | {rows_to_row_groups(f, args.row_group):.0%} "
-                     f"| {rd['index']['min'][q]:.3f} | {rd['scan']['min'][q]:.3f} | {rd['scan']['min'][q] / max(rd['index']['min'][q], 1e-9):.2f} "
-                     f"| {rd['rule']['min'][q]:.3f} | {rd['rule']['row_groups'][q]} |")
+        lines.append(
+            f"| {f:.3%} | {rd['index']['row_groups'][q]} / {res['shape']['row_groups']} | {rows_to_row_groups(f, args.row_group):.0%} "
+            f"| {rd['index']['min'][q]:.3f} | {rd['scan']['min'][q]:.3f} | {rd['scan']['min'][q] / max(rd['index']['min'][q], 1e-9):.2f} "
+            f"| {rd['rule']['min'][q]:.3f} | {rd['rule']['row_groups'][q]} |"
+        )
     be, be_s, be_r = res["break_even"]["state_read"], res["break_even"]["seconds"], res["break_even"]["reader"]
     r = args.row_group
 
-    def fmt(x: Optional[float]) -> str:
-        return "none up to 100%" if x is None else f"{x:.3%} of keys (= {rows_to_row_groups(x, r):.1%} of the row groups)"
+    def fmt(x: float | None) -> str:
+        return (
+            "none up to 100%" if x is None else f"{x:.3%} of keys (= {rows_to_row_groups(x, r):.1%} of the row groups)"
+        )
 
     lines += [
         "",
@@ -239,8 +268,11 @@ def plot(res: dict[str, Any], args: argparse.Namespace, path: Path) -> None:
 
     fr = [f * 100 for f in res["fractions"]]
     fig, axes = plt.subplots(1, 3, figsize=(16, 4.5))
-    for ax, key, title in ((axes[0], "reader", "StateReader alone (min)"), (axes[1], "state_read", "task state_read phase"),
-                           (axes[2], "seconds", "epoch time")):
+    for ax, key, title in (
+        (axes[0], "reader", "StateReader alone (min)"),
+        (axes[1], "state_read", "task state_read phase"),
+        (axes[2], "seconds", "epoch time"),
+    ):
         for mode, style in (("index", "o-"), ("scan", "s--")):
             xs = [f * 100 for f in res["reader"]["fractions"]] if key == "reader" else fr
             ys = res["reader"][mode]["min"] if key == "reader" else res["median"][mode][key]
@@ -255,22 +287,30 @@ def plot(res: dict[str, Any], args: argparse.Namespace, path: Path) -> None:
         ax.set_title(title)
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8)
-    fig.suptitle(f"BIPtable break-even: {args.keys:,} keys, 1 partition, {res['shape']['row_groups']} row groups of {args.row_group} rows")
+    fig.suptitle(
+        f"BIPtable break-even: {args.keys:,} keys, 1 partition, {res['shape']['row_groups']} row groups of {args.row_group} rows"
+    )
     fig.tight_layout()
     fig.savefig(path, dpi=120)
 
 
 # ------------------------------------------------------------------------------------- main
-def main(argv: Optional[list[str]] = None) -> int:
+def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--quick", action="store_true", help="50k keys instead of 500k")
     ap.add_argument("--keys", type=int, default=None, help="state keys pre-loaded (500000; --quick 50000)")
-    ap.add_argument("--fractions", default=",".join(f"{f:g}" for f in FRACTIONS), help="fractions of the keys an increment touches")
+    ap.add_argument(
+        "--fractions", default=",".join(f"{f:g}" for f in FRACTIONS), help="fractions of the keys an increment touches"
+    )
     ap.add_argument("--repeats", type=int, default=None, help="Spark epochs per (fraction, side) (1; 0 skips them)")
-    ap.add_argument("--reader-repeats", type=int, default=11, help="StateReader-alone timings per (fraction, side) (11)")
+    ap.add_argument(
+        "--reader-repeats", type=int, default=11, help="StateReader-alone timings per (fraction, side) (11)"
+    )
     ap.add_argument("--row-group", type=int, default=None, help="rows per state row group (the engine's ROW_GROUP)")
     ap.add_argument("--seed", type=int, default=13)
-    ap.add_argument("--workdir", default=None, help="directory for the temporary homes (default: a new one under bench/out/)")
+    ap.add_argument(
+        "--workdir", default=None, help="directory for the temporary homes (default: a new one under bench/out/)"
+    )
     ap.add_argument("--keep", action="store_true", help="keep the pre-loaded home")
     args = ap.parse_args(argv)
     from cbp.engine.task.bipindex import ROW_GROUP
@@ -295,7 +335,9 @@ def main(argv: Optional[list[str]] = None) -> int:
     log(f"  {m['seconds']:.1f}s; state: {shape}")
 
     log(f"reader alone (no Spark): {args.reader_repeats} repeats per fraction and side")
-    rfr = sorted(set(fractions) | (set(READER_EXTRA) if args.fractions == ",".join(f"{f:g}" for f in FRACTIONS) else set()))
+    rfr = sorted(
+        set(fractions) | (set(READER_EXTRA) if args.fractions == ",".join(f"{f:g}" for f in FRACTIONS) else set())
+    )
     reader = reader_bench(base, rfr, args.reader_repeats, CHUNK, args.seed)
     reader["fractions"] = rfr
     rd_be, rd_how = break_even(rfr, reader["index"]["min"], reader["scan"]["min"])
@@ -327,22 +369,59 @@ def main(argv: Optional[list[str]] = None) -> int:
             for mode in order:
                 m = measure(k, mode, rep)
                 runs[mode][k].append(m)
-                log(f"  rep {rep} f {f:8.2%} {mode:<5} epoch {m['seconds']:6.2f}s  state_read {m['state_read']:6.3f}s  "
-                    f"row groups {m['row_groups_read']:>4}  keys read {m['keys_read']:>7}")
+                log(
+                    f"  rep {rep} f {f:8.2%} {mode:<5} epoch {m['seconds']:6.2f}s  state_read {m['state_read']:6.3f}s  "
+                    f"row groups {m['row_groups_read']:>4}  keys read {m['keys_read']:>7}"
+                )
             if rep == 0:  # the two sides must give the same output
                 agree[k] = runs["index"][k][0]["out"] == runs["scan"][k][0]["out"]
                 for mode in MODES:
                     runs[mode][k][0]["out"] = None
     nan = float("nan")
-    med = {mode: {key: [statistics.median(x[key] for x in runs[mode][k]) if runs[mode][k] else nan for k in range(len(fractions))]
-                  for key in ("seconds", "state_read")} for mode in MODES}
-    be, how = break_even(fractions, med["index"]["state_read"], med["scan"]["state_read"]) if args.repeats else (None, "not measured")
-    be_s, how_s = break_even(fractions, med["index"]["seconds"], med["scan"]["seconds"]) if args.repeats else (None, "not measured")
+    med = {
+        mode: {
+            key: [
+                statistics.median(x[key] for x in runs[mode][k]) if runs[mode][k] else nan
+                for k in range(len(fractions))
+            ]
+            for key in ("seconds", "state_read")
+        }
+        for mode in MODES
+    }
+    be, how = (
+        break_even(fractions, med["index"]["state_read"], med["scan"]["state_read"])
+        if args.repeats
+        else (None, "not measured")
+    )
+    be_s, how_s = (
+        break_even(fractions, med["index"]["seconds"], med["scan"]["seconds"])
+        if args.repeats
+        else (None, "not measured")
+    )
     suggested = "above 1 (never scan)" if rd_be is None else f"{rows_to_row_groups(rd_be, args.row_group):.2f}"
-    res = {"fractions": fractions, "touched": touched, "shape": shape, "source": source, "median": med, "agree": agree,
-           "rg_index": [reader["index"]["row_groups"][rfr.index(f)] for f in fractions], "reader": reader,
-           "break_even": {"reader": rd_be, "reader_how": rd_how, "reader_row_groups": rg_be, "reader_row_groups_how": rg_how, "state_read": be, "state_read_how": how, "seconds": be_s, "seconds_how": how_s},
-           "suggested_scan_fraction": suggested, "paper_break_even": PAPER_BREAK_EVEN, "runs": runs}
+    res = {
+        "fractions": fractions,
+        "touched": touched,
+        "shape": shape,
+        "source": source,
+        "median": med,
+        "agree": agree,
+        "rg_index": [reader["index"]["row_groups"][rfr.index(f)] for f in fractions],
+        "reader": reader,
+        "break_even": {
+            "reader": rd_be,
+            "reader_how": rd_how,
+            "reader_row_groups": rg_be,
+            "reader_row_groups_how": rg_how,
+            "state_read": be,
+            "state_read_how": how,
+            "seconds": be_s,
+            "seconds_how": how_s,
+        },
+        "suggested_scan_fraction": suggested,
+        "paper_break_even": PAPER_BREAK_EVEN,
+        "runs": runs,
+    }
     md = report(res, args, command) + f"\nTotal {time.perf_counter() - t_start:.0f} s.\n"
     (OUT / "biptable.md").write_text(md, encoding="utf-8")
     (OUT / "biptable.json").write_text(json.dumps({"args": vars(args), **res}, indent=1), encoding="utf-8")

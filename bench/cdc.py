@@ -41,7 +41,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any
 
 BENCH = Path(__file__).resolve().parent
 ROOT = BENCH.parent
@@ -49,7 +49,11 @@ OUT = BENCH / "out"
 sys.path.insert(0, str(ROOT))
 
 SYSTEMS = ("cbp", "cdf-merge", "recompute")
-LABELS = {"cbp": "cbp (sync + epoch)", "cdf-merge": "readChangeFeed + foreachBatch + MERGE", "recompute": "full recompute (Spark SQL)"}
+LABELS = {
+    "cbp": "cbp (sync + epoch)",
+    "cdf-merge": "readChangeFeed + foreachBatch + MERGE",
+    "recompute": "full recompute (Spark SQL)",
+}
 
 
 def log(msg: str) -> None:
@@ -70,8 +74,11 @@ def make_data(args: argparse.Namespace, where: Path) -> dict[str, Any]:
     ids = np.arange(n, dtype=np.int64)
     cust = rng.integers(0, customers, n)
     amount = rng.integers(1, 1000, n).astype(np.float64)  # whole amounts: every sum is exact
-    write_deltalake(str(base), pa.table({"order_id": ids, "customer": pa.array([f"c{c:06d}" for c in cust]), "amount": amount}),
-                    configuration={"delta.enableChangeDataFeed": "true"})
+    write_deltalake(
+        str(base),
+        pa.table({"order_id": ids, "customer": pa.array([f"c{c:06d}" for c in cust]), "amount": amount}),
+        configuration={"delta.enableChangeDataFeed": "true"},
+    )
     live = set(range(n))
     next_id = n
     changes = []
@@ -79,16 +86,20 @@ def make_data(args: argparse.Namespace, where: Path) -> dict[str, Any]:
     for v in range(args.versions + 1):
         pool = np.fromiter(live, dtype=np.int64)
         picked = rng.choice(pool, size=2 * (per // 3), replace=False)
-        upd, dele = picked[: per // 3], picked[per // 3:]
+        upd, dele = picked[: per // 3], picked[per // 3 :]
         ins = np.arange(next_id, next_id + per // 3, dtype=np.int64)
         next_id += len(ins)
         live.difference_update(dele.tolist())
         live.update(ins.tolist())
         k = len(upd) + len(dele) + len(ins)
-        t = pa.table({"order_id": np.concatenate([upd, dele, ins]),
-                      "customer": pa.array([f"c{c:06d}" for c in rng.integers(0, customers, k)]),
-                      "amount": rng.integers(1, 1000, k).astype(np.float64),
-                      "op": pa.array(["U"] * len(upd) + ["D"] * len(dele) + ["I"] * len(ins))})
+        t = pa.table(
+            {
+                "order_id": np.concatenate([upd, dele, ins]),
+                "customer": pa.array([f"c{c:06d}" for c in rng.integers(0, customers, k)]),
+                "amount": rng.integers(1, 1000, k).astype(np.float64),
+                "op": pa.array(["U"] * len(upd) + ["D"] * len(dele) + ["I"] * len(ins)),
+            }
+        )
         f = where / f"change-{v:03d}.parquet"
         pq.write_table(t, f)
         changes.append(str(f))
@@ -101,11 +112,16 @@ def apply_change(table: str, change: str) -> None:
     from deltalake import DeltaTable
 
     src = pq.read_table(change)
-    (DeltaTable(table).merge(src, predicate="t.order_id = s.order_id", source_alias="s", target_alias="t")
-     .when_matched_delete(predicate="s.op = 'D'")
-     .when_matched_update(updates={"customer": "s.customer", "amount": "s.amount"}, predicate="s.op = 'U'")
-     .when_not_matched_insert(updates={"order_id": "s.order_id", "customer": "s.customer", "amount": "s.amount"}, predicate="s.op = 'I'")
-     .execute())
+    (
+        DeltaTable(table)
+        .merge(src, predicate="t.order_id = s.order_id", source_alias="s", target_alias="t")
+        .when_matched_delete(predicate="s.op = 'D'")
+        .when_matched_update(updates={"customer": "s.customer", "amount": "s.amount"}, predicate="s.op = 'U'")
+        .when_not_matched_insert(
+            updates={"order_id": "s.order_id", "customer": "s.customer", "amount": "s.amount"}, predicate="s.op = 'I'"
+        )
+        .execute()
+    )
 
 
 def expected(table: str) -> dict[str, tuple[int, float]]:
@@ -135,7 +151,7 @@ class Cbp:
     def build(self) -> None:
         self.pipe.run()
 
-    def step(self) -> Optional[float]:
+    def step(self) -> float | None:
         reports = self.pipe.run()
         if len(reports) != 1:
             raise RuntimeError(f"cbp: expected one epoch per version, got {len(reports)}")
@@ -156,11 +172,18 @@ class CdfMerge:
         from deltalake import DeltaTable
 
         self.start = DeltaTable(self.table).version() + 1
-        (self.spark.read.format("delta").load(self.table).groupBy("customer")
-         .agg({"*": "count", "amount": "sum"}).withColumnRenamed("count(1)", "orders").withColumnRenamed("sum(amount)", "total")
-         .write.format("delta").save(self.target))
+        (
+            self.spark.read.format("delta")
+            .load(self.table)
+            .groupBy("customer")
+            .agg({"*": "count", "amount": "sum"})
+            .withColumnRenamed("count(1)", "orders")
+            .withColumnRenamed("sum(amount)", "total")
+            .write.format("delta")
+            .save(self.target)
+        )
 
-    def step(self) -> Optional[float]:
+    def step(self) -> float | None:
         from delta.tables import DeltaTable
         from pyspark.sql import functions as F
 
@@ -168,15 +191,31 @@ class CdfMerge:
 
         def merge(batch: Any, batch_id: int) -> None:
             sign = F.when(F.col("_change_type").isin("insert", "update_postimage"), 1).otherwise(-1)
-            inc = (batch.withColumn("_s", sign).groupBy("customer")
-                   .agg(F.sum("_s").alias("dn"), F.sum(F.col("_s") * F.col("amount")).alias("dt")))
-            (DeltaTable.forPath(spark, target).alias("t").merge(inc.alias("s"), "t.customer = s.customer")
-             .whenMatchedDelete(condition="t.orders + s.dn = 0")
-             .whenMatchedUpdate(set={"orders": "t.orders + s.dn", "total": "t.total + s.dt"})
-             .whenNotMatchedInsert(values={"customer": "s.customer", "orders": "s.dn", "total": "s.dt"}).execute())
+            inc = (
+                batch.withColumn("_s", sign)
+                .groupBy("customer")
+                .agg(F.sum("_s").alias("dn"), F.sum(F.col("_s") * F.col("amount")).alias("dt"))
+            )
+            (
+                DeltaTable.forPath(spark, target)
+                .alias("t")
+                .merge(inc.alias("s"), "t.customer = s.customer")
+                .whenMatchedDelete(condition="t.orders + s.dn = 0")
+                .whenMatchedUpdate(set={"orders": "t.orders + s.dn", "total": "t.total + s.dt"})
+                .whenNotMatchedInsert(values={"customer": "s.customer", "orders": "s.dn", "total": "s.dt"})
+                .execute()
+            )
 
-        q = (spark.readStream.format("delta").option("readChangeFeed", "true").option("startingVersion", self.start).load(self.table)
-             .writeStream.foreachBatch(merge).option("checkpointLocation", self.ckpt).trigger(availableNow=True).start())
+        q = (
+            spark.readStream.format("delta")
+            .option("readChangeFeed", "true")
+            .option("startingVersion", self.start)
+            .load(self.table)
+            .writeStream.foreachBatch(merge)
+            .option("checkpointLocation", self.ckpt)
+            .trigger(availableNow=True)
+            .start()
+        )
         q.awaitTermination()
         if q.exception() is not None:
             raise RuntimeError(f"cdf-merge: {q.exception()}")
@@ -184,8 +223,11 @@ class CdfMerge:
         return sum(p.durationMs.get("triggerExecution", 0) for p in batches) / 1000.0
 
     def totals(self) -> dict[str, tuple[int, float]]:
-        return {r["customer"]: (int(r["orders"]), float(r["total"])) for r in self.spark.read.format("delta").load(self.target).collect()
-                if r["orders"] != 0}
+        return {
+            r["customer"]: (int(r["orders"]), float(r["total"]))
+            for r in self.spark.read.format("delta").load(self.target).collect()
+            if r["orders"] != 0
+        }
 
     def close(self) -> None:
         pass
@@ -195,9 +237,10 @@ class Recompute(CdfMerge):
     def build(self) -> None:
         self.step()
 
-    def step(self) -> Optional[float]:
-        self.spark.sql(f"SELECT customer, count(*) AS orders, sum(amount) AS total FROM delta.`{self.table}` GROUP BY customer") \
-            .write.format("delta").mode("overwrite").save(self.target)
+    def step(self) -> float | None:
+        self.spark.sql(
+            f"SELECT customer, count(*) AS orders, sum(amount) AS total FROM delta.`{self.table}` GROUP BY customer"
+        ).write.format("delta").mode("overwrite").save(self.target)
         return None
 
 
@@ -225,7 +268,9 @@ def child(spec_path: str, result_path: str) -> int:
     shutil.copytree(spec["data"]["base"], table)
     from cbp.engine.driver.session import get_spark
 
-    spark = get_spark(conf={} if name == "cbp" else {"spark.sql.adaptive.enabled": "true", "spark.sql.shuffle.partitions": "4"})
+    spark = get_spark(
+        conf={} if name == "cbp" else {"spark.sql.adaptive.enabled": "true", "spark.sql.shuffle.partitions": "4"}
+    )
     sysm: Any = {"cbp": Cbp, "cdf-merge": CdfMerge, "recompute": Recompute}[name](spark, work, table)
     res: dict[str, Any] = {"system": name, "steps": []}
     t0 = time.perf_counter()
@@ -238,7 +283,9 @@ def child(spec_path: str, result_path: str) -> int:
         inner = sysm.step()
         wall, cpu = time.perf_counter() - t0, tree_cpu() - c0
         res["steps"].append({"seconds": inner if inner is not None else wall, "wall": wall, "cpu": cpu})
-        log(f"{name}: {'warm-up' if j == 0 else f'version {j}'} {res['steps'][-1]['seconds']:.2f}s (wall {wall:.2f}s, cpu {cpu:.2f}s)")
+        log(
+            f"{name}: {'warm-up' if j == 0 else f'version {j}'} {res['steps'][-1]['seconds']:.2f}s (wall {wall:.2f}s, cpu {cpu:.2f}s)"
+        )
     want, got = expected(table), sysm.totals()
     res["correct"] = want == got
     if not res["correct"]:
@@ -253,9 +300,18 @@ def child(spec_path: str, result_path: str) -> int:
 def run_child(system: str, work: Path, data: dict[str, Any], timeout_min: float) -> dict[str, Any]:
     spec_f, res_f = work / f"{system}.spec.json", work / f"{system}.result.json"
     spec_f.write_text(json.dumps({"system": system, "work": str(work / system), "data": data}))
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), str(ROOT / "flows"), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep)}
-    proc = subprocess.Popen([sys.executable, str(Path(__file__).resolve()), "--child", str(spec_f), "--result", str(res_f)],
-                            cwd=str(ROOT), env=env, start_new_session=True)
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(ROOT), str(ROOT / "flows"), os.environ.get("PYTHONPATH", "")]).rstrip(
+            os.pathsep
+        ),
+    }
+    proc = subprocess.Popen(
+        [sys.executable, str(Path(__file__).resolve()), "--child", str(spec_f), "--result", str(res_f)],
+        cwd=str(ROOT),
+        env=env,
+        start_new_session=True,
+    )
     try:
         rc = proc.wait(timeout=timeout_min * 60)
     except subprocess.TimeoutExpired:
@@ -277,29 +333,41 @@ def run_child(system: str, work: Path, data: dict[str, Any], timeout_min: float)
 # ---------------------------------------------------------------------------------- report
 def report(results: list[dict[str, Any]], args: argparse.Namespace) -> str:
     per = max(3, int(args.rows * args.change))
-    lines = [f"# CDC benchmark: per-customer totals from a changing Delta table", "",
-             f"{args.rows:,} source rows, {args.rows // 20:,} customers, {per:,} rows changed per version "
-             f"(updates, deletes, inserts in thirds), {args.versions} measured versions after one warm-up; "
-             f"{platform.node()}, {os.cpu_count()} cores, {_dt.date.today()}.", "",
-             "| system | build s | median s / version | min | max | median wall s | median CPU-s / version | totals = pandas |",
-             "|---|---:|---:|---:|---:|---:|---:|:---:|"]
+    lines = [
+        "# CDC benchmark: per-customer totals from a changing Delta table",
+        "",
+        f"{args.rows:,} source rows, {args.rows // 20:,} customers, {per:,} rows changed per version "
+        f"(updates, deletes, inserts in thirds), {args.versions} measured versions after one warm-up; "
+        f"{platform.node()}, {os.cpu_count()} cores, {_dt.date.today()}.",
+        "",
+        "| system | build s | median s / version | min | max | median wall s | median CPU-s / version | totals = pandas |",
+        "|---|---:|---:|---:|---:|---:|---:|:---:|",
+    ]
     for r in results:
         if "failed" in r:
             lines.append(f"| {LABELS[r['system']]} | {r['failed']} | | | | | | |")
             continue
         xs = [s["seconds"] for s in (r["steps"][1:] or r["steps"])]
-        lines.append(f"| {LABELS[r['system']]} | {r['build']:.1f} | {r['median']:.2f} | {min(xs):.2f} | {max(xs):.2f} | "
-                     f"{r['median_wall']:.2f} | {r['median_cpu']:.2f} | {'yes' if r['correct'] else 'NO'} |")
+        lines.append(
+            f"| {LABELS[r['system']]} | {r['build']:.1f} | {r['median']:.2f} | {min(xs):.2f} | {max(xs):.2f} | "
+            f"{r['median_wall']:.2f} | {r['median_cpu']:.2f} | {'yes' if r['correct'] else 'NO'} |"
+        )
     by = {r["system"]: r for r in results if "failed" not in r}
     if "cbp" in by and "cdf-merge" in by:
         ratio = by["cbp"]["median"] / by["cdf-merge"]["median"]
-        lines += ["", f"cbp's median latency per version is {ratio:.2f}x that of readChangeFeed + foreachBatch + MERGE "
-                  f"(goal: at most 0.2x): {'met' if ratio <= 0.2 else 'NOT met'}; CPU-seconds "
-                  f"{by['cbp']['median_cpu'] / max(by['cdf-merge']['median_cpu'], 1e-9):.2f}x."]
-    lines += ["", "Seconds per version: cbp and the recompute, the wall time of the call (`Pipeline.run()`: sync and epoch; "
-              "the Spark SQL job); the streaming query, its micro-batch's `triggerExecution` (without the query's start, as a "
-              "query that runs for months would). Wall and CPU-seconds cover the whole call for all three, CPU of the "
-              "process tree (driver, JVM, Python workers)."]
+        lines += [
+            "",
+            f"cbp's median latency per version is {ratio:.2f}x that of readChangeFeed + foreachBatch + MERGE "
+            f"(goal: at most 0.2x): {'met' if ratio <= 0.2 else 'NOT met'}; CPU-seconds "
+            f"{by['cbp']['median_cpu'] / max(by['cdf-merge']['median_cpu'], 1e-9):.2f}x.",
+        ]
+    lines += [
+        "",
+        "Seconds per version: cbp and the recompute, the wall time of the call (`Pipeline.run()`: sync and epoch; "
+        "the Spark SQL job); the streaming query, its micro-batch's `triggerExecution` (without the query's start, as a "
+        "query that runs for months would). Wall and CPU-seconds cover the whole call for all three, CPU of the "
+        "process tree (driver, JVM, Python workers).",
+    ]
     return "\n".join(lines) + "\n"
 
 
@@ -325,7 +393,7 @@ def plot(results: list[dict[str, Any]], path: Path) -> None:
     fig.savefig(path, dpi=110)
 
 
-def main(argv: Optional[list[str]] = None) -> int:
+def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rows", type=int, default=1_000_000)
     ap.add_argument("--change", type=float, default=0.01, help="fraction of the rows changed per version")

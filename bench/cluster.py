@@ -55,9 +55,10 @@ def log(msg: str) -> None:
 # ---------------------------------------------------------------------------------- one setup (child)
 def child(args: argparse.Namespace) -> int:
     """Build the state and measure the epochs of one setup; write the measurements as JSON."""
+    from url_count_bench import Keys, increments, load_vocabulary
+
     import cbp
     from cbp.engine.driver.session import get_spark
-    from url_count_bench import Keys, increments, load_vocabulary
 
     vocab, source = load_vocabulary()
     keys = Keys(vocab)
@@ -74,13 +75,26 @@ def child(args: argparse.Namespace) -> int:
         if len(reports) != 1:
             raise RuntimeError(f"expected one epoch per increment, got {[r.line() for r in reports]}")
         r = reports[0]
-        epochs.append({"epoch": r.epoch, "warmup": i == 0, "seconds": r.seconds, "records_in": r.records_in,
-                       "keys_read": r.keys_read, "cache_hits": r.cache_hits, "cache_lookups": r.cache_lookups,
-                       "cache_hit_rate": r.cache_hit_rate, "executors": {str(k): v for k, v in r.executors.items()},
-                       "phases": r.phases})
+        epochs.append(
+            {
+                "epoch": r.epoch,
+                "warmup": i == 0,
+                "seconds": r.seconds,
+                "records_in": r.records_in,
+                "keys_read": r.keys_read,
+                "cache_hits": r.cache_hits,
+                "cache_lookups": r.cache_lookups,
+                "cache_hit_rate": r.cache_hit_rate,
+                "executors": {str(k): v for k, v in r.executors.items()},
+                "phases": r.phases,
+            }
+        )
         print(r.line(), flush=True)
-    Path(args.out).write_text(json.dumps({"build_seconds": build, "epochs": epochs, "source": source,
-                                          "master": get_spark().sparkContext.master}))
+    Path(args.out).write_text(
+        json.dumps(
+            {"build_seconds": build, "epochs": epochs, "source": source, "master": get_spark().sparkContext.master}
+        )
+    )
     return 0
 
 
@@ -93,7 +107,9 @@ def _arange(a: int, b: int) -> Any:
 # ---------------------------------------------------------------------------------- the driver
 def _cluster_env() -> dict[str, str]:
     """The driver environment ``state/cluster/env.sh`` sets."""
-    out = subprocess.run(["bash", "-c", f"source {shlex.quote(str(ENV_SH))} && env -0"], capture_output=True, check=True)
+    out = subprocess.run(
+        ["bash", "-c", f"source {shlex.quote(str(ENV_SH))} && env -0"], capture_output=True, check=True
+    )
     return dict(kv.split("=", 1) for kv in out.stdout.decode().split("\0") if "=" in kv)
 
 
@@ -115,13 +131,32 @@ def run_setup(name: str, args: argparse.Namespace, work: Path) -> dict[str, Any]
         home = str(work / "home-local")
     else:
         env.update(_cluster_env())
-        home = f"s3://{env['CBP_S3_BUCKET']}/bench-{uuid.uuid4().hex[:8]}" if name == "cluster-s3" else str(work / f"home-{name}")
+        home = (
+            f"s3://{env['CBP_S3_BUCKET']}/bench-{uuid.uuid4().hex[:8]}"
+            if name == "cluster-s3"
+            else str(work / f"home-{name}")
+        )
         if name == "cluster-unplaced":
             env["CBP_PLACEMENT"] = "0"
     env["PYTHONPATH"] = str(ROOT) + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
     out = work / f"{name}.json"
-    cmd = [sys.executable, str(Path(__file__)), "--child", "--home", home, "--out", str(out), "--keys", str(args.keys),
-           "--increment", str(args.increment), "--epochs", str(args.epochs), "--chunk", str(args.chunk)]
+    cmd = [
+        sys.executable,
+        str(Path(__file__)),
+        "--child",
+        "--home",
+        home,
+        "--out",
+        str(out),
+        "--keys",
+        str(args.keys),
+        "--increment",
+        str(args.increment),
+        "--epochs",
+        str(args.epochs),
+        "--chunk",
+        str(args.chunk),
+    ]
     log(f"{name}: home {home}")
     t0 = time.perf_counter()
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True)
@@ -140,29 +175,41 @@ def summarize(res: dict[str, Any]) -> dict[str, Any]:
     secs = [e["seconds"] for e in warm]
     hits, looks = sum(e["cache_hits"] for e in warm), sum(e["cache_lookups"] for e in warm)
     maps = [e["executors"] for e in res["epochs"]]
-    return {"setup": res["setup"], "median": statistics.median(secs), "min": min(secs), "max": max(secs),
-            "hit_rate": hits / looks if looks else None, "executors": sorted(set(v for m in maps for v in m.values())),
-            "stable": all(m == maps[0] for m in maps), "build": res["build_seconds"], "map": maps[-1]}
+    return {
+        "setup": res["setup"],
+        "median": statistics.median(secs),
+        "min": min(secs),
+        "max": max(secs),
+        "hit_rate": hits / looks if looks else None,
+        "executors": sorted(set(v for m in maps for v in m.values())),
+        "stable": all(m == maps[0] for m in maps),
+        "build": res["build_seconds"],
+        "map": maps[-1],
+    }
 
 
 def report(summaries: list[dict[str, Any]], args: argparse.Namespace, source: str) -> str:
     base = next((s["median"] for s in summaries if s["setup"] == "local"), None)
     lines = [
-        "# URLCount on the cluster vs local: warm epoch time and state-cache hit rate", "",
+        "# URLCount on the cluster vs local: warm epoch time and state-cache hit rate",
+        "",
         f"- command: `{' '.join(['.venv/bin/python', 'bench/cluster.py'] + sys.argv[1:])}`",
         f"- date: {_dt.datetime.now().isoformat(timespec='seconds')}; machine: {os.cpu_count()} cores; data: {source}",
         f"- state: {args.keys:,} keys (built in chunks of {args.chunk:,}); increment {args.increment:,} records per epoch "
         f"(half existing keys, half new, seed 42); 1 unmeasured warm-up epoch, then {args.epochs} measured; one driver process per setup",
         "- epoch s = EpochReport.seconds: median [min-max] of the measured epochs; hit rate = state-file reads served from the "
-        "executors' caches / all state-file reads, over the measured epochs; map stable = partition -> executor the same in every epoch", "",
+        "executors' caches / all state-file reads, over the measured epochs; map stable = partition -> executor the same in every epoch",
+        "",
         "| setup | epoch s | vs local | cache hit rate | executors | map stable | build s |",
         "|---|---:|---:|---:|---|:---:|---:|",
     ]
     for s in summaries:
         ratio = f"{s['median'] / base:.2f}x" if base else "-"
         rate = f"{s['hit_rate']:.0%}" if s["hit_rate"] is not None else "-"
-        lines.append(f"| {s['setup']} | {s['median']:.2f} [{s['min']:.2f}-{s['max']:.2f}] | {ratio} | {rate} | "
-                     f"{', '.join(s['executors'])} | {'yes' if s['stable'] else 'no'} | {s['build']:.0f} |")
+        lines.append(
+            f"| {s['setup']} | {s['median']:.2f} [{s['min']:.2f}-{s['max']:.2f}] | {ratio} | {rate} | "
+            f"{', '.join(s['executors'])} | {'yes' if s['stable'] else 'no'} | {s['build']:.0f} |"
+        )
     return "\n".join(lines) + "\n"
 
 
@@ -174,8 +221,12 @@ def plot(summaries: list[dict[str, Any]], path: Path) -> None:
 
     fig, (a, b) = plt.subplots(1, 2, figsize=(9, 3.5))
     names = [s["setup"] for s in summaries]
-    a.bar(names, [s["median"] for s in summaries], yerr=[[s["median"] - s["min"] for s in summaries],
-                                                         [s["max"] - s["median"] for s in summaries]], capsize=4)
+    a.bar(
+        names,
+        [s["median"] for s in summaries],
+        yerr=[[s["median"] - s["min"] for s in summaries], [s["max"] - s["median"] for s in summaries]],
+        capsize=4,
+    )
     a.set_ylabel("warm epoch s (median)")
     b.bar(names, [100 * (s["hit_rate"] or 0) for s in summaries], color="tab:green")
     b.set_ylabel("state-cache hit rate %")
@@ -192,7 +243,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--increment", type=int, default=100_000, help="records per measured epoch (default 100,000)")
     ap.add_argument("--epochs", type=int, default=5, help="measured warm epochs per setup (default 5)")
     ap.add_argument("--chunk", type=int, default=250_000, help="new keys per state-building epoch (default 250,000)")
-    ap.add_argument("--setups", default=",".join(SETUPS), help=f"comma-separated, of {', '.join(SETUPS)}, cluster-unplaced")
+    ap.add_argument(
+        "--setups", default=",".join(SETUPS), help=f"comma-separated, of {', '.join(SETUPS)}, cluster-unplaced"
+    )
     ap.add_argument("--unplaced", action="store_true", help="also run cluster-unplaced (CBP_PLACEMENT=0)")
     ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--home", help=argparse.SUPPRESS)
@@ -214,7 +267,9 @@ def main(argv: list[str] | None = None) -> int:
     text = report(summaries, args, results[0]["source"])
     print(text)
     (OUT / "cluster.md").write_text(text)
-    (OUT / "cluster.json").write_text(json.dumps({"args": vars(args), "summaries": summaries, "results": results}, indent=1))
+    (OUT / "cluster.json").write_text(
+        json.dumps({"args": vars(args), "summaries": summaries, "results": results}, indent=1)
+    )
     plot(summaries, OUT / "cluster.png")
     log(f"wrote {OUT / 'cluster.md'}, cluster.json, cluster.png")
     return 0

@@ -37,11 +37,11 @@ import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
-
 from url_count_bench import OUT, ROOT, YAML, _mem_gib, _version, log  # bench/ is sys.path[0]; puts ROOT on sys.path
 
 FLOW = "urls"
@@ -81,8 +81,10 @@ class SparkJobTimer:
                 setattr(mod, SPARK_JOB, self._wrap(fn))
                 self.patched.append(f"{name}.{SPARK_JOB}")
         if not self.patched:
-            raise BenchError(f"no '{SPARK_JOB}' in any of {', '.join(sites)}: the Spark job moved; "
-                             "add the module the controller now calls it from to CALL_SITES")
+            raise BenchError(
+                f"no '{SPARK_JOB}' in any of {', '.join(sites)}: the Spark job moved; "
+                "add the module the controller now calls it from to CALL_SITES"
+            )
 
     def _wrap(self, fn: Callable[..., Any]) -> Callable[..., Any]:
         @functools.wraps(fn)
@@ -182,15 +184,18 @@ class Feeds:
     def next(self) -> list[dict[str, str]]:
         n_new = self.records if not self.seen else int(self.rng.integers(1, self.records))
         new = [f"http://site{(len(self.seen) + k) % 37}.example/page/{len(self.seen) + k}.html" for k in range(n_new)]
-        old = [self.seen[int(j)] for j in self.rng.integers(0, len(self.seen), self.records - n_new)] if self.seen else []
+        old = (
+            [self.seen[int(j)] for j in self.rng.integers(0, len(self.seen), self.records - n_new)] if self.seen else []
+        )
         self.seen += new
         urls = new + old
         self.rng.shuffle(urls)
         return [{"url": u} for u in urls]
 
 
-def one_round(p: Any, n: int, records: list[dict[str, str]], timer: SparkJobTimer, home: Path,
-              before: dict[str, Signature]) -> tuple[dict[str, Any], dict[str, Signature]]:
+def one_round(
+    p: Any, n: int, records: list[dict[str, str]], timer: SparkJobTimer, home: Path, before: dict[str, Signature]
+) -> tuple[dict[str, Any], dict[str, Signature]]:
     """Feed and run once; return the round's measurements and the tracked files after it."""
     timer.take()
     w0 = driver_wchar()
@@ -208,19 +213,33 @@ def one_round(p: Any, n: int, records: list[dict[str, str]], timer: SparkJobTime
     if len(reports) != 1:
         raise BenchError(f"round {n}: expected one epoch, got {len(reports)}: {[r.line() for r in reports]}")
     if calls != len(reports):
-        raise BenchError(f"round {n}: the wrapped {SPARK_JOB} ({', '.join(timer.patched)}) ran {calls} times for "
-                         f"{len(reports)} epoch(s): the controller calls the Spark job some other way now; add that "
-                         "module to CALL_SITES")
+        raise BenchError(
+            f"round {n}: the wrapped {SPARK_JOB} ({', '.join(timer.patched)}) ran {calls} times for "
+            f"{len(reports)} epoch(s): the controller calls the Spark job some other way now; add that "
+            "module to CALL_SITES"
+        )
     t3 = time.perf_counter()
     after = tracked_files(home)
     home_bytes, home_files = changed_bytes(before, after)
     snap_name, snap_bytes = snapshot_size(home)
     wall = t2 - t0
     row = {
-        "round": n, "epoch": reports[0].epoch, "wall_s": wall, "feed_s": t1 - t0, "run_s": t2 - t1, "spark_s": spark_s,
-        "controller_s": wall - spark_s, "controller_cpu_s": (c2 - c0) - spark_cpu, "epoch_report_s": reports[0].seconds, "driver_bytes": w1 - w0,
-        "home_bytes": home_bytes, "home_files": home_files, "snapshot_bytes": snap_bytes, "snapshot": snap_name,
-        "tracked_files": len(after), "walk_s": time.perf_counter() - t3,
+        "round": n,
+        "epoch": reports[0].epoch,
+        "wall_s": wall,
+        "feed_s": t1 - t0,
+        "run_s": t2 - t1,
+        "spark_s": spark_s,
+        "controller_s": wall - spark_s,
+        "controller_cpu_s": (c2 - c0) - spark_cpu,
+        "epoch_report_s": reports[0].seconds,
+        "driver_bytes": w1 - w0,
+        "home_bytes": home_bytes,
+        "home_files": home_files,
+        "snapshot_bytes": snap_bytes,
+        "snapshot": snap_name,
+        "tracked_files": len(after),
+        "walk_s": time.perf_counter() - t3,
     }
     return {k: round(v, 6) if isinstance(v, float) else v for k, v in row.items()}, after
 
@@ -240,14 +259,23 @@ METRICS = [
 
 def summarize(rows: list[dict[str, Any]], window: int, goal: float) -> dict[str, Any]:
     first, last = rows[:window], rows[-window:]
-    out: dict[str, Any] = {"first_rounds": [first[0]["round"], first[-1]["round"]],
-                           "last_rounds": [last[0]["round"], last[-1]["round"]], "goal": goal, "metrics": {}}
+    out: dict[str, Any] = {
+        "first_rounds": [first[0]["round"], first[-1]["round"]],
+        "last_rounds": [last[0]["round"], last[-1]["round"]],
+        "goal": goal,
+        "metrics": {},
+    }
     for key, *_rest, checked in METRICS:
         a = statistics.median(r[key] for r in first)
         b = statistics.median(r[key] for r in last)
         ratio = b / a if a else float("inf") if b else 1.0
-        out["metrics"][key] = {"first": a, "last": b, "ratio": round(ratio, 3), "checked": checked,
-                               "ok": ratio <= goal if checked else None}
+        out["metrics"][key] = {
+            "first": a,
+            "last": b,
+            "ratio": round(ratio, 3),
+            "checked": checked,
+            "ok": ratio <= goal if checked else None,
+        }
     out["pass"] = all(m["ok"] for m in out["metrics"].values() if m["checked"])
     return out
 
@@ -269,11 +297,17 @@ def table(summary: dict[str, Any], args: argparse.Namespace, command: str, total
     for key, label, scale, unit, checked in METRICS:
         m = summary["metrics"][key]
         mark = f" ({'ok' if m['ok'] else 'OVER'} vs {summary['goal']:g})" if checked else ""
-        lines.append(f"| {label}, {unit} | {m['first'] * scale:,.1f} | {m['last'] * scale:,.1f} | {m['ratio']:.2f}x{mark} |")
+        lines.append(
+            f"| {label}, {unit} | {m['first'] * scale:,.1f} | {m['last'] * scale:,.1f} | {m['ratio']:.2f}x{mark} |"
+        )
     verdict = "PASS" if summary["pass"] else "FAIL"
-    lines += ["", f"Goal: last/first <= {summary['goal']:g} for controller time and driver bytes: {verdict}"
-              f"{'' if args.check else ' (not enforced: no --check)'}.",
-              f"Total {total_s / 60:.1f} min (Spark session start {spark_start_s:.0f}s).", ""]
+    lines += [
+        "",
+        f"Goal: last/first <= {summary['goal']:g} for controller time and driver bytes: {verdict}"
+        f"{'' if args.check else ' (not enforced: no --check)'}.",
+        f"Total {total_s / 60:.1f} min (Spark session start {spark_start_s:.0f}s).",
+        "",
+    ]
     return "\n".join(lines)
 
 
@@ -288,14 +322,25 @@ def plot(rows: list[dict[str, Any]], window: int, path: Path) -> None:
     roll = df.rolling(window, min_periods=1, center=True).median()
     fig, (ax1, ax2) = plt.subplots(2, 1, figsize=(10, 7.5), sharex=True)
     ax1.plot(df.index, df["controller_s"] * 1e3, ".", ms=2, alpha=0.3, color="tab:blue")
-    ax1.plot(roll.index, roll["controller_s"] * 1e3, color="tab:blue", label=f"controller (wall - Spark job), centred rolling median of {window}")
-    ax1.plot(roll.index, roll["controller_cpu_s"] * 1e3, color="tab:purple", label="controller CPU time, rolling median")
+    ax1.plot(
+        roll.index,
+        roll["controller_s"] * 1e3,
+        color="tab:blue",
+        label=f"controller (wall - Spark job), centred rolling median of {window}",
+    )
+    ax1.plot(
+        roll.index, roll["controller_cpu_s"] * 1e3, color="tab:purple", label="controller CPU time, rolling median"
+    )
     ax1.plot(roll.index, roll["spark_s"] * 1e3, color="tab:grey", ls="--", label="Spark job, rolling median")
     ax1.set_ylabel("ms per round")
-    ax1.set_ylim(bottom=0, top=max(df["controller_s"].quantile(0.99), df["spark_s"].quantile(0.95)) * 1e3 * 1.3)  # not the 1st job
+    ax1.set_ylim(
+        bottom=0, top=max(df["controller_s"].quantile(0.99), df["spark_s"].quantile(0.95)) * 1e3 * 1.3
+    )  # not the 1st job
     ax1.set_title("time per round")
-    for key, color, label in (("driver_bytes", "tab:red", "driver bytes written (wchar)"),
-                              ("home_bytes", "tab:green", "home bytes written (_cbp + _delta_log)")):
+    for key, color, label in (
+        ("driver_bytes", "tab:red", "driver bytes written (wchar)"),
+        ("home_bytes", "tab:green", "home bytes written (_cbp + _delta_log)"),
+    ):
         ax2.plot(df.index, df[key] / 1024, ".", ms=2, alpha=0.3, color=color)
         ax2.plot(roll.index, roll[key] / 1024, color=color, label=f"{label}, rolling median")
     ax2.plot(df.index, df["snapshot_bytes"] / 1024, color="black", lw=1, label="controller snapshot size")
@@ -306,7 +351,9 @@ def plot(rows: list[dict[str, Any]], window: int, path: Path) -> None:
     for ax in (ax1, ax2):
         ax.grid(True, alpha=0.3)
         ax.legend(fontsize=8, loc="upper left")
-    fig.suptitle(f"cbp controller cost vs epochs run (url_count, {len(rows)} rounds, {os.cpu_count()} cores)", fontsize=10)
+    fig.suptitle(
+        f"cbp controller cost vs epochs run (url_count, {len(rows)} rounds, {os.cpu_count()} cores)", fontsize=10
+    )
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
@@ -314,13 +361,21 @@ def plot(rows: list[dict[str, Any]], window: int, path: Path) -> None:
 
 # ---------------------------------------------------------------------------------- main
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("--epochs", type=int, default=3000, help="rounds of feed + run (default 3000)")
     ap.add_argument("--window", type=int, default=100, help="rounds in the first and the last window (default 100)")
-    ap.add_argument("--home", default=None, help="pipeline home (new or empty; kept). Default: a temp dir, deleted at the end")
+    ap.add_argument(
+        "--home", default=None, help="pipeline home (new or empty; kept). Default: a temp dir, deleted at the end"
+    )
     ap.add_argument("--out", default=str(OUT), help=f"output directory (default {os.path.relpath(OUT, ROOT)})")
-    ap.add_argument("--goal", type=float, default=1.1, help="largest last/first ratio allowed with --check (default 1.1)")
-    ap.add_argument("--check", action="store_true", help="exit 1 if controller time or driver bytes grew more than --goal")
+    ap.add_argument(
+        "--goal", type=float, default=1.1, help="largest last/first ratio allowed with --check (default 1.1)"
+    )
+    ap.add_argument(
+        "--check", action="store_true", help="exit 1 if controller time or driver bytes grew more than --goal"
+    )
     ap.add_argument("--records", type=int, default=3, help="records per feed (default 3, at least 2)")
     ap.add_argument("--seed", type=int, default=42)
     ap.add_argument("--keep", action="store_true", help="keep the temporary home")
@@ -371,11 +426,16 @@ def main(argv: list[str] | None = None) -> int:
             if n % PROGRESS_EVERY == 0 or n == args.epochs:
                 last = rows[-PROGRESS_EVERY:]
                 el = time.perf_counter() - t_rounds
-                med = {k: statistics.median(r[k] for r in last) for k in ("controller_s", "spark_s", "driver_bytes", "home_bytes")}
-                log(f"round {n:>5}/{args.epochs}  elapsed {el:6.0f}s (ETA {el / n * (args.epochs - n):5.0f}s)  "
+                med = {
+                    k: statistics.median(r[k] for r in last)
+                    for k in ("controller_s", "spark_s", "driver_bytes", "home_bytes")
+                }
+                log(
+                    f"round {n:>5}/{args.epochs}  elapsed {el:6.0f}s (ETA {el / n * (args.epochs - n):5.0f}s)  "
                     f"last {len(last)}: controller {med['controller_s'] * 1e3:6.1f} ms  Spark {med['spark_s'] * 1e3:6.1f} ms  "
                     f"driver {med['driver_bytes'] / 1024:7.1f} KiB  home {med['home_bytes'] / 1024:7.1f} KiB  "
-                    f"snapshot {row['snapshot_bytes'] / 1024:7.1f} KiB")
+                    f"snapshot {row['snapshot_bytes'] / 1024:7.1f} KiB"
+                )
     except BenchError as e:
         print(f"controller_growth: {e}", file=sys.stderr)
         return 2
@@ -387,9 +447,21 @@ def main(argv: list[str] | None = None) -> int:
     summary = summarize(rows, args.window, args.goal)
     md = table(summary, args, command, total, spark_start_s)
     (out / "controller_growth.md").write_text(md, encoding="utf-8")
-    (out / "controller_growth.json").write_text(json.dumps(
-        {"args": vars(args), "command": command, "spark_job": timer.patched, "total_seconds": round(total, 1),
-         "spark_start_seconds": round(spark_start_s, 1), "summary": summary, "rounds": rows}, indent=1), encoding="utf-8")
+    (out / "controller_growth.json").write_text(
+        json.dumps(
+            {
+                "args": vars(args),
+                "command": command,
+                "spark_job": timer.patched,
+                "total_seconds": round(total, 1),
+                "spark_start_seconds": round(spark_start_s, 1),
+                "summary": summary,
+                "rounds": rows,
+            },
+            indent=1,
+        ),
+        encoding="utf-8",
+    )
     plot(rows, args.window, out / "controller_growth.png")
     print()
     print(md)

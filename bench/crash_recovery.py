@@ -71,7 +71,9 @@ def real_edges(limit_pages: int) -> tuple[list[str], str]:
     root = fetch_debian_doc("python3.11-doc", str(BENCH / "data"))
     if root is None:
         rng = random.Random(3)
-        return [f"{rng.randrange(400)} {rng.randrange(400)}" for _ in range(3000)], "generated (python3.11-doc could not be downloaded)"
+        return [
+            f"{rng.randrange(400)} {rng.randrange(400)}" for _ in range(3000)
+        ], "generated (python3.11-doc could not be downloaded)"
     pages = sorted(iter_pages(root, "python3.11-doc"))[:limit_pages]
     ids = {url: i for i, (url, _) in enumerate(pages)}
     random.Random(1).shuffle(pages)  # pages arrive as a crawl finds them: in no particular order, each with its links
@@ -93,7 +95,7 @@ def main() -> None:
 
     lines, source = real_edges(args.pages)
     per = -(-len(lines) // args.increments)
-    incs = [[{"text": t} for t in lines[i * per:(i + 1) * per]] for i in range(args.increments)]
+    incs = [[{"text": t} for t in lines[i * per : (i + 1) * per]] for i in range(args.increments)]
     print(f"data: {source}; {args.increments} increments of ~{per} links")
     work = Path(tempfile.mkdtemp(prefix="cbp-crash-"))
 
@@ -144,7 +146,10 @@ def main() -> None:
             if m and (m.group(1), int(m.group(2))) in reruns:
                 rerun_s.append(float(m.group(3)))
         if a.op == "run":
-            restart_s.append(a.seconds - sum(float(m.group(3)) for m in (EPOCH_LINE.match(x.strip()) for x in a.stdout.splitlines()) if m))
+            restart_s.append(
+                a.seconds
+                - sum(float(m.group(3)) for m in (EPOCH_LINE.match(x.strip()) for x in a.stdout.splitlines()) if m)
+            )
 
     def med(xs: list[float]) -> str:
         return f"{statistics.median(xs):.2f}" if xs else "-"
@@ -162,26 +167,49 @@ def main() -> None:
         + f" + {len(timed)} at random moments "
         f"(of {args.random_kills} timers; the rest fired after the run had finished); victim wall time {victim_s:.0f}s.",
         "",
-        "| check | result |", "|---|---|",
-        *[f"| {k} identical to the uninterrupted run{' (from scratch)' if k == 'networkx' else ''} | {'yes' if v else 'NO'} |" for k, v in checks.items()],
+        "| check | result |",
+        "|---|---|",
+        *[
+            f"| {k} identical to the uninterrupted run{' (from scratch)' if k == 'networkx' else ''} | {'yes' if v else 'NO'} |"
+            for k, v in checks.items()
+        ],
         "",
-        "| what | median seconds | n |", "|---|---:|---:|",
+        "| what | median seconds | n |",
+        "|---|---:|---:|",
         *[f"| {w} | {m} | {n} |" for w, m, n in rows],
     ]
     if pending_s and normal:
-        md += ["", f"Finishing a pending commit takes {statistics.median(pending_s) / statistics.median(normal):.2f}x a normal warm epoch."]
+        md += [
+            "",
+            f"Finishing a pending commit takes {statistics.median(pending_s) / statistics.median(normal):.2f}x a normal warm epoch.",
+        ]
     if rerun_s and first_s:
-        md += [f"Re-running an interrupted epoch takes {statistics.median(rerun_s) / statistics.median(first_s):.2f}x the first epoch "
-               "of a fresh `cbp run` (both start Spark)."]
+        md += [
+            f"Re-running an interrupted epoch takes {statistics.median(rerun_s) / statistics.median(first_s):.2f}x the first epoch "
+            "of a fresh `cbp run` (both start Spark)."
+        ]
     text = "\n".join(md)
     print(text)
     out = BENCH / "out"
     out.mkdir(exist_ok=True)
     (out / "crash_recovery.md").write_text(text + "\n")
-    (out / "crash_recovery.json").write_text(json.dumps({
-        "source": source, "checks": checks, "normal": normal, "first": first_s, "pending": pending_s, "rerun": rerun_s, "restart": restart_s,
-        "kills": [a.fault for a in killed], "missed": log.missed, "victim_seconds": victim_s,
-    }, indent=1))
+    (out / "crash_recovery.json").write_text(
+        json.dumps(
+            {
+                "source": source,
+                "checks": checks,
+                "normal": normal,
+                "first": first_s,
+                "pending": pending_s,
+                "rerun": rerun_s,
+                "restart": restart_s,
+                "kills": [a.fault for a in killed],
+                "missed": log.missed,
+                "victim_seconds": victim_s,
+            },
+            indent=1,
+        )
+    )
     try:
         import matplotlib
 
@@ -190,7 +218,10 @@ def main() -> None:
 
         fig, ax = plt.subplots(figsize=(7, 3.5))
         data = [normal, pending_s, first_s, rerun_s, restart_s]
-        ax.boxplot([d or [0.0] for d in data], tick_labels=["warm epoch", "finish pending", "first epoch\n(fresh run)", "re-run\ninterrupted", "restart"])
+        ax.boxplot(
+            [d or [0.0] for d in data],
+            tick_labels=["warm epoch", "finish pending", "first epoch\n(fresh run)", "re-run\ninterrupted", "restart"],
+        )
         ax.set_ylabel("seconds")
         ax.set_title(f"cbp crash recovery: {len(killed)} SIGKILLs, results identical: {all(checks.values())}")
         fig.tight_layout()

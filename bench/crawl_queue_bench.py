@@ -47,7 +47,10 @@ SEEDS = {
     "python3.11-doc": "/usr/share/doc/python3.11/html/index.html",
 }
 MODES = ("direct", "blackbox", "landmark")
-COUNT, DECIDE = ("extract_links", "count_links"), ("merge", "score", "threshold")  # the paper's CountLinks / DecideCrawl
+COUNT, DECIDE = (
+    ("extract_links", "count_links"),
+    ("merge", "score", "threshold"),
+)  # the paper's CountLinks / DecideCrawl
 
 
 def log(msg: str) -> None:
@@ -60,7 +63,9 @@ def check(name: str, got: dict[str, float], want: dict[str, float]) -> None:
         raise SystemExit(f"{name}: queue differs from the from-scratch queue (extra {extra}, missing {missing})")
     bad = [u for u in want if not math.isclose(got[u], want[u])]
     if bad:
-        raise SystemExit(f"{name}: scores differ from the from-scratch queue, e.g. {bad[0]}: {got[bad[0]]} vs {want[bad[0]]}")
+        raise SystemExit(
+            f"{name}: scores differ from the from-scratch queue, e.g. {bad[0]}: {got[bad[0]]} vs {want[bad[0]]}"
+        )
 
 
 def main() -> None:
@@ -76,13 +81,15 @@ def main() -> None:
 
     import cbp
     from cbp.crawl.corpus import fetch_debian_doc
-    from cbp.crawl.reference import queue_from_scratch
     from cbp.crawl.crawler import Corpus, Crawler
+    from cbp.crawl.reference import queue_from_scratch
     from cbp.engine.driver.session import get_spark
 
     root = fetch_debian_doc(args.package, str(DATA))
     if root is None:
-        raise SystemExit(f"could not download {args.package} (apt-get download {args.package}); the benchmark needs the real corpus")
+        raise SystemExit(
+            f"could not download {args.package} (apt-get download {args.package}); the benchmark needs the real corpus"
+        )
     corpus = Corpus(root, host=args.package)
     seed = corpus.site + SEEDS.get(args.package, "/index.html")
     n_html = len(corpus.pages())
@@ -93,9 +100,15 @@ def main() -> None:
     OUT.mkdir(exist_ok=True)
     spark = get_spark()
     pipes = {
-        "direct": cbp.load(ROOT / "flows" / "crawl_queue.yaml", home=os.path.join(args.work, "direct"), mode="direct", spark=spark),
-        "blackbox": cbp.load(ROOT / "flows" / "crawl_queue.yaml", home=os.path.join(args.work, "blackbox"), mode="blackbox", spark=spark),
-        "landmark": cbp.load(ROOT / "flows" / "crawl_queue_landmark.yaml", home=os.path.join(args.work, "landmark"), spark=spark),
+        "direct": cbp.load(
+            ROOT / "flows" / "crawl_queue.yaml", home=os.path.join(args.work, "direct"), mode="direct", spark=spark
+        ),
+        "blackbox": cbp.load(
+            ROOT / "flows" / "crawl_queue.yaml", home=os.path.join(args.work, "blackbox"), mode="blackbox", spark=spark
+        ),
+        "landmark": cbp.load(
+            ROOT / "flows" / "crawl_queue_landmark.yaml", home=os.path.join(args.work, "landmark"), spark=spark
+        ),
     }
     log("warm-up (untimed): the seed page through both pipelines in a scratch home")
     warm = corpus.fetch(seed)
@@ -139,8 +152,13 @@ def main() -> None:
             break
         pages = [{"url": u, "html": crawler.fetch(u).html} for u in rep.landed]
         crawled += pages
-        row: dict[str, Any] = {"increment": i, "pages": len(pages), "crawled": len(crawled), "crawl_s": round(crawl_s, 2),
-                               "html_mb": round(sum(len(p["html"]) for p in pages) / 1e6, 1)}
+        row: dict[str, Any] = {
+            "increment": i,
+            "pages": len(pages),
+            "crawled": len(crawled),
+            "crawl_s": round(crawl_s, 2),
+            "html_mb": round(sum(len(p["html"]) for p in pages) / 1e6, 1),
+        }
         for mode, p in pipes.items():
             t0 = time.perf_counter()
             if mode == "blackbox":
@@ -168,33 +186,46 @@ def main() -> None:
                         raise SystemExit(f"{mode}: {r['url']} queued twice")
                     new[r["url"]] = r["score"]
             seen_epochs[mode] = p.status()["stages"]["threshold"]["epochs"]
-            check(f"{mode} after increment {i}", {u: s for u, s in new.items() if u not in done},
-                  {u: s for u, s in want.items() if u not in ever[mode]})
+            check(
+                f"{mode} after increment {i}",
+                {u: s for u, s in new.items() if u not in done},
+                {u: s for u, s in want.items() if u not in ever[mode]},
+            )
             ever[mode].update(new)
             if {u for u in ever[mode] if u not in done} != set(want):
                 raise SystemExit(f"{mode} after increment {i}: the pending queue differs from the from-scratch queue")
         e = pipes["landmark"].status()["stages"]["threshold"]["epochs"]
-        check(f"landmark after increment {i}", {r["url"]: r["score"] for r in pipes["landmark"].output("crawl_queue", epoch=e)}, want)
+        check(
+            f"landmark after increment {i}",
+            {r["url"]: r["score"] for r in pipes["landmark"].output("crawl_queue", epoch=e)},
+            want,
+        )
         row["queue"] = len(want)
         row["check_s"] = round(time.perf_counter() - t0, 1)
         rows.append(row)
-        log(f"increment {i}: {len(pages)} pages ({row['html_mb']} MB, {row['direct_links']} links), {len(crawled)} crawled, queue {len(want)}: "
+        log(
+            f"increment {i}: {len(pages)} pages ({row['html_mb']} MB, {row['direct_links']} links), {len(crawled)} crawled, queue {len(want)}: "
             f"direct {row['direct']:.1f}s  black-box {row['blackbox']:.1f}s  landmark {row['landmark']:.1f}s (+feed {row['landmark_feed']:.1f}s); "
-            "all three equal the from-scratch queue")
+            "all three equal the from-scratch queue"
+        )
         write(rows, args, n_html, seed, time.perf_counter() - t_start)
     spark.stop()
 
 
 def write(rows: list[dict[str, Any]], args: argparse.Namespace, n_html: int, seed: str, wall: float) -> None:
     cum = {m: 0.0 for m in MODES}
-    lines = ["| inc | pages | crawled | queue | direct s | black-box s | landmark s | cum. direct | cum. black-box | cum. landmark |",
-             "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    lines = [
+        "| inc | pages | crawled | queue | direct s | black-box s | landmark s | cum. direct | cum. black-box | cum. landmark |",
+        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
     for r in rows:
         for m in MODES:
             cum[m] += r[m]
             r[f"{m}_cum"] = round(cum[m], 2)
-        lines.append(f"| {r['increment']} | {r['pages']} | {r['crawled']} | {r['queue']} | {r['direct']:.1f} | {r['blackbox']:.1f} | "
-                     f"{r['landmark']:.1f} | {cum['direct']:.0f} | {cum['blackbox']:.0f} | {cum['landmark']:.0f} |")
+        lines.append(
+            f"| {r['increment']} | {r['pages']} | {r['crawled']} | {r['queue']} | {r['direct']:.1f} | {r['blackbox']:.1f} | "
+            f"{r['landmark']:.1f} | {cum['direct']:.0f} | {cum['blackbox']:.0f} | {cum['landmark']:.0f} |"
+        )
     summary = {}
     if len(rows) >= 2:
         full = [r for r in rows if r["pages"] >= 0.5 * args.pages] or rows  # the crawl's tail is smaller
@@ -205,15 +236,25 @@ def write(rows: list[dict[str, Any]], args: argparse.Namespace, n_html: int, see
             "cum_direct_over_landmark": round(cum["direct"] / cum["landmark"], 2),
             "cum_direct_over_blackbox": round(cum["direct"] / cum["blackbox"], 2),
         }
-        lines += ["", f"Direct: last increment / second = {summary['direct_last_over_second']}x "
-                      f"(last full-size increment {summary['direct_last_full_over_second']}x); landmark: {summary['landmark_last_over_second']}x. "
-                      f"Cumulative direct / landmark = {summary['cum_direct_over_landmark']}x, direct / black-box = {summary['cum_direct_over_blackbox']}x."]
+        lines += [
+            "",
+            f"Direct: last increment / second = {summary['direct_last_over_second']}x "
+            f"(last full-size increment {summary['direct_last_full_over_second']}x); landmark: {summary['landmark_last_over_second']}x. "
+            f"Cumulative direct / landmark = {summary['cum_direct_over_landmark']}x, direct / black-box = {summary['cum_direct_over_blackbox']}x.",
+        ]
     table = "\n".join(lines)
     print(table, flush=True)
     (OUT / "crawl_queue.md").write_text(table + "\n")
-    meta = {"package": args.package, "html_files": n_html, "pages_per_round": args.pages, "seed": seed, "wall_s": round(wall),
-            "date": _dt.datetime.now().isoformat(timespec="seconds"), "machine": f"{platform.machine()}, {os.cpu_count()} cores",
-            "summary": summary}
+    meta = {
+        "package": args.package,
+        "html_files": n_html,
+        "pages_per_round": args.pages,
+        "seed": seed,
+        "wall_s": round(wall),
+        "date": _dt.datetime.now().isoformat(timespec="seconds"),
+        "machine": f"{platform.machine()}, {os.cpu_count()} cores",
+        "summary": summary,
+    }
     (OUT / "crawl_queue.json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=1))
     plot(rows, args.package)
 
@@ -236,8 +277,15 @@ def plot(rows: list[dict[str, Any]], package: str) -> None:
     for k, m in enumerate(MODES):
         xs = [v + (k - 1) * w for v in x]
         ax[2].bar(xs, [r[f"{m}_count"] for r in rows], w, color=styles[m][0], label=f"{m}: CountLinks")
-        ax[2].bar(xs, [r[f"{m}_decide"] for r in rows], w, bottom=[r[f"{m}_count"] for r in rows], color=styles[m][0], alpha=0.45,
-                  label=f"{m}: DecideCrawl")
+        ax[2].bar(
+            xs,
+            [r[f"{m}_decide"] for r in rows],
+            w,
+            bottom=[r[f"{m}_count"] for r in rows],
+            color=styles[m][0],
+            alpha=0.45,
+            label=f"{m}: DecideCrawl",
+        )
     ax[2].set(title="CountLinks / DecideCrawl per increment", xlabel="increment", ylabel="seconds (stage epochs)")
     for a in ax:
         a.grid(alpha=0.3)

@@ -39,9 +39,18 @@ import time
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
-from url_count_bench import OUT, YAML, Keys, _version, build, increments, load_vocabulary, log, run_one, vec_yaml  # puts ROOT on sys.path
+from url_count_bench import (
+    OUT,
+    YAML,
+    Keys,
+    _version,
+    build,
+    increments,
+    load_vocabulary,
+    log,
+    run_one,
+    vec_yaml,
+)  # puts ROOT on sys.path
 
 SPARK_JOB = "run_stage_epoch"
 
@@ -104,9 +113,17 @@ class SparkJobs:
                     if ss is None or se is None:
                         continue
                     spans.append((ss, se))
-                    out["stages"].append({"job": jid, "tasks": int(st.numTasks()), "wall": (se - ss) / 1000,
-                                          "run": int(st.executorRunTime()) / 1000, "deserialize": int(st.executorDeserializeTime()) / 1000,
-                                          "shuffle_write_records": int(st.shuffleWriteRecords()), "name": str(st.name())[:60]})
+                    out["stages"].append(
+                        {
+                            "job": jid,
+                            "tasks": int(st.numTasks()),
+                            "wall": (se - ss) / 1000,
+                            "run": int(st.executorRunTime()) / 1000,
+                            "deserialize": int(st.executorDeserializeTime()) / 1000,
+                            "shuffle_write_records": int(st.shuffleWriteRecords()),
+                            "name": str(st.name())[:60],
+                        }
+                    )
                 covered += _union(spans) / 1000
                 out["scheduling"] += max((je - js) / 1000 - _union(spans) / 1000, 0.0)
             if first is not None:
@@ -136,15 +153,28 @@ def one_epoch(p: Any, jobs: SparkJobs, records: list[dict[str, str]]) -> dict[st
     sj = jobs.take()
     stages = sj.pop("stages")
     # the epoch's stages in order: the map side(s) and the reduce side (the largest number of tasks = P is last)
-    m = {"feed": r["feed"], "run": r["run_wall"], "epoch_seconds": r["seconds"], "controller": r["run_wall"] - sj["spark_job"], **sj,
-         "stage_walls": [s["wall"] for s in stages], "stage_tasks": [s["tasks"] for s in stages],
-         "stage_run": [s["run"] for s in stages], "stage_deser": [s["deserialize"] for s in stages],
-         "phases": r["phases"]}
+    m = {
+        "feed": r["feed"],
+        "run": r["run_wall"],
+        "epoch_seconds": r["seconds"],
+        "controller": r["run_wall"] - sj["spark_job"],
+        **sj,
+        "stage_walls": [s["wall"] for s in stages],
+        "stage_tasks": [s["tasks"] for s in stages],
+        "stage_run": [s["run"] for s in stages],
+        "stage_deser": [s["deserialize"] for s in stages],
+        "phases": r["phases"],
+    }
     return m
 
 
-ROWS = [("run() wall", "run"), ("controller (outside the Spark job)", "controller"), ("Spark job (run_stage_epoch)", "spark_job"),
-        ("  planning + result conversion (outside Spark jobs)", "planning"), ("  job scheduling (outside stages)", "scheduling")]
+ROWS = [
+    ("run() wall", "run"),
+    ("controller (outside the Spark job)", "controller"),
+    ("Spark job (run_stage_epoch)", "spark_job"),
+    ("  planning + result conversion (outside Spark jobs)", "planning"),
+    ("  job scheduling (outside stages)", "scheduling"),
+]
 
 
 def summary(ms: list[dict[str, Any]]) -> dict[str, float]:
@@ -152,7 +182,9 @@ def summary(ms: list[dict[str, Any]]) -> dict[str, float]:
     n = max(len(m["stage_walls"]) for m in ms)
     for i in range(n):
         got = [m for m in ms if len(m["stage_walls"]) > i]
-        out[f"stage {i + 1} wall ({got[0]['stage_tasks'][i]} tasks)"] = statistics.median(m["stage_walls"][i] for m in got)
+        out[f"stage {i + 1} wall ({got[0]['stage_tasks'][i]} tasks)"] = statistics.median(
+            m["stage_walls"][i] for m in got
+        )
         out[f"stage {i + 1} task run time, summed"] = statistics.median(m["stage_run"][i] for m in got)
         out[f"stage {i + 1} task deserialisation, summed"] = statistics.median(m["stage_deser"][i] for m in got)
     phases = sorted({k for m in ms for k in m["phases"]})
@@ -167,10 +199,22 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--increment", type=int, default=1000)
     ap.add_argument("--epochs", type=int, default=20)
     ap.add_argument("--warmup", type=int, default=3)
-    ap.add_argument("--compare", default=None, metavar="KEY=VALUE", help="a tuning option for a second arm, run alternately")
+    ap.add_argument(
+        "--compare", default=None, metavar="KEY=VALUE", help="a tuning option for a second arm, run alternately"
+    )
     ap.add_argument("--seed", type=int, default=42)
-    ap.add_argument("--vectorised", action="store_true", help="time the epochs of flows/url_count_vec.yaml (batch translate) on the built state")
-    ap.add_argument("--profile", type=int, default=0, metavar="N", help="also print the N functions the driver spends most time in (cProfile)")
+    ap.add_argument(
+        "--vectorised",
+        action="store_true",
+        help="time the epochs of flows/url_count_vec.yaml (batch translate) on the built state",
+    )
+    ap.add_argument(
+        "--profile",
+        type=int,
+        default=0,
+        metavar="N",
+        help="also print the N functions the driver spends most time in (cProfile)",
+    )
     args = ap.parse_args(argv)
 
     import cbp
@@ -197,7 +241,9 @@ def main(argv: list[str] | None = None) -> int:
             if name != "default":
                 k, v = name.split("=", 1)
                 tuning[k] = json.loads(v) if v[:1].isdigit() or v in ("true", "false") else v
-            arms[name] = cbp.Pipeline(vec_yaml(work) if args.vectorised else YAML, home=str(work / f"arm-{len(arms)}"), spark=spark, **tuning)
+            arms[name] = cbp.Pipeline(
+                vec_yaml(work) if args.vectorised else YAML, home=str(work / f"arm-{len(arms)}"), spark=spark, **tuning
+            )
         incs = increments(args.keys, args.increment, args.warmup + args.epochs, args.seed)
         jobs.take()
         results: dict[str, list[dict[str, Any]]] = {n: [] for n in names}
@@ -209,12 +255,17 @@ def main(argv: list[str] | None = None) -> int:
 
                 prof = cProfile.Profile()
                 prof.enable()
-            for name in (names if j % 2 == 0 else names[::-1]):
+            for name in names if j % 2 == 0 else names[::-1]:
                 m = one_epoch(arms[name], jobs, recs)
                 if j >= args.warmup:
                     results[name].append(m)
             if j >= args.warmup:
-                log(f"epoch {j - args.warmup + 1}: " + "; ".join(f"{n} run {results[n][-1]['run']:.3f}s spark {results[n][-1]['spark_job']:.3f}s" for n in names))
+                log(
+                    f"epoch {j - args.warmup + 1}: "
+                    + "; ".join(
+                        f"{n} run {results[n][-1]['run']:.3f}s spark {results[n][-1]['spark_job']:.3f}s" for n in names
+                    )
+                )
         sums = {n: summary(ms) for n, ms in results.items()}
         if prof is not None:
             import pstats
@@ -243,7 +294,9 @@ def main(argv: list[str] | None = None) -> int:
         lines.append(f"| {k} | " + " | ".join(cells) + " |")
     md = "\n".join(lines) + "\n"
     (OUT / "epoch_cost.md").write_text(md, encoding="utf-8")
-    (OUT / "epoch_cost.json").write_text(json.dumps({"args": vars(args), "results": results, "summary": sums}, indent=1), encoding="utf-8")
+    (OUT / "epoch_cost.json").write_text(
+        json.dumps({"args": vars(args), "results": results, "summary": sums}, indent=1), encoding="utf-8"
+    )
     plot(sums, names, OUT / "epoch_cost.png")
     print(md)
     return 0

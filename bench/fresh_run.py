@@ -35,8 +35,16 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-
-from url_count_bench import OUT, ROOT, YAML_VEC, Keys, _version, increments, load_vocabulary, log  # puts ROOT on sys.path
+from url_count_bench import (
+    OUT,
+    ROOT,
+    YAML_VEC,
+    Keys,
+    _version,
+    increments,
+    load_vocabulary,
+    log,
+)  # puts ROOT on sys.path
 
 CBP = str(Path(sys.executable).parent / "cbp")
 SPARK_ONLY = "from cbp.engine.driver.session import get_spark; assert get_spark().range(10).count() == 10"
@@ -81,9 +89,16 @@ def measure(args: argparse.Namespace, keys: Keys, work: Path) -> dict[str, Any]:
     log(f"{args.keys:,} keys: building the home ({work})")
     pq.write_table(pa.table({"url": [r["url"] for r in keys.records(np.arange(args.keys))]}), work / "base.parquet")
     incs = increments(args.keys, args.increment, args.rounds * 2 + 1, args.seed)
-    subprocess.run([CBP, "feed", "--home", str(home), str(YAML_VEC), "urls", str(work / "base.parquet")], cwd=ROOT, env=env["off"],
-                   check=True, capture_output=True)
-    recording = timed([CBP, "run", "--home", str(home), "--quiet", str(YAML_VEC)], env["on"])  # records the archive as it exits
+    subprocess.run(
+        [CBP, "feed", "--home", str(home), str(YAML_VEC), "urls", str(work / "base.parquet")],
+        cwd=ROOT,
+        env=env["off"],
+        check=True,
+        capture_output=True,
+    )
+    recording = timed(
+        [CBP, "run", "--home", str(home), "--quiet", str(YAML_VEC)], env["on"]
+    )  # records the archive as it exits
     if not any(cache.glob("*.jsa")):
         raise SystemExit(f"no archive was recorded in {cache}: does this Java support -XX:ArchiveClassesAtExit?")
     log(f"built; the first process (recording the archive) took {recording:.1f}s")
@@ -94,13 +109,28 @@ def measure(args: argparse.Namespace, keys: Keys, work: Path) -> dict[str, Any]:
         for i, which in enumerate(order):
             f = work / f"inc-{r}-{which}.parquet"
             pq.write_table(pa.table({"url": [x["url"] for x in keys.records(incs[2 * r + i])]}), f)
-            subprocess.run([CBP, "feed", "--home", str(home), str(YAML_VEC), "urls", str(f)], cwd=ROOT, env=env[which], check=True, capture_output=True)
+            subprocess.run(
+                [CBP, "feed", "--home", str(home), str(YAML_VEC), "urls", str(f)],
+                cwd=ROOT,
+                env=env[which],
+                check=True,
+                capture_output=True,
+            )
             runs[which].append(timed([CBP, "run", "--home", str(home), "--quiet", str(YAML_VEC)], env[which]))
             spark[which].append(timed([sys.executable, "-c", SPARK_ONLY], env[which]))
-        log(f"round {r + 1}: cbp run {runs['on'][-1]:.2f}s with the archive, {runs['off'][-1]:.2f}s without; "
-            f"session + one job {spark['on'][-1]:.2f}s / {spark['off'][-1]:.2f}s")
-    return {"args": vars(args), "version": _version("cbp"), "commit": _commit(), "recording": recording, "cbp_run": runs, "spark_only": spark,
-            "total_seconds": time.perf_counter() - t0}
+        log(
+            f"round {r + 1}: cbp run {runs['on'][-1]:.2f}s with the archive, {runs['off'][-1]:.2f}s without; "
+            f"session + one job {spark['on'][-1]:.2f}s / {spark['off'][-1]:.2f}s"
+        )
+    return {
+        "args": vars(args),
+        "version": _version("cbp"),
+        "commit": _commit(),
+        "recording": recording,
+        "cbp_run": runs,
+        "spark_only": spark,
+        "total_seconds": time.perf_counter() - t0,
+    }
 
 
 def _commit() -> str:
@@ -110,8 +140,10 @@ def _commit() -> str:
 
 def _row(name: str, on: list[float], off: list[float]) -> str:
     m_on, m_off = statistics.median(on), statistics.median(off)
-    return (f"| {name} | {m_on:.2f} [{min(on):.2f}-{max(on):.2f}] | {m_off:.2f} [{min(off):.2f}-{max(off):.2f}] | "
-            f"{m_on - m_off:+.2f} | {m_on / m_off:.2f}x |")
+    return (
+        f"| {name} | {m_on:.2f} [{min(on):.2f}-{max(on):.2f}] | {m_off:.2f} [{min(off):.2f}-{max(off):.2f}] | "
+        f"{m_on - m_off:+.2f} | {m_on / m_off:.2f}x |"
+    )
 
 
 def write(res: dict[str, Any]) -> None:

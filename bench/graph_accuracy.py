@@ -49,7 +49,9 @@ def main() -> int:
     pr = args.flow == "pagerank"
     edges = doc_link_edges(args.package, directed=pr)
     base, incs = split_edges(edges, args.increments, base=args.base, seed=args.seed)
-    print(f"{args.package}: {len(edges)} {'directed' if pr else 'undirected'} edges, {args.flow}, {args.mode}", flush=True)
+    print(
+        f"{args.package}: {len(edges)} {'directed' if pr else 'undirected'} edges, {args.flow}, {args.mode}", flush=True
+    )
     work = Path(tempfile.mkdtemp(prefix="cbp-graph-accuracy-"))
     ok = True
     try:
@@ -64,16 +66,21 @@ def main() -> int:
             dt = time.perf_counter() - t0
             g.add_edges_from((a, b) for a, b in inc if a != b)
             # each change is written as -old, +new: the consolidated flows hold the current values
-            newest = {o["node"]: o["score" if pr else "coefficient"]
-                      for o in p.output("ranks" if pr else "coefficients", consolidated=True)}
+            newest = {
+                o["node"]: o["score" if pr else "coefficient"]
+                for o in p.output("ranks" if pr else "coefficients", consolidated=True)
+            }
             if pr:
                 total = p.output("rank_total", consolidated=True)[0]["total"]
             want = nx.pagerank(g, alpha=0.85, tol=1e-12, max_iter=1000) if pr else nx.clustering(g)
             missing = [v for v in want if v not in newest]
             err = max((abs(newest[v] / (total if pr else 1.0) - want[v]) for v in want if v in newest), default=0.0)
             ok &= not missing and err <= BOUND[args.flow]
-            print(f"increment {j}: {len(inc)} edges, {len(reps)} epochs, {dt:.1f} s, max abs error {err:.2e}, "
-                  f"nodes {len(want)}, missing {len(missing)}", flush=True)
+            print(
+                f"increment {j}: {len(inc)} edges, {len(reps)} epochs, {dt:.1f} s, max abs error {err:.2e}, "
+                f"nodes {len(want)}, missing {len(missing)}",
+                flush=True,
+            )
     finally:
         shutil.rmtree(work, ignore_errors=True)
     print("within the contract" if ok else f"OUT OF CONTRACT (bound {BOUND[args.flow]:g})")

@@ -101,13 +101,26 @@ def one_pipeline(args: argparse.Namespace, work: Path, flow: str) -> dict[str, A
         m = run_feed(p, batch)
         err = check(p, flow, mult)
         called = sum(e["keys_read"] for e in m["epochs"])
-        runs.append({"run": run, "edges": len(batch), "seconds": m["run_wall"], "epochs": m["n_epochs"],
-                     "keys_read": called, "max_keys_read": max(e["keys_read"] for e in m["epochs"]),
-                     "keys_written": sum(e["keys_written"] for e in m["epochs"]),
-                     "records_in": sum(e["records_in"] for e in m["epochs"]), "shuffle_records": m["shuffle_records"],
-                     "nodes": after.number_of_nodes(), "edgeless": len(set(before) - set(after)), "max_error": err})
-        log(f"  {flow:<10} {run:<9} {len(batch):>6} edges  run() {m['run_wall']:6.1f}s  {m['n_epochs']:>3} epochs  "
-            f"keys read {called:,}  max error {err:.1e}")
+        runs.append(
+            {
+                "run": run,
+                "edges": len(batch),
+                "seconds": m["run_wall"],
+                "epochs": m["n_epochs"],
+                "keys_read": called,
+                "max_keys_read": max(e["keys_read"] for e in m["epochs"]),
+                "keys_written": sum(e["keys_written"] for e in m["epochs"]),
+                "records_in": sum(e["records_in"] for e in m["epochs"]),
+                "shuffle_records": m["shuffle_records"],
+                "nodes": after.number_of_nodes(),
+                "edgeless": len(set(before) - set(after)),
+                "max_error": err,
+            }
+        )
+        log(
+            f"  {flow:<10} {run:<9} {len(batch):>6} edges  run() {m['run_wall']:6.1f}s  {m['n_epochs']:>3} epochs  "
+            f"keys read {called:,}  max error {err:.1e}"
+        )
         if run.startswith("retract"):
             held = gone  # re-added next round (and not retracted again)
     return {"graph": f"{name}: {len(set(a for e in edges for a in e)):,} nodes, {len(edges):,} edges", "runs": runs}
@@ -123,21 +136,30 @@ def rounds_part(args: argparse.Namespace, work: Path) -> dict[str, Any]:
 
 def rounds_table(res: dict[str, Any]) -> list[str]:
     """Markdown: per pipeline, every run beside the build."""
-    lines = ["## Additions and retractions (edge rounds)", "",
-             "Each round adds a batch of edges (the held-out ones, then those retracted the round before) and "
-             "retracts as many others (`_diff: -1`); keys read = the existing nodes called (state keys read "
-             "through the index), keys written = the nodes called that keep a state; shuffled records = 0 where "
-             "the small epochs are routed by the driver; checked against networkx over the present edges after "
-             "every run.", ""]
+    lines = [
+        "## Additions and retractions (edge rounds)",
+        "",
+        "Each round adds a batch of edges (the held-out ones, then those retracted the round before) and "
+        "retracts as many others (`_diff: -1`); keys read = the existing nodes called (state keys read "
+        "through the index), keys written = the nodes called that keep a state; shuffled records = 0 where "
+        "the small epochs are routed by the driver; checked against networkx over the present edges after "
+        "every run.",
+        "",
+    ]
     for flow, v in res["pipelines"].items():
-        lines += [f"### {flow}: {v['graph']}", "",
-                  "| run | edges fed | run() s | epochs | keys read (sum) | max per epoch | keys written | records in "
-                  "| shuffled records | nodes after | left edgeless | max abs error vs networkx |",
-                  "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+        lines += [
+            f"### {flow}: {v['graph']}",
+            "",
+            "| run | edges fed | run() s | epochs | keys read (sum) | max per epoch | keys written | records in "
+            "| shuffled records | nodes after | left edgeless | max abs error vs networkx |",
+            "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        ]
         for r in v["runs"]:
-            lines.append(f"| {r['run']} | {r['edges']:,} | {r['seconds']:.1f} | {r['epochs']} | {r['keys_read']:,} | "
-                         f"{r['max_keys_read']:,} | {r['keys_written']:,} | {r['records_in']:,} | "
-                         f"{r['shuffle_records']:,} | {r['nodes']:,} | {r['edgeless']} | {r['max_error']:.1e} |")
+            lines.append(
+                f"| {r['run']} | {r['edges']:,} | {r['seconds']:.1f} | {r['epochs']} | {r['keys_read']:,} | "
+                f"{r['max_keys_read']:,} | {r['keys_written']:,} | {r['records_in']:,} | "
+                f"{r['shuffle_records']:,} | {r['nodes']:,} | {r['edgeless']} | {r['max_error']:.1e} |"
+            )
         lines.append("")
     lines.append(f"All runs equal networkx: {'yes' if res['agree_networkx'] else 'NO'}.")
     return lines + [""]

@@ -28,8 +28,8 @@ from __future__ import annotations
 
 import random
 import sys
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Iterable, Optional
 
 BENCH = Path(__file__).resolve().parent
 ROOT = BENCH.parent
@@ -58,7 +58,7 @@ def parse_wordnet_line(line: str) -> tuple[str, list[tuple[str, str]]]:
     i += 1
     targets = []
     for _ in range(p_cnt):
-        symbol, off, pos, _src_tgt = f[i:i + 4]
+        symbol, off, pos, _src_tgt = f[i : i + 4]
         targets.append((symbol, f"{off}{_pos(pos)}"))
         i += 4
     return node, targets
@@ -68,7 +68,7 @@ def parse_wordnet_line(line: str) -> tuple[str, list[tuple[str, str]]]:
 HYPERNYMS = frozenset({"@", "@i"})
 
 
-def parse_wordnet(directory: Path, symbols: Optional[frozenset[str]] = None) -> list[Edge]:
+def parse_wordnet(directory: Path, symbols: frozenset[str] | None = None) -> list[Edge]:
     """Directed edges (synset -> pointed synset; one per ordered pair, no self-loops), sorted;
     only pointers whose symbol is in ``symbols`` when given."""
     edges: set[Edge] = set()
@@ -87,7 +87,7 @@ def undirected(edges: Iterable[Edge]) -> list[Edge]:
     return sorted({(a, b) if a < b else (b, a) for a, b in edges if a != b})
 
 
-def _read_cache(path: Path, header: str) -> Optional[list[Edge]]:
+def _read_cache(path: Path, header: str) -> list[Edge] | None:
     if not path.exists():
         return None
     with open(path, encoding="utf-8") as fh:
@@ -148,7 +148,9 @@ def doc_link_edges(package: str = "python3.11-doc", directed: bool = True) -> li
     return edges
 
 
-def split_edges(edges: list[Edge], increments: int, base: float | int = 0.5, seed: int = 1) -> tuple[list[Edge], list[list[Edge]]]:
+def split_edges(
+    edges: list[Edge], increments: int, base: float | int = 0.5, seed: int = 1
+) -> tuple[list[Edge], list[list[Edge]]]:
     """Shuffle ``edges`` with ``seed``; the first ``base`` edges (a count, or a fraction of all)
     are the base graph, the rest ``increments`` increments of (nearly) equal size."""
     order = list(edges)
@@ -169,10 +171,13 @@ def nodes_of(edges: Iterable[Edge]) -> set[str]:
 
 
 def main() -> int:
-    for name, edges in (("wordnet directed", wordnet_edges(True)), ("wordnet undirected", wordnet_edges(False)),
-                        ("wordnet hypernyms directed", wordnet_edges(True, hypernyms_only=True)),
-                        ("python3.11-doc links directed", doc_link_edges(directed=True)),
-                        ("python3.11-doc links undirected", doc_link_edges(directed=False))):
+    for name, edges in (
+        ("wordnet directed", wordnet_edges(True)),
+        ("wordnet undirected", wordnet_edges(False)),
+        ("wordnet hypernyms directed", wordnet_edges(True, hypernyms_only=True)),
+        ("python3.11-doc links directed", doc_link_edges(directed=True)),
+        ("python3.11-doc links undirected", doc_link_edges(directed=False)),
+    ):
         print(f"{name:<32} {len(nodes_of(edges)):>8,} nodes {len(edges):>9,} edges")
     return 0
 

@@ -59,7 +59,7 @@ import tempfile
 import time
 from collections import defaultdict, deque
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any
 
 BENCH = Path(__file__).resolve().parent
 ROOT = BENCH.parent
@@ -106,19 +106,35 @@ def run_feed(p: Any, edges: list[Edge]) -> dict[str, Any]:
     epochs = []
     for r in reports:
         rec = p.epoch_record(r.stage, r.epoch)
-        epochs.append({"epoch": r.epoch, "seconds": r.seconds, "inputs": sorted(f for f, ids in rec.inputs.items() if ids),
-                       "records_in": r.records_in, "keys_read": r.keys_read, "keys_written": r.keys_written,
-                       "row_groups_read": r.row_groups_read, "shuffle_bytes": r.shuffle_bytes, "shuffle_records": r.shuffle_records,
-                       "copies_in": r.copies_in, "delivered": r.delivered})
-    return {"feed": t1 - t0, "run_wall": t2 - t1, "epochs": epochs, "n_epochs": len(reports),
-            "epoch_seconds": sum(e["seconds"] for e in epochs),
-            "shuffle_bytes": sum(e["shuffle_bytes"] or 0 for e in epochs),
-            "shuffle_records": sum(e["shuffle_records"] or 0 for e in epochs),
-            "shuffle_reported": all(e["shuffle_bytes"] is not None for e in epochs)}
+        epochs.append(
+            {
+                "epoch": r.epoch,
+                "seconds": r.seconds,
+                "inputs": sorted(f for f, ids in rec.inputs.items() if ids),
+                "records_in": r.records_in,
+                "keys_read": r.keys_read,
+                "keys_written": r.keys_written,
+                "row_groups_read": r.row_groups_read,
+                "shuffle_bytes": r.shuffle_bytes,
+                "shuffle_records": r.shuffle_records,
+                "copies_in": r.copies_in,
+                "delivered": r.delivered,
+            }
+        )
+    return {
+        "feed": t1 - t0,
+        "run_wall": t2 - t1,
+        "epochs": epochs,
+        "n_epochs": len(reports),
+        "epoch_seconds": sum(e["seconds"] for e in epochs),
+        "shuffle_bytes": sum(e["shuffle_bytes"] or 0 for e in epochs),
+        "shuffle_records": sum(e["shuffle_records"] or 0 for e in epochs),
+        "shuffle_reported": all(e["shuffle_bytes"] is not None for e in epochs),
+    }
 
 
 # ------------------------------------------------------------------------------ part 1: clustering
-def sample_pages(edges: list[Edge], pages: Optional[int], seed: int) -> list[Edge]:
+def sample_pages(edges: list[Edge], pages: int | None, seed: int) -> list[Edge]:
     """The subgraph induced by ``pages`` nodes drawn with ``seed`` (all nodes when None)."""
     nodes = sorted(nodes_of(edges))
     if pages is None or pages >= len(nodes):
@@ -135,24 +151,33 @@ def clustering_part(args: argparse.Namespace, work: Path) -> dict[str, Any]:
     all_edges = doc_link_edges(args.package, directed=False)
     edges = sample_pages(all_edges, args.pages, args.seed)
     base, incs = split_edges(edges, args.increments, base=1 / (args.increments + 1), seed=args.seed)
-    desc = (f"page links inside Debian {args.package} (undirected; {len(nodes_of(all_edges))} pages, {len(all_edges):,} edges), "
-            + (f"subgraph induced by {args.pages} pages drawn with seed {args.seed}: " if args.pages else "all of it: ")
-            + f"{len(nodes_of(edges))} nodes, {len(edges):,} edges; base {len(base):,} edges, "
-            f"{args.increments} increments of ~{len(incs[0]):,} edges (seed {args.seed})")
+    desc = (
+        f"page links inside Debian {args.package} (undirected; {len(nodes_of(all_edges))} pages, {len(all_edges):,} edges), "
+        + (f"subgraph induced by {args.pages} pages drawn with seed {args.seed}: " if args.pages else "all of it: ")
+        + f"{len(nodes_of(edges))} nodes, {len(edges):,} edges; base {len(base):,} edges, "
+        f"{args.increments} increments of ~{len(incs[0]):,} edges (seed {args.seed})"
+    )
     log(f"clustering: {desc}")
-    pipes = {label: Pipeline(flow(y), home=str(work / f"clustering-{i}"), mode=mode, **tuning) for i, (label, y, mode, tuning) in enumerate(VARIANTS)}
+    pipes = {
+        label: Pipeline(flow(y), home=str(work / f"clustering-{i}"), mode=mode, **tuning)
+        for i, (label, y, mode, tuning) in enumerate(VARIANTS)
+    }
     runs: dict[str, list[dict[str, Any]]] = {label: [] for label in pipes}
     feeds = list(enumerate([base] + incs))
     if args.order == "rotate":  # increment by increment, the variants taking turns (no variant always goes first)
-        steps = [(j, label) for j, _ in feeds for label in list(pipes)[j % len(pipes):] + list(pipes)[:j % len(pipes)]]
+        steps = [
+            (j, label) for j, _ in feeds for label in list(pipes)[j % len(pipes) :] + list(pipes)[: j % len(pipes)]
+        ]
     else:  # each variant feeds all its increments before the next starts: no other home in its Python workers' caches
         steps = [(j, label) for label in pipes for j, _ in feeds]
     for j, label in steps:
         m = run_feed(pipes[label], feeds[j][1])
         m["increment"] = j
         runs[label].append(m)
-        log(f"  {'base' if j == 0 else f'inc {j:>2}'} {label:<27} run() {m['run_wall']:7.2f}s  epochs {m['n_epochs']}  "
-            f"shuffled {m['shuffle_bytes'] / 2**20:8.2f} MiB ({m['shuffle_records']:,} records)")
+        log(
+            f"  {'base' if j == 0 else f'inc {j:>2}'} {label:<27} run() {m['run_wall']:7.2f}s  epochs {m['n_epochs']}  "
+            f"shuffled {m['shuffle_bytes'] / 2**20:8.2f} MiB ({m['shuffle_records']:,} records)"
+        )
     g = nx.Graph()
     g.add_edges_from(edges)
     expected = nx.clustering(g)
@@ -162,19 +187,32 @@ def clustering_part(args: argparse.Namespace, work: Path) -> dict[str, Any]:
         agree[label] = set(got) == set(expected) and all(abs(got[v] - expected[v]) <= 1e-9 for v in expected)
         if not agree[label]:
             log(f"  WARNING: {label}: coefficients differ from networkx")
-    return {"graph": desc, "nodes": g.number_of_nodes(), "edges": len(edges), "base_edges": len(base),
-            "increment_edges": [len(i) for i in incs], "runs": runs, "agree_networkx": agree}
+    return {
+        "graph": desc,
+        "nodes": g.number_of_nodes(),
+        "edges": len(edges),
+        "base_edges": len(base),
+        "increment_edges": [len(i) for i in incs],
+        "runs": runs,
+        "agree_networkx": agree,
+    }
 
 
 def clustering_table(res: dict[str, Any]) -> list[str]:
     labels = list(res["runs"])
     cum = {lb: {"time": 0.0, "bytes": 0} for lb in labels}
-    lines = ["## Clustering coefficients (Fig. 14)", "", f"- graph: {res['graph']}",
-             "- per increment: run() wall time (feed excluded) and Spark shuffle bytes (EpochReport.shuffle_bytes summed over the "
-             "run's epochs); the base graph is increment 0 and is counted; cumulative columns",
-             "- coefficients equal networkx's at the end: " + ", ".join(f"{lb}: {'yes' if ok else 'NO'}" for lb, ok in res["agree_networkx"].items()),
-             "", "| increment | " + " | ".join(f"{lb}: cum. s | {lb}: cum. MiB" for lb in labels) + " |",
-             "|---:|" + "---:|---:|" * len(labels)]
+    lines = [
+        "## Clustering coefficients (Fig. 14)",
+        "",
+        f"- graph: {res['graph']}",
+        "- per increment: run() wall time (feed excluded) and Spark shuffle bytes (EpochReport.shuffle_bytes summed over the "
+        "run's epochs); the base graph is increment 0 and is counted; cumulative columns",
+        "- coefficients equal networkx's at the end: "
+        + ", ".join(f"{lb}: {'yes' if ok else 'NO'}" for lb, ok in res["agree_networkx"].items()),
+        "",
+        "| increment | " + " | ".join(f"{lb}: cum. s | {lb}: cum. MiB" for lb in labels) + " |",
+        "|---:|" + "---:|---:|" * len(labels),
+    ]
     for j in range(len(res["runs"][labels[0]])):
         cells = []
         for lb in labels:
@@ -188,14 +226,23 @@ def clustering_table(res: dict[str, Any]) -> list[str]:
     b_cut = 1 - cum[mc]["bytes"] / cum[em]["bytes"] if cum[em]["bytes"] else float("nan")
     sem, smc = f"{em}, small epochs", f"{mc}, small epochs"
     s_cut = 1 - cum[smc]["time"] / cum[sem]["time"] if sem in cum and smc in cum else float("nan")
-    lines += ["", f"Multicast vs emulated multicast (direct, same graph, all increments, through Spark's shuffle): bytes shuffled cut by "
-              f"**{b_cut:.1%}** (goal >= 80%: {'PASS' if b_cut >= 0.8 else 'FAIL'}), time cut by **{t_cut:.1%}** (goal >= 40%: "
-              f"{'PASS' if t_cut >= 0.4 else 'FAIL'}); with small epochs routed by the driver (the default, nothing shuffled): time cut by "
-              f"**{s_cut:.1%}** (goal >= 40%: {'PASS' if s_cut >= 0.4 else 'FAIL'}). "
-              f"Direct multicast vs black-box: time cut by {1 - cum[mc]['time'] / cum[bb]['time']:.0%}, bytes by "
-              f"{1 - cum[mc]['bytes'] / max(cum[bb]['bytes'], 1):.0%}. Paper (§5.3, Facebook graph): direct CBP cut time by 45% and data "
-              "shuffled by 84% against the emulation.", ""]
-    res["summary"] = {"bytes_cut_vs_emulated": b_cut, "time_cut_vs_emulated": t_cut, "time_cut_vs_emulated_small_epochs": s_cut, "cumulative": cum}
+    lines += [
+        "",
+        f"Multicast vs emulated multicast (direct, same graph, all increments, through Spark's shuffle): bytes shuffled cut by "
+        f"**{b_cut:.1%}** (goal >= 80%: {'PASS' if b_cut >= 0.8 else 'FAIL'}), time cut by **{t_cut:.1%}** (goal >= 40%: "
+        f"{'PASS' if t_cut >= 0.4 else 'FAIL'}); with small epochs routed by the driver (the default, nothing shuffled): time cut by "
+        f"**{s_cut:.1%}** (goal >= 40%: {'PASS' if s_cut >= 0.4 else 'FAIL'}). "
+        f"Direct multicast vs black-box: time cut by {1 - cum[mc]['time'] / cum[bb]['time']:.0%}, bytes by "
+        f"{1 - cum[mc]['bytes'] / max(cum[bb]['bytes'], 1):.0%}. Paper (§5.3, Facebook graph): direct CBP cut time by 45% and data "
+        "shuffled by 84% against the emulation.",
+        "",
+    ]
+    res["summary"] = {
+        "bytes_cut_vs_emulated": b_cut,
+        "time_cut_vs_emulated": t_cut,
+        "time_cut_vs_emulated_small_epochs": s_cut,
+        "cumulative": cum,
+    }
     return lines
 
 
@@ -230,7 +277,7 @@ def clustering_plot(res: dict[str, Any], path: Path) -> None:
 
 
 # ------------------------------------------------------------------------------ part 2: PageRank
-def bfs_subgraph(edges: list[Edge], k: Optional[int], seed: int) -> list[Edge]:
+def bfs_subgraph(edges: list[Edge], k: int | None, seed: int) -> list[Edge]:
     """The subgraph induced by the first ``k`` nodes of a breadth-first search (on the undirected
     view) from a random node of the largest component (restarting at another random node while
     fewer than ``k`` were found); all edges when ``k`` is None."""
@@ -260,7 +307,7 @@ def bfs_subgraph(edges: list[Edge], k: Optional[int], seed: int) -> list[Edge]:
     return [e for e in edges if e[0] in keep and e[1] in keep]
 
 
-def pagerank_yaml(work: Path, tolerance: Optional[float]) -> Path:
+def pagerank_yaml(work: Path, tolerance: float | None) -> Path:
     """``flows/pagerank.yaml``, or a copy (beside a copy of its module) with another tolerance."""
     src = flow("pagerank.yaml")
     if tolerance is None:
@@ -296,10 +343,16 @@ def pagerank_part(args: argparse.Namespace, work: Path) -> dict[str, Any]:
             new.append(e)
     yaml = pagerank_yaml(work, args.tolerance)
     tol = args.tolerance if args.tolerance is not None else "the YAML's"
-    desc = (f"WordNet synset {'hypernym pointers (@, @i: synset -> hypernym, a DAG' if hyper else 'pointers (all symbols'}; "
-            f"{len(nodes_of(all_edges)):,} synsets, {len(all_edges):,} edges)"
-            + (f", subgraph induced by {len(nodes):,} synsets found breadth-first from a random one (seed {args.seed})" if args.pr_nodes else "")
-            + f": {len(nodes):,} nodes, {len(edges):,} edges; update: {len(new)} new random edges between its nodes; tolerance {tol}")
+    desc = (
+        f"WordNet synset {'hypernym pointers (@, @i: synset -> hypernym, a DAG' if hyper else 'pointers (all symbols'}; "
+        f"{len(nodes_of(all_edges)):,} synsets, {len(all_edges):,} edges)"
+        + (
+            f", subgraph induced by {len(nodes):,} synsets found breadth-first from a random one (seed {args.seed})"
+            if args.pr_nodes
+            else ""
+        )
+        + f": {len(nodes):,} nodes, {len(edges):,} edges; update: {len(new)} new random edges between its nodes; tolerance {tol}"
+    )
     log(f"pagerank: {desc}")
     out: dict[str, Any] = {"graph": desc, "nodes": len(nodes), "edges": len(edges), "new_edges": len(new), "modes": {}}
     for mode in args.pr_modes.split(","):
@@ -308,8 +361,10 @@ def pagerank_part(args: argparse.Namespace, work: Path) -> dict[str, Any]:
         for name, batch in (("build", edges), ("update", new)):
             m = run_feed(p, batch)
             res[name] = m
-            log(f"  {mode:<8} {name:<6} run() {m['run_wall']:7.1f}s  {m['n_epochs']} epochs  keys read {sum(e['keys_read'] for e in m['epochs']):,}  "
-                f"max/epoch {max(e['keys_read'] for e in m['epochs']):,}")
+            log(
+                f"  {mode:<8} {name:<6} run() {m['run_wall']:7.1f}s  {m['n_epochs']} epochs  keys read {sum(e['keys_read'] for e in m['epochs']):,}  "
+                f"max/epoch {max(e['keys_read'] for e in m['epochs']):,}"
+            )
         state = p.state("pagerank")
         res["state_keys"] = len(state)
         out["modes"][mode] = res
@@ -317,13 +372,18 @@ def pagerank_part(args: argparse.Namespace, work: Path) -> dict[str, Any]:
 
 
 def pagerank_table(res: dict[str, Any]) -> list[str]:
-    lines = ["## PageRank (Fig. 15)", "", f"- graph: {res['graph']}",
-             "- phases: the epochs of a run grouped by the input flows they read (EpochReport + Pipeline.epoch_record): "
-             "`edges` (the new edges), `pushes` (propagation), `rank_deltas` (the total); times are EpochReport.seconds "
-             "summed per phase, cumulative over build then update; direct = inner state read through the index, black-box = "
-             "all state shuffled and rewritten every epoch", "",
-             "| mode | run | phase | epochs | seconds | cumulative s | keys read (sum) | keys read per epoch: max | max as % of state keys |",
-             "|---|---|---|---:|---:|---:|---:|---:|---:|"]
+    lines = [
+        "## PageRank (Fig. 15)",
+        "",
+        f"- graph: {res['graph']}",
+        "- phases: the epochs of a run grouped by the input flows they read (EpochReport + Pipeline.epoch_record): "
+        "`edges` (the new edges), `pushes` (propagation), `rank_deltas` (the total); times are EpochReport.seconds "
+        "summed per phase, cumulative over build then update; direct = inner state read through the index, black-box = "
+        "all state shuffled and rewritten every epoch",
+        "",
+        "| mode | run | phase | epochs | seconds | cumulative s | keys read (sum) | keys read per epoch: max | max as % of state keys |",
+        "|---|---|---|---:|---:|---:|---:|---:|---:|",
+    ]
     summary: dict[str, Any] = {}
     for mode, r in res["modes"].items():
         cum = 0.0
@@ -336,26 +396,44 @@ def pagerank_table(res: dict[str, Any]) -> list[str]:
                 s = sum(e["seconds"] for e in es)
                 cum += s
                 mx = max(e["keys_read"] for e in es)
-                lines.append(f"| {mode} | {run} | {ph} | {len(es)} | {s:.1f} | {cum:.1f} | {sum(e['keys_read'] for e in es):,} | {mx:,} | {mx / keys:.2%} |")
+                lines.append(
+                    f"| {mode} | {run} | {ph} | {len(es)} | {s:.1f} | {cum:.1f} | {sum(e['keys_read'] for e in es):,} | {mx:,} | {mx / keys:.2%} |"
+                )
         upd = [e for e in r["update"]["epochs"] if e["inputs"] == ["pushes"]]
-        summary[mode] = {"total_seconds": cum, "update_seconds": r["update"]["epoch_seconds"], "state_keys": keys,
-                         "update_push_max_keys_fraction": max((e["keys_read"] for e in upd), default=0) / keys}
+        summary[mode] = {
+            "total_seconds": cum,
+            "update_seconds": r["update"]["epoch_seconds"],
+            "state_keys": keys,
+            "update_push_max_keys_fraction": max((e["keys_read"] for e in upd), default=0) / keys,
+        }
     lines.append("")
     if "direct" in summary:
         d = summary["direct"]
         f = d["update_push_max_keys_fraction"]
-        lines.append(f"Update (direct): the propagation epochs read at most **{f:.2%}** of the {d['state_keys']:,} state keys per epoch "
-                     f"(goal < 5%: {'PASS' if f < 0.05 else 'FAIL'}).")
+        lines.append(
+            f"Update (direct): the propagation epochs read at most **{f:.2%}** of the {d['state_keys']:,} state keys per epoch "
+            f"(goal < 5%: {'PASS' if f < 0.05 else 'FAIL'})."
+        )
         if "blackbox" in summary:
             b = summary["blackbox"]
-            lines.append(f"Update run: direct {d['update_seconds']:.1f}s vs black-box {b['update_seconds']:.1f}s "
-                         f"({1 - d['update_seconds'] / b['update_seconds']:.0%} less); build + update: direct {d['total_seconds']:.1f}s vs "
-                         f"black-box {b['total_seconds']:.1f}s ({1 - d['total_seconds'] / b['total_seconds']:.0%} less). Paper (§5.4): "
-                         "inner state (BIPtables) cut the running time by 53%, each last-phase epoch updating 0.5% of the state.")
-    lines += ["", "Keys read per epoch (update run):", "", "| mode | epoch | inputs | keys read | % of state keys | seconds |", "|---|---:|---|---:|---:|---:|"]
+            lines.append(
+                f"Update run: direct {d['update_seconds']:.1f}s vs black-box {b['update_seconds']:.1f}s "
+                f"({1 - d['update_seconds'] / b['update_seconds']:.0%} less); build + update: direct {d['total_seconds']:.1f}s vs "
+                f"black-box {b['total_seconds']:.1f}s ({1 - d['total_seconds'] / b['total_seconds']:.0%} less). Paper (§5.4): "
+                "inner state (BIPtables) cut the running time by 53%, each last-phase epoch updating 0.5% of the state."
+            )
+    lines += [
+        "",
+        "Keys read per epoch (update run):",
+        "",
+        "| mode | epoch | inputs | keys read | % of state keys | seconds |",
+        "|---|---:|---|---:|---:|---:|",
+    ]
     for mode, r in res["modes"].items():
         for e in r["update"]["epochs"]:
-            lines.append(f"| {mode} | {e['epoch']} | {phase_of(e['inputs'])} | {e['keys_read']:,} | {e['keys_read'] / r['state_keys']:.2%} | {e['seconds']:.2f} |")
+            lines.append(
+                f"| {mode} | {e['epoch']} | {phase_of(e['inputs'])} | {e['keys_read']:,} | {e['keys_read'] / r['state_keys']:.2%} | {e['seconds']:.2f} |"
+            )
     res["summary"] = summary
     return lines + [""]
 
@@ -373,7 +451,13 @@ def pagerank_plot(res: dict[str, Any], path: Path) -> None:
         for e in es:
             c += e["seconds"]
             cum.append(c)
-        axes[0].plot(range(1, len(es) + 1), cum, "o-", ms=3, label=f"{mode} ({'inner state, indexed' if mode == 'direct' else 'no index'})")
+        axes[0].plot(
+            range(1, len(es) + 1),
+            cum,
+            "o-",
+            ms=3,
+            label=f"{mode} ({'inner state, indexed' if mode == 'direct' else 'no index'})",
+        )
         nb = len(r["build"]["epochs"])
         axes[0].axvline(nb + 0.5, color="grey", lw=0.8, ls=":")
         up = r["update"]["epochs"]
@@ -388,7 +472,9 @@ def pagerank_plot(res: dict[str, Any], path: Path) -> None:
     for ax in axes:
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8)
-    fig.suptitle(f"Incremental PageRank: {res['new_edges']} new edges on {res['nodes']:,} nodes / {res['edges']:,} edges")
+    fig.suptitle(
+        f"Incremental PageRank: {res['new_edges']} new edges on {res['nodes']:,} nodes / {res['edges']:,} edges"
+    )
     fig.tight_layout()
     fig.savefig(path, dpi=120)
 
@@ -405,26 +491,52 @@ def warm_up(work: Path) -> None:
 
 
 # ------------------------------------------------------------------------------ main
-def main(argv: Optional[list[str]] = None) -> int:
+def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--quick", action="store_true", help="small graphs")
     ap.add_argument("--part", choices=["both", "clustering", "pagerank", "retractions"], default="both")
     ap.add_argument("--rounds", type=int, default=2, help="retractions: add/retract rounds")
-    ap.add_argument("--round-pages", type=int, default=150,
-                    help="retractions: pages sampled from --package (clustering)")
-    ap.add_argument("--round-pr-graph", choices=["wordnet", "doc"], default="wordnet",
-                    help="retractions: PageRank's graph")
+    ap.add_argument(
+        "--round-pages", type=int, default=150, help="retractions: pages sampled from --package (clustering)"
+    )
+    ap.add_argument(
+        "--round-pr-graph", choices=["wordnet", "doc"], default="wordnet", help="retractions: PageRank's graph"
+    )
     ap.add_argument("--round-pr-nodes", type=int, default=3000, help="retractions: WordNet synsets for PageRank")
-    ap.add_argument("--package", default="python3.11-doc", help="documentation package whose link graph clustering uses")
-    ap.add_argument("--pages", type=int, default=None, help="pages sampled for the clustering graph (default 0 = all 530; --quick 150)")
+    ap.add_argument(
+        "--package", default="python3.11-doc", help="documentation package whose link graph clustering uses"
+    )
+    ap.add_argument(
+        "--pages",
+        type=int,
+        default=None,
+        help="pages sampled for the clustering graph (default 0 = all 530; --quick 150)",
+    )
     ap.add_argument("--increments", type=int, default=10)
-    ap.add_argument("--order", choices=["rotate", "blocks"], default="rotate",
-                    help="clustering: variants take turns per increment (rotate) or run all their increments one after the other (blocks)")
-    ap.add_argument("--pr-nodes", type=int, default=None, help="BFS subgraph size of WordNet for PageRank (default 0 = all; --quick 5000)")
-    ap.add_argument("--new-edges", type=int, default=None, help="new edges of the PageRank update (default 20; --quick 5)")
-    ap.add_argument("--tolerance", type=float, default=None, help="PageRank push threshold (default: flows/pagerank.yaml's)")
-    ap.add_argument("--pr-pointers", choices=["hypernyms", "all"], default="hypernyms",
-                    help="WordNet pointers PageRank uses: the hypernym DAG (default) or every pointer (nearly symmetric)")
+    ap.add_argument(
+        "--order",
+        choices=["rotate", "blocks"],
+        default="rotate",
+        help="clustering: variants take turns per increment (rotate) or run all their increments one after the other (blocks)",
+    )
+    ap.add_argument(
+        "--pr-nodes",
+        type=int,
+        default=None,
+        help="BFS subgraph size of WordNet for PageRank (default 0 = all; --quick 5000)",
+    )
+    ap.add_argument(
+        "--new-edges", type=int, default=None, help="new edges of the PageRank update (default 20; --quick 5)"
+    )
+    ap.add_argument(
+        "--tolerance", type=float, default=None, help="PageRank push threshold (default: flows/pagerank.yaml's)"
+    )
+    ap.add_argument(
+        "--pr-pointers",
+        choices=["hypernyms", "all"],
+        default="hypernyms",
+        help="WordNet pointers PageRank uses: the hypernym DAG (default) or every pointer (nearly symmetric)",
+    )
     ap.add_argument("--pr-modes", default="direct,blackbox")
     ap.add_argument("--seed", type=int, default=7)
     ap.add_argument("--workdir", default=None)
@@ -444,10 +556,14 @@ def main(argv: Optional[list[str]] = None) -> int:
     work.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
     results: dict[str, Any] = {"args": vars(args)}
-    md = ["# Graph benchmarks: clustering coefficients (Fig. 14) and PageRank (Fig. 15)", "",
-          f"- command: `{command}`",
-          f"- date: {_dt.datetime.now().isoformat(timespec='seconds')}; machine: {os.cpu_count()} cores (shared), "
-          f"{platform.python_implementation()} {platform.python_version()}, Spark master {os.environ.get('CBP_SPARK_MASTER', 'local[*,2]')}", ""]
+    md = [
+        "# Graph benchmarks: clustering coefficients (Fig. 14) and PageRank (Fig. 15)",
+        "",
+        f"- command: `{command}`",
+        f"- date: {_dt.datetime.now().isoformat(timespec='seconds')}; machine: {os.cpu_count()} cores (shared), "
+        f"{platform.python_implementation()} {platform.python_version()}, Spark master {os.environ.get('CBP_SPARK_MASTER', 'local[*,2]')}",
+        "",
+    ]
     warm_up(work)
     ok = True
     if args.part in ("both", "clustering"):

@@ -56,7 +56,7 @@ def with_row_key(key, state, links, out):
         out.state.write({"url": rec["url"], "n": rec["n"] + (p["n"] if p else 0)})
 '''
 
-YAML = '''
+YAML = """
 pipeline: keyed_rows_{form}
 flows:
   links: {{schema: {{site: string, url: string, n: int}}, external: true}}
@@ -66,7 +66,7 @@ stages:
     inputs: [{{flow: links, route_by: site}}]
     state: {{schema: {{url: string, n: int}}{row_key}}}
     partitions: 2
-'''
+"""
 
 
 def log(msg: str) -> None:
@@ -77,7 +77,9 @@ def records(a: int, b: int, site: str = "big.example") -> Any:
     import pyarrow as pa
 
     urls = [f"https://{site}/page/{i:09d}" for i in range(a, b)]
-    return pa.table({"site": pa.array([site] * (b - a)), "url": pa.array(urls), "n": pa.array([1] * (b - a), pa.int64())})
+    return pa.table(
+        {"site": pa.array([site] * (b - a)), "url": pa.array(urls), "n": pa.array([1] * (b - a), pa.int64())}
+    )
 
 
 def run_one(p: Any, table: Any) -> Any:
@@ -113,16 +115,30 @@ def measure(form: str, sizes: list[int], epochs: int, chunk: int, work: Path) ->
             old = rng.integers(0, have, 5)
             t = records(0, 0)
             import pyarrow as pa
-            urls = [f"https://big.example/page/{i:09d}" for i in old] + [f"https://big.example/new/{size}-{e}-{j}" for j in range(5)]
+
+            urls = [f"https://big.example/page/{i:09d}" for i in old] + [
+                f"https://big.example/new/{size}-{e}-{j}" for j in range(5)
+            ]
             t = pa.table({"site": ["big.example"] * 10, "url": urls, "n": pa.array([1] * 10, pa.int64())})
             r = run_one(p, t)
             times.append(float(r.seconds))
             loads.append(float((r.phases or {}).get("index_load", 0.0)))
             rgs.append(int(r.row_groups_read or 0))
-            log(f"{form}: {size:,} rows: epoch {e + 1}: {times[-1]:.2f}s (index load {loads[-1]:.2f}s, row groups read {rgs[-1]})")
+            log(
+                f"{form}: {size:,} rows: epoch {e + 1}: {times[-1]:.2f}s (index load {loads[-1]:.2f}s, row groups read {rgs[-1]})"
+            )
         have += 5 * epochs  # the new URLs of the touched epochs
-        rows.append({"form": form, "rows": size, "epochs": times, "median": statistics.median(times), "index_load": loads,
-                     "row_groups_read": rgs, "median_index_load": statistics.median(loads)})
+        rows.append(
+            {
+                "form": form,
+                "rows": size,
+                "epochs": times,
+                "median": statistics.median(times),
+                "index_load": loads,
+                "row_groups_read": rgs,
+                "median_index_load": statistics.median(loads),
+            }
+        )
     return rows
 
 
@@ -131,15 +147,19 @@ def report(results: list[dict[str, Any]]) -> str:
     sizes = sorted({r["rows"] for r in results})
     base = {f: by.get((f, sizes[0])) for f in ("without", "with")}
     loads = {r["rows"]: r.get("median_index_load") for r in results if r["form"] == "with"}
-    lines = ["| rows of the key | without row_key (s) | x 10k | with row_key (s) | x 10k | without / with | with: index load (s, median) |",
-             "|---:|---:|---:|---:|---:|---:|---:|"]
+    lines = [
+        "| rows of the key | without row_key (s) | x 10k | with row_key (s) | x 10k | without / with | with: index load (s, median) |",
+        "|---:|---:|---:|---:|---:|---:|---:|",
+    ]
     for n in sizes:
         wo, wi = by.get(("without", n)), by.get(("with", n))
         cell = lambda v, b: (f"{v:.2f}", f"{v / b:.2f}x" if b else "") if v is not None else ("-", "-")  # noqa: E731
         a, ra = cell(wo, base["without"])
         c, rc = cell(wi, base["with"])
         load = loads.get(n)
-        lines.append(f"| {n:,} | {a} | {ra} | {c} | {rc} | {f'{wo / wi:.1f}x' if wo and wi else '-'} | {'-' if load is None else f'{load:.2f}'} |")
+        lines.append(
+            f"| {n:,} | {a} | {ra} | {c} | {rc} | {f'{wo / wi:.1f}x' if wo and wi else '-'} | {'-' if load is None else f'{load:.2f}'} |"
+        )
     return "\n".join(lines)
 
 
@@ -173,7 +193,11 @@ def main() -> None:
     ap.add_argument("--chunk", type=int, default=1_000_000, help="new rows per build epoch")
     ap.add_argument("--workdir", default=None)
     ap.add_argument("--name", default="keyed_rows", help="output file names under bench/out/")
-    ap.add_argument("--with-results", default=None, help="a JSON of an earlier run (bench/out/NAME.json) to put in the table beside this run's")
+    ap.add_argument(
+        "--with-results",
+        default=None,
+        help="a JSON of an earlier run (bench/out/NAME.json) to put in the table beside this run's",
+    )
     args = ap.parse_args()
     OUT.mkdir(parents=True, exist_ok=True)
     work = Path(args.workdir) if args.workdir else Path(tempfile.mkdtemp(prefix="tmp-keyed-rows-", dir=OUT))
@@ -187,8 +211,9 @@ def main() -> None:
         (OUT / f"{args.name}.json").write_text(json.dumps(results, indent=1))
     table = report(results)
     print(table)
-    (OUT / f"{args.name}.md").write_text(f"`{' '.join(sys.argv)}` ({time.strftime('%Y-%m-%d %H:%M')}, local[2], "
-                                         f"{os.cpu_count()} cores)\n\n{table}\n")
+    (OUT / f"{args.name}.md").write_text(
+        f"`{' '.join(sys.argv)}` ({time.strftime('%Y-%m-%d %H:%M')}, local[2], {os.cpu_count()} cores)\n\n{table}\n"
+    )
     plot(results, OUT / f"{args.name}.png")
     log(f"wrote {OUT / args.name}.{{md,json,png}}")
 

@@ -41,12 +41,21 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable, Optional
+from typing import Any
 
 import numpy as np
-
-from url_count_bench import OUT, ROOT, YAML_VEC, Keys, _version, increments, load_vocabulary, log  # puts ROOT on sys.path
+from url_count_bench import (
+    OUT,
+    ROOT,
+    YAML_VEC,
+    Keys,
+    _version,
+    increments,
+    load_vocabulary,
+    log,
+)  # puts ROOT on sys.path
 
 STAGE = "url_count"
 GOAL = 1.0  # seconds: the issue's goal for --follow's median
@@ -69,7 +78,7 @@ class Home:
         self.pipe.feed("urls", records)
         return time.perf_counter()
 
-    def wait_epoch(self, n: int, timeout: float = 600.0, alive: Optional[Callable[[], bool]] = None) -> float:
+    def wait_epoch(self, n: int, timeout: float = 600.0, alive: Callable[[], bool] | None = None) -> float:
         """Poll until stage epoch ``n`` is committed; the time it was seen."""
         deadline = time.perf_counter() + timeout
         while time.perf_counter() < deadline:
@@ -95,8 +104,14 @@ def per_process(h: Home, batches: list[list[dict[str, str]]]) -> dict[str, list[
     for recs in batches:
         n = h.epochs() + 1
         landed = h.feed(recs)
-        p = subprocess.Popen(cbp("run", h.yaml, "--home", h.home, "--quiet"), cwd=ROOT, env=env(), stdout=subprocess.DEVNULL,
-                             stderr=subprocess.PIPE, text=True)
+        p = subprocess.Popen(
+            cbp("run", h.yaml, "--home", h.home, "--quiet"),
+            cwd=ROOT,
+            env=env(),
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
         seen = h.wait_epoch(n, alive=lambda: p.poll() is None or h.epochs() >= n)
         _, err = p.communicate(timeout=600)
         if p.returncode != 0:
@@ -113,8 +128,15 @@ class Follower:
     def __init__(self, h: Home, inbox: Path) -> None:
         self.lines: list[str] = []
         self.ready = threading.Event()
-        self.proc = subprocess.Popen(cbp("run", "--follow", h.yaml, "--home", h.home, "--inbox", inbox, "--settle", 0), cwd=ROOT, env=env(),
-                                     stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, start_new_session=True)
+        self.proc = subprocess.Popen(
+            cbp("run", "--follow", h.yaml, "--home", h.home, "--inbox", inbox, "--settle", 0),
+            cwd=ROOT,
+            env=env(),
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+            start_new_session=True,
+        )
         threading.Thread(target=self._read, daemon=True).start()
 
     def _read(self) -> None:
@@ -137,7 +159,9 @@ class Follower:
             return self.proc.wait(30)
 
 
-def followed(h: Home, batches: list[list[dict[str, str]]], inbox: Path, warmup: list[list[dict[str, str]]]) -> dict[str, Any]:
+def followed(
+    h: Home, batches: list[list[dict[str, str]]], inbox: Path, warmup: list[list[dict[str, str]]]
+) -> dict[str, Any]:
     """One follower; increments alternately fed by this process and dropped in its inbox."""
     (inbox / "urls").mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
@@ -176,9 +200,19 @@ def airflow(h: Home, batches: list[list[dict[str, str]]], work: Path) -> dict[st
     af = work / "airflow"
     af.mkdir()
     config = af / "cbp.yaml"  # read by dags/cbp_dags.py, the DAG file dag.test() serializes
-    config.write_text(f"flows: {h.yaml.parent}\nhomes: {h.home.parent}\ninbox: {work / 'dag-inbox'}\n", encoding="utf-8")
-    os.environ.update({"AIRFLOW_HOME": str(af), "AIRFLOW__CORE__LOAD_EXAMPLES": "False", "AIRFLOW__CORE__DAGS_FOLDER": str(ROOT / "dags"),
-                       "AIRFLOW__CORE__UNIT_TEST_MODE": "False", "PYTHONPATH": str(ROOT), "CBP_DAGS_CONFIG": str(config)})
+    config.write_text(
+        f"flows: {h.yaml.parent}\nhomes: {h.home.parent}\ninbox: {work / 'dag-inbox'}\n", encoding="utf-8"
+    )
+    os.environ.update(
+        {
+            "AIRFLOW_HOME": str(af),
+            "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+            "AIRFLOW__CORE__DAGS_FOLDER": str(ROOT / "dags"),
+            "AIRFLOW__CORE__UNIT_TEST_MODE": "False",
+            "PYTHONPATH": str(ROOT),
+            "CBP_DAGS_CONFIG": str(config),
+        }
+    )
     r = subprocess.run([sys.executable, "-m", "airflow", "db", "migrate"], capture_output=True, text=True, timeout=900)
     if r.returncode != 0:
         raise RuntimeError(f"airflow db migrate failed: {r.stderr[-2000:]}")
@@ -219,7 +253,13 @@ def build(args: argparse.Namespace, work: Path) -> tuple[Home, list[list[dict[st
     shutil.copy(YAML_VEC.with_suffix(".py"), flows / "url_count_vec.py")
     home = work / "homes" / "url_count_vec"
     pq.write_table(pa.table({"url": [r["url"] for r in keys.records(np.arange(args.keys))]}), work / "base.parquet")
-    subprocess.run(cbp("feed", yaml, "--home", home, "urls", work / "base.parquet"), cwd=ROOT, env=env(), check=True, capture_output=True)
+    subprocess.run(
+        cbp("feed", yaml, "--home", home, "urls", work / "base.parquet"),
+        cwd=ROOT,
+        env=env(),
+        check=True,
+        capture_output=True,
+    )
     subprocess.run(cbp("run", yaml, "--home", home, "--quiet"), cwd=ROOT, env=env(), check=True, capture_output=True)
     count = args.runs * 2 + args.follow_runs * 2 + 2
     batches = [keys.records(ids) for ids in increments(args.keys, args.increment, count, args.seed)]
@@ -242,15 +282,24 @@ def main() -> int:
         log(f"building a home of {args.keys:,} keys in {work}")
         h, batches = build(args, work)
         log(f"built in {time.perf_counter() - t0:.0f}s ({args.source})")
-        res: dict[str, Any] = {"args": {k: v for k, v in vars(args).items()}, "version": _version("cbp"), "commit": _commit(),
-                               "load_before": os.getloadavg()[1]}
+        res: dict[str, Any] = {
+            "args": {k: v for k, v in vars(args).items()},
+            "version": _version("cbp"),
+            "commit": _commit(),
+            "load_before": os.getloadavg()[1],
+        }
         log(f"a fresh cbp run per increment ({args.runs})")
-        res["cbp_run"] = per_process(h, batches[:args.runs])
+        res["cbp_run"] = per_process(h, batches[: args.runs])
         log(f"one follower: {args.follow_runs * 2} increments, fed and dropped in its inbox")
-        res["follow"] = followed(h, batches[args.runs + 2:args.runs + 2 + args.follow_runs * 2], work / "inbox", batches[args.runs:args.runs + 2])
+        res["follow"] = followed(
+            h,
+            batches[args.runs + 2 : args.runs + 2 + args.follow_runs * 2],
+            work / "inbox",
+            batches[args.runs : args.runs + 2],
+        )
         if not args.no_airflow:
             log(f"the Airflow DAG, in-process dag.test() ({args.runs})")
-            res["airflow"] = airflow(h, batches[-args.runs:], work)
+            res["airflow"] = airflow(h, batches[-args.runs :], work)
         res["total_seconds"] = time.perf_counter() - t0
         res["load_after"] = os.getloadavg()[1]
     finally:
@@ -270,14 +319,32 @@ def _stats(xs: list[float]) -> str:
 
 
 def rows(res: dict[str, Any]) -> list[tuple[str, list[float], str]]:
-    out = [("`cbp run` per increment (fresh process)", res["cbp_run"]["latency"],
-            f"process ends {statistics.median(res['cbp_run']['process']):.2f} s after landing (median)"),
-           ("`cbp run --follow`, feed by another process", res["follow"]["feed"], f"one follower; it started in {res['follow']['startup']:.1f} s"),
-           ("`cbp run --follow --inbox`, file dropped", res["follow"]["inbox"], "the same follower; `--settle 0`, file renamed into the inbox")]
+    out = [
+        (
+            "`cbp run` per increment (fresh process)",
+            res["cbp_run"]["latency"],
+            f"process ends {statistics.median(res['cbp_run']['process']):.2f} s after landing (median)",
+        ),
+        (
+            "`cbp run --follow`, feed by another process",
+            res["follow"]["feed"],
+            f"one follower; it started in {res['follow']['startup']:.1f} s",
+        ),
+        (
+            "`cbp run --follow --inbox`, file dropped",
+            res["follow"]["inbox"],
+            "the same follower; `--settle 0`, file renamed into the inbox",
+        ),
+    ]
     if "airflow" in res:
-        out.append(("Airflow DAG, in-process `dag.test()`", res["airflow"]["latency"],
-                    f"DAG run ends {statistics.median(res['airflow']['dag_run']):.2f} s after landing; add the watcher's poke interval "
-                    "(5 s: 2.5 s on average) and the scheduler in a deployment"))
+        out.append(
+            (
+                "Airflow DAG, in-process `dag.test()`",
+                res["airflow"]["latency"],
+                f"DAG run ends {statistics.median(res['airflow']['dag_run']):.2f} s after landing; add the watcher's poke interval "
+                "(5 s: 2.5 s on average) and the scheduler in a deployment",
+            )
+        )
     return out
 
 
@@ -314,7 +381,9 @@ def write(res: dict[str, Any]) -> None:
     fig, ax = plt.subplots(figsize=(8, 4))
     ax.boxplot([xs for _, xs, _ in data], vert=False, widths=0.5)
     for i, (_, xs, _) in enumerate(data, 1):
-        ax.scatter(xs, np.full(len(xs), i) + np.random.default_rng(i).uniform(-0.12, 0.12, len(xs)), s=10, color="k", zorder=3)
+        ax.scatter(
+            xs, np.full(len(xs), i) + np.random.default_rng(i).uniform(-0.12, 0.12, len(xs)), s=10, color="k", zorder=3
+        )
     ax.axvline(GOAL, color="C3", linestyle="--", label=f"goal for --follow ({GOAL:g} s)")
     ax.set_yticks(range(1, len(data) + 1), [n.replace("`", "") for n, _, _ in data], fontsize=8)
     ax.set_xscale("log")
@@ -323,7 +392,9 @@ def write(res: dict[str, Any]) -> None:
     ax.legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(OUT / "latency.png", dpi=120)
-    shutil.copy(OUT / "latency.png", Path(__file__).with_name("latency.png"))  # the docs' plot (docs/benchmarks/latency.md)
+    shutil.copy(
+        OUT / "latency.png", Path(__file__).with_name("latency.png")
+    )  # the docs' plot (docs/benchmarks/latency.md)
     log(f"wrote {OUT / 'latency.md'}, .json, .png (and bench/latency.png)")
 
 

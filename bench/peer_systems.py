@@ -21,8 +21,9 @@ from __future__ import annotations
 import os
 import shutil
 import time
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 YAML = ROOT / "flows" / "url_count.yaml"
@@ -32,8 +33,15 @@ def fingerprint(df: Any) -> dict[str, int]:
     """Rows, sum of counts and XOR of ``xxhash64(url, count)``: equal iff the states are (almost surely) equal."""
     from pyspark.sql import functions as F
 
-    row = df.select(F.col("url").cast("string").alias("url"), F.col("count").cast("bigint").alias("count")).agg(
-        F.count(F.lit(1)).alias("rows"), F.sum("count").alias("total"), F.bit_xor(F.xxhash64("url", "count")).alias("xor")).first()
+    row = (
+        df.select(F.col("url").cast("string").alias("url"), F.col("count").cast("bigint").alias("count"))
+        .agg(
+            F.count(F.lit(1)).alias("rows"),
+            F.sum("count").alias("total"),
+            F.bit_xor(F.xxhash64("url", "count")).alias("xor"),
+        )
+        .first()
+    )
     return {"rows": int(row["rows"]), "total": int(row["total"] or 0), "xor": int(row["xor"] or 0)}
 
 
@@ -126,8 +134,13 @@ class DeltaRsMerge(System):
         t0 = time.perf_counter()
         inc = pq.read_table(file).group_by("url").aggregate([("url", "count")]).rename_columns(["url", "count"])
         inc = inc.cast(pa.schema([("url", pa.string()), ("count", pa.int64())]))
-        (DeltaTable(self.table).merge(inc, predicate="t.url = s.url", source_alias="s", target_alias="t")
-         .when_matched_update(updates={"count": "t.count + s.count"}).when_not_matched_insert_all().execute())
+        (
+            DeltaTable(self.table)
+            .merge(inc, predicate="t.url = s.url", source_alias="s", target_alias="t")
+            .when_matched_update(updates={"count": "t.count + s.count"})
+            .when_not_matched_insert_all()
+            .execute()
+        )
         return time.perf_counter() - t0
 
     def final_state(self) -> Any:
@@ -193,8 +206,13 @@ class ForeachBatchMerge(Streaming):
         (self.spark.read.parquet(*files).groupBy("url").count().write.format("delta").save(self.table))
         for f in files:
             self._add(f)
-        q = (self._stream().writeStream.foreachBatch(lambda df, i: None).option("checkpointLocation", str(self.ckpt))
-             .trigger(availableNow=True).start())  # mark the initial files as done
+        q = (
+            self._stream()
+            .writeStream.foreachBatch(lambda df, i: None)
+            .option("checkpointLocation", str(self.ckpt))
+            .trigger(availableNow=True)
+            .start()
+        )  # mark the initial files as done
         q.awaitTermination()
 
     def _start(self, df: Any) -> Any:
@@ -204,12 +222,21 @@ class ForeachBatchMerge(Streaming):
 
         def merge(batch: Any, batch_id: int) -> None:
             inc = batch.groupBy("url").count()
-            (DeltaTable.forPath(spark, table).alias("t").merge(inc.alias("s"), "t.url = s.url")
-             .whenMatchedUpdate(set={"count": "t.count + s.count"})
-             .whenNotMatchedInsert(values={"url": "s.url", "count": "s.count"}).execute())
+            (
+                DeltaTable.forPath(spark, table)
+                .alias("t")
+                .merge(inc.alias("s"), "t.url = s.url")
+                .whenMatchedUpdate(set={"count": "t.count + s.count"})
+                .whenNotMatchedInsert(values={"url": "s.url", "count": "s.count"})
+                .execute()
+            )
 
-        return (df.writeStream.foreachBatch(merge).option("checkpointLocation", str(self.ckpt))
-                .trigger(availableNow=True).start())
+        return (
+            df.writeStream.foreachBatch(merge)
+            .option("checkpointLocation", str(self.ckpt))
+            .trigger(availableNow=True)
+            .start()
+        )
 
     def final_state(self) -> Any:
         return self.spark.read.format("delta").load(self.table)
@@ -220,15 +247,26 @@ class _StatefulOperator(Streaming):
     appended to a Parquet sink, so the state is the highest count per URL there."""
 
     def final_state(self) -> Any:
-        return self.spark.read.parquet(str(self.sink)).groupBy("url").agg({"count": "max"}).withColumnRenamed("max(count)", "count")
+        return (
+            self.spark.read.parquet(str(self.sink))
+            .groupBy("url")
+            .agg({"count": "max"})
+            .withColumnRenamed("max(count)", "count")
+        )
 
     def _operator(self, grouped: Any) -> Any:
         raise NotImplementedError
 
     def _start(self, df: Any) -> Any:
         out = self._operator(df.groupBy("url"))
-        return (out.writeStream.format("parquet").outputMode("append").option("path", str(self.sink))
-                .option("checkpointLocation", str(self.ckpt)).trigger(availableNow=True).start())
+        return (
+            out.writeStream.format("parquet")
+            .outputMode("append")
+            .option("path", str(self.sink))
+            .option("checkpointLocation", str(self.ckpt))
+            .trigger(availableNow=True)
+            .start()
+        )
 
 
 def _count_processor() -> Any:
@@ -278,7 +316,9 @@ class ApplyInPandasWithState(_StatefulOperator):
     name = "apply-pandas"
 
     def _operator(self, grouped: Any) -> Any:
-        return grouped.applyInPandasWithState(_count_with_state, "url STRING, count BIGINT", "count BIGINT", "append", "NoTimeout")
+        return grouped.applyInPandasWithState(
+            _count_with_state, "url STRING, count BIGINT", "count BIGINT", "append", "NoTimeout"
+        )
 
 
 #: Spark settings of the stateful peers: RocksDB state store (with changelog checkpointing, as

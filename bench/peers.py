@@ -44,7 +44,7 @@ import tempfile
 import threading
 import time
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any
 
 BENCH = Path(__file__).resolve().parent
 ROOT = BENCH.parent
@@ -53,10 +53,15 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(BENCH))
 
 SYSTEMS = ("cbp-direct", "cbp-vectorised", "cbp-blackbox", "spark-merge", "tws-pandas", "apply-pandas", "deltars-merge")
-LABELS = {"cbp-direct": "cbp direct, per-key translate", "cbp-vectorised": "cbp direct, vectorised translate",
-          "cbp-blackbox": "cbp black-box", "spark-merge": "foreachBatch + delta-spark MERGE",
-          "tws-pandas": "transformWithStateInPandas (RocksDB)", "apply-pandas": "applyInPandasWithState (RocksDB)",
-          "deltars-merge": "Arrow + delta-rs MERGE job"}
+LABELS = {
+    "cbp-direct": "cbp direct, per-key translate",
+    "cbp-vectorised": "cbp direct, vectorised translate",
+    "cbp-blackbox": "cbp black-box",
+    "spark-merge": "foreachBatch + delta-spark MERGE",
+    "tws-pandas": "transformWithStateInPandas (RocksDB)",
+    "apply-pandas": "applyInPandasWithState (RocksDB)",
+    "deltars-merge": "Arrow + delta-rs MERGE job",
+}
 
 
 def log(msg: str) -> None:
@@ -66,11 +71,10 @@ def log(msg: str) -> None:
 # ---------------------------------------------------------------------------------- data
 def write_data(size: int, args: argparse.Namespace, keys: Any, where: Path) -> dict[str, Any]:
     """The initial files and the increments of one size, as Parquet (column ``url``)."""
+    import numpy as np
     import pyarrow as pa
     import pyarrow.parquet as pq
     from url_count_bench import increments
-
-    import numpy as np
 
     where.mkdir(parents=True, exist_ok=True)
     build, incs = [], []
@@ -145,7 +149,10 @@ def child(args: argparse.Namespace) -> int:
     elif name == "cbp-blackbox":
         sysm = ps.Cbp(spark, work, "blackbox", ps.YAML, seed_home=Path(spec["seed_home"]))
     else:
-        cls = {c.name: c for c in (ps.ForeachBatchMerge, ps.TransformWithStateInPandas, ps.ApplyInPandasWithState, ps.DeltaRsMerge)}[name]
+        cls = {
+            c.name: c
+            for c in (ps.ForeachBatchMerge, ps.TransformWithStateInPandas, ps.ApplyInPandasWithState, ps.DeltaRsMerge)
+        }[name]
         sysm = cls(spark, work)
     if spec.get("seed_home"):
         res["build"] = None  # copied, not built
@@ -164,15 +171,19 @@ def child(args: argparse.Namespace) -> int:
         res["epochs"].append(s)
         log(f"{name} {spec['size']:,} keys: {'warm-up' if j == 0 else f'epoch {j}'} {s:.2f}s")
     if isinstance(sysm, ps.Cbp):
-        res["phases"] = sysm.phases[-len(data["increments"]):]
+        res["phases"] = sysm.phases[-len(data["increments"]) :]
     res["fingerprint"] = ps.fingerprint(sysm.final_state())
     sysm.close()
     res["peak_rss_epochs"], res["peak_parts_epochs"] = mem.stop(), mem.parts
     res["peak_rss"] = max(res["peak_rss_build"], res["peak_rss_epochs"])
     gib = lambda parts: ", ".join(f"{k} {v / 2**30:.1f}" for k, v in parts.items())  # noqa: E731
-    log(f"{name} {spec['size']:,} keys: peak RSS GiB: build {res['peak_rss_build'] / 2**30:.1f} ({gib(res['peak_parts_build'])}), "
-        f"epochs {res['peak_rss_epochs'] / 2**30:.1f} ({gib(res['peak_parts_epochs'])})")
-    if name == "cbp-vectorised" and not spec.get("no_warm_build"):  # the same build again in this process, now warm (JVM compiled, Python workers up)
+    log(
+        f"{name} {spec['size']:,} keys: peak RSS GiB: build {res['peak_rss_build'] / 2**30:.1f} ({gib(res['peak_parts_build'])}), "
+        f"epochs {res['peak_rss_epochs'] / 2**30:.1f} ({gib(res['peak_parts_epochs'])})"
+    )
+    if name == "cbp-vectorised" and not spec.get(
+        "no_warm_build"
+    ):  # the same build again in this process, now warm (JVM compiled, Python workers up)
         again = ps.Cbp(spark, work / "again", "direct", vec_yaml(work, spec.get("partitions")))
         t0 = time.perf_counter()
         again.build(data["build"])
@@ -185,17 +196,36 @@ def child(args: argparse.Namespace) -> int:
     return 0
 
 
-def run_child(system: str, size: int, work: Path, data: dict[str, Any], args: argparse.Namespace,
-              seed_home: Optional[Path], save_home: Optional[Path]) -> dict[str, Any]:
-    spec = {"system": system, "size": size, "work": str(work / system), "data": data,
-            "seed_home": str(seed_home) if seed_home else None, "save_home": str(save_home) if save_home else None,
-            "no_warm_build": args.no_warm_build, "partitions": args.partitions}
+def run_child(
+    system: str,
+    size: int,
+    work: Path,
+    data: dict[str, Any],
+    args: argparse.Namespace,
+    seed_home: Path | None,
+    save_home: Path | None,
+) -> dict[str, Any]:
+    spec = {
+        "system": system,
+        "size": size,
+        "work": str(work / system),
+        "data": data,
+        "seed_home": str(seed_home) if seed_home else None,
+        "save_home": str(save_home) if save_home else None,
+        "no_warm_build": args.no_warm_build,
+        "partitions": args.partitions,
+    }
     spec_f, res_f = work / f"{system}.spec.json", work / f"{system}.result.json"
     spec_f.write_text(json.dumps(spec), encoding="utf-8")
     cmd = [sys.executable, str(Path(__file__).resolve()), "--child", str(spec_f), "--result", str(res_f)]
     t0 = time.perf_counter()
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(BENCH), str(ROOT), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep)}
-    proc = subprocess.Popen(cmd, cwd=str(ROOT), env=env, start_new_session=True)  # Spark's Python workers import peer_systems
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(BENCH), str(ROOT), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep),
+    }
+    proc = subprocess.Popen(
+        cmd, cwd=str(ROOT), env=env, start_new_session=True
+    )  # Spark's Python workers import peer_systems
     try:
         rc = proc.wait(timeout=args.timeout_min * 60)
     except subprocess.TimeoutExpired:
@@ -215,6 +245,7 @@ def run_child(system: str, size: int, work: Path, data: dict[str, Any], args: ar
 
 def reference_fingerprint(data: dict[str, Any]) -> dict[str, int]:
     import peer_systems as ps
+
     from cbp.engine.driver.session import get_spark
 
     spark = get_spark()
@@ -237,8 +268,14 @@ def _version(pkg: str) -> str:
     return v(pkg)
 
 
-def report(results: dict[int, dict[str, dict[str, Any]]], refs: dict[int, dict[str, int]], args: argparse.Namespace,
-           source: str, command: str, total_s: float) -> str:
+def report(
+    results: dict[int, dict[str, dict[str, Any]]],
+    refs: dict[int, dict[str, int]],
+    args: argparse.Namespace,
+    source: str,
+    command: str,
+    total_s: float,
+) -> str:
     sizes = sorted(results)
     lines = [
         "# URLCount peers: per-epoch time, state build and memory, side by side",
@@ -255,10 +292,16 @@ def report(results: dict[int, dict[str, dict[str, Any]]], refs: dict[int, dict[s
         f"- build: the first {args.chunk:,}-key files, each URL once: cbp feeds them all, then one `run()` (one epoch); "
         "delta-rs and delta-spark write the table once; the streaming peers take them as their first micro-batches. "
         "Each system builds first thing in its process (cold: the JVM's first jobs, the Python workers' start); "
-        + ("cbp vectorised's second, warm build was skipped (--no-warm-build)." if getattr(args, "no_warm_build", False) else
-         "cbp vectorised then builds the same state again in a new home of the same process (warm; not in its peak memory)."),
-        *([f"- cbp vectorised's stage ran with {args.partitions} partitions (--partitions; the flow's YAML says 4)."]
-          if getattr(args, "partitions", None) else []),
+        + (
+            "cbp vectorised's second, warm build was skipped (--no-warm-build)."
+            if getattr(args, "no_warm_build", False)
+            else "cbp vectorised then builds the same state again in a new home of the same process (warm; not in its peak memory)."
+        ),
+        *(
+            [f"- cbp vectorised's stage ran with {args.partitions} partitions (--partitions; the flow's YAML says 4)."]
+            if getattr(args, "partitions", None)
+            else []
+        ),
         "",
         "| state keys | system | epoch s | records/s | vs cbp vectorised | build s | build keys/s | peak memory GiB | state = from-scratch |",
         "|---:|:---|---:|---:|---:|---:|---:|---:|:---:|",
@@ -278,10 +321,19 @@ def report(results: dict[int, dict[str, dict[str, Any]]], refs: dict[int, dict[s
             b = f"{r['build']:.0f} | {size / r['build']:,.0f}" if r.get("build") else "(copied) | "
             if r.get("build_warm"):
                 b += f" ({size / r['build_warm']:,.0f} warm)"
-            lines.append(f"| {fmt_keys(size)} | {name} | {r['median']:.2f} [{r['min']:.2f}-{r['max']:.2f}] | "
-                         f"{args.increment / r['median']:,.0f} | {ratio} | {b} | "
-                         f"{r['peak_rss'] / 2**30:.1f} | {ok} |")
-    lines += ["", *goals(results, args), "", *phase_lines(results), f"Total benchmark time: {total_s / 60:.1f} min.", ""]
+            lines.append(
+                f"| {fmt_keys(size)} | {name} | {r['median']:.2f} [{r['min']:.2f}-{r['max']:.2f}] | "
+                f"{args.increment / r['median']:,.0f} | {ratio} | {b} | "
+                f"{r['peak_rss'] / 2**30:.1f} | {ok} |"
+            )
+    lines += [
+        "",
+        *goals(results, args),
+        "",
+        *phase_lines(results),
+        f"Total benchmark time: {total_s / 60:.1f} min.",
+        "",
+    ]
     return "\n".join(lines)
 
 
@@ -297,44 +349,73 @@ def phase_lines(results: dict[int, dict[str, dict[str, Any]]]) -> list[str]:
     if not rows:
         return []
     cols = list(dict.fromkeys(k for _, _, m in rows for k in m))
-    out = ["cbp, where an epoch goes (medians; `epoch_seconds` is EpochReport.seconds, the rest task seconds per phase "
-           "summed over the stage's tasks, which run 2 at a time):", "",
-           "| state keys | system | " + " | ".join(cols) + " |", "|---:|:---|" + "---:|" * len(cols)]
-    out += [f"| {fmt_keys(size)} | {name} | " + " | ".join(f"{m.get(k, 0.0):.2f}" for k in cols) + " |" for size, name, m in rows]
+    out = [
+        "cbp, where an epoch goes (medians; `epoch_seconds` is EpochReport.seconds, the rest task seconds per phase "
+        "summed over the stage's tasks, which run 2 at a time):",
+        "",
+        "| state keys | system | " + " | ".join(cols) + " |",
+        "|---:|:---|" + "---:|" * len(cols),
+    ]
+    out += [
+        f"| {fmt_keys(size)} | {name} | " + " | ".join(f"{m.get(k, 0.0):.2f}" for k in cols) + " |"
+        for size, name, m in rows
+    ]
     return out + [""]
 
 
 def goals(results: dict[int, dict[str, dict[str, Any]]], args: argparse.Namespace) -> list[str]:
     """Issue 14's goals, each PASS / FAIL / not measured."""
-    def med(size: int, name: str) -> Optional[float]:
+
+    def med(size: int, name: str) -> float | None:
         r = results.get(size, {}).get(name)
         return r["median"] if r and "median" in r else None
 
     out = ["Goals (issue 14):", ""]
 
-    def say(text: str, ok: Optional[bool]) -> None:
+    def say(text: str, ok: bool | None) -> None:
         out.append(f"- {text}: {'not measured' if ok is None else 'PASS' if ok else 'FAIL'}")
 
     v1 = med(1_000_000, "cbp-vectorised")
-    say(f"cbp vectorised at 1M keys <= 0.5 s per epoch ({v1:.2f} s)" if v1 else "cbp vectorised at 1M keys <= 0.5 s", v1 <= 0.5 if v1 else None)
+    say(
+        f"cbp vectorised at 1M keys <= 0.5 s per epoch ({v1:.2f} s)" if v1 else "cbp vectorised at 1M keys <= 0.5 s",
+        v1 <= 0.5 if v1 else None,
+    )
     d1 = med(1_000_000, "cbp-direct")
-    say(f"cbp per-key at 1M keys <= 1.0 s ({d1:.2f} s)" if d1 else "cbp per-key at 1M keys <= 1.0 s", d1 <= 1.0 if d1 else None)
+    say(
+        f"cbp per-key at 1M keys <= 1.0 s ({d1:.2f} s)" if d1 else "cbp per-key at 1M keys <= 1.0 s",
+        d1 <= 1.0 if d1 else None,
+    )
     for size in sorted(results):
         v, m, d = med(size, "cbp-vectorised"), med(size, "spark-merge"), med(size, "deltars-merge")
         if v and m:
-            say(f"{fmt_keys(size)}: vectorised faster than foreachBatch + delta-spark MERGE ({v:.2f} vs {m:.2f} s)", v < m)
+            say(
+                f"{fmt_keys(size)}: vectorised faster than foreachBatch + delta-spark MERGE ({v:.2f} vs {m:.2f} s)",
+                v < m,
+            )
         if v and d and size >= 3_000_000:
             need = 5.0 if size >= 30_000_000 else 1.0
-            say(f"{fmt_keys(size)}: vectorised {'>= 5x faster than' if need > 1 else 'at or below'} the delta-rs MERGE job "
-                f"({d / v:.2f}x)", d / v >= need)
+            say(
+                f"{fmt_keys(size)}: vectorised {'>= 5x faster than' if need > 1 else 'at or below'} the delta-rs MERGE job "
+                f"({d / v:.2f}x)",
+                d / v >= need,
+            )
         t = med(size, "tws-pandas")
         if v and t:
-            say(f"{fmt_keys(size)}: vectorised >= 100x the records/s of transformWithStateInPandas ({t / v:.0f}x)", t / v >= 100)
+            say(
+                f"{fmt_keys(size)}: vectorised >= 100x the records/s of transformWithStateInPandas ({t / v:.0f}x)",
+                t / v >= 100,
+            )
         r = results.get(size, {}).get("cbp-vectorised")
         if r and r.get("build"):
-            say(f"{fmt_keys(size)}: vectorised state build >= 500k keys/s, cold ({size / r['build']:,.0f})", size / r["build"] >= 500_000)
+            say(
+                f"{fmt_keys(size)}: vectorised state build >= 500k keys/s, cold ({size / r['build']:,.0f})",
+                size / r["build"] >= 500_000,
+            )
         if r and r.get("build_warm"):
-            say(f"{fmt_keys(size)}: vectorised state build >= 500k keys/s, warm ({size / r['build_warm']:,.0f})", size / r["build_warm"] >= 500_000)
+            say(
+                f"{fmt_keys(size)}: vectorised state build >= 500k keys/s, warm ({size / r['build_warm']:,.0f})",
+                size / r["build_warm"] >= 500_000,
+            )
     return out
 
 
@@ -355,7 +436,9 @@ def plot(results: dict[int, dict[str, dict[str, Any]]], path: Path, increment: i
         ax1.plot(xs, [r["median"] for _, r in pts], marker="o", color=color, label=LABELS[name])
         built = [(s, r) for s, r in pts if r.get("build")]
         if built:
-            ax2.plot([s for s, _ in built], [s / r["build"] for s, r in built], marker="s", color=color, label=LABELS[name])
+            ax2.plot(
+                [s for s, _ in built], [s / r["build"] for s, r in built], marker="s", color=color, label=LABELS[name]
+            )
     for ax in (ax1, ax2):
         ax.set_xscale("log")
         ax.set_yscale("log")
@@ -387,21 +470,36 @@ def rerender(path: Path) -> int:
 
 # ---------------------------------------------------------------------------------- main
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--sizes", default=None, help="state sizes in keys, comma-separated (default 1000000,10000000,30000000)")
+    ap = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    ap.add_argument(
+        "--sizes", default=None, help="state sizes in keys, comma-separated (default 1000000,10000000,30000000)"
+    )
     ap.add_argument("--increment", type=int, default=None, help="records per epoch (default 100000)")
     ap.add_argument("--epochs", type=int, default=5, help="measured epochs per system and size (default 5)")
     ap.add_argument("--chunk", type=int, default=None, help="keys per initial file (default 1000000)")
     ap.add_argument("--systems", default=",".join(SYSTEMS), help=f"comma-separated subset of {','.join(SYSTEMS)}")
-    ap.add_argument("--timeout-min", type=float, default=40.0, help="stop a system that takes longer at one size (default 40)")
+    ap.add_argument(
+        "--timeout-min", type=float, default=40.0, help="stop a system that takes longer at one size (default 40)"
+    )
     ap.add_argument("--seed", type=int, default=42)
     ap.add_argument("--quick", action="store_true", help="smoke run: 20k keys, 5k increment, 2 epochs")
     ap.add_argument("--workdir", default=None)
-    ap.add_argument("--partitions", type=int, default=None,
-                    help="cbp vectorised's stage partitions (default: flows/url_count_vec.yaml's 4; more keep each partition's files small)")
-    ap.add_argument("--no-warm-build", action="store_true",
-                    help="skip cbp vectorised's second (warm) build of the state, which doubles a large size's run time")
-    ap.add_argument("--report", default=None, metavar="JSON", help="only render bench/out/peers.md and .png again from a peers.json")
+    ap.add_argument(
+        "--partitions",
+        type=int,
+        default=None,
+        help="cbp vectorised's stage partitions (default: flows/url_count_vec.yaml's 4; more keep each partition's files small)",
+    )
+    ap.add_argument(
+        "--no-warm-build",
+        action="store_true",
+        help="skip cbp vectorised's second (warm) build of the state, which doubles a large size's run time",
+    )
+    ap.add_argument(
+        "--report", default=None, metavar="JSON", help="only render bench/out/peers.md and .png again from a peers.json"
+    )
     ap.add_argument("--child", default=None, help=argparse.SUPPRESS)
     ap.add_argument("--result", default=None, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
@@ -439,8 +537,21 @@ def main(argv: list[str] | None = None) -> int:
     def write_out() -> str:
         md = report(results, refs, args, source, command, time.perf_counter() - t_start)
         (OUT / "peers.md").write_text(md, encoding="utf-8")
-        (OUT / "peers.json").write_text(json.dumps({"args": vars(args), "source": source, "command": command, "references": refs, "results": results,
-                                                    "total_seconds": time.perf_counter() - t_start}, indent=1, default=str), encoding="utf-8")
+        (OUT / "peers.json").write_text(
+            json.dumps(
+                {
+                    "args": vars(args),
+                    "source": source,
+                    "command": command,
+                    "references": refs,
+                    "results": results,
+                    "total_seconds": time.perf_counter() - t_start,
+                },
+                indent=1,
+                default=str,
+            ),
+            encoding="utf-8",
+        )
         plot(results, OUT / "peers.png", args.increment)
         return md
 
@@ -458,16 +569,25 @@ def main(argv: list[str] | None = None) -> int:
                     continue
                 if name in last and last[name][1] * size / last[name][0] > args.timeout_min * 60:
                     proj = last[name][1] * size / last[name][0] / 60
-                    results[size][name] = {"failed": f"skipped: {proj:.0f} min projected from its time at {fmt_keys(last[name][0])} "
-                                                     f"(limit {args.timeout_min:g} min)"}
+                    results[size][name] = {
+                        "failed": f"skipped: {proj:.0f} min projected from its time at {fmt_keys(last[name][0])} "
+                        f"(limit {args.timeout_min:g} min)"
+                    }
                     given_up[name] = size
                     continue
                 if name == "cbp-blackbox" and not saved.exists():
                     results[size][name] = {"failed": "skipped (cbp-direct built no home)"}
                     continue
                 log(f"{size:,} keys: {name} ...")
-                r = run_child(name, size, wsize, data, args, seed_home=saved if name == "cbp-blackbox" else None,
-                              save_home=saved if name == "cbp-direct" and "cbp-blackbox" in systems else None)
+                r = run_child(
+                    name,
+                    size,
+                    wsize,
+                    data,
+                    args,
+                    seed_home=saved if name == "cbp-blackbox" else None,
+                    save_home=saved if name == "cbp-direct" and "cbp-blackbox" in systems else None,
+                )
                 results[size][name] = r
                 if "failed" in r:
                     given_up[name] = size
@@ -475,8 +595,10 @@ def main(argv: list[str] | None = None) -> int:
                 else:
                     last[name] = (size, r["wall"])
                     same = r["fingerprint"] == refs[size]
-                    log(f"{size:,} keys: {name} epoch {r['median']:.2f}s, build {r['build'] or 0:.0f}s, peak {r['peak_rss'] / 2**30:.1f} GiB, "
-                        f"state {'= from-scratch' if same else 'DIFFERS from from-scratch'}")
+                    log(
+                        f"{size:,} keys: {name} epoch {r['median']:.2f}s, build {r['build'] or 0:.0f}s, peak {r['peak_rss'] / 2**30:.1f} GiB, "
+                        f"state {'= from-scratch' if same else 'DIFFERS from from-scratch'}"
+                    )
             shutil.rmtree(wsize, ignore_errors=True)
             write_out()  # after every size, so a long run leaves its results so far
     finally:
@@ -486,7 +608,12 @@ def main(argv: list[str] | None = None) -> int:
     print()
     print(md)
     print(f"wrote {OUT / 'peers.md'}, {OUT / 'peers.png'}, {OUT / 'peers.json'}")
-    wrong = [(s, n) for s, row in results.items() for n, r in row.items() if "fingerprint" in r and r["fingerprint"] != refs[s]]
+    wrong = [
+        (s, n)
+        for s, row in results.items()
+        for n, r in row.items()
+        if "fingerprint" in r and r["fingerprint"] != refs[s]
+    ]
     return 1 if wrong else 0
 
 

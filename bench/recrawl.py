@@ -73,7 +73,9 @@ def unpack(version: str) -> Path:
     if dest.is_dir() and any(dest.iterdir()):
         return dest
     DATA.mkdir(parents=True, exist_ok=True)
-    subprocess.run(["apt-get", "download", f"{PACKAGE}={version}"], cwd=DATA, check=True, capture_output=True, timeout=600)
+    subprocess.run(
+        ["apt-get", "download", f"{PACKAGE}={version}"], cwd=DATA, check=True, capture_output=True, timeout=600
+    )
     deb = glob.glob(str(DATA / f"{PACKAGE}_{version.replace(':', '%3a')}_*.deb"))
     if not deb:
         raise SystemExit(f"apt-get download {PACKAGE}={version} left no .deb in {DATA}")
@@ -110,7 +112,9 @@ def want_counts(feeds: list[list[dict[str, Any]]]) -> dict[tuple[str, str], int]
     return {**{("url", u): int(n) for u, n in url_in.items()}, **{("site", s): int(n) for s, n in site_in.items()}}
 
 
-def check(label: str, direct: Any, land: Any, feeds: list[list[dict[str, Any]]], want: dict, threshold: float, queued: bool) -> None:
+def check(
+    label: str, direct: Any, land: Any, feeds: list[list[dict[str, Any]]], want: dict, threshold: float, queued: bool
+) -> None:
     import math
 
     from cbp.crawl.reference import latest_versions, queue_from_scratch
@@ -120,8 +124,10 @@ def check(label: str, direct: Any, land: Any, feeds: list[list[dict[str, Any]]],
         diff = sorted(set(got.items()) ^ set(want.items()))[:4]
         raise SystemExit(f"{label}: direct's in-link counts differ from the from-scratch count, e.g. {diff}")
     e = land.status()["stages"]["count_links"]["epochs"]
-    full = {**{("url", r["url"]): r["inlinks"] for r in land.output("url_counts", epoch=e)},
-            **{("site", r["site"]): r["inlinks"] for r in land.output("site_counts", epoch=e)}}
+    full = {
+        **{("url", r["url"]): r["inlinks"] for r in land.output("url_counts", epoch=e)},
+        **{("site", r["site"]): r["inlinks"] for r in land.output("site_counts", epoch=e)},
+    }
     if full != want:
         raise SystemExit(f"{label}: the landmark's in-link counts differ from the from-scratch count")
     signed: dict = {}
@@ -133,12 +139,16 @@ def check(label: str, direct: Any, land: Any, feeds: list[list[dict[str, Any]]],
     ref = queue_from_scratch(feeds, threshold, feeds=True)
     if set(queue) != set(ref):
         raise SystemExit(f"{label}: direct's queue differs from the from-scratch queue ({len(queue)} vs {len(ref)})")
-    for q in direct.output("crawl_queue", epoch=direct.status()["stages"]["threshold"]["epochs"]) if queued else ():  # this round's: its score
+    for q in (
+        direct.output("crawl_queue", epoch=direct.status()["stages"]["threshold"]["epochs"]) if queued else ()
+    ):  # this round's: its score
         if q.get("_diff", 1) > 0 and q["url"] in ref and not math.isclose(q["score"], ref[q["url"]]):
             raise SystemExit(f"{label}: {q['url']} queued with {q['score']}, from scratch {ref[q['url']]}")
 
 
-def mutate(web: Path, urls: list[str], corpus: Any, share: float, rnd: random.Random) -> tuple[list[tuple[Path, bytes]], int]:
+def mutate(
+    web: Path, urls: list[str], corpus: Any, share: float, rnd: random.Random
+) -> tuple[list[tuple[Path, bytes]], int]:
     """Remove ``share`` of the pages and edit another ``share``; returns the removed files (to restore) and the count edited."""
     files = []
     for u in urls:
@@ -152,7 +162,7 @@ def mutate(web: Path, urls: list[str], corpus: Any, share: float, rnd: random.Ra
     for p, _ in removed:
         p.unlink()
     others = [p for p in files[k:]]
-    for p in files[k: 2 * k]:
+    for p in files[k : 2 * k]:
         text = p.read_text(encoding="utf-8", errors="replace")
         n = [0]
 
@@ -162,7 +172,9 @@ def mutate(web: Path, urls: list[str], corpus: Any, share: float, rnd: random.Ra
 
         text = re.sub(r"<a\s[^>]*href=", drop, text)
         target = os.path.relpath(rnd.choice(others), p.parent)
-        p.write_text(text.replace("</body>", f'<a href="{target}">added by the benchmark</a></body>', 1), encoding="utf-8")
+        p.write_text(
+            text.replace("</body>", f'<a href="{target}">added by the benchmark</a></body>', 1), encoding="utf-8"
+        )
     return removed, k
 
 
@@ -191,19 +203,49 @@ def crawl_round(ctx: dict[str, Any], phase: str, rows: list[dict[str, Any]]) -> 
     land.run()
     land_s = time.perf_counter() - t0
     want, scratch_s = timed(lambda: want_counts(feeds))
-    check(f"{phase} round {rep.round}", direct, land, feeds, want, ctx["threshold"], any(r.stage == "threshold" for r in reports))
-    row = {"phase": phase, "round": rep.round, "picked": len(rep.picked), "fetched": len(rep.fetched), "revisited": len(rep.revisited), "unchanged": len(rep.unchanged),
-           "changed": len(rep.changed), "gone": len(rep.gone), "back": len(rep.back), "records": rep.records,
-           "links_added": sum(1 for r in links if r.get("_diff", 1) > 0), "links_retracted": sum(1 for r in links if r.get("_diff", 1) < 0),
-           "epochs": len(reports), "crawl_s": round(crawl_s, 2), "direct_s": round(run_s, 2), "cbp_s": round(crawl_s + run_s, 2),
-           "landmark_s": round(land_s, 2), "scratch_s": round(scratch_s, 2), "pages_now": len(live), "keys": len(want), "equal": True}
+    check(
+        f"{phase} round {rep.round}",
+        direct,
+        land,
+        feeds,
+        want,
+        ctx["threshold"],
+        any(r.stage == "threshold" for r in reports),
+    )
+    row = {
+        "phase": phase,
+        "round": rep.round,
+        "picked": len(rep.picked),
+        "fetched": len(rep.fetched),
+        "revisited": len(rep.revisited),
+        "unchanged": len(rep.unchanged),
+        "changed": len(rep.changed),
+        "gone": len(rep.gone),
+        "back": len(rep.back),
+        "records": rep.records,
+        "links_added": sum(1 for r in links if r.get("_diff", 1) > 0),
+        "links_retracted": sum(1 for r in links if r.get("_diff", 1) < 0),
+        "epochs": len(reports),
+        "crawl_s": round(crawl_s, 2),
+        "direct_s": round(run_s, 2),
+        "cbp_s": round(crawl_s + run_s, 2),
+        "landmark_s": round(land_s, 2),
+        "scratch_s": round(scratch_s, 2),
+        "pages_now": len(live),
+        "keys": len(want),
+        "equal": True,
+    }
     rows.append(row)
-    log(f"{phase:>9} round {rep.round}: {rep.line()} | cbp {row['cbp_s']:.1f}s ({len(reports)} epochs, links +{row['links_added']} "
-        f"-{row['links_retracted']}), landmark {land_s:.1f}s, from scratch {scratch_s:.1f}s; counts equal")
+    log(
+        f"{phase:>9} round {rep.round}: {rep.line()} | cbp {row['cbp_s']:.1f}s ({len(reports)} epochs, links +{row['links_added']} "
+        f"-{row['links_retracted']}), landmark {land_s:.1f}s, from scratch {scratch_s:.1f}s; counts equal"
+    )
     return row
 
 
-def freshness_run(web: Path, urls: list[str], policy: Any, budget: int, hours: int, work: Path, seed: int) -> dict[str, Any]:
+def freshness_run(
+    web: Path, urls: list[str], policy: Any, budget: int, hours: int, work: Path, seed: int
+) -> dict[str, Any]:
     """Hourly rounds of ``budget`` fetches over a copy of the pages that change as a simulated day goes by."""
     import cbp
     from cbp.crawl.crawler import Corpus, Crawler
@@ -215,7 +257,9 @@ def freshness_run(web: Path, urls: list[str], policy: Any, budget: int, hours: i
     files = {u: Path(corpus.fetch(u).path) for u in urls}
     rnd = random.Random(seed)
     hot = set(rnd.sample(sorted(files), max(1, len(files) // 10)))
-    p = cbp.load(ROOT / "flows" / "crawl_queue.yaml", home=str(work / "home"))  # never run: only the crawler's side is measured
+    p = cbp.load(
+        ROOT / "flows" / "crawl_queue.yaml", home=str(work / "home")
+    )  # never run: only the crawler's side is measured
     clock = Clock()
     crawler = Crawler(p, [corpus], max_pages=len(urls), clock=clock, policy=policy, measure_freshness=True)
     crawler.round(seeds=urls)  # everything fetched once at hour 0
@@ -231,8 +275,13 @@ def freshness_run(web: Path, urls: list[str], policy: Any, budget: int, hours: i
         fetches += len(rep.picked)
         series.append(crawler.state()["rounds"][-1]["freshness"])
     warm = hours // 3
-    return {"series": series, "fetches": fetches, "mean": round(sum(series[warm:]) / len(series[warm:]), 4), "warmup_hours": warm,
-            "hot_interval_h": round(sum(crawler.state()["pages"][u]["interval"] for u in hot) / len(hot) / HOUR, 1)}
+    return {
+        "series": series,
+        "fetches": fetches,
+        "mean": round(sum(series[warm:]) / len(series[warm:]), 4),
+        "warmup_hours": warm,
+        "hot_interval_h": round(sum(crawler.state()["pages"][u]["interval"] for u in hot) / len(hot) / HOUR, 1),
+    }
 
 
 def setup(args: argparse.Namespace, old: Path, work: Path) -> dict[str, Any]:
@@ -249,7 +298,9 @@ def setup(args: argparse.Namespace, old: Path, work: Path) -> dict[str, Any]:
     flows = work / "flows"
     flows.mkdir()
     for name in ("crawl_queue.yaml", "crawl_queue_landmark.yaml"):
-        (flows / name).write_text((ROOT / "flows" / name).read_text().replace("threshold: 3.0", f"threshold: {args.threshold}"))
+        (flows / name).write_text(
+            (ROOT / "flows" / name).read_text().replace("threshold: 3.0", f"threshold: {args.threshold}")
+        )
     shutil.copy(ROOT / "flows" / "crawl_queue.py", flows)
     log("warm-up (untimed): one page through both pipelines in scratch homes")
     corpus = Corpus(web, host=PACKAGE)
@@ -263,8 +314,18 @@ def setup(args: argparse.Namespace, old: Path, work: Path) -> dict[str, Any]:
     clock = Clock()
     policy = Revisits(revisit_min=HOUR, revisit_max=7 * DAY)
     crawler = Crawler(direct, [corpus], max_pages=args.pages, clock=clock, policy=policy)
-    return {"direct": direct, "land": land, "crawler": crawler, "clock": clock, "feeds": [], "seeds": [seed], "web": web,
-            "corpus": corpus, "threshold": args.threshold, "spark": spark}
+    return {
+        "direct": direct,
+        "land": land,
+        "crawler": crawler,
+        "clock": clock,
+        "feeds": [],
+        "seeds": [seed],
+        "web": web,
+        "corpus": corpus,
+        "threshold": args.threshold,
+        "spark": spark,
+    }
 
 
 def everything_due(ctx: dict[str, Any]) -> None:
@@ -277,11 +338,19 @@ def main() -> None:
     ap.add_argument("--old", default="3.11.2-6+deb12u8")
     ap.add_argument("--new", default="3.11.2-6+deb12u9")
     ap.add_argument("--pages", type=int, default=150, help="pages per round of the first crawl")
-    ap.add_argument("--threshold", type=float, default=2.0, help="the queue's threshold (2.0: most of the site gets crawled)")
-    ap.add_argument("--budget", type=int, default=0, help="fetches per hourly round in the freshness runs (default: pages/12)")
+    ap.add_argument(
+        "--threshold", type=float, default=2.0, help="the queue's threshold (2.0: most of the site gets crawled)"
+    )
+    ap.add_argument(
+        "--budget", type=int, default=0, help="fetches per hourly round in the freshness runs (default: pages/12)"
+    )
     ap.add_argument("--hours", type=int, default=72)
     ap.add_argument("--work", default=str(OUT / "recrawl_work"))
-    ap.add_argument("--freshness-only", action="store_true", help="redo only the freshness runs on the site a full run left in --work")
+    ap.add_argument(
+        "--freshness-only",
+        action="store_true",
+        help="redo only the freshness runs on the site a full run left in --work",
+    )
     args = ap.parse_args()
     OUT.mkdir(exist_ok=True)
     work = Path(args.work)
@@ -295,8 +364,10 @@ def main() -> None:
         write(done["rows"], first, fresh, args, budget, done["wall_s"])
         return
     old, new = unpack(args.old), unpack(args.new)
-    log(f"{PACKAGE} {args.old} and {args.new}: {sum(1 for _ in old.rglob('*.html'))} and {sum(1 for _ in new.rglob('*.html'))} HTML files; "
-        f"{sum(1 for a in old.rglob('*.html') if (new / a.relative_to(old)).exists() and not filecmp.cmp(a, new / a.relative_to(old), shallow=False))} differ")
+    log(
+        f"{PACKAGE} {args.old} and {args.new}: {sum(1 for _ in old.rglob('*.html'))} and {sum(1 for _ in new.rglob('*.html'))} HTML files; "
+        f"{sum(1 for a in old.rglob('*.html') if (new / a.relative_to(old)).exists() and not filecmp.cmp(a, new / a.relative_to(old), shallow=False))} differ"
+    )
     ctx = setup(args, old, work)
     rows: list[dict[str, Any]] = []
     t_start = time.perf_counter()
@@ -329,10 +400,11 @@ def main() -> None:
     ctx["spark"].stop()
     live = [u for u, e in ctx["crawler"].state()["pages"].items() if e["status"] == 200]
     budget = args.budget or max(1, len(live) // 12)
-    from cbp.crawl.schedule import Revisits
 
     fixed_iv = len(live) / budget * HOUR
-    log(f"freshness: {len(live)} pages, {budget} fetches per hourly round, {args.hours} hours; fixed interval {fixed_iv / HOUR:.1f} h vs adaptive 1 h .. 7 days")
+    log(
+        f"freshness: {len(live)} pages, {budget} fetches per hourly round, {args.hours} hours; fixed interval {fixed_iv / HOUR:.1f} h vs adaptive 1 h .. 7 days"
+    )
     fresh = freshness_all(ctx["web"], live, budget, args.hours, work)
     write(rows, first, fresh, args, budget, wall)
 
@@ -343,38 +415,97 @@ def freshness_all(web: Path, live: list[str], budget: int, hours: int, work: Pat
     from cbp.crawl.schedule import Revisits
 
     fixed_iv = len(live) / budget * HOUR
-    log(f"freshness: {len(live)} pages, {budget} fetches per hourly round, {hours} hours; fixed {fixed_iv / HOUR:.1f} h, "
-        "fixed 1 h (round robin), adaptive 1 h .. 7 days")
-    fresh = {"fixed": freshness_run(web, live, Revisits(revisit_min=fixed_iv, revisit_max=fixed_iv), budget, hours, work / "fresh-fixed", 11),
-             "round robin": freshness_run(web, live, Revisits(revisit_min=HOUR, revisit_max=HOUR), budget, hours, work / "fresh-rr", 11),
-             "adaptive": freshness_run(web, live, Revisits(revisit_min=HOUR, revisit_max=7 * DAY), budget, hours, work / "fresh-adaptive", 11)}
+    log(
+        f"freshness: {len(live)} pages, {budget} fetches per hourly round, {hours} hours; fixed {fixed_iv / HOUR:.1f} h, "
+        "fixed 1 h (round robin), adaptive 1 h .. 7 days"
+    )
+    fresh = {
+        "fixed": freshness_run(
+            web, live, Revisits(revisit_min=fixed_iv, revisit_max=fixed_iv), budget, hours, work / "fresh-fixed", 11
+        ),
+        "round robin": freshness_run(
+            web, live, Revisits(revisit_min=HOUR, revisit_max=HOUR), budget, hours, work / "fresh-rr", 11
+        ),
+        "adaptive": freshness_run(
+            web, live, Revisits(revisit_min=HOUR, revisit_max=7 * DAY), budget, hours, work / "fresh-adaptive", 11
+        ),
+    }
     for k, v in fresh.items():
-        log(f"freshness {k}: mean {v['mean']} after hour {v['warmup_hours']}, {v['fetches']} fetches, hot pages' interval {v['hot_interval_h']} h")
+        log(
+            f"freshness {k}: mean {v['mean']} after hour {v['warmup_hours']}, {v['fetches']} fetches, hot pages' interval {v['hot_interval_h']} h"
+        )
     return fresh
 
 
-def write(rows: list[dict[str, Any]], first: list[dict[str, Any]], fresh: dict[str, Any], args: argparse.Namespace, budget: int, wall: float) -> None:
-    cols = ("phase", "round", "fetched", "unchanged", "changed", "gone", "back", "links_added", "links_retracted", "epochs",
-            "crawl_s", "direct_s", "cbp_s", "landmark_s", "scratch_s", "pages_now", "equal")
+def write(
+    rows: list[dict[str, Any]],
+    first: list[dict[str, Any]],
+    fresh: dict[str, Any],
+    args: argparse.Namespace,
+    budget: int,
+    wall: float,
+) -> None:
+    cols = (
+        "phase",
+        "round",
+        "fetched",
+        "unchanged",
+        "changed",
+        "gone",
+        "back",
+        "links_added",
+        "links_retracted",
+        "epochs",
+        "crawl_s",
+        "direct_s",
+        "cbp_s",
+        "landmark_s",
+        "scratch_s",
+        "pages_now",
+        "equal",
+    )
     lines = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
     for r in rows:
         lines.append("| " + " | ".join("yes" if r[c] is True else str(r[c]) for c in cols) + " |")
     first_s = sum(r["cbp_s"] for r in first)
     nochange = [r for r in rows if r["phase"] == "no change"]
     ratio = [round(r["cbp_s"] / first_s, 4) for r in nochange]
-    summary = {"first_crawl_cbp_s": round(first_s, 2), "first_crawl_pages": sum(r["fetched"] for r in first),
-               "no_change_cbp_s": [r["cbp_s"] for r in nochange], "no_change_over_first": ratio,
-               **{f"freshness_{k}": v["mean"] for k, v in fresh.items()}, **{f"fetches_{k}": v["fetches"] for k, v in fresh.items()},
-               "budget_per_round": budget}
-    lines += ["", f"Re-crawl rounds that change nothing: {summary['no_change_cbp_s']} s (crawler + cbp) vs {first_s:.1f} s for the rounds "
-                  f"that first fetched those {summary['first_crawl_pages']} pages: {ratio}x (goal <= 0.1x).",
-              f"Freshness over hours {fresh['fixed']['warmup_hours']}..{args.hours} with at most {budget} fetches per hourly round: "
-              + ", ".join(f"{k} {v['mean']} ({v['fetches']} fetches, hot pages' interval {v['hot_interval_h']} h)" for k, v in fresh.items()) + "."]
+    summary = {
+        "first_crawl_cbp_s": round(first_s, 2),
+        "first_crawl_pages": sum(r["fetched"] for r in first),
+        "no_change_cbp_s": [r["cbp_s"] for r in nochange],
+        "no_change_over_first": ratio,
+        **{f"freshness_{k}": v["mean"] for k, v in fresh.items()},
+        **{f"fetches_{k}": v["fetches"] for k, v in fresh.items()},
+        "budget_per_round": budget,
+    }
+    lines += [
+        "",
+        f"Re-crawl rounds that change nothing: {summary['no_change_cbp_s']} s (crawler + cbp) vs {first_s:.1f} s for the rounds "
+        f"that first fetched those {summary['first_crawl_pages']} pages: {ratio}x (goal <= 0.1x).",
+        f"Freshness over hours {fresh['fixed']['warmup_hours']}..{args.hours} with at most {budget} fetches per hourly round: "
+        + ", ".join(
+            f"{k} {v['mean']} ({v['fetches']} fetches, hot pages' interval {v['hot_interval_h']} h)"
+            for k, v in fresh.items()
+        )
+        + ".",
+    ]
     table = "\n".join(lines)
     print(table, flush=True)
     (OUT / "recrawl.md").write_text(table + "\n")
-    (OUT / "recrawl.json").write_text(json.dumps({"rows": rows, "summary": summary, "freshness": fresh, "wall_s": round(wall),
-                                                  "old": args.old, "new": args.new}, indent=1))
+    (OUT / "recrawl.json").write_text(
+        json.dumps(
+            {
+                "rows": rows,
+                "summary": summary,
+                "freshness": fresh,
+                "wall_s": round(wall),
+                "old": args.old,
+                "new": args.new,
+            },
+            indent=1,
+        )
+    )
     plot(rows, fresh)
 
 
@@ -387,15 +518,25 @@ def plot(rows: list[dict[str, Any]], fresh: dict[str, Any]) -> None:
     fig, ax = plt.subplots(1, 2, figsize=(14, 4.5))
     x = list(range(len(rows)))
     w = 0.27
-    for k, (col, label) in enumerate((("cbp_s", "cbp direct (crawler + run)"), ("landmark_s", "landmark (all pages, no state)"),
-                                      ("scratch_s", "from scratch (pandas)"))):
+    for k, (col, label) in enumerate(
+        (
+            ("cbp_s", "cbp direct (crawler + run)"),
+            ("landmark_s", "landmark (all pages, no state)"),
+            ("scratch_s", "from scratch (pandas)"),
+        )
+    ):
         ax[0].bar([v + (k - 1) * w for v in x], [r[col] for r in rows], w, label=label)
     ax[0].set_xticks(x, [f"{r['phase']}\n#{r['round']}" for r in rows], fontsize=7)
     ax[0].set(ylabel="seconds", title="Per round: cbp direct vs landmark vs from scratch (counts checked equal)")
     ax[0].legend(fontsize=8)
     for k, v in fresh.items():
         ax[1].plot(range(1, len(v["series"]) + 1), v["series"], label=f"{k} (mean {v['mean']}, {v['fetches']} fetches)")
-    ax[1].set(xlabel="hour", ylabel="share of pages whose stored version is current", title="Freshness for the same fetch budget", ylim=(0, 1.02))
+    ax[1].set(
+        xlabel="hour",
+        ylabel="share of pages whose stored version is current",
+        title="Freshness for the same fetch budget",
+        ylim=(0, 1.02),
+    )
     ax[1].legend(fontsize=8)
     for a in ax:
         a.grid(alpha=0.3)

@@ -97,13 +97,20 @@ def main() -> None:
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     med = {k: statistics.median(r[k] for r in runs) for k in runs[0]}
-    rows = [("fresh build, 4 partitions (one epoch)", med["build_4"]), ("upgrade 4 -> 8 partitions", med["upgrade_4_to_8"]),
-            ("fresh build, 8 partitions (one epoch)", med["build_8"])]
-    table = [f"| what ({args.keys:,} keys, {src.name}) | seconds |", "|---|---:|"] + [f"| {w} | {s:.1f} |" for w, s in rows]
+    rows = [
+        ("fresh build, 4 partitions (one epoch)", med["build_4"]),
+        ("upgrade 4 -> 8 partitions", med["upgrade_4_to_8"]),
+        ("fresh build, 8 partitions (one epoch)", med["build_8"]),
+    ]
+    table = [f"| what ({args.keys:,} keys, {src.name}) | seconds |", "|---|---:|"] + [
+        f"| {w} | {s:.1f} |" for w, s in rows
+    ]
     print("\n".join(table))
     OUT.mkdir(exist_ok=True)
     (OUT / "repartition.md").write_text("\n".join(table) + "\n")
-    (OUT / "repartition.json").write_text(json.dumps({"keys": args.keys, "translator": src.name, "runs": runs, "median": med}, indent=2))
+    (OUT / "repartition.json").write_text(
+        json.dumps({"keys": args.keys, "translator": src.name, "runs": runs, "median": med}, indent=2)
+    )
     import matplotlib
 
     matplotlib.use("Agg")

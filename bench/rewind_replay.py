@@ -30,7 +30,10 @@ YAML = ROOT / "flows" / "url_count.yaml"
 
 def _feeds(epochs: int, records: int, urls: int) -> list[list[dict[str, str]]]:
     rng = random.Random(1)
-    return [[{"url": f"http://h{rng.randrange(urls) % 97}/p{rng.randrange(urls)}"} for _ in range(records)] for _ in range(epochs)]
+    return [
+        [{"url": f"http://h{rng.randrange(urls) % 97}/p{rng.randrange(urls)}"} for _ in range(records)]
+        for _ in range(epochs)
+    ]
 
 
 def main() -> None:
@@ -51,7 +54,11 @@ def main() -> None:
         for f in feeds:
             p.feed("urls", f)
             p.run()
-        copies = sum(os.path.getsize(os.path.join(d, n)) for d, _, ns in os.walk(os.path.join(base, "_cbp/history/snapshots")) for n in ns)
+        copies = sum(
+            os.path.getsize(os.path.join(d, n))
+            for d, _, ns in os.walk(os.path.join(base, "_cbp/history/snapshots"))
+            for n in ns
+        )
         t0 = time.perf_counter()
         fresh = cbp.load(YAML, str(work / "fresh"), spark=spark)
         for f in feeds:
@@ -72,8 +79,12 @@ def main() -> None:
             t_replay = time.perf_counter() - t0
             assert q.state("url_count") == want, f"replay after rewinding {k} epoch(s) differs from the rebuild"
             rows.append((k, sum(len(e) for e in rep.undone.values()), t_rewind, t_replay, rebuild))
-        print(f"url_count: {a.epochs} epochs of {a.records} records; snapshot copies kept for rewind: {copies / a.epochs:.0f} bytes per epoch")
-        print(f"{'epochs back':>11} {'undone':>6} {'rewind s':>9} {'replay s':>9} {'rewind+replay s':>16} {'rebuild s':>10}")
+        print(
+            f"url_count: {a.epochs} epochs of {a.records} records; snapshot copies kept for rewind: {copies / a.epochs:.0f} bytes per epoch"
+        )
+        print(
+            f"{'epochs back':>11} {'undone':>6} {'rewind s':>9} {'replay s':>9} {'rewind+replay s':>16} {'rebuild s':>10}"
+        )
         for k, n, tr, tp, rb in rows:
             print(f"{k:>11} {n:>6} {tr:>9.2f} {tp:>9.2f} {tr + tp:>16.2f} {rb:>10.2f}")
         import matplotlib

@@ -39,7 +39,7 @@ sys.path.insert(0, str(BENCH))
 
 from cluster import CLUSTER, _cluster_env, _cluster_up, log  # noqa: E402
 
-CHILD = r'''
+CHILD = r"""
 import json, os, sys, time, uuid
 import cbp  # this tree's (first on PYTHONPATH), before the bench's helpers put this checkout on sys.path
 sys.path.insert(0, sys.argv[5])
@@ -59,7 +59,7 @@ for e in range(epochs):
     b = lines(); p.run(); time.sleep(0.3)
     marks.append([a, b, lines()])
 print("RESULT " + json.dumps({"cbp": cbp.__file__, "home": home, "marks": marks}))
-'''
+"""
 
 #: What a request was for, by the first pattern its path matches (the path inside the home).
 KINDS = [
@@ -96,8 +96,14 @@ def requests_between(a: int, b: int) -> list[str]:
 def run_tree(tree: Path, args: argparse.Namespace, env: dict[str, str], work: Path) -> dict[str, Any]:
     env = {**env, "PYTHONPATH": os.pathsep.join([str(tree), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)}
     env.pop("CBP_SPARK_MASTER", None)  # local Spark: the requests do not depend on where tasks run
-    out = subprocess.run([sys.executable, "-c", CHILD, str(args.records), str(args.epochs), str(LOG), str(work), str(BENCH)],
-                         cwd=tree, env=env, capture_output=True, text=True, timeout=args.timeout)
+    out = subprocess.run(
+        [sys.executable, "-c", CHILD, str(args.records), str(args.epochs), str(LOG), str(work), str(BENCH)],
+        cwd=tree,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=args.timeout,
+    )
     line = next((ln for ln in out.stdout.splitlines() if ln.startswith("RESULT ")), None)
     if out.returncode != 0 or line is None:
         raise SystemExit(f"{tree}: exit {out.returncode}\n{out.stderr[-3000:]}")
@@ -108,21 +114,38 @@ def run_tree(tree: Path, args: argparse.Namespace, env: dict[str, str], work: Pa
     for r in runs[1:]:
         kinds.update(kind_of(q) for q in r)
     n = max(1, len(runs) - 1)
-    return {"tree": str(tree), "cbp": res["cbp"], "feed": [len(f) for f in feeds], "run": [len(r) for r in runs],
-            "run_kinds": {k: round(v / n, 1) for k, v in kinds.most_common()}}
+    return {
+        "tree": str(tree),
+        "cbp": res["cbp"],
+        "feed": [len(f) for f in feeds],
+        "run": [len(r) for r in runs],
+        "run_kinds": {k: round(v / n, 1) for k, v in kinds.most_common()},
+    }
 
 
 def report(results: list[dict[str, Any]], args: argparse.Namespace) -> str:
     med = lambda xs: statistics.median(xs[1:] or xs)  # noqa: E731
-    lines = ["# Object-store requests per feed and per run (URLCount, s3:// home on moto)", "",
-             f"- command: `{' '.join([Path(sys.argv[0]).name, *sys.argv[1:]])}`; date {time.strftime('%Y-%m-%dT%H:%M:%S')}",
-             f"- {args.records:,} records per feed, {args.epochs} epochs per tree (medians leave the first out: it creates the tables)", "",
-             "| tree | feed requests | run requests | per run: feed, run |", "|---|---:|---:|---|"]
+    lines = [
+        "# Object-store requests per feed and per run (URLCount, s3:// home on moto)",
+        "",
+        f"- command: `{' '.join([Path(sys.argv[0]).name, *sys.argv[1:]])}`; date {time.strftime('%Y-%m-%dT%H:%M:%S')}",
+        f"- {args.records:,} records per feed, {args.epochs} epochs per tree (medians leave the first out: it creates the tables)",
+        "",
+        "| tree | feed requests | run requests | per run: feed, run |",
+        "|---|---:|---:|---|",
+    ]
     for r in results:
         lines.append(f"| {r['tree']} | {med(r['feed']):.0f} | {med(r['run']):.0f} | {r['feed']}, {r['run']} |")
-    kinds = sorted({k for r in results for k in r["run_kinds"]}, key=lambda k: -max(r["run_kinds"].get(k, 0) for r in results))
-    lines += ["", "Requests of a run by kind (mean over the epochs after the first):", "",
-              "| kind | " + " | ".join(Path(r["tree"]).name or r["tree"] for r in results) + " |", "|---|" + "---:|" * len(results)]
+    kinds = sorted(
+        {k for r in results for k in r["run_kinds"]}, key=lambda k: -max(r["run_kinds"].get(k, 0) for r in results)
+    )
+    lines += [
+        "",
+        "Requests of a run by kind (mean over the epochs after the first):",
+        "",
+        "| kind | " + " | ".join(Path(r["tree"]).name or r["tree"] for r in results) + " |",
+        "|---|" + "---:|" * len(results),
+    ]
     for k in kinds:
         lines.append(f"| {k} | " + " | ".join(f"{r['run_kinds'].get(k, 0):.1f}" for r in results) + " |")
     return "\n".join(lines) + "\n"

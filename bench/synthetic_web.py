@@ -44,7 +44,10 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 OUT = ROOT / "bench" / "out"
-FORMS = {"before": ROOT / "bench" / "crawl_before" / "crawl_queue_before.yaml", "after": ROOT / "flows" / "crawl_queue.yaml"}
+FORMS = {
+    "before": ROOT / "bench" / "crawl_before" / "crawl_queue_before.yaml",
+    "after": ROOT / "flows" / "crawl_queue.yaml",
+}
 STAGES = ("extract_links", "count_links", "merge", "score", "threshold")
 
 
@@ -65,14 +68,14 @@ def zipf_sizes(n_urls: int, n_sites: int, top: float) -> np.ndarray:
     spare = n_urls - n_sites  # every site gets 1, the rest by the law
 
     def first(s: float) -> float:
-        w = ranks ** -s
+        w = ranks**-s
         return 1 + spare * w[0] / w.sum()
 
     lo, hi = 0.0, 8.0
     for _ in range(100):
         mid = (lo + hi) / 2
         lo, hi = (mid, hi) if first(mid) < top * n_urls else (lo, mid)
-    w = ranks ** -hi
+    w = ranks**-hi
     exact = spare * w / w.sum()
     sizes = np.floor(exact).astype(np.int64)
     rest = spare - int(sizes.sum())
@@ -94,9 +97,13 @@ class Web:
 
     def hub_pages(self, a: int, b: int, per_page: int) -> list[dict[str, Any]]:
         """The build's pages linking to URLs ``a .. b-1`` of the web (in site order)."""
-        return [{"url": f"http://hub.example/b{i // per_page}",
-                 "html": "".join(f'<a href="{self.url(j)}">' for j in range(i, min(i + per_page, b)))}
-                for i in range(a, b, per_page)]
+        return [
+            {
+                "url": f"http://hub.example/b{i // per_page}",
+                "html": "".join(f'<a href="{self.url(j)}">' for j in range(i, min(i + per_page, b))),
+            }
+            for i in range(a, b, per_page)
+        ]
 
     def new_pages(self, rng: np.random.Generator, epoch: int, links: int, per_page: int) -> list[dict[str, Any]]:
         """An epoch's new pages: ``links`` links to uniform URLs of the web, half of them moved to a new URL of the site."""
@@ -106,8 +113,13 @@ class Web:
         for n, (i, f) in enumerate(zip(targets.tolist(), fresh.tolist())):
             u = self.url(i)
             urls.append(u.rsplit("/", 1)[0] + f"/n{epoch}-{n}" if f else u)
-        return [{"url": f"http://new.example/e{epoch}-{i // per_page}", "html": "".join(f'<a href="{u}">' for u in urls[i:i + per_page])}
-                for i in range(0, links, per_page)]
+        return [
+            {
+                "url": f"http://new.example/e{epoch}-{i // per_page}",
+                "html": "".join(f'<a href="{u}">' for u in urls[i : i + per_page]),
+            }
+            for i in range(0, links, per_page)
+        ]
 
 
 def queue_records(p: Any, since: int) -> tuple[dict[tuple[str, float], int], int]:
@@ -127,8 +139,12 @@ def run(p: Any) -> dict[str, Any]:
     wall = time.perf_counter() - t0
     by = {r.stage: r for r in reports}
     m = by.get("merge")
-    return {"seconds": wall, "stages": {s: round(by[s].seconds, 3) for s in STAGES if s in by},
-            "merge_rows_read": m.keys_read if m else 0, "candidates": m.outputs.get("candidates", 0) if m else 0}
+    return {
+        "seconds": wall,
+        "stages": {s: round(by[s].seconds, 3) for s in STAGES if s in by},
+        "merge_rows_read": m.keys_read if m else 0,
+        "candidates": m.outputs.get("candidates", 0) if m else 0,
+    }
 
 
 def build(pipes: dict[str, Any], web: Web, chunk: int, per_page: int) -> dict[str, float]:
@@ -138,7 +154,9 @@ def build(pipes: dict[str, Any], web: Web, chunk: int, per_page: int) -> dict[st
         for f, p in pipes.items():
             p.feed("pages", pages)
             took[f] += run(p)["seconds"]
-        log(f"built {min(a + chunk, web.n):,} of {web.n:,} URLs (before {took['before']:.0f}s, after {took['after']:.0f}s so far)")
+        log(
+            f"built {min(a + chunk, web.n):,} of {web.n:,} URLs (before {took['before']:.0f}s, after {took['after']:.0f}s so far)"
+        )
     return took
 
 
@@ -150,7 +168,9 @@ def measure(args: argparse.Namespace, work: Path) -> dict[str, Any]:
     sizes = zipf_sizes(int(10_000_000 * args.scale), int(100_000 * args.scale), args.top)
     web = Web(sizes)
     links = args.links or max(1000, int(10_000 * args.scale))
-    log(f"web: {web.n:,} URLs, {len(sizes):,} sites, largest {int(sizes[0]):,}, median {int(np.median(sizes))}; {links:,} links per epoch")
+    log(
+        f"web: {web.n:,} URLs, {len(sizes):,} sites, largest {int(sizes[0]):,}, median {int(np.median(sizes))}; {links:,} links per epoch"
+    )
     pipes = {f: cbp.load(y, home=str(work / f), mode="direct", spark=spark) for f, y in FORMS.items()}
     built = build(pipes, web, args.chunk, args.per_page)
     seen = {f: queue_records(p, 0)[1] for f, p in pipes.items()}
@@ -160,7 +180,7 @@ def measure(args: argparse.Namespace, work: Path) -> dict[str, Any]:
         pages = web.new_pages(rng, e, links, args.per_page)
         all_pages.append(pages)
         row: dict[str, Any] = {"epoch": e + 1}
-        for f in (("before", "after") if e % 2 == 0 else ("after", "before")):  # alternate who runs first
+        for f in ("before", "after") if e % 2 == 0 else ("after", "before"):  # alternate who runs first
             pipes[f].feed("pages", pages)
             row[f] = run(pipes[f])
         got = {}
@@ -171,26 +191,40 @@ def measure(args: argparse.Namespace, work: Path) -> dict[str, Any]:
             raise SystemExit(f"epoch {e + 1}: crawl_queue differs between before and after, e.g. {diff}")
         row["queue_records"] = len(got["after"])
         epochs.append(row)
-        log(f"epoch {e + 1}: before {row['before']['seconds']:.1f}s (merge {row['before']['stages']['merge']:.1f}s, "
+        log(
+            f"epoch {e + 1}: before {row['before']['seconds']:.1f}s (merge {row['before']['stages']['merge']:.1f}s, "
             f"{row['before']['candidates']:,} candidates), after {row['after']['seconds']:.1f}s (merge {row['after']['stages']['merge']:.1f}s, "
-            f"{row['after']['merge_rows_read']:,} rows read, {row['after']['candidates']:,} candidates); queue records equal ({row['queue_records']:,})")
+            f"{row['after']['merge_rows_read']:,} rows read, {row['after']['candidates']:,} candidates); queue records equal ({row['queue_records']:,})"
+        )
     final = {f: queue_records(p, 0)[0] for f, p in pipes.items()}
     if final["before"] != final["after"]:
         raise SystemExit("the whole crawl_queue differs between before and after")
     checked = None
     if args.reference if args.reference is not None else web.n <= 2_000_000:
         checked = check_reference(web, args, final["after"], all_pages)
-    return {"urls": web.n, "sites": len(sizes), "largest": int(sizes[0]), "median_site": float(np.median(sizes)), "links": links,
-            "build_seconds": built, "epochs": epochs, "queue_size": sum(1 for v in final["after"].values() if v > 0),
-            "reference_checked": checked}
+    return {
+        "urls": web.n,
+        "sites": len(sizes),
+        "largest": int(sizes[0]),
+        "median_site": float(np.median(sizes)),
+        "links": links,
+        "build_seconds": built,
+        "epochs": epochs,
+        "queue_size": sum(1 for v in final["after"].values() if v > 0),
+        "reference_checked": checked,
+    }
 
 
-def check_reference(web: Web, args: argparse.Namespace, queue: dict[tuple[str, float], int], epoch_pages: list[list[dict[str, Any]]]) -> bool:
+def check_reference(
+    web: Web, args: argparse.Namespace, queue: dict[tuple[str, float], int], epoch_pages: list[list[dict[str, Any]]]
+) -> bool:
     """The URLs of the final queue (records summed) are the from-scratch queue over every page fed
     (a record keeps the score of the epoch it was queued in; the scores are compared epoch by epoch, before/after)."""
     from cbp.crawl.reference import queue_from_scratch
 
-    pages = [pg for a in range(0, web.n, args.chunk) for pg in web.hub_pages(a, min(a + args.chunk, web.n), args.per_page)]
+    pages = [
+        pg for a in range(0, web.n, args.chunk) for pg in web.hub_pages(a, min(a + args.chunk, web.n), args.per_page)
+    ]
     pages += [pg for ps in epoch_pages for pg in ps]
     ref = queue_from_scratch(pages)
     got = {u: s for (u, s), n in queue.items() if n > 0}
@@ -214,16 +248,23 @@ def recheck(args: argparse.Namespace, work: Path) -> None:
 
 
 def report(res: dict[str, Any]) -> str:
-    lines = ["| epoch | before (s) | after (s) | before / after | merge before (s) | merge after (s) | candidates before | candidates after "
-             "| merge rows read after | queue records (equal) |", "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    lines = [
+        "| epoch | before (s) | after (s) | before / after | merge before (s) | merge after (s) | candidates before | candidates after "
+        "| merge rows read after | queue records (equal) |",
+        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
     for r in res["epochs"]:
         b, a = r["before"], r["after"]
-        lines.append(f"| {r['epoch']} | {b['seconds']:.1f} | {a['seconds']:.1f} | {b['seconds'] / a['seconds']:.1f}x | {b['stages']['merge']:.1f} "
-                     f"| {a['stages']['merge']:.1f} | {b['candidates']:,} | {a['candidates']:,} | {a['merge_rows_read']:,} | {r['queue_records']:,} |")
+        lines.append(
+            f"| {r['epoch']} | {b['seconds']:.1f} | {a['seconds']:.1f} | {b['seconds'] / a['seconds']:.1f}x | {b['stages']['merge']:.1f} "
+            f"| {a['stages']['merge']:.1f} | {b['candidates']:,} | {a['candidates']:,} | {a['merge_rows_read']:,} | {r['queue_records']:,} |"
+        )
     med = {f: statistics.median(r[f]["seconds"] for r in res["epochs"]) for f in ("before", "after")}
     mm = {f: statistics.median(r[f]["stages"]["merge"] for r in res["epochs"]) for f in ("before", "after")}
-    lines.append(f"| **median** | **{med['before']:.1f}** | **{med['after']:.1f}** | **{med['before'] / med['after']:.1f}x** "
-                 f"| {mm['before']:.1f} | {mm['after']:.1f} | | | | |")
+    lines.append(
+        f"| **median** | **{med['before']:.1f}** | **{med['after']:.1f}** | **{med['before'] / med['after']:.1f}x** "
+        f"| {mm['before']:.1f} | {mm['after']:.1f} | | | | |"
+    )
     return "\n".join(lines)
 
 
@@ -261,11 +302,22 @@ def main() -> None:
     ap.add_argument("--chunk", type=int, default=200_000, help="links per build epoch")
     ap.add_argument("--per-page", type=int, default=200, help="links per page")
     ap.add_argument("--seed", type=int, default=7)
-    ap.add_argument("--reference", action=argparse.BooleanOptionalAction, default=None,
-                    help="check the final queue against the from-scratch queue (default: up to 2M URLs)")
-    ap.add_argument("--workdir", default=None, help="where the two homes go (default: a new directory under bench/out, deleted after)")
-    ap.add_argument("--check-only", action="store_true",
-                    help="check the 'after' home a run left in --workdir against the from-scratch queue (the same arguments as that run)")
+    ap.add_argument(
+        "--reference",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="check the final queue against the from-scratch queue (default: up to 2M URLs)",
+    )
+    ap.add_argument(
+        "--workdir",
+        default=None,
+        help="where the two homes go (default: a new directory under bench/out, deleted after)",
+    )
+    ap.add_argument(
+        "--check-only",
+        action="store_true",
+        help="check the 'after' home a run left in --workdir against the from-scratch queue (the same arguments as that run)",
+    )
     args = ap.parse_args()
     if args.check_only:
         if not args.workdir or not (Path(args.workdir) / "after").is_dir():
@@ -280,13 +332,20 @@ def main() -> None:
     finally:
         if not args.workdir:
             shutil.rmtree(work, ignore_errors=True)
-    res.update(command=" ".join(["bench/synthetic_web.py", *sys.argv[1:]]), wall_seconds=round(time.perf_counter() - t0),
-               date=time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), cores=os.cpu_count(), load=os.getloadavg()[0])
+    res.update(
+        command=" ".join(["bench/synthetic_web.py", *sys.argv[1:]]),
+        wall_seconds=round(time.perf_counter() - t0),
+        date=time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+        cores=os.cpu_count(),
+        load=os.getloadavg()[0],
+    )
     table = report(res)
     print(table)
     (OUT / "synthetic_web.json").write_text(json.dumps(res, indent=1))
-    (OUT / "synthetic_web.md").write_text(f"`{res['command']}` ({res['date']}, local[2], {res['cores']} cores; {res['urls']:,} URLs, "
-                                          f"{res['sites']:,} sites, largest {res['largest']:,}; {res['links']:,} links per epoch)\n\n{table}\n")
+    (OUT / "synthetic_web.md").write_text(
+        f"`{res['command']}` ({res['date']}, local[2], {res['cores']} cores; {res['urls']:,} URLs, "
+        f"{res['sites']:,} sites, largest {res['largest']:,}; {res['links']:,} links per epoch)\n\n{table}\n"
+    )
     plot(res, OUT / "synthetic_web.png")
     log(f"wrote {OUT}/synthetic_web.{{md,json,png}} in {res['wall_seconds']}s")
 

@@ -27,7 +27,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 OUT = ROOT / "bench" / "out"
 
-CHILD = r'''
+CHILD = r"""
 import json, shutil, sys, time
 import cbp
 keys, inc_n, epochs, yaml, home, data = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), sys.argv[4], sys.argv[5], sys.argv[6]
@@ -45,15 +45,33 @@ for _ in range(epochs):
     p.run()
     times.append(time.perf_counter() - t)
 print("RESULT " + json.dumps({"cbp": cbp.__file__, "times": times}))
-'''
+"""
 
 
 def run_tree(tree: Path, args: argparse.Namespace, work: Path) -> list[float]:
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tree), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep)}
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(tree), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep),
+    }
     yaml = tree / args.yaml
-    out = subprocess.run([sys.executable, "-c", CHILD, str(args.keys), str(args.increment), str(args.epochs), str(yaml), str(work / "home"),
-                          str(work / "urls.txt")],
-                         cwd=work, env=env, capture_output=True, text=True, timeout=args.timeout)
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            CHILD,
+            str(args.keys),
+            str(args.increment),
+            str(args.epochs),
+            str(yaml),
+            str(work / "home"),
+            str(work / "urls.txt"),
+        ],
+        cwd=work,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=args.timeout,
+    )
     line = next((ln for ln in out.stdout.splitlines() if ln.startswith("RESULT ")), None)
     if out.returncode != 0 or line is None:
         raise SystemExit(f"{tree}: exit {out.returncode}\n{out.stderr[-3000:]}")
@@ -66,7 +84,9 @@ def run_tree(tree: Path, args: argparse.Namespace, work: Path) -> list[float]:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--trees", required=True, help="comma-separated source trees (checkouts of cbp)")
-    ap.add_argument("--yaml", default="flows/url_count.yaml", help="pipeline, relative to each tree (default flows/url_count.yaml)")
+    ap.add_argument(
+        "--yaml", default="flows/url_count.yaml", help="pipeline, relative to each tree (default flows/url_count.yaml)"
+    )
     ap.add_argument("--keys", type=int, default=1_000_000)
     ap.add_argument("--increment", type=int, default=100_000)
     ap.add_argument("--epochs", type=int, default=6, help="runs of the increment per round; the first is left out")
@@ -83,14 +103,18 @@ def main(argv: list[str] | None = None) -> int:
     print(f"data: {where}")
     with tempfile.TemporaryDirectory(prefix="cbp-tree-ab-") as tmp:
         ids = np.arange(args.keys + args.increment // 2)  # the state's keys, then the increment's new ones
-        (Path(tmp) / "urls.txt").write_text("\n".join(r["url"] for r in Keys(vocab).records(ids)) + "\n", encoding="utf-8")
+        (Path(tmp) / "urls.txt").write_text(
+            "\n".join(r["url"] for r in Keys(vocab).records(ids)) + "\n", encoding="utf-8"
+        )
         for r in range(args.rounds):
             for t in trees:
                 got = run_tree(t, args, Path(tmp))
                 times[str(t)].append(got)
                 print(f"round {r + 1} {t}: " + " ".join(f"{x:.2f}" for x in got), flush=True)
     base = statistics.median(x for rnd in times[str(trees[0])] for x in rnd[1:])
-    print(f"\n{args.yaml}, {args.keys:,} keys, {args.increment:,}-record increment; run() seconds, epochs 2..{args.epochs} of each round\n")
+    print(
+        f"\n{args.yaml}, {args.keys:,} keys, {args.increment:,}-record increment; run() seconds, epochs 2..{args.epochs} of each round\n"
+    )
     print("| tree | median | per round | vs first tree |\n|:---|---:|:---|---:|")
     for t in trees:
         pooled = [x for rnd in times[str(t)] for x in rnd[1:]]
@@ -105,7 +129,10 @@ def main(argv: list[str] | None = None) -> int:
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(7, 4))
-    ax.boxplot([[x for rnd in times[str(t)] for x in rnd[1:]] for t in trees], tick_labels=[Path(t).name or str(t) for t in trees])
+    ax.boxplot(
+        [[x for rnd in times[str(t)] for x in rnd[1:]] for t in trees],
+        tick_labels=[Path(t).name or str(t) for t in trees],
+    )
     ax.set_ylabel("run() seconds per epoch")
     ax.set_title(f"{Path(args.yaml).name}: {args.keys:,} keys, {args.increment:,}-record increments")
     fig.tight_layout()

@@ -36,7 +36,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any
 
 import numpy as np
 
@@ -72,17 +72,27 @@ def load_vocabulary() -> tuple[list[str], str]:
         head, _, rest = cache.read_text(encoding="utf-8").partition("\n")
         urls = [u for u in rest.splitlines() if u] if head == header else []
         if urls:
-            return urls, f"real URLs: {len(urls)} distinct link targets of Debian package {DOC_PACKAGE} (cached {cache.relative_to(ROOT)})"
+            return (
+                urls,
+                f"real URLs: {len(urls)} distinct link targets of Debian package {DOC_PACKAGE} (cached {cache.relative_to(ROOT)})",
+            )
     root = fetch_debian_doc(DOC_PACKAGE, str(DATA))
     urls = sorted({u for page, html in iter_pages(root, DOC_PACKAGE) for u in page_links(page, html)}) if root else []
     if len(urls) >= 100:
         cache.write_text(header + "\n" + "\n".join(urls) + "\n", encoding="utf-8")
-        return urls, f"real URLs: {len(urls)} distinct link targets of Debian package {DOC_PACKAGE} (now cached in {cache.relative_to(ROOT)})"
+        return (
+            urls,
+            f"real URLs: {len(urls)} distinct link targets of Debian package {DOC_PACKAGE} (now cached in {cache.relative_to(ROOT)})",
+        )
     why = "apt-get download failed" if root is None else f"only {len(urls)} URLs found"
     rng = np.random.default_rng(7)
     words = ["news", "docs", "blog", "shop", "wiki", "forum", "api", "static", "user", "item", "tag", "page"]
-    urls = sorted({f"https://www.site{rng.integers(1000)}.example/{rng.choice(words)}/{rng.choice(words)}-{rng.integers(100)}.html"
-                   for _ in range(4000)})
+    urls = sorted(
+        {
+            f"https://www.site{rng.integers(1000)}.example/{rng.choice(words)}/{rng.choice(words)}-{rng.integers(100)}.html"
+            for _ in range(4000)
+        }
+    )
     return urls, f"GENERATED URLs ({len(urls)} synthetic bases): could not get real ones ({why})"
 
 
@@ -100,7 +110,7 @@ class Keys:
 
 
 # ---------------------------------------------------------------------------------- running epochs
-def vec_yaml(work: Path, partitions: Optional[int] = None) -> Path:
+def vec_yaml(work: Path, partitions: int | None = None) -> Path:
     """``flows/url_count_vec.yaml`` under the pipeline name ``url_count``, so that it runs on a copy of
     the state built by ``url_count.yaml`` (a home belongs to one pipeline name); ``partitions``
     replaces the stage's partition count (a larger state wants more, smaller partitions)."""
@@ -108,10 +118,14 @@ def vec_yaml(work: Path, partitions: Optional[int] = None) -> Path:
     d.mkdir(parents=True, exist_ok=True)
     text = YAML_VEC.read_text(encoding="utf-8")
     if "pipeline: url_count_vec" not in text or "    partitions: 4\n" not in text:
-        raise SystemExit("flows/url_count_vec.yaml no longer says 'pipeline: url_count_vec' and 'partitions: 4'; update bench/url_count_bench.py")
+        raise SystemExit(
+            "flows/url_count_vec.yaml no longer says 'pipeline: url_count_vec' and 'partitions: 4'; update bench/url_count_bench.py"
+        )
     if partitions:
         text = text.replace("    partitions: 4\n", f"    partitions: {int(partitions)}\n")
-    (d / "url_count_vec.yaml").write_text(text.replace("pipeline: url_count_vec", "pipeline: url_count"), encoding="utf-8")
+    (d / "url_count_vec.yaml").write_text(
+        text.replace("pipeline: url_count_vec", "pipeline: url_count"), encoding="utf-8"
+    )
     shutil.copy(YAML_VEC.with_suffix(".py"), d / "url_count_vec.py")
     return d / "url_count_vec.yaml"
 
@@ -126,10 +140,21 @@ def run_one(p: Any, records: list[dict[str, str]]) -> dict[str, Any]:
     if len(reports) != 1:
         raise RuntimeError(f"expected one epoch per increment, got {len(reports)}: {[r.line() for r in reports]}")
     r = reports[0]
-    return {"epoch": r.epoch, "seconds": r.seconds, "run_wall": t2 - t1, "feed": t1 - t0, "records_in": r.records_in,
-            "records_out": r.records_out, "keys_read": r.keys_read, "keys_written": r.keys_written, "line": r.line(),
-            "row_groups_read": r.row_groups_read, "cache_hits": r.cache_hits, "cache_lookups": r.cache_lookups,
-            "phases": dict(getattr(r, "phases", {}) or {})}  # task seconds per phase, summed over the stage's tasks
+    return {
+        "epoch": r.epoch,
+        "seconds": r.seconds,
+        "run_wall": t2 - t1,
+        "feed": t1 - t0,
+        "records_in": r.records_in,
+        "records_out": r.records_out,
+        "keys_read": r.keys_read,
+        "keys_written": r.keys_written,
+        "line": r.line(),
+        "row_groups_read": r.row_groups_read,
+        "cache_hits": r.cache_hits,
+        "cache_lookups": r.cache_lookups,
+        "phases": dict(getattr(r, "phases", {}) or {}),
+    }  # task seconds per phase, summed over the stage's tasks
 
 
 def build(p: Any, keys: Keys, start: int, stop: int, chunk: int, log_prefix: str) -> list[dict[str, Any]]:
@@ -140,7 +165,9 @@ def build(p: Any, keys: Keys, start: int, stop: int, chunk: int, log_prefix: str
         m = run_one(p, keys.records(np.arange(a, b)))
         m["keys_after"] = b
         rows.append(m)
-        log(f"{log_prefix} keys {b:>10,}  feed {m['feed']:6.1f}s  epoch {m['seconds']:6.1f}s  run() {m['run_wall']:6.1f}s")
+        log(
+            f"{log_prefix} keys {b:>10,}  feed {m['feed']:6.1f}s  epoch {m['seconds']:6.1f}s  run() {m['run_wall']:6.1f}s"
+        )
     return rows
 
 
@@ -181,8 +208,12 @@ def measure(size: int, build_home: Path, work: Path, keys: Keys, args: argparse.
     for h in homes.values():
         shutil.copytree(build_home, h)
     copy_s = time.perf_counter() - t0
-    pipes = {m: cbp.load(vec_yaml(work) if m == "vectorised" else YAML, home=str(h), mode="direct" if m == "vectorised" else m)
-             for m, h in homes.items()}
+    pipes = {
+        m: cbp.load(
+            vec_yaml(work) if m == "vectorised" else YAML, home=str(h), mode="direct" if m == "vectorised" else m
+        )
+        for m, h in homes.items()
+    }
     n_epochs = {"direct": args.direct_epochs, "blackbox": args.epochs, "vectorised": args.direct_epochs}
     incs = increments(size, args.increment, max(n_epochs.values()) + 1, args.seed)
     runs: dict[str, list[dict[str, Any]]] = {m: [] for m in MODES}
@@ -202,25 +233,42 @@ def measure(size: int, build_home: Path, work: Path, keys: Keys, args: argparse.
                 files = m["state_files"]
                 note = f"  state files {files}{' (compacted)' if m['compacted'] else ''}"
             runs[mode].append(m)
-            log(f"  {size:>10,} keys  {mode:<10} {'warm-up' if j == 0 else f'epoch {j}':<8} {m['seconds']:7.2f}s "
-                f"(run() {m['run_wall']:6.2f}s)  in {m['records_in']}  state read {m['keys_read']}  written {m['keys_written']}{note}")
+            log(
+                f"  {size:>10,} keys  {mode:<10} {'warm-up' if j == 0 else f'epoch {j}':<8} {m['seconds']:7.2f}s "
+                f"(run() {m['run_wall']:6.2f}s)  in {m['records_in']}  state read {m['keys_read']}  written {m['keys_written']}{note}"
+            )
     # the two modes must agree (same state, same increments): compare the last common epoch's output
     common = min(n_epochs.values())
     ep = {mode: rs[common]["epoch"] for mode, rs in runs.items()}
     want = counts_of(pipes["direct"], ep["direct"])
-    agree = want == counts_of(pipes["blackbox"], ep["blackbox"]) and want == counts_of(pipes["vectorised"], ep["vectorised"])
+    agree = want == counts_of(pipes["blackbox"], ep["blackbox"]) and want == counts_of(
+        pipes["vectorised"], ep["vectorised"]
+    )
     if not agree:
         log(f"  WARNING: the modes' outputs differ at {size} keys, measured epoch {common}")
     disk = {m: sum(f.stat().st_size for f in (h / "stages").rglob("*") if f.is_file()) for m, h in homes.items()}
     if not args.keep:
         for h in homes.values():
             shutil.rmtree(h, ignore_errors=True)
-    res: dict[str, Any] = {"size": size, "copy_seconds": copy_s, "outputs_agree": agree, "stage_bytes": disk, "runs": runs}
+    res: dict[str, Any] = {
+        "size": size,
+        "copy_seconds": copy_s,
+        "outputs_agree": agree,
+        "stage_bytes": disk,
+        "runs": runs,
+    }
     for mode, rs in runs.items():
         xs = [r["seconds"] for r in rs if not r["warmup"]]
-        res[mode] = {"median": statistics.median(xs), "mean": statistics.fmean(xs), "min": min(xs), "max": max(xs), "epochs": xs,
-                     "warmup": rs[0]["seconds"], "run_wall_median": statistics.median(r["run_wall"] for r in rs if not r["warmup"]),
-                     "compactions": sum(1 for r in rs if not r["warmup"] and r.get("compacted"))}
+        res[mode] = {
+            "median": statistics.median(xs),
+            "mean": statistics.fmean(xs),
+            "min": min(xs),
+            "max": max(xs),
+            "epochs": xs,
+            "warmup": rs[0]["seconds"],
+            "run_wall_median": statistics.median(r["run_wall"] for r in rs if not r["warmup"]),
+            "compactions": sum(1 for r in rs if not r["warmup"] and r.get("compacted")),
+        }
     return res
 
 
@@ -246,16 +294,27 @@ def phase_lines(results: list[dict[str, Any]]) -> list[str]:
     if not rows:
         return []
     names = list(dict.fromkeys(k for _, med, _ in rows for k in med))
-    out = ["Direct mode, where the time goes (median over non-compacting epochs; task seconds per phase summed over the "
-           "4 tasks, which run 2 at a time, so they add up to about 2x the task part of the epoch):", "",
-           "| state keys | epoch s | " + " | ".join(names) + " |", "|---:|---:|" + "---:|" * len(names)]
+    out = [
+        "Direct mode, where the time goes (median over non-compacting epochs; task seconds per phase summed over the "
+        "4 tasks, which run 2 at a time, so they add up to about 2x the task part of the epoch):",
+        "",
+        "| state keys | epoch s | " + " | ".join(names) + " |",
+        "|---:|---:|" + "---:|" * len(names),
+    ]
     for size, med, ep in rows:
         out.append(f"| {fmt_keys(size)} | {ep:.2f} | " + " | ".join(f"{med.get(k, 0.0):.2f}" for k in names) + " |")
     return out + [""]
 
 
-def report(results: list[dict[str, Any]], builds: list[dict[str, Any]], args: argparse.Namespace, source: str,
-           command: str, total_s: float, spark_s: float) -> str:
+def report(
+    results: list[dict[str, Any]],
+    builds: list[dict[str, Any]],
+    args: argparse.Namespace,
+    source: str,
+    command: str,
+    total_s: float,
+    spark_s: float,
+) -> str:
     base = results[0]
     d0, b0 = base["direct"]["median"], base["blackbox"]["median"]
     lines = [
@@ -311,10 +370,16 @@ def report(results: list[dict[str, Any]], builds: list[dict[str, Any]], args: ar
     for b in builds:
         total = sum(x["feed"] + x["run_wall"] for x in b["rows"])
         cum += total
-        lines.append(f"| {fmt_keys(b['size'])} | {len(b['rows'])} | {sum(x['feed'] for x in b['rows']):.0f} | "
-                     f"{sum(x['seconds'] for x in b['rows']):.0f} | {sum(x['run_wall'] for x in b['rows']):.0f} | {cum:.0f} | "
-                     f"{b['size'] / cum:,.0f} |")
-    lines += ["", f"Total benchmark time: {total_s / 60:.1f} min (Spark session start {spark_s:.0f}s, not in the build times).", ""]
+        lines.append(
+            f"| {fmt_keys(b['size'])} | {len(b['rows'])} | {sum(x['feed'] for x in b['rows']):.0f} | "
+            f"{sum(x['seconds'] for x in b['rows']):.0f} | {sum(x['run_wall'] for x in b['rows']):.0f} | {cum:.0f} | "
+            f"{b['size'] / cum:,.0f} |"
+        )
+    lines += [
+        "",
+        f"Total benchmark time: {total_s / 60:.1f} min (Spark session start {spark_s:.0f}s, not in the build times).",
+        "",
+    ]
     return "\n".join(lines)
 
 
@@ -326,8 +391,11 @@ def plot(results: list[dict[str, Any]], args: argparse.Namespace, path: Path, so
 
     xs = [r["size"] for r in results]
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 4.2))
-    styles = {"direct": ("tab:blue", "o", "direct"), "blackbox": ("tab:red", "s", "black-box"),
-              "vectorised": ("tab:green", "^", "direct, vectorised translate")}
+    styles = {
+        "direct": ("tab:blue", "o", "direct"),
+        "blackbox": ("tab:red", "s", "black-box"),
+        "vectorised": ("tab:green", "^", "direct, vectorised translate"),
+    }
     for mode, (color, marker, label) in styles.items():
         med = np.array([r[mode]["median"] for r in results])
         lo = med - np.array([r[mode]["min"] for r in results])
@@ -353,7 +421,10 @@ def plot(results: list[dict[str, Any]], args: argparse.Namespace, path: Path, so
     ax2.set_yscale("log")
     ax2.set_ylabel(f"epoch time / time at {fmt_keys(xs[0])}")
     ax2.set_title("growth with the state")
-    fig.suptitle(f"cbp direct vs black-box ({os.cpu_count()} cores; {'real' if source_is_real else 'GENERATED'} URLs)", fontsize=10)
+    fig.suptitle(
+        f"cbp direct vs black-box ({os.cpu_count()} cores; {'real' if source_is_real else 'GENERATED'} URLs)",
+        fontsize=10,
+    )
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
@@ -377,19 +448,33 @@ def _version(pkg: str) -> str:
 
 # ---------------------------------------------------------------------------------- main
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--sizes", default=None, help="state sizes in keys, comma-separated (default 1000000,3000000,10000000)")
+    ap = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    ap.add_argument(
+        "--sizes", default=None, help="state sizes in keys, comma-separated (default 1000000,3000000,10000000)"
+    )
     ap.add_argument("--increment", type=int, default=None, help="records per measured epoch (default 100000)")
     ap.add_argument("--epochs", type=int, default=3, help="measured epochs per mode and size (default 3)")
-    ap.add_argument("--direct-epochs", type=int, default=8,
-                    help="measured epochs of direct mode (cheap; default 8, so that one compaction falls in them)")
+    ap.add_argument(
+        "--direct-epochs",
+        type=int,
+        default=8,
+        help="measured epochs of direct mode (cheap; default 8, so that one compaction falls in them)",
+    )
     ap.add_argument("--chunk", type=int, default=None, help="new keys per epoch while building state (default 1000000)")
     ap.add_argument("--seed", type=int, default=42)
     ap.add_argument("--quick", action="store_true", help="smoke run: 20k,60k,200k keys, 5k increment, 50k chunks")
-    ap.add_argument("--workdir", default=None, help="where the temporary homes go (default: a new dir under bench/out/)")
-    ap.add_argument("--cache-mb", type=float, default=4096,
-                    help="CBP_STATE_CACHE_MB: decoded state files each Spark Python worker keeps (default 4096, "
-                         "enough for 10M URL keys on 2 workers)")
+    ap.add_argument(
+        "--workdir", default=None, help="where the temporary homes go (default: a new dir under bench/out/)"
+    )
+    ap.add_argument(
+        "--cache-mb",
+        type=float,
+        default=4096,
+        help="CBP_STATE_CACHE_MB: decoded state files each Spark Python worker keeps (default 4096, "
+        "enough for 10M URL keys on 2 workers)",
+    )
     ap.add_argument("--keep", action="store_true", help="keep the temporary homes")
     args = ap.parse_args(argv)
     if args.quick:
@@ -402,8 +487,13 @@ def main(argv: list[str] | None = None) -> int:
     args.direct_epochs = max(args.direct_epochs, args.epochs)
     if args.epochs < 1 or args.increment < 2 or args.chunk < 1 or args.sizes[0] < 1:
         ap.error("--epochs, --increment, --chunk and --sizes must be positive")
-    command = " ".join([".venv/bin/python", os.path.relpath(sys.argv[0], ROOT) if argv is None else "bench/url_count_bench.py",
-                        *(sys.argv[1:] if argv is None else argv)])
+    command = " ".join(
+        [
+            ".venv/bin/python",
+            os.path.relpath(sys.argv[0], ROOT) if argv is None else "bench/url_count_bench.py",
+            *(sys.argv[1:] if argv is None else argv),
+        ]
+    )
 
     t_start = time.perf_counter()
     OUT.mkdir(parents=True, exist_ok=True)
@@ -437,8 +527,10 @@ def main(argv: list[str] | None = None) -> int:
             log(f"state of {size:,} keys built in {builds[-1]['seconds']:.0f}s (this step); measuring ...")
             results.append(measure(size, build_home, work, keys, args))
             r = results[-1]
-            log(f"{size:>10,} keys: direct {r['direct']['median']:.2f}s  black-box {r['blackbox']['median']:.2f}s  "
-                f"(ratio {r['blackbox']['median'] / r['direct']['median']:.1f}x)")
+            log(
+                f"{size:>10,} keys: direct {r['direct']['median']:.2f}s  black-box {r['blackbox']['median']:.2f}s  "
+                f"(ratio {r['blackbox']['median'] / r['direct']['median']:.1f}x)"
+            )
     finally:
         if not args.keep:
             shutil.rmtree(work, ignore_errors=True)
@@ -446,8 +538,13 @@ def main(argv: list[str] | None = None) -> int:
     total = time.perf_counter() - t_start
     md = report(results, builds, args, source, command, total, spark_s)
     (OUT / "url_count.md").write_text(md, encoding="utf-8")
-    (OUT / "url_count.json").write_text(json.dumps({"args": vars(args), "source": source, "builds": builds, "results": results,
-                                                    "total_seconds": total}, indent=1), encoding="utf-8")
+    (OUT / "url_count.json").write_text(
+        json.dumps(
+            {"args": vars(args), "source": source, "builds": builds, "results": results, "total_seconds": total},
+            indent=1,
+        ),
+        encoding="utf-8",
+    )
     plot(results, args, OUT / "url_count.png", source.startswith("real"))
     print()
     print(md)

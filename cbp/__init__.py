@@ -15,19 +15,47 @@ __version__ = "0.1.0"  # before the imports: cbp.storage writes it into Delta co
 
 from .controller import EpochRecord, EpochReport, SyncReport
 from .controller.feeds import DuplicateFeedWarning
-from .controller.rewind import RewindReport
 from .controller.plan import Change, Plan
-from .engine.driver.progress import Progress
+from .controller.rewind import RewindReport
 from .crawl.crawler import Corpus, Crawler, CrawlRound
 from .crawl.schedule import Revisits
+from .engine.driver.progress import Progress
 from .errors import BusyError, CbpError, InputError, RuntimeStateError, SpecError, UsageError, UserCodeError
 from .model import ALL, Broadcast, Emitter, Multicast, Writer, broadcast, multicast, runnable_all, runnable_any
 from .pipeline import Pipeline, load
 from .spec import PipelineSpec, load_spec
 
 __all__ = [
-    "load", "Pipeline", "load_spec", "PipelineSpec", "EpochReport", "EpochRecord", "Plan", "Change", "Progress", "SyncReport", "Crawler", "Corpus", "CrawlRound", "Revisits",
-    "Emitter", "Writer", "runnable_all", "runnable_any", "ALL", "broadcast", "multicast", "Broadcast", "Multicast",
-    "RewindReport", "DuplicateFeedWarning",
-    "CbpError", "SpecError", "InputError", "UsageError", "UserCodeError", "RuntimeStateError", "BusyError",
+    "load",
+    "Pipeline",
+    "load_spec",
+    "PipelineSpec",
+    "EpochReport",
+    "EpochRecord",
+    "Plan",
+    "Change",
+    "Progress",
+    "SyncReport",
+    "Crawler",
+    "Corpus",
+    "CrawlRound",
+    "Revisits",
+    "Emitter",
+    "Writer",
+    "runnable_all",
+    "runnable_any",
+    "ALL",
+    "broadcast",
+    "multicast",
+    "Broadcast",
+    "Multicast",
+    "RewindReport",
+    "DuplicateFeedWarning",
+    "CbpError",
+    "SpecError",
+    "InputError",
+    "UsageError",
+    "UserCodeError",
+    "RuntimeStateError",
+    "BusyError",
 ]

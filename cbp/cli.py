@@ -17,11 +17,12 @@ import json
 import logging
 import sys
 import time
-from typing import Any, Optional, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 from . import commands
-from .commands import _terminal as terminal
 from .commands import _follow
+from .commands import _terminal as terminal
 from .errors import BusyError, CbpError, InputError, RuntimeStateError, SpecError, UsageError, UserCodeError, printable
 from .spec import MAX_TIMEOUT
 
@@ -38,13 +39,18 @@ def exit_code(error: type[CbpError]) -> int:
 
 
 def _parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(prog="cbp", description="Continuous bulk processing on Apache Spark with Delta Lake state.")
+    ap = argparse.ArgumentParser(
+        prog="cbp", description="Continuous bulk processing on Apache Spark with Delta Lake state."
+    )
     sub = ap.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     def with_home(p: argparse.ArgumentParser) -> None:
         p.add_argument("flow_yaml", metavar="FLOW.yaml", help="the pipeline file")
-        p.add_argument("--home", help="where the pipeline keeps its state (default: state/<pipeline name> in the project, "
-                       "the directory holding the YAML's flows/ directory, else the YAML's own directory)")
+        p.add_argument(
+            "--home",
+            help="where the pipeline keeps its state (default: state/<pipeline name> in the project, "
+            "the directory holding the YAML's flows/ directory, else the YAML's own directory)",
+        )
 
     p = sub.add_parser("validate", help="check a pipeline YAML without running anything")
     p.add_argument("flow_yaml", metavar="FLOW.yaml", help="the pipeline file")
@@ -53,23 +59,43 @@ def _parser() -> argparse.ArgumentParser:
     p = sub.add_parser("feed", help="land one increment (JSON lines or Parquet) on an external input flow")
     with_home(p)
     p.add_argument("input_flow", metavar="INPUT_FLOW", help="an external flow of the pipeline (external: true)")
-    p.add_argument("file", metavar="FILE", nargs="?",
-                   help="JSON lines, one object per line ('-' for stdin), or a Parquet file (*.parquet); optional with --close")
+    p.add_argument(
+        "file",
+        metavar="FILE",
+        nargs="?",
+        help="JSON lines, one object per line ('-' for stdin), or a Parquet file (*.parquet); optional with --close",
+    )
     p.add_argument("--close", action="store_true", help="close the flow's open frame: its increment becomes complete")
-    p.add_argument("--id", dest="feed_id", help="an id for this feed (e.g. the file's name): a feed with an id already landed lands nothing")
-    p.add_argument("--force", action="store_true",
-                   help="land a feed with --id even if its records equal a pending feed landed without an id")
+    p.add_argument(
+        "--id",
+        dest="feed_id",
+        help="an id for this feed (e.g. the file's name): a feed with an id already landed lands nothing",
+    )
+    p.add_argument(
+        "--force",
+        action="store_true",
+        help="land a feed with --id even if its records equal a pending feed landed without an id",
+    )
 
     p = sub.add_parser("run", help="run stage epochs until no stage is runnable")
     with_home(p)
     p.add_argument("--max-epochs", type=_positive, default=None, help="stop after this many stage epochs")
     p.add_argument("--mode", choices=["direct", "blackbox"], help="override the pipeline's execution mode")
     p.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
-    p.add_argument("--epoch-timeout", type=_seconds, default=None, metavar="SECONDS",
-                   help="cancel a stage epoch that runs longer than this (exit 4, nothing committed); a stage's YAML 'timeout' applies too")
+    p.add_argument(
+        "--epoch-timeout",
+        type=_seconds,
+        default=None,
+        metavar="SECONDS",
+        help="cancel a stage epoch that runs longer than this (exit 4, nothing committed); a stage's YAML 'timeout' applies too",
+    )
     p.add_argument("--upgrade", action="store_true", help="apply the plan of a changed YAML first (as 'cbp upgrade')")
-    p.add_argument("--no-sync", dest="sync", action="store_false",
-                   help="do not sync source flows (source: {delta: URI}) first: run on what 'cbp sync' landed already")
+    p.add_argument(
+        "--no-sync",
+        dest="sync",
+        action="store_false",
+        help="do not sync source flows (source: {delta: URI}) first: run on what 'cbp sync' landed already",
+    )
     _follow.add_arguments(p)  # --follow, --min-interval, ...: continuous mode
 
     p = sub.add_parser("state", help="print a stage's state records as JSON lines")
@@ -80,14 +106,30 @@ def _parser() -> argparse.ArgumentParser:
     p = sub.add_parser("output", help="print a flow's records as JSON lines")
     with_home(p)
     p.add_argument("flow", metavar="FLOW", help="any flow of the pipeline (external or a stage's output)")
-    p.add_argument("--epoch", type=int, help="only the records its producing stage wrote in that epoch (for an external flow: the Nth feed)")
-    p.add_argument("--consolidated", action="store_true", help="the flow's contents as of --epoch (default: all): each record once, _diff summed, zeros dropped")
+    p.add_argument(
+        "--epoch",
+        type=int,
+        help="only the records its producing stage wrote in that epoch (for an external flow: the Nth feed)",
+    )
+    p.add_argument(
+        "--consolidated",
+        action="store_true",
+        help="the flow's contents as of --epoch (default: all): each record once, _diff summed, zeros dropped",
+    )
 
-    p = sub.add_parser("sql", help="run a Spark SQL query (Spark's Delta connector) over the stages' state and the flows")
+    p = sub.add_parser(
+        "sql", help="run a Spark SQL query (Spark's Delta connector) over the stages' state and the flows"
+    )
     with_home(p)
-    p.add_argument("query", metavar="SQL", help="a query; stages (their state) and flows (their records) are views by name")
-    p.add_argument("--epoch", metavar="N|STAGE=N", help="stages' state after their epoch N (Delta time travel); "
-                   "flows they produce: what that epoch wrote. STAGE=N (comma-separated) pins single stages")
+    p.add_argument(
+        "query", metavar="SQL", help="a query; stages (their state) and flows (their records) are views by name"
+    )
+    p.add_argument(
+        "--epoch",
+        metavar="N|STAGE=N",
+        help="stages' state after their epoch N (Delta time travel); "
+        "flows they produce: what that epoch wrote. STAGE=N (comma-separated) pins single stages",
+    )
     p.add_argument("--format", choices=["jsonl", "table"], default="jsonl", help="JSON lines (default) or a text table")
 
     p = sub.add_parser("status", help="stages, epochs run, pending increments per connector")
@@ -95,7 +137,9 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="print the status as JSON")
     for mod in commands.modules():
         mod.add_parser(sub, with_home)
-    ap.add_argument("--verbose", action="store_true", help="show Spark's and the JVM's own lines on stderr (hidden by default)")
+    ap.add_argument(
+        "--verbose", action="store_true", help="show Spark's and the JVM's own lines on stderr (hidden by default)"
+    )
     for p in sub.choices.values():  # also after the command: cbp run X.yaml --verbose
         p.add_argument("--verbose", action="store_true", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
     return ap
@@ -109,7 +153,9 @@ def _seconds(text: str) -> float:
     if not n > 0 or n == float("inf"):
         raise argparse.ArgumentTypeError(f"must be more than 0 seconds, got {text}")
     if n > MAX_TIMEOUT:
-        raise argparse.ArgumentTypeError(f"must be at most {MAX_TIMEOUT} seconds (a week, as a stage's 'timeout:'), got {text}")
+        raise argparse.ArgumentTypeError(
+            f"must be at most {MAX_TIMEOUT} seconds (a week, as a stage's 'timeout:'), got {text}"
+        )
     return n
 
 
@@ -120,7 +166,7 @@ def _positive(text: str) -> int:
     return n
 
 
-def main(argv: Optional[Sequence[str]] = None) -> int:
+def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``cbp`` console script; returns the exit code."""
     args = _parser().parse_args(argv)
     terminal.setup(args.verbose)
@@ -170,12 +216,15 @@ def _dispatch(args: argparse.Namespace) -> int:
         from .spec.signing import unsigned_readers
 
         spec = load_spec(args.flow_yaml)
-        print(f"{args.flow_yaml}: pipeline '{spec.name}' is valid: {len(spec.flows)} flows, {len(spec.stages)} stages "
-              f"({', '.join(spec.order)}); external inputs: {', '.join(spec.external_flows) or 'none'}")
+        print(
+            f"{args.flow_yaml}: pipeline '{spec.name}' is valid: {len(spec.flows)} flows, {len(spec.stages)} stages "
+            f"({', '.join(spec.order)}); external inputs: {', '.join(spec.external_flows) or 'none'}"
+        )
         for d in [*dead_ends(spec), *unsigned_readers(spec)]:
             print(f"cbp validate: warning [{d.code}]: {d.message}", file=sys.stderr)
         from .commands.plan import show
         from .pipeline import Pipeline
+
         return show(Pipeline(args.flow_yaml, args.home).plan(), "validate") if args.home else 0
 
     from .pipeline import Pipeline
@@ -191,17 +240,22 @@ def _dispatch(args: argparse.Namespace) -> int:
             src = "/dev/stdin" if args.file == "-" else args.file
             landed = pipe.feed(args.input_flow, src, close=args.close, feed_id=args.feed_id, force=args.force)
         # the feed's number is what 'cbp output FLOW --epoch N' takes; an empty feed has one too
-        what = (f"already landed (--id {args.feed_id}), nothing new" if landed.repeated
-                else f"{landed.records} record(s)")
+        what = (
+            f"already landed (--id {args.feed_id}), nothing new" if landed.repeated else f"{landed.records} record(s)"
+        )
         incs = f"increment(s) {', '.join(map(str, landed))}" if landed else "no increment"
-        print(f"landed on '{args.input_flow}' as feed {landed.feed} (output --epoch {landed.feed}): {what}, {incs}"
-              f"{' (closed)' if args.close else ''}")
+        print(
+            f"landed on '{args.input_flow}' as feed {landed.feed} (output --epoch {landed.feed}): {what}, {incs}"
+            f"{' (closed)' if args.close else ''}"
+        )
         return 0
     if args.command == "run":
         return _follow.run(pipe, args, _run)
     if pipe.is_new:
-        print(f"cbp {args.command}: note: nothing has been fed or run in {pipe.home.location} yet; "
-              "is --home right?", file=sys.stderr)
+        print(
+            f"cbp {args.command}: note: nothing has been fed or run in {pipe.home.location} yet; is --home right?",
+            file=sys.stderr,
+        )
     if args.command == "state":
         for rec in pipe.state(args.stage, args.epoch):
             print(json_line(rec))
@@ -223,16 +277,25 @@ def _dispatch(args: argparse.Namespace) -> int:
             print(f"  a cbp run is working on this home: pid {r.get('pid')} on {r.get('host')} ({r.get('command')})")
         for it in st["interrupted"]:
             verb = "under way" if st["runner"] else "interrupted"
-            head = f"{verb} commit of {it['what']}" if it["kind"] == "commit" else f"{verb}: stage '{it['stage']}' epoch {it['epoch']}"
+            head = (
+                f"{verb} commit of {it['what']}"
+                if it["kind"] == "commit"
+                else f"{verb}: stage '{it['stage']}' epoch {it['epoch']}"
+            )
             print(f"  {head}; {it['recovery']}")
         for name, s in st["stages"].items():
             print(f"  stage {name:<16} epochs {s['epochs']:>5}  runnable {s['runnable']}")
             for flow, c in s["connectors"].items():
-                print(f"    <- {flow:<16} pending increments {c['pending']:>4} (complete {c['complete']}, records {c['records']})")
+                print(
+                    f"    <- {flow:<16} pending increments {c['pending']:>4} (complete {c['complete']}, records {c['records']})"
+                )
         from .controller.codehash import status_lines
+
         for line in status_lines(st):
             print(line)
-        commands.history.print_status(st, args.flow_yaml)  # the last run's epochs; pending feeds that repeat earlier ones
+        commands.history.print_status(
+            st, args.flow_yaml
+        )  # the last run's epochs; pending feeds that repeat earlier ones
         return 0
     raise AssertionError(args.command)
 
@@ -254,11 +317,27 @@ def _run(pipe: Any, args: argparse.Namespace) -> int:
             display.done(rep.stage, rep.epoch)
         print(rep.line(), flush=True)
 
-    command = "cbp " + " ".join(sys.argv[1:]) if sys.argv and sys.argv[0].endswith("cbp") else f"cbp run {args.flow_yaml}"
-    reports = pipe.run(args.max_epochs, on_epoch=done, on_start=start, command=command, epoch_timeout=args.epoch_timeout,
-                       upgrade=args.upgrade, progress=display.progress if display is not None else None, sync=args.sync)
-    print(f"{len(reports)} stage epoch(s) in {time.perf_counter() - t0:.1f}s; "
-          + ("quiescent: no stage is runnable" if args.max_epochs is None or len(reports) < args.max_epochs else f"stopped at --max-epochs {args.max_epochs}"))
+    command = (
+        "cbp " + " ".join(sys.argv[1:]) if sys.argv and sys.argv[0].endswith("cbp") else f"cbp run {args.flow_yaml}"
+    )
+    reports = pipe.run(
+        args.max_epochs,
+        on_epoch=done,
+        on_start=start,
+        command=command,
+        epoch_timeout=args.epoch_timeout,
+        upgrade=args.upgrade,
+        progress=display.progress if display is not None else None,
+        sync=args.sync,
+    )
+    print(
+        f"{len(reports)} stage epoch(s) in {time.perf_counter() - t0:.1f}s; "
+        + (
+            "quiescent: no stage is runnable"
+            if args.max_epochs is None or len(reports) < args.max_epochs
+            else f"stopped at --max-epochs {args.max_epochs}"
+        )
+    )
     if not reports:
         for stage, why in pipe.idle_reasons().items():
             print(f"  stage '{stage}' did not run: {why}")
@@ -266,13 +345,13 @@ def _run(pipe: Any, args: argparse.Namespace) -> int:
 
 
 def _sql(pipe: Any, args: argparse.Namespace) -> int:
-    from .sql import sql_error
-
     from .engine.driver.session import get_spark
+    from .sql import sql_error
 
     # py4j and pyspark's SQLQueryContextLogger would log a failed query as a traceback; cbp reports it (main)
     for name in ("", "SQLQueryContextLogger"):
         logging.getLogger(name).setLevel(logging.CRITICAL)
+
     # this process runs no stage epoch, so Spark may coalesce the shuffles of the query (AQE) as usual
     # (and no SQL on files by path: the query reads the pipeline's views, see cbp.sql._check_read_only)
     def session() -> Any:  # started only for a statement cbp's own check let through (cbp.sqlcheck)

@@ -46,8 +46,9 @@ class SpecError(CbpError):
 
     code = "spec"
 
-    def __init__(self, path: str, message: str, *, code: str | None = None,
-                 problems: list[tuple[str, str]] | None = None) -> None:
+    def __init__(
+        self, path: str, message: str, *, code: str | None = None, problems: list[tuple[str, str]] | None = None
+    ) -> None:
         self.path = path
         super().__init__(f"{path}: {message}", code=code)
         self.problems: list[tuple[str, str]] = problems or [(self.code, str(self))]
@@ -81,8 +82,17 @@ class UserCodeError(CbpError):
 
     code = "user-code"
 
-    def __init__(self, message: str, *, code: str | None = None, stage: str | None = None, epoch: int | None = None,
-                 key: Any = None, exc_type: str | None = None, location: str | None = None) -> None:
+    def __init__(
+        self,
+        message: str,
+        *,
+        code: str | None = None,
+        stage: str | None = None,
+        epoch: int | None = None,
+        key: Any = None,
+        exc_type: str | None = None,
+        location: str | None = None,
+    ) -> None:
         super().__init__(message, code=code)
         self.stage, self.epoch, self.key = stage, epoch, key
         self.exc_type, self.location = exc_type, location
@@ -97,8 +107,16 @@ class RuntimeStateError(CbpError):
 
     code = "runtime"
 
-    def __init__(self, message: str, *, code: str | None = None, path: str | None = None, errno: int | None = None,
-                 stage: str | None = None, epoch: int | None = None) -> None:
+    def __init__(
+        self,
+        message: str,
+        *,
+        code: str | None = None,
+        path: str | None = None,
+        errno: int | None = None,
+        stage: str | None = None,
+        epoch: int | None = None,
+    ) -> None:
         super().__init__(message, code=code)
         self.path, self.errno, self.stage, self.epoch = path, errno, stage, epoch
 
@@ -117,4 +135,7 @@ def printable(text: str) -> str:
         >>> print(printable("stage 'a\x1b[2Jb'\n"))
         stage 'a\x1b[2Jb'\n
     """
-    return "".join(c if c.isprintable() or c == " " else c.encode("unicode_escape", "backslashreplace").decode("ascii") for c in text)
+    return "".join(
+        c if c.isprintable() or c == " " else c.encode("unicode_escape", "backslashreplace").decode("ascii")
+        for c in text
+    )

@@ -22,19 +22,18 @@ from __future__ import annotations
 import os
 import signal
 from collections import Counter
-from typing import Optional
 
 __all__ = ["point", "task_point", "current"]
 
 _HITS: Counter[str] = Counter()
 
 
-def current() -> Optional[str]:
+def current() -> str | None:
     """The fault set for this process (``CBP_FAULT``), if any; stage epochs pass it to their tasks."""
     return os.environ.get("CBP_FAULT") or None
 
 
-def _parse(spec: Optional[str]) -> Optional[tuple[str, str, str]]:
+def _parse(spec: str | None) -> tuple[str, str, str] | None:
     if not spec:
         return None
     kind, _, rest = spec.partition(":")
@@ -52,7 +51,7 @@ def point(name: str) -> None:
         os.kill(os.getpid(), signal.SIGKILL)
 
 
-def task_point(spec: Optional[str], name: str, driver_pid: int) -> None:
+def task_point(spec: str | None, name: str, driver_pid: int) -> None:
     """A moment inside a Spark task (``task-exit`` and ``kill-driver`` faults)."""
     f = _parse(spec)
     if f is None or f[1] != name:

@@ -34,8 +34,9 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable, Optional, Sequence, Union
+from typing import TYPE_CHECKING, Any, Union
 
 from .errors import UsageError
 from .storage.layout import LAYOUT
@@ -44,7 +45,17 @@ if TYPE_CHECKING:
     from .controller import EpochReport
     from .pipeline import Pipeline
 
-__all__ = ["follow", "Follower", "FollowSummary", "Source", "sync_hook", "stopper", "POLL_LOCAL", "POLL_OBJECT_STORE", "RECHECK"]
+__all__ = [
+    "follow",
+    "Follower",
+    "FollowSummary",
+    "Source",
+    "sync_hook",
+    "stopper",
+    "POLL_LOCAL",
+    "POLL_OBJECT_STORE",
+    "RECHECK",
+]
 
 POLL_LOCAL = 0.05  # seconds between looks for new input on a local home (a stat per look)
 POLL_OBJECT_STORE = 1.0  # on an object store: one HEAD request per look (about 86,400 a day)
@@ -75,10 +86,10 @@ class FollowSummary:
 def stopper(stop: Stop) -> Callable[[], bool]:
     """``stop`` as a function that says whether to stop.
 
-        >>> ev = threading.Event(); s = stopper(ev); s(), ev.set(), s()
-        (False, None, True)
-        >>> stopper(None)()
-        False
+    >>> ev = threading.Event(); s = stopper(ev); s(), ev.set(), s()
+    (False, None, True)
+    >>> stopper(None)()
+    False
     """
     if stop is None:
         return lambda: False
@@ -86,10 +97,13 @@ def stopper(stop: Stop) -> Callable[[], bool]:
         return stop.is_set
     if callable(stop):
         return lambda: bool(stop())
-    raise UsageError(f"stop must be a threading.Event or a function returning True to stop, not {type(stop).__name__}", code="bad-option")
+    raise UsageError(
+        f"stop must be a threading.Event or a function returning True to stop, not {type(stop).__name__}",
+        code="bad-option",
+    )
 
 
-def sync_hook(pipe: Any, every: float = SYNC_EVERY) -> Optional[Source]:
+def sync_hook(pipe: Any, every: float = SYNC_EVERY) -> Source | None:
     """A :data:`Source` that calls ``pipe.sync()`` (which lands a Delta source's new versions as
     feeds) at most every ``every`` seconds, if the pipeline has ``sync`` and a flow with a
     ``source`` (``source: {delta: URI}``); None otherwise. Works whether or not the pipeline's
@@ -116,13 +130,26 @@ def sync_hook(pipe: Any, every: float = SYNC_EVERY) -> Optional[Source]:
 class Follower:
     """Runs a pipeline whenever an increment lands (see the module docstring); :meth:`run` until stopped."""
 
-    def __init__(self, pipe: "Pipeline", *, min_interval: float = 0.0, stop: Stop = None, poll: Optional[float] = None,
-                 sources: Sequence[Source] = (), recheck: float = RECHECK, command: str = "cbp.Pipeline.follow()",
-                 epoch_timeout: Optional[float] = None, on_epoch: Optional[Callable[["EpochReport"], None]] = None,
-                 on_start: Optional[Callable[[str, int], None]] = None, on_round: Optional[Callable[[list[Any]], None]] = None,
-                 on_ready: Optional[Callable[[], None]] = None) -> None:
+    def __init__(
+        self,
+        pipe: Pipeline,
+        *,
+        min_interval: float = 0.0,
+        stop: Stop = None,
+        poll: float | None = None,
+        sources: Sequence[Source] = (),
+        recheck: float = RECHECK,
+        command: str = "cbp.Pipeline.follow()",
+        epoch_timeout: float | None = None,
+        on_epoch: Callable[[EpochReport], None] | None = None,
+        on_start: Callable[[str, int], None] | None = None,
+        on_round: Callable[[list[Any]], None] | None = None,
+        on_ready: Callable[[], None] | None = None,
+    ) -> None:
         for name, value in (("min_interval", min_interval), ("poll", poll), ("recheck", recheck)):
-            if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < float("inf")):
+            if value is not None and (
+                isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < float("inf")
+            ):
                 raise UsageError(f"{name} must be a number of seconds, 0 or more, got {value!r}", code="bad-option")
         self.pipe, self.controller = pipe, pipe.controller
         self.home = self.controller.home
@@ -198,13 +225,15 @@ class Follower:
             self.on_round(reports)
         return not stopped
 
-    def run(self, warm: Optional[Callable[[], None]] = None) -> FollowSummary:
+    def run(self, warm: Callable[[], None] | None = None) -> FollowSummary:
         """Follow until stopped: take the runner lock (``busy`` if another runner holds it), call
         ``warm`` (e.g. start Spark), run, wait for input, run again; the summary of what ran."""
 
         def took_over(holder: dict[str, Any]) -> None:
-            self.controller.notify(f"took over the home from a cbp run that was killed (pid {holder.get('pid')} on "
-                                   f"{holder.get('host')}: {holder.get('command')})")
+            self.controller.notify(
+                f"took over the home from a cbp run that was killed (pid {holder.get('pid')} on "
+                f"{holder.get('host')}: {holder.get('command')})"
+            )
 
         with self.home.follower_lock(self.command, took_over):
             if warm is not None and not self.should_stop():  # a stop asked meanwhile: no Spark to start
@@ -223,6 +252,6 @@ class Follower:
         return self.summary
 
 
-def follow(pipe: "Pipeline", **options: Any) -> FollowSummary:
+def follow(pipe: Pipeline, **options: Any) -> FollowSummary:
     """Follow ``pipe`` until stopped (:class:`Follower`'s options); see the module docstring."""
     return Follower(pipe, **options).run()

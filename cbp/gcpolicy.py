@@ -23,8 +23,8 @@ from __future__ import annotations
 
 import gc
 import threading
+from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Iterator
 
 __all__ = ["fewer_collections", "THRESHOLDS"]
 

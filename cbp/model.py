@@ -21,10 +21,21 @@ to keys with ``out.associate(key, address)`` (paper 001 §2.3, §4.5.3).
 from __future__ import annotations
 
 import numbers
-from typing import Any, Callable, Iterable, Mapping, Optional
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
 
-__all__ = ["Writer", "Emitter", "runnable_all", "runnable_any", "normalize_runnable_result",
-           "Broadcast", "Multicast", "ALL", "broadcast", "multicast"]
+__all__ = [
+    "Writer",
+    "Emitter",
+    "runnable_all",
+    "runnable_any",
+    "normalize_runnable_result",
+    "Broadcast",
+    "Multicast",
+    "ALL",
+    "broadcast",
+    "multicast",
+]
 
 Frames = Mapping[str, list[Any]]
 
@@ -40,7 +51,7 @@ class Broadcast:
 
     __slots__ = ("flows",)
 
-    def __init__(self, flows: Optional[tuple[str, ...]] = None) -> None:
+    def __init__(self, flows: tuple[str, ...] | None = None) -> None:
         self.flows = flows
 
     def __repr__(self) -> str:
@@ -60,8 +71,8 @@ ALL = Broadcast()
 def broadcast(*flows: str) -> Broadcast:
     """A broadcast key limited to keys with input on ``flows`` (``"state"``: every stored key).
 
-        >>> broadcast() is ALL or broadcast() == ALL
-        True
+    >>> broadcast() is ALL or broadcast() == ALL
+    True
     """
     if not all(isinstance(f, str) for f in flows):
         raise TypeError(f"broadcast() takes input flow names (or 'state'), got {flows!r:.80}")
@@ -101,10 +112,10 @@ def multicast(address: Any) -> Multicast:
 def runnable_all(frames: Frames, state: Any) -> tuple[dict[str, int], dict[str, int], Any]:
     """RunnableAll: runnable when every input flow has a complete increment; reads and removes them all.
 
-        >>> runnable_all({"a": [1, 2], "b": [5]}, None)
-        ({'a': 2, 'b': 1}, {'a': 2, 'b': 1}, None)
-        >>> runnable_all({"a": [1], "b": []}, None)
-        ({}, {}, None)
+    >>> runnable_all({"a": [1, 2], "b": [5]}, None)
+    ({'a': 2, 'b': 1}, {'a': 2, 'b': 1}, None)
+    >>> runnable_all({"a": [1], "b": []}, None)
+    ({}, {}, None)
     """
     if not frames or any(len(v) == 0 for v in frames.values()):
         return {}, {}, state
@@ -115,8 +126,8 @@ def runnable_all(frames: Frames, state: Any) -> tuple[dict[str, int], dict[str, 
 def runnable_any(frames: Frames, state: Any) -> tuple[dict[str, int], dict[str, int], Any]:
     """RunnableAny: runnable when any input flow has a complete increment; reads and removes what is there.
 
-        >>> runnable_any({"a": [], "b": [7]}, None)
-        ({'b': 1}, {'b': 1}, None)
+    >>> runnable_any({"a": [], "b": [7]}, None)
+    ({'b': 1}, {'b': 1}, None)
     """
     take = {f: len(v) for f, v in frames.items() if v}
     return take, dict(take), state
@@ -138,7 +149,9 @@ def normalize_runnable_result(result: Any, frames: Frames, where: str) -> tuple[
         if isinstance(x, Mapping):
             bad = [(k, v) for k, v in x.items() if isinstance(v, bool) or not isinstance(v, numbers.Integral) or v < 0]
             if bad:
-                raise TypeError(f"{where}: {what} gives {bad[0][1]!r:.40} for '{bad[0][0]}'; a count of increments is a whole number, 0 or more")
+                raise TypeError(
+                    f"{where}: {what} gives {bad[0][1]!r:.40} for '{bad[0][0]}'; a count of increments is a whole number, 0 or more"
+                )
             out = {str(k): int(v) for k, v in x.items() if v > 0}
         elif isinstance(x, Iterable) and not isinstance(x, (str, bytes)):
             out = {str(k): 1 for k in x}
@@ -146,9 +159,13 @@ def normalize_runnable_result(result: Any, frames: Frames, where: str) -> tuple[
             raise TypeError(f"{where}: {what} must be a set of flow names or a dict of counts, got {x!r:.80}")
         for f, n in out.items():
             if f not in frames:
-                raise ValueError(f"{where}: {what} names '{f}', which is not an input flow of the stage ({', '.join(frames)})")
+                raise ValueError(
+                    f"{where}: {what} names '{f}', which is not an input flow of the stage ({', '.join(frames)})"
+                )
             if n > len(frames[f]):
-                raise ValueError(f"{where}: {what} asks for {n} increment(s) of '{f}' but only {len(frames[f])} are complete")
+                raise ValueError(
+                    f"{where}: {what} asks for {n} increment(s) of '{f}' but only {len(frames[f])} are complete"
+                )
         return out
 
     return norm(reads, "reads"), norm(removes, "removes"), state
@@ -171,9 +188,9 @@ class Writer:
     def retract(self, record: Mapping[str, Any]) -> None:
         """Write ``record`` with its multiplicity negated: ``_diff`` -1, or -n for a record read with ``_diff`` n.
 
-            >>> seen = []
-            >>> Writer("counts", lambda f, r: seen.append(r)).retract({"url": "u", "count": 2, "_diff": 1}); seen
-            [{'url': 'u', 'count': 2, '_diff': -1}]
+        >>> seen = []
+        >>> Writer("counts", lambda f, r: seen.append(r)).retract({"url": "u", "count": 2, "_diff": 1}); seen
+        [{'url': 'u', 'count': 2, '_diff': -1}]
         """
         d = record.get("_diff", 1)
         self._sink(self.name, {**record, "_diff": -d if type(d) is int else d})
@@ -200,7 +217,7 @@ class Emitter:
         outputs: Iterable[str],
         has_state: bool,
         sink: Callable[[str, Any], None],
-        bind: Optional[Callable[[Any, Any], None]] = None,
+        bind: Callable[[Any, Any], None] | None = None,
     ) -> None:
         self.stage = stage
         self._bind = bind
@@ -219,7 +236,9 @@ class Emitter:
             return self.__dict__["_writers"][name]
         except KeyError:
             known = ", ".join(self.__dict__.get("_writers", {})) or "none"
-            raise AttributeError(f"stage '{self.__dict__.get('stage')}' has no output flow '{name}' (it has: {known})") from None
+            raise AttributeError(
+                f"stage '{self.__dict__.get('stage')}' has no output flow '{name}' (it has: {known})"
+            ) from None
 
     def __getitem__(self, name: str) -> Writer:
         return self.__getattr__(name)
@@ -239,11 +258,15 @@ class Emitter:
             [('n2', 'n1')]
         """
         if self._bind is None:
-            raise TypeError(f"stage '{self.stage}' has no grouping keys (a record-wise stage): it cannot associate keys with multicast addresses")
+            raise TypeError(
+                f"stage '{self.stage}' has no grouping keys (a record-wise stage): it cannot associate keys with multicast addresses"
+            )
         self._bind(key, address)
 
 
 #: What ``out.<name>`` is besides an output flow (an output flow of a per-key stage may not be
 #: named so): its public names, and its own and Python's private ones.
-EMITTER_NAMES = frozenset({"stage", "epoch", "params", "has_state"} | {n for n in vars(Emitter) if not n.startswith("_")})
+EMITTER_NAMES = frozenset(
+    {"stage", "epoch", "params", "has_state"} | {n for n in vars(Emitter) if not n.startswith("_")}
+)
 EMITTER_PRIVATE = frozenset({"_writers", "_bind"} | set(dir(Emitter)) - EMITTER_NAMES)

@@ -1,12 +1,12 @@
 """The Python API: load a pipeline, feed increments, run epochs, read state and outputs.
 
-    >>> import cbp
-    >>> p = cbp.load("flows/url_count.yaml", home="/tmp/cbp-demo")          # doctest: +SKIP
-    >>> p.feed("urls", [{"url": "http://a/"}, {"url": "http://a/"}])       # doctest: +SKIP
-    [1]
-    >>> [r.line() for r in p.run()]                                        # doctest: +SKIP
-    >>> p.output("counts")                                                 # doctest: +SKIP
-    [{'url': 'http://a/', 'count': 2}]
+>>> import cbp
+>>> p = cbp.load("flows/url_count.yaml", home="/tmp/cbp-demo")          # doctest: +SKIP
+>>> p.feed("urls", [{"url": "http://a/"}, {"url": "http://a/"}])       # doctest: +SKIP
+[1]
+>>> [r.line() for r in p.run()]                                        # doctest: +SKIP
+>>> p.output("counts")                                                 # doctest: +SKIP
+[{'url': 'http://a/', 'count': 2}]
 """
 
 from __future__ import annotations
@@ -16,7 +16,8 @@ import io
 import logging
 import numbers
 import os
-from typing import Any, BinaryIO, Callable, Iterable, Iterator, Mapping, Optional, Sequence, Union
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from typing import Any, BinaryIO
 
 import pyarrow as pa
 
@@ -26,12 +27,22 @@ from .controller.upgrade import unfed_waits
 from .engine.driver.progress import Poller, Progress
 from .errors import InputError, UsageError
 from .gcpolicy import fewer_collections
-from .spec.diff import validate_json_line_signed, validate_signed
-from .spec.schema import RecordError, RecordSchema
 from .spec import PipelineSpec, load_spec
+from .spec.diff import validate_json_line_signed, validate_signed
+from .spec.feedfiles import (
+    MAX_LINE_BYTES,
+    Records,
+    _arrow_batches,
+    _as_arrow,
+    _conformed,
+    _is_arrow,
+    _is_file,
+    _is_parquet,
+    _json_lines,
+    _parquet_batches,
+)
+from .spec.schema import RecordError, RecordSchema
 from .storage import Home
-from .spec.feedfiles import (MAX_LINE_BYTES, Records, _arrow_batches, _as_arrow, _conformed, _is_arrow, _is_file, _is_parquet,
-                             _json_lines, _parquet_batches)
 
 __all__ = ["Pipeline", "load", "default_home", "project_dir", "MAX_LINE_BYTES"]
 
@@ -40,8 +51,12 @@ _LOG = logging.getLogger("cbp")
 
 #: The tuning options of :class:`Pipeline`: (type, smallest value, None allowed).
 TUNING: dict[str, tuple[type, float, bool]] = {
-    "max_state_files": (int, 1, False), "backpressure": (int, 1, False), "state_row_group": (int, 1, False),
-    "state_cache_mb": (float, 0, True), "state_scan_fraction": (float, 0, True), "small_epoch_records": (int, 0, True),
+    "max_state_files": (int, 1, False),
+    "backpressure": (int, 1, False),
+    "state_row_group": (int, 1, False),
+    "state_cache_mb": (float, 0, True),
+    "state_scan_fraction": (float, 0, True),
+    "small_epoch_records": (int, 0, True),
     "state_index_mb": (float, 1, True),
 }
 
@@ -49,24 +64,37 @@ TUNING: dict[str, tuple[type, float, bool]] = {
 def _check_tuning(tuning: Mapping[str, Any]) -> None:
     """Refuse an unknown tuning option or a value it cannot take (``bad-tuning``), before anything runs.
 
-        >>> _check_tuning({"max_state_files": 0})
-        Traceback (most recent call last):
-        cbp.errors.UsageError: tuning option max_state_files=0: give an integer >= 1
+    >>> _check_tuning({"max_state_files": 0})
+    Traceback (most recent call last):
+    cbp.errors.UsageError: tuning option max_state_files=0: give an integer >= 1
     """
     for name, value in tuning.items():
         if name == "notify":
             if value is not None and not callable(value):
-                raise UsageError(f"tuning option notify={value!r}: give a function of one message, or None", code="bad-tuning")
+                raise UsageError(
+                    f"tuning option notify={value!r}: give a function of one message, or None", code="bad-tuning"
+                )
             continue
         if name not in TUNING:
-            raise UsageError(f"unknown tuning option '{name}' (known: {', '.join([*TUNING, 'notify'])})", code="bad-tuning")
+            raise UsageError(
+                f"unknown tuning option '{name}' (known: {', '.join([*TUNING, 'notify'])})", code="bad-tuning"
+            )
         kind, least, nullable = TUNING[name]
         if value is None and nullable:
             continue
         number = isinstance(value, numbers.Integral) if kind is int else isinstance(value, numbers.Real)  # numpy's too
-        if isinstance(value, bool) or not number or not (value >= least) or value != value or value in (float("inf"), float("-inf")):
-            raise UsageError(f"tuning option {name}={value!r}: give {'an integer' if kind is int else 'a number'} >= {least:g}"
-                             + (" or None" if nullable else ""), code="bad-tuning")
+        if (
+            isinstance(value, bool)
+            or not number
+            or not (value >= least)
+            or value != value
+            or value in (float("inf"), float("-inf"))
+        ):
+            raise UsageError(
+                f"tuning option {name}={value!r}: give {'an integer' if kind is int else 'a number'} >= {least:g}"
+                + (" or None" if nullable else ""),
+                code="bad-tuning",
+            )
 
 
 def project_dir(yaml_path: str | os.PathLike[str]) -> str:
@@ -90,9 +118,14 @@ def default_home(spec: PipelineSpec) -> str:
     home = os.path.join(project_dir(spec.path), "state", spec.name)
     old = os.path.abspath(os.path.join("state", spec.name))
     if old != home and not os.path.exists(os.path.join(home, "_cbp")) and os.path.exists(os.path.join(old, "_cbp")):
-        _LOG.warning("the home of pipeline '%s' is %s (beside its project's flows/); there is none yet, but there is "
-                     "one under the working directory, %s: pass --home %s (home= in Python) to use that one",
-                     spec.name, home, old, old)
+        _LOG.warning(
+            "the home of pipeline '%s' is %s (beside its project's flows/); there is none yet, but there is "
+            "one under the working directory, %s: pass --home %s (home= in Python) to use that one",
+            spec.name,
+            home,
+            old,
+            old,
+        )
     return home
 
 
@@ -111,15 +144,30 @@ class Pipeline:
     :data:`cbp.engine.driver.smallepoch.SMALL_RECORDS`; 0 turns that off), ``backpressure`` (4).
     """
 
-    def __init__(self, path: str | os.PathLike[str], home: Optional[str] = None, *, mode: Optional[str] = None,
-                 spark: Any = None, **tuning: Any) -> None:
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        home: str | None = None,
+        *,
+        mode: str | None = None,
+        spark: Any = None,
+        **tuning: Any,
+    ) -> None:
         _check_tuning(tuning)
         self.spec = load_spec(path)
         self.home = Home(home or default_home(self.spec))
         self.controller = Controller(self.spec, self.home, mode=mode, spark=spark, **tuning)
 
-    def feed(self, flow: str, records: Records, *, close: bool = False, feed_id: Optional[str] = None,
-             source: Optional[str] = None, force: bool = False) -> Landed:
+    def feed(
+        self,
+        flow: str,
+        records: Records,
+        *,
+        close: bool = False,
+        feed_id: str | None = None,
+        source: str | None = None,
+        force: bool = False,
+    ) -> Landed:
         """Land one increment on external input flow ``flow``: a JSON-lines file, a Parquet file
         (``*.parquet``), a file open for binary reading (``source`` names it in errors; Parquet
         if that name ends in ``.parquet``, or, ending in neither that nor ``.jsonl``, if the file
@@ -145,16 +193,30 @@ class Pipeline:
         """
         fl = self.spec.flow(flow)
         if feed_id is not None and not isinstance(feed_id, str):
-            raise InputError(f"flow '{flow}': feed_id must be a string, not {type(feed_id).__name__}; nothing was landed", code="bad-feed-id")
+            raise InputError(
+                f"flow '{flow}': feed_id must be a string, not {type(feed_id).__name__}; nothing was landed",
+                code="bad-feed-id",
+            )
         if not fl.external:
-            raise InputError(f"flow '{flow}' is produced by stage '{fl.producer}'; only external flows (external: true) can be fed", code="not-external")
+            raise InputError(
+                f"flow '{flow}' is produced by stage '{fl.producer}'; only external flows (external: true) can be fed",
+                code="not-external",
+            )
         if fl.source is not None:
-            raise InputError(f"flow '{flow}' is fed from source table {fl.source} by 'cbp sync' (Pipeline.sync()) only; nothing was landed", code="source-flow")
+            raise InputError(
+                f"flow '{flow}' is fed from source table {fl.source} by 'cbp sync' (Pipeline.sync()) only; nothing was landed",
+                code="source-flow",
+            )
         if isinstance(records, (str, os.PathLike)) and os.fspath(records).endswith(".parquet"):
-            table = _conformed(fl.schema, _parquet_batches(os.fspath(records), os.fspath(records)), flow, os.fspath(records))
+            table = _conformed(
+                fl.schema, _parquet_batches(os.fspath(records), os.fspath(records)), flow, os.fspath(records)
+            )
         elif _is_file(records):
             if isinstance(records, io.TextIOBase):
-                raise InputError(f"{source or records.name}: the file is open in text mode; open it with 'rb' (nothing was landed)", code="unreadable")
+                raise InputError(
+                    f"{source or records.name}: the file is open in text mode; open it with 'rb' (nothing was landed)",
+                    code="unreadable",
+                )
             name = source or (records.name if isinstance(getattr(records, "name", None), str) else "the file")
             if name.endswith(".parquet") or (not name.endswith((".jsonl", ".json")) and _is_parquet(records, name)):
                 table = _conformed(fl.schema, _parquet_batches(records, name), flow, name)
@@ -180,7 +242,11 @@ class Pipeline:
                 return Pipeline._json_file(schema, fh, src, flow)
         if isinstance(records, (Mapping, bytes)) or not hasattr(records, "__iter__"):
             got = "one dict" if isinstance(records, Mapping) else type(records).__name__
-            raise InputError(f"flow '{flow}': feed takes a list (or iterable) of records, or a JSON-lines file path; got {got}", code="bad-record")
+            raise InputError(
+                f"flow '{flow}': feed takes a list (or iterable) of records, or a JSON-lines file path; got {got}",
+                code="bad-record",
+            )
+
         def checked() -> Iterator[tuple[dict[str, Any], int]]:
             for n, rec in enumerate(records, 1):
                 try:
@@ -210,10 +276,17 @@ class Pipeline:
         """Mark the open increment of a framed input flow complete (a punctuation)."""
         return self.controller.feed(flow, [], close=True)
 
-    def run(self, max_epochs: Optional[int] = None, on_epoch: Optional[Callable[[EpochReport], None]] = None,
-            on_start: Optional[Callable[[str, int], None]] = None, command: str = "cbp.Pipeline.run()",
-            epoch_timeout: Optional[float] = None, upgrade: bool = False,
-            progress: Optional[Callable[[Progress], None]] = None, sync: bool = True) -> list[EpochReport]:
+    def run(
+        self,
+        max_epochs: int | None = None,
+        on_epoch: Callable[[EpochReport], None] | None = None,
+        on_start: Callable[[str, int], None] | None = None,
+        command: str = "cbp.Pipeline.run()",
+        epoch_timeout: float | None = None,
+        upgrade: bool = False,
+        progress: Callable[[Progress], None] | None = None,
+        sync: bool = True,
+    ) -> list[EpochReport]:
         """Run stage epochs until no stage is runnable (or ``max_epochs``); one report per epoch.
         Source flows are synced first (:meth:`sync`) unless ``sync=False``.
 
@@ -253,7 +326,9 @@ class Pipeline:
                 if r.versions:
                     self.controller.notify(r.line())
         with poller if poller is not None else contextlib.nullcontext():
-            reports = self.controller.run(max_epochs, on_epoch=ended, on_start=started, command=command, epoch_timeout=epoch_timeout)
+            reports = self.controller.run(
+                max_epochs, on_epoch=ended, on_start=started, command=command, epoch_timeout=epoch_timeout
+            )
         for warning in unfed_waits(self.controller.spec, self.controller.st):
             self.controller.notify(f"warning: {warning}")
         return reports
@@ -267,8 +342,13 @@ class Pipeline:
         """
         return self.controller.plan(tuple(restore_archived), tuple(discard_archived))
 
-    def upgrade(self, *, restore_archived: Iterable[str] = (), discard_archived: Iterable[str] = (),
-                command: str = "cbp.Pipeline.upgrade()") -> Plan:
+    def upgrade(
+        self,
+        *,
+        restore_archived: Iterable[str] = (),
+        discard_archived: Iterable[str] = (),
+        command: str = "cbp.Pipeline.upgrade()",
+    ) -> Plan:
         """Apply :meth:`plan` to the home as one durable change (a kill leaves the old pipeline or
         the new one). A plan with a refused change raises :class:`cbp.errors.UsageError` ``plan-refused``.
         ``restore_archived``: stages added back from their archive (with every increment they missed);
@@ -278,7 +358,7 @@ class Pipeline:
         """
         return self.controller.upgrade(tuple(restore_archived), tuple(discard_archived), command=command)
 
-    def rewind(self, to_epoch: int, stage: Optional[str] = None, *, command: str = "cbp.Pipeline.rewind()") -> Any:
+    def rewind(self, to_epoch: int, stage: str | None = None, *, command: str = "cbp.Pipeline.rewind()") -> Any:
         """Put state, outputs and the controller back as they were right after ``stage``'s epoch
         ``to_epoch`` (0: before any stage epoch; ``stage`` may be left out in a one-stage pipeline),
         keeping every feed since pending: the next :meth:`run` recomputes them with today's code.
@@ -290,7 +370,7 @@ class Pipeline:
         """
         return self.controller.rewind(to_epoch, stage, command=command)
 
-    def undone_output(self, flow: str, epoch: int, rewind_seq: Optional[int] = None) -> list[dict[str, Any]]:
+    def undone_output(self, flow: str, epoch: int, rewind_seq: int | None = None) -> list[dict[str, Any]]:
         """The records ``flow``'s producer wrote in ``epoch`` before a rewind undid that epoch
         (the latest such rewind, or the one committed as change ``rewind_seq``; see :meth:`history`)."""
         return self.controller.undone_records(flow, epoch, rewind_seq)
@@ -313,7 +393,7 @@ class Pipeline:
         """
         return self.controller.timeline()
 
-    def sync(self, flows: Optional[list[str]] = None, *, reland: Optional[list[str]] = None) -> list[SyncReport]:
+    def sync(self, flows: list[str] | None = None, *, reland: list[str] | None = None) -> list[SyncReport]:
         """Land what the Delta tables of source flows (``source: {delta: URI}``) gained since the
         last version landed: the first time the table as of its current version, then each later
         version's change data feed as one feed with signed records. Exactly once per version, even
@@ -335,8 +415,17 @@ class Pipeline:
             reland = [reland]
         return self.controller.sync(flows, reland)
 
-    def follow(self, min_interval: float = 0.0, stop: Any = None, *, poll: Optional[float] = None, sources: Sequence[Any] = (),
-               on_epoch: Optional[Callable[[EpochReport], None]] = None, command: str = "cbp.Pipeline.follow()", **options: Any) -> Any:
+    def follow(
+        self,
+        min_interval: float = 0.0,
+        stop: Any = None,
+        *,
+        poll: float | None = None,
+        sources: Sequence[Any] = (),
+        on_epoch: Callable[[EpochReport], None] | None = None,
+        command: str = "cbp.Pipeline.follow()",
+        **options: Any,
+    ) -> Any:
         """Keep running: an epoch round whenever an increment lands (a feed by any process, what
         ``sources`` land, a Delta source's new version), at least ``min_interval`` seconds apart,
         until ``stop`` (a :class:`threading.Event`, or a function returning True) says so; then
@@ -348,8 +437,16 @@ class Pipeline:
         """
         from .follow import Follower
 
-        return Follower(self, min_interval=min_interval, stop=stop, poll=poll, sources=sources, on_epoch=on_epoch,
-                        command=command, **options).run()
+        return Follower(
+            self,
+            min_interval=min_interval,
+            stop=stop,
+            poll=poll,
+            sources=sources,
+            on_epoch=on_epoch,
+            command=command,
+            **options,
+        ).run()
 
     def epochs(self, stage: str) -> int:
         """How many epochs ``stage`` has committed."""
@@ -373,12 +470,12 @@ class Pipeline:
         """Why each stage that is not runnable now is not (stage -> reason); runnable stages are left out."""
         return self.controller.idle_reasons()
 
-    def state(self, stage: str, epoch: Optional[int] = None) -> list[dict[str, Any]]:
+    def state(self, stage: str, epoch: int | None = None) -> list[dict[str, Any]]:
         """The stage's state records after its ``epoch`` (default: latest)."""
         with self.controller.reading():
             return self.controller.state_records(stage, epoch)
 
-    def output(self, flow: str, epoch: Optional[int] = None, consolidated: bool = False) -> list[dict[str, Any]]:
+    def output(self, flow: str, epoch: int | None = None, consolidated: bool = False) -> list[dict[str, Any]]:
         """The flow's records (only those its producer wrote in ``epoch`` when given), each with its
         ``_diff`` where that is not +1. ``consolidated``: the flow's contents as of ``epoch`` (default:
         all of it), every record once with the sum of its multiplicities (``_diff`` where not 1),
@@ -396,8 +493,13 @@ class Pipeline:
         """Stages, epochs run, pending increments per connector, the runner, and anything interrupted."""
         return self.controller.status()
 
-    def sql(self, query: str, epoch: Union[None, int, str, Mapping[str, int]] = None, *,
-            session: Optional[Callable[[], Any]] = None) -> Any:
+    def sql(
+        self,
+        query: str,
+        epoch: None | int | str | Mapping[str, int] = None,
+        *,
+        session: Callable[[], Any] | None = None,
+    ) -> Any:
         """Run a read-only Spark SQL query (Spark's Delta connector) over views named after the
         stateful stages (their state) and the flows (their records); a Spark DataFrame.
 
@@ -416,18 +518,18 @@ class Pipeline:
             spark = session() if session is not None else self.controller.spark
             return run_sql(self.controller, spark, query, epoch, checked)
 
-    def state_df(self, stage: str, epoch: Optional[int] = None) -> Any:
+    def state_df(self, stage: str, epoch: int | None = None) -> Any:
         """The stage's state records after ``epoch`` (default: latest) as a Spark DataFrame (``state`` in Spark).
 
-            >>> p.state_df("url_count").where("count > 1").count()   # doctest: +SKIP
-            4
+        >>> p.state_df("url_count").where("count > 1").count()   # doctest: +SKIP
+        4
         """
         from .sql import state_df
 
         with self.controller.reading():
             return state_df(self.controller, self.controller.spark, stage, epoch)
 
-    def flow_df(self, flow: str, epoch: Optional[int] = None) -> Any:
+    def flow_df(self, flow: str, epoch: int | None = None) -> Any:
         """The flow's records (those its producer wrote in ``epoch`` when given) as a Spark DataFrame
         (``output`` in Spark).
 
@@ -440,6 +542,8 @@ class Pipeline:
             return flow_df(self.controller, self.controller.spark, flow, epoch)
 
 
-def load(path: str | os.PathLike[str], home: Optional[str] = None, *, mode: Optional[str] = None, spark: Any = None) -> Pipeline:
+def load(
+    path: str | os.PathLike[str], home: str | None = None, *, mode: str | None = None, spark: Any = None
+) -> Pipeline:
     """Load a pipeline YAML (validated) bound to ``home`` (default ``state/<pipeline>``)."""
     return Pipeline(path, home, mode=mode, spark=spark)

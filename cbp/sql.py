@@ -17,8 +17,9 @@ epochs (Delta time travel), and the flows they produce to what that epoch wrote.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable, Iterator, Mapping
 from functools import partial
-from typing import TYPE_CHECKING, Any, Callable, Iterator, Mapping, NamedTuple, Optional, Union
+from typing import TYPE_CHECKING, Any, NamedTuple, Union
 
 from .engine.driver.deltaread import latest_state, read_delta
 from .engine.driver.job import spark_ddl
@@ -43,8 +44,8 @@ _READ_ONLY_COMMANDS = ("Explain", "Describe", "Show")
 def parse_epoch(text: str) -> dict[str, int]:
     """``N`` (every stage, key ``*``) or ``STAGE=N`` (several separated by ``,``) as a dict.
 
-        >>> parse_epoch("a=1, b=2")
-        {'a': 1, 'b': 2}
+    >>> parse_epoch("a=1, b=2")
+    {'a': 1, 'b': 2}
     """
     out: dict[str, int] = {}
     for item in text.split(","):
@@ -58,13 +59,13 @@ def parse_epoch(text: str) -> dict[str, int]:
 def view_name(name: str) -> str:
     """The name as a quoted Spark SQL identifier (backticks; a reserved word works too).
 
-        >>> view_name("order"), view_name("a`b")
-        ('`order`', '`a``b`')
+    >>> view_name("order"), view_name("a`b")
+    ('`order`', '`a``b`')
     """
     return "`" + name.replace("`", "``") + "`"
 
 
-def _stage_epochs(ctl: "Controller", epoch: Epochs) -> dict[str, int]:
+def _stage_epochs(ctl: Controller, epoch: Epochs) -> dict[str, int]:
     """Which stateful stage is pinned to which epoch (unknown stages and epochs are refused)."""
     if epoch is None:
         return {}
@@ -75,18 +76,18 @@ def _stage_epochs(ctl: "Controller", epoch: Epochs) -> dict[str, int]:
     stateful = [s for s, st in ctl.spec.stages.items() if st.state_schema is not None]
     out: dict[str, int] = {}
     for stage, n in epoch.items():
-        for s in (stateful if stage == "*" else [ctl.spec.stage(stage).name]):
+        for s in stateful if stage == "*" else [ctl.spec.stage(stage).name]:
             out[s] = int(n)
     for s, n in out.items():
         ctl.state_version(s, n)  # raises unknown-epoch for an epoch the stage has not run
     return out
 
 
-def state_df(ctl: "Controller", spark: Any, stage: str, epoch: Optional[int] = None) -> Any:
+def state_df(ctl: Controller, spark: Any, stage: str, epoch: int | None = None) -> Any:
     """A stage's state records after ``epoch`` (default: the latest) as a Spark DataFrame, sorted by key.
 
-        >>> state_df(p.controller, spark, "url_count").orderBy("url").first()   # doctest: +SKIP
-        Row(url='http://a/', count=2)
+    >>> state_df(p.controller, spark, "url_count").orderBy("url").first()   # doctest: +SKIP
+    Row(url='http://a/', count=2)
     """
     spec = ctl.spec.stage(stage)
     if spec.state_schema is None:
@@ -100,7 +101,7 @@ def state_df(ctl: "Controller", spark: Any, stage: str, epoch: Optional[int] = N
     return latest_state(df).orderBy("_key").select(*fields)
 
 
-def flow_df(ctl: "Controller", spark: Any, flow: str, epoch: Optional[int] = None) -> Any:
+def flow_df(ctl: Controller, spark: Any, flow: str, epoch: int | None = None) -> Any:
     """A flow's records (only those its producer wrote in ``epoch``, or the Nth feed of an external
     flow) as a Spark DataFrame, in increment order: the records of ``cbp output``.
 
@@ -133,29 +134,44 @@ class _View(NamedTuple):
 
     name: str
     what: str
-    make: Callable[[Optional[int]], Any]
-    at: Optional[int]
+    make: Callable[[int | None], Any]
+    at: int | None
     probe: Callable[[int], Any]
 
 
-def _view_makers(ctl: "Controller", spark: Any, pinned: Mapping[str, int]) -> list[_View]:
+def _view_makers(ctl: Controller, spark: Any, pinned: Mapping[str, int]) -> list[_View]:
     """The views of the pipeline (each stateful stage's state, each flow's records)."""
     stateful = [s for s, st in ctl.spec.stages.items() if st.state_schema is not None]
-    named = [_View(s, f"the state of stage '{s}'", partial(state_df, ctl, spark, s), pinned.get(s),
-                   partial(ctl.state_version, s)) for s in stateful]
+    named = [
+        _View(
+            s,
+            f"the state of stage '{s}'",
+            partial(state_df, ctl, spark, s),
+            pinned.get(s),
+            partial(ctl.state_version, s),
+        )
+        for s in stateful
+    ]
     for f, fl in ctl.spec.flows.items():
         at = pinned.get(fl.producer) if fl.producer is not None else None
-        named.append(_View(f"flow_{f}" if f in stateful else f, f"flow '{f}'", partial(flow_df, ctl, spark, f), at,
-                           partial(ctl.output_versions, f)))
+        named.append(
+            _View(
+                f"flow_{f}" if f in stateful else f,
+                f"flow '{f}'",
+                partial(flow_df, ctl, spark, f),
+                at,
+                partial(ctl.output_versions, f),
+            )
+        )
     return named
 
 
-def view_names(ctl: "Controller") -> list[str]:
+def view_names(ctl: Controller) -> list[str]:
     """The names of the views :func:`run_sql` registers (no Spark needed)."""
     return [v.name for v in _view_makers(ctl, None, {})]
 
 
-def views(ctl: "Controller", spark: Any, epoch: Epochs = None, query: Optional[str] = None) -> dict[str, Any]:
+def views(ctl: Controller, spark: Any, epoch: Epochs = None, query: str | None = None) -> dict[str, Any]:
     """The DataFrames ``run_sql`` registers, by view name: each stateful stage's state, each flow's
     records (a flow named like a stage is ``flow_<name>``). Pinned stages (``epoch``) show their
     state after that epoch and the flows they produce what that epoch wrote. With ``query``, only
@@ -169,13 +185,16 @@ def views(ctl: "Controller", spark: Any, epoch: Epochs = None, query: Optional[s
             continue
         other = seen.setdefault(name.lower(), what)
         if other != what:
-            raise UsageError(f"the view {name} would be both {other} and {what} (Spark SQL names are case-insensitive); rename one "
-                             "in the YAML, or read them with 'cbp state' / 'cbp output'", code="sql-ambiguous")
+            raise UsageError(
+                f"the view {name} would be both {other} and {what} (Spark SQL names are case-insensitive); rename one "
+                "in the YAML, or read them with 'cbp state' / 'cbp output'",
+                code="sql-ambiguous",
+            )
         out[name] = make(at)
     return out
 
 
-def prepare(ctl: "Controller", query: str, epoch: Epochs = None) -> Checked:
+def prepare(ctl: Controller, query: str, epoch: Epochs = None) -> Checked:
     """Check ``query`` (:func:`cbp.sqlcheck.check`) and the epochs it and ``epoch`` name, without
     Spark: an unknown view, a statement that writes, bad syntax and an epoch not run are refused here."""
     _stage_epochs(ctl, epoch)
@@ -186,7 +205,7 @@ def prepare(ctl: "Controller", query: str, epoch: Epochs = None) -> Checked:
     return checked
 
 
-def _travel_views(ctl: "Controller", spark: Any, checked: Checked) -> dict[str, Any]:
+def _travel_views(ctl: Controller, spark: Any, checked: Checked) -> dict[str, Any]:
     """The DataFrames of the views ``VERSION AS OF`` names, by their registered names."""
     makers = {v.name: v.make for v in _view_makers(ctl, spark, {})}
     return {registered: makers[name](n) for (name, n), registered in checked.travel.items()}
@@ -195,13 +214,13 @@ def _travel_views(ctl: "Controller", spark: Any, checked: Checked) -> dict[str, 
 def _mentions(query: str, name: str) -> bool:
     """Whether ``name`` occurs in ``query`` as a word (Spark SQL names are case-insensitive).
 
-        >>> _mentions("SELECT * FROM `Counts` c", "counts"), _mentions("SELECT counts_x FROM t", "counts")
-        (True, False)
+    >>> _mentions("SELECT * FROM `Counts` c", "counts"), _mentions("SELECT counts_x FROM t", "counts")
+    (True, False)
     """
     return re.search(rf"(?<![A-Za-z0-9_]){re.escape(name)}(?![A-Za-z0-9_])", query, re.IGNORECASE) is not None
 
 
-def run_sql(ctl: "Controller", spark: Any, query: str, epoch: Epochs = None, checked: Optional[Checked] = None) -> Any:
+def run_sql(ctl: Controller, spark: Any, query: str, epoch: Epochs = None, checked: Checked | None = None) -> Any:
     """Run a read-only Spark SQL query over the pipeline's views (:func:`views`); a DataFrame.
 
     Errors (codes): ``bad-sql`` (the query does not parse or fails), ``sql-unknown-view``,
@@ -243,7 +262,10 @@ def _check_read_only(spark: Any, query: str) -> None:
     try:
         nodes = list(_plan_nodes(json.loads(plan.toJSON())))
     except Exception as e:  # a plan Spark cannot show as JSON cannot be checked
-        raise UsageError(f"cbp sql cannot check this statement ({type(e).__name__}); write it as a plain query", code="sql-not-allowed") from None
+        raise UsageError(
+            f"cbp sql cannot check this statement ({type(e).__name__}); write it as a plain query",
+            code="sql-not-allowed",
+        ) from None
     jvm = spark.sparkContext._jvm
     command = jvm.java.lang.Class.forName("org.apache.spark.sql.catalyst.plans.logical.Command")
     kinds: dict[str, bool] = {}
@@ -257,16 +279,34 @@ def _check_read_only(spark: Any, query: str) -> None:
                 kinds[cls] = False
         insert = "Insert" in simple and ".expressions." not in cls  # InsertIntoStatement, InsertIntoDir: not Commands
         if (kinds[cls] and not (depth == 0 and simple.startswith(_READ_ONLY_COMMANDS))) or insert:
-            raise UsageError(f"cbp sql runs queries only (SELECT, WITH, VALUES, EXPLAIN, DESCRIBE, SHOW); this statement contains {simple}, "
-                             "which would change tables or settings", code="sql-not-query")
+            raise UsageError(
+                f"cbp sql runs queries only (SELECT, WITH, VALUES, EXPLAIN, DESCRIBE, SHOW); this statement contains {simple}, "
+                "which would change tables or settings",
+                code="sql-not-query",
+            )
         why = _not_allowed(simple, node)
         if why:
             raise UsageError(f"cbp sql reads the pipeline's views only: {why}", code="sql-not-allowed")
 
 
 #: Table functions a query may call: Spark's generators and ``range`` (none reads a file).
-_TABLE_FUNCTIONS = frozenset({"range", "explode", "explode_outer", "inline", "inline_outer", "json_tuple", "posexplode",
-                              "posexplode_outer", "stack", "variant_explode", "variant_explode_outer", "sql_keywords", "collations"})
+_TABLE_FUNCTIONS = frozenset(
+    {
+        "range",
+        "explode",
+        "explode_outer",
+        "inline",
+        "inline_outer",
+        "json_tuple",
+        "posexplode",
+        "posexplode_outer",
+        "stack",
+        "variant_explode",
+        "variant_explode_outer",
+        "sql_keywords",
+        "collations",
+    }
+)
 #: Functions that run Java code named in the query.
 _JAVA_FUNCTIONS = frozenset({"reflect", "java_method", "try_reflect"})
 
@@ -279,7 +319,11 @@ def _names(value: Any) -> list[str]:
 
 def _not_allowed(simple: str, node: dict[str, Any]) -> str:
     """Why one parsed plan or expression node may not run in ``cbp sql`` ("" if it may)."""
-    if simple.startswith("Unresolved") and "multipartIdentifier" in node and len(_names(node.get("multipartIdentifier"))) != 1:
+    if (
+        simple.startswith("Unresolved")
+        and "multipartIdentifier" in node
+        and len(_names(node.get("multipartIdentifier"))) != 1
+    ):
         return f"{'.'.join(_names(node.get('multipartIdentifier')))} is a table by path or catalog; name a view (a stage or a flow)"
     if simple == "UnresolvedTableValuedFunction":
         name = _names(node.get("name"))
@@ -326,21 +370,24 @@ def sql_error(exc: Exception) -> Exception:
     if cause is not None:
         first, state = cause
     if "TIME_TRAVEL" in first:  # a form of time travel cbp's own check did not see (sqlglot did not parse it)
-        return UsageError(f"the SQL query failed: {first}; cbp's views travel by epoch: write 'VIEW VERSION AS OF N' "
-                          "or use --epoch N", code="sql-time-travel")
+        return UsageError(
+            f"the SQL query failed: {first}; cbp's views travel by epoch: write 'VIEW VERSION AS OF N' "
+            "or use --epoch N",
+            code="sql-time-travel",
+        )
     if isinstance(exc, AnalysisException) or state[:2] in ("42", "22", "P0"):
         return UsageError(f"the SQL query failed: {first}", code="bad-sql")
     return RuntimeStateError(f"the SQL query failed in Spark: {first}", code="sql-failed")
 
 
-def _spark_cause(exc: Exception) -> Optional[tuple[str, str]]:
+def _spark_cause(exc: Exception) -> tuple[str, str] | None:
     """(first line of the message, SQLSTATE) of the innermost error with a SQLSTATE among the
     causes of a py4j error, else of its innermost cause; None without a JVM error."""
     je = getattr(exc, "java_exception", None)
     if je is None:
         return None
-    found: Optional[tuple[str, str]] = None
-    last: Optional[tuple[str, str]] = None
+    found: tuple[str, str] | None = None
+    last: tuple[str, str] | None = None
     try:
         for _ in range(32):
             if je is None:

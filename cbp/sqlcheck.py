@@ -18,17 +18,40 @@ feed). The statement is then rewritten to read a view registered for that epoch.
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Iterable
 
 from .errors import UsageError
 
 __all__ = ["Checked", "check", "travel_name"]
 
 #: Statements that change tables, views, settings or the cache (sqlglot's expression classes).
-_WRITES = ("Insert", "Create", "Drop", "Delete", "Update", "Merge", "Set", "Alter", "Cache", "Uncache", "Use",
-           "Command", "TruncateTable", "Analyze", "LoadData", "Refresh", "Grant", "Revoke", "Transaction", "Commit",
-           "Rollback", "Pragma", "Copy", "Export")
+_WRITES = (
+    "Insert",
+    "Create",
+    "Drop",
+    "Delete",
+    "Update",
+    "Merge",
+    "Set",
+    "Alter",
+    "Cache",
+    "Uncache",
+    "Use",
+    "Command",
+    "TruncateTable",
+    "Analyze",
+    "LoadData",
+    "Refresh",
+    "Grant",
+    "Revoke",
+    "Transaction",
+    "Commit",
+    "Rollback",
+    "Pragma",
+    "Copy",
+    "Export",
+)
 #: Statements sqlglot keeps as raw commands that are read-only; Spark's own check decides on them.
 _READ_COMMANDS = ("EXPLAIN", "SHOW", "DESCRIBE", "DESC")
 
@@ -45,8 +68,8 @@ class Checked:
 def travel_name(view: str, epoch: int) -> str:
     """The name of the view of ``view`` at ``epoch`` (``@`` is in no stage or flow name).
 
-        >>> travel_name("counts", 3)
-        'counts@3'
+    >>> travel_name("counts", 3)
+    'counts@3'
     """
     return f"{view}@{epoch}"
 
@@ -76,23 +99,31 @@ def check(view_names: Iterable[str], query: str) -> Checked:
         return Checked(query)  # EXPLAIN/SHOW ...: left to Spark's parser and cbp.sql._check_read_only
     for node in tree.walk():
         if type(node).__name__ in _WRITES:
-            raise UsageError(f"cbp sql runs queries only (SELECT, WITH, VALUES, EXPLAIN, DESCRIBE, SHOW); this "
-                             f"statement contains {type(node).__name__.upper()}, which would change tables or settings",
-                             code="sql-not-query")
+            raise UsageError(
+                f"cbp sql runs queries only (SELECT, WITH, VALUES, EXPLAIN, DESCRIBE, SHOW); this "
+                f"statement contains {type(node).__name__.upper()}, which would change tables or settings",
+                code="sql-not-query",
+            )
     ctes = {c.alias_or_name.lower() for c in tree.find_all(exp.CTE)}
     travel: dict[tuple[str, int], str] = {}
     for table in list(tree.find_all(exp.Table)):
         if not isinstance(table.this, exp.Identifier):
             continue  # a table function: cbp.sql._check_read_only decides
         if table.args.get("db") is not None or table.args.get("catalog") is not None:
-            raise UsageError(f"cbp sql reads the pipeline's views only: {table.sql(dialect='spark')} is a table by "
-                             "path or catalog; name a view (a stage or a flow)", code="sql-not-allowed")
+            raise UsageError(
+                f"cbp sql reads the pipeline's views only: {table.sql(dialect='spark')} is a table by "
+                "path or catalog; name a view (a stage or a flow)",
+                code="sql-not-allowed",
+            )
         name = table.name.lower()
         if name in ctes and table.args.get("version") is None:
             continue
         if name not in views:
-            raise UsageError(f"no view named {table.name!r}; the views are {', '.join(sorted(views.values()))} "
-                             "(each stateful stage's state, each flow's records)", code="sql-unknown-view")
+            raise UsageError(
+                f"no view named {table.name!r}; the views are {', '.join(sorted(views.values()))} "
+                "(each stateful stage's state, each flow's records)",
+                code="sql-unknown-view",
+            )
         if table.args.get("version") is not None:
             epoch = _travel_epoch(table, views[name])
             new = travel.setdefault((views[name], epoch), travel_name(views[name], epoch))
@@ -102,8 +133,9 @@ def check(view_names: Iterable[str], query: str) -> Checked:
 
 
 #: Keywords (sqlglot's token types) that only a statement that writes has.
-_WRITE_WORDS = frozenset({"INSERT", "OVERWRITE", "CREATE", "DROP", "DELETE", "MERGE", "UPDATE", "ALTER", "TRUNCATE",
-                          "CACHE", "UNCACHE"})
+_WRITE_WORDS = frozenset(
+    {"INSERT", "OVERWRITE", "CREATE", "DROP", "DELETE", "MERGE", "UPDATE", "ALTER", "TRUNCATE", "CACHE", "UNCACHE"}
+)
 
 
 def _refuse_unparsed(query: str) -> None:
@@ -118,11 +150,16 @@ def _refuse_unparsed(query: str) -> None:
         return
     found = sorted({t.token_type.name for t in tokens} & _WRITE_WORDS)
     if found:
-        raise UsageError(f"cbp sql runs queries only (SELECT, WITH, VALUES, EXPLAIN, DESCRIBE, SHOW); this statement "
-                         f"has {', '.join(found)}, which would change tables or files", code="sql-not-query")
+        raise UsageError(
+            f"cbp sql runs queries only (SELECT, WITH, VALUES, EXPLAIN, DESCRIBE, SHOW); this statement "
+            f"has {', '.join(found)}, which would change tables or files",
+            code="sql-not-query",
+        )
     if any(a.text.upper() == "IDENTIFIER" and b.token_type.name == "L_PAREN" for a, b in zip(tokens, tokens[1:])):
-        raise UsageError("cbp sql reads the pipeline's views only: IDENTIFIER() over an expression; "
-                         "write the name itself", code="sql-not-allowed")
+        raise UsageError(
+            "cbp sql reads the pipeline's views only: IDENTIFIER() over an expression; write the name itself",
+            code="sql-not-allowed",
+        )
 
 
 def _travel_epoch(table: object, view: str) -> int:
@@ -132,11 +169,16 @@ def _travel_epoch(table: object, view: str) -> int:
     version = table.args["version"]  # type: ignore[attr-defined]
     kind, value = str(version.this).upper(), version.expression
     if kind != "VERSION" or str(version.args.get("kind", "")).upper() != "AS OF":
-        raise UsageError(f"{view} {kind} {version.args.get('kind', '')}: cbp's views travel by epoch only: "
-                         f"write '{view} VERSION AS OF N' (the epoch) or use --epoch N", code="sql-time-travel")
+        raise UsageError(
+            f"{view} {kind} {version.args.get('kind', '')}: cbp's views travel by epoch only: "
+            f"write '{view} VERSION AS OF N' (the epoch) or use --epoch N",
+            code="sql-time-travel",
+        )
     if not (isinstance(value, exp.Literal) and not value.is_string and str(value.this).isdigit()):
-        raise UsageError(f"{view} VERSION AS OF {value.sql(dialect='spark')}: give an epoch number (as --epoch N)",
-                         code="sql-time-travel")
+        raise UsageError(
+            f"{view} VERSION AS OF {value.sql(dialect='spark')}: give an epoch number (as --epoch N)",
+            code="sql-time-travel",
+        )
     return int(value.this)
 
 

@@ -20,8 +20,9 @@ from __future__ import annotations
 import os
 import re
 import tempfile
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Mapping, Optional, Sequence, Union
+from typing import Any
 
 from .controller import EpochReport
 from .pipeline import Pipeline
@@ -38,7 +39,7 @@ class Increment:
     """
 
     flow: str
-    records: Union[str, "os.PathLike[str]", Sequence[Mapping[str, Any]]]
+    records: str | os.PathLike[str] | Sequence[Mapping[str, Any]]
     close: bool = False
     run: bool = True
 
@@ -49,7 +50,7 @@ class EpochCapture:
 
     report: EpochReport
     outputs: dict[str, list[dict[str, Any]]]
-    state: Optional[list[dict[str, Any]]] = None
+    state: list[dict[str, Any]] | None = None
 
 
 @dataclass
@@ -79,13 +80,13 @@ class Replay:
 
 
 def replay(
-    flow_yaml: Union[str, "os.PathLike[str]"],
-    increments: Iterable[Union[Increment, tuple[str, Any]]],
+    flow_yaml: str | os.PathLike[str],
+    increments: Iterable[Increment | tuple[str, Any]],
     *,
-    home: Optional[str] = None,
-    mode: Optional[str] = None,
+    home: str | None = None,
+    mode: str | None = None,
     spark: Any = None,
-    max_epochs_per_step: Optional[int] = None,
+    max_epochs_per_step: int | None = None,
     state_per_epoch: bool = False,
     max_state_files: int = 8,
 ) -> Replay:
@@ -119,15 +120,20 @@ def replay(
 _REC = re.compile(r"^(\d+)[-_](\w+?)(_close)?\.jsonl$")
 
 
-def load_recording(directory: Union[str, "os.PathLike[str]"]) -> list[Increment]:
+def load_recording(directory: str | os.PathLike[str]) -> list[Increment]:
     """Increments recorded as files ``<step>-<flow>.jsonl`` (``...-<flow>_close.jsonl`` closes the frame).
 
-        >>> load_recording("tests/recordings/url_count")            # doctest: +SKIP
-        [Increment(flow='urls', records='tests/recordings/url_count/001-urls.jsonl', ...)]
+    >>> load_recording("tests/recordings/url_count")            # doctest: +SKIP
+    [Increment(flow='urls', records='tests/recordings/url_count/001-urls.jsonl', ...)]
     """
     found = []
     for name in os.listdir(directory):
         m = _REC.match(name)
         if m:
-            found.append((int(m.group(1)), Increment(m.group(2), os.path.join(os.fspath(directory), name), close=bool(m.group(3)))))
+            found.append(
+                (
+                    int(m.group(1)),
+                    Increment(m.group(2), os.path.join(os.fspath(directory), name), close=bool(m.group(3))),
+                )
+            )
     return [inc for _, inc in sorted(found, key=lambda x: x[0])]

@@ -42,8 +42,10 @@ PASSWORDS = "simple_auth_manager_passwords.json.generated"
 # What `airflow standalone` starts, minus its log servers (they listen on every interface; the UI
 # reads task logs from the local files), run by a bash in a process group of its own that stops
 # all of them when any one exits. The manual steps of docs/howto/airflow.md run the same line, after `umask 077`.
-SERVE = ("airflow db migrate > /dev/null && { airflow api-server & airflow scheduler --skip-serve-logs & "
-         "airflow dag-processor & airflow triggerer --skip-serve-logs & wait -n; kill 0; }")
+SERVE = (
+    "airflow db migrate > /dev/null && { airflow api-server & airflow scheduler --skip-serve-logs & "
+    "airflow dag-processor & airflow triggerer --skip-serve-logs & wait -n; kill 0; }"
+)
 
 
 def log(msg: str) -> None:
@@ -53,14 +55,21 @@ def log(msg: str) -> None:
 def airflow_env(airflow_home: Path, dags_config: Path, port: int = PORT, base: dict | None = None) -> dict[str, str]:
     """The environment of every Airflow process the loop starts: loopback only, owner-only password file."""
     env = dict(os.environ if base is None else base)
-    env.update(AIRFLOW_HOME=str(airflow_home), AIRFLOW__CORE__DAGS_FOLDER=str(ROOT / "dags"),
-               AIRFLOW__CORE__LOAD_EXAMPLES="False", AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION="False",
-               AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL="10", AIRFLOW__SCHEDULER__ENABLE_HEALTH_CHECK="False",
-               AIRFLOW__CORE__PARALLELISM="4",
-               AIRFLOW__API__HOST=HOST, AIRFLOW__API__PORT=str(port), AIRFLOW__SCHEDULER__SCHEDULER_HEALTH_CHECK_SERVER_HOST=HOST,
-               AIRFLOW__CORE__EXECUTION_API_SERVER_URL=f"http://{HOST}:{port}/execution/",
-               AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE=str(airflow_home / PASSWORDS),
-               CBP_DAGS_CONFIG=str(dags_config))
+    env.update(
+        AIRFLOW_HOME=str(airflow_home),
+        AIRFLOW__CORE__DAGS_FOLDER=str(ROOT / "dags"),
+        AIRFLOW__CORE__LOAD_EXAMPLES="False",
+        AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION="False",
+        AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL="10",
+        AIRFLOW__SCHEDULER__ENABLE_HEALTH_CHECK="False",
+        AIRFLOW__CORE__PARALLELISM="4",
+        AIRFLOW__API__HOST=HOST,
+        AIRFLOW__API__PORT=str(port),
+        AIRFLOW__SCHEDULER__SCHEDULER_HEALTH_CHECK_SERVER_HOST=HOST,
+        AIRFLOW__CORE__EXECUTION_API_SERVER_URL=f"http://{HOST}:{port}/execution/",
+        AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE=str(airflow_home / PASSWORDS),
+        CBP_DAGS_CONFIG=str(dags_config),
+    )
     return env
 
 
@@ -89,8 +98,15 @@ def start_airflow(env: dict[str, str], logfile: Path, serve: str = SERVE) -> sub
     """Start Airflow (``serve``, a bash command line) in its own session with umask 077, output to ``logfile`` (0600)."""
     fd = os.open(logfile, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     with os.fdopen(fd, "w") as logf:
-        return subprocess.Popen(["bash", "-c", serve], env=env, stdout=logf, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                start_new_session=True, umask=UMASK)
+        return subprocess.Popen(
+            ["bash", "-c", serve],
+            env=env,
+            stdout=logf,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+            umask=UMASK,
+        )
 
 
 def stop_airflow(proc: subprocess.Popen, grace: float = 60) -> None:
@@ -159,11 +175,19 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--rounds", type=int, default=4, help="crawl rounds to watch (default 4)")
     ap.add_argument("--max-pages", type=int, default=100, help="pages per crawl round (default 100)")
-    ap.add_argument("--revisit-min", type=float, default=60.0,
-                    help="seconds before a page is revisited at the earliest (the crawler DAG also runs this often; default 60)")
-    ap.add_argument("--work", default=str(ROOT / "state" / "airflow-loop"), help="AIRFLOW_HOME and cbp homes go here (wiped first)")
+    ap.add_argument(
+        "--revisit-min",
+        type=float,
+        default=60.0,
+        help="seconds before a page is revisited at the earliest (the crawler DAG also runs this often; default 60)",
+    )
+    ap.add_argument(
+        "--work", default=str(ROOT / "state" / "airflow-loop"), help="AIRFLOW_HOME and cbp homes go here (wiped first)"
+    )
     ap.add_argument("--idle", type=float, default=300, help="give up when nothing happens for this many seconds")
-    ap.add_argument("--port", type=int, default=PORT, help=f"port of Airflow's API server and UI, on {HOST} only (default {PORT})")
+    ap.add_argument(
+        "--port", type=int, default=PORT, help=f"port of Airflow's API server and UI, on {HOST} only (default {PORT})"
+    )
     args = ap.parse_args()
 
     sys.path.insert(0, str(ROOT))
@@ -180,9 +204,11 @@ def main() -> int:
     shutil.rmtree(work, ignore_errors=True)
     prepare_airflow_home(work / "airflow")
     config = work / "cbp.yaml"
-    config.write_text(f"flows: {ROOT / 'flows'}\nhomes: {work / 'homes'}\ninbox: {work / 'inbox'}\npoke_interval: 2\n"
-                      f"crawlers:\n  crawl_queue:\n    corpus: {corpus}\n    hosts: [{PACKAGE}]\n    seed: {SEED}\n"
-                      f"    max_pages: {args.max_pages}\n    revisit_min: {args.revisit_min}\n    revisit_max: {args.revisit_min * 10}\n")
+    config.write_text(
+        f"flows: {ROOT / 'flows'}\nhomes: {work / 'homes'}\ninbox: {work / 'inbox'}\npoke_interval: 2\n"
+        f"crawlers:\n  crawl_queue:\n    corpus: {corpus}\n    hosts: [{PACKAGE}]\n    seed: {SEED}\n"
+        f"    max_pages: {args.max_pages}\n    revisit_min: {args.revisit_min}\n    revisit_max: {args.revisit_min * 10}\n"
+    )
     env = airflow_env(work / "airflow", config, args.port)
     bindir = Path(sys.executable).parent
     airflow = str(bindir / "airflow")
@@ -233,13 +259,33 @@ def watch(args, env, airflow, proc, home, yaml, corpus, work) -> int:
             log("the DAGs did not show up within 5 minutes; see the log")
             return 1
         time.sleep(3)
-    log(f"DAGs parsed after {time.time() - t0:.0f}s: cbp_crawl_queue, cbp_crawl_queue_crawler (and one per flows/*.yaml)")
+    log(
+        f"DAGs parsed after {time.time() - t0:.0f}s: cbp_crawl_queue, cbp_crawl_queue_crawler (and one per flows/*.yaml)"
+    )
     for d in ("cbp_crawl_queue", "cbp_crawl_queue_crawler"):
         subprocess.run([airflow, "dags", "unpause", d], env=env, capture_output=True, text=True, umask=UMASK)
     cbp = [sys.executable, "-m", "cbp.cli"]
     log(f"landing the seed: cbp crawl {yaml.name} --home {home} --corpus {corpus} --host {PACKAGE} --seed {SEED}")
-    r = subprocess.run(cbp + ["crawl", str(yaml), "--home", str(home), "--corpus", corpus, "--host", PACKAGE, "--seed", SEED,
-                              "--max-pages", str(args.max_pages)], capture_output=True, text=True, cwd=ROOT)
+    r = subprocess.run(
+        cbp
+        + [
+            "crawl",
+            str(yaml),
+            "--home",
+            str(home),
+            "--corpus",
+            corpus,
+            "--host",
+            PACKAGE,
+            "--seed",
+            SEED,
+            "--max-pages",
+            str(args.max_pages),
+        ],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+    )
     print("  " + r.stdout.strip(), flush=True)
     if r.returncode != 0:
         log(f"cbp crawl failed: {r.stderr.strip()[-500:]}")
@@ -275,10 +321,12 @@ def watch(args, env, airflow, proc, home, yaml, corpus, work) -> int:
             same = set(queue) == set(want)  # (scores are those at queueing time; the tests check them per epoch)
             failures += not same
             ok = sum(1 for r in runs if r.get("state") == "success")
-            log(f"round {done['round']} ({done['landed']} pages landed at {done['at']}, {done['failed']} unfetchable; revisited "
+            log(
+                f"round {done['round']} ({done['landed']} pages landed at {done['at']}, {done['failed']} unfetchable; revisited "
                 f"{done.get('revisited', 0)}: {done.get('unchanged', 0)} unchanged, {done.get('changed', 0)} changed, {done.get('gone', 0)} gone) processed; "
                 f"{len(crawled)} pages crawled, {len(queue)} URLs waiting in the queue, from-scratch queue: {'equal' if same else 'DIFFERENT'} "
-                f"({ok} successful pipeline DAG runs so far)")
+                f"({ok} successful pipeline DAG runs so far)"
+            )
             for url, score in sorted(queue.items(), key=lambda kv: (-kv[1], kv[0]))[:5]:
                 print(f"    {score:7.2f}  {url}", flush=True)
             checked += 1
@@ -288,8 +336,10 @@ def watch(args, env, airflow, proc, home, yaml, corpus, work) -> int:
         if time.time() - last_change > args.idle:
             log(f"nothing happened for {args.idle:.0f}s; stopping (see {work / 'airflow.log'})")
             return 1
-    log(f"watched {checked - 1} crawl rounds go through Airflow in {time.time() - t0:.0f}s; "
-        f"queue {'always equal to' if not failures else 'DIFFERED from'} the from-scratch computation")
+    log(
+        f"watched {checked - 1} crawl rounds go through Airflow in {time.time() - t0:.0f}s; "
+        f"queue {'always equal to' if not failures else 'DIFFERED from'} the from-scratch computation"
+    )
     return 1 if failures else 0
 
 

@@ -19,9 +19,10 @@ import subprocess
 import sys
 import time
 import urllib.request
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Optional
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 STATE = Path(os.environ.get("CBP_CLUSTER_STATE", ROOT / "state" / "cluster"))
@@ -56,7 +57,7 @@ class Component:
     def log(self) -> Path:
         return LOGS / f"{self.name}.log"
 
-    def pid(self) -> Optional[int]:
+    def pid(self) -> int | None:
         """The recorded pid if that process still runs and is this component (not a reused pid)."""
         try:
             pid = int(self.pid_file.read_text().strip())
@@ -103,10 +104,17 @@ def spark_home() -> Path:
 def base_env() -> dict[str, str]:
     """The environment of every process started here: loopback only, this interpreter, this checkout."""
     env = dict(os.environ)
-    env.update(SPARK_HOME=str(spark_home()), SPARK_LOCAL_IP=HOST, SPARK_LOCAL_HOSTNAME=HOST, SPARK_PUBLIC_DNS=HOST,
-               PYSPARK_PYTHON=sys.executable, PYSPARK_DRIVER_PYTHON=sys.executable,
-               PYTHONPATH=os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p),
-               SPARK_LOG_DIR=str(LOGS), SPARK_NO_DAEMONIZE="1")
+    env.update(
+        SPARK_HOME=str(spark_home()),
+        SPARK_LOCAL_IP=HOST,
+        SPARK_LOCAL_HOSTNAME=HOST,
+        SPARK_PUBLIC_DNS=HOST,
+        PYSPARK_PYTHON=sys.executable,
+        PYSPARK_DRIVER_PYTHON=sys.executable,
+        PYTHONPATH=os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p),
+        SPARK_LOG_DIR=str(LOGS),
+        SPARK_NO_DAEMONIZE="1",
+    )
     env.pop("SPARK_CONF_DIR", None)
     # No REST server (it would take port 6066); a taken port is an error, not a silent move to the next one.
     env["SPARK_MASTER_OPTS"] = "-Dspark.master.rest.enabled=false -Dspark.port.maxRetries=0"
@@ -154,7 +162,9 @@ def env_sh(p: dict[str, int]) -> str:
     }
     out = [f"# written by scripts/cluster up; source it to run cbp on the cluster ({STATE})"]
     out += [f"export {k}='{v}'" for k, v in lines.items()]
-    out.append(f"export PYTHONPATH='{ROOT}'${{PYTHONPATH:+:$PYTHONPATH}}  # the driver runs the same checkout as the executors")
+    out.append(
+        f"export PYTHONPATH='{ROOT}'${{PYTHONPATH:+:$PYTHONPATH}}  # the driver runs the same checkout as the executors"
+    )
     return "\n".join(out) + "\n"
 
 
@@ -163,13 +173,33 @@ def command(c: Component, p: dict[str, int]) -> list[str]:
     """The command line of a component."""
     spark_class = str(spark_home() / "bin" / "spark-class")
     if c.name == "master":
-        return [spark_class, "org.apache.spark.deploy.master.Master", "--host", HOST,
-                "--port", str(p["master_port"]), "--webui-port", str(p["master_ui"])]
+        return [
+            spark_class,
+            "org.apache.spark.deploy.master.Master",
+            "--host",
+            HOST,
+            "--port",
+            str(p["master_port"]),
+            "--webui-port",
+            str(p["master_ui"]),
+        ]
     if c.name.startswith("worker-"):
         i = int(c.name.split("-")[1])
-        return [spark_class, "org.apache.spark.deploy.worker.Worker", f"spark://{HOST}:{p['master_port']}",
-                "--host", HOST, "--cores", "1", "--memory", "2g", "--work-dir", str(STATE / f"work-{i}"),
-                "--webui-port", str(p[f"worker{i}_ui"])]
+        return [
+            spark_class,
+            "org.apache.spark.deploy.worker.Worker",
+            f"spark://{HOST}:{p['master_port']}",
+            "--host",
+            HOST,
+            "--cores",
+            "1",
+            "--memory",
+            "2g",
+            "--work-dir",
+            str(STATE / f"work-{i}"),
+            "--webui-port",
+            str(p[f"worker{i}_ui"]),
+        ]
     return [str(Path(sys.executable).parent / "moto_server"), "-H", HOST, "-p", str(p["s3_port"])]
 
 
@@ -181,8 +211,15 @@ def start(c: Component, p: dict[str, int]) -> int:
     with open(c.log, "ab") as log:
         log.write(f"\n=== {time.strftime('%Y-%m-%d %H:%M:%S')} starting {c.name}\n".encode())
         log.flush()
-        proc = subprocess.Popen(command(c, p), cwd=STATE, env=base_env(), stdin=subprocess.DEVNULL,
-                                stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        proc = subprocess.Popen(
+            command(c, p),
+            cwd=STATE,
+            env=base_env(),
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
     c.pid_file.write_text(f"{proc.pid}\n")
     return proc.pid
 
@@ -196,8 +233,13 @@ def http_json(url: str, timeout: float = 3.0) -> Any:
 def _s3_client(p: dict[str, int]) -> Any:
     import boto3
 
-    return boto3.client("s3", endpoint_url=f"http://{HOST}:{p['s3_port']}", aws_access_key_id=S3_KEY,
-                        aws_secret_access_key=S3_SECRET, region_name=S3_REGION)
+    return boto3.client(
+        "s3",
+        endpoint_url=f"http://{HOST}:{p['s3_port']}",
+        aws_access_key_id=S3_KEY,
+        aws_secret_access_key=S3_SECRET,
+        region_name=S3_REGION,
+    )
 
 
 def alive_workers(p: dict[str, int]) -> set[str]:
@@ -272,8 +314,10 @@ def up() -> int:
 
 
 def _summary(p: dict[str, int]) -> str:
-    return (f"master spark://{HOST}:{p['master_port']} (UI http://{HOST}:{p['master_ui']}), "
-            f"{WORKERS} workers, S3 http://{HOST}:{p['s3_port']} bucket '{BUCKET}'")
+    return (
+        f"master spark://{HOST}:{p['master_port']} (UI http://{HOST}:{p['master_ui']}), "
+        f"{WORKERS} workers, S3 http://{HOST}:{p['s3_port']} bucket '{BUCKET}'"
+    )
 
 
 # ------------------------------------------------------------------ stopping and status
@@ -329,8 +373,10 @@ def status() -> int:
         pid = c.pid()
         serving = p is not None and pid is not None and ready(c, p)
         ok = ok and serving
-        print(f"{c.name:9} {'up' if serving else 'running, not ready' if pid else 'down':18} "
-              f"{'pid ' + str(pid) if pid else ''}  log {c.log}")
+        print(
+            f"{c.name:9} {'up' if serving else 'running, not ready' if pid else 'down':18} "
+            f"{'pid ' + str(pid) if pid else ''}  log {c.log}"
+        )
     if p is not None and ok:
         print(f"cluster up: {_summary(p)}")
         print(f"env: {STATE / 'env.sh'}")

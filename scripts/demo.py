@@ -36,7 +36,10 @@ def main() -> int:
     else:
         print("corpus: could not fetch python3.11-doc with apt-get; using generated pages instead")
         rng = random.Random(0)
-        pages = [(f"http://gen/{i}.html", " ".join(f'<a href="/{rng.randint(0, 300)}.html">x</a>' for _ in range(20))) for i in range(500)]
+        pages = [
+            (f"http://gen/{i}.html", " ".join(f'<a href="/{rng.randint(0, 300)}.html">x</a>' for _ in range(20)))
+            for i in range(500)
+        ]
 
     if os.path.exists(args.home):
         import shutil
@@ -45,7 +48,7 @@ def main() -> int:
     pipe = cbp.load(os.path.join(ROOT, "flows", "url_count.yaml"), home=args.home)
     per = max(1, len(pages) // args.increments)
     for i in range(args.increments):
-        batch = pages[i * per:(i + 1) * per]
+        batch = pages[i * per : (i + 1) * per]
         urls = [{"url": u} for page_url, html in batch for u in page_links(page_url, html, every_occurrence=True)]
         t0 = time.perf_counter()
         pipe.feed("urls", urls)
@@ -53,16 +56,20 @@ def main() -> int:
             print(rep.line())
         changed = pipe.output("counts", epoch=i + 1)
         top = sorted(changed, key=lambda r: -r["count"])[:3]
-        print(f"  increment {i + 1}: {len(batch)} pages, {len(urls)} links, {len(changed)} URLs changed "
-              f"({time.perf_counter() - t0:.1f}s); top changed: " + ", ".join(f"{r['url']} ={r['count']}" for r in top))
+        print(
+            f"  increment {i + 1}: {len(batch)} pages, {len(urls)} links, {len(changed)} URLs changed "
+            f"({time.perf_counter() - t0:.1f}s); top changed: " + ", ".join(f"{r['url']} ={r['count']}" for r in top)
+        )
     state = pipe.state("url_count")
     print(f"\nstate: {len(state)} distinct URLs; most linked:")
     for r in sorted(state, key=lambda r: -r["count"])[:10]:
         print(f"  {r['count']:6d}  {r['url']}")
     rel = os.path.relpath(args.home)
-    print(f"\nlook further:\n  .venv/bin/cbp status flows/url_count.yaml --home {rel}\n"
-          f"  .venv/bin/cbp output flows/url_count.yaml counts --home {rel} --epoch 2 | head\n"
-          f"  .venv/bin/cbp state flows/url_count.yaml url_count --home {rel} | head")
+    print(
+        f"\nlook further:\n  .venv/bin/cbp status flows/url_count.yaml --home {rel}\n"
+        f"  .venv/bin/cbp output flows/url_count.yaml counts --home {rel} --epoch 2 | head\n"
+        f"  .venv/bin/cbp state flows/url_count.yaml url_count --home {rel} | head"
+    )
     return 0
 
 

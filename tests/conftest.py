@@ -11,8 +11,9 @@ import sys
 import tempfile
 import textwrap
 import threading
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable, Optional
+from typing import Any
 
 import pytest
 
@@ -91,14 +92,14 @@ def make_pipeline(tmp_path):
 class Background:
     """Processes and threads a test starts, stopped when the test ends, pass or fail (fixture ``background``).
 
-        proc = background.popen([sys.executable, "-c", "..."], stdout=subprocess.PIPE, text=True)
-        t = background.thread(work, stop=lambda: gate.touch())   # ``stop`` unblocks it at teardown
-        lease = background.lease(store, "t", ttl=30)             # its renewals stop at teardown
+    proc = background.popen([sys.executable, "-c", "..."], stdout=subprocess.PIPE, text=True)
+    t = background.thread(work, stop=lambda: gate.touch())   # ``stop`` unblocks it at teardown
+    lease = background.lease(store, "t", ttl=30)             # its renewals stop at teardown
     """
 
     def __init__(self) -> None:
         self._procs: list[subprocess.Popen] = []
-        self._threads: list[tuple[threading.Thread, Optional[Callable[[], Any]]]] = []
+        self._threads: list[tuple[threading.Thread, Callable[[], Any] | None]] = []
         self._leases: list[Any] = []
 
     def popen(self, *args: Any, **kw: Any) -> subprocess.Popen:
@@ -107,7 +108,7 @@ class Background:
         self._procs.append(proc)
         return proc
 
-    def thread(self, target: Callable[[], Any], *, stop: Optional[Callable[[], Any]] = None) -> threading.Thread:
+    def thread(self, target: Callable[[], Any], *, stop: Callable[[], Any] | None = None) -> threading.Thread:
         """Start ``target`` in a daemon thread; at teardown ``stop()`` is called and the thread joined."""
         t = threading.Thread(target=target, daemon=True)
         self._threads.append((t, stop))

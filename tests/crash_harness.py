@@ -15,7 +15,7 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any
 
 import networkx as nx
 from deltalake import DeltaTable
@@ -31,28 +31,53 @@ STATEFUL = ("cc", "size")
 #: recovery, in groups that must hit one operation in turn: (operation, [CBP_FAULT, ...]).
 #: ``<point>:<n>`` means the n-th time the process reaches the point (see cbp.faults).
 KILLS: list[tuple[str, list[str]]] = [
-    ("feed", ["kill:feed:written:1"]),              # increment files written, nothing pending yet
-    ("feed", ["kill:feed:pending:1"]),              # pending record written, no Delta commit
-    ("feed", ["kill:feed:committed:0:1",            # increment committed to Delta, snapshot not written
-              "kill:recover:snapshot:1"]),          # ... killed again while recovering it (a feed recovers too)
-    ("feed", ["kill:feed:snapshot:1"]),             # snapshot written, pending record not yet cleared
-    ("run", ["kill:epoch:intention:1",              # intention written, Spark job not started (parse)
-             "kill-driver:task:state-written:1",    # inside the Spark job: a task wrote its state files
-             "kill:epoch:ran:2",                    # Spark job done, nothing pending
-             "kill:gc:pending:1"]),                 # all epochs done; garbage collection pending
-    ("run", ["kill:epoch:pending:3",                # pending written, no Delta commit
-             "kill:recover:committed:0:1",          # killed again while recovering: first commit redone
-             "kill:recover:snapshot:1",             # ... and again after the recovered snapshot
-             "kill:epoch:committed:0:2",            # state committed, outputs not
-             "kill:gc:committed:0:1"]),             # garbage collection half committed
-    ("run", ["kill:epoch:committed:1:2",            # state + first output committed
-             "kill:epoch:committed:2:1",            # state + both outputs of cc committed, no snapshot
-             "kill-driver:task:outputs-written:1",  # inside the Spark job: outputs written
-             "kill:epoch:snapshot:3",               # snapshot written, intention/pending not cleared
-             "kill:gc:snapshot:1"]),                # garbage collection committed, not cleared
-    ("run", ["kill:epoch:intention:4",              # a later epoch of the cycle
-             "kill:epoch:ran:1",                    # an interrupted epoch ...
-             "kill:epoch:ran:1"]),                  # ... killed again while it is re-run
+    ("feed", ["kill:feed:written:1"]),  # increment files written, nothing pending yet
+    ("feed", ["kill:feed:pending:1"]),  # pending record written, no Delta commit
+    (
+        "feed",
+        [
+            "kill:feed:committed:0:1",  # increment committed to Delta, snapshot not written
+            "kill:recover:snapshot:1",
+        ],
+    ),  # ... killed again while recovering it (a feed recovers too)
+    ("feed", ["kill:feed:snapshot:1"]),  # snapshot written, pending record not yet cleared
+    (
+        "run",
+        [
+            "kill:epoch:intention:1",  # intention written, Spark job not started (parse)
+            "kill-driver:task:state-written:1",  # inside the Spark job: a task wrote its state files
+            "kill:epoch:ran:2",  # Spark job done, nothing pending
+            "kill:gc:pending:1",
+        ],
+    ),  # all epochs done; garbage collection pending
+    (
+        "run",
+        [
+            "kill:epoch:pending:3",  # pending written, no Delta commit
+            "kill:recover:committed:0:1",  # killed again while recovering: first commit redone
+            "kill:recover:snapshot:1",  # ... and again after the recovered snapshot
+            "kill:epoch:committed:0:2",  # state committed, outputs not
+            "kill:gc:committed:0:1",
+        ],
+    ),  # garbage collection half committed
+    (
+        "run",
+        [
+            "kill:epoch:committed:1:2",  # state + first output committed
+            "kill:epoch:committed:2:1",  # state + both outputs of cc committed, no snapshot
+            "kill-driver:task:outputs-written:1",  # inside the Spark job: outputs written
+            "kill:epoch:snapshot:3",  # snapshot written, intention/pending not cleared
+            "kill:gc:snapshot:1",
+        ],
+    ),  # garbage collection committed, not cleared
+    (
+        "run",
+        [
+            "kill:epoch:intention:4",  # a later epoch of the cycle
+            "kill:epoch:ran:1",  # an interrupted epoch ...
+            "kill:epoch:ran:1",
+        ],
+    ),  # ... killed again while it is re-run
 ]
 
 
@@ -70,8 +95,9 @@ def operations(incs: list[list[dict[str, str]]]) -> list[tuple[str, int]]:
     return ops
 
 
-def cli(args: list[str], home: str, fault: Optional[str] = None, timeout: float = 900,
-        yaml: Optional[Path] = None) -> subprocess.CompletedProcess[str]:
+def cli(
+    args: list[str], home: str, fault: str | None = None, timeout: float = 900, yaml: Path | None = None
+) -> subprocess.CompletedProcess[str]:
     """``cbp <command> components.yaml --home <home> <args...>`` in a new process (``yaml``: another pipeline).
 
     ``fault`` is a ``CBP_FAULT`` value, or ``after:<seconds>`` for a SIGKILL from outside after
@@ -99,7 +125,7 @@ def cli(args: list[str], home: str, fault: Optional[str] = None, timeout: float 
 class Attempt:
     op: str
     index: int
-    fault: Optional[str]
+    fault: str | None
     returncode: int
     seconds: float
     stderr: str
@@ -115,8 +141,14 @@ class VictimLog:
         return [a for a in self.attempts if a.fault]
 
 
-def run_victim(home: str, incs: list[list[dict[str, str]]], plan: dict[int, list[str]], workdir: Path,
-               status_after_kill: bool = False, strict: bool = True) -> VictimLog:
+def run_victim(
+    home: str,
+    incs: list[list[dict[str, str]]],
+    plan: dict[int, list[str]],
+    workdir: Path,
+    status_after_kill: bool = False,
+    strict: bool = True,
+) -> VictimLog:
     """Do the operations through the CLI; before operation ``i`` succeeds, kill it once per fault in ``plan[i]``.
 
     Every faulted attempt must be killed (SIGKILL): a fault that is not reached fails the harness,
@@ -144,12 +176,16 @@ def run_victim(home: str, incs: list[list[dict[str, str]]], plan: dict[int, list
                 continue
             if fault and r.returncode == 0 and not strict:  # the point was not reached: the operation is done
                 a.fault = None
-                log.missed += plan[i][plan[i].index(fault):]
+                log.missed += plan[i][plan[i].index(fault) :]
                 break
             if fault and r.returncode != -9:
-                raise AssertionError(f"operation {i} ({op}) with CBP_FAULT={fault} was not killed (exit {r.returncode}):\n{r.stderr[-3000:]}")
+                raise AssertionError(
+                    f"operation {i} ({op}) with CBP_FAULT={fault} was not killed (exit {r.returncode}):\n{r.stderr[-3000:]}"
+                )
             if not fault and r.returncode != 0:
-                raise AssertionError(f"operation {i} ({op}) failed after recovery (exit {r.returncode}):\n{r.stderr[-3000:]}")
+                raise AssertionError(
+                    f"operation {i} ({op}) failed after recovery (exit {r.returncode}):\n{r.stderr[-3000:]}"
+                )
             if fault and status_after_kill:
                 st = cli(["status"], home)
                 a.stdout += "\n[status]\n" + st.stdout
@@ -182,7 +218,9 @@ def results(home: str, spark: Any = None) -> dict[str, Any]:
                 out["outputs"][f"{f}@{s}:{e}"] = _canon(p.output(f, epoch=e))
     for s in STATEFUL:
         out["state"][s] = _canon(p.state(s))
-        table = DeltaTable(os.path.join(home, "stages", s, "state"), storage_options=p.home.storage_options)  # an s3:// home too
+        table = DeltaTable(
+            os.path.join(home, "stages", s, "state"), storage_options=p.home.storage_options
+        )  # an s3:// home too
         rows = latest_rows(table.to_pyarrow_table())
         fields = list(p.spec.stages[s].state_schema.fields)  # type: ignore[union-attr]
         out["delta_state"][s] = _canon(rows.select(fields).to_pylist())

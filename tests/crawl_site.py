@@ -13,23 +13,40 @@ import random
 HOST = "gen-site"
 BAD_PAGES = {
     # name: (bytes, what it tests)
-    "bad/markup.html": (b'<html><body><a href="../p1.html">ok<a href=p2.html>no quotes</a><div><<a>>'
-                        b'<a href="p3.html"<a href="../p4.html">x</a></tr></table><a href="../p5.html"', "invalid HTML"),
-    "bad/latin1.html": (('<html><meta charset="iso-8859-1"><a href="../p6.html">caf\u00e9</a>'
-                        '<a href="../r\u00e9sum\u00e9.html">r</a></html>').encode("latin-1") + b"\xff\xfe\x81", "non-UTF-8 bytes"),
-    "bad/binary.html": (bytes(range(256)) * 4 + b'<a href="../p7.html">after junk</a>' + b"\x00\x00", "binary junk and NUL bytes"),
+    "bad/markup.html": (
+        b'<html><body><a href="../p1.html">ok<a href=p2.html>no quotes</a><div><<a>>'
+        b'<a href="p3.html"<a href="../p4.html">x</a></tr></table><a href="../p5.html"',
+        "invalid HTML",
+    ),
+    "bad/latin1.html": (
+        (
+            '<html><meta charset="iso-8859-1"><a href="../p6.html">caf\u00e9</a>'
+            '<a href="../r\u00e9sum\u00e9.html">r</a></html>'
+        ).encode("latin-1")
+        + b"\xff\xfe\x81",
+        "non-UTF-8 bytes",
+    ),
+    "bad/binary.html": (
+        bytes(range(256)) * 4 + b'<a href="../p7.html">after junk</a>' + b"\x00\x00",
+        "binary junk and NUL bytes",
+    ),
     "bad/empty.html": (b"", "an empty page"),
-    "bad/odd.html": (b'<a href="javascript:alert(1)">j</a><a href="mailto:x@y.org">m</a><a href="ftp://f.org/x">f</a>'
-                     b'<a href="data:text/html,<a href=x>">d</a><a href="http://[::1">v6</a><a href="http://h:99999/">port</a>'
-                     b'<a href="http://bad host/">space</a><a href="http:///nohost">nohost</a><a href="  ../p8.html  ">ws</a>'
-                     b'<a href="../p9.html\n">nl</a><a href="HTTP://EXT0.Example:80/Index.html#top">ext</a>'
-                     b'<a href="#frag">self</a><a href="">empty</a><a>no href</a><a href="../p1.html?a=1&amp;b=%41">q</a>', "odd schemes and malformed URLs"),
+    "bad/odd.html": (
+        b'<a href="javascript:alert(1)">j</a><a href="mailto:x@y.org">m</a><a href="ftp://f.org/x">f</a>'
+        b'<a href="data:text/html,<a href=x>">d</a><a href="http://[::1">v6</a><a href="http://h:99999/">port</a>'
+        b'<a href="http://bad host/">space</a><a href="http:///nohost">nohost</a><a href="  ../p8.html  ">ws</a>'
+        b'<a href="../p9.html\n">nl</a><a href="HTTP://EXT0.Example:80/Index.html#top">ext</a>'
+        b'<a href="#frag">self</a><a href="">empty</a><a>no href</a><a href="../p1.html?a=1&amp;b=%41">q</a>',
+        "odd schemes and malformed URLs",
+    ),
 }
 
 
 def huge_page(n_links: int = 20_000) -> bytes:
     """A page far bigger than the crawler's limit in the tests, with links all the way through."""
-    return ("<html><body>" + "".join(f'<p>{"x" * 40}<a href="p{i % 50}.html">l</a></p>' for i in range(n_links))).encode()
+    return (
+        "<html><body>" + "".join(f'<p>{"x" * 40}<a href="p{i % 50}.html">l</a></p>' for i in range(n_links))
+    ).encode()
 
 
 def make_site(root: str, pages: int = 60, seed: int = 7) -> str:

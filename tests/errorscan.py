@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import ast
 from collections import defaultdict
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator, Optional
 
 from cbp import errors
 
@@ -50,7 +50,7 @@ def _error_classes() -> dict[str, str]:
 ALIASES = {"_fail": "_failed"}
 
 
-def _name(func: ast.expr) -> Optional[str]:
+def _name(func: ast.expr) -> str | None:
     if isinstance(func, ast.Name):
         return ALIASES.get(func.id, func.id)
     if isinstance(func, ast.Attribute):
@@ -78,10 +78,14 @@ class _Scan:
         self.root = root
         self.trees = {p: ast.parse(p.read_text(encoding="utf-8")) for p in sorted(root.rglob("*.py"))}
         self.classes = _error_classes()
-        self.consts = {t.id: n.value.value for tree in self.trees.values() for n in tree.body
-                       if isinstance(n, ast.Assign) and isinstance(n.value, ast.Constant)
-                       and isinstance(n.value.value, str)
-                       for t in n.targets if isinstance(t, ast.Name)}
+        self.consts = {
+            t.id: n.value.value
+            for tree in self.trees.values()
+            for n in tree.body
+            if isinstance(n, ast.Assign) and isinstance(n.value, ast.Constant) and isinstance(n.value.value, str)
+            for t in n.targets
+            if isinstance(t, ast.Name)
+        }
         self.found: dict[tuple[str, str], list[str]] = defaultdict(list)
         self.relays: dict[str, tuple[int, str, tuple[str, ...]]] = {}  # function -> (param index, param name, classes)
 
@@ -100,7 +104,7 @@ class _Scan:
                         if isinstance(call, ast.Call):
                             yield path, fn, call
 
-    def _code_arg(self, call: ast.Call, name: str) -> Optional[ast.expr]:
+    def _code_arg(self, call: ast.Call, name: str) -> ast.expr | None:
         for kw in call.keywords:
             if kw.arg == "code":
                 return kw.value

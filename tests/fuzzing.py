@@ -15,7 +15,8 @@ from __future__ import annotations
 import json
 import os
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -29,14 +30,17 @@ def budget() -> float:
     return float(os.environ.get("CBP_FUZZ_SECONDS", "20"))
 
 
-def fuzz(name: str, strategy: st.SearchStrategy[Any], check: Callable[[Any], None], *, seconds: float | None = None) -> int:
+def fuzz(
+    name: str, strategy: st.SearchStrategy[Any], check: Callable[[Any], None], *, seconds: float | None = None
+) -> int:
     """Feed examples of ``strategy`` to ``check`` until the time box is spent; return how many."""
     seconds = budget() if seconds is None else seconds
     count = 0
     t0 = time.monotonic()
 
-    @settings(max_examples=BATCH, deadline=None, database=None, derandomize=False,
-              suppress_health_check=list(HealthCheck))
+    @settings(
+        max_examples=BATCH, deadline=None, database=None, derandomize=False, suppress_health_check=list(HealthCheck)
+    )
     @given(strategy)
     def batch(example: Any) -> None:
         nonlocal count

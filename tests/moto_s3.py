@@ -13,7 +13,8 @@ import socket
 import subprocess
 import sys
 import time
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
@@ -37,8 +38,12 @@ def _free_port() -> int:
 def s3() -> Iterator[Any]:
     """A moto S3 server with the bucket ``cbp-test``; the process environment points at it."""
     port = _free_port()
-    proc = subprocess.Popen([*MOTO, "-H", "127.0.0.1", "-p", str(port)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                            start_new_session=True)
+    proc = subprocess.Popen(
+        [*MOTO, "-H", "127.0.0.1", "-p", str(port)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
     endpoint = f"http://127.0.0.1:{port}"
     saved = {k: os.environ.get(k) for k in [*ENV, "AWS_ENDPOINT_URL"]}
     os.environ.update(ENV, AWS_ENDPOINT_URL=endpoint)

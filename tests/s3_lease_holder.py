@@ -1,10 +1,10 @@
 """Run by tests/test_s3_home.py in a subprocess: hold a lock of an S3 home, or race for one.
 
-    python s3_lease_holder.py runner HOME            take the runner lock, say "held", sleep until killed
-    python s3_lease_holder.py mutation HOME SECONDS  take the mutation lock, say "held", hold it SECONDS, exit
-    python s3_lease_holder.py race HOME START        at time START try the runner lock once: say "won" (and hold it
-                                                     until stdin closes) or "busy"
-    python s3_lease_holder.py append TABLE N TAG     append N one-row commits to a Delta table on S3
+python s3_lease_holder.py runner HOME            take the runner lock, say "held", sleep until killed
+python s3_lease_holder.py mutation HOME SECONDS  take the mutation lock, say "held", hold it SECONDS, exit
+python s3_lease_holder.py race HOME START        at time START try the runner lock once: say "won" (and hold it
+                                                 until stdin closes) or "busy"
+python s3_lease_holder.py append TABLE N TAG     append N one-row commits to a Delta table on S3
 """
 
 from __future__ import annotations
@@ -41,7 +41,9 @@ def main(argv: list[str]) -> None:
         from cbp.storage.objectstore import storage_options
 
         for i in range(int(argv[2])):
-            write_deltalake(loc, pa.table({"tag": [argv[3]], "i": [i]}), mode="append", storage_options=storage_options(loc))
+            write_deltalake(
+                loc, pa.table({"tag": [argv[3]], "i": [i]}), mode="append", storage_options=storage_options(loc)
+            )
         print("done", flush=True)
 
 

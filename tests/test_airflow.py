@@ -17,7 +17,6 @@ import sys
 import time
 
 import pytest
-
 from conftest import AIRFLOW_HOME, FLOWS, ROOT
 from crawl_site import HOST, make_site
 from test_crawl_queue import _check_round
@@ -57,8 +56,12 @@ def _events(uri: str) -> list[dict]:
     from sqlalchemy import select
 
     with create_session() as s:
-        rows = s.execute(select(AssetEvent.extra).join(AssetModel, AssetEvent.asset_id == AssetModel.id).where(AssetModel.uri == uri)
-                         .order_by(AssetEvent.id)).all()
+        rows = s.execute(
+            select(AssetEvent.extra)
+            .join(AssetModel, AssetEvent.asset_id == AssetModel.id)
+            .where(AssetModel.uri == uri)
+            .order_by(AssetEvent.id)
+        ).all()
     return [r[0] for r in rows]
 
 
@@ -124,8 +127,12 @@ def test_inbox_files_and_cbp_feed_lead_to_a_run(airflow_env):
     inbox.mkdir(parents=True)
     watcher = IncrementLanded(home, "urls", inbox=str(inbox))
     assert watcher.check() is None
-    (inbox / "batch-0.jsonl").write_text('{"url": "http://c/"}\n{"url": \n')  # a bad file does not block the one behind it
-    (inbox / "batch-1.jsonl").write_text("".join(json.dumps({"url": u}) + "\n" for u in ["http://a/", "http://b/", "http://a/"]))
+    (inbox / "batch-0.jsonl").write_text(
+        '{"url": "http://c/"}\n{"url": \n'
+    )  # a bad file does not block the one behind it
+    (inbox / "batch-1.jsonl").write_text(
+        "".join(json.dumps({"url": u}) + "\n" for u in ["http://a/", "http://b/", "http://a/"])
+    )
     assert watcher.check() is None  # just written: maybe still being written, not announced before inbox_settle_seconds
     for f in inbox.iterdir():
         os.utime(f, (time.time() - 60, time.time() - 60))  # as if written a minute ago
@@ -144,8 +151,25 @@ def test_inbox_files_and_cbp_feed_lead_to_a_run(airflow_env):
     # an increment landed with `cbp feed`, outside Airflow: the watcher announces it
     f = airflow_env["base"] / "more.jsonl"
     f.write_text(json.dumps({"url": "http://b/"}) + "\n")
-    r = subprocess.run([sys.executable, "-m", "cbp.cli", "feed", str(FLOWS / "url_count.yaml"), "--home", home, "urls", str(f), "--id", "more"],
-                       capture_output=True, text=True, cwd=ROOT, timeout=120)
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "cbp.cli",
+            "feed",
+            str(FLOWS / "url_count.yaml"),
+            "--home",
+            home,
+            "urls",
+            str(f),
+            "--id",
+            "more",
+        ],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=120,
+    )
     assert r.returncode == 0, r.stderr
     assert watcher.check()["new_feeds"] == 1
     dr = dags["cbp_url_count"].test()

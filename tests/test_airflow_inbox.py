@@ -14,7 +14,6 @@ import time
 from pathlib import Path
 
 import pytest
-
 from conftest import FLOWS, WORD_COUNT
 
 pytest.importorskip("airflow")
@@ -70,8 +69,17 @@ def test_hidden_and_temporary_names_are_never_taken_and_a_rename_lands_at_once(t
     from cbp.airflow.triggers import IncrementLanded, inbox_files
 
     yaml, home, inbox, d = _setup(tmp_path, make_pipeline)
-    names = [".day.jsonl", "_day.jsonl", "day.jsonl.tmp", "day.jsonl.part", "day.jsonl.crdownload", "day.jsonl._COPYING_",
-             "day.jsonl.filepart", "_temporary.parquet", ".day.parquet"]
+    names = [
+        ".day.jsonl",
+        "_day.jsonl",
+        "day.jsonl.tmp",
+        "day.jsonl.part",
+        "day.jsonl.crdownload",
+        "day.jsonl._COPYING_",
+        "day.jsonl.filepart",
+        "_temporary.parquet",
+        ".day.parquet",
+    ]
     for n in names:
         (d / n).write_text('{"w": "x"}\n')
         _age(d / n, 3600)
@@ -96,7 +104,11 @@ def test_a_file_landed_under_an_earlier_name_is_kept_beside_it(tmp_path, make_pi
         assert land_inbox(yaml, home, str(inbox), ["words"], settle=0)["landed"] == {"words": ["daily.jsonl"]}
     landed = d / "landed"
     assert sorted(os.listdir(landed)) == ["daily.1.jsonl", "daily.2.jsonl", "daily.jsonl"]
-    assert [json.loads((landed / n).read_text())["w"] for n in ("daily.jsonl", "daily.1.jsonl", "daily.2.jsonl")] == ["x", "y", "z"]
+    assert [json.loads((landed / n).read_text())["w"] for n in ("daily.jsonl", "daily.1.jsonl", "daily.2.jsonl")] == [
+        "x",
+        "y",
+        "z",
+    ]
     assert sorted(r["w"] for r in cbp.load(yaml, home=home).output("words")) == ["x", "y", "z"]
     # the same file again (a retried task that died before moving it): landed once, kept once
     (d / "daily.jsonl").write_text((landed / "daily.jsonl").read_text())

@@ -16,10 +16,10 @@ import time
 from pathlib import Path
 
 import pytest
-
-from cbp.errors import CbpError
 from conftest import FLOWS, ROOT
 from moto_s3 import BUCKET, s3  # noqa: F401  (the module's S3 server fixture)
+
+from cbp.errors import CbpError
 
 pytest.importorskip("airflow")
 
@@ -47,10 +47,15 @@ def test_object_store_homes_need_a_local_inbox_or_markers(tmp_path):
 
 def _cluster_config(tmp_path: Path, master: str, endpoint: str = "http://127.0.0.1:1") -> str:
     env_sh = tmp_path / "env.sh"
-    env_sh.write_text(f"export CBP_SPARK_CONF='spark.cores.max=2'\nexport AWS_ENDPOINT_URL='{endpoint}'\n"
-                      "export AWS_ACCESS_KEY_ID=testing AWS_SECRET_ACCESS_KEY=testing AWS_REGION=us-east-1\n")
-    return _config(tmp_path, f"homes: s3://{BUCKET}/homes\ninbox: {tmp_path}/inbox\nspark_master: {master}\nenv_file: {env_sh}\n"
-                   f"crawlers:\n  crawl_queue: {{corpus: {tmp_path}/site, seed: http://site/index.html}}\n")
+    env_sh.write_text(
+        f"export CBP_SPARK_CONF='spark.cores.max=2'\nexport AWS_ENDPOINT_URL='{endpoint}'\n"
+        "export AWS_ACCESS_KEY_ID=testing AWS_SECRET_ACCESS_KEY=testing AWS_REGION=us-east-1\n"
+    )
+    return _config(
+        tmp_path,
+        f"homes: s3://{BUCKET}/homes\ninbox: {tmp_path}/inbox\nspark_master: {master}\nenv_file: {env_sh}\n"
+        f"crawlers:\n  crawl_queue: {{corpus: {tmp_path}/site, seed: http://site/index.html}}\n",
+    )
 
 
 def test_dag_of_a_cluster_and_an_s3_home(tmp_path):
@@ -86,17 +91,18 @@ def _spec(name: str):
 def test_run_task_on_an_s3_home_in_local_mode(s3, tmp_path):
     """The DAG's land_inbox, watcher and run task against moto's S3 (``cbp run`` in local mode):
     the counts are right on S3, the markers are written locally and nothing of Airflow's goes to S3."""
+    import cbp
     from cbp.airflow.dagfactory import make_dags
     from cbp.airflow.triggers import IncrementLanded
-
-    import cbp
 
     path = _cluster_config(tmp_path, "local[2,2]", os.environ["AWS_ENDPOINT_URL"])
     dag = make_dags(path)["cbp_url_count"]
     home = f"s3://{BUCKET}/homes/url_count"
     inbox = tmp_path / "inbox" / "url_count" / "urls"
     inbox.mkdir(parents=True)
-    (inbox / "b1.jsonl").write_text("".join(json.dumps({"url": u}) + "\n" for u in ["http://a/", "http://b/", "http://a/"]))
+    (inbox / "b1.jsonl").write_text(
+        "".join(json.dumps({"url": u}) + "\n" for u in ["http://a/", "http://b/", "http://a/"])
+    )
     trigger = dag.timetable.asset_condition.objects[0].watchers[0].trigger
     assert isinstance(trigger, IncrementLanded) and trigger.check() is None  # not before inbox_settle_seconds
     os.utime(inbox / "b1.jsonl", (time.time() - 60, time.time() - 60))  # written a minute ago: complete
@@ -110,8 +116,13 @@ def test_run_task_on_an_s3_home_in_local_mode(s3, tmp_path):
     assert trigger.check() is None  # the landed file is not announced again
     f = tmp_path / "more.jsonl"
     f.write_text(json.dumps({"url": "http://b/"}) + "\n")
-    r = subprocess.run([sys.executable, "-m", "cbp.cli", "feed", str(FLOWS / "url_count.yaml"), "--home", home, "urls", str(f)],
-                       capture_output=True, text=True, cwd=ROOT, timeout=300)
+    r = subprocess.run(
+        [sys.executable, "-m", "cbp.cli", "feed", str(FLOWS / "url_count.yaml"), "--home", home, "urls", str(f)],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=300,
+    )
     assert r.returncode == 0, r.stderr
     assert trigger.check()["new_feeds"] == 1  # a feed landed outside Airflow is announced, once
     assert trigger.check() is None

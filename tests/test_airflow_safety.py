@@ -24,9 +24,9 @@ import time
 from pathlib import Path
 
 import pytest
+from conftest import FLOWS, ROOT, WORD_COUNT
 
 from cbp.errors import CbpError
-from conftest import FLOWS, ROOT, WORD_COUNT
 
 pytest.importorskip("airflow")
 psutil = pytest.importorskip("psutil")
@@ -47,8 +47,13 @@ def _airflow_section() -> str:
 
 def _config(env: dict[str, str], section: str, key: str) -> str:
     """What Airflow itself reads for [section] key in this environment."""
-    r = subprocess.run([sys.executable, "-m", "airflow", "config", "get-value", section, key], env=env,
-                       capture_output=True, text=True, timeout=300)
+    r = subprocess.run(
+        [sys.executable, "-m", "airflow", "config", "get-value", section, key],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert r.returncode == 0, r.stderr[-2000:]
     return r.stdout.strip().splitlines()[-1]
 
@@ -107,10 +112,17 @@ def test_loop_script_environment_binds_loopback_on_the_readme_port(tmp_path):
     assert _config(env, "core", "execution_api_server_url") == "http://127.0.0.1:8181/execution/"
     assert _config(env, "scheduler", "scheduler_health_check_server_host") == "127.0.0.1"
     assert _config(env, "core", "simple_auth_manager_passwords_file") == str(tmp_path / "airflow" / al.PASSWORDS)
-    r = subprocess.run([sys.executable, str(ROOT / "scripts" / "airflow_loop.py"), "--help"], capture_output=True, text=True, timeout=120)
+    r = subprocess.run(
+        [sys.executable, str(ROOT / "scripts" / "airflow_loop.py"), "--help"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert "default 8181" in r.stdout and "127.0.0.1" in r.stdout
     # the components standalone starts, but not its log servers (they bind every interface)
-    assert al.SERVE.count("--skip-serve-logs") == 2 and "airflow api-server" in al.SERVE and "standalone" not in al.SERVE
+    assert (
+        al.SERVE.count("--skip-serve-logs") == 2 and "airflow api-server" in al.SERVE and "standalone" not in al.SERVE
+    )
 
 
 def _documented_env() -> tuple[dict[str, str], str]:
@@ -122,7 +134,7 @@ def _documented_env() -> tuple[dict[str, str], str]:
     for line in joined.splitlines():
         line = line.split("#", 1)[0].strip()
         if line.startswith("export "):
-            for word in shlex.split(line[len("export "):]):
+            for word in shlex.split(line[len("export ") :]):
                 k, _, v = word.partition("=")
                 exported[k] = v.replace("$PWD", str(ROOT))
     return exported, block
@@ -145,7 +157,7 @@ def test_readme_manual_steps_bind_loopback_and_start_airflow_like_the_script(tmp
     # started as the script starts it: umask 077 before the log (which gets the admin password) is opened
     flat = " ".join(block.split())
     assert " ".join(al.SERVE.split()) in flat
-    launch = flat[flat.index("setsid"):]
+    launch = flat[flat.index("setsid") :]
     assert launch.index("umask 077") < launch.index("exec >") < launch.index("airflow db migrate")
     assert "airflow standalone" not in flat
 
@@ -202,8 +214,10 @@ def test_airflow_started_by_the_script_listens_on_loopback_only_and_keeps_its_pa
 def _config_file(tmp_path: Path, flows: Path, extra: str = "") -> Path:
     (tmp_path / "corpus").mkdir(exist_ok=True)
     cfg = tmp_path / "cbp.yaml"
-    cfg.write_text(f"flows: {flows}\nhomes: {tmp_path / 'state'}\ninbox: {tmp_path / 'inbox'}\n{extra}"
-                   f"crawlers:\n  crawl_queue:\n    corpus: {tmp_path / 'corpus'}\n    seed: http://h/\n")
+    cfg.write_text(
+        f"flows: {flows}\nhomes: {tmp_path / 'state'}\ninbox: {tmp_path / 'inbox'}\n{extra}"
+        f"crawlers:\n  crawl_queue:\n    corpus: {tmp_path / 'corpus'}\n    seed: http://h/\n"
+    )
     return cfg
 
 
@@ -212,7 +226,13 @@ def test_run_and_crawl_tasks_have_the_configured_execution_timeout(tmp_path):
 
     from cbp.airflow.dagfactory import load_config, make_dags
 
-    dags = make_dags(str(_config_file(tmp_path, FLOWS, "run_timeout_minutes: 7\ncrawl_timeout_minutes: 3\nepoch_timeout_seconds: 45\n")))
+    dags = make_dags(
+        str(
+            _config_file(
+                tmp_path, FLOWS, "run_timeout_minutes: 7\ncrawl_timeout_minutes: 3\nepoch_timeout_seconds: 45\n"
+            )
+        )
+    )
     pipelines = [d for name, d in dags.items() if not name.endswith("_crawler")]
     assert len(pipelines) >= 3
     for d in pipelines:
@@ -241,12 +261,18 @@ def test_two_yamls_of_one_pipeline_name_are_refused(tmp_path):
     flows.mkdir()
     for f in ("url_count.yaml", "url_count.py", "crawl_queue.yaml", "crawl_queue.py"):
         shutil.copy(FLOWS / f, flows / f)
-    assert set(make_dags(str(_config_file(tmp_path, flows)))) == {"cbp_url_count", "cbp_crawl_queue", "cbp_crawl_queue_crawler"}
+    assert set(make_dags(str(_config_file(tmp_path, flows)))) == {
+        "cbp_url_count",
+        "cbp_crawl_queue",
+        "cbp_crawl_queue_crawler",
+    }
     (flows / "url_count_copy.yaml").write_text((FLOWS / "url_count.yaml").read_text())
     dags = make_dags(str(_config_file(tmp_path, flows)))  # neither YAML runs: cbp_url_count fails with the reason
     assert set(dags) == {"cbp_url_count", "cbp_crawl_queue", "cbp_crawl_queue_crawler"}
     assert set(dags["cbp_url_count"].task_dict) == {"broken"} and "broken" in dags["cbp_url_count"].tags
-    with pytest.raises(CbpError, match="url_count_copy.yaml and .*url_count.yaml both declare pipeline 'url_count'") as e:
+    with pytest.raises(
+        CbpError, match="url_count_copy.yaml and .*url_count.yaml both declare pipeline 'url_count'"
+    ) as e:
         dags["cbp_url_count"].task_dict["broken"].python_callable()
     assert e.value.code == "duplicate-pipeline"
 
@@ -287,14 +313,16 @@ def test_cbp_run_dies_with_a_task_process_killed_by_sigkill(tmp_path):
     if not sys.platform.startswith("linux"):
         pytest.skip("PR_SET_PDEATHSIG is Linux")
     pidfile = tmp_path / "pid"
-    code = ("import sys, threading, time\n"
-            "from cbp.airflow.dagfactory import ProcessGroup\n"
-            "g = ProcessGroup(['sleep', '300'])\n"
-            "def tell():\n"
-            "    while g.proc is None: time.sleep(0.05)\n"
-            f"    open({str(pidfile)!r}, 'w').write(str(g.proc.pid))\n"
-            "threading.Thread(target=tell, daemon=True).start()\n"
-            "g.run()\n")
+    code = (
+        "import sys, threading, time\n"
+        "from cbp.airflow.dagfactory import ProcessGroup\n"
+        "g = ProcessGroup(['sleep', '300'])\n"
+        "def tell():\n"
+        "    while g.proc is None: time.sleep(0.05)\n"
+        f"    open({str(pidfile)!r}, 'w').write(str(g.proc.pid))\n"
+        "threading.Thread(target=tell, daemon=True).start()\n"
+        "g.run()\n"
+    )
     parent = subprocess.Popen([sys.executable, "-c", code], cwd=ROOT)
     try:
         deadline = time.monotonic() + 60
@@ -394,7 +422,9 @@ def test_run_task_past_its_execution_timeout_kills_cbp_run_and_its_spark_jvm(tmp
 def test_epoch_timeout_setting_reaches_cbp_run_and_cancels_a_runaway_epoch(tmp_path, make_pipeline):
     """``epoch_timeout_seconds`` in the DAGs' YAML becomes ``cbp run --epoch-timeout``: the epoch is
     cancelled, cbp run exits 4 and the run task fails with that (long before its execution_timeout)."""
-    op, p, marker = _sleepy_run_task(tmp_path, make_pipeline, "run_timeout_minutes: 10\nepoch_timeout_seconds: 15\n", [{"w": "a"}])
+    op, p, marker = _sleepy_run_task(
+        tmp_path, make_pipeline, "run_timeout_minutes: 10\nepoch_timeout_seconds: 15\n", [{"w": "a"}]
+    )
     t0 = time.monotonic()
     with pytest.raises(RuntimeError, match="exit code 4") as e:
         op.execute(context={})
@@ -487,14 +517,19 @@ def test_retried_inbox_lands_each_file_once_and_a_new_file_under_an_old_name_too
     watcher = IncrementLanded(home, "words", inbox=str(d), settle=0)
     assert watcher.check() is not None
     land_inbox(yaml, home, str(inbox), ["words"], settle=0)
-    assert land_inbox(yaml, home, str(inbox), ["words"], settle=0) == {"landed": {}, "rejected": {}}  # the retry: nothing to do
+    assert land_inbox(yaml, home, str(inbox), ["words"], settle=0) == {
+        "landed": {},
+        "rejected": {},
+    }  # the retry: nothing to do
     assert landed_feeds(home, "words") == 1 and watcher.check() is None
     # the same bad name again (another bad file): rejected beside the first, which is kept; announced again
     (d / "a.jsonl").write_text('{"w": 1}\n')
     assert watcher.check()["inbox_files"] == ["a.jsonl"]
     res = land_inbox(yaml, home, str(inbox), ["words"], settle=0)
     assert list(res["rejected"]["words"]) == ["a.1.jsonl"]
-    assert (d / "rejected" / "a.jsonl").read_text() == "not json\n" and (d / "rejected" / "a.1.jsonl").read_text() == '{"w": 1}\n'
+    assert (d / "rejected" / "a.jsonl").read_text() == "not json\n" and (
+        d / "rejected" / "a.1.jsonl"
+    ).read_text() == '{"w": 1}\n'
     assert (d / "rejected" / "a.1.jsonl.error.txt").read_text().startswith("bad-record: ")
     # another file under a landed name, of the same size, is new data: it lands
     _good(d, "b.jsonl", [{"w": "q"}, {"w": "r"}, {"w": "q"}])
@@ -535,9 +570,10 @@ def test_fifos_and_directories_in_the_inbox_are_left_alone(tmp_path):
 
 
 def test_parquet_inbox_files_land_and_a_bad_one_is_rejected_under_its_own_suffix(tmp_path, make_pipeline):
-    import cbp
     import pyarrow as pa
     import pyarrow.parquet as pq
+
+    import cbp
     from cbp.airflow.inbox import REJECTED, land_inbox
     from cbp.airflow.triggers import IncrementLanded
 
@@ -551,6 +587,8 @@ def test_parquet_inbox_files_land_and_a_bad_one_is_rejected_under_its_own_suffix
     assert IncrementLanded(home, "words", inbox=str(d), settle=0).check()["inbox_files"] == ["a.parquet", "b.parquet"]
     res = land_inbox(yaml, home, str(inbox), ["words"], settle=0)
     assert res["landed"] == {"words": ["b.parquet"]}
-    assert list(res["rejected"]["words"]) == ["a.1.parquet"] and res["rejected"]["words"]["a.1.parquet"].startswith("bad-record: ")
+    assert list(res["rejected"]["words"]) == ["a.1.parquet"] and res["rejected"]["words"]["a.1.parquet"].startswith(
+        "bad-record: "
+    )
     assert sorted(os.listdir(d / REJECTED)) == ["a.1.parquet", "a.1.parquet.error.txt", "a.parquet"]
     assert cbp.load(yaml, home=home).output("words") == WORDS

@@ -38,10 +38,19 @@ def pipe(tmp_path):
 
 
 def _rows(rng: random.Random, n: int) -> list[dict]:
-    return [{"k": rng.choice(ODD) + str(i % 7), "n": rng.randint(-2**63, 2**63 - 1), "s": rng.choice([None, *ODD]),
-             "f": rng.choice([None, 0.1, -2.5e300, 1e-310, 3.0, -0.0]), "b": rng.choice([None, True, False]),
-             "j": rng.choice([None, {"x": [1, {"y": "é"}], "a": None}, [1.5, "s", True], "text", 7, {}]),
-             "xs": rng.choice([None, [], [1.0, None, -3.25]]), "ys": rng.choice([None, [], ["a", "é\t"]])} for i in range(n)]
+    return [
+        {
+            "k": rng.choice(ODD) + str(i % 7),
+            "n": rng.randint(-(2**63), 2**63 - 1),
+            "s": rng.choice([None, *ODD]),
+            "f": rng.choice([None, 0.1, -2.5e300, 1e-310, 3.0, -0.0]),
+            "b": rng.choice([None, True, False]),
+            "j": rng.choice([None, {"x": [1, {"y": "é"}], "a": None}, [1.5, "s", True], "text", 7, {}]),
+            "xs": rng.choice([None, [], [1.0, None, -3.25]]),
+            "ys": rng.choice([None, [], ["a", "é\t"]]),
+        }
+        for i in range(n)
+    ]
 
 
 def _canon(recs):
@@ -52,15 +61,17 @@ def test_an_arrow_table_lands_what_its_rows_as_dicts_land(pipe, tmp_path):
     rng = random.Random(1)
     rows = _rows(rng, 300)
     # json values given as Arrow: scalars, lists and structs of the same values
-    table = pa.table({
-        "k": pa.array([r["k"] for r in rows]).cast(pa.large_string()),
-        "n": pa.array([r["n"] for r in rows], pa.int64()),
-        "s": pa.array([r["s"] for r in rows]).dictionary_encode(),
-        "f": pa.array([r["f"] for r in rows], pa.float64()),
-        "b": pa.array([r["b"] for r in rows], pa.bool_()),
-        "xs": pa.array([r["xs"] for r in rows], pa.large_list(pa.float64())),
-        "ys": pa.array([r["ys"] for r in rows], pa.list_(pa.string())),
-    })
+    table = pa.table(
+        {
+            "k": pa.array([r["k"] for r in rows]).cast(pa.large_string()),
+            "n": pa.array([r["n"] for r in rows], pa.int64()),
+            "s": pa.array([r["s"] for r in rows]).dictionary_encode(),
+            "f": pa.array([r["f"] for r in rows], pa.float64()),
+            "b": pa.array([r["b"] for r in rows], pa.bool_()),
+            "xs": pa.array([r["xs"] for r in rows], pa.large_list(pa.float64())),
+            "ys": pa.array([r["ys"] for r in rows], pa.list_(pa.string())),
+        }
+    )
     dicts, arrow = pipe("dicts"), pipe("arrow")
     dicts.feed("a", [{k: v for k, v in r.items() if k != "j"} for r in rows])
     arrow.feed("a", table)
@@ -81,9 +92,16 @@ def test_parquet_files_batches_and_dataframes_land_the_same(pipe, tmp_path):
     pq.write_table(table, tmp_path / "inc.parquet", row_group_size=7_000)
     want = _canon(r | {"s": None, "b": None, "j": None, "ys": None} for r in rows)
     df = pd.DataFrame(rows).iloc[::-1]  # an index that is not 0..n-1: not a field
-    ints = table.set_column(1, "n", table.column("n").cast(pa.int32())).set_column(2, "f", table.column("f").cast(pa.float32()).cast(pa.float64()))
-    for name, src in [("parquet", str(tmp_path / "inc.parquet")), ("batches", pa.RecordBatchReader.from_batches(table.schema, table.to_batches(5_000))),
-                      ("batch", table.to_batches()[0]), ("pandas", df), ("narrow-types", ints)]:
+    ints = table.set_column(1, "n", table.column("n").cast(pa.int32())).set_column(
+        2, "f", table.column("f").cast(pa.float32()).cast(pa.float64())
+    )
+    for name, src in [
+        ("parquet", str(tmp_path / "inc.parquet")),
+        ("batches", pa.RecordBatchReader.from_batches(table.schema, table.to_batches(5_000))),
+        ("batch", table.to_batches()[0]),
+        ("pandas", df),
+        ("narrow-types", ints),
+    ]:
         p = pipe(name)
         landed = p.feed("a", src)
         got = p.output("a")
@@ -107,7 +125,12 @@ BAD = [  # (what, table, field at fault, 1-based record number)
     ("int for string", pa.table({"k": [1], "n": [1]}), "k", 1),
     ("binary for string", pa.table({"k": pa.array([b"a"]), "n": [1]}), "k", 1),
     ("not UTF-8", pa.table({"k": pa.array([b"ok", b"\xff"], pa.binary()).view(pa.string()), "n": [1, 2]}), "k", 2),
-    ("lone surrogate as UTF-8", pa.table({"k": pa.array([b"ok", b"ok", b"\xed\xa0\x80"], pa.binary()).view(pa.string()), "n": [1, 2, 3]}), "k", 3),
+    (
+        "lone surrogate as UTF-8",
+        pa.table({"k": pa.array([b"ok", b"ok", b"\xed\xa0\x80"], pa.binary()).view(pa.string()), "n": [1, 2, 3]}),
+        "k",
+        3,
+    ),
     ("null list item", pa.table({"k": ["a", "b"], "n": [1, 2], "ys": [["x"], ["y", None]]}), "ys", 2),
     ("NaN list item", pa.table({"k": ["a", "b"], "n": [1, 2], "xs": [[1.0], [float("nan")]]}), "xs", 2),
     ("scalar for list", pa.table({"k": ["a"], "n": [1], "xs": [1.0]}), "xs", 1),
@@ -116,7 +139,12 @@ BAD = [  # (what, table, field at fault, 1-based record number)
     ("bytes in json", pa.table({"k": ["a", "b"], "n": [1, 2], "j": pa.array([None, b"x"])}), "j", 2),
     ("NaN in json", pa.table({"k": ["a", "b"], "n": [1, 2], "j": pa.array([[1.0], [float("nan")]])}), "j", 2),
     ("earliest bad row wins", pa.table({"k": ["a", "b", None], "n": pa.array([1, None, 3])}), "n", 2),
-    ("duplicate column", pa.Table.from_arrays([pa.array(["a"]), pa.array([1]), pa.array([2])], names=["k", "n", "n"]), "n", 1),
+    (
+        "duplicate column",
+        pa.Table.from_arrays([pa.array(["a"]), pa.array([1]), pa.array([2])], names=["k", "n", "n"]),
+        "n",
+        1,
+    ),
 ]
 
 
@@ -128,8 +156,16 @@ def test_a_bad_table_is_refused_naming_record_and_field_and_lands_nothing(pipe, 
         p.feed("a", table)
     assert e.value.code == "bad-record"
     assert f"record {row}:" in str(e.value) and f"field '{field}'" in str(e.value)
-    assert p.feeds("a") == 1 and p.output("a") == [{"k": "kept", "n": 0, "s": None, "f": None, "b": None, "j": None, "xs": None, "ys": None}]
-    if what not in ("duplicate column", "lone surrogate as UTF-8", "not UTF-8", "binary for string", "timestamp for json"):
+    assert p.feeds("a") == 1 and p.output("a") == [
+        {"k": "kept", "n": 0, "s": None, "f": None, "b": None, "j": None, "xs": None, "ys": None}
+    ]
+    if what not in (
+        "duplicate column",
+        "lone surrogate as UTF-8",
+        "not UTF-8",
+        "binary for string",
+        "timestamp for json",
+    ):
         with pytest.raises(InputError) as d:  # the dict path refuses the same rows, naming the same record
             p.feed("a", table.to_pylist())
         assert d.value.code == "bad-record" and f"record {row}:" in str(d.value)
@@ -162,16 +198,20 @@ def test_an_open_file_lands_what_its_path_lands_and_errors_name_its_source(pipe,
     pq.write_table(pa.Table.from_pylist(rows), tmp_path / "inc.parquet")
     (tmp_path / "inc.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     want = _canon(r | {"s": None, "f": None, "b": None, "j": None, "xs": None, "ys": None} for r in rows)
-    for i, (name, source) in enumerate([("inc.parquet", None), ("inc.jsonl", None), ("inc.parquet", "dropped"), ("inc.jsonl", "dropped")]):
+    for i, (name, source) in enumerate(
+        [("inc.parquet", None), ("inc.jsonl", None), ("inc.parquet", "dropped"), ("inc.jsonl", "dropped")]
+    ):
         p = pipe(f"h{i}")
         with open(tmp_path / name, "rb") as fh:  # a Parquet file is told by its name, or by its first bytes
             assert p.feed("a", fh, source=source).records == len(rows)
         assert _canon(p.output("a")) == want, (name, source)
     p = pipe("bad")
-    for fh, source, code, where in [(io.BytesIO(b'{"k": "a", "n": 1}\n{"k": 5, "n": 1}\n'), "inbox/x.jsonl", "bad-record", "inbox/x.jsonl:2:"),
-                                    (io.BytesIO(b"PAR1 not really"), "inbox/y.bin", "unreadable", "inbox/y.bin:"),
-                                    (io.BytesIO(b"{}"), "inbox/z.parquet", "unreadable", "inbox/z.parquet:"),
-                                    (open(tmp_path / "inc.jsonl", encoding="utf-8"), None, "unreadable", "inc.jsonl")]:
+    for fh, source, code, where in [
+        (io.BytesIO(b'{"k": "a", "n": 1}\n{"k": 5, "n": 1}\n'), "inbox/x.jsonl", "bad-record", "inbox/x.jsonl:2:"),
+        (io.BytesIO(b"PAR1 not really"), "inbox/y.bin", "unreadable", "inbox/y.bin:"),
+        (io.BytesIO(b"{}"), "inbox/z.parquet", "unreadable", "inbox/z.parquet:"),
+        (open(tmp_path / "inc.jsonl", encoding="utf-8"), None, "unreadable", "inc.jsonl"),
+    ]:
         with pytest.raises(InputError) as e:
             p.feed("a", fh, source=source)
         assert e.value.code == code and where in str(e.value), str(e.value)
@@ -191,17 +231,56 @@ def test_cli_feeds_a_parquet_file(pipe, tmp_path, capsys):
     home = str(tmp_path / "cli")
     assert main(["feed", str(tmp_path / "p.yaml"), "a", str(tmp_path / "inc.parquet"), "--home", home]) == 0
     assert "2 record(s)" in capsys.readouterr().out
-    assert main(["feed", str(tmp_path / "p.yaml"), "a", str(tmp_path / "bad.parquet"), "--home", home]) == 3  # bad input records
+    assert (
+        main(["feed", str(tmp_path / "p.yaml"), "a", str(tmp_path / "bad.parquet"), "--home", home]) == 3
+    )  # bad input records
     err = capsys.readouterr().err
     assert "record 1:" in err and "field 'n'" in err and "Traceback" not in err
     assert len(pipe("cli").output("a")) == 2
 
 
-_ARROW_TYPES = [pa.string(), pa.large_string(), pa.int64(), pa.int8(), pa.uint64(), pa.float64(), pa.float32(), pa.bool_(),
-                pa.binary(), pa.list_(pa.float64()), pa.list_(pa.string()), pa.large_list(pa.int64()), pa.null(),
-                pa.struct([("x", pa.int64())]), pa.timestamp("ms"), pa.dictionary(pa.int8(), pa.string())]
-_VALUES = [None, "", "é", "\x00", "😀", 0, -1, 2**63 - 1, 2**63, 2**64 - 1, 0.5, -0.0, float("nan"), float("inf"), True, False,
-           b"\xff", [], [None], [1.5], ["s"], {"x": 3}]
+_ARROW_TYPES = [
+    pa.string(),
+    pa.large_string(),
+    pa.int64(),
+    pa.int8(),
+    pa.uint64(),
+    pa.float64(),
+    pa.float32(),
+    pa.bool_(),
+    pa.binary(),
+    pa.list_(pa.float64()),
+    pa.list_(pa.string()),
+    pa.large_list(pa.int64()),
+    pa.null(),
+    pa.struct([("x", pa.int64())]),
+    pa.timestamp("ms"),
+    pa.dictionary(pa.int8(), pa.string()),
+]
+_VALUES = [
+    None,
+    "",
+    "é",
+    "\x00",
+    "😀",
+    0,
+    -1,
+    2**63 - 1,
+    2**63,
+    2**64 - 1,
+    0.5,
+    -0.0,
+    float("nan"),
+    float("inf"),
+    True,
+    False,
+    b"\xff",
+    [],
+    [None],
+    [1.5],
+    ["s"],
+    {"x": 3},
+]
 
 
 def _column(rng: random.Random, t: pa.DataType, n: int) -> pa.Array | None:

@@ -77,10 +77,15 @@ ODD = ['q"1', "b\\2", "t\t3", "é", "\u2028", "", "nul\x00", "😀"]
 
 
 def _rec(rng: random.Random, i: int, keys: list[str]) -> dict:
-    return {"k": rng.choice(keys), "s": rng.choice([None, *ODD]),
-            "f": rng.choice([None, 0.1, -2.5e300, 1e-310, 3.0]), "b": rng.choice([None, True, False]),
-            "j": rng.choice([None, {"x": [1, "é", None]}, [1.5, {"q": "\""}], "text", 7]),
-            "xs": rng.choice([None, [], [1.0, None, -0.0]]), "n": i}
+    return {
+        "k": rng.choice(keys),
+        "s": rng.choice([None, *ODD]),
+        "f": rng.choice([None, 0.1, -2.5e300, 1e-310, 3.0]),
+        "b": rng.choice([None, True, False]),
+        "j": rng.choice([None, {"x": [1, "é", None]}, [1.5, {"q": '"'}], "text", 7]),
+        "xs": rng.choice([None, [], [1.0, None, -0.0]]),
+        "n": i,
+    }
 
 
 def _incs(seed: int, copies: bool) -> list[Increment]:
@@ -105,7 +110,9 @@ def _canon(recs):
 def test_records_reach_the_translator_as_fed(spark, tmp_path, make_pipeline, monkeypatch, batch, small):
     if not small:
         monkeypatch.setenv("CBP_SMALL_EPOCH_RECORDS", "0")
-    copies = batch or not small  # a RouteBy function with ALL (and keys JSON escapes): routed by a Spark job in a small epoch
+    copies = (
+        batch or not small
+    )  # a RouteBy function with ALL (and keys JSON escapes): routed by a Spark job in a small epoch
     text = YAML.replace("TRANSLATOR", "batch" if batch else "per_key").replace("BATCH", "batch: true" if batch else "")
     text = text.replace("ROUTE", "MOD:route" if copies else "k")
     path = make_pipeline(text, MODULE)
@@ -120,7 +127,9 @@ def test_records_reach_the_translator_as_fed(spark, tmp_path, make_pipeline, mon
         for r in inc.records:
             targets = sorted(keys) if r["k"] == "*" else [r["k"]]
             for k in targets:
-                want.append({"k": k, "flow": inc.flow, "rec": json.dumps({**r, "_diff": 1}, sort_keys=True)})  # every record has its multiplicity
+                want.append(
+                    {"k": k, "flow": inc.flow, "rec": json.dumps({**r, "_diff": 1}, sort_keys=True)}
+                )  # every record has its multiplicity
     assert _canon(got) == _canon(want)
     shuffled = [e.report.shuffle_records for s in run.steps for e in s.epochs]
     assert (max(shuffled) == 0) == small
@@ -142,9 +151,16 @@ def _envelopes(rng: random.Random, n: int) -> pa.Table:
     keys = [r[1] for r in rows]
     flows = [r[2] for r in rows]
     vals = [{"v": r[3], "s": rng.choice(ODD)} for r in rows]
-    return pa.table({"_key": keys, "_flow": pa.array(flows, pa.int32()), "_rec": pa.nulls(n, pa.string()), "_h": [r[0] for r in rows],
-                     "_i0": pa.array([v if f == 0 else None for v, f in zip(vals, flows)], rec),
-                     "_i1": pa.array([v if f == 1 else None for v, f in zip(vals, flows)], rec)})
+    return pa.table(
+        {
+            "_key": keys,
+            "_flow": pa.array(flows, pa.int32()),
+            "_rec": pa.nulls(n, pa.string()),
+            "_h": [r[0] for r in rows],
+            "_i0": pa.array([v if f == 0 else None for v, f in zip(vals, flows)], rec),
+            "_i1": pa.array([v if f == 1 else None for v, f in zip(vals, flows)], rec),
+        }
+    )
 
 
 @pytest.mark.parametrize("seed", range(6))
@@ -155,7 +171,11 @@ def test_groups_hold_the_same_records_decoded_or_as_arrow_slices(seed):
     t = _envelopes(rng, rng.randint(1, 200))
     batches = t.to_batches(max_chunksize=rng.randint(1, 40))
     dicts = [(g.key, g.records, g.flows) for c in group_chunks(batches, 2) for g in c]
-    slices = [(g.key, g.records, [[r for s in f for r in s.to_pylist()] for f in g.flows]) for c in group_chunks(batches, 2, arrow=True) for g in c]
+    slices = [
+        (g.key, g.records, [[r for s in f for r in s.to_pylist()] for f in g.flows])
+        for c in group_chunks(batches, 2, arrow=True)
+        for g in c
+    ]
     assert dicts == slices
     want: dict[str, list[list[dict]]] = {}
     for r in t.to_pylist():

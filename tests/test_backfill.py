@@ -141,13 +141,15 @@ def test_added_stage_backfills_collected_increments_with_retractions(spark, make
     p = cbp.load(new, home=home)
     lines = p.plan().lines()
     stored = sum(len(f) for f in feeds[:7])
-    want = (f"flow 'words': 7 increment(s), {stored} records stored, {len(before)} records consolidated")
+    want = f"flow 'words': 7 increment(s), {stored} records stored, {len(before)} records consolidated"
     assert any(want in line and "tally" in line for line in lines), lines
     assert any("flow 'deltas': " in line and f"{len(deltas)} records consolidated" in line for line in lines), lines
     assert main(["plan", str(new), "--home", home]) == 0
     assert want in capsys.readouterr().out
     p.upgrade()
-    assert p.output("words", consolidated=True) == before  # the synthetic increment is not the flow's: not counted twice
+    assert (
+        p.output("words", consolidated=True) == before
+    )  # the synthetic increment is not the flow's: not counted twice
     assert p.output("deltas", consolidated=True) == deltas
     p.run()
     assert _words(p) == from_scratch(feeds[:7])
@@ -169,8 +171,12 @@ def test_unsigned_stage_gets_copies_of_plus_one(spark, make_pipeline, tmp_path):
     """A record whose multiplicity sums to n reaches an unsigned backfilled stage as n records of +1."""
     feeds = [[{"w": "a"}, {"w": "a"}, {"w": "b"}], [{"w": "a"}, {"w": "c"}, {"w": "c", "_diff": -1}], [{"w": "b"}]]
     p = fresh(make_pipeline, tmp_path, BASE, feeds, "h")
-    seen = ADDED.split("  sums:")[0].replace("tally", "seen").replace("    signed: true\n", "").replace(
-        "state: {schema: {w: string, n: int}}", "state: {schema: {w: string, n: int, ones: bool}}")
+    seen = (
+        ADDED.split("  sums:")[0]
+        .replace("tally", "seen")
+        .replace("    signed: true\n", "")
+        .replace("state: {schema: {w: string, n: int}}", "state: {schema: {w: string, n: int, ones: bool}}")
+    )
     p = cbp.load(make_pipeline(BASE + seen, MODULE, module_name="bf_mod"), home=str(tmp_path / "h"))
     assert any("(read as 5 records of +1: the input is not signed)" in line for line in p.plan().lines())
     p.upgrade()
@@ -270,8 +276,8 @@ def totals(customer, state, orders, out):
 def test_backfill_from_a_delta_source(spark, make_pipeline, tmp_path):
     """A stage added on a Delta source flow after updates and deletes were synced (and collected) starts
     from the source's snapshot as landed: its totals equal a pandas groupby of the source table."""
-    from test_sources import CDF, _change, _expected, _opts, _orders
     from deltalake import write_deltalake
+    from test_sources import CDF, _change, _expected, _opts, _orders
 
     uri = str(tmp_path / "src")
     rnd = random.Random(3)
@@ -282,7 +288,9 @@ def test_backfill_from_a_delta_source(spark, make_pipeline, tmp_path):
     for v in range(1, 5):
         _change(uri, v, rnd, next_id)
         p.run()
-    added = SOURCE + """
+    added = (
+        SOURCE
+        + """
   again:
     translator: MOD:totals
     partitions: 3
@@ -291,6 +299,7 @@ def test_backfill_from_a_delta_source(spark, make_pipeline, tmp_path):
     inputs: [{flow: orders, route_by: customer}]
     state: {schema: {customer: string, orders: int, total: int}, grouping: inner}
 """
+    )
     p = cbp.load(make_pipeline(added.replace("SRC", uri), SOURCE_MOD, module_name="bf_src"), home=home)
     p.upgrade()
     p.run()

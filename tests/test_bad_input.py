@@ -6,11 +6,11 @@ import json
 import time
 
 import pytest
+from conftest import FLOWS, WORD_COUNT, WORD_COUNT_MODULE
 
 import cbp
 from cbp import InputError, UserCodeError
 from cbp.cli import main
-from conftest import FLOWS, WORD_COUNT, WORD_COUNT_MODULE
 
 URLS = FLOWS / "url_count.yaml"
 
@@ -121,12 +121,15 @@ def count(key, state, words, out):
 
 
 @pytest.mark.parametrize("mode", ["direct", "blackbox"])
-@pytest.mark.parametrize("bad,words", [
-    ("poison", ["translator", "raised ValueError: cannot count poison", "key 'poison'"]),
-    ("badtype", ["does not fit its schema", "'counts'", "field 'n'", "key 'badtype'"]),
-    ("interrupt", ["translator", "raised KeyboardInterrupt", "key 'interrupt'"]),
-    ("cancelled", ["translator", "raised CancelledError", "key 'cancelled'"]),
-])
+@pytest.mark.parametrize(
+    "bad,words",
+    [
+        ("poison", ["translator", "raised ValueError: cannot count poison", "key 'poison'"]),
+        ("badtype", ["does not fit its schema", "'counts'", "field 'n'", "key 'badtype'"]),
+        ("interrupt", ["translator", "raised KeyboardInterrupt", "key 'interrupt'"]),
+        ("cancelled", ["translator", "raised CancelledError", "key 'cancelled'"]),
+    ],
+)
 def test_failing_translator_commits_nothing(spark, make_pipeline, tmp_path, mode, bad, words):
     path = make_pipeline(FAILING, FAILING_MODULE)
     p = cbp.load(path, home=str(tmp_path / "h"), mode=mode)
@@ -147,8 +150,10 @@ def test_failing_translator_commits_nothing(spark, make_pipeline, tmp_path, mode
 
 
 def test_failing_runnable_is_named(spark, make_pipeline, tmp_path):
-    path = make_pipeline(FAILING.replace("    outputs: [counts]", "    outputs: [counts]\n    runnable: MOD:run"),
-                         FAILING_MODULE + "\ndef run(frames, state):\n    return {'nope'}, set(), state\n")
+    path = make_pipeline(
+        FAILING.replace("    outputs: [counts]", "    outputs: [counts]\n    runnable: MOD:run"),
+        FAILING_MODULE + "\ndef run(frames, state):\n    return {'nope'}, set(), state\n",
+    )
     p = cbp.load(path, home=str(tmp_path / "h"))
     p.feed("words", [{"w": "x"}])
     with pytest.raises(UserCodeError, match="stage 'count' runnable .*'nope'"):
@@ -157,26 +162,36 @@ def test_failing_runnable_is_named(spark, make_pipeline, tmp_path):
 
 def test_runnable_and_frame_states_must_be_storable(spark, make_pipeline, tmp_path):
     """A runnable state or framing key that JSON cannot hold is refused before anything runs or lands."""
-    path = make_pipeline(FAILING.replace("    outputs: [counts]", "    outputs: [counts]\n    runnable: MOD:run"),
-                         FAILING_MODULE + "\ndef run(frames, state):\n    return {'words'}, {'words'}, {'seen': {1, 2}}\n")
+    path = make_pipeline(
+        FAILING.replace("    outputs: [counts]", "    outputs: [counts]\n    runnable: MOD:run"),
+        FAILING_MODULE + "\ndef run(frames, state):\n    return {'words'}, {'words'}, {'seen': {1, 2}}\n",
+    )
     p = cbp.load(path, home=str(tmp_path / "h"))
     p.feed("words", [{"w": "x"}])
-    with pytest.raises(UserCodeError, match="stage 'count' runnable 'mod_.*:run' returned a state that cannot be stored as JSON") as e:
+    with pytest.raises(
+        UserCodeError, match="stage 'count' runnable 'mod_.*:run' returned a state that cannot be stored as JSON"
+    ) as e:
         p.run()
     assert e.value.code == "not-storable"
     assert p.status()["stages"]["count"]["epochs"] == 0 and p.state("count") == []
 
-    framed = make_pipeline(FAILING.replace("route_by: w}", "route_by: w, frame_by: MOD:frame}"),
-                           FAILING_MODULE + "\ndef frame(rec, state):\n    return {rec['w']}, state\n")
+    framed = make_pipeline(
+        FAILING.replace("route_by: w}", "route_by: w, frame_by: MOD:frame}"),
+        FAILING_MODULE + "\ndef frame(rec, state):\n    return {rec['w']}, state\n",
+    )
     p = cbp.load(framed, home=str(tmp_path / "h2"))
-    with pytest.raises(UserCodeError, match="flow 'words': frame_by .* gave a framing key .*'w': 'x'.* cannot be stored as JSON"):
+    with pytest.raises(
+        UserCodeError, match="flow 'words': frame_by .* gave a framing key .*'w': 'x'.* cannot be stored as JSON"
+    ):
         p.feed("words", [{"w": "x"}])
     assert p.status()["stages"]["count"]["connectors"]["words"]["pending"] == 0
     assert p.output("words") == []
 
     # too long to keep in every snapshot: a function's key or a field's value
-    big = make_pipeline(FAILING.replace("route_by: w}", "route_by: w, frame_by: MOD:frame}"),
-                        FAILING_MODULE + "\ndef frame(rec, state):\n    return rec['w'] * 2, state\n")
+    big = make_pipeline(
+        FAILING.replace("route_by: w}", "route_by: w, frame_by: MOD:frame}"),
+        FAILING_MODULE + "\ndef frame(rec, state):\n    return rec['w'] * 2, state\n",
+    )
     field = make_pipeline(FAILING.replace("route_by: w}", "route_by: w, frame_by: w}"), FAILING_MODULE)
     for i, yaml in enumerate((big, field)):
         p = cbp.load(yaml, home=str(tmp_path / f"h3{i}"))
@@ -220,8 +235,13 @@ def test_driver_side_user_code_that_exits_or_raises_oddly_is_a_user_code_error(m
     itself ended in a traceback."""
     from cbp.cli import main
 
-    path = make_pipeline(FAILING.replace("    outputs: [counts]", "    outputs: [counts]\n    runnable: MOD:run"), FAILING_MODULE + DRIVER_SIDE)
-    framed = make_pipeline(FAILING.replace("route_by: w}", "route_by: w, frame_by: MOD:frame}"), FAILING_MODULE + DRIVER_SIDE)
+    path = make_pipeline(
+        FAILING.replace("    outputs: [counts]", "    outputs: [counts]\n    runnable: MOD:run"),
+        FAILING_MODULE + DRIVER_SIDE,
+    )
+    framed = make_pipeline(
+        FAILING.replace("route_by: w}", "route_by: w, frame_by: MOD:frame}"), FAILING_MODULE + DRIVER_SIDE
+    )
     for yaml in (path, framed):
         for mod in yaml.parent.glob("mod_*.py"):
             mod.with_name(mod.name + ".how").write_text(how)
@@ -231,7 +251,9 @@ def test_driver_side_user_code_that_exits_or_raises_oddly_is_a_user_code_error(m
     assert main(["feed", str(path), "words", str(day), "--home", home]) == 0
     assert main(["status", str(path), "--home", home]) == 0  # status reports what the runnable raised
     out = capsys.readouterr().out
-    assert "runnable error: " in out and {"exit": "SystemExit", "odd": "Odd", "unprintable": "Unprintable"}[how] in out, out
+    assert (
+        "runnable error: " in out and {"exit": "SystemExit", "odd": "Odd", "unprintable": "Unprintable"}[how] in out
+    ), out
     for argv in (["run", str(path), "--home", home], ["feed", str(framed), "words", str(day), "--home", home2]):
         assert main(argv) == 4, argv
         err = capsys.readouterr().err
@@ -254,15 +276,22 @@ def test_missing_java_is_explained(monkeypatch):
     assert e.value.code == "no-java" and "apt-get install" in str(e.value)
 
 
-
-
-@pytest.mark.parametrize("change, message", [
-    (("partitions: 2", "partitions: 3"), "stage 'count': state rewritten .*partitions 2 -> 3"),
-    (("state: {schema: {w: string, n: int}}", "state: {schema: {w: string, n: float}}"), "field 'n' int -> float"),
-    (("state: {schema: {w: string, n: int}}", 'state: {schema: {w: string, n: int, x: "int?"}}'), "field 'x' added"),
-    (("schema: {w: string}}", 'schema: {w: string, v: "int?"}}'), "flow 'words': field 'v' added"),
-    (("inputs: [{flow: words, route_by: w}]", "inputs: [{flow: words, route_by: w, frame_by: w}]"), "flow 'words': frame_by added"),
-])
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        (("partitions: 2", "partitions: 3"), "stage 'count': state rewritten .*partitions 2 -> 3"),
+        (("state: {schema: {w: string, n: int}}", "state: {schema: {w: string, n: float}}"), "field 'n' int -> float"),
+        (
+            ("state: {schema: {w: string, n: int}}", 'state: {schema: {w: string, n: int, x: "int?"}}'),
+            "field 'x' added",
+        ),
+        (("schema: {w: string}}", 'schema: {w: string, v: "int?"}}'), "flow 'words': field 'v' added"),
+        (
+            ("inputs: [{flow: words, route_by: w}]", "inputs: [{flow: words, route_by: w, frame_by: w}]"),
+            "flow 'words': frame_by added",
+        ),
+    ],
+)
 def test_yaml_that_no_longer_fits_the_home(spark, make_pipeline, tmp_path, change, message):
     """Changing partitions, a schema or framing once data is stored waits for 'cbp upgrade' (pipeline-changed,
     the plan in the message); reads still work; the old YAML still runs."""
@@ -328,7 +357,11 @@ def _unchanged(p, flow):
 HOSTILE_LINES = [  # flow, line, what the message says
     ("urls", _nested(5000), "nested deeper than 128 levels"),
     ("urls", '{"url": ' + _nested(5000) + "}", "nested deeper than 128 levels"),
-    ("urls", '{"url": "' + "[" * 5000 + '"}' + ", " + _nested(200), "nested deeper than 128 levels"),  # brackets in a string do not count, these do
+    (
+        "urls",
+        '{"url": "' + "[" * 5000 + '"}' + ", " + _nested(200),
+        "nested deeper than 128 levels",
+    ),  # brackets in a string do not count, these do
     ("urls", '{"url": "\\ud800"}', "lone surrogate \\ud800"),
     ("urls", '{"url": "ok \\udfff"}', "lone surrogate \\udfff"),
     ("urls", '{"url": "\\ud83d\\ud83d"}', "lone surrogate \\ud83d"),
@@ -349,7 +382,9 @@ HOSTILE_LINES = [  # flow, line, what the message says
 ]
 
 
-@pytest.mark.parametrize("flow,line,words", HOSTILE_LINES, ids=[f"{i}-{f}" for i, (f, _, _) in enumerate(HOSTILE_LINES)])
+@pytest.mark.parametrize(
+    "flow,line,words", HOSTILE_LINES, ids=[f"{i}-{f}" for i, (f, _, _) in enumerate(HOSTILE_LINES)]
+)
 def test_hostile_json_lines_are_refused_fast_naming_file_line_and_flow(landed, tmp_path, capsys, flow, line, words):
     p = landed[flow]
     before = _unchanged(p, flow)
@@ -382,7 +417,7 @@ HOSTILE_RECORDS = [  # flow, record, what the message says
     ("recs", {"s": "x", "j": {1: "a"}}, "field 'j': object key 1 is not a string"),
     ("recs", {"s": "x", "j": {"a": {1, 2}}}, "field 'j': set value[a] is not JSON"),
     ("recs", {"s": "x", "j": [float("nan")]}, "field 'j': nan[0] is not a JSON number"),
-    ("recs", {"s": "x", "j": 10 ** 5000}, "field 'j': an integer of more than 4,000 digits"),
+    ("recs", {"s": "x", "j": 10**5000}, "field 'j': an integer of more than 4,000 digits"),
     ("recs", {"s": "x", "j": b"bytes"}, "field 'j': bytes value is not JSON"),
     ("recs", {"s": "x", "l": ["ok", "\ud800"]}, "field 'l': text[1] holds a lone surrogate"),
     ("recs", {"s": "x", "f": float("inf")}, "field 'f'"),
@@ -390,7 +425,9 @@ HOSTILE_RECORDS = [  # flow, record, what the message says
 ]
 
 
-@pytest.mark.parametrize("flow,record,words", HOSTILE_RECORDS, ids=[f"{i}-{f}" for i, (f, _, _) in enumerate(HOSTILE_RECORDS)])
+@pytest.mark.parametrize(
+    "flow,record,words", HOSTILE_RECORDS, ids=[f"{i}-{f}" for i, (f, _, _) in enumerate(HOSTILE_RECORDS)]
+)
 def test_hostile_records_through_the_python_api(landed, flow, record, words):
     p = landed[flow]
     before = _unchanged(p, flow)
@@ -418,8 +455,15 @@ def test_records_at_the_limits_land_and_read_back(landed):
     """What validation accepts, Arrow, Parquet and JSON hold: deep-but-allowed JSON, astral characters,
     ints in float fields (stored as the float they stand for)."""
     p = landed["recs"]
-    rec = {"s": "\U0001f600 \u2028 \x00", "i": -(2**63), "f": 2**63 - 1, "b": False, "j": {"a": _deep_list(126), "\U0001f600": 1.5},
-           "l": [], "n": [2**53 + 1, -0.0]}
+    rec = {
+        "s": "\U0001f600 \u2028 \x00",
+        "i": -(2**63),
+        "f": 2**63 - 1,
+        "b": False,
+        "j": {"a": _deep_list(126), "\U0001f600": 1.5},
+        "l": [],
+        "n": [2**53 + 1, -0.0],
+    }
     got = p.feed("recs", [rec])
     assert got.records == 1
     back = p.output("recs", epoch=got.feed)
@@ -489,9 +533,15 @@ def test_empty_feed_takes_a_number_and_the_numbers_agree_cli(tmp_path, capsys):
     assert main(["feed", str(URLS), "urls", str(tmp_path / "b.jsonl"), "--home", home, "--id", "k", "--force"]) == 0
     assert "as feed 5 (output --epoch 5): 2 record(s), increment(s) 5" in capsys.readouterr().out
     assert main(["feed", str(URLS), "urls", str(tmp_path / "b.jsonl"), "--home", home, "--id", "k"]) == 0
-    assert "as feed 5 (output --epoch 5): already landed (--id k), nothing new, increment(s) 5" in capsys.readouterr().out
+    assert (
+        "as feed 5 (output --epoch 5): already landed (--id k), nothing new, increment(s) 5" in capsys.readouterr().out
+    )
     assert main(["status", str(URLS), "--home", home, "--json"]) == 0
-    assert json.loads(capsys.readouterr().out)["stages"]["url_count"]["connectors"]["urls"] == {"pending": 3, "complete": 3, "records": 5}
+    assert json.loads(capsys.readouterr().out)["stages"]["url_count"]["connectors"]["urls"] == {
+        "pending": 3,
+        "complete": 3,
+        "records": 5,
+    }
 
 
 def test_empty_feed_takes_a_number_and_the_numbers_agree_api(tmp_path):
@@ -500,7 +550,16 @@ def test_empty_feed_takes_a_number_and_the_numbers_agree_api(tmp_path):
     empty = p.feed("urls", [])
     nothing = p.feed("urls", tmp_path / "none.jsonl") if (tmp_path / "none.jsonl").write_text("") == 0 else None
     later = p.feed("urls", [{"url": "b"}])
-    assert (first, first.feed, empty, empty.feed, nothing, nothing.feed, later, later.feed) == ([1], 1, [], 2, [], 3, [4], 4)
+    assert (first, first.feed, empty, empty.feed, nothing, nothing.feed, later, later.feed) == (
+        [1],
+        1,
+        [],
+        2,
+        [],
+        3,
+        [4],
+        4,
+    )
     assert [p.output("urls", epoch=n) for n in (1, 2, 3, 4)] == [[{"url": "a"}], [], [], [{"url": "b"}]]
     framed = cbp.load(FLOWS / "set_diff.yaml", home=str(tmp_path / "f"))
     one = framed.feed("crawl_a", [{"url": "u1", "hour": 1}])
@@ -513,8 +572,13 @@ def test_empty_feed_takes_a_number_and_the_numbers_agree_api(tmp_path):
 
 def test_a_runnable_state_nested_too_deeply_is_not_storable(spark, make_pipeline, tmp_path):
     deep = "\ndef run(frames, state):\n    v = []\n    for _ in range(100000):\n        v = [v]\n    return {'words'}, {'words'}, v\n"
-    p = cbp.load(make_pipeline(FAILING.replace("    outputs: [counts]", "    outputs: [counts]\n    runnable: MOD:run"), FAILING_MODULE + deep),
-                 home=str(tmp_path / "h"))
+    p = cbp.load(
+        make_pipeline(
+            FAILING.replace("    outputs: [counts]", "    outputs: [counts]\n    runnable: MOD:run"),
+            FAILING_MODULE + deep,
+        ),
+        home=str(tmp_path / "h"),
+    )
     p.feed("words", [{"w": "x"}])
     with pytest.raises(UserCodeError) as e:
         p.run()
@@ -522,9 +586,20 @@ def test_a_runnable_state_nested_too_deeply_is_not_storable(spark, make_pipeline
     assert p.status()["stages"]["count"]["epochs"] == 0 and p.state("count") == []
 
 
-@pytest.mark.parametrize("tuning", [{"bogus": 1}, {"max_state_files": "8"}, {"max_state_files": 0}, {"state_row_group": 0},
-                                    {"backpressure": -1}, {"small_epoch_records": -1}, {"state_scan_fraction": float("nan")},
-                                    {"state_cache_mb": True}, {"notify": 5}])
+@pytest.mark.parametrize(
+    "tuning",
+    [
+        {"bogus": 1},
+        {"max_state_files": "8"},
+        {"max_state_files": 0},
+        {"state_row_group": 0},
+        {"backpressure": -1},
+        {"small_epoch_records": -1},
+        {"state_scan_fraction": float("nan")},
+        {"state_cache_mb": True},
+        {"notify": 5},
+    ],
+)
 def test_bad_tuning_is_refused_before_anything_runs(tmp_path, tuning):
     from cbp.errors import UsageError
 

@@ -7,12 +7,12 @@ import json
 import random
 
 import pytest
+from conftest import FLOWS
 
 import cbp
 from cbp.engine.task.batch import _typed_keys
 from cbp.errors import SpecError, UserCodeError
 from cbp.testing import Increment, replay
-from conftest import FLOWS
 
 
 def _canon(recs):
@@ -21,8 +21,12 @@ def _canon(recs):
 
 def _url_increments(seed: int, n: int = 5) -> list[Increment]:
     rng = random.Random(seed)
-    return [Increment("urls", [{"url": f"http://h{rng.randint(0, 9)}/p{rng.randint(0, 30)}"} for _ in range(rng.randint(1, 80))])
-            for _ in range(n)]
+    return [
+        Increment(
+            "urls", [{"url": f"http://h{rng.randint(0, 9)}/p{rng.randint(0, 30)}"} for _ in range(rng.randint(1, 80))]
+        )
+        for _ in range(n)
+    ]
 
 
 @pytest.mark.parametrize("mode,seed", [("direct", 1), ("blackbox", 2)])
@@ -102,8 +106,16 @@ def _halves(seed: int) -> list[Increment]:
     rng = random.Random(seed)
     incs = []
     for hour in range(1, 6):
-        incs.append(Increment("nums", [{"k": f"k{rng.randint(0, 12)}", "v": rng.randint(0, 40), "hour": hour}
-                                       for _ in range(rng.randint(1, 15))], close=hour == 5))
+        incs.append(
+            Increment(
+                "nums",
+                [
+                    {"k": f"k{rng.randint(0, 12)}", "v": rng.randint(0, 40), "hour": hour}
+                    for _ in range(rng.randint(1, 15))
+                ],
+                close=hour == 5,
+            )
+        )
     return incs
 
 
@@ -122,7 +134,6 @@ def test_batch_equals_per_key_with_framing_and_a_loopback_flow(spark, tmp_path, 
     assert any(r["total"] > 40 for r in runs["v"].outputs("totals"))
 
 
-
 @pytest.mark.parametrize("keys", ["escapes", "ints"])
 def test_batch_equals_per_key_whatever_the_keys_look_like(spark, tmp_path, make_pipeline, keys):
     """Keys that are not plain strings (quotes, backslashes, control characters, non-ASCII; or
@@ -135,8 +146,14 @@ def test_batch_equals_per_key_whatever_the_keys_look_like(spark, tmp_path, make_
     else:
         pool = ['q"1', "b\\2", "t\t3", "é4", "\u2028 5", "plain", "", "new\nline"]
         text = YAML
-    incs = [Increment("nums", [{"k": rng.choice(pool), "v": rng.randint(0, 30), "hour": hour} for _ in range(rng.randint(3, 12))],
-                      close=hour == 4) for hour in range(1, 5)]
+    incs = [
+        Increment(
+            "nums",
+            [{"k": rng.choice(pool), "v": rng.randint(0, 30), "hour": hour} for _ in range(rng.randint(3, 12))],
+            close=hour == 4,
+        )
+        for hour in range(1, 5)
+    ]
     runs = {}
     for name, translator, batch in (("k", "per_key", ""), ("v", "batch", "batch: true")):
         path = make_pipeline(text.replace("TRANSLATOR", translator).replace("BATCH", batch), MODULE)
@@ -144,7 +161,9 @@ def test_batch_equals_per_key_whatever_the_keys_look_like(spark, tmp_path, make_
     for a, b in zip(runs["k"].steps, runs["v"].steps):
         assert _canon(a.outputs.get("totals", [])) == _canon(b.outputs.get("totals", []))
         assert _canon(a.state["sum"]) == _canon(b.state["sum"])
-    assert len({r["k"] for r in runs["v"].final_state("sum")} - {"plain", 0, 7, 12, 99}) >= 3  # the unusual keys have state
+    assert (
+        len({r["k"] for r in runs["v"].final_state("sum")} - {"plain", 0, 7, 12, 99}) >= 3
+    )  # the unusual keys have state
 
 
 BAD = """
@@ -195,16 +214,37 @@ def bad(keys, state, nums, carry, out):
 """
 
 
-@pytest.mark.parametrize("kind,code", [("schema", "batch-schema"), ("type", "batch-schema"), ("nulls", "batch-schema"),
-                                       ("intkey", "batch-schema"), ("strtotal", "batch-schema"), ("floattotal", "batch-schema"),
-                                       ("dupcol", "batch-schema"), ("rmtable", "batch-key"), ("rmstr", "batch-key"), ("rmobj", "batch-key"),
-                                       ("both", "batch-duplicate-key"), ("stranger", "batch-key"), ("int", "batch-output"),
-                                       ("brokenmap", "batch-output"), ("brokenremoved", "batch-key"), ("oddkeys", "batch-output")])
+@pytest.mark.parametrize(
+    "kind,code",
+    [
+        ("schema", "batch-schema"),
+        ("type", "batch-schema"),
+        ("nulls", "batch-schema"),
+        ("intkey", "batch-schema"),
+        ("strtotal", "batch-schema"),
+        ("floattotal", "batch-schema"),
+        ("dupcol", "batch-schema"),
+        ("rmtable", "batch-key"),
+        ("rmstr", "batch-key"),
+        ("rmobj", "batch-key"),
+        ("both", "batch-duplicate-key"),
+        ("stranger", "batch-key"),
+        ("int", "batch-output"),
+        ("brokenmap", "batch-output"),
+        ("brokenremoved", "batch-key"),
+        ("oddkeys", "batch-output"),
+    ],
+)
 @pytest.mark.parametrize("columnar", ["1", "0"])
-def test_bad_batch_output_is_refused_and_nothing_is_committed(spark, tmp_path, make_pipeline, monkeypatch, kind, code, columnar):
+def test_bad_batch_output_is_refused_and_nothing_is_committed(
+    spark, tmp_path, make_pipeline, monkeypatch, kind, code, columnar
+):
     monkeypatch.setenv("CBP_COLUMNAR", columnar)
-    text = YAML.replace("TRANSLATOR", "bad").replace("BATCH", "batch: true").replace("outputs: [carry, totals]",
-                                                                                      f"outputs: [carry, totals]\n    params: {{kind: {kind}}}")
+    text = (
+        YAML.replace("TRANSLATOR", "bad")
+        .replace("BATCH", "batch: true")
+        .replace("outputs: [carry, totals]", f"outputs: [carry, totals]\n    params: {{kind: {kind}}}")
+    )
     p = cbp.load(make_pipeline(text, BAD), home=str(tmp_path / "h"), spark=spark)
     p.feed("nums", [{"k": "a", "v": 3, "hour": 1}, {"k": "b", "v": 4, "hour": 1}], close=True)
     with pytest.raises(UserCodeError) as e:
@@ -233,8 +273,11 @@ def test_os_exit_in_a_batch_translator_is_worker_died_naming_the_batch(spark, tm
 def test_empty_batch_results_commit(spark, tmp_path, make_pipeline, monkeypatch, columnar):
     """Empty tables and an empty list of removed keys (typed null by Arrow) are a valid result."""
     monkeypatch.setenv("CBP_COLUMNAR", columnar)
-    text = YAML.replace("TRANSLATOR", "bad").replace("BATCH", "batch: true").replace("outputs: [carry, totals]",
-                                                                                      "outputs: [carry, totals]\n    params: {kind: empty}")
+    text = (
+        YAML.replace("TRANSLATOR", "bad")
+        .replace("BATCH", "batch: true")
+        .replace("outputs: [carry, totals]", "outputs: [carry, totals]\n    params: {kind: empty}")
+    )
     p = cbp.load(make_pipeline(text, BAD), home=str(tmp_path / "h"), spark=spark)
     p.feed("nums", [{"k": "a", "v": 3, "hour": 1}], close=True)
     assert [r.epoch for r in p.run()] == [1]
@@ -264,10 +307,21 @@ def t(keys, state, ev, out):
 """
 
 
-@pytest.mark.parametrize("text,ok", [('{"b": [1, 2.5], "a": null}', True), ("null", True), ("not json {", False),
-                                     ("NaN", False), ('"\\ud800"', False), ("[" * 200 + "]" * 200, False)])
+@pytest.mark.parametrize(
+    "text,ok",
+    [
+        ('{"b": [1, 2.5], "a": null}', True),
+        ("null", True),
+        ("not json {", False),
+        ("NaN", False),
+        ('"\\ud800"', False),
+        ("[" * 200 + "]" * 200, False),
+    ],
+)
 @pytest.mark.parametrize("columnar", ["1", "0"])
-def test_json_fields_of_a_batch_result_are_parsed_and_checked(spark, tmp_path, make_pipeline, monkeypatch, text, ok, columnar):
+def test_json_fields_of_a_batch_result_are_parsed_and_checked(
+    spark, tmp_path, make_pipeline, monkeypatch, text, ok, columnar
+):
     """A json field comes back as JSON text: valid text is stored as the value it stands for;
     anything else (not JSON, NaN, a lone surrogate, too deep) is a batch-schema error, nothing committed."""
     monkeypatch.setenv("CBP_COLUMNAR", columnar)
@@ -302,6 +356,7 @@ def test_order_by_and_output_names_a_batch_stage_cannot_use(make_pipeline):
 
 def test_keys_that_json_tells_apart_stay_apart():
     """1 and 1.0 (also inside lists) are two keys: a batch translator gets their JSON texts, not one value for both."""
+
     def typed(texts):
         keys, key_texts = _typed_keys(texts)
         return keys.to_pylist(), key_texts
@@ -345,13 +400,18 @@ def test_order_by_a_nullable_field_puts_nulls_last_in_both_forms(spark, tmp_path
     recs = [{"k": f"k{rng.randint(0, 3)}", "v": rng.choice([None, rng.randint(0, 5)]), "n": i} for i in range(40)]
     got = {}
     for name, translator, batch in (("k", "per_key", ""), ("v", "batch", "batch: true")):
-        p = cbp.load(make_pipeline(NULLS_YAML.replace("TRANSLATOR", translator).replace("BATCH", batch), NULLS_MOD),
-                     home=str(tmp_path / name), spark=spark)
+        p = cbp.load(
+            make_pipeline(NULLS_YAML.replace("TRANSLATOR", translator).replace("BATCH", batch), NULLS_MOD),
+            home=str(tmp_path / name),
+            spark=spark,
+        )
         p.feed("ev", recs)
         p.run()
         got[name] = {r["k"]: r["order"] for r in p.output("seq")}
     want = {}
-    for r in sorted(recs, key=lambda r: (r["v"] is None, r["v"] if r["v"] is not None else 0)):  # stable: arrival order among equals
+    for r in sorted(
+        recs, key=lambda r: (r["v"] is None, r["v"] if r["v"] is not None else 0)
+    ):  # stable: arrival order among equals
         want.setdefault(r["k"], []).append(r["n"])
     assert got["k"] == got["v"] == want
 
@@ -444,17 +504,36 @@ def test_columnar_path_equals_key_groups_and_per_key(spark, tmp_path, make_pipel
         recs = []
         for _ in range(rng.randint(5, 40)):
             seq += 1
-            recs.append({"k": rng.choice(pool), "item": rng.randint(0, 6), "op": rng.choice(["add", "add", "add", "del", "noop", "clear"]), "seq": seq})
+            recs.append(
+                {
+                    "k": rng.choice(pool),
+                    "item": rng.randint(0, 6),
+                    "op": rng.choice(["add", "add", "add", "del", "noop", "clear"]),
+                    "seq": seq,
+                }
+            )
         incs.append(Increment("ops", recs))
     runs = {}
-    for name, translator, batch, columnar in (("k", "per_key", "", "1"), ("g", "batch", "batch: true", "0"), ("c", "batch", "batch: true", "1")):
+    for name, translator, batch, columnar in (
+        ("k", "per_key", "", "1"),
+        ("g", "batch", "batch: true", "0"),
+        ("c", "batch", "batch: true", "1"),
+    ):
         monkeypatch.setenv("CBP_COLUMNAR", columnar)
         text = SETS_YAML.replace("KEYTYPE", keytype).replace("TRANSLATOR", translator).replace("BATCH", batch)
         runs[name] = replay(make_pipeline(text, SETS), incs, home=str(tmp_path / name), mode="direct", spark=spark)
     for a, b, c in zip(runs["k"].steps, runs["g"].steps, runs["c"].steps):
-        assert _canon(a.outputs.get("changes", [])) == _canon(b.outputs.get("changes", [])) == _canon(c.outputs.get("changes", []))
+        assert (
+            _canon(a.outputs.get("changes", []))
+            == _canon(b.outputs.get("changes", []))
+            == _canon(c.outputs.get("changes", []))
+        )
         assert _canon(a.state["sets"]) == _canon(b.state["sets"]) == _canon(c.state["sets"])
-        assert [e.report.keys_written for e in a.epochs] == [e.report.keys_written for e in b.epochs] == [e.report.keys_written for e in c.epochs]
+        assert (
+            [e.report.keys_written for e in a.epochs]
+            == [e.report.keys_written for e in b.epochs]
+            == [e.report.keys_written for e in c.epochs]
+        )
         assert [e.report.keys_read for e in a.epochs] == [e.report.keys_read for e in c.epochs]
     assert all(e.report.columnar_tasks > 0 for s in runs["c"].steps for e in s.epochs)
     assert not any(e.report.columnar_tasks for name in "kg" for s in runs[name].steps for e in s.epochs)
@@ -480,9 +559,16 @@ def test_columnar_path_with_a_key_of_more_records_than_a_chunk(spark, tmp_path, 
     one key, called once, with all its records (through the shuffle, and routed by the driver)."""
     monkeypatch.setenv("CBP_SMALL_EPOCH_RECORDS", small)
     rng = random.Random(4)
-    recs = [{"url": "http://hot/"} if rng.random() < 0.9 else {"url": f"http://c/{rng.randint(0, 500)}"} for _ in range(150_000)]
-    run = replay(FLOWS / "url_count_vec.yaml", [Increment("urls", recs[:20]), Increment("urls", recs[20:])],
-                 home=str(tmp_path / "h"), spark=spark)
+    recs = [
+        {"url": "http://hot/"} if rng.random() < 0.9 else {"url": f"http://c/{rng.randint(0, 500)}"}
+        for _ in range(150_000)
+    ]
+    run = replay(
+        FLOWS / "url_count_vec.yaml",
+        [Increment("urls", recs[:20]), Increment("urls", recs[20:])],
+        home=str(tmp_path / "h"),
+        spark=spark,
+    )
     want: dict[str, int] = {}
     for r in recs:
         want[r["url"]] = want.get(r["url"], 0) + 1
@@ -535,8 +621,16 @@ def test_keys_of_mixed_json_types_reach_a_batch_translator_as_texts(spark, tmp_p
     """1, 3.0, 1.5 and "1.5" are four keys: a call that holds keys Arrow cannot type alike gets
     their JSON texts (out.key_texts) and finds each key's state; the same as per key."""
     rng = random.Random(3)
-    incs = [Increment("ev", [{"j": rng.choice([1, 2, 3.0, 1.5, "1.5", "x", 2**40]), "w": rng.randint(0, 50)} for _ in range(rng.randint(3, 9))])
-            for _ in range(4)]
+    incs = [
+        Increment(
+            "ev",
+            [
+                {"j": rng.choice([1, 2, 3.0, 1.5, "1.5", "x", 2**40]), "w": rng.randint(0, 50)}
+                for _ in range(rng.randint(3, 9))
+            ],
+        )
+        for _ in range(4)
+    ]
     runs = {}
     for name, translator, batch in (("k", "per_key", ""), ("v", "batch", "batch: true")):
         path = make_pipeline(MIXED_YAML.replace("TRANSLATOR", translator).replace("BATCH", batch), MIXED_MOD)
@@ -573,7 +667,9 @@ def t(keys, state, ev, out):
 
 @pytest.mark.parametrize("kind, code", [("int", "batch-key"), ("float", "batch-key"), ("large", None)])
 @pytest.mark.parametrize("columnar", ["1", "0"])
-def test_returned_keys_of_another_kind_are_not_cast_into_the_calls_keys(spark, tmp_path, make_pipeline, monkeypatch, kind, code, columnar):
+def test_returned_keys_of_another_kind_are_not_cast_into_the_calls_keys(
+    spark, tmp_path, make_pipeline, monkeypatch, kind, code, columnar
+):
     """Keys "1" and "2" answered with 1 and 2 (or 1.0, 2.0): other keys, not these (a text of
     another Arrow width is the same key)."""
     monkeypatch.setenv("CBP_COLUMNAR", columnar)
@@ -591,7 +687,9 @@ def test_returned_keys_of_another_kind_are_not_cast_into_the_calls_keys(spark, t
 
 
 @pytest.mark.parametrize("columnar", ["1", "0"])
-def test_a_json_state_that_python_finds_equal_but_json_does_not_is_written(spark, tmp_path, make_pipeline, monkeypatch, columnar):
+def test_a_json_state_that_python_finds_equal_but_json_does_not_is_written(
+    spark, tmp_path, make_pipeline, monkeypatch, columnar
+):
     """1, true and 1.0 are equal in Python and three values in JSON: a batch result changing one
     into another is a change (as in per-key translate), in the columnar and the key-group paths."""
     monkeypatch.setenv("CBP_COLUMNAR", columnar)

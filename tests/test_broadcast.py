@@ -103,10 +103,21 @@ FEEDS = [
     [_rec("a", "key", "a1"), _rec("b", "key", "b1"), _rec("c", "key", "c1"), _rec("", "all", "X1")],
     # epoch 2: a and a new key e have input; S2 goes to every stored key (a, b, c: e has no state yet),
     # which makes b and c called, so ALL (X2) reaches them too; I2 only keys with input on 'ins'
-    [_rec("a", "key", "a2"), _rec("e", "key", "e2"), _rec("", "all", "X2"), _rec("", "state", "S2"), _rec("", "ins", "I2")],
+    [
+        _rec("a", "key", "a2"),
+        _rec("e", "key", "e2"),
+        _rec("", "all", "X2"),
+        _rec("", "state", "S2"),
+        _rec("", "ins", "I2"),
+    ],
     # epoch 3: a and b bind themselves to g1, c sends M3 to g1 and binds itself to g2 (nothing is sent to g2);
     # epoch 4 (the loopback flow msgs): a and b get M3, c is not called
-    [_rec("a", "bind", "a3", "g1"), _rec("b", "bind", "b3", "g1"), _rec("c", "send", "M3", "g1"), _rec("c", "bind", "c3", "g2")],
+    [
+        _rec("a", "bind", "a3", "g1"),
+        _rec("b", "bind", "b3", "g1"),
+        _rec("c", "send", "M3", "g1"),
+        _rec("c", "bind", "c3", "g2"),
+    ],
     # epoch 5: a multicast straight from the input to g1; the bindings of epoch 3 were for epoch 4 only: nobody
     [_rec("", "mc", "M5", "g1"), _rec("e", "key", "e5")],
     # epoch 6: a binds to g3; epoch 7: M7 to g3 reaches a, which has no other input
@@ -116,12 +127,27 @@ FEEDS = [
 
 
 def expected(grouping: str) -> set[tuple]:
-    plain = {(1, "a", "ins", "a1"), (1, "b", "ins", "b1"), (1, "c", "ins", "c1"),
-             (2, "a", "ins", "a2"), (2, "e", "ins", "e2"),
-             (3, "a", "ins", "a3"), (3, "b", "ins", "b3"), (3, "c", "ins", "M3"), (3, "c", "ins", "c3"),
-             (5, "e", "ins", "e5"), (6, "a", "ins", "a6"), (7, "b", "ins", "b7")}
-    delivered = {(1, k, "ins", "X1") for k in "abc"} | {(2, k, "ins", "X2") for k in "abce"} | {(2, k, "ins", "S2") for k in "abc"} \
-        | {(2, k, "ins", "I2") for k in "ae"} | {(4, "a", "msgs", "M3"), (4, "b", "msgs", "M3"), (7, "a", "ins", "M7")}
+    plain = {
+        (1, "a", "ins", "a1"),
+        (1, "b", "ins", "b1"),
+        (1, "c", "ins", "c1"),
+        (2, "a", "ins", "a2"),
+        (2, "e", "ins", "e2"),
+        (3, "a", "ins", "a3"),
+        (3, "b", "ins", "b3"),
+        (3, "c", "ins", "M3"),
+        (3, "c", "ins", "c3"),
+        (5, "e", "ins", "e5"),
+        (6, "a", "ins", "a6"),
+        (7, "b", "ins", "b7"),
+    }
+    delivered = (
+        {(1, k, "ins", "X1") for k in "abc"}
+        | {(2, k, "ins", "X2") for k in "abce"}
+        | {(2, k, "ins", "S2") for k in "abc"}
+        | {(2, k, "ins", "I2") for k in "ae"}
+        | {(4, "a", "msgs", "M3"), (4, "b", "msgs", "M3"), (7, "a", "ins", "M7")}
+    )
     if grouping == "outer":  # every stored key is called every epoch, so ALL reaches them all
         delivered |= set()  # X1: nothing stored before epoch 1; X2: a, b, c, e already
     return plain | delivered
@@ -131,9 +157,19 @@ def _seen(p) -> set[tuple]:
     return {(r["epoch"], r["k"], r["flow"], r["tag"]) for r in p.output("seen")}
 
 
-@pytest.mark.parametrize("mode,grouping,batch", [("direct", "inner", False), ("blackbox", "inner", False), ("direct", "outer", False),
-                                                 ("blackbox", "outer", False), ("direct", "inner", True), ("blackbox", "outer", True),
-                                                 ("direct/shuffle", "inner", False), ("direct/shuffle", "outer", True)])
+@pytest.mark.parametrize(
+    "mode,grouping,batch",
+    [
+        ("direct", "inner", False),
+        ("blackbox", "inner", False),
+        ("direct", "outer", False),
+        ("blackbox", "outer", False),
+        ("direct", "inner", True),
+        ("blackbox", "outer", True),
+        ("direct/shuffle", "inner", False),
+        ("direct/shuffle", "outer", True),
+    ],
+)
 def test_broadcast_and_multicast_delivery(spark, tmp_path, make_pipeline, mode, grouping, batch):
     """Per-key and batch translators (which bind with out.associate too) get the same deliveries;
     direct mode's small epochs (routed by the driver) and its shuffle path ("direct/shuffle") too."""
@@ -142,7 +178,13 @@ def test_broadcast_and_multicast_delivery(spark, tmp_path, make_pipeline, mode, 
     if batch:
         text = text.replace("translator: MOD:node", "translator: MOD:node_batch\n    batch: true")
     path = make_pipeline(text, MODULE)
-    p = cbp.Pipeline(path, str(tmp_path / "home"), mode=mode, spark=spark, **({"small_epoch_records": 0} if path_ == "shuffle" else {}))
+    p = cbp.Pipeline(
+        path,
+        str(tmp_path / "home"),
+        mode=mode,
+        spark=spark,
+        **({"small_epoch_records": 0} if path_ == "shuffle" else {}),
+    )
     for i, feed in enumerate(FEEDS, 1):
         p.feed("ins", feed)
         reports = p.run()
@@ -160,7 +202,9 @@ def test_one_copy_per_partition(spark, tmp_path, make_pipeline, small):
     p.feed("ins", [_rec(f"k{i}", "key", "t") for i in range(60)] + [_rec("", "all", "X")])
     (rep,) = p.run()
     assert rep.records_in == 60 and rep.copies_in == 3 and rep.delivered == 60
-    assert rep.shuffle_records == (0 if small else 60 + 3)  # Spark's own count: 60 keyed records, one copy of X per partition
+    assert rep.shuffle_records == (
+        0 if small else 60 + 3
+    )  # Spark's own count: 60 keyed records, one copy of X per partition
     assert sum(1 for r in p.output("seen") if r["tag"] == "X") == 60
     # multicast: 30 keys bind to g, one key sends M to g; the next epoch shuffles the 30 bindings
     # and one copy of M per partition, not one M per bound key
@@ -169,7 +213,9 @@ def test_one_copy_per_partition(spark, tmp_path, make_pipeline, small):
     assert bind.shuffle_records == (0 if small else 31) and deliver.epoch == 3
     assert deliver.shuffle_records == (0 if small else 30 + 3)
     assert deliver.bindings_in == 30 and deliver.copies_in == 3 and deliver.delivered == 30
-    assert sorted(r["k"] for r in p.output("seen") if r["tag"] == "M" and r["flow"] == "msgs") == sorted(f"k{i}" for i in range(30))
+    assert sorted(r["k"] for r in p.output("seen") if r["tag"] == "M" and r["flow"] == "msgs") == sorted(
+        f"k{i}" for i in range(30)
+    )
 
 
 def test_the_same_broadcast_or_multicast_twice_is_delivered_once(spark, tmp_path, make_pipeline):
@@ -186,7 +232,10 @@ def test_the_same_broadcast_or_multicast_twice_is_delivered_once(spark, tmp_path
     assert tags == [("a", "M"), ("a", "X"), ("b", "X")]
 
 
-@pytest.mark.parametrize("op,code", [("deep", "user-code"), ("deepmc", "route-target"), ("surrogate", "user-code"), ("surrogatemc", "route-target")])
+@pytest.mark.parametrize(
+    "op,code",
+    [("deep", "user-code"), ("deepmc", "route-target"), ("surrogate", "user-code"), ("surrogatemc", "route-target")],
+)
 def test_a_key_too_deep_for_json_or_not_unicode_is_an_error_naming_the_route(spark, tmp_path, make_pipeline, op, code):
     path = make_pipeline(YAML.replace("GROUPING", "inner"), MODULE)
     p = cbp.load(path, home=str(tmp_path / "home"), spark=spark)
@@ -198,7 +247,9 @@ def test_a_key_too_deep_for_json_or_not_unicode_is_an_error_naming_the_route(spa
 
 
 @pytest.mark.parametrize("mode", ["direct", "blackbox"])
-def test_multicast_records_read_late_go_by_the_bindings_of_the_epoch_that_wrote_them(spark, tmp_path, make_pipeline, mode):
+def test_multicast_records_read_late_go_by_the_bindings_of_the_epoch_that_wrote_them(
+    spark, tmp_path, make_pipeline, mode
+):
     """The Runnable reads the second increment (c binds to g, X is multicast to g from the input)
     before M, which epoch 1 wrote to its loopback flow when a was bound to g: X reaches the keys
     bound in epoch 1 (the previous epoch), and so does M, in epoch 3, not c; then no bindings file is left."""
@@ -208,17 +259,28 @@ def test_multicast_records_read_late_go_by_the_bindings_of_the_epoch_that_wrote_
     p.feed("ins", [_rec("a", "bind", "a1", "g"), _rec("s", "send", "M", "g")])
     p.feed("ins", [_rec("c", "bind", "c2", "g"), _rec("", "mc", "X", "g")])
     assert [r.epoch for r in p.run()] == [1, 2, 3]
-    assert _seen(p) == {(1, "a", "ins", "a1"), (1, "s", "ins", "M"), (2, "c", "ins", "c2"), (2, "a", "ins", "X"), (3, "a", "msgs", "M")}
+    assert _seen(p) == {
+        (1, "a", "ins", "a1"),
+        (1, "s", "ins", "M"),
+        (2, "c", "ins", "c2"),
+        (2, "a", "ins", "X"),
+        (3, "a", "msgs", "M"),
+    }
     bindings = home / "stages" / "node" / "bindings"
     assert bindings.is_dir() and [f for f in bindings.glob("*") if f.is_file()] == []
 
 
 @pytest.mark.parametrize("mode", ["direct", "blackbox"])
-def test_a_framed_loopback_increment_goes_by_the_bindings_of_each_epoch_that_wrote_to_it(spark, tmp_path, make_pipeline, mode):
+def test_a_framed_loopback_increment_goes_by_the_bindings_of_each_epoch_that_wrote_to_it(
+    spark, tmp_path, make_pipeline, mode
+):
     """msgs is framed by its address: M1 (epoch 1, a bound to g) and M2 (epoch 2, c bound to g)
     land in one increment, closed by M3 in epoch 3 and read in epoch 4: M1 reaches a, M2 reaches c."""
-    yaml = YAML.replace("GROUPING", "inner").replace("runnable: any", "runnable: MOD:ins_first") \
+    yaml = (
+        YAML.replace("GROUPING", "inner")
+        .replace("runnable: any", "runnable: MOD:ins_first")
         .replace('{flow: msgs, route_by: "MOD:route_msg"}', '{flow: msgs, route_by: "MOD:route_msg", frame_by: addr}')
+    )
     home = tmp_path / "home"
     p = cbp.load(make_pipeline(yaml, MODULE), home=str(home), mode=mode, spark=spark)
     p.feed("ins", [_rec("a", "bind", "a1", "g"), _rec("s", "send", "M1", "g")])
@@ -246,7 +308,9 @@ def test_bindings_of_a_retried_task_are_deleted_with_their_epoch(spark, tmp_path
     marker = tmp_path / "marker"
     monkeypatch.setenv("CBP_FAULT", f"task-exit:task:outputs-written:{marker}")
     home = tmp_path / "home"
-    yaml = YAML.replace("GROUPING", "inner").replace("partitions: 3", "partitions: 1")  # the task that dies has bindings
+    yaml = YAML.replace("GROUPING", "inner").replace(
+        "partitions: 3", "partitions: 1"
+    )  # the task that dies has bindings
     p = cbp.load(make_pipeline(yaml, MODULE), home=str(home), spark=spark)
     p.feed("ins", [_rec(k, "bind", f"{k}1", "g") for k in "abcdefgh"] + [_rec("s", "send", "M", "g")])
     assert [r.epoch for r in p.run()] == [1, 2]
@@ -269,7 +333,8 @@ def test_broadcast_to_an_unknown_flow_is_an_error_naming_the_stage(spark, tmp_pa
 
 
 def test_route_by_all_everywhere_is_refused(make_pipeline):
-    path = make_pipeline("""
+    path = make_pipeline(
+        """
     pipeline: x
     flows:
       a: {external: true, schema: {v: string}}
@@ -278,7 +343,9 @@ def test_route_by_all_everywhere_is_refused(make_pipeline):
         translator: MOD:t
         inputs: [{flow: a, route_by: ALL}]
         state: {schema: {v: string}}
-    """, "def t(key, state, a, out):\n    pass\n")
+    """,
+        "def t(key, state, a, out):\n    pass\n",
+    )
     with pytest.raises(SpecError) as e:
         cbp.load_spec(path)
     assert e.value.code == "broadcast-nowhere"

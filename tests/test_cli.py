@@ -7,8 +7,9 @@ import logging
 import re
 import shutil
 
-from cbp.cli import main
 from conftest import FLOWS
+
+from cbp.cli import main
 
 URLS = str(FLOWS / "url_count.yaml")
 SETDIFF = str(FLOWS / "set_diff.yaml")
@@ -37,7 +38,9 @@ def test_cli_end_to_end(spark, tmp_path, capsys, monkeypatch):
     assert "stage url_count" in out and "pending increments    1" in out
     assert main(["run", URLS, "--max-epochs", "1"]) == 0
     cap = capsys.readouterr()
-    assert re.search(r"url_count\s+epoch\s+1\s+in\s+3\s+out\s+2 \(counts=2\)\s+state read\s+0\s+written\s+2\s+[\d.]+s", cap.out), cap.out
+    assert re.search(
+        r"url_count\s+epoch\s+1\s+in\s+3\s+out\s+2 \(counts=2\)\s+state read\s+0\s+written\s+2\s+[\d.]+s", cap.out
+    ), cap.out
     assert "stopped at --max-epochs 1" in cap.out and "running url_count epoch 1" in cap.err
     assert main(["feed", URLS, "urls", "d2.jsonl"]) == 0
     assert main(["run", URLS]) == 0
@@ -49,7 +52,10 @@ def test_cli_end_to_end(spark, tmp_path, capsys, monkeypatch):
     assert main(["output", URLS, "counts"]) == 0
     assert len(capsys.readouterr().out.splitlines()) == 3
     assert main(["state", URLS, "url_count", "--epoch", "1"]) == 0
-    assert [json.loads(x) for x in capsys.readouterr().out.splitlines()] == [{"url": "a", "count": 2}, {"url": "b", "count": 1}]
+    assert [json.loads(x) for x in capsys.readouterr().out.splitlines()] == [
+        {"url": "a", "count": 2},
+        {"url": "b", "count": 1},
+    ]
     assert main(["status", URLS, "--json"]) == 0
     st = json.loads(capsys.readouterr().out)
     assert st["stages"]["url_count"]["epochs"] == 2 and st["stages"]["url_count"]["runnable"] is False
@@ -73,10 +79,29 @@ import cbp  # noqa: E402
 from cbp.errors import UsageError  # noqa: E402
 
 
-@pytest.mark.parametrize("home", ["http://127.0.0.1:1/x", "memory://x", "gs://bucket/x", "s3://", "s3:///x",
-                                  "{tmp}/h_pct%41", "{tmp}/back\\slash", "{tmp}/new\nline", "{tmp}/d.jsonl", "{tmp}/d.jsonl/sub",
-                                  "file://otherhost{tmp}/h", "file:relative/h", "/", "file:///", "file://localhost", "//", "/{tmp}/h",
-                                  "{tmp}/to-root"])
+@pytest.mark.parametrize(
+    "home",
+    [
+        "http://127.0.0.1:1/x",
+        "memory://x",
+        "gs://bucket/x",
+        "s3://",
+        "s3:///x",
+        "{tmp}/h_pct%41",
+        "{tmp}/back\\slash",
+        "{tmp}/new\nline",
+        "{tmp}/d.jsonl",
+        "{tmp}/d.jsonl/sub",
+        "file://otherhost{tmp}/h",
+        "file:relative/h",
+        "/",
+        "file:///",
+        "file://localhost",
+        "//",
+        "/{tmp}/h",
+        "{tmp}/to-root",
+    ],
+)
 def test_a_home_cbp_cannot_keep_is_refused_before_anything_is_written(tmp_path, capsys, home):
     """Unknown schemes ended in tracebacks or retried for minutes (gs://); '%' in a local path was
     percent-decoded by delta-rs, which then opened another directory's tables."""
@@ -92,7 +117,9 @@ def test_a_home_cbp_cannot_keep_is_refused_before_anything_is_written(tmp_path, 
     with pytest.raises(UsageError) as e:
         cbp.load(URLS, home=home)
     assert e.value.code == "bad-home"
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["d.jsonl", "h_pctA", "to-root"] and not any((tmp_path / "h_pctA").iterdir())
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["d.jsonl", "h_pctA", "to-root"] and not any(
+        (tmp_path / "h_pctA").iterdir()
+    )
 
 
 @pytest.mark.parametrize("home", ["s3:/bucket/x", "s3:bucket", "s3//bucket/x", "S3A:/bucket", "gs:/bucket", "http:/x"])
@@ -120,8 +147,12 @@ def test_an_unreachable_s3_home_is_home_unreachable_naming_the_endpoint(tmp_path
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     endpoint = f"http://127.0.0.1:{port}"
-    env = {"AWS_ENDPOINT_URL": endpoint, "AWS_ACCESS_KEY_ID": "k", "AWS_SECRET_ACCESS_KEY": "s",
-           "AWS_REGION": "us-east-1"}
+    env = {
+        "AWS_ENDPOINT_URL": endpoint,
+        "AWS_ACCESS_KEY_ID": "k",
+        "AWS_SECRET_ACCESS_KEY": "s",
+        "AWS_REGION": "us-east-1",
+    }
     for k, v in env.items():
         monkeypatch.setenv(k, v)
     day = tmp_path / "d.jsonl"
@@ -141,7 +172,10 @@ def test_a_file_uri_home_is_the_local_directory_it_names(tmp_path, capsys, monke
     day = tmp_path / "d.jsonl"
     day.write_text('{"url": "http://a/"}\n')
     assert main(["feed", URLS, "urls", str(day), "--home", uri.format(tmp=tmp_path)]) == 0
-    assert (tmp_path / "h" / "flows" / "urls").is_dir() and sorted(p.name for p in tmp_path.iterdir()) == ["d.jsonl", "h"]
+    assert (tmp_path / "h" / "flows" / "urls").is_dir() and sorted(p.name for p in tmp_path.iterdir()) == [
+        "d.jsonl",
+        "h",
+    ]
 
 
 @pytest.mark.parametrize("value", ["1e300", "604801"])
@@ -157,7 +191,7 @@ def test_epoch_timeout_is_at_most_a_week(tmp_path, capsys, value):
 def test_json_lines_stay_one_line_per_record_whatever_the_text(spark, tmp_path, capsys):
     """U+2028 and U+2029 are line breaks to Python's ``splitlines`` and to JavaScript: escaped."""
     home = str(tmp_path / "home")
-    urls = ["a\u2028b", "c\u2029d", "é\n\"x\"", "plain"]
+    urls = ["a\u2028b", "c\u2029d", 'é\n"x"', "plain"]
     (tmp_path / "d.jsonl").write_text("".join(json.dumps({"url": u}) + "\n" for u in urls), encoding="utf-8")
     assert main(["feed", URLS, "urls", str(tmp_path / "d.jsonl"), "--home", home]) == 0
     assert main(["run", URLS, "--home", home]) == 0
@@ -168,7 +202,15 @@ def test_json_lines_stay_one_line_per_record_whatever_the_text(spark, tmp_path, 
         assert sorted(json.loads(x)["url"] for x in lines) == sorted(urls), lines
 
 
-@pytest.mark.parametrize("doc", ["[]", '{"flows": 5, "stages": {}}', '{"seq": 3, "flows": {}, "stages": {"url_count": []}}', '{"flows": {}, "stages": {}}'])
+@pytest.mark.parametrize(
+    "doc",
+    [
+        "[]",
+        '{"flows": 5, "stages": {}}',
+        '{"seq": 3, "flows": {}, "stages": {"url_count": []}}',
+        '{"flows": {}, "stages": {}}',
+    ],
+)
 def test_a_controller_snapshot_of_another_shape_is_a_damaged_home_not_a_traceback(tmp_path, capsys, doc):
     home = tmp_path / "h"
     day = tmp_path / "d.jsonl"
@@ -208,7 +250,9 @@ def test_the_default_home_is_the_projects_whatever_the_working_directory(tmp_pat
     loose.parent.mkdir()
     shutil.copy(yaml, loose)
     assert project_dir(loose) == str(loose.parent)
-    assert default_home(cbp.load(loose, home=str(tmp_path / "unused")).spec) == str(loose.parent / "state" / "url_count")
+    assert default_home(cbp.load(loose, home=str(tmp_path / "unused")).spec) == str(
+        loose.parent / "state" / "url_count"
+    )
     assert not caplog.records
     (elsewhere / "state" / "url_count" / "_cbp").mkdir(parents=True)  # a home made under the old default
     with caplog.at_level(logging.WARNING, logger="cbp"):

@@ -23,8 +23,9 @@ import sys
 import textwrap
 import time
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator, Optional
+from typing import Any
 
 import pytest
 
@@ -69,7 +70,9 @@ def cluster() -> Iterator[dict[str, str]]:
 
 def _local_env() -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if k not in CLUSTER_VARS}
-    env.update(CBP_SPARK_MASTER="local[2,2]", PYTHONPATH=str(ROOT), SPARK_LOCAL_IP="127.0.0.1")  # the reference binds to loopback too
+    env.update(
+        CBP_SPARK_MASTER="local[2,2]", PYTHONPATH=str(ROOT), SPARK_LOCAL_IP="127.0.0.1"
+    )  # the reference binds to loopback too
     return env
 
 
@@ -87,7 +90,9 @@ def jsonl(text: str) -> list[dict[str, Any]]:
 def increments(n: int, size: int, seed: int = 7) -> list[list[dict[str, str]]]:
     """``n`` increments of URLs over a small vocabulary, so that later increments hit stored keys."""
     rnd = random.Random(seed)
-    return [[{"url": f"http://h{rnd.randrange(6)}.example/p{rnd.randrange(120)}"} for _ in range(size)] for _ in range(n)]
+    return [
+        [{"url": f"http://h{rnd.randrange(6)}.example/p{rnd.randrange(120)}"} for _ in range(size)] for _ in range(n)
+    ]
 
 
 def write_jsonl(path: Path, records: list[dict[str, Any]]) -> str:
@@ -104,21 +109,33 @@ def finished_tasks(before: dict[int, set[Path]]) -> dict[int, int]:
     """Per worker, the tasks its executors finished for the applications started since ``before``."""
     counts = {}
     for i, dirs in app_dirs().items():
-        counts[i] = sum(p.read_text(errors="replace").count("Finished task")
-                        for d in dirs - before[i] for p in d.glob("*/stderr"))
+        counts[i] = sum(
+            p.read_text(errors="replace").count("Finished task") for d in dirs - before[i] for p in d.glob("*/stderr")
+        )
     return counts
 
 
-def pipeline_run(env: dict[str, str], yaml: str, home: str, feeds: list[list[dict[str, Any]]], tmp: Path, flow: str = "urls",
-                 output: str = "counts", stage: str = "url_count") -> dict[str, Any]:
+def pipeline_run(
+    env: dict[str, str],
+    yaml: str,
+    home: str,
+    feeds: list[list[dict[str, Any]]],
+    tmp: Path,
+    flow: str = "urls",
+    output: str = "counts",
+    stage: str = "url_count",
+) -> dict[str, Any]:
     """Feed and run increment by increment; each epoch's output, the final state and the status."""
     outs = []
     for n, recs in enumerate(feeds, 1):
         cbp(env, "feed", yaml, flow, write_jsonl(tmp / f"{uuid.uuid4().hex}.jsonl", recs), "--home", home)
         cbp(env, "run", yaml, "--home", home, "--quiet")
         outs.append(jsonl(cbp(env, "output", yaml, output, "--epoch", str(n), "--home", home)))
-    return {"outputs": outs, "state": jsonl(cbp(env, "state", yaml, stage, "--home", home)),
-            "status": json.loads(cbp(env, "status", yaml, "--home", home, "--json"))}
+    return {
+        "outputs": outs,
+        "state": jsonl(cbp(env, "state", yaml, stage, "--home", home)),
+        "status": json.loads(cbp(env, "status", yaml, "--home", home, "--json")),
+    }
 
 
 def from_scratch(feeds: list[list[dict[str, Any]]]) -> tuple[list[list[dict[str, Any]]], list[dict[str, Any]]]:
@@ -175,7 +192,15 @@ def test_clustering_with_multicast_on_cluster(cluster, tmp_path):
     for step in range(2):
         edges = [(rnd.choice(nodes), rnd.choice(nodes)) for _ in range(120)]
         g.add_edges_from((a, b) for a, b in edges if a != b)
-        cbp(cluster, "feed", yaml, "edges", write_jsonl(tmp_path / f"e{step}.jsonl", [{"src": a, "dst": b} for a, b in edges]), "--home", home)
+        cbp(
+            cluster,
+            "feed",
+            yaml,
+            "edges",
+            write_jsonl(tmp_path / f"e{step}.jsonl", [{"src": a, "dst": b} for a, b in edges]),
+            "--home",
+            home,
+        )
         cbp(cluster, "run", yaml, "--home", home, "--quiet")
         got = {r["node"]: r["coefficient"] for r in jsonl(cbp(cluster, "state", yaml, "clustering", "--home", home))}
         want = nx.clustering(g)
@@ -284,8 +309,14 @@ def test_worker_killed_mid_epoch(cluster, tmp_path):
     words = [{"w": f"w{i % 40}"} for i in range(120)]
     home = str(tmp_path / "home-killed")
     cbp(cluster, "feed", yaml, "words", write_jsonl(tmp_path / "words.jsonl", words), "--home", home)
-    proc = subprocess.Popen([CBP, "run", yaml, "--home", home], env=cluster, cwd=ROOT, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [CBP, "run", yaml, "--home", home],
+        env=cluster,
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         _wait_for_mark(marks, 1, proc)
         listening = listeners(proc.pid)
@@ -301,7 +332,9 @@ def test_worker_killed_mid_epoch(cluster, tmp_path):
     assert restored.returncode == 0 and "worker-1: started" in restored.stdout, restored.stdout + restored.stderr
     where = jsonl(cbp(cluster, "output", yaml, "placed", "--home", home))
     state = jsonl(cbp(cluster, "state", yaml, "count", "--home", home))
-    expected = jsonl("\n".join(json.dumps({"w": w, "n": n}) for w, n in collections.Counter(r["w"] for r in words).items()))
+    expected = jsonl(
+        "\n".join(json.dumps({"w": w, "n": n}) for w, n in collections.Counter(r["w"] for r in words).items())
+    )
     assert state == expected
     placed = {r["w"]: r["where"] for r in jsonl(cbp(cluster, "output", yaml, "placed", "--home", home))}
     assert len(placed) == len(where) == 40
@@ -311,8 +344,10 @@ def test_worker_killed_mid_epoch(cluster, tmp_path):
     reference = _uninterrupted(tmp_path, yaml, words)
     assert state == reference
     assert listening and all(addr.startswith(("127.0.0.1:", "[::ffff:127.0.0.1]:")) for addr, _ in listening), listening
-    print(f"worker-1 killed; cbp run ended {took:.1f}s later; {len(moved)} keys re-run on worker-2; "
-          f"{len(listening)} listening sockets of the cluster and the driver, all on 127.0.0.1")
+    print(
+        f"worker-1 killed; cbp run ended {took:.1f}s later; {len(moved)} keys re-run on worker-2; "
+        f"{len(listening)} listening sockets of the cluster and the driver, all on 127.0.0.1"
+    )
 
 
 def _uninterrupted(tmp_path: Path, yaml: str, words: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -338,8 +373,14 @@ def test_translator_and_helpers_ship_by_value(tmp_path):
     blob = tmp_path / "fn.pickle"
     blob.write_bytes(cloudpickle.dumps(fn))
     code = f"import pickle, sys; print(pickle.loads(open({str(blob)!r}, 'rb').read())(41))"
-    r = subprocess.run([sys.executable, "-c", code], cwd="/", capture_output=True, text=True, timeout=120,
-                       env={**os.environ, "PYTHONPATH": str(ROOT)})
+    r = subprocess.run(
+        [sys.executable, "-c", code],
+        cwd="/",
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
     assert r.returncode == 0 and r.stdout.strip() == "42", r.stderr
 
 
@@ -368,8 +409,14 @@ def test_partition_stays_on_its_executor(cluster, tmp_path):
     (tmp_path / "feeds.json").write_text(json.dumps(feeds))
     (tmp_path / "driver.py").write_text(LOCALITY_DRIVER)
     env = {**cluster, "PYTHONPATH": str(ROOT)}
-    r = subprocess.run([sys.executable, str(tmp_path / "driver.py"), URLS, str(tmp_path / "home"), str(tmp_path / "feeds.json")],
-                       env=env, cwd=ROOT, capture_output=True, text=True, timeout=900)
+    r = subprocess.run(
+        [sys.executable, str(tmp_path / "driver.py"), URLS, str(tmp_path / "home"), str(tmp_path / "feeds.json")],
+        env=env,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
     assert r.returncode == 0, r.stderr[-3000:]
     reports = [json.loads(x) for x in r.stdout.splitlines() if x.startswith("{")]
     assert [x["epoch"] for x in reports] == [1, 2, 3]

@@ -27,24 +27,27 @@ import tempfile
 import time
 import uuid
 from pathlib import Path
-from typing import Any, Optional
-
-import pytest
-
-from cbp.airflow.dagfactory import task_environ
+from typing import Any
 
 import crash_harness as ch
+import pytest
 from crawl_site import HOST, make_site
 from test_cluster import ROOT, _local_env, cbp, cluster, jsonl  # noqa: F401  (cluster: the module's fixture)
 from test_crawl_queue import _check_round
+
+from cbp.airflow.dagfactory import task_environ
 
 pytestmark = pytest.mark.cluster
 
 TTL = 6  # seconds: CBP_LEASE_TTL of the drivers here, so a killed driver's lease expires soon
 #: operation index (ch.operations: feed 0, run 0, feed 1, run 1) -> the kills before it succeeds
-KILLS = {1: ["kill:epoch:intention:1",               # intention written, Spark job not started
-             "kill-driver:task:outputs-written:1"],  # inside the Spark job on an executor: a task wrote its files
-         3: ["kill:epoch:committed:0:1"]}            # pending record written, first Delta commit made, not the others
+KILLS = {
+    1: [
+        "kill:epoch:intention:1",  # intention written, Spark job not started
+        "kill-driver:task:outputs-written:1",
+    ],  # inside the Spark job on an executor: a task wrote its files
+    3: ["kill:epoch:committed:0:1"],
+}  # pending record written, first Delta commit made, not the others
 # (the local crash suite, tests/test_crash.py, covers every kill point; three here keep CI's time)
 CRAWL = str(ROOT / "flows" / "crawl_queue.yaml")
 
@@ -72,8 +75,9 @@ def _group(pgid: int) -> list[str]:
     return names
 
 
-def driver(env: dict[str, str], args: list[str], home: str, fault: Optional[str] = None,
-           timeout: float = 900) -> tuple[subprocess.CompletedProcess, int, list[str]]:
+def driver(
+    env: dict[str, str], args: list[str], home: str, fault: str | None = None, timeout: float = 900
+) -> tuple[subprocess.CompletedProcess, int, list[str]]:
     """``cbp <args[0]> components.yaml --home HOME ...`` as the leader of its own process group.
 
     When the driver dies (a fault's SIGKILL), whatever is left of its group (its Spark JVM) is
@@ -109,21 +113,34 @@ def _victim(env: dict[str, str], home: str, incs: list[list[dict[str, str]]], tm
             r, _, _ = driver(env, ["feed", "lines", str(src), "--id", f"inc{k}"], home)
             assert r.returncode == 0, r.stderr[-3000:]
             continue
-        killed: Optional[int] = None
+        killed: int | None = None
         for fault in KILLS.get(i, []) + [None]:  # type: ignore[operator]
             if killed is not None:
                 busy, _, _ = driver(env, ["run"], home)
-                assert busy.returncode == 6, f"a run right after the kill: exit {busy.returncode}\n{busy.stderr[-2000:]}"
+                assert busy.returncode == 6, (
+                    f"a run right after the kill: exit {busy.returncode}\n{busy.stderr[-2000:]}"
+                )
                 time.sleep(TTL + 1)  # the killed driver's lease expires
             t0 = time.monotonic()
             r, pid, left = driver(env, ["run"], home, fault)
-            entry = {"op": i, "fault": fault, "pid": pid, "exit": r.returncode, "seconds": round(time.monotonic() - t0, 1),
-                     "group_killed": left, "took_over": killed is not None and f"pid {killed} " in r.stderr}
+            entry = {
+                "op": i,
+                "fault": fault,
+                "pid": pid,
+                "exit": r.returncode,
+                "seconds": round(time.monotonic() - t0, 1),
+                "group_killed": left,
+                "took_over": killed is not None and f"pid {killed} " in r.stderr,
+            }
             log.append(entry)
             if killed is not None:
-                assert entry["took_over"] and "took over" in r.stderr, f"no take-over notice for pid {killed}:\n{r.stderr[-3000:]}"
+                assert entry["took_over"] and "took over" in r.stderr, (
+                    f"no take-over notice for pid {killed}:\n{r.stderr[-3000:]}"
+                )
             if fault:
-                assert r.returncode == -signal.SIGKILL, f"{fault} was not reached (exit {r.returncode}):\n{r.stderr[-3000:]}"
+                assert r.returncode == -signal.SIGKILL, (
+                    f"{fault} was not reached (exit {r.returncode}):\n{r.stderr[-3000:]}"
+                )
                 killed = pid
             else:
                 assert r.returncode == 0, f"run {i} after recovery failed:\n{r.stderr[-3000:]}"
@@ -167,7 +184,9 @@ def test_driver_killed_mid_epoch_on_s3_home_recovers_exactly(cluster, tmp_path):
         print(json.dumps(e))
 
 
-def _crawl_rounds(env: dict[str, str], home: str, corpus: Path, seed: str, rounds: int, aws: dict[str, str]) -> dict[str, Any]:
+def _crawl_rounds(
+    env: dict[str, str], home: str, corpus: Path, seed: str, rounds: int, aws: dict[str, str]
+) -> dict[str, Any]:
     """``cbp crawl ... --run`` one round at a time; after each, the queue is checked against the
     from-scratch queue. Returns what the rounds produced (the queue per threshold epoch, pages, state)."""
     import cbp as cbp_api
@@ -178,8 +197,19 @@ def _crawl_rounds(env: dict[str, str], home: str, corpus: Path, seed: str, round
         with _aws(aws):
             before = cbp_api.load(CRAWL, home=home).status()["stages"]["threshold"]["epochs"]
         t0 = time.monotonic()
-        cbp(env, "crawl", CRAWL, "--home", home, "--corpus", str(corpus), "--max-pages", "12", "--run",
-            *(["--seed", seed] if n == 0 else []))
+        cbp(
+            env,
+            "crawl",
+            CRAWL,
+            "--home",
+            home,
+            "--corpus",
+            str(corpus),
+            "--max-pages",
+            "12",
+            "--run",
+            *(["--seed", seed] if n == 0 else []),
+        )
         times.append(round(time.monotonic() - t0, 1))
         with _aws(aws):
             p = cbp_api.load(CRAWL, home=home)
@@ -187,12 +217,18 @@ def _crawl_rounds(env: dict[str, str], home: str, corpus: Path, seed: str, round
     with _aws(aws):
         p = cbp_api.load(CRAWL, home=home)
         st = p.status()["stages"]
-        queue = {e: jsonl("\n".join(json.dumps(r) for r in p.output("crawl_queue", epoch=e)))
-                 for e in range(1, st["threshold"]["epochs"] + 1)}
-        return {"epochs": {s: v["epochs"] for s, v in st.items()}, "queue": queue,
-                "pages": sorted(r["url"] for r in p.output("pages")),
-                "merge": jsonl("\n".join(json.dumps(r) for r in p.state("merge"))),
-                "count_links": jsonl("\n".join(json.dumps(r) for r in p.state("count_links"))), "seconds": times}
+        queue = {
+            e: jsonl("\n".join(json.dumps(r) for r in p.output("crawl_queue", epoch=e)))
+            for e in range(1, st["threshold"]["epochs"] + 1)
+        }
+        return {
+            "epochs": {s: v["epochs"] for s, v in st.items()},
+            "queue": queue,
+            "pages": sorted(r["url"] for r in p.output("pages")),
+            "merge": jsonl("\n".join(json.dumps(r) for r in p.state("merge"))),
+            "count_links": jsonl("\n".join(json.dumps(r) for r in p.state("count_links"))),
+            "seconds": times,
+        }
 
 
 def test_three_crawl_rounds_on_cluster_with_s3_home_equal_local(cluster, tmp_path):
@@ -206,5 +242,7 @@ def test_three_crawl_rounds_on_cluster_with_s3_home_equal_local(cluster, tmp_pat
     for part in ("epochs", "queue", "pages", "merge", "count_links"):
         assert on_cluster[part] == local[part], part
     assert len(on_cluster["pages"]) > 12 and on_cluster["epochs"]["threshold"] >= 2
-    print(f"crawl rounds (s) on the cluster {on_cluster['seconds']}, local {local['seconds']}; "
-          f"{len(on_cluster['pages'])} pages, epochs {on_cluster['epochs']}")
+    print(
+        f"crawl rounds (s) on the cluster {on_cluster['seconds']}, local {local['seconds']}; "
+        f"{len(on_cluster['pages'])} pages, epochs {on_cluster['epochs']}"
+    )

@@ -13,14 +13,24 @@ ROOT = Path(__file__).resolve().parents[1] / "cbp"
 #: Each top-level piece of the package and its layer: a module may import its own layer and the
 #: layers below, never one above (the package's ``__init__`` only for ``__version__``).
 LAYERS = {
-    "errors": 0, "errorcodes": 0, "faults": 0, "gcpolicy": 0, "model": 0,
-    "spec": 1, "storage": 1,
+    "errors": 0,
+    "errorcodes": 0,
+    "faults": 0,
+    "gcpolicy": 0,
+    "model": 0,
+    "spec": 1,
+    "storage": 1,
     "engine": 2,
     "controller": 3,
-    "sql": 4, "sqlcheck": 4,
-    "pipeline": 5, "follow": 5,
-    "testing": 6, "crawl": 6,
-    "cli": 7, "airflow": 7, "commands": 7,
+    "sql": 4,
+    "sqlcheck": 4,
+    "pipeline": 5,
+    "follow": 5,
+    "testing": 6,
+    "crawl": 6,
+    "cli": 7,
+    "airflow": 7,
+    "commands": 7,
 }
 
 
@@ -43,8 +53,13 @@ def _imports(mods: dict[str, Path], typing: bool = False) -> dict[str, set[tuple
         pkg = m if f.name == "__init__.py" else m.rsplit(".", 1)[0]
         found = set()
         tree = ast.parse(f.read_text(encoding="utf-8"))
-        typing_only = {id(n) for block in ast.walk(tree) if isinstance(block, ast.If) and "TYPE_CHECKING" in ast.dump(block.test)
-                       for stmt in block.body for n in ast.walk(stmt)}
+        typing_only = {
+            id(n)
+            for block in ast.walk(tree)
+            if isinstance(block, ast.If) and "TYPE_CHECKING" in ast.dump(block.test)
+            for stmt in block.body
+            for n in ast.walk(stmt)
+        }
         for node in ast.walk(tree):
             if id(node) in typing_only and not typing:  # annotations only: not an import at run time
                 continue
@@ -109,7 +124,9 @@ def _engine_side(module: str) -> str | None:
 def test_engine_task_side_never_imports_the_driver_side():
     mods = _modules()
     assert {_engine_side(m) for m in mods if m.startswith("cbp.engine.")} - {None} == set(ENGINE_SIDES)
-    assert not [m for m in mods if m.startswith("cbp.engine.") and m.count(".") == 2 and m.rsplit(".", 1)[1] not in ENGINE_SIDES]
+    assert not [
+        m for m in mods if m.startswith("cbp.engine.") and m.count(".") == 2 and m.rsplit(".", 1)[1] not in ENGINE_SIDES
+    ]
     wrong = []
     for m, ds in _imports(mods, typing=True).items():
         side = _engine_side(m)
@@ -127,7 +144,16 @@ def test_engine_task_modules_import_each_other_without_a_cycle():
     assert len(task) > 10 and list(nx.simple_cycles(g)) == []
 
 
-_SHIPPING = {"mapPartitions", "mapPartitionsWithIndex", "mapInArrow", "mapInPandas", "applyInPandas", "flatMap", "map", "foreachPartition"}
+_SHIPPING = {
+    "mapPartitions",
+    "mapPartitionsWithIndex",
+    "mapInArrow",
+    "mapInPandas",
+    "applyInPandas",
+    "flatMap",
+    "map",
+    "foreachPartition",
+}
 
 
 def test_driver_jobs_ship_only_task_side_functions():
@@ -139,10 +165,19 @@ def test_driver_jobs_ship_only_task_side_functions():
             continue
         tree = ast.parse(f.read_text(encoding="utf-8"))
         pkg = m.rsplit(".", 1)[0].split(".")
-        origin = {a.asname or a.name: ".".join(pkg[: len(pkg) - node.level + 1] + [node.module or ""])
-                  for node in ast.walk(tree) if isinstance(node, ast.ImportFrom) and node.level for a in node.names}
+        origin = {
+            a.asname or a.name: ".".join(pkg[: len(pkg) - node.level + 1] + [node.module or ""])
+            for node in ast.walk(tree)
+            if isinstance(node, ast.ImportFrom) and node.level
+            for a in node.names
+        }
         for node in ast.walk(tree):
-            if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in _SHIPPING and node.args:
+            if (
+                isinstance(node, ast.Call)
+                and isinstance(node.func, ast.Attribute)
+                and node.func.attr in _SHIPPING
+                and node.args
+            ):
                 fn = node.args[0]
                 if isinstance(fn, ast.Call) and isinstance(fn.func, ast.Name) and fn.func.id == "partial":
                     fn = fn.args[0]
@@ -170,20 +205,34 @@ def test_controller_parts_are_composed_not_mixed_in():
     assert Controller.__bases__ == (object,)
     mods = _controller_modules()
     classes = {n.name for tree in mods.values() for n in tree.body if isinstance(n, ast.ClassDef)}
-    wrong = [f"{name}: class {n.name}({ast.unparse(b)})" for name, tree in mods.items() for n in tree.body if isinstance(n, ast.ClassDef)
-             for b in n.bases if ast.unparse(b).split(".")[-1] in classes]
+    wrong = [
+        f"{name}: class {n.name}({ast.unparse(b)})"
+        for name, tree in mods.items()
+        for n in tree.body
+        if isinstance(n, ast.ClassDef)
+        for b in n.bases
+        if ast.unparse(b).split(".")[-1] in classes
+    ]
     for name, tree in mods.items():
         for node in ast.walk(tree):
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
-                wrong += [f"{name}:{node.lineno}: {node.name}({a.arg}: {ast.unparse(a.annotation) if a.annotation else ''})"
-                          for a in node.args.args if a.arg in ("ctl", "controller") or "Controller" in ast.unparse(a.annotation or ast.Constant(""))]
+                wrong += [
+                    f"{name}:{node.lineno}: {node.name}({a.arg}: {ast.unparse(a.annotation) if a.annotation else ''})"
+                    for a in node.args.args
+                    if a.arg in ("ctl", "controller") or "Controller" in ast.unparse(a.annotation or ast.Constant(""))
+                ]
             if name in ("__init__.py", "live.py") or not isinstance(node, ast.Attribute):
                 continue
             inner = node.value
             if isinstance(inner, ast.Name) and inner.id == "self" and node.attr in ("st", "spec", "committed"):
                 wrong.append(f"{name}:{node.lineno}: self.{node.attr} (read it from the Live object)")
-            if (isinstance(inner, ast.Attribute) and isinstance(inner.value, ast.Name) and inner.value.id == "self"
-                    and node.attr.startswith("_") and not node.attr.startswith("__")):
+            if (
+                isinstance(inner, ast.Attribute)
+                and isinstance(inner.value, ast.Name)
+                and inner.value.id == "self"
+                and node.attr.startswith("_")
+                and not node.attr.startswith("__")
+            ):
                 wrong.append(f"{name}:{node.lineno}: self.{inner.attr}.{node.attr} (another part's private state)")
     assert not wrong
 
@@ -191,8 +240,11 @@ def test_controller_parts_are_composed_not_mixed_in():
 def test_controller_modules_say_what_they_read_and_write():
     """Each controller module's docstring names what its part reads and what it writes, so that
     each file can be read alone."""
-    missing = [name for name, tree in _controller_modules().items()
-               if not all(w in (ast.get_docstring(tree) or "") for w in ("Reads:", "Writes:"))]
+    missing = [
+        name
+        for name, tree in _controller_modules().items()
+        if not all(w in (ast.get_docstring(tree) or "") for w in ("Reads:", "Writes:"))
+    ]
     assert not missing
 
 
@@ -210,10 +262,24 @@ def test_controller_parts_take_only_what_they_use():
             handed = {}  # attribute -> the parameter stored in it
             for node in ast.walk(init):
                 if isinstance(node, ast.Assign):
-                    pairs = (zip(node.targets[0].elts, node.value.elts) if isinstance(node.targets[0], ast.Tuple)
-                             and isinstance(node.value, ast.Tuple) else [(node.targets[0], node.value)])
-                    handed.update({t.attr: v.id for t, v in pairs if isinstance(t, ast.Attribute) and isinstance(v, ast.Name) and v.id in params})
-            used = {n.attr for m in methods if m is not init for n in ast.walk(m) if isinstance(n, ast.Attribute)
-                    and isinstance(n.value, ast.Name) and n.value.id == "self"}
+                    pairs = (
+                        zip(node.targets[0].elts, node.value.elts)
+                        if isinstance(node.targets[0], ast.Tuple) and isinstance(node.value, ast.Tuple)
+                        else [(node.targets[0], node.value)]
+                    )
+                    handed.update(
+                        {
+                            t.attr: v.id
+                            for t, v in pairs
+                            if isinstance(t, ast.Attribute) and isinstance(v, ast.Name) and v.id in params
+                        }
+                    )
+            used = {
+                n.attr
+                for m in methods
+                if m is not init
+                for n in ast.walk(m)
+                if isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name) and n.value.id == "self"
+            }
             unused += [f"{name}: {cls.name}({p})" for p in params - {handed[a] for a in handed if a in used}]
     assert not unused

@@ -6,10 +6,10 @@ import subprocess
 import sys
 import time
 
-import cbp
-from cbp.storage import Home
 from conftest import WORD_COUNT
 
+import cbp
+from cbp.storage import Home
 
 GATED = """
 import os, time
@@ -35,13 +35,17 @@ def test_feed_during_run_is_not_lost(spark, make_pipeline, tmp_path, background)
     runner.feed("words", [{"w": "a"}, {"w": "b"}])
     feeder = cbp.load(path, home=home)  # another Pipeline object on the same home, as another process would be
     result: dict = {}
-    t = background.thread(lambda: result.setdefault("reports", runner.run()), stop=go.touch)  # a failed assert opens the gate
+    t = background.thread(
+        lambda: result.setdefault("reports", runner.run()), stop=go.touch
+    )  # a failed assert opens the gate
     deadline = time.time() + 120
     while not started.exists() and time.time() < deadline:
         time.sleep(0.05)
     assert started.exists(), "the first epoch never started"
     # the feeds are made while epoch 1 waits in its translator; they wait for the epoch's commit
-    feeds = background.thread(lambda: (feeder.feed("words", [{"w": "a"}, {"w": "c"}]), feeder.feed("words", [{"w": "a"}])))
+    feeds = background.thread(
+        lambda: (feeder.feed("words", [{"w": "a"}, {"w": "c"}]), feeder.feed("words", [{"w": "a"}]))
+    )
     feeds.join(timeout=3)
     assert feeds.is_alive(), "a feed landed in the middle of an epoch instead of waiting for its commit"
     go.touch()
@@ -58,9 +62,14 @@ def test_lock_is_held_across_processes(tmp_path, capsys, background):
     """While another process holds the home's lock, a change waits for it and says so."""
     home = tmp_path / "h"
     holder = background.popen(
-        [sys.executable, "-c", "import sys, time; from cbp.storage import Home\n"
-         f"with Home({str(home)!r}).lock():\n    print('held', flush=True); time.sleep(2)"],
-        stdout=subprocess.PIPE, text=True,
+        [
+            sys.executable,
+            "-c",
+            "import sys, time; from cbp.storage import Home\n"
+            f"with Home({str(home)!r}).lock():\n    print('held', flush=True); time.sleep(2)",
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
     )
     assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
     waited: list[float] = []

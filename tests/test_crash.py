@@ -27,7 +27,9 @@ def test_sigkill_at_many_moments_recovers_exactly(spark, tmp_path):
         assert got[part] == want[part], part
     # recovery was reported, and status explained what it would do while the home was interrupted
     said = "\n".join(a.stderr for a in log.attempts if not a.fault)
-    assert "recovered: finished committing" in said and "which was interrupted: re-running it with the same inputs" in said
+    assert (
+        "recovered: finished committing" in said and "which was interrupted: re-running it with the same inputs" in said
+    )
     statuses = "\n".join(a.stdout for a in log.killed())
     assert "interrupted commit of stage" in statuses and "Delta commits made" in statuses
     assert "the next 'cbp run' re-runs stage" in statuses
@@ -79,8 +81,14 @@ def test_rewind_killed_and_recovered_then_replayed_equals_reference(spark, tmp_p
 
 
 #: Kill points of feeds with retractions and of the epochs that read them (URLCount): (operation index, faults)
-SIGNED_KILLS = {0: ["kill:feed:written:1"], 2: ["kill:feed:committed:0:1"], 4: ["kill:feed:pending:1"],
-                1: ["kill:epoch:ran:1"], 3: ["kill-driver:task:outputs-written:1"], 5: ["kill:epoch:committed:0:1"]}
+SIGNED_KILLS = {
+    0: ["kill:feed:written:1"],
+    2: ["kill:feed:committed:0:1"],
+    4: ["kill:feed:pending:1"],
+    1: ["kill:epoch:ran:1"],
+    3: ["kill-driver:task:outputs-written:1"],
+    5: ["kill:epoch:committed:0:1"],
+}
 
 
 def test_feeds_with_retractions_survive_sigkill_exactly(spark, tmp_path):
@@ -90,14 +98,16 @@ def test_feeds_with_retractions_survive_sigkill_exactly(spark, tmp_path):
     import json
 
     import pandas as pd
-
-    import cbp
     from conftest import FLOWS
 
+    import cbp
+
     yaml = FLOWS / "url_count.yaml"
-    incs = [[{"url": f"u{i % 5}", "_diff": 2} for i in range(10)],
-            [{"url": "u1", "_diff": -3}, {"url": "u2", "_diff": -3}, {"url": "u9"}, {"url": "u9", "_diff": -1}],
-            [{"url": "u2", "_diff": -1}, {"url": "u3"}, {"url": "u1", "_diff": -1}]]
+    incs = [
+        [{"url": f"u{i % 5}", "_diff": 2} for i in range(10)],
+        [{"url": "u1", "_diff": -3}, {"url": "u2", "_diff": -3}, {"url": "u9"}, {"url": "u9", "_diff": -1}],
+        [{"url": "u2", "_diff": -1}, {"url": "u3"}, {"url": "u1", "_diff": -1}],
+    ]
     ref = cbp.load(yaml, home=str(tmp_path / "reference"), spark=spark)
     for k, inc in enumerate(incs):
         ref.feed("urls", inc, feed_id=f"inc{k}")
@@ -122,5 +132,7 @@ def test_feeds_with_retractions_survive_sigkill_exactly(spark, tmp_path):
         assert {r["url"]: r.get("_diff", 1) for r in p.output("urls", consolidated=True)} == counts
     assert got.epochs("url_count") == ref.epochs("url_count")
     for e in range(1, ref.epochs("url_count") + 1):
-        assert sorted(map(json.dumps, got.output("counts", epoch=e))) == sorted(map(json.dumps, ref.output("counts", epoch=e)))
+        assert sorted(map(json.dumps, got.output("counts", epoch=e))) == sorted(
+            map(json.dumps, ref.output("counts", epoch=e))
+        )
     assert got.home.pending() is None and not got.home.intentions()

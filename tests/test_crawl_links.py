@@ -9,14 +9,14 @@ from collections import Counter
 from types import SimpleNamespace
 
 import pytest
+from conftest import FLOWS, ROOT
+from crawl_site import BAD_PAGES, HOST, make_site
 
 import cbp
 from cbp.crawl import corpus as corpus_mod
 from cbp.crawl.corpus import iter_pages
 from cbp.crawl.crawler import Corpus
 from cbp.crawl.links import RULES_VERSION, page_links
-from conftest import FLOWS, ROOT
-from crawl_site import BAD_PAGES, HOST, make_site
 
 
 def _load(path, name):
@@ -35,8 +35,11 @@ def site(tmp_path):
 def _stage_links(translators, url, html):
     """What the ``extract_links`` translator of flows/crawl_queue.py writes for one page, in order."""
     got: list[tuple[str, str]] = []
-    out = SimpleNamespace(links=SimpleNamespace(write=lambda r: got.append((r["src"], r["dst"]))), has_state=True,
-                          state=SimpleNamespace(write=lambda r: None))
+    out = SimpleNamespace(
+        links=SimpleNamespace(write=lambda r: got.append((r["src"], r["dst"]))),
+        has_state=True,
+        state=SimpleNamespace(write=lambda r: None),
+    )
     translators.extract_links(url, iter(()), iter([{"url": url, "html": html}]), out)  # a page's first version
     return got
 
@@ -63,19 +66,32 @@ def test_corpus_links_equal_the_extract_links_stage_of_the_pipeline(spark, site,
     pages = list(iter_pages(str(site), HOST))
     p = cbp.load(FLOWS / "crawl_queue.yaml", home=str(tmp_path / "home"), spark=spark)
     p.feed("pages", [{"url": u, "html": h} for u, h in pages])
-    assert [r.stage for r in p.run(max_epochs=1)] == ["extract_links"]  # the stage itself; the rest of the queue is not needed
+    assert [r.stage for r in p.run(max_epochs=1)] == [
+        "extract_links"
+    ]  # the stage itself; the rest of the queue is not needed
     got = Counter((r["src"], r["dst"]) for r in p.output("links"))
     assert got == Counter((u, d) for u, h in pages for d in page_links(u, h))
 
 
 def test_every_occurrence_keeps_repeats_and_changes_nothing_else(site):
-    html = ('<a href="b#1">b</a><a href="a">self</a><a href="mailto:x@y">m</a><a href="./b#2">b</a>'
-            '<a href="HTTP://H:80/c">c</a><a href="b">b</a>')
-    assert page_links("http://h/a", html, every_occurrence=True) == ["http://h/b", "http://h/b", "http://h/c", "http://h/b"]
+    html = (
+        '<a href="b#1">b</a><a href="a">self</a><a href="mailto:x@y">m</a><a href="./b#2">b</a>'
+        '<a href="HTTP://H:80/c">c</a><a href="b">b</a>'
+    )
+    assert page_links("http://h/a", html, every_occurrence=True) == [
+        "http://h/b",
+        "http://h/b",
+        "http://h/c",
+        "http://h/b",
+    ]
     assert page_links("http://h/a", html) == ["http://h/b", "http://h/c"]
     index = (site / "index.html").read_text()  # every link three times
-    assert len(page_links(f"http://{HOST}/index.html", index, every_occurrence=True)) == 3 * len(page_links(f"http://{HOST}/index.html", index))
-    for url, html in list(iter_pages(str(site), HOST)) + [(f"http://{HOST}/{n}", d.decode("latin-1")) for n, (d, _) in BAD_PAGES.items()]:
+    assert len(page_links(f"http://{HOST}/index.html", index, every_occurrence=True)) == 3 * len(
+        page_links(f"http://{HOST}/index.html", index)
+    )
+    for url, html in list(iter_pages(str(site), HOST)) + [
+        (f"http://{HOST}/{n}", d.decode("latin-1")) for n, (d, _) in BAD_PAGES.items()
+    ]:
         every = page_links(url, html, every_occurrence=True)
         assert list(dict.fromkeys(every)) == page_links(url, html), url  # distinct = every occurrence, first ones kept
         assert url not in every and not any(c.isspace() for u in every for c in u)
@@ -108,6 +124,7 @@ def test_the_linear_scan_for_pathological_pages_finds_lexbors_links_on_every_pag
     ordinary pages (these, and all 1,714 pages of python3.11-doc, postgresql-doc-15 and
     debian-reference-en, checked 2026-11-26) it finds exactly what lexbor finds."""
     from cbp.crawl import links
+
     pages = list(iter_pages(str(site), HOST))
     assert len(pages) > 50
     for url, html in pages:

@@ -14,14 +14,14 @@ import subprocess
 import sys
 
 import pytest
-
-import cbp
-from cbp.crawl.reference import counts_from_scratch, latest_versions, queue_from_scratch
-from cbp.crawl.crawler import Corpus, Crawler, decode_html
-from cbp.errors import UsageError
-from cbp.crawl.links import normalize_url, page_links, site_of
 from conftest import FLOWS, ROOT
 from crawl_site import BAD_PAGES, HOST, huge_page, make_site
+
+import cbp
+from cbp.crawl.crawler import Corpus, Crawler, decode_html
+from cbp.crawl.links import normalize_url, page_links, site_of
+from cbp.crawl.reference import counts_from_scratch, latest_versions, queue_from_scratch
+from cbp.errors import UsageError
 
 CRAWL = FLOWS / "crawl_queue.yaml"
 LANDMARK = FLOWS / "crawl_queue_landmark.yaml"
@@ -39,7 +39,10 @@ def test_non_utf8_page_is_decoded_by_its_meta_charset():
     data, _ = BAD_PAGES["bad/latin1.html"]
     text = decode_html(data)
     assert "café" in text and "\ufffd" not in text[:-3]
-    assert page_links(f"http://{HOST}/bad/latin1.html", text) == [f"http://{HOST}/p6.html", f"http://{HOST}/r%C3%A9sum%C3%A9.html"]
+    assert page_links(f"http://{HOST}/bad/latin1.html", text) == [
+        f"http://{HOST}/p6.html",
+        f"http://{HOST}/r%C3%A9sum%C3%A9.html",
+    ]
 
 
 def test_binary_junk_and_nul_bytes_do_not_stop_the_parser():
@@ -63,7 +66,13 @@ def test_odd_schemes_and_malformed_urls_are_dropped_and_the_rest_normalized():
     data, _ = BAD_PAGES["bad/odd.html"]
     got = page_links(f"http://{HOST}/bad/odd.html", decode_html(data))
     # "http:///nohost" is http://nohost/ to a browser (WHATWG URL Standard), and so to cbp
-    assert got == ["http://nohost/", f"http://{HOST}/p8.html", f"http://{HOST}/p9.html", "http://ext0.example/Index.html", f"http://{HOST}/p1.html?a=1&b=%41"]
+    assert got == [
+        "http://nohost/",
+        f"http://{HOST}/p8.html",
+        f"http://{HOST}/p9.html",
+        "http://ext0.example/Index.html",
+        f"http://{HOST}/p1.html?a=1&b=%41",
+    ]
 
 
 def test_url_rules():
@@ -74,13 +83,17 @@ def test_url_rules():
     for bad in ["ftp://x/", "mailto:a@b", "http://", "http://a b/", "http://h:0x50/", "//x", "x.html", "http://[::1"]:
         assert normalize_url(bad) is None, bad
     assert site_of("http://ex.org:8080/a?b") == "http://ex.org:8080" and site_of("nonsense") == ""
-    assert page_links("http://h/a", '<a href="a">self</a><a href="http://h/a#x">self</a><a href="b">b</a><a href="b">b</a>') == ["http://h/b"]
+    assert page_links(
+        "http://h/a", '<a href="a">self</a><a href="http://h/a#x">self</a><a href="b">b</a><a href="b">b</a>'
+    ) == ["http://h/b"]
 
 
 def test_reference_on_a_hand_computed_example():
-    pages = [{"url": "http://a/", "html": '<a href="x">1</a><a href="x#2">2</a><a href="y">3</a><a href="http://b/z">'},
-             {"url": "http://a/y", "html": '<a href="x"><a href="http://b/z">'},
-             {"url": "http://b/w", "html": '<a href="z">'}]
+    pages = [
+        {"url": "http://a/", "html": '<a href="x">1</a><a href="x#2">2</a><a href="y">3</a><a href="http://b/z">'},
+        {"url": "http://a/y", "html": '<a href="x"><a href="http://b/z">'},
+        {"url": "http://b/w", "html": '<a href="z">'},
+    ]
     url_in, site_in, crawled = counts_from_scratch(pages)
     assert dict(url_in) == {"http://a/x": 2, "http://a/y": 1, "http://b/z": 3}
     assert dict(site_in) == {"http://a": 3, "http://b": 3}
@@ -125,8 +138,13 @@ def test_crawler_round_killed_half_way_is_redone_identically_and_lands_once(site
     c.round(seeds=[seed])
     st = c.state()
     # a round that wrote its intention, landed its pages, and died before recording that it did
-    st["doing"] = {"round": 2, "cursor": 0, "picks": [f"http://{HOST}/p0.html", f"http://{HOST}/p1.html", "http://ext0.example/x"],
-                   "queued": 0, "frontier": {f"http://{HOST}/p2.html": 4.0}}
+    st["doing"] = {
+        "round": 2,
+        "cursor": 0,
+        "picks": [f"http://{HOST}/p0.html", f"http://{HOST}/p1.html", "http://ext0.example/x"],
+        "queued": 0,
+        "frontier": {f"http://{HOST}/p2.html": 4.0},
+    }
     p.home.write_json("_crawler/state.json", st)
     p.feed("pages", [{"url": u, "html": c.fetch(u).html} for u in st["doing"]["picks"][:2]], feed_id="crawl:2")
     rep = c.round()
@@ -151,7 +169,9 @@ def test_crawler_refuses_a_pipeline_without_the_flows_it_needs(tmp_path, site):
 
 
 # ---------------------------------------------------------------- the loop against the from-scratch queue
-def _check_round(p, ever: dict[str, float], crawled_pages: list[dict], epochs_before: int, threshold: float = 3.0) -> None:
+def _check_round(
+    p, ever: dict[str, float], crawled_pages: list[dict], epochs_before: int, threshold: float = 3.0
+) -> None:
     """The queue records this round's epochs wrote = URLs newly at/above the threshold, with their scores."""
     ref = queue_from_scratch(crawled_pages, threshold)
     new = {}
@@ -161,7 +181,7 @@ def _check_round(p, ever: dict[str, float], crawled_pages: list[dict], epochs_be
             new[r["url"]] = r["score"]
     crawled = {normalize_url(x["url"]) for x in crawled_pages}
     want = {u: s for u, s in ref.items() if u not in ever}
-    assert set(new) - crawled == set(want), (sorted(set(new) ^ set(want))[:5])
+    assert set(new) - crawled == set(want), sorted(set(new) ^ set(want))[:5]
     for u, s in want.items():
         assert math.isclose(new[u], s), (u, new[u], s)
     ever.update(new)
@@ -187,14 +207,21 @@ def test_crawl_loop_equals_from_scratch_after_every_round(spark, site, tmp_path,
     assert rounds >= 3
     if mode == "direct":
         got = {x["url"] for x in crawled}
-        assert {f"http://{HOST}/{n}" for n in BAD_PAGES} | {f"http://{HOST}/huge.html"} <= got  # every bad kind was crawled
+        assert {f"http://{HOST}/{n}" for n in BAD_PAGES} | {
+            f"http://{HOST}/huge.html"
+        } <= got  # every bad kind was crawled
         failed = c.state()["failed"]
-        assert failed and all(c.fetch(u).reason == why for u, why in failed.items())  # each recorded with its real reason
+        assert failed and all(
+            c.fetch(u).reason == why for u, why in failed.items()
+        )  # each recorded with its real reason
         assert not set(failed) & got
         # count_links' state, read back, is the from-scratch in-link count of every URL and site
         url_in, site_in, _ = counts_from_scratch(crawled)
         st = {(r["kind"], r["name"]): r["inlinks"] for r in p.state("count_links")}
-        assert st == {**{("url", u): int(n) for u, n in url_in.items()}, **{("site", s): int(n) for s, n in site_in.items()}}
+        assert st == {
+            **{("url", u): int(n) for u, n in url_in.items()},
+            **{("site", s): int(n) for s, n in site_in.items()},
+        }
 
 
 def test_landmark_variant_recomputes_the_whole_queue(spark, site, tmp_path):
@@ -244,17 +271,41 @@ def test_each_bad_page_kind_lands_and_runs_without_failing_the_epoch(spark, make
 def test_cbp_crawl_cli_rounds_and_failures(site, tmp_path):
     root, seed = site
     home = tmp_path / "home"
-    cmd = [sys.executable, "-m", "cbp.cli", "crawl", str(CRAWL), "--home", str(home), "--corpus", str(root), "--seed", seed, "--max-pages", "5"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "cbp.cli",
+        "crawl",
+        str(CRAWL),
+        "--home",
+        str(home),
+        "--corpus",
+        str(root),
+        "--seed",
+        seed,
+        "--max-pages",
+        "5",
+    ]
     r = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, timeout=120)
     assert r.returncode == 0, r.stderr
     assert "crawl round 1: 0 new in queue, fetched 1 of 1 (0 failed); 0 left in the frontier" in r.stdout
-    out = subprocess.run([sys.executable, "-m", "cbp.cli", "output", str(CRAWL), "--home", str(home), "pages"],
-                         capture_output=True, text=True, cwd=ROOT, timeout=120)
+    out = subprocess.run(
+        [sys.executable, "-m", "cbp.cli", "output", str(CRAWL), "--home", str(home), "pages"],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=120,
+    )
     assert [json.loads(x)["url"] for x in out.stdout.splitlines()] == [seed]
     bad = subprocess.run(cmd[:-2] + ["--max-pages", "0"], capture_output=True, text=True, cwd=ROOT, timeout=120)
     assert bad.returncode == 2 and "must be 1 or more" in bad.stderr
-    missing = subprocess.run([sys.executable, "-m", "cbp.cli", "crawl", str(CRAWL), "--home", str(home), "--corpus", str(tmp_path / "nope")],
-                             capture_output=True, text=True, cwd=ROOT, timeout=120)
+    missing = subprocess.run(
+        [sys.executable, "-m", "cbp.cli", "crawl", str(CRAWL), "--home", str(home), "--corpus", str(tmp_path / "nope")],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=120,
+    )
     assert missing.returncode == 2 and "does not exist" in missing.stderr
     assert os.path.exists(home / "_crawler" / "state.json")
 
@@ -266,14 +317,30 @@ def test_a_link_to_a_big_site_makes_merge_read_few_of_its_rows(spark, tmp_path):
     site reads that site's few rows; the queue is the from-scratch queue after every epoch."""
     p = cbp.load(CRAWL, home=str(tmp_path / "home"), spark=spark, mode="direct")
     big = "http://big.example"
-    feeds = [[{"url": f"http://hub.example/{i}", "html": "".join(f'<a href="{big}/{j}">' for j in range(i * 1000, i * 1000 + 1000))}
-              for i in range(4)] + [{"url": "http://hub.example/s", "html": '<a href="http://small.example/a">'}]]
+    feeds = [
+        [
+            {
+                "url": f"http://hub.example/{i}",
+                "html": "".join(f'<a href="{big}/{j}">' for j in range(i * 1000, i * 1000 + 1000)),
+            }
+            for i in range(4)
+        ]
+        + [{"url": "http://hub.example/s", "html": '<a href="http://small.example/a">'}]
+    ]
     p.feed("pages", feeds[0])
     p.run()
     assert sum(1 for r in p.state("merge") if r["url"].startswith(big)) == 4000
-    for feed, most in (([{"url": "http://x.example/1", "html": f'<a href="{big}/7"><a href="{big}/new">'}], 2),
-                       ([{"url": "http://x.example/2", "html": f'<a href="{big}/7"><a href="http://small.example/a">'}], 2 + 3),
-                       ([{"url": f"{big}/7", "html": ""}, {"url": "http://x.example/1", "status": 404, "html": None, "fetched": 1e10}], 2 + 2)):
+    for feed, most in (
+        ([{"url": "http://x.example/1", "html": f'<a href="{big}/7"><a href="{big}/new">'}], 2),
+        ([{"url": "http://x.example/2", "html": f'<a href="{big}/7"><a href="http://small.example/a">'}], 2 + 3),
+        (
+            [
+                {"url": f"{big}/7", "html": ""},
+                {"url": "http://x.example/1", "status": 404, "html": None, "fetched": 1e10},
+            ],
+            2 + 2,
+        ),
+    ):
         feeds.append(feed)
         p.feed("pages", feed)
         merge = next(r for r in p.run() if r.stage == "merge")
@@ -290,7 +357,9 @@ def test_a_home_of_the_crawl_queue_before_keyed_rows_is_refused_by_the_plan(tmp_
     flows = tmp_path / "flows"
     flows.mkdir()
     old = ROOT / "bench" / "crawl_before"
-    (flows / "crawl_queue.yaml").write_text((old / "crawl_queue_before.yaml").read_text().replace("crawl_queue_before", "crawl_queue"))
+    (flows / "crawl_queue.yaml").write_text(
+        (old / "crawl_queue_before.yaml").read_text().replace("crawl_queue_before", "crawl_queue")
+    )
     (flows / "crawl_queue.py").write_text((old / "crawl_queue_before.py").read_text())
     home = str(tmp_path / "home")
     p = cbp.load(flows / "crawl_queue.yaml", home=home)
@@ -310,18 +379,35 @@ def test_merges_keyed_rows_through_an_upgrade_keep_the_queue_equal_to_from_scrat
     shutil.copy(CRAWL, flows / "crawl_queue.yaml")
     shutil.copy(FLOWS / "crawl_queue.py", flows / "crawl_queue.py")
     home = str(tmp_path / "home")
-    hubs = [[{"url": f"http://hub{i}.example/", "html": "".join(f'<a href="http://s{j % 7}.example/{j % 13}">' for j in range(i, i + 40))}
-             for i in range(k, k + 3)] for k in (0, 3)]
-    later = [[{"url": "http://s1.example/1", "html": '<a href="http://s2.example/5"><a href="http://new.example/">'},
-              {"url": "http://hub0.example/", "status": 404, "html": None, "fetched": 1e10}],
-             [{"url": f"http://x{i}.example/", "html": '<a href="http://s3.example/3"><a href="http://s4.example/new">'} for i in range(4)]]
+    hubs = [
+        [
+            {
+                "url": f"http://hub{i}.example/",
+                "html": "".join(f'<a href="http://s{j % 7}.example/{j % 13}">' for j in range(i, i + 40)),
+            }
+            for i in range(k, k + 3)
+        ]
+        for k in (0, 3)
+    ]
+    later = [
+        [
+            {"url": "http://s1.example/1", "html": '<a href="http://s2.example/5"><a href="http://new.example/">'},
+            {"url": "http://hub0.example/", "status": 404, "html": None, "fetched": 1e10},
+        ],
+        [
+            {"url": f"http://x{i}.example/", "html": '<a href="http://s3.example/3"><a href="http://s4.example/new">'}
+            for i in range(4)
+        ],
+    ]
     p = cbp.load(flows / "crawl_queue.yaml", home=home, spark=spark)
     for feed in hubs:
         p.feed("pages", feed)
         p.run()
     text = (flows / "crawl_queue.yaml").read_text()
-    merge = text[text.index("  merge:"):text.index("  score:")]
-    grown = merge.replace("partitions: 4", "partitions: 8").replace('sent_site: "int?"}', 'sent_site: "int?", note: "string?"}')
+    merge = text[text.index("  merge:") : text.index("  score:")]
+    grown = merge.replace("partitions: 4", "partitions: 8").replace(
+        'sent_site: "int?"}', 'sent_site: "int?", note: "string?"}'
+    )
     assert grown != merge and grown.count("note") == 1
     (flows / "crawl_queue.yaml").write_text(text.replace(merge, grown))
     p = cbp.load(flows / "crawl_queue.yaml", home=home, spark=spark)

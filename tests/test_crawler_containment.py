@@ -21,13 +21,13 @@ import uuid
 from contextlib import contextmanager
 
 import pytest
+from conftest import FLOWS
 
 import cbp
-from cbp.crawl import fetch as crawler_mod
 from cbp.cli import main
+from cbp.crawl import fetch as crawler_mod
 from cbp.crawl.crawler import REASONS, Corpus, Crawler
 from cbp.errors import UsageError
-from conftest import FLOWS
 
 CRAWL = FLOWS / "crawl_queue.yaml"
 HOST = "h"
@@ -129,7 +129,9 @@ def crawl_home(spark, tmp_path, c: Corpus, max_pages: int = 50):
 def fake_queue(monkeypatch, crawler: Crawler) -> list[list[dict]]:
     """Replace the pipeline's crawl_queue by a list of epochs the test appends to (no Spark run needed)."""
     epochs: list[list[dict]] = []
-    monkeypatch.setattr(crawler, "new_queue_records", lambda cursor: ([r for e in epochs[cursor:] for r in e], len(epochs)))
+    monkeypatch.setattr(
+        crawler, "new_queue_records", lambda cursor: ([r for e in epochs[cursor:] for r in e], len(epochs))
+    )
     return epochs
 
 
@@ -141,9 +143,13 @@ def landed_html(p) -> dict[str, str]:
 def test_symlinked_index_html_pointing_outside_is_never_landed(spark, tmp_path, corpus):
     c, marker = corpus
     p, cr = crawl_home(spark, tmp_path, c)
-    rep = cr.round(seeds=[f"http://{HOST}/d/", f"http://{HOST}/d", f"http://{HOST}/d/index.html", f"http://{HOST}/ok.html"])
+    rep = cr.round(
+        seeds=[f"http://{HOST}/d/", f"http://{HOST}/d", f"http://{HOST}/d/index.html", f"http://{HOST}/ok.html"]
+    )
     assert rep.landed == [f"http://{HOST}/ok.html"]
-    assert rep.failed == {u: "outside the corpus" for u in (f"http://{HOST}/d/", f"http://{HOST}/d", f"http://{HOST}/d/index.html")}
+    assert rep.failed == {
+        u: "outside the corpus" for u in (f"http://{HOST}/d/", f"http://{HOST}/d", f"http://{HOST}/d/index.html")
+    }
     pages = landed_html(p)
     assert list(pages) == [f"http://{HOST}/ok.html"]
     assert not any(marker in html for html in pages.values())
@@ -153,7 +159,10 @@ def test_cbp_crawl_cli_does_not_land_a_symlinked_index_html(spark, tmp_path, cap
     """The user's reproduction: ``cbp crawl flows/crawl_queue.yaml --corpus C --host h --seed http://h/d/``."""
     c, marker = corpus
     home = str(tmp_path / "home")
-    assert main(["crawl", str(CRAWL), "--home", home, "--corpus", c.root, "--host", HOST, "--seed", f"http://{HOST}/d/"]) == 0
+    assert (
+        main(["crawl", str(CRAWL), "--home", home, "--corpus", c.root, "--host", HOST, "--seed", f"http://{HOST}/d/"])
+        == 0
+    )
     err = capsys.readouterr().err
     assert f"could not fetch http://{HOST}/d/: outside the corpus" in err
     pages = cbp.load(CRAWL, home=home, spark=spark).output("pages")
@@ -189,7 +198,10 @@ def test_symlinks_inside_the_corpus_keep_working(corpus):
 
 def test_pages_lists_only_regular_files_inside(corpus):
     c, _ = corpus
-    assert c.pages() == [f"http://{HOST}/{p}" for p in ("a/b/deep.html", "a/page.html", "e/index.html", "index.html", "ok.html", "racy/page.html")]
+    assert c.pages() == [
+        f"http://{HOST}/{p}"
+        for p in ("a/b/deep.html", "a/page.html", "e/index.html", "index.html", "ok.html", "racy/page.html")
+    ]
 
 
 def test_symlink_loop_is_refused(corpus):
@@ -198,21 +210,44 @@ def test_symlink_loop_is_refused(corpus):
 
 
 # ---------------------------------------------------------------- escapes through the URL
-@pytest.mark.parametrize("path", ["../private/secret.html", "%2e%2e/private/secret.html", "%2E%2E/private/secret.html",
-                                  ".%2e/private/secret.html", "a/../../private/secret.html", "a/%2e%2e/%2e%2e/private/secret.html"])
+@pytest.mark.parametrize(
+    "path",
+    [
+        "../private/secret.html",
+        "%2e%2e/private/secret.html",
+        "%2E%2E/private/secret.html",
+        ".%2e/private/secret.html",
+        "a/../../private/secret.html",
+        "a/%2e%2e/%2e%2e/private/secret.html",
+    ],
+)
 def test_dot_dot_plain_or_encoded_is_refused(corpus, path):
     c, _ = corpus
     f = refused(c, f"http://{HOST}/{path}", "")
     assert f.reason in ("outside the corpus", "not a corpus path: dot segment")
 
 
-@pytest.mark.parametrize("path", ["%2E%2E%2Fprivate%2Fsecret.html", "a%2Fpage.html", "%2e%2e%2f%2e%2e%2fprivate/secret.html", "a%2fb%2Fdeep.html"])
+@pytest.mark.parametrize(
+    "path",
+    ["%2E%2E%2Fprivate%2Fsecret.html", "a%2Fpage.html", "%2e%2e%2f%2e%2e%2fprivate/secret.html", "a%2fb%2Fdeep.html"],
+)
 def test_encoded_slashes_are_refused(corpus, path):
     c, _ = corpus
     refused(c, f"http://{HOST}/{path}", "not a corpus path: encoded slash")
 
 
-@pytest.mark.parametrize("url", ["file:///etc/passwd", "file://h/ok.html", "ftp://h/ok.html", "javascript:alert(1)", "h/ok.html", "//h/ok.html", "http:///ok.html"])
+@pytest.mark.parametrize(
+    "url",
+    [
+        "file:///etc/passwd",
+        "file://h/ok.html",
+        "ftp://h/ok.html",
+        "javascript:alert(1)",
+        "h/ok.html",
+        "//h/ok.html",
+        "http:///ok.html",
+    ],
+)
 def test_file_urls_and_other_schemes_are_refused(corpus, url):
     c, _ = corpus
     refused(c, url, "not a corpus path: not an http(s) URL")
@@ -226,7 +261,9 @@ def test_other_sites_ports_and_user_info_are_refused(corpus):
     refused(c, f"http://{HOST}:80/ok.html", "not a corpus path: a port")
     refused(c, f"http://user:pw@{HOST}/ok.html", "not a corpus path: user info")
     refused(c, f"http://{HOST}@other.example/ok.html", "not a corpus path: user info")
-    fetched(c, f"HTTP://{HOST.upper()}/ok.html?q=1#frag")  # scheme and host are case-insensitive; query, fragment ignored
+    fetched(
+        c, f"HTTP://{HOST.upper()}/ok.html?q=1#frag"
+    )  # scheme and host are case-insensitive; query, fragment ignored
 
 
 # ---------------------------------------------------------------- FIFOs, devices, sockets
@@ -257,14 +294,30 @@ def test_socket_is_refused(corpus):
 
 
 # ---------------------------------------------------------------- hostile URL text
-@pytest.mark.parametrize("path,why", [
-    ("%00", "NUL byte"), ("ok.html%00", "NUL byte"), ("ok.html%00.txt", "NUL byte"), ("ok\x00.html", "NUL byte"),
-    ("%zz.html", "bad percent-encoding"), ("ok.html%", "bad percent-encoding"), ("ok%4.html", "bad percent-encoding"),
-    ("x" * 300 + ".html", "name too long"), ("%41" * 300, "name too long"), ("a/" * 2100 + "ok.html", "too long"),
-    ("%ED%A0%80", "not UTF-8"), ("%ed%b3%bf.html", "not UTF-8"), ("%C0%AE%C0%AE/private/secret.html", "not UTF-8"), ("%FF.html", "not UTF-8"),
-    ("\ud800.html", "not valid Unicode"), ("a\\..\\..\\private\\secret.html", "backslash"), ("a%5Cpage.html", "backslash"),
-    ("./ok.html", "dot segment"), ("a/%2e/page.html", "dot segment"),
-])
+@pytest.mark.parametrize(
+    "path,why",
+    [
+        ("%00", "NUL byte"),
+        ("ok.html%00", "NUL byte"),
+        ("ok.html%00.txt", "NUL byte"),
+        ("ok\x00.html", "NUL byte"),
+        ("%zz.html", "bad percent-encoding"),
+        ("ok.html%", "bad percent-encoding"),
+        ("ok%4.html", "bad percent-encoding"),
+        ("x" * 300 + ".html", "name too long"),
+        ("%41" * 300, "name too long"),
+        ("a/" * 2100 + "ok.html", "too long"),
+        ("%ED%A0%80", "not UTF-8"),
+        ("%ed%b3%bf.html", "not UTF-8"),
+        ("%C0%AE%C0%AE/private/secret.html", "not UTF-8"),
+        ("%FF.html", "not UTF-8"),
+        ("\ud800.html", "not valid Unicode"),
+        ("a\\..\\..\\private\\secret.html", "backslash"),
+        ("a%5Cpage.html", "backslash"),
+        ("./ok.html", "dot segment"),
+        ("a/%2e/page.html", "dot segment"),
+    ],
+)
 def test_hostile_url_paths_get_a_reason_and_never_raise(corpus, path, why):
     c, _ = corpus
     refused(c, f"http://{HOST}/{path}", f"not a corpus path: {why}")
@@ -276,7 +329,9 @@ def test_over_long_url_is_refused():
     refused(c, f"http://{HOST}/" + "a/" * 30_000, "not a corpus path: too long")
 
 
-@pytest.mark.parametrize("url", [None, 5, b"http://h/ok.html", "", "http://[::1", "http://h\x00/ok.html", "\ud800", "http://\uff0e\uff0e/"])
+@pytest.mark.parametrize(
+    "url", [None, 5, b"http://h/ok.html", "", "http://[::1", "http://h\x00/ok.html", "\ud800", "http://\uff0e\uff0e/"]
+)
 def test_anything_at_all_gets_a_reason(corpus, url):
     c, _ = corpus
     f = c.fetch(url)
@@ -286,7 +341,14 @@ def test_anything_at_all_gets_a_reason(corpus, url):
 def test_crawler_fetch_never_raises_either(spark, tmp_path, corpus):
     c, _ = corpus
     _, cr = crawl_home(spark, tmp_path, c)
-    for url in (None, "http://[::1", "mailto:x@y", f"http://{HOST}/%00", f"http://{HOST}:81/ok.html", f"http://u@{HOST}/ok.html"):
+    for url in (
+        None,
+        "http://[::1",
+        "mailto:x@y",
+        f"http://{HOST}/%00",
+        f"http://{HOST}:81/ok.html",
+        f"http://u@{HOST}/ok.html",
+    ):
         assert cr.fetch(url).reason.startswith(REASONS), url
     assert cr.fetch(f"http://{HOST}:81/ok.html").reason == "not a corpus path: a port"
     assert cr.fetch(f"http://{HOST}/ok.html").html == GOOD
@@ -318,8 +380,12 @@ def _replace_with_symlink(path: str, target: str) -> None:
 def test_file_swapped_for_a_symlink_after_the_check_is_not_followed(monkeypatch, corpus, tmp_path):
     c, _ = corpus
     page = os.path.join(c.root, "racy", "page.html")
-    done = _swap_after_lstat(monkeypatch, "page.html", lambda: _replace_with_symlink(page, str(tmp_path / "private" / "secret.html")))
-    refused(c, f"http://{HOST}/racy/page.html", "outside the corpus")  # O_NOFOLLOW refused the link; looked again, saw it leave
+    done = _swap_after_lstat(
+        monkeypatch, "page.html", lambda: _replace_with_symlink(page, str(tmp_path / "private" / "secret.html"))
+    )
+    refused(
+        c, f"http://{HOST}/racy/page.html", "outside the corpus"
+    )  # O_NOFOLLOW refused the link; looked again, saw it leave
     assert done
 
 
@@ -353,7 +419,11 @@ def test_the_open_itself_refuses_a_symlink_even_if_the_check_is_fooled(monkeypat
     """O_NOFOLLOW at the final component: even an lstat that always says "regular file" cannot make it follow a link."""
     c, _ = corpus
     regular = os.stat(os.path.join(c.root, "ok.html"))
-    monkeypatch.setattr(crawler_mod, "_lstat_at", lambda n, dir_fd: regular if n == "out_file.html" else os.stat(n, dir_fd=dir_fd, follow_symlinks=False))
+    monkeypatch.setattr(
+        crawler_mod,
+        "_lstat_at",
+        lambda n, dir_fd: regular if n == "out_file.html" else os.stat(n, dir_fd=dir_fd, follow_symlinks=False),
+    )
     refused(c, f"http://{HOST}/out_file.html", "unreadable: ")
     dir_fd = os.open(c.root, os.O_RDONLY | os.O_DIRECTORY)
     try:
@@ -383,19 +453,38 @@ def test_directory_moved_out_of_the_corpus_while_opening_is_refused(monkeypatch,
 
 
 # ---------------------------------------------------------------- one bad URL never stops the crawler
-BAD = [f"http://{HOST}/%00", f"http://{HOST}/ok.html%00", f"http://{HOST}/%zz", f"http://{HOST}/%ED%A0%80", f"http://{HOST}/" + "y" * 300,
-       f"http://{HOST}/%2e%2e/private/secret.html", f"http://{HOST}/a%2Fpage.html", f"http://{HOST}/fifo.html", f"http://{HOST}/d/",
-       "file:///etc/passwd", f"http://{HOST}:8080/ok.html", f"http://u@{HOST}/ok.html", "not a url", "http://[::1", f"http://{HOST}/\ud800"]
+BAD = [
+    f"http://{HOST}/%00",
+    f"http://{HOST}/ok.html%00",
+    f"http://{HOST}/%zz",
+    f"http://{HOST}/%ED%A0%80",
+    f"http://{HOST}/" + "y" * 300,
+    f"http://{HOST}/%2e%2e/private/secret.html",
+    f"http://{HOST}/a%2Fpage.html",
+    f"http://{HOST}/fifo.html",
+    f"http://{HOST}/d/",
+    "file:///etc/passwd",
+    f"http://{HOST}:8080/ok.html",
+    f"http://u@{HOST}/ok.html",
+    "not a url",
+    "http://[::1",
+    f"http://{HOST}/\ud800",
+]
 
 
 def test_nul_in_a_seed_is_recorded_as_unfetchable(spark, tmp_path, corpus):
     c, _ = corpus
     p, cr = crawl_home(spark, tmp_path, c)
     rep = cr.round(seeds=[f"http://{HOST}/%00", f"http://{HOST}/ok\x00.html", f"http://{HOST}/ok.html"])
-    assert rep.failed == {f"http://{HOST}/%00": "not a corpus path: NUL byte", f"http://{HOST}/ok%00.html": "not a corpus path: NUL byte"}
+    assert rep.failed == {
+        f"http://{HOST}/%00": "not a corpus path: NUL byte",
+        f"http://{HOST}/ok%00.html": "not a corpus path: NUL byte",
+    }
     assert rep.landed == [f"http://{HOST}/ok.html"] and list(landed_html(p)) == rep.landed
     assert cr.state()["doing"] is None
-    with pytest.raises(UsageError) as e:  # a seed that is not an http(s) URL stays a usage error, before anything is written
+    with pytest.raises(
+        UsageError
+    ) as e:  # a seed that is not an http(s) URL stays a usage error, before anything is written
         cr.round(seeds=["file:///etc/passwd"])
     assert e.value.code == "bad-seed"
     with pytest.raises(UsageError) as e:
@@ -413,10 +502,20 @@ def test_queued_hostile_urls_fail_with_reasons_and_later_rounds_still_land(spark
     assert rep1.landed == [f"http://{HOST}/ok.html"] and set(rep1.failed) == set(BAD)
     assert all(why.startswith(REASONS) for why in rep1.failed.values()), rep1.failed
     assert rep1.failed[f"http://{HOST}/%00"] == "not a corpus path: NUL byte"
-    queue.append([{"url": f"http://{HOST}/a/page.html", "score": 5.0}, {"url": BAD[0], "score": 9.0}, {"url": None, "score": 1.0},
-                  {"url": f"http://{HOST}/%00x", "score": None}])
+    queue.append(
+        [
+            {"url": f"http://{HOST}/a/page.html", "score": 5.0},
+            {"url": BAD[0], "score": 9.0},
+            {"url": None, "score": 1.0},
+            {"url": f"http://{HOST}/%00x", "score": None},
+        ]
+    )
     rep2 = cr.round()
-    assert rep2.round == 2 and rep2.landed == [f"http://{HOST}/a/page.html"] and rep2.failed == {f"http://{HOST}/%00x": "not a corpus path: NUL byte"}
+    assert (
+        rep2.round == 2
+        and rep2.landed == [f"http://{HOST}/a/page.html"]
+        and rep2.failed == {f"http://{HOST}/%00x": "not a corpus path: NUL byte"}
+    )
     queue.append([{"url": f"http://{HOST}/a/b/deep.html", "score": 5.0}, {"url": f"http://{HOST}/%2F", "score": 6.0}])
     rep3 = cr.round()
     assert rep3.round == 3 and rep3.landed == [f"http://{HOST}/a/b/deep.html"]
@@ -436,7 +535,9 @@ def test_a_round_written_ahead_with_a_bad_pick_is_redone(spark, tmp_path, corpus
     st["doing"] = {"round": 2, "cursor": 0, "picks": BAD + [f"http://{HOST}/a/page.html"], "queued": 0, "frontier": {}}
     p.home.write_json("_crawler/state.json", st)
     rep = cr.round()
-    assert rep.redone and rep.round == 2 and rep.landed == [f"http://{HOST}/a/page.html"] and set(rep.failed) == set(BAD)
+    assert (
+        rep.redone and rep.round == 2 and rep.landed == [f"http://{HOST}/a/page.html"] and set(rep.failed) == set(BAD)
+    )
     assert cr.state()["doing"] is None and cr.state()["round"] == 2
     assert set(landed_html(p)) == {f"http://{HOST}/ok.html", f"http://{HOST}/a/page.html"}
 
@@ -454,5 +555,7 @@ def test_a_pick_whose_fetch_raises_fails_alone(spark, tmp_path, monkeypatch, cor
 
     monkeypatch.setattr(cr, "fetch", fetch)
     rep = cr.round(seeds=[f"http://{HOST}/boom.html", f"http://{HOST}/ok.html"])
-    assert rep.failed == {f"http://{HOST}/boom.html": "failed: RuntimeError"} and rep.landed == [f"http://{HOST}/ok.html"]
+    assert rep.failed == {f"http://{HOST}/boom.html": "failed: RuntimeError"} and rep.landed == [
+        f"http://{HOST}/ok.html"
+    ]
     assert cr.state()["doing"] is None

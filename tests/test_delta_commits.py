@@ -19,7 +19,7 @@ SCHEMA = pa.schema([(INC, pa.int64()), ("v", pa.string())])
 
 def _add(home: Home, inc: int, values: list[str]) -> dict:
     a = home.write_parquet(f"t/{INC}={inc}", pa.table({"v": values}), "in", inc)
-    a["path"] = a.pop("rel")[len("t/"):]
+    a["path"] = a.pop("rel")[len("t/") :]
     return a
 
 
@@ -33,7 +33,10 @@ def test_commits_read_back_by_delta_rs_with_transactions_and_removes(tmp_path):
     home.ensure_table("t", SCHEMA, INC)
     a1, a2 = _add(home, 1, ["a", "b"]), _add(home, 2, ["c"])
     assert home.commit_once("t", INC, [a1, a2], [], overwrite=False, app_id="cbp:feed", app_version=1) == (1, True)
-    assert home.commit_once("t", INC, [a1, a2], [], overwrite=False, app_id="cbp:feed", app_version=1) == (1, False)  # made already
+    assert home.commit_once("t", INC, [a1, a2], [], overwrite=False, app_id="cbp:feed", app_version=1) == (
+        1,
+        False,
+    )  # made already
     files = home.table_files("t", 1)
     assert sorted(f["path"] for f in files) == sorted([a1["path"], a2["path"]]) and {f["rows"] for f in files} == {1, 2}
     gone = [f for f in files if f["partition"] in (1, "1")]
@@ -54,7 +57,10 @@ def test_a_commit_by_another_process_is_seen_before_the_next_commit(tmp_path):
     assert one.commit_once("t", INC, [_add(one, 1, ["a"])], [], overwrite=False, app_id="x", app_version=1) == (1, True)
     assert two.commit_once("t", INC, [_add(two, 2, ["b"])], [], overwrite=False, app_id="x", app_version=2) == (2, True)
     # `one` still holds version 1 but finds version 2 before committing: it reads it, and its transaction
-    assert one.commit_once("t", INC, [_add(one, 9, ["z"])], [], overwrite=False, app_id="x", app_version=2) == (2, False)
+    assert one.commit_once("t", INC, [_add(one, 9, ["z"])], [], overwrite=False, app_id="x", app_version=2) == (
+        2,
+        False,
+    )
     assert one.commit_once("t", INC, [_add(one, 3, ["c"])], [], overwrite=False, app_id="x", app_version=3) == (3, True)
     assert _rows(one) == [(1, "a"), (2, "b"), (3, "c")]
     assert sorted(f["partition"] for f in one.table_files("t", 3)) == [1, 2, 3]
@@ -72,7 +78,10 @@ def test_a_lost_race_for_a_version_commits_nothing_and_the_next_try_succeeds(tmp
     assert e.value.code == "io"
     assert _rows(home) == [(1, "a"), (2, "b")]  # the other writer's commit is intact, nothing of this one is visible
     del home.exists
-    assert home.commit_once("t", INC, [_add(home, 3, ["c"])], [], overwrite=False, app_id="x", app_version=2) == (3, True)
+    assert home.commit_once("t", INC, [_add(home, 3, ["c"])], [], overwrite=False, app_id="x", app_version=2) == (
+        3,
+        True,
+    )
     assert _rows(home) == [(1, "a"), (2, "b"), (3, "c")]
 
 
@@ -93,9 +102,14 @@ def test_checkpoints_every_interval_and_a_fresh_load_agrees(tmp_path):
 
 def test_a_table_with_table_features_is_committed_by_delta_rs(tmp_path):
     home = Home(tmp_path / "h")
-    DeltaTable.create(home.uri("t"), schema=SCHEMA, partition_by=[INC], configuration={"delta.enableChangeDataFeed": "true"})
+    DeltaTable.create(
+        home.uri("t"), schema=SCHEMA, partition_by=[INC], configuration={"delta.enableChangeDataFeed": "true"}
+    )
     assert DeltaTable(home.uri("t")).protocol().min_writer_version > 2
-    assert home.commit_once("t", INC, [_add(home, 1, ["a"])], [], overwrite=False, app_id="x", app_version=1) == (1, True)
+    assert home.commit_once("t", INC, [_add(home, 1, ["a"])], [], overwrite=False, app_id="x", app_version=1) == (
+        1,
+        True,
+    )
     log = (Path(tmp_path) / "h" / "t" / "_delta_log" / f"{1:020d}.json").read_text()
     assert "cbp/" not in log  # written by delta-rs, which knows what the features need
     assert _rows(home) == [(1, "a")] and DeltaTable(home.uri("t")).transaction_version("x") == 1
@@ -114,4 +128,6 @@ def test_a_large_table_checkpoints_once_its_log_holds_a_tenth_of_the_checkpoint(
     written = sorted(int(p.name.split(".")[0]) for p in log.glob("*.checkpoint.parquet"))
     assert written[0] == 10 and len(written) == 2 and 50 <= written[1] <= 60, written
     assert json.loads((log / "_last_checkpoint").read_text())["version"] == written[1]
-    assert sorted(DeltaTable(home.uri("t")).file_uris()) == sorted(home.uri("t", f["path"]) for f in home.table_files("t", 60))
+    assert sorted(DeltaTable(home.uri("t")).file_uris()) == sorted(
+        home.uri("t", f["path"]) for f in home.table_files("t", 60)
+    )

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pyarrow as pa
 import pytest
+from conftest import FLOWS
 from deltalake import DeltaTable
 
 import cbp
@@ -25,7 +26,6 @@ from cbp.engine.driver.session import has_delta, require_delta, s3a_conf
 from cbp.errors import CbpError
 from cbp.sql import sql_error
 from cbp.storage import LAYOUT
-from conftest import FLOWS
 
 YAML = FLOWS / "url_count.yaml"
 FEEDS = [
@@ -60,7 +60,9 @@ def dspark(spark):
     if not has_delta(spark):
         if os.environ.get("CBP_JARS_DIR"):  # pointed elsewhere on purpose (see the last test)
             pytest.skip("no delta-spark jars in CBP_JARS_DIR")
-        pytest.fail("Spark's Delta connector is not loaded: scripts/setup puts its jars in state/jars (bash scripts/jars)")
+        pytest.fail(
+            "Spark's Delta connector is not loaded: scripts/setup puts its jars in state/jars (bash scripts/jars)"
+        )
     return spark
 
 
@@ -90,7 +92,9 @@ def cli(capsys, *args: str) -> tuple[int, list[dict]]:
 def scratch(n: int) -> list[dict]:
     """The from-scratch url_count state after the first ``n`` feeds."""
     c = Counter(r["url"] for inc in FEEDS[:n] for r in inc)
-    return sorted(({"url": u, "count": k} for u, k in c.items()), key=lambda r: json.dumps(r["url"], ensure_ascii=False))
+    return sorted(
+        ({"url": u, "count": k} for u, k in c.items()), key=lambda r: json.dumps(r["url"], ensure_ascii=False)
+    )
 
 
 # ------------------------------------------------------------ both readers, both ways
@@ -124,7 +128,9 @@ def test_state_semantics_with_tombstones(dspark, make_pipeline, tmp_path):
         assert rows(p.state("count"), ["w", "n"]) == expected
         assert rows(p.state_df("count").toPandas().to_dict("records"), ["w", "n"]) == expected
     for e in range(1, p.epochs("count") + 1):  # time travel: each epoch's state, both readers
-        assert rows(p.state_df("count", e).toPandas().to_dict("records"), ["w", "n"]) == rows(p.state("count", e), ["w", "n"])
+        assert rows(p.state_df("count", e).toPandas().to_dict("records"), ["w", "n"]) == rows(
+            p.state("count", e), ["w", "n"]
+        )
 
 
 def test_spark_written_table_read_by_delta_rs(dspark, tmp_path):
@@ -179,11 +185,15 @@ def test_retractions_on_a_home_of_an_earlier_release_reach_sql_and_output(dspark
     p = cbp.load(YAML, home=str(home), spark=dspark)
     before = p.output("urls")
     p.feed("urls", [{"url": "a", "_diff": -1}])
-    raw = dspark.read.format("delta").load(str(home / "flows" / "urls"))  # Spark's own reader, before the run collects the feed
+    raw = dspark.read.format("delta").load(
+        str(home / "flows" / "urls")
+    )  # Spark's own reader, before the run collects the feed
     assert "_diff" in raw.columns and raw.where("_diff = -1").count() == 1
     p.run()
     assert p.output("urls") == before + [{"url": "a", "_diff": -1}]
-    code, sql = cli(capsys, "sql", YAML, "SELECT url, sum(_diff) AS n FROM urls GROUP BY url ORDER BY url", "--home", str(home))
+    code, sql = cli(
+        capsys, "sql", YAML, "SELECT url, sum(_diff) AS n FROM urls GROUP BY url ORDER BY url", "--home", str(home)
+    )
     scratch_counts = Counter(r["url"] for r in before)
     scratch_counts["a"] -= 1
     assert code == 0 and sql == [{"url": u, "n": n} for u, n in sorted(scratch_counts.items())]
@@ -212,8 +222,10 @@ def test_version_as_of_is_an_epoch(dspark, url_home, capsys):
             assert sorted(map(json.dumps, travel)) == sorted(map(json.dumps, out)) != []
         _, fed = cli(capsys, "sql", YAML, f"SELECT url FROM urls VERSION AS OF {n}", "--home", url_home)
         assert sorted(r["url"] for r in fed) == sorted(r["url"] for r in FEEDS[n - 1])
-    q = ("SELECT b.url, b.count - coalesce(a.count, 0) AS grew FROM url_count VERSION AS OF 2 b "
-         "LEFT JOIN url_count VERSION AS OF 1 a USING (url) ORDER BY b.url")
+    q = (
+        "SELECT b.url, b.count - coalesce(a.count, 0) AS grew FROM url_count VERSION AS OF 2 b "
+        "LEFT JOIN url_count VERSION AS OF 1 a USING (url) ORDER BY b.url"
+    )
     before, after = {r["url"]: r["count"] for r in scratch(1)}, scratch(2)
     want = [{"url": r["url"], "grew": r["count"] - before.get(r["url"], 0)} for r in after]
     assert cli(capsys, "sql", YAML, q, "--home", url_home) == (0, want)
@@ -228,33 +240,43 @@ def test_pipeline_sql_api(dspark, url_home):
     assert p.sql("SELECT * FROM url_count", epoch={"url_count": 1}).count() == len(scratch(1))
 
 
-@pytest.mark.parametrize("query,args,code,exit_code", [
-    ("SELEC * FROM url_count", [], "bad-sql", 2),
-    ("SELECT nope FROM url_count", [], "bad-sql", 2),
-    ("SELECT * FROM no_such_view", [], "sql-unknown-view", 2),
-    ("SELECT * FROM url_count VERSION AS OF 99", [], "unknown-epoch", 2),
-    ("SELECT * FROM url_count TIMESTAMP AS OF '2026-01-01'", [], "sql-time-travel", 2),
-    ("SELECT * FROM url_count", ["--epoch", "nostage=1"], "unknown-stage", 2),
-    ("SELECT * FROM url_count", ["--epoch", "99"], "unknown-epoch", 2),
-    ("SELECT * FROM url_count", ["--epoch", "x"], "usage", 2),
-    ("INSERT INTO urls VALUES ('x')", [], "sql-not-query", 2),
-    ("DROP VIEW urls", [], "sql-not-query", 2),
-    ("SELECT cast('x' AS INT)", [], "bad-sql", 2),
-    ("SELECT raise_error('boom') FROM urls", [], "bad-sql", 2),
-    ("WITH x AS (SELECT 1) INSERT INTO urls SELECT * FROM urls", [], "sql-not-query", 2),
-    ("WITH x AS (SELECT 1) INSERT OVERWRITE DIRECTORY '/tmp/cbp-sql-out' USING parquet SELECT * FROM x", [], "sql-not-query", 2),
-    ("SELECT java_method('java.lang.System', 'exit', 3)", [], "sql-not-allowed", 2),
-    ("SELECT IDENTIFIER('ref' || 'lect')('java.util.UUID', 'randomUUID')", [], "sql-not-allowed", 2),
-    ("SELECT * FROM urls WHERE url IN (SELECT value FROM text.`/etc/passwd`)", [], "sql-not-allowed", 2),
-    ("SELECT (SELECT count(*) FROM json.`/etc/passwd`) AS n", [], "sql-not-allowed", 2),
-    ("SELECT * FROM read_files('/etc/passwd')", [], "sql-not-allowed", 2),
-])
+@pytest.mark.parametrize(
+    "query,args,code,exit_code",
+    [
+        ("SELEC * FROM url_count", [], "bad-sql", 2),
+        ("SELECT nope FROM url_count", [], "bad-sql", 2),
+        ("SELECT * FROM no_such_view", [], "sql-unknown-view", 2),
+        ("SELECT * FROM url_count VERSION AS OF 99", [], "unknown-epoch", 2),
+        ("SELECT * FROM url_count TIMESTAMP AS OF '2026-01-01'", [], "sql-time-travel", 2),
+        ("SELECT * FROM url_count", ["--epoch", "nostage=1"], "unknown-stage", 2),
+        ("SELECT * FROM url_count", ["--epoch", "99"], "unknown-epoch", 2),
+        ("SELECT * FROM url_count", ["--epoch", "x"], "usage", 2),
+        ("INSERT INTO urls VALUES ('x')", [], "sql-not-query", 2),
+        ("DROP VIEW urls", [], "sql-not-query", 2),
+        ("SELECT cast('x' AS INT)", [], "bad-sql", 2),
+        ("SELECT raise_error('boom') FROM urls", [], "bad-sql", 2),
+        ("WITH x AS (SELECT 1) INSERT INTO urls SELECT * FROM urls", [], "sql-not-query", 2),
+        (
+            "WITH x AS (SELECT 1) INSERT OVERWRITE DIRECTORY '/tmp/cbp-sql-out' USING parquet SELECT * FROM x",
+            [],
+            "sql-not-query",
+            2,
+        ),
+        ("SELECT java_method('java.lang.System', 'exit', 3)", [], "sql-not-allowed", 2),
+        ("SELECT IDENTIFIER('ref' || 'lect')('java.util.UUID', 'randomUUID')", [], "sql-not-allowed", 2),
+        ("SELECT * FROM urls WHERE url IN (SELECT value FROM text.`/etc/passwd`)", [], "sql-not-allowed", 2),
+        ("SELECT (SELECT count(*) FROM json.`/etc/passwd`) AS n", [], "sql-not-allowed", 2),
+        ("SELECT * FROM read_files('/etc/passwd')", [], "sql-not-allowed", 2),
+    ],
+)
 def test_sql_errors_have_codes(dspark, url_home, capsys, query, args, code, exit_code):
     assert main(["sql", str(YAML), query, "--home", url_home, *args]) == exit_code
     err = capsys.readouterr().err
     assert "Traceback" not in err and "Py4J" not in err and "SQLQueryContextLogger" not in err
     p = cbp.load(YAML, home=url_home, spark=dspark)
-    if query.startswith(("SELECT cast", "SELECT raise_error")):  # fails only when it runs: a DataFrame raises Spark's error, which the CLI maps
+    if query.startswith(
+        ("SELECT cast", "SELECT raise_error")
+    ):  # fails only when it runs: a DataFrame raises Spark's error, which the CLI maps
         with pytest.raises(Exception) as raw:
             p.sql(query).collect()
         assert sql_error(raw.value).code == code
@@ -269,19 +291,42 @@ def test_sql_refuses_a_write_behind_a_cte_and_nothing_changes(dspark, url_home, 
     state = Path(url_home) / "stages" / "url_count" / "state"
     log_before = sorted(os.listdir(state / "_delta_log"))
     before = cli(capsys, "state", YAML, "url_count", "--home", url_home)[1]
-    for q in (f"WITH x AS (SELECT 1) DELETE FROM delta.`{state}`", f"DELETE FROM delta.`{state}` WHERE true",
-              f"WITH x AS (SELECT 1) MERGE INTO delta.`{state}` t USING x ON false WHEN NOT MATCHED THEN INSERT *",
-              f"DESCRIBE delta.`{state}`"):
+    for q in (
+        f"WITH x AS (SELECT 1) DELETE FROM delta.`{state}`",
+        f"DELETE FROM delta.`{state}` WHERE true",
+        f"WITH x AS (SELECT 1) MERGE INTO delta.`{state}` t USING x ON false WHEN NOT MATCHED THEN INSERT *",
+        f"DESCRIBE delta.`{state}`",
+    ):
         assert main(["sql", str(YAML), q, "--home", url_home]) == 2
         assert "Traceback" not in capsys.readouterr().err
     assert sorted(os.listdir(state / "_delta_log")) == log_before
     assert cli(capsys, "state", YAML, "url_count", "--home", url_home)[1] == before
-    ok = cli(capsys, "sql", YAML, "WITH c AS (SELECT url, count FROM url_count) SELECT count(*) AS n FROM c WHERE EXISTS (SELECT 1 FROM urls u WHERE u.url = c.url)", "--home", url_home)
+    ok = cli(
+        capsys,
+        "sql",
+        YAML,
+        "WITH c AS (SELECT url, count FROM url_count) SELECT count(*) AS n FROM c WHERE EXISTS (SELECT 1 FROM urls u WHERE u.url = c.url)",
+        "--home",
+        url_home,
+    )
     assert ok == (0, [{"n": len(before)}])
 
 
 def test_sql_table_format(dspark, url_home, capsys):
-    assert main(["sql", str(YAML), "SELECT url, count FROM url_count ORDER BY url LIMIT 2", "--home", url_home, "--format", "table"]) == 0
+    assert (
+        main(
+            [
+                "sql",
+                str(YAML),
+                "SELECT url, count FROM url_count ORDER BY url LIMIT 2",
+                "--home",
+                url_home,
+                "--format",
+                "table",
+            ]
+        )
+        == 0
+    )
     lines = capsys.readouterr().out.splitlines()
     assert lines[0].split() == ["url", "count"] and lines[-1] == "(2 rows)"
 
@@ -290,15 +335,18 @@ def test_sql_table_format(dspark, url_home, capsys):
 def test_blackbox_reads_state_through_delta_spark(dspark, tmp_path, monkeypatch):
     calls = []
     real = job.read_delta
-    monkeypatch.setattr(job, "read_delta", lambda spark, uri, version=None: calls.append((uri, version)) or real(spark, uri, version))
+    monkeypatch.setattr(
+        job, "read_delta", lambda spark, uri, version=None: calls.append((uri, version)) or real(spark, uri, version)
+    )
     p = cbp.load(YAML, home=str(tmp_path / "bb"), mode="blackbox", spark=dspark)
     for inc in FEEDS:
         p.feed("urls", inc)
         p.run()
     assert p.state("url_count") == scratch(len(FEEDS))
     assert [v for _, v in calls] == [p.controller.state_version("url_count", e) for e in range(1, len(FEEDS))]
-    assert rows(latest_state(read_delta(dspark, calls[-1][0])).toPandas().to_dict("records"), ["url", "count"]) == \
-        rows(scratch(len(FEEDS)), ["url", "count"])
+    assert rows(latest_state(read_delta(dspark, calls[-1][0])).toPandas().to_dict("records"), ["url", "count"]) == rows(
+        scratch(len(FEEDS)), ["url", "count"]
+    )
 
 
 # ------------------------------------------------------------ session settings
@@ -337,12 +385,21 @@ def _jsonl(tmp_path, records: list[dict]):
 
 
 def test_s3a_conf_from_aws_environment():
-    env = {"AWS_ENDPOINT_URL": "https://s3.example:9000", "AWS_ACCESS_KEY_ID": "k", "AWS_SECRET_ACCESS_KEY": "s", "AWS_REGION": "r"}
+    env = {
+        "AWS_ENDPOINT_URL": "https://s3.example:9000",
+        "AWS_ACCESS_KEY_ID": "k",
+        "AWS_SECRET_ACCESS_KEY": "s",
+        "AWS_REGION": "r",
+    }
     c = s3a_conf(env)
     assert c["spark.hadoop.fs.s3a.endpoint"] == "https://s3.example:9000"
     assert c["spark.hadoop.fs.s3a.connection.ssl.enabled"] == "true"
     assert c["spark.hadoop.fs.s3a.path.style.access"] == "true"
-    assert (c["spark.hadoop.fs.s3a.access.key"], c["spark.hadoop.fs.s3a.secret.key"], c["spark.hadoop.fs.s3a.endpoint.region"]) == ("k", "s", "r")
+    assert (
+        c["spark.hadoop.fs.s3a.access.key"],
+        c["spark.hadoop.fs.s3a.secret.key"],
+        c["spark.hadoop.fs.s3a.endpoint.region"],
+    ) == ("k", "s", "r")
     assert c["spark.hadoop.fs.s3.impl"] == "org.apache.hadoop.fs.s3a.S3AFileSystem"
     assert s3a_conf({"AWS_PROFILE": "x"}) == {}
 
@@ -358,14 +415,18 @@ def test_s3_table_through_s3a(dspark, monkeypatch):
         port = sock.getsockname()[1]
     srv = moto_server.ThreadedMotoServer(ip_address="127.0.0.1", port=port)
     srv.start()
-    env = {"AWS_ENDPOINT_URL": f"http://127.0.0.1:{port}", "AWS_ACCESS_KEY_ID": "test", "AWS_SECRET_ACCESS_KEY": "test",
-           "AWS_REGION": "us-east-1"}
+    env = {
+        "AWS_ENDPOINT_URL": f"http://127.0.0.1:{port}",
+        "AWS_ACCESS_KEY_ID": "test",
+        "AWS_SECRET_ACCESS_KEY": "test",
+        "AWS_REGION": "us-east-1",
+    }
     hadoop = dspark.sparkContext._jsc.hadoopConfiguration()
     try:
         for k, v in env.items():
             monkeypatch.setenv(k, v)
         for k, v in s3a_conf(env).items():  # what get_spark sets at start, set on the running session
-            hadoop.set(k[len("spark.hadoop."):], v)
+            hadoop.set(k[len("spark.hadoop.") :], v)
         import boto3
         from deltalake import write_deltalake
 
@@ -376,10 +437,15 @@ def test_s3_table_through_s3a(dspark, monkeypatch):
         assert sorted(r.k for r in read_delta(dspark, "s3://cbp/t", 0).collect()) == ["a", "b"]
         assert sorted(r.k for r in read_delta(dspark, "s3://cbp/t").collect()) == ["a", "b", "c"]
         dspark.createDataFrame([("d", 4)], "k STRING, n BIGINT").write.format("delta").mode("append").save("s3://cbp/t")
-        assert sorted(DeltaTable("s3://cbp/t", storage_options=so).to_pyarrow_table()["k"].to_pylist()) == ["a", "b", "c", "d"]
+        assert sorted(DeltaTable("s3://cbp/t", storage_options=so).to_pyarrow_table()["k"].to_pylist()) == [
+            "a",
+            "b",
+            "c",
+            "d",
+        ]
     finally:
         for k in s3a_conf(env):
-            hadoop.unset(k[len("spark.hadoop."):])
+            hadoop.unset(k[len("spark.hadoop.") :])
         srv.stop()
 
 

@@ -16,8 +16,24 @@ DOCS = ROOT / "docs"
 
 def test_mkdocs_build_strict(tmp_path):
     env = {**os.environ, "PYTHONPATH": str(ROOT), "NO_MKDOCS_2_WARNING": "1"}
-    r = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "-f", str(ROOT / "mkdocs.yml"), "-d", str(tmp_path / "site")],
-                       capture_output=True, text=True, env=env, cwd=ROOT, timeout=600)
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "mkdocs",
+            "build",
+            "--strict",
+            "-f",
+            str(ROOT / "mkdocs.yml"),
+            "-d",
+            str(tmp_path / "site"),
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=ROOT,
+        timeout=600,
+    )
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     cli = (tmp_path / "site" / "reference" / "cli" / "index.html").read_text()
     for command in ("validate", "feed", "run", "init", "status", "sql"):  # generated from the parser
@@ -37,7 +53,11 @@ def test_every_tutorial_block_runs(tmp_path):
     assert [lang for lang, _ in blocks].count("bash") >= 5 and any(lang == "python" for lang, _ in blocks)
     project = tmp_path / "project"
     project.mkdir()
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(ROOT),
+        "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
+    }
     env.pop("CBP_VERBOSE", None)
     outputs = []
     for n, (lang, code) in enumerate(blocks, 1):
@@ -54,6 +74,6 @@ def test_every_tutorial_block_runs(tmp_path):
 def test_readme_is_short_and_starts_with_the_two_commands():
     lines = (ROOT / "README.md").read_text().splitlines()
     assert len(lines) <= 200
-    block = lines[lines.index("```bash") + 1:lines.index("```bash") + 3]
+    block = lines[lines.index("```bash") + 1 : lines.index("```bash") + 3]
     assert block[0].startswith("bash scripts/demo ") and block[1].startswith("bash scripts/test ")
     assert lines.index("```bash") <= 3

@@ -12,10 +12,10 @@ import time
 from pathlib import Path
 
 import pytest
+from conftest import ROOT, WORD_COUNT, WORD_COUNT_MODULE
 
 import cbp
 from cbp.errors import BusyError, RuntimeStateError, UserCodeError
-from conftest import ROOT, WORD_COUNT, WORD_COUNT_MODULE
 
 
 def _cli(*args: str, fault: str | None = None, start=None, **kw):
@@ -53,7 +53,9 @@ def _wait_for(proc: subprocess.Popen, text: str, timeout: float = 120) -> str:
 
 def test_second_runner_is_refused_and_a_killed_ones_lock_is_taken_over(spark, make_pipeline, tmp_path, background):
     gate = tmp_path / "gate"  # the translator waits for this file: the first runner is surely mid-epoch when killed
-    module = WORD_COUNT_MODULE + f"""
+    module = (
+        WORD_COUNT_MODULE
+        + f"""
 import os as _os
 
 def count(key, state, words, out):
@@ -62,9 +64,12 @@ def count(key, state, words, out):
     prev = next(state, None)
     out.state.write({{"w": key, "n": sum(1 for _ in words) + (prev["n"] if prev else 0)}})
 """
+    )
     path = str(make_pipeline(WORD_COUNT, module))
     home = str(tmp_path / "h")
-    assert _cli("feed", path, "--home", home, "words", _words(tmp_path, "a.jsonl", ["a", "b", "c", "a"])).returncode == 0
+    assert (
+        _cli("feed", path, "--home", home, "words", _words(tmp_path, "a.jsonl", ["a", "b", "c", "a"])).returncode == 0
+    )
     first = _cli("run", path, "--home", home, start=background.popen)
     _wait_for(first, "running count epoch 1")
     # a second runner (CLI, or the Python API in another process) is refused at once, naming the holder
@@ -87,11 +92,20 @@ def count(key, state, words, out):
     assert p.status()["runner"] is None and p.status()["interrupted"] == []
 
 
-@pytest.mark.parametrize("fault,shows", [
-    ("kill:epoch:ran:1", "interrupted: stage 'count' epoch 1; the next 'cbp run' re-runs stage 'count' epoch 1 with the same inputs (words [1])"),
-    ("kill:epoch:pending:1", "interrupted commit of stage 'count' epoch 1; the next 'cbp run' or 'cbp feed' finishes committing it (0 of 1 Delta commits made)"),
-    ("kill:epoch:committed:0:1", "(1 of 1 Delta commits made)"),
-])
+@pytest.mark.parametrize(
+    "fault,shows",
+    [
+        (
+            "kill:epoch:ran:1",
+            "interrupted: stage 'count' epoch 1; the next 'cbp run' re-runs stage 'count' epoch 1 with the same inputs (words [1])",
+        ),
+        (
+            "kill:epoch:pending:1",
+            "interrupted commit of stage 'count' epoch 1; the next 'cbp run' or 'cbp feed' finishes committing it (0 of 1 Delta commits made)",
+        ),
+        ("kill:epoch:committed:0:1", "(1 of 1 Delta commits made)"),
+    ],
+)
 def test_status_shows_an_interrupted_epoch_and_what_recovery_will_do(spark, make_pipeline, tmp_path, fault, shows):
     path = str(make_pipeline(WORD_COUNT, WORD_COUNT_MODULE))
     home = str(tmp_path / "h")
@@ -106,13 +120,16 @@ def test_status_shows_an_interrupted_epoch_and_what_recovery_will_do(spark, make
     assert p.status()["interrupted"] == [] and p.status()["stages"]["count"]["epochs"] == 1
 
 
-FAILING_MODULE = WORD_COUNT_MODULE + """
+FAILING_MODULE = (
+    WORD_COUNT_MODULE
+    + """
 def count(key, state, words, out):
     prev = next(state, None)
     if key == "poison":
         raise ValueError("cannot count poison")
     out.state.write({"w": key, "n": sum(1 for _ in words) + (prev["n"] if prev else 0)})
 """
+)
 
 
 def test_after_a_failing_translator_is_fixed_the_run_continues(spark, make_pipeline, tmp_path):
@@ -197,7 +214,10 @@ def test_full_home(spark, make_pipeline, tmp_path, tmpfs):
     p.run()
     p.feed("words", [{"w": f"w{i}"} for i in range(2000)])
     filler = tmpfs / "filler"
-    for room, where in ((0, "cannot write"), (16 * 1024, "stage 'count' epoch 2")):  # full; then room for small files only
+    for room, where in (
+        (0, "cannot write"),
+        (16 * 1024, "stage 'count' epoch 2"),
+    ):  # full; then room for small files only
         free = os.statvfs(tmpfs).f_bavail * os.statvfs(tmpfs).f_frsize
         with open(filler, "ab") as f:
             try:

@@ -94,15 +94,26 @@ def test_partition_input_far_larger_than_the_python_workers_memory(tmp_path):
     (tmp_path / "pipe.yaml").write_text(textwrap.dedent(PIPE))
     (tmp_path / "memmod.py").write_text(textwrap.dedent(MODULE))
     (tmp_path / "child.py").write_text(textwrap.dedent(CHILD))
-    env = {**os.environ, "CBP_SPARK_MASTER": "local[2,1]", "CBP_DRIVER_MEMORY": "2g",
-           "CBP_SPARK_CONF": "spark.executor.pyspark.memory=1g", "PYTHONPATH": str(ROOT),
-           "PYSPARK_PYTHON": sys.executable}
+    env = {
+        **os.environ,
+        "CBP_SPARK_MASTER": "local[2,1]",
+        "CBP_DRIVER_MEMORY": "2g",
+        "CBP_SPARK_CONF": "spark.executor.pyspark.memory=1g",
+        "PYTHONPATH": str(ROOT),
+        "PYSPARK_PYTHON": sys.executable,
+    }
     n_docs, text_len = 20000, 1000
-    r = subprocess.run([sys.executable, str(tmp_path / "child.py"), str(tmp_path), str(n_docs), str(text_len)],
-                       cwd=tmp_path, env=env, capture_output=True, text=True, timeout=900)
+    r = subprocess.run(
+        [sys.executable, str(tmp_path / "child.py"), str(tmp_path), str(n_docs), str(text_len)],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
     lines = [ln for ln in r.stdout.splitlines() if ln.startswith("RESULT ")]
     assert r.returncode == 0 and lines, r.stderr[-4000:]
-    res = json.loads(lines[-1][len("RESULT "):])
+    res = json.loads(lines[-1][len("RESULT ") :])
     assert res["records_in"] == n_docs * 60
     assert res["state_ok"] and res["outputs_ok"], res
     assert res["input_mb"] > 1100

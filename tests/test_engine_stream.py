@@ -68,8 +68,15 @@ def small_batches(spark):
 def test_streamed_epochs_match_from_scratch(spark, make_pipeline, tmp_path, small_batches, mode, cache_mb):
     rng = random.Random(7)
     vocab = [f"w{i:02d}" for i in range(40)]
-    p = Pipeline(make_pipeline(PIPE, MODULE), str(tmp_path / "h"), mode=mode, spark=spark,
-                 state_row_group=4, max_state_files=3, state_cache_mb=cache_mb)
+    p = Pipeline(
+        make_pipeline(PIPE, MODULE),
+        str(tmp_path / "h"),
+        mode=mode,
+        spark=spark,
+        state_row_group=4,
+        max_state_files=3,
+        state_cache_mb=cache_mb,
+    )
     total: Counter[str] = Counter()
     ages: dict[str, int] = {}
     for epoch in range(1, 6):
@@ -89,9 +96,18 @@ def test_streamed_epochs_match_from_scratch(spark, make_pipeline, tmp_path, smal
 
 def _plan(tmp_path, epoch, parts=None, cache_mb=0):
     schema = RecordSchema.parse({"w": "string", "n": "int"})
-    return SimpleNamespace(home=Home(str(tmp_path)), stage=SimpleNamespace(name="s", state_schema=schema, row_key=()), epoch=epoch,
-                           state_rel="stages/s/state", row_group=4, cache_mb=cache_mb, scan_fraction=None, max_files=8, parts=parts or {},
-                           mode="direct")
+    return SimpleNamespace(
+        home=Home(str(tmp_path)),
+        stage=SimpleNamespace(name="s", state_schema=schema, row_key=()),
+        epoch=epoch,
+        state_rel="stages/s/state",
+        row_group=4,
+        cache_mb=cache_mb,
+        scan_fraction=None,
+        max_files=8,
+        parts=parts or {},
+        mode="direct",
+    )
 
 
 def _epoch(tmp_path, epoch, parts, updates, cache_mb=0):
@@ -184,4 +200,6 @@ def test_merging_state_files_in_hash_order(tmp_path, keep_tombstones):
     rows = lambda t: sorted(tuple(r.values()) for r in t.select(cols).to_pylist())  # noqa: E731
     assert rows(got) == rows(want) and any(r[3] is False for r in rows(got)) == keep_tombstones
     assert got["_h"].to_pylist() == sorted(got["_h"].to_pylist())
-    assert list(h) == [r["_h"] for r in got.to_pylist() if r["_alive"]] and list(g) == [i // 4 for i, r in enumerate(got.to_pylist()) if r["_alive"]]
+    assert list(h) == [r["_h"] for r in got.to_pylist() if r["_alive"]] and list(g) == [
+        i // 4 for i, r in enumerate(got.to_pylist()) if r["_alive"]
+    ]

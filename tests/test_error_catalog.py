@@ -5,12 +5,12 @@ entry's exit code is what ``cbp`` exits with for that class, and the docs page i
 from __future__ import annotations
 
 import ast
-from pathlib import Path
+
+from conftest import ROOT
+from errorscan import raise_sites
 
 from cbp import errorcodes, errors
 from cbp.cli import exit_code
-from conftest import ROOT
-from errorscan import raise_sites
 
 CBP = ROOT / "cbp"
 
@@ -35,20 +35,28 @@ def test_every_raised_code_is_in_the_catalog_with_its_class():
     for (code, cls), where in sorted(raise_sites(CBP).items()):
         entry = catalog.get(code)
         if entry is None:
-            missing.append(f"code '{code}' ({cls}, raised at {', '.join(where[:3])}) has no entry: add "
-                           f"_c(\"{code}\", {cls}, {exit_code(getattr(errors, cls))}, \"<meaning>\", \"<what to do>\") "
-                           "to cbp/errorcodes.py")
+            missing.append(
+                f"code '{code}' ({cls}, raised at {', '.join(where[:3])}) has no entry: add "
+                f'_c("{code}", {cls}, {exit_code(getattr(errors, cls))}, "<meaning>", "<what to do>") '
+                "to cbp/errorcodes.py"
+            )
         elif cls not in [k.__name__ for k in entry.classes]:
-            missing.append(f"code '{code}' is raised as {cls} at {', '.join(where[:3])}, but its entry in "
-                           f"cbp/errorcodes.py lists only {[k.__name__ for k in entry.classes]}: "
-                           f"add {cls} (and its exit code)")
+            missing.append(
+                f"code '{code}' is raised as {cls} at {', '.join(where[:3])}, but its entry in "
+                f"cbp/errorcodes.py lists only {[k.__name__ for k in entry.classes]}: "
+                f"add {cls} (and its exit code)"
+            )
     assert not missing, "\n".join(missing)
 
 
 def test_every_catalog_entry_is_raised_as_it_says():
     found = raise_sites(CBP)
-    unraised = [f"'{c.code}' as {k.__name__}" for c in _catalog().values() for k in c.classes
-                if (c.code, k.__name__) not in found]
+    unraised = [
+        f"'{c.code}' as {k.__name__}"
+        for c in _catalog().values()
+        for k in c.classes
+        if (c.code, k.__name__) not in found
+    ]
     assert not unraised, f"catalog entries nothing in cbp/ raises (remove them or fix the class): {unraised}"
 
 
@@ -81,8 +89,12 @@ def test_codes_are_unique_and_every_error_class_has_its_exit():
 
 
 def test_reported_codes_are_in_the_source():
-    strings = {n.value for p in CBP.rglob("*.py") for n in ast.walk(ast.parse(p.read_text(encoding="utf-8")))
-               if isinstance(n, ast.Constant) and isinstance(n.value, str)}
+    strings = {
+        n.value
+        for p in CBP.rglob("*.py")
+        for n in ast.walk(ast.parse(p.read_text(encoding="utf-8")))
+        if isinstance(n, ast.Constant) and isinstance(n.value, str)
+    }
     for r in errorcodes.REPORTED:
         assert any(s == r.code or s.startswith(r.code + ": ") for s in strings), r.code
 

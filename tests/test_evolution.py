@@ -55,7 +55,10 @@ CHANGES = {  # name: (replacements in the YAML, translator)
     "widen-float": ([(STATE, "state: {schema: {w: string, n: float}}")], "count"),
     "widen-nullable": ([(STATE, 'state: {schema: {w: string, n: "int?"}}')], "count"),
     "partitions": ([("partitions: 2", "partitions: 3")], "count"),
-    "partitions-and-field": ([("partitions: 2", "partitions: 5"), (STATE, 'state: {schema: {w: string, n: int, x: "int?"}}')], "count_x"),
+    "partitions-and-field": (
+        [("partitions: 2", "partitions: 5"), (STATE, 'state: {schema: {w: string, n: int, x: "int?"}}')],
+        "count_x",
+    ),
     "migrate": ([(STATE, "state: {schema: {w: string, c: string}}\n    migrate: MOD:to_text")], "count_text"),
 }
 
@@ -101,7 +104,9 @@ def test_upgrade_equals_a_fresh_run(spark, make_pipeline, tmp_path, change):
         f.feed("words", recs)
         f.run()
     want = f.state("count")
-    if change.startswith("add-") or change == "partitions-and-field":  # keys stored before the upgrade keep the x it gave them (the translator carries x over)
+    if (
+        change.startswith("add-") or change == "partitions-and-field"
+    ):  # keys stored before the upgrade keep the x it gave them (the translator carries x over)
         default = 7 if change == "add-default" else None
         want = [{**r, "x": default if r["w"] in ("a", "b", "c", "gone") else r["x"]} for r in want]
     assert sorted(map(_key, p.state("count"))) == sorted(map(_key, want))
@@ -122,13 +127,16 @@ stages:
     state: {schema: {w: string, n: int}}
     outputs: [counts]
 """
-TOTAL = REMOVED + """
+TOTAL = (
+    REMOVED
+    + """
   total:
     translator: MOD:total
     partitions: 1
     inputs: [{flow: counts, route_by: MOD:one}]
     state: {schema: {t: int}}
 """
+)
 TOTAL_MODULE = """
 def count(key, state, words, out):
     prev = next(state, None)
@@ -151,8 +159,11 @@ def test_stage_removed_and_added_back_is_never_silently_resumed(spark, make_pipe
     t=10 (restored), 10 (backfilled from the whole contents of 'counts'), 2 (started empty on request), or a refusal; never 5."""
     full = make_pipeline(TOTAL, TOTAL_MODULE, module_name="evo_total")
     less = make_pipeline(REMOVED, TOTAL_MODULE, module_name="evo_total")
-    back = make_pipeline(TOTAL.replace("partitions: 1", "partitions: 1\n    backfill: true") if how == "backfill" else TOTAL,
-                         TOTAL_MODULE, module_name="evo_total")
+    back = make_pipeline(
+        TOTAL.replace("partitions: 1", "partitions: 1\n    backfill: true") if how == "backfill" else TOTAL,
+        TOTAL_MODULE,
+        module_name="evo_total",
+    )
     home = str(tmp_path / "h")
     p = cbp.load(full, home=home)
     p.feed("words", [{"w": "a"}, {"w": "b"}, {"w": "a"}])
@@ -175,7 +186,9 @@ def test_stage_removed_and_added_back_is_never_silently_resumed(spark, make_pipe
         assert e.value.code == "pipeline-changed"
         assert main(["plan", str(back), "--home", home]) == 2
         return
-    p.upgrade(restore_archived=["total"] if how == "restore" else [], discard_archived=["total"] if how == "discard" else [])
+    p.upgrade(
+        restore_archived=["total"] if how == "restore" else [], discard_archived=["total"] if how == "discard" else []
+    )
     p.feed("words", [{"w": "d"}] * 2)
     p.run()
     # backfill reads the whole contents of 'counts' (the first 3 too, read by 'total' and collected before it left)
@@ -185,13 +198,16 @@ def test_stage_removed_and_added_back_is_never_silently_resumed(spark, make_pipe
 
 def test_restore_refused_when_missed_increments_were_collected(spark, make_pipeline, tmp_path):
     """A flow another stage reads loses the increments the archived stage missed: restoring it is refused by code."""
-    two = TOTAL + """
+    two = (
+        TOTAL
+        + """
   again:
     translator: MOD:total
     partitions: 1
     inputs: [{flow: counts, route_by: MOD:one}]
     state: {schema: {t: int}}
 """
+    )
     less = two.replace(TOTAL, REMOVED)
     full = make_pipeline(two, TOTAL_MODULE, module_name="evo_total")
     home = str(tmp_path / "h")
@@ -208,7 +224,9 @@ def test_restore_refused_when_missed_increments_were_collected(spark, make_pipel
     assert e.value.code == "archive-increments-collected"
     assert "'backfill: true'" in str(e.value) and "--discard-archived total" in str(e.value)
     # each remedy the message names works: backfill rebuilds 'total' from all of 'counts' (a, b), as a fresh home has it
-    backfill = make_pipeline(two.replace("  total:\n", "  total:\n    backfill: true\n"), TOTAL_MODULE, module_name="evo_total")
+    backfill = make_pipeline(
+        two.replace("  total:\n", "  total:\n    backfill: true\n"), TOTAL_MODULE, module_name="evo_total"
+    )
     keep = tmp_path / "h-copy"
     shutil.copytree(home, keep)
     p = cbp.load(backfill, home=home)
@@ -232,8 +250,12 @@ def test_refused_change_and_read_only_commands_on_a_changed_home(spark, make_pip
     p = cbp.load(old, home=home)
     p.feed("words", FEEDS[0])
     p.run()
-    bad = make_pipeline(COUNT.replace("changes: {schema: {w: string, n: int}}", "changes: {schema: {w: int, n: int}}")
-                        .replace(STATE, "state: {schema: {w: string, n: string}}"), MODULE)
+    bad = make_pipeline(
+        COUNT.replace("changes: {schema: {w: string, n: int}}", "changes: {schema: {w: int, n: int}}").replace(
+            STATE, "state: {schema: {w: string, n: string}}"
+        ),
+        MODULE,
+    )
     q = cbp.load(bad, home=home)
     assert sorted(c.code for c in q.plan().refused) == ["schema-refused", "schema-refused"]
     assert main(["plan", str(bad), "--home", home]) == 2
@@ -249,8 +271,12 @@ def test_refused_change_and_read_only_commands_on_a_changed_home(spark, make_pip
 def test_flow_schema_change_rewrites_pending_increments(spark, make_pipeline, tmp_path):
     """A nullable field added to an external flow with a pending increment: the increment is rewritten, the run goes on."""
     old = make_pipeline(COUNT, MODULE)
-    new = make_pipeline(COUNT.replace("words: {external: true, schema: {w: string}}",
-                                      'words: {external: true, schema: {w: string, v: "int?"}}'), MODULE)
+    new = make_pipeline(
+        COUNT.replace(
+            "words: {external: true, schema: {w: string}}", 'words: {external: true, schema: {w: string, v: "int?"}}'
+        ),
+        MODULE,
+    )
     home = str(tmp_path / "h")
     p = cbp.load(old, home=home)
     p.feed("words", FEEDS[0])
@@ -272,10 +298,17 @@ def test_translator_change_applies_and_status_shows_it(spark, make_pipeline, tmp
     p = cbp.load(make_pipeline(COUNT, MODULE), home=home)
     p.feed("words", FEEDS[0])
     p.run()
-    two = COUNT.replace("words: {external: true, schema: {w: string}}",
-                        "words: {external: true, schema: {w: string}}\n  more: {external: true, schema: {w: string}}")
-    two = two.replace("inputs: [{flow: words, route_by: w}]", "inputs: [{flow: words, route_by: w}, {flow: more, route_by: w}]")
-    module = MODULE.replace("def count(key, state, words, out):", "def count(key, state, words, more, out):\n    words = list(words) + list(more)")
+    two = COUNT.replace(
+        "words: {external: true, schema: {w: string}}",
+        "words: {external: true, schema: {w: string}}\n  more: {external: true, schema: {w: string}}",
+    )
+    two = two.replace(
+        "inputs: [{flow: words, route_by: w}]", "inputs: [{flow: words, route_by: w}, {flow: more, route_by: w}]"
+    )
+    module = MODULE.replace(
+        "def count(key, state, words, out):",
+        "def count(key, state, words, more, out):\n    words = list(words) + list(more)",
+    )
     q = cbp.load(make_pipeline(two, module), home=home)
     plan = q.plan()
     assert not plan.needs_upgrade and {c.verdict for c in plan.changes} == {"applies"}
@@ -300,8 +333,15 @@ def test_migrate_that_fails_changes_nothing(spark, make_pipeline, tmp_path):
     p.run()
     before = sorted(map(_key, p.state("count")))
     bad = MODULE + "\ndef broken(row):\n    return {'w': row['w'], 'c': row['n']}   # an int for a string field\n"
-    q = cbp.load(make_pipeline(COUNT.replace(STATE, "state: {schema: {w: string, c: string}}\n    migrate: MOD:broken")
-                               .replace("translator: MOD:count", "translator: MOD:count_text"), bad), home=home)
+    q = cbp.load(
+        make_pipeline(
+            COUNT.replace(STATE, "state: {schema: {w: string, c: string}}\n    migrate: MOD:broken").replace(
+                "translator: MOD:count", "translator: MOD:count_text"
+            ),
+            bad,
+        ),
+        home=home,
+    )
     with pytest.raises(cbp.UserCodeError) as e:
         q.upgrade()
     assert e.value.code == "migrate-failed" and "key" in str(e.value)
@@ -365,7 +405,9 @@ def test_rewind_refuses_to_cross_an_upgrade_that_changed_storage(spark, make_pip
 def test_a_keyed_flows_schema_change_is_refused(make_pipeline, tmp_path):
     """A keyed flow keeps its current rows per key in a table of its own, which an upgrade does
     not migrate: a changed schema or key of a keyed flow holding data is refused, not half-applied."""
-    keyed = COUNT.replace("words: {external: true, schema: {w: string}}", "words: {external: true, key: [w], schema: {w: string}}")
+    keyed = COUNT.replace(
+        "words: {external: true, schema: {w: string}}", "words: {external: true, key: [w], schema: {w: string}}"
+    )
     old = make_pipeline(keyed, MODULE)
     home = str(tmp_path / "home")
     cbp.load(old, home).feed("words", [{"w": "a"}])

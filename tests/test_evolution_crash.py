@@ -5,10 +5,9 @@ from __future__ import annotations
 
 import shutil
 
-import pytest
+from crash_harness import cli
 
 import cbp
-from crash_harness import cli
 
 OLD = """
 pipeline: evo
@@ -23,12 +22,17 @@ stages:
     state: {schema: {w: string, n: int}}
     outputs: [changes]
 """
-NEW = (OLD.replace("partitions: 2", "partitions: 3")
-       .replace("state: {schema: {w: string, n: int}}", "state: {schema: {w: string, n: int, x: {type: int, default: 7}}}")
-       .replace("changes: {schema: {w: string, n: int}}", 'changes: {schema: {w: string, n: int, v: "string?"}}')
-       # and a flow migration: the pending feed's field renamed through MOD:rename (the kills cover it too)
-       .replace("words: {external: true, schema: {w: string}}", "words: {external: true, schema: {word: string}, migrate: MOD:rename}")
-       .replace("route_by: w}", "route_by: word}"))
+NEW = (
+    OLD.replace("partitions: 2", "partitions: 3")
+    .replace("state: {schema: {w: string, n: int}}", "state: {schema: {w: string, n: int, x: {type: int, default: 7}}}")
+    .replace("changes: {schema: {w: string, n: int}}", 'changes: {schema: {w: string, n: int, v: "string?"}}')
+    # and a flow migration: the pending feed's field renamed through MOD:rename (the kills cover it too)
+    .replace(
+        "words: {external: true, schema: {w: string}}",
+        "words: {external: true, schema: {word: string}, migrate: MOD:rename}",
+    )
+    .replace("route_by: w}", "route_by: word}")
+)
 MODULE = """
 def count(key, state, words, out):
     prev = next(state, None)
@@ -49,8 +53,6 @@ def _state(p):
     return sorted(p.state("count"), key=lambda r: r["w"])
 
 
-
-
 def test_kill_inside_upgrade_leaves_old_or_new(spark, make_pipeline, tmp_path):
     old = make_pipeline(OLD, MODULE, module_name="evo_crash")
     new = make_pipeline(NEW, MODULE, module_name="evo_crash")
@@ -67,7 +69,9 @@ def test_kill_inside_upgrade_leaves_old_or_new(spark, make_pipeline, tmp_path):
     for n, fault in enumerate(KILLS):
         home = str(tmp_path / f"h{n}")
         shutil.copytree(base, home)
-        if fault.startswith("kill:recover"):  # killed at the pending record, then again while the next writer recovers it
+        if fault.startswith(
+            "kill:recover"
+        ):  # killed at the pending record, then again while the next writer recovers it
             assert cli(["upgrade"], home, "kill:upgrade:pending:1", yaml=new).returncode == -9
             assert cli(["status"], home, yaml=new).returncode == 0  # a reader does not recover
         r = cli(["upgrade"], home, fault, yaml=new)

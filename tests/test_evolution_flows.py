@@ -30,10 +30,15 @@ stages:
     state: {schema: {w: string, t: int}}
     outputs: [totals]
 """
-NEW = (OLD.replace("words: {external: true, schema: {w: string, k: string}}",
-                   "words: {external: true, schema: {w: string, k: int}, migrate: MOD:parse_k}")
-       .replace("changes: {schema: {w: string, n: int}}", "changes: {schema: {w: string, c: int}, migrate: MOD:rename_n}")
-       .replace("MOD:count", "MOD:count2").replace("MOD:total", "MOD:total2"))
+NEW = (
+    OLD.replace(
+        "words: {external: true, schema: {w: string, k: string}}",
+        "words: {external: true, schema: {w: string, k: int}, migrate: MOD:parse_k}",
+    )
+    .replace("changes: {schema: {w: string, n: int}}", "changes: {schema: {w: string, c: int}, migrate: MOD:rename_n}")
+    .replace("MOD:count", "MOD:count2")
+    .replace("MOD:total", "MOD:total2")
+)
 MODULE = """
 def count(key, state, words, out):
     prev = next(state, None)
@@ -71,8 +76,12 @@ def broken(rec):
 def wrong(rec):
     return {"w": rec["w"], "k": "not an int"}
 """
-FEEDS = [[{"w": "a", "k": "2"}, {"w": "b", "k": "1"}], [{"w": "a", "k": "3"}, {"w": "c", "k": "5"}],
-         [{"w": "b", "k": "4"}, {"w": "d", "k": "1"}], [{"w": "a", "k": "1"}, {"w": "skip", "k": "9"}, {"w": "e", "k": "7"}]]
+FEEDS = [
+    [{"w": "a", "k": "2"}, {"w": "b", "k": "1"}],
+    [{"w": "a", "k": "3"}, {"w": "c", "k": "5"}],
+    [{"w": "b", "k": "4"}, {"w": "d", "k": "1"}],
+    [{"w": "a", "k": "1"}, {"w": "skip", "k": "9"}, {"w": "e", "k": "7"}],
+]
 LATER = [{"w": "e", "k": 2}, {"w": "f", "k": 1}]
 
 
@@ -104,7 +113,10 @@ def test_flow_migrate_equals_a_fresh_run(spark, make_pipeline, tmp_path):
     _fill(cbp.load(old, home=home), FEEDS)
     p = cbp.load(new, home=home)
     plan = p.plan()
-    assert not plan.refused and [(c.name, c.kind) for c in plan.changes if c.data] == [("words", "flow-schema"), ("changes", "flow-schema")]
+    assert not plan.refused and [(c.name, c.kind) for c in plan.changes if c.data] == [
+        ("words", "flow-schema"),
+        ("changes", "flow-schema"),
+    ]
     assert all("with a migration" in line for line in plan.lines() if "flow '" in line)
     p.upgrade()
     assert not cbp.load(new, home=home).plan().needs_upgrade
@@ -124,7 +136,9 @@ def test_flow_migrate_equals_a_fresh_run(spark, make_pipeline, tmp_path):
     assert _rows(p.output("words", epoch=1)) == _rows(FEEDS[0])
     assert _rows(p.output("changes", epoch=1)) == _rows([{"w": "a", "n": 2}, {"w": "b", "n": 1}])
     consolidated = p.output("changes", consolidated=True)
-    assert {"w": "a", "n": 2} in consolidated and {"w": "b", "c": 5} in consolidated and {"w": "a", "c": 6} in consolidated
+    assert (
+        {"w": "a", "n": 2} in consolidated and {"w": "b", "c": 5} in consolidated and {"w": "a", "c": 6} in consolidated
+    )
 
 
 @pytest.mark.parametrize("fn", ["broken", "wrong"])

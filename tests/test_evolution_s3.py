@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import uuid
 
-import cbp
 from moto_s3 import BUCKET, s3  # noqa: F401  (the module's S3 server fixture)
 from test_evolution import COUNT, FEEDS, MODULE, _key
+
+import cbp
 
 
 def test_repartition_on_s3_equals_a_fresh_local_run(spark, s3, make_pipeline, tmp_path):
@@ -27,5 +28,8 @@ def test_repartition_on_s3_equals_a_fresh_local_run(spark, s3, make_pipeline, tm
         f.feed("words", recs)
         f.run()
     assert sorted(map(_key, p.state("count"))) == sorted(map(_key, f.state("count")))
-    parts = {int(x["partition"]) for x in p.controller.home.table_files("stages/count/state", p.controller.st.stages["count"].state_version)}
+    parts = {
+        int(x["partition"])
+        for x in p.controller.home.table_files("stages/count/state", p.controller.st.stages["count"].state_version)
+    }
     assert parts <= {0, 1, 2} and 2 in parts  # the state lies in three partitions now

@@ -33,5 +33,7 @@ def test_reading_a_table_then_exiting_never_aborts(tmp_path, background):
     for _ in range(2):  # both cores busy, as on a loaded machine
         background.popen([sys.executable, "-c", "while True: pass"])
     for _ in range(10):  # a fixed number of runs, however long they take (no count per wall-clock second)
-        r = subprocess.run([sys.executable, "-c", CHILD, str(tmp_path / "home")], capture_output=True, text=True, timeout=300)
+        r = subprocess.run(
+            [sys.executable, "-c", CHILD, str(tmp_path / "home")], capture_output=True, text=True, timeout=300
+        )
         assert (r.returncode, r.stdout.strip()) == (0, "3000"), r.stderr[-500:]

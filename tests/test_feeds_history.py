@@ -46,7 +46,9 @@ def _cli(*args: str, fault: str | None = None) -> subprocess.CompletedProcess[st
     if fault:
         env["CBP_FAULT"] = fault
     env["PYTHONPATH"] = os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")])
-    return subprocess.run([sys.executable, "-m", "cbp.cli", *args], capture_output=True, text=True, env=env, timeout=300)
+    return subprocess.run(
+        [sys.executable, "-m", "cbp.cli", *args], capture_output=True, text=True, env=env, timeout=300
+    )
 
 
 def test_duplicate_feed_warns_and_unfeed_withdraws_it(spark, make_pipeline, tmp_path):
@@ -76,7 +78,9 @@ def test_duplicate_feed_warns_and_unfeed_withdraws_it(spark, make_pipeline, tmp_
     assert e.value.code == "unknown-feed"
     assert p.output("words", epoch=3) == [] and p.status()["duplicate_feeds"] == []
     assert p.status()["stages"]["count"]["connectors"]["words"]["pending"] == 2
-    r = _cli("unfeed", str(y), "--home", home, "words", "--feed", "2")  # the command line, with a feed id that may land again
+    r = _cli(
+        "unfeed", str(y), "--home", home, "words", "--feed", "2"
+    )  # the command line, with a feed id that may land again
     assert r.returncode == 0 and "withdrew feed 2 of 'words': 1 record(s), increment(s) 2" in r.stdout, r.stderr
     p = cbp.load(y, home, spark=spark)
     assert list(p.feed("words", B, feed_id="b")) == [5]  # withdrawn: its id lands again
@@ -86,7 +90,10 @@ def test_duplicate_feed_warns_and_unfeed_withdraws_it(spark, make_pipeline, tmp_
     assert {r["w"]: r["n"] for r in p.state("count")} == want
     assert sorted(r["w"] for r in p.output("words")) == sorted(r["w"] for r in fed)
     r = _cli("feed", str(y), "--home", home, "words", str(_jsonl(tmp_path, B)))
-    assert r.returncode == 0 and "warning [duplicate-feed]: feed 6 of flow 'words' has the same records as feed 5" in r.stderr
+    assert (
+        r.returncode == 0
+        and "warning [duplicate-feed]: feed 6 of flow 'words' has the same records as feed 5" in r.stderr
+    )
     assert "DuplicateFeedWarning" not in r.stderr  # said once
     r = _cli("status", str(y), "--home", home)
     assert "pending feed 6 of 'words' has the same records as feed 5" in r.stdout
@@ -172,8 +179,12 @@ def test_history_lists_runs_feeds_read_and_writes(spark, make_pipeline, tmp_path
 def test_a_keyed_flows_feed_cannot_be_withdrawn(make_pipeline, tmp_path):
     """A keyed flow's feed also moved the current row per key: withdrawing it alone would leave the
     keyed table and the flow disagreeing, so it is refused (the opposite change is the way)."""
-    y = make_pipeline(YAML.replace("words: {external: true, schema: {w: string}}",
-                                   "words: {external: true, key: [w], schema: {w: string}}"), CODE)
+    y = make_pipeline(
+        YAML.replace(
+            "words: {external: true, schema: {w: string}}", "words: {external: true, key: [w], schema: {w: string}}"
+        ),
+        CODE,
+    )
     p = cbp.load(y, str(tmp_path / "home"))
     p.feed("words", A)
     with pytest.raises(CbpError) as e:

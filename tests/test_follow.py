@@ -15,10 +15,10 @@ import time
 from types import SimpleNamespace
 
 import pytest
+from conftest import ROOT
 
 import cbp
 from cbp.errors import BusyError
-from conftest import ROOT
 
 YAML = """
 pipeline: follow_count
@@ -73,7 +73,14 @@ def _counts(p) -> dict:
 
 def _cli(*args, timeout=300):
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    return subprocess.run([sys.executable, "-m", "cbp.cli", *map(str, args)], capture_output=True, text=True, cwd=ROOT, env=env, timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "-m", "cbp.cli", *map(str, args)],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env=env,
+        timeout=timeout,
+    )
 
 
 @pytest.fixture
@@ -112,7 +119,16 @@ def processes():
 
     def start(cmd, **kw):
         env = {**os.environ, "PYTHONPATH": str(ROOT)}
-        p = subprocess.Popen(cmd, cwd=ROOT, env=env, start_new_session=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **kw)
+        p = subprocess.Popen(
+            cmd,
+            cwd=ROOT,
+            env=env,
+            start_new_session=True,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            **kw,
+        )
         started.append(p)
         return p
 
@@ -127,7 +143,9 @@ def processes():
                 p.wait(30)
 
 
-def test_a_follower_runs_feeds_made_by_another_process_and_holds_the_runner_lock(spark, make_pipeline, tmp_path, followers):
+def test_a_follower_runs_feeds_made_by_another_process_and_holds_the_runner_lock(
+    spark, make_pipeline, tmp_path, followers
+):
     yaml, _ = _make(make_pipeline, tmp_path)
     home = str(tmp_path / "home")
     p = cbp.load(yaml, home=home)
@@ -142,7 +160,9 @@ def test_a_follower_runs_feeds_made_by_another_process_and_holds_the_runner_lock
         assert r.returncode == 0, r.stderr
         fed += words
         _until(lambda: _counts(cbp.load(yaml, home=home)) == dict(collections.Counter(fed)), what="the feed to be run")
-    assert _counts(cbp.load(yaml, home=home)) == dict(collections.Counter(fed))  # from scratch: a count of every word fed
+    assert _counts(cbp.load(yaml, home=home)) == dict(
+        collections.Counter(fed)
+    )  # from scratch: a count of every word fed
     # one runner per home: a cbp run in another process, a runner in this one, a second follower
     r = _cli("run", yaml, "--home", home)
     assert r.returncode == 6 and "[busy]" in r.stderr
@@ -181,7 +201,9 @@ def test_min_interval_spaces_the_runs_and_stop_is_honoured_while_it_waits(spark,
     h.stop.set()
     h.thread.join(300)
     starts = h.box["summary"].round_starts
-    assert len(starts) >= 2 and all(b - a >= 1.5 for a, b in zip(starts, starts[1:]))  # the follower's own clock: an ordering
+    assert len(starts) >= 2 and all(
+        b - a >= 1.5 for a, b in zip(starts, starts[1:])
+    )  # the follower's own clock: an ordering
     # a long interval holds the next run back, and a stop asked meanwhile ends the follower without running it
     first = threading.Event()
     h2 = followers(cbp.load(yaml, home=home), min_interval=3600, on_round=lambda reports: first.set())
@@ -202,7 +224,9 @@ def test_stop_waits_for_the_epoch_in_flight(spark, make_pipeline, tmp_path, foll
     h = followers(p)
     _until(lambda: _in_flight(marker), what="the epoch to be in flight")
     h.stop.set()  # asked while the epoch is in flight
-    cbp.load(yaml, home=home).feed("words", [{"w": "y"}])  # waits for the epoch's commit (the mutation lock); not run after it
+    cbp.load(yaml, home=home).feed(
+        "words", [{"w": "y"}]
+    )  # waits for the epoch's commit (the mutation lock); not run after it
     h.thread.join(300)
     assert "error" not in h.box and h.box["summary"].epochs == 1
     q = cbp.load(yaml, home=home)
@@ -211,7 +235,9 @@ def test_stop_waits_for_the_epoch_in_flight(spark, make_pipeline, tmp_path, foll
 
 
 @pytest.mark.parametrize("how", ["SIGTERM to the follower", "Ctrl-C: SIGINT to its process group"])
-def test_sigterm_or_ctrl_c_stops_the_follower_process_after_the_epoch_in_flight(how, make_pipeline, tmp_path, processes):
+def test_sigterm_or_ctrl_c_stops_the_follower_process_after_the_epoch_in_flight(
+    how, make_pipeline, tmp_path, processes
+):
     yaml, marker = _make(make_pipeline, tmp_path, sleep=4.0)
     home = str(tmp_path / "home")
     p = cbp.load(yaml, home=home)
@@ -226,9 +252,16 @@ def test_sigterm_or_ctrl_c_stops_the_follower_process_after_the_epoch_in_flight(
     out, err = proc.communicate(timeout=300)
     assert proc.returncode == 0, err
     name = "SIGTERM" if how.startswith("SIGTERM") else "SIGINT"
-    assert f"{name}: stopping after the epoch in flight" in err and out.strip().splitlines()[-1].startswith("stopped: 1 run(s), 1 stage epoch(s)")
+    assert f"{name}: stopping after the epoch in flight" in err and out.strip().splitlines()[-1].startswith(
+        "stopped: 1 run(s), 1 stage epoch(s)"
+    )
     q = cbp.load(yaml, home=home)
-    assert q.epochs("count") == 1 and _counts(q) == {"slow": 1, "x": 2} and not q.status()["interrupted"] and not q.status()["runner"]
+    assert (
+        q.epochs("count") == 1
+        and _counts(q) == {"slow": 1, "x": 2}
+        and not q.status()["interrupted"]
+        and not q.status()["runner"]
+    )
 
 
 def test_inbox_files_are_landed_and_run(spark, make_pipeline, tmp_path, followers):
@@ -272,7 +305,9 @@ def test_sync_hook_is_used_only_with_a_delta_source():
     hook = sync_hook(pipe, every=0)
     assert hook() is False and calls == [1, 1]  # a sync that landed no version
     assert sync_hook(SimpleNamespace(spec=SimpleNamespace(flows={"plain": flows["plain"]}), sync=pipe.sync)) is None
-    assert sync_hook(SimpleNamespace(spec=SimpleNamespace(flows=flows))) is None  # a Pipeline without sync() (before `sources` is merged)
+    assert (
+        sync_hook(SimpleNamespace(spec=SimpleNamespace(flows=flows))) is None
+    )  # a Pipeline without sync() (before `sources` is merged)
 
 
 def test_follower_options(make_pipeline, tmp_path):

@@ -57,7 +57,9 @@ def env(tmp_path_factory):
     (flows / f"{NAME}.yaml").write_text(YAML)
     (flows / f"{NAME}.py").write_text(MODULE)
     with open(os.environ["CBP_DAGS_CONFIG"], "w") as fh:  # dags/cbp_dags.py reads it when dag.test() serializes the DAG
-        fh.write(f"flows: {flows}\nhomes: {base}/state\ninbox: {base}/inbox\ninbox_settle_seconds: 0\nfollow: [{NAME}]\n")
+        fh.write(
+            f"flows: {flows}\nhomes: {base}/state\ninbox: {base}/inbox\ninbox_settle_seconds: 0\nfollow: [{NAME}]\n"
+        )
     r = subprocess.run([sys.executable, "-m", "airflow", "db", "migrate"], capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stderr[-3000:]
     from cbp.airflow.dagfactory import make_dags
@@ -65,8 +67,13 @@ def env(tmp_path_factory):
     home = base / "state" / NAME
     markers = str(home / "_airflow")
     try:
-        yield {"base": base, "yaml": flows / f"{NAME}.yaml", "home": str(home), "markers": markers,
-               "dag": make_dags(os.environ["CBP_DAGS_CONFIG"])[f"cbp_{NAME}"]}
+        yield {
+            "base": base,
+            "yaml": flows / f"{NAME}.yaml",
+            "home": str(home),
+            "markers": markers,
+            "dag": make_dags(os.environ["CBP_DAGS_CONFIG"])[f"cbp_{NAME}"],
+        }
     finally:
         stop_follower(markers)
 
@@ -112,7 +119,12 @@ def test_a_follower_that_cannot_start_fails_the_task_with_its_reason(tmp_path):
     try:
         with p.home.runner_lock("a cbp run holding the home"):  # the new follower exits busy before its Spark starts
             with pytest.raises(CbpError) as e:
-                ensure_follower(str(flows / f"{NAME}.yaml"), home, markers=markers, env={"PYTHONPATH": os.environ.get("PYTHONPATH", "")})
+                ensure_follower(
+                    str(flows / f"{NAME}.yaml"),
+                    home,
+                    markers=markers,
+                    env={"PYTHONPATH": os.environ.get("PYTHONPATH", "")},
+                )
         assert e.value.code == "follower-failed" and "[busy]" in str(e.value)
         assert follower_running(markers) is None
     finally:

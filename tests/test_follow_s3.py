@@ -9,10 +9,10 @@ import time
 import uuid
 
 import pytest
+from moto_s3 import BUCKET, s3  # noqa: F401  (the module's S3 server fixture)
 
 import cbp
 from cbp.errors import BusyError
-from moto_s3 import BUCKET, s3  # noqa: F401  (the module's S3 server fixture)
 
 YAML = """
 pipeline: follow_s3
@@ -79,13 +79,19 @@ def test_a_follower_on_s3_runs_feeds_and_keeps_its_lease(spark, s3, make_pipelin
     _until(lambda: rounds, what="the follower's first run")
     feeder = cbp.load(yaml, home=home)
     feeder.feed("words", [{"w": "a"}, {"w": "b"}, {"w": "a"}])
-    _until(lambda: {r["w"]: r["n"] for r in cbp.load(yaml, home=home).state("count")} == {"a": 2, "b": 1}, what="the feed to be run")
+    _until(
+        lambda: {r["w"]: r["n"] for r in cbp.load(yaml, home=home).state("count")} == {"a": 2, "b": 1},
+        what="the feed to be run",
+    )
     time.sleep(4.0)  # longer than the lease's ttl: only its renewals keep it
     with pytest.raises(BusyError) as e:
         cbp.load(yaml, home=home).run()
     assert e.value.code == "busy"
     feeder.feed("words", [{"w": "b"}])
-    _until(lambda: {r["w"]: r["n"] for r in cbp.load(yaml, home=home).state("count")} == {"a": 2, "b": 2}, what="the second feed")
+    _until(
+        lambda: {r["w"]: r["n"] for r in cbp.load(yaml, home=home).state("count")} == {"a": 2, "b": 2},
+        what="the second feed",
+    )
     stop.set()
     t.join(300)
     assert "error" not in box and box["summary"].epochs == 2

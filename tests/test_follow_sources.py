@@ -41,8 +41,13 @@ def totals(customer, state, orders, out):
 
 
 def _orders(rows):
-    return pa.table({"order_id": pa.array([r[0] for r in rows], pa.int64()), "customer": [r[1] for r in rows],
-                     "amount": pa.array([r[2] for r in rows], pa.int64())})
+    return pa.table(
+        {
+            "order_id": pa.array([r[0] for r in rows], pa.int64()),
+            "customer": [r[1] for r in rows],
+            "amount": pa.array([r[2] for r in rows], pa.int64()),
+        }
+    )
 
 
 @pytest.fixture

@@ -89,7 +89,9 @@ def test_field_framing_in_tasks_equals_framing_on_the_driver(spark, make_pipelin
         p = cbp.load(make_pipeline(FRAMED.replace("FRAME", frame), MODULE), home=str(tmp_path / how))
         with monkeypatch.context() as m:
             if how == "field":  # the driver never reads the tasks' records back
-                m.setattr(Landing, "read_task_files", lambda *a: pytest.fail("the driver re-read a field-framed output"))
+                m.setattr(
+                    Landing, "read_task_files", lambda *a: pytest.fail("the driver re-read a field-framed output")
+                )
             frames = []
             for batch in feeds:
                 p.feed("events", batch)
@@ -129,15 +131,20 @@ def test_frame_runs_compares_as_python_does():
     assert frame_runs(pa.chunked_array([[], []], pa.int64())) == []
     assert frame_runs(pa.chunked_array([[1, 1], [1, 2], [2, None], [None]])) == [(1, 0, 3), (2, 3, 2), (None, 5, 2)]
     assert frame_runs(pa.array([[1, 2], [1, 2], [1], None, None])) == [([1, 2], 0, 2), ([1], 2, 1), (None, 3, 2)]
-    assert frame_runs(pa.array(['{"a":1,"b":2}', '{"b":2,"a":1}', "null", None]), json_text=True) == [({"a": 1, "b": 2}, 0, 2), (None, 2, 2)]
+    assert frame_runs(pa.array(['{"a":1,"b":2}', '{"b":2,"a":1}', "null", None]), json_text=True) == [
+        ({"a": 1, "b": 2}, 0, 2),
+        (None, 2, 2),
+    ]
     nan = frame_runs(pa.array([float("nan"), float("nan"), 0.0, -0.0]))
     assert [r[1:] for r in nan] == [(0, 1), (1, 1), (2, 2)]  # NaN equals nothing; 0.0 == -0.0
 
 
 #: SIGKILLs around a pass epoch whose framed output the tasks wrote: inside the Spark job, before
 #: anything is pending, with the flow's commit made but not the snapshot, and after the snapshot.
-KILLS = {1: ["kill-driver:task:outputs-written:1", "kill:epoch:ran:1", "kill:epoch:pending:1"],
-         2: ["kill:epoch:committed:0:1", "kill:epoch:snapshot:1"]}
+KILLS = {
+    1: ["kill-driver:task:outputs-written:1", "kill:epoch:ran:1", "kill:epoch:pending:1"],
+    2: ["kill:epoch:committed:0:1", "kill:epoch:snapshot:1"],
+}
 
 
 def test_framed_outputs_survive_crashes(spark, make_pipeline, tmp_path):
@@ -146,7 +153,9 @@ def test_framed_outputs_survive_crashes(spark, make_pipeline, tmp_path):
     import crash_harness as ch
 
     rng = random.Random(5)
-    feeds = [[{"user": f"u{rng.randrange(30)}", "day": d // 15 + 10 * k, "tag": None} for d in range(45)] for k in range(3)]
+    feeds = [
+        [{"user": f"u{rng.randrange(30)}", "day": d // 15 + 10 * k, "tag": None} for d in range(45)] for k in range(3)
+    ]
     yaml = make_pipeline(FRAMED.replace("FRAME", "day"), MODULE)
     ref = cbp.load(yaml, home=str(tmp_path / "ref"), spark=spark)
     for batch in feeds:

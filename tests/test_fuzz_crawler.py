@@ -13,21 +13,124 @@ from __future__ import annotations
 import os
 import tempfile
 
-from hypothesis import strategies as st
-
-from cbp.crawl.crawler import REASONS, Corpus
 from fuzzing import fuzz
+from hypothesis import strategies as st
 from test_crawler_containment import HOST, hostile_corpus, no_hang
 
-NAMES = ["", "index.html", "ok.html", "a", "b", "page.html", "deep.html", "d", "e", "racy", "out_file.html", "out_dir", "private",
-         "secret.html", "sub", "up.html", "up_dir", "comeback.html", "in_file.html", "in_dir", "in_up.html", "abs_in.html", "loop.html",
-         "fifo.html", "fifo_dir", "dev_zero.html", "dev_null.html", "C"]
-DOTS = [".", "..", "%2e", "%2E", "%2e%2e", "%2E%2E", ".%2e", "%2e.", "%252e%252e", "%c0%ae%c0%ae", "%c0%2e", "%e0%80%ae", "..%00", "...",
-        "..;", "..%2f", "%2e%2e%2f", "%2E%2E%5C", "..\\", "\\..", "%5c..", "%2f", "%2F", "%5c", "%5C", "%00", "\x00", "%", "%z", "%4",
-        "%ED%A0%80", "%ed%b3%bf", "%FF", "%C0%AF", "\ud800", "\udfff", "\u202e", "\ufeff", "\uff0e\uff0e", "\u2024\u2024", "~", ";", "%20"]
-SCHEMES = ["http", "https", "HTTP", "HtTp", "file", "ftp", "javascript", "data", "", "http:", "http:/", "jar:file", "view-source:http"]
-HOSTS = [HOST, HOST.upper(), f"{HOST}.", f"{HOST}:80", f"{HOST}:8080", f"{HOST}:", f"{HOST}:abc", f"{HOST}:99999", f"user@{HOST}",
-         f"{HOST}@evil", f"evil@{HOST}", f"user:pw@{HOST}", "evil", "[::1]", "[::1", "localhost", "127.0.0.1", "", f"{HOST}%00", f"{HOST}\x00"]
+from cbp.crawl.crawler import REASONS, Corpus
+
+NAMES = [
+    "",
+    "index.html",
+    "ok.html",
+    "a",
+    "b",
+    "page.html",
+    "deep.html",
+    "d",
+    "e",
+    "racy",
+    "out_file.html",
+    "out_dir",
+    "private",
+    "secret.html",
+    "sub",
+    "up.html",
+    "up_dir",
+    "comeback.html",
+    "in_file.html",
+    "in_dir",
+    "in_up.html",
+    "abs_in.html",
+    "loop.html",
+    "fifo.html",
+    "fifo_dir",
+    "dev_zero.html",
+    "dev_null.html",
+    "C",
+]
+DOTS = [
+    ".",
+    "..",
+    "%2e",
+    "%2E",
+    "%2e%2e",
+    "%2E%2E",
+    ".%2e",
+    "%2e.",
+    "%252e%252e",
+    "%c0%ae%c0%ae",
+    "%c0%2e",
+    "%e0%80%ae",
+    "..%00",
+    "...",
+    "..;",
+    "..%2f",
+    "%2e%2e%2f",
+    "%2E%2E%5C",
+    "..\\",
+    "\\..",
+    "%5c..",
+    "%2f",
+    "%2F",
+    "%5c",
+    "%5C",
+    "%00",
+    "\x00",
+    "%",
+    "%z",
+    "%4",
+    "%ED%A0%80",
+    "%ed%b3%bf",
+    "%FF",
+    "%C0%AF",
+    "\ud800",
+    "\udfff",
+    "\u202e",
+    "\ufeff",
+    "\uff0e\uff0e",
+    "\u2024\u2024",
+    "~",
+    ";",
+    "%20",
+]
+SCHEMES = [
+    "http",
+    "https",
+    "HTTP",
+    "HtTp",
+    "file",
+    "ftp",
+    "javascript",
+    "data",
+    "",
+    "http:",
+    "http:/",
+    "jar:file",
+    "view-source:http",
+]
+HOSTS = [
+    HOST,
+    HOST.upper(),
+    f"{HOST}.",
+    f"{HOST}:80",
+    f"{HOST}:8080",
+    f"{HOST}:",
+    f"{HOST}:abc",
+    f"{HOST}:99999",
+    f"user@{HOST}",
+    f"{HOST}@evil",
+    f"evil@{HOST}",
+    f"user:pw@{HOST}",
+    "evil",
+    "[::1]",
+    "[::1",
+    "localhost",
+    "127.0.0.1",
+    "",
+    f"{HOST}%00",
+    f"{HOST}\x00",
+]
 
 
 def _pct(data: bytes) -> str:
@@ -35,14 +138,22 @@ def _pct(data: bytes) -> str:
 
 
 segments = st.one_of(
-    st.sampled_from(NAMES), st.sampled_from(DOTS),
-    st.text(max_size=12), st.binary(max_size=12).map(_pct),
+    st.sampled_from(NAMES),
+    st.sampled_from(DOTS),
+    st.text(max_size=12),
+    st.binary(max_size=12).map(_pct),
     st.text(alphabet=st.characters(codec="utf-8"), max_size=6).map(lambda s: _pct(s.encode())),
     st.text(alphabet=st.characters(categories=["Cs", "Co", "Cn", "Cc", "Zs"]), max_size=4),
-    st.builds(lambda c, n: c * n, st.sampled_from(["x", "%41", "é", "/", "a/", "../", "%2e%2e/"]), st.integers(100, 3000)),
+    st.builds(
+        lambda c, n: c * n, st.sampled_from(["x", "%41", "é", "/", "a/", "../", "%2e%2e/"]), st.integers(100, 3000)
+    ),
 )
-paths = st.builds(lambda segs, sep, tail: sep.join(segs) + tail, st.lists(segments, max_size=8),
-                  st.sampled_from(["/", "/", "/", "//", "\\", "/./"]), st.sampled_from(["", "", "/", "?q=1", "#f", "?../../x", "%00", "/%2e%2e"]))
+paths = st.builds(
+    lambda segs, sep, tail: sep.join(segs) + tail,
+    st.lists(segments, max_size=8),
+    st.sampled_from(["/", "/", "/", "//", "\\", "/./"]),
+    st.sampled_from(["", "", "/", "?q=1", "#f", "?../../x", "%00", "/%2e%2e"]),
+)
 urls = st.one_of(
     st.builds(lambda s, h, p: f"{s}://{h}/{p}", st.sampled_from(SCHEMES), st.sampled_from(HOSTS), paths),
     st.builds(lambda h, p: f"http://{h}/{p}", st.sampled_from(HOSTS[:3]), paths),
@@ -50,7 +161,15 @@ urls = st.one_of(
     st.builds(lambda s: f"http://{HOST}/{s}", st.text()),
     st.builds(lambda s: f"http://{HOST}{s}", st.text(max_size=30)),
     st.text(),
-    st.sampled_from(["file:///etc/passwd", "file://h/ok.html", f"http://{HOST}", f"http://{HOST}/", f"http://{HOST}/" + "y" * 100_000]),
+    st.sampled_from(
+        [
+            "file:///etc/passwd",
+            "file://h/ok.html",
+            f"http://{HOST}",
+            f"http://{HOST}/",
+            f"http://{HOST}/" + "y" * 100_000,
+        ]
+    ),
 )
 
 

@@ -30,14 +30,14 @@ from unittest import mock
 
 import pyarrow.parquet as pq
 import yaml
+from conftest import FLOWS
+from fuzzing import budget, fuzz
 from hypothesis import strategies as st
 
 import cbp
 import cbp.spec
 from cbp.errors import InputError, SpecError
 from cbp.spec.schema import MAX_DEPTH, RecordError, RecordSchema, parse_type
-from conftest import FLOWS
-from fuzzing import budget, fuzz
 
 # ---------------------------------------------------------------- yaml-loader
 FUZZ_MODULE = "cbp_fuzz_inputs_mod"
@@ -74,16 +74,100 @@ stages:
 """
 SEEDS = [BASE] + [(FLOWS / f).read_text() for f in ("url_count.yaml", "set_diff.yaml", "crawl_queue.yaml")]
 FRAGMENTS = [
-    "&a ", "*a", "&b [*a, *a]", "<<: *a", "{<<: *a}", "[*a]", "&a [*a]", "&a {x: *a}", "? ", ": ", "- ", "[", "]", "{", "}", ",",
-    "!!int ", "!!float ", "!!bool ", "!!str ", "!!null ", "!!binary ", "!!timestamp ", "!!set ", "!!omap ", "!!pairs ", "!!merge ",
-    "!!python/name:os.system ", "!!python/object/apply:os.system ['true'] ", "!local ", "!<tag:x> ", "%YAML 1.1\n", "%TAG ! !x\n",
-    "---\n", "...\n", "yes", "no", "on", "off", "~", "null", ".nan", ".inf", "-.inf", "0x1F", "0o17", "0b101", "1_000", "1e999",
-    "9" * 5000, "2001-12-14t21:59:43.10-05:00", "2001-13-01", "2001-01-01 25:00:00", "'", '"', '"\\ud800"', '"\\x00"', "|\n  x\n",
-    ">-\n  x\n", "#", "\t", "\x00", "\x07", "\ufeff", "\u2028", "\r", "\r\n", "\ud800", "\U0001f600", "partitions: true", "partitions: '4'",
-    "partitions: 4.0", "external: 1", "external: yes", "translator: 5", "pipeline: p", "pipeline: [p]", "stages: {}", "flows: []",
-    "inputs: [a, a]", "inputs: urls", "schema: {x: int, x: int}", "schema: {_x: int}", "schema: {model_config: int}",
-    "route_by: os:system", "translator: MOD:nope", "translator: MOD:t", "params: {x: .nan}", "params: {1: a}",
-    "[" * 200, "]" * 200, "{a: " * 100, "- " * 100, "  " * 60 + "k: v",
+    "&a ",
+    "*a",
+    "&b [*a, *a]",
+    "<<: *a",
+    "{<<: *a}",
+    "[*a]",
+    "&a [*a]",
+    "&a {x: *a}",
+    "? ",
+    ": ",
+    "- ",
+    "[",
+    "]",
+    "{",
+    "}",
+    ",",
+    "!!int ",
+    "!!float ",
+    "!!bool ",
+    "!!str ",
+    "!!null ",
+    "!!binary ",
+    "!!timestamp ",
+    "!!set ",
+    "!!omap ",
+    "!!pairs ",
+    "!!merge ",
+    "!!python/name:os.system ",
+    "!!python/object/apply:os.system ['true'] ",
+    "!local ",
+    "!<tag:x> ",
+    "%YAML 1.1\n",
+    "%TAG ! !x\n",
+    "---\n",
+    "...\n",
+    "yes",
+    "no",
+    "on",
+    "off",
+    "~",
+    "null",
+    ".nan",
+    ".inf",
+    "-.inf",
+    "0x1F",
+    "0o17",
+    "0b101",
+    "1_000",
+    "1e999",
+    "9" * 5000,
+    "2001-12-14t21:59:43.10-05:00",
+    "2001-13-01",
+    "2001-01-01 25:00:00",
+    "'",
+    '"',
+    '"\\ud800"',
+    '"\\x00"',
+    "|\n  x\n",
+    ">-\n  x\n",
+    "#",
+    "\t",
+    "\x00",
+    "\x07",
+    "\ufeff",
+    "\u2028",
+    "\r",
+    "\r\n",
+    "\ud800",
+    "\U0001f600",
+    "partitions: true",
+    "partitions: '4'",
+    "partitions: 4.0",
+    "external: 1",
+    "external: yes",
+    "translator: 5",
+    "pipeline: p",
+    "pipeline: [p]",
+    "stages: {}",
+    "flows: []",
+    "inputs: [a, a]",
+    "inputs: urls",
+    "schema: {x: int, x: int}",
+    "schema: {_x: int}",
+    "schema: {model_config: int}",
+    "route_by: os:system",
+    "translator: MOD:nope",
+    "translator: MOD:t",
+    "params: {x: .nan}",
+    "params: {1: a}",
+    "[" * 200,
+    "]" * 200,
+    "{a: " * 100,
+    "- " * 100,
+    "  " * 60 + "k: v",
 ]
 
 
@@ -97,7 +181,7 @@ def _laughs(levels: int, width: int) -> str:
 def _splice(text: str, edits: list[tuple[int, int, str]]) -> str:
     for pos, cut, insert in edits:
         i = pos % (len(text) + 1)
-        text = text[:i] + insert + text[i + cut:]
+        text = text[:i] + insert + text[i + cut :]
     return text
 
 
@@ -118,7 +202,9 @@ def _line_edit(text: str, edits: list[tuple[int, str, str]]) -> str:
 
 plain_values = st.recursive(
     st.one_of(st.none(), st.booleans(), st.integers(), st.floats(), st.text(max_size=10)),
-    lambda kids: st.one_of(st.lists(kids, max_size=4), st.dictionaries(st.one_of(st.text(max_size=5), st.integers()), kids, max_size=4)),
+    lambda kids: st.one_of(
+        st.lists(kids, max_size=4), st.dictionaries(st.one_of(st.text(max_size=5), st.integers()), kids, max_size=4)
+    ),
     max_leaves=20,
 )
 
@@ -136,18 +222,49 @@ def _shared(draw: Any) -> str:
 
 
 yaml_texts = st.one_of(
-    st.builds(_splice, st.sampled_from(SEEDS), st.lists(st.tuples(st.integers(0, 3000), st.integers(0, 5), st.one_of(st.sampled_from(FRAGMENTS), st.text(max_size=8))), max_size=6)),
-    st.builds(_line_edit, st.sampled_from(SEEDS), st.lists(st.tuples(st.integers(0, 100), st.sampled_from(["dup", "drop", "insert", "append"]), st.sampled_from(FRAGMENTS)), max_size=5)),
-    st.builds(lambda frags: "".join(frags), st.lists(st.sampled_from(FRAGMENTS + ["\n", "\n  ", "x", "a: ", "b"]), max_size=40)),
+    st.builds(
+        _splice,
+        st.sampled_from(SEEDS),
+        st.lists(
+            st.tuples(
+                st.integers(0, 3000), st.integers(0, 5), st.one_of(st.sampled_from(FRAGMENTS), st.text(max_size=8))
+            ),
+            max_size=6,
+        ),
+    ),
+    st.builds(
+        _line_edit,
+        st.sampled_from(SEEDS),
+        st.lists(
+            st.tuples(
+                st.integers(0, 100), st.sampled_from(["dup", "drop", "insert", "append"]), st.sampled_from(FRAGMENTS)
+            ),
+            max_size=5,
+        ),
+    ),
+    st.builds(
+        lambda frags: "".join(frags),
+        st.lists(st.sampled_from(FRAGMENTS + ["\n", "\n  ", "x", "a: ", "b"]), max_size=40),
+    ),
     st.builds(lambda l, w, seed: _laughs(l, w) + seed, st.integers(1, 12), st.integers(1, 12), st.sampled_from(SEEDS)),
-    st.builds(lambda d, o, c: o * d + "1" + c * d, st.integers(1, 3000), st.sampled_from(["[", "{a: ", "- ", "[{x: "]), st.sampled_from(["]", "}", "", "}]"])),
+    st.builds(
+        lambda d, o, c: o * d + "1" + c * d,
+        st.integers(1, 3000),
+        st.sampled_from(["[", "{a: ", "- ", "[{x: "]),
+        st.sampled_from(["]", "}", "", "}]"]),
+    ),
     _shared(),
     st.text(max_size=300),
 )
 yaml_inputs = st.one_of(
     yaml_texts.map(lambda t: t.encode("utf-8", "surrogatepass")),
     st.binary(max_size=300),
-    st.builds(lambda t, junk, at: (lambda b: b[:at] + junk + b[at:])(t.encode("utf-8", "surrogatepass")), st.sampled_from(SEEDS), st.binary(max_size=8), st.integers(0, 3000)),
+    st.builds(
+        lambda t, junk, at: (lambda b: b[:at] + junk + b[at:])(t.encode("utf-8", "surrogatepass")),
+        st.sampled_from(SEEDS),
+        st.binary(max_size=8),
+        st.integers(0, 3000),
+    ),
 )
 
 
@@ -165,7 +282,10 @@ def _resolve_only_the_fuzz_module(text: str, base: str) -> Any:
 
 
 def test_fuzz_yaml_loader():
-    with tempfile.TemporaryDirectory(prefix="cbp-fuzz-yaml-") as d, mock.patch.object(cbp.spec, "resolve_callable", _resolve_only_the_fuzz_module):
+    with (
+        tempfile.TemporaryDirectory(prefix="cbp-fuzz-yaml-") as d,
+        mock.patch.object(cbp.spec, "resolve_callable", _resolve_only_the_fuzz_module),
+    ):
         Path(d, f"{FUZZ_MODULE}.py").write_text(MODULE_TEXT)
         import sys
 
@@ -200,14 +320,31 @@ def _write(path: str, data: bytes) -> str:
 
 
 # ---------------------------------------------------------------- jsonl-feed-validation / jsonl-feed-landing
-FIELDS = {"s": "string", "i": "int?", "f": "float?", "b": "bool?", "j": "json?", "ls": "list<string?>?", "li": "list<int>?",
-          "lf": "list<float?>?", "lb": "list<bool>?"}
+FIELDS = {
+    "s": "string",
+    "i": "int?",
+    "f": "float?",
+    "b": "bool?",
+    "j": "json?",
+    "ls": "list<string?>?",
+    "li": "list<int>?",
+    "lf": "list<float?>?",
+    "lb": "list<bool>?",
+}
 SCHEMA = RecordSchema.parse(FIELDS)
 surrogates = st.integers(0xD800, 0xDFFF).map(chr)
-texts = st.one_of(st.text(max_size=12), st.text(alphabet=st.one_of(st.characters(), surrogates), max_size=8),
-                  st.sampled_from(["\ud800", "a\udfff", "\ud83d\ude00", "\x00", "\u2028", "\ufeff", "[" * 300, '"', "\\"]))
-numbers = st.one_of(st.integers(), st.integers(-(2**70), 2**70), st.floats(), st.sampled_from([2**63, -(2**63) - 1, 2**53 + 1, -0.0]),
-                    st.integers(4200, 5000).map(lambda n: 10**n))  # past Python's int <-> text limit (not in sampled_from: it reprs)
+texts = st.one_of(
+    st.text(max_size=12),
+    st.text(alphabet=st.one_of(st.characters(), surrogates), max_size=8),
+    st.sampled_from(["\ud800", "a\udfff", "\ud83d\ude00", "\x00", "\u2028", "\ufeff", "[" * 300, '"', "\\"]),
+)
+numbers = st.one_of(
+    st.integers(),
+    st.integers(-(2**70), 2**70),
+    st.floats(),
+    st.sampled_from([2**63, -(2**63) - 1, 2**53 + 1, -0.0]),
+    st.integers(4200, 5000).map(lambda n: 10**n),
+)  # past Python's int <-> text limit (not in sampled_from: it reprs)
 
 
 class _Odd:
@@ -222,10 +359,22 @@ def _deep(depth: int, leaf: Any) -> Any:
 
 
 hostile_values = st.recursive(
-    st.one_of(st.none(), st.booleans(), numbers, texts, st.binary(max_size=4), st.just(_Odd()), st.just(float("nan")),
-              st.builds(_deep, st.sampled_from([MAX_DEPTH - 2, MAX_DEPTH - 1, MAX_DEPTH, 5000]), st.none())),
-    lambda kids: st.one_of(st.lists(kids, max_size=4), st.lists(kids, max_size=3).map(tuple), st.sets(st.integers(), max_size=3),
-                           st.dictionaries(st.one_of(texts, st.integers(), st.none(), st.booleans()), kids, max_size=4)),
+    st.one_of(
+        st.none(),
+        st.booleans(),
+        numbers,
+        texts,
+        st.binary(max_size=4),
+        st.just(_Odd()),
+        st.just(float("nan")),
+        st.builds(_deep, st.sampled_from([MAX_DEPTH - 2, MAX_DEPTH - 1, MAX_DEPTH, 5000]), st.none()),
+    ),
+    lambda kids: st.one_of(
+        st.lists(kids, max_size=4),
+        st.lists(kids, max_size=3).map(tuple),
+        st.sets(st.integers(), max_size=3),
+        st.dictionaries(st.one_of(texts, st.integers(), st.none(), st.booleans()), kids, max_size=4),
+    ),
     max_leaves=15,
 )
 records = st.one_of(
@@ -234,27 +383,67 @@ records = st.one_of(
     hostile_values,
 )
 json_values = st.recursive(
-    st.one_of(st.none(), st.booleans(), st.integers(), st.floats(allow_nan=False, allow_infinity=False), st.text(max_size=8)),
+    st.one_of(
+        st.none(), st.booleans(), st.integers(), st.floats(allow_nan=False, allow_infinity=False), st.text(max_size=8)
+    ),
     lambda kids: st.one_of(st.lists(kids, max_size=4), st.dictionaries(st.text(max_size=5), kids, max_size=4)),
     max_leaves=15,
 )
-JSON_FRAGMENTS = ['"\\ud800"', '"\\udc00x"', '"\\ud83d\\ude00"', "NaN", "Infinity", "-Infinity", "1e999", "1" * 5000, "-0", "0.0e0",
-                  "[" * 129, "]" * 129, "{" * 200, '"s": 1, "s": 2', "\x00", "\ufeff", "\\", '"', ",", "}", "]", "null", "true",
-                  '"j": ' + "[" * 127, '"j": ' + "[" * 128, "]" * 127]
+JSON_FRAGMENTS = [
+    '"\\ud800"',
+    '"\\udc00x"',
+    '"\\ud83d\\ude00"',
+    "NaN",
+    "Infinity",
+    "-Infinity",
+    "1e999",
+    "1" * 5000,
+    "-0",
+    "0.0e0",
+    "[" * 129,
+    "]" * 129,
+    "{" * 200,
+    '"s": 1, "s": 2',
+    "\x00",
+    "\ufeff",
+    "\\",
+    '"',
+    ",",
+    "}",
+    "]",
+    "null",
+    "true",
+    '"j": ' + "[" * 127,
+    '"j": ' + "[" * 128,
+    "]" * 127,
+]
 
 
 def _mutate(text: str, edits: list[tuple[int, int, str]]) -> str:
     return _splice(text, edits)
 
 
-good_records = st.fixed_dictionaries({"s": st.text(max_size=8)}, optional={"i": st.integers(-(2**63), 2**63 - 1), "j": json_values,
-                                                                        "ls": st.lists(st.one_of(st.none(), st.text(max_size=4)), max_size=3)})
+good_records = st.fixed_dictionaries(
+    {"s": st.text(max_size=8)},
+    optional={
+        "i": st.integers(-(2**63), 2**63 - 1),
+        "j": json_values,
+        "ls": st.lists(st.one_of(st.none(), st.text(max_size=4)), max_size=3),
+    },
+)
 lines = st.one_of(
     st.text(max_size=60),
     st.text(alphabet=st.sampled_from('[]{}",:\\ 0123456789.eE+-truefalsnl"sjif'), max_size=80),
-    st.builds(lambda v, edits: _mutate(json.dumps(v), edits), st.one_of(good_records, json_values),
-              st.lists(st.tuples(st.integers(0, 200), st.integers(0, 3), st.sampled_from(JSON_FRAGMENTS)), max_size=3)),
-    st.builds(lambda d, inner: '{"s": "x", "j": ' + "[" * d + inner + "]" * d + "}", st.integers(MAX_DEPTH - 3, MAX_DEPTH + 2), st.sampled_from(["", "1", "{}", '"[["'])),
+    st.builds(
+        lambda v, edits: _mutate(json.dumps(v), edits),
+        st.one_of(good_records, json_values),
+        st.lists(st.tuples(st.integers(0, 200), st.integers(0, 3), st.sampled_from(JSON_FRAGMENTS)), max_size=3),
+    ),
+    st.builds(
+        lambda d, inner: '{"s": "x", "j": ' + "[" * d + inner + "]" * d + "}",
+        st.integers(MAX_DEPTH - 3, MAX_DEPTH + 2),
+        st.sampled_from(["", "1", "{}", '"[["']),
+    ),
     good_records.map(json.dumps),
     good_records.map(lambda r: json.dumps(r, ensure_ascii=False)),
 )
@@ -267,11 +456,16 @@ def _check_accepted(rec: Any, out: dict[str, Any]) -> None:
     pq.write_table(table, io.BytesIO())
     json.dumps(out, ensure_ascii=False, allow_nan=False).encode("utf-8")
     back = SCHEMA.from_storage(table.to_pylist()[0])
-    stored = {**out, "j": json.loads(json.dumps(out["j"]))}  # a json value is stored as JSON text: tuples come back as lists
+    stored = {
+        **out,
+        "j": json.loads(json.dumps(out["j"])),
+    }  # a json value is stored as JSON text: tuples come back as lists
     assert back == stored, (back, stored)
     for name in ("f", "lf"):  # floats are stored as floats
         v = out[name]
-        assert v is None or all(x is None or (type(x) is float and math.isfinite(x)) for x in (v if isinstance(v, list) else [v]))
+        assert v is None or all(
+            x is None or (type(x) is float and math.isfinite(x)) for x in (v if isinstance(v, list) else [v])
+        )
 
 
 def _validate(example: tuple[str, Any]) -> None:
@@ -288,8 +482,11 @@ def _validate(example: tuple[str, Any]) -> None:
 def test_fuzz_jsonl_feed_validation(tmp_path):
     home = str(tmp_path / "home")
     yaml_path = tmp_path / "types.yaml"
-    yaml_path.write_text("pipeline: types\nflows:\n  recs: {external: true, schema: {" + ", ".join(f'{k}: "{v}"' for k, v in FIELDS.items())
-                         + "}}\nstages:\n  keep:\n    translator: cbp_fuzz_keep:keep\n    inputs: [recs]\n")
+    yaml_path.write_text(
+        "pipeline: types\nflows:\n  recs: {external: true, schema: {"
+        + ", ".join(f'{k}: "{v}"' for k, v in FIELDS.items())
+        + "}}\nstages:\n  keep:\n    translator: cbp_fuzz_keep:keep\n    inputs: [recs]\n"
+    )
     (tmp_path / "cbp_fuzz_keep.py").write_text("def keep(key, state, recs, out):\n    pass\n")
     p = cbp.load(yaml_path, home=home)
     feed_file = tmp_path / "feed.jsonl"
@@ -318,20 +515,72 @@ def test_fuzz_jsonl_feed_validation(tmp_path):
         assert p.output("recs", epoch=got.feed) == expected
 
     one_line = st.one_of(lines, good_records.map(json.dumps)).map(lambda x: x.replace("\n", " ").replace("\r", " "))
-    t0 = time.monotonic()  # a landing costs a Delta commit: one batch of whole feeds, then validation for the rest of the box
+    t0 = (
+        time.monotonic()
+    )  # a landing costs a Delta commit: one batch of whole feeds, then validation for the rest of the box
     fuzz("jsonl-feed-landing", st.lists(one_line, min_size=1, max_size=5), land, seconds=0)
     inputs = st.one_of(st.tuples(st.just("line"), lines), st.tuples(st.just("record"), records))
     fuzz("jsonl-feed-validation", inputs, _validate, seconds=max(0.0, budget() - (time.monotonic() - t0)))
 
 
 # ---------------------------------------------------------------- record-schemas
-TYPE_WORDS = ["string", "int", "float", "bool", "json", "list<string>", "list<int?>", "list<float>", "list<bool?>", "list<json>", "list<list<int>>",
-              "int?", "float ?", " list< int >? ", "string??", "", "?", "list<>", "integer", "STRING", "str", "list<string", "int?\n", "\u0130nt"]
-field_names = st.one_of(st.from_regex(r"[A-Za-z][A-Za-z0-9_]{0,8}", fullmatch=True), st.sampled_from(["_x", "_inc", "model_config", "copy", "validate",
-                        "schema", "json", "dict", "fields", "a\n", "", "1a", "a-b", "é", "ß", "\ud800"]), st.text(max_size=6))
+TYPE_WORDS = [
+    "string",
+    "int",
+    "float",
+    "bool",
+    "json",
+    "list<string>",
+    "list<int?>",
+    "list<float>",
+    "list<bool?>",
+    "list<json>",
+    "list<list<int>>",
+    "int?",
+    "float ?",
+    " list< int >? ",
+    "string??",
+    "",
+    "?",
+    "list<>",
+    "integer",
+    "STRING",
+    "str",
+    "list<string",
+    "int?\n",
+    "\u0130nt",
+]
+field_names = st.one_of(
+    st.from_regex(r"[A-Za-z][A-Za-z0-9_]{0,8}", fullmatch=True),
+    st.sampled_from(
+        [
+            "_x",
+            "_inc",
+            "model_config",
+            "copy",
+            "validate",
+            "schema",
+            "json",
+            "dict",
+            "fields",
+            "a\n",
+            "",
+            "1a",
+            "a-b",
+            "é",
+            "ß",
+            "\ud800",
+        ]
+    ),
+    st.text(max_size=6),
+)
 raw_schemas = st.one_of(
     st.dictionaries(field_names, st.one_of(st.sampled_from(TYPE_WORDS), st.text(max_size=10)), max_size=6),
-    st.dictionaries(st.one_of(field_names, st.integers(), st.none(), st.tuples(st.integers())), st.one_of(st.sampled_from(TYPE_WORDS), st.integers(), st.none(), st.lists(st.integers(), max_size=2)), max_size=4),
+    st.dictionaries(
+        st.one_of(field_names, st.integers(), st.none(), st.tuples(st.integers())),
+        st.one_of(st.sampled_from(TYPE_WORDS), st.integers(), st.none(), st.lists(st.integers(), max_size=2)),
+        max_size=4,
+    ),
     st.one_of(st.none(), st.text(max_size=5), st.lists(st.text(max_size=3), max_size=3), st.integers()),
 )
 _SCALAR_VALUES = {
@@ -357,8 +606,10 @@ def schema_cases(draw: Any) -> tuple[Any, list[dict[str, Any]]]:
         schema = RecordSchema.parse(raw)
     except ValueError:
         return raw, []
-    rec = st.fixed_dictionaries({n: _value_for(ft) for n, ft in schema.fields.items() if not ft.nullable},
-                                optional={n: _value_for(ft) for n, ft in schema.fields.items() if ft.nullable})
+    rec = st.fixed_dictionaries(
+        {n: _value_for(ft) for n, ft in schema.fields.items() if not ft.nullable},
+        optional={n: _value_for(ft) for n, ft in schema.fields.items() if ft.nullable},
+    )
     return raw, draw(st.lists(rec, max_size=3))
 
 

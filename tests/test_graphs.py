@@ -16,12 +16,12 @@ from typing import Any
 
 import networkx as nx
 import pytest
+from conftest import FLOWS
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import cbp
 from cbp.testing import Increment, Replay, replay
-from conftest import FLOWS
 
 Edges = list[tuple[str, str]]
 
@@ -49,8 +49,11 @@ def graph_increments(seed: int, n: int, m: int, *, sinks: float = 0.0, k: int = 
         inc = [edge(early) for _ in range(m // (k - 1))]
         dups = rng.sample(incs[-1], 3) + [inc[1], inc[2][::-1]]  # seen before, seen in this one, reversed
         incs.append(inc + dups + [(inc[0][0], inc[0][0])])
-    incs.append([edge(early) for _ in range(m // 10)] + [(v, rng.choice(early)) for v in late]
-                + [(rng.choice(early), "loner"), (late[0], late[0])])
+    incs.append(
+        [edge(early) for _ in range(m // 10)]
+        + [(v, rng.choice(early)) for v in late]
+        + [(rng.choice(early), "loner"), (late[0], late[0])]
+    )
     return incs
 
 
@@ -122,7 +125,9 @@ def signed_increments(seed: int, n: int, m: int, *, directed: bool, retract: int
 
 # ---------------------------------------------------------------- clustering coefficients
 def run_clustering(yaml: str, incs: list[Edges], tmp_path: Any, mode: str) -> Replay:
-    return replay(FLOWS / yaml, [Increment("edges", feed(e)) for e in incs], home=str(tmp_path / f"{yaml}-{mode}"), mode=mode)
+    return replay(
+        FLOWS / yaml, [Increment("edges", feed(e)) for e in incs], home=str(tmp_path / f"{yaml}-{mode}"), mode=mode
+    )
 
 
 def check_clustering(result: Replay, incs: list[Edges] | list[Signed]) -> None:
@@ -155,16 +160,25 @@ def test_clustering_emulated_multicast_gives_the_same_records(spark, tmp_path):
     multi, emul = (run_clustering(y, incs, tmp_path, "direct") for y in ("clustering.yaml", "clustering_emulated.yaml"))
     check_clustering(emul, incs)
     for a, b in zip(multi.steps, emul.steps):
-        assert [sorted(e.outputs["coefficients"], key=lambda r: r["node"]) for e in a.epochs] == \
-               [sorted(e.outputs["coefficients"], key=lambda r: r["node"]) for e in b.epochs]
+        assert [sorted(e.outputs["coefficients"], key=lambda r: r["node"]) for e in a.epochs] == [
+            sorted(e.outputs["coefficients"], key=lambda r: r["node"]) for e in b.epochs
+        ]
         assert a.state == b.state
     # multicast delivers the old neighbours' update from one copy per partition; emulated, the shuffle replicates it
-    reports = {name: [e.report for s in r.steps for e in s.epochs] for name, r in (("multicast", multi), ("emulated", emul))}
+    reports = {
+        name: [e.report for s in r.steps for e in s.epochs] for name, r in (("multicast", multi), ("emulated", emul))
+    }
     for name, reps in reports.items():
-        print(f"\nclustering {name}: shuffled {sum(r.shuffle_records or 0 for r in reps)} records, "
-              f"{sum(r.shuffle_bytes or 0 for r in reps)} bytes; {sum(r.copies_in for r in reps)} copies, "
-              f"{sum(r.bindings_in for r in reps)} bindings, {sum(r.delivered for r in reps)} multicast deliveries")
-    assert sum(r.delivered for r in reports["multicast"]) > 0 == sum(r.delivered + r.copies_in for r in reports["emulated"])
+        print(
+            f"\nclustering {name}: shuffled {sum(r.shuffle_records or 0 for r in reps)} records, "
+            f"{sum(r.shuffle_bytes or 0 for r in reps)} bytes; {sum(r.copies_in for r in reps)} copies, "
+            f"{sum(r.bindings_in for r in reps)} bindings, {sum(r.delivered for r in reps)} multicast deliveries"
+        )
+    assert (
+        sum(r.delivered for r in reports["multicast"])
+        > 0
+        == sum(r.delivered + r.copies_in for r in reports["emulated"])
+    )
 
 
 @pytest.mark.parametrize("yaml", ["clustering.yaml", "clustering_emulated.yaml"])
@@ -202,8 +216,9 @@ def test_clustering_feed_while_updates_are_pending(spark, tmp_path):
     for i, inc in enumerate(incs):
         p.feed("edges", feed(inc))
         for rep in p.run(max_epochs=None if i == len(incs) - 1 else 1):
-            coeffs.update((r["node"], r["coefficient"]) for r in p.output("coefficients", epoch=rep.epoch)
-                          if "_diff" not in r)  # additions only: each change is -old, +new
+            coeffs.update(
+                (r["node"], r["coefficient"]) for r in p.output("coefficients", epoch=rep.epoch) if "_diff" not in r
+            )  # additions only: each change is -old, +new
     expected = nx.clustering(nx.Graph((a, b) for inc in incs for a, b in inc if a != b))
     assert set(coeffs) == set(expected)
     assert max(abs(coeffs[v] - expected[v]) for v in expected) <= 1e-9
@@ -295,7 +310,12 @@ def test_pagerank_with_retractions(spark, tmp_path):
 def communities(rng: random.Random, count: int, size: int) -> Edges:
     """``count`` disconnected random communities of ``size`` nodes: two random out-links per node
     but the first 30%, which are dangling (they make propagation stop sooner)."""
-    return [(f"c{c}-{i}", f"c{c}-{rng.randrange(size)}") for c in range(count) for i in range(size * 3 // 10, size) for _ in range(2)]
+    return [
+        (f"c{c}-{i}", f"c{c}-{rng.randrange(size)}")
+        for c in range(count)
+        for i in range(size * 3 // 10, size)
+        for _ in range(2)
+    ]
 
 
 def test_pagerank_work_follows_the_change(spark, tmp_path):
@@ -312,9 +332,11 @@ def test_pagerank_work_follows_the_change(spark, tmp_path):
     g.add_edge(*link)
     nodes = g.number_of_nodes()
     read_build, read_small = sum(r.keys_read for r in build), sum(r.keys_read for r in small)
-    print(f"\npagerank on {nodes} nodes: building it read {read_build} state keys in {len(build)} epochs; one new link "
-          f"read {read_small} in {len(small)} epochs, at most {max(r.keys_read for r in small)} in one "
-          f"(reading the graph in each epoch would read {nodes * len(small)})")
+    print(
+        f"\npagerank on {nodes} nodes: building it read {read_build} state keys in {len(build)} epochs; one new link "
+        f"read {read_small} in {len(small)} epochs, at most {max(r.keys_read for r in small)} in one "
+        f"(reading the graph in each epoch would read {nodes * len(small)})"
+    )
     assert read_small < nodes
     assert max(r.keys_read for r in small) <= 26  # the community and the total's key
     scores = {r["node"]: r["score"] for r in p.state("pagerank") if r["node"] is not None}
@@ -326,8 +348,10 @@ def test_pagerank_work_follows_the_change(spark, tmp_path):
     back = p.run()
     g.remove_edge(*link)
     g.remove_nodes_from([v for v in link if g.degree(v) == 0])  # a node left without edges no longer exists
-    print(f"retracting it read {sum(r.keys_read for r in back)} in {len(back)} epochs, "
-          f"at most {max(r.keys_read for r in back)} in one")
+    print(
+        f"retracting it read {sum(r.keys_read for r in back)} in {len(back)} epochs, "
+        f"at most {max(r.keys_read for r in back)} in one"
+    )
     assert sum(r.keys_read for r in back) < nodes and max(r.keys_read for r in back) <= 26
     scores = {r["node"]: r["score"] for r in p.output("ranks", consolidated=True)}
     total = p.output("rank_total", consolidated=True)[0]["total"]

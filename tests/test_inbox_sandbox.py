@@ -14,7 +14,6 @@ import os
 from pathlib import Path
 
 import pytest
-
 from conftest import WORD_COUNT
 
 pytest.importorskip("airflow")
@@ -63,7 +62,9 @@ def test_a_link_planted_where_the_error_file_is_written_is_removed_not_followed(
     os.symlink(outside / "precious.txt", d / "rejected" / "bad.jsonl.error.txt.tmp")
     (d / "bad.jsonl").write_text("not json\n")
     res = land_inbox(yaml, home, str(inbox), ["words"], settle=0)
-    assert res["rejected"]["words"]["bad.1.jsonl"].startswith("bad-record: ")  # beside what was planted, which is left alone
+    assert res["rejected"]["words"]["bad.1.jsonl"].startswith(
+        "bad-record: "
+    )  # beside what was planted, which is left alone
     _untouched(outside)
     assert sorted(os.listdir(d / "rejected")) == ["bad.1.jsonl", "bad.1.jsonl.error.txt", "bad.jsonl.error.txt.tmp"]
     assert (d / "rejected" / "bad.1.jsonl.error.txt").read_text().startswith("bad-record: ")
@@ -110,16 +111,22 @@ def test_the_other_flows_land_beside_a_bad_inbox_directory(tmp_path, make_pipeli
     import cbp
     from cbp.airflow.inbox import land_inbox
 
-    two = WORD_COUNT.replace("  words: {external: true, schema: {w: string}}",
-                             "  words: {external: true, schema: {w: string}}\n  more: {external: true, schema: {w: string}}")
-    two = two.replace("inputs: [{flow: words, route_by: w}]", "inputs: [{flow: words, route_by: w}, {flow: more, route_by: w}]")
+    two = WORD_COUNT.replace(
+        "  words: {external: true, schema: {w: string}}",
+        "  words: {external: true, schema: {w: string}}\n  more: {external: true, schema: {w: string}}",
+    )
+    two = two.replace(
+        "inputs: [{flow: words, route_by: w}]", "inputs: [{flow: words, route_by: w}, {flow: more, route_by: w}]"
+    )
     yaml = str(make_pipeline(two, "def count(key, state, words, more, out):\n    pass\n"))
     inbox, home = tmp_path / "inbox", str(tmp_path / "home")
     for flow in ("words", "more"):
         (inbox / flow).mkdir(parents=True)
         _jsonl(inbox / flow / "a.jsonl")
     os.symlink(tmp_path, inbox / "words" / "landed")
-    res = land_inbox(yaml, home, str(inbox), ["nope", "words", "more"], settle=0)  # a flow without a directory: nothing to do
+    res = land_inbox(
+        yaml, home, str(inbox), ["nope", "words", "more"], settle=0
+    )  # a flow without a directory: nothing to do
     assert list(res["bad_inbox"]) == ["words"] and res["landed"] == {"more": ["a.jsonl"]}
     assert len(cbp.load(yaml, home=home).output("more")) == 2 and cbp.load(yaml, home=home).output("words") == []
 
@@ -196,8 +203,16 @@ def test_announcement_markers_of_any_shape_and_planted_links_are_survived(tmp_pa
     home = tmp_path / "home"
     marker = home / "_airflow" / "announced" / "words.json"
     marker.parent.mkdir(parents=True)
-    for bad in ["[]", '{"feeds": "x", "inbox": []}', '{"feeds": 0}', '{"feeds": 0, "inbox": 5}', '{"feeds": 1e400, "inbox": []}',
-                '{"feeds": -1, "inbox": []}', '{"feeds": 0, "inbox": [1]}', "not json"]:
+    for bad in [
+        "[]",
+        '{"feeds": "x", "inbox": []}',
+        '{"feeds": 0}',
+        '{"feeds": 0, "inbox": 5}',
+        '{"feeds": 1e400, "inbox": []}',
+        '{"feeds": -1, "inbox": []}',
+        '{"feeds": 0, "inbox": [1]}',
+        "not json",
+    ]:
         marker.write_text(bad)
         assert read_announced(str(home), "words") == {"feeds": 0, "inbox": []}, bad
     victim = tmp_path / "victim.txt"

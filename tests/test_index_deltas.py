@@ -26,7 +26,9 @@ def test_index_deltas_follow_the_change(spark, make_pipeline, tmp_path):
     keys = [f"k{i}" for i in range(4000)]
     model: dict[str, int] = {}
     home = str(tmp_path / "h")
-    p = cbp.Pipeline(make_pipeline(KV, KV_MODULE), home=home, max_state_files=1000)  # no state compaction: only the index is tested
+    p = cbp.Pipeline(
+        make_pipeline(KV, KV_MODULE), home=home, max_state_files=1000
+    )  # no state compaction: only the index is tested
     p.feed("ops", [{"k": k, "v": i} for i, k in enumerate(keys)])
     p.run()
     model.update({k: i for i, k in enumerate(keys)})

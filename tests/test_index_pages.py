@@ -42,14 +42,18 @@ def _check(idx: PartitionIndex, model: list[tuple[int, str, int]], rng: random.R
     assert idx.live_keys == len(model) and idx.live_files == len({e[1] for e in model})
     probe = np.unique(np.array(rng.sample(hashes, 25), np.int64))
     h, f, g = idx.entries(probe)
-    assert sorted((int(a), idx.files[int(b)], int(c)) for a, b, c in zip(h, f, g)) == [e for e in model if e[0] in set(probe.tolist())]
+    assert sorted((int(a), idx.files[int(b)], int(c)) for a, b, c in zip(h, f, g)) == [
+        e for e in model if e[0] in set(probe.tolist())
+    ]
     lo, hi = sorted(rng.sample(hashes, 2))
     assert idx.hashes_between(lo, hi).tolist() == sorted({e[0] for e in model if lo <= e[0] <= hi})
     size = rng.randint(1, 12)
     chunks = [c[0].tolist() for c in idx.chunks(size)]
     assert [x for c in chunks for x in c] == [e[0] for e in model]
     assert all(a[-1] != b[0] for a, b in zip(chunks, chunks[1:]))  # a hash's entries in one chunk
-    assert all(len(c) >= size and len(set(c[size - 1:])) == 1 for c in chunks[:-1])  # about size: longer by one hash's entries
+    assert all(
+        len(c) >= size and len(set(c[size - 1 :])) == 1 for c in chunks[:-1]
+    )  # about size: longer by one hash's entries
     assert CACHE.used + CACHE.held <= CACHE.budget or len(partindex._INDEXES) == 1
 
 
@@ -59,8 +63,12 @@ def test_paged_index_matches_a_dict_over_many_epochs(tmp_path, small_pages, monk
     home = Home(str(tmp_path))
     hashes = list(range(-60, 240))
     model = sorted((rng.choice(hashes), "f0", rng.randrange(5)) for _ in range(400))
-    idx = PartitionIndex(np.array([e[0] for e in model], np.int64), np.zeros(len(model), np.int32),
-                         np.array([e[2] for e in model], np.int32), ["f0"])
+    idx = PartitionIndex(
+        np.array([e[0] for e in model], np.int64),
+        np.zeros(len(model), np.int32),
+        np.array([e[2] for e in model], np.int32),
+        ["f0"],
+    )
     idx.save(home, "i/e0.parquet")
     idx = PartitionIndex.load(home, "i/e0.parquet")
     assert isinstance(idx._base, PagedBase) and idx._base.starts.size - 1 == -(-len(model) // 7)
@@ -71,9 +79,14 @@ def test_paged_index_matches_a_dict_over_many_epochs(tmp_path, small_pages, monk
             names = set(rng.sample(sorted({e[1] for e in model}), 2))
             moved = sorted((e[0], e[2]) for e in model if e[1] in names)
             path = f"m{epoch}"
-            new = idx.without_files(names).updated(np.empty(0, np.int64), np.empty(0, np.int32), np.empty(0, np.int32),
-                                                   np.array([m[0] for m in moved], np.int64), path if moved else None,
-                                                   np.array([m[1] for m in moved], np.int32))
+            new = idx.without_files(names).updated(
+                np.empty(0, np.int64),
+                np.empty(0, np.int32),
+                np.empty(0, np.int32),
+                np.array([m[0] for m in moved], np.int64),
+                path if moved else None,
+                np.array([m[1] for m in moved], np.int32),
+            )
             model = sorted([e for e in model if e[1] not in names] + [(h, path, g) for h, g in moved])
             delta = None
         else:  # an epoch: drop some live entries (as a task finds them), add new ones
@@ -84,9 +97,14 @@ def test_paged_index_matches_a_dict_over_many_epochs(tmp_path, small_pages, monk
             path = f"f{epoch}"
             adds = sorted((rng.choice(hashes), rng.randrange(4)) for _ in range(rng.randint(0, 40)))
             model = sorted([e for e in model if e not in dropped] + [(h, path, g) for h, g in adds])
-            delta = (np.array([d[0] for d in drops], np.int64), np.array([d[1] for d in drops], np.int32),
-                     np.array([d[2] for d in drops], np.int32), np.array([a[0] for a in adds], np.int64),
-                     path, np.array([a[1] for a in adds], np.int32))
+            delta = (
+                np.array([d[0] for d in drops], np.int64),
+                np.array([d[1] for d in drops], np.int32),
+                np.array([d[2] for d in drops], np.int32),
+                np.array([a[0] for a in adds], np.int64),
+                path,
+                np.array([a[1] for a in adds], np.int32),
+            )
             new = idx.updated(*delta)
         _check(new, model, rng, hashes)
         rel = f"i/e{epoch}.parquet"
@@ -105,7 +123,9 @@ def test_a_lookup_reads_the_pages_of_its_hashes_only(tmp_path, monkeypatch):
     monkeypatch.setenv("CBP_STATE_INDEX_MB", "1024")
     home = Home(str(tmp_path))
     n = 1_000_000
-    PartitionIndex(np.arange(n, dtype=np.int64) * 3, np.zeros(n, np.int32), np.arange(n, dtype=np.int32) // 8192, ["a"]).save(home, "i/e1.parquet")
+    PartitionIndex(
+        np.arange(n, dtype=np.int64) * 3, np.zeros(n, np.int32), np.arange(n, dtype=np.int32) // 8192, ["a"]
+    ).save(home, "i/e1.parquet")
     assert pq.ParquetFile(home.path("i/e1.parquet")).metadata.num_row_groups == 16
     partindex._INDEXES.clear()
     CACHE.pages.clear()
@@ -123,21 +143,44 @@ def test_an_index_file_of_the_earlier_release_is_read_by_pages(tmp_path, monkeyp
     """A whole index written before pages (row groups of up to 1M entries, no counts in the footer)."""
     monkeypatch.setattr(indexpages, "PAGE", 4)
     home = Home(str(tmp_path))
-    t = pa.table({"h": pa.array([1, 2, 2, 5, 8, 9], pa.int64()), "f": pa.array([0, 1, 0, 1, 1, 0], pa.int32()),
-                  "g": pa.array([0, 0, 1, 0, 0, 1], pa.int32())})
+    t = pa.table(
+        {
+            "h": pa.array([1, 2, 2, 5, 8, 9], pa.int64()),
+            "f": pa.array([0, 1, 0, 1, 1, 0], pa.int32()),
+            "g": pa.array([0, 0, 1, 0, 0, 1], pa.int32()),
+        }
+    )
     path = home.path("i/old.parquet")
     home.make_parent(path)
-    pq.write_table(t.replace_schema_metadata({"cbp.files": json.dumps(["a", "b", "c"]), "cbp.hash": "spark-xxhash64"}), path,
-                   filesystem=home.fs, row_group_size=3)
+    pq.write_table(
+        t.replace_schema_metadata({"cbp.files": json.dumps(["a", "b", "c"]), "cbp.hash": "spark-xxhash64"}),
+        path,
+        filesystem=home.fs,
+        row_group_size=3,
+    )
     partindex._INDEXES.clear()
     idx = PartitionIndex.load(home, "i/old.parquet")
     assert isinstance(idx._base, PagedBase) and idx.live_files == 2 and idx.live_keys == 6
     assert idx.entries(np.array([2], np.int64))[1].tolist() == [1, 0]
-    new = idx.updated(np.array([2], np.int64), np.array([1], np.int32), np.array([0], np.int32), np.array([3], np.int64), "d", np.array([0], np.int32))
+    new = idx.updated(
+        np.array([2], np.int64),
+        np.array([1], np.int32),
+        np.array([0], np.int32),
+        np.array([3], np.int64),
+        "d",
+        np.array([0], np.int32),
+    )
     new.save(home, "i/new.parquet")  # whole: renumbered, unused "c" gone
     partindex._INDEXES.clear()
     back = PartitionIndex.load(home, "i/new.parquet")
-    assert back.files == ["a", "b", "d"] and _model_of(back) == [(1, "a", 0), (2, "a", 1), (3, "d", 0), (5, "b", 0), (8, "b", 0), (9, "a", 1)]
+    assert back.files == ["a", "b", "d"] and _model_of(back) == [
+        (1, "a", 0),
+        (2, "a", 1),
+        (3, "d", 0),
+        (5, "b", 0),
+        (8, "b", 0),
+        (9, "a", 1),
+    ]
     assert pq.ParquetFile(home.path("i/new.parquet")).metadata.num_row_groups == 2
 
 

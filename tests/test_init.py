@@ -14,7 +14,11 @@ def test_the_scaffold_validates_and_passes_its_test(spark, tmp_path, capsys):
     proj = tmp_path / "proj"
     assert main(["init", "clicks", "--dir", str(proj)]) == 0
     assert "created" in capsys.readouterr().out
-    assert sorted(str(p.relative_to(proj)) for p in proj.rglob("*.*")) == ["flows/clicks.py", "flows/clicks.yaml", "tests/test_clicks.py"]
+    assert sorted(str(p.relative_to(proj)) for p in proj.rglob("*.*")) == [
+        "flows/clicks.py",
+        "flows/clicks.yaml",
+        "tests/test_clicks.py",
+    ]
     assert main(["validate", str(proj / "flows" / "clicks.yaml")]) == 0
     assert "is valid" in capsys.readouterr().out
     spec = importlib.util.spec_from_file_location("test_clicks_generated", proj / "tests" / "test_clicks.py")

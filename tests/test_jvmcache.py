@@ -146,7 +146,12 @@ def test_a_java_that_cannot_record_still_starts_a_driver_and_is_not_asked_again(
     """Asked to record without the JDK's own archive (here ``-Xshare:off`` from JAVA_TOOL_OPTIONS,
     as on a JDK built without one), a JVM refuses to start at all."""
     cache = tmp_path / "jvm"
-    env = {**os.environ, "CBP_JVM_CACHE": str(cache), "CBP_SPARK_MASTER": "local[1]", "JAVA_TOOL_OPTIONS": "-Xshare:off"}
+    env = {
+        **os.environ,
+        "CBP_JVM_CACHE": str(cache),
+        "CBP_SPARK_MASTER": "local[1]",
+        "JAVA_TOOL_OPTIONS": "-Xshare:off",
+    }
     env.pop("CBP_SPARK_CONF", None)
     run = "from cbp.engine.driver.session import get_spark; s = get_spark(); print('COUNT', s.range(7).count())"
     for _ in range(2):

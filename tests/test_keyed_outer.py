@@ -75,7 +75,7 @@ def tick_batch(keys, state, ops, bump, out):
             "seen": pa.Table.from_pylist(seen, schema=pa.schema([("key", pa.string()), ("n", pa.int64()), ("got", pa.int64())]))}
 '''
 
-YAML = '''
+YAML = """
 pipeline: keyed_outer
 flows:
   ops: {schema: {key: string, seq: int, op: string, rk: string, v: int}, external: true}
@@ -90,9 +90,14 @@ stages:
     partitions: 2
     runnable: any
     batch: BATCH
-'''
+"""
 
-KEYS = ["k49569", "k74517", "z", "y"]  # k49569 and k74517: equal top 32 bits of their key hash (tests/test_keyed_rows.py)
+KEYS = [
+    "k49569",
+    "k74517",
+    "z",
+    "y",
+]  # k49569 and k74517: equal top 32 bits of their key hash (tests/test_keyed_rows.py)
 EPOCHS = [  # (ops as (kind, key, row key, value), bumps)
     ([("w", "k49569", "a", 1), ("w", "k74517", "a", 2), ("w", "z", "a", 3)], []),
     ([], [5]),
@@ -109,7 +114,9 @@ def _model(route: str, outer: bool = True) -> tuple[list[list[dict]], list[list[
     states, seens = [], []
     for ops, bumps in EPOCHS:
         stored = {k for k, r in rows.items() if r}
-        called = {o[1] for o in ops} | (stored if outer or bumps else set())  # outer grouping, or a broadcast to the stored keys, calls every stored key
+        called = {o[1] for o in ops} | (
+            stored if outer or bumps else set()
+        )  # outer grouping, or a broadcast to the stored keys, calls every stored key
         seen = []
         for key in sorted(called):
             before = dict(rows.get(key, {}))
@@ -122,19 +129,34 @@ def _model(route: str, outer: bool = True) -> tuple[list[list[dict]], list[list[
                     now.pop(rk, None)
                 else:
                     now = {}
-            reached = route == "ALL" or key in stored  # ALL reaches every called key; broadcast("state") the stored ones
+            reached = (
+                route == "ALL" or key in stored
+            )  # ALL reaches every called key; broadcast("state") the stored ones
             if now or not any(o[0] == "x" for o in mine):
                 now["#calls"] = now.get("#calls", 0) + 1 + (sum(bumps) if reached else 0)
             rows[key] = now
             seen.append({"key": key, "n": len(before), "got": before.get("#calls", -1)})
-        states.append(sorted(({"k": k, "rk": rk, "v": v} for k, r in rows.items() for rk, v in r.items()), key=lambda r: (r["k"], r["rk"])))
+        states.append(
+            sorted(
+                ({"k": k, "rk": rk, "v": v} for k, r in rows.items() for rk, v in r.items()),
+                key=lambda r: (r["k"], r["rk"]),
+            )
+        )
         seens.append(seen)
     return states, seens
 
 
-@pytest.mark.parametrize("grouping, route, mode, batch", [("outer", "ALL", "direct", False), ("outer", "ALL", "blackbox", False),
-                                                          ("inner", "MOD:to_state", "direct", False), ("outer", "MOD:to_state", "direct", False),
-                                                          ("outer", "ALL", "direct", True), ("inner", "MOD:to_state", "direct", True)])
+@pytest.mark.parametrize(
+    "grouping, route, mode, batch",
+    [
+        ("outer", "ALL", "direct", False),
+        ("outer", "ALL", "blackbox", False),
+        ("inner", "MOD:to_state", "direct", False),
+        ("outer", "MOD:to_state", "direct", False),
+        ("outer", "ALL", "direct", True),
+        ("inner", "MOD:to_state", "direct", True),
+    ],
+)
 def test_keys_visited_without_input_read_their_rows_as_asked(make_pipeline, spark, grouping, route, mode, batch):
     yaml = YAML.replace("GROUPING", grouping).replace("ROUTE", route).replace("FN", "tick_batch" if batch else "tick")
     path = make_pipeline(yaml.replace("BATCH", "true" if batch else "false"), MODULE)
@@ -147,7 +169,9 @@ def test_keys_visited_without_input_read_their_rows_as_asked(make_pipeline, spar
             p.feed("bump", [{"by": b} for b in bumps])
         rep = p.run()
         assert len(rep) == 1, f"epoch {i + 1}"
-        got = sorted(({"k": r["k"], "rk": r["rk"], "v": r["v"]} for r in p.state("site")), key=lambda r: (r["k"], r["rk"]))
+        got = sorted(
+            ({"k": r["k"], "rk": r["rk"], "v": r["v"]} for r in p.state("site")), key=lambda r: (r["k"], r["rk"])
+        )
         assert got == states[i], f"epoch {i + 1}"
         seen = sorted(p.output("seen", epoch=rep[0].epoch), key=lambda r: r["key"])
         assert [{k: r[k] for k in ("key", "n", "got")} for r in seen] == seens[i], f"epoch {i + 1}"

@@ -20,8 +20,8 @@ from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as hs
 
 import cbp
-from cbp.engine.task.keyedstate import key_range, row_hashes
 from cbp.engine.common.sparkhash import spark_xxhash64
+from cbp.engine.task.keyedstate import key_range, row_hashes
 from cbp.errors import SpecError
 
 # row keys r49971/r118633 and r35529/r169704 have equal low 32 bits of their row hash; keys
@@ -29,7 +29,7 @@ from cbp.errors import SpecError
 ROW_KEYS = ["r49971", "r118633", "r35529", "r169704", "a", "b"]
 KEYS = ["k49569", "k74517", "z"]
 
-MODULE = '''
+MODULE = """
 import json
 import pyarrow as pa
 
@@ -77,9 +77,9 @@ def batch(keys, state, ops, out):
                                "v": pa.array([r["v"] for _, r in ups], pa.int64())}),
             "deleted": pa.table({"_key": [k for k, _ in dels], "rk": [r["rk"] for _, r in dels]}),
             "seen": pa.Table.from_pylist(seen, schema=pa.schema([("key", pa.string()), ("seq", pa.int64()), ("got", pa.string())]))}
-'''
+"""
 
-YAML = '''
+YAML = """
 pipeline: keyed
 flows:
   ops: {schema: {key: string, seq: int, op: string, rk: string, v: int}, external: true}
@@ -92,7 +92,7 @@ stages:
     outputs: [seen]
     partitions: 1
     BATCH
-'''
+"""
 
 
 def test_pools_collide() -> None:
@@ -103,8 +103,13 @@ def test_pools_collide() -> None:
     assert h[0] == h[1] and h[2] == h[3] and h[0] != h[2]
 
 
-_op = hs.tuples(hs.sampled_from("wwwddggmi"), hs.sampled_from(KEYS), hs.sampled_from(ROW_KEYS), hs.integers(-3, 3),
-                hs.lists(hs.sampled_from(ROW_KEYS), min_size=1, max_size=4))
+_op = hs.tuples(
+    hs.sampled_from("wwwddggmi"),
+    hs.sampled_from(KEYS),
+    hs.sampled_from(ROW_KEYS),
+    hs.integers(-3, 3),
+    hs.lists(hs.sampled_from(ROW_KEYS), min_size=1, max_size=4),
+)
 _epochs = hs.lists(hs.lists(_op, min_size=1, max_size=14), min_size=1, max_size=4)
 
 
@@ -128,19 +133,25 @@ def _expected(epochs: list[list[tuple]]) -> tuple[list[dict], list[dict]]:
                     seen.append({"key": key, "seq": seq, "got": json.dumps(before.get(rk), sort_keys=True)})
                 else:
                     rows = [before[r] for r in set(many) if r in before] if kind == "m" else list(before.values())
-                    seen.append({"key": key, "seq": seq, "got": json.dumps(sorted(rows, key=lambda r: r["rk"]), sort_keys=True)})
+                    seen.append(
+                        {"key": key, "seq": seq, "got": json.dumps(sorted(rows, key=lambda r: r["rk"]), sort_keys=True)}
+                    )
             model[key] = after
     state = [{**r, "_key": key} for key, rows in model.items() for r in rows.values()]  # Pipeline.state: each row's key
     return sorted(state, key=lambda r: (r["k"], r["rk"])), sorted(seen, key=lambda r: (r["key"], r["seq"]))
 
 
 def _records(ops: list[tuple]) -> list[dict]:
-    return [{"key": key, "seq": seq, "op": kind, "rk": ",".join(many) if kind == "m" else rk, "v": v}
-            for seq, (kind, key, rk, v, many) in enumerate(ops)]
+    return [
+        {"key": key, "seq": seq, "op": kind, "rk": ",".join(many) if kind == "m" else rk, "v": v}
+        for seq, (kind, key, rk, v, many) in enumerate(ops)
+    ]
 
 
 def _check(make_pipeline, epochs: list[list[tuple]], mode: str, batch: bool) -> None:
-    path = make_pipeline(YAML.replace("FN", "batch" if batch else "per_key").replace("BATCH", "batch: true" if batch else ""), MODULE)
+    path = make_pipeline(
+        YAML.replace("FN", "batch" if batch else "per_key").replace("BATCH", "batch: true" if batch else ""), MODULE
+    )
     home = tempfile.mkdtemp(prefix="keyed-home-")
     try:
         p = cbp.load(path, home=home, mode=mode)
@@ -150,17 +161,23 @@ def _check(make_pipeline, epochs: list[list[tuple]], mode: str, batch: bool) -> 
             reports = p.run()
             assert len(reports) == 1
             got_seen += p.output("seen", epoch=reports[0].epoch) if reports[0].records_out else []
-            want_state, _ = _expected(epochs[:i + 1])
+            want_state, _ = _expected(epochs[: i + 1])
             assert sorted(p.state("site"), key=lambda r: (r["k"], r["rk"])) == want_state
         _, want_seen = _expected(epochs)
         # seq numbers restart each epoch: compare per epoch order-free by (key, seq, got) multiset
-        assert sorted(json.dumps(r, sort_keys=True) for r in got_seen) == sorted(json.dumps(r, sort_keys=True) for r in want_seen)
+        assert sorted(json.dumps(r, sort_keys=True) for r in got_seen) == sorted(
+            json.dumps(r, sort_keys=True) for r in want_seen
+        )
     finally:
         shutil.rmtree(home, ignore_errors=True)
 
 
-_SETTINGS = dict(deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow], derandomize=True,
-                 phases=[Phase.explicit, Phase.generate])  # no shrinking: each example runs Spark epochs
+_SETTINGS = dict(
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+    derandomize=True,
+    phases=[Phase.explicit, Phase.generate],
+)  # no shrinking: each example runs Spark epochs
 
 
 @settings(max_examples=6, **_SETTINGS)
@@ -195,7 +212,13 @@ def test_many_epochs_compact_and_keep_rows(make_pipeline) -> None:
     p.feed("ops", [{"key": "z", "seq": i, "op": "w", "rk": f"r{i}", "v": 0} for i in range(300)])
     p.run()
     for e in range(12):
-        p.feed("ops", [{"key": "z", "seq": 0, "op": "w", "rk": f"r{e}", "v": e + 1}, {"key": "z", "seq": 1, "op": "d", "rk": f"r{100 + e}", "v": 0}])
+        p.feed(
+            "ops",
+            [
+                {"key": "z", "seq": 0, "op": "w", "rk": f"r{e}", "v": e + 1},
+                {"key": "z", "seq": 1, "op": "d", "rk": f"r{100 + e}", "v": 0},
+            ],
+        )
         (r,) = p.run()
         assert r.keys_written == 1
     state = {x["rk"]: x["v"] for x in p.state("site")}
@@ -203,15 +226,19 @@ def test_many_epochs_compact_and_keep_rows(make_pipeline) -> None:
     assert all(state[f"r{e}"] == e + 1 for e in range(12)) and "r105" not in state and state["r299"] == 0
 
 
-@pytest.mark.parametrize("state, code", [
-    ("{schema: {rk: string, v: int}, row_key: nope}", "bad-row-key"),
-    ("{schema: {rk: 'string?', v: int}, row_key: rk}", "bad-row-key"),
-    ("{schema: {rk: float, v: int}, row_key: rk}", "bad-row-key"),
-    ("{schema: {rk: string, v: int}, row_key: [rk, rk]}", "bad-row-key"),
-    ("{schema: {rk: string, v: int}, row_key: []}", "bad-row-key"),
-])
+@pytest.mark.parametrize(
+    "state, code",
+    [
+        ("{schema: {rk: string, v: int}, row_key: nope}", "bad-row-key"),
+        ("{schema: {rk: 'string?', v: int}, row_key: rk}", "bad-row-key"),
+        ("{schema: {rk: float, v: int}, row_key: rk}", "bad-row-key"),
+        ("{schema: {rk: string, v: int}, row_key: [rk, rk]}", "bad-row-key"),
+        ("{schema: {rk: string, v: int}, row_key: []}", "bad-row-key"),
+    ],
+)
 def test_bad_row_key_is_a_spec_error(make_pipeline, state: str, code: str) -> None:
-    path = make_pipeline(textwrap.dedent(f'''
+    path = make_pipeline(
+        textwrap.dedent(f"""
         pipeline: bad
         flows:
           ops: {{schema: {{key: string}}, external: true}}
@@ -220,7 +247,9 @@ def test_bad_row_key_is_a_spec_error(make_pipeline, state: str, code: str) -> No
             translator: MOD:f
             inputs: [{{flow: ops, route_by: key}}]
             state: {state}
-        '''), "def f(key, state, ops, out):\n    pass\n")
+        """),
+        "def f(key, state, ops, out):\n    pass\n",
+    )
     with pytest.raises(SpecError) as e:
         cbp.load(path, home=str(Path(path).parent / "home"))
     assert e.value.code == code
@@ -234,9 +263,11 @@ def test_killed_runs_recover_keyed_rows(make_pipeline, spark) -> None:
     path = make_pipeline(YAML.replace("FN", "per_key").replace("BATCH", ""), MODULE)
     home = str(Path(path).parent / "home")
     rk = ROW_KEYS
-    epochs = [[("w", k, r, i, []) for i, (k, r) in enumerate((k, r) for k in KEYS for r in rk)],
-              [("w", "k49569", rk[0], 7, []), ("d", "k74517", rk[1], 0, []), ("w", "z", "c", 1, []), ("g", "z", "a", 0, [])],
-              [("d", "k49569", rk[0], 0, []), ("w", "k74517", rk[0], 9, []), ("d", "z", "a", 0, []), ("i", "z", "a", 0, [])]]
+    epochs = [
+        [("w", k, r, i, []) for i, (k, r) in enumerate((k, r) for k in KEYS for r in rk)],
+        [("w", "k49569", rk[0], 7, []), ("d", "k74517", rk[1], 0, []), ("w", "z", "c", 1, []), ("g", "z", "a", 0, [])],
+        [("d", "k49569", rk[0], 0, []), ("w", "k74517", rk[0], 9, []), ("d", "z", "a", 0, []), ("i", "z", "a", 0, [])],
+    ]
     p = cbp.load(path, home=home)
     p.feed("ops", _records(epochs[0]))
     p.run()
@@ -250,13 +281,18 @@ def test_killed_runs_recover_keyed_rows(make_pipeline, spark) -> None:
     assert sorted(cbp.load(path, home=home).state("site"), key=lambda r: (r["k"], r["rk"])) == want
 
 
-@pytest.mark.parametrize("body, code", [
-    ('out.state.write({"k": key, "rk": "a", "v": "x"})', "user-code"),
-    ('out.state.write({"k": key, "rk": "a", "v": 1, "_diff": -1})', "bad-diff"),
-    ('out.state.delete(("a", "b"))', "user-code"),
-])
+@pytest.mark.parametrize(
+    "body, code",
+    [
+        ('out.state.write({"k": key, "rk": "a", "v": "x"})', "user-code"),
+        ('out.state.write({"k": key, "rk": "a", "v": 1, "_diff": -1})', "bad-diff"),
+        ('out.state.delete(("a", "b"))', "user-code"),
+    ],
+)
 def test_bad_keyed_write_fails_the_epoch_with_nothing_landed(make_pipeline, body: str, code: str) -> None:
-    path = make_pipeline(YAML.replace("FN", "f").replace("BATCH", ""), f"def f(key, state, ops, out):\n    list(ops)\n    {body}\n")
+    path = make_pipeline(
+        YAML.replace("FN", "f").replace("BATCH", ""), f"def f(key, state, ops, out):\n    list(ops)\n    {body}\n"
+    )
     p = cbp.load(path, home=str(Path(path).parent / "home"))
     p.feed("ops", _records([("w", "z", "a", 1, [])]))
     with pytest.raises(cbp.CbpError) as e:
@@ -268,9 +304,11 @@ def test_bad_keyed_write_fails_the_epoch_with_nothing_landed(make_pipeline, body
 def test_rewind_and_replay_keep_keyed_rows(spark, make_pipeline, tmp_path):
     """A rewind puts a keyed-row stage's state back (its per-row index rebuilt), and the replay of
     the feeds since gives the dict model's rows and answers, as an uninterrupted run does."""
-    epochs = [[("w", "k49569", "r49971", 1, ["a"]), ("w", "k74517", "r118633", 2, ["a"]), ("w", "z", "a", 3, ["a"])],
-              [("d", "k49569", "r49971", 0, ["a"]), ("w", "z", "b", 4, ["a"]), ("g", "k74517", "r118633", 0, ["a"])],
-              [("w", "k49569", "r35529", 5, ["a"]), ("i", "z", "a", 0, ["a"]), ("m", "k74517", "a", 0, ["r118633", "a"])]]
+    epochs = [
+        [("w", "k49569", "r49971", 1, ["a"]), ("w", "k74517", "r118633", 2, ["a"]), ("w", "z", "a", 3, ["a"])],
+        [("d", "k49569", "r49971", 0, ["a"]), ("w", "z", "b", 4, ["a"]), ("g", "k74517", "r118633", 0, ["a"])],
+        [("w", "k49569", "r35529", 5, ["a"]), ("i", "z", "a", 0, ["a"]), ("m", "k74517", "a", 0, ["r118633", "a"])],
+    ]
     yaml = make_pipeline(YAML.replace("FN", "per_key").replace("    BATCH\n", ""), MODULE)
     p = cbp.load(yaml, str(tmp_path / "home"), spark=spark)
     for ops in epochs:
@@ -281,7 +319,9 @@ def test_rewind_and_replay_keep_keyed_rows(spark, make_pipeline, tmp_path):
     p.run()
     state, _ = _expected(epochs)
     assert sorted(p.state("site"), key=lambda r: (r["k"], r["rk"])) == state
-    fresh = cbp.load(yaml, str(tmp_path / "fresh"), spark=spark)  # the replay read feeds 2 and 3 in one epoch: so does this
+    fresh = cbp.load(
+        yaml, str(tmp_path / "fresh"), spark=spark
+    )  # the replay read feeds 2 and 3 in one epoch: so does this
     fresh.feed("ops", _records(epochs[0]))
     fresh.run()
     for ops in epochs[1:]:

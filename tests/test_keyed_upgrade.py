@@ -12,11 +12,13 @@ import json
 from pathlib import Path
 
 import pytest
-
-import cbp
 from test_keyed_rows import MODULE, YAML, _expected, _records
 
-MODULE_U = MODULE + '''
+import cbp
+
+MODULE_U = (
+    MODULE
+    + '''
 
 def whole(key, state, ops, out):
     """The same stage without keyed rows: the key's rows are read and re-emitted whole."""
@@ -49,13 +51,34 @@ def pair(key, state, ops, out):
         elif op["op"] == "g":
             out.seen.write({"key": key, "seq": op["seq"], "got": json.dumps(state.get((key, op["rk"])), sort_keys=True)})
 '''
+)
 
 # (kind, key, row key, value, get_many keys); keys and row keys from test_keyed_rows' colliding pools
-BEFORE = [[("w", "k49569", "r49971", 1, []), ("w", "k74517", "r118633", 2, []), ("w", "z", "a", 3, []), ("w", "z", "b", 4, [])],
-          [("d", "k49569", "r49971", 0, []), ("w", "k49569", "r35529", 5, []), ("w", "k74517", "r169704", 6, []), ("w", "z", "a", 7, [])]]
-AFTER = [[("g", "k74517", "r118633", 0, []), ("g", "k74517", "r169704", 0, []), ("i", "z", "a", 0, []),
-          ("m", "k49569", "a", 0, ["r35529", "r49971"]), ("w", "k49569", "r49971", 8, []), ("d", "z", "b", 0, [])],
-         [("i", "k49569", "a", 0, []), ("i", "z", "a", 0, []), ("g", "k74517", "r118633", 0, []), ("w", "z", "c", 9, [])]]
+BEFORE = [
+    [
+        ("w", "k49569", "r49971", 1, []),
+        ("w", "k74517", "r118633", 2, []),
+        ("w", "z", "a", 3, []),
+        ("w", "z", "b", 4, []),
+    ],
+    [
+        ("d", "k49569", "r49971", 0, []),
+        ("w", "k49569", "r35529", 5, []),
+        ("w", "k74517", "r169704", 6, []),
+        ("w", "z", "a", 7, []),
+    ],
+]
+AFTER = [
+    [
+        ("g", "k74517", "r118633", 0, []),
+        ("g", "k74517", "r169704", 0, []),
+        ("i", "z", "a", 0, []),
+        ("m", "k49569", "a", 0, ["r35529", "r49971"]),
+        ("w", "k49569", "r49971", 8, []),
+        ("d", "z", "b", 0, []),
+    ],
+    [("i", "k49569", "a", 0, []), ("i", "z", "a", 0, []), ("g", "k74517", "r118633", 0, []), ("w", "z", "c", 9, [])],
+]
 
 
 def _home(make_pipeline, spark, fn: str, state: str, before=BEFORE):
@@ -78,7 +101,9 @@ def _go_on(path: Path, p, spark, after=AFTER):
     """Upgrade to the YAML now at ``path``, feed ``after``; the pipeline and every ``seen`` record of those epochs."""
     p = cbp.load(path, home=_where(path), spark=spark)
     plan = p.plan()
-    assert not plan.refused and [c.kind for c in plan.changes if c.verdict == "migrates"] == ["state-rewrite"], [c.line() for c in plan.changes]
+    assert not plan.refused and [c.kind for c in plan.changes if c.verdict == "migrates"] == ["state-rewrite"], [
+        c.line() for c in plan.changes
+    ]
     p.upgrade()
     seen = []
     for ops in after:
@@ -121,7 +146,12 @@ def _expected_state(ops: list[tuple]) -> list[dict]:
 
 def test_new_partitions_and_field_rewrite_the_keyed_rows(make_pipeline, spark):
     path, p = _home(make_pipeline, spark, "per_key", "row_key: rk}")
-    Path(path).write_text(Path(path).read_text().replace("{k: string, rk: string, v: int}", '{k: string, rk: string, v: int, note: "string?"}').replace("partitions: 1", "partitions: 3"))
+    Path(path).write_text(
+        Path(path)
+        .read_text()
+        .replace("{k: string, rk: string, v: int}", '{k: string, rk: string, v: int, note: "string?"}')
+        .replace("partitions: 1", "partitions: 3")
+    )
     p, seen = _go_on(path, p, spark)
     want_state = _expected_state(BEFORE + AFTER)
     assert _state(p) == want_state
@@ -132,7 +162,9 @@ def test_new_partitions_and_field_rewrite_the_keyed_rows(make_pipeline, spark):
 def test_a_row_key_added_to_a_whole_key_stage(make_pipeline, spark):
     """A stage that rewrote whole keys becomes keyed: each stored row gets its row key and row hash."""
     path, p = _home(make_pipeline, spark, "whole", "}")
-    Path(path).write_text(Path(path).read_text().replace("}\n    outputs", ", row_key: rk}\n    outputs").replace(":whole", ":per_key"))
+    Path(path).write_text(
+        Path(path).read_text().replace("}\n    outputs", ", row_key: rk}\n    outputs").replace(":whole", ":per_key")
+    )
     assert "row_key: rk}" in Path(path).read_text()
     p, seen = _go_on(path, p, spark)
     want_state = _expected_state(BEFORE + AFTER)
@@ -148,12 +180,21 @@ def test_a_row_key_removed_and_changed(make_pipeline, spark):
     p, _ = _go_on(path, p, spark, writes)
     want_state = _expected_state(BEFORE + writes)
     assert _state(p) == want_state
-    Path(path).write_text(Path(path).read_text().replace("v: int}}", "v: int}, row_key: [k, rk]}").replace(":whole", ":pair"))
-    last = [("w", "z", "d", 10, []), ("d", "k74517", "r118633", 0, []), ("g", "k49569", "r35529", 0, []), ("g", "k74517", "r169704", 0, [])]
+    Path(path).write_text(
+        Path(path).read_text().replace("v: int}}", "v: int}, row_key: [k, rk]}").replace(":whole", ":pair")
+    )
+    last = [
+        ("w", "z", "d", 10, []),
+        ("d", "k74517", "r118633", 0, []),
+        ("g", "k49569", "r35529", 0, []),
+        ("g", "k74517", "r169704", 0, []),
+    ]
     p, seen = _go_on(path, p, spark, [last])
     want_state = _expected_state(BEFORE + writes + [last])
     assert _state(p) == want_state
-    assert sorted(json.dumps(r, sort_keys=True) for r in seen) == _answers(BEFORE + writes + [last], len(BEFORE + writes))
+    assert sorted(json.dumps(r, sort_keys=True) for r in seen) == _answers(
+        BEFORE + writes + [last], len(BEFORE + writes)
+    )
 
 
 def test_a_migrate_that_renames_row_keys(make_pipeline, spark):
@@ -180,7 +221,11 @@ def test_rows_that_would_share_a_row_key_fail_the_upgrade_and_change_nothing(mak
         new = Path(path).read_text().replace("}\n    outputs", ", row_key: v}\n    outputs")
     else:
         path, p = _home(make_pipeline, spark, "per_key", "row_key: rk}")
-        new = Path(path).read_text().replace("    outputs: [seen]", f"    migrate: {_mod(path)}:clash\n    outputs: [seen]")
+        new = (
+            Path(path)
+            .read_text()
+            .replace("    outputs: [seen]", f"    migrate: {_mod(path)}:clash\n    outputs: [seen]")
+        )
     before = _state(p)
     old = Path(path).read_text()
     Path(path).write_text(new)
@@ -195,6 +240,12 @@ def test_rows_that_would_share_a_row_key_fail_the_upgrade_and_change_nothing(mak
 def test_a_narrowed_type_on_a_keyed_stage_is_still_refused(make_pipeline, spark):
     """What an upgrade cannot make itself (int -> string without a migrate) is refused, with or without a new row_key."""
     path, p = _home(make_pipeline, spark, "per_key", "row_key: rk}")
-    Path(path).write_text(Path(path).read_text().replace("{k: string, rk: string, v: int}, row_key: rk}", "{k: string, rk: string, v: string}, row_key: [k, rk]}"))
+    Path(path).write_text(
+        Path(path)
+        .read_text()
+        .replace(
+            "{k: string, rk: string, v: int}, row_key: rk}", "{k: string, rk: string, v: string}, row_key: [k, rk]}"
+        )
+    )
     plan = cbp.load(path, home=_where(path), spark=spark).plan()
     assert [c.code for c in plan.refused] == ["schema-refused"]

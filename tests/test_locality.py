@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import json
 
+from conftest import FLOWS
+
 import cbp
 from cbp.cli import main
 from cbp.engine.driver.locality import task_location
 from cbp.engine.task.executor import executor_name
-from conftest import FLOWS
 
 URLS = str(FLOWS / "url_count.yaml")
 

@@ -132,7 +132,10 @@ def test_loopback_cycle_runs_to_quiescence_and_resumes(spark, make_pipeline, tmp
     # the loopback flow's consumed increments were garbage-collected, yet stay readable per epoch
     dt = DeltaTable(str(tmp_path / "h" / "flows" / "msg"))
     assert dt.to_pyarrow_table().num_rows == 0
-    assert sorted(p.output("msg", epoch=1), key=lambda r: r["node"]) == [{"node": 4, "hops": 5}, {"node": 13, "hops": 1}]
+    assert sorted(p.output("msg", epoch=1), key=lambda r: r["node"]) == [
+        {"node": 4, "hops": 5},
+        {"node": 13, "hops": 1},
+    ]
 
 
 PIPE = """
@@ -249,7 +252,12 @@ def test_frame_by_on_a_stage_output(spark, make_pipeline, tmp_path):
     assert p.controller.frames("per_day") == {"daily": []}
     assert p.output("daily", epoch=2) == [{"user": "c", "day": 2}]  # only what that epoch wrote
     assert p.output("daily", epoch=3) == [{"user": "d", "day": 2}]
-    assert sorted(r["user"] for r in p.output("daily")) == ["a", "b", "c", "d"]  # day 1 consumed and collected: by time travel
+    assert sorted(r["user"] for r in p.output("daily")) == [
+        "a",
+        "b",
+        "c",
+        "d",
+    ]  # day 1 consumed and collected: by time travel
     assert sorted(r["user"] for r in p.output("daily", epoch=1)) == ["a", "b"]  # time travel
     with pytest.raises(cbp.UsageError, match="has not run epoch 9"):
         p.output("daily", epoch=9)
@@ -295,10 +303,19 @@ def test_updates_deletes_and_both_kinds_of_compaction(spark, make_pipeline, tmp_
     keys = [f"k{i}" for i in range(300)]
     incs = [[{"k": k, "v": i} for i, k in enumerate(keys)]]  # a big first increment: the base
     for step in range(14):
-        incs.append([{"k": rng.choice(keys[:60] if step % 2 else keys), "v": rng.choice([None, step, step + 1])}
-                     for _ in range(rng.randint(20, 70))])
-    r = replay(make_pipeline(KV, KV_MODULE), [Increment("ops", i) for i in incs], home=str(tmp_path / "h"),
-               mode=mode, max_state_files=3)
+        incs.append(
+            [
+                {"k": rng.choice(keys[:60] if step % 2 else keys), "v": rng.choice([None, step, step + 1])}
+                for _ in range(rng.randint(20, 70))
+            ]
+        )
+    r = replay(
+        make_pipeline(KV, KV_MODULE),
+        [Increment("ops", i) for i in incs],
+        home=str(tmp_path / "h"),
+        mode=mode,
+        max_state_files=3,
+    )
     model: dict[str, int] = {}
     for step, inc in zip(r.steps, incs):
         expect_prev = {op["k"]: model.get(op["k"]) for op in inc}
@@ -310,7 +327,9 @@ def test_updates_deletes_and_both_kinds_of_compaction(spark, make_pipeline, tmp_
                 model[op["k"]] = op["v"]
         assert {x["k"]: x["v"] for x in step.state["kv"]} == model
     if mode == "direct":
-        log = "".join(open(f).read() for f in glob.glob(str(tmp_path / "h" / "stages" / "kv" / "state" / "_delta_log" / "*.json")))
+        log = "".join(
+            open(f).read() for f in glob.glob(str(tmp_path / "h" / "stages" / "kv" / "state" / "_delta_log" / "*.json"))
+        )
         assert "-merged-" in log and "-compact-" in log  # delta-only and full compactions both happened
 
 
@@ -320,12 +339,20 @@ def test_inner_reads_through_row_groups_or_cache(spark, make_pipeline, tmp_path,
     (counted by the tasks: at most one row group per key it reads, of 100+ in the state)."""
     import random
 
-    p = cbp.Pipeline(make_pipeline(KV, KV_MODULE), home=str(tmp_path / "h"), state_row_group=4, state_cache_mb=cache_mb,
-                     max_state_files=3)
+    p = cbp.Pipeline(
+        make_pipeline(KV, KV_MODULE),
+        home=str(tmp_path / "h"),
+        state_row_group=4,
+        state_cache_mb=cache_mb,
+        max_state_files=3,
+    )
     rng = random.Random(9)
     model: dict[str, int] = {}
     batches = [[{"k": f"k{i}", "v": i} for i in range(400)]]
-    batches += [[{"k": f"k{rng.randint(0, 450)}", "v": rng.choice([None, s, -s])} for _ in range(rng.randint(1, 6))] for s in range(1, 12)]
+    batches += [
+        [{"k": f"k{rng.randint(0, 450)}", "v": rng.choice([None, s, -s])} for _ in range(rng.randint(1, 6))]
+        for s in range(1, 12)
+    ]
     for batch in batches:
         p.feed("ops", batch)
         [rep] = p.run()
@@ -347,7 +374,9 @@ def test_runnable_state_is_kept_between_calls(spark, make_pipeline, tmp_path):
     """A Runnable's state survives "not runnable" answers (and in-place changes to it), across processes."""
     from conftest import WORD_COUNT, WORD_COUNT_MODULE
 
-    module = WORD_COUNT_MODULE + """
+    module = (
+        WORD_COUNT_MODULE
+        + """
 def patient(frames, state):
     state = state or {"asked": 0}
     state["asked"] += 1  # changed in place on purpose
@@ -355,6 +384,7 @@ def patient(frames, state):
         return set(), set(), state
     return {"words"}, {"words"}, state
 """
+    )
     path = make_pipeline(WORD_COUNT + "    runnable: MOD:patient\n", module)
     home = str(tmp_path / "h")
     cbp.load(path, home=home).feed("words", [{"w": "a"}])
@@ -403,8 +433,9 @@ def test_state_changed_in_place_is_written(spark, make_pipeline, tmp_path, mode,
     for r in fed:
         want[r["w"]].append(r["doc"])
     got = {r["w"]: r for r in p.state("tally")}
-    assert {w: (r["n"], sorted(r["docs"]), sorted(r["seen"]["docs"])) for w, r in got.items()} == \
-           {w: (len(d), sorted(d), sorted(d)) for w, d in want.items()}
+    assert {w: (r["n"], sorted(r["docs"]), sorted(r["seen"]["docs"])) for w, r in got.items()} == {
+        w: (len(d), sorted(d), sorted(d)) for w, d in want.items()
+    }
 
 
 def test_a_runnable_s_counts_must_be_whole_numbers():

@@ -29,8 +29,12 @@ def test_index_updates_match_a_list_of_entries(tmp_path, seed):
     hashes = list(range(-40, 160))  # few hashes: collisions (several keys per hash) are common
     model = [(rng.choice(hashes), "f0", rng.randrange(4)) for _ in range(300)]
     model.sort()
-    idx = PartitionIndex(np.array([e[0] for e in model], np.int64), np.zeros(len(model), np.int32),
-                         np.array([e[2] for e in model], np.int32), ["f0"])
+    idx = PartitionIndex(
+        np.array([e[0] for e in model], np.int64),
+        np.zeros(len(model), np.int32),
+        np.array([e[2] for e in model], np.int32),
+        ["f0"],
+    )
     idx.save(home, "i/e0.parquet")
     idx = PartitionIndex.load(home, "i/e0.parquet")
     rel = "i/e0.parquet"
@@ -45,9 +49,14 @@ def test_index_updates_match_a_list_of_entries(tmp_path, seed):
         path = f"f{epoch}"
         adds = sorted((rng.choice(hashes), rng.randrange(3)) for _ in range(rng.randint(0, 30)))
         model = sorted(model + [(h, path, g) for h, g in adds])
-        delta = (np.array([d[0] for d in drops], np.int64), np.array([d[1] for d in drops], np.int32),
-                 np.array([d[2] for d in drops], np.int32), np.array([a[0] for a in adds], np.int64),
-                 path, np.array([a[1] for a in adds], np.int32))
+        delta = (
+            np.array([d[0] for d in drops], np.int64),
+            np.array([d[1] for d in drops], np.int32),
+            np.array([d[2] for d in drops], np.int32),
+            np.array([a[0] for a in adds], np.int64),
+            path,
+            np.array([a[1] for a in adds], np.int32),
+        )
         new = idx.updated(*delta)
         assert _as_model(new) == model
         assert new.live_keys == len(model) and new.live_files == len({e[1] for e in model})
@@ -68,9 +77,17 @@ def test_index_updates_match_a_list_of_entries(tmp_path, seed):
 def test_an_update_does_not_copy_the_index():
     """An epoch's update costs what changed: the new index shares the old one's arrays."""
     n = 1_000_000
-    idx = PartitionIndex(np.arange(n, dtype=np.int64) * 2, np.zeros(n, np.int32), np.arange(n, dtype=np.int32) // 8192, ["a"])
-    new = idx.updated(np.array([10], np.int64), np.array([0], np.int32), np.array([0], np.int32),
-                      np.array([11, 12], np.int64), "b", np.array([0, 0], np.int32))
+    idx = PartitionIndex(
+        np.arange(n, dtype=np.int64) * 2, np.zeros(n, np.int32), np.arange(n, dtype=np.int32) // 8192, ["a"]
+    )
+    new = idx.updated(
+        np.array([10], np.int64),
+        np.array([0], np.int32),
+        np.array([0], np.int32),
+        np.array([11, 12], np.int64),
+        "b",
+        np.array([0, 0], np.int32),
+    )
     assert new._base is idx._base and new._dead.size == 1 and new._oh.size == 2
     assert new.live_keys == n + 1 and idx.live_keys == n
     h, f, _ = new.entries(np.array([10, 11, 12], np.int64))
@@ -94,22 +111,56 @@ def test_deltas_of_the_earlier_release_are_replayed_as_written(tmp_path):
     import pyarrow as pa
 
     home = Home(str(tmp_path))
-    whole = pa.table({"h": pa.array([1, 2, 3], pa.int64()), "f": pa.array([0, 1, 2], pa.int32()), "g": pa.array([0, 0, 0], pa.int32())})
+    whole = pa.table(
+        {
+            "h": pa.array([1, 2, 3], pa.int64()),
+            "f": pa.array([0, 1, 2], pa.int32()),
+            "g": pa.array([0, 0, 0], pa.int32()),
+        }
+    )
     _write(home, "i/e1.parquet", whole, {"cbp.files": json.dumps(["a", "b", "c"]), "cbp.hash": "spark-xxhash64"})
 
     def delta(drop, add_h):
-        return pa.table({"add": pa.array([False, True]), "h": pa.array([drop[0], add_h], pa.int64()),
-                         "f": pa.array([drop[1], 0], pa.int32()), "g": pa.array([0, 0], pa.int32())})
+        return pa.table(
+            {
+                "add": pa.array([False, True]),
+                "h": pa.array([drop[0], add_h], pa.int64()),
+                "f": pa.array([drop[1], 0], pa.int32()),
+                "g": pa.array([0, 0], pa.int32()),
+            }
+        )
 
-    _write(home, "i/e2.parquet", delta((2, 1), 2), {"cbp.kind": "delta", "cbp.parent": "i/e1.parquet", "cbp.add_file": "d"})
-    _write(home, "i/e3.parquet", delta((3, 1), 3), {"cbp.kind": "delta", "cbp.parent": "i/e2.parquet", "cbp.add_file": "e"})
+    _write(
+        home, "i/e2.parquet", delta((2, 1), 2), {"cbp.kind": "delta", "cbp.parent": "i/e1.parquet", "cbp.add_file": "d"}
+    )
+    _write(
+        home, "i/e3.parquet", delta((3, 1), 3), {"cbp.kind": "delta", "cbp.parent": "i/e2.parquet", "cbp.add_file": "e"}
+    )
     partindex._INDEXES.clear()
     idx = PartitionIndex.load(home, "i/e3.parquet")
     assert _as_model(idx) == [(1, "a", 0), (2, "d", 0), (3, "e", 0)]
     assert idx.chain == ["i/e1.parquet", "i/e2.parquet", "i/e3.parquet"]
     # and a delta this release writes on top of it reads back the same
-    new = idx.updated(np.array([1], np.int64), np.array([0], np.int32), np.array([0], np.int32), np.array([1], np.int64), "f", np.array([0], np.int32))
-    new.save(home, "i/e4.parquet", idx, (np.array([1], np.int64), np.array([0], np.int32), np.array([0], np.int32),
-                                         np.array([1], np.int64), "f", np.array([0], np.int32)))
+    new = idx.updated(
+        np.array([1], np.int64),
+        np.array([0], np.int32),
+        np.array([0], np.int32),
+        np.array([1], np.int64),
+        "f",
+        np.array([0], np.int32),
+    )
+    new.save(
+        home,
+        "i/e4.parquet",
+        idx,
+        (
+            np.array([1], np.int64),
+            np.array([0], np.int32),
+            np.array([0], np.int32),
+            np.array([1], np.int64),
+            "f",
+            np.array([0], np.int32),
+        ),
+    )
     partindex._INDEXES.clear()
     assert _as_model(PartitionIndex.load(home, "i/e4.parquet")) == [(1, "f", 0), (2, "d", 0), (3, "e", 0)]

@@ -14,20 +14,24 @@ import shutil
 import subprocess
 import sys
 
-from cbp.engine.driver.jvmlog import is_jvm_line
-from cbp.engine.driver.progress import Progress
 from conftest import FLOWS, ROOT, WORD_COUNT
 
 import cbp
+from cbp.engine.driver.jvmlog import is_jvm_line
+from cbp.engine.driver.progress import Progress
 
-SPARK_WORDS = re.compile(r"incubator|log4j|Setting default log level|setLogLevel|NativeCodeLoader|WARN |SparkContext|"
-                         r"org\.apache|java\.|SLF4J|Exception")
+SPARK_WORDS = re.compile(
+    r"incubator|log4j|Setting default log level|setLogLevel|NativeCodeLoader|WARN |SparkContext|"
+    r"org\.apache|java\.|SLF4J|Exception"
+)
 
 
 def _cli(*args: str, **env: str) -> subprocess.CompletedProcess:
     full = {**os.environ, "PYTHONPATH": str(ROOT), **env}
     full.pop("CBP_VERBOSE", None)
-    return subprocess.run([sys.executable, "-m", "cbp.cli", *args], capture_output=True, text=True, env=full, timeout=600)
+    return subprocess.run(
+        [sys.executable, "-m", "cbp.cli", *args], capture_output=True, text=True, env=full, timeout=600
+    )
 
 
 def test_a_real_cbp_run_prints_no_spark_or_jvm_line(tmp_path):
@@ -64,16 +68,21 @@ def test_the_jvms_stderr_is_filtered_unless_verbose():
     env.pop("CBP_VERBOSE", None)
     quiet = subprocess.run([sys.executable, "-c", CHILD], capture_output=True, text=True, env=env, timeout=60)
     assert quiet.stderr.splitlines() == ["a translator says hi"], quiet.stderr
-    loud = subprocess.run([sys.executable, "-c", CHILD], capture_output=True, text=True, env={**env, "CBP_VERBOSE": "1"}, timeout=60)
+    loud = subprocess.run(
+        [sys.executable, "-c", CHILD], capture_output=True, text=True, env={**env, "CBP_VERBOSE": "1"}, timeout=60
+    )
     assert loud.stderr.splitlines()[0] == "WARNING: Using incubator modules: jdk.incubator.vector"
     assert len(loud.stderr.splitlines()) == 5
 
 
 def test_jvm_lines_are_known():
-    for line in ("WARNING: Using incubator modules: jdk.incubator.vector", 'Setting default log level to "WARN".',
-                 "To adjust logging level use sc.setLogLevel(newLevel). For SparkR, use setLogLevel(newLevel).",
-                 "26/11/27 12:00:00 WARN NativeCodeLoader: Unable to load native-hadoop library",
-                 "12:00:00 ERROR TaskSchedulerImpl: Lost executor"):
+    for line in (
+        "WARNING: Using incubator modules: jdk.incubator.vector",
+        'Setting default log level to "WARN".',
+        "To adjust logging level use sc.setLogLevel(newLevel). For SparkR, use setLogLevel(newLevel).",
+        "26/11/27 12:00:00 WARN NativeCodeLoader: Unable to load native-hadoop library",
+        "12:00:00 ERROR TaskSchedulerImpl: Lost executor",
+    ):
         assert is_jvm_line(line), line
     assert not is_jvm_line("url_count        epoch    1  in         3")
 
@@ -135,10 +144,17 @@ def test_the_progress_bar_shows_on_a_terminal_and_goes_away(tmp_path):
         pytest.skip("no 'script' (util-linux) to give the child a terminal")
     (tmp_path / "d.py").write_text(DISPLAY)
     env = {**os.environ, "PYTHONPATH": str(ROOT), "TERM": "xterm", "COLUMNS": "100"}
-    r = subprocess.run(["script", "-qec", f"{sys.executable} {tmp_path / 'd.py'}", str(tmp_path / "tty.txt")],
-                       capture_output=True, text=True, env=env, timeout=120)
+    r = subprocess.run(
+        ["script", "-qec", f"{sys.executable} {tmp_path / 'd.py'}", str(tmp_path / "tty.txt")],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
     assert r.returncode == 0, r.stdout + r.stderr
-    screen = re.sub(r"\x1b\[[0-9;?]*[a-zA-Z]", "", (tmp_path / "tty.txt").read_text(errors="replace")).replace("\r", "\n")
+    screen = re.sub(r"\x1b\[[0-9;?]*[a-zA-Z]", "", (tmp_path / "tty.txt").read_text(errors="replace")).replace(
+        "\r", "\n"
+    )
     assert "count epoch 1" in screen and "3/4 tasks" in screen and "300 records read" in screen
     assert "starting Spark" not in screen  # that look came before 2 s
     assert "4/4" not in screen  # nor after the epoch ended

@@ -10,13 +10,13 @@ import subprocess
 import sys
 
 import pytest
+from conftest import FLOWS, ROOT
 
 import cbp
 import cbp.crawl.fetch as fetch_mod
 from cbp.crawl.crawler import Corpus, Crawler
 from cbp.crawl.schedule import Revisits, pick
 from cbp.errors import UsageError
-from conftest import FLOWS, ROOT
 
 CRAWL = FLOWS / "crawl_queue.yaml"
 H = "site"
@@ -53,7 +53,9 @@ def web(tmp_path):
 
 
 def _crawler(p, root, clock, **pol):
-    return Crawler(p, [Corpus(root)], max_pages=10, clock=clock, policy=Revisits(revisit_min=100, revisit_max=1000, **pol))
+    return Crawler(
+        p, [Corpus(root)], max_pages=10, clock=clock, policy=Revisits(revisit_min=100, revisit_max=1000, **pol)
+    )
 
 
 def _seed_all(c, n=4):
@@ -93,7 +95,10 @@ def test_revisits_adapt_and_land_only_what_changed(web):
     _write(root, "p2.html", '<html><a href="p0.html">back</a></html>')  # restored
     clock.t += 1000
     rep = c.round()
-    assert rep.back == [f"http://{H}/p2.html"] and {r["url"]: r["status"] for r in _last_feed(p)}[f"http://{H}/p2.html"] == 200
+    assert (
+        rep.back == [f"http://{H}/p2.html"]
+        and {r["url"]: r["status"] for r in _last_feed(p)}[f"http://{H}/p2.html"] == 200
+    )
     assert max(e["interval"] for e in c.state()["pages"].values()) <= 1000  # never beyond revisit_max
 
 
@@ -159,11 +164,23 @@ def test_a_host_whose_pages_all_vanish_is_held_back_not_purged(web):
 
 def test_priority_and_per_host_limit():
     pol = Revisits(max_per_host=2)
-    picks, rv = pick([], ["http://a/1", "http://a/2", "http://a/3", "http://b/1"], ["http://a/9", "http://c/1"], 10, pol)
-    assert picks == ["http://a/1", "http://a/2", "http://b/1", "http://c/1"] and rv == ["http://a/1", "http://a/2", "http://b/1"]
+    picks, rv = pick(
+        [], ["http://a/1", "http://a/2", "http://a/3", "http://b/1"], ["http://a/9", "http://c/1"], 10, pol
+    )
+    assert picks == ["http://a/1", "http://a/2", "http://b/1", "http://c/1"] and rv == [
+        "http://a/1",
+        "http://a/2",
+        "http://b/1",
+    ]
     assert pick([], [], ["n1", "n2", "n3"], 2, Revisits())[0] == ["n1", "n2"]  # no revisits: new URLs take all
     assert pick([], ["r1", "r2", "r3"], [], 2, Revisits())[0] == ["r1", "r2"]  # no new URLs: revisits take all
-    for bad in ({"revisit_min": 10, "revisit_max": 5}, {"revisit_min": 0}, {"gone_after": 0}, {"max_per_host": 0}, {"revisit_max": float("inf")}):
+    for bad in (
+        {"revisit_min": 10, "revisit_max": 5},
+        {"revisit_min": 0},
+        {"gone_after": 0},
+        {"max_per_host": 0},
+        {"revisit_max": float("inf")},
+    ):
         with pytest.raises(UsageError) as e:
             Revisits(**bad)
         assert e.value.code == "bad-option"
@@ -238,15 +255,37 @@ def test_a_changed_page_cannot_lead_out_of_the_corpus(web, tmp_path):
     clock.t += 100
     rep = c.round()
     assert rep.gone == [f"http://{H}/p0.html"]
-    assert not any("SECRET" in (r.get("html") or "") for e in range(1, p.feeds("pages") + 1) for r in p.output("pages", epoch=e))
+    assert not any(
+        "SECRET" in (r.get("html") or "") for e in range(1, p.feeds("pages") + 1) for r in p.output("pages", epoch=e)
+    )
 
 
 def test_an_older_crawler_state_is_resumed_with_a_schedule(web):
     root, p, clock = web
-    old = {"round": 1, "cursor": 0, "frontier": {f"http://{H}/p3.html": 4.0}, "fetched": [f"http://{H}/p0.html"], "failed": {},
-           "doing": None, "rounds": [{"round": 1, "cursor": 0, "queued": 0, "picked": 1, "landed": 1, "failed": 0, "frontier": 1,
-                                      "feed": 1, "at": "2026-01-01T00:00:00"}]}
-    p.feed("pages", [{"url": f"http://{H}/p0.html", "html": "<html>old</html>"}], feed_id="crawl:1")  # an old record: no status
+    old = {
+        "round": 1,
+        "cursor": 0,
+        "frontier": {f"http://{H}/p3.html": 4.0},
+        "fetched": [f"http://{H}/p0.html"],
+        "failed": {},
+        "doing": None,
+        "rounds": [
+            {
+                "round": 1,
+                "cursor": 0,
+                "queued": 0,
+                "picked": 1,
+                "landed": 1,
+                "failed": 0,
+                "frontier": 1,
+                "feed": 1,
+                "at": "2026-01-01T00:00:00",
+            }
+        ],
+    }
+    p.feed(
+        "pages", [{"url": f"http://{H}/p0.html", "html": "<html>old</html>"}], feed_id="crawl:1"
+    )  # an old record: no status
     p.home.write_json("_crawler/state.json", old)
     c = _crawler(p, root, clock)
     st = c.state()
@@ -268,16 +307,31 @@ def test_a_round_killed_after_landing_keeps_the_schedule_of_what_landed(web):
     _write(root, "p0.html", "<html>v2</html>")
     st = c.state()
     # the killed try planned the revisits, landed v2 and died before saving
-    st["doing"] = {"round": 2, "cursor": 0, "picks": sorted(st["pages"]), "queued": 0, "frontier": {}, "revisits": sorted(st["pages"]),
-                   "now": clock.t, "feeds": p.feeds("pages"), "retracted": 0}
+    st["doing"] = {
+        "round": 2,
+        "cursor": 0,
+        "picks": sorted(st["pages"]),
+        "queued": 0,
+        "frontier": {},
+        "revisits": sorted(st["pages"]),
+        "now": clock.t,
+        "feeds": p.feeds("pages"),
+        "retracted": 0,
+    }
     p.home.write_json("_crawler/state.json", st)
     v2 = Corpus(root).fetch(f"http://{H}/p0.html")
-    p.feed("pages", [{"url": v2.url, "status": 200, "html": v2.html, "digest": v2.digest, "fetched": clock.t}], feed_id="crawl:2")
+    p.feed(
+        "pages",
+        [{"url": v2.url, "status": 200, "html": v2.html, "digest": v2.digest, "fetched": clock.t}],
+        feed_id="crawl:2",
+    )
     _write(root, "p0.html", "<html>v3</html>")  # changed again before the redo
     feeds = p.feeds("pages")
     rep = c.round()
     assert rep.redone and p.feeds("pages") == feeds  # lands once
-    assert c.state()["pages"][f"http://{H}/p0.html"]["digest"] == v2.digest  # what landed, so v3 is seen as a change next time
+    assert (
+        c.state()["pages"][f"http://{H}/p0.html"]["digest"] == v2.digest
+    )  # what landed, so v3 is seen as a change next time
     clock.t += 1000
     assert c.round().changed == [f"http://{H}/p0.html"]
 
@@ -286,29 +340,53 @@ def test_cli_revisits_and_stats(web, tmp_path):
     root, _, _ = web
     home = tmp_path / "clihome"
     base = [sys.executable, "-m", "cbp.cli", "crawl", str(CRAWL), "--home", str(home), "--corpus", str(root)]
-    r = subprocess.run(base + ["--seed", f"http://{H}/p0.html", "--revisit-min", "60", "--revisit-max", "600", "--freshness"],
-                       capture_output=True, text=True, cwd=ROOT, timeout=120)
+    r = subprocess.run(
+        base + ["--seed", f"http://{H}/p0.html", "--revisit-min", "60", "--revisit-max", "600", "--freshness"],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=120,
+    )
     assert r.returncode == 0, r.stderr
     png = tmp_path / "s.png"
-    r = subprocess.run(base + ["--stats", "--stats-json", "--stats-png", str(png)], capture_output=True, text=True, cwd=ROOT, timeout=120)
+    r = subprocess.run(
+        base + ["--stats", "--stats-json", "--stats-png", str(png)],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=120,
+    )
     assert r.returncode == 0, r.stderr
     rep = json.loads(r.stdout[: r.stdout.rindex("}") + 1])
     assert rep["pages_by_status"] == {"200": 1} and rep["freshness"] == 1.0 and rep["rounds"][0]["fetched"] == 1
     assert rep["interval_quantiles_s"]["max"] == 60.0 and png.stat().st_size > 1000
-    bad = subprocess.run(base + ["--revisit-min", "10", "--revisit-max", "5"], capture_output=True, text=True, cwd=ROOT, timeout=120)
+    bad = subprocess.run(
+        base + ["--revisit-min", "10", "--revisit-max", "5"], capture_output=True, text=True, cwd=ROOT, timeout=120
+    )
     assert bad.returncode == 2 and "[bad-option]" in bad.stderr
 
 
 def test_a_url_the_queue_takes_back_leaves_the_frontier(web, monkeypatch):
     root, p, clock = web
     c = Crawler(p, [Corpus(root)], max_pages=1, clock=clock, policy=Revisits(revisit_min=100, revisit_max=1000))
-    batches = iter([
-        ([{"url": f"http://{H}/p1.html", "score": 5.0}, {"url": f"http://{H}/p2.html", "score": 4.0},
-          {"url": f"http://{H}/p3.html", "score": 3.5}, {"url": "http://elsewhere.example/x", "score": 9.0}], 1),
-        ([{"url": f"http://{H}/p2.html", "score": 4.0, "_diff": -1}], 2),
-    ])
+    batches = iter(
+        [
+            (
+                [
+                    {"url": f"http://{H}/p1.html", "score": 5.0},
+                    {"url": f"http://{H}/p2.html", "score": 4.0},
+                    {"url": f"http://{H}/p3.html", "score": 3.5},
+                    {"url": "http://elsewhere.example/x", "score": 9.0},
+                ],
+                1,
+            ),
+            ([{"url": f"http://{H}/p2.html", "score": 4.0, "_diff": -1}], 2),
+        ]
+    )
     monkeypatch.setattr(c, "new_queue_records", lambda cursor: next(batches, ([], 2)))
     rep = c.round()
-    assert rep.picked == [f"http://{H}/p1.html"] and rep.failed == {"http://elsewhere.example/x": "outside the corpus"}  # no pick used
+    assert rep.picked == [f"http://{H}/p1.html"] and rep.failed == {
+        "http://elsewhere.example/x": "outside the corpus"
+    }  # no pick used
     rep = c.round()
     assert rep.retracted == 1 and rep.picked == [f"http://{H}/p3.html"] and c.state()["frontier"] == {}

@@ -10,13 +10,12 @@ import math
 import os
 import random
 
-import pytest
+from conftest import FLOWS
 
 import cbp
 from cbp.crawl.crawler import Corpus, Crawler
 from cbp.crawl.reference import counts_from_scratch, latest_versions, queue_from_scratch
 from cbp.crawl.schedule import Revisits
-from conftest import FLOWS
 
 CRAWL = FLOWS / "crawl_queue.yaml"
 LANDMARK = FLOWS / "crawl_queue_landmark.yaml"
@@ -80,8 +79,10 @@ def _check(p, land, feeds) -> None:
     land.feed("pages", list(current.values()))
     land.run()
     e = land.status()["stages"]["count_links"]["epochs"]
-    full = {**{("url", r["url"]): r["inlinks"] for r in land.output("url_counts", epoch=e)},
-            **{("site", r["site"]): r["inlinks"] for r in land.output("site_counts", epoch=e)}}
+    full = {
+        **{("url", r["url"]): r["inlinks"] for r in land.output("url_counts", epoch=e)},
+        **{("site", r["site"]): r["inlinks"] for r in land.output("site_counts", epoch=e)},
+    }
     assert full == _want(feeds)
 
 
@@ -94,8 +95,10 @@ def _pipelines(tmp_path, spark):
     for src in (CRAWL, LANDMARK):
         (flows / src.name).write_text(src.read_text().replace("threshold: 3.0", "threshold: 2.0"))
     (flows / "crawl_queue.py").write_text((FLOWS / "crawl_queue.py").read_text())
-    return (cbp.load(flows / CRAWL.name, home=str(tmp_path / "home"), spark=spark),
-            cbp.load(flows / LANDMARK.name, home=str(tmp_path / "land"), spark=spark))
+    return (
+        cbp.load(flows / CRAWL.name, home=str(tmp_path / "home"), spark=spark),
+        cbp.load(flows / LANDMARK.name, home=str(tmp_path / "land"), spark=spark),
+    )
 
 
 def test_counts_follow_a_changing_web_round_after_round(spark, tmp_path):
@@ -133,7 +136,9 @@ def test_counts_follow_a_changing_web_round_after_round(spark, tmp_path):
         elif step == 1:  # new pages (linked from an edited one), more edits
             for i in (N, N + 1):
                 _page(root, i, rnd)
-            (root / "p0.html").write_text(f'<html><a href="p{N}.html">a</a><a href="p{N + 1}.html">b</a><a href="p1.html">c</a></html>')
+            (root / "p0.html").write_text(
+                f'<html><a href="p{N}.html">a</a><a href="p{N + 1}.html">b</a><a href="p1.html">c</a></html>'
+            )
             os.utime(root / "p0.html", ns=(0, 2 * 10**18))
         elif step == 2:  # removed pages restored, with other links
             for i in removed:
@@ -141,24 +146,43 @@ def test_counts_follow_a_changing_web_round_after_round(spark, tmp_path):
         rep = round_()
         kinds |= {k for k, v in rep.counts().items() if v}
     assert {"changed", "gone", "back", "unchanged", "fetched"} <= kinds
-    assert any(r.get("_diff", 1) < 0 for e in range(1, p.status()["stages"]["extract_links"]["epochs"] + 1)
-               for r in p.output("links", epoch=e))  # links were retracted
+    assert any(
+        r.get("_diff", 1) < 0
+        for e in range(1, p.status()["stages"]["extract_links"]["epochs"] + 1)
+        for r in p.output("links", epoch=e)
+    )  # links were retracted
 
 
 def test_versions_fed_directly_twice_in_one_feed_304_stale_and_old_records(spark, tmp_path):
     p, land = _pipelines(tmp_path, spark)
     a, b = "http://s/a.html", "http://s/b.html"
     feeds = [
-        [{"url": a, "html": '<a href="x.html"><a href="y.html">'},  # an old record: no status, no time
-         {"url": b, "status": 200, "html": '<a href="x.html"><a href="z.html">', "fetched": 1.0}],
-        [{"url": b, "status": 200, "html": '<a href="y.html">', "fetched": 2.0},  # fetched twice in one feed: the later wins
-         {"url": b, "status": 200, "html": '<a href="w.html">', "fetched": 3.0},
-         {"url": a, "status": 304, "html": None, "fetched": 9.0}],  # unchanged: nothing
-        [{"url": b, "status": 200, "html": '<a href="q.html">', "fetched": 2.5},  # stale: older than the stored version
-         {"url": a, "status": 410, "html": None, "fetched": 5.0}],  # gone at once
+        [
+            {"url": a, "html": '<a href="x.html"><a href="y.html">'},  # an old record: no status, no time
+            {"url": b, "status": 200, "html": '<a href="x.html"><a href="z.html">', "fetched": 1.0},
+        ],
+        [
+            {
+                "url": b,
+                "status": 200,
+                "html": '<a href="y.html">',
+                "fetched": 2.0,
+            },  # fetched twice in one feed: the later wins
+            {"url": b, "status": 200, "html": '<a href="w.html">', "fetched": 3.0},
+            {"url": a, "status": 304, "html": None, "fetched": 9.0},
+        ],  # unchanged: nothing
+        [
+            {
+                "url": b,
+                "status": 200,
+                "html": '<a href="q.html">',
+                "fetched": 2.5,
+            },  # stale: older than the stored version
+            {"url": a, "status": 410, "html": None, "fetched": 5.0},
+        ],  # gone at once
         [{"url": a, "status": 200, "html": '<a href="x.html"><a href="w.html">', "fetched": 6.0}],  # back
     ]
-    for f in feeds[: 1]:
+    for f in feeds[:1]:
         p.feed("pages", f)
     p.run()
     _check(p, land, feeds[:1])

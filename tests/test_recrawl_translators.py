@@ -11,11 +11,10 @@ import random
 from typing import Any
 
 import pytest
+from conftest import FLOWS, ROOT
 
 from cbp.crawl.reference import counts_from_scratch, latest_versions, queue_from_scratch
 from cbp.model import Emitter
-from conftest import FLOWS, ROOT
-
 
 
 def _module(name: str, path):
@@ -35,7 +34,12 @@ def stages(m) -> list:
     return [
         ("extract_links", m.extract_links, [("pages", m.page_url)], ["links"]),
         ("count_links", m.count_links, [("links", m.url_and_site)], ["url_counts", "site_counts"]),
-        ("merge", m.merge, [("url_counts", m.site_of_url), ("site_counts", lambda r: r["site"]), ("pages", m.site_of_url)], ["candidates"]),
+        (
+            "merge",
+            m.merge,
+            [("url_counts", m.site_of_url), ("site_counts", lambda r: r["site"]), ("pages", m.site_of_url)],
+            ["candidates"],
+        ),
         ("score", m.score, [("candidates", None)], ["scored"]),
         ("threshold", m.threshold, [("scored", lambda r: r["url"])], ["crawl_queue"]),
     ]
@@ -101,7 +105,7 @@ class Memory:
             groups: dict[Any, list[list[dict]]] = {}
             for i, (flow, route) in enumerate(inputs):
                 for n, rec in enumerate(flows.get(flow, [])):
-                    for k in (_keys(route, rec) if route else [("rec", n)]):
+                    for k in _keys(route, rec) if route else [("rec", n)]:
                         groups.setdefault(k, [[] for _ in inputs])[i].append({"_diff": 1, **rec})
             keep = self.stateful and name not in ("score",)
             self.rows_read[name] = {}
@@ -196,17 +200,21 @@ def test_a_link_to_a_big_site_reads_a_bounded_number_of_its_rows():
     merge read the site's row and those two URLs' rows, not the site's 3,000; the queue stays the
     from-scratch queue and what the translators before keyed rows queued."""
     mem, old = Memory(threshold=3.0), Memory(threshold=3.0, module=before)
-    hub = [{"url": f"http://hub/{i}", "html": "".join(f'<a href="http://big/{j}">' for j in range(i * 500, i * 500 + 500))}
-           for i in range(6)]
+    hub = [
+        {"url": f"http://hub/{i}", "html": "".join(f'<a href="http://big/{j}">' for j in range(i * 500, i * 500 + 500))}
+        for i in range(6)
+    ]
     small = [{"url": "http://hub/s", "html": '<a href="http://small/1"><a href="http://small/2">'}]
     feeds = [hub, small]
     for f in feeds:
         assert sorted(mem.step(f), key=repr) == sorted(old.step(f), key=repr)
     assert len(mem.state["merge"]["http://big"]) == 3001  # the site's row and a row per URL
     assert set(mem.rows_read["merge"].values()) == {0}  # new sites and URLs: nothing stored
-    for f in ([{"url": "http://x/1", "html": '<a href="http://big/7"><a href="http://big/new"><a href="http://small/1">'}],
-              [{"url": "http://x/2", "html": '<a href="http://big/7"><a href="http://big/8"><a href="http://big/new">'}],
-              [{"url": "http://big/7", "html": ""}, {"url": "http://x/1", "status": 404, "html": None, "fetched": 9.0}]):
+    for f in (
+        [{"url": "http://x/1", "html": '<a href="http://big/7"><a href="http://big/new"><a href="http://small/1">'}],
+        [{"url": "http://x/2", "html": '<a href="http://big/7"><a href="http://big/8"><a href="http://big/new">'}],
+        [{"url": "http://big/7", "html": ""}, {"url": "http://x/1", "status": 404, "html": None, "fetched": 9.0}],
+    ):
         feeds.append(f)
         queued = mem.step(f)
         assert sorted(queued, key=repr) == sorted(old.step(f), key=repr)
@@ -221,6 +229,13 @@ def test_a_consolidated_epoch_is_read_the_same():
     """Records equal but for _diff arrive summed (a retraction among them): _diff n counts n times."""
     out: list = []
     e = Emitter("count_links", 1, {}, ["url_counts", "site_counts"], True, lambda f, r: out.append((f, r)))
-    cq.count_links(["url", "http://a/x"], iter([{"kind": "url", "name": "http://a/x", "inlinks": 5}]),
-                   iter([{"src": "s", "dst": "http://a/x", "_diff": -3}, {"src": "t", "dst": "http://a/x", "_diff": 2}]), e)
-    assert out == [("state", {"kind": "url", "name": "http://a/x", "inlinks": 4}), ("url_counts", {"url": "http://a/x", "inlinks": 4, "change": -1})]
+    cq.count_links(
+        ["url", "http://a/x"],
+        iter([{"kind": "url", "name": "http://a/x", "inlinks": 5}]),
+        iter([{"src": "s", "dst": "http://a/x", "_diff": -3}, {"src": "t", "dst": "http://a/x", "_diff": 2}]),
+        e,
+    )
+    assert out == [
+        ("state", {"kind": "url", "name": "http://a/x", "inlinks": 4}),
+        ("url_counts", {"url": "http://a/x", "inlinks": 4, "change": -1}),
+    ]

@@ -14,10 +14,10 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+from moto_s3 import BUCKET, s3  # noqa: F401  (the module's S3 server fixture)
 
 import cbp
 from cbp.errors import CbpError
-from moto_s3 import BUCKET, s3  # noqa: F401  (the module's S3 server fixture)
 
 ROOT = Path(__file__).resolve().parents[1]
 CRASH = Path(__file__).resolve().parent / "crash"
@@ -44,7 +44,12 @@ def count(key, state, words, out):
     out.state.write({"w": key, "n": n + (prev["n"] if prev else 0)})
     out.write("deltas", {"w": key, "d": n})
 """
-FEEDS = [[{"w": "a"}, {"w": "b"}], [{"w": "b"}, {"w": "c"}], [{"w": "c"}, {"w": "b"}, {"w": "b"}], [{"w": "a"}, {"w": "d"}]]
+FEEDS = [
+    [{"w": "a"}, {"w": "b"}],
+    [{"w": "b"}, {"w": "c"}],
+    [{"w": "c"}, {"w": "b"}, {"w": "b"}],
+    [{"w": "a"}, {"w": "d"}],
+]
 
 
 def _versions(tmp_path: Path, tag: str) -> tuple[Path, Path]:
@@ -96,7 +101,9 @@ def _rewind_and_compare(tmp_path: Path, home: str, spark, tag: str) -> cbp.Pipel
     assert p.epochs("count") == 2 and p.status()["stages"]["count"]["connectors"]["words"]["pending"] == 2
     assert p.state("count") == [{"w": "a", "n": 1}, {"w": "b", "n": 2}, {"w": "c", "n": 1}]
     assert _canon(p.output("deltas")) == first_two  # what epochs 1-2 wrote, nothing of 3-4
-    assert _canon(p.undone_output("deltas", 3)) == _canon([{"w": "b", "d": 20}, {"w": "c", "d": 1}])  # the undone epoch stays readable
+    assert _canon(p.undone_output("deltas", 3)) == _canon(
+        [{"w": "b", "d": 20}, {"w": "c", "d": 1}]
+    )  # the undone epoch stays readable
     reps = p.run()
     assert [r.epoch for r in reps] == [3]
     want = _fresh(fixed, str(tmp_path / f"fresh-{tag}"), spark)
@@ -169,12 +176,19 @@ def test_an_abandoned_rerun_keeps_the_undone_epochs_state_files(spark, tmp_path)
     home = str(tmp_path / "home")
     _buggy_history(fixed, buggy, home, spark)
     failing = fixed.with_name("wc_abandon_fails.py")
-    failing.write_text("BUG = False\n" + CODE.replace("    prev = next(state, None)", "    if key == 'c':\n        raise ValueError('boom')\n    prev = next(state, None)"))
+    failing.write_text(
+        "BUG = False\n"
+        + CODE.replace(
+            "    prev = next(state, None)",
+            "    if key == 'c':\n        raise ValueError('boom')\n    prev = next(state, None)",
+        )
+    )
     (yaml_failing := fixed.with_name("wc_abandon_fails.yaml")).write_text(YAML.replace("MOD", "wc_abandon_fails"))
     p = cbp.load(fixed, home, spark=spark)
     p.rewind(2, stage="count")
     undone = {e["epoch"]: e["state_version"] for e in p.controller.rewinds()[-1]["undone"]["count"]}
     from cbp.storage import LAYOUT
+
     uri = p.home.uri(LAYOUT.state("count"))
     before = {e: DeltaTable(uri, version=v).to_pyarrow_table().num_rows for e, v in undone.items()}
     with pytest.raises(CbpError):
@@ -223,13 +237,24 @@ def test_rewind_multi_stage_with_loopback(spark, tmp_path):
         fresh.run()
     for s in ("cc", "size"):
         assert p.state(s) == fresh.state(s)
-    for s, fl in (("parse", "edges"), ("cc", "moves"), ("size", "sizes")):  # live outputs are exactly the current epochs'
-        assert _canon(p.output(fl)) == sum((_canon(p.output(fl, epoch=e)) for e in range(1, p.epochs(s) + 1)), Counter())
+    for s, fl in (
+        ("parse", "edges"),
+        ("cc", "moves"),
+        ("size", "sizes"),
+    ):  # live outputs are exactly the current epochs'
+        assert _canon(p.output(fl)) == sum(
+            (_canon(p.output(fl, epoch=e)) for e in range(1, p.epochs(s) + 1)), Counter()
+        )
 
 
 # ------------------------------------------------------------------ SIGKILL inside a rewind
-KILLS = ["kill:rewind:planned:1", "kill:rewind:pending:1", "kill:rewind:committed:0:1", "kill:rewind:committed:1:1",
-         "kill:rewind:snapshot:1"]
+KILLS = [
+    "kill:rewind:planned:1",
+    "kill:rewind:pending:1",
+    "kill:rewind:committed:0:1",
+    "kill:rewind:committed:1:1",
+    "kill:rewind:snapshot:1",
+]
 
 
 def _cli(args: list[str], fault: str | None = None) -> subprocess.CompletedProcess[str]:
@@ -237,12 +262,19 @@ def _cli(args: list[str], fault: str | None = None) -> subprocess.CompletedProce
     if fault:
         env["CBP_FAULT"] = fault
     env["PYTHONPATH"] = os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")])
-    return subprocess.run([sys.executable, "-m", "cbp.cli", *args], capture_output=True, text=True, env=env, timeout=300)
+    return subprocess.run(
+        [sys.executable, "-m", "cbp.cli", *args], capture_output=True, text=True, env=env, timeout=300
+    )
 
 
 def _view(p: cbp.Pipeline) -> tuple:
     st = p.status()["stages"]["count"]
-    return p.epochs("count"), st["connectors"]["words"]["pending"], p.state("count"), sorted(map(str, p.output("deltas")))
+    return (
+        p.epochs("count"),
+        st["connectors"]["words"]["pending"],
+        p.state("count"),
+        sorted(map(str, p.output("deltas"))),
+    )
 
 
 def test_sigkill_at_every_step_of_a_rewind(spark, tmp_path):
@@ -328,7 +360,9 @@ def test_rewind_with_framed_increments_open_across_epochs(spark, make_pipeline, 
         fresh.feed("events", f)
     fresh.run()
     assert p.state("per_day") == fresh.state("per_day")
-    scratch = pd.DataFrame([r for f in feeds for r in f]).groupby("day")["user"].apply(lambda u: sorted(set(u))).to_dict()
+    scratch = (
+        pd.DataFrame([r for f in feeds for r in f]).groupby("day")["user"].apply(lambda u: sorted(set(u))).to_dict()
+    )
     # (a day's records can come from two tasks of 'pass' in either order, so a day can be two increments, one
     # still open: each day's users are some of that day's, the same in the replay as in the fresh run)
     assert all(set(r["users"]) <= set(scratch[r["day"]]) for r in p.state("per_day"))

@@ -46,8 +46,9 @@ def test_plan_added_input_is_no_route_by_change(spark, make_pipeline, tmp_path):
     p = cbp.load(make_pipeline(PIPE, MODULE), home=home)
     p.feed("words", WORDS)
     p.run()
-    two = PIPE.replace("inputs: [{flow: words, route_by: w}]",
-                       "inputs: [{flow: words, route_by: w}, {flow: more, route_by: w}]")
+    two = PIPE.replace(
+        "inputs: [{flow: words, route_by: w}]", "inputs: [{flow: words, route_by: w}, {flow: more, route_by: w}]"
+    )
     two = two.replace("MOD:count", "MOD:count2")
     lines = cbp.load(make_pipeline(two, MODULE), home=home).plan().lines()
     assert any("input 'more' added" in line for line in lines) and not any("route_by" in line for line in lines), lines
@@ -55,8 +56,10 @@ def test_plan_added_input_is_no_route_by_change(spark, make_pipeline, tmp_path):
     lines = cbp.load(make_pipeline(moved, MODULE), home=home).plan().lines()
     assert any("route_by changed" in line for line in lines), lines
     # signed: true on the stage, then on each input instead: a change that applies (no upgrade, no rebuild)
-    for text in (two.replace("    partitions: 2\n", "    partitions: 2\n    signed: true\n"),
-                 two.replace("route_by: w}", "route_by: w, signed: true}")):
+    for text in (
+        two.replace("    partitions: 2\n", "    partitions: 2\n    signed: true\n"),
+        two.replace("route_by: w}", "route_by: w, signed: true}"),
+    ):
         q = cbp.load(make_pipeline(text, MODULE), home=home)
         assert not q.plan().needs_upgrade and {c.verdict for c in q.plan().changes} <= {"applies"}
     q.feed("words", [{"w": "a", "v": "q", "_diff": -1}])
@@ -112,8 +115,10 @@ def test_keyed_rows_state_shows_their_key(spark, make_pipeline, tmp_path, capsys
     yaml = make_pipeline(KEYED, KEYED_MOD)
     home = str(tmp_path / "h")
     p = cbp.load(yaml, home=home)
-    feeds = [[{"g": "a", "rk": "x", "v": 1}, {"g": "b", "rk": "x", "v": 1}, {"g": "a", "rk": "y", "v": 2}],
-             [{"g": "b", "rk": "x", "v": 5}, {"g": "c", "rk": "y", "v": 2}]]
+    feeds = [
+        [{"g": "a", "rk": "x", "v": 1}, {"g": "b", "rk": "x", "v": 1}, {"g": "a", "rk": "y", "v": 2}],
+        [{"g": "b", "rk": "x", "v": 5}, {"g": "c", "rk": "y", "v": 2}],
+    ]
     for n, ops in enumerate(feeds, 1):
         p.feed("ops", ops)
         p.run()

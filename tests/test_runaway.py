@@ -6,11 +6,11 @@ from __future__ import annotations
 import time
 
 import pytest
+from conftest import WORD_COUNT
 
 import cbp
 from cbp.cli import main
 from cbp.errors import UserCodeError
-from conftest import WORD_COUNT
 
 PIPE = WORD_COUNT + "    TIMEOUT\n"  # the shared word count, with a line for the stage's time limit
 MODULE = """
@@ -135,14 +135,24 @@ class Unprintable(Exception):
 
 
 @pytest.mark.parametrize("small", [True, False], ids=["small", "shuffle"])
-@pytest.mark.parametrize("how,code", [("raise", "user-code"), ("loop", "timeout"), ("os_exit", "worker-died"), ("nan", "user-code"),
-                                      ("unprintable", "user-code")])
+@pytest.mark.parametrize(
+    "how,code",
+    [
+        ("raise", "user-code"),
+        ("loop", "timeout"),
+        ("os_exit", "worker-died"),
+        ("nan", "user-code"),
+        ("unprintable", "user-code"),
+    ],
+)
 def test_a_failing_route_by_function(spark, make_pipeline, tmp_path, how, code, small):
     """RouteBy functions run in a Spark job on both paths (a small epoch's routing job, the
     shuffle's map side): an error names the record and the function, a loop meets the time limit,
     an exit is the worker's death; the driver lives on, nothing is committed, and the fixed
     function runs the same epoch."""
-    path = make_pipeline(PIPE.replace("TIMEOUT", "timeout: 12").replace("route_by: w", "route_by: 'MOD:route'"), MODULE + ROUTE)
+    path = make_pipeline(
+        PIPE.replace("TIMEOUT", "timeout: 12").replace("route_by: w", "route_by: 'MOD:route'"), MODULE + ROUTE
+    )
     (path.parent / "how").write_text(how)
     p = cbp.Pipeline(str(path), home=str(tmp_path / "h"), spark=spark, **({} if small else {"small_epoch_records": 0}))
     p.feed("words", [{"w": "a"}, {"w": "bad"}])
@@ -155,7 +165,9 @@ def test_a_failing_route_by_function(spark, make_pipeline, tmp_path, how, code, 
     assert p.status()["stages"]["count"]["epochs"] == 0 and p.state("count") == []
     (path.parent / "how").write_text("fixed")
     [r] = p.run()
-    assert _counts(p) == {"a": 1, "bad": 1} and (r.shuffle_records == 0) == small  # a small epoch: routed by the driver's job
+    assert (
+        _counts(p) == {"a": 1, "bad": 1} and (r.shuffle_records == 0) == small
+    )  # a small epoch: routed by the driver's job
 
 
 def test_timeout_must_be_positive(make_pipeline):

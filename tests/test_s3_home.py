@@ -19,14 +19,14 @@ from pathlib import Path
 
 import pyarrow as pa
 import pytest
+from conftest import FLOWS, ROOT
+from moto_s3 import BUCKET, s3  # noqa: F401  (the module's S3 server fixture)
 
 from cbp.errors import BusyError, CbpError
 from cbp.storage import Home
-from cbp.storage.tables import TABLE_CONFIG
 from cbp.storage.lease import KEEP, PRUNE_EVERY, Lease, S3Objects
+from cbp.storage.tables import TABLE_CONFIG
 from cbp.testing import Increment, replay
-from conftest import FLOWS, ROOT
-from moto_s3 import BUCKET, s3  # noqa: F401  (the module's S3 server fixture)
 
 HOLDER = str(Path(__file__).with_name("s3_lease_holder.py"))
 
@@ -41,8 +41,14 @@ def _env(**extra: str) -> dict[str, str]:
 
 def _start(background, *args: str, stdin: int | None = None, **env: str) -> subprocess.Popen:
     """A lease holder in a subprocess, killed when the test ends (fixture ``background``)."""
-    return background.popen([sys.executable, HOLDER, *args], stdin=stdin, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True, env=_env(**env))
+    return background.popen(
+        [sys.executable, HOLDER, *args],
+        stdin=stdin,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=_env(**env),
+    )
 
 
 def _wait_held(proc: subprocess.Popen) -> None:
@@ -73,16 +79,29 @@ def test_url_count_on_s3_equals_local(spark, s3, tmp_path):
     assert sorted(p.output("counts", epoch=1), key=key) == sorted(local.pipeline.output("counts", epoch=1), key=key)
     assert p.status()["stages"]["url_count"]["epochs"] == 3
     assert Home(home).runner_info() is None and not Home(home).runner_active()
-    listed = s3.list_objects_v2(Bucket=BUCKET, Prefix=home.split(f"{BUCKET}/", 1)[1] + "/stages/url_count/state/_delta_log/")
+    listed = s3.list_objects_v2(
+        Bucket=BUCKET, Prefix=home.split(f"{BUCKET}/", 1)[1] + "/stages/url_count/state/_delta_log/"
+    )
     assert listed.get("KeyCount", 0) > 0  # the state is a Delta table on S3
-    objects = {o["Key"]: o["Size"] for page in s3.get_paginator("list_objects_v2").paginate(Bucket=BUCKET, Prefix=home.split(f"{BUCKET}/", 1)[1] + "/")
-               for o in page.get("Contents", [])}
+    objects = {
+        o["Key"]: o["Size"]
+        for page in s3.get_paginator("list_objects_v2").paginate(
+            Bucket=BUCKET, Prefix=home.split(f"{BUCKET}/", 1)[1] + "/"
+        )
+        for o in page.get("Contents", [])
+    }
     assert not [k for k in objects if k.endswith("/")]  # no directory marker objects (one request each)
-    for rel in ("stages/url_count/state", "flows/urls", "flows/counts"):  # sizes counted while writing = the objects' sizes
+    for rel in (
+        "stages/url_count/state",
+        "flows/urls",
+        "flows/counts",
+    ):  # sizes counted while writing = the objects' sizes
         dt = Home(home).table(rel, version=1)  # (the read increments of urls have left its newest version)
         assert dt.metadata().configuration.get("delta.checkpointInterval") == TABLE_CONFIG["delta.checkpointInterval"]
         adds = pa.table(dt.get_add_actions(flatten=True)).to_pylist()
-        assert adds and all(objects[f"{home.split(f'{BUCKET}/', 1)[1]}/{rel}/{a['path']}"] == a["size_bytes"] for a in adds)
+        assert adds and all(
+            objects[f"{home.split(f'{BUCKET}/', 1)[1]}/{rel}/{a['path']}"] == a["size_bytes"] for a in adds
+        )
 
 
 def test_home_unpickled_on_an_executor_builds_the_same_filesystem(s3):
@@ -133,8 +152,21 @@ def test_second_cbp_run_on_an_s3_home_exits_busy(s3, background):
     holder = _start(background, "runner", home)
     try:
         _wait_held(holder)
-        cli = subprocess.run([sys.executable, "-c", "import sys; from cbp.cli import main; sys.exit(main())", "run",
-                              str(FLOWS / "url_count.yaml"), "--home", home], capture_output=True, text=True, env=_env(), timeout=300)
+        cli = subprocess.run(
+            [
+                sys.executable,
+                "-c",
+                "import sys; from cbp.cli import main; sys.exit(main())",
+                "run",
+                str(FLOWS / "url_count.yaml"),
+                "--home",
+                home,
+            ],
+            capture_output=True,
+            text=True,
+            env=_env(),
+            timeout=300,
+        )
         assert cli.returncode == 6, cli.stderr[-2000:]  # BusyError's exit code, as on a local disk
         assert str(holder.pid) in cli.stderr
     finally:
@@ -241,7 +273,11 @@ def test_concurrent_delta_commits_on_s3_lose_nothing(s3, background):
     from deltalake import DeltaTable, write_deltalake
 
     table = f"{_home()}/t"
-    write_deltalake(table, pa.table({"tag": pa.array([], pa.string()), "i": pa.array([], pa.int64())}), storage_options=Home(table).storage_options)
+    write_deltalake(
+        table,
+        pa.table({"tag": pa.array([], pa.string()), "i": pa.array([], pa.int64())}),
+        storage_options=Home(table).storage_options,
+    )
     procs = [_start(background, "append", table, "12", tag) for tag in ("a", "b")]
     for p in procs:
         out, err = p.communicate(timeout=240)

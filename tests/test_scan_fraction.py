@@ -17,9 +17,18 @@ from cbp.storage import Home
 
 def _plan(tmp_path, epoch, parts=None, scan_fraction=None, cache_mb=0.0):
     schema = RecordSchema.parse({"w": "string", "n": "int"})
-    return SimpleNamespace(home=Home(str(tmp_path)), stage=SimpleNamespace(name="s", state_schema=schema, row_key=()), epoch=epoch,
-                           state_rel="stages/s/state", row_group=4, cache_mb=cache_mb, scan_fraction=scan_fraction,
-                           max_files=8, parts=parts or {}, mode="direct")
+    return SimpleNamespace(
+        home=Home(str(tmp_path)),
+        stage=SimpleNamespace(name="s", state_schema=schema, row_key=()),
+        epoch=epoch,
+        state_rel="stages/s/state",
+        row_group=4,
+        cache_mb=cache_mb,
+        scan_fraction=scan_fraction,
+        max_files=8,
+        parts=parts or {},
+        mode="direct",
+    )
 
 
 def _state(tmp_path):
@@ -71,15 +80,22 @@ def test_the_plan_carries_the_fraction_to_the_partition_reader(tmp_path):
 def test_the_driver_chooses_index_or_scan_per_partition_and_epoch(spark, tmp_path, monkeypatch):
     """A small increment reads only its keys' row groups; one touching every key reads each state
     file whole, once (no switch half-way, which read row groups and then the whole file)."""
-    import cbp
     from conftest import FLOWS
+
+    import cbp
 
     monkeypatch.delenv("CBP_STATE_SCAN_FRACTION", raising=False)
     urls = [{"url": f"http://x/{i}"} for i in range(400)]
     reads = {}
     for name, fraction in (("driver", None), ("mid-stream", 0.9)):
-        p = cbp.Pipeline(FLOWS / "url_count.yaml", str(tmp_path / name), spark=spark, state_row_group=4, state_cache_mb=0.001,
-                         state_scan_fraction=fraction)
+        p = cbp.Pipeline(
+            FLOWS / "url_count.yaml",
+            str(tmp_path / name),
+            spark=spark,
+            state_row_group=4,
+            state_cache_mb=0.001,
+            state_scan_fraction=fraction,
+        )
         p.feed("urls", urls)
         p.run()  # 400 keys: 100 row groups of 4 rows over the 4 partitions
         p.feed("urls", urls[:2])
@@ -110,12 +126,16 @@ def test_a_file_read_whole_first_evicts_what_the_budget_cannot_hold_beside_it(tm
     cache = r.cache  # the worker's cache, which the reader's making has set to the default budget
     cache.files.clear()
     cache.used = 0
-    old = bipindex._CachedFile(bipindex.pa.table({"x": np.zeros(size // 8 + 1, np.int64)}), np.zeros(0, np.int64), np.zeros(1, np.int64))
+    old = bipindex._CachedFile(
+        bipindex.pa.table({"x": np.zeros(size // 8 + 1, np.int64)}), np.zeros(0, np.int64), np.zeros(1, np.int64)
+    )
     cache.put("old", old)
     cache.budget = old.nbytes + size // 2  # holds the old file, or the new one, not both
     held = []
     real = bipindex.pq.ParquetFile.read
-    monkeypatch.setattr(bipindex.pq.ParquetFile, "read", lambda self, *a, **k: held.append(cache.used) or real(self, *a, **k))
+    monkeypatch.setattr(
+        bipindex.pq.ParquetFile, "read", lambda self, *a, **k: held.append(cache.used) or real(self, *a, **k)
+    )
     assert r.rows_of(np.arange(40, dtype=np.int64))[0].num_rows == 40
     assert held == [0] and "old" not in cache.files  # evicted before the read, not after
     assert r.cache_hits == 0 and r.row_groups_read == 10

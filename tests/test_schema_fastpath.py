@@ -7,15 +7,21 @@ import types
 from typing import Any
 
 import pytest
-
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from cbp.spec.schema import RecordError, RecordSchema, check_json
 
 SCHEMA = RecordSchema.parse({"s": "string", "n": "int", "x": "float?", "b": "bool?", "t": "string?"})
-VALUES = st.one_of(st.none(), st.text(max_size=5), st.sampled_from(["\ud800", "ok\udfff"]), st.integers(min_value=-(2**64), max_value=2**64),
-                   st.floats(allow_nan=True, allow_infinity=True), st.booleans(), st.lists(st.integers(), max_size=2))
+VALUES = st.one_of(
+    st.none(),
+    st.text(max_size=5),
+    st.sampled_from(["\ud800", "ok\udfff"]),
+    st.integers(min_value=-(2**64), max_value=2**64),
+    st.floats(allow_nan=True, allow_infinity=True),
+    st.booleans(),
+    st.lists(st.integers(), max_size=2),
+)
 RECORDS = st.dictionaries(st.sampled_from(["s", "n", "x", "b", "t", "extra"]), VALUES, max_size=6)
 
 
@@ -48,12 +54,29 @@ class _Str(str):
     pass
 
 
-_LEAVES = st.one_of(st.none(), st.booleans(), st.integers(), st.sampled_from([2**14_001, -(2**14_000), float("nan"), float("-inf"), 1e308]),
-                    st.floats(), st.text(max_size=4), st.sampled_from(["\ud800", "a\udfff", "é", "\x00", _Str("s")]),
-                    st.sampled_from([b"x", {1, 2}, object()]))
-_JSONISH = st.recursive(_LEAVES, lambda inner: st.one_of(
-    st.lists(inner, max_size=4), st.lists(inner, max_size=3).map(tuple),
-    st.dictionaries(st.one_of(st.text(max_size=3), st.sampled_from(["\udc80", 1, None, True, 2.5, _Str("k")])), inner, max_size=4)), max_leaves=20)
+_LEAVES = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(),
+    st.sampled_from([2**14_001, -(2**14_000), float("nan"), float("-inf"), 1e308]),
+    st.floats(),
+    st.text(max_size=4),
+    st.sampled_from(["\ud800", "a\udfff", "é", "\x00", _Str("s")]),
+    st.sampled_from([b"x", {1, 2}, object()]),
+)
+_JSONISH = st.recursive(
+    _LEAVES,
+    lambda inner: st.one_of(
+        st.lists(inner, max_size=4),
+        st.lists(inner, max_size=3).map(tuple),
+        st.dictionaries(
+            st.one_of(st.text(max_size=3), st.sampled_from(["\udc80", 1, None, True, 2.5, _Str("k")])),
+            inner,
+            max_size=4,
+        ),
+    ),
+    max_leaves=20,
+)
 
 
 def _deep(n: int, leaf: Any) -> Any:
@@ -66,6 +89,7 @@ def _deep(n: int, leaf: Any) -> Any:
 @given(_JSONISH)
 def test_check_json_fast_path_never_accepts_what_the_walk_refuses(value):
     from cbp.spec.schema import _plainly_json, _walk_json
+
     try:
         _walk_json("f", value)
         walked = None
@@ -83,6 +107,7 @@ def test_check_json_fast_path_never_accepts_what_the_walk_refuses(value):
 
 def test_check_json_depth_and_self_reference():
     from cbp.spec.schema import MAX_DEPTH
+
     check_json("f", _deep(MAX_DEPTH - 1, "x"))
     for bad in (_deep(MAX_DEPTH, "x"), _deep(MAX_DEPTH - 1, ["\ud800"])):
         with pytest.raises(RecordError):

@@ -6,9 +6,9 @@ import random
 
 import pandas as pd
 import pytest
+from conftest import FLOWS
 
 from cbp.testing import Increment, replay
-from conftest import FLOWS
 
 YAML = FLOWS / "set_diff.yaml"
 
@@ -27,7 +27,7 @@ def chunk(rng: random.Random, recs: list[dict]) -> list[list[dict]]:
     out, i = [], 0
     while i < len(recs):
         n = rng.randint(1, 15)
-        out.append(recs[i:i + n])
+        out.append(recs[i : i + n])
         i += n
     return out
 
@@ -48,7 +48,9 @@ def expected_by_hour(a: list[dict], b: list[dict]):
 @pytest.mark.parametrize("mode,seed", [("direct", 1), ("blackbox", 2), ("direct", 3)])
 def test_set_diff_matches_pandas(spark, tmp_path, monkeypatch, mode, seed):
     if seed == 3:
-        monkeypatch.setattr("cbp.spec.feedfiles._CHUNK", 3)  # feeds validated in many small Arrow chunks, frames across them
+        monkeypatch.setattr(
+            "cbp.spec.feedfiles._CHUNK", 3
+        )  # feeds validated in many small Arrow chunks, frames across them
     rng = random.Random(seed)
     a, b = crawl(rng, 8, 0.3), crawl(rng, 8, 0.3)
     feeds = [("crawl_a", c) for c in chunk(rng, a)] + [("crawl_b", c) for c in chunk(rng, b)]

@@ -14,22 +14,25 @@ from __future__ import annotations
 import re
 import sys
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import pandas as pd
 import pytest
+from conftest import FLOWS, ROOT
 
 import cbp
 from cbp.commands.init import scaffold
 from cbp.errors import InputError
-from conftest import FLOWS, ROOT
 
 # flows/pagerank.* and flows/clustering* are checked against networkx with retractions by the graphs
 # tests (tests/test_graphs.py, the graphs helper's part of issue 46), not here
 GRAPHS = {"pagerank.yaml", "clustering.yaml", "clustering_emulated.yaml"}
-FEEDS = [[{"k": "a"}, {"k": "a"}, {"k": "b"}, {"k": "d", "_diff": 2}],
-         [{"k": "a", "_diff": -1}, {"k": "b", "_diff": -1}, {"k": "c"}, {"k": "d", "_diff": -1}]]
+FEEDS = [
+    [{"k": "a"}, {"k": "a"}, {"k": "b"}, {"k": "d", "_diff": 2}],
+    [{"k": "a", "_diff": -1}, {"k": "b", "_diff": -1}, {"k": "c"}, {"k": "d", "_diff": -1}],
+]
 DOC_FILES = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
 PRELUDE = "import numpy as np\nimport pyarrow as pa\nimport pyarrow.compute as pc\n\n"
 
@@ -43,14 +46,25 @@ def from_scratch(feeds: list[list[dict[str, Any]]]) -> dict[str, int]:
 def counter_yaml(fn: str, key: str, count: str, *, batch: bool = False, state_key: str | None = None) -> str:
     """A counting stage (per key, or ``batch``) named ``count`` over external flow ``ins``."""
     batch_line = "\n    batch: true" if batch else ""
-    return (f"pipeline: shipped\nflows:\n  ins: {{external: true, schema: {{{key}: string}}}}\n"
-            f"  counts: {{schema: {{{key}: string, {count}: int}}}}\nstages:\n  count:\n    translator: MOD:{fn}\n"
-            f"    signed: true\n    partitions: 2{batch_line}\n    inputs: [{{flow: ins, route_by: {key}}}]\n"
-            f"    state: {{schema: {{{state_key or key}: string, {count}: int}}}}\n    outputs: [counts]\n")
+    return (
+        f"pipeline: shipped\nflows:\n  ins: {{external: true, schema: {{{key}: string}}}}\n"
+        f"  counts: {{schema: {{{key}: string, {count}: int}}}}\nstages:\n  count:\n    translator: MOD:{fn}\n"
+        f"    signed: true\n    partitions: 2{batch_line}\n    inputs: [{{flow: ins, route_by: {key}}}]\n"
+        f"    state: {{schema: {{{state_key or key}: string, {count}: int}}}}\n    outputs: [counts]\n"
+    )
 
 
-def run_counter(spark: Any, yaml: Path, home: Path, key: str, count: str, *, state_key: str | None = None,
-                extra: Callable[[dict[str, Any]], dict[str, Any]] = lambda r: r, stage: str = "count") -> None:
+def run_counter(
+    spark: Any,
+    yaml: Path,
+    home: Path,
+    key: str,
+    count: str,
+    *,
+    state_key: str | None = None,
+    extra: Callable[[dict[str, Any]], dict[str, Any]] = lambda r: r,
+    stage: str = "count",
+) -> None:
     """Feed :data:`FEEDS` (key field ``key``); after each, the state equals :func:`from_scratch`."""
     p = cbp.Pipeline(yaml, str(home), spark=spark)
     for n, feed in enumerate(FEEDS, 1):
@@ -135,10 +149,13 @@ stages:
     inputs: [{flow: ins, route_by: site}]
     state: {schema: {url: string, inlinks: int}, row_key: url}
 """
-ORDERS_DOC = (counter_yaml("customer_totals", "customer", "orders")
-              .replace("schema: {customer: string}", "schema: {customer: string, amount: float}")
-              .replace("{customer: string, orders: int}", "{customer: string, orders: int, total: float}")
-              .replace("outputs: [counts]", "outputs: [totals]").replace("  counts: {schema", "  totals: {schema"))
+ORDERS_DOC = (
+    counter_yaml("customer_totals", "customer", "orders")
+    .replace("schema: {customer: string}", "schema: {customer: string, amount: float}")
+    .replace("{customer: string, orders: int}", "{customer: string, orders: int, total: float}")
+    .replace("outputs: [counts]", "outputs: [totals]")
+    .replace("  counts: {schema", "  totals: {schema")
+)
 DOC_CASES = [*COUNTERS, ("docs/howto/delta-sources.md", "customer_totals"), ("docs/howto/keyed-state.md", "add_links")]
 
 
@@ -191,10 +208,22 @@ def _url_count(spark, tmp_path, name):
 
 
 def _orders(spark, tmp_path, name):  # the Delta source replaced by a plain external flow: the same records
-    yaml = _renamed(name, tmp_path, ("  orders:", "  ins:"), ("flow: orders", "flow: ins"),
-                    ("    source: {delta: ../state/orders_source}", "    # source: the records, fed"))
-    run_counter(spark, yaml, tmp_path / "home", "customer", "orders",
-                extra=lambda r: {**r, "order_id": 1, "amount": 2.0}, stage="customer_totals")
+    yaml = _renamed(
+        name,
+        tmp_path,
+        ("  orders:", "  ins:"),
+        ("flow: orders", "flow: ins"),
+        ("    source: {delta: ../state/orders_source}", "    # source: the records, fed"),
+    )
+    run_counter(
+        spark,
+        yaml,
+        tmp_path / "home",
+        "customer",
+        "orders",
+        extra=lambda r: {**r, "order_id": 1, "amount": 2.0},
+        stage="customer_totals",
+    )
 
 
 def _set_diff(spark, tmp_path, name):  # not signed: first sightings cannot be taken back
@@ -220,9 +249,13 @@ def _crawl_queue(spark, tmp_path, name):
     with pytest.raises(InputError) as e:
         p.feed("pages", [{**_page("http://h.test/a", 1.0, []), "_diff": -1}])
     assert e.value.code == "retraction-refused"
-    feeds = [[_page("http://h.test/a", 1.0, ["http://h.test/c", "http://h.test/b"]),
-              _page("http://h.test/b", 1.0, ["http://h.test/c", "http://o.test/x"])],
-             [_page("http://h.test/a", 2.0, [], status=404), _page("http://h.test/d", 2.0, ["http://h.test/b"])]]
+    feeds = [
+        [
+            _page("http://h.test/a", 1.0, ["http://h.test/c", "http://h.test/b"]),
+            _page("http://h.test/b", 1.0, ["http://h.test/c", "http://o.test/x"]),
+        ],
+        [_page("http://h.test/a", 2.0, [], status=404), _page("http://h.test/d", 2.0, ["http://h.test/b"])],
+    ]
     for n, feed in enumerate(feeds, 1):
         p.feed("pages", feed if "landmark" not in name else [r for f in feeds[:n] for r in f])
         p.run()
@@ -238,8 +271,11 @@ FLOW_CASES: dict[tuple[str, str], Callable[..., None]] = {
     ("url_count_vec.yaml", "url_count"): _url_count,
     ("orders.yaml", "customer_totals"): _orders,
     ("set_diff.yaml", "set_diff"): _set_diff,
-    **{(y, s): _crawl_queue for y in ("crawl_queue.yaml", "crawl_queue_landmark.yaml")
-       for s in ("extract_links", "count_links", "merge", "score", "threshold")},
+    **{
+        (y, s): _crawl_queue
+        for y in ("crawl_queue.yaml", "crawl_queue_landmark.yaml")
+        for s in ("extract_links", "count_links", "merge", "score", "threshold")
+    },
 }
 
 

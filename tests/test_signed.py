@@ -9,11 +9,11 @@ import random
 
 import pandas as pd
 import pytest
+from conftest import FLOWS
 
 import cbp
 from cbp.errors import UserCodeError
 from cbp.testing import Increment, replay
-from conftest import FLOWS
 
 # ------------------------------------------------------------------ URLCount with retractions
 
@@ -52,22 +52,37 @@ def check_signed_counts(result, increments):
         assert sorted(step.state["url_count"], key=lambda r: r["url"]) == want
         net = df.groupby("url")["d"].sum()
         called = sorted(u for u, c in net.items() if c != 0)  # a URL whose feed nets to 0 is not called
-        assert sorted(step.outputs.get("counts", []), key=lambda r: r["url"]) == [{"url": u, "count": int(counts[u])} for u in called]
+        assert sorted(step.outputs.get("counts", []), key=lambda r: r["url"]) == [
+            {"url": u, "count": int(counts[u])} for u in called
+        ]
         assert not any(r["url"].startswith("http://gone/") for r in step.outputs.get("counts", []))
 
 
-@pytest.mark.parametrize("yaml,mode,path", [
-    ("url_count.yaml", "direct", "small"), ("url_count.yaml", "direct", "shuffle"), ("url_count.yaml", "blackbox", "shuffle"),
-    ("url_count_vec.yaml", "direct", "small"), ("url_count_vec.yaml", "direct", "shuffle"), ("url_count_vec.yaml", "blackbox", "shuffle"),
-    ("url_count_vec.yaml", "direct", "keygroups"),
-])
+@pytest.mark.parametrize(
+    "yaml,mode,path",
+    [
+        ("url_count.yaml", "direct", "small"),
+        ("url_count.yaml", "direct", "shuffle"),
+        ("url_count.yaml", "blackbox", "shuffle"),
+        ("url_count_vec.yaml", "direct", "small"),
+        ("url_count_vec.yaml", "direct", "shuffle"),
+        ("url_count_vec.yaml", "blackbox", "shuffle"),
+        ("url_count_vec.yaml", "direct", "keygroups"),
+    ],
+)
 def test_url_count_with_retractions_matches_pandas(spark, tmp_path, monkeypatch, yaml, mode, path):
     if path == "keygroups":  # the vectorised translator through key groups, not the columnar path
         monkeypatch.setenv("CBP_COLUMNAR", "0")
     if path != "small":
         monkeypatch.setenv("CBP_SMALL_EPOCH_RECORDS", "0")
     increments = signed_increments(seed=7)
-    result = replay(FLOWS / yaml, [Increment("urls", inc) for inc in increments], home=str(tmp_path / "home"), mode=mode, spark=spark)
+    result = replay(
+        FLOWS / yaml,
+        [Increment("urls", inc) for inc in increments],
+        home=str(tmp_path / "home"),
+        mode=mode,
+        spark=spark,
+    )
     check_signed_counts(result, increments)
     shuffled = [e.report.shuffle_records for s in result.steps for e in s.epochs]
     assert all(n == 0 for n in shuffled) == (path == "small")
@@ -163,30 +178,59 @@ def _r(k, op, tag, diff=1, addr=None):
 FEEDS = [
     # a, b, c called; X (to ALL) is a retraction: every called key gets it, -1; Y is added and taken
     # back in the feed (an ALL record too): nobody gets it; d added and taken back: d is not called
-    [_r("a", "key", "a1"), _r("b", "key", "b1", 3), _r("c", "key", "c1"), _r("", "all", "X", -1),
-     _r("", "all", "Y"), _r("", "all", "Y", -1), _r("d", "key", "d1"), _r("d", "key", "d1", -1)],
+    [
+        _r("a", "key", "a1"),
+        _r("b", "key", "b1", 3),
+        _r("c", "key", "c1"),
+        _r("", "all", "X", -1),
+        _r("", "all", "Y"),
+        _r("", "all", "Y", -1),
+        _r("d", "key", "d1"),
+        _r("d", "key", "d1", -1),
+    ],
     # a and b bind to g; c sends M to g (written with _diff -2): the next epoch a and b get M, -2;
     # a multicast from the input to g added and taken back reaches nobody; c retracts a record it writes
-    [_r("a", "bind", "a2", addr="g"), _r("b", "bind", "b2", addr="g"), _r("c", "send", "M", addr="g"), _r("c", "retract", "c2")],
+    [
+        _r("a", "bind", "a2", addr="g"),
+        _r("b", "bind", "b2", addr="g"),
+        _r("c", "send", "M", addr="g"),
+        _r("c", "retract", "c2"),
+    ],
 ]
 
 
 def expected() -> list[tuple]:
-    return sorted([("a", "a1", 1, 1, 1), ("b", "b1", 1, 3, 1), ("c", "c1", 1, 1, 1)] + [(k, "X", 1, -1, 1) for k in "abc"]
-                  + [("a", "a2", 2, 1, 1), ("b", "b2", 2, 1, 1), ("c", "M", 2, 1, 1), ("c", "c2", 2, 1, 1), ("c", "R", 2, 0, -1)]
-                  + [("a", "M", 3, -2, 1), ("b", "M", 3, -2, 1)])
+    return sorted(
+        [("a", "a1", 1, 1, 1), ("b", "b1", 1, 3, 1), ("c", "c1", 1, 1, 1)]
+        + [(k, "X", 1, -1, 1) for k in "abc"]
+        + [("a", "a2", 2, 1, 1), ("b", "b2", 2, 1, 1), ("c", "M", 2, 1, 1), ("c", "c2", 2, 1, 1), ("c", "R", 2, 0, -1)]
+        + [("a", "M", 3, -2, 1), ("b", "M", 3, -2, 1)]
+    )
 
 
 def _seen(p) -> list[tuple]:
     return sorted((r["k"], r["tag"], r["epoch"], r["n"], r.get("_diff", 1)) for r in p.output("seen"))
 
 
-@pytest.mark.parametrize("mode,batch,path", [("direct", False, "small"), ("direct", False, "shuffle"), ("blackbox", False, "shuffle"),
-                                             ("direct", True, "small"), ("blackbox", True, "shuffle")])
+@pytest.mark.parametrize(
+    "mode,batch,path",
+    [
+        ("direct", False, "small"),
+        ("direct", False, "shuffle"),
+        ("blackbox", False, "shuffle"),
+        ("direct", True, "small"),
+        ("blackbox", True, "shuffle"),
+    ],
+)
 def test_retractions_through_all_and_multicast(spark, tmp_path, make_pipeline, mode, batch, path):
     text = YAML.replace("translator: MOD:node", "translator: MOD:node_batch\n    batch: true") if batch else YAML
-    p = cbp.Pipeline(make_pipeline(text, MODULE), str(tmp_path / "home"), mode=mode, spark=spark,
-                     **({"small_epoch_records": 0} if path == "shuffle" else {}))
+    p = cbp.Pipeline(
+        make_pipeline(text, MODULE),
+        str(tmp_path / "home"),
+        mode=mode,
+        spark=spark,
+        **({"small_epoch_records": 0} if path == "shuffle" else {}),
+    )
     for feed in FEEDS:
         p.feed("ins", feed)
         p.run()
@@ -226,5 +270,7 @@ def test_a_record_wise_stage_gets_consolidated_records(spark, tmp_path, make_pip
     p.feed("ins", [{"k": "a"}, {"k": "a", "_diff": -1}, {"k": "b", "_diff": -1}, {"k": "c"}, {"k": "c", "_diff": 2}])
     p.run()
     got = p.output("outs")
-    assert [r for r in got if r["k"] != "c"] == [{"k": "b", "n": -1, "_diff": -1}]  # a: +1 and -1 cancel, never translated
+    assert [r for r in got if r["k"] != "c"] == [
+        {"k": "b", "n": -1, "_diff": -1}
+    ]  # a: +1 and -1 cancel, never translated
     assert sum(r["n"] for r in got if r["k"] == "c") == 3  # positive records may come consolidated or not

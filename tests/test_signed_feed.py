@@ -46,8 +46,11 @@ def test_dicts_and_json_lines_carry_diff(pipe, tmp_path):
     f.write_text('{"url": "d", "_diff": -2}\n{"url": "e"}\n')
     pipe.feed("urls", str(f))
     assert _stored(pipe) == [("a", 1), ("b", -1), ("c", 3), ("d", -2), ("e", 1)]
-    assert pipe.output("urls", epoch=1) == [{"url": "a", "n": None}, {"url": "b", "n": None, "_diff": -1},
-                                            {"url": "c", "n": None, "_diff": 3}]
+    assert pipe.output("urls", epoch=1) == [
+        {"url": "a", "n": None},
+        {"url": "b", "n": None, "_diff": -1},
+        {"url": "c", "n": None, "_diff": 3},
+    ]
 
 
 def test_arrow_pandas_and_parquet_carry_diff(pipe, tmp_path):
@@ -82,9 +85,18 @@ def test_bad_diff_in_json_lines_names_the_line(pipe, tmp_path, text):
     assert pipe.output("urls") == []
 
 
-@pytest.mark.parametrize("col", [
-    pa.array([1, 0]), pa.array([1.0, -1.0]), pa.array([True, False]), pa.array([1, None]), pa.array(["1", "-1"]),
-    pa.array([1, 2**64 - 1], pa.uint64()), pa.array([1, 0], pa.int8()).dictionary_encode()])
+@pytest.mark.parametrize(
+    "col",
+    [
+        pa.array([1, 0]),
+        pa.array([1.0, -1.0]),
+        pa.array([True, False]),
+        pa.array([1, None]),
+        pa.array(["1", "-1"]),
+        pa.array([1, 2**64 - 1], pa.uint64()),
+        pa.array([1, 0], pa.int8()).dictionary_encode(),
+    ],
+)
 def test_bad_diff_in_arrow_lands_nothing(pipe, col):
     with pytest.raises(InputError) as e:
         pipe.feed("urls", pa.table({"url": ["a", "b"], "_diff": col}))
@@ -102,8 +114,10 @@ def test_pandas_with_a_missing_diff_is_a_float_column_and_refused(pipe):
 @pytest.mark.parametrize("where", ["flow", "state", "input"])
 def test_diff_in_a_schema_is_a_reserved_name(tmp_path, where):
     y = {
-        "flow": YAML.replace("{url: string, n: \"int?\"}", "{url: string, _diff: int}"),
-        "state": YAML.replace("    outputs: [out]", "    outputs: [out]\n    state: {schema: {url: string, _diff: int}}"),
+        "flow": YAML.replace('{url: string, n: "int?"}', "{url: string, _diff: int}"),
+        "state": YAML.replace(
+            "    outputs: [out]", "    outputs: [out]\n    state: {schema: {url: string, _diff: int}}"
+        ),
         "input": YAML.replace("route_by: url}", "route_by: url, schema: {url: string, _diff: int}}"),
     }[where]
     (tmp_path / "mod.py").write_text("def noop(key, state, urls, out):\n    pass\n")
@@ -172,5 +186,21 @@ def test_a_retraction_of_what_is_not_there_is_refused_by_consolidated_output(pip
     assert "'urls'" in str(e.value) and '"b"' in str(e.value) and "feed 3" in str(e.value)
     assert main(["output", str(tmp_path / "p.yaml"), "--home", str(tmp_path / "home"), "urls", "--consolidated"]) != 0
     assert "negative-multiplicity" in capsys.readouterr().err
-    assert main(["output", str(tmp_path / "p.yaml"), "--home", str(tmp_path / "home"), "urls", "--consolidated", "--epoch", "1"]) == 0
-    assert _canon(json.loads(x) for x in capsys.readouterr().out.splitlines()) == _canon([{"url": "a", "n": None}, {"url": "b", "n": None}])
+    assert (
+        main(
+            [
+                "output",
+                str(tmp_path / "p.yaml"),
+                "--home",
+                str(tmp_path / "home"),
+                "urls",
+                "--consolidated",
+                "--epoch",
+                "1",
+            ]
+        )
+        == 0
+    )
+    assert _canon(json.loads(x) for x in capsys.readouterr().out.splitlines()) == _canon(
+        [{"url": "a", "n": None}, {"url": "b", "n": None}]
+    )

@@ -44,10 +44,13 @@ def counter(make_pipeline, *, stage: str = "", inp: str = "", keyed: bool = Fals
     return make_pipeline(text, MODULE, module_name)
 
 
-@pytest.mark.parametrize("feed", [
-    [{"w": "a"}, {"w": "a", "_diff": -1}],  # +r and -r would cancel: refused all the same
-    [{"w": "b"}, {"w": "a", "_diff": 3}],  # copies
-])
+@pytest.mark.parametrize(
+    "feed",
+    [
+        [{"w": "a"}, {"w": "a", "_diff": -1}],  # +r and -r would cancel: refused all the same
+        [{"w": "b"}, {"w": "a", "_diff": 3}],  # copies
+    ],
+)
 def test_feed_to_unsigned_stage_is_refused_and_lands_nothing(spark, make_pipeline, tmp_path, feed):
     p = cbp.Pipeline(counter(make_pipeline), str(tmp_path / "home"), spark=spark)
     p.feed("words", [{"w": "a"}])
@@ -85,11 +88,14 @@ def test_keyed_flow_update_is_a_retraction_refused_by_an_unsigned_stage(spark, m
     assert p.state("count") == [{"w": "a", "n": 1}]
 
 
-@pytest.mark.parametrize("stage,inp,refused", [
-    ("\n    signed: true", "", False),
-    ("", ", signed: true", False),
-    ("\n    signed: true", ", signed: false", True),  # the input's own 'signed' wins
-])
+@pytest.mark.parametrize(
+    "stage,inp,refused",
+    [
+        ("\n    signed: true", "", False),
+        ("", ", signed: true", False),
+        ("\n    signed: true", ", signed: false", True),  # the input's own 'signed' wins
+    ],
+)
 def test_signed_stage_or_input_takes_retractions(spark, make_pipeline, tmp_path, stage, inp, refused):
     p = cbp.Pipeline(counter(make_pipeline, stage=stage, inp=inp), str(tmp_path / "home"), spark=spark)
     p.feed("words", [{"w": "a"}, {"w": "a"}, {"w": "b"}])

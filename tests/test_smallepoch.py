@@ -8,12 +8,12 @@ import json
 import random
 
 import pytest
+from conftest import FLOWS
 
 import cbp
 from cbp.engine.common.sparkhash import partition_of, partition_probes, spark_hash, spark_xxhash64
 from cbp.errors import UserCodeError
 from cbp.testing import Increment, replay
-from conftest import FLOWS
 
 ALPHABET = ["a", "Z", "0", " ", "é", "字", "😀", "/", "?", "\x00", "\x7f", "ÿ", "\u2028", '"', "\\", "\n"]
 
@@ -21,12 +21,24 @@ ALPHABET = ["a", "Z", "0", " ", "é", "字", "😀", "/", "?", "\x00", "\x7f", "
 def test_spark_hashes_computed_in_the_driver_equal_sparks(spark):
     rng = random.Random(3)
     keys = ["", "a", "ab", "abc", "abcd", "abcde", "x" * 257, "字" * 100] + [
-        "".join(rng.choice(ALPHABET) for _ in range(rng.randint(0, 40))) for _ in range(3000)]
-    keys += [json.dumps(rng.randint(-10**12, 10**12)) for _ in range(300)] + [json.dumps(f"u{rng.random()}") for _ in range(300)]
-    rows = spark.createDataFrame([(k,) for k in keys], "k string").selectExpr(
-        "k", "hash(k) as h", "xxhash64(k) as x", "pmod(hash(k), 3) as p3", "pmod(hash(k), 64) as p64").collect()
+        "".join(rng.choice(ALPHABET) for _ in range(rng.randint(0, 40))) for _ in range(3000)
+    ]
+    keys += [json.dumps(rng.randint(-(10**12), 10**12)) for _ in range(300)] + [
+        json.dumps(f"u{rng.random()}") for _ in range(300)
+    ]
+    rows = (
+        spark.createDataFrame([(k,) for k in keys], "k string")
+        .selectExpr("k", "hash(k) as h", "xxhash64(k) as x", "pmod(hash(k), 3) as p3", "pmod(hash(k), 64) as p64")
+        .collect()
+    )
     want = {r["k"]: (r["h"], r["x"], r["p3"], r["p64"]) for r in rows}
-    got = zip(keys, spark_hash(keys).tolist(), spark_xxhash64(keys).tolist(), partition_of(keys, 3).tolist(), partition_of(keys, 64).tolist())
+    got = zip(
+        keys,
+        spark_hash(keys).tolist(),
+        spark_xxhash64(keys).tolist(),
+        partition_of(keys, 3).tolist(),
+        partition_of(keys, 64).tolist(),
+    )
     wrong = [(k, want[k], rest) for k, *rest in got if want[k] != tuple(rest)]
     assert wrong == []
 
@@ -36,7 +48,12 @@ def test_partition_probes_land_where_sparks_repartition_puts_them(spark):
 
     for n in (1, 2, 3, 4, 7, 16, 64):
         probes = list(partition_probes(n))
-        rows = spark.createDataFrame([(s,) for s in probes], "s string").repartition(n, "s").select("s", spark_partition_id().alias("p")).collect()
+        rows = (
+            spark.createDataFrame([(s,) for s in probes], "s string")
+            .repartition(n, "s")
+            .select("s", spark_partition_id().alias("p"))
+            .collect()
+        )
         assert sorted((r["s"], r["p"]) for r in rows) == sorted(zip(probes, range(n))), n
 
 
@@ -61,9 +78,16 @@ def _both(monkeypatch, run):
 def test_small_epochs_equal_the_shuffle_path(spark, tmp_path, monkeypatch, yaml):
     rng = random.Random(5)
     pool = [f"http://h{rng.randint(0, 9)}/p{rng.randint(0, 40)}" for _ in range(60)] + ["http://é/字"]
-    escaped = ['http://q/"x"', "http://t/\t"]  # strings JSON must escape: the batch is routed by a Spark job (no shuffle)
-    incs = [Increment("urls", [{"url": rng.choice(pool + escaped if j in (2, 4) else pool)} for _ in range(rng.randint(40, 120))])
-            for j in range(6)]
+    escaped = [
+        'http://q/"x"',
+        "http://t/\t",
+    ]  # strings JSON must escape: the batch is routed by a Spark job (no shuffle)
+    incs = [
+        Increment(
+            "urls", [{"url": rng.choice(pool + escaped if j in (2, 4) else pool)} for _ in range(rng.randint(40, 120))]
+        )
+        for j in range(6)
+    ]
     runs = _both(monkeypatch, lambda name: replay(FLOWS / yaml, incs, home=str(tmp_path / name), spark=spark))
     for a, b in zip(runs["small"].steps, runs["shuffle"].steps):
         assert _canon(a.outputs["counts"]) == _canon(b.outputs["counts"])
@@ -112,11 +136,19 @@ def step(key, state, nums, carry, out):
 
 
 @pytest.mark.parametrize("keytype,grouping", [("string", "inner"), ("int", "outer")])
-def test_small_epochs_with_framing_a_loopback_flow_and_outer_grouping(spark, tmp_path, make_pipeline, monkeypatch, keytype, grouping):
+def test_small_epochs_with_framing_a_loopback_flow_and_outer_grouping(
+    spark, tmp_path, make_pipeline, monkeypatch, keytype, grouping
+):
     rng = random.Random(9)
     pool = ["a", "b", "é", "", "k4", "k5"] if keytype == "string" else [-3, 0, 7, 2**40, 12]
-    incs = [Increment("nums", [{"k": rng.choice(pool), "v": rng.randint(0, 40), "hour": h} for _ in range(rng.randint(1, 12))], close=h == 4)
-            for h in range(1, 5)]
+    incs = [
+        Increment(
+            "nums",
+            [{"k": rng.choice(pool), "v": rng.randint(0, 40), "hour": h} for _ in range(rng.randint(1, 12))],
+            close=h == 4,
+        )
+        for h in range(1, 5)
+    ]
     path = make_pipeline(HALVES.replace("KEYTYPE", keytype).replace("GROUPING", grouping), HALVES_MODULE)
     runs = _both(monkeypatch, lambda name: replay(path, incs, home=str(tmp_path / name), spark=spark))
     for a, b in zip(runs["small"].steps, runs["shuffle"].steps):
@@ -135,8 +167,12 @@ def test_the_shuffle_path_where_the_driver_must_not_route_and_a_routeby_function
     bb = cbp.load(FLOWS / "url_count.yaml", home=str(tmp_path / "bb"), mode="blackbox", spark=spark)
     bb.feed("urls", urls)
     assert bb.run()[0].shuffle_records > 0
-    path = make_pipeline(HALVES.replace("KEYTYPE", "string").replace("GROUPING", "inner").replace("route_by: k, frame_by", "route_by: 'MOD:key', frame_by"),
-                         HALVES_MODULE + "\ndef key(r):\n    return r['k']\n")
+    path = make_pipeline(
+        HALVES.replace("KEYTYPE", "string")
+        .replace("GROUPING", "inner")
+        .replace("route_by: k, frame_by", "route_by: 'MOD:key', frame_by"),
+        HALVES_MODULE + "\ndef key(r):\n    return r['k']\n",
+    )
     fn = cbp.load(path, home=str(tmp_path / "fn"), spark=spark)
     fn.feed("nums", [{"k": "a", "v": 1, "hour": 1}], close=True)
     assert fn.run()[0].shuffle_records == 0
@@ -145,15 +181,22 @@ def test_the_shuffle_path_where_the_driver_must_not_route_and_a_routeby_function
     assert big.run()[0].shuffle_records == 50
     big.feed("urls", urls[:49])
     assert big.run()[0].shuffle_records == 0
-    long_url = "http://h/" + "x" * 100_000  # hashed by the driver a numpy pass per 4 bytes (a 20 MB URL took 77 s): Spark hashes it
+    long_url = (
+        "http://h/" + "x" * 100_000
+    )  # hashed by the driver a numpy pass per 4 bytes (a 20 MB URL took 77 s): Spark hashes it
     big.feed("urls", [{"url": long_url}, {"url": "http://h/1"}])
     assert big.run()[0].shuffle_records == 2
     assert {r["url"]: r["count"] for r in big.state("url_count")}[long_url] == 1
 
 
 def test_a_translator_error_in_a_small_epoch_names_the_key_and_commits_nothing(spark, tmp_path, make_pipeline):
-    path = make_pipeline(HALVES.replace("KEYTYPE", "string").replace("GROUPING", "inner"),
-                         HALVES_MODULE.replace("    prev = next(state, None)", "    if key == 'boom':\n        raise ValueError('no')\n    prev = next(state, None)"))
+    path = make_pipeline(
+        HALVES.replace("KEYTYPE", "string").replace("GROUPING", "inner"),
+        HALVES_MODULE.replace(
+            "    prev = next(state, None)",
+            "    if key == 'boom':\n        raise ValueError('no')\n    prev = next(state, None)",
+        ),
+    )
     p = cbp.load(path, home=str(tmp_path / "h"), spark=spark)
     p.feed("nums", [{"k": "a", "v": 1, "hour": 1}, {"k": "boom", "v": 2, "hour": 1}], close=True)
     with pytest.raises(UserCodeError) as e:
@@ -196,13 +239,19 @@ def test_a_retried_task_takes_over_its_failed_attempts_claims(tmp_path):
     assert order[:3] == [3, 5, 4]  # nobody keeps 3-5: this task's share (odd) first
 
 
-def test_envelopes_a_routeby_function_multiplies_past_the_cap_take_the_shuffle(spark, tmp_path, make_pipeline, monkeypatch):
+def test_envelopes_a_routeby_function_multiplies_past_the_cap_take_the_shuffle(
+    spark, tmp_path, make_pipeline, monkeypatch
+):
     """A RouteBy that returns many keys per record: once its job's envelopes pass the cap the epoch
     takes the shuffle instead, with the same result."""
     from cbp.engine.driver import smallepoch
 
-    path = make_pipeline(HALVES.replace("KEYTYPE", "string").replace("GROUPING", "inner").replace("route_by: k, frame_by", "route_by: 'MOD:fan', frame_by"),
-                         HALVES_MODULE + "\ndef fan(r):\n    return [r['k'] + str(i) for i in range(40)]\n")
+    path = make_pipeline(
+        HALVES.replace("KEYTYPE", "string")
+        .replace("GROUPING", "inner")
+        .replace("route_by: k, frame_by", "route_by: 'MOD:fan', frame_by"),
+        HALVES_MODULE + "\ndef fan(r):\n    return [r['k'] + str(i) for i in range(40)]\n",
+    )
     recs = [{"k": k, "v": 1, "hour": 1} for k in "abcdefgh"]
     runs = {}
     for name, cap in (("small", smallepoch.SMALL_ENVELOPE_BYTES), ("capped", 4000)):
@@ -235,10 +284,20 @@ def test_envelope_directories_of_killed_runs_are_swept(tmp_path, monkeypatch):
     monkeypatch.setattr(smallepoch, "_SWEPT", [])
     dead = subprocess.Popen(["true"])
     dead.wait()
-    for name in (f"cbp-routed-{dead.pid}-abc", f"cbp-routed-{os.getpid()}-def", "cbp-routed-old_name", "cbp-routed-new_name", "other"):
+    for name in (
+        f"cbp-routed-{dead.pid}-abc",
+        f"cbp-routed-{os.getpid()}-def",
+        "cbp-routed-old_name",
+        "cbp-routed-new_name",
+        "other",
+    ):
         (tmp_path / name).mkdir()
         (tmp_path / name / "0.arrows").write_bytes(b"x")
     day_ago = time.time() - 2 * 86400
     os.utime(tmp_path / "cbp-routed-old_name", (day_ago, day_ago))
     smallepoch._sweep_routed()
-    assert sorted(p.name for p in tmp_path.iterdir()) == [f"cbp-routed-{os.getpid()}-def", "cbp-routed-new_name", "other"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        f"cbp-routed-{os.getpid()}-def",
+        "cbp-routed-new_name",
+        "other",
+    ]

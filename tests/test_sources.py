@@ -9,16 +9,15 @@ import os
 import random
 import subprocess
 import sys
-from pathlib import Path
 
 import pandas as pd
 import pyarrow as pa
 import pytest
+from conftest import ROOT
 from deltalake import DeltaTable, write_deltalake
 
 import cbp
 from cbp.errors import InputError
-from conftest import ROOT
 
 CDF = {"delta.enableChangeDataFeed": "true"}
 YAML = """
@@ -58,8 +57,13 @@ def _opts(uri: str):
 
 
 def _orders(ids, rnd):
-    return pa.table({"order_id": pa.array(ids, pa.int64()), "customer": [f"c{rnd.randrange(6)}" for _ in ids],
-                     "amount": pa.array([rnd.randrange(1, 100) for _ in ids], pa.int64())})
+    return pa.table(
+        {
+            "order_id": pa.array(ids, pa.int64()),
+            "customer": [f"c{rnd.randrange(6)}" for _ in ids],
+            "amount": pa.array([rnd.randrange(1, 100) for _ in ids], pa.int64()),
+        }
+    )
 
 
 def _expected(uri: str) -> dict:
@@ -90,8 +94,12 @@ def _change(uri: str, v: int, rnd: random.Random, next_id: list) -> None:
         live = sorted(dt.to_pandas()["order_id"])
         ids = rnd.sample(live, min(3, len(live))) + [next_id[0], next_id[0] + 1]
         next_id[0] += 2
-        (dt.merge(_orders(ids, rnd), "t.order_id = s.order_id", source_alias="s", target_alias="t")
-         .when_matched_update_all().when_not_matched_insert_all().execute())
+        (
+            dt.merge(_orders(ids, rnd), "t.order_id = s.order_id", source_alias="s", target_alias="t")
+            .when_matched_update_all()
+            .when_not_matched_insert_all()
+            .execute()
+        )
 
 
 def _follow(make_pipeline, tmp_path, uri: str, versions: int) -> None:
@@ -106,7 +114,9 @@ def _follow(make_pipeline, tmp_path, uri: str, versions: int) -> None:
         p.run()
         assert _totals(p) == _expected(uri), f"after version {v}"
     feeds = p.feeds("orders")
-    assert feeds == DeltaTable(uri, storage_options=_opts(uri)).version() and p.run() == [] and p.feeds("orders") == feeds  # nothing new: nothing changes
+    assert (
+        feeds == DeltaTable(uri, storage_options=_opts(uri)).version() and p.run() == [] and p.feeds("orders") == feeds
+    )  # nothing new: nothing changes
     assert [r.line() for r in p.sync()] == [f"orders: {uri} has no new version"]
 
 
@@ -130,8 +140,14 @@ def test_source_errors_land_nothing(make_pipeline, tmp_path):
     r = subprocess.run(cli, env=env, capture_output=True, text=True, timeout=300)
     assert r.returncode == 3 and "[source-missing]" in r.stderr
     write_deltalake(uri, _orders([1, 2, 3], random.Random(1)))  # no change data feed
-    r = subprocess.run(cli, env=env, capture_output=True, text=True, timeout=300)  # the first sync needs none: the table as it is
-    assert r.returncode == 0 and r.stdout.startswith("orders: landed version 0 of ") and "(3 changed records, feeds 1..1)" in r.stdout
+    r = subprocess.run(
+        cli, env=env, capture_output=True, text=True, timeout=300
+    )  # the first sync needs none: the table as it is
+    assert (
+        r.returncode == 0
+        and r.stdout.startswith("orders: landed version 0 of ")
+        and "(3 changed records, feeds 1..1)" in r.stdout
+    )
     DeltaTable(uri).delete("order_id = 2")
     with pytest.raises(InputError) as e:
         p.sync()
@@ -165,9 +181,15 @@ def test_vacuumed_change_data_and_schema_drift(make_pipeline, tmp_path):
 
 
 # ------------------------------------------------------------------ a sync killed anywhere
-KILLS = [["kill:sync:read:2"], ["kill:feed:written:2"], ["kill:feed:pending:3"],
-         ["kill:feed:committed:0:2", "kill:recover:snapshot:1"],  # killed again while the next sync recovers
-         ["kill:feed:snapshot:3"], ["kill:sync:landed:1"], ["kill:sync:landed:3"]]
+KILLS = [
+    ["kill:sync:read:2"],
+    ["kill:feed:written:2"],
+    ["kill:feed:pending:3"],
+    ["kill:feed:committed:0:2", "kill:recover:snapshot:1"],  # killed again while the next sync recovers
+    ["kill:feed:snapshot:3"],
+    ["kill:sync:landed:1"],
+    ["kill:sync:landed:3"],
+]
 
 
 @pytest.mark.parametrize("keyed", [False, True])
@@ -186,7 +208,11 @@ def test_sync_killed_anywhere_lands_each_version_once(make_pipeline, tmp_path, k
     assert subprocess.run(cmd, env=env, capture_output=True, timeout=300).returncode == 0
     next_id = [50]
     # a keyed flow's feeds make two commits (the flow's, then its keyed table's): every point; a plain one, a few (the same code)
-    kills = KILLS + [["kill:feed:committed:1:2"], ["kill:feed:committed:0:1", "kill:recover:committed:1:1"]] if keyed else KILLS[2:5]
+    kills = (
+        KILLS + [["kill:feed:committed:1:2"], ["kill:feed:committed:0:1", "kill:recover:committed:1:1"]]
+        if keyed
+        else KILLS[2:5]
+    )
     for n, faults in enumerate(kills):
         for v in range(3):
             _change(uri, 4 * n + v, rnd, next_id)
@@ -205,7 +231,9 @@ def test_sync_killed_anywhere_lands_each_version_once(make_pipeline, tmp_path, k
         key = tuple(sorted(r.items()))
         rows[key] = rows.get(key, 0) + d
     want = DeltaTable(uri).to_pandas()
-    assert sorted(k for k, c in rows.items() for _ in range(c)) == sorted(tuple(sorted(r.items())) for r in want.to_dict("records"))
+    assert sorted(k for k, c in rows.items() for _ in range(c)) == sorted(
+        tuple(sorted(r.items())) for r in want.to_dict("records")
+    )
     assert all(c >= 0 for c in rows.values())
 
 
@@ -243,18 +271,28 @@ def sums(grp, state, events, out):
 
 def test_keyed_flow_equals_latest_row_per_key(spark, make_pipeline, tmp_path):
     rnd = random.Random(11)
-    events = [{"id": rnd.randrange(25), "grp": f"g{rnd.randrange(4)}", "v": rnd.randrange(50), "ts": ts, "gone": rnd.random() < 0.2}
-              for ts in range(240)]
+    events = [
+        {
+            "id": rnd.randrange(25),
+            "grp": f"g{rnd.randrange(4)}",
+            "v": rnd.randrange(50),
+            "ts": ts,
+            "gone": rnd.random() < 0.2,
+        }
+        for ts in range(240)
+    ]
     shuffled = events[:]
     rnd.shuffle(shuffled)
     p = cbp.load(make_pipeline(KEYED, KEYED_MOD), home=str(tmp_path / "home"))
     for start in range(0, len(shuffled), 60):
-        p.feed("events", shuffled[start:start + 60])
+        p.feed("events", shuffled[start : start + 60])
         p.run()
-        df = pd.DataFrame(shuffled[:start + 60]).sort_values("ts").groupby("id").tail(1)
+        df = pd.DataFrame(shuffled[: start + 60]).sort_values("ts").groupby("id").tail(1)
         df = df[~df["gone"]]
         g = df.groupby("grp")["v"].agg(["count", "sum"])
-        assert {r["grp"]: (r["n"], r["total"]) for r in p.state("sums")} == {k: (int(r["count"]), int(r["sum"])) for k, r in g.iterrows()}
+        assert {r["grp"]: (r["n"], r["total"]) for r in p.state("sums")} == {
+            k: (int(r["count"]), int(r["sum"])) for k, r in g.iterrows()
+        }
     before = p.feeds("events")
     with pytest.raises(InputError) as e:
         p.feed("events", [{"id": 1, "grp": "g0", "v": 1, "ts": 1000, "gone": False, "_diff": 2}])
@@ -266,13 +304,26 @@ def test_keyed_delete_of_missing_row_lands_nothing(make_pipeline, tmp_path):
     p = cbp.load(make_pipeline(text, KEYED_MOD), home=str(tmp_path / "home"))
     p.feed("events", [{"id": 1, "grp": "a", "v": 1, "ts": 0, "gone": False}])
     with pytest.raises(InputError) as e:
-        p.feed("events", [{"id": 1, "grp": "a", "v": 5, "ts": 1, "gone": False}, {"id": 2, "grp": "a", "v": 1, "ts": 0, "gone": True}],
-               feed_id="batch-2")
-    assert e.value.code == "retract-missing" and "'events'" in str(e.value) and "batch-2" in str(e.value) and '"id": 2' in str(e.value)
+        p.feed(
+            "events",
+            [
+                {"id": 1, "grp": "a", "v": 5, "ts": 1, "gone": False},
+                {"id": 2, "grp": "a", "v": 1, "ts": 0, "gone": True},
+            ],
+            feed_id="batch-2",
+        )
+    assert (
+        e.value.code == "retract-missing"
+        and "'events'" in str(e.value)
+        and "batch-2" in str(e.value)
+        and '"id": 2' in str(e.value)
+    )
     assert p.feeds("events") == 1 and p.output("events") == [{"id": 1, "grp": "a", "v": 1, "ts": 0, "gone": False}]
     p.feed("events", [{"id": 1, "grp": "a", "v": 5, "ts": 1, "gone": False}])
-    assert p.output("events", epoch=2) == [{"id": 1, "grp": "a", "v": 1, "ts": 0, "gone": False, "_diff": -1},
-                                           {"id": 1, "grp": "a", "v": 5, "ts": 1, "gone": False}]
+    assert p.output("events", epoch=2) == [
+        {"id": 1, "grp": "a", "v": 1, "ts": 0, "gone": False, "_diff": -1},
+        {"id": 1, "grp": "a", "v": 5, "ts": 1, "gone": False},
+    ]
 
 
 def test_keyed_delta_source(make_pipeline, tmp_path):

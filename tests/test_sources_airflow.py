@@ -41,7 +41,11 @@ def test_trigger_fires_once_per_new_version(make_pipeline, tmp_path):
     home = str(tmp_path / "homes" / "src_af")
     t = SourceVersionAdded(home, "orders", uri, poke_interval=0.1)
     assert t.check() is None  # no table yet: nothing to announce
-    write_deltalake(uri, pa.table({"order_id": [1, 2], "customer": ["a", "b"]}), configuration={"delta.enableChangeDataFeed": "true"})
+    write_deltalake(
+        uri,
+        pa.table({"order_id": [1, 2], "customer": ["a", "b"]}),
+        configuration={"delta.enableChangeDataFeed": "true"},
+    )
     assert t.check() == {"flow": "orders", "table": uri, "version": 0, "landed": None}
     assert t.check() is None  # announced once
     p = cbp.load(yaml, home=home)
@@ -53,6 +57,8 @@ def test_trigger_fires_once_per_new_version(make_pipeline, tmp_path):
     assert SourceVersionAdded(**t.serialize()[1]).check() is None  # a re-created trigger remembers
     p.sync()
     assert t.check() is None
-    dag = pipeline_dag(str(yaml), DagConfig(flows=str(tmp_path), homes=str(tmp_path / "homes"), inbox=str(tmp_path / "inbox")))
+    dag = pipeline_dag(
+        str(yaml), DagConfig(flows=str(tmp_path), homes=str(tmp_path / "homes"), inbox=str(tmp_path / "inbox"))
+    )
     triggers = {type(w.trigger).__name__ for a in dag.timetable.asset_condition.objects for w in a.watchers}
     assert triggers == {SourceVersionAdded.__name__, IncrementLanded.__name__}

@@ -13,13 +13,13 @@ import subprocess
 import sys
 
 import pytest
+from conftest import ROOT
 from deltalake import DeltaTable, write_deltalake
+from test_sources import CDF, MOD, YAML, _change, _expected, _orders, _totals
 
 import cbp
 from cbp.controller.sources import parse_feed_id, signed_difference
 from cbp.errors import InputError
-from conftest import ROOT
-from test_sources import CDF, MOD, YAML, _change, _expected, _orders, _totals
 
 ENV = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
 

@@ -41,7 +41,9 @@ def _spec(make_pipeline, extra: str):
 
 
 def test_source_and_key_declared(make_pipeline, tmp_path):
-    s = _spec(make_pipeline, "source: {delta: rel/orders}\n    key: [order_id]\n    sequence_by: ts\n    delete_when: gone")
+    s = _spec(
+        make_pipeline, "source: {delta: rel/orders}\n    key: [order_id]\n    sequence_by: ts\n    delete_when: gone"
+    )
     fl = s.flows["orders"]
     assert fl.source == os.path.join(os.path.dirname(s.path), "rel", "orders")  # relative to the YAML's directory
     assert (fl.key, fl.sequence_by, fl.delete_when) == (("order_id",), "ts", "gone")
@@ -49,20 +51,23 @@ def test_source_and_key_declared(make_pipeline, tmp_path):
     assert s.flows["out"].source is None and s.flows["out"].key == ()
 
 
-@pytest.mark.parametrize("extra, code", [
-    ("key: [nope]", "unknown-field"),
-    ("key: []", "bad-key"),
-    ("key: [order_id, order_id]", "bad-key"),
-    ("key: [tags]", "bad-key"),
-    ("sequence_by: ts", "no-key"),
-    ("delete_when: gone", "no-key"),
-    ("key: [order_id]\n    sequence_by: tags", "bad-sequence"),
-    ("key: [order_id]\n    sequence_by: order_id", "bad-sequence"),
-    ("key: [order_id]\n    delete_when: ts", "bad-delete-when"),
-    ("source: {delta: 'gs://b/t'}", "bad-source"),
-    ("source: {delta: ''}", "bad-source"),
-    ("source: {parquet: x}", "invalid-spec"),
-])
+@pytest.mark.parametrize(
+    "extra, code",
+    [
+        ("key: [nope]", "unknown-field"),
+        ("key: []", "bad-key"),
+        ("key: [order_id, order_id]", "bad-key"),
+        ("key: [tags]", "bad-key"),
+        ("sequence_by: ts", "no-key"),
+        ("delete_when: gone", "no-key"),
+        ("key: [order_id]\n    sequence_by: tags", "bad-sequence"),
+        ("key: [order_id]\n    sequence_by: order_id", "bad-sequence"),
+        ("key: [order_id]\n    delete_when: ts", "bad-delete-when"),
+        ("source: {delta: 'gs://b/t'}", "bad-source"),
+        ("source: {delta: ''}", "bad-source"),
+        ("source: {parquet: x}", "invalid-spec"),
+    ],
+)
 def test_bad_declarations(make_pipeline, extra, code):
     with pytest.raises(SpecError) as e:
         _spec(make_pipeline, extra)
@@ -70,7 +75,9 @@ def test_bad_declarations(make_pipeline, extra, code):
 
 
 def test_source_only_on_external_flows(make_pipeline):
-    text = YAML.format(extra="").replace("out: {schema: {customer: string}}", "out: {schema: {customer: string}, key: [customer]}")
+    text = YAML.format(extra="").replace(
+        "out: {schema: {customer: string}}", "out: {schema: {customer: string}, key: [customer]}"
+    )
     with pytest.raises(SpecError) as e:
         load_spec(make_pipeline(text, MOD))
     assert e.value.code == "not-external"
@@ -83,8 +90,11 @@ def test_feed_ids():
 
 # ------------------------------------------------------------------ reading a source table
 def _table(path, cdf=True):
-    write_deltalake(str(path), pa.table({"id": [1, 2, 3], "g": ["a", "b", "a"], "v": [10, 20, 30]}),
-                    configuration={"delta.enableChangeDataFeed": "true"} if cdf else None)
+    write_deltalake(
+        str(path),
+        pa.table({"id": [1, 2, 3], "g": ["a", "b", "a"], "v": [10, 20, 30]}),
+        configuration={"delta.enableChangeDataFeed": "true"} if cdf else None,
+    )
     return DeltaTable(str(path))
 
 
@@ -96,7 +106,10 @@ def test_versions_rows_and_signed_changes(tmp_path):
     assert src.version() == 2
     assert sorted(src.rows(0, ["id", "g", "v"]).to_pylist(), key=lambda r: r["id"])[0] == {"id": 1, "g": "a", "v": 10}
     ch = src.changes(1, ["id", "g", "v"])
-    assert sorted(ch.to_pylist(), key=lambda r: r["_diff"]) == [{"id": 1, "g": "a", "v": 10, "_diff": -1}, {"id": 1, "g": "b", "v": 10, "_diff": 1}]
+    assert sorted(ch.to_pylist(), key=lambda r: r["_diff"]) == [
+        {"id": 1, "g": "a", "v": 10, "_diff": -1},
+        {"id": 1, "g": "b", "v": 10, "_diff": 1},
+    ]
     assert src.changes(2, ["id", "g"]).to_pylist() == [{"id": 2, "g": "b", "_diff": -1}]
     src.check_cdf(2)
 
@@ -148,12 +161,12 @@ def test_keyed_latest_row_per_key_out_of_order():
     current: dict = {}
     signed: dict = {}
     for start in range(0, len(shuffled), 37):
-        feed = shuffled[start:start + 37]
+        feed = shuffled[start : start + 37]
         minus, plus = _apply(current, feed, [1] * len(feed), "ts", "gone")
         for r, d in [(r, -1) for r in minus] + [(r, 1) for r in plus]:
             t = (r["k"], r["v"], r["ts"])
             signed[t] = signed.get(t, 0) + d
-        df = pd.DataFrame(events[:0] + [e for e in shuffled[:start + len(feed)]])
+        df = pd.DataFrame(events[:0] + [e for e in shuffled[: start + len(feed)]])
         latest = df.sort_values("ts").groupby("k").tail(1)
         want = sorted((int(r.k), int(r.v), int(r.ts)) for r in latest.itertuples() if not r.gone)
         assert _contents(current) == want
@@ -162,7 +175,9 @@ def test_keyed_latest_row_per_key_out_of_order():
 
 def test_keyed_in_feed_order_and_unchanged_rows():
     current: dict = {}
-    minus, plus = _apply(current, [{"k": 1, "v": 1, "ts": 0, "gone": False}, {"k": 1, "v": 2, "ts": 0, "gone": False}], [1, 1], None)
+    minus, plus = _apply(
+        current, [{"k": 1, "v": 1, "ts": 0, "gone": False}, {"k": 1, "v": 2, "ts": 0, "gone": False}], [1, 1], None
+    )
     assert (minus, [r["v"] for r in plus]) == ([], [2])
     assert _apply(current, [{"k": 1, "v": 2, "ts": 0, "gone": False}], [1], None) == ([], [])  # identical: no change
     minus, plus = _apply(current, [{"k": 1, "v": 0, "ts": 0, "gone": False}], [-1], None)  # a delete by key
@@ -172,8 +187,16 @@ def test_keyed_in_feed_order_and_unchanged_rows():
 def test_keyed_delete_of_missing_row_fails():
     current: dict = {(1,): ({"k": 1, "v": 1, "ts": 0, "gone": False}, False)}
     with pytest.raises(InputError) as e:
-        _apply(current, [{"k": 1, "v": 1, "ts": 0, "gone": False}, {"k": 1, "v": 1, "ts": 0, "gone": False},
-                         {"k": 7, "v": 1, "ts": 0, "gone": False}], [1, -1, -1], None)
+        _apply(
+            current,
+            [
+                {"k": 1, "v": 1, "ts": 0, "gone": False},
+                {"k": 1, "v": 1, "ts": 0, "gone": False},
+                {"k": 7, "v": 1, "ts": 0, "gone": False},
+            ],
+            [1, -1, -1],
+            None,
+        )
     assert e.value.code == "retract-missing" and "flow 'x' feed 1" in str(e.value) and "record 3" in str(e.value)
     with pytest.raises(InputError) as e:
         _apply(current, [{"k": 1, "v": 1, "ts": 0, "gone": False}], [2], None)

@@ -6,9 +6,9 @@ import re
 import time
 
 import pytest
+from conftest import FLOWS
 
 from cbp import SpecError, load_spec
-from conftest import FLOWS
 
 GOOD_MODULE = """
 def t(key, state, *inputs, out):
@@ -43,18 +43,43 @@ def test_valid_base(make_pipeline):
 @pytest.mark.parametrize(
     "old,new,code,words",
     [
-        ("inputs: [{flow: a, route_by: url}]", "inputs: [{flow: zz, route_by: url}]", "unknown-flow", ["stage 's1'", "unknown input flow 'zz'"]),
+        (
+            "inputs: [{flow: a, route_by: url}]",
+            "inputs: [{flow: zz, route_by: url}]",
+            "unknown-flow",
+            ["stage 's1'", "unknown input flow 'zz'"],
+        ),
         ("outputs: [b]", "outputs: [zz]", "unknown-flow", ["stage 's1'", "unknown output flow 'zz'"]),
         ("    translator: MOD:t\n", "", "invalid-spec", ["stage 's1'", "translator", "missing"]),
-        ("    outputs: [b]", "    outputs: [b]\n    colour: red", "invalid-spec", ["stage 's1'", "colour", "unknown field"]),
+        (
+            "    outputs: [b]",
+            "    outputs: [b]\n    colour: red",
+            "invalid-spec",
+            ["stage 's1'", "colour", "unknown field"],
+        ),
         ("route_by: url", "route_by: nope", "unknown-field", ["stage 's1'", "'nope' is not a field"]),
-        ("translator: MOD:t", "translator: no_such_module_xyz:t", "bad-import", ["stage 's1' translator", "no_such_module_xyz"]),
+        (
+            "translator: MOD:t",
+            "translator: no_such_module_xyz:t",
+            "bad-import",
+            ["stage 's1' translator", "no_such_module_xyz"],
+        ),
         ("translator: MOD:t", "translator: MOD:missing", "bad-import", ["no attribute 'missing'"]),
         ("translator: MOD:t", "translator: not-an-import-path", "bad-import", ["module:function"]),
         ("inputs: [{flow: a, route_by: url}]", "inputs: []", "no-input", ["stage 's1' has no input"]),
         ("outputs: [b]", "outputs: [a]", "external-produced", ["flow 'a'", "external"]),
-        ("{url: string, n: int}}\nstages", "{url: string, n: integer}}\nstages", "bad-type", ["flow 'b'", "unknown type 'integer'"]),
-        ("partitions" if False else "    outputs: [b]", "    outputs: [b]\n    partitions: 0", "invalid-spec", ["partitions"]),
+        (
+            "{url: string, n: int}}\nstages",
+            "{url: string, n: integer}}\nstages",
+            "bad-type",
+            ["flow 'b'", "unknown type 'integer'"],
+        ),
+        (
+            "partitions" if False else "    outputs: [b]",
+            "    outputs: [b]\n    partitions: 0",
+            "invalid-spec",
+            ["partitions"],
+        ),
     ],
 )
 def test_spec_mistakes(make_pipeline, old, new, code, words):
@@ -76,12 +101,15 @@ def test_line_numbers(make_pipeline):
 
 
 def test_two_producers(make_pipeline):
-    text = BASE + """
+    text = (
+        BASE
+        + """
   s2:
     translator: MOD:t
     inputs: [{flow: a, route_by: url}]
     outputs: [b]
 """
+    )
     with pytest.raises(SpecError) as e:
         load_spec(make_pipeline(text, GOOD_MODULE))
     assert e.value.code == "two-producers"
@@ -89,11 +117,14 @@ def test_two_producers(make_pipeline):
 
 
 def test_type_mismatch_between_producer_and_consumer(make_pipeline):
-    text = BASE + """
+    text = (
+        BASE
+        + """
   s2:
     translator: MOD:t
     inputs: [{flow: b, route_by: url, schema: {n: string}}]
 """
+    )
     with pytest.raises(SpecError) as e:
         load_spec(make_pipeline(text, GOOD_MODULE))
     assert e.value.code == "type-mismatch"
@@ -101,24 +132,32 @@ def test_type_mismatch_between_producer_and_consumer(make_pipeline):
 
 
 def test_consumer_reads_missing_field(make_pipeline):
-    text = BASE + """
+    text = (
+        BASE
+        + """
   s2:
     translator: MOD:t
     inputs: [{flow: b, route_by: url, schema: {score: float}}]
 """
+    )
     with pytest.raises(SpecError) as e:
         load_spec(make_pipeline(text, GOOD_MODULE))
     assert e.value.code == "unknown-field"
 
 
 def test_compatible_consumer_schema_and_cycles_are_fine(make_pipeline):
-    text = BASE.replace("outputs: [b]", "outputs: [b, loop]").replace(
-        "  b: {schema", "  loop: {schema: {url: string}}\n  b: {schema"
-    ).replace("inputs: [{flow: a, route_by: url}]", "inputs: [{flow: a, route_by: url}, {flow: loop, route_by: url}]") + """
+    text = (
+        BASE.replace("outputs: [b]", "outputs: [b, loop]")
+        .replace("  b: {schema", "  loop: {schema: {url: string}}\n  b: {schema")
+        .replace(
+            "inputs: [{flow: a, route_by: url}]", "inputs: [{flow: a, route_by: url}, {flow: loop, route_by: url}]"
+        )
+        + """
   s2:
     translator: MOD:t
     inputs: [{flow: b, route_by: url, schema: {n: float}}]
 """
+    )
     spec = load_spec(make_pipeline(text, GOOD_MODULE))
     assert spec.order == ("s1", "s2")
     assert spec.flows["loop"].consumers == ("s1",)
@@ -126,14 +165,17 @@ def test_compatible_consumer_schema_and_cycles_are_fine(make_pipeline):
 
 def test_read_but_not_produced(make_pipeline):
     text = BASE.replace("  b: {schema", "  c: {schema: {x: int}}\n  b: {schema").replace(
-        "inputs: [{flow: a, route_by: url}]", "inputs: [{flow: a, route_by: url}, {flow: c}]")
+        "inputs: [{flow: a, route_by: url}]", "inputs: [{flow: a, route_by: url}, {flow: c}]"
+    )
     with pytest.raises(SpecError) as e:
         load_spec(make_pipeline(text, GOOD_MODULE))
     assert e.value.code == "no-producer"
 
 
 def test_state_requires_route_by(make_pipeline):
-    text = BASE.replace("route_by: url}", "}").replace("    outputs: [b]", "    outputs: [b]\n    state: {schema: {n: int}}")
+    text = BASE.replace("route_by: url}", "}").replace(
+        "    outputs: [b]", "    outputs: [b]\n    state: {schema: {n: int}}"
+    )
     with pytest.raises(SpecError) as e:
         load_spec(make_pipeline(text, GOOD_MODULE))
     assert e.value.code == "route-required"
@@ -152,11 +194,14 @@ def test_missing_file(tmp_path):
 
 
 def test_frame_by_must_agree(make_pipeline):
-    text = BASE.replace("inputs: [{flow: a, route_by: url}]", "inputs: [{flow: a, route_by: url, frame_by: n}]") + """
+    text = (
+        BASE.replace("inputs: [{flow: a, route_by: url}]", "inputs: [{flow: a, route_by: url, frame_by: n}]")
+        + """
   s2:
     translator: MOD:t
     inputs: [{flow: a, route_by: url}]
 """
+    )
     with pytest.raises(SpecError) as e:
         load_spec(make_pipeline(text, GOOD_MODULE))
     assert e.value.code == "frame-mismatch"
@@ -168,8 +213,12 @@ def test_record_types_at_their_limits():
 
     s = RecordSchema.parse({"i": "int?", "f": "float", "l": "list<int?>"})
     assert s.validate({"i": 2**63 - 1, "f": 2, "l": [1, None]}) == {"i": 2**63 - 1, "f": 2, "l": [1, None]}
-    for bad, field in [({"i": 2**63, "f": 1.0, "l": []}, "i"), ({"f": float("nan"), "l": []}, "f"),
-                       ({"f": float("inf"), "l": []}, "f"), ({"f": 1.0, "l": ["x"]}, "l")]:
+    for bad, field in [
+        ({"i": 2**63, "f": 1.0, "l": []}, "i"),
+        ({"f": float("nan"), "l": []}, "f"),
+        ({"f": float("inf"), "l": []}, "f"),
+        ({"f": 1.0, "l": ["x"]}, "l"),
+    ]:
         with pytest.raises(RecordError, match=f"field '{field}'"):
             s.validate(bad)
     with pytest.raises(RecordError, match="NaN is not a JSON number"):
@@ -177,12 +226,18 @@ def test_record_types_at_their_limits():
     assert str(RecordSchema.parse({"l": "list<string?>?"}).fields["l"]) == "list<string?>?"
 
 
-@pytest.mark.parametrize("module, words", [
-    ("def t(key, state, out):\n    pass\n", ["stage 's1' translator", "t(key, state, out)", "translate(key, state, a, out=...)"]),
-    ("def t(key, state, a, b, out):\n    pass\n", ["missing a required argument: 'b'"]),
-    ("def t(key, state, a):\n    pass\n", ["unexpected keyword argument 'out'"]),
-    ("def t(key, state, a, out):\n    yield out\n", ["generator", "out.<flow>.write"]),
-])
+@pytest.mark.parametrize(
+    "module, words",
+    [
+        (
+            "def t(key, state, out):\n    pass\n",
+            ["stage 's1' translator", "t(key, state, out)", "translate(key, state, a, out=...)"],
+        ),
+        ("def t(key, state, a, b, out):\n    pass\n", ["missing a required argument: 'b'"]),
+        ("def t(key, state, a):\n    pass\n", ["unexpected keyword argument 'out'"]),
+        ("def t(key, state, a, out):\n    yield out\n", ["generator", "out.<flow>.write"]),
+    ],
+)
 def test_translator_that_cannot_be_called_as_cbp_calls_it(make_pipeline, module, words):
     with pytest.raises(SpecError) as e:
         load_spec(make_pipeline(BASE, module))
@@ -193,12 +248,16 @@ def test_translator_that_cannot_be_called_as_cbp_calls_it(make_pipeline, module,
 
 def test_runnable_signature_is_checked(make_pipeline):
     text = BASE.replace("    outputs: [b]", "    outputs: [b]\n    runnable: MOD:run")
-    with pytest.raises(SpecError, match=r"runnable 'mod_.*:run\(frames\)' cannot be called as runnable\(frames, state\)"):
+    with pytest.raises(
+        SpecError, match=r"runnable 'mod_.*:run\(frames\)' cannot be called as runnable\(frames, state\)"
+    ):
         load_spec(make_pipeline(text, GOOD_MODULE + "def run(frames):\n    return set(), set(), None\n"))
 
 
 def test_flow_nobody_writes(make_pipeline):
-    text = BASE.replace("  b: {schema: {url: string, n: int}}", "  b: {schema: {url: string, n: int}}\n  c: {schema: {url: string}}")
+    text = BASE.replace(
+        "  b: {schema: {url: string, n: int}}", "  b: {schema: {url: string, n: int}}\n  c: {schema: {url: string}}"
+    )
     with pytest.raises(SpecError, match="flow 'c' is neither external nor written by any stage") as e:
         load_spec(make_pipeline(text, GOOD_MODULE))
     assert e.value.code == "no-producer"
@@ -217,29 +276,57 @@ def _deep(n: int) -> str:
     return "[" * n + "]" * n
 
 
-@pytest.mark.parametrize("name,text,code,line", [
-    ("recursive-anchor", BASE + "    params: {x: &a [*a]}\n", "yaml-recursive", 11),
-    ("recursive-merge", BASE + "    params: &m {<<: *m}\n", "yaml-recursive", 11),
-    ("alias-bomb", _laughs() + BASE, "yaml-too-big", 6),
-    ("alias-bomb-in-params", BASE + "    params:\n" + "".join("      " + x + "\n" for x in _laughs().splitlines()), "yaml-too-big", 17),
-    ("deep-flow", BASE + f"    params: {{x: {_deep(5000)}}}\n", "yaml-too-deep", 11),
-    ("deep-aliases", BASE + "    params:\n      a: &a " + _deep(20) + "\n      b: &b [[[[[[[[[[[[*a]]]]]]]]]]]]\n", "yaml-too-deep", 13),
-    ("deep-block", BASE + "    params:\n" + "".join("  " * (i + 3) + f"k{i}:\n" for i in range(40)), "yaml-too-deep", 41),
-    ("duplicate-top-key", BASE.replace("pipeline: p\n", "pipeline: p\npipeline: q\n"), "duplicate-key", 3),
-    ("duplicate-stage-key", BASE.replace("    outputs: [b]", "    outputs: [b]\n    translator: MOD:t"), "duplicate-key", 11),
-    ("duplicate-schema-field", BASE.replace("{url: string, n: int}}\nstages", "{url: string, n: int, url: int}}\nstages"), "duplicate-key", 5),
-    ("duplicate-bool-keys", BASE + "    params: {m: {yes: 1, true: 2}}\n", "duplicate-key", 11),
-    ("undefined-alias", BASE + "    params: {x: *nope}\n", "yaml", 11),
-    ("bad-timestamp", BASE + "    params: {when: 2001-13-01}\n", "yaml", 11),
-    ("bad-explicit-int", BASE + "    params: {n: !!int abc}\n", "yaml", 11),
-    ("bad-explicit-bool", BASE + "    params: {n: !!bool maybe}\n", "yaml", 11),
-    ("huge-int", BASE + "    params: {n: " + "9" * 5000 + "}\n", "yaml", 11),
-    ("python-tag", BASE + "    params: {n: !!python/object/apply:os.system [echo]}\n", "yaml", 11),
-    ("nul-character", BASE + "    params: {n: \"a\x00b\"}\n", "yaml", 11),
-    ("tab-indent", BASE + "    params:\n\t- x\n", "yaml", 12),
-    ("two-documents", BASE + "---\npipeline: q\n", "yaml", 11),
-    ("unhashable-key", BASE + "    params: {[a]: 1}\n", "yaml", 11),
-])
+@pytest.mark.parametrize(
+    "name,text,code,line",
+    [
+        ("recursive-anchor", BASE + "    params: {x: &a [*a]}\n", "yaml-recursive", 11),
+        ("recursive-merge", BASE + "    params: &m {<<: *m}\n", "yaml-recursive", 11),
+        ("alias-bomb", _laughs() + BASE, "yaml-too-big", 6),
+        (
+            "alias-bomb-in-params",
+            BASE + "    params:\n" + "".join("      " + x + "\n" for x in _laughs().splitlines()),
+            "yaml-too-big",
+            17,
+        ),
+        ("deep-flow", BASE + f"    params: {{x: {_deep(5000)}}}\n", "yaml-too-deep", 11),
+        (
+            "deep-aliases",
+            BASE + "    params:\n      a: &a " + _deep(20) + "\n      b: &b [[[[[[[[[[[[*a]]]]]]]]]]]]\n",
+            "yaml-too-deep",
+            13,
+        ),
+        (
+            "deep-block",
+            BASE + "    params:\n" + "".join("  " * (i + 3) + f"k{i}:\n" for i in range(40)),
+            "yaml-too-deep",
+            41,
+        ),
+        ("duplicate-top-key", BASE.replace("pipeline: p\n", "pipeline: p\npipeline: q\n"), "duplicate-key", 3),
+        (
+            "duplicate-stage-key",
+            BASE.replace("    outputs: [b]", "    outputs: [b]\n    translator: MOD:t"),
+            "duplicate-key",
+            11,
+        ),
+        (
+            "duplicate-schema-field",
+            BASE.replace("{url: string, n: int}}\nstages", "{url: string, n: int, url: int}}\nstages"),
+            "duplicate-key",
+            5,
+        ),
+        ("duplicate-bool-keys", BASE + "    params: {m: {yes: 1, true: 2}}\n", "duplicate-key", 11),
+        ("undefined-alias", BASE + "    params: {x: *nope}\n", "yaml", 11),
+        ("bad-timestamp", BASE + "    params: {when: 2001-13-01}\n", "yaml", 11),
+        ("bad-explicit-int", BASE + "    params: {n: !!int abc}\n", "yaml", 11),
+        ("bad-explicit-bool", BASE + "    params: {n: !!bool maybe}\n", "yaml", 11),
+        ("huge-int", BASE + "    params: {n: " + "9" * 5000 + "}\n", "yaml", 11),
+        ("python-tag", BASE + "    params: {n: !!python/object/apply:os.system [echo]}\n", "yaml", 11),
+        ("nul-character", BASE + '    params: {n: "a\x00b"}\n', "yaml", 11),
+        ("tab-indent", BASE + "    params:\n\t- x\n", "yaml", 12),
+        ("two-documents", BASE + "---\npipeline: q\n", "yaml", 11),
+        ("unhashable-key", BASE + "    params: {[a]: 1}\n", "yaml", 11),
+    ],
+)
 def test_hostile_yaml_is_refused_fast_with_file_and_line(make_pipeline, capsys, name, text, code, line):
     from cbp.cli import main
 
@@ -271,18 +358,21 @@ def test_file_size_and_encoding_are_checked(make_pipeline):
     assert e.value.code == "yaml" and "line 3: not UTF-8 text" in str(e.value)
 
 
-@pytest.mark.parametrize("old,new,line,words", [
-    ("    outputs: [b]", "    outputs: [b]\n    partitions: true", 11, ["partitions", "valid integer"]),
-    ("    outputs: [b]", "    outputs: [b]\n    partitions: '4'", 11, ["partitions", "valid integer"]),
-    ("    outputs: [b]", "    outputs: [b]\n    partitions: 4.0", 11, ["partitions", "valid integer"]),
-    ("{external: true,", "{external: 1,", 4, ["flow 'a' external", "valid boolean"]),
-    ("{external: true,", "{external: 'yes',", 4, ["flow 'a' external", "valid boolean"]),
-    ("pipeline: p", "pipeline: 12", 2, ["pipeline", "valid string"]),
-    ("translator: MOD:t", "translator: 5", 8, ["stage 's1' translator", "valid string"]),
-    ("{url: string, n: int}}\nstages", "{url: string, n: 1}}\nstages", 5, ["flow 'b'", "valid string"]),
-    ("    outputs: [b]", "    outputs: [b, 1]", 10, ["stage 's1' outputs", "valid string"]),
-    ("    outputs: [b]", "    outputs: [b]\n    state: {schema: {n: int}, grouping: 0}", 11, ["grouping"]),
-])
+@pytest.mark.parametrize(
+    "old,new,line,words",
+    [
+        ("    outputs: [b]", "    outputs: [b]\n    partitions: true", 11, ["partitions", "valid integer"]),
+        ("    outputs: [b]", "    outputs: [b]\n    partitions: '4'", 11, ["partitions", "valid integer"]),
+        ("    outputs: [b]", "    outputs: [b]\n    partitions: 4.0", 11, ["partitions", "valid integer"]),
+        ("{external: true,", "{external: 1,", 4, ["flow 'a' external", "valid boolean"]),
+        ("{external: true,", "{external: 'yes',", 4, ["flow 'a' external", "valid boolean"]),
+        ("pipeline: p", "pipeline: 12", 2, ["pipeline", "valid string"]),
+        ("translator: MOD:t", "translator: 5", 8, ["stage 's1' translator", "valid string"]),
+        ("{url: string, n: int}}\nstages", "{url: string, n: 1}}\nstages", 5, ["flow 'b'", "valid string"]),
+        ("    outputs: [b]", "    outputs: [b, 1]", 10, ["stage 's1' outputs", "valid string"]),
+        ("    outputs: [b]", "    outputs: [b]\n    state: {schema: {n: int}, grouping: 0}", 11, ["grouping"]),
+    ],
+)
 def test_yaml_scalars_are_strictly_typed(make_pipeline, old, new, line, words):
     assert old in BASE
     path = make_pipeline(BASE.replace(old, new), GOOD_MODULE)
@@ -302,8 +392,13 @@ def test_params_must_be_plain_values(make_pipeline, params):
 
 
 def test_anchors_aliases_and_merge_keys_still_work(make_pipeline):
-    text = BASE.replace("  a: {external: true, schema: {url: string, n: int}}", "  a: {external: true, schema: &rec {url: string, n: int}}").replace(
-        "  b: {schema: {url: string, n: int}}", "  b: {schema: *rec}") + "    params: &p {x: 1, y: [1, 2]}\n  s2:\n    translator: MOD:t\n    inputs: [b]\n    params: {<<: *p, x: 2}\n"
+    text = (
+        BASE.replace(
+            "  a: {external: true, schema: {url: string, n: int}}",
+            "  a: {external: true, schema: &rec {url: string, n: int}}",
+        ).replace("  b: {schema: {url: string, n: int}}", "  b: {schema: *rec}")
+        + "    params: &p {x: 1, y: [1, 2]}\n  s2:\n    translator: MOD:t\n    inputs: [b]\n    params: {<<: *p, x: 2}\n"
+    )
     spec = load_spec(make_pipeline(text, GOOD_MODULE))
     assert spec.flows["b"].schema == spec.flows["a"].schema
     assert spec.stages["s2"].params == {"x": 2, "y": [1, 2]}
@@ -312,13 +407,30 @@ def test_anchors_aliases_and_merge_keys_still_work(make_pipeline):
 def test_odd_names_are_refused_or_work(make_pipeline):
     """A name with a trailing newline is not an identifier; an identifier pydantic reserves is a fine field name."""
     with pytest.raises(SpecError) as e:
-        load_spec(make_pipeline(BASE.replace("  b: {schema", '  "b\\n": {schema').replace("outputs: [b]", 'outputs: ["b\\n"]'), GOOD_MODULE))
+        load_spec(
+            make_pipeline(
+                BASE.replace("  b: {schema", '  "b\\n": {schema').replace("outputs: [b]", 'outputs: ["b\\n"]'),
+                GOOD_MODULE,
+            )
+        )
     assert e.value.code == "bad-name"
     long = "b" * 101  # names become file names: one that cannot be one is refused here, not by the first epoch
     with pytest.raises(SpecError) as e:
-        load_spec(make_pipeline(BASE.replace("  b: {schema", f"  {long}: {{schema").replace("outputs: [b]", f"outputs: [{long}]"), GOOD_MODULE))
+        load_spec(
+            make_pipeline(
+                BASE.replace("  b: {schema", f"  {long}: {{schema").replace("outputs: [b]", f"outputs: [{long}]"),
+                GOOD_MODULE,
+            )
+        )
     assert e.value.code == "bad-name"
-    load_spec(make_pipeline(BASE.replace("  b: {schema", f"  {long[:100]}: {{schema").replace("outputs: [b]", f"outputs: [{long[:100]}]"), GOOD_MODULE))
+    load_spec(
+        make_pipeline(
+            BASE.replace("  b: {schema", f"  {long[:100]}: {{schema").replace(
+                "outputs: [b]", f"outputs: [{long[:100]}]"
+            ),
+            GOOD_MODULE,
+        )
+    )
     spec = load_spec(make_pipeline(BASE.replace("n: int}", "model_config: int}"), GOOD_MODULE))
     assert spec.flows["a"].schema.validate({"url": "u", "model_config": 1}) == {"url": "u", "model_config": 1}
 
@@ -332,7 +444,9 @@ def test_a_module_that_exits_while_imported_is_a_spec_error(make_pipeline, body)
     assert e.value.code == "bad-import" and "line 8: stage 's1' translator" in str(e.value), str(e.value)
 
 
-@pytest.mark.parametrize("name", ["params", "epoch", "stage", "has_state", "write", "associate", "_writers", "_bind", "__class__"])
+@pytest.mark.parametrize(
+    "name", ["params", "epoch", "stage", "has_state", "write", "associate", "_writers", "_bind", "__class__"]
+)
 def test_an_output_flow_named_like_the_emitters_own_attributes_is_refused(make_pipeline, name):
     """out.params is the stage's params: a flow of that name could not be written as out.<flow>."""
     text = BASE.replace("  b: {", f"  {name}: {{").replace("outputs: [b]", f"outputs: [{name}]")
@@ -368,7 +482,9 @@ def test_two_pipelines_with_a_module_of_one_name_each_get_their_own(tmp_path):
         (d / "colorsys.py").write_text("raise RuntimeError('a module beside the YAML shadowed the standard library')\n")
         (d / "lazyhelp.py").write_text(f"WHO = {name!r}\n")
         specs.append(load_spec(str(d / "p.yaml")))
-        assert sys.path[-1] == str(d) and str(d) not in sys.path[:-1]  # last: found by a later import, shadowing nothing
+        assert (
+            sys.path[-1] == str(d) and str(d) not in sys.path[:-1]
+        )  # last: found by a later import, shadowing nothing
     assert [s.stages["url_count"].translator(None, None, None, None) for s in specs] == ["a", "b"]
     sys.modules.pop("colorsys", None)
     import colorsys  # the standard library's
@@ -385,8 +501,8 @@ def test_two_pipelines_with_a_module_of_one_name_each_get_their_own(tmp_path):
 
 def test_pipeline_params_reach_every_stage_and_a_stages_own_win(make_pipeline):
     text = BASE.replace("stages:\n", "params: {t: 3.0, name: x}\nstages:\n") + (
-        "    params: {t: 5.0}\n"
-        "  s2:\n    translator: MOD:t\n    inputs: [{flow: b, route_by: url}]\n")
+        "    params: {t: 5.0}\n  s2:\n    translator: MOD:t\n    inputs: [{flow: b, route_by: url}]\n"
+    )
     spec = load_spec(make_pipeline(text, GOOD_MODULE))
     assert spec.stages["s1"].params == {"t": 5.0, "name": "x"}
     assert spec.stages["s2"].params == {"t": 3.0, "name": "x"}
@@ -403,4 +519,6 @@ def test_the_crawl_queues_merge_and_threshold_share_one_threshold():
     """merge skips the URLs its site's count cannot move across threshold's threshold: one value, set once."""
     spec = load_spec(FLOWS / "crawl_queue.yaml")
     assert spec.stages["merge"].params["threshold"] == spec.stages["threshold"].params["threshold"] == 3.0
-    assert not re.search(r"threshold:\s*[0-9]", (FLOWS / "crawl_queue.yaml").read_text().split("\nstages:")[1]), "set once, in the pipeline's params"
+    assert not re.search(r"threshold:\s*[0-9]", (FLOWS / "crawl_queue.yaml").read_text().split("\nstages:")[1]), (
+        "set once, in the pipeline's params"
+    )

@@ -6,11 +6,11 @@ import random
 
 import pandas as pd
 import pytest
+from conftest import FLOWS
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from cbp.testing import Increment, replay
-from conftest import FLOWS
 
 YAML = FLOWS / "url_count.yaml"
 
@@ -40,8 +40,9 @@ def check_against_pandas(result, increments):
 @pytest.mark.parametrize("mode", ["direct", "blackbox"])
 def test_url_count_matches_pandas(spark, tmp_path, mode):
     increments = random_increments(seed=11)
-    result = replay(YAML, [Increment("urls", inc) for inc in increments], home=str(tmp_path / "home"), mode=mode,
-                    max_state_files=3)  # small, so direct mode compacts along the way
+    result = replay(
+        YAML, [Increment("urls", inc) for inc in increments], home=str(tmp_path / "home"), mode=mode, max_state_files=3
+    )  # small, so direct mode compacts along the way
     check_against_pandas(result, increments)
 
 
@@ -74,9 +75,13 @@ def test_mode_switch_keeps_results(spark, tmp_path):
 urls = st.lists(st.sampled_from([f"http://h{i % 4}/x{i}" for i in range(25)]), max_size=40)
 
 
-@settings(max_examples=3, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@settings(
+    max_examples=3, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow]
+)
 @given(st.lists(urls, min_size=10, max_size=10))
 def test_url_count_property(spark, tmp_path_factory, incs):
     increments = [[{"url": u} for u in inc] for inc in incs]
-    result = replay(YAML, [Increment("urls", inc) for inc in increments], home=str(tmp_path_factory.mktemp("h")), max_state_files=2)
+    result = replay(
+        YAML, [Increment("urls", inc) for inc in increments], home=str(tmp_path_factory.mktemp("h")), max_state_files=2
+    )
     check_against_pandas(result, increments)

@@ -7,9 +7,10 @@ import warnings
 from collections import Counter
 from pathlib import Path
 
+from conftest import FLOWS
+
 import cbp
 from cbp.testing import Increment, replay
-from conftest import FLOWS
 
 CBP_DIR = str(Path(cbp.__file__).resolve().parent)
 
@@ -21,6 +22,9 @@ def test_replay_emits_no_deprecation_warning_from_cbp(spark, tmp_path):
         run = replay(FLOWS / "url_count.yaml", incs, home=str(tmp_path / "h"), spark=spark)
     expected = Counter(r["url"] for inc in incs for r in inc.records)
     assert {r["url"]: r["count"] for r in run.final_state("url_count")} == expected
-    ours = [w for w in caught
-            if issubclass(w.category, DeprecationWarning) and str(Path(w.filename).resolve()).startswith(CBP_DIR)]
+    ours = [
+        w
+        for w in caught
+        if issubclass(w.category, DeprecationWarning) and str(Path(w.filename).resolve()).startswith(CBP_DIR)
+    ]
     assert not ours, [f"{w.filename}:{w.lineno}: {w.message}" for w in ours]

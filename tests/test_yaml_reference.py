@@ -4,11 +4,11 @@
 from __future__ import annotations
 
 import pytest
+from conftest import ROOT
 from pydantic import BaseModel
 
 from cbp.spec import raw
 from cbp.spec.schema import SCALAR_TYPES, parse_type
-from conftest import ROOT
 
 
 def _models() -> list[type[BaseModel]]:

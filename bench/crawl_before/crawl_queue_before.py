@@ -40,7 +40,9 @@ def extract_links(key, state, pages, out):
     page = latest(pages)
     if page is None or (prev is not None and not replaces(page, prev["fetched"])):
         if prev is not None:
-            out.state.write({"url": prev["url"], "status": prev["status"], "fetched": prev["fetched"], "links": list(prev["links"])})
+            out.state.write(
+                {"url": prev["url"], "status": prev["status"], "fetched": prev["fetched"], "links": list(prev["links"])}
+            )
         return
     src = key
     status = status_of(page)
@@ -99,7 +101,9 @@ def merge(site, state, url_counts, site_counts, pages, out):
             urls[r["url"]] = dict(r)
     changed = set()
     for c in url_counts:  # changes add up, whatever the order (an epoch may read several of count_links')
-        r = urls.setdefault(c["url"], {"url": c["url"], "inlinks": 0, "crawled": False, "sent_inlinks": None, "sent_site": None})
+        r = urls.setdefault(
+            c["url"], {"url": c["url"], "inlinks": 0, "crawled": False, "sent_inlinks": None, "sent_site": None}
+        )
         r["inlinks"] += _change(c) * _diff(c)
         changed.add(c["url"])
     new_site_in = site_in + sum(_change(c) * _diff(c) for c in site_counts)
@@ -112,14 +116,23 @@ def merge(site, state, url_counts, site_counts, pages, out):
         if r["crawled"] or (r["inlinks"] == 0 and r["sent_inlinks"] is None):
             continue
         if (r["sent_inlinks"], r["sent_site"]) != (r["inlinks"], new_site_in):
-            out.candidates.write({"url": r["url"], "inlinks": r["inlinks"], "site_inlinks": new_site_in,
-                                  "prev_inlinks": r["sent_inlinks"], "prev_site_inlinks": r["sent_site"]})
+            out.candidates.write(
+                {
+                    "url": r["url"],
+                    "inlinks": r["inlinks"],
+                    "site_inlinks": new_site_in,
+                    "prev_inlinks": r["sent_inlinks"],
+                    "prev_site_inlinks": r["sent_site"],
+                }
+            )
             r["sent_inlinks"], r["sent_site"] = r["inlinks"], new_site_in
     if not out.has_state:  # the landmark variant keeps no state
         return
     out.state.write({"url": None, "inlinks": new_site_in, "crawled": False, "sent_inlinks": None, "sent_site": None})
     for u in sorted(urls):
-        if urls[u]["crawled"] or urls[u]["inlinks"] != 0:  # a URL no page links to any more (and not crawled) is forgotten
+        if (
+            urls[u]["crawled"] or urls[u]["inlinks"] != 0
+        ):  # a URL no page links to any more (and not crawled) is forgotten
             out.state.write(urls[u])
 
 
@@ -138,8 +151,14 @@ def score(key, state, candidates, out):
     """Score a candidate now and as it was last sent."""
     for c in candidates:
         prev = None if c["prev_inlinks"] is None else crawl_score(c["prev_inlinks"], c["prev_site_inlinks"])
-        out.scored.write({"url": c["url"], "score": crawl_score(c["inlinks"], c["site_inlinks"]), "prev_score": prev,
-                          "inlinks": c["inlinks"]})
+        out.scored.write(
+            {
+                "url": c["url"],
+                "score": crawl_score(c["inlinks"], c["site_inlinks"]),
+                "prev_score": prev,
+                "inlinks": c["inlinks"],
+            }
+        )
 
 
 def threshold(key, state, scored, out):
@@ -159,7 +178,9 @@ def threshold(key, state, scored, out):
     last = None
     for s in scored:  # one per epoch of merge; several only if this epoch reads several of merge's
         last = s
-    above = last is not None and last["score"] >= t and last.get("inlinks") != 0  # a URL no page links to is no candidate
+    above = (
+        last is not None and last["score"] >= t and last.get("inlinks") != 0
+    )  # a URL no page links to is no candidate
     if last is not None and above and queued is None:
         queued = {"url": last["url"], "score": last["score"]}
         out.crawl_queue.write(queued)

@@ -26,26 +26,60 @@ from __future__ import annotations
 import math
 import os
 import subprocess
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable, Optional
+from typing import Any
 from urllib.parse import urlsplit
 
+from ..crawl.fetch import is_host_name
+from ..crawl.links import normalize_url
 from ..errors import RuntimeStateError, UsageError
 from ..spec import MAX_TIMEOUT, PipelineSpec, load_yaml
 from ..storage.location import check_location, local_file_uri
-from ..crawl.fetch import is_host_name
-from ..crawl.links import normalize_url
 from .inbox import INBOX_SETTLE_SECONDS
 
-__all__ = ["DagConfig", "CrawlerConfig", "load_config", "is_remote", "env_file_vars", "RUN_TIMEOUT_MINUTES", "CRAWL_TIMEOUT_MINUTES",
-           "BAD_CONFIG", "INBOX_SETTLE_SECONDS"]
+__all__ = [
+    "DagConfig",
+    "CrawlerConfig",
+    "load_config",
+    "is_remote",
+    "env_file_vars",
+    "RUN_TIMEOUT_MINUTES",
+    "CRAWL_TIMEOUT_MINUTES",
+    "BAD_CONFIG",
+    "INBOX_SETTLE_SECONDS",
+]
 
 RUN_TIMEOUT_MINUTES = 120.0  # a run task (cbp run until quiescent) that takes longer is killed, with its Spark JVM
 CRAWL_TIMEOUT_MINUTES = 30.0  # a crawl round that takes longer is stopped
 MARKERS_IN_INBOX = ".cbp-markers"  # default markers directory of object-store homes: <inbox>/.cbp-markers/<pipeline>
-KNOWN = {"flows", "homes", "inbox", "markers", "crawlers", "poke_interval", "spark_master", "env_file",
-         "run_timeout_minutes", "crawl_timeout_minutes", "epoch_timeout_seconds", "inbox_settle_seconds", "follow"}
-CRAWLER_KEYS = {"corpus", "seed", "max_pages", "hosts", "queue", "pages", "revisit_min", "revisit_max", "gone_after", "max_per_host"}
+KNOWN = {
+    "flows",
+    "homes",
+    "inbox",
+    "markers",
+    "crawlers",
+    "poke_interval",
+    "spark_master",
+    "env_file",
+    "run_timeout_minutes",
+    "crawl_timeout_minutes",
+    "epoch_timeout_seconds",
+    "inbox_settle_seconds",
+    "follow",
+}
+CRAWLER_KEYS = {
+    "corpus",
+    "seed",
+    "max_pages",
+    "hosts",
+    "queue",
+    "pages",
+    "revisit_min",
+    "revisit_max",
+    "gone_after",
+    "max_per_host",
+}
 BAD_CONFIG = "bad-config"  # the code of a bad setting
 MAX_MINUTES = MAX_TIMEOUT / 60  # the time limits are at most a week, as `cbp run --epoch-timeout`
 
@@ -65,10 +99,12 @@ class CrawlerConfig:
     hosts: list[str] = field(default_factory=list)
     queue: str = "crawl_queue"
     pages: str = "pages"
-    revisit_min: float = 3600.0  # seconds: the shortest revisit interval (also how often the crawler DAG runs on its own)
+    revisit_min: float = (
+        3600.0  # seconds: the shortest revisit interval (also how often the crawler DAG runs on its own)
+    )
     revisit_max: float = 30 * 86400.0  # seconds: the longest
     gone_after: int = 1
-    max_per_host: Optional[int] = None
+    max_per_host: int | None = None
 
 
 @dataclass(frozen=True)
@@ -80,14 +116,18 @@ class DagConfig:
     inbox: str
     crawlers: dict[str, CrawlerConfig] = field(default_factory=dict)
     poke_interval: float = 5.0
-    spark_master: Optional[str] = None
+    spark_master: str | None = None
     run_timeout_minutes: float = RUN_TIMEOUT_MINUTES
     crawl_timeout_minutes: float = CRAWL_TIMEOUT_MINUTES
-    epoch_timeout_seconds: Optional[float] = None  # passed on as ``cbp run --epoch-timeout`` when set
+    epoch_timeout_seconds: float | None = None  # passed on as ``cbp run --epoch-timeout`` when set
     inbox_settle_seconds: float = INBOX_SETTLE_SECONDS  # an inbox file is landed once unchanged (mtime) this long
-    markers: Optional[str] = None  # local directory of the announcement markers (default: beside the home, or in the inbox)
-    env_file: Optional[str] = None  # a shell file (e.g. state/cluster/env.sh) whose variables the tasks run with
-    follow: list[str] = field(default_factory=list)  # pipelines handed to a follower (cbp.airflow.follower), not a cbp run per increment
+    markers: str | None = (
+        None  # local directory of the announcement markers (default: beside the home, or in the inbox)
+    )
+    env_file: str | None = None  # a shell file (e.g. state/cluster/env.sh) whose variables the tasks run with
+    follow: list[str] = field(
+        default_factory=list
+    )  # pipelines handed to a follower (cbp.airflow.follower), not a cbp run per increment
 
     def home(self, spec: PipelineSpec) -> str:
         if is_remote(self.homes):
@@ -117,10 +157,18 @@ class DagConfig:
 def env_file_vars(path: str) -> dict[str, str]:
     """The variables a shell file sets or changes (``bash`` sources it in an empty environment plus PATH and HOME)."""
     base = {k: os.environ[k] for k in ("PATH", "HOME") if k in os.environ}
-    r = subprocess.run(["bash", "-c", 'set -a; source "$1" >/dev/null && env -0', "cbp-env", path], env=base,
-                       capture_output=True, timeout=60)
+    r = subprocess.run(
+        ["bash", "-c", 'set -a; source "$1" >/dev/null && env -0', "cbp-env", path],
+        env=base,
+        capture_output=True,
+        timeout=60,
+    )
     if r.returncode != 0:
-        raise RuntimeStateError(f"env_file {path}: sourcing it failed: {r.stderr.decode(errors='replace')[-500:]}", code="env-file", path=path)
+        raise RuntimeStateError(
+            f"env_file {path}: sourcing it failed: {r.stderr.decode(errors='replace')[-500:]}",
+            code="env-file",
+            path=path,
+        )
     out = dict(item.split("=", 1) for item in r.stdout.decode(errors="replace").split("\0") if "=" in item)
     return {k: v for k, v in out.items() if base.get(k) != v and k not in ("_", "SHLVL", "PWD", "OLDPWD")}
 
@@ -130,7 +178,7 @@ def _bad(path: str, key: str, message: str) -> RuntimeStateError:
     return RuntimeStateError(f"{path}: {key}: {message}", code=BAD_CONFIG, path=path)
 
 
-def _text(raw: dict[str, Any], path: str, key: str, default: Optional[str], where: str = "") -> Optional[str]:
+def _text(raw: dict[str, Any], path: str, key: str, default: str | None, where: str = "") -> str | None:
     """A non-empty string setting; an empty ``key:`` is unset if the setting is optional (``default`` None), else refused."""
     v = raw.get(key)
     if v is None:
@@ -155,7 +203,9 @@ def _texts(raw: dict[str, Any], path: str, key: str, where: str, required: bool)
     return items
 
 
-def _number(raw: dict[str, Any], path: str, key: str, default: Optional[float], most: float, zero: bool = False) -> Optional[float]:
+def _number(
+    raw: dict[str, Any], path: str, key: str, default: float | None, most: float, zero: bool = False
+) -> float | None:
     """A finite number above 0 (or at least 0 with ``zero``) and at most ``most``; an empty optional one is unset."""
     v = raw.get(key)
     if v is None:
@@ -167,7 +217,9 @@ def _number(raw: dict[str, Any], path: str, key: str, default: Optional[float], 
             v = float(v)
         except ValueError:
             pass
-    ok = isinstance(v, (int, float)) and not isinstance(v, bool) and (v >= 0 if zero else v > 0) and v <= most  # NaN fails both
+    ok = (
+        isinstance(v, (int, float)) and not isinstance(v, bool) and (v >= 0 if zero else v > 0) and v <= most
+    )  # NaN fails both
     if not ok:
         raise _bad(path, key, f"must be a number {'at least 0' if zero else 'above 0'} and at most {most:g}, got {v!r}")
     return float(v)
@@ -192,14 +244,24 @@ def _crawler(name: str, c: Any, path: str, p: Callable[[str, str], str]) -> Craw
         raise _bad(path, where.rstrip(": "), f"must be a mapping with corpus and seed, got {c!r:.80}")
     unknown = set(map(str, c)) - CRAWLER_KEYS
     if unknown:
-        raise _bad(path, where + ", ".join(sorted(unknown)), f"unknown key(s); known: {', '.join(sorted(CRAWLER_KEYS))}")
+        raise _bad(
+            path, where + ", ".join(sorted(unknown)), f"unknown key(s); known: {', '.join(sorted(CRAWLER_KEYS))}"
+        )
     corpus = [p(where + "corpus", d) for d in _texts(c, path, "corpus", where, required=True)]
     hosts = _texts(c, path, "hosts", where, required=False)
     for h in hosts:
         if not is_host_name(h.lower()):
-            raise _bad(path, where + "hosts", f"{h!r} is not a host name URLs keep as it is (letters, digits, '-' and '.', not all digits)")
+            raise _bad(
+                path,
+                where + "hosts",
+                f"{h!r} is not a host name URLs keep as it is (letters, digits, '-' and '.', not all digits)",
+            )
     if len(hosts) > len(corpus):
-        raise _bad(path, where + "hosts", f"{len(hosts)} hosts for {len(corpus)} corpus directories (one host per directory, in order)")
+        raise _bad(
+            path,
+            where + "hosts",
+            f"{len(hosts)} hosts for {len(corpus)} corpus directories (one host per directory, in order)",
+        )
     max_pages = c.get("max_pages", 1000)
     if isinstance(max_pages, bool) or not isinstance(max_pages, int) or max_pages < 1:
         raise _bad(path, where + "max_pages", f"must be a whole number of at least 1, got {max_pages!r}")
@@ -216,10 +278,19 @@ def _crawler(name: str, c: Any, path: str, p: Callable[[str, str], str]) -> Craw
             raise _bad(path, where + key, f"must be a finite number of seconds > 0, got {v!r}")
         secs[key] = float(v)
     if secs["revisit_min"] > secs["revisit_max"]:
-        raise _bad(path, where + "revisit_min", f"{secs['revisit_min']} is more than revisit_max ({secs['revisit_max']})")
-    return CrawlerConfig(corpus=corpus, seed=_seeds(c, path, where), max_pages=max_pages, hosts=hosts,
-                         queue=_text(c, path, "queue", "crawl_queue", where) or "crawl_queue",
-                         pages=_text(c, path, "pages", "pages", where) or "pages", **secs, **whole)
+        raise _bad(
+            path, where + "revisit_min", f"{secs['revisit_min']} is more than revisit_max ({secs['revisit_max']})"
+        )
+    return CrawlerConfig(
+        corpus=corpus,
+        seed=_seeds(c, path, where),
+        max_pages=max_pages,
+        hosts=hosts,
+        queue=_text(c, path, "queue", "crawl_queue", where) or "crawl_queue",
+        pages=_text(c, path, "pages", "pages", where) or "pages",
+        **secs,
+        **whole,
+    )
 
 
 def _crawlers(raw: dict[str, Any], path: str, p: Callable[[str, str], str]) -> dict[str, CrawlerConfig]:
@@ -238,13 +309,19 @@ def _check_local_dirs(homes: str, raw: dict[str, Any], path: str) -> None:
         return
     local = [k for k in ("inbox", "markers") if raw.get(k) is not None]
     if not local:
-        raise RuntimeStateError(f"{path}: homes: {homes} is on an object store, but the Airflow DAGs keep their inboxes and "
-                                "announcement markers in local files: also give 'inbox:' (or 'markers:'), a local directory",
-                                code="needs-local-home", path=homes)
+        raise RuntimeStateError(
+            f"{path}: homes: {homes} is on an object store, but the Airflow DAGs keep their inboxes and "
+            "announcement markers in local files: also give 'inbox:' (or 'markers:'), a local directory",
+            code="needs-local-home",
+            path=homes,
+        )
     for k in local:
         if is_remote(str(raw[k])):
-            raise RuntimeStateError(f"{path}: {k}: {raw[k]} must be a local directory (homes may be on an object store, "
-                                    f"the {k} may not)", code="needs-local-home", path=str(raw[k]))
+            raise RuntimeStateError(
+                f"{path}: {k}: {raw[k]} must be a local directory (homes may be on an object store, the {k} may not)",
+                code="needs-local-home",
+                path=str(raw[k]),
+            )
 
 
 def _homes(raw: dict[str, Any], path: str, p: Callable[[str, str], str]) -> str:
@@ -262,8 +339,11 @@ def _read(path: str) -> dict[str, Any]:
     raw, _ = load_yaml(path)
     raw = {} if raw is None else raw
     if not isinstance(raw, dict):
-        raise RuntimeStateError(f"{path}: the file must be a mapping of settings (flows:, homes:, ...), not a "
-                                f"{type(raw).__name__}", code=BAD_CONFIG, path=path)
+        raise RuntimeStateError(
+            f"{path}: the file must be a mapping of settings (flows:, homes:, ...), not a {type(raw).__name__}",
+            code=BAD_CONFIG,
+            path=path,
+        )
     unknown = set(map(str, raw)) - KNOWN
     if unknown:
         raise _bad(path, ", ".join(sorted(unknown)), f"unknown key(s); known: {', '.join(sorted(KNOWN))}")
@@ -283,12 +363,14 @@ def load_config(path: str) -> DagConfig:
         except UsageError as e:
             raise _bad(path, key, str(e).replace("--home ", "", 1)) from None
         if is_remote(x) or "://" in x:
-            raise _bad(path, key, f"{x!r} is not a local path (this setting needs a directory or file on the Airflow machine)")
+            raise _bad(
+                path, key, f"{x!r} is not a local path (this setting needs a directory or file on the Airflow machine)"
+            )
         if not x.strip() or any(c in x for c in "\0\n\r"):
             raise _bad(path, key, f"{x!r} is not a path (empty, or a NUL or line break in it)")
         return os.path.normpath(os.path.join(base, os.path.expanduser(x)))
 
-    def opt(key: str) -> Optional[str]:
+    def opt(key: str) -> str | None:
         v = _text(raw, path, key, None)
         return None if v is None else p(key, v)
 
@@ -296,13 +378,25 @@ def load_config(path: str) -> DagConfig:
     for key in ("inbox", "markers", "env_file", "spark_master", "flows"):
         _text(raw, path, key, None)
     _check_local_dirs(homes, raw, path)
-    return DagConfig(flows=p("flows", _text(raw, path, "flows", "../flows") or ""), homes=homes,
-                     inbox=p("inbox", _text(raw, path, "inbox", "../state/inbox") or ""), crawlers=_crawlers(raw, path, p),
-                     poke_interval=_number(raw, path, "poke_interval", 5.0, MAX_TIMEOUT),  # type: ignore[arg-type]
-                     spark_master=_text(raw, path, "spark_master", None),
-                     run_timeout_minutes=_number(raw, path, "run_timeout_minutes", RUN_TIMEOUT_MINUTES, MAX_MINUTES),  # type: ignore[arg-type]
-                     crawl_timeout_minutes=_number(raw, path, "crawl_timeout_minutes", CRAWL_TIMEOUT_MINUTES, MAX_MINUTES),  # type: ignore[arg-type]
-                     epoch_timeout_seconds=_number(raw, path, "epoch_timeout_seconds", None, MAX_TIMEOUT),
-                     inbox_settle_seconds=_number(raw, path, "inbox_settle_seconds", INBOX_SETTLE_SECONDS, MAX_TIMEOUT,  # type: ignore[arg-type]
-                                                  zero=True),
-                     markers=opt("markers"), env_file=opt("env_file"), follow=_texts(raw, path, "follow", "", required=False))
+    return DagConfig(
+        flows=p("flows", _text(raw, path, "flows", "../flows") or ""),
+        homes=homes,
+        inbox=p("inbox", _text(raw, path, "inbox", "../state/inbox") or ""),
+        crawlers=_crawlers(raw, path, p),
+        poke_interval=_number(raw, path, "poke_interval", 5.0, MAX_TIMEOUT),  # type: ignore[arg-type]
+        spark_master=_text(raw, path, "spark_master", None),
+        run_timeout_minutes=_number(raw, path, "run_timeout_minutes", RUN_TIMEOUT_MINUTES, MAX_MINUTES),  # type: ignore[arg-type]
+        crawl_timeout_minutes=_number(raw, path, "crawl_timeout_minutes", CRAWL_TIMEOUT_MINUTES, MAX_MINUTES),  # type: ignore[arg-type]
+        epoch_timeout_seconds=_number(raw, path, "epoch_timeout_seconds", None, MAX_TIMEOUT),
+        inbox_settle_seconds=_number(
+            raw,
+            path,
+            "inbox_settle_seconds",
+            INBOX_SETTLE_SECONDS,
+            MAX_TIMEOUT,  # type: ignore[arg-type]
+            zero=True,
+        ),
+        markers=opt("markers"),
+        env_file=opt("env_file"),
+        follow=_texts(raw, path, "follow", "", required=False),
+    )

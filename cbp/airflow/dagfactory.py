@@ -47,20 +47,46 @@ import logging
 import os
 import re
 import sys
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import timedelta
-from typing import Any, Callable, Iterator, Optional
+from typing import Any
 from urllib.parse import quote
 
 from ..errors import RuntimeStateError
 from ..spec import PipelineSpec, load_spec
-from .config import BAD_CONFIG, CRAWL_TIMEOUT_MINUTES, INBOX_SETTLE_SECONDS, RUN_TIMEOUT_MINUTES, CrawlerConfig, DagConfig, is_remote, load_config
-from .processes import ProcessGroup
+from .config import (
+    BAD_CONFIG,
+    CRAWL_TIMEOUT_MINUTES,
+    INBOX_SETTLE_SECONDS,
+    RUN_TIMEOUT_MINUTES,
+    CrawlerConfig,
+    DagConfig,
+    is_remote,
+    load_config,
+)
 from .inbox import land_inbox
+from .processes import ProcessGroup
 
-__all__ = ["DagConfig", "CrawlerConfig", "load_config", "make_dags", "pipeline_dag", "crawler_dag", "flow_asset", "epochs_asset",
-           "land_inbox", "run_pipeline", "crawl_round", "ProcessGroup", "home_uri", "task_environ", "broken_dag",
-           "RUN_TIMEOUT_MINUTES", "CRAWL_TIMEOUT_MINUTES"]
+__all__ = [
+    "DagConfig",
+    "CrawlerConfig",
+    "load_config",
+    "make_dags",
+    "pipeline_dag",
+    "crawler_dag",
+    "flow_asset",
+    "epochs_asset",
+    "land_inbox",
+    "run_pipeline",
+    "crawl_round",
+    "ProcessGroup",
+    "home_uri",
+    "task_environ",
+    "broken_dag",
+    "RUN_TIMEOUT_MINUTES",
+    "CRAWL_TIMEOUT_MINUTES",
+]
 
 DEFAULT_ARGS = {"retries": 2}
 _LOG = logging.getLogger(__name__)
@@ -77,8 +103,16 @@ def home_uri(home: str) -> str:
     return f"file://{quote(os.path.abspath(home), safe='/')}"
 
 
-def flow_asset(home: str, spec: PipelineSpec, flow: str, watch: bool = False, inbox: Optional[str] = None, poke_interval: float = 5.0,
-               markers: Optional[str] = None, settle: float = INBOX_SETTLE_SECONDS) -> Any:
+def flow_asset(
+    home: str,
+    spec: PipelineSpec,
+    flow: str,
+    watch: bool = False,
+    inbox: str | None = None,
+    poke_interval: float = 5.0,
+    markers: str | None = None,
+    settle: float = INBOX_SETTLE_SECONDS,
+) -> Any:
     """The Airflow Asset of a flow's Delta table, ``<home URI>/flows/<flow>`` (with its watcher if ``watch``)."""
     from airflow.sdk import Asset, AssetWatcher
 
@@ -89,9 +123,16 @@ def flow_asset(home: str, spec: PipelineSpec, flow: str, watch: bool = False, in
     if watch and source is not None:  # fed from a Delta table: fire when it gains a version (cbp run syncs first)
         from .sourcetrigger import SourceVersionAdded
 
-        watchers = [AssetWatcher(name=f"cbp_{spec.name}_{flow}_source", trigger=SourceVersionAdded(home, flow, source, poke_interval, markers))]
+        watchers = [
+            AssetWatcher(
+                name=f"cbp_{spec.name}_{flow}_source",
+                trigger=SourceVersionAdded(home, flow, source, poke_interval, markers),
+            )
+        ]
     elif watch:
-        trigger = IncrementLanded(home=home, flow=flow, inbox=inbox, poke_interval=poke_interval, markers=markers, settle=settle)
+        trigger = IncrementLanded(
+            home=home, flow=flow, inbox=inbox, poke_interval=poke_interval, markers=markers, settle=settle
+        )
         watchers = [AssetWatcher(name=f"cbp_{spec.name}_{flow}_landed", trigger=trigger)]
     return Asset(name=f"cbp.{spec.name}.{flow}", uri=f"{home_uri(home)}/flows/{flow}", group="cbp", watchers=watchers)
 
@@ -123,9 +164,17 @@ def _outputs(spec: PipelineSpec) -> list[str]:
 
 
 # ---------------------------------------------------------------------------- task bodies (plain functions, testable)
-def run_pipeline(yaml_path: str, home: str, spark_master: Optional[str] = None, *, epoch_timeout: Optional[float] = None,
-                 timeout: Optional[float] = None, grace: float = 10.0, started: Optional[Callable[[ProcessGroup], None]] = None,
-                 env: Optional[dict[str, str]] = None) -> dict[str, Any]:
+def run_pipeline(
+    yaml_path: str,
+    home: str,
+    spark_master: str | None = None,
+    *,
+    epoch_timeout: float | None = None,
+    timeout: float | None = None,
+    grace: float = 10.0,
+    started: Callable[[ProcessGroup], None] | None = None,
+    env: dict[str, str] | None = None,
+) -> dict[str, Any]:
     """``cbp run`` in a subprocess in its own process group; returns the epochs run and the new
     increments per output flow.
 
@@ -141,8 +190,15 @@ def run_pipeline(yaml_path: str, home: str, spark_master: Optional[str] = None, 
         return _run_pipeline(yaml_path, home, extra, epoch_timeout, timeout, grace, started)
 
 
-def _run_pipeline(yaml_path: str, home: str, extra: dict[str, str], epoch_timeout: Optional[float], timeout: Optional[float],
-                  grace: float, started: Optional[Callable[[ProcessGroup], None]]) -> dict[str, Any]:
+def _run_pipeline(
+    yaml_path: str,
+    home: str,
+    extra: dict[str, str],
+    epoch_timeout: float | None,
+    timeout: float | None,
+    grace: float,
+    started: Callable[[ProcessGroup], None] | None,
+) -> dict[str, Any]:
     from ..pipeline import Pipeline
 
     pipe = Pipeline(yaml_path, home)
@@ -172,7 +228,7 @@ def _run_pipeline(yaml_path: str, home: str, extra: dict[str, str], epoch_timeou
     return {"epochs": epochs, "records": new}
 
 
-def crawl_round(yaml_path: str, home: str, cfg: CrawlerConfig, env: Optional[dict[str, str]] = None) -> dict[str, Any]:
+def crawl_round(yaml_path: str, home: str, cfg: CrawlerConfig, env: dict[str, str] | None = None) -> dict[str, Any]:
     """One crawl round (with ``env`` added to the environment); returns what it fetched and landed."""
     with task_environ(env or {}):
         return _crawl_round(yaml_path, home, cfg)
@@ -186,17 +242,37 @@ def _crawl_round(yaml_path: str, home: str, cfg: CrawlerConfig) -> dict[str, Any
 
     pipe = Pipeline(yaml_path, home)
     hosts = cfg.hosts + [None] * (len(cfg.corpus) - len(cfg.hosts))
-    policy = Revisits(revisit_min=cfg.revisit_min, revisit_max=cfg.revisit_max, gone_after=cfg.gone_after, max_per_host=cfg.max_per_host)
-    crawler = Crawler(pipe, [Corpus(d, h) for d, h in zip(cfg.corpus, hosts)], max_pages=cfg.max_pages, queue=cfg.queue, pages=cfg.pages,
-                      policy=policy, measure_freshness=True)
+    policy = Revisits(
+        revisit_min=cfg.revisit_min,
+        revisit_max=cfg.revisit_max,
+        gone_after=cfg.gone_after,
+        max_per_host=cfg.max_per_host,
+    )
+    crawler = Crawler(
+        pipe,
+        [Corpus(d, h) for d, h in zip(cfg.corpus, hosts)],
+        max_pages=cfg.max_pages,
+        queue=cfg.queue,
+        pages=cfg.pages,
+        policy=policy,
+        measure_freshness=True,
+    )
     rep = crawler.round(seeds=cfg.seed if crawler.state()["round"] == 0 else ())
     print(rep.line())
     for url, reason in sorted(rep.failed.items()):
         print(f"  could not fetch {url}: {reason}")
     for line in stats.lines(stats.report(crawler, with_freshness=False)):  # the freshness is the round's, just measured
         print(f"  {line}")
-    return {"round": rep.round, "landed": rep.records, "failed": len(rep.failed), "frontier": rep.frontier, "increments": rep.increments,
-            "unchanged": len(rep.unchanged), "changed": len(rep.changed), "gone": len(rep.gone)}
+    return {
+        "round": rep.round,
+        "landed": rep.records,
+        "failed": len(rep.failed),
+        "frontier": rep.frontier,
+        "increments": rep.increments,
+        "unchanged": len(rep.unchanged),
+        "changed": len(rep.changed),
+        "gone": len(rep.gone),
+    }
 
 
 def follow_pipeline(yaml_path: str, home: str, cfg: DagConfig, spec: PipelineSpec) -> dict[str, Any]:
@@ -205,13 +281,17 @@ def follow_pipeline(yaml_path: str, home: str, cfg: DagConfig, spec: PipelineSpe
     from .follower import ensure_follower
 
     inbox = os.path.join(cfg.inbox, spec.name)
-    got = ensure_follower(yaml_path, home, markers=cfg.markers_dir(spec), inbox=inbox, settle=cfg.inbox_settle_seconds, env=cfg.task_env())
-    print(f"cbp: pipeline {spec.name} is followed by pid {got['follower']}" + (" (started now)" if got["started"] else ""))
+    got = ensure_follower(
+        yaml_path, home, markers=cfg.markers_dir(spec), inbox=inbox, settle=cfg.inbox_settle_seconds, env=cfg.task_env()
+    )
+    print(
+        f"cbp: pipeline {spec.name} is followed by pid {got['follower']}" + (" (started now)" if got["started"] else "")
+    )
     return {"epochs": 0, "records": {f: 0 for f in _outputs(spec)}, **got}
 
 
 # ---------------------------------------------------------------------------- DAGs
-_RUN_OPERATOR: Optional[type] = None
+_RUN_OPERATOR: type | None = None
 
 
 def run_operator() -> type:
@@ -228,20 +308,41 @@ def run_operator() -> type:
 
             ui_color = "#e8f4ff"
 
-            def __init__(self, *, yaml_path: str, home: str, spark_master: Optional[str] = None,
-                         epoch_timeout: Optional[float] = None, env_file: Optional[str] = None, **kwargs: Any) -> None:
+            def __init__(
+                self,
+                *,
+                yaml_path: str,
+                home: str,
+                spark_master: str | None = None,
+                epoch_timeout: float | None = None,
+                env_file: str | None = None,
+                **kwargs: Any,
+            ) -> None:
                 super().__init__(**kwargs)
-                self.yaml_path, self.home, self.spark_master, self.epoch_timeout = yaml_path, home, spark_master, epoch_timeout
+                self.yaml_path, self.home, self.spark_master, self.epoch_timeout = (
+                    yaml_path,
+                    home,
+                    spark_master,
+                    epoch_timeout,
+                )
                 self.env_file = env_file
-                self._group: Optional[ProcessGroup] = None
+                self._group: ProcessGroup | None = None
 
             def execute(self, context: Any) -> dict[str, Any]:
-                return run_pipeline(self.yaml_path, self.home, self.spark_master, epoch_timeout=self.epoch_timeout,
-                                    started=lambda g: setattr(self, "_group", g), env=self.task_env())
+                return run_pipeline(
+                    self.yaml_path,
+                    self.home,
+                    self.spark_master,
+                    epoch_timeout=self.epoch_timeout,
+                    started=lambda g: setattr(self, "_group", g),
+                    env=self.task_env(),
+                )
 
             def task_env(self) -> dict[str, str]:
                 """The variables ``cbp run`` gets besides the task's own: env_file's (sourced now), the master."""
-                return DagConfig(flows="", homes="", inbox="", spark_master=self.spark_master, env_file=self.env_file).task_env()
+                return DagConfig(
+                    flows="", homes="", inbox="", spark_master=self.spark_master, env_file=self.env_file
+                ).task_env()
 
             def on_kill(self) -> None:
                 if self._group is not None:
@@ -259,31 +360,64 @@ def pipeline_dag(yaml_path: str, cfg: DagConfig) -> Any:
 
     spec = load_spec(yaml_path)
     home = cfg.home(spec)
-    inputs = [f for f in spec.external_flows if spec.flows[f].source is None]  # source flows have no inbox: they are synced
+    inputs = [
+        f for f in spec.external_flows if spec.flows[f].source is None
+    ]  # source flows have no inbox: they are synced
     markers = cfg.markers_dir(spec)
-    watched = [flow_asset(home, spec, f, watch=True, inbox=cfg.inbox_dir(spec, f), poke_interval=cfg.poke_interval, markers=markers,
-                          settle=cfg.inbox_settle_seconds) for f in spec.external_flows]
+    watched = [
+        flow_asset(
+            home,
+            spec,
+            f,
+            watch=True,
+            inbox=cfg.inbox_dir(spec, f),
+            poke_interval=cfg.poke_interval,
+            markers=markers,
+            settle=cfg.inbox_settle_seconds,
+        )
+        for f in spec.external_flows
+    ]
     yaml_path = os.path.abspath(yaml_path)
     timeout = timedelta(minutes=cfg.run_timeout_minutes)
-    with DAG(dag_id=f"cbp_{spec.name}", schedule=AssetAny(*watched) if watched else None, catchup=False, max_active_runs=1,
-             default_args={**DEFAULT_ARGS, "execution_timeout": timeout}, tags=["cbp"],
-             doc_md=f"cbp pipeline `{spec.name}` ({yaml_path}), home `{home}`") as dag:
+    with DAG(
+        dag_id=f"cbp_{spec.name}",
+        schedule=AssetAny(*watched) if watched else None,
+        catchup=False,
+        max_active_runs=1,
+        default_args={**DEFAULT_ARGS, "execution_timeout": timeout},
+        tags=["cbp"],
+        doc_md=f"cbp pipeline `{spec.name}` ({yaml_path}), home `{home}`",
+    ) as dag:
 
         @task(task_id="land_inbox")
         def _land() -> dict[str, Any]:
             with task_environ(cfg.task_env()):
-                return land_inbox(yaml_path, home, os.path.join(cfg.inbox, spec.name), inputs, markers=markers,
-                                  settle=cfg.inbox_settle_seconds)
+                return land_inbox(
+                    yaml_path,
+                    home,
+                    os.path.join(cfg.inbox, spec.name),
+                    inputs,
+                    markers=markers,
+                    settle=cfg.inbox_settle_seconds,
+                )
 
         if spec.name in cfg.follow:  # handed to a follower: the task makes sure one runs (cbp.airflow.follower)
+
             @task(task_id="run")
             def _follow() -> dict[str, Any]:
                 return follow_pipeline(yaml_path, home, cfg, spec)
 
             ran = result = _follow()
         else:
-            ran = run_operator()(task_id="run", yaml_path=yaml_path, home=home, spark_master=cfg.spark_master,
-                                 epoch_timeout=cfg.epoch_timeout_seconds, env_file=cfg.env_file, execution_timeout=timeout)
+            ran = run_operator()(
+                task_id="run",
+                yaml_path=yaml_path,
+                home=home,
+                spark_master=cfg.spark_master,
+                epoch_timeout=cfg.epoch_timeout_seconds,
+                env_file=cfg.env_file,
+                execution_timeout=timeout,
+            )
             result = ran.output
         _land() >> ran
         for flow in _outputs(spec):
@@ -322,17 +456,27 @@ def crawler_dag(yaml_path: str, cfg: DagConfig, crawler: CrawlerConfig) -> Any:
     from airflow.timetables.trigger import DeltaTriggerTimetable
 
     # new queue records, or every revisit_min seconds: revisits fall due with no queue change
-    schedule = AssetOrTimeSchedule(timetable=DeltaTriggerTimetable(timedelta(seconds=crawler.revisit_min)),
-                                   assets=AssetAny(flow_asset(home, spec, crawler.queue), epochs_asset(home, spec)))
-    with DAG(dag_id=f"cbp_{spec.name}_crawler", schedule=schedule,
-             catchup=False, max_active_runs=1, default_args={**DEFAULT_ARGS, "execution_timeout": timeout}, tags=["cbp", "crawler"],
-             doc_md=f"crawler of `{spec.name}`: corpus {', '.join(crawler.corpus)}, {crawler.max_pages} pages per round") as dag:
+    schedule = AssetOrTimeSchedule(
+        timetable=DeltaTriggerTimetable(timedelta(seconds=crawler.revisit_min)),
+        assets=AssetAny(flow_asset(home, spec, crawler.queue), epochs_asset(home, spec)),
+    )
+    with DAG(
+        dag_id=f"cbp_{spec.name}_crawler",
+        schedule=schedule,
+        catchup=False,
+        max_active_runs=1,
+        default_args={**DEFAULT_ARGS, "execution_timeout": timeout},
+        tags=["cbp", "crawler"],
+        doc_md=f"crawler of `{spec.name}`: corpus {', '.join(crawler.corpus)}, {crawler.max_pages} pages per round",
+    ) as dag:
 
         @task(task_id="crawl_round", outlets=[pages], execution_timeout=timeout)
         def _crawl(**context: Any) -> dict[str, Any]:
             rep = crawl_round(yaml_path, home, crawler, env=cfg.task_env())
             if not rep["landed"]:
-                raise AirflowSkipException(f"nothing landed (round {rep['round']}: {rep['unchanged']} unchanged, {rep['failed']} failed)")
+                raise AirflowSkipException(
+                    f"nothing landed (round {rep['round']}: {rep['unchanged']} unchanged, {rep['failed']} failed)"
+                )
             context["outlet_events"][pages].extra = {"round": rep["round"], "pages": rep["landed"]}
             return rep
 
@@ -347,8 +491,15 @@ def broken_dag(dag_id: str, source: str, error: BaseException) -> Any:
     from airflow.sdk import DAG, task
 
     code = getattr(error, "code", type(error).__name__)
-    with DAG(dag_id=dag_id, schedule="@once", catchup=False, max_active_runs=1, tags=["cbp", "broken"],
-             description=f"not built: [{code}] {error}"[:500], doc_md=f"`{source}` could not be made a DAG: `[{code}]` {error}") as dag:
+    with DAG(
+        dag_id=dag_id,
+        schedule="@once",
+        catchup=False,
+        max_active_runs=1,
+        tags=["cbp", "broken"],
+        description=f"not built: [{code}] {error}"[:500],
+        doc_md=f"`{source}` could not be made a DAG: `[{code}]` {error}",
+    ) as dag:
 
         @task(task_id="broken", retries=0)
         def _broken() -> None:
@@ -360,11 +511,15 @@ def broken_dag(dag_id: str, source: str, error: BaseException) -> Any:
 
 def _flow_files(cfg: DagConfig, config_path: str) -> list[str]:
     if not os.path.isdir(cfg.flows):
-        raise RuntimeStateError(f"{config_path}: flows: {cfg.flows} is not a directory", code=BAD_CONFIG, path=cfg.flows)
+        raise RuntimeStateError(
+            f"{config_path}: flows: {cfg.flows} is not a directory", code=BAD_CONFIG, path=cfg.flows
+        )
     return sorted(glob.glob(os.path.join(glob.escape(cfg.flows), "*.yaml")))  # a '[' in the path is no pattern
 
 
-def _read_flows(cfg: DagConfig, config_path: str) -> tuple[dict[str, tuple[str, PipelineSpec]], dict[str, tuple[str, BaseException]]]:
+def _read_flows(
+    cfg: DagConfig, config_path: str
+) -> tuple[dict[str, tuple[str, PipelineSpec]], dict[str, tuple[str, BaseException]]]:
     """The pipelines of ``flows/`` by name, and the YAML files that cannot be used, by the DAG id each stands for
     (``cbp_<pipeline>``, or ``cbp_<file name>`` for a file that cannot be read)."""
     specs: dict[str, tuple[str, PipelineSpec]] = {}
@@ -378,8 +533,14 @@ def _read_flows(cfg: DagConfig, config_path: str) -> tuple[dict[str, tuple[str, 
             continue
         if spec.name in first:  # one DAG id and one default home per pipeline name: neither YAML is run
             specs.pop(spec.name, None)
-            broken[f"cbp_{spec.name}"] = (path, RuntimeStateError(f"{path} and {first[spec.name]} both declare pipeline '{spec.name}'; "
-                                                                 f"give each YAML in {cfg.flows} its own name", code="duplicate-pipeline"))
+            broken[f"cbp_{spec.name}"] = (
+                path,
+                RuntimeStateError(
+                    f"{path} and {first[spec.name]} both declare pipeline '{spec.name}'; "
+                    f"give each YAML in {cfg.flows} its own name",
+                    code="duplicate-pipeline",
+                ),
+            )
             continue
         first[spec.name] = path
         specs[spec.name] = (path, spec)
@@ -394,10 +555,18 @@ def _plan(cfg: DagConfig, config_path: str) -> dict[str, list[tuple[str, Callabl
         plan.setdefault(f"cbp_{name}", []).append((path, lambda path=path: pipeline_dag(path, cfg)))
         if name in cfg.crawlers:
             plan.setdefault(f"cbp_{name}_crawler", []).append(
-                (f"{config_path}: crawlers: {name}", lambda path=path, name=name: crawler_dag(path, cfg, cfg.crawlers[name])))
+                (
+                    f"{config_path}: crawlers: {name}",
+                    lambda path=path, name=name: crawler_dag(path, cfg, cfg.crawlers[name]),
+                )
+            )
     for name in sorted(set(cfg.crawlers) - set(specs)):  # the crawler of a pipeline that is broken or missing
-        source, error = broken.get(f"cbp_{name}") or (config_path, RuntimeStateError(
-            f"{config_path}: crawlers: {name}: no pipeline '{name}' in {cfg.flows}", code="unknown-pipeline"))
+        source, error = broken.get(f"cbp_{name}") or (
+            config_path,
+            RuntimeStateError(
+                f"{config_path}: crawlers: {name}: no pipeline '{name}' in {cfg.flows}", code="unknown-pipeline"
+            ),
+        )
         broken[f"cbp_{name}_crawler"] = (source, error)
     for dag_id, (source, error) in broken.items():
         while dag_id in plan:  # a good DAG keeps its id
@@ -424,8 +593,10 @@ def make_dags(config_path: str) -> dict[str, Any]:
         source, make = makers[0]
         try:
             if len(makers) > 1:
-                raise RuntimeStateError(f"DAG id {dag_id} would be made by {' and by '.join(s for s, _ in makers)}; rename the pipeline",
-                                        code="dag-id-collision")
+                raise RuntimeStateError(
+                    f"DAG id {dag_id} would be made by {' and by '.join(s for s, _ in makers)}; rename the pipeline",
+                    code="dag-id-collision",
+                )
             dags[dag_id] = make()
             continue
         except Exception as e:  # noqa: BLE001 - shown in the DAG that stands for it

@@ -26,8 +26,9 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any, Iterator, Optional
+from typing import Any
 
 from ..errors import RuntimeStateError
 from ..storage import Home
@@ -50,7 +51,7 @@ def _flock(path: str) -> Iterator[None]:
         os.close(fd)
 
 
-def _create_time(pid: int) -> Optional[float]:
+def _create_time(pid: int) -> float | None:
     import psutil
 
     try:
@@ -60,7 +61,7 @@ def _create_time(pid: int) -> Optional[float]:
         return None
 
 
-def follower_record(markers: str) -> Optional[dict[str, Any]]:
+def follower_record(markers: str) -> dict[str, Any] | None:
     """What ``<markers>/follower.json`` says (None if there is none, or it is not one)."""
     try:
         with open(os.path.join(markers, RECORD), encoding="utf-8") as fh:
@@ -70,7 +71,7 @@ def follower_record(markers: str) -> Optional[dict[str, Any]]:
     return rec if isinstance(rec, dict) and isinstance(rec.get("pid"), int) else None
 
 
-def follower_running(markers: str) -> Optional[int]:
+def follower_running(markers: str) -> int | None:
     """The pid of the recorded follower if it still runs (same pid and start time), else None."""
     rec = follower_record(markers)
     if rec is None:
@@ -79,9 +80,23 @@ def follower_running(markers: str) -> Optional[int]:
     return rec["pid"] if started is not None and abs(started - float(rec.get("create_time", -1))) < 1.0 else None
 
 
-def _command(yaml_path: str, home: str, markers: str, inbox: Optional[str], settle: float, min_interval: float) -> list[str]:
-    cmd = [sys.executable, "-m", "cbp.cli", "run", "--follow", os.path.abspath(yaml_path), "--home", home, "--markers", markers,
-           "--min-interval", f"{min_interval:g}"]
+def _command(
+    yaml_path: str, home: str, markers: str, inbox: str | None, settle: float, min_interval: float
+) -> list[str]:
+    cmd = [
+        sys.executable,
+        "-m",
+        "cbp.cli",
+        "run",
+        "--follow",
+        os.path.abspath(yaml_path),
+        "--home",
+        home,
+        "--markers",
+        markers,
+        "--min-interval",
+        f"{min_interval:g}",
+    ]
     if inbox is not None:
         cmd += ["--inbox", inbox, "--settle", f"{settle:g}"]
     return cmd
@@ -97,15 +112,31 @@ def _wait_started(proc: subprocess.Popen, home: Home, log: str, wait: float) -> 
             with open(log, "rb") as fh:
                 fh.seek(max(0, os.path.getsize(log) - 4000))
                 tail = fh.read().decode("utf-8", "replace").strip().splitlines()
-            raise RuntimeStateError(f"the follower of {home.location} exited {proc.returncode} at its start: {tail[-1] if tail else '(no message)'} "
-                                    f"(see {log})", code="follower-failed", path=log)
+            raise RuntimeStateError(
+                f"the follower of {home.location} exited {proc.returncode} at its start: {tail[-1] if tail else '(no message)'} "
+                f"(see {log})",
+                code="follower-failed",
+                path=log,
+            )
         time.sleep(0.1)
-    raise RuntimeStateError(f"the follower of {home.location} (pid {proc.pid}) did not take the runner lock within {wait:g} s; "
-                            f"see {log}", code="follower-failed", path=log)
+    raise RuntimeStateError(
+        f"the follower of {home.location} (pid {proc.pid}) did not take the runner lock within {wait:g} s; see {log}",
+        code="follower-failed",
+        path=log,
+    )
 
 
-def ensure_follower(yaml_path: str, home: str, *, markers: str, inbox: Optional[str] = None, settle: float = INBOX_SETTLE_SECONDS,
-                    min_interval: float = 0.0, env: Optional[dict[str, str]] = None, wait: float = 120.0) -> dict[str, Any]:
+def ensure_follower(
+    yaml_path: str,
+    home: str,
+    *,
+    markers: str,
+    inbox: str | None = None,
+    settle: float = INBOX_SETTLE_SECONDS,
+    min_interval: float = 0.0,
+    env: dict[str, str] | None = None,
+    wait: float = 120.0,
+) -> dict[str, Any]:
     """Make sure a ``cbp run --follow`` process follows ``home`` (see the module docstring):
     ``{"follower": pid, "started": bool}``. A follower that exits at its start (e.g. ``busy``: a
     ``cbp run`` holds the home) is ``follower-failed`` with its last line."""
@@ -123,8 +154,16 @@ def ensure_follower(yaml_path: str, home: str, *, markers: str, inbox: Optional[
         with open(log, "ab") as out:
             out.write(f"--- {time.strftime('%Y-%m-%d %H:%M:%S')} {' '.join(cmd)}\n".encode())
             out.flush()
-            proc = subprocess.Popen(cmd, env={**os.environ, **(env or {})}, stdin=subprocess.DEVNULL, stdout=out, stderr=out,
-                                    start_new_session=True, close_fds=True, cwd=os.path.dirname(os.path.abspath(yaml_path)))
+            proc = subprocess.Popen(
+                cmd,
+                env={**os.environ, **(env or {})},
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=out,
+                start_new_session=True,
+                close_fds=True,
+                cwd=os.path.dirname(os.path.abspath(yaml_path)),
+            )
         _STARTED[proc.pid] = proc
         rec = {"pid": proc.pid, "create_time": _create_time(proc.pid) or time.time(), "command": cmd, "home": home}
         tmp = os.path.join(markers, f"{RECORD}.tmp-{os.getpid()}")

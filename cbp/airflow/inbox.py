@@ -27,13 +27,33 @@ import os
 import stat
 import sys
 import time
-from typing import Any, BinaryIO, Optional, Sequence
+from collections.abc import Sequence
+from typing import Any, BinaryIO
 
-__all__ = ["INBOX_SUFFIXES", "INBOX_SETTLE_SECONDS", "REJECTED", "LANDED", "settled", "inbox_files", "shown_name",
-           "inbox_feed_id", "InboxDir", "land_inbox", "announce_landed", "read_announced", "write_announced"]
+__all__ = [
+    "INBOX_SUFFIXES",
+    "INBOX_SETTLE_SECONDS",
+    "REJECTED",
+    "LANDED",
+    "settled",
+    "inbox_files",
+    "shown_name",
+    "inbox_feed_id",
+    "InboxDir",
+    "land_inbox",
+    "announce_landed",
+    "read_announced",
+    "write_announced",
+]
 
 INBOX_SUFFIXES = (".jsonl", ".parquet")  # what the inbox lands: JSON lines or Parquet (cbp.Pipeline.feed)
-TEMP_SUFFIXES = (".tmp", ".part", ".crdownload", "._COPYING_", ".filepart")  # files being written (browsers, hadoop fs -put, WinSCP)
+TEMP_SUFFIXES = (
+    ".tmp",
+    ".part",
+    ".crdownload",
+    "._COPYING_",
+    ".filepart",
+)  # files being written (browsers, hadoop fs -put, WinSCP)
 INBOX_SETTLE_SECONDS = 5.0  # an inbox file modified more recently may still be being written: it waits
 REJECTED = "rejected"  # beside landed/: files that could not be landed, each with <name>.error.txt
 LANDED = "landed"
@@ -45,12 +65,14 @@ class BadInbox(Exception):
     """A directory of the inbox is not one (a symbolic link, a file): code ``bad-inbox``."""
 
 
-def _open_dir(name: str, dir_fd: Optional[int] = None) -> int:
+def _open_dir(name: str, dir_fd: int | None = None) -> int:
     try:
         fd = os.open(name, _DIR, dir_fd=dir_fd)
     except OSError as e:
         if e.errno in (errno.ELOOP, errno.ENOTDIR, errno.EMLINK):
-            raise BadInbox(f"{name} is not a directory (a symbolic link or a file; the inbox's directories must be real ones)") from None
+            raise BadInbox(
+                f"{name} is not a directory (a symbolic link or a file; the inbox's directories must be real ones)"
+            ) from None
         raise
     if not stat.S_ISDIR(os.fstat(fd).st_mode):  # a system without O_DIRECTORY
         os.close(fd)
@@ -58,7 +80,7 @@ def _open_dir(name: str, dir_fd: Optional[int] = None) -> int:
     return fd
 
 
-def settled(st: os.stat_result, settle: float, now: Optional[float] = None) -> bool:
+def settled(st: os.stat_result, settle: float, now: float | None = None) -> bool:
     """Whether a file was last modified at least ``settle`` seconds ago (its writer is done)."""
     return (time.time() if now is None else now) - st.st_mtime >= settle
 
@@ -77,7 +99,7 @@ def _waiting(fd: int, settle: float) -> list[str]:
     return sorted(names)
 
 
-def inbox_files(inbox: Optional[str], settle: float = INBOX_SETTLE_SECONDS) -> list[str]:
+def inbox_files(inbox: str | None, settle: float = INBOX_SETTLE_SECONDS) -> list[str]:
     """The ``*.jsonl`` and ``*.parquet`` files waiting in an inbox directory, oldest name first: regular files, and
     symbolic links (which the DAG rejects); not directories, FIFOs or devices. Not the files still
     being written: hidden or temporary names (``.x.jsonl``, ``_x.jsonl``, ``x.jsonl.part``) and files
@@ -145,7 +167,7 @@ class InboxDir:
             os.close(fd)
         self._subs.clear()
 
-    def __enter__(self) -> "InboxDir":
+    def __enter__(self) -> InboxDir:
         return self
 
     def __exit__(self, *exc: Any) -> None:
@@ -169,7 +191,7 @@ class InboxDir:
             target = f"{stem}.{n}.{suffix}" if dot else f"{name}.{n}"
         return target
 
-    def _still(self, name: str, ident: Optional[tuple[int, int]]) -> bool:
+    def _still(self, name: str, ident: tuple[int, int] | None) -> bool:
         """Whether ``name`` is still the file that was read (not removed, nor replaced by a rename)."""
         try:
             st = os.stat(name, dir_fd=self.fd, follow_symlinks=False)
@@ -177,7 +199,7 @@ class InboxDir:
             return False
         return ident is None or (st.st_dev, st.st_ino) == ident
 
-    def reject(self, name: str, code: str, message: str, ident: Optional[tuple[int, int]] = None) -> Optional[str]:
+    def reject(self, name: str, code: str, message: str, ident: tuple[int, int] | None = None) -> str | None:
         """Move ``name`` to ``rejected/`` (never over an earlier rejected file) with the error beside
         it; None if the file went away, or another took its name, meanwhile (that one waits for the next run)."""
         try:
@@ -197,7 +219,7 @@ class InboxDir:
         except OSError as e:
             raise BadInbox(f"cannot move {name} to {REJECTED}/: {e.strerror or e}") from None
 
-    def keep(self, name: str, feed_id: str, ident: Optional[tuple[int, int]] = None) -> Optional[str]:
+    def keep(self, name: str, feed_id: str, ident: tuple[int, int] | None = None) -> str | None:
         """Move the landed ``name`` to ``landed/``: over an earlier file of that name only if it is the
         same file (a retried task), beside it otherwise (``<stem>.<n>.<suffix>``); None if it went
         away, or another took its name, meanwhile (that one waits for the next run)."""
@@ -243,7 +265,7 @@ def _exists(name: str, dir_fd: int) -> bool:
     return True
 
 
-def _write_new(name: str, dir_fd: Optional[int], text: str) -> None:
+def _write_new(name: str, dir_fd: int | None, text: str) -> None:
     """Write ``text`` to a new file ``name`` (one left by a crash, or planted, is removed first, never followed)."""
     flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | _NOFOLLOW
     try:
@@ -256,7 +278,7 @@ def _write_new(name: str, dir_fd: Optional[int], text: str) -> None:
 
 
 # ---------------------------------------------------------------------------- what the watcher announced
-def _announced_path(home: str, flow: str, markers: Optional[str] = None) -> str:
+def _announced_path(home: str, flow: str, markers: str | None = None) -> str:
     if markers is None:
         if "://" in home and not home.startswith("file://"):
             raise ValueError(f"the announcement markers of {home} need a local directory (markers=...)")
@@ -264,7 +286,7 @@ def _announced_path(home: str, flow: str, markers: Optional[str] = None) -> str:
     return os.path.join(markers, "announced", f"{flow}.json")
 
 
-def read_announced(home: str, flow: str, markers: Optional[str] = None) -> dict[str, Any]:
+def read_announced(home: str, flow: str, markers: str | None = None) -> dict[str, Any]:
     """``{"feeds": n, "inbox": [names]}`` announced so far (nothing, if the marker is missing or not of that shape)."""
     try:
         fd = os.open(_announced_path(home, flow, markers), os.O_RDONLY | _NOFOLLOW)
@@ -272,12 +294,17 @@ def read_announced(home: str, flow: str, markers: Optional[str] = None) -> dict[
             seen = json.load(fh)
     except (OSError, ValueError):
         seen = None
-    ok = (isinstance(seen, dict) and type(seen.get("feeds")) is int and seen["feeds"] >= 0
-          and isinstance(seen.get("inbox"), list) and all(isinstance(f, str) for f in seen["inbox"]))
+    ok = (
+        isinstance(seen, dict)
+        and type(seen.get("feeds")) is int
+        and seen["feeds"] >= 0
+        and isinstance(seen.get("inbox"), list)
+        and all(isinstance(f, str) for f in seen["inbox"])
+    )
     return seen if ok else {"feeds": 0, "inbox": []}
 
 
-def write_announced(home: str, flow: str, seen: dict[str, Any], markers: Optional[str] = None) -> None:
+def write_announced(home: str, flow: str, seen: dict[str, Any], markers: str | None = None) -> None:
     path = _announced_path(home, flow, markers)
     os.makedirs(os.path.dirname(path), exist_ok=True)
     tmp = f"{path}.tmp-{os.getpid()}"
@@ -285,7 +312,9 @@ def write_announced(home: str, flow: str, seen: dict[str, Any], markers: Optiona
     os.replace(tmp, path)
 
 
-def announce_landed(home: str, flow: str, files: list[str], feeds: int, rejected: Sequence[str] = (), markers: Optional[str] = None) -> None:
+def announce_landed(
+    home: str, flow: str, files: list[str], feeds: int, rejected: Sequence[str] = (), markers: str | None = None
+) -> None:
     """Record that announced inbox ``files`` were landed as ``feeds`` feeds (and that ``rejected``
     files left the inbox without a feed), so they are not announced again, and a file dropped later
     under the same name is."""
@@ -299,8 +328,14 @@ def announce_landed(home: str, flow: str, files: list[str], feeds: int, rejected
 
 
 # ---------------------------------------------------------------------------- the land_inbox task
-def land_inbox(yaml_path: str, home: str, inbox: str, flows: list[str], markers: Optional[str] = None,
-               settle: float = INBOX_SETTLE_SECONDS) -> dict[str, dict[str, Any]]:
+def land_inbox(
+    yaml_path: str,
+    home: str,
+    inbox: str,
+    flows: list[str],
+    markers: str | None = None,
+    settle: float = INBOX_SETTLE_SECONDS,
+) -> dict[str, dict[str, Any]]:
     """Land every ``<inbox>/<flow>/*.jsonl`` and ``*.parquet`` once and move it to ``landed/`` (beside an earlier
     file of that name, as ``<stem>.<n>.<suffix>``); a file that cannot be landed goes to ``rejected/`` with
     ``<file>.error.txt`` (``<code>: <message>``) and the next file is landed all the same. Files still
@@ -327,8 +362,13 @@ def land_inbox(yaml_path: str, home: str, inbox: str, flows: list[str], markers:
             with InboxDir(d) as box:
                 lander.land(box, flow, settle, landed, rejected, done, refused)
         except BadInbox as e:
-            bad[flow] = f"bad-inbox: {shown_name(d)}: {shown_name(str(e))}; nothing more of flow '{flow}' is landed until it is"
-            print(f"cbp: inbox of flow '{flow}' not landed: [bad-inbox] {shown_name(d)}: {shown_name(str(e))}", file=sys.stderr)
+            bad[flow] = (
+                f"bad-inbox: {shown_name(d)}: {shown_name(str(e))}; nothing more of flow '{flow}' is landed until it is"
+            )
+            print(
+                f"cbp: inbox of flow '{flow}' not landed: [bad-inbox] {shown_name(d)}: {shown_name(str(e))}",
+                file=sys.stderr,
+            )
         finally:  # also when a later file failed: the watcher announced these already, they are not news any more
             if done or refused:
                 announce_landed(home, flow, done, len(done), rejected=refused, markers=markers)
@@ -345,8 +385,16 @@ class _Lander:
         self.yaml_path, self.home = yaml_path, home
         self.pipe: Any = None
 
-    def land(self, box: InboxDir, flow: str, settle: float, landed: dict[str, list[str]], rejected: dict[str, dict[str, str]],
-             done: list[str], refused: list[str]) -> None:
+    def land(
+        self,
+        box: InboxDir,
+        flow: str,
+        settle: float,
+        landed: dict[str, list[str]],
+        rejected: dict[str, dict[str, str]],
+        done: list[str],
+        refused: list[str],
+    ) -> None:
         """Land the files waiting in ``box``; the names landed go to ``done``, those rejected to ``refused``."""
         names = box.waiting(settle)
         if names:
@@ -362,8 +410,11 @@ class _Lander:
                     continue
                 refused.append(name)
                 rejected.setdefault(flow, {})[shown_name(target)] = f"{why[0]}: {why[1]}"
-                print(f"cbp: rejected {shown_name(src)} -> {shown_name(os.path.join(box.path, REJECTED, target))}: "
-                      f"[{why[0]}] {shown_name(why[1])}", file=sys.stderr)
+                print(
+                    f"cbp: rejected {shown_name(src)} -> {shown_name(os.path.join(box.path, REJECTED, target))}: "
+                    f"[{why[0]}] {shown_name(why[1])}",
+                    file=sys.stderr,
+                )
                 continue
             target = box.keep(name, fed, ident)
             done.append(name)
@@ -371,7 +422,9 @@ class _Lander:
             kept = f"kept as {LANDED}/{shown_name(target)}" if target else "removed or replaced in the inbox meanwhile"
             print(f"cbp: landed {shown_name(src)} on flow '{flow}' ({kept})")
 
-    def _feed(self, box: InboxDir, flow: str, name: str, src: str) -> tuple[Optional[tuple[str, str]], str, Optional[tuple[int, int]]]:
+    def _feed(
+        self, box: InboxDir, flow: str, name: str, src: str
+    ) -> tuple[tuple[str, str] | None, str, tuple[int, int] | None]:
         """Land ``name``: (None, its feed id, the identity of the file read), or (why it was not: code
         and message, "", the identity if it was opened)."""
         from ..errors import CbpError, InputError
@@ -388,7 +441,11 @@ class _Lander:
             return ("gone", ""), "", None
         except OSError as e:
             if e.errno == errno.ELOOP:
-                return ("not-a-regular-file", "a symbolic link (inbox files are landed only as regular files)"), "", None
+                return (
+                    ("not-a-regular-file", "a symbolic link (inbox files are landed only as regular files)"),
+                    "",
+                    None,
+                )
             return ("unreadable", f"cannot read the file: {e.strerror or e}"), "", None
         except ValueError as e:
             return ("unreadable", f"cannot read the file: {e}"), "", None

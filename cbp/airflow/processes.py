@@ -15,7 +15,7 @@ import sys
 import tempfile
 import threading
 import time
-from typing import Any, Optional
+from typing import Any
 
 __all__ = ["ProcessGroup"]
 
@@ -26,24 +26,28 @@ class ProcessGroup:
     ``execution_timeout``), and when :meth:`kill` is called (an operator's ``on_kill``). On Linux
     the command also gets SIGKILL if the thread that started it dies (``PR_SET_PDEATHSIG``)."""
 
-    def __init__(self, cmd: list[str], env: Optional[dict[str, str]] = None, grace: float = 10.0) -> None:
+    def __init__(self, cmd: list[str], env: dict[str, str] | None = None, grace: float = 10.0) -> None:
         self.cmd, self.env, self.grace = cmd, env, grace
-        self.proc: Optional[subprocess.Popen] = None
+        self.proc: subprocess.Popen | None = None
         self.killed = False
 
-    def run(self, timeout: Optional[float] = None) -> tuple[int, str, str]:
+    def run(self, timeout: float | None = None) -> tuple[int, str, str]:
         """Run to the end (or kill at ``timeout`` seconds: :class:`TimeoutError`); returns (exit code, stdout, stderr)."""
         with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
             cmd = self.cmd
             if sys.platform.startswith("linux") and threading.current_thread() is threading.main_thread():
                 cmd = [sys.executable, "-c", _DIE_WITH_PARENT, str(os.getpid()), *cmd]
-            self.proc = subprocess.Popen(cmd, env=self.env, stdout=out, stderr=err, stdin=subprocess.DEVNULL, start_new_session=True)
+            self.proc = subprocess.Popen(
+                cmd, env=self.env, stdout=out, stderr=err, stdin=subprocess.DEVNULL, start_new_session=True
+            )
             try:
                 try:
                     code = self.proc.wait(timeout=timeout)
                 except subprocess.TimeoutExpired:
                     self.kill()
-                    raise TimeoutError(f"{' '.join(self.cmd)} did not finish within {timeout:g} s; its process group was killed") from None
+                    raise TimeoutError(
+                        f"{' '.join(self.cmd)} did not finish within {timeout:g} s; its process group was killed"
+                    ) from None
                 except BaseException:
                     self.kill()
                     raise
@@ -95,10 +99,12 @@ class ProcessGroup:
 
 
 # Run argv[2:] with SIGKILL on the death of the parent (pid argv[1]); exec keeps the setting.
-_DIE_WITH_PARENT = ("import ctypes, os, signal, sys\n"
-                    "ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG\n"
-                    "os.getppid() == int(sys.argv[1]) or os._exit(137)\n"
-                    "os.execvp(sys.argv[2], sys.argv[2:])\n")
+_DIE_WITH_PARENT = (
+    "import ctypes, os, signal, sys\n"
+    "ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG\n"
+    "os.getppid() == int(sys.argv[1]) or os._exit(137)\n"
+    "os.execvp(sys.argv[2], sys.argv[2:])\n"
+)
 
 
 def _strays(pid: int) -> list[Any]:
@@ -113,7 +119,7 @@ def _strays(pid: int) -> list[Any]:
         return []
 
 
-def _pgid(pid: int) -> Optional[int]:
+def _pgid(pid: int) -> int | None:
     try:
         return os.getpgid(pid)
     except OSError:

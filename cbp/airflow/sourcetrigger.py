@@ -18,14 +18,15 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-from typing import Any, AsyncIterator, Optional
+from collections.abc import AsyncIterator
+from typing import Any
 
 from airflow.triggers.base import BaseEventTrigger, TriggerEvent
 
 __all__ = ["SourceVersionAdded", "landed_source_version"]
 
 
-def landed_source_version(home: str, flow: str) -> Optional[int]:
+def landed_source_version(home: str, flow: str) -> int | None:
     """The newest version of ``flow``'s source table landed in ``home`` (None before the first sync)."""
     from ..controller.sources import parse_feed_id
     from ..storage import LAYOUT, Home
@@ -42,7 +43,7 @@ def landed_source_version(home: str, flow: str) -> Optional[int]:
     return None
 
 
-def _marker(home: str, flow: str, markers: Optional[str]) -> str:
+def _marker(home: str, flow: str, markers: str | None) -> str:
     if markers is None:
         if "://" in home and not home.startswith("file://"):
             raise ValueError(f"the announcement markers of {home} need a local directory (markers=...)")
@@ -53,15 +54,23 @@ def _marker(home: str, flow: str, markers: Optional[str]) -> str:
 class SourceVersionAdded(BaseEventTrigger):
     """Fires once per batch of new versions of ``flow``'s source table ``uri``; see the module docstring."""
 
-    def __init__(self, home: str, flow: str, uri: str, poke_interval: float = 5.0, markers: Optional[str] = None) -> None:
+    def __init__(self, home: str, flow: str, uri: str, poke_interval: float = 5.0, markers: str | None = None) -> None:
         super().__init__()
         self.home, self.flow, self.uri, self.poke_interval, self.markers = home, flow, uri, poke_interval, markers
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
-        return ("cbp.airflow.sourcetrigger.SourceVersionAdded", {"home": self.home, "flow": self.flow, "uri": self.uri,
-                                                                 "poke_interval": self.poke_interval, "markers": self.markers})
+        return (
+            "cbp.airflow.sourcetrigger.SourceVersionAdded",
+            {
+                "home": self.home,
+                "flow": self.flow,
+                "uri": self.uri,
+                "poke_interval": self.poke_interval,
+                "markers": self.markers,
+            },
+        )
 
-    def check(self) -> Optional[dict[str, Any]]:
+    def check(self) -> dict[str, Any] | None:
         """The event to send now (and remember as announced), or None if the table has no version to land."""
         from ..errors import CbpError
         from ..storage.deltasource import SourceTable

@@ -24,15 +24,34 @@ after every event) does not fire twice for the same feed or file.
 from __future__ import annotations
 
 import asyncio
-from typing import Any, AsyncIterator, Optional
+from collections.abc import AsyncIterator
+from typing import Any
 
 from airflow.triggers.base import BaseEventTrigger, TriggerEvent
 
-from .inbox import (INBOX_SETTLE_SECONDS, INBOX_SUFFIXES, REJECTED, announce_landed, inbox_files, read_announced, settled, shown_name,
-                    write_announced)
+from .inbox import (
+    INBOX_SETTLE_SECONDS,
+    INBOX_SUFFIXES,
+    REJECTED,
+    announce_landed,
+    inbox_files,
+    read_announced,
+    settled,
+    shown_name,
+    write_announced,
+)
 
-__all__ = ["IncrementLanded", "landed_feeds", "inbox_files", "announce_landed", "INBOX_SUFFIXES", "INBOX_SETTLE_SECONDS", "settled",
-           "REJECTED", "shown_name"]
+__all__ = [
+    "IncrementLanded",
+    "landed_feeds",
+    "inbox_files",
+    "announce_landed",
+    "INBOX_SUFFIXES",
+    "INBOX_SETTLE_SECONDS",
+    "settled",
+    "REJECTED",
+    "shown_name",
+]
 
 
 def landed_feeds(home: str, flow: str) -> int:
@@ -48,8 +67,15 @@ def landed_feeds(home: str, flow: str) -> int:
 class IncrementLanded(BaseEventTrigger):
     """Fires once per batch of new feeds (or inbox files) of ``flow`` in ``home``; see the module docstring."""
 
-    def __init__(self, home: str, flow: str, inbox: Optional[str] = None, poke_interval: float = 5.0, markers: Optional[str] = None,
-                 settle: float = INBOX_SETTLE_SECONDS) -> None:
+    def __init__(
+        self,
+        home: str,
+        flow: str,
+        inbox: str | None = None,
+        poke_interval: float = 5.0,
+        markers: str | None = None,
+        settle: float = INBOX_SETTLE_SECONDS,
+    ) -> None:
         super().__init__()
         self.home = home
         self.flow = flow
@@ -59,21 +85,35 @@ class IncrementLanded(BaseEventTrigger):
         self.settle = settle
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
-        return ("cbp.airflow.triggers.IncrementLanded", {"home": self.home, "flow": self.flow, "inbox": self.inbox,
-                                                         "poke_interval": self.poke_interval, "markers": self.markers,
-                                                         "settle": self.settle})
+        return (
+            "cbp.airflow.triggers.IncrementLanded",
+            {
+                "home": self.home,
+                "flow": self.flow,
+                "inbox": self.inbox,
+                "poke_interval": self.poke_interval,
+                "markers": self.markers,
+                "settle": self.settle,
+            },
+        )
 
-    def check(self) -> Optional[dict[str, Any]]:
+    def check(self) -> dict[str, Any] | None:
         """The event to send now (and remember as announced), or None if nothing new landed."""
         seen = read_announced(self.home, self.flow, self.markers)
         feeds = landed_feeds(self.home, self.flow)
-        waiting = inbox_files(self.inbox, self.settle)  # complete files only: one still being written is announced once settled
+        waiting = inbox_files(
+            self.inbox, self.settle
+        )  # complete files only: one still being written is announced once settled
         new_files = [f for f in waiting if f not in seen["inbox"]]
         if feeds <= seen["feeds"] and not new_files:
             return None
         write_announced(self.home, self.flow, {"feeds": max(feeds, seen["feeds"]), "inbox": waiting}, self.markers)
-        return {"flow": self.flow, "feeds": feeds, "new_feeds": max(0, feeds - seen["feeds"]),
-                "inbox_files": [shown_name(f) for f in new_files]}  # undecodable names and control characters as escapes
+        return {
+            "flow": self.flow,
+            "feeds": feeds,
+            "new_feeds": max(0, feeds - seen["feeds"]),
+            "inbox_files": [shown_name(f) for f in new_files],
+        }  # undecodable names and control characters as escapes
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
         while True:

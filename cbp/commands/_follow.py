@@ -18,7 +18,8 @@ import os
 import signal
 import sys
 import time
-from typing import Any, Callable, Optional
+from collections.abc import Callable
+from typing import Any
 
 from ..airflow.inbox import INBOX_SETTLE_SECONDS, inbox_files, land_inbox
 from ..errors import UsageError
@@ -40,19 +41,44 @@ def _seconds(text: str) -> float:
 def add_arguments(p: argparse.ArgumentParser) -> None:
     """The continuous-mode options of ``cbp run``."""
     g = p.add_argument_group("continuous mode")
-    g.add_argument("--follow", action="store_true",
-                   help="keep running: an epoch round whenever an increment lands (cbp feed by any process, --inbox files, "
-                        "a Delta source's new version), until Ctrl-C or SIGTERM, which stop it after the epoch in flight")
-    g.add_argument("--min-interval", type=_seconds, default=0.0, metavar="SECONDS", help="with --follow: the least time between the starts of two runs (default 0)")
-    g.add_argument("--poll", type=_seconds, default=None, metavar="SECONDS",
-                   help="with --follow: seconds between looks for new input (default 0.05; 1 on an object store, one HEAD request per look)")
-    g.add_argument("--inbox", metavar="DIR", help="with --follow: land the *.jsonl and *.parquet files dropped in DIR/<flow>/ (as the Airflow DAG does)")
-    g.add_argument("--settle", type=_seconds, default=INBOX_SETTLE_SECONDS, metavar="SECONDS",
-                   help=f"with --inbox: an inbox file is landed once unchanged this long (default {INBOX_SETTLE_SECONDS:g})")
-    g.add_argument("--markers", metavar="DIR", help=argparse.SUPPRESS)  # the Airflow DAG's announcement markers (cbp.airflow.follower)
+    g.add_argument(
+        "--follow",
+        action="store_true",
+        help="keep running: an epoch round whenever an increment lands (cbp feed by any process, --inbox files, "
+        "a Delta source's new version), until Ctrl-C or SIGTERM, which stop it after the epoch in flight",
+    )
+    g.add_argument(
+        "--min-interval",
+        type=_seconds,
+        default=0.0,
+        metavar="SECONDS",
+        help="with --follow: the least time between the starts of two runs (default 0)",
+    )
+    g.add_argument(
+        "--poll",
+        type=_seconds,
+        default=None,
+        metavar="SECONDS",
+        help="with --follow: seconds between looks for new input (default 0.05; 1 on an object store, one HEAD request per look)",
+    )
+    g.add_argument(
+        "--inbox",
+        metavar="DIR",
+        help="with --follow: land the *.jsonl and *.parquet files dropped in DIR/<flow>/ (as the Airflow DAG does)",
+    )
+    g.add_argument(
+        "--settle",
+        type=_seconds,
+        default=INBOX_SETTLE_SECONDS,
+        metavar="SECONDS",
+        help=f"with --inbox: an inbox file is landed once unchanged this long (default {INBOX_SETTLE_SECONDS:g})",
+    )
+    g.add_argument(
+        "--markers", metavar="DIR", help=argparse.SUPPRESS
+    )  # the Airflow DAG's announcement markers (cbp.airflow.follower)
 
 
-def inbox_source(pipe: Any, inbox: str, settle: float = INBOX_SETTLE_SECONDS, markers: Optional[str] = None) -> Source:
+def inbox_source(pipe: Any, inbox: str, settle: float = INBOX_SETTLE_SECONDS, markers: str | None = None) -> Source:
     """A follower's source that lands the files waiting in ``<inbox>/<flow>/`` for every external flow."""
     flows = list(pipe.spec.external_flows)
     home = pipe.home.location
@@ -79,8 +105,12 @@ class _Signals:
         if self.asked and signum == signal.SIGINT:
             raise KeyboardInterrupt()
         if not self.asked:
-            print(f"cbp run: {signal.Signals(signum).name}: stopping after the epoch in flight"
-                  + (" (Ctrl-C again to stop now)" if signum == signal.SIGINT else ""), file=sys.stderr, flush=True)
+            print(
+                f"cbp run: {signal.Signals(signum).name}: stopping after the epoch in flight"
+                + (" (Ctrl-C again to stop now)" if signum == signal.SIGINT else ""),
+                file=sys.stderr,
+                flush=True,
+            )
         self.asked = True
 
     def install(self, *signums: int) -> None:
@@ -99,16 +129,27 @@ def _warm(pipe: Any, signals: _Signals) -> None:
 def run(pipe: Any, args: argparse.Namespace, plain: Callable[[Any, argparse.Namespace], int]) -> int:
     """``cbp run``: ``plain`` without ``--follow``; with it, follow the home until stopped (0 after a clean stop)."""
     if not args.follow:
-        given = [o for o, v in (("--inbox", args.inbox), ("--markers", args.markers), ("--poll", args.poll),
-                                ("--min-interval", args.min_interval or None)) if v is not None]
+        given = [
+            o
+            for o, v in (
+                ("--inbox", args.inbox),
+                ("--markers", args.markers),
+                ("--poll", args.poll),
+                ("--min-interval", args.min_interval or None),
+            )
+            if v is not None
+        ]
         if given:
             raise UsageError(f"{', '.join(given)} only go with --follow", code="usage")
         return plain(pipe, args)
     if args.max_epochs is not None:
         raise UsageError("--max-epochs does not go with --follow (a follower runs until stopped)", code="usage")
     if not getattr(args, "sync", True):
-        raise UsageError("--no-sync does not go with --follow (a follower syncs source flows as their tables change); "
-                         "run 'cbp run --no-sync' without --follow", code="usage")
+        raise UsageError(
+            "--no-sync does not go with --follow (a follower syncs source flows as their tables change); "
+            "run 'cbp run --no-sync' without --follow",
+            code="usage",
+        )
     logging.getLogger().setLevel(logging.CRITICAL)  # as cbp run: py4j's tracebacks are not cbp's messages
     signals = _Signals()
     signals.install(signal.SIGTERM)
@@ -121,21 +162,46 @@ def run(pipe: Any, args: argparse.Namespace, plain: Callable[[Any, argparse.Name
 
     def ready() -> None:
         if not quiet:
-            print(f"cbp run: following {pipe.home.location} (min interval {args.min_interval:g} s): an epoch round whenever an "
-                  "increment lands; Ctrl-C or SIGTERM stops it after the epoch in flight", file=sys.stderr, flush=True)
+            print(
+                f"cbp run: following {pipe.home.location} (min interval {args.min_interval:g} s): an epoch round whenever an "
+                "increment lands; Ctrl-C or SIGTERM stops it after the epoch in flight",
+                file=sys.stderr,
+                flush=True,
+            )
 
     def round_done(reports: list[Any]) -> None:
         if reports and not quiet:
             took = time.monotonic() - follower.summary.round_starts[-1]
-            print(f"cbp run: {len(reports)} stage epoch(s) in {took:.2f}s; waiting for increments", file=sys.stderr, flush=True)
+            print(
+                f"cbp run: {len(reports)} stage epoch(s) in {took:.2f}s; waiting for increments",
+                file=sys.stderr,
+                flush=True,
+            )
 
     def epoch_done(rep: Any) -> None:
         print(rep.line(), flush=True)
 
-    command = "cbp " + " ".join(sys.argv[1:]) if sys.argv and sys.argv[0].endswith("cbp") else f"cbp run --follow {args.flow_yaml}"
-    follower = Follower(pipe, min_interval=args.min_interval, stop=lambda: signals.asked, poll=args.poll, sources=sources,
-                        command=command, epoch_timeout=args.epoch_timeout, on_epoch=epoch_done, on_start=start,
-                        on_round=round_done, on_ready=ready)
+    command = (
+        "cbp " + " ".join(sys.argv[1:])
+        if sys.argv and sys.argv[0].endswith("cbp")
+        else f"cbp run --follow {args.flow_yaml}"
+    )
+    follower = Follower(
+        pipe,
+        min_interval=args.min_interval,
+        stop=lambda: signals.asked,
+        poll=args.poll,
+        sources=sources,
+        command=command,
+        epoch_timeout=args.epoch_timeout,
+        on_epoch=epoch_done,
+        on_start=start,
+        on_round=round_done,
+        on_ready=ready,
+    )
     summary = follower.run(warm=lambda: _warm(pipe, signals))
-    print(f"stopped: {summary.rounds} run(s), {summary.epochs} stage epoch(s); the next run continues from the last committed epoch", flush=True)
+    print(
+        f"stopped: {summary.rounds} run(s), {summary.epochs} stage epoch(s); the next run continues from the last committed epoch",
+        flush=True,
+    )
     return 0

@@ -12,7 +12,7 @@ import logging
 import os
 import sys
 import threading
-from typing import Any, Optional
+from typing import Any
 
 from ..engine.driver.progress import Progress
 
@@ -43,7 +43,7 @@ class EpochDisplay:
         self._lock = threading.Lock()
         self._bar: Any = None
         self._task: Any = None
-        self._of: Optional[tuple[str, int]] = None
+        self._of: tuple[str, int] | None = None
         self._ended: set[tuple[str, int]] = set()
         # the terminal itself: while Spark's JVM starts, fd 2 is a pipe (cbp.engine.driver.jvmlog.launching)
         self._out = os.fdopen(os.dup(sys.stderr.fileno()), "w", buffering=1)
@@ -56,8 +56,13 @@ class EpochDisplay:
                 self._close()
                 self._open(p)
             records = f"{p.records_read:,} records read" if p.records_read is not None else p.spark_stage
-            self._bar.update(self._task, completed=p.tasks_done, total=max(p.tasks_total, 1) if p.tasks_total else None,
-                             records=records, spark=p.spark_stage[:40])
+            self._bar.update(
+                self._task,
+                completed=p.tasks_done,
+                total=max(p.tasks_total, 1) if p.tasks_total else None,
+                records=records,
+                spark=p.spark_stage[:40],
+            )
 
     def done(self, stage: str, epoch: int) -> None:
         with self._lock:
@@ -66,11 +71,29 @@ class EpochDisplay:
 
     def _open(self, p: Progress) -> None:
         from rich.console import Console
-        from rich.progress import BarColumn, MofNCompleteColumn, Progress as Bar, SpinnerColumn, TextColumn, TimeElapsedColumn
+        from rich.progress import (
+            BarColumn,
+            MofNCompleteColumn,
+            SpinnerColumn,
+            TextColumn,
+            TimeElapsedColumn,
+        )
+        from rich.progress import (
+            Progress as Bar,
+        )
 
-        self._bar = Bar(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                        TextColumn("tasks  {task.fields[records]}"), TimeElapsedColumn(),
-                        console=Console(file=self._out), transient=True, redirect_stdout=False, redirect_stderr=False)
+        self._bar = Bar(
+            SpinnerColumn(),
+            TextColumn("{task.description}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TextColumn("tasks  {task.fields[records]}"),
+            TimeElapsedColumn(),
+            console=Console(file=self._out),
+            transient=True,
+            redirect_stdout=False,
+            redirect_stderr=False,
+        )
         self._task = self._bar.add_task(f"{p.stage} epoch {p.epoch}", total=None, records="", spark="")
         self._of = (p.stage, p.epoch)
         self._bar.start()

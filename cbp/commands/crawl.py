@@ -39,24 +39,81 @@ def _seconds(text: str) -> float:
 
 def add_parser(sub: Any, with_home: Any) -> None:
     """The ``crawl`` subcommand's arguments."""
-    p = sub.add_parser("crawl", help="crawl rounds: fetch queued URLs and due revisits from a local corpus and land them as pages")
+    p = sub.add_parser(
+        "crawl", help="crawl rounds: fetch queued URLs and due revisits from a local corpus and land them as pages"
+    )
     with_home(p)
-    p.add_argument("--corpus", action="append", required=True, metavar="DIR",
-                   help="a directory standing for a web site: file DIR/PATH is http://HOST/PATH (repeatable)")
-    p.add_argument("--host", action="append", default=[], metavar="NAME", help="the host of each --corpus, in order (default: the directory's name)")
+    p.add_argument(
+        "--corpus",
+        action="append",
+        required=True,
+        metavar="DIR",
+        help="a directory standing for a web site: file DIR/PATH is http://HOST/PATH (repeatable)",
+    )
+    p.add_argument(
+        "--host",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="the host of each --corpus, in order (default: the directory's name)",
+    )
     p.add_argument("--seed", action="append", default=[], metavar="URL", help="URL(s) to fetch first (repeatable)")
-    p.add_argument("--max-pages", type=_positive, default=1000, help="pages fetched per round at most, new URLs and revisits (default 1000)")
-    p.add_argument("--max-bytes", type=_positive, default=None, help="bytes read of a page at most; a bigger page is truncated (default 8 MiB)")
+    p.add_argument(
+        "--max-pages",
+        type=_positive,
+        default=1000,
+        help="pages fetched per round at most, new URLs and revisits (default 1000)",
+    )
+    p.add_argument(
+        "--max-bytes",
+        type=_positive,
+        default=None,
+        help="bytes read of a page at most; a bigger page is truncated (default 8 MiB)",
+    )
     p.add_argument("--rounds", type=_positive, default=None, help="crawl rounds to do (default 1; with --stats 0)")
-    p.add_argument("--run", action="store_true", help="after each round, run the pipeline until quiescent (the loop without a scheduler)")
+    p.add_argument(
+        "--run",
+        action="store_true",
+        help="after each round, run the pipeline until quiescent (the loop without a scheduler)",
+    )
     p.add_argument("--queue", default="crawl_queue", help="the flow of URLs to crawl (default crawl_queue)")
     p.add_argument("--pages", default="pages", help="the external flow pages are landed on (default pages)")
-    p.add_argument("--revisit-min", type=_seconds, default=3600.0, metavar="SECONDS", help="shortest revisit interval of a page (default 3600)")
-    p.add_argument("--revisit-max", type=_seconds, default=30 * 86400.0, metavar="SECONDS", help="longest revisit interval (default 30 days)")
-    p.add_argument("--gone-after", type=_positive, default=1, metavar="N", help="consecutive misses before a page is landed as gone (default 1)")
-    p.add_argument("--max-per-host", type=_positive, default=None, metavar="N", help="pages fetched per host and round at most (default: no limit)")
-    p.add_argument("--freshness", action="store_true", help="measure the freshness after each round (one stat of each crawled file)")
-    p.add_argument("--stats", action="store_true", help="print crawl statistics (and do no round unless --rounds is given)")
+    p.add_argument(
+        "--revisit-min",
+        type=_seconds,
+        default=3600.0,
+        metavar="SECONDS",
+        help="shortest revisit interval of a page (default 3600)",
+    )
+    p.add_argument(
+        "--revisit-max",
+        type=_seconds,
+        default=30 * 86400.0,
+        metavar="SECONDS",
+        help="longest revisit interval (default 30 days)",
+    )
+    p.add_argument(
+        "--gone-after",
+        type=_positive,
+        default=1,
+        metavar="N",
+        help="consecutive misses before a page is landed as gone (default 1)",
+    )
+    p.add_argument(
+        "--max-per-host",
+        type=_positive,
+        default=None,
+        metavar="N",
+        help="pages fetched per host and round at most (default: no limit)",
+    )
+    p.add_argument(
+        "--freshness",
+        action="store_true",
+        help="measure the freshness after each round (one stat of each crawled file)",
+    )
+    p.add_argument(
+        "--stats", action="store_true", help="print crawl statistics (and do no round unless --rounds is given)"
+    )
     p.add_argument("--stats-json", action="store_true", help="with --stats: print them as JSON")
     p.add_argument("--stats-png", metavar="PATH", help="with --stats: plot the statistics over rounds into this PNG")
 
@@ -67,11 +124,27 @@ def crawler_of(pipe: Any, args: argparse.Namespace) -> Any:
     from ..crawl.schedule import Revisits
 
     if len(args.host) > len(args.corpus):
-        raise UsageError(f"{len(args.host)} --host for {len(args.corpus)} --corpus; give at most one --host per --corpus", code="usage")
+        raise UsageError(
+            f"{len(args.host)} --host for {len(args.corpus)} --corpus; give at most one --host per --corpus",
+            code="usage",
+        )
     hosts = args.host + [None] * (len(args.corpus) - len(args.host))
-    policy = Revisits(revisit_min=args.revisit_min, revisit_max=args.revisit_max, gone_after=args.gone_after, max_per_host=args.max_per_host)
-    return Crawler(pipe, [Corpus(d, h) for d, h in zip(args.corpus, hosts)], max_pages=args.max_pages, queue=args.queue, pages=args.pages,
-                   max_bytes=args.max_bytes or MAX_PAGE_BYTES, policy=policy, measure_freshness=args.freshness)
+    policy = Revisits(
+        revisit_min=args.revisit_min,
+        revisit_max=args.revisit_max,
+        gone_after=args.gone_after,
+        max_per_host=args.max_per_host,
+    )
+    return Crawler(
+        pipe,
+        [Corpus(d, h) for d, h in zip(args.corpus, hosts)],
+        max_pages=args.max_pages,
+        queue=args.queue,
+        pages=args.pages,
+        max_bytes=args.max_bytes or MAX_PAGE_BYTES,
+        policy=policy,
+        measure_freshness=args.freshness,
+    )
 
 
 def run(args: argparse.Namespace) -> int:

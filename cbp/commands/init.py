@@ -17,7 +17,8 @@ import keyword
 import os
 import re
 import sys
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from ..errors import UsageError
 
@@ -104,32 +105,45 @@ def test_{name}_counts_every_key(tmp_path):
 
 
 def add_parser(sub: Any, with_home: Callable[[argparse.ArgumentParser], None]) -> None:
-    p = sub.add_parser(NAME, help="scaffold a pipeline: flows/NAME.yaml, its translator flows/NAME.py and tests/test_NAME.py",
-                       description="Make a pipeline that validates and passes its test as made (a count per key); "
-                                   "then change it into your own.")
-    p.add_argument("name", metavar="NAME", help="the pipeline's name: lower-case letters, digits and _, starting with a letter")
+    p = sub.add_parser(
+        NAME,
+        help="scaffold a pipeline: flows/NAME.yaml, its translator flows/NAME.py and tests/test_NAME.py",
+        description="Make a pipeline that validates and passes its test as made (a count per key); "
+        "then change it into your own.",
+    )
+    p.add_argument(
+        "name", metavar="NAME", help="the pipeline's name: lower-case letters, digits and _, starting with a letter"
+    )
     p.add_argument("--dir", default=".", help="the project directory to create it in (default: the current one)")
 
 
 def check_name(name: str) -> None:
     """Refuse a name that is not a usable module name (``bad-name``)."""
     if not re.fullmatch(r"[a-z][a-z0-9_]{0,63}", name) or keyword.iskeyword(name):
-        raise UsageError(f"pipeline name {name!r}: use lower-case letters, digits and _, starting with a letter "
-                         "(it names the translator module)", code="bad-name")
+        raise UsageError(
+            f"pipeline name {name!r}: use lower-case letters, digits and _, starting with a letter "
+            "(it names the translator module)",
+            code="bad-name",
+        )
     if name in sys.stdlib_module_names or name in ("cbp", "pyspark", "deltalake", "pyarrow", "pandas", "test", "tests"):
-        raise UsageError(f"pipeline name {name!r} is also the name of a module Python or cbp imports; choose another",
-                         code="bad-name")
+        raise UsageError(
+            f"pipeline name {name!r} is also the name of a module Python or cbp imports; choose another",
+            code="bad-name",
+        )
 
 
 def scaffold(name: str, directory: str = ".") -> list[str]:
     """Write the three files of a new pipeline under ``directory``; return their paths.
 
-        >>> scaffold("clicks", "/tmp/myproject")        # doctest: +SKIP
-        ['/tmp/myproject/flows/clicks.yaml', '/tmp/myproject/flows/clicks.py', '/tmp/myproject/tests/test_clicks.py']
+    >>> scaffold("clicks", "/tmp/myproject")        # doctest: +SKIP
+    ['/tmp/myproject/flows/clicks.yaml', '/tmp/myproject/flows/clicks.py', '/tmp/myproject/tests/test_clicks.py']
     """
     check_name(name)
-    files = {os.path.join(directory, "flows", f"{name}.yaml"): YAML, os.path.join(directory, "flows", f"{name}.py"): TRANSLATOR,
-             os.path.join(directory, "tests", f"test_{name}.py"): TEST}
+    files = {
+        os.path.join(directory, "flows", f"{name}.yaml"): YAML,
+        os.path.join(directory, "flows", f"{name}.py"): TRANSLATOR,
+        os.path.join(directory, "tests", f"test_{name}.py"): TEST,
+    }
     there = [f for f in files if os.path.lexists(f)]
     if there:
         raise UsageError(f"{', '.join(there)} already exist(s): nothing was written", code="exists")

@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import argparse
 import sys
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 __all__ = ["NAME", "add_parser", "run", "show"]
 
@@ -21,8 +22,16 @@ NAME = "plan"
 def add_parser(sub: Any, with_home: Callable[[argparse.ArgumentParser], None]) -> None:
     p = sub.add_parser(NAME, help="what the YAML changes against the pipeline the home recorded (nothing is changed)")
     with_home(p)
-    p.add_argument("--restore-archived", action="append", default=[], metavar="STAGE", help="plan adding STAGE back from its archive")
-    p.add_argument("--discard-archived", action="append", default=[], metavar="STAGE", help="plan adding STAGE back empty")
+    p.add_argument(
+        "--restore-archived",
+        action="append",
+        default=[],
+        metavar="STAGE",
+        help="plan adding STAGE back from its archive",
+    )
+    p.add_argument(
+        "--discard-archived", action="append", default=[], metavar="STAGE", help="plan adding STAGE back empty"
+    )
 
 
 def show(plan: Any, command: str) -> int:
@@ -30,7 +39,10 @@ def show(plan: Any, command: str) -> int:
     for line in plan.lines():
         print(line)
     if plan.refused:
-        print(f"cbp {command}: error [plan-refused]: {len(plan.refused)} change(s) cannot be made; see 'refused' above", file=sys.stderr)
+        print(
+            f"cbp {command}: error [plan-refused]: {len(plan.refused)} change(s) cannot be made; see 'refused' above",
+            file=sys.stderr,
+        )
         return 2
     if plan.needs_upgrade:
         print("run 'cbp upgrade' to apply it (or 'cbp run --upgrade')")

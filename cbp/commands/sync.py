@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import argparse
 import sys
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from ..errors import UsageError
 
@@ -22,11 +23,21 @@ NAME = "sync"
 def add_parser(sub: Any, with_home: Callable[[argparse.ArgumentParser], None]) -> None:
     p = sub.add_parser(NAME, help="land the new versions of the Delta tables of source flows (source: {delta: URI})")
     with_home(p)
-    p.add_argument("--flow", action="append", default=None, metavar="NAME",
-                   help="sync only this source flow (may be repeated; default: every source flow)")
-    p.add_argument("--reland", action="append", default=None, metavar="FLOW",
-                   help="re-land this source flow from its table as it is now: signed changes against what the "
-                        "flow holds, one feed; later syncs go on from the table's current version (may be repeated)")
+    p.add_argument(
+        "--flow",
+        action="append",
+        default=None,
+        metavar="NAME",
+        help="sync only this source flow (may be repeated; default: every source flow)",
+    )
+    p.add_argument(
+        "--reland",
+        action="append",
+        default=None,
+        metavar="FLOW",
+        help="re-land this source flow from its table as it is now: signed changes against what the "
+        "flow holds, one feed; later syncs go on from the table's current version (may be repeated)",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -41,7 +52,10 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError("--flow and --reland do not go together: --reland names the flows it re-lands", code="usage")
     reports = pipe.sync(flows, reland=args.reland)
     if not reports:
-        print(f"cbp sync: pipeline '{pipe.spec.name}' has no source flow (source: {{delta: URI}}); nothing to do", file=sys.stderr)
+        print(
+            f"cbp sync: pipeline '{pipe.spec.name}' has no source flow (source: {{delta: URI}}); nothing to do",
+            file=sys.stderr,
+        )
     for r in reports:
         print(r.line())
     return 0

@@ -1,14 +1,15 @@
 """``cbp unfeed FLOW.yaml FLOW --feed N``: withdraw a feed that no stage has read yet.
 
-    $ cbp unfeed flows/url_count.yaml urls --feed 3
-    withdrew feed 3 of 'urls': 120 record(s), increment(s) 3
+$ cbp unfeed flows/url_count.yaml urls --feed 3
+withdrew feed 3 of 'urls': 120 record(s), increment(s) 3
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 NAME = "unfeed"
 

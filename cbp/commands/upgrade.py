@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import argparse
 import sys
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 __all__ = ["NAME", "add_parser", "run"]
 
@@ -22,9 +23,16 @@ NAME = "upgrade"
 def add_parser(sub: Any, with_home: Callable[[argparse.ArgumentParser], None]) -> None:
     p = sub.add_parser(NAME, help="apply the plan of a changed YAML to the home, as one durable change")
     with_home(p)
-    p.add_argument("--restore-archived", action="append", default=[], metavar="STAGE",
-                   help="add an archived stage back from its archive, with every increment it missed")
-    p.add_argument("--discard-archived", action="append", default=[], metavar="STAGE", help="add an archived stage back empty")
+    p.add_argument(
+        "--restore-archived",
+        action="append",
+        default=[],
+        metavar="STAGE",
+        help="add an archived stage back from its archive, with every increment it missed",
+    )
+    p.add_argument(
+        "--discard-archived", action="append", default=[], metavar="STAGE", help="add an archived stage back empty"
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -32,8 +40,11 @@ def run(args: argparse.Namespace) -> int:
 
     pipe = Pipeline(args.flow_yaml, args.home)
     pipe.controller.notify = lambda m: print(f"cbp upgrade: {m}", file=sys.stderr)
-    plan = pipe.upgrade(restore_archived=args.restore_archived, discard_archived=args.discard_archived,
-                        command=f"cbp upgrade {args.flow_yaml}")
+    plan = pipe.upgrade(
+        restore_archived=args.restore_archived,
+        discard_archived=args.discard_archived,
+        command=f"cbp upgrade {args.flow_yaml}",
+    )
     for line in plan.lines():
         print(line)
     print("upgraded" if plan.needs_upgrade else "nothing to upgrade: no change touches stored data")

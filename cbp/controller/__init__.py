@@ -35,8 +35,9 @@ which :meth:`Controller.reading` swaps while a changed home is read as it was re
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Any, Callable, Iterator, Optional
+from typing import Any, Optional
 
 import pyarrow as pa
 
@@ -71,16 +72,36 @@ __all__ = ["Controller", "EpochReport", "EpochRecord", "Decision", "Landed", "Sy
 class Controller:
     """Connectors, runnability, scheduling and epoch commits for one pipeline in one home."""
 
-    def __init__(self, spec: PipelineSpec, home: Home, *, mode: Optional[str] = None, spark: Any = None,
-                 max_state_files: int = 8, backpressure: int = 4, state_row_group: int = ROW_GROUP,
-                 state_cache_mb: Optional[float] = None, state_scan_fraction: Optional[float] = None, state_index_mb: Optional[float] = None,
-                 small_epoch_records: Optional[int] = None, notify: Optional[Callable[[str], None]] = None) -> None:
+    def __init__(
+        self,
+        spec: PipelineSpec,
+        home: Home,
+        *,
+        mode: str | None = None,
+        spark: Any = None,
+        max_state_files: int = 8,
+        backpressure: int = 4,
+        state_row_group: int = ROW_GROUP,
+        state_cache_mb: float | None = None,
+        state_scan_fraction: float | None = None,
+        state_index_mb: float | None = None,
+        small_epoch_records: int | None = None,
+        notify: Callable[[str], None] | None = None,
+    ) -> None:
         self.home = home
         self.mode = mode or spec.mode
         if self.mode not in ("direct", "blackbox"):
             raise UsageError(f"unknown mode '{self.mode}'; use 'direct' or 'blackbox'", code="bad-option")
         self.live = Live(spec)
-        self.tuning = Tuning(max_state_files, state_row_group, state_cache_mb, state_scan_fraction, small_epoch_records, backpressure, state_index_mb)
+        self.tuning = Tuning(
+            max_state_files,
+            state_row_group,
+            state_cache_mb,
+            state_scan_fraction,
+            small_epoch_records,
+            backpressure,
+            state_index_mb,
+        )
         self._spark = LazySpark(spark)
         self._notice = Notice(notify)  # recoveries and lock take-overs are reported here
         self.history = History(home, LAYOUT)
@@ -99,13 +120,16 @@ class Controller:
         self._intentions = intentions = Intentions(home, live)
         self._feeds = Feeds(home, live, journal, history, notice)
         self._landing = Landing(home, live, journal, history, Keyed(home, live), self._feeds, notice)
-        self._sources = Sources(live, journal, history, self._landing,
-                                lambda flow: self._reads.consolidated_records(flow), notice)
+        self._sources = Sources(
+            live, journal, history, self._landing, lambda flow: self._reads.consolidated_records(flow), notice
+        )
         self._epochs = Epochs(home, live, journal, self._landing, intentions, self.tuning, self._spark, self.mode)
         self._scheduler = Scheduler(home, live, journal, intentions, self._epochs, self._landing, self.tuning, notice)
         self._rewind = Rewind(home, live, journal, history, intentions, notice)
         self._runs = Runs(live, journal, history, self._rewind.rewinds)
-        self._reads = Reads(home, live, journal, history, intentions, self._scheduler, self._runs, self._feeds, self.mode)
+        self._reads = Reads(
+            home, live, journal, history, intentions, self._scheduler, self._runs, self._feeds, self.mode
+        )
         migration = Migration(home, live, self.tuning, self._spark)
         self._upgrade = Upgrade(home, live, journal, history, self._evolution, intentions, migration)
 
@@ -126,7 +150,7 @@ class Controller:
         return self._notice
 
     @notify.setter
-    def notify(self, listener: Optional[Callable[[str], None]]) -> None:
+    def notify(self, listener: Callable[[str], None] | None) -> None:
         self._notice.listener = listener
 
     @property
@@ -151,12 +175,12 @@ class Controller:
         return self._evolution.plan
 
     @property
-    def run_info(self) -> Optional[dict[str, Any]]:
+    def run_info(self) -> dict[str, Any] | None:
         """The cbp run under way (pid, host, started, command), kept in each epoch's history entry."""
         return self._epochs.run_info
 
     @property
-    def epoch_timeout(self) -> Optional[float]:
+    def epoch_timeout(self) -> float | None:
         return self._epochs.epoch_timeout
 
     # ------------------------------------------------------------------ journal
@@ -164,13 +188,20 @@ class Controller:
         """Re-read the newest snapshot (another process or Pipeline object may have moved on)."""
         self._journal.refresh()
 
-    def recover(self) -> Optional[str]:
+    def recover(self) -> str | None:
         """Finish a change that a killed or failed writer left pending; return what it was."""
         return self._journal.recover()
 
     # ------------------------------------------------------------------ landing and syncing
-    def feed(self, flow: str, records: list[dict[str, Any]] | pa.Table, *, close: bool = False,
-             feed_id: Optional[str] = None, force: bool = False) -> Landed:
+    def feed(
+        self,
+        flow: str,
+        records: list[dict[str, Any]] | pa.Table,
+        *,
+        close: bool = False,
+        feed_id: str | None = None,
+        force: bool = False,
+    ) -> Landed:
         """Land records on external flow ``flow`` (:meth:`.landing.Landing.feed`)."""
         return self._landing.feed(flow, records, close=close, feed_id=feed_id, force=force)
 
@@ -187,10 +218,10 @@ class Controller:
     def source_flows(self) -> list[str]:
         return self._sources.source_flows()
 
-    def landed_version(self, flow: str) -> Optional[int]:
+    def landed_version(self, flow: str) -> int | None:
         return self._sources.landed_version(flow)
 
-    def sync(self, flows: Optional[list[str]] = None, reland: Optional[list[str]] = None) -> list[SyncReport]:
+    def sync(self, flows: list[str] | None = None, reland: list[str] | None = None) -> list[SyncReport]:
         """Land every version the source tables gained, or re-land ``reland`` (:meth:`.sources.Sources.sync`)."""
         return self._sources.sync(flows, reland)
 
@@ -198,16 +229,21 @@ class Controller:
     def frames(self, stage: str) -> dict[str, list[Any]]:
         return self._scheduler.frames(stage)
 
-    def decide(self, stage: str, *, keep_state: bool = False) -> Optional[Decision]:
+    def decide(self, stage: str, *, keep_state: bool = False) -> Decision | None:
         return self._scheduler.decide(stage, keep_state=keep_state)
 
-    def run(self, max_epochs: Optional[int] = None, on_epoch: Optional[Callable[[EpochReport], None]] = None,
-            on_start: Optional[Callable[[str, int], None]] = None, command: str = "cbp.Pipeline.run()",
-            epoch_timeout: Optional[float] = None) -> list[EpochReport]:
+    def run(
+        self,
+        max_epochs: int | None = None,
+        on_epoch: Callable[[EpochReport], None] | None = None,
+        on_start: Callable[[str, int], None] | None = None,
+        command: str = "cbp.Pipeline.run()",
+        epoch_timeout: float | None = None,
+    ) -> list[EpochReport]:
         """Run runnable stages round by round (:meth:`.scheduler.Scheduler.run`)."""
         return self._scheduler.run(max_epochs, on_epoch, on_start, command, epoch_timeout)
 
-    def run_epoch(self, stage: str, d: Decision, *, intention: Optional[dict[str, Any]] = None) -> EpochReport:
+    def run_epoch(self, stage: str, d: Decision, *, intention: dict[str, Any] | None = None) -> EpochReport:
         return self._epochs.run_epoch(stage, d, intention=intention)
 
     def idle_reasons(self) -> dict[str, str]:
@@ -226,19 +262,19 @@ class Controller:
     def is_new(self) -> bool:
         return self._reads.is_new()
 
-    def state_version(self, stage: str, epoch: Optional[int] = None) -> Optional[int]:
+    def state_version(self, stage: str, epoch: int | None = None) -> int | None:
         return self._reads.state_version(stage, epoch)
 
-    def state_records(self, stage: str, epoch: Optional[int] = None) -> list[dict[str, Any]]:
+    def state_records(self, stage: str, epoch: int | None = None) -> list[dict[str, Any]]:
         return self._reads.state_records(stage, epoch)
 
-    def output_versions(self, flow: str, epoch: Optional[int] = None, upto: bool = False) -> dict[Any, list[int]]:
+    def output_versions(self, flow: str, epoch: int | None = None, upto: bool = False) -> dict[Any, list[int]]:
         return self._reads.output_versions(flow, epoch, upto)
 
-    def output_records(self, flow: str, epoch: Optional[int] = None) -> list[dict[str, Any]]:
+    def output_records(self, flow: str, epoch: int | None = None) -> list[dict[str, Any]]:
         return self._reads.output_records(flow, epoch)
 
-    def consolidated_records(self, flow: str, epoch: Optional[int] = None) -> list[dict[str, Any]]:
+    def consolidated_records(self, flow: str, epoch: int | None = None) -> list[dict[str, Any]]:
         return self._reads.consolidated_records(flow, epoch)
 
     def interrupted(self) -> list[dict[str, Any]]:
@@ -248,7 +284,7 @@ class Controller:
         """Every run and rewind of the home, oldest first (:meth:`.runs.Runs.timeline`)."""
         return self._runs.timeline()
 
-    def last_run(self) -> Optional[dict[str, Any]]:
+    def last_run(self) -> dict[str, Any] | None:
         return self._runs.last_run()
 
     def status(self) -> dict[str, Any]:
@@ -262,18 +298,20 @@ class Controller:
     def _committed_snapshot(self) -> Snapshot:
         return self._evolution.committed_snapshot()
 
-    def recorded_definition(self) -> Optional[dict[str, Any]]:
+    def recorded_definition(self) -> dict[str, Any] | None:
         """The pipeline the home recorded (:func:`.plan.definition`), None for a new home."""
         return self._evolution.recorded_definition()
 
-    def recorded_spec(self) -> Optional[PipelineSpec]:
+    def recorded_spec(self) -> PipelineSpec | None:
         return self._evolution.recorded_spec()
 
     def plan(self, restore: tuple[str, ...] = (), discard: tuple[str, ...] = ()) -> Plan:
         """What :meth:`upgrade` would do (nothing is changed)."""
         return self._upgrade.plan(restore, discard)
 
-    def upgrade(self, restore: tuple[str, ...] = (), discard: tuple[str, ...] = (), command: str = "cbp upgrade") -> Plan:
+    def upgrade(
+        self, restore: tuple[str, ...] = (), discard: tuple[str, ...] = (), command: str = "cbp upgrade"
+    ) -> Plan:
         """Apply the plan as one durable change; refused plans raise ``plan-refused``."""
         return self._upgrade.upgrade(restore, discard, command)
 
@@ -286,8 +324,10 @@ class Controller:
             return
         spec = self._evolution.recorded_spec()
         current = self.live.spec
-        self._notice(f"warning: {current.path} differs from the pipeline recorded in {self.home.location} "
-                     f"('cbp plan' shows how); reading the home as {'recorded' if spec else 'stored'}")
+        self._notice(
+            f"warning: {current.path} differs from the pipeline recorded in {self.home.location} "
+            f"('cbp plan' shows how); reading the home as {'recorded' if spec else 'stored'}"
+        )
         self.live.spec = spec or current
         try:
             yield
@@ -296,12 +336,14 @@ class Controller:
             if self.live.committed is not None:
                 self._journal.load(self.live.committed)
 
-    def rewind(self, to_epoch: int, stage: Optional[str] = None, *, command: str = "cbp.Pipeline.rewind()") -> RewindReport:
+    def rewind(
+        self, to_epoch: int, stage: str | None = None, *, command: str = "cbp.Pipeline.rewind()"
+    ) -> RewindReport:
         """Put the pipeline back as it was after ``stage``'s epoch ``to_epoch`` (:meth:`.rewind.Rewind.rewind`)."""
         return self._rewind.rewind(to_epoch, stage, command=command)
 
     def rewinds(self) -> list[dict[str, Any]]:
         return self._rewind.rewinds()
 
-    def undone_records(self, flow: str, epoch: int, rewind_seq: Optional[int] = None) -> list[dict[str, Any]]:
+    def undone_records(self, flow: str, epoch: int, rewind_seq: int | None = None) -> list[dict[str, Any]]:
         return self._rewind.undone_records(flow, epoch, rewind_seq)

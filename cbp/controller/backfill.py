@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from typing import Any, Optional
+from typing import Any
 
 import pyarrow as pa
 
@@ -54,7 +54,7 @@ class Survey:
     by_version: dict[int, list[int]] = field(default_factory=dict)
     stored: int = 0  # records stored in those increments
     missing: list[str] = field(default_factory=list)
-    open: Optional[int] = None  # an increment still being framed: read after the backfill, as it completes
+    open: int | None = None  # an increment still being framed: read after the backfill, as it completes
 
     @property
     def increments(self) -> int:

@@ -17,7 +17,7 @@ from __future__ import annotations
 import hashlib
 import sys
 import time
-from typing import Any, Optional
+from typing import Any
 
 from ..spec import PipelineSpec, StageSpec
 from .plan import ARCHIVE, Plan
@@ -26,7 +26,7 @@ from .snapshot import Snapshot
 __all__ = ["code_hash", "note_code", "evolution_status"]
 
 
-def code_hash(spec: Optional[StageSpec]) -> str:
+def code_hash(spec: StageSpec | None) -> str:
     """The first 16 hex digits of the SHA-256 of the stage's translator module file ('' if unknown)."""
     fn = getattr(spec, "translator", None)
     mod = sys.modules.get(getattr(fn, "__module__", "") or "")
@@ -55,24 +55,41 @@ def evolution_status(spec: PipelineSpec, st: Snapshot, plan: Plan) -> dict[str, 
     from .upgrade import unfed_waits
 
     shapes = st.shapes
-    archived = {k[len(ARCHIVE):]: {"epoch": v["epoch"], "removed": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(v.get("at", 0))),
-                                   "pending": sum(len(c) for c in v["connectors"].values())}
-                for k, v in shapes.items() if k.startswith(ARCHIVE)}
+    archived = {
+        k[len(ARCHIVE) :]: {
+            "epoch": v["epoch"],
+            "removed": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(v.get("at", 0))),
+            "pending": sum(len(c) for c in v["connectors"].values()),
+        }
+        for k, v in shapes.items()
+        if k.startswith(ARCHIVE)
+    }
     code = {}
     for s, stage in spec.stages.items():
         rec = shapes.get(f"code:{s}")
         if rec is not None:
             now = code_hash(stage)
-            code[s] = {"hash": rec["hash"], "since_epoch": rec["since"], "changed_at_epoch": rec["since"] if rec.get("before") else None,
-                       "file_differs": bool(now) and now != rec["hash"]}
-    return {"archived": archived, "code": code, "warnings": unfed_waits(spec, st),
-            "plan": plan.lines() if plan.changes else [], "needs_upgrade": plan.needs_upgrade}
+            code[s] = {
+                "hash": rec["hash"],
+                "since_epoch": rec["since"],
+                "changed_at_epoch": rec["since"] if rec.get("before") else None,
+                "file_differs": bool(now) and now != rec["hash"],
+            }
+    return {
+        "archived": archived,
+        "code": code,
+        "warnings": unfed_waits(spec, st),
+        "plan": plan.lines() if plan.changes else [],
+        "needs_upgrade": plan.needs_upgrade,
+    }
 
 
 def status_lines(st: dict[str, Any]) -> list[str]:
     """The text ``cbp status`` prints for :func:`evolution_status`."""
-    out = [f"  archived stage {s}: epoch {a['epoch']}, {a['pending']} pending increment(s) (removed {a['removed']})"
-           for s, a in st.get("archived", {}).items()]
+    out = [
+        f"  archived stage {s}: epoch {a['epoch']}, {a['pending']} pending increment(s) (removed {a['removed']})"
+        for s, a in st.get("archived", {}).items()
+    ]
     for s, c in st.get("code", {}).items():
         if c["changed_at_epoch"]:
             out.append(f"  stage {s}: translator code changed at epoch {c['changed_at_epoch']}")
@@ -80,5 +97,7 @@ def status_lines(st: dict[str, Any]) -> list[str]:
             out.append(f"  stage {s}: the translator file differs from the code its last epoch ran")
     out += [f"  warning: {w}" for w in st.get("warnings", [])]
     if st.get("needs_upgrade"):
-        out += ["  the YAML differs from the recorded pipeline; 'cbp upgrade' would:"] + [f"    {line}" for line in st["plan"]]
+        out += ["  the YAML differs from the recorded pipeline; 'cbp upgrade' would:"] + [
+            f"    {line}" for line in st["plan"]
+        ]
     return out

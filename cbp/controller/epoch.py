@@ -18,16 +18,16 @@ from __future__ import annotations
 
 import os
 import time
-from typing import Any, Optional
+from typing import Any
 
 import pyarrow as pa
 
 from .. import faults
-from ..engine.task.bipindex import STATE_META, StateMeta, choose_reads
-from ..engine.driver.deltaread import StateSource
-from ..engine.task.framing import FRAME_KEY
-from ..engine.driver.job import run_stage_epoch
 from ..engine.common.protocol import TaskResult
+from ..engine.driver.deltaread import StateSource
+from ..engine.driver.job import run_stage_epoch
+from ..engine.task.bipindex import STATE_META, StateMeta, choose_reads
+from ..engine.task.framing import FRAME_KEY
 from ..engine.task.plan import TaskPlan
 from ..spec import StageSpec
 from ..storage import INC, LAYOUT, PART, Home
@@ -46,37 +46,52 @@ __all__ = ["Epochs"]
 class Epochs:
     """Runs and commits one stage epoch at a time."""
 
-    def __init__(self, home: Home, live: Live, journal: Journal, landing: Landing, intentions: Intentions,
-                 tuning: Tuning, spark: LazySpark, mode: str) -> None:
+    def __init__(
+        self,
+        home: Home,
+        live: Live,
+        journal: Journal,
+        landing: Landing,
+        intentions: Intentions,
+        tuning: Tuning,
+        spark: LazySpark,
+        mode: str,
+    ) -> None:
         self.home, self.live, self.journal, self.landing, self.intentions = home, live, journal, landing, intentions
         self.tuning, self.spark, self.mode = tuning, spark, mode
-        self.epoch_timeout: Optional[float] = None  # seconds per stage epoch of the current run (cbp run --epoch-timeout)
-        self.run_info: Optional[dict[str, Any]] = None  # the cbp run under way (pid, host, started, command), for the history
+        self.epoch_timeout: float | None = None  # seconds per stage epoch of the current run (cbp run --epoch-timeout)
+        self.run_info: dict[str, Any] | None = (
+            None  # the cbp run under way (pid, host, started, command), for the history
+        )
 
     # ------------------------------------------------------------------ one stage epoch
     def _state_table_schema(self, spec: StageSpec) -> pa.Schema:
         rk = [pa.field("_rk", pa.string())] if spec.row_key else []  # keyed rows (cbp.engine.task.keyedstate)
         return pa.schema([pa.field(PART, pa.int32())] + list(STATE_META) + rk + list(spec.state_schema.arrow))  # type: ignore[union-attr]
 
-    def run_epoch(self, stage: str, d: Decision, *, intention: Optional[dict[str, Any]] = None) -> EpochReport:
+    def run_epoch(self, stage: str, d: Decision, *, intention: dict[str, Any] | None = None) -> EpochReport:
         """Run and commit one epoch of ``stage``: state, output increments and connectors, all or nothing."""
         with self.journal.transaction():
             return self._run_epoch(stage, d, intention)
 
-    def _run_epoch(self, stage: str, d: Decision, intention: Optional[dict[str, Any]]) -> EpochReport:
+    def _run_epoch(self, stage: str, d: Decision, intention: dict[str, Any] | None) -> EpochReport:
         spec = self.live.spec.stages[stage]
         epoch = self.live.st.stages[stage].epoch + 1
         t0 = time.perf_counter()
         inputs: dict[str, list[int]] = {}
         input_files: dict[int, list[str]] = {}
-        made_in: dict[str, int] = {}  # loopback files -> the epoch of this stage that wrote them (whose bindings deliver their multicasts)
+        made_in: dict[
+            str, int
+        ] = {}  # loopback files -> the epoch of this stage that wrote them (whose bindings deliver their multicasts)
         for idx, inp in enumerate(spec.inputs):
             n = d.reads.get(inp.flow, 0)
             if n:
                 inputs[inp.flow] = self.live.st.connector(stage, inp.flow)[:n]
                 files = self.landing.increment_files(inp.flow, inputs[inp.flow])
                 input_files[idx] = [uri for uri, _ in files]
-                made_in.update((uri, e) for uri, i in files if (e := self._made_in(stage, inp.flow, uri, i)) is not None)
+                made_in.update(
+                    (uri, e) for uri, i in files if (e := self._made_in(stage, inp.flow, uri, i)) is not None
+                )
         if intention is not None:  # the attempt that died allocated these; its files go first
             out_incs = {f: int(i) for f, i in intention["out_incs"].items()}
             for f, i in out_incs.items():
@@ -91,12 +106,19 @@ class Epochs:
         plan.bindings = [self.home.uri(rel) for rel in self.live.st.stages[stage].bindings if epoch_of(rel) in wanted]
         try:
             shuffle: dict[str, int] = {}
-            results = run_stage_epoch(self.spark.get(), plan, input_files, state_uris,
-                                      state_needs_dedupe=self.live.st.stages[stage].layout != "blackbox",
-                                      shuffle=shuffle)
+            results = run_stage_epoch(
+                self.spark.get(),
+                plan,
+                input_files,
+                state_uris,
+                state_needs_dedupe=self.live.st.stages[stage].layout != "blackbox",
+                shuffle=shuffle,
+            )
             faults.point("epoch:ran")
             commits, cleanup, counts, written = self._epoch_commits(stage, epoch, d, results, inputs, out_incs)
-            self.journal.commit("epoch", f"stage '{stage}' epoch {epoch}", commits, stage=stage, cleanup=cleanup, written=written)
+            self.journal.commit(
+                "epoch", f"stage '{stage}' epoch {epoch}", commits, stage=stage, cleanup=cleanup, written=written
+            )
         except BaseException:
             try:
                 committing = self.home.pending() is not None  # then the change is finished later, not dropped
@@ -107,19 +129,23 @@ class Epochs:
             raise
         return _report(stage, epoch, self.mode, results, counts, time.perf_counter() - t0, shuffle)
 
-    def _plan(self, stage: str, epoch: int, out_incs: dict[str, int],
-              inputs: Optional[dict[str, list[int]]] = None) -> tuple[TaskPlan, Optional[StateSource]]:
+    def _plan(
+        self, stage: str, epoch: int, out_incs: dict[str, int], inputs: dict[str, list[int]] | None = None
+    ) -> tuple[TaskPlan, StateSource | None]:
         """The plan the epoch's tasks get, and (black-box mode) the state table at its version."""
         spec = self.live.spec.stages[stage]
         sst = self.live.st.stages[stage]
         parts: dict[int, StateMeta] = {}
-        state_uris: Optional[StateSource] = None
+        state_uris: StateSource | None = None
         state_rel = LAYOUT.state(stage)
         if spec.state_schema is not None and sst.state_version is not None:
             if self.mode == "blackbox":  # read by Spark's Delta reader, or as these files without it
                 version, home = sst.state_version, self.home
-                state_uris = StateSource(home.uri(state_rel), version,
-                                         lambda: [home.uri(state_rel, f["path"]) for f in home.table_files(state_rel, version)])
+                state_uris = StateSource(
+                    home.uri(state_rel),
+                    version,
+                    lambda: [home.uri(state_rel, f["path"]) for f in home.table_files(state_rel, version)],
+                )
             else:
                 files = self.home.table_files(state_rel, sst.state_version)
                 for f in files:
@@ -127,30 +153,58 @@ class Epochs:
                 for p, rel in (sst.index if sst.layout == "direct" else {}).items():
                     parts.setdefault(int(p), StateMeta()).index = rel
         plan = TaskPlan(
-            home=self.home, stage=spec, epoch=epoch, mode=self.mode,
-            out_schemas={f: self.live.spec.flows[f].schema for f in spec.outputs}, out_incs=out_incs,
-            out_frames={f: fr.field for f in spec.outputs if (fr := self.live.spec.flows[f].frame_by) is not None and fr.field is not None},
-            input_schemas=[self.live.spec.flows[i.flow].schema.signed() for i in spec.inputs], state_rel=state_rel,
-            parts=parts, max_files=self.tuning.max_state_files, row_group=self.tuning.state_row_group,
-            cache_mb=self.tuning.state_cache_mb, scan_fraction=self.tuning.state_scan_fraction,
-            fault=faults.current(), driver_pid=os.getpid(),
+            home=self.home,
+            stage=spec,
+            epoch=epoch,
+            mode=self.mode,
+            out_schemas={f: self.live.spec.flows[f].schema for f in spec.outputs},
+            out_incs=out_incs,
+            out_frames={
+                f: fr.field
+                for f in spec.outputs
+                if (fr := self.live.spec.flows[f].frame_by) is not None and fr.field is not None
+            },
+            input_schemas=[self.live.spec.flows[i.flow].schema.signed() for i in spec.inputs],
+            state_rel=state_rel,
+            parts=parts,
+            max_files=self.tuning.max_state_files,
+            row_group=self.tuning.state_row_group,
+            cache_mb=self.tuning.state_cache_mb,
+            scan_fraction=self.tuning.state_scan_fraction,
+            fault=faults.current(),
+            driver_pid=os.getpid(),
         )
         known = [self.live.st.flows[i.flow].incs.get(n) for i in spec.inputs for n in (inputs or {}).get(i.flow, [])]
         new = sum(m.records for m in known if m is not None)
         plan.new_records = new if all(m is not None for m in known) else None
         plan.small_records = self.tuning.small_epoch_records
         plan.index_mb = self.tuning.state_index_mb
-        if self.mode == "direct" and self.tuning.state_scan_fraction is None and not os.environ.get("CBP_STATE_SCAN_FRACTION"):
-            plan.scan_choice = {p: choose_reads(new, spec.partitions, sum(int(f.get("rows") or 0) for f in m.files), self.tuning.state_row_group)
-                                for p, m in parts.items()}
+        if (
+            self.mode == "direct"
+            and self.tuning.state_scan_fraction is None
+            and not os.environ.get("CBP_STATE_SCAN_FRACTION")
+        ):
+            plan.scan_choice = {
+                p: choose_reads(
+                    new, spec.partitions, sum(int(f.get("rows") or 0) for f in m.files), self.tuning.state_row_group
+                )
+                for p, m in parts.items()
+            }
         limits = [t for t in (spec.timeout, self.epoch_timeout) if t is not None]
         if limits:
             plan.timeout = min(limits)
             plan.deadline = time.time() + plan.timeout
         return plan, state_uris
 
-    def _epoch_commits(self, stage: str, epoch: int, d: Decision, results: list[TaskResult], inputs: dict[str, list[int]],
-                       out_incs: dict[str, int]) -> tuple[list[dict[str, Any]], list[str], dict[str, int], list[str]]:
+    def _epoch_commits(
+        self,
+        stage: str,
+        epoch: int,
+        d: Decision,
+        results: list[TaskResult],
+        inputs: dict[str, list[int]],
+        out_incs: dict[str, int],
+    ) -> tuple[list[dict[str, Any]], list[str], dict[str, int], list[str]]:
         """Turn the tasks' results into the epoch's Delta commits, the next snapshot (in ``self.live.st``)
         and its history entry.
 
@@ -160,7 +214,9 @@ class Epochs:
         spec = self.live.spec.stages[stage]
         sst = self.live.st.stages[stage]
         app = f"cbp:{stage}"
-        txn = self.live.st.seq + 1  # the change's sequence number: Delta transaction version, never reused (also after a rewind)
+        txn = (
+            self.live.st.seq + 1
+        )  # the change's sequence number: Delta transaction version, never reused (also after a rewind)
         entry = LAYOUT.epoch_entry(stage, epoch)
         commits: list[dict[str, Any]] = []
         cleanup: list[str] = []
@@ -171,14 +227,27 @@ class Epochs:
             if self.mode == "blackbox" or adds or removes:
                 state_rel = LAYOUT.state(stage)
                 self.home.ensure_table(state_rel, self._state_table_schema(spec), PART)
-                commits.append({"table": state_rel, "partition_by": PART, "adds": adds, "removes": removes,
-                                "overwrite": self.mode == "blackbox", "app": app, "version": txn,
-                                "targets": [["stages", stage, "state_version"], [ENTRY, entry, "state_version"]]})
+                commits.append(
+                    {
+                        "table": state_rel,
+                        "partition_by": PART,
+                        "adds": adds,
+                        "removes": removes,
+                        "overwrite": self.mode == "blackbox",
+                        "app": app,
+                        "version": txn,
+                        "targets": [["stages", stage, "state_version"], [ENTRY, entry, "state_version"]],
+                    }
+                )
             old_index = dict(sst.index)
             sst.index = {str(r.part): r.index for r in results if r.index} if self.mode == "direct" else {}
             sst.layout = self.mode
             # index files no new index stands on: what the tasks say, or (black-box) every one
-            cleanup += [rel for r in results for rel in r.index_garbage] if self.mode == "direct" else self._index_files(stage, old_index)
+            cleanup += (
+                [rel for r in results for rel in r.index_garbage]
+                if self.mode == "direct"
+                else self._index_files(stage, old_index)
+            )
         produced: dict[str, list[int]] = {}
         counts: dict[str, int] = {}
         for flow in spec.outputs:
@@ -188,24 +257,48 @@ class Epochs:
                 continue  # an epoch that writes nothing to a flow adds no increment to it
             frame_by = self.live.spec.flows[flow].frame_by
             if frame_by is not None and frame_by.field is not None:  # framed by the tasks: join their runs
-                runs = [(a[FRAME_KEY], a) for r in sorted(results, key=lambda r: r.part) for a in r.outputs.get(flow, [])]
-                fc, produced[flow] = self.landing.land_runs(flow, runs, producer=f"{stage}:{epoch}", prior_frame=epoch, app=(app, txn))
+                runs = [
+                    (a[FRAME_KEY], a) for r in sorted(results, key=lambda r: r.part) for a in r.outputs.get(flow, [])
+                ]
+                fc, produced[flow] = self.landing.land_runs(
+                    flow, runs, producer=f"{stage}:{epoch}", prior_frame=epoch, app=(app, txn)
+                )
                 commits += fc
                 continue
             if frame_by is not None:  # a FrameBy function threads its state through the epoch's records: framed here
                 data, task_files = self.landing.read_task_files(flow, adds)
                 cleanup += task_files
-                fc, produced[flow], w = self.landing.land(flow, data, close=False, producer=f"{stage}:{epoch}", prior_frame=epoch,
-                                                   app=(app, txn), what=f"stage '{stage}' epoch {epoch}",
-                                                   prefix=LAYOUT.output_prefix(stage, epoch))
+                fc, produced[flow], w = self.landing.land(
+                    flow,
+                    data,
+                    close=False,
+                    producer=f"{stage}:{epoch}",
+                    prior_frame=epoch,
+                    app=(app, txn),
+                    what=f"stage '{stage}' epoch {epoch}",
+                    prefix=LAYOUT.output_prefix(stage, epoch),
+                )
                 commits += fc
                 written += w
                 continue
             rel = LAYOUT.flow(flow)
             self.home.ensure_table(rel, flow_schema(self.live.spec, flow), INC)
-            commits.append({"table": rel, "partition_by": INC, "adds": adds, "removes": [], "app": app, "version": txn,
-                            "targets": [["flows", flow, "version"], ["flows", flow, "incs", str(out_incs[flow]), "version"]]})
-            self.landing.register(flow, out_incs[flow], Increment(epoch, counts[flow], self.live.st.flows[flow].version, f"{stage}:{epoch}", True))
+            commits.append(
+                {
+                    "table": rel,
+                    "partition_by": INC,
+                    "adds": adds,
+                    "removes": [],
+                    "app": app,
+                    "version": txn,
+                    "targets": [["flows", flow, "version"], ["flows", flow, "incs", str(out_incs[flow]), "version"]],
+                }
+            )
+            self.landing.register(
+                flow,
+                out_incs[flow],
+                Increment(epoch, counts[flow], self.live.st.flows[flow].version, f"{stage}:{epoch}", True),
+            )
             produced[flow] = [out_incs[flow]]
         for flow, n in d.removes.items():
             del self.live.st.connector(stage, flow)[:n]
@@ -216,10 +309,20 @@ class Epochs:
         cleanup += dropped + self._stray_bindings(stage, dropped, sst.bindings)
         sst.epoch = epoch
         sst.runnable_state = d.state
-        self.journal.entry(entry, {"state_version": sst.state_version, "inputs": inputs, "outputs": produced,
-                            "records": {f: counts[f] for f in produced}, "placement": _placement(results),
-                            "code": note_code(self.live.st, spec, epoch),
-                            "seq": txn, "run": self.run_info, "at": round(time.time(), 3)})
+        self.journal.entry(
+            entry,
+            {
+                "state_version": sst.state_version,
+                "inputs": inputs,
+                "outputs": produced,
+                "records": {f: counts[f] for f in produced},
+                "placement": _placement(results),
+                "code": note_code(self.live.st, spec, epoch),
+                "seq": txn,
+                "run": self.run_info,
+                "at": round(time.time(), 3),
+            },
+        )
         return commits, cleanup, counts, written
 
     def _stray_bindings(self, stage: str, dropped: list[str], live: list[str]) -> list[str]:
@@ -229,9 +332,13 @@ class Epochs:
         if not done:
             return []
         base, known = LAYOUT.bindings(stage), set(dropped) | set(live)
-        return [rel for name in self.home.list_dir(base) if epoch_of(name) in done and (rel := f"{base}/{name}") not in known]
+        return [
+            rel
+            for name in self.home.list_dir(base)
+            if epoch_of(name) in done and (rel := f"{base}/{name}") not in known
+        ]
 
-    def _made_in(self, stage: str, flow: str, uri: str, inc: int) -> Optional[int]:
+    def _made_in(self, stage: str, flow: str, uri: str, inc: int) -> int | None:
         """The epoch of ``stage`` that wrote file ``uri`` of increment ``inc`` of ``flow`` (None: the
         flow is not one of the stage's loopback flows). A file's name says it
         (:meth:`Layout.output_prefix`); a re-framed file landed before such names were given goes
@@ -240,7 +347,7 @@ class Epochs:
             return None
         name = uri.rsplit("/", 1)[-1]
         start = LAYOUT.output_prefix(stage, 0)[:-8]  # "s<stage>-e", then the epoch's 8 digits
-        digits = name[len(start):len(start) + 8]
+        digits = name[len(start) : len(start) + 8]
         if name.startswith(start) and digits.isdigit():
             return int(digits)
         epochs = self._made_epochs(stage, flow, inc)
@@ -253,13 +360,19 @@ class Epochs:
         if m is None or flow not in self.live.spec.stages[stage].outputs:
             return set()
         opened = m.producer.rpartition(":")[2]
-        return {int(s) for s in m.srcs if isinstance(s, int) and not isinstance(s, bool)} | ({int(opened)} if opened.isdigit() else set())
+        return {int(s) for s in m.srcs if isinstance(s, int) and not isinstance(s, bool)} | (
+            {int(opened)} if opened.isdigit() else set()
+        )
 
-    def _awaited(self, stage: str, made: Optional[int]) -> bool:
+    def _awaited(self, stage: str, made: int | None) -> bool:
         """Whether ``stage`` still has unread loopback increments with records of its epoch ``made``."""
         spec = self.live.spec.stages[stage]
-        return made is not None and any(made in self._made_epochs(stage, i.flow, n) for i in spec.inputs if i.flow in spec.outputs
-                                        for n in self.live.st.connector(stage, i.flow))
+        return made is not None and any(
+            made in self._made_epochs(stage, i.flow, n)
+            for i in spec.inputs
+            if i.flow in spec.outputs
+            for n in self.live.st.connector(stage, i.flow)
+        )
 
     def _index_files(self, stage: str, index: dict[str, str]) -> list[str]:
         """Every index file of ``stage``'s partitions that have an ``index`` (a file and the deltas it stands on)."""
@@ -271,27 +384,47 @@ def _placement(results: list[TaskResult]) -> dict[str, Any]:
     """Which executor ran each partition's task and how the state cache served it (kept in the history)."""
     stats = [r.stats for r in results]
     hits, lookups = (sum(int(s.get(k, 0)) for s in stats) for k in ("cache_hits", "cache_lookups"))
-    return {"executors": {str(r.part): r.executor for r in sorted(results, key=lambda r: r.part) if r.executor},
-            "cache_hits": hits, "cache_lookups": lookups, "cache_hit_rate": round(hits / lookups, 4) if lookups else None}
+    return {
+        "executors": {str(r.part): r.executor for r in sorted(results, key=lambda r: r.part) if r.executor},
+        "cache_hits": hits,
+        "cache_lookups": lookups,
+        "cache_hit_rate": round(hits / lookups, 4) if lookups else None,
+    }
 
 
-def _report(stage: str, epoch: int, mode: str, results: list[TaskResult], counts: dict[str, int], seconds: float,
-            shuffle: dict[str, int]) -> EpochReport:
+def _report(
+    stage: str,
+    epoch: int,
+    mode: str,
+    results: list[TaskResult],
+    counts: dict[str, int],
+    seconds: float,
+    shuffle: dict[str, int],
+) -> EpochReport:
     stats = [r.stats for r in results]
     phases: dict[str, float] = {}
     for s in stats:
         for k, v in s.get("seconds", {}).items():
             phases[k] = round(phases.get(k, 0.0) + v, 3)
     return EpochReport(
-        stage=stage, epoch=epoch,
-        records_in=sum(s["in"] for s in stats), records_out=sum(counts.values()),
-        keys_read=sum(s["state_read"] for s in stats), keys_written=sum(s["state_written"] for s in stats),
-        seconds=seconds, outputs=counts, mode=mode, phases=phases,
+        stage=stage,
+        epoch=epoch,
+        records_in=sum(s["in"] for s in stats),
+        records_out=sum(counts.values()),
+        keys_read=sum(s["state_read"] for s in stats),
+        keys_written=sum(s["state_written"] for s in stats),
+        seconds=seconds,
+        outputs=counts,
+        mode=mode,
+        phases=phases,
         row_groups_read=sum(int(s.get("row_groups_read", 0)) for s in stats),
         executors={r.part: r.executor for r in results if r.executor},  # type: ignore[misc]
-        cache_hits=sum(int(s.get("cache_hits", 0)) for s in stats), cache_lookups=sum(int(s.get("cache_lookups", 0)) for s in stats),
+        cache_hits=sum(int(s.get("cache_hits", 0)) for s in stats),
+        cache_lookups=sum(int(s.get("cache_lookups", 0)) for s in stats),
         copies_in=sum(int(s.get("broadcast_in", 0)) + int(s.get("multicast_in", 0)) for s in stats),
-        bindings_in=sum(int(s.get("bindings_in", 0)) for s in stats), delivered=sum(int(s.get("delivered", 0)) for s in stats),
-        shuffle_records=shuffle.get("records"), shuffle_bytes=shuffle.get("bytes"),
+        bindings_in=sum(int(s.get("bindings_in", 0)) for s in stats),
+        delivered=sum(int(s.get("delivered", 0)) for s in stats),
+        shuffle_records=shuffle.get("records"),
+        shuffle_bytes=shuffle.get("bytes"),
         columnar_tasks=sum(int(s.get("columnar", 0)) for s in stats),
     )

@@ -20,7 +20,8 @@ from __future__ import annotations
 
 import hashlib
 import time
-from typing import Any, Callable, Optional
+from collections.abc import Callable
+from typing import Any
 
 from ..errors import SpecError, UsageError
 from ..spec import PipelineSpec, load_spec
@@ -63,7 +64,15 @@ def record(st: Snapshot, spec: PipelineSpec, kind: str, lines: list[str]) -> tup
     for s, sd in d["stages"].items():
         if sd["state"] is not None:
             st.shapes[f"state:{s}"] = {"schema": sd["state"], "partitions": sd["partitions"]}
-    return rel, {"n": n, "kind": kind, "yaml": text, "path": spec.path, "plan": lines, "at": time.time(), "definition": d}
+    return rel, {
+        "n": n,
+        "kind": kind,
+        "yaml": text,
+        "path": spec.path,
+        "plan": lines,
+        "at": time.time(),
+        "definition": d,
+    }
 
 
 class Evolution:
@@ -80,8 +89,10 @@ class Evolution:
         change. A plan that touches stored data waits for ``cbp upgrade``."""
         st, spec = self.live.st, self.live.spec
         if st.pipeline != spec.name:
-            raise UsageError(f"home {self.home.location} belongs to pipeline '{st.pipeline}', not '{spec.name}'; use another --home",
-                             code="bad-home")
+            raise UsageError(
+                f"home {self.home.location} belongs to pipeline '{st.pipeline}', not '{spec.name}'; use another --home",
+                code="bad-home",
+            )
         self.plan = make_plan(recorded(st), spec, st)
         st.adopt(spec.flows, {s: stage.input_flows for s, stage in spec.stages.items()})
         if not self.plan.needs_upgrade:
@@ -93,21 +104,24 @@ class Evolution:
     def check(self) -> None:
         """Refuse a change (code ``pipeline-changed``) while the YAML changes stored data, unless upgrading."""
         if self.plan.needs_upgrade and not self.upgrading:
-            raise UsageError(f"{self.live.spec.path}: the pipeline changed since the home {self.home.location} recorded it, in ways that "
-                             "touch stored data: " + "; ".join(self.plan.lines())
-                             + ". Run 'cbp upgrade' (or 'cbp run --upgrade') to apply the plan ('cbp plan' shows it), or restore the previous YAML",
-                             code="pipeline-changed")
+            raise UsageError(
+                f"{self.live.spec.path}: the pipeline changed since the home {self.home.location} recorded it, in ways that "
+                "touch stored data: "
+                + "; ".join(self.plan.lines())
+                + ". Run 'cbp upgrade' (or 'cbp run --upgrade') to apply the plan ('cbp plan' shows it), or restore the previous YAML",
+                code="pipeline-changed",
+            )
 
     def committed_snapshot(self) -> Snapshot:
         """The newest committed snapshot (a new home's is empty)."""
         doc = self.live.committed
         return Snapshot.from_json(doc) if doc is not None else Snapshot(self.live.spec.name)
 
-    def recorded_definition(self) -> Optional[dict[str, Any]]:
+    def recorded_definition(self) -> dict[str, Any] | None:
         """The pipeline the home recorded (:func:`.plan.definition`), None for a new home."""
         return recorded(self.committed_snapshot())
 
-    def recorded_spec(self) -> Optional[PipelineSpec]:
+    def recorded_spec(self) -> PipelineSpec | None:
         """The pipeline as the home recorded it (its YAML, translators resolved beside today's file); None if not recorded."""
         rec = self.committed_snapshot().shapes.get(PIPELINE)
         entry = self.home.read_json(rec["entry"]) if rec else None

@@ -24,7 +24,7 @@ import hashlib
 import io
 import warnings
 from dataclasses import asdict
-from typing import Any, Optional
+from typing import Any
 
 import pyarrow as pa
 
@@ -76,7 +76,7 @@ class Feeds:
     def __init__(self, home: Home, live: Live, journal: Journal, history: History, notify: Notice) -> None:
         self.home, self.live, self.journal, self.history, self.notify = home, live, journal, history, notify
 
-    def note(self, flow: str, number: int, data: pa.Table, feed_id: Optional[str]) -> dict[str, Any]:
+    def note(self, flow: str, number: int, data: pa.Table, feed_id: str | None) -> dict[str, Any]:
         """Record feed ``number``'s hash with the change that lands it; what its feed entry gets
         (``hash``, ``seq``, and ``duplicate_of`` when it repeats an earlier feed without a feed id)."""
         out: dict[str, Any] = {"seq": self.live.st.seq + 1}
@@ -92,7 +92,7 @@ class Feeds:
             out["duplicate_of"] = earlier[0]
         return out
 
-    def refuse_retry(self, flow: str, data: pa.Table, feed_id: Optional[str], force: bool) -> None:
+    def refuse_retry(self, flow: str, data: pa.Table, feed_id: str | None, force: bool) -> None:
         """Before a feed with ``feed_id`` lands: refuse it (code ``duplicate-feed``) when its records
         equal a pending feed of ``flow`` that had no id: most likely the same delivery retried with
         an id; ``force`` lands it anyway. A keyed flow's feed entries hash the changes its events
@@ -106,11 +106,13 @@ class Feeds:
             entry = self.history.feed(self.live.st, flow, n) or {}
             if entry.get("id") is None and pending & {int(i) for i in entry.get("incs", [])}:
                 yaml = self.live.spec.path
-                raise InputError(f"flow '{flow}': these records equal feed {n}, landed without an id and not yet "
-                                 f"read by every stage, so --id {feed_id} would land them twice; nothing was landed. "
-                                 "If they are new records after all, feed them with --force (Python: force=True); "
-                                 f"'cbp unfeed {yaml} {flow} --feed {n}' withdraws the earlier feed",
-                                 code="duplicate-feed")
+                raise InputError(
+                    f"flow '{flow}': these records equal feed {n}, landed without an id and not yet "
+                    f"read by every stage, so --id {feed_id} would land them twice; nothing was landed. "
+                    "If they are new records after all, feed them with --force (Python: force=True); "
+                    f"'cbp unfeed {yaml} {flow} --feed {n}' withdraws the earlier feed",
+                    code="duplicate-feed",
+                )
 
     def warn_duplicate(self, flow: str, number: int, note: dict[str, Any], yaml: str = "FLOW.yaml") -> None:
         """Tell the user that a feed repeated an earlier one: through the controller's ``notify`` (``cbp feed``
@@ -118,11 +120,15 @@ class Feeds:
         first = note.get("duplicate_of")
         if first is None:
             return
-        text = (f"warning [duplicate-feed]: feed {number} of flow '{flow}' has the same records as feed {first}; both are landed. "
-                f"Give each feed an id (cbp feed --id NAME, e.g. the file's name; Python feed_id=) so that a re-delivered file lands "
-                f"nothing; while no stage has read it, 'cbp unfeed {yaml} {flow} --feed {number}' withdraws it")
+        text = (
+            f"warning [duplicate-feed]: feed {number} of flow '{flow}' has the same records as feed {first}; both are landed. "
+            f"Give each feed an id (cbp feed --id NAME, e.g. the file's name; Python feed_id=) so that a re-delivered file lands "
+            f"nothing; while no stage has read it, 'cbp unfeed {yaml} {flow} --feed {number}' withdraws it"
+        )
         if not self.notify.listened:  # nobody listens: a Python warning
-            warnings.warn(text, DuplicateFeedWarning, stacklevel=5)  # Feeds, Landing.feed, Controller.feed, Pipeline.feed, the caller
+            warnings.warn(
+                text, DuplicateFeedWarning, stacklevel=5
+            )  # Feeds, Landing.feed, Controller.feed, Pipeline.feed, the caller
         else:
             self.notify(text)
 
@@ -134,8 +140,14 @@ class Feeds:
             if not fl.external or flow not in self.live.st.flows:
                 continue
             pending = {i for c in fl.consumers for i in self.live.st.connector(c, flow)}
-            feeds = sorted({int(s) for i in pending if (m := self.live.st.flows[flow].incs.get(i)) and m.producer.startswith("feed:")
-                            for s in (m.srcs or [int(m.producer[5:])])})
+            feeds = sorted(
+                {
+                    int(s)
+                    for i in pending
+                    if (m := self.live.st.flows[flow].incs.get(i)) and m.producer.startswith("feed:")
+                    for s in (m.srcs or [int(m.producer[5:])])
+                }
+            )
             for n in feeds[-MAX_CHECKED:]:
                 e = self.history.feed(self.live.st, flow, n) or {}
                 if e.get("duplicate_of") is not None:
@@ -147,35 +159,73 @@ class Feeds:
         connector, as one durable change. Refused (``feed-read``) once a stage has read any of them."""
         fl = self.live.spec.flow(flow)
         if not fl.external:
-            raise InputError(f"flow '{flow}' is produced by stage '{fl.producer}'; only feeds of external flows can be withdrawn",
-                             code="not-external")
+            raise InputError(
+                f"flow '{flow}' is produced by stage '{fl.producer}'; only feeds of external flows can be withdrawn",
+                code="not-external",
+            )
         if fl.key or fl.source is not None:  # its keyed table / its source's versions already took the feed in
-            raise UsageError(f"flow '{flow}' is {'keyed' if fl.key else 'synced from ' + str(fl.source)}: its feeds change "
-                             f"{'the current row per key' if fl.key else 'what was landed of the table'} as well, so one cannot be withdrawn alone; "
-                             "feed the opposite change (an upsert of the old row, or a delete) instead", code="feed-keyed")
+            raise UsageError(
+                f"flow '{flow}' is {'keyed' if fl.key else 'synced from ' + str(fl.source)}: its feeds change "
+                f"{'the current row per key' if fl.key else 'what was landed of the table'} as well, so one cannot be withdrawn alone; "
+                "feed the opposite change (an upsert of the old row, or a delete) instead",
+                code="feed-keyed",
+            )
         with self.journal.locked(), self.journal.transaction():
             fs = self.live.st.flows[flow]
-            e = self.history.feed(self.live.st, flow, number) if isinstance(number, int) and not isinstance(number, bool) else None
+            e = (
+                self.history.feed(self.live.st, flow, number)
+                if isinstance(number, int) and not isinstance(number, bool)
+                else None
+            )
             if e is None:
-                raise UsageError(f"flow '{flow}' has had {fs.feeds} feed(s); there is no feed {number!r} to withdraw", code="unknown-feed")
+                raise UsageError(
+                    f"flow '{flow}' has had {fs.feeds} feed(s); there is no feed {number!r} to withdraw",
+                    code="unknown-feed",
+                )
             if e.get("withdrawn"):
                 raise UsageError(f"feed {number} of flow '{flow}' was withdrawn already", code="unknown-feed")
             ids = [int(i) for i in e["incs"]]
             self._check_unread(flow, number, ids, e)
             seq = self.live.st.seq + 1
             rel = LAYOUT.flow(flow)
-            removes = [f for f in self.home.table_files(rel, fs.version) if int(f["partition"]) in ids] if fs.version is not None else []
-            commits = [{"table": rel, "partition_by": INC, "adds": [], "removes": removes, "app": "cbp:unfeed", "version": seq,
-                        "targets": [["flows", flow, "version"]]}] if removes else []
+            removes = (
+                [f for f in self.home.table_files(rel, fs.version) if int(f["partition"]) in ids]
+                if fs.version is not None
+                else []
+            )
+            commits = (
+                [
+                    {
+                        "table": rel,
+                        "partition_by": INC,
+                        "adds": [],
+                        "removes": removes,
+                        "app": "cbp:unfeed",
+                        "version": seq,
+                        "targets": [["flows", flow, "version"]],
+                    }
+                ]
+                if removes
+                else []
+            )
             for i in ids:
-                self.journal.entry(LAYOUT.collected_entry(flow, i), {"inc": i, "version": fs.version, "meta": asdict(fs.incs[i]), "undone": seq,
-                                                            "withdrawn": True})
+                self.journal.entry(
+                    LAYOUT.collected_entry(flow, i),
+                    {"inc": i, "version": fs.version, "meta": asdict(fs.incs[i]), "undone": seq, "withdrawn": True},
+                )
                 del fs.incs[i]
             for c in fl.consumers:
                 q = self.live.st.connector(c, flow)
                 q[:] = [i for i in q if i not in ids]
-            self.journal.entry(LAYOUT.feed_entry(flow, number), {**e, "incs": [], "records": 0,
-                                                          "withdrawn": {"incs": ids, "records": e.get("records"), "version": fs.version, "seq": seq}})
+            self.journal.entry(
+                LAYOUT.feed_entry(flow, number),
+                {
+                    **e,
+                    "incs": [],
+                    "records": 0,
+                    "withdrawn": {"incs": ids, "records": e.get("records"), "version": fs.version, "seq": seq},
+                },
+            )
             if e.get("id") is not None:  # its id may land again
                 self.journal.entry(LAYOUT.feed_id_entry(flow, e["id"]), {"id": None, "withdrawn_feed": number})
             if e.get("hash"):
@@ -192,17 +242,29 @@ class Feeds:
         for i in ids:
             m = fs.incs.get(i)
             if m is None or any(i not in self.live.st.connector(c, flow) for c in fl.consumers):
-                raise UsageError(f"feed {number} of flow '{flow}' was read by a stage already (increment {i}); withdrawing it would "
-                                 "leave results that counted it: rewind the pipeline to before it ('cbp rewind'), or feed retractions",
-                                 code="feed-read")
+                raise UsageError(
+                    f"feed {number} of flow '{flow}' was read by a stage already (increment {i}); withdrawing it would "
+                    "leave results that counted it: rewind the pipeline to before it ('cbp rewind'), or feed retractions",
+                    code="feed-read",
+                )
             if fl.frame_by is not None and (set(m.srcs) != {number} or fl.frame_by.field is None):
-                raise UsageError(f"feed {number} of flow '{flow}': its increment {i} is framed "
-                                 + ("with records of other feeds" if set(m.srcs) != {number} else "by a frame_by function whose state went on")
-                                 + "; it cannot be withdrawn alone", code="feed-shared")
+                raise UsageError(
+                    f"feed {number} of flow '{flow}': its increment {i} is framed "
+                    + (
+                        "with records of other feeds"
+                        if set(m.srcs) != {number}
+                        else "by a frame_by function whose state went on"
+                    )
+                    + "; it cannot be withdrawn alone",
+                    code="feed-shared",
+                )
         for stage, it in self.home.intentions().items():
             if any(i in it["inputs"].get(flow, []) for i in ids):
-                raise UsageError(f"feed {number} of flow '{flow}' is being read by stage '{stage}' epoch {it['epoch']} (interrupted; "
-                                 "the next 'cbp run' finishes it)", code="feed-read")
+                raise UsageError(
+                    f"feed {number} of flow '{flow}' is being read by stage '{stage}' epoch {it['epoch']} (interrupted; "
+                    "the next 'cbp run' finishes it)",
+                    code="feed-read",
+                )
         since = entry.get("seq")
         for c in fl.consumers:  # a runnable may read an increment and keep it: epochs since the feed say
             e = self.live.st.stages[c].epoch
@@ -211,6 +273,9 @@ class Feeds:
                 if since is not None and (ep.get("seq") or 0) < since:
                     break
                 if any(i in ep.get("inputs", {}).get(flow, []) for i in ids):
-                    raise UsageError(f"feed {number} of flow '{flow}' was read by stage '{c}' epoch {e}; rewind the pipeline to before it "
-                                     "('cbp rewind'), or feed retractions", code="feed-read")
+                    raise UsageError(
+                        f"feed {number} of flow '{flow}' was read by stage '{c}' epoch {e}; rewind the pipeline to before it "
+                        "('cbp rewind'), or feed retractions",
+                        code="feed-read",
+                    )
                 e -= 1

@@ -18,7 +18,7 @@ Reads: history entries under ``_cbp/history`` (and the legacy entries in memory)
 
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import Any
 
 from ..storage import Home, Layout
 from .snapshot import Snapshot
@@ -33,32 +33,32 @@ class History:
         self.home, self.layout = home, layout
         self.legacy: dict[str, Any] = {}  # entries of a format-1 snapshot not written yet
 
-    def read(self, rel: str) -> Optional[dict[str, Any]]:
+    def read(self, rel: str) -> dict[str, Any] | None:
         """The entry at ``rel`` (a legacy one not written yet, or the file), unchecked; None if there is none."""
         if rel in self.legacy:
             return self.legacy[rel]
         return self.home.read_json(rel)
 
-    def epoch(self, snap: Snapshot, stage: str, epoch: int) -> Optional[dict[str, Any]]:
+    def epoch(self, snap: Snapshot, stage: str, epoch: int) -> dict[str, Any] | None:
         """``{"state_version", "inputs", "outputs", "records"}`` of a committed stage epoch, or None."""
         if not 1 <= epoch <= snap.stages[stage].epoch:
             return None
         return self.read(self.layout.epoch_entry(stage, epoch))
 
-    def feed(self, snap: Snapshot, flow: str, n: int) -> Optional[dict[str, Any]]:
+    def feed(self, snap: Snapshot, flow: str, n: int) -> dict[str, Any] | None:
         """``{"incs", "records"}`` of the nth feed of an external flow, or None."""
         if not 1 <= n <= snap.flows[flow].feeds:
             return None
         return self.read(self.layout.feed_entry(flow, n))
 
-    def feed_id(self, snap: Snapshot, flow: str, feed_id: str) -> Optional[dict[str, Any]]:
+    def feed_id(self, snap: Snapshot, flow: str, feed_id: str) -> dict[str, Any] | None:
         """``{"feed", "incs", "id"}`` of the feed that landed with ``feed_id``, or None."""
         e = self.read(self.layout.feed_id_entry(flow, feed_id))
         if e is None or e.get("id") != feed_id or e["feed"] > snap.flows[flow].feeds:
             return None
         return e
 
-    def collected_version(self, snap: Snapshot, flow: str, inc: int) -> Optional[int]:
+    def collected_version(self, snap: Snapshot, flow: str, inc: int) -> int | None:
         """A table version that still holds increment ``inc``, which left the snapshot; None if unknown.
 
         An increment of a flow nobody reads leaves the snapshot without leaving the table: its
@@ -82,24 +82,35 @@ class History:
         """The entries of the increments of ``flow`` that left the snapshot (not undone by a rewind), by id."""
         out: dict[int, dict[str, Any]] = {}
         prefix = self.layout.collected_dir(flow)
-        names = set(self.home.list_dir(prefix)) | {r.rsplit("/", 1)[1] for r in self.legacy if r.startswith(prefix + "/")}
+        names = set(self.home.list_dir(prefix)) | {
+            r.rsplit("/", 1)[1] for r in self.legacy if r.startswith(prefix + "/")
+        }
         for name in names:
             if not name.endswith(".json"):
                 continue
             e = self.read(f"{prefix}/{name}")
-            if e is not None and e["inc"] not in snap.flows[flow].incs and not e.get("undone"):  # undone: written by an epoch a rewind undid
+            if (
+                e is not None and e["inc"] not in snap.flows[flow].incs and not e.get("undone")
+            ):  # undone: written by an epoch a rewind undid
                 out[int(e["inc"])] = e
         return out
+
 
 def legacy_entries(doc: dict[str, Any], layout: Layout) -> dict[str, Any]:
     """History entries of a format-1 snapshot (per-epoch history, feed ids, collected increments)."""
     out: dict[str, Any] = {}
     for stage, s in doc["stages"].items():
         for e, h in s.get("history", {}).items():
-            records = {f: sum(doc["flows"][f]["incs"][str(i)]["records"] for i in ids if str(i) in doc["flows"][f]["incs"])
-                       for f, ids in h.get("outputs", {}).items()}
-            out[layout.epoch_entry(stage, int(e))] = {"state_version": h.get("state_version"), "inputs": h.get("inputs", {}),
-                                                      "outputs": h.get("outputs", {}), "records": records}
+            records = {
+                f: sum(doc["flows"][f]["incs"][str(i)]["records"] for i in ids if str(i) in doc["flows"][f]["incs"])
+                for f, ids in h.get("outputs", {}).items()
+            }
+            out[layout.epoch_entry(stage, int(e))] = {
+                "state_version": h.get("state_version"),
+                "inputs": h.get("inputs", {}),
+                "outputs": h.get("outputs", {}),
+                "records": records,
+            }
     for flow, f in doc["flows"].items():
         feeds: dict[int, list[int]] = {}
         for i, m in f["incs"].items():

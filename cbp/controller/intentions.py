@@ -50,7 +50,7 @@ class Intentions:
             return False
         for flow, ids in it["inputs"].items():
             q = st.connectors.get(f"{stage}.{flow}")
-            if q is None or q[:len(ids)] != ids:
+            if q is None or q[: len(ids)] != ids:
                 return False
         return True
 
@@ -66,17 +66,31 @@ class Intentions:
         for stage, it in self.home.intentions().items():
             self.abandon(stage, it)
 
-    def write(self, stage: str, epoch: int, d: Decision, inputs: dict[str, list[int]], out_incs: dict[str, int]) -> None:
+    def write(
+        self, stage: str, epoch: int, d: Decision, inputs: dict[str, list[int]], out_incs: dict[str, int]
+    ) -> None:
         spec = self.live.spec.stages[stage]
         try:
-            self.home.write_intention(stage, {
-                "stage": stage, "epoch": epoch, "reads": d.reads, "removes": d.removes, "runnable_state": d.state,
-                "inputs": inputs, "out_incs": out_incs, "started": time.time(),
-                "connectors": {i.flow: self.live.st.connector(stage, i.flow) for i in spec.inputs},
-            })
+            self.home.write_intention(
+                stage,
+                {
+                    "stage": stage,
+                    "epoch": epoch,
+                    "reads": d.reads,
+                    "removes": d.removes,
+                    "runnable_state": d.state,
+                    "inputs": inputs,
+                    "out_incs": out_incs,
+                    "started": time.time(),
+                    "connectors": {i.flow: self.live.st.connector(stage, i.flow) for i in spec.inputs},
+                },
+            )
         except OSError as e:
-            raise RuntimeStateError(f"stage '{stage}' epoch {epoch}: cannot write its intention in {self.home.uri(LAYOUT.INTENTIONS)}: {e}; "
-                                    "nothing was run", code="io") from e
+            raise RuntimeStateError(
+                f"stage '{stage}' epoch {epoch}: cannot write its intention in {self.home.uri(LAYOUT.INTENTIONS)}: {e}; "
+                "nothing was run",
+                code="io",
+            ) from e
         faults.point("epoch:intention")
 
     def abandon_quietly(self, stage: str, epoch: int, out_incs: dict[str, int]) -> None:
@@ -114,5 +128,8 @@ class Intentions:
             rec = self.home.read_json(f"{LAYOUT.HISTORY}/rewinds/{name}") if name.endswith(".json") else None
             for e in (rec or {}).get("undone", {}).get(stage, []):
                 if e.get("epoch") == epoch and e.get("state_version") is not None:
-                    names.update(f["path"].rsplit("/", 1)[-1] for f in self.home.table_files(LAYOUT.state(stage), int(e["state_version"])))
+                    names.update(
+                        f["path"].rsplit("/", 1)[-1]
+                        for f in self.home.table_files(LAYOUT.state(stage), int(e["state_version"]))
+                    )
         return names

@@ -23,8 +23,9 @@ from __future__ import annotations
 import copy
 import sys
 import time
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from typing import Any, Callable, Iterator, Optional, Sequence
+from typing import Any
 
 from .. import faults
 from ..errors import RuntimeStateError
@@ -46,14 +47,21 @@ class Journal:
     raises while the YAML waits for ``cbp upgrade``, :meth:`.evolution.Evolution.check`).
     """
 
-    def __init__(self, home: Home, history: History, live: Live, notify: Callable[[str], None],
-                 reconcile: Callable[[], None], check: Callable[[], None]) -> None:
+    def __init__(
+        self,
+        home: Home,
+        history: History,
+        live: Live,
+        notify: Callable[[str], None],
+        reconcile: Callable[[], None],
+        check: Callable[[], None],
+    ) -> None:
         self.home, self.history, self.live, self.notify = home, history, live, notify
         self.reconcile, self.check = reconcile, check
         self.entries: dict[str, Any] = {}  # history entries of the change being made
 
     # ------------------------------------------------------------------ loading
-    def load(self, doc: Optional[dict[str, Any]]) -> None:
+    def load(self, doc: dict[str, Any] | None) -> None:
         """Adopt a committed snapshot (JSON), of this format or of format 1; None: a new home."""
         self.live.committed = doc
         if doc is None:
@@ -76,7 +84,11 @@ class Journal:
         waits for ``cbp upgrade`` while the YAML changes stored data (``check``)."""
 
         def waiting() -> None:
-            print(f"cbp: waiting for another process to finish its change to {self.home.location} ...", file=sys.stderr, flush=True)
+            print(
+                f"cbp: waiting for another process to finish its change to {self.home.location} ...",
+                file=sys.stderr,
+                flush=True,
+            )
 
         with self.home.lock(waiting):
             self.refresh()
@@ -109,8 +121,16 @@ class Journal:
         self.entries[rel] = value
 
     # ------------------------------------------------------------------ committing
-    def commit(self, kind: str, what: str, commits: list[dict[str, Any]], *, stage: Optional[str] = None,
-                cleanup: Sequence[str] = (), written: Sequence[str] = ()) -> None:
+    def commit(
+        self,
+        kind: str,
+        what: str,
+        commits: list[dict[str, Any]],
+        *,
+        stage: str | None = None,
+        cleanup: Sequence[str] = (),
+        written: Sequence[str] = (),
+    ) -> None:
         """Make the change in ``live.st`` durable, with the Delta ``commits`` it needs, all or nothing.
 
         Each commit is ``{"table", "partition_by", "adds", "removes", "app", "version", "targets"}``:
@@ -123,8 +143,17 @@ class Journal:
         st.seq += 1
         new = st.to_json()
         entries = {**self.history.legacy, **self.entries}
-        record: dict[str, Any] = {"format": FORMAT, "kind": kind, "what": what, "stage": stage, "seq": st.seq,
-                                  "commits": commits, "cleanup": list(cleanup), "entries": entries, "written_at": time.time()}
+        record: dict[str, Any] = {
+            "format": FORMAT,
+            "kind": kind,
+            "what": what,
+            "stage": stage,
+            "seq": st.seq,
+            "commits": commits,
+            "cleanup": list(cleanup),
+            "entries": entries,
+            "written_at": time.time(),
+        }
         committed = self.live.committed
         if committed is None:
             record["snapshot"] = new  # the first change of a home carries the whole (small) snapshot
@@ -140,7 +169,9 @@ class Journal:
             self.home.write_pending(record)
         except OSError as e:
             self.delete_quietly(written)
-            raise RuntimeStateError(f"{what}: cannot write {self.home.uri(LAYOUT.PENDING)}: {e}; nothing was committed", code="io") from e
+            raise RuntimeStateError(
+                f"{what}: cannot write {self.home.uri(LAYOUT.PENDING)}: {e}; nothing was committed", code="io"
+            ) from e
         faults.point(f"{kind}:pending")
         self._finish(record, kind)
 
@@ -154,9 +185,12 @@ class Journal:
             snap = copy.deepcopy(record["snapshot"])
         else:
             if current is None or int(current["seq"]) != int(record["base"]):
-                raise RuntimeStateError(f"{record['what']}: the pending change in {self.home.uri(LAYOUT.PENDING)} was made on snapshot "
-                                        f"{record['base']}, but the home holds {current and current['seq']}; the home was changed "
-                                        "by hand or by two writers at once", code="home-corrupt")
+                raise RuntimeStateError(
+                    f"{record['what']}: the pending change in {self.home.uri(LAYOUT.PENDING)} was made on snapshot "
+                    f"{record['base']}, but the home holds {current and current['seq']}; the home was changed "
+                    "by hand or by two writers at once",
+                    code="home-corrupt",
+                )
             snap = patch(copy.deepcopy(current), record["diff"])
         entries = copy.deepcopy(record.get("entries", {}))
         for n, c in enumerate(record["commits"]):
@@ -172,8 +206,11 @@ class Journal:
             try:
                 self.home.write_controller(snap)
             except OSError as e:
-                raise RuntimeStateError(f"{record['what']}: cannot write the controller snapshot in {self.home.uri(LAYOUT.CONTROLLER)}: {e}. "
-                                        "Once the cause is fixed, the next 'cbp run' or 'cbp feed' finishes the commit", code="io") from e
+                raise RuntimeStateError(
+                    f"{record['what']}: cannot write the controller snapshot in {self.home.uri(LAYOUT.CONTROLLER)}: {e}. "
+                    "Once the cause is fixed, the next 'cbp run' or 'cbp feed' finishes the commit",
+                    code="io",
+                ) from e
         if record.get("kind") == "epoch":  # the snapshot after each stage epoch: what 'cbp rewind' goes back to
             self._write_record(record["what"], LAYOUT.snapshot_copy(int(snap["seq"])), snap)
         faults.point(f"{kind}:snapshot")
@@ -188,13 +225,22 @@ class Journal:
     def _make_commit(self, what: str, kind: str, n: int, c: dict[str, Any]) -> int:
         """Make one Delta commit of a pending record unless its transaction id says it is made; its version."""
         try:
-            version, made = self.home.commit_once(c["table"], c["partition_by"], c["adds"], c["removes"],
-                                                  overwrite=c.get("overwrite", False), app_id=c["app"], app_version=c["version"],
-                                                  schema=_schema(c.get("schema")))
+            version, made = self.home.commit_once(
+                c["table"],
+                c["partition_by"],
+                c["adds"],
+                c["removes"],
+                overwrite=c.get("overwrite", False),
+                app_id=c["app"],
+                app_version=c["version"],
+                schema=_schema(c.get("schema")),
+            )
         except Exception as e:
             raise RuntimeStateError(
                 f"{what}: the commit to {self.home.uri(c['table'])} failed: {e}. Nothing of it is visible "
-                "through cbp; once the cause is fixed, the next 'cbp run' or 'cbp feed' on this home finishes it", code="io") from e
+                "through cbp; once the cause is fixed, the next 'cbp run' or 'cbp feed' on this home finishes it",
+                code="io",
+            ) from e
         if made:
             faults.point(f"{kind}:committed:{n}")
         return version
@@ -203,10 +249,13 @@ class Journal:
         try:
             self.home.write_json(rel, value)
         except OSError as e:
-            raise RuntimeStateError(f"{what}: cannot write {self.home.uri(rel)}: {e}. Once the cause is fixed, the next "
-                                    "'cbp run' or 'cbp feed' finishes the commit", code="io") from e
+            raise RuntimeStateError(
+                f"{what}: cannot write {self.home.uri(rel)}: {e}. Once the cause is fixed, the next "
+                "'cbp run' or 'cbp feed' finishes the commit",
+                code="io",
+            ) from e
 
-    def recover(self) -> Optional[str]:
+    def recover(self) -> str | None:
         """Finish a change that a killed or failed writer left pending; return what it was.
 
         Called under the home's lock before every change, so the pending record (if any) belongs
@@ -219,7 +268,9 @@ class Journal:
         if "format" not in record:  # format 1: the whole next snapshot, history included
             record = {**record, "entries": {}, "seq": int(record["snapshot"]["seq"])}
         self._finish(record, "recover")
-        self.notify(f"recovered: finished committing {record['what']}, which was interrupted ({time.perf_counter() - t0:.2f}s)")
+        self.notify(
+            f"recovered: finished committing {record['what']}, which was interrupted ({time.perf_counter() - t0:.2f}s)"
+        )
         return record["what"]
 
     def delete_quietly(self, rels: Any) -> None:
@@ -230,7 +281,7 @@ class Journal:
                 pass  # an orphan file is invisible; it only takes space
 
 
-def _schema(text: Optional[str]) -> Any:
+def _schema(text: str | None) -> Any:
     """A commit's new table schema (Arrow IPC, hex), if it changes one (cbp upgrade)."""
     if not text:
         return None

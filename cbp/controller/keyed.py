@@ -31,7 +31,8 @@ from __future__ import annotations
 
 import json
 import zlib
-from typing import Any, Callable, Optional
+from collections.abc import Callable
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -59,8 +60,8 @@ def keyed_rel(flow: str) -> str:
 def bucket_of(key: tuple[Any, ...]) -> int:
     """The bucket of a key (stable across processes and Python versions).
 
-        >>> bucket_of((1,)) == bucket_of((1,)), 0 <= bucket_of(("a", 2)) < BUCKETS
-        (True, True)
+    >>> bucket_of((1,)) == bucket_of((1,)), 0 <= bucket_of(("a", 2)) < BUCKETS
+    (True, True)
     """
     return zlib.crc32(json.dumps(list(key), separators=(",", ":")).encode()) % BUCKETS
 
@@ -70,23 +71,33 @@ def _short(row: dict[str, Any]) -> str:
     return text if len(text) <= 200 else text[:200] + "..."
 
 
-def keyed_changes(schema: RecordSchema, key: tuple[str, ...], sequence_by: Optional[str], delete_when: Optional[str],
-                  current: Current, rows: list[dict[str, Any]], diffs: list[int], what: str
-                  ) -> tuple[list[dict[str, Any]], list[dict[str, Any]], dict[tuple[Any, ...], Optional[tuple[dict[str, Any], bool]]]]:
+def keyed_changes(
+    schema: RecordSchema,
+    key: tuple[str, ...],
+    sequence_by: str | None,
+    delete_when: str | None,
+    current: Current,
+    rows: list[dict[str, Any]],
+    diffs: list[int],
+    what: str,
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]], dict[tuple[Any, ...], tuple[dict[str, Any], bool] | None]]:
     """Apply events ``rows`` (with ``diffs``, +1 upsert / -1 delete) to the ``current`` rows of
     their keys; return the rows retracted, the rows added, and the keys' new entries (None: the
     key has no row and no tombstone). ``what`` names the feed in errors."""
     events: dict[tuple[Any, ...], list[tuple[int, bool, dict[str, Any]]]] = {}
     for i, (row, d) in enumerate(zip(rows, diffs)):
         if d not in (1, -1):
-            raise InputError(f"{what}: record {i + 1} {_short(row)} has _diff {d}; a keyed flow takes upserts (+1) and deletes (-1) only; "
-                             "nothing was landed", code="keyed-diff")
+            raise InputError(
+                f"{what}: record {i + 1} {_short(row)} has _diff {d}; a keyed flow takes upserts (+1) and deletes (-1) only; "
+                "nothing was landed",
+                code="keyed-diff",
+            )
         k = tuple(row[f] for f in key)
         deleting = d == -1 or (delete_when is not None and row.get(delete_when) is True)
         events.setdefault(k, []).append((i, deleting, row))
     minus: list[dict[str, Any]] = []
     plus: list[dict[str, Any]] = []
-    new: dict[tuple[Any, ...], Optional[tuple[dict[str, Any], bool]]] = {}
+    new: dict[tuple[Any, ...], tuple[dict[str, Any], bool] | None] = {}
     for k, evs in events.items():
         cur = current.get(k)
         old = cur[0] if cur is not None and not cur[1] else None
@@ -95,8 +106,11 @@ def keyed_changes(schema: RecordSchema, key: tuple[str, ...], sequence_by: Optio
             live = old is not None
             for i, deleting, row in evs:
                 if deleting and not live:
-                    raise InputError(f"{what}: record {i + 1} deletes key {_short(dict(zip(key, k)))}, which has no row "
-                                     f"(row {_short(row)}); nothing was landed", code="retract-missing")
+                    raise InputError(
+                        f"{what}: record {i + 1} deletes key {_short(dict(zip(key, k)))}, which has no row "
+                        f"(row {_short(row)}); nothing was landed",
+                        code="retract-missing",
+                    )
                 live = not deleting
                 state = (row, False) if not deleting else None
         else:
@@ -123,7 +137,9 @@ class Keyed:
         self.home, self.live = home, live
 
     def _keyed_schema(self, flow: str) -> pa.Schema:
-        return pa.schema([pa.field(BUCKET, pa.int64()), *self.live.spec.flows[flow].schema.arrow, pa.field(DELETED, pa.bool_())])
+        return pa.schema(
+            [pa.field(BUCKET, pa.int64()), *self.live.spec.flows[flow].schema.arrow, pa.field(DELETED, pa.bool_())]
+        )
 
     def _keyed_current(self, flow: str, buckets: set[int]) -> tuple[Current, dict[int, list[dict[str, Any]]]]:
         """The keyed table's rows in ``buckets`` (key -> (row, tombstone)), and its files per bucket."""
@@ -145,15 +161,25 @@ class Keyed:
                 current[tuple(r[x] for x in fl.key)] = (r, gone)
         return current, files
 
-    def feed(self, flow: str, data: pa.Table, number: int, feed_id: Optional[str],
-             check: Optional[Callable[[pa.Table], None]] = None) -> tuple[pa.Table, dict[str, Any], list[str]]:
+    def feed(
+        self,
+        flow: str,
+        data: pa.Table,
+        number: int,
+        feed_id: str | None,
+        check: Callable[[pa.Table], None] | None = None,
+    ) -> tuple[pa.Table, dict[str, Any], list[str]]:
         """A feed of keyed flow ``flow`` as the signed changes to land (the flow's fields and ``_diff``),
         the keyed table's commit, and the files written. ``check`` sees the changes before anything
         is written, and may refuse them by raising."""
         fl = self.live.spec.flows[flow]
         fields = list(fl.schema.fields)
         rows = data.select(fields).to_pylist()
-        diffs = [1 if d is None else int(d) for d in data.column(DIFF).to_pylist()] if DIFF in data.schema.names else [1] * len(rows)
+        diffs = (
+            [1 if d is None else int(d) for d in data.column(DIFF).to_pylist()]
+            if DIFF in data.schema.names
+            else [1] * len(rows)
+        )
         what = f"flow '{flow}' feed {number}" + (f" (id {feed_id!r})" if feed_id is not None else "")
         buckets = {bucket_of(tuple(r[x] for x in fl.key)) for r in rows}
         current, files = self._keyed_current(flow, buckets)
@@ -177,13 +203,31 @@ class Keyed:
             if not part:
                 continue
             try:
-                add = self.home.write_parquet(f"{rel}/{BUCKET}={b}", pa.Table.from_pylist(part, schema=self._keyed_schema(flow)).drop_columns([BUCKET]), "k", b)
+                add = self.home.write_parquet(
+                    f"{rel}/{BUCKET}={b}",
+                    pa.Table.from_pylist(part, schema=self._keyed_schema(flow)).drop_columns([BUCKET]),
+                    "k",
+                    b,
+                )
             except OSError as e:
-                raise RuntimeStateError(f"{what}: cannot write to {self.home.uri(rel)}: {e}; nothing was landed", code="io") from e
+                raise RuntimeStateError(
+                    f"{what}: cannot write to {self.home.uri(rel)}: {e}; nothing was landed", code="io"
+                ) from e
             written.append(add["rel"])
-            add["path"] = add.pop("rel")[len(rel) + 1:]
+            add["path"] = add.pop("rel")[len(rel) + 1 :]
             adds.append(add)
         removes = [f for b in touched for f in files.get(b, [])]
-        commit = {"table": rel, "partition_by": BUCKET, "adds": adds, "removes": removes, "app": "cbp:keyed", "version": number,
-                  "targets": [[ENTRY, LAYOUT.feed_entry(flow, number), "keyed_version"]]} if adds or removes else {}
+        commit = (
+            {
+                "table": rel,
+                "partition_by": BUCKET,
+                "adds": adds,
+                "removes": removes,
+                "app": "cbp:keyed",
+                "version": number,
+                "targets": [[ENTRY, LAYOUT.feed_entry(flow, number), "keyed_version"]],
+            }
+            if adds or removes
+            else {}
+        )
         return changes, commit, written

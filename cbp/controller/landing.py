@@ -17,8 +17,9 @@ Keyed flows' tables are :class:`~.keyed.Keyed`'s, feed hashes :class:`~.feeds.Fe
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import asdict
-from typing import Any, Callable, Optional
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -27,8 +28,8 @@ import pyarrow.parquet as pq
 from .. import faults
 from ..engine.task.framing import frame_runs
 from ..errors import InputError, RuntimeStateError, UserCodeError
-from ..spec.arrowrecords import DIFF_FIELD, with_diff
 from ..spec import PipelineSpec
+from ..spec.arrowrecords import DIFF_FIELD, with_diff
 from ..spec.resolve import safe_str
 from ..spec.signing import REFUSED, first_unsigned, refusal, unsigned_inputs
 from ..storage import INC, LAYOUT, SRC, Home
@@ -56,8 +57,16 @@ def flow_schema(spec: PipelineSpec, flow: str) -> pa.Schema:
 class Landing:
     """Lands records as increments of flows (feeds and stage outputs), frames them, collects garbage."""
 
-    def __init__(self, home: Home, live: Live, journal: Journal, history: History, keyed: Keyed, feeds: Feeds,
-                 notify: Callable[[str], None]) -> None:
+    def __init__(
+        self,
+        home: Home,
+        live: Live,
+        journal: Journal,
+        history: History,
+        keyed: Keyed,
+        feeds: Feeds,
+        notify: Callable[[str], None],
+    ) -> None:
         self.home, self.live, self.journal, self.history = home, live, journal, history
         self.keyed, self.feeds, self.notify = keyed, feeds, notify
         self._checked_ids: set[str] = set()  # flows whose table was checked for ids a crashed run left
@@ -81,8 +90,15 @@ class Landing:
         for consumer in self.live.spec.flows[flow].consumers:
             self.live.st.connector(consumer, flow).append(inc)
 
-    def feed(self, flow: str, records: list[dict[str, Any]] | pa.Table, *, close: bool = False,
-             feed_id: Optional[str] = None, force: bool = False) -> Landed:
+    def feed(
+        self,
+        flow: str,
+        records: list[dict[str, Any]] | pa.Table,
+        *,
+        close: bool = False,
+        feed_id: str | None = None,
+        force: bool = False,
+    ) -> Landed:
         """Land validated records (dicts, or an Arrow table of the fields as stored) on external
         flow ``flow``; return the increment ids they went to, as a :class:`Landed` list whose
         ``feed`` is the feed's number: the N of ``output(flow, epoch=N)``.
@@ -99,13 +115,18 @@ class Landing:
         """
         fl = self.live.spec.flow(flow)
         if not fl.external:
-            raise InputError(f"flow '{flow}' is produced by stage '{fl.producer}'; only external flows (external: true) can be fed", code="not-external")
+            raise InputError(
+                f"flow '{flow}' is produced by stage '{fl.producer}'; only external flows (external: true) can be fed",
+                code="not-external",
+            )
         data = with_diff(records if isinstance(records, pa.Table) else fl.schema.to_arrow(records))
         with self.journal.locked(), self.journal.transaction():
             fs = self.live.st.flows[flow]
             seen = self.history.feed_id(self.live.st, flow, feed_id) if feed_id is not None else None
             if seen is not None:
-                self.notify(f"feed id '{feed_id}' already landed on '{flow}' as feed {seen['feed']}; nothing was landed")
+                self.notify(
+                    f"feed id '{feed_id}' already landed on '{flow}' as feed {seen['feed']}; nothing was landed"
+                )
                 return Landed(seen["incs"], feed=seen["feed"], records=0, repeated=True)
             self.feeds.refuse_retry(flow, data, feed_id, force)
             fs.feeds += 1
@@ -115,17 +136,29 @@ class Landing:
             what = f"feed {number} of flow '{flow}'"
             keyed, keyed_written = {}, []
             if fl.key:  # events by key: land the changes they make (cbp.controller.keyed)
+
                 def refuse(changes: pa.Table) -> None:
                     self._refuse_unsigned(flow, changes, number, keyed=True)
 
                 data, keyed, keyed_written = self.keyed.feed(flow, data, number, feed_id, check=refuse)
             else:
                 self._refuse_unsigned(flow, data, number, keyed=False)
-            commits, ids, written = self.land(flow, data, close=close, producer=f"feed:{number}", prior_frame=number,
-                                               app=("cbp:feed", number), what=what)
+            commits, ids, written = self.land(
+                flow,
+                data,
+                close=close,
+                producer=f"feed:{number}",
+                prior_frame=number,
+                app=("cbp:feed", number),
+                what=what,
+            )
             commits, written = commits + ([keyed] if keyed else []), written + keyed_written
-            note = self.feeds.note(flow, number, data, feed_id)  # its hash: a feed that repeats an earlier one is warned about
-            self.journal.entry(LAYOUT.feed_entry(flow, number), {"incs": ids, "records": data.num_rows, "id": feed_id, **note})
+            note = self.feeds.note(
+                flow, number, data, feed_id
+            )  # its hash: a feed that repeats an earlier one is warned about
+            self.journal.entry(
+                LAYOUT.feed_entry(flow, number), {"incs": ids, "records": data.num_rows, "id": feed_id, **note}
+            )
             if feed_id is not None:
                 self.journal.entry(LAYOUT.feed_id_entry(flow, feed_id), {"id": feed_id, "feed": number, "incs": ids})
             faults.point("feed:written")
@@ -160,7 +193,9 @@ class Landing:
             ft = fl.schema.fields[field]
             # a field's values were validated as JSON values (finite floats, no lone surrogates): storable, unless too long
             runs = [list(r) for r in frame_runs(data.column(field), json_text=ft.scalar == "json" and not ft.is_list)]
-            self._check_frames(flow, [(key, lambda first=first: data.slice(first, 1).to_pylist()[0]) for key, first, _ in runs])
+            self._check_frames(
+                flow, [(key, lambda first=first: data.slice(first, 1).to_pylist()[0]) for key, first, _ in runs]
+            )
             return runs
         runs = []
         fstate = fs.frame_state
@@ -172,15 +207,19 @@ class Landing:
                 except KeyboardInterrupt:
                     raise
                 except BaseException as e:  # noqa: BLE001 - user code: SystemExit and kin too, never a silent exit
-                    raise UserCodeError(f"flow '{flow}' record {i + 1} ({producer}): frame_by '{fl.frame_by.text}' raised "  # type: ignore[union-attr]
-                                        f"{type(e).__name__}: {safe_str(e)}; nothing was landed") from e
+                    raise UserCodeError(
+                        f"flow '{flow}' record {i + 1} ({producer}): frame_by '{fl.frame_by.text}' raised "  # type: ignore[union-attr]
+                        f"{type(e).__name__}: {safe_str(e)}; nothing was landed"
+                    ) from e
                 if runs and runs[-1][0] == key:
                     runs[-1][2] += 1
                 else:
                     runs.append([key, i, 1])
                 i += 1
         check_storable(fstate, f"flow '{flow}': frame_by '{fl.frame_by.text}' returned a state that")  # type: ignore[union-attr]
-        self._check_frames(flow, [(key, lambda first=first: data.slice(first, 1).to_pylist()[0]) for key, first, _ in runs])
+        self._check_frames(
+            flow, [(key, lambda first=first: data.slice(first, 1).to_pylist()[0]) for key, first, _ in runs]
+        )
         fs.frame_state = fstate
         return runs
 
@@ -193,10 +232,23 @@ class Landing:
                 check_storable(key, "")
             except UserCodeError:
                 rec = fl.schema.from_storage(first())
-                check_storable(key, f"flow '{flow}': frame_by '{fl.frame_by.text}' gave a framing key (for record {rec!r:.200}) that")  # type: ignore[union-attr]
+                check_storable(
+                    key,
+                    f"flow '{flow}': frame_by '{fl.frame_by.text}' gave a framing key (for record {rec!r:.200}) that",
+                )  # type: ignore[union-attr]
 
-    def land(self, flow: str, data: pa.Table, *, close: bool, producer: str, prior_frame: Any,
-              app: tuple[str, int], what: str, prefix: str = "in") -> tuple[list[dict[str, Any]], list[int], list[str]]:
+    def land(
+        self,
+        flow: str,
+        data: pa.Table,
+        *,
+        close: bool,
+        producer: str,
+        prior_frame: Any,
+        app: tuple[str, int],
+        what: str,
+        prefix: str = "in",
+    ) -> tuple[list[dict[str, Any]], list[int], list[str]]:
         """Frame validated records (an Arrow table of the flow's fields, as stored) into increments
         of ``flow``, write their files (not yet committed) and enqueue them in the snapshot.
 
@@ -210,15 +262,24 @@ class Landing:
             runs = [[prior_frame, 0, data.num_rows]] if data.num_rows else []
         else:
             runs = self._frame_runs(flow, data, producer)
-        assignments = self._assign(flow, [(key, count) for key, _, count in runs], close=close, producer=producer, prior_frame=prior_frame)
+        assignments = self._assign(
+            flow, [(key, count) for key, _, count in runs], close=close, producer=producer, prior_frame=prior_frame
+        )
         commits: list[dict[str, Any]] = []
         written: list[str] = []
         if data.num_rows:
             commits.append(self._write_increments(flow, data, assignments, prior_frame, app, what, written, prefix))
         return commits, [a[0] for a in assignments], written
 
-    def land_runs(self, flow: str, runs: list[tuple[str, dict[str, Any]]], *, producer: str, prior_frame: Any,
-                   app: tuple[str, int]) -> tuple[list[dict[str, Any]], list[int]]:
+    def land_runs(
+        self,
+        flow: str,
+        runs: list[tuple[str, dict[str, Any]]],
+        *,
+        producer: str,
+        prior_frame: Any,
+        app: tuple[str, int],
+    ) -> tuple[list[dict[str, Any]], list[int]]:
         """Land an epoch's output of a flow framed by a field, framed by its tasks
         (:class:`cbp.engine.task.framing.FramedSink`): ``runs`` are the tasks' files in output order,
         each with its run's framing key as JSON text. Consecutive runs with equal keys (the end
@@ -235,15 +296,33 @@ class Landing:
                 merged[-1][2].append(add)
             else:
                 merged.append([key, int(add["rows"]), [add]])
-        assignments = self._assign(flow, [(key, rows) for key, rows, _ in merged], close=False, producer=producer, prior_frame=prior_frame)
+        assignments = self._assign(
+            flow, [(key, rows) for key, rows, _ in merged], close=False, producer=producer, prior_frame=prior_frame
+        )
         rel = LAYOUT.flow(flow)
         self.home.ensure_table(rel, flow_schema(self.live.spec, flow), INC)
         adds = [{**a, "partition": inc} for (inc, _, _, _), (_, _, files) in zip(assignments, merged) for a in files]
         targets = [["flows", flow, "version"]] + [["flows", flow, "incs", str(a[0]), "version"] for a in assignments]
-        commits = [{"table": rel, "partition_by": INC, "adds": adds, "removes": [], "app": app[0], "version": app[1], "targets": targets}] if adds else []
+        commits = (
+            [
+                {
+                    "table": rel,
+                    "partition_by": INC,
+                    "adds": adds,
+                    "removes": [],
+                    "app": app[0],
+                    "version": app[1],
+                    "targets": targets,
+                }
+            ]
+            if adds
+            else []
+        )
         return commits, [a[0] for a in assignments]
 
-    def _assign(self, flow: str, runs: list[tuple[Any, int]], *, close: bool, producer: str, prior_frame: Any) -> list[tuple[int, Any, int, bool]]:
+    def _assign(
+        self, flow: str, runs: list[tuple[Any, int]], *, close: bool, producer: str, prior_frame: Any
+    ) -> list[tuple[int, Any, int, bool]]:
         """Put runs ``(framing key, rows)`` of new records of ``flow`` into increments, in the snapshot:
         the open increment takes the first run if it has the same framing key, the others get new
         ids. Returns ``(increment id, framing key, rows, is new)`` per run."""
@@ -272,8 +351,17 @@ class Landing:
             fs.incs[open_inc].complete = True
         return assignments
 
-    def _write_increments(self, flow: str, data: pa.Table, assignments: list[tuple[int, Any, int, bool]], prior_frame: Any,
-                          app: tuple[str, int], what: str, written: list[str], prefix: str = "in") -> dict[str, Any]:
+    def _write_increments(
+        self,
+        flow: str,
+        data: pa.Table,
+        assignments: list[tuple[int, Any, int, bool]],
+        prior_frame: Any,
+        app: tuple[str, int],
+        what: str,
+        written: list[str],
+        prefix: str = "in",
+    ) -> dict[str, Any]:
         """Write one file per increment of ``assignments``; return the Delta commit that adds them."""
         fl = self.live.spec.flows[flow]
         rel = LAYOUT.flow(flow)
@@ -290,12 +378,22 @@ class Landing:
             try:
                 add = self.home.write_parquet(LAYOUT.increment_dir(flow, inc), part.drop_columns([INC]), prefix, inc)
             except OSError as e:
-                raise RuntimeStateError(f"{what}: cannot write to {self.home.uri(rel)}: {e}; nothing was landed", code="io") from e
+                raise RuntimeStateError(
+                    f"{what}: cannot write to {self.home.uri(rel)}: {e}; nothing was landed", code="io"
+                ) from e
             written.append(add["rel"])
-            add["path"] = add.pop("rel")[len(rel) + 1:]
+            add["path"] = add.pop("rel")[len(rel) + 1 :]
             adds.append(add)
         targets = [["flows", flow, "version"]] + [["flows", flow, "incs", str(a[0]), "version"] for a in assignments]
-        return {"table": rel, "partition_by": INC, "adds": adds, "removes": [], "app": app[0], "version": app[1], "targets": targets}
+        return {
+            "table": rel,
+            "partition_by": INC,
+            "adds": adds,
+            "removes": [],
+            "app": app[0],
+            "version": app[1],
+            "targets": targets,
+        }
 
     def read_task_files(self, flow: str, adds: list[dict[str, Any]]) -> tuple[pa.Table, list[str]]:
         """The records of files a task wrote (in partition order) that will be re-framed, and their paths."""
@@ -304,8 +402,13 @@ class Landing:
         for a in sorted(adds, key=lambda a: a["path"]):
             rel = f"{LAYOUT.flow(flow)}/{a['path']}"
             t = pq.read_table(self.home.path(rel), filesystem=self.home.fs)
-            parts.append(with_diff(t.select(list(schema.fields) + [DIFF_FIELD.name] * (DIFF_FIELD.name in t.column_names))
-                                   .cast(pa.schema(list(schema.arrow) + [DIFF_FIELD] * (DIFF_FIELD.name in t.column_names)))))
+            parts.append(
+                with_diff(
+                    t.select(list(schema.fields) + [DIFF_FIELD.name] * (DIFF_FIELD.name in t.column_names)).cast(
+                        pa.schema(list(schema.arrow) + [DIFF_FIELD] * (DIFF_FIELD.name in t.column_names))
+                    )
+                )
+            )
             rels.append(rel)
         return (pa.concat_tables(parts) if parts else with_diff(schema.arrow.empty_table())), rels
 
@@ -314,8 +417,11 @@ class Landing:
         fs = self.live.st.flows[flow]
         wanted = set(ids)
         rel = LAYOUT.flow(flow)
-        return [(self.home.uri(rel, f["path"]), int(f["partition"])) for f in self.home.table_files(rel, fs.version)  # type: ignore[arg-type]
-                if int(f["partition"]) in wanted]  # type: ignore[arg-type]
+        return [
+            (self.home.uri(rel, f["path"]), int(f["partition"]))
+            for f in self.home.table_files(rel, fs.version)  # type: ignore[arg-type]
+            if int(f["partition"]) in wanted
+        ]  # type: ignore[arg-type]
 
     # ------------------------------------------------------------------ garbage collection
     def collect_garbage(self) -> list[tuple[str, int]]:
@@ -335,7 +441,9 @@ class Landing:
                     continue
                 if not consumers:  # nobody reads it: its increments stay in the table, not in the snapshot
                     for i in sorted(i for i, m in fs.incs.items() if m.complete):
-                        self.journal.entry(LAYOUT.collected_entry(flow, i), {"inc": i, "version": None, "meta": asdict(fs.incs[i])})
+                        self.journal.entry(
+                            LAYOUT.collected_entry(flow, i), {"inc": i, "version": None, "meta": asdict(fs.incs[i])}
+                        )
                         del fs.incs[i]
                         dropped.append((flow, i))
                     continue
@@ -345,10 +453,21 @@ class Landing:
                     continue
                 rel = LAYOUT.flow(flow)
                 removes = [f for f in self.home.table_files(rel, fs.version) if int(f["partition"]) in set(dead)]
-                commits.append({"table": rel, "partition_by": INC, "adds": [], "removes": removes, "app": "cbp:gc", "version": run,
-                                "targets": [["flows", flow, "version"]]})
+                commits.append(
+                    {
+                        "table": rel,
+                        "partition_by": INC,
+                        "adds": [],
+                        "removes": removes,
+                        "app": "cbp:gc",
+                        "version": run,
+                        "targets": [["flows", flow, "version"]],
+                    }
+                )
                 for i in dead:
-                    self.journal.entry(LAYOUT.collected_entry(flow, i), {"inc": i, "version": fs.version, "meta": asdict(fs.incs[i])})  # meta: for a rewind
+                    self.journal.entry(
+                        LAYOUT.collected_entry(flow, i), {"inc": i, "version": fs.version, "meta": asdict(fs.incs[i])}
+                    )  # meta: for a rewind
                     del fs.incs[i]
                     dropped.append((flow, i))
             if dropped:

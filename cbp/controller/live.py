@@ -22,8 +22,9 @@ Reads: nothing. Writes: nothing (they hold what the other parts read and write).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable, Optional
+from typing import Any
 
 from ..spec import PipelineSpec
 from .snapshot import Snapshot
@@ -37,13 +38,13 @@ class Live:
     def __init__(self, spec: PipelineSpec) -> None:
         self.spec = spec
         self.st = Snapshot(spec.name)  # until the journal loads the home's
-        self.committed: Optional[dict[str, Any]] = None  # JSON of the newest committed snapshot (None: a new home)
+        self.committed: dict[str, Any] | None = None  # JSON of the newest committed snapshot (None: a new home)
 
 
 class Notice:
     """A settable callback for what the user should hear; silent until something listens."""
 
-    def __init__(self, listener: Optional[Callable[[str], None]] = None) -> None:
+    def __init__(self, listener: Callable[[str], None] | None = None) -> None:
         self.listener = listener
 
     def __call__(self, message: str) -> None:
@@ -64,11 +65,11 @@ class Tuning:
 
     max_state_files: int
     state_row_group: int
-    state_cache_mb: Optional[float]
-    state_scan_fraction: Optional[float]
-    small_epoch_records: Optional[int]
+    state_cache_mb: float | None
+    state_scan_fraction: float | None
+    small_epoch_records: int | None
     backpressure: int
-    state_index_mb: Optional[float] = None  # the tasks' partition index budget (cbp.engine.task.indexpages)
+    state_index_mb: float | None = None  # the tasks' partition index budget (cbp.engine.task.indexpages)
 
 
 class LazySpark:

@@ -17,14 +17,14 @@ committed: :class:`~.upgrade.Upgrade` commits them); nothing in the snapshot.
 
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from ..engine.driver.restate import rewrite_state
 from ..engine.task.bipindex import STATE_META
 from ..engine.task.keyedstate import RK
-from ..engine.driver.restate import rewrite_state
 from ..engine.task.restate import Job
 from ..errors import RuntimeStateError, UserCodeError
 from ..spec.schema import DIFF, RecordError, RecordSchema
@@ -94,7 +94,9 @@ def _family(t: pa.DataType) -> Any:
     return str(t)
 
 
-def stored_rows(t: pa.Table, schema: RecordSchema, meta: tuple[str, ...]) -> list[tuple[dict[str, Any], dict[str, Any]]]:
+def stored_rows(
+    t: pa.Table, schema: RecordSchema, meta: tuple[str, ...]
+) -> list[tuple[dict[str, Any], dict[str, Any]]]:
     """Rows of a stored increment table as (record, the columns ``meta`` present): in ``schema``
     when the table conforms to it, otherwise as recorded (its own fields and types, from before a
     flow migration)."""
@@ -124,26 +126,54 @@ class Migration:
             by_part.setdefault(int(f["partition"]), []).append(f)
         new = spec.state_schema
         assert new is not None
-        job = Job(self.home, rel, old, new, spec.migrate, spec.partitions, sst.epoch, f"u{n}", self.tuning.state_row_group, stage, spec.row_key)
+        job = Job(
+            self.home,
+            rel,
+            old,
+            new,
+            spec.migrate,
+            spec.partitions,
+            sst.epoch,
+            f"u{n}",
+            self.tuning.state_row_group,
+            stage,
+            spec.row_key,
+        )
         try:
             done, errors = rewrite_state(self.spark.get(), job, by_part)
-        except Exception as e:  # Spark's own failure (a lost worker, a full disk): the files written are invisible orphans
+        except (
+            Exception
+        ) as e:  # Spark's own failure (a lost worker, a full disk): the files written are invisible orphans
             first = str(e).strip().splitlines()[0][:300] if str(e).strip() else type(e).__name__
-            raise RuntimeStateError(f"cbp upgrade: the Spark job rewriting stage '{stage}''s state failed ({first}); nothing was changed",
-                                    code="upgrade-failed") from None
+            raise RuntimeStateError(
+                f"cbp upgrade: the Spark job rewriting stage '{stage}''s state failed ({first}); nothing was changed",
+                code="upgrade-failed",
+            ) from None
         if errors:
-            raise UserCodeError(f"cbp upgrade: migrating stage '{stage}''s state failed; nothing was changed: " + "; ".join(errors[:5]),
-                                code="migrate-failed", stage=stage)
+            raise UserCodeError(
+                f"cbp upgrade: migrating stage '{stage}''s state failed; nothing was changed: " + "; ".join(errors[:5]),
+                code="migrate-failed",
+                stage=stage,
+            )
         adds = [r["add"] for r in done.values()]
         rk = [pa.field(RK, pa.string())] if spec.row_key else []  # keyed rows (cbp.engine.task.keyedstate)
         schema = pa.schema([pa.field(PART, pa.int32())] + list(STATE_META) + rk + list(new.arrow))
         app, version = upgrade_app(n)
-        commit = {"table": rel, "partition_by": PART, "adds": adds, "removes": [], "overwrite": True, "app": app, "version": version,
-                  "schema": schema_hex(schema), "targets": [["stages", stage, "state_version"]]}
+        commit = {
+            "table": rel,
+            "partition_by": PART,
+            "adds": adds,
+            "removes": [],
+            "overwrite": True,
+            "app": app,
+            "version": version,
+            "schema": schema_hex(schema),
+            "targets": [["stages", stage, "state_version"]],
+        }
         written = [f"{rel}/{a['path']}" for a in adds] + [r["index"] for r in done.values()]
         return commit, {str(q): r["index"] for q, r in done.items()}, written
 
-    def flow_commit(self, flow: str, n: int, old: Optional[RecordSchema] = None) -> tuple[dict[str, Any], list[str]]:
+    def flow_commit(self, flow: str, n: int, old: RecordSchema | None = None) -> tuple[dict[str, Any], list[str]]:
         """Rewrite every file of ``flow``'s table live at its version into the YAML's schema (the
         increments not yet read, and those of a flow nobody reads): widened, or (``old``: the recorded
         schema) each record through the flow's ``migrate`` function; the commit and the files written.
@@ -157,13 +187,19 @@ class Migration:
                 t = pq.read_table(self.home.path(f"{rel}/{f['path']}"), filesystem=self.home.fs)
                 inc = int(f["partition"])
                 if old is not None:
-                    t = self._migrated(flow, conform(t, old.signed(), keep=(SRC,) if SRC in t.column_names else ()), old, inc)
-                t = conform(t, schema.signed(), keep=(SRC,) if SRC in t.column_names else ())  # _diff stays, last (null: +1)
+                    t = self._migrated(
+                        flow, conform(t, old.signed(), keep=(SRC,) if SRC in t.column_names else ()), old, inc
+                    )
+                t = conform(
+                    t, schema.signed(), keep=(SRC,) if SRC in t.column_names else ()
+                )  # _diff stays, last (null: +1)
                 add = self.home.write_parquet(LAYOUT.increment_dir(flow, inc), t, f"u{n}", inc)
                 written.append(add["rel"])
-                adds.append({**add, "path": add.pop("rel")[len(rel) + 1:]})
+                adds.append({**add, "path": add.pop("rel")[len(rel) + 1 :]})
                 removes.append(f)
-        except BaseException:  # a migrate that failed: what this flow's rewrite wrote goes (it would be an invisible orphan)
+        except (
+            BaseException
+        ):  # a migrate that failed: what this flow's rewrite wrote goes (it would be an invisible orphan)
             for w in written:
                 try:
                     self.home.delete_file(w)
@@ -172,8 +208,16 @@ class Migration:
             raise
         app, version = upgrade_app(n)
         targets = [["flows", flow, "version"]] + [["flows", flow, "incs", str(i), "version"] for i in fs.incs]
-        commit = {"table": rel, "partition_by": INC, "adds": adds, "removes": removes, "app": app, "version": version,
-                  "schema": schema_hex(flow_schema(self.live.spec, flow)), "targets": targets}
+        commit = {
+            "table": rel,
+            "partition_by": INC,
+            "adds": adds,
+            "removes": removes,
+            "app": app,
+            "version": version,
+            "schema": schema_hex(flow_schema(self.live.spec, flow)),
+            "targets": targets,
+        }
         return commit, written
 
     def _migrated(self, flow: str, t: pa.Table, old: RecordSchema, inc: int) -> pa.Table:
@@ -193,13 +237,22 @@ class Migration:
                     continue
                 out.append({**new.to_storage(new.validate(res)), **{c: row[c] for c in meta}})
             except RecordError as e:
-                self._fail(flow, spec.migrate_path, inc, shown, f"returned a record that does not fit the new schema: {e}")
+                self._fail(
+                    flow, spec.migrate_path, inc, shown, f"returned a record that does not fit the new schema: {e}"
+                )
             except Exception as e:  # the user's function
                 self._fail(flow, spec.migrate_path, inc, shown, f"raised {type(e).__name__}: {e}")
-        cols = [t.schema.field(c) for c in meta if c == SRC] + list(new.arrow) + [t.schema.field(c) for c in meta if c == DIFF]
+        cols = (
+            [t.schema.field(c) for c in meta if c == SRC]
+            + list(new.arrow)
+            + [t.schema.field(c) for c in meta if c == DIFF]
+        )
         return pa.Table.from_pylist(out, schema=pa.schema(cols))
 
     @staticmethod
-    def _fail(flow: str, fn: Optional[str], inc: int, record: str, what: str) -> None:
-        raise UserCodeError(f"cbp upgrade: migrating flow '{flow}' failed; nothing was changed: migrate '{fn}' {what} "
-                            f"(increment {inc}, record {record})", code="migrate-failed")
+    def _fail(flow: str, fn: str | None, inc: int, record: str, what: str) -> None:
+        raise UserCodeError(
+            f"cbp upgrade: migrating flow '{flow}' failed; nothing was changed: migrate '{fn}' {what} "
+            f"(increment {inc}, record {record})",
+            code="migrate-failed",
+        )

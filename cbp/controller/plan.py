@@ -23,7 +23,7 @@ keeps the plan, :mod:`.upgrade` applies it).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Optional
+from typing import Any
 
 from ..spec import PipelineSpec
 from ..spec.schema import FieldType, parse_type
@@ -42,7 +42,9 @@ class Change:
     verdict: str  # "applies" | "migrates" | "refused"
     what: str  # "flow 'f'", "stage 's'", ...
     detail: str
-    kind: str = ""  # what an upgrade does: flow-schema, state-rewrite, archive, add-stage, restore, ... ("" for nothing)
+    kind: str = (
+        ""  # what an upgrade does: flow-schema, state-rewrite, archive, add-stage, restore, ... ("" for nothing)
+    )
     name: str = ""  # the flow or stage
     data: bool = False  # whether it changes stored data (then only 'cbp upgrade' applies it)
     code: str = ""  # for a refusal: the error code
@@ -75,41 +77,61 @@ class Plan:
 # ---------------------------------------------------------------- the recorded form
 def definition(spec: PipelineSpec) -> dict[str, Any]:
     """What a home records of a pipeline (JSON)."""
-    flows = {n: {"schema": {k: str(t) for k, t in f.schema.fields.items()}, "defaults": dict(f.schema.defaults),
-                 "framed": f.frame_by is not None, "external": f.external,
-                 **({"key": list(f.key)} if f.key else {}),  # keyed flows (cbp.controller.keyed)
-                 **({"migrate": f.migrate_path} if f.migrate_path else {})} for n, f in spec.flows.items()}
+    flows = {
+        n: {
+            "schema": {k: str(t) for k, t in f.schema.fields.items()},
+            "defaults": dict(f.schema.defaults),
+            "framed": f.frame_by is not None,
+            "external": f.external,
+            **({"key": list(f.key)} if f.key else {}),  # keyed flows (cbp.controller.keyed)
+            **({"migrate": f.migrate_path} if f.migrate_path else {}),
+        }
+        for n, f in spec.flows.items()
+    }
     stages = {}
     for n, s in spec.stages.items():
         stages[n] = {
-            "inputs": [i.flow for i in s.inputs], "outputs": list(s.outputs),
+            "inputs": [i.flow for i in s.inputs],
+            "outputs": list(s.outputs),
             "state": None if s.state_schema is None else {k: str(t) for k, t in s.state_schema.fields.items()},
             "defaults": {} if s.state_schema is None else dict(s.state_schema.defaults),
-            "partitions": s.partitions, "translator": s.translator_path, "runnable": s.runnable_name,
+            "partitions": s.partitions,
+            "translator": s.translator_path,
+            "runnable": s.runnable_name,
             "route_by": {i.flow: i.route_by.text if i.route_by else None for i in s.inputs},
             "signed": {i.flow: i.signed for i in s.inputs},  # which inputs take retractions (cbp.spec.signing)
-            "params": s.params, "grouping": s.grouping, "migrate": s.migrate_path, "batch": s.batch, "backfill": s.backfill,
+            "params": s.params,
+            "grouping": s.grouping,
+            "migrate": s.migrate_path,
+            "batch": s.batch,
+            "backfill": s.backfill,
             **({"row_key": list(s.row_key)} if s.row_key else {}),  # keyed rows (cbp.engine.task.keyedstate)
         }
     return {"mode": spec.mode, "flows": flows, "stages": stages}
 
 
-def recorded(snap: Snapshot) -> Optional[dict[str, Any]]:
+def recorded(snap: Snapshot) -> dict[str, Any] | None:
     """The pipeline the home recorded, or (a home of an older cbp) what its shapes say; None for a new home."""
     rec = snap.shapes.get(PIPELINE)
     if rec is not None:
         return rec["definition"]  # type: ignore[no-any-return]
     if not snap.shapes and not snap.stages:
         return None
-    flows = {k[5:]: {"schema": v["schema"], "defaults": {}, "framed": v.get("framed", False)}
-             for k, v in snap.shapes.items() if k.startswith("flow:")}
+    flows = {
+        k[5:]: {"schema": v["schema"], "defaults": {}, "framed": v.get("framed", False)}
+        for k, v in snap.shapes.items()
+        if k.startswith("flow:")
+    }
     for f in snap.flows:
         flows.setdefault(f, {})
     stages: dict[str, Any] = {}
     for s in snap.stages:
         inputs = [c.split(".", 1)[1] for c in snap.connectors if c.split(".", 1)[0] == s]
         shape = snap.shapes.get(f"state:{s}")
-        stages[s] = {"inputs": inputs, **({"state": shape["schema"], "defaults": {}, "partitions": shape["partitions"]} if shape else {})}
+        stages[s] = {
+            "inputs": inputs,
+            **({"state": shape["schema"], "defaults": {}, "partitions": shape["partitions"]} if shape else {}),
+        }
     return {"flows": flows, "stages": stages, "legacy": True}
 
 
@@ -131,7 +153,9 @@ def schema_steps(old: dict[str, str], new: dict[str, str], defaults: dict[str, A
             elif parse_type(t).nullable:
                 steps.append(f"field '{f}' added (null in stored records)")
             else:
-                refused.append(f"field '{f}' added, not nullable and without a default: stored records have no value for it")
+                refused.append(
+                    f"field '{f}' added, not nullable and without a default: stored records have no value for it"
+                )
         elif old[f] != t:
             if widens(parse_type(old[f]), parse_type(t)):
                 steps.append(f"field '{f}' {old[f]} -> {t}")
@@ -159,13 +183,32 @@ def flow_changes(old: dict[str, Any], new: dict[str, Any], stored: set[str]) -> 
         if "schema" not in was:  # an older home that did not record it
             continue
         if was.get("framed", False) != d["framed"] and f in stored:
-            out.append(Change("refused", what, f"frame_by {'added' if d['framed'] else 'removed'}: its stored increments were framed "
-                              "otherwise; restore the previous frame_by, or give the flow a new name", code="reframed", name=f))
+            out.append(
+                Change(
+                    "refused",
+                    what,
+                    f"frame_by {'added' if d['framed'] else 'removed'}: its stored increments were framed "
+                    "otherwise; restore the previous frame_by, or give the flow a new name",
+                    code="reframed",
+                    name=f,
+                )
+            )
         migrate_new = d.get("migrate") and d.get("migrate") != was.get("migrate")
-        if (was.get("key") or d.get("key")) and f in stored and (was["schema"] != d["schema"] or was.get("key") != d.get("key") or migrate_new):
-            out.append(Change("refused", what, "a keyed flow's key or schema changed: its table of current rows per key is not "
-                              "migrated by an upgrade; restore the previous definition, or land the data under a new flow",
-                              code="keyed-refused", name=f))
+        if (
+            (was.get("key") or d.get("key"))
+            and f in stored
+            and (was["schema"] != d["schema"] or was.get("key") != d.get("key") or migrate_new)
+        ):
+            out.append(
+                Change(
+                    "refused",
+                    what,
+                    "a keyed flow's key or schema changed: its table of current rows per key is not "
+                    "migrated by an upgrade; restore the previous definition, or land the data under a new flow",
+                    code="keyed-refused",
+                    name=f,
+                )
+            )
             continue
         if was["schema"] == d["schema"] and not (migrate_new and f in stored):
             continue
@@ -173,15 +216,34 @@ def flow_changes(old: dict[str, Any], new: dict[str, Any], stored: set[str]) -> 
         if f not in stored:
             out.append(Change("applies", what, "schema changed (nothing stored yet)"))
         elif migrate_new:
-            out.append(Change("migrates", what, f"every stored record of its live increments through migrate '{d['migrate']}' (with a migration)",
-                              kind="flow-schema", name=f, data=True, args={"migrate": d["migrate"]}))
+            out.append(
+                Change(
+                    "migrates",
+                    what,
+                    f"every stored record of its live increments through migrate '{d['migrate']}' (with a migration)",
+                    kind="flow-schema",
+                    name=f,
+                    data=True,
+                    args={"migrate": d["migrate"]},
+                )
+            )
         elif refused:
-            out.append(Change("refused", what, "; ".join(refused) + ". Give the flow 'migrate: module:function' (an old record in, a new "
-                              "record or None out; a new or changed one: a function already recorded ran at an earlier upgrade), "
-                              "restore the previous type, or add a new field (nullable or with a default) instead", code="schema-refused", name=f))
+            out.append(
+                Change(
+                    "refused",
+                    what,
+                    "; ".join(refused) + ". Give the flow 'migrate: module:function' (an old record in, a new "
+                    "record or None out; a new or changed one: a function already recorded ran at an earlier upgrade), "
+                    "restore the previous type, or add a new field (nullable or with a default) instead",
+                    code="schema-refused",
+                    name=f,
+                )
+            )
         else:
             out.append(Change("migrates", what, "; ".join(steps), kind="flow-schema", name=f, data=True))
     for f in old["flows"]:
         if f not in new["flows"]:
-            out.append(Change("applies", f"flow '{f}'", "removed from the YAML (its increments stay readable in the home)"))
+            out.append(
+                Change("applies", f"flow '{f}'", "removed from the YAML (its increments stay readable in the home)")
+            )
     return out

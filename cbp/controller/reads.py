@@ -12,8 +12,7 @@ snapshot into ``live``, through the journal).
 from __future__ import annotations
 
 import json
-from typing import Any, Optional
-
+from typing import Any
 
 from ..engine.task.bipindex import latest_rows
 from ..engine.task.routing import decode_key
@@ -37,10 +36,25 @@ __all__ = ["Reads"]
 class Reads:
     """Read-only accessors: state and output records, epochs, feeds, status."""
 
-    def __init__(self, home: Home, live: Live, journal: Journal, history: History, intentions: Intentions,
-                 scheduler: Scheduler, runs: Runs, feeds: Feeds, mode: str) -> None:
+    def __init__(
+        self,
+        home: Home,
+        live: Live,
+        journal: Journal,
+        history: History,
+        intentions: Intentions,
+        scheduler: Scheduler,
+        runs: Runs,
+        feeds: Feeds,
+        mode: str,
+    ) -> None:
         self.home, self.live, self.journal, self.history, self.intentions = home, live, journal, history, intentions
-        self.scheduler, self.runs, self.duplicates, self.mode = scheduler, runs, feeds, mode  # feeds: pending duplicates
+        self.scheduler, self.runs, self.duplicates, self.mode = (
+            scheduler,
+            runs,
+            feeds,
+            mode,
+        )  # feeds: pending duplicates
 
     def epochs(self, stage: str) -> int:
         """How many epochs ``stage`` has committed."""
@@ -55,7 +69,10 @@ class Reads:
     def _epoch_entry(self, stage: str, epoch: int) -> dict[str, Any]:
         e = self.history.epoch(self.live.st, stage, epoch)
         if e is None:
-            raise UsageError(f"stage '{stage}' has not run epoch {epoch} (epochs run: {self.live.st.stages[stage].epoch})", code="unknown-epoch")
+            raise UsageError(
+                f"stage '{stage}' has not run epoch {epoch} (epochs run: {self.live.st.stages[stage].epoch})",
+                code="unknown-epoch",
+            )
         return e
 
     def epoch_record(self, stage: str, epoch: int) -> EpochRecord:
@@ -63,20 +80,29 @@ class Reads:
         self.journal.refresh()
         e = self._epoch_entry(self.live.spec.stage(stage).name, epoch)
         outputs = {f: [int(i) for i in ids] for f, ids in e["outputs"].items()}
-        return EpochRecord(stage, epoch, {f: [int(i) for i in ids] for f, ids in e["inputs"].items()}, outputs,
-                           {f: int(n) for f, n in e.get("records", {}).items()})
+        return EpochRecord(
+            stage,
+            epoch,
+            {f: [int(i) for i in ids] for f, ids in e["inputs"].items()},
+            outputs,
+            {f: int(n) for f, n in e.get("records", {}).items()},
+        )
 
     def is_new(self) -> bool:
         """True while nothing has been fed or run in the home."""
         return self.home.read_controller() is None
 
-    def state_version(self, stage: str, epoch: Optional[int] = None) -> Optional[int]:
+    def state_version(self, stage: str, epoch: int | None = None) -> int | None:
         """The Delta version of the stage's state table after ``epoch`` (default: the latest); None if empty."""
         self.journal.refresh()
         stage = self.live.spec.stage(stage).name
-        return self.live.st.stages[stage].state_version if epoch is None else self._epoch_entry(stage, epoch)["state_version"]
+        return (
+            self.live.st.stages[stage].state_version
+            if epoch is None
+            else self._epoch_entry(stage, epoch)["state_version"]
+        )
 
-    def state_records(self, stage: str, epoch: Optional[int] = None) -> list[dict[str, Any]]:
+    def state_records(self, stage: str, epoch: int | None = None) -> list[dict[str, Any]]:
         """The stage's state records after ``epoch`` (default: the latest), sorted by key. A keyed-row
         stage's (``state: {row_key: ...}``) carry ``_key``, the grouping key the row belongs to."""
         self.journal.refresh()
@@ -94,7 +120,7 @@ class Reads:
             return records
         return [{**r, "_key": decode_key(k)} for r, k in zip(records, rows.column("_key").to_pylist())]
 
-    def output_versions(self, flow: str, epoch: Optional[int] = None, upto: bool = False) -> dict[Any, list[int]]:
+    def output_versions(self, flow: str, epoch: int | None = None, upto: bool = False) -> dict[Any, list[int]]:
         """Which increments of the flow :meth:`output_records` reads at which Delta version of its
         table (``upto``: those of every epoch up to ``epoch``, or feed for an external flow)."""
         self.journal.refresh()
@@ -106,12 +132,23 @@ class Reads:
             live = {i for i, m in fs.incs.items() if not is_synthetic(m.producer)}  # a backfill's: not the flow's
             ids = sorted(live | set(collected))
         else:
-            ids = sorted({i for e in (range(1, epoch + 1) if upto and epoch > 0 else [epoch]) for i in self._epoch_incs(flow, e)})
+            ids = sorted(
+                {i for e in (range(1, epoch + 1) if upto and epoch > 0 else [epoch]) for i in self._epoch_incs(flow, e)}
+            )
         by_version: dict[Any, list[int]] = {}  # live increments at the current version, collected ones by time travel
         for inc in ids:
-            v = fs.version if inc in fs.incs else collected[inc] if inc in collected else self.history.collected_version(self.live.st, flow, inc)
+            v = (
+                fs.version
+                if inc in fs.incs
+                else collected[inc]
+                if inc in collected
+                else self.history.collected_version(self.live.st, flow, inc)
+            )
             if v is None:
-                raise RuntimeStateError(f"flow '{flow}': increment {inc} is neither live nor in the history of {self.home.location}", code="home-corrupt")
+                raise RuntimeStateError(
+                    f"flow '{flow}': increment {inc} is neither live nor in the history of {self.home.location}",
+                    code="home-corrupt",
+                )
             by_version.setdefault(v, []).append(inc)
         return by_version
 
@@ -121,7 +158,10 @@ class Reads:
         if fl.producer is None:
             e = self.history.feed(self.live.st, flow, epoch)
             if e is None:
-                raise UsageError(f"external flow '{flow}' has had {fs.feeds} feed(s); --epoch N picks the Nth (1..{fs.feeds})", code="unknown-epoch")
+                raise UsageError(
+                    f"external flow '{flow}' has had {fs.feeds} feed(s); --epoch N picks the Nth (1..{fs.feeds})",
+                    code="unknown-epoch",
+                )
             return [int(i) for i in e["incs"]]
         return [int(i) for i in self._epoch_entry(fl.producer, epoch)["outputs"].get(flow, [])]
 
@@ -139,17 +179,19 @@ class Reads:
         out.sort(key=lambda r: r[1])  # stable: a version's order within an increment
         return out
 
-    def output_records(self, flow: str, epoch: Optional[int] = None) -> list[dict[str, Any]]:
+    def output_records(self, flow: str, epoch: int | None = None) -> list[dict[str, Any]]:
         """Records of the flow's increments (only those produced by its stage's ``epoch`` when given)."""
         fl = self.live.spec.flow(flow)
         recs = []
         for rec, _, src, d in self._rows(flow, self.output_versions(flow, epoch)):
-            if epoch is not None and fl.frame_by is not None and src != epoch:  # a framed increment may hold records of several feeds/epochs
+            if (
+                epoch is not None and fl.frame_by is not None and src != epoch
+            ):  # a framed increment may hold records of several feeds/epochs
                 continue
             recs.append({**rec, DIFF: d} if d != 1 else rec)  # shown where it is not +1
         return recs
 
-    def consolidated_records(self, flow: str, epoch: Optional[int] = None) -> list[dict[str, Any]]:
+    def consolidated_records(self, flow: str, epoch: int | None = None) -> list[dict[str, Any]]:
         """The flow's contents as of ``epoch`` (its producer's epoch, or the feed of an external flow;
         default: all it holds): every record once, with the sum of its multiplicities as ``_diff``
         where that is not 1, zeros dropped, in the order each record first came. A record whose
@@ -172,9 +214,11 @@ class Reads:
         for rec, total, where in totals.values():
             if total < 0:
                 what = f"feed {where}" if fl.producer is None else f"stage '{fl.producer}' epoch {where}"
-                raise InputError(f"flow '{flow}': record {json.dumps(rec, ensure_ascii=False, default=repr)[:200]} is retracted "
-                                 f"more often than it was added (its multiplicity sums to {total}; it first went below zero in {what})",
-                                 code="negative-multiplicity")
+                raise InputError(
+                    f"flow '{flow}': record {json.dumps(rec, ensure_ascii=False, default=repr)[:200]} is retracted "
+                    f"more often than it was added (its multiplicity sums to {total}; it first went below zero in {what})",
+                    code="negative-multiplicity",
+                )
             if total:
                 out.append({**rec, DIFF: total} if total != 1 else rec)
         return out
@@ -193,24 +237,38 @@ class Reads:
             for inp in spec.inputs:
                 q = self.live.st.connector(s, inp.flow)
                 incs = self.live.st.flows[inp.flow].incs
-                conns[inp.flow] = {"pending": len(q), "complete": sum(1 for i in q if incs[i].complete),
-                                   "records": sum(incs[i].records for i in q)}
+                conns[inp.flow] = {
+                    "pending": len(q),
+                    "complete": sum(1 for i in q if incs[i].complete),
+                    "records": sum(incs[i].records for i in q),
+                }
             try:
                 runnable: Any = self.scheduler.decide(s) is not None
             except UserCodeError as e:
                 runnable = f"error: {e}"
-            stages[s] = {"epochs": self.live.st.stages[s].epoch, "connectors": conns, "runnable": runnable,
-                         "last_epoch": self._last_placement(s)}
+            stages[s] = {
+                "epochs": self.live.st.stages[s].epoch,
+                "connectors": conns,
+                "runnable": runnable,
+                "last_epoch": self._last_placement(s),
+            }
         runner = self.home.runner_info() if self.home.runner_active() else None
         interrupted = self.interrupted()
         if runner is not None:  # what a live runner has under way is not interrupted
             for it in interrupted:
                 it["recovery"] = "under way in the running cbp run"
-        return {"pipeline": self.live.spec.name, "home": self.home.location, "mode": self.mode, "stages": stages,
-                "runner": runner, "interrupted": interrupted, "last_run": self.runs.last_run(),
-                "duplicate_feeds": self.duplicates.pending_duplicates()}
+        return {
+            "pipeline": self.live.spec.name,
+            "home": self.home.location,
+            "mode": self.mode,
+            "stages": stages,
+            "runner": runner,
+            "interrupted": interrupted,
+            "last_run": self.runs.last_run(),
+            "duplicate_feeds": self.duplicates.pending_duplicates(),
+        }
 
-    def _last_placement(self, stage: str) -> Optional[dict[str, Any]]:
+    def _last_placement(self, stage: str) -> dict[str, Any] | None:
         """Where the stage's last epoch ran: partition -> executor, and its state-cache hits (``None`` before one)."""
         entry = self.history.epoch(self.live.st, stage, self.live.st.stages[stage].epoch)
         if not entry:
@@ -226,14 +284,31 @@ class Reads:
             for c in rec["commits"]:
                 dt = self.home.table(c["table"])
                 done.append(dt is not None and (dt.transaction_version(c["app"]) or 0) >= c["version"])
-            out.append({"kind": "commit", "what": rec["what"], "commits": len(done), "commits_done": sum(done),
-                        "recovery": f"the next 'cbp run' or 'cbp feed' finishes committing it ({sum(done)} of {len(done)} Delta commits made)"})
+            out.append(
+                {
+                    "kind": "commit",
+                    "what": rec["what"],
+                    "commits": len(done),
+                    "commits_done": sum(done),
+                    "recovery": f"the next 'cbp run' or 'cbp feed' finishes committing it ({sum(done)} of {len(done)} Delta commits made)",
+                }
+            )
         for stage, it in self.home.intentions().items():
             if rec is not None and rec.get("stage") == stage:
                 continue
             fits = stage in self.live.spec.stages and self.intentions.fits(it)
             reads = ", ".join(f"{f} {ids}" for f, ids in it["inputs"].items()) or "no input"
-            out.append({"kind": "epoch", "stage": stage, "epoch": it["epoch"], "reads": it["inputs"],
-                        "recovery": (f"the next 'cbp run' re-runs stage '{stage}' epoch {it['epoch']} with the same inputs ({reads})" if fits
-                                     else "the next 'cbp run' drops it (its inputs changed) and asks the stage's runnable again")})
+            out.append(
+                {
+                    "kind": "epoch",
+                    "stage": stage,
+                    "epoch": it["epoch"],
+                    "reads": it["inputs"],
+                    "recovery": (
+                        f"the next 'cbp run' re-runs stage '{stage}' epoch {it['epoch']} with the same inputs ({reads})"
+                        if fits
+                        else "the next 'cbp run' drops it (its inputs changed) and asks the stage's runnable again"
+                    ),
+                }
+            )
         return out

@@ -5,8 +5,9 @@ Reads: nothing. Writes: nothing (data classes, and checks that a value can be st
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Optional
+from typing import Any
 
 from ..errors import UserCodeError
 from ..spec.resolve import safe_str
@@ -35,12 +36,14 @@ class EpochReport:
     copies_in: int = 0  # copies of broadcast and multicast records the tasks received (one per partition each)
     bindings_in: int = 0  # multicast bindings of the stage's last epoch the tasks received
     delivered: int = 0  # broadcast and multicast records handed to translate calls
-    shuffle_records: Optional[int] = None  # records and bytes the epoch's Spark job wrote to its shuffle
-    shuffle_bytes: Optional[int] = None  # (Spark's own task metrics; None when Spark did not report them)
-    columnar_tasks: int = 0  # tasks that ran a batch translator on Arrow chunks, without key groups (cbp.engine.task.columnar)
+    shuffle_records: int | None = None  # records and bytes the epoch's Spark job wrote to its shuffle
+    shuffle_bytes: int | None = None  # (Spark's own task metrics; None when Spark did not report them)
+    columnar_tasks: int = (
+        0  # tasks that ran a batch translator on Arrow chunks, without key groups (cbp.engine.task.columnar)
+    )
 
     @property
-    def cache_hit_rate(self) -> Optional[float]:
+    def cache_hit_rate(self) -> float | None:
         """``cache_hits / cache_lookups``; ``None`` when no state was read."""
         return round(self.cache_hits / self.cache_lookups, 4) if self.cache_lookups else None
 
@@ -49,9 +52,11 @@ class EpochReport:
         rate = self.cache_hit_rate
         cache = f"  cache {rate:4.0%}" if rate is not None else ""
         where = len(set(self.executors.values()))
-        return (f"{self.stage:<16} epoch {self.epoch:>4}  in {self.records_in:>9}  out {self.records_out:>9} ({outs})  "
-                f"state read {self.keys_read:>8}  written {self.keys_written:>8}  {self.seconds:7.2f}s{cache}"
-                + (f"  on {where} executors" if where > 1 else ""))
+        return (
+            f"{self.stage:<16} epoch {self.epoch:>4}  in {self.records_in:>9}  out {self.records_out:>9} ({outs})  "
+            f"state read {self.keys_read:>8}  written {self.keys_written:>8}  {self.seconds:7.2f}s{cache}"
+            + (f"  on {where} executors" if where > 1 else "")
+        )
 
 
 @dataclass(frozen=True)
@@ -90,15 +95,23 @@ def check_storable(value: Any, what: str) -> None:
     try:
         text = json.dumps(value, allow_nan=False)
     except RecursionError:
-        raise UserCodeError(f"{what} cannot be stored as JSON (nested too deeply); nothing was run or landed", code="not-storable") from None
+        raise UserCodeError(
+            f"{what} cannot be stored as JSON (nested too deeply); nothing was run or landed", code="not-storable"
+        ) from None
     except KeyboardInterrupt:
         raise
     except BaseException as e:  # noqa: BLE001 - TypeError, ValueError, or a user's object whose methods fail
-        raise UserCodeError(f"{what} cannot be stored as JSON ({type(e).__name__}: {safe_str(e)}); use dicts, lists, strings, numbers, "
-                            "booleans or None (tuples come back as lists); nothing was run or landed", code="not-storable") from None
+        raise UserCodeError(
+            f"{what} cannot be stored as JSON ({type(e).__name__}: {safe_str(e)}); use dicts, lists, strings, numbers, "
+            "booleans or None (tuples come back as lists); nothing was run or landed",
+            code="not-storable",
+        ) from None
     if len(text) > MAX_STORED_CHARS:  # every snapshot (each feed and epoch writes one) would carry it
-        raise UserCodeError(f"{what} takes {len(text):,} characters as JSON, more than the {MAX_STORED_CHARS:,} the controller "
-                            "keeps of one; keep large data in the stage's state; nothing was run or landed", code="not-storable")
+        raise UserCodeError(
+            f"{what} takes {len(text):,} characters as JSON, more than the {MAX_STORED_CHARS:,} the controller "
+            "keeps of one; keep large data in the stage's state; nothing was run or landed",
+            code="not-storable",
+        )
 
 
 #: The longest runnable state, frame state or framing key (as JSON) the controller snapshot keeps.

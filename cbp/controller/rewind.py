@@ -30,8 +30,9 @@ from __future__ import annotations
 
 import copy
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable, Optional
+from typing import Any
 
 from .. import faults
 from ..errors import RuntimeStateError, UsageError
@@ -53,7 +54,7 @@ APP = "cbp:rewind"  # the Delta application transaction id of a rewind's commits
 class RewindReport:
     """What a rewind did: the moment it went back to, the stage epochs it undid, what is pending now."""
 
-    stage: Optional[str]
+    stage: str | None
     epoch: int
     seq: int  # the sequence number of the rewind's change (its record: rewinds())
     undone: dict[str, list[int]] = field(default_factory=dict)  # stage -> epochs undone
@@ -65,7 +66,10 @@ class RewindReport:
         return f"stage '{self.stage}' epoch {self.epoch}" if self.epoch else "the beginning (before any stage epoch)"
 
     def line(self) -> str:
-        undone = "; ".join(f"{s} epoch{'s' if len(e) > 1 else ''} {_span(e)}" for s, e in self.undone.items() if e) or "nothing"
+        undone = (
+            "; ".join(f"{s} epoch{'s' if len(e) > 1 else ''} {_span(e)}" for s, e in self.undone.items() if e)
+            or "nothing"
+        )
         pending = ", ".join(f"'{f}' {n} increment(s)" for f, n in self.pending.items()) or "none"
         return f"rewound to after {self.where()}: undone {undone}; pending now: {pending}"
 
@@ -77,24 +81,40 @@ def _span(epochs: list[int]) -> str:
 def _same_storage(cur: Snapshot, target: Snapshot, where: str) -> None:
     """Refuse a rewind across an upgrade that changed how a flow or a stage's state is stored (schema,
     partitions, framing) or removed a stage: the tables' older versions no longer fit the YAML."""
-    changed = sorted(k for k in target.shapes if k.startswith(("state:", "flow:")) and k in cur.shapes and cur.shapes[k] != target.shapes[k])
+    changed = sorted(
+        k
+        for k in target.shapes
+        if k.startswith(("state:", "flow:")) and k in cur.shapes and cur.shapes[k] != target.shapes[k]
+    )
     gone = sorted(set(target.stages) - set(cur.stages))
     if changed or gone:
         what = [k.replace(":", " ", 1) for k in changed] + [f"stage {s} (removed)" for s in gone]
-        raise UsageError(f"cannot rewind {where} to before an upgrade that changed {', '.join(what)}: the tables' older "
-                         "versions no longer fit the pipeline. Rewind to an epoch after the upgrade, or to 0 (everything "
-                         "recomputed from the retained increments)", code="rewind-across-upgrade")
+        raise UsageError(
+            f"cannot rewind {where} to before an upgrade that changed {', '.join(what)}: the tables' older "
+            "versions no longer fit the pipeline. Rewind to an epoch after the upgrade, or to 0 (everything "
+            "recomputed from the retained increments)",
+            code="rewind-across-upgrade",
+        )
 
 
 class Rewind:
     """Rewinds a home (one durable change), and reads what rewinds undid."""
 
-    def __init__(self, home: Home, live: Live, journal: Journal, history: History, intentions: Intentions,
-                 notify: Callable[[str], None]) -> None:
+    def __init__(
+        self,
+        home: Home,
+        live: Live,
+        journal: Journal,
+        history: History,
+        intentions: Intentions,
+        notify: Callable[[str], None],
+    ) -> None:
         self.home, self.live, self.journal, self.history = home, live, journal, history
         self.intentions, self.notify = intentions, notify
 
-    def rewind(self, to_epoch: int, stage: Optional[str] = None, *, command: str = "cbp.Pipeline.rewind()") -> RewindReport:
+    def rewind(
+        self, to_epoch: int, stage: str | None = None, *, command: str = "cbp.Pipeline.rewind()"
+    ) -> RewindReport:
         """Put the pipeline back as it was right after ``stage``'s epoch ``to_epoch`` (0: before any stage
         epoch ran), as one durable change; see the module docstring. Refuses while a ``cbp run`` works."""
         if isinstance(to_epoch, bool) or not isinstance(to_epoch, int) or to_epoch < 0:
@@ -105,21 +125,26 @@ class Rewind:
         elif to_epoch and len(spec.stages) == 1:
             stage = next(iter(spec.stages))
         elif to_epoch:
-            raise UsageError(f"pipeline '{spec.name}' has {len(spec.stages)} stages: say whose epoch {to_epoch} with --stage "
-                             f"(one of {', '.join(spec.order)}; 'cbp history' lists them), or --to-epoch 0 for the beginning",
-                             code="rewind-needs-stage")
+            raise UsageError(
+                f"pipeline '{spec.name}' has {len(spec.stages)} stages: say whose epoch {to_epoch} with --stage "
+                f"(one of {', '.join(spec.order)}; 'cbp history' lists them), or --to-epoch 0 for the beginning",
+                code="rewind-needs-stage",
+            )
         with self.home.runner_lock(command), self.journal.locked():
             self.intentions.abandon_all()  # epochs under way when a runner died: the next run decides again
             with self.journal.transaction():
                 return self._rewind(to_epoch, stage)
 
-    def _rewind(self, to_epoch: int, stage: Optional[str]) -> RewindReport:
+    def _rewind(self, to_epoch: int, stage: str | None) -> RewindReport:
         cur = self.live.st
         seq = cur.seq + 1
         target = self._target(to_epoch, stage)
         if to_epoch:
             _same_storage(cur, target, self.home.location)
-        undone = {s: list(range(target.stages[s].epoch + 1 if s in target.stages else 1, st.epoch + 1)) for s, st in cur.stages.items()}
+        undone = {
+            s: list(range(target.stages[s].epoch + 1 if s in target.stages else 1, st.epoch + 1))
+            for s, st in cur.stages.items()
+        }
         undone = {s: e for s, e in undone.items() if e}
         report = RewindReport(stage, to_epoch, seq, undone)
         if not undone:
@@ -129,7 +154,9 @@ class Rewind:
         commits: list[dict[str, Any]] = []
         for s in undone:
             if s in self.live.spec.stages and self.live.spec.stages[s].state_schema is not None:
-                commits += self._restore_state(new, s, target.stages[s].state_version if s in target.stages else None, seq)
+                commits += self._restore_state(
+                    new, s, target.stages[s].state_version if s in target.stages else None, seq
+                )
         for f in new.flows:
             commits += self._restore_flow(cur, target, new, f, seq)
         record = self._record(cur, target, undone, report)
@@ -140,29 +167,39 @@ class Rewind:
         faults.point("rewind:planned")
         self.live.st = new
         self.journal.commit("rewind", f"rewind to after {report.where()}", commits)
-        report.pending = {f: len({i for c in self.live.spec.flows[f].consumers for i in self.live.st.connector(c, f)})
-                          for f in self.live.spec.external_flows if f in self.live.st.flows}
+        report.pending = {
+            f: len({i for c in self.live.spec.flows[f].consumers for i in self.live.st.connector(c, f)})
+            for f in self.live.spec.external_flows
+            if f in self.live.st.flows
+        }
         return report
 
-    def _target(self, to_epoch: int, stage: Optional[str]) -> Snapshot:
+    def _target(self, to_epoch: int, stage: str | None) -> Snapshot:
         """The snapshot of the moment to go back to."""
         if to_epoch == 0:
-            return Snapshot.new(self.live.st.pipeline, {f: fl.external for f, fl in self.live.spec.flows.items()},
-                                {s: st.input_flows for s, st in self.live.spec.stages.items()})
+            return Snapshot.new(
+                self.live.st.pipeline,
+                {f: fl.external for f, fl in self.live.spec.flows.items()},
+                {s: st.input_flows for s, st in self.live.spec.stages.items()},
+            )
         assert stage is not None
         have = self.live.st.stages[stage].epoch
         if to_epoch > have:
-            raise UsageError(f"stage '{stage}' has run {have} epoch(s); cannot rewind to epoch {to_epoch} ('cbp history' lists them)",
-                             code="unknown-epoch")
+            raise UsageError(
+                f"stage '{stage}' has run {have} epoch(s); cannot rewind to epoch {to_epoch} ('cbp history' lists them)",
+                code="unknown-epoch",
+            )
         entry = self.history.epoch(self.live.st, stage, to_epoch)
         seq = entry.get("seq") if entry else None
         doc = None
         if seq is not None:
             doc = self.home.read_json(LAYOUT.snapshot_copy(int(seq))) or self.home.read_json(LAYOUT.snapshot(int(seq)))
         if doc is None:
-            raise RuntimeStateError(f"stage '{stage}' epoch {to_epoch} was committed by a cbp that kept no snapshot to rewind to "
-                                    f"({self.home.uri(LAYOUT.HISTORY)} has none for it); rewind to a later epoch, or to 0",
-                                    code="rewind-unavailable")
+            raise RuntimeStateError(
+                f"stage '{stage}' epoch {to_epoch} was committed by a cbp that kept no snapshot to rewind to "
+                f"({self.home.uri(LAYOUT.HISTORY)} has none for it); rewind to a later epoch, or to 0",
+                code="rewind-unavailable",
+            )
         return Snapshot.from_json(doc)
 
     def _merge(self, cur: Snapshot, target: Snapshot, undone: dict[str, list[int]], report: RewindReport) -> Snapshot:
@@ -176,9 +213,12 @@ class Rewind:
                 st.index = {}  # the target's index files may be gone: the next epoch rebuilds each partition's index
                 gone = [rel for rel in st.bindings if not self.home.exists(rel)]
                 if gone:  # multicast bindings are deleted once read (cbp.controller.epoch): an undone epoch read these
-                    raise RuntimeStateError(f"cannot rewind stage '{s}': the multicast bindings its next epoch would read were deleted "
-                                            f"after an undone epoch read them (e.g. {gone[0]}); rewind to its last epoch or later, "
-                                            "or to 0. Nothing was changed", code="rewind-unavailable")
+                    raise RuntimeStateError(
+                        f"cannot rewind stage '{s}': the multicast bindings its next epoch would read were deleted "
+                        f"after an undone epoch read them (e.g. {gone[0]}); rewind to its last epoch or later, "
+                        "or to 0. Nothing was changed",
+                        code="rewind-unavailable",
+                    )
             new.stages[s] = st
             code = target.shapes.get(f"code:{s}")  # the code its last kept epoch ran (cbp.controller.codehash)
             if code is None:
@@ -209,8 +249,12 @@ class Rewind:
         fs = copy.deepcopy(cur.flows[flow])
         tf = target.flows.get(flow, FlowState())
         read = {i for c in self.live.spec.flows[flow].consumers for i in target.connectors.get(f"{c}.{flow}", [])}
-        wanted = {i for i in tf.incs if i in fs.incs or i in read or not self.live.spec.flows[flow].consumers}  # not garbage at the target
-        fed: dict[int, tuple[int, int]] = {}  # increment -> its feed and the feed's records (an unframed feed is one increment)
+        wanted = {
+            i for i in tf.incs if i in fs.incs or i in read or not self.live.spec.flows[flow].consumers
+        }  # not garbage at the target
+        fed: dict[
+            int, tuple[int, int]
+        ] = {}  # increment -> its feed and the feed's records (an unframed feed is one increment)
         for n in range(tf.feeds + 1, fs.feeds + 1):
             e = self.history.feed(cur, flow, n) or {}
             fed.update((int(i), (n, int(e.get("records") or 0))) for i in e.get("incs", []))
@@ -227,32 +271,41 @@ class Rewind:
                 incs[i] = Increment(**{**e["meta"], "srcs": list(e["meta"].get("srcs", []))})
             elif i in tf.incs and tf.incs[i].complete:
                 incs[i] = copy.deepcopy(tf.incs[i])
-            elif i in fed and self.live.spec.flows[flow].frame_by is None:  # collected by an older cbp: what feed() made of it
+            elif (
+                i in fed and self.live.spec.flows[flow].frame_by is None
+            ):  # collected by an older cbp: what feed() made of it
                 incs[i] = Increment(fed[i][0], fed[i][1], None, f"feed:{fed[i][0]}", True, [fed[i][0]])
             else:
-                raise RuntimeStateError(f"flow '{flow}': increment {i} was collected by a cbp that did not keep what a rewind needs "
-                                        "to bring it back; rewind to a later epoch", code="rewind-unavailable")
+                raise RuntimeStateError(
+                    f"flow '{flow}': increment {i} was collected by a cbp that did not keep what a rewind needs "
+                    "to bring it back; rewind to a later epoch",
+                    code="rewind-unavailable",
+                )
             incs[i].version = int(e["version"]) if e["version"] is not None else fs.version
             report.restored.setdefault(flow, []).append(i)
         fs.incs = incs
         return fs
 
-    def _head(self, rel: str) -> Optional[int]:
+    def _head(self, rel: str) -> int | None:
         dt = self.home.table(rel)
         return None if dt is None else dt.version()
 
-    def _files(self, rel: str, version: Optional[int]) -> list[dict[str, Any]]:
+    def _files(self, rel: str, version: int | None) -> list[dict[str, Any]]:
         """The live files of a table version; an old version whose log is gone is ``rewind-vacuumed``."""
         if version is None:
             return []
         try:
             return self.home.table_files(rel, version)
         except Exception as e:  # delta-rs raises several types for a version it cannot load
-            raise RuntimeStateError(f"cannot rewind: version {version} of Delta table {self.home.uri(rel)} cannot be read any more "
-                                    f"({str(e)[:200]}); its log was cleaned up. Nothing was changed", code="rewind-vacuumed") from e
+            raise RuntimeStateError(
+                f"cannot rewind: version {version} of Delta table {self.home.uri(rel)} cannot be read any more "
+                f"({str(e)[:200]}); its log was cleaned up. Nothing was changed",
+                code="rewind-vacuumed",
+            ) from e
 
-    def _diff(self, rel: str, partition_by: str, want: list[dict[str, Any]], seq: int,
-              targets: list[list[str]]) -> tuple[list[dict[str, Any]], Optional[int]]:
+    def _diff(
+        self, rel: str, partition_by: str, want: list[dict[str, Any]], seq: int, targets: list[list[str]]
+    ) -> tuple[list[dict[str, Any]], int | None]:
         """The commit that makes ``want`` the table's live files (none if they are), and its head version."""
         head = self._head(rel)
         have = self._files(rel, head)
@@ -261,15 +314,26 @@ class Rewind:
         removes = [f for f in have if f["path"] not in want_paths]
         gone = [f["path"] for f in adds if not self.home.exists(f"{rel}/{f['path']}")]
         if gone:
-            raise RuntimeStateError(f"cannot rewind: {len(gone)} data file(s) of Delta table {self.home.uri(rel)} that the target moment "
-                                    f"needs were deleted (VACUUM?), e.g. {gone[0]}. Nothing was changed; rewind to a later epoch",
-                                    code="rewind-vacuumed")
+            raise RuntimeStateError(
+                f"cannot rewind: {len(gone)} data file(s) of Delta table {self.home.uri(rel)} that the target moment "
+                f"needs were deleted (VACUUM?), e.g. {gone[0]}. Nothing was changed; rewind to a later epoch",
+                code="rewind-vacuumed",
+            )
         if not adds and not removes:
             return [], head
-        return [{"table": rel, "partition_by": partition_by, "adds": adds, "removes": removes, "app": APP, "version": seq,
-                 "targets": targets}], head
+        return [
+            {
+                "table": rel,
+                "partition_by": partition_by,
+                "adds": adds,
+                "removes": removes,
+                "app": APP,
+                "version": seq,
+                "targets": targets,
+            }
+        ], head
 
-    def _restore_state(self, new: Snapshot, stage: str, version: Optional[int], seq: int) -> list[dict[str, Any]]:
+    def _restore_state(self, new: Snapshot, stage: str, version: int | None, seq: int) -> list[dict[str, Any]]:
         """Put the stage's state table back to the files of ``version`` (no state: no files)."""
         rel = LAYOUT.state(stage)
         if self._head(rel) is None:
@@ -279,7 +343,9 @@ class Rewind:
         new.stages[stage].state_version = head if commits or version is not None else None
         return commits
 
-    def _restore_flow(self, cur: Snapshot, target: Snapshot, new: Snapshot, flow: str, seq: int) -> list[dict[str, Any]]:
+    def _restore_flow(
+        self, cur: Snapshot, target: Snapshot, new: Snapshot, flow: str, seq: int
+    ) -> list[dict[str, Any]]:
         """Make the flow's table hold exactly the increments live after the rewind."""
         rel = LAYOUT.flow(flow)
         fs = new.flows[flow]
@@ -289,10 +355,12 @@ class Rewind:
         fl = self.live.spec.flows.get(flow)
         if fl is not None and fl.external and not fl.consumers:
             return []
-        if fl is None or not fl.external:  # a stage's output: as at the target (a flow nobody reads keeps collected increments there too)
+        if (
+            fl is None or not fl.external
+        ):  # a stage's output: as at the target (a flow nobody reads keeps collected increments there too)
             want = self._files(rel, target.flows.get(flow, FlowState()).version)
         else:  # the increments of an external flow as they are now, those collected since out of the version that held them
-            by_version: dict[Optional[int], set[int]] = {}
+            by_version: dict[int | None, set[int]] = {}
             for i, m in fs.incs.items():
                 by_version.setdefault(cur.flows[flow].version if i in cur.flows[flow].incs else m.version, set()).add(i)
             want = [f for v, ids in by_version.items() for f in self._files(rel, v) if int(f["partition"]) in ids]
@@ -303,7 +371,9 @@ class Rewind:
             m.version = head
         return commits
 
-    def _record(self, cur: Snapshot, target: Snapshot, undone: dict[str, list[int]], report: RewindReport) -> dict[str, Any]:
+    def _record(
+        self, cur: Snapshot, target: Snapshot, undone: dict[str, list[int]], report: RewindReport
+    ) -> dict[str, Any]:
         """The rewind's history entry: where it went, and each undone epoch's entry with the table
         versions that still hold what it wrote (read by :meth:`undone_records`)."""
         epochs: dict[str, list[dict[str, Any]]] = {}
@@ -324,23 +394,33 @@ class Rewind:
                                 collected.setdefault(f, {})[str(i)] = c
                             v = cur.flows[f].version if c["version"] is None else int(c["version"])
                         versions.setdefault(f, {})[str(i)] = v
-                epochs.setdefault(s, []).append({**{k: v for k, v in entry.items() if k != "placement"}, "epoch": e, "versions": versions})
+                epochs.setdefault(s, []).append(
+                    {**{k: v for k, v in entry.items() if k != "placement"}, "epoch": e, "versions": versions}
+                )
         to = {"stage": report.stage, "epoch": report.epoch, "seq": target.seq}
-        return {"seq": report.seq, "to": to, "at": round(time.time(), 3), "undone": epochs, "collected_undone": collected,
-                "restored": {f: sorted(ids) for f, ids in report.restored.items()}}
+        return {
+            "seq": report.seq,
+            "to": to,
+            "at": round(time.time(), 3),
+            "undone": epochs,
+            "collected_undone": collected,
+            "restored": {f: sorted(ids) for f, ids in report.restored.items()},
+        }
 
     def rewinds(self) -> list[dict[str, Any]]:
         """The records of the rewinds committed in the home, oldest first."""
         self.journal.refresh()
         out = []
         for name in self.home.list_dir(f"{LAYOUT.HISTORY}/rewinds"):
-            if name.endswith(".json") and name[:-5].isdigit() and int(name[:-5]) <= self.live.st.seq:  # a later one did not commit
+            if (
+                name.endswith(".json") and name[:-5].isdigit() and int(name[:-5]) <= self.live.st.seq
+            ):  # a later one did not commit
                 rec = self.home.read_json(f"{LAYOUT.HISTORY}/rewinds/{name}")
                 if rec is not None:
                     out.append(rec)
         return out
 
-    def undone_records(self, flow: str, epoch: int, rewind_seq: Optional[int] = None) -> list[dict[str, Any]]:
+    def undone_records(self, flow: str, epoch: int, rewind_seq: int | None = None) -> list[dict[str, Any]]:
         """The records that epoch ``epoch`` of ``flow``'s producer wrote before a rewind undid it (the
         latest rewind that undid that epoch, or the one committed as change ``rewind_seq``)."""
         fl = self.live.spec.flow(flow)
@@ -354,8 +434,20 @@ class Rewind:
                     by_version: dict[int, list[str]] = {}
                     for i, v in e["versions"].get(flow, {}).items():
                         by_version.setdefault(int(v), []).append(i)
-                    rows = [r for v, ids in by_version.items() for r in stored_rows(self.home.read_table(LAYOUT.flow(flow), v, partitions=[(INC, "in", ids)]),
-                                                                                       fl.schema, (INC, SRC, DIFF))]
-                    return [rec for rec, meta in sorted(rows, key=lambda r: int(r[1][INC]))]  # as recorded if before a flow migration
-        raise UsageError(f"no rewind undid epoch {epoch} of stage '{fl.producer}'" + (f" as change {rewind_seq}" if rewind_seq else ""),
-                         code="unknown-epoch")
+                    rows = [
+                        r
+                        for v, ids in by_version.items()
+                        for r in stored_rows(
+                            self.home.read_table(LAYOUT.flow(flow), v, partitions=[(INC, "in", ids)]),
+                            fl.schema,
+                            (INC, SRC, DIFF),
+                        )
+                    ]
+                    return [
+                        rec for rec, meta in sorted(rows, key=lambda r: int(r[1][INC]))
+                    ]  # as recorded if before a flow migration
+        raise UsageError(
+            f"no rewind undid epoch {epoch} of stage '{fl.producer}'"
+            + (f" as change {rewind_seq}" if rewind_seq else ""),
+            code="unknown-epoch",
+        )

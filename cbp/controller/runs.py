@@ -15,7 +15,8 @@ collected-increment history entries, the rewinds' records (``rewinds``, from
 
 from __future__ import annotations
 
-from typing import Any, Callable, Optional
+from collections.abc import Callable
+from typing import Any
 
 from ..spec import PipelineSpec
 from ..storage import LAYOUT
@@ -39,7 +40,7 @@ class _Sources:
     def snap(self) -> Snapshot:
         return self.live.st
 
-    def _meta(self, flow: str, inc: int) -> Optional[dict[str, Any]]:
+    def _meta(self, flow: str, inc: int) -> dict[str, Any] | None:
         m = self.snap.flows[flow].incs.get(inc)
         if m is not None:
             return {"producer": m.producer, "srcs": m.srcs}
@@ -58,7 +59,7 @@ class _Sources:
             self._feeds[flow] = by_inc
         return self._feeds[flow].get(inc, [])
 
-    def producer(self, flow: str, inc: int) -> Optional[str]:
+    def producer(self, flow: str, inc: int) -> str | None:
         m = self._meta(flow, inc)
         return None if m is None else str(m["producer"])
 
@@ -75,17 +76,26 @@ def describe_epoch(spec: PipelineSpec, src: _Sources, stage: str, epoch: int, en
         elif flow in src.snap.flows:
             r["from"] = sorted({p for i in ids if (p := src.producer(flow, int(i))) is not None})
         read[flow] = r
-    wrote = {f: {"increments": [int(i) for i in ids], "records": int(entry.get("records", {}).get(f, 0))}
-             for f, ids in entry.get("outputs", {}).items()}
-    return {"stage": stage, "epoch": epoch, "seq": entry.get("seq"), "at": entry.get("at"), "read": read, "wrote": wrote,
-            "state_version": entry.get("state_version")}
+    wrote = {
+        f: {"increments": [int(i) for i in ids], "records": int(entry.get("records", {}).get(f, 0))}
+        for f, ids in entry.get("outputs", {}).items()
+    }
+    return {
+        "stage": stage,
+        "epoch": epoch,
+        "seq": entry.get("seq"),
+        "at": entry.get("at"),
+        "read": read,
+        "wrote": wrote,
+        "state_version": entry.get("state_version"),
+    }
 
 
-def _run_key(run: Optional[dict[str, Any]]) -> Any:
+def _run_key(run: dict[str, Any] | None) -> Any:
     return None if not run else (run.get("host"), run.get("pid"), run.get("started"))
 
 
-def _group(epochs: list[tuple[Optional[dict[str, Any]], dict[str, Any]]]) -> list[dict[str, Any]]:
+def _group(epochs: list[tuple[dict[str, Any] | None, dict[str, Any]]]) -> list[dict[str, Any]]:
     """Consecutive epochs of one run as one event."""
     out: list[dict[str, Any]] = []
     for run, ep in epochs:
@@ -99,18 +109,22 @@ def _group(epochs: list[tuple[Optional[dict[str, Any]], dict[str, Any]]]) -> lis
 class Runs:
     """The runs and rewinds of a home, as ``cbp history`` and ``cbp status`` show them."""
 
-    def __init__(self, live: Live, journal: Journal, history: History, rewinds: Callable[[], list[dict[str, Any]]]) -> None:
+    def __init__(
+        self, live: Live, journal: Journal, history: History, rewinds: Callable[[], list[dict[str, Any]]]
+    ) -> None:
         self.live, self.journal, self.history, self.rewinds = live, journal, history, rewinds
 
     def timeline(self) -> list[dict[str, Any]]:
         """Every run (its stage epochs in commit order) and every rewind of the home, oldest first."""
         self.journal.refresh()
         src = _Sources(self.live, self.history)
-        rows: list[tuple[float, Optional[dict[str, Any]], dict[str, Any]]] = []
+        rows: list[tuple[float, dict[str, Any] | None, dict[str, Any]]] = []
         for n, (stage, st) in enumerate(self.live.st.stages.items()):
             for e in range(1, st.epoch + 1):
                 entry = self.history.epoch(self.live.st, stage, e) or {}
-                order = float(entry["seq"]) if entry.get("seq") is not None else -1e9 + e + n / 100  # older entries: no seq
+                order = (
+                    float(entry["seq"]) if entry.get("seq") is not None else -1e9 + e + n / 100
+                )  # older entries: no seq
                 rows.append((order, entry.get("run"), describe_epoch(self.live.spec, src, stage, e, entry)))
         rows.sort(key=lambda r: r[0])
         events: list[tuple[float, list[dict[str, Any]]]] = []
@@ -123,14 +137,29 @@ class Runs:
             events += [(0.0, [g]) for g in _group(chunk)]
             if b != float("inf"):
                 r = recs[b]
-                events.append((0.0, [{"kind": "rewind", "seq": r["seq"], "at": r.get("at"), "to": r["to"],
-                                      "undone": {s: [e["epoch"] for e in es] for s, es in r["undone"].items()},
-                                      "undone_epochs": [{**describe_epoch(self.live.spec, src, s, e["epoch"], e), "undone": True}
-                                                        for s, es in r["undone"].items() for e in es],
-                                      "restored": r.get("restored", {})}]))
+                events.append(
+                    (
+                        0.0,
+                        [
+                            {
+                                "kind": "rewind",
+                                "seq": r["seq"],
+                                "at": r.get("at"),
+                                "to": r["to"],
+                                "undone": {s: [e["epoch"] for e in es] for s, es in r["undone"].items()},
+                                "undone_epochs": [
+                                    {**describe_epoch(self.live.spec, src, s, e["epoch"], e), "undone": True}
+                                    for s, es in r["undone"].items()
+                                    for e in es
+                                ],
+                                "restored": r.get("restored", {}),
+                            }
+                        ],
+                    )
+                )
         return [e for _, g in events for e in g]
 
-    def last_run(self) -> Optional[dict[str, Any]]:
+    def last_run(self) -> dict[str, Any] | None:
         """The newest run's stage epochs (reading only their entries), or None before any epoch."""
         self.journal.refresh()
         last: dict[str, dict[str, Any]] = {}

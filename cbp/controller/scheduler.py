@@ -13,7 +13,8 @@ from __future__ import annotations
 
 import copy
 import json
-from typing import Any, Callable, Optional
+from collections.abc import Callable
+from typing import Any
 
 from ..errors import UsageError, UserCodeError
 from ..model import normalize_runnable_result
@@ -34,8 +35,17 @@ __all__ = ["Scheduler"]
 class Scheduler:
     """Asks Runnables, and runs runnable stages round by round."""
 
-    def __init__(self, home: Home, live: Live, journal: Journal, intentions: Intentions, epochs: Epochs, landing: Landing,
-                 tuning: Tuning, notify: Callable[[str], None]) -> None:
+    def __init__(
+        self,
+        home: Home,
+        live: Live,
+        journal: Journal,
+        intentions: Intentions,
+        epochs: Epochs,
+        landing: Landing,
+        tuning: Tuning,
+        notify: Callable[[str], None],
+    ) -> None:
         self.home, self.live, self.journal, self.intentions = home, live, journal, intentions
         self.epochs, self.landing, self.tuning, self.notify = epochs, landing, tuning, notify
 
@@ -53,7 +63,7 @@ class Scheduler:
             out[inp.flow] = keys
         return out
 
-    def decide(self, stage: str, *, keep_state: bool = False) -> Optional[Decision]:
+    def decide(self, stage: str, *, keep_state: bool = False) -> Decision | None:
         """Ask the stage's Runnable; None when the stage is not runnable.
 
         With ``keep_state`` (the scheduler's calls), a new runnable state returned with a "not
@@ -63,7 +73,9 @@ class Scheduler:
         frames = self.frames(stage)
         where = f"stage '{stage}' runnable '{spec.runnable_name}'"
         try:
-            result = spec.runnable({k: list(v) for k, v in frames.items()}, copy.deepcopy(self.live.st.stages[stage].runnable_state))
+            result = spec.runnable(
+                {k: list(v) for k, v in frames.items()}, copy.deepcopy(self.live.st.stages[stage].runnable_state)
+            )
             reads, removes, state = normalize_runnable_result(result, frames, where)
         except (TypeError, ValueError) as e:
             text = safe_str(e)
@@ -86,11 +98,20 @@ class Scheduler:
         outs = [f for f in self.live.spec.stages[stage].outputs if self.live.spec.flows[f].consumers]
         if not outs:
             return False
-        return all(len(self.live.st.connector(c, f)) >= self.tuning.backpressure for f in outs for c in self.live.spec.flows[f].consumers)
+        return all(
+            len(self.live.st.connector(c, f)) >= self.tuning.backpressure
+            for f in outs
+            for c in self.live.spec.flows[f].consumers
+        )
 
-    def run(self, max_epochs: Optional[int] = None, on_epoch: Optional[Callable[[EpochReport], None]] = None,
-            on_start: Optional[Callable[[str, int], None]] = None, command: str = "cbp.Pipeline.run()",
-            epoch_timeout: Optional[float] = None) -> list[EpochReport]:
+    def run(
+        self,
+        max_epochs: int | None = None,
+        on_epoch: Callable[[EpochReport], None] | None = None,
+        on_start: Callable[[str, int], None] | None = None,
+        command: str = "cbp.Pipeline.run()",
+        epoch_timeout: float | None = None,
+    ) -> list[EpochReport]:
         """Run runnable stages round by round until none is runnable or ``max_epochs`` stage epochs ran.
 
         Each round gives every runnable stage (in dataflow order) one epoch, so no stage starves;
@@ -102,15 +123,23 @@ class Scheduler:
         own ``timeout``: an epoch over its limit is cancelled and nothing of it is committed.
         """
         if epoch_timeout is not None and not 0 < epoch_timeout <= MAX_TIMEOUT:
-            raise UsageError(f"the epoch timeout must be a positive number of seconds, at most a week ({MAX_TIMEOUT}), got {epoch_timeout}", code="bad-option")
+            raise UsageError(
+                f"the epoch timeout must be a positive number of seconds, at most a week ({MAX_TIMEOUT}), got {epoch_timeout}",
+                code="bad-option",
+            )
         self.epochs.epoch_timeout = epoch_timeout
         reports: list[EpochReport] = []
 
         def took_over(holder: dict[str, Any]) -> None:
-            self.notify(f"took over the home from a cbp run that was killed (pid {holder.get('pid')} on {holder.get('host')}: {holder.get('command')})")
+            self.notify(
+                f"took over the home from a cbp run that was killed (pid {holder.get('pid')} on {holder.get('host')}: {holder.get('command')})"
+            )
 
         with self.home.runner_lock(command, took_over):
-            self.epochs.run_info = {**self.home.holder_info(), "command": command}  # kept in each epoch's history entry (cbp history)
+            self.epochs.run_info = {
+                **self.home.holder_info(),
+                "command": command,
+            }  # kept in each epoch's history entry (cbp history)
             first = True
             while True:
                 # One hold of the lock per epoch (feeds may land between epochs; each epoch sees
@@ -135,7 +164,7 @@ class Scheduler:
                     on_epoch(rep)
         return reports
 
-    def _next_step(self) -> Optional[tuple[str, Decision, Optional[dict[str, Any]]]]:
+    def _next_step(self) -> tuple[str, Decision, dict[str, Any] | None] | None:
         """Advance the scheduler to the next stage epoch to run: (stage, decision, intention to finish)."""
         sc = self.live.st.sched
         while True:
@@ -153,7 +182,9 @@ class Scheduler:
             sc.pos += 1
             intention = self.intentions.interrupted.pop(stage, None)
             if intention is not None and self.intentions.fits(intention):
-                self.notify(f"finishing stage '{stage}' epoch {intention['epoch']}, which was interrupted: re-running it with the same inputs")
+                self.notify(
+                    f"finishing stage '{stage}' epoch {intention['epoch']}, which was interrupted: re-running it with the same inputs"
+                )
                 sc.ran = True
                 return stage, Decision(intention["reads"], intention["removes"], intention["runnable_state"]), intention
             if sc.pass_ == 0 and self._backpressured(stage):
@@ -184,7 +215,9 @@ class Scheduler:
             if not any(pending.values()):
                 out[s] = "no new input on " + ", ".join(f"'{f}'" for f in pending)
             elif spec.runnable_name == "all" and not any(frames.values()):
-                out[s] = f"no complete increment yet ({have}); a framed flow's increment completes when a later framing key arrives or on 'cbp feed --close'"
+                out[s] = (
+                    f"no complete increment yet ({have}); a framed flow's increment completes when a later framing key arrives or on 'cbp feed --close'"
+                )
             elif spec.runnable_name == "all":
                 waiting = [f for f, k in frames.items() if not k]
                 out[s] = f"runnable 'all' waits for an increment on {', '.join(repr(f) for f in waiting)} ({have})"

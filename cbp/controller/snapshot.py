@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import copy
 from dataclasses import asdict, dataclass, field
-from typing import Any, Optional
+from typing import Any
 
 from ..errors import RuntimeStateError
 
@@ -45,7 +45,7 @@ class Increment:
 
     frame: Any
     records: int
-    version: Optional[int]
+    version: int | None
     producer: str  # "feed:N" or "<stage>:<epoch>"
     complete: bool
     srcs: list[Any] = field(default_factory=list)  # feeds / producing epochs whose records it holds
@@ -54,12 +54,12 @@ class Increment:
 @dataclass
 class FlowState:
     next_inc: int = 1
-    version: Optional[int] = None
+    version: int | None = None
     feeds: int = 0
     frame_state: Any = None
     incs: dict[int, Increment] = field(default_factory=dict)
 
-    def open_increment(self) -> Optional[int]:
+    def open_increment(self) -> int | None:
         """The increment still being framed (not complete), if any."""
         return next((i for i, m in self.incs.items() if not m.complete), None)
 
@@ -68,10 +68,12 @@ class FlowState:
 class StageState:
     epoch: int = 0
     runnable_state: Any = None
-    state_version: Optional[int] = None
+    state_version: int | None = None
     layout: str = "direct"  # how the state table was last written: direct (indexed) or blackbox
     index: dict[str, str] = field(default_factory=dict)  # partition -> index file
-    bindings: list[str] = field(default_factory=list)  # multicast bindings files of the last epoch and of epochs whose loopback increments are unread
+    bindings: list[str] = field(
+        default_factory=list
+    )  # multicast bindings files of the last epoch and of epochs whose loopback increments are unread
 
 
 @dataclass
@@ -97,7 +99,7 @@ class Snapshot:
     shapes: dict[str, Any] = field(default_factory=dict)  # what the stored data was written with
 
     @classmethod
-    def new(cls, pipeline: str, flows: dict[str, bool], inputs: dict[str, list[str]]) -> "Snapshot":
+    def new(cls, pipeline: str, flows: dict[str, bool], inputs: dict[str, list[str]]) -> Snapshot:
         """An empty snapshot for flows (name -> external) and stages (name -> input flows)."""
         s = cls(pipeline)
         s.adopt(flows, inputs)
@@ -117,54 +119,94 @@ class Snapshot:
     def connector(self, stage: str, flow: str) -> list[int]:
         return self.connectors[conn(stage, flow)]
 
-    def copy(self) -> "Snapshot":
+    def copy(self) -> Snapshot:
         return copy.deepcopy(self)
 
     # ---------------------------------------------------------------- JSON form
     def to_json(self) -> dict[str, Any]:
         return {
-            "format": FORMAT, "seq": self.seq, "pipeline": self.pipeline, "gc_runs": self.gc_runs, "shapes": self.shapes,
-            "sched": {"pass": self.sched.pass_, "pos": self.sched.pos, "held": list(self.sched.held), "ran": self.sched.ran},
-            "flows": {n: {"next_inc": f.next_inc, "version": f.version, "feeds": f.feeds, "frame_state": f.frame_state,
-                          "incs": {str(i): asdict(m) for i, m in f.incs.items()}} for n, f in self.flows.items()},
+            "format": FORMAT,
+            "seq": self.seq,
+            "pipeline": self.pipeline,
+            "gc_runs": self.gc_runs,
+            "shapes": self.shapes,
+            "sched": {
+                "pass": self.sched.pass_,
+                "pos": self.sched.pos,
+                "held": list(self.sched.held),
+                "ran": self.sched.ran,
+            },
+            "flows": {
+                n: {
+                    "next_inc": f.next_inc,
+                    "version": f.version,
+                    "feeds": f.feeds,
+                    "frame_state": f.frame_state,
+                    "incs": {str(i): asdict(m) for i, m in f.incs.items()},
+                }
+                for n, f in self.flows.items()
+            },
             "connectors": {k: list(v) for k, v in self.connectors.items()},
             "stages": {n: asdict(s) for n, s in self.stages.items()},
         }
 
     @classmethod
-    def from_json(cls, doc: dict[str, Any]) -> "Snapshot":
+    def from_json(cls, doc: dict[str, Any]) -> Snapshot:
         """Read a snapshot of this format, or of format 1 (its history is left out: see :func:`legacy_history`);
         one of another shape is ``damaged-home``."""
         try:
             return cls._from_json(doc)
         except (KeyError, TypeError, ValueError, AttributeError) as e:
-            raise RuntimeStateError(f"the controller snapshot of the home is damaged ({type(e).__name__}: {str(e)[:80]}); "
-                                    "restore the home from a backup", code="damaged-home") from None
+            raise RuntimeStateError(
+                f"the controller snapshot of the home is damaged ({type(e).__name__}: {str(e)[:80]}); "
+                "restore the home from a backup",
+                code="damaged-home",
+            ) from None
 
     @classmethod
-    def _from_json(cls, doc: dict[str, Any]) -> "Snapshot":
+    def _from_json(cls, doc: dict[str, Any]) -> Snapshot:
         fmt = int(doc.get("format", 1))
         if fmt > FORMAT:
-            raise RuntimeStateError(f"the controller snapshot has format {fmt}, newer than this cbp reads ({FORMAT}); "
-                                    "upgrade cbp to use this home", code="home-format")
+            raise RuntimeStateError(
+                f"the controller snapshot has format {fmt}, newer than this cbp reads ({FORMAT}); "
+                "upgrade cbp to use this home",
+                code="home-format",
+            )
         sc = doc.get("sched") or {}
         flows = {}
         for n, f in doc["flows"].items():
-            incs = {int(i): Increment(m["frame"], m["records"], m["version"], m["producer"], m["complete"], list(m.get("srcs", [])))
-                    for i, m in f["incs"].items() if not m.get("gc", False)}
+            incs = {
+                int(i): Increment(
+                    m["frame"], m["records"], m["version"], m["producer"], m["complete"], list(m.get("srcs", []))
+                )
+                for i, m in f["incs"].items()
+                if not m.get("gc", False)
+            }
             flows[n] = FlowState(f["next_inc"], f["version"], f["feeds"], f.get("frame_state"), incs)
-        stages = {n: StageState(s["epoch"], s.get("runnable_state"), s.get("state_version"), s.get("layout", "direct"), dict(s.get("index", {})),
-                             [str(b) for b in s.get("bindings", [])])
-                  for n, s in doc["stages"].items()}
+        stages = {
+            n: StageState(
+                s["epoch"],
+                s.get("runnable_state"),
+                s.get("state_version"),
+                s.get("layout", "direct"),
+                dict(s.get("index", {})),
+                [str(b) for b in s.get("bindings", [])],
+            )
+            for n, s in doc["stages"].items()
+        }
         return cls(
-            pipeline=doc["pipeline"], seq=int(doc["seq"]), flows=flows,
-            connectors={k: [int(i) for i in v] for k, v in doc["connectors"].items()}, stages=stages,
+            pipeline=doc["pipeline"],
+            seq=int(doc["seq"]),
+            flows=flows,
+            connectors={k: [int(i) for i in v] for k, v in doc["connectors"].items()},
+            stages=stages,
             sched=Sched(sc.get("pass", 0), sc.get("pos", 0), list(sc.get("held", [])), sc.get("ran", False)),
-            gc_runs=int(doc.get("gc_runs", 0)), shapes=dict(doc.get("shapes", {})),
+            gc_runs=int(doc.get("gc_runs", 0)),
+            shapes=dict(doc.get("shapes", {})),
         )
 
 
-def diff(a: Any, b: Any, path: Optional[list[str]] = None) -> list[list[Any]]:
+def diff(a: Any, b: Any, path: list[str] | None = None) -> list[list[Any]]:
     """Operations that turn JSON value ``a`` into ``b``: ``["set", path, value]`` and ``["del", path]``."""
     path = path or []
     if isinstance(a, dict) and isinstance(b, dict):

@@ -24,8 +24,9 @@ from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable, Optional
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute  # noqa: F401  (pa.compute)
@@ -49,21 +50,21 @@ _LOG = logging.getLogger("cbp")
 def feed_id_of(uri: str, version: int) -> str:
     """The feed id of ``version`` of source table ``uri``.
 
-        >>> feed_id_of("s3://b/t", 7)
-        'delta:s3://b/t@7'
+    >>> feed_id_of("s3://b/t", 7)
+    'delta:s3://b/t@7'
     """
     return f"{_PREFIX}{uri}@{version}"
 
 
-def parse_feed_id(feed_id: Any) -> Optional[tuple[str, int]]:
+def parse_feed_id(feed_id: Any) -> tuple[str, int] | None:
     """``(uri, version)`` of a source feed id, None for any other id.
 
-        >>> parse_feed_id("delta:/data/t@12"), parse_feed_id("upload-3")
-        (('/data/t', 12), None)
+    >>> parse_feed_id("delta:/data/t@12"), parse_feed_id("upload-3")
+    (('/data/t', 12), None)
     """
     if not isinstance(feed_id, str) or not feed_id.startswith(_PREFIX) or "@" not in feed_id:
         return None
-    uri, _, version = feed_id[len(_PREFIX):].rpartition("@")
+    uri, _, version = feed_id[len(_PREFIX) :].rpartition("@")
     version = version.split(_RELAND, 1)[0]  # a re-land stands at the version it read
     return (uri, int(version)) if version.isdigit() else None
 
@@ -102,20 +103,32 @@ class SyncReport:
         if self.relanded:
             if not self.feeds:
                 return f"{self.flow}: re-landed nothing: what was landed is version {self.versions[0]} of {self.uri}"
-            return (f"{self.flow}: re-landed version {self.versions[0]} of {self.uri} ({self.records} changed records "
-                    f"against what was landed, feed {self.feeds[0]})")
+            return (
+                f"{self.flow}: re-landed version {self.versions[0]} of {self.uri} ({self.records} changed records "
+                f"against what was landed, feed {self.feeds[0]})"
+            )
         if not self.versions:
             return f"{self.flow}: {self.uri} has no new version"
-        span = f"version {self.versions[0]}" if len(self.versions) == 1 else f"versions {self.versions[0]}..{self.versions[-1]}"
+        span = (
+            f"version {self.versions[0]}"
+            if len(self.versions) == 1
+            else f"versions {self.versions[0]}..{self.versions[-1]}"
+        )
         return f"{self.flow}: landed {span} of {self.uri} ({self.records} changed records, feeds {self.feeds[0]}..{self.feeds[-1]})"
 
 
 class Sources:
     """Syncs source flows: lands each new version of their Delta tables as one feed."""
 
-    def __init__(self, live: Live, journal: Journal, history: History, landing: Landing,
-                 contents: Optional[Callable[[str], list[dict[str, Any]]]] = None,
-                 notify: Optional[Callable[[str], None]] = None) -> None:
+    def __init__(
+        self,
+        live: Live,
+        journal: Journal,
+        history: History,
+        landing: Landing,
+        contents: Callable[[str], list[dict[str, Any]]] | None = None,
+        notify: Callable[[str], None] | None = None,
+    ) -> None:
         self.live, self.journal, self.history, self.landing = live, journal, history, landing
         self.contents = contents  # a flow's consolidated records as landed (Reads.consolidated_records)
         self.notify = notify
@@ -124,7 +137,7 @@ class Sources:
         """The flows fed from a Delta table."""
         return [n for n, f in self.live.spec.flows.items() if f.source is not None]
 
-    def landed_version(self, flow: str) -> Optional[int]:
+    def landed_version(self, flow: str) -> int | None:
         """The newest version of ``flow``'s source table landed, None before the first sync."""
         fl = self.live.spec.flows[flow]
         n = self.live.st.flows[flow].feeds
@@ -133,14 +146,17 @@ class Sources:
             got = parse_feed_id(entry.get("id")) if entry else None
             if got is not None:
                 if got[0] != fl.source:
-                    raise InputError(f"flow '{flow}': its records came from source table {got[0]} (up to version {got[1]}), "
-                                     f"but its source is now {fl.source}; a flow follows one table: land the new one in a new "
-                                     "home, or under a flow of its own", code="source-changed")
+                    raise InputError(
+                        f"flow '{flow}': its records came from source table {got[0]} (up to version {got[1]}), "
+                        f"but its source is now {fl.source}; a flow follows one table: land the new one in a new "
+                        "home, or under a flow of its own",
+                        code="source-changed",
+                    )
                 return got[1]
             n -= 1
         return None
 
-    def sync(self, flows: Optional[list[str]] = None, reland: Optional[list[str]] = None) -> list[SyncReport]:
+    def sync(self, flows: list[str] | None = None, reland: list[str] | None = None) -> list[SyncReport]:
         """Land every version the source tables of ``flows`` (default: all source flows) gained;
         ``reland``: flows re-landed from their table's current snapshot instead (:meth:`reland`)."""
         if reland:
@@ -152,7 +168,10 @@ class Sources:
     def _source_flow(self, flow: str) -> Any:
         fl = self.live.spec.flow(flow)
         if fl.source is None:
-            raise InputError(f"flow '{flow}' has no 'source'; only flows declared with source: {{delta: URI}} are synced", code="not-source")
+            raise InputError(
+                f"flow '{flow}' has no 'source'; only flows declared with source: {{delta: URI}} are synced",
+                code="not-source",
+            )
         return fl
 
     def _warn(self, report: SyncReport, message: str) -> None:
@@ -163,11 +182,12 @@ class Sources:
             _LOG.warning("%s", message)
 
     def _no_cdf_warning(self, flow: str, uri: str, version: int, what: str) -> str:
-        return (f"[source-no-cdf] flow '{flow}': source table {uri} has no change data feed ({CDF_PROPERTY}); "
-                f"{what} version {version} as it is, but no later version can be synced without it. Enable it "
-                f"(ALTER TABLE ... SET TBLPROPERTIES ({CDF_PROPERTY} = true)) before the table changes; if it "
-                "changed meanwhile, re-land the flow once after enabling it: "
-                + reland_command(self.live.spec.path, flow))
+        return (
+            f"[source-no-cdf] flow '{flow}': source table {uri} has no change data feed ({CDF_PROPERTY}); "
+            f"{what} version {version} as it is, but no later version can be synced without it. Enable it "
+            f"(ALTER TABLE ... SET TBLPROPERTIES ({CDF_PROPERTY} = true)) before the table changes; if it "
+            "changed meanwhile, re-land the flow once after enabling it: " + reland_command(self.live.spec.path, flow)
+        )
 
     def reland(self, flow: str) -> SyncReport:
         """Land the table's current snapshot as signed changes against what ``flow`` holds (retract
@@ -204,8 +224,11 @@ class Sources:
                 if last is not None and last > newest:
                     newest = table.version()
                     if last > newest:
-                        raise InputError(f"source table {fl.source}: its newest version is {newest}, but flow '{flow}' already landed "
-                                         f"version {last}; the table was re-created. Land it in a new home", code="source-version")
+                        raise InputError(
+                            f"source table {fl.source}: its newest version is {newest}, but flow '{flow}' already landed "
+                            f"version {last}; the table was re-created. Land it in a new home",
+                            code="source-version",
+                        )
                 if last is not None and last >= newest:
                     return report
                 version = newest if last is None else last + 1
@@ -244,9 +267,12 @@ class Sources:
         try:
             return conform(fl.schema, raw)
         except ArrowRecordError as e:
-            raise InputError(f"source table {fl.source} version {version}: record {e.row + 1}: flow '{flow}': {e}. The table's "
-                             "schema no longer fits the flow: change the flow's schema (cbp plan / cbp upgrade) or the table; "
-                             "nothing was landed", code="source-schema") from None
+            raise InputError(
+                f"source table {fl.source} version {version}: record {e.row + 1}: flow '{flow}': {e}. The table's "
+                "schema no longer fits the flow: change the flow's schema (cbp plan / cbp upgrade) or the table; "
+                "nothing was landed",
+                code="source-schema",
+            ) from None
 
 
 def reland_command(yaml_path: str, flow: str) -> str:

@@ -12,7 +12,7 @@ Reads: a spec and a snapshot it is given. Writes: nothing (pure functions).
 from __future__ import annotations
 
 import time
-from typing import Any, Optional
+from typing import Any
 
 from ..spec import PipelineSpec
 from .plan import ARCHIVE, Change, Plan, definition, flow_changes, schema_steps
@@ -21,8 +21,14 @@ from .snapshot import Snapshot, conn
 __all__ = ["make_plan", "stage_changes", "has_data"]
 
 
-def make_plan(old: Optional[dict[str, Any]], spec: PipelineSpec, snap: Snapshot, *, restore: tuple[str, ...] = (),
-              discard: tuple[str, ...] = ()) -> Plan:
+def make_plan(
+    old: dict[str, Any] | None,
+    spec: PipelineSpec,
+    snap: Snapshot,
+    *,
+    restore: tuple[str, ...] = (),
+    discard: tuple[str, ...] = (),
+) -> Plan:
     """The changes from the recorded pipeline ``old`` to ``spec``, judged against what ``snap`` holds."""
     new = definition(spec)
     if old is None:
@@ -41,8 +47,14 @@ def has_data(snap: Snapshot, stage: str) -> bool:
     return st.epoch > 0 or st.state_version is not None or pending
 
 
-def stage_changes(old: dict[str, Any], new: dict[str, Any], spec: PipelineSpec, snap: Snapshot,
-                  restore: tuple[str, ...], discard: tuple[str, ...]) -> list[Change]:
+def stage_changes(
+    old: dict[str, Any],
+    new: dict[str, Any],
+    spec: PipelineSpec,
+    snap: Snapshot,
+    restore: tuple[str, ...],
+    discard: tuple[str, ...],
+) -> list[Change]:
     out: list[Change] = []
     for s, d in new["stages"].items():
         was = old["stages"].get(s)
@@ -63,24 +75,58 @@ def _added(s: str, d: dict[str, Any], snap: Snapshot, restore: tuple[str, ...], 
         when = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(arch.get("at", 0)))
         where = f"it was removed on {when} and its state and position (epoch {arch['epoch']}) are archived in the home"
         if s in restore:
-            return Change("migrates", what, f"added back, restored from its archive (epoch {arch['epoch']}) with every increment "
-                          "of its inputs it missed", kind="restore", name=s, data=True)
+            return Change(
+                "migrates",
+                what,
+                f"added back, restored from its archive (epoch {arch['epoch']}) with every increment "
+                "of its inputs it missed",
+                kind="restore",
+                name=s,
+                data=True,
+            )
         if d.get("backfill") or s in discard:
             rebuilt = s not in discard or d.get("backfill")
             how = "rebuilt from its inputs' whole contents (backfill)" if rebuilt else "empty"
-            return Change("migrates", what, f"added back, starts {how}; its archive is dropped", kind="add-stage", name=s, data=True,
-                          args={"backfill": bool(d.get("backfill")) and s not in discard, "clear": True})
-        return Change("refused", what, f"added back, but {where}. Say how it starts: --restore-archived {s} (the archive plus "
-                      "every increment it missed), 'backfill: true' on the stage (rebuilt from its inputs' whole "
-                      "contents), "
-                      f"or --discard-archived {s} (empty)", code="archived-stage", name=s)
+            return Change(
+                "migrates",
+                what,
+                f"added back, starts {how}; its archive is dropped",
+                kind="add-stage",
+                name=s,
+                data=True,
+                args={"backfill": bool(d.get("backfill")) and s not in discard, "clear": True},
+            )
+        return Change(
+            "refused",
+            what,
+            f"added back, but {where}. Say how it starts: --restore-archived {s} (the archive plus "
+            "every increment it missed), 'backfill: true' on the stage (rebuilt from its inputs' whole "
+            "contents), "
+            f"or --discard-archived {s} (empty)",
+            code="archived-stage",
+            name=s,
+        )
     leftover = snap.stages.get(s)
     if d.get("backfill"):
-        return Change("migrates", what, "added; first reads its inputs' whole consolidated contents (backfill)",
-                      kind="add-stage", name=s, data=True, args={"backfill": True, "clear": leftover is not None})
+        return Change(
+            "migrates",
+            what,
+            "added; first reads its inputs' whole consolidated contents (backfill)",
+            kind="add-stage",
+            name=s,
+            data=True,
+            args={"backfill": True, "clear": leftover is not None},
+        )
     if leftover is not None and has_data(snap, s):  # state an older cbp left behind: never resumed silently
-        return Change("migrates", what, "added; the state and position an earlier pipeline left in the home are set aside: starts empty",
-                      kind="add-stage", name=s, data=True, args={"backfill": False, "clear": True})
+        return Change(
+            "migrates",
+            what,
+            "added; the state and position an earlier pipeline left in the home are set aside: starts empty",
+            kind="add-stage",
+            name=s,
+            data=True,
+            args={"backfill": False, "clear": True},
+        )
     return Change("applies", what, "added; starts empty" + _waits(d))
 
 
@@ -90,8 +136,15 @@ def _removed(s: str, snap: Snapshot) -> Change:
         return Change("applies", what, "removed (it had run nothing: nothing to archive)", kind="drop-stage", name=s)
     st = snap.stages[s]
     pending = sum(len(v) for k, v in snap.connectors.items() if k.split(".", 1)[0] == s)
-    return Change("migrates", what, f"removed: its state and position (epoch {st.epoch}, {pending} pending increment(s)) are archived "
-                  "in the home; adding it back later asks whether to restore them", kind="archive", name=s, data=True)
+    return Change(
+        "migrates",
+        what,
+        f"removed: its state and position (epoch {st.epoch}, {pending} pending increment(s)) are archived "
+        "in the home; adding it back later asks whether to restore them",
+        kind="archive",
+        name=s,
+        data=True,
+    )
 
 
 def _changed(s: str, was: dict[str, Any], d: dict[str, Any], snap: Snapshot) -> list[Change]:
@@ -105,10 +158,24 @@ def _changed(s: str, was: dict[str, Any], d: dict[str, Any], snap: Snapshot) -> 
     for f in was.get("inputs", []):
         if f not in d["inputs"]:
             n = len(snap.connectors.get(conn(s, f), []))
-            out.append(Change("migrates" if n else "applies", what, f"input '{f}' removed" + (f": its {n} pending increment(s) are dropped" if n else ""),
-                              kind="drop-input", name=s, data=bool(n), args={"flow": f}))
+            out.append(
+                Change(
+                    "migrates" if n else "applies",
+                    what,
+                    f"input '{f}' removed" + (f": its {n} pending increment(s) are dropped" if n else ""),
+                    kind="drop-input",
+                    name=s,
+                    data=bool(n),
+                    args={"flow": f},
+                )
+            )
     changes = _state_changes(s, was, d, stored)
-    if "state" in was and was.get("row_key") != d.get("row_key") and was["state"] is not None and d["state"] is not None:
+    if (
+        "state" in was
+        and was.get("row_key") != d.get("row_key")
+        and was["state"] is not None
+        and d["state"] is not None
+    ):
         # keyed rows are stored with their row key and row hash (cbp.engine.task.keyedstate): a new row_key rewrites them
         step = f"row_key {was.get('row_key') or 'none'} -> {d.get('row_key') or 'none'}"
         rewrite = next((c for c in changes if c.kind == "state-rewrite"), None)
@@ -117,14 +184,37 @@ def _changed(s: str, was: dict[str, Any], d: dict[str, Any], snap: Snapshot) -> 
         elif rewrite is not None:
             rewrite.detail += f"; {step}"
         elif not any(c.verdict == "refused" for c in changes):
-            changes.append(Change("migrates", what, f"state rewritten (one pass): {step}", kind="state-rewrite", name=s, data=True,
-                                  args={"partitions": d["partitions"]}))
+            changes.append(
+                Change(
+                    "migrates",
+                    what,
+                    f"state rewritten (one pass): {step}",
+                    kind="state-rewrite",
+                    name=s,
+                    data=True,
+                    args={"partitions": d["partitions"]},
+                )
+            )
     out += changes
     out += _signed_changes(s, was, d)
-    for key, label in (("translator", "translator"), ("runnable", "runnable"), ("params", "params"), ("route_by", "route_by"),
-                       ("grouping", "state grouping"), ("outputs", "outputs"), ("batch", "batch")):
+    for key, label in (
+        ("translator", "translator"),
+        ("runnable", "runnable"),
+        ("params", "params"),
+        ("route_by", "route_by"),
+        ("grouping", "state grouping"),
+        ("outputs", "outputs"),
+        ("batch", "batch"),
+    ):
         if key in was and _differs(key, was[key], d[key]):
-            out.append(Change("applies", what, f"{label} changed" + (" (keys already in the state stay where they are)" if key == "route_by" and stored else "")))
+            out.append(
+                Change(
+                    "applies",
+                    what,
+                    f"{label} changed"
+                    + (" (keys already in the state stay where they are)" if key == "route_by" and stored else ""),
+                )
+            )
     return out
 
 
@@ -146,8 +236,11 @@ def _signed_changes(s: str, was: dict[str, Any], d: dict[str, Any]) -> list[Chan
     out = []
     for f, now in d.get("signed", {}).items():
         if f in was.get("inputs", []) and bool(old.get(f, False)) != now:
-            how = ("now takes retractions (signed: true)" if now
-                   else "no longer takes retractions (signed: false): they are refused")
+            how = (
+                "now takes retractions (signed: true)"
+                if now
+                else "no longer takes retractions (signed: false): they are refused"
+            )
             out.append(Change("applies", f"stage '{s}'", f"input '{f}' {how}"))
     return out
 
@@ -160,8 +253,16 @@ def _state_changes(s: str, was: dict[str, Any], d: dict[str, Any], stored: bool)
     if old is None and new is not None:
         return [Change("applies", what, "state added (starts empty)")]
     if old is not None and new is None:
-        return [Change("migrates" if stored else "applies", what, "state removed: the state table is archived in the home",
-                       kind="drop-state", name=s, data=stored)]
+        return [
+            Change(
+                "migrates" if stored else "applies",
+                what,
+                "state removed: the state table is archived in the home",
+                kind="drop-state",
+                name=s,
+                data=stored,
+            )
+        ]
     if new is None:
         return []
     parts_old, parts_new = was.get("partitions", d["partitions"]), d["partitions"]
@@ -172,14 +273,34 @@ def _state_changes(s: str, was: dict[str, Any], d: dict[str, Any], stored: bool)
         return [Change("applies", what, "state schema or partitions changed (nothing stored yet)")]
     steps, refused = schema_steps(old, new, d.get("defaults", {}))
     if d.get("migrate"):
-        steps, refused = [f"every stored row through migrate '{d['migrate']}'"] if (old != new or migrate_new) else [], []
+        steps, refused = (
+            [f"every stored row through migrate '{d['migrate']}'"] if (old != new or migrate_new) else [],
+            [],
+        )
     if refused:
-        return [Change("refused", what, "; ".join(refused) + f". Give the stage 'migrate: module:function' (an old row in, a new "
-                       "row or None out) to migrate its state, or restore the previous type", code="schema-refused", name=s)]
+        return [
+            Change(
+                "refused",
+                what,
+                "; ".join(refused) + ". Give the stage 'migrate: module:function' (an old row in, a new "
+                "row or None out) to migrate its state, or restore the previous type",
+                code="schema-refused",
+                name=s,
+            )
+        ]
     if parts_old != parts_new:
         steps.append(f"partitions {parts_old} -> {parts_new}")
-    return [Change("migrates", what, "state rewritten (one pass): " + "; ".join(steps), kind="state-rewrite", name=s, data=True,
-                   args={"partitions": parts_new})]
+    return [
+        Change(
+            "migrates",
+            what,
+            "state rewritten (one pass): " + "; ".join(steps),
+            kind="state-rewrite",
+            name=s,
+            data=True,
+            args={"partitions": parts_new},
+        )
+    ]
 
 
 def _waits(d: dict[str, Any]) -> str:

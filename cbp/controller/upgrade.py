@@ -21,7 +21,7 @@ first (:class:`~.intentions.Intentions`).
 from __future__ import annotations
 
 import time
-from typing import Any, Optional
+from typing import Any
 
 from .. import faults
 from ..errors import UsageError
@@ -47,8 +47,16 @@ BACKFILL_APP = "cbp-backfill"  # the application transaction of an upgrade's syn
 class Upgrade:
     """Plans and applies an upgrade of the home to today's YAML."""
 
-    def __init__(self, home: Home, live: Live, journal: Journal, history: History, evolution: Evolution,
-                 intentions: Intentions, migration: Migration) -> None:
+    def __init__(
+        self,
+        home: Home,
+        live: Live,
+        journal: Journal,
+        history: History,
+        evolution: Evolution,
+        intentions: Intentions,
+        migration: Migration,
+    ) -> None:
         self.home, self.live, self.journal, self.history = home, live, journal, history
         self.evolution, self.intentions, self.migration = evolution, intentions, migration
         self._contents: dict[str, Contents] = {}  # flow -> its consolidated contents, as the last plan read them
@@ -60,8 +68,10 @@ class Upgrade:
         snap = self.evolution.committed_snapshot()
         plan = make_plan(self.evolution.recorded_definition(), self.live.spec, snap, restore=restore, discard=discard)
         self._contents = {}
-        plan.changes = [self._backfill_plan(c, snap) if c.kind == "add-stage" and c.args.get("backfill") else c
-                        for c in plan.changes]
+        plan.changes = [
+            self._backfill_plan(c, snap) if c.kind == "add-stage" and c.args.get("backfill") else c
+            for c in plan.changes
+        ]
         return plan
 
     def _backfill_plan(self, c: Change, snap: Snapshot) -> Change:
@@ -71,8 +81,10 @@ class Upgrade:
             sv = survey(self.home, self.history, snap, i.flow)
             if sv.missing:
                 gone = "; ".join(sv.missing[:3]) + (" and more" if len(sv.missing) > 3 else "")
-                why = (f"added with 'backfill: true', but the home no longer holds all of flow '{i.flow}': {gone}. "
-                       "Add the stage without 'backfill: true' (it starts empty), or restore the files from a backup")
+                why = (
+                    f"added with 'backfill: true', but the home no longer holds all of flow '{i.flow}': {gone}. "
+                    "Add the stage without 'backfill: true' (it starts empty), or restore the files from a backup"
+                )
                 return Change("refused", c.what, why, code="backfill-unavailable", name=c.name)
             try:
                 contents = self._contents_of(i.flow, snap, sv)
@@ -82,19 +94,23 @@ class Upgrade:
             copies = sum(contents.diffs)
             expanded = not i.signed and copies != contents.records
             read = f" (read as {copies} records of +1: the input is not signed)" if expanded else ""
-            parts.append(f"flow '{i.flow}': {sv.increments} increment(s), {sv.stored} records stored, "
-                         f"{contents.records} records consolidated{read}")
+            parts.append(
+                f"flow '{i.flow}': {sv.increments} increment(s), {sv.stored} records stored, "
+                f"{contents.records} records consolidated{read}"
+            )
         detail = f"{c.detail}; backfill reads " + ("; ".join(parts) or "nothing (no input)")
         return Change(c.verdict, c.what, detail, kind=c.kind, name=c.name, data=c.data, args=c.args)
 
-    def _contents_of(self, flow: str, snap: Snapshot, sv: Optional[Survey] = None) -> Contents:
+    def _contents_of(self, flow: str, snap: Snapshot, sv: Survey | None = None) -> Contents:
         """The flow's consolidated contents (read once per plan)."""
         if flow not in self._contents:
             sv = sv or survey(self.home, self.history, snap, flow)
             self._contents[flow] = consolidate(self.home, self.live.spec, sv)
         return self._contents[flow]
 
-    def upgrade(self, restore: tuple[str, ...] = (), discard: tuple[str, ...] = (), command: str = "cbp upgrade") -> Plan:
+    def upgrade(
+        self, restore: tuple[str, ...] = (), discard: tuple[str, ...] = (), command: str = "cbp upgrade"
+    ) -> Plan:
         """Apply the plan as one durable change; refused plans raise ``plan-refused``."""
         with self.home.runner_lock(command):
             self.evolution.upgrading = True
@@ -102,10 +118,15 @@ class Upgrade:
                 with self.journal.locked():
                     plan = self.plan(restore, discard)
                     if plan.refused:
-                        raise UsageError("the plan has changes cbp cannot make: " + "; ".join(c.line() for c in plan.refused), code="plan-refused")
+                        raise UsageError(
+                            "the plan has changes cbp cannot make: " + "; ".join(c.line() for c in plan.refused),
+                            code="plan-refused",
+                        )
                     unknown = [r for r in (*restore, *discard) if r not in {c.name for c in plan.changes}]
                     if unknown:
-                        raise UsageError(f"no archived stage '{unknown[0]}' is added back by this YAML", code="not-archived")
+                        raise UsageError(
+                            f"no archived stage '{unknown[0]}' is added back by this YAML", code="not-archived"
+                        )
                     if plan.needs_upgrade:
                         self.apply_plan(plan, restore)
                     return plan
@@ -133,15 +154,26 @@ class Upgrade:
             self.journal.entry(rel, entry)
             self.live.st.adopt(self.live.spec.flows, {s: st.input_flows for s, st in self.live.spec.stages.items()})
             faults.point("upgrade:written")
-            self.journal.commit("upgrade", f"upgrade {n} of pipeline '{self.live.spec.name}'", commits, cleanup=cleanup, written=written)
+            self.journal.commit(
+                "upgrade", f"upgrade {n} of pipeline '{self.live.spec.name}'", commits, cleanup=cleanup, written=written
+            )
         return n
 
-    def _apply(self, c: Change, old: Optional[dict[str, Any]], n: int, commits: list[dict[str, Any]],
-               cleanup: list[str], written: list[str]) -> None:
+    def _apply(
+        self,
+        c: Change,
+        old: dict[str, Any] | None,
+        n: int,
+        commits: list[dict[str, Any]],
+        cleanup: list[str],
+        written: list[str],
+    ) -> None:
         s = c.name
         if c.kind == "flow-schema":
             migrating = c.args.get("migrate") and old is not None
-            commit, w = self.migration.flow_commit(s, n, RecordSchema.parse(old["flows"][s]["schema"]) if migrating else None)  # type: ignore[index]
+            commit, w = self.migration.flow_commit(
+                s, n, RecordSchema.parse(old["flows"][s]["schema"]) if migrating else None
+            )  # type: ignore[index]
             written += w
             commits.append(commit)
             if migrating:  # records a migrate dropped leave their increments' counts
@@ -153,7 +185,12 @@ class Upgrade:
         elif c.kind == "state-rewrite":
             assert old is not None
             base = LAYOUT.index(s)
-            before = [f"{base}/{d}/{f}" for d in self.home.list_dir(base) if d.startswith(f"{PART}=") for f in self.home.list_dir(f"{base}/{d}")]
+            before = [
+                f"{base}/{d}/{f}"
+                for d in self.home.list_dir(base)
+                if d.startswith(f"{PART}=")
+                for f in self.home.list_dir(f"{base}/{d}")
+            ]
             commit, index, w = self.migration.state_commit(s, RecordSchema.parse(old["stages"][s]["state"]), n)
             written += w
             commits.append(commit)
@@ -179,11 +216,21 @@ class Upgrade:
     def _archive(self, s: str, n: int) -> None:
         """Move a removed stage's state and position out of the live snapshot, into its archive."""
         st = self.live.st.stages.pop(s)
-        conns = {k.split(".", 1)[1]: self.live.st.connectors.pop(k) for k in [k for k in self.live.st.connectors if k.split(".", 1)[0] == s]}
+        conns = {
+            k.split(".", 1)[1]: self.live.st.connectors.pop(k)
+            for k in [k for k in self.live.st.connectors if k.split(".", 1)[0] == s]
+        }
         self.live.st.shapes[ARCHIVE + s] = {
-            "upgrade": n, "epoch": st.epoch, "state_version": st.state_version, "index": st.index, "layout": st.layout,
-            "bindings": st.bindings, "runnable_state": st.runnable_state, "connectors": conns,
-            "next_inc": {f: self.live.st.flows[f].next_inc for f in conns if f in self.live.st.flows}, "at": time.time(),
+            "upgrade": n,
+            "epoch": st.epoch,
+            "state_version": st.state_version,
+            "index": st.index,
+            "layout": st.layout,
+            "bindings": st.bindings,
+            "runnable_state": st.runnable_state,
+            "connectors": conns,
+            "next_inc": {f: self.live.st.flows[f].next_inc for f in conns if f in self.live.st.flows},
+            "at": time.time(),
         }
 
     def _clear_state(self, s: str, n: int, commits: list[dict[str, Any]]) -> None:
@@ -192,8 +239,18 @@ class Upgrade:
         if self.home.table(rel) is None:
             return
         app, version = upgrade_app(n)
-        commits.append({"table": rel, "partition_by": PART, "adds": [], "removes": [], "overwrite": True, "app": app, "version": version,
-                        "targets": [["stages", s, "state_version"]]})
+        commits.append(
+            {
+                "table": rel,
+                "partition_by": PART,
+                "adds": [],
+                "removes": [],
+                "overwrite": True,
+                "app": app,
+                "version": version,
+                "targets": [["stages", s, "state_version"]],
+            }
+        )
 
     def _add(self, s: str, n: int, commits: list[dict[str, Any]], written: list[str], *, backfill: bool) -> None:
         """A stage added: empty (or backfilled: its inputs' whole contents first), its epochs numbered on from any
@@ -213,8 +270,10 @@ class Upgrade:
         """Write ``flow``'s consolidated contents as one synthetic increment for stage ``s``; its connector."""
         sv = survey(self.home, self.history, self.live.st, flow)
         if sv.missing:  # the plan said otherwise a moment ago: the home changed under it
-            raise UsageError(f"cannot backfill stage '{s}': the home no longer holds all of flow '{flow}': "
-                             f"{sv.missing[0]}", code="backfill-unavailable")
+            raise UsageError(
+                f"cannot backfill stage '{s}': the home no longer holds all of flow '{flow}': {sv.missing[0]}",
+                code="backfill-unavailable",
+            )
         try:
             contents = self._contents_of(flow, self.live.st, sv)
         except ValueError as e:
@@ -231,7 +290,7 @@ class Upgrade:
         t = synthetic_rows(self.live.spec, flow, contents, signed)
         add = self.home.write_parquet(LAYOUT.increment_dir(flow, inc), t, f"b{n}", inc)
         written.append(add["rel"])
-        add["path"] = add.pop("rel")[len(LAYOUT.flow(flow)) + 1:]
+        add["path"] = add.pop("rel")[len(LAYOUT.flow(flow)) + 1 :]
         self._synthetic.setdefault(flow, []).append(add)
         fs.incs[inc] = Increment(None, t.num_rows, fs.version, BACKFILL + s, True)
         return [inc] + after
@@ -242,8 +301,17 @@ class Upgrade:
         for flow, adds in self._synthetic.items():
             targets = [["flows", flow, "version"]]
             targets += [["flows", flow, "incs", str(a["partition"]), "version"] for a in adds]
-            out.append({"table": LAYOUT.flow(flow), "partition_by": INC, "adds": adds, "removes": [],
-                        "app": BACKFILL_APP, "version": n, "targets": targets})
+            out.append(
+                {
+                    "table": LAYOUT.flow(flow),
+                    "partition_by": INC,
+                    "adds": adds,
+                    "removes": [],
+                    "app": BACKFILL_APP,
+                    "version": n,
+                    "targets": targets,
+                }
+            )
         return out
 
     def _in_table(self, flow: str) -> dict[int, int]:
@@ -293,14 +361,23 @@ class Upgrade:
                     missing.append(f"'{f}' increment {i}")
             conns[f] = kept
         if missing:
-            raise UsageError(f"cannot restore stage '{s}' from its archive: it missed {', '.join(missing[:5])}"
-                             f"{' and more' if len(missing) > 5 else ''}, which were garbage-collected after the "
-                             "stages reading them had read them. Add it back with 'backfill: true' on the stage "
-                             "(rebuilt from its inputs' whole contents, which the home keeps until the flow tables "
-                             f"are vacuumed: 'cbp plan' shows what it reads) or with --discard-archived {s} (empty) "
-                             "instead", code="archive-increments-collected")
-        self.live.st.stages[s] = StageState(arch["epoch"], arch["runnable_state"], arch["state_version"], arch["layout"], dict(arch["index"]),
-                                      list(arch["bindings"]))
+            raise UsageError(
+                f"cannot restore stage '{s}' from its archive: it missed {', '.join(missing[:5])}"
+                f"{' and more' if len(missing) > 5 else ''}, which were garbage-collected after the "
+                "stages reading them had read them. Add it back with 'backfill: true' on the stage "
+                "(rebuilt from its inputs' whole contents, which the home keeps until the flow tables "
+                f"are vacuumed: 'cbp plan' shows what it reads) or with --discard-archived {s} (empty) "
+                "instead",
+                code="archive-increments-collected",
+            )
+        self.live.st.stages[s] = StageState(
+            arch["epoch"],
+            arch["runnable_state"],
+            arch["state_version"],
+            arch["layout"],
+            dict(arch["index"]),
+            list(arch["bindings"]),
+        )
         for f, ids in conns.items():
             self.live.st.connectors[conn(s, f)] = ids
         if arch["state_version"] is not None:
@@ -315,21 +392,38 @@ class Upgrade:
             return
         gone = [f["path"] for f in files if not self.home.exists(f"{rel}/{f['path']}")]
         if gone:
-            raise UsageError(f"cannot restore stage '{s}': {len(gone)} file(s) of its archived state are gone from {self.home.uri(rel)} "
-                             f"(vacuumed?), e.g. {gone[0]}", code="archive-gone")
+            raise UsageError(
+                f"cannot restore stage '{s}': {len(gone)} file(s) of its archived state are gone from {self.home.uri(rel)} "
+                f"(vacuumed?), e.g. {gone[0]}",
+                code="archive-gone",
+            )
         app, v = upgrade_app(n)
-        commits.append({"table": rel, "partition_by": PART, "adds": files, "removes": [], "overwrite": True, "app": app, "version": v,
-                        "targets": [["stages", s, "state_version"]]})
+        commits.append(
+            {
+                "table": rel,
+                "partition_by": PART,
+                "adds": files,
+                "removes": [],
+                "overwrite": True,
+                "app": app,
+                "version": v,
+                "targets": [["stages", s, "state_version"]],
+            }
+        )
 
 
 def _unreadable(flow: str, e: ValueError) -> str:
     """Why :func:`~.backfill.consolidate` could not read ``flow``."""
     if e.args[0] == "negative":
-        return (f"flow '{flow}': record {str(e.args[1])[:200]} is retracted more often than it was added (its "
-                f"multiplicity sums to {e.args[2]}); fix the feeds ('cbp output {flow} --consolidated' shows where), "
-                "or add the stage empty")
-    return (f"flow '{flow}': increment {e.args[1]} was stored before a 'migrate:' of the flow's schema and is "
-            "read only as recorded; add the stage without 'backfill: true'")
+        return (
+            f"flow '{flow}': record {str(e.args[1])[:200]} is retracted more often than it was added (its "
+            f"multiplicity sums to {e.args[2]}); fix the feeds ('cbp output {flow} --consolidated' shows where), "
+            "or add the stage empty"
+        )
+    return (
+        f"flow '{flow}': increment {e.args[1]} was stored before a 'migrate:' of the flow's schema and is "
+        "read only as recorded; add the stage without 'backfill: true'"
+    )
 
 
 def unfed_waits(spec: PipelineSpec, st: Snapshot) -> list[str]:
@@ -342,6 +436,8 @@ def unfed_waits(spec: PipelineSpec, st: Snapshot) -> list[str]:
         for i in stage.inputs:
             fl, fs = spec.flows[i.flow], st.flows.get(i.flow)
             if pending and fl.external and (fs is None or fs.feeds == 0):
-                out.append(f"stage '{s}' waits for flow '{i.flow}', which nobody has fed (runnable 'all' reads an increment of every input); "
-                           f"feed it, or give the stage 'runnable: any'")
+                out.append(
+                    f"stage '{s}' waits for flow '{i.flow}', which nobody has fed (runnable 'all' reads an increment of every input); "
+                    f"feed it, or give the stage 'runnable: any'"
+                )
     return out

@@ -17,14 +17,14 @@ from __future__ import annotations
 import glob
 import os
 import subprocess
-from typing import Iterator, Optional
+from collections.abc import Iterator
 
 from .crawler import Corpus
 
 __all__ = ["fetch_debian_doc", "iter_pages"]
 
 
-def fetch_debian_doc(package: str, dest: str) -> Optional[str]:
+def fetch_debian_doc(package: str, dest: str) -> str | None:
     """Download and unpack a Debian package into ``dest/<package>``; return that directory or None.
 
     Runs ``apt-get download`` (and ``apt-get update`` once if the package is not found).
@@ -34,7 +34,7 @@ def fetch_debian_doc(package: str, dest: str) -> Optional[str]:
         return root
     os.makedirs(dest, exist_ok=True)
 
-    def download() -> Optional[str]:
+    def download() -> str | None:
         try:
             subprocess.run(["apt-get", "download", package], cwd=dest, check=True, capture_output=True, timeout=600)
         except (OSError, subprocess.SubprocessError):

@@ -29,16 +29,17 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Optional
+from typing import TYPE_CHECKING, Any
 
 from ..errors import BusyError, RuntimeStateError, UsageError
 from ..spec.schema import RecordError
 from ..storage.lease import Lease
+from .crawlstate import _well_formed, upgrade_state
 from .fetch import MAX_PAGE_BYTES, MAX_URL_CHARS, REASONS, Corpus, Fetched, _reason_of, _split, decode_html
 from .links import normalize_url
-from .crawlstate import _well_formed, upgrade_state
 from .schedule import Revisits, due_revisits, host_of, pick
 from .stats import freshness
 
@@ -91,18 +92,29 @@ class CrawlRound:
 
     def counts(self) -> dict[str, list[str]]:
         """The per-round lists the statistics count."""
-        return {"fetched": self.fetched, "revisited": self.revisited, "unchanged": self.unchanged, "changed": self.changed,
-                "back": self.back, "gone": self.gone, "held": self.held}
+        return {
+            "fetched": self.fetched,
+            "revisited": self.revisited,
+            "unchanged": self.unchanged,
+            "changed": self.changed,
+            "back": self.back,
+            "gone": self.gone,
+            "held": self.held,
+        }
 
     def line(self) -> str:
         """One line for a log."""
         extra = f", {len(self.truncated)} truncated" if self.truncated else ""
         again = " (redone after an interruption)" if self.redone else ""
-        text = (f"crawl round {self.round}{again}: {self.queued} new in queue, fetched {len(self.landed)} of {len(self.picked)} "
-                f"({len(self.failed)} failed{extra}); {self.frontier} left in the frontier")
+        text = (
+            f"crawl round {self.round}{again}: {self.queued} new in queue, fetched {len(self.landed)} of {len(self.picked)} "
+            f"({len(self.failed)} failed{extra}); {self.frontier} left in the frontier"
+        )
         if self.revisited:
-            text += (f"; revisited {len(self.revisited)}: {len(self.unchanged)} unchanged, {len(self.changed)} changed, "
-                     f"{len(self.gone)} gone, {len(self.back)} back, {len(self.held)} held")
+            text += (
+                f"; revisited {len(self.revisited)}: {len(self.unchanged)} unchanged, {len(self.changed)} changed, "
+                f"{len(self.gone)} gone, {len(self.back)} back, {len(self.held)} held"
+            )
         return text
 
 
@@ -113,9 +125,19 @@ class Crawler:
     it lands pages on; ``max_pages`` caps the pages fetched per round.
     """
 
-    def __init__(self, pipeline: "Pipeline", corpora: Iterable[Corpus], *, max_pages: int = 1000, queue: str = "crawl_queue",
-                 pages: str = "pages", max_bytes: int = MAX_PAGE_BYTES, policy: Optional[Revisits] = None,
-                 clock: Callable[[], float] = time.time, measure_freshness: bool = False) -> None:
+    def __init__(
+        self,
+        pipeline: Pipeline,
+        corpora: Iterable[Corpus],
+        *,
+        max_pages: int = 1000,
+        queue: str = "crawl_queue",
+        pages: str = "pages",
+        max_bytes: int = MAX_PAGE_BYTES,
+        policy: Revisits | None = None,
+        clock: Callable[[], float] = time.time,
+        measure_freshness: bool = False,
+    ) -> None:
         self.p = pipeline
         self.policy = policy or Revisits()
         self.clock = clock
@@ -123,8 +145,11 @@ class Crawler:
         self.corpora: dict[str, Corpus] = {}
         for c in corpora:
             if c.site in self.corpora:
-                raise UsageError(f"two corpus directories stand for {c.site}: {self.corpora[c.site].root} and {c.root}; "
-                                 "give one of them another host (--host NAME)", code="bad-host")
+                raise UsageError(
+                    f"two corpus directories stand for {c.site}: {self.corpora[c.site].root} and {c.root}; "
+                    "give one of them another host (--host NAME)",
+                    code="bad-host",
+                )
             self.corpora[c.site] = c
         if max_pages < 1:
             raise UsageError(f"max_pages must be at least 1, got {max_pages}", code="bad-option")
@@ -133,14 +158,25 @@ class Crawler:
         spec = pipeline.spec
         for name, want, role in ((queue, ("url", "score"), "queue"), (pages, ("url", "html"), "pages")):
             if name not in spec.flows:
-                raise UsageError(f"{spec.name}: the crawler's {role} flow '{name}' is not a flow of the pipeline ({', '.join(spec.flows)})", code="unknown-flow")
+                raise UsageError(
+                    f"{spec.name}: the crawler's {role} flow '{name}' is not a flow of the pipeline ({', '.join(spec.flows)})",
+                    code="unknown-flow",
+                )
             missing = [f for f in want if f not in spec.flows[name].schema.fields]
             if missing:
-                raise UsageError(f"{spec.name}: flow '{name}' lacks the field(s) {', '.join(missing)} the crawler's {role} flow needs", code="bad-flow")
+                raise UsageError(
+                    f"{spec.name}: flow '{name}' lacks the field(s) {', '.join(missing)} the crawler's {role} flow needs",
+                    code="bad-flow",
+                )
         if spec.flows[pages].producer is not None:
-            raise UsageError(f"{spec.name}: flow '{pages}' is produced by stage '{spec.flows[pages].producer}'; the crawler lands on an external flow", code="bad-flow")
+            raise UsageError(
+                f"{spec.name}: flow '{pages}' is produced by stage '{spec.flows[pages].producer}'; the crawler lands on an external flow",
+                code="bad-flow",
+            )
         if spec.flows[queue].producer is None:
-            raise UsageError(f"{spec.name}: flow '{queue}' is external; the crawler reads a flow a stage produces", code="bad-flow")
+            raise UsageError(
+                f"{spec.name}: flow '{queue}' is external; the crawler reads a flow a stage produces", code="bad-flow"
+            )
         self.queue, self.pages = queue, pages
         self._page_fields = set(spec.flows[pages].schema.fields)
         self.producer = spec.flows[queue].producer
@@ -153,11 +189,24 @@ class Crawler:
         except ValueError as e:  # not JSON, not UTF-8
             st = e
         if st is None:
-            return {"round": 0, "cursor": 0, "frontier": {}, "fetched": [], "failed": {}, "doing": None, "rounds": [], "pages": {}}
+            return {
+                "round": 0,
+                "cursor": 0,
+                "frontier": {},
+                "fetched": [],
+                "failed": {},
+                "doing": None,
+                "rounds": [],
+                "pages": {},
+            }
         if not _well_formed(st):
-            raise RuntimeStateError(f"the crawler's position {self.p.home.uri(_STATE)} is damaged ({str(st)[:80] if isinstance(st, ValueError) else 'not the fields a crawler writes'}); "
-                                    "restore it from a backup, or delete it to crawl again from round 1 with new seeds (feed ids crawl:N would repeat: "
-                                    "use a new home then)", code="bad-crawler-state", path=self.p.home.uri(_STATE))
+            raise RuntimeStateError(
+                f"the crawler's position {self.p.home.uri(_STATE)} is damaged ({str(st)[:80] if isinstance(st, ValueError) else 'not the fields a crawler writes'}); "
+                "restore it from a backup, or delete it to crawl again from round 1 with new seeds (feed ids crawl:N would repeat: "
+                "use a new home then)",
+                code="bad-crawler-state",
+                path=self.p.home.uri(_STATE),
+            )
         return upgrade_state(st, float(self.clock()), self.policy)
 
     def _save(self, st: dict[str, Any]) -> None:
@@ -169,7 +218,9 @@ class Crawler:
         if local is None:  # a home on S3: a lease (see cbp.storage.lease)
             lease = Lease(self.p.home.lease_store("the crawler's lock"), "crawler", self.p.home.holder_info())
             if not lease.try_acquire()[0]:
-                raise BusyError(f"another crawler is working on {self.p.home.location}; run one crawler per home", code="busy")
+                raise BusyError(
+                    f"another crawler is working on {self.p.home.location}; run one crawler per home", code="busy"
+                )
             try:
                 yield
             finally:
@@ -183,7 +234,9 @@ class Crawler:
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
-                raise BusyError(f"another crawler is working on {self.p.home.location}; run one crawler per home", code="busy") from None
+                raise BusyError(
+                    f"another crawler is working on {self.p.home.location}; run one crawler per home", code="busy"
+                ) from None
             yield
         finally:
             os.close(fd)
@@ -197,12 +250,18 @@ class Crawler:
             out += self.p.output(self.queue, epoch=e)
         return out, newest
 
-    def _corpus_of(self, url: str) -> Optional[Corpus]:
+    def _corpus_of(self, url: str) -> Corpus | None:
         """The corpus that holds the URL's site (also one it names with a port or user info, which it refuses); raises for a non-URL."""
         scheme, netloc, _ = _split(url)
         host = netloc.lower()
         return self.corpora.get(f"{scheme}://{host}") or next(
-            (c for c in self.corpora.values() if c.scheme == scheme and c.host in (host.rpartition("@")[2], host.rpartition(":")[0])), None)
+            (
+                c
+                for c in self.corpora.values()
+                if c.scheme == scheme and c.host in (host.rpartition("@")[2], host.rpartition(":")[0])
+            ),
+            None,
+        )
 
     def _outside(self, url: str) -> bool:
         """Whether no corpus holds the URL's site: "outside the corpus" without a fetch (and without using a pick)."""
@@ -234,7 +293,9 @@ class Crawler:
                 u = None
             if u is None:
                 raise UsageError(f"seed {s!r} is not an http(s) URL", code="bad-seed")
-            if u not in st["fetched"]:  # a seed given again is fetched again if it failed (a wrong --host, a missing corpus)
+            if (
+                u not in st["fetched"]
+            ):  # a seed given again is fetched again if it failed (a wrong --host, a missing corpus)
                 st["failed"].pop(u, None)
                 frontier[u] = SEED_SCORE
         records, newest = self.new_queue_records(st["cursor"])
@@ -258,16 +319,30 @@ class Crawler:
         picks, revisits = pick(sorted(seeded), due_revisits(st["pages"], now), new, self.max_pages, self.policy)
         for u in picks:
             frontier.pop(u, None)
-        return {"round": k, "cursor": newest, "picks": picks, "queued": len(records), "frontier": frontier,
-                "revisits": revisits, "now": now, "feeds": self.p.feeds(self.pages), "retracted": retracted, "outside": outside}
+        return {
+            "round": k,
+            "cursor": newest,
+            "picks": picks,
+            "queued": len(records),
+            "frontier": frontier,
+            "revisits": revisits,
+            "now": now,
+            "feeds": self.p.feeds(self.pages),
+            "retracted": retracted,
+            "outside": outside,
+        }
 
-    def _fetch_new(self, u: str, st: dict[str, Any], rep: CrawlRound, landed: dict[str, dict[str, Any]], moved: list[str]) -> None:
+    def _fetch_new(
+        self, u: str, st: dict[str, Any], rep: CrawlRound, landed: dict[str, dict[str, Any]], moved: list[str]
+    ) -> None:
         """Fetch a URL not crawled before."""
         schema = self.p.spec.flow(self.pages).schema
         try:
             f = self.fetch(u)
             if f.html is not None:
-                schema.validate(self._record(f.url, 200, f.html, f.digest, 0.0))  # a page the flow would refuse fails alone, not the round
+                schema.validate(
+                    self._record(f.url, 200, f.html, f.digest, 0.0)
+                )  # a page the flow would refuse fails alone, not the round
         except Exception as e:  # noqa: BLE001 -- fetch never raises; if it did, this pick fails, not the round
             f = Fetched(u, reason=_reason_of(e) if not isinstance(e, RecordError) else f"failed: {type(e).__name__}")
         if f.html is None:
@@ -282,7 +357,9 @@ class Crawler:
             if f.truncated:
                 rep.truncated.append(f.url)
 
-    def _revisit(self, u: str, entry: dict[str, Any], landed: dict[str, dict[str, Any]], outcome: dict[str, str]) -> None:
+    def _revisit(
+        self, u: str, entry: dict[str, Any], landed: dict[str, dict[str, Any]], outcome: dict[str, str]
+    ) -> None:
         """Fetch a crawled page again (conditionally: its stamp plays Last-Modified)."""
         stamp = tuple(entry["stamp"]) if entry.get("status") == 200 and entry.get("stamp") else None
         try:
@@ -302,18 +379,22 @@ class Crawler:
         else:
             outcome[u] = "missed" if entry.get("status") == 200 else "still gone"
 
-    def _corpus_fetch(self, url: str, unless: Optional[tuple[int, int, int]]) -> Fetched:
+    def _corpus_fetch(self, url: str, unless: tuple[int, int, int] | None) -> Fetched:
         f = self.fetch(url) if unless is None else None
         if f is not None:
             return f
         try:
             scheme, netloc, _ = _split(url)
             corpus = self.corpora.get(f"{scheme}://{netloc.lower()}")
-            return corpus.fetch(url, self.max_bytes, unless=unless) if corpus else Fetched(url, reason="outside the corpus")
+            return (
+                corpus.fetch(url, self.max_bytes, unless=unless)
+                if corpus
+                else Fetched(url, reason="outside the corpus")
+            )
         except Exception as e:  # noqa: BLE001
             return Fetched(url, reason=_reason_of(e))
 
-    def _record(self, url: str, status: int, html: Optional[str], digest: Optional[str], now: float) -> dict[str, Any]:
+    def _record(self, url: str, status: int, html: str | None, digest: str | None, now: float) -> dict[str, Any]:
         """A ``pages`` record with the fields the flow has."""
         rec = {"url": url, "status": status, "html": html, "digest": digest, "fetched": now}
         return {k: v for k, v in rec.items() if k in self._page_fields}
@@ -376,18 +457,37 @@ class Crawler:
             rep.frontier = len(st["frontier"])
             rep.records = len(records)
             rep.retracted = int(doing.get("retracted", 0))
-            st.setdefault("rounds", []).append({
-                "round": rep.round, "cursor": doing["cursor"], "queued": rep.queued, "picked": len(rep.picked),
-                "landed": len(records), "failed": len(rep.failed), "frontier": rep.frontier,
-                "feed": (self.p.feeds(self.pages) if records else None), "at": time.strftime("%Y-%m-%dT%H:%M:%S"), "now": now,
-                **{k: len(v) for k, v in rep.counts().items()}, "held_hosts": sorted(held), "queue_retracted": rep.retracted})
+            st.setdefault("rounds", []).append(
+                {
+                    "round": rep.round,
+                    "cursor": doing["cursor"],
+                    "queued": rep.queued,
+                    "picked": len(rep.picked),
+                    "landed": len(records),
+                    "failed": len(rep.failed),
+                    "frontier": rep.frontier,
+                    "feed": (self.p.feeds(self.pages) if records else None),
+                    "at": time.strftime("%Y-%m-%dT%H:%M:%S"),
+                    "now": now,
+                    **{k: len(v) for k, v in rep.counts().items()},
+                    "held_hosts": sorted(held),
+                    "queue_retracted": rep.retracted,
+                }
+            )
             if self.measure_freshness:
                 st["rounds"][-1]["freshness"] = freshness(self, st["pages"])
             self._save(st)
             return rep
 
-    def _versions(self, st: dict[str, Any], landed: dict[str, dict[str, Any]], outcome: dict[str, str], held: set[str],
-                  now: float, rep: CrawlRound) -> list[dict[str, Any]]:
+    def _versions(
+        self,
+        st: dict[str, Any],
+        landed: dict[str, dict[str, Any]],
+        outcome: dict[str, str],
+        held: set[str],
+        now: float,
+        rep: CrawlRound,
+    ) -> list[dict[str, Any]]:
         """The round's ``pages`` records, and each URL's schedule after the round (in ``st['pages']``)."""
         pol, pages, records = self.policy, st["pages"], []
         for u, got in landed.items():
@@ -397,11 +497,18 @@ class Crawler:
                 records.append(self._record(u, 200, f.html, f.digest, now))
                 rep.fetched.append(u)
             elif got["kind"] == "unchanged":
-                pages[u] = {**pol.revisited(pages[u], now, changed=False), "stamp": list(f.stamp) if f.stamp else pages[u].get("stamp")}
+                pages[u] = {
+                    **pol.revisited(pages[u], now, changed=False),
+                    "stamp": list(f.stamp) if f.stamp else pages[u].get("stamp"),
+                }
                 rep.unchanged.append(u)
             else:
-                pages[u] = {**pol.revisited(pages[u], now, changed=True), "status": 200, "digest": f.digest,
-                            "stamp": list(f.stamp) if f.stamp else None}
+                pages[u] = {
+                    **pol.revisited(pages[u], now, changed=True),
+                    "status": 200,
+                    "digest": f.digest,
+                    "stamp": list(f.stamp) if f.stamp else None,
+                }
                 records.append(self._record(u, 200, f.html, f.digest, now))
                 (rep.changed if got["kind"] == "changed" else rep.back).append(u)
                 rep.landed.append(u)
@@ -410,7 +517,9 @@ class Crawler:
                 pages[u] = {**pages[u], "next": now + pol.revisit_min, "last": now}
                 rep.held.append(u)
             elif o in ("missed", "still gone"):
-                gone = o == "missed" and pages[u].get("misses", 0) + 1 >= pol.gone_after and "status" in self._page_fields
+                gone = (
+                    o == "missed" and pages[u].get("misses", 0) + 1 >= pol.gone_after and "status" in self._page_fields
+                )
                 pages[u] = pol.missed(pages[u], now, gone=gone)
                 if gone:
                     records.append(self._record(u, 404, None, None, now))

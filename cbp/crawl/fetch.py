@@ -16,7 +16,7 @@ import os
 import re
 import stat
 from dataclasses import dataclass
-from typing import Any, Optional
+from typing import Any
 from urllib.parse import quote, unquote_to_bytes, urlsplit
 
 from ..errors import UsageError
@@ -57,11 +57,39 @@ _META_CHARSET = re.compile(rb"""<meta[^>]*?charset\s*=\s*["']?\s*([A-Za-z0-9_.:-
 #: ``utf-16`` is UTF-8, as in the standard; GBK and GB2312 are decoded as GB18030, Big5 as
 #: Big5-HKSCS, Shift_JIS as windows-31j and EUC-KR as windows-949 (the standard's decoders).
 _META_ENCODINGS = {
-    **{n: n for n in ("cp866", "koi8-r", "koi8-u", "mac-roman", "mac-cyrillic", "gb18030", "euc_jp", "iso2022_jp",
-                      *(f"iso8859-{i}" for i in (2, 3, 4, 5, 6, 7, 8, 10, 13, 14, 15, 16)), *(f"cp{i}" for i in range(1250, 1259)))},
-    "iso8859-1": "cp1252", "ascii": "cp1252", "iso8859-9": "cp1254", "iso8859-11": "cp874", "cp874": "cp874", "tis-620": "cp874",
-    "gbk": "gb18030", "gb2312": "gb18030", "big5": "big5hkscs", "big5hkscs": "big5hkscs", "shift_jis": "cp932", "cp932": "cp932",
-    "euc_kr": "cp949", "cp949": "cp949", "utf-8": "utf-8", "utf-16": "utf-8", "utf-16-le": "utf-8", "utf-16-be": "utf-8",
+    **{
+        n: n
+        for n in (
+            "cp866",
+            "koi8-r",
+            "koi8-u",
+            "mac-roman",
+            "mac-cyrillic",
+            "gb18030",
+            "euc_jp",
+            "iso2022_jp",
+            *(f"iso8859-{i}" for i in (2, 3, 4, 5, 6, 7, 8, 10, 13, 14, 15, 16)),
+            *(f"cp{i}" for i in range(1250, 1259)),
+        )
+    },
+    "iso8859-1": "cp1252",
+    "ascii": "cp1252",
+    "iso8859-9": "cp1254",
+    "iso8859-11": "cp874",
+    "cp874": "cp874",
+    "tis-620": "cp874",
+    "gbk": "gb18030",
+    "gb2312": "gb18030",
+    "big5": "big5hkscs",
+    "big5hkscs": "big5hkscs",
+    "shift_jis": "cp932",
+    "cp932": "cp932",
+    "euc_kr": "cp949",
+    "cp949": "cp949",
+    "utf-8": "utf-8",
+    "utf-16": "utf-8",
+    "utf-16-le": "utf-8",
+    "utf-16-be": "utf-8",
 }
 _LONE_SURROGATE = re.compile("[\ud800-\udfff]")
 
@@ -80,14 +108,18 @@ def decode_html(data: bytes, truncated: bool = False) -> str:
         >>> decode_html(b'<meta charset="unicode_escape">\\\\ud800\\xff')[-7:]  # not an encoding of the web: windows-1252
         '\\\\ud800ÿ'
     """
-    for bom, enc in ((codecs.BOM_UTF8, "utf-8"), (codecs.BOM_UTF16_LE, "utf-16-le"), (codecs.BOM_UTF16_BE, "utf-16-be")):
+    for bom, enc in (
+        (codecs.BOM_UTF8, "utf-8"),
+        (codecs.BOM_UTF16_LE, "utf-16-le"),
+        (codecs.BOM_UTF16_BE, "utf-16-be"),
+    ):
         if data.startswith(bom):
-            return _no_surrogates(data[len(bom):].decode(enc, errors="replace"))
+            return _no_surrogates(data[len(bom) :].decode(enc, errors="replace"))
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as e:
         if truncated and e.start >= len(data) - 3 and e.reason == "unexpected end of data":
-            return data[:e.start].decode("utf-8")  # UTF-8 cut inside its last character
+            return data[: e.start].decode("utf-8")  # UTF-8 cut inside its last character
     enc = "cp1252"
     m = _META_CHARSET.search(data[:4096])
     if m:
@@ -114,14 +146,14 @@ class Fetched:
     """
 
     url: str
-    html: Optional[str] = None
-    reason: Optional[str] = None
+    html: str | None = None
+    reason: str | None = None
     truncated: bool = False
-    path: Optional[str] = None
+    path: str | None = None
     #: the file's ``(mtime_ns, size, inode)`` when it was read: its Last-Modified (see :meth:`Corpus.fetch`)
-    stamp: Optional[tuple[int, int, int]] = None
+    stamp: tuple[int, int, int] | None = None
     #: SHA-256 (hex) of the bytes read: what decides whether a page changed
-    digest: Optional[str] = None
+    digest: str | None = None
     #: a conditional fetch whose file has the stamp given: nothing was read (an HTTP 304)
     not_modified: bool = False
 
@@ -251,7 +283,7 @@ class Corpus:
         'python3.11-doc'
     """
 
-    def __init__(self, root: str | os.PathLike[str], host: Optional[str] = None, scheme: str = "http") -> None:
+    def __init__(self, root: str | os.PathLike[str], host: str | None = None, scheme: str = "http") -> None:
         given = os.fspath(root)
         try:
             self.root = os.path.realpath(given) if given.strip() else ""
@@ -259,24 +291,31 @@ class Corpus:
             self.root = ""
         if not self.root or not os.path.isdir(self.root):
             what = "is not a directory" if self.root and os.path.exists(self.root) else "does not exist"
-            raise UsageError(f"corpus directory {given!r} {what} (unpack a package with: dpkg-deb -x PKG.deb DIR)", code="no-corpus")
+            raise UsageError(
+                f"corpus directory {given!r} {what} (unpack a package with: dpkg-deb -x PKG.deb DIR)", code="no-corpus"
+            )
         self._below = self.root.rstrip(os.sep) + os.sep  # what the path of anything inside starts with
         self.host = (host or os.path.basename(self.root)).lower()
         if not is_host_name(self.host, scheme):
-            raise UsageError(f"corpus {self.root}: {self.host!r} is not a host name URLs keep as it is (letters, digits, '-' and '.', "
-                             "not all digits); give one with --host NAME", code="bad-host")
+            raise UsageError(
+                f"corpus {self.root}: {self.host!r} is not a host name URLs keep as it is (letters, digits, '-' and '.', "
+                "not all digits); give one with --host NAME",
+                code="bad-host",
+            )
         self.scheme = scheme
         self.site = f"{scheme}://{self.host}"
 
     def url_of(self, path: str | os.PathLike[str]) -> str:
         """The URL of a file below the root (its names %-encoded where a URL path needs it).
 
-            >>> c = Corpus(os.path.dirname(__file__), host="h")
-            >>> c.url_of(os.path.join(c.root, "100% a?b#c (é).html"))
-            'http://h/100%25%20a%3Fb%23c%20(%C3%A9).html'
+        >>> c = Corpus(os.path.dirname(__file__), host="h")
+        >>> c.url_of(os.path.join(c.root, "100% a?b#c (é).html"))
+        'http://h/100%25%20a%3Fb%23c%20(%C3%A9).html'
         """
         rel = os.path.relpath(os.path.realpath(os.fspath(path)), self.root).replace(os.sep, "/")
-        url = normalize_url(f"{self.site}/{quote(rel, safe=_NAME_SAFE)}")  # a name with "?", "#" or "%" is still that file
+        url = normalize_url(
+            f"{self.site}/{quote(rel, safe=_NAME_SAFE)}"
+        )  # a name with "?", "#" or "%" is still that file
         assert url is not None
         return url
 
@@ -286,7 +325,11 @@ class Corpus:
         for d, _, files in os.walk(self.root):
             for f in files:
                 path = os.path.join(d, f)
-                if not f.lower().endswith(_HTML_SUFFIXES) or not self._inside(os.path.realpath(path)) or not os.path.isfile(path):
+                if (
+                    not f.lower().endswith(_HTML_SUFFIXES)
+                    or not self._inside(os.path.realpath(path))
+                    or not os.path.isfile(path)
+                ):
                     continue
                 try:
                     out.add(self.url_of(path))
@@ -297,7 +340,7 @@ class Corpus:
     def _inside(self, real: str) -> bool:
         return real == self.root or real.startswith(self._below)
 
-    def fetch(self, url: str, max_bytes: int = MAX_PAGE_BYTES, unless: Optional[tuple[int, int, int]] = None) -> Fetched:
+    def fetch(self, url: str, max_bytes: int = MAX_PAGE_BYTES, unless: tuple[int, int, int] | None = None) -> Fetched:
         """The page at ``url``, or a :class:`Fetched` with the reason it cannot be fetched. A
         directory named without its trailing ``/`` is fetched at the URL with it (``Fetched.url``),
         as a web server would redirect there.
@@ -326,19 +369,29 @@ class Corpus:
             head = data[:512].lstrip().lower()
             if not path.lower().endswith(_HTML_SUFFIXES) and not head.startswith((b"<!doctype html", b"<html")):
                 return Fetched(url, reason="not HTML")
-            if in_dir and not upath.endswith("/"):  # a web server redirects http://h/dir to http://h/dir/ (its links resolve there)
+            if in_dir and not upath.endswith(
+                "/"
+            ):  # a web server redirects http://h/dir to http://h/dir/ (its links resolve there)
                 url = normalize_url(f"{self.site}{upath}/") or url
-            return Fetched(url, html=decode_html(data[:max_bytes], len(data) > max_bytes), truncated=len(data) > max_bytes, path=path,
-                           stamp=stamp, digest=hashlib.sha256(data[:max_bytes]).hexdigest())
+            return Fetched(
+                url,
+                html=decode_html(data[:max_bytes], len(data) > max_bytes),
+                truncated=len(data) > max_bytes,
+                path=path,
+                stamp=stamp,
+                digest=hashlib.sha256(data[:max_bytes]).hexdigest(),
+            )
         except Exception as e:  # noqa: BLE001 -- a URL is recorded as unfetchable, it never stops the crawler
             return Fetched(url, reason=_reason_of(e))
 
-    def _read(self, names: list[str], max_bytes: int, unless: Optional[tuple[int, int, int]]) -> Any:
+    def _read(self, names: list[str], max_bytes: int, unless: tuple[int, int, int] | None) -> Any:
         """One try: ``(path, stamp)`` when not modified, ``(data, path, in_dir, stamp)`` when read whole
         and unchanged meanwhile, None when the file changed while it was read (try again)."""
         fd, path, in_dir = self._open(names)
         try:
-            with os.fdopen(fd, "rb", closefd=True) as fh:  # read() allocates what it is asked for: ask no more than the file has
+            with os.fdopen(
+                fd, "rb", closefd=True
+            ) as fh:  # read() allocates what it is asked for: ask no more than the file has
                 before = os.fstat(fd)
                 stamp = (before.st_mtime_ns, before.st_size, before.st_ino)
                 if unless is not None and tuple(unless) == stamp:
@@ -347,7 +400,9 @@ class Corpus:
                 after = os.fstat(fd)
         except OSError as e:
             raise _Refused(f"unreadable: {e.strerror or type(e).__name__}") from None
-        if (after.st_mtime_ns, after.st_size, after.st_ino) != stamp or (len(data) <= max_bytes and len(data) != before.st_size):
+        if (after.st_mtime_ns, after.st_size, after.st_ino) != stamp or (
+            len(data) <= max_bytes and len(data) != before.st_size
+        ):
             return None  # written to while read
         try:
             now = os.stat(path, follow_symlinks=False)  # the name points to another file now: that one is the page
@@ -446,7 +501,7 @@ class Corpus:
             if not self._inside(target):
                 raise _Refused("outside the corpus")  # absolute links are read against the real root: this one leaves
             base: list[str] = []
-            target = target[len(self._below):]
+            target = target[len(self._below) :]
         else:
             base = list(done)
         for seg in target.split("/"):

@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import re
 from html import unescape
-from typing import Optional
 
 from ada_url import URL
 
@@ -44,7 +43,7 @@ MAX_PAGE_CHARS = 8 * 1024 * 1024  # characters of a page that are parsed; the re
 RULES_VERSION = 3
 
 
-def normalize_url(url: str, base: Optional[str] = None) -> Optional[str]:
+def normalize_url(url: str, base: str | None = None) -> str | None:
     """The absolute form of ``url`` (resolved against ``base``) that the crawl queue uses, or None.
 
     Parsed and resolved as a browser does (the WHATWG URL Standard, by the ``ada`` library:
@@ -74,8 +73,8 @@ def normalize_url(url: str, base: Optional[str] = None) -> Optional[str]:
 def site_of(url: str) -> str:
     """``scheme://host[:port]`` of a normalized URL (``""`` for a string that is not a URL).
 
-        >>> site_of("http://python3.11-doc/usr/share/doc/index.html")
-        'http://python3.11-doc'
+    >>> site_of("http://python3.11-doc/usr/share/doc/index.html")
+    'http://python3.11-doc'
     """
     scheme, sep, rest = url.partition("://")
     if not sep:
@@ -107,7 +106,7 @@ def page_links(url: str, html: str, max_chars: int = MAX_PAGE_CHARS, *, every_oc
         base = _resolve(base_href, src) or src
     seen: set[str] = set()
     out: list[str] = []
-    resolved: dict[str, Optional[str]] = {}  # a page repeats its links: each distinct href is resolved once
+    resolved: dict[str, str | None] = {}  # a page repeats its links: each distinct href is resolved once
     for href in hrefs:
         dst = resolved[href] if href in resolved else resolved.setdefault(href, normalize_url(href, base))
         if dst is None or dst == src:
@@ -120,7 +119,7 @@ def page_links(url: str, html: str, max_chars: int = MAX_PAGE_CHARS, *, every_oc
     return out
 
 
-def _resolve(href: str, base: str) -> Optional[str]:
+def _resolve(href: str, base: str) -> str | None:
     """``href`` resolved against ``base``, whatever its scheme (None if it is no URL)."""
     try:
         return URL(href, base).href
@@ -142,11 +141,13 @@ _LONG_RUN = re.compile(r"<[A-Za-z][^>]{%d}" % (2 * _MAX_ATTRS))  # tried at <= _
 _QUOTED_GT = re.compile(r"=\s*(?:\"[^\"<>]*>|'[^'<>]*>)")  # a quoted value holding a '>' (which _LONG_RUN stops at)
 #: a tag, to its ``>`` outside quoted values (an unclosed quote runs to the end: linear in a finditer)
 _TAG = re.compile(r"<(/?)([A-Za-z][A-Za-z0-9-]*)(?:[^>\"']+|\"[^\"]*(?:\"|\Z)|'[^']*(?:'|\Z))*>?")
-_NOT_NESTING = frozenset("a area base br col embed hr img input link meta source track wbr p li dt dd option optgroup tr td th "
-                         "thead tbody tfoot rb rt rtc rp colgroup caption html head body".split())
+_NOT_NESTING = frozenset(
+    "a area base br col embed hr img input link meta source track wbr p li dt dd option optgroup tr td th "
+    "thead tbody tfoot rb rt rtc rp colgroup caption html head body".split()
+)
 
 
-def _hrefs(html: str) -> tuple[Optional[str], list[str]]:
+def _hrefs(html: str) -> tuple[str | None, list[str]]:
     """The first ``<base href>`` and every ``<a href>`` of a page, in document order."""
     if (html.count("<") > _FEW_TAGS or html.count("=") > _FEW_TAGS or _long_tag(html)) and _pathological(html):
         return _hrefs_by_tokens(html)
@@ -172,7 +173,9 @@ def _pathological(html: str) -> bool:
     depth = deepest = 0
     for m in _TAG.finditer(html):
         size = m.end() - m.start()
-        if size > _MAX_TAG_CHARS or (size > 2 * _MAX_ATTRS and len(_ATTR_START.findall(_QUOTED.sub(" ", m.group()))) > _MAX_ATTRS):
+        if size > _MAX_TAG_CHARS or (
+            size > 2 * _MAX_ATTRS and len(_ATTR_START.findall(_QUOTED.sub(" ", m.group()))) > _MAX_ATTRS
+        ):
             return True
         name = m.group(2).lower()
         if name in _NOT_NESTING:
@@ -189,19 +192,24 @@ def _pathological(html: str) -> bool:
 #: end of the text if its closing never comes, so nothing is scanned twice): comments, the raw text
 #: of elements whose content is no markup (and template contents, which lexbor's selectors do not
 #: search), and the start tags of ``a`` and ``base`` (a quoted value may hold ``>``).
-_PIECE = re.compile(r"<!--.*?(?:-->|\Z)|<(script|style|textarea|title|xmp|iframe|noembed|noframes|template)\b[^>]*>.*?(?:</\1\s*>|\Z)"
-                    r"|<plaintext\b.*|<(a|base)(?=[\s/>])((?:[^>\"']|\"[^\"]*\"?|'[^']*'?)*)", re.S | re.I)
+_PIECE = re.compile(
+    r"<!--.*?(?:-->|\Z)|<(script|style|textarea|title|xmp|iframe|noembed|noframes|template)\b[^>]*>.*?(?:</\1\s*>|\Z)"
+    r"|<plaintext\b.*|<(a|base)(?=[\s/>])((?:[^>\"']|\"[^\"]*\"?|'[^']*'?)*)",
+    re.S | re.I,
+)
 _ATTR = re.compile(r"""([^\s"'=/>]+)(?:\s*=\s*(?:"([^"]*)"?|'([^']*)'?|([^\s>]*)))?""")
 
 
-def _hrefs_by_tokens(html: str) -> tuple[Optional[str], list[str]]:
+def _hrefs_by_tokens(html: str) -> tuple[str | None, list[str]]:
     """:func:`_hrefs` by a linear scan instead of a tree: the first ``<base href>`` and every
     ``<a href>`` outside comments and raw-text elements (attribute values unescaped)."""
-    base: Optional[str] = None
+    base: str | None = None
     hrefs: list[str] = []
     for m in _PIECE.finditer(html):
         tag = m.group(2)
-        href = _href(m.group(3)) if tag is not None and m.end() < len(html) else None  # a tag the text ends in is dropped
+        href = (
+            _href(m.group(3)) if tag is not None and m.end() < len(html) else None
+        )  # a tag the text ends in is dropped
         if href is None:
             continue
         if tag.lower() == "a":
@@ -211,7 +219,7 @@ def _hrefs_by_tokens(html: str) -> tuple[Optional[str], list[str]]:
     return base, hrefs
 
 
-def _href(attributes: str) -> Optional[str]:
+def _href(attributes: str) -> str | None:
     """The value of the first ``href`` among a start tag's attributes (``""`` for one without a value)."""
     for a in _ATTR.finditer(attributes):
         if a.group(1).lower() == "href":

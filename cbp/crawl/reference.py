@@ -19,7 +19,8 @@ is at least the threshold, where ``inlinks`` counts the distinct links of each p
 from __future__ import annotations
 
 import math
-from typing import Any, Iterable, Mapping, Optional
+from collections.abc import Iterable, Mapping
+from typing import Any
 
 import pandas as pd
 
@@ -47,8 +48,9 @@ def latest_versions(feeds: Iterable[Iterable[Mapping[str, Any]]]) -> tuple[dict[
     return current, crawled
 
 
-def counts_from_scratch(pages: Iterable[Any], cache: Optional[dict[str, list[str]]] = None,
-                        feeds: bool = False) -> tuple[pd.Series, pd.Series, set[str]]:
+def counts_from_scratch(
+    pages: Iterable[Any], cache: dict[str, list[str]] | None = None, feeds: bool = False
+) -> tuple[pd.Series, pd.Series, set[str]]:
     """In-links per URL, in-links per site (keys with none left out), and the crawled URLs.
 
     ``pages``: page records, all read in one epoch; with ``feeds``, a list of such lists, one per
@@ -75,8 +77,9 @@ def counts_from_scratch(pages: Iterable[Any], cache: Optional[dict[str, list[str
     return url_in, site_in, crawled
 
 
-def queue_from_scratch(pages: Iterable[Any], threshold: float = 3.0,
-                       cache: Optional[dict[str, list[str]]] = None, feeds: bool = False) -> dict[str, float]:
+def queue_from_scratch(
+    pages: Iterable[Any], threshold: float = 3.0, cache: dict[str, list[str]] | None = None, feeds: bool = False
+) -> dict[str, float]:
     """``{url: score}`` of every not-yet-crawled URL whose score is at least ``threshold``."""
     url_in, site_in, crawled = counts_from_scratch(pages, cache, feeds)
     out = {}

@@ -25,8 +25,9 @@ in the frontier or stay due).
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any, Iterable, Optional
+from typing import Any
 from urllib.parse import urlsplit
 
 from ..errors import UsageError
@@ -46,8 +47,10 @@ class Revisits:
     grow: float = 1.5  # interval factor after a revisit that found the page unchanged
     shrink: float = 0.5  # ... that found it changed (or back)
     revisit_share: float = 0.5  # share of max_pages due revisits take at most while new URLs wait
-    max_per_host: Optional[int] = None  # picks per host and round (politeness); None: no limit
-    outage_rounds: int = 3  # rounds a host whose revisited pages all vanished is held back before its pages count as gone
+    max_per_host: int | None = None  # picks per host and round (politeness); None: no limit
+    outage_rounds: int = (
+        3  # rounds a host whose revisited pages all vanished is held back before its pages count as gone
+    )
 
     def __post_init__(self) -> None:
         for name in ("revisit_min", "revisit_max", "grow", "shrink"):
@@ -55,7 +58,9 @@ class Revisits:
             if not (isinstance(v, (int, float)) and math.isfinite(v) and v > 0):
                 raise UsageError(f"{name} must be a finite number > 0, got {v!r}", code="bad-option")
         if self.revisit_min > self.revisit_max:
-            raise UsageError(f"revisit_min ({self.revisit_min}) is more than revisit_max ({self.revisit_max})", code="bad-option")
+            raise UsageError(
+                f"revisit_min ({self.revisit_min}) is more than revisit_max ({self.revisit_max})", code="bad-option"
+            )
         if not (0 <= self.revisit_share <= 1):
             raise UsageError(f"revisit_share must be within 0..1, got {self.revisit_share!r}", code="bad-option")
         for name in ("gone_after", "outage_rounds"):
@@ -67,11 +72,22 @@ class Revisits:
     def clamp(self, interval: float) -> float:
         return float(min(self.revisit_max, max(self.revisit_min, interval)))
 
-    def new_entry(self, now: float, digest: Optional[str], stamp: Optional[Iterable[int]], status: int = 200) -> dict[str, Any]:
+    def new_entry(
+        self, now: float, digest: str | None, stamp: Iterable[int] | None, status: int = 200
+    ) -> dict[str, Any]:
         """The schedule of a page landed for the first time."""
         iv = self.clamp(self.revisit_min)
-        return {"status": status, "digest": digest, "stamp": list(stamp) if stamp else None, "interval": iv,
-                "last": now, "next": now + iv, "misses": 0, "changes": 0, "fetches": 1}
+        return {
+            "status": status,
+            "digest": digest,
+            "stamp": list(stamp) if stamp else None,
+            "interval": iv,
+            "last": now,
+            "next": now + iv,
+            "misses": 0,
+            "changes": 0,
+            "fetches": 1,
+        }
 
     def revisited(self, entry: dict[str, Any], now: float, *, changed: bool) -> dict[str, Any]:
         """The entry after a revisit that found the page (un)changed; a new dict."""
@@ -113,13 +129,15 @@ def due_revisits(pages: dict[str, dict[str, Any]], now: float) -> list[str]:
     return [u for _, u in sorted(order)]
 
 
-def pick(seeds: list[str], revisits: list[str], new: list[str], max_pages: int, pol: Revisits) -> tuple[list[str], list[str]]:
+def pick(
+    seeds: list[str], revisits: list[str], new: list[str], max_pages: int, pol: Revisits
+) -> tuple[list[str], list[str]]:
     """``(picks, revisits picked)`` by the documented priority (see the module docstring).
 
-        >>> pick(["s"], ["r1", "r2", "r3"], ["n1", "n2"], 4, Revisits())
-        (['s', 'r1', 'r2', 'n1'], ['r1', 'r2'])
-        >>> pick([], ["r1", "r2", "r3"], ["n1"], 4, Revisits())
-        (['r1', 'r2', 'n1', 'r3'], ['r1', 'r2', 'r3'])
+    >>> pick(["s"], ["r1", "r2", "r3"], ["n1", "n2"], 4, Revisits())
+    (['s', 'r1', 'r2', 'n1'], ['r1', 'r2'])
+    >>> pick([], ["r1", "r2", "r3"], ["n1"], 4, Revisits())
+    (['r1', 'r2', 'n1', 'r3'], ['r1', 'r2', 'r3'])
     """
     per_host: dict[str, int] = {}
 

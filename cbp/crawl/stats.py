@@ -13,12 +13,12 @@ current while its file is still missing.
 from __future__ import annotations
 
 import math
-from typing import Any, Optional
+from typing import Any
 
 __all__ = ["freshness", "quantiles", "report", "plot_rounds"]
 
 
-def quantiles(values: list[float]) -> dict[str, Optional[float]]:
+def quantiles(values: list[float]) -> dict[str, float | None]:
     """p10, median, p90 and max of ``values`` (None for none), linear interpolation."""
     v = sorted(float(x) for x in values)
     if not v:
@@ -32,7 +32,7 @@ def quantiles(values: list[float]) -> dict[str, Optional[float]]:
     return {"p10": q(0.1), "p50": q(0.5), "p90": q(0.9), "max": v[-1]}
 
 
-def freshness(crawler: Any, pages: dict[str, dict[str, Any]]) -> Optional[float]:
+def freshness(crawler: Any, pages: dict[str, dict[str, Any]]) -> float | None:
     """Share of the crawled pages (``pages``: the crawler's schedule entries) whose stored version is current."""
     if not pages:
         return None
@@ -74,8 +74,11 @@ def _scores(p: Any) -> list[float]:
 
     rows = p.state("count_links")
     site_in = {r["name"]: int(r["inlinks"]) for r in rows if r.get("kind") == "site"}
-    return [r["inlinks"] + 0.5 * math.log2(1 + max(0, site_in.get(site_of(r["name"]), 0))) for r in rows
-            if r.get("kind") == "url" and r["inlinks"] > 0]
+    return [
+        r["inlinks"] + 0.5 * math.log2(1 + max(0, site_in.get(site_of(r["name"]), 0)))
+        for r in rows
+        if r.get("kind") == "url" and r["inlinks"] > 0
+    ]
 
 
 def report(crawler: Any, *, with_freshness: bool = True) -> dict[str, Any]:
@@ -85,31 +88,68 @@ def report(crawler: Any, *, with_freshness: bool = True) -> dict[str, Any]:
     by_status: dict[str, int] = {}
     for e in pages.values():
         by_status[str(e.get("status"))] = by_status.get(str(e.get("status")), 0) + 1
-    keys = ("fetched", "revisited", "unchanged", "changed", "back", "gone", "held", "failed", "landed", "queue_retracted", "freshness")
+    keys = (
+        "fetched",
+        "revisited",
+        "unchanged",
+        "changed",
+        "back",
+        "gone",
+        "held",
+        "failed",
+        "landed",
+        "queue_retracted",
+        "freshness",
+    )
     rounds = [{"round": r["round"], **{k: r.get(k) for k in keys}} for r in st.get("rounds", [])]
     return {
-        "rounds_done": st["round"], "pages_by_status": by_status, "failed": len(st["failed"]),
-        "queue_length": crawler.pending(), "due_now": sum(1 for e in pages.values() if e["next"] <= crawler.clock()),
+        "rounds_done": st["round"],
+        "pages_by_status": by_status,
+        "failed": len(st["failed"]),
+        "queue_length": crawler.pending(),
+        "due_now": sum(1 for e in pages.values() if e["next"] <= crawler.clock()),
         "score_quantiles": quantiles(_scores(crawler.p)),
         "interval_quantiles_s": quantiles([e["interval"] for e in pages.values()]),
         "freshness": freshness(crawler, pages) if with_freshness else None,
-        "rounds": rounds, "links_per_epoch": _links_per_epoch(crawler.p),
+        "rounds": rounds,
+        "links_per_epoch": _links_per_epoch(crawler.p),
     }
 
 
 def lines(rep: dict[str, Any]) -> list[str]:
     """The report as text lines."""
-    out = [f"rounds done: {rep['rounds_done']}; pages by status: {rep['pages_by_status']}; failed URLs: {rep['failed']}",
-           f"queue length (frontier + unread queue records): {rep['queue_length']}; revisits due now: {rep['due_now']}",
-           f"scores: {rep['score_quantiles']}", f"fetch intervals (s): {rep['interval_quantiles_s']}",
-           f"freshness (share of crawled pages whose stored version is current): {rep['freshness']}",
-           "round  fetched revisited unchanged changed back gone held failed landed freshness"]
+    out = [
+        f"rounds done: {rep['rounds_done']}; pages by status: {rep['pages_by_status']}; failed URLs: {rep['failed']}",
+        f"queue length (frontier + unread queue records): {rep['queue_length']}; revisits due now: {rep['due_now']}",
+        f"scores: {rep['score_quantiles']}",
+        f"fetch intervals (s): {rep['interval_quantiles_s']}",
+        f"freshness (share of crawled pages whose stored version is current): {rep['freshness']}",
+        "round  fetched revisited unchanged changed back gone held failed landed freshness",
+    ]
     for r in rep["rounds"][-20:]:
-        out.append(f"{r['round']:>5} " + " ".join(f"{'' if r.get(k) is None else r[k]!s:>{w}}" for k, w in
-                   (("fetched", 7), ("revisited", 9), ("unchanged", 9), ("changed", 7), ("back", 4), ("gone", 4), ("held", 4),
-                    ("failed", 6), ("landed", 6), ("freshness", 9))))
+        out.append(
+            f"{r['round']:>5} "
+            + " ".join(
+                f"{'' if r.get(k) is None else r[k]!s:>{w}}"
+                for k, w in (
+                    ("fetched", 7),
+                    ("revisited", 9),
+                    ("unchanged", 9),
+                    ("changed", 7),
+                    ("back", 4),
+                    ("gone", 4),
+                    ("held", 4),
+                    ("failed", 6),
+                    ("landed", 6),
+                    ("freshness", 9),
+                )
+            )
+        )
     if rep["links_per_epoch"]:
-        out.append("links per epoch (added/retracted): " + ", ".join(f"{x['epoch']}:+{x['added']}/-{x['retracted']}" for x in rep["links_per_epoch"][-20:]))
+        out.append(
+            "links per epoch (added/retracted): "
+            + ", ".join(f"{x['epoch']}:+{x['added']}/-{x['retracted']}" for x in rep["links_per_epoch"][-20:])
+        )
     return out
 
 
@@ -136,7 +176,9 @@ def plot_rounds(rep: dict[str, Any], path: str) -> None:
     fr = [(r["round"], r["freshness"]) for r in rep["rounds"] if r.get("freshness") is not None]
     axes[2].plot([a for a, _ in fr], [b for _, b in fr], marker=".")
     if not fr:
-        axes[2].text(0.5, 0.5, "not recorded per round (cbp crawl --freshness)", ha="center", transform=axes[2].transAxes)
+        axes[2].text(
+            0.5, 0.5, "not recorded per round (cbp crawl --freshness)", ha="center", transform=axes[2].transAxes
+        )
     axes[2].set_ylim(0, 1.05)
     axes[2].set_title(f"freshness after each round (now {rep['freshness']})")
     axes[2].set_xlabel("round")

@@ -18,7 +18,8 @@ negative ``_diff`` is ignored: versions are replaced, not retracted (land a 404 
 
 from __future__ import annotations
 
-from typing import Any, Iterable, Mapping, Optional
+from collections.abc import Iterable, Mapping
+from typing import Any
 
 __all__ = ["status_of", "latest", "replaces", "VERSION_STATUSES", "GONE"]
 
@@ -37,7 +38,7 @@ def _order(record: Mapping[str, Any]) -> tuple[float, int, str]:
     return (float("-inf") if f is None else float(f), status_of(record), record.get("html") or "")
 
 
-def latest(records: Iterable[Mapping[str, Any]]) -> Optional[Mapping[str, Any]]:
+def latest(records: Iterable[Mapping[str, Any]]) -> Mapping[str, Any] | None:
     """The record that sets the page's version among one epoch's records of one page (None: none does)."""
     best = None
     for r in records:
@@ -48,7 +49,7 @@ def latest(records: Iterable[Mapping[str, Any]]) -> Optional[Mapping[str, Any]]:
     return best
 
 
-def replaces(record: Mapping[str, Any], stored_fetched: Optional[float]) -> bool:
+def replaces(record: Mapping[str, Any], stored_fetched: float | None) -> bool:
     """Whether ``record`` (the latest of an epoch) replaces a stored version fetched at ``stored_fetched``."""
     f = record.get("fetched")
     return f is None or stored_fetched is None or float(f) >= float(stored_fetched)

@@ -48,7 +48,7 @@ _INT64_MAX = 2**63 - 1
 class ArrowRecordError(RecordError):
     """A :class:`RecordError` of one row of an Arrow batch: ``row`` is its index (0-based)."""
 
-    def __init__(self, field: Optional[str], message: str, row: int) -> None:
+    def __init__(self, field: str | None, message: str, row: int) -> None:
         super().__init__(field, message)
         self.row = row
 
@@ -61,7 +61,7 @@ class ArrowDiffError(DiffError, ArrowRecordError):
         self.row = row
 
 
-def split_diff(data: pa.Table | pa.RecordBatch) -> tuple[pa.Table | pa.RecordBatch, Optional[pa.Array]]:
+def split_diff(data: pa.Table | pa.RecordBatch) -> tuple[pa.Table | pa.RecordBatch, pa.Array | None]:
     """``data`` without its ``_diff`` column, and that column checked and as int64 (None if there
     is none): every value an integer, not null, nonzero, within int64, else :class:`ArrowDiffError`
     for the first bad row (as :func:`cbp.spec.schema.check_diff` on each row's value).
@@ -77,21 +77,35 @@ def split_diff(data: pa.Table | pa.RecordBatch) -> tuple[pa.Table | pa.RecordBat
     i = names.index(DIFF)
     col = data.column(i)
     arr = col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col
-    rest = data.remove_column(i) if isinstance(data, pa.Table) else pa.RecordBatch.from_arrays(
-        [data.column(j) for j in range(len(names)) if j != i], names=[n for n in names if n != DIFF])
+    rest = (
+        data.remove_column(i)
+        if isinstance(data, pa.Table)
+        else pa.RecordBatch.from_arrays(
+            [data.column(j) for j in range(len(names)) if j != i], names=[n for n in names if n != DIFF]
+        )
+    )
     if pa.types.is_dictionary(arr.type):
         arr = arr.dictionary_decode()
     t = arr.type
     if not pa.types.is_integer(t):
         bad = 0 if not arr.null_count else _first(arr.is_null())
-        raise ArrowDiffError(f"must be a nonzero int (a multiplicity: +1 a record, -1 a retraction), got an Arrow column of type {t}", bad)
+        raise ArrowDiffError(
+            f"must be a nonzero int (a multiplicity: +1 a record, -1 a retraction), got an Arrow column of type {t}",
+            bad,
+        )
     if arr.null_count:
-        raise ArrowDiffError("is null; a record's multiplicity is a nonzero int (leave the column out for +1)", _first(arr.is_null()))
+        raise ArrowDiffError(
+            "is null; a record's multiplicity is a nonzero int (leave the column out for +1)", _first(arr.is_null())
+        )
     if pa.types.is_uint64(t) and len(arr) and pc.max(arr).as_py() > _INT64_MAX:
-        raise ArrowDiffError("must fit in 64 bits (-2**63 .. 2**63 - 1)", _first(pc.greater(arr, pa.scalar(_INT64_MAX, pa.uint64()))))
+        raise ArrowDiffError(
+            "must fit in 64 bits (-2**63 .. 2**63 - 1)", _first(pc.greater(arr, pa.scalar(_INT64_MAX, pa.uint64())))
+        )
     zero = pc.equal(arr, 0)
     if len(arr) and pc.any(zero).as_py():
-        raise ArrowDiffError("must be a nonzero int (a multiplicity: +1 a record, -1 a retraction), got 0", _first(zero))
+        raise ArrowDiffError(
+            "must be a nonzero int (a multiplicity: +1 a record, -1 a retraction), got 0", _first(zero)
+        )
     return rest, arr.cast(pa.int64())
 
 
@@ -114,7 +128,9 @@ def with_diff(table: pa.Table) -> pa.Table:
 _Bad = Optional[tuple[int, str]]  # (row, message) of a column's first bad value
 
 
-def conform(schema: RecordSchema, data: pa.Table | pa.RecordBatch, json_text: bool = False, signed: bool = False) -> pa.Table:
+def conform(
+    schema: RecordSchema, data: pa.Table | pa.RecordBatch, json_text: bool = False, signed: bool = False
+) -> pa.Table:
     """``data``'s rows in the stored form of ``schema`` (:attr:`RecordSchema.arrow`), or raise
     :class:`ArrowRecordError` for its first bad row (the first field at fault in schema order).
     ``json_text``: ``json`` fields hold JSON text (the stored form), not values. ``signed``: a
@@ -135,7 +151,7 @@ def conform(schema: RecordSchema, data: pa.Table | pa.RecordBatch, json_text: bo
         if name not in schema.fields:
             raise ArrowRecordError(name, "unknown field (not in the flow's schema)", 0)
     cols: list[pa.Array] = []
-    first: Optional[tuple[int, str, str]] = None  # (row, field, message): on a tie, the field first in the schema
+    first: tuple[int, str, str] | None = None  # (row, field, message): on a tie, the field first in the schema
     for name, ft in schema.fields.items():
         if name not in seen:
             if not ft.nullable:
@@ -161,7 +177,11 @@ def _field(ft: FieldType, arr: pa.Array, json_text: bool = False) -> tuple[pa.Ar
         if arr.null_count == len(arr):
             return pa.nulls(len(arr), ft.arrow), None
         return _json_text(arr) if json_text else _json(ft, arr)
-    nulls = None if ft.nullable or not arr.null_count else (_first(arr.is_null()), f"is null, but its type '{ft}' has no '?'")
+    nulls = (
+        None
+        if ft.nullable or not arr.null_count
+        else (_first(arr.is_null()), f"is null, but its type '{ft}' has no '?'")
+    )
     if arr.null_count == len(arr):  # no values: nothing to check but the nulls, whatever the type
         return pa.nulls(len(arr), ft.arrow), nulls
     out, bad = _list(ft, arr) if ft.is_list else _scalar(ft.scalar, arr)
@@ -180,7 +200,10 @@ def _scalar(scalar: str, arr: pa.Array) -> tuple[pa.Array, _Bad]:
         return arr.cast(pa.string()), None
     if scalar == "int" and pa.types.is_integer(t):
         if pa.types.is_uint64(t) and arr.null_count < len(arr) and pc.max(arr).as_py() > _INT64_MAX:
-            return arr, (_first(pc.greater(arr, pa.scalar(_INT64_MAX, pa.uint64()))), "is larger than 2**63 - 1, the largest int cbp stores")
+            return arr, (
+                _first(pc.greater(arr, pa.scalar(_INT64_MAX, pa.uint64()))),
+                "is larger than 2**63 - 1, the largest int cbp stores",
+            )
         return arr.cast(pa.int64()), None
     if scalar == "float" and (pa.types.is_floating(t) or pa.types.is_integer(t)):
         out = arr.cast(pa.float64(), safe=False)  # an int stands for the nearest float, as float(v) in the dict path
@@ -207,7 +230,11 @@ def _list(ft: FieldType, arr: pa.Array) -> tuple[pa.Array, _Bad]:
     if bad is not None:  # the row of the list that holds the bad item
         return arr, (int(pc.list_parent_indices(lists)[bad[0]].as_py()), bad[1])
     lengths = pc.fill_null(pc.list_value_length(lists), 0).cast(pa.int32())
-    offsets = pa.concat_arrays([pa.array([0], pa.int32()), pc.cumulative_sum(lengths)]) if len(lists) else pa.array([0], pa.int32())
+    offsets = (
+        pa.concat_arrays([pa.array([0], pa.int32()), pc.cumulative_sum(lengths)])
+        if len(lists)
+        else pa.array([0], pa.int32())
+    )
     return pa.ListArray.from_arrays(offsets, items, mask=lists.is_null()), None
 
 
@@ -217,7 +244,7 @@ def _json(ft: FieldType, arr: pa.Array) -> tuple[pa.Array, _Bad]:
         values = arr.to_pylist()
     except (pa.ArrowException, ValueError, OverflowError) as e:  # e.g. a date outside Python's range
         return arr, (_first(arr.is_valid()), f"the Arrow column of type {arr.type} cannot be read as JSON values ({e})")
-    out: list[Optional[str]] = []
+    out: list[str | None] = []
     for i, v in enumerate(values):
         if v is None:
             out.append(None)
@@ -235,8 +262,11 @@ def _json_text(arr: pa.Array) -> tuple[pa.Array, _Bad]:
     not have), checked as :func:`_json` checks values, and stored as sorted-key JSON text."""
     t = arr.type
     if not (pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_string_view(t)):
-        return arr, (_first(arr.is_valid()), f"expected JSON text (a json field's stored form) in a string column, got an Arrow column of type {t}")
-    out: list[Optional[str]] = []
+        return arr, (
+            _first(arr.is_valid()),
+            f"expected JSON text (a json field's stored form) in a string column, got an Arrow column of type {t}",
+        )
+    out: list[str | None] = []
     for i, text in enumerate(arr.to_pylist()):
         if text is None:
             out.append(None)
@@ -258,7 +288,13 @@ def _no_constant(name: str) -> Any:
 
 def _bad_utf8(arr: pa.Array) -> tuple[int, str]:
     """The first value of a string column that is not UTF-8 (the column failed Arrow's check)."""
-    as_bytes = pa.large_binary() if pa.types.is_large_string(arr.type) else pa.binary_view() if pa.types.is_string_view(arr.type) else pa.binary()
+    as_bytes = (
+        pa.large_binary()
+        if pa.types.is_large_string(arr.type)
+        else pa.binary_view()
+        if pa.types.is_string_view(arr.type)
+        else pa.binary()
+    )
     for i, b in enumerate(arr.view(as_bytes).to_pylist()):
         if b is not None:
             try:

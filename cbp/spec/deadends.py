@@ -38,8 +38,14 @@ def runnable_stages(spec: PipelineSpec) -> set[str]:
     while True:
         fed = {f.name for f in spec.flows.values() if f.external or f.producer in can_run}
         more = {
-            name for name, st in spec.stages.items() if name not in can_run and (
-                all(i.flow in fed for i in st.inputs) if st.runnable_name == "all" else any(i.flow in fed for i in st.inputs))
+            name
+            for name, st in spec.stages.items()
+            if name not in can_run
+            and (
+                all(i.flow in fed for i in st.inputs)
+                if st.runnable_name == "all"
+                else any(i.flow in fed for i in st.inputs)
+            )
         }
         if not more:
             return can_run
@@ -61,20 +67,45 @@ def dead_ends(spec: PipelineSpec) -> list[DeadEnd]:
         own = [f for f in starved if spec.flows[f].producer == name]
         cycle = _cycle_of(spec, name)
         if st.runnable_name == "all" and own and len(starved) == len(own) and len(starved) < len(st.inputs):
-            out.append(DeadEnd(name, "self-loop-all", (
-                f"{where}: stage '{name}' can never run: 'runnable: all' needs an increment on every input, and "
-                f"{_names(own)} {'is' if len(own) == 1 else 'are'} written only by '{name}' itself; "
-                "use 'runnable: any' or a custom runnable")))
-        elif cycle and not any(spec.flows[i.flow].external or spec.flows[i.flow].producer not in cycle
-                               for s in cycle for i in spec.stages[s].inputs if i.flow in fed):
-            out.append(DeadEnd(name, "unreached-cycle", (
-                f"{where}: stage '{name}' can never run: it is in a cycle ({', '.join(sorted(cycle))}) that no external "
-                f"input reaches (it waits on {_names(starved)}); feed the cycle from an external flow or a stage outside it")))
+            out.append(
+                DeadEnd(
+                    name,
+                    "self-loop-all",
+                    (
+                        f"{where}: stage '{name}' can never run: 'runnable: all' needs an increment on every input, and "
+                        f"{_names(own)} {'is' if len(own) == 1 else 'are'} written only by '{name}' itself; "
+                        "use 'runnable: any' or a custom runnable"
+                    ),
+                )
+            )
+        elif cycle and not any(
+            spec.flows[i.flow].external or spec.flows[i.flow].producer not in cycle
+            for s in cycle
+            for i in spec.stages[s].inputs
+            if i.flow in fed
+        ):
+            out.append(
+                DeadEnd(
+                    name,
+                    "unreached-cycle",
+                    (
+                        f"{where}: stage '{name}' can never run: it is in a cycle ({', '.join(sorted(cycle))}) that no external "
+                        f"input reaches (it waits on {_names(starved)}); feed the cycle from an external flow or a stage outside it"
+                    ),
+                )
+            )
         else:
             producers = sorted({spec.flows[f].producer or "" for f in starved} - {""})
-            out.append(DeadEnd(name, "waits-on-dead-stage", (
-                f"{where}: stage '{name}' can never run: its runnable '{st.runnable_name}' waits on {_names(starved)}, "
-                f"which only stage(s) {', '.join(repr(p) for p in producers)} write, and they can never run either")))
+            out.append(
+                DeadEnd(
+                    name,
+                    "waits-on-dead-stage",
+                    (
+                        f"{where}: stage '{name}' can never run: its runnable '{st.runnable_name}' waits on {_names(starved)}, "
+                        f"which only stage(s) {', '.join(repr(p) for p in producers)} write, and they can never run either"
+                    ),
+                )
+            )
     return out
 
 
@@ -84,6 +115,7 @@ def _names(flows: list[str]) -> str:
 
 def _cycle_of(spec: PipelineSpec, stage: str) -> set[str]:
     """The stages on a cycle through ``stage`` (its strongly connected component), or empty."""
+
     def reach(start: str, forward: bool) -> set[str]:
         seen: set[str] = set()
         todo = [start]

@@ -27,19 +27,21 @@ class DiffError(RecordError):
 def check_diff(value: Any) -> int:
     """A record's ``_diff`` as given: an int (not a bool), nonzero, within int64; else :class:`DiffError`.
 
-        >>> check_diff(-1)
-        -1
-        >>> try:
-        ...     check_diff(0.5)
-        ... except DiffError as e:
-        ...     print(e)
-        field '_diff': must be a nonzero int (a multiplicity: +1 a record, -1 a retraction), got float 0.5
+    >>> check_diff(-1)
+    -1
+    >>> try:
+    ...     check_diff(0.5)
+    ... except DiffError as e:
+    ...     print(e)
+    field '_diff': must be a nonzero int (a multiplicity: +1 a record, -1 a retraction), got float 0.5
     """
     if type(value) is int and value and -(2**63) <= value < 2**63:
         return value
     if type(value) is int and value:
         raise DiffError(f"must fit in 64 bits (-2**63 .. 2**63 - 1), got {_safe_repr(value)}")
-    raise DiffError(f"must be a nonzero int (a multiplicity: +1 a record, -1 a retraction), got {type(value).__name__} {_safe_repr(value)}")
+    raise DiffError(
+        f"must be a nonzero int (a multiplicity: +1 a record, -1 a retraction), got {type(value).__name__} {_safe_repr(value)}"
+    )
 
 
 def validate_signed(schema: RecordSchema, record: Any) -> tuple[dict[str, Any], int]:

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import io
 import os
-from typing import Any, BinaryIO, Iterable, Iterator, Mapping, Optional, Union
+from collections.abc import Iterable, Iterator, Mapping
+from typing import Any, BinaryIO, Union
 
 import pyarrow as pa
 
@@ -22,17 +23,21 @@ __all__ = ["MAX_LINE_BYTES", "Records"]
 
 _CHUNK = 50_000  # records validated per Arrow chunk while feeding
 MAX_LINE_BYTES = 64 << 20  # the longest line of a JSON-lines feed (64 MiB); a longer one is refused unread
-Records = Union[str, "os.PathLike[str]", Iterable[Mapping[str, Any]], pa.Table, pa.RecordBatch, pa.RecordBatchReader, Any]
+Records = Union[
+    str, "os.PathLike[str]", Iterable[Mapping[str, Any]], pa.Table, pa.RecordBatch, pa.RecordBatchReader, Any
+]
 
 
-def _json_lines(fh: BinaryIO, src: str) -> Iterator[Union[str, RecordError]]:
+def _json_lines(fh: BinaryIO, src: str) -> Iterator[str | RecordError]:
     """The lines of a JSON-lines file as text, or a :class:`RecordError` for a line that is longer
     than :data:`MAX_LINE_BYTES` (not read whole) or not UTF-8; lines end at ``\\n`` only."""
     while True:
         try:
             raw = fh.readline(MAX_LINE_BYTES + 1)
         except OSError as e:
-            raise InputError(f"{src}: cannot read the file: {e.strerror or e}; nothing was landed", code="unreadable") from None
+            raise InputError(
+                f"{src}: cannot read the file: {e.strerror or e}; nothing was landed", code="unreadable"
+            ) from None
         if not raw:
             return
         if len(raw) > MAX_LINE_BYTES and not raw.endswith(b"\n"):
@@ -48,10 +53,17 @@ def _json_lines(fh: BinaryIO, src: str) -> Iterator[Union[str, RecordError]]:
 
 def _is_arrow(records: Any) -> bool:
     """Whether ``records`` are Arrow data (or a DataFrame that exports them), not dicts."""
-    if isinstance(records, (list, tuple)) and records and all(isinstance(r, (pa.Table, pa.RecordBatch)) for r in records):
+    if (
+        isinstance(records, (list, tuple))
+        and records
+        and all(isinstance(r, (pa.Table, pa.RecordBatch)) for r in records)
+    ):
         return True  # e.g. table.to_batches()
-    return isinstance(records, (pa.Table, pa.RecordBatch, pa.RecordBatchReader)) or hasattr(records, "__arrow_c_stream__") or (
-        type(records).__module__.startswith("pandas") and type(records).__name__ == "DataFrame")
+    return (
+        isinstance(records, (pa.Table, pa.RecordBatch, pa.RecordBatchReader))
+        or hasattr(records, "__arrow_c_stream__")
+        or (type(records).__module__.startswith("pandas") and type(records).__name__ == "DataFrame")
+    )
 
 
 def _arrow_batches(records: Any, flow: str) -> Iterator[pa.RecordBatch]:
@@ -75,11 +87,13 @@ def _arrow_batches(records: Any, flow: str) -> Iterator[pa.RecordBatch]:
             reader = pa.RecordBatchReader.from_stream(records)
         yield from reader
     except (pa.ArrowException, ValueError, TypeError) as e:  # e.g. a pandas column of mixed Python types
-        raise InputError(f"flow '{flow}': the {type(records).__name__} cannot be read as Arrow columns: {e}; nothing was landed",
-                         code="bad-record") from None
+        raise InputError(
+            f"flow '{flow}': the {type(records).__name__} cannot be read as Arrow columns: {e}; nothing was landed",
+            code="bad-record",
+        ) from None
 
 
-def _parquet_batches(src: Union[str, BinaryIO], name: str) -> Iterator[pa.RecordBatch]:
+def _parquet_batches(src: str | BinaryIO, name: str) -> Iterator[pa.RecordBatch]:
     """The record batches of a Parquet file (a path or an open binary file called ``name``); a file
     that is not one (or cannot be read) is ``unreadable``."""
     import pyarrow.parquet as pq
@@ -88,7 +102,9 @@ def _parquet_batches(src: Union[str, BinaryIO], name: str) -> Iterator[pa.Record
         with pq.ParquetFile(src) as f:
             yield from f.iter_batches(batch_size=_CHUNK)
     except (OSError, pa.ArrowException, ValueError) as e:
-        raise InputError(f"{name}: cannot read the file as Parquet: {e}; nothing was landed", code="unreadable") from None
+        raise InputError(
+            f"{name}: cannot read the file as Parquet: {e}; nothing was landed", code="unreadable"
+        ) from None
 
 
 def _as_arrow(schema: RecordSchema, records: Iterable[tuple[dict[str, Any], int]]) -> pa.Table:
@@ -110,7 +126,9 @@ def _as_arrow(schema: RecordSchema, records: Iterable[tuple[dict[str, Any], int]
 
 def _is_file(records: Any) -> bool:
     """Whether ``records`` is an open file (read as JSON lines or Parquet), not an iterable of dicts."""
-    return isinstance(records, io.IOBase) or (hasattr(records, "read") and hasattr(records, "readline") and hasattr(records, "seek"))
+    return isinstance(records, io.IOBase) or (
+        hasattr(records, "read") and hasattr(records, "readline") and hasattr(records, "seek")
+    )
 
 
 def _is_parquet(fh: BinaryIO, name: str) -> bool:
@@ -120,11 +138,13 @@ def _is_parquet(fh: BinaryIO, name: str) -> bool:
         magic = fh.read(4)
         fh.seek(start)
     except (OSError, ValueError) as e:
-        raise InputError(f"{name}: cannot read the file: {getattr(e, 'strerror', None) or e}; nothing was landed", code="unreadable") from None
+        raise InputError(
+            f"{name}: cannot read the file: {getattr(e, 'strerror', None) or e}; nothing was landed", code="unreadable"
+        ) from None
     return magic == b"PAR1"
 
 
-def _conformed(schema: RecordSchema, batches: Iterator[pa.RecordBatch], flow: str, src: Optional[str]) -> pa.Table:
+def _conformed(schema: RecordSchema, batches: Iterator[pa.RecordBatch], flow: str, src: str | None) -> pa.Table:
     """Arrow batches checked and converted to the flow's stored form (:func:`cbp.spec.arrowrecords.conform`)."""
     chunks = [with_diff(schema.arrow.empty_table())]
     seen = 0

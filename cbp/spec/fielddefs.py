@@ -15,7 +15,8 @@ that stored rows written before the field existed get when ``cbp upgrade`` adds 
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from .schema import FieldType, RecordError, RecordSchema, parse_type
 
@@ -32,7 +33,9 @@ def field_definition(name: str, raw: Any) -> tuple[FieldType, bool, Any]:
         raise ValueError(f"give a type string (e.g. 'int?') or {{type: T, default: V}}, not {type(raw).__name__}")
     unknown = set(raw) - _KEYS
     if unknown or "type" not in raw:
-        raise ValueError(f"a field given as a mapping takes 'type' and an optional 'default' (got {', '.join(map(str, raw)) or 'nothing'})")
+        raise ValueError(
+            f"a field given as a mapping takes 'type' and an optional 'default' (got {', '.join(map(str, raw)) or 'nothing'})"
+        )
     ft = parse_type(raw["type"])
     if "default" not in raw:
         return ft, False, None

@@ -7,7 +7,7 @@ refusal is a :class:`cbp.errors.SpecError` naming the file and line.
 
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import Any
 
 import yaml
 
@@ -21,8 +21,7 @@ MAX_YAML_NODES = 100_000  # nodes of the document with every alias expanded (an 
 _NL = b"\n"
 
 
-
-def load_yaml(path: str, text: Optional[str] = None) -> tuple[Any, dict[tuple[str, ...], int]]:
+def load_yaml(path: str, text: str | None = None) -> tuple[Any, dict[tuple[str, ...], int]]:
     """Read one YAML document with bounded work; return it and the line of each key path.
 
     The file is at most :data:`MAX_YAML_BYTES` of UTF-8; nesting at most :data:`MAX_YAML_DEPTH`
@@ -32,19 +31,27 @@ def load_yaml(path: str, text: Optional[str] = None) -> tuple[Any, dict[tuple[st
     """
     try:
         if text is not None:  # the text a home recorded (cbp.controller.upgrade), read as if it were the file
-            raw = text.encode("utf-8")[:MAX_YAML_BYTES + 1]
+            raw = text.encode("utf-8")[: MAX_YAML_BYTES + 1]
         else:
             with open(path, "rb") as fh:
                 raw = fh.read(MAX_YAML_BYTES + 1)
     except OSError as e:
         raise SpecError(path, f"cannot read the file: {e.strerror or e}", code="unreadable") from None
     if len(raw) > MAX_YAML_BYTES:
-        raise SpecError(path, f"line {raw[:MAX_YAML_BYTES].count(_NL) + 1}: the file is longer than {MAX_YAML_BYTES >> 10} KiB, "
-                        "the most cbp reads as a pipeline (keep data in increments, not in the YAML)", code="yaml-too-big")
+        raise SpecError(
+            path,
+            f"line {raw[:MAX_YAML_BYTES].count(_NL) + 1}: the file is longer than {MAX_YAML_BYTES >> 10} KiB, "
+            "the most cbp reads as a pipeline (keep data in increments, not in the YAML)",
+            code="yaml-too-big",
+        )
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as e:
-        raise SpecError(path, f"line {raw[:e.start].count(_NL) + 1}: not UTF-8 text ({e.reason} at byte {e.start + 1})", code="yaml") from None
+        raise SpecError(
+            path,
+            f"line {raw[: e.start].count(_NL) + 1}: not UTF-8 text ({e.reason} at byte {e.start + 1})",
+            code="yaml",
+        ) from None
     loader = None
     try:
         loader = _BoundedLoader(text)
@@ -62,7 +69,9 @@ def load_yaml(path: str, text: Optional[str] = None) -> tuple[Any, dict[tuple[st
             line = None
         where = f"line {line}: " if line else ""
         code = getattr(e, "code", "yaml")
-        raise SpecError(path, f"{where}{what}" if code != "yaml" else f"{where}not valid YAML: {what}", code=code) from None
+        raise SpecError(
+            path, f"{where}{what}" if code != "yaml" else f"{where}not valid YAML: {what}", code=code
+        ) from None
     finally:
         if loader is not None:
             loader.dispose()
@@ -92,8 +101,11 @@ class _BoundedLoader(yaml.SafeLoader):
     def _count(self, n: int, mark: Any) -> None:
         self._nodes += n
         if self._nodes > MAX_YAML_NODES:
-            raise _YamlRefused("yaml-too-big", f"the document has more than {MAX_YAML_NODES:,} nodes with its aliases expanded "
-                               "(an alias bomb?)", mark)
+            raise _YamlRefused(
+                "yaml-too-big",
+                f"the document has more than {MAX_YAML_NODES:,} nodes with its aliases expanded (an alias bomb?)",
+                mark,
+            )
 
     def compose_node(self, parent: Any, index: Any) -> Any:
         event = self.peek_event()
@@ -101,17 +113,26 @@ class _BoundedLoader(yaml.SafeLoader):
             target = self.anchors.get(event.anchor)
             if target is not None:
                 if event.anchor in self._open:
-                    raise _YamlRefused("yaml-recursive", f"alias *{event.anchor} is inside the node &{event.anchor} it refers to: "
-                                       "recursive structures are not allowed", event.start_mark)
+                    raise _YamlRefused(
+                        "yaml-recursive",
+                        f"alias *{event.anchor} is inside the node &{event.anchor} it refers to: "
+                        "recursive structures are not allowed",
+                        event.start_mark,
+                    )
                 self._count(self._size[id(target)], event.start_mark)
                 if self._depth + self._height[id(target)] > MAX_YAML_DEPTH:
-                    raise _YamlRefused("yaml-too-deep", f"alias *{event.anchor} nests mappings/sequences deeper than "
-                                       f"{MAX_YAML_DEPTH} levels", event.start_mark)
+                    raise _YamlRefused(
+                        "yaml-too-deep",
+                        f"alias *{event.anchor} nests mappings/sequences deeper than {MAX_YAML_DEPTH} levels",
+                        event.start_mark,
+                    )
             return super().compose_node(parent, index)
         collection = isinstance(event, (yaml.SequenceStartEvent, yaml.MappingStartEvent))
         if collection:
             if self._depth >= MAX_YAML_DEPTH:
-                raise _YamlRefused("yaml-too-deep", f"mappings/sequences nested deeper than {MAX_YAML_DEPTH} levels", event.start_mark)
+                raise _YamlRefused(
+                    "yaml-too-deep", f"mappings/sequences nested deeper than {MAX_YAML_DEPTH} levels", event.start_mark
+                )
             self._depth += 1
         before = self._nodes
         self._count(1, event.start_mark)
@@ -147,8 +168,12 @@ class _BoundedLoader(yaml.SafeLoader):
                 value = (key.tag, key.value)
             first = seen.get(value)
             if first is not None:
-                raise _YamlRefused("duplicate-key", f"key '{key.value[:80]}' appears twice in this mapping (first on line "
-                                   f"{first.start_mark.line + 1}); cbp does not pick one", key.start_mark)
+                raise _YamlRefused(
+                    "duplicate-key",
+                    f"key '{key.value[:80]}' appears twice in this mapping (first on line "
+                    f"{first.start_mark.line + 1}); cbp does not pick one",
+                    key.start_mark,
+                )
             seen[value] = key
 
     def construct_object(self, node: Any, deep: bool = False) -> Any:
@@ -156,9 +181,18 @@ class _BoundedLoader(yaml.SafeLoader):
             return super().construct_object(node, deep)
         except yaml.YAMLError:
             raise
-        except (ValueError, TypeError, KeyError, AttributeError, OverflowError, IndexError) as e:  # e.g. !!int abc, 2001-13-01
+        except (
+            ValueError,
+            TypeError,
+            KeyError,
+            AttributeError,
+            OverflowError,
+            IndexError,
+        ) as e:  # e.g. !!int abc, 2001-13-01
             what = repr(node.value[:60]) if isinstance(node, yaml.ScalarNode) else "this node"
-            raise yaml.constructor.ConstructorError(None, None, f"cannot read {what} as {node.tag}: {e}", node.start_mark) from None
+            raise yaml.constructor.ConstructorError(
+                None, None, f"cannot read {what} as {node.tag}: {e}", node.start_mark
+            ) from None
 
 
 def _line_index(node: Any) -> dict[tuple[str, ...], int]:

@@ -1,7 +1,7 @@
 """Internal: a pydantic validation error of a pipeline YAML as one message naming lines, stages and flows.
 
-    >>> describe(["stages", "count", "inputs", "0", "flow"])
-    "stage 'count' inputs.[0].flow"
+>>> describe(["stages", "count", "inputs", "0", "flow"])
+"stage 'count' inputs.[0].flow"
 """
 
 from __future__ import annotations

@@ -17,8 +17,8 @@ raises one error listing them all, with the first one's code (and the first alon
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Iterator
 
 from ..errors import SpecError
 

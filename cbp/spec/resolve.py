@@ -13,8 +13,9 @@ from __future__ import annotations
 import importlib
 import os
 import sys
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Any, Callable, Iterator
+from typing import Any
 
 __all__ = ["resolve_callable", "is_import_path", "safe_str"]
 
@@ -38,11 +39,15 @@ def resolve_callable(path: str, base_dir: str) -> Callable[..., Any]:
         with _beside(base, mod_name):
             module = importlib.import_module(mod_name)
     except ModuleNotFoundError as e:
-        raise ValueError(f"import path '{path}': module '{mod_name}' not found ({e}); looked beside the YAML in {base} and on sys.path") from None
+        raise ValueError(
+            f"import path '{path}': module '{mod_name}' not found ({e}); looked beside the YAML in {base} and on sys.path"
+        ) from None
     except KeyboardInterrupt:
         raise
     except BaseException as e:  # noqa: BLE001 - the user's module failed while importing (or called sys.exit)
-        raise ValueError(f"import path '{path}': importing module '{mod_name}' raised {type(e).__name__}: {safe_str(e)}") from None
+        raise ValueError(
+            f"import path '{path}': importing module '{mod_name}' raised {type(e).__name__}: {safe_str(e)}"
+        ) from None
     obj: Any = module
     for part in attr.split("."):
         if not hasattr(obj, part):
@@ -64,8 +69,13 @@ def _beside(base: str, mod_name: str) -> Iterator[None]:
     shadow anything the process imports later, and a translator's own later ``import helper`` still
     finds its helper), after dropping from ``sys.modules`` the modules of another YAML's directory
     that ``base`` has a module of the same name for (two pipelines with a ``tr.py`` each get their own)."""
-    mine = {n[:-3] for n in _listdir(base) if n.endswith(".py")} | {n for n in _listdir(base) if os.path.isdir(os.path.join(base, n))}
-    mine -= {__name__.partition(".")[0], *getattr(sys, "stdlib_module_names", ())}  # never cbp itself, nor the standard library
+    mine = {n[:-3] for n in _listdir(base) if n.endswith(".py")} | {
+        n for n in _listdir(base) if os.path.isdir(os.path.join(base, n))
+    }
+    mine -= {
+        __name__.partition(".")[0],
+        *getattr(sys, "stdlib_module_names", ()),
+    }  # never cbp itself, nor the standard library
     for name, mod in list(sys.modules.items()):
         if name.partition(".")[0] not in mine:
             continue
@@ -134,4 +144,9 @@ def _lives_in(module: Any, base: str) -> bool:
     helper next to the translators; packages such as cbp itself, even in that directory, are not)."""
     file = getattr(module, "__file__", None)
     name = getattr(module, "__name__", "") or ""
-    return bool(file) and "." not in name and os.path.dirname(os.path.abspath(file)) == base and not file.endswith("__init__.py")
+    return (
+        bool(file)
+        and "." not in name
+        and os.path.dirname(os.path.abspath(file)) == base
+        and not file.endswith("__init__.py")
+    )

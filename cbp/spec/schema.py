@@ -23,11 +23,22 @@ import json
 import math
 import re
 import reprlib
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Annotated, Any, Mapping, Optional
+from typing import Annotated, Any, Optional
 
 import pyarrow as pa
-from pydantic import AfterValidator, ConfigDict, Field, StrictBool, StrictFloat, StrictInt, StrictStr, TypeAdapter, ValidationError
+from pydantic import (
+    AfterValidator,
+    ConfigDict,
+    Field,
+    StrictBool,
+    StrictFloat,
+    StrictInt,
+    StrictStr,
+    TypeAdapter,
+    ValidationError,
+)
 from typing_extensions import NotRequired, Required, TypedDict
 
 __all__ = ["FieldType", "RecordSchema", "RecordError", "parse_type", "check_json", "MAX_DEPTH", "FIELD_NAME", "DIFF"]
@@ -92,10 +103,10 @@ class FieldType:
     def python(self) -> Any:
         t = _SCALARS[self.scalar][0]
         if self.is_list:
-            t = list[Optional[t]] if self.items_nullable else list[t]  # type: ignore[valid-type]
+            t = list[t | None] if self.items_nullable else list[t]  # type: ignore[valid-type]
         return Optional[t] if self.nullable else t
 
-    def accepts(self, other: "FieldType") -> bool:
+    def accepts(self, other: FieldType) -> bool:
         """Whether values of ``other`` (a producer's type) fit this (a consumer's) type."""
         if self.is_list != other.is_list or (other.items_nullable and not self.items_nullable):
             return False
@@ -107,8 +118,8 @@ class FieldType:
 def parse_type(text: str) -> FieldType:
     """Parse a type string such as ``int``, ``list<string>``, ``list<int?>`` or ``float?``.
 
-        >>> parse_type("list<int>?")
-        FieldType(scalar='int', is_list=True, nullable=True, items_nullable=False)
+    >>> parse_type("list<int>?")
+    FieldType(scalar='int', is_list=True, nullable=True, items_nullable=False)
     """
     m = _TYPE_RE.match(str(text))
     scalar = (m.group(1) or m.group(3)) if m else None
@@ -124,13 +135,17 @@ def _adapter(fields: tuple[tuple[str, FieldType], ...]) -> TypeAdapter:  # type:
     """The pydantic validator of a schema's records; built once per process and schema (a task
     unpickles its plan's schemas every time)."""
     # a TypedDict, not a model: any identifier is a field name (a model reserves 'model_config' ...)
-    td: Any = TypedDict("Record", {  # type: ignore[misc]
-        name: (NotRequired[ft.python] if ft.nullable else Required[ft.python]) for name, ft in fields})
+    td: Any = TypedDict(
+        "Record",
+        {  # type: ignore[misc]
+            name: (NotRequired[ft.python] if ft.nullable else Required[ft.python]) for name, ft in fields
+        },
+    )
     td.__pydantic_config__ = ConfigDict(extra="forbid", strict=True)
     return TypeAdapter(td)
 
 
-def _flat_record(flat: list[tuple[str, str, bool]], record: dict[str, Any]) -> Optional[dict[str, Any]]:
+def _flat_record(flat: list[tuple[str, str, bool]], record: dict[str, Any]) -> dict[str, Any] | None:
     """``record`` checked as pydantic would accept it, for a schema of plain scalar fields; None
     if it is not plainly valid (then pydantic's validation says what is wrong, or accepts it)."""
     out: dict[str, Any] = {}
@@ -168,9 +183,13 @@ _INF = float("inf")
 class RecordSchema:
     """The fields of a flow's records, with a fast validator (pydantic) and an Arrow schema."""
 
-    def __init__(self, fields: Mapping[str, FieldType], defaults: Optional[Mapping[str, Any]] = None, signed: bool = False) -> None:
+    def __init__(
+        self, fields: Mapping[str, FieldType], defaults: Mapping[str, Any] | None = None, signed: bool = False
+    ) -> None:
         self.fields = dict(fields)
-        self.defaults = dict(defaults or {})  # field -> the value stored rows without it get on an upgrade (YAML 'default:')
+        self.defaults = dict(
+            defaults or {}
+        )  # field -> the value stored rows without it get on an upgrade (YAML 'default:')
         #: whether the last field is ``_diff`` (int64, null: +1), as the engine reads increments (:meth:`signed`)
         self.is_signed = signed
         if signed:
@@ -181,15 +200,20 @@ class RecordSchema:
             if signed and name == DIFF:
                 continue
             if not isinstance(name, str) or not FIELD_NAME.match(name):
-                raise ValueError(f"field name {_short(name)} must be an identifier (letters, digits, _) not starting with '_'")
+                raise ValueError(
+                    f"field name {_short(name)} must be an identifier (letters, digits, _) not starting with '_'"
+                )
         self._adapter = _adapter(tuple(self.fields.items()))
         self._json_fields = [n for n, ft in self.fields.items() if ft.scalar == "json"]
         self._text_fields = [(n, ft.is_list) for n, ft in self.fields.items() if ft.scalar == "string"]
         self._list_fields = [n for n, ft in self.fields.items() if ft.is_list]
         #: (name, scalar, nullable) of each field when all are plain scalars: :meth:`validate` checks
         #: such records itself and leaves pydantic only the ones it cannot accept (to say why)
-        self._flat = None if any(ft.is_list or ft.scalar == "json" for ft in self.fields.values()) else [
-            (n, ft.scalar, ft.nullable) for n, ft in self.fields.items()]
+        self._flat = (
+            None
+            if any(ft.is_list or ft.scalar == "json" for ft in self.fields.values())
+            else [(n, ft.scalar, ft.nullable) for n, ft in self.fields.items()]
+        )
 
     def __getstate__(self) -> dict[str, Any]:
         return {"fields": self.user_fields, "defaults": self.defaults, "signed": self.is_signed}
@@ -205,7 +229,7 @@ class RecordSchema:
         """The fields the flow declares (without ``_diff``)."""
         return {n: ft for n, ft in self.fields.items() if n != DIFF} if self.is_signed else self.fields
 
-    def signed(self) -> "RecordSchema":
+    def signed(self) -> RecordSchema:
         """This schema with a last field ``_diff`` (a nullable int64: null means +1), as records of
         increments are stored and read; :meth:`from_storage` gives a null one as 1.
 
@@ -215,7 +239,7 @@ class RecordSchema:
         return self if self.is_signed else RecordSchema(self.fields, self.defaults, signed=True)
 
     @classmethod
-    def parse(cls, raw: Mapping[str, str]) -> "RecordSchema":
+    def parse(cls, raw: Mapping[str, str]) -> RecordSchema:
         """Build a schema from ``{field: type string}``; ``ValueError`` says what is wrong."""
         if not isinstance(raw, Mapping):
             raise ValueError(f"a schema is a mapping of field names to type strings, got {type(raw).__name__}")
@@ -247,7 +271,7 @@ class RecordSchema:
         for name, is_list in self._text_fields:
             v = out[name]
             if v is not None:
-                for text in (v if is_list else (v,)):
+                for text in v if is_list else (v,):
                     if text is not None and _SURROGATE.search(text):
                         raise RecordError(name, _surrogate_message(text, f"[{v.index(text)}]" if is_list else ""))
         for name in self._json_fields:
@@ -265,7 +289,9 @@ class RecordSchema:
     def parse_json_line(self, line: str) -> Any:
         """One JSON text parsed (not validated), bounded as :meth:`validate_json_line` says."""
         if _too_deep(line):
-            raise RecordError(None, f"JSON nested deeper than {MAX_DEPTH} levels of arrays/objects (the record counts as one)")
+            raise RecordError(
+                None, f"JSON nested deeper than {MAX_DEPTH} levels of arrays/objects (the record counts as one)"
+            )
         try:
             value = json.loads(line, object_pairs_hook=_no_duplicate_keys, parse_constant=_no_constant)
         except RecordError:
@@ -313,8 +339,9 @@ class RecordSchema:
                 out[n] = list(out[n])
         return self.from_storage(out)
 
-    def to_arrow(self, records: list[Mapping[str, Any]], extra: pa.Schema | None = None,
-                 diffs: Optional[list[int]] = None) -> pa.Table:
+    def to_arrow(
+        self, records: list[Mapping[str, Any]], extra: pa.Schema | None = None, diffs: list[int] | None = None
+    ) -> pa.Table:
         """Validated records (plus ``extra`` leading columns) to an Arrow table; with ``diffs``
         (one per record), a last column ``_diff`` (int64) holds them."""
         schema = self.arrow if extra is None else pa.schema(list(extra) + list(self.arrow))
@@ -351,7 +378,7 @@ def _too_deep(text: str) -> bool:
 
     depth = 0
     for start in range(0, len(brackets), 1 << 20):
-        b = np.frombuffer(brackets[start:start + (1 << 20)].encode("ascii"), dtype=np.uint8)
+        b = np.frombuffer(brackets[start : start + (1 << 20)].encode("ascii"), dtype=np.uint8)
         running = np.cumsum(np.where((b == 91) | (b == 123), 1, -1)) + depth  # '[' 91, '{' 123
         if int(running.max()) > MAX_DEPTH:
             return True
@@ -361,8 +388,10 @@ def _too_deep(text: str) -> bool:
 
 def _surrogate_message(text: str, where: str = "") -> str:
     i = _SURROGATE.search(text).start()  # type: ignore[union-attr]
-    return (f"text{where} holds a lone surrogate \\u{ord(text[i]):04x} at character {i + 1} (a \\uXXXX escape "
-            "without its pair), which is not Unicode; it cannot be stored")
+    return (
+        f"text{where} holds a lone surrogate \\u{ord(text[i]):04x} at character {i + 1} (a \\uXXXX escape "
+        "without its pair), which is not Unicode; it cannot be stored"
+    )
 
 
 def check_json(field: str, value: Any) -> None:
@@ -406,7 +435,9 @@ def _plainly_json(v: Any, depth: int) -> bool:
     if kinds == {str}:
         return _no_surrogate(items)
     if kinds <= {str, *_SCALAR_JSON}:
-        return _no_surrogate([x for x in items if type(x) is str]) and all(_plain_scalar(x) for x in items if type(x) is not str)
+        return _no_surrogate([x for x in items if type(x) is str]) and all(
+            _plain_scalar(x) for x in items if type(x) is not str
+        )
     return all(_plainly_json(x, depth + 1) for x in items)
 
 
@@ -428,7 +459,9 @@ def _plain_scalar(v: Any) -> bool:
 
 def _walk_json(field: str, value: Any) -> None:
     """:func:`check_json`'s walk, which names what is wrong and where."""
-    stack: list[tuple[Any, int, Any, Any]] = [(value, 2, None, None)]  # value, depth (the record is 1), parent entry, key
+    stack: list[tuple[Any, int, Any, Any]] = [
+        (value, 2, None, None)
+    ]  # value, depth (the record is 1), parent entry, key
 
     def path(entry: Any) -> str:
         keys = []
@@ -454,18 +487,25 @@ def _walk_json(field: str, value: Any) -> None:
                 raise RecordError(field, f"{v}{path(entry)} is not a JSON number (JSON has no NaN or Infinity)")
         elif t is dict or t is list or t is tuple:
             if depth > MAX_DEPTH:
-                raise RecordError(field, f"nested deeper than {MAX_DEPTH} levels of arrays/objects (the record counts as one)")
+                raise RecordError(
+                    field, f"nested deeper than {MAX_DEPTH} levels of arrays/objects (the record counts as one)"
+                )
             if t is dict:
                 for k, item in v.items():
                     if type(k) is not str:
-                        raise RecordError(field, f"object key {_short(k)}{path(entry)} is not a string (JSON keys are strings)")
+                        raise RecordError(
+                            field, f"object key {_short(k)}{path(entry)} is not a string (JSON keys are strings)"
+                        )
                     if _SURROGATE.search(k):
                         raise RecordError(field, _surrogate_message(k, path(entry)))
                     stack.append((item, depth + 1, entry, k))
             else:
                 stack.extend((item, depth + 1, entry, i) for i, item in enumerate(v))
         else:
-            raise RecordError(field, f"{t.__name__} value{path(entry)} is not JSON (use dicts, lists, strings, numbers, booleans or None)")
+            raise RecordError(
+                field,
+                f"{t.__name__} value{path(entry)} is not JSON (use dicts, lists, strings, numbers, booleans or None)",
+            )
 
 
 def _short(x: Any) -> str:

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from typing import Any, Optional
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -31,8 +31,10 @@ from . import PipelineSpec
 __all__ = ["REFUSED", "UnsignedReader", "unsigned_inputs", "first_unsigned", "refusal", "unsigned_readers"]
 
 REFUSED = "retraction-refused"
-FIX = ("sum _diff in the translator (sum(r['_diff'] for r in records), not a count of records) "
-       "and add 'signed: true' to the stage")
+FIX = (
+    "sum _diff in the translator (sum(r['_diff'] for r in records), not a count of records) "
+    "and add 'signed: true' to the stage"
+)
 
 
 @dataclass(frozen=True)
@@ -52,7 +54,7 @@ def unsigned_inputs(spec: PipelineSpec, flow: str) -> list[str]:
     return [s.name for s in spec.stages.values() if any(i.flow == flow and not i.signed for i in s.inputs)]
 
 
-def first_unsigned(diff: pa.ChunkedArray | pa.Array) -> Optional[int]:
+def first_unsigned(diff: pa.ChunkedArray | pa.Array) -> int | None:
     """The index of the first ``_diff`` that is neither +1 nor null (null is +1), or None.
 
     One Arrow ``min_max`` decides the common case (every record +1); only a column that holds
@@ -75,8 +77,10 @@ def shown(record: dict[str, Any]) -> str:
 def refusal(flow: str, stage: str, where: str, record: dict[str, Any], diff: int, landed: str) -> str:
     """The message of a ``retraction-refused`` error: the flow, the stage, the record, and the fix."""
     kind = "a retraction" if diff < 0 else f"{diff} copies of a record"
-    return (f"{where} of flow '{flow}' {shown(record)} has _diff {diff} ({kind}), but stage '{stage}' does not say it "
-            f"handles signed records on input '{flow}'; {FIX} (or on its input '{flow}'). {landed}")
+    return (
+        f"{where} of flow '{flow}' {shown(record)} has _diff {diff} ({kind}), but stage '{stage}' does not say it "
+        f"handles signed records on input '{flow}'; {FIX} (or on its input '{flow}'). {landed}"
+    )
 
 
 def unsigned_readers(spec: PipelineSpec) -> list[UnsignedReader]:
@@ -93,7 +97,9 @@ def unsigned_readers(spec: PipelineSpec) -> list[UnsignedReader]:
         else:
             continue
         for stage in unsigned_inputs(spec, name):
-            message = (f"flow '{name}' is {why}; stage '{stage}' reads it without 'signed: true', so the "
-                       f"first retraction will be refused ({REFUSED}): {FIX}")
+            message = (
+                f"flow '{name}' is {why}; stage '{stage}' reads it without 'signed: true', so the "
+                f"first retraction will be refused ({REFUSED}): {FIX}"
+            )
             out.append(UnsignedReader(stage, "unsigned-reader", message))
     return out

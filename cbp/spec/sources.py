@@ -21,7 +21,8 @@ A *source flow* is fed from a Delta table by ``cbp sync`` (:mod:`cbp.controller.
 
 from __future__ import annotations
 
-from typing import Any, Callable, Optional
+from collections.abc import Callable
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -48,15 +49,26 @@ class SourceSpecError(ValueError):
         self.code = code
 
 
-def flow_source(name: str, raw: Any, schema: RecordSchema, framed: bool, fail: Callable[[tuple[str, ...], str, str], Exception],
-                base: str = ".") -> dict[str, Any]:
+def flow_source(
+    name: str,
+    raw: Any,
+    schema: RecordSchema,
+    framed: bool,
+    fail: Callable[[tuple[str, ...], str, str], Exception],
+    base: str = ".",
+) -> dict[str, Any]:
     """The :class:`~cbp.spec.FlowSpec` fields ``source``, ``key``, ``sequence_by``, ``delete_when`` of
     flow ``name`` (``raw``: its YAML, in directory ``base``), checked; a mistake is raised as ``fail(where, message, code)``."""
     try:
         if (raw.source is not None or raw.key is not None) and not raw.external:
-            raise SourceSpecError(f"flow '{name}': 'source' and 'key' belong to external flows (external: true)", "not-external")
+            raise SourceSpecError(
+                f"flow '{name}': 'source' and 'key' belong to external flows (external: true)", "not-external"
+            )
         if (raw.source is not None or raw.key is not None) and framed:
-            raise SourceSpecError(f"flow '{name}': a source or keyed flow lands one increment per feed; it cannot have a frame_by", "source-framed")
+            raise SourceSpecError(
+                f"flow '{name}': a source or keyed flow lands one increment per feed; it cannot have a frame_by",
+                "source-framed",
+            )
         keys = check_keyed(schema, raw.key, raw.sequence_by, raw.delete_when, f"flow '{name}'")
         uri = check_source_uri(raw.source.delta, f"flow '{name}'", base) if raw.source is not None else None
     except SourceSpecError as e:
@@ -80,10 +92,14 @@ def check_source_uri(uri: str, what: str, base: str = ".") -> str:
     text = uri.strip()
     scheme, sep, rest = text.partition("://")
     bad = not text or "\0" in text or any(ord(c) < 32 for c in text)
-    if sep and (scheme.lower() not in ("s3", "s3a", "file") or not rest or (scheme.lower() != "file" and rest.startswith("/"))):
+    if sep and (
+        scheme.lower() not in ("s3", "s3a", "file") or not rest or (scheme.lower() != "file" and rest.startswith("/"))
+    ):
         bad = True
     if bad:
-        raise SourceSpecError(f"{what}: source delta {uri!r:.200}: give a local path, a file: URI or s3://BUCKET/PATH", "bad-source")
+        raise SourceSpecError(
+            f"{what}: source delta {uri!r:.200}: give a local path, a file: URI or s3://BUCKET/PATH", "bad-source"
+        )
     if sep:
         return text
     if text.lower().startswith("file:"):
@@ -91,8 +107,9 @@ def check_source_uri(uri: str, what: str, base: str = ".") -> str:
     return os.path.abspath(os.path.join(base, text))
 
 
-def check_keyed(schema: RecordSchema, key: Optional[list[str]], sequence_by: Optional[str], delete_when: Optional[str],
-                what: str) -> tuple[str, ...]:
+def check_keyed(
+    schema: RecordSchema, key: list[str] | None, sequence_by: str | None, delete_when: str | None, what: str
+) -> tuple[str, ...]:
     """Check ``key`` / ``sequence_by`` / ``delete_when`` of a flow against its schema; the key fields."""
     if key is None:
         for name, value in (("sequence_by", sequence_by), ("delete_when", delete_when)):
@@ -105,18 +122,28 @@ def check_keyed(schema: RecordSchema, key: Optional[list[str]], sequence_by: Opt
         raise SourceSpecError(f"{what}: 'key' lists a field twice", "bad-key")
     for name in [*key, *(x for x in (sequence_by, delete_when) if x is not None)]:
         if name not in schema.fields:
-            raise SourceSpecError(f"{what}: '{name}' is not a field of the flow (fields: {', '.join(schema.fields)})", "unknown-field")
+            raise SourceSpecError(
+                f"{what}: '{name}' is not a field of the flow (fields: {', '.join(schema.fields)})", "unknown-field"
+            )
     for k in key:
         ft = schema.fields[k]
         if ft.is_list or ft.scalar in ("json", "float"):
-            raise SourceSpecError(f"{what}: key field '{k}' is {ft}; a key field is a string, an int or a bool", "bad-key")
+            raise SourceSpecError(
+                f"{what}: key field '{k}' is {ft}; a key field is a string, an int or a bool", "bad-key"
+            )
     if sequence_by is not None:
         ft = schema.fields[sequence_by]
         if ft.is_list or ft.scalar not in ORDERABLE or ft.nullable or sequence_by in key:
-            raise SourceSpecError(f"{what}: sequence_by '{sequence_by}' is {ft}{' and a key field' if sequence_by in key else ''}; "
-                                  f"give a required field of type {', '.join(ORDERABLE)} that is not part of the key", "bad-sequence")
+            raise SourceSpecError(
+                f"{what}: sequence_by '{sequence_by}' is {ft}{' and a key field' if sequence_by in key else ''}; "
+                f"give a required field of type {', '.join(ORDERABLE)} that is not part of the key",
+                "bad-sequence",
+            )
     if delete_when is not None:
         ft = schema.fields[delete_when]
         if ft.is_list or ft.scalar != "bool" or delete_when in key:
-            raise SourceSpecError(f"{what}: delete_when '{delete_when}' is {ft}; give a bool field that is not part of the key", "bad-delete-when")
+            raise SourceSpecError(
+                f"{what}: delete_when '{delete_when}' is {ft}; give a bool field that is not part of the key",
+                "bad-delete-when",
+            )
     return tuple(key)

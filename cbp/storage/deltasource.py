@@ -11,8 +11,6 @@ signed rows: ``insert`` and ``update_postimage`` are +1, ``delete`` and ``update
 
 from __future__ import annotations
 
-from typing import Optional
-
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -41,7 +39,7 @@ class SourceTable:
         self.uri = uri
         self._dt = None
 
-    def _open(self, version: Optional[int] = None):  # type: ignore[no-untyped-def]
+    def _open(self, version: int | None = None):  # type: ignore[no-untyped-def]
         from deltalake import DeltaTable
 
         where = local_file_uri(self.uri)
@@ -54,8 +52,11 @@ class SourceTable:
                 self._dt.load_as_version(version)
         except Exception as e:  # noqa: BLE001 - delta-rs raises its own and OSError kinds
             at = f" version {version}" if version is not None else ""
-            raise InputError(f"source table {self.uri}{at}: cannot open it as a Delta table: {str(e).splitlines()[0][:300]}; "
-                             "nothing was landed", code="source-missing") from None
+            raise InputError(
+                f"source table {self.uri}{at}: cannot open it as a Delta table: {str(e).splitlines()[0][:300]}; "
+                "nothing was landed",
+                code="source-missing",
+            ) from None
         return self._dt
 
     def version(self) -> int:
@@ -70,12 +71,14 @@ class SourceTable:
     def check_cdf(self, version: int, reland: str = "cbp sync PIPELINE.yaml --reland FLOW") -> None:
         """Refuse (``source-no-cdf``) a version whose changes cbp cannot read (``reland``: how to re-land)."""
         if not self.cdf_enabled(version):
-            raise InputError(f"source table {self.uri} version {version}: the version was written without a change "
-                             "data feed, so cbp cannot tell what it changed (enabling the feed later does not bring "
-                             f"it back). Enable it with ALTER TABLE ... SET TBLPROPERTIES ({CDF_PROPERTY} = true) "
-                             "(delta-rs: DeltaTable.alter.set_table_properties), then re-land the flow from the table "
-                             f"as it is now: {reland}; later versions sync from there. Nothing was landed",
-                             code="source-no-cdf")
+            raise InputError(
+                f"source table {self.uri} version {version}: the version was written without a change "
+                "data feed, so cbp cannot tell what it changed (enabling the feed later does not bring "
+                f"it back). Enable it with ALTER TABLE ... SET TBLPROPERTIES ({CDF_PROPERTY} = true) "
+                "(delta-rs: DeltaTable.alter.set_table_properties), then re-land the flow from the table "
+                f"as it is now: {reland}; later versions sync from there. Nothing was landed",
+                code="source-no-cdf",
+            )
 
     def rows(self, version: int, columns: list[str]) -> pa.Table:
         """The table's rows as of ``version`` (the columns of ``columns`` it has)."""
@@ -84,8 +87,11 @@ class SourceTable:
         try:
             return _plain(pa.table(dt.to_pyarrow_dataset().to_table(columns=have)))
         except Exception as e:  # noqa: BLE001
-            raise InputError(f"source table {self.uri} version {version}: cannot read its rows: {str(e).splitlines()[0][:300]}; "
-                             "nothing was landed", code="source-missing") from None
+            raise InputError(
+                f"source table {self.uri} version {version}: cannot read its rows: {str(e).splitlines()[0][:300]}; "
+                "nothing was landed",
+                code="source-missing",
+            ) from None
 
     def changes(self, version: int, columns: list[str]) -> pa.Table:
         """What ``version`` changed: the columns of ``columns`` the table has, and ``_diff`` (+1/-1)."""
@@ -94,10 +100,13 @@ class SourceTable:
             reader = dt.load_cdf(starting_version=version, ending_version=version, columns=None)
             data = pa.table(reader)
         except Exception as e:  # noqa: BLE001
-            raise InputError(f"source table {self.uri} version {version}: its change data cannot be read "
-                             f"({str(e).splitlines()[0][:300]}); it was vacuumed or its log cleaned up. Land the table "
-                             "anew in a new home, or keep change data longer (delta.deletedFileRetentionDuration, "
-                             "delta.logRetentionDuration); nothing was landed", code="source-cdf-missing") from None
+            raise InputError(
+                f"source table {self.uri} version {version}: its change data cannot be read "
+                f"({str(e).splitlines()[0][:300]}); it was vacuumed or its log cleaned up. Land the table "
+                "anew in a new home, or keep change data longer (delta.deletedFileRetentionDuration, "
+                "delta.logRetentionDuration); nothing was landed",
+                code="source-cdf-missing",
+            ) from None
         kinds = pc.cast(data.column("_change_type"), pa.string())
         signs = pc.if_else(pc.is_in(kinds, pa.array(["insert", "update_postimage"])), 1, -1).cast(pa.int64())
         keep = pc.is_in(kinds, pa.array(list(SIGNS)))

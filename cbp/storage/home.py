@@ -20,17 +20,17 @@ import socket
 import threading
 import time
 import uuid
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Any, Callable, Iterator, Optional
+from typing import Any
 
 import pyarrow.fs as pafs
-from deltalake import DeltaTable
 
 from ..errors import BusyError, RuntimeStateError
 from . import localfiles, objectstore
 from .layout import INC, LAYOUT, PART, SRC
-from .location import check_location, local_file_uri, refuse_mistyped_url
 from .lease import Lease, LeaseRecord, S3Objects
+from .location import check_location, local_file_uri, refuse_mistyped_url
 from .tables import DeltaTables
 
 __all__ = ["Home", "INC", "PART", "SRC"]
@@ -48,7 +48,7 @@ class _ProcessLock:
         self.mutex = threading.RLock()
         self.depth = 0
         self.fd = -1
-        self.lease: Optional[Lease] = None
+        self.lease: Lease | None = None
 
 
 @contextmanager
@@ -66,10 +66,13 @@ def _open_lock_file(path: str, home: str) -> int:
         os.makedirs(os.path.dirname(path), exist_ok=True)
         return os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
     except OSError as e:
-        raise RuntimeStateError(f"cannot open the lock file {path} of the home {home}: {e.strerror}; is the home read-only or full?", code="io") from e
+        raise RuntimeStateError(
+            f"cannot open the lock file {path} of the home {home}: {e.strerror}; is the home read-only or full?",
+            code="io",
+        ) from e
 
 
-def _flock(path: str, home: str, waiting: Optional[Callable[[], None]]) -> int:
+def _flock(path: str, home: str, waiting: Callable[[], None] | None) -> int:
     """Open and ``flock`` a lock file exclusively, calling ``waiting`` once if that has to wait; the fd."""
     fd = _open_lock_file(path, home)
     try:
@@ -98,16 +101,16 @@ class Home(DeltaTables):
         if "://" not in loc:
             loc = os.path.abspath(loc)
         self.location = check_location(loc).rstrip("/")
-        self._fs: Optional[pafs.FileSystem] = None
+        self._fs: pafs.FileSystem | None = None
         self._root = ""
         #: The tables this process commits to, by relative path (see :class:`cbp.storage.tables._Head`):
         #: loaded once, then kept up to date by the commits themselves.
         self._heads: dict[str, Any] = {}
         self._tables_lock = threading.Lock()
         self._signed_tables: set[str] = set()
-        self._runner_lease: Optional[Lease] = None  # held by runner_lock on S3 (see fence)
-        self._follower_thread: Optional[int] = None  # the thread that holds follower_lock through this object
-        self._s3: Optional[S3Objects] = None
+        self._runner_lease: Lease | None = None  # held by runner_lock on S3 (see fence)
+        self._follower_thread: int | None = None  # the thread that holds follower_lock through this object
+        self._s3: S3Objects | None = None
 
     def __getstate__(self) -> dict[str, Any]:
         return {"location": self.location}
@@ -126,7 +129,7 @@ class Home(DeltaTables):
         return self._fs
 
     @property
-    def storage_options(self) -> Optional[dict[str, str]]:
+    def storage_options(self) -> dict[str, str] | None:
         """delta-rs ``storage_options`` for the home's tables (None on a local home)."""
         return objectstore.storage_options(self.location)
 
@@ -182,7 +185,7 @@ class Home(DeltaTables):
             self.fs.create_dir(path.rsplit("/", 1)[0], recursive=True)
 
     @property
-    def _objects(self) -> Optional[S3Objects]:
+    def _objects(self) -> S3Objects | None:
         """On S3, the home's objects through boto3: one request to read, look up or delete a file,
         where pyarrow takes two (a HEAD before a read; a listing after a missing HEAD; a directory
         marker written after a delete)."""
@@ -230,7 +233,7 @@ class Home(DeltaTables):
             pass
 
     # ----------------------------------------------------------- mutual exclusion
-    def local_dir(self) -> Optional[str]:
+    def local_dir(self) -> str | None:
         """The home as a local directory path, or None when it is not on the local filesystem."""
         if "://" not in self.location:
             return self.location
@@ -239,7 +242,7 @@ class Home(DeltaTables):
         return None
 
     @contextmanager
-    def lock(self, waiting: Optional[Callable[[], None]] = None) -> Iterator[None]:
+    def lock(self, waiting: Callable[[], None] | None = None) -> Iterator[None]:
         """Hold the home's mutation lock: one feed or one stage epoch at a time, across processes.
 
         Every change to the controller snapshot happens under it, after re-reading the newest
@@ -291,10 +294,12 @@ class Home(DeltaTables):
                     f"{what}: this process's {lease.name} lease on {self.location} "
                     f"{'was taken over by another process' if lease.lost else 'has run out'} (was it stalled for longer than "
                     f"the lease's {lease.ttl:g} s, CBP_LEASE_TTL?); another process may be changing the home, so nothing of "
-                    "this was committed. Run again", code="lease-lost")
+                    "this was committed. Run again",
+                    code="lease-lost",
+                )
 
     @contextmanager
-    def runner_lock(self, command: str, took_over: Optional[Callable[[dict[str, Any]], None]] = None) -> Iterator[None]:
+    def runner_lock(self, command: str, took_over: Callable[[dict[str, Any]], None] | None = None) -> Iterator[None]:
         """Be the one runner of this home for the block, or raise :class:`BusyError` at once.
 
         On a local home this is an ``flock`` on ``<home>/_cbp/runner.lock``, which the OS releases
@@ -303,7 +308,9 @@ class Home(DeltaTables):
         the lock free means a runner was killed: ``took_over`` gets what it said. Not re-entrant,
         except in the thread that holds :meth:`follower_lock` through this object.
         """
-        if self._follower_thread == threading.get_ident():  # a follower's runs (follower_lock): it is the runner already
+        if (
+            self._follower_thread == threading.get_ident()
+        ):  # a follower's runs (follower_lock): it is the runner already
             yield
             return
         me = {**self.holder_info(), "command": command}
@@ -314,14 +321,16 @@ class Home(DeltaTables):
             try:
                 self.write_bytes(_RUNNER, json.dumps(me).encode())
             except OSError as e:
-                raise RuntimeStateError(f"cannot write {self.uri(_RUNNER)}: {e.strerror}; is the home read-only or full?", code="io") from e
+                raise RuntimeStateError(
+                    f"cannot write {self.uri(_RUNNER)}: {e.strerror}; is the home read-only or full?", code="io"
+                ) from e
             try:
                 yield
             finally:
                 self.delete_file(_RUNNER)
 
     @contextmanager
-    def follower_lock(self, command: str, took_over: Optional[Callable[[dict[str, Any]], None]] = None) -> Iterator[None]:
+    def follower_lock(self, command: str, took_over: Callable[[dict[str, Any]], None] | None = None) -> Iterator[None]:
         """:meth:`runner_lock` for a follower (:mod:`cbp.follow`): held across its runs, whose own
         :meth:`runner_lock` (in this thread, through this object) it covers; ``busy`` as runner_lock."""
         with self.runner_lock(command, took_over):
@@ -332,7 +341,7 @@ class Home(DeltaTables):
                 self._follower_thread = None
 
     @contextmanager
-    def _runner_hold(self, me: dict[str, Any]) -> Iterator[Optional[LeaseRecord]]:
+    def _runner_hold(self, me: dict[str, Any]) -> Iterator[LeaseRecord | None]:
         """Hold the runner flock (yields None) or lease (yields the expired record it took over, if any)."""
         local = self.local_dir()
         if local is None:
@@ -361,11 +370,16 @@ class Home(DeltaTables):
             os.close(fd)
 
     def _busy(self, holder: dict[str, Any]) -> BusyError:
-        since = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(holder["started"])) if "started" in holder else "an unknown time"
+        since = (
+            time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(holder["started"]))
+            if "started" in holder
+            else "an unknown time"
+        )
         return BusyError(
             f"another cbp run is already working on {self.location} (pid {holder.get('pid', '?')} on host "
             f"{holder.get('host', '?')}, since {since}: {holder.get('command', '?')}); only one runner per home. "
-            "Wait for it to finish (feeds may land meanwhile: it will run them), or stop it first", code="busy",
+            "Wait for it to finish (feeds may land meanwhile: it will run them), or stop it first",
+            code="busy",
         )
 
     @staticmethod
@@ -376,11 +390,15 @@ class Home(DeltaTables):
     def lease_store(self, part: str) -> S3Objects:
         """Where the home's leases live (S3 only; code ``unsupported-store`` elsewhere), for ``part``'s error message."""
         if not objectstore.is_s3(self.location):
-            raise RuntimeStateError(f"{part}: {self.location} is on an object store cbp has no leases for; "
-                                    "use an s3:// (or S3-compatible) home, or a local one", code="unsupported-store", path=self.location)
+            raise RuntimeStateError(
+                f"{part}: {self.location} is on an object store cbp has no leases for; "
+                "use an s3:// (or S3-compatible) home, or a local one",
+                code="unsupported-store",
+                path=self.location,
+            )
         return S3Objects(self.location)
 
-    def runner_info(self) -> Optional[dict[str, Any]]:
+    def runner_info(self) -> dict[str, Any] | None:
         """Who holds (or, if the lock is free, last held and was killed holding) the runner lock."""
         try:
             return json.loads(self.read_bytes(_RUNNER))
@@ -408,7 +426,7 @@ class Home(DeltaTables):
         return False
 
     # ----------------------------------------------------------- write-ahead records
-    def read_json(self, rel: str) -> Optional[dict[str, Any]]:
+    def read_json(self, rel: str) -> dict[str, Any] | None:
         """A JSON file of the home, or None if it does not exist (files are replaced atomically)."""
         try:
             return json.loads(self.read_bytes(rel))
@@ -419,7 +437,7 @@ class Home(DeltaTables):
         """Write a JSON file atomically (temp file, then rename)."""
         self.write_bytes(rel, json.dumps(value, sort_keys=True).encode())
 
-    def pending(self) -> Optional[dict[str, Any]]:
+    def pending(self) -> dict[str, Any] | None:
         """The change being committed when the last writer stopped, if it did not finish."""
         return self.read_json(_PENDING)
 
@@ -446,7 +464,7 @@ class Home(DeltaTables):
         self.delete_file(LAYOUT.intention(stage))
 
     # ----------------------------------------------------------- controller snapshots
-    def read_controller(self) -> Optional[dict[str, Any]]:
+    def read_controller(self) -> dict[str, Any] | None:
         """The newest complete controller snapshot, or None for a new home."""
         for name in reversed(self.list_dir(_CONTROLLER)):
             if not name.endswith(".json"):
@@ -455,9 +473,14 @@ class Home(DeltaTables):
                 doc = json.loads(self.read_bytes(f"{_CONTROLLER}/{name}"))
             except (ValueError, OSError):
                 continue  # a torn write: the previous snapshot is the truth
-            if not (isinstance(doc, dict) and isinstance(doc.get("flows"), dict) and isinstance(doc.get("stages"), dict)):
-                raise RuntimeStateError(f"the controller snapshot {self.uri(f'{_CONTROLLER}/{name}')} is damaged (JSON, but not a "
-                                        "snapshot cbp writes); restore the home from a backup", code="damaged-home")
+            if not (
+                isinstance(doc, dict) and isinstance(doc.get("flows"), dict) and isinstance(doc.get("stages"), dict)
+            ):
+                raise RuntimeStateError(
+                    f"the controller snapshot {self.uri(f'{_CONTROLLER}/{name}')} is damaged (JSON, but not a "
+                    "snapshot cbp writes); restore the home from a backup",
+                    code="damaged-home",
+                )
             return doc
         return None
 

@@ -29,7 +29,6 @@ increment each file is in.
 from __future__ import annotations
 
 import hashlib
-from typing import Optional
 
 __all__ = ["Layout", "LAYOUT", "INC", "PART", "SRC", "epoch_of"]
 
@@ -130,7 +129,7 @@ class Layout:
 LAYOUT = Layout()
 
 
-def epoch_of(path: str) -> Optional[int]:
+def epoch_of(path: str) -> int | None:
     """The stage epoch that wrote a state, index or bindings file (its name starts with
     :meth:`Layout.epoch_prefix`), or None.
 

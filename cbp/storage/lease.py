@@ -28,8 +28,9 @@ import sys
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable, Optional
+from typing import Any
 
 from ..errors import RuntimeStateError
 from .layout import LAYOUT
@@ -52,10 +53,18 @@ def _client() -> Any:
             import boto3
             from botocore.config import Config
 
-            cfg = Config(s3={"addressing_style": "path"} if s.endpoint else {}, retries={"max_attempts": 3, "mode": "standard"})
+            cfg = Config(
+                s3={"addressing_style": "path"} if s.endpoint else {}, retries={"max_attempts": 3, "mode": "standard"}
+            )
             client = _CLIENTS[s] = boto3.session.Session().client(
-                "s3", endpoint_url=s.endpoint, region_name=s.region, aws_access_key_id=s.access_key,
-                aws_secret_access_key=s.secret_key, aws_session_token=s.session_token, config=cfg)
+                "s3",
+                endpoint_url=s.endpoint,
+                region_name=s.region,
+                aws_access_key_id=s.access_key,
+                aws_secret_access_key=s.secret_key,
+                aws_session_token=s.session_token,
+                config=cfg,
+            )
     return client
 
 
@@ -64,7 +73,9 @@ def default_ttl() -> tuple[float, float]:
     ttl = float(os.environ.get("CBP_LEASE_TTL") or 30.0)
     renew = float(os.environ.get("CBP_LEASE_RENEW") or ttl / 3)
     if not 0 < renew < ttl:
-        raise RuntimeStateError(f"CBP_LEASE_RENEW ({renew}) must be positive and below CBP_LEASE_TTL ({ttl})", code="lease-config")
+        raise RuntimeStateError(
+            f"CBP_LEASE_RENEW ({renew}) must be positive and below CBP_LEASE_TTL ({ttl})", code="lease-config"
+        )
     return ttl, renew
 
 
@@ -87,8 +98,11 @@ class S3Objects:
 
     def _failed(self, what: str, rel: str, e: Exception) -> RuntimeStateError:
         where = f"s3://{self.bucket}/{self.key(rel)}"
-        return RuntimeStateError(f"cannot {what} {where}: {e}; is the bucket there, and are AWS_ENDPOINT_URL and the credentials right?",
-                                 code="io", path=where)
+        return RuntimeStateError(
+            f"cannot {what} {where}: {e}; is the bucket there, and are AWS_ENDPOINT_URL and the credentials right?",
+            code="io",
+            path=where,
+        )
 
     def list(self, rel_dir: str) -> list[str]:
         """Names of the objects directly under ``rel_dir``."""
@@ -96,12 +110,14 @@ class S3Objects:
         names: list[str] = []
         try:
             for page in self.client.get_paginator("list_objects_v2").paginate(Bucket=self.bucket, Prefix=prefix):
-                names += [o["Key"][len(prefix):] for o in page.get("Contents", []) if "/" not in o["Key"][len(prefix):]]
+                names += [
+                    o["Key"][len(prefix) :] for o in page.get("Contents", []) if "/" not in o["Key"][len(prefix) :]
+                ]
         except Exception as e:  # botocore's errors: unreachable endpoint, no bucket, bad credentials
             raise self._failed("list", rel_dir, e) from e
         return names
 
-    def read(self, rel: str) -> Optional[bytes]:
+    def read(self, rel: str) -> bytes | None:
         try:
             return self.client.get_object(Bucket=self.bucket, Key=self.key(rel))["Body"].read()
         except self.client.exceptions.NoSuchKey:
@@ -132,7 +148,10 @@ class S3Objects:
             return True
         except ClientError as e:
             status = e.response.get("ResponseMetadata", {}).get("HTTPStatusCode")
-            if status in (409, 412) or e.response.get("Error", {}).get("Code") in ("PreconditionFailed", "ConditionalRequestConflict"):
+            if status in (409, 412) or e.response.get("Error", {}).get("Code") in (
+                "PreconditionFailed",
+                "ConditionalRequestConflict",
+            ):
                 return False
             raise self._failed("create", rel, e) from e
         except Exception as e:
@@ -156,24 +175,47 @@ class LeaseRecord:
     released: bool
     info: dict[str, Any]
 
-    def live(self, now: Optional[float] = None) -> bool:
+    def live(self, now: float | None = None) -> bool:
         return not self.released and self.expires > (time.time() if now is None else now)
 
     def to_json(self) -> bytes:
-        return json.dumps({"seq": self.seq, "holder": self.holder, "nonce": self.nonce, "expires": self.expires,
-                           "released": self.released, "info": self.info}, sort_keys=True).encode()
+        return json.dumps(
+            {
+                "seq": self.seq,
+                "holder": self.holder,
+                "nonce": self.nonce,
+                "expires": self.expires,
+                "released": self.released,
+                "info": self.info,
+            },
+            sort_keys=True,
+        ).encode()
 
     @classmethod
-    def from_json(cls, data: bytes) -> "LeaseRecord":
+    def from_json(cls, data: bytes) -> LeaseRecord:
         d = json.loads(data)
-        return cls(int(d["seq"]), str(d["holder"]), str(d["nonce"]), float(d["expires"]), bool(d["released"]), dict(d.get("info") or {}))
+        return cls(
+            int(d["seq"]),
+            str(d["holder"]),
+            str(d["nonce"]),
+            float(d["expires"]),
+            bool(d["released"]),
+            dict(d.get("info") or {}),
+        )
 
 
 class Lease:
     """A named lease of one home (see the module docstring); one holder at a time across hosts."""
 
-    def __init__(self, store: S3Objects, name: str, info: Optional[dict[str, Any]] = None, *,
-                 ttl: Optional[float] = None, renew: Optional[float] = None) -> None:
+    def __init__(
+        self,
+        store: S3Objects,
+        name: str,
+        info: dict[str, Any] | None = None,
+        *,
+        ttl: float | None = None,
+        renew: float | None = None,
+    ) -> None:
         dttl, drenew = default_ttl()
         self.store, self.dir = store, LAYOUT.lease_dir(name)
         self.name = name
@@ -185,7 +227,7 @@ class Lease:
         self.lost = False
         self.expires = 0.0  # when this holder's newest record expires (wall clock)
         self._stop = threading.Event()
-        self._thread: Optional[threading.Thread] = None
+        self._thread: threading.Thread | None = None
         self._io = threading.Lock()
 
     # ------------------------------------------------------------------ reading
@@ -195,7 +237,7 @@ class Lease:
     def _seqs(self) -> list[int]:
         return sorted(int(n[:-5]) for n in self.store.list(self.dir) if n.endswith(".json") and n[:-5].isdigit())
 
-    def current(self) -> Optional[LeaseRecord]:
+    def current(self) -> LeaseRecord | None:
         """The highest record (None if the lease was never taken)."""
         for _ in range(5):  # a record deleted by a prune between list and read: list again
             seqs = self._seqs()
@@ -206,7 +248,9 @@ class Lease:
                 try:
                     return LeaseRecord.from_json(data)
                 except (ValueError, KeyError, TypeError) as e:
-                    raise RuntimeStateError(f"lease record {self._rel(seqs[-1])} is not a lease record: {e}", code="home-corrupt") from e
+                    raise RuntimeStateError(
+                        f"lease record {self._rel(seqs[-1])} is not a lease record: {e}", code="home-corrupt"
+                    ) from e
         raise RuntimeStateError(f"the lease {self.dir} keeps changing under this reader", code="io")
 
     # ------------------------------------------------------------------ writing
@@ -220,7 +264,7 @@ class Lease:
             self.expires = rec.expires
         return made
 
-    def try_acquire(self) -> tuple[bool, Optional[LeaseRecord]]:
+    def try_acquire(self) -> tuple[bool, LeaseRecord | None]:
         """Take the lease if it is free or expired: (True, the expired record taken over, if any),
         or (False, the live holder's record)."""
         while True:
@@ -235,7 +279,9 @@ class Lease:
                     self._start_renewing()
                     return True, (top if top is not None and not top.released and top.holder != self.token else None)
 
-    def acquire(self, waiting: Optional[Callable[[LeaseRecord], None]] = None, poll: Optional[float] = None) -> Optional[LeaseRecord]:
+    def acquire(
+        self, waiting: Callable[[LeaseRecord], None] | None = None, poll: float | None = None
+    ) -> LeaseRecord | None:
         """Take the lease, waiting while someone else holds it (``waiting`` is called once);
         return the expired record taken over, if any."""
         told = False
@@ -258,8 +304,12 @@ class Lease:
                 self._prune()
                 return True
             self.lost = True
-        print(f"cbp: lost the lease {self.name} of {self.store.bucket}/{self.store.prefix}: it expired before it was renewed "
-              "(was this process stalled?) and another process took it over", file=sys.stderr, flush=True)
+        print(
+            f"cbp: lost the lease {self.name} of {self.store.bucket}/{self.store.prefix}: it expired before it was renewed "
+            "(was this process stalled?) and another process took it over",
+            file=sys.stderr,
+            flush=True,
+        )
         return False
 
     def remaining(self) -> float:

@@ -27,12 +27,17 @@ def check_location(loc: str) -> str:
         refuse_mistyped_url(loc)
     if sep:
         if scheme.lower() not in (*objectstore.S3_SCHEMES, "file"):
-            raise UsageError(f"--home {loc!r}: cbp keeps homes on a local disk or on S3 (s3://BUCKET/PREFIX), not {scheme}://", code="bad-home")
+            raise UsageError(
+                f"--home {loc!r}: cbp keeps homes on a local disk or on S3 (s3://BUCKET/PREFIX), not {scheme}://",
+                code="bad-home",
+            )
         if scheme.lower() != "file" and (not rest or rest.startswith("/")):
             raise UsageError(f"--home {loc!r}: name a bucket (s3://BUCKET/PREFIX)", code="bad-home")
-    local = loc[len("file://"):] if loc.lower().startswith("file://") else (None if sep else loc)
+    local = loc[len("file://") :] if loc.lower().startswith("file://") else (None if sep else loc)
     if local is not None and "\0" in local:
-        raise UsageError(f"--home {loc!r}: a home's path may not contain a NUL; choose another directory", code="bad-home")
+        raise UsageError(
+            f"--home {loc!r}: a home's path may not contain a NUL; choose another directory", code="bad-home"
+        )
     if local is not None and local.startswith("//"):  # POSIX leaves '//x' to the system; URLs read it as a host
         raise UsageError(f"--home {loc!r}: a path starting with '//'; give it with one '/'", code="bad-home")
     if local is not None and os.path.realpath(local) == os.path.realpath(os.sep):  # a link to / too
@@ -42,11 +47,16 @@ def check_location(loc: str) -> str:
         while up and not os.path.lexists(up) and os.path.dirname(up) != up:
             up = os.path.dirname(up)  # the nearest part of the path that exists must be a directory
         if up and os.path.exists(up) and not os.path.isdir(up):
-            raise UsageError(f"--home {loc!r}: {up} is a file, not a directory; a home is a directory cbp creates", code="bad-home")
+            raise UsageError(
+                f"--home {loc!r}: {up} is a file, not a directory; a home is a directory cbp creates", code="bad-home"
+            )
     bad = sorted({c for c in loc if c in "%\\" or ord(c) < 32 or ord(c) == 127})
     if bad:
-        raise UsageError(f"--home {loc!r}: a home's path may not contain {', '.join(repr(c) for c in bad)} "
-                         "(Delta tables are opened by URL: '%' would be decoded); choose another directory", code="bad-home")
+        raise UsageError(
+            f"--home {loc!r}: a home's path may not contain {', '.join(repr(c) for c in bad)} "
+            "(Delta tables are opened by URL: '%' would be decoded); choose another directory",
+            code="bad-home",
+        )
     return loc
 
 
@@ -72,16 +82,22 @@ def refuse_mistyped_url(loc: str) -> None:
         return  # a URL: check_location decides on it
     m = _SCHEME.match(loc)
     if m and m.group(1).lower() != "file":
-        scheme, rest = m.group(1).lower(), loc[m.end():].lstrip("/")
-        guess = f"did you mean {scheme}://{rest}?" if scheme in objectstore.S3_SCHEMES else \
-            f"cbp keeps homes on a local disk or on S3 (s3://BUCKET/PREFIX), not {scheme}:"
-        raise UsageError(f"--home {loc!r} looks like a mistyped URL: {guess} (a local directory: ./{loc})",
-                         code="bad-home")
+        scheme, rest = m.group(1).lower(), loc[m.end() :].lstrip("/")
+        guess = (
+            f"did you mean {scheme}://{rest}?"
+            if scheme in objectstore.S3_SCHEMES
+            else f"cbp keeps homes on a local disk or on S3 (s3://BUCKET/PREFIX), not {scheme}:"
+        )
+        raise UsageError(
+            f"--home {loc!r} looks like a mistyped URL: {guess} (a local directory: ./{loc})", code="bad-home"
+        )
     m = _MISSING_COLON.match(loc)
     if m:
-        url = f"{m.group(1).lower()}://{loc[m.end():]}"
-        raise UsageError(f"--home {loc!r} looks like a mistyped URL: did you mean {url}? (a local directory: ./{loc})",
-                         code="bad-home")
+        url = f"{m.group(1).lower()}://{loc[m.end() :]}"
+        raise UsageError(
+            f"--home {loc!r} looks like a mistyped URL: did you mean {url}? (a local directory: ./{loc})",
+            code="bad-home",
+        )
 
 
 def local_file_uri(loc: str) -> str:
@@ -98,8 +114,14 @@ def local_file_uri(loc: str) -> str:
     if rest.startswith("//"):
         host, _, path = rest[2:].partition("/")
         if host.lower() not in ("", "localhost"):
-            raise UsageError(f"--home {loc!r}: a file: URI of another host ({host}); give a local path or file:///PATH", code="bad-home")
+            raise UsageError(
+                f"--home {loc!r}: a file: URI of another host ({host}); give a local path or file:///PATH",
+                code="bad-home",
+            )
         return "/" + path
     if rest.startswith("/"):
         return rest
-    raise UsageError(f"--home {loc!r}: a file: URI names an absolute path (file:///PATH); give that, or a plain path", code="bad-home")
+    raise UsageError(
+        f"--home {loc!r}: a file: URI names an absolute path (file:///PATH); give that, or a plain path",
+        code="bad-home",
+    )

@@ -32,22 +32,40 @@ import gc
 import os
 import threading
 import weakref
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Mapping, Optional
+from typing import Any
 from urllib.parse import urlparse
 
 import pyarrow.fs as pafs
 
-__all__ = ["ObjectStoreSettings", "settings", "is_object_store", "is_s3", "filesystem", "storage_options",
-           "spark_s3a_conf", "ENV_VARS", "propagate_to_spark", "unreachable"]
+__all__ = [
+    "ObjectStoreSettings",
+    "settings",
+    "is_object_store",
+    "is_s3",
+    "filesystem",
+    "storage_options",
+    "spark_s3a_conf",
+    "ENV_VARS",
+    "propagate_to_spark",
+    "unreachable",
+]
 
 S3_SCHEMES = ("s3", "s3a")
-ENV_VARS = ("AWS_ENDPOINT_URL", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_REGION",
-            "AWS_DEFAULT_REGION", "AWS_ALLOW_HTTP")
+ENV_VARS = (
+    "AWS_ENDPOINT_URL",
+    "AWS_ACCESS_KEY_ID",
+    "AWS_SECRET_ACCESS_KEY",
+    "AWS_SESSION_TOKEN",
+    "AWS_REGION",
+    "AWS_DEFAULT_REGION",
+    "AWS_ALLOW_HTTP",
+)
 """The environment variables the settings are read from (and that :func:`propagate_to_spark` ships)."""
 
 
-def _truthy(value: Optional[str]) -> Optional[bool]:
+def _truthy(value: str | None) -> bool | None:
     if value is None or value.strip() == "":
         return None
     return value.strip().lower() in ("1", "true", "yes", "on")
@@ -57,27 +75,32 @@ def _truthy(value: Optional[str]) -> Optional[bool]:
 class ObjectStoreSettings:
     """Endpoint, credentials and region of the S3 service a home lives on (all optional)."""
 
-    endpoint: Optional[str] = None
-    access_key: Optional[str] = None
-    secret_key: Optional[str] = None
-    session_token: Optional[str] = None
-    region: Optional[str] = None
+    endpoint: str | None = None
+    access_key: str | None = None
+    secret_key: str | None = None
+    session_token: str | None = None
+    region: str | None = None
     allow_http: bool = False
 
     @classmethod
-    def from_env(cls, env: Optional[Mapping[str, str]] = None) -> "ObjectStoreSettings":
+    def from_env(cls, env: Mapping[str, str] | None = None) -> ObjectStoreSettings:
         """The settings from ``env`` (default: the process environment)."""
         env = os.environ if env is None else env
         endpoint = (env.get("AWS_ENDPOINT_URL") or "").strip().rstrip("/") or None
         http = _truthy(env.get("AWS_ALLOW_HTTP"))
         if http is None:
             http = bool(endpoint and endpoint.lower().startswith("http://"))
-        return cls(endpoint=endpoint, access_key=env.get("AWS_ACCESS_KEY_ID") or None, secret_key=env.get("AWS_SECRET_ACCESS_KEY") or None,
-                   session_token=env.get("AWS_SESSION_TOKEN") or None, region=env.get("AWS_REGION") or env.get("AWS_DEFAULT_REGION") or None,
-                   allow_http=http)
+        return cls(
+            endpoint=endpoint,
+            access_key=env.get("AWS_ACCESS_KEY_ID") or None,
+            secret_key=env.get("AWS_SECRET_ACCESS_KEY") or None,
+            session_token=env.get("AWS_SESSION_TOKEN") or None,
+            region=env.get("AWS_REGION") or env.get("AWS_DEFAULT_REGION") or None,
+            allow_http=http,
+        )
 
     @property
-    def endpoint_host(self) -> Optional[str]:
+    def endpoint_host(self) -> str | None:
         """``host:port`` of the endpoint (what pyarrow's ``endpoint_override`` wants)."""
         if not self.endpoint:
             return None
@@ -107,9 +130,13 @@ class ObjectStoreSettings:
     def delta_options(self) -> dict[str, str]:
         """delta-rs ``storage_options``: credentials, endpoint and safe concurrent commits (conditional put)."""
         opts = {"conditional_put": "etag"}
-        for key, value in (("AWS_ENDPOINT_URL", self.endpoint), ("AWS_ACCESS_KEY_ID", self.access_key),
-                           ("AWS_SECRET_ACCESS_KEY", self.secret_key), ("AWS_SESSION_TOKEN", self.session_token),
-                           ("AWS_REGION", self.region)):
+        for key, value in (
+            ("AWS_ENDPOINT_URL", self.endpoint),
+            ("AWS_ACCESS_KEY_ID", self.access_key),
+            ("AWS_SECRET_ACCESS_KEY", self.secret_key),
+            ("AWS_SESSION_TOKEN", self.session_token),
+            ("AWS_REGION", self.region),
+        ):
             if value:
                 opts[key] = value
         if self.allow_http:
@@ -159,7 +186,7 @@ def is_s3(location: str) -> bool:
 
 _FS_CACHE: dict[ObjectStoreSettings, pafs.FileSystem] = {}
 _FS_GUARD = threading.Lock()
-_USERS: "weakref.WeakSet[Any]" = weakref.WeakSet()
+_USERS: weakref.WeakSet[Any] = weakref.WeakSet()
 
 
 def filesystem(location: str, user: Any = None) -> tuple[pafs.FileSystem, str]:
@@ -192,7 +219,7 @@ def _release() -> None:
     gc.collect()
 
 
-def storage_options(location: str) -> Optional[dict[str, str]]:
+def storage_options(location: str) -> dict[str, str] | None:
     """delta-rs ``storage_options`` for a table URI (None for local tables and non-S3 stores)."""
     return settings().delta_options() if is_s3(location) else None
 
@@ -218,11 +245,18 @@ def propagate_to_spark(spark_context: object) -> None:
 
 
 #: How pyarrow's S3 client (curl) and botocore say that no connection could be made.
-_NO_CONNECTION = ("NETWORK_CONNECTION", "Could not connect", "Connection refused", "Failed to connect",
-                  "Could not resolve host", "Connect timeout", "Could not connect to the endpoint URL")
+_NO_CONNECTION = (
+    "NETWORK_CONNECTION",
+    "Could not connect",
+    "Connection refused",
+    "Failed to connect",
+    "Could not resolve host",
+    "Connect timeout",
+    "Could not connect to the endpoint URL",
+)
 
 
-def unreachable(location: str, exc: BaseException) -> Optional[Exception]:
+def unreachable(location: str, exc: BaseException) -> Exception | None:
     """``home-unreachable`` (a :class:`~cbp.errors.RuntimeStateError` naming the endpoint) when
     ``exc`` says the object store of an ``s3://`` home could not be connected to; else None."""
     from ..errors import RuntimeStateError
@@ -231,9 +265,15 @@ def unreachable(location: str, exc: BaseException) -> Optional[Exception]:
     if not is_s3(location) or not any(m in text for m in _NO_CONNECTION):
         return None
     s = settings()
-    endpoint = f"the endpoint {s.endpoint} (AWS_ENDPOINT_URL)" if s.endpoint else \
-        "AWS's S3 endpoint (no AWS_ENDPOINT_URL is set)"
+    endpoint = (
+        f"the endpoint {s.endpoint} (AWS_ENDPOINT_URL)"
+        if s.endpoint
+        else "AWS's S3 endpoint (no AWS_ENDPOINT_URL is set)"
+    )
     first = next((ln.strip() for ln in text.splitlines() if ln.strip()), type(exc).__name__)
-    return RuntimeStateError(f"the home {location} cannot be reached: {endpoint} takes no connection ({first}); "
-                             "is the object store running, and AWS_ENDPOINT_URL right?", code="home-unreachable",
-                             path=location)
+    return RuntimeStateError(
+        f"the home {location} cannot be reached: {endpoint} takes no connection ({first}); "
+        "is the object store running, and AWS_ENDPOINT_URL right?",
+        code="home-unreachable",
+        path=location,
+    )

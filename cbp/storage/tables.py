@@ -29,8 +29,9 @@ import json
 import threading
 import time
 import uuid
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Optional
+from typing import Any
 from urllib.parse import quote
 
 import pyarrow as pa
@@ -62,8 +63,13 @@ _PLAIN_WRITER = 2
 
 def _file(a: dict[str, Any], partition_by: str) -> dict[str, Any]:
     """A live data file as cbp keeps it: path (relative, as in the log), size, mtime, rows, partition."""
-    return {"path": a["path"], "size": int(a["size"]), "mtime": int(a.get("mtime") or 0), "rows": a.get("rows"),
-            "partition": a.get("partition")}
+    return {
+        "path": a["path"],
+        "size": int(a["size"]),
+        "mtime": int(a.get("mtime") or 0),
+        "rows": a.get("rows"),
+        "partition": a.get("partition"),
+    }
 
 
 @dataclass
@@ -83,17 +89,28 @@ class _Head:
     tidied: int = 0  # the version at which this process last deleted expired log files
 
     @classmethod
-    def load(cls, dt: DeltaTable) -> "_Head":
+    def load(cls, dt: DeltaTable) -> _Head:
         acts = pa.table(dt.get_add_actions(flatten=True)).to_pylist()
         pcol = next((k for k in (acts[0] if acts else {}) if k.startswith("partition.")), None)
-        files = {a["path"]: {"path": a["path"], "size": a["size_bytes"], "mtime": a["modification_time"], "rows": a.get("num_records"),
-                             "partition": a[pcol] if pcol else None} for a in acts}
+        files = {
+            a["path"]: {
+                "path": a["path"],
+                "size": a["size_bytes"],
+                "mtime": a["modification_time"],
+                "rows": a.get("num_records"),
+                "partition": a[pcol] if pcol else None,
+            }
+            for a in acts
+        }
         try:
             interval = int(dt.metadata().configuration.get("delta.checkpointInterval") or _DEFAULT_INTERVAL)
         except ValueError:
             interval = _DEFAULT_INTERVAL
         protocol = dt.protocol()
-        plain = protocol.min_writer_version <= _PLAIN_WRITER and dt.metadata().configuration.get("delta.appendOnly", "false") != "true"
+        plain = (
+            protocol.min_writer_version <= _PLAIN_WRITER
+            and dt.metadata().configuration.get("delta.appendOnly", "false") != "true"
+        )
         return cls(dt, dt.version(), files, max(1, interval), plain)
 
     def reload(self) -> None:
@@ -117,7 +134,7 @@ class DeltaTables:
     _signed_tables: set[str]  # flow tables known to have the ``_diff`` column
     _tables_lock: threading.Lock
 
-    def table(self, rel: str, version: Optional[int] = None) -> Optional[DeltaTable]:
+    def table(self, rel: str, version: int | None = None) -> DeltaTable | None:
         """The Delta table at ``rel`` (its newest version, or ``version``), or None if there is none.
 
         A table of its own for the caller to read; the controller's commits use :meth:`_head`.
@@ -130,7 +147,7 @@ class DeltaTables:
         except Exception as e:  # delta-rs raises several types for a missing version
             raise RuntimeStateError(f"cannot open Delta table {uri} at version {version}: {e}") from e
 
-    def read_table(self, rel: str, version: Optional[int] = None, partitions: Any = None) -> Optional[pa.Table]:
+    def read_table(self, rel: str, version: int | None = None, partitions: Any = None) -> pa.Table | None:
         """The rows of the Delta table at ``rel`` (``partitions``: delta-rs's tuple filters on partition
         columns, pruning whole files as delta-rs's deprecated ``partitions=`` did),
         or None if there is no table. The files are read through the home's own pyarrow filesystem:
@@ -151,7 +168,7 @@ class DeltaTables:
         fs = SubTreeFileSystem(self.path(rel), self.fs)  # type: ignore[attr-defined]
         return pa.table(dt.to_pyarrow_dataset(file_pruning_predicate=partitions, filesystem=fs).to_table())
 
-    def _head(self, rel: str, wanted: Optional[int] = None) -> Optional[_Head]:
+    def _head(self, rel: str, wanted: int | None = None) -> _Head | None:
         """The newest version of the table at ``rel`` as this Home knows it, or None if there is no
         table. Loaded on first use; after that one look for the commit after the version held tells
         whether another process committed since (then delta-rs reads those commits and the head is
@@ -177,7 +194,7 @@ class DeltaTables:
                 raise RuntimeStateError(f"cannot open Delta table {uri}: {e}") from e
             return h
 
-    def ensure_table(self, rel: str, schema: pa.Schema, partition_by: str) -> Optional[DeltaTable]:
+    def ensure_table(self, rel: str, schema: pa.Schema, partition_by: str) -> DeltaTable | None:
         """Create the table empty (version 0) on first use; None if it existed (not loaded: a load costs)."""
         so = self.storage_options  # type: ignore[attr-defined]
         if rel in self._heads or DeltaTable.is_deltatable(self.uri(rel), storage_options=so):  # type: ignore[attr-defined]
@@ -185,8 +202,13 @@ class DeltaTables:
                 self._add_diff_column(rel, schema.field(_DIFF), partition_by)
             return None
         try:
-            dt = DeltaTable.create(self.uri(rel), schema=schema, partition_by=[partition_by], storage_options=so,  # type: ignore[attr-defined]
-                                   configuration=TABLE_CONFIG)
+            dt = DeltaTable.create(
+                self.uri(rel),
+                schema=schema,
+                partition_by=[partition_by],
+                storage_options=so,  # type: ignore[attr-defined]
+                configuration=TABLE_CONFIG,
+            )
         except Exception as e:
             raise RuntimeStateError(f"cannot create Delta table {self.uri(rel)}: {e}") from e  # type: ignore[attr-defined]
         with self._tables_lock:
@@ -208,9 +230,18 @@ class DeltaTables:
                 self._commit(rel, h, partition_by, [], [], False, None, None, current.append(diff))
         self._signed_tables.add(rel)
 
-    def commit_files(self, rel: str, schema: Optional[pa.Schema], partition_by: str, adds: Iterable[dict[str, Any]],
-                     removes: Iterable[dict[str, Any]] = (), *, overwrite: bool = False, app_id: Optional[str] = None,
-                     app_version: Optional[int] = None) -> int:
+    def commit_files(
+        self,
+        rel: str,
+        schema: pa.Schema | None,
+        partition_by: str,
+        adds: Iterable[dict[str, Any]],
+        removes: Iterable[dict[str, Any]] = (),
+        *,
+        overwrite: bool = False,
+        app_id: str | None = None,
+        app_version: int | None = None,
+    ) -> int:
         """Commit files written by tasks (and files to drop) in one Delta transaction; return the version.
 
         With ``app_id``/``app_version`` the commit carries Delta's application transaction id, so a
@@ -221,25 +252,49 @@ class DeltaTables:
             self.ensure_table(rel, schema, partition_by)
         h = self._head(rel)
         if h is None:
-            raise RuntimeStateError(f"Delta table {self.uri(rel)} is missing; it was created before this commit was planned")  # type: ignore[attr-defined]
+            raise RuntimeStateError(
+                f"Delta table {self.uri(rel)} is missing; it was created before this commit was planned"
+            )  # type: ignore[attr-defined]
         self._commit(rel, h, partition_by, adds, removes, overwrite, app_id, app_version)
         return h.version
 
-    def commit_once(self, rel: str, partition_by: str, adds: Iterable[dict[str, Any]], removes: Iterable[dict[str, Any]], *,
-                    overwrite: bool, app_id: str, app_version: int, schema: Optional[pa.Schema] = None) -> tuple[int, bool]:
+    def commit_once(
+        self,
+        rel: str,
+        partition_by: str,
+        adds: Iterable[dict[str, Any]],
+        removes: Iterable[dict[str, Any]],
+        *,
+        overwrite: bool,
+        app_id: str,
+        app_version: int,
+        schema: pa.Schema | None = None,
+    ) -> tuple[int, bool]:
         """Commit as :meth:`commit_files` unless the table already holds transaction ``app_id`` at
         ``app_version`` or later; return the table's version and whether this call committed.
         ``schema``: the table's new schema from this version on (a ``metaData`` action; cbp upgrade)."""
         h = self._head(rel)
         if h is None:
-            raise RuntimeStateError(f"Delta table {self.uri(rel)} is missing; it was created before this commit was planned")  # type: ignore[attr-defined]
+            raise RuntimeStateError(
+                f"Delta table {self.uri(rel)} is missing; it was created before this commit was planned"
+            )  # type: ignore[attr-defined]
         if h.transaction_version(app_id) >= app_version:
             return h.version, False
         self._commit(rel, h, partition_by, adds, removes, overwrite, app_id, app_version, schema)
         return h.version, True
 
-    def _commit(self, rel: str, h: _Head, partition_by: str, adds: Iterable[dict[str, Any]], removes: Iterable[dict[str, Any]],
-                overwrite: bool, app_id: Optional[str], app_version: Optional[int], schema: Optional[pa.Schema] = None) -> None:
+    def _commit(
+        self,
+        rel: str,
+        h: _Head,
+        partition_by: str,
+        adds: Iterable[dict[str, Any]],
+        removes: Iterable[dict[str, Any]],
+        overwrite: bool,
+        app_id: str | None,
+        app_version: int | None,
+        schema: pa.Schema | None = None,
+    ) -> None:
         """Write the table's next commit (Delta's JSON actions) unless another writer made it first,
         then bring ``h`` up to it and write a checkpoint when one is due."""
         if not h.plain:
@@ -249,26 +304,63 @@ class DeltaTables:
         added = [_file(a, partition_by) for a in adds]
         dropped = list(h.files.values()) if overwrite else [_file(r, partition_by) for r in removes]
         op = "WRITE" if added or overwrite else "DELETE" if dropped or schema is None else "ADD COLUMNS"
-        params = {"mode": "Overwrite" if overwrite else "Append", "partitionBy": json.dumps([partition_by])} if op == "WRITE" else {}
-        lines: list[dict[str, Any]] = [{"commitInfo": {"timestamp": now, "operation": op, "operationParameters": params,
-                                                       "engineInfo": f"cbp/{__version__}", "clientVersion": f"cbp-{__version__}"}}]
+        params = (
+            {"mode": "Overwrite" if overwrite else "Append", "partitionBy": json.dumps([partition_by])}
+            if op == "WRITE"
+            else {}
+        )
+        lines: list[dict[str, Any]] = [
+            {
+                "commitInfo": {
+                    "timestamp": now,
+                    "operation": op,
+                    "operationParameters": params,
+                    "engineInfo": f"cbp/{__version__}",
+                    "clientVersion": f"cbp-{__version__}",
+                }
+            }
+        ]
         if app_id is not None:
             lines.append({"txn": {"appId": app_id, "version": int(app_version or 0), "lastUpdated": now}})
         if schema is not None:
             lines.append({"metaData": _metadata(h.dt, schema)})
-        lines += [{"add": {"path": quote(f["path"], safe="/=-_.~"), "partitionValues": {partition_by: _value(f["partition"])},
-                           "size": f["size"], "modificationTime": f["mtime"], "dataChange": True,
-                           **({"stats": json.dumps({"numRecords": int(f["rows"])})} if f["rows"] is not None else {})}} for f in added]
-        lines += [{"remove": {"path": quote(f["path"], safe="/=-_.~"), "deletionTimestamp": now, "dataChange": True, "extendedFileMetadata": True,
-                              "partitionValues": {partition_by: _value(f["partition"])}, "size": f["size"]}} for f in dropped]
+        lines += [
+            {
+                "add": {
+                    "path": quote(f["path"], safe="/=-_.~"),
+                    "partitionValues": {partition_by: _value(f["partition"])},
+                    "size": f["size"],
+                    "modificationTime": f["mtime"],
+                    "dataChange": True,
+                    **({"stats": json.dumps({"numRecords": int(f["rows"])})} if f["rows"] is not None else {}),
+                }
+            }
+            for f in added
+        ]
+        lines += [
+            {
+                "remove": {
+                    "path": quote(f["path"], safe="/=-_.~"),
+                    "deletionTimestamp": now,
+                    "dataChange": True,
+                    "extendedFileMetadata": True,
+                    "partitionValues": {partition_by: _value(f["partition"])},
+                    "size": f["size"],
+                }
+            }
+            for f in dropped
+        ]
         version = h.version + 1
         data = "\n".join(json.dumps(line, separators=(",", ":")) for line in lines).encode() + b"\n"
         if not self.create_file(LAYOUT.delta_commit(rel, version), data):  # type: ignore[attr-defined]
             with self._tables_lock:
                 self._heads.pop(rel, None)  # loaded again, with the other writer's commit, next time
-            raise RuntimeStateError(f"another writer made version {version} of Delta table {self.uri(rel)} while cbp was committing "  # type: ignore[attr-defined]
-                                    "to it; cbp's tables are written by cbp alone. Nothing of this commit was made; the next "
-                                    "'cbp run' or 'cbp feed' tries again", code="io")
+            raise RuntimeStateError(
+                f"another writer made version {version} of Delta table {self.uri(rel)} while cbp was committing "  # type: ignore[attr-defined]
+                "to it; cbp's tables are written by cbp alone. Nothing of this commit was made; the next "
+                "'cbp run' or 'cbp feed' tries again",
+                code="io",
+            )
         with self._tables_lock:
             h.version = version
             h.since += 1
@@ -291,21 +383,53 @@ class DeltaTables:
         table), and a reader's log after the checkpoint stays a small share of what it reads anyway."""
         if h.since >= h.interval:
             return True
-        return h.since >= min(_MIN_INTERVAL, h.interval) and _LOG_SHARE * h.actions >= max(h.checkpoint_size, len(h.files))
+        return h.since >= min(_MIN_INTERVAL, h.interval) and _LOG_SHARE * h.actions >= max(
+            h.checkpoint_size, len(h.files)
+        )
 
-    def _commit_by_delta_rs(self, rel: str, h: _Head, partition_by: str, adds: Iterable[dict[str, Any]], removes: Iterable[dict[str, Any]],
-                            overwrite: bool, app_id: Optional[str], app_version: Optional[int], schema: Optional[pa.Schema] = None) -> None:
+    def _commit_by_delta_rs(
+        self,
+        rel: str,
+        h: _Head,
+        partition_by: str,
+        adds: Iterable[dict[str, Any]],
+        removes: Iterable[dict[str, Any]],
+        overwrite: bool,
+        app_id: str | None,
+        app_version: int | None,
+        schema: pa.Schema | None = None,
+    ) -> None:
         """Commit through delta-rs (tables whose protocol cbp's own commits do not speak)."""
-        actions: list[Any] = [AddAction(f["path"], f["size"], {partition_by: _value(f["partition"])}, f["mtime"], True,
-                                        json.dumps({"numRecords": int(f["rows"] or 0)})) for f in map(lambda a: _file(a, partition_by), adds)]
-        actions += [RemoveAction(f["path"], True, f["mtime"], f["size"], {partition_by: _value(f["partition"])})
-                    for f in map(lambda r: _file(r, partition_by), removes)]
-        props = CommitProperties(app_transactions=[Transaction(app_id, int(app_version or 0))]) if app_id is not None else None
+        actions: list[Any] = [
+            AddAction(
+                f["path"],
+                f["size"],
+                {partition_by: _value(f["partition"])},
+                f["mtime"],
+                True,
+                json.dumps({"numRecords": int(f["rows"] or 0)}),
+            )
+            for f in map(lambda a: _file(a, partition_by), adds)
+        ]
+        actions += [
+            RemoveAction(f["path"], True, f["mtime"], f["size"], {partition_by: _value(f["partition"])})
+            for f in map(lambda r: _file(r, partition_by), removes)
+        ]
+        props = (
+            CommitProperties(app_transactions=[Transaction(app_id, int(app_version or 0))])
+            if app_id is not None
+            else None
+        )
         dt = h.dt
         dt.update_incremental()
         new_schema = dt.schema() if schema is None else DeltaSchema.from_arrow(schema)
-        dt.create_write_transaction(actions, mode="overwrite" if overwrite else "append", schema=new_schema, partition_by=[partition_by],
-                                    commit_properties=props)
+        dt.create_write_transaction(
+            actions,
+            mode="overwrite" if overwrite else "append",
+            schema=new_schema,
+            partition_by=[partition_by],
+            commit_properties=props,
+        )
         dt.update_incremental()
         h.reload()
 
@@ -342,7 +466,9 @@ class DeltaTables:
         dt = self.table(rel, version)
         return [] if dt is None else list(_Head.load(dt).files.values())
 
-    def write_parquet(self, rel_dir: str, table: pa.Table, prefix: str, partition: Any, row_group_size: int = 65536) -> dict[str, Any]:
+    def write_parquet(
+        self, rel_dir: str, table: pa.Table, prefix: str, partition: Any, row_group_size: int = 65536
+    ) -> dict[str, Any]:
         """Write a data file into a table's partition directory; return its future add action."""
         name = f"{prefix}-{uuid.uuid4().hex[:12]}.parquet"
         rel = f"{rel_dir}/{name}"
@@ -351,18 +477,31 @@ class DeltaTables:
         with self.fs.open_output_stream(path) as out:  # type: ignore[attr-defined]  # its size counted as written: no look at the file after
             pq.write_table(table, out, row_group_size=row_group_size, compression="zstd")
             size = out.tell()
-        return {"rel": rel, "size": size, "mtime": int(time.time() * 1000), "rows": table.num_rows, "partition": partition}
+        return {
+            "rel": rel,
+            "size": size,
+            "mtime": int(time.time() * 1000),
+            "rows": table.num_rows,
+            "partition": partition,
+        }
 
 
 def _metadata(dt: DeltaTable, schema: pa.Schema) -> dict[str, Any]:
     """The ``metaData`` action that gives table ``dt`` a new schema, all else as it was."""
     dt.update_incremental()
     m = dt.metadata()
-    return {"id": m.id, "name": m.name, "description": m.description, "format": {"provider": "parquet", "options": {}},
-            "schemaString": DeltaSchema.from_arrow(schema).to_json(), "partitionColumns": list(m.partition_columns),
-            "createdTime": m.created_time, "configuration": dict(m.configuration)}
+    return {
+        "id": m.id,
+        "name": m.name,
+        "description": m.description,
+        "format": {"provider": "parquet", "options": {}},
+        "schemaString": DeltaSchema.from_arrow(schema).to_json(),
+        "partitionColumns": list(m.partition_columns),
+        "createdTime": m.created_time,
+        "configuration": dict(m.configuration),
+    }
 
 
-def _value(v: Any) -> Optional[str]:
+def _value(v: Any) -> str | None:
     """A partition value as Delta writes it in the log (a string, or null)."""
     return None if v is None else str(v)

@@ -33,31 +33,53 @@ import binascii
 import json
 import re
 from dataclasses import asdict, dataclass, field, fields
-from typing import Any, Optional
+from typing import Any
 
 import pyarrow as pa
 
-__all__ = ["TaskResult", "RESULT", "ADD", "result_batch", "decode_results", "result_spark_schema",
-           "FailureRecord", "TaskFailed", "encode_failure", "decode_failure", "EpochTimeout", "USER_EXCEPTIONS"]
+__all__ = [
+    "TaskResult",
+    "RESULT",
+    "ADD",
+    "result_batch",
+    "decode_results",
+    "result_spark_schema",
+    "FailureRecord",
+    "TaskFailed",
+    "encode_failure",
+    "decode_failure",
+    "EpochTimeout",
+    "USER_EXCEPTIONS",
+]
 
 #: A future Delta add (or remove) action: a data file the task wrote (or one it replaces).
 #: ``frame`` is the framing key (JSON text) of the run of records in a file of a flow framed by a field.
-ADD = pa.struct([("path", pa.string()), ("size", pa.int64()), ("mtime", pa.int64()), ("rows", pa.int64()), ("partition", pa.int64()),
-                 ("frame", pa.string())])
+ADD = pa.struct(
+    [
+        ("path", pa.string()),
+        ("size", pa.int64()),
+        ("mtime", pa.int64()),
+        ("rows", pa.int64()),
+        ("partition", pa.int64()),
+        ("frame", pa.string()),
+    ]
+)
 #: One row per task. ``counts`` are the integer stats, ``seconds`` the time per phase, ``out`` records per output flow.
-RESULT = pa.schema([
-    pa.field("part", pa.int32(), nullable=False),
-    pa.field("index", pa.string()),
-    pa.field("state_adds", pa.list_(ADD)),
-    pa.field("state_removes", pa.list_(ADD)),
-    pa.field("outputs", pa.map_(pa.string(), pa.list_(ADD))),
-    pa.field("counts", pa.map_(pa.string(), pa.int64())),
-    pa.field("seconds", pa.map_(pa.string(), pa.float64())),
-    pa.field("out", pa.map_(pa.string(), pa.int64())),
-    pa.field("executor", pa.string()),
-    pa.field("bindings", pa.list_(ADD)),
-    pa.field("index_garbage", pa.list_(pa.string())),
-])
+RESULT = pa.schema(
+    [
+        pa.field("part", pa.int32(), nullable=False),
+        pa.field("index", pa.string()),
+        pa.field("state_adds", pa.list_(ADD)),
+        pa.field("state_removes", pa.list_(ADD)),
+        pa.field("outputs", pa.map_(pa.string(), pa.list_(ADD))),
+        pa.field("counts", pa.map_(pa.string(), pa.int64())),
+        pa.field("seconds", pa.map_(pa.string(), pa.float64())),
+        pa.field("out", pa.map_(pa.string(), pa.int64())),
+        pa.field("executor", pa.string()),
+        pa.field("bindings", pa.list_(ADD)),
+        pa.field("index_garbage", pa.list_(pa.string())),
+    ]
+)
 _MAPS = ("seconds", "out")  # stats entries that are maps of their own; every other stat is an integer
 
 
@@ -74,23 +96,33 @@ class TaskResult:
     """
 
     part: int
-    index: Optional[str] = None
+    index: str | None = None
     state_adds: list[dict[str, Any]] = field(default_factory=list)
     state_removes: list[dict[str, Any]] = field(default_factory=list)
     outputs: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
     stats: dict[str, Any] = field(default_factory=dict)
-    executor: Optional[str] = None  # the executor that ran the task (:func:`cbp.engine.driver.locality.executor_name`)
-    bindings: list[dict[str, Any]] = field(default_factory=list)  # multicast bindings files (paths relative to the home)
-    index_garbage: list[str] = field(default_factory=list)  # index files the new index no longer needs (relative to the home)
+    executor: str | None = None  # the executor that ran the task (:func:`cbp.engine.driver.locality.executor_name`)
+    bindings: list[dict[str, Any]] = field(
+        default_factory=list
+    )  # multicast bindings files (paths relative to the home)
+    index_garbage: list[str] = field(
+        default_factory=list
+    )  # index files the new index no longer needs (relative to the home)
 
 
 def _add(a: dict[str, Any]) -> dict[str, Any]:
     rows = a.get("rows")
-    return {"path": a["path"], "size": int(a["size"]), "mtime": int(a.get("mtime") or 0),
-            "rows": None if rows is None else int(rows), "partition": int(a["partition"]), "frame": a.get("frame")}
+    return {
+        "path": a["path"],
+        "size": int(a["size"]),
+        "mtime": int(a.get("mtime") or 0),
+        "rows": None if rows is None else int(rows),
+        "partition": int(a["partition"]),
+        "frame": a.get("frame"),
+    }
 
 
-def _adds(rows: Optional[list[dict[str, Any]]]) -> list[dict[str, Any]]:
+def _adds(rows: list[dict[str, Any]] | None) -> list[dict[str, Any]]:
     """Decoded add actions; ``frame`` only where there is one."""
     return [a if a.get("frame") is not None else {k: v for k, v in a.items() if k != "frame"} for a in rows or ()]
 
@@ -98,14 +130,24 @@ def _adds(rows: Optional[list[dict[str, Any]]]) -> list[dict[str, Any]]:
 def result_batch(r: TaskResult) -> pa.RecordBatch:
     """The Arrow row a task yields for its result."""
     counts = {k: int(v) for k, v in r.stats.items() if k not in _MAPS}
-    return pa.RecordBatch.from_pylist([{
-        "part": r.part, "index": r.index,
-        "state_adds": [_add(a) for a in r.state_adds], "state_removes": [_add(a) for a in r.state_removes],
-        "outputs": {f: [_add(a) for a in adds] for f, adds in r.outputs.items()},
-        "counts": counts, "seconds": {k: float(v) for k, v in r.stats.get("seconds", {}).items()},
-        "out": {k: int(v) for k, v in r.stats.get("out", {}).items()}, "executor": r.executor,
-        "bindings": [_add(a) for a in r.bindings], "index_garbage": list(r.index_garbage),
-    }], schema=RESULT)
+    return pa.RecordBatch.from_pylist(
+        [
+            {
+                "part": r.part,
+                "index": r.index,
+                "state_adds": [_add(a) for a in r.state_adds],
+                "state_removes": [_add(a) for a in r.state_removes],
+                "outputs": {f: [_add(a) for a in adds] for f, adds in r.outputs.items()},
+                "counts": counts,
+                "seconds": {k: float(v) for k, v in r.stats.get("seconds", {}).items()},
+                "out": {k: int(v) for k, v in r.stats.get("out", {}).items()},
+                "executor": r.executor,
+                "bindings": [_add(a) for a in r.bindings],
+                "index_garbage": list(r.index_garbage),
+            }
+        ],
+        schema=RESULT,
+    )
 
 
 def decode_results(table: pa.Table) -> list[TaskResult]:
@@ -115,10 +157,19 @@ def decode_results(table: pa.Table) -> list[TaskResult]:
         stats: dict[str, Any] = dict(row["counts"] or ())
         for m in _MAPS:
             stats[m] = dict(row[m] or ())
-        out.append(TaskResult(part=row["part"], index=row["index"], state_adds=_adds(row["state_adds"]),
-                              state_removes=_adds(row["state_removes"]),
-                              outputs={f: _adds(adds) for f, adds in row["outputs"] or ()}, stats=stats,
-                              executor=row["executor"], bindings=_adds(row["bindings"]), index_garbage=list(row["index_garbage"] or ())))
+        out.append(
+            TaskResult(
+                part=row["part"],
+                index=row["index"],
+                state_adds=_adds(row["state_adds"]),
+                state_removes=_adds(row["state_removes"]),
+                outputs={f: _adds(adds) for f, adds in row["outputs"] or ()},
+                stats=stats,
+                executor=row["executor"],
+                bindings=_adds(row["bindings"]),
+                index_garbage=list(row["index_garbage"] or ()),
+            )
+        )
     return out
 
 
@@ -158,11 +209,11 @@ class FailureRecord:
     message: str
     stage: str
     epoch: int
-    key: Optional[str] = None
-    exc_type: Optional[str] = None
-    location: Optional[str] = None
-    path: Optional[str] = None
-    errno: Optional[int] = None
+    key: str | None = None
+    exc_type: str | None = None
+    location: str | None = None
+    path: str | None = None
+    errno: int | None = None
 
 
 class TaskFailed(Exception):
@@ -181,7 +232,7 @@ def encode_failure(rec: FailureRecord) -> str:
     return f"[[cbp-failure/{FAILURE_VERSION} {data}]]"
 
 
-def decode_failure(text: str) -> Optional[FailureRecord]:
+def decode_failure(text: str) -> FailureRecord | None:
     """The last record encoded in ``text`` (Spark's message of a failed job), or ``None``."""
     for m in reversed(list(_FAILURE_RE.finditer(text))):
         if int(m.group(1)) != FAILURE_VERSION:

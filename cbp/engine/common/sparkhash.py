@@ -19,7 +19,7 @@ for compatibility). Its XXH64 is the reference algorithm (the ``xxhash`` library
 from __future__ import annotations
 
 import functools
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 import pyarrow as pa
@@ -29,6 +29,8 @@ __all__ = ["spark_hash", "spark_xxhash64", "partition_of", "partition_probes", "
 
 SEED = 42
 _C1, _C2 = np.uint32(0xCC9E2D51), np.uint32(0x1B873593)
+
+
 def _rotl(x: np.ndarray, r: int) -> np.ndarray:
     return (x << np.uint32(r)) | (x >> np.uint32(32 - r))
 
@@ -70,7 +72,9 @@ def _murmur3(data: np.ndarray, offsets: np.ndarray) -> np.ndarray:
 
     def block(sel: np.ndarray, at: np.ndarray) -> np.ndarray:
         b = [padded[at + t].astype(np.uint32) for t in range(4)]
-        return b[0] | (b[1] << np.uint32(8)) | (b[2] << np.uint32(16)) | (b[3] << np.uint32(24))  # little-endian, as Spark reads
+        return (
+            b[0] | (b[1] << np.uint32(8)) | (b[2] << np.uint32(16)) | (b[3] << np.uint32(24))
+        )  # little-endian, as Spark reads
 
     aligned = lengths // 4
     h1 = np.full(n, SEED, dtype=np.uint32)

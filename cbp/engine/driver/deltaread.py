@@ -11,8 +11,9 @@ reader (the newest ``_epoch`` per ``_key``, where ``_alive``).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable, Optional
+from typing import Any
 
 from .session import require_delta
 
@@ -34,7 +35,7 @@ class StateSource:
     files: Callable[[], list[str]]
 
 
-def read_delta(spark: Any, uri: str, version: Optional[int] = None) -> Any:
+def read_delta(spark: Any, uri: str, version: int | None = None) -> Any:
     """The Delta table at ``uri`` (at ``version``, by time travel) as a Spark DataFrame.
 
     Raises ``RuntimeStateError`` code ``no-delta-jars`` when ``spark`` has no Delta connector.

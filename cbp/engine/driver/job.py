@@ -19,41 +19,45 @@ import os
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from functools import partial, reduce
-from typing import Any, Callable, Optional
+from typing import Any
 
 from ...errors import RuntimeStateError, UserCodeError
 from ...spec.schema import RecordSchema
 from ...storage.layout import epoch_of
 from ...storage.objectstore import propagate_to_spark
+from ..common.protocol import FailureRecord, TaskResult, decode_failure, decode_results, result_spark_schema
+from ..common.sparkhash import partition_probes
+from ..task.routing import BOUND, COPY, COPY_HASH, JSON_ESCAPED, bound_address, record_column
+from ..task.translate import TaskPlan, grouped_task, recordwise_task, route_batches
 from .deltaread import STATE_COLUMNS, StateSource, latest_state, read_delta
 from .locality import placed_epoch
-from .session import has_delta
-from .smallepoch import driver_routed, run_routed
-from ..common.sparkhash import partition_probes
-from ..common.protocol import FailureRecord, TaskResult, decode_failure, decode_results, result_spark_schema
 from .remote_read import needs_arrow_reader, read_parquet
-from ..task.routing import BOUND, COPY, COPY_HASH, JSON_ESCAPED, bound_address, record_column
+from .session import has_delta
 from .signedinputs import refuse_unsigned_inputs
-from ..task.translate import TaskPlan, grouped_task, recordwise_task, route_batches
+from .smallepoch import driver_routed, run_routed
 
 __all__ = ["run_stage_epoch", "spark_ddl", "struct_ddl", "envelope_ddl", "shuffle_written"]
 
 _SPARK_TYPES = {"string": "STRING", "int": "BIGINT", "float": "DOUBLE", "bool": "BOOLEAN", "json": "STRING"}
-_WORKER_DIED = ("Python worker exited unexpectedly", "worker exited unexpectedly (crashed)")  # only without a JVM exception
+_WORKER_DIED = (
+    "Python worker exited unexpectedly",
+    "worker exited unexpectedly (crashed)",
+)  # only without a JVM exception
 CANCEL_GRACE = 5.0  # seconds after the deadline before the driver cancels a job whose tasks did not stop
 
 
 def spark_ddl(schema: RecordSchema, meta: str = "") -> str:
     """The Spark DDL of stored records (``json`` fields are text).
 
-        >>> spark_ddl(RecordSchema.parse({"url": "string", "n": "int", "xs": "list<float>"}))
-        '`url` STRING, `n` BIGINT, `xs` ARRAY<DOUBLE>'
+    >>> spark_ddl(RecordSchema.parse({"url": "string", "n": "int", "xs": "list<float>"}))
+    '`url` STRING, `n` BIGINT, `xs` ARRAY<DOUBLE>'
     """
     return ", ".join(([meta] if meta else []) + _columns(schema))
 
 
-def _columns(schema: RecordSchema, without: Optional[str] = None) -> list[str]:
+def _columns(schema: RecordSchema, without: str | None = None) -> list[str]:
     cols = []
     for name, ft in schema.fields.items():
         if name == without:
@@ -63,7 +67,7 @@ def _columns(schema: RecordSchema, without: Optional[str] = None) -> list[str]:
     return cols
 
 
-def struct_ddl(schema: RecordSchema, without: Optional[str] = None) -> str:
+def struct_ddl(schema: RecordSchema, without: str | None = None) -> str:
     """The Spark type of a record of ``schema`` as a struct (how records cross the shuffle), ``without``
     one field (the RouteBy field that crosses as the key).
 
@@ -85,8 +89,14 @@ def envelope_ddl(plan: TaskPlan) -> str:
     return ", ".join(cols)
 
 
-def run_stage_epoch(spark: Any, plan: TaskPlan, input_files: dict[int, list[str]], state_files: Optional[StateSource] = None,
-                    state_needs_dedupe: bool = False, shuffle: Optional[dict[str, int]] = None) -> list[TaskResult]:
+def run_stage_epoch(
+    spark: Any,
+    plan: TaskPlan,
+    input_files: dict[int, list[str]],
+    state_files: StateSource | None = None,
+    state_needs_dedupe: bool = False,
+    shuffle: dict[str, int] | None = None,
+) -> list[TaskResult]:
     """Run one stage epoch; return each task's result (files written, stats).
 
     ``input_files`` maps input index -> file URIs of the increments to read; ``state_files`` is
@@ -98,7 +108,7 @@ def run_stage_epoch(spark: Any, plan: TaskPlan, input_files: dict[int, list[str]
     refuse_unsigned_inputs(plan, input_files)  # retractions go only where they are handled (cbp.spec.signing)
     sc = spark.sparkContext
     tag = f"cbp-{st.name}-{plan.epoch}-{uuid.uuid4().hex[:8]}"
-    timer: Optional[threading.Timer] = None
+    timer: threading.Timer | None = None
     if plan.deadline is not None:  # tasks stop themselves at the deadline; this is for those that cannot
         timer = threading.Timer(max(plan.deadline - time.time(), 0) + CANCEL_GRACE, sc.cancelJobsWithTag, (tag,))
         timer.daemon = True
@@ -109,8 +119,11 @@ def run_stage_epoch(spark: Any, plan: TaskPlan, input_files: dict[int, list[str]
     try:
         if st.record_wise:
             jobs = [
-                _read(spark, plan.input_schemas[i], files).mapInArrow(partial(recordwise_task, plan, i), result_spark_schema())
-                for i, files in input_files.items() if files
+                _read(spark, plan.input_schemas[i], files).mapInArrow(
+                    partial(recordwise_task, plan, i), result_spark_schema()
+                )
+                for i, files in input_files.items()
+                if files
             ]
             if not jobs:
                 return []
@@ -139,20 +152,33 @@ def _job_error(plan: TaskPlan, exc: Exception) -> Exception:
         named = rec if rec is not None and rec.code == "timeout" and rec.key is not None else None
         limit = f" of {plan.timeout:g} s" if plan.timeout else ""
         where = named.message if named is not None else plan.where()
-        return UserCodeError(f"{where}: the epoch ran out of its time limit{limit} and was cancelled; {none}. "
-                             "Raise the stage's 'timeout' (or 'cbp run --epoch-timeout') or fix the translator", code="timeout",
-                             key=_key(named), location=named.location if named is not None else None, **at)
+        return UserCodeError(
+            f"{where}: the epoch ran out of its time limit{limit} and was cancelled; {none}. "
+            "Raise the stage's 'timeout' (or 'cbp run --epoch-timeout') or fix the translator",
+            code="timeout",
+            key=_key(named),
+            location=named.location if named is not None else None,
+            **at,
+        )
     if rec is not None and rec.code == "io":
-        return RuntimeStateError(f"{rec.message}; {none}; fix the cause and run again", code="io", path=rec.path, errno=rec.errno, **at)
+        return RuntimeStateError(
+            f"{rec.message}; {none}; fix the cause and run again", code="io", path=rec.path, errno=rec.errno, **at
+        )
     if rec is not None:
-        return UserCodeError(f"{rec.message}; {none}", code=rec.code, key=_key(rec), exc_type=rec.exc_type, location=rec.location, **at)
+        return UserCodeError(
+            f"{rec.message}; {none}", code=rec.code, key=_key(rec), exc_type=rec.exc_type, location=rec.location, **at
+        )
     if _worker_died(exc):
-        return UserCodeError(f"{plan.where()}: a Spark Python worker died while running the stage's code (did a translator call "
-                             f"os._exit, or get killed, e.g. for memory?); {none}", code="worker-died", **at)
+        return UserCodeError(
+            f"{plan.where()}: a Spark Python worker died while running the stage's code (did a translator call "
+            f"os._exit, or get killed, e.g. for memory?); {none}",
+            code="worker-died",
+            **at,
+        )
     return RuntimeStateError(f"{plan.where()}: the Spark job failed; {none}: {_first_lines(text)}", **at)
 
 
-def _key(rec: Optional[FailureRecord]) -> Any:
+def _key(rec: FailureRecord | None) -> Any:
     return json.loads(rec.key) if rec is not None and rec.key is not None else None
 
 
@@ -187,22 +213,35 @@ def _read_ddl(spark: Any, ddl: str, files: list[str]) -> Any:
     return spark.read.schema(ddl).parquet(*files)
 
 
-def _state_rows(spark: Any, schema: RecordSchema, state: StateSource, keyed: bool = False) -> Optional[Any]:
+def _state_rows(spark: Any, schema: RecordSchema, state: StateSource, keyed: bool = False) -> Any | None:
     """The state table's rows at the epoch's version: by Spark's Delta reader when the session
     has it, else from the version's data files (listed with delta-rs); None when there are none."""
     if has_delta(spark):
-        return read_delta(spark, state.uri, state.version).select(*STATE_COLUMNS, *(["_rk"] if keyed else []), *[f"`{c}`" for c in schema.fields])
+        return read_delta(spark, state.uri, state.version).select(
+            *STATE_COLUMNS, *(["_rk"] if keyed else []), *[f"`{c}`" for c in schema.fields]
+        )
     files = state.files()
     if not files:
         return None
-    return _read(spark, schema, files, "_key STRING, _h BIGINT, _epoch BIGINT, _alive BOOLEAN" + (", _rk STRING" if keyed else ""))
+    return _read(
+        spark,
+        schema,
+        files,
+        "_key STRING, _h BIGINT, _epoch BIGINT, _alive BOOLEAN" + (", _rk STRING" if keyed else ""),
+    )
 
 
-def _grouped(spark: Any, plan: TaskPlan, input_files: dict[int, list[str]], state: Optional[StateSource], dedupe: bool) -> Any:
+def _grouped(
+    spark: Any, plan: TaskPlan, input_files: dict[int, list[str]], state: StateSource | None, dedupe: bool
+) -> Any:
     """The grouped stage epoch's job; its tasks' result rows (an Arrow table)."""
     from pyspark.sql import functions as F
 
-    placed = plan.mode == "direct" and not spark.sparkContext.master.startswith("local") and os.environ.get("CBP_PLACEMENT", "1") != "0"
+    placed = (
+        plan.mode == "direct"
+        and not spark.sparkContext.master.startswith("local")
+        and os.environ.get("CBP_PLACEMENT", "1") != "0"
+    )
     plan.columnar = os.environ.get("CBP_COLUMNAR", "1") != "0"
     plan.probes = list(partition_probes(plan.stage.partitions))
     routed = driver_routed(spark, plan, input_files)
@@ -218,19 +257,33 @@ def _grouped(spark: Any, plan: TaskPlan, input_files: dict[int, list[str]], stat
         if sql is not None:
             parts.append(sql)
             continue
-        for made, some in _by_epoch(files, lambda f: plan.made_in.get(f, plan.epoch - 1)).items():  # multicasts go by the bindings of the epoch that wrote them
-            parts.append(_read(spark, plan.input_schemas[i], some).mapInArrow(partial(route_batches, plan, i, made), env_ddl))
+        for made, some in _by_epoch(
+            files, lambda f: plan.made_in.get(f, plan.epoch - 1)
+        ).items():  # multicasts go by the bindings of the epoch that wrote them
+            parts.append(
+                _read(spark, plan.input_schemas[i], some).mapInArrow(partial(route_batches, plan, i, made), env_ddl)
+            )
     for made, some in _by_epoch(plan.bindings, lambda f: epoch_of(f)).items():  # multicast bindings, to their keys
         b = _read_ddl(spark, "_key STRING, _addr STRING", some)
         addr = F.concat(F.lit(bound_address(made, "")), F.col("_addr"))
         parts.append(envelopes(b, _key=F.col("_key"), _flow=F.lit(BOUND).cast("int"), _rec=addr))
     schema = plan.stage.state_schema
-    s = _state_rows(spark, schema, state, bool(plan.stage.row_key)) if plan.mode == "blackbox" and schema is not None and state is not None else None
+    s = (
+        _state_rows(spark, schema, state, bool(plan.stage.row_key))
+        if plan.mode == "blackbox" and schema is not None and state is not None
+        else None
+    )
     if s is not None:
         # dedupe: the table was last written in direct mode, so keep each key's newest rows
         s = latest_state(s, dedupe)
-        parts.append(envelopes(s, _key=F.col("_key"), _flow=F.lit(-1).cast("int"),
-                               _st=F.struct(*[F.col(f"`{c}`") for c in schema.fields]).cast(types["_st"])))
+        parts.append(
+            envelopes(
+                s,
+                _key=F.col("_key"),
+                _flow=F.lit(-1).cast("int"),
+                _st=F.struct(*[F.col(f"`{c}`") for c in schema.fields]).cast(types["_st"]),
+            )
+        )
     if parts:
         env = reduce(lambda a, b: a.unionByName(b), parts)
     else:
@@ -240,13 +293,18 @@ def _grouped(spark: Any, plan: TaskPlan, input_files: dict[int, list[str]], stat
     # hash first, as state files are: a task reads and writes its state in one pass
     h = F.when(F.col("_key").startswith(COPY), F.lit(COPY_HASH)).otherwise(F.xxhash64("_key"))
     by = F.coalesce(F.col("_r"), F.col("_key"))
-    env = env.withColumn("_h", h).repartition(plan.stage.partitions, by).drop("_r").sortWithinPartitions("_h", "_key", "_flow")
+    env = (
+        env.withColumn("_h", h)
+        .repartition(plan.stage.partitions, by)
+        .drop("_r")
+        .sortWithinPartitions("_h", "_key", "_flow")
+    )
     if placed:  # keep partition p on the executor that ran it last epoch (cbp.engine.driver.locality)
         return placed_epoch(spark, env, plan, grouped_task)
     return env.mapInArrow(partial(grouped_task, plan), result_spark_schema()).toArrow()
 
 
-def _by_epoch(files: list[str], epoch: Callable[[str], Optional[int]]) -> dict[int, list[str]]:
+def _by_epoch(files: list[str], epoch: Callable[[str], int | None]) -> dict[int, list[str]]:
     """``files`` grouped by the stage epoch each belongs to (in order)."""
     out: dict[int, list[str]] = {}
     for f in files:
@@ -279,7 +337,7 @@ def json_key_sql(col: Any, scalar: str) -> Any:
     return F.when(col.rlike(JSON_ESCAPED), F.concat(quote, esc, quote)).otherwise(F.concat(quote, col, quote))
 
 
-def _jvm_routed(spark: Any, plan: TaskPlan, idx: int, files: list[str], envelopes: Any) -> Optional[Any]:
+def _jvm_routed(spark: Any, plan: TaskPlan, idx: int, files: list[str], envelopes: Any) -> Any | None:
     """The envelopes of input ``idx`` built by Spark SQL, with no Python on the map side, when its
     RouteBy is a field that is never null and never needs Python to become a key (a ``string``,
     ``int`` or ``bool``: :func:`json_key_sql`); None otherwise (``route_batches`` routes it). The
@@ -327,4 +385,3 @@ def shuffle_written(sc: Any, tag: str, wait: float = 2.0) -> dict[str, int]:
 def _first_lines(text: str, n: int = 12) -> str:
     lines = [ln for ln in text.splitlines() if ln.strip()]
     return "\n".join(lines[:n])
-

@@ -31,19 +31,23 @@ import os
 import shutil
 import socket
 import time
-from typing import Any, Optional
+from typing import Any
 
 __all__ = ["abandon", "cache_dir", "driver_java_options", "finish_at_exit", "pid_alive", "recording", "refuse"]
 
 _QUIET = "-Xlog:cds=off,cds+dynamic=off"  # the JVM lists every class it cannot archive on stdout otherwise
 _STALE = 30 * 60  # a recording whose process has not finished in this long is abandoned
 _KEEP = 4  # archives kept (other Java versions or class paths), newest first
+
+
 def _machine() -> str:
     """This machine and PID namespace (a lock names its process by it: caches may be shared by
     hosts, or by containers of one host name)."""
     parts = [socket.gethostname().replace(" ", "_") or "-"]
-    for path, read in (("/proc/sys/kernel/random/boot_id", lambda p: open(p).read().strip()[:8]),
-                       ("/proc/self/ns/pid", os.readlink)):
+    for path, read in (
+        ("/proc/sys/kernel/random/boot_id", lambda p: open(p).read().strip()[:8]),
+        ("/proc/self/ns/pid", os.readlink),
+    ):
         try:
             parts.append(read(path).replace(" ", "_"))
         except OSError:
@@ -55,7 +59,7 @@ _HOST = _machine()
 _recording: list[tuple[str, str, str]] = []  # this process's recording, if it makes one
 
 
-def recording() -> Optional[str]:
+def recording() -> str | None:
     """The archive this process will write as it exits, if it records one."""
     return _recording[0][1] if _recording else None
 
@@ -69,7 +73,7 @@ def cache_dir() -> str:
     return os.path.join(base, "cbp", "jvm")
 
 
-def _java_home() -> Optional[str]:
+def _java_home() -> str | None:
     home = os.environ.get("JAVA_HOME")
     if home and os.path.isfile(os.path.join(home, "bin", "java")):
         return os.path.realpath(home)
@@ -77,7 +81,7 @@ def _java_home() -> Optional[str]:
     return os.path.dirname(os.path.dirname(os.path.realpath(java))) if java else None
 
 
-def _spark_jars() -> Optional[str]:
+def _spark_jars() -> str | None:
     try:
         from pyspark.find_spark_home import _find_spark_home
 
@@ -94,7 +98,7 @@ def _stamp(path: str) -> str:
     return f"{path}:{st.st_size}:{st.st_mtime_ns}"
 
 
-def archive_key(extra_class_path: str) -> Optional[str]:
+def archive_key(extra_class_path: str) -> str | None:
     """The key of the archive for this Java and class path (Spark's jars, ``extra_class_path``, and
     the directories Spark's launcher adds); None when Java or Spark's jars cannot be found."""
     java, jars = _java_home(), _spark_jars()
@@ -103,17 +107,20 @@ def archive_key(extra_class_path: str) -> Optional[str]:
     parts = [_stamp(os.path.join(java, "lib", "server", "libjvm.so")), _stamp(os.path.join(java, "lib", "modules"))]
     parts += [_stamp(os.path.join(jars, n)) for n in sorted(os.listdir(jars))]
     parts += [_stamp(p) for p in extra_class_path.split(os.pathsep) if p]
-    parts += [f"{v}={os.environ.get(v, '')}" for v in ("SPARK_CONF_DIR", "HADOOP_CONF_DIR", "YARN_CONF_DIR", "SPARK_DIST_CLASSPATH")]
+    parts += [
+        f"{v}={os.environ.get(v, '')}"
+        for v in ("SPARK_CONF_DIR", "HADOOP_CONF_DIR", "YARN_CONF_DIR", "SPARK_DIST_CLASSPATH")
+    ]
     return hashlib.sha256("\n".join(parts).encode("utf-8", "surrogateescape")).hexdigest()[:24]
 
 
-def _options(path: str, dump: Optional[str]) -> str:
+def _options(path: str, dump: str | None) -> str:
     if dump is not None:
         return f"-XX:ArchiveClassesAtExit={dump} {_QUIET}"
     return f"-XX:SharedArchiveFile={path} -Xshare:auto {_QUIET}"
 
 
-def driver_java_options(extra_class_path: str) -> tuple[str, Optional[tuple[str, str, str]]]:
+def driver_java_options(extra_class_path: str) -> tuple[str, tuple[str, str, str] | None]:
     """The JVM options for a new driver (empty when off or impossible) and, when this driver is
     the one to record the archive, ``(recording, archive, lock)`` for :func:`finish_at_exit`."""
     if os.environ.get("CBP_JVM_ARCHIVE", "1") == "0":
@@ -211,8 +218,20 @@ def _check(java: str, class_path: str, archive: str) -> bool:
     import subprocess
 
     try:
-        p = subprocess.run([java, "-Xshare:on", f"-XX:SharedArchiveFile={archive}", "-Xlog:disable", "-XX:ErrorFile=/dev/null",
-                            "-cp", class_path, "-version"], capture_output=True, timeout=120)
+        p = subprocess.run(
+            [
+                java,
+                "-Xshare:on",
+                f"-XX:SharedArchiveFile={archive}",
+                "-Xlog:disable",
+                "-XX:ErrorFile=/dev/null",
+                "-cp",
+                class_path,
+                "-version",
+            ],
+            capture_output=True,
+            timeout=120,
+        )
     except (OSError, subprocess.TimeoutExpired):
         return False
     return p.returncode == 0

@@ -19,19 +19,27 @@ partition prefers its parents' locations, so partition ``p``'s task goes to the 
 
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import Any
 
 from ..common.protocol import RESULT
 from ..task.runners import placed_task
 
-__all__ = ["task_location", "located_rdd", "prefs_rdd", "placed_epoch", "executor_preferences", "remember_executors", "balanced"]
+__all__ = [
+    "task_location",
+    "located_rdd",
+    "prefs_rdd",
+    "placed_epoch",
+    "executor_preferences",
+    "remember_executors",
+    "balanced",
+]
 
 
-def task_location(executor: Optional[str]) -> Optional[str]:
+def task_location(executor: str | None) -> str | None:
     """Spark's task-location string for an executor name, ``None`` for none or the driver.
 
-        >>> task_location("1@127.0.0.1"), task_location("driver@h"), task_location(None)
-        ('executor_127.0.0.1_1', None, None)
+    >>> task_location("1@127.0.0.1"), task_location("driver@h"), task_location(None)
+    ('executor_127.0.0.1_1', None, None)
     """
     if not executor or "@" not in executor:
         return None
@@ -39,7 +47,7 @@ def task_location(executor: Optional[str]) -> Optional[str]:
     return None if eid == "driver" else f"executor_{host}_{eid}"
 
 
-def prefs_rdd(sc: Any, prefs: list[Optional[str]]) -> Any:
+def prefs_rdd(sc: Any, prefs: list[str | None]) -> Any:
     """A JVM RDD of one item per partition, partition ``p`` preferring location ``prefs[p]``."""
     jvm = sc._jvm
     items = jvm.java.util.ArrayList()
@@ -53,7 +61,7 @@ def prefs_rdd(sc: Any, prefs: list[Optional[str]]) -> Any:
     return sc._jsc.sc().makeRDD(jvm.scala.jdk.javaapi.CollectionConverters.asScala(items).toList(), tag)
 
 
-def located_rdd(sc: Any, batches_jrdd: Any, prefs: list[Optional[str]]) -> Any:
+def located_rdd(sc: Any, batches_jrdd: Any, prefs: list[str | None]) -> Any:
     """A PySpark RDD whose partition ``p`` is ``[(p_bytes, [arrow batch bytes, ...])]`` from the JVM
     RDD ``batches_jrdd`` (Arrow record batches, one partition per state partition), preferring
     to run on ``prefs[p]``."""
@@ -65,8 +73,11 @@ def located_rdd(sc: Any, batches_jrdd: Any, prefs: list[Optional[str]]) -> Any:
     right = jvm.org.apache.spark.api.java.JavaRDD.fromRDD(batches_jrdd, jvm.scala.reflect.ClassTag.AnyRef()).glom()
     pairs = left.zip(right)
     pickled = jvm.org.apache.spark.api.python.SerDeUtil.pairRDDToPython(pairs.rdd(), 1)
-    return RDD(jvm.org.apache.spark.api.java.JavaRDD.fromRDD(pickled, jvm.scala.reflect.ClassTag.AnyRef()), sc,
-               BatchedSerializer(CPickleSerializer(), 1))
+    return RDD(
+        jvm.org.apache.spark.api.java.JavaRDD.fromRDD(pickled, jvm.scala.reflect.ClassTag.AnyRef()),
+        sc,
+        BatchedSerializer(CPickleSerializer(), 1),
+    )
 
 
 #: (application, home, stage) -> {partition: executor name} of the stage's last epoch in this driver
@@ -97,7 +108,7 @@ def _placement_key(sc: Any, plan: Any) -> tuple[str, str, str]:
     return (sc.applicationId, str(plan.home.location), plan.stage.name)
 
 
-def executor_preferences(sc: Any, plan: Any) -> list[Optional[str]]:
+def executor_preferences(sc: Any, plan: Any) -> list[str | None]:
     """Per partition of ``plan``'s stage, the task location of the executor that ran it last epoch
     in this driver (:func:`balanced` over the executors), or None."""
     last = balanced(_LAST.get(_placement_key(sc, plan), {}), plan.stage.partitions)

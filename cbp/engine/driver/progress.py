@@ -12,8 +12,9 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable, Optional
+from typing import Any
 
 __all__ = ["Progress", "Poller", "spark_progress"]
 
@@ -30,11 +31,11 @@ class Progress:
     elapsed: float
     tasks_done: int = 0
     tasks_total: int = 0
-    records_read: Optional[int] = None
+    records_read: int | None = None
     spark_stage: str = ""
 
 
-def spark_progress(sc: Any) -> tuple[int, int, Optional[int], str]:
+def spark_progress(sc: Any) -> tuple[int, int, int | None, str]:
     """(tasks done, tasks in all, records read, the newest stage's name) of the active Spark stages."""
     tracker = sc.statusTracker()
     done = total = 0
@@ -43,7 +44,7 @@ def spark_progress(sc: Any) -> tuple[int, int, Optional[int], str]:
         info = tracker.getStageInfo(sid)
         if info is not None:
             done, total, name = done + info.numCompletedTasks, total + info.numTasks, info.name
-    records: Optional[int] = None
+    records: int | None = None
     try:  # Spark's status store (what its UI shows) counts the records stages read
         jsc = sc._jsc.sc()
         stages = sc._jvm.scala.jdk.javaapi.CollectionConverters.asJava(jsc.statusStore().activeStages())
@@ -58,9 +59,9 @@ class Poller:
 
     def __init__(self, callback: Callable[[Progress], None], every: float = 0.5) -> None:
         self._callback, self._every = callback, every
-        self._current: Optional[tuple[str, int, float]] = None
+        self._current: tuple[str, int, float] | None = None
         self._stop = threading.Event()
-        self._thread: Optional[threading.Thread] = None
+        self._thread: threading.Thread | None = None
 
     def epoch(self, stage: str, epoch: int) -> None:
         """An epoch of ``stage`` starts now."""
@@ -70,7 +71,7 @@ class Poller:
         """No epoch runs now."""
         self._current = None
 
-    def __enter__(self) -> "Poller":
+    def __enter__(self) -> Poller:
         self._thread = threading.Thread(target=self._loop, name="cbp-progress", daemon=True)
         self._thread.start()
         return self

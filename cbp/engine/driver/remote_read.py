@@ -33,5 +33,3 @@ def read_parquet(spark: Any, ddl: str, files: list[str]) -> Any:
     objectstore.propagate_to_spark(spark.sparkContext)
     names = spark.createDataFrame([(f,) for f in files], "_file STRING").repartition(n)
     return names.mapInArrow(partial(read_files, to_arrow_schema(schema)), schema)
-
-

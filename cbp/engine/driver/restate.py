@@ -13,7 +13,9 @@ from ..task.restate import Job, convert_part, write_part
 __all__ = ["rewrite_state"]
 
 
-def rewrite_state(spark: Any, job: Job, files_by_part: dict[int, list[dict[str, Any]]]) -> tuple[dict[int, dict[str, Any]], list[str]]:
+def rewrite_state(
+    spark: Any, job: Job, files_by_part: dict[int, list[dict[str, Any]]]
+) -> tuple[dict[int, dict[str, Any]], list[str]]:
     """Run the rewrite; per new partition its ``{"add", "index", "rows"}``, and the failures (then nothing is to be committed)."""
     home: Home = job.home
     items = sorted(files_by_part.items())

@@ -13,10 +13,10 @@ hadoop-aws; ``s3://`` and ``s3a://`` paths then reach S3 with the ``AWS_*`` vari
 from __future__ import annotations
 
 import os
-from pathlib import Path
 import shutil
 import sys
-from typing import Any, Optional
+from pathlib import Path
+from typing import Any
 
 from ...errors import RuntimeStateError
 from .jvmcache import abandon, driver_java_options, finish_at_exit, refuse
@@ -41,7 +41,9 @@ def spark_conf(text: str) -> dict[str, str]:
             continue
         key, sep, value = item.partition("=")
         if not sep or not key.strip():
-            raise RuntimeStateError(f"CBP_SPARK_CONF: {item.strip()!r} is not key=value (settings are separated by ';')", code="spark-conf")
+            raise RuntimeStateError(
+                f"CBP_SPARK_CONF: {item.strip()!r} is not key=value (settings are separated by ';')", code="spark-conf"
+            )
         conf[key.strip()] = value.strip()
     return conf
 
@@ -55,11 +57,11 @@ def _jars_dir() -> str:
     return str(repo / "state" / "jars")
 
 
-def delta_jars(directory: Optional[str] = None) -> Optional[list[str]]:
+def delta_jars(directory: str | None = None) -> list[str] | None:
     """The jar cache's jars (absolute paths), or ``None`` when it is missing or incomplete.
 
-        >>> delta_jars("/nonexistent") is None
-        True
+    >>> delta_jars("/nonexistent") is None
+    True
     """
     directory = directory or _jars_dir()
     try:
@@ -73,7 +75,7 @@ def delta_jars(directory: Optional[str] = None) -> Optional[list[str]]:
     return paths
 
 
-def delta_conf(jars: Optional[list[str]], local: bool = False, on_workers: bool = False) -> dict[str, str]:
+def delta_conf(jars: list[str] | None, local: bool = False, on_workers: bool = False) -> dict[str, str]:
     """Spark settings that load Spark's Delta connector from ``jars`` (none without jars).
 
     On a cluster the jars go to ``spark.jars`` (Spark ships them to the executors) unless
@@ -108,7 +110,7 @@ def delta_conf(jars: Optional[list[str]], local: bool = False, on_workers: bool 
     }
 
 
-def s3a_conf(env: Optional[dict[str, str]] = None) -> dict[str, str]:
+def s3a_conf(env: dict[str, str] | None = None) -> dict[str, str]:
     """Spark settings for S3 from the variables an AWS user sets (only those that are set).
 
     ``s3://`` is mapped to S3A, so a home written ``s3://bucket/path`` reaches Spark as written.
@@ -129,22 +131,25 @@ def s3a_conf(env: Optional[dict[str, str]] = None) -> dict[str, str]:
     return conf
 
 
-def has_delta(spark: "pyspark.sql.SparkSession") -> bool:  # type: ignore[name-defined]  # noqa: F821
+def has_delta(spark: pyspark.sql.SparkSession) -> bool:  # type: ignore[name-defined]  # noqa: F821
     """Whether ``spark`` was created with Spark's Delta connector (see ``delta_conf``)."""
     return "DeltaSparkSessionExtension" in (spark.conf.get("spark.sql.extensions", "") or "")
 
 
-def require_delta(spark: "pyspark.sql.SparkSession") -> None:  # type: ignore[name-defined]  # noqa: F821
+def require_delta(spark: pyspark.sql.SparkSession) -> None:  # type: ignore[name-defined]  # noqa: F821
     """Raise ``RuntimeStateError`` (code ``no-delta-jars``) unless ``spark`` has the Delta connector."""
     if not has_delta(spark):
         where = _jars_dir()
         raise RuntimeStateError(
             f"Spark's Delta connector (delta-spark) is not loaded: no complete jar cache in {where} "
             "when this process started Spark. Run 'bash scripts/setup' (or 'bash scripts/jars'; it needs Maven "
-            "and Maven Central), then start again.", code="no-delta-jars", path=where)
+            "and Maven Central), then start again.",
+            code="no-delta-jars",
+            path=where,
+        )
 
 
-def _start(builder: Any, archive: str, recording: Optional[tuple[str, str, str]], class_path: str) -> Any:
+def _start(builder: Any, archive: str, recording: tuple[str, str, str] | None, class_path: str) -> Any:
     """``builder.getOrCreate()``; the JVM started with the class archive's options ``archive``
     (recording it when ``recording``). A JVM that does not start with them (a JDK without its own
     archive refuses to record) is started again without, and the archive is not asked for again."""
@@ -169,7 +174,7 @@ def _start(builder: Any, archive: str, recording: Optional[tuple[str, str, str]]
     return spark
 
 
-def get_spark(master: Optional[str] = None, conf: Optional[dict[str, str]] = None) -> "pyspark.sql.SparkSession":  # type: ignore[name-defined]  # noqa: F821
+def get_spark(master: str | None = None, conf: dict[str, str] | None = None) -> pyspark.sql.SparkSession:  # type: ignore[name-defined]  # noqa: F821
     """Return the process's SparkSession, creating it with cbp's settings on first use.
 
     ``master`` (or ``CBP_SPARK_MASTER``) defaults to ``local[*,2]``: local Spark on every core,
@@ -213,9 +218,18 @@ def get_spark(master: Optional[str] = None, conf: Optional[dict[str, str]] = Non
         .config("spark.sql.execution.pyspark.udf.simplifiedTraceback.enabled", "false")
         .config("spark.sql.session.timeZone", "UTC")
     )
-    extra = {**delta_conf(delta_jars(), local=master.startswith("local"), on_workers=os.environ.get("CBP_JARS_ON_WORKERS") == "1"), **s3a_conf(), **spark_conf(os.environ.get("CBP_SPARK_CONF", "")), **(conf or {})}
+    extra = {
+        **delta_conf(
+            delta_jars(), local=master.startswith("local"), on_workers=os.environ.get("CBP_JARS_ON_WORKERS") == "1"
+        ),
+        **s3a_conf(),
+        **spark_conf(os.environ.get("CBP_SPARK_CONF", "")),
+        **(conf or {}),
+    }
     archive, recording, class_path = "", None, extra.get("spark.driver.extraClassPath", "")
-    if "spark.driver.extraJavaOptions" not in extra and SparkContext._gateway is None:  # a new driver JVM: cbp's options
+    if (
+        "spark.driver.extraJavaOptions" not in extra and SparkContext._gateway is None
+    ):  # a new driver JVM: cbp's options
         archive, recording = driver_java_options(class_path)
         extra["spark.driver.extraJavaOptions"] = f"-Dlog4j2.configurationFile={_LOG4J} {archive}".strip()
     for key, value in extra.items():

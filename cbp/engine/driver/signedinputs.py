@@ -13,7 +13,7 @@ are missing or other than 1 has its ``_diff`` column read. A refused record fail
 
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import Any
 
 import pyarrow.parquet as pq
 
@@ -52,7 +52,7 @@ def _all_plus_one(stats: Any, rows: int) -> bool:
     return bool(stats.has_min_max and stats.min == 1 and stats.max == 1)
 
 
-def _first_in_file(uri: str) -> Optional[tuple[dict[str, Any], int]]:
+def _first_in_file(uri: str) -> tuple[dict[str, Any], int] | None:
     """The first record of a file whose ``_diff`` is not +1 (without ``_diff``) and that ``_diff``, or None."""
     fs, path = objectstore.filesystem(uri)
     with fs.open_input_file(path) as fh:

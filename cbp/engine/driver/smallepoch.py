@@ -42,10 +42,10 @@ from __future__ import annotations
 
 import os
 import shutil
-import time
 import tempfile
+import time
 from functools import partial
-from typing import TYPE_CHECKING, Any, Optional
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyarrow as pa
@@ -86,13 +86,13 @@ _LAST_WORKER: dict[tuple[str, str], dict[int, int]] = {}
 _ROUTED_BYTES: dict[tuple[str, str], float] = {}
 
 
-def routed_schema(plan: "TaskPlan") -> pa.Schema:
+def routed_schema(plan: TaskPlan) -> pa.Schema:
     """The envelopes a grouped task gets, as the shuffle hands them over (``_r`` dropped, ``_h`` added)."""
     env = plan.envelope_schema()
     return pa.schema([f for f in env if f.name != "_r"] + [pa.field("_h", pa.int64())])
 
 
-def small_records(override: Optional[int] = None) -> int:
+def small_records(override: int | None = None) -> int:
     """The threshold: ``override`` (a pipeline's ``small_epoch_records``), else
     ``CBP_SMALL_EPOCH_RECORDS``, else :data:`SMALL_RECORDS`.
 
@@ -113,10 +113,12 @@ def _read_as(pf: pq.ParquetFile, want: pa.Schema) -> pa.Table:
     cbp wrote, is null)."""
     have = set(pf.schema_arrow.names)
     t = pf.read(columns=[f.name for f in want if f.name in have])
-    return pa.Table.from_arrays([t.column(f.name).cast(f.type) if f.name in have else pa.nulls(t.num_rows, f.type) for f in want], schema=want)
+    return pa.Table.from_arrays(
+        [t.column(f.name).cast(f.type) if f.name in have else pa.nulls(t.num_rows, f.type) for f in want], schema=want
+    )
 
 
-def driver_routed(spark: Any, plan: "TaskPlan", input_files: dict[int, list[str]]) -> Optional[list[pa.Table]]:
+def driver_routed(spark: Any, plan: TaskPlan, input_files: dict[int, list[str]]) -> list[pa.Table] | None:
     """Partition ``p``'s envelopes (sorted as the shuffle sorts them) for each ``p``, or None when
     this epoch must take the normal path (see the module's docstring)."""
     if plan.mode != "direct" or plan.new_records is None or plan.new_records > small_records(plan.small_records):
@@ -127,7 +129,9 @@ def driver_routed(spark: Any, plan: "TaskPlan", input_files: dict[int, list[str]
         return None
     schema = plan.envelope_schema()
     parts: list[pa.RecordBatch] = []
-    remote: list[tuple[int, int, pa.Table]] = []  # (input, the epoch whose bindings deliver its multicasts, records): RouteBy's job
+    remote: list[
+        tuple[int, int, pa.Table]
+    ] = []  # (input, the epoch whose bindings deliver its multicasts, records): RouteBy's job
     for i, uri, fs, path in located:
         want = plan.input_schemas[i].arrow
         with fs.open_input_file(path) as fh:
@@ -144,14 +148,18 @@ def driver_routed(spark: Any, plan: "TaskPlan", input_files: dict[int, list[str]
             remote.append((i, plan.made_in.get(uri, plan.epoch - 1) or 0, pa.Table.from_batches(rest, want)))
     for uri, fs, path in bound:
         with fs.open_input_file(path) as fh:
-            parts.extend(_binding_envelopes(pq.read_table(fh, columns=BINDINGS.names).cast(BINDINGS), epoch_of(uri) or 0, schema))
+            parts.extend(
+                _binding_envelopes(pq.read_table(fh, columns=BINDINGS.names).cast(BINDINGS), epoch_of(uri) or 0, schema)
+            )
     if remote:
         key, records = (plan.home.location, plan.stage.name), sum(t.num_rows for _, _, t in remote)
         if records * _ROUTED_BYTES.get(key, 0.0) >= SMALL_ENVELOPE_BYTES:
             return None  # the last routing job of this stage says its envelopes would outgrow the cap
         routed = route_on_executors(spark, plan, remote)
         # bytes of envelopes per record RouteBy routed (at least, when they outgrew the cap)
-        _ROUTED_BYTES[key] = (SMALL_ENVELOPE_BYTES if routed is None else sum(b.nbytes for b in routed)) / max(records, 1)
+        _ROUTED_BYTES[key] = (SMALL_ENVELOPE_BYTES if routed is None else sum(b.nbytes for b in routed)) / max(
+            records, 1
+        )
         if routed is None:
             return None
         parts.extend(routed)
@@ -166,13 +174,20 @@ def _binding_envelopes(rows: pa.Table, made: int, schema: pa.Schema) -> list[pa.
     out = []
     for b in rows.to_batches():
         n = b.num_rows
-        cols = {"_key": b.column("_key"), "_flow": pa.array(np.full(n, BOUND, np.int32)),
-                "_rec": pc.binary_join_element_wise(bound_address(made, ""), b.column("_addr"), "")}
-        out.append(pa.RecordBatch.from_arrays([cols[f.name] if f.name in cols else pa.nulls(n, f.type) for f in schema], schema=schema))
+        cols = {
+            "_key": b.column("_key"),
+            "_flow": pa.array(np.full(n, BOUND, np.int32)),
+            "_rec": pc.binary_join_element_wise(bound_address(made, ""), b.column("_addr"), ""),
+        }
+        out.append(
+            pa.RecordBatch.from_arrays(
+                [cols[f.name] if f.name in cols else pa.nulls(n, f.type) for f in schema], schema=schema
+            )
+        )
     return out
 
 
-def _partitioned(plan: "TaskPlan", env: pa.Table) -> Optional[list[pa.Table]]:
+def _partitioned(plan: TaskPlan, env: pa.Table) -> list[pa.Table] | None:
     """Each partition's envelopes as Spark's job would give them: partitioned by the hash of ``_r``
     (a copy's probe) or else the key text, ``_h`` added, sorted by ``_h``, key and flow."""
     n = plan.stage.partitions
@@ -191,12 +206,16 @@ def _partitioned(plan: "TaskPlan", env: pa.Table) -> Optional[list[pa.Table]]:
     out = []
     for p in range(n):
         rows = table.filter(pa.array(part == p))
-        order = pc.sort_indices(rows, sort_keys=[("_h", "ascending"), ("_key", "ascending"), ("_flow", "ascending")])  # stable, as Spark's is for these
+        order = pc.sort_indices(
+            rows, sort_keys=[("_h", "ascending"), ("_key", "ascending"), ("_flow", "ascending")]
+        )  # stable, as Spark's is for these
         out.append(rows.take(order).combine_chunks())
     return out
 
 
-def route_on_executors(spark: Any, plan: "TaskPlan", work: list[tuple[int, int, pa.Table]]) -> Optional[list[pa.RecordBatch]]:
+def route_on_executors(
+    spark: Any, plan: TaskPlan, work: list[tuple[int, int, pa.Table]]
+) -> list[pa.RecordBatch] | None:
     """RouteBy of the records in ``work`` run by a one-stage Spark job (user code runs where the
     normal path runs it, under the epoch's time limit), its envelopes collected; None when they
     outgrow what the driver should hold (:data:`SMALL_ENVELOPE_BYTES`)."""
@@ -211,14 +230,18 @@ def route_on_executors(spark: Any, plan: "TaskPlan", work: list[tuple[int, int, 
                 w.write_table(table.slice(a, step))
             payloads.append((i, made, sink.getvalue().to_pybytes()))
     tasks = min(tasks, len(payloads))
-    blobs = sc.parallelize(payloads, tasks).mapPartitions(partial(routing_task, plan, SMALL_ENVELOPE_BYTES // tasks)).collect()
+    blobs = (
+        sc.parallelize(payloads, tasks)
+        .mapPartitions(partial(routing_task, plan, SMALL_ENVELOPE_BYTES // tasks))
+        .collect()
+    )
     if any(not b for b in blobs):
         return None
     schema = plan.envelope_schema()
     return [pa.ipc.read_record_batch(pa.py_buffer(b), schema) for b in blobs]
 
 
-def run_routed(spark: Any, plan: "TaskPlan", parts: list[pa.Table], task: Any, placed: bool) -> pa.Table:
+def run_routed(spark: Any, plan: TaskPlan, parts: list[pa.Table], task: Any, placed: bool) -> pa.Table:
     """Run ``task(plan, batches, p)`` for each partition ``p`` on the envelopes the driver routed;
     the tasks' result rows (:data:`cbp.engine.common.protocol.RESULT`).
 
@@ -245,11 +268,18 @@ def run_routed(spark: Any, plan: "TaskPlan", parts: list[pa.Table], task: Any, p
     data = sc.parallelize(groups, tasks)  # group i alone in Spark partition i (through a file, not py4j)
     if placed:  # zipped with an RDD whose partition p prefers p's executor: the pair's task does too
         jvm = sc._jvm
-        where = RDD(jvm.org.apache.spark.api.java.JavaRDD.fromRDD(prefs_rdd(sc, executor_preferences(sc, plan)), jvm.scala.reflect.ClassTag.AnyRef()),
-                    sc, NoOpSerializer())
+        where = RDD(
+            jvm.org.apache.spark.api.java.JavaRDD.fromRDD(
+                prefs_rdd(sc, executor_preferences(sc, plan)), jvm.scala.reflect.ClassTag.AnyRef()
+            ),
+            sc,
+            NoOpSerializer(),
+        )
         data = where.zip(data).values()
     blobs = data.mapPartitions(partial(routed_task, plan, task)).collect()
-    table = _in_partition_order(pa.Table.from_batches([pa.ipc.read_record_batch(pa.py_buffer(b), RESULT) for b in blobs], schema=RESULT))
+    table = _in_partition_order(
+        pa.Table.from_batches([pa.ipc.read_record_batch(pa.py_buffer(b), RESULT) for b in blobs], schema=RESULT)
+    )
     if placed:
         remember_executors(sc, plan, table)
     return table
@@ -269,13 +299,13 @@ def _chunk(spark: Any) -> int:
         return 10_000
 
 
-def _write_envelopes(sink: Any, plan: "TaskPlan", t: pa.Table, chunk: int) -> None:
+def _write_envelopes(sink: Any, plan: TaskPlan, t: pa.Table, chunk: int) -> None:
     routed = routed_schema(plan)
     with pa.ipc.new_stream(sink, routed) as w:
         w.write_table(t.cast(routed), max_chunksize=chunk)
 
 
-def _run_claimed(sc: Any, plan: "TaskPlan", parts: list[pa.Table], task: Any, tasks: int, chunk: int) -> pa.Table:
+def _run_claimed(sc: Any, plan: TaskPlan, parts: list[pa.Table], task: Any, tasks: int, chunk: int) -> pa.Table:
     """:func:`run_routed` in local mode: ``tasks`` tasks claim the partitions (module docstring)."""
     _sweep_routed()
     work = tempfile.mkdtemp(prefix=f"cbp-routed-{os.getpid()}-")
@@ -285,12 +315,21 @@ def _run_claimed(sc: Any, plan: "TaskPlan", parts: list[pa.Table], task: Any, ta
             with pa.OSFile(os.path.join(work, f"{p}.arrows"), "wb") as f:
                 _write_envelopes(f, plan, t, chunk)
         last = dict(_LAST_WORKER.get(key, {}))
-        blobs = sc.parallelize(range(tasks), tasks).mapPartitions(partial(claiming_task, plan, task, work, len(parts), tasks, last)).collect()
-        table = _in_partition_order(pa.Table.from_batches([pa.ipc.read_record_batch(pa.py_buffer(b), RESULT) for b in blobs], schema=RESULT))
+        blobs = (
+            sc.parallelize(range(tasks), tasks)
+            .mapPartitions(partial(claiming_task, plan, task, work, len(parts), tasks, last))
+            .collect()
+        )
+        table = _in_partition_order(
+            pa.Table.from_batches([pa.ipc.read_record_batch(pa.py_buffer(b), RESULT) for b in blobs], schema=RESULT)
+        )
         done = table.column("part").to_pylist()
         if done != list(range(len(parts))):
-            raise RuntimeStateError(f"stage '{plan.stage.name}' epoch {plan.epoch}: the tasks returned partitions {done} of "
-                                    f"{len(parts)}; the epoch is not committed and runs again", code="io")
+            raise RuntimeStateError(
+                f"stage '{plan.stage.name}' epoch {plan.epoch}: the tasks returned partitions {done} of "
+                f"{len(parts)}; the epoch is not committed and runs again",
+                code="io",
+            )
         _LAST_WORKER[key] = {p: pid for p in range(len(parts)) if (pid := claimant(work, p)[1]) is not None}
         return table
     finally:
@@ -320,5 +359,3 @@ def _sweep_routed() -> None:
             continue
         if gone:
             shutil.rmtree(path, ignore_errors=True)
-
-

@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any, Optional
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyarrow as pa
@@ -48,10 +48,10 @@ from .routing import encode_key, has_byte
 from .signed import fill_diff
 
 if TYPE_CHECKING:
-    from .groups import Group
-    from .statepart import DirectPartition, OldState
     from .calls import _Calls
+    from .groups import Group
     from .plan import TaskPlan
+    from .statepart import DirectPartition, OldState
 
 __all__ = ["BATCH_KEYS", "BatchOut", "BatchTranslate", "write_changed"]
 
@@ -71,7 +71,9 @@ class BatchOut:
         """Bind ``key`` to the multicast ``address`` for the next epoch, as ``out.associate`` of a
         per-key translator does (paper 001 §4.5.3)."""
         if self._bind is None:
-            raise TypeError(f"stage '{self.stage}' has no grouping keys (a record-wise stage): it cannot associate keys with multicast addresses")
+            raise TypeError(
+                f"stage '{self.stage}' has no grouping keys (a record-wise stage): it cannot associate keys with multicast addresses"
+            )
         self._bind(key, address)
 
     def associate_all(self, keys: Any, addresses: Any) -> None:
@@ -94,8 +96,16 @@ class BatchOut:
 class BatchTranslate:
     """Collects the called keys of a task and calls the stage's batch translator per :data:`BATCH_KEYS`."""
 
-    def __init__(self, plan: "TaskPlan", calls: "_Calls", update: Any, fail: Any, user_failure: Any, flow_iter: Any,
-                 direct: Optional["DirectPartition"] = None) -> None:
+    def __init__(
+        self,
+        plan: TaskPlan,
+        calls: _Calls,
+        update: Any,
+        fail: Any,
+        user_failure: Any,
+        flow_iter: Any,
+        direct: DirectPartition | None = None,
+    ) -> None:
         """``update(g, old, new)`` hands a key's new state to the task's partition; ``fail`` and
         ``user_failure`` make the task's typed failures (:mod:`cbp.engine.task.translate`), ``flow_iter`` decodes a key's records of one
         flow in OrderBy order (:func:`cbp.engine.task.translate._flow_iter`). With ``direct`` (a
@@ -103,13 +113,16 @@ class BatchTranslate:
         self.plan, self.calls, self.update, self.direct = plan, calls, update, direct
         self._fail, self._user_failure, self._flow_iter = fail, user_failure, flow_iter
         st = plan.stage
-        self.out = BatchOut(st.name, plan.epoch, st.params, st.state_schema is not None,
-                            None if st.record_wise else calls.bind)
-        self.pending: list[tuple["Group", Optional["OldState"], list[dict[str, Any]]]] = []
-        self.kept: list[tuple["Group", Optional["OldState"], list[dict[str, Any]]]] = []  # not called, in key order with pending
+        self.out = BatchOut(
+            st.name, plan.epoch, st.params, st.state_schema is not None, None if st.record_wise else calls.bind
+        )
+        self.pending: list[tuple[Group, OldState | None, list[dict[str, Any]]]] = []
+        self.kept: list[
+            tuple[Group, OldState | None, list[dict[str, Any]]]
+        ] = []  # not called, in key order with pending
         self._order: list[bool] = []  # for each key queued: called (True) or kept as it is (False)
 
-    def add(self, g: "Group", old: Optional["OldState"], records: list[dict[str, Any]], called: bool = True) -> None:
+    def add(self, g: Group, old: OldState | None, records: list[dict[str, Any]], called: bool = True) -> None:
         """A key with its stored state records (decoded): called, or (black-box mode) only kept,
         which must still reach the partition in key order."""
         (self.pending if called else self.kept).append((g, old, records))
@@ -150,7 +163,7 @@ class BatchTranslate:
             self.calls.outputs[flow].add_table(table)
 
     # ------------------------------------------------------------------ tables in
-    def _state_table(self, keys: pa.Array, pending: list[Any]) -> Optional[pa.Table]:
+    def _state_table(self, keys: pa.Array, pending: list[Any]) -> pa.Table | None:
         schema = self.plan.stage.state_schema
         if schema is None:
             return None
@@ -170,7 +183,11 @@ class BatchTranslate:
             rows, at = [], []
             for i, (g, _, _) in enumerate(pending):
                 if g.flows[idx]:
-                    recs = list(self._flow_iter(self.plan, idx, [r for part in g.flows[idx] for r in part.to_pylist()], None, g.key))
+                    recs = list(
+                        self._flow_iter(
+                            self.plan, idx, [r for part in g.flows[idx] for r in part.to_pylist()], None, g.key
+                        )
+                    )
                     rows += recs
                     at += [i] * len(recs)
             return _with_key(schema.to_arrow(rows), keys, at)
@@ -186,7 +203,9 @@ class BatchTranslate:
         return table
 
     # ------------------------------------------------------------------ tables out
-    def call(self, keys: pa.Array, state: Optional[pa.Table], inputs: list[pa.Table], n: int, key_texts: bool = False) -> Any:
+    def call(
+        self, keys: pa.Array, state: pa.Table | None, inputs: list[pa.Table], n: int, key_texts: bool = False
+    ) -> Any:
         """Call the batch translator for ``n`` keys (``key_texts``: given as their JSON texts); a user
         failure names the stage and epoch."""
         st = self.plan.stage
@@ -201,9 +220,13 @@ class BatchTranslate:
             where = f"{self.plan.where()} (a batch of {n} keys, task partition {self.calls.part})"
             raise worker_exit_failure(self.plan, where, f"batch translator '{st.translator_path}'", e) from None
         except (*USER_EXCEPTIONS, EpochTimeout) as e:
-            raise self._user_failure(self.plan, self.plan.where(), f"batch translator '{st.translator_path}'", e) from None
+            raise self._user_failure(
+                self.plan, self.plan.where(), f"batch translator '{st.translator_path}'", e
+            ) from None
 
-    def _check(self, result: Any, keys: pa.Array, texts: list[str]) -> tuple[tuple[dict[int, list[dict[str, Any]]], Optional[pa.Table]], set[int], dict[str, pa.Table]]:
+    def _check(
+        self, result: Any, keys: pa.Array, texts: list[str]
+    ) -> tuple[tuple[dict[int, list[dict[str, Any]]], pa.Table | None], set[int], dict[str, pa.Table]]:
         """:meth:`check`, with the new state records decoded by position of their key in ``keys``."""
         table, removed, outputs = self.check(result, keys, texts.__getitem__)
         new: dict[int, list[dict[str, Any]]] = {}
@@ -214,7 +237,7 @@ class BatchTranslate:
                 new.setdefault(i, []).append(schema.from_storage(rec))  # type: ignore[union-attr]
         return (new, table), set(removed.tolist()), outputs
 
-    def check(self, result: Any, keys: pa.Array, name: Any) -> tuple[Optional[pa.Table], np.ndarray, dict[str, pa.Table]]:
+    def check(self, result: Any, keys: pa.Array, name: Any) -> tuple[pa.Table | None, np.ndarray, dict[str, pa.Table]]:
         """The result checked: the new state rows conformed to the state schema with a ``_pos`` column
         (their key's position in ``keys``), the positions of removed keys, and the output tables.
         ``name(i)`` is the text of key ``i`` (for messages)."""
@@ -223,34 +246,55 @@ class BatchTranslate:
         if result is None:
             result = {}
         if not isinstance(result, Mapping):
-            raise self._fail(self.plan, "batch-output", f"{where} returned {type(result).__name__}; it must return a mapping of "
-                             "'state', 'removed' and output flow names to Arrow tables")
+            raise self._fail(
+                self.plan,
+                "batch-output",
+                f"{where} returned {type(result).__name__}; it must return a mapping of "
+                "'state', 'removed' and output flow names to Arrow tables",
+            )
         try:  # a plain dict from here on: a user's mapping whose methods fail fails here, named
             result = {k: result[k] for k in list(result.keys())}
         except (*USER_EXCEPTIONS, EpochTimeout) as e:
-            raise self._fail(self.plan, "batch-output", f"{where} returned a {type(result).__name__} that could not be read as a mapping: "
-                             f"{type(e).__name__}: {safe_str(e)}") from None
+            raise self._fail(
+                self.plan,
+                "batch-output",
+                f"{where} returned a {type(result).__name__} that could not be read as a mapping: "
+                f"{type(e).__name__}: {safe_str(e)}",
+            ) from None
         allowed = set(st.outputs) | ({"state", "removed"} if st.state_schema is not None else set())
         extra = sorted((k for k in result if k not in allowed), key=repr)
         if extra:
-            raise self._fail(self.plan, "batch-output", f"{where} returned {', '.join(map(repr, extra))}, which the stage does not have "
-                             f"(it may return: {', '.join(sorted(allowed)) or 'nothing'})")
-        table: Optional[pa.Table] = None
+            raise self._fail(
+                self.plan,
+                "batch-output",
+                f"{where} returned {', '.join(map(repr, extra))}, which the stage does not have "
+                f"(it may return: {', '.join(sorted(allowed)) or 'nothing'})",
+            )
+        table: pa.Table | None = None
         new_pos = np.empty(0, np.int64)
         if result.get("state") is not None:
             table = self._conform(result["state"], st.state_schema, "state", where, with_key=True)  # type: ignore[arg-type]
             new_pos = self._positions(table.column("_key"), keys, where)
             table = table.drop_columns(["_key"]).append_column("_pos", pa.array(new_pos, pa.int64()))
-        removed = (np.empty(0, np.int64) if result.get("removed") is None
-                   else self._positions(result["removed"], keys, where))
+        removed = (
+            np.empty(0, np.int64) if result.get("removed") is None else self._positions(result["removed"], keys, where)
+        )
         both: list[int] = []
         if removed.size:  # (np.unique of a call's new keys alone costs ~0.3 us a key)
             u, counts = np.unique(removed, return_counts=True)
             both = np.intersect1d(u, new_pos).tolist() or u[counts > 1].tolist()
         if both:
-            raise self._fail(self.plan, "batch-duplicate-key", f"{where}: key(s) {', '.join(name(i) for i in both[:5])} are both "
-                             "given new state and removed, or removed twice")
-        outputs = {f: self._conform(result[f], self.plan.out_schemas[f], f, where) for f in st.outputs if result.get(f) is not None}
+            raise self._fail(
+                self.plan,
+                "batch-duplicate-key",
+                f"{where}: key(s) {', '.join(name(i) for i in both[:5])} are both "
+                "given new state and removed, or removed twice",
+            )
+        outputs = {
+            f: self._conform(result[f], self.plan.out_schemas[f], f, where)
+            for f in st.outputs
+            if result.get(f) is not None
+        }
         return table, removed, outputs
 
     def _positions(self, returned: Any, keys: pa.Array, where: str) -> np.ndarray:
@@ -258,31 +302,50 @@ class BatchTranslate:
         if isinstance(returned, pa.ChunkedArray):
             returned = returned.combine_chunks()
         if not isinstance(returned, pa.Array):
-            if isinstance(returned, (str, bytes, Mapping, pa.Table, pa.RecordBatch)) or not hasattr(returned, "__iter__"):
-                raise self._fail(self.plan, "batch-key", f"{where} returned {type(returned).__name__} for 'removed'; "
-                                 "give the keys as an Arrow array or a list")
+            if isinstance(returned, (str, bytes, Mapping, pa.Table, pa.RecordBatch)) or not hasattr(
+                returned, "__iter__"
+            ):
+                raise self._fail(
+                    self.plan,
+                    "batch-key",
+                    f"{where} returned {type(returned).__name__} for 'removed'; "
+                    "give the keys as an Arrow array or a list",
+                )
             try:
                 returned = list(returned)
             except (*USER_EXCEPTIONS, EpochTimeout) as e:
-                raise self._fail(self.plan, "batch-key", f"{where} returned a 'removed' that could not be read: {type(e).__name__}: {safe_str(e)}") from None
+                raise self._fail(
+                    self.plan,
+                    "batch-key",
+                    f"{where} returned a 'removed' that could not be read: {type(e).__name__}: {safe_str(e)}",
+                ) from None
             try:
                 returned = pa.array(returned)
             except (TypeError, ValueError, pa.ArrowInvalid, pa.ArrowTypeError):
                 try:
                     returned = pa.array([encode_key(k) for k in returned], pa.string())
                 except (TypeError, ValueError) as e:
-                    raise self._fail(self.plan, "batch-key", f"{where} returned a key that is not a JSON value: {e}") from None
+                    raise self._fail(
+                        self.plan, "batch-key", f"{where} returned a key that is not a JSON value: {e}"
+                    ) from None
         if not len(returned):  # none (an empty list comes typed null)
             return np.empty(0, np.int64)
         if returned.type != keys.type:
             try:
-                if not (_kind(returned.type) == _kind(keys.type) or pa.types.is_null(returned.type)):  # "1", 1, 1.0 and true are four keys
+                if not (
+                    _kind(returned.type) == _kind(keys.type) or pa.types.is_null(returned.type)
+                ):  # "1", 1, 1.0 and true are four keys
                     raise pa.ArrowTypeError("another kind of key")
                 returned = returned.cast(keys.type)
             except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError):
-                raise self._fail(self.plan, "batch-key", f"{where} returned keys of type {returned.type}; it was called with "
-                                 f"keys of type {keys.type}") from None
-        if len(returned) == len(keys) and returned.equals(keys):  # the keys of the call, in its order (a column's compare)
+                raise self._fail(
+                    self.plan,
+                    "batch-key",
+                    f"{where} returned keys of type {returned.type}; it was called with keys of type {keys.type}",
+                ) from None
+        if len(returned) == len(keys) and returned.equals(
+            keys
+        ):  # the keys of the call, in its order (a column's compare)
             return np.arange(len(keys), dtype=np.int64)
         try:
             pos = pc.index_in(returned, value_set=keys)
@@ -291,13 +354,17 @@ class BatchTranslate:
             pos = pa.array([at.get(_key_text(k)) for k in returned.to_pylist()], pa.int64())
         if pos.null_count:
             bad = returned.filter(pc.is_null(pos)).to_pylist()
-            raise self._fail(self.plan, "batch-key", f"{where} returned state for key(s) it was not called for: "
-                             f"{', '.join(map(str, bad[:5]))}")
+            raise self._fail(
+                self.plan,
+                "batch-key",
+                f"{where} returned state for key(s) it was not called for: {', '.join(map(str, bad[:5]))}",
+            )
         return pos.to_numpy(zero_copy_only=False).astype(np.int64)
 
     # ------------------------------------------------------------------ state out (direct mode)
-    def _write_direct(self, pending: list[Any], new: tuple[dict[int, list[dict[str, Any]]], Optional[pa.Table]],
-                      removed: set[int]) -> None:
+    def _write_direct(
+        self, pending: list[Any], new: tuple[dict[int, list[dict[str, Any]]], pa.Table | None], removed: set[int]
+    ) -> None:
         """Hand the changed keys' new rows to the direct partition as one Arrow table, in key order.
 
         A key's state changes when the call gave it new records different from the stored ones,
@@ -309,7 +376,9 @@ class BatchTranslate:
             recs = by_pos.get(i)
             if recs is None and i not in removed:
                 continue
-            if [to_storage(r) for r in recs or ()] == (old.stored if old else []):  # as stored: 1, true and 1.0 differ in a json field
+            if [to_storage(r) for r in recs or ()] == (
+                old.stored if old else []
+            ):  # as stored: 1, true and 1.0 differ in a json field
                 continue
             changed[i] = True
             self.direct.drop(g.h, old)
@@ -317,8 +386,15 @@ class BatchTranslate:
             return
         keys = pa.array([g.key for g, _, _ in pending], pa.string())
         hashes = pa.array(np.fromiter((g.h for g, _, _ in pending), np.int64, len(pending)))
-        write_changed(self.direct, self.plan.stage.state_schema.arrow, table, changed,  # type: ignore[union-attr]
-                      np.fromiter(sorted(removed), np.int64, len(removed)), keys, hashes)
+        write_changed(
+            self.direct,
+            self.plan.stage.state_schema.arrow,
+            table,
+            changed,  # type: ignore[union-attr]
+            np.fromiter(sorted(removed), np.int64, len(removed)),
+            keys,
+            hashes,
+        )
 
     def _conform(self, table: Any, schema: RecordSchema, name: str, where: str, with_key: bool = False) -> pa.Table:
         """``table``'s schema fields in their stored form (plus ``_key``), by the rules of fed Arrow
@@ -327,22 +403,38 @@ class BatchTranslate:
         if isinstance(table, pa.RecordBatch):
             table = pa.Table.from_batches([table])
         if not isinstance(table, pa.Table):
-            raise self._fail(self.plan, "batch-schema", f"{where} returned {type(table).__name__} for '{name}'; give a pyarrow Table")
+            raise self._fail(
+                self.plan, "batch-schema", f"{where} returned {type(table).__name__} for '{name}'; give a pyarrow Table"
+            )
         want = list(schema.fields) + (["_key"] if with_key else [])
         names = table.column_names
         twice = sorted({c for c in names if c in want and names.count(c) > 1})
         missing = [c for c in want if c not in names and (c == "_key" or not schema.fields[c].nullable)]
         if twice or missing:
             what = f"has column(s) {', '.join(twice)} twice" if twice else f"lacks column(s) {', '.join(missing)}"
-            raise self._fail(self.plan, "batch-schema", f"{where}: the '{name}' table {what} (it has {', '.join(names)})")
+            raise self._fail(
+                self.plan, "batch-schema", f"{where}: the '{name}' table {what} (it has {', '.join(names)})"
+            )
         if with_key and DIFF in names:
-            raise self._fail(self.plan, "bad-diff", f"{where}: the 'state' table has a '{DIFF}' column; state rows are not signed (a key's state is what it holds now)")
+            raise self._fail(
+                self.plan,
+                "bad-diff",
+                f"{where}: the 'state' table has a '{DIFF}' column; state rows are not signed (a key's state is what it holds now)",
+            )
         signed = not with_key and DIFF in names
         try:
-            out = conform(schema, table.select([c for c in schema.fields if c in names] + [DIFF] * signed), json_text=True, signed=signed)
+            out = conform(
+                schema,
+                table.select([c for c in schema.fields if c in names] + [DIFF] * signed),
+                json_text=True,
+                signed=signed,
+            )
         except ArrowRecordError as e:
-            raise self._fail(self.plan, e.code if e.code == "bad-diff" else "batch-schema",
-                             f"{where}: the '{name}' table does not fit the schema {schema}: row {e.row}: {e}") from None
+            raise self._fail(
+                self.plan,
+                e.code if e.code == "bad-diff" else "batch-schema",
+                f"{where}: the '{name}' table does not fit the schema {schema}: row {e.row}: {e}",
+            ) from None
         if not with_key:
             return with_diff(out)
         if with_key:
@@ -350,8 +442,15 @@ class BatchTranslate:
         return out
 
 
-def write_changed(direct: "DirectPartition", schema: pa.Schema, table: Optional[pa.Table], changed: np.ndarray,
-                  removed: np.ndarray, keys: pa.Array, hashes: pa.Array) -> None:
+def write_changed(
+    direct: DirectPartition,
+    schema: pa.Schema,
+    table: pa.Table | None,
+    changed: np.ndarray,
+    removed: np.ndarray,
+    keys: pa.Array,
+    hashes: pa.Array,
+) -> None:
     """Write the new rows of the changed keys of a batch call to ``direct`` (their old rows already
     dropped): ``table``'s rows (state schema plus ``_pos``, the key's position) of keys with
     ``changed[pos]``, and a tombstone for each removed position that changed; in key order, a key's
@@ -364,7 +463,11 @@ def write_changed(direct: "DirectPartition", schema: pa.Schema, table: Optional[
     gone = removed[changed[removed]] if removed.size else removed
     if gone.size:
         dead = pa.table({f.name: pa.nulls(gone.size, f.type) for f in schema})
-        parts.append(dead.append_column("_pos", pa.array(gone.astype(np.int64))).append_column("_alive", pa.array(np.zeros(gone.size, bool))))
+        parts.append(
+            dead.append_column("_pos", pa.array(gone.astype(np.int64))).append_column(
+                "_alive", pa.array(np.zeros(gone.size, bool))
+            )
+        )
     rows = pa.concat_tables(parts) if len(parts) > 1 else parts[0]
     pos = rows.column("_pos").to_numpy()
     if np.any(pos[1:] < pos[:-1]):  # not yet in key order (a translator may return keys in any order)
@@ -394,7 +497,9 @@ def _typed_keys(texts: Any) -> tuple[pa.Array, bool]:
     arr = texts if isinstance(texts, pa.Array) else pa.array(texts, pa.string())
     if len(arr) and pc.all(pc.starts_with(arr, '"')).as_py() and not has_byte(arr, ord("\\")):
         return pc.utf8_slice_codeunits(arr, 1, -1), False
-    if len(arr) and pc.all(pc.match_substring_regex(arr, r"^-?(0|[1-9][0-9]{0,17})$")).as_py():  # integers, inside int64
+    if (
+        len(arr) and pc.all(pc.match_substring_regex(arr, r"^-?(0|[1-9][0-9]{0,17})$")).as_py()
+    ):  # integers, inside int64
         return arr.cast(pa.int64()), False
     values = [json.loads(t) for t in arr.to_pylist()]
     try:
@@ -405,7 +510,9 @@ def _typed_keys(texts: Any) -> tuple[pa.Array, bool]:
         return typed, False
     if pa.types.is_struct(typed.type):
         return arr, True
-    if any(_key_text(v) != t for v, t in zip(typed.to_pylist(), arr.to_pylist())):  # e.g. 1 and 1.0 (also in lists): one type, other keys
+    if any(
+        _key_text(v) != t for v, t in zip(typed.to_pylist(), arr.to_pylist())
+    ):  # e.g. 1 and 1.0 (also in lists): one type, other keys
         return arr, True
     return typed, False
 
@@ -424,7 +531,7 @@ def _kind(t: pa.DataType) -> str:
     return "integer" if pa.types.is_integer(t) else str(t)
 
 
-def _key_text(key: Any) -> Optional[str]:
+def _key_text(key: Any) -> str | None:
     """``encode_key(key)``, or None for a value that is no key (NaN: no key of a call is)."""
     try:
         return encode_key(key)

@@ -21,8 +21,9 @@ from __future__ import annotations
 
 import os
 from collections import OrderedDict
+from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Any, Iterator, Optional
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -30,18 +31,29 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from ...storage import Home
-from .partindex import _INDEXES, MAX_DELTAS, PartitionIndex, _matches  # noqa: F401  (re-exported)
-from .partindex import sorted_unique
+from .partindex import _INDEXES, MAX_DELTAS, PartitionIndex, _matches, sorted_unique  # noqa: F401  (re-exported)
 
-__all__ = ["PartitionIndex", "StateReader", "SCAN_FRACTION", "scan_fraction", "choose_reads", "StateMeta", "STATE_META", "read_partition_rows", "latest_rows"]
+__all__ = [
+    "PartitionIndex",
+    "StateReader",
+    "SCAN_FRACTION",
+    "scan_fraction",
+    "choose_reads",
+    "StateMeta",
+    "STATE_META",
+    "read_partition_rows",
+    "latest_rows",
+]
 
 #: Columns every state row carries before the user's state fields.
-STATE_META = pa.schema([
-    pa.field("_key", pa.string()),   # the grouping key, JSON-encoded
-    pa.field("_h", pa.int64()),      # xxhash64 of _key (Spark's), the index key
-    pa.field("_epoch", pa.int64()),  # the stage epoch that wrote the row
-    pa.field("_alive", pa.bool_()),  # False: tombstone, the key's state was dropped
-])
+STATE_META = pa.schema(
+    [
+        pa.field("_key", pa.string()),  # the grouping key, JSON-encoded
+        pa.field("_h", pa.int64()),  # xxhash64 of _key (Spark's), the index key
+        pa.field("_epoch", pa.int64()),  # the stage epoch that wrote the row
+        pa.field("_alive", pa.bool_()),  # False: tombstone, the key's state was dropped
+    ]
+)
 ROW_GROUP = 8192  # rows per row group of state files: the unit an inner stage reads
 
 #: Fraction of a state file's row groups above which a task reads the file whole (a scan, then
@@ -81,7 +93,9 @@ SCAN_FRACTION = 0.9
 WHOLE_FLOOR = 64 * 2**20
 
 
-def choose_reads(new_records: int, partitions: int, stored_rows: int, row_group: int = ROW_GROUP, threshold: Optional[float] = None) -> float:
+def choose_reads(
+    new_records: int, partitions: int, stored_rows: int, row_group: int = ROW_GROUP, threshold: float | None = None
+) -> float:
     """The driver's choice for one state partition and epoch, from the measured break-even: the
     ``scan_fraction`` its task gets, 0.0 (read the files whole) or 2.0 (only the row groups the
     keys need), so the task does not switch mid-stream and read a file twice.
@@ -100,7 +114,7 @@ def choose_reads(new_records: int, partitions: int, stored_rows: int, row_group:
     return 0.0 if groups >= (SCAN_FRACTION if threshold is None else threshold) else 2.0
 
 
-def scan_fraction(override: Optional[float] = None) -> float:
+def scan_fraction(override: float | None = None) -> float:
     """The scan rule's threshold: ``override`` (a pipeline's ``state_scan_fraction``), else
     ``CBP_STATE_SCAN_FRACTION``, else :data:`SCAN_FRACTION`."""
     if override is not None:
@@ -117,13 +131,13 @@ class StateMeta:
     """What a task needs to know about its state partition: the live files and the index file."""
 
     files: list[dict[str, Any]] = field(default_factory=list)  # add-action dicts (path relative to the table)
-    index: Optional[str] = None  # index file, relative to the home
+    index: str | None = None  # index file, relative to the home
 
 
 @dataclass
 class _CachedFile:
     table: pa.Table
-    h: np.ndarray          # the file's _h column (files are sorted by it)
+    h: np.ndarray  # the file's _h column (files are sorted by it)
     rg_starts: np.ndarray  # first row of each row group
 
     @property
@@ -152,9 +166,9 @@ class _FileCache:
     def __init__(self, budget: int) -> None:
         self.budget = budget
         self.used = 0
-        self.files: "OrderedDict[str, _CachedFile]" = OrderedDict()
+        self.files: OrderedDict[str, _CachedFile] = OrderedDict()
 
-    def get(self, key: str) -> Optional[_CachedFile]:
+    def get(self, key: str) -> _CachedFile | None:
         hit = self.files.get(key)
         if hit is not None:
             self.files.move_to_end(key)
@@ -178,10 +192,10 @@ class _FileCache:
         self.used += entry.nbytes
 
 
-_CACHE: Optional[_FileCache] = None
+_CACHE: _FileCache | None = None
 
 
-def _file_cache(budget_mb: Optional[float]) -> _FileCache:
+def _file_cache(budget_mb: float | None) -> _FileCache:
     global _CACHE
     if budget_mb is None:
         budget_mb = float(os.environ.get("CBP_STATE_CACHE_MB", "2048"))
@@ -191,12 +205,12 @@ def _file_cache(budget_mb: Optional[float]) -> _FileCache:
     return _CACHE
 
 
-def cache_budget(budget_mb: Optional[float]) -> int:
+def cache_budget(budget_mb: float | None) -> int:
     """The bytes a worker's state cache may hold (``budget_mb``, else ``CBP_STATE_CACHE_MB``)."""
     return _file_cache(budget_mb).budget
 
 
-def cache_written(home: Home, path: str, table: pa.Table, row_group: int, budget_mb: Optional[float]) -> None:
+def cache_written(home: Home, path: str, table: pa.Table, row_group: int, budget_mb: float | None) -> None:
     """Keep a state file this worker just wrote (``table``: all its rows, in order, in row groups of
     ``row_group`` rows) in the worker's cache, decoded: the next epoch of this partition, placed
     on the same executor, then finds it there instead of reading it back. The table is kept as
@@ -204,7 +218,10 @@ def cache_written(home: Home, path: str, table: pa.Table, row_group: int, budget
     cache = _file_cache(budget_mb)
     if cache.budget == 0 or table.nbytes > cache.budget:
         return
-    cache.put(f"{home.location}|{path}", _CachedFile(table, table["_h"].to_numpy(), np.arange(0, max(table.num_rows, 1), row_group)))
+    cache.put(
+        f"{home.location}|{path}",
+        _CachedFile(table, table["_h"].to_numpy(), np.arange(0, max(table.num_rows, 1), row_group)),
+    )
 
 
 class StateReader:
@@ -222,8 +239,14 @@ class StateReader:
     from the cache (or from a file this task read whole but the cache could not hold).
     """
 
-    def __init__(self, home: Home, table_rel: str, index: PartitionIndex, cache_mb: Optional[float] = None,
-                 scan_fraction: Optional[float] = None) -> None:
+    def __init__(
+        self,
+        home: Home,
+        table_rel: str,
+        index: PartitionIndex,
+        cache_mb: float | None = None,
+        scan_fraction: float | None = None,
+    ) -> None:
         self.home, self.table_rel, self.index = home, table_rel, index
         self.cache = _file_cache(cache_mb)
         self.scan_fraction = _scan_fraction(scan_fraction)
@@ -275,8 +298,11 @@ class StateReader:
             pf = self._file(fid, path)
             n_rg = pf.metadata.num_row_groups
             counts = np.array([pf.metadata.row_group(i).num_rows for i in range(n_rg)], dtype=np.int64)
-            if (self.cache.budget == 0 or self._done.get(fid, 0) + rgs.size <= self.scan_fraction * n_rg  # few row groups: read just those
-                    or _decoded_bytes(pf) > max(self.cache.budget, WHOLE_FLOOR)):  # a file larger than the cache: never held whole
+            if (
+                self.cache.budget == 0
+                or self._done.get(fid, 0) + rgs.size <= self.scan_fraction * n_rg  # few row groups: read just those
+                or _decoded_bytes(pf) > max(self.cache.budget, WHOLE_FLOOR)
+            ):  # a file larger than the cache: never held whole
                 t, rg_col = self._read_row_groups(fid, pf, rgs, counts)
                 mask = pc.is_in(t["_h"], value_set=pa.array(hashes, pa.int64()))
                 return t.filter(mask), rg_col[mask.to_numpy(zero_copy_only=False)]
@@ -290,7 +316,9 @@ class StateReader:
         rg = np.searchsorted(entry.rg_starts, rows, side="right") - 1
         return entry.take(rows), rg.astype(np.int32)
 
-    def _read_row_groups(self, fid: int, pf: pq.ParquetFile, rgs: np.ndarray, counts: np.ndarray) -> tuple[pa.Table, np.ndarray]:
+    def _read_row_groups(
+        self, fid: int, pf: pq.ParquetFile, rgs: np.ndarray, counts: np.ndarray
+    ) -> tuple[pa.Table, np.ndarray]:
         last = self._last.get(fid)
         kept = last is not None and last[0] in rgs
         todo = rgs[rgs != last[0]] if kept else rgs  # type: ignore[index]

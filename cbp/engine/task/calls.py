@@ -6,8 +6,9 @@ from __future__ import annotations
 import os
 import threading
 import traceback
+from collections.abc import Iterator
 from functools import partial
-from typing import Any, Iterator, Optional
+from typing import Any
 
 import pyarrow as pa
 
@@ -46,7 +47,7 @@ class ExitGuard:
             raise WorkerExit(status)
         self._real(status)
 
-    def __enter__(self) -> "ExitGuard":
+    def __enter__(self) -> ExitGuard:
         self._owner = threading.get_ident()
         os._exit = self._exit  # type: ignore[assignment]
         return self
@@ -55,32 +56,47 @@ class ExitGuard:
         os._exit = self._real
 
 
-def worker_exit_failure(plan: TaskPlan, where: str, fn_name: str, exc: WorkerExit,
-                        key_text: Optional[str] = None) -> TaskFailed:
+def worker_exit_failure(
+    plan: TaskPlan, where: str, fn_name: str, exc: WorkerExit, key_text: str | None = None
+) -> TaskFailed:
     """``worker-died`` for user code that called ``os._exit``: where (stage, epoch, partition,
     key) and the user's line."""
     tb = traceback.extract_tb(exc.__traceback__)
     user = [fr for fr in tb if "/cbp/" not in fr.filename.replace("\\", "/")] or tb[-1:]
     loc = f"{user[-1].filename}:{user[-1].lineno}" if user else None
     message = f"{where}: {fn_name} called os._exit({exc.status!r}), which would have killed the Spark Python worker"
-    return _failed(plan, "worker-died", message + (f" ({loc})" if loc else ""), key=key_text, exc_type="os._exit",
-                   location=loc)
+    return _failed(
+        plan, "worker-died", message + (f" ({loc})" if loc else ""), key=key_text, exc_type="os._exit", location=loc
+    )
 
 
 def _failed(plan: TaskPlan, code: str, message: str, **fields: Any) -> TaskFailed:
     return TaskFailed(FailureRecord(code, message, plan.stage.name, plan.epoch, **fields))
 
 
-def _user_failure(plan: TaskPlan, where: str, fn_name: str, exc: BaseException, key_text: Optional[str] = None) -> TaskFailed:
+def _user_failure(
+    plan: TaskPlan, where: str, fn_name: str, exc: BaseException, key_text: str | None = None
+) -> TaskFailed:
     """The failure of user code ``fn_name`` that raised ``exc`` (or was interrupted by the time limit)."""
     tb = traceback.extract_tb(exc.__traceback__)
     user = [fr for fr in tb if "/cbp/" not in fr.filename.replace("\\", "/")] or tb[-1:]
     loc = f"{user[-1].filename}:{user[-1].lineno}" if user else None
     if isinstance(exc, EpochTimeout):
-        return _failed(plan, "timeout", f"{where}: {fn_name} was still running when the epoch's time limit was up; the key is the one it was called for",
-                       key=key_text, location=loc)
-    return _failed(plan, "user-code", f"{where}: {fn_name} raised {type(exc).__name__}: {safe_str(exc)}" + (f" ({loc})" if loc else ""),
-                   key=key_text, exc_type=type(exc).__name__, location=loc)
+        return _failed(
+            plan,
+            "timeout",
+            f"{where}: {fn_name} was still running when the epoch's time limit was up; the key is the one it was called for",
+            key=key_text,
+            location=loc,
+        )
+    return _failed(
+        plan,
+        "user-code",
+        f"{where}: {fn_name} raised {type(exc).__name__}: {safe_str(exc)}" + (f" ({loc})" if loc else ""),
+        key=key_text,
+        exc_type=type(exc).__name__,
+        location=loc,
+    )
 
 
 # ------------------------------------------------------------------ translate calls
@@ -90,17 +106,32 @@ class _Calls:
     def __init__(self, plan: TaskPlan, part: int) -> None:
         self.plan = plan
         st = plan.stage
-        self.outputs = {f: RecordSink(_output_sink(plan, f, part), plan.out_schemas[f].signed().to_arrow, plan.write_rows) for f in st.outputs}
-        self.bindings = RecordSink(ParquetSink(plan.home, LAYOUT.bindings(st.name), f"{LAYOUT.epoch_prefix(plan.epoch)}-p{part:05d}", BINDINGS, part),
-                                   lambda rows: pa.Table.from_pylist(rows, BINDINGS), plan.write_rows)
+        self.outputs = {
+            f: RecordSink(_output_sink(plan, f, part), plan.out_schemas[f].signed().to_arrow, plan.write_rows)
+            for f in st.outputs
+        }
+        self.bindings = RecordSink(
+            ParquetSink(
+                plan.home, LAYOUT.bindings(st.name), f"{LAYOUT.epoch_prefix(plan.epoch)}-p{part:05d}", BINDINGS, part
+            ),
+            lambda rows: pa.Table.from_pylist(rows, BINDINGS),
+            plan.write_rows,
+        )
         self._validators = {f: partial(signed_record, plan.out_schemas[f]) for f in st.outputs}
         if st.state_schema is not None:
             self._validators["state"] = partial(state_record, st.state_schema)
         self.state_out: list[dict[str, Any]] = []
         self.key: Any = None
-        self.key_text: Optional[str] = None
-        self.emitter = Emitter(st.name, plan.epoch, st.params, st.outputs, st.state_schema is not None, self._sink,
-                               None if st.record_wise else self.bind)
+        self.key_text: str | None = None
+        self.emitter = Emitter(
+            st.name,
+            plan.epoch,
+            st.params,
+            st.outputs,
+            st.state_schema is not None,
+            self._sink,
+            None if st.record_wise else self.bind,
+        )
         self.calls = 0
         self.part = part
         self._guard = ExitGuard()
@@ -109,8 +140,14 @@ class _Calls:
         try:
             rec = self._validators[flow](record)
         except RecordError as e:
-            raise _failed(self.plan, "user-code" if e.code == "bad-record" else e.code, f"{self.plan.where(self.key)}: the translator wrote a record to '{flow}' that does not fit its schema: "
-                          f"{e}; record {record!r:.200}", key=self.key_text, exc_type=type(e).__name__) from None
+            raise _failed(
+                self.plan,
+                "user-code" if e.code == "bad-record" else e.code,
+                f"{self.plan.where(self.key)}: the translator wrote a record to '{flow}' that does not fit its schema: "
+                f"{e}; record {record!r:.200}",
+                key=self.key_text,
+                exc_type=type(e).__name__,
+            ) from None
         if flow == "state":
             self.state_out.append(rec)
         else:
@@ -121,14 +158,27 @@ class _Calls:
         try:
             row = {"_key": encode_key(key), "_addr": encode_key(address)}
         except (TypeError, ValueError) as e:
-            raise _failed(self.plan, "user-code", f"{self.plan.where(self.key)}: out.associate({key!r:.80}, {address!r:.80}): "
-                          f"the key and the address must be JSON values ({e})", key=self.key_text, exc_type=type(e).__name__) from None
+            raise _failed(
+                self.plan,
+                "user-code",
+                f"{self.plan.where(self.key)}: out.associate({key!r:.80}, {address!r:.80}): "
+                f"the key and the address must be JSON values ({e})",
+                key=self.key_text,
+                exc_type=type(e).__name__,
+            ) from None
         if address is None:
-            raise _failed(self.plan, "user-code", f"{self.plan.where(self.key)}: out.associate({key!r:.80}, None): a multicast address cannot be None",
-                          key=self.key_text, exc_type="TypeError")
+            raise _failed(
+                self.plan,
+                "user-code",
+                f"{self.plan.where(self.key)}: out.associate({key!r:.80}, None): a multicast address cannot be None",
+                key=self.key_text,
+                exc_type="TypeError",
+            )
         self.bindings.add(row)
 
-    def call(self, key_text: Optional[str], key: Any, state: list[dict[str, Any]], inputs: list[Iterator[dict[str, Any]]]) -> list[dict[str, Any]]:
+    def call(
+        self, key_text: str | None, key: Any, state: list[dict[str, Any]], inputs: list[Iterator[dict[str, Any]]]
+    ) -> list[dict[str, Any]]:
         self.key, self.key_text = key, key_text
         self.state_out = []
         self.calls += 1
@@ -142,7 +192,9 @@ class _Calls:
             where = f"{self.plan.where(key)} (task partition {self.part})"
             raise worker_exit_failure(self.plan, where, f"translator '{st.translator_path}'", e, key_text) from None
         except (*USER_EXCEPTIONS, EpochTimeout) as e:
-            raise _user_failure(self.plan, self.plan.where(key), f"translator '{st.translator_path}'", e, key_text) from None
+            raise _user_failure(
+                self.plan, self.plan.where(key), f"translator '{st.translator_path}'", e, key_text
+            ) from None
         return self.state_out
 
     @property
@@ -164,7 +216,7 @@ class _Calls:
             done = sink.close()
             adds = done if isinstance(done, list) else [] if done is None else [done]
             for add in adds:
-                add["path"] = add.pop("rel")[len(LAYOUT.flow(flow)) + 1:]
+                add["path"] = add.pop("rel")[len(LAYOUT.flow(flow)) + 1 :]
             if adds:
                 result[flow] = adds
         return result
@@ -178,12 +230,21 @@ def _output_sink(plan: TaskPlan, flow: str, part: int) -> ParquetSink | FramedSi
     """Where a task writes its records of output ``flow``: one file in the directory of the
     increment the epoch took for it, or, for a flow framed by a field, one file per run there
     (their increments are told by the driver, :mod:`cbp.engine.task.framing`)."""
-    rel_dir, prefix = LAYOUT.increment_dir(flow, plan.out_incs[flow]), LAYOUT.output_prefix(plan.stage.name, plan.epoch) + f"-p{part:05d}"
+    rel_dir, prefix = (
+        LAYOUT.increment_dir(flow, plan.out_incs[flow]),
+        LAYOUT.output_prefix(plan.stage.name, plan.epoch) + f"-p{part:05d}",
+    )
     schema = plan.out_schemas[flow].signed()
     field = plan.out_frames.get(flow)
     if field is None:
         return ParquetSink(plan.home, rel_dir, prefix, schema.arrow, plan.out_incs[flow])
-    return FramedSink(plan.home, rel_dir, prefix, schema.arrow, field, json_text=schema.fields[field].scalar == "json" and not schema.fields[field].is_list,
-                      epoch=plan.epoch, partition=plan.out_incs[flow])
-
-
+    return FramedSink(
+        plan.home,
+        rel_dir,
+        prefix,
+        schema.arrow,
+        field,
+        json_text=schema.fields[field].scalar == "json" and not schema.fields[field].is_list,
+        epoch=plan.epoch,
+        partition=plan.out_incs[flow],
+    )

@@ -23,7 +23,8 @@ OrderBy is a function, and the stage made no multicast bindings; otherwise the k
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Iterable, Optional
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyarrow as pa
@@ -35,7 +36,6 @@ from .signed import consolidate_table, fill_diff, has_negative
 from .statepart import DirectPartition
 
 if TYPE_CHECKING:
-    from .calls import _Calls
     from .plan import TaskPlan, _Clock
 
 __all__ = ["columnar_ok", "ColumnarTask"]
@@ -46,21 +46,29 @@ CHUNK_ROWS = 1 << 16  # envelopes gathered before a chunk of whole keys is cut o
 CALL_KEYS = 1 << 16
 
 
-def columnar_ok(plan: "TaskPlan", part: Any) -> bool:
+def columnar_ok(plan: TaskPlan, part: Any) -> bool:
     """Whether this grouped task can take the columnar path (see the module)."""
     st = plan.stage
-    if not st.batch or not plan.columnar or plan.mode != "direct" or plan.bindings or (st.state_schema is not None and not isinstance(part, DirectPartition)):
+    if (
+        not st.batch
+        or not plan.columnar
+        or plan.mode != "direct"
+        or plan.bindings
+        or (st.state_schema is not None and not isinstance(part, DirectPartition))
+    ):
         return False
     if st.state_schema is not None and st.grouping != "inner":
         return False
-    return all(i.route_by is not None and i.route_by.field is not None and (i.order_by is None or i.order_by.field is not None)
-               for i in st.inputs)
+    return all(
+        i.route_by is not None and i.route_by.field is not None and (i.order_by is None or i.order_by.field is not None)
+        for i in st.inputs
+    )
 
 
 class ColumnarTask:
     """One grouped task's batch translate over Arrow chunks of whole keys."""
 
-    def __init__(self, plan: "TaskPlan", batch: BatchTranslate, part: Optional["DirectPartition"], clock: "_Clock") -> None:
+    def __init__(self, plan: TaskPlan, batch: BatchTranslate, part: DirectPartition | None, clock: _Clock) -> None:
         self.plan, self.batch, self.part, self.clock = plan, batch, part, clock
         self.records = 0
 
@@ -97,7 +105,7 @@ class ColumnarTask:
         for a in range(0, starts.size, CALL_KEYS):
             lo = int(starts[a])
             hi = int(starts[a + CALL_KEYS]) if a + CALL_KEYS < starts.size else n
-            self._call(t.slice(lo, hi - lo), starts[a:a + CALL_KEYS] - lo, change[lo:hi])
+            self._call(t.slice(lo, hi - lo), starts[a : a + CALL_KEYS] - lo, change[lo:hi])
         self.clock.lap("translate")
 
     def _call(self, t: pa.Table, starts: np.ndarray, change: np.ndarray) -> None:
@@ -112,8 +120,15 @@ class ColumnarTask:
         for idx in range(len(st.inputs)):
             mask = flows == idx
             recs = pa.Table.from_struct_array(t.column(record_column(idx)).filter(pa.array(mask)).combine_chunks())
-            cut.append((fill_diff(recs.select(plan.input_schemas[idx].arrow.names).cast(plan.input_schemas[idx].arrow)), row_pos[mask]))
-        if any(has_negative(table) for table, _ in cut):  # retractions: consolidated per key and flow; keys left with nothing are not called
+            cut.append(
+                (
+                    fill_diff(recs.select(plan.input_schemas[idx].arrow.names).cast(plan.input_schemas[idx].arrow)),
+                    row_pos[mask],
+                )
+            )
+        if any(
+            has_negative(table) for table, _ in cut
+        ):  # retractions: consolidated per key and flow; keys left with nothing are not called
             cut, keep = _consolidated(cut, len(starts))
             if keep is not None:
                 if not keep.size:
@@ -142,7 +157,9 @@ class ColumnarTask:
             bt.calls.outputs[flow].add_table(table)
         self.clock.lap("outputs")
 
-    def _old_state(self, texts: pa.Array, hashes: np.ndarray) -> tuple[Optional[pa.Table], np.ndarray, Optional[tuple[np.ndarray, ...]]]:
+    def _old_state(
+        self, texts: pa.Array, hashes: np.ndarray
+    ) -> tuple[pa.Table | None, np.ndarray, tuple[np.ndarray, ...] | None]:
         """The stored state of the call's keys: each key's newest live rows (key order, then stored
         order), their key positions, and (key position, hash, file id, row group) of every stored row."""
         part, schema = self.part, self.plan.stage.state_schema
@@ -167,8 +184,16 @@ class ColumnarTask:
         old = rows.filter(pa.array(live)).select(schema.arrow.names).take(pa.array(order)).cast(schema.arrow)
         return old, pos[live][order], (pos, hashes[pos], fids, rgs)
 
-    def _write(self, texts: pa.Array, hashes: np.ndarray, old: Optional[pa.Table], old_pos: np.ndarray,
-               locs: Optional[tuple[np.ndarray, ...]], new: Optional[pa.Table], removed: np.ndarray) -> None:
+    def _write(
+        self,
+        texts: pa.Array,
+        hashes: np.ndarray,
+        old: pa.Table | None,
+        old_pos: np.ndarray,
+        locs: tuple[np.ndarray, ...] | None,
+        new: pa.Table | None,
+        removed: np.ndarray,
+    ) -> None:
         """Write the keys whose state changed: new rows, or a tombstone for a removed key that had state."""
         part = self.part
         assert part is not None
@@ -194,7 +219,9 @@ class ColumnarTask:
         write_changed(part, self.plan.stage.state_schema.arrow, new, changed, np.sort(removed), texts, pa.array(hashes))  # type: ignore[union-attr]
 
 
-def _consolidated(cut: list[tuple[pa.Table, np.ndarray]], n: int) -> tuple[list[tuple[pa.Table, np.ndarray]], Optional[np.ndarray]]:
+def _consolidated(
+    cut: list[tuple[pa.Table, np.ndarray]], n: int
+) -> tuple[list[tuple[pa.Table, np.ndarray]], np.ndarray | None]:
     """Each flow's records (with their key positions) consolidated per key (:mod:`cbp.engine.task.signed`),
     and the positions of the keys left with records (None: all of them), the positions renumbered."""
     out = []

@@ -4,7 +4,8 @@ delivery to its key groups (routed by :mod:`cbp.engine.task.routing`)."""
 from __future__ import annotations
 
 import json
-from typing import Any, Iterable, Iterator, Optional
+from collections.abc import Iterable, Iterator
+from typing import Any
 
 from ...spec import STATE
 from .groups import Group
@@ -21,12 +22,12 @@ class Copies:
     slice of one or more records (batch translate), else its JSON text, so that every key it is
     delivered to decodes a fresh record of its own."""
 
-    def __init__(self, plan: "TaskPlan") -> None:
+    def __init__(self, plan: TaskPlan) -> None:
         names = [i.flow for i in plan.stage.inputs]
         self._index = {n: i for i, n in enumerate(names)}
         self.where = plan.where()
         #: (input indexes it is limited to or None, whether it goes to stored keys, input index, records, how many)
-        self.broadcast: list[tuple[Optional[frozenset[int]], bool, int, Any, int]] = []
+        self.broadcast: list[tuple[frozenset[int] | None, bool, int, Any, int]] = []
         self.multicast: dict[str, list[tuple[int, Any, int]]] = {}
         self.to_state = False  # a broadcast goes to every stored key: the task must visit them all
         self.stats = {"broadcast_in": 0, "multicast_in": 0, "bindings_in": 0, "delivered": 0}
@@ -61,7 +62,7 @@ class Copies:
                     self._add_broadcast(json.loads(body), idx, item, n)
         return True
 
-    def _add_broadcast(self, flows: Optional[list[str]], idx: int, item: Any, n: int) -> None:
+    def _add_broadcast(self, flows: list[str] | None, idx: int, item: Any, n: int) -> None:
         self.stats["broadcast_in"] += n
         if flows is None:
             self.broadcast.append((None, False, idx, item, n))

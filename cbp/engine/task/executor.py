@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import os
 import socket
-from typing import Iterator, Optional
+from collections.abc import Iterator
 
 __all__ = ["executor_name"]
 
-_NAME: Optional[str] = None
+_NAME: str | None = None
 
 
 def _ancestors(pid: int, depth: int = 8) -> Iterator[list[str]]:

@@ -17,7 +17,7 @@ again (:meth:`cbp.controller.landing.Landing.land_runs`).
 from __future__ import annotations
 
 import json
-from typing import Any, Optional
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -44,8 +44,11 @@ def _starts(col: pa.ChunkedArray | pa.Array) -> np.ndarray:
     differs = pc.not_equal(a, b)
     if col.null_count:
         differs = pc.if_else(pc.is_valid(differs), differs, pc.xor(pc.is_null(a), pc.is_null(b)))
-    mask = differs.to_numpy(zero_copy_only=False) if isinstance(differs, pa.Array) else np.concatenate(
-        [c.to_numpy(zero_copy_only=False) for c in differs.chunks] or [np.empty(0, dtype=bool)])
+    mask = (
+        differs.to_numpy(zero_copy_only=False)
+        if isinstance(differs, pa.Array)
+        else np.concatenate([c.to_numpy(zero_copy_only=False) for c in differs.chunks] or [np.empty(0, dtype=bool)])
+    )
     return np.flatnonzero(mask) + 1
 
 
@@ -81,13 +84,30 @@ class FramedSink:
     driver finds equal across the ends of two tasks' outputs become one increment.
     """
 
-    def __init__(self, home: Home, rel_dir: str, prefix: str, schema: pa.Schema, field: str, *, json_text: bool,
-                 epoch: int, partition: int, row_group: int = 65536) -> None:
+    def __init__(
+        self,
+        home: Home,
+        rel_dir: str,
+        prefix: str,
+        schema: pa.Schema,
+        field: str,
+        *,
+        json_text: bool,
+        epoch: int,
+        partition: int,
+        row_group: int = 65536,
+    ) -> None:
         self.home, self.rel_dir, self.prefix = home, rel_dir, prefix
         self.schema = pa.schema([pa.field(SRC, pa.int64())] + list(schema))
-        self.field, self.json_text, self.epoch, self.partition, self.row_group = field, json_text, epoch, partition, row_group
+        self.field, self.json_text, self.epoch, self.partition, self.row_group = (
+            field,
+            json_text,
+            epoch,
+            partition,
+            row_group,
+        )
         self._done: list[dict[str, Any]] = []
-        self._sink: Optional[ParquetSink] = None
+        self._sink: ParquetSink | None = None
         self._key: Any = None
 
     def write(self, table: pa.Table) -> None:
@@ -98,7 +118,9 @@ class FramedSink:
         for key, first, rows in frame_runs(table.column(self.field), json_text=self.json_text):
             if self._sink is None or not self._key == key:  # NaN: a run of its own, as record by record
                 self._finish()
-                self._sink = ParquetSink(self.home, self.rel_dir, self.prefix, self.schema, self.partition, self.row_group)
+                self._sink = ParquetSink(
+                    self.home, self.rel_dir, self.prefix, self.schema, self.partition, self.row_group
+                )
                 self._key = key
             self._sink.write(table.slice(first, rows))
 

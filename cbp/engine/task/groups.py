@@ -23,7 +23,8 @@ from __future__ import annotations
 
 import heapq
 import itertools
-from typing import Any, Iterable, Iterator, Optional
+from collections.abc import Iterable, Iterator
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -70,8 +71,8 @@ class _Batch:
                     if mask.any():
                         for pos, rec in zip(np.flatnonzero(mask).tolist(), col.filter(pa.array(mask)).to_pylist()):
                             self.recs[pos] = rec
-        self.texts: list[Optional[str]] = []
-        self.states: list[Optional[dict[str, Any]]] = []
+        self.texts: list[str | None] = []
+        self.states: list[dict[str, Any] | None] = []
         if self.n and pc.min(flow).as_py() < 0:
             self.texts = b.column("_rec").to_pylist()
             if "_st" in names:
@@ -102,7 +103,7 @@ class _Batch:
 def group_chunks(batches: Iterable[pa.RecordBatch], n_inputs: int, arrow: bool = False) -> Iterator[list[Group]]:
     """The complete key groups of each batch, in input order (a group still open at a batch's end
     is completed with the next batch and comes in its chunk). ``arrow``: records as Arrow slices."""
-    carry: Optional[Group] = None
+    carry: Group | None = None
     for b in batches:
         if b.num_rows == 0:
             continue
@@ -135,7 +136,9 @@ def group_chunks(batches: Iterable[pa.RecordBatch], n_inputs: int, arrow: bool =
         yield [carry]
 
 
-def with_state_keys(groups: Iterable[Group], stored: Iterable[tuple[int, str, Any]], n_inputs: int) -> Iterator[tuple[Group, Any]]:
+def with_state_keys(
+    groups: Iterable[Group], stored: Iterable[tuple[int, str, Any]], n_inputs: int
+) -> Iterator[tuple[Group, Any]]:
     """Every key of the input groups and of ``stored`` (hash, key, state) once, with its stored
     state (``None``: none), in hash order; both streams come in hash order."""
     tagged = heapq.merge(((g.h, g) for g in groups), ((h, (k, old)) for h, k, old in stored), key=lambda x: x[0])

@@ -20,7 +20,7 @@ from __future__ import annotations
 import json
 import os
 from collections import OrderedDict
-from typing import Any, Iterator, Optional
+from collections.abc import Iterator
 
 import numpy as np
 import pyarrow as pa
@@ -59,9 +59,9 @@ class PageCache:
     def __init__(self, budget: int) -> None:
         self.budget, self.used, self.held = budget, 0, 0
         self.reads = 0  # pages read from files (not found here)
-        self.pages: "OrderedDict[str, Arrays]" = OrderedDict()
+        self.pages: OrderedDict[str, Arrays] = OrderedDict()
 
-    def get(self, key: str) -> Optional[Arrays]:
+    def get(self, key: str) -> Arrays | None:
         hit = self.pages.get(key)
         if hit is not None:
             self.pages.move_to_end(key)
@@ -86,7 +86,7 @@ CACHE = PageCache(int(INDEX_MB * 2**20))
 _CACHE = CACHE
 
 
-def index_budget(budget_mb: Optional[float] = None) -> int:
+def index_budget(budget_mb: float | None = None) -> int:
     """Set the worker's index budget (bytes) to ``budget_mb`` (a pipeline's ``state_index_mb``),
     else ``CBP_STATE_INDEX_MB``, else :data:`INDEX_MB`; pages beyond it are dropped, oldest first."""
     if budget_mb is None:
@@ -126,7 +126,7 @@ class ArrayBase:
 
     def pages(self) -> Iterator[tuple[int, np.ndarray, np.ndarray, np.ndarray]]:
         for a in range(0, self.size, PAGE):
-            yield a, self.h[a:a + PAGE], self.f[a:a + PAGE], self.g[a:a + PAGE]
+            yield a, self.h[a : a + PAGE], self.f[a : a + PAGE], self.g[a : a + PAGE]
 
     def arrays(self) -> Arrays:
         return self.h, self.f, self.g
@@ -138,15 +138,23 @@ class ArrayBase:
 class PagedBase:
     """A whole index file read page by page through the worker's :class:`PageCache` (see the module)."""
 
-    def __init__(self, home: Home, rel: str, starts: np.ndarray, mins: np.ndarray, maxs: np.ndarray,
-                 counts: Optional[np.ndarray], pf: Optional[pq.ParquetFile] = None) -> None:
+    def __init__(
+        self,
+        home: Home,
+        rel: str,
+        starts: np.ndarray,
+        mins: np.ndarray,
+        maxs: np.ndarray,
+        counts: np.ndarray | None,
+        pf: pq.ParquetFile | None = None,
+    ) -> None:
         self.home, self.rel = home, rel
         self.starts, self.mins, self.maxs = starts, mins, maxs  # per page: first position; hashes
         self._counts, self._pf = counts, pf
         self.key = f"{home.location}|{rel}"
 
     @classmethod
-    def open(cls, home: Home, rel: str, pf: pq.ParquetFile) -> Optional["PagedBase"]:
+    def open(cls, home: Home, rel: str, pf: pq.ParquetFile) -> PagedBase | None:
         """The file's pages from its footer; None when a page has no statistics (read it whole then)."""
         md = pf.metadata
         n = md.num_row_groups
@@ -184,7 +192,11 @@ class PagedBase:
             return hit
         t = self._file().read_row_group(i, columns=["h", "f", "g"])
         _CACHE.reads += 1
-        page = (t["h"].to_numpy(), t["f"].to_numpy().astype(np.int32, copy=False), t["g"].to_numpy().astype(np.int32, copy=False))
+        page = (
+            t["h"].to_numpy(),
+            t["f"].to_numpy().astype(np.int32, copy=False),
+            t["g"].to_numpy().astype(np.int32, copy=False),
+        )
         if keep:
             _CACHE.put(key, page)
         return page
@@ -205,7 +217,11 @@ class PagedBase:
         parts = []
         for i in self._spans(hashes, hashes).tolist():
             h, f, g = self.page(i)
-            a, b = (np.searchsorted(hashes, [h[0], h[-1]], side="left")[0], np.searchsorted(hashes, h[-1], side="right")) if h.size else (0, 0)
+            a, b = (
+                (np.searchsorted(hashes, [h[0], h[-1]], side="left")[0], np.searchsorted(hashes, h[-1], side="right"))
+                if h.size
+                else (0, 0)
+            )
             pos = matches(h, hashes[a:b]) if b > a else _I64
             if pos.size:
                 parts.append((pos + self.starts[i], h[pos], f[pos], g[pos]))
@@ -251,27 +267,38 @@ class PagedBase:
                 c += np.bincount(f, minlength=files)[:files]
             self._counts = c
         out = np.zeros(files, np.int64)
-        out[:min(files, self._counts.size)] = self._counts[:files]
+        out[: min(files, self._counts.size)] = self._counts[:files]
         return out
 
 
 def write_whole(home: Home, rel: str, chunks: Iterator[Arrays], files: list[str], counts: np.ndarray) -> PagedBase:
     """Write a whole index file, page by page, from ``chunks`` (live entries in hash order, file
     ids already those of ``files``); its pages go into the worker's cache as they are written."""
-    schema = pa.schema([("h", pa.int64()), ("f", pa.int32()), ("g", pa.int32())],
-                       metadata={"cbp.files": json.dumps(files), "cbp.hash": "spark-xxhash64", "cbp.counts": json.dumps(counts.tolist()),
-                                 "cbp.format": "paged", "cbp.page": str(PAGE)})
+    schema = pa.schema(
+        [("h", pa.int64()), ("f", pa.int32()), ("g", pa.int32())],
+        metadata={
+            "cbp.files": json.dumps(files),
+            "cbp.hash": "spark-xxhash64",
+            "cbp.counts": json.dumps(counts.tolist()),
+            "cbp.format": "paged",
+            "cbp.page": str(PAGE),
+        },
+    )
     path = home.path(rel)
     home.make_parent(path)
     starts, mins, maxs = [0], [], []
     held: list[Arrays] = []
     n_held = 0
     base = PagedBase(home, rel, np.zeros(1, np.int64), _I64, _I64, counts)
-    with pq.ParquetWriter(path, schema, filesystem=home.fs, compression={"h": "none", "f": "zstd", "g": "zstd"},
-                          use_dictionary=False) as w:
+    with pq.ParquetWriter(
+        path, schema, filesystem=home.fs, compression={"h": "none", "f": "zstd", "g": "zstd"}, use_dictionary=False
+    ) as w:
+
         def emit(h: np.ndarray, f: np.ndarray, g: np.ndarray) -> None:
-            w.write_table(pa.table([pa.array(h, pa.int64()), pa.array(f, pa.int32()), pa.array(g, pa.int32())], schema=schema),
-                          row_group_size=PAGE)
+            w.write_table(
+                pa.table([pa.array(h, pa.int64()), pa.array(f, pa.int32()), pa.array(g, pa.int32())], schema=schema),
+                row_group_size=PAGE,
+            )
             _CACHE.put(f"{base.key}|{len(mins)}", (h.copy(), f.astype(np.int32), g.astype(np.int32)))
             starts.append(starts[-1] + h.size)
             mins.append(int(h[0]))

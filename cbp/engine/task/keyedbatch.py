@@ -17,16 +17,15 @@ keys) is not taken from a keyed stage (``batch-output``).
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, Optional
+from typing import Any
 
-import numpy as np
 import pyarrow as pa
 
 from ...spec.resolve import safe_str
 from ...spec.schema import RecordSchema
+from ..common.protocol import USER_EXCEPTIONS, EpochTimeout
 from .batch import BatchTranslate, _typed_keys, _with_key
 from .keyedstate import KeyedRows, rk_text, state_partition  # noqa: F401  (state_partition: for cbp.engine.task.translate)
-from ..common.protocol import USER_EXCEPTIONS, EpochTimeout
 
 __all__ = ["KeyedBatch", "KeyedBatchState", "DELETED"]
 
@@ -46,11 +45,15 @@ class KeyedBatchState:
             requests = pa.Table.from_batches([requests])
         missing = [c for c in ("_pos", *self._fields) if c not in requests.column_names]
         if missing:
-            raise ValueError(f"state.get: the requests table lacks column(s) {', '.join(missing)} (give _pos and the row key fields)")
+            raise ValueError(
+                f"state.get: the requests table lacks column(s) {', '.join(missing)} (give _pos and the row key fields)"
+            )
         by_pos: dict[int, list[str]] = {}
         for pos, rec in zip(requests.column("_pos").to_pylist(), requests.select(list(self._fields)).to_pylist()):
             if pos is None or not 0 <= pos < len(self._rows):
-                raise ValueError(f"state.get: _pos {pos!r} is not the position of a key of this call (0..{len(self._rows) - 1})")
+                raise ValueError(
+                    f"state.get: _pos {pos!r} is not the position of a key of this call (0..{len(self._rows) - 1})"
+                )
             by_pos.setdefault(pos, []).append(rk_text(self._fields, rec))
         out, at = [], []
         for pos in sorted(by_pos):
@@ -60,7 +63,7 @@ class KeyedBatchState:
             at += [pos] * len(found)
         return _with_key(pa.Table.from_pylist(out, schema=self._schema.arrow), self._keys, at)
 
-    def all(self, positions: Optional[Any] = None) -> pa.Table:
+    def all(self, positions: Any | None = None) -> pa.Table:
         """Every stored row of the keys at ``positions`` (default: every key of the call)."""
         pick = range(len(self._rows)) if positions is None else sorted(set(int(p) for p in positions))
         out, at = [], []
@@ -81,7 +84,7 @@ class KeyedBatch(BatchTranslate):
             return
         pending, kept, order = self.pending, self.kept, self._order
         self.pending, self.kept, self._order = [], [], []
-        ops: dict[int, dict[str, Optional[dict[str, Any]]]] = {}
+        ops: dict[int, dict[str, dict[str, Any] | None]] = {}
         if pending:
             st = self.plan.stage
             texts = [g.key for g, _, _ in pending]
@@ -105,7 +108,9 @@ class KeyedBatch(BatchTranslate):
             self.update(g, old, [])
             i += 1
 
-    def _keyed_check(self, result: Any, keys: pa.Array, texts: list[str]) -> tuple[dict[int, dict[str, Optional[dict[str, Any]]]], dict[str, pa.Table]]:
+    def _keyed_check(
+        self, result: Any, keys: pa.Array, texts: list[str]
+    ) -> tuple[dict[int, dict[str, dict[str, Any] | None]], dict[str, pa.Table]]:
         st = self.plan.stage
         where = f"{self.plan.where()}: batch translator '{st.translator_path}'"
         deleted = None
@@ -113,15 +118,23 @@ class KeyedBatch(BatchTranslate):
             try:
                 result = {k: result[k] for k in list(result.keys())}
             except (*USER_EXCEPTIONS, EpochTimeout) as e:
-                raise self._fail(self.plan, "batch-output", f"{where} returned a {type(result).__name__} that could not be read as a mapping: "
-                                 f"{type(e).__name__}: {safe_str(e)}") from None
+                raise self._fail(
+                    self.plan,
+                    "batch-output",
+                    f"{where} returned a {type(result).__name__} that could not be read as a mapping: "
+                    f"{type(e).__name__}: {safe_str(e)}",
+                ) from None
             if result.get("removed") is not None:
-                raise self._fail(self.plan, "batch-output", f"{where} returned 'removed'; a stage with keyed rows (row_key) deletes rows, "
-                                 f"returned under '{DELETED}' (the key and the row key fields)")
+                raise self._fail(
+                    self.plan,
+                    "batch-output",
+                    f"{where} returned 'removed'; a stage with keyed rows (row_key) deletes rows, "
+                    f"returned under '{DELETED}' (the key and the row key fields)",
+                )
             result.pop("removed", None)
             deleted = result.pop(DELETED, None)
         table, _, outputs = self.check(result, keys, texts.__getitem__)
-        ops: dict[int, dict[str, Optional[dict[str, Any]]]] = {}
+        ops: dict[int, dict[str, dict[str, Any] | None]] = {}
         fields = st.row_key
         if table is not None:
             for pos, rec in zip(table.column("_pos").to_pylist(), table.drop_columns(["_pos"]).to_pylist()):
@@ -134,11 +147,23 @@ class KeyedBatch(BatchTranslate):
                 self._op(ops, p, rk_text(fields, rec), None, texts, where)
         return ops, outputs
 
-    def _op(self, ops: dict[int, dict[str, Any]], pos: int, text: str, rec: Optional[dict[str, Any]], texts: list[str], where: str) -> None:
+    def _op(
+        self,
+        ops: dict[int, dict[str, Any]],
+        pos: int,
+        text: str,
+        rec: dict[str, Any] | None,
+        texts: list[str],
+        where: str,
+    ) -> None:
         mine = ops.setdefault(pos, {})
         if text in mine:
-            raise self._fail(self.plan, "batch-duplicate-key", f"{where}: key {texts[pos]} row {text} is given twice (upserted twice, "
-                             "or upserted and deleted) in one call")
+            raise self._fail(
+                self.plan,
+                "batch-duplicate-key",
+                f"{where}: key {texts[pos]} row {text} is given twice (upserted twice, "
+                "or upserted and deleted) in one call",
+            )
         mine[text] = rec
 
 

@@ -30,7 +30,8 @@ Any Delta reader gets a keyed stage's state as the newest ``_epoch`` per ``(_key
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Callable, Iterator, Optional
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyarrow as pa
@@ -45,7 +46,17 @@ if TYPE_CHECKING:
     from .groups import Group
     from .plan import TaskPlan
 
-__all__ = ["RK", "KeyedRows", "KeyedOut", "KeyedPartition", "KeyedBlackbox", "state_partition", "rk_text", "row_hashes", "key_range"]
+__all__ = [
+    "RK",
+    "KeyedRows",
+    "KeyedOut",
+    "KeyedPartition",
+    "KeyedBlackbox",
+    "state_partition",
+    "rk_text",
+    "row_hashes",
+    "key_range",
+]
 
 RK = "_rk"  #: the state column holding a row's row key (canonical JSON text)
 STORED = ()  #: what :meth:`KeyedPartition.scan` gives as a stored key's state (its rows are read as asked)
@@ -64,9 +75,17 @@ def _given_text(fields: tuple[str, ...], kinds: tuple[str, ...], row_key: Any) -
     for several fields, each of its field's type (``kinds``: ``string``, ``int`` or ``bool``), else ``TypeError``."""
     values = [row_key] if len(fields) == 1 else row_key
     if len(fields) > 1 and (not isinstance(row_key, (tuple, list)) or len(row_key) != len(fields)):
-        raise TypeError(f"the row key is {len(fields)} fields ({', '.join(fields)}): give a tuple of {len(fields)} values, not {row_key!r:.80}")
+        raise TypeError(
+            f"the row key is {len(fields)} fields ({', '.join(fields)}): give a tuple of {len(fields)} values, not {row_key!r:.80}"
+        )
     for f, kind, v in zip(fields, kinds, values):
-        if not (isinstance(v, bool) if kind == "bool" else isinstance(v, int) and not isinstance(v, bool) if kind == "int" else isinstance(v, str)):
+        if not (
+            isinstance(v, bool)
+            if kind == "bool"
+            else isinstance(v, int) and not isinstance(v, bool)
+            if kind == "int"
+            else isinstance(v, str)
+        ):
             raise TypeError(f"row key field '{f}' is a {kind}; {v!r:.80} is not")
     return encode_key(row_key) if len(fields) == 1 else encode_key(list(row_key))
 
@@ -110,11 +129,18 @@ class KeyedRows:
         ({'url': 'a', 'n': 1}, None, {'a': {'url': 'a', 'n': 1}}, [{'url': 'a', 'n': 1}])
     """
 
-    def __init__(self, source: Any, key_text: str, kh: int, fields: tuple[str, ...], decode: Callable[[dict[str, Any]], dict[str, Any]],
-                 kinds: tuple[str, ...] = ()) -> None:
+    def __init__(
+        self,
+        source: Any,
+        key_text: str,
+        kh: int,
+        fields: tuple[str, ...],
+        decode: Callable[[dict[str, Any]], dict[str, Any]],
+        kinds: tuple[str, ...] = (),
+    ) -> None:
         self._source, self._key, self._kh, self._fields, self._decode = source, key_text, kh, fields, decode
         self._kinds = kinds or ("string",) * len(fields)
-        self._it: Optional[Iterator[dict[str, Any]]] = None
+        self._it: Iterator[dict[str, Any]] | None = None
 
     def __iter__(self) -> Iterator[dict[str, Any]]:
         """Every row of the key, read afresh each time (``next(state)`` goes on with one shared pass)."""
@@ -146,7 +172,7 @@ class KeyedOut:
 
     def __init__(self, stage: str, schema: Any, fields: tuple[str, ...]) -> None:
         self.flow, self._stage, self._schema, self._fields = "state", stage, schema, fields
-        self.ops: dict[str, Optional[dict[str, Any]]] = {}
+        self.ops: dict[str, dict[str, Any] | None] = {}
         self.check: Callable[[Any], dict[str, Any]] = schema.validate  # the task's state record check (state_partition)
 
     def write(self, record: Any) -> None:
@@ -158,7 +184,7 @@ class KeyedOut:
         """Remove the row with this row key (nothing if there is none)."""
         self.ops[_given_text(self._fields, _kinds(self._schema, self._fields), row_key)] = None
 
-    def take(self) -> dict[str, Optional[dict[str, Any]]]:
+    def take(self) -> dict[str, dict[str, Any] | None]:
         ops, self.ops = self.ops, {}
         return ops
 
@@ -167,11 +193,11 @@ class KeyedWriter(StateWriter):
     """A :class:`StateWriter` taking keyed rows key by key: rows of keys with the same top 32 hash
     bits are held and sorted by row hash together (their row hash ranges are one)."""
 
-    def __init__(self, plan: "TaskPlan", p: int, prefix: str, keep: bool = True) -> None:
+    def __init__(self, plan: TaskPlan, p: int, prefix: str, keep: bool = True) -> None:
         super().__init__(plan, p, prefix, keep)
         self._held: list[dict[str, Any]] = []
         self._copies: list[dict[str, Any]] = []
-        self._top: Optional[int] = None
+        self._top: int | None = None
 
     def put(self, kh: int, rows: list[dict[str, Any]], copies: list[dict[str, Any]] = ()) -> None:  # type: ignore[assignment]
         """A key's new rows, and ``copies``: rows of the same hashes rewritten as they were (a
@@ -198,12 +224,12 @@ class KeyedWriter(StateWriter):
             self._held = []
             self.write_table(t.sort_by([("_h", "ascending"), ("_key", "ascending"), (RK, "ascending")]))
 
-    def close(self) -> tuple[Optional[dict[str, Any]], np.ndarray, np.ndarray]:
+    def close(self) -> tuple[dict[str, Any] | None, np.ndarray, np.ndarray]:
         self._release()
         return super().close()
 
 
-def _row(key_text: str, h: int, epoch: int, rk: str, rec: Optional[dict[str, Any]]) -> dict[str, Any]:
+def _row(key_text: str, h: int, epoch: int, rk: str, rec: dict[str, Any] | None) -> dict[str, Any]:
     row = {"_key": key_text, "_h": h, "_epoch": epoch, "_alive": rec is not None, RK: rk}
     if rec is not None:
         row.update(rec)
@@ -214,7 +240,7 @@ class KeyedPartition(DirectPartition):
     """A direct-mode state partition of keyed rows: rows read through the index by row hash, the
     changed rows (and tombstones of deleted ones) appended, their old entries dropped."""
 
-    def __init__(self, plan: "TaskPlan", p: int) -> None:
+    def __init__(self, plan: TaskPlan, p: int) -> None:
         super().__init__(plan, p)
         st = plan.stage
         self.fields, self.schema = st.row_key, st.state_schema
@@ -251,7 +277,7 @@ class KeyedPartition(DirectPartition):
         for kh, k in sorted(zip(spark_xxhash64(texts).tolist(), texts)):
             yield kh, k, STORED
 
-    def rows_for(self, g: "Group") -> KeyedRows:
+    def rows_for(self, g: Group) -> KeyedRows:
         return KeyedRows(self, g.key, g.h, self.fields, self.schema.decoded_copy, _kinds(self.schema, self.fields))
 
     def _rows(self, hashes: np.ndarray) -> tuple[list[dict[str, Any]], np.ndarray, np.ndarray]:
@@ -274,7 +300,7 @@ class KeyedPartition(DirectPartition):
         lo, hi = key_range(kh)
         hashes = self.index.hashes_between(lo, hi)
         for a in range(0, hashes.size, READ_CHUNK):
-            rows, _, _ = self._rows(hashes[a:a + READ_CHUNK])
+            rows, _, _ = self._rows(hashes[a : a + READ_CHUNK])
             for (k, _), r in sorted(_newest(rows).items()):
                 if k == key_text and r["_alive"]:
                     self.rows_read += 1
@@ -291,7 +317,11 @@ class KeyedPartition(DirectPartition):
         newest = _newest(rows)
         names = list(self.schema.fields)
         stored = {rk: {f: r[f] for f in names} for (k, rk), r in newest.items() if k == key_text and r["_alive"]}
-        changed = {t: rec for t, rec in ops.items() if (rec is None and t in stored) or (rec is not None and stored.get(t) != rec)}
+        changed = {
+            t: rec
+            for t, rec in ops.items()
+            if (rec is None and t in stored) or (rec is not None and stored.get(t) != rec)
+        }
         if not changed:
             return
         at = dict(zip(texts, hs.tolist()))
@@ -299,8 +329,11 @@ class KeyedPartition(DirectPartition):
         epoch = self.plan.epoch
         out = [_row(key_text, at[t], epoch, t, rec) for t, rec in changed.items()]
         # rows sharing a changed row's hash lose their index entries with it: rewrite them as they are
-        copies = [{**r, "_epoch": epoch} for (k, rk), r in newest.items()
-                  if r["_alive"] and r["_h"] in touched and not (k == key_text and rk in changed)]
+        copies = [
+            {**r, "_epoch": epoch}
+            for (k, rk), r in newest.items()
+            if r["_alive"] and r["_h"] in touched and not (k == key_text and rk in changed)
+        ]
         if rows:
             hh = np.array([r["_h"] for r in rows], np.int64)
             sel = np.isin(hh, np.fromiter(touched, np.int64, len(touched)))
@@ -309,7 +342,7 @@ class KeyedPartition(DirectPartition):
         self.rows_written += len(changed)
         self.writer.put(h, out, copies)
 
-    def finish(self, stats: dict[str, Any]) -> tuple[Optional[str], list[dict[str, Any]], list[dict[str, Any]]]:
+    def finish(self, stats: dict[str, Any]) -> tuple[str | None, list[dict[str, Any]], list[dict[str, Any]]]:
         res = super().finish(stats)
         stats.update(state_read=self.rows_read, rows_read=self.rows_read, rows_written=self.rows_written)
         return res
@@ -318,7 +351,9 @@ class KeyedPartition(DirectPartition):
 class _Stored:
     """A key's rows in memory (black-box mode: they came with the input), for :class:`KeyedRows`."""
 
-    def __init__(self, rows: dict[str, dict[str, Any]], decode: Callable[[dict[str, Any]], dict[str, Any]], owner: Any) -> None:
+    def __init__(
+        self, rows: dict[str, dict[str, Any]], decode: Callable[[dict[str, Any]], dict[str, Any]], owner: Any
+    ) -> None:
         self.rows, self.decode, self.owner = rows, decode, owner
 
     def fetch(self, key_text: str, kh: int, texts: list[str]) -> dict[str, dict[str, Any]]:
@@ -333,17 +368,23 @@ class KeyedBlackbox(BlackboxPartition):
     """A black-box state partition of keyed rows: a key's rows came with its input (all of them);
     the call's writes and deletes are applied to them and every row is written again."""
 
-    def __init__(self, plan: "TaskPlan", p: int) -> None:
+    def __init__(self, plan: TaskPlan, p: int) -> None:
         super().__init__(plan, p)
         st = plan.stage
         self.fields, self.schema = st.row_key, st.state_schema
         self.writer = KeyedWriter(plan, p, prefix=f"e{plan.epoch:08d}-full")
         self.out = KeyedOut(st.name, st.state_schema, st.row_key)
 
-    def rows_for(self, g: "Group") -> KeyedRows:
+    def rows_for(self, g: Group) -> KeyedRows:
         rows = {rk_text(self.fields, r): r for r in g.state}
-        return KeyedRows(_Stored(rows, self.schema.decoded_copy, self), g.key, g.h, self.fields, self.schema.decoded_copy,
-                         _kinds(self.schema, self.fields))
+        return KeyedRows(
+            _Stored(rows, self.schema.decoded_copy, self),
+            g.key,
+            g.h,
+            self.fields,
+            self.schema.decoded_copy,
+            _kinds(self.schema, self.fields),
+        )
 
     def update(self, key_text: str, h: int, old: list[dict[str, Any]], new: list[dict[str, Any]]) -> None:
         """Write the key's rows (``old``, as stored) with the call's writes and deletes applied."""
@@ -363,7 +404,7 @@ class KeyedBlackbox(BlackboxPartition):
         self.writer.put(h, [_row(key_text, hh, epoch, t, rows[t]) for t, hh in zip(texts, hs)])
 
 
-def state_partition(plan: "TaskPlan", p: int, calls: Any) -> "DirectPartition | BlackboxPartition":
+def state_partition(plan: TaskPlan, p: int, calls: Any) -> DirectPartition | BlackboxPartition:
     """The state partition of a stateful stage's task; for keyed rows, its :class:`KeyedOut`
     becomes ``out.state`` of the task's translator calls (``calls``: :class:`cbp.engine.task.translate._Calls`),
     its rows checked as other state records are (the same failures and codes)."""

@@ -28,7 +28,8 @@ from __future__ import annotations
 
 import json
 from collections import OrderedDict
-from typing import Iterator, Optional, Union
+from collections.abc import Iterator
+from typing import Union
 
 import numpy as np
 import pyarrow as pa
@@ -58,7 +59,7 @@ ENTRY_BYTES = 16
 _I64 = np.empty(0, np.int64)
 _I32 = np.empty(0, np.int32)
 
-Delta = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, Optional[str], np.ndarray]
+Delta = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, str | None, np.ndarray]
 Base = Union[ArrayBase, PagedBase]
 
 
@@ -79,16 +80,16 @@ class PartitionIndex:
         self._dead = _I64  # sorted positions of the base entries dropped since
         self._oh, self._of, self._og = _I64, _I32, _I32  # the overlay, sorted by hash
         self.files: list[str] = files
-        self._counts: Optional[np.ndarray] = None  # live entries per file id (made when first needed)
+        self._counts: np.ndarray | None = None  # live entries per file id (made when first needed)
         self.chain: list[str] = []
         self.chain_entries = 0
 
     @classmethod
-    def empty(cls) -> "PartitionIndex":
+    def empty(cls) -> PartitionIndex:
         return cls(_I64, _I32, _I32, [])
 
     @classmethod
-    def _on(cls, base: Base, files: list[str]) -> "PartitionIndex":
+    def _on(cls, base: Base, files: list[str]) -> PartitionIndex:
         idx = cls(_I64, _I32, _I32, files)
         idx._base = base
         return idx
@@ -180,8 +181,8 @@ class PartitionIndex:
         if self._counts is None:
             counts = self._base.counts(len(self.files))
             if self._dead.size:
-                counts -= np.bincount(self._base.f_at(self._dead), minlength=len(self.files))[:len(self.files)]
-            self._counts = counts + np.bincount(self._of, minlength=len(self.files))[:len(self.files)]
+                counts -= np.bincount(self._base.f_at(self._dead), minlength=len(self.files))[: len(self.files)]
+            self._counts = counts + np.bincount(self._of, minlength=len(self.files))[: len(self.files)]
         return self._counts
 
     # ------------------------------------------------------------------ lookups and updates
@@ -207,12 +208,19 @@ class PartitionIndex:
         if self._dead.size and pos.size:
             h = h[~_sorted_contains(self._dead, pos)]
         if self._oh.size:
-            o = self._oh[np.searchsorted(self._oh, lo, side="left"):np.searchsorted(self._oh, hi, side="right")]
+            o = self._oh[np.searchsorted(self._oh, lo, side="left") : np.searchsorted(self._oh, hi, side="right")]
             h = np.sort(np.concatenate([h, o])) if o.size else h
         return sorted_unique(h)
 
-    def updated(self, drop_h: np.ndarray, drop_f: np.ndarray, drop_g: np.ndarray,
-                add_h: np.ndarray, add_file: Optional[str], add_g: np.ndarray) -> "PartitionIndex":
+    def updated(
+        self,
+        drop_h: np.ndarray,
+        drop_f: np.ndarray,
+        drop_g: np.ndarray,
+        add_h: np.ndarray,
+        add_file: str | None,
+        add_g: np.ndarray,
+    ) -> PartitionIndex:
         """A new index without the entries ``(drop_h, drop_f, drop_g)`` (every live entry equal to
         one), plus new entries in ``add_file``. Costs what changed: this index is not copied."""
         counts = self._file_counts().copy()
@@ -235,7 +243,11 @@ class PartitionIndex:
             files.append(add_file)
             counts = np.append(counts, add_h.size)
             order = np.argsort(add_h, kind="stable")
-            ah, af, ag = add_h.astype(np.int64)[order], np.full(add_h.size, len(files) - 1, np.int32), add_g.astype(np.int32)[order]
+            ah, af, ag = (
+                add_h.astype(np.int64)[order],
+                np.full(add_h.size, len(files) - 1, np.int32),
+                add_g.astype(np.int32)[order],
+            )
             if oh.size:
                 at = np.searchsorted(oh, ah, side="right")
                 oh, of, og = np.insert(oh, at, ah), np.insert(of, at, af), np.insert(og, at, ag)
@@ -245,7 +257,7 @@ class PartitionIndex:
         new._dead, new._oh, new._of, new._og, new._counts = dead, oh, of, og, counts
         return new
 
-    def without_files(self, names: set[str]) -> "PartitionIndex":
+    def without_files(self, names: set[str]) -> PartitionIndex:
         """The index without the entries that point into the data files ``names`` (the base read
         page by page: holds the positions of those entries)."""
         gone = np.array([i for i, n in enumerate(self.files) if n in names], dtype=np.int32)
@@ -268,7 +280,7 @@ class PartitionIndex:
         out = [h[np.isin(f, ids)] for h, f, _ in self.chunks()]
         return np.concatenate(out) if out else _I64
 
-    def renumbered(self) -> "PartitionIndex":
+    def renumbered(self) -> PartitionIndex:
         """The same entries as arrays alone, with only the files some entry points to (ids renumbered)."""
         h, f, g = self._all()
         used = np.flatnonzero(np.bincount(f, minlength=len(self.files)))
@@ -280,7 +292,7 @@ class PartitionIndex:
 
     # ------------------------------------------------------------------ files
     @classmethod
-    def load(cls, home: Home, rel: str, budget_mb: Optional[float] = None) -> "PartitionIndex":
+    def load(cls, home: Home, rel: str, budget_mb: float | None = None) -> PartitionIndex:
         """Open an index file and the deltas it stands on (a worker keeps the last few indexes it
         opened or wrote, within its index budget, ``budget_mb``: they never change)."""
         index_budget(budget_mb)
@@ -294,19 +306,26 @@ class PartitionIndex:
         return idx
 
     @classmethod
-    def _read(cls, home: Home, rel: str) -> "PartitionIndex":
+    def _read(cls, home: Home, rel: str) -> PartitionIndex:
         """Open an index file: a whole one by its footer (its pages are read as lookups need them),
         a delta whole, on top of the files it stands on (those are not kept: only the newest is used)."""
         pf = pq.ParquetFile(home.fs.open_input_file(home.path(rel)))
         meta = pf.schema_arrow.metadata or {}
         if meta.get(b"cbp.kind") == b"delta":
             t = pf.read()
-            parent = _INDEXES.get(f"{home.location}|{meta[b'cbp.parent'].decode()}") or cls._read(home, meta[b"cbp.parent"].decode())
+            parent = _INDEXES.get(f"{home.location}|{meta[b'cbp.parent'].decode()}") or cls._read(
+                home, meta[b"cbp.parent"].decode()
+            )
             drop = t.filter(pc.equal(t["add"], False))
             add = t.filter(t["add"])
-            idx = parent.updated(drop["h"].to_numpy(), drop["f"].to_numpy().astype(np.int32), drop["g"].to_numpy().astype(np.int32),
-                                 add["h"].to_numpy(), meta[b"cbp.add_file"].decode() if add.num_rows else None,
-                                 add["g"].to_numpy().astype(np.int32))
+            idx = parent.updated(
+                drop["h"].to_numpy(),
+                drop["f"].to_numpy().astype(np.int32),
+                drop["g"].to_numpy().astype(np.int32),
+                add["h"].to_numpy(),
+                meta[b"cbp.add_file"].decode() if add.num_rows else None,
+                add["g"].to_numpy().astype(np.int32),
+            )
             if meta.get(b"cbp.ids") != b"kept":  # written by cbp before 2026-11-26, whose updates renumbered the files
                 idx = idx.renumbered()
             idx.chain, idx.chain_entries = parent.chain + [rel], parent.chain_entries + t.num_rows
@@ -321,7 +340,7 @@ class PartitionIndex:
         idx.chain = [rel]
         return idx
 
-    def save(self, home: Home, rel: str, parent: Optional["PartitionIndex"] = None, delta: Optional[Delta] = None) -> list[str]:
+    def save(self, home: Home, rel: str, parent: PartitionIndex | None = None, delta: Delta | None = None) -> list[str]:
         """Write this index as file ``rel``: as ``delta`` (the :meth:`updated` arguments that made it
         from ``parent``) when ``parent`` came from a file and its deltas are few and small, else
         whole (renumbered, streamed page by page: the index kept for the next epoch reads that
@@ -329,19 +348,38 @@ class PartitionIndex:
         old = list(parent.chain) if parent is not None else []
         entries = 0 if delta is None else int(delta[0].size + delta[3].size)
         kept: PartitionIndex = self
-        if (delta is not None and parent is not None and parent.chain and len(parent.chain) <= MAX_DELTAS and entries <= BIG_DELTA_PAGES * indexpages.PAGE
-                and parent.chain_entries + entries <= min(max(self.live_keys, 1) * DELTA_FRACTION, delta_cap())):
+        if (
+            delta is not None
+            and parent is not None
+            and parent.chain
+            and len(parent.chain) <= MAX_DELTAS
+            and entries <= BIG_DELTA_PAGES * indexpages.PAGE
+            and parent.chain_entries + entries <= min(max(self.live_keys, 1) * DELTA_FRACTION, delta_cap())
+        ):
             dh, df, dg, ah, add_file, ag = delta
-            t = pa.table({"add": pa.array(np.r_[np.zeros(dh.size, bool), np.ones(ah.size, bool)]),
-                          "h": pa.array(np.r_[dh, ah].astype(np.int64)),
-                          "f": pa.array(np.r_[df, np.zeros(ah.size, np.int32)].astype(np.int32)),
-                          "g": pa.array(np.r_[dg, ag].astype(np.int32))})
-            t = t.replace_schema_metadata({"cbp.kind": "delta", "cbp.parent": parent.chain[-1], "cbp.add_file": add_file or "",
-                                           "cbp.hash": "spark-xxhash64", "cbp.ids": "kept"})
+            t = pa.table(
+                {
+                    "add": pa.array(np.r_[np.zeros(dh.size, bool), np.ones(ah.size, bool)]),
+                    "h": pa.array(np.r_[dh, ah].astype(np.int64)),
+                    "f": pa.array(np.r_[df, np.zeros(ah.size, np.int32)].astype(np.int32)),
+                    "g": pa.array(np.r_[dg, ag].astype(np.int32)),
+                }
+            )
+            t = t.replace_schema_metadata(
+                {
+                    "cbp.kind": "delta",
+                    "cbp.parent": parent.chain[-1],
+                    "cbp.add_file": add_file or "",
+                    "cbp.hash": "spark-xxhash64",
+                    "cbp.ids": "kept",
+                }
+            )
             self.chain, self.chain_entries = parent.chain + [rel], parent.chain_entries + entries
             path = home.path(rel)
             home.make_parent(path)
-            pq.write_table(t, path, filesystem=home.fs, compression={"h": "none", "f": "zstd", "g": "zstd"}, use_dictionary=False)
+            pq.write_table(
+                t, path, filesystem=home.fs, compression={"h": "none", "f": "zstd", "g": "zstd"}, use_dictionary=False
+            )
             garbage: list[str] = []
         else:
             counts = self._file_counts()
@@ -357,7 +395,7 @@ class PartitionIndex:
         return garbage
 
 
-_INDEXES: "OrderedDict[str, PartitionIndex]" = OrderedDict()
+_INDEXES: OrderedDict[str, PartitionIndex] = OrderedDict()
 
 
 def _remember_index(key: str, idx: PartitionIndex, keep: int = 16) -> None:
@@ -398,7 +436,9 @@ def _sorted_contains(sorted_a: np.ndarray, x: np.ndarray) -> np.ndarray:
     return (i < sorted_a.size) & (sorted_a[np.minimum(i, sorted_a.size - 1)] == x)
 
 
-def _equal_entries(h: np.ndarray, f: np.ndarray, g: np.ndarray, dh: np.ndarray, df: np.ndarray, dg: np.ndarray) -> np.ndarray:
+def _equal_entries(
+    h: np.ndarray, f: np.ndarray, g: np.ndarray, dh: np.ndarray, df: np.ndarray, dg: np.ndarray
+) -> np.ndarray:
     """Positions (sorted) of the entries of the sorted arrays ``(h, f, g)`` equal to one of the
     triples ``(dh, df, dg)``."""
     cand = _matches(h, sorted_unique(dh))
@@ -415,5 +455,5 @@ def _equal_entries(h: np.ndarray, f: np.ndarray, g: np.ndarray, dh: np.ndarray, 
     single = (hi - lo) == 1  # the usual case; a hash is dropped several times only on a collision
     ok[single] = sdfg[lo[single]] == fg[single]
     for i in np.flatnonzero((hi - lo) > 1):
-        ok[i] = bool(np.any(sdfg[lo[i]:hi[i]] == fg[i]))
+        ok[i] = bool(np.any(sdfg[lo[i] : hi[i]] == fg[i]))
     return cand[ok]

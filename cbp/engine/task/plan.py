@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Any, Optional
+from typing import Any
 
 import pyarrow as pa
 
@@ -28,42 +28,60 @@ class TaskPlan:
     mode: str
     out_schemas: dict[str, RecordSchema]
     out_incs: dict[str, int]
-    out_frames: dict[str, str]  # output flows framed by a field: that field (framed in the task, cbp.engine.task.framing)
+    out_frames: dict[
+        str, str
+    ]  # output flows framed by a field: that field (framed in the task, cbp.engine.task.framing)
     input_schemas: list[RecordSchema]
     state_rel: str
     parts: dict[int, StateMeta] = field(default_factory=dict)
     max_files: int = 8
     row_group: int = ROW_GROUP
-    cache_mb: Optional[float] = None
-    index_mb: Optional[float] = None  # the worker's partition index budget (cbp.engine.task.indexpages.INDEX_MB when None)
-    scan_fraction: Optional[float] = None  # the state scan rule's threshold (cbp.engine.task.bipindex.SCAN_FRACTION when None)
-    scan_choice: dict[int, float] = field(default_factory=dict)  # per partition: the driver's scan (0) or index (2) choice
-    fault: Optional[str] = None  # CBP_FAULT of the driver (crash tests, see cbp.faults)
+    cache_mb: float | None = None
+    index_mb: float | None = None  # the worker's partition index budget (cbp.engine.task.indexpages.INDEX_MB when None)
+    scan_fraction: float | None = (
+        None  # the state scan rule's threshold (cbp.engine.task.bipindex.SCAN_FRACTION when None)
+    )
+    scan_choice: dict[int, float] = field(
+        default_factory=dict
+    )  # per partition: the driver's scan (0) or index (2) choice
+    fault: str | None = None  # CBP_FAULT of the driver (crash tests, see cbp.faults)
     driver_pid: int = 0
-    deadline: Optional[float] = None  # wall-clock time (time.time()) the epoch must end by
-    timeout: Optional[float] = None  # the limit that set it, in seconds (for messages)
+    deadline: float | None = None  # wall-clock time (time.time()) the epoch must end by
+    timeout: float | None = None  # the limit that set it, in seconds (for messages)
     write_rows: int = 4096  # output records a task buffers before appending them to its file
-    probes: list[str] = field(default_factory=list)  # per partition, a string Spark hashes into it (cbp.engine.task.routing)
-    bindings: list[str] = field(default_factory=list)  # URIs of the bindings files the epoch reads (named by the epoch that made them)
-    made_in: dict[str, int] = field(default_factory=dict)  # input file URI -> the epoch of this stage that wrote it (loopback flows)
-    new_records: Optional[int] = None  # records of the increments the epoch reads (None: not known)
-    small_records: Optional[int] = None  # up to how many the driver routes them (cbp.engine.driver.smallepoch; None: its default)
-    columnar: bool = True  # a batch translator may take the columnar path (cbp.engine.task.columnar; CBP_COLUMNAR=0: never)
+    probes: list[str] = field(
+        default_factory=list
+    )  # per partition, a string Spark hashes into it (cbp.engine.task.routing)
+    bindings: list[str] = field(
+        default_factory=list
+    )  # URIs of the bindings files the epoch reads (named by the epoch that made them)
+    made_in: dict[str, int] = field(
+        default_factory=dict
+    )  # input file URI -> the epoch of this stage that wrote it (loopback flows)
+    new_records: int | None = None  # records of the increments the epoch reads (None: not known)
+    small_records: int | None = (
+        None  # up to how many the driver routes them (cbp.engine.driver.smallepoch; None: its default)
+    )
+    columnar: bool = (
+        True  # a batch translator may take the columnar path (cbp.engine.task.columnar; CBP_COLUMNAR=0: never)
+    )
 
     @property
     def elided(self) -> dict[int, str]:
         """The inputs whose RouteBy field crosses the shuffle as the key only (:func:`cbp.engine.task.routing.elided_fields`)."""
-        return elided_fields([i.route_by.field if i.route_by is not None else None for i in self.stage.inputs], self.input_schemas)
+        return elided_fields(
+            [i.route_by.field if i.route_by is not None else None for i in self.stage.inputs], self.input_schemas
+        )
 
     def envelope_schema(self) -> pa.Schema:
         """The envelopes of this stage epoch (:func:`cbp.engine.task.routing.envelope_schema`)."""
-        return envelope_schema(self.input_schemas, self.stage.state_schema if self.mode == "blackbox" else None, self.elided)
+        return envelope_schema(
+            self.input_schemas, self.stage.state_schema if self.mode == "blackbox" else None, self.elided
+        )
 
     def where(self, key: Any = None) -> str:
         s = f"stage '{self.stage.name}' epoch {self.epoch}"
         return s if key is None else f"{s} key {key!r}"
-
-
 
 
 class _Clock:

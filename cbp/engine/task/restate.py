@@ -25,8 +25,9 @@ controller commits the files (:mod:`cbp.controller.migrate`).
 from __future__ import annotations
 
 import uuid
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Any, Callable, Iterator, Optional
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -52,13 +53,15 @@ class Job:
     state_rel: str
     old: RecordSchema
     new: RecordSchema
-    migrate: Optional[Callable[[dict[str, Any]], Any]]
+    migrate: Callable[[dict[str, Any]], Any] | None
     partitions: int
     epoch: int  # the stage's current epoch: the rewritten rows' _epoch
     tag: str  # in the new files' names
     row_group: int
     stage: str
-    row_key: tuple[str, ...] = ()  # the new state's row key (keyed rows: cbp.engine.task.keyedstate); () for whole-key state
+    row_key: tuple[
+        str, ...
+    ] = ()  # the new state's row key (keyed rows: cbp.engine.task.keyedstate); () for whole-key state
 
 
 @dataclass
@@ -71,7 +74,7 @@ class _WriterPlan:
     epoch: int
     stage: Any
     mode: str = "direct"
-    cache_mb: Optional[float] = None
+    cache_mb: float | None = None
 
 
 @dataclass
@@ -84,7 +87,12 @@ class _Stage:
 def convert(rows: pa.Table, job: Job) -> tuple[pa.Table, list[str]]:
     """Live state rows of the old schema as rows of the new one (state columns first, ``_rk`` for
     keyed rows); the failures."""
-    meta = {"_key": rows["_key"], "_h": rows["_h"], "_epoch": pa.array(np.full(rows.num_rows, job.epoch, np.int64)), "_alive": rows["_alive"]}
+    meta = {
+        "_key": rows["_key"],
+        "_h": rows["_h"],
+        "_epoch": pa.array(np.full(rows.num_rows, job.epoch, np.int64)),
+        "_alive": rows["_alive"],
+    }
     t, errors = _migrated(rows, job, meta) if job.migrate is not None else (_cast(rows, job, meta), [])
     return (t, errors) if errors else _rekeyed(t, job, RK in rows.column_names)
 
@@ -110,7 +118,9 @@ def _rekeyed(t: pa.Table, job: Job, was_keyed: bool) -> tuple[pa.Table, list[str
     of the key's hash, which any stored ``_h`` of the key carries. Two rows of one key with one row
     key are a failure, not a silent loss."""
     if not job.row_key:
-        return (t.set_column(1, "_h", pa.array(spark_xxhash64(t["_key"].to_pylist()), pa.int64())) if was_keyed else t), []
+        return (
+            t.set_column(1, "_h", pa.array(spark_xxhash64(t["_key"].to_pylist()), pa.int64())) if was_keyed else t
+        ), []
     keys = t["_key"].to_pylist()
     recs = t.select(list(job.row_key)).to_pylist()
     texts = [rk_text(job.row_key, r) for r in recs]
@@ -118,12 +128,16 @@ def _rekeyed(t: pa.Table, job: Job, was_keyed: bool) -> tuple[pa.Table, list[str
     errors = []
     for k, rk in zip(keys, texts):
         if (k, rk) in seen and len(errors) < 5:
-            errors.append(f"stage '{job.stage}' key {k}: two stored rows would have row key {rk} ({', '.join(job.row_key)}); "
-                          f"a key's rows need distinct row keys: give the stage a migrate that makes them distinct, or another row_key")
+            errors.append(
+                f"stage '{job.stage}' key {k}: two stored rows would have row key {rk} ({', '.join(job.row_key)}); "
+                f"a key's rows need distinct row keys: give the stage a migrate that makes them distinct, or another row_key"
+            )
         seen.add((k, rk))
     if errors:
         return t, errors
-    h = pa.array((t["_h"].to_numpy() >> 32 << 32) + row_hashes(0, texts), pa.int64())  # keyedstate.row_hashes per key, vectorised
+    h = pa.array(
+        (t["_h"].to_numpy() >> 32 << 32) + row_hashes(0, texts), pa.int64()
+    )  # keyedstate.row_hashes per key, vectorised
     t = t.set_column(1, "_h", h)
     return t.add_column(len(STATE_META), pa.field(RK, pa.string()), pa.array(texts, pa.string())), []
 
@@ -141,15 +155,20 @@ def _migrated(rows: pa.Table, job: Job, meta: dict[str, Any]) -> tuple[pa.Table,
             out.append(job.new.to_storage(job.new.validate(new)))
             keep.append(i)
         except RecordError as e:
-            errors.append(f"stage '{job.stage}' key {key}: migrate returned a record that does not fit the new state schema: {e}")
+            errors.append(
+                f"stage '{job.stage}' key {key}: migrate returned a record that does not fit the new state schema: {e}"
+            )
         except Exception as e:  # noqa: BLE001 - the user's function
             errors.append(f"stage '{job.stage}' key {key}: migrate raised {type(e).__name__}: {e}")
         if len(errors) >= 5:
             break
     idx = pa.array(keep, pa.int64())
     data = pa.Table.from_pylist(out, schema=job.new.arrow)
-    t = pa.table([v.take(idx) if k != "_epoch" else pa.array(np.full(len(keep), job.epoch, np.int64)) for k, v in meta.items()]
-                 + data.columns, schema=pa.schema(list(STATE_META) + list(job.new.arrow)))
+    t = pa.table(
+        [v.take(idx) if k != "_epoch" else pa.array(np.full(len(keep), job.epoch, np.int64)) for k, v in meta.items()]
+        + data.columns,
+        schema=pa.schema(list(STATE_META) + list(job.new.arrow)),
+    )
     return t, errors
 
 
@@ -180,7 +199,7 @@ def write_part(job: Job, q: int, items: Iterator[tuple[int, bytes]]) -> Iterator
     tables, errors = [], []
     for _, data in items:
         if data.startswith(_ERROR):
-            errors.append(data[len(_ERROR):].decode())
+            errors.append(data[len(_ERROR) :].decode())
         else:
             tables.append(pa.ipc.open_stream(data).read_all())
     if errors:

@@ -36,7 +36,8 @@ multicast records of each address it is bound to, and the broadcast records its 
 from __future__ import annotations
 
 import json
-from typing import Any, Iterator, Optional, Union
+from collections.abc import Iterator
+from typing import Any, Union
 
 import numpy as np
 import pyarrow as pa
@@ -46,8 +47,24 @@ from ...model import Broadcast, Multicast
 from ...spec import STATE, KeyFunction
 from ...spec.schema import RecordSchema
 
-__all__ = ["BOUND", "COPY", "COPY_HASH", "BINDINGS", "envelope_schema", "record_column", "encode_key", "copy_key", "bound_address",
-           "plain_envelopes", "plain_route_field", "Routes", "JSON_ESCAPED", "elided_fields", "restore_fields", "has_byte"]
+__all__ = [
+    "BOUND",
+    "COPY",
+    "COPY_HASH",
+    "BINDINGS",
+    "envelope_schema",
+    "record_column",
+    "encode_key",
+    "copy_key",
+    "bound_address",
+    "plain_envelopes",
+    "plain_route_field",
+    "Routes",
+    "JSON_ESCAPED",
+    "elided_fields",
+    "restore_fields",
+    "has_byte",
+]
 
 BOUND = -2
 COPY = "\x01"  # first character of a copy key; a key's JSON text starts with a printable character
@@ -70,7 +87,7 @@ def record_column(idx: int) -> str:
 KEY_SCALARS = ("string", "int", "bool")
 
 
-def elided_fields(routes: list[Optional[str]], inputs: list[RecordSchema]) -> dict[int, str]:
+def elided_fields(routes: list[str | None], inputs: list[RecordSchema]) -> dict[int, str]:
     """The inputs (by index) routed by a field that the key text gives back (a non-null, non-list
     ``string``, ``int`` or ``bool``), with that field: their envelopes leave it out of the record.
     ``routes``: each input's RouteBy field (None: a function or none).
@@ -87,7 +104,9 @@ def elided_fields(routes: list[Optional[str]], inputs: list[RecordSchema]) -> di
     return out
 
 
-def envelope_schema(inputs: list[RecordSchema], state: Optional[RecordSchema] = None, elided: Optional[dict[int, str]] = None) -> pa.Schema:
+def envelope_schema(
+    inputs: list[RecordSchema], state: RecordSchema | None = None, elided: dict[int, str] | None = None
+) -> pa.Schema:
     """Envelopes on their way to a stage whose input flows have schemas ``inputs``: key text, input
     index (-1: a state row, -2: a binding), the address of a binding, the partitioning string, one
     struct column per input flow (without its ``elided`` field) and (``state``: black-box mode) one
@@ -100,8 +119,16 @@ def envelope_schema(inputs: list[RecordSchema], state: Optional[RecordSchema] = 
         StructType(struct<n: int64>)
     """
     elided = elided or {}
-    fields = [pa.field("_key", pa.string()), pa.field("_flow", pa.int32()), pa.field("_rec", pa.string()), pa.field("_r", pa.string())]
-    fields += [pa.field(record_column(i), pa.struct([f for f in s.arrow if f.name != elided.get(i)])) for i, s in enumerate(inputs)]
+    fields = [
+        pa.field("_key", pa.string()),
+        pa.field("_flow", pa.int32()),
+        pa.field("_rec", pa.string()),
+        pa.field("_r", pa.string()),
+    ]
+    fields += [
+        pa.field(record_column(i), pa.struct([f for f in s.arrow if f.name != elided.get(i)]))
+        for i, s in enumerate(inputs)
+    ]
     if state is not None:
         fields.append(pa.field("_st", pa.struct(list(state.arrow))))
     return pa.schema(fields)
@@ -122,7 +149,9 @@ def encode_key(key: Any) -> str:
     return text
 
 
-_KEY_TEXT = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False).encode  # json.dumps(key, ...) without an encoder per call; NaN and infinities are no JSON
+_KEY_TEXT = json.JSONEncoder(
+    sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
+).encode  # json.dumps(key, ...) without an encoder per call; NaN and infinities are no JSON
 
 
 def decode_key(text: str) -> Any:
@@ -151,16 +180,16 @@ def has_byte(texts: pa.Array, byte: int) -> bool:
     if data is None:
         return False
     off = np.frombuffer(texts.buffers()[1], np.int32, len(texts) + 1, texts.offset * 4)
-    return bool((np.frombuffer(data, np.uint8)[off[0]:off[-1]] == byte).any())
+    return bool((np.frombuffer(data, np.uint8)[off[0] : off[-1]] == byte).any())
 
 
 def key_values(texts: pa.Array, scalar: str) -> pa.Array:
     r"""The values of a field of type ``scalar`` (one of :data:`KEY_SCALARS`) whose key texts are ``texts``.
 
-        >>> key_values(pa.array(['"a"', '"say \\"hi\\""']), "string").to_pylist()
-        ['a', 'say "hi"']
-        >>> key_values(pa.array(["12", "-3"]), "int").to_pylist(), key_values(pa.array(["true", "false"]), "bool").to_pylist()
-        ([12, -3], [True, False])
+    >>> key_values(pa.array(['"a"', '"say \\"hi\\""']), "string").to_pylist()
+    ['a', 'say "hi"']
+    >>> key_values(pa.array(["12", "-3"]), "int").to_pylist(), key_values(pa.array(["true", "false"]), "bool").to_pylist()
+    ([12, -3], [True, False])
     """
     if scalar == "int":
         return texts.cast(pa.int64())
@@ -170,7 +199,10 @@ def key_values(texts: pa.Array, scalar: str) -> pa.Array:
     if not has_byte(texts, ord("\\")):  # no escapes: the text between the quotes
         return plain
     escaped = pc.match_substring(texts, "\\")
-    return pa.array([json.loads(t) if e else p for t, p, e in zip(texts.to_pylist(), plain.to_pylist(), escaped.to_pylist())], pa.string())
+    return pa.array(
+        [json.loads(t) if e else p for t, p, e in zip(texts.to_pylist(), plain.to_pylist(), escaped.to_pylist())],
+        pa.string(),
+    )
 
 
 def restore_fields(batch: pa.RecordBatch, inputs: list[RecordSchema], elided: dict[int, str]) -> pa.RecordBatch:
@@ -191,7 +223,9 @@ def restore_fields(batch: pa.RecordBatch, inputs: list[RecordSchema], elided: di
             values = key_values(keys, inputs[i].fields[name].scalar)
         else:  # other rows: null (their struct is null)
             at = np.cumsum(mine) - 1
-            values = key_values(keys.filter(pa.array(mine)), inputs[i].fields[name].scalar).take(pa.array(at, mask=~mine))
+            values = key_values(keys.filter(pa.array(mine)), inputs[i].fields[name].scalar).take(
+                pa.array(at, mask=~mine)
+            )
         full = inputs[i].arrow
         kids = st.flatten()
         children = [values.cast(f.type) if f.name == name else kids[st.type.get_field_index(f.name)] for f in full]
@@ -234,24 +268,28 @@ def records_struct(batch: pa.RecordBatch, schema: pa.Schema, idx: int) -> pa.Str
     return pa.StructArray.from_arrays(cols, fields=list(st))
 
 
-def envelopes(schema: pa.Schema, idx: int, keys: pa.Array, recs: pa.Array, route: Optional[pa.Array] = None) -> pa.RecordBatch:
+def envelopes(
+    schema: pa.Schema, idx: int, keys: pa.Array, recs: pa.Array, route: pa.Array | None = None
+) -> pa.RecordBatch:
     """Envelopes of input ``idx``: key texts, their records (a struct array), partitioning strings
     (where not the key: the probes of copies); the other columns null."""
     n = len(keys)
     cols = {"_key": keys, "_flow": pa.array(np.full(n, idx, np.int32)), record_column(idx): recs}
     if route is not None:
         cols["_r"] = route
-    return pa.RecordBatch.from_arrays([cols[f.name] if f.name in cols else pa.nulls(n, f.type) for f in schema], schema=schema)
+    return pa.RecordBatch.from_arrays(
+        [cols[f.name] if f.name in cols else pa.nulls(n, f.type) for f in schema], schema=schema
+    )
 
 
-def plain_route_field(route: Optional[KeyFunction], schema: RecordSchema) -> Optional[str]:
+def plain_route_field(route: KeyFunction | None, schema: RecordSchema) -> str | None:
     """The field of records of ``schema`` that ``route`` routes by, when :func:`plain_envelopes`
     can make its keys (not a function, not a ``json`` or list field); else None."""
     ft = schema.fields.get(route.field) if route is not None and route.field is not None else None
     return None if ft is None or ft.scalar == "json" or ft.is_list else route.field
 
 
-def plain_envelopes(flow_idx: int, field: str, batch: pa.RecordBatch, schema: pa.Schema) -> Optional[pa.RecordBatch]:
+def plain_envelopes(flow_idx: int, field: str, batch: pa.RecordBatch, schema: pa.Schema) -> pa.RecordBatch | None:
     """The envelopes (of ``schema``, :func:`envelope_schema`) of a batch whose RouteBy is the
     (non-``json``) field ``field``, built by Arrow in one pass: the same key texts as
     :func:`encode_key` gives, the records as they are.
@@ -293,16 +331,16 @@ class Routes:
 
     def __init__(self, flow_idx: int, probes: list[str], schema: pa.Schema) -> None:
         self.flow_idx, self.probes, self.schema = flow_idx, probes, schema
-        self.recs: Optional[pa.StructArray] = None
+        self.recs: pa.StructArray | None = None
         self.keys: list[str] = []
         self.rows: list[int] = []
-        self.parts: list[Optional[str]] = []
+        self.parts: list[str | None] = []
 
     def start(self, batch: pa.RecordBatch) -> None:
         """The next input batch (the envelopes of the last one must have been flushed)."""
         self.recs = records_struct(batch, self.schema, self.flow_idx)
 
-    def add(self, key: str, row: int, route: Optional[str] = None) -> Optional[pa.RecordBatch]:
+    def add(self, key: str, row: int, route: str | None = None) -> pa.RecordBatch | None:
         """Queue one envelope of row ``row``; a full batch when one is due."""
         self.keys.append(key)
         self.rows.append(row)
@@ -316,17 +354,22 @@ class Routes:
             if b is not None:
                 yield b
 
-    def flush(self) -> Optional[pa.RecordBatch]:
+    def flush(self) -> pa.RecordBatch | None:
         if not self.keys:
             return None
         assert self.recs is not None
-        b = envelopes(self.schema, self.flow_idx, pa.array(self.keys, pa.string()), self.recs.take(pa.array(self.rows, pa.int64())),
-                      pa.array(self.parts, pa.string()))
+        b = envelopes(
+            self.schema,
+            self.flow_idx,
+            pa.array(self.keys, pa.string()),
+            self.recs.take(pa.array(self.rows, pa.int64())),
+            pa.array(self.parts, pa.string()),
+        )
         self.keys, self.rows, self.parts = [], [], []
         return b
 
 
-def check_target(target: Logical, flows: list[str]) -> Optional[str]:
+def check_target(target: Logical, flows: list[str]) -> str | None:
     """Why a broadcast key cannot be used on a stage with input ``flows`` (``None``: it can)."""
     if isinstance(target, Broadcast) and target.flows is not None:
         bad = [f for f in target.flows if f != STATE and f not in flows]

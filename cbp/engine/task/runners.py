@@ -7,7 +7,8 @@ driver routed, and in local mode claiming them (:func:`claim`)."""
 from __future__ import annotations
 
 import os
-from typing import Any, Iterator, Optional
+from collections.abc import Iterator
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -16,7 +17,16 @@ from ...storage import objectstore
 from .plan import TaskPlan
 from .translate import route_batches, time_limit
 
-__all__ = ["placed_task", "read_files", "routing_task", "routed_task", "claiming_task", "claim", "claimant", "claim_order"]
+__all__ = [
+    "placed_task",
+    "read_files",
+    "routing_task",
+    "routed_task",
+    "claiming_task",
+    "claim",
+    "claimant",
+    "claim_order",
+]
 
 
 def placed_task(plan: Any, schema: Any, task: Any, rows: Iterator[tuple[bytes, list[bytes]]]) -> Iterator[bytes]:
@@ -37,11 +47,14 @@ def read_files(schema: pa.Schema, batches: Iterator[pa.RecordBatch]) -> Iterator
                 have = set(pf.schema_arrow.names)
                 cols = [f.name for f in schema if f.name in have]
                 for rb in pf.iter_batches(batch_size=20000, columns=cols):
-                    arrays = [rb.column(f.name).cast(f.type) if f.name in have else pa.nulls(rb.num_rows, f.type) for f in schema]
+                    arrays = [
+                        rb.column(f.name).cast(f.type) if f.name in have else pa.nulls(rb.num_rows, f.type)
+                        for f in schema
+                    ]
                     yield pa.RecordBatch.from_arrays(arrays, schema=schema)
 
 
-def routing_task(plan: "TaskPlan", cap: int, items: Iterator[tuple[int, int, bytes]]) -> Iterator[bytes]:
+def routing_task(plan: TaskPlan, cap: int, items: Iterator[tuple[int, int, bytes]]) -> Iterator[bytes]:
     """Worker side of :func:`cbp.engine.driver.smallepoch.route_on_executors`: the envelopes of each slice of records, as
     :func:`cbp.engine.task.translate.route_batches` makes them on the normal path's map side; an empty
     message once they pass ``cap`` bytes."""
@@ -56,7 +69,7 @@ def routing_task(plan: "TaskPlan", cap: int, items: Iterator[tuple[int, int, byt
                 yield b.serialize().to_pybytes()
 
 
-def routed_task(plan: "TaskPlan", task: Any, items: Iterator[list[tuple[int, bytes]]]) -> Iterator[bytes]:
+def routed_task(plan: TaskPlan, task: Any, items: Iterator[list[tuple[int, bytes]]]) -> Iterator[bytes]:
     """Worker side: for each partition given to this task, its envelopes (one Arrow IPC stream)
     in, the grouped task's result out."""
     for group in items:
@@ -65,7 +78,9 @@ def routed_task(plan: "TaskPlan", task: Any, items: Iterator[list[tuple[int, byt
                 yield rb.serialize().to_pybytes()
 
 
-def claiming_task(plan: "TaskPlan", task: Any, work: str, n: int, tasks: int, last: dict[int, int], items: Iterator[int]) -> Iterator[bytes]:
+def claiming_task(
+    plan: TaskPlan, task: Any, work: str, n: int, tasks: int, last: dict[int, int], items: Iterator[int]
+) -> Iterator[bytes]:
     """Worker side of a small epoch in local mode (:mod:`cbp.engine.driver.smallepoch`). The task says which worker runs it, claims the partitions
     this worker ran last (up to its share of all), then the others (its share first), except those
     kept by a worker that runs another of the job's tasks: that task claims them first thing (and if
@@ -111,7 +126,7 @@ def claim(work: str, p: int, task: int, pid: int) -> bool:
     return True
 
 
-def claimant(work: str, p: int) -> tuple[Optional[int], Optional[int]]:
+def claimant(work: str, p: int) -> tuple[int | None, int | None]:
     """The task and worker pid that claimed partition ``p`` (None, None if unknown)."""
     try:
         with open(os.path.join(work, f"{p}.claim"), "rb") as f:

@@ -19,7 +19,8 @@ text, so ``{"a": 1}`` written twice is one record), in the order each first came
 from __future__ import annotations
 
 import json
-from typing import Any, Iterable
+from collections.abc import Iterable
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -28,7 +29,20 @@ import pyarrow.compute as pc
 from ...spec.diff import DIFF, DiffError, validate_signed
 from ...spec.schema import RecordSchema
 
-__all__ = ["consolidate_records", "consolidate_table", "consolidate_group", "delivered_consolidated", "fill_diff", "has_negative", "consolidated_batches", "signed_record", "state_record", "has_retraction", "text_has_retraction", "INT64"]
+__all__ = [
+    "consolidate_records",
+    "consolidate_table",
+    "consolidate_group",
+    "delivered_consolidated",
+    "fill_diff",
+    "has_negative",
+    "consolidated_batches",
+    "signed_record",
+    "state_record",
+    "has_retraction",
+    "text_has_retraction",
+    "INT64",
+]
 
 INT64 = (-(2**63), 2**63 - 1)
 _SIGN = '"' + DIFF + '":-'  # a copy's JSON text (separators without spaces) with a negative _diff
@@ -56,7 +70,9 @@ def text_has_retraction(text: str) -> bool:
 
 
 def _identity(rec: dict[str, Any]) -> str:
-    return json.dumps([[k, v] for k, v in sorted(rec.items()) if k != DIFF], separators=(",", ":"), ensure_ascii=False, default=repr)
+    return json.dumps(
+        [[k, v] for k, v in sorted(rec.items()) if k != DIFF], separators=(",", ":"), ensure_ascii=False, default=repr
+    )
 
 
 def consolidate_records(items: list[Any], extra: tuple[str, ...] = ()) -> list[dict[str, Any]]:
@@ -90,7 +106,11 @@ def consolidate_table(t: pa.Table) -> pa.Table:
     t = t.set_column(names.index(DIFF), DIFF, diff)
     if keys and all(not (pa.types.is_nested(t.schema.field(n).type)) for n in keys):
         first = pa.array(np.arange(t.num_rows, dtype=np.int64))
-        g = t.append_column("_first", first).group_by(keys, use_threads=False).aggregate([(DIFF, "sum"), ("_first", "min")])
+        g = (
+            t.append_column("_first", first)
+            .group_by(keys, use_threads=False)
+            .aggregate([(DIFF, "sum"), ("_first", "min")])
+        )
         g = g.sort_by([("_first_min", "ascending")])
         g = g.filter(pc.not_equal(g.column(f"{DIFF}_sum"), 0))
         cols = {n: g.column(n) for n in keys}
@@ -114,7 +134,11 @@ def consolidate_group(g: Any, arrow: bool) -> bool:
                 continue
             arr = pa.concat_arrays(items) if len(items) > 1 else items[0]
             t = consolidate_table(pa.Table.from_struct_array(arr))
-            g.flows[idx] = [pa.StructArray.from_arrays([c.combine_chunks() for c in t.columns], fields=list(arr.type))] if t.num_rows else []
+            g.flows[idx] = (
+                [pa.StructArray.from_arrays([c.combine_chunks() for c in t.columns], fields=list(arr.type))]
+                if t.num_rows
+                else []
+            )
         else:
             if not has_retraction(items):
                 continue
@@ -143,7 +167,9 @@ def signed_record(schema: RecordSchema, record: Any) -> dict[str, Any]:
 def state_record(schema: RecordSchema, record: Any) -> dict[str, Any]:
     """A state record a translator writes, validated: state records are not signed."""
     if isinstance(record, dict) and DIFF in record:
-        raise DiffError("a state record carries no multiplicity (state is what a key holds now); write it without '_diff'")
+        raise DiffError(
+            "a state record carries no multiplicity (state is what a key holds now); write it without '_diff'"
+        )
     return schema.validate(record)
 
 
@@ -151,7 +177,9 @@ def consolidated_batches(batches: Iterable[pa.RecordBatch]) -> Iterable[pa.Recor
     """A record-wise task's input, consolidated within what the task reads when it holds a
     retraction (:mod:`cbp.engine.consolidate`), else as it comes (held as Arrow: a task reads a split of files)."""
     held = [b for b in batches if b.num_rows]
-    if not held or not any((m := pc.min(b.column(DIFF)).as_py()) is not None and m < 0 for b in held if DIFF in b.schema.names):
+    if not held or not any(
+        (m := pc.min(b.column(DIFF)).as_py()) is not None and m < 0 for b in held if DIFF in b.schema.names
+    ):
         return held
     return consolidate_table(pa.Table.from_batches(held)).to_batches()
 

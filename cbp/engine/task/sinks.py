@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import time
 import uuid
-from typing import Any, Callable, Optional
+from collections.abc import Callable
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -19,7 +20,7 @@ from ...storage import Home
 __all__ = ["ParquetSink", "RecordSink", "io_path"]
 
 
-def io_path(e: OSError) -> Optional[str]:
+def io_path(e: OSError) -> str | None:
     """The path a failed write was writing, when a sink or the error knows it."""
     return getattr(e, "cbp_path", None) or e.filename
 
@@ -62,12 +63,14 @@ def dictionary_columns(table: pa.Table) -> list[str]:
 class ParquetSink:
     """One new data file in ``rel_dir`` (relative to the home), opened at the first rows written."""
 
-    def __init__(self, home: Home, rel_dir: str, prefix: str, schema: pa.Schema, partition: int, row_group: int = 65536) -> None:
+    def __init__(
+        self, home: Home, rel_dir: str, prefix: str, schema: pa.Schema, partition: int, row_group: int = 65536
+    ) -> None:
         self.home, self.rel_dir, self.prefix, self.schema = home, rel_dir, prefix, schema
         self.partition, self.row_group = partition, row_group
         self.rows = 0
-        self.rel: Optional[str] = None
-        self._writer: Optional[pq.ParquetWriter] = None
+        self.rel: str | None = None
+        self._writer: pq.ParquetWriter | None = None
         self._out: Any = None
 
     def write(self, table: pa.Table) -> None:
@@ -80,14 +83,16 @@ class ParquetSink:
                 path = self.home.path(self.rel)
                 self.home.make_parent(path)
                 self._out = self.home.fs.open_output_stream(path)
-                self._writer = pq.ParquetWriter(self._out, self.schema, compression="zstd", use_dictionary=dictionary_columns(table))
+                self._writer = pq.ParquetWriter(
+                    self._out, self.schema, compression="zstd", use_dictionary=dictionary_columns(table)
+                )
             self._writer.write_table(table, row_group_size=self.row_group)
         except OSError as e:
             e.cbp_path = self.home.path(self.rel or self.rel_dir)  # type: ignore[attr-defined]
             raise
         self.rows += table.num_rows
 
-    def close(self) -> Optional[dict[str, Any]]:
+    def close(self) -> dict[str, Any] | None:
         """Finish the file; its add action (``rel`` relative to the home), or ``None`` if nothing was written."""
         if self._writer is None:
             return None
@@ -101,7 +106,13 @@ class ParquetSink:
         except OSError as e:
             e.cbp_path = path  # type: ignore[attr-defined]
             raise
-        return {"rel": self.rel, "size": size, "mtime": int(time.time() * 1000), "rows": self.rows, "partition": self.partition}
+        return {
+            "rel": self.rel,
+            "size": size,
+            "mtime": int(time.time() * 1000),
+            "rows": self.rows,
+            "partition": self.partition,
+        }
 
     def abort(self) -> None:
         """Close an unfinished file (it stays unreferenced: a failed task leaves nothing visible)."""
@@ -140,6 +151,6 @@ class RecordSink:
             self._buf = []
             self.sink.write(table)
 
-    def close(self) -> Optional[dict[str, Any]]:
+    def close(self) -> dict[str, Any] | None:
         self.flush()
         return self.sink.close()

@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import uuid
 from array import array
-from typing import TYPE_CHECKING, Any, Iterator, NamedTuple, Optional
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 import pyarrow as pa
@@ -39,13 +40,13 @@ class OldState(NamedTuple):
     stored: list[dict[str, Any]]
 
 
-def state_schema(plan: "TaskPlan") -> pa.Schema:
+def state_schema(plan: TaskPlan) -> pa.Schema:
     """A state file's columns: :data:`STATE_META`, ``_rk`` for keyed rows (:mod:`cbp.engine.task.keyedstate`), the state fields."""
     rk = [pa.field("_rk", pa.string())] if plan.stage.row_key else []
     return pa.schema(list(STATE_META) + rk + list(plan.stage.state_schema.arrow))  # type: ignore[union-attr]
 
 
-def _state_row(key_text: str, h: int, epoch: int, rec: Optional[dict[str, Any]]) -> dict[str, Any]:
+def _state_row(key_text: str, h: int, epoch: int, rec: dict[str, Any] | None) -> dict[str, Any]:
     row = {"_key": key_text, "_h": h, "_epoch": epoch, "_alive": rec is not None}
     if rec is not None:
         row.update(rec)
@@ -57,7 +58,7 @@ class StateWriter:
     rows, written as they come; remembers the hash and row group of every live row (for the index).
     With ``keep``, the finished file also goes into the worker's state cache (:func:`cache_written`)."""
 
-    def __init__(self, plan: "TaskPlan", p: int, prefix: str, keep: bool = True) -> None:
+    def __init__(self, plan: TaskPlan, p: int, prefix: str, keep: bool = True) -> None:
         self.plan, self.row_group = plan, plan.row_group
         self.schema = state_schema(plan)
         self.sink = ParquetSink(plan.home, f"{plan.state_rel}/_part={p}", prefix, self.schema, p, plan.row_group)
@@ -65,14 +66,14 @@ class StateWriter:
         self._dicts: list[dict[str, Any]] = []
         self._pending: list[pa.Table] = []
         self._pending_rows = 0
-        self._last_h: Optional[int] = None
+        self._last_h: int | None = None
         self._h: list[np.ndarray] = []
         self._g: list[np.ndarray] = []
-        self._written: Optional[list[pa.Table]] = [] if keep and plan.mode == "direct" else None
+        self._written: list[pa.Table] | None = [] if keep and plan.mode == "direct" else None
         self._written_bytes = 0
         self._budget = cache_budget(plan.cache_mb) if self._written is not None else 0
 
-    def add(self, key_text: str, h: int, rec: Optional[dict[str, Any]]) -> None:
+    def add(self, key_text: str, h: int, rec: dict[str, Any] | None) -> None:
         """One row of a key (``rec`` in storage form), or its tombstone (``rec`` None)."""
         self._dicts.append(_state_row(key_text, h, self.plan.epoch, rec))
         if len(self._dicts) >= self.row_group:
@@ -86,7 +87,7 @@ class StateWriter:
         if self._pending_rows >= self.row_group:
             self._emit(final=False)
 
-    def close(self) -> tuple[Optional[dict[str, Any]], np.ndarray, np.ndarray]:
+    def close(self) -> tuple[dict[str, Any] | None, np.ndarray, np.ndarray]:
         """The file's add action (path relative to the state table; ``None``: no rows), and the
         hashes and row groups of its live rows."""
         self._flush_dicts()
@@ -94,9 +95,15 @@ class StateWriter:
         add = self.sink.close()
         if add is not None:
             rel = add.pop("rel")
-            add["path"] = rel[len(self.plan.state_rel) + 1:]
+            add["path"] = rel[len(self.plan.state_rel) + 1 :]
             if self._written:
-                cache_written(self.plan.home, self.plan.home.path(rel), pa.concat_tables(self._written), self.row_group, self.plan.cache_mb)
+                cache_written(
+                    self.plan.home,
+                    self.plan.home.path(rel),
+                    pa.concat_tables(self._written),
+                    self.row_group,
+                    self.plan.cache_mb,
+                )
         self._written = None
         h = np.concatenate(self._h) if self._h else np.empty(0, np.int64)
         g = np.concatenate(self._g) if self._g else np.empty(0, np.int32)
@@ -160,7 +167,7 @@ def _rows_by_key(schema: Any, rows: pa.Table, fids: np.ndarray, rgs: np.ndarray)
 class DirectPartition:
     """State partition ``p`` in direct mode: old state through the index, changed keys appended."""
 
-    def __init__(self, plan: "TaskPlan", p: int) -> None:
+    def __init__(self, plan: TaskPlan, p: int) -> None:
         self.plan, self.p = plan, p
         self.meta = plan.parts.get(p, StateMeta())
         self._pages_read = INDEX_CACHE.reads
@@ -169,7 +176,9 @@ class DirectPartition:
         self.adds: list[dict[str, Any]] = [rebuilt] if rebuilt is not None else []
         self.removes: list[dict[str, Any]] = list(self.meta.files) if rebuilt is not None else []
         choice = getattr(plan, "scan_choice", {}).get(p)  # the driver's choice for this partition and epoch
-        self.reader = StateReader(plan.home, plan.state_rel, self.index, plan.cache_mb, plan.scan_fraction if choice is None else choice)
+        self.reader = StateReader(
+            plan.home, plan.state_rel, self.index, plan.cache_mb, plan.scan_fraction if choice is None else choice
+        )
         self.writer = StateWriter(plan, p, prefix=f"e{plan.epoch:08d}")
         self.keys_read = 0
         self.keys_written = 0
@@ -193,7 +202,7 @@ class DirectPartition:
                 if old.records:
                     yield h, k, old
 
-    def update(self, key_text: str, h: int, old: Optional[OldState], new: list[dict[str, Any]]) -> None:
+    def update(self, key_text: str, h: int, old: OldState | None, new: list[dict[str, Any]]) -> None:
         """Record a key's new state (written only if it changed; ``[]`` drops it)."""
         schema = self.plan.stage.state_schema
         rows = [schema.to_storage(rec) for rec in new]  # type: ignore[union-attr]
@@ -205,7 +214,7 @@ class DirectPartition:
         if not new:
             self.writer.add(key_text, h, None)
 
-    def drop(self, h: int, old: Optional[OldState]) -> None:
+    def drop(self, h: int, old: OldState | None) -> None:
         """A key whose state changes: its stored rows (if any) leave the index when the epoch commits."""
         self.keys_written += 1
         for f, g in dict.fromkeys(old.locs if old else ()):
@@ -227,16 +236,23 @@ class DirectPartition:
         """New rows of keys already :meth:`drop`-ped, in storage form, in key-hash order (``_alive``
         false: a tombstone); ``keys`` (texts) and ``hashes`` align with ``rows``."""
         n = rows.num_rows
-        cols = {"_key": keys, "_h": hashes, "_epoch": pa.array(np.full(n, self.plan.epoch, np.int64)), "_alive": rows.column("_alive")}
+        cols = {
+            "_key": keys,
+            "_h": hashes,
+            "_epoch": pa.array(np.full(n, self.plan.epoch, np.int64)),
+            "_alive": rows.column("_alive"),
+        }
         schema = self.writer.schema
-        self.writer.write_table(pa.table([cols[f.name] if f.name in cols else rows.column(f.name) for f in schema], schema=schema))
+        self.writer.write_table(
+            pa.table([cols[f.name] if f.name in cols else rows.column(f.name) for f in schema], schema=schema)
+        )
 
-    def finish(self, stats: dict[str, Any]) -> tuple[Optional[str], list[dict[str, Any]], list[dict[str, Any]]]:
+    def finish(self, stats: dict[str, Any]) -> tuple[str | None, list[dict[str, Any]], list[dict[str, Any]]]:
         """Close the new file, update (and maybe compact) the index; the index file, adds, removes."""
         plan, p = self.plan, self.p
         add, h, g = self.writer.close()
         index = self.index
-        delta: Optional[tuple[Any, ...]] = None
+        delta: tuple[Any, ...] | None = None
         if add is not None:
             dh, df, dg = (np.array(a, dtype=np.int64 if a.typecode == "q" else np.int32) for a in self._drops)
             index = index.updated(dh, df, dg, h, add["path"], g)
@@ -261,9 +277,17 @@ class DirectPartition:
         if add is not None or removes:
             index_rel = f"stages/{plan.stage.name}/index/_part={p}/e{plan.epoch:08d}-{uuid.uuid4().hex[:12]}.parquet"
             self.index_garbage = index.save(plan.home, index_rel, None if self.rebuilt else self.index, delta)
-        stats.update(state_read=self.keys_read, state_written=self.keys_written, live_keys=index.live_keys,
-                     files=index.live_files, row_groups_read=self.reader.row_groups_read, files_opened=self.reader.files_opened,
-                     cache_hits=self.reader.cache_hits, cache_lookups=self.reader.cache_lookups, index_pages_read=INDEX_CACHE.reads - self._pages_read)
+        stats.update(
+            state_read=self.keys_read,
+            state_written=self.keys_written,
+            live_keys=index.live_keys,
+            files=index.live_files,
+            row_groups_read=self.reader.row_groups_read,
+            files_opened=self.reader.files_opened,
+            cache_hits=self.reader.cache_hits,
+            cache_lookups=self.reader.cache_lookups,
+            index_pages_read=INDEX_CACHE.reads - self._pages_read,
+        )
         return index_rel, adds, removes
 
     def abort(self) -> None:
@@ -273,7 +297,7 @@ class DirectPartition:
 class BlackboxPartition:
     """State partition ``p`` in black-box mode: the state came with the input; all of it is rewritten."""
 
-    def __init__(self, plan: "TaskPlan", p: int) -> None:
+    def __init__(self, plan: TaskPlan, p: int) -> None:
         self.plan = plan
         self.writer = StateWriter(plan, p, prefix=f"e{plan.epoch:08d}-full")
         self.keys_read = 0
@@ -288,7 +312,7 @@ class BlackboxPartition:
         for row in rows:
             self.writer.add(key_text, h, row)
 
-    def finish(self, stats: dict[str, Any]) -> tuple[Optional[str], list[dict[str, Any]], list[dict[str, Any]]]:
+    def finish(self, stats: dict[str, Any]) -> tuple[str | None, list[dict[str, Any]], list[dict[str, Any]]]:
         add, _, _ = self.writer.close()
         stats.update(state_read=self.keys_read, state_written=self.keys_written, state_rows=self.writer.rows)
         return None, [add] if add is not None else [], []
@@ -298,7 +322,7 @@ class BlackboxPartition:
 
 
 # ------------------------------------------------------------------ index rebuild and compaction
-def _open_index(plan: "TaskPlan", p: int, meta: StateMeta) -> tuple[PartitionIndex, Optional[dict[str, Any]]]:
+def _open_index(plan: TaskPlan, p: int, meta: StateMeta) -> tuple[PartitionIndex, dict[str, Any] | None]:
     """The partition's index; rebuilt (as a compaction) when the state has files but no index
     (it was last written in black-box mode)."""
     if meta.index is not None:
@@ -315,15 +339,16 @@ def _sorted(rows: pa.Table) -> pa.Table:
     return rows.take(pc.sort_indices(rows, sort_keys=keys))
 
 
-def _index_of(w: StateWriter) -> tuple[PartitionIndex, Optional[dict[str, Any]]]:
+def _index_of(w: StateWriter) -> tuple[PartitionIndex, dict[str, Any] | None]:
     add, h, g = w.close()
     if add is None:
         return PartitionIndex.empty(), None
     return PartitionIndex(h, np.zeros(h.size, np.int32), g, [add["path"]]), add
 
 
-def _compact(plan: "TaskPlan", p: int, index: PartitionIndex, files: list[dict[str, Any]]
-             ) -> tuple[PartitionIndex, list[dict[str, Any]], Optional[dict[str, Any]], int]:
+def _compact(
+    plan: TaskPlan, p: int, index: PartitionIndex, files: list[dict[str, Any]]
+) -> tuple[PartitionIndex, list[dict[str, Any]], dict[str, Any] | None, int]:
     """Merge a partition's data files; return the new index, the files replaced, the new file, and
     the row groups read.
 
@@ -351,11 +376,17 @@ def _compact(plan: "TaskPlan", p: int, index: PartitionIndex, files: list[dict[s
     latest = index.hashes_in_files([i for i, n in enumerate(index.files) if n in names])
     keep = np.isin(h, latest)
     new_index = index.without_files(names).updated(
-        np.empty(0, np.int64), np.empty(0, np.int32), np.empty(0, np.int32), h[keep], add["path"] if add else None, g[keep])
+        np.empty(0, np.int64),
+        np.empty(0, np.int32),
+        np.empty(0, np.int32),
+        h[keep],
+        add["path"] if add else None,
+        g[keep],
+    )
     return new_index, deltas, add, 0
 
 
-def _merge_files(plan: "TaskPlan", files: list[dict[str, Any]], w: StateWriter, keep_tombstones: bool) -> None:
+def _merge_files(plan: TaskPlan, files: list[dict[str, Any]], w: StateWriter, keep_tombstones: bool) -> None:
     """Write the newest rows of every key of ``files`` (each sorted by key hash) to ``w``, in hash
     order, holding about a row group per file: the rows of hashes below every open file's last
     hash read are complete, and are merged and written."""

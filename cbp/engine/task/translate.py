@@ -16,9 +16,10 @@ import json
 import signal
 import threading
 import time
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from functools import partial
-from typing import Any, Iterable, Iterator, Optional, Union
+from typing import Any, Union
 
 import numpy as np
 import pyarrow as pa
@@ -36,18 +37,31 @@ from .executor import executor_name
 from .groups import Group, group_chunks, with_state_keys
 from .keyedbatch import KeyedBatch, state_partition
 from .plan import TaskPlan, _Clock
-from .routing import Routes, check_target, copy_key, decode_key, encode_key, plain_envelopes, plain_route_field, restore_fields
+from .routing import (
+    Routes,
+    check_target,
+    copy_key,
+    decode_key,
+    encode_key,
+    plain_envelopes,
+    plain_route_field,
+    restore_fields,
+)
 from .signed import consolidated_batches, delivered_consolidated
 from .sinks import io_path
 from .statepart import BlackboxPartition, DirectPartition, OldState
 
 __all__ = ["TaskPlan", "EpochTimeout", "encode_key", "route_batches", "grouped_task", "recordwise_task", "time_limit"]
 
-RETRY_GRACE = 2.0  # seconds a task attempt started after its epoch's deadline runs (less than the driver's cancel grace)
+RETRY_GRACE = (
+    2.0  # seconds a task attempt started after its epoch's deadline runs (less than the driver's cancel grace)
+)
 
 
 # ------------------------------------------------------------------ routing (map side)
-def route_batches(plan: TaskPlan, flow_idx: int, made: int, batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+def route_batches(
+    plan: TaskPlan, flow_idx: int, made: int, batches: Iterable[pa.RecordBatch]
+) -> Iterator[pa.RecordBatch]:
     """RouteBy each record of input ``flow_idx``: one envelope per distinct key it goes to, or one
     copy per partition for a broadcast or multicast key (:mod:`cbp.engine.task.routing`); ``made``: the
     epoch whose bindings deliver the records' multicasts (:func:`cbp.engine.task.routing.bound_address`)."""
@@ -55,7 +69,9 @@ def route_batches(plan: TaskPlan, flow_idx: int, made: int, batches: Iterable[pa
         yield from _route_batches(plan, flow_idx, made, batches)
 
 
-def _route_batches(plan: TaskPlan, flow_idx: int, made: int, batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+def _route_batches(
+    plan: TaskPlan, flow_idx: int, made: int, batches: Iterable[pa.RecordBatch]
+) -> Iterator[pa.RecordBatch]:
     inp = plan.stage.inputs[flow_idx]
     route = inp.route_by
     assert route is not None
@@ -74,17 +90,27 @@ def _route_batches(plan: TaskPlan, flow_idx: int, made: int, batches: Iterable[p
             try:
                 out = route(plan.input_schemas[flow_idx].from_storage(dict(rec)))
             except (*USER_EXCEPTIONS, EpochTimeout) as e:
-                raise _user_failure(plan, f"{plan.where()} flow '{inp.flow}' record {_shown(rec)}", f"route_by '{route.text}'", e) from None
+                raise _user_failure(
+                    plan, f"{plan.where()} flow '{inp.flow}' record {_shown(rec)}", f"route_by '{route.text}'", e
+                ) from None
             many = out if isinstance(out, (list, set, frozenset)) else (out,)  # a tuple is one composite key
             if None in many and route.field is None:  # a field's null is a key, as in a Spark groupBy
-                raise _failed(plan, "user-code", f"{plan.where()} flow '{inp.flow}': route_by '{route.text}' returned no key (None) for record {_shown(rec)}")
+                raise _failed(
+                    plan,
+                    "user-code",
+                    f"{plan.where()} flow '{inp.flow}': route_by '{route.text}' returned no key (None) for record {_shown(rec)}",
+                )
             keys: list[str] = []
             copied: set[str] = set()
             for k in many:
                 if isinstance(k, (Broadcast, Multicast)):
                     why = check_target(k, flows)
                     if why is not None:
-                        raise _failed(plan, "route-target", f"{plan.where()} flow '{inp.flow}': route_by '{route.text}': {why}; record {_shown(rec)}")
+                        raise _failed(
+                            plan,
+                            "route-target",
+                            f"{plan.where()} flow '{inp.flow}': route_by '{route.text}': {why}; record {_shown(rec)}",
+                        )
                     ck = copy_key(k, made)
                     if ck not in copied:  # the same broadcast or multicast twice: one copy
                         copied.add(ck)
@@ -93,9 +119,13 @@ def _route_batches(plan: TaskPlan, flow_idx: int, made: int, batches: Iterable[p
                 try:
                     keys.append(encode_key(k))
                 except (TypeError, ValueError, RecursionError) as e:
-                    raise _failed(plan, "user-code", f"{plan.where()} flow '{inp.flow}': route_by '{route.text}' returned a key that is not a JSON value "
-                                  f"({e}) for record {_shown(rec)}") from None
-            for k in (dict.fromkeys(keys) if len(keys) > 1 else keys):  # a record goes to each distinct key once
+                    raise _failed(
+                        plan,
+                        "user-code",
+                        f"{plan.where()} flow '{inp.flow}': route_by '{route.text}' returned a key that is not a JSON value "
+                        f"({e}) for record {_shown(rec)}",
+                    ) from None
+            for k in dict.fromkeys(keys) if len(keys) > 1 else keys:  # a record goes to each distinct key once
                 full = routes.add(k, row)
                 if full is not None:
                     yield full
@@ -120,7 +150,9 @@ def _flow_iter(plan: TaskPlan, idx: int, items: list[Any], key: Any, key_text: s
     try:
         recs.sort(key=order.sort_key(schema))
     except (*USER_EXCEPTIONS, EpochTimeout) as e:
-        raise _user_failure(plan, f"{plan.where(key)} flow '{plan.stage.inputs[idx].flow}'", f"order_by '{order.text}'", e, key_text) from None
+        raise _user_failure(
+            plan, f"{plan.where(key)} flow '{plan.stage.inputs[idx].flow}'", f"order_by '{order.text}'", e, key_text
+        ) from None
     return iter(recs)
 
 
@@ -130,8 +162,13 @@ def _io_errors(plan: TaskPlan) -> Iterator[None]:
         with time_limit(plan):
             yield
     except OSError as e:  # a full or read-only home, a lost object store
-        raise _failed(plan, "io", f"{plan.where()}: cannot write to the home {plan.home.location}: {e}",
-                      path=io_path(e) or plan.home.location, errno=e.errno) from None
+        raise _failed(
+            plan,
+            "io",
+            f"{plan.where()}: cannot write to the home {plan.home.location}: {e}",
+            path=io_path(e) or plan.home.location,
+            errno=e.errno,
+        ) from None
     except EpochTimeout:  # up outside user code: no key to name
         raise _failed(plan, "timeout", f"{plan.where()}: the epoch's time limit was up") from None
 
@@ -168,13 +205,15 @@ def time_limit(plan: TaskPlan) -> Iterator[None]:
 _Partition = Union[DirectPartition, BlackboxPartition, None]
 
 
-def grouped_task(plan: TaskPlan, batches: Iterable[pa.RecordBatch], part: Optional[int] = None) -> Iterator[pa.RecordBatch]:
+def grouped_task(
+    plan: TaskPlan, batches: Iterable[pa.RecordBatch], part: int | None = None
+) -> Iterator[pa.RecordBatch]:
     """One stage epoch on one partition (direct or black-box): ``part``, else the Spark task's."""
     with _io_errors(plan), fewer_collections():
         yield from _grouped_task(plan, batches, part)
 
 
-def _grouped_task(plan: TaskPlan, batches: Iterable[pa.RecordBatch], part_id: Optional[int]) -> Iterator[pa.RecordBatch]:
+def _grouped_task(plan: TaskPlan, batches: Iterable[pa.RecordBatch], part_id: int | None) -> Iterator[pa.RecordBatch]:
     from pyspark import TaskContext
 
     p = TaskContext.get().partitionId() if part_id is None else part_id
@@ -190,10 +229,25 @@ def _grouped_task(plan: TaskPlan, batches: Iterable[pa.RecordBatch], part_id: Op
             part = state_partition(plan, p, calls)
         clock.lap("index_load")
         stats: dict[str, Any] = {"in": 0}
-        batch = ((KeyedBatch if plan.stage.row_key else BatchTranslate)(plan, calls, partial(_update, part), _failed, _user_failure, _flow_iter,
-                                direct=part if isinstance(part, DirectPartition) else None) if plan.stage.batch else None)
-        if batch is not None and not plan.stage.row_key and columnar_ok(plan, part):  # no key groups: Arrow all the way (cbp.engine.task.columnar)
-            stats["in"] = ColumnarTask(plan, batch, part if isinstance(part, DirectPartition) else None, clock).run(batches)
+        batch = (
+            (KeyedBatch if plan.stage.row_key else BatchTranslate)(
+                plan,
+                calls,
+                partial(_update, part),
+                _failed,
+                _user_failure,
+                _flow_iter,
+                direct=part if isinstance(part, DirectPartition) else None,
+            )
+            if plan.stage.batch
+            else None
+        )
+        if (
+            batch is not None and not plan.stage.row_key and columnar_ok(plan, part)
+        ):  # no key groups: Arrow all the way (cbp.engine.task.columnar)
+            stats["in"] = ColumnarTask(plan, batch, part if isinstance(part, DirectPartition) else None, clock).run(
+                batches
+            )
             stats["columnar"] = 1
         else:
             chunks = copies.absorb(group_chunks(batches, len(plan.stage.inputs), arrow=plan.stage.batch))
@@ -214,7 +268,9 @@ def _grouped_task(plan: TaskPlan, batches: Iterable[pa.RecordBatch], part_id: Op
     yield result_batch(result)
 
 
-def _keyed(plan: TaskPlan, part: _Partition, chunks: Iterator[list[Group]], clock: "_Clock", copies: Copies) -> Iterator[tuple[Group, Optional[OldState]]]:
+def _keyed(
+    plan: TaskPlan, part: _Partition, chunks: Iterator[list[Group]], clock: _Clock, copies: Copies
+) -> Iterator[tuple[Group, OldState | None]]:
     """The keys to visit, in hash order, with their stored state (direct mode): those with input
     (multicast deliveries included), plus, for outer grouping or a broadcast to the stored keys,
     every stored key of the partition."""
@@ -243,12 +299,21 @@ def _delivered(chunks: Iterable[list[Group]], copies: Copies) -> Iterator[Group]
                 yield g
 
 
-def _translate(plan: TaskPlan, calls: _Calls, part: _Partition, g: Group, old: Optional[OldState], copies: Copies,
-               batch: Optional[BatchTranslate] = None) -> None:
+def _translate(
+    plan: TaskPlan,
+    calls: _Calls,
+    part: _Partition,
+    g: Group,
+    old: OldState | None,
+    copies: Copies,
+    batch: BatchTranslate | None = None,
+) -> None:
     """Call the translator for one key (if it is called) and hand its new state to the partition
     (a batch translator: queue the key for the next batch call)."""
     st = plan.stage
-    if isinstance(part, BlackboxPartition):  # (keyed rows: rows_for, read as the translator asks, cbp.engine.task.keyedstate)
+    if isinstance(
+        part, BlackboxPartition
+    ):  # (keyed rows: rows_for, read as the translator asks, cbp.engine.task.keyedstate)
         records = part.rows_for(g) if st.row_key else [st.state_schema.decoded_copy(r) for r in g.state]  # type: ignore[union-attr]
         has_state = bool(g.state)
     else:
@@ -269,7 +334,7 @@ def _translate(plan: TaskPlan, calls: _Calls, part: _Partition, g: Group, old: O
     _update(part, g, old, calls.call(g.key, key, records, inputs))
 
 
-def _update(part: _Partition, g: Group, old: Optional[OldState], new: list[dict[str, Any]]) -> None:
+def _update(part: _Partition, g: Group, old: OldState | None, new: list[dict[str, Any]]) -> None:
     """Hand a key's new state to its partition, which compares it with the state as stored."""
     if isinstance(part, BlackboxPartition):
         part.update(g.key, g.h, g.state, new)  # type: ignore[arg-type]
@@ -277,7 +342,9 @@ def _update(part: _Partition, g: Group, old: Optional[OldState], new: list[dict[
         part.update(g.key, g.h, old, new)
 
 
-def _finish(plan: TaskPlan, p: int, calls: _Calls, part: _Partition, stats: dict[str, Any], clock: "_Clock") -> TaskResult:
+def _finish(
+    plan: TaskPlan, p: int, calls: _Calls, part: _Partition, stats: dict[str, Any], clock: _Clock
+) -> TaskResult:
     """Close the state and output files; the task's result."""
     index, adds, removes = (plan.parts.get(p, StateMeta()).index, [], []) if part is None else part.finish(stats)
     clock.lap("state_write")
@@ -289,8 +356,16 @@ def _finish(plan: TaskPlan, p: int, calls: _Calls, part: _Partition, stats: dict
     stats.setdefault("state_read", 0)
     stats.setdefault("state_written", 0)
     stats.update(seconds=clock.laps, keys=calls.calls, out=calls.counts)
-    return TaskResult(part=p, index=index, state_adds=adds, state_removes=removes, outputs=outputs, stats=stats, bindings=bindings,
-                      index_garbage=getattr(part, "index_garbage", []))
+    return TaskResult(
+        part=p,
+        index=index,
+        state_adds=adds,
+        state_removes=removes,
+        outputs=outputs,
+        stats=stats,
+        bindings=bindings,
+        index_garbage=getattr(part, "index_garbage", []),
+    )
 
 
 # ------------------------------------------------------------------ record-wise task
