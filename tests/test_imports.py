@@ -1,0 +1,82 @@
+"""What importing cbp loads (issue 47, item 5): ``import cbp`` loads cbp's ``__init__`` alone and
+each public name on first use (PEP 562); a Spark Python worker, which imports the functions the
+driver ships (``rdd.mapPartitions(partial(f, ...))``, ``df.mapInArrow(f, ...)``), loads the task
+side of the engine and what it needs, never the controller, the driver side, the pipeline, the
+command line, Airflow or the crawl application. Each is measured in a fresh interpreter."""
+
+from __future__ import annotations
+
+import ast
+import json
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import cbp
+
+ROOT = Path(__file__).resolve().parents[1]
+
+#: cbp's pieces a Spark worker may load: the bottom layer, the spec and storage it needs for the
+#: task plan and the home, the engine's task and common sides.
+WORKER_MAY_LOAD = ("cbp", "cbp.errors", "cbp.faults", "cbp.gcpolicy", "cbp.model", "cbp.spec", "cbp.storage")
+WORKER_ENGINE = ("cbp.engine", "cbp.engine.task", "cbp.engine.common")
+
+
+def _loaded(code: str) -> dict[str, list[str]]:
+    """The cbp modules and the heavy third-party packages loaded by ``code`` in a fresh interpreter."""
+    probe = textwrap.dedent(code) + textwrap.dedent(
+        """
+        import json, sys
+        heavy = ("pyspark", "pandas", "pyarrow", "deltalake", "pydantic", "yaml", "cbp_crawl")
+        print(json.dumps({"cbp": sorted(m for m in sys.modules if m == "cbp" or m.startswith("cbp.")),
+                          "heavy": [h for h in heavy if h in sys.modules]}))
+        """
+    )
+    out = subprocess.run([sys.executable, "-c", probe], cwd=ROOT, capture_output=True, text=True, check=True)
+    return json.loads(out.stdout.splitlines()[-1])
+
+
+def test_import_cbp_loads_only_the_package():
+    got = _loaded("import cbp")
+    assert got == {"cbp": ["cbp"], "heavy": []}
+
+
+def test_a_translator_taking_the_emitter_loads_the_model_only():
+    got = _loaded("from cbp import Emitter, multicast")
+    assert got == {"cbp": ["cbp", "cbp.model"], "heavy": []}
+
+
+def test_public_names_resolve_and_are_listed():
+    assert set(cbp.__all__) == set(cbp._HOME)
+    assert set(cbp.__all__) <= set(dir(cbp))
+    for name in cbp.__all__:
+        value = getattr(cbp, name)
+        assert getattr(value, "__name__", name) == name or name == "ALL"
+    assert "Crawler" not in cbp.__all__ and not hasattr(cbp, "Crawler")
+    assert cbp.spec.load_spec is cbp.load_spec  # a subpackage by attribute, as an eager import gave it
+
+
+def _shipped_modules() -> list[str]:
+    """The task-side modules the driver's jobs import the functions they ship from."""
+    found = set()
+    for f in sorted((ROOT / "cbp" / "engine" / "driver").glob("*.py")):
+        for node in ast.walk(ast.parse(f.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ImportFrom) and node.level == 2 and (node.module or "").startswith("task."):
+                found.add(f"cbp.engine.{node.module}")
+    return sorted(found)
+
+
+def test_spark_worker_entry_points_load_the_task_side_only():
+    shipped = _shipped_modules()
+    assert {"cbp.engine.task.translate", "cbp.engine.task.runners", "cbp.engine.task.restate"} <= set(shipped)
+    got = _loaded("\n".join(f"import {m}" for m in shipped))
+    wrong = [
+        m
+        for m in got["cbp"]
+        if not any(m == p or m.startswith(p + ".") for p in WORKER_ENGINE)
+        and not any(m == p or m.startswith(p + ".") for p in WORKER_MAY_LOAD[5:])
+        and m not in WORKER_MAY_LOAD[:5]
+    ]
+    assert wrong == []
+    assert "pyspark" not in got["heavy"] and "pandas" not in got["heavy"] and "cbp_crawl" not in got["heavy"]
