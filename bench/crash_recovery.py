@@ -41,8 +41,8 @@ sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 
 import crash_harness as ch  # noqa: E402
 
-from cbp.crawl.corpus import fetch_debian_doc, iter_pages  # noqa: E402
-from cbp.crawl.links import page_links  # noqa: E402
+from cbp_crawl.corpus import fetch_debian_doc, iter_pages  # noqa: E402
+from cbp_crawl.links import page_links  # noqa: E402
 
 EPOCH_LINE = re.compile(r"^(\w+)\s+epoch\s+(\d+)\s.*\s([\d.]+)s$")
 RECOVERED = re.compile(r"recovered: finished committing (.*), which was interrupted \(([\d.]+)s\)")
@@ -65,7 +65,7 @@ KILLS: list[tuple[str, list[str]]] = [g for g in ch.KILLS if g[0] == "feed"] + [
 def real_edges(limit_pages: int) -> tuple[list[str], str]:
     """'a b' lines: links between pages of python3.11-doc (page ids by sorted URL), each link once.
 
-    The links are the crawl queue's (:func:`cbp.crawl.links.page_links`: distinct targets, the page
+    The links are the crawl queue's (:func:`cbp_crawl.links.page_links`: distinct targets, the page
     itself left out), in sorted order per page.
     """
     root = fetch_debian_doc("python3.11-doc", str(BENCH / "data"))

@@ -14,7 +14,7 @@ round's pages are one increment, processed in the same run, side by side, by
 
 The time per increment is the ``run`` of each pipeline (landing the increment is timed apart).
 After every increment all three queues are checked against the from-scratch computation in
-pandas (:mod:`cbp.crawl.reference`). Prints a markdown table, writes it to
+pandas (:mod:`cbp_crawl.reference`). Prints a markdown table, writes it to
 ``bench/out/crawl_queue.md``, every measurement to ``bench/out/crawl_queue.json`` and the plot
 (per-increment and cumulative time, the shape of Fig. 12 and 11) to ``bench/out/crawl_queue.png``.
 
@@ -80,10 +80,10 @@ def main() -> None:
         args.package, args.pages, args.max_rounds = "python3.11-doc", 60, 6
 
     import cbp
-    from cbp.crawl.corpus import fetch_debian_doc
-    from cbp.crawl.crawler import Corpus, Crawler
-    from cbp.crawl.reference import queue_from_scratch
     from cbp.engine.driver.session import get_spark
+    from cbp_crawl.corpus import fetch_debian_doc
+    from cbp_crawl.crawler import Corpus, Crawler
+    from cbp_crawl.reference import queue_from_scratch
 
     root = fetch_debian_doc(args.package, str(DATA))
     if root is None:

@@ -2,7 +2,7 @@
 """Real graphs for the graph benchmarks (``bench/graphs.py``), cached as edge lists in ``bench/data/``.
 
 - **WordNet's synset graph** (Debian package ``wordnet-base``, downloaded with ``apt-get download``
-  and unpacked with ``dpkg-deb -x`` by :func:`cbp.crawl.corpus.fetch_debian_doc`): every synset of
+  and unpacked with ``dpkg-deb -x`` by :func:`cbp_crawl.corpus.fetch_debian_doc`): every synset of
   ``usr/share/wordnet/data.{noun,verb,adj,adv}`` is a node ``f"{offset}{pos}"`` (pos ``n v a r``;
   the satellite adjective ``s`` is folded into ``a``), every pointer (hypernym, antonym, ...) an
   edge synset -> pointed synset. A data line is ``synset_offset lex_filenum ss_type w_cnt word
@@ -13,8 +13,8 @@
   undirected one (one edge per unordered pair, ``src < dst``); ``hypernyms_only`` keeps just the
   hypernym pointers (``@``, ``@i``): the taxonomy, a DAG from each synset up to its roots.
 - **A documentation package's link graph** (:func:`doc_link_edges`, default ``python3.11-doc``):
-  its HTML pages are the nodes (their URLs, :func:`cbp.crawl.corpus.iter_pages`), and a link from
-  a page to another page of the package (:func:`cbp.crawl.links.page_links`, the crawl queue's
+  its HTML pages are the nodes (their URLs, :func:`cbp_crawl.corpus.iter_pages`), and a link from
+  a page to another page of the package (:func:`cbp_crawl.links.page_links`, the crawl queue's
   rules) is an edge.
 
 Edge lists are cached as tab-separated text (``bench/data/<name>.edges``, first line a header
@@ -107,7 +107,7 @@ def wordnet_edges(directed: bool = True, hypernyms_only: bool = False) -> list[E
     """WordNet's synset pointer graph (cached in ``bench/data/wordnet-{directed,undirected}.edges``);
     with ``hypernyms_only`` just the hypernym pointers (:data:`HYPERNYMS`: a DAG, synset -> hypernym;
     cached in ``bench/data/wordnet-hypernyms-*.edges``)."""
-    from cbp.crawl.corpus import fetch_debian_doc
+    from cbp_crawl.corpus import fetch_debian_doc
 
     kind = "directed" if directed else "undirected"
     which = "hypernyms-" if hypernyms_only else ""
@@ -128,12 +128,12 @@ def wordnet_edges(directed: bool = True, hypernyms_only: bool = False) -> list[E
 
 def doc_link_edges(package: str = "python3.11-doc", directed: bool = True) -> list[Edge]:
     """Page -> page links inside a Debian documentation package (cached in ``bench/data/``)."""
-    from cbp.crawl.corpus import fetch_debian_doc, iter_pages
-    from cbp.crawl.links import RULES_VERSION, page_links
+    from cbp_crawl.corpus import fetch_debian_doc, iter_pages
+    from cbp_crawl.links import RULES_VERSION, page_links
 
     kind = "directed" if directed else "undirected"
     cache = DATA / f"{package}-links-{kind}.edges"
-    header = f"# page links inside {package}, {kind}, cbp.crawl.links rules {RULES_VERSION}"
+    header = f"# page links inside {package}, {kind}, cbp_crawl.links rules {RULES_VERSION}"
     hit = _read_cache(cache, header)
     if hit is not None:
         return hit

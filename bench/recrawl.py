@@ -16,7 +16,7 @@ clock the benchmark moves (nothing sleeps):
 
 Per round: the crawler's round, ``flows/crawl_queue.yaml`` (cbp direct: ``p.run()``), the landmark
 (``flows/crawl_queue_landmark.yaml``: the latest version of every page, no state) and a
-from-scratch count in pandas (:mod:`cbp.crawl.reference`) are timed, and the in-link counts per URL
+from-scratch count in pandas (:mod:`cbp_crawl.reference`) are timed, and the in-link counts per URL
 and per site of direct and landmark are checked equal to the from-scratch count (and direct's queue
 to the from-scratch queue) after every round: a difference stops the benchmark.
 
@@ -106,7 +106,7 @@ def sync(src: Path, dst: Path) -> int:
 
 
 def want_counts(feeds: list[list[dict[str, Any]]]) -> dict[tuple[str, str], int]:
-    from cbp.crawl.reference import counts_from_scratch
+    from cbp_crawl.reference import counts_from_scratch
 
     url_in, site_in, _ = counts_from_scratch(feeds, feeds=True)
     return {**{("url", u): int(n) for u, n in url_in.items()}, **{("site", s): int(n) for s, n in site_in.items()}}
@@ -117,7 +117,7 @@ def check(
 ) -> None:
     import math
 
-    from cbp.crawl.reference import latest_versions, queue_from_scratch
+    from cbp_crawl.reference import latest_versions, queue_from_scratch
 
     got = {(r["kind"], r["name"]): r["inlinks"] for r in direct.state("count_links")}
     if got != want:
@@ -186,7 +186,7 @@ def timed(fn: Any) -> tuple[Any, float]:
 
 def crawl_round(ctx: dict[str, Any], phase: str, rows: list[dict[str, Any]]) -> dict[str, Any]:
     """One round through the crawler, cbp direct, the landmark and the from-scratch count, checked."""
-    from cbp.crawl.reference import latest_versions
+    from cbp_crawl.reference import latest_versions
 
     direct, land, crawler, feeds = ctx["direct"], ctx["land"], ctx["crawler"], ctx["feeds"]
     before = direct.feeds("pages")
@@ -248,7 +248,7 @@ def freshness_run(
 ) -> dict[str, Any]:
     """Hourly rounds of ``budget`` fetches over a copy of the pages that change as a simulated day goes by."""
     import cbp
-    from cbp.crawl.crawler import Corpus, Crawler
+    from cbp_crawl.crawler import Corpus, Crawler
 
     copy = work / PACKAGE
     shutil.rmtree(work, ignore_errors=True)
@@ -286,9 +286,9 @@ def freshness_run(
 
 def setup(args: argparse.Namespace, old: Path, work: Path) -> dict[str, Any]:
     import cbp
-    from cbp.crawl.crawler import Corpus, Crawler
-    from cbp.crawl.schedule import Revisits
     from cbp.engine.driver.session import get_spark
+    from cbp_crawl.crawler import Corpus, Crawler
+    from cbp_crawl.schedule import Revisits
 
     shutil.rmtree(work, ignore_errors=True)
     web = work / "web" / PACKAGE
@@ -412,7 +412,7 @@ def main() -> None:
 def freshness_all(web: Path, live: list[str], budget: int, hours: int, work: Path) -> dict[str, Any]:
     """The freshness runs: a fixed interval of pages/budget hours, a fixed interval as short as the budget
     allows (every page always due: round robin, the whole budget used), and adaptive (1 hour .. 7 days)."""
-    from cbp.crawl.schedule import Revisits
+    from cbp_crawl.schedule import Revisits
 
     fixed_iv = len(live) / budget * HOUR
     log(

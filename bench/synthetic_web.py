@@ -19,7 +19,7 @@ Two homes, the same pages, side by side in one run:
 
 Every measured epoch's ``crawl_queue`` records must be equal in both homes (the run stops
 otherwise), and with ``--reference`` (default up to 2M URLs) the final queue equals the
-from-scratch queue (:mod:`cbp.crawl.reference`). Prints a table, writes
+from-scratch queue (:mod:`cbp_crawl.reference`). Prints a table, writes
 ``bench/out/synthetic_web.{md,json,png}``.
 
     .venv/bin/python bench/synthetic_web.py --scale 0.01        # 100k URLs, 1k sites, largest 10k
@@ -220,7 +220,7 @@ def check_reference(
 ) -> bool:
     """The URLs of the final queue (records summed) are the from-scratch queue over every page fed
     (a record keeps the score of the epoch it was queued in; the scores are compared epoch by epoch, before/after)."""
-    from cbp.crawl.reference import queue_from_scratch
+    from cbp_crawl.reference import queue_from_scratch
 
     pages = [
         pg for a in range(0, web.n, args.chunk) for pg in web.hub_pages(a, min(a + args.chunk, web.n), args.per_page)

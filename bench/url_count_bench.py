@@ -16,10 +16,10 @@ measurement to ``bench/out/url_count.json``.
 
 URLs are real: the link targets of the Python 3.11 HTML documentation (Debian package
 ``python3.11-doc``, downloaded once with ``apt-get download`` and cached in ``bench/data/``), by
-the crawl queue's link rules (:func:`cbp.crawl.links.page_links`: absolute and normalized), padded
+the crawl queue's link rules (:func:`cbp_crawl.links.page_links`: absolute and normalized), padded
 with a numeric query parameter (``?p=N``) to reach millions of distinct keys. The list is cached
 in ``bench/data/python3.11-doc-urls.txt`` under the rules' version
-(:data:`cbp.crawl.links.RULES_VERSION`) and rebuilt when the rules change. Without the package,
+(:data:`cbp_crawl.links.RULES_VERSION`) and rebuilt when the rules change. Without the package,
 generated URLs are used and the output says so.
 """
 
@@ -63,11 +63,11 @@ def load_vocabulary() -> tuple[list[str], str]:
     The cache's first line names the link rules it was built with; a cache built with other rules
     (or before the line existed) is rebuilt.
     """
-    from cbp.crawl.corpus import fetch_debian_doc, iter_pages
-    from cbp.crawl.links import RULES_VERSION, page_links
+    from cbp_crawl.corpus import fetch_debian_doc, iter_pages
+    from cbp_crawl.links import RULES_VERSION, page_links
 
     cache = DATA / f"{DOC_PACKAGE}-urls.txt"
-    header = f"# link targets of {DOC_PACKAGE}, cbp.crawl.links rules {RULES_VERSION}"
+    header = f"# link targets of {DOC_PACKAGE}, cbp_crawl.links rules {RULES_VERSION}"
     if cache.exists():
         head, _, rest = cache.read_text(encoding="utf-8").partition("\n")
         urls = [u for u in rest.splitlines() if u] if head == header else []

@@ -1,13 +1,13 @@
 """Translators of the incremental crawl queue (paper 001, Fig. 1; ``crawl_queue.yaml``).
 
 The link rules (what counts as a link, how URLs are normalized, what a site is) live in
-:mod:`cbp.crawl.links`, shared with the crawler and the from-scratch reference.
+:mod:`cbp_crawl.links`, shared with the crawler and the from-scratch reference.
 """
 
 import math
 
-from cbp.crawl.links import normalize_url, page_links, site_of
-from cbp.crawl.versions import latest, replaces, status_of
+from cbp_crawl.links import normalize_url, page_links, site_of
+from cbp_crawl.versions import latest, replaces, status_of
 
 
 def _diff(record):
@@ -38,7 +38,9 @@ def extract_links(key, state, pages, out):
     page = latest(pages)
     if page is None or (prev is not None and not replaces(page, prev["fetched"])):
         if prev is not None:
-            out.state.write({"url": prev["url"], "status": prev["status"], "fetched": prev["fetched"], "links": list(prev["links"])})
+            out.state.write(
+                {"url": prev["url"], "status": prev["status"], "fetched": prev["fetched"], "links": list(prev["links"])}
+            )
         return
     src = key
     status = status_of(page)
@@ -118,8 +120,12 @@ def merge(site, state, url_counts, site_counts, pages, out):
     flips = []
     if flip_band(t, site_in, new_site_in):  # a site with few in-links: some URL may enter or leave the queue
         for r in state:
-            if r["url"] != SITE_ROW and r["url"] not in rows and not r["crawled"] and \
-                    _above(r["sent_inlinks"], r["sent_site"], t) != _above(r["inlinks"], new_site_in, t):
+            if (
+                r["url"] != SITE_ROW
+                and r["url"] not in rows
+                and not r["crawled"]
+                and _above(r["sent_inlinks"], r["sent_site"], t) != _above(r["inlinks"], new_site_in, t)
+            ):
                 stored[r["url"]] = r
                 flips.append(dict(r))
     rows.update((r["url"], r) for r in flips)
@@ -128,8 +134,15 @@ def merge(site, state, url_counts, site_counts, pages, out):
         if r["crawled"] or (r["inlinks"] == 0 and r["sent_inlinks"] is None):
             continue
         if (r["sent_inlinks"], r["sent_site"]) != (r["inlinks"], new_site_in):
-            out.candidates.write({"url": u, "inlinks": r["inlinks"], "site_inlinks": new_site_in,
-                                  "prev_inlinks": r["sent_inlinks"], "prev_site_inlinks": r["sent_site"]})
+            out.candidates.write(
+                {
+                    "url": u,
+                    "inlinks": r["inlinks"],
+                    "site_inlinks": new_site_in,
+                    "prev_inlinks": r["sent_inlinks"],
+                    "prev_site_inlinks": r["sent_site"],
+                }
+            )
             r["sent_inlinks"], r["sent_site"] = r["inlinks"], new_site_in
     if new_site_in != site_in:
         _put(out, SITE_ROW, {"url": SITE_ROW, **_NEW, "inlinks": new_site_in} if new_site_in != 0 else None, site_row)
@@ -184,7 +197,15 @@ def _merge_all(url_counts, site_counts, pages, out):
     crawled = set(map(page_url, pages))
     for u in sorted(change):
         if u not in crawled and change[u] != 0:
-            out.candidates.write({"url": u, "inlinks": change[u], "site_inlinks": site_in, "prev_inlinks": None, "prev_site_inlinks": None})
+            out.candidates.write(
+                {
+                    "url": u,
+                    "inlinks": change[u],
+                    "site_inlinks": site_in,
+                    "prev_inlinks": None,
+                    "prev_site_inlinks": None,
+                }
+            )
 
 
 def _change(count):
@@ -202,8 +223,14 @@ def score(key, state, candidates, out):
     """Score a candidate now and as it was last sent."""
     for c in candidates:
         prev = None if c["prev_inlinks"] is None else crawl_score(c["prev_inlinks"], c["prev_site_inlinks"])
-        out.scored.write({"url": c["url"], "score": crawl_score(c["inlinks"], c["site_inlinks"]), "prev_score": prev,
-                          "inlinks": c["inlinks"]})
+        out.scored.write(
+            {
+                "url": c["url"],
+                "score": crawl_score(c["inlinks"], c["site_inlinks"]),
+                "prev_score": prev,
+                "inlinks": c["inlinks"],
+            }
+        )
 
 
 def threshold(key, state, scored, out):
@@ -223,7 +250,9 @@ def threshold(key, state, scored, out):
     last = None
     for s in scored:  # one per epoch of merge; several only if this epoch reads several of merge's
         last = s
-    above = last is not None and last["score"] >= t and last.get("inlinks") != 0  # a URL no page links to is no candidate
+    above = (
+        last is not None and last["score"] >= t and last.get("inlinks") != 0
+    )  # a URL no page links to is no candidate
     if last is not None and above and queued is None:
         queued = {"url": last["url"], "score": last["score"]}
         out.crawl_queue.write(queued)

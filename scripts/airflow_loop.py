@@ -191,7 +191,7 @@ def main() -> int:
     args = ap.parse_args()
 
     sys.path.insert(0, str(ROOT))
-    from cbp.crawl.corpus import fetch_debian_doc
+    from cbp_crawl.corpus import fetch_debian_doc
 
     if not port_free(args.port):
         log(f"{HOST}:{args.port} is in use (another Airflow?); pick another --port")
@@ -292,7 +292,7 @@ def watch(args, env, airflow, proc, home, yaml, corpus, work) -> int:
         return 1
 
     import cbp as cbp_api
-    from cbp.crawl.reference import queue_from_scratch
+    from cbp_crawl.reference import queue_from_scratch
 
     # Round k+1 starts after the pipeline DAG processed round k, and the crawler records which queue
     # epochs it had read by then: so round k+1's record tells the queue after round k, and that is

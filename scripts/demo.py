@@ -1,7 +1,7 @@
 """The demo behind `scripts/demo`: URLCount over the links of real pages, five increments.
 
 Pages come from Debian's python3.11-doc package (fetched with apt-get download); each increment
-is the links found on the next batch of pages, by the crawl queue's rules (cbp.crawl.links),
+is the links found on the next batch of pages, by the crawl queue's rules (cbp_crawl.links),
 every occurrence of a link counted: URLCount counts how often each URL is linked to, not how
 many pages link to it. After each epoch it shows what
 changed; at the end, the most-linked URLs and the commands to look further.
@@ -19,8 +19,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
 import cbp  # noqa: E402
-from cbp.crawl.corpus import fetch_debian_doc, iter_pages  # noqa: E402
-from cbp.crawl.links import page_links  # noqa: E402
+from cbp_crawl.corpus import fetch_debian_doc, iter_pages  # noqa: E402
+from cbp_crawl.links import page_links  # noqa: E402
 
 
 def main() -> int:

@@ -18,11 +18,11 @@ import pytest
 from conftest import FLOWS
 
 import cbp
-from cbp.crawl import links as links_mod
-from cbp.crawl.crawler import Corpus, Crawler
-from cbp.crawl.fetch import decode_html
-from cbp.crawl.links import normalize_url, page_links
 from cbp.errors import RuntimeStateError
+from cbp_crawl import links as links_mod
+from cbp_crawl.crawler import Corpus, Crawler
+from cbp_crawl.fetch import decode_html
+from cbp_crawl.links import normalize_url, page_links
 
 CRAWL = FLOWS / "crawl_queue.yaml"
 NOT_WEB_ENCODINGS = [

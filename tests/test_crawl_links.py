@@ -1,4 +1,4 @@
-"""One set of link rules: the pages of :mod:`cbp.crawl.corpus` and :func:`cbp.crawl.links.page_links`
+"""One set of link rules: the pages of :mod:`cbp_crawl.corpus` and :func:`cbp_crawl.links.page_links`
 give the demo and the benchmarks exactly the links the crawl queue's ``extract_links`` stage finds.
 """
 
@@ -13,10 +13,10 @@ from conftest import FLOWS, ROOT
 from crawl_site import BAD_PAGES, HOST, make_site
 
 import cbp
-from cbp.crawl import corpus as corpus_mod
-from cbp.crawl.corpus import iter_pages
-from cbp.crawl.crawler import Corpus
-from cbp.crawl.links import RULES_VERSION, page_links
+from cbp_crawl import corpus as corpus_mod
+from cbp_crawl.corpus import iter_pages
+from cbp_crawl.crawler import Corpus
+from cbp_crawl.links import RULES_VERSION, page_links
 
 
 def _load(path, name):
@@ -120,10 +120,10 @@ def test_url_count_bench_rebuilds_a_vocabulary_cached_with_other_rules(site, tmp
 
 
 def test_the_linear_scan_for_pathological_pages_finds_lexbors_links_on_every_page(site):
-    """cbp.crawl.links reads a page nested too deep for lexbor with a linear scan of its tags: on
+    """cbp_crawl.links reads a page nested too deep for lexbor with a linear scan of its tags: on
     ordinary pages (these, and all 1,714 pages of python3.11-doc, postgresql-doc-15 and
     debian-reference-en, checked 2026-11-26) it finds exactly what lexbor finds."""
-    from cbp.crawl import links
+    from cbp_crawl import links
 
     pages = list(iter_pages(str(site), HOST))
     assert len(pages) > 50

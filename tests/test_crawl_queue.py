@@ -18,10 +18,10 @@ from conftest import FLOWS, ROOT
 from crawl_site import BAD_PAGES, HOST, huge_page, make_site
 
 import cbp
-from cbp.crawl.crawler import Corpus, Crawler, decode_html
-from cbp.crawl.links import normalize_url, page_links, site_of
-from cbp.crawl.reference import counts_from_scratch, latest_versions, queue_from_scratch
 from cbp.errors import UsageError
+from cbp_crawl.crawler import Corpus, Crawler, decode_html
+from cbp_crawl.links import normalize_url, page_links, site_of
+from cbp_crawl.reference import counts_from_scratch, latest_versions, queue_from_scratch
 
 CRAWL = FLOWS / "crawl_queue.yaml"
 LANDMARK = FLOWS / "crawl_queue_landmark.yaml"

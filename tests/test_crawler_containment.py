@@ -25,9 +25,9 @@ from conftest import FLOWS
 
 import cbp
 from cbp.cli import main
-from cbp.crawl import fetch as crawler_mod
-from cbp.crawl.crawler import REASONS, Corpus, Crawler
 from cbp.errors import UsageError
+from cbp_crawl import fetch as crawler_mod
+from cbp_crawl.crawler import REASONS, Corpus, Crawler
 
 CRAWL = FLOWS / "crawl_queue.yaml"
 HOST = "h"

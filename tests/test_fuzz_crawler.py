@@ -17,7 +17,7 @@ from fuzzing import fuzz
 from hypothesis import strategies as st
 from test_crawler_containment import HOST, hostile_corpus, no_hang
 
-from cbp.crawl.crawler import REASONS, Corpus
+from cbp_crawl.crawler import REASONS, Corpus
 
 NAMES = [
     "",

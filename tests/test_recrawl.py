@@ -13,10 +13,10 @@ import pytest
 from conftest import FLOWS, ROOT
 
 import cbp
-import cbp.crawl.fetch as fetch_mod
-from cbp.crawl.crawler import Corpus, Crawler
-from cbp.crawl.schedule import Revisits, pick
+import cbp_crawl.fetch as fetch_mod
 from cbp.errors import UsageError
+from cbp_crawl.crawler import Corpus, Crawler
+from cbp_crawl.schedule import Revisits, pick
 
 CRAWL = FLOWS / "crawl_queue.yaml"
 H = "site"

@@ -13,9 +13,9 @@ import random
 from conftest import FLOWS
 
 import cbp
-from cbp.crawl.crawler import Corpus, Crawler
-from cbp.crawl.reference import counts_from_scratch, latest_versions, queue_from_scratch
-from cbp.crawl.schedule import Revisits
+from cbp_crawl.crawler import Corpus, Crawler
+from cbp_crawl.reference import counts_from_scratch, latest_versions, queue_from_scratch
+from cbp_crawl.schedule import Revisits
 
 CRAWL = FLOWS / "crawl_queue.yaml"
 LANDMARK = FLOWS / "crawl_queue_landmark.yaml"

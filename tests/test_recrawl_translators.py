@@ -13,8 +13,8 @@ from typing import Any
 import pytest
 from conftest import FLOWS, ROOT
 
-from cbp.crawl.reference import counts_from_scratch, latest_versions, queue_from_scratch
 from cbp.model import Emitter
+from cbp_crawl.reference import counts_from_scratch, latest_versions, queue_from_scratch
 
 
 def _module(name: str, path):

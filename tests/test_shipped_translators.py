@@ -243,7 +243,7 @@ def _page(url: str, fetched: float, links: list[str], status: int = 200) -> dict
 def _crawl_queue(spark, tmp_path, name):
     """Pages are versions, never retracted (a 404 is landed instead): a retraction fed to pages is
     refused; a 404 makes extract_links retract the page's links, which signed count_links sums."""
-    from cbp.crawl.reference import counts_from_scratch
+    from cbp_crawl.reference import counts_from_scratch
 
     p = cbp.Pipeline(FLOWS / name, str(tmp_path / "home"), spark=spark)
     with pytest.raises(InputError) as e:

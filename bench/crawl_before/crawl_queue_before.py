@@ -3,13 +3,13 @@
 Translators of the incremental crawl queue (paper 001, Fig. 1; ``crawl_queue.yaml``).
 
 The link rules (what counts as a link, how URLs are normalized, what a site is) live in
-:mod:`cbp.crawl.links`, shared with the crawler and the from-scratch reference.
+:mod:`cbp_crawl.links`, shared with the crawler and the from-scratch reference.
 """
 
 import math
 
-from cbp.crawl.links import normalize_url, page_links, site_of
-from cbp.crawl.versions import latest, replaces, status_of
+from cbp_crawl.links import normalize_url, page_links, site_of
+from cbp_crawl.versions import latest, replaces, status_of
 
 
 def _diff(record):

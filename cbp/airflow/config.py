@@ -23,16 +23,14 @@ home in (:func:`cbp.storage.location.check_location`; ``file:`` URIs name local 
 
 from __future__ import annotations
 
+import importlib.metadata
 import math
 import os
 import subprocess
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
-from urllib.parse import urlsplit
 
-from ..crawl.fetch import is_host_name
-from ..crawl.links import normalize_url
 from ..errors import RuntimeStateError, UsageError
 from ..spec import MAX_TIMEOUT, PipelineSpec, load_yaml
 from ..storage.location import check_location, local_file_uri
@@ -81,6 +79,10 @@ CRAWLER_KEYS = {
     "max_per_host",
 }
 BAD_CONFIG = "bad-config"  # the code of a bad setting
+#: The entry-point group of crawl applications: modules with ``is_host_name(host)``,
+#: ``seed_ok(url)`` and ``crawl_round(yaml_path, home, cfg)``. The crawl application's is
+#: ``cbp_crawl.airflow`` (declared in pyproject.toml); cbp imports no application.
+CRAWL_APPS = "cbp.airflow.crawlers"
 MAX_MINUTES = MAX_TIMEOUT / 60  # the time limits are at most a week, as `cbp run --epoch-timeout`
 
 
@@ -225,14 +227,19 @@ def _number(
     return float(v)
 
 
+def crawl_app(path: str = "crawlers") -> Any:
+    """The crawl application that does a crawler DAG's rounds (the first of :data:`CRAWL_APPS` by
+    name); a configured crawler without one installed is ``bad-config``."""
+    apps = sorted(importlib.metadata.entry_points(group=CRAWL_APPS), key=lambda e: e.name)
+    if not apps:
+        raise _bad(path, "crawlers", f"no crawl application is installed (no entry point of group {CRAWL_APPS})")
+    return apps[0].load()
+
+
 def _seeds(c: dict[str, Any], path: str, where: str) -> list[str]:
     seeds = _texts(c, path, "seed", where, required=True)
     for s in seeds:
-        try:
-            u = urlsplit(s)
-            ok = u.scheme.lower() in ("http", "https") and bool(u.hostname) and normalize_url(s) is not None
-        except ValueError:
-            ok = False
+        ok = crawl_app(path).seed_ok(s)  # an http(s) URL the crawl's link rules read
         if not ok:
             raise _bad(path, where + "seed", f"{s!r} is not an http(s) URL")
     return seeds
@@ -250,7 +257,7 @@ def _crawler(name: str, c: Any, path: str, p: Callable[[str, str], str]) -> Craw
     corpus = [p(where + "corpus", d) for d in _texts(c, path, "corpus", where, required=True)]
     hosts = _texts(c, path, "hosts", where, required=False)
     for h in hosts:
-        if not is_host_name(h.lower()):
+        if not crawl_app(path).is_host_name(h.lower()):
             raise _bad(
                 path,
                 where + "hosts",

@@ -27,9 +27,9 @@
 
 :func:`crawler_dag` makes ``cbp_<pipeline>_crawler``: scheduled on the ``crawl_queue`` asset
 (and the pipeline's epochs asset, so the frontier left by a capped round is not stranded), it
-runs one crawl round (:class:`cbp.crawl.crawler.Crawler`, ``execution_timeout`` =
-``crawl_timeout_minutes``) and emits the ``pages`` asset event if it landed pages. The two DAGs
-are the continuous loop of paper 001 §1.1.
+runs one crawl round (done by the crawl application, :data:`cbp.airflow.config.CRAWL_APPS`:
+:mod:`cbp_crawl.airflow`; ``execution_timeout`` = ``crawl_timeout_minutes``) and emits the
+``pages`` asset event if it landed pages. The two DAGs are the continuous loop of paper 001 §1.1.
 
 :func:`make_dags` builds them all. A pipeline that cannot be built (a broken YAML, two YAMLs of one
 name, a DAG id taken twice) does not take the others with it: its DAG (:func:`broken_dag`) has one
@@ -62,6 +62,7 @@ from .config import (
     RUN_TIMEOUT_MINUTES,
     CrawlerConfig,
     DagConfig,
+    crawl_app,
     is_remote,
     load_config,
 )
@@ -235,44 +236,7 @@ def crawl_round(yaml_path: str, home: str, cfg: CrawlerConfig, env: dict[str, st
 
 
 def _crawl_round(yaml_path: str, home: str, cfg: CrawlerConfig) -> dict[str, Any]:
-    from ..crawl import stats
-    from ..crawl.crawler import Corpus, Crawler
-    from ..crawl.schedule import Revisits
-    from ..pipeline import Pipeline
-
-    pipe = Pipeline(yaml_path, home)
-    hosts = cfg.hosts + [None] * (len(cfg.corpus) - len(cfg.hosts))
-    policy = Revisits(
-        revisit_min=cfg.revisit_min,
-        revisit_max=cfg.revisit_max,
-        gone_after=cfg.gone_after,
-        max_per_host=cfg.max_per_host,
-    )
-    crawler = Crawler(
-        pipe,
-        [Corpus(d, h) for d, h in zip(cfg.corpus, hosts)],
-        max_pages=cfg.max_pages,
-        queue=cfg.queue,
-        pages=cfg.pages,
-        policy=policy,
-        measure_freshness=True,
-    )
-    rep = crawler.round(seeds=cfg.seed if crawler.state()["round"] == 0 else ())
-    print(rep.line())
-    for url, reason in sorted(rep.failed.items()):
-        print(f"  could not fetch {url}: {reason}")
-    for line in stats.lines(stats.report(crawler, with_freshness=False)):  # the freshness is the round's, just measured
-        print(f"  {line}")
-    return {
-        "round": rep.round,
-        "landed": rep.records,
-        "failed": len(rep.failed),
-        "frontier": rep.frontier,
-        "increments": rep.increments,
-        "unchanged": len(rep.unchanged),
-        "changed": len(rep.changed),
-        "gone": len(rep.gone),
-    }
+    return dict(crawl_app().crawl_round(yaml_path, home, cfg))
 
 
 def follow_pipeline(yaml_path: str, home: str, cfg: DagConfig, spec: PipelineSpec) -> dict[str, Any]:

@@ -1,10 +1,15 @@
-"""The crawl-queue application (paper 001 §1.1, Fig. 1), built on cbp: the crawler and its corpus
-(:mod:`.crawler`), the link rules shared by the pipeline, the crawler and the reference
-(:mod:`.links`), Debian documentation corpora (:mod:`.corpus`) and the from-scratch queue
-(:mod:`.reference`). Its pipeline is ``flows/crawl_queue.yaml``.
+"""Old names of the crawl application, which is now the package :mod:`cbp_crawl` beside cbp.
+
+A home recorded by an older cbp may name translators or route functions ``cbp.crawl.<module>:<name>``
+in its recorded pipeline, and older translator modules import ``cbp.crawl.links``: each module here
+makes its old name the very module of :mod:`cbp_crawl` (the same objects, not copies), so they
+still load and run. Nothing in cbp imports this package; new code imports :mod:`cbp_crawl`.
 """
 
-from .crawler import Corpus, Crawler, CrawlRound
-from .schedule import Revisits
+import importlib
+from typing import Any
 
-__all__ = ["Corpus", "Crawler", "CrawlRound", "Revisits"]
+
+def __getattr__(name: str) -> Any:
+    """``from cbp.crawl import Crawler``: the name of :mod:`cbp_crawl`."""
+    return getattr(importlib.import_module("cbp_crawl"), name)

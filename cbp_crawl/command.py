@@ -15,7 +15,7 @@ import sys
 import time
 from typing import Any
 
-from ..errors import UsageError
+from cbp import UsageError
 
 NAME = "crawl"
 
@@ -119,9 +119,9 @@ def add_parser(sub: Any, with_home: Any) -> None:
 
 
 def crawler_of(pipe: Any, args: argparse.Namespace) -> Any:
-    """The :class:`~cbp.crawl.crawler.Crawler` the arguments describe."""
-    from ..crawl.crawler import MAX_PAGE_BYTES, Corpus, Crawler
-    from ..crawl.schedule import Revisits
+    """The :class:`~cbp_crawl.crawler.Crawler` the arguments describe."""
+    from .crawler import MAX_PAGE_BYTES, Corpus, Crawler
+    from .schedule import Revisits
 
     if len(args.host) > len(args.corpus):
         raise UsageError(
@@ -149,8 +149,9 @@ def crawler_of(pipe: Any, args: argparse.Namespace) -> Any:
 
 def run(args: argparse.Namespace) -> int:
     """Run the rounds asked for, then print the statistics if asked."""
-    from ..crawl import stats
-    from ..pipeline import Pipeline
+    from cbp import Pipeline
+
+    from . import stats
 
     pipe = Pipeline(args.flow_yaml, args.home)
     pipe.controller.notify = lambda message: print(f"cbp crawl: {message}", file=sys.stderr, flush=True)
