@@ -31,7 +31,6 @@ import os
 import time
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from cbp import BusyError, RuntimeStateError, UsageError
@@ -41,6 +40,7 @@ from cbp.storage.lease import Lease
 from .crawlstate import _well_formed, upgrade_state
 from .fetch import MAX_PAGE_BYTES, MAX_URL_CHARS, REASONS, Corpus, Fetched, _reason_of, _split, decode_html
 from .links import normalize_url
+from .rounds import CrawlRound, _diff, _score
 from .schedule import Revisits, due_revisits, host_of, pick
 from .stats import freshness
 
@@ -51,72 +51,6 @@ __all__ = ["Corpus", "Crawler", "CrawlRound", "Fetched", "decode_html", "MAX_PAG
 
 _STATE = "_crawler/state.json"
 SEED_SCORE = 1e300  # seeds are fetched before any queued URL
-
-
-def _diff(record: Any) -> int:
-    """A record's multiplicity (``_diff``, +1 when absent)."""
-    d = record.get("_diff", 1) if isinstance(record, dict) else 1
-    return d if type(d) is int else 1
-
-
-def _score(value: Any) -> float:
-    """A queue record's score as a number (one that is not a number ranks last: -inf)."""
-    try:
-        score = float(value)
-    except (TypeError, ValueError):
-        return float("-inf")
-    return score if score == score else float("-inf")
-
-
-@dataclass
-class CrawlRound:
-    """One round: what was new in the queue, what was fetched and landed, what failed."""
-
-    round: int
-    queued: int = 0
-    picked: list[str] = field(default_factory=list)
-    landed: list[str] = field(default_factory=list)
-    failed: dict[str, str] = field(default_factory=dict)
-    truncated: list[str] = field(default_factory=list)
-    frontier: int = 0
-    increments: list[int] = field(default_factory=list)
-    redone: bool = False
-    fetched: list[str] = field(default_factory=list)  # new pages landed (status 200)
-    revisited: list[str] = field(default_factory=list)  # crawled pages fetched again
-    unchanged: list[str] = field(default_factory=list)  # ... found unchanged (landed nothing: a 304)
-    changed: list[str] = field(default_factory=list)  # ... found changed (landed a new version)
-    back: list[str] = field(default_factory=list)  # ... found again after they were gone
-    gone: list[str] = field(default_factory=list)  # ... landed as gone (404)
-    held: list[str] = field(default_factory=list)  # ... missing on a host held back as a suspected outage
-    retracted: int = 0  # queue records taken back (URLs whose score fell below the threshold)
-    records: int = 0  # pages records landed (new pages, new versions, gone pages)
-
-    def counts(self) -> dict[str, list[str]]:
-        """The per-round lists the statistics count."""
-        return {
-            "fetched": self.fetched,
-            "revisited": self.revisited,
-            "unchanged": self.unchanged,
-            "changed": self.changed,
-            "back": self.back,
-            "gone": self.gone,
-            "held": self.held,
-        }
-
-    def line(self) -> str:
-        """One line for a log."""
-        extra = f", {len(self.truncated)} truncated" if self.truncated else ""
-        again = " (redone after an interruption)" if self.redone else ""
-        text = (
-            f"crawl round {self.round}{again}: {self.queued} new in queue, fetched {len(self.landed)} of {len(self.picked)} "
-            f"({len(self.failed)} failed{extra}); {self.frontier} left in the frontier"
-        )
-        if self.revisited:
-            text += (
-                f"; revisited {len(self.revisited)}: {len(self.unchanged)} unchanged, {len(self.changed)} changed, "
-                f"{len(self.gone)} gone, {len(self.back)} back, {len(self.held)} held"
-            )
-        return text
 
 
 class Crawler:
@@ -160,18 +94,21 @@ class Crawler:
         for name, want, role in ((queue, ("url", "score"), "queue"), (pages, ("url", "html"), "pages")):
             if name not in spec.flows:
                 raise UsageError(
-                    f"{spec.name}: the crawler's {role} flow '{name}' is not a flow of the pipeline ({', '.join(spec.flows)})",
+                    f"{spec.name}: the crawler's {role} flow '{name}' is not a flow of the pipeline "
+                    f"({', '.join(spec.flows)})",
                     code="unknown-flow",
                 )
             missing = [f for f in want if f not in spec.flows[name].schema.fields]
             if missing:
                 raise UsageError(
-                    f"{spec.name}: flow '{name}' lacks the field(s) {', '.join(missing)} the crawler's {role} flow needs",
+                    f"{spec.name}: flow '{name}' lacks the field(s) {', '.join(missing)} "
+                    f"the crawler's {role} flow needs",
                     code="bad-flow",
                 )
         if spec.flows[pages].producer is not None:
             raise UsageError(
-                f"{spec.name}: flow '{pages}' is produced by stage '{spec.flows[pages].producer}'; the crawler lands on an external flow",
+                f"{spec.name}: flow '{pages}' is produced by stage '{spec.flows[pages].producer}'; "
+                "the crawler lands on an external flow",
                 code="bad-flow",
             )
         if spec.flows[queue].producer is None:
@@ -185,6 +122,7 @@ class Crawler:
     # ------------------------------------------------------------------ state
     def state(self) -> dict[str, Any]:
         """The crawler's position: rounds, queue epochs consumed, frontier, fetched and failed URLs."""
+        st: dict[str, Any] | ValueError | None
         try:
             st = self.p.home.read_json(_STATE)
         except ValueError as e:  # not JSON, not UTF-8
@@ -200,11 +138,12 @@ class Crawler:
                 "rounds": [],
                 "pages": {},
             }
-        if not _well_formed(st):
+        if isinstance(st, ValueError) or not _well_formed(st):
+            why = str(st)[:80] if isinstance(st, ValueError) else "not the fields a crawler writes"
             raise RuntimeStateError(
-                f"the crawler's position {self.p.home.uri(_STATE)} is damaged ({str(st)[:80] if isinstance(st, ValueError) else 'not the fields a crawler writes'}); "
-                "restore it from a backup, or delete it to crawl again from round 1 with new seeds (feed ids crawl:N would repeat: "
-                "use a new home then)",
+                f"the crawler's position {self.p.home.uri(_STATE)} is damaged ({why}); restore it from a "
+                "backup, or delete it to crawl again from round 1 with new seeds (feed ids crawl:N would "
+                "repeat: use a new home then)",
                 code="bad-crawler-state",
                 path=self.p.home.uri(_STATE),
             )
@@ -252,7 +191,8 @@ class Crawler:
         return out, newest
 
     def _corpus_of(self, url: str) -> Corpus | None:
-        """The corpus that holds the URL's site (also one it names with a port or user info, which it refuses); raises for a non-URL."""
+        """The corpus that holds the URL's site (also one it names with a port or user info, which it
+        refuses); raises for a non-URL."""
         scheme, netloc, _ = _split(url)
         host = netloc.lower()
         return self.corpora.get(f"{scheme}://{host}") or next(

@@ -19,7 +19,8 @@ _STATE_FIELDS = {
 def _well_formed(st: Any) -> bool:
     """Whether ``st`` has the fields, types and ranges a crawler writes (nothing else is resumed from).
 
-    >>> _well_formed({"round": 1, "cursor": 2, "frontier": {"http://h/": 1.5}, "fetched": ["http://h/a"], "failed": {}, "doing": None})
+    >>> st = {"round": 1, "cursor": 2, "frontier": {"http://h/": 1.5}, "fetched": ["http://h/a"], "failed": {}}
+    >>> _well_formed({**st, "doing": None})
     True
     >>> _well_formed({"round": 1, "cursor": -5, "frontier": {}, "fetched": [[2]], "failed": {}, "doing": {}})
     False

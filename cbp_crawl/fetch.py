@@ -9,7 +9,6 @@ followed only while they stay inside; FIFOs, devices and sockets are never opene
 
 from __future__ import annotations
 
-import codecs
 import errno
 import hashlib
 import os
@@ -21,6 +20,7 @@ from urllib.parse import quote, unquote_to_bytes, urlsplit
 
 from cbp import UsageError
 
+from .decode import decode_html
 from .links import normalize_url
 
 __all__ = ["Corpus", "Fetched", "decode_html", "is_host_name", "MAX_PAGE_BYTES", "MAX_URL_CHARS", "REASONS"]
@@ -48,94 +48,6 @@ _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O
 _FILE_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC
 _NAME_SAFE = "/!$&'()*+,;=:@[]^|~"  # kept as they are in a file's URL (a WHATWG URL path keeps them); others %-encoded
 _HTML_SUFFIXES = (".html", ".htm", ".xhtml", ".shtml")
-_META_CHARSET = re.compile(rb"""<meta[^>]*?charset\s*=\s*["']?\s*([A-Za-z0-9_.:-]+)""", re.I)
-
-
-#: The encodings a ``<meta charset>`` may choose, as the WHATWG Encoding Standard maps them: a
-#: label Python's codec registry resolves to a key here decodes with its value; any other label
-#: (``utf-7``, ``utf-32``, ``unicode_escape``, ``rot13``, ``hex``, ``base64``...) is ignored, as a
-#: browser ignores a label it does not know. ``latin1``/``ascii`` are windows-1252 and a meta
-#: ``utf-16`` is UTF-8, as in the standard; GBK and GB2312 are decoded as GB18030, Big5 as
-#: Big5-HKSCS, Shift_JIS as windows-31j and EUC-KR as windows-949 (the standard's decoders).
-_META_ENCODINGS = {
-    **{
-        n: n
-        for n in (
-            "cp866",
-            "koi8-r",
-            "koi8-u",
-            "mac-roman",
-            "mac-cyrillic",
-            "gb18030",
-            "euc_jp",
-            "iso2022_jp",
-            *(f"iso8859-{i}" for i in (2, 3, 4, 5, 6, 7, 8, 10, 13, 14, 15, 16)),
-            *(f"cp{i}" for i in range(1250, 1259)),
-        )
-    },
-    "iso8859-1": "cp1252",
-    "ascii": "cp1252",
-    "iso8859-9": "cp1254",
-    "iso8859-11": "cp874",
-    "cp874": "cp874",
-    "tis-620": "cp874",
-    "gbk": "gb18030",
-    "gb2312": "gb18030",
-    "big5": "big5hkscs",
-    "big5hkscs": "big5hkscs",
-    "shift_jis": "cp932",
-    "cp932": "cp932",
-    "euc_kr": "cp949",
-    "cp949": "cp949",
-    "utf-8": "utf-8",
-    "utf-16": "utf-8",
-    "utf-16-le": "utf-8",
-    "utf-16-be": "utf-8",
-}
-_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
-
-
-def decode_html(data: bytes, truncated: bool = False) -> str:
-    """Bytes of a page -> text, as a browser would guess: BOM, else UTF-8, else the ``<meta charset>``
-    (an encoding of the WHATWG Encoding Standard), else windows-1252.
-
-    Never raises, and the text never holds a lone surrogate; undecodable bytes become U+FFFD. A
-    ``truncated`` page is UTF-8 if it is up to a character cut at its end.
-
-        >>> decode_html(b"caf\\xc3\\xa9"), decode_html(b'<meta charset="latin-1">caf\\xe9')[-4:]
-        ('café', 'café')
-        >>> decode_html(b"caf\\xe9 \\x81") == "café \\ufffd", decode_html(b"caf\\xc3\\xa9 \\xc3", truncated=True)
-        (True, 'café ')
-        >>> decode_html(b'<meta charset="unicode_escape">\\\\ud800\\xff')[-7:]  # not an encoding of the web: windows-1252
-        '\\\\ud800ÿ'
-    """
-    for bom, enc in (
-        (codecs.BOM_UTF8, "utf-8"),
-        (codecs.BOM_UTF16_LE, "utf-16-le"),
-        (codecs.BOM_UTF16_BE, "utf-16-be"),
-    ):
-        if data.startswith(bom):
-            return _no_surrogates(data[len(bom) :].decode(enc, errors="replace"))
-    try:
-        return data.decode("utf-8")
-    except UnicodeDecodeError as e:
-        if truncated and e.start >= len(data) - 3 and e.reason == "unexpected end of data":
-            return data[: e.start].decode("utf-8")  # UTF-8 cut inside its last character
-    enc = "cp1252"
-    m = _META_CHARSET.search(data[:4096])
-    if m:
-        try:
-            enc = _META_ENCODINGS.get(codecs.lookup(m.group(1).decode("ascii").strip().lower()).name, enc)
-        except (LookupError, UnicodeError, ValueError):
-            pass
-    try:
-        return _no_surrogates(data.decode(enc, errors="replace"))
-    except Exception:  # noqa: BLE001 -- a codec's own failure: the page is still text
-        return data.decode("cp1252", errors="replace")
-
-
-def _no_surrogates(text: str) -> str:
-    return text if text.isascii() or not _LONE_SURROGATE.search(text) else _LONE_SURROGATE.sub("\ufffd", text)
 
 
 @dataclass(frozen=True)
@@ -299,8 +211,8 @@ class Corpus:
         self.host = (host or os.path.basename(self.root)).lower()
         if not is_host_name(self.host, scheme):
             raise UsageError(
-                f"corpus {self.root}: {self.host!r} is not a host name URLs keep as it is (letters, digits, '-' and '.', "
-                "not all digits); give one with --host NAME",
+                f"corpus {self.root}: {self.host!r} is not a host name URLs keep as it is "
+                "(letters, digits, '-' and '.', not all digits); give one with --host NAME",
                 code="bad-host",
             )
         self.scheme = scheme
@@ -482,19 +394,23 @@ class Corpus:
                         todo.append("index.html")  # a directory is its index.html, walked like any name
                         in_dir = True
                     continue
-                try:
-                    fst = os.fstat(fd)
-                    if not stat.S_ISREG(fst.st_mode):
-                        raise _Refused("not a regular file")
-                    path = os.path.join(self.root, *done, name)
-                    self._check_opened(fd, fst, path)
-                except BaseException:
-                    os.close(fd)
-                    raise
-                return fd, path, in_dir
+                return fd, self._opened_file(fd, os.path.join(self.root, *done, name)), in_dir
         finally:
             for fd in fds:
                 os.close(fd)
+
+    def _opened_file(self, fd: int, path: str) -> str:
+        """``path``, the file just opened as ``fd``, once checked to be a regular file inside the root
+        (else ``fd`` is closed and the fetch refused)."""
+        try:
+            fst = os.fstat(fd)
+            if not stat.S_ISREG(fst.st_mode):
+                raise _Refused("not a regular file")
+            self._check_opened(fd, fst, path)
+        except BaseException:
+            os.close(fd)
+            raise
+        return path
 
     def _through_link(self, target: str, done: list[str]) -> list[str]:
         """The names below the root a symbolic link in directory ``done`` points to; outside -> refused."""

@@ -137,7 +137,7 @@ def _resolve(href: str, base: str) -> str | None:
 _FEW_TAGS, _MAX_DEPTH, _MAX_TAG_CHARS, _MAX_ATTRS = 20_000, 2_000, 64 * 1024, 1_000
 _ATTR_START = re.compile(r"\s[^\s=>]")
 _QUOTED = re.compile(r"\"[^\"]*\"|'[^']*'")
-_LONG_RUN = re.compile(r"<[A-Za-z][^>]{%d}" % (2 * _MAX_ATTRS))  # tried at <= _FEW_TAGS tags: linear enough
+_LONG_RUN = re.compile(rf"<[A-Za-z][^>]{{{2 * _MAX_ATTRS}}}")  # tried at <= _FEW_TAGS tags: linear enough
 _QUOTED_GT = re.compile(r"=\s*(?:\"[^\"<>]*>|'[^'<>]*>)")  # a quoted value holding a '>' (which _LONG_RUN stops at)
 #: a tag, to its ``>`` outside quoted values (an unclosed quote runs to the end: linear in a finditer)
 _TAG = re.compile(r"<(/?)([A-Za-z][A-Za-z0-9-]*)(?:[^>\"']+|\"[^\"]*(?:\"|\Z)|'[^']*(?:'|\Z))*>?")

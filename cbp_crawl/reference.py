@@ -11,7 +11,8 @@ is at least the threshold, where ``inlinks`` counts the distinct links of each p
     ...          {"url": "http://a/y", "html": '<a href="x">'}]
     >>> queue_from_scratch(pages, threshold=2.0)
     {'http://a/x': 3.0}
-    >>> gone = queue_from_scratch([pages, [{"url": "http://a/y", "status": 404, "html": None}]], threshold=1.0, feeds=True)
+    >>> gone_y = [{"url": "http://a/y", "status": 404, "html": None}]
+    >>> gone = queue_from_scratch([pages, gone_y], threshold=1.0, feeds=True)
     >>> {u: round(s, 3) for u, s in gone.items()}  # a/y's link gone: 1 in-link, site a 2 (x and y)
     {'http://a/x': 1.792}
 """
@@ -22,7 +23,7 @@ import math
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-import pandas as pd
+import pandas as pd  # type: ignore[import-untyped]
 
 from .links import normalize_url, page_links, site_of
 from .versions import latest, replaces, status_of
@@ -49,7 +50,7 @@ def latest_versions(feeds: Iterable[Iterable[Mapping[str, Any]]]) -> tuple[dict[
 
 
 def counts_from_scratch(
-    pages: Iterable[Any], cache: dict[str, list[str]] | None = None, feeds: bool = False
+    pages: Iterable[Any], cache: dict[tuple[str, str], list[str]] | None = None, feeds: bool = False
 ) -> tuple[pd.Series, pd.Series, set[str]]:
     """In-links per URL, in-links per site (keys with none left out), and the crawled URLs.
 
@@ -78,7 +79,10 @@ def counts_from_scratch(
 
 
 def queue_from_scratch(
-    pages: Iterable[Any], threshold: float = 3.0, cache: dict[str, list[str]] | None = None, feeds: bool = False
+    pages: Iterable[Any],
+    threshold: float = 3.0,
+    cache: dict[tuple[str, str], list[str]] | None = None,
+    feeds: bool = False,
 ) -> dict[str, float]:
     """``{url: score}`` of every not-yet-crawled URL whose score is at least ``threshold``."""
     url_in, site_in, crawled = counts_from_scratch(pages, cache, feeds)

@@ -48,7 +48,8 @@ def freshness(crawler: Any, pages: dict[str, dict[str, Any]]) -> float | None:
 
 
 def _links_per_epoch(p: Any, last: int = 50) -> list[dict[str, int]]:
-    """Links added and retracted by each of the ``last`` epochs of the stage producing ``links`` (if the pipeline has one)."""
+    """Links added and retracted by each of the ``last`` epochs of the stage producing ``links`` (if
+    the pipeline has one)."""
     flow = p.spec.flows.get("links")
     if flow is None or flow.producer is None:
         return []
