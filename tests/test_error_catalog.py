@@ -13,6 +13,16 @@ from cbp import errorcodes, errors
 from cbp.cli import exit_code
 
 CBP = ROOT / "cbp"
+#: The crawl application beside cbp raises cbp's errors with codes of the one catalog too.
+CRAWL_APP = ROOT / "cbp_crawl"
+
+
+def _raise_sites() -> dict[tuple[str, str], list[str]]:
+    """Where cbp and the crawl application raise each code."""
+    found = raise_sites(CBP)
+    for key, where in raise_sites(CRAWL_APP).items():
+        found[key] = found.get(key, []) + where
+    return found
 
 
 def _catalog() -> dict[str, errorcodes.Code]:
@@ -32,7 +42,7 @@ def test_scan_finds_codes_through_variables_and_carriers():
 def test_every_raised_code_is_in_the_catalog_with_its_class():
     catalog = _catalog()
     missing = []
-    for (code, cls), where in sorted(raise_sites(CBP).items()):
+    for (code, cls), where in sorted(_raise_sites().items()):
         entry = catalog.get(code)
         if entry is None:
             missing.append(
@@ -50,14 +60,16 @@ def test_every_raised_code_is_in_the_catalog_with_its_class():
 
 
 def test_every_catalog_entry_is_raised_as_it_says():
-    found = raise_sites(CBP)
+    found = _raise_sites()
     unraised = [
         f"'{c.code}' as {k.__name__}"
         for c in _catalog().values()
         for k in c.classes
         if (c.code, k.__name__) not in found
     ]
-    assert not unraised, f"catalog entries nothing in cbp/ raises (remove them or fix the class): {unraised}"
+    assert not unraised, (
+        f"catalog entries nothing in cbp/ or cbp_crawl/ raises (remove them or fix the class): {unraised}"
+    )
 
 
 def test_each_entry_exits_as_the_cli_maps_its_class():
@@ -91,7 +103,7 @@ def test_codes_are_unique_and_every_error_class_has_its_exit():
 def test_reported_codes_are_in_the_source():
     strings = {
         n.value
-        for p in CBP.rglob("*.py")
+        for p in [*CBP.rglob("*.py"), *CRAWL_APP.rglob("*.py")]
         for n in ast.walk(ast.parse(p.read_text(encoding="utf-8")))
         if isinstance(n, ast.Constant) and isinstance(n.value, str)
     }

@@ -80,3 +80,65 @@ def test_spark_worker_entry_points_load_the_task_side_only():
     ]
     assert wrong == []
     assert "pyspark" not in got["heavy"] and "pandas" not in got["heavy"] and "cbp_crawl" not in got["heavy"]
+
+
+#: The modules of ``cbp.crawl`` before the application moved out: each keeps its old name.
+OLD_CRAWL_MODULES = ("corpus", "crawler", "crawlstate", "fetch", "links", "reference", "schedule", "stats", "versions")
+#: What the crawl application takes from cbp beyond its public names (``from cbp import ...``): the
+#: hooks it plugs into and two internals it still needs (a record the pipeline refuses, the lease
+#: that locks a home on S3), each named here so that a new one is a decision.
+APP_USES = {"cbp.airflow.config", "cbp.spec.schema", "cbp.storage.lease"}
+
+
+def _imported(path: Path) -> set[str]:
+    names = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.ImportFrom) and not node.level and node.module:
+            names.add(node.module)
+        elif isinstance(node, ast.Import):
+            names |= {a.name for a in node.names}
+    return names
+
+
+def test_cbp_never_imports_the_crawl_application():
+    """cbp finds the application by its entry points; its old names, ``cbp/crawl/*``, name it as a
+    string and import nothing themselves."""
+    wrong = [
+        f"{f.relative_to(ROOT)}: {m}"
+        for f in sorted((ROOT / "cbp").rglob("*.py"))
+        for m in _imported(f)
+        if m.split(".")[0] == "cbp_crawl" or (f.parent.name == "crawl" and m not in ("importlib", "sys", "typing"))
+    ]
+    assert wrong == []
+    aliases = {f.stem for f in (ROOT / "cbp" / "crawl").glob("*.py")}
+    assert aliases == {"__init__", *OLD_CRAWL_MODULES}
+    assert aliases <= {f.stem for f in (ROOT / "cbp_crawl").glob("*.py")}
+
+
+def test_the_crawl_application_uses_the_public_api():
+    wrong = [
+        f"{f.relative_to(ROOT)}: {m}"
+        for f in sorted((ROOT / "cbp_crawl").glob("*.py"))
+        for m in _imported(f)
+        if m.split(".")[0] == "cbp" and m != "cbp" and m not in APP_USES
+    ]
+    assert wrong == []
+
+
+def test_old_crawl_names_are_the_application_modules():
+    """A home recorded by an older cbp names ``cbp.crawl.<module>:<name>``; older translator modules
+    import ``cbp.crawl.links``: the same modules and objects, never second copies."""
+    got = _loaded(
+        """
+        import sys
+        import cbp.crawl.links, cbp.crawl.crawler, cbp_crawl.links, cbp_crawl.crawler, cbp_crawl.versions
+        from cbp.crawl import Crawler
+        from cbp.spec.resolve import resolve_callable
+        assert cbp.crawl.links is cbp_crawl.links and Crawler is cbp_crawl.crawler.Crawler
+        assert cbp.crawl.crawler.Corpus is cbp_crawl.Corpus
+        assert resolve_callable("cbp.crawl.versions:status_of", ".") is cbp_crawl.versions.status_of
+        old = [m for m in sys.modules if m.startswith("cbp.crawl.")]
+        assert old and all(sys.modules[m].__name__ == "cbp_crawl." + m[10:] for m in old)  # no second copies
+        """
+    )
+    assert "cbp_crawl" in got["heavy"]

@@ -1,6 +1,0 @@
-"""Old name of :mod:`cbp_crawl.airflow` (see :mod:`cbp.crawl`)."""
-
-import importlib
-import sys
-
-sys.modules[__name__] = importlib.import_module("cbp_crawl.airflow")
