@@ -1,4 +1,4 @@
-"""Pages and URLs of the open web that once stopped or fooled the crawler (cbp/crawl/).
+"""Pages and URLs of the open web that once stopped or fooled the crawler (cbp_crawl/).
 
 A ``<meta charset>`` naming a Python codec that is no web encoding (``unicode_escape``,
 ``utf-7``...) gave text with lone surrogates, which the ``pages`` flow refuses: the whole round

@@ -1,4 +1,4 @@
-"""The crawler stays inside its corpus, and no URL stops it (cbp/crawl/crawler.py).
+"""The crawler stays inside its corpus, and no URL stops it (cbp_crawl/crawler.py).
 
 Escapes first: a file outside the corpus (holding a private marker) must never be read, through
 symbolic links (a directory's ``index.html``, a file, a directory, relative or absolute), dot
