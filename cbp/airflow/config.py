@@ -236,11 +236,10 @@ def crawl_app(path: str = "crawlers") -> Any:
     return apps[0].load()
 
 
-def _seeds(c: dict[str, Any], path: str, where: str) -> list[str]:
+def _seeds(c: dict[str, Any], path: str, where: str, app: Any) -> list[str]:
     seeds = _texts(c, path, "seed", where, required=True)
     for s in seeds:
-        ok = crawl_app(path).seed_ok(s)  # an http(s) URL the crawl's link rules read
-        if not ok:
+        if not app.seed_ok(s):  # an http(s) URL the crawl's link rules read
             raise _bad(path, where + "seed", f"{s!r} is not an http(s) URL")
     return seeds
 
@@ -256,8 +255,9 @@ def _crawler(name: str, c: Any, path: str, p: Callable[[str, str], str]) -> Craw
         )
     corpus = [p(where + "corpus", d) for d in _texts(c, path, "corpus", where, required=True)]
     hosts = _texts(c, path, "hosts", where, required=False)
+    app = crawl_app(path)
     for h in hosts:
-        if not crawl_app(path).is_host_name(h.lower()):
+        if not app.is_host_name(h.lower()):
             raise _bad(
                 path,
                 where + "hosts",
@@ -290,7 +290,7 @@ def _crawler(name: str, c: Any, path: str, p: Callable[[str, str], str]) -> Craw
         )
     return CrawlerConfig(
         corpus=corpus,
-        seed=_seeds(c, path, where),
+        seed=_seeds(c, path, where, app),
         max_pages=max_pages,
         hosts=hosts,
         queue=_text(c, path, "queue", "crawl_queue", where) or "crawl_queue",
