@@ -126,9 +126,8 @@ class Feeds:
             f"nothing; while no stage has read it, 'cbp unfeed {yaml} {flow} --feed {number}' withdraws it"
         )
         if not self.notify.listened:  # nobody listens: a Python warning
-            warnings.warn(
-                text, DuplicateFeedWarning, stacklevel=5
-            )  # Feeds, Landing.feed, Controller.feed, Pipeline.feed, the caller
+            # stack: Feeds.warn_duplicate, Landing.feed, Pipeline.feed, the caller
+            warnings.warn(text, DuplicateFeedWarning, stacklevel=4)
         else:
             self.notify(text)
 

@@ -42,7 +42,7 @@ ENTRY = "@entry"  # first element of a commit target that points into a history 
 class Journal:
     """The commit protocol: loads the live snapshot, makes each change of it durable, recovers.
 
-    ``reconcile`` is called after every snapshot loaded (the facade compares it with the YAML,
+    ``reconcile`` is called after every snapshot loaded (it compares it with the YAML,
     :meth:`.evolution.Evolution.reconcile`); ``check`` under the lock before every change (it
     raises while the YAML waits for ``cbp upgrade``, :meth:`.evolution.Evolution.check`).
     """

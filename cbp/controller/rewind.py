@@ -12,7 +12,7 @@ the target moment had live (Delta's ``RESTORE`` done as plain adds and removes; 
 were garbage-collected since come back the same way, out of the table's history) and removes
 what the undone epochs wrote, the new snapshot, and a history entry (:meth:`Layout.rewind_entry`)
 that keeps the undone epochs' records. Nothing is deleted: the undone epochs stay readable by
-Delta time travel (:meth:`Rewind.undone_records`). A data file that VACUUM removed since cannot come
+Delta time travel (:meth:`Rewind.undone_output`). A data file that VACUUM removed since cannot come
 back: then the rewind is refused (code ``rewind-vacuumed``) before anything changes.
 
 Reads: ``live.spec`` and ``live.st``, the snapshot copy of the target moment, epoch, feed and
@@ -375,7 +375,7 @@ class Rewind:
         self, cur: Snapshot, target: Snapshot, undone: dict[str, list[int]], report: RewindReport
     ) -> dict[str, Any]:
         """The rewind's history entry: where it went, and each undone epoch's entry with the table
-        versions that still hold what it wrote (read by :meth:`undone_records`)."""
+        versions that still hold what it wrote (read by :meth:`undone_output`)."""
         epochs: dict[str, list[dict[str, Any]]] = {}
         collected: dict[str, dict[str, dict[str, Any]]] = {}
         for s, es in undone.items():
@@ -420,7 +420,7 @@ class Rewind:
                     out.append(rec)
         return out
 
-    def undone_records(self, flow: str, epoch: int, rewind_seq: int | None = None) -> list[dict[str, Any]]:
+    def undone_output(self, flow: str, epoch: int, rewind_seq: int | None = None) -> list[dict[str, Any]]:
         """The records that epoch ``epoch`` of ``flow``'s producer wrote before a rewind undid it (the
         latest rewind that undid that epoch, or the one committed as change ``rewind_seq``)."""
         fl = self.live.spec.flow(flow)
