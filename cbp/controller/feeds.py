@@ -30,6 +30,7 @@ import pyarrow as pa
 
 from ..errors import InputError, UsageError
 from ..storage import INC, LAYOUT, Home
+from .change import Change, Commit, FlowVersion
 from .history import History
 from .journal import Journal
 from .live import Live, Notice
@@ -192,21 +193,7 @@ class Feeds:
                 if fs.version is not None
                 else []
             )
-            commits = (
-                [
-                    {
-                        "table": rel,
-                        "partition_by": INC,
-                        "adds": [],
-                        "removes": removes,
-                        "app": "cbp:unfeed",
-                        "version": seq,
-                        "targets": [["flows", flow, "version"]],
-                    }
-                ]
-                if removes
-                else []
-            )
+            commits = [Commit(rel, INC, (), tuple(removes), "cbp:unfeed", seq, (FlowVersion(flow),))] if removes else []
             for i in ids:
                 self.journal.entry(
                     LAYOUT.collected_entry(flow, i),
@@ -231,7 +218,7 @@ class Feeds:
                 rel_h = LAYOUT.feed_hash_entry(flow, e["hash"])
                 h = self.home.read_json(rel_h) or {"hash": e["hash"], "feeds": []}
                 self.journal.entry(rel_h, {"hash": e["hash"], "feeds": [n for n in h["feeds"] if n != number]})
-            self.journal.commit("unfeed", f"withdrawal of feed {number} of flow '{flow}'", commits)
+            self.journal.commit(Change("unfeed", f"withdrawal of feed {number} of flow '{flow}'", tuple(commits)))
             return {"flow": flow, "feed": number, "increments": ids, "records": e.get("records")}
 
     def _check_unread(self, flow: str, number: int, ids: list[int], entry: dict[str, Any]) -> None:

@@ -36,7 +36,8 @@ class History:
     def read(self, rel: str) -> dict[str, Any] | None:
         """The entry at ``rel`` (a legacy one not written yet, or the file), unchecked; None if there is none."""
         if rel in self.legacy:
-            return self.legacy[rel]
+            entry: dict[str, Any] = self.legacy[rel]
+            return entry
         return self.home.read_json(rel)
 
     def epoch(self, snap: Snapshot, stage: str, epoch: int) -> dict[str, Any] | None:
@@ -68,10 +69,10 @@ class History:
             return None
         return snap.flows[flow].version if e["version"] is None else int(e["version"])
 
-    def collected(self, snap: Snapshot, flow: str) -> dict[int, int]:
+    def collected(self, snap: Snapshot, flow: str) -> dict[int, int | None]:
         """Increments of ``flow`` that left the snapshot: id -> a table version that still holds it
         (a backfill's synthetic increments are not the flow's records: left out)."""
-        out: dict[int, int] = {}
+        out: dict[int, int | None] = {}
         for inc, e in self.collected_entries(snap, flow).items():
             producer = str((e.get("meta") or {}).get("producer", ""))
             if not producer.startswith("backfill:"):  # cbp.controller.backfill.BACKFILL

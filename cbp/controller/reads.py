@@ -112,7 +112,7 @@ class Reads:
         version = self.state_version(stage, epoch)
         if version is None:
             return []
-        rows = latest_rows(self.home.read_table(LAYOUT.state(stage), version))  # type: ignore[arg-type]
+        rows = latest_rows(self.home.read_table(LAYOUT.state(stage), version))
         rows = rows.sort_by([("_key", "ascending")] + ([("_rk", "ascending")] if spec.row_key else []))
         # as stored, or upgraded since; a keyed-row stage's rows with the key each belongs to
         records = [spec.state_schema.from_storage(r) for r in conform(rows, spec.state_schema).to_pylist()]
@@ -126,7 +126,7 @@ class Reads:
         self.journal.refresh()
         fl = self.live.spec.flow(flow)
         fs = self.live.st.flows[flow]
-        collected: dict[int, int] = {}
+        collected: dict[int, int | None] = {}
         if epoch is None:
             collected = self.history.collected(self.live.st, flow)
             live = {i for i, m in fs.incs.items() if not is_synthetic(m.producer)}  # a backfill's: not the flow's

@@ -38,6 +38,7 @@ from .. import faults
 from ..errors import RuntimeStateError, UsageError
 from ..spec.schema import DIFF
 from ..storage import INC, LAYOUT, PART, SRC, Home
+from .change import Change, Commit, FlowVersion, IncrementVersion, StateVersion, Target
 from .history import History
 from .intentions import Intentions
 from .journal import Journal
@@ -151,7 +152,7 @@ class Rewind:
             self.notify(f"nothing to rewind: no stage epoch was committed after {report.where()}")
             return report
         new = self._merge(cur, target, undone, report)
-        commits: list[dict[str, Any]] = []
+        commits: list[Commit] = []
         for s in undone:
             if s in self.live.spec.stages and self.live.spec.stages[s].state_schema is not None:
                 commits += self._restore_state(
@@ -166,7 +167,7 @@ class Rewind:
                 self.journal.entry(LAYOUT.collected_entry(flow, int(inc)), {**entry, "undone": seq})
         faults.point("rewind:planned")
         self.live.st = new
-        self.journal.commit("rewind", f"rewind to after {report.where()}", commits)
+        self.journal.commit(Change("rewind", f"rewind to after {report.where()}", tuple(commits)))
         report.pending = {
             f: len({i for c in self.live.spec.flows[f].consumers for i in self.live.st.connector(c, f)})
             for f in self.live.spec.external_flows
@@ -264,11 +265,11 @@ class Rewind:
             if i in fs.incs:
                 incs[i] = fs.incs[i]
                 continue
-            e = self.history.read(LAYOUT.collected_entry(flow, i))
-            if e is None or e.get("undone"):
+            ce = self.history.read(LAYOUT.collected_entry(flow, i))
+            if ce is None or ce.get("undone"):
                 continue  # withdrawn (cbp unfeed): not landed any more
-            if e.get("meta"):
-                incs[i] = Increment(**{**e["meta"], "srcs": list(e["meta"].get("srcs", []))})
+            if ce.get("meta"):
+                incs[i] = Increment(**{**ce["meta"], "srcs": list(ce["meta"].get("srcs", []))})
             elif i in tf.incs and tf.incs[i].complete:
                 incs[i] = copy.deepcopy(tf.incs[i])
             elif (
@@ -281,7 +282,7 @@ class Rewind:
                     "to bring it back; rewind to a later epoch",
                     code="rewind-unavailable",
                 )
-            incs[i].version = int(e["version"]) if e["version"] is not None else fs.version
+            incs[i].version = int(ce["version"]) if ce["version"] is not None else fs.version
             report.restored.setdefault(flow, []).append(i)
         fs.incs = incs
         return fs
@@ -304,8 +305,8 @@ class Rewind:
             ) from e
 
     def _diff(
-        self, rel: str, partition_by: str, want: list[dict[str, Any]], seq: int, targets: list[list[str]]
-    ) -> tuple[list[dict[str, Any]], int | None]:
+        self, rel: str, partition_by: str, want: list[dict[str, Any]], seq: int, targets: list[Target]
+    ) -> tuple[list[Commit], int | None]:
         """The commit that makes ``want`` the table's live files (none if they are), and its head version."""
         head = self._head(rel)
         have = self._files(rel, head)
@@ -321,31 +322,19 @@ class Rewind:
             )
         if not adds and not removes:
             return [], head
-        return [
-            {
-                "table": rel,
-                "partition_by": partition_by,
-                "adds": adds,
-                "removes": removes,
-                "app": APP,
-                "version": seq,
-                "targets": targets,
-            }
-        ], head
+        return [Commit(rel, partition_by, tuple(adds), tuple(removes), APP, seq, tuple(targets))], head
 
-    def _restore_state(self, new: Snapshot, stage: str, version: int | None, seq: int) -> list[dict[str, Any]]:
+    def _restore_state(self, new: Snapshot, stage: str, version: int | None, seq: int) -> list[Commit]:
         """Put the stage's state table back to the files of ``version`` (no state: no files)."""
         rel = LAYOUT.state(stage)
         if self._head(rel) is None:
             new.stages[stage].state_version = None
             return []
-        commits, head = self._diff(rel, PART, self._files(rel, version), seq, [["stages", stage, "state_version"]])
+        commits, head = self._diff(rel, PART, self._files(rel, version), seq, [StateVersion(stage)])
         new.stages[stage].state_version = head if commits or version is not None else None
         return commits
 
-    def _restore_flow(
-        self, cur: Snapshot, target: Snapshot, new: Snapshot, flow: str, seq: int
-    ) -> list[dict[str, Any]]:
+    def _restore_flow(self, cur: Snapshot, target: Snapshot, new: Snapshot, flow: str, seq: int) -> list[Commit]:
         """Make the flow's table hold exactly the increments live after the rewind."""
         rel = LAYOUT.flow(flow)
         fs = new.flows[flow]
@@ -364,7 +353,7 @@ class Rewind:
             for i, m in fs.incs.items():
                 by_version.setdefault(cur.flows[flow].version if i in cur.flows[flow].incs else m.version, set()).add(i)
             want = [f for v, ids in by_version.items() for f in self._files(rel, v) if int(f["partition"]) in ids]
-        targets = [["flows", flow, "version"]] + [["flows", flow, "incs", str(i), "version"] for i in fs.incs]
+        targets: list[Target] = [FlowVersion(flow), *(IncrementVersion(flow, i) for i in fs.incs)]
         commits, head = self._diff(rel, INC, want, seq, targets)
         fs.version = head
         for m in fs.incs.values():
@@ -381,7 +370,7 @@ class Rewind:
         for s, es in undone.items():
             for e in es:
                 entry = self.history.epoch(cur, s, e) or {}
-                versions: dict[str, dict[str, int]] = {}
+                versions: dict[str, dict[str, int | None]] = {}
                 for f, ids in entry.get("outputs", {}).items():
                     for i in ids:
                         if i in cur.flows[f].incs:
