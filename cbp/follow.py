@@ -26,7 +26,8 @@ epoch: the follower stops after the epoch in flight, with nothing half-committed
     >>> p = cbp.load("flows/url_count.yaml", home="/tmp/cbp-demo")  # doctest: +SKIP
     >>> stop = threading.Event()  # doctest: +SKIP
     >>> t = threading.Thread(target=p.follow, kwargs={"stop": stop, "min_interval": 1.0}); t.start()  # doctest: +SKIP
-    >>> cbp.load("flows/url_count.yaml", home="/tmp/cbp-demo").feed("urls", [{"url": "http://a/"}])  # the follower runs it  # doctest: +SKIP
+    >>> feeder = cbp.load("flows/url_count.yaml", home="/tmp/cbp-demo")  # doctest: +SKIP
+    >>> feeder.feed("urls", [{"url": "http://a/"}])  # the follower runs it  # doctest: +SKIP
     >>> stop.set(); t.join()  # doctest: +SKIP
 """
 
@@ -36,7 +37,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Union
+from typing import TYPE_CHECKING, Any
 
 from .errors import UsageError
 from .storage.layout import LAYOUT
@@ -66,7 +67,7 @@ SYNC_EVERY = 5.0  # seconds between two looks at a Delta source's versions (Pipe
 #: A source of input that a follower polls: lands what waits (through ``Pipeline.feed``) and says
 #: whether it landed anything. It is called between runs only, in the follower's thread.
 Source = Callable[[], bool]
-Stop = Union[threading.Event, Callable[[], bool], None]
+Stop = threading.Event | Callable[[], bool] | None
 
 
 class _Stopped(Exception):

@@ -193,7 +193,8 @@ class Pipeline:
             )
         if fl.source is not None:
             raise InputError(
-                f"flow '{flow}' is fed from source table {fl.source} by 'cbp sync' (Pipeline.sync()) only; nothing was landed",
+                f"flow '{flow}' is fed from source table {fl.source} by 'cbp sync' (Pipeline.sync()) only; nothing "
+                "was landed",
                 code="source-flow",
             )
         table = as_table(fl.schema, records, flow, source)

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Union
+from typing import Any
 
 from ..errors import RuntimeStateError
 from .snapshot import Snapshot
@@ -97,7 +97,7 @@ class EntryVersion:
         return [ENTRY, self.entry, self.key]
 
 
-Target = Union[StateVersion, FlowVersion, IncrementVersion, EntryVersion]
+Target = StateVersion | FlowVersion | IncrementVersion | EntryVersion
 
 
 def target_of(path: list[str]) -> Target:
@@ -216,7 +216,7 @@ class ShapeSet:
         st.shapes[self.key] = dict(self.value)
 
 
-SnapshotUpdate = Union[EpochAdvance, ConnectorRead, ShapeSet]
+SnapshotUpdate = EpochAdvance | ConnectorRead | ShapeSet
 
 
 @dataclass(frozen=True)

@@ -122,9 +122,10 @@ class Feeds:
         if first is None:
             return
         text = (
-            f"warning [duplicate-feed]: feed {number} of flow '{flow}' has the same records as feed {first}; both are landed. "
-            f"Give each feed an id (cbp feed --id NAME, e.g. the file's name; Python feed_id=) so that a re-delivered file lands "
-            f"nothing; while no stage has read it, 'cbp unfeed {yaml} {flow} --feed {number}' withdraws it"
+            f"warning [duplicate-feed]: feed {number} of flow '{flow}' has the same records as feed {first}; "
+            "both are landed. Give each feed an id (cbp feed --id NAME, e.g. the file's name; Python feed_id=) "
+            "so that a re-delivered file lands nothing; while no stage has read it, "
+            f"'cbp unfeed {yaml} {flow} --feed {number}' withdraws it"
         )
         if not self.notify.listened:  # nobody listens: a Python warning
             # stack: Feeds.warn_duplicate, Landing.feed, Pipeline.feed, the caller
@@ -166,8 +167,8 @@ class Feeds:
         if fl.key or fl.source is not None:  # its keyed table / its source's versions already took the feed in
             raise UsageError(
                 f"flow '{flow}' is {'keyed' if fl.key else 'synced from ' + str(fl.source)}: its feeds change "
-                f"{'the current row per key' if fl.key else 'what was landed of the table'} as well, so one cannot be withdrawn alone; "
-                "feed the opposite change (an upsert of the old row, or a delete) instead",
+                f"{'the current row per key' if fl.key else 'what was landed of the table'} as well, so one cannot be "
+                "withdrawn alone; feed the opposite change (an upsert of the old row, or a delete) instead",
                 code="feed-keyed",
             )
         with self.journal.locked(), self.journal.transaction():
@@ -222,7 +223,8 @@ class Feeds:
             return {"flow": flow, "feed": number, "increments": ids, "records": e.get("records")}
 
     def _check_unread(self, flow: str, number: int, ids: list[int], entry: dict[str, Any]) -> None:
-        """Refuse (``feed-read``, ``feed-shared``) to withdraw increments a stage read or that hold other feeds' records."""
+        """Refuse (``feed-read``, ``feed-shared``) to withdraw increments a stage read or that hold
+        other feeds' records."""
         fl = self.live.spec.flows[flow]
         fs = self.live.st.flows[flow]
         for i in ids:
@@ -230,7 +232,8 @@ class Feeds:
             if m is None or any(i not in self.live.st.connector(c, flow) for c in fl.consumers):
                 raise UsageError(
                     f"feed {number} of flow '{flow}' was read by a stage already (increment {i}); withdrawing it would "
-                    "leave results that counted it: rewind the pipeline to before it ('cbp rewind'), or feed retractions",
+                    "leave results that counted it: rewind the pipeline to before it ('cbp rewind'), or feed "
+                    "retractions",
                     code="feed-read",
                 )
             if fl.frame_by is not None and (set(m.srcs) != {number} or fl.frame_by.field is None):
@@ -247,7 +250,8 @@ class Feeds:
         for stage, it in self.home.intentions().items():
             if any(i in it["inputs"].get(flow, []) for i in ids):
                 raise UsageError(
-                    f"feed {number} of flow '{flow}' is being read by stage '{stage}' epoch {it['epoch']} (interrupted; "
+                    f"feed {number} of flow '{flow}' is being read by stage '{stage}' epoch {it['epoch']} "
+                    "(interrupted; "
                     "the next 'cbp run' finishes it)",
                     code="feed-read",
                 )
@@ -260,7 +264,8 @@ class Feeds:
                     break
                 if any(i in ep.get("inputs", {}).get(flow, []) for i in ids):
                     raise UsageError(
-                        f"feed {number} of flow '{flow}' was read by stage '{c}' epoch {e}; rewind the pipeline to before it "
+                        f"feed {number} of flow '{flow}' was read by stage '{c}' epoch {e}; rewind the pipeline to "
+                        "before it "
                         "('cbp rewind'), or feed retractions",
                         code="feed-read",
                     )

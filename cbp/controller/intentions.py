@@ -87,7 +87,8 @@ class Intentions:
             )
         except OSError as e:
             raise RuntimeStateError(
-                f"stage '{stage}' epoch {epoch}: cannot write its intention in {self.home.uri(LAYOUT.INTENTIONS)}: {e}; "
+                f"stage '{stage}' epoch {epoch}: cannot write its intention in {self.home.uri(LAYOUT.INTENTIONS)}: "
+                f"{e}; "
                 "nothing was run",
                 code="io",
             ) from e

@@ -185,7 +185,8 @@ class Journal:
             except OSError as e:
                 raise RuntimeStateError(
                     f"{record['what']}: cannot write the controller snapshot in "
-                    f"{self.home.uri(LAYOUT.CONTROLLER)}: {e}. Once the cause is fixed, the next 'cbp run' or 'cbp feed' finishes the commit",
+                    f"{self.home.uri(LAYOUT.CONTROLLER)}: {e}. Once the cause is fixed, the next 'cbp run' or 'cbp "
+                    "feed' finishes the commit",
                     code="io",
                 ) from e
         if record.get("kind") == "epoch":  # the snapshot after each stage epoch: what 'cbp rewind' goes back to

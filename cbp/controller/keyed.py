@@ -88,7 +88,8 @@ def keyed_changes(
     for i, (row, d) in enumerate(zip(rows, diffs)):
         if d not in (1, -1):
             raise InputError(
-                f"{what}: record {i + 1} {_short(row)} has _diff {d}; a keyed flow takes upserts (+1) and deletes (-1) only; "
+                f"{what}: record {i + 1} {_short(row)} has _diff {d}; a keyed flow takes upserts (+1) and deletes "
+                "(-1) only; "
                 "nothing was landed",
                 code="keyed-diff",
             )
@@ -114,7 +115,7 @@ def keyed_changes(
                 live = not deleting
                 state = (row, False) if not deleting else None
         else:
-            for i, deleting, row in sorted(evs, key=lambda e: (e[2][sequence_by], e[0])):
+            for _i, deleting, row in sorted(evs, key=lambda e: (e[2][sequence_by], e[0])):
                 if state is not None and row[sequence_by] < state[0][sequence_by]:
                     continue  # late: an older event than the key's row (or tombstone)
                 state = (row, deleting)

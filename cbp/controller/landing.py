@@ -193,7 +193,8 @@ class Landing:
         field = fl.frame_by.field  # type: ignore[union-attr]
         if field is not None:  # column-wise
             ft = fl.schema.fields[field]
-            # a field's values were validated as JSON values (finite floats, no lone surrogates): storable, unless too long
+            # a field's values were validated as JSON values (finite floats, no lone surrogates):
+            # storable, unless too long
             runs = [list(r) for r in frame_runs(data.column(field), json_text=ft.scalar == "json" and not ft.is_list)]
             self._check_frames(
                 flow, [(key, lambda first=first: data.slice(first, 1).to_pylist()[0]) for key, first, _ in runs]

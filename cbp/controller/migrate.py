@@ -68,9 +68,11 @@ def conforms(t: pa.Table, schema: RecordSchema) -> bool:
     ``int`` under ``float``), or missing and nullable or defaulted. Not so for increments stored
     before a flow's ``migrate:`` changed its types or fields (they are read as recorded).
 
-        >>> conforms(pa.table({"n": pa.array([1], pa.int32()), "s": pa.array(["x"], pa.large_string())}), RecordSchema.parse({"n": "float", "s": "string"}))
+        >>> t = pa.table({"n": pa.array([1], pa.int32()), "s": pa.array(["x"], pa.large_string())})
+        >>> conforms(t, RecordSchema.parse({"n": "float", "s": "string"}))
         True
-        >>> conforms(pa.table({"n": ["1"]}), RecordSchema.parse({"n": "int"})), conforms(pa.table({"n": [1]}), RecordSchema.parse({"c": "int"}))
+        >>> n_int, c_int = RecordSchema.parse({"n": "int"}), RecordSchema.parse({"c": "int"})
+        >>> conforms(pa.table({"n": ["1"]}), n_int), conforms(pa.table({"n": [1]}), c_int)
         (False, False)
     """
     for name, ft in schema.fields.items():

@@ -76,7 +76,8 @@ class Reads:
         return e
 
     def epoch_record(self, stage: str, epoch: int) -> EpochRecord:
-        """What stage epoch ``epoch`` read (increment ids per input flow) and wrote (ids and records per output flow)."""
+        """What stage epoch ``epoch`` read (increment ids per input flow) and wrote (ids and records
+        per output flow)."""
         self.journal.refresh()
         e = self._epoch_entry(self.live.spec.stage(stage).name, epoch)
         outputs = {f: [int(i) for i in ids] for f, ids in e["outputs"].items()}
@@ -124,7 +125,7 @@ class Reads:
         """Which increments of the flow :meth:`output_records` reads at which Delta version of its
         table (``upto``: those of every epoch up to ``epoch``, or feed for an external flow)."""
         self.journal.refresh()
-        fl = self.live.spec.flow(flow)
+        self.live.spec.flow(flow)  # an unknown flow is refused
         fs = self.live.st.flows[flow]
         collected: dict[int, int | None] = {}
         if epoch is None:
@@ -216,7 +217,8 @@ class Reads:
                 what = f"feed {where}" if fl.producer is None else f"stage '{fl.producer}' epoch {where}"
                 raise InputError(
                     f"flow '{flow}': record {json.dumps(rec, ensure_ascii=False, default=repr)[:200]} is retracted "
-                    f"more often than it was added (its multiplicity sums to {total}; it first went below zero in {what})",
+                    f"more often than it was added (its multiplicity sums to {total}; it first went below zero in "
+                    f"{what})",
                     code="negative-multiplicity",
                 )
             if total:
@@ -290,7 +292,8 @@ class Reads:
                     "what": rec["what"],
                     "commits": len(done),
                     "commits_done": sum(done),
-                    "recovery": f"the next 'cbp run' or 'cbp feed' finishes committing it ({sum(done)} of {len(done)} Delta commits made)",
+                    "recovery": "the next 'cbp run' or 'cbp feed' finishes committing it "
+                    f"({sum(done)} of {len(done)} Delta commits made)",
                 }
             )
         for stage, it in self.home.intentions().items():

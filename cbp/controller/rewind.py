@@ -187,7 +187,8 @@ class Rewind:
         have = self.live.st.stages[stage].epoch
         if to_epoch > have:
             raise UsageError(
-                f"stage '{stage}' has run {have} epoch(s); cannot rewind to epoch {to_epoch} ('cbp history' lists them)",
+                f"stage '{stage}' has run {have} epoch(s); cannot rewind to epoch {to_epoch} ('cbp history' lists "
+                "them)",
                 code="unknown-epoch",
             )
         entry = self.history.epoch(self.live.st, stage, to_epoch)
@@ -348,7 +349,9 @@ class Rewind:
             fl is None or not fl.external
         ):  # a stage's output: as at the target (a flow nobody reads keeps collected increments there too)
             want = self._files(rel, target.flows.get(flow, FlowState()).version)
-        else:  # the increments of an external flow as they are now, those collected since out of the version that held them
+        else:
+            # the increments of an external flow as they are now, those collected since out of the
+            # version that held them
             by_version: dict[int | None, set[int]] = {}
             for i, m in fs.incs.items():
                 by_version.setdefault(cur.flows[flow].version if i in cur.flows[flow].incs else m.version, set()).add(i)

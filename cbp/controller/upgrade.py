@@ -372,7 +372,8 @@ class Upgrade:
         gone = [f["path"] for f in files if not self.home.exists(f"{rel}/{f['path']}")]
         if gone:
             raise UsageError(
-                f"cannot restore stage '{s}': {len(gone)} file(s) of its archived state are gone from {self.home.uri(rel)} "
+                f"cannot restore stage '{s}': {len(gone)} file(s) of its archived state are gone from "
+                f"{self.home.uri(rel)} "
                 f"(vacuumed?), e.g. {gone[0]}",
                 code="archive-gone",
             )
@@ -405,7 +406,8 @@ def unfed_waits(spec: PipelineSpec, st: Snapshot) -> list[str]:
             fl, fs = spec.flows[i.flow], st.flows.get(i.flow)
             if pending and fl.external and (fs is None or fs.feeds == 0):
                 out.append(
-                    f"stage '{s}' waits for flow '{i.flow}', which nobody has fed (runnable 'all' reads an increment of every input); "
+                    f"stage '{s}' waits for flow '{i.flow}', which nobody has fed (runnable 'all' reads an increment "
+                    "of every input); "
                     f"feed it, or give the stage 'runnable: any'"
                 )
     return out
