@@ -45,7 +45,7 @@ from .change import (
     StateVersion,
 )
 from .codehash import note_code
-from .intentions import Intentions
+from .intentions import Intention, Intentions
 from .journal import Journal
 from .landing import Landing, flow_schema
 from .live import LazySpark, Live, Tuning
@@ -81,12 +81,12 @@ class Epochs:
         rk = [pa.field("_rk", pa.string())] if spec.row_key else []  # keyed rows (cbp.engine.task.keyedstate)
         return pa.schema([pa.field(PART, pa.int32())] + list(STATE_META) + rk + list(spec.state_schema.arrow))  # type: ignore[union-attr]
 
-    def run_epoch(self, stage: str, d: Decision, *, intention: dict[str, Any] | None = None) -> EpochReport:
+    def run_epoch(self, stage: str, d: Decision, *, intention: Intention | None = None) -> EpochReport:
         """Run and commit one epoch of ``stage``: state, output increments and connectors, all or nothing."""
         with self.journal.transaction():
             return self._run_epoch(stage, d, intention)
 
-    def _run_epoch(self, stage: str, d: Decision, intention: dict[str, Any] | None) -> EpochReport:
+    def _run_epoch(self, stage: str, d: Decision, intention: Intention | None) -> EpochReport:
         spec = self.live.spec.stages[stage]
         epoch = self.live.st.stages[stage].epoch + 1
         t0 = time.perf_counter()
@@ -105,7 +105,7 @@ class Epochs:
                     (uri, e) for uri, i in files if (e := self._made_in(stage, inp.flow, uri, i)) is not None
                 )
         if intention is not None:  # the attempt that died allocated these; its files go first
-            out_incs = {f: int(i) for f, i in intention["out_incs"].items()}
+            out_incs = dict(intention.out_incs)
             for f, i in out_incs.items():
                 self.live.st.flows[f].next_inc = max(self.live.st.flows[f].next_inc, i + 1)
             self.intentions.discard_files(stage, epoch, out_incs)

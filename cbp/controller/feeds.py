@@ -32,6 +32,7 @@ from ..errors import InputError, UsageError
 from ..storage import INC, LAYOUT, Home
 from .change import Change, Commit, FlowVersion
 from .history import History
+from .intentions import Intention
 from .journal import Journal
 from .live import Live, Notice
 
@@ -247,12 +248,12 @@ class Feeds:
                     + "; it cannot be withdrawn alone",
                     code="feed-shared",
                 )
-        for stage, it in self.home.intentions().items():
-            if any(i in it["inputs"].get(flow, []) for i in ids):
+        for stage, doc in self.home.intentions().items():
+            it = Intention.from_json(doc)
+            if any(i in it.inputs.get(flow, []) for i in ids):
                 raise UsageError(
-                    f"feed {number} of flow '{flow}' is being read by stage '{stage}' epoch {it['epoch']} "
-                    "(interrupted; "
-                    "the next 'cbp run' finishes it)",
+                    f"feed {number} of flow '{flow}' is being read by stage '{stage}' epoch {it.epoch} "
+                    "(interrupted; the next 'cbp run' finishes it)",
                     code="feed-read",
                 )
         since = entry.get("seq")

@@ -296,19 +296,19 @@ class Reads:
                     f"({sum(done)} of {len(done)} Delta commits made)",
                 }
             )
-        for stage, it in self.home.intentions().items():
+        for stage, it in self.intentions.read().items():
             if rec is not None and rec.get("stage") == stage:
                 continue
             fits = stage in self.live.spec.stages and self.intentions.fits(it)
-            reads = ", ".join(f"{f} {ids}" for f, ids in it["inputs"].items()) or "no input"
+            reads = ", ".join(f"{f} {ids}" for f, ids in it.inputs.items()) or "no input"
             out.append(
                 {
                     "kind": "epoch",
                     "stage": stage,
-                    "epoch": it["epoch"],
-                    "reads": it["inputs"],
+                    "epoch": it.epoch,
+                    "reads": dict(it.inputs),
                     "recovery": (
-                        f"the next 'cbp run' re-runs stage '{stage}' epoch {it['epoch']} with the same inputs ({reads})"
+                        f"the next 'cbp run' re-runs stage '{stage}' epoch {it.epoch} with the same inputs ({reads})"
                         if fits
                         else "the next 'cbp run' drops it (its inputs changed) and asks the stage's runnable again"
                     ),

@@ -22,7 +22,7 @@ from ..spec import MAX_TIMEOUT
 from ..spec.resolve import safe_str
 from ..storage import Home
 from .epoch import Epochs
-from .intentions import Intentions
+from .intentions import Intention, Intentions
 from .journal import Journal
 from .landing import Landing
 from .live import Live, Tuning
@@ -166,7 +166,7 @@ class Scheduler:
                     on_epoch(rep)
         return reports
 
-    def _next_step(self) -> tuple[str, Decision, dict[str, Any] | None] | None:
+    def _next_step(self) -> tuple[str, Decision, Intention | None] | None:
         """Advance the scheduler to the next stage epoch to run: (stage, decision, intention to finish)."""
         sc = self.live.st.sched
         while True:
@@ -185,11 +185,11 @@ class Scheduler:
             intention = self.intentions.interrupted.pop(stage, None)
             if intention is not None and self.intentions.fits(intention):
                 self.notify(
-                    f"finishing stage '{stage}' epoch {intention['epoch']}, which was interrupted: re-running it with "
+                    f"finishing stage '{stage}' epoch {intention.epoch}, which was interrupted: re-running it with "
                     "the same inputs"
                 )
                 sc.ran = True
-                return stage, Decision(intention["reads"], intention["removes"], intention["runnable_state"]), intention
+                return stage, intention.decision(), intention
             if sc.pass_ == 0 and self._backpressured(stage):
                 sc.held.append(stage)
                 continue
