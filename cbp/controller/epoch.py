@@ -45,6 +45,7 @@ from .change import (
     StateVersion,
 )
 from .codehash import note_code
+from .history import EpochEntry
 from .intentions import Intention, Intentions
 from .journal import Journal
 from .landing import Landing, flow_schema
@@ -232,23 +233,23 @@ class Epochs:
             stage, epoch, d.state, tuple(bindings), index if stateful else None, self.mode if stateful else None
         )
         code, shape = note_code(self.live.st, spec, epoch)
-        record = {
-            "state_version": self.live.st.stages[stage].state_version,
-            "inputs": inputs,
-            "outputs": out.produced,
-            "records": {f: out.counts[f] for f in out.produced},
-            "placement": _placement(results),
-            "code": code,
-            "seq": app[1],
-            "run": self.run_info,
-            "at": round(time.time(), 3),
-        }
+        record = EpochEntry(
+            self.live.st.stages[stage].state_version,
+            inputs,
+            out.produced,
+            {f: out.counts[f] for f in out.produced},
+            _placement(results),
+            code,
+            app[1],
+            self.run_info,
+            round(time.time(), 3),
+        )
         change = Change(
             "epoch",
             f"stage '{stage}' epoch {epoch}",
             commits=(*state.commits, *out.commits),
             updates=(*reads, advance, *((shape,) if shape is not None else ())),
-            entries=((entry, record),),
+            entries=((entry, record.to_json()),),
             stage=stage,
             cleanup=(*state.cleanup, *out.cleanup, *unbound),
             written=tuple(out.written),

@@ -31,7 +31,7 @@ import pyarrow as pa
 from ..errors import InputError, UsageError
 from ..storage import INC, LAYOUT, Home
 from .change import Change, Commit, FlowVersion
-from .history import History
+from .history import EpochEntry, History
 from .intentions import Intention
 from .journal import Journal
 from .live import Live, Notice
@@ -260,10 +260,10 @@ class Feeds:
         for c in fl.consumers:  # a runnable may read an increment and keep it: epochs since the feed say
             e = self.live.st.stages[c].epoch
             while e >= 1:
-                ep = self.history.epoch(self.live.st, c, e) or {}
-                if since is not None and (ep.get("seq") or 0) < since:
+                ep = self.history.epoch_entry(self.live.st, c, e) or EpochEntry(None, {}, {})
+                if since is not None and (ep.seq or 0) < since:
                     break
-                if any(i in ep.get("inputs", {}).get(flow, []) for i in ids):
+                if any(i in ep.inputs.get(flow, []) for i in ids):
                     raise UsageError(
                         f"feed {number} of flow '{flow}' was read by stage '{c}' epoch {e}; rewind the pipeline to "
                         "before it "

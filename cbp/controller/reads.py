@@ -21,7 +21,7 @@ from ..spec.schema import DIFF
 from ..storage import INC, LAYOUT, SRC, Home
 from .backfill import is_synthetic
 from .feeds import Feeds
-from .history import History
+from .history import EpochEntry, History
 from .intentions import Intentions
 from .journal import Journal
 from .live import Live
@@ -66,8 +66,8 @@ class Reads:
         self.journal.refresh()
         return self.live.st.flows[self.live.spec.flow(flow).name].feeds
 
-    def _epoch_entry(self, stage: str, epoch: int) -> dict[str, Any]:
-        e = self.history.epoch(self.live.st, stage, epoch)
+    def _epoch_entry(self, stage: str, epoch: int) -> EpochEntry:
+        e = self.history.epoch_entry(self.live.st, stage, epoch)
         if e is None:
             raise UsageError(
                 f"stage '{stage}' has not run epoch {epoch} (epochs run: {self.live.st.stages[stage].epoch})",
@@ -80,14 +80,7 @@ class Reads:
         per output flow)."""
         self.journal.refresh()
         e = self._epoch_entry(self.live.spec.stage(stage).name, epoch)
-        outputs = {f: [int(i) for i in ids] for f, ids in e["outputs"].items()}
-        return EpochRecord(
-            stage,
-            epoch,
-            {f: [int(i) for i in ids] for f, ids in e["inputs"].items()},
-            outputs,
-            {f: int(n) for f, n in e.get("records", {}).items()},
-        )
+        return EpochRecord(stage, epoch, dict(e.inputs), dict(e.outputs), dict(e.records))
 
     def is_new(self) -> bool:
         """True while nothing has been fed or run in the home."""
@@ -98,9 +91,7 @@ class Reads:
         self.journal.refresh()
         stage = self.live.spec.stage(stage).name
         return (
-            self.live.st.stages[stage].state_version
-            if epoch is None
-            else self._epoch_entry(stage, epoch)["state_version"]
+            self.live.st.stages[stage].state_version if epoch is None else self._epoch_entry(stage, epoch).state_version
         )
 
     def state_records(self, stage: str, epoch: int | None = None) -> list[dict[str, Any]]:
@@ -164,7 +155,7 @@ class Reads:
                     code="unknown-epoch",
                 )
             return [int(i) for i in e["incs"]]
-        return [int(i) for i in self._epoch_entry(fl.producer, epoch)["outputs"].get(flow, [])]
+        return list(self._epoch_entry(fl.producer, epoch).outputs.get(flow, []))
 
     def _rows(self, flow: str, by_version: dict[Any, list[int]]) -> list[tuple[dict[str, Any], int, Any, int]]:
         """(record, increment, ``_src`` or None, ``_diff``) of the increments ``by_version`` names, in

@@ -191,8 +191,8 @@ class Rewind:
                 "them)",
                 code="unknown-epoch",
             )
-        entry = self.history.epoch(self.live.st, stage, to_epoch)
-        seq = entry.get("seq") if entry else None
+        entry = self.history.epoch_entry(self.live.st, stage, to_epoch)
+        seq = entry.seq if entry else None
         doc = None
         if seq is not None:
             doc = self.home.read_json(LAYOUT.snapshot_copy(int(seq))) or self.home.read_json(LAYOUT.snapshot(int(seq)))
