@@ -401,7 +401,7 @@ class Pipeline:
     def state(self, stage: str, epoch: int | None = None) -> list[dict[str, Any]]:
         """The stage's state records after its ``epoch`` (default: latest)."""
         with self.parts.reading():
-            return self.parts.reads.state_records(stage, epoch)
+            return self.parts.reads.state(stage, epoch)
 
     def output(self, flow: str, epoch: int | None = None, consolidated: bool = False) -> list[dict[str, Any]]:
         """The flow's records (only those its producer wrote in ``epoch`` when given), each with its

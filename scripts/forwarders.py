@@ -3,7 +3,9 @@
 A *forwarder* is a method whose body (its docstring aside) is one statement, ``return
 self.<part>...<method>(<args>)`` or that call alone, passing exactly the method's own parameters
 (positionally or by the same name), or a property whose body only returns ``self.<part>.<attr>``.
-It *renames* when the called member's name differs from its own.
+It *renames* when the called member's name differs from its own. With ``--loose``, a member
+also counts when it passes other arguments (converted, reordered) or wraps its one call in a
+``with`` block: it does nothing of its own but hand the call on.
 
     .venv/bin/python scripts/forwarders.py cbp/pipeline.py:Pipeline cbp/controller/__init__.py:Parts
 """
@@ -60,9 +62,11 @@ def _same_arguments(call: ast.Call, params: list[str]) -> bool:
     return sorted(passed) == sorted(params)
 
 
-def forwards_to(fn: ast.FunctionDef) -> str:
+def forwards_to(fn: ast.FunctionDef, loose: bool = False) -> str:
     """What ``fn`` forwards to ("" if it does something of its own)."""
     body = _body(fn)
+    while loose and len(body) == 1 and isinstance(body[0], ast.With):
+        body = body[0].body
     if len(body) != 1:
         return ""
     stmt = body[0]
@@ -72,17 +76,17 @@ def forwards_to(fn: ast.FunctionDef) -> str:
     is_property = any(ast.unparse(d) == "property" for d in fn.decorator_list)
     if is_property and _on_other_object(value):
         return ast.unparse(value)
-    if isinstance(value, ast.Call) and _on_other_object(value.func) and _same_arguments(value, _params(fn)):
+    if isinstance(value, ast.Call) and _on_other_object(value.func) and (loose or _same_arguments(value, _params(fn))):
         return ast.unparse(value.func)
     return ""
 
 
-def members(path: str, cls: str) -> list[Member]:
+def members(path: str, cls: str, loose: bool = False) -> list[Member]:
     tree = ast.parse(open(path, encoding="utf-8").read())
     for node in tree.body:
         if isinstance(node, ast.ClassDef) and node.name == cls:
             return [
-                Member(cls, fn.name, forwards_to(fn))
+                Member(cls, fn.name, forwards_to(fn, loose))
                 for fn in node.body
                 if isinstance(fn, ast.FunctionDef) and (not fn.name.startswith("_") or fn.name == "__call__")
                 if not any(ast.unparse(d).endswith(".setter") for d in fn.decorator_list)
@@ -91,9 +95,10 @@ def members(path: str, cls: str) -> list[Member]:
 
 
 def main(argv: list[str]) -> int:
-    for arg in argv:
+    loose = "--loose" in argv
+    for arg in [a for a in argv if a != "--loose"]:
         path, _, cls = arg.partition(":")
-        found = members(path, cls)
+        found = members(path, cls, loose)
         fwd = [m for m in found if m.target]
         print(
             f"{cls} ({path}): {len(found)} public members, {len(fwd)} forwarders, "

@@ -7,7 +7,7 @@ runnable (or an epoch budget is spent), commits each stage epoch durably, and ga
 increments that no connector references.
 
 :class:`Parts` is the composition of the controller's parts that a :class:`cbp.Pipeline` owns;
-it forwards nothing: callers call the part that does the work (``parts.reads.state_records``,
+it forwards nothing: callers call the part that does the work (``parts.reads.state``,
 ``parts.scheduler.frames``). Each part is an object handed what it reads and writes (each
 module's docstring says which tables, files and snapshot fields):
 

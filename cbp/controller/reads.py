@@ -94,7 +94,7 @@ class Reads:
             self.live.st.stages[stage].state_version if epoch is None else self._epoch_entry(stage, epoch).state_version
         )
 
-    def state_records(self, stage: str, epoch: int | None = None) -> list[dict[str, Any]]:
+    def state(self, stage: str, epoch: int | None = None) -> list[dict[str, Any]]:
         """The stage's state records after ``epoch`` (default: the latest), sorted by key. A keyed-row
         stage's (``state: {row_key: ...}``) carry ``_key``, the grouping key the row belongs to."""
         self.journal.refresh()
