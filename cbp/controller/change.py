@@ -8,7 +8,8 @@ A stage epoch is ``plan -> result -> Change``: :mod:`.epoch` turns the tasks' re
   goes: :class:`StateVersion`, :class:`FlowVersion`, :class:`IncrementVersion` in the snapshot,
   :class:`EntryVersion` in a history entry);
 - the snapshot updates it makes (:class:`EpochAdvance`, :class:`ConnectorRead`,
-  :class:`ShapeSet`), applied by the journal to the live snapshot before it is written;
+  :class:`ShapeSet`, :class:`IncrementsDropped`, :class:`GcRun`), applied by the journal to the
+  live snapshot before it is written;
 - its history entries, the files to delete once it is committed (``cleanup``) and those to
   delete if it is abandoned before its pending record exists (``written``).
 
@@ -40,7 +41,9 @@ __all__ = [
     "EntryVersion",
     "EpochAdvance",
     "FlowVersion",
+    "GcRun",
     "IncrementVersion",
+    "IncrementsDropped",
     "ShapeSet",
     "SnapshotUpdate",
     "StateVersion",
@@ -216,7 +219,35 @@ class ShapeSet:
         st.shapes[self.key] = dict(self.value)
 
 
-SnapshotUpdate = EpochAdvance | ConnectorRead | ShapeSet
+@dataclass(frozen=True)
+class IncrementsDropped:
+    """Increments ``incs`` of flow ``flow`` leave the snapshot (collected, or a feed withdrawn), and
+    every connector of ``readers`` from the flow forgets them."""
+
+    flow: str
+    incs: tuple[int, ...]
+    readers: tuple[str, ...] = ()
+
+    def apply(self, st: Snapshot) -> None:
+        fs, gone = st.flows[self.flow], set(self.incs)
+        for i in self.incs:
+            del fs.incs[i]
+        for c in self.readers:
+            q = st.connector(c, self.flow)
+            q[:] = [i for i in q if i not in gone]
+
+
+@dataclass(frozen=True)
+class GcRun:
+    """Garbage collection run ``run`` collected increments."""
+
+    run: int
+
+    def apply(self, st: Snapshot) -> None:
+        st.gc_runs = self.run
+
+
+SnapshotUpdate = EpochAdvance | ConnectorRead | ShapeSet | IncrementsDropped | GcRun
 
 
 @dataclass(frozen=True)

@@ -30,7 +30,7 @@ import pyarrow as pa
 
 from ..errors import InputError, UsageError
 from ..storage import INC, LAYOUT, Home
-from .change import Change, Commit, FlowVersion
+from .change import Change, Commit, FlowVersion, IncrementsDropped
 from .history import EpochEntry, History
 from .intentions import Intention
 from .journal import Journal
@@ -201,10 +201,6 @@ class Feeds:
                     LAYOUT.collected_entry(flow, i),
                     {"inc": i, "version": fs.version, "meta": asdict(fs.incs[i]), "undone": seq, "withdrawn": True},
                 )
-                del fs.incs[i]
-            for c in fl.consumers:
-                q = self.live.st.connector(c, flow)
-                q[:] = [i for i in q if i not in ids]
             self.journal.entry(
                 LAYOUT.feed_entry(flow, number),
                 {
@@ -220,7 +216,9 @@ class Feeds:
                 rel_h = LAYOUT.feed_hash_entry(flow, e["hash"])
                 h = self.home.read_json(rel_h) or {"hash": e["hash"], "feeds": []}
                 self.journal.entry(rel_h, {"hash": e["hash"], "feeds": [n for n in h["feeds"] if n != number]})
-            self.journal.commit(Change("unfeed", f"withdrawal of feed {number} of flow '{flow}'", tuple(commits)))
+            what = f"withdrawal of feed {number} of flow '{flow}'"
+            withdrawn = IncrementsDropped(flow, tuple(ids), tuple(fl.consumers))
+            self.journal.commit(Change("unfeed", what, tuple(commits), (withdrawn,)))
             return {"flow": flow, "feed": number, "increments": ids, "records": e.get("records")}
 
     def _check_unread(self, flow: str, number: int, ids: list[int], entry: dict[str, Any]) -> None:

@@ -33,7 +33,7 @@ from ..spec.arrowrecords import DIFF_FIELD, with_diff
 from ..spec.resolve import safe_str
 from ..spec.signing import REFUSED, first_unsigned, refusal, unsigned_inputs
 from ..storage import INC, LAYOUT, SRC, Home
-from .change import Change, Commit, FlowVersion, IncrementVersion, Target
+from .change import Change, Commit, FlowVersion, GcRun, IncrementsDropped, IncrementVersion, Target
 from .feeds import Feeds
 from .history import History
 from .journal import Journal
@@ -414,6 +414,7 @@ class Landing:
         """
         dropped: list[tuple[str, int]] = []
         commits: list[Commit] = []
+        updates: list[IncrementsDropped] = []
         with self.journal.transaction():
             run = self.live.st.gc_runs + 1
             for flow, fs in self.live.st.flows.items():
@@ -421,12 +422,13 @@ class Landing:
                 if fs.version is None:
                     continue
                 if not consumers:  # nobody reads it: its increments stay in the table, not in the snapshot
-                    for i in sorted(i for i, m in fs.incs.items() if m.complete):
+                    done = sorted(i for i, m in fs.incs.items() if m.complete)
+                    for i in done:
                         self.journal.entry(
                             LAYOUT.collected_entry(flow, i), {"inc": i, "version": None, "meta": asdict(fs.incs[i])}
                         )
-                        del fs.incs[i]
                         dropped.append((flow, i))
+                    updates += [IncrementsDropped(flow, tuple(done))] if done else []
                     continue
                 referenced = {i for c in consumers for i in self.live.st.connector(c, flow)}
                 dead = sorted(i for i, m in fs.incs.items() if m.complete and i not in referenced)
@@ -439,9 +441,10 @@ class Landing:
                     self.journal.entry(
                         LAYOUT.collected_entry(flow, i), {"inc": i, "version": fs.version, "meta": asdict(fs.incs[i])}
                     )  # meta: for a rewind
-                    del fs.incs[i]
                     dropped.append((flow, i))
+                updates.append(IncrementsDropped(flow, tuple(dead)))
             if dropped:
-                self.live.st.gc_runs = run if commits else self.live.st.gc_runs
-                self.journal.commit(Change("gc", f"garbage collection {run}", tuple(commits)))
+                counted = (GcRun(run),) if commits else ()
+                change = Change("gc", f"garbage collection {run}", tuple(commits), (*updates, *counted))
+                self.journal.commit(change)
         return dropped
