@@ -230,7 +230,7 @@ def _dispatch(args: argparse.Namespace) -> int:
     from .pipeline import Pipeline
 
     pipe = Pipeline(args.flow_yaml, args.home, mode=getattr(args, "mode", None))
-    pipe.controller.notify = lambda message: print(f"cbp {args.command}: {message}", file=sys.stderr, flush=True)
+    pipe.parts.notice.listener = lambda message: print(f"cbp {args.command}: {message}", file=sys.stderr, flush=True)
     if args.command == "feed":
         if args.file is None and not args.close:
             raise UsageError("give FILE (.jsonl or .parquet; or --close to close the open frame)", code="usage")

@@ -26,7 +26,8 @@ epoch: the follower stops after the epoch in flight, with nothing half-committed
     >>> p = cbp.load("flows/url_count.yaml", home="/tmp/cbp-demo")  # doctest: +SKIP
     >>> stop = threading.Event()  # doctest: +SKIP
     >>> t = threading.Thread(target=p.follow, kwargs={"stop": stop, "min_interval": 1.0}); t.start()  # doctest: +SKIP
-    >>> cbp.load("flows/url_count.yaml", home="/tmp/cbp-demo").feed("urls", [{"url": "http://a/"}])  # the follower runs it  # doctest: +SKIP
+    >>> feeder = cbp.load("flows/url_count.yaml", home="/tmp/cbp-demo")  # doctest: +SKIP
+    >>> feeder.feed("urls", [{"url": "http://a/"}])  # the follower runs it  # doctest: +SKIP
     >>> stop.set(); t.join()  # doctest: +SKIP
 """
 
@@ -36,7 +37,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Union
+from typing import TYPE_CHECKING, Any
 
 from .errors import UsageError
 from .storage.layout import LAYOUT
@@ -66,7 +67,7 @@ SYNC_EVERY = 5.0  # seconds between two looks at a Delta source's versions (Pipe
 #: A source of input that a follower polls: lands what waits (through ``Pipeline.feed``) and says
 #: whether it landed anything. It is called between runs only, in the follower's thread.
 Source = Callable[[], bool]
-Stop = Union[threading.Event, Callable[[], bool], None]
+Stop = threading.Event | Callable[[], bool] | None
 
 
 class _Stopped(Exception):
@@ -151,8 +152,8 @@ class Follower:
                 isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < float("inf")
             ):
                 raise UsageError(f"{name} must be a number of seconds, 0 or more, got {value!r}", code="bad-option")
-        self.pipe, self.controller = pipe, pipe.controller
-        self.home = self.controller.home
+        self.pipe, self.parts = pipe, pipe.parts
+        self.home = pipe.home
         self.min_interval = float(min_interval)
         default = POLL_OBJECT_STORE if self.home.local_dir() is None else POLL_LOCAL
         self.poll = max(float(poll), MIN_POLL) if poll is not None else default  # never a busy wait
@@ -163,7 +164,7 @@ class Follower:
         self.command, self.epoch_timeout = command, epoch_timeout
         self.on_epoch, self.on_start, self.on_round, self.on_ready = on_epoch, on_start, on_round, on_ready
         self.summary = FollowSummary()
-        self._seen = self.controller.st.seq
+        self._seen = self.parts.live.st.seq
 
     # ------------------------------------------------------------------ waiting
     def _sleep(self, seconds: float) -> bool:
@@ -220,7 +221,7 @@ class Follower:
             self.pipe.run(on_epoch=done, on_start=self.on_start, command=self.command, epoch_timeout=self.epoch_timeout)
         except _Stopped:
             stopped = True
-        self._seen = self.controller.st.seq  # the snapshot the run ended on
+        self._seen = self.parts.live.st.seq  # the snapshot the run ended on
         if self.on_round is not None:
             self.on_round(reports)
         return not stopped
@@ -230,7 +231,7 @@ class Follower:
         ``warm`` (e.g. start Spark), run, wait for input, run again; the summary of what ran."""
 
         def took_over(holder: dict[str, Any]) -> None:
-            self.controller.notify(
+            self.parts.notice(
                 f"took over the home from a cbp run that was killed (pid {holder.get('pid')} on "
                 f"{holder.get('host')}: {holder.get('command')})"
             )

@@ -12,37 +12,26 @@
 from __future__ import annotations
 
 import contextlib
-import io
 import logging
 import numbers
 import os
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from typing import Any, BinaryIO
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
-import pyarrow as pa
-
-from .controller import Controller, EpochRecord, EpochReport, Landed, SyncReport
+from .controller import EpochRecord, EpochReport, Landed, Parts, SyncReport
+from .controller.codehash import evolution_status
+from .controller.feedinput import as_table
 from .controller.plan import Plan
+from .controller.rewind import RewindReport
 from .controller.upgrade import unfed_waits
 from .engine.driver.progress import Poller, Progress
 from .errors import InputError, UsageError
-from .gcpolicy import fewer_collections
 from .spec import PipelineSpec, load_spec
-from .spec.diff import validate_json_line_signed, validate_signed
-from .spec.feedfiles import (
-    MAX_LINE_BYTES,
-    Records,
-    _arrow_batches,
-    _as_arrow,
-    _conformed,
-    _is_arrow,
-    _is_file,
-    _is_parquet,
-    _json_lines,
-    _parquet_batches,
-)
-from .spec.schema import RecordError, RecordSchema
+from .spec.feedfiles import MAX_LINE_BYTES, Records
 from .storage import Home
+
+if TYPE_CHECKING:
+    from .follow import FollowSummary
 
 __all__ = ["Pipeline", "load", "default_home", "project_dir", "MAX_LINE_BYTES"]
 
@@ -156,7 +145,7 @@ class Pipeline:
         _check_tuning(tuning)
         self.spec = load_spec(path)
         self.home = Home(home or default_home(self.spec))
-        self.controller = Controller(self.spec, self.home, mode=mode, spark=spark, **tuning)
+        self.parts = Parts(self.spec, self.home, mode=mode, spark=spark, **tuning)
 
     def feed(
         self,
@@ -204,77 +193,16 @@ class Pipeline:
             )
         if fl.source is not None:
             raise InputError(
-                f"flow '{flow}' is fed from source table {fl.source} by 'cbp sync' (Pipeline.sync()) only; nothing was landed",
+                f"flow '{flow}' is fed from source table {fl.source} by 'cbp sync' (Pipeline.sync()) only; nothing "
+                "was landed",
                 code="source-flow",
             )
-        if isinstance(records, (str, os.PathLike)) and os.fspath(records).endswith(".parquet"):
-            table = _conformed(
-                fl.schema, _parquet_batches(os.fspath(records), os.fspath(records)), flow, os.fspath(records)
-            )
-        elif _is_file(records):
-            if isinstance(records, io.TextIOBase):
-                raise InputError(
-                    f"{source or records.name}: the file is open in text mode; open it with 'rb' (nothing was landed)",
-                    code="unreadable",
-                )
-            name = source or (records.name if isinstance(getattr(records, "name", None), str) else "the file")
-            if name.endswith(".parquet") or (not name.endswith((".jsonl", ".json")) and _is_parquet(records, name)):
-                table = _conformed(fl.schema, _parquet_batches(records, name), flow, name)
-            else:
-                table = self._json_file(fl.schema, records, name, flow)
-        elif _is_arrow(records):
-            table = _conformed(fl.schema, _arrow_batches(records, flow), flow, None)
-        else:
-            with fewer_collections():  # a dict per record: see cbp.gcpolicy
-                table = self._validated(fl.schema, records, flow)
-        return self.controller.feed(flow, table, close=close, feed_id=feed_id, force=force)
-
-    @staticmethod
-    def _validated(schema: RecordSchema, records: Records, flow: str) -> pa.Table:
-        """JSON lines or dicts, validated one record at a time, as Arrow."""
-        if isinstance(records, (str, os.PathLike)):
-            src = os.fspath(records)
-            try:
-                fh = open(src, "rb")
-            except OSError as e:
-                raise InputError(f"{src}: cannot read the file: {e.strerror}", code="unreadable") from None
-            with fh:
-                return Pipeline._json_file(schema, fh, src, flow)
-        if isinstance(records, (Mapping, bytes)) or not hasattr(records, "__iter__"):
-            got = "one dict" if isinstance(records, Mapping) else type(records).__name__
-            raise InputError(
-                f"flow '{flow}': feed takes a list (or iterable) of records, or a JSON-lines file path; got {got}",
-                code="bad-record",
-            )
-
-        def checked() -> Iterator[tuple[dict[str, Any], int]]:
-            for n, rec in enumerate(records, 1):
-                try:
-                    yield validate_signed(schema, rec)
-                except RecordError as e:
-                    raise InputError(f"record {n}: flow '{flow}': {e}; nothing was landed", code=e.code) from None
-
-        return _as_arrow(schema, checked())
-
-    @staticmethod
-    def _json_file(schema: RecordSchema, fh: BinaryIO, src: str, flow: str) -> pa.Table:
-        """The records of an open JSON-lines file called ``src``, validated as :meth:`_validated` does."""
-
-        def checked() -> Iterator[tuple[dict[str, Any], int]]:
-            for n, line in enumerate(_json_lines(fh, src), 1):
-                try:
-                    if isinstance(line, RecordError):
-                        raise line
-                    if line.strip():
-                        yield validate_json_line_signed(schema, line)
-                except RecordError as e:
-                    raise InputError(f"{src}:{n}: flow '{flow}': {e}; nothing was landed", code=e.code) from None
-
-        return _as_arrow(schema, checked())
+        table = as_table(fl.schema, records, flow, source)
+        return self.parts.landing.feed(flow, table, close=close, feed_id=feed_id, force=force)
 
     def close(self, flow: str) -> Landed:
         """Mark the open increment of a framed input flow complete (a punctuation)."""
-        return self.controller.feed(flow, [], close=True)
+        return self.parts.landing.feed(flow, [], close=True)
 
     def run(
         self,
@@ -324,13 +252,11 @@ class Pipeline:
         if sync:
             for r in self.sync():
                 if r.versions:
-                    self.controller.notify(r.line())
+                    self.parts.notice(r.line())
         with poller if poller is not None else contextlib.nullcontext():
-            reports = self.controller.run(
-                max_epochs, on_epoch=ended, on_start=started, command=command, epoch_timeout=epoch_timeout
-            )
-        for warning in unfed_waits(self.controller.spec, self.controller.st):
-            self.controller.notify(f"warning: {warning}")
+            reports = self.parts.scheduler.run(max_epochs, ended, started, command, epoch_timeout)
+        for warning in unfed_waits(self.parts.live.spec, self.parts.live.st):
+            self.parts.notice(f"warning: {warning}")
         return reports
 
     def plan(self, *, restore_archived: Iterable[str] = (), discard_archived: Iterable[str] = ()) -> Plan:
@@ -340,7 +266,7 @@ class Pipeline:
             >>> print("\\n".join(p.plan().lines()))                           # doctest: +SKIP
             migrates  stage 'count': state rewritten (one pass): partitions 4 -> 8
         """
-        return self.controller.plan(tuple(restore_archived), tuple(discard_archived))
+        return self.parts.upgrade.plan(tuple(restore_archived), tuple(discard_archived))
 
     def upgrade(
         self,
@@ -356,9 +282,11 @@ class Pipeline:
 
             >>> p.upgrade(restore_archived=["total"])                        # doctest: +SKIP
         """
-        return self.controller.upgrade(tuple(restore_archived), tuple(discard_archived), command=command)
+        return self.parts.upgrade.upgrade(tuple(restore_archived), tuple(discard_archived), command)
 
-    def rewind(self, to_epoch: int, stage: str | None = None, *, command: str = "cbp.Pipeline.rewind()") -> Any:
+    def rewind(
+        self, to_epoch: int, stage: str | None = None, *, command: str = "cbp.Pipeline.rewind()"
+    ) -> RewindReport:
         """Put state, outputs and the controller back as they were right after ``stage``'s epoch
         ``to_epoch`` (0: before any stage epoch; ``stage`` may be left out in a one-stage pipeline),
         keeping every feed since pending: the next :meth:`run` recomputes them with today's code.
@@ -368,12 +296,12 @@ class Pipeline:
             >>> p.rewind(2, stage="count").line()     # doctest: +SKIP
             "rewound to after stage 'count' epoch 2: undone count epochs 3-4; pending now: 'words' 2 increment(s)"
         """
-        return self.controller.rewind(to_epoch, stage, command=command)
+        return self.parts.rewind.rewind(to_epoch, stage, command=command)
 
     def undone_output(self, flow: str, epoch: int, rewind_seq: int | None = None) -> list[dict[str, Any]]:
         """The records ``flow``'s producer wrote in ``epoch`` before a rewind undid that epoch
         (the latest such rewind, or the one committed as change ``rewind_seq``; see :meth:`history`)."""
-        return self.controller.undone_records(flow, epoch, rewind_seq)
+        return self.parts.rewind.undone_output(flow, epoch, rewind_seq)
 
     def unfeed(self, flow: str, feed: int) -> dict[str, Any]:
         """Withdraw feed ``feed`` (its number, as :meth:`feed` returned it) of external flow ``flow``
@@ -382,7 +310,7 @@ class Pipeline:
             >>> p.unfeed("words", 3)     # doctest: +SKIP
             {'flow': 'words', 'feed': 3, 'increments': [3], 'records': 2}
         """
-        return self.controller.unfeed(flow, feed)
+        return self.parts.feeds.unfeed(flow, feed)
 
     def history(self) -> list[dict[str, Any]]:
         """Every run (which feeds each of its stage epochs read, what each wrote) and every rewind,
@@ -391,7 +319,7 @@ class Pipeline:
             >>> [e["kind"] for e in p.history()]     # doctest: +SKIP
             ['run', 'run', 'rewind', 'run']
         """
-        return self.controller.timeline()
+        return self.parts.runs.history()
 
     def sync(self, flows: list[str] | None = None, *, reland: list[str] | None = None) -> list[SyncReport]:
         """Land what the Delta tables of source flows (``source: {delta: URI}``) gained since the
@@ -413,7 +341,7 @@ class Pipeline:
         """
         if isinstance(reland, str):
             reland = [reland]
-        return self.controller.sync(flows, reland)
+        return self.parts.sources.sync(flows, reland)
 
     def follow(
         self,
@@ -425,7 +353,7 @@ class Pipeline:
         on_epoch: Callable[[EpochReport], None] | None = None,
         command: str = "cbp.Pipeline.follow()",
         **options: Any,
-    ) -> Any:
+    ) -> FollowSummary:
         """Keep running: an epoch round whenever an increment lands (a feed by any process, what
         ``sources`` land, a Delta source's new version), at least ``min_interval`` seconds apart,
         until ``stop`` (a :class:`threading.Event`, or a function returning True) says so; then
@@ -450,30 +378,30 @@ class Pipeline:
 
     def epochs(self, stage: str) -> int:
         """How many epochs ``stage`` has committed."""
-        return self.controller.epochs(stage)
+        return self.parts.reads.epochs(stage)
 
     def feeds(self, flow: str) -> int:
         """How many feeds external flow ``flow`` has had (the N of its newest ``output(flow, epoch=N)``)."""
-        return self.controller.feeds(flow)
+        return self.parts.reads.feeds(flow)
 
     def epoch_record(self, stage: str, epoch: int) -> EpochRecord:
         """What a committed stage epoch read and wrote (increment ids per flow, records per output)."""
-        with self.controller.reading():
-            return self.controller.epoch_record(stage, epoch)
+        with self.parts.reading():
+            return self.parts.reads.epoch_record(stage, epoch)
 
     @property
     def is_new(self) -> bool:
         """True while nothing has been fed or run in the home."""
-        return self.controller.is_new()
+        return self.parts.reads.is_new()
 
     def idle_reasons(self) -> dict[str, str]:
         """Why each stage that is not runnable now is not (stage -> reason); runnable stages are left out."""
-        return self.controller.idle_reasons()
+        return self.parts.scheduler.idle_reasons()
 
     def state(self, stage: str, epoch: int | None = None) -> list[dict[str, Any]]:
         """The stage's state records after its ``epoch`` (default: latest)."""
-        with self.controller.reading():
-            return self.controller.state_records(stage, epoch)
+        with self.parts.reading():
+            return self.parts.reads.state(stage, epoch)
 
     def output(self, flow: str, epoch: int | None = None, consolidated: bool = False) -> list[dict[str, Any]]:
         """The flow's records (only those its producer wrote in ``epoch`` when given), each with its
@@ -484,14 +412,17 @@ class Pipeline:
             >>> p.output("urls", consolidated=True)   # doctest: +SKIP
             [{'url': 'http://b/'}, {'url': 'http://c/', '_diff': 2}]
         """
-        with self.controller.reading():
+        with self.parts.reading():
             if consolidated:
-                return self.controller.consolidated_records(flow, epoch)
-            return self.controller.output_records(flow, epoch)
+                return self.parts.reads.consolidated_records(flow, epoch)
+            return self.parts.reads.output_records(flow, epoch)
 
     def status(self) -> dict[str, Any]:
         """Stages, epochs run, pending increments per connector, the runner, and anything interrupted."""
-        return self.controller.status()
+        with self.parts.reading():
+            out = self.parts.reads.status()
+            out.update(evolution_status(self.parts.live.spec, self.parts.live.st, self.parts.evolution.plan))
+        return out
 
     def sql(
         self,
@@ -513,10 +444,10 @@ class Pipeline:
         """
         from .sql import prepare, run_sql
 
-        with self.controller.reading():
-            checked = prepare(self.controller, query, epoch)
-            spark = session() if session is not None else self.controller.spark
-            return run_sql(self.controller, spark, query, epoch, checked)
+        with self.parts.reading():
+            checked = prepare(self.parts, query, epoch)
+            spark = session() if session is not None else self.parts.spark.get()
+            return run_sql(self.parts, spark, query, epoch, checked)
 
     def state_df(self, stage: str, epoch: int | None = None) -> Any:
         """The stage's state records after ``epoch`` (default: latest) as a Spark DataFrame (``state`` in Spark).
@@ -526,8 +457,8 @@ class Pipeline:
         """
         from .sql import state_df
 
-        with self.controller.reading():
-            return state_df(self.controller, self.controller.spark, stage, epoch)
+        with self.parts.reading():
+            return state_df(self.parts, self.parts.spark.get(), stage, epoch)
 
     def flow_df(self, flow: str, epoch: int | None = None) -> Any:
         """The flow's records (those its producer wrote in ``epoch`` when given) as a Spark DataFrame
@@ -538,8 +469,8 @@ class Pipeline:
         """
         from .sql import flow_df
 
-        with self.controller.reading():
-            return flow_df(self.controller, self.controller.spark, flow, epoch)
+        with self.parts.reading():
+            return flow_df(self.parts, self.parts.spark.get(), flow, epoch)
 
 
 def load(

@@ -30,7 +30,7 @@ from .sqlcheck import Checked, check
 from .storage import INC, LAYOUT, SRC
 
 if TYPE_CHECKING:
-    from .controller import Controller
+    from .controller import Parts
 
 __all__ = ["state_df", "flow_df", "views", "view_names", "prepare", "run_sql", "parse_epoch", "view_name", "Epochs"]
 
@@ -65,7 +65,7 @@ def view_name(name: str) -> str:
     return "`" + name.replace("`", "``") + "`"
 
 
-def _stage_epochs(ctl: Controller, epoch: Epochs) -> dict[str, int]:
+def _stage_epochs(parts: Parts, epoch: Epochs) -> dict[str, int]:
     """Which stateful stage is pinned to which epoch (unknown stages and epochs are refused)."""
     if epoch is None:
         return {}
@@ -73,54 +73,54 @@ def _stage_epochs(ctl: Controller, epoch: Epochs) -> dict[str, int]:
         epoch = parse_epoch(epoch)
     if isinstance(epoch, int):
         epoch = {"*": epoch}
-    stateful = [s for s, st in ctl.spec.stages.items() if st.state_schema is not None]
+    stateful = [s for s, st in parts.live.spec.stages.items() if st.state_schema is not None]
     out: dict[str, int] = {}
     for stage, n in epoch.items():
-        for s in stateful if stage == "*" else [ctl.spec.stage(stage).name]:
+        for s in stateful if stage == "*" else [parts.live.spec.stage(stage).name]:
             out[s] = int(n)
     for s, n in out.items():
-        ctl.state_version(s, n)  # raises unknown-epoch for an epoch the stage has not run
+        parts.reads.state_version(s, n)  # raises unknown-epoch for an epoch the stage has not run
     return out
 
 
-def state_df(ctl: Controller, spark: Any, stage: str, epoch: int | None = None) -> Any:
+def state_df(parts: Parts, spark: Any, stage: str, epoch: int | None = None) -> Any:
     """A stage's state records after ``epoch`` (default: the latest) as a Spark DataFrame, sorted by key.
 
-    >>> state_df(p.controller, spark, "url_count").orderBy("url").first()   # doctest: +SKIP
+    >>> state_df(p.parts, spark, "url_count").orderBy("url").first()   # doctest: +SKIP
     Row(url='http://a/', count=2)
     """
-    spec = ctl.spec.stage(stage)
+    spec = parts.live.spec.stage(stage)
     if spec.state_schema is None:
         raise UsageError(f"stage '{stage}' has no state (no 'state:' in the YAML)", code="no-state")
     require_delta(spark)
-    version = ctl.state_version(stage, epoch)
+    version = parts.reads.state_version(stage, epoch)
     fields = [view_name(f) for f in spec.state_schema.fields]
     if version is None:
         return spark.createDataFrame([], spark_ddl(spec.state_schema))
-    df = read_delta(spark, ctl.home.uri(LAYOUT.state(spec.name)), version)
+    df = read_delta(spark, parts.home.uri(LAYOUT.state(spec.name)), version)
     return latest_state(df).orderBy("_key").select(*fields)
 
 
-def flow_df(ctl: Controller, spark: Any, flow: str, epoch: int | None = None) -> Any:
+def flow_df(parts: Parts, spark: Any, flow: str, epoch: int | None = None) -> Any:
     """A flow's records (only those its producer wrote in ``epoch``, or the Nth feed of an external
     flow) as a Spark DataFrame, in increment order: the records of ``cbp output``.
 
-        >>> flow_df(p.controller, spark, "counts", epoch=1).count()   # doctest: +SKIP
+        >>> flow_df(p.parts, spark, "counts", epoch=1).count()   # doctest: +SKIP
         3
     """
     from pyspark.sql import functions as F
 
-    fl = ctl.spec.flow(flow)
+    fl = parts.live.spec.flow(flow)
     require_delta(spark)
     fields = [view_name(f) for f in fl.schema.fields]
-    parts = []
-    for version, incs in ctl.output_versions(fl.name, epoch).items():
-        df = read_delta(spark, ctl.home.uri(LAYOUT.flow(fl.name)), version)
-        parts.append(df.where(F.col(INC).cast("bigint").isin([int(i) for i in incs])))
-    if not parts:
+    pieces = []
+    for version, incs in parts.reads.output_versions(fl.name, epoch).items():
+        df = read_delta(spark, parts.home.uri(LAYOUT.flow(fl.name)), version)
+        pieces.append(df.where(F.col(INC).cast("bigint").isin([int(i) for i in incs])))
+    if not pieces:
         return spark.createDataFrame([], spark_ddl(fl.schema) + f", {DIFF} bigint")
-    df = parts[0]
-    for more in parts[1:]:
+    df = pieces[0]
+    for more in pieces[1:]:
         df = df.unionByName(more, allowMissingColumns=True)  # versions from before the table got _diff lack it
     if epoch is not None and fl.frame_by is not None:  # a framed increment may hold records of several feeds/epochs
         df = df.where(F.col(SRC) == int(epoch))
@@ -139,48 +139,48 @@ class _View(NamedTuple):
     probe: Callable[[int], Any]
 
 
-def _view_makers(ctl: Controller, spark: Any, pinned: Mapping[str, int]) -> list[_View]:
+def _view_makers(parts: Parts, spark: Any, pinned: Mapping[str, int]) -> list[_View]:
     """The views of the pipeline (each stateful stage's state, each flow's records)."""
-    stateful = [s for s, st in ctl.spec.stages.items() if st.state_schema is not None]
+    stateful = [s for s, st in parts.live.spec.stages.items() if st.state_schema is not None]
     named = [
         _View(
             s,
             f"the state of stage '{s}'",
-            partial(state_df, ctl, spark, s),
+            partial(state_df, parts, spark, s),
             pinned.get(s),
-            partial(ctl.state_version, s),
+            partial(parts.reads.state_version, s),
         )
         for s in stateful
     ]
-    for f, fl in ctl.spec.flows.items():
+    for f, fl in parts.live.spec.flows.items():
         at = pinned.get(fl.producer) if fl.producer is not None else None
         named.append(
             _View(
                 f"flow_{f}" if f in stateful else f,
                 f"flow '{f}'",
-                partial(flow_df, ctl, spark, f),
+                partial(flow_df, parts, spark, f),
                 at,
-                partial(ctl.output_versions, f),
+                partial(parts.reads.output_versions, f),
             )
         )
     return named
 
 
-def view_names(ctl: Controller) -> list[str]:
+def view_names(parts: Parts) -> list[str]:
     """The names of the views :func:`run_sql` registers (no Spark needed)."""
-    return [v.name for v in _view_makers(ctl, None, {})]
+    return [v.name for v in _view_makers(parts, None, {})]
 
 
-def views(ctl: Controller, spark: Any, epoch: Epochs = None, query: str | None = None) -> dict[str, Any]:
+def views(parts: Parts, spark: Any, epoch: Epochs = None, query: str | None = None) -> dict[str, Any]:
     """The DataFrames ``run_sql`` registers, by view name: each stateful stage's state, each flow's
     records (a flow named like a stage is ``flow_<name>``). Pinned stages (``epoch``) show their
     state after that epoch and the flows they produce what that epoch wrote. With ``query``, only
     the views whose names it mentions (each view reads its Delta log when it is made)."""
-    pinned = _stage_epochs(ctl, epoch)
+    pinned = _stage_epochs(parts, epoch)
     wanted = (lambda name: True) if query is None else (lambda name: _mentions(query, name))
     seen: dict[str, str] = {}
     out: dict[str, Any] = {}
-    for name, what, make, at, _ in _view_makers(ctl, spark, pinned):
+    for name, what, make, at, _ in _view_makers(parts, spark, pinned):
         if not wanted(name):
             continue
         other = seen.setdefault(name.lower(), what)
@@ -194,20 +194,20 @@ def views(ctl: Controller, spark: Any, epoch: Epochs = None, query: str | None =
     return out
 
 
-def prepare(ctl: Controller, query: str, epoch: Epochs = None) -> Checked:
+def prepare(parts: Parts, query: str, epoch: Epochs = None) -> Checked:
     """Check ``query`` (:func:`cbp.sqlcheck.check`) and the epochs it and ``epoch`` name, without
     Spark: an unknown view, a statement that writes, bad syntax and an epoch not run are refused here."""
-    _stage_epochs(ctl, epoch)
-    checked = check(view_names(ctl), query)
-    probes = {v.name: v.probe for v in _view_makers(ctl, None, {})}
+    _stage_epochs(parts, epoch)
+    checked = check(view_names(parts), query)
+    probes = {v.name: v.probe for v in _view_makers(parts, None, {})}
     for name, n in checked.travel:
         probes[name](n)  # raises unknown-epoch
     return checked
 
 
-def _travel_views(ctl: Controller, spark: Any, checked: Checked) -> dict[str, Any]:
+def _travel_views(parts: Parts, spark: Any, checked: Checked) -> dict[str, Any]:
     """The DataFrames of the views ``VERSION AS OF`` names, by their registered names."""
-    makers = {v.name: v.make for v in _view_makers(ctl, spark, {})}
+    makers = {v.name: v.make for v in _view_makers(parts, spark, {})}
     return {registered: makers[name](n) for (name, n), registered in checked.travel.items()}
 
 
@@ -220,20 +220,20 @@ def _mentions(query: str, name: str) -> bool:
     return re.search(rf"(?<![A-Za-z0-9_]){re.escape(name)}(?![A-Za-z0-9_])", query, re.IGNORECASE) is not None
 
 
-def run_sql(ctl: Controller, spark: Any, query: str, epoch: Epochs = None, checked: Checked | None = None) -> Any:
+def run_sql(parts: Parts, spark: Any, query: str, epoch: Epochs = None, checked: Checked | None = None) -> Any:
     """Run a read-only Spark SQL query over the pipeline's views (:func:`views`); a DataFrame.
 
     Errors (codes): ``bad-sql`` (the query does not parse or fails), ``sql-unknown-view``,
     ``sql-not-query`` (it would change something), ``sql-not-allowed``, ``sql-time-travel``,
     ``no-delta-jars``, ``unknown-stage``, ``unknown-epoch``. ``checked``: what :func:`prepare` gave.
 
-        >>> run_sql(p.controller, spark, "SELECT sum(count) FROM url_count").first()[0]   # doctest: +SKIP
+        >>> run_sql(p.parts, spark, "SELECT sum(count) FROM url_count").first()[0]   # doctest: +SKIP
         40
     """
-    checked = checked or prepare(ctl, query, epoch)
+    checked = checked or prepare(parts, query, epoch)
     require_delta(spark)
     _check_read_only(spark, checked.query)
-    for name, df in {**views(ctl, spark, epoch, checked.query), **_travel_views(ctl, spark, checked)}.items():
+    for name, df in {**views(parts, spark, epoch, checked.query), **_travel_views(parts, spark, checked)}.items():
         df.createOrReplaceTempView(view_name(name))
     try:
         return spark.sql(checked.query)

@@ -154,7 +154,7 @@ def run(args: argparse.Namespace) -> int:
     from . import stats
 
     pipe = Pipeline(args.flow_yaml, args.home)
-    pipe.controller.notify = lambda message: print(f"cbp crawl: {message}", file=sys.stderr, flush=True)
+    pipe.parts.notice.listener = lambda message: print(f"cbp crawl: {message}", file=sys.stderr, flush=True)
     crawler = crawler_of(pipe, args)
     rounds = args.rounds if args.rounds is not None else 0 if (args.stats or args.stats_png) else 1
     if args.run:

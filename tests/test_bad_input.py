@@ -613,7 +613,7 @@ def test_numpy_numbers_are_good_tuning(tmp_path):
     import numpy as np
 
     p = cbp.Pipeline(URLS, home=str(tmp_path / "h"), max_state_files=np.int64(3), state_scan_fraction=np.float32(0.5))
-    assert p.controller.max_state_files == 3
+    assert p.parts.tuning.max_state_files == 3
 
 
 def test_a_feed_id_that_is_not_a_string_is_refused(landed):

@@ -196,13 +196,13 @@ def _controller_modules() -> dict[str, ast.Module]:
 
 
 def test_controller_parts_are_composed_not_mixed_in():
-    """The Controller is a facade over parts it composes, each handed what it works with (issue 37,
+    """The controller is the parts :class:`cbp.controller.Parts` composes, each handed what it works with (issue 37,
     item 7): no controller class derives from another, no function takes the whole controller, no
     part reaches into a collaborator's private state, and none keeps the spec or the snapshot of
     its own (they are read through the shared :class:`cbp.controller.live.Live`, never stale)."""
-    from cbp.controller import Controller
+    from cbp.controller import Parts
 
-    assert Controller.__bases__ == (object,)
+    assert Parts.__bases__ == (object,)
     mods = _controller_modules()
     classes = {n.name for tree in mods.values() for n in tree.body if isinstance(n, ast.ClassDef)}
     wrong = [

@@ -1,10 +1,13 @@
 """The controller's parts share one live spec and snapshot (issue 37, item 7): when the snapshot is
 swapped (another Pipeline object moved the home on) or the spec is (a changed home read as it was
-recorded), every part sees the new one. The layout rules (no mixins, modules that say what they
-read and write) are in test_code_layout.py."""
+recorded), every part sees the new one; a Pipeline calls the parts with no layer of forwards
+between (issue 47, item 2). The layout rules (no mixins, modules that say what they read and
+write) are in test_code_layout.py."""
 
 from __future__ import annotations
 
+import importlib.util
+import sys
 from pathlib import Path
 
 from cbp.pipeline import Pipeline
@@ -12,32 +15,135 @@ from cbp.pipeline import Pipeline
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def _parts(ctl):
-    return {name: part for name, part in vars(ctl).items() if name.startswith("_") and hasattr(part, "live")}
+def _parts(p):
+    return {name: part for name, part in vars(p.parts).items() if hasattr(part, "live")}
+
+
+def _forwarders():
+    spec = importlib.util.spec_from_file_location("forwarders", ROOT / "scripts" / "forwarders.py")
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = mod  # its dataclass looks its module up
+    spec.loader.exec_module(mod)
+    return mod
 
 
 def test_parts_see_the_snapshot_another_writer_committed(tmp_path):
     home = str(tmp_path / "home")
     p = Pipeline(ROOT / "flows" / "url_count.yaml", home)
     q = Pipeline(ROOT / "flows" / "url_count.yaml", home)
-    ctl = p.controller
-    parts = _parts(ctl)
-    assert {"_journal", "_landing", "_epochs", "_scheduler", "_reads", "_rewind", "_upgrade"} <= set(parts)
-    assert all(part.live is ctl.live for part in parts.values())
-    before = ctl.st
+    live = p.parts.live
+    parts = _parts(p)
+    assert {"journal", "landing", "epochs", "scheduler", "reads", "rewind", "upgrade"} <= set(parts)
+    assert all(part.live is live for part in parts.values())
+    before = live.st
     q.feed("urls", [{"url": "http://a/"}, {"url": "http://b/"}])  # another Pipeline object commits a feed
     assert p.status()["stages"]["url_count"]["connectors"]["urls"] == {"pending": 1, "complete": 1, "records": 2}
-    assert ctl.st is not before and all(part.live.st is ctl.st for part in parts.values())
+    assert live.st is not before and all(part.live.st is live.st for part in parts.values())
     assert p.feed("urls", [{"url": "http://c/"}]) == [2]  # lands on the snapshot q committed, not on a stale one
-    q.controller.refresh()
-    assert p.controller.frames("url_count") == q.controller.frames("url_count") == {"urls": [1, 2]}
+    q.parts.journal.refresh()
+    assert p.parts.scheduler.frames("url_count") == q.parts.scheduler.frames("url_count") == {"urls": [1, 2]}
 
 
-def test_notes_reach_every_part_through_the_facade(tmp_path):
+def test_notes_reach_every_part(tmp_path):
     p = Pipeline(ROOT / "flows" / "url_count.yaml", str(tmp_path / "home"))
     heard: list[str] = []
-    p.controller.notify = heard.append
+    p.parts.notice.listener = heard.append
     p.feed("urls", [{"url": "http://a/"}])
     p.feed("urls", [{"url": "http://a/"}])  # a duplicate feed: the feeds part tells the listener
     assert any("duplicate-feed" in m for m in heard)
-    assert p.controller.notify.listened
+    assert p.parts.notice.listened
+
+
+def test_one_layer_between_users_and_the_parts():
+    """Pipeline calls the parts themselves (issue 47, item 2): the composition of the parts
+    forwards nothing, and no Pipeline member forwards under another name."""
+    fwd = _forwarders()
+    assert not [m for m in fwd.members(str(ROOT / "cbp" / "controller" / "__init__.py"), "Parts") if m.target]
+    assert not [m.name for m in fwd.members(str(ROOT / "cbp" / "pipeline.py"), "Pipeline") if m.renames]
+    assert not hasattr(__import__("cbp.controller", fromlist=["x"]), "Controller")
+
+
+def test_a_change_is_typed_and_its_json_is_what_older_homes_wrote():
+    """A commit's targets are typed; their JSON is the pending record's paths every cbp wrote, and
+    a path cbp does not know is ``home-corrupt`` (issue 47, item 2)."""
+    import pytest
+
+    from cbp.controller.change import Commit, EntryVersion, FlowVersion, IncrementVersion, StateVersion
+    from cbp.errors import RuntimeStateError
+
+    old = {
+        "table": "flows/w",
+        "partition_by": "_inc",
+        "adds": [{"path": "_inc=3/a.parquet", "partition": 3, "rows": 2}],
+        "removes": [],
+        "app": "cbp:count",
+        "version": 7,
+        "targets": [
+            ["stages", "count", "state_version"],
+            ["flows", "w", "version"],
+            ["flows", "w", "incs", "3", "version"],
+            ["@entry", "history/epochs/count/1.json", "state_version"],
+        ],
+    }
+    c = Commit.from_json(old)
+    assert c.targets == (
+        StateVersion("count"),
+        FlowVersion("w"),
+        IncrementVersion("w", 3),
+        EntryVersion("history/epochs/count/1.json", "state_version"),
+    )
+    assert c.to_json() == old
+    with pytest.raises(RuntimeStateError) as e:
+        Commit.from_json({**old, "targets": [["flows", "w", "frames"]]})
+    assert e.value.code == "home-corrupt"
+
+
+def test_only_the_journal_applies_changes():
+    """Delta commits are made, and a change's snapshot updates applied, only in the journal."""
+    import ast
+
+    calls: dict[str, set[str]] = {}
+    for f in sorted((ROOT / "cbp").rglob("*.py")):
+        for node in ast.walk(ast.parse(f.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
+                if node.func.attr in ("commit_once", "write_pending") or ast.unparse(node.func) == "update.apply":
+                    calls.setdefault(node.func.attr, set()).add(str(f.relative_to(ROOT)))
+    assert calls == {
+        "commit_once": {"cbp/controller/journal.py"},
+        "write_pending": {"cbp/controller/journal.py"},
+        "apply": {"cbp/controller/journal.py"},
+    }
+
+
+def test_a_feed_is_one_typed_change_applied_by_the_journal(tmp_path, monkeypatch):
+    """The landing part hands the journal one frozen Change (its Delta commit with typed targets,
+    its entries); what the home holds after it equals a fresh home's after the same feeds."""
+    import dataclasses
+
+    import pytest
+
+    from cbp.controller.change import Change, FlowVersion, IncrementVersion
+
+    p = Pipeline(ROOT / "flows" / "url_count.yaml", str(tmp_path / "home"))
+    seen: list[Change] = []
+    real = p.parts.journal.commit
+
+    def commit(change: Change) -> None:
+        seen.append(change)
+        real(change)
+
+    monkeypatch.setattr(p.parts.journal, "commit", commit)
+    p.feed("urls", [{"url": "http://a/"}, {"url": "http://b/"}])
+    p.feed("urls", [{"url": "http://c/"}])
+    assert [c.kind for c in seen] == ["feed", "feed"]
+    assert [c.commits[0].targets for c in seen] == [
+        (FlowVersion("urls"), IncrementVersion("urls", 1)),
+        (FlowVersion("urls"), IncrementVersion("urls", 2)),
+    ]
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        seen[0].kind = "gc"  # type: ignore[misc]
+    fresh = Pipeline(ROOT / "flows" / "url_count.yaml", str(tmp_path / "fresh"))
+    fresh.feed("urls", [{"url": "http://a/"}, {"url": "http://b/"}, {"url": "http://c/"}])
+    key = sorted(r["url"] for r in p.output("urls"))
+    assert key == sorted(r["url"] for r in fresh.output("urls")) == ["http://a/", "http://b/", "http://c/"]
+    assert p.parts.live.st.flows["urls"].incs[2].version == p.parts.live.st.flows["urls"].version

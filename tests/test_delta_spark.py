@@ -71,7 +71,7 @@ def url_home(dspark, tmp_path_factory):
     """url_count after each of FEEDS was fed and run (direct mode, compacting after 2 files)."""
     home = str(tmp_path_factory.mktemp("url") / "home")
     p = cbp.load(YAML, home=home, spark=dspark)
-    p.controller.max_state_files = 2
+    p.parts.tuning.max_state_files = 2
     for inc in FEEDS:
         p.feed("urls", inc)
         p.run()
@@ -114,7 +114,7 @@ def test_cbp_tables_read_alike_by_spark_and_delta_rs(dspark, url_home):
 def test_state_semantics_with_tombstones(dspark, make_pipeline, tmp_path):
     """latest_state in Spark == cbp's latest_rows (newest epoch per key, no tombstones), each epoch."""
     p = cbp.load(make_pipeline(DROPPING, DROPPING_MODULE), home=str(tmp_path / "h"), spark=dspark)
-    p.controller.max_state_files = 3
+    p.parts.tuning.max_state_files = 3
     feeds = [["x", "y"], ["x"], ["x", "z"], ["y", "y"], ["x"], ["q"]]
     state: dict[str, int] = {}
     for words in feeds:
@@ -343,7 +343,7 @@ def test_blackbox_reads_state_through_delta_spark(dspark, tmp_path, monkeypatch)
         p.feed("urls", inc)
         p.run()
     assert p.state("url_count") == scratch(len(FEEDS))
-    assert [v for _, v in calls] == [p.controller.state_version("url_count", e) for e in range(1, len(FEEDS))]
+    assert [v for _, v in calls] == [p.parts.reads.state_version("url_count", e) for e in range(1, len(FEEDS))]
     assert rows(latest_state(read_delta(dspark, calls[-1][0])).toPandas().to_dict("records"), ["url", "count"]) == rows(
         scratch(len(FEEDS)), ["url", "count"]
     )

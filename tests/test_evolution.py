@@ -322,7 +322,7 @@ def test_translator_change_applies_and_status_shows_it(spark, make_pipeline, tmp
     status = q.status()
     assert status["code"]["count"]["changed_at_epoch"] == 2 and not status["warnings"]
     assert {r["w"]: r["n"] for r in q.state("count")} == {"a": 3, "b": 2, "c": 1, "gone": 1}
-    assert q.controller.recorded_definition()["stages"]["count"]["inputs"] == ["words", "more"]
+    assert q.parts.evolution.recorded_definition()["stages"]["count"]["inputs"] == ["words", "more"]
 
 
 def test_migrate_that_fails_changes_nothing(spark, make_pipeline, tmp_path):
@@ -363,14 +363,14 @@ def test_home_of_an_older_cbp_takes_its_shapes_as_recorded(spark, tmp_path):
     shutil.copytree(fixture, home)
     yaml = Path(__file__).parents[1] / "flows" / "url_count.yaml"
     p = cbp.load(yaml, home=str(home))
-    assert not p.plan().changes and PIPELINE not in p.controller._committed_snapshot().shapes
+    assert not p.plan().changes and PIPELINE not in p.parts.evolution.committed_snapshot().shapes
     smaller = tmp_path / "url_count.yaml"
     smaller.write_text(yaml.read_text().replace("partitions: 4", "partitions: 2"))
     shutil.copy(yaml.parent / "url_count.py", tmp_path / "url_count.py")
     assert [c.kind for c in cbp.load(smaller, home=str(home)).plan().changes] == ["state-rewrite"]
     p.feed("urls", [{"url": "a"}])
-    rec = p.controller._committed_snapshot().shapes[PIPELINE]
-    assert p.controller.home.read_json(rec["entry"])["yaml"] == yaml.read_text()
+    rec = p.parts.evolution.committed_snapshot().shapes[PIPELINE]
+    assert p.home.read_json(rec["entry"])["yaml"] == yaml.read_text()
 
 
 def test_rewind_refuses_to_cross_an_upgrade_that_changed_storage(spark, make_pipeline, tmp_path):

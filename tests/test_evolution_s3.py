@@ -30,6 +30,6 @@ def test_repartition_on_s3_equals_a_fresh_local_run(spark, s3, make_pipeline, tm
     assert sorted(map(_key, p.state("count"))) == sorted(map(_key, f.state("count")))
     parts = {
         int(x["partition"])
-        for x in p.controller.home.table_files("stages/count/state", p.controller.st.stages["count"].state_version)
+        for x in p.home.table_files("stages/count/state", p.parts.live.st.stages["count"].state_version)
     }
     assert parts <= {0, 1, 2} and 2 in parts  # the state lies in three partitions now

@@ -61,7 +61,7 @@ def test_duplicate_feed_warns_and_unfeed_withdraws_it(spark, make_pipeline, tmp_
     with pytest.warns(cbp.DuplicateFeedWarning, match="feed 3 of flow 'words' has the same records as feed 1"):
         p.feed("words", A)
     heard: list[str] = []
-    p.controller.notify = heard.append
+    p.parts.notice.listener = heard.append
     with pytest.raises(CbpError) as e:  # feed 3 retried with an id while pending: refused
         p.feed("words", A, feed_id="again")
     assert e.value.code == "duplicate-feed" and "feed 3" in str(e.value)
@@ -109,7 +109,7 @@ def test_refeed_with_id_of_a_pending_feed_without_one_is_refused(spark, make_pip
     r = _cli("feed", str(y), "--home", home, "words", str(f), "--id", "f.jsonl")
     assert r.returncode == 3 and "[duplicate-feed]" in r.stderr and "feed 1" in r.stderr, r.stderr
     p = cbp.load(y, home, spark=spark)
-    assert p.controller.feeds("words") == 1
+    assert p.parts.reads.feeds("words") == 1
     p.run()
     assert {r["w"]: r["n"] for r in p.state("count")} == pd.DataFrame(A).groupby("w").size().to_dict()
     with pytest.warns(cbp.DuplicateFeedWarning):

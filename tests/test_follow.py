@@ -272,7 +272,7 @@ def test_inbox_files_are_landed_and_run(spark, make_pipeline, tmp_path, follower
     (inbox / "words").mkdir(parents=True)
     p = cbp.load(yaml, home=home)
     h = followers(p, sources=[inbox_source(p, str(inbox), settle=0.0)])
-    _until(lambda: h.pipe.controller.home.runner_info() is not None, what="the follower to take the lock")
+    _until(lambda: h.pipe.home.runner_info() is not None, what="the follower to take the lock")
     (inbox / "words" / "bad.jsonl").write_text('{"w": 1}\n')
     tmp = inbox / "words" / "day1.jsonl.part"  # written under a temporary name, then renamed: landed whole
     tmp.write_text("".join(json.dumps({"w": w}) + "\n" for w in ["a", "b", "a"]))
@@ -330,7 +330,7 @@ def test_a_source_that_refreshes_the_controller_does_not_hide_a_feed(spark, make
     home = str(tmp_path / "home")
     p = cbp.load(yaml, home=home)
     first = threading.Event()
-    followers(p, recheck=3600, on_round=lambda reports: first.set(), sources=[lambda: p.controller.refresh() or False])
+    followers(p, recheck=3600, on_round=lambda reports: first.set(), sources=[lambda: p.parts.journal.refresh() or False])
     assert first.wait(300)
     cbp.load(yaml, home=home).feed("words", [{"w": "a"}])
     _until(lambda: _counts(cbp.load(yaml, home=home)) == {"a": 1}, timeout=120, what="the feed to be run")

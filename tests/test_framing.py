@@ -96,7 +96,7 @@ def test_field_framing_in_tasks_equals_framing_on_the_driver(spark, make_pipelin
             for batch in feeds:
                 p.feed("events", batch)
                 p.run()
-                frames.append(p.controller.frames("per_day"))
+                frames.append(p.parts.scheduler.frames("per_day"))
         homes[how] = (p, str(tmp_path / how), frames)
 
     field_p, field_home, field_frames = homes["field"]
@@ -173,6 +173,6 @@ def test_framed_outputs_survive_crashes(spark, make_pipeline, tmp_path):
         assert r.returncode == 0, r.stderr[-2000:]
     got = cbp.load(yaml, home=victim, spark=spark)
     assert _increments(victim) == _increments(str(tmp_path / "ref"))
-    assert got.controller.frames("per_day") == ref.controller.frames("per_day")
+    assert got.parts.scheduler.frames("per_day") == ref.parts.scheduler.frames("per_day")
     assert got.output("totals") == ref.output("totals")
     assert [got.epochs(s) for s in ("pass", "per_day")] == [ref.epochs(s) for s in ("pass", "per_day")]

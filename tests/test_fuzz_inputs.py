@@ -502,13 +502,13 @@ def test_fuzz_jsonl_feed_validation(tmp_path):
                     expected.append(SCHEMA.validate_json_line(line))
                 except (RecordError, UnicodeEncodeError):
                     first_bad = first_bad or n
-        before = p.controller.home.read_controller()
+        before = p.home.read_controller()
         try:
             got = p.feed("recs", feed_file)
         except InputError as e:
             assert first_bad is not None, f"refused a feed of valid lines: {e}"
             assert e.code == "bad-record" and str(e).startswith(f"{feed_file}:{first_bad}: flow 'recs': "), str(e)
-            assert p.controller.home.read_controller() == before, "a refused feed landed something"
+            assert p.home.read_controller() == before, "a refused feed landed something"
             return
         assert first_bad is None, f"landed a feed whose line {first_bad} is invalid"
         assert got.records == len(expected) and not got.repeated

@@ -245,11 +245,11 @@ def test_frame_by_on_a_stage_output(spark, make_pipeline, tmp_path):
     reps = p.run()
     assert [r.stage for r in reps] == ["pass", "per_day"]
     assert p.output("totals") == [{"day": 1, "users": 2}]
-    frames = p.controller.frames("per_day")
+    frames = p.parts.scheduler.frames("per_day")
     assert frames == {"daily": []}  # day 2 is open
     p.feed("events", [{"user": "d", "day": 2}])  # pass epoch 3 extends the open day-2 increment
     p.run()
-    assert p.controller.frames("per_day") == {"daily": []}
+    assert p.parts.scheduler.frames("per_day") == {"daily": []}
     assert p.output("daily", epoch=2) == [{"user": "c", "day": 2}]  # only what that epoch wrote
     assert p.output("daily", epoch=3) == [{"user": "d", "day": 2}]
     assert sorted(r["user"] for r in p.output("daily")) == [

@@ -119,7 +119,7 @@ def _rewind_and_compare(tmp_path: Path, home: str, spark, tag: str) -> cbp.Pipel
 
 def test_rewind_then_fixed_code_equals_fresh_run(spark, tmp_path):
     p = _rewind_and_compare(tmp_path, str(tmp_path / "home"), spark, "local")
-    recs = p.controller.history.epoch(p.controller.st, "count", 3)
+    recs = p.parts.history.epoch(p.parts.live.st, "count", 3)
     assert recs is not None and recs["inputs"] == {"words": [3, 4]}  # the new epoch 3 read both feeds
 
 
@@ -186,7 +186,7 @@ def test_an_abandoned_rerun_keeps_the_undone_epochs_state_files(spark, tmp_path)
     (yaml_failing := fixed.with_name("wc_abandon_fails.yaml")).write_text(YAML.replace("MOD", "wc_abandon_fails"))
     p = cbp.load(fixed, home, spark=spark)
     p.rewind(2, stage="count")
-    undone = {e["epoch"]: e["state_version"] for e in p.controller.rewinds()[-1]["undone"]["count"]}
+    undone = {e["epoch"]: e["state_version"] for e in p.parts.rewind.rewinds()[-1]["undone"]["count"]}
     from cbp.storage import LAYOUT
 
     uri = p.home.uri(LAYOUT.state("count"))

@@ -121,7 +121,7 @@ class _Signals:
 def _warm(pipe: Any, signals: _Signals) -> None:
     """Start Spark and its Python workers now, not at the first increment; then take Ctrl-C
     (SparkContext installs its own SIGINT handler, which would cancel the epoch in flight)."""
-    spark = pipe.controller.spark
+    spark = pipe.parts.spark.get()
     spark.sparkContext.parallelize([0], 1).map(lambda x: x).collect()
     signals.install(signal.SIGINT)
 

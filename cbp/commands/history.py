@@ -79,7 +79,7 @@ def run(args: argparse.Namespace) -> int:
     from ..pipeline import Pipeline
 
     pipe = Pipeline(args.flow_yaml, args.home)
-    events = pipe.controller.timeline()
+    events = pipe.history()
     if args.last is not None:
         events = events[-args.last :] if args.last > 0 else []
     if args.json:

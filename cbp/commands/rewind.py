@@ -39,7 +39,7 @@ def run(args: argparse.Namespace) -> int:
     from ..pipeline import Pipeline
 
     pipe = Pipeline(args.flow_yaml, args.home)
-    pipe.controller.notify = lambda message: print(f"cbp rewind: {message}", file=sys.stderr, flush=True)
+    pipe.parts.notice.listener = lambda message: print(f"cbp rewind: {message}", file=sys.stderr, flush=True)
     command = (
         "cbp " + " ".join(sys.argv[1:]) if sys.argv and sys.argv[0].endswith("cbp") else f"cbp rewind {args.flow_yaml}"
     )

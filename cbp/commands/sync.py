@@ -44,7 +44,7 @@ def run(args: argparse.Namespace) -> int:
     from ..pipeline import Pipeline
 
     pipe = Pipeline(args.flow_yaml, args.home)
-    pipe.controller.notify = lambda message: print(f"cbp sync: {message}", file=sys.stderr, flush=True)
+    pipe.parts.notice.listener = lambda message: print(f"cbp sync: {message}", file=sys.stderr, flush=True)
     flows = args.flow
     for f in (flows or []) + (args.reland or []):
         pipe.spec.flow(f)  # unknown-flow, naming the pipeline's flows

@@ -25,7 +25,7 @@ def run(args: argparse.Namespace) -> int:
     from ..pipeline import Pipeline
 
     pipe = Pipeline(args.flow_yaml, args.home)
-    pipe.controller.notify = lambda message: print(f"cbp unfeed: {message}", file=sys.stderr, flush=True)
+    pipe.parts.notice.listener = lambda message: print(f"cbp unfeed: {message}", file=sys.stderr, flush=True)
     r = pipe.unfeed(args.input_flow, args.feed)
     incs = f"increment(s) {', '.join(map(str, r['increments']))}" if r["increments"] else "no increment"
     print(f"withdrew feed {r['feed']} of '{r['flow']}': {r['records']} record(s), {incs}")

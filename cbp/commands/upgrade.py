@@ -39,7 +39,7 @@ def run(args: argparse.Namespace) -> int:
     from ..pipeline import Pipeline
 
     pipe = Pipeline(args.flow_yaml, args.home)
-    pipe.controller.notify = lambda m: print(f"cbp upgrade: {m}", file=sys.stderr)
+    pipe.parts.notice.listener = lambda m: print(f"cbp upgrade: {m}", file=sys.stderr)
     plan = pipe.upgrade(
         restore_archived=args.restore_archived,
         discard_archived=args.discard_archived,

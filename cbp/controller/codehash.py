@@ -5,8 +5,8 @@ entry; the snapshot keeps, per stage, the hash of its last epoch and the epoch s
 code has run (``shapes["code:<stage>"]``), so ``cbp status`` shows when the code changed and
 whether today's file differs from what the last epoch ran.
 
-Reads: a snapshot's ``shapes`` and the translators' module files. Writes: ``shapes["code:<stage>"]``
-of the snapshot it is given (:func:`note_code`, with each stage epoch's change).
+Reads: a snapshot's ``shapes`` and the translators' module files. Writes: nothing (:func:`note_code`
+gives the update of ``shapes["code:<stage>"]`` that each stage epoch's change makes).
 
     >>> code_hash(None)
     ''
@@ -20,6 +20,7 @@ import time
 from typing import Any
 
 from ..spec import PipelineSpec, StageSpec
+from .change import ShapeSet
 from .plan import ARCHIVE, Plan
 from .snapshot import Snapshot
 
@@ -40,18 +41,20 @@ def code_hash(spec: StageSpec | None) -> str:
         return ""
 
 
-def note_code(snap: Snapshot, spec: StageSpec, epoch: int) -> str:
-    """Remember the code epoch ``epoch`` of the stage runs (in ``snap``); its hash, for the epoch's entry."""
+def note_code(snap: Snapshot, spec: StageSpec, epoch: int) -> tuple[str, ShapeSet | None]:
+    """The hash of the code epoch ``epoch`` of the stage runs, for the epoch's entry, and the update
+    that remembers it in the snapshot (None: the snapshot already says so)."""
     h = code_hash(spec)
     key = f"code:{spec.name}"
     was = snap.shapes.get(key)
     if was is None or was.get("hash") != h:
-        snap.shapes[key] = {"hash": h, "since": epoch, "before": was.get("hash") if was else None}
-    return h
+        return h, ShapeSet(key, {"hash": h, "since": epoch, "before": was.get("hash") if was else None})
+    return h, None
 
 
 def evolution_status(spec: PipelineSpec, st: Snapshot, plan: Plan) -> dict[str, Any]:
-    """``archived`` stages, per-stage ``code`` (hash, since which epoch, whether today's file differs), ``warnings``, ``plan``."""
+    """``archived`` stages, per-stage ``code`` (hash, since which epoch, whether today's file
+    differs), ``warnings``, ``plan``."""
     from .upgrade import unfed_waits
 
     shapes = st.shapes

@@ -18,6 +18,8 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 import pyarrow as pa
@@ -32,9 +34,20 @@ from ..engine.task.plan import TaskPlan
 from ..spec import StageSpec
 from ..storage import INC, LAYOUT, PART, Home
 from ..storage.layout import epoch_of
+from .change import (
+    Change,
+    Commit,
+    ConnectorRead,
+    EntryVersion,
+    EpochAdvance,
+    FlowVersion,
+    IncrementVersion,
+    StateVersion,
+)
 from .codehash import note_code
-from .intentions import Intentions
-from .journal import ENTRY, Journal
+from .history import EpochEntry
+from .intentions import Intention, Intentions
+from .journal import Journal
 from .landing import Landing, flow_schema
 from .live import LazySpark, Live, Tuning
 from .records import Decision, EpochReport
@@ -69,12 +82,12 @@ class Epochs:
         rk = [pa.field("_rk", pa.string())] if spec.row_key else []  # keyed rows (cbp.engine.task.keyedstate)
         return pa.schema([pa.field(PART, pa.int32())] + list(STATE_META) + rk + list(spec.state_schema.arrow))  # type: ignore[union-attr]
 
-    def run_epoch(self, stage: str, d: Decision, *, intention: dict[str, Any] | None = None) -> EpochReport:
+    def run_epoch(self, stage: str, d: Decision, *, intention: Intention | None = None) -> EpochReport:
         """Run and commit one epoch of ``stage``: state, output increments and connectors, all or nothing."""
         with self.journal.transaction():
             return self._run_epoch(stage, d, intention)
 
-    def _run_epoch(self, stage: str, d: Decision, intention: dict[str, Any] | None) -> EpochReport:
+    def _run_epoch(self, stage: str, d: Decision, intention: Intention | None) -> EpochReport:
         spec = self.live.spec.stages[stage]
         epoch = self.live.st.stages[stage].epoch + 1
         t0 = time.perf_counter()
@@ -93,7 +106,7 @@ class Epochs:
                     (uri, e) for uri, i in files if (e := self._made_in(stage, inp.flow, uri, i)) is not None
                 )
         if intention is not None:  # the attempt that died allocated these; its files go first
-            out_incs = {f: int(i) for f, i in intention["out_incs"].items()}
+            out_incs = dict(intention.out_incs)
             for f, i in out_incs.items():
                 self.live.st.flows[f].next_inc = max(self.live.st.flows[f].next_inc, i + 1)
             self.intentions.discard_files(stage, epoch, out_incs)
@@ -115,10 +128,8 @@ class Epochs:
                 shuffle=shuffle,
             )
             faults.point("epoch:ran")
-            commits, cleanup, counts, written = self._epoch_commits(stage, epoch, d, results, inputs, out_incs)
-            self.journal.commit(
-                "epoch", f"stage '{stage}' epoch {epoch}", commits, stage=stage, cleanup=cleanup, written=written
-            )
+            change, counts = self._epoch_change(stage, epoch, d, results, inputs, out_incs)
+            self.journal.commit(change)
         except BaseException:
             try:
                 committing = self.home.pending() is not None  # then the change is finished later, not dropped
@@ -196,7 +207,7 @@ class Epochs:
             plan.deadline = time.time() + plan.timeout
         return plan, state_uris
 
-    def _epoch_commits(
+    def _epoch_change(
         self,
         stage: str,
         epoch: int,
@@ -204,126 +215,118 @@ class Epochs:
         results: list[TaskResult],
         inputs: dict[str, list[int]],
         out_incs: dict[str, int],
-    ) -> tuple[list[dict[str, Any]], list[str], dict[str, int], list[str]]:
-        """Turn the tasks' results into the epoch's Delta commits, the next snapshot (in ``self.live.st``)
-        and its history entry.
-
-        Returns the commits, the files to delete once committed, the records per output flow, and
-        the files written here (re-framed outputs), to delete if the epoch is abandoned.
-        """
+    ) -> tuple[Change, dict[str, int]]:
+        """The tasks' results as the epoch's :class:`~.change.Change` (its Delta commits, snapshot
+        updates, history entry, files to delete once committed and files written here), and the
+        records per output flow. Output increments are registered with the landing part, which
+        puts them in ``live.st`` (the journal rolls them back if the change is not committed)."""
         spec = self.live.spec.stages[stage]
-        sst = self.live.st.stages[stage]
-        app = f"cbp:{stage}"
-        txn = (
-            self.live.st.seq + 1
-        )  # the change's sequence number: Delta transaction version, never reused (also after a rewind)
+        app = (f"cbp:{stage}", self.live.st.seq + 1)  # the change's number: Delta transaction version, never reused
         entry = LAYOUT.epoch_entry(stage, epoch)
-        commits: list[dict[str, Any]] = []
-        cleanup: list[str] = []
-        written: list[str] = []
-        if spec.state_schema is not None:
-            adds = [a for r in results for a in r.state_adds]
-            removes = [x for r in results for x in r.state_removes]
-            if self.mode == "blackbox" or adds or removes:
-                state_rel = LAYOUT.state(stage)
-                self.home.ensure_table(state_rel, self._state_table_schema(spec), PART)
-                commits.append(
-                    {
-                        "table": state_rel,
-                        "partition_by": PART,
-                        "adds": adds,
-                        "removes": removes,
-                        "overwrite": self.mode == "blackbox",
-                        "app": app,
-                        "version": txn,
-                        "targets": [["stages", stage, "state_version"], [ENTRY, entry, "state_version"]],
-                    }
-                )
-            old_index = dict(sst.index)
-            sst.index = {str(r.part): r.index for r in results if r.index} if self.mode == "direct" else {}
-            sst.layout = self.mode
-            # index files no new index stands on: what the tasks say, or (black-box) every one
-            cleanup += (
-                [rel for r in results for rel in r.index_garbage]
-                if self.mode == "direct"
-                else self._index_files(stage, old_index)
-            )
-        produced: dict[str, list[int]] = {}
-        counts: dict[str, int] = {}
-        for flow in spec.outputs:
+        state = self._state_commit(stage, results, app, entry)
+        out = self._output_commits(stage, epoch, results, out_incs, app)
+        reads = tuple(ConnectorRead(stage, flow, n) for flow, n in d.removes.items())
+        bindings, unbound = self._bindings(stage, results, d)
+        index = {str(r.part): r.index for r in results if r.index} if self.mode == "direct" else {}
+        stateful = spec.state_schema is not None
+        advance = EpochAdvance(
+            stage, epoch, d.state, tuple(bindings), index if stateful else None, self.mode if stateful else None
+        )
+        code, shape = note_code(self.live.st, spec, epoch)
+        record = EpochEntry(
+            self.live.st.stages[stage].state_version,
+            inputs,
+            out.produced,
+            {f: out.counts[f] for f in out.produced},
+            _placement(results),
+            code,
+            app[1],
+            self.run_info,
+            round(time.time(), 3),
+        )
+        change = Change(
+            "epoch",
+            f"stage '{stage}' epoch {epoch}",
+            commits=(*state.commits, *out.commits),
+            updates=(*reads, advance, *((shape,) if shape is not None else ())),
+            entries=((entry, record.to_json()),),
+            stage=stage,
+            cleanup=(*state.cleanup, *out.cleanup, *unbound),
+            written=tuple(out.written),
+        )
+        return change, out.counts
+
+    def _state_commit(self, stage: str, results: list[TaskResult], app: tuple[str, int], entry: str) -> _Part:
+        """The state table's commit of the epoch (none for a stateless stage, or a direct-mode epoch
+        that changed no file) and the index files no new index stands on: what the tasks say, or
+        (black-box) every one."""
+        spec = self.live.spec.stages[stage]
+        part = _Part()
+        if spec.state_schema is None:
+            return part
+        adds = [a for r in results for a in r.state_adds]
+        removes = [x for r in results for x in r.state_removes]
+        if self.mode == "blackbox" or adds or removes:
+            state_rel = LAYOUT.state(stage)
+            self.home.ensure_table(state_rel, self._state_table_schema(spec), PART)
+            targets = (StateVersion(stage), EntryVersion(entry, "state_version"))
+            blackbox = self.mode == "blackbox"
+            part.commits.append(Commit(state_rel, PART, tuple(adds), tuple(removes), *app, targets, overwrite=blackbox))
+        if self.mode == "direct":
+            part.cleanup += [rel for r in results for rel in r.index_garbage]
+        else:
+            part.cleanup += self._index_files(stage, dict(self.live.st.stages[stage].index))
+        return part
+
+    def _output_commits(
+        self, stage: str, epoch: int, results: list[TaskResult], out_incs: dict[str, int], app: tuple[str, int]
+    ) -> _Part:
+        """The output flows' commits: each flow's files as the increment allocated for it, or
+        re-framed (by the tasks' framing keys, or by a FrameBy function here) by the landing part."""
+        part = _Part()
+        producer = f"{stage}:{epoch}"
+        for flow in self.live.spec.stages[stage].outputs:
             adds = [a for r in results for a in r.outputs.get(flow, [])]
-            counts[flow] = sum(int(a["rows"]) for a in adds)
+            part.counts[flow] = sum(int(a["rows"]) for a in adds)
             if not adds:
                 continue  # an epoch that writes nothing to a flow adds no increment to it
             frame_by = self.live.spec.flows[flow].frame_by
             if frame_by is not None and frame_by.field is not None:  # framed by the tasks: join their runs
-                runs = [
-                    (a[FRAME_KEY], a) for r in sorted(results, key=lambda r: r.part) for a in r.outputs.get(flow, [])
-                ]
-                fc, produced[flow] = self.landing.land_runs(
-                    flow, runs, producer=f"{stage}:{epoch}", prior_frame=epoch, app=(app, txn)
+                ordered = sorted(results, key=lambda r: r.part)
+                runs = [(a[FRAME_KEY], a) for r in ordered for a in r.outputs.get(flow, [])]
+                fc, part.produced[flow] = self.landing.land_runs(
+                    flow, runs, producer=producer, prior_frame=epoch, app=app
                 )
-                commits += fc
-                continue
-            if frame_by is not None:  # a FrameBy function threads its state through the epoch's records: framed here
+            elif frame_by is not None:  # a FrameBy function threads its state through the records: framed here
                 data, task_files = self.landing.read_task_files(flow, adds)
-                cleanup += task_files
-                fc, produced[flow], w = self.landing.land(
-                    flow,
-                    data,
-                    close=False,
-                    producer=f"{stage}:{epoch}",
-                    prior_frame=epoch,
-                    app=(app, txn),
-                    what=f"stage '{stage}' epoch {epoch}",
-                    prefix=LAYOUT.output_prefix(stage, epoch),
+                part.cleanup += task_files
+                what, prefix = f"stage '{stage}' epoch {epoch}", LAYOUT.output_prefix(stage, epoch)
+                fc, part.produced[flow], w = self.landing.land(
+                    flow, data, close=False, producer=producer, prior_frame=epoch, app=app, what=what, prefix=prefix
                 )
-                commits += fc
-                written += w
-                continue
-            rel = LAYOUT.flow(flow)
-            self.home.ensure_table(rel, flow_schema(self.live.spec, flow), INC)
-            commits.append(
-                {
-                    "table": rel,
-                    "partition_by": INC,
-                    "adds": adds,
-                    "removes": [],
-                    "app": app,
-                    "version": txn,
-                    "targets": [["flows", flow, "version"], ["flows", flow, "incs", str(out_incs[flow]), "version"]],
-                }
-            )
-            self.landing.register(
-                flow,
-                out_incs[flow],
-                Increment(epoch, counts[flow], self.live.st.flows[flow].version, f"{stage}:{epoch}", True),
-            )
-            produced[flow] = [out_incs[flow]]
-        for flow, n in d.removes.items():
-            del self.live.st.connector(stage, flow)[:n]
-        # bindings serve the next epoch (paper 001 §4.5.3) and, while they are unread, the loopback increments of the epoch that made them
-        kept = [rel for rel in sst.bindings if self._awaited(stage, epoch_of(rel))]
-        dropped = [rel for rel in sst.bindings if rel not in kept]
-        sst.bindings = sorted(kept + [a["path"] for r in results for a in r.bindings])
-        cleanup += dropped + self._stray_bindings(stage, dropped, sst.bindings)
-        sst.epoch = epoch
-        sst.runnable_state = d.state
-        self.journal.entry(
-            entry,
-            {
-                "state_version": sst.state_version,
-                "inputs": inputs,
-                "outputs": produced,
-                "records": {f: counts[f] for f in produced},
-                "placement": _placement(results),
-                "code": note_code(self.live.st, spec, epoch),
-                "seq": txn,
-                "run": self.run_info,
-                "at": round(time.time(), 3),
-            },
-        )
-        return commits, cleanup, counts, written
+                part.written += w
+            else:
+                rel, inc = LAYOUT.flow(flow), out_incs[flow]
+                self.home.ensure_table(rel, flow_schema(self.live.spec, flow), INC)
+                fc = [Commit(rel, INC, tuple(adds), (), *app, (FlowVersion(flow), IncrementVersion(flow, inc)))]
+                version = self.live.st.flows[flow].version
+                self.landing.register(flow, inc, Increment(epoch, part.counts[flow], version, producer, True))
+                part.produced[flow] = [inc]
+            part.commits += fc
+        return part
+
+    def _bindings(self, stage: str, results: list[TaskResult], d: Decision) -> tuple[list[str], list[str]]:
+        """The bindings files the stage keeps after the epoch, and those it drops (to delete).
+
+        Bindings serve the next epoch (paper 001 §4.5.3) and, while they are unread, the loopback
+        increments of the epoch that made them (as the connectors are once the epoch's reads are removed).
+        """
+        left = {flow: self.live.st.connector(stage, flow)[d.removes.get(flow, 0) :] for flow in d.removes}
+        old = self.live.st.stages[stage].bindings
+        kept = [rel for rel in old if self._awaited(stage, epoch_of(rel), left)]
+        dropped = [rel for rel in old if rel not in kept]
+        bindings = sorted(kept + [a["path"] for r in results for a in r.bindings])
+        return bindings, dropped + self._stray_bindings(stage, dropped, bindings)
 
     def _stray_bindings(self, stage: str, dropped: list[str], live: list[str]) -> list[str]:
         """Bindings files of the epochs whose bindings are ``dropped`` that no result named: those
@@ -364,20 +367,33 @@ class Epochs:
             {int(opened)} if opened.isdigit() else set()
         )
 
-    def _awaited(self, stage: str, made: int | None) -> bool:
-        """Whether ``stage`` still has unread loopback increments with records of its epoch ``made``."""
+    def _awaited(self, stage: str, made: int | None, left: Mapping[str, list[int]]) -> bool:
+        """Whether ``stage`` still has unread loopback increments with records of its epoch ``made``
+        (``left``: its connectors that the epoch read from, as they are after it)."""
         spec = self.live.spec.stages[stage]
         return made is not None and any(
             made in self._made_epochs(stage, i.flow, n)
             for i in spec.inputs
             if i.flow in spec.outputs
-            for n in self.live.st.connector(stage, i.flow)
+            for n in left.get(i.flow, self.live.st.connector(stage, i.flow))
         )
 
     def _index_files(self, stage: str, index: dict[str, str]) -> list[str]:
         """Every index file of ``stage``'s partitions that have an ``index`` (a file and the deltas it stands on)."""
         base = LAYOUT.index(stage)
         return [f"{base}/{PART}={p}/{name}" for p in index for name in self.home.list_dir(f"{base}/{PART}={p}")]
+
+
+@dataclass
+class _Part:
+    """What one part of an epoch's change adds up: commits, files to delete once committed or if
+    abandoned, and (outputs) the increments produced and records per flow."""
+
+    commits: list[Commit] = field(default_factory=list)
+    cleanup: list[str] = field(default_factory=list)
+    written: list[str] = field(default_factory=list)
+    produced: dict[str, list[int]] = field(default_factory=dict)
+    counts: dict[str, int] = field(default_factory=dict)
 
 
 def _placement(results: list[TaskResult]) -> dict[str, Any]:
@@ -418,7 +434,7 @@ def _report(
         mode=mode,
         phases=phases,
         row_groups_read=sum(int(s.get("row_groups_read", 0)) for s in stats),
-        executors={r.part: r.executor for r in results if r.executor},  # type: ignore[misc]
+        executors={r.part: r.executor for r in results if r.executor},
         cache_hits=sum(int(s.get("cache_hits", 0)) for s in stats),
         cache_lookups=sum(int(s.get("cache_lookups", 0)) for s in stats),
         copies_in=sum(int(s.get("broadcast_in", 0)) + int(s.get("multicast_in", 0)) for s in stats),

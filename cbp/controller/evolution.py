@@ -105,10 +105,12 @@ class Evolution:
         """Refuse a change (code ``pipeline-changed``) while the YAML changes stored data, unless upgrading."""
         if self.plan.needs_upgrade and not self.upgrading:
             raise UsageError(
-                f"{self.live.spec.path}: the pipeline changed since the home {self.home.location} recorded it, in ways that "
+                f"{self.live.spec.path}: the pipeline changed since the home {self.home.location} recorded it, in "
+                "ways that "
                 "touch stored data: "
                 + "; ".join(self.plan.lines())
-                + ". Run 'cbp upgrade' (or 'cbp run --upgrade') to apply the plan ('cbp plan' shows it), or restore the previous YAML",
+                + ". Run 'cbp upgrade' (or 'cbp run --upgrade') to apply the plan ('cbp plan' shows it), "
+                "or restore the previous YAML",
                 code="pipeline-changed",
             )
 
@@ -122,7 +124,8 @@ class Evolution:
         return recorded(self.committed_snapshot())
 
     def recorded_spec(self) -> PipelineSpec | None:
-        """The pipeline as the home recorded it (its YAML, translators resolved beside today's file); None if not recorded."""
+        """The pipeline as the home recorded it (its YAML, translators resolved beside today's file);
+        None if not recorded."""
         rec = self.committed_snapshot().shapes.get(PIPELINE)
         entry = self.home.read_json(rec["entry"]) if rec else None
         if not entry or not entry.get("yaml"):

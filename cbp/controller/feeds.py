@@ -30,7 +30,9 @@ import pyarrow as pa
 
 from ..errors import InputError, UsageError
 from ..storage import INC, LAYOUT, Home
-from .history import History
+from .change import Change, Commit, FlowVersion, IncrementsDropped
+from .history import EpochEntry, History
+from .intentions import Intention
 from .journal import Journal
 from .live import Live, Notice
 
@@ -121,14 +123,14 @@ class Feeds:
         if first is None:
             return
         text = (
-            f"warning [duplicate-feed]: feed {number} of flow '{flow}' has the same records as feed {first}; both are landed. "
-            f"Give each feed an id (cbp feed --id NAME, e.g. the file's name; Python feed_id=) so that a re-delivered file lands "
-            f"nothing; while no stage has read it, 'cbp unfeed {yaml} {flow} --feed {number}' withdraws it"
+            f"warning [duplicate-feed]: feed {number} of flow '{flow}' has the same records as feed {first}; "
+            "both are landed. Give each feed an id (cbp feed --id NAME, e.g. the file's name; Python feed_id=) "
+            "so that a re-delivered file lands nothing; while no stage has read it, "
+            f"'cbp unfeed {yaml} {flow} --feed {number}' withdraws it"
         )
         if not self.notify.listened:  # nobody listens: a Python warning
-            warnings.warn(
-                text, DuplicateFeedWarning, stacklevel=5
-            )  # Feeds, Landing.feed, Controller.feed, Pipeline.feed, the caller
+            # stack: Feeds.warn_duplicate, Landing.feed, Pipeline.feed, the caller
+            warnings.warn(text, DuplicateFeedWarning, stacklevel=4)
         else:
             self.notify(text)
 
@@ -166,8 +168,8 @@ class Feeds:
         if fl.key or fl.source is not None:  # its keyed table / its source's versions already took the feed in
             raise UsageError(
                 f"flow '{flow}' is {'keyed' if fl.key else 'synced from ' + str(fl.source)}: its feeds change "
-                f"{'the current row per key' if fl.key else 'what was landed of the table'} as well, so one cannot be withdrawn alone; "
-                "feed the opposite change (an upsert of the old row, or a delete) instead",
+                f"{'the current row per key' if fl.key else 'what was landed of the table'} as well, so one cannot be "
+                "withdrawn alone; feed the opposite change (an upsert of the old row, or a delete) instead",
                 code="feed-keyed",
             )
         with self.journal.locked(), self.journal.transaction():
@@ -193,30 +195,12 @@ class Feeds:
                 if fs.version is not None
                 else []
             )
-            commits = (
-                [
-                    {
-                        "table": rel,
-                        "partition_by": INC,
-                        "adds": [],
-                        "removes": removes,
-                        "app": "cbp:unfeed",
-                        "version": seq,
-                        "targets": [["flows", flow, "version"]],
-                    }
-                ]
-                if removes
-                else []
-            )
+            commits = [Commit(rel, INC, (), tuple(removes), "cbp:unfeed", seq, (FlowVersion(flow),))] if removes else []
             for i in ids:
                 self.journal.entry(
                     LAYOUT.collected_entry(flow, i),
                     {"inc": i, "version": fs.version, "meta": asdict(fs.incs[i]), "undone": seq, "withdrawn": True},
                 )
-                del fs.incs[i]
-            for c in fl.consumers:
-                q = self.live.st.connector(c, flow)
-                q[:] = [i for i in q if i not in ids]
             self.journal.entry(
                 LAYOUT.feed_entry(flow, number),
                 {
@@ -232,11 +216,14 @@ class Feeds:
                 rel_h = LAYOUT.feed_hash_entry(flow, e["hash"])
                 h = self.home.read_json(rel_h) or {"hash": e["hash"], "feeds": []}
                 self.journal.entry(rel_h, {"hash": e["hash"], "feeds": [n for n in h["feeds"] if n != number]})
-            self.journal.commit("unfeed", f"withdrawal of feed {number} of flow '{flow}'", commits)
+            what = f"withdrawal of feed {number} of flow '{flow}'"
+            withdrawn = IncrementsDropped(flow, tuple(ids), tuple(fl.consumers))
+            self.journal.commit(Change("unfeed", what, tuple(commits), (withdrawn,)))
             return {"flow": flow, "feed": number, "increments": ids, "records": e.get("records")}
 
     def _check_unread(self, flow: str, number: int, ids: list[int], entry: dict[str, Any]) -> None:
-        """Refuse (``feed-read``, ``feed-shared``) to withdraw increments a stage read or that hold other feeds' records."""
+        """Refuse (``feed-read``, ``feed-shared``) to withdraw increments a stage read or that hold
+        other feeds' records."""
         fl = self.live.spec.flows[flow]
         fs = self.live.st.flows[flow]
         for i in ids:
@@ -244,7 +231,8 @@ class Feeds:
             if m is None or any(i not in self.live.st.connector(c, flow) for c in fl.consumers):
                 raise UsageError(
                     f"feed {number} of flow '{flow}' was read by a stage already (increment {i}); withdrawing it would "
-                    "leave results that counted it: rewind the pipeline to before it ('cbp rewind'), or feed retractions",
+                    "leave results that counted it: rewind the pipeline to before it ('cbp rewind'), or feed "
+                    "retractions",
                     code="feed-read",
                 )
             if fl.frame_by is not None and (set(m.srcs) != {number} or fl.frame_by.field is None):
@@ -258,23 +246,25 @@ class Feeds:
                     + "; it cannot be withdrawn alone",
                     code="feed-shared",
                 )
-        for stage, it in self.home.intentions().items():
-            if any(i in it["inputs"].get(flow, []) for i in ids):
+        for stage, doc in self.home.intentions().items():
+            it = Intention.from_json(doc)
+            if any(i in it.inputs.get(flow, []) for i in ids):
                 raise UsageError(
-                    f"feed {number} of flow '{flow}' is being read by stage '{stage}' epoch {it['epoch']} (interrupted; "
-                    "the next 'cbp run' finishes it)",
+                    f"feed {number} of flow '{flow}' is being read by stage '{stage}' epoch {it.epoch} "
+                    "(interrupted; the next 'cbp run' finishes it)",
                     code="feed-read",
                 )
         since = entry.get("seq")
         for c in fl.consumers:  # a runnable may read an increment and keep it: epochs since the feed say
             e = self.live.st.stages[c].epoch
             while e >= 1:
-                ep = self.history.epoch(self.live.st, c, e) or {}
-                if since is not None and (ep.get("seq") or 0) < since:
+                ep = self.history.epoch_entry(self.live.st, c, e) or EpochEntry(None, {}, {})
+                if since is not None and (ep.seq or 0) < since:
                     break
-                if any(i in ep.get("inputs", {}).get(flow, []) for i in ids):
+                if any(i in ep.inputs.get(flow, []) for i in ids):
                     raise UsageError(
-                        f"feed {number} of flow '{flow}' was read by stage '{c}' epoch {e}; rewind the pipeline to before it "
+                        f"feed {number} of flow '{flow}' was read by stage '{c}' epoch {e}; rewind the pipeline to "
+                        "before it "
                         "('cbp rewind'), or feed retractions",
                         code="feed-read",
                     )

@@ -12,18 +12,76 @@ increment of a flow) happens only for ``output`` of a whole flow.
 A home of format 1 kept these facts in its snapshot; :func:`legacy_entries` turns them into
 entries, which are written with the next change and read from memory until then.
 
+A stage epoch's entry is a frozen :class:`EpochEntry` (:meth:`History.epoch_entry`); its JSON is
+what every cbp wrote, and an older entry (no ``seq``, ``run``, ``placement``, ``code``) loads.
+
+    >>> e = EpochEntry(4, {"w": [1]}, {"c": [2]}, {"c": 3}, seq=9)
+    >>> EpochEntry.from_json(e.to_json()) == e, EpochEntry.from_json({"inputs": {}, "outputs": {}}).seq
+    (True, None)
+
 Reads: history entries under ``_cbp/history`` (and the legacy entries in memory). Writes: only
 ``legacy`` in memory (the journal writes the entries, with each change).
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 from ..storage import Home, Layout
 from .snapshot import Snapshot
 
-__all__ = ["History", "legacy_entries"]
+__all__ = ["EpochEntry", "History", "legacy_entries"]
+
+
+@dataclass(frozen=True)
+class EpochEntry:
+    """What a committed stage epoch did: the state table version after it, the increment ids it
+    read per input flow and wrote per output flow, the records per output flow, where its tasks
+    ran (``placement``), its translator's code hash, its change's number (``seq``), the run it was
+    part of and when it committed (``at``)."""
+
+    state_version: int | None
+    inputs: Mapping[str, list[int]]
+    outputs: Mapping[str, list[int]]
+    records: Mapping[str, int] = field(default_factory=dict)
+    placement: Mapping[str, Any] | None = None
+    code: str | None = None
+    seq: int | None = None
+    run: Mapping[str, Any] | None = None
+    at: float | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "state_version": self.state_version,
+            "inputs": {f: list(ids) for f, ids in self.inputs.items()},
+            "outputs": {f: list(ids) for f, ids in self.outputs.items()},
+            "records": dict(self.records),
+            "placement": dict(self.placement) if self.placement is not None else None,
+            "code": self.code,
+            "seq": self.seq,
+            "run": dict(self.run) if self.run is not None else None,
+            "at": self.at,
+        }
+
+    @classmethod
+    def from_json(cls, doc: Mapping[str, Any]) -> EpochEntry:
+        def ids(m: Mapping[str, Any] | None) -> dict[str, list[int]]:
+            return {str(f): [int(i) for i in v] for f, v in (m or {}).items()}
+
+        sv, seq, at = doc.get("state_version"), doc.get("seq"), doc.get("at")
+        return cls(
+            state_version=int(sv) if sv is not None else None,
+            inputs=ids(doc.get("inputs")),
+            outputs=ids(doc.get("outputs")),
+            records={str(f): int(n) for f, n in (doc.get("records") or {}).items()},
+            placement=doc.get("placement"),
+            code=doc.get("code"),
+            seq=int(seq) if seq is not None else None,
+            run=doc.get("run"),
+            at=float(at) if at is not None else None,
+        )
 
 
 class History:
@@ -36,7 +94,8 @@ class History:
     def read(self, rel: str) -> dict[str, Any] | None:
         """The entry at ``rel`` (a legacy one not written yet, or the file), unchecked; None if there is none."""
         if rel in self.legacy:
-            return self.legacy[rel]
+            entry: dict[str, Any] = self.legacy[rel]
+            return entry
         return self.home.read_json(rel)
 
     def epoch(self, snap: Snapshot, stage: str, epoch: int) -> dict[str, Any] | None:
@@ -44,6 +103,11 @@ class History:
         if not 1 <= epoch <= snap.stages[stage].epoch:
             return None
         return self.read(self.layout.epoch_entry(stage, epoch))
+
+    def epoch_entry(self, snap: Snapshot, stage: str, epoch: int) -> EpochEntry | None:
+        """The typed entry of a committed stage epoch, or None."""
+        e = self.epoch(snap, stage, epoch)
+        return EpochEntry.from_json(e) if e is not None else None
 
     def feed(self, snap: Snapshot, flow: str, n: int) -> dict[str, Any] | None:
         """``{"incs", "records"}`` of the nth feed of an external flow, or None."""
@@ -68,10 +132,10 @@ class History:
             return None
         return snap.flows[flow].version if e["version"] is None else int(e["version"])
 
-    def collected(self, snap: Snapshot, flow: str) -> dict[int, int]:
+    def collected(self, snap: Snapshot, flow: str) -> dict[int, int | None]:
         """Increments of ``flow`` that left the snapshot: id -> a table version that still holds it
         (a backfill's synthetic increments are not the flow's records: left out)."""
-        out: dict[int, int] = {}
+        out: dict[int, int | None] = {}
         for inc, e in self.collected_entries(snap, flow).items():
             producer = str((e.get("meta") or {}).get("producer", ""))
             if not producer.startswith("backfill:"):  # cbp.controller.backfill.BACKFILL

@@ -23,26 +23,25 @@ from __future__ import annotations
 import copy
 import sys
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
 from .. import faults
 from ..errors import RuntimeStateError
 from ..storage import LAYOUT, Home
+from .change import Change, Commit, EntryVersion, set_version
 from .history import History, legacy_entries
 from .live import Live
 from .snapshot import FORMAT, Snapshot, diff, patch
 
 __all__ = ["Journal"]
 
-ENTRY = "@entry"  # first element of a commit target that points into a history entry
-
 
 class Journal:
     """The commit protocol: loads the live snapshot, makes each change of it durable, recovers.
 
-    ``reconcile`` is called after every snapshot loaded (the facade compares it with the YAML,
+    ``reconcile`` is called after every snapshot loaded (it compares it with the YAML,
     :meth:`.evolution.Evolution.reconcile`); ``check`` under the lock before every change (it
     raises while the YAML waits for ``cbp upgrade``, :meth:`.evolution.Evolution.check`).
     """
@@ -121,37 +120,28 @@ class Journal:
         self.entries[rel] = value
 
     # ------------------------------------------------------------------ committing
-    def commit(
-        self,
-        kind: str,
-        what: str,
-        commits: list[dict[str, Any]],
-        *,
-        stage: str | None = None,
-        cleanup: Sequence[str] = (),
-        written: Sequence[str] = (),
-    ) -> None:
-        """Make the change in ``live.st`` durable, with the Delta ``commits`` it needs, all or nothing.
-
-        Each commit is ``{"table", "partition_by", "adds", "removes", "app", "version", "targets"}``:
-        the files to add/remove, the application transaction id that marks it done, and the paths
-        (in the snapshot's JSON, or ``["@entry", rel, key]`` in a history entry) that receive the
-        table version it creates. ``cleanup`` files are deleted afterwards; ``written`` files are
-        deleted if the change is abandoned before its pending record exists.
+    def commit(self, change: Change) -> None:
+        """Make ``change`` durable, all or nothing: its snapshot updates are applied to ``live.st``
+        (with what the part changed there in place), then its Delta commits, history entries and
+        the snapshot are committed through a pending record. Its ``cleanup`` files are deleted
+        afterwards; its ``written`` files are deleted if it is abandoned before the pending record exists.
         """
         st = self.live.st
+        for update in change.updates:
+            update.apply(st)
+        for rel, value in change.entries:
+            self.entries[rel] = dict(value)
         st.seq += 1
         new = st.to_json()
-        entries = {**self.history.legacy, **self.entries}
         record: dict[str, Any] = {
             "format": FORMAT,
-            "kind": kind,
-            "what": what,
-            "stage": stage,
+            "kind": change.kind,
+            "what": change.what,
+            "stage": change.stage,
             "seq": st.seq,
-            "commits": commits,
-            "cleanup": list(cleanup),
-            "entries": entries,
+            "commits": [c.to_json() for c in change.commits],
+            "cleanup": list(change.cleanup),
+            "entries": {**self.history.legacy, **self.entries},
             "written_at": time.time(),
         }
         committed = self.live.committed
@@ -161,45 +151,32 @@ class Journal:
             record["base"] = int(committed["seq"])
             record["diff"] = diff(committed, new)
         try:
-            self.home.fence(what)  # a lock that may have passed to another process commits nothing
+            self.home.fence(change.what)  # a lock that may have passed to another process commits nothing
         except BaseException:
-            self.delete_quietly(written)
+            self.delete_quietly(change.written)
             raise
         try:
             self.home.write_pending(record)
         except OSError as e:
-            self.delete_quietly(written)
+            self.delete_quietly(change.written)
             raise RuntimeStateError(
-                f"{what}: cannot write {self.home.uri(LAYOUT.PENDING)}: {e}; nothing was committed", code="io"
+                f"{change.what}: cannot write {self.home.uri(LAYOUT.PENDING)}: {e}; nothing was committed", code="io"
             ) from e
-        faults.point(f"{kind}:pending")
-        self._finish(record, kind)
+        faults.point(f"{change.kind}:pending")
+        self._finish(record, change.kind)
 
     def _finish(self, record: dict[str, Any], kind: str) -> None:
-        """Apply a pending record: the Delta commits not made yet, the entries, the snapshot, the cleanup. Idempotent."""
-        current = self.home.read_controller()
-        done = current is not None and int(current["seq"]) >= int(record["seq"])
-        if done:
-            snap = current
-        elif "snapshot" in record:  # the first change of a home, or a record of format 1
-            snap = copy.deepcopy(record["snapshot"])
-        else:
-            if current is None or int(current["seq"]) != int(record["base"]):
-                raise RuntimeStateError(
-                    f"{record['what']}: the pending change in {self.home.uri(LAYOUT.PENDING)} was made on snapshot "
-                    f"{record['base']}, but the home holds {current and current['seq']}; the home was changed "
-                    "by hand or by two writers at once",
-                    code="home-corrupt",
-                )
-            snap = patch(copy.deepcopy(current), record["diff"])
+        """Apply a pending record: the Delta commits not made yet, the entries, the snapshot, the
+        cleanup. Idempotent."""
+        snap, done = self._next_snapshot(record)
         entries = copy.deepcopy(record.get("entries", {}))
-        for n, c in enumerate(record["commits"]):
+        for n, c in enumerate(Commit.from_json(c) for c in record["commits"]):
             version = self._make_commit(record["what"], kind, n, c)
-            for path in c["targets"]:
-                if path[0] == ENTRY:
-                    entries[path[1]][path[2]] = version
+            for target in c.targets:
+                if isinstance(target, EntryVersion):
+                    entries[target.entry][target.key] = version
                 elif not done:
-                    _set_path(snap, path, version)
+                    set_version(snap, target, version)
         if not done:
             for rel, value in entries.items():
                 self._write_record(record["what"], rel, value)
@@ -207,8 +184,9 @@ class Journal:
                 self.home.write_controller(snap)
             except OSError as e:
                 raise RuntimeStateError(
-                    f"{record['what']}: cannot write the controller snapshot in {self.home.uri(LAYOUT.CONTROLLER)}: {e}. "
-                    "Once the cause is fixed, the next 'cbp run' or 'cbp feed' finishes the commit",
+                    f"{record['what']}: cannot write the controller snapshot in "
+                    f"{self.home.uri(LAYOUT.CONTROLLER)}: {e}. Once the cause is fixed, the next 'cbp run' or 'cbp "
+                    "feed' finishes the commit",
                     code="io",
                 ) from e
         if record.get("kind") == "epoch":  # the snapshot after each stage epoch: what 'cbp rewind' goes back to
@@ -222,22 +200,38 @@ class Journal:
             self.history.legacy = {}
         self.load(snap)
 
-    def _make_commit(self, what: str, kind: str, n: int, c: dict[str, Any]) -> int:
+    def _next_snapshot(self, record: dict[str, Any]) -> tuple[dict[str, Any], bool]:
+        """The snapshot a pending record makes, and whether the home holds it already."""
+        current = self.home.read_controller()
+        if current is not None and int(current["seq"]) >= int(record["seq"]):
+            return current, True
+        if "snapshot" in record:  # the first change of a home, or a record of format 1
+            return copy.deepcopy(record["snapshot"]), False
+        if current is None or int(current["seq"]) != int(record["base"]):
+            raise RuntimeStateError(
+                f"{record['what']}: the pending change in {self.home.uri(LAYOUT.PENDING)} was made on snapshot "
+                f"{record['base']}, but the home holds {current and current['seq']}; the home was changed "
+                "by hand or by two writers at once",
+                code="home-corrupt",
+            )
+        return patch(copy.deepcopy(current), record["diff"]), False
+
+    def _make_commit(self, what: str, kind: str, n: int, c: Commit) -> int:
         """Make one Delta commit of a pending record unless its transaction id says it is made; its version."""
         try:
             version, made = self.home.commit_once(
-                c["table"],
-                c["partition_by"],
-                c["adds"],
-                c["removes"],
-                overwrite=c.get("overwrite", False),
-                app_id=c["app"],
-                app_version=c["version"],
-                schema=_schema(c.get("schema")),
+                c.table,
+                c.partition_by,
+                c.adds,
+                c.removes,
+                overwrite=c.overwrite,
+                app_id=c.app,
+                app_version=c.version,
+                schema=_schema(c.schema),
             )
         except Exception as e:
             raise RuntimeStateError(
-                f"{what}: the commit to {self.home.uri(c['table'])} failed: {e}. Nothing of it is visible "
+                f"{what}: the commit to {self.home.uri(c.table)} failed: {e}. Nothing of it is visible "
                 "through cbp; once the cause is fixed, the next 'cbp run' or 'cbp feed' on this home finishes it",
                 code="io",
             ) from e
@@ -268,10 +262,9 @@ class Journal:
         if "format" not in record:  # format 1: the whole next snapshot, history included
             record = {**record, "entries": {}, "seq": int(record["snapshot"]["seq"])}
         self._finish(record, "recover")
-        self.notify(
-            f"recovered: finished committing {record['what']}, which was interrupted ({time.perf_counter() - t0:.2f}s)"
-        )
-        return record["what"]
+        what = str(record["what"])
+        self.notify(f"recovered: finished committing {what}, which was interrupted ({time.perf_counter() - t0:.2f}s)")
+        return what
 
     def delete_quietly(self, rels: Any) -> None:
         for rel in rels:
@@ -288,9 +281,3 @@ def _schema(text: str | None) -> Any:
     import pyarrow as pa
 
     return pa.ipc.read_schema(pa.py_buffer(bytes.fromhex(text)))
-
-
-def _set_path(doc: dict[str, Any], path: list[str], value: Any) -> None:
-    for k in path[:-1]:
-        doc = doc[k]
-    doc[path[-1]] = value

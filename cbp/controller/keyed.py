@@ -40,7 +40,7 @@ import pyarrow.parquet as pq
 from ..errors import InputError, RuntimeStateError
 from ..spec.schema import RecordSchema
 from ..storage import LAYOUT, Home
-from .journal import ENTRY
+from .change import Commit, EntryVersion
 from .live import Live
 
 __all__ = ["Keyed", "keyed_changes", "bucket_of", "BUCKETS", "DELETED", "BUCKET", "keyed_rel"]
@@ -88,7 +88,8 @@ def keyed_changes(
     for i, (row, d) in enumerate(zip(rows, diffs)):
         if d not in (1, -1):
             raise InputError(
-                f"{what}: record {i + 1} {_short(row)} has _diff {d}; a keyed flow takes upserts (+1) and deletes (-1) only; "
+                f"{what}: record {i + 1} {_short(row)} has _diff {d}; a keyed flow takes upserts (+1) and deletes "
+                "(-1) only; "
                 "nothing was landed",
                 code="keyed-diff",
             )
@@ -114,7 +115,7 @@ def keyed_changes(
                 live = not deleting
                 state = (row, False) if not deleting else None
         else:
-            for i, deleting, row in sorted(evs, key=lambda e: (e[2][sequence_by], e[0])):
+            for _i, deleting, row in sorted(evs, key=lambda e: (e[2][sequence_by], e[0])):
                 if state is not None and row[sequence_by] < state[0][sequence_by]:
                     continue  # late: an older event than the key's row (or tombstone)
                 state = (row, deleting)
@@ -168,7 +169,7 @@ class Keyed:
         number: int,
         feed_id: str | None,
         check: Callable[[pa.Table], None] | None = None,
-    ) -> tuple[pa.Table, dict[str, Any], list[str]]:
+    ) -> tuple[pa.Table, Commit | None, list[str]]:
         """A feed of keyed flow ``flow`` as the signed changes to land (the flow's fields and ``_diff``),
         the keyed table's commit, and the files written. ``check`` sees the changes before anything
         is written, and may refuse them by raising."""
@@ -218,16 +219,16 @@ class Keyed:
             adds.append(add)
         removes = [f for b in touched for f in files.get(b, [])]
         commit = (
-            {
-                "table": rel,
-                "partition_by": BUCKET,
-                "adds": adds,
-                "removes": removes,
-                "app": "cbp:keyed",
-                "version": number,
-                "targets": [[ENTRY, LAYOUT.feed_entry(flow, number), "keyed_version"]],
-            }
+            Commit(
+                rel,
+                BUCKET,
+                tuple(adds),
+                tuple(removes),
+                "cbp:keyed",
+                number,
+                (EntryVersion(LAYOUT.feed_entry(flow, number), "keyed_version"),),
+            )
             if adds or removes
-            else {}
+            else None
         )
         return changes, commit, written

@@ -33,6 +33,7 @@ from ..spec.arrowrecords import DIFF_FIELD, with_diff
 from ..spec.resolve import safe_str
 from ..spec.signing import REFUSED, first_unsigned, refusal, unsigned_inputs
 from ..storage import INC, LAYOUT, SRC, Home
+from .change import Change, Commit, FlowVersion, GcRun, IncrementsDropped, IncrementVersion, Target
 from .feeds import Feeds
 from .history import History
 from .journal import Journal
@@ -119,7 +120,7 @@ class Landing:
                 f"flow '{flow}' is produced by stage '{fl.producer}'; only external flows (external: true) can be fed",
                 code="not-external",
             )
-        data = with_diff(records if isinstance(records, pa.Table) else fl.schema.to_arrow(records))
+        data = with_diff(records if isinstance(records, pa.Table) else fl.schema.to_arrow(list(records)))
         with self.journal.locked(), self.journal.transaction():
             fs = self.live.st.flows[flow]
             seen = self.history.feed_id(self.live.st, flow, feed_id) if feed_id is not None else None
@@ -134,7 +135,8 @@ class Landing:
             if fl.frame_by is None:  # increment ids follow feed numbers, past empty feeds too
                 fs.next_inc = max(fs.next_inc, number)
             what = f"feed {number} of flow '{flow}'"
-            keyed, keyed_written = {}, []
+            keyed: Commit | None = None
+            keyed_written: list[str] = []
             if fl.key:  # events by key: land the changes they make (cbp.controller.keyed)
 
                 def refuse(changes: pa.Table) -> None:
@@ -162,7 +164,7 @@ class Landing:
             if feed_id is not None:
                 self.journal.entry(LAYOUT.feed_id_entry(flow, feed_id), {"id": feed_id, "feed": number, "incs": ids})
             faults.point("feed:written")
-            self.journal.commit("feed", what, commits, written=written)
+            self.journal.commit(Change("feed", what, tuple(commits), written=tuple(written)))
             self.feeds.warn_duplicate(flow, number, note, str(self.live.spec.path))
             return Landed(ids, feed=number, records=data.num_rows)
 
@@ -191,7 +193,8 @@ class Landing:
         field = fl.frame_by.field  # type: ignore[union-attr]
         if field is not None:  # column-wise
             ft = fl.schema.fields[field]
-            # a field's values were validated as JSON values (finite floats, no lone surrogates): storable, unless too long
+            # a field's values were validated as JSON values (finite floats, no lone surrogates):
+            # storable, unless too long
             runs = [list(r) for r in frame_runs(data.column(field), json_text=ft.scalar == "json" and not ft.is_list)]
             self._check_frames(
                 flow, [(key, lambda first=first: data.slice(first, 1).to_pylist()[0]) for key, first, _ in runs]
@@ -232,10 +235,10 @@ class Landing:
                 check_storable(key, "")
             except UserCodeError:
                 rec = fl.schema.from_storage(first())
+                text = fl.frame_by.text if fl.frame_by is not None else ""
                 check_storable(
-                    key,
-                    f"flow '{flow}': frame_by '{fl.frame_by.text}' gave a framing key (for record {rec!r:.200}) that",
-                )  # type: ignore[union-attr]
+                    key, f"flow '{flow}': frame_by '{text}' gave a framing key (for record {rec!r:.200}) that"
+                )
 
     def land(
         self,
@@ -248,7 +251,7 @@ class Landing:
         app: tuple[str, int],
         what: str,
         prefix: str = "in",
-    ) -> tuple[list[dict[str, Any]], list[int], list[str]]:
+    ) -> tuple[list[Commit], list[int], list[str]]:
         """Frame validated records (an Arrow table of the flow's fields, as stored) into increments
         of ``flow``, write their files (not yet committed) and enqueue them in the snapshot.
 
@@ -265,7 +268,7 @@ class Landing:
         assignments = self._assign(
             flow, [(key, count) for key, _, count in runs], close=close, producer=producer, prior_frame=prior_frame
         )
-        commits: list[dict[str, Any]] = []
+        commits: list[Commit] = []
         written: list[str] = []
         if data.num_rows:
             commits.append(self._write_increments(flow, data, assignments, prior_frame, app, what, written, prefix))
@@ -279,7 +282,7 @@ class Landing:
         producer: str,
         prior_frame: Any,
         app: tuple[str, int],
-    ) -> tuple[list[dict[str, Any]], list[int]]:
+    ) -> tuple[list[Commit], list[int]]:
         """Land an epoch's output of a flow framed by a field, framed by its tasks
         (:class:`cbp.engine.task.framing.FramedSink`): ``runs`` are the tasks' files in output order,
         each with its run's framing key as JSON text. Consecutive runs with equal keys (the end
@@ -302,22 +305,8 @@ class Landing:
         rel = LAYOUT.flow(flow)
         self.home.ensure_table(rel, flow_schema(self.live.spec, flow), INC)
         adds = [{**a, "partition": inc} for (inc, _, _, _), (_, _, files) in zip(assignments, merged) for a in files]
-        targets = [["flows", flow, "version"]] + [["flows", flow, "incs", str(a[0]), "version"] for a in assignments]
-        commits = (
-            [
-                {
-                    "table": rel,
-                    "partition_by": INC,
-                    "adds": adds,
-                    "removes": [],
-                    "app": app[0],
-                    "version": app[1],
-                    "targets": targets,
-                }
-            ]
-            if adds
-            else []
-        )
+        targets: list[Target] = [FlowVersion(flow), *(IncrementVersion(flow, a[0]) for a in assignments)]
+        commits = [Commit(rel, INC, tuple(adds), (), app[0], app[1], tuple(targets))] if adds else []
         return commits, [a[0] for a in assignments]
 
     def _assign(
@@ -361,7 +350,7 @@ class Landing:
         what: str,
         written: list[str],
         prefix: str = "in",
-    ) -> dict[str, Any]:
+    ) -> Commit:
         """Write one file per increment of ``assignments``; return the Delta commit that adds them."""
         fl = self.live.spec.flows[flow]
         rel = LAYOUT.flow(flow)
@@ -384,16 +373,8 @@ class Landing:
             written.append(add["rel"])
             add["path"] = add.pop("rel")[len(rel) + 1 :]
             adds.append(add)
-        targets = [["flows", flow, "version"]] + [["flows", flow, "incs", str(a[0]), "version"] for a in assignments]
-        return {
-            "table": rel,
-            "partition_by": INC,
-            "adds": adds,
-            "removes": [],
-            "app": app[0],
-            "version": app[1],
-            "targets": targets,
-        }
+        targets: list[Target] = [FlowVersion(flow), *(IncrementVersion(flow, a[0]) for a in assignments)]
+        return Commit(rel, INC, tuple(adds), (), app[0], app[1], tuple(targets))
 
     def read_task_files(self, flow: str, adds: list[dict[str, Any]]) -> tuple[pa.Table, list[str]]:
         """The records of files a task wrote (in partition order) that will be re-framed, and their paths."""
@@ -421,7 +402,7 @@ class Landing:
             (self.home.uri(rel, f["path"]), int(f["partition"]))
             for f in self.home.table_files(rel, fs.version)  # type: ignore[arg-type]
             if int(f["partition"]) in wanted
-        ]  # type: ignore[arg-type]
+        ]
 
     # ------------------------------------------------------------------ garbage collection
     def collect_garbage(self) -> list[tuple[str, int]]:
@@ -432,7 +413,8 @@ class Landing:
         nobody reads leave the snapshot too, but stay in its table.
         """
         dropped: list[tuple[str, int]] = []
-        commits: list[dict[str, Any]] = []
+        commits: list[Commit] = []
+        updates: list[IncrementsDropped] = []
         with self.journal.transaction():
             run = self.live.st.gc_runs + 1
             for flow, fs in self.live.st.flows.items():
@@ -440,12 +422,13 @@ class Landing:
                 if fs.version is None:
                     continue
                 if not consumers:  # nobody reads it: its increments stay in the table, not in the snapshot
-                    for i in sorted(i for i, m in fs.incs.items() if m.complete):
+                    done = sorted(i for i, m in fs.incs.items() if m.complete)
+                    for i in done:
                         self.journal.entry(
                             LAYOUT.collected_entry(flow, i), {"inc": i, "version": None, "meta": asdict(fs.incs[i])}
                         )
-                        del fs.incs[i]
                         dropped.append((flow, i))
+                    updates += [IncrementsDropped(flow, tuple(done))] if done else []
                     continue
                 referenced = {i for c in consumers for i in self.live.st.connector(c, flow)}
                 dead = sorted(i for i, m in fs.incs.items() if m.complete and i not in referenced)
@@ -453,24 +436,15 @@ class Landing:
                     continue
                 rel = LAYOUT.flow(flow)
                 removes = [f for f in self.home.table_files(rel, fs.version) if int(f["partition"]) in set(dead)]
-                commits.append(
-                    {
-                        "table": rel,
-                        "partition_by": INC,
-                        "adds": [],
-                        "removes": removes,
-                        "app": "cbp:gc",
-                        "version": run,
-                        "targets": [["flows", flow, "version"]],
-                    }
-                )
+                commits.append(Commit(rel, INC, (), tuple(removes), "cbp:gc", run, (FlowVersion(flow),)))
                 for i in dead:
                     self.journal.entry(
                         LAYOUT.collected_entry(flow, i), {"inc": i, "version": fs.version, "meta": asdict(fs.incs[i])}
                     )  # meta: for a rewind
-                    del fs.incs[i]
                     dropped.append((flow, i))
+                updates.append(IncrementsDropped(flow, tuple(dead)))
             if dropped:
-                self.live.st.gc_runs = run if commits else self.live.st.gc_runs
-                self.journal.commit("gc", f"garbage collection {run}", commits)
+                counted = (GcRun(run),) if commits else ()
+                change = Change("gc", f"garbage collection {run}", tuple(commits), (*updates, *counted))
+                self.journal.commit(change)
         return dropped

@@ -1,14 +1,14 @@
 """What the controller's parts share: the live pipeline and snapshot, the notes, the tuning, Spark.
 
-Each part of :class:`~cbp.controller.Controller` is handed these objects, never copies of what
+Each part (composed by :class:`~cbp.controller.Parts`) is handed these objects, never copies of what
 they hold, so a part always sees the snapshot and the spec of now:
 
 - :class:`Live` holds the pipeline ``spec`` (swapped while a home whose YAML changed is read as
-  it was recorded, :meth:`Controller.reading`), the live snapshot ``st`` (swapped when the journal
+  it was recorded, :meth:`Parts.reading`), the live snapshot ``st`` (swapped when the journal
   loads a newer one: a refresh, a recovery, a commit, a transaction rolled back) and
   ``committed``, the JSON of the newest committed snapshot. Only the journal
   (:mod:`.journal`) assigns ``st`` and ``committed``, and a rewind its new snapshot; only the
-  facade assigns ``spec``.
+  composition (:meth:`~cbp.controller.Parts.reading`) assigns ``spec``.
 - :class:`Notice` is where parts report what users should hear (recoveries, take-overs,
   duplicate feeds); ``cbp`` commands point it at stderr.
 - :class:`Tuning` holds the settings a Pipeline was given (state files, row groups, backpressure).
@@ -61,7 +61,7 @@ class Notice:
 class Tuning:
     """How epochs run: files per state partition before compaction, rows per state row group,
     the state cache and scan fraction of the tasks, small epochs, and backpressure (the
-    defaults are :class:`~cbp.controller.Controller`'s)."""
+    defaults are :class:`~cbp.controller.Parts`'s)."""
 
     max_state_files: int
     state_row_group: int

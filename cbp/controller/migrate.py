@@ -29,6 +29,7 @@ from ..engine.task.restate import Job
 from ..errors import RuntimeStateError, UserCodeError
 from ..spec.schema import DIFF, RecordError, RecordSchema
 from ..storage import INC, LAYOUT, PART, SRC, Home
+from .change import Commit, FlowVersion, IncrementVersion, StateVersion, Target
 from .landing import flow_schema
 from .live import LazySpark, Live, Tuning
 
@@ -67,9 +68,11 @@ def conforms(t: pa.Table, schema: RecordSchema) -> bool:
     ``int`` under ``float``), or missing and nullable or defaulted. Not so for increments stored
     before a flow's ``migrate:`` changed its types or fields (they are read as recorded).
 
-        >>> conforms(pa.table({"n": pa.array([1], pa.int32()), "s": pa.array(["x"], pa.large_string())}), RecordSchema.parse({"n": "float", "s": "string"}))
+        >>> t = pa.table({"n": pa.array([1], pa.int32()), "s": pa.array(["x"], pa.large_string())})
+        >>> conforms(t, RecordSchema.parse({"n": "float", "s": "string"}))
         True
-        >>> conforms(pa.table({"n": ["1"]}), RecordSchema.parse({"n": "int"})), conforms(pa.table({"n": [1]}), RecordSchema.parse({"c": "int"}))
+        >>> n_int, c_int = RecordSchema.parse({"n": "int"}), RecordSchema.parse({"c": "int"})
+        >>> conforms(pa.table({"n": ["1"]}), n_int), conforms(pa.table({"n": [1]}), c_int)
         (False, False)
     """
     for name, ft in schema.fields.items():
@@ -114,7 +117,7 @@ class Migration:
     def __init__(self, home: Home, live: Live, tuning: Tuning, spark: LazySpark) -> None:
         self.home, self.live, self.tuning, self.spark = home, live, tuning, spark
 
-    def state_commit(self, stage: str, old: RecordSchema, n: int) -> tuple[dict[str, Any], dict[str, str], list[str]]:
+    def state_commit(self, stage: str, old: RecordSchema, n: int) -> tuple[Commit, dict[str, str], list[str]]:
         """Rewrite ``stage``'s state into the YAML's schema, partition count and row key (one pass, a Spark job).
 
         Returns the commit, the new index (partition -> index file), and the files written."""
@@ -159,21 +162,13 @@ class Migration:
         rk = [pa.field(RK, pa.string())] if spec.row_key else []  # keyed rows (cbp.engine.task.keyedstate)
         schema = pa.schema([pa.field(PART, pa.int32())] + list(STATE_META) + rk + list(new.arrow))
         app, version = upgrade_app(n)
-        commit = {
-            "table": rel,
-            "partition_by": PART,
-            "adds": adds,
-            "removes": [],
-            "overwrite": True,
-            "app": app,
-            "version": version,
-            "schema": schema_hex(schema),
-            "targets": [["stages", stage, "state_version"]],
-        }
+        commit = Commit(
+            rel, PART, tuple(adds), (), app, version, (StateVersion(stage),), overwrite=True, schema=schema_hex(schema)
+        )
         written = [f"{rel}/{a['path']}" for a in adds] + [r["index"] for r in done.values()]
         return commit, {str(q): r["index"] for q, r in done.items()}, written
 
-    def flow_commit(self, flow: str, n: int, old: RecordSchema | None = None) -> tuple[dict[str, Any], list[str]]:
+    def flow_commit(self, flow: str, n: int, old: RecordSchema | None = None) -> tuple[Commit, list[str]]:
         """Rewrite every file of ``flow``'s table live at its version into the YAML's schema (the
         increments not yet read, and those of a flow nobody reads): widened, or (``old``: the recorded
         schema) each record through the flow's ``migrate`` function; the commit and the files written.
@@ -207,17 +202,17 @@ class Migration:
                     pass
             raise
         app, version = upgrade_app(n)
-        targets = [["flows", flow, "version"]] + [["flows", flow, "incs", str(i), "version"] for i in fs.incs]
-        commit = {
-            "table": rel,
-            "partition_by": INC,
-            "adds": adds,
-            "removes": removes,
-            "app": app,
-            "version": version,
-            "schema": schema_hex(flow_schema(self.live.spec, flow)),
-            "targets": targets,
-        }
+        targets: list[Target] = [FlowVersion(flow), *(IncrementVersion(flow, i) for i in fs.incs)]
+        commit = Commit(
+            rel,
+            INC,
+            tuple(adds),
+            tuple(removes),
+            app,
+            version,
+            tuple(targets),
+            schema=schema_hex(flow_schema(self.live.spec, flow)),
+        )
         return commit, written
 
     def _migrated(self, flow: str, t: pa.Table, old: RecordSchema, inc: int) -> pa.Table:

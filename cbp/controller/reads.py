@@ -21,7 +21,7 @@ from ..spec.schema import DIFF
 from ..storage import INC, LAYOUT, SRC, Home
 from .backfill import is_synthetic
 from .feeds import Feeds
-from .history import History
+from .history import EpochEntry, History
 from .intentions import Intentions
 from .journal import Journal
 from .live import Live
@@ -66,8 +66,8 @@ class Reads:
         self.journal.refresh()
         return self.live.st.flows[self.live.spec.flow(flow).name].feeds
 
-    def _epoch_entry(self, stage: str, epoch: int) -> dict[str, Any]:
-        e = self.history.epoch(self.live.st, stage, epoch)
+    def _epoch_entry(self, stage: str, epoch: int) -> EpochEntry:
+        e = self.history.epoch_entry(self.live.st, stage, epoch)
         if e is None:
             raise UsageError(
                 f"stage '{stage}' has not run epoch {epoch} (epochs run: {self.live.st.stages[stage].epoch})",
@@ -76,17 +76,11 @@ class Reads:
         return e
 
     def epoch_record(self, stage: str, epoch: int) -> EpochRecord:
-        """What stage epoch ``epoch`` read (increment ids per input flow) and wrote (ids and records per output flow)."""
+        """What stage epoch ``epoch`` read (increment ids per input flow) and wrote (ids and records
+        per output flow)."""
         self.journal.refresh()
         e = self._epoch_entry(self.live.spec.stage(stage).name, epoch)
-        outputs = {f: [int(i) for i in ids] for f, ids in e["outputs"].items()}
-        return EpochRecord(
-            stage,
-            epoch,
-            {f: [int(i) for i in ids] for f, ids in e["inputs"].items()},
-            outputs,
-            {f: int(n) for f, n in e.get("records", {}).items()},
-        )
+        return EpochRecord(stage, epoch, dict(e.inputs), dict(e.outputs), dict(e.records))
 
     def is_new(self) -> bool:
         """True while nothing has been fed or run in the home."""
@@ -97,12 +91,10 @@ class Reads:
         self.journal.refresh()
         stage = self.live.spec.stage(stage).name
         return (
-            self.live.st.stages[stage].state_version
-            if epoch is None
-            else self._epoch_entry(stage, epoch)["state_version"]
+            self.live.st.stages[stage].state_version if epoch is None else self._epoch_entry(stage, epoch).state_version
         )
 
-    def state_records(self, stage: str, epoch: int | None = None) -> list[dict[str, Any]]:
+    def state(self, stage: str, epoch: int | None = None) -> list[dict[str, Any]]:
         """The stage's state records after ``epoch`` (default: the latest), sorted by key. A keyed-row
         stage's (``state: {row_key: ...}``) carry ``_key``, the grouping key the row belongs to."""
         self.journal.refresh()
@@ -112,7 +104,7 @@ class Reads:
         version = self.state_version(stage, epoch)
         if version is None:
             return []
-        rows = latest_rows(self.home.read_table(LAYOUT.state(stage), version))  # type: ignore[arg-type]
+        rows = latest_rows(self.home.read_table(LAYOUT.state(stage), version))
         rows = rows.sort_by([("_key", "ascending")] + ([("_rk", "ascending")] if spec.row_key else []))
         # as stored, or upgraded since; a keyed-row stage's rows with the key each belongs to
         records = [spec.state_schema.from_storage(r) for r in conform(rows, spec.state_schema).to_pylist()]
@@ -124,9 +116,9 @@ class Reads:
         """Which increments of the flow :meth:`output_records` reads at which Delta version of its
         table (``upto``: those of every epoch up to ``epoch``, or feed for an external flow)."""
         self.journal.refresh()
-        fl = self.live.spec.flow(flow)
+        self.live.spec.flow(flow)  # an unknown flow is refused
         fs = self.live.st.flows[flow]
-        collected: dict[int, int] = {}
+        collected: dict[int, int | None] = {}
         if epoch is None:
             collected = self.history.collected(self.live.st, flow)
             live = {i for i, m in fs.incs.items() if not is_synthetic(m.producer)}  # a backfill's: not the flow's
@@ -163,7 +155,7 @@ class Reads:
                     code="unknown-epoch",
                 )
             return [int(i) for i in e["incs"]]
-        return [int(i) for i in self._epoch_entry(fl.producer, epoch)["outputs"].get(flow, [])]
+        return list(self._epoch_entry(fl.producer, epoch).outputs.get(flow, []))
 
     def _rows(self, flow: str, by_version: dict[Any, list[int]]) -> list[tuple[dict[str, Any], int, Any, int]]:
         """(record, increment, ``_src`` or None, ``_diff``) of the increments ``by_version`` names, in
@@ -216,7 +208,8 @@ class Reads:
                 what = f"feed {where}" if fl.producer is None else f"stage '{fl.producer}' epoch {where}"
                 raise InputError(
                     f"flow '{flow}': record {json.dumps(rec, ensure_ascii=False, default=repr)[:200]} is retracted "
-                    f"more often than it was added (its multiplicity sums to {total}; it first went below zero in {what})",
+                    f"more often than it was added (its multiplicity sums to {total}; it first went below zero in "
+                    f"{what})",
                     code="negative-multiplicity",
                 )
             if total:
@@ -290,22 +283,23 @@ class Reads:
                     "what": rec["what"],
                     "commits": len(done),
                     "commits_done": sum(done),
-                    "recovery": f"the next 'cbp run' or 'cbp feed' finishes committing it ({sum(done)} of {len(done)} Delta commits made)",
+                    "recovery": "the next 'cbp run' or 'cbp feed' finishes committing it "
+                    f"({sum(done)} of {len(done)} Delta commits made)",
                 }
             )
-        for stage, it in self.home.intentions().items():
+        for stage, it in self.intentions.read().items():
             if rec is not None and rec.get("stage") == stage:
                 continue
             fits = stage in self.live.spec.stages and self.intentions.fits(it)
-            reads = ", ".join(f"{f} {ids}" for f, ids in it["inputs"].items()) or "no input"
+            reads = ", ".join(f"{f} {ids}" for f, ids in it.inputs.items()) or "no input"
             out.append(
                 {
                     "kind": "epoch",
                     "stage": stage,
-                    "epoch": it["epoch"],
-                    "reads": it["inputs"],
+                    "epoch": it.epoch,
+                    "reads": dict(it.inputs),
                     "recovery": (
-                        f"the next 'cbp run' re-runs stage '{stage}' epoch {it['epoch']} with the same inputs ({reads})"
+                        f"the next 'cbp run' re-runs stage '{stage}' epoch {it.epoch} with the same inputs ({reads})"
                         if fits
                         else "the next 'cbp run' drops it (its inputs changed) and asks the stage's runnable again"
                     ),

@@ -12,7 +12,7 @@ the target moment had live (Delta's ``RESTORE`` done as plain adds and removes; 
 were garbage-collected since come back the same way, out of the table's history) and removes
 what the undone epochs wrote, the new snapshot, and a history entry (:meth:`Layout.rewind_entry`)
 that keeps the undone epochs' records. Nothing is deleted: the undone epochs stay readable by
-Delta time travel (:meth:`Rewind.undone_records`). A data file that VACUUM removed since cannot come
+Delta time travel (:meth:`Rewind.undone_output`). A data file that VACUUM removed since cannot come
 back: then the rewind is refused (code ``rewind-vacuumed``) before anything changes.
 
 Reads: ``live.spec`` and ``live.st``, the snapshot copy of the target moment, epoch, feed and
@@ -38,6 +38,7 @@ from .. import faults
 from ..errors import RuntimeStateError, UsageError
 from ..spec.schema import DIFF
 from ..storage import INC, LAYOUT, PART, SRC, Home
+from .change import Change, Commit, FlowVersion, IncrementVersion, StateVersion, Target
 from .history import History
 from .intentions import Intentions
 from .journal import Journal
@@ -151,7 +152,7 @@ class Rewind:
             self.notify(f"nothing to rewind: no stage epoch was committed after {report.where()}")
             return report
         new = self._merge(cur, target, undone, report)
-        commits: list[dict[str, Any]] = []
+        commits: list[Commit] = []
         for s in undone:
             if s in self.live.spec.stages and self.live.spec.stages[s].state_schema is not None:
                 commits += self._restore_state(
@@ -166,7 +167,7 @@ class Rewind:
                 self.journal.entry(LAYOUT.collected_entry(flow, int(inc)), {**entry, "undone": seq})
         faults.point("rewind:planned")
         self.live.st = new
-        self.journal.commit("rewind", f"rewind to after {report.where()}", commits)
+        self.journal.commit(Change("rewind", f"rewind to after {report.where()}", tuple(commits)))
         report.pending = {
             f: len({i for c in self.live.spec.flows[f].consumers for i in self.live.st.connector(c, f)})
             for f in self.live.spec.external_flows
@@ -186,11 +187,12 @@ class Rewind:
         have = self.live.st.stages[stage].epoch
         if to_epoch > have:
             raise UsageError(
-                f"stage '{stage}' has run {have} epoch(s); cannot rewind to epoch {to_epoch} ('cbp history' lists them)",
+                f"stage '{stage}' has run {have} epoch(s); cannot rewind to epoch {to_epoch} ('cbp history' lists "
+                "them)",
                 code="unknown-epoch",
             )
-        entry = self.history.epoch(self.live.st, stage, to_epoch)
-        seq = entry.get("seq") if entry else None
+        entry = self.history.epoch_entry(self.live.st, stage, to_epoch)
+        seq = entry.seq if entry else None
         doc = None
         if seq is not None:
             doc = self.home.read_json(LAYOUT.snapshot_copy(int(seq))) or self.home.read_json(LAYOUT.snapshot(int(seq)))
@@ -264,11 +266,11 @@ class Rewind:
             if i in fs.incs:
                 incs[i] = fs.incs[i]
                 continue
-            e = self.history.read(LAYOUT.collected_entry(flow, i))
-            if e is None or e.get("undone"):
+            ce = self.history.read(LAYOUT.collected_entry(flow, i))
+            if ce is None or ce.get("undone"):
                 continue  # withdrawn (cbp unfeed): not landed any more
-            if e.get("meta"):
-                incs[i] = Increment(**{**e["meta"], "srcs": list(e["meta"].get("srcs", []))})
+            if ce.get("meta"):
+                incs[i] = Increment(**{**ce["meta"], "srcs": list(ce["meta"].get("srcs", []))})
             elif i in tf.incs and tf.incs[i].complete:
                 incs[i] = copy.deepcopy(tf.incs[i])
             elif (
@@ -281,7 +283,7 @@ class Rewind:
                     "to bring it back; rewind to a later epoch",
                     code="rewind-unavailable",
                 )
-            incs[i].version = int(e["version"]) if e["version"] is not None else fs.version
+            incs[i].version = int(ce["version"]) if ce["version"] is not None else fs.version
             report.restored.setdefault(flow, []).append(i)
         fs.incs = incs
         return fs
@@ -304,8 +306,8 @@ class Rewind:
             ) from e
 
     def _diff(
-        self, rel: str, partition_by: str, want: list[dict[str, Any]], seq: int, targets: list[list[str]]
-    ) -> tuple[list[dict[str, Any]], int | None]:
+        self, rel: str, partition_by: str, want: list[dict[str, Any]], seq: int, targets: list[Target]
+    ) -> tuple[list[Commit], int | None]:
         """The commit that makes ``want`` the table's live files (none if they are), and its head version."""
         head = self._head(rel)
         have = self._files(rel, head)
@@ -321,31 +323,19 @@ class Rewind:
             )
         if not adds and not removes:
             return [], head
-        return [
-            {
-                "table": rel,
-                "partition_by": partition_by,
-                "adds": adds,
-                "removes": removes,
-                "app": APP,
-                "version": seq,
-                "targets": targets,
-            }
-        ], head
+        return [Commit(rel, partition_by, tuple(adds), tuple(removes), APP, seq, tuple(targets))], head
 
-    def _restore_state(self, new: Snapshot, stage: str, version: int | None, seq: int) -> list[dict[str, Any]]:
+    def _restore_state(self, new: Snapshot, stage: str, version: int | None, seq: int) -> list[Commit]:
         """Put the stage's state table back to the files of ``version`` (no state: no files)."""
         rel = LAYOUT.state(stage)
         if self._head(rel) is None:
             new.stages[stage].state_version = None
             return []
-        commits, head = self._diff(rel, PART, self._files(rel, version), seq, [["stages", stage, "state_version"]])
+        commits, head = self._diff(rel, PART, self._files(rel, version), seq, [StateVersion(stage)])
         new.stages[stage].state_version = head if commits or version is not None else None
         return commits
 
-    def _restore_flow(
-        self, cur: Snapshot, target: Snapshot, new: Snapshot, flow: str, seq: int
-    ) -> list[dict[str, Any]]:
+    def _restore_flow(self, cur: Snapshot, target: Snapshot, new: Snapshot, flow: str, seq: int) -> list[Commit]:
         """Make the flow's table hold exactly the increments live after the rewind."""
         rel = LAYOUT.flow(flow)
         fs = new.flows[flow]
@@ -359,12 +349,14 @@ class Rewind:
             fl is None or not fl.external
         ):  # a stage's output: as at the target (a flow nobody reads keeps collected increments there too)
             want = self._files(rel, target.flows.get(flow, FlowState()).version)
-        else:  # the increments of an external flow as they are now, those collected since out of the version that held them
+        else:
+            # the increments of an external flow as they are now, those collected since out of the
+            # version that held them
             by_version: dict[int | None, set[int]] = {}
             for i, m in fs.incs.items():
                 by_version.setdefault(cur.flows[flow].version if i in cur.flows[flow].incs else m.version, set()).add(i)
             want = [f for v, ids in by_version.items() for f in self._files(rel, v) if int(f["partition"]) in ids]
-        targets = [["flows", flow, "version"]] + [["flows", flow, "incs", str(i), "version"] for i in fs.incs]
+        targets: list[Target] = [FlowVersion(flow), *(IncrementVersion(flow, i) for i in fs.incs)]
         commits, head = self._diff(rel, INC, want, seq, targets)
         fs.version = head
         for m in fs.incs.values():
@@ -375,13 +367,13 @@ class Rewind:
         self, cur: Snapshot, target: Snapshot, undone: dict[str, list[int]], report: RewindReport
     ) -> dict[str, Any]:
         """The rewind's history entry: where it went, and each undone epoch's entry with the table
-        versions that still hold what it wrote (read by :meth:`undone_records`)."""
+        versions that still hold what it wrote (read by :meth:`undone_output`)."""
         epochs: dict[str, list[dict[str, Any]]] = {}
         collected: dict[str, dict[str, dict[str, Any]]] = {}
         for s, es in undone.items():
             for e in es:
                 entry = self.history.epoch(cur, s, e) or {}
-                versions: dict[str, dict[str, int]] = {}
+                versions: dict[str, dict[str, int | None]] = {}
                 for f, ids in entry.get("outputs", {}).items():
                     for i in ids:
                         if i in cur.flows[f].incs:
@@ -420,7 +412,7 @@ class Rewind:
                     out.append(rec)
         return out
 
-    def undone_records(self, flow: str, epoch: int, rewind_seq: int | None = None) -> list[dict[str, Any]]:
+    def undone_output(self, flow: str, epoch: int, rewind_seq: int | None = None) -> list[dict[str, Any]]:
         """The records that epoch ``epoch`` of ``flow``'s producer wrote before a rewind undid it (the
         latest rewind that undid that epoch, or the one committed as change ``rewind_seq``)."""
         fl = self.live.spec.flow(flow)

@@ -2,14 +2,14 @@
 
 Built from the history log (:mod:`.history`): each stage epoch's entry says what it read and
 wrote, the change it committed as (``seq``) and the run it belonged to; rewinds have entries of
-their own (:mod:`.rewind`). :meth:`Runs.timeline` reads every epoch's entry (``cbp history``, on
+their own (:mod:`.rewind`). :meth:`Runs.history` reads every epoch's entry (``cbp history``, on
 demand); :meth:`Runs.last_run` only those of the newest run (``cbp status``).
 
 Reads: ``live.spec`` and ``live.st`` (refreshed first: stage epochs, increments), epoch, feed and
 collected-increment history entries, the rewinds' records (``rewinds``, from
 :class:`~.rewind.Rewind`). Writes: nothing.
 
-    >>> [e["kind"] for e in ctl.timeline()]          # doctest: +SKIP
+    >>> [e["kind"] for e in parts.runs.history()]          # doctest: +SKIP
     ['run', 'run', 'rewind', 'run']
 """
 
@@ -112,16 +112,16 @@ class Runs:
     def __init__(
         self, live: Live, journal: Journal, history: History, rewinds: Callable[[], list[dict[str, Any]]]
     ) -> None:
-        self.live, self.journal, self.history, self.rewinds = live, journal, history, rewinds
+        self.live, self.journal, self.log, self.rewinds = live, journal, history, rewinds
 
-    def timeline(self) -> list[dict[str, Any]]:
+    def history(self) -> list[dict[str, Any]]:
         """Every run (its stage epochs in commit order) and every rewind of the home, oldest first."""
         self.journal.refresh()
-        src = _Sources(self.live, self.history)
+        src = _Sources(self.live, self.log)
         rows: list[tuple[float, dict[str, Any] | None, dict[str, Any]]] = []
         for n, (stage, st) in enumerate(self.live.st.stages.items()):
             for e in range(1, st.epoch + 1):
-                entry = self.history.epoch(self.live.st, stage, e) or {}
+                entry = self.log.epoch(self.live.st, stage, e) or {}
                 order = (
                     float(entry["seq"]) if entry.get("seq") is not None else -1e9 + e + n / 100
                 )  # older entries: no seq
@@ -165,18 +165,18 @@ class Runs:
         last: dict[str, dict[str, Any]] = {}
         for stage, st in self.live.st.stages.items():
             if st.epoch:
-                last[stage] = self.history.epoch(self.live.st, stage, st.epoch) or {}
+                last[stage] = self.log.epoch(self.live.st, stage, st.epoch) or {}
         if not last:
             return None
         newest = max(last.values(), key=lambda e: e.get("seq") or 0)
         key = _run_key(newest.get("run"))
-        src = _Sources(self.live, self.history)
+        src = _Sources(self.live, self.log)
         found: list[tuple[int, dict[str, Any]]] = []
         for stage, entry in last.items():
             e = self.live.st.stages[stage].epoch
             while e >= 1 and (key is not None and _run_key(entry.get("run")) == key or entry is newest):
                 found.append((entry.get("seq") or 0, describe_epoch(self.live.spec, src, stage, e, entry)))
                 e -= 1
-                entry = self.history.epoch(self.live.st, stage, e) or {} if e >= 1 else {}
+                entry = self.log.epoch(self.live.st, stage, e) or {} if e >= 1 else {}
         found.sort(key=lambda f: f[0])
         return {"run": newest.get("run"), "epochs": [ep for _, ep in found]}

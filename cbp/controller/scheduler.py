@@ -22,7 +22,7 @@ from ..spec import MAX_TIMEOUT
 from ..spec.resolve import safe_str
 from ..storage import Home
 from .epoch import Epochs
-from .intentions import Intentions
+from .intentions import Intention, Intentions
 from .journal import Journal
 from .landing import Landing
 from .live import Live, Tuning
@@ -124,7 +124,8 @@ class Scheduler:
         """
         if epoch_timeout is not None and not 0 < epoch_timeout <= MAX_TIMEOUT:
             raise UsageError(
-                f"the epoch timeout must be a positive number of seconds, at most a week ({MAX_TIMEOUT}), got {epoch_timeout}",
+                f"the epoch timeout must be a positive number of seconds, at most a week ({MAX_TIMEOUT}), got "
+                f"{epoch_timeout}",
                 code="bad-option",
             )
         self.epochs.epoch_timeout = epoch_timeout
@@ -132,7 +133,8 @@ class Scheduler:
 
         def took_over(holder: dict[str, Any]) -> None:
             self.notify(
-                f"took over the home from a cbp run that was killed (pid {holder.get('pid')} on {holder.get('host')}: {holder.get('command')})"
+                f"took over the home from a cbp run that was killed (pid {holder.get('pid')} on {holder.get('host')}: "
+                f"{holder.get('command')})"
             )
 
         with self.home.runner_lock(command, took_over):
@@ -164,7 +166,7 @@ class Scheduler:
                     on_epoch(rep)
         return reports
 
-    def _next_step(self) -> tuple[str, Decision, dict[str, Any] | None] | None:
+    def _next_step(self) -> tuple[str, Decision, Intention | None] | None:
         """Advance the scheduler to the next stage epoch to run: (stage, decision, intention to finish)."""
         sc = self.live.st.sched
         while True:
@@ -183,10 +185,11 @@ class Scheduler:
             intention = self.intentions.interrupted.pop(stage, None)
             if intention is not None and self.intentions.fits(intention):
                 self.notify(
-                    f"finishing stage '{stage}' epoch {intention['epoch']}, which was interrupted: re-running it with the same inputs"
+                    f"finishing stage '{stage}' epoch {intention.epoch}, which was interrupted: re-running it with "
+                    "the same inputs"
                 )
                 sc.ran = True
-                return stage, Decision(intention["reads"], intention["removes"], intention["runnable_state"]), intention
+                return stage, intention.decision(), intention
             if sc.pass_ == 0 and self._backpressured(stage):
                 sc.held.append(stage)
                 continue
@@ -216,7 +219,8 @@ class Scheduler:
                 out[s] = "no new input on " + ", ".join(f"'{f}'" for f in pending)
             elif spec.runnable_name == "all" and not any(frames.values()):
                 out[s] = (
-                    f"no complete increment yet ({have}); a framed flow's increment completes when a later framing key arrives or on 'cbp feed --close'"
+                    f"no complete increment yet ({have}); a framed flow's increment completes when a later framing "
+                    "key arrives or on 'cbp feed --close'"
                 )
             elif spec.runnable_name == "all":
                 waiting = [f for f, k in frames.items() if not k]

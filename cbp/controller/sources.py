@@ -114,7 +114,8 @@ class SyncReport:
             if len(self.versions) == 1
             else f"versions {self.versions[0]}..{self.versions[-1]}"
         )
-        return f"{self.flow}: landed {span} of {self.uri} ({self.records} changed records, feeds {self.feeds[0]}..{self.feeds[-1]})"
+        feeds = f"feeds {self.feeds[0]}..{self.feeds[-1]}"
+        return f"{self.flow}: landed {span} of {self.uri} ({self.records} changed records, {feeds})"
 
 
 class Sources:
@@ -225,7 +226,8 @@ class Sources:
                     newest = table.version()
                     if last > newest:
                         raise InputError(
-                            f"source table {fl.source}: its newest version is {newest}, but flow '{flow}' already landed "
+                            f"source table {fl.source}: its newest version is {newest}, but flow '{flow}' already "
+                            "landed "
                             f"version {last}; the table was re-created. Land it in a new home",
                             code="source-version",
                         )

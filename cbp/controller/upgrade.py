@@ -29,6 +29,8 @@ from ..spec import PipelineSpec
 from ..spec.schema import RecordSchema
 from ..storage import INC, LAYOUT, PART, Home
 from .backfill import BACKFILL, Contents, Survey, consolidate, is_synthetic, survey, synthetic_rows
+from .change import Change as HomeChange
+from .change import Commit, FlowVersion, IncrementVersion, StateVersion, Target
 from .evolution import Evolution, record
 from .history import History
 from .intentions import Intentions
@@ -139,7 +141,7 @@ class Upgrade:
         n = int((self.live.st.shapes.get(PIPELINE) or {}).get("n", 0)) + 1
         self.intentions.abandon_all()  # epochs a killed run left: decided again under the new pipeline
         with self.journal.transaction():
-            commits: list[dict[str, Any]] = []
+            commits: list[Commit] = []
             cleanup: list[str] = []
             written: list[str] = []
             self._synthetic = {}
@@ -154,9 +156,9 @@ class Upgrade:
             self.journal.entry(rel, entry)
             self.live.st.adopt(self.live.spec.flows, {s: st.input_flows for s, st in self.live.spec.stages.items()})
             faults.point("upgrade:written")
-            self.journal.commit(
-                "upgrade", f"upgrade {n} of pipeline '{self.live.spec.name}'", commits, cleanup=cleanup, written=written
-            )
+            what = f"upgrade {n} of pipeline '{self.live.spec.name}'"
+            change = HomeChange("upgrade", what, tuple(commits), cleanup=tuple(cleanup), written=tuple(written))
+            self.journal.commit(change)
         return n
 
     def _apply(
@@ -164,21 +166,20 @@ class Upgrade:
         c: Change,
         old: dict[str, Any] | None,
         n: int,
-        commits: list[dict[str, Any]],
+        commits: list[Commit],
         cleanup: list[str],
         written: list[str],
     ) -> None:
         s = c.name
         if c.kind == "flow-schema":
             migrating = c.args.get("migrate") and old is not None
-            commit, w = self.migration.flow_commit(
-                s, n, RecordSchema.parse(old["flows"][s]["schema"]) if migrating else None
-            )  # type: ignore[index]
+            old_schema = RecordSchema.parse(old["flows"][s]["schema"]) if migrating and old is not None else None
+            commit, w = self.migration.flow_commit(s, n, old_schema)
             written += w
             commits.append(commit)
-            if migrating:  # records a migrate dropped leave their increments' counts
-                fs, rows = self.live.st.flows[s], {}
-                for a in commit["adds"]:
+            if old_schema is not None:  # records a migrate dropped leave their increments' counts
+                fs, rows = self.live.st.flows[s], dict[int, int]()
+                for a in commit.adds:
                     rows[int(a["partition"])] = rows.get(int(a["partition"]), 0) + int(a["rows"])
                 for i, m in fs.incs.items():
                     m.records = rows.get(i, 0)
@@ -233,26 +234,15 @@ class Upgrade:
             "at": time.time(),
         }
 
-    def _clear_state(self, s: str, n: int, commits: list[dict[str, Any]]) -> None:
+    def _clear_state(self, s: str, n: int, commits: list[Commit]) -> None:
         """A commit that leaves the stage's state table (if any) without live files (old versions stay readable)."""
         rel = LAYOUT.state(s)
         if self.home.table(rel) is None:
             return
         app, version = upgrade_app(n)
-        commits.append(
-            {
-                "table": rel,
-                "partition_by": PART,
-                "adds": [],
-                "removes": [],
-                "overwrite": True,
-                "app": app,
-                "version": version,
-                "targets": [["stages", s, "state_version"]],
-            }
-        )
+        commits.append(Commit(rel, PART, (), (), app, version, (StateVersion(s),), overwrite=True))
 
-    def _add(self, s: str, n: int, commits: list[dict[str, Any]], written: list[str], *, backfill: bool) -> None:
+    def _add(self, s: str, n: int, commits: list[Commit], written: list[str], *, backfill: bool) -> None:
         """A stage added: empty (or backfilled: its inputs' whole contents first), its epochs numbered on from any
         earlier life (Delta transaction ids stay increasing)."""
         arch = self.live.st.shapes.pop(ARCHIVE + s, None)
@@ -295,23 +285,12 @@ class Upgrade:
         fs.incs[inc] = Increment(None, t.num_rows, fs.version, BACKFILL + s, True)
         return [inc] + after
 
-    def _synthetic_commits(self, n: int) -> list[dict[str, Any]]:
+    def _synthetic_commits(self, n: int) -> list[Commit]:
         """One Delta commit per flow adding the synthetic increments this upgrade wrote."""
         out = []
         for flow, adds in self._synthetic.items():
-            targets = [["flows", flow, "version"]]
-            targets += [["flows", flow, "incs", str(a["partition"]), "version"] for a in adds]
-            out.append(
-                {
-                    "table": LAYOUT.flow(flow),
-                    "partition_by": INC,
-                    "adds": adds,
-                    "removes": [],
-                    "app": BACKFILL_APP,
-                    "version": n,
-                    "targets": targets,
-                }
-            )
+            targets: list[Target] = [FlowVersion(flow), *(IncrementVersion(flow, int(a["partition"])) for a in adds)]
+            out.append(Commit(LAYOUT.flow(flow), INC, tuple(adds), (), BACKFILL_APP, n, tuple(targets)))
         return out
 
     def _in_table(self, flow: str) -> dict[int, int]:
@@ -338,7 +317,7 @@ class Upgrade:
         e = self.history.read(LAYOUT.collected_entry(flow, inc)) or {}
         return is_synthetic((e.get("meta") or {}).get("producer"))
 
-    def _restore(self, s: str, n: int, commits: list[dict[str, Any]]) -> None:
+    def _restore(self, s: str, n: int, commits: list[Commit]) -> None:
         """A stage added back as it was archived, with every increment of its inputs it missed."""
         arch = self.live.st.shapes.pop(ARCHIVE + s)
         conns: dict[str, list[int]] = {}
@@ -383,7 +362,7 @@ class Upgrade:
         if arch["state_version"] is not None:
             self._restore_table(s, int(arch["state_version"]), n, commits)
 
-    def _restore_table(self, s: str, version: int, n: int, commits: list[dict[str, Any]]) -> None:
+    def _restore_table(self, s: str, version: int, n: int, commits: list[Commit]) -> None:
         """Make the archived version's files the state table's live files again (unless they still are)."""
         rel = LAYOUT.state(s)
         files = self.home.table_files(rel, version)
@@ -393,23 +372,13 @@ class Upgrade:
         gone = [f["path"] for f in files if not self.home.exists(f"{rel}/{f['path']}")]
         if gone:
             raise UsageError(
-                f"cannot restore stage '{s}': {len(gone)} file(s) of its archived state are gone from {self.home.uri(rel)} "
+                f"cannot restore stage '{s}': {len(gone)} file(s) of its archived state are gone from "
+                f"{self.home.uri(rel)} "
                 f"(vacuumed?), e.g. {gone[0]}",
                 code="archive-gone",
             )
         app, v = upgrade_app(n)
-        commits.append(
-            {
-                "table": rel,
-                "partition_by": PART,
-                "adds": files,
-                "removes": [],
-                "overwrite": True,
-                "app": app,
-                "version": v,
-                "targets": [["stages", s, "state_version"]],
-            }
-        )
+        commits.append(Commit(rel, PART, tuple(files), (), app, v, (StateVersion(s),), overwrite=True))
 
 
 def _unreadable(flow: str, e: ValueError) -> str:
@@ -437,7 +406,8 @@ def unfed_waits(spec: PipelineSpec, st: Snapshot) -> list[str]:
             fl, fs = spec.flows[i.flow], st.flows.get(i.flow)
             if pending and fl.external and (fs is None or fs.feeds == 0):
                 out.append(
-                    f"stage '{s}' waits for flow '{i.flow}', which nobody has fed (runnable 'all' reads an increment of every input); "
+                    f"stage '{s}' waits for flow '{i.flow}', which nobody has fed (runnable 'all' reads an increment "
+                    "of every input); "
                     f"feed it, or give the stage 'runnable: any'"
                 )
     return out

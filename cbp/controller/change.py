@@ -1,0 +1,265 @@
+"""A durable change of a home as typed, frozen records: its Delta commits and its snapshot updates.
+
+A stage epoch is ``plan -> result -> Change``: :mod:`.epoch` turns the tasks' results into a
+:class:`Change`, which only the journal (:meth:`.journal.Journal.commit`) applies. A change holds
+
+- its Delta commits (:class:`Commit`: the files added to and removed from one table, the
+  application transaction id that marks the commit made, and where the table version it makes
+  goes: :class:`StateVersion`, :class:`FlowVersion`, :class:`IncrementVersion` in the snapshot,
+  :class:`EntryVersion` in a history entry);
+- the snapshot updates it makes (:class:`EpochAdvance`, :class:`ConnectorRead`,
+  :class:`ShapeSet`, :class:`IncrementsDropped`, :class:`GcRun`), applied by the journal to the
+  live snapshot before it is written;
+- its history entries, the files to delete once it is committed (``cleanup``) and those to
+  delete if it is abandoned before its pending record exists (``written``).
+
+A commit's JSON is the pending record's, as every cbp wrote it: a target is a path into the
+snapshot's JSON (``["flows", F, "version"]``) or ``["@entry", rel, key]``; :meth:`Commit.from_json`
+reads what older homes wrote, and a path it does not know is ``home-corrupt``.
+
+Reads: nothing. Writes: nothing (the journal applies a change; :meth:`SnapshotUpdate.apply`
+changes the snapshot it is given).
+
+    >>> c = Commit("flows/w", "_inc", ({"path": "a.parquet"},), (), "cbp:feed", 3, (FlowVersion("w"),))
+    >>> Commit.from_json(c.to_json()) == c, c.to_json()["targets"]
+    (True, [['flows', 'w', 'version']])
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..errors import RuntimeStateError
+from .snapshot import Snapshot
+
+__all__ = [
+    "Change",
+    "Commit",
+    "ConnectorRead",
+    "EntryVersion",
+    "EpochAdvance",
+    "FlowVersion",
+    "GcRun",
+    "IncrementVersion",
+    "IncrementsDropped",
+    "ShapeSet",
+    "SnapshotUpdate",
+    "StateVersion",
+    "Target",
+    "ENTRY",
+]
+
+ENTRY = "@entry"  # first element of a commit target that points into a history entry
+
+#: A Delta ``add`` or ``remove`` action as cbp writes it (``path``, ``partition``, ``rows``, ``size``...).
+Action = dict[str, Any]
+JSON = dict[str, Any]
+
+
+@dataclass(frozen=True)
+class StateVersion:
+    """The version of stage ``stage``'s state table (``stages.<stage>.state_version``)."""
+
+    stage: str
+
+    def path(self) -> list[str]:
+        return ["stages", self.stage, "state_version"]
+
+
+@dataclass(frozen=True)
+class FlowVersion:
+    """The version of flow ``flow``'s table (``flows.<flow>.version``)."""
+
+    flow: str
+
+    def path(self) -> list[str]:
+        return ["flows", self.flow, "version"]
+
+
+@dataclass(frozen=True)
+class IncrementVersion:
+    """The table version holding increment ``inc`` of flow ``flow`` (``flows.<flow>.incs.<inc>.version``)."""
+
+    flow: str
+    inc: int
+
+    def path(self) -> list[str]:
+        return ["flows", self.flow, "incs", str(self.inc), "version"]
+
+
+@dataclass(frozen=True)
+class EntryVersion:
+    """Field ``key`` of history entry ``entry`` (written with the change)."""
+
+    entry: str
+    key: str
+
+    def path(self) -> list[str]:
+        return [ENTRY, self.entry, self.key]
+
+
+Target = StateVersion | FlowVersion | IncrementVersion | EntryVersion
+
+
+def target_of(path: list[str]) -> Target:
+    """The typed target of a pending record's JSON path (what every cbp wrote)."""
+    p = [str(x) for x in path]
+    if len(p) == 3 and p[0] == ENTRY:
+        return EntryVersion(p[1], p[2])
+    if len(p) == 3 and p[0] == "stages" and p[2] == "state_version":
+        return StateVersion(p[1])
+    if len(p) == 3 and p[0] == "flows" and p[2] == "version":
+        return FlowVersion(p[1])
+    if len(p) == 5 and p[0] == "flows" and p[2] == "incs" and p[4] == "version" and p[3].lstrip("-").isdigit():
+        return IncrementVersion(p[1], int(p[3]))
+    raise RuntimeStateError(
+        f"the pending change names a commit target cbp does not know: {path!r}; the home was changed by hand "
+        "or by a newer cbp",
+        code="home-corrupt",
+    )
+
+
+def set_version(snap: JSON, target: Target, version: int) -> None:
+    """Put ``version`` where ``target`` says in a snapshot's JSON (not an entry's: see :class:`Change`)."""
+    *parents, last = target.path()
+    doc = snap
+    for k in parents:
+        doc = doc[k]
+    doc[last] = version
+
+
+@dataclass(frozen=True)
+class Commit:
+    """One Delta commit of a change: ``adds``/``removes`` on ``table``, made once (``app`` at ``version``)."""
+
+    table: str
+    partition_by: str
+    adds: tuple[Action, ...]
+    removes: tuple[Action, ...]
+    app: str
+    version: int
+    targets: tuple[Target, ...] = ()
+    overwrite: bool = False
+    schema: str | None = None  # the table's new schema (Arrow IPC, hex), if it changes one (cbp upgrade)
+
+    def to_json(self) -> JSON:
+        out: JSON = {
+            "table": self.table,
+            "partition_by": self.partition_by,
+            "adds": [dict(a) for a in self.adds],
+            "removes": [dict(r) for r in self.removes],
+            "app": self.app,
+            "version": self.version,
+            "targets": [t.path() for t in self.targets],
+        }
+        if self.overwrite:
+            out["overwrite"] = True
+        if self.schema is not None:
+            out["schema"] = self.schema
+        return out
+
+    @classmethod
+    def from_json(cls, doc: Mapping[str, Any]) -> Commit:
+        return cls(
+            table=str(doc["table"]),
+            partition_by=str(doc["partition_by"]),
+            adds=tuple(doc["adds"]),
+            removes=tuple(doc["removes"]),
+            app=str(doc["app"]),
+            version=int(doc["version"]),
+            targets=tuple(target_of(p) for p in doc.get("targets", [])),
+            overwrite=bool(doc.get("overwrite", False)),
+            schema=doc.get("schema") or None,
+        )
+
+
+@dataclass(frozen=True)
+class EpochAdvance:
+    """Stage ``stage`` ran epoch ``epoch``: its Runnable's new state, its state partitions' index
+    and layout (None: a stateless stage keeps them), and the bindings files it keeps."""
+
+    stage: str
+    epoch: int
+    runnable_state: Any
+    bindings: tuple[str, ...]
+    index: Mapping[str, str] | None = None
+    layout: str | None = None
+
+    def apply(self, st: Snapshot) -> None:
+        sst = st.stages[self.stage]
+        sst.epoch, sst.runnable_state, sst.bindings = self.epoch, self.runnable_state, list(self.bindings)
+        if self.index is not None:
+            sst.index = dict(self.index)
+        if self.layout is not None:
+            sst.layout = self.layout
+
+
+@dataclass(frozen=True)
+class ConnectorRead:
+    """Stage ``stage`` removed the first ``n`` increments of its connector from ``flow``."""
+
+    stage: str
+    flow: str
+    n: int
+
+    def apply(self, st: Snapshot) -> None:
+        del st.connector(self.stage, self.flow)[: self.n]
+
+
+@dataclass(frozen=True)
+class ShapeSet:
+    """The recorded shape ``key`` (``code:<stage>``, ``flow:<f>`` ...) becomes ``value``."""
+
+    key: str
+    value: Mapping[str, Any]
+
+    def apply(self, st: Snapshot) -> None:
+        st.shapes[self.key] = dict(self.value)
+
+
+@dataclass(frozen=True)
+class IncrementsDropped:
+    """Increments ``incs`` of flow ``flow`` leave the snapshot (collected, or a feed withdrawn), and
+    every connector of ``readers`` from the flow forgets them."""
+
+    flow: str
+    incs: tuple[int, ...]
+    readers: tuple[str, ...] = ()
+
+    def apply(self, st: Snapshot) -> None:
+        fs, gone = st.flows[self.flow], set(self.incs)
+        for i in self.incs:
+            del fs.incs[i]
+        for c in self.readers:
+            q = st.connector(c, self.flow)
+            q[:] = [i for i in q if i not in gone]
+
+
+@dataclass(frozen=True)
+class GcRun:
+    """Garbage collection run ``run`` collected increments."""
+
+    run: int
+
+    def apply(self, st: Snapshot) -> None:
+        st.gc_runs = self.run
+
+
+SnapshotUpdate = EpochAdvance | ConnectorRead | ShapeSet | IncrementsDropped | GcRun
+
+
+@dataclass(frozen=True)
+class Change:
+    """One durable change (see the module docstring); ``kind`` is ``epoch``, ``feed``, ``gc``,
+    ``unfeed``, ``upgrade`` or ``rewind``; ``what`` says it in messages."""
+
+    kind: str
+    what: str
+    commits: tuple[Commit, ...] = ()
+    updates: tuple[SnapshotUpdate, ...] = ()
+    entries: tuple[tuple[str, Mapping[str, Any]], ...] = ()
+    stage: str | None = None  # a stage epoch's stage: its intention is cleared once committed
+    cleanup: tuple[str, ...] = field(default=())
+    written: tuple[str, ...] = field(default=())
