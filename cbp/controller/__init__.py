@@ -59,6 +59,7 @@ from .migrate import Migration
 from .plan import Plan
 from .reads import Reads
 from .records import Decision, EpochRecord, EpochReport, Landed
+from .retention import Retention
 from .rewind import Rewind, RewindReport
 from .runs import Runs
 from .scheduler import Scheduler
@@ -118,6 +119,7 @@ class Controller:
         self._evolution = Evolution(home, live, history, notice)
         self._journal = journal = Journal(home, history, live, notice, self._evolution.reconcile, self._evolution.check)
         self._intentions = intentions = Intentions(home, live)
+        journal.after_epoch = Retention(home, live, notice).after_epoch
         self._feeds = Feeds(home, live, journal, history, notice)
         self._landing = Landing(home, live, journal, history, Keyed(home, live), self._feeds, notice)
         self._sources = Sources(
