@@ -107,6 +107,7 @@ def trim_log(home: Home, table: str, keep: int, head: int) -> LogTrim:
         for path in sorted(removed - live):
             home.delete_file(f"{table}/{path}")
             out.data_files += 1
+    home.forget_head(table)  # its delta-rs view may still read the log about to go
     for v in older:  # commits last among a version's entries: a crc or checkpoint alone is never read
         for name in sorted(entries[v], key=lambda n: n.endswith(".json")):
             home.delete_file(f"{log}/{name}")
