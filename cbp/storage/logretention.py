@@ -30,6 +30,7 @@ left alone.
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import unquote
@@ -82,6 +83,19 @@ def _removed_files(home: Home, log: str, versions: list[int]) -> set[str]:
     return {p for p, removed in last.items() if removed and "://" not in p and not p.startswith("/")}
 
 
+def _drop_empty_dirs(home: Home, table: str, dirs: set[str]) -> None:
+    """Partition directories of a local home left empty (an object store has no directories)."""
+    local = home.local_dir()
+    if local is None:
+        return
+    for d in sorted(dirs):
+        if "=" in d.rsplit("/", 1)[-1] and not home.list_dir(f"{table}/{d}"):
+            try:
+                os.rmdir(os.path.join(local, table, d))
+            except OSError:  # not empty after all, or gone: left as it is
+                pass
+
+
 def trim_log(home: Home, table: str, keep: int, head: int) -> LogTrim:
     """Trim the log of the Delta table at ``table`` (relative to the home) to what versions ``keep``
     to ``head`` need, and delete the data files only older versions held; see the module docstring."""
@@ -107,6 +121,7 @@ def trim_log(home: Home, table: str, keep: int, head: int) -> LogTrim:
         for path in sorted(removed - live):
             home.delete_file(f"{table}/{path}")
             out.data_files += 1
+        _drop_empty_dirs(home, table, {p.rsplit("/", 1)[0] for p in removed - live if "/" in p})
     home.forget_head(table)  # its delta-rs view may still read the log about to go
     for v in older:  # commits last among a version's entries: a crc or checkpoint alone is never read
         for name in sorted(entries[v], key=lambda n: n.endswith(".json")):
