@@ -164,7 +164,7 @@ class Retention:
         """Called once a stage epoch committed (under the home's lock): a pass once per batch. Never
         fails the epoch: a failed pass is reported and tried again with the next batch."""
         self._since += 1
-        if 0 <= self._since < self._batch:
+        if 0 < self._since < self._batch:  # the first epoch a process commits always has a pass
             return
         self._since = 0
         try:
