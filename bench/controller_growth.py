@@ -378,7 +378,7 @@ def plot(rows: list[dict[str, Any]], window: int, path: Path, files: list[dict[s
     ax2.set_title("bytes per round")
     for key, color, label in (
         ("all", "black", "all files"),
-        ("cbp", "tab:blue", "_cbp (controller records, history)"),
+        ("cbp", "tab:blue", "history and controller records (_cbp)"),
         ("delta_log", "tab:red", "Delta logs"),
         ("data", "tab:green", "data files"),
     ):
