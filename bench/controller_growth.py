@@ -12,12 +12,19 @@ every round:
   intentions, pending records, the Delta log that delta-rs writes in the driver; Spark's JVM and
   its Python workers are other processes), and, separately, the bytes of the files under
   ``<home>/_cbp`` and every ``<home>/**/_delta_log`` that are new or changed after the round;
-- the size of the controller snapshot (the newest ``<home>/_cbp/controller/<seq>.json``).
+- the size of the controller snapshot (the newest ``<home>/_cbp/controller/<seq>.json``);
+- every ``PROGRESS_EVERY`` (100) rounds, the number of files in the whole home: all of them, those
+  under ``_cbp`` and the Delta logs (history and logs), and data files.
+
+The home's retention (:mod:`cbp.controller.retention`) is set before the first round:
+``--retention-epochs`` (default 100: the history and table logs of the last 100 epochs are kept,
+older ones trimmed as epochs commit) and ``--retention-days``; ``--keep-all`` records a retention
+that keeps everything (the behaviour before retention existed).
 
 It prints the medians of the first and the last ``--window`` rounds and their ratio, writes
 every round to ``bench/out/controller_growth.json`` (and the table to ``controller_growth.md``)
 and plots ``bench/out/controller_growth.png``. With ``--check`` it exits 1 if last/first is over
-``--goal`` (1.1) for the controller time or the driver bytes.
+``--goal`` (1.1) for ``feed()``, ``run()``, the controller time or the driver bytes.
 
     .venv/bin/python bench/controller_growth.py                            # 3000 rounds
     .venv/bin/python bench/controller_growth.py --epochs 300 --window 50   # shorter
@@ -164,6 +171,17 @@ def changed_bytes(before: dict[str, Signature], after: dict[str, Signature]) -> 
     return sum(changed), len(changed)
 
 
+def count_files(home: Path) -> dict[str, int]:
+    """Files in the whole home: all, those of ``_cbp`` (controller records and history), the Delta logs, data files."""
+    out = {"all": 0, "cbp": 0, "delta_log": 0, "data": 0}
+    for d, _dirs, names in os.walk(home):
+        rel = os.path.relpath(d, home)
+        kind = "cbp" if rel.split(os.sep)[0] == "_cbp" else "delta_log" if "_delta_log" in rel.split(os.sep) else "data"
+        out[kind] += len(names)
+        out["all"] += len(names)
+    return out
+
+
 def snapshot_size(home: Path) -> tuple[str, int]:
     """Name and size of the newest controller snapshot."""
     d = home / SNAPSHOTS
@@ -247,6 +265,8 @@ def one_round(
 # ---------------------------------------------------------------------------------- reporting
 #: (JSON key, table label, scale, unit, checked against --goal)
 METRICS = [
+    ("feed_s", "feed()", 1e3, "ms", True),
+    ("run_s", "run()", 1e3, "ms", True),
     ("controller_s", "controller time (wall - Spark job)", 1e3, "ms", True),
     ("controller_cpu_s", "controller CPU time (driver process, all threads, outside the Spark job)", 1e3, "ms", False),
     ("driver_bytes", "driver bytes written (wchar)", 1 / 1024, "KiB", True),
@@ -307,11 +327,19 @@ def table(summary: dict[str, Any], args: argparse.Namespace, command: str, total
         f"{'' if args.check else ' (not enforced: no --check)'}.",
         f"Total {total_s / 60:.1f} min (Spark session start {spark_start_s:.0f}s).",
         "",
+        f"Retention: {args.retention}.",
+        "",
+        "| after round | files in the home | _cbp (records, history) | Delta logs | data files |",
+        "|---:|---:|---:|---:|---:|",
     ]
-    return "\n".join(lines)
+    lines += [
+        f"| {c['round']:,} | {c['all']:,} | {c['cbp']:,} | {c['delta_log']:,} | {c['data']:,} |"
+        for c in summary.get("files", [])
+    ]
+    return "\n".join(lines + [""])
 
 
-def plot(rows: list[dict[str, Any]], window: int, path: Path) -> None:
+def plot(rows: list[dict[str, Any]], window: int, path: Path, files: list[dict[str, Any]]) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -320,7 +348,7 @@ def plot(rows: list[dict[str, Any]], window: int, path: Path) -> None:
 
     df = pd.DataFrame(rows).set_index("round").select_dtypes("number")
     roll = df.rolling(window, min_periods=1, center=True).median()
-    fig, (ax1, ax2) = plt.subplots(2, 1, figsize=(10, 7.5), sharex=True)
+    fig, (ax1, ax2, ax3) = plt.subplots(3, 1, figsize=(10, 10), sharex=True)
     ax1.plot(df.index, df["controller_s"] * 1e3, ".", ms=2, alpha=0.3, color="tab:blue")
     ax1.plot(
         roll.index,
@@ -332,6 +360,7 @@ def plot(rows: list[dict[str, Any]], window: int, path: Path) -> None:
         roll.index, roll["controller_cpu_s"] * 1e3, color="tab:purple", label="controller CPU time, rolling median"
     )
     ax1.plot(roll.index, roll["spark_s"] * 1e3, color="tab:grey", ls="--", label="Spark job, rolling median")
+    ax1.plot(roll.index, roll["feed_s"] * 1e3, color="tab:orange", label="feed(), rolling median")
     ax1.set_ylabel("ms per round")
     ax1.set_ylim(
         bottom=0, top=max(df["controller_s"].quantile(0.99), df["spark_s"].quantile(0.95)) * 1e3 * 1.3
@@ -346,9 +375,19 @@ def plot(rows: list[dict[str, Any]], window: int, path: Path) -> None:
     ax2.plot(df.index, df["snapshot_bytes"] / 1024, color="black", lw=1, label="controller snapshot size")
     ax2.set_ylabel("KiB per round")
     ax2.set_ylim(bottom=0)
-    ax2.set_xlabel("round (= epoch)")
     ax2.set_title("bytes per round")
-    for ax in (ax1, ax2):
+    for key, color, label in (
+        ("all", "black", "all files"),
+        ("cbp", "tab:blue", "history and controller records (_cbp)"),
+        ("delta_log", "tab:red", "Delta logs"),
+        ("data", "tab:green", "data files"),
+    ):
+        ax3.plot([c["round"] for c in files], [c[key] for c in files], marker=".", color=color, label=label)
+    ax3.set_ylabel("files in the home")
+    ax3.set_ylim(bottom=0)
+    ax3.set_xlabel("round (= epoch)")
+    ax3.set_title("files in the home (every 100 rounds)")
+    for ax in (ax1, ax2, ax3):
         ax.grid(True, alpha=0.3)
         ax.legend(fontsize=8, loc="upper left")
     fig.suptitle(
@@ -379,6 +418,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--records", type=int, default=3, help="records per feed (default 3, at least 2)")
     ap.add_argument("--seed", type=int, default=42)
     ap.add_argument("--keep", action="store_true", help="keep the temporary home")
+    ap.add_argument(
+        "--retention-epochs", type=int, default=100, help="the home keeps the last N epochs' history (default 100)"
+    )
+    ap.add_argument("--retention-days", type=float, default=None, help="... or those of the last D days")
+    ap.add_argument("--keep-all", action="store_true", help="a retention that keeps everything (as before retention)")
     args = ap.parse_args(argv)
     if args.window < 1 or args.epochs < args.window or args.records < 2 or args.goal <= 0:
         ap.error("need --window >= 1, --epochs >= --window, --records >= 2 and --goal > 0")
@@ -415,8 +459,15 @@ def main(argv: list[str] | None = None) -> int:
     log(f"Spark session started in {spark_start_s:.1f}s")
 
     rows: list[dict[str, Any]] = []
+    counts: list[dict[str, Any]] = []
     try:
         p = cbp.load(YAML, home=str(home), spark=spark)
+        if args.keep_all:
+            setting = p.set_retention(None, None)
+        else:
+            setting = p.set_retention(args.retention_epochs, args.retention_days)
+        args.retention = setting.describe()
+        log(f"retention: keep {args.retention}")
         feeds = Feeds(args.seed, args.records)
         files = tracked_files(home)
         t_rounds = time.perf_counter()
@@ -424,6 +475,7 @@ def main(argv: list[str] | None = None) -> int:
             row, files = one_round(p, n, feeds.next(), timer, home, files)
             rows.append(row)
             if n % PROGRESS_EVERY == 0 or n == args.epochs:
+                counts.append({"round": n, **count_files(home)})
                 last = rows[-PROGRESS_EVERY:]
                 el = time.perf_counter() - t_rounds
                 med = {
@@ -434,7 +486,7 @@ def main(argv: list[str] | None = None) -> int:
                     f"round {n:>5}/{args.epochs}  elapsed {el:6.0f}s (ETA {el / n * (args.epochs - n):5.0f}s)  "
                     f"last {len(last)}: controller {med['controller_s'] * 1e3:6.1f} ms  Spark {med['spark_s'] * 1e3:6.1f} ms  "
                     f"driver {med['driver_bytes'] / 1024:7.1f} KiB  home {med['home_bytes'] / 1024:7.1f} KiB  "
-                    f"snapshot {row['snapshot_bytes'] / 1024:7.1f} KiB"
+                    f"snapshot {row['snapshot_bytes'] / 1024:7.1f} KiB  files {counts[-1]['all']}"
                 )
     except BenchError as e:
         print(f"controller_growth: {e}", file=sys.stderr)
@@ -445,6 +497,7 @@ def main(argv: list[str] | None = None) -> int:
 
     total = time.perf_counter() - t_start
     summary = summarize(rows, args.window, args.goal)
+    summary["files"] = counts
     md = table(summary, args, command, total, spark_start_s)
     (out / "controller_growth.md").write_text(md, encoding="utf-8")
     (out / "controller_growth.json").write_text(
@@ -462,7 +515,7 @@ def main(argv: list[str] | None = None) -> int:
         ),
         encoding="utf-8",
     )
-    plot(rows, args.window, out / "controller_growth.png")
+    plot(rows, args.window, out / "controller_growth.png", counts)
     print()
     print(md)
     print(f"wrote {out / 'controller_growth.md'}, {out / 'controller_growth.json'}, {out / 'controller_growth.png'}")

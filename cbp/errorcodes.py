@@ -666,6 +666,13 @@ SECTIONS: list[tuple[str, list[Code]]] = [
                 "rewind to a later epoch, or to 0",
             ),
             _c(
+                "rewind-expired",
+                RS,
+                5,
+                "`cbp rewind` to an epoch older than the home's retention keeps (history and logs trimmed)",
+                "rewind to the oldest epoch reachable (the message names it) or later; `cbp history` starts there",
+            ),
+            _c(
                 "rewind-vacuumed",
                 RS,
                 5,

@@ -76,15 +76,21 @@ def print_events(events: list[dict[str, Any]]) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from ..controller.retention import horizon
     from ..pipeline import Pipeline
 
     pipe = Pipeline(args.flow_yaml, args.home)
     events = pipe.history()
+    start = horizon(pipe.home)  # None: the history starts at the first epoch
     if args.last is not None:
         events = events[-args.last :] if args.last > 0 else []
     if args.json:
-        print(json.dumps({"pipeline": pipe.spec.name, "home": pipe.home.location, "events": events}, indent=2))
+        doc = {"pipeline": pipe.spec.name, "home": pipe.home.location, "starts": start, "events": events}
+        print(json.dumps(doc, indent=2))
         return 0
+    if start is not None:
+        firsts = ", ".join(f"'{s}' epoch {e}" for s, e in start["stages"].items())
+        print(f"history starts at change {start['seq']} ({firsts}): older epochs were trimmed (retention)")
     if not events:
         print(f"no stage epoch has run in {pipe.home.location} yet")
     print_events(events)

@@ -58,6 +58,7 @@ from .live import LazySpark, Live, Notice, Tuning
 from .migrate import Migration
 from .reads import Reads
 from .records import Decision, EpochRecord, EpochReport, Landed
+from .retention import Retention
 from .rewind import Rewind
 from .runs import Runs
 from .scheduler import Scheduler
@@ -107,6 +108,8 @@ class Parts:
         self.evolution = evolution = Evolution(home, live, history, notice)
         self.journal = journal = Journal(home, history, live, notice, evolution.reconcile, evolution.check)
         self.intentions = intentions = Intentions(home, live)
+        self.retention = Retention(home, live, notice)
+        journal.after_epoch = self.retention.after_epoch
         self.feeds = Feeds(home, live, journal, history, notice)
         self.landing = landing = Landing(home, live, journal, history, Keyed(home, live), self.feeds, notice)
         self.sources = Sources(

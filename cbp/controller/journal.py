@@ -58,6 +58,7 @@ class Journal:
         self.home, self.history, self.live, self.notify = home, history, live, notify
         self.reconcile, self.check = reconcile, check
         self.entries: dict[str, Any] = {}  # history entries of the change being made
+        self.after_epoch: Callable[[], None] | None = None  # called once a stage epoch committed (retention)
 
     # ------------------------------------------------------------------ loading
     def load(self, doc: dict[str, Any] | None) -> None:
@@ -199,6 +200,8 @@ class Journal:
         if set(self.history.legacy) <= set(entries):
             self.history.legacy = {}
         self.load(snap)
+        if record.get("kind") == "epoch" and self.after_epoch is not None:
+            self.after_epoch()
 
     def _next_snapshot(self, record: dict[str, Any]) -> tuple[dict[str, Any], bool]:
         """The snapshot a pending record makes, and whether the home holds it already."""

@@ -44,6 +44,7 @@ from .intentions import Intentions
 from .journal import Journal
 from .live import Live
 from .migrate import stored_rows
+from .retention import refuse_rewind
 from .snapshot import FlowState, Increment, Sched, Snapshot, StageState
 
 __all__ = ["RewindReport", "Rewind"]
@@ -176,7 +177,8 @@ class Rewind:
         return report
 
     def _target(self, to_epoch: int, stage: str | None) -> Snapshot:
-        """The snapshot of the moment to go back to."""
+        """The snapshot of the moment to go back to (within the home's retention: :mod:`.retention`)."""
+        refuse_rewind(self.home, stage, to_epoch, self.live.st.stages[stage].epoch if stage else 0)
         if to_epoch == 0:
             return Snapshot.new(
                 self.live.st.pipeline,

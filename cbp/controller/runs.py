@@ -23,6 +23,7 @@ from ..storage import LAYOUT
 from .history import History
 from .journal import Journal
 from .live import Live
+from .retention import horizon
 from .snapshot import Snapshot
 
 __all__ = ["Runs", "describe_epoch"]
@@ -119,8 +120,9 @@ class Runs:
         self.journal.refresh()
         src = _Sources(self.live, self.log)
         rows: list[tuple[float, dict[str, Any] | None, dict[str, Any]]] = []
+        first = (horizon(self.log.home) or {}).get("stages", {})  # older epochs were trimmed (retention)
         for n, (stage, st) in enumerate(self.live.st.stages.items()):
-            for e in range(1, st.epoch + 1):
+            for e in range(first.get(stage, 1), st.epoch + 1):
                 entry = self.log.epoch(self.live.st, stage, e) or {}
                 order = (
                     float(entry["seq"]) if entry.get("seq") is not None else -1e9 + e + n / 100

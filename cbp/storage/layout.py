@@ -9,6 +9,7 @@ Paths are relative to the home (a local directory or an object-store URI)::
     _cbp/history/...                        what happened: epochs, feeds, feed ids, collected increments
     _cbp/intentions/<stage>.json            write-ahead intention of the stage epoch under way
     _cbp/pending.json                       a change being committed
+    _cbp/retention.json                     how far back history and logs are kept, and the horizon reached
     _cbp/lock, _cbp/runner.lock, _cbp/runner.json   locks (local homes) and who runs
     _cbp/leases/<name>/<seq>.json           leases instead of locks (homes on S3, see cbp.storage.lease)
     _crawler/state.json                     the crawl application's position
@@ -48,6 +49,7 @@ class Layout:
     RUNNER = "_cbp/runner.json"
     LEASES = "_cbp/leases"
     HISTORY = "_cbp/history"
+    RETENTION = "_cbp/retention.json"  # cbp.controller.retention
     CRAWLER = "_crawler/state.json"
     CRAWLER_LOCK = "_crawler/lock"
 

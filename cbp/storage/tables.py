@@ -194,6 +194,11 @@ class DeltaTables:
                 raise RuntimeStateError(f"cannot open Delta table {uri}: {e}") from e
             return h
 
+    def forget_head(self, rel: str) -> None:
+        """Load the table at ``rel`` afresh at its next use (its log was trimmed: cbp.storage.logretention)."""
+        with self._tables_lock:
+            self._heads.pop(rel, None)
+
     def ensure_table(self, rel: str, schema: pa.Schema, partition_by: str) -> DeltaTable | None:
         """Create the table empty (version 0) on first use; None if it existed (not loaded: a load costs)."""
         so = self.storage_options  # type: ignore[attr-defined]

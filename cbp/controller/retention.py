@@ -1,0 +1,334 @@
+"""History and log retention: how far back a home keeps what happened (as Delta's ``delta.logRetentionDuration``).
+
+Each stage epoch leaves history behind (its entry, the snapshot copy ``cbp rewind`` goes back to,
+feed, feed-id and feed-hash entries, collected-increment entries) and Delta log entries in the
+home's tables; landed feeds that every stage read stay in their table's data files until removed.
+The *retention* of a home says how much of that is kept: the last ``epochs`` epochs of each
+stage, or the epochs of the last ``days`` days, whichever keeps more (a setting left out keeps
+nothing by that rule; both left out: everything is kept). It is recorded in the home
+(:data:`RECORD`), set with :func:`set_retention` (``Pipeline.set_retention``); a home that never
+recorded one keeps :data:`DEFAULT` (30 days, Delta's default log retention).
+
+As epochs commit, :class:`Retention` trims what fell out of it, once per a batch of epochs
+(:meth:`RetentionSetting.batch`: amortized, and never a listing of the history): the *horizon* is
+the oldest change still within reach (the seq of the oldest kept epoch over all stages); every
+stage epoch, feed and collected increment older than it goes, with the table versions only it
+needed (:func:`cbp.storage.logretention.trim_log`: the logs before the newest checkpoint at or
+before the horizon's version, and the data files only those versions held).
+
+What stays reachable: ``cbp rewind`` to any kept epoch (one before the horizon is refused with
+code ``rewind-expired``, which names the oldest epoch reachable; ``--to-epoch 0`` once anything
+was trimmed); ``cbp history`` from the horizon on (it says where it starts); ``output`` of a whole
+flow, of the increments within reach; a feed id's repeat is recognised while its feed is kept.
+
+Crash safety (write-ahead, as the journal's): the new horizon is recorded first, then history
+entries are deleted dependents first (snapshot copies and collected entries before the epoch or
+feed entry that names them), then each table's data files and then its log entries; last the
+record says what was trimmed. A kill anywhere leaves entries below the horizon that nothing reads
+(rewinds and history stop at the horizon) and that the next pass deletes; nothing live (the
+current snapshot, the horizon's snapshot, the increments either holds) is ever deleted.
+
+Reads: the record, epoch and feed entries, the horizon's snapshot copy, the rewinds' records,
+the tables' logs. Writes: the record; deletes history entries, snapshot copies, log entries and
+data files of versions before the horizon.
+
+    >>> RetentionSetting(epochs=100).batch(), DEFAULT.describe()
+    (25, 'the last 30 days')
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from .. import faults
+from ..errors import RuntimeStateError, UsageError
+from ..storage import LAYOUT, Home
+from ..storage.logretention import trim_log
+from .live import Live
+
+__all__ = ["DEFAULT", "RECORD", "Retention", "RetentionSetting", "horizon", "refuse_rewind", "set_retention"]
+
+RECORD = LAYOUT.RETENTION
+MAX_PER_PASS = 2000  # epochs of a stage trimmed per pass at most (an old home's first pass is spread over several)
+_DAY = 86400.0
+
+
+@dataclass(frozen=True)
+class RetentionSetting:
+    """Keep the last ``epochs`` epochs of each stage, or those of the last ``days`` days, whichever
+    keeps more; None: that rule keeps nothing; both None: everything is kept."""
+
+    epochs: int | None = None
+    days: float | None = None
+
+    def keeps_all(self) -> bool:
+        return self.epochs is None and self.days is None
+
+    def batch(self) -> int:
+        """Epochs between trimming passes: a quarter of the epochs kept (1 to 32), 32 by days alone."""
+        return 32 if self.epochs is None else max(1, min(32, self.epochs // 4))
+
+    def describe(self) -> str:
+        parts = ([f"the last {self.epochs} epoch(s) of each stage"] if self.epochs is not None else []) + (
+            [f"the last {self.days:g} days"] if self.days is not None else []
+        )
+        return " or ".join(parts) or "everything"
+
+    @classmethod
+    def from_record(cls, rec: dict[str, Any] | None) -> RetentionSetting:
+        if rec is None or "setting" not in rec:
+            return DEFAULT
+        s = rec["setting"]
+        return cls(None if s.get("epochs") is None else int(s["epochs"]), s.get("days"))
+
+
+DEFAULT = RetentionSetting(epochs=None, days=30.0)
+
+
+def _checked(epochs: int | None, days: float | None) -> RetentionSetting:
+    if epochs is not None and (isinstance(epochs, bool) or not isinstance(epochs, int) or epochs < 0):
+        raise UsageError(f"retention epochs must be a whole number, 0 or more; got {epochs!r}", code="bad-option")
+    if days is not None and (isinstance(days, bool) or not isinstance(days, int | float) or not days >= 0):
+        raise UsageError(f"retention days must be a number, 0 or more; got {days!r}", code="bad-option")
+    return RetentionSetting(epochs, None if days is None else float(days))
+
+
+def read_record(home: Home) -> dict[str, Any]:
+    """The home's retention record (``{}`` for a home that never recorded one)."""
+    return home.read_json(RECORD) or {}
+
+
+def set_retention(home: Home, epochs: int | None = None, days: float | None = None) -> RetentionSetting:
+    """Record the home's retention (see the module docstring); trimming follows as epochs commit."""
+    setting = _checked(epochs, days)
+    with home.lock():
+        rec = read_record(home)
+        rec["setting"] = {"epochs": setting.epochs, "days": setting.days}
+        home.write_json(RECORD, rec)
+    return setting
+
+
+def horizon(home: Home) -> dict[str, Any] | None:
+    """``{"seq", "stages": {stage: first kept epoch}, "setting"}`` once anything was trimmed, else None."""
+    rec = read_record(home)
+    h = rec.get("horizon")
+    if not h:
+        return None
+    return {"seq": int(h["seq"]), "stages": {s: int(e) for s, e in h["stages"].items()}, "setting": rec.get("setting")}
+
+
+def refuse_rewind(home: Home, stage: str | None, to_epoch: int, have: int) -> None:
+    """Raise ``rewind-expired`` for a rewind to before the horizon (``have``: the stage's epochs now)."""
+    h = horizon(home)
+    if h is None:
+        return
+    first = h["stages"].get(stage or "", 1)
+    if to_epoch and to_epoch >= first:
+        return
+    setting = RetentionSetting.from_record({"setting": h["setting"]} if h["setting"] else None)
+    if to_epoch == 0 or stage is None:
+        where = "the beginning: the history before it was trimmed"
+    else:
+        where = f"stage '{stage}' epoch {to_epoch}"
+    oldest = f"stage '{stage}' epoch {first}" if stage and first <= have else "none before the last epoch"
+    raise RuntimeStateError(
+        f"cannot rewind {home.location} to {where}: the home keeps {setting.describe()} "
+        f"(retention), and the oldest epoch reachable is {oldest}",
+        code="rewind-expired",
+    )
+
+
+@dataclass
+class _Plan:
+    """One trimming pass: the horizon, and per stage the epoch entries below it."""
+
+    seq: int
+    first: dict[str, int]  # stage -> first epoch kept
+    entries: dict[str, list[tuple[int, dict[str, Any]]]]  # stage -> (epoch, entry) to delete
+    snap: dict[str, Any]  # the horizon's snapshot
+    live: dict[str, set[int]]  # flow -> increments live now or at the horizon
+
+
+class Retention:
+    """Trims a home's history and logs as its epochs commit (see the module docstring)."""
+
+    def __init__(self, home: Home, live: Live, notify: Callable[[str], None]) -> None:
+        self.home, self.live, self.notify = home, live, notify
+        self._since = -1  # epochs committed since the last pass (-1: none yet in this process)
+        self._batch = 1
+
+    def after_epoch(self) -> None:
+        """Called once a stage epoch committed (under the home's lock): a pass once per batch. Never
+        fails the epoch: a failed pass is reported and tried again with the next batch."""
+        self._since += 1
+        if 0 < self._since < self._batch:  # the first epoch a process commits always has a pass
+            return
+        self._since = 0
+        try:
+            self.trim()
+        except Exception as e:  # the epoch is committed: a failed pass must not look like a failed epoch
+            self.notify(f"warning: trimming the history of {self.home.location} failed ({e}); tried again later")
+
+    def trim(self) -> dict[str, int] | None:
+        """One pass; what it deleted (per kind), or None if nothing was due."""
+        rec = read_record(self.home)
+        setting = RetentionSetting.from_record(rec or None)
+        self._batch = setting.batch()
+        if setting.keeps_all() or self.live.committed is None:
+            return None
+        trimmed = rec.get("trimmed", {})
+        plan = self._plan(setting, trimmed.get("stages", {}))
+        if plan is None:
+            return None
+        rec["horizon"] = {"seq": plan.seq, "stages": plan.first}
+        self.home.write_json(RECORD, rec)  # write-ahead: from here on nothing reads below the horizon
+        faults.point("retention:horizon")
+        done = {"epochs": 0, "feeds": 0, "rewinds": 0, "log_files": 0, "data_files": 0}
+        for stage, entries in plan.entries.items():
+            for e, entry in entries:
+                self._drop_epoch(stage, e, entry, plan)
+                done["epochs"] += 1
+        feeds = self._drop_feeds(plan, dict(trimmed.get("feeds", {})), done)
+        kept_rewinds = self._drop_rewinds(plan, done)
+        if not kept_rewinds:  # a rewind within reach may have put back files removed long ago: logs wait
+            self._trim_logs(plan, done)
+        rec["trimmed"] = {"stages": plan.first, "feeds": feeds}
+        self.home.write_json(RECORD, rec)
+        return done
+
+    # ------------------------------------------------------------------ the horizon
+    def _first_kept(self, stage: str, have: int, start: int, setting: RetentionSetting) -> int:
+        """The first epoch of ``stage`` the setting keeps (``have`` + 1: none), at most MAX_PER_PASS past ``start``."""
+        by_count = have + 1 if setting.epochs is None else max(1, have - setting.epochs + 1)
+        first = by_count
+        if setting.days is not None:
+            oldest = time.time() - setting.days * _DAY
+            e = start
+            while e < by_count and e <= have:
+                at = (self.home.read_json(LAYOUT.epoch_entry(stage, e)) or {}).get("at")
+                if at is None or float(at) >= oldest:
+                    break
+                e += 1
+            first = e
+        return min(max(first, start), start + MAX_PER_PASS)
+
+    def _plan(self, setting: RetentionSetting, trimmed: dict[str, int]) -> _Plan | None:
+        st = self.live.st
+        first: dict[str, int] = {}
+        seqs: list[int] = []
+        for stage, sst in st.stages.items():
+            if sst.epoch == 0:
+                continue
+            start = int(trimmed.get(stage, 1))
+            k = self._first_kept(stage, sst.epoch, start, setting)
+            if k > sst.epoch:
+                seqs.append(st.seq)
+            else:
+                seq = (self.home.read_json(LAYOUT.epoch_entry(stage, k)) or {}).get("seq")
+                if seq is None:  # committed by a cbp that kept no seq: nothing before it can be placed
+                    return None
+                seqs.append(int(seq))
+            first[stage] = k
+        if not seqs:
+            return None
+        h = min(seqs)
+        entries: dict[str, list[tuple[int, dict[str, Any]]]] = {}
+        for stage, k in first.items():
+            start = int(trimmed.get(stage, 1))
+            entries[stage] = []
+            for e in range(start, k):
+                entry = self.home.read_json(LAYOUT.epoch_entry(stage, e))
+                if entry is not None and entry.get("seq") is not None and int(entry["seq"]) >= h:
+                    break  # kept: within reach of the horizon another stage set
+                entries[stage].append((e, entry or {}))
+            first[stage] = start + len(entries[stage])
+        if not any(entries.values()):
+            return None
+        doc = self.live.committed if h >= st.seq else self.home.read_json(LAYOUT.snapshot_copy(h))
+        if doc is None:
+            return None
+        live = {f: set(fs.incs) for f, fs in st.flows.items()}
+        for f, fd in doc.get("flows", {}).items():
+            live.setdefault(f, set()).update(int(i) for i in fd.get("incs", {}))
+        return _Plan(h, first, entries, doc, live)
+
+    # ------------------------------------------------------------------ deleting
+    def _drop_collected(self, flow: str, incs: list[int], plan: _Plan) -> None:
+        for i in incs:
+            if int(i) not in plan.live.get(flow, set()):
+                self.home.delete_file(LAYOUT.collected_entry(flow, int(i)))
+
+    def _drop_epoch(self, stage: str, epoch: int, entry: dict[str, Any], plan: _Plan) -> None:
+        if entry.get("seq") is not None:
+            self.home.delete_file(LAYOUT.snapshot_copy(int(entry["seq"])))
+        for key in ("inputs", "outputs"):
+            for flow, incs in (entry.get(key) or {}).items():
+                self._drop_collected(flow, incs, plan)
+        self.home.delete_file(LAYOUT.epoch_entry(stage, epoch))  # last: it names the rest
+        faults.point("retention:epoch")
+
+    def _drop_feeds(self, plan: _Plan, cursor: dict[str, int], done: dict[str, int]) -> dict[str, int]:
+        """Feeds landed before the horizon whose increments are live neither now nor at the horizon."""
+        for flow, fs in self.live.st.flows.items():
+            n = int(cursor.get(flow, 1))
+            while n <= fs.feeds and n - int(cursor.get(flow, 1)) < MAX_PER_PASS:
+                e = self.home.read_json(LAYOUT.feed_entry(flow, n))
+                if e is not None:
+                    incs = [int(i) for i in e.get("incs", [])]
+                    if e.get("seq") is None or int(e["seq"]) >= plan.seq or set(incs) & plan.live.get(flow, set()):
+                        break
+                    self._drop_feed(flow, n, e, plan)
+                    done["feeds"] += 1
+                n += 1
+            cursor[flow] = n
+        return cursor
+
+    def _drop_feed(self, flow: str, n: int, e: dict[str, Any], plan: _Plan) -> None:
+        if e.get("id"):
+            rel = LAYOUT.feed_id_entry(flow, str(e["id"]))
+            if (self.home.read_json(rel) or {}).get("feed") == n:
+                self.home.delete_file(rel)
+        if e.get("hash"):
+            rel = LAYOUT.feed_hash_entry(flow, str(e["hash"]))
+            if all(int(m) <= n for m in (self.home.read_json(rel) or {}).get("feeds", [])):
+                self.home.delete_file(rel)
+        self._drop_collected(flow, [int(i) for i in e.get("incs", [])], plan)
+        self.home.delete_file(LAYOUT.feed_entry(flow, n))  # last: it names the rest
+        faults.point("retention:feed")
+
+    def _drop_rewinds(self, plan: _Plan, done: dict[str, int]) -> bool:
+        """Delete the records of rewinds before the horizon; whether one within reach is left."""
+        base = f"{LAYOUT.HISTORY}/rewinds"
+        kept = False
+        for name in self.home.list_dir(base):
+            if name.endswith(".json") and name[:-5].isdigit():
+                if int(name[:-5]) < plan.seq:
+                    self.home.delete_file(f"{base}/{name}")
+                    done["rewinds"] += 1
+                else:
+                    kept = True
+        return kept
+
+    def _trim_logs(self, plan: _Plan, done: dict[str, int]) -> None:
+        """Each table's log before the version the horizon's snapshot names (and the data files only it held)."""
+        st = self.live.st
+        tables: list[tuple[str, Any, Any]] = [
+            (LAYOUT.flow(f), fd.get("version"), st.flows[f].version)
+            for f, fd in plan.snap.get("flows", {}).items()
+            if f in st.flows
+        ]
+        tables += [
+            (LAYOUT.state(s), sd.get("state_version"), st.stages[s].state_version)
+            for s, sd in plan.snap.get("stages", {}).items()
+            if s in st.stages
+        ]
+        for rel, keep, head in tables:
+            if keep is None or head is None or int(keep) > int(head):
+                continue
+            t = trim_log(self.home, rel, int(keep), int(head))
+            done["log_files"] += t.log_files
+            done["data_files"] += t.data_files
+            faults.point("retention:log")
