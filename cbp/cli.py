@@ -34,7 +34,7 @@ _EXIT = {SpecError: 2, UsageError: 2, InputError: 3, UserCodeError: 4, RuntimeSt
 
 
 def exit_code(error: type[CbpError]) -> int:
-    """The exit code of ``cbp`` failing with an error of class ``error`` (cbp/errorcodes.py lists them per code)."""
+    """The exit code of ``cbp`` failing with an error of class ``error`` (cbp/errorcodes/ lists them per code)."""
     return next((code for cls, code in _EXIT.items() if issubclass(error, cls)), 5)
 
 
