@@ -151,10 +151,13 @@ def write(res: dict[str, Any]) -> None:
     lines = [
         "# A fresh process's first epoch: with and without the driver JVM's class archive",
         "",
-        f"- {_dt.datetime.now().strftime('%Y-%m-%d %H:%M')}, cbp {res['version']} (`{res['commit']}`); `{' '.join(sys.argv)}`",
-        f"- URLCount vectorised, {a['keys']:,} state keys, {a['increment']:,}-record increments, {a['rounds']} rounds alternating; "
+        f"- {_dt.datetime.now().strftime('%Y-%m-%d %H:%M')}, cbp {res['version']} (`{res['commit']}`); "
+        f"`{' '.join(sys.argv)}`",
+        f"- URLCount vectorised, {a['keys']:,} state keys, {a['increment']:,}-record increments, {a['rounds']} rounds "
+        f"alternating; "
         f"whole processes, seconds: median [min-max]",
-        f"- the first process (the home's {a['keys']:,}-key build epoch), which recorded the archive as it exited: {res['recording']:.1f} s",
+        f"- the first process (the home's {a['keys']:,}-key build epoch), which recorded the archive as it exited: "
+        f"{res['recording']:.1f} s",
         "",
         "| process | with archive | without | difference | ratio |",
         "|:---|---:|---:|---:|---:|",

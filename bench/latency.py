@@ -341,7 +341,8 @@ def rows(res: dict[str, Any]) -> list[tuple[str, list[float], str]]:
             (
                 "Airflow DAG, in-process `dag.test()`",
                 res["airflow"]["latency"],
-                f"DAG run ends {statistics.median(res['airflow']['dag_run']):.2f} s after landing; add the watcher's poke interval "
+                f"DAG run ends {statistics.median(res['airflow']['dag_run']):.2f} s after landing; add the watcher's "
+                f"poke interval "
                 "(5 s: 2.5 s on average) and the scheduler in a deployment",
             )
         )
@@ -354,9 +355,11 @@ def write(res: dict[str, Any]) -> None:
     lines = [
         "# Land-to-output latency of a 1,000-record increment",
         "",
-        f"- {_dt.datetime.now().strftime('%Y-%m-%d %H:%M')}, cbp {res['version']} (`{res['commit']}`), {os.cpu_count()} cores; "
+        f"- {_dt.datetime.now().strftime('%Y-%m-%d %H:%M')}, cbp {res['version']} (`{res['commit']}`), "
+        f"{os.cpu_count()} cores; "
         f"`python bench/latency.py {' '.join(sys.argv[1:])}`",
-        f"- URLCount vectorised, {a['keys']:,} state keys, {a['increment']:,}-record increments (half new keys); {a['source']}",
+        f"- URLCount vectorised, {a['keys']:,} state keys, {a['increment']:,}-record increments (half new keys); "
+        f"{a['source']}",
         "- seconds from the increment landed (durable in the home) to the epoch that read it committed; "
         f"machine load (5-minute average) {res['load_before']:.1f} at the start, {res['load_after']:.1f} at the end",
         "",
@@ -364,7 +367,8 @@ def write(res: dict[str, Any]) -> None:
         "|:---|---:|---:|---:|---:|---:|:---|",
         *[f"| {name} | {_stats(xs)} | {note} |" for name, xs, note in rows(res)],
         "",
-        f"Goal: `--follow` median <= {GOAL:g} s: **{'met' if follow_median <= GOAL else 'not met'}** ({follow_median:.2f} s).",
+        f"Goal: `--follow` median <= {GOAL:g} s: **{'met' if follow_median <= GOAL else 'not met'}** "
+        f"({follow_median:.2f} s).",
         "",
     ]
     text = "\n".join(lines)

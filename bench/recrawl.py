@@ -237,7 +237,8 @@ def crawl_round(ctx: dict[str, Any], phase: str, rows: list[dict[str, Any]]) -> 
     }
     rows.append(row)
     log(
-        f"{phase:>9} round {rep.round}: {rep.line()} | cbp {row['cbp_s']:.1f}s ({len(reports)} epochs, links +{row['links_added']} "
+        f"{phase:>9} round {rep.round}: {rep.line()} | cbp {row['cbp_s']:.1f}s ({len(reports)} epochs, links "
+        f"+{row['links_added']} "
         f"-{row['links_retracted']}), landmark {land_s:.1f}s, from scratch {scratch_s:.1f}s; counts equal"
     )
     return row
@@ -365,7 +366,8 @@ def main() -> None:
         return
     old, new = unpack(args.old), unpack(args.new)
     log(
-        f"{PACKAGE} {args.old} and {args.new}: {sum(1 for _ in old.rglob('*.html'))} and {sum(1 for _ in new.rglob('*.html'))} HTML files; "
+        f"{PACKAGE} {args.old} and {args.new}: {sum(1 for _ in old.rglob('*.html'))} and "
+        f"{sum(1 for _ in new.rglob('*.html'))} HTML files; "
         f"{sum(1 for a in old.rglob('*.html') if (new / a.relative_to(old)).exists() and not filecmp.cmp(a, new / a.relative_to(old), shallow=False))} differ"
     )
     ctx = setup(args, old, work)
@@ -403,7 +405,8 @@ def main() -> None:
 
     fixed_iv = len(live) / budget * HOUR
     log(
-        f"freshness: {len(live)} pages, {budget} fetches per hourly round, {args.hours} hours; fixed interval {fixed_iv / HOUR:.1f} h vs adaptive 1 h .. 7 days"
+        f"freshness: {len(live)} pages, {budget} fetches per hourly round, {args.hours} hours; fixed interval "
+        f"{fixed_iv / HOUR:.1f} h vs adaptive 1 h .. 7 days"
     )
     fresh = freshness_all(ctx["web"], live, budget, args.hours, work)
     write(rows, first, fresh, args, budget, wall)
@@ -416,7 +419,8 @@ def freshness_all(web: Path, live: list[str], budget: int, hours: int, work: Pat
 
     fixed_iv = len(live) / budget * HOUR
     log(
-        f"freshness: {len(live)} pages, {budget} fetches per hourly round, {hours} hours; fixed {fixed_iv / HOUR:.1f} h, "
+        f"freshness: {len(live)} pages, {budget} fetches per hourly round, {hours} hours; fixed {fixed_iv / HOUR:.1f} "
+        f"h, "
         "fixed 1 h (round robin), adaptive 1 h .. 7 days"
     )
     fresh = {
@@ -432,7 +436,8 @@ def freshness_all(web: Path, live: list[str], budget: int, hours: int, work: Pat
     }
     for k, v in fresh.items():
         log(
-            f"freshness {k}: mean {v['mean']} after hour {v['warmup_hours']}, {v['fetches']} fetches, hot pages' interval {v['hot_interval_h']} h"
+            f"freshness {k}: mean {v['mean']} after hour {v['warmup_hours']}, {v['fetches']} fetches, hot pages' "
+            f"interval {v['hot_interval_h']} h"
         )
     return fresh
 
@@ -481,9 +486,11 @@ def write(
     }
     lines += [
         "",
-        f"Re-crawl rounds that change nothing: {summary['no_change_cbp_s']} s (crawler + cbp) vs {first_s:.1f} s for the rounds "
+        f"Re-crawl rounds that change nothing: {summary['no_change_cbp_s']} s (crawler + cbp) vs {first_s:.1f} s for "
+        f"the rounds "
         f"that first fetched those {summary['first_crawl_pages']} pages: {ratio}x (goal <= 0.1x).",
-        f"Freshness over hours {fresh['fixed']['warmup_hours']}..{args.hours} with at most {budget} fetches per hourly round: "
+        f"Freshness over hours {fresh['fixed']['warmup_hours']}..{args.hours} with at most {budget} fetches per hourly "
+        f"round: "
         + ", ".join(
             f"{k} {v['mean']} ({v['fetches']} fetches, hot pages' interval {v['hot_interval_h']} h)"
             for k, v in fresh.items()

@@ -155,7 +155,8 @@ def build(pipes: dict[str, Any], web: Web, chunk: int, per_page: int) -> dict[st
             p.feed("pages", pages)
             took[f] += run(p)["seconds"]
         log(
-            f"built {min(a + chunk, web.n):,} of {web.n:,} URLs (before {took['before']:.0f}s, after {took['after']:.0f}s so far)"
+            f"built {min(a + chunk, web.n):,} of {web.n:,} URLs (before {took['before']:.0f}s, after "
+            f"{took['after']:.0f}s so far)"
         )
     return took
 
@@ -169,7 +170,8 @@ def measure(args: argparse.Namespace, work: Path) -> dict[str, Any]:
     web = Web(sizes)
     links = args.links or max(1000, int(10_000 * args.scale))
     log(
-        f"web: {web.n:,} URLs, {len(sizes):,} sites, largest {int(sizes[0]):,}, median {int(np.median(sizes))}; {links:,} links per epoch"
+        f"web: {web.n:,} URLs, {len(sizes):,} sites, largest {int(sizes[0]):,}, median {int(np.median(sizes))}; "
+        f"{links:,} links per epoch"
     )
     pipes = {f: cbp.load(y, home=str(work / f), mode="direct", spark=spark) for f, y in FORMS.items()}
     built = build(pipes, web, args.chunk, args.per_page)
@@ -193,8 +195,10 @@ def measure(args: argparse.Namespace, work: Path) -> dict[str, Any]:
         epochs.append(row)
         log(
             f"epoch {e + 1}: before {row['before']['seconds']:.1f}s (merge {row['before']['stages']['merge']:.1f}s, "
-            f"{row['before']['candidates']:,} candidates), after {row['after']['seconds']:.1f}s (merge {row['after']['stages']['merge']:.1f}s, "
-            f"{row['after']['merge_rows_read']:,} rows read, {row['after']['candidates']:,} candidates); queue records equal ({row['queue_records']:,})"
+            f"{row['before']['candidates']:,} candidates), after {row['after']['seconds']:.1f}s (merge "
+            f"{row['after']['stages']['merge']:.1f}s, "
+            f"{row['after']['merge_rows_read']:,} rows read, {row['after']['candidates']:,} candidates); queue records "
+            f"equal ({row['queue_records']:,})"
         )
     final = {f: queue_records(p, 0)[0] for f, p in pipes.items()}
     if final["before"] != final["after"]:
@@ -249,15 +253,18 @@ def recheck(args: argparse.Namespace, work: Path) -> None:
 
 def report(res: dict[str, Any]) -> str:
     lines = [
-        "| epoch | before (s) | after (s) | before / after | merge before (s) | merge after (s) | candidates before | candidates after "
+        "| epoch | before (s) | after (s) | before / after | merge before (s) | merge after (s) | candidates before | "
+        "candidates after "
         "| merge rows read after | queue records (equal) |",
         "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for r in res["epochs"]:
         b, a = r["before"], r["after"]
         lines.append(
-            f"| {r['epoch']} | {b['seconds']:.1f} | {a['seconds']:.1f} | {b['seconds'] / a['seconds']:.1f}x | {b['stages']['merge']:.1f} "
-            f"| {a['stages']['merge']:.1f} | {b['candidates']:,} | {a['candidates']:,} | {a['merge_rows_read']:,} | {r['queue_records']:,} |"
+            f"| {r['epoch']} | {b['seconds']:.1f} | {a['seconds']:.1f} | {b['seconds'] / a['seconds']:.1f}x | "
+            f"{b['stages']['merge']:.1f} "
+            f"| {a['stages']['merge']:.1f} | {b['candidates']:,} | {a['candidates']:,} | {a['merge_rows_read']:,} | "
+            f"{r['queue_records']:,} |"
         )
     med = {f: statistics.median(r[f]["seconds"] for r in res["epochs"]) for f in ("before", "after")}
     mm = {f: statistics.median(r[f]["stages"]["merge"] for r in res["epochs"]) for f in ("before", "after")}

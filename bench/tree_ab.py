@@ -113,7 +113,8 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"round {r + 1} {t}: " + " ".join(f"{x:.2f}" for x in got), flush=True)
     base = statistics.median(x for rnd in times[str(trees[0])] for x in rnd[1:])
     print(
-        f"\n{args.yaml}, {args.keys:,} keys, {args.increment:,}-record increment; run() seconds, epochs 2..{args.epochs} of each round\n"
+        f"\n{args.yaml}, {args.keys:,} keys, {args.increment:,}-record increment; run() seconds, epochs "
+        f"2..{args.epochs} of each round\n"
     )
     print("| tree | median | per round | vs first tree |\n|:---|---:|:---|---:|")
     for t in trees:

@@ -287,7 +287,8 @@ def _dispatch(args: argparse.Namespace) -> int:
             print(f"  stage {name:<16} epochs {s['epochs']:>5}  runnable {s['runnable']}")
             for flow, c in s["connectors"].items():
                 print(
-                    f"    <- {flow:<16} pending increments {c['pending']:>4} (complete {c['complete']}, records {c['records']})"
+                    f"    <- {flow:<16} pending increments {c['pending']:>4} (complete {c['complete']}, records "
+                    f"{c['records']})"
                 )
         from .controller.codehash import status_lines
 

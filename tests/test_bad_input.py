@@ -312,7 +312,8 @@ def test_yaml_that_no_longer_fits_the_home(spark, make_pipeline, tmp_path, chang
     assert {r["w"]: r["n"] for r in p.state("count")} == {"a": 2, "b": 1}
 
 
-# ---------------------------------------------------------------- hostile JSON lines and records (no Spark needed: feeds land through delta-rs)
+# ---------------------------------------------------------------- hostile JSON lines and records (no Spark needed:
+# feeds land through delta-rs)
 ALL_TYPES = """
 pipeline: types
 flows:
@@ -508,7 +509,8 @@ def test_non_utf8_names_the_line(landed, tmp_path):
     assert e.value.code == "bad-record" and f"{path}:2: flow 'urls': not UTF-8 text" in str(e.value)
 
 
-# ---------------------------------------------------------------- feed numbers: what 'feed' prints is what 'output --epoch' takes
+# ---------------------------------------------------------------- feed numbers: what 'feed' prints is what 'output
+# --epoch' takes
 def test_empty_feed_takes_a_number_and_the_numbers_agree_cli(tmp_path, capsys):
     home = str(tmp_path / "h")
     files = {"a": '{"url": "a"}\n', "empty": "", "blank": "\n  \n", "b": '{"url": "b"}\n{"url": "c"}\n'}

@@ -55,7 +55,8 @@ def test_result_rows_round_trip():
 @pytest.mark.parametrize(
     "message",
     [
-        "stage 's' epoch 1 key 'k': translator raised ValueError: ]] [[cbp-failure/1 Zm9v]] \n\t' \" \\ ünïcødé \U0001f600",
+        "stage 's' epoch 1 key 'k': translator raised ValueError: ]] [[cbp-failure/1 Zm9v]] \n\t' \" \\ ünïcødé "
+        "\U0001f600",
         "x" * 10000,
     ],
 )

@@ -156,7 +156,8 @@ def total(key, state, counts, out):
 @pytest.mark.parametrize("how", ["plain", "restore", "backfill", "discard"])
 def test_stage_removed_and_added_back_is_never_silently_resumed(spark, make_pipeline, tmp_path, how):
     """The reproduction of issue 37: 3 records, `total` removed, 5 records, `total` back, 2 records:
-    t=10 (restored), 10 (backfilled from the whole contents of 'counts'), 2 (started empty on request), or a refusal; never 5."""
+    t=10 (restored), 10 (backfilled from the whole contents of 'counts'), 2 (started empty on request), or a refusal;
+    never 5."""
     full = make_pipeline(TOTAL, TOTAL_MODULE, module_name="evo_total")
     less = make_pipeline(REMOVED, TOTAL_MODULE, module_name="evo_total")
     back = make_pipeline(

@@ -263,7 +263,8 @@ def test_flow_nobody_writes(make_pipeline):
     assert e.value.code == "no-producer"
 
 
-# ---------------------------------------------------------------- hostile YAML: bounded work, SpecError with file and line
+# ---------------------------------------------------------------- hostile YAML: bounded work, SpecError with file and
+# line
 def _laughs(levels: int = 9) -> str:
     """The "billion laughs": 9 levels of 9 aliases expand to 9**9 strings."""
     out = 'l0: &l0 ["lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol"]\n'

@@ -9,7 +9,8 @@
   inbox) starts a run too; a task that lands an increment also emits the asset event itself.
 - **land_inbox**: lands ``<inbox>/<flow>/*.jsonl`` and ``*.parquet`` files (each once: feed id = file name, size and
   content hash) and moves them to ``<inbox>/<flow>/landed/`` (beside an earlier file of the name). Files still
-  being written wait: hidden or temporary names, and files modified in the last ``inbox_settle_seconds``. A file that cannot be landed (bad
+  being written wait: hidden or temporary names, and files modified in the last ``inbox_settle_seconds``. A file that
+  cannot be landed (bad
   JSON, a record that does not fit the flow, not UTF-8, unreadable, a symlink) goes to
   ``<inbox>/<flow>/rejected/`` with ``<name>.error.txt`` beside it (error code and message), and
   the files behind it are landed all the same. Nothing is followed out of the inbox

@@ -163,7 +163,8 @@ def run(pipe: Any, args: argparse.Namespace, plain: Callable[[Any, argparse.Name
     def ready() -> None:
         if not quiet:
             print(
-                f"cbp run: following {pipe.home.location} (min interval {args.min_interval:g} s): an epoch round whenever an "
+                f"cbp run: following {pipe.home.location} (min interval {args.min_interval:g} s): an epoch round "
+                f"whenever an "
                 "increment lands; Ctrl-C or SIGTERM stops it after the epoch in flight",
                 file=sys.stderr,
                 flush=True,
@@ -201,7 +202,8 @@ def run(pipe: Any, args: argparse.Namespace, plain: Callable[[Any, argparse.Name
     )
     summary = follower.run(warm=lambda: _warm(pipe, signals))
     print(
-        f"stopped: {summary.rounds} run(s), {summary.epochs} stage epoch(s); the next run continues from the last committed epoch",
+        f"stopped: {summary.rounds} run(s), {summary.epochs} stage epoch(s); the next run continues from the last "
+        f"committed epoch",
         flush=True,
     )
     return 0

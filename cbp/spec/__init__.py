@@ -344,14 +344,16 @@ class _Compiler:
             if out == STATE:
                 raise self.fail(
                     where + ("outputs",),
-                    f"stage '{sname}': 'state' is written through out.state; declare it under 'state:', not as an output",
+                    f"stage '{sname}': 'state' is written through out.state; declare it under 'state:', not as an "
+                    f"output",
                     "reserved-name",
                 )
             if (out in EMITTER_NAMES or out in EMITTER_PRIVATE) and not s.batch:
                 raise self.fail(
                     where + ("outputs",),
                     f"stage '{sname}': out.{out} is the translator's {out}, so an output flow "
-                    f"cannot be named '{out}' ({', '.join(sorted(EMITTER_NAMES))} and out's private names are taken); rename the flow",
+                    f"cannot be named '{out}' ({', '.join(sorted(EMITTER_NAMES))} and out's private names are taken); "
+                    f"rename the flow",
                     "reserved-name",
                 )
             if out not in raw.flows:
@@ -363,7 +365,8 @@ class _Compiler:
             if raw.flows[out].external:
                 raise self.fail(
                     where + ("outputs",),
-                    f"stage '{sname}' writes flow '{out}', which is an external input (external: true); an external flow is fed from outside only",
+                    f"stage '{sname}' writes flow '{out}', which is an external input (external: true); an external "
+                    f"flow is fed from outside only",
                     "external-produced",
                 )
             if out in producers:
@@ -381,12 +384,14 @@ class _Compiler:
         if consumers[fname]:
             raise self.fail(
                 ("flows", fname),
-                f"flow '{fname}' is read by stage '{consumers[fname][0]}' but no stage produces it; mark it 'external: true' if it is fed from outside",
+                f"flow '{fname}' is read by stage '{consumers[fname][0]}' but no stage produces it; mark it 'external: "
+                f"true' if it is fed from outside",
                 "no-producer",
             )
         raise self.fail(
             ("flows", fname),
-            f"flow '{fname}' is neither external nor written by any stage; list it under a stage's 'outputs', mark it 'external: true', or remove it",
+            f"flow '{fname}' is neither external nor written by any stage; list it under a stage's 'outputs', mark it "
+            f"'external: true', or remove it",
             "no-producer",
         )
 
@@ -451,7 +456,8 @@ class _Compiler:
         if text not in schema.fields:
             raise self.fail(
                 where,
-                f"{what}: '{text}' is not a field of the flow (fields: {', '.join(schema.fields)}) nor an import path 'module:function'",
+                f"{what}: '{text}' is not a field of the flow (fields: {', '.join(schema.fields)}) nor an import path "
+                f"'module:function'",
                 "unknown-field",
             )
         return KeyFunction(text, field=text)
@@ -500,7 +506,9 @@ class _Compiler:
                 if prev is not None and prev[1] != inp.frame_by:
                     raise self.fail(
                         where,
-                        f"flow '{inp.flow}' is framed by '{prev[1] or 'prior (default)'}' in stage '{prev[0]}' but by '{inp.frame_by or 'prior (default)'}' in stage '{sname}'; framing belongs to the flow, give every reader the same frame_by",
+                        f"flow '{inp.flow}' is framed by '{prev[1] or 'prior (default)'}' in stage '{prev[0]}' but by "
+                        f"'{inp.frame_by or 'prior (default)'}' in stage '{sname}'; framing belongs to the flow, give "
+                        f"every reader the same frame_by",
                         "frame-mismatch",
                     )
                 declared[inp.flow] = (sname, inp.frame_by)
@@ -518,7 +526,8 @@ class _Compiler:
                 else:
                     raise self.fail(
                         where,
-                        f"stage '{sname}': frame_by '{inp.frame_by}' is not a field of flow '{inp.flow}' (fields: {', '.join(schemas[inp.flow].fields)}) nor an import path",
+                        f"stage '{sname}': frame_by '{inp.frame_by}' is not a field of flow '{inp.flow}' (fields: "
+                        f"{', '.join(schemas[inp.flow].fields)}) nor an import path",
                         "unknown-field",
                     )
         return frames
@@ -542,13 +551,16 @@ class _Compiler:
                 if ft.is_list or ft.scalar == "json":
                     raise self.fail(
                         where + ("inputs",),
-                        f"{what} order_by: field '{order.field}' is of type '{ft}'; a field orders by its value only if it is a string, int, float or bool (nulls last); order by an import path 'module:function' instead",
+                        f"{what} order_by: field '{order.field}' is of type '{ft}'; a field orders by its value only "
+                        f"if it is a string, int, float or bool (nulls last); order by an import path "
+                        f"'module:function' instead",
                         "bad-order-by",
                     )
             if s.state is not None and route is None:
                 raise self.fail(
                     where + ("inputs",),
-                    f"{what}: a stage with state must group its inputs; give route_by (a field or module:function), the default RouteByRcd gives every record its own group",
+                    f"{what}: a stage with state must group its inputs; give route_by (a field or module:function), "
+                    f"the default RouteByRcd gives every record its own group",
                     "route-required",
                 )
             inputs.append(InputSpec(inp.flow, route, order, s.signed if inp.signed is None else inp.signed))
@@ -559,14 +571,16 @@ class _Compiler:
         ):
             raise self.fail(
                 where + ("inputs",),
-                f"stage '{name}': every input is routed to ALL, which reaches only keys called by other input, so no key would ever be called; route one input by key, or make the state grouping outer",
+                f"stage '{name}': every input is routed to ALL, which reaches only keys called by other input, so no "
+                f"key would ever be called; route one input by key, or make the state grouping outer",
                 "broadcast-nowhere",
             )
         state_schema = self._schema(s.state.fields, where + ("state",), f"stage '{name}' state") if s.state else None
         if s.batch and s.state is None and all(i.route_by is None for i in inputs):
             raise self.fail(
                 where + ("batch",),
-                f"stage '{name}': a batch translator is called with groups of keys, but this stage has no keys (no state and no route_by: a record-wise stage); give its inputs a route_by or drop 'batch'",
+                f"stage '{name}': a batch translator is called with groups of keys, but this stage has no keys (no "
+                f"state and no route_by: a record-wise stage); give its inputs a route_by or drop 'batch'",
                 "batch-needs-keys",
             )
         flows = ", ".join(i.flow for i in s.inputs)
@@ -649,13 +663,15 @@ class _Compiler:
             if have is None:
                 raise self.fail(
                     where,
-                    f"stage '{stage}' reads field '{fname}' of flow '{flow}', which {source} without it (fields: {', '.join(schema.fields)})",
+                    f"stage '{stage}' reads field '{fname}' of flow '{flow}', which {source} without it (fields: "
+                    f"{', '.join(schema.fields)})",
                     "unknown-field",
                 )
             if not want.accepts(have):
                 raise self.fail(
                     where,
-                    f"type mismatch on flow '{flow}' field '{fname}': stage '{stage}' reads it as {want} but {source} {have}",
+                    f"type mismatch on flow '{flow}' field '{fname}': stage '{stage}' reads it as {want} but {source} "
+                    f"{have}",
                     "type-mismatch",
                 )
 

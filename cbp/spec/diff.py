@@ -40,7 +40,8 @@ def check_diff(value: Any) -> int:
     if type(value) is int and value:
         raise DiffError(f"must fit in 64 bits (-2**63 .. 2**63 - 1), got {_safe_repr(value)}")
     raise DiffError(
-        f"must be a nonzero int (a multiplicity: +1 a record, -1 a retraction), got {type(value).__name__} {_safe_repr(value)}"
+        f"must be a nonzero int (a multiplicity: +1 a record, -1 a retraction), got {type(value).__name__} "
+        f"{_safe_repr(value)}"
     )
 
 

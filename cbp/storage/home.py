@@ -292,8 +292,10 @@ class Home(DeltaTables):
             if lease is not None and (lease.lost or lease.remaining() < (lease.ttl - lease.renew_every) / 2):
                 raise BusyError(
                     f"{what}: this process's {lease.name} lease on {self.location} "
-                    f"{'was taken over by another process' if lease.lost else 'has run out'} (was it stalled for longer than "
-                    f"the lease's {lease.ttl:g} s, CBP_LEASE_TTL?); another process may be changing the home, so nothing of "
+                    f"{'was taken over by another process' if lease.lost else 'has run out'} (was it stalled for "
+                    f"longer than "
+                    f"the lease's {lease.ttl:g} s, CBP_LEASE_TTL?); another process may be changing the home, so "
+                    f"nothing of "
                     "this was committed. Run again",
                     code="lease-lost",
                 )

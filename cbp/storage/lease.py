@@ -305,7 +305,8 @@ class Lease:
                 return True
             self.lost = True
         print(
-            f"cbp: lost the lease {self.name} of {self.store.bucket}/{self.store.prefix}: it expired before it was renewed "
+            f"cbp: lost the lease {self.name} of {self.store.bucket}/{self.store.prefix}: it expired before it was "
+            f"renewed "
             "(was this process stalled?) and another process took it over",
             file=sys.stderr,
             flush=True,
