@@ -29,7 +29,7 @@ field at fault:
 from __future__ import annotations
 
 import json
-from typing import Any, Optional
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -126,7 +126,7 @@ def with_diff(table: pa.Table) -> pa.Table:
     return table.append_column(DIFF_FIELD, pa.array(np.ones(table.num_rows, dtype=np.int64)))
 
 
-_Bad = Optional[tuple[int, str]]  # (row, message) of a column's first bad value
+_Bad = tuple[int, str] | None  # (row, message) of a column's first bad value
 
 
 def conform(
