@@ -131,7 +131,8 @@ def _plain_scalar(v: Any) -> bool:
     if v is None or t is bool:
         return True
     if t is int:
-        return v.bit_length() <= _JSON_INT_BITS
+        n: int = v
+        return n.bit_length() <= _JSON_INT_BITS
     if t is float:
         return math.isfinite(v)
     return False

@@ -21,7 +21,7 @@ from __future__ import annotations
 import functools
 import json
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Annotated, Any
 
@@ -113,15 +113,14 @@ def parse_type(text: str) -> FieldType:
 
 
 @functools.lru_cache(maxsize=256)
-def _adapter(fields: tuple[tuple[str, FieldType], ...]) -> TypeAdapter:  # type: ignore[type-arg]
+def _adapter(fields: tuple[tuple[str, FieldType], ...]) -> TypeAdapter[Any]:
     """The pydantic validator of a schema's records; built once per process and schema (a task
     unpickles its plan's schemas every time)."""
     # a TypedDict, not a model: any identifier is a field name (a model reserves 'model_config' ...)
-    td: Any = TypedDict(
-        "Record",
-        {  # type: ignore[misc]
-            name: (NotRequired[ft.python] if ft.nullable else Required[ft.python]) for name, ft in fields
-        },
+    # (called through a name typed Any: mypy checks the functional form for a literal dict only)
+    typed_dict: Any = TypedDict
+    td = typed_dict(
+        "Record", {name: (NotRequired[ft.python] if ft.nullable else Required[ft.python]) for name, ft in fields}
     )
     td.__pydantic_config__ = ConfigDict(extra="forbid", strict=True)
     return TypeAdapter(td)
@@ -310,7 +309,7 @@ class RecordSchema:
         return self.from_storage(out)
 
     def to_arrow(
-        self, records: list[Mapping[str, Any]], extra: pa.Schema | None = None, diffs: list[int] | None = None
+        self, records: Sequence[Mapping[str, Any]], extra: pa.Schema | None = None, diffs: list[int] | None = None
     ) -> pa.Table:
         """Validated records (plus ``extra`` leading columns) to an Arrow table; with ``diffs``
         (one per record), a last column ``_diff`` (int64) holds them."""
