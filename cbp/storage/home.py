@@ -28,6 +28,7 @@ import pyarrow.fs as pafs
 
 from ..errors import BusyError, RuntimeStateError
 from . import localfiles, objectstore
+from .deltalog import TableHead
 from .layout import INC, LAYOUT, PART, SRC
 from .lease import Lease, LeaseRecord, S3Objects
 from .location import check_location, local_file_uri, refuse_mistyped_url
@@ -103,9 +104,9 @@ class Home(DeltaTables):
         self.location = check_location(loc).rstrip("/")
         self._fs: pafs.FileSystem | None = None
         self._root = ""
-        #: The tables this process commits to, by relative path (see :class:`cbp.storage.tables._Head`):
+        #: The tables this process commits to, by relative path (see :class:`cbp.storage.deltalog.TableHead`):
         #: loaded once, then kept up to date by the commits themselves.
-        self._heads: dict[str, Any] = {}
+        self._heads: dict[str, TableHead] = {}
         self._tables_lock = threading.Lock()
         self._signed_tables: set[str] = set()
         self._runner_lease: Lease | None = None  # held by runner_lock on S3 (see fence)
@@ -203,7 +204,8 @@ class Home(DeltaTables):
                 raise FileNotFoundError(self.uri(rel))
             return data
         with self.fs.open_input_stream(self.path(rel)) as f:
-            return f.read()
+            read: bytes = f.read()
+            return read
 
     def exists(self, rel: str) -> bool:
         """Whether a file is there."""
@@ -214,7 +216,7 @@ class Home(DeltaTables):
         if objects is not None:
             with _as_os_error():
                 return objects.exists(rel)
-        return self.fs.get_file_info(self.path(rel)).type != pafs.FileType.NotFound
+        return bool(self.fs.get_file_info(self.path(rel)).type != pafs.FileType.NotFound)
 
     def list_dir(self, rel: str) -> list[str]:
         sel = pafs.FileSelector(self.path(rel), allow_not_found=True)
@@ -390,7 +392,8 @@ class Home(DeltaTables):
         return {"pid": os.getpid(), "host": socket.gethostname(), "started": time.time()}
 
     def lease_store(self, part: str) -> S3Objects:
-        """Where the home's leases live (S3 only; code ``unsupported-store`` elsewhere), for ``part``'s error message."""
+        """Where the home's leases live (S3 only; code ``unsupported-store`` elsewhere), for ``part``'s
+        error message."""
         if not objectstore.is_s3(self.location):
             raise RuntimeStateError(
                 f"{part}: {self.location} is on an object store cbp has no leases for; "
@@ -403,7 +406,8 @@ class Home(DeltaTables):
     def runner_info(self) -> dict[str, Any] | None:
         """Who holds (or, if the lock is free, last held and was killed holding) the runner lock."""
         try:
-            return json.loads(self.read_bytes(_RUNNER))
+            info: dict[str, Any] = json.loads(self.read_bytes(_RUNNER))
+            return info
         except (FileNotFoundError, ValueError):
             return None
 
@@ -431,7 +435,8 @@ class Home(DeltaTables):
     def read_json(self, rel: str) -> dict[str, Any] | None:
         """A JSON file of the home, or None if it does not exist (files are replaced atomically)."""
         try:
-            return json.loads(self.read_bytes(rel))
+            value: dict[str, Any] = json.loads(self.read_bytes(rel))
+            return value
         except FileNotFoundError:
             return None
 

@@ -109,7 +109,8 @@ class Layout:
         return f"{self.HISTORY}/flows/{flow}/feed_ids/{digest}.json"
 
     def snapshot_copy(self, seq: int) -> str:
-        """The controller snapshot a stage epoch committed, kept for ``cbp rewind`` (snapshots themselves are pruned)."""
+        """The controller snapshot a stage epoch committed, kept for ``cbp rewind`` (snapshots themselves
+        are pruned)."""
         return f"{self.HISTORY}/snapshots/{seq:012d}.json"
 
     def rewind_entry(self, seq: int) -> str:

@@ -119,7 +119,8 @@ class S3Objects:
 
     def read(self, rel: str) -> bytes | None:
         try:
-            return self.client.get_object(Bucket=self.bucket, Key=self.key(rel))["Body"].read()
+            data: bytes = self.client.get_object(Bucket=self.bucket, Key=self.key(rel))["Body"].read()
+            return data
         except self.client.exceptions.NoSuchKey:
             return None
         except Exception as e:
