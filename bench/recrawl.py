@@ -149,7 +149,8 @@ def check(
 def mutate(
     web: Path, urls: list[str], corpus: Any, share: float, rnd: random.Random
 ) -> tuple[list[tuple[Path, bytes]], int]:
-    """Remove ``share`` of the pages and edit another ``share``; returns the removed files (to restore) and the count edited."""
+    """Remove ``share`` of the pages and edit another ``share``; returns the removed files (to restore) and the count
+    edited."""
     files = []
     for u in urls:
         f = corpus.fetch(u)

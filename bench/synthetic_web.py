@@ -106,7 +106,8 @@ class Web:
         ]
 
     def new_pages(self, rng: np.random.Generator, epoch: int, links: int, per_page: int) -> list[dict[str, Any]]:
-        """An epoch's new pages: ``links`` links to uniform URLs of the web, half of them moved to a new URL of the site."""
+        """An epoch's new pages: ``links`` links to uniform URLs of the web, half of them moved to a new URL of the
+        site."""
         targets = rng.integers(0, self.n, links)
         fresh = rng.random(links) < 0.5
         urls = []
@@ -123,7 +124,8 @@ class Web:
 
 
 def queue_records(p: Any, since: int) -> tuple[dict[tuple[str, float], int], int]:
-    """The crawl_queue records of threshold's epochs after ``since`` ({(url, score): summed _diff}), and its last epoch."""
+    """The crawl_queue records of threshold's epochs after ``since`` ({(url, score): summed _diff}), and its last
+    epoch."""
     last = p.status()["stages"]["threshold"]["epochs"]
     got: dict[tuple[str, float], int] = {}
     for e in range(since + 1, last + 1):
@@ -239,7 +241,8 @@ def check_reference(
 
 
 def recheck(args: argparse.Namespace, work: Path) -> None:
-    """:func:`check_reference` on the 'after' home of an earlier run, its pages regenerated from the same arguments and seed."""
+    """:func:`check_reference` on the 'after' home of an earlier run, its pages regenerated from the same arguments and
+    seed."""
     import cbp
 
     web = Web(zipf_sizes(int(10_000_000 * args.scale), int(100_000 * args.scale), args.top))

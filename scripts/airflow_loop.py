@@ -95,7 +95,8 @@ def port_free(port: int, host: str = HOST) -> bool:
 
 
 def start_airflow(env: dict[str, str], logfile: Path, serve: str = SERVE) -> subprocess.Popen:
-    """Start Airflow (``serve``, a bash command line) in its own session with umask 077, output to ``logfile`` (0600)."""
+    """Start Airflow (``serve``, a bash command line) in its own session with umask 077, output to ``logfile``
+    (0600)."""
     fd = os.open(logfile, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     with os.fdopen(fd, "w") as logf:
         return subprocess.Popen(

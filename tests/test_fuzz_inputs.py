@@ -450,7 +450,8 @@ lines = st.one_of(
 
 
 def _check_accepted(rec: Any, out: dict[str, Any]) -> None:
-    """An accepted record is what the flow stores: Arrow, Parquet and JSON (as cbp output prints it) hold it, unchanged."""
+    """An accepted record is what the flow stores: Arrow, Parquet and JSON (as cbp output prints it) hold it,
+    unchanged."""
     assert list(out) == list(FIELDS)
     table = SCHEMA.to_arrow([out])
     pq.write_table(table, io.BytesIO())

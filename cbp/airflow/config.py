@@ -179,7 +179,8 @@ def _bad(path: str, key: str, message: str) -> RuntimeStateError:
 
 
 def _text(raw: dict[str, Any], path: str, key: str, default: str | None, where: str = "") -> str | None:
-    """A non-empty string setting; an empty ``key:`` is unset if the setting is optional (``default`` None), else refused."""
+    """A non-empty string setting; an empty ``key:`` is unset if the setting is optional (``default`` None), else
+    refused."""
     v = raw.get(key)
     if v is None:
         if key in raw and default is not None:

@@ -59,7 +59,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         type=_seconds,
         default=None,
         metavar="SECONDS",
-        help="with --follow: seconds between looks for new input (default 0.05; 1 on an object store, one HEAD request per look)",
+        help="with --follow: seconds between looks for new input (default 0.05; 1 on an object store, one HEAD "
+        "request per look)",
     )
     g.add_argument(
         "--inbox",
