@@ -48,6 +48,7 @@ import os
 import re
 from collections.abc import Callable
 from datetime import timedelta
+from functools import partial
 from typing import Any
 from urllib.parse import quote
 
@@ -326,7 +327,8 @@ def crawler_dag(yaml_path: str, cfg: DagConfig, crawler: CrawlerConfig) -> Any:
     # new queue records, or every revisit_min seconds: revisits fall due with no queue change
     schedule = AssetOrTimeSchedule(
         timetable=DeltaTriggerTimetable(timedelta(seconds=crawler.revisit_min)),
-        assets=AssetAny(flow_asset(home, spec, crawler.queue), epochs_asset(home, spec)),
+        # (Airflow's annotation names its serialized assets; the SDK's are what a DAG file gives)
+        assets=AssetAny(flow_asset(home, spec, crawler.queue), epochs_asset(home, spec)),  # type: ignore[arg-type]
     )
     with DAG(
         dag_id=f"cbp_{spec.name}_crawler",
@@ -420,12 +422,12 @@ def _plan(cfg: DagConfig, config_path: str) -> dict[str, list[tuple[str, Callabl
     specs, broken = _read_flows(cfg, config_path)
     plan: dict[str, list[tuple[str, Callable[[], Any]]]] = {}
     for name, (path, _) in specs.items():
-        plan.setdefault(f"cbp_{name}", []).append((path, lambda path=path: pipeline_dag(path, cfg)))
+        plan.setdefault(f"cbp_{name}", []).append((path, partial(pipeline_dag, path, cfg)))
         if name in cfg.crawlers:
             plan.setdefault(f"cbp_{name}_crawler", []).append(
                 (
                     f"{config_path}: crawlers: {name}",
-                    lambda path=path, name=name: crawler_dag(path, cfg, cfg.crawlers[name]),
+                    partial(crawler_dag, path, cfg, cfg.crawlers[name]),
                 )
             )
     for name in sorted(set(cfg.crawlers) - set(specs)):  # the crawler of a pipeline that is broken or missing
@@ -439,7 +441,7 @@ def _plan(cfg: DagConfig, config_path: str) -> dict[str, list[tuple[str, Callabl
     for dag_id, (source, error) in broken.items():
         while dag_id in plan:  # a good DAG keeps its id
             dag_id += "_broken"
-        plan[dag_id] = [(source, lambda error=error: _raise(error))]  # make_dags logs it and makes its broken DAG
+        plan[dag_id] = [(source, partial(_raise, error))]  # make_dags logs it and makes its broken DAG
     return plan
 
 

@@ -34,8 +34,9 @@ def run(args: argparse.Namespace) -> int:
         f"{args.flow_yaml}: pipeline '{spec.name}' is valid: {len(spec.flows)} flows, {len(spec.stages)} stages "
         f"({', '.join(spec.order)}); external inputs: {', '.join(spec.external_flows) or 'none'}"
     )
-    for d in [*dead_ends(spec), *unsigned_readers(spec)]:
-        print(f"cbp validate: warning [{d.code}]: {d.message}", file=sys.stderr)
+    warnings = [(d.code, d.message) for d in dead_ends(spec)] + [(u.code, u.message) for u in unsigned_readers(spec)]
+    for code, message in warnings:
+        print(f"cbp validate: warning [{code}]: {message}", file=sys.stderr)
     if not args.home:
         return 0
     from ..pipeline import Pipeline
