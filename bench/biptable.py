@@ -255,12 +255,13 @@ def report(res: dict[str, Any], args: argparse.Namespace, command: str) -> str:
             "none up to 100%" if x is None else f"{x:.3%} of keys (= {rows_to_row_groups(x, r):.1%} of the row groups)"
         )
 
+    rg_be = res["break_even"]["reader_row_groups"]
     lines += [
         "",
         f"Break-even fraction of keys touched (scan no slower than the index from there on), from the reader alone: "
         f"**{fmt(be_r)}** "
         f"({res['break_even']['reader_how']}); the same timings against the fraction of row groups the index read: "
-        f"{'none' if res['break_even']['reader_row_groups'] is None else format(res['break_even']['reader_row_groups'], '.1%')} of the row groups; "
+        f"{'none' if rg_be is None else format(rg_be, '.1%')} of the row groups; "
         f"from the epochs' state_read phase: {fmt(be)} ({res['break_even']['state_read_how']}); "
         f"from the whole epoch time: {fmt(be_s)} ({res['break_even']['seconds_how']}). "
         f"Paper (§5.2, Fig. 13, BIPtable vs 'sequential, no sort' on HDFS): ~{PAPER_BREAK_EVEN:.0%} of the state "

@@ -177,7 +177,7 @@ def write(res: dict[str, Any]) -> None:
 
     fig, ax = plt.subplots(figsize=(7, 4))
     groups = [("cbp run", res["cbp_run"]), ("session + one job", res["spark_only"])]
-    for g, (name, d) in enumerate(groups):
+    for g, (_name, d) in enumerate(groups):
         for j, (which, label, color) in enumerate((("off", "without archive", "C0"), ("on", "with archive", "C1"))):
             xs = d[which]
             ax.bar(g + (j - 0.5) * 0.35, statistics.median(xs), 0.35, color=color, label=label if g == 0 else None)

@@ -360,7 +360,8 @@ def pagerank_part(args: argparse.Namespace, work: Path) -> dict[str, Any]:
             if args.pr_nodes
             else ""
         )
-        + f": {len(nodes):,} nodes, {len(edges):,} edges; update: {len(new)} new random edges between its nodes; tolerance {tol}"
+        + f": {len(nodes):,} nodes, {len(edges):,} edges; update: {len(new)} new random edges between its nodes; "
+        f"tolerance {tol}"
     )
     log(f"pagerank: {desc}")
     out: dict[str, Any] = {"graph": desc, "nodes": len(nodes), "edges": len(edges), "new_edges": len(new), "modes": {}}
@@ -533,7 +534,8 @@ def main(argv: list[str] | None = None) -> int:
         "--order",
         choices=["rotate", "blocks"],
         default="rotate",
-        help="clustering: variants take turns per increment (rotate) or run all their increments one after the other (blocks)",
+        help="clustering: variants take turns per increment (rotate) or run all their increments one after the "
+        "other (blocks)",
     )
     ap.add_argument(
         "--pr-nodes",

@@ -112,7 +112,7 @@ def per_process(h: Home, batches: list[list[dict[str, str]]]) -> dict[str, list[
             stderr=subprocess.PIPE,
             text=True,
         )
-        seen = h.wait_epoch(n, alive=lambda: p.poll() is None or h.epochs() >= n)
+        seen = h.wait_epoch(n, alive=lambda p=p, n=n: p.poll() is None or h.epochs() >= n)
         _, err = p.communicate(timeout=600)
         if p.returncode != 0:
             raise RuntimeError(f"cbp run exited {p.returncode}: {err[-2000:]}")
@@ -227,7 +227,7 @@ def airflow(h: Home, batches: list[list[dict[str, str]]], work: Path) -> dict[st
         n = h.epochs() + 1
         landed = h.feed(recs)
         seen: dict[str, float] = {}
-        poll = threading.Thread(target=lambda: seen.setdefault("t", h.wait_epoch(n)), daemon=True)
+        poll = threading.Thread(target=lambda seen=seen, n=n: seen.setdefault("t", h.wait_epoch(n)), daemon=True)
         poll.start()
         dr = dag.test()
         poll.join(600)

@@ -325,7 +325,9 @@ class ApplyInPandasWithState(_StatefulOperator):
 #: Spark settings of the stateful peers: RocksDB state store (with changelog checkpointing, as
 #: Spark's documentation recommends), and 4 state partitions like cbp's stage.
 STREAMING_CONF = {
-    "spark.sql.streaming.stateStore.providerClass": "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider",
+    "spark.sql.streaming.stateStore.providerClass": (
+        "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
+    ),
     "spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled": "true",
     "spark.sql.shuffle.partitions": "4",
 }

@@ -301,7 +301,8 @@ def report(
         + (
             "cbp vectorised's second, warm build was skipped (--no-warm-build)."
             if getattr(args, "no_warm_build", False)
-            else "cbp vectorised then builds the same state again in a new home of the same process (warm; not in its peak memory)."
+            else "cbp vectorised then builds the same state again in a new home of the same process (warm; not in "
+            "its peak memory)."
         ),
         *(
             [f"- cbp vectorised's stage ran with {args.partitions} partitions (--partitions; the flow's YAML says 4)."]
@@ -498,7 +499,8 @@ def main(argv: list[str] | None = None) -> int:
         "--partitions",
         type=int,
         default=None,
-        help="cbp vectorised's stage partitions (default: flows/url_count_vec.yaml's 4; more keep each partition's files small)",
+        help="cbp vectorised's stage partitions (default: flows/url_count_vec.yaml's 4; more keep each "
+        "partition's files small)",
     )
     ap.add_argument(
         "--no-warm-build",

@@ -86,7 +86,7 @@ def unpack(version: str) -> Path:
 def sync(src: Path, dst: Path) -> int:
     """Make ``dst`` hold ``src``'s files, writing only those whose bytes differ (a new mtime); returns files written."""
     written = 0
-    for d, dirs, files in os.walk(src):
+    for d, _dirs, files in os.walk(src):
         rel = os.path.relpath(d, src)
         os.makedirs(dst / rel, exist_ok=True)
         for f in files:
@@ -167,7 +167,7 @@ def mutate(
         text = p.read_text(encoding="utf-8", errors="replace")
         n = [0]
 
-        def drop(m: re.Match) -> str:
+        def drop(m: re.Match, n: list[int] = n) -> str:
             n[0] += 1
             return m.group(0) if n[0] % 2 else m.group(0).replace("href=", "data-dropped=")
 
@@ -366,10 +366,14 @@ def main() -> None:
         write(done["rows"], first, fresh, args, budget, done["wall_s"])
         return
     old, new = unpack(args.old), unpack(args.new)
+    differ = sum(
+        1
+        for a in old.rglob("*.html")
+        if (new / a.relative_to(old)).exists() and not filecmp.cmp(a, new / a.relative_to(old), shallow=False)
+    )
     log(
         f"{PACKAGE} {args.old} and {args.new}: {sum(1 for _ in old.rglob('*.html'))} and "
-        f"{sum(1 for _ in new.rglob('*.html'))} HTML files; "
-        f"{sum(1 for a in old.rglob('*.html') if (new / a.relative_to(old)).exists() and not filecmp.cmp(a, new / a.relative_to(old), shallow=False))} differ"
+        f"{sum(1 for _ in new.rglob('*.html'))} HTML files; {differ} differ"
     )
     ctx = setup(args, old, work)
     rows: list[dict[str, Any]] = []

@@ -326,7 +326,8 @@ def main() -> None:
     ap.add_argument(
         "--check-only",
         action="store_true",
-        help="check the 'after' home a run left in --workdir against the from-scratch queue (the same arguments as that run)",
+        help="check the 'after' home a run left in --workdir against the from-scratch queue (the same arguments as "
+        "that run)",
     )
     args = ap.parse_args()
     if args.check_only:

@@ -30,7 +30,8 @@ OUT = ROOT / "bench" / "out"
 CHILD = r"""
 import json, shutil, sys, time
 import cbp
-keys, inc_n, epochs, yaml, home, data = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), sys.argv[4], sys.argv[5], sys.argv[6]
+keys, inc_n, epochs = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])
+yaml, home, data = sys.argv[4], sys.argv[5], sys.argv[6]
 every = open(data, encoding="utf-8").read().splitlines()
 urls, new = every[:keys], every[keys:]
 shutil.rmtree(home, ignore_errors=True)

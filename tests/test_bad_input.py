@@ -317,7 +317,8 @@ def test_yaml_that_no_longer_fits_the_home(spark, make_pipeline, tmp_path, chang
 ALL_TYPES = """
 pipeline: types
 flows:
-  recs: {external: true, schema: {s: string, i: "int?", f: "float?", b: "bool?", j: "json?", l: "list<string?>?", n: "list<float>?"}}
+  recs: {external: true, schema: {s: string, i: "int?", f: "float?", b: "bool?", j: "json?", l: "list<string?>?",
+      n: "list<float>?"}}
 stages:
   keep:
     translator: MOD:keep
@@ -573,7 +574,10 @@ def test_empty_feed_takes_a_number_and_the_numbers_agree_api(tmp_path):
 
 
 def test_a_runnable_state_nested_too_deeply_is_not_storable(spark, make_pipeline, tmp_path):
-    deep = "\ndef run(frames, state):\n    v = []\n    for _ in range(100000):\n        v = [v]\n    return {'words'}, {'words'}, v\n"
+    deep = (
+        "\ndef run(frames, state):\n    v = []\n    for _ in range(100000):\n        v = [v]\n"
+        "    return {'words'}, {'words'}, v\n"
+    )
     p = cbp.load(
         make_pipeline(
             FAILING.replace("    outputs: [counts]", "    outputs: [counts]\n    runnable: MOD:run"),

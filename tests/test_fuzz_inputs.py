@@ -246,7 +246,7 @@ yaml_texts = st.one_of(
         lambda frags: "".join(frags),
         st.lists(st.sampled_from(FRAGMENTS + ["\n", "\n  ", "x", "a: ", "b"]), max_size=40),
     ),
-    st.builds(lambda l, w, seed: _laughs(l, w) + seed, st.integers(1, 12), st.integers(1, 12), st.sampled_from(SEEDS)),
+    st.builds(lambda n, w, seed: _laughs(n, w) + seed, st.integers(1, 12), st.integers(1, 12), st.sampled_from(SEEDS)),
     st.builds(
         lambda d, o, c: o * d + "1" + c * d,
         st.integers(1, 3000),

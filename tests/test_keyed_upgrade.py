@@ -49,7 +49,8 @@ def pair(key, state, ops, out):
         elif op["op"] == "d":
             out.state.delete((key, op["rk"]))
         elif op["op"] == "g":
-            out.seen.write({"key": key, "seq": op["seq"], "got": json.dumps(state.get((key, op["rk"])), sort_keys=True)})
+            got = json.dumps(state.get((key, op["rk"])), sort_keys=True)
+            out.seen.write({"key": key, "seq": op["seq"], "got": got})
 '''
 )
 

@@ -398,7 +398,8 @@ def test_anchors_aliases_and_merge_keys_still_work(make_pipeline):
             "  a: {external: true, schema: {url: string, n: int}}",
             "  a: {external: true, schema: &rec {url: string, n: int}}",
         ).replace("  b: {schema: {url: string, n: int}}", "  b: {schema: *rec}")
-        + "    params: &p {x: 1, y: [1, 2]}\n  s2:\n    translator: MOD:t\n    inputs: [b]\n    params: {<<: *p, x: 2}\n"
+        + "    params: &p {x: 1, y: [1, 2]}\n  s2:\n    translator: MOD:t\n    inputs: [b]\n"
+        + "    params: {<<: *p, x: 2}\n"
     )
     spec = load_spec(make_pipeline(text, GOOD_MODULE))
     assert spec.flows["b"].schema == spec.flows["a"].schema
