@@ -29,6 +29,7 @@ import pyarrow.fs as pafs
 from ..errors import BusyError, RuntimeStateError
 from . import localfiles, objectstore
 from .deltalog import TableHead
+from .flock import LOCKS, LOCKS_GUARD, ProcessLock, lock_file, open_lock_file
 from .layout import INC, LAYOUT, PART, SRC
 from .lease import Lease, LeaseRecord, S3Objects
 from .location import check_location, local_file_uri, refuse_mistyped_url
@@ -42,16 +43,6 @@ _PENDING = LAYOUT.PENDING
 _RUNNER = LAYOUT.RUNNER
 
 
-class _ProcessLock:
-    """This process's hold on one home's lock (flock is per open file, so one fd per path; or a lease)."""
-
-    def __init__(self) -> None:
-        self.mutex = threading.RLock()
-        self.depth = 0
-        self.fd = -1
-        self.lease: Lease | None = None
-
-
 @contextmanager
 def _as_os_error() -> Iterator[None]:
     """A failed request through boto3 as the ``OSError`` pyarrow's filesystem would have raised,
@@ -60,37 +51,6 @@ def _as_os_error() -> Iterator[None]:
         yield
     except RuntimeStateError as e:
         raise OSError(errno.EIO, str(e)) from e
-
-
-def _open_lock_file(path: str, home: str) -> int:
-    try:
-        os.makedirs(os.path.dirname(path), exist_ok=True)
-        return os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
-    except OSError as e:
-        raise RuntimeStateError(
-            f"cannot open the lock file {path} of the home {home}: {e.strerror}; is the home read-only or full?",
-            code="io",
-        ) from e
-
-
-def _flock(path: str, home: str, waiting: Callable[[], None] | None) -> int:
-    """Open and ``flock`` a lock file exclusively, calling ``waiting`` once if that has to wait; the fd."""
-    fd = _open_lock_file(path, home)
-    try:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            if waiting is not None:
-                waiting()
-            fcntl.flock(fd, fcntl.LOCK_EX)
-    except BaseException:
-        os.close(fd)
-        raise
-    return fd
-
-
-_LOCKS: dict[str, _ProcessLock] = {}
-_LOCKS_GUARD = threading.Lock()
 
 
 class Home(DeltaTables):
@@ -255,8 +215,8 @@ class Home(DeltaTables):
         """
         local = self.local_dir()
         path = os.path.join(local, LAYOUT.LOCK) if local is not None else self.uri(LAYOUT.LOCK)
-        with _LOCKS_GUARD:
-            entry = _LOCKS.setdefault(path, _ProcessLock())
+        with LOCKS_GUARD:
+            entry = LOCKS.setdefault(path, ProcessLock())
         with entry.mutex:
             if entry.depth == 0:
                 if local is None:
@@ -264,7 +224,7 @@ class Home(DeltaTables):
                     lease.acquire((lambda _rec: waiting()) if waiting is not None else None)
                     entry.lease = lease
                 else:
-                    entry.fd = _flock(path, self.location, waiting)
+                    entry.fd = lock_file(path, self.location, waiting)
             entry.depth += 1
             try:
                 yield
@@ -289,7 +249,7 @@ class Home(DeltaTables):
         local = self.local_dir()
         if local is not None:
             return
-        entry = _LOCKS.get(self.uri(LAYOUT.LOCK))
+        entry = LOCKS.get(self.uri(LAYOUT.LOCK))
         for lease in (entry.lease if entry is not None else None, self._runner_lease):
             if lease is not None and (lease.lost or lease.remaining() < (lease.ttl - lease.renew_every) / 2):
                 raise BusyError(
@@ -361,7 +321,7 @@ class Home(DeltaTables):
                 lease.release()
             return
         path = os.path.join(local, LAYOUT.RUNNER_LOCK)
-        fd = _open_lock_file(path, self.location)
+        fd = open_lock_file(path, self.location)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
