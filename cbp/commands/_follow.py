@@ -127,8 +127,8 @@ def _warm(pipe: Any, signals: _Signals) -> None:
     signals.install(signal.SIGINT)
 
 
-def run(pipe: Any, args: argparse.Namespace, plain: Callable[[Any, argparse.Namespace], int]) -> int:
-    """``cbp run``: ``plain`` without ``--follow``; with it, follow the home until stopped (0 after a clean stop)."""
+def _check_options(args: argparse.Namespace) -> None:
+    """The options of ``cbp run`` that go only with ``--follow``, or only without it (code ``usage``)."""
     if not args.follow:
         given = [
             o
@@ -142,7 +142,7 @@ def run(pipe: Any, args: argparse.Namespace, plain: Callable[[Any, argparse.Name
         ]
         if given:
             raise UsageError(f"{', '.join(given)} only go with --follow", code="usage")
-        return plain(pipe, args)
+        return
     if args.max_epochs is not None:
         raise UsageError("--max-epochs does not go with --follow (a follower runs until stopped)", code="usage")
     if not getattr(args, "sync", True):
@@ -151,6 +151,13 @@ def run(pipe: Any, args: argparse.Namespace, plain: Callable[[Any, argparse.Name
             "run 'cbp run --no-sync' without --follow",
             code="usage",
         )
+
+
+def run(pipe: Any, args: argparse.Namespace, plain: Callable[[Any, argparse.Namespace], int]) -> int:
+    """``cbp run``: ``plain`` without ``--follow``; with it, follow the home until stopped (0 after a clean stop)."""
+    _check_options(args)
+    if not args.follow:
+        return plain(pipe, args)
     logging.getLogger().setLevel(logging.CRITICAL)  # as cbp run: py4j's tracebacks are not cbp's messages
     signals = _Signals()
     signals.install(signal.SIGTERM)
@@ -165,8 +172,7 @@ def run(pipe: Any, args: argparse.Namespace, plain: Callable[[Any, argparse.Name
         if not quiet:
             print(
                 f"cbp run: following {pipe.home.location} (min interval {args.min_interval:g} s): an epoch round "
-                f"whenever an "
-                "increment lands; Ctrl-C or SIGTERM stops it after the epoch in flight",
+                "whenever an increment lands; Ctrl-C or SIGTERM stops it after the epoch in flight",
                 file=sys.stderr,
                 flush=True,
             )
