@@ -280,9 +280,8 @@ def _check_read_only(spark: Any, query: str) -> None:
         insert = "Insert" in simple and ".expressions." not in cls  # InsertIntoStatement, InsertIntoDir: not Commands
         if (kinds[cls] and not (depth == 0 and simple.startswith(_READ_ONLY_COMMANDS))) or insert:
             raise UsageError(
-                f"cbp sql runs queries only (SELECT, WITH, VALUES, EXPLAIN, DESCRIBE, SHOW); this statement contains "
-                f"{simple}, "
-                "which would change tables or settings",
+                "cbp sql runs queries only (SELECT, WITH, VALUES, EXPLAIN, DESCRIBE, SHOW); this statement "
+                f"contains {simple}, which would change tables or settings",
                 code="sql-not-query",
             )
         why = _not_allowed(simple, node)

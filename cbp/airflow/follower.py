@@ -185,8 +185,8 @@ def stop_follower(markers: str, timeout: float = 120.0) -> bool:
         pass
     if pid is None:
         return False
-    # SIGTERM to the follower only (its Spark JVM, in its process group, would die mid-epoch); SIGKILL to the whole
-    # group
+    # SIGTERM to the follower only (its Spark JVM, in its process group, would die mid-epoch); SIGKILL to the
+    # whole group
     for kill, sig, wait in ((os.kill, signal.SIGTERM, timeout), (os.killpg, signal.SIGKILL, 30.0)):
         try:
             kill(pid, sig)

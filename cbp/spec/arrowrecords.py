@@ -11,11 +11,11 @@ field at fault:
 - ``string``: Arrow strings (``string``, ``large_string``, ``string_view``, dictionary-encoded),
   valid UTF-8 (which also rules out lone surrogates); ``int``: Arrow integers that fit int64;
   ``float``: Arrow floats, finite, or integers (stored as the float they stand for); ``bool``:
-  Arrow booleans; ``list<T>``: Arrow lists (``list``, ``large_list``, ``fixed_size_list``) of such items, nulls among
-  them only for ``list<T?>``;
-  ``json``: any Arrow type whose Python values are JSON (checked per value, as the dict path does,
-  and stored as sorted-key JSON text); with ``json_text=True`` (tables already in stored form, as
-  a batch translator returns them) a string column of JSON text, each value parsed and checked;
+  Arrow booleans; ``list<T>``: Arrow lists (``list``, ``large_list``, ``fixed_size_list``) of such
+  items, nulls among them only for ``list<T?>``; ``json``: any Arrow type whose Python values are
+  JSON (checked per value, as the dict path does, and stored as sorted-key JSON text); with
+  ``json_text=True`` (tables already in stored form, as a batch translator returns them) a string
+  column of JSON text, each value parsed and checked;
 - a column whose values are all null (Arrow's ``null`` type, or any other), and list items that
   are all null or absent, fit whatever the field's type, as ``None`` and ``[]`` do in a dict.
 

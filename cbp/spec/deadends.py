@@ -73,8 +73,7 @@ def dead_ends(spec: PipelineSpec) -> list[DeadEnd]:
                     "self-loop-all",
                     (
                         f"{where}: stage '{name}' can never run: 'runnable: all' needs an increment on every input, "
-                        f"and "
-                        f"{_names(own)} {'is' if len(own) == 1 else 'are'} written only by '{name}' itself; "
+                        f"and {_names(own)} {'is' if len(own) == 1 else 'are'} written only by '{name}' itself; "
                         "use 'runnable: any' or a custom runnable"
                     ),
                 )
@@ -91,9 +90,8 @@ def dead_ends(spec: PipelineSpec) -> list[DeadEnd]:
                     "unreached-cycle",
                     (
                         f"{where}: stage '{name}' can never run: it is in a cycle ({', '.join(sorted(cycle))}) that no "
-                        f"external "
-                        f"input reaches (it waits on {_names(starved)}); feed the cycle from an external flow or a "
-                        f"stage outside it"
+                        f"external input reaches (it waits on {_names(starved)}); feed the cycle from an external "
+                        "flow or a stage outside it"
                     ),
                 )
             )
@@ -105,9 +103,8 @@ def dead_ends(spec: PipelineSpec) -> list[DeadEnd]:
                     "waits-on-dead-stage",
                     (
                         f"{where}: stage '{name}' can never run: its runnable '{st.runnable_name}' waits on "
-                        f"{_names(starved)}, "
-                        f"which only stage(s) {', '.join(repr(p) for p in producers)} write, and they can never run "
-                        f"either"
+                        f"{_names(starved)}, which only stage(s) {', '.join(repr(p) for p in producers)} write, and "
+                        "they can never run either"
                     ),
                 )
             )

@@ -40,8 +40,8 @@ def resolve_callable(path: str, base_dir: str) -> Callable[..., Any]:
             module = importlib.import_module(mod_name)
     except ModuleNotFoundError as e:
         raise ValueError(
-            f"import path '{path}': module '{mod_name}' not found ({e}); looked beside the YAML in {base} and on "
-            f"sys.path"
+            f"import path '{path}': module '{mod_name}' not found ({e}); looked beside the YAML in {base} and "
+            "on sys.path"
         ) from None
     except KeyboardInterrupt:
         raise

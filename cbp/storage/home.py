@@ -255,10 +255,8 @@ class Home(DeltaTables):
                 raise BusyError(
                     f"{what}: this process's {lease.name} lease on {self.location} "
                     f"{'was taken over by another process' if lease.lost else 'has run out'} (was it stalled for "
-                    f"longer than "
-                    f"the lease's {lease.ttl:g} s, CBP_LEASE_TTL?); another process may be changing the home, so "
-                    f"nothing of "
-                    "this was committed. Run again",
+                    f"longer than the lease's {lease.ttl:g} s, CBP_LEASE_TTL?); another process may be changing the "
+                    "home, so nothing of this was committed. Run again",
                     code="lease-lost",
                 )
 

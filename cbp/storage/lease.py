@@ -307,8 +307,7 @@ class Lease:
             self.lost = True
         print(
             f"cbp: lost the lease {self.name} of {self.store.bucket}/{self.store.prefix}: it expired before it was "
-            f"renewed "
-            "(was this process stalled?) and another process took it over",
+            "renewed (was this process stalled?) and another process took it over",
             file=sys.stderr,
             flush=True,
         )
