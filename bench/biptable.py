@@ -58,7 +58,8 @@ READER_EXTRA = [0.00002, 0.00005, 0.0002, 0.0003, 0.0005]
 MODES = {"index": 2.0, "scan": 0.0}  # state_scan_fraction that forces each side
 PAPER_BREAK_EVEN = 0.60  # §4.5.2/§5.2: BIPtables beat a sequential scan up to ~60% of the state records
 CACHE_MB = 1.0  # per-worker state cache in the measured epochs: too small to keep a state file
-CHUNK = 20_000  # keys per lookup in the reader-alone timing: spark.sql.execution.arrow.maxRecordsPerBatch (cbp.engine.driver.session)
+# keys per lookup in the reader-alone timing: spark.sql.execution.arrow.maxRecordsPerBatch (cbp.engine.driver.session)
+CHUNK = 20_000
 
 
 def log(msg: str) -> None:
@@ -125,7 +126,8 @@ def break_even(fr: list[float], index: list[float], scan: list[float]) -> tuple[
             x = a + (b - a) * (-d[k - 1]) / (d[k] - d[k - 1]) if d[k - 1] < 0 else a
             return (
                 x,
-                f"index faster at {a:.3%}, scan no slower at {b:.3%} (median scan/index from there on {statistics.median(ratios[k:]):.2f})",
+                f"index faster at {a:.3%}, scan no slower at {b:.3%} (median scan/index from there on "
+                f"{statistics.median(ratios[k:]):.2f})",
             )
     return None, "the index is faster, or no slower in the median, at every fraction measured: no break-even up to 100%"
 
@@ -193,20 +195,27 @@ def report(res: dict[str, Any], args: argparse.Namespace, command: str) -> str:
         "",
         f"- command: `{command}`",
         f"- date: {_dt.datetime.now().isoformat(timespec='seconds')}; machine: {os.cpu_count()} cores (shared), "
-        f"{platform.python_implementation()} {platform.python_version()}, Spark master {os.environ.get('CBP_SPARK_MASTER', 'local[*,2]')}",
+        f"{platform.python_implementation()} {platform.python_version()}, Spark master "
+        f"{os.environ.get('CBP_SPARK_MASTER', 'local[*,2]')}",
         f"- data: {res['source']}",
         f"- state: URLCount, 1 partition, {args.keys:,} keys pre-loaded in one epoch = {res['shape']['files']} file, "
-        f"{res['shape']['row_groups']} row groups of {args.row_group} rows, {res['shape']['bytes'] / 2**20:.1f} MiB on disk",
-        f"- epoch columns: median of {args.repeats} Spark epoch(s), each on a fresh copy of that state, worker state cache {CACHE_MB:g} MB "
+        f"{res['shape']['row_groups']} row groups of {args.row_group} rows, {res['shape']['bytes'] / 2**20:.1f} MiB on "
+        f"disk",
+        f"- epoch columns: median of {args.repeats} Spark epoch(s), each on a fresh copy of that state, worker state "
+        f"cache {CACHE_MB:g} MB "
         "(nothing survives between measurements); increment = f x keys distinct stored keys drawn at random (seed "
-        f"{args.seed}); the two sides alternate order; 'state_read' is the task's state_read phase (EpochReport.phases)",
+        f"{args.seed}); the two sides alternate order; 'state_read' is the task's state_read phase "
+        f"(EpochReport.phases)",
         "",
-        f"- 'reader' columns: StateReader.rows_of alone, in the driver (no Spark), keys handed over sorted in chunks of {CHUNK:,} "
-        f"as a task's input batches come, minimum of {args.reader_repeats} runs each (the machine is shared: minima are the "
+        f"- 'reader' columns: StateReader.rows_of alone, in the driver (no Spark), keys handed over sorted in chunks "
+        f"of {CHUNK:,} "
+        f"as a task's input batches come, minimum of {args.reader_repeats} runs each (the machine is shared: minima "
+        f"are the "
         "stable statistic); this is exactly what the knob changes",
         "",
         "| keys touched f | keys | row groups read (index) | reader: index s | reader: scan s | scan/index (reader) "
-        "| index: state_read s | scan: state_read s | index: epoch s | scan: epoch s | scan/index (epoch) | outputs agree |",
+        "| index: state_read s | scan: state_read s | index: epoch s | scan: epoch s | scan/index (epoch) | outputs "
+        "agree |",
         "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|:---:|",
     ]
     rd = res["reader"]
@@ -215,22 +224,27 @@ def report(res: dict[str, Any], args: argparse.Namespace, command: str) -> str:
         q = rd["fractions"].index(f)
         lines.append(
             f"| {f:.2%} | {res['touched'][k]:,} | {res['rg_index'][k]:.0f} / {res['shape']['row_groups']} "
-            f"| {rd['index']['min'][q]:.3f} | {rd['scan']['min'][q]:.3f} | {rd['scan']['min'][q] / max(rd['index']['min'][q], 1e-9):.2f} "
+            f"| {rd['index']['min'][q]:.3f} | {rd['scan']['min'][q]:.3f} | "
+            f"{rd['scan']['min'][q] / max(rd['index']['min'][q], 1e-9):.2f} "
             f"| {i['state_read'][k]:.3f} | {s['state_read'][k]:.3f} "
-            f"| {i['seconds'][k]:.2f} | {s['seconds'][k]:.2f} | {s['seconds'][k] / i['seconds'][k]:.2f} | {'yes' if res['agree'][k] else 'NO'} |"
+            f"| {i['seconds'][k]:.2f} | {s['seconds'][k]:.2f} | {s['seconds'][k] / i['seconds'][k]:.2f} | "
+            f"{'yes' if res['agree'][k] else 'NO'} |"
         )
     lines += [
         "",
         "Reader alone, every fraction timed (minimum seconds; row groups = what the index read):",
         "",
-        f"| keys touched f | row groups (index) | 1-(1-f)^R | index s | scan s | scan/index | rule (SCAN_FRACTION {rd['rule_scan_fraction']:g}) s "
+        f"| keys touched f | row groups (index) | 1-(1-f)^R | index s | scan s | scan/index | rule (SCAN_FRACTION "
+        f"{rd['rule_scan_fraction']:g}) s "
         "| rule row groups read |",
         "|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for q, f in enumerate(rd["fractions"]):
         lines.append(
-            f"| {f:.3%} | {rd['index']['row_groups'][q]} / {res['shape']['row_groups']} | {rows_to_row_groups(f, args.row_group):.0%} "
-            f"| {rd['index']['min'][q]:.3f} | {rd['scan']['min'][q]:.3f} | {rd['scan']['min'][q] / max(rd['index']['min'][q], 1e-9):.2f} "
+            f"| {f:.3%} | {rd['index']['row_groups'][q]} / {res['shape']['row_groups']} | "
+            f"{rows_to_row_groups(f, args.row_group):.0%} "
+            f"| {rd['index']['min'][q]:.3f} | {rd['scan']['min'][q]:.3f} | "
+            f"{rd['scan']['min'][q] / max(rd['index']['min'][q], 1e-9):.2f} "
             f"| {rd['rule']['min'][q]:.3f} | {rd['rule']['row_groups'][q]} |"
         )
     be, be_s, be_r = res["break_even"]["state_read"], res["break_even"]["seconds"], res["break_even"]["reader"]
@@ -241,18 +255,23 @@ def report(res: dict[str, Any], args: argparse.Namespace, command: str) -> str:
             "none up to 100%" if x is None else f"{x:.3%} of keys (= {rows_to_row_groups(x, r):.1%} of the row groups)"
         )
 
+    rg_be = res["break_even"]["reader_row_groups"]
     lines += [
         "",
-        f"Break-even fraction of keys touched (scan no slower than the index from there on), from the reader alone: **{fmt(be_r)}** "
+        f"Break-even fraction of keys touched (scan no slower than the index from there on), from the reader alone: "
+        f"**{fmt(be_r)}** "
         f"({res['break_even']['reader_how']}); the same timings against the fraction of row groups the index read: "
-        f"{'none' if res['break_even']['reader_row_groups'] is None else format(res['break_even']['reader_row_groups'], '.1%')} of the row groups; "
+        f"{'none' if rg_be is None else format(rg_be, '.1%')} of the row groups; "
         f"from the epochs' state_read phase: {fmt(be)} ({res['break_even']['state_read_how']}); "
         f"from the whole epoch time: {fmt(be_s)} ({res['break_even']['seconds_how']}). "
-        f"Paper (§5.2, Fig. 13, BIPtable vs 'sequential, no sort' on HDFS): ~{PAPER_BREAK_EVEN:.0%} of the state records.",
+        f"Paper (§5.2, Fig. 13, BIPtable vs 'sequential, no sort' on HDFS): ~{PAPER_BREAK_EVEN:.0%} of the state "
+        f"records.",
         "",
         f"Row groups of {r} rows: a fraction f of uniformly random keys touches about 1-(1-f)^{r} of the row groups "
-        f"(f = 0.01%: {rows_to_row_groups(1e-4, r):.0%}, 0.1%: {rows_to_row_groups(1e-3, r):.0%}, 1%: {rows_to_row_groups(1e-2, r):.0%}), "
-        "so from ~0.1% of the keys up the index reads every row group too, and the two sides differ only in how they read "
+        f"(f = 0.01%: {rows_to_row_groups(1e-4, r):.0%}, 0.1%: {rows_to_row_groups(1e-3, r):.0%}, 1%: "
+        f"{rows_to_row_groups(1e-2, r):.0%}), "
+        "so from ~0.1% of the keys up the index reads every row group too, and the two sides differ only in how they "
+        "read "
         "and match them. Suggested SCAN_FRACTION (rule on row groups) = 1-(1-f*)^R for the reader's break-even f*: "
         f"**{res['suggested_scan_fraction']}**.",
         "",
@@ -288,7 +307,8 @@ def plot(res: dict[str, Any], args: argparse.Namespace, path: Path) -> None:
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8)
     fig.suptitle(
-        f"BIPtable break-even: {args.keys:,} keys, 1 partition, {res['shape']['row_groups']} row groups of {args.row_group} rows"
+        f"BIPtable break-even: {args.keys:,} keys, 1 partition, {res['shape']['row_groups']} row groups of "
+        f"{args.row_group} rows"
     )
     fig.tight_layout()
     fig.savefig(path, dpi=120)

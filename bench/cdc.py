@@ -284,7 +284,8 @@ def child(spec_path: str, result_path: str) -> int:
         wall, cpu = time.perf_counter() - t0, tree_cpu() - c0
         res["steps"].append({"seconds": inner if inner is not None else wall, "wall": wall, "cpu": cpu})
         log(
-            f"{name}: {'warm-up' if j == 0 else f'version {j}'} {res['steps'][-1]['seconds']:.2f}s (wall {wall:.2f}s, cpu {cpu:.2f}s)"
+            f"{name}: {'warm-up' if j == 0 else f'version {j}'} {res['steps'][-1]['seconds']:.2f}s (wall {wall:.2f}s, "
+            f"cpu {cpu:.2f}s)"
         )
     want, got = expected(table), sysm.totals()
     res["correct"] = want == got
@@ -340,7 +341,8 @@ def report(results: list[dict[str, Any]], args: argparse.Namespace) -> str:
         f"(updates, deletes, inserts in thirds), {args.versions} measured versions after one warm-up; "
         f"{platform.node()}, {os.cpu_count()} cores, {_dt.date.today()}.",
         "",
-        "| system | build s | median s / version | min | max | median wall s | median CPU-s / version | totals = pandas |",
+        "| system | build s | median s / version | min | max | median wall s | median CPU-s / version | totals = "
+        "pandas |",
         "|---|---:|---:|---:|---:|---:|---:|:---:|",
     ]
     for r in results:
@@ -364,7 +366,8 @@ def report(results: list[dict[str, Any]], args: argparse.Namespace) -> str:
     lines += [
         "",
         "Seconds per version: cbp and the recompute, the wall time of the call (`Pipeline.run()`: sync and epoch; "
-        "the Spark SQL job); the streaming query, its micro-batch's `triggerExecution` (without the query's start, as a "
+        "the Spark SQL job); the streaming query, its micro-batch's `triggerExecution` (without the query's start, as "
+        "a "
         "query that runs for months would). Wall and CPU-seconds cover the whole call for all three, CPU of the "
         "process tree (driver, JVM, Python workers).",
     ]

@@ -195,10 +195,14 @@ def report(summaries: list[dict[str, Any]], args: argparse.Namespace, source: st
         "",
         f"- command: `{' '.join(['.venv/bin/python', 'bench/cluster.py'] + sys.argv[1:])}`",
         f"- date: {_dt.datetime.now().isoformat(timespec='seconds')}; machine: {os.cpu_count()} cores; data: {source}",
-        f"- state: {args.keys:,} keys (built in chunks of {args.chunk:,}); increment {args.increment:,} records per epoch "
-        f"(half existing keys, half new, seed 42); 1 unmeasured warm-up epoch, then {args.epochs} measured; one driver process per setup",
-        "- epoch s = EpochReport.seconds: median [min-max] of the measured epochs; hit rate = state-file reads served from the "
-        "executors' caches / all state-file reads, over the measured epochs; map stable = partition -> executor the same in every epoch",
+        f"- state: {args.keys:,} keys (built in chunks of {args.chunk:,}); increment {args.increment:,} records per "
+        f"epoch "
+        f"(half existing keys, half new, seed 42); 1 unmeasured warm-up epoch, then {args.epochs} measured; one driver "
+        f"process per setup",
+        "- epoch s = EpochReport.seconds: median [min-max] of the measured epochs; hit rate = state-file reads served "
+        "from the "
+        "executors' caches / all state-file reads, over the measured epochs; map stable = partition -> executor the "
+        "same in every epoch",
         "",
         "| setup | epoch s | vs local | cache hit rate | executors | map stable | build s |",
         "|---|---:|---:|---:|---|:---:|---:|",

@@ -306,9 +306,12 @@ def table(summary: dict[str, Any], args: argparse.Namespace, command: str, total
         "# Controller growth: cost per epoch vs epochs already run",
         "",
         f"- command: `{command}`",
-        f"- date: {_dt.datetime.now().isoformat(timespec='seconds')}; machine: {os.cpu_count()} cores, {_mem_gib():.0f} GiB RAM, "
-        f"{platform.python_implementation()} {platform.python_version()}, pyspark {_version('pyspark')}, deltalake {_version('deltalake')}",
-        f"- scenario: flows/url_count.yaml, {args.epochs} rounds of one {args.records}-record feed (with feed_id) + run(), seed {args.seed}",
+        f"- date: {_dt.datetime.now().isoformat(timespec='seconds')}; machine: {os.cpu_count()} cores, "
+        f"{_mem_gib():.0f} GiB RAM, "
+        f"{platform.python_implementation()} {platform.python_version()}, pyspark {_version('pyspark')}, deltalake "
+        f"{_version('deltalake')}",
+        f"- scenario: flows/url_count.yaml, {args.epochs} rounds of one {args.records}-record feed (with feed_id) + "
+        f"run(), seed {args.seed}",
         "- medians per round; driver bytes = wchar of the Python driver (not Spark's JVM or its Python workers)",
         "",
         f"| per round (median) | rounds {f0}-{f1} | rounds {l0}-{l1} | last/first |",
@@ -484,7 +487,8 @@ def main(argv: list[str] | None = None) -> int:
                 }
                 log(
                     f"round {n:>5}/{args.epochs}  elapsed {el:6.0f}s (ETA {el / n * (args.epochs - n):5.0f}s)  "
-                    f"last {len(last)}: controller {med['controller_s'] * 1e3:6.1f} ms  Spark {med['spark_s'] * 1e3:6.1f} ms  "
+                    f"last {len(last)}: controller {med['controller_s'] * 1e3:6.1f} ms  Spark "
+                    f"{med['spark_s'] * 1e3:6.1f} ms  "
                     f"driver {med['driver_bytes'] / 1024:7.1f} KiB  home {med['home_bytes'] / 1024:7.1f} KiB  "
                     f"snapshot {row['snapshot_bytes'] / 1024:7.1f} KiB  files {counts[-1]['all']}"
                 )

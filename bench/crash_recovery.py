@@ -165,12 +165,14 @@ def main() -> None:
         f"Data: {source}; {args.increments} increments. Kills: {len(planned)} at named points"
         + (f" ({len(log.missed)} named points not reached: {', '.join(log.missed)})" if log.missed else "")
         + f" + {len(timed)} at random moments "
-        f"(of {args.random_kills} timers; the rest fired after the run had finished); victim wall time {victim_s:.0f}s.",
+        f"(of {args.random_kills} timers; the rest fired after the run had finished); victim wall time "
+        f"{victim_s:.0f}s.",
         "",
         "| check | result |",
         "|---|---|",
         *[
-            f"| {k} identical to the uninterrupted run{' (from scratch)' if k == 'networkx' else ''} | {'yes' if v else 'NO'} |"
+            f"| {k} identical to the uninterrupted run{' (from scratch)' if k == 'networkx' else ''} | "
+            f"{'yes' if v else 'NO'} |"
             for k, v in checks.items()
         ],
         "",
@@ -181,11 +183,13 @@ def main() -> None:
     if pending_s and normal:
         md += [
             "",
-            f"Finishing a pending commit takes {statistics.median(pending_s) / statistics.median(normal):.2f}x a normal warm epoch.",
+            f"Finishing a pending commit takes {statistics.median(pending_s) / statistics.median(normal):.2f}x a "
+            f"normal warm epoch.",
         ]
     if rerun_s and first_s:
         md += [
-            f"Re-running an interrupted epoch takes {statistics.median(rerun_s) / statistics.median(first_s):.2f}x the first epoch "
+            f"Re-running an interrupted epoch takes {statistics.median(rerun_s) / statistics.median(first_s):.2f}x the "
+            f"first epoch "
             "of a fresh `cbp run` (both start Spark)."
         ]
     text = "\n".join(md)

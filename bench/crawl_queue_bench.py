@@ -204,8 +204,10 @@ def main() -> None:
         row["check_s"] = round(time.perf_counter() - t0, 1)
         rows.append(row)
         log(
-            f"increment {i}: {len(pages)} pages ({row['html_mb']} MB, {row['direct_links']} links), {len(crawled)} crawled, queue {len(want)}: "
-            f"direct {row['direct']:.1f}s  black-box {row['blackbox']:.1f}s  landmark {row['landmark']:.1f}s (+feed {row['landmark_feed']:.1f}s); "
+            f"increment {i}: {len(pages)} pages ({row['html_mb']} MB, {row['direct_links']} links), {len(crawled)} "
+            f"crawled, queue {len(want)}: "
+            f"direct {row['direct']:.1f}s  black-box {row['blackbox']:.1f}s  landmark {row['landmark']:.1f}s (+feed "
+            f"{row['landmark_feed']:.1f}s); "
             "all three equal the from-scratch queue"
         )
         write(rows, args, n_html, seed, time.perf_counter() - t_start)
@@ -215,7 +217,8 @@ def main() -> None:
 def write(rows: list[dict[str, Any]], args: argparse.Namespace, n_html: int, seed: str, wall: float) -> None:
     cum = {m: 0.0 for m in MODES}
     lines = [
-        "| inc | pages | crawled | queue | direct s | black-box s | landmark s | cum. direct | cum. black-box | cum. landmark |",
+        "| inc | pages | crawled | queue | direct s | black-box s | landmark s | cum. direct | cum. black-box | cum. "
+        "landmark |",
         "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for r in rows:
@@ -223,7 +226,8 @@ def write(rows: list[dict[str, Any]], args: argparse.Namespace, n_html: int, see
             cum[m] += r[m]
             r[f"{m}_cum"] = round(cum[m], 2)
         lines.append(
-            f"| {r['increment']} | {r['pages']} | {r['crawled']} | {r['queue']} | {r['direct']:.1f} | {r['blackbox']:.1f} | "
+            f"| {r['increment']} | {r['pages']} | {r['crawled']} | {r['queue']} | {r['direct']:.1f} | "
+            f"{r['blackbox']:.1f} | "
             f"{r['landmark']:.1f} | {cum['direct']:.0f} | {cum['blackbox']:.0f} | {cum['landmark']:.0f} |"
         )
     summary = {}
@@ -239,8 +243,10 @@ def write(rows: list[dict[str, Any]], args: argparse.Namespace, n_html: int, see
         lines += [
             "",
             f"Direct: last increment / second = {summary['direct_last_over_second']}x "
-            f"(last full-size increment {summary['direct_last_full_over_second']}x); landmark: {summary['landmark_last_over_second']}x. "
-            f"Cumulative direct / landmark = {summary['cum_direct_over_landmark']}x, direct / black-box = {summary['cum_direct_over_blackbox']}x.",
+            f"(last full-size increment {summary['direct_last_full_over_second']}x); landmark: "
+            f"{summary['landmark_last_over_second']}x. "
+            f"Cumulative direct / landmark = {summary['cum_direct_over_landmark']}x, direct / black-box = "
+            f"{summary['cum_direct_over_blackbox']}x.",
         ]
     table = "\n".join(lines)
     print(table, flush=True)

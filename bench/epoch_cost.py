@@ -279,9 +279,11 @@ def main(argv: list[str] | None = None) -> int:
         "# Where a small epoch's time goes (URLCount, direct mode)",
         "",
         f"- command: `.venv/bin/python bench/epoch_cost.py {' '.join(argv if argv is not None else os.sys.argv[1:])}`",
-        f"- date: {_dt.datetime.now().isoformat(timespec='seconds')}; {os.cpu_count()} cores; pyspark {_version('pyspark')}, "
+        f"- date: {_dt.datetime.now().isoformat(timespec='seconds')}; {os.cpu_count()} cores; pyspark "
+        f"{_version('pyspark')}, "
         f"deltalake {_version('deltalake')}, Python {platform.python_version()}; data: {source}",
-        f"- {args.keys:,} state keys; {args.epochs} measured epochs of {args.increment:,} records after {args.warmup} warm-up; seconds, median",
+        f"- {args.keys:,} state keys; {args.epochs} measured epochs of {args.increment:,} records after {args.warmup} "
+        f"warm-up; seconds, median",
         "",
         "| | " + " | ".join(names) + (" | ratio |" if len(names) == 2 else " |"),
         "|:---|" + "---:|" * (len(names) + (1 if len(names) == 2 else 0)),

@@ -151,10 +151,13 @@ def write(res: dict[str, Any]) -> None:
     lines = [
         "# A fresh process's first epoch: with and without the driver JVM's class archive",
         "",
-        f"- {_dt.datetime.now().strftime('%Y-%m-%d %H:%M')}, cbp {res['version']} (`{res['commit']}`); `{' '.join(sys.argv)}`",
-        f"- URLCount vectorised, {a['keys']:,} state keys, {a['increment']:,}-record increments, {a['rounds']} rounds alternating; "
+        f"- {_dt.datetime.now().strftime('%Y-%m-%d %H:%M')}, cbp {res['version']} (`{res['commit']}`); "
+        f"`{' '.join(sys.argv)}`",
+        f"- URLCount vectorised, {a['keys']:,} state keys, {a['increment']:,}-record increments, {a['rounds']} rounds "
+        f"alternating; "
         f"whole processes, seconds: median [min-max]",
-        f"- the first process (the home's {a['keys']:,}-key build epoch), which recorded the archive as it exited: {res['recording']:.1f} s",
+        f"- the first process (the home's {a['keys']:,}-key build epoch), which recorded the archive as it exited: "
+        f"{res['recording']:.1f} s",
         "",
         "| process | with archive | without | difference | ratio |",
         "|:---|---:|---:|---:|---:|",
@@ -174,7 +177,7 @@ def write(res: dict[str, Any]) -> None:
 
     fig, ax = plt.subplots(figsize=(7, 4))
     groups = [("cbp run", res["cbp_run"]), ("session + one job", res["spark_only"])]
-    for g, (name, d) in enumerate(groups):
+    for g, (_name, d) in enumerate(groups):
         for j, (which, label, color) in enumerate((("off", "without archive", "C0"), ("on", "with archive", "C1"))):
             xs = d[which]
             ax.bar(g + (j - 0.5) * 0.35, statistics.median(xs), 0.35, color=color, label=label if g == 0 else None)

@@ -112,7 +112,10 @@ def wordnet_edges(directed: bool = True, hypernyms_only: bool = False) -> list[E
     kind = "directed" if directed else "undirected"
     which = "hypernyms-" if hypernyms_only else ""
     cache = DATA / f"wordnet-{which}{kind}.edges"
-    header = f"# wordnet-base synset pointers{' @ @i' if hypernyms_only else ''}, {kind}, node = offset+pos (s->a), parser v1"
+    header = (
+        f"# wordnet-base synset pointers{' @ @i' if hypernyms_only else ''}, {kind}, node = offset+pos (s->a), "
+        "parser v1"
+    )
     hit = _read_cache(cache, header)
     if hit is not None:
         return hit

@@ -70,8 +70,10 @@ sys.path.insert(0, str(BENCH))
 
 from graphdata import Edge, doc_link_edges, nodes_of, split_edges, wordnet_edges  # noqa: E402
 
-VARIANTS = [  # (label, YAML in flows/, mode, tuning): Fig. 14's three through Spark's shuffle (its bytes are Spark's metrics),
-    # then both direct variants as they run by default, small epochs routed by the driver (cbp.engine.driver.smallepoch: nothing shuffled)
+# (label, YAML in flows/, mode, tuning): Fig. 14's three through Spark's shuffle (its bytes are Spark's metrics),
+VARIANTS = [
+    # then both direct variants as they run by default, small epochs routed by the driver (cbp.engine.driver.smallepoch:
+    # nothing shuffled)
     ("black-box, multicast", "clustering.yaml", "blackbox", {"small_epoch_records": 0}),
     ("direct, emulated multicast", "clustering_emulated.yaml", "direct", {"small_epoch_records": 0}),
     ("direct, multicast", "clustering.yaml", "direct", {"small_epoch_records": 0}),
@@ -152,7 +154,8 @@ def clustering_part(args: argparse.Namespace, work: Path) -> dict[str, Any]:
     edges = sample_pages(all_edges, args.pages, args.seed)
     base, incs = split_edges(edges, args.increments, base=1 / (args.increments + 1), seed=args.seed)
     desc = (
-        f"page links inside Debian {args.package} (undirected; {len(nodes_of(all_edges))} pages, {len(all_edges):,} edges), "
+        f"page links inside Debian {args.package} (undirected; {len(nodes_of(all_edges))} pages, {len(all_edges):,} "
+        f"edges), "
         + (f"subgraph induced by {args.pages} pages drawn with seed {args.seed}: " if args.pages else "all of it: ")
         + f"{len(nodes_of(edges))} nodes, {len(edges):,} edges; base {len(base):,} edges, "
         f"{args.increments} increments of ~{len(incs[0]):,} edges (seed {args.seed})"
@@ -205,7 +208,8 @@ def clustering_table(res: dict[str, Any]) -> list[str]:
         "## Clustering coefficients (Fig. 14)",
         "",
         f"- graph: {res['graph']}",
-        "- per increment: run() wall time (feed excluded) and Spark shuffle bytes (EpochReport.shuffle_bytes summed over the "
+        "- per increment: run() wall time (feed excluded) and Spark shuffle bytes (EpochReport.shuffle_bytes summed "
+        "over the "
         "run's epochs); the base graph is increment 0 and is counted; cumulative columns",
         "- coefficients equal networkx's at the end: "
         + ", ".join(f"{lb}: {'yes' if ok else 'NO'}" for lb, ok in res["agree_networkx"].items()),
@@ -228,12 +232,16 @@ def clustering_table(res: dict[str, Any]) -> list[str]:
     s_cut = 1 - cum[smc]["time"] / cum[sem]["time"] if sem in cum and smc in cum else float("nan")
     lines += [
         "",
-        f"Multicast vs emulated multicast (direct, same graph, all increments, through Spark's shuffle): bytes shuffled cut by "
-        f"**{b_cut:.1%}** (goal >= 80%: {'PASS' if b_cut >= 0.8 else 'FAIL'}), time cut by **{t_cut:.1%}** (goal >= 40%: "
-        f"{'PASS' if t_cut >= 0.4 else 'FAIL'}); with small epochs routed by the driver (the default, nothing shuffled): time cut by "
+        f"Multicast vs emulated multicast (direct, same graph, all increments, through Spark's shuffle): bytes "
+        f"shuffled cut by "
+        f"**{b_cut:.1%}** (goal >= 80%: {'PASS' if b_cut >= 0.8 else 'FAIL'}), time cut by **{t_cut:.1%}** (goal >= "
+        f"40%: "
+        f"{'PASS' if t_cut >= 0.4 else 'FAIL'}); with small epochs routed by the driver (the default, nothing "
+        f"shuffled): time cut by "
         f"**{s_cut:.1%}** (goal >= 40%: {'PASS' if s_cut >= 0.4 else 'FAIL'}). "
         f"Direct multicast vs black-box: time cut by {1 - cum[mc]['time'] / cum[bb]['time']:.0%}, bytes by "
-        f"{1 - cum[mc]['bytes'] / max(cum[bb]['bytes'], 1):.0%}. Paper (§5.3, Facebook graph): direct CBP cut time by 45% and data "
+        f"{1 - cum[mc]['bytes'] / max(cum[bb]['bytes'], 1):.0%}. Paper (§5.3, Facebook graph): direct CBP cut time by "
+        f"45% and data "
         "shuffled by 84% against the emulation.",
         "",
     ]
@@ -344,14 +352,16 @@ def pagerank_part(args: argparse.Namespace, work: Path) -> dict[str, Any]:
     yaml = pagerank_yaml(work, args.tolerance)
     tol = args.tolerance if args.tolerance is not None else "the YAML's"
     desc = (
-        f"WordNet synset {'hypernym pointers (@, @i: synset -> hypernym, a DAG' if hyper else 'pointers (all symbols'}; "
+        f"WordNet synset "
+        f"{'hypernym pointers (@, @i: synset -> hypernym, a DAG' if hyper else 'pointers (all symbols'}; "
         f"{len(nodes_of(all_edges)):,} synsets, {len(all_edges):,} edges)"
         + (
             f", subgraph induced by {len(nodes):,} synsets found breadth-first from a random one (seed {args.seed})"
             if args.pr_nodes
             else ""
         )
-        + f": {len(nodes):,} nodes, {len(edges):,} edges; update: {len(new)} new random edges between its nodes; tolerance {tol}"
+        + f": {len(nodes):,} nodes, {len(edges):,} edges; update: {len(new)} new random edges between its nodes; "
+        f"tolerance {tol}"
     )
     log(f"pagerank: {desc}")
     out: dict[str, Any] = {"graph": desc, "nodes": len(nodes), "edges": len(edges), "new_edges": len(new), "modes": {}}
@@ -362,7 +372,8 @@ def pagerank_part(args: argparse.Namespace, work: Path) -> dict[str, Any]:
             m = run_feed(p, batch)
             res[name] = m
             log(
-                f"  {mode:<8} {name:<6} run() {m['run_wall']:7.1f}s  {m['n_epochs']} epochs  keys read {sum(e['keys_read'] for e in m['epochs']):,}  "
+                f"  {mode:<8} {name:<6} run() {m['run_wall']:7.1f}s  {m['n_epochs']} epochs  keys read "
+                f"{sum(e['keys_read'] for e in m['epochs']):,}  "
                 f"max/epoch {max(e['keys_read'] for e in m['epochs']):,}"
             )
         state = p.state("pagerank")
@@ -381,7 +392,8 @@ def pagerank_table(res: dict[str, Any]) -> list[str]:
         "summed per phase, cumulative over build then update; direct = inner state read through the index, black-box = "
         "all state shuffled and rewritten every epoch",
         "",
-        "| mode | run | phase | epochs | seconds | cumulative s | keys read (sum) | keys read per epoch: max | max as % of state keys |",
+        "| mode | run | phase | epochs | seconds | cumulative s | keys read (sum) | keys read per epoch: max | max as "
+        "% of state keys |",
         "|---|---|---|---:|---:|---:|---:|---:|---:|",
     ]
     summary: dict[str, Any] = {}
@@ -397,7 +409,8 @@ def pagerank_table(res: dict[str, Any]) -> list[str]:
                 cum += s
                 mx = max(e["keys_read"] for e in es)
                 lines.append(
-                    f"| {mode} | {run} | {ph} | {len(es)} | {s:.1f} | {cum:.1f} | {sum(e['keys_read'] for e in es):,} | {mx:,} | {mx / keys:.2%} |"
+                    f"| {mode} | {run} | {ph} | {len(es)} | {s:.1f} | {cum:.1f} | {sum(e['keys_read'] for e in es):,} "
+                    f"| {mx:,} | {mx / keys:.2%} |"
                 )
         upd = [e for e in r["update"]["epochs"] if e["inputs"] == ["pushes"]]
         summary[mode] = {
@@ -411,15 +424,18 @@ def pagerank_table(res: dict[str, Any]) -> list[str]:
         d = summary["direct"]
         f = d["update_push_max_keys_fraction"]
         lines.append(
-            f"Update (direct): the propagation epochs read at most **{f:.2%}** of the {d['state_keys']:,} state keys per epoch "
+            f"Update (direct): the propagation epochs read at most **{f:.2%}** of the {d['state_keys']:,} state keys "
+            f"per epoch "
             f"(goal < 5%: {'PASS' if f < 0.05 else 'FAIL'})."
         )
         if "blackbox" in summary:
             b = summary["blackbox"]
             lines.append(
                 f"Update run: direct {d['update_seconds']:.1f}s vs black-box {b['update_seconds']:.1f}s "
-                f"({1 - d['update_seconds'] / b['update_seconds']:.0%} less); build + update: direct {d['total_seconds']:.1f}s vs "
-                f"black-box {b['total_seconds']:.1f}s ({1 - d['total_seconds'] / b['total_seconds']:.0%} less). Paper (§5.4): "
+                f"({1 - d['update_seconds'] / b['update_seconds']:.0%} less); build + update: direct "
+                f"{d['total_seconds']:.1f}s vs "
+                f"black-box {b['total_seconds']:.1f}s ({1 - d['total_seconds'] / b['total_seconds']:.0%} less). Paper "
+                f"(§5.4): "
                 "inner state (BIPtables) cut the running time by 53%, each last-phase epoch updating 0.5% of the state."
             )
     lines += [
@@ -432,7 +448,8 @@ def pagerank_table(res: dict[str, Any]) -> list[str]:
     for mode, r in res["modes"].items():
         for e in r["update"]["epochs"]:
             lines.append(
-                f"| {mode} | {e['epoch']} | {phase_of(e['inputs'])} | {e['keys_read']:,} | {e['keys_read'] / r['state_keys']:.2%} | {e['seconds']:.2f} |"
+                f"| {mode} | {e['epoch']} | {phase_of(e['inputs'])} | {e['keys_read']:,} | "
+                f"{e['keys_read'] / r['state_keys']:.2%} | {e['seconds']:.2f} |"
             )
     res["summary"] = summary
     return lines + [""]
@@ -517,7 +534,8 @@ def main(argv: list[str] | None = None) -> int:
         "--order",
         choices=["rotate", "blocks"],
         default="rotate",
-        help="clustering: variants take turns per increment (rotate) or run all their increments one after the other (blocks)",
+        help="clustering: variants take turns per increment (rotate) or run all their increments one after the "
+        "other (blocks)",
     )
     ap.add_argument(
         "--pr-nodes",
@@ -561,7 +579,8 @@ def main(argv: list[str] | None = None) -> int:
         "",
         f"- command: `{command}`",
         f"- date: {_dt.datetime.now().isoformat(timespec='seconds')}; machine: {os.cpu_count()} cores (shared), "
-        f"{platform.python_implementation()} {platform.python_version()}, Spark master {os.environ.get('CBP_SPARK_MASTER', 'local[*,2]')}",
+        f"{platform.python_implementation()} {platform.python_version()}, Spark master "
+        f"{os.environ.get('CBP_SPARK_MASTER', 'local[*,2]')}",
         "",
     ]
     warm_up(work)

@@ -125,7 +125,8 @@ def measure(form: str, sizes: list[int], epochs: int, chunk: int, work: Path) ->
             loads.append(float((r.phases or {}).get("index_load", 0.0)))
             rgs.append(int(r.row_groups_read or 0))
             log(
-                f"{form}: {size:,} rows: epoch {e + 1}: {times[-1]:.2f}s (index load {loads[-1]:.2f}s, row groups read {rgs[-1]})"
+                f"{form}: {size:,} rows: epoch {e + 1}: {times[-1]:.2f}s (index load {loads[-1]:.2f}s, row groups read "
+                f"{rgs[-1]})"
             )
         have += 5 * epochs  # the new URLs of the touched epochs
         rows.append(
@@ -148,7 +149,8 @@ def report(results: list[dict[str, Any]]) -> str:
     base = {f: by.get((f, sizes[0])) for f in ("without", "with")}
     loads = {r["rows"]: r.get("median_index_load") for r in results if r["form"] == "with"}
     lines = [
-        "| rows of the key | without row_key (s) | x 10k | with row_key (s) | x 10k | without / with | with: index load (s, median) |",
+        "| rows of the key | without row_key (s) | x 10k | with row_key (s) | x 10k | without / with | with: index "
+        "load (s, median) |",
         "|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for n in sizes:
@@ -158,7 +160,8 @@ def report(results: list[dict[str, Any]]) -> str:
         c, rc = cell(wi, base["with"])
         load = loads.get(n)
         lines.append(
-            f"| {n:,} | {a} | {ra} | {c} | {rc} | {f'{wo / wi:.1f}x' if wo and wi else '-'} | {'-' if load is None else f'{load:.2f}'} |"
+            f"| {n:,} | {a} | {ra} | {c} | {rc} | {f'{wo / wi:.1f}x' if wo and wi else '-'} | "
+            f"{'-' if load is None else f'{load:.2f}'} |"
         )
     return "\n".join(lines)
 

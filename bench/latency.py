@@ -112,7 +112,7 @@ def per_process(h: Home, batches: list[list[dict[str, str]]]) -> dict[str, list[
             stderr=subprocess.PIPE,
             text=True,
         )
-        seen = h.wait_epoch(n, alive=lambda: p.poll() is None or h.epochs() >= n)
+        seen = h.wait_epoch(n, alive=lambda p=p, n=n: p.poll() is None or h.epochs() >= n)
         _, err = p.communicate(timeout=600)
         if p.returncode != 0:
             raise RuntimeError(f"cbp run exited {p.returncode}: {err[-2000:]}")
@@ -227,7 +227,7 @@ def airflow(h: Home, batches: list[list[dict[str, str]]], work: Path) -> dict[st
         n = h.epochs() + 1
         landed = h.feed(recs)
         seen: dict[str, float] = {}
-        poll = threading.Thread(target=lambda: seen.setdefault("t", h.wait_epoch(n)), daemon=True)
+        poll = threading.Thread(target=lambda seen=seen, n=n: seen.setdefault("t", h.wait_epoch(n)), daemon=True)
         poll.start()
         dr = dag.test()
         poll.join(600)
@@ -341,7 +341,8 @@ def rows(res: dict[str, Any]) -> list[tuple[str, list[float], str]]:
             (
                 "Airflow DAG, in-process `dag.test()`",
                 res["airflow"]["latency"],
-                f"DAG run ends {statistics.median(res['airflow']['dag_run']):.2f} s after landing; add the watcher's poke interval "
+                f"DAG run ends {statistics.median(res['airflow']['dag_run']):.2f} s after landing; add the watcher's "
+                f"poke interval "
                 "(5 s: 2.5 s on average) and the scheduler in a deployment",
             )
         )
@@ -354,9 +355,11 @@ def write(res: dict[str, Any]) -> None:
     lines = [
         "# Land-to-output latency of a 1,000-record increment",
         "",
-        f"- {_dt.datetime.now().strftime('%Y-%m-%d %H:%M')}, cbp {res['version']} (`{res['commit']}`), {os.cpu_count()} cores; "
+        f"- {_dt.datetime.now().strftime('%Y-%m-%d %H:%M')}, cbp {res['version']} (`{res['commit']}`), "
+        f"{os.cpu_count()} cores; "
         f"`python bench/latency.py {' '.join(sys.argv[1:])}`",
-        f"- URLCount vectorised, {a['keys']:,} state keys, {a['increment']:,}-record increments (half new keys); {a['source']}",
+        f"- URLCount vectorised, {a['keys']:,} state keys, {a['increment']:,}-record increments (half new keys); "
+        f"{a['source']}",
         "- seconds from the increment landed (durable in the home) to the epoch that read it committed; "
         f"machine load (5-minute average) {res['load_before']:.1f} at the start, {res['load_after']:.1f} at the end",
         "",
@@ -364,7 +367,8 @@ def write(res: dict[str, Any]) -> None:
         "|:---|---:|---:|---:|---:|---:|:---|",
         *[f"| {name} | {_stats(xs)} | {note} |" for name, xs, note in rows(res)],
         "",
-        f"Goal: `--follow` median <= {GOAL:g} s: **{'met' if follow_median <= GOAL else 'not met'}** ({follow_median:.2f} s).",
+        f"Goal: `--follow` median <= {GOAL:g} s: **{'met' if follow_median <= GOAL else 'not met'}** "
+        f"({follow_median:.2f} s).",
         "",
     ]
     text = "\n".join(lines)

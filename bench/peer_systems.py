@@ -3,7 +3,8 @@
 Every system implements the same three steps on the same Parquet files of URLs (column ``url``):
 
 - ``build(files)``: make the state of the first ``size`` keys (each seen once), the way a user of
-  that system would (cbp: ``feed`` of every Parquet file, then one ``run``: one epoch; delta-rs / delta-spark: one table write;
+  that system would (cbp: ``feed`` of every Parquet file, then one ``run``: one epoch; delta-rs / delta-spark: one
+  table write;
   Spark's stateful operators: the query's first micro-batches over those files);
 - ``epoch(file)``: take one increment and bring the state up to date; returns the seconds of work
   (for cbp ``run()``'s wall time; for a streaming query the micro-batch's ``triggerExecution``
@@ -324,7 +325,9 @@ class ApplyInPandasWithState(_StatefulOperator):
 #: Spark settings of the stateful peers: RocksDB state store (with changelog checkpointing, as
 #: Spark's documentation recommends), and 4 state partitions like cbp's stage.
 STREAMING_CONF = {
-    "spark.sql.streaming.stateStore.providerClass": "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider",
+    "spark.sql.streaming.stateStore.providerClass": (
+        "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
+    ),
     "spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled": "true",
     "spark.sql.shuffle.partitions": "4",
 }

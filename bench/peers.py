@@ -178,7 +178,8 @@ def child(args: argparse.Namespace) -> int:
     res["peak_rss"] = max(res["peak_rss_build"], res["peak_rss_epochs"])
     gib = lambda parts: ", ".join(f"{k} {v / 2**30:.1f}" for k, v in parts.items())  # noqa: E731
     log(
-        f"{name} {spec['size']:,} keys: peak RSS GiB: build {res['peak_rss_build'] / 2**30:.1f} ({gib(res['peak_parts_build'])}), "
+        f"{name} {spec['size']:,} keys: peak RSS GiB: build {res['peak_rss_build'] / 2**30:.1f} "
+        f"({gib(res['peak_parts_build'])}), "
         f"epochs {res['peak_rss_epochs'] / 2**30:.1f} ({gib(res['peak_parts_epochs'])})"
     )
     if name == "cbp-vectorised" and not spec.get(
@@ -283,19 +284,25 @@ def report(
         f"- command: `{command}`",
         f"- date: {_dt.datetime.now().isoformat(timespec='seconds')}; machine: {os.cpu_count()} cores, "
         f"{platform.python_implementation()} {platform.python_version()}, pyspark {_version('pyspark')}, delta-spark "
-        f"{_version('delta-spark')}, deltalake {_version('deltalake')}; Spark master {os.environ.get('CBP_SPARK_MASTER', 'local[*]')}",
+        f"{_version('delta-spark')}, deltalake {_version('deltalake')}; Spark master "
+        f"{os.environ.get('CBP_SPARK_MASTER', 'local[*]')}",
         f"- data: {source}",
-        f"- increment: {args.increment:,} records ({args.increment // 2:,} existing keys, {args.increment - args.increment // 2:,} new); "
+        f"- increment: {args.increment:,} records ({args.increment // 2:,} existing keys, "
+        f"{args.increment - args.increment // 2:,} new); "
         f"1 unmeasured warm-up, then {args.epochs} measured epochs per system; seconds: median [min-max]",
-        "- epoch time: cbp `run()` wall time; streaming peers: the micro-batch's triggerExecution (query start left out); "
-        "delta-rs job: read + aggregate + MERGE. Peak memory: RSS of the system's process tree (driver, JVM, Python workers).",
-        f"- build: the first {args.chunk:,}-key files, each URL once: cbp feeds them all, then one `run()` (one epoch); "
+        "- epoch time: cbp `run()` wall time; streaming peers: the micro-batch's triggerExecution (query start left "
+        "out); "
+        "delta-rs job: read + aggregate + MERGE. Peak memory: RSS of the system's process tree (driver, JVM, Python "
+        "workers).",
+        f"- build: the first {args.chunk:,}-key files, each URL once: cbp feeds them all, then one `run()` (one "
+        f"epoch); "
         "delta-rs and delta-spark write the table once; the streaming peers take them as their first micro-batches. "
         "Each system builds first thing in its process (cold: the JVM's first jobs, the Python workers' start); "
         + (
             "cbp vectorised's second, warm build was skipped (--no-warm-build)."
             if getattr(args, "no_warm_build", False)
-            else "cbp vectorised then builds the same state again in a new home of the same process (warm; not in its peak memory)."
+            else "cbp vectorised then builds the same state again in a new home of the same process (warm; not in "
+            "its peak memory)."
         ),
         *(
             [f"- cbp vectorised's stage ran with {args.partitions} partitions (--partitions; the flow's YAML says 4)."]
@@ -303,7 +310,8 @@ def report(
             else []
         ),
         "",
-        "| state keys | system | epoch s | records/s | vs cbp vectorised | build s | build keys/s | peak memory GiB | state = from-scratch |",
+        "| state keys | system | epoch s | records/s | vs cbp vectorised | build s | build keys/s | peak memory GiB | "
+        "state = from-scratch |",
         "|---:|:---|---:|---:|---:|---:|---:|---:|:---:|",
     ]
     for size in sizes:
@@ -395,7 +403,8 @@ def goals(results: dict[int, dict[str, dict[str, Any]]], args: argparse.Namespac
         if v and d and size >= 3_000_000:
             need = 5.0 if size >= 30_000_000 else 1.0
             say(
-                f"{fmt_keys(size)}: vectorised {'>= 5x faster than' if need > 1 else 'at or below'} the delta-rs MERGE job "
+                f"{fmt_keys(size)}: vectorised {'>= 5x faster than' if need > 1 else 'at or below'} the delta-rs MERGE "
+                f"job "
                 f"({d / v:.2f}x)",
                 d / v >= need,
             )
@@ -490,7 +499,8 @@ def main(argv: list[str] | None = None) -> int:
         "--partitions",
         type=int,
         default=None,
-        help="cbp vectorised's stage partitions (default: flows/url_count_vec.yaml's 4; more keep each partition's files small)",
+        help="cbp vectorised's stage partitions (default: flows/url_count_vec.yaml's 4; more keep each "
+        "partition's files small)",
     )
     ap.add_argument(
         "--no-warm-build",
@@ -596,7 +606,8 @@ def main(argv: list[str] | None = None) -> int:
                     last[name] = (size, r["wall"])
                     same = r["fingerprint"] == refs[size]
                     log(
-                        f"{size:,} keys: {name} epoch {r['median']:.2f}s, build {r['build'] or 0:.0f}s, peak {r['peak_rss'] / 2**30:.1f} GiB, "
+                        f"{size:,} keys: {name} epoch {r['median']:.2f}s, build {r['build'] or 0:.0f}s, peak "
+                        f"{r['peak_rss'] / 2**30:.1f} GiB, "
                         f"state {'= from-scratch' if same else 'DIFFERS from from-scratch'}"
                     )
             shutil.rmtree(wsize, ignore_errors=True)

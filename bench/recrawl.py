@@ -86,7 +86,7 @@ def unpack(version: str) -> Path:
 def sync(src: Path, dst: Path) -> int:
     """Make ``dst`` hold ``src``'s files, writing only those whose bytes differ (a new mtime); returns files written."""
     written = 0
-    for d, dirs, files in os.walk(src):
+    for d, _dirs, files in os.walk(src):
         rel = os.path.relpath(d, src)
         os.makedirs(dst / rel, exist_ok=True)
         for f in files:
@@ -149,7 +149,8 @@ def check(
 def mutate(
     web: Path, urls: list[str], corpus: Any, share: float, rnd: random.Random
 ) -> tuple[list[tuple[Path, bytes]], int]:
-    """Remove ``share`` of the pages and edit another ``share``; returns the removed files (to restore) and the count edited."""
+    """Remove ``share`` of the pages and edit another ``share``; returns the removed files (to restore) and the count
+    edited."""
     files = []
     for u in urls:
         f = corpus.fetch(u)
@@ -166,7 +167,7 @@ def mutate(
         text = p.read_text(encoding="utf-8", errors="replace")
         n = [0]
 
-        def drop(m: re.Match) -> str:
+        def drop(m: re.Match, n: list[int] = n) -> str:
             n[0] += 1
             return m.group(0) if n[0] % 2 else m.group(0).replace("href=", "data-dropped=")
 
@@ -237,7 +238,8 @@ def crawl_round(ctx: dict[str, Any], phase: str, rows: list[dict[str, Any]]) -> 
     }
     rows.append(row)
     log(
-        f"{phase:>9} round {rep.round}: {rep.line()} | cbp {row['cbp_s']:.1f}s ({len(reports)} epochs, links +{row['links_added']} "
+        f"{phase:>9} round {rep.round}: {rep.line()} | cbp {row['cbp_s']:.1f}s ({len(reports)} epochs, links "
+        f"+{row['links_added']} "
         f"-{row['links_retracted']}), landmark {land_s:.1f}s, from scratch {scratch_s:.1f}s; counts equal"
     )
     return row
@@ -364,9 +366,14 @@ def main() -> None:
         write(done["rows"], first, fresh, args, budget, done["wall_s"])
         return
     old, new = unpack(args.old), unpack(args.new)
+    differ = sum(
+        1
+        for a in old.rglob("*.html")
+        if (new / a.relative_to(old)).exists() and not filecmp.cmp(a, new / a.relative_to(old), shallow=False)
+    )
     log(
-        f"{PACKAGE} {args.old} and {args.new}: {sum(1 for _ in old.rglob('*.html'))} and {sum(1 for _ in new.rglob('*.html'))} HTML files; "
-        f"{sum(1 for a in old.rglob('*.html') if (new / a.relative_to(old)).exists() and not filecmp.cmp(a, new / a.relative_to(old), shallow=False))} differ"
+        f"{PACKAGE} {args.old} and {args.new}: {sum(1 for _ in old.rglob('*.html'))} and "
+        f"{sum(1 for _ in new.rglob('*.html'))} HTML files; {differ} differ"
     )
     ctx = setup(args, old, work)
     rows: list[dict[str, Any]] = []
@@ -403,7 +410,8 @@ def main() -> None:
 
     fixed_iv = len(live) / budget * HOUR
     log(
-        f"freshness: {len(live)} pages, {budget} fetches per hourly round, {args.hours} hours; fixed interval {fixed_iv / HOUR:.1f} h vs adaptive 1 h .. 7 days"
+        f"freshness: {len(live)} pages, {budget} fetches per hourly round, {args.hours} hours; fixed interval "
+        f"{fixed_iv / HOUR:.1f} h vs adaptive 1 h .. 7 days"
     )
     fresh = freshness_all(ctx["web"], live, budget, args.hours, work)
     write(rows, first, fresh, args, budget, wall)
@@ -416,7 +424,8 @@ def freshness_all(web: Path, live: list[str], budget: int, hours: int, work: Pat
 
     fixed_iv = len(live) / budget * HOUR
     log(
-        f"freshness: {len(live)} pages, {budget} fetches per hourly round, {hours} hours; fixed {fixed_iv / HOUR:.1f} h, "
+        f"freshness: {len(live)} pages, {budget} fetches per hourly round, {hours} hours; fixed {fixed_iv / HOUR:.1f} "
+        f"h, "
         "fixed 1 h (round robin), adaptive 1 h .. 7 days"
     )
     fresh = {
@@ -432,7 +441,8 @@ def freshness_all(web: Path, live: list[str], budget: int, hours: int, work: Pat
     }
     for k, v in fresh.items():
         log(
-            f"freshness {k}: mean {v['mean']} after hour {v['warmup_hours']}, {v['fetches']} fetches, hot pages' interval {v['hot_interval_h']} h"
+            f"freshness {k}: mean {v['mean']} after hour {v['warmup_hours']}, {v['fetches']} fetches, hot pages' "
+            f"interval {v['hot_interval_h']} h"
         )
     return fresh
 
@@ -481,9 +491,11 @@ def write(
     }
     lines += [
         "",
-        f"Re-crawl rounds that change nothing: {summary['no_change_cbp_s']} s (crawler + cbp) vs {first_s:.1f} s for the rounds "
+        f"Re-crawl rounds that change nothing: {summary['no_change_cbp_s']} s (crawler + cbp) vs {first_s:.1f} s for "
+        f"the rounds "
         f"that first fetched those {summary['first_crawl_pages']} pages: {ratio}x (goal <= 0.1x).",
-        f"Freshness over hours {fresh['fixed']['warmup_hours']}..{args.hours} with at most {budget} fetches per hourly round: "
+        f"Freshness over hours {fresh['fixed']['warmup_hours']}..{args.hours} with at most {budget} fetches per hourly "
+        f"round: "
         + ", ".join(
             f"{k} {v['mean']} ({v['fetches']} fetches, hot pages' interval {v['hot_interval_h']} h)"
             for k, v in fresh.items()

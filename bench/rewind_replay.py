@@ -80,10 +80,12 @@ def main() -> None:
             assert q.state("url_count") == want, f"replay after rewinding {k} epoch(s) differs from the rebuild"
             rows.append((k, sum(len(e) for e in rep.undone.values()), t_rewind, t_replay, rebuild))
         print(
-            f"url_count: {a.epochs} epochs of {a.records} records; snapshot copies kept for rewind: {copies / a.epochs:.0f} bytes per epoch"
+            f"url_count: {a.epochs} epochs of {a.records} records; snapshot copies kept for rewind: "
+            f"{copies / a.epochs:.0f} bytes per epoch"
         )
         print(
-            f"{'epochs back':>11} {'undone':>6} {'rewind s':>9} {'replay s':>9} {'rewind+replay s':>16} {'rebuild s':>10}"
+            f"{'epochs back':>11} {'undone':>6} {'rewind s':>9} {'replay s':>9} {'rewind+replay s':>16} "
+            f"{'rebuild s':>10}"
         )
         for k, n, tr, tp, rb in rows:
             print(f"{k:>11} {n:>6} {tr:>9.2f} {tp:>9.2f} {tr + tp:>16.2f} {rb:>10.2f}")

@@ -129,7 +129,8 @@ def report(results: list[dict[str, Any]], args: argparse.Namespace) -> str:
         "# Object-store requests per feed and per run (URLCount, s3:// home on moto)",
         "",
         f"- command: `{' '.join([Path(sys.argv[0]).name, *sys.argv[1:]])}`; date {time.strftime('%Y-%m-%dT%H:%M:%S')}",
-        f"- {args.records:,} records per feed, {args.epochs} epochs per tree (medians leave the first out: it creates the tables)",
+        f"- {args.records:,} records per feed, {args.epochs} epochs per tree (medians leave the first out: it creates "
+        f"the tables)",
         "",
         "| tree | feed requests | run requests | per run: feed, run |",
         "|---|---:|---:|---|",

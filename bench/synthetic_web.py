@@ -106,7 +106,8 @@ class Web:
         ]
 
     def new_pages(self, rng: np.random.Generator, epoch: int, links: int, per_page: int) -> list[dict[str, Any]]:
-        """An epoch's new pages: ``links`` links to uniform URLs of the web, half of them moved to a new URL of the site."""
+        """An epoch's new pages: ``links`` links to uniform URLs of the web, half of them moved to a new URL of the
+        site."""
         targets = rng.integers(0, self.n, links)
         fresh = rng.random(links) < 0.5
         urls = []
@@ -123,7 +124,8 @@ class Web:
 
 
 def queue_records(p: Any, since: int) -> tuple[dict[tuple[str, float], int], int]:
-    """The crawl_queue records of threshold's epochs after ``since`` ({(url, score): summed _diff}), and its last epoch."""
+    """The crawl_queue records of threshold's epochs after ``since`` ({(url, score): summed _diff}), and its last
+    epoch."""
     last = p.status()["stages"]["threshold"]["epochs"]
     got: dict[tuple[str, float], int] = {}
     for e in range(since + 1, last + 1):
@@ -155,7 +157,8 @@ def build(pipes: dict[str, Any], web: Web, chunk: int, per_page: int) -> dict[st
             p.feed("pages", pages)
             took[f] += run(p)["seconds"]
         log(
-            f"built {min(a + chunk, web.n):,} of {web.n:,} URLs (before {took['before']:.0f}s, after {took['after']:.0f}s so far)"
+            f"built {min(a + chunk, web.n):,} of {web.n:,} URLs (before {took['before']:.0f}s, after "
+            f"{took['after']:.0f}s so far)"
         )
     return took
 
@@ -169,7 +172,8 @@ def measure(args: argparse.Namespace, work: Path) -> dict[str, Any]:
     web = Web(sizes)
     links = args.links or max(1000, int(10_000 * args.scale))
     log(
-        f"web: {web.n:,} URLs, {len(sizes):,} sites, largest {int(sizes[0]):,}, median {int(np.median(sizes))}; {links:,} links per epoch"
+        f"web: {web.n:,} URLs, {len(sizes):,} sites, largest {int(sizes[0]):,}, median {int(np.median(sizes))}; "
+        f"{links:,} links per epoch"
     )
     pipes = {f: cbp.load(y, home=str(work / f), mode="direct", spark=spark) for f, y in FORMS.items()}
     built = build(pipes, web, args.chunk, args.per_page)
@@ -193,8 +197,10 @@ def measure(args: argparse.Namespace, work: Path) -> dict[str, Any]:
         epochs.append(row)
         log(
             f"epoch {e + 1}: before {row['before']['seconds']:.1f}s (merge {row['before']['stages']['merge']:.1f}s, "
-            f"{row['before']['candidates']:,} candidates), after {row['after']['seconds']:.1f}s (merge {row['after']['stages']['merge']:.1f}s, "
-            f"{row['after']['merge_rows_read']:,} rows read, {row['after']['candidates']:,} candidates); queue records equal ({row['queue_records']:,})"
+            f"{row['before']['candidates']:,} candidates), after {row['after']['seconds']:.1f}s (merge "
+            f"{row['after']['stages']['merge']:.1f}s, "
+            f"{row['after']['merge_rows_read']:,} rows read, {row['after']['candidates']:,} candidates); queue records "
+            f"equal ({row['queue_records']:,})"
         )
     final = {f: queue_records(p, 0)[0] for f, p in pipes.items()}
     if final["before"] != final["after"]:
@@ -235,7 +241,8 @@ def check_reference(
 
 
 def recheck(args: argparse.Namespace, work: Path) -> None:
-    """:func:`check_reference` on the 'after' home of an earlier run, its pages regenerated from the same arguments and seed."""
+    """:func:`check_reference` on the 'after' home of an earlier run, its pages regenerated from the same arguments and
+    seed."""
     import cbp
 
     web = Web(zipf_sizes(int(10_000_000 * args.scale), int(100_000 * args.scale), args.top))
@@ -249,15 +256,18 @@ def recheck(args: argparse.Namespace, work: Path) -> None:
 
 def report(res: dict[str, Any]) -> str:
     lines = [
-        "| epoch | before (s) | after (s) | before / after | merge before (s) | merge after (s) | candidates before | candidates after "
+        "| epoch | before (s) | after (s) | before / after | merge before (s) | merge after (s) | candidates before | "
+        "candidates after "
         "| merge rows read after | queue records (equal) |",
         "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for r in res["epochs"]:
         b, a = r["before"], r["after"]
         lines.append(
-            f"| {r['epoch']} | {b['seconds']:.1f} | {a['seconds']:.1f} | {b['seconds'] / a['seconds']:.1f}x | {b['stages']['merge']:.1f} "
-            f"| {a['stages']['merge']:.1f} | {b['candidates']:,} | {a['candidates']:,} | {a['merge_rows_read']:,} | {r['queue_records']:,} |"
+            f"| {r['epoch']} | {b['seconds']:.1f} | {a['seconds']:.1f} | {b['seconds'] / a['seconds']:.1f}x | "
+            f"{b['stages']['merge']:.1f} "
+            f"| {a['stages']['merge']:.1f} | {b['candidates']:,} | {a['candidates']:,} | {a['merge_rows_read']:,} | "
+            f"{r['queue_records']:,} |"
         )
     med = {f: statistics.median(r[f]["seconds"] for r in res["epochs"]) for f in ("before", "after")}
     mm = {f: statistics.median(r[f]["stages"]["merge"] for r in res["epochs"]) for f in ("before", "after")}
@@ -316,7 +326,8 @@ def main() -> None:
     ap.add_argument(
         "--check-only",
         action="store_true",
-        help="check the 'after' home a run left in --workdir against the from-scratch queue (the same arguments as that run)",
+        help="check the 'after' home a run left in --workdir against the from-scratch queue (the same arguments as "
+        "that run)",
     )
     args = ap.parse_args()
     if args.check_only:

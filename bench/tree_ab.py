@@ -30,7 +30,8 @@ OUT = ROOT / "bench" / "out"
 CHILD = r"""
 import json, shutil, sys, time
 import cbp
-keys, inc_n, epochs, yaml, home, data = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), sys.argv[4], sys.argv[5], sys.argv[6]
+keys, inc_n, epochs = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])
+yaml, home, data = sys.argv[4], sys.argv[5], sys.argv[6]
 every = open(data, encoding="utf-8").read().splitlines()
 urls, new = every[:keys], every[keys:]
 shutil.rmtree(home, ignore_errors=True)
@@ -113,7 +114,8 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"round {r + 1} {t}: " + " ".join(f"{x:.2f}" for x in got), flush=True)
     base = statistics.median(x for rnd in times[str(trees[0])] for x in rnd[1:])
     print(
-        f"\n{args.yaml}, {args.keys:,} keys, {args.increment:,}-record increment; run() seconds, epochs 2..{args.epochs} of each round\n"
+        f"\n{args.yaml}, {args.keys:,} keys, {args.increment:,}-record increment; run() seconds, epochs "
+        f"2..{args.epochs} of each round\n"
     )
     print("| tree | median | per round | vs first tree |\n|:---|---:|:---|---:|")
     for t in trees:

@@ -74,7 +74,8 @@ def load_vocabulary() -> tuple[list[str], str]:
         if urls:
             return (
                 urls,
-                f"real URLs: {len(urls)} distinct link targets of Debian package {DOC_PACKAGE} (cached {cache.relative_to(ROOT)})",
+                f"real URLs: {len(urls)} distinct link targets of Debian package {DOC_PACKAGE} (cached "
+                f"{cache.relative_to(ROOT)})",
             )
     root = fetch_debian_doc(DOC_PACKAGE, str(DATA))
     urls = sorted({u for page, html in iter_pages(root, DOC_PACKAGE) for u in page_links(page, html)}) if root else []
@@ -82,7 +83,8 @@ def load_vocabulary() -> tuple[list[str], str]:
         cache.write_text(header + "\n" + "\n".join(urls) + "\n", encoding="utf-8")
         return (
             urls,
-            f"real URLs: {len(urls)} distinct link targets of Debian package {DOC_PACKAGE} (now cached in {cache.relative_to(ROOT)})",
+            f"real URLs: {len(urls)} distinct link targets of Debian package {DOC_PACKAGE} (now cached in "
+            f"{cache.relative_to(ROOT)})",
         )
     why = "apt-get download failed" if root is None else f"only {len(urls)} URLs found"
     rng = np.random.default_rng(7)
@@ -119,7 +121,8 @@ def vec_yaml(work: Path, partitions: int | None = None) -> Path:
     text = YAML_VEC.read_text(encoding="utf-8")
     if "pipeline: url_count_vec" not in text or "    partitions: 4\n" not in text:
         raise SystemExit(
-            "flows/url_count_vec.yaml no longer says 'pipeline: url_count_vec' and 'partitions: 4'; update bench/url_count_bench.py"
+            "flows/url_count_vec.yaml no longer says 'pipeline: url_count_vec' and 'partitions: 4'; update "
+            "bench/url_count_bench.py"
         )
     if partitions:
         text = text.replace("    partitions: 4\n", f"    partitions: {int(partitions)}\n")
@@ -166,7 +169,8 @@ def build(p: Any, keys: Keys, start: int, stop: int, chunk: int, log_prefix: str
         m["keys_after"] = b
         rows.append(m)
         log(
-            f"{log_prefix} keys {b:>10,}  feed {m['feed']:6.1f}s  epoch {m['seconds']:6.1f}s  run() {m['run_wall']:6.1f}s"
+            f"{log_prefix} keys {b:>10,}  feed {m['feed']:6.1f}s  epoch {m['seconds']:6.1f}s  run() "
+            f"{m['run_wall']:6.1f}s"
         )
     return rows
 
@@ -235,7 +239,8 @@ def measure(size: int, build_home: Path, work: Path, keys: Keys, args: argparse.
             runs[mode].append(m)
             log(
                 f"  {size:>10,} keys  {mode:<10} {'warm-up' if j == 0 else f'epoch {j}':<8} {m['seconds']:7.2f}s "
-                f"(run() {m['run_wall']:6.2f}s)  in {m['records_in']}  state read {m['keys_read']}  written {m['keys_written']}{note}"
+                f"(run() {m['run_wall']:6.2f}s)  in {m['records_in']}  state read {m['keys_read']}  written "
+                f"{m['keys_written']}{note}"
             )
     # the two modes must agree (same state, same increments): compare the last common epoch's output
     common = min(n_epochs.values())
@@ -322,26 +327,34 @@ def report(
         "",
         f"- command: `{command}`",
         f"- date: {_dt.datetime.now().isoformat(timespec='seconds')}; machine: {os.cpu_count()} cores, "
-        f"{_mem_gib():.0f} GiB RAM, {platform.python_implementation()} {platform.python_version()}, pyspark {_version('pyspark')}, "
-        f"Spark master {os.environ.get('CBP_SPARK_MASTER', 'local[*]')}, state cache {args.cache_mb:.0f} MB per Python worker",
+        f"{_mem_gib():.0f} GiB RAM, {platform.python_implementation()} {platform.python_version()}, pyspark "
+        f"{_version('pyspark')}, "
+        f"Spark master {os.environ.get('CBP_SPARK_MASTER', 'local[*]')}, state cache {args.cache_mb:.0f} MB per Python "
+        f"worker",
         f"- data: {source}",
         f"- increment: {args.increment:,} records per epoch ({args.increment // 2:,} existing keys drawn uniformly, "
-        f"{args.increment - args.increment // 2:,} new keys), seed {args.seed}; per size, both modes start from copies of the same state "
+        f"{args.increment - args.increment // 2:,} new keys), seed {args.seed}; per size, both modes start from copies "
+        f"of the same state "
         f"and get the same increments; 1 unmeasured warm-up epoch each, then {args.direct_epochs} measured direct and "
         f"{args.epochs} measured black-box epochs, modes alternating",
-        "- times are EpochReport.seconds of one stage epoch: median [min-max]; 'direct mean' includes the epochs that compacted "
-        "the state (count in parentheses), i.e. the amortized cost; 'direct 1st' is the unmeasured first epoch on the fresh copy "
+        "- times are EpochReport.seconds of one stage epoch: median [min-max]; 'direct mean' includes the epochs that "
+        "compacted "
+        "the state (count in parentheses), i.e. the amortized cost; 'direct 1st' is the unmeasured first epoch on the "
+        "fresh copy "
         "(the workers' state cache is cold for it); ratios use medians",
         "",
-        f"| state keys | direct s | direct mean s | direct 1st s | black-box s | black-box / direct | direct vs {fmt_keys(base['size'])} "
-        f"| black-box vs {fmt_keys(base['size'])} | vectorised s | vectorised / direct | direct state keys read | outputs agree |",
+        f"| state keys | direct s | direct mean s | direct 1st s | black-box s | black-box / direct | direct vs "
+        f"{fmt_keys(base['size'])} "
+        f"| black-box vs {fmt_keys(base['size'])} | vectorised s | vectorised / direct | direct state keys read | "
+        f"outputs agree |",
         "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|:---:|",
     ]
     for r in results:
         d, b, v = r["direct"], r["blackbox"], r["vectorised"]
         kr = statistics.median(x["keys_read"] for x in r["runs"]["direct"] if not x["warmup"])
         lines.append(
-            f"| {fmt_keys(r['size'])} | {d['median']:.2f} [{d['min']:.2f}-{d['max']:.2f}] | {d['mean']:.2f} ({d['compactions']}) | {d['warmup']:.2f} "
+            f"| {fmt_keys(r['size'])} | {d['median']:.2f} [{d['min']:.2f}-{d['max']:.2f}] | {d['mean']:.2f} "
+            f"({d['compactions']}) | {d['warmup']:.2f} "
             f"| {b['median']:.2f} [{b['min']:.2f}-{b['max']:.2f}] "
             f"| {b['median'] / d['median']:.1f}x | {d['median'] / d0:.2f}x | {b['median'] / b0:.2f}x "
             f"| {v['median']:.2f} [{v['min']:.2f}-{v['max']:.2f}] | {v['median'] / d['median']:.2f}x "

@@ -1,4 +1,5 @@
-"""The ``cbp`` command line: validate, feed, run, state, output, status, sql.
+"""The ``cbp`` command line: feed, run, state, output here; validate, status, sql and the other
+commands in :mod:`cbp.commands`, a module each.
 
     $ cbp validate flows/url_count.yaml
     $ cbp feed flows/url_count.yaml urls day1.jsonl
@@ -13,20 +14,21 @@ failed, 5 runtime/storage problem, 6 another ``cbp run`` holds the home.
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from . import commands
 from .commands import _follow
 from .commands import _terminal as terminal
+from .commands._open import open_pipeline
+from .commands._terminal import json_line
 from .errors import BusyError, CbpError, InputError, RuntimeStateError, SpecError, UsageError, UserCodeError, printable
 from .spec import MAX_TIMEOUT
 
-__all__ = ["main"]
+__all__ = ["main", "exit_code", "json_line"]
 
 #: Exit code per error class (never per message): a time limit, a dying worker and any user-code
 #: failure are UserCodeErrors (4), an unwritable home a RuntimeStateError (5); any other CbpError is 5.
@@ -34,8 +36,12 @@ _EXIT = {SpecError: 2, UsageError: 2, InputError: 3, UserCodeError: 4, RuntimeSt
 
 
 def exit_code(error: type[CbpError]) -> int:
-    """The exit code of ``cbp`` failing with an error of class ``error`` (cbp/errorcodes.py lists them per code)."""
+    """The exit code of ``cbp`` failing with an error of class ``error`` (cbp/errorcodes/ lists them per code)."""
     return next((code for cls, code in _EXIT.items() if issubclass(error, cls)), 5)
+
+
+#: The order of ``cbp --help``: these first, then the other commands of :mod:`cbp.commands` by name.
+_FIRST = ("validate", "feed", "run", "state", "output", "sql", "status")
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -43,19 +49,33 @@ def _parser() -> argparse.ArgumentParser:
         prog="cbp", description="Continuous bulk processing on Apache Spark with Delta Lake state."
     )
     sub = ap.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    adders: dict[str, Callable[[Any, Callable[[argparse.ArgumentParser], None]], None]] = {
+        "feed": _feed_parser,
+        "run": _run_parser,
+        "state": _state_parser,
+        "output": _output_parser,
+    }
+    adders.update((mod.NAME, mod.add_parser) for mod in commands.modules())
+    for name in [*_FIRST, *sorted(set(adders) - set(_FIRST))]:
+        adders[name](sub, _with_home)
+    ap.add_argument(
+        "--verbose", action="store_true", help="show Spark's and the JVM's own lines on stderr (hidden by default)"
+    )
+    for p in sub.choices.values():  # also after the command: cbp run X.yaml --verbose
+        p.add_argument("--verbose", action="store_true", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
+    return ap
 
-    def with_home(p: argparse.ArgumentParser) -> None:
-        p.add_argument("flow_yaml", metavar="FLOW.yaml", help="the pipeline file")
-        p.add_argument(
-            "--home",
-            help="where the pipeline keeps its state (default: state/<pipeline name> in the project, "
-            "the directory holding the YAML's flows/ directory, else the YAML's own directory)",
-        )
 
-    p = sub.add_parser("validate", help="check a pipeline YAML without running anything")
+def _with_home(p: argparse.ArgumentParser) -> None:
     p.add_argument("flow_yaml", metavar="FLOW.yaml", help="the pipeline file")
-    p.add_argument("--home", help="also plan the YAML against the pipeline this home recorded (as 'cbp plan')")
+    p.add_argument(
+        "--home",
+        help="where the pipeline keeps its state (default: state/<pipeline name> in the project, "
+        "the directory holding the YAML's flows/ directory, else the YAML's own directory)",
+    )
 
+
+def _feed_parser(sub: Any, with_home: Callable[[argparse.ArgumentParser], None]) -> None:
     p = sub.add_parser("feed", help="land one increment (JSON lines or Parquet) on an external input flow")
     with_home(p)
     p.add_argument("input_flow", metavar="INPUT_FLOW", help="an external flow of the pipeline (external: true)")
@@ -77,6 +97,8 @@ def _parser() -> argparse.ArgumentParser:
         help="land a feed with --id even if its records equal a pending feed landed without an id",
     )
 
+
+def _run_parser(sub: Any, with_home: Callable[[argparse.ArgumentParser], None]) -> None:
     p = sub.add_parser("run", help="run stage epochs until no stage is runnable")
     with_home(p)
     p.add_argument("--max-epochs", type=_positive, default=None, help="stop after this many stage epochs")
@@ -87,7 +109,8 @@ def _parser() -> argparse.ArgumentParser:
         type=_seconds,
         default=None,
         metavar="SECONDS",
-        help="cancel a stage epoch that runs longer than this (exit 4, nothing committed); a stage's YAML 'timeout' applies too",
+        help="cancel a stage epoch that runs longer than this (exit 4, nothing committed); a stage's YAML "
+        "'timeout' applies too",
     )
     p.add_argument("--upgrade", action="store_true", help="apply the plan of a changed YAML first (as 'cbp upgrade')")
     p.add_argument(
@@ -98,11 +121,15 @@ def _parser() -> argparse.ArgumentParser:
     )
     _follow.add_arguments(p)  # --follow, --min-interval, ...: continuous mode
 
+
+def _state_parser(sub: Any, with_home: Callable[[argparse.ArgumentParser], None]) -> None:
     p = sub.add_parser("state", help="print a stage's state records as JSON lines")
     with_home(p)
     p.add_argument("stage", metavar="STAGE", help="a stage with state")
     p.add_argument("--epoch", type=int, help="the state after this epoch of the stage (default: latest)")
 
+
+def _output_parser(sub: Any, with_home: Callable[[argparse.ArgumentParser], None]) -> None:
     p = sub.add_parser("output", help="print a flow's records as JSON lines")
     with_home(p)
     p.add_argument("flow", metavar="FLOW", help="any flow of the pipeline (external or a stage's output)")
@@ -116,33 +143,6 @@ def _parser() -> argparse.ArgumentParser:
         action="store_true",
         help="the flow's contents as of --epoch (default: all): each record once, _diff summed, zeros dropped",
     )
-
-    p = sub.add_parser(
-        "sql", help="run a Spark SQL query (Spark's Delta connector) over the stages' state and the flows"
-    )
-    with_home(p)
-    p.add_argument(
-        "query", metavar="SQL", help="a query; stages (their state) and flows (their records) are views by name"
-    )
-    p.add_argument(
-        "--epoch",
-        metavar="N|STAGE=N",
-        help="stages' state after their epoch N (Delta time travel); "
-        "flows they produce: what that epoch wrote. STAGE=N (comma-separated) pins single stages",
-    )
-    p.add_argument("--format", choices=["jsonl", "table"], default="jsonl", help="JSON lines (default) or a text table")
-
-    p = sub.add_parser("status", help="stages, epochs run, pending increments per connector")
-    with_home(p)
-    p.add_argument("--json", action="store_true", help="print the status as JSON")
-    for mod in commands.modules():
-        mod.add_parser(sub, with_home)
-    ap.add_argument(
-        "--verbose", action="store_true", help="show Spark's and the JVM's own lines on stderr (hidden by default)"
-    )
-    for p in sub.choices.values():  # also after the command: cbp run X.yaml --verbose
-        p.add_argument("--verbose", action="store_true", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
-    return ap
 
 
 def _seconds(text: str) -> float:
@@ -194,68 +194,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         sys.stdout.flush()
 
 
-def json_line(rec: Any) -> str:
-    r"""``rec`` as one line of JSON, UTF-8 as it is, except the line and paragraph separators
-    U+2028/U+2029, escaped: Python's ``str.splitlines`` and JavaScript break lines at them.
-
-        >>> json_line({"s": "a\u2028b", "t": "é"})
-        '{"s": "a\\u2028b", "t": "é"}'
-    """
-    return json.dumps(rec, ensure_ascii=False).replace("\u2028", "\\u2028").replace("\u2029", "\\u2029")
-
-
 def _dispatch(args: argparse.Namespace) -> int:
-    from .spec import load_spec
-
     for mod in commands.modules():
         if mod.NAME == args.command:
             return int(mod.run(args))
-
-    if args.command == "validate":
-        from .spec.deadends import dead_ends
-        from .spec.signing import unsigned_readers
-
-        spec = load_spec(args.flow_yaml)
-        print(
-            f"{args.flow_yaml}: pipeline '{spec.name}' is valid: {len(spec.flows)} flows, {len(spec.stages)} stages "
-            f"({', '.join(spec.order)}); external inputs: {', '.join(spec.external_flows) or 'none'}"
-        )
-        for d in [*dead_ends(spec), *unsigned_readers(spec)]:
-            print(f"cbp validate: warning [{d.code}]: {d.message}", file=sys.stderr)
-        from .commands.plan import show
-        from .pipeline import Pipeline
-
-        return show(Pipeline(args.flow_yaml, args.home).plan(), "validate") if args.home else 0
-
-    from .pipeline import Pipeline
-
-    pipe = Pipeline(args.flow_yaml, args.home, mode=getattr(args, "mode", None))
-    pipe.parts.notice.listener = lambda message: print(f"cbp {args.command}: {message}", file=sys.stderr, flush=True)
+    # feed and run write: the note on a new home is for the commands that read
+    pipe = open_pipeline(args, note_if_new=args.command not in ("feed", "run"))
     if args.command == "feed":
-        if args.file is None and not args.close:
-            raise UsageError("give FILE (.jsonl or .parquet; or --close to close the open frame)", code="usage")
-        if args.file is None:
-            landed = pipe.close(args.input_flow)
-        else:
-            src = "/dev/stdin" if args.file == "-" else args.file
-            landed = pipe.feed(args.input_flow, src, close=args.close, feed_id=args.feed_id, force=args.force)
-        # the feed's number is what 'cbp output FLOW --epoch N' takes; an empty feed has one too
-        what = (
-            f"already landed (--id {args.feed_id}), nothing new" if landed.repeated else f"{landed.records} record(s)"
-        )
-        incs = f"increment(s) {', '.join(map(str, landed))}" if landed else "no increment"
-        print(
-            f"landed on '{args.input_flow}' as feed {landed.feed} (output --epoch {landed.feed}): {what}, {incs}"
-            f"{' (closed)' if args.close else ''}"
-        )
-        return 0
+        return _feed(pipe, args)
     if args.command == "run":
         return _follow.run(pipe, args, _run)
-    if pipe.is_new:
-        print(
-            f"cbp {args.command}: note: nothing has been fed or run in {pipe.home.location} yet; is --home right?",
-            file=sys.stderr,
-        )
     if args.command == "state":
         for rec in pipe.state(args.stage, args.epoch):
             print(json_line(rec))
@@ -264,40 +212,25 @@ def _dispatch(args: argparse.Namespace) -> int:
         for rec in pipe.output(args.flow, args.epoch, consolidated=args.consolidated):
             print(json_line(rec))
         return 0
-    if args.command == "sql":
-        return _sql(pipe, args)
-    if args.command == "status":
-        st = pipe.status()
-        if args.json:
-            print(json.dumps(st, indent=2))
-            return 0
-        print(f"pipeline {st['pipeline']}  home {st['home']}  mode {st['mode']}")
-        if st["runner"]:
-            r = st["runner"]
-            print(f"  a cbp run is working on this home: pid {r.get('pid')} on {r.get('host')} ({r.get('command')})")
-        for it in st["interrupted"]:
-            verb = "under way" if st["runner"] else "interrupted"
-            head = (
-                f"{verb} commit of {it['what']}"
-                if it["kind"] == "commit"
-                else f"{verb}: stage '{it['stage']}' epoch {it['epoch']}"
-            )
-            print(f"  {head}; {it['recovery']}")
-        for name, s in st["stages"].items():
-            print(f"  stage {name:<16} epochs {s['epochs']:>5}  runnable {s['runnable']}")
-            for flow, c in s["connectors"].items():
-                print(
-                    f"    <- {flow:<16} pending increments {c['pending']:>4} (complete {c['complete']}, records {c['records']})"
-                )
-        from .controller.codehash import status_lines
-
-        for line in status_lines(st):
-            print(line)
-        commands.history.print_status(
-            st, args.flow_yaml
-        )  # the last run's epochs; pending feeds that repeat earlier ones
-        return 0
     raise AssertionError(args.command)
+
+
+def _feed(pipe: Any, args: argparse.Namespace) -> int:
+    if args.file is None and not args.close:
+        raise UsageError("give FILE (.jsonl or .parquet; or --close to close the open frame)", code="usage")
+    if args.file is None:
+        landed = pipe.close(args.input_flow)
+    else:
+        src = "/dev/stdin" if args.file == "-" else args.file
+        landed = pipe.feed(args.input_flow, src, close=args.close, feed_id=args.feed_id, force=args.force)
+    # the feed's number is what 'cbp output FLOW --epoch N' takes; an empty feed has one too
+    what = f"already landed (--id {args.feed_id}), nothing new" if landed.repeated else f"{landed.records} record(s)"
+    incs = f"increment(s) {', '.join(map(str, landed))}" if landed else "no increment"
+    print(
+        f"landed on '{args.input_flow}' as feed {landed.feed} (output --epoch {landed.feed}): {what}, {incs}"
+        f"{' (closed)' if args.close else ''}"
+    )
+    return 0
 
 
 def _run(pipe: Any, args: argparse.Namespace) -> int:
@@ -342,66 +275,6 @@ def _run(pipe: Any, args: argparse.Namespace) -> int:
         for stage, why in pipe.idle_reasons().items():
             print(f"  stage '{stage}' did not run: {why}")
     return 0
-
-
-def _sql(pipe: Any, args: argparse.Namespace) -> int:
-    from .engine.driver.session import get_spark
-    from .sql import sql_error
-
-    # py4j and pyspark's SQLQueryContextLogger would log a failed query as a traceback; cbp reports it (main)
-    for name in ("", "SQLQueryContextLogger"):
-        logging.getLogger(name).setLevel(logging.CRITICAL)
-
-    # this process runs no stage epoch, so Spark may coalesce the shuffles of the query (AQE) as usual
-    # (and no SQL on files by path: the query reads the pipeline's views, see cbp.sql._check_read_only)
-    def session() -> Any:  # started only for a statement cbp's own check let through (cbp.sqlcheck)
-        spark = get_spark(conf={"spark.sql.adaptive.enabled": "true", "spark.sql.runSQLOnFiles": "false"})
-        # a task failing under the query is reported once, below, not as Java traces
-        spark.sparkContext.setLogLevel("OFF")
-        return spark
-
-    df = pipe.sql(args.query, args.epoch, session=session)
-    try:
-        columns = list(df.columns)
-        rows = [_plain(r.asDict(recursive=True)) for r in df.toLocalIterator()]
-    except CbpError:
-        raise
-    except Exception as e:  # the query failed while it ran (a bad cast, a division by zero with ANSI on, ...)
-        raise sql_error(e) from None
-    if args.format == "jsonl":
-        for row in rows:
-            print(json_line(row))
-        return 0
-    cells = [[_cell(row.get(c)) for c in columns] for row in rows]
-    widths = [max([len(c)] + [len(r[i]) for r in cells]) for i, c in enumerate(columns)]
-    print("  ".join(c.ljust(w) for c, w in zip(columns, widths)).rstrip())
-    print("  ".join("-" * w for w in widths))
-    for r in cells:
-        print("  ".join(v.ljust(w) for v, w in zip(r, widths)).rstrip())
-    print(f"({len(rows)} row{'s' if len(rows) != 1 else ''})")
-    return 0
-
-
-def _plain(value: Any) -> Any:
-    """A query result value as JSON: decimals as numbers, dates and times as ISO text."""
-    import datetime
-    import decimal
-
-    if isinstance(value, dict):
-        return {str(k): _plain(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_plain(v) for v in value]
-    if isinstance(value, decimal.Decimal):
-        return int(value) if value == value.to_integral_value() else float(value)
-    if isinstance(value, (datetime.date, datetime.datetime, datetime.time)):
-        return value.isoformat()
-    if isinstance(value, (bytes, bytearray)):
-        return value.hex()
-    return value
-
-
-def _cell(value: Any) -> str:
-    return "NULL" if value is None else value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
 
 
 if __name__ == "__main__":

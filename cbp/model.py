@@ -150,7 +150,8 @@ def normalize_runnable_result(result: Any, frames: Frames, where: str) -> tuple[
             bad = [(k, v) for k, v in x.items() if isinstance(v, bool) or not isinstance(v, numbers.Integral) or v < 0]
             if bad:
                 raise TypeError(
-                    f"{where}: {what} gives {bad[0][1]!r:.40} for '{bad[0][0]}'; a count of increments is a whole number, 0 or more"
+                    f"{where}: {what} gives {bad[0][1]!r:.40} for '{bad[0][0]}'; a count of increments is a whole "
+                    f"number, 0 or more"
                 )
             out = {str(k): int(v) for k, v in x.items() if v > 0}
         elif isinstance(x, Iterable) and not isinstance(x, (str, bytes)):
@@ -259,7 +260,8 @@ class Emitter:
         """
         if self._bind is None:
             raise TypeError(
-                f"stage '{self.stage}' has no grouping keys (a record-wise stage): it cannot associate keys with multicast addresses"
+                f"stage '{self.stage}' has no grouping keys (a record-wise stage): it cannot associate keys with "
+                f"multicast addresses"
             )
         self._bind(key, address)
 

@@ -19,7 +19,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Iterator, Mapping
 from functools import partial
-from typing import TYPE_CHECKING, Any, NamedTuple, Union
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from .engine.driver.deltaread import latest_state, read_delta
 from .engine.driver.job import spark_ddl
@@ -35,7 +35,7 @@ if TYPE_CHECKING:
 __all__ = ["state_df", "flow_df", "views", "view_names", "prepare", "run_sql", "parse_epoch", "view_name", "Epochs"]
 
 #: ``epoch``: one stage epoch for every stateful stage (``N``), or per stage (``{stage: N}``).
-Epochs = Union[None, int, str, Mapping[str, int]]
+Epochs = int | str | Mapping[str, int] | None
 _EPOCH = re.compile(r"\s*(?:([A-Za-z_][A-Za-z0-9_]*)\s*=\s*)?(-?\d+)\s*\Z")
 #: Top-level plans a read-only query may be besides queries (class names of Spark's logical plans).
 _READ_ONLY_COMMANDS = ("Explain", "Describe", "Show")
@@ -280,8 +280,8 @@ def _check_read_only(spark: Any, query: str) -> None:
         insert = "Insert" in simple and ".expressions." not in cls  # InsertIntoStatement, InsertIntoDir: not Commands
         if (kinds[cls] and not (depth == 0 and simple.startswith(_READ_ONLY_COMMANDS))) or insert:
             raise UsageError(
-                f"cbp sql runs queries only (SELECT, WITH, VALUES, EXPLAIN, DESCRIBE, SHOW); this statement contains {simple}, "
-                "which would change tables or settings",
+                "cbp sql runs queries only (SELECT, WITH, VALUES, EXPLAIN, DESCRIBE, SHOW); this statement "
+                f"contains {simple}, which would change tables or settings",
                 code="sql-not-query",
             )
         why = _not_allowed(simple, node)
@@ -324,11 +324,13 @@ def _not_allowed(simple: str, node: dict[str, Any]) -> str:
         and "multipartIdentifier" in node
         and len(_names(node.get("multipartIdentifier"))) != 1
     ):
-        return f"{'.'.join(_names(node.get('multipartIdentifier')))} is a table by path or catalog; name a view (a stage or a flow)"
+        table = ".".join(_names(node.get("multipartIdentifier")))
+        return f"{table} is a table by path or catalog; name a view (a stage or a flow)"
     if simple == "UnresolvedTableValuedFunction":
         name = _names(node.get("name"))
         if len(name) != 1 or name[0].lower() not in _TABLE_FUNCTIONS:
-            return f"table function {'.'.join(name)}() may read files; only {', '.join(sorted(_TABLE_FUNCTIONS))} are allowed"
+            allowed = ", ".join(sorted(_TABLE_FUNCTIONS))
+            return f"table function {'.'.join(name)}() may read files; only {allowed} are allowed"
     if simple == "UnresolvedFunction":
         name = _names(node.get("nameParts"))
         if len(name) != 1 or name[0].lower() in _JAVA_FUNCTIONS:
@@ -363,7 +365,7 @@ def sql_error(exc: Exception) -> Exception:
     first = next((ln.strip() for ln in str(exc).splitlines() if ln.strip()), type(exc).__name__)
     state = ""
     try:
-        state = (exc.getSqlState() or "") if hasattr(exc, "getSqlState") else ""  # type: ignore[attr-defined]
+        state = (exc.getSqlState() or "") if hasattr(exc, "getSqlState") else ""
     except Exception:
         state = ""
     cause = _spark_cause(exc)

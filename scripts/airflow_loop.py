@@ -95,7 +95,8 @@ def port_free(port: int, host: str = HOST) -> bool:
 
 
 def start_airflow(env: dict[str, str], logfile: Path, serve: str = SERVE) -> subprocess.Popen:
-    """Start Airflow (``serve``, a bash command line) in its own session with umask 077, output to ``logfile`` (0600)."""
+    """Start Airflow (``serve``, a bash command line) in its own session with umask 077, output to ``logfile``
+    (0600)."""
     fd = os.open(logfile, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     with os.fdopen(fd, "w") as logf:
         return subprocess.Popen(
@@ -207,7 +208,8 @@ def main() -> int:
     config.write_text(
         f"flows: {ROOT / 'flows'}\nhomes: {work / 'homes'}\ninbox: {work / 'inbox'}\npoke_interval: 2\n"
         f"crawlers:\n  crawl_queue:\n    corpus: {corpus}\n    hosts: [{PACKAGE}]\n    seed: {SEED}\n"
-        f"    max_pages: {args.max_pages}\n    revisit_min: {args.revisit_min}\n    revisit_max: {args.revisit_min * 10}\n"
+        f"    max_pages: {args.max_pages}\n    revisit_min: {args.revisit_min}\n    revisit_max: "
+        f"{args.revisit_min * 10}\n"
     )
     env = airflow_env(work / "airflow", config, args.port)
     bindir = Path(sys.executable).parent
@@ -260,7 +262,8 @@ def watch(args, env, airflow, proc, home, yaml, corpus, work) -> int:
             return 1
         time.sleep(3)
     log(
-        f"DAGs parsed after {time.time() - t0:.0f}s: cbp_crawl_queue, cbp_crawl_queue_crawler (and one per flows/*.yaml)"
+        f"DAGs parsed after {time.time() - t0:.0f}s: cbp_crawl_queue, cbp_crawl_queue_crawler (and one per "
+        f"flows/*.yaml)"
     )
     for d in ("cbp_crawl_queue", "cbp_crawl_queue_crawler"):
         subprocess.run([airflow, "dags", "unpause", d], env=env, capture_output=True, text=True, umask=UMASK)
@@ -322,9 +325,12 @@ def watch(args, env, airflow, proc, home, yaml, corpus, work) -> int:
             failures += not same
             ok = sum(1 for r in runs if r.get("state") == "success")
             log(
-                f"round {done['round']} ({done['landed']} pages landed at {done['at']}, {done['failed']} unfetchable; revisited "
-                f"{done.get('revisited', 0)}: {done.get('unchanged', 0)} unchanged, {done.get('changed', 0)} changed, {done.get('gone', 0)} gone) processed; "
-                f"{len(crawled)} pages crawled, {len(queue)} URLs waiting in the queue, from-scratch queue: {'equal' if same else 'DIFFERENT'} "
+                f"round {done['round']} ({done['landed']} pages landed at {done['at']}, {done['failed']} unfetchable; "
+                f"revisited "
+                f"{done.get('revisited', 0)}: {done.get('unchanged', 0)} unchanged, {done.get('changed', 0)} changed, "
+                f"{done.get('gone', 0)} gone) processed; "
+                f"{len(crawled)} pages crawled, {len(queue)} URLs waiting in the queue, from-scratch queue: "
+                f"{'equal' if same else 'DIFFERENT'} "
                 f"({ok} successful pipeline DAG runs so far)"
             )
             for url, score in sorted(queue.items(), key=lambda kv: (-kv[1], kv[0]))[:5]:

@@ -180,7 +180,8 @@ def run_victim(
                 break
             if fault and r.returncode != -9:
                 raise AssertionError(
-                    f"operation {i} ({op}) with CBP_FAULT={fault} was not killed (exit {r.returncode}):\n{r.stderr[-3000:]}"
+                    f"operation {i} ({op}) with CBP_FAULT={fault} was not killed (exit "
+                    f"{r.returncode}):\n{r.stderr[-3000:]}"
                 )
             if not fault and r.returncode != 0:
                 raise AssertionError(

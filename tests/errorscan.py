@@ -135,7 +135,7 @@ class _Scan:
     def scan(self) -> dict[tuple[str, str], list[str]]:
         self.find_relays()
         makers = self._makers()
-        for path, fn, call in self._functions():
+        for path, _fn, call in self._functions():
             name = _name(call.func)
             if name not in makers:
                 continue

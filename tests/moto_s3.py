@@ -1,6 +1,6 @@
 """A moto S3 server on loopback for tests of homes on S3 (shared by tests/test_s3_home.py and others).
 
-``from moto_s3 import BUCKET, s3`` gives a test module the fixture ``s3``: one server per module
+``from moto_s3 import BUCKET, s3_server`` gives a test module the fixture ``s3``: one server per module
 on 127.0.0.1 and a free port, the bucket ``cbp-test``, and the AWS_* variables of this process
 (and so of its ``cbp`` subprocesses and, through ``SparkContext.environment``, Spark's Python
 workers) pointing at it while the module's tests run.
@@ -25,7 +25,7 @@ MOTO = [sys.executable, "-m", "moto.server"]  # this interpreter's moto, not ano
 BUCKET = "cbp-test"
 ENV = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing", "AWS_REGION": "us-east-1"}
 
-__all__ = ["BUCKET", "ENV", "s3"]
+__all__ = ["BUCKET", "ENV", "s3_server"]
 
 
 def _free_port() -> int:
@@ -34,8 +34,8 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-@pytest.fixture(scope="module")
-def s3() -> Iterator[Any]:
+@pytest.fixture(scope="module", name="s3")
+def s3_server() -> Iterator[Any]:
     """A moto S3 server with the bucket ``cbp-test``; the process environment points at it."""
     port = _free_port()
     proc = subprocess.Popen(

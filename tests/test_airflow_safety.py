@@ -551,8 +551,9 @@ def test_an_inbox_failure_that_is_not_the_file_s_fault_rejects_nothing(tmp_path,
     d = tmp_path / "inbox" / "words"
     d.mkdir(parents=True)
     _good(d, "b.jsonl")
-    with pytest.raises(Exception):
+    with pytest.raises(CbpError) as e:
         land_inbox(yaml, str(home), str(tmp_path / "inbox"), ["words"], settle=0)
+    assert e.value.code == "bad-home"
     assert os.listdir(d) == ["b.jsonl"]  # still waiting: the retry (once the home is fixed) lands it
 
 

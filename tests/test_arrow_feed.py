@@ -19,7 +19,8 @@ from cbp.errors import InputError
 YAML = """
 pipeline: arrowfeed
 flows:
-  a: {external: true, schema: {k: string, n: int, s: "string?", f: "float?", b: "bool?", j: "json?", xs: "list<float?>?", ys: "list<string>?"}}
+  a: {external: true, schema: {k: string, n: int, s: "string?", f: "float?", b: "bool?", j: "json?",
+      xs: "list<float?>?", ys: "list<string>?"}}
   out: {schema: {k: string}}
 stages:
   st:

@@ -16,7 +16,8 @@ from cbp.testing import Increment, replay
 YAML = """
 pipeline: echo
 flows:
-  a: {external: true, schema: {k: string, s: "string?", f: "float?", b: "bool?", j: "json?", xs: "list<float?>?", n: int}}
+  a: {external: true, schema: {k: string, s: "string?", f: "float?", b: "bool?", j: "json?", xs: "list<float?>?",
+      n: int}}
   c: {external: true, schema: {k: string, n: int, tag: string}}
   got: {schema: {k: string, flow: string, rec: string}}
 stages:

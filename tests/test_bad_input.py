@@ -312,11 +312,13 @@ def test_yaml_that_no_longer_fits_the_home(spark, make_pipeline, tmp_path, chang
     assert {r["w"]: r["n"] for r in p.state("count")} == {"a": 2, "b": 1}
 
 
-# ---------------------------------------------------------------- hostile JSON lines and records (no Spark needed: feeds land through delta-rs)
+# ---------------------------------------------------------------- hostile JSON lines and records (no Spark needed:
+# feeds land through delta-rs)
 ALL_TYPES = """
 pipeline: types
 flows:
-  recs: {external: true, schema: {s: string, i: "int?", f: "float?", b: "bool?", j: "json?", l: "list<string?>?", n: "list<float>?"}}
+  recs: {external: true, schema: {s: string, i: "int?", f: "float?", b: "bool?", j: "json?", l: "list<string?>?",
+      n: "list<float>?"}}
 stages:
   keep:
     translator: MOD:keep
@@ -508,7 +510,8 @@ def test_non_utf8_names_the_line(landed, tmp_path):
     assert e.value.code == "bad-record" and f"{path}:2: flow 'urls': not UTF-8 text" in str(e.value)
 
 
-# ---------------------------------------------------------------- feed numbers: what 'feed' prints is what 'output --epoch' takes
+# ---------------------------------------------------------------- feed numbers: what 'feed' prints is what 'output
+# --epoch' takes
 def test_empty_feed_takes_a_number_and_the_numbers_agree_cli(tmp_path, capsys):
     home = str(tmp_path / "h")
     files = {"a": '{"url": "a"}\n', "empty": "", "blank": "\n  \n", "b": '{"url": "b"}\n{"url": "c"}\n'}
@@ -571,7 +574,10 @@ def test_empty_feed_takes_a_number_and_the_numbers_agree_api(tmp_path):
 
 
 def test_a_runnable_state_nested_too_deeply_is_not_storable(spark, make_pipeline, tmp_path):
-    deep = "\ndef run(frames, state):\n    v = []\n    for _ in range(100000):\n        v = [v]\n    return {'words'}, {'words'}, v\n"
+    deep = (
+        "\ndef run(frames, state):\n    v = []\n    for _ in range(100000):\n        v = [v]\n"
+        "    return {'words'}, {'words'}, v\n"
+    )
     p = cbp.load(
         make_pipeline(
             FAILING.replace("    outputs: [counts]", "    outputs: [counts]\n    runnable: MOD:run"),

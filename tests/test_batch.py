@@ -89,7 +89,8 @@ def batch(keys, state, nums, carry, out):
     both = pa.concat_tables([nums.select(["_key", "v"]), carry.select(["_key", "v"])])
     add = both.group_by("_key").aggregate([("v", "sum")])
     t = pa.table({"_key": keys})
-    t = t.join(add, "_key", join_type="left outer").join(state.select(["_key", "total", "last"]), "_key", join_type="left outer")
+    t = t.join(add, "_key", join_type="left outer")
+    t = t.join(state.select(["_key", "total", "last"]), "_key", join_type="left outer")
     t = t.join(nums.group_by("_key").aggregate([("v", "max")]), "_key", join_type="left outer")
     total = pc.add(pc.fill_null(t["v_sum"], 0), pc.fill_null(t["total"], 0))
     last = pc.if_else(pc.is_null(t["v_max"]), t["last"], t["v_max"])
@@ -176,7 +177,8 @@ def bad(keys, state, nums, carry, out):
     if kind == "type":
         return {"totals": pa.table({"k": keys, "total": pa.array(["x"] * len(keys))})}
     if kind == "both":
-        return {"state": pa.table({"_key": keys, "k": keys, "total": [1] * len(keys), "last": [None] * len(keys)}), "removed": keys}
+        state = pa.table({"_key": keys, "k": keys, "total": [1] * len(keys), "last": [None] * len(keys)})
+        return {"state": state, "removed": keys}
     if kind == "stranger":
         return {"removed": ["nobody"]}
     if kind == "nulls":
@@ -192,7 +194,8 @@ def bad(keys, state, nums, carry, out):
     if kind == "floattotal":
         return {"totals": pa.table({"k": keys, "total": [5.0] * n})}
     if kind == "dupcol":
-        return {"state": pa.Table.from_arrays([keys, keys, pa.array([1] * n), pa.array([2] * n)], names=["_key", "k", "total", "total"])}
+        columns = [keys, keys, pa.array([1] * n), pa.array([2] * n)]
+        return {"state": pa.Table.from_arrays(columns, names=["_key", "k", "total", "total"])}
     if kind in ("rmtable", "rmstr", "rmobj"):
         return {"removed": {"rmtable": pa.table({"_key": keys}), "rmstr": "ab", "rmobj": [object()]}[kind]}
     if kind == "brokenmap":  # a mapping whose methods fail
@@ -209,7 +212,8 @@ def bad(keys, state, nums, carry, out):
     if kind == "oddkeys":  # names of mixed types: listed, not sorted
         return {1: None, "x": None}
     if kind == "empty":  # nothing new, nothing removed: valid
-        return {"state": pa.table({"_key": [], "k": [], "total": []}), "removed": [], "totals": pa.table({"k": [], "total": []})}
+        return {"state": pa.table({"_key": [], "k": [], "total": []}), "removed": [],
+                "totals": pa.table({"k": [], "total": []})}
     return 42
 """
 
@@ -303,7 +307,8 @@ import pyarrow as pa
 
 def t(keys, state, ev, out):
     j = pa.array([v for v in ev["v"].to_pylist()], pa.string())  # one record per key: its text as the json field
-    return {"state": pa.table({"_key": ev["_key"], "k": ev["_key"], "j": j}), "res": pa.table({"k": ev["_key"], "j": j})}
+    return {"state": pa.table({"_key": ev["_key"], "k": ev["_key"], "j": j}),
+            "res": pa.table({"k": ev["_key"], "j": j})}
 """
 
 
@@ -659,7 +664,8 @@ import pyarrow as pa
 
 def t(keys, state, ev, out):
     kind = out.params["kind"]
-    wrong = {"int": pa.array([int(k) for k in keys.to_pylist()]), "float": pa.array([float(k) for k in keys.to_pylist()]),
+    wrong = {"int": pa.array([int(k) for k in keys.to_pylist()]),
+             "float": pa.array([float(k) for k in keys.to_pylist()]),
              "large": keys.cast(pa.large_string())}[kind]
     return {"state": pa.table({"_key": wrong, "k": keys, "v": [7] * len(keys)}), "removed": wrong[:0]}
 """

@@ -89,7 +89,8 @@ def node_batch(keys, state, ins, msgs, out):
             sent.append({"addr": r["addr"], "tag": r["tag"]})
     seen += [{"k": m["_key"], "flow": "msgs", "tag": m["tag"], "epoch": out.epoch} for m in msgs.to_pylist()]
     return {"state": pa.table({"_key": keys, "k": keys}),
-            "seen": pa.Table.from_pylist(seen, pa.schema([("k", pa.string()), ("flow", pa.string()), ("tag", pa.string()), ("epoch", pa.int64())])),
+            "seen": pa.Table.from_pylist(seen, pa.schema([("k", pa.string()), ("flow", pa.string()),
+                                                          ("tag", pa.string()), ("epoch", pa.int64())])),
             "msgs": pa.Table.from_pylist(sent, pa.schema([("addr", pa.string()), ("tag", pa.string())]))}
 """
 
@@ -185,7 +186,7 @@ def test_broadcast_and_multicast_delivery(spark, tmp_path, make_pipeline, mode, 
         spark=spark,
         **({"small_epoch_records": 0} if path_ == "shuffle" else {}),
     )
-    for i, feed in enumerate(FEEDS, 1):
+    for feed in FEEDS:
         p.feed("ins", feed)
         reports = p.run()
         assert all(r.shuffle_records == 0 for r in reports) == (mode == "direct" and path_ != "shuffle")

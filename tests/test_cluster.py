@@ -52,8 +52,8 @@ def _sourced(env_sh: Path) -> dict[str, str]:
     return dict(item.split("=", 1) for item in out.stdout.decode().split("\0") if "=" in item)
 
 
-@pytest.fixture(scope="module")
-def cluster() -> Iterator[dict[str, str]]:
+@pytest.fixture(scope="module", name="cluster")
+def cluster_fixture() -> Iterator[dict[str, str]]:
     """The running cluster's driver environment; starts one (and stops it after) when none is up."""
     env_sh = STATE / "env.sh"
     ours = False
@@ -396,7 +396,8 @@ for feed in json.loads(open(sys.argv[3]).read()):
     p.feed("urls", feed)
     for r in p.run():
         print(json.dumps({"epoch": r.epoch, "executors": {str(k): v for k, v in r.executors.items()},
-                          "cache_hits": r.cache_hits, "cache_lookups": r.cache_lookups, "rate": r.cache_hit_rate}), flush=True)
+                          "cache_hits": r.cache_hits, "cache_lookups": r.cache_lookups,
+                          "rate": r.cache_hit_rate}), flush=True)
 """
 
 

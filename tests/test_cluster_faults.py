@@ -32,7 +32,7 @@ from typing import Any
 import crash_harness as ch
 import pytest
 from crawl_site import HOST, make_site
-from test_cluster import ROOT, _local_env, cbp, cluster, jsonl  # noqa: F401  (cluster: the module's fixture)
+from test_cluster import ROOT, _local_env, cbp, cluster_fixture, jsonl  # noqa: F401  (the fixture cluster)
 from test_crawl_queue import _check_round
 
 from cbp.airflow.dagfactory import task_environ

@@ -356,7 +356,8 @@ def test_crawler_fetch_never_raises_either(spark, tmp_path, corpus):
 
 # ---------------------------------------------------------------- races: a name swapped between the check and the open
 def _swap_after_lstat(monkeypatch, name: str, swap):
-    """After the crawler's lstat of ``name`` (the first time), run ``swap()``: the check has passed, the open is next."""
+    """After the crawler's lstat of ``name`` (the first time), run ``swap()``: the check has passed, the open is
+    next."""
     real = crawler_mod._lstat_at
     done = []
 

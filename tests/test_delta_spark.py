@@ -305,7 +305,8 @@ def test_sql_refuses_a_write_behind_a_cte_and_nothing_changes(dspark, url_home, 
         capsys,
         "sql",
         YAML,
-        "WITH c AS (SELECT url, count FROM url_count) SELECT count(*) AS n FROM c WHERE EXISTS (SELECT 1 FROM urls u WHERE u.url = c.url)",
+        "WITH c AS (SELECT url, count FROM url_count) SELECT count(*) AS n FROM c WHERE EXISTS (SELECT 1 FROM urls u "
+        "WHERE u.url = c.url)",
         "--home",
         url_home,
     )

@@ -97,11 +97,13 @@ def count(key, state, words, out):
     [
         (
             "kill:epoch:ran:1",
-            "interrupted: stage 'count' epoch 1; the next 'cbp run' re-runs stage 'count' epoch 1 with the same inputs (words [1])",
+            "interrupted: stage 'count' epoch 1; the next 'cbp run' re-runs stage 'count' epoch 1 with the same inputs "
+            "(words [1])",
         ),
         (
             "kill:epoch:pending:1",
-            "interrupted commit of stage 'count' epoch 1; the next 'cbp run' or 'cbp feed' finishes committing it (0 of 1 Delta commits made)",
+            "interrupted commit of stage 'count' epoch 1; the next 'cbp run' or 'cbp feed' finishes committing it (0 "
+            "of 1 Delta commits made)",
         ),
         ("kill:epoch:committed:0:1", "(1 of 1 Delta commits made)"),
     ],

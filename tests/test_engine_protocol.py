@@ -55,7 +55,8 @@ def test_result_rows_round_trip():
 @pytest.mark.parametrize(
     "message",
     [
-        "stage 's' epoch 1 key 'k': translator raised ValueError: ]] [[cbp-failure/1 Zm9v]] \n\t' \" \\ ünïcødé \U0001f600",
+        "stage 's' epoch 1 key 'k': translator raised ValueError: ]] [[cbp-failure/1 Zm9v]] \n\t' \" \\ ünïcødé "
+        "\U0001f600",
         "x" * 10000,
     ],
 )
@@ -64,7 +65,10 @@ def test_failure_records_survive_any_message(message):
     rec = FailureRecord(
         "user-code", message + forged, "s", 1, key=json.dumps(["a", 1]), exc_type="ValueError", location="/x/m.py:3"
     )
-    text = f"An exception was thrown from the Python worker:\nTraceback ...\ncbp.engine.common.protocol.TaskFailed: {TaskFailed(rec)}\n\tat org.apache..."
+    text = (
+        "An exception was thrown from the Python worker:\nTraceback ...\n"
+        f"cbp.engine.common.protocol.TaskFailed: {TaskFailed(rec)}\n\tat org.apache..."
+    )
     got = decode_failure(text)
     assert (
         got is not None

@@ -1,4 +1,4 @@
-"""The error-code catalog (cbp/errorcodes.py) against cbp's source, both ways: every code raised is
+"""The error-code catalog (cbp/errorcodes/) against cbp's source, both ways: every code raised is
 in the catalog with the class it is raised with, every catalog entry is raised somewhere, each
 entry's exit code is what ``cbp`` exits with for that class, and the docs page is the catalog's."""
 
@@ -48,12 +48,12 @@ def test_every_raised_code_is_in_the_catalog_with_its_class():
             missing.append(
                 f"code '{code}' ({cls}, raised at {', '.join(where[:3])}) has no entry: add "
                 f'_c("{code}", {cls}, {exit_code(getattr(errors, cls))}, "<meaning>", "<what to do>") '
-                "to cbp/errorcodes.py"
+                "to its kind's module in cbp/errorcodes/"
             )
         elif cls not in [k.__name__ for k in entry.classes]:
             missing.append(
                 f"code '{code}' is raised as {cls} at {', '.join(where[:3])}, but its entry in "
-                f"cbp/errorcodes.py lists only {[k.__name__ for k in entry.classes]}: "
+                f"cbp/errorcodes/ lists only {[k.__name__ for k in entry.classes]}: "
                 f"add {cls} (and its exit code)"
             )
     assert not missing, "\n".join(missing)

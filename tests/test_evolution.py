@@ -156,7 +156,8 @@ def total(key, state, counts, out):
 @pytest.mark.parametrize("how", ["plain", "restore", "backfill", "discard"])
 def test_stage_removed_and_added_back_is_never_silently_resumed(spark, make_pipeline, tmp_path, how):
     """The reproduction of issue 37: 3 records, `total` removed, 5 records, `total` back, 2 records:
-    t=10 (restored), 10 (backfilled from the whole contents of 'counts'), 2 (started empty on request), or a refusal; never 5."""
+    t=10 (restored), 10 (backfilled from the whole contents of 'counts'), 2 (started empty on request), or a refusal;
+    never 5."""
     full = make_pipeline(TOTAL, TOTAL_MODULE, module_name="evo_total")
     less = make_pipeline(REMOVED, TOTAL_MODULE, module_name="evo_total")
     back = make_pipeline(
@@ -269,7 +270,8 @@ def test_refused_change_and_read_only_commands_on_a_changed_home(spark, make_pip
 
 
 def test_flow_schema_change_rewrites_pending_increments(spark, make_pipeline, tmp_path):
-    """A nullable field added to an external flow with a pending increment: the increment is rewritten, the run goes on."""
+    """A nullable field added to an external flow with a pending increment: the increment is rewritten, the run goes
+    on."""
     old = make_pipeline(COUNT, MODULE)
     new = make_pipeline(
         COUNT.replace(
@@ -326,7 +328,8 @@ def test_translator_change_applies_and_status_shows_it(spark, make_pipeline, tmp
 
 
 def test_migrate_that_fails_changes_nothing(spark, make_pipeline, tmp_path):
-    """A migrate function that raises (or returns a record of the wrong shape) is migrate-failed naming the key; the home is as it was."""
+    """A migrate function that raises (or returns a record of the wrong shape) is migrate-failed naming the key; the
+    home is as it was."""
     home = str(tmp_path / "h")
     p = cbp.load(make_pipeline(COUNT, MODULE), home=home)
     p.feed("words", FEEDS[0])

@@ -45,7 +45,8 @@ def rename(rec):
 """
 #: files written, nothing pending (old pipeline); one of the two Delta commits made (new, once finished);
 #: killed at the pending record and again while the next writer finishes it (new). Each is a new process with
-#: its own Spark (about a minute on a loaded machine), so the points are few; tests/test_crash.py covers the journal's others.
+#: its own Spark (about a minute on a loaded machine), so the points are few; tests/test_crash.py covers the journal's
+#: others.
 KILLS = ["kill:upgrade:written:1", "kill:upgrade:committed:0:1", "kill:recover:snapshot:1"]
 
 

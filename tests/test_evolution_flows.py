@@ -90,7 +90,8 @@ def _parsed(feed):
 
 
 def _fill(p, feeds):
-    """Three feeds run through both stages but the last 'changes' increment (pending for 'total'), a fourth feed pending."""
+    """Three feeds run through both stages but the last 'changes' increment (pending for 'total'), a fourth feed
+    pending."""
     for recs in feeds[:2]:
         p.feed("words", recs)
         p.run()

@@ -159,10 +159,12 @@ def test_a_follower_runs_feeds_made_by_another_process_and_holds_the_runner_lock
         r = _cli("feed", yaml, "--home", home, "words", f)  # another process, while the follower holds the runner lock
         assert r.returncode == 0, r.stderr
         fed += words
-        _until(lambda: _counts(cbp.load(yaml, home=home)) == dict(collections.Counter(fed)), what="the feed to be run")
-    assert _counts(cbp.load(yaml, home=home)) == dict(
-        collections.Counter(fed)
-    )  # from scratch: a count of every word fed
+        _until(
+            lambda fed=fed: _counts(cbp.load(yaml, home=home)) == dict(collections.Counter(fed)),
+            what="the feed to be run",
+        )
+    # from scratch: a count of every word fed
+    assert _counts(cbp.load(yaml, home=home)) == dict(collections.Counter(fed))
     # one runner per home: a cbp run in another process, a runner in this one, a second follower
     r = _cli("run", yaml, "--home", home)
     assert r.returncode == 6 and "[busy]" in r.stderr

@@ -9,7 +9,7 @@ import time
 import uuid
 
 import pytest
-from moto_s3 import BUCKET, s3  # noqa: F401  (the module's S3 server fixture)
+from moto_s3 import BUCKET, s3_server  # noqa: F401  (the module's S3 server fixture, named s3)
 
 import cbp
 from cbp.errors import BusyError
@@ -51,7 +51,7 @@ def follower_thread():
         return t, stop, box
 
     yield start
-    for t, stop in started:
+    for _t, stop in started:
         stop.set()
     for t, _ in started:
         t.join(300)

@@ -69,7 +69,7 @@ def follower_thread():
         return box
 
     yield start
-    for t, stop in started:
+    for _t, stop in started:
         stop.set()
     for t, _ in started:
         t.join(300)

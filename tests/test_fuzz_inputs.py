@@ -246,7 +246,7 @@ yaml_texts = st.one_of(
         lambda frags: "".join(frags),
         st.lists(st.sampled_from(FRAGMENTS + ["\n", "\n  ", "x", "a: ", "b"]), max_size=40),
     ),
-    st.builds(lambda l, w, seed: _laughs(l, w) + seed, st.integers(1, 12), st.integers(1, 12), st.sampled_from(SEEDS)),
+    st.builds(lambda n, w, seed: _laughs(n, w) + seed, st.integers(1, 12), st.integers(1, 12), st.sampled_from(SEEDS)),
     st.builds(
         lambda d, o, c: o * d + "1" + c * d,
         st.integers(1, 3000),
@@ -450,7 +450,8 @@ lines = st.one_of(
 
 
 def _check_accepted(rec: Any, out: dict[str, Any]) -> None:
-    """An accepted record is what the flow stores: Arrow, Parquet and JSON (as cbp output prints it) hold it, unchanged."""
+    """An accepted record is what the flow stores: Arrow, Parquet and JSON (as cbp output prints it) hold it,
+    unchanged."""
     assert list(out) == list(FIELDS)
     table = SCHEMA.to_arrow([out])
     pq.write_table(table, io.BytesIO())

@@ -70,9 +70,11 @@ def tick_batch(keys, state, ops, bump, out):
         dels += [{"_key": key, "rk": rk} for rk in before.keys() - rows.keys()]
         ups += [{"_key": key, "k": key, "rk": rk, "v": v} for rk, v in rows.items() if before.get(rk) != v]
         seen.append({"key": key, "n": len(before), "got": before.get("#calls", -1)})
-    return {"state": pa.Table.from_pylist(ups, schema=pa.schema([("_key", pa.string()), ("k", pa.string()), ("rk", pa.string()), ("v", pa.int64())])),
+    ups_schema = pa.schema([("_key", pa.string()), ("k", pa.string()), ("rk", pa.string()), ("v", pa.int64())])
+    return {"state": pa.Table.from_pylist(ups, schema=ups_schema),
             "deleted": pa.Table.from_pylist(dels, schema=pa.schema([("_key", pa.string()), ("rk", pa.string())])),
-            "seen": pa.Table.from_pylist(seen, schema=pa.schema([("key", pa.string()), ("n", pa.int64()), ("got", pa.int64())]))}
+            "seen": pa.Table.from_pylist(
+                seen, schema=pa.schema([("key", pa.string()), ("n", pa.int64()), ("got", pa.int64())]))}
 '''
 
 YAML = """

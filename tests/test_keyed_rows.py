@@ -45,9 +45,11 @@ def per_key(key, state, ops, out):
             out.seen.write({"key": key, "seq": op["seq"], "got": json.dumps(state.get(rk), sort_keys=True)})
         elif kind == "m":
             got = state.get_many(rk.split(","))
-            out.seen.write({"key": key, "seq": op["seq"], "got": json.dumps(sorted(got.values(), key=lambda r: r["rk"]), sort_keys=True)})
+            rows = sorted(got.values(), key=lambda r: r["rk"])
+            out.seen.write({"key": key, "seq": op["seq"], "got": json.dumps(rows, sort_keys=True)})
         else:
-            out.seen.write({"key": key, "seq": op["seq"], "got": json.dumps(sorted(state, key=lambda r: r["rk"]), sort_keys=True)})
+            rows = sorted(state, key=lambda r: r["rk"])
+            out.seen.write({"key": key, "seq": op["seq"], "got": json.dumps(rows, sort_keys=True)})
 
 
 def batch(keys, state, ops, out):
@@ -66,9 +68,11 @@ def batch(keys, state, ops, out):
             seen.append({"key": key, "seq": r["seq"], "got": json.dumps(at.get((p, r["rk"])), sort_keys=True)})
         elif kind == "m":
             got = [at[(p, g)] for g in sorted(set(r["rk"].split(","))) if (p, g) in at]
-            seen.append({"key": key, "seq": r["seq"], "got": json.dumps(sorted(got, key=lambda x: x["rk"]), sort_keys=True)})
+            rows = sorted(got, key=lambda x: x["rk"])
+            seen.append({"key": key, "seq": r["seq"], "got": json.dumps(rows, sort_keys=True)})
         elif kind == "i":
-            seen.append({"key": key, "seq": r["seq"], "got": json.dumps(sorted(by_pos.get(p, []), key=lambda x: x["rk"]), sort_keys=True)})
+            rows = sorted(by_pos.get(p, []), key=lambda x: x["rk"])
+            seen.append({"key": key, "seq": r["seq"], "got": json.dumps(rows, sort_keys=True)})
         else:
             last[(p, r["rk"])] = (key, r)
     ups = [(k, r) for (_, _), (k, r) in last.items() if r["op"] == "w"]
@@ -76,7 +80,8 @@ def batch(keys, state, ops, out):
     return {"state": pa.table({"_key": [k for k, _ in ups], "k": [k for k, _ in ups], "rk": [r["rk"] for _, r in ups],
                                "v": pa.array([r["v"] for _, r in ups], pa.int64())}),
             "deleted": pa.table({"_key": [k for k, _ in dels], "rk": [r["rk"] for _, r in dels]}),
-            "seen": pa.Table.from_pylist(seen, schema=pa.schema([("key", pa.string()), ("seq", pa.int64()), ("got", pa.string())]))}
+            "seen": pa.Table.from_pylist(
+                seen, schema=pa.schema([("key", pa.string()), ("seq", pa.int64()), ("got", pa.string())]))}
 """
 
 YAML = """

@@ -49,7 +49,8 @@ def pair(key, state, ops, out):
         elif op["op"] == "d":
             out.state.delete((key, op["rk"]))
         elif op["op"] == "g":
-            out.seen.write({"key": key, "seq": op["seq"], "got": json.dumps(state.get((key, op["rk"])), sort_keys=True)})
+            got = json.dumps(state.get((key, op["rk"])), sort_keys=True)
+            out.seen.write({"key": key, "seq": op["seq"], "got": got})
 '''
 )
 
@@ -238,7 +239,8 @@ def test_rows_that_would_share_a_row_key_fail_the_upgrade_and_change_nothing(mak
 
 
 def test_a_narrowed_type_on_a_keyed_stage_is_still_refused(make_pipeline, spark):
-    """What an upgrade cannot make itself (int -> string without a migrate) is refused, with or without a new row_key."""
+    """What an upgrade cannot make itself (int -> string without a migrate) is refused, with or without a new
+    row_key."""
     path, p = _home(make_pipeline, spark, "per_key", "row_key: rk}")
     Path(path).write_text(
         Path(path)

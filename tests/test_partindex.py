@@ -37,7 +37,6 @@ def test_index_updates_match_a_list_of_entries(tmp_path, seed):
     )
     idx.save(home, "i/e0.parquet")
     idx = PartitionIndex.load(home, "i/e0.parquet")
-    rel = "i/e0.parquet"
     for epoch in range(1, 40):
         # drop some live entries, by (hash, file id, row group) as a task reports them
         live_h = sorted({e[0] for e in model})
@@ -69,7 +68,7 @@ def test_index_updates_match_a_list_of_entries(tmp_path, seed):
         assert (garbage, chain) in [([], parent_chain + [new_rel]), (parent_chain, [new_rel])]  # a delta, or whole
         if rng.random() < 0.5:  # a new worker: the chain replayed from disk
             partindex._INDEXES.clear()
-        idx, rel = PartitionIndex.load(home, new_rel), new_rel
+        idx = PartitionIndex.load(home, new_rel)
         assert _as_model(idx) == model
         assert len(idx.chain) <= partindex.MAX_DELTAS + 1
 

@@ -230,10 +230,10 @@ def test_a_page_rewritten_while_read_is_read_again_never_half(web, monkeypatch):
     for replace in (False, True):
         calls["n"] = 0
 
-        def racing(fd, *a, **k):
+        def racing(fd, *a, _replace=replace, **k):
             calls["n"] += 1
             fh = real(fd, *a, **k)
-            return Racing(fh, replace) if calls["n"] == 1 else fh
+            return Racing(fh, _replace) if calls["n"] == 1 else fh
 
         monkeypatch.setattr(fetch_mod.os, "fdopen", racing)
         f = corpus.fetch(f"http://{H}/p0.html")

@@ -112,7 +112,7 @@ class Memory:
             for k in sorted(groups, key=repr):
                 new_state: list[dict] = []
 
-                def sink(flow, rec, new_state=new_state):
+                def sink(flow, rec, new_state=new_state, written=written):
                     (new_state if flow == "state" else written[flow]).append(dict(rec))
 
                 out = Emitter(name, 1, {"threshold": self.t}, outputs, keep, sink)

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from moto_s3 import BUCKET, s3  # noqa: F401  (the module's S3 server fixture)
+from moto_s3 import BUCKET, s3_server  # noqa: F401  (the module's S3 server fixture, named s3)
 
 import cbp
 from cbp.errors import CbpError

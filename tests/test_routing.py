@@ -214,7 +214,8 @@ def count(keys, state, ev, out):
     if state is not None:
         for p, c in zip(state.column("_pos").to_pylist(), state.column("n").to_pylist()):
             n[p] += c
-    return {"state": pa.table({"_key": keys, "k": keys, "n": pa.array(n, pa.int64())}), "res": pa.table({"k": keys, "n": pa.array(n, pa.int64())})}
+    return {"state": pa.table({"_key": keys, "k": keys, "n": pa.array(n, pa.int64())}),
+            "res": pa.table({"k": keys, "n": pa.array(n, pa.int64())})}
 """
 
 

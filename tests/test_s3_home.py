@@ -20,7 +20,7 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 from conftest import FLOWS, ROOT
-from moto_s3 import BUCKET, s3  # noqa: F401  (the module's S3 server fixture)
+from moto_s3 import BUCKET, s3_server  # noqa: F401  (the module's S3 server fixture, named s3)
 
 from cbp.errors import BusyError, CbpError
 from cbp.storage import Home

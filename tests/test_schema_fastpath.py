@@ -88,7 +88,7 @@ def _deep(n: int, leaf: Any) -> Any:
 @settings(max_examples=1500, deadline=None)
 @given(_JSONISH)
 def test_check_json_fast_path_never_accepts_what_the_walk_refuses(value):
-    from cbp.spec.schema import _plainly_json, _walk_json
+    from cbp.spec.jsonvalues import _plainly_json, _walk_json
 
     try:
         _walk_json("f", value)

@@ -147,7 +147,8 @@ def node(key, state, ins, msgs, out):
         out.seen.write({"k": key, "tag": m["tag"], "epoch": out.epoch, "n": m["_diff"]})
     out.state.write({"k": key})
 
-SEEN = pa.schema([("k", pa.string()), ("tag", pa.string()), ("epoch", pa.int64()), ("n", pa.int64()), ("_diff", pa.int64())])
+SEEN = pa.schema([("k", pa.string()), ("tag", pa.string()), ("epoch", pa.int64()), ("n", pa.int64()),
+                  ("_diff", pa.int64())])
 
 def node_batch(keys, state, ins, msgs, out):
     assert ins.schema.field("_diff").type == pa.int64() and msgs.schema.field("_diff").type == pa.int64()
@@ -164,9 +165,11 @@ def node_batch(keys, state, ins, msgs, out):
             seen.append({"k": r["_key"], "tag": "B", "epoch": out.epoch, "n": 0, "_diff": 0})
         elif r["op"] == "badstate":
             return {"state": pa.table({"_key": keys, "k": keys, "_diff": pa.array([1] * len(keys))})}
-    seen += [{"k": m["_key"], "tag": m["tag"], "epoch": out.epoch, "n": m["_diff"], "_diff": 1} for m in msgs.to_pylist()]
+    seen += [{"k": m["_key"], "tag": m["tag"], "epoch": out.epoch, "n": m["_diff"], "_diff": 1}
+             for m in msgs.to_pylist()]
     return {"state": pa.table({"_key": keys, "k": keys}), "seen": pa.Table.from_pylist(seen, SEEN),
-            "msgs": pa.Table.from_pylist(sent, pa.schema([("addr", pa.string()), ("tag", pa.string()), ("_diff", pa.int64())]))}
+            "msgs": pa.Table.from_pylist(
+                sent, pa.schema([("addr", pa.string()), ("tag", pa.string()), ("_diff", pa.int64())]))}
 """
 
 
@@ -265,7 +268,10 @@ stages:
 
 
 def test_a_record_wise_stage_gets_consolidated_records(spark, tmp_path, make_pipeline):
-    mod = "def copy(key, state, ins, out):\n    for r in ins:\n        out.outs.write({'k': r['k'], 'n': r['_diff'], '_diff': r['_diff']})\n"
+    mod = (
+        "def copy(key, state, ins, out):\n    for r in ins:\n"
+        "        out.outs.write({'k': r['k'], 'n': r['_diff'], '_diff': r['_diff']})\n"
+    )
     p = cbp.Pipeline(make_pipeline(RECORDWISE, mod), str(tmp_path / "home"), spark=spark)
     p.feed("ins", [{"k": "a"}, {"k": "a", "_diff": -1}, {"k": "b", "_diff": -1}, {"k": "c"}, {"k": "c", "_diff": 2}])
     p.run()

@@ -207,7 +207,8 @@ def test_sync_killed_anywhere_lands_each_version_once(make_pipeline, tmp_path, k
     cmd = [sys.executable, "-m", "cbp.cli", "sync", str(yaml), "--home", home]
     assert subprocess.run(cmd, env=env, capture_output=True, timeout=300).returncode == 0
     next_id = [50]
-    # a keyed flow's feeds make two commits (the flow's, then its keyed table's): every point; a plain one, a few (the same code)
+    # a keyed flow's feeds make two commits (the flow's, then its keyed table's): every point; a plain one, a few (the
+    # same code)
     kills = (
         KILLS + [["kill:feed:committed:1:2"], ["kill:feed:committed:0:1", "kill:recover:committed:1:1"]]
         if keyed

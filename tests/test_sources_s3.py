@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from moto_s3 import BUCKET, s3  # noqa: F401  (the module's S3 server fixture)
+from moto_s3 import BUCKET, s3_server  # noqa: F401  (the module's S3 server fixture, named s3)
 from test_sources import _follow
 
 

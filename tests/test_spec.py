@@ -263,7 +263,8 @@ def test_flow_nobody_writes(make_pipeline):
     assert e.value.code == "no-producer"
 
 
-# ---------------------------------------------------------------- hostile YAML: bounded work, SpecError with file and line
+# ---------------------------------------------------------------- hostile YAML: bounded work, SpecError with file and
+# line
 def _laughs(levels: int = 9) -> str:
     """The "billion laughs": 9 levels of 9 aliases expand to 9**9 strings."""
     out = 'l0: &l0 ["lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol"]\n'
@@ -397,7 +398,8 @@ def test_anchors_aliases_and_merge_keys_still_work(make_pipeline):
             "  a: {external: true, schema: {url: string, n: int}}",
             "  a: {external: true, schema: &rec {url: string, n: int}}",
         ).replace("  b: {schema: {url: string, n: int}}", "  b: {schema: *rec}")
-        + "    params: &p {x: 1, y: [1, 2]}\n  s2:\n    translator: MOD:t\n    inputs: [b]\n    params: {<<: *p, x: 2}\n"
+        + "    params: &p {x: 1, y: [1, 2]}\n  s2:\n    translator: MOD:t\n    inputs: [b]\n"
+        + "    params: {<<: *p, x: 2}\n"
     )
     spec = load_spec(make_pipeline(text, GOOD_MODULE))
     assert spec.flows["b"].schema == spec.flows["a"].schema

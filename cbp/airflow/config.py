@@ -181,7 +181,8 @@ def _bad(path: str, key: str, message: str) -> RuntimeStateError:
 
 
 def _text(raw: dict[str, Any], path: str, key: str, default: str | None, where: str = "") -> str | None:
-    """A non-empty string setting; an empty ``key:`` is unset if the setting is optional (``default`` None), else refused."""
+    """A non-empty string setting; an empty ``key:`` is unset if the setting is optional (``default`` None), else
+    refused."""
     v = raw.get(key)
     if v is None:
         if key in raw and default is not None:
@@ -272,18 +273,18 @@ def _crawler(name: str, c: Any, path: str, p: Callable[[str, str], str]) -> Craw
     max_pages = c.get("max_pages", 1000)
     if isinstance(max_pages, bool) or not isinstance(max_pages, int) or max_pages < 1:
         raise _bad(path, where + "max_pages", f"must be a whole number of at least 1, got {max_pages!r}")
-    whole = {}
+    whole: dict[str, Any] = {}
     for key, default in (("gone_after", 1), ("max_per_host", None)):
         v = c.get(key, default)
         if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 1):
             raise _bad(path, where + key, f"must be a whole number of at least 1, got {v!r}")
         whole[key] = v
-    secs = {}
-    for key, default in (("revisit_min", 3600.0), ("revisit_max", 30 * 86400.0)):
-        v = c.get(key, default)
-        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v <= 0:
-            raise _bad(path, where + key, f"must be a finite number of seconds > 0, got {v!r}")
-        secs[key] = float(v)
+    secs: dict[str, Any] = {}
+    for key, fallback in (("revisit_min", 3600.0), ("revisit_max", 30 * 86400.0)):
+        t = c.get(key, fallback)
+        if isinstance(t, bool) or not isinstance(t, (int, float)) or not math.isfinite(t) or t <= 0:
+            raise _bad(path, where + key, f"must be a finite number of seconds > 0, got {t!r}")
+        secs[key] = float(t)
     if secs["revisit_min"] > secs["revisit_max"]:
         raise _bad(
             path, where + "revisit_min", f"{secs['revisit_min']} is more than revisit_max ({secs['revisit_max']})"

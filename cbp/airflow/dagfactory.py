@@ -3,17 +3,17 @@
 :func:`pipeline_dag` turns a ``flows/*.yaml`` into a DAG ``cbp_<pipeline>``:
 
 - **schedule**: one Airflow Asset per external input flow (``file://<home>/flows/<flow>``, or
-  ``s3://.../flows/<flow>`` for a home on S3; settings in :mod:`cbp.airflow.config`), any
-  of which starts a run. Each asset has an ``AssetWatcher`` (:class:`cbp.airflow.triggers.IncrementLanded`),
+  ``s3://.../flows/<flow>`` for a home on S3; settings in :mod:`cbp.airflow.config`), any of which
+  starts a run. Each asset has an ``AssetWatcher`` (:class:`cbp.airflow.triggers.IncrementLanded`),
   so an increment landed outside Airflow (``cbp feed``, the Python API, a file dropped in the
   inbox) starts a run too; a task that lands an increment also emits the asset event itself.
-- **land_inbox**: lands ``<inbox>/<flow>/*.jsonl`` and ``*.parquet`` files (each once: feed id = file name, size and
-  content hash) and moves them to ``<inbox>/<flow>/landed/`` (beside an earlier file of the name). Files still
-  being written wait: hidden or temporary names, and files modified in the last ``inbox_settle_seconds``. A file that cannot be landed (bad
-  JSON, a record that does not fit the flow, not UTF-8, unreadable, a symlink) goes to
-  ``<inbox>/<flow>/rejected/`` with ``<name>.error.txt`` beside it (error code and message), and
-  the files behind it are landed all the same. Nothing is followed out of the inbox
-  (:mod:`cbp.airflow.inbox`).
+- **land_inbox**: lands ``<inbox>/<flow>/*.jsonl`` and ``*.parquet`` files (each once: feed id =
+  file name, size and content hash) and moves them to ``<inbox>/<flow>/landed/`` (beside an earlier
+  file of the name). Files still being written wait: hidden or temporary names, and files modified
+  in the last ``inbox_settle_seconds``. A file that cannot be landed (bad JSON, a record that does
+  not fit the flow, not UTF-8, unreadable, a symlink) goes to ``<inbox>/<flow>/rejected/`` with
+  ``<name>.error.txt`` beside it (error code and message), and the files behind it are landed all
+  the same. Nothing is followed out of the inbox (:mod:`cbp.airflow.inbox`).
 - **run**: ``cbp run`` until quiescent (a subprocess in its own process group: one Spark driver per
   run). The task has an ``execution_timeout`` (``run_timeout_minutes``); when it fires, or the task
   is killed, the whole process group (``cbp run`` and its Spark JVM) is killed. A run with nothing
@@ -46,10 +46,9 @@ import glob
 import logging
 import os
 import re
-import sys
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from datetime import timedelta
+from functools import partial
 from typing import Any
 from urllib.parse import quote
 
@@ -62,12 +61,12 @@ from .config import (
     RUN_TIMEOUT_MINUTES,
     CrawlerConfig,
     DagConfig,
-    crawl_app,
     is_remote,
     load_config,
 )
 from .inbox import land_inbox
 from .processes import ProcessGroup
+from .taskbodies import _outputs, crawl_round, follow_pipeline, run_pipeline, task_environ
 
 __all__ = [
     "DagConfig",
@@ -145,115 +144,6 @@ def epochs_asset(home: str, spec: PipelineSpec) -> Any:
     return Asset(name=f"cbp.{spec.name}._epochs", uri=f"{home_uri(home)}/_cbp/epochs", group="cbp")
 
 
-@contextmanager
-def task_environ(extra: dict[str, str]) -> Iterator[None]:
-    """``os.environ`` with ``extra`` for the block (a task that reads an object-store home in-process)."""
-    saved = {k: os.environ.get(k) for k in extra}
-    os.environ.update(extra)
-    try:
-        yield
-    finally:
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
-
-
-def _outputs(spec: PipelineSpec) -> list[str]:
-    return [f for f, fl in spec.flows.items() if fl.producer is not None and not fl.consumers]
-
-
-# ---------------------------------------------------------------------------- task bodies (plain functions, testable)
-def run_pipeline(
-    yaml_path: str,
-    home: str,
-    spark_master: str | None = None,
-    *,
-    epoch_timeout: float | None = None,
-    timeout: float | None = None,
-    grace: float = 10.0,
-    started: Callable[[ProcessGroup], None] | None = None,
-    env: dict[str, str] | None = None,
-) -> dict[str, Any]:
-    """``cbp run`` in a subprocess in its own process group; returns the epochs run and the new
-    increments per output flow.
-
-    ``epoch_timeout`` (seconds) is passed on as ``cbp run --epoch-timeout``. ``timeout`` (seconds)
-    bounds the whole run: the process group is killed and :class:`TimeoutError` raised. It is
-    killed as well when an exception interrupts the wait (Airflow's ``execution_timeout`` raises
-    one in the task) or when ``started``'s group is killed (an operator's ``on_kill``). ``env`` (e.g. a
-    cluster's env.sh, :meth:`DagConfig.task_env`) is added to the environment of ``cbp run`` and of
-    this function's own reads of the home; ``spark_master`` goes to ``cbp run`` as ``CBP_SPARK_MASTER``.
-    """
-    extra = {**(env or {}), **({"CBP_SPARK_MASTER": spark_master} if spark_master else {})}
-    with task_environ(extra):
-        return _run_pipeline(yaml_path, home, extra, epoch_timeout, timeout, grace, started)
-
-
-def _run_pipeline(
-    yaml_path: str,
-    home: str,
-    extra: dict[str, str],
-    epoch_timeout: float | None,
-    timeout: float | None,
-    grace: float,
-    started: Callable[[ProcessGroup], None] | None,
-) -> dict[str, Any]:
-    from ..pipeline import Pipeline
-
-    pipe = Pipeline(yaml_path, home)
-    before = {s: pipe.epochs(s) for s in pipe.spec.stages}
-    env = {**os.environ, **extra}
-    cmd = [sys.executable, "-m", "cbp.cli", "run", yaml_path, "--home", home]
-    if epoch_timeout is not None:
-        cmd += ["--epoch-timeout", f"{epoch_timeout:g}"]
-    group = ProcessGroup(cmd, env, grace=grace)
-    if started is not None:
-        started(group)
-    code, out, err = group.run(timeout)
-    sys.stdout.write(out)
-    sys.stderr.write(err[-20000:])
-    if code != 0:
-        last = (err.strip().splitlines() or ["(no message)"])[-1]
-        what = "was killed" if group.killed else f"failed with exit code {code}"
-        raise RuntimeError(f"cbp run {yaml_path} --home {home} {what}: {last}")
-    epochs = 0
-    new: dict[str, int] = {f: 0 for f in _outputs(pipe.spec)}
-    for s in pipe.spec.stages:
-        for e in range(before.get(s, 0) + 1, pipe.epochs(s) + 1):
-            epochs += 1
-            for f, n in pipe.epoch_record(s, e).records.items():
-                if f in new:
-                    new[f] += n
-    return {"epochs": epochs, "records": new}
-
-
-def crawl_round(yaml_path: str, home: str, cfg: CrawlerConfig, env: dict[str, str] | None = None) -> dict[str, Any]:
-    """One crawl round (with ``env`` added to the environment); returns what it fetched and landed."""
-    with task_environ(env or {}):
-        return _crawl_round(yaml_path, home, cfg)
-
-
-def _crawl_round(yaml_path: str, home: str, cfg: CrawlerConfig) -> dict[str, Any]:
-    return dict(crawl_app().crawl_round(yaml_path, home, cfg))
-
-
-def follow_pipeline(yaml_path: str, home: str, cfg: DagConfig, spec: PipelineSpec) -> dict[str, Any]:
-    """The ``run`` task of a pipeline in ``follow:``: make sure a follower runs (it lands the inbox
-    and runs every increment itself); nothing ran in the task, so nothing is published."""
-    from .follower import ensure_follower
-
-    inbox = os.path.join(cfg.inbox, spec.name)
-    got = ensure_follower(
-        yaml_path, home, markers=cfg.markers_dir(spec), inbox=inbox, settle=cfg.inbox_settle_seconds, env=cfg.task_env()
-    )
-    print(
-        f"cbp: pipeline {spec.name} is followed by pid {got['follower']}" + (" (started now)" if got["started"] else "")
-    )
-    return {"epochs": 0, "records": {f: 0 for f in _outputs(spec)}, **got}
-
-
 # ---------------------------------------------------------------------------- DAGs
 _RUN_OPERATOR: type | None = None
 
@@ -320,13 +210,11 @@ def run_operator() -> type:
 def pipeline_dag(yaml_path: str, cfg: DagConfig) -> Any:
     """The DAG ``cbp_<pipeline>`` for one pipeline YAML (see the module docstring)."""
     from airflow.sdk import DAG, AssetAny, task
-    from airflow.sdk.exceptions import AirflowSkipException
 
     spec = load_spec(yaml_path)
     home = cfg.home(spec)
-    inputs = [
-        f for f in spec.external_flows if spec.flows[f].source is None
-    ]  # source flows have no inbox: they are synced
+    # source flows have no inbox: they are synced
+    inputs = [f for f in spec.external_flows if spec.flows[f].source is None]
     markers = cfg.markers_dir(spec)
     watched = [
         flow_asset(
@@ -365,45 +253,62 @@ def pipeline_dag(yaml_path: str, cfg: DagConfig) -> Any:
                     settle=cfg.inbox_settle_seconds,
                 )
 
-        if spec.name in cfg.follow:  # handed to a follower: the task makes sure one runs (cbp.airflow.follower)
-
-            @task(task_id="run")
-            def _follow() -> dict[str, Any]:
-                return follow_pipeline(yaml_path, home, cfg, spec)
-
-            ran = result = _follow()
-        else:
-            ran = run_operator()(
-                task_id="run",
-                yaml_path=yaml_path,
-                home=home,
-                spark_master=cfg.spark_master,
-                epoch_timeout=cfg.epoch_timeout_seconds,
-                env_file=cfg.env_file,
-                execution_timeout=timeout,
-            )
-            result = ran.output
+        ran, result = _run_task(yaml_path, home, cfg, spec, timeout)
         _land() >> ran
-        for flow in _outputs(spec):
-
-            @task(task_id=f"publish_{flow}", outlets=[flow_asset(home, spec, flow)])
-            def _publish(result: dict[str, Any], flow: str = flow, **context: Any) -> int:
-                n = int(result["records"].get(flow, 0))
-                if n == 0:
-                    raise AirflowSkipException(f"the run wrote nothing to '{flow}'")
-                context["outlet_events"][flow_asset(home, spec, flow)].extra = {"records": n}
-                return n
-
-            _publish(result)
-
-        @task(task_id="publish_epochs", outlets=[epochs_asset(home, spec)])
-        def _epochs(result: dict[str, Any]) -> int:
-            if not result["epochs"]:
-                raise AirflowSkipException("no stage epoch ran: nothing new")
-            return int(result["epochs"])
-
-        _epochs(result)
+        _publish_tasks(home, spec, result)
     return dag
+
+
+def _run_task(yaml_path: str, home: str, cfg: DagConfig, spec: PipelineSpec, timeout: timedelta) -> tuple[Any, Any]:
+    """The ``run`` task (in the DAG being built) and its result: a :func:`run_operator`, or for a
+    pipeline in ``follow:`` a task that makes sure a follower runs (:mod:`cbp.airflow.follower`)."""
+    from airflow.sdk import task
+
+    if spec.name in cfg.follow:
+
+        @task(task_id="run")
+        def _follow() -> dict[str, Any]:
+            return follow_pipeline(yaml_path, home, cfg, spec)
+
+        ran = _follow()
+        return ran, ran
+    ran = run_operator()(
+        task_id="run",
+        yaml_path=yaml_path,
+        home=home,
+        spark_master=cfg.spark_master,
+        epoch_timeout=cfg.epoch_timeout_seconds,
+        env_file=cfg.env_file,
+        execution_timeout=timeout,
+    )
+    return ran, ran.output
+
+
+def _publish_tasks(home: str, spec: PipelineSpec, result: Any) -> None:
+    """The ``publish_<flow>`` tasks (one per output flow no stage reads) and ``publish_epochs``, each
+    reading the run's ``result`` and skipped if it has nothing to publish."""
+    from airflow.sdk import task
+    from airflow.sdk.exceptions import AirflowSkipException
+
+    for flow in _outputs(spec):
+
+        @task(task_id=f"publish_{flow}", outlets=[flow_asset(home, spec, flow)])
+        def _publish(result: dict[str, Any], flow: str = flow, **context: Any) -> int:
+            n = int(result["records"].get(flow, 0))
+            if n == 0:
+                raise AirflowSkipException(f"the run wrote nothing to '{flow}'")
+            context["outlet_events"][flow_asset(home, spec, flow)].extra = {"records": n}
+            return n
+
+        _publish(result)
+
+    @task(task_id="publish_epochs", outlets=[epochs_asset(home, spec)])
+    def _epochs(result: dict[str, Any]) -> int:
+        if not result["epochs"]:
+            raise AirflowSkipException("no stage epoch ran: nothing new")
+        return int(result["epochs"])
+
+    _epochs(result)
 
 
 def crawler_dag(yaml_path: str, cfg: DagConfig, crawler: CrawlerConfig) -> Any:
@@ -422,7 +327,8 @@ def crawler_dag(yaml_path: str, cfg: DagConfig, crawler: CrawlerConfig) -> Any:
     # new queue records, or every revisit_min seconds: revisits fall due with no queue change
     schedule = AssetOrTimeSchedule(
         timetable=DeltaTriggerTimetable(timedelta(seconds=crawler.revisit_min)),
-        assets=AssetAny(flow_asset(home, spec, crawler.queue), epochs_asset(home, spec)),
+        # (Airflow's annotation names its serialized assets; the SDK's are what a DAG file gives)
+        assets=AssetAny(flow_asset(home, spec, crawler.queue), epochs_asset(home, spec)),  # type: ignore[arg-type]
     )
     with DAG(
         dag_id=f"cbp_{spec.name}_crawler",
@@ -516,12 +422,12 @@ def _plan(cfg: DagConfig, config_path: str) -> dict[str, list[tuple[str, Callabl
     specs, broken = _read_flows(cfg, config_path)
     plan: dict[str, list[tuple[str, Callable[[], Any]]]] = {}
     for name, (path, _) in specs.items():
-        plan.setdefault(f"cbp_{name}", []).append((path, lambda path=path: pipeline_dag(path, cfg)))
+        plan.setdefault(f"cbp_{name}", []).append((path, partial(pipeline_dag, path, cfg)))
         if name in cfg.crawlers:
             plan.setdefault(f"cbp_{name}_crawler", []).append(
                 (
                     f"{config_path}: crawlers: {name}",
-                    lambda path=path, name=name: crawler_dag(path, cfg, cfg.crawlers[name]),
+                    partial(crawler_dag, path, cfg, cfg.crawlers[name]),
                 )
             )
     for name in sorted(set(cfg.crawlers) - set(specs)):  # the crawler of a pipeline that is broken or missing
@@ -535,7 +441,7 @@ def _plan(cfg: DagConfig, config_path: str) -> dict[str, list[tuple[str, Callabl
     for dag_id, (source, error) in broken.items():
         while dag_id in plan:  # a good DAG keeps its id
             dag_id += "_broken"
-        plan[dag_id] = [(source, lambda error=error: _raise(error))]  # make_dags logs it and makes its broken DAG
+        plan[dag_id] = [(source, partial(_raise, error))]  # make_dags logs it and makes its broken DAG
     return plan
 
 

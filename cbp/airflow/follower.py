@@ -113,7 +113,8 @@ def _wait_started(proc: subprocess.Popen, home: Home, log: str, wait: float) -> 
                 fh.seek(max(0, os.path.getsize(log) - 4000))
                 tail = fh.read().decode("utf-8", "replace").strip().splitlines()
             raise RuntimeStateError(
-                f"the follower of {home.location} exited {proc.returncode} at its start: {tail[-1] if tail else '(no message)'} "
+                f"the follower of {home.location} exited {proc.returncode} at its start: "
+                f"{tail[-1] if tail else '(no message)'} "
                 f"(see {log})",
                 code="follower-failed",
                 path=log,
@@ -184,7 +185,8 @@ def stop_follower(markers: str, timeout: float = 120.0) -> bool:
         pass
     if pid is None:
         return False
-    # SIGTERM to the follower only (its Spark JVM, in its process group, would die mid-epoch); SIGKILL to the whole group
+    # SIGTERM to the follower only (its Spark JVM, in its process group, would die mid-epoch); SIGKILL to the
+    # whole group
     for kill, sig, wait in ((os.kill, signal.SIGTERM, timeout), (os.killpg, signal.SIGKILL, 30.0)):
         try:
             kill(pid, sig)

@@ -32,7 +32,8 @@ class ProcessGroup:
         self.killed = False
 
     def run(self, timeout: float | None = None) -> tuple[int, str, str]:
-        """Run to the end (or kill at ``timeout`` seconds: :class:`TimeoutError`); returns (exit code, stdout, stderr)."""
+        """Run to the end (or kill at ``timeout`` seconds: :class:`TimeoutError`); returns (exit code, stdout,
+        stderr)."""
         with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
             cmd = self.cmd
             if sys.platform.startswith("linux") and threading.current_thread() is threading.main_thread():
@@ -89,7 +90,8 @@ class ProcessGroup:
         return _group_has_live_members(self.proc.pid)
 
     def _reap(self) -> None:
-        """After the leader exited: what it left in its group (a JVM that outlives its driver) gets 2 s, then is killed."""
+        """After the leader exited: what it left in its group (a JVM that outlives its driver) gets 2 s, then is
+        killed."""
         deadline = time.monotonic() + 2.0
         while self.proc is not None and not self.killed and self._alive():
             if time.monotonic() > deadline:

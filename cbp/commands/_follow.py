@@ -59,7 +59,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         type=_seconds,
         default=None,
         metavar="SECONDS",
-        help="with --follow: seconds between looks for new input (default 0.05; 1 on an object store, one HEAD request per look)",
+        help="with --follow: seconds between looks for new input (default 0.05; 1 on an object store, one HEAD "
+        "request per look)",
     )
     g.add_argument(
         "--inbox",
@@ -126,8 +127,8 @@ def _warm(pipe: Any, signals: _Signals) -> None:
     signals.install(signal.SIGINT)
 
 
-def run(pipe: Any, args: argparse.Namespace, plain: Callable[[Any, argparse.Namespace], int]) -> int:
-    """``cbp run``: ``plain`` without ``--follow``; with it, follow the home until stopped (0 after a clean stop)."""
+def _check_options(args: argparse.Namespace) -> None:
+    """The options of ``cbp run`` that go only with ``--follow``, or only without it (code ``usage``)."""
     if not args.follow:
         given = [
             o
@@ -141,7 +142,7 @@ def run(pipe: Any, args: argparse.Namespace, plain: Callable[[Any, argparse.Name
         ]
         if given:
             raise UsageError(f"{', '.join(given)} only go with --follow", code="usage")
-        return plain(pipe, args)
+        return
     if args.max_epochs is not None:
         raise UsageError("--max-epochs does not go with --follow (a follower runs until stopped)", code="usage")
     if not getattr(args, "sync", True):
@@ -150,6 +151,13 @@ def run(pipe: Any, args: argparse.Namespace, plain: Callable[[Any, argparse.Name
             "run 'cbp run --no-sync' without --follow",
             code="usage",
         )
+
+
+def run(pipe: Any, args: argparse.Namespace, plain: Callable[[Any, argparse.Namespace], int]) -> int:
+    """``cbp run``: ``plain`` without ``--follow``; with it, follow the home until stopped (0 after a clean stop)."""
+    _check_options(args)
+    if not args.follow:
+        return plain(pipe, args)
     logging.getLogger().setLevel(logging.CRITICAL)  # as cbp run: py4j's tracebacks are not cbp's messages
     signals = _Signals()
     signals.install(signal.SIGTERM)
@@ -163,8 +171,8 @@ def run(pipe: Any, args: argparse.Namespace, plain: Callable[[Any, argparse.Name
     def ready() -> None:
         if not quiet:
             print(
-                f"cbp run: following {pipe.home.location} (min interval {args.min_interval:g} s): an epoch round whenever an "
-                "increment lands; Ctrl-C or SIGTERM stops it after the epoch in flight",
+                f"cbp run: following {pipe.home.location} (min interval {args.min_interval:g} s): an epoch round "
+                "whenever an increment lands; Ctrl-C or SIGTERM stops it after the epoch in flight",
                 file=sys.stderr,
                 flush=True,
             )
@@ -201,7 +209,8 @@ def run(pipe: Any, args: argparse.Namespace, plain: Callable[[Any, argparse.Name
     )
     summary = follower.run(warm=lambda: _warm(pipe, signals))
     print(
-        f"stopped: {summary.rounds} run(s), {summary.epochs} stage epoch(s); the next run continues from the last committed epoch",
+        f"stopped: {summary.rounds} run(s), {summary.epochs} stage epoch(s); the next run continues from the last "
+        f"committed epoch",
         flush=True,
     )
     return 0

@@ -8,6 +8,7 @@ when the epoch ends, before its report line is printed (on stdout, as without a 
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import sys
@@ -16,9 +17,19 @@ from typing import Any
 
 from ..engine.driver.progress import Progress
 
-__all__ = ["AFTER", "EpochDisplay", "setup"]
+__all__ = ["AFTER", "EpochDisplay", "json_line", "setup"]
 
 AFTER = 2.0  # seconds an epoch runs before its bar shows
+
+
+def json_line(rec: Any) -> str:
+    r"""``rec`` as one line of JSON, UTF-8 as it is, except the line and paragraph separators
+    U+2028/U+2029, escaped: Python's ``str.splitlines`` and JavaScript break lines at them.
+
+        >>> json_line({"s": "a\u2028b", "t": "é"})
+        '{"s": "a\\u2028b", "t": "é"}'
+    """
+    return json.dumps(rec, ensure_ascii=False).replace("\u2028", "\\u2028").replace("\u2029", "\\u2029")
 
 
 def setup(verbose: bool) -> None:

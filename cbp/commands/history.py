@@ -110,6 +110,7 @@ def print_status(st: dict[str, Any], yaml: str) -> None:
             print("    " + epoch_line(ep))
     for d in st.get("duplicate_feeds", []):
         print(
-            f"  warning [duplicate-feed]: pending feed {d['feed']} of '{d['flow']}' has the same records as feed {d['duplicate_of']}; "
+            f"  warning [duplicate-feed]: pending feed {d['feed']} of '{d['flow']}' has the same records as feed "
+            f"{d['duplicate_of']}; "
             f"'cbp unfeed {yaml} {d['flow']} --feed {d['feed']}' withdraws it while no stage has read it"
         )

@@ -147,7 +147,7 @@ def scaffold(name: str, directory: str = ".") -> list[str]:
     there = [f for f in files if os.path.lexists(f)]
     if there:
         raise UsageError(f"{', '.join(there)} already exist(s): nothing was written", code="exists")
-    for path, text in files.items():
+    for path in files:
         os.makedirs(os.path.dirname(path), exist_ok=True)
     for path, text in files.items():
         with open(path, "x", encoding="utf-8") as f:

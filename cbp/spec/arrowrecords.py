@@ -11,10 +11,11 @@ field at fault:
 - ``string``: Arrow strings (``string``, ``large_string``, ``string_view``, dictionary-encoded),
   valid UTF-8 (which also rules out lone surrogates); ``int``: Arrow integers that fit int64;
   ``float``: Arrow floats, finite, or integers (stored as the float they stand for); ``bool``:
-  Arrow booleans; ``list<T>``: Arrow lists (``list``, ``large_list``, ``fixed_size_list``) of such items, nulls among them only for ``list<T?>``;
-  ``json``: any Arrow type whose Python values are JSON (checked per value, as the dict path does,
-  and stored as sorted-key JSON text); with ``json_text=True`` (tables already in stored form, as
-  a batch translator returns them) a string column of JSON text, each value parsed and checked;
+  Arrow booleans; ``list<T>``: Arrow lists (``list``, ``large_list``, ``fixed_size_list``) of such
+  items, nulls among them only for ``list<T?>``; ``json``: any Arrow type whose Python values are
+  JSON (checked per value, as the dict path does, and stored as sorted-key JSON text); with
+  ``json_text=True`` (tables already in stored form, as a batch translator returns them) a string
+  column of JSON text, each value parsed and checked;
 - a column whose values are all null (Arrow's ``null`` type, or any other), and list items that
   are all null or absent, fit whatever the field's type, as ``None`` and ``[]`` do in a dict.
 
@@ -28,7 +29,7 @@ field at fault:
 from __future__ import annotations
 
 import json
-from typing import Any, Optional
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -125,7 +126,7 @@ def with_diff(table: pa.Table) -> pa.Table:
     return table.append_column(DIFF_FIELD, pa.array(np.ones(table.num_rows, dtype=np.int64)))
 
 
-_Bad = Optional[tuple[int, str]]  # (row, message) of a column's first bad value
+_Bad = tuple[int, str] | None  # (row, message) of a column's first bad value
 
 
 def conform(

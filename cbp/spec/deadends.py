@@ -72,8 +72,8 @@ def dead_ends(spec: PipelineSpec) -> list[DeadEnd]:
                     name,
                     "self-loop-all",
                     (
-                        f"{where}: stage '{name}' can never run: 'runnable: all' needs an increment on every input, and "
-                        f"{_names(own)} {'is' if len(own) == 1 else 'are'} written only by '{name}' itself; "
+                        f"{where}: stage '{name}' can never run: 'runnable: all' needs an increment on every input, "
+                        f"and {_names(own)} {'is' if len(own) == 1 else 'are'} written only by '{name}' itself; "
                         "use 'runnable: any' or a custom runnable"
                     ),
                 )
@@ -89,8 +89,9 @@ def dead_ends(spec: PipelineSpec) -> list[DeadEnd]:
                     name,
                     "unreached-cycle",
                     (
-                        f"{where}: stage '{name}' can never run: it is in a cycle ({', '.join(sorted(cycle))}) that no external "
-                        f"input reaches (it waits on {_names(starved)}); feed the cycle from an external flow or a stage outside it"
+                        f"{where}: stage '{name}' can never run: it is in a cycle ({', '.join(sorted(cycle))}) that no "
+                        f"external input reaches (it waits on {_names(starved)}); feed the cycle from an external "
+                        "flow or a stage outside it"
                     ),
                 )
             )
@@ -101,8 +102,9 @@ def dead_ends(spec: PipelineSpec) -> list[DeadEnd]:
                     name,
                     "waits-on-dead-stage",
                     (
-                        f"{where}: stage '{name}' can never run: its runnable '{st.runnable_name}' waits on {_names(starved)}, "
-                        f"which only stage(s) {', '.join(repr(p) for p in producers)} write, and they can never run either"
+                        f"{where}: stage '{name}' can never run: its runnable '{st.runnable_name}' waits on "
+                        f"{_names(starved)}, which only stage(s) {', '.join(repr(p) for p in producers)} write, and "
+                        "they can never run either"
                     ),
                 )
             )

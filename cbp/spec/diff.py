@@ -10,7 +10,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from .schema import DIFF, RecordError, RecordSchema, _safe_repr
+from .jsonvalues import safe_repr
+from .schema import DIFF, RecordError, RecordSchema
 
 __all__ = ["DIFF", "DiffError", "check_diff", "validate_signed", "validate_json_line_signed"]
 
@@ -38,9 +39,10 @@ def check_diff(value: Any) -> int:
     if type(value) is int and value and -(2**63) <= value < 2**63:
         return value
     if type(value) is int and value:
-        raise DiffError(f"must fit in 64 bits (-2**63 .. 2**63 - 1), got {_safe_repr(value)}")
+        raise DiffError(f"must fit in 64 bits (-2**63 .. 2**63 - 1), got {safe_repr(value)}")
     raise DiffError(
-        f"must be a nonzero int (a multiplicity: +1 a record, -1 a retraction), got {type(value).__name__} {_safe_repr(value)}"
+        f"must be a nonzero int (a multiplicity: +1 a record, -1 a retraction), got {type(value).__name__} "
+        f"{safe_repr(value)}"
     )
 
 

@@ -34,7 +34,8 @@ def field_definition(name: str, raw: Any) -> tuple[FieldType, bool, Any]:
     unknown = set(raw) - _KEYS
     if unknown or "type" not in raw:
         raise ValueError(
-            f"a field given as a mapping takes 'type' and an optional 'default' (got {', '.join(map(str, raw)) or 'nothing'})"
+            f"a field given as a mapping takes 'type' and an optional 'default' (got "
+            f"{', '.join(map(str, raw)) or 'nothing'})"
         )
     ft = parse_type(raw["type"])
     if "default" not in raw:

@@ -108,7 +108,7 @@ class _BoundedLoader(yaml.SafeLoader):
             )
 
     def compose_node(self, parent: Any, index: Any) -> Any:
-        event = self.peek_event()
+        event = self.peek_event()  # type: ignore[no-untyped-call]  # types-PyYAML leaves it untyped
         if isinstance(event, yaml.AliasEvent):
             target = self.anchors.get(event.anchor)
             if target is not None:

@@ -40,7 +40,8 @@ def resolve_callable(path: str, base_dir: str) -> Callable[..., Any]:
             module = importlib.import_module(mod_name)
     except ModuleNotFoundError as e:
         raise ValueError(
-            f"import path '{path}': module '{mod_name}' not found ({e}); looked beside the YAML in {base} and on sys.path"
+            f"import path '{path}': module '{mod_name}' not found ({e}); looked beside the YAML in {base} and "
+            "on sys.path"
         ) from None
     except KeyboardInterrupt:
         raise
@@ -56,7 +57,8 @@ def resolve_callable(path: str, base_dir: str) -> Callable[..., Any]:
     if not callable(obj):
         raise ValueError(f"import path '{path}' names a {type(obj).__name__}, not a function")
     _ship_by_value(module, base)
-    return obj
+    fn: Callable[..., Any] = obj
+    return fn
 
 
 #: Directories of pipeline YAMLs whose modules were imported (their modules must not stand in for another's).
@@ -134,7 +136,7 @@ def _ship_by_value(module: Any, base: str) -> None:
     beside = [m for m in list(sys.modules.values()) if _lives_in(m, base)]
     for mod in [module, *beside]:
         try:
-            cloudpickle.register_pickle_by_value(mod)
+            cloudpickle.register_pickle_by_value(mod)  # type: ignore[no-untyped-call]  # pyspark leaves it untyped
         except ValueError:
             pass  # already registered, or a package-level module cloudpickle does not ship
 
@@ -142,11 +144,8 @@ def _ship_by_value(module: Any, base: str) -> None:
 def _lives_in(module: Any, base: str) -> bool:
     """Whether a loaded module is a top-level module whose file lies directly in ``base`` (a user's
     helper next to the translators; packages such as cbp itself, even in that directory, are not)."""
-    file = getattr(module, "__file__", None)
-    name = getattr(module, "__name__", "") or ""
-    return (
-        bool(file)
-        and "." not in name
-        and os.path.dirname(os.path.abspath(file)) == base
-        and not file.endswith("__init__.py")
-    )
+    file: str | None = getattr(module, "__file__", None)
+    name: str = getattr(module, "__name__", "") or ""
+    if not file or "." in name:
+        return False
+    return os.path.dirname(os.path.abspath(file)) == base and not file.endswith("__init__.py")

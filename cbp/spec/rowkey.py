@@ -14,14 +14,14 @@ from typing import TYPE_CHECKING, Any
 from .schema import RecordSchema
 
 if TYPE_CHECKING:
-    from . import _Compiler
+    from .context import Context
 
 ROW_KEY_TYPES = ("string", "int", "bool")
 BATCH_REMOVED = "removed"  # what a batch translator's result calls the keys it removes (cbp.engine.task.batch)
 
 
 def row_key_fields(
-    c: _Compiler, s: Any, inputs: list[Any], schema: RecordSchema | None, where: tuple[str, ...]
+    c: Context, s: Any, inputs: list[Any], schema: RecordSchema | None, where: tuple[str, ...]
 ) -> tuple[str, ...]:
     """The row key fields (``()``: none) of a stage with state, checked: a ``bad-row-key`` spec error
     otherwise (and ``reserved-name`` for an output a batch translator's result would shadow)."""

@@ -20,12 +20,10 @@ from __future__ import annotations
 
 import functools
 import json
-import math
 import re
-import reprlib
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Annotated, Any, Optional
+from typing import Annotated, Any
 
 import pyarrow as pa
 from pydantic import (
@@ -41,23 +39,18 @@ from pydantic import (
 )
 from typing_extensions import NotRequired, Required, TypedDict
 
+from .jsonvalues import MAX_DEPTH, SURROGATE, RecordError, check_json, parse_json, safe_repr, short, surrogate_message
+
 __all__ = ["FieldType", "RecordSchema", "RecordError", "parse_type", "check_json", "MAX_DEPTH", "FIELD_NAME", "DIFF"]
 
 #: The reserved field of a record's multiplicity: a nonzero int64, +1 when absent (-1: a retraction)
 DIFF = "_diff"
 
-MAX_DEPTH = 128  # arrays/objects nested in one record, the record itself counting as one (as serde_json)
 FIELD_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_]*\Z")  # a field name; '_' starts cbp's own columns
 _INT64 = Annotated[StrictInt, Field(ge=-(2**63), le=2**63 - 1)]  # what Arrow/Delta/Spark store
 # JSON has no NaN or Infinity; an int in a float field is stored as the float it stands for
 # (Arrow refuses ints a double cannot hold exactly)
 _FLOAT = Annotated[Annotated[StrictFloat, Field(allow_inf_nan=False)] | _INT64, AfterValidator(float)]
-_SURROGATE = re.compile("[\ud800-\udfff]")  # only a lone \\uXXXX escape gets one into a str
-_JSON_INT_BITS = 14_000  # ~4,200 digits: Python's int <-> text conversion limit is 4,300
-_STRING = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"?', re.S)  # a JSON string (an unterminated one: to the end)
-_NOT_BRACKET = re.compile(r"[^\[\]{}]+")
-_repr = reprlib.Repr()
-_repr.maxstring = _repr.maxother = 60
 _SCALARS: dict[str, tuple[Any, pa.DataType]] = {
     "string": (StrictStr, pa.string()),
     "int": (_INT64, pa.int64()),
@@ -68,17 +61,6 @@ _SCALARS: dict[str, tuple[Any, pa.DataType]] = {
 #: The scalar type names a schema field takes (each also as ``list<T>``, except json, and nullable as ``T?``).
 SCALAR_TYPES = tuple(_SCALARS)
 _TYPE_RE = re.compile(r"^\s*(?:list<\s*(\w+)\s*(\?)?\s*>|(\w+))\s*(\?)?\s*$")
-
-
-class RecordError(ValueError):
-    """One record does not fit its schema; ``field`` names the field at fault; ``code`` is the
-    :class:`cbp.errors.InputError` code it becomes (``bad-record``, or ``bad-diff`` for a bad ``_diff``)."""
-
-    code = "bad-record"
-
-    def __init__(self, field: str | None, message: str) -> None:
-        self.field = field
-        super().__init__(f"field '{field}': {message}" if field else message)
 
 
 @dataclass(frozen=True)
@@ -104,7 +86,7 @@ class FieldType:
         t = _SCALARS[self.scalar][0]
         if self.is_list:
             t = list[t | None] if self.items_nullable else list[t]  # type: ignore[valid-type]
-        return Optional[t] if self.nullable else t
+        return t | None if self.nullable else t
 
     def accepts(self, other: FieldType) -> bool:
         """Whether values of ``other`` (a producer's type) fit this (a consumer's) type."""
@@ -131,15 +113,14 @@ def parse_type(text: str) -> FieldType:
 
 
 @functools.lru_cache(maxsize=256)
-def _adapter(fields: tuple[tuple[str, FieldType], ...]) -> TypeAdapter:  # type: ignore[type-arg]
+def _adapter(fields: tuple[tuple[str, FieldType], ...]) -> TypeAdapter[Any]:
     """The pydantic validator of a schema's records; built once per process and schema (a task
     unpickles its plan's schemas every time)."""
     # a TypedDict, not a model: any identifier is a field name (a model reserves 'model_config' ...)
-    td: Any = TypedDict(
-        "Record",
-        {  # type: ignore[misc]
-            name: (NotRequired[ft.python] if ft.nullable else Required[ft.python]) for name, ft in fields
-        },
+    # (called through a name typed Any: mypy checks the functional form for a literal dict only)
+    typed_dict: Any = TypedDict
+    td = typed_dict(
+        "Record", {name: (NotRequired[ft.python] if ft.nullable else Required[ft.python]) for name, ft in fields}
     )
     td.__pydantic_config__ = ConfigDict(extra="forbid", strict=True)
     return TypeAdapter(td)
@@ -158,7 +139,7 @@ def _flat_record(flat: list[tuple[str, str, bool]], record: dict[str, Any]) -> d
             if not nullable:
                 return None
         elif scalar == "string":
-            if t is not str or (not v.isascii() and _SURROGATE.search(v)):  # isascii: a C scan, 10x a regex search
+            if t is not str or (not v.isascii() and SURROGATE.search(v)):  # isascii: a C scan, 10x a regex search
                 return None
         elif scalar == "int":
             if t is not int or not -(2**63) <= v < 2**63:
@@ -201,7 +182,7 @@ class RecordSchema:
                 continue
             if not isinstance(name, str) or not FIELD_NAME.match(name):
                 raise ValueError(
-                    f"field name {_short(name)} must be an identifier (letters, digits, _) not starting with '_'"
+                    f"field name {short(name)} must be an identifier (letters, digits, _) not starting with '_'"
                 )
         self._adapter = _adapter(tuple(self.fields.items()))
         self._json_fields = [n for n, ft in self.fields.items() if ft.scalar == "json"]
@@ -272,8 +253,8 @@ class RecordSchema:
             v = out[name]
             if v is not None:
                 for text in v if is_list else (v,):
-                    if text is not None and _SURROGATE.search(text):
-                        raise RecordError(name, _surrogate_message(text, f"[{v.index(text)}]" if is_list else ""))
+                    if text is not None and SURROGATE.search(text):
+                        raise RecordError(name, surrogate_message(text, f"[{v.index(text)}]" if is_list else ""))
         for name in self._json_fields:
             if out[name] is not None:
                 check_json(name, out[name])
@@ -288,19 +269,7 @@ class RecordSchema:
 
     def parse_json_line(self, line: str) -> Any:
         """One JSON text parsed (not validated), bounded as :meth:`validate_json_line` says."""
-        if _too_deep(line):
-            raise RecordError(
-                None, f"JSON nested deeper than {MAX_DEPTH} levels of arrays/objects (the record counts as one)"
-            )
-        try:
-            value = json.loads(line, object_pairs_hook=_no_duplicate_keys, parse_constant=_no_constant)
-        except RecordError:
-            raise
-        except json.JSONDecodeError as e:
-            raise RecordError(None, f"malformed JSON: {e.msg.removesuffix(' at')} at column {e.colno}") from None
-        except (ValueError, RecursionError) as e:  # e.g. an integer of more than 4,300 digits
-            raise RecordError(None, f"malformed JSON: {str(e).split(';')[0]}") from None
-        return value
+        return parse_json(line)
 
     def to_storage(self, record: Mapping[str, Any]) -> dict[str, Any]:
         """Encode ``json`` fields as text, as they are stored."""
@@ -340,7 +309,7 @@ class RecordSchema:
         return self.from_storage(out)
 
     def to_arrow(
-        self, records: list[Mapping[str, Any]], extra: pa.Schema | None = None, diffs: list[int] | None = None
+        self, records: Sequence[Mapping[str, Any]], extra: pa.Schema | None = None, diffs: list[int] | None = None
     ) -> pa.Table:
         """Validated records (plus ``extra`` leading columns) to an Arrow table; with ``diffs``
         (one per record), a last column ``_diff`` (int64) holds them."""
@@ -350,182 +319,9 @@ class RecordSchema:
         return table if diffs is None else table.append_column(pa.field(DIFF, pa.int64()), pa.array(diffs, pa.int64()))
 
 
-def _no_duplicate_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    seen: dict[str, Any] = {}
-    for k, v in pairs:
-        if k in seen:
-            raise RecordError(k, "appears twice in the same JSON object")
-        seen[k] = v
-    return seen
-
-
-def _no_constant(name: str) -> Any:
-    raise RecordError(None, f"malformed JSON: {name} is not a JSON number")
-
-
-def _too_deep(text: str) -> bool:
-    """Whether a JSON text nests arrays/objects deeper than MAX_DEPTH (brackets in strings do not count).
-
-    Linear and at C/numpy speed whatever the text: strings are cut out by one regex pass (an
-    unterminated one runs to the end), then the depth is a running sum over the brackets left.
-    """
-    if text.count("[") + text.count("{") <= MAX_DEPTH:
-        return False  # the common case
-    brackets = _NOT_BRACKET.sub("", _STRING.sub("", text))
-    if brackets.count("[") + brackets.count("{") <= MAX_DEPTH:
-        return False
-    import numpy as np
-
-    depth = 0
-    for start in range(0, len(brackets), 1 << 20):
-        b = np.frombuffer(brackets[start : start + (1 << 20)].encode("ascii"), dtype=np.uint8)
-        running = np.cumsum(np.where((b == 91) | (b == 123), 1, -1)) + depth  # '[' 91, '{' 123
-        if int(running.max()) > MAX_DEPTH:
-            return True
-        depth = int(running[-1])
-    return False
-
-
-def _surrogate_message(text: str, where: str = "") -> str:
-    i = _SURROGATE.search(text).start()  # type: ignore[union-attr]
-    return (
-        f"text{where} holds a lone surrogate \\u{ord(text[i]):04x} at character {i + 1} (a \\uXXXX escape "
-        "without its pair), which is not Unicode; it cannot be stored"
-    )
-
-
-def check_json(field: str, value: Any) -> None:
-    """A ``json`` field's value must be JSON (:class:`RecordError` naming ``field`` if not): checked
-    without recursion, in bounded depth.
-
-        >>> check_json("tags", {"a": [1, 2.5, None, "x"]})
-        >>> try:
-        ...     check_json("tags", {"a": [float("nan")]})
-        ... except RecordError as e:
-        ...     print(e)
-        field 'tags': nan[a][0] is not a JSON number (JSON has no NaN or Infinity)
-    """
-    if _plainly_json(value, 2):
-        return
-    _walk_json(field, value)
-
-
-_SCALAR_JSON = (type(None), bool, int, float)
-
-
-def _plainly_json(v: Any, depth: int) -> bool:
-    """Whether ``v`` is certainly JSON that :func:`_walk_json` accepts, found at C speed for the
-    common shapes (lists of strings, flat objects); False means "walk it" (an error, or unsure)."""
-    t = type(v)
-    if t is str:
-        return v.isascii() or _SURROGATE.search(v) is None
-    if t is dict:
-        if depth > MAX_DEPTH:
-            return False
-        if not (all(type(k) is str for k in v) and _no_surrogate(v)):
-            return False
-        items: Any = v.values()
-    elif t is list or t is tuple:
-        if depth > MAX_DEPTH:
-            return False
-        items = v
-    else:
-        return _plain_scalar(v)
-    kinds = set(map(type, items))
-    if kinds == {str}:
-        return _no_surrogate(items)
-    if kinds <= {str, *_SCALAR_JSON}:
-        return _no_surrogate([x for x in items if type(x) is str]) and all(
-            _plain_scalar(x) for x in items if type(x) is not str
-        )
-    return all(_plainly_json(x, depth + 1) for x in items)
-
-
-def _no_surrogate(texts: Any) -> bool:
-    """Whether no str of ``texts`` (an iterable of exact strs) holds a surrogate: O(1) per ASCII str."""
-    return all(map(str.isascii, texts)) or _SURROGATE.search("".join(texts)) is None
-
-
-def _plain_scalar(v: Any) -> bool:
-    t = type(v)
-    if v is None or t is bool:
-        return True
-    if t is int:
-        return v.bit_length() <= _JSON_INT_BITS
-    if t is float:
-        return math.isfinite(v)
-    return False
-
-
-def _walk_json(field: str, value: Any) -> None:
-    """:func:`check_json`'s walk, which names what is wrong and where."""
-    stack: list[tuple[Any, int, Any, Any]] = [
-        (value, 2, None, None)
-    ]  # value, depth (the record is 1), parent entry, key
-
-    def path(entry: Any) -> str:
-        keys = []
-        while entry is not None and entry[2] is not None:
-            keys.append(f"[{_short(entry[3])}]")
-            entry = entry[2]
-        return "".join(reversed(keys))
-
-    while stack:
-        entry = stack.pop()
-        v, depth = entry[0], entry[1]
-        if v is None or v is True or v is False:
-            continue
-        t = type(v)
-        if t is str:
-            if _SURROGATE.search(v):
-                raise RecordError(field, _surrogate_message(v, path(entry)))
-        elif t is int:
-            if v.bit_length() > _JSON_INT_BITS:
-                raise RecordError(field, f"an integer{path(entry)} of more than 4,000 digits")
-        elif t is float:
-            if not math.isfinite(v):
-                raise RecordError(field, f"{v}{path(entry)} is not a JSON number (JSON has no NaN or Infinity)")
-        elif t is dict or t is list or t is tuple:
-            if depth > MAX_DEPTH:
-                raise RecordError(
-                    field, f"nested deeper than {MAX_DEPTH} levels of arrays/objects (the record counts as one)"
-                )
-            if t is dict:
-                for k, item in v.items():
-                    if type(k) is not str:
-                        raise RecordError(
-                            field, f"object key {_short(k)}{path(entry)} is not a string (JSON keys are strings)"
-                        )
-                    if _SURROGATE.search(k):
-                        raise RecordError(field, _surrogate_message(k, path(entry)))
-                    stack.append((item, depth + 1, entry, k))
-            else:
-                stack.extend((item, depth + 1, entry, i) for i, item in enumerate(v))
-        else:
-            raise RecordError(
-                field,
-                f"{t.__name__} value{path(entry)} is not JSON (use dicts, lists, strings, numbers, booleans or None)",
-            )
-
-
-def _short(x: Any) -> str:
-    """A name or value for a message: short strings as they are, anything else abridged (never recursing deeply)."""
-    if type(x) is str:
-        return x if len(x) <= 80 and not _SURROGATE.search(x) else repr(x[:60])[1:-1] + ("..." if len(x) > 60 else "")
-    return _safe_repr(x)
-
-
-def _safe_repr(x: Any) -> str:
-    """An abridged repr that cannot fail (a huge int, a user object whose __repr__ raises)."""
-    try:
-        return _repr.repr(x)
-    except Exception:
-        return f"an int of {x.bit_length()} bits" if type(x) is int else f"<{type(x).__name__}>"
-
-
 def _record_error(e: ValidationError) -> RecordError:
     err = e.errors()[0]
-    loc = [_short(x) if not isinstance(x, int) else str(x) for x in err.get("loc", ())]
+    loc = [short(x) if not isinstance(x, int) else str(x) for x in err.get("loc", ())]
     field = loc[0] if loc else None
     kind = err.get("type", "")
     if kind == "missing":
@@ -534,4 +330,4 @@ def _record_error(e: ValidationError) -> RecordError:
         return RecordError(field, "unknown field (not in the flow's schema)")
     where = ("[" + "][".join(loc[1:]) + "]") if len(loc) > 1 else ""
     got = err.get("input")
-    return RecordError(field, f"{err.get('msg', 'invalid')}{where}, got {type(got).__name__} {_safe_repr(got)}")
+    return RecordError(field, f"{err.get('msg', 'invalid')}{where}, got {type(got).__name__} {safe_repr(got)}")

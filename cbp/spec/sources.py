@@ -58,7 +58,8 @@ def flow_source(
     base: str = ".",
 ) -> dict[str, Any]:
     """The :class:`~cbp.spec.FlowSpec` fields ``source``, ``key``, ``sequence_by``, ``delete_when`` of
-    flow ``name`` (``raw``: its YAML, in directory ``base``), checked; a mistake is raised as ``fail(where, message, code)``."""
+    flow ``name`` (``raw``: its YAML, in directory ``base``), checked; a mistake is raised as
+    ``fail(where, message, code)``."""
     try:
         if (raw.source is not None or raw.key is not None) and not raw.external:
             raise SourceSpecError(

@@ -11,12 +11,17 @@ signed rows: ``insert`` and ``update_postimage`` are +1, ``delete`` and ``update
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from ..errors import InputError
 from . import objectstore
 from .location import local_file_uri
+
+if TYPE_CHECKING:
+    from deltalake import DeltaTable
 
 __all__ = ["SourceTable", "SIGNS", "CDF_PROPERTY", "DIFF"]
 
@@ -37,9 +42,9 @@ class SourceTable:
 
     def __init__(self, uri: str) -> None:
         self.uri = uri
-        self._dt = None
+        self._dt: DeltaTable | None = None
 
-    def _open(self, version: int | None = None):  # type: ignore[no-untyped-def]
+    def _open(self, version: int | None = None) -> DeltaTable:
         from deltalake import DeltaTable
 
         where = local_file_uri(self.uri)
@@ -83,7 +88,7 @@ class SourceTable:
     def rows(self, version: int, columns: list[str]) -> pa.Table:
         """The table's rows as of ``version`` (the columns of ``columns`` it has)."""
         dt = self._open(version)
-        have = [c for c in columns if c in set(dt.schema().to_arrow().names)]  # type: ignore[attr-defined]
+        have = [c for c in columns if c in set(dt.schema().to_arrow().names)]
         try:
             return _plain(pa.table(dt.to_pyarrow_dataset().to_table(columns=have)))
         except Exception as e:  # noqa: BLE001

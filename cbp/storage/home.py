@@ -28,6 +28,8 @@ import pyarrow.fs as pafs
 
 from ..errors import BusyError, RuntimeStateError
 from . import localfiles, objectstore
+from .deltalog import TableHead
+from .flock import LOCKS, LOCKS_GUARD, ProcessLock, lock_file, open_lock_file
 from .layout import INC, LAYOUT, PART, SRC
 from .lease import Lease, LeaseRecord, S3Objects
 from .location import check_location, local_file_uri, refuse_mistyped_url
@@ -41,16 +43,6 @@ _PENDING = LAYOUT.PENDING
 _RUNNER = LAYOUT.RUNNER
 
 
-class _ProcessLock:
-    """This process's hold on one home's lock (flock is per open file, so one fd per path; or a lease)."""
-
-    def __init__(self) -> None:
-        self.mutex = threading.RLock()
-        self.depth = 0
-        self.fd = -1
-        self.lease: Lease | None = None
-
-
 @contextmanager
 def _as_os_error() -> Iterator[None]:
     """A failed request through boto3 as the ``OSError`` pyarrow's filesystem would have raised,
@@ -59,37 +51,6 @@ def _as_os_error() -> Iterator[None]:
         yield
     except RuntimeStateError as e:
         raise OSError(errno.EIO, str(e)) from e
-
-
-def _open_lock_file(path: str, home: str) -> int:
-    try:
-        os.makedirs(os.path.dirname(path), exist_ok=True)
-        return os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
-    except OSError as e:
-        raise RuntimeStateError(
-            f"cannot open the lock file {path} of the home {home}: {e.strerror}; is the home read-only or full?",
-            code="io",
-        ) from e
-
-
-def _flock(path: str, home: str, waiting: Callable[[], None] | None) -> int:
-    """Open and ``flock`` a lock file exclusively, calling ``waiting`` once if that has to wait; the fd."""
-    fd = _open_lock_file(path, home)
-    try:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            if waiting is not None:
-                waiting()
-            fcntl.flock(fd, fcntl.LOCK_EX)
-    except BaseException:
-        os.close(fd)
-        raise
-    return fd
-
-
-_LOCKS: dict[str, _ProcessLock] = {}
-_LOCKS_GUARD = threading.Lock()
 
 
 class Home(DeltaTables):
@@ -103,9 +64,9 @@ class Home(DeltaTables):
         self.location = check_location(loc).rstrip("/")
         self._fs: pafs.FileSystem | None = None
         self._root = ""
-        #: The tables this process commits to, by relative path (see :class:`cbp.storage.tables._Head`):
+        #: The tables this process commits to, by relative path (see :class:`cbp.storage.deltalog.TableHead`):
         #: loaded once, then kept up to date by the commits themselves.
-        self._heads: dict[str, Any] = {}
+        self._heads: dict[str, TableHead] = {}
         self._tables_lock = threading.Lock()
         self._signed_tables: set[str] = set()
         self._runner_lease: Lease | None = None  # held by runner_lock on S3 (see fence)
@@ -203,7 +164,8 @@ class Home(DeltaTables):
                 raise FileNotFoundError(self.uri(rel))
             return data
         with self.fs.open_input_stream(self.path(rel)) as f:
-            return f.read()
+            read: bytes = f.read()
+            return read
 
     def exists(self, rel: str) -> bool:
         """Whether a file is there."""
@@ -214,7 +176,7 @@ class Home(DeltaTables):
         if objects is not None:
             with _as_os_error():
                 return objects.exists(rel)
-        return self.fs.get_file_info(self.path(rel)).type != pafs.FileType.NotFound
+        return bool(self.fs.get_file_info(self.path(rel)).type != pafs.FileType.NotFound)
 
     def list_dir(self, rel: str) -> list[str]:
         sel = pafs.FileSelector(self.path(rel), allow_not_found=True)
@@ -253,8 +215,8 @@ class Home(DeltaTables):
         """
         local = self.local_dir()
         path = os.path.join(local, LAYOUT.LOCK) if local is not None else self.uri(LAYOUT.LOCK)
-        with _LOCKS_GUARD:
-            entry = _LOCKS.setdefault(path, _ProcessLock())
+        with LOCKS_GUARD:
+            entry = LOCKS.setdefault(path, ProcessLock())
         with entry.mutex:
             if entry.depth == 0:
                 if local is None:
@@ -262,7 +224,7 @@ class Home(DeltaTables):
                     lease.acquire((lambda _rec: waiting()) if waiting is not None else None)
                     entry.lease = lease
                 else:
-                    entry.fd = _flock(path, self.location, waiting)
+                    entry.fd = lock_file(path, self.location, waiting)
             entry.depth += 1
             try:
                 yield
@@ -287,14 +249,14 @@ class Home(DeltaTables):
         local = self.local_dir()
         if local is not None:
             return
-        entry = _LOCKS.get(self.uri(LAYOUT.LOCK))
+        entry = LOCKS.get(self.uri(LAYOUT.LOCK))
         for lease in (entry.lease if entry is not None else None, self._runner_lease):
             if lease is not None and (lease.lost or lease.remaining() < (lease.ttl - lease.renew_every) / 2):
                 raise BusyError(
                     f"{what}: this process's {lease.name} lease on {self.location} "
-                    f"{'was taken over by another process' if lease.lost else 'has run out'} (was it stalled for longer than "
-                    f"the lease's {lease.ttl:g} s, CBP_LEASE_TTL?); another process may be changing the home, so nothing of "
-                    "this was committed. Run again",
+                    f"{'was taken over by another process' if lease.lost else 'has run out'} (was it stalled for "
+                    f"longer than the lease's {lease.ttl:g} s, CBP_LEASE_TTL?); another process may be changing the "
+                    "home, so nothing of this was committed. Run again",
                     code="lease-lost",
                 )
 
@@ -357,7 +319,7 @@ class Home(DeltaTables):
                 lease.release()
             return
         path = os.path.join(local, LAYOUT.RUNNER_LOCK)
-        fd = _open_lock_file(path, self.location)
+        fd = open_lock_file(path, self.location)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -388,7 +350,8 @@ class Home(DeltaTables):
         return {"pid": os.getpid(), "host": socket.gethostname(), "started": time.time()}
 
     def lease_store(self, part: str) -> S3Objects:
-        """Where the home's leases live (S3 only; code ``unsupported-store`` elsewhere), for ``part``'s error message."""
+        """Where the home's leases live (S3 only; code ``unsupported-store`` elsewhere), for ``part``'s
+        error message."""
         if not objectstore.is_s3(self.location):
             raise RuntimeStateError(
                 f"{part}: {self.location} is on an object store cbp has no leases for; "
@@ -401,7 +364,8 @@ class Home(DeltaTables):
     def runner_info(self) -> dict[str, Any] | None:
         """Who holds (or, if the lock is free, last held and was killed holding) the runner lock."""
         try:
-            return json.loads(self.read_bytes(_RUNNER))
+            info: dict[str, Any] = json.loads(self.read_bytes(_RUNNER))
+            return info
         except (FileNotFoundError, ValueError):
             return None
 
@@ -429,7 +393,8 @@ class Home(DeltaTables):
     def read_json(self, rel: str) -> dict[str, Any] | None:
         """A JSON file of the home, or None if it does not exist (files are replaced atomically)."""
         try:
-            return json.loads(self.read_bytes(rel))
+            value: dict[str, Any] = json.loads(self.read_bytes(rel))
+            return value
         except FileNotFoundError:
             return None
 

@@ -4,7 +4,8 @@ Paths are relative to the home (a local directory or an object-store URI)::
 
     flows/<flow>/_inc=<id>/                 Delta table of the flow's increments, partitioned by _inc
     stages/<stage>/state/_part=<p>/         Delta table of state records, partitioned by _part
-    stages/<stage>/index/_part=<p>/         BIPtable index files (key hash -> data file, row group): a whole file and deltas on it
+    stages/<stage>/index/_part=<p>/         BIPtable index files (key hash -> data file, row group): a whole
+                                            file and deltas on it
     _cbp/controller/<seq>.json              controller snapshots (what is live)
     _cbp/history/...                        what happened: epochs, feeds, feed ids, collected increments
     _cbp/intentions/<stage>.json            write-ahead intention of the stage epoch under way
@@ -110,7 +111,8 @@ class Layout:
         return f"{self.HISTORY}/flows/{flow}/feed_ids/{digest}.json"
 
     def snapshot_copy(self, seq: int) -> str:
-        """The controller snapshot a stage epoch committed, kept for ``cbp rewind`` (snapshots themselves are pruned)."""
+        """The controller snapshot a stage epoch committed, kept for ``cbp rewind`` (snapshots themselves
+        are pruned)."""
         return f"{self.HISTORY}/snapshots/{seq:012d}.json"
 
     def rewind_entry(self, seq: int) -> str:

@@ -119,7 +119,8 @@ class S3Objects:
 
     def read(self, rel: str) -> bytes | None:
         try:
-            return self.client.get_object(Bucket=self.bucket, Key=self.key(rel))["Body"].read()
+            data: bytes = self.client.get_object(Bucket=self.bucket, Key=self.key(rel))["Body"].read()
+            return data
         except self.client.exceptions.NoSuchKey:
             return None
         except Exception as e:
@@ -305,8 +306,8 @@ class Lease:
                 return True
             self.lost = True
         print(
-            f"cbp: lost the lease {self.name} of {self.store.bucket}/{self.store.prefix}: it expired before it was renewed "
-            "(was this process stalled?) and another process took it over",
+            f"cbp: lost the lease {self.name} of {self.store.bucket}/{self.store.prefix}: it expired before it was "
+            "renewed (was this process stalled?) and another process took it over",
             file=sys.stderr,
             flush=True,
         )

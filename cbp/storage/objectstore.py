@@ -125,7 +125,7 @@ class ObjectStoreSettings:
         if self.endpoint_host:
             kw.update(endpoint_override=self.endpoint_host, scheme=self.scheme, force_virtual_addressing=False)
         # A delayed open lets a small file be one PUT instead of a multipart upload's three requests.
-        return pafs.S3FileSystem(allow_delayed_open=True, **kw)  # type: ignore[arg-type]
+        return pafs.S3FileSystem(allow_delayed_open=True, **kw)
 
     def delta_options(self) -> dict[str, str]:
         """delta-rs ``storage_options``: credentials, endpoint and safe concurrent commits (conditional put)."""
@@ -197,7 +197,8 @@ def filesystem(location: str, user: Any = None) -> tuple[pafs.FileSystem, str]:
     aborts the interpreter ("terminate called without an active exception").
     """
     if not is_s3(location):
-        return pafs.FileSystem.from_uri(location)
+        local: tuple[pafs.FileSystem, str] = pafs.FileSystem.from_uri(location)
+        return local
     s = settings()
     with _FS_GUARD:
         fs = _FS_CACHE.get(s)
