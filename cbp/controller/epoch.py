@@ -16,6 +16,7 @@ intention (:class:`~.intentions.Intentions`); deletes index and binding files no
 
 from __future__ import annotations
 
+import copy
 import os
 import time
 from typing import Any
@@ -33,6 +34,7 @@ from ..spec import StageSpec
 from ..storage import INC, LAYOUT, PART, Home
 from ..storage.layout import epoch_of
 from .codehash import note_code
+from .commitcheck import Conflict, Planned, base_of, conflict
 from .intentions import Intentions
 from .journal import ENTRY, Journal
 from .landing import Landing, flow_schema
@@ -70,19 +72,27 @@ class Epochs:
         return pa.schema([pa.field(PART, pa.int32())] + list(STATE_META) + rk + list(spec.state_schema.arrow))  # type: ignore[union-attr]
 
     def run_epoch(self, stage: str, d: Decision, *, intention: dict[str, Any] | None = None) -> EpochReport:
-        """Run and commit one epoch of ``stage``: state, output increments and connectors, all or nothing."""
-        with self.journal.transaction():
-            return self._run_epoch(stage, d, intention)
+        """Plan, run and commit one epoch of ``stage`` while the caller holds the home's lock
+        throughout: state, output increments and connectors, all or nothing."""
+        planned = self.plan(stage, d, intention=intention)
+        self.journal.revert()
+        done = self.commit(planned, *self.run_job(planned))
+        assert not isinstance(done, Conflict)  # nothing else changed the home: the lock was held
+        return done
 
-    def _run_epoch(self, stage: str, d: Decision, intention: dict[str, Any] | None) -> EpochReport:
+    def plan(self, stage: str, d: Decision, *, intention: dict[str, Any] | None = None) -> Planned:
+        """Under the home's lock: what the epoch reads, its output increment ids, its intention
+        (written here) and its tasks' plan. Changes ``live.st`` (output ids, the scheduler's
+        position) that the caller drops (:meth:`.journal.Journal.revert`): :meth:`commit` makes
+        them on the snapshot it commits on."""
         spec = self.live.spec.stages[stage]
         epoch = self.live.st.stages[stage].epoch + 1
         t0 = time.perf_counter()
+        base = base_of(self.live.st, stage, d.reads, d.removes, list(spec.outputs))
         inputs: dict[str, list[int]] = {}
         input_files: dict[int, list[str]] = {}
-        made_in: dict[
-            str, int
-        ] = {}  # loopback files -> the epoch of this stage that wrote them (whose bindings deliver their multicasts)
+        # loopback files -> the epoch of this stage that wrote them (whose bindings deliver their multicasts)
+        made_in: dict[str, int] = {}
         for idx, inp in enumerate(spec.inputs):
             n = d.reads.get(inp.flow, 0)
             if n:
@@ -94,8 +104,6 @@ class Epochs:
                 )
         if intention is not None:  # the attempt that died allocated these; its files go first
             out_incs = {f: int(i) for f, i in intention["out_incs"].items()}
-            for f, i in out_incs.items():
-                self.live.st.flows[f].next_inc = max(self.live.st.flows[f].next_inc, i + 1)
             self.intentions.discard_files(stage, epoch, out_incs)
         else:
             out_incs = {f: self.landing.allocate(f, 1)[0] for f in spec.outputs}
@@ -104,30 +112,64 @@ class Epochs:
         plan.made_in = made_in
         wanted = {epoch - 1, *made_in.values()}
         plan.bindings = [self.home.uri(rel) for rel in self.live.st.stages[stage].bindings if epoch_of(rel) in wanted]
+        sched = copy.deepcopy(self.live.st.sched)
+        return Planned(stage, epoch, d, inputs, input_files, out_incs, plan, state_uris, base, sched, t0)
+
+    def run_job(self, p: Planned) -> tuple[list[TaskResult], dict[str, int]]:
+        """The epoch's Spark job, without the home's lock (the runner lock keeps other runners out):
+        its tasks' results and the shuffle's size. If it fails, its files and intention go."""
         try:
             shuffle: dict[str, int] = {}
             results = run_stage_epoch(
                 self.spark.get(),
-                plan,
-                input_files,
-                state_uris,
-                state_needs_dedupe=self.live.st.stages[stage].layout != "blackbox",
+                p.plan,
+                p.input_files,
+                p.state_uris,
+                state_needs_dedupe=p.base.stage_state["layout"] != "blackbox",
                 shuffle=shuffle,
             )
             faults.point("epoch:ran")
-            commits, cleanup, counts, written = self._epoch_commits(stage, epoch, d, results, inputs, out_incs)
-            self.journal.commit(
-                "epoch", f"stage '{stage}' epoch {epoch}", commits, stage=stage, cleanup=cleanup, written=written
-            )
         except BaseException:
-            try:
-                committing = self.home.pending() is not None  # then the change is finished later, not dropped
-            except OSError:
-                committing = True
-            if not committing:
-                self.intentions.abandon_quietly(stage, epoch, out_incs)
+            self.intentions.abandon_quietly(p.stage, p.epoch, p.out_incs)
             raise
-        return _report(stage, epoch, self.mode, results, counts, time.perf_counter() - t0, shuffle)
+        return results, shuffle
+
+    def commit(self, p: Planned, results: list[TaskResult], shuffle: dict[str, int]) -> EpochReport | Conflict:
+        """Under the home's lock, on the newest snapshot: commit the epoch, or refuse it (nothing
+        written, its files and intention gone) if what it read changed meanwhile (:mod:`.commitcheck`)."""
+        why = conflict(p.base, self.live.st)
+        if why is not None:
+            self.home.fence(f"stage '{p.stage}' epoch {p.epoch}")  # a runner that lost its lease touches nothing
+            if self.live.st.stages[p.stage].epoch < p.epoch:  # else the files of that number are another's
+                self.intentions.abandon_quietly(p.stage, p.epoch, p.out_incs)
+            return Conflict(p.stage, p.epoch, why)
+        with self.journal.transaction():
+            try:
+                self.live.st.sched = copy.deepcopy(p.sched)
+                for f, i in p.out_incs.items():
+                    self.live.st.flows[f].next_inc = max(self.live.st.flows[f].next_inc, i + 1)
+                faults.point("epoch:checked")
+                commits, cleanup, counts, written = self._epoch_commits(
+                    p.stage, p.epoch, p.decision, results, p.inputs, p.out_incs
+                )
+                self.journal.commit(
+                    "epoch",
+                    f"stage '{p.stage}' epoch {p.epoch}",
+                    commits,
+                    stage=p.stage,
+                    cleanup=cleanup,
+                    written=written,
+                )
+            except BaseException:
+                try:
+                    committing = self.home.pending() is not None  # then the change is finished later, not dropped
+                except OSError:
+                    committing = True
+                if not committing:
+                    self.intentions.abandon_quietly(p.stage, p.epoch, p.out_incs)
+                raise
+        seconds = time.perf_counter() - p.started
+        return _report(p.stage, p.epoch, self.mode, results, counts, seconds, shuffle)
 
     def _plan(
         self, stage: str, epoch: int, out_incs: dict[str, int], inputs: dict[str, list[int]] | None = None
