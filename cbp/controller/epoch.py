@@ -1,10 +1,12 @@
-"""One stage epoch, driven from the controller: intention, Spark job, commits (paper 001 §4.3).
+"""One stage epoch, driven from the controller: plan and intention, Spark job, commit (paper 001 §4.3).
 
-Before a stage epoch runs, its *intention* (what it reads and removes, the increment ids it will
-produce, the connectors it touches) is written; the Spark job (:mod:`cbp.engine.driver.job`) then writes
-only new files, and the epoch is committed as one change (:mod:`.journal`). A runner that dies
-leaves the intention: the next ``cbp run`` re-runs the epoch with the same decision, or drops
-it if its inputs changed (:mod:`.intentions`).
+:meth:`Epochs.plan` (under the home's lock) writes the epoch's *intention* (what it reads and
+removes, the increment ids it will produce, the connectors it touches); :meth:`Epochs.run_job`
+runs the Spark job (:mod:`cbp.engine.driver.job`) without the lock, writing only new files; and
+:meth:`Epochs.commit` (under the lock again, on the newest snapshot) commits the epoch as one
+change (:mod:`.journal`), or refuses it if what it read changed meanwhile (:mod:`.commitcheck`).
+A runner that dies leaves the intention: the next ``cbp run`` re-runs the epoch with the same
+decision, or drops it if its inputs changed (:mod:`.intentions`).
 
 Reads: ``live.spec`` and ``live.st`` (the stage's epoch, state version, index, bindings; its
 input connectors and increments), the input increments' and state table's files, the tuning.

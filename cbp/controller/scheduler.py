@@ -4,9 +4,11 @@ round-robin scheduler for possibly cyclic graphs with backpressure.
 Reads: ``live.spec`` and ``live.st`` (connectors, increments' framing keys and completeness,
 runnable states, the scheduler's position), the intentions a killed run left, the runner lease.
 Writes: ``live.st`` (the scheduler's position ``sched``; a Runnable's new state when it says not
-runnable, saved through the journal); runs each epoch through :class:`~.epoch.Epochs` (which
-commits it; the scheduler sets its ``epoch_timeout`` and ``run_info`` for the run) and collects
-garbage through :class:`~.landing.Landing` when a run ends; holds the home's runner lease for a run.
+runnable, saved through the journal); runs each epoch through :class:`~.epoch.Epochs`: plans it
+under the home's lock, runs its Spark job without it, commits it under the lock (a refused
+commit, :mod:`.commitcheck`, is planned again; the scheduler sets ``epoch_timeout`` and
+``run_info`` for the run) and collects garbage through :class:`~.landing.Landing` when a run
+ends; holds the home's runner lock for the whole run.
 """
 
 from __future__ import annotations
