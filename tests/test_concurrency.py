@@ -7,6 +7,7 @@ import subprocess
 import sys
 import threading
 import time
+from pathlib import Path
 
 import crash_harness as ch
 from conftest import WORD_COUNT
@@ -32,7 +33,14 @@ def _run_gated(runner: cbp.Pipeline, gate: ch.Gate, background) -> tuple[dict, t
     """Start ``runner.run()`` with the gate closed; return once its epoch's job waits at the gate."""
     gate.close()
     result: dict = {}
-    t = background.thread(lambda: result.setdefault("reports", runner.run()), stop=gate.go.touch)
+
+    def run() -> None:
+        try:
+            result["reports"] = runner.run()
+        except Exception as e:  # the test looks at it
+            result["error"] = e
+
+    t = background.thread(run, stop=gate.go.touch)
     gate.wait_started(t.is_alive)
     return result, t
 
@@ -106,6 +114,33 @@ def test_rewind_during_a_job_refuses_its_commit_and_it_plans_again(
     assert runner.epoch_record("count", 2).inputs == {"words": [2, 3]}
     assert {r["w"]: r["n"] for r in runner.state("count")} == ch.counts(WORDS[:3])
     assert runner.home.pending() is None and not runner.home.intentions()
+
+
+def test_upgrade_during_a_job_refuses_its_commit(spark, make_pipeline, tmp_path, background, monkeypatch):
+    """An upgrade made while an epoch's job runs (the runner lock skipped, as after a lost lease):
+    the runner's commit is refused (``pipeline-changed``: its YAML is the old one), nothing of the
+    epoch is committed and its intention is gone; a run with the new YAML ends with the counts of
+    all feeds, in the new partitioning."""
+    runner, _, gate = _gated(make_pipeline, tmp_path)
+    runner.feed("words", WORDS[0])
+    runner.run()
+    runner.feed("words", WORDS[1])
+    old_yaml = Path(runner.spec.path)
+    new_yaml = old_yaml.parent / "upgraded.yaml"
+    new_yaml.write_text(old_yaml.read_text().replace("partitions: 2", "partitions: 3"))
+    upgraded = cbp.load(new_yaml, home=str(tmp_path / "h"))
+    result, t = _run_gated(runner, gate, background)
+    with monkeypatch.context() as m:
+        m.setattr(Home, "runner_lock", lambda self, command, took_over=None: contextlib.nullcontext())
+        assert upgraded.upgrade().needs_upgrade
+    assert gate.in_progress() and t.is_alive()
+    gate.go.touch()
+    t.join()
+    assert getattr(result.get("error"), "code", None) == "pipeline-changed", result
+    assert upgraded.epochs("count") == 1 and not upgraded.home.intentions() and upgraded.home.pending() is None
+    assert [r.epoch for r in upgraded.run()] == [2]
+    assert upgraded.epoch_record("count", 2).inputs == {"words": [2]}
+    assert {r["w"]: r["n"] for r in upgraded.state("count")} == ch.counts(WORDS[:2])
 
 
 def test_lock_is_held_across_processes(tmp_path, capsys, background):
