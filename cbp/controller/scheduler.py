@@ -159,8 +159,10 @@ class Scheduler:
                     if step is None:
                         self.landing.collect_garbage()
                         break
-                    planned = self.epochs.plan(step[0], step[1], intention=step[2])
-                    self.journal.revert()  # what the plan changed is made again by its commit
+                    try:
+                        planned = self.epochs.plan(step[0], step[1], intention=step[2])
+                    finally:
+                        self.journal.revert()  # what the plan changed is made again by its commit
                 rep = self._run_planned(planned, on_start)
                 if rep is None:
                     continue  # refused: planned again on the newest snapshot
@@ -172,8 +174,12 @@ class Scheduler:
     def _run_planned(self, planned: Planned, on_start: Callable[[str, int], None] | None) -> EpochReport | None:
         """Run a planned epoch's Spark job without the home's lock, then commit it under the lock
         on the newest snapshot; None if the commit was refused (:mod:`.commitcheck`)."""
-        if on_start:
-            on_start(planned.stage, planned.epoch)
+        try:
+            if on_start:
+                on_start(planned.stage, planned.epoch)
+        except BaseException:
+            self.intentions.abandon_quietly(planned.stage, planned.epoch, planned.out_incs)
+            raise
         job = self.epochs.run_job(planned)
         held = False
         try:
