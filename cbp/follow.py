@@ -6,10 +6,12 @@ SparkSession, until it is stopped. It runs the pipeline until quiescent, then wa
 and runs again, with at least ``min_interval`` seconds between the starts of two runs:
 
 - **feeds by another process** (``cbp feed``, the Python API, an Airflow task): a feed takes only
-  the home's mutation lock, which the follower holds during an epoch's commit and never while it
-  waits, so feeds land while it follows. Every feed writes the next controller snapshot,
-  ``_cbp/controller/<seq + 1>.json``: the follower looks for that one file (a ``stat`` on a local
-  home, one ``HEAD`` request on S3) and never re-reads the growing history;
+  the home's mutation lock, which the follower holds while it plans an epoch and while it commits
+  it, never during the epoch's Spark job nor while it waits, so feeds land while it follows (one
+  that lands during a job is read by the next epoch; :mod:`cbp.controller.commitcheck`). Every
+  feed writes the next controller snapshot, ``_cbp/controller/<seq + 1>.json``: the follower
+  looks for that one file (a ``stat`` on a local home, one ``HEAD`` request on S3) and never
+  re-reads the growing history;
 - **sources** it polls itself: files dropped in an inbox (``cbp run --follow --inbox``, see
   :mod:`cbp.commands._follow`), and a Delta source's new versions when the pipeline has a
   ``sync()`` (see :func:`sync_hook`). What they land is a feed like any other;

@@ -258,3 +258,74 @@ def plan_chained(ops: int, kills: list[tuple[str, list[str]]], spread: bool = Tr
 
 def kill_count(kills: list[tuple[str, list[str]]]) -> int:
     return sum(len(g) for _, g in kills)
+
+
+#: A word count whose translator waits on a gate file: the epoch's Spark job is provably in
+#: progress from the moment ``started`` appears (next to the module) until ``go`` is made; it
+#: makes ``finished`` once through. (The two minutes are a guard for a test that never opens
+#: the gate, not a bound on anything.)
+GATED_COUNT = """
+import os, time
+
+def count(key, state, words, out):
+    here = os.path.dirname(__file__)
+    open(os.path.join(here, "started"), "a").close()  # the epoch's job is running now
+    deadline = time.time() + 120
+    while not os.path.exists(os.path.join(here, "go")) and time.time() < deadline:
+        time.sleep(0.05)
+    open(os.path.join(here, "finished"), "a").close()
+    prev = next(state, None)
+    out.state.write({"w": key, "n": sum(1 for _ in words) + (prev["n"] if prev else 0)})
+"""
+
+
+class Gate:
+    """The files of :data:`GATED_COUNT` next to a pipeline YAML."""
+
+    def __init__(self, yaml: Path) -> None:
+        self.started, self.go, self.finished = (yaml.parent / n for n in ("started", "go", "finished"))
+
+    def close(self) -> None:
+        """Make the next job wait at the gate."""
+        for p in (self.started, self.go, self.finished):
+            p.unlink(missing_ok=True)
+
+    def wait_started(self, alive: Any) -> None:
+        """Return once a job waits at the gate; ``alive()`` says whether the runner still runs (a
+        runner that ended first fails the test instead of waiting for ever)."""
+        while not self.started.exists():
+            assert alive(), "the runner ended before its epoch's job started"
+            time.sleep(0.05)
+
+    def in_progress(self) -> bool:
+        """Whether a job waits at the gate (started, not through)."""
+        return self.started.exists() and not self.finished.exists()
+
+
+def counts(feeds: list[list[dict[str, str]]]) -> dict[str, int]:
+    """The word counts of ``feeds`` computed from scratch."""
+    out: dict[str, int] = {}
+    for feed in feeds:
+        for r in feed:
+            out[r["w"]] = out.get(r["w"], 0) + 1
+    return out
+
+
+def cli_process(args: list[str], home: str, yaml: Path, fault: str | None = None) -> dict[str, Any]:
+    """``subprocess.Popen`` keyword arguments for ``cbp <command> <yaml> --home <home> <args...>``
+    in a new session (so that the process and its JVM can be killed as one group)."""
+    env = dict(os.environ)
+    env.pop("CBP_FAULT", None)
+    if fault:
+        env["CBP_FAULT"] = fault
+    env.setdefault("CBP_SPARK_MASTER", "local[2,2]")
+    env["PYTHONPATH"] = os.pathsep.join([str(Path(__file__).resolve().parents[1]), env.get("PYTHONPATH", "")])
+    cmd = [sys.executable, "-m", "cbp.cli", args[0], str(yaml), "--home", home, *args[1:]]
+    return {
+        "args": cmd,
+        "env": env,
+        "stdout": subprocess.PIPE,
+        "stderr": subprocess.PIPE,
+        "text": True,
+        "start_new_session": True,
+    }

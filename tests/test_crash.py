@@ -3,7 +3,14 @@ the results of an uninterrupted run (paper 001 §4.3). The long version: bench/c
 
 from __future__ import annotations
 
+import os
+import signal
+from typing import Any
+
 import crash_harness as ch
+from conftest import WORD_COUNT
+
+import cbp
 
 
 def test_sigkill_at_many_moments_recovers_exactly(spark, tmp_path):
@@ -136,3 +143,56 @@ def test_feeds_with_retractions_survive_sigkill_exactly(spark, tmp_path):
             map(json.dumps, ref.output("counts", epoch=e))
         )
     assert got.home.pending() is None and not got.home.intentions()
+
+
+WORDS = [[{"w": "a"}, {"w": "b"}], [{"w": "a"}, {"w": "c"}]]
+
+
+def _killed_with_a_feed_during_its_job(make_pipeline, tmp_path, background, fault: str | None) -> tuple[Any, Any]:
+    """``cbp run`` of a gated word count on feed 1; feed 2 lands while the epoch's job waits at the
+    gate. Without ``fault`` the run is killed (SIGKILL to its process group) while its job runs;
+    with one, the gate opens and the fault kills it. Returns the YAML and the home."""
+    yaml = make_pipeline(WORD_COUNT, ch.GATED_COUNT)
+    gate, home = ch.Gate(yaml), str(tmp_path / "h")
+    feeder = cbp.load(yaml, home=home)
+    feeder.feed("words", WORDS[0])
+    gate.close()
+    proc = background.popen(**ch.cli_process(["run"], home, yaml, fault))
+    gate.wait_started(lambda: proc.poll() is None)
+    assert feeder.feed("words", WORDS[1]).feed == 2  # lands while the job runs without the home's lock
+    assert gate.in_progress() and proc.poll() is None
+    if fault is None:
+        os.killpg(proc.pid, signal.SIGKILL)
+    gate.go.touch()
+    _, err = proc.communicate()
+    assert proc.returncode == -9, err[-2000:]
+    status = feeder.status()
+    assert [(i["kind"], i["epoch"]) for i in status["interrupted"]] == [("epoch", 1)]
+    assert status["stages"]["count"]["epochs"] == 0
+    assert status["stages"]["count"]["connectors"]["words"]["pending"] == 2  # feed 2 is kept, pending
+    return yaml, home
+
+
+def _recovered_exactly(yaml: Any, home: str) -> None:
+    """The next ``cbp run`` re-runs epoch 1 with its inputs, then reads feed 2: the counts of both feeds."""
+    r = ch.cli(["run"], home, yaml=yaml)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert "which was interrupted: re-running it with the same inputs" in r.stderr
+    p = cbp.load(yaml, home=home)
+    assert {x["w"]: x["n"] for x in p.state("count")} == ch.counts(WORDS)
+    assert p.epoch_record("count", 1).inputs == {"words": [1]}
+    assert p.epoch_record("count", 2).inputs == {"words": [2]}
+    assert p.home.pending() is None and not p.home.intentions()
+
+
+def test_kill_while_the_job_runs_unlocked_and_a_feed_lands(make_pipeline, tmp_path, background):
+    """SIGKILL to a run whose epoch's job runs (without the home's lock) while a feed lands: the
+    feed is kept; the next run re-runs the epoch with its inputs, then reads the feed; exact."""
+    _recovered_exactly(*_killed_with_a_feed_during_its_job(make_pipeline, tmp_path, background, None))
+
+
+def test_kill_between_the_commit_check_and_its_write(make_pipeline, tmp_path, background):
+    """A run killed after its commit re-read the snapshot (with a feed that landed during the job)
+    and found no conflict, before it wrote anything: nothing of the epoch was committed, the feed
+    is kept, and the next run ends exactly."""
+    _recovered_exactly(*_killed_with_a_feed_during_its_job(make_pipeline, tmp_path, background, "kill:epoch:checked:1"))

@@ -1,10 +1,12 @@
-"""One stage epoch, driven from the controller: intention, Spark job, commits (paper 001 §4.3).
+"""One stage epoch, driven from the controller: plan and intention, Spark job, commit (paper 001 §4.3).
 
-Before a stage epoch runs, its *intention* (what it reads and removes, the increment ids it will
-produce, the connectors it touches) is written; the Spark job (:mod:`cbp.engine.driver.job`) then writes
-only new files, and the epoch is committed as one change (:mod:`.journal`). A runner that dies
-leaves the intention: the next ``cbp run`` re-runs the epoch with the same decision, or drops
-it if its inputs changed (:mod:`.intentions`).
+:meth:`Epochs.plan` (under the home's lock) writes the epoch's *intention* (what it reads and
+removes, the increment ids it will produce, the connectors it touches); :meth:`Epochs.run_job`
+runs the Spark job (:mod:`cbp.engine.driver.job`) without the lock, writing only new files; and
+:meth:`Epochs.commit` (under the lock again, on the newest snapshot) commits the epoch as one
+change (:mod:`.journal`), or refuses it if what it read changed meanwhile (:mod:`.commitcheck`).
+A runner that dies leaves the intention: the next ``cbp run`` re-runs the epoch with the same
+decision, or drops it if its inputs changed (:mod:`.intentions`).
 
 Reads: ``live.spec`` and ``live.st`` (the stage's epoch, state version, index, bindings; its
 input connectors and increments), the input increments' and state table's files, the tuning.
@@ -16,6 +18,7 @@ intention (:class:`~.intentions.Intentions`); deletes index and binding files no
 
 from __future__ import annotations
 
+import copy
 import os
 import time
 from collections.abc import Mapping
@@ -45,6 +48,7 @@ from .change import (
     StateVersion,
 )
 from .codehash import note_code
+from .commitcheck import Conflict, Planned, base_of, conflict
 from .history import EpochEntry
 from .intentions import Intention, Intentions
 from .journal import Journal
@@ -83,19 +87,27 @@ class Epochs:
         return pa.schema([pa.field(PART, pa.int32())] + list(STATE_META) + rk + list(spec.state_schema.arrow))  # type: ignore[union-attr]
 
     def run_epoch(self, stage: str, d: Decision, *, intention: Intention | None = None) -> EpochReport:
-        """Run and commit one epoch of ``stage``: state, output increments and connectors, all or nothing."""
-        with self.journal.transaction():
-            return self._run_epoch(stage, d, intention)
+        """Plan, run and commit one epoch of ``stage`` while the caller holds the home's lock
+        throughout: state, output increments and connectors, all or nothing."""
+        planned = self.plan(stage, d, intention=intention)
+        self.journal.revert()
+        done = self.commit(planned, *self.run_job(planned))
+        assert not isinstance(done, Conflict)  # nothing else changed the home: the lock was held
+        return done
 
-    def _run_epoch(self, stage: str, d: Decision, intention: Intention | None) -> EpochReport:
+    def plan(self, stage: str, d: Decision, *, intention: Intention | None = None) -> Planned:
+        """Under the home's lock: what the epoch reads, its output increment ids, its intention
+        (written here) and its tasks' plan. Changes ``live.st`` (output ids, the scheduler's
+        position) that the caller drops (:meth:`.journal.Journal.revert`): :meth:`commit` makes
+        them on the snapshot it commits on."""
         spec = self.live.spec.stages[stage]
         epoch = self.live.st.stages[stage].epoch + 1
         t0 = time.perf_counter()
+        base = base_of(self.live.st, stage, d.reads, d.removes, list(spec.outputs))
         inputs: dict[str, list[int]] = {}
         input_files: dict[int, list[str]] = {}
-        made_in: dict[
-            str, int
-        ] = {}  # loopback files -> the epoch of this stage that wrote them (whose bindings deliver their multicasts)
+        # loopback files -> the epoch of this stage that wrote them (whose bindings deliver their multicasts)
+        made_in: dict[str, int] = {}
         for idx, inp in enumerate(spec.inputs):
             n = d.reads.get(inp.flow, 0)
             if n:
@@ -107,8 +119,6 @@ class Epochs:
                 )
         if intention is not None:  # the attempt that died allocated these; its files go first
             out_incs = dict(intention.out_incs)
-            for f, i in out_incs.items():
-                self.live.st.flows[f].next_inc = max(self.live.st.flows[f].next_inc, i + 1)
             self.intentions.discard_files(stage, epoch, out_incs)
         else:
             out_incs = {f: self.landing.allocate(f, 1)[0] for f in spec.outputs}
@@ -117,28 +127,55 @@ class Epochs:
         plan.made_in = made_in
         wanted = {epoch - 1, *made_in.values()}
         plan.bindings = [self.home.uri(rel) for rel in self.live.st.stages[stage].bindings if epoch_of(rel) in wanted]
+        sched = copy.deepcopy(self.live.st.sched)
+        return Planned(stage, epoch, d, inputs, input_files, out_incs, plan, state_uris, base, sched, t0)
+
+    def run_job(self, p: Planned) -> tuple[list[TaskResult], dict[str, int]]:
+        """The epoch's Spark job, without the home's lock (the runner lock keeps other runners out):
+        its tasks' results and the shuffle's size. If it fails, its files and intention go."""
         try:
             shuffle: dict[str, int] = {}
             results = run_stage_epoch(
                 self.spark.get(),
-                plan,
-                input_files,
-                state_uris,
-                state_needs_dedupe=self.live.st.stages[stage].layout != "blackbox",
+                p.plan,
+                p.input_files,
+                p.state_uris,
+                state_needs_dedupe=p.base.stage_state["layout"] != "blackbox",
                 shuffle=shuffle,
             )
             faults.point("epoch:ran")
-            change, counts = self._epoch_change(stage, epoch, d, results, inputs, out_incs)
-            self.journal.commit(change)
         except BaseException:
-            try:
-                committing = self.home.pending() is not None  # then the change is finished later, not dropped
-            except OSError:
-                committing = True
-            if not committing:
-                self.intentions.abandon_quietly(stage, epoch, out_incs)
+            self.intentions.abandon_quietly(p.stage, p.epoch, p.out_incs)
             raise
-        return _report(stage, epoch, self.mode, results, counts, time.perf_counter() - t0, shuffle)
+        return results, shuffle
+
+    def commit(self, p: Planned, results: list[TaskResult], shuffle: dict[str, int]) -> EpochReport | Conflict:
+        """Under the home's lock, on the newest snapshot: commit the epoch, or refuse it (nothing
+        written, its files and intention gone) if what it read changed meanwhile (:mod:`.commitcheck`)."""
+        why = conflict(p.base, self.live.st)
+        if why is not None:
+            self.home.fence(f"stage '{p.stage}' epoch {p.epoch}")  # a runner that lost its lease touches nothing
+            if self.live.st.stages[p.stage].epoch < p.epoch:  # else the files of that number are another's
+                self.intentions.abandon_quietly(p.stage, p.epoch, p.out_incs)
+            return Conflict(p.stage, p.epoch, why)
+        with self.journal.transaction():
+            try:
+                self.live.st.sched = copy.deepcopy(p.sched)
+                for f, i in p.out_incs.items():
+                    self.live.st.flows[f].next_inc = max(self.live.st.flows[f].next_inc, i + 1)
+                faults.point("epoch:checked")
+                change, counts = self._epoch_change(p.stage, p.epoch, p.decision, results, p.inputs, p.out_incs)
+                self.journal.commit(change)
+            except BaseException:
+                try:
+                    committing = self.home.pending() is not None  # then the change is finished later, not dropped
+                except OSError:
+                    committing = True
+                if not committing:
+                    self.intentions.abandon_quietly(p.stage, p.epoch, p.out_incs)
+                raise
+        seconds = time.perf_counter() - p.started
+        return _report(p.stage, p.epoch, self.mode, results, counts, seconds, shuffle)
 
     def _plan(
         self, stage: str, epoch: int, out_incs: dict[str, int], inputs: dict[str, list[int]] | None = None

@@ -9,10 +9,10 @@ change; a feed that a stage read is refused (code ``feed-read``): a rewind
 (:mod:`.rewind`) or a retraction is the way then.
 
 Reads: ``live.spec`` and ``live.st`` (flows, increments, connectors, stage epochs), feed,
-feed-hash and epoch history entries, the home's intentions. Writes: feed-hash entries (with the
-feed that lands, :meth:`Feeds.note`); a withdrawal, through the journal: the flow table's commit
-removing the feed's files, ``live.st`` (the increments leave the flow and its connectors), and
-the feed, feed-id, feed-hash and collected-increment entries.
+feed-hash and epoch history entries, the home's intentions and whether a runner is active.
+Writes: feed-hash entries (with the feed that lands, :meth:`Feeds.note`); a withdrawal, through
+the journal: the flow table's commit removing the feed's files, ``live.st`` (the increments leave
+the flow and its connectors), and the feed, feed-id, feed-hash and collected-increment entries.
 
     >>> content_hash(pa.table({"w": ["a"]})) == content_hash(pa.table({"w": ["a"]}))
     True
@@ -246,7 +246,10 @@ class Feeds:
                     + "; it cannot be withdrawn alone",
                     code="feed-shared",
                 )
-        for stage, doc in self.home.intentions().items():
+        # an epoch that reads them while its job runs is refused at its commit and planned again
+        # (cbp.controller.commitcheck); one a killed runner left would be finished by the next run
+        interrupted = self.home.intentions() if not self.home.runner_active() else {}
+        for stage, doc in interrupted.items():
             it = Intention.from_json(doc)
             if any(i in it.inputs.get(flow, []) for i in ids):
                 raise UsageError(

@@ -4,7 +4,8 @@ Before a stage epoch runs, its *intention* (what it reads and removes, the incre
 produce, the connectors it touches) is written under ``_cbp/intentions``. A runner that dies
 leaves it: the next ``cbp run`` finishes the epoch with the same decision if its inputs are still
 at the heads of their connectors (:meth:`Intentions.fits`), or drops it and the files its attempt
-wrote (:meth:`Intentions.abandon`). The journal clears an intention when its epoch commits.
+wrote (:meth:`Intentions.abandon`). The journal clears an intention when its epoch commits; an
+epoch whose job failed or whose commit was refused (:mod:`.commitcheck`) drops its own.
 
 Reads: ``live.spec`` and ``live.st`` (stage epochs and connectors), the home's intentions, the rewinds' records.
 Writes: intention files, and deletes the files an abandoned attempt wrote (its epoch's bindings,

@@ -78,6 +78,11 @@ class Journal:
         if doc is not None and int(doc["seq"]) != self.live.st.seq:
             self.load(doc)
 
+    def revert(self) -> None:
+        """Drop the changes made to ``live.st`` since the newest snapshot this object committed or
+        read (a stage epoch's plan: :meth:`.epoch.Epochs.commit` makes them again when it commits)."""
+        self.load(self.live.committed)
+
     @contextmanager
     def locked(self) -> Iterator[None]:
         """Hold the home's lock and work on the newest snapshot (see :meth:`Home.lock`); a change

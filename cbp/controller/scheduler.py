@@ -4,9 +4,11 @@ round-robin scheduler for possibly cyclic graphs with backpressure.
 Reads: ``live.spec`` and ``live.st`` (connectors, increments' framing keys and completeness,
 runnable states, the scheduler's position), the intentions a killed run left, the runner lease.
 Writes: ``live.st`` (the scheduler's position ``sched``; a Runnable's new state when it says not
-runnable, saved through the journal); runs each epoch through :class:`~.epoch.Epochs` (which
-commits it; the scheduler sets its ``epoch_timeout`` and ``run_info`` for the run) and collects
-garbage through :class:`~.landing.Landing` when a run ends; holds the home's runner lease for a run.
+runnable, saved through the journal); runs each epoch through :class:`~.epoch.Epochs`: plans it
+under the home's lock, runs its Spark job without it, commits it under the lock (a refused
+commit, :mod:`.commitcheck`, is planned again; the scheduler sets ``epoch_timeout`` and
+``run_info`` for the run) and collects garbage through :class:`~.landing.Landing` when a run
+ends; holds the home's runner lock for the whole run.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from ..model import normalize_runnable_result
 from ..spec import MAX_TIMEOUT
 from ..spec.resolve import safe_str
 from ..storage import Home
+from .commitcheck import Conflict, Planned
 from .epoch import Epochs
 from .intentions import Intention, Intentions
 from .journal import Journal
@@ -144,9 +147,10 @@ class Scheduler:
             }  # kept in each epoch's history entry (cbp history)
             first = True
             while True:
-                # One hold of the lock per epoch (feeds may land between epochs; each epoch sees
-                # them); the first also starts the run, the last also collects garbage: on S3 each
-                # hold is a lease taken and given back, four requests.
+                # The home's lock is held to plan each epoch and to commit it, never while its Spark
+                # job runs (feeds land meanwhile; the next epoch reads them). The first hold also
+                # starts the run, the last collects garbage: on S3 each hold is a lease taken and
+                # given back, four requests.
                 with self.journal.locked():
                     if first:
                         self.intentions.load()
@@ -157,14 +161,44 @@ class Scheduler:
                     if step is None:
                         self.landing.collect_garbage()
                         break
-                    stage, d, intention = step
-                    if on_start:
-                        on_start(stage, self.live.st.stages[stage].epoch + 1)
-                    rep = self.epochs.run_epoch(stage, d, intention=intention)
+                    try:
+                        planned = self.epochs.plan(step[0], step[1], intention=step[2])
+                    finally:
+                        self.journal.revert()  # what the plan changed is made again by its commit
+                rep = self._run_planned(planned, on_start)
+                if rep is None:
+                    continue  # refused: planned again on the newest snapshot
                 reports.append(rep)
                 if on_epoch:
                     on_epoch(rep)
         return reports
+
+    def _run_planned(self, planned: Planned, on_start: Callable[[str, int], None] | None) -> EpochReport | None:
+        """Run a planned epoch's Spark job without the home's lock, then commit it under the lock
+        on the newest snapshot; None if the commit was refused (:mod:`.commitcheck`)."""
+        try:
+            if on_start:
+                on_start(planned.stage, planned.epoch)
+        except BaseException:
+            self.intentions.abandon_quietly(planned.stage, planned.epoch, planned.out_incs)
+            raise
+        job = self.epochs.run_job(planned)
+        held = False
+        try:
+            with self.journal.locked():
+                held = True
+                done = self.epochs.commit(planned, *job)
+        except BaseException:
+            if not held:  # taking the lock, a recovery or the YAML's check failed: the epoch is dropped
+                self.intentions.abandon_quietly(planned.stage, planned.epoch, planned.out_incs)
+            raise
+        if isinstance(done, Conflict):
+            self.notify(
+                f"stage '{done.stage}' epoch {done.epoch} was not committed: {done.reason} while its job ran; "
+                "planning it again"
+            )
+            return None
+        return done
 
     def _next_step(self) -> tuple[str, Decision, Intention | None] | None:
         """Advance the scheduler to the next stage epoch to run: (stage, decision, intention to finish)."""
