@@ -130,16 +130,18 @@ def test_airflow_dags_say_they_need_a_local_home(s3, tmp_path):
 
 
 # ------------------------------------------------------------------ leases
-def test_second_runner_is_refused_with_busy(s3, background):
+def test_second_runner_is_refused_with_busy(s3, background, monkeypatch):
     home = _home()
     holder = _start(background, "runner", home)
+    tries: list[str] = []
+    try_acquire = Lease.try_acquire
+    monkeypatch.setattr(Lease, "try_acquire", lambda self: tries.append(self.name) or try_acquire(self))
     try:
         _wait_held(holder)
-        t = time.time()
         with pytest.raises(BusyError) as e:
             with Home(home).runner_lock("second"):
                 pass
-        assert e.value.code == "busy" and time.time() - t < 5
+        assert e.value.code == "busy" and tries == ["runner"]  # refused at the first try: no waiting
         assert str(holder.pid) in str(e.value)  # the holder is named, as on a local disk
         assert Home(home).runner_active()
     finally:
@@ -187,17 +189,22 @@ def test_runner_lock_is_released_and_taken_again(s3):
 
 
 def test_mutation_lock_waits_then_proceeds(s3, background):
+    """The holder lets go only once this process has said it waits (events, not seconds, order it)."""
     home = _home()
-    holder = _start(background, "mutation", home, "2.5", CBP_LEASE_TTL="6")
+    holder = _start(background, "mutation", home, stdin=subprocess.PIPE, CBP_LEASE_TTL="6")
     try:
         _wait_held(holder)
         calls = []
-        t = time.time()
+
+        def waiting() -> None:
+            calls.append("waiting")
+            holder.stdin.close()  # type: ignore[union-attr]  (the holder's cue to release)
+
         h = Home(home)
-        with h.lock(lambda: calls.append(time.time())):
+        with h.lock(waiting):
             with h.lock():  # re-entrant within the process
-                waited = time.time() - t
-        assert len(calls) == 1 and waited > 1.0
+                calls.append("held")
+        assert calls == ["waiting", "held"]
         assert holder.wait(30) == 0
     finally:
         holder.kill()
@@ -333,19 +340,39 @@ def test_a_holder_whose_lease_ran_out_commits_nothing(s3, monkeypatch):
     assert fresh.feeds("urls") == 2
 
 
+class _Clock:
+    """The time cbp.storage.lease reads, moved on by hand: the real time plus ``ahead`` seconds."""
+
+    def __init__(self) -> None:
+        self.ahead = 0.0
+
+    def time(self) -> float:
+        return time.time() + self.ahead
+
+    def sleep(self, seconds: float) -> None:
+        time.sleep(seconds)
+
+
 def test_the_fence_leaves_a_renewing_holder_alone_whatever_its_renewal_interval(s3, monkeypatch):
     """With renewals set close to the ttl a live holder's lease gets low between renewals;
-    that is not a lost lease: the fence lets its commits through, and still stops a stalled one."""
-    monkeypatch.setenv("CBP_LEASE_TTL", "2")
-    monkeypatch.setenv("CBP_LEASE_RENEW", "1.6")
+    that is not a lost lease: the fence lets its commits through, and still stops a stalled one.
+    The lease's clock is moved on by hand (its renewal thread, waiting 80 real seconds, does not
+    run), so each check has seconds of margin however slow the machine is."""
+    import cbp.storage.lease
+
+    clock = _Clock()
+    monkeypatch.setattr(cbp.storage.lease, "time", clock)
+    monkeypatch.setenv("CBP_LEASE_TTL", "100")
+    monkeypatch.setenv("CBP_LEASE_RENEW", "80")  # the fence's line: (100 - 80) / 2 = 10 s left
     h = Home(_home())
     with h.lock():
-        time.sleep(1.45)  # just before the first renewal (at 1.6 s): ~0.55 s of the lease left, as always then
+        clock.ahead = 78  # just before the first renewal (at 80 s): ~22 s of the lease left, as always then
         h.fence("a commit just before a renewal")
+    clock.ahead = 0
     with monkeypatch.context() as m:
         m.setattr(Lease, "renew", lambda self: True)  # stalled renewals
         with pytest.raises(BusyError) as e:
             with h.lock():
-                time.sleep(1.85)  # 0.15 s left: below (2 - 1.6) / 2
+                clock.ahead = 95  # ~5 s left: below (100 - 80) / 2
                 h.fence("a commit of a stalled holder")
     assert e.value.code == "lease-lost"
