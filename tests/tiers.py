@@ -73,6 +73,7 @@ MARKS: dict[str, tuple[str, ...]] = {
     "test_jvmcache.py": ("slow",),
     "test_docs.py": ("slow",),
     "test_engine_memory.py": ("slow",),
+    "test_delta_spark.py::test_cli_without_jars": ("slow",),  # a Spark driver of its own, without the jars
 }
 
 #: Tests that must run on one worker, one after the other: they share the standalone cluster.
