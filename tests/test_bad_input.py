@@ -13,8 +13,9 @@ from cbp import InputError, UserCodeError
 from cbp.cli import main
 
 URLS = FLOWS / "url_count.yaml"
-#: Calls a refused feed may make (bounded work counted, not timed): MEASURED; a 10,000-deep
-#: record walked whole, or a 64 MiB line read a byte at a time, would make millions.
+#: Calls a refused feed may make (bounded work counted, not timed): every hostile line and record
+#: here is refused within it; a 10,000-deep record walked whole, or a 64 MiB line read a byte at a
+#: time, would make millions.
 BOUNDED = 300_000
 
 
