@@ -9,9 +9,12 @@ epochs (Delta time travel), and the flows they produce to what that epoch wrote.
 
     >>> parse_epoch("3"), parse_epoch("url_count=2")
     ({'*': 3}, {'url_count': 2})
-    >>> p = cbp.load("flows/url_count.yaml")                                      # doctest: +SKIP
-    >>> p.sql("SELECT count(*) AS n FROM url_count WHERE count > 1").collect()    # doctest: +SKIP
-    [Row(n=4)]
+
+Example (a pipeline fed and run; Spark with the delta-spark jars)::
+
+    p = cbp.load("flows/url_count.yaml")
+    p.sql("SELECT count(*) AS n FROM url_count WHERE count > 1").collect()
+    # [Row(n=4)]
 """
 
 from __future__ import annotations
@@ -86,8 +89,10 @@ def _stage_epochs(parts: Parts, epoch: Epochs) -> dict[str, int]:
 def state_df(parts: Parts, spark: Any, stage: str, epoch: int | None = None) -> Any:
     """A stage's state records after ``epoch`` (default: the latest) as a Spark DataFrame, sorted by key.
 
-    >>> state_df(p.parts, spark, "url_count").orderBy("url").first()   # doctest: +SKIP
-    Row(url='http://a/', count=2)
+    Example::
+
+        state_df(p.parts, spark, "url_count").orderBy("url").first()
+        # Row(url='http://a/', count=2)
     """
     spec = parts.live.spec.stage(stage)
     if spec.state_schema is None:
@@ -105,8 +110,10 @@ def flow_df(parts: Parts, spark: Any, flow: str, epoch: int | None = None) -> An
     """A flow's records (only those its producer wrote in ``epoch``, or the Nth feed of an external
     flow) as a Spark DataFrame, in increment order: the records of ``cbp output``.
 
-        >>> flow_df(p.parts, spark, "counts", epoch=1).count()   # doctest: +SKIP
-        3
+    Example::
+
+        flow_df(p.parts, spark, "counts", epoch=1).count()
+        # 3
     """
     from pyspark.sql import functions as F
 
@@ -227,8 +234,10 @@ def run_sql(parts: Parts, spark: Any, query: str, epoch: Epochs = None, checked:
     ``sql-not-query`` (it would change something), ``sql-not-allowed``, ``sql-time-travel``,
     ``no-delta-jars``, ``unknown-stage``, ``unknown-epoch``. ``checked``: what :func:`prepare` gave.
 
-        >>> run_sql(p.parts, spark, "SELECT sum(count) FROM url_count").first()[0]   # doctest: +SKIP
-        40
+    Example::
+
+        run_sql(p.parts, spark, "SELECT sum(count) FROM url_count").first()[0]
+        # 40
     """
     checked = checked or prepare(parts, query, epoch)
     require_delta(spark)

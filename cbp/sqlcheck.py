@@ -11,8 +11,11 @@ feed). The statement is then rewritten to read a view registered for that epoch.
 
     >>> check(["url_count", "urls"], "SELECT * FROM url_count VERSION AS OF 2 c").travel
     {('url_count', 2): 'url_count@2'}
-    >>> check(["url_count"], "SELECT * FROM nope").code   # doctest: +SKIP
-    'sql-unknown-view'
+    >>> try:
+    ...     check(["url_count"], "SELECT * FROM nope")
+    ... except UsageError as e:
+    ...     print(e.code)
+    sql-unknown-view
 """
 
 from __future__ import annotations

@@ -4,15 +4,17 @@ Each step lands one recorded increment on an input flow and runs the pipeline un
 runnable; the result keeps, per step, every stage epoch that ran, the records each epoch wrote
 to each flow, and each stateful stage's state afterwards.
 
-    >>> from cbp.testing import replay, Increment
-    >>> r = replay("flows/url_count.yaml", [                                      # doctest: +SKIP
-    ...     Increment("urls", [{"url": "http://a/"}, {"url": "http://b/"}]),
-    ...     Increment("urls", [{"url": "http://a/"}]),
-    ... ])
-    >>> r.steps[1].outputs["counts"]                                              # doctest: +SKIP
-    [{'url': 'http://a/', 'count': 2}]
-    >>> r.steps[1].state["url_count"]                                             # doctest: +SKIP
-    [{'url': 'http://a/', 'count': 2}, {'url': 'http://b/', 'count': 1}]
+Example (it runs the pipeline on Spark)::
+
+    from cbp.testing import replay, Increment
+    r = replay("flows/url_count.yaml", [
+        Increment("urls", [{"url": "http://a/"}, {"url": "http://b/"}]),
+        Increment("urls", [{"url": "http://a/"}]),
+    ])
+    r.steps[1].outputs["counts"]
+    # [{'url': 'http://a/', 'count': 2}]
+    r.steps[1].state["url_count"]
+    # [{'url': 'http://a/', 'count': 2}, {'url': 'http://b/', 'count': 1}]
 """
 
 from __future__ import annotations
@@ -123,8 +125,10 @@ _REC = re.compile(r"^(\d+)[-_](\w+?)(_close)?\.jsonl$")
 def load_recording(directory: str | os.PathLike[str]) -> list[Increment]:
     """Increments recorded as files ``<step>-<flow>.jsonl`` (``...-<flow>_close.jsonl`` closes the frame).
 
-    >>> load_recording("tests/recordings/url_count")            # doctest: +SKIP
-    [Increment(flow='urls', records='tests/recordings/url_count/001-urls.jsonl', ...)]
+    Example (a directory holding ``001-urls.jsonl``)::
+
+        load_recording("tests/recordings/url_count")
+        # [Increment(flow='urls', records='tests/recordings/url_count/001-urls.jsonl', ...)]
     """
     found = []
     for name in os.listdir(directory):

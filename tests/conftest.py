@@ -189,6 +189,31 @@ def _lease_renewals_stopped(monkeypatch):
         _stop_renewing(lease)
 
 
+@pytest.hookimpl(tryfirst=True)  # before xdist reads the groups (its worker's hook of the same name)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Markers, xdist groups and order from tests/tiers.py (doctests of cbp/ match no entry there)."""
+    import tiers
+
+    for item in items:
+        file, name = item.path.name, item.name
+        for mark in sorted(tiers.marks_of(file, name)):
+            item.add_marker(getattr(pytest.mark, mark))
+        group = tiers.group_of(file, name)
+        if group is not None:
+            item.add_marker(pytest.mark.xdist_group(group))
+    items.sort(key=lambda item: tiers.rank(item.path.name, item.name))  # stable: the rest keep their order
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    """With ``CBP_TEST_TIMES=FILE``, append each test's seconds (setup + call + teardown, one line per
+    phase) as it ends, also from xdist workers and from runs cut short: what tests/tiers.py's ``slow``
+    is chosen from."""
+    times = os.environ.get("CBP_TEST_TIMES")
+    if times and "PYTEST_XDIST_WORKER" not in os.environ:  # xdist's controller writes what its workers report
+        with open(times, "a") as fh:
+            fh.write(f"{report.duration:.2f} {report.when} {report.nodeid}\n")
+
+
 def pytest_terminal_summary(terminalreporter):  # how many inputs each fuzz target tried
     from fuzzing import TRIED
 

@@ -18,8 +18,8 @@ from typing import Any
 
 import pytest
 
-boto3 = pytest.importorskip("boto3", reason="boto3 is not installed (pip install -e '.[dev]')")
-pytest.importorskip("moto.server", reason="moto's S3 server is not installed (pip install 'moto[server]')")
+boto3 = pytest.importorskip("boto3", reason="needs boto3 (pip install -e '.[dev]')")
+pytest.importorskip("moto.server", reason="needs moto's S3 server (pip install 'moto[server]')")
 MOTO = [sys.executable, "-m", "moto.server"]  # this interpreter's moto, not another one on PATH
 
 BUCKET = "cbp-test"

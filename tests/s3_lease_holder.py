@@ -1,7 +1,7 @@
 """Run by tests/test_s3_home.py in a subprocess: hold a lock of an S3 home, or race for one.
 
 python s3_lease_holder.py runner HOME            take the runner lock, say "held", sleep until killed
-python s3_lease_holder.py mutation HOME SECONDS  take the mutation lock, say "held", hold it SECONDS, exit
+python s3_lease_holder.py mutation HOME          take the mutation lock, say "held", hold it until stdin closes
 python s3_lease_holder.py race HOME START        at time START try the runner lock once: say "won" (and hold it
                                                  until stdin closes) or "busy"
 python s3_lease_holder.py append TABLE N TAG     append N one-row commits to a Delta table on S3
@@ -25,7 +25,7 @@ def main(argv: list[str]) -> None:
     elif what == "mutation":
         with Home(loc).lock():
             print("held", flush=True)
-            time.sleep(float(argv[2]))
+            sys.stdin.read()  # held until the test, waiting for the lock, closes our stdin
     elif what == "race":
         time.sleep(max(0.0, float(argv[2]) - time.time()))
         try:

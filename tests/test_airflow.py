@@ -21,7 +21,7 @@ from conftest import AIRFLOW_HOME, FLOWS, ROOT
 from crawl_site import HOST, make_site
 from test_crawl_queue import _check_round
 
-pytest.importorskip("airflow")
+pytest.importorskip("airflow", reason="needs apache-airflow (pip install -e '.[airflow]')")
 
 
 @pytest.fixture(scope="module")

@@ -19,7 +19,7 @@ from conftest import FLOWS, ROOT
 
 from cbp.errors import CbpError
 
-pytest.importorskip("airflow")
+pytest.importorskip("airflow", reason="needs apache-airflow (pip install -e '.[airflow]')")
 
 CRAWLER = "crawlers:\n  crawl_queue:\n    corpus: {corpus}\n    seed: http://h/\n"
 

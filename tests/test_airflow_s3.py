@@ -21,7 +21,7 @@ from moto_s3 import BUCKET, s3_server  # noqa: F401  (the module's S3 server fix
 
 from cbp.errors import CbpError
 
-pytest.importorskip("airflow")
+pytest.importorskip("airflow", reason="needs apache-airflow (pip install -e '.[airflow]')")
 
 
 def _config(tmp_path: Path, text: str) -> str:

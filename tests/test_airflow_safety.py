@@ -28,8 +28,8 @@ from conftest import FLOWS, ROOT, WORD_COUNT
 
 from cbp.errors import CbpError
 
-pytest.importorskip("airflow")
-psutil = pytest.importorskip("psutil")
+pytest.importorskip("airflow", reason="needs apache-airflow (pip install -e '.[airflow]')")
+psutil = pytest.importorskip("psutil", reason="needs psutil (pip install -e '.[dev]')")
 
 
 # ---------------------------------------------------------------------------- helpers
@@ -301,17 +301,16 @@ def test_process_group_timeout_kills_every_process_of_the_group():
     from cbp.airflow.dagfactory import ProcessGroup
 
     g = ProcessGroup(["sh", "-c", "sleep 300 & sleep 300 & wait"], grace=2)
-    t0 = time.monotonic()
     with pytest.raises(TimeoutError, match="process group was killed"):
         g.run(timeout=1.5)
-    assert time.monotonic() - t0 < 30
+    assert g.proc.returncode is not None and g.proc.returncode < 0  # killed by a signal, not done sleeping
     assert _group_alive(g.proc.pid) == []
 
 
 def test_cbp_run_dies_with_a_task_process_killed_by_sigkill(tmp_path):
     """The one exit no handler sees: the command gets SIGKILL when its parent dies (PR_SET_PDEATHSIG)."""
     if not sys.platform.startswith("linux"):
-        pytest.skip("PR_SET_PDEATHSIG is Linux")
+        pytest.skip("needs Linux (PR_SET_PDEATHSIG)")
     pidfile = tmp_path / "pid"
     code = (
         "import sys, threading, time\n"
@@ -400,8 +399,7 @@ def test_run_task_past_its_execution_timeout_kills_cbp_run_and_its_spark_jvm(tmp
 
     watcher = threading.Thread(target=bring_forward, daemon=True)
     watcher.start()
-    t0 = time.monotonic()
-    with pytest.raises(AirflowTaskTimeout):
+    with pytest.raises(AirflowTaskTimeout):  # the translator sleeps an hour: only the timeout ends the task
         try:  # airflow.sdk.execution_time.task_runner._execute_task, with op.execution_timeout
             with timeout(op.execution_timeout.total_seconds()):
                 op.execute(context={})
@@ -415,7 +413,6 @@ def test_run_task_past_its_execution_timeout_kills_cbp_run_and_its_spark_jvm(tmp
     gone, alive = psutil.wait_procs(seen["procs"], timeout=30)
     assert not _running(alive), [proc.cmdline() for proc in _running(alive)]
     assert _group_alive(seen["pgid"][0]) == []
-    assert time.monotonic() - t0 < 300
     assert p.status()["stages"]["count"]["epochs"] == 0  # nothing committed
 
 
@@ -425,11 +422,9 @@ def test_epoch_timeout_setting_reaches_cbp_run_and_cancels_a_runaway_epoch(tmp_p
     op, p, marker = _sleepy_run_task(
         tmp_path, make_pipeline, "run_timeout_minutes: 10\nepoch_timeout_seconds: 15\n", [{"w": "a"}]
     )
-    t0 = time.monotonic()
-    with pytest.raises(RuntimeError, match="exit code 4") as e:
+    with pytest.raises(RuntimeError, match="exit code 4") as e:  # the translator sleeps an hour
         op.execute(context={})
-    assert "time limit of 15 s" in str(e.value)  # cbp run's own message: the limit it was given
-    assert time.monotonic() - t0 < 240
+    assert "time limit of 15 s" in str(e.value)  # cbp run's own message: the epoch limit, not the task's
     assert _group_alive(op._group.proc.pid) == []
     assert p.status()["stages"]["count"]["epochs"] == 0  # nothing committed
 

@@ -59,7 +59,7 @@ def cluster_fixture() -> Iterator[dict[str, str]]:
     ours = False
     if not (env_sh.exists() and _script("status", 60).returncode == 0):
         if os.environ.get("CBP_TEST_CLUSTER") == "0":
-            pytest.skip("CBP_TEST_CLUSTER=0: no cluster started for these tests")
+            pytest.skip("needs the standalone cluster of scripts/cluster (CBP_TEST_CLUSTER=0: none started)")
         r = _script("up")
         assert r.returncode == 0, r.stdout + r.stderr
         ours = True

@@ -6,7 +6,6 @@ import contextlib
 import subprocess
 import sys
 import threading
-import time
 from pathlib import Path
 
 import crash_harness as ch
@@ -150,19 +149,24 @@ def test_lock_is_held_across_processes(tmp_path, capsys, background):
         [
             sys.executable,
             "-c",
-            "import sys, time; from cbp.storage import Home\n"
-            f"with Home({str(home)!r}).lock():\n    print('held', flush=True); time.sleep(2)",
+            "import sys; from cbp.storage import Home\n"
+            f"with Home({str(home)!r}).lock():\n    print('held', flush=True); sys.stdin.read()",
         ],
+        stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         text=True,
     )
     assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
-    waited: list[float] = []
-    t0 = time.perf_counter()
-    with Home(str(home)).lock(waiting=lambda: waited.append(time.perf_counter() - t0)):
-        got = time.perf_counter() - t0
-    holder.wait(timeout=30)
-    assert waited and got >= 1.0  # it waited for the other process
+    events: list[str] = []
+
+    def waiting() -> None:
+        events.append("waiting")
+        holder.stdin.close()  # type: ignore[union-attr]  (the holder lets go once this process waits)
+
+    with Home(str(home)).lock(waiting=waiting):
+        events.append("held")
+    assert holder.wait(timeout=30) == 0
+    assert events == ["waiting", "held"]  # it waited for the other process, then got the lock
     with Home(str(home)).lock():  # and the lock is free again (also after the holder exited)
         with Home(str(home)).lock():  # re-entrant within a process
             pass

@@ -10,12 +10,14 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
 from collections import Counter
 from pathlib import Path
 
 import pyarrow as pa
 import pytest
-from conftest import FLOWS
+from conftest import FLOWS, ROOT
 from deltalake import DeltaTable
 
 import cbp
@@ -59,7 +61,7 @@ def count(key, state, words, out):
 def dspark(spark):
     if not has_delta(spark):
         if os.environ.get("CBP_JARS_DIR"):  # pointed elsewhere on purpose (see the last test)
-            pytest.skip("no delta-spark jars in CBP_JARS_DIR")
+            pytest.skip("needs the delta-spark jars in CBP_JARS_DIR (bash scripts/jars)")
         pytest.fail(
             "Spark's Delta connector is not loaded: scripts/setup puts its jars in state/jars (bash scripts/jars)"
         )
@@ -368,15 +370,29 @@ def test_require_delta_names_setup():
         assert e.value.code == "no-delta-jars"
 
 
-def test_cli_without_jars(spark, tmp_path, capsys):
-    """Without the jars (CBP_JARS_DIR elsewhere), cbp sql fails cleanly; the rest works."""
-    if has_delta(spark):
-        pytest.skip("this session has the jars; run with CBP_JARS_DIR=/nonexistent")
-    home = str(tmp_path / "h")
-    assert main(["feed", str(YAML), "urls", str(_jsonl(tmp_path, FEEDS[0])), "--home", home]) == 0
-    assert main(["run", str(YAML), "--home", home, "--quiet"]) == 0
-    assert main(["sql", str(YAML), "SELECT * FROM url_count", "--home", home]) == 5
-    assert "scripts/setup" in capsys.readouterr().err
+_WITHOUT_JARS = """
+import sys
+from cbp.cli import main
+yaml, feed, home = sys.argv[1:]
+codes = [
+    main(["feed", yaml, "urls", feed, "--home", home]),
+    main(["run", yaml, "--home", home, "--quiet"]),
+    main(["sql", yaml, "SELECT * FROM url_count", "--home", home]),
+]
+print("EXIT", *codes)
+"""
+
+
+def test_cli_without_jars(tmp_path):
+    """Without the jars (CBP_JARS_DIR elsewhere), cbp sql fails cleanly; the rest works. In a process
+    of its own, whose Spark starts without them (this session's has them)."""
+    env = {**os.environ, "CBP_JARS_DIR": str(tmp_path / "no-jars"), "PYTHONPATH": str(ROOT)}
+    args = [str(YAML), str(_jsonl(tmp_path, FEEDS[0])), str(tmp_path / "h")]
+    r = subprocess.run(
+        [sys.executable, "-c", _WITHOUT_JARS, *args], env=env, capture_output=True, text=True, timeout=600
+    )
+    assert "EXIT 0 0 5" in r.stdout, r.stdout[-2000:] + r.stderr[-3000:]
+    assert "scripts/setup" in r.stderr
 
 
 def _jsonl(tmp_path, records: list[dict]):
@@ -408,7 +424,7 @@ def test_s3a_conf_from_aws_environment():
 def test_s3_table_through_s3a(dspark, monkeypatch):
     """hadoop-aws and the AWS SDK bundle load: a table delta-rs wrote to an S3 server (moto) reads
     through ``s3://`` (mapped to S3A) with time travel, and one Spark appends reads in delta-rs."""
-    moto_server = pytest.importorskip("moto.server")
+    moto_server = pytest.importorskip("moto.server", reason="needs moto's S3 server (pip install 'moto[server]')")
     import socket
 
     with socket.socket() as sock:

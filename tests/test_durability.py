@@ -164,7 +164,7 @@ def tmpfs(tmp_path):
     mnt.mkdir()
     r = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=48m", "tmpfs", str(mnt)], capture_output=True, text=True)
     if r.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here: {r.stderr.strip()}")
+        pytest.skip(f"needs to mount a tmpfs (root or CAP_SYS_ADMIN): {r.stderr.strip()}")
     yield mnt
     subprocess.run(["umount", "-l", str(mnt)], capture_output=True)
 
@@ -189,7 +189,7 @@ def test_read_only_home(spark, make_pipeline, tmp_path, tmpfs, what):
     if what == "whole":
         assert subprocess.run(["mount", "-o", "remount,ro", str(tmpfs)]).returncode == 0
     elif not _bind_read_only(target):
-        pytest.skip("cannot bind-mount read-only here")
+        pytest.skip("needs a read-only bind mount (root or CAP_SYS_ADMIN)")
     try:
         with pytest.raises(RuntimeStateError) as e:
             cbp.load(path, home=str(home), spark=spark).run()

@@ -332,7 +332,9 @@ def test_a_source_that_refreshes_the_controller_does_not_hide_a_feed(spark, make
     home = str(tmp_path / "home")
     p = cbp.load(yaml, home=home)
     first = threading.Event()
-    followers(p, recheck=3600, on_round=lambda reports: first.set(), sources=[lambda: p.parts.journal.refresh() or False])
+    followers(
+        p, recheck=3600, on_round=lambda reports: first.set(), sources=[lambda: p.parts.journal.refresh() or False]
+    )
     assert first.wait(300)
     cbp.load(yaml, home=home).feed("words", [{"w": "a"}])
     _until(lambda: _counts(cbp.load(yaml, home=home)) == {"a": 1}, timeout=120, what="the feed to be run")

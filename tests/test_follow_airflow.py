@@ -16,7 +16,7 @@ import pytest
 import cbp
 from cbp.errors import CbpError
 
-pytest.importorskip("airflow")
+pytest.importorskip("airflow", reason="needs apache-airflow (pip install -e '.[airflow]')")
 
 NAME = "follow_words"
 YAML = f"""

@@ -13,7 +13,7 @@ import pytest
 import cbp
 
 if not hasattr(cbp.Pipeline, "sync"):
-    pytest.skip("Delta sources (Pipeline.sync) are not in this tree", allow_module_level=True)
+    pytest.skip("needs Delta sources (Pipeline.sync), not in this tree", allow_module_level=True)
 
 YAML = """
 pipeline: follow_orders

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from conftest import WORD_COUNT
 
-pytest.importorskip("airflow")
+pytest.importorskip("airflow", reason="needs apache-airflow (pip install -e '.[airflow]')")
 
 TRIVIAL = "def count(key, state, words, out):\n    pass\n"
 WORDS = [{"w": "x"}, {"w": "y"}]

@@ -141,7 +141,7 @@ def test_the_progress_bar_shows_on_a_terminal_and_goes_away(tmp_path):
     if shutil.which("script") is None:
         import pytest
 
-        pytest.skip("no 'script' (util-linux) to give the child a terminal")
+        pytest.skip("needs 'script' (util-linux) to give the child a terminal")
     (tmp_path / "d.py").write_text(DISPLAY)
     env = {**os.environ, "PYTHONPATH": str(ROOT), "TERM": "xterm", "COLUMNS": "100"}
     r = subprocess.run(

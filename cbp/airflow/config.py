@@ -16,9 +16,11 @@ number that is not finite and positive (time limits at most a week, as ``cbp run
 --epoch-timeout``), ``max_pages`` that is not a whole number >= 1, a ``homes`` cbp cannot keep a
 home in (:func:`cbp.storage.location.check_location`; ``file:`` URIs name local directories).
 
-    >>> cfg = load_config("dags/cbp.yaml")                      # doctest: +SKIP
-    >>> cfg.home(spec), cfg.markers_dir(spec)                   # doctest: +SKIP
-    ('s3://cbp/homes/crawl_queue', '/srv/inbox/.cbp-markers/crawl_queue')
+Example (a configuration with ``homes: s3://cbp/homes`` and ``inbox: /srv/inbox``)::
+
+    cfg = load_config("dags/cbp.yaml")
+    cfg.home(spec), cfg.markers_dir(spec)
+    # ('s3://cbp/homes/crawl_queue', '/srv/inbox/.cbp-markers/crawl_queue')
 """
 
 from __future__ import annotations

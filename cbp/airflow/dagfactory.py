@@ -35,9 +35,11 @@ runs one crawl round (done by the crawl application, :data:`cbp.airflow.config.C
 name, a DAG id taken twice) does not take the others with it: its DAG (:func:`broken_dag`) has one
 task that fails, once, with the error's code and message, which is also logged.
 
-    >>> dags = make_dags("dags/cbp.yaml")                       # doctest: +SKIP
-    >>> sorted(dags)                                            # doctest: +SKIP
-    ['cbp_crawl_queue', 'cbp_crawl_queue_crawler', 'cbp_url_count', ...]
+Example (Airflow's DAG processor does this through ``dags/cbp_dags.py``)::
+
+    dags = make_dags("dags/cbp.yaml")
+    sorted(dags)
+    # ['cbp_crawl_queue', 'cbp_crawl_queue_crawler', 'cbp_url_count', ...]
 """
 
 from __future__ import annotations

@@ -11,10 +11,12 @@ twice: under an ``flock`` of ``<markers>/follower.lock``, a recorded follower th
 (same pid and start time) is left alone, and so is a follower that holds the home's runner lock
 and was started by hand. :func:`stop_follower` stops it (SIGTERM: after the epoch in flight).
 
-    >>> ensure_follower("flows/url_count.yaml", "state/url_count", markers="state/url_count/_airflow")  # doctest: +SKIP
-    {'follower': 81234, 'started': True}
-    >>> stop_follower("state/url_count/_airflow")                                                      # doctest: +SKIP
-    True
+Example (it starts and stops a process)::
+
+    ensure_follower("flows/url_count.yaml", "state/url_count", markers="state/url_count/_airflow")
+    # {'follower': 81234, 'started': True}
+    stop_follower("state/url_count/_airflow")
+    # True
 """
 
 from __future__ import annotations

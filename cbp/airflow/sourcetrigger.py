@@ -8,9 +8,11 @@ it and runs the epochs. The version announced is kept beside the other announcem
 (``<markers>/announced/<flow>.source.json``), so a restarted trigger does not fire twice for one
 version.
 
-    >>> t = SourceVersionAdded("/srv/state/orders", "orders", "/data/orders")    # doctest: +SKIP
-    >>> t.check()        # what the trigger would announce now, or None          # doctest: +SKIP
-    {'flow': 'orders', 'table': '/data/orders', 'version': 12, 'landed': 10}
+Example (a home at ``/srv/state/orders`` whose flow ``orders`` reads the Delta table ``/data/orders``)::
+
+    t = SourceVersionAdded("/srv/state/orders", "orders", "/data/orders")
+    t.check()  # what the trigger would announce now, or None
+    # {'flow': 'orders', 'table': '/data/orders', 'version': 12, 'landed': 10}
 """
 
 from __future__ import annotations

@@ -16,11 +16,11 @@ What was announced is kept in a local directory, ``markers`` (default: beside th
 ``<markers>/announced/<flow>.json``, so a trigger restarted by the triggerer (it is re-created
 after every event) does not fire twice for the same feed or file.
 
-    >>> t = IncrementLanded(  # doctest: +SKIP
-    ...     "/srv/state/crawl_queue", "pages", inbox="/srv/state/inbox/crawl_queue/pages"
-    ... )
-    >>> t.check()          # what the trigger would announce now, or None      # doctest: +SKIP
-    {'flow': 'pages', 'feeds': 3, 'new_feeds': 1, 'inbox_files': []}
+Example (a home with three feeds of ``pages``, one of them not announced yet)::
+
+    t = IncrementLanded("/srv/state/crawl_queue", "pages", inbox="/srv/state/inbox/crawl_queue/pages")
+    t.check()  # what the trigger would announce now, or None
+    # {'flow': 'pages', 'feeds': 3, 'new_feeds': 1, 'inbox_files': []}
 """
 
 from __future__ import annotations

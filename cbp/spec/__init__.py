@@ -3,8 +3,8 @@
 :func:`load_spec` reads a file into frozen, validated objects and reports every mistake with
 the file, the line, the stage or flow, and what is wrong, before any Spark job starts.
 
-    >>> spec = load_spec("flows/url_count.yaml")            # doctest: +SKIP
-    >>> spec.stages["url_count"].inputs[0].flow             # doctest: +SKIP
+    >>> spec = load_spec("flows/url_count.yaml")
+    >>> spec.stages["url_count"].inputs[0].flow
     'urls'
 
 A file looks like::

@@ -1,0 +1,142 @@
+"""Which tests are expensive, and which tests xdist workers must not run apart.
+
+``tests/conftest.py`` applies these tables at collection (``pytest_collection_modifyitems``):
+
+* the markers of pyproject's ``[tool.pytest.ini_options]``, by file or by test, so that
+  ``bash scripts/test --fast`` (``-m "not (cluster or killpoint or airflow or s3 or fuzz or slow)"``)
+  runs what is cheap;
+* an ``xdist_group`` for tests that share something outside their process (the standalone cluster
+  of ``scripts/cluster`` under ``state/cluster``) or a module-scoped fixture that is costly to
+  start on every worker (a moto S3 server, an Airflow metadata DB): ``--dist loadgroup`` runs a
+  group on one worker, every other test goes to whichever worker is free;
+* an order: the costliest groups and tests first (``--no-loadscope-reorder`` keeps it), so that
+  no worker starts a five-minute test when the others are done.
+
+A key is a file name (``test_crash.py``: every test in it) or a test's name within its file
+(``test_graphs.py::test_pagerank_with_retractions``: every parametrization of it).
+"""
+
+from __future__ import annotations
+
+#: The markers of the expensive kinds; ``--fast`` leaves out every test that has one.
+EXPENSIVE = ("cluster", "killpoint", "airflow", "s3", "fuzz", "slow")
+
+_CRASH = ("killpoint", "slow")
+
+#: Markers by file or test (seconds are serial times on a 2-core machine, 2026-11-28).
+MARKS: dict[str, tuple[str, ...]] = {
+    # the Spark standalone cluster of scripts/cluster, started by the module when none is up
+    "test_cluster.py": ("cluster", "slow"),
+    "test_cluster_faults.py": ("cluster", "killpoint", "s3", "slow"),
+    # SIGKILL at kill points (cbp/faults.py) or of whole processes, then recovery checked
+    "test_crash.py": _CRASH,
+    "test_evolution_crash.py": _CRASH,
+    "test_durability.py": ("killpoint",),
+    "test_backfill.py::test_kill_inside_a_backfill_upgrade_leaves_old_or_new": _CRASH,
+    "test_broadcast.py::test_broadcast_and_multicast_epochs_survive_crashes": _CRASH,
+    "test_framing.py::test_framed_outputs_survive_crashes": _CRASH,
+    "test_keyed_rows.py::test_killed_runs_recover_keyed_rows": _CRASH,
+    "test_rewind.py::test_rewind_multi_stage_with_loopback": _CRASH,
+    "test_rewind.py::test_sigkill_at_every_step_of_a_rewind": _CRASH,
+    "test_sources.py::test_sync_killed_anywhere_lands_each_version_once": _CRASH,
+    "test_feeds_history.py::test_unfeed_killed_reads_as_before_or_after": _CRASH,
+    "test_follow.py::test_sigterm_or_ctrl_c_stops_the_follower_process_after_the_epoch_in_flight": ("killpoint",),
+    # Airflow: DAGs run with dag.test(), triggers, task processes, airflow standalone
+    "test_airflow.py": ("airflow", "slow"),
+    "test_airflow_config.py": ("airflow",),
+    "test_airflow_inbox.py": ("airflow",),
+    "test_airflow_s3.py": ("airflow", "s3"),
+    "test_airflow_safety.py": ("airflow", "slow"),
+    "test_follow_airflow.py": ("airflow", "slow"),
+    "test_sources_airflow.py": ("airflow",),
+    "test_inbox_sandbox.py": ("airflow",),
+    # homes and sources on a moto S3 server (tests/moto_s3.py)
+    "test_s3_home.py": ("s3", "slow"),
+    "test_evolution_s3.py": ("s3",),
+    "test_follow_s3.py": ("s3",),
+    "test_sources_s3.py": ("s3",),
+    "test_rewind.py::test_rewind_on_s3_home_equals_fresh_run": ("s3",),
+    # many generated inputs: fuzz targets and Hypothesis properties that run pipelines
+    "test_fuzz_inputs.py": ("fuzz", "slow"),
+    "test_fuzz_crawler.py": ("fuzz", "slow"),
+    "test_keyed_rows.py::test_direct_per_key_matches_dict_model": ("fuzz",),
+    "test_keyed_rows.py::test_direct_batch_matches_dict_model": ("fuzz",),
+    "test_keyed_rows.py::test_blackbox_per_key_matches_dict_model": ("fuzz",),
+    "test_keyed_rows.py::test_blackbox_batch_matches_dict_model": ("fuzz",),
+    "test_graphs.py::test_clustering_random_signed_sequences": ("fuzz",),
+    "test_url_count.py::test_url_count_property": ("fuzz",),
+    # slow by themselves (over ~15 s serially)
+    "test_graphs.py::test_pagerank_with_retractions": ("slow",),
+    "test_graphs.py::test_pagerank_matches_networkx": ("slow",),
+    "test_graphs.py::test_pagerank_work_follows_the_change": ("slow",),
+    "test_batch.py::test_batch_equals_per_key_with_framing_and_a_loopback_flow": ("slow",),
+    "test_jvmcache.py": ("slow",),
+    "test_docs.py": ("slow",),
+    "test_engine_memory.py": ("slow",),
+    "test_delta_spark.py::test_cli_without_jars": ("slow",),  # a Spark driver of its own, without the jars
+}
+
+#: Tests that must run on one worker, one after the other: they share the standalone cluster.
+GROUPS: dict[str, str] = {
+    "test_cluster.py": "cluster",
+    "test_cluster_faults.py": "cluster",
+}
+
+#: Files whose module-scoped fixture (an S3 server, an Airflow DB, Delta jars) is worth starting once.
+WHOLE_FILES = (
+    "test_s3_home.py",
+    "test_evolution_s3.py",
+    "test_follow_s3.py",
+    "test_sources_s3.py",
+    "test_airflow.py",
+    "test_airflow_s3.py",
+    "test_follow_airflow.py",
+    "test_delta_spark.py",
+)
+
+#: Scheduled first, in this order (then everything else in collection order).
+FIRST = (
+    "test_cluster.py",
+    "test_cluster_faults.py",
+    "test_crash.py::test_sigkill_at_many_moments_recovers_exactly",
+    "test_graphs.py::test_pagerank_with_retractions",
+    "test_airflow.py",
+    "test_batch.py::test_batch_equals_per_key_with_framing_and_a_loopback_flow",
+    "test_framing.py::test_framed_outputs_survive_crashes",
+    "test_crash.py",
+    "test_graphs.py::test_pagerank_matches_networkx",
+    "test_jvmcache.py",
+    "test_docs.py",
+    "test_broadcast.py::test_broadcast_and_multicast_epochs_survive_crashes",
+    "test_graphs.py::test_pagerank_work_follows_the_change",
+    "test_evolution_crash.py",
+    "test_s3_home.py",
+    "test_rewind.py",
+    "test_airflow_safety.py",
+    "test_follow_airflow.py",
+    "test_engine_memory.py",
+)
+
+
+def _keys(file: str, name: str) -> tuple[str, str]:
+    """The two keys a test is known by: its file, and its file with its name (parameters dropped)."""
+    return file, f"{file}::{name.split('[', 1)[0]}"
+
+
+def marks_of(file: str, name: str) -> set[str]:
+    """The markers of the test ``name`` (as pytest names it, parameters included) in ``file``."""
+    return {m for key in _keys(file, name) for m in MARKS.get(key, ())}
+
+
+def group_of(file: str, name: str) -> str | None:
+    """The xdist group of a test, or None (any worker)."""
+    if file in GROUPS:
+        return GROUPS[file]
+    return file if file in WHOLE_FILES else None
+
+
+def rank(file: str, name: str) -> int:
+    """Where a test goes in the run: its place in :data:`FIRST`, else after all of them."""
+    by_file, by_name = _keys(file, name)
+    places = [i for i, key in enumerate(FIRST) if key in (by_file, by_name)]
+    return min(places, default=len(FIRST))
