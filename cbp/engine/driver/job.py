@@ -15,7 +15,6 @@ Either way the job only writes files; :mod:`cbp.controller` commits them.
 from __future__ import annotations
 
 import json
-import os
 import threading
 import time
 import uuid
@@ -28,7 +27,6 @@ from ...spec.schema import RecordSchema
 from ...storage.layout import epoch_of
 from ...storage.objectstore import propagate_to_spark
 from ..common.protocol import FailureRecord, TaskResult, decode_failure, decode_results, result_spark_schema
-from ..common.sparkhash import partition_probes
 from ..task.routing import BOUND, COPY, COPY_HASH, JSON_ESCAPED, bound_address, record_column
 from ..task.translate import TaskPlan, grouped_task, recordwise_task, route_batches
 from .deltaread import STATE_COLUMNS, StateSource, latest_state, read_delta
@@ -237,20 +235,14 @@ def _grouped(
     """The grouped stage epoch's job; its tasks' result rows (an Arrow table)."""
     from pyspark.sql import functions as F
 
-    placed = (
-        plan.mode == "direct"
-        and not spark.sparkContext.master.startswith("local")
-        and os.environ.get("CBP_PLACEMENT", "1") != "0"
-    )
-    plan.columnar = os.environ.get("CBP_COLUMNAR", "1") != "0"
-    plan.probes = list(partition_probes(plan.stage.partitions))
+    placed = plan.path.placed  # the path, chosen with the plan (cbp.engine.driver.taskplan.choose_path)
     routed = driver_routed(spark, plan, input_files)
     if routed is not None:  # a small increment: routed by the driver, no shuffle (cbp.engine.driver.smallepoch)
         return run_routed(spark, plan, routed, grouped_task, placed)
     env_ddl = envelope_ddl(plan)
     types = {f.name: f.dataType for f in spark.createDataFrame([], env_ddl).schema.fields}
     envelopes = partial(_envelopes, types)
-    jvm = os.environ.get("CBP_JVM_ROUTING", "1") != "0"
+    jvm = plan.path.jvm_routing
     parts = []
     for i, files in input_files.items():
         sql = _jvm_routed(spark, plan, i, files, envelopes) if jvm and files else None

@@ -33,6 +33,8 @@ import socket
 import time
 from typing import Any
 
+from ... import settings
+
 __all__ = ["abandon", "cache_dir", "driver_java_options", "finish_at_exit", "pid_alive", "recording", "refuse"]
 
 _QUIET = "-Xlog:cds=off,cds+dynamic=off"  # the JVM lists every class it cannot archive on stdout otherwise
@@ -66,7 +68,7 @@ def recording() -> str | None:
 
 def cache_dir() -> str:
     """Where archives are kept."""
-    explicit = os.environ.get("CBP_JVM_CACHE")
+    explicit = settings.current().jvm_cache
     if explicit:
         return explicit
     base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
@@ -123,7 +125,7 @@ def _options(path: str, dump: str | None) -> str:
 def driver_java_options(extra_class_path: str) -> tuple[str, tuple[str, str, str] | None]:
     """The JVM options for a new driver (empty when off or impossible) and, when this driver is
     the one to record the archive, ``(recording, archive, lock)`` for :func:`finish_at_exit`."""
-    if os.environ.get("CBP_JVM_ARCHIVE", "1") == "0":
+    if not settings.current().jvm_archive:
         return "", None
     key = archive_key(extra_class_path)
     if key is None:

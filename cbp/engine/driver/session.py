@@ -18,6 +18,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from ... import settings
 from ...errors import RuntimeStateError
 from .jvmcache import abandon, driver_java_options, finish_at_exit, refuse
 from .jvmlog import launch, verbose
@@ -50,7 +51,7 @@ def spark_conf(text: str) -> dict[str, str]:
 
 def _jars_dir() -> str:
     """Where ``scripts/jars`` puts the jar cache: ``CBP_JARS_DIR``, else ``state/jars`` of the repository."""
-    explicit = os.environ.get("CBP_JARS_DIR")
+    explicit = settings.current().jars_dir
     if explicit:
         return explicit
     repo = Path(__file__).resolve().parents[3]  # cbp/engine/driver/session.py -> the repository
@@ -197,14 +198,15 @@ def get_spark(master: str | None = None, conf: dict[str, str] | None = None) -> 
     active = SparkSession.getActiveSession()
     if active is not None:
         return active
-    master = master or os.environ.get("CBP_SPARK_MASTER", "local[*,2]")
+    env = settings.current()
+    master = master or env.spark_master
     builder = (
         SparkSession.builder.master(master)
         .appName("cbp")
         .config("spark.ui.enabled", "false")
         .config("spark.ui.showConsoleProgress", "false")
         .config("spark.sql.adaptive.enabled", "false")
-        .config("spark.driver.memory", os.environ.get("CBP_DRIVER_MEMORY", "4g"))
+        .config("spark.driver.memory", env.driver_memory)
         .config("spark.sql.execution.arrow.maxRecordsPerBatch", "20000")
         # A file's "open cost" is 4 MB by default, so a fed file below ~4 MB (a million URLs
         # compress to 3.3 MB) is one map task on one core: at 1 MB it splits by row groups
@@ -219,11 +221,9 @@ def get_spark(master: str | None = None, conf: dict[str, str] | None = None) -> 
         .config("spark.sql.session.timeZone", "UTC")
     )
     extra = {
-        **delta_conf(
-            delta_jars(), local=master.startswith("local"), on_workers=os.environ.get("CBP_JARS_ON_WORKERS") == "1"
-        ),
+        **delta_conf(delta_jars(), local=master.startswith("local"), on_workers=env.jars_on_workers),
         **s3a_conf(),
-        **spark_conf(os.environ.get("CBP_SPARK_CONF", "")),
+        **spark_conf(env.spark_conf),
         **(conf or {}),
     }
     archive, recording, class_path = "", None, extra.get("spark.driver.extraClassPath", "")
@@ -235,5 +235,5 @@ def get_spark(master: str | None = None, conf: dict[str, str] | None = None) -> 
     for key, value in extra.items():
         builder = builder.config(key, value)
     spark = _start(builder, archive, recording, class_path)
-    spark.sparkContext.setLogLevel(os.environ.get("CBP_SPARK_LOG_LEVEL", "WARN" if verbose() else "ERROR"))
+    spark.sparkContext.setLogLevel(env.spark_log_level or ("WARN" if verbose() else "ERROR"))
     return spark

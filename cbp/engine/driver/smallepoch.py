@@ -52,6 +52,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from ... import settings
 from ...errors import RuntimeStateError
 from ...storage import objectstore
 from ...storage.layout import epoch_of
@@ -92,20 +93,17 @@ def routed_schema(plan: TaskPlan) -> pa.Schema:
     return pa.schema([f for f in env if f.name != "_r"] + [pa.field("_h", pa.int64())])
 
 
-def small_records(override: int | None = None) -> int:
+def small_records(override: int | None = None, env: settings.Settings | None = None) -> int:
     """The threshold: ``override`` (a pipeline's ``small_epoch_records``), else
-    ``CBP_SMALL_EPOCH_RECORDS``, else :data:`SMALL_RECORDS`.
+    ``CBP_SMALL_EPOCH_RECORDS`` (of ``env``, default this process's settings), else :data:`SMALL_RECORDS`.
 
         >>> small_records(0), small_records(5)
         (0, 5)
     """
     if override is not None:
         return int(override)
-    env = os.environ.get("CBP_SMALL_EPOCH_RECORDS")
-    try:
-        return int(env) if env else SMALL_RECORDS
-    except ValueError:
-        return SMALL_RECORDS
+    found = (settings.current() if env is None else env).small_epoch_records
+    return SMALL_RECORDS if found is None else found
 
 
 def _read_as(pf: pq.ParquetFile, want: pa.Schema) -> pa.Table:
@@ -121,7 +119,7 @@ def _read_as(pf: pq.ParquetFile, want: pa.Schema) -> pa.Table:
 def driver_routed(spark: Any, plan: TaskPlan, input_files: dict[int, list[str]]) -> list[pa.Table] | None:
     """Partition ``p``'s envelopes (sorted as the shuffle sorts them) for each ``p``, or None when
     this epoch must take the normal path (see the module's docstring)."""
-    if plan.mode != "direct" or plan.new_records is None or plan.new_records > small_records(plan.small_records):
+    if plan.path.route != "driver":  # chosen with the plan (cbp.engine.driver.taskplan.choose_path)
         return None
     located = [(i, uri, *objectstore.filesystem(uri)) for i, files in input_files.items() for uri in files]
     bound = [(uri, *objectstore.filesystem(uri)) for uri in plan.bindings]

@@ -50,8 +50,9 @@ from .signed import fill_diff
 if TYPE_CHECKING:
     from .calls import _Calls
     from .groups import Group
+    from .partition import ArrowRows
     from .plan import TaskPlan
-    from .statepart import DirectPartition, OldState
+    from .statepart import OldState
 
 __all__ = ["BATCH_KEYS", "BatchOut", "BatchTranslate", "write_changed"]
 
@@ -104,11 +105,11 @@ class BatchTranslate:
         fail: Any,
         user_failure: Any,
         flow_iter: Any,
-        direct: DirectPartition | None = None,
+        direct: ArrowRows | None = None,
     ) -> None:
         """``update(g, old, new)`` hands a key's new state to the task's partition; ``fail`` and
         ``user_failure`` make the task's typed failures (:mod:`cbp.engine.task.translate`), ``flow_iter`` decodes a key's records of one
-        flow in OrderBy order (:func:`cbp.engine.task.translate._flow_iter`). With ``direct`` (a
+        flow in OrderBy order (:func:`cbp.engine.task.translators.flow_iter`). With ``direct`` (a
         direct-mode partition), the new state rows go to it as one Arrow table per call."""
         self.plan, self.calls, self.update, self.direct = plan, calls, update, direct
         self._fail, self._user_failure, self._flow_iter = fail, user_failure, flow_iter
@@ -443,7 +444,7 @@ class BatchTranslate:
 
 
 def write_changed(
-    direct: DirectPartition,
+    direct: ArrowRows,
     schema: pa.Schema,
     table: pa.Table | None,
     changed: np.ndarray,

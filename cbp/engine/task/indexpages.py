@@ -18,7 +18,6 @@ no ``cbp.counts``) are read the same way, with larger pages.
 from __future__ import annotations
 
 import json
-import os
 from collections import OrderedDict
 from collections.abc import Iterator
 
@@ -26,6 +25,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from ... import settings
 from ...storage import Home
 
 __all__ = ["PAGE", "INDEX_MB", "CACHE", "ArrayBase", "PagedBase", "PageCache", "index_budget", "write_whole", "matches"]
@@ -90,8 +90,8 @@ def index_budget(budget_mb: float | None = None) -> int:
     """Set the worker's index budget (bytes) to ``budget_mb`` (a pipeline's ``state_index_mb``),
     else ``CBP_STATE_INDEX_MB``, else :data:`INDEX_MB`; pages beyond it are dropped, oldest first."""
     if budget_mb is None:
-        env = os.environ.get("CBP_STATE_INDEX_MB", "").strip()
-        budget_mb = float(env) if env else INDEX_MB
+        env = settings.current().state_index_mb
+        budget_mb = INDEX_MB if env is None else env
     CACHE.budget = int(budget_mb * 2**20)
     CACHE.trim()
     return CACHE.budget

@@ -25,7 +25,7 @@ from ...spec.resolve import safe_str
 from ...spec.schema import RecordSchema
 from ..common.protocol import USER_EXCEPTIONS, EpochTimeout
 from .batch import BatchTranslate, _typed_keys, _with_key
-from .keyedstate import KeyedRows, rk_text, state_partition  # noqa: F401  (state_partition: for cbp.engine.task.translate)
+from .keyedstate import KeyedRows, rk_text
 
 __all__ = ["KeyedBatch", "KeyedBatchState", "DELETED"]
 

@@ -39,8 +39,9 @@ import xxhash
 
 from ..common.sparkhash import spark_xxhash64
 from .partindex import sorted_unique
+from .partition import NoState, StatePartition
 from .routing import encode_key
-from .statepart import BlackboxPartition, DirectPartition, StateWriter
+from .statepart import BlackboxPartition, DirectPartition, OldState, StateWriter
 
 if TYPE_CHECKING:
     from .groups import Group
@@ -240,6 +241,8 @@ class KeyedPartition(DirectPartition):
     """A direct-mode state partition of keyed rows: rows read through the index by row hash, the
     changed rows (and tombstones of deleted ones) appended, their old entries dropped."""
 
+    kind = "keyed-direct"
+
     def __init__(self, plan: TaskPlan, p: int) -> None:
         super().__init__(plan, p)
         st = plan.stage
@@ -279,6 +282,9 @@ class KeyedPartition(DirectPartition):
 
     def rows_for(self, g: Group) -> KeyedRows:
         return KeyedRows(self, g.key, g.h, self.fields, self.schema.decoded_copy, _kinds(self.schema, self.fields))
+
+    def records(self, g: Group, old: Any) -> KeyedRows:
+        return self.rows_for(g)
 
     def _rows(self, hashes: np.ndarray) -> tuple[list[dict[str, Any]], np.ndarray, np.ndarray]:
         """The stored rows at these row hashes (every version the index's row groups hold), with their file ids and row groups."""
@@ -375,6 +381,11 @@ class KeyedBlackbox(BlackboxPartition):
         self.writer = KeyedWriter(plan, p, prefix=f"e{plan.epoch:08d}-full")
         self.out = KeyedOut(st.name, st.state_schema, st.row_key)
 
+    kind = "keyed-blackbox"
+
+    def records(self, g: Group, old: Any) -> KeyedRows:
+        return self.rows_for(g)
+
     def rows_for(self, g: Group) -> KeyedRows:
         rows = {rk_text(self.fields, r): r for r in g.state}
         return KeyedRows(
@@ -386,10 +397,11 @@ class KeyedBlackbox(BlackboxPartition):
             _kinds(self.schema, self.fields),
         )
 
-    def update(self, key_text: str, h: int, old: list[dict[str, Any]], new: list[dict[str, Any]]) -> None:
+    def update(self, key_text: str, h: int, old: OldState | None, new: list[dict[str, Any]]) -> None:
         """Write the key's rows (``old``, as stored) with the call's writes and deletes applied."""
         ops = self.out.take()
-        rows = {rk_text(self.fields, r): r for r in old}
+        stored = old.stored if old is not None else []
+        rows = {rk_text(self.fields, r): r for r in stored}
         before = dict(rows)
         for t, rec in ops.items():
             if rec is None:
@@ -404,13 +416,17 @@ class KeyedBlackbox(BlackboxPartition):
         self.writer.put(h, [_row(key_text, hh, epoch, t, rows[t]) for t, hh in zip(texts, hs)])
 
 
-def state_partition(plan: TaskPlan, p: int, calls: Any) -> DirectPartition | BlackboxPartition:
-    """The state partition of a stateful stage's task; for keyed rows, its :class:`KeyedOut`
-    becomes ``out.state`` of the task's translator calls (``calls``: :class:`cbp.engine.task.translate._Calls`),
-    its rows checked as other state records are (the same failures and codes)."""
-    if not plan.stage.row_key:
-        return DirectPartition(plan, p) if plan.mode == "direct" else BlackboxPartition(plan, p)
-    part: KeyedPartition | KeyedBlackbox = KeyedPartition(plan, p) if plan.mode == "direct" else KeyedBlackbox(plan, p)
+def state_partition(plan: TaskPlan, p: int, calls: Any) -> StatePartition:
+    """The state partition of a task, of the plan's kind (:attr:`cbp.engine.task.plan.EnginePath.partition`);
+    for keyed rows, its :class:`KeyedOut` becomes ``out.state`` of the task's translator calls (``calls``:
+    :class:`cbp.engine.task.calls._Calls`), its rows checked as other state records are (the same
+    failures and codes)."""
+    kind = plan.path.partition
+    if kind == "none":
+        return NoState(plan, p)
+    if kind in ("direct", "blackbox"):
+        return DirectPartition(plan, p) if kind == "direct" else BlackboxPartition(plan, p)
+    part: KeyedPartition | KeyedBlackbox = KeyedPartition(plan, p) if kind == "keyed-direct" else KeyedBlackbox(plan, p)
 
     def check(record: Any) -> dict[str, Any]:
         calls._sink("state", record)

@@ -25,6 +25,8 @@ from .indexpages import CACHE as INDEX_CACHE
 from .sinks import ParquetSink
 
 if TYPE_CHECKING:
+    from .groups import Group
+    from .partition import StateRecords
     from .plan import TaskPlan
 
 __all__ = ["OldState", "StateWriter", "DirectPartition", "BlackboxPartition"]
@@ -165,7 +167,11 @@ def _rows_by_key(schema: Any, rows: pa.Table, fids: np.ndarray, rgs: np.ndarray)
 
 
 class DirectPartition:
-    """State partition ``p`` in direct mode: old state through the index, changed keys appended."""
+    """State partition ``p`` in direct mode: old state through the index, changed keys appended
+    (a :class:`cbp.engine.task.partition.StatePartition`)."""
+
+    kind = "direct"
+    whole = False
 
     def __init__(self, plan: TaskPlan, p: int) -> None:
         self.plan, self.p = plan, p
@@ -175,7 +181,7 @@ class DirectPartition:
         self.rebuilt = rebuilt is not None
         self.adds: list[dict[str, Any]] = [rebuilt] if rebuilt is not None else []
         self.removes: list[dict[str, Any]] = list(self.meta.files) if rebuilt is not None else []
-        choice = getattr(plan, "scan_choice", {}).get(p)  # the driver's choice for this partition and epoch
+        choice = plan.scan_choice.get(p)  # the driver's choice for this partition and epoch
         self.reader = StateReader(
             plan.home, plan.state_rel, self.index, plan.cache_mb, plan.scan_fraction if choice is None else choice
         )
@@ -201,6 +207,17 @@ class DirectPartition:
             for k, (h, old) in sorted(found.items(), key=lambda kv: (kv[1][0], kv[0])):
                 if old.records:
                     yield h, k, old
+
+    @property
+    def rows(self) -> DirectPartition:
+        """The partition's rows as Arrow tables (:class:`cbp.engine.task.partition.ArrowRows`)."""
+        return self
+
+    def stored(self, g: Group, found: OldState | None) -> OldState | None:
+        return found
+
+    def records(self, g: Group, old: OldState | None) -> StateRecords:
+        return old.records if old is not None else []
 
     def update(self, key_text: str, h: int, old: OldState | None, new: list[dict[str, Any]]) -> None:
         """Record a key's new state (written only if it changed; ``[]`` drops it)."""
@@ -295,20 +312,46 @@ class DirectPartition:
 
 
 class BlackboxPartition:
-    """State partition ``p`` in black-box mode: the state came with the input; all of it is rewritten."""
+    """State partition ``p`` in black-box mode: the state came with the input; all of it is rewritten
+    (a :class:`cbp.engine.task.partition.StatePartition`)."""
+
+    kind = "blackbox"
+    whole = True
 
     def __init__(self, plan: TaskPlan, p: int) -> None:
         self.plan = plan
         self.writer = StateWriter(plan, p, prefix=f"e{plan.epoch:08d}-full")
         self.keys_read = 0
         self.keys_written = 0
+        self.index_garbage: list[str] = []
 
-    def update(self, key_text: str, h: int, old: list[dict[str, Any]], new: list[dict[str, Any]]) -> None:
+    @property
+    def rows(self) -> None:
+        return None
+
+    def lookup(self, hashes: np.ndarray) -> dict[str, tuple[int, OldState]]:
+        return {}  # a key's state comes with its input (Group.state)
+
+    def scan(self) -> Iterator[tuple[int, str, OldState]]:
+        return iter(())  # every stored key comes with the input
+
+    def stored(self, g: Group, found: OldState | None) -> OldState | None:
+        """The key's rows that came with its input, as stored and decoded."""
+        if not g.state:
+            return None
+        schema = self.plan.stage.state_schema
+        return OldState([schema.decoded_copy(r) for r in g.state], [], list(g.state))  # type: ignore[union-attr]
+
+    def records(self, g: Group, old: OldState | None) -> StateRecords:
+        return old.records if old is not None else []
+
+    def update(self, key_text: str, h: int, old: OldState | None, new: list[dict[str, Any]]) -> None:
         """Write a key's new state; ``old`` is its state as stored (compared, for the counts)."""
         schema = self.plan.stage.state_schema
         rows = [schema.to_storage(rec) for rec in new]  # type: ignore[union-attr]
-        self.keys_read += 1 if old else 0
-        self.keys_written += 1 if rows != old else 0
+        stored = old.stored if old is not None else []
+        self.keys_read += 1 if stored else 0
+        self.keys_written += 1 if rows != stored else 0
         for row in rows:
             self.writer.add(key_text, h, row)
 
