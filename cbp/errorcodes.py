@@ -474,6 +474,13 @@ SECTIONS: list[tuple[str, list[Code]]] = [
             ),
             _c("spark-conf", RS, 5, "`CBP_SPARK_CONF` is not `key=value;...`", "fix the variable"),
             _c(
+                "bad-setting",
+                RS,
+                5,
+                "a `CBP_*` environment variable cbp cannot read (a number that is not one)",
+                "fix or unset it: see [settings](settings.md)",
+            ),
+            _c(
                 "lease-config",
                 RS,
                 5,
