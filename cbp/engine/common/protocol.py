@@ -50,6 +50,7 @@ __all__ = [
     "decode_failure",
     "EpochTimeout",
     "USER_EXCEPTIONS",
+    "USER_FAILURES",
 ]
 
 #: A future Delta add (or remove) action: a data file the task wrote (or one it replaces).
@@ -190,6 +191,8 @@ class EpochTimeout(BaseException):
 #: ``KeyboardInterrupt`` and asyncio's ``CancelledError`` included (the handlers, which also catch
 #: :class:`EpochTimeout`, tell the time limit apart).
 USER_EXCEPTIONS: tuple[type[BaseException], ...] = (BaseException,)
+#: :data:`USER_EXCEPTIONS` and :class:`EpochTimeout`: what a handler around user code catches.
+USER_FAILURES: tuple[type[BaseException], ...] = (*USER_EXCEPTIONS, EpochTimeout)
 
 FAILURE_VERSION = 1
 _FAILURE_RE = re.compile(r"\[\[cbp-failure/(\d+) ([A-Za-z0-9+/=]*)\]\]")

@@ -42,13 +42,13 @@ def _mix(h1: np.ndarray, k1: np.ndarray) -> np.ndarray:
 
 
 def _fmix(h1: np.ndarray, length: np.ndarray) -> np.ndarray:
-    h1 = h1 ^ length.astype(np.uint32)
-    h1 ^= h1 >> np.uint32(16)
-    h1 *= np.uint32(0x85EBCA6B)
-    h1 ^= h1 >> np.uint32(13)
-    h1 *= np.uint32(0xC2B2AE35)
-    h1 ^= h1 >> np.uint32(16)
-    return h1
+    h: np.ndarray = h1 ^ length.astype(np.uint32)
+    h = h ^ (h >> np.uint32(16))
+    h = h * np.uint32(0x85EBCA6B)
+    h = h ^ (h >> np.uint32(13))
+    h = h * np.uint32(0xC2B2AE35)
+    out: np.ndarray = h ^ (h >> np.uint32(16))
+    return out
 
 
 def _utf8(keys: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
@@ -72,9 +72,10 @@ def _murmur3(data: np.ndarray, offsets: np.ndarray) -> np.ndarray:
 
     def block(sel: np.ndarray, at: np.ndarray) -> np.ndarray:
         b = [padded[at + t].astype(np.uint32) for t in range(4)]
-        return (
+        out: np.ndarray = (
             b[0] | (b[1] << np.uint32(8)) | (b[2] << np.uint32(16)) | (b[3] << np.uint32(24))
         )  # little-endian, as Spark reads
+        return out
 
     aligned = lengths // 4
     h1 = np.full(n, SEED, dtype=np.uint32)

@@ -145,7 +145,7 @@ def _job_error(plan: TaskPlan, exc: Exception) -> Exception:
     none = "nothing of this epoch was committed"
     text = str(exc)
     rec = decode_failure(text)
-    at = {"stage": plan.stage.name, "epoch": plan.epoch}
+    at: dict[str, Any] = {"stage": plan.stage.name, "epoch": plan.epoch}
     if (plan.deadline is not None and time.time() >= plan.deadline) or (rec is not None and rec.code == "timeout"):
         named = rec if rec is not None and rec.code == "timeout" and rec.key is not None else None
         limit = f" of {plan.timeout:g} s" if plan.timeout else ""
@@ -268,6 +268,7 @@ def _grouped(
     if s is not None:
         # dedupe: the table was last written in direct mode, so keep each key's newest rows
         s = latest_state(s, dedupe)
+        assert schema is not None
         parts.append(
             envelopes(
                 s,

@@ -98,7 +98,7 @@ def launch(builder: Any) -> Any:
         conf.setAll(list(builder._options.items()))  # what getOrCreate would pass to spark-submit
         write = filtered_stderr()
         try:
-            gateway = launch_gateway(conf, popen_kwargs={"stderr": write})
+            gateway = launch_gateway(conf, popen_kwargs={"stderr": write})  # type: ignore[no-untyped-call]
         finally:
             os.close(write)
         SparkContext._ensure_initialized(gateway=gateway)

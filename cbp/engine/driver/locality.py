@@ -76,7 +76,7 @@ def located_rdd(sc: Any, batches_jrdd: Any, prefs: list[str | None]) -> Any:
     return RDD(
         jvm.org.apache.spark.api.java.JavaRDD.fromRDD(pickled, jvm.scala.reflect.ClassTag.AnyRef()),
         sc,
-        BatchedSerializer(CPickleSerializer(), 1),
+        BatchedSerializer(CPickleSerializer(), 1),  # type: ignore[no-untyped-call]
     )
 
 

@@ -10,7 +10,7 @@ filesystem (:mod:`cbp.storage.objectstore`, settings from the environment that
 from __future__ import annotations
 
 from functools import partial
-from typing import Any
+from typing import Any, cast
 
 from ...storage import objectstore
 from ..task.runners import read_files
@@ -32,4 +32,4 @@ def read_parquet(spark: Any, ddl: str, files: list[str]) -> Any:
     n = max(1, min(len(files), spark.sparkContext.defaultParallelism))
     objectstore.propagate_to_spark(spark.sparkContext)
     names = spark.createDataFrame([(f,) for f in files], "_file STRING").repartition(n)
-    return names.mapInArrow(partial(read_files, to_arrow_schema(schema)), schema)
+    return names.mapInArrow(partial(read_files, to_arrow_schema(cast(StructType, schema))), schema)

@@ -15,6 +15,7 @@ from __future__ import annotations
 import os
 import shutil
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -111,7 +112,7 @@ def delta_conf(jars: list[str] | None, local: bool = False, on_workers: bool = F
     }
 
 
-def s3a_conf(env: dict[str, str] | None = None) -> dict[str, str]:
+def s3a_conf(env: Mapping[str, str] | None = None) -> dict[str, str]:
     """Spark settings for S3 from the variables an AWS user sets (only those that are set).
 
     ``s3://`` is mapped to S3A, so a home written ``s3://bucket/path`` reaches Spark as written.
@@ -124,10 +125,10 @@ def s3a_conf(env: dict[str, str] | None = None) -> dict[str, str]:
     """
     from ...storage.objectstore import ObjectStoreSettings
 
-    env = os.environ if env is None else env
-    if not any(env.get(k) for k in ("AWS_ENDPOINT_URL", "AWS_ACCESS_KEY_ID", "AWS_REGION", "AWS_DEFAULT_REGION")):
+    found: Mapping[str, str] = os.environ if env is None else env  # AWS_* (not cbp's settings)
+    if not any(found.get(k) for k in ("AWS_ENDPOINT_URL", "AWS_ACCESS_KEY_ID", "AWS_REGION", "AWS_DEFAULT_REGION")):
         return {}
-    conf = ObjectStoreSettings.from_env(env).spark_s3a_conf()  # the same settings as pyarrow's and delta-rs's
+    conf = ObjectStoreSettings.from_env(found).spark_s3a_conf()  # the same settings as pyarrow's and delta-rs's
     conf["spark.hadoop.fs.AbstractFileSystem.s3.impl"] = "org.apache.hadoop.fs.s3a.S3A"
     return conf
 

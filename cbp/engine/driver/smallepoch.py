@@ -123,7 +123,8 @@ def driver_routed(spark: Any, plan: TaskPlan, input_files: dict[int, list[str]])
         return None
     located = [(i, uri, *objectstore.filesystem(uri)) for i, files in input_files.items() for uri in files]
     bound = [(uri, *objectstore.filesystem(uri)) for uri in plan.bindings]
-    if sum(fs.get_file_info(path).size or 0 for *_, fs, path in [*located, *bound]) > SMALL_FILE_BYTES:
+    held = [(fs, path) for _, _, fs, path in located] + [(fs, path) for _, fs, path in bound]
+    if sum(fs.get_file_info(path).size or 0 for fs, path in held) > SMALL_FILE_BYTES:
         return None
     schema = plan.envelope_schema()
     parts: list[pa.RecordBatch] = []

@@ -43,7 +43,7 @@ from ...spec.arrowrecords import ArrowRecordError, conform, with_diff
 from ...spec.diff import DIFF
 from ...spec.resolve import safe_str
 from ...spec.schema import RecordSchema
-from ..common.protocol import USER_EXCEPTIONS, EpochTimeout
+from ..common.protocol import USER_FAILURES
 from .routing import encode_key, has_byte
 from .signed import fill_diff
 
@@ -197,8 +197,8 @@ class BatchTranslate:
         for g, _, _ in pending:
             parts += g.flows[idx]
             sizes.append(sum(len(part) for part in g.flows[idx]))
-        at = np.repeat(np.arange(len(pending), dtype=np.int64), sizes)
-        table = _with_key(_records_table(parts, schema.arrow), keys, at)
+        rep = np.repeat(np.arange(len(pending), dtype=np.int64), sizes)
+        table = _with_key(_records_table(parts, schema.arrow), keys, rep)
         if order is not None and table.num_rows:
             table = table.sort_by([("_pos", "ascending"), (order.field, "ascending")])
         return table
@@ -220,7 +220,7 @@ class BatchTranslate:
         except WorkerExit as e:
             where = f"{self.plan.where()} (a batch of {n} keys, task partition {self.calls.part})"
             raise worker_exit_failure(self.plan, where, f"batch translator '{st.translator_path}'", e) from None
-        except (*USER_EXCEPTIONS, EpochTimeout) as e:
+        except USER_FAILURES as e:
             raise self._user_failure(
                 self.plan, self.plan.where(), f"batch translator '{st.translator_path}'", e
             ) from None
@@ -255,7 +255,7 @@ class BatchTranslate:
             )
         try:  # a plain dict from here on: a user's mapping whose methods fail fails here, named
             result = {k: result[k] for k in list(result.keys())}
-        except (*USER_EXCEPTIONS, EpochTimeout) as e:
+        except USER_FAILURES as e:
             raise self._fail(
                 self.plan,
                 "batch-output",
@@ -314,7 +314,7 @@ class BatchTranslate:
                 )
             try:
                 returned = list(returned)
-            except (*USER_EXCEPTIONS, EpochTimeout) as e:
+            except USER_FAILURES as e:
                 raise self._fail(
                     self.plan,
                     "batch-key",
@@ -351,7 +351,7 @@ class BatchTranslate:
         try:
             pos = pc.index_in(returned, value_set=keys)
         except pa.ArrowNotImplementedError:  # e.g. list keys: match their canonical texts
-            at = {encode_key(k): i for i, k in enumerate(keys.to_pylist())}
+            at: dict[str | None, int] = {encode_key(k): i for i, k in enumerate(keys.to_pylist())}
             pos = pa.array([at.get(_key_text(k)) for k in returned.to_pylist()], pa.int64())
         if pos.null_count:
             bad = returned.filter(pc.is_null(pos)).to_pylist()
@@ -360,7 +360,8 @@ class BatchTranslate:
                 "batch-key",
                 f"{where} returned state for key(s) it was not called for: {', '.join(map(str, bad[:5]))}",
             )
-        return pos.to_numpy(zero_copy_only=False).astype(np.int64)
+        out: np.ndarray = pos.to_numpy(zero_copy_only=False).astype(np.int64)
+        return out
 
     # ------------------------------------------------------------------ state out (direct mode)
     def _write_direct(
@@ -372,7 +373,9 @@ class BatchTranslate:
         or removed a key that had state; the others are not rewritten (as per-key translate)."""
         by_pos, table = new
         changed = np.zeros(len(pending), bool)
-        to_storage = self.plan.stage.state_schema.to_storage  # type: ignore[union-attr]
+        direct, schema = self.direct, self.plan.stage.state_schema
+        assert direct is not None and schema is not None
+        to_storage = schema.to_storage
         for i, (g, old, _) in enumerate(pending):
             recs = by_pos.get(i)
             if recs is None and i not in removed:
@@ -382,16 +385,16 @@ class BatchTranslate:
             ):  # as stored: 1, true and 1.0 differ in a json field
                 continue
             changed[i] = True
-            self.direct.drop(g.h, old)
+            direct.drop(g.h, old)
         if not changed.any():
             return
         keys = pa.array([g.key for g, _, _ in pending], pa.string())
         hashes = pa.array(np.fromiter((g.h for g, _, _ in pending), np.int64, len(pending)))
         write_changed(
-            self.direct,
-            self.plan.stage.state_schema.arrow,
+            direct,
+            schema.arrow,
             table,
-            changed,  # type: ignore[union-attr]
+            changed,
             np.fromiter(sorted(removed), np.int64, len(removed)),
             keys,
             hashes,

@@ -16,7 +16,7 @@ from ...model import Emitter
 from ...spec.resolve import safe_str
 from ...spec.schema import RecordError
 from ...storage import LAYOUT
-from ..common.protocol import USER_EXCEPTIONS, EpochTimeout, FailureRecord, TaskFailed
+from ..common.protocol import USER_FAILURES, EpochTimeout, FailureRecord, TaskFailed
 from .framing import FramedSink
 from .keyedstate import KeyedRows
 from .plan import TaskPlan
@@ -191,7 +191,7 @@ class _Calls:
         except WorkerExit as e:
             where = f"{self.plan.where(key)} (task partition {self.part})"
             raise worker_exit_failure(self.plan, where, f"translator '{st.translator_path}'", e, key_text) from None
-        except (*USER_EXCEPTIONS, EpochTimeout) as e:
+        except USER_FAILURES as e:
             raise _user_failure(
                 self.plan, self.plan.where(key), f"translator '{st.translator_path}'", e, key_text
             ) from None
@@ -204,7 +204,7 @@ class _Calls:
     def close_bindings(self) -> list[dict[str, Any]]:
         """Finish the bindings file: its add action (path relative to the home), if any binding was made."""
         add = self.bindings.close()
-        if add is None:
+        if not isinstance(add, dict):  # none made (a ParquetSink gives one add action or None)
             return []
         add["path"] = add.pop("rel")
         return [add]

@@ -256,4 +256,5 @@ def _rows_differ(old: pa.Table, old_pos: np.ndarray, new: pa.Table, keys: np.nda
         differs |= ~same.to_numpy(zero_copy_only=False)
     out = np.zeros(n, bool)
     np.logical_or.at(out, at, differs)
-    return out[keys]
+    found: np.ndarray = out[keys]
+    return found

@@ -49,7 +49,8 @@ def matches(sorted_h: np.ndarray, hashes: np.ndarray) -> np.ndarray:
     lens = hi - lo
     if not lens.any():
         return np.empty(0, np.int64)
-    return np.repeat(lo, lens) + (np.arange(int(lens.sum())) - np.repeat(np.cumsum(lens) - lens, lens))
+    out: np.ndarray = np.repeat(lo, lens) + (np.arange(int(lens.sum())) - np.repeat(np.cumsum(lens) - lens, lens))
+    return out
 
 
 class PageCache:
@@ -122,7 +123,8 @@ class ArrayBase:
         return np.arange(a, b), self.h[a:b]
 
     def f_at(self, pos: np.ndarray) -> np.ndarray:
-        return self.f[pos]
+        out: np.ndarray = self.f[pos]
+        return out
 
     def pages(self) -> Iterator[tuple[int, np.ndarray, np.ndarray, np.ndarray]]:
         for a in range(0, self.size, PAGE):
@@ -286,7 +288,9 @@ def write_whole(home: Home, rel: str, chunks: Iterator[Arrays], files: list[str]
     )
     path = home.path(rel)
     home.make_parent(path)
-    starts, mins, maxs = [0], [], []
+    starts: list[int] = [0]
+    mins: list[int] = []
+    maxs: list[int] = []
     held: list[Arrays] = []
     n_held = 0
     base = PagedBase(home, rel, np.zeros(1, np.int64), _I64, _I64, counts)

@@ -160,7 +160,7 @@ class KeyedRows:
 
     def get_many(self, row_keys: Any) -> dict[Any, dict[str, Any]]:
         """The rows with these row keys that exist, as ``{row_key: row}`` (one read for all)."""
-        given = {}
+        given: dict[str, Any] = {}
         for rk in row_keys:
             given.setdefault(_given_text(self._fields, self._kinds, rk), tuple(rk) if isinstance(rk, list) else rk)
         found = self._source.fetch(self._key, self._kh, list(given)) if given else {}
@@ -246,8 +246,10 @@ class KeyedPartition(DirectPartition):
     def __init__(self, plan: TaskPlan, p: int) -> None:
         super().__init__(plan, p)
         st = plan.stage
+        assert st.state_schema is not None
         self.fields, self.schema = st.row_key, st.state_schema
-        self.writer = KeyedWriter(plan, p, prefix=f"e{plan.epoch:08d}")
+        self.keyed_writer = KeyedWriter(plan, p, prefix=f"e{plan.epoch:08d}")
+        self.writer = self.keyed_writer
         self.out = KeyedOut(st.name, st.state_schema, st.row_key)
         self.rows_read = 0
         self.rows_written = 0
@@ -346,7 +348,7 @@ class KeyedPartition(DirectPartition):
             self.drop_rows(hh[sel], fids[sel].astype(np.int32), rgs[sel].astype(np.int32))
         self.keys_written += 1
         self.rows_written += len(changed)
-        self.writer.put(h, out, copies)
+        self.keyed_writer.put(h, out, copies)
 
     def finish(self, stats: dict[str, Any]) -> tuple[str | None, list[dict[str, Any]], list[dict[str, Any]]]:
         res = super().finish(stats)
@@ -374,14 +376,16 @@ class KeyedBlackbox(BlackboxPartition):
     """A black-box state partition of keyed rows: a key's rows came with its input (all of them);
     the call's writes and deletes are applied to them and every row is written again."""
 
+    kind = "keyed-blackbox"
+
     def __init__(self, plan: TaskPlan, p: int) -> None:
         super().__init__(plan, p)
         st = plan.stage
+        assert st.state_schema is not None
         self.fields, self.schema = st.row_key, st.state_schema
-        self.writer = KeyedWriter(plan, p, prefix=f"e{plan.epoch:08d}-full")
+        self.keyed_writer = KeyedWriter(plan, p, prefix=f"e{plan.epoch:08d}-full")
+        self.writer = self.keyed_writer
         self.out = KeyedOut(st.name, st.state_schema, st.row_key)
-
-    kind = "keyed-blackbox"
 
     def records(self, g: Group, old: Any) -> KeyedRows:
         return self.rows_for(g)
@@ -413,7 +417,7 @@ class KeyedBlackbox(BlackboxPartition):
         texts = sorted(rows)
         hs = row_hashes(h, texts).tolist() if texts else []
         epoch = self.plan.epoch
-        self.writer.put(h, [_row(key_text, hh, epoch, t, rows[t]) for t, hh in zip(texts, hs)])
+        self.keyed_writer.put(h, [_row(key_text, hh, epoch, t, rows[t]) for t, hh in zip(texts, hs)])
 
 
 def state_partition(plan: TaskPlan, p: int, calls: Any) -> StatePartition:

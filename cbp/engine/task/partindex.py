@@ -433,7 +433,8 @@ def sorted_unique(a: np.ndarray) -> np.ndarray:
 def _sorted_contains(sorted_a: np.ndarray, x: np.ndarray) -> np.ndarray:
     """For each element of ``x``, whether it is in ``sorted_a`` (sorted)."""
     i = np.searchsorted(sorted_a, x)
-    return (i < sorted_a.size) & (sorted_a[np.minimum(i, sorted_a.size - 1)] == x)
+    found: np.ndarray = (i < sorted_a.size) & (sorted_a[np.minimum(i, sorted_a.size - 1)] == x)
+    return found
 
 
 def _equal_entries(

@@ -21,7 +21,7 @@ batch and columnar paths (direct mode), None for the others.
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
-from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, NamedTuple, Protocol, runtime_checkable
 
 import numpy as np
 import pyarrow as pa
@@ -32,9 +32,19 @@ if TYPE_CHECKING:
     from .bipindex import PartitionIndex, StateReader
     from .groups import Group
     from .plan import TaskPlan
-    from .statepart import OldState
 
-__all__ = ["StatePartition", "ArrowRows", "NoState", "Finished", "StateRecords"]
+__all__ = ["StatePartition", "ArrowRows", "NoState", "OldState", "Finished", "StateRecords"]
+
+
+class OldState(NamedTuple):
+    """A key's stored state: its records (decoded), where its rows are (file id, row group), and
+    its rows as stored, which a new state is compared with (the translator may change
+    ``records`` in place)."""
+
+    records: list[dict[str, Any]]
+    locs: list[tuple[int, int]]
+    stored: list[dict[str, Any]]
+
 
 #: A task's result of its partition: the index file (relative to the home), the state files added
 #: and removed (Delta add actions).

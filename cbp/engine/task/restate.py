@@ -125,7 +125,7 @@ def _rekeyed(t: pa.Table, job: Job, was_keyed: bool) -> tuple[pa.Table, list[str
     recs = t.select(list(job.row_key)).to_pylist()
     texts = [rk_text(job.row_key, r) for r in recs]
     seen: set[tuple[str, str]] = set()
-    errors = []
+    errors: list[str] = []
     for k, rk in zip(keys, texts):
         if (k, rk) in seen and len(errors) < 5:
             errors.append(

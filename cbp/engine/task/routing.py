@@ -96,10 +96,10 @@ def elided_fields(routes: list[str | None], inputs: list[RecordSchema]) -> dict[
         >>> elided_fields(["url", "x", None], [RecordSchema.parse({"url": "string", "n": "int"}), RecordSchema.parse({"x": "float"}), RecordSchema.parse({"y": "int"})])
         {0: 'url'}
     """
-    out = {}
+    out: dict[int, str] = {}
     for i, (field, schema) in enumerate(zip(routes, inputs)):
         ft = schema.fields.get(field) if field is not None else None
-        if ft is not None and not ft.nullable and not ft.is_list and ft.scalar in KEY_SCALARS:
+        if field is not None and ft is not None and not ft.nullable and not ft.is_list and ft.scalar in KEY_SCALARS:
             out[i] = field
     return out
 
@@ -285,7 +285,9 @@ def envelopes(
 def plain_route_field(route: KeyFunction | None, schema: RecordSchema) -> str | None:
     """The field of records of ``schema`` that ``route`` routes by, when :func:`plain_envelopes`
     can make its keys (not a function, not a ``json`` or list field); else None."""
-    ft = schema.fields.get(route.field) if route is not None and route.field is not None else None
+    if route is None or route.field is None:
+        return None
+    ft = schema.fields.get(route.field)
     return None if ft is None or ft.scalar == "json" or ft.is_list else route.field
 
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 import uuid
 from array import array
 from collections.abc import Iterator
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyarrow as pa
@@ -22,24 +22,14 @@ import pyarrow.parquet as pq
 
 from .bipindex import STATE_META, PartitionIndex, StateMeta, StateReader, cache_budget, cache_written, latest_rows
 from .indexpages import CACHE as INDEX_CACHE
+from .partition import OldState, StateRecords
 from .sinks import ParquetSink
 
 if TYPE_CHECKING:
     from .groups import Group
-    from .partition import StateRecords
     from .plan import TaskPlan
 
 __all__ = ["OldState", "StateWriter", "DirectPartition", "BlackboxPartition"]
-
-
-class OldState(NamedTuple):
-    """A key's stored state: its records (decoded), where its rows are (file id, row group), and
-    its rows as stored, which a new state is compared with (the translator may change
-    ``records`` in place)."""
-
-    records: list[dict[str, Any]]
-    locs: list[tuple[int, int]]
-    stored: list[dict[str, Any]]
 
 
 def state_schema(plan: TaskPlan) -> pa.Schema:
@@ -188,7 +178,7 @@ class DirectPartition:
         self.writer = StateWriter(plan, p, prefix=f"e{plan.epoch:08d}")
         self.keys_read = 0
         self.keys_written = 0
-        self._drops: tuple[array, array, array] = (array("q"), array("i"), array("i"))
+        self._drops: tuple[array[int], array[int], array[int]] = (array("q"), array("i"), array("i"))
         self.index_garbage: list[str] = []  # index files the new index no longer needs (deleted once committed)
 
     def lookup(self, hashes: np.ndarray) -> dict[str, tuple[int, OldState]]:
@@ -444,7 +434,7 @@ def _merge_files(plan: TaskPlan, files: list[dict[str, Any]], w: StateWriter, ke
         bufs[i] = pa.concat_tables([bufs[i], t], promote_options="default")
 
     def top(i: int) -> int:
-        return bufs[i]["_h"][-1].as_py()
+        return int(bufs[i]["_h"][-1].as_py())
 
     while True:
         for i in range(len(pfs)):

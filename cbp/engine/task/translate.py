@@ -25,7 +25,7 @@ import pyarrow as pa
 from ... import faults
 from ...gcpolicy import fewer_collections
 from ...model import Broadcast, Multicast
-from ..common.protocol import USER_EXCEPTIONS, EpochTimeout, TaskResult, result_batch
+from ..common.protocol import USER_FAILURES, EpochTimeout, TaskResult, result_batch
 from .calls import _Calls, _failed, _user_failure
 from .copies import Copies
 from .executor import executor_name
@@ -83,7 +83,7 @@ def _route_batches(
         for row, rec in enumerate(b.to_pylist()):
             try:
                 out = route(plan.input_schemas[flow_idx].from_storage(dict(rec)))
-            except (*USER_EXCEPTIONS, EpochTimeout) as e:
+            except USER_FAILURES as e:
                 raise _user_failure(
                     plan, f"{plan.where()} flow '{inp.flow}' record {_shown(rec)}", f"route_by '{route.text}'", e
                 ) from None
@@ -190,7 +190,11 @@ def grouped_task(
 def _grouped_task(plan: TaskPlan, batches: Iterable[pa.RecordBatch], part_id: int | None) -> Iterator[pa.RecordBatch]:
     from pyspark import TaskContext
 
-    p = TaskContext.get().partitionId() if part_id is None else part_id
+    if part_id is None:  # the Spark task's
+        ctx = TaskContext.get()
+        assert ctx is not None
+        part_id = ctx.partitionId()
+    p = part_id
     elided = plan.elided
     if elided:  # RouteBy fields the envelopes left out (they crossed as the key): back into the records
         batches = (restore_fields(b, plan.input_schemas, elided) for b in batches)
@@ -251,7 +255,9 @@ def recordwise_task(plan: TaskPlan, flow_idx: int, batches: Iterable[pa.RecordBa
 def _recordwise_task(plan: TaskPlan, flow_idx: int, batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
     from pyspark import TaskContext
 
-    p = TaskContext.get().partitionId()
+    ctx = TaskContext.get()
+    assert ctx is not None  # a Spark task's
+    p = ctx.partitionId()
     calls = _Calls(plan, p * 1000 + flow_idx)
     n_in = 0
     empty: list[dict[str, Any]] = []

@@ -19,7 +19,7 @@ from typing import Any, Protocol
 import numpy as np
 import pyarrow as pa
 
-from ..common.protocol import USER_EXCEPTIONS, EpochTimeout
+from ..common.protocol import USER_FAILURES
 from .batch import BatchTranslate
 from .calls import _Calls, _failed, _user_failure
 from .columnar import ColumnarTask
@@ -56,7 +56,7 @@ def flow_iter(plan: TaskPlan, idx: int, items: list[Any], key: Any, key_text: st
     recs = [schema.from_storage(json.loads(t) if type(t) is str else t) for t in items]
     try:
         recs.sort(key=order.sort_key(schema))
-    except (*USER_EXCEPTIONS, EpochTimeout) as e:
+    except USER_FAILURES as e:
         raise _user_failure(
             plan, f"{plan.where(key)} flow '{plan.stage.inputs[idx].flow}'", f"order_by '{order.text}'", e, key_text
         ) from None
