@@ -20,7 +20,7 @@ import time
 import uuid
 from collections.abc import Callable
 from functools import partial, reduce
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ...errors import RuntimeStateError, UserCodeError
 from ...spec.schema import RecordSchema
@@ -35,6 +35,10 @@ from .remote_read import needs_arrow_reader, read_parquet
 from .session import has_delta
 from .signedinputs import refuse_unsigned_inputs
 from .smallepoch import driver_routed, run_routed
+
+if TYPE_CHECKING:
+    from pyspark import SparkContext
+    from pyspark.sql import DataFrame, SparkSession
 
 __all__ = ["run_stage_epoch", "spark_ddl", "struct_ddl", "envelope_ddl", "shuffle_written"]
 
@@ -88,7 +92,7 @@ def envelope_ddl(plan: TaskPlan) -> str:
 
 
 def run_stage_epoch(
-    spark: Any,
+    spark: SparkSession,
     plan: TaskPlan,
     input_files: dict[int, list[str]],
     state_files: StateSource | None = None,
@@ -201,17 +205,17 @@ def _worker_died(exc: Exception) -> bool:
     return False
 
 
-def _read(spark: Any, schema: RecordSchema, files: list[str], meta: str = "") -> Any:
+def _read(spark: SparkSession, schema: RecordSchema, files: list[str], meta: str = "") -> Any:
     return _read_ddl(spark, spark_ddl(schema, meta), files)
 
 
-def _read_ddl(spark: Any, ddl: str, files: list[str]) -> Any:
+def _read_ddl(spark: SparkSession, ddl: str, files: list[str]) -> Any:
     if needs_arrow_reader(files):  # a home on an object store: no Hadoop connector needed
         return read_parquet(spark, ddl, files)
     return spark.read.schema(ddl).parquet(*files)
 
 
-def _state_rows(spark: Any, schema: RecordSchema, state: StateSource, keyed: bool = False) -> Any | None:
+def _state_rows(spark: SparkSession, schema: RecordSchema, state: StateSource, keyed: bool = False) -> Any | None:
     """The state table's rows at the epoch's version: by Spark's Delta reader when the session
     has it, else from the version's data files (listed with delta-rs); None when there are none."""
     if has_delta(spark):
@@ -230,7 +234,7 @@ def _state_rows(spark: Any, schema: RecordSchema, state: StateSource, keyed: boo
 
 
 def _grouped(
-    spark: Any, plan: TaskPlan, input_files: dict[int, list[str]], state: StateSource | None, dedupe: bool
+    spark: SparkSession, plan: TaskPlan, input_files: dict[int, list[str]], state: StateSource | None, dedupe: bool
 ) -> Any:
     """The grouped stage epoch's job; its tasks' result rows (an Arrow table)."""
     from pyspark.sql import functions as F
@@ -305,7 +309,7 @@ def _by_epoch(files: list[str], epoch: Callable[[str], int | None]) -> dict[int,
     return out
 
 
-def _envelopes(types: dict[str, Any], df: Any, **cols: Any) -> Any:
+def _envelopes(types: dict[str, Any], df: DataFrame, **cols: Any) -> Any:
     """``df`` as envelopes (:func:`envelope_ddl`): the columns given, null in the others."""
     from pyspark.sql import functions as F
 
@@ -330,7 +334,7 @@ def json_key_sql(col: Any, scalar: str) -> Any:
     return F.when(col.rlike(JSON_ESCAPED), F.concat(quote, esc, quote)).otherwise(F.concat(quote, col, quote))
 
 
-def _jvm_routed(spark: Any, plan: TaskPlan, idx: int, files: list[str], envelopes: Any) -> Any | None:
+def _jvm_routed(spark: SparkSession, plan: TaskPlan, idx: int, files: list[str], envelopes: Any) -> Any | None:
     """The envelopes of input ``idx`` built by Spark SQL, with no Python on the map side, when its
     RouteBy is a field that is never null and never needs Python to become a key (a ``string``,
     ``int`` or ``bool``: :func:`json_key_sql`); None otherwise (``route_batches`` routes it). The
@@ -347,7 +351,7 @@ def _jvm_routed(spark: Any, plan: TaskPlan, idx: int, files: list[str], envelope
     return envelopes(df, _key=key, _flow=F.lit(idx).cast("int"), **{record_column(idx): rec})
 
 
-def shuffle_written(sc: Any, tag: str, wait: float = 2.0) -> dict[str, int]:
+def shuffle_written(sc: SparkContext, tag: str, wait: float = 2.0) -> dict[str, int]:
     """Records and bytes written to the shuffle by the jobs tagged ``tag``, from Spark's status store
     (its task metrics, as the Spark UI shows them); empty if Spark does not say within ``wait`` s.
     The store is filled by a listener, a moment after a job ends: this waits for the jobs to end."""

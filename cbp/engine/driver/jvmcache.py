@@ -31,9 +31,12 @@ import os
 import shutil
 import socket
 import time
-from typing import Any
+from typing import TYPE_CHECKING
 
 from ... import settings
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
 
 __all__ = ["abandon", "cache_dir", "driver_java_options", "finish_at_exit", "pid_alive", "recording", "refuse"]
 
@@ -239,10 +242,12 @@ def _check(java: str, class_path: str, archive: str) -> bool:
     return p.returncode == 0
 
 
-def finish_at_exit(spark: Any, job: tuple[str, str, str]) -> None:
+def finish_at_exit(spark: SparkSession, job: tuple[str, str, str]) -> None:
     """When this process exits: stop ``spark``, let the JVM write the archive, and keep it if the
     JVM exited cleanly and a second JVM maps it whole."""
-    system = spark.sparkContext._jvm.java.lang.System
+    jvm = spark.sparkContext._jvm
+    assert jvm is not None
+    system = jvm.java.lang.System
     java = os.path.join(system.getProperty("java.home"), "bin", "java")
     _recording.append(job)
     atexit.register(_finish, spark, *job, java, system.getProperty("java.class.path"))
@@ -257,7 +262,7 @@ def abandon(job: tuple[str, str, str]) -> None:
             pass
 
 
-def _finish(spark: Any, recording: str, path: str, lock: str, java: str, class_path: str) -> None:
+def _finish(spark: SparkSession, recording: str, path: str, lock: str, java: str, class_path: str) -> None:
     from pyspark import SparkContext
 
     try:

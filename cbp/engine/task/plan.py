@@ -9,8 +9,9 @@ A plan is frozen: it is built complete, path and settings included, by one funct
 from __future__ import annotations
 
 import time
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 import pyarrow as pa
 
@@ -20,7 +21,7 @@ from ...storage import Home
 from .bipindex import ROW_GROUP, StateMeta
 from .routing import elided_fields, envelope_schema
 
-__all__ = ["TaskPlan", "EnginePath", "RUNNERS", "PARTITIONS", "ROUTES"]
+__all__ = ["TaskPlan", "EnginePath", "GroupedTask", "RUNNERS", "PARTITIONS", "ROUTES"]
 
 #: How a task calls the translator (:mod:`cbp.engine.task.translators`): once per record (a
 #: record-wise stage), once per key, per batch of keys (keyed rows too), or over Arrow columns.
@@ -109,6 +110,15 @@ class TaskPlan:
     def where(self, key: Any = None) -> str:
         s = f"stage '{self.stage.name}' epoch {self.epoch}"
         return s if key is None else f"{s} key {key!r}"
+
+
+class GroupedTask(Protocol):
+    """A grouped task's entry point (:func:`cbp.engine.task.translate.grouped_task`): partition
+    ``part`` (else the Spark task's) of a stage epoch, its envelopes in, its result batches out."""
+
+    def __call__(
+        self, plan: TaskPlan, batches: Iterable[pa.RecordBatch], part: int | None = None
+    ) -> Iterator[pa.RecordBatch]: ...
 
 
 class _Clock:
