@@ -37,8 +37,10 @@ from .signedinputs import refuse_unsigned_inputs
 from .smallepoch import driver_routed, run_routed
 
 if TYPE_CHECKING:
+    import pyarrow as pa
     from pyspark import SparkContext
-    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql import Column, DataFrame, SparkSession
+    from pyspark.sql.types import DataType
 
 __all__ = ["run_stage_epoch", "spark_ddl", "struct_ddl", "envelope_ddl", "shuffle_written"]
 
@@ -205,11 +207,11 @@ def _worker_died(exc: Exception) -> bool:
     return False
 
 
-def _read(spark: SparkSession, schema: RecordSchema, files: list[str], meta: str = "") -> Any:
+def _read(spark: SparkSession, schema: RecordSchema, files: list[str], meta: str = "") -> DataFrame:
     return _read_ddl(spark, spark_ddl(schema, meta), files)
 
 
-def _read_ddl(spark: SparkSession, ddl: str, files: list[str]) -> Any:
+def _read_ddl(spark: SparkSession, ddl: str, files: list[str]) -> DataFrame:
     if needs_arrow_reader(files):  # a home on an object store: no Hadoop connector needed
         return read_parquet(spark, ddl, files)
     return spark.read.schema(ddl).parquet(*files)
@@ -235,7 +237,7 @@ def _state_rows(spark: SparkSession, schema: RecordSchema, state: StateSource, k
 
 def _grouped(
     spark: SparkSession, plan: TaskPlan, input_files: dict[int, list[str]], state: StateSource | None, dedupe: bool
-) -> Any:
+) -> pa.Table:
     """The grouped stage epoch's job; its tasks' result rows (an Arrow table)."""
     from pyspark.sql import functions as F
 
@@ -309,14 +311,14 @@ def _by_epoch(files: list[str], epoch: Callable[[str], int | None]) -> dict[int,
     return out
 
 
-def _envelopes(types: dict[str, Any], df: DataFrame, **cols: Any) -> Any:
+def _envelopes(types: dict[str, DataType], df: DataFrame, **cols: Column) -> DataFrame:
     """``df`` as envelopes (:func:`envelope_ddl`): the columns given, null in the others."""
     from pyspark.sql import functions as F
 
     return df.select(*[(cols[n].cast(t) if n in cols else F.lit(None).cast(t)).alias(n) for n, t in types.items()])
 
 
-def json_key_sql(col: Any, scalar: str) -> Any:
+def json_key_sql(col: Column, scalar: str) -> Column:
     """The Spark SQL expression of :func:`cbp.engine.task.routing.encode_key` of a non-null ``string``,
     ``int`` or ``bool`` column: the same text, byte for byte (JSON string escapes as Python's
     ``json.dumps(ensure_ascii=False)`` writes them: ``\\`` and ``\"``, the short escapes of
@@ -334,7 +336,9 @@ def json_key_sql(col: Any, scalar: str) -> Any:
     return F.when(col.rlike(JSON_ESCAPED), F.concat(quote, esc, quote)).otherwise(F.concat(quote, col, quote))
 
 
-def _jvm_routed(spark: SparkSession, plan: TaskPlan, idx: int, files: list[str], envelopes: Any) -> Any | None:
+def _jvm_routed(
+    spark: SparkSession, plan: TaskPlan, idx: int, files: list[str], envelopes: Callable[..., DataFrame]
+) -> DataFrame | None:
     """The envelopes of input ``idx`` built by Spark SQL, with no Python on the map side, when its
     RouteBy is a field that is never null and never needs Python to become a key (a ``string``,
     ``int`` or ``bool``: :func:`json_key_sql`); None otherwise (``route_batches`` routes it). The

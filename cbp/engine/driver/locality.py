@@ -25,8 +25,9 @@ from ..common.protocol import RESULT
 from ..task.runners import placed_task
 
 if TYPE_CHECKING:
+    import pyarrow as pa
     from pyspark import SparkContext
-    from pyspark.sql import SparkSession
+    from pyspark.sql import DataFrame, SparkSession
 
     from ..task.plan import GroupedTask, TaskPlan
 
@@ -130,7 +131,7 @@ def remember_executors(sc: SparkContext, plan: TaskPlan, results: Any) -> None:
     _LAST[key] = {**balanced(_LAST.get(key, {}), plan.stage.partitions), **ran}
 
 
-def placed_epoch(spark: SparkSession, env: Any, plan: TaskPlan, task: GroupedTask) -> Any:
+def placed_epoch(spark: SparkSession, env: DataFrame, plan: TaskPlan, task: GroupedTask) -> pa.Table:
     """Run ``task(plan, batches)`` on each partition of the DataFrame ``env`` (one per state partition),
     partition ``p`` preferring the executor that ran it in the stage's last epoch in this driver
     (:func:`balanced` over the executors);

@@ -32,7 +32,7 @@ is committed.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -43,16 +43,18 @@ from ...spec.arrowrecords import ArrowRecordError, conform, with_diff
 from ...spec.diff import DIFF
 from ...spec.resolve import safe_str
 from ...spec.schema import RecordSchema
-from ..common.protocol import USER_FAILURES
+from ..common.protocol import USER_FAILURES, TaskFailed
 from .routing import encode_key, has_byte
 from .signed import fill_diff
 
 if TYPE_CHECKING:
     from .calls import _Calls
     from .groups import Group
-    from .partition import ArrowRows
+    from .partition import ArrowRows, OldState, StateRecords
     from .plan import TaskPlan
-    from .statepart import OldState
+
+    #: ``update(g, old, new)``: a key's new state to the task's partition
+    Update = Callable[[Group, OldState | None, StateRecords], None]
 
 __all__ = ["BATCH_KEYS", "BatchOut", "BatchTranslate", "write_changed"]
 
@@ -101,10 +103,10 @@ class BatchTranslate:
         self,
         plan: TaskPlan,
         calls: _Calls,
-        update: Any,
-        fail: Any,
-        user_failure: Any,
-        flow_iter: Any,
+        update: Update,
+        fail: Callable[..., TaskFailed],
+        user_failure: Callable[..., TaskFailed],
+        flow_iter: Callable[..., Iterator[dict[str, Any]]],
         direct: ArrowRows | None = None,
     ) -> None:
         """``update(g, old, new)`` hands a key's new state to the task's partition; ``fail`` and
@@ -117,13 +119,11 @@ class BatchTranslate:
         self.out = BatchOut(
             st.name, plan.epoch, st.params, st.state_schema is not None, None if st.record_wise else calls.bind
         )
-        self.pending: list[tuple[Group, OldState | None, list[dict[str, Any]]]] = []
-        self.kept: list[
-            tuple[Group, OldState | None, list[dict[str, Any]]]
-        ] = []  # not called, in key order with pending
+        self.pending: list[tuple[Group, OldState | None, StateRecords]] = []
+        self.kept: list[tuple[Group, OldState | None, StateRecords]] = []  # not called, in key order with pending
         self._order: list[bool] = []  # for each key queued: called (True) or kept as it is (False)
 
-    def add(self, g: Group, old: OldState | None, records: list[dict[str, Any]], called: bool = True) -> None:
+    def add(self, g: Group, old: OldState | None, records: StateRecords, called: bool = True) -> None:
         """A key with its stored state records (decoded): called, or (black-box mode) only kept,
         which must still reach the partition in key order."""
         (self.pending if called else self.kept).append((g, old, records))
@@ -181,7 +181,8 @@ class BatchTranslate:
         schema = self.plan.input_schemas[idx]
         order = self.plan.stage.inputs[idx].order_by
         if order is not None and order.field is None:  # an OrderBy function: decode per key, as per-key translate does
-            rows, at = [], []
+            rows: list[Mapping[str, Any]] = []
+            at: list[int] = []
             for i, (g, _, _) in enumerate(pending):
                 if g.flows[idx]:
                     recs = list(

@@ -19,6 +19,7 @@ from ...storage import LAYOUT
 from ..common.protocol import USER_FAILURES, EpochTimeout, FailureRecord, TaskFailed
 from .framing import FramedSink
 from .keyedstate import KeyedRows
+from .partition import StateRecords
 from .plan import TaskPlan
 from .routing import BINDINGS, encode_key
 from .signed import signed_record, state_record
@@ -177,7 +178,7 @@ class _Calls:
         self.bindings.add(row)
 
     def call(
-        self, key_text: str | None, key: Any, state: list[dict[str, Any]], inputs: list[Iterator[dict[str, Any]]]
+        self, key_text: str | None, key: Any, state: StateRecords, inputs: list[Iterator[dict[str, Any]]]
     ) -> list[dict[str, Any]]:
         self.key, self.key_text = key, key_text
         self.state_out = []

@@ -39,7 +39,7 @@ import xxhash
 
 from ..common.sparkhash import spark_xxhash64
 from .partindex import sorted_unique
-from .partition import NoState, StatePartition
+from .partition import NoState, StatePartition, StateRecords
 from .routing import encode_key
 from .statepart import BlackboxPartition, DirectPartition, OldState, StateWriter
 
@@ -285,7 +285,7 @@ class KeyedPartition(DirectPartition):
     def rows_for(self, g: Group) -> KeyedRows:
         return KeyedRows(self, g.key, g.h, self.fields, self.schema.decoded_copy, _kinds(self.schema, self.fields))
 
-    def records(self, g: Group, old: Any) -> KeyedRows:
+    def records(self, g: Group, old: OldState | None) -> KeyedRows:
         return self.rows_for(g)
 
     def _rows(self, hashes: np.ndarray) -> tuple[list[dict[str, Any]], np.ndarray, np.ndarray]:
@@ -314,7 +314,7 @@ class KeyedPartition(DirectPartition):
                     self.rows_read += 1
                     yield self.schema.decoded_copy({f: r[f] for f in self.schema.fields})
 
-    def update(self, key_text: str, h: int, old: Any, new: list[dict[str, Any]]) -> None:
+    def update(self, key_text: str, h: int, old: OldState | None, new: StateRecords) -> None:
         """Apply the call's writes and deletes (:class:`KeyedOut`); ``new`` is unused (keyed rows go through ``out.state``)."""
         ops = self.out.take()
         if not ops:
@@ -387,7 +387,7 @@ class KeyedBlackbox(BlackboxPartition):
         self.writer = self.keyed_writer
         self.out = KeyedOut(st.name, st.state_schema, st.row_key)
 
-    def records(self, g: Group, old: Any) -> KeyedRows:
+    def records(self, g: Group, old: OldState | None) -> KeyedRows:
         return self.rows_for(g)
 
     def rows_for(self, g: Group) -> KeyedRows:
@@ -401,7 +401,7 @@ class KeyedBlackbox(BlackboxPartition):
             _kinds(self.schema, self.fields),
         )
 
-    def update(self, key_text: str, h: int, old: OldState | None, new: list[dict[str, Any]]) -> None:
+    def update(self, key_text: str, h: int, old: OldState | None, new: StateRecords) -> None:
         """Write the key's rows (``old``, as stored) with the call's writes and deletes applied."""
         ops = self.out.take()
         stored = old.stored if old is not None else []

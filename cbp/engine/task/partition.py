@@ -20,7 +20,7 @@ batch and columnar paths (direct mode), None for the others.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING, Any, NamedTuple, Protocol, runtime_checkable
 
 import numpy as np
@@ -50,7 +50,7 @@ class OldState(NamedTuple):
 #: and removed (Delta add actions).
 Finished = tuple[str | None, list[dict[str, Any]], list[dict[str, Any]]]
 #: The state records a translator gets for a key: decoded records, or keyed rows read as it asks.
-StateRecords = Sequence[dict[str, Any]] | Any
+StateRecords = Iterable[dict[str, Any]]
 
 
 @runtime_checkable
@@ -83,7 +83,7 @@ class StatePartition(Protocol):
         """The state records the translator gets for key ``g``."""
         ...
 
-    def update(self, key_text: str, h: int, old: OldState | None, new: list[dict[str, Any]]) -> None:
+    def update(self, key_text: str, h: int, old: OldState | None, new: StateRecords) -> None:
         """Record a key's new state (``old``: as :meth:`stored` gave it)."""
         ...
 
@@ -137,7 +137,7 @@ class NoState:
     def records(self, g: Group, old: OldState | None) -> StateRecords:
         return []
 
-    def update(self, key_text: str, h: int, old: OldState | None, new: list[dict[str, Any]]) -> None:
+    def update(self, key_text: str, h: int, old: OldState | None, new: StateRecords) -> None:
         return None
 
     def finish(self, stats: dict[str, Any]) -> Finished:

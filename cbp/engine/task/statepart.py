@@ -209,7 +209,7 @@ class DirectPartition:
     def records(self, g: Group, old: OldState | None) -> StateRecords:
         return old.records if old is not None else []
 
-    def update(self, key_text: str, h: int, old: OldState | None, new: list[dict[str, Any]]) -> None:
+    def update(self, key_text: str, h: int, old: OldState | None, new: StateRecords) -> None:
         """Record a key's new state (written only if it changed; ``[]`` drops it)."""
         schema = self.plan.stage.state_schema
         rows = [schema.to_storage(rec) for rec in new]  # type: ignore[union-attr]
@@ -335,7 +335,7 @@ class BlackboxPartition:
     def records(self, g: Group, old: OldState | None) -> StateRecords:
         return old.records if old is not None else []
 
-    def update(self, key_text: str, h: int, old: OldState | None, new: list[dict[str, Any]]) -> None:
+    def update(self, key_text: str, h: int, old: OldState | None, new: StateRecords) -> None:
         """Write a key's new state; ``old`` is its state as stored (compared, for the counts)."""
         schema = self.plan.stage.state_schema
         rows = [schema.to_storage(rec) for rec in new]  # type: ignore[union-attr]

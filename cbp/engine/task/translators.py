@@ -13,7 +13,7 @@ Every runner reads and writes state only through the task's :class:`~.partition.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any, Protocol
 
 import numpy as np
@@ -26,7 +26,7 @@ from .columnar import ColumnarTask
 from .copies import Copies
 from .groups import Group, group_chunks, with_state_keys
 from .keyedbatch import KeyedBatch
-from .partition import StatePartition
+from .partition import StatePartition, StateRecords
 from .plan import TaskPlan, _Clock
 from .routing import decode_key
 from .signed import delivered_consolidated
@@ -119,10 +119,10 @@ class PerKeyRunner:
             return
         self._call(g, old, records)
 
-    def _keep(self, g: Group, old: OldState | None, records: Any) -> None:
+    def _keep(self, g: Group, old: OldState | None, records: StateRecords) -> None:
         self.part.update(g.key, g.h, old, records)
 
-    def _call(self, g: Group, old: OldState | None, records: Any) -> None:
+    def _call(self, g: Group, old: OldState | None, records: StateRecords) -> None:
         key = decode_key(g.key)
         inputs = [flow_iter(self.plan, idx, g.flows[idx], key, g.key) for idx in range(len(self.plan.stage.inputs))]
         self.part.update(g.key, g.h, old, self.calls.call(g.key, key, records, inputs))
@@ -131,10 +131,10 @@ class PerKeyRunner:
         return None
 
 
-def _updater(part: StatePartition) -> Any:
+def _updater(part: StatePartition) -> Callable[[Group, OldState | None, StateRecords], None]:
     """``update(g, old, new)`` of a batch translator: the key's new state to ``part``."""
 
-    def update(g: Group, old: OldState | None, new: list[dict[str, Any]]) -> None:
+    def update(g: Group, old: OldState | None, new: StateRecords) -> None:
         part.update(g.key, g.h, old, new)
 
     return update
@@ -152,10 +152,10 @@ class BatchRunner(PerKeyRunner):
         super().__init__(plan, calls, part, copies, clock)
         self.batch = _batch(plan, calls, part)
 
-    def _keep(self, g: Group, old: OldState | None, records: Any) -> None:
+    def _keep(self, g: Group, old: OldState | None, records: StateRecords) -> None:
         self.batch.add(g, old, records, called=False)  # kept, in key order with the batch's keys
 
-    def _call(self, g: Group, old: OldState | None, records: Any) -> None:
+    def _call(self, g: Group, old: OldState | None, records: StateRecords) -> None:
         self.batch.add(g, old, records)
 
     def _done(self) -> None:
