@@ -19,7 +19,8 @@ anything else of the message. The encoding, not a file under the home, because t
 that matter most (a read-only or full home) are exactly those where nothing can be written
 there, and because the record then always belongs to the attempt whose failure failed the job.
 
-    >>> rec = FailureRecord("user-code", "stage 's' epoch 2 key 'k': it broke ]]", "s", 2, key='"k"', exc_type="ValueError")
+    >>> msg = "stage 's' epoch 2 key 'k': it broke ]]"
+    >>> rec = FailureRecord("user-code", msg, "s", 2, key='"k"', exc_type="ValueError")
     >>> decode_failure("Traceback ...\\nTaskFailed: " + str(TaskFailed(rec))) == rec
     True
     >>> decode_failure("Python worker exited unexpectedly") is None

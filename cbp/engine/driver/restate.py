@@ -19,7 +19,8 @@ __all__ = ["rewrite_state"]
 def rewrite_state(
     spark: SparkSession, job: Job, files_by_part: dict[int, list[dict[str, Any]]]
 ) -> tuple[dict[int, dict[str, Any]], list[str]]:
-    """Run the rewrite; per new partition its ``{"add", "index", "rows"}``, and the failures (then nothing is to be committed)."""
+    """Run the rewrite; per new partition its ``{"add", "index", "rows"}``, and the failures (then
+    nothing is to be committed)."""
     home: Home = job.home
     items = sorted(files_by_part.items())
     if not items:

@@ -7,11 +7,11 @@ called). Instead of one Python call per key, :class:`BatchTranslate` collects up
 
     translate(keys, state, *inputs, out) -> {"state": Table, "removed": keys, "<flow>": Table, ...}
 
-``keys`` is an Arrow array of the called keys (their values when Arrow can type them all alike,
-else their JSON text, and then ``out.key_texts`` is True); ``state`` holds the stored rows of those keys and each of ``inputs`` the
-records of one input flow, each table with a ``_key`` column first and a ``_pos`` column last
-(the position of the row's key in ``keys``), rows grouped by key in the order of ``keys`` and,
-within a key, in the flow's OrderBy order. Tables are in stored form
+``keys`` is an Arrow array of the called keys (their values when Arrow can type them all alike, else
+their JSON text, and then ``out.key_texts`` is True); ``state`` holds the stored rows of those keys
+and each of ``inputs`` the records of one input flow, each table with a ``_key`` column first and a
+``_pos`` column last (the position of the row's key in ``keys``), rows grouped by key in the order
+of ``keys`` and, within a key, in the flow's OrderBy order. Tables are in stored form
 (``json`` fields as JSON text). ``out`` carries ``stage``, ``epoch``, ``params``, ``has_state``,
 and ``associate(key, address)`` / ``associate_all(keys, addresses)`` for multicast bindings.
 
@@ -31,7 +31,6 @@ is committed.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -44,8 +43,8 @@ from ...spec.diff import DIFF
 from ...spec.resolve import safe_str
 from ...spec.schema import RecordSchema
 from ..common.protocol import USER_FAILURES, TaskFailed
-from .routing import encode_key, has_byte
-from .signed import fill_diff
+from .batchtables import _key_text, _kind, _records_table, _typed_keys, _with_key, write_changed
+from .routing import encode_key
 
 if TYPE_CHECKING:
     from .calls import _Calls
@@ -56,7 +55,7 @@ if TYPE_CHECKING:
     #: ``update(g, old, new)``: a key's new state to the task's partition
     Update = Callable[[Group, OldState | None, StateRecords], None]
 
-__all__ = ["BATCH_KEYS", "BatchOut", "BatchTranslate", "write_changed"]
+__all__ = ["BATCH_KEYS", "BatchOut", "BatchTranslate", "write_changed"]  # write_changed: of .batchtables
 
 BATCH_KEYS = 8192  # keys per call of a batch translator
 
@@ -75,7 +74,8 @@ class BatchOut:
         per-key translator does (paper 001 §4.5.3)."""
         if self._bind is None:
             raise TypeError(
-                f"stage '{self.stage}' has no grouping keys (a record-wise stage): it cannot associate keys with multicast addresses"
+                f"stage '{self.stage}' has no grouping keys (a record-wise stage): it cannot associate keys "
+                "with multicast addresses"
             )
         self._bind(key, address)
 
@@ -110,9 +110,10 @@ class BatchTranslate:
         direct: ArrowRows | None = None,
     ) -> None:
         """``update(g, old, new)`` hands a key's new state to the task's partition; ``fail`` and
-        ``user_failure`` make the task's typed failures (:mod:`cbp.engine.task.translate`), ``flow_iter`` decodes a key's records of one
-        flow in OrderBy order (:func:`cbp.engine.task.translators.flow_iter`). With ``direct`` (a
-        direct-mode partition), the new state rows go to it as one Arrow table per call."""
+        ``user_failure`` make the task's typed failures (:mod:`cbp.engine.task.translate`),
+        ``flow_iter`` decodes a key's records of one flow in OrderBy order
+        (:func:`cbp.engine.task.translators.flow_iter`). With ``direct`` (a direct-mode partition),
+        the new state rows go to it as one Arrow table per call."""
         self.plan, self.calls, self.update, self.direct = plan, calls, update, direct
         self._fail, self._user_failure, self._flow_iter = fail, user_failure, flow_iter
         st = plan.stage
@@ -424,7 +425,8 @@ class BatchTranslate:
             raise self._fail(
                 self.plan,
                 "bad-diff",
-                f"{where}: the 'state' table has a '{DIFF}' column; state rows are not signed (a key's state is what it holds now)",
+                f"{where}: the 'state' table has a '{DIFF}' column; state rows are not signed "
+                "(a key's state is what it holds now)",
             )
         signed = not with_key and DIFF in names
         try:
@@ -445,100 +447,3 @@ class BatchTranslate:
         if with_key:
             out = out.append_column("_key", table.column("_key"))
         return out
-
-
-def write_changed(
-    direct: ArrowRows,
-    schema: pa.Schema,
-    table: pa.Table | None,
-    changed: np.ndarray,
-    removed: np.ndarray,
-    keys: pa.Array,
-    hashes: pa.Array,
-) -> None:
-    """Write the new rows of the changed keys of a batch call to ``direct`` (their old rows already
-    dropped): ``table``'s rows (state schema plus ``_pos``, the key's position) of keys with
-    ``changed[pos]``, and a tombstone for each removed position that changed; in key order, a key's
-    rows in the order returned. ``keys`` (texts) and ``hashes`` are by position."""
-    parts = []
-    if table is not None and table.num_rows:
-        keep = changed[table.column("_pos").to_numpy()]
-        rows = table if keep.all() else table.filter(pa.array(keep))
-        parts.append(rows.append_column("_alive", pa.array(np.ones(rows.num_rows, bool))))
-    gone = removed[changed[removed]] if removed.size else removed
-    if gone.size:
-        dead = pa.table({f.name: pa.nulls(gone.size, f.type) for f in schema})
-        parts.append(
-            dead.append_column("_pos", pa.array(gone.astype(np.int64))).append_column(
-                "_alive", pa.array(np.zeros(gone.size, bool))
-            )
-        )
-    rows = pa.concat_tables(parts) if len(parts) > 1 else parts[0]
-    pos = rows.column("_pos").to_numpy()
-    if np.any(pos[1:] < pos[:-1]):  # not yet in key order (a translator may return keys in any order)
-        order = np.argsort(pos, kind="stable")  # stable: a key's rows keep their order
-        rows, pos = rows.take(pa.array(order)), pos[order]
-    if pos.size == len(keys) and np.array_equal(pos, np.arange(pos.size)):  # every key of the call, once: no take
-        direct.write_rows(keys, hashes, rows.drop_columns(["_pos"]))
-        return
-    at = pa.array(pos)
-    direct.write_rows(keys.take(at), hashes.take(at), rows.drop_columns(["_pos"]))
-
-
-def _records_table(parts: list[pa.Array], schema: pa.Schema) -> pa.Table:
-    """Slices of envelopes' record columns (struct arrays) as one table of ``schema``, in order."""
-    if not parts:
-        return schema.empty_table()
-    arr = pa.concat_arrays(parts) if len(parts) > 1 else parts[0]
-    return fill_diff(pa.Table.from_struct_array(arr).select(schema.names).cast(schema))
-
-
-def _typed_keys(texts: Any) -> tuple[pa.Array, bool]:
-    """The keys as an Arrow array of their values, or of their JSON text if Arrow cannot type them
-    alike (then the flag is True: ``out.key_texts``).
-
-    Strings without escapes (the usual case) are unquoted by Arrow; other keys are decoded one by one.
-    """
-    arr = texts if isinstance(texts, pa.Array) else pa.array(texts, pa.string())
-    if len(arr) and pc.all(pc.starts_with(arr, '"')).as_py() and not has_byte(arr, ord("\\")):
-        return pc.utf8_slice_codeunits(arr, 1, -1), False
-    if (
-        len(arr) and pc.all(pc.match_substring_regex(arr, r"^-?(0|[1-9][0-9]{0,17})$")).as_py()
-    ):  # integers, inside int64
-        return arr.cast(pa.int64()), False
-    values = [json.loads(t) for t in arr.to_pylist()]
-    try:
-        typed = pa.array(values)
-    except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError):
-        return arr, True
-    if pa.types.is_null(typed.type):  # every key null (a route_by field's nulls): values all the same
-        return typed, False
-    if pa.types.is_struct(typed.type):
-        return arr, True
-    if any(
-        _key_text(v) != t for v, t in zip(typed.to_pylist(), arr.to_pylist())
-    ):  # e.g. 1 and 1.0 (also in lists): one type, other keys
-        return arr, True
-    return typed, False
-
-
-def _with_key(table: pa.Table, keys: pa.Array, at: Any) -> pa.Table:
-    """``table`` (rows of the keys at positions ``at`` of ``keys``) as a batch translator gets it:
-    ``_key`` first, the fields, then ``_pos``, the position of the row's key in ``keys``."""
-    pos = pa.array(np.asarray(at, np.int64), pa.int64())
-    return table.add_column(0, "_key", keys.take(pos)).append_column("_pos", pos)
-
-
-def _kind(t: pa.DataType) -> str:
-    """What a key type is, for a returned key to match a call's key: text, integer, or the type itself."""
-    if pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_string_view(t):
-        return "text"
-    return "integer" if pa.types.is_integer(t) else str(t)
-
-
-def _key_text(key: Any) -> str | None:
-    """``encode_key(key)``, or None for a value that is no key (NaN: no key of a call is)."""
-    try:
-        return encode_key(key)
-    except (TypeError, ValueError, RecursionError):
-        return None

@@ -86,7 +86,8 @@ def _user_failure(
         return _failed(
             plan,
             "timeout",
-            f"{where}: {fn_name} was still running when the epoch's time limit was up; the key is the one it was called for",
+            f"{where}: {fn_name} was still running when the epoch's time limit was up; "
+            "the key is the one it was called for",
             key=key_text,
             location=loc,
         )

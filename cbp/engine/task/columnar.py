@@ -30,7 +30,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from .batch import BatchTranslate, _typed_keys, _with_key, write_changed
+from .batch import BatchTranslate
+from .batchtables import _typed_keys, _with_key, write_changed
 from .partition import ArrowRows
 from .routing import record_column
 from .signed import consolidate_table, fill_diff, has_negative

@@ -24,7 +24,8 @@ import pyarrow as pa
 from ...spec.resolve import safe_str
 from ...spec.schema import RecordSchema
 from ..common.protocol import USER_FAILURES
-from .batch import BatchTranslate, _typed_keys, _with_key
+from .batch import BatchTranslate
+from .batchtables import _typed_keys, _with_key
 from .keyedstate import KeyedRows, rk_text
 
 __all__ = ["KeyedBatch", "KeyedBatchState", "DELETED"]

@@ -77,7 +77,8 @@ def _given_text(fields: tuple[str, ...], kinds: tuple[str, ...], row_key: Any) -
     values = [row_key] if len(fields) == 1 else row_key
     if len(fields) > 1 and (not isinstance(row_key, (tuple, list)) or len(row_key) != len(fields)):
         raise TypeError(
-            f"the row key is {len(fields)} fields ({', '.join(fields)}): give a tuple of {len(fields)} values, not {row_key!r:.80}"
+            f"the row key is {len(fields)} fields ({', '.join(fields)}): "
+            f"give a tuple of {len(fields)} values, not {row_key!r:.80}"
         )
     for f, kind, v in zip(fields, kinds, values):
         if not (
@@ -289,7 +290,8 @@ class KeyedPartition(DirectPartition):
         return self.rows_for(g)
 
     def _rows(self, hashes: np.ndarray) -> tuple[list[dict[str, Any]], np.ndarray, np.ndarray]:
-        """The stored rows at these row hashes (every version the index's row groups hold), with their file ids and row groups."""
+        """The stored rows at these row hashes (every version the index's row groups hold), with
+        their file ids and row groups."""
         if not self.index.live_keys or not hashes.size:
             return [], np.empty(0, np.int32), np.empty(0, np.int32)
         rows, fids, rgs = self.reader.rows_of(sorted_unique(np.sort(hashes)))
@@ -315,7 +317,8 @@ class KeyedPartition(DirectPartition):
                     yield self.schema.decoded_copy({f: r[f] for f in self.schema.fields})
 
     def update(self, key_text: str, h: int, old: OldState | None, new: StateRecords) -> None:
-        """Apply the call's writes and deletes (:class:`KeyedOut`); ``new`` is unused (keyed rows go through ``out.state``)."""
+        """Apply the call's writes and deletes (:class:`KeyedOut`); ``new`` is unused (keyed rows go
+        through ``out.state``)."""
         ops = self.out.take()
         if not ops:
             return

@@ -31,7 +31,8 @@ __all__ = [
 def placed_task(
     plan: TaskPlan, schema: pa.Schema, task: GroupedTask, rows: Iterator[tuple[bytes, list[bytes]]]
 ) -> Iterator[bytes]:
-    """The task of a placed epoch (:func:`cbp.engine.driver.locality.placed_epoch`): Arrow batches in, ``task``'s result batches out (IPC bytes)."""
+    """The task of a placed epoch (:func:`cbp.engine.driver.locality.placed_epoch`): Arrow batches
+    in, ``task``'s result batches out (IPC bytes)."""
     for _, blobs in rows:
         batches = (pa.ipc.read_record_batch(pa.py_buffer(b), schema) for b in blobs)
         for rb in task(plan, batches):
@@ -39,7 +40,8 @@ def placed_task(
 
 
 def read_files(schema: pa.Schema, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-    """Worker side of :func:`cbp.engine.driver.remote_read.read_parquet`: stream each named file's row groups, cast to ``schema``."""
+    """Worker side of :func:`cbp.engine.driver.remote_read.read_parquet`: stream each named file's
+    row groups, cast to ``schema``."""
     for batch in batches:
         for uri in batch.column(0).to_pylist():
             fs, path = objectstore.filesystem(uri)
@@ -56,9 +58,9 @@ def read_files(schema: pa.Schema, batches: Iterator[pa.RecordBatch]) -> Iterator
 
 
 def routing_task(plan: TaskPlan, cap: int, items: Iterator[tuple[int, int, bytes]]) -> Iterator[bytes]:
-    """Worker side of :func:`cbp.engine.driver.smallepoch.route_on_executors`: the envelopes of each slice of records, as
-    :func:`cbp.engine.task.translate.route_batches` makes them on the normal path's map side; an empty
-    message once they pass ``cap`` bytes."""
+    """Worker side of :func:`cbp.engine.driver.smallepoch.route_on_executors`: the envelopes of each
+    slice of records, as :func:`cbp.engine.task.translate.route_batches` makes them on the normal
+    path's map side; an empty message once they pass ``cap`` bytes."""
     size = 0
     with time_limit(plan):
         for i, made, data in items:
@@ -82,10 +84,11 @@ def routed_task(plan: TaskPlan, task: GroupedTask, items: Iterator[list[tuple[in
 def claiming_task(
     plan: TaskPlan, task: GroupedTask, work: str, n: int, tasks: int, last: dict[int, int], items: Iterator[int]
 ) -> Iterator[bytes]:
-    """Worker side of a small epoch in local mode (:mod:`cbp.engine.driver.smallepoch`). The task says which worker runs it, claims the partitions
-    this worker ran last (up to its share of all), then the others (its share first), except those
-    kept by a worker that runs another of the job's tasks: that task claims them first thing (and if
-    it fails, Spark's retry runs in a new worker and takes them)."""
+    """Worker side of a small epoch in local mode (:mod:`cbp.engine.driver.smallepoch`). The task says
+    which worker runs it, claims the partitions this worker ran last (up to its share of all), then
+    the others (its share first), except those kept by a worker that runs another of the job's
+    tasks: that task claims them first thing (and if it fails, Spark's retry runs in a new worker
+    and takes them)."""
     from pyspark import TaskContext
 
     me = TaskContext.get().partitionId()  # type: ignore[union-attr]

@@ -33,7 +33,8 @@ __all__ = ["OldState", "StateWriter", "DirectPartition", "BlackboxPartition"]
 
 
 def state_schema(plan: TaskPlan) -> pa.Schema:
-    """A state file's columns: :data:`STATE_META`, ``_rk`` for keyed rows (:mod:`cbp.engine.task.keyedstate`), the state fields."""
+    """A state file's columns: :data:`STATE_META`, ``_rk`` for keyed rows
+    (:mod:`cbp.engine.task.keyedstate`), the state fields."""
     rk = [pa.field("_rk", pa.string())] if plan.stage.row_key else []
     return pa.schema(list(STATE_META) + rk + list(plan.stage.state_schema.arrow))  # type: ignore[union-attr]
 

@@ -92,7 +92,8 @@ def _route_batches(
                 raise _failed(
                     plan,
                     "user-code",
-                    f"{plan.where()} flow '{inp.flow}': route_by '{route.text}' returned no key (None) for record {_shown(rec)}",
+                    f"{plan.where()} flow '{inp.flow}': route_by '{route.text}' returned no key (None) "
+                    f"for record {_shown(rec)}",
                 )
             keys: list[str] = []
             copied: set[str] = set()
@@ -116,7 +117,8 @@ def _route_batches(
                     raise _failed(
                         plan,
                         "user-code",
-                        f"{plan.where()} flow '{inp.flow}': route_by '{route.text}' returned a key that is not a JSON value "
+                        f"{plan.where()} flow '{inp.flow}': route_by '{route.text}' returned a key that "
+                        "is not a JSON value "
                         f"({e}) for record {_shown(rec)}",
                     ) from None
             for k in dict.fromkeys(keys) if len(keys) > 1 else keys:  # a record goes to each distinct key once
