@@ -29,6 +29,7 @@ from __future__ import annotations
 import json
 from collections import OrderedDict
 from collections.abc import Iterator
+from typing import TypeAlias
 
 import numpy as np
 import pyarrow as pa
@@ -59,7 +60,7 @@ _I64 = np.empty(0, np.int64)
 _I32 = np.empty(0, np.int32)
 
 Delta = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, str | None, np.ndarray]
-Base = ArrayBase | PagedBase
+Base: TypeAlias = ArrayBase | PagedBase
 
 
 def delta_cap() -> int:

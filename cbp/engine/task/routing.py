@@ -37,7 +37,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, TypeAlias
 
 import numpy as np
 import pyarrow as pa
@@ -74,7 +74,7 @@ BINDINGS = pa.schema([("_key", pa.string()), ("_addr", pa.string())])
 
 ROUTE_ROWS = 20000
 
-Logical = Broadcast | Multicast
+Logical: TypeAlias = Broadcast | Multicast
 
 
 def record_column(idx: int) -> str:
