@@ -31,9 +31,7 @@ FLOWS = Path(__file__).resolve().parents[1] / "flows"
 URL_COUNT = (FLOWS / "url_count.yaml").read_text()
 VEC = (FLOWS / "url_count_vec.yaml").read_text()
 KEYED = URL_COUNT.replace("      grouping: inner\n", "      grouping: inner\n      row_key: url\n")
-STATELESS = URL_COUNT.replace(
-    "    state:\n      schema: {url: string, count: int}\n      grouping: inner\n", ""
-).replace("translator: url_count:count_urls", "translator: url_count:count_urls")
+STATELESS = URL_COUNT.replace("    state:\n      schema: {url: string, count: int}\n      grouping: inner\n", "")
 
 
 def _stage(text: str, name: str = "url_count", yaml: str = "url_count.yaml"):
@@ -170,7 +168,7 @@ def test_every_runner_is_a_translator_runner(tmp_path):
         calls.abort()
 
 
-# (YAML, changes to it, mode, tuning, settings, master, new records, bindings) -> path
+# (stage YAML, mode, tuning, CBP_* settings, Spark master, new records) -> the path
 PATHS = [
     (URL_COUNT, "direct", {}, {}, "local[2]", 10, "per-key/direct/driver/local"),
     (URL_COUNT, "direct", {}, {}, "local[2]", None, "per-key/direct/shuffle/local"),
