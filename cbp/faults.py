@@ -23,6 +23,8 @@ import os
 import signal
 from collections import Counter
 
+from . import settings
+
 __all__ = ["point", "task_point", "current"]
 
 _HITS: Counter[str] = Counter()
@@ -30,7 +32,7 @@ _HITS: Counter[str] = Counter()
 
 def current() -> str | None:
     """The fault set for this process (``CBP_FAULT``), if any; stage epochs pass it to their tasks."""
-    return os.environ.get("CBP_FAULT") or None
+    return settings.current().fault
 
 
 def _parse(spec: str | None) -> tuple[str, str, str] | None:

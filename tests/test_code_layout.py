@@ -16,6 +16,7 @@ ROOT = Path(__file__).resolve().parents[1] / "cbp"
 #: layers below, never one above (the package's ``__init__`` only for ``__version__``).
 LAYERS = {
     "errors": 0,
+    "settings": 0,
     "errorcodes": 0,
     "faults": 0,
     "gcpolicy": 0,

@@ -106,6 +106,7 @@ def _plan(tmp_path, epoch, parts=None, cache_mb=0):
         scan_fraction=None,
         max_files=8,
         parts=parts or {},
+        scan_choice={},
         mode="direct",
     )
 

@@ -27,6 +27,7 @@ def _plan(tmp_path, epoch, parts=None, scan_fraction=None, cache_mb=0.0):
         scan_fraction=scan_fraction,
         max_files=8,
         parts=parts or {},
+        scan_choice={},
         mode="direct",
     )
 

@@ -19,7 +19,6 @@ intention (:class:`~.intentions.Intentions`); deletes index and binding files no
 from __future__ import annotations
 
 import copy
-import os
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -31,7 +30,8 @@ from .. import faults
 from ..engine.common.protocol import TaskResult
 from ..engine.driver.deltaread import StateSource
 from ..engine.driver.job import run_stage_epoch
-from ..engine.task.bipindex import STATE_META, StateMeta, choose_reads
+from ..engine.driver.taskplan import build_task_plan
+from ..engine.task.bipindex import STATE_META, StateMeta
 from ..engine.task.framing import FRAME_KEY
 from ..engine.task.plan import TaskPlan
 from ..spec import StageSpec
@@ -123,10 +123,13 @@ class Epochs:
         else:
             out_incs = {f: self.landing.allocate(f, 1)[0] for f in spec.outputs}
         self.intentions.write(stage, epoch, d, inputs, out_incs)
-        plan, state_uris = self._plan(stage, epoch, out_incs, inputs)
-        plan.made_in = made_in
         wanted = {epoch - 1, *made_in.values()}
-        plan.bindings = [self.home.uri(rel) for rel in self.live.st.stages[stage].bindings if epoch_of(rel) in wanted]
+        bindings = [self.home.uri(rel) for rel in self.live.st.stages[stage].bindings if epoch_of(rel) in wanted]
+        try:
+            plan, state_uris = self._plan(stage, epoch, out_incs, inputs, made_in, bindings)
+        except BaseException:
+            self.intentions.abandon_quietly(stage, epoch, out_incs)
+            raise
         sched = copy.deepcopy(self.live.st.sched)
         return Planned(stage, epoch, d, inputs, input_files, out_incs, plan, state_uris, base, sched, t0)
 
@@ -178,9 +181,16 @@ class Epochs:
         return _report(p.stage, p.epoch, self.mode, results, counts, seconds, shuffle)
 
     def _plan(
-        self, stage: str, epoch: int, out_incs: dict[str, int], inputs: dict[str, list[int]] | None = None
+        self,
+        stage: str,
+        epoch: int,
+        out_incs: dict[str, int],
+        inputs: dict[str, list[int]],
+        made_in: dict[str, int],
+        bindings: list[str],
     ) -> tuple[TaskPlan, StateSource | None]:
-        """The plan the epoch's tasks get, and (black-box mode) the state table at its version."""
+        """The plan the epoch's tasks get (built complete, frozen: cbp.engine.driver.taskplan), and
+        (black-box mode) the state table at its version."""
         spec = self.live.spec.stages[stage]
         sst = self.live.st.stages[stage]
         parts: dict[int, StateMeta] = {}
@@ -200,7 +210,9 @@ class Epochs:
                     parts.setdefault(int(f["partition"]), StateMeta()).files.append(f)
                 for p, rel in (sst.index if sst.layout == "direct" else {}).items():
                     parts.setdefault(int(p), StateMeta()).index = rel
-        plan = TaskPlan(
+        known = [self.live.st.flows[i.flow].incs.get(n) for i in spec.inputs for n in inputs.get(i.flow, [])]
+        limits = [t for t in (spec.timeout, self.epoch_timeout) if t is not None]
+        plan = build_task_plan(
             home=self.home,
             stage=spec,
             epoch=epoch,
@@ -215,33 +227,14 @@ class Epochs:
             input_schemas=[self.live.spec.flows[i.flow].schema.signed() for i in spec.inputs],
             state_rel=state_rel,
             parts=parts,
-            max_files=self.tuning.max_state_files,
-            row_group=self.tuning.state_row_group,
-            cache_mb=self.tuning.state_cache_mb,
-            scan_fraction=self.tuning.state_scan_fraction,
-            fault=faults.current(),
-            driver_pid=os.getpid(),
+            tuning=self.tuning,
+            master=self.spark.get().sparkContext.master,
+            new_records=sum(m.records for m in known if m is not None),
+            records_known=all(m is not None for m in known),
+            made_in=made_in,
+            bindings=bindings,
+            timeout=min(limits) if limits else None,
         )
-        known = [self.live.st.flows[i.flow].incs.get(n) for i in spec.inputs for n in (inputs or {}).get(i.flow, [])]
-        new = sum(m.records for m in known if m is not None)
-        plan.new_records = new if all(m is not None for m in known) else None
-        plan.small_records = self.tuning.small_epoch_records
-        plan.index_mb = self.tuning.state_index_mb
-        if (
-            self.mode == "direct"
-            and self.tuning.state_scan_fraction is None
-            and not os.environ.get("CBP_STATE_SCAN_FRACTION")
-        ):
-            plan.scan_choice = {
-                p: choose_reads(
-                    new, spec.partitions, sum(int(f.get("rows") or 0) for f in m.files), self.tuning.state_row_group
-                )
-                for p, m in parts.items()
-            }
-        limits = [t for t in (spec.timeout, self.epoch_timeout) if t is not None]
-        if limits:
-            plan.timeout = min(limits)
-            plan.deadline = time.time() + plan.timeout
         return plan, state_uris
 
     def _epoch_change(

@@ -176,7 +176,8 @@ def _changed(s: str, was: dict[str, Any], d: dict[str, Any], snap: Snapshot) -> 
         and was["state"] is not None
         and d["state"] is not None
     ):
-        # keyed rows are stored with their row key and row hash (cbp.engine.task.keyedstate): a new row_key rewrites them
+        # keyed rows are stored with their row key and row hash (cbp.engine.task.keyedstate):
+        # a new row_key rewrites them
         step = f"row_key {was.get('row_key') or 'none'} -> {d.get('row_key') or 'none'}"
         rewrite = next((c for c in changes if c.kind == "state-rewrite"), None)
         if not stored:

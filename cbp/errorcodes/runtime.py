@@ -52,6 +52,13 @@ SECTIONS: list[tuple[str, list[Code]]] = [
                 "the home was written by another version of cbp",
                 "use that version, or a new home",
             ),
+            _c(
+                "bad-setting",
+                RS,
+                5,
+                "a `CBP_*` environment variable cbp cannot read (a number that is not one)",
+                "fix or unset it: see [settings](settings.md)",
+            ),
             _c("no-java", RS, 5, "Java 17 is missing", "install Java"),
             _c(
                 "no-delta-jars",

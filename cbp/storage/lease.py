@@ -23,7 +23,6 @@ seconds.
 from __future__ import annotations
 
 import json
-import os
 import sys
 import threading
 import time
@@ -32,6 +31,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from .. import settings as cbp_settings
 from ..errors import RuntimeStateError
 from .layout import LAYOUT
 from .objectstore import settings
@@ -70,8 +70,9 @@ def _client() -> Any:
 
 def default_ttl() -> tuple[float, float]:
     """(ttl, renew) from ``CBP_LEASE_TTL`` / ``CBP_LEASE_RENEW``."""
-    ttl = float(os.environ.get("CBP_LEASE_TTL") or 30.0)
-    renew = float(os.environ.get("CBP_LEASE_RENEW") or ttl / 3)
+    env = cbp_settings.current()
+    ttl = env.lease_ttl
+    renew = env.lease_renew or ttl / 3
     if not 0 < renew < ttl:
         raise RuntimeStateError(
             f"CBP_LEASE_RENEW ({renew}) must be positive and below CBP_LEASE_TTL ({ttl})", code="lease-config"

@@ -19,7 +19,8 @@ anything else of the message. The encoding, not a file under the home, because t
 that matter most (a read-only or full home) are exactly those where nothing can be written
 there, and because the record then always belongs to the attempt whose failure failed the job.
 
-    >>> rec = FailureRecord("user-code", "stage 's' epoch 2 key 'k': it broke ]]", "s", 2, key='"k"', exc_type="ValueError")
+    >>> msg = "stage 's' epoch 2 key 'k': it broke ]]"
+    >>> rec = FailureRecord("user-code", msg, "s", 2, key='"k"', exc_type="ValueError")
     >>> decode_failure("Traceback ...\\nTaskFailed: " + str(TaskFailed(rec))) == rec
     True
     >>> decode_failure("Python worker exited unexpectedly") is None
@@ -50,6 +51,7 @@ __all__ = [
     "decode_failure",
     "EpochTimeout",
     "USER_EXCEPTIONS",
+    "USER_FAILURES",
 ]
 
 #: A future Delta add (or remove) action: a data file the task wrote (or one it replaces).
@@ -190,6 +192,8 @@ class EpochTimeout(BaseException):
 #: ``KeyboardInterrupt`` and asyncio's ``CancelledError`` included (the handlers, which also catch
 #: :class:`EpochTimeout`, tell the time limit apart).
 USER_EXCEPTIONS: tuple[type[BaseException], ...] = (BaseException,)
+#: :data:`USER_EXCEPTIONS` and :class:`EpochTimeout`: what a handler around user code catches.
+USER_FAILURES: tuple[type[BaseException], ...] = (*USER_EXCEPTIONS, EpochTimeout)
 
 FAILURE_VERSION = 1
 _FAILURE_RE = re.compile(r"\[\[cbp-failure/(\d+) ([A-Za-z0-9+/=]*)\]\]")

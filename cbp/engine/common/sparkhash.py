@@ -32,23 +32,25 @@ _C1, _C2 = np.uint32(0xCC9E2D51), np.uint32(0x1B873593)
 
 
 def _rotl(x: np.ndarray, r: int) -> np.ndarray:
-    return (x << np.uint32(r)) | (x >> np.uint32(32 - r))
+    out: np.ndarray = (x << np.uint32(r)) | (x >> np.uint32(32 - r))
+    return out
 
 
 def _mix(h1: np.ndarray, k1: np.ndarray) -> np.ndarray:
     k1 = _rotl(k1 * _C1, 15) * _C2
     h1 = _rotl(h1 ^ k1, 13)
-    return h1 * np.uint32(5) + np.uint32(0xE6546B64)
+    out: np.ndarray = h1 * np.uint32(5) + np.uint32(0xE6546B64)
+    return out
 
 
 def _fmix(h1: np.ndarray, length: np.ndarray) -> np.ndarray:
-    h1 = h1 ^ length.astype(np.uint32)
-    h1 ^= h1 >> np.uint32(16)
-    h1 *= np.uint32(0x85EBCA6B)
-    h1 ^= h1 >> np.uint32(13)
-    h1 *= np.uint32(0xC2B2AE35)
-    h1 ^= h1 >> np.uint32(16)
-    return h1
+    h: np.ndarray = h1 ^ length.astype(np.uint32)
+    h = h ^ (h >> np.uint32(16))
+    h = h * np.uint32(0x85EBCA6B)
+    h = h ^ (h >> np.uint32(13))
+    h = h * np.uint32(0xC2B2AE35)
+    out: np.ndarray = h ^ (h >> np.uint32(16))
+    return out
 
 
 def _utf8(keys: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
@@ -72,9 +74,10 @@ def _murmur3(data: np.ndarray, offsets: np.ndarray) -> np.ndarray:
 
     def block(sel: np.ndarray, at: np.ndarray) -> np.ndarray:
         b = [padded[at + t].astype(np.uint32) for t in range(4)]
-        return (
+        out: np.ndarray = (
             b[0] | (b[1] << np.uint32(8)) | (b[2] << np.uint32(16)) | (b[3] << np.uint32(24))
         )  # little-endian, as Spark reads
+        return out
 
     aligned = lengths // 4
     h1 = np.full(n, SEED, dtype=np.uint32)

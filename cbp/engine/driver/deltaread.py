@@ -13,9 +13,12 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING
 
 from .session import require_delta
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
 
 __all__ = ["StateSource", "read_delta", "latest_state", "STATE_COLUMNS"]
 
@@ -35,7 +38,7 @@ class StateSource:
     files: Callable[[], list[str]]
 
 
-def read_delta(spark: Any, uri: str, version: int | None = None) -> Any:
+def read_delta(spark: SparkSession, uri: str, version: int | None = None) -> DataFrame:
     """The Delta table at ``uri`` (at ``version``, by time travel) as a Spark DataFrame.
 
     Raises ``RuntimeStateError`` code ``no-delta-jars`` when ``spark`` has no Delta connector.
@@ -50,7 +53,7 @@ def read_delta(spark: Any, uri: str, version: int | None = None) -> Any:
     return reader.load(uri)  # s3:// reaches S3A through fs.s3.impl (session.s3a_conf)
 
 
-def latest_state(df: Any, dedupe: bool = True) -> Any:
+def latest_state(df: DataFrame, dedupe: bool = True) -> DataFrame:
     """A state table's live rows: each key's rows of its newest epoch, without tombstones.
 
     This is :func:`cbp.engine.task.bipindex.latest_rows` in Spark: ``max(_epoch)`` per ``_key`` where

@@ -15,20 +15,18 @@ Either way the job only writes files; :mod:`cbp.controller` commits them.
 from __future__ import annotations
 
 import json
-import os
 import threading
 import time
 import uuid
 from collections.abc import Callable
 from functools import partial, reduce
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ...errors import RuntimeStateError, UserCodeError
 from ...spec.schema import RecordSchema
 from ...storage.layout import epoch_of
 from ...storage.objectstore import propagate_to_spark
 from ..common.protocol import FailureRecord, TaskResult, decode_failure, decode_results, result_spark_schema
-from ..common.sparkhash import partition_probes
 from ..task.routing import BOUND, COPY, COPY_HASH, JSON_ESCAPED, bound_address, record_column
 from ..task.translate import TaskPlan, grouped_task, recordwise_task, route_batches
 from .deltaread import STATE_COLUMNS, StateSource, latest_state, read_delta
@@ -37,6 +35,12 @@ from .remote_read import needs_arrow_reader, read_parquet
 from .session import has_delta
 from .signedinputs import refuse_unsigned_inputs
 from .smallepoch import driver_routed, run_routed
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+    from pyspark import SparkContext
+    from pyspark.sql import Column, DataFrame, SparkSession
+    from pyspark.sql.types import DataType
 
 __all__ = ["run_stage_epoch", "spark_ddl", "struct_ddl", "envelope_ddl", "shuffle_written"]
 
@@ -90,7 +94,7 @@ def envelope_ddl(plan: TaskPlan) -> str:
 
 
 def run_stage_epoch(
-    spark: Any,
+    spark: SparkSession,
     plan: TaskPlan,
     input_files: dict[int, list[str]],
     state_files: StateSource | None = None,
@@ -147,7 +151,7 @@ def _job_error(plan: TaskPlan, exc: Exception) -> Exception:
     none = "nothing of this epoch was committed"
     text = str(exc)
     rec = decode_failure(text)
-    at = {"stage": plan.stage.name, "epoch": plan.epoch}
+    at: dict[str, Any] = {"stage": plan.stage.name, "epoch": plan.epoch}
     if (plan.deadline is not None and time.time() >= plan.deadline) or (rec is not None and rec.code == "timeout"):
         named = rec if rec is not None and rec.code == "timeout" and rec.key is not None else None
         limit = f" of {plan.timeout:g} s" if plan.timeout else ""
@@ -203,17 +207,17 @@ def _worker_died(exc: Exception) -> bool:
     return False
 
 
-def _read(spark: Any, schema: RecordSchema, files: list[str], meta: str = "") -> Any:
+def _read(spark: SparkSession, schema: RecordSchema, files: list[str], meta: str = "") -> DataFrame:
     return _read_ddl(spark, spark_ddl(schema, meta), files)
 
 
-def _read_ddl(spark: Any, ddl: str, files: list[str]) -> Any:
+def _read_ddl(spark: SparkSession, ddl: str, files: list[str]) -> DataFrame:
     if needs_arrow_reader(files):  # a home on an object store: no Hadoop connector needed
         return read_parquet(spark, ddl, files)
     return spark.read.schema(ddl).parquet(*files)
 
 
-def _state_rows(spark: Any, schema: RecordSchema, state: StateSource, keyed: bool = False) -> Any | None:
+def _state_rows(spark: SparkSession, schema: RecordSchema, state: StateSource, keyed: bool = False) -> Any | None:
     """The state table's rows at the epoch's version: by Spark's Delta reader when the session
     has it, else from the version's data files (listed with delta-rs); None when there are none."""
     if has_delta(spark):
@@ -232,25 +236,19 @@ def _state_rows(spark: Any, schema: RecordSchema, state: StateSource, keyed: boo
 
 
 def _grouped(
-    spark: Any, plan: TaskPlan, input_files: dict[int, list[str]], state: StateSource | None, dedupe: bool
-) -> Any:
+    spark: SparkSession, plan: TaskPlan, input_files: dict[int, list[str]], state: StateSource | None, dedupe: bool
+) -> pa.Table:
     """The grouped stage epoch's job; its tasks' result rows (an Arrow table)."""
     from pyspark.sql import functions as F
 
-    placed = (
-        plan.mode == "direct"
-        and not spark.sparkContext.master.startswith("local")
-        and os.environ.get("CBP_PLACEMENT", "1") != "0"
-    )
-    plan.columnar = os.environ.get("CBP_COLUMNAR", "1") != "0"
-    plan.probes = list(partition_probes(plan.stage.partitions))
+    placed = plan.path.placed  # the path, chosen with the plan (cbp.engine.driver.taskplan.choose_path)
     routed = driver_routed(spark, plan, input_files)
     if routed is not None:  # a small increment: routed by the driver, no shuffle (cbp.engine.driver.smallepoch)
         return run_routed(spark, plan, routed, grouped_task, placed)
     env_ddl = envelope_ddl(plan)
     types = {f.name: f.dataType for f in spark.createDataFrame([], env_ddl).schema.fields}
     envelopes = partial(_envelopes, types)
-    jvm = os.environ.get("CBP_JVM_ROUTING", "1") != "0"
+    jvm = plan.path.jvm_routing
     parts = []
     for i, files in input_files.items():
         sql = _jvm_routed(spark, plan, i, files, envelopes) if jvm and files else None
@@ -276,6 +274,7 @@ def _grouped(
     if s is not None:
         # dedupe: the table was last written in direct mode, so keep each key's newest rows
         s = latest_state(s, dedupe)
+        assert schema is not None
         parts.append(
             envelopes(
                 s,
@@ -312,14 +311,14 @@ def _by_epoch(files: list[str], epoch: Callable[[str], int | None]) -> dict[int,
     return out
 
 
-def _envelopes(types: dict[str, Any], df: Any, **cols: Any) -> Any:
+def _envelopes(types: dict[str, DataType], df: DataFrame, **cols: Column) -> DataFrame:
     """``df`` as envelopes (:func:`envelope_ddl`): the columns given, null in the others."""
     from pyspark.sql import functions as F
 
     return df.select(*[(cols[n].cast(t) if n in cols else F.lit(None).cast(t)).alias(n) for n, t in types.items()])
 
 
-def json_key_sql(col: Any, scalar: str) -> Any:
+def json_key_sql(col: Column, scalar: str) -> Column:
     """The Spark SQL expression of :func:`cbp.engine.task.routing.encode_key` of a non-null ``string``,
     ``int`` or ``bool`` column: the same text, byte for byte (JSON string escapes as Python's
     ``json.dumps(ensure_ascii=False)`` writes them: ``\\`` and ``\"``, the short escapes of
@@ -337,7 +336,9 @@ def json_key_sql(col: Any, scalar: str) -> Any:
     return F.when(col.rlike(JSON_ESCAPED), F.concat(quote, esc, quote)).otherwise(F.concat(quote, col, quote))
 
 
-def _jvm_routed(spark: Any, plan: TaskPlan, idx: int, files: list[str], envelopes: Any) -> Any | None:
+def _jvm_routed(
+    spark: SparkSession, plan: TaskPlan, idx: int, files: list[str], envelopes: Callable[..., DataFrame]
+) -> DataFrame | None:
     """The envelopes of input ``idx`` built by Spark SQL, with no Python on the map side, when its
     RouteBy is a field that is never null and never needs Python to become a key (a ``string``,
     ``int`` or ``bool``: :func:`json_key_sql`); None otherwise (``route_batches`` routes it). The
@@ -354,7 +355,7 @@ def _jvm_routed(spark: Any, plan: TaskPlan, idx: int, files: list[str], envelope
     return envelopes(df, _key=key, _flow=F.lit(idx).cast("int"), **{record_column(idx): rec})
 
 
-def shuffle_written(sc: Any, tag: str, wait: float = 2.0) -> dict[str, int]:
+def shuffle_written(sc: SparkContext, tag: str, wait: float = 2.0) -> dict[str, int]:
     """Records and bytes written to the shuffle by the jobs tagged ``tag``, from Spark's status store
     (its task metrics, as the Spark UI shows them); empty if Spark does not say within ``wait`` s.
     The store is filled by a listener, a moment after a job ends: this waits for the jobs to end."""

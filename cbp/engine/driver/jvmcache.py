@@ -31,7 +31,12 @@ import os
 import shutil
 import socket
 import time
-from typing import Any
+from typing import TYPE_CHECKING
+
+from ... import settings
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
 
 __all__ = ["abandon", "cache_dir", "driver_java_options", "finish_at_exit", "pid_alive", "recording", "refuse"]
 
@@ -66,7 +71,7 @@ def recording() -> str | None:
 
 def cache_dir() -> str:
     """Where archives are kept."""
-    explicit = os.environ.get("CBP_JVM_CACHE")
+    explicit = settings.current().jvm_cache
     if explicit:
         return explicit
     base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
@@ -123,7 +128,7 @@ def _options(path: str, dump: str | None) -> str:
 def driver_java_options(extra_class_path: str) -> tuple[str, tuple[str, str, str] | None]:
     """The JVM options for a new driver (empty when off or impossible) and, when this driver is
     the one to record the archive, ``(recording, archive, lock)`` for :func:`finish_at_exit`."""
-    if os.environ.get("CBP_JVM_ARCHIVE", "1") == "0":
+    if not settings.current().jvm_archive:
         return "", None
     key = archive_key(extra_class_path)
     if key is None:
@@ -237,10 +242,12 @@ def _check(java: str, class_path: str, archive: str) -> bool:
     return p.returncode == 0
 
 
-def finish_at_exit(spark: Any, job: tuple[str, str, str]) -> None:
+def finish_at_exit(spark: SparkSession, job: tuple[str, str, str]) -> None:
     """When this process exits: stop ``spark``, let the JVM write the archive, and keep it if the
     JVM exited cleanly and a second JVM maps it whole."""
-    system = spark.sparkContext._jvm.java.lang.System
+    jvm = spark.sparkContext._jvm
+    assert jvm is not None
+    system = jvm.java.lang.System
     java = os.path.join(system.getProperty("java.home"), "bin", "java")
     _recording.append(job)
     atexit.register(_finish, spark, *job, java, system.getProperty("java.class.path"))
@@ -255,7 +262,7 @@ def abandon(job: tuple[str, str, str]) -> None:
             pass
 
 
-def _finish(spark: Any, recording: str, path: str, lock: str, java: str, class_path: str) -> None:
+def _finish(spark: SparkSession, recording: str, path: str, lock: str, java: str, class_path: str) -> None:
     from pyspark import SparkContext
 
     try:

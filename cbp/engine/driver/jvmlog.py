@@ -20,6 +20,8 @@ import re
 import threading
 from typing import Any
 
+from ... import settings
+
 __all__ = ["verbose", "launch", "filtered_stderr", "is_jvm_line", "recent"]
 
 _JVM = re.compile(
@@ -38,7 +40,7 @@ _RECENT: collections.deque[str] = collections.deque(maxlen=200)
 
 def verbose() -> bool:
     """True when Spark's and the JVM's lines are to be shown (``CBP_VERBOSE`` set and not 0)."""
-    return os.environ.get("CBP_VERBOSE", "") not in ("", "0")
+    return settings.current().verbose
 
 
 def is_jvm_line(line: str) -> bool:
@@ -96,7 +98,7 @@ def launch(builder: Any) -> Any:
         conf.setAll(list(builder._options.items()))  # what getOrCreate would pass to spark-submit
         write = filtered_stderr()
         try:
-            gateway = launch_gateway(conf, popen_kwargs={"stderr": write})
+            gateway = launch_gateway(conf, popen_kwargs={"stderr": write})  # type: ignore[no-untyped-call]
         finally:
             os.close(write)
         SparkContext._ensure_initialized(gateway=gateway)

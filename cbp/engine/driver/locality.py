@@ -19,10 +19,17 @@ partition prefers its parents' locations, so partition ``p``'s task goes to the 
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..common.protocol import RESULT
 from ..task.runners import placed_task
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+    from pyspark import SparkContext
+    from pyspark.sql import DataFrame, SparkSession
+
+    from ..task.plan import GroupedTask, TaskPlan
 
 __all__ = [
     "task_location",
@@ -47,9 +54,10 @@ def task_location(executor: str | None) -> str | None:
     return None if eid == "driver" else f"executor_{host}_{eid}"
 
 
-def prefs_rdd(sc: Any, prefs: list[str | None]) -> Any:
+def prefs_rdd(sc: SparkContext, prefs: list[str | None]) -> Any:
     """A JVM RDD of one item per partition, partition ``p`` preferring location ``prefs[p]``."""
     jvm = sc._jvm
+    assert jvm is not None  # a driver with its JVM
     items = jvm.java.util.ArrayList()
     for p, loc in enumerate(prefs):
         locs = jvm.java.util.ArrayList()
@@ -61,7 +69,7 @@ def prefs_rdd(sc: Any, prefs: list[str | None]) -> Any:
     return sc._jsc.sc().makeRDD(jvm.scala.jdk.javaapi.CollectionConverters.asScala(items).toList(), tag)
 
 
-def located_rdd(sc: Any, batches_jrdd: Any, prefs: list[str | None]) -> Any:
+def located_rdd(sc: SparkContext, batches_jrdd: Any, prefs: list[str | None]) -> Any:
     """A PySpark RDD whose partition ``p`` is ``[(p_bytes, [arrow batch bytes, ...])]`` from the JVM
     RDD ``batches_jrdd`` (Arrow record batches, one partition per state partition), preferring
     to run on ``prefs[p]``."""
@@ -69,6 +77,7 @@ def located_rdd(sc: Any, batches_jrdd: Any, prefs: list[str | None]) -> Any:
     from pyspark.serializers import BatchedSerializer, CPickleSerializer
 
     jvm = sc._jvm
+    assert jvm is not None  # a driver with its JVM
     left = jvm.org.apache.spark.api.java.JavaRDD.fromRDD(prefs_rdd(sc, prefs), jvm.scala.reflect.ClassTag.AnyRef())
     right = jvm.org.apache.spark.api.java.JavaRDD.fromRDD(batches_jrdd, jvm.scala.reflect.ClassTag.AnyRef()).glom()
     pairs = left.zip(right)
@@ -76,7 +85,7 @@ def located_rdd(sc: Any, batches_jrdd: Any, prefs: list[str | None]) -> Any:
     return RDD(
         jvm.org.apache.spark.api.java.JavaRDD.fromRDD(pickled, jvm.scala.reflect.ClassTag.AnyRef()),
         sc,
-        BatchedSerializer(CPickleSerializer(), 1),
+        BatchedSerializer(CPickleSerializer(), 1),  # type: ignore[no-untyped-call]
     )
 
 
@@ -104,25 +113,25 @@ def balanced(last: dict[int, str], partitions: int) -> dict[int, str]:
     return out
 
 
-def _placement_key(sc: Any, plan: Any) -> tuple[str, str, str]:
+def _placement_key(sc: SparkContext, plan: TaskPlan) -> tuple[str, str, str]:
     return (sc.applicationId, str(plan.home.location), plan.stage.name)
 
 
-def executor_preferences(sc: Any, plan: Any) -> list[str | None]:
+def executor_preferences(sc: SparkContext, plan: TaskPlan) -> list[str | None]:
     """Per partition of ``plan``'s stage, the task location of the executor that ran it last epoch
     in this driver (:func:`balanced` over the executors), or None."""
     last = balanced(_LAST.get(_placement_key(sc, plan), {}), plan.stage.partitions)
     return [task_location(last.get(p)) for p in range(plan.stage.partitions)]
 
 
-def remember_executors(sc: Any, plan: Any, results: Any) -> None:
+def remember_executors(sc: SparkContext, plan: TaskPlan, results: Any) -> None:
     """Note which executor ran each partition (the ``part`` and ``executor`` of the tasks' result rows)."""
     key = _placement_key(sc, plan)
     ran = {int(p): e for p, e in zip(results["part"].to_pylist(), results["executor"].to_pylist()) if e}
     _LAST[key] = {**balanced(_LAST.get(key, {}), plan.stage.partitions), **ran}
 
 
-def placed_epoch(spark: Any, env: Any, plan: Any, task: Any) -> Any:
+def placed_epoch(spark: SparkSession, env: DataFrame, plan: TaskPlan, task: GroupedTask) -> pa.Table:
     """Run ``task(plan, batches)`` on each partition of the DataFrame ``env`` (one per state partition),
     partition ``p`` preferring the executor that ran it in the stage's last epoch in this driver
     (:func:`balanced` over the executors);

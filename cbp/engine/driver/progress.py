@@ -14,7 +14,10 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from pyspark import SparkContext
 
 __all__ = ["Progress", "Poller", "spark_progress"]
 
@@ -35,7 +38,7 @@ class Progress:
     spark_stage: str = ""
 
 
-def spark_progress(sc: Any) -> tuple[int, int, int | None, str]:
+def spark_progress(sc: SparkContext) -> tuple[int, int, int | None, str]:
     """(tasks done, tasks in all, records read, the newest stage's name) of the active Spark stages."""
     tracker = sc.statusTracker()
     done = total = 0
@@ -47,7 +50,9 @@ def spark_progress(sc: Any) -> tuple[int, int, int | None, str]:
     records: int | None = None
     try:  # Spark's status store (what its UI shows) counts the records stages read
         jsc = sc._jsc.sc()
-        stages = sc._jvm.scala.jdk.javaapi.CollectionConverters.asJava(jsc.statusStore().activeStages())
+        jvm = sc._jvm
+        assert jvm is not None
+        stages = jvm.scala.jdk.javaapi.CollectionConverters.asJava(jsc.statusStore().activeStages())
         records = sum(int(d.inputRecords()) + int(d.shuffleReadRecords()) for d in stages)
     except Exception:  # a Spark without it (or a Spark Connect session): no record count
         records = None

@@ -10,10 +10,13 @@ filesystem (:mod:`cbp.storage.objectstore`, settings from the environment that
 from __future__ import annotations
 
 from functools import partial
-from typing import Any
+from typing import TYPE_CHECKING, cast
 
 from ...storage import objectstore
 from ..task.runners import read_files
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
 
 __all__ = ["needs_arrow_reader", "read_parquet"]
 
@@ -23,12 +26,12 @@ def needs_arrow_reader(files: list[str]) -> bool:
     return bool(files) and objectstore.is_object_store(files[0])
 
 
-def read_parquet(spark: Any, ddl: str, files: list[str]) -> Any:
+def read_parquet(spark: SparkSession, ddl: str, files: list[str]) -> DataFrame:
     """A DataFrame of the files' records with the columns of ``ddl`` (missing columns are null)."""
     from pyspark.sql.pandas.types import to_arrow_schema
     from pyspark.sql.types import StructType
 
-    schema = StructType.fromDDL(ddl)  # parsed by the JVM: on the driver, not in the workers
+    schema = cast(StructType, StructType.fromDDL(ddl))  # parsed by the JVM: on the driver, not in the workers
     n = max(1, min(len(files), spark.sparkContext.defaultParallelism))
     objectstore.propagate_to_spark(spark.sparkContext)
     names = spark.createDataFrame([(f,) for f in files], "_file STRING").repartition(n)

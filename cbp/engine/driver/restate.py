@@ -4,19 +4,23 @@
 from __future__ import annotations
 
 from functools import partial
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ...storage import Home
 from ...storage.objectstore import propagate_to_spark
 from ..task.restate import Job, convert_part, write_part
 
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
 __all__ = ["rewrite_state"]
 
 
 def rewrite_state(
-    spark: Any, job: Job, files_by_part: dict[int, list[dict[str, Any]]]
+    spark: SparkSession, job: Job, files_by_part: dict[int, list[dict[str, Any]]]
 ) -> tuple[dict[int, dict[str, Any]], list[str]]:
-    """Run the rewrite; per new partition its ``{"add", "index", "rows"}``, and the failures (then nothing is to be committed)."""
+    """Run the rewrite; per new partition its ``{"add", "index", "rows"}``, and the failures (then
+    nothing is to be committed)."""
     home: Home = job.home
     items = sorted(files_by_part.items())
     if not items:

@@ -15,9 +15,11 @@ from __future__ import annotations
 import os
 import shutil
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from ... import settings
 from ...errors import RuntimeStateError
 from .jvmcache import abandon, driver_java_options, finish_at_exit, refuse
 from .jvmlog import launch, verbose
@@ -50,7 +52,7 @@ def spark_conf(text: str) -> dict[str, str]:
 
 def _jars_dir() -> str:
     """Where ``scripts/jars`` puts the jar cache: ``CBP_JARS_DIR``, else ``state/jars`` of the repository."""
-    explicit = os.environ.get("CBP_JARS_DIR")
+    explicit = settings.current().jars_dir
     if explicit:
         return explicit
     repo = Path(__file__).resolve().parents[3]  # cbp/engine/driver/session.py -> the repository
@@ -110,7 +112,7 @@ def delta_conf(jars: list[str] | None, local: bool = False, on_workers: bool = F
     }
 
 
-def s3a_conf(env: dict[str, str] | None = None) -> dict[str, str]:
+def s3a_conf(env: Mapping[str, str] | None = None) -> dict[str, str]:
     """Spark settings for S3 from the variables an AWS user sets (only those that are set).
 
     ``s3://`` is mapped to S3A, so a home written ``s3://bucket/path`` reaches Spark as written.
@@ -123,10 +125,10 @@ def s3a_conf(env: dict[str, str] | None = None) -> dict[str, str]:
     """
     from ...storage.objectstore import ObjectStoreSettings
 
-    env = os.environ if env is None else env
-    if not any(env.get(k) for k in ("AWS_ENDPOINT_URL", "AWS_ACCESS_KEY_ID", "AWS_REGION", "AWS_DEFAULT_REGION")):
+    found: Mapping[str, str] = os.environ if env is None else env  # AWS_* (not cbp's settings)
+    if not any(found.get(k) for k in ("AWS_ENDPOINT_URL", "AWS_ACCESS_KEY_ID", "AWS_REGION", "AWS_DEFAULT_REGION")):
         return {}
-    conf = ObjectStoreSettings.from_env(env).spark_s3a_conf()  # the same settings as pyarrow's and delta-rs's
+    conf = ObjectStoreSettings.from_env(found).spark_s3a_conf()  # the same settings as pyarrow's and delta-rs's
     conf["spark.hadoop.fs.AbstractFileSystem.s3.impl"] = "org.apache.hadoop.fs.s3a.S3A"
     return conf
 
@@ -197,14 +199,15 @@ def get_spark(master: str | None = None, conf: dict[str, str] | None = None) -> 
     active = SparkSession.getActiveSession()
     if active is not None:
         return active
-    master = master or os.environ.get("CBP_SPARK_MASTER", "local[*,2]")
+    env = settings.current()
+    master = master or env.spark_master
     builder = (
         SparkSession.builder.master(master)
         .appName("cbp")
         .config("spark.ui.enabled", "false")
         .config("spark.ui.showConsoleProgress", "false")
         .config("spark.sql.adaptive.enabled", "false")
-        .config("spark.driver.memory", os.environ.get("CBP_DRIVER_MEMORY", "4g"))
+        .config("spark.driver.memory", env.driver_memory)
         .config("spark.sql.execution.arrow.maxRecordsPerBatch", "20000")
         # A file's "open cost" is 4 MB by default, so a fed file below ~4 MB (a million URLs
         # compress to 3.3 MB) is one map task on one core: at 1 MB it splits by row groups
@@ -219,11 +222,9 @@ def get_spark(master: str | None = None, conf: dict[str, str] | None = None) -> 
         .config("spark.sql.session.timeZone", "UTC")
     )
     extra = {
-        **delta_conf(
-            delta_jars(), local=master.startswith("local"), on_workers=os.environ.get("CBP_JARS_ON_WORKERS") == "1"
-        ),
+        **delta_conf(delta_jars(), local=master.startswith("local"), on_workers=env.jars_on_workers),
         **s3a_conf(),
-        **spark_conf(os.environ.get("CBP_SPARK_CONF", "")),
+        **spark_conf(env.spark_conf),
         **(conf or {}),
     }
     archive, recording, class_path = "", None, extra.get("spark.driver.extraClassPath", "")
@@ -235,5 +236,5 @@ def get_spark(master: str | None = None, conf: dict[str, str] | None = None) -> 
     for key, value in extra.items():
         builder = builder.config(key, value)
     spark = _start(builder, archive, recording, class_path)
-    spark.sparkContext.setLogLevel(os.environ.get("CBP_SPARK_LOG_LEVEL", "WARN" if verbose() else "ERROR"))
+    spark.sparkContext.setLogLevel(env.spark_log_level or ("WARN" if verbose() else "ERROR"))
     return spark

@@ -13,7 +13,7 @@ are missing or other than 1 has its ``_diff`` column read. A refused record fail
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pyarrow.parquet as pq
 
@@ -22,10 +22,13 @@ from ...spec.diff import DIFF
 from ...spec.signing import REFUSED, first_unsigned, refusal
 from ...storage import objectstore
 
+if TYPE_CHECKING:
+    from ..task.plan import TaskPlan
+
 __all__ = ["refuse_unsigned_inputs"]
 
 
-def refuse_unsigned_inputs(plan: Any, input_files: dict[int, list[str]]) -> None:
+def refuse_unsigned_inputs(plan: TaskPlan, input_files: dict[int, list[str]]) -> None:
     """Raise ``retraction-refused`` for the first record of an unsigned input of ``plan``'s stage
     (:class:`cbp.engine.task.plan.TaskPlan`) whose ``_diff`` is not +1, in ``input_files``."""
     for i, files in input_files.items():

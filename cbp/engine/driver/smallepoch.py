@@ -52,6 +52,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from ... import settings
 from ...errors import RuntimeStateError
 from ...storage import objectstore
 from ...storage.layout import epoch_of
@@ -63,7 +64,10 @@ from .jvmcache import pid_alive
 from .locality import executor_preferences, prefs_rdd, remember_executors
 
 if TYPE_CHECKING:
-    from ..task.plan import TaskPlan
+    from pyspark import SparkContext
+    from pyspark.sql import SparkSession
+
+    from ..task.plan import GroupedTask, TaskPlan
 
 __all__ = ["SMALL_RECORDS", "small_records", "routed_schema", "driver_routed", "route_on_executors", "run_routed"]
 
@@ -92,20 +96,17 @@ def routed_schema(plan: TaskPlan) -> pa.Schema:
     return pa.schema([f for f in env if f.name != "_r"] + [pa.field("_h", pa.int64())])
 
 
-def small_records(override: int | None = None) -> int:
+def small_records(override: int | None = None, env: settings.Settings | None = None) -> int:
     """The threshold: ``override`` (a pipeline's ``small_epoch_records``), else
-    ``CBP_SMALL_EPOCH_RECORDS``, else :data:`SMALL_RECORDS`.
+    ``CBP_SMALL_EPOCH_RECORDS`` (of ``env``, default this process's settings), else :data:`SMALL_RECORDS`.
 
         >>> small_records(0), small_records(5)
         (0, 5)
     """
     if override is not None:
         return int(override)
-    env = os.environ.get("CBP_SMALL_EPOCH_RECORDS")
-    try:
-        return int(env) if env else SMALL_RECORDS
-    except ValueError:
-        return SMALL_RECORDS
+    found = (settings.current() if env is None else env).small_epoch_records
+    return SMALL_RECORDS if found is None else found
 
 
 def _read_as(pf: pq.ParquetFile, want: pa.Schema) -> pa.Table:
@@ -118,14 +119,15 @@ def _read_as(pf: pq.ParquetFile, want: pa.Schema) -> pa.Table:
     )
 
 
-def driver_routed(spark: Any, plan: TaskPlan, input_files: dict[int, list[str]]) -> list[pa.Table] | None:
+def driver_routed(spark: SparkSession, plan: TaskPlan, input_files: dict[int, list[str]]) -> list[pa.Table] | None:
     """Partition ``p``'s envelopes (sorted as the shuffle sorts them) for each ``p``, or None when
     this epoch must take the normal path (see the module's docstring)."""
-    if plan.mode != "direct" or plan.new_records is None or plan.new_records > small_records(plan.small_records):
+    if plan.path.route != "driver":  # chosen with the plan (cbp.engine.driver.taskplan.choose_path)
         return None
     located = [(i, uri, *objectstore.filesystem(uri)) for i, files in input_files.items() for uri in files]
     bound = [(uri, *objectstore.filesystem(uri)) for uri in plan.bindings]
-    if sum(fs.get_file_info(path).size or 0 for *_, fs, path in [*located, *bound]) > SMALL_FILE_BYTES:
+    held = [(fs, path) for _, _, fs, path in located] + [(fs, path) for _, fs, path in bound]
+    if sum(fs.get_file_info(path).size or 0 for fs, path in held) > SMALL_FILE_BYTES:
         return None
     schema = plan.envelope_schema()
     parts: list[pa.RecordBatch] = []
@@ -214,7 +216,7 @@ def _partitioned(plan: TaskPlan, env: pa.Table) -> list[pa.Table] | None:
 
 
 def route_on_executors(
-    spark: Any, plan: TaskPlan, work: list[tuple[int, int, pa.Table]]
+    spark: SparkSession, plan: TaskPlan, work: list[tuple[int, int, pa.Table]]
 ) -> list[pa.RecordBatch] | None:
     """RouteBy of the records in ``work`` run by a one-stage Spark job (user code runs where the
     normal path runs it, under the epoch's time limit), its envelopes collected; None when they
@@ -241,7 +243,7 @@ def route_on_executors(
     return [pa.ipc.read_record_batch(pa.py_buffer(b), schema) for b in blobs]
 
 
-def run_routed(spark: Any, plan: TaskPlan, parts: list[pa.Table], task: Any, placed: bool) -> pa.Table:
+def run_routed(spark: SparkSession, plan: TaskPlan, parts: list[pa.Table], task: GroupedTask, placed: bool) -> pa.Table:
     """Run ``task(plan, batches, p)`` for each partition ``p`` on the envelopes the driver routed;
     the tasks' result rows (:data:`cbp.engine.common.protocol.RESULT`).
 
@@ -257,7 +259,7 @@ def run_routed(spark: Any, plan: TaskPlan, parts: list[pa.Table], task: Any, pla
     sc = spark.sparkContext
     tasks = len(parts) if placed else max(1, min(len(parts), sc.defaultParallelism))
     chunk = _chunk(spark)
-    if not placed and tasks < len(parts) and sc.master.startswith("local"):
+    if not placed and tasks < len(parts) and str(sc.master).startswith("local"):
         return _run_claimed(sc, plan, parts, task, tasks, chunk)
     payloads = []
     for p, t in enumerate(parts):
@@ -268,6 +270,7 @@ def run_routed(spark: Any, plan: TaskPlan, parts: list[pa.Table], task: Any, pla
     data = sc.parallelize(groups, tasks)  # group i alone in Spark partition i (through a file, not py4j)
     if placed:  # zipped with an RDD whose partition p prefers p's executor: the pair's task does too
         jvm = sc._jvm
+        assert jvm is not None  # a driver with its JVM
         where = RDD(
             jvm.org.apache.spark.api.java.JavaRDD.fromRDD(
                 prefs_rdd(sc, executor_preferences(sc, plan)), jvm.scala.reflect.ClassTag.AnyRef()
@@ -291,10 +294,10 @@ def _in_partition_order(table: pa.Table) -> pa.Table:
     return table.take(pc.sort_indices(table.column("part")))
 
 
-def _chunk(spark: Any) -> int:
+def _chunk(spark: SparkSession) -> int:
     """Envelopes per Arrow batch a task gets, as from the shuffle."""
     try:
-        return max(1, int(spark.conf.get("spark.sql.execution.arrow.maxRecordsPerBatch", "10000")))
+        return max(1, int(spark.conf.get("spark.sql.execution.arrow.maxRecordsPerBatch", "10000") or "10000"))
     except ValueError:
         return 10_000
 
@@ -305,7 +308,9 @@ def _write_envelopes(sink: Any, plan: TaskPlan, t: pa.Table, chunk: int) -> None
         w.write_table(t.cast(routed), max_chunksize=chunk)
 
 
-def _run_claimed(sc: Any, plan: TaskPlan, parts: list[pa.Table], task: Any, tasks: int, chunk: int) -> pa.Table:
+def _run_claimed(
+    sc: SparkContext, plan: TaskPlan, parts: list[pa.Table], task: GroupedTask, tasks: int, chunk: int
+) -> pa.Table:
     """:func:`run_routed` in local mode: ``tasks`` tasks claim the partitions (module docstring)."""
     _sweep_routed()
     work = tempfile.mkdtemp(prefix=f"cbp-routed-{os.getpid()}-")

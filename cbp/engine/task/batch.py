@@ -7,11 +7,11 @@ called). Instead of one Python call per key, :class:`BatchTranslate` collects up
 
     translate(keys, state, *inputs, out) -> {"state": Table, "removed": keys, "<flow>": Table, ...}
 
-``keys`` is an Arrow array of the called keys (their values when Arrow can type them all alike,
-else their JSON text, and then ``out.key_texts`` is True); ``state`` holds the stored rows of those keys and each of ``inputs`` the
-records of one input flow, each table with a ``_key`` column first and a ``_pos`` column last
-(the position of the row's key in ``keys``), rows grouped by key in the order of ``keys`` and,
-within a key, in the flow's OrderBy order. Tables are in stored form
+``keys`` is an Arrow array of the called keys (their values when Arrow can type them all alike, else
+their JSON text, and then ``out.key_texts`` is True); ``state`` holds the stored rows of those keys
+and each of ``inputs`` the records of one input flow, each table with a ``_key`` column first and a
+``_pos`` column last (the position of the row's key in ``keys``), rows grouped by key in the order
+of ``keys`` and, within a key, in the flow's OrderBy order. Tables are in stored form
 (``json`` fields as JSON text). ``out`` carries ``stage``, ``epoch``, ``params``, ``has_state``,
 and ``associate(key, address)`` / ``associate_all(keys, addresses)`` for multicast bindings.
 
@@ -31,8 +31,7 @@ is committed.
 
 from __future__ import annotations
 
-import json
-from collections.abc import Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -43,17 +42,20 @@ from ...spec.arrowrecords import ArrowRecordError, conform, with_diff
 from ...spec.diff import DIFF
 from ...spec.resolve import safe_str
 from ...spec.schema import RecordSchema
-from ..common.protocol import USER_EXCEPTIONS, EpochTimeout
-from .routing import encode_key, has_byte
-from .signed import fill_diff
+from ..common.protocol import USER_FAILURES, TaskFailed
+from .batchtables import _key_text, _kind, _records_table, _typed_keys, _with_key, write_changed
+from .routing import encode_key
 
 if TYPE_CHECKING:
     from .calls import _Calls
     from .groups import Group
+    from .partition import ArrowRows, OldState, StateRecords
     from .plan import TaskPlan
-    from .statepart import DirectPartition, OldState
 
-__all__ = ["BATCH_KEYS", "BatchOut", "BatchTranslate", "write_changed"]
+    #: ``update(g, old, new)``: a key's new state to the task's partition
+    Update = Callable[[Group, OldState | None, StateRecords], None]
+
+__all__ = ["BATCH_KEYS", "BatchOut", "BatchTranslate", "write_changed"]  # write_changed: of .batchtables
 
 BATCH_KEYS = 8192  # keys per call of a batch translator
 
@@ -72,7 +74,8 @@ class BatchOut:
         per-key translator does (paper 001 §4.5.3)."""
         if self._bind is None:
             raise TypeError(
-                f"stage '{self.stage}' has no grouping keys (a record-wise stage): it cannot associate keys with multicast addresses"
+                f"stage '{self.stage}' has no grouping keys (a record-wise stage): it cannot associate keys "
+                "with multicast addresses"
             )
         self._bind(key, address)
 
@@ -100,29 +103,28 @@ class BatchTranslate:
         self,
         plan: TaskPlan,
         calls: _Calls,
-        update: Any,
-        fail: Any,
-        user_failure: Any,
-        flow_iter: Any,
-        direct: DirectPartition | None = None,
+        update: Update,
+        fail: Callable[..., TaskFailed],
+        user_failure: Callable[..., TaskFailed],
+        flow_iter: Callable[..., Iterator[dict[str, Any]]],
+        direct: ArrowRows | None = None,
     ) -> None:
         """``update(g, old, new)`` hands a key's new state to the task's partition; ``fail`` and
-        ``user_failure`` make the task's typed failures (:mod:`cbp.engine.task.translate`), ``flow_iter`` decodes a key's records of one
-        flow in OrderBy order (:func:`cbp.engine.task.translate._flow_iter`). With ``direct`` (a
-        direct-mode partition), the new state rows go to it as one Arrow table per call."""
+        ``user_failure`` make the task's typed failures (:mod:`cbp.engine.task.translate`),
+        ``flow_iter`` decodes a key's records of one flow in OrderBy order
+        (:func:`cbp.engine.task.translators.flow_iter`). With ``direct`` (a direct-mode partition),
+        the new state rows go to it as one Arrow table per call."""
         self.plan, self.calls, self.update, self.direct = plan, calls, update, direct
         self._fail, self._user_failure, self._flow_iter = fail, user_failure, flow_iter
         st = plan.stage
         self.out = BatchOut(
             st.name, plan.epoch, st.params, st.state_schema is not None, None if st.record_wise else calls.bind
         )
-        self.pending: list[tuple[Group, OldState | None, list[dict[str, Any]]]] = []
-        self.kept: list[
-            tuple[Group, OldState | None, list[dict[str, Any]]]
-        ] = []  # not called, in key order with pending
+        self.pending: list[tuple[Group, OldState | None, StateRecords]] = []
+        self.kept: list[tuple[Group, OldState | None, StateRecords]] = []  # not called, in key order with pending
         self._order: list[bool] = []  # for each key queued: called (True) or kept as it is (False)
 
-    def add(self, g: Group, old: OldState | None, records: list[dict[str, Any]], called: bool = True) -> None:
+    def add(self, g: Group, old: OldState | None, records: StateRecords, called: bool = True) -> None:
         """A key with its stored state records (decoded): called, or (black-box mode) only kept,
         which must still reach the partition in key order."""
         (self.pending if called else self.kept).append((g, old, records))
@@ -180,7 +182,8 @@ class BatchTranslate:
         schema = self.plan.input_schemas[idx]
         order = self.plan.stage.inputs[idx].order_by
         if order is not None and order.field is None:  # an OrderBy function: decode per key, as per-key translate does
-            rows, at = [], []
+            rows: list[Mapping[str, Any]] = []
+            at: list[int] = []
             for i, (g, _, _) in enumerate(pending):
                 if g.flows[idx]:
                     recs = list(
@@ -196,8 +199,8 @@ class BatchTranslate:
         for g, _, _ in pending:
             parts += g.flows[idx]
             sizes.append(sum(len(part) for part in g.flows[idx]))
-        at = np.repeat(np.arange(len(pending), dtype=np.int64), sizes)
-        table = _with_key(_records_table(parts, schema.arrow), keys, at)
+        rep = np.repeat(np.arange(len(pending), dtype=np.int64), sizes)
+        table = _with_key(_records_table(parts, schema.arrow), keys, rep)
         if order is not None and table.num_rows:
             table = table.sort_by([("_pos", "ascending"), (order.field, "ascending")])
         return table
@@ -219,7 +222,7 @@ class BatchTranslate:
         except WorkerExit as e:
             where = f"{self.plan.where()} (a batch of {n} keys, task partition {self.calls.part})"
             raise worker_exit_failure(self.plan, where, f"batch translator '{st.translator_path}'", e) from None
-        except (*USER_EXCEPTIONS, EpochTimeout) as e:
+        except USER_FAILURES as e:
             raise self._user_failure(
                 self.plan, self.plan.where(), f"batch translator '{st.translator_path}'", e
             ) from None
@@ -254,7 +257,7 @@ class BatchTranslate:
             )
         try:  # a plain dict from here on: a user's mapping whose methods fail fails here, named
             result = {k: result[k] for k in list(result.keys())}
-        except (*USER_EXCEPTIONS, EpochTimeout) as e:
+        except USER_FAILURES as e:
             raise self._fail(
                 self.plan,
                 "batch-output",
@@ -313,7 +316,7 @@ class BatchTranslate:
                 )
             try:
                 returned = list(returned)
-            except (*USER_EXCEPTIONS, EpochTimeout) as e:
+            except USER_FAILURES as e:
                 raise self._fail(
                     self.plan,
                     "batch-key",
@@ -350,7 +353,7 @@ class BatchTranslate:
         try:
             pos = pc.index_in(returned, value_set=keys)
         except pa.ArrowNotImplementedError:  # e.g. list keys: match their canonical texts
-            at = {encode_key(k): i for i, k in enumerate(keys.to_pylist())}
+            at: dict[str | None, int] = {encode_key(k): i for i, k in enumerate(keys.to_pylist())}
             pos = pa.array([at.get(_key_text(k)) for k in returned.to_pylist()], pa.int64())
         if pos.null_count:
             bad = returned.filter(pc.is_null(pos)).to_pylist()
@@ -359,7 +362,8 @@ class BatchTranslate:
                 "batch-key",
                 f"{where} returned state for key(s) it was not called for: {', '.join(map(str, bad[:5]))}",
             )
-        return pos.to_numpy(zero_copy_only=False).astype(np.int64)
+        out: np.ndarray = pos.to_numpy(zero_copy_only=False).astype(np.int64)
+        return out
 
     # ------------------------------------------------------------------ state out (direct mode)
     def _write_direct(
@@ -371,7 +375,9 @@ class BatchTranslate:
         or removed a key that had state; the others are not rewritten (as per-key translate)."""
         by_pos, table = new
         changed = np.zeros(len(pending), bool)
-        to_storage = self.plan.stage.state_schema.to_storage  # type: ignore[union-attr]
+        direct, schema = self.direct, self.plan.stage.state_schema
+        assert direct is not None and schema is not None
+        to_storage = schema.to_storage
         for i, (g, old, _) in enumerate(pending):
             recs = by_pos.get(i)
             if recs is None and i not in removed:
@@ -381,16 +387,16 @@ class BatchTranslate:
             ):  # as stored: 1, true and 1.0 differ in a json field
                 continue
             changed[i] = True
-            self.direct.drop(g.h, old)
+            direct.drop(g.h, old)
         if not changed.any():
             return
         keys = pa.array([g.key for g, _, _ in pending], pa.string())
         hashes = pa.array(np.fromiter((g.h for g, _, _ in pending), np.int64, len(pending)))
         write_changed(
-            self.direct,
-            self.plan.stage.state_schema.arrow,
+            direct,
+            schema.arrow,
             table,
-            changed,  # type: ignore[union-attr]
+            changed,
             np.fromiter(sorted(removed), np.int64, len(removed)),
             keys,
             hashes,
@@ -419,7 +425,8 @@ class BatchTranslate:
             raise self._fail(
                 self.plan,
                 "bad-diff",
-                f"{where}: the 'state' table has a '{DIFF}' column; state rows are not signed (a key's state is what it holds now)",
+                f"{where}: the 'state' table has a '{DIFF}' column; state rows are not signed "
+                "(a key's state is what it holds now)",
             )
         signed = not with_key and DIFF in names
         try:
@@ -440,100 +447,3 @@ class BatchTranslate:
         if with_key:
             out = out.append_column("_key", table.column("_key"))
         return out
-
-
-def write_changed(
-    direct: DirectPartition,
-    schema: pa.Schema,
-    table: pa.Table | None,
-    changed: np.ndarray,
-    removed: np.ndarray,
-    keys: pa.Array,
-    hashes: pa.Array,
-) -> None:
-    """Write the new rows of the changed keys of a batch call to ``direct`` (their old rows already
-    dropped): ``table``'s rows (state schema plus ``_pos``, the key's position) of keys with
-    ``changed[pos]``, and a tombstone for each removed position that changed; in key order, a key's
-    rows in the order returned. ``keys`` (texts) and ``hashes`` are by position."""
-    parts = []
-    if table is not None and table.num_rows:
-        keep = changed[table.column("_pos").to_numpy()]
-        rows = table if keep.all() else table.filter(pa.array(keep))
-        parts.append(rows.append_column("_alive", pa.array(np.ones(rows.num_rows, bool))))
-    gone = removed[changed[removed]] if removed.size else removed
-    if gone.size:
-        dead = pa.table({f.name: pa.nulls(gone.size, f.type) for f in schema})
-        parts.append(
-            dead.append_column("_pos", pa.array(gone.astype(np.int64))).append_column(
-                "_alive", pa.array(np.zeros(gone.size, bool))
-            )
-        )
-    rows = pa.concat_tables(parts) if len(parts) > 1 else parts[0]
-    pos = rows.column("_pos").to_numpy()
-    if np.any(pos[1:] < pos[:-1]):  # not yet in key order (a translator may return keys in any order)
-        order = np.argsort(pos, kind="stable")  # stable: a key's rows keep their order
-        rows, pos = rows.take(pa.array(order)), pos[order]
-    if pos.size == len(keys) and np.array_equal(pos, np.arange(pos.size)):  # every key of the call, once: no take
-        direct.write_rows(keys, hashes, rows.drop_columns(["_pos"]))
-        return
-    at = pa.array(pos)
-    direct.write_rows(keys.take(at), hashes.take(at), rows.drop_columns(["_pos"]))
-
-
-def _records_table(parts: list[pa.Array], schema: pa.Schema) -> pa.Table:
-    """Slices of envelopes' record columns (struct arrays) as one table of ``schema``, in order."""
-    if not parts:
-        return schema.empty_table()
-    arr = pa.concat_arrays(parts) if len(parts) > 1 else parts[0]
-    return fill_diff(pa.Table.from_struct_array(arr).select(schema.names).cast(schema))
-
-
-def _typed_keys(texts: Any) -> tuple[pa.Array, bool]:
-    """The keys as an Arrow array of their values, or of their JSON text if Arrow cannot type them
-    alike (then the flag is True: ``out.key_texts``).
-
-    Strings without escapes (the usual case) are unquoted by Arrow; other keys are decoded one by one.
-    """
-    arr = texts if isinstance(texts, pa.Array) else pa.array(texts, pa.string())
-    if len(arr) and pc.all(pc.starts_with(arr, '"')).as_py() and not has_byte(arr, ord("\\")):
-        return pc.utf8_slice_codeunits(arr, 1, -1), False
-    if (
-        len(arr) and pc.all(pc.match_substring_regex(arr, r"^-?(0|[1-9][0-9]{0,17})$")).as_py()
-    ):  # integers, inside int64
-        return arr.cast(pa.int64()), False
-    values = [json.loads(t) for t in arr.to_pylist()]
-    try:
-        typed = pa.array(values)
-    except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError):
-        return arr, True
-    if pa.types.is_null(typed.type):  # every key null (a route_by field's nulls): values all the same
-        return typed, False
-    if pa.types.is_struct(typed.type):
-        return arr, True
-    if any(
-        _key_text(v) != t for v, t in zip(typed.to_pylist(), arr.to_pylist())
-    ):  # e.g. 1 and 1.0 (also in lists): one type, other keys
-        return arr, True
-    return typed, False
-
-
-def _with_key(table: pa.Table, keys: pa.Array, at: Any) -> pa.Table:
-    """``table`` (rows of the keys at positions ``at`` of ``keys``) as a batch translator gets it:
-    ``_key`` first, the fields, then ``_pos``, the position of the row's key in ``keys``."""
-    pos = pa.array(np.asarray(at, np.int64), pa.int64())
-    return table.add_column(0, "_key", keys.take(pos)).append_column("_pos", pos)
-
-
-def _kind(t: pa.DataType) -> str:
-    """What a key type is, for a returned key to match a call's key: text, integer, or the type itself."""
-    if pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_string_view(t):
-        return "text"
-    return "integer" if pa.types.is_integer(t) else str(t)
-
-
-def _key_text(key: Any) -> str | None:
-    """``encode_key(key)``, or None for a value that is no key (NaN: no key of a call is)."""
-    try:
-        return encode_key(key)
-    except (TypeError, ValueError, RecursionError):
-        return None

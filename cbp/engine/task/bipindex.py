@@ -19,7 +19,6 @@ file sorted by hash (the superseded files leave the Delta table in the same comm
 
 from __future__ import annotations
 
-import os
 from collections import OrderedDict
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -30,6 +29,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from ... import settings
 from ...storage import Home
 from .partindex import _INDEXES, MAX_DELTAS, PartitionIndex, _matches, sorted_unique  # noqa: F401  (re-exported)
 
@@ -85,6 +85,7 @@ ROW_GROUP = 8192  # rows per row group of state files: the unit an inner stage r
 #: (tuning or environment); it can then read a file up to (1 + SCAN_FRACTION) times (the
 #: benchmark's "rule" column: 111-116 row groups of 62 for f >= 5%, 30-60% slower than either side).
 SCAN_FRACTION = 0.9
+CACHE_MB = 2048.0  # a worker's state file cache when neither the pipeline nor CBP_STATE_CACHE_MB says
 
 
 #: A state file larger than the worker's state cache is read row group by row group even when a
@@ -119,8 +120,8 @@ def scan_fraction(override: float | None = None) -> float:
     ``CBP_STATE_SCAN_FRACTION``, else :data:`SCAN_FRACTION`."""
     if override is not None:
         return float(override)
-    env = os.environ.get("CBP_STATE_SCAN_FRACTION", "").strip()
-    return float(env) if env else SCAN_FRACTION
+    env = settings.current().state_scan_fraction
+    return SCAN_FRACTION if env is None else env
 
 
 _scan_fraction = scan_fraction  # StateReader's argument of the same name hides the function
@@ -198,7 +199,7 @@ _CACHE: _FileCache | None = None
 def _file_cache(budget_mb: float | None) -> _FileCache:
     global _CACHE
     if budget_mb is None:
-        budget_mb = float(os.environ.get("CBP_STATE_CACHE_MB", "2048"))
+        budget_mb = settings.current().state_cache_mb or CACHE_MB
     if _CACHE is None:
         _CACHE = _FileCache(0)
     _CACHE.budget = int(budget_mb * 2**20)

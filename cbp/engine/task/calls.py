@@ -16,9 +16,10 @@ from ...model import Emitter
 from ...spec.resolve import safe_str
 from ...spec.schema import RecordError
 from ...storage import LAYOUT
-from ..common.protocol import USER_EXCEPTIONS, EpochTimeout, FailureRecord, TaskFailed
+from ..common.protocol import USER_FAILURES, EpochTimeout, FailureRecord, TaskFailed
 from .framing import FramedSink
 from .keyedstate import KeyedRows
+from .partition import StateRecords
 from .plan import TaskPlan
 from .routing import BINDINGS, encode_key
 from .signed import signed_record, state_record
@@ -85,7 +86,8 @@ def _user_failure(
         return _failed(
             plan,
             "timeout",
-            f"{where}: {fn_name} was still running when the epoch's time limit was up; the key is the one it was called for",
+            f"{where}: {fn_name} was still running when the epoch's time limit was up; "
+            "the key is the one it was called for",
             key=key_text,
             location=loc,
         )
@@ -177,7 +179,7 @@ class _Calls:
         self.bindings.add(row)
 
     def call(
-        self, key_text: str | None, key: Any, state: list[dict[str, Any]], inputs: list[Iterator[dict[str, Any]]]
+        self, key_text: str | None, key: Any, state: StateRecords, inputs: list[Iterator[dict[str, Any]]]
     ) -> list[dict[str, Any]]:
         self.key, self.key_text = key, key_text
         self.state_out = []
@@ -191,7 +193,7 @@ class _Calls:
         except WorkerExit as e:
             where = f"{self.plan.where(key)} (task partition {self.part})"
             raise worker_exit_failure(self.plan, where, f"translator '{st.translator_path}'", e, key_text) from None
-        except (*USER_EXCEPTIONS, EpochTimeout) as e:
+        except USER_FAILURES as e:
             raise _user_failure(
                 self.plan, self.plan.where(key), f"translator '{st.translator_path}'", e, key_text
             ) from None
@@ -204,7 +206,7 @@ class _Calls:
     def close_bindings(self) -> list[dict[str, Any]]:
         """Finish the bindings file: its add action (path relative to the home), if any binding was made."""
         add = self.bindings.close()
-        if add is None:
+        if not isinstance(add, dict):  # none made (a ParquetSink gives one add action or None)
             return []
         add["path"] = add.pop("rel")
         return [add]

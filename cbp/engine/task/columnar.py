@@ -15,7 +15,7 @@ compute only:
   with tombstones for the removed ones, in hash order, as one Arrow table.
 
 The same results as the per-key visit of :class:`cbp.engine.task.batch.BatchTranslate`. Used when
-(:func:`columnar_ok`) the epoch is direct-mode, grouping is inner (only keys with input are
+(:func:`columnar_fits`, chosen with the plan) the epoch is direct-mode, grouping is inner (only keys with input are
 called), every input routes by a field (so there are no broadcast or multicast copies), no
 OrderBy is a function, and the stage made no multicast bindings; otherwise the key-group path.
 ``CBP_COLUMNAR=0`` in the driver's environment turns it off.
@@ -24,21 +24,23 @@ OrderBy is a function, and the stage made no multicast bindings; otherwise the k
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from .batch import BatchTranslate, _typed_keys, _with_key, write_changed
+from .batch import BatchTranslate
+from .batchtables import _typed_keys, _with_key, write_changed
+from .partition import ArrowRows
 from .routing import record_column
 from .signed import consolidate_table, fill_diff, has_negative
-from .statepart import DirectPartition
 
 if TYPE_CHECKING:
+    from ...spec import StageSpec
     from .plan import TaskPlan, _Clock
 
-__all__ = ["columnar_ok", "ColumnarTask"]
+__all__ = ["columnar_fits", "ColumnarTask"]
 
 CHUNK_ROWS = 1 << 16  # envelopes gathered before a chunk of whole keys is cut off
 #: Keys per call of the batch translator: more than the key-group path's (BATCH_KEYS), as nothing
@@ -46,29 +48,24 @@ CHUNK_ROWS = 1 << 16  # envelopes gathered before a chunk of whole keys is cut o
 CALL_KEYS = 1 << 16
 
 
-def columnar_ok(plan: TaskPlan, part: Any) -> bool:
-    """Whether this grouped task can take the columnar path (see the module)."""
-    st = plan.stage
-    if (
-        not st.batch
-        or not plan.columnar
-        or plan.mode != "direct"
-        or plan.bindings
-        or (st.state_schema is not None and not isinstance(part, DirectPartition))
-    ):
+def columnar_fits(stage: StageSpec, mode: str, *, bindings: bool, allowed: bool = True) -> bool:
+    """Whether a stage epoch's tasks take the columnar path (see the module); chosen with the plan
+    (:func:`cbp.engine.driver.taskplan.choose_path`). ``bindings``: the epoch reads multicast
+    bindings; ``allowed``: ``CBP_COLUMNAR`` is not 0."""
+    if not stage.batch or stage.row_key or not allowed or mode != "direct" or bindings:
         return False
-    if st.state_schema is not None and st.grouping != "inner":
+    if stage.state_schema is not None and stage.grouping != "inner":
         return False
     return all(
         i.route_by is not None and i.route_by.field is not None and (i.order_by is None or i.order_by.field is not None)
-        for i in st.inputs
+        for i in stage.inputs
     )
 
 
 class ColumnarTask:
     """One grouped task's batch translate over Arrow chunks of whole keys."""
 
-    def __init__(self, plan: TaskPlan, batch: BatchTranslate, part: DirectPartition | None, clock: _Clock) -> None:
+    def __init__(self, plan: TaskPlan, batch: BatchTranslate, part: ArrowRows | None, clock: _Clock) -> None:
         self.plan, self.batch, self.part, self.clock = plan, batch, part, clock
         self.records = 0
 
@@ -260,4 +257,5 @@ def _rows_differ(old: pa.Table, old_pos: np.ndarray, new: pa.Table, keys: np.nda
         differs |= ~same.to_numpy(zero_copy_only=False)
     out = np.zeros(n, bool)
     np.logical_or.at(out, at, differs)
-    return out[keys]
+    found: np.ndarray = out[keys]
+    return found

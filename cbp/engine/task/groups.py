@@ -141,14 +141,16 @@ def with_state_keys(
 ) -> Iterator[tuple[Group, Any]]:
     """Every key of the input groups and of ``stored`` (hash, key, state) once, with its stored
     state (``None``: none), in hash order; both streams come in hash order."""
-    tagged = heapq.merge(((g.h, g) for g in groups), ((h, (k, old)) for h, k, old in stored), key=lambda x: x[0])
+    tagged: Iterator[tuple[int, Group | None, str, Any]] = heapq.merge(
+        ((g.h, g, g.key, None) for g in groups), ((h, None, k, old) for h, k, old in stored), key=lambda x: x[0]
+    )
     for h, items in itertools.groupby(tagged, key=lambda x: x[0]):
         by_key: dict[str, list[Any]] = {}
-        for _, it in items:
-            if isinstance(it, Group):
-                by_key.setdefault(it.key, [None, None])[0] = it
+        for _, group, key, stored_state in items:
+            if group is not None:
+                by_key.setdefault(key, [None, None])[0] = group
             else:
-                by_key.setdefault(it[0], [None, None])[1] = it[1]
+                by_key.setdefault(key, [None, None])[1] = stored_state
         for k in sorted(by_key):
             g, old = by_key[k]
             yield (g if g is not None else Group(k, h, n_inputs)), old

@@ -18,7 +18,6 @@ no ``cbp.counts``) are read the same way, with larger pages.
 from __future__ import annotations
 
 import json
-import os
 from collections import OrderedDict
 from collections.abc import Iterator
 
@@ -26,6 +25,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from ... import settings
 from ...storage import Home
 
 __all__ = ["PAGE", "INDEX_MB", "CACHE", "ArrayBase", "PagedBase", "PageCache", "index_budget", "write_whole", "matches"]
@@ -49,7 +49,8 @@ def matches(sorted_h: np.ndarray, hashes: np.ndarray) -> np.ndarray:
     lens = hi - lo
     if not lens.any():
         return np.empty(0, np.int64)
-    return np.repeat(lo, lens) + (np.arange(int(lens.sum())) - np.repeat(np.cumsum(lens) - lens, lens))
+    out: np.ndarray = np.repeat(lo, lens) + (np.arange(int(lens.sum())) - np.repeat(np.cumsum(lens) - lens, lens))
+    return out
 
 
 class PageCache:
@@ -90,8 +91,8 @@ def index_budget(budget_mb: float | None = None) -> int:
     """Set the worker's index budget (bytes) to ``budget_mb`` (a pipeline's ``state_index_mb``),
     else ``CBP_STATE_INDEX_MB``, else :data:`INDEX_MB`; pages beyond it are dropped, oldest first."""
     if budget_mb is None:
-        env = os.environ.get("CBP_STATE_INDEX_MB", "").strip()
-        budget_mb = float(env) if env else INDEX_MB
+        env = settings.current().state_index_mb
+        budget_mb = INDEX_MB if env is None else env
     CACHE.budget = int(budget_mb * 2**20)
     CACHE.trim()
     return CACHE.budget
@@ -122,7 +123,8 @@ class ArrayBase:
         return np.arange(a, b), self.h[a:b]
 
     def f_at(self, pos: np.ndarray) -> np.ndarray:
-        return self.f[pos]
+        out: np.ndarray = self.f[pos]
+        return out
 
     def pages(self) -> Iterator[tuple[int, np.ndarray, np.ndarray, np.ndarray]]:
         for a in range(0, self.size, PAGE):
@@ -286,7 +288,9 @@ def write_whole(home: Home, rel: str, chunks: Iterator[Arrays], files: list[str]
     )
     path = home.path(rel)
     home.make_parent(path)
-    starts, mins, maxs = [0], [], []
+    starts: list[int] = [0]
+    mins: list[int] = []
+    maxs: list[int] = []
     held: list[Arrays] = []
     n_held = 0
     base = PagedBase(home, rel, np.zeros(1, np.int64), _I64, _I64, counts)

@@ -17,15 +17,16 @@ keys) is not taken from a keyed stage (``batch-output``).
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, cast
 
 import pyarrow as pa
 
 from ...spec.resolve import safe_str
 from ...spec.schema import RecordSchema
-from ..common.protocol import USER_EXCEPTIONS, EpochTimeout
-from .batch import BatchTranslate, _typed_keys, _with_key
-from .keyedstate import KeyedRows, rk_text, state_partition  # noqa: F401  (state_partition: for cbp.engine.task.translate)
+from ..common.protocol import USER_FAILURES
+from .batch import BatchTranslate
+from .batchtables import _typed_keys, _with_key
+from .keyedstate import KeyedRows, rk_text
 
 __all__ = ["KeyedBatch", "KeyedBatchState", "DELETED"]
 
@@ -89,9 +90,11 @@ class KeyedBatch(BatchTranslate):
             st = self.plan.stage
             texts = [g.key for g, _, _ in pending]
             keys, key_texts = _typed_keys(texts)
-            state = KeyedBatchState([r for _, _, r in pending], keys, st.state_schema, st.row_key)  # type: ignore[arg-type]
+            assert st.state_schema is not None
+            rows = cast("list[KeyedRows]", [r for _, _, r in pending])  # keyed rows (state_partition)
+            state = KeyedBatchState(rows, keys, st.state_schema, st.row_key)
             inputs = [self._input_table(keys, idx, pending) for idx in range(len(st.inputs))]
-            result = self.call(keys, state, inputs, len(pending), key_texts)  # type: ignore[arg-type]
+            result = self.call(keys, state, inputs, len(pending), key_texts)
             ops, outputs = self._keyed_check(result, keys, texts)
             for flow, table in outputs.items():
                 self.calls.outputs[flow].add_table(table)
@@ -103,7 +106,7 @@ class KeyedBatch(BatchTranslate):
                 self.update(g, old, records)
                 continue
             g, old, records = next(called)
-            part_out = part_out or _out_of(records)
+            part_out = part_out or _out_of(cast(KeyedRows, records))
             part_out.ops = ops.get(i, {})
             self.update(g, old, [])
             i += 1
@@ -117,7 +120,7 @@ class KeyedBatch(BatchTranslate):
         if isinstance(result, Mapping):
             try:
                 result = {k: result[k] for k in list(result.keys())}
-            except (*USER_EXCEPTIONS, EpochTimeout) as e:
+            except USER_FAILURES as e:
                 raise self._fail(
                     self.plan,
                     "batch-output",

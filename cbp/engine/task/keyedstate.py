@@ -39,8 +39,9 @@ import xxhash
 
 from ..common.sparkhash import spark_xxhash64
 from .partindex import sorted_unique
+from .partition import NoState, StatePartition, StateRecords
 from .routing import encode_key
-from .statepart import BlackboxPartition, DirectPartition, StateWriter
+from .statepart import BlackboxPartition, DirectPartition, OldState, StateWriter
 
 if TYPE_CHECKING:
     from .groups import Group
@@ -76,7 +77,8 @@ def _given_text(fields: tuple[str, ...], kinds: tuple[str, ...], row_key: Any) -
     values = [row_key] if len(fields) == 1 else row_key
     if len(fields) > 1 and (not isinstance(row_key, (tuple, list)) or len(row_key) != len(fields)):
         raise TypeError(
-            f"the row key is {len(fields)} fields ({', '.join(fields)}): give a tuple of {len(fields)} values, not {row_key!r:.80}"
+            f"the row key is {len(fields)} fields ({', '.join(fields)}): "
+            f"give a tuple of {len(fields)} values, not {row_key!r:.80}"
         )
     for f, kind, v in zip(fields, kinds, values):
         if not (
@@ -103,7 +105,8 @@ def key_range(kh: int) -> tuple[int, int]:
 def row_hashes(kh: int, texts: list[str]) -> np.ndarray:
     """The row hash of each row key text of a key with hash ``kh`` (int64, see the module)."""
     rh = np.array([xxhash.xxh64_intdigest(t.encode("utf-8"), _SEED) & _LOW for t in texts], dtype=np.int64)
-    return rh + np.int64(key_range(kh)[0])
+    out: np.ndarray = rh + np.int64(key_range(kh)[0])
+    return out
 
 
 def _newest(rows: list[dict[str, Any]]) -> dict[tuple[str, str], dict[str, Any]]:
@@ -159,7 +162,7 @@ class KeyedRows:
 
     def get_many(self, row_keys: Any) -> dict[Any, dict[str, Any]]:
         """The rows with these row keys that exist, as ``{row_key: row}`` (one read for all)."""
-        given = {}
+        given: dict[str, Any] = {}
         for rk in row_keys:
             given.setdefault(_given_text(self._fields, self._kinds, rk), tuple(rk) if isinstance(rk, list) else rk)
         found = self._source.fetch(self._key, self._kh, list(given)) if given else {}
@@ -240,11 +243,15 @@ class KeyedPartition(DirectPartition):
     """A direct-mode state partition of keyed rows: rows read through the index by row hash, the
     changed rows (and tombstones of deleted ones) appended, their old entries dropped."""
 
+    kind = "keyed-direct"
+
     def __init__(self, plan: TaskPlan, p: int) -> None:
         super().__init__(plan, p)
         st = plan.stage
+        assert st.state_schema is not None
         self.fields, self.schema = st.row_key, st.state_schema
-        self.writer = KeyedWriter(plan, p, prefix=f"e{plan.epoch:08d}")
+        self.keyed_writer = KeyedWriter(plan, p, prefix=f"e{plan.epoch:08d}")
+        self.writer = self.keyed_writer
         self.out = KeyedOut(st.name, st.state_schema, st.row_key)
         self.rows_read = 0
         self.rows_written = 0
@@ -280,8 +287,12 @@ class KeyedPartition(DirectPartition):
     def rows_for(self, g: Group) -> KeyedRows:
         return KeyedRows(self, g.key, g.h, self.fields, self.schema.decoded_copy, _kinds(self.schema, self.fields))
 
+    def records(self, g: Group, old: OldState | None) -> KeyedRows:
+        return self.rows_for(g)
+
     def _rows(self, hashes: np.ndarray) -> tuple[list[dict[str, Any]], np.ndarray, np.ndarray]:
-        """The stored rows at these row hashes (every version the index's row groups hold), with their file ids and row groups."""
+        """The stored rows at these row hashes (every version the index's row groups hold), with
+        their file ids and row groups."""
         if not self.index.live_keys or not hashes.size:
             return [], np.empty(0, np.int32), np.empty(0, np.int32)
         rows, fids, rgs = self.reader.rows_of(sorted_unique(np.sort(hashes)))
@@ -306,8 +317,9 @@ class KeyedPartition(DirectPartition):
                     self.rows_read += 1
                     yield self.schema.decoded_copy({f: r[f] for f in self.schema.fields})
 
-    def update(self, key_text: str, h: int, old: Any, new: list[dict[str, Any]]) -> None:
-        """Apply the call's writes and deletes (:class:`KeyedOut`); ``new`` is unused (keyed rows go through ``out.state``)."""
+    def update(self, key_text: str, h: int, old: OldState | None, new: StateRecords) -> None:
+        """Apply the call's writes and deletes (:class:`KeyedOut`); ``new`` is unused (keyed rows go
+        through ``out.state``)."""
         ops = self.out.take()
         if not ops:
             return
@@ -340,7 +352,7 @@ class KeyedPartition(DirectPartition):
             self.drop_rows(hh[sel], fids[sel].astype(np.int32), rgs[sel].astype(np.int32))
         self.keys_written += 1
         self.rows_written += len(changed)
-        self.writer.put(h, out, copies)
+        self.keyed_writer.put(h, out, copies)
 
     def finish(self, stats: dict[str, Any]) -> tuple[str | None, list[dict[str, Any]], list[dict[str, Any]]]:
         res = super().finish(stats)
@@ -368,12 +380,19 @@ class KeyedBlackbox(BlackboxPartition):
     """A black-box state partition of keyed rows: a key's rows came with its input (all of them);
     the call's writes and deletes are applied to them and every row is written again."""
 
+    kind = "keyed-blackbox"
+
     def __init__(self, plan: TaskPlan, p: int) -> None:
         super().__init__(plan, p)
         st = plan.stage
+        assert st.state_schema is not None
         self.fields, self.schema = st.row_key, st.state_schema
-        self.writer = KeyedWriter(plan, p, prefix=f"e{plan.epoch:08d}-full")
+        self.keyed_writer = KeyedWriter(plan, p, prefix=f"e{plan.epoch:08d}-full")
+        self.writer = self.keyed_writer
         self.out = KeyedOut(st.name, st.state_schema, st.row_key)
+
+    def records(self, g: Group, old: OldState | None) -> KeyedRows:
+        return self.rows_for(g)
 
     def rows_for(self, g: Group) -> KeyedRows:
         rows = {rk_text(self.fields, r): r for r in g.state}
@@ -386,10 +405,11 @@ class KeyedBlackbox(BlackboxPartition):
             _kinds(self.schema, self.fields),
         )
 
-    def update(self, key_text: str, h: int, old: list[dict[str, Any]], new: list[dict[str, Any]]) -> None:
+    def update(self, key_text: str, h: int, old: OldState | None, new: StateRecords) -> None:
         """Write the key's rows (``old``, as stored) with the call's writes and deletes applied."""
         ops = self.out.take()
-        rows = {rk_text(self.fields, r): r for r in old}
+        stored = old.stored if old is not None else []
+        rows = {rk_text(self.fields, r): r for r in stored}
         before = dict(rows)
         for t, rec in ops.items():
             if rec is None:
@@ -401,16 +421,20 @@ class KeyedBlackbox(BlackboxPartition):
         texts = sorted(rows)
         hs = row_hashes(h, texts).tolist() if texts else []
         epoch = self.plan.epoch
-        self.writer.put(h, [_row(key_text, hh, epoch, t, rows[t]) for t, hh in zip(texts, hs)])
+        self.keyed_writer.put(h, [_row(key_text, hh, epoch, t, rows[t]) for t, hh in zip(texts, hs)])
 
 
-def state_partition(plan: TaskPlan, p: int, calls: Any) -> DirectPartition | BlackboxPartition:
-    """The state partition of a stateful stage's task; for keyed rows, its :class:`KeyedOut`
-    becomes ``out.state`` of the task's translator calls (``calls``: :class:`cbp.engine.task.translate._Calls`),
-    its rows checked as other state records are (the same failures and codes)."""
-    if not plan.stage.row_key:
-        return DirectPartition(plan, p) if plan.mode == "direct" else BlackboxPartition(plan, p)
-    part: KeyedPartition | KeyedBlackbox = KeyedPartition(plan, p) if plan.mode == "direct" else KeyedBlackbox(plan, p)
+def state_partition(plan: TaskPlan, p: int, calls: Any) -> StatePartition:
+    """The state partition of a task, of the plan's kind (:attr:`cbp.engine.task.plan.EnginePath.partition`);
+    for keyed rows, its :class:`KeyedOut` becomes ``out.state`` of the task's translator calls (``calls``:
+    :class:`cbp.engine.task.calls._Calls`), its rows checked as other state records are (the same
+    failures and codes)."""
+    kind = plan.path.partition
+    if kind == "none":
+        return NoState(plan, p)
+    if kind in ("direct", "blackbox"):
+        return DirectPartition(plan, p) if kind == "direct" else BlackboxPartition(plan, p)
+    part: KeyedPartition | KeyedBlackbox = KeyedPartition(plan, p) if kind == "keyed-direct" else KeyedBlackbox(plan, p)
 
     def check(record: Any) -> dict[str, Any]:
         calls._sink("state", record)

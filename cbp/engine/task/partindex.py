@@ -29,7 +29,7 @@ from __future__ import annotations
 import json
 from collections import OrderedDict
 from collections.abc import Iterator
-from typing import Union
+from typing import TypeAlias
 
 import numpy as np
 import pyarrow as pa
@@ -60,7 +60,7 @@ _I64 = np.empty(0, np.int64)
 _I32 = np.empty(0, np.int32)
 
 Delta = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, str | None, np.ndarray]
-Base = Union[ArrayBase, PagedBase]
+Base: TypeAlias = ArrayBase | PagedBase
 
 
 def delta_cap() -> int:
@@ -201,7 +201,8 @@ class PartitionIndex:
         """The distinct live hashes ``h`` with ``lo <= h <= hi``, sorted (the rows of one key of a
         keyed stage, :mod:`cbp.engine.task.keyedstate`); costs the entries in the range.
 
-            >>> PartitionIndex(np.array([1, 5, 5, 9]), np.zeros(4, np.int32), np.zeros(4, np.int32), ["a"]).hashes_between(2, 9).tolist()
+            >>> index = PartitionIndex(np.array([1, 5, 5, 9]), np.zeros(4, np.int32), np.zeros(4, np.int32), ["a"])
+            >>> index.hashes_between(2, 9).tolist()
             [5, 9]
         """
         pos, h = self._base.between(lo, hi)
@@ -433,7 +434,8 @@ def sorted_unique(a: np.ndarray) -> np.ndarray:
 def _sorted_contains(sorted_a: np.ndarray, x: np.ndarray) -> np.ndarray:
     """For each element of ``x``, whether it is in ``sorted_a`` (sorted)."""
     i = np.searchsorted(sorted_a, x)
-    return (i < sorted_a.size) & (sorted_a[np.minimum(i, sorted_a.size - 1)] == x)
+    found: np.ndarray = (i < sorted_a.size) & (sorted_a[np.minimum(i, sorted_a.size - 1)] == x)
+    return found
 
 
 def _equal_entries(

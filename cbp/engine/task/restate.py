@@ -13,8 +13,10 @@ controller commits the files (:mod:`cbp.controller.migrate`).
 
     >>> import pyarrow as pa
     >>> from cbp.spec.schema import RecordSchema
-    >>> old, new = RecordSchema.parse({"k": "string", "n": "int"}), RecordSchema({**RecordSchema.parse({"k": "string", "n": "float"}).fields})
-    >>> rows = pa.table({"_key": ['"a"'], "_h": spark_xxhash64(['"a"']), "_epoch": [3], "_alive": [True], "k": ["a"], "n": [2]})
+    >>> old = RecordSchema.parse({"k": "string", "n": "int"})
+    >>> new = RecordSchema({**RecordSchema.parse({"k": "string", "n": "float"}).fields})
+    >>> h = spark_xxhash64(['"a"'])
+    >>> rows = pa.table({"_key": ['"a"'], "_h": h, "_epoch": [3], "_alive": [True], "k": ["a"], "n": [2]})
     >>> convert(rows, Job(None, "", old, new, None, 2, 5, "u1", 8192, "s"))[0].drop_columns(["_h"]).to_pylist()
     [{'_key': '"a"', '_epoch': 5, '_alive': True, 'k': 'a', 'n': 2.0}]
     >>> keyed = convert(rows, Job(None, "", old, new, None, 2, 5, "u1", 8192, "s", row_key=("k",)))[0]  # keyed rows
@@ -125,12 +127,13 @@ def _rekeyed(t: pa.Table, job: Job, was_keyed: bool) -> tuple[pa.Table, list[str
     recs = t.select(list(job.row_key)).to_pylist()
     texts = [rk_text(job.row_key, r) for r in recs]
     seen: set[tuple[str, str]] = set()
-    errors = []
+    errors: list[str] = []
     for k, rk in zip(keys, texts):
         if (k, rk) in seen and len(errors) < 5:
             errors.append(
                 f"stage '{job.stage}' key {k}: two stored rows would have row key {rk} ({', '.join(job.row_key)}); "
-                f"a key's rows need distinct row keys: give the stage a migrate that makes them distinct, or another row_key"
+                "a key's rows need distinct row keys: give the stage a migrate that makes them distinct, "
+                "or another row_key"
             )
         seen.add((k, rk))
     if errors:

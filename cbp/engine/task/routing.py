@@ -37,7 +37,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
-from typing import Any, Union
+from typing import Any, TypeAlias
 
 import numpy as np
 import pyarrow as pa
@@ -74,7 +74,7 @@ BINDINGS = pa.schema([("_key", pa.string()), ("_addr", pa.string())])
 
 ROUTE_ROWS = 20000
 
-Logical = Union[Broadcast, Multicast]
+Logical: TypeAlias = Broadcast | Multicast
 
 
 def record_column(idx: int) -> str:
@@ -93,13 +93,14 @@ def elided_fields(routes: list[str | None], inputs: list[RecordSchema]) -> dict[
     ``routes``: each input's RouteBy field (None: a function or none).
 
         >>> from cbp.spec.schema import RecordSchema
-        >>> elided_fields(["url", "x", None], [RecordSchema.parse({"url": "string", "n": "int"}), RecordSchema.parse({"x": "float"}), RecordSchema.parse({"y": "int"})])
+        >>> schemas = [RecordSchema.parse({"url": "string", "n": "int"}), RecordSchema.parse({"x": "float"})]
+        >>> elided_fields(["url", "x", None], [*schemas, RecordSchema.parse({"y": "int"})])
         {0: 'url'}
     """
-    out = {}
+    out: dict[int, str] = {}
     for i, (field, schema) in enumerate(zip(routes, inputs)):
         ft = schema.fields.get(field) if field is not None else None
-        if ft is not None and not ft.nullable and not ft.is_list and ft.scalar in KEY_SCALARS:
+        if field is not None and ft is not None and not ft.nullable and not ft.is_list and ft.scalar in KEY_SCALARS:
             out[i] = field
     return out
 
@@ -188,7 +189,8 @@ def key_values(texts: pa.Array, scalar: str) -> pa.Array:
 
     >>> key_values(pa.array(['"a"', '"say \\"hi\\""']), "string").to_pylist()
     ['a', 'say "hi"']
-    >>> key_values(pa.array(["12", "-3"]), "int").to_pylist(), key_values(pa.array(["true", "false"]), "bool").to_pylist()
+    >>> ints, bools = key_values(pa.array(["12", "-3"]), "int"), key_values(pa.array(["true", "false"]), "bool")
+    >>> ints.to_pylist(), bools.to_pylist()
     ([12, -3], [True, False])
     """
     if scalar == "int":
@@ -285,7 +287,9 @@ def envelopes(
 def plain_route_field(route: KeyFunction | None, schema: RecordSchema) -> str | None:
     """The field of records of ``schema`` that ``route`` routes by, when :func:`plain_envelopes`
     can make its keys (not a function, not a ``json`` or list field); else None."""
-    ft = schema.fields.get(route.field) if route is not None and route.field is not None else None
+    if route is None or route.field is None:
+        return None
+    ft = schema.fields.get(route.field)
     return None if ft is None or ft.scalar == "json" or ft.is_list else route.field
 
 
@@ -374,7 +378,10 @@ def check_target(target: Logical, flows: list[str]) -> str | None:
     if isinstance(target, Broadcast) and target.flows is not None:
         bad = [f for f in target.flows if f != STATE and f not in flows]
         if bad:
-            return f"broadcast names {', '.join(map(repr, bad))}, not an input flow of the stage ({', '.join(flows)}) nor 'state'"
+            return (
+                f"broadcast names {', '.join(map(repr, bad))}, not an input flow of the stage "
+                f"({', '.join(flows)}) nor 'state'"
+            )
     if isinstance(target, Multicast):
         try:
             encode_key(target.address)

@@ -8,13 +8,12 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator
-from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 
 from ...storage import objectstore
-from .plan import TaskPlan
+from .plan import GroupedTask, TaskPlan
 from .translate import route_batches, time_limit
 
 __all__ = [
@@ -29,8 +28,11 @@ __all__ = [
 ]
 
 
-def placed_task(plan: Any, schema: Any, task: Any, rows: Iterator[tuple[bytes, list[bytes]]]) -> Iterator[bytes]:
-    """The task of a placed epoch (:func:`cbp.engine.driver.locality.placed_epoch`): Arrow batches in, ``task``'s result batches out (IPC bytes)."""
+def placed_task(
+    plan: TaskPlan, schema: pa.Schema, task: GroupedTask, rows: Iterator[tuple[bytes, list[bytes]]]
+) -> Iterator[bytes]:
+    """The task of a placed epoch (:func:`cbp.engine.driver.locality.placed_epoch`): Arrow batches
+    in, ``task``'s result batches out (IPC bytes)."""
     for _, blobs in rows:
         batches = (pa.ipc.read_record_batch(pa.py_buffer(b), schema) for b in blobs)
         for rb in task(plan, batches):
@@ -38,7 +40,8 @@ def placed_task(plan: Any, schema: Any, task: Any, rows: Iterator[tuple[bytes, l
 
 
 def read_files(schema: pa.Schema, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-    """Worker side of :func:`cbp.engine.driver.remote_read.read_parquet`: stream each named file's row groups, cast to ``schema``."""
+    """Worker side of :func:`cbp.engine.driver.remote_read.read_parquet`: stream each named file's
+    row groups, cast to ``schema``."""
     for batch in batches:
         for uri in batch.column(0).to_pylist():
             fs, path = objectstore.filesystem(uri)
@@ -55,9 +58,9 @@ def read_files(schema: pa.Schema, batches: Iterator[pa.RecordBatch]) -> Iterator
 
 
 def routing_task(plan: TaskPlan, cap: int, items: Iterator[tuple[int, int, bytes]]) -> Iterator[bytes]:
-    """Worker side of :func:`cbp.engine.driver.smallepoch.route_on_executors`: the envelopes of each slice of records, as
-    :func:`cbp.engine.task.translate.route_batches` makes them on the normal path's map side; an empty
-    message once they pass ``cap`` bytes."""
+    """Worker side of :func:`cbp.engine.driver.smallepoch.route_on_executors`: the envelopes of each
+    slice of records, as :func:`cbp.engine.task.translate.route_batches` makes them on the normal
+    path's map side; an empty message once they pass ``cap`` bytes."""
     size = 0
     with time_limit(plan):
         for i, made, data in items:
@@ -69,7 +72,7 @@ def routing_task(plan: TaskPlan, cap: int, items: Iterator[tuple[int, int, bytes
                 yield b.serialize().to_pybytes()
 
 
-def routed_task(plan: TaskPlan, task: Any, items: Iterator[list[tuple[int, bytes]]]) -> Iterator[bytes]:
+def routed_task(plan: TaskPlan, task: GroupedTask, items: Iterator[list[tuple[int, bytes]]]) -> Iterator[bytes]:
     """Worker side: for each partition given to this task, its envelopes (one Arrow IPC stream)
     in, the grouped task's result out."""
     for group in items:
@@ -79,12 +82,13 @@ def routed_task(plan: TaskPlan, task: Any, items: Iterator[list[tuple[int, bytes
 
 
 def claiming_task(
-    plan: TaskPlan, task: Any, work: str, n: int, tasks: int, last: dict[int, int], items: Iterator[int]
+    plan: TaskPlan, task: GroupedTask, work: str, n: int, tasks: int, last: dict[int, int], items: Iterator[int]
 ) -> Iterator[bytes]:
-    """Worker side of a small epoch in local mode (:mod:`cbp.engine.driver.smallepoch`). The task says which worker runs it, claims the partitions
-    this worker ran last (up to its share of all), then the others (its share first), except those
-    kept by a worker that runs another of the job's tasks: that task claims them first thing (and if
-    it fails, Spark's retry runs in a new worker and takes them)."""
+    """Worker side of a small epoch in local mode (:mod:`cbp.engine.driver.smallepoch`). The task says
+    which worker runs it, claims the partitions this worker ran last (up to its share of all), then
+    the others (its share first), except those kept by a worker that runs another of the job's
+    tasks: that task claims them first thing (and if it fails, Spark's retry runs in a new worker
+    and takes them)."""
     from pyspark import TaskContext
 
     me = TaskContext.get().partitionId()  # type: ignore[union-attr]

@@ -181,7 +181,8 @@ def consolidated_batches(batches: Iterable[pa.RecordBatch]) -> Iterable[pa.Recor
         (m := pc.min(b.column(DIFF)).as_py()) is not None and m < 0 for b in held if DIFF in b.schema.names
     ):
         return held
-    return consolidate_table(pa.Table.from_batches(held)).to_batches()
+    out: list[pa.RecordBatch] = consolidate_table(pa.Table.from_batches(held)).to_batches()
+    return out
 
 
 def delivered_consolidated(g: Any, copies: Any, has_state: bool, outer: bool, arrow: bool) -> None:

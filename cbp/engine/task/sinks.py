@@ -10,7 +10,7 @@ from __future__ import annotations
 import time
 import uuid
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Protocol
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -22,7 +22,8 @@ __all__ = ["ParquetSink", "RecordSink", "io_path"]
 
 def io_path(e: OSError) -> str | None:
     """The path a failed write was writing, when a sink or the error knows it."""
-    return getattr(e, "cbp_path", None) or e.filename
+    found = getattr(e, "cbp_path", None) or e.filename
+    return None if found is None else str(found)
 
 
 #: Columns whose values are unique in a file by construction (a key's text and hash): never
@@ -42,7 +43,8 @@ def dictionary_columns(table: pa.Table) -> list[str]:
     faster and 25% smaller plain.
 
         >>> import pyarrow as pa
-        >>> t = pa.table({"_key": [str(i) for i in range(2000)], "url": [f"u{i}" for i in range(2000)], "n": [i % 3 for i in range(2000)]})
+        >>> n = range(2000)
+        >>> t = pa.table({"_key": [str(i) for i in n], "url": [f"u{i}" for i in n], "n": [i % 3 for i in n]})
         >>> dictionary_columns(t)
         ['n']
     """
@@ -125,10 +127,20 @@ class ParquetSink:
         self._writer = self._out = None
 
 
+class TableSink(Protocol):
+    """Where a :class:`RecordSink` appends: a :class:`ParquetSink`, or a framed one (:mod:`.framing`)."""
+
+    def write(self, table: pa.Table) -> None: ...
+
+    def close(self) -> dict[str, Any] | list[dict[str, Any]] | None: ...
+
+    def abort(self) -> None: ...
+
+
 class RecordSink:
     """Records buffered ``chunk`` at a time, converted to Arrow by ``to_table`` and appended to a sink."""
 
-    def __init__(self, sink: ParquetSink, to_table: Callable[[list[dict[str, Any]]], pa.Table], chunk: int) -> None:
+    def __init__(self, sink: TableSink, to_table: Callable[..., pa.Table], chunk: int) -> None:
         self.sink, self.to_table, self.chunk = sink, to_table, max(1, chunk)
         self.count = 0
         self._buf: list[dict[str, Any]] = []
@@ -151,6 +163,6 @@ class RecordSink:
             self._buf = []
             self.sink.write(table)
 
-    def close(self) -> dict[str, Any] | None:
+    def close(self) -> dict[str, Any] | list[dict[str, Any]] | None:
         self.flush()
         return self.sink.close()

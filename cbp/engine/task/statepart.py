@@ -13,7 +13,7 @@ from __future__ import annotations
 import uuid
 from array import array
 from collections.abc import Iterator
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyarrow as pa
@@ -22,26 +22,19 @@ import pyarrow.parquet as pq
 
 from .bipindex import STATE_META, PartitionIndex, StateMeta, StateReader, cache_budget, cache_written, latest_rows
 from .indexpages import CACHE as INDEX_CACHE
+from .partition import OldState, StateRecords
 from .sinks import ParquetSink
 
 if TYPE_CHECKING:
+    from .groups import Group
     from .plan import TaskPlan
 
 __all__ = ["OldState", "StateWriter", "DirectPartition", "BlackboxPartition"]
 
 
-class OldState(NamedTuple):
-    """A key's stored state: its records (decoded), where its rows are (file id, row group), and
-    its rows as stored, which a new state is compared with (the translator may change
-    ``records`` in place)."""
-
-    records: list[dict[str, Any]]
-    locs: list[tuple[int, int]]
-    stored: list[dict[str, Any]]
-
-
 def state_schema(plan: TaskPlan) -> pa.Schema:
-    """A state file's columns: :data:`STATE_META`, ``_rk`` for keyed rows (:mod:`cbp.engine.task.keyedstate`), the state fields."""
+    """A state file's columns: :data:`STATE_META`, ``_rk`` for keyed rows
+    (:mod:`cbp.engine.task.keyedstate`), the state fields."""
     rk = [pa.field("_rk", pa.string())] if plan.stage.row_key else []
     return pa.schema(list(STATE_META) + rk + list(plan.stage.state_schema.arrow))  # type: ignore[union-attr]
 
@@ -165,7 +158,11 @@ def _rows_by_key(schema: Any, rows: pa.Table, fids: np.ndarray, rgs: np.ndarray)
 
 
 class DirectPartition:
-    """State partition ``p`` in direct mode: old state through the index, changed keys appended."""
+    """State partition ``p`` in direct mode: old state through the index, changed keys appended
+    (a :class:`cbp.engine.task.partition.StatePartition`)."""
+
+    kind = "direct"
+    whole = False
 
     def __init__(self, plan: TaskPlan, p: int) -> None:
         self.plan, self.p = plan, p
@@ -175,14 +172,14 @@ class DirectPartition:
         self.rebuilt = rebuilt is not None
         self.adds: list[dict[str, Any]] = [rebuilt] if rebuilt is not None else []
         self.removes: list[dict[str, Any]] = list(self.meta.files) if rebuilt is not None else []
-        choice = getattr(plan, "scan_choice", {}).get(p)  # the driver's choice for this partition and epoch
+        choice = plan.scan_choice.get(p)  # the driver's choice for this partition and epoch
         self.reader = StateReader(
             plan.home, plan.state_rel, self.index, plan.cache_mb, plan.scan_fraction if choice is None else choice
         )
         self.writer = StateWriter(plan, p, prefix=f"e{plan.epoch:08d}")
         self.keys_read = 0
         self.keys_written = 0
-        self._drops: tuple[array, array, array] = (array("q"), array("i"), array("i"))
+        self._drops: tuple[array[int], array[int], array[int]] = (array("q"), array("i"), array("i"))
         self.index_garbage: list[str] = []  # index files the new index no longer needs (deleted once committed)
 
     def lookup(self, hashes: np.ndarray) -> dict[str, tuple[int, OldState]]:
@@ -202,7 +199,18 @@ class DirectPartition:
                 if old.records:
                     yield h, k, old
 
-    def update(self, key_text: str, h: int, old: OldState | None, new: list[dict[str, Any]]) -> None:
+    @property
+    def rows(self) -> DirectPartition:
+        """The partition's rows as Arrow tables (:class:`cbp.engine.task.partition.ArrowRows`)."""
+        return self
+
+    def stored(self, g: Group, found: OldState | None) -> OldState | None:
+        return found
+
+    def records(self, g: Group, old: OldState | None) -> StateRecords:
+        return old.records if old is not None else []
+
+    def update(self, key_text: str, h: int, old: OldState | None, new: StateRecords) -> None:
         """Record a key's new state (written only if it changed; ``[]`` drops it)."""
         schema = self.plan.stage.state_schema
         rows = [schema.to_storage(rec) for rec in new]  # type: ignore[union-attr]
@@ -295,20 +303,46 @@ class DirectPartition:
 
 
 class BlackboxPartition:
-    """State partition ``p`` in black-box mode: the state came with the input; all of it is rewritten."""
+    """State partition ``p`` in black-box mode: the state came with the input; all of it is rewritten
+    (a :class:`cbp.engine.task.partition.StatePartition`)."""
+
+    kind = "blackbox"
+    whole = True
 
     def __init__(self, plan: TaskPlan, p: int) -> None:
         self.plan = plan
         self.writer = StateWriter(plan, p, prefix=f"e{plan.epoch:08d}-full")
         self.keys_read = 0
         self.keys_written = 0
+        self.index_garbage: list[str] = []
 
-    def update(self, key_text: str, h: int, old: list[dict[str, Any]], new: list[dict[str, Any]]) -> None:
+    @property
+    def rows(self) -> None:
+        return None
+
+    def lookup(self, hashes: np.ndarray) -> dict[str, tuple[int, OldState]]:
+        return {}  # a key's state comes with its input (Group.state)
+
+    def scan(self) -> Iterator[tuple[int, str, OldState]]:
+        return iter(())  # every stored key comes with the input
+
+    def stored(self, g: Group, found: OldState | None) -> OldState | None:
+        """The key's rows that came with its input, as stored and decoded."""
+        if not g.state:
+            return None
+        schema = self.plan.stage.state_schema
+        return OldState([schema.decoded_copy(r) for r in g.state], [], list(g.state))  # type: ignore[union-attr]
+
+    def records(self, g: Group, old: OldState | None) -> StateRecords:
+        return old.records if old is not None else []
+
+    def update(self, key_text: str, h: int, old: OldState | None, new: StateRecords) -> None:
         """Write a key's new state; ``old`` is its state as stored (compared, for the counts)."""
         schema = self.plan.stage.state_schema
         rows = [schema.to_storage(rec) for rec in new]  # type: ignore[union-attr]
-        self.keys_read += 1 if old else 0
-        self.keys_written += 1 if rows != old else 0
+        stored = old.stored if old is not None else []
+        self.keys_read += 1 if stored else 0
+        self.keys_written += 1 if rows != stored else 0
         for row in rows:
             self.writer.add(key_text, h, row)
 
@@ -401,7 +435,7 @@ def _merge_files(plan: TaskPlan, files: list[dict[str, Any]], w: StateWriter, ke
         bufs[i] = pa.concat_tables([bufs[i], t], promote_options="default")
 
     def top(i: int) -> int:
-        return bufs[i]["_h"][-1].as_py()
+        return int(bufs[i]["_h"][-1].as_py())
 
     while True:
         for i in range(len(pfs)):

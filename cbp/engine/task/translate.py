@@ -18,38 +18,32 @@ import threading
 import time
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
-from functools import partial
-from typing import Any, Union
+from typing import Any
 
-import numpy as np
 import pyarrow as pa
 
 from ... import faults
 from ...gcpolicy import fewer_collections
 from ...model import Broadcast, Multicast
-from ..common.protocol import USER_EXCEPTIONS, EpochTimeout, TaskResult, result_batch
-from .batch import BatchTranslate
-from .bipindex import StateMeta
+from ..common.protocol import USER_FAILURES, EpochTimeout, TaskResult, result_batch
 from .calls import _Calls, _failed, _user_failure
-from .columnar import ColumnarTask, columnar_ok
 from .copies import Copies
 from .executor import executor_name
-from .groups import Group, group_chunks, with_state_keys
-from .keyedbatch import KeyedBatch, state_partition
+from .keyedstate import state_partition
+from .partition import StatePartition
 from .plan import TaskPlan, _Clock
 from .routing import (
     Routes,
     check_target,
     copy_key,
-    decode_key,
     encode_key,
     plain_envelopes,
     plain_route_field,
     restore_fields,
 )
-from .signed import consolidated_batches, delivered_consolidated
+from .signed import consolidated_batches
 from .sinks import io_path
-from .statepart import BlackboxPartition, DirectPartition, OldState
+from .translators import runner_for
 
 __all__ = ["TaskPlan", "EpochTimeout", "encode_key", "route_batches", "grouped_task", "recordwise_task", "time_limit"]
 
@@ -89,7 +83,7 @@ def _route_batches(
         for row, rec in enumerate(b.to_pylist()):
             try:
                 out = route(plan.input_schemas[flow_idx].from_storage(dict(rec)))
-            except (*USER_EXCEPTIONS, EpochTimeout) as e:
+            except USER_FAILURES as e:
                 raise _user_failure(
                     plan, f"{plan.where()} flow '{inp.flow}' record {_shown(rec)}", f"route_by '{route.text}'", e
                 ) from None
@@ -98,7 +92,8 @@ def _route_batches(
                 raise _failed(
                     plan,
                     "user-code",
-                    f"{plan.where()} flow '{inp.flow}': route_by '{route.text}' returned no key (None) for record {_shown(rec)}",
+                    f"{plan.where()} flow '{inp.flow}': route_by '{route.text}' returned no key (None) "
+                    f"for record {_shown(rec)}",
                 )
             keys: list[str] = []
             copied: set[str] = set()
@@ -122,7 +117,8 @@ def _route_batches(
                     raise _failed(
                         plan,
                         "user-code",
-                        f"{plan.where()} flow '{inp.flow}': route_by '{route.text}' returned a key that is not a JSON value "
+                        f"{plan.where()} flow '{inp.flow}': route_by '{route.text}' returned a key that "
+                        "is not a JSON value "
                         f"({e}) for record {_shown(rec)}",
                     ) from None
             for k in dict.fromkeys(keys) if len(keys) > 1 else keys:  # a record goes to each distinct key once
@@ -137,23 +133,6 @@ def _route_batches(
 def _shown(rec: dict[str, Any]) -> str:
     """A record in an error message: its JSON text, cut at 200 characters."""
     return json.dumps(rec, separators=(",", ":"), ensure_ascii=False, default=str)[:200]
-
-
-def _flow_iter(plan: TaskPlan, idx: int, items: list[Any], key: Any, key_text: str) -> Iterator[dict[str, Any]]:
-    """One input flow's records of a key for the translator, in OrderBy order: ``items`` are the
-    group's (:mod:`cbp.engine.task.groups`): records in stored form, or the JSON texts of copies."""
-    schema = plan.input_schemas[idx]
-    order = plan.stage.inputs[idx].order_by
-    if order is None:  # OrderByAny: arrival order, decoded lazily
-        return (schema.from_storage(json.loads(t) if type(t) is str else t) for t in items)
-    recs = [schema.from_storage(json.loads(t) if type(t) is str else t) for t in items]
-    try:
-        recs.sort(key=order.sort_key(schema))
-    except (*USER_EXCEPTIONS, EpochTimeout) as e:
-        raise _user_failure(
-            plan, f"{plan.where(key)} flow '{plan.stage.inputs[idx].flow}'", f"order_by '{order.text}'", e, key_text
-        ) from None
-    return iter(recs)
 
 
 @contextmanager
@@ -202,9 +181,6 @@ def time_limit(plan: TaskPlan) -> Iterator[None]:
 
 
 # ------------------------------------------------------------------ grouped task (reduce side)
-_Partition = Union[DirectPartition, BlackboxPartition, None]
-
-
 def grouped_task(
     plan: TaskPlan, batches: Iterable[pa.RecordBatch], part: int | None = None
 ) -> Iterator[pa.RecordBatch]:
@@ -216,46 +192,23 @@ def grouped_task(
 def _grouped_task(plan: TaskPlan, batches: Iterable[pa.RecordBatch], part_id: int | None) -> Iterator[pa.RecordBatch]:
     from pyspark import TaskContext
 
-    p = TaskContext.get().partitionId() if part_id is None else part_id
+    if part_id is None:  # the Spark task's
+        ctx = TaskContext.get()
+        assert ctx is not None
+        part_id = ctx.partitionId()
+    p = part_id
     elided = plan.elided
     if elided:  # RouteBy fields the envelopes left out (they crossed as the key): back into the records
         batches = (restore_fields(b, plan.input_schemas, elided) for b in batches)
     clock = _Clock()
     calls = _Calls(plan, p)
-    part: _Partition = None
+    part: StatePartition | None = None
     copies = Copies(plan)
     try:
-        if plan.stage.state_schema is not None:  # (keyed rows: cbp.engine.task.keyedstate)
-            part = state_partition(plan, p, calls)
+        part = state_partition(plan, p, calls)  # the plan's partition kind (cbp.engine.task.partition)
         clock.lap("index_load")
-        stats: dict[str, Any] = {"in": 0}
-        batch = (
-            (KeyedBatch if plan.stage.row_key else BatchTranslate)(
-                plan,
-                calls,
-                partial(_update, part),
-                _failed,
-                _user_failure,
-                _flow_iter,
-                direct=part if isinstance(part, DirectPartition) else None,
-            )
-            if plan.stage.batch
-            else None
-        )
-        if (
-            batch is not None and not plan.stage.row_key and columnar_ok(plan, part)
-        ):  # no key groups: Arrow all the way (cbp.engine.task.columnar)
-            stats["in"] = ColumnarTask(plan, batch, part if isinstance(part, DirectPartition) else None, clock).run(
-                batches
-            )
-            stats["columnar"] = 1
-        else:
-            chunks = copies.absorb(group_chunks(batches, len(plan.stage.inputs), arrow=plan.stage.batch))
-            for g, old in _keyed(plan, part, chunks, clock, copies):
-                stats["in"] += g.records
-                _translate(plan, calls, part, g, old, copies, batch)
-            if batch is not None:
-                batch.flush()
+        runner = runner_for(plan, calls, part, copies, clock)  # the plan's runner (cbp.engine.task.translators)
+        stats: dict[str, Any] = {"in": runner.run(batches), **runner.stats}
         clock.lap("translate")
         stats.update(copies.stats)
         result = _finish(plan, p, calls, part, stats, clock)
@@ -268,85 +221,11 @@ def _grouped_task(plan: TaskPlan, batches: Iterable[pa.RecordBatch], part_id: in
     yield result_batch(result)
 
 
-def _keyed(
-    plan: TaskPlan, part: _Partition, chunks: Iterator[list[Group]], clock: _Clock, copies: Copies
-) -> Iterator[tuple[Group, OldState | None]]:
-    """The keys to visit, in hash order, with their stored state (direct mode): those with input
-    (multicast deliveries included), plus, for outer grouping or a broadcast to the stored keys,
-    every stored key of the partition."""
-    if isinstance(part, DirectPartition) and (plan.stage.grouping == "outer" or copies.to_state):
-        for g, old in with_state_keys(_delivered(chunks, copies), part.scan(), len(plan.stage.inputs)):
-            yield g, old
-        return
-    for chunk in chunks:
-        clock.lap("input")
-        chunk = list(_delivered((chunk,), copies))
-        found = part.lookup(np.array([g.h for g in chunk], np.int64)) if isinstance(part, DirectPartition) else {}
-        clock.lap("state_read")
-        for g in chunk:
-            hit = found.get(g.key)
-            yield g, (hit[1] if hit is not None else None)
-        clock.lap("translate")
-
-
-def _delivered(chunks: Iterable[list[Group]], copies: Copies) -> Iterator[Group]:
-    """The key groups with their multicast deliveries; a group left with neither input nor state
-    (a key bound to addresses nothing was sent to) is dropped."""
-    for chunk in chunks:
-        for g in chunk:
-            copies.deliver_multicast(g)
-            if g.records or g.state:
-                yield g
-
-
-def _translate(
-    plan: TaskPlan,
-    calls: _Calls,
-    part: _Partition,
-    g: Group,
-    old: OldState | None,
-    copies: Copies,
-    batch: BatchTranslate | None = None,
-) -> None:
-    """Call the translator for one key (if it is called) and hand its new state to the partition
-    (a batch translator: queue the key for the next batch call)."""
-    st = plan.stage
-    if isinstance(
-        part, BlackboxPartition
-    ):  # (keyed rows: rows_for, read as the translator asks, cbp.engine.task.keyedstate)
-        records = part.rows_for(g) if st.row_key else [st.state_schema.decoded_copy(r) for r in g.state]  # type: ignore[union-attr]
-        has_state = bool(g.state)
-    else:
-        records = part.rows_for(g) if st.row_key else old.records if old is not None else []  # type: ignore[union-attr]
-        has_state = old is not None
-    delivered_consolidated(g, copies, has_state, st.grouping == "outer", st.batch)
-    if not g.records and not (st.grouping == "outer" and has_state):
-        if batch is not None and isinstance(part, BlackboxPartition):
-            batch.add(g, old, records, called=False)  # kept, in key order with the batch's keys
-        elif isinstance(part, BlackboxPartition):
-            part.update(g.key, g.h, g.state, records)  # a key without input keeps its state
-        return
-    if batch is not None:
-        batch.add(g, old, records)
-        return
-    key = decode_key(g.key)
-    inputs = [_flow_iter(plan, idx, g.flows[idx], key, g.key) for idx in range(len(st.inputs))]
-    _update(part, g, old, calls.call(g.key, key, records, inputs))
-
-
-def _update(part: _Partition, g: Group, old: OldState | None, new: list[dict[str, Any]]) -> None:
-    """Hand a key's new state to its partition, which compares it with the state as stored."""
-    if isinstance(part, BlackboxPartition):
-        part.update(g.key, g.h, g.state, new)  # type: ignore[arg-type]
-    elif part is not None:
-        part.update(g.key, g.h, old, new)
-
-
 def _finish(
-    plan: TaskPlan, p: int, calls: _Calls, part: _Partition, stats: dict[str, Any], clock: _Clock
+    plan: TaskPlan, p: int, calls: _Calls, part: StatePartition, stats: dict[str, Any], clock: _Clock
 ) -> TaskResult:
     """Close the state and output files; the task's result."""
-    index, adds, removes = (plan.parts.get(p, StateMeta()).index, [], []) if part is None else part.finish(stats)
+    index, adds, removes = part.finish(stats)
     clock.lap("state_write")
     faults.task_point(plan.fault, "task:state-written", plan.driver_pid)
     outputs = calls.close()
@@ -364,7 +243,7 @@ def _finish(
         outputs=outputs,
         stats=stats,
         bindings=bindings,
-        index_garbage=getattr(part, "index_garbage", []),
+        index_garbage=part.index_garbage,
     )
 
 
@@ -378,7 +257,9 @@ def recordwise_task(plan: TaskPlan, flow_idx: int, batches: Iterable[pa.RecordBa
 def _recordwise_task(plan: TaskPlan, flow_idx: int, batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
     from pyspark import TaskContext
 
-    p = TaskContext.get().partitionId()
+    ctx = TaskContext.get()
+    assert ctx is not None  # a Spark task's
+    p = ctx.partitionId()
     calls = _Calls(plan, p * 1000 + flow_idx)
     n_in = 0
     empty: list[dict[str, Any]] = []

@@ -1,0 +1,169 @@
+"""Building a stage epoch's :class:`~cbp.engine.task.plan.TaskPlan`, complete and frozen, in one
+function (:func:`build_task_plan`), with the path its tasks take chosen once (:func:`choose_path`):
+
+- the runner: record-wise, per key, per batch of keys (``batch: true``; keyed rows with
+  ``row_key``), or columnar (a batch translator whose inputs are routed and ordered by fields,
+  direct mode, inner grouping or no state, no multicast bindings, ``CBP_COLUMNAR`` not 0);
+- the state partition: none, direct or black-box (the run's mode), keyed or not (``row_key``);
+- the route: by the driver (direct mode, an increment of known size up to the small-epoch
+  threshold: the pipeline's ``small_epoch_records``, else ``CBP_SMALL_EPOCH_RECORDS``, else
+  :data:`~cbp.engine.driver.smallepoch.SMALL_RECORDS`), else Spark's shuffle;
+- placed (direct mode on a cluster, ``CBP_PLACEMENT`` not 0) or local.
+
+The settings the tasks need (state cache, index budget, scan fraction, fault) go into the plan
+from the driver's :mod:`cbp.settings`: tasks do not read their own environment for them.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from typing import Protocol
+
+from ... import faults
+from ... import settings as cbp_settings
+from ...spec import StageSpec
+from ...spec.schema import RecordSchema
+from ...storage import Home
+from ..common.sparkhash import partition_probes
+from ..task.bipindex import StateMeta, choose_reads
+from ..task.columnar import columnar_fits
+from ..task.plan import EnginePath, TaskPlan
+from .smallepoch import small_records
+
+__all__ = ["Tuning", "choose_path", "build_task_plan"]
+
+
+class Tuning(Protocol):
+    """The pipeline's tuning a plan takes (:class:`cbp.controller.live.Tuning`)."""
+
+    @property
+    def max_state_files(self) -> int: ...
+    @property
+    def state_row_group(self) -> int: ...
+    @property
+    def state_cache_mb(self) -> float | None: ...
+    @property
+    def state_scan_fraction(self) -> float | None: ...
+    @property
+    def small_epoch_records(self) -> int | None: ...
+    @property
+    def state_index_mb(self) -> float | None: ...
+
+
+def choose_path(
+    stage: StageSpec,
+    mode: str,
+    *,
+    master: str,
+    new_records: int | None = None,
+    small_limit: int | None = None,
+    bindings: bool = False,
+    env: cbp_settings.Settings | None = None,
+) -> EnginePath:
+    """The path of a stage epoch (see the module). ``master``: the Spark master's URL;
+    ``new_records``: the records of its increments (None: not known); ``small_limit``: the
+    pipeline's small-epoch threshold; ``bindings``: it reads multicast bindings.
+
+        >>> from cbp.settings import Settings
+        >>> from types import SimpleNamespace as NS
+        >>> st = NS(record_wise=False, batch=False, row_key=(), state_schema=object(), grouping="inner", inputs=[])
+        >>> str(choose_path(st, "direct", master="local[2]", new_records=10, env=Settings()))
+        'per-key/direct/driver/local'
+        >>> str(choose_path(st, "direct", master="spark://h:7077", new_records=None, env=Settings()))
+        'per-key/direct/shuffle/placed'
+    """
+    env = cbp_settings.current() if env is None else env
+    keyed = bool(stage.row_key)
+    if stage.state_schema is None:
+        partition = "none"
+    else:
+        partition = ("keyed-" if keyed else "") + ("direct" if mode == "direct" else "blackbox")
+    if stage.record_wise:
+        runner = "record"
+    elif not stage.batch:
+        runner = "per-key"
+    elif keyed:
+        runner = "keyed-batch"
+    elif columnar_fits(stage, mode, bindings=bindings, allowed=env.columnar):
+        runner = "columnar"
+    else:
+        runner = "batch"
+    limit = small_records(small_limit, env)
+    small = mode == "direct" and not stage.record_wise and new_records is not None and new_records <= limit
+    placed = mode == "direct" and not stage.record_wise and not master.startswith("local") and env.placement
+    return EnginePath(runner, partition, "driver" if small else "shuffle", placed, env.jvm_routing)
+
+
+def build_task_plan(
+    *,
+    home: Home,
+    stage: StageSpec,
+    epoch: int,
+    mode: str,
+    out_schemas: dict[str, RecordSchema],
+    out_incs: dict[str, int],
+    out_frames: dict[str, str],
+    input_schemas: list[RecordSchema],
+    state_rel: str,
+    parts: dict[int, StateMeta],
+    tuning: Tuning,
+    master: str,
+    new_records: int = 0,
+    records_known: bool = True,
+    made_in: dict[str, int] | None = None,
+    bindings: list[str] | None = None,
+    timeout: float | None = None,
+) -> TaskPlan:
+    """The plan of one stage epoch's tasks, complete: its path, the tasks' settings, the driver's
+    scan-or-index choice per partition, the partition probes and the deadline (``timeout`` s from now).
+    ``new_records``: the records of its increments that are known (all of them if ``records_known``)."""
+    env = cbp_settings.current()
+    bindings = list(bindings or [])
+    scan_fraction = tuning.state_scan_fraction
+    if scan_fraction is None:
+        scan_fraction = env.state_scan_fraction
+    scan_choice: dict[int, float] = {}
+    if mode == "direct" and scan_fraction is None:
+        scan_choice = {
+            p: choose_reads(
+                new_records, stage.partitions, sum(int(f.get("rows") or 0) for f in m.files), tuning.state_row_group
+            )
+            for p, m in parts.items()
+        }
+    path = choose_path(
+        stage,
+        mode,
+        master=master,
+        new_records=new_records if records_known else None,
+        small_limit=tuning.small_epoch_records,
+        bindings=bool(bindings),
+        env=env,
+    )
+    return TaskPlan(
+        home=home,
+        stage=stage,
+        epoch=epoch,
+        mode=mode,
+        out_schemas=out_schemas,
+        out_incs=out_incs,
+        out_frames=out_frames,
+        input_schemas=input_schemas,
+        state_rel=state_rel,
+        path=path,
+        parts=parts,
+        max_files=tuning.max_state_files,
+        row_group=tuning.state_row_group,
+        cache_mb=tuning.state_cache_mb if tuning.state_cache_mb is not None else env.state_cache_mb,
+        index_mb=tuning.state_index_mb if tuning.state_index_mb is not None else env.state_index_mb,
+        scan_fraction=scan_fraction,
+        scan_choice=scan_choice,
+        fault=faults.current(),
+        driver_pid=os.getpid(),
+        deadline=None if timeout is None else time.time() + timeout,
+        timeout=timeout,
+        probes=list(partition_probes(stage.partitions)),
+        bindings=bindings,
+        made_in=dict(made_in or {}),
+        new_records=new_records if records_known else None,
+    )

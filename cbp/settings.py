@@ -1,0 +1,186 @@
+"""cbp's environment settings: every ``CBP_*`` variable, read here and nowhere else, into one typed
+object (docs/reference/settings.md lists them).
+
+:func:`current` gives the settings of this process. It reads the environment when a ``CBP_*``
+variable changed since the last read (tests set them; a process that does not change them reads
+them once). A stage epoch's tasks do not read their own environment for what the driver knows:
+the driver puts it in the task plan (:class:`cbp.engine.task.plan.TaskPlan`).
+
+A value cbp cannot read raises :class:`~cbp.errors.RuntimeStateError` (code ``bad-setting``).
+
+    >>> s = Settings.from_env({"CBP_COLUMNAR": "0", "CBP_STATE_CACHE_MB": "64"})
+    >>> s.columnar, s.state_cache_mb, s.placement, s.spark_master
+    (False, 64.0, True, 'local[*,2]')
+    >>> Settings.from_env({}).small_epoch_records is None
+    True
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, fields
+from typing import TypeVar
+
+from .errors import RuntimeStateError
+
+__all__ = ["Settings", "Variable", "VARIABLES", "current"]
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class Variable:
+    """One ``CBP_*`` variable: the :class:`Settings` field it sets, its default as documented, what it does."""
+
+    name: str
+    field: str
+    default: str
+    meaning: str
+
+
+#: Every variable cbp reads, in the order of docs/reference/settings.md.
+VARIABLES: tuple[Variable, ...] = (
+    Variable("CBP_SPARK_MASTER", "spark_master", "`local[*,2]`", "the Spark master of the session cbp creates"),
+    Variable("CBP_SPARK_CONF", "spark_conf", "empty", "more Spark settings, `key=value` separated by `;`"),
+    Variable("CBP_DRIVER_MEMORY", "driver_memory", "`4g`", "`spark.driver.memory` of the session cbp creates"),
+    Variable("CBP_SPARK_LOG_LEVEL", "spark_log_level", "`ERROR` (`WARN` with `CBP_VERBOSE`)", "Spark's log level"),
+    Variable("CBP_VERBOSE", "verbose", "off", "set and not `0`: show Spark's and the JVM's own lines"),
+    Variable("CBP_JARS_DIR", "jars_dir", "`state/jars` of the repository", "where `scripts/jars` put the jars"),
+    Variable("CBP_JARS_ON_WORKERS", "jars_on_workers", "off", "`1`: the workers have the jars at the same path"),
+    Variable("CBP_JVM_CACHE", "jvm_cache", "`$XDG_CACHE_HOME/cbp/jvm`", "where the driver JVM's class archives are"),
+    Variable("CBP_JVM_ARCHIVE", "jvm_archive", "on", "`0`: the driver JVM starts without a class archive"),
+    Variable("CBP_JVM_ROUTING", "jvm_routing", "on", "`0`: inputs are always routed by Python"),
+    Variable("CBP_PLACEMENT", "placement", "on", "`0`: direct-mode tasks are not placed on a cluster"),
+    Variable("CBP_COLUMNAR", "columnar", "on", "`0`: batch translators never take the columnar path"),
+    Variable(
+        "CBP_SMALL_EPOCH_RECORDS",
+        "small_epoch_records",
+        "500 (`cbp.engine.driver.smallepoch.SMALL_RECORDS`)",
+        "up to how many new records the driver routes an epoch (no shuffle); `0`: never",
+    ),
+    Variable(
+        "CBP_STATE_SCAN_FRACTION",
+        "state_scan_fraction",
+        "the scan rule's (`cbp.engine.task.bipindex.SCAN_FRACTION`)",
+        "the fraction of row groups read above which a task scans its state partition",
+    ),
+    Variable("CBP_STATE_CACHE_MB", "state_cache_mb", "2048", "a worker's state file cache, in MB"),
+    Variable(
+        "CBP_STATE_INDEX_MB",
+        "state_index_mb",
+        "`cbp.engine.task.indexpages.INDEX_MB`",
+        "a worker's partition index pages, in MB",
+    ),
+    Variable("CBP_LEASE_TTL", "lease_ttl", "30", "seconds an object-store home's lease lasts unrenewed"),
+    Variable("CBP_LEASE_RENEW", "lease_renew", "a third of the TTL", "seconds between lease renewals"),
+    Variable("CBP_FAULT", "fault", "none", "a fault to inject (crash tests, `cbp.faults`)"),
+)
+
+
+@dataclass(frozen=True)
+class Settings:
+    """The ``CBP_*`` settings of a process (:data:`VARIABLES`); None: not set (the user of the value
+    applies its default)."""
+
+    spark_master: str = "local[*,2]"
+    spark_conf: str = ""
+    driver_memory: str = "4g"
+    spark_log_level: str | None = None
+    verbose: bool = False
+    jars_dir: str | None = None
+    jars_on_workers: bool = False
+    jvm_cache: str | None = None
+    jvm_archive: bool = True
+    jvm_routing: bool = True
+    placement: bool = True
+    columnar: bool = True
+    small_epoch_records: int | None = None
+    state_scan_fraction: float | None = None
+    state_cache_mb: float | None = None
+    state_index_mb: float | None = None
+    lease_ttl: float = 30.0
+    lease_renew: float | None = None
+    fault: str | None = None
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
+        """The settings in ``env`` (default: this process's environment)."""
+        env = os.environ if env is None else env
+
+        def text(name: str) -> str | None:
+            value = env.get(name, "").strip()
+            return value or None
+
+        def num(name: str, kind: Callable[[str], T]) -> T | None:
+            value = text(name)
+            if value is None:
+                return None
+            try:
+                return kind(value)
+            except ValueError:
+                raise RuntimeStateError(
+                    f"{name}={value!r} is not a number; fix or unset it (docs/reference/settings.md)",
+                    code="bad-setting",
+                ) from None
+
+        return cls(
+            spark_master=text("CBP_SPARK_MASTER") or cls.spark_master,
+            spark_conf=env.get("CBP_SPARK_CONF", ""),
+            driver_memory=text("CBP_DRIVER_MEMORY") or cls.driver_memory,
+            spark_log_level=text("CBP_SPARK_LOG_LEVEL"),
+            verbose=env.get("CBP_VERBOSE", "") not in ("", "0"),
+            jars_dir=text("CBP_JARS_DIR"),
+            jars_on_workers=env.get("CBP_JARS_ON_WORKERS") == "1",
+            jvm_cache=text("CBP_JVM_CACHE"),
+            jvm_archive=env.get("CBP_JVM_ARCHIVE", "1") != "0",
+            jvm_routing=env.get("CBP_JVM_ROUTING", "1") != "0",
+            placement=env.get("CBP_PLACEMENT", "1") != "0",
+            columnar=env.get("CBP_COLUMNAR", "1") != "0",
+            small_epoch_records=num("CBP_SMALL_EPOCH_RECORDS", int),
+            state_scan_fraction=num("CBP_STATE_SCAN_FRACTION", float),
+            state_cache_mb=num("CBP_STATE_CACHE_MB", float),
+            state_index_mb=num("CBP_STATE_INDEX_MB", float),
+            lease_ttl=num("CBP_LEASE_TTL", float) or cls.lease_ttl,
+            lease_renew=num("CBP_LEASE_RENEW", float),
+            fault=text("CBP_FAULT"),
+        )
+
+
+assert [v.field for v in VARIABLES] == [f.name for f in fields(Settings)], "one variable per field, in order"
+
+_LAST: tuple[tuple[tuple[str, str], ...], Settings] | None = None
+
+
+def current() -> Settings:
+    """This process's settings: read again only when a ``CBP_*`` variable changed."""
+    global _LAST
+    seen = tuple(sorted((k, v) for k, v in os.environ.items() if k.startswith("CBP_")))
+    if _LAST is None or _LAST[0] != seen:
+        _LAST = (seen, Settings.from_env(os.environ))
+    return _LAST[1]
+
+
+def markdown() -> str:
+    """docs/reference/settings.md: every variable, its default and what it does."""
+    lines = [
+        "# Settings",
+        "",
+        "<!-- generated by `python -m cbp.settings > docs/reference/settings.md`: edit cbp/settings.py -->",
+        "",
+        "cbp reads these environment variables, all in one place (`cbp/settings.py`, the typed object",
+        "`cbp.settings.Settings`), and no other `CBP_*` variable. The driver reads them; a stage epoch's",
+        "tasks get what they need of them in their plan, not from the workers' environment. A pipeline's",
+        "`tuning` (state cache, index budget, scan fraction, small epochs) wins over the variable.",
+        "A value that should be a number and is not is refused: code `bad-setting`",
+        "([error codes](error-codes.md)).",
+        "",
+        "| Variable | `Settings` field | Default | What it does |",
+        "| --- | --- | --- | --- |",
+    ]
+    lines += [f"| `{v.name}` | `{v.field}` | {v.default} | {v.meaning} |" for v in VARIABLES]
+    return "\n".join(lines) + "\n"
+
+
+if __name__ == "__main__":
+    print(markdown(), end="")
