@@ -19,7 +19,16 @@ ROOT = Path(__file__).resolve().parents[1]
 
 #: cbp's pieces a Spark worker may load: the bottom layer, the spec and storage it needs for the
 #: task plan and the home, the engine's task and common sides.
-WORKER_MAY_LOAD = ("cbp", "cbp.errors", "cbp.faults", "cbp.gcpolicy", "cbp.model", "cbp.spec", "cbp.storage")
+WORKER_MAY_LOAD = (
+    "cbp",
+    "cbp.errors",
+    "cbp.faults",
+    "cbp.gcpolicy",
+    "cbp.model",
+    "cbp.settings",
+    "cbp.spec",
+    "cbp.storage",
+)
 WORKER_ENGINE = ("cbp.engine", "cbp.engine.task", "cbp.engine.common")
 
 
@@ -75,8 +84,8 @@ def test_spark_worker_entry_points_load_the_task_side_only():
         m
         for m in got["cbp"]
         if not any(m == p or m.startswith(p + ".") for p in WORKER_ENGINE)
-        and not any(m == p or m.startswith(p + ".") for p in WORKER_MAY_LOAD[5:])
-        and m not in WORKER_MAY_LOAD[:5]
+        and not any(m == p or m.startswith(p + ".") for p in WORKER_MAY_LOAD[6:])
+        and m not in WORKER_MAY_LOAD[:6]
     ]
     assert wrong == []
     assert "pyspark" not in got["heavy"] and "pandas" not in got["heavy"] and "cbp_crawl" not in got["heavy"]

@@ -8,9 +8,9 @@ the file and line or the record number); a file that cannot be read is ``unreada
 
 Reads: the records or file given. Writes: nothing (the landing part lands the table, :mod:`.landing`).
 
-    >>> from cbp.spec.schema import RecordSchema                              # doctest: +SKIP
-    >>> as_table(RecordSchema(...), [{"url": "http://a/"}], "urls", None).num_rows  # doctest: +SKIP
-    1
+Example (``schema`` a flow's :class:`~cbp.spec.schema.RecordSchema`)::
+
+    as_table(schema, [{"url": "http://a/"}], "urls", None).num_rows  # 1
 """
 
 from __future__ import annotations
