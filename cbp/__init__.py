@@ -3,9 +3,11 @@
 The public API. A pipeline is a YAML file of flows and stages (see :mod:`cbp.spec`), with
 translators as plain Python functions ``translate(key, state, *inputs, out)``.
 
-    >>> import cbp
-    >>> p = cbp.load("flows/url_count.yaml", home="/tmp/cbp-demo")   # doctest: +SKIP
-    >>> p.feed("urls", [{"url": "http://a/"}]); p.run()              # doctest: +SKIP
+Example::
+
+    import cbp
+    p = cbp.load("flows/url_count.yaml", home="/tmp/cbp-demo")
+    p.feed("urls", [{"url": "http://a/"}]); p.run()
 
 ``import cbp`` loads nothing but this module: each public name is imported from its module the
 first time it is used (PEP 562), so a translator's ``from cbp import Emitter`` loads

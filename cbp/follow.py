@@ -24,13 +24,15 @@ ends ``cbp run``. ``stop`` (a
 :class:`threading.Event` or a callable returning True) is looked at between looks and after every
 epoch: the follower stops after the epoch in flight, with nothing half-committed.
 
-    >>> import threading                                               # doctest: +SKIP
-    >>> p = cbp.load("flows/url_count.yaml", home="/tmp/cbp-demo")  # doctest: +SKIP
-    >>> stop = threading.Event()  # doctest: +SKIP
-    >>> t = threading.Thread(target=p.follow, kwargs={"stop": stop, "min_interval": 1.0}); t.start()  # doctest: +SKIP
-    >>> feeder = cbp.load("flows/url_count.yaml", home="/tmp/cbp-demo")  # doctest: +SKIP
-    >>> feeder.feed("urls", [{"url": "http://a/"}])  # the follower runs it  # doctest: +SKIP
-    >>> stop.set(); t.join()  # doctest: +SKIP
+Example::
+
+    import threading
+    p = cbp.load("flows/url_count.yaml", home="/tmp/cbp-demo")
+    stop = threading.Event()
+    t = threading.Thread(target=p.follow, kwargs={"stop": stop, "min_interval": 1.0}); t.start()
+    feeder = cbp.load("flows/url_count.yaml", home="/tmp/cbp-demo")
+    feeder.feed("urls", [{"url": "http://a/"}])  # the follower runs it
+    stop.set(); t.join()
 """
 
 from __future__ import annotations

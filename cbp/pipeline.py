@@ -1,12 +1,14 @@
 """The Python API: load a pipeline, feed increments, run epochs, read state and outputs.
 
->>> import cbp
->>> p = cbp.load("flows/url_count.yaml", home="/tmp/cbp-demo")          # doctest: +SKIP
->>> p.feed("urls", [{"url": "http://a/"}, {"url": "http://a/"}])       # doctest: +SKIP
-[1]
->>> [r.line() for r in p.run()]                                        # doctest: +SKIP
->>> p.output("counts")                                                 # doctest: +SKIP
-[{'url': 'http://a/', 'count': 2}]
+Example::
+
+    import cbp
+    p = cbp.load("flows/url_count.yaml", home="/tmp/cbp-demo")
+    p.feed("urls", [{"url": "http://a/"}, {"url": "http://a/"}])
+    # [1]
+    [r.line() for r in p.run()]
+    p.output("counts")
+    # [{'url': 'http://a/', 'count': 2}]
 """
 
 from __future__ import annotations
@@ -177,8 +179,10 @@ class Pipeline:
         Returns the increment ids, as a list whose ``feed`` is the number ``output(flow, epoch=N)``
         takes (every feed gets one, an empty feed too).
 
-            >>> p.feed("urls", pyarrow.table({"url": ["http://a/", "http://b/"]}))   # doctest: +SKIP
-            [2]
+        Example::
+
+            p.feed("urls", pyarrow.table({"url": ["http://a/", "http://b/"]}))
+            # [2]
         """
         fl = self.spec.flow(flow)
         if feed_id is not None and not isinstance(feed_id, str):
@@ -228,8 +232,10 @@ class Pipeline:
         ``progress`` is called about twice a second while an epoch runs, with a
         :class:`cbp.engine.driver.progress.Progress` (Spark's tasks done of all, records read so far).
 
-            >>> import logging; logging.basicConfig(level=logging.INFO)          # doctest: +SKIP
-            >>> p.run(progress=lambda g: print(g.stage, g.tasks_done, g.tasks_total))  # doctest: +SKIP
+        Example::
+
+            import logging; logging.basicConfig(level=logging.INFO)
+            p.run(progress=lambda g: print(g.stage, g.tasks_done, g.tasks_total))
         """
         poller = Poller(progress) if progress is not None else None
 
@@ -263,8 +269,10 @@ class Pipeline:
         """What the YAML changes against the pipeline the home recorded: one :class:`cbp.controller.plan.Change`
         per difference, each ``applies``, ``migrates`` or ``refused`` (nothing is changed).
 
-            >>> print("\\n".join(p.plan().lines()))                           # doctest: +SKIP
-            migrates  stage 'count': state rewritten (one pass): partitions 4 -> 8
+        Example::
+
+            print("\\n".join(p.plan().lines()))
+            # migrates  stage 'count': state rewritten (one pass): partitions 4 -> 8
         """
         return self.parts.upgrade.plan(tuple(restore_archived), tuple(discard_archived))
 
@@ -280,7 +288,9 @@ class Pipeline:
         ``restore_archived``: stages added back from their archive (with every increment they missed);
         ``discard_archived``: stages added back empty.
 
-            >>> p.upgrade(restore_archived=["total"])                        # doctest: +SKIP
+        Example::
+
+            p.upgrade(restore_archived=["total"])
         """
         return self.parts.upgrade.upgrade(tuple(restore_archived), tuple(discard_archived), command)
 
@@ -293,8 +303,10 @@ class Pipeline:
         One durable change; the undone epochs stay readable (:meth:`undone_output`). See
         docs/howto/rewind.md.
 
-            >>> p.rewind(2, stage="count").line()     # doctest: +SKIP
-            "rewound to after stage 'count' epoch 2: undone count epochs 3-4; pending now: 'words' 2 increment(s)"
+        Example::
+
+            p.rewind(2, stage="count").line()
+            # "rewound to after stage 'count' epoch 2: undone count epochs 3-4; pending now: 'words' 2 increment(s)"
         """
         return self.parts.rewind.rewind(to_epoch, stage, command=command)
 
@@ -307,8 +319,10 @@ class Pipeline:
         """Withdraw feed ``feed`` (its number, as :meth:`feed` returned it) of external flow ``flow``
         while no stage has read it; refused with code ``feed-read`` once one has (then :meth:`rewind`).
 
-            >>> p.unfeed("words", 3)     # doctest: +SKIP
-            {'flow': 'words', 'feed': 3, 'increments': [3], 'records': 2}
+        Example::
+
+            p.unfeed("words", 3)
+            # {'flow': 'words', 'feed': 3, 'increments': [3], 'records': 2}
         """
         return self.parts.feeds.unfeed(flow, feed)
 
@@ -324,8 +338,10 @@ class Pipeline:
         """Every run (which feeds each of its stage epochs read, what each wrote) and every rewind,
         oldest first: what ``cbp history`` prints.
 
-            >>> [e["kind"] for e in p.history()]     # doctest: +SKIP
-            ['run', 'run', 'rewind', 'run']
+        Example::
+
+            [e["kind"] for e in p.history()]
+            # ['run', 'run', 'rewind', 'run']
         """
         return self.parts.runs.history()
 
@@ -344,8 +360,10 @@ class Pipeline:
         is unchanged), as one feed standing at the table's current version; later syncs read the
         change data feed from there (after a table written without one).
 
-            >>> [r.line() for r in p.sync()]                                  # doctest: +SKIP
-            ["orders: landed versions 3..5 of /data/orders (412 changed records, feeds 2..4)"]
+        Example::
+
+            [r.line() for r in p.sync()]
+            # ["orders: landed versions 3..5 of /data/orders (412 changed records, feeds 2..4)"]
         """
         if isinstance(reland, str):
             reland = [reland]
@@ -368,8 +386,10 @@ class Pipeline:
         returns after the epoch in flight (:class:`cbp.follow.FollowSummary`). Holds the runner
         lock throughout (:class:`cbp.errors.BusyError` if another runner has it). See :mod:`cbp.follow`.
 
-            >>> stop = threading.Event()                                               # doctest: +SKIP
-            >>> threading.Thread(target=p.follow, kwargs={"stop": stop}).start()       # doctest: +SKIP
+        Example::
+
+            stop = threading.Event()
+            threading.Thread(target=p.follow, kwargs={"stop": stop}).start()
         """
         from .follow import Follower
 
@@ -417,8 +437,10 @@ class Pipeline:
         all of it), every record once with the sum of its multiplicities (``_diff`` where not 1),
         zeros dropped; a negative sum is :class:`cbp.errors.InputError` code ``negative-multiplicity``.
 
-            >>> p.output("urls", consolidated=True)   # doctest: +SKIP
-            [{'url': 'http://b/'}, {'url': 'http://c/', '_diff': 2}]
+        Example::
+
+            p.output("urls", consolidated=True)
+            # [{'url': 'http://b/'}, {'url': 'http://c/', '_diff': 2}]
         """
         with self.parts.reading():
             if consolidated:
@@ -448,7 +470,9 @@ class Pipeline:
         ``FROM view VERSION AS OF N`` reads one view at epoch N. The statement is checked before
         Spark starts (:mod:`cbp.sqlcheck`); ``session`` gives the SparkSession then (default: the pipeline's).
 
-            >>> p.sql("SELECT url, count FROM url_count ORDER BY count DESC LIMIT 3").show()   # doctest: +SKIP
+        Example::
+
+            p.sql("SELECT url, count FROM url_count ORDER BY count DESC LIMIT 3").show()
         """
         from .sql import prepare, run_sql
 
@@ -460,8 +484,10 @@ class Pipeline:
     def state_df(self, stage: str, epoch: int | None = None) -> Any:
         """The stage's state records after ``epoch`` (default: latest) as a Spark DataFrame (``state`` in Spark).
 
-        >>> p.state_df("url_count").where("count > 1").count()   # doctest: +SKIP
-        4
+        Example::
+
+            p.state_df("url_count").where("count > 1").count()
+            # 4
         """
         from .sql import state_df
 
@@ -472,8 +498,10 @@ class Pipeline:
         """The flow's records (those its producer wrote in ``epoch`` when given) as a Spark DataFrame
         (``output`` in Spark).
 
-            >>> p.flow_df("counts", epoch=1).count()   # doctest: +SKIP
-            3
+        Example::
+
+            p.flow_df("counts", epoch=1).count()
+            # 3
         """
         from .sql import flow_df
 

@@ -7,9 +7,11 @@ with host ``<package>``): file ``<path>`` is URL ``http://<package>/<path>`` (no
 text decoded and capped as the crawler does. The links of a page are
 :func:`cbp_crawl.links.page_links`, the crawl queue's rules; this module has none of its own.
 
-    >>> from cbp_crawl.links import page_links
-    >>> root = fetch_debian_doc("python3.11-doc", "bench/data")      # doctest: +SKIP
-    >>> links = {url: page_links(url, html) for url, html in iter_pages(root, "python3.11-doc")}  # doctest: +SKIP
+Example::
+
+    from cbp_crawl.links import page_links
+    root = fetch_debian_doc("python3.11-doc", "bench/data")
+    links = {url: page_links(url, html) for url, html in iter_pages(root, "python3.11-doc")}
 """
 
 from __future__ import annotations

@@ -11,12 +11,14 @@ URLs ``http://<host>/<path>``, ``host`` defaulting to the directory's name. Link
 the corpus keep their real URLs and are simply unfetchable. Nothing outside the directory is
 ever opened, whatever the URL or the symbolic links in the directory (see :class:`Corpus`).
 
-    >>> import cbp
-    >>> p = cbp.load("flows/crawl_queue.yaml", home="state/crawl")                   # doctest: +SKIP
-    >>> c = Crawler(p, [Corpus("bench/data/python3.11-doc")], max_pages=100)          # doctest: +SKIP
-    >>> c.round(seeds=["http://python3.11-doc/usr/share/doc/python3.11/html/index.html"]).line()  # doctest: +SKIP
-    'crawl round 1: 0 new in queue, fetched 1 of 1 (0 failed); 0 left in the frontier'
-    >>> p.run()                                                                       # doctest: +SKIP
+Example::
+
+    import cbp
+    p = cbp.load("flows/crawl_queue.yaml", home="state/crawl")
+    c = Crawler(p, [Corpus("bench/data/python3.11-doc")], max_pages=100)
+    c.round(seeds=["http://python3.11-doc/usr/share/doc/python3.11/html/index.html"]).line()
+    # 'crawl round 1: 0 new in queue, fetched 1 of 1 (0 failed); 0 left in the frontier'
+    p.run()
 
 The crawler's position (rounds done, queue epochs consumed, frontier, fetched and failed URLs,
 and a log of the rounds: which queue epochs each one had read, what it landed as which feed) is

@@ -192,8 +192,10 @@ class Corpus:
     the rest of the path); a link pointing out of it -- absolute or with ``..`` climbing above
     the root -- is "outside the corpus". :meth:`fetch` never raises.
 
-        >>> Corpus("/srv/python3.11-doc").host                          # doctest: +SKIP
-        'python3.11-doc'
+    Example::
+
+        Corpus("/srv/python3.11-doc").host
+        # 'python3.11-doc'
     """
 
     def __init__(self, root: str | os.PathLike[str], host: str | None = None, scheme: str = "http") -> None:

@@ -135,8 +135,10 @@ def check_name(name: str) -> None:
 def scaffold(name: str, directory: str = ".") -> list[str]:
     """Write the three files of a new pipeline under ``directory``; return their paths.
 
-    >>> scaffold("clicks", "/tmp/myproject")        # doctest: +SKIP
-    ['/tmp/myproject/flows/clicks.yaml', '/tmp/myproject/flows/clicks.py', '/tmp/myproject/tests/test_clicks.py']
+    Example::
+
+        scaffold("clicks", "/tmp/myproject")
+        # ['/tmp/myproject/flows/clicks.yaml', '/tmp/myproject/flows/clicks.py', '/tmp/myproject/tests/test_clicks.py']
     """
     check_name(name)
     files = {

@@ -31,9 +31,11 @@ module's docstring says which tables, files and snapshot fields):
 Reads: nothing itself (it composes the parts). Writes: only ``live.spec``, which
 :meth:`Parts.reading` swaps while a changed home is read as it was recorded.
 
-    >>> from cbp.spec import load_spec                                  # doctest: +SKIP
-    >>> parts = Parts(load_spec("flows/url_count.yaml"), Home("state/url_count"))  # doctest: +SKIP
-    >>> parts.landing.feed("urls", [{"url": "http://a/"}]); parts.scheduler.run()  # doctest: +SKIP
+Example::
+
+    from cbp.spec import load_spec
+    parts = Parts(load_spec("flows/url_count.yaml"), Home("state/url_count"))
+    parts.landing.feed("urls", [{"url": "http://a/"}]); parts.scheduler.run()
 """
 
 from __future__ import annotations

@@ -22,8 +22,10 @@ table whose live files change, ``live.st`` (replaced by the merged snapshot), th
 history entry and collected-increment entries marked undone; drops every intention first
 (:class:`~.intentions.Intentions`).
 
-    >>> p.rewind(2, stage="count")        # doctest: +SKIP
-    RewindReport(stage='count', epoch=2, undone={'count': [3, 4]}, ...)
+Example::
+
+    p.rewind(2, stage="count")
+    # RewindReport(stage='count', epoch=2, undone={'count': [3, 4]}, ...)
 """
 
 from __future__ import annotations

@@ -9,8 +9,10 @@ Reads: ``live.spec`` and ``live.st`` (refreshed first: stage epochs, increments)
 collected-increment history entries, the rewinds' records (``rewinds``, from
 :class:`~.rewind.Rewind`). Writes: nothing.
 
-    >>> [e["kind"] for e in parts.runs.history()]          # doctest: +SKIP
-    ['run', 'run', 'rewind', 'run']
+Example::
+
+    [e["kind"] for e in parts.runs.history()]
+    # ['run', 'run', 'rewind', 'run']
 """
 
 from __future__ import annotations

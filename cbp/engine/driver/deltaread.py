@@ -43,8 +43,10 @@ def read_delta(spark: SparkSession, uri: str, version: int | None = None) -> Dat
 
     Raises ``RuntimeStateError`` code ``no-delta-jars`` when ``spark`` has no Delta connector.
 
-        >>> read_delta(spark, "state/url_count/state/url_count", 2).count()   # doctest: +SKIP
-        17
+    Example::
+
+        read_delta(spark, "state/url_count/state/url_count", 2).count()
+        # 17
     """
     require_delta(spark)
     reader = spark.read.format("delta")
@@ -60,8 +62,10 @@ def latest_state(df: DataFrame, dedupe: bool = True) -> DataFrame:
     ``_alive``. ``dedupe=False`` trusts that each key has rows of one epoch only (a table last
     rewritten whole, in black-box mode).
 
-        >>> latest_state(read_delta(spark, "state/url_count/state/url_count")).count()   # doctest: +SKIP
-        17
+    Example::
+
+        latest_state(read_delta(spark, "state/url_count/state/url_count")).count()
+        # 17
     """
     from pyspark.sql import Window
     from pyspark.sql import functions as F

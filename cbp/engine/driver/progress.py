@@ -4,8 +4,10 @@
 an epoch runs (:meth:`Poller.epoch` says which; :meth:`Poller.idle` that none does), and stops when
 its ``with`` block ends:
 
-    >>> with Poller(print) as poll:                            # doctest: +SKIP
-    ...     poll.epoch("url_count", 3); run_the_epoch(); poll.idle()
+Example::
+
+    with Poller(print) as poll:
+        poll.epoch("url_count", 3); run_the_epoch(); poll.idle()
 """
 
 from __future__ import annotations

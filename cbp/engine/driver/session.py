@@ -5,9 +5,11 @@ When ``bash scripts/jars`` has resolved Spark's Delta connector (``state/jars/ma
 ``CBP_JARS_DIR``), the session loads it (the jars, Delta's SQL extension and catalog) and
 hadoop-aws; ``s3://`` and ``s3a://`` paths then reach S3 with the ``AWS_*`` variables a user sets.
 
-    >>> spark = get_spark()          # doctest: +SKIP
-    >>> spark_conf("spark.executor.pyspark.memory=1g; spark.sql.shuffle.partitions = 4")
-    {'spark.executor.pyspark.memory': '1g', 'spark.sql.shuffle.partitions': '4'}
+Example::
+
+    spark = get_spark()
+    spark_conf("spark.executor.pyspark.memory=1g; spark.sql.shuffle.partitions = 4")
+    # {'spark.executor.pyspark.memory': '1g', 'spark.sql.shuffle.partitions': '4'}
 """
 
 from __future__ import annotations
