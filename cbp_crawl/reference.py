@@ -23,7 +23,7 @@ import math
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-import pandas as pd  # type: ignore[import-untyped]
+import pandas as pd
 
 from .links import normalize_url, page_links, site_of
 from .versions import latest, replaces, status_of
