@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import numbers
 import os
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
@@ -23,11 +22,12 @@ from typing import TYPE_CHECKING, Any
 from .controller import EpochRecord, EpochReport, Landed, Parts, SyncReport
 from .controller.codehash import evolution_status
 from .controller.feedinput import as_table
+from .controller.live import check_tuning
 from .controller.plan import Plan
 from .controller.rewind import RewindReport
 from .controller.upgrade import unfed_waits
 from .engine.driver.progress import Poller, Progress
-from .errors import InputError, UsageError
+from .errors import InputError
 from .spec import PipelineSpec, load_spec
 from .spec.feedfiles import MAX_LINE_BYTES, Records
 from .storage import Home
@@ -38,54 +38,6 @@ if TYPE_CHECKING:
 __all__ = ["Pipeline", "load", "default_home", "project_dir", "MAX_LINE_BYTES"]
 
 _LOG = logging.getLogger("cbp")
-
-
-#: The tuning options of :class:`Pipeline`: (type, smallest value, None allowed).
-TUNING: dict[str, tuple[type, float, bool]] = {
-    "max_state_files": (int, 1, False),
-    "backpressure": (int, 1, False),
-    "state_row_group": (int, 1, False),
-    "state_cache_mb": (float, 0, True),
-    "state_scan_fraction": (float, 0, True),
-    "small_epoch_records": (int, 0, True),
-    "state_index_mb": (float, 1, True),
-}
-
-
-def _check_tuning(tuning: Mapping[str, Any]) -> None:
-    """Refuse an unknown tuning option or a value it cannot take (``bad-tuning``), before anything runs.
-
-    >>> _check_tuning({"max_state_files": 0})
-    Traceback (most recent call last):
-    cbp.errors.UsageError: tuning option max_state_files=0: give an integer >= 1
-    """
-    for name, value in tuning.items():
-        if name == "notify":
-            if value is not None and not callable(value):
-                raise UsageError(
-                    f"tuning option notify={value!r}: give a function of one message, or None", code="bad-tuning"
-                )
-            continue
-        if name not in TUNING:
-            raise UsageError(
-                f"unknown tuning option '{name}' (known: {', '.join([*TUNING, 'notify'])})", code="bad-tuning"
-            )
-        kind, least, nullable = TUNING[name]
-        if value is None and nullable:
-            continue
-        number = isinstance(value, numbers.Integral) if kind is int else isinstance(value, numbers.Real)  # numpy's too
-        if (
-            isinstance(value, bool)
-            or not number
-            or not (value >= least)
-            or value != value
-            or value in (float("inf"), float("-inf"))
-        ):
-            raise UsageError(
-                f"tuning option {name}={value!r}: give {'an integer' if kind is int else 'a number'} >= {least:g}"
-                + (" or None" if nullable else ""),
-                code="bad-tuning",
-            )
 
 
 def project_dir(yaml_path: str | os.PathLike[str]) -> str:
@@ -144,7 +96,7 @@ class Pipeline:
         spark: Any = None,
         **tuning: Any,
     ) -> None:
-        _check_tuning(tuning)
+        check_tuning(tuning)
         self.spec = load_spec(path)
         self.home = Home(home or default_home(self.spec))
         self.parts = Parts(self.spec, self.home, mode=mode, spark=spark, **tuning)

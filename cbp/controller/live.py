@@ -22,14 +22,16 @@ Reads: nothing. Writes: nothing (they hold what the other parts read and write).
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import numbers
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from ..errors import UsageError
 from ..spec import PipelineSpec
 from .snapshot import Snapshot
 
-__all__ = ["Live", "Notice", "Tuning", "LazySpark"]
+__all__ = ["Live", "Notice", "Tuning", "LazySpark", "TUNING", "check_tuning"]
 
 
 class Live:
@@ -84,3 +86,51 @@ class LazySpark:
 
             self._spark = get_spark()
         return self._spark
+
+
+#: The tuning options of :class:`Pipeline`: (type, smallest value, None allowed).
+TUNING: dict[str, tuple[type, float, bool]] = {
+    "max_state_files": (int, 1, False),
+    "backpressure": (int, 1, False),
+    "state_row_group": (int, 1, False),
+    "state_cache_mb": (float, 0, True),
+    "state_scan_fraction": (float, 0, True),
+    "small_epoch_records": (int, 0, True),
+    "state_index_mb": (float, 1, True),
+}
+
+
+def check_tuning(tuning: Mapping[str, Any]) -> None:
+    """Refuse an unknown tuning option or a value it cannot take (``bad-tuning``), before anything runs.
+
+    >>> check_tuning({"max_state_files": 0})
+    Traceback (most recent call last):
+    cbp.errors.UsageError: tuning option max_state_files=0: give an integer >= 1
+    """
+    for name, value in tuning.items():
+        if name == "notify":
+            if value is not None and not callable(value):
+                raise UsageError(
+                    f"tuning option notify={value!r}: give a function of one message, or None", code="bad-tuning"
+                )
+            continue
+        if name not in TUNING:
+            raise UsageError(
+                f"unknown tuning option '{name}' (known: {', '.join([*TUNING, 'notify'])})", code="bad-tuning"
+            )
+        kind, least, nullable = TUNING[name]
+        if value is None and nullable:
+            continue
+        number = isinstance(value, numbers.Integral) if kind is int else isinstance(value, numbers.Real)  # numpy's too
+        if (
+            isinstance(value, bool)
+            or not number
+            or not (value >= least)
+            or value != value
+            or value in (float("inf"), float("-inf"))
+        ):
+            raise UsageError(
+                f"tuning option {name}={value!r}: give {'an integer' if kind is int else 'a number'} >= {least:g}"
+                + (" or None" if nullable else ""),
+                code="bad-tuning",
+            )
