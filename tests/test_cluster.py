@@ -13,6 +13,7 @@ module never creates a SparkSession in the pytest process: run it on its own
 from __future__ import annotations
 
 import collections
+import fcntl
 import json
 import os
 import random
@@ -54,18 +55,25 @@ def _sourced(env_sh: Path) -> dict[str, str]:
 
 @pytest.fixture(scope="module", name="cluster")
 def cluster_fixture() -> Iterator[dict[str, str]]:
-    """The running cluster's driver environment; starts one (and stops it after) when none is up."""
-    env_sh = STATE / "env.sh"
-    ours = False
-    if not (env_sh.exists() and _script("status", 60).returncode == 0):
-        if os.environ.get("CBP_TEST_CLUSTER") == "0":
-            pytest.skip("needs the standalone cluster of scripts/cluster (CBP_TEST_CLUSTER=0: none started)")
-        r = _script("up")
-        assert r.returncode == 0, r.stdout + r.stderr
-        ours = True
-    yield _sourced(env_sh)
-    if ours:
-        _script("down")
+    """The running cluster's driver environment; starts one (and stops it after) when none is up.
+
+    One module at a time holds it (a file lock beside ``state/cluster``): the test modules that use
+    it may run on different xdist workers, and one module's ``down`` must not stop another's cluster.
+    """
+    STATE.parent.mkdir(parents=True, exist_ok=True)
+    with open(STATE.parent / "cluster.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes, or when this process dies
+        env_sh = STATE / "env.sh"
+        ours = False
+        if not (env_sh.exists() and _script("status", 60).returncode == 0):
+            if os.environ.get("CBP_TEST_CLUSTER") == "0":
+                pytest.skip("needs the standalone cluster of scripts/cluster (CBP_TEST_CLUSTER=0: none started)")
+            r = _script("up")
+            assert r.returncode == 0, r.stdout + r.stderr
+            ours = True
+        yield _sourced(env_sh)
+        if ours:
+            _script("down")
 
 
 def _local_env() -> dict[str, str]:

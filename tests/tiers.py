@@ -7,8 +7,9 @@
   runs what is cheap;
 * an ``xdist_group`` for tests that share something outside their process (the standalone cluster
   of ``scripts/cluster`` under ``state/cluster``) or a module-scoped fixture that is costly to
-  start on every worker (a moto S3 server, an Airflow metadata DB): ``--dist loadgroup`` runs a
-  group on one worker, every other test goes to whichever worker is free;
+  start on every worker (a moto S3 server, an Airflow metadata DB), for ``--dist loadgroup``
+  (scripts/test runs ``--dist loadfile``: pytest-xdist 3.8 does not group under pytest 9.2, and
+  the cluster's files take a file lock instead);
 * an order: the costliest groups and tests first (``--no-loadscope-reorder`` keeps it), so that
   no worker starts a five-minute test when the others are done.
 
