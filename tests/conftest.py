@@ -201,6 +201,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         group = tiers.group_of(file, name)
         if group is not None:
             item.add_marker(pytest.mark.xdist_group(group))
+        if group == "cluster":  # under xdist, its module may first wait for the cluster's file lock
+            item.add_marker(pytest.mark.timeout(2700))
     items.sort(key=lambda item: tiers.rank(item.path.name, item.name))  # stable: the rest keep their order
 
 

@@ -285,7 +285,7 @@ def _resolve_only_the_fuzz_module(text: str, base: str) -> Any:
 def test_fuzz_yaml_loader():
     with (
         tempfile.TemporaryDirectory(prefix="cbp-fuzz-yaml-") as d,
-        mock.patch.object(cbp.spec, "resolve_callable", _resolve_only_the_fuzz_module),
+        mock.patch.object(cbp.spec.context, "resolve_callable", _resolve_only_the_fuzz_module),
     ):
         Path(d, f"{FUZZ_MODULE}.py").write_text(MODULE_TEXT)
         import sys
