@@ -44,6 +44,13 @@ VARIABLES: tuple[Variable, ...] = (
     Variable("CBP_SPARK_MASTER", "spark_master", "`local[*,2]`", "the Spark master of the session cbp creates"),
     Variable("CBP_SPARK_CONF", "spark_conf", "empty", "more Spark settings, `key=value` separated by `;`"),
     Variable("CBP_DRIVER_MEMORY", "driver_memory", "`4g`", "`spark.driver.memory` of the session cbp creates"),
+    Variable(
+        "CBP_DRIVER_JAVA_OPTIONS",
+        "driver_java_options",
+        "empty",
+        "more options of the driver JVM cbp starts, after its own (e.g. `-XX:TieredStopAtLevel=1`: less CPU "
+        "for short-lived drivers such as the test suite's, slower long epochs)",
+    ),
     Variable("CBP_SPARK_LOG_LEVEL", "spark_log_level", "`ERROR` (`WARN` with `CBP_VERBOSE`)", "Spark's log level"),
     Variable("CBP_VERBOSE", "verbose", "off", "set and not `0`: show Spark's and the JVM's own lines"),
     Variable("CBP_JARS_DIR", "jars_dir", "`state/jars` of the repository", "where `scripts/jars` put the jars"),
@@ -86,6 +93,7 @@ class Settings:
     spark_master: str = "local[*,2]"
     spark_conf: str = ""
     driver_memory: str = "4g"
+    driver_java_options: str = ""
     spark_log_level: str | None = None
     verbose: bool = False
     jars_dir: str | None = None
@@ -128,6 +136,7 @@ class Settings:
             spark_master=text("CBP_SPARK_MASTER") or cls.spark_master,
             spark_conf=env.get("CBP_SPARK_CONF", ""),
             driver_memory=text("CBP_DRIVER_MEMORY") or cls.driver_memory,
+            driver_java_options=env.get("CBP_DRIVER_JAVA_OPTIONS", "").strip(),
             spark_log_level=text("CBP_SPARK_LOG_LEVEL"),
             verbose=env.get("CBP_VERBOSE", "") not in ("", "0"),
             jars_dir=text("CBP_JARS_DIR"),

@@ -31,6 +31,11 @@ os.environ["AIRFLOW__CORE__DAGS_FOLDER"] = str(ROOT / "dags")
 os.environ["AIRFLOW__CORE__UNIT_TEST_MODE"] = "False"
 os.environ["CBP_DAGS_CONFIG"] = os.path.join(AIRFLOW_HOME, "cbp.yaml")  # written by tests/test_airflow.py
 
+# The suite's Spark drivers (this process's session and every ``cbp`` subprocess) are short-lived and run
+# small epochs: the JVM's C1 compiler alone starts them with about a quarter less CPU than C1 + C2 (a tiny
+# ``cbp run``: 9.6 -> 7.1 CPU seconds, docs/concepts/test-suite.md). Set it to "" to test with both.
+os.environ.setdefault("CBP_DRIVER_JAVA_OPTIONS", "-XX:TieredStopAtLevel=1")
+
 # A minimal stateful pipeline (word -> count) for tests that are about cbp, not about the pipeline.
 WORD_COUNT = """
 pipeline: counter
@@ -204,6 +209,21 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         if group == "cluster":  # under xdist, its module may first wait for the cluster's file lock
             item.add_marker(pytest.mark.timeout(2700))
     items.sort(key=lambda item: tiers.rank(item.path.name, item.name))  # stable: the rest keep their order
+
+
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """xdist's scheduler, whatever ``--dist`` says: units of work of :func:`tiers.scope_of` (a whole file,
+    a test of a file whose tests are independent, or a group that shares the standalone cluster), handed
+    out in the order of the collection (costliest first, tests/tiers.py) as workers free up."""
+    import tiers
+    from xdist.scheduler import LoadScopeScheduling
+
+    class Scheduling(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return tiers.scope_of(nodeid)
+
+    config.option.loadscopereorder = False  # keep tests/tiers.py's order
+    return Scheduling(config, log)
 
 
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:

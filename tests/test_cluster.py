@@ -50,7 +50,14 @@ def _script(cmd: str, timeout: float = 240) -> subprocess.CompletedProcess:
 def _sourced(env_sh: Path) -> dict[str, str]:
     """The environment after sourcing env.sh."""
     out = subprocess.run(["bash", "-c", f"source '{env_sh}' && env -0"], capture_output=True, check=True)
-    return dict(item.split("=", 1) for item in out.stdout.decode().split("\0") if "=" in item)
+    env = dict(item.split("=", 1) for item in out.stdout.decode().split("\0") if "=" in item)
+    # the executors of the suite's short applications JIT with C1 only, as its drivers do (tests/conftest.py)
+    opts = env.get("CBP_DRIVER_JAVA_OPTIONS", "")
+    if opts:
+        env["CBP_SPARK_CONF"] = ";".join(
+            x for x in (env.get("CBP_SPARK_CONF", ""), f"spark.executor.extraJavaOptions={opts}") if x
+        )
+    return env
 
 
 @pytest.fixture(scope="module", name="cluster")

@@ -95,6 +95,21 @@ WHOLE_FILES = (
     "test_delta_spark.py",
 )
 
+#: Files whose tests xdist may hand to different workers one by one (each test has its own tmp_path and
+#: nothing module-scoped): their long tests then run beside each other, not one after another.
+SPLIT = (
+    "test_crash.py",
+    "test_graphs.py",
+    "test_batch.py",
+    "test_framing.py",
+    "test_broadcast.py",
+    "test_evolution_crash.py",
+    "test_retention.py",
+    "test_keyed_rows.py",
+    "test_engine_memory.py",
+    "test_model.py",
+)
+
 #: Scheduled first, in this order (then everything else in collection order).
 FIRST = (
     "test_cluster.py",
@@ -141,3 +156,19 @@ def rank(file: str, name: str) -> int:
     by_file, by_name = _keys(file, name)
     places = [i for i, key in enumerate(FIRST) if key in (by_file, by_name)]
     return min(places, default=len(FIRST))
+
+
+def scope_of(nodeid: str) -> str:
+    """The unit of work xdist hands to one worker (tests/conftest.py's scheduler): a group of
+    :data:`GROUPS`, a test of a :data:`SPLIT` file, else a whole file.
+
+    >>> scope_of("tests/test_cluster_faults.py::test_x"), scope_of("tests/test_crash.py::test_y[2]")
+    ('group:cluster', 'tests/test_crash.py::test_y[2]')
+    >>> scope_of("tests/test_cli.py::test_z")
+    'tests/test_cli.py'
+    """
+    path = nodeid.split("::", 1)[0]
+    file = path.rsplit("/", 1)[-1]
+    if file in GROUPS:
+        return f"group:{GROUPS[file]}"
+    return nodeid if file in SPLIT and "::" in nodeid else path

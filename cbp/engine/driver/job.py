@@ -384,5 +384,21 @@ def shuffle_written(sc: SparkContext, tag: str, wait: float = 2.0) -> dict[str, 
 
 
 def _first_lines(text: str, n: int = 12) -> str:
+    """What of Spark's failure text a user reads: its first lines and, of a longer Python traceback, the
+    last ones (the exception itself), without the JVM's stack frames.
+
+    >>> text = "Boom\\nTraceback:\\n" + "".join(f"  f{i}\\n" for i in range(20)) + "KeyError: 'x'\\n\\tat org.X"
+    >>> print(_first_lines(text, n=4))
+    Boom
+    Traceback:
+    ...
+      f18
+      f19
+    KeyError: 'x'
+    """
     lines = [ln for ln in text.splitlines() if ln.strip()]
-    return "\n".join(lines[:n])
+    jvm = next((i for i, ln in enumerate(lines) if ln.startswith("\tat ") or "JVM stacktrace" in ln), len(lines))
+    lines = lines[:jvm]
+    if len(lines) <= n:
+        return "\n".join(lines)
+    return "\n".join([*lines[:2], "...", *lines[len(lines) - (n - 1) :]])

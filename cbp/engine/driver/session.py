@@ -166,7 +166,10 @@ def _start(builder: Any, archive: str, recording: tuple[str, str, str] | None, c
             abandon(recording)
         if not archive or SparkContext._gateway is not None:
             raise
-        spark = launch(builder.config("spark.driver.extraJavaOptions", f"-Dlog4j2.configurationFile={_LOG4J}"))
+        plain = " ".join(
+            o for o in (f"-Dlog4j2.configurationFile={_LOG4J}", settings.current().driver_java_options) if o
+        )
+        spark = launch(builder.config("spark.driver.extraJavaOptions", plain))
         refuse(class_path, "a driver JVM did not start with the archive's options and did without")
         return spark
     except BaseException:
@@ -234,7 +237,9 @@ def get_spark(master: str | None = None, conf: dict[str, str] | None = None) -> 
         "spark.driver.extraJavaOptions" not in extra and SparkContext._gateway is None
     ):  # a new driver JVM: cbp's options
         archive, recording = driver_java_options(class_path)
-        extra["spark.driver.extraJavaOptions"] = f"-Dlog4j2.configurationFile={_LOG4J} {archive}".strip()
+        extra["spark.driver.extraJavaOptions"] = " ".join(
+            o for o in (f"-Dlog4j2.configurationFile={_LOG4J}", archive, env.driver_java_options) if o
+        )
     for key, value in extra.items():
         builder = builder.config(key, value)
     spark = _start(builder, archive, recording, class_path)
