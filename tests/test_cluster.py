@@ -172,8 +172,8 @@ def _home(kind: str, tmp_path: Path, env: dict[str, str]) -> str:
 
 @pytest.mark.parametrize("home_kind", ["local", "s3"])
 def test_url_count_on_cluster(cluster, tmp_path, home_kind):
-    """flows/url_count.yaml through the CLI on the cluster equals local mode and the from-scratch counts,
-    and its tasks ran in the executors of both workers."""
+    """flows/url_count.yaml through the CLI on the cluster equals the from-scratch counts (the same
+    feeds in local mode are tests/test_url_count.py's), and its tasks ran in the executors of both workers."""
     feeds = increments(2, 1500)
     before = app_dirs()
     t0 = time.monotonic()
@@ -181,10 +181,9 @@ def test_url_count_on_cluster(cluster, tmp_path, home_kind):
     on_cluster = pipeline_run(cluster, URLS, home, feeds, tmp_path)
     took = time.monotonic() - t0
     ran = finished_tasks(before)
-    local = pipeline_run(_local_env(), URLS, str(tmp_path / "home-local"), feeds, tmp_path)
     outs, state = from_scratch(feeds)
-    assert on_cluster["outputs"] == local["outputs"] == outs
-    assert on_cluster["state"] == local["state"] == state
+    assert on_cluster["outputs"] == outs
+    assert on_cluster["state"] == state
     if home_kind == "s3":  # Spark SQL through the Delta connector and S3A, on the cluster, equals cbp state
         assert jsonl(cbp(cluster, "sql", URLS, "SELECT url, count FROM url_count", "--home", home)) == state
     st = on_cluster["status"]["stages"]["url_count"]

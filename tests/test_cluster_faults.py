@@ -147,21 +147,14 @@ def _victim(env: dict[str, str], home: str, incs: list[list[dict[str, str]]], tm
     return log
 
 
-def test_driver_killed_mid_epoch_on_s3_home_recovers_exactly(cluster, tmp_path):
+def test_driver_killed_mid_epoch_on_s3_home_recovers_exactly(cluster, spark, tmp_path):
     """Three SIGKILLs of the driver and its JVM (see KILLS) on the cluster with an s3:// home; each
     time the next run is refused while the lease lives, then takes over and recovers: epochs,
     output increments and state equal an uninterrupted local run's and the from-scratch components."""
     incs = ch.increments(seed=11, n=2, nodes=30, edges=12)
     ref = str(tmp_path / "reference")
     t0 = time.monotonic()
-    for op, k in ch.operations(incs):  # uninterrupted, local mode, local home
-        if op == "feed":
-            src = tmp_path / f"ref{k}.jsonl"
-            src.write_text("".join(json.dumps(r) + "\n" for r in incs[k]))
-            r, _, _ = driver(_local_env(), ["feed", "lines", str(src), "--id", f"inc{k}"], ref)
-        else:
-            r, _, _ = driver(_local_env(), ["run"], ref)
-        assert r.returncode == 0, r.stderr[-3000:]
+    ch.run_reference(ref, incs, spark)  # uninterrupted, local mode, local home: the same feeds (ids too) and runs
     t_ref = time.monotonic() - t0
     want = ch.results(ref)
     assert want["state"] == ch.expected(incs)
@@ -185,10 +178,11 @@ def test_driver_killed_mid_epoch_on_s3_home_recovers_exactly(cluster, tmp_path):
 
 
 def _crawl_rounds(
-    env: dict[str, str], home: str, corpus: Path, seed: str, rounds: int, aws: dict[str, str]
+    env: dict[str, str] | None, home: str, corpus: Path, seed: str, rounds: int, aws: dict[str, str]
 ) -> dict[str, Any]:
-    """``cbp crawl ... --run`` one round at a time; after each, the queue is checked against the
-    from-scratch queue. Returns what the rounds produced (the queue per threshold epoch, pages, state)."""
+    """``cbp crawl ... --run`` one round at a time (in a process of its own with ``env``, else in this one,
+    on the test session's local SparkSession); after each, the queue is checked against the from-scratch
+    queue. Returns what the rounds produced (the queue per threshold epoch, pages, state)."""
     import cbp as cbp_api
 
     ever: dict[str, float] = {}
@@ -197,19 +191,14 @@ def _crawl_rounds(
         with _aws(aws):
             before = cbp_api.load(CRAWL, home=home).status()["stages"]["threshold"]["epochs"]
         t0 = time.monotonic()
-        cbp(
-            env,
-            "crawl",
-            CRAWL,
-            "--home",
-            home,
-            "--corpus",
-            str(corpus),
-            "--max-pages",
-            "12",
-            "--run",
-            *(["--seed", seed] if n == 0 else []),
-        )
+        argv = ["crawl", CRAWL, "--home", home, "--corpus", str(corpus), "--max-pages", "12", "--run"]
+        argv += ["--seed", seed] if n == 0 else []
+        if env is None:
+            from cbp.cli import main
+
+            assert main(argv) == 0
+        else:
+            cbp(env, *argv)
         times.append(round(time.monotonic() - t0, 1))
         with _aws(aws):
             p = cbp_api.load(CRAWL, home=home)
@@ -231,14 +220,14 @@ def _crawl_rounds(
         }
 
 
-def test_three_crawl_rounds_on_cluster_with_s3_home_equal_local(cluster, tmp_path):
+def test_three_crawl_rounds_on_cluster_with_s3_home_equal_local(cluster, spark, tmp_path):
     """Three rounds of ``cbp crawl --run`` (corpus on the local disk, home on S3, epochs on the
     cluster) equal the same rounds in local mode on a local home; each round's queue is the
     from-scratch queue over the pages crawled so far."""
     seed = make_site(str(tmp_path))
     corpus = tmp_path / HOST
     on_cluster = _crawl_rounds(cluster, _s3_home(cluster, "crawl_queue"), corpus, seed, 3, cluster)
-    local = _crawl_rounds(_local_env(), str(tmp_path / "home-local"), corpus, seed, 3, {})
+    local = _crawl_rounds(None, str(tmp_path / "home-local"), corpus, seed, 3, {})
     for part in ("epochs", "queue", "pages", "merge", "count_links"):
         assert on_cluster[part] == local[part], part
     assert len(on_cluster["pages"]) > 12 and on_cluster["epochs"]["threshold"] >= 2
