@@ -5,8 +5,9 @@ stage, the crawler and the from-scratch reference all use them, and so do the de
 benchmarks (over the pages of :mod:`cbp_crawl.corpus`), so "a link" means the same thing
 everywhere. There is no other link extractor in cbp.
 
-    >>> page_links("http://Ex.org/a/b.html", '<a href="../c.html#s">c</a><a href="mailto:x@y">m</a>'
-    ...            '<a href="b.html">self</a><a href="/c.html">again</a><a href="HTTPS://EX.ORG:8443/d?q=1&amp;r=2">d</a>')
+    >>> html = '<a href="../c.html#s">c</a><a href="mailto:x@y">m</a><a href="b.html">self</a>'
+    >>> html += '<a href="/c.html">again</a><a href="HTTPS://EX.ORG:8443/d?q=1&amp;r=2">d</a>'
+    >>> page_links("http://Ex.org/a/b.html", html)
     ['http://ex.org/c.html', 'https://ex.org:8443/d?q=1&r=2']
     >>> site_of("https://ex.org:8443/d?q=1")
     'https://ex.org:8443'

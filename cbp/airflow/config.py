@@ -208,6 +208,12 @@ def _texts(raw: dict[str, Any], path: str, key: str, where: str, required: bool)
     return items
 
 
+def _set_number(raw: dict[str, Any], path: str, key: str, default: float, most: float) -> float:
+    """:func:`_number` of a setting that always has a value (its default when left out)."""
+    v = _number(raw, path, key, default, most)
+    return default if v is None else v
+
+
 def _number(
     raw: dict[str, Any], path: str, key: str, default: float | None, most: float, zero: bool = False
 ) -> float | None:
@@ -393,10 +399,10 @@ def load_config(path: str) -> DagConfig:
         homes=homes,
         inbox=p("inbox", _text(raw, path, "inbox", "../state/inbox") or ""),
         crawlers=_crawlers(raw, path, p),
-        poke_interval=_number(raw, path, "poke_interval", 5.0, MAX_TIMEOUT),  # type: ignore[arg-type]
+        poke_interval=_set_number(raw, path, "poke_interval", 5.0, MAX_TIMEOUT),
         spark_master=_text(raw, path, "spark_master", None),
-        run_timeout_minutes=_number(raw, path, "run_timeout_minutes", RUN_TIMEOUT_MINUTES, MAX_MINUTES),  # type: ignore[arg-type]
-        crawl_timeout_minutes=_number(raw, path, "crawl_timeout_minutes", CRAWL_TIMEOUT_MINUTES, MAX_MINUTES),  # type: ignore[arg-type]
+        run_timeout_minutes=_set_number(raw, path, "run_timeout_minutes", RUN_TIMEOUT_MINUTES, MAX_MINUTES),
+        crawl_timeout_minutes=_set_number(raw, path, "crawl_timeout_minutes", CRAWL_TIMEOUT_MINUTES, MAX_MINUTES),
         epoch_timeout_seconds=_number(raw, path, "epoch_timeout_seconds", None, MAX_TIMEOUT),
         inbox_settle_seconds=_number(
             raw,

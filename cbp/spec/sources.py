@@ -84,9 +84,9 @@ def check_source_uri(uri: str, what: str, base: str = ".") -> str:
 
         >>> check_source_uri("s3://b/t", "flow 'x'")
         's3://b/t'
-        >>> check_source_uri("gs://b/t", "flow 'x'")
+        >>> check_source_uri("gs://b/t", "flow 'x'")  # doctest: +ELLIPSIS
         Traceback (most recent call last):
-        cbp.spec.sources.SourceSpecError: flow 'x': source delta 'gs://b/t': give a local path, a file: URI or s3://BUCKET/PATH
+        cbp.spec.sources.SourceSpecError: flow 'x': source delta 'gs://b/t': give a local path, a file: URI or ...
     """
     import os
 

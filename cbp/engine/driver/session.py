@@ -19,12 +19,15 @@ import shutil
 import sys
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ... import settings
 from ...errors import RuntimeStateError
 from .jvmcache import abandon, driver_java_options, finish_at_exit, refuse
 from .jvmlog import launch, verbose
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
 
 __all__ = ["get_spark", "spark_conf", "delta_jars", "delta_conf", "s3a_conf", "has_delta", "require_delta"]
 
@@ -135,12 +138,12 @@ def s3a_conf(env: Mapping[str, str] | None = None) -> dict[str, str]:
     return conf
 
 
-def has_delta(spark: pyspark.sql.SparkSession) -> bool:  # type: ignore[name-defined]  # noqa: F821
+def has_delta(spark: SparkSession) -> bool:
     """Whether ``spark`` was created with Spark's Delta connector (see ``delta_conf``)."""
     return "DeltaSparkSessionExtension" in (spark.conf.get("spark.sql.extensions", "") or "")
 
 
-def require_delta(spark: pyspark.sql.SparkSession) -> None:  # type: ignore[name-defined]  # noqa: F821
+def require_delta(spark: SparkSession) -> None:
     """Raise ``RuntimeStateError`` (code ``no-delta-jars``) unless ``spark`` has the Delta connector."""
     if not has_delta(spark):
         where = _jars_dir()
@@ -181,7 +184,7 @@ def _start(builder: Any, archive: str, recording: tuple[str, str, str] | None, c
     return spark
 
 
-def get_spark(master: str | None = None, conf: dict[str, str] | None = None) -> pyspark.sql.SparkSession:  # type: ignore[name-defined]  # noqa: F821
+def get_spark(master: str | None = None, conf: dict[str, str] | None = None) -> SparkSession:
     """Return the process's SparkSession, creating it with cbp's settings on first use.
 
     ``master`` (or ``CBP_SPARK_MASTER``) defaults to ``local[*,2]``: local Spark on every core,
@@ -242,6 +245,6 @@ def get_spark(master: str | None = None, conf: dict[str, str] | None = None) -> 
         )
     for key, value in extra.items():
         builder = builder.config(key, value)
-    spark = _start(builder, archive, recording, class_path)
+    spark: SparkSession = _start(builder, archive, recording, class_path)
     spark.sparkContext.setLogLevel(env.spark_log_level or ("WARN" if verbose() else "ERROR"))
     return spark

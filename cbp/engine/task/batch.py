@@ -276,7 +276,8 @@ class BatchTranslate:
         table: pa.Table | None = None
         new_pos = np.empty(0, np.int64)
         if result.get("state") is not None:
-            table = self._conform(result["state"], st.state_schema, "state", where, with_key=True)  # type: ignore[arg-type]
+            assert st.state_schema is not None  # a result's "state" is refused above for a stateless stage
+            table = self._conform(result["state"], st.state_schema, "state", where, with_key=True)
             new_pos = self._positions(table.column("_key"), keys, where)
             table = table.drop_columns(["_key"]).append_column("_pos", pa.array(new_pos, pa.int64()))
         removed = (

@@ -213,7 +213,9 @@ class ColumnarTask:
             kpos, h, f, g = locs
             sel = changed[kpos]
             part.drop_rows(h[sel], f[sel], g[sel])
-        write_changed(part, self.plan.stage.state_schema.arrow, new, changed, np.sort(removed), texts, pa.array(hashes))  # type: ignore[union-attr]
+        schema = self.plan.stage.state_schema
+        assert schema is not None  # the columnar path is taken by stateful stages only
+        write_changed(part, schema.arrow, new, changed, np.sort(removed), texts, pa.array(hashes))
 
 
 def _consolidated(

@@ -30,7 +30,7 @@ Any Delta reader gets a keyed stage's state as the newest ``_epoch`` per ``(_key
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -202,7 +202,7 @@ class KeyedWriter(StateWriter):
         self._copies: list[dict[str, Any]] = []
         self._top: int | None = None
 
-    def put(self, kh: int, rows: list[dict[str, Any]], copies: list[dict[str, Any]] = ()) -> None:  # type: ignore[assignment]
+    def put(self, kh: int, rows: list[dict[str, Any]], copies: Sequence[dict[str, Any]] = ()) -> None:
         """A key's new rows, and ``copies``: rows of the same hashes rewritten as they were (a
         row's own new version, written by its key's call in this task, wins over a copy)."""
         top = int(kh) >> 32
