@@ -229,3 +229,80 @@ def test_pandas_feed(make_pipeline, tmp_path):
     with pytest.raises(InputError) as e:
         p.feed("sales", df.assign(at=pd.to_datetime(["2024-05-01T10:00:00"])))
     assert e.value.code == "bad-record" and "'at'" in str(e.value)
+
+
+SOURCE_YAML = """
+pipeline: typedsrc
+flows:
+  orders: {external: true, source: {delta: "SRC"}}
+stages:
+  totals:
+    translator: MOD:totals
+    signed: true
+    inputs: [{flow: orders, route_by: shop}]
+    state: {schema: {shop: string, total: "decimal(20,2)"}}
+"""
+SOURCE_MODULE = """
+import decimal
+
+def totals(shop, state, orders, out):
+    prev = next(state, None)
+    total = (prev["total"] if prev else decimal.Decimal(0)) + sum(o["price"] * o["_diff"] for o in orders)
+    out.state.write({"shop": shop, "total": total})
+"""
+CDF = {"delta.enableChangeDataFeed": "true"}
+
+
+def _orders(prices):
+    return pa.table(
+        {
+            "id": pa.array(range(len(prices)), pa.int32()),
+            "shop": pa.array(["a", "b"] * (len(prices) // 2) + ["a"] * (len(prices) % 2)),
+            "day": pa.array([datetime.date(2024, 5, 1)] * len(prices), pa.date32()),
+            "at": pa.array([1_000_000 * i for i in range(len(prices))], pa.timestamp("us", tz="UTC")),
+            "price": pa.array([D(x) for x in prices], pa.decimal128(9, 2)),
+            "blob": pa.array([b"x"] * len(prices), pa.binary()),
+        }
+    )
+
+
+def test_delta_source_without_schema(spark, make_pipeline, tmp_path):
+    from deltalake import write_deltalake
+
+    src = str(tmp_path / "src")
+    write_deltalake(src, _orders(["1.10", "2.25", "3.05"]), configuration=CDF)
+    p = cbp.load(make_pipeline(SOURCE_YAML.replace("SRC", src), SOURCE_MODULE), home=str(tmp_path / "home"))
+    assert {n: str(t) for n, t in p.spec.flows["orders"].schema.fields.items()} == {
+        "id": "int?",
+        "shop": "string?",
+        "day": "date?",
+        "at": "timestamp?",
+        "price": "decimal(9,2)?",
+        "blob": "binary?",
+    }
+    p.sync()
+    p.run()
+    write_deltalake(src, _orders(["10.01"]), mode="append")
+    p.sync()
+    p.run()
+    assert {r["shop"]: r["total"] for r in p.state("totals")} == {
+        "a": D("14.16"),
+        "b": D("2.25"),
+    }
+
+
+def test_unsupported_source_column_is_source_schema(make_pipeline, tmp_path):
+    from deltalake import write_deltalake
+
+    src = str(tmp_path / "src")
+    write_deltalake(src, _orders(["1"]).append_column("st", pa.array([{"x": 1}])), configuration=CDF)
+    with pytest.raises(SpecError) as e:
+        cbp.load(make_pipeline(SOURCE_YAML.replace("SRC", src), SOURCE_MODULE), home=str(tmp_path / "home"))
+    assert e.value.code == "source-schema" and "'st'" in str(e.value)
+
+
+def test_a_flow_without_schema_or_source_is_refused(make_pipeline, tmp_path):
+    yaml = SOURCE_YAML.replace('source: {delta: "SRC"}', "schema: null")
+    with pytest.raises(SpecError) as e:
+        cbp.load(make_pipeline(yaml.replace("schema: null", "description: x"), SOURCE_MODULE))
+    assert e.value.code == "invalid-spec"

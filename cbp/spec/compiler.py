@@ -11,7 +11,7 @@ from .problems import Problems
 from .raw import RawFlow, RawStage
 from .resolve import is_import_path
 from .schema import RecordSchema
-from .sources import flow_source
+from .sources import flow_source, source_fields
 from .stages import compile_stage
 
 
@@ -27,7 +27,8 @@ class Compiler(Context):
         schemas: dict[str, RecordSchema] = {}
         for fname, f in raw.flows.items():
             with problems.check():
-                schemas[fname] = self.schema(f.fields, ("flows", fname, "schema"), f"flow '{fname}'")
+                fields = f.fields if f.fields is not None else source_fields(fname, f, self.fail, self.base)
+                schemas[fname] = self.schema(fields, ("flows", fname, "schema"), f"flow '{fname}'")
         producers, consumers, bad = self._structure(problems)
         if not bad:  # a stage refused above may be the producer a flow lacks
             for fname in raw.flows:

@@ -39,7 +39,7 @@ import pyarrow.compute as pc
 from pydantic import PlainValidator
 
 __all__ = ["TYPED", "canonical", "is_typed", "arrow_type", "spark_type", "python_type", "check_value"]
-__all__ += ["from_json", "to_json", "typed_column"]
+__all__ += ["from_json", "to_json", "typed_column", "field_type_of_arrow"]
 
 #: The type names of this module besides ``decimal(P,S)``, with their Arrow types.
 TYPED = {"date": pa.date32(), "timestamp": pa.timestamp("us", tz="UTC"), "binary": pa.binary()}
@@ -241,3 +241,38 @@ def _is_binary(t: pa.DataType) -> bool:
 
 def _first(mask: Any) -> int:
     return int(pc.index(mask, True).as_py())
+
+
+def field_type_of_arrow(t: pa.DataType, nullable: bool) -> str | None:
+    """The schema type string of an Arrow column (a Delta table's, for a flow declared without
+    ``schema:``), None for a type cbp cannot carry (a struct, a map, a naive timestamp, ...).
+
+        >>> field_type_of_arrow(pa.int16(), False), field_type_of_arrow(pa.list_(pa.decimal128(9, 2)), True)
+        ('int', 'list<decimal(9,2)?>?')
+        >>> field_type_of_arrow(pa.struct([("x", pa.int64())]), True) is None
+        True
+    """
+    q = "?" if nullable else ""
+    if pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t):
+        item = _scalar_of_arrow(t.value_type)
+        return None if item is None else f"list<{item}{'?' if t.value_field.nullable else ''}>{q}"
+    scalar = _scalar_of_arrow(t)
+    return None if scalar is None else scalar + q
+
+
+def _scalar_of_arrow(t: pa.DataType) -> str | None:
+    if pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_string_view(t):
+        return "string"
+    if pa.types.is_integer(t) and not pa.types.is_uint64(t):
+        return "int"
+    if pa.types.is_floating(t):
+        return "float"
+    if pa.types.is_boolean(t):
+        return "bool"
+    if pa.types.is_date(t):
+        return "date"
+    if pa.types.is_timestamp(t) and t.tz is not None:
+        return "timestamp"
+    if pa.types.is_decimal(t) and 1 <= t.precision <= 38 and 0 <= t.scale <= t.precision:
+        return f"decimal({t.precision},{t.scale})"
+    return "binary" if _is_binary(t) else None
