@@ -15,7 +15,7 @@ import pytest
 
 import cbp
 from cbp.commands._terminal import json_line
-from cbp.errors import InputError, SpecError
+from cbp.errors import InputError, SpecError, UsageError
 from cbp.spec.arrowrecords import ArrowRecordError, conform
 from cbp.spec.schema import RecordError, RecordSchema, parse_type
 
@@ -186,7 +186,23 @@ def test_json_lines_through_a_signed_translator(spark, make_pipeline, tmp_path):
     for flow, recs in (("priced", priced), ("state", list(p.state("agg")))):
         schema = p.spec.flows["priced"].schema if flow == "priced" else p.spec.stages["agg"].state_schema
         assert [schema.validate_json_line(json_line(r)) for r in recs] == recs
-    assert '"tag": "aGk="' in json_line(priced[0]) or '"tag": "aGk="' in "".join(map(json_line, priced))
+    assert '"tag": "aGk="' in "".join(map(json_line, priced))
+    # cbp sql: the types as Spark's (decimal(20,2) stays DECIMAL(20,2); sum widens its precision by 10)
+    df = p.sql(
+        "SELECT sum(total) AS s, date_format(max(latest), 'yyyy-MM-dd HH:mm:ss.SSSSSS') AS m FROM agg"
+    )  # the session's zone: UTC
+    assert df.schema["s"].dataType.simpleString() == "decimal(30,2)"
+    assert dict(p.sql("SELECT * FROM agg").dtypes)["total"] == "decimal(20,2)"
+    assert dict(p.sql("SELECT * FROM priced").dtypes) == {
+        "shop": "string",
+        "day": "date",
+        "price": "decimal(12,2)",
+        "tag": "binary",
+        "_diff": "bigint",
+    }
+    (row,) = df.collect()
+    assert row.s == sum(w["total"] for w in want.values()) and type(row.s) is D
+    assert row.m == max(w["latest"] for w in want.values()).strftime("%Y-%m-%d %H:%M:%S.%f")
 
 
 def test_parquet_feed_with_small_ints_dates_and_decimals(tmp_path):
@@ -285,10 +301,16 @@ def test_delta_source_without_schema(spark, make_pipeline, tmp_path):
     write_deltalake(src, _orders(["10.01"]), mode="append")
     p.sync()
     p.run()
-    assert {r["shop"]: r["total"] for r in p.state("totals")} == {
-        "a": D("14.16"),
-        "b": D("2.25"),
-    }
+    want = {"a": D("14.16"), "b": D("2.25")}
+    assert {r["shop"]: r["total"] for r in p.state("totals")} == want
+    # the table's schema changes: the flow's (read at load) changes with it, a pipeline change that
+    # 'cbp upgrade' applies; until then a sync is refused and lands nothing
+    write_deltalake(src, _orders(["5"]).append_column("note", pa.array(["n"])), mode="append", schema_mode="merge")
+    p = cbp.load(p.spec.path, home=str(tmp_path / "home"))
+    with pytest.raises(UsageError) as e:
+        p.sync()
+    assert e.value.code == "pipeline-changed" and "'note'" in str(e.value)
+    assert len(p.output("orders")) == 4 and {r["shop"]: r["total"] for r in p.state("totals")} == want
 
 
 def test_unsupported_source_column_is_source_schema(make_pipeline, tmp_path):
