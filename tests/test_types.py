@@ -328,3 +328,31 @@ def test_a_flow_without_schema_or_source_is_refused(make_pipeline, tmp_path):
     with pytest.raises(SpecError) as e:
         cbp.load(make_pipeline(yaml.replace("schema: null", "description: x"), SOURCE_MODULE))
     assert e.value.code == "invalid-spec"
+
+
+KEYED_YAML = """
+pipeline: typedkeyed
+flows:
+  prices: {external: true, key: [id], sequence_by: at, schema: {id: int, at: timestamp, price: "decimal(6,2)"}}
+stages:
+  s:
+    translator: MOD:f
+    signed: true
+    inputs: [{flow: prices, route_by: id}]
+"""
+
+
+def test_keyed_flow_sequenced_by_a_timestamp(make_pipeline, tmp_path):
+    p = cbp.load(make_pipeline(KEYED_YAML, "def f(key, state, prices, out):\n    pass\n"), home=str(tmp_path / "h"))
+    (tmp_path / "a.jsonl").write_text(
+        '{"id": 1, "at": "2024-05-01T10:00:00Z", "price": "2.00"}\n'
+        '{"id": 1, "at": "2024-05-01T12:00:00+02:00", "price": "1.00"}\n'  # 10:00Z too: a tie, fed later wins
+        '{"id": 2, "at": "2024-05-01T09:00:00Z", "price": "5.50"}\n'
+    )
+    p.feed("prices", str(tmp_path / "a.jsonl"))
+    p.feed("prices", [{"id": 2, "at": datetime.datetime(2024, 5, 1, 8, tzinfo=UTC), "price": D("9")}])  # older
+    got = sorted((r["id"], r["price"]) for r in p.output("prices", consolidated=True))
+    assert got == [(1, D("1.00")), (2, D("5.50"))]
+    with pytest.raises(SpecError) as e:
+        cbp.load(make_pipeline(KEYED_YAML.replace("key: [id]", "key: [at]"), "def f(key, state, prices, out): pass"))
+    assert e.value.code == "bad-key"

@@ -32,7 +32,7 @@ from .typedvalues import field_type_of_arrow
 __all__ = ["RawSource", "SourceSpecError", "flow_source", "source_fields", "check_source_uri", "check_keyed"]
 __all__ += ["ORDERABLE"]
 
-ORDERABLE = ("int", "float", "string")
+ORDERABLE = ("int", "float", "string", "date", "timestamp")
 """The scalar types a ``sequence_by`` field may have."""
 
 
@@ -164,7 +164,7 @@ def check_keyed(
             )
     for k in key:
         ft = schema.fields[k]
-        if ft.is_list or ft.scalar in ("json", "float"):
+        if ft.is_list or ft.scalar not in ("string", "int", "bool"):
             raise SourceSpecError(
                 f"{what}: key field '{k}' is {ft}; a key field is a string, an int or a bool", "bad-key"
             )
