@@ -37,9 +37,21 @@ stages:
     outputs: [priced]
     state:
       schema: {shop: string, total: "decimal(20,2)", n: int, latest: "timestamp?", ats: "list<timestamp>"}
+  perday:
+    translator: MOD:perday
+    signed: true
+    inputs: [{flow: priced, route_by: day}]
+    state: {schema: {day: date, n: int}}
 """
 MODULE = """
+import datetime
 import decimal
+
+def perday(key, state, priced, out):  # routed by a date: the key is its JSON form, 'YYYY-MM-DD'
+    prev = next(state, None)
+    n = (prev["n"] if prev else 0) + sum(r["_diff"] for r in priced)
+    if n:
+        out.state.write({"day": datetime.date.fromisoformat(key), "n": n})
 
 def agg(key, state, sales, out):
     prev = next(state, None)
@@ -187,11 +199,13 @@ def test_json_lines_through_a_signed_translator(spark, make_pipeline, tmp_path):
         schema = p.spec.flows["priced"].schema if flow == "priced" else p.spec.stages["agg"].state_schema
         assert [schema.validate_json_line(json_line(r)) for r in recs] == recs
     assert '"tag": "aGk="' in "".join(map(json_line, priced))
+    per_day = pd.DataFrame(priced).groupby("day").size()
+    assert sorted((r["day"], r["n"]) for r in p.state("perday")) == sorted(per_day.items())
     # cbp sql: the types as Spark's (decimal(20,2) stays DECIMAL(20,2); sum widens its precision by 10)
     df = p.sql(
-        "SELECT sum(total) AS s, date_format(max(latest), 'yyyy-MM-dd HH:mm:ss.SSSSSS') AS m FROM agg"
+        "SELECT sum(total) AS s, avg(total) AS a, date_format(max(latest), 'yyyy-MM-dd HH:mm:ss.SSSSSS') AS m FROM agg"
     )  # the session's zone: UTC
-    assert df.schema["s"].dataType.simpleString() == "decimal(30,2)"
+    assert [df.schema[c].dataType.simpleString() for c in "sa"] == ["decimal(30,2)", "decimal(24,6)"]
     assert dict(p.sql("SELECT * FROM agg").dtypes)["total"] == "decimal(20,2)"
     assert dict(p.sql("SELECT * FROM priced").dtypes) == {
         "shop": "string",
@@ -259,7 +273,14 @@ stages:
     state: {schema: {shop: string, total: "decimal(20,2)"}}
 """
 SOURCE_MODULE = """
+import datetime
 import decimal
+
+def perday(key, state, priced, out):  # routed by a date: the key is its JSON form, 'YYYY-MM-DD'
+    prev = next(state, None)
+    n = (prev["n"] if prev else 0) + sum(r["_diff"] for r in priced)
+    if n:
+        out.state.write({"day": datetime.date.fromisoformat(key), "n": n})
 
 def totals(shop, state, orders, out):
     prev = next(state, None)
@@ -356,3 +377,10 @@ def test_keyed_flow_sequenced_by_a_timestamp(make_pipeline, tmp_path):
     with pytest.raises(SpecError) as e:
         cbp.load(make_pipeline(KEYED_YAML.replace("key: [id]", "key: [at]"), "def f(key, state, prices, out): pass"))
     assert e.value.code == "bad-key"
+
+
+def test_frame_by_a_typed_field_is_refused(make_pipeline):
+    yaml = YAML.replace("{flow: sales, route_by: shop}", "{flow: sales, route_by: shop, frame_by: at}")
+    with pytest.raises(SpecError) as e:
+        cbp.load(make_pipeline(yaml, MODULE))
+    assert e.value.code == "bad-frame-by"

@@ -13,6 +13,7 @@ from .resolve import is_import_path
 from .schema import RecordSchema
 from .sources import flow_source, source_fields
 from .stages import compile_stage
+from .typedvalues import is_typed
 
 
 class Compiler(Context):
@@ -224,6 +225,15 @@ class Compiler(Context):
                         ),
                     )
                 elif inp.frame_by in schemas[inp.flow].fields:
+                    ft = schemas[inp.flow].fields[inp.frame_by]
+                    if is_typed(ft.scalar):  # framing keys are stored as JSON, which has no date, decimal ...
+                        raise self.fail(
+                            where,
+                            f"stage '{sname}': frame_by '{inp.frame_by}' is of type '{ft}'; a framing field is a "
+                            "string, int, float, bool, json or list; frame by an import path 'module:function' "
+                            "that returns, e.g., the value's ISO text",
+                            "bad-frame-by",
+                        )
                     frames[inp.flow] = FrameFunction(inp.frame_by, field=inp.frame_by)
                 else:
                     raise self.fail(

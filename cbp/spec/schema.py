@@ -18,6 +18,7 @@ parsed if it nests deeper than that.
 
 from __future__ import annotations
 
+import datetime
 import decimal
 import functools
 import json
@@ -175,6 +176,7 @@ def _flat_record(flat: list[tuple[str, str, bool]], record: dict[str, Any]) -> d
 
 _INF = float("inf")
 _FLAT = ("string", "int", "float", "bool")
+_TYPED_VALUES = (datetime.date, decimal.Decimal, bytes)  # datetime.datetime is a date
 
 
 class RecordSchema:
@@ -213,6 +215,10 @@ class RecordSchema:
         )
         #: (name, scalar, is_list) of the fields of a type JSON lacks (a date ...): read from their JSON form
         self._typed = [(n, ft.scalar, ft.is_list) for n, ft in self.fields.items() if typedvalues.is_typed(ft.scalar)]
+
+    def json_defaults(self) -> dict[str, Any]:
+        """:attr:`defaults` as JSON values (a date as its ISO text ...), as a home records them."""
+        return {n: typedvalues.to_json(v) if isinstance(v, _TYPED_VALUES) else v for n, v in self.defaults.items()}
 
     def __getstate__(self) -> dict[str, Any]:
         return {"fields": self.user_fields, "defaults": self.defaults, "signed": self.is_signed}
