@@ -29,6 +29,7 @@ flows:
     external: true
     schema: {shop: string, day: date, at: timestamp, price: "decimal(12,2)", tag: "binary?"}
   priced: {schema: {shop: string, day: date, price: "decimal(12,2)", tag: "binary?"}}
+  rates: {external: true, schema: {since: date, rate: "decimal(6,4)"}}
 stages:
   agg:
     translator: MOD:agg
@@ -40,18 +41,20 @@ stages:
   perday:
     translator: MOD:perday
     signed: true
-    inputs: [{flow: priced, route_by: day}]
-    state: {schema: {day: date, n: int}}
+    runnable: any
+    inputs: [{flow: priced, route_by: day}, {flow: rates, route_by: ALL}]
+    state: {schema: {day: date, n: int, rate: "decimal(6,4)?"}}
 """
 MODULE = """
 import datetime
 import decimal
 
-def perday(key, state, priced, out):  # routed by a date: the key is its JSON form, 'YYYY-MM-DD'
+def perday(key, state, priced, rates, out):  # routed by a date: the key is its JSON form, 'YYYY-MM-DD'
     prev = next(state, None)
     n = (prev["n"] if prev else 0) + sum(r["_diff"] for r in priced)
+    rate = max((r["rate"] for r in rates if r["since"] <= datetime.date.fromisoformat(key)), default=None)
     if n:
-        out.state.write({"day": datetime.date.fromisoformat(key), "n": n})
+        out.state.write({"day": datetime.date.fromisoformat(key), "n": n, "rate": rate or (prev or {}).get("rate")})
 
 def agg(key, state, sales, out):
     prev = next(state, None)
@@ -180,6 +183,7 @@ def test_json_lines_through_a_signed_translator(spark, make_pipeline, tmp_path):
     p = cbp.load(path, home=str(tmp_path / "home"))
     (tmp_path / "a.jsonl").write_text("\n".join(SALES) + "\n")
     p.feed("sales", str(tmp_path / "a.jsonl"))
+    p.feed("rates", [{"since": datetime.date(2024, 5, 2), "rate": D("1.2345")}])  # broadcast: crosses as JSON
     p.run()
     (tmp_path / "b.jsonl").write_text(RETRACT + "\n")
     p.feed("sales", str(tmp_path / "b.jsonl"))
@@ -201,6 +205,7 @@ def test_json_lines_through_a_signed_translator(spark, make_pipeline, tmp_path):
     assert '"tag": "aGk="' in "".join(map(json_line, priced))
     per_day = pd.DataFrame(priced).groupby("day").size()
     assert sorted((r["day"], r["n"]) for r in p.state("perday")) == sorted(per_day.items())
+    assert {r["day"].day: r["rate"] for r in p.state("perday")} == {1: None, 3: D("1.2345")}
     # cbp sql: the types as Spark's (decimal(20,2) stays DECIMAL(20,2); sum widens its precision by 10)
     df = p.sql(
         "SELECT sum(total) AS s, avg(total) AS a, date_format(max(latest), 'yyyy-MM-dd HH:mm:ss.SSSSSS') AS m FROM agg"
@@ -276,11 +281,12 @@ SOURCE_MODULE = """
 import datetime
 import decimal
 
-def perday(key, state, priced, out):  # routed by a date: the key is its JSON form, 'YYYY-MM-DD'
+def perday(key, state, priced, rates, out):  # routed by a date: the key is its JSON form, 'YYYY-MM-DD'
     prev = next(state, None)
     n = (prev["n"] if prev else 0) + sum(r["_diff"] for r in priced)
+    rate = max((r["rate"] for r in rates if r["since"] <= datetime.date.fromisoformat(key)), default=None)
     if n:
-        out.state.write({"day": datetime.date.fromisoformat(key), "n": n})
+        out.state.write({"day": datetime.date.fromisoformat(key), "n": n, "rate": rate or (prev or {}).get("rate")})
 
 def totals(shop, state, orders, out):
     prev = next(state, None)

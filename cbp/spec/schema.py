@@ -338,12 +338,20 @@ class RecordSchema:
         return out
 
     def from_storage(self, record: dict[str, Any]) -> dict[str, Any]:
-        """Decode stored ``json`` fields back to values (and, signed, a null or missing ``_diff`` to 1)."""
+        """Decode stored ``json`` fields back to values (and, signed, a null or missing ``_diff`` to 1);
+        a date, timestamp, decimal or binary field in its JSON form (a broadcast copy crosses the
+        shuffle as JSON text) back to its Python value."""
         if self.is_signed and record.get(DIFF) is None:
             record[DIFF] = 1
         for n in self._json_fields:
             if record.get(n) is not None:
                 record[n] = json.loads(record[n])
+        for n, scalar, is_list in self._typed:
+            v = record.get(n)
+            if type(v) is str:
+                record[n] = typedvalues.from_json(scalar, v)
+            elif is_list and v and any(type(x) is str for x in v):
+                record[n] = [typedvalues.from_json(scalar, x) for x in v]
         return record
 
     def decoded_copy(self, row: Mapping[str, Any]) -> dict[str, Any]:
