@@ -410,3 +410,52 @@ def test_upgrade_adds_typed_fields_with_defaults(make_pipeline, tmp_path):
     p.upgrade()
     (rec,) = p.output("prices")
     assert (rec["since"], rec["fee"]) == (datetime.date(2024, 1, 1), D("0.50"))
+
+
+BATCH_YAML = """
+pipeline: typedbatch
+flows:
+  sales: {external: true, schema: {shop: string, n: int, day: date, price: "decimal(12,2)"}}
+stages:
+  totals:
+    translator: MOD:totals
+    batch: true
+    signed: true
+    inputs: [{flow: sales, route_by: shop}]
+    state: {schema: {shop: string, total: "decimal(20,2)", last: "date?"}}
+"""
+BATCH_MODULE = """
+import decimal
+import pyarrow as pa
+
+def totals(keys, state, sales, out):  # Arrow tables in, Arrow tables out: the types as they are stored
+    assert sales.schema.field("price").type == pa.decimal128(12, 2) and sales.schema.field("day").type == pa.date32()
+    total = [decimal.Decimal(0)] * len(keys)
+    last = [None] * len(keys)
+    if state is not None:
+        for pos, t, d in zip(state["_pos"].to_pylist(), state["total"].to_pylist(), state["last"].to_pylist()):
+            total[pos], last[pos] = t, d
+    for pos, p, n, d, day in zip(*(sales[c].to_pylist() for c in ("_pos", "price", "n", "_diff", "day"))):
+        total[pos] += p * n * d
+        last[pos] = max(x for x in (last[pos], day) if x is not None)
+    return {"state": pa.table({"_key": keys, "shop": keys, "total": total, "last": last})}
+"""
+
+
+def test_parquet_feed_through_a_batch_translator(spark, make_pipeline, tmp_path):
+    p = cbp.load(make_pipeline(BATCH_YAML, BATCH_MODULE), home=str(tmp_path / "home"))
+    table = pa.table(
+        {
+            "shop": ["a", "b", "a"],
+            "n": pa.array([2, 1, 3], pa.int16()),
+            "day": pa.array([datetime.date(2024, 5, d) for d in (1, 2, 3)], pa.date32()),
+            "price": pa.array([D("1.25"), D("10"), D("0.5")], pa.decimal128(5, 2)),
+        }
+    )
+    pq.write_table(table, tmp_path / "s.parquet")
+    p.feed("sales", str(tmp_path / "s.parquet"))
+    p.run()
+    df = table.to_pandas()
+    df["amount"] = df["price"] * df["n"]
+    want = {shop: (D(g["amount"].sum()).quantize(D("0.01")), g["day"].max()) for shop, g in df.groupby("shop")}
+    assert {r["shop"]: (r["total"], r["last"]) for r in p.state("totals")} == want
