@@ -13,6 +13,9 @@ A *source flow* is fed from a Delta table by ``cbp sync`` (:mod:`cbp.controller.
         delete_when: is_deleted                      # optional: a bool field that marks a delete
         schema: {order_id: int, customer: string, amount: float, updated_at: int, is_deleted: bool}
 
+``schema:`` may be left out of a flow with a ``source``: it is then the table's own
+(:func:`source_fields`, read when the pipeline is loaded).
+
     >>> from cbp.spec.schema import RecordSchema
     >>> s = RecordSchema.parse({"id": "int", "v": "float", "ts": "int"})
     >>> check_keyed(s, ["id"], "ts", None, "flow 'x'")
