@@ -394,7 +394,7 @@ def test_frame_by_a_typed_field_is_refused(make_pipeline):
 
 def test_upgrade_adds_typed_fields_with_defaults(make_pipeline, tmp_path):
     """An older home (no typed field) gains a date and a decimal field with defaults: the plan
-    records them as JSON, the stored records get them."""
+    records them as JSON, the stored records get them; a decimal widened (more digits) is cast."""
     yaml = KEYED_YAML.replace("key: [id], sequence_by: at, ", "")
     module = "def f(key, state, prices, out):\n    pass\n"
     home = str(tmp_path / "h")
@@ -402,14 +402,14 @@ def test_upgrade_adds_typed_fields_with_defaults(make_pipeline, tmp_path):
     p.feed("prices", [{"id": 1, "at": datetime.datetime(2024, 5, 1, tzinfo=UTC), "price": D("1")}])
     grown = yaml.replace(
         'price: "decimal(6,2)"}',
-        'price: "decimal(6,2)", since: {type: date, default: "2024-01-01"}, '
+        'price: "decimal(8,3)", since: {type: date, default: "2024-01-01"}, '
         'fee: {type: "decimal(4,2)", default: "0.5"}}',
     )
     p = cbp.load(make_pipeline(grown, module), home=home)
     assert any("since" in line for line in p.plan().lines())
     p.upgrade()
     (rec,) = p.output("prices")
-    assert (rec["since"], rec["fee"]) == (datetime.date(2024, 1, 1), D("0.50"))
+    assert (rec["since"], rec["fee"], str(rec["price"])) == (datetime.date(2024, 1, 1), D("0.50"), "1.000")
 
 
 BATCH_YAML = """

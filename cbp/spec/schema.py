@@ -108,7 +108,9 @@ class FieldType:
             return False
         if other.nullable and not self.nullable:
             return False
-        return self.scalar == other.scalar or (self.scalar == "float" and other.scalar == "int")
+        if self.scalar == other.scalar or (self.scalar == "float" and other.scalar == "int"):
+            return True
+        return typedvalues.decimal_widens(other.scalar, self.scalar)
 
 
 def parse_type(text: str) -> FieldType:

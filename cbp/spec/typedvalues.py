@@ -39,7 +39,7 @@ import pyarrow.compute as pc
 from pydantic import PlainValidator
 
 __all__ = ["TYPED", "canonical", "is_typed", "arrow_type", "spark_type", "python_type", "check_value"]
-__all__ += ["from_json", "to_json", "typed_column", "field_type_of_arrow"]
+__all__ += ["from_json", "to_json", "typed_column", "field_type_of_arrow", "decimal_of", "decimal_widens"]
 
 #: The type names of this module besides ``decimal(P,S)``, with their Arrow types.
 TYPED = {"date": pa.date32(), "timestamp": pa.timestamp("us", tz="UTC"), "binary": pa.binary()}
@@ -79,6 +79,17 @@ def canonical(scalar: str) -> str | None:
             f"type '{scalar}': a decimal(P,S) has 1 <= P <= 38 digits, S of them (0 <= S <= P) after the point"
         )
     return f"decimal({p},{s})"
+
+
+def decimal_widens(old: str, new: str) -> bool:
+    """Whether every ``decimal`` value of type ``old`` is one of ``new`` as it is (no fewer digits
+    before or after the point).
+
+        >>> decimal_widens("decimal(10,2)", "decimal(12,3)"), decimal_widens("decimal(10,2)", "decimal(12,1)")
+        (True, False)
+    """
+    a, b = decimal_of(old), decimal_of(new)
+    return a is not None and b is not None and b[1] >= a[1] and b[0] - b[1] >= a[0] - a[1]
 
 
 def is_typed(scalar: str) -> bool:
