@@ -1,8 +1,9 @@
 """Record schemas of flows: field types, their Arrow form, and record validation.
 
 A schema is a mapping of field name to a type string: ``string``, ``int``, ``float``,
-``bool``, ``json`` (any JSON value), ``list<T>`` of a scalar type, each optionally
-followed by ``?`` for a field that may be null or missing. Field names are identifiers that do
+``bool``, ``json`` (any JSON value), ``date``, ``timestamp``, ``decimal(P,S)``, ``binary``
+(:mod:`.typedvalues`), ``list<T>`` of a scalar type, each optionally followed by ``?`` for a
+field that may be null or missing. Field names are identifiers that do
 not start with ``_`` (cbp's own columns do).
 
 Validation is total: a record either comes back as a plain dict that Arrow, Parquet and JSON can
