@@ -104,7 +104,8 @@ def yaml_reference() -> str:
     types = ", ".join(f"`{t}`" for t in SCALAR_TYPES)
     out += ["## field", "", "A field of a `schema` (a flow's, a state's, an input's) is `name: T`, T a type string: "
             f"one of {types}; `list<T>` of a scalar T other than `json` (`list<T?>`: items may be null); any of them "
-            "nullable with a trailing `?` (`int?`, `list<string>?`). Any other type is refused (`bad-type`). "
+            "nullable with a trailing `?` (`int?`, `list<string>?`). Any other type is refused (`bad-type`); "
+            "[schema types](schema-types.md) gives each one's JSON form and Arrow, Spark and Python types. "
             "A flow's or state's field may take the long form `name: {type: T, default: V}`:", "",
             *_model_rows(raw.RawField), ""]
     return "\n".join(out)

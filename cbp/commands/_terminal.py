@@ -16,6 +16,7 @@ import threading
 from typing import Any
 
 from ..engine.driver.progress import Progress
+from ..spec.typedvalues import to_json
 
 __all__ = ["AFTER", "EpochDisplay", "json_line", "setup"]
 
@@ -24,12 +25,15 @@ AFTER = 2.0  # seconds an epoch runs before its bar shows
 
 def json_line(rec: Any) -> str:
     r"""``rec`` as one line of JSON, UTF-8 as it is, except the line and paragraph separators
-    U+2028/U+2029, escaped: Python's ``str.splitlines`` and JavaScript break lines at them.
+    U+2028/U+2029, escaped: Python's ``str.splitlines`` and JavaScript break lines at them. A
+    date, timestamp, decimal or binary value is written in the JSON form a feed reads
+    (:func:`cbp.spec.typedvalues.to_json`).
 
         >>> json_line({"s": "a\u2028b", "t": "é"})
         '{"s": "a\\u2028b", "t": "é"}'
     """
-    return json.dumps(rec, ensure_ascii=False).replace("\u2028", "\\u2028").replace("\u2029", "\\u2029")
+    line = json.dumps(rec, ensure_ascii=False, default=to_json)  # date, timestamp, decimal, binary: their JSON form
+    return line.replace("\u2028", "\\u2028").replace("\u2029", "\\u2029")
 
 
 def setup(verbose: bool) -> None:

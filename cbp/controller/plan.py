@@ -80,7 +80,7 @@ def definition(spec: PipelineSpec) -> dict[str, Any]:
     flows = {
         n: {
             "schema": {k: str(t) for k, t in f.schema.fields.items()},
-            "defaults": dict(f.schema.defaults),
+            "defaults": f.schema.json_defaults(),
             "framed": f.frame_by is not None,
             "external": f.external,
             **({"key": list(f.key)} if f.key else {}),  # keyed flows (cbp.controller.keyed)
@@ -94,7 +94,7 @@ def definition(spec: PipelineSpec) -> dict[str, Any]:
             "inputs": [i.flow for i in s.inputs],
             "outputs": list(s.outputs),
             "state": None if s.state_schema is None else {k: str(t) for k, t in s.state_schema.fields.items()},
-            "defaults": {} if s.state_schema is None else dict(s.state_schema.defaults),
+            "defaults": {} if s.state_schema is None else s.state_schema.json_defaults(),
             "partitions": s.partitions,
             "translator": s.translator_path,
             "runnable": s.runnable_name,

@@ -3,7 +3,7 @@ sources."""
 
 from __future__ import annotations
 
-from .entry import INP, RS, B, Code, _c
+from .entry import INP, RS, B, Code, S, _c
 
 SECTIONS: list[tuple[str, list[Code]]] = [
     (
@@ -158,10 +158,11 @@ SECTIONS: list[tuple[str, list[Code]]] = [
             ),
             _c(
                 "source-schema",
-                INP,
-                3,
-                "the table's schema no longer fits the flow",
-                "change the flow's schema, or the table",
+                (INP, S),
+                (3, 2),
+                "the table's schema no longer fits the flow (exit 3); or, for a flow without `schema:`, a column "
+                "of a type cbp cannot carry (a struct, a map, a timestamp without a zone ...; exit 2, named)",
+                "change the flow's schema, or the table; give the flow a `schema:` of the columns it reads",
             ),
             _c(
                 "source-version",

@@ -100,6 +100,13 @@ SECTIONS: list[tuple[str, list[Code]]] = [
                 "a stage with state whose inputs have no `route_by`",
                 "give each input a `route_by`",
             ),
+            _c(
+                "bad-frame-by",
+                S,
+                2,
+                "a `frame_by` field of a type framing cannot key by (`date`, `timestamp`, `decimal`, `binary`)",
+                "frame by a function (`module:function`) that returns, e.g., the value's ISO text",
+            ),
             _c("frame-mismatch", S, 2, "inputs of one stage framed differently", "the message says what is expected"),
             _c(
                 "broadcast-nowhere",

@@ -11,7 +11,11 @@ field at fault:
 - ``string``: Arrow strings (``string``, ``large_string``, ``string_view``, dictionary-encoded),
   valid UTF-8 (which also rules out lone surrogates); ``int``: Arrow integers that fit int64;
   ``float``: Arrow floats, finite, or integers (stored as the float they stand for); ``bool``:
-  Arrow booleans; ``list<T>``: Arrow lists (``list``, ``large_list``, ``fixed_size_list``) of such
+  Arrow booleans; ``date``: Arrow dates; ``timestamp``: Arrow timestamps with a time zone (any
+  unit and zone, as UTC microseconds; a naive column, or a value finer than microseconds, is
+  refused); ``decimal(P,S)``: Arrow decimals or integers whose values fit (never floats);
+  ``binary``: Arrow binaries (:mod:`.typedvalues`); ``list<T>``: Arrow lists (``list``,
+  ``large_list``, ``fixed_size_list``) of such
   items, nulls among them only for ``list<T?>``; ``json``: any Arrow type whose Python values are
   JSON (checked per value, as the dict path does, and stored as sorted-key JSON text); with
   ``json_text=True`` (tables already in stored form, as a batch translator returns them) a string
@@ -35,6 +39,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from . import typedvalues
 from .diff import DiffError
 from .schema import DIFF, FieldType, RecordError, RecordSchema, check_json
 
@@ -193,6 +198,8 @@ def _scalar(scalar: str, arr: pa.Array) -> tuple[pa.Array, _Bad]:
     t = arr.type
     if arr.null_count == len(arr):  # list items that are all null (or none at all): any type will do
         return pa.nulls(len(arr), FieldType(scalar).arrow), None
+    if typedvalues.is_typed(scalar):  # date, timestamp, decimal(P,S), binary
+        return typedvalues.typed_column(scalar, arr)
     if scalar == "string" and (pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_string_view(t)):
         try:
             arr.validate(full=True)

@@ -11,8 +11,9 @@ from .problems import Problems
 from .raw import RawFlow, RawStage
 from .resolve import is_import_path
 from .schema import RecordSchema
-from .sources import flow_source
+from .sources import flow_source, source_fields
 from .stages import compile_stage
+from .typedvalues import is_typed
 
 
 class Compiler(Context):
@@ -27,7 +28,8 @@ class Compiler(Context):
         schemas: dict[str, RecordSchema] = {}
         for fname, f in raw.flows.items():
             with problems.check():
-                schemas[fname] = self.schema(f.fields, ("flows", fname, "schema"), f"flow '{fname}'")
+                fields = f.fields if f.fields is not None else source_fields(fname, f, self.fail, self.base)
+                schemas[fname] = self.schema(fields, ("flows", fname, "schema"), f"flow '{fname}'")
         producers, consumers, bad = self._structure(problems)
         if not bad:  # a stage refused above may be the producer a flow lacks
             for fname in raw.flows:
@@ -223,6 +225,15 @@ class Compiler(Context):
                         ),
                     )
                 elif inp.frame_by in schemas[inp.flow].fields:
+                    ft = schemas[inp.flow].fields[inp.frame_by]
+                    if is_typed(ft.scalar):  # framing keys are stored as JSON, which has no date, decimal ...
+                        raise self.fail(
+                            where,
+                            f"stage '{sname}': frame_by '{inp.frame_by}' is of type '{ft}'; a framing field is a "
+                            "string, int, float, bool, json or list; frame by an import path 'module:function' "
+                            "that returns, e.g., the value's ISO text",
+                            "bad-frame-by",
+                        )
                     frames[inp.flow] = FrameFunction(inp.frame_by, field=inp.frame_by)
                 else:
                     raise self.fail(

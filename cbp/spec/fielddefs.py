@@ -42,7 +42,8 @@ def field_definition(name: str, raw: Any) -> tuple[FieldType, bool, Any]:
         return ft, False, None
     value = raw["default"]
     try:
-        stored = RecordSchema({name: ft}).validate({name: value})[name]
+        one = RecordSchema({name: ft})
+        stored = one.validate(one.from_json({name: value}))[name]  # a date's default may be its ISO text ...
     except RecordError as e:
         raise ValueError(f"default {value!r} does not fit type {ft}: {e}") from None
     return ft, True, stored

@@ -85,8 +85,11 @@ class RawState(_Strict):
 
 
 class RawFlow(_Strict):
-    fields: dict[str, str | dict[str, Any]] = Field(
-        alias="schema", description=_SCHEMA + "; records are checked against it"
+    fields: dict[str, str | dict[str, Any]] | None = Field(
+        default=None,
+        alias="schema",
+        description=_SCHEMA + "; records are checked against it. Required, except for a flow with a `source:`: "
+        "left out, it is the Delta table's own (read when the pipeline is loaded)",
     )
     external: bool = Field(
         default=False, description="`true` for an input you feed (`cbp feed`); otherwise a stage must produce it"

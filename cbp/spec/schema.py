@@ -1,8 +1,9 @@
 """Record schemas of flows: field types, their Arrow form, and record validation.
 
 A schema is a mapping of field name to a type string: ``string``, ``int``, ``float``,
-``bool``, ``json`` (any JSON value), ``list<T>`` of a scalar type, each optionally
-followed by ``?`` for a field that may be null or missing. Field names are identifiers that do
+``bool``, ``json`` (any JSON value), ``date``, ``timestamp``, ``decimal(P,S)``, ``binary``
+(:mod:`.typedvalues`), ``list<T>`` of a scalar type, each optionally followed by ``?`` for a
+field that may be null or missing. Field names are identifiers that do
 not start with ``_`` (cbp's own columns do).
 
 Validation is total: a record either comes back as a plain dict that Arrow, Parquet and JSON can
@@ -18,6 +19,8 @@ parsed if it nests deeper than that.
 
 from __future__ import annotations
 
+import datetime
+import decimal
 import functools
 import json
 import re
@@ -39,6 +42,7 @@ from pydantic import (
 )
 from typing_extensions import NotRequired, Required, TypedDict
 
+from . import typedvalues
 from .jsonvalues import MAX_DEPTH, SURROGATE, RecordError, check_json, parse_json, safe_repr, short, surrogate_message
 
 __all__ = ["FieldType", "RecordSchema", "RecordError", "parse_type", "check_json", "MAX_DEPTH", "FIELD_NAME", "DIFF"]
@@ -58,9 +62,10 @@ _SCALARS: dict[str, tuple[Any, pa.DataType]] = {
     "bool": (StrictBool, pa.bool_()),
     "json": (Any, pa.string()),
 }
+_SPARK = {"string": "STRING", "int": "BIGINT", "float": "DOUBLE", "bool": "BOOLEAN", "json": "STRING"}
 #: The scalar type names a schema field takes (each also as ``list<T>``, except json, and nullable as ``T?``).
-SCALAR_TYPES = tuple(_SCALARS)
-_TYPE_RE = re.compile(r"^\s*(?:list<\s*(\w+)\s*(\?)?\s*>|(\w+))\s*(\?)?\s*$")
+SCALAR_TYPES = (*_SCALARS, *typedvalues.TYPED, "decimal(P,S)")
+_TYPE_RE = re.compile(r"^\s*(?:list<\s*(\w+(?:\([\d\s,]*\))?)\s*(\?)?\s*>|(\w+(?:\([\d\s,]*\))?))\s*(\?)?\s*$")
 
 
 @dataclass(frozen=True)
@@ -78,12 +83,22 @@ class FieldType:
 
     @property
     def arrow(self) -> pa.DataType:
-        t = _SCALARS[self.scalar][1]
+        t = typedvalues.arrow_type(self.scalar) if self.scalar not in _SCALARS else _SCALARS[self.scalar][1]
         return pa.list_(t) if self.is_list else t
 
     @property
+    def spark(self) -> str:
+        """The Spark SQL type of the stored column (``json`` is text).
+
+        >>> parse_type("list<decimal(12,2)>").spark
+        'ARRAY<DECIMAL(12,2)>'
+        """
+        t = _SPARK[self.scalar] if self.scalar in _SPARK else typedvalues.spark_type(self.scalar)
+        return f"ARRAY<{t}>" if self.is_list else t
+
+    @property
     def python(self) -> Any:
-        t = _SCALARS[self.scalar][0]
+        t = typedvalues.python_type(self.scalar) if self.scalar not in _SCALARS else _SCALARS[self.scalar][0]
         if self.is_list:
             t = list[t | None] if self.items_nullable else list[t]  # type: ignore[valid-type]
         return t | None if self.nullable else t
@@ -94,7 +109,9 @@ class FieldType:
             return False
         if other.nullable and not self.nullable:
             return False
-        return self.scalar == other.scalar or (self.scalar == "float" and other.scalar == "int")
+        if self.scalar == other.scalar or (self.scalar == "float" and other.scalar == "int"):
+            return True
+        return typedvalues.decimal_widens(other.scalar, self.scalar)
 
 
 def parse_type(text: str) -> FieldType:
@@ -105,9 +122,11 @@ def parse_type(text: str) -> FieldType:
     """
     m = _TYPE_RE.match(str(text))
     scalar = (m.group(1) or m.group(3)) if m else None
-    if not m or scalar not in _SCALARS or (m.group(1) and scalar == "json"):
+    if scalar is not None and scalar not in _SCALARS:
+        scalar = typedvalues.canonical(re.sub(r"\s+", "", scalar))  # decimal(P,S) with P, S in bounds
+    if not m or scalar is None or (m.group(1) and scalar == "json"):
         raise ValueError(
-            f"unknown type '{text}'; use one of {', '.join(_SCALARS)}, list<T> of a scalar T, with an optional '?'"
+            f"unknown type '{text}'; use one of {', '.join(SCALAR_TYPES)}, list<T> of a scalar T, with an optional '?'"
         )
     return FieldType(scalar, is_list=bool(m.group(1)), nullable=bool(m.group(4)), items_nullable=bool(m.group(2)))
 
@@ -159,6 +178,8 @@ def _flat_record(flat: list[tuple[str, str, bool]], record: dict[str, Any]) -> d
 
 
 _INF = float("inf")
+_FLAT = ("string", "int", "float", "bool")
+_TYPED_VALUES = (datetime.date, decimal.Decimal, bytes)  # datetime.datetime is a date
 
 
 class RecordSchema:
@@ -192,9 +213,15 @@ class RecordSchema:
         #: such records itself and leaves pydantic only the ones it cannot accept (to say why)
         self._flat = (
             None
-            if any(ft.is_list or ft.scalar == "json" for ft in self.fields.values())
+            if any(ft.is_list or ft.scalar not in _FLAT for ft in self.fields.values())
             else [(n, ft.scalar, ft.nullable) for n, ft in self.fields.items()]
         )
+        #: (name, scalar, is_list) of the fields of a type JSON lacks (a date ...): read from their JSON form
+        self._typed = [(n, ft.scalar, ft.is_list) for n, ft in self.fields.items() if typedvalues.is_typed(ft.scalar)]
+
+    def json_defaults(self) -> dict[str, Any]:
+        """:attr:`defaults` as JSON values (a date as its ISO text ...), as a home records them."""
+        return {n: typedvalues.to_json(v) if isinstance(v, _TYPED_VALUES) else v for n, v in self.defaults.items()}
 
     def __getstate__(self) -> dict[str, Any]:
         return {"fields": self.user_fields, "defaults": self.defaults, "signed": self.is_signed}
@@ -268,8 +295,40 @@ class RecordSchema:
         return self.validate(self.parse_json_line(line))
 
     def parse_json_line(self, line: str) -> Any:
-        """One JSON text parsed (not validated), bounded as :meth:`validate_json_line` says."""
-        return parse_json(line)
+        """One JSON text parsed (not validated), bounded as :meth:`validate_json_line` says; the
+        fields of a type JSON lacks (``date`` ...) are read from their JSON form (:meth:`from_json`)."""
+        value = parse_json(line)
+        if self._typed and type(value) is dict:
+            value = self.from_json(value, line)
+        return value
+
+    def from_json(self, record: dict[str, Any], line: str | None = None) -> dict[str, Any]:
+        """``record`` with its ``date``, ``timestamp``, ``decimal`` and ``binary`` fields read from
+        their JSON form (:mod:`cbp.spec.typedvalues`); ``line``: the JSON text it was parsed from,
+        whose numbers a decimal field takes exactly (never through a float).
+
+            >>> s = RecordSchema.parse({"d": "date", "p": "decimal(4,2)"})
+            >>> s.validate(s.from_json({"d": "2024-05-01", "p": "1.5"}))
+            {'d': datetime.date(2024, 5, 1), 'p': Decimal('1.50')}
+        """
+        exact: dict[str, Any] | None = None
+        out = dict(record)
+        for name, scalar, is_list in self._typed:
+            v = out.get(name)
+            if v is None:
+                continue
+            if scalar.startswith("decimal(") and line is not None and _has_float(v):
+                if exact is None:
+                    exact = json.loads(line, parse_float=decimal.Decimal)
+                v = exact.get(name, v)
+            try:
+                if is_list and type(v) is list:
+                    out[name] = [typedvalues.from_json(scalar, x) for x in v]
+                elif not is_list:
+                    out[name] = typedvalues.from_json(scalar, v)
+            except ValueError as e:
+                raise RecordError(name, str(e)) from None
+        return out
 
     def to_storage(self, record: Mapping[str, Any]) -> dict[str, Any]:
         """Encode ``json`` fields as text, as they are stored."""
@@ -282,12 +341,20 @@ class RecordSchema:
         return out
 
     def from_storage(self, record: dict[str, Any]) -> dict[str, Any]:
-        """Decode stored ``json`` fields back to values (and, signed, a null or missing ``_diff`` to 1)."""
+        """Decode stored ``json`` fields back to values (and, signed, a null or missing ``_diff`` to 1);
+        a date, timestamp, decimal or binary field in its JSON form (a broadcast copy crosses the
+        shuffle as JSON text) back to its Python value."""
         if self.is_signed and record.get(DIFF) is None:
             record[DIFF] = 1
         for n in self._json_fields:
             if record.get(n) is not None:
                 record[n] = json.loads(record[n])
+        for n, scalar, is_list in self._typed:
+            v = record.get(n)
+            if type(v) is str:
+                record[n] = typedvalues.from_json(scalar, v)
+            elif is_list and v and any(type(x) is str for x in v):
+                record[n] = [typedvalues.from_json(scalar, x) for x in v]
         return record
 
     def decoded_copy(self, row: Mapping[str, Any]) -> dict[str, Any]:
@@ -319,6 +386,10 @@ class RecordSchema:
         return table if diffs is None else table.append_column(pa.field(DIFF, pa.int64()), pa.array(diffs, pa.int64()))
 
 
+def _has_float(v: Any) -> bool:
+    return type(v) is float or (type(v) is list and any(type(x) is float for x in v))
+
+
 def _record_error(e: ValidationError) -> RecordError:
     err = e.errors()[0]
     loc = [short(x) if not isinstance(x, int) else str(x) for x in err.get("loc", ())]
@@ -329,5 +400,7 @@ def _record_error(e: ValidationError) -> RecordError:
     if kind == "extra_forbidden":
         return RecordError(field, "unknown field (not in the flow's schema)")
     where = ("[" + "][".join(loc[1:]) + "]") if len(loc) > 1 else ""
+    if kind == "value_error":  # a date, timestamp, decimal or binary value: the message says what it got
+        return RecordError(field, f"{err.get('msg', 'invalid').removeprefix('Value error, ')}{where}")
     got = err.get("input")
     return RecordError(field, f"{err.get('msg', 'invalid')}{where}, got {type(got).__name__} {safe_repr(got)}")

@@ -13,6 +13,9 @@ A *source flow* is fed from a Delta table by ``cbp sync`` (:mod:`cbp.controller.
         delete_when: is_deleted                      # optional: a bool field that marks a delete
         schema: {order_id: int, customer: string, amount: float, updated_at: int, is_deleted: bool}
 
+``schema:`` may be left out of a flow with a ``source``: it is then the table's own
+(:func:`source_fields`, read when the pipeline is loaded).
+
     >>> from cbp.spec.schema import RecordSchema
     >>> s = RecordSchema.parse({"id": "int", "v": "float", "ts": "int"})
     >>> check_keyed(s, ["id"], "ts", None, "flow 'x'")
@@ -27,10 +30,12 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from .schema import RecordSchema
+from .typedvalues import field_type_of_arrow
 
-__all__ = ["RawSource", "SourceSpecError", "flow_source", "check_source_uri", "check_keyed", "ORDERABLE"]
+__all__ = ["RawSource", "SourceSpecError", "flow_source", "source_fields", "check_source_uri", "check_keyed"]
+__all__ += ["ORDERABLE"]
 
-ORDERABLE = ("int", "float", "string")
+ORDERABLE = ("int", "float", "string", "date", "timestamp")
 """The scalar types a ``sequence_by`` field may have."""
 
 
@@ -75,6 +80,40 @@ def flow_source(
     except SourceSpecError as e:
         raise fail(("flows", name), str(e), e.code) from None
     return {"source": uri, "key": keys, "sequence_by": raw.sequence_by, "delete_when": raw.delete_when}
+
+
+def source_fields(
+    name: str, raw: Any, fail: Callable[[tuple[str, ...], str, str], Exception], base: str = "."
+) -> dict[str, str]:
+    """The schema of flow ``name`` declared without ``schema:``: its Delta source table's columns,
+    each as the type cbp stores it (:func:`cbp.spec.typedvalues.field_type_of_arrow`); a column of
+    a type cbp cannot carry is ``source-schema``, a flow without a source ``invalid-spec``."""
+    if raw.source is None:
+        raise fail(
+            ("flows", name),
+            f"flow '{name}': 'schema' is missing; only a flow with a source: {{delta: URI}} may leave it out "
+            "(its schema is then the table's)",
+            "invalid-spec",
+        )
+    from ..storage.deltasource import SourceTable
+
+    try:
+        uri = check_source_uri(raw.source.delta, f"flow '{name}'", base)
+    except SourceSpecError as e:
+        raise fail(("flows", name, "source"), str(e), e.code) from None
+    fields: dict[str, str] = {}
+    for f in SourceTable(uri).arrow_schema():
+        t = field_type_of_arrow(f.type, f.nullable)
+        if t is None:
+            raise fail(
+                ("flows", name, "source"),
+                f"flow '{name}': source table {uri}: column '{f.name}' is of type {f.type}, which cbp cannot carry "
+                "(it takes strings, ints, floats, bools, dates, timestamps with a zone, decimals, binaries and "
+                "lists of them); give the flow a schema: of the columns it reads, or drop the column",
+                "source-schema",
+            )
+        fields[f.name] = t
+    return fields
 
 
 def check_source_uri(uri: str, what: str, base: str = ".") -> str:
@@ -128,7 +167,7 @@ def check_keyed(
             )
     for k in key:
         ft = schema.fields[k]
-        if ft.is_list or ft.scalar in ("json", "float"):
+        if ft.is_list or ft.scalar not in ("string", "int", "bool"):
             raise SourceSpecError(
                 f"{what}: key field '{k}' is {ft}; a key field is a string, an int or a bool", "bad-key"
             )

@@ -64,6 +64,11 @@ class SourceTable:
             ) from None
         return self._dt
 
+    def arrow_schema(self) -> pa.Schema:
+        """The table's columns as of its newest version, as Arrow types (delta-rs maps Delta's:
+        ``short`` is int16, ``timestamp`` is UTC microseconds, ``timestamp_ntz`` has no zone ...)."""
+        return pa.schema(self._open().schema().to_arrow())
+
     def version(self) -> int:
         """The table's newest version."""
         return int(self._open().version())

@@ -44,7 +44,6 @@ if TYPE_CHECKING:
 
 __all__ = ["run_stage_epoch", "spark_ddl", "struct_ddl", "envelope_ddl", "shuffle_written"]
 
-_SPARK_TYPES = {"string": "STRING", "int": "BIGINT", "float": "DOUBLE", "bool": "BOOLEAN", "json": "STRING"}
 _WORKER_DIED = (
     "Python worker exited unexpectedly",
     "worker exited unexpectedly (crashed)",
@@ -66,8 +65,7 @@ def _columns(schema: RecordSchema, without: str | None = None) -> list[str]:
     for name, ft in schema.fields.items():
         if name == without:
             continue
-        t = _SPARK_TYPES[ft.scalar]
-        cols.append(f"`{name}` {'ARRAY<' + t + '>' if ft.is_list else t}")
+        cols.append(f"`{name}` {ft.spark}")
     return cols
 
 

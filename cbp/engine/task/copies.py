@@ -8,6 +8,7 @@ from collections.abc import Iterable, Iterator
 from typing import Any
 
 from ...spec import STATE
+from ...spec.typedvalues import to_json
 from .groups import Group
 from .plan import TaskPlan
 from .routing import COPY
@@ -52,7 +53,7 @@ class Copies:
         for idx, items in enumerate(g.flows):
             for item in items:
                 if isinstance(item, dict):
-                    item, n = json.dumps(item, separators=(",", ":"), ensure_ascii=False), 1
+                    item, n = json.dumps(item, separators=(",", ":"), ensure_ascii=False, default=to_json), 1
                 else:
                     n = len(item)
                 if kind == "M":

@@ -46,6 +46,7 @@ import pyarrow.compute as pc
 from ...model import Broadcast, Multicast
 from ...spec import STATE, KeyFunction
 from ...spec.schema import RecordSchema
+from ...spec.typedvalues import to_json
 
 __all__ = [
     "BOUND",
@@ -151,8 +152,9 @@ def encode_key(key: Any) -> str:
 
 
 _KEY_TEXT = json.JSONEncoder(
-    sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
-).encode  # json.dumps(key, ...) without an encoder per call; NaN and infinities are no JSON
+    sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False, default=to_json
+).encode  # json.dumps(key, ...) without an encoder per call; NaN and infinities are no JSON; a date,
+# timestamp, decimal or binary value is its JSON form (the translator's key is that text)
 
 
 def decode_key(text: str) -> Any:
