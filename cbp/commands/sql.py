@@ -83,21 +83,29 @@ def _table(columns: list[str], rows: list[dict[str, Any]]) -> None:
 
 
 def _plain(value: Any) -> Any:
-    """A query result value as JSON: decimals as numbers, dates and times as ISO text."""
+    """A query result value in the JSON form ``cbp output`` prints (docs/reference/schema-types.md):
+    decimals as exact text, timestamps in UTC with ``Z``, dates as ISO text, binary as base64.
+
+    >>> import datetime, decimal
+    >>> _plain({"d": decimal.Decimal("1.50"), "t": datetime.datetime(2024, 5, 1, 12, tzinfo=datetime.timezone.utc)})
+    {'d': '1.50', 't': '2024-05-01T12:00:00.000000Z'}
+    """
     import datetime
-    import decimal
+
+    from ..spec.typedvalues import to_json
 
     if isinstance(value, dict):
         return {str(k): _plain(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
         return [_plain(v) for v in value]
-    if isinstance(value, decimal.Decimal):
-        return int(value) if value == value.to_integral_value() else float(value)
-    if isinstance(value, (datetime.date, datetime.datetime, datetime.time)):
+    if isinstance(value, datetime.datetime) and value.tzinfo is None:
+        value = value.astimezone(datetime.timezone.utc)  # PySpark gives a TIMESTAMP in the local zone, naive
+    if isinstance(value, datetime.time):
         return value.isoformat()
-    if isinstance(value, (bytes, bytearray)):
-        return value.hex()
-    return value
+    try:
+        return to_json(value)
+    except TypeError:
+        return value
 
 
 def _cell(value: Any) -> str:
