@@ -76,4 +76,5 @@ def load_spec(path: str | os.PathLike[str], text: str | None = None) -> Pipeline
     from ..views import expand_views, route_views  # a pipeline with views: their flows and stages added
 
     raw, routes = expand_views(path, raw, lines)
-    return route_views(Compiler(path, raw, lines).compile(), routes)
+    spec: PipelineSpec = route_views(Compiler(path, raw, lines).compile(), routes)
+    return spec

@@ -28,13 +28,13 @@ NUMERIC = frozenset({"int", "float"})
 class ExprError(Exception):
     """An expression cbp cannot type: the construct, the node it is at, and the error code."""
 
-    def __init__(self, code: str, message: str, node: exp.Expression | None) -> None:
+    def __init__(self, code: str, message: str, node: exp.Expr | None) -> None:
         super().__init__(message)
         self.code, self.node = code, node
 
 
 @functools.lru_cache(maxsize=4096)
-def parse_expr(text: str) -> exp.Expression:
+def parse_expr(text: str) -> exp.Expr:
     """An expression's Spark SQL text parsed (cached: a worker parses each expression once).
 
     >>> type(parse_expr("a + 1")).__name__
@@ -92,7 +92,7 @@ def _substring(s: Any, pos: Any, length: Any) -> Any:
     return s[start:end] if start < end else ""
 
 
-_BINARY: dict[type[exp.Expression], Callable[[Any, Any], Any]] = {
+_BINARY: dict[type[exp.Expr], Callable[[Any, Any], Any]] = {
     exp.Add: lambda a, b: _num(a, b, lambda x, y: x + y),
     exp.Sub: lambda a, b: _num(a, b, lambda x, y: x - y),
     exp.Mul: lambda a, b: _num(a, b, lambda x, y: x * y),
@@ -108,7 +108,7 @@ _BINARY: dict[type[exp.Expression], Callable[[Any, Any], Any]] = {
     exp.Or: _or,
     exp.DPipe: lambda a, b: None if a is None or b is None else _text(a) + _text(b),
 }
-_UNARY: dict[type[exp.Expression], Callable[[Any], Any]] = {
+_UNARY: dict[type[exp.Expr], Callable[[Any], Any]] = {
     exp.Neg: lambda a: None if a is None else -a,
     exp.Not: lambda a: None if a is None else not a,
     exp.Paren: lambda a: a,
@@ -132,14 +132,14 @@ def _text(v: Any) -> str:
     return str(v)
 
 
-def _literal(node: exp.Literal) -> Any:
+def _literal(node: exp.Expr) -> Any:
     if node.is_string:
         return node.this
     text = str(node.this)
     return float(text) if any(c in text for c in ".eE") else int(text)
 
 
-def ev(node: exp.Expression, row: Mapping[str, Any]) -> Any:
+def ev(node: exp.Expr, row: Mapping[str, Any]) -> Any:
     """The value of expression ``node`` on ``row`` (field name -> value); NULL is None.
 
     >>> ev(parse_expr("coalesce(a, 3) * 2"), {"a": None})
@@ -179,7 +179,7 @@ def _in(v: Any, items: list[Any]) -> Any:
     return None if any(i is None for i in items) else False
 
 
-def _special(node: exp.Expression, row: Mapping[str, Any]) -> Any:
+def _special(node: exp.Expr, row: Mapping[str, Any]) -> Any:
     """CASE, IF, COALESCE and the string functions of several arguments."""
     if isinstance(node, exp.Case):
         subject = ev(node.this, row) if node.this is not None else None
@@ -213,7 +213,7 @@ def _special(node: exp.Expression, row: Mapping[str, Any]) -> Any:
     raise ExprError("view-unsupported", f"{type(node).__name__} is not evaluated", node)
 
 
-def infer(node: exp.Expression, types: Mapping[str, str | None]) -> str | None:
+def infer(node: exp.Expr, types: Mapping[str, str | None]) -> str | None:
     """The type (int, float, string, bool; None: NULL) of ``node`` over fields of ``types``, or
     :class:`ExprError` naming the construct that is not supported or does not type.
 
@@ -251,7 +251,7 @@ def infer(node: exp.Expression, types: Mapping[str, str | None]) -> str | None:
     return _infer_special(node, types)
 
 
-def _operands(node: exp.Expression) -> list[exp.Expression]:
+def _operands(node: exp.Expr) -> list[exp.Expr]:
     out = [node.this] if node.this is not None else []
     for k in ("expression", "low", "high"):
         if node.args.get(k) is not None:
@@ -259,13 +259,13 @@ def _operands(node: exp.Expression) -> list[exp.Expression]:
     return out + list(node.expressions)
 
 
-def _want(node: exp.Expression, types: list[str | None], allowed: set[str] | frozenset[str], what: str) -> None:
+def _want(node: exp.Expr, types: list[str | None], allowed: set[str] | frozenset[str], what: str) -> None:
     for t in types:
         if t is not None and t not in allowed:
             raise ExprError("view-unsupported", f"{construct_name(node)} of a {t} (it takes {what})", node)
 
 
-def _comparable(node: exp.Expression, types: list[str | None]) -> None:
+def _comparable(node: exp.Expr, types: list[str | None]) -> None:
     known = {t for t in types if t is not None}
     if len(known) > 1 and not known <= NUMERIC:
         raise ExprError(
@@ -275,7 +275,7 @@ def _comparable(node: exp.Expression, types: list[str | None]) -> None:
         )
 
 
-def _common(node: exp.Expression, types: list[str | None]) -> str | None:
+def _common(node: exp.Expr, types: list[str | None]) -> str | None:
     """The type of branches that must agree (CASE, IF, COALESCE): int and float give float."""
     _comparable(node, types)
     known = {t for t in types if t is not None}
@@ -284,7 +284,7 @@ def _common(node: exp.Expression, types: list[str | None]) -> str | None:
     return "float" if known == set(NUMERIC) else known.pop()
 
 
-def _infer_special(node: exp.Expression, types: Mapping[str, str | None]) -> str | None:
+def _infer_special(node: exp.Expr, types: Mapping[str, str | None]) -> str | None:
     if isinstance(node, exp.Paren):
         return infer(node.this, types)
     if isinstance(node, (exp.Upper, exp.Lower, exp.Trim, exp.Length)):
@@ -344,7 +344,7 @@ _NAMES = {
 }
 
 
-def construct_name(node: exp.Expression) -> str:
+def construct_name(node: exp.Expr) -> str:
     """How a message names the SQL construct ``node``.
 
     >>> construct_name(parse_expr("rand()"))

@@ -32,7 +32,7 @@ _RUN = "cbp.views.run:"
 _SQL = "spark"
 
 
-def _sql(e: exp.Expression | None) -> str | None:
+def _sql(e: exp.Expr | None) -> str | None:
     return None if e is None else e.sql(dialect=_SQL)
 
 
@@ -66,7 +66,7 @@ class Generated:
         except ExprError as e:
             raise expr_error(e, sql) from None
 
-    def _type(self, e: exp.Expression | None, types: Mapping[str, str | None], boolean: bool = False) -> str | None:
+    def _type(self, e: exp.Expr | None, types: Mapping[str, str | None], boolean: bool = False) -> str | None:
         if e is None:
             return None
         t = infer(e, types)
@@ -137,15 +137,13 @@ class Generated:
         }
         self._stage(flow, flow, raw, fields, routes)
 
-    def _group(
-        self, q: Select, flow: str, source: str, where: exp.Expression | None, types: dict[str, str | None]
-    ) -> None:
+    def _group(self, q: Select, flow: str, source: str, where: exp.Expr | None, types: dict[str, str | None]) -> None:
         groups = q.groups or []
         gsql = [_sql(g) for g in groups]
         env: dict[str, str | None] = {f"g__{j}": self._type(g, types) for j, g in enumerate(groups)}
         aggs: list[list[Any]] = []
 
-        def replace(n: exp.Expression) -> exp.Expression:
+        def replace(n: exp.Expr) -> exp.Expr:
             if isinstance(n, AGGREGATES):
                 agg = self._aggregate(n, types)
                 if agg not in aggs:
@@ -187,7 +185,7 @@ class Generated:
         }
         self._stage(flow, flow, raw, fields, [RouteKey([g or "" for g in gsql], _sql(where), "", [], False)])
 
-    def _aggregate(self, n: exp.Expression, types: Mapping[str, str | None]) -> list[Any]:
+    def _aggregate(self, n: exp.Expr, types: Mapping[str, str | None]) -> list[Any]:
         """``[function, argument SQL, result type]`` of an aggregate."""
         if isinstance(n, exp.Count):
             if isinstance(n.this, exp.Star):

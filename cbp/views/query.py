@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import logging
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 import sqlglot
@@ -21,7 +21,7 @@ from .exprs import SCALAR_NODES, ExprError, construct_name
 
 __all__ = ["ViewError", "Source", "Select", "read_query", "tables_of", "AGGREGATES"]
 
-AGGREGATES: tuple[type[exp.Expression], ...] = (exp.Count, exp.Sum, exp.Avg)
+AGGREGATES: tuple[type[exp.Expr], ...] = (exp.Count, exp.Sum, exp.Avg)
 _STRUCTURE = frozenset(
     {exp.Select, exp.From, exp.Table, exp.TableAlias, exp.Identifier, exp.Join, exp.Where, exp.Group, exp.Having}
     | {exp.Alias, exp.Star, exp.Union, *AGGREGATES}
@@ -53,12 +53,12 @@ class Select:
 
     tree: exp.Select
     sources: list[Source]
-    columns: list[tuple[str, exp.Expression]] = field(default_factory=list)  # output name -> expression
-    where: exp.Expression | None = None
-    on: list[tuple[exp.Expression, exp.Expression]] = field(default_factory=list)  # join key pairs (left, right)
-    residual: exp.Expression | None = None  # conditions of ON that are not key equalities
-    groups: list[exp.Expression] | None = None  # None: no GROUP BY
-    having: exp.Expression | None = None
+    columns: list[tuple[str, exp.Expr]] = field(default_factory=list)  # output name -> expression
+    where: exp.Expr | None = None
+    on: list[tuple[exp.Expr, exp.Expr]] = field(default_factory=list)  # join key pairs (left, right)
+    residual: exp.Expr | None = None  # conditions of ON that are not key equalities
+    groups: list[exp.Expr] | None = None  # None: no GROUP BY
+    having: exp.Expr | None = None
 
     @property
     def types(self) -> dict[str, str | None]:
@@ -66,7 +66,7 @@ class Select:
         return {s.prefix + f: t for s in self.sources for f, t in s.types.items()}
 
 
-def position(node: exp.Expression | None, sql: str, keyword: str | None = None) -> tuple[int, int]:
+def position(node: exp.Expr | None, sql: str, keyword: str | None = None) -> tuple[int, int]:
     """The line and column of ``node`` in ``sql`` (of its first part that sqlglot placed)."""
     for n in [node] + (list(node.walk()) if node is not None else []):
         if n is not None and "line" in n.meta:
@@ -80,11 +80,11 @@ def position(node: exp.Expression | None, sql: str, keyword: str | None = None) 
     return 1, 1
 
 
-def _fail(code: str, message: str, node: exp.Expression | None, sql: str, keyword: str | None = None) -> ViewError:
+def _fail(code: str, message: str, node: exp.Expr | None, sql: str, keyword: str | None = None) -> ViewError:
     return ViewError(code, message, *position(node, sql, keyword))
 
 
-def _parse(sql: str) -> exp.Expression:
+def _parse(sql: str) -> exp.Expr:
     logging.getLogger("sqlglot").setLevel(logging.ERROR)
     try:
         trees = [t for t in sqlglot.parse(sql, read="spark") if t is not None]
@@ -115,12 +115,12 @@ def read_query(name: str, sql: str, flows: Mapping[str, Mapping[str, str]]) -> l
     field -> type string); :class:`ViewError` on the first thing wrong."""
     tree = _parse(sql)
     _check_nodes(tree, sql)
-    branches: list[exp.Expression] = []
+    branches: list[exp.Expr] = []
     _flatten(tree, branches, sql)
     return [_select(b, sql, flows) for b in branches]
 
 
-def _check_nodes(tree: exp.Expression, sql: str) -> None:
+def _check_nodes(tree: exp.Expr, sql: str) -> None:
     """Every node of the tree is one this slice compiles."""
     if not isinstance(tree, (exp.Select, exp.Union)):
         raise _fail("view-unsupported", f"a view is a SELECT, not {construct_name(tree)}", tree, sql)
@@ -140,7 +140,7 @@ def _check_nodes(tree: exp.Expression, sql: str) -> None:
             raise _fail("view-unsupported", f"{construct_name(node)} here (nested or in a clause)", node, sql)
 
 
-def _flatten(tree: exp.Expression, out: list[exp.Expression], sql: str) -> None:
+def _flatten(tree: exp.Expr, out: list[exp.Expr], sql: str) -> None:
     if isinstance(tree, exp.Union):
         if tree.args.get("distinct"):
             raise _fail("view-unsupported", "UNION (distinct) is not supported yet; UNION ALL is", tree, sql, "UNION")
@@ -167,7 +167,7 @@ def _source(table: exp.Table, sql: str, flows: Mapping[str, Mapping[str, str]]) 
     return Source(table.alias_or_name, flow, types)
 
 
-def _select(tree: exp.Expression, sql: str, flows: Mapping[str, Mapping[str, str]]) -> Select:
+def _select(tree: exp.Expr, sql: str, flows: Mapping[str, Mapping[str, str]]) -> Select:
     """One SELECT: sources resolved, its columns renamed, the join condition split into keys."""
     assert isinstance(tree, exp.Select)
     frm = tree.args.get("from_") or tree.args.get("from")
@@ -217,7 +217,7 @@ def _join(q: Select, join: exp.Join, sql: str, flows: Mapping[str, Mapping[str, 
     q.sources[0].prefix, right.prefix = "l__", "r__"
     q.sources.append(right)
     rename = _renamer(q, sql)
-    rest: list[exp.Expression] = []
+    rest: list[exp.Expr] = []
     for cond in join.args["on"].flatten() if isinstance(join.args["on"], exp.And) else [join.args["on"]]:
         pair = _key_pair(rename(cond))
         if pair is None:
@@ -229,12 +229,12 @@ def _join(q: Select, join: exp.Join, sql: str, flows: Mapping[str, Mapping[str, 
     q.residual = exp.and_(*rest) if rest else None
 
 
-def _key_pair(cond: exp.Expression) -> tuple[exp.Expression, exp.Expression] | None:
+def _key_pair(cond: exp.Expr) -> tuple[exp.Expr, exp.Expr] | None:
     """``(left key, right key)`` if ``cond`` is an equality of a left-only and a right-only expression."""
     if not isinstance(cond, exp.EQ):
         return None
 
-    def side(e: exp.Expression) -> str | None:
+    def side(e: exp.Expr) -> str | None:
         names = {c.name[:3] for c in e.find_all(exp.Column)}
         return names.pop() if len(names) == 1 else None
 
@@ -246,10 +246,10 @@ def _key_pair(cond: exp.Expression) -> tuple[exp.Expression, exp.Expression] | N
     return None
 
 
-def _renamer(q: Select, sql: str):  # type: ignore[no-untyped-def]
+def _renamer(q: Select, sql: str) -> Callable[[exp.Expr], exp.Expr]:
     """A function renaming the columns of an expression to the row's field names (``l__x`` in a join)."""
 
-    def resolve(col: exp.Column) -> exp.Expression:
+    def resolve(col: exp.Column) -> exp.Expr:
         table = col.table.lower()
         hits = []
         for s in q.sources:
@@ -270,15 +270,15 @@ def _renamer(q: Select, sql: str):  # type: ignore[no-untyped-def]
             )
         return exp.column(s.prefix + f, quoted=True)
 
-    def rename(e: exp.Expression) -> exp.Expression:
+    def rename(e: exp.Expr) -> exp.Expr:
         return e.transform(lambda n: resolve(n) if isinstance(n, exp.Column) else n)
 
     return rename
 
 
-def _columns(q: Select, sql: str, rename) -> list[tuple[str, exp.Expression]]:  # type: ignore[no-untyped-def]
+def _columns(q: Select, sql: str, rename: Callable[[exp.Expr], exp.Expr]) -> list[tuple[str, exp.Expr]]:
     """The output columns: ``*`` expanded, each named (its alias, or the column's name)."""
-    out: list[tuple[str, exp.Expression]] = []
+    out: list[tuple[str, exp.Expr]] = []
     for e in q.tree.expressions:
         if isinstance(e, exp.Star):
             out += [(f, exp.column(s.prefix + f, quoted=True)) for s in q.sources for f in s.types]
