@@ -1,0 +1,189 @@
+"""SQL views (``views:``, cbp/views/): after every epoch each view's consolidated contents equal
+Spark SQL's result of the same SELECT over its inputs' consolidated contents (multiset equality,
+floats to 1e-9 relative), through inserts, deletes, rows moved between groups and join keys, groups
+emptied and a join key with many matches; a view mixed with a Python stage; each refusal's code."""
+
+from __future__ import annotations
+
+import math
+import random
+import textwrap
+
+import pytest
+
+import cbp
+from cbp.errors import SpecError
+from cbp.spec import load_spec
+
+ORDERS = {"id": "int", "cust": "string", "amount": "float", "qty": "int?"}
+CUSTS = {"cust": "string", "region": "string"}
+VIEWS = {
+    "proj": "SELECT id, upper(cust) AS c, amount * 2 + 1 AS a2, CASE WHEN qty IS NULL THEN 'none' "
+    "WHEN qty > 2 THEN 'many' ELSE 'few' END AS k, coalesce(qty, -1) AS q, substring(cust, 1, 2) || '!' AS p, "
+    "length(cust) % 3 AS l, amount / 2 AS half FROM orders WHERE amount >= 1.0 AND NOT (cust = 'c3')",
+    "by_cust": "SELECT cust, count(*) AS n, count(qty) AS nq, sum(qty) AS sq, sum(amount) AS sa, "
+    "avg(amount) AS aa FROM orders GROUP BY cust HAVING count(*) >= 2",
+    "by_len": "SELECT length(cust) AS len, qty % 2 AS odd, count(*) AS n, sum(qty) * 2 AS s2 FROM orders "
+    "WHERE amount > 0.5 GROUP BY length(cust), qty % 2",
+    "joined": "SELECT o.id, o.amount, c.region FROM orders o JOIN custs c ON o.cust = c.cust AND o.amount > 0.5",
+    "per_region": "SELECT c.region, count(*) AS n, sum(o.qty) AS q, avg(o.amount) AS avg_amount "
+    "FROM orders o JOIN custs c ON o.cust = c.cust GROUP BY c.region HAVING count(*) > 1",
+    "unioned": "SELECT id AS x, cust AS s FROM orders WHERE qty IS NULL UNION ALL "
+    "SELECT n, region FROM per_region UNION ALL SELECT id, cust FROM orders WHERE amount > 3",
+}
+SPARK_TYPES = {"int": "BIGINT", "float": "DOUBLE", "string": "STRING", "bool": "BOOLEAN"}
+
+
+def _yaml(views: dict[str, str], extra: str = "") -> str:
+    flows = "\n".join(
+        f"  {n}: {{external: true, schema: {{{', '.join(f'{k}: {t!r}' for k, t in s.items())}}}}}"
+        for n, s in (("orders", ORDERS), ("custs", CUSTS))
+    )
+    body = "\n".join(f"  {n}: |\n{textwrap.indent(sql, '    ')}" for n, sql in views.items())
+    return f"pipeline: views\nflows:\n{flows}\n{extra}views:\n{body}\n"
+
+
+def _expand(records: list[dict]) -> list[dict]:
+    out = []
+    for r in records:
+        d = r.get("_diff", 1)
+        assert d > 0, r
+        out += [{k: v for k, v in r.items() if k != "_diff"}] * d
+    return out
+
+
+def _table(spark, name: str, schema: dict[str, str], rows: list[dict]) -> None:
+    ddl = ", ".join(f"{k} {SPARK_TYPES[t.rstrip('?')]}" for k, t in schema.items())
+    spark.createDataFrame([tuple(r.get(k) for k in schema) for r in rows], ddl).createOrReplaceTempView(name)
+
+
+def _same(got: list[tuple], want: list[tuple]) -> bool:
+    def key(row: tuple) -> tuple:
+        return tuple((v is None, round(v, 6) if isinstance(v, float) else v) for v in row)
+
+    got, want = sorted(got, key=key), sorted(want, key=key)
+    if len(got) != len(want):
+        return False
+    for a, b in zip(got, want):
+        for x, y in zip(a, b):
+            if isinstance(x, float) or isinstance(y, float):
+                if x is None or y is None or not math.isclose(x, float(y), rel_tol=1e-9, abs_tol=1e-12):
+                    return False
+            elif x != y:
+                return False
+    return True
+
+
+def check_views(spark, p, views: dict[str, str], inputs: dict[str, dict[str, str]]) -> None:
+    """Each view's consolidated contents against Spark SQL over the inputs' consolidated contents."""
+    for name, schema in inputs.items():
+        _table(spark, name, schema, _expand(p.output(name, consolidated=True)))
+    for view, sql in views.items():
+        df = spark.sql(sql)
+        df.createOrReplaceTempView(view)  # a view over this view reads Spark's own result
+        cols = [f for f in p.spec.flows[view].schema.fields]
+        want = [tuple(float(v) if hasattr(v, "as_tuple") else v for v in row) for row in df.collect()]
+        got = [tuple(r.get(c) for c in cols) for r in _expand(p.output(view, consolidated=True))]
+        assert _same(got, want), f"view {view}:\n cbp   {sorted(map(str, got))}\n spark {sorted(map(str, want))}"
+
+
+def _changes(seed: int, steps: int) -> list[tuple[list[dict], list[dict]]]:
+    """Per step, the orders and customer rows fed: inserts, deletes (``_diff: -1``), orders moved to
+    another customer (a row moved between groups and join keys); customer c0 has most of the orders
+    (a join key with many matches) and every order of c4 is deleted in step 3 (a group emptied)."""
+    rng = random.Random(seed)
+    orders: dict[int, dict] = {}
+    custs: set[tuple[str, str]] = set()
+    out = []
+    next_id = 0
+    for step in range(steps):
+        o_inc, c_inc = [], []
+        for _ in range(rng.randint(15, 30)):
+            cust = "c0" if rng.random() < 0.4 else f"c{rng.randint(1, 5)}"
+            qty = rng.choice([None, 0, 1, 2, 3, 5])
+            r = {"id": next_id, "cust": cust, "amount": rng.randint(0, 24) / 4, "qty": qty}
+            orders[next_id], next_id = r, next_id + 1
+            o_inc.append(r)
+        for oid in rng.sample(sorted(orders), min(len(orders), 6)):
+            old = orders.pop(oid)
+            o_inc.append({**old, "_diff": -1})
+            if rng.random() < 0.5:  # moved to another customer
+                orders[oid] = {**old, "cust": f"c{rng.randint(0, 5)}"}
+                o_inc.append(orders[oid])
+        if step == 3:
+            for oid in [i for i, r in orders.items() if r["cust"] == "c4"]:
+                o_inc.append({**orders.pop(oid), "_diff": -1})
+        for _ in range(3):
+            row = (f"c{rng.randint(0, 6)}", f"r{rng.randint(0, 2)}")
+            if row in custs and rng.random() < 0.5:
+                custs.discard(row)
+                c_inc.append({"cust": row[0], "region": row[1], "_diff": -1})
+            elif row not in custs:
+                custs.add(row)
+                c_inc.append({"cust": row[0], "region": row[1]})
+        out.append((o_inc, c_inc))
+    return out
+
+
+def test_views_equal_spark_sql_after_every_epoch(spark, tmp_path):
+    path = tmp_path / "views.yaml"
+    path.write_text(_yaml(VIEWS))
+    p = cbp.Pipeline(str(path), str(tmp_path / "home"), spark=spark)
+    try:
+        for o_inc, c_inc in _changes(seed=11, steps=5):
+            p.feed("orders", o_inc)
+            if c_inc:
+                p.feed("custs", c_inc)
+            p.run()
+            check_views(spark, p, VIEWS, {"orders": ORDERS, "custs": CUSTS})
+        assert not [r for r in p.output("by_cust", consolidated=True) if r["cust"] == "c4"]  # emptied
+    finally:
+        for name in [*VIEWS, "orders", "custs"]:
+            spark.catalog.dropTempView(name)
+
+
+MIXED = """
+stages:
+  total:
+    translator: MOD:total
+    signed: true
+    inputs: [{flow: big, route_by: cust}]
+    state: {schema: {cust: string, m: float, n: int}}
+    outputs: [totals]
+"""
+TOTAL = """
+def total(cust, state, big, out):
+    old = next(state, None)
+    m, n = (old["m"], old["n"]) if old else (0.0, 0)
+    for r in big:  # sums _diff: a retraction takes its amount back
+        m, n = m + r["a2"] * r["_diff"], n + r["_diff"]
+    if old is not None and (old["m"], old["n"]) == (m, n):
+        return
+    if old is not None:
+        out.totals.write({"cust": cust, "m": old["m"], "_diff": -1})
+    if n:
+        out.state.write({"cust": cust, "m": m, "n": n})
+        out.totals.write({"cust": cust, "m": m})
+"""
+
+
+def test_a_view_feeds_a_python_stage_that_feeds_a_view(spark, tmp_path, make_pipeline):
+    views = {
+        "big": "SELECT cust, amount * 4 AS a2 FROM orders WHERE amount > 1",
+        "top": "SELECT cust, m FROM totals WHERE m >= 20",
+    }
+    yaml = _yaml(views).replace("\nviews:", "\n  totals: {schema: {cust: string, m: float}}" + MIXED + "views:", 1)
+    p = cbp.Pipeline(make_pipeline(yaml, TOTAL), str(tmp_path / "home"), spark=spark)
+    want_sql = (
+        "SELECT cust, sum(amount * 4) AS m FROM orders WHERE amount > 1 GROUP BY cust HAVING sum(amount * 4) >= 20"
+    )
+    try:
+        for o_inc, _ in _changes(seed=5, steps=4):
+            p.feed("orders", o_inc)
+            p.run()
+            _table(spark, "orders", ORDERS, _expand(p.output("orders", consolidated=True)))
+            want = [tuple(r) for r in spark.sql(want_sql).collect()]
+            got = [(r["cust"], r["m"]) for r in _expand(p.output("top", consolidated=True))]
+            assert _same(got, want)
+    finally:
+        spark.catalog.dropTempView("orders")
