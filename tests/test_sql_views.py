@@ -217,3 +217,73 @@ def test_a_view_feeds_a_python_stage_that_feeds_a_view(spark, tmp_path, make_pip
             assert _same(got, want)
     finally:
         spark.catalog.dropTempView("orders")
+
+
+REFUSED = [
+    (
+        "SELECT id FROM WHERE",
+        "view-syntax",
+        "SQL line 1, column 20: not valid SQL: Expected table name but got 'WHERE'",
+    ),
+    ("SELECT id FROM orders; SELECT id FROM custs", "view-syntax", "2 statements"),
+    ("SELECT 'x FROM orders", "view-syntax", "not valid SQL"),
+    ("SELECT id FROM nope", "view-unknown", "there are: orders, custs"),
+    ("SELECT id FROM orders WHERE\n   idd > 1", "view-unknown", "SQL line 2, column 4: unknown column 'idd'"),
+    ("SELECT cust FROM orders o JOIN custs c ON o.cust = c.cust", "view-unknown", "ambiguous column 'cust'"),
+    ("SELECT cust, id, count(*) AS n FROM orders GROUP BY cust", "view-unknown", "'id' is neither grouped"),
+    ("SELECT cust, min(amount) AS m FROM orders GROUP BY cust", "view-unsupported", "column 14: MIN"),
+    ("SELECT cust, max(amount) AS m FROM orders GROUP BY cust", "view-unsupported", "MAX"),
+    ("SELECT DISTINCT cust FROM orders", "view-unsupported", "DISTINCT"),
+    ("SELECT cust, count(DISTINCT id) AS n FROM orders GROUP BY cust", "view-unsupported", "DISTINCT"),
+    ("SELECT o.id FROM orders o LEFT JOIN custs c ON o.cust = c.cust", "view-unsupported", "LEFT JOIN"),
+    ("SELECT o.id FROM orders o JOIN custs c ON o.cust < c.cust", "view-unsupported", "non-equi join"),
+    ("SELECT o.id FROM orders o, custs c", "view-unsupported", "CROSS JOIN"),
+    ("SELECT id FROM orders WHERE cust IN (SELECT cust FROM custs)", "view-unsupported", "subquery"),
+    ("SELECT id, row_number() OVER (PARTITION BY cust ORDER BY id) AS r FROM orders", "view-unsupported", "window"),
+    ("SELECT id FROM orders ORDER BY id", "view-unsupported", "ORDER BY"),
+    ("SELECT id FROM orders LIMIT 3", "view-unsupported", "LIMIT"),
+    ("SELECT id,\n  rand() AS r FROM orders", "view-unsupported", "SQL line 2, column 3: rand()"),
+    ("SELECT id, current_date() AS d FROM orders", "view-unsupported", "current_date()"),
+    ("SELECT id FROM orders UNION SELECT id FROM orders", "view-unsupported", "UNION (distinct)"),
+    ("SELECT count(*) AS n FROM orders", "view-unsupported", "without GROUP BY"),
+    ("SELECT id FROM orders WHERE cust = 1", "view-unsupported", "comparing int with string"),
+    ("SELECT id + 1 FROM orders", "view-unsupported", "name it with AS"),
+]
+
+
+@pytest.mark.parametrize("sql,code,says", REFUSED, ids=[f"{c}-{i}" for i, (_, c, _) in enumerate(REFUSED)])
+def test_a_view_the_slice_cannot_compile_is_refused_at_load(tmp_path, sql, code, says):
+    path = tmp_path / "v.yaml"
+    path.write_text(_yaml({"v": sql}))
+    with pytest.raises(SpecError) as e:
+        load_spec(path)
+    assert e.value.code == code
+    assert says in str(e.value)
+    assert "line 6: view 'v'" in str(e.value)  # the view's line in the YAML
+
+
+def test_views_that_read_each_other_and_names_taken(tmp_path):
+    path = tmp_path / "v.yaml"
+    path.write_text(_yaml({"a": "SELECT id FROM b", "b": "SELECT id FROM a"}))
+    with pytest.raises(SpecError) as e:
+        load_spec(path)
+    assert e.value.code == "view-unsupported" and "recursion" in str(e.value)
+    path.write_text(_yaml({"orders": "SELECT id FROM custs"}))
+    with pytest.raises(SpecError) as e:
+        load_spec(path)
+    assert e.value.code == "bad-name"
+
+
+def test_a_view_compiles_to_signed_stages_routed_by_its_keys(tmp_path):
+    path = tmp_path / "v.yaml"
+    path.write_text(_yaml(VIEWS))
+    spec = load_spec(path)
+    views = {s.name: s for s in spec.stages.values() if s.translator_path.startswith("cbp.views.run:")}
+    assert set(views) == {*VIEWS, "per_region__join"}
+    assert all(s.signed and all(i.signed for i in s.inputs) for s in views.values())
+    assert views["proj"].record_wise and views["unioned"].input_flows == ["orders", "per_region"]
+    assert views["by_cust"].inputs[0].route_by({"cust": "c1", "qty": None, "id": 1, "amount": 1.0}) == '["c1"]'
+    assert views["per_region"].input_flows == ["per_region__join"]
+    assert spec.order.index("per_region") < spec.order.index("unioned")
+    assert spec.flows["by_cust"].schema.fields["aa"].scalar == "float"
+    assert spec.flows["by_cust"].schema.fields["sq"].scalar == "int"

@@ -69,10 +69,9 @@ class Select:
 def position(node: exp.Expr | None, sql: str, keyword: str | None = None) -> tuple[int, int]:
     """The line and column of ``node`` in ``sql`` (of its first part that sqlglot placed)."""
     for n in [node] + (list(node.walk()) if node is not None else []):
-        if n is not None and "line" in n.meta:
-            line, col = int(n.meta["line"]), int(n.meta["col"])
-            width = len(n.name) if isinstance(n, exp.Identifier) else 0
-            return line, max(col - width + 1, 1)
+        if n is not None and "start" in n.meta:
+            start = int(n.meta["start"])
+            return sql.count("\n", 0, start) + 1, start - (sql.rfind("\n", 0, start) + 1) + 1
     if keyword is not None:
         m = re.search(r"\b" + _KEYWORDS.get(keyword, re.escape(keyword)) + r"\b", sql, re.IGNORECASE)
         if m is not None:
@@ -90,7 +89,7 @@ def _parse(sql: str) -> exp.Expr:
         trees = [t for t in sqlglot.parse(sql, read="spark") if t is not None]
     except sqlglot.errors.ParseError as e:
         first = e.errors[0] if e.errors else {}
-        what = str(first.get("description") or e).split("<Token")[0].strip()
+        what = re.sub(r"<Token token_type: [^,]*, text: ([^,]*),[^>]*>", r"'\1'", str(first.get("description") or e))
         raise ViewError(
             "view-syntax", f"not valid SQL: {what}", int(first.get("line") or 1), int(first.get("col") or 1)
         ) from None
@@ -268,7 +267,9 @@ def _renamer(q: Select, sql: str) -> Callable[[exp.Expr], exp.Expr]:
                 col,
                 sql,
             )
-        return exp.column(s.prefix + f, quoted=True)
+        renamed = exp.column(s.prefix + f, quoted=True)
+        renamed.meta.update(col.this.meta)  # where the column is in the SQL, for messages
+        return renamed
 
     def rename(e: exp.Expr) -> exp.Expr:
         return e.transform(lambda n: resolve(n) if isinstance(n, exp.Column) else n)
