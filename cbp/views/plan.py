@@ -84,7 +84,9 @@ class Generated:
         self, stage: str, flow: str, raw: dict[str, Any], fields: dict[str, str], routes: list[RouteKey]
     ) -> None:
         self.flows[flow] = fields
-        self.stages[stage] = {"signed": True, "outputs": [flow], "description": f"view '{self._view}'", **raw}
+        # runnable 'any': a join or UNION ALL runs when any of its inputs has an increment
+        base = {"signed": True, "runnable": "any", "outputs": [flow], "description": f"view '{self._view}'"}
+        self.stages[stage] = base | raw
         self.routes[stage] = routes
         self.view_of[stage] = self._view
 
