@@ -22,7 +22,7 @@ from ..errors import SpecError
 __all__ = ["expand_views", "route_views"]
 
 
-def _order(views: dict[str, str], problems: list[SpecError], fail: Any) -> list[str]:
+def _order(views: dict[str, str], problems: list[SpecError], refuse: Any) -> list[str]:
     """The views in dependency order (a view after the views it reads)."""
     from .query import tables_of
 
@@ -34,7 +34,7 @@ def _order(views: dict[str, str], problems: list[SpecError], fail: Any) -> list[
         if state.get(v) == 2:
             return
         if state.get(v) == 1:
-            raise fail(v, "view-unsupported", f"views that read each other ({' -> '.join(path + [v])}): recursion")
+            raise refuse(v, "view-unsupported", f"views that read each other ({' -> '.join(path + [v])}): recursion")
         state[v] = 1
         for t in reads[v]:
             visit(t, path + [v])
@@ -52,10 +52,10 @@ def expand_views(path: str, raw: Any, lines: dict[tuple[str, ...], int]) -> tupl
     (``view-syntax``, ``view-unknown``, ``view-unsupported``) naming the YAML line and the SQL's line
     and column."""
     from ..spec.raw import RawFlow, RawStage
+    from .exprs import ViewError
     from .plan import Generated
-    from .query import ViewError
 
-    def fail(view: str, code: str, message: str, line: int | None = None, col: int | None = None) -> SpecError:
+    def _spec_refusal(view: str, code: str, message: str, line: int | None = None, col: int | None = None) -> SpecError:
         where = f"line {lines[('views', view)]}: " if ("views", view) in lines else ""
         at = f", SQL line {line}, column {col}" if line is not None else ""
         return SpecError(path, f"{where}view '{view}'{at}: {message}", code=code)
@@ -64,16 +64,16 @@ def expand_views(path: str, raw: Any, lines: dict[tuple[str, ...], int]) -> tupl
     taken = set(raw.flows) | set(raw.stages)
     for v in views:
         if v in taken or "__" in v:
-            raise fail(
+            raise _spec_refusal(
                 v, "bad-name", f"the name '{v}' is a flow or stage of the pipeline, or has '__' (kept for views' own)"
             )
     flows = {n: _types(f.fields) for n, f in raw.flows.items()}
     gen = Generated()
-    for v in _order(views, [], fail):
+    for v in _order(views, [], _spec_refusal):
         try:
             gen.add_view(v, views[v], flows)
         except ViewError as e:
-            raise fail(v, e.code, e.message, e.line, e.col) from None
+            raise _spec_refusal(v, e.code, e.message, e.line, e.col) from None
         flows.update({n: {f: t.rstrip("?") for f, t in fs.items()} for n, fs in gen.flows.items()})
     for stage, view in gen.view_of.items():
         if ("views", view) in lines:

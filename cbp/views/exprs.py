@@ -20,17 +20,19 @@ from typing import Any
 import sqlglot
 from sqlglot import exp
 
-__all__ = ["ev", "parse_expr", "infer", "ExprError", "SCALAR_NODES", "NUMERIC"]
+__all__ = ["ev", "parse_expr", "infer", "ViewError", "SCALAR_NODES", "NUMERIC"]
 
 NUMERIC = frozenset({"int", "float"})
 
 
-class ExprError(Exception):
-    """An expression cbp cannot type: the construct, the node it is at, and the error code."""
+class ViewError(Exception):
+    """A view's SQL refused: the error code, the message, and its place (the line and column in the
+    SQL, or the node it is at until it is placed); :func:`cbp.views.expand_views` makes it a
+    :class:`cbp.errors.SpecError`."""
 
-    def __init__(self, code: str, message: str, node: exp.Expr | None) -> None:
+    def __init__(self, code: str, message: str, line: int = 1, col: int = 1, node: exp.Expr | None = None) -> None:
         super().__init__(message)
-        self.code, self.node = code, node
+        self.code, self.message, self.line, self.col, self.node = code, message, line, col, node
 
 
 @functools.lru_cache(maxsize=4096)
@@ -210,19 +212,19 @@ def _special(node: exp.Expr, row: Mapping[str, Any]) -> Any:
     if isinstance(node, exp.Substring):
         length = node.args.get("length")
         return _substring(ev(node.this, row), ev(node.args["start"], row), ev(length, row) if length else None)
-    raise ExprError("view-unsupported", f"{type(node).__name__} is not evaluated", node)
+    raise ViewError("view-unsupported", f"{type(node).__name__} is not evaluated", node=node)
 
 
 def infer(node: exp.Expr, types: Mapping[str, str | None]) -> str | None:
     """The type (int, float, string, bool; None: NULL) of ``node`` over fields of ``types``, or
-    :class:`ExprError` naming the construct that is not supported or does not type.
+    :class:`ViewError` naming the construct that is not supported or does not type.
 
     >>> infer(parse_expr("x / 2"), {"x": "int"})
     'float'
     """
     t = type(node)
     if t not in SCALAR_NODES:
-        raise ExprError("view-unsupported", construct_name(node), node)
+        raise ViewError("view-unsupported", construct_name(node), node=node)
     if t is exp.Column:
         return types[node.name]
     if t is exp.Literal:
@@ -245,7 +247,7 @@ def infer(node: exp.Expr, types: Mapping[str, str | None]) -> str | None:
         return "bool"
     if t is exp.Is:
         if not isinstance(node.expression, exp.Null):
-            raise ExprError("view-unsupported", "IS other than IS NULL", node)
+            raise ViewError("view-unsupported", "IS other than IS NULL", node=node)
         infer(node.this, types)
         return "bool"
     return _infer_special(node, types)
@@ -262,16 +264,16 @@ def _operands(node: exp.Expr) -> list[exp.Expr]:
 def _want(node: exp.Expr, types: list[str | None], allowed: set[str] | frozenset[str], what: str) -> None:
     for t in types:
         if t is not None and t not in allowed:
-            raise ExprError("view-unsupported", f"{construct_name(node)} of a {t} (it takes {what})", node)
+            raise ViewError("view-unsupported", f"{construct_name(node)} of a {t} (it takes {what})", node=node)
 
 
 def _comparable(node: exp.Expr, types: list[str | None]) -> None:
     known = {t for t in types if t is not None}
     if len(known) > 1 and not known <= NUMERIC:
-        raise ExprError(
+        raise ViewError(
             "view-unsupported",
             f"{construct_name(node)} comparing {' with '.join(sorted(known))} (no implicit cast)",
-            node,
+            node=node,
         )
 
 
@@ -318,7 +320,7 @@ def _infer_special(node: exp.Expr, types: Mapping[str, str | None]) -> str | Non
         return _common(node, [infer(b, types) for b in branches])
     if isinstance(node, exp.Coalesce):
         return _common(node, [infer(a, types) for a in [node.this, *node.expressions]])
-    raise ExprError("view-unsupported", construct_name(node), node)
+    raise ViewError("view-unsupported", construct_name(node), node=node)
 
 
 _NAMES = {

@@ -22,8 +22,8 @@ from typing import Any
 
 from sqlglot import exp
 
-from .exprs import NUMERIC, ExprError, infer
-from .query import AGGREGATES, Select, ViewError, expr_error, position, read_query
+from .exprs import NUMERIC, ViewError, infer
+from .query import AGGREGATES, Select, placed, position, read_query
 from .run import RouteKey
 
 __all__ = ["Generated"]
@@ -63,8 +63,10 @@ class Generated:
                 self._select(selects[0], name)
             else:
                 self._union(selects, name)
-        except ExprError as e:
-            raise expr_error(e, sql) from None
+        except ViewError as e:
+            if e.node is None:
+                raise
+            raise placed(e, sql) from None
 
     def _type(self, e: exp.Expr | None, types: Mapping[str, str | None], boolean: bool = False) -> str | None:
         if e is None:

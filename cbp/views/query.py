@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 import sqlglot
 from sqlglot import exp
 
-from .exprs import SCALAR_NODES, ExprError, construct_name
+from .exprs import SCALAR_NODES, ViewError, construct_name
 
 __all__ = ["ViewError", "Source", "Select", "read_query", "tables_of", "AGGREGATES"]
 
@@ -27,14 +27,6 @@ _STRUCTURE = frozenset(
     | {exp.Alias, exp.Star, exp.Union, *AGGREGATES}
 )
 _KEYWORDS = {"DISTINCT": "DISTINCT", "ORDER BY": r"ORDER\s+BY", "LIMIT": "LIMIT", "OFFSET": "OFFSET"}
-
-
-class ViewError(Exception):
-    """A view's SQL refused: the error code, the message, and the line and column in the SQL."""
-
-    def __init__(self, code: str, message: str, line: int = 1, col: int = 1) -> None:
-        super().__init__(message)
-        self.code, self.message, self.line, self.col = code, message, line, col
 
 
 @dataclass
@@ -79,7 +71,7 @@ def position(node: exp.Expr | None, sql: str, keyword: str | None = None) -> tup
     return 1, 1
 
 
-def _fail(code: str, message: str, node: exp.Expr | None, sql: str, keyword: str | None = None) -> ViewError:
+def _view_refusal(code: str, message: str, node: exp.Expr | None, sql: str, keyword: str | None = None) -> ViewError:
     return ViewError(code, message, *position(node, sql, keyword))
 
 
@@ -122,29 +114,35 @@ def read_query(name: str, sql: str, flows: Mapping[str, Mapping[str, str]]) -> l
 def _check_nodes(tree: exp.Expr, sql: str) -> None:
     """Every node of the tree is one this slice compiles."""
     if not isinstance(tree, (exp.Select, exp.Union)):
-        raise _fail("view-unsupported", f"a view is a SELECT, not {construct_name(tree)}", tree, sql)
+        raise _view_refusal("view-unsupported", f"a view is a SELECT, not {construct_name(tree)}", tree, sql)
     for node in tree.walk():
         t = type(node)
         if t in (exp.Select, exp.Union) and node is not tree and not isinstance(node.parent, exp.Union):
-            raise _fail("view-unsupported", "a subquery is not supported yet", node, sql)
+            raise _view_refusal("view-unsupported", "a subquery is not supported yet", node, sql)
         if t not in SCALAR_NODES and t not in _STRUCTURE:
             what = construct_name(node)
-            raise _fail("view-unsupported", f"{what} is not supported in a view yet", node, sql, what.split(" (")[0])
+            raise _view_refusal(
+                "view-unsupported", f"{what} is not supported in a view yet", node, sql, what.split(" (")[0]
+            )
         if t is exp.Select and node.args.get("distinct") is not None:
-            raise _fail("view-unsupported", "SELECT DISTINCT is not supported in a view yet", None, sql, "DISTINCT")
+            raise _view_refusal(
+                "view-unsupported", "SELECT DISTINCT is not supported in a view yet", None, sql, "DISTINCT"
+            )
         if isinstance(node, AGGREGATES) and (
             not isinstance(node.parent, (exp.Select, exp.Alias, *SCALAR_NODES))
             or any(isinstance(a, AGGREGATES) for a in node.walk() if a is not node)
         ):
-            raise _fail("view-unsupported", f"{construct_name(node)} here (nested or in a clause)", node, sql)
+            raise _view_refusal("view-unsupported", f"{construct_name(node)} here (nested or in a clause)", node, sql)
 
 
 def _flatten(tree: exp.Expr, out: list[exp.Expr], sql: str) -> None:
     if isinstance(tree, exp.Union):
         if tree.args.get("distinct"):
-            raise _fail("view-unsupported", "UNION (distinct) is not supported yet; UNION ALL is", tree, sql, "UNION")
+            raise _view_refusal(
+                "view-unsupported", "UNION (distinct) is not supported yet; UNION ALL is", tree, sql, "UNION"
+            )
         if type(tree) is not exp.Union:
-            raise _fail("view-unsupported", f"{type(tree).__name__.upper()} is not supported yet", tree, sql)
+            raise _view_refusal("view-unsupported", f"{type(tree).__name__.upper()} is not supported yet", tree, sql)
         _flatten(tree.this, out, sql)
         _flatten(tree.expression, out, sql)
     else:
@@ -153,13 +151,15 @@ def _flatten(tree: exp.Expr, out: list[exp.Expr], sql: str) -> None:
 
 def _source(table: exp.Table, sql: str, flows: Mapping[str, Mapping[str, str]]) -> Source:
     if not isinstance(table, exp.Table) or table.args.get("db") is not None:
-        raise _fail(
+        raise _view_refusal(
             "view-unknown", f"{table.sql(dialect='spark')} is not a flow; the flows are {', '.join(flows)}", table, sql
         )
     by_lower = {f.lower(): f for f in flows}
     flow = table.name if table.name in flows else by_lower.get(table.name.lower())
     if flow is None:
-        raise _fail("view-unknown", f"no flow or view named '{table.name}'; there are: {', '.join(flows)}", table, sql)
+        raise _view_refusal(
+            "view-unknown", f"no flow or view named '{table.name}'; there are: {', '.join(flows)}", table, sql
+        )
     types: dict[str, str] = {}
     for f, t in flows[flow].items():
         types[f] = t
@@ -171,11 +171,11 @@ def _select(tree: exp.Expr, sql: str, flows: Mapping[str, Mapping[str, str]]) ->
     assert isinstance(tree, exp.Select)
     frm = tree.args.get("from_") or tree.args.get("from")
     if frm is None:
-        raise _fail("view-unsupported", "a SELECT without FROM", tree, sql)
+        raise _view_refusal("view-unsupported", "a SELECT without FROM", tree, sql)
     sources = [_source(frm.this, sql, flows)]
     joins = tree.args.get("joins") or []
     if len(joins) > 1:
-        raise _fail("view-unsupported", "a join of more than two flows is not supported yet", joins[1], sql)
+        raise _view_refusal("view-unsupported", "a join of more than two flows is not supported yet", joins[1], sql)
     q = Select(tree, sources)
     if joins:
         _join(q, joins[0], sql, flows)
@@ -187,10 +187,10 @@ def _select(tree: exp.Expr, sql: str, flows: Mapping[str, Mapping[str, str]]) ->
     if group is not None:
         q.groups = [rename(g) for g in group.expressions]
     elif any(isinstance(n, AGGREGATES) for _, e in q.columns for n in e.walk()):
-        raise _fail("view-unsupported", "an aggregate without GROUP BY is not supported yet", tree, sql)
+        raise _view_refusal("view-unsupported", "an aggregate without GROUP BY is not supported yet", tree, sql)
     if tree.args.get("having") is not None:
         if group is None:
-            raise _fail("view-unsupported", "HAVING without GROUP BY", tree.args["having"], sql, "HAVING")
+            raise _view_refusal("view-unsupported", "HAVING without GROUP BY", tree.args["having"], sql, "HAVING")
         q.having = rename(tree.args["having"].this)
     return q
 
@@ -199,7 +199,7 @@ def _join(q: Select, join: exp.Join, sql: str, flows: Mapping[str, Mapping[str, 
     kind, side = (join.args.get("kind") or "").upper(), (join.args.get("side") or "").upper()
     if side or kind not in ("", "INNER") or join.args.get("on") is None:
         what = f"{side or kind or 'a'} JOIN".strip() if side or kind else "a join without ON"
-        raise _fail(
+        raise _view_refusal(
             "view-unsupported",
             f"{what} is not supported yet; an inner JOIN ... ON a.k = b.k is",
             join,
@@ -208,11 +208,11 @@ def _join(q: Select, join: exp.Join, sql: str, flows: Mapping[str, Mapping[str, 
         )
     right = _source(join.this, sql, flows)
     if right.alias.lower() == q.sources[0].alias.lower():
-        raise _fail(
+        raise _view_refusal(
             "view-unsupported", "a join of a flow with itself (give it two names in a later slice)", join.this, sql
         )
     if right.flow == q.sources[0].flow:
-        raise _fail("view-unsupported", "a self-join is not supported yet", join.this, sql)
+        raise _view_refusal("view-unsupported", "a self-join is not supported yet", join.this, sql)
     q.sources[0].prefix, right.prefix = "l__", "r__"
     q.sources.append(right)
     rename = _renamer(q, sql)
@@ -224,7 +224,7 @@ def _join(q: Select, join: exp.Join, sql: str, flows: Mapping[str, Mapping[str, 
         else:
             q.on.append(pair)
     if not q.on:
-        raise _fail("view-unsupported", "a non-equi join (ON needs a.col = b.col)", join.args["on"], sql)
+        raise _view_refusal("view-unsupported", "a non-equi join (ON needs a.col = b.col)", join.args["on"], sql)
     q.residual = exp.and_(*rest) if rest else None
 
 
@@ -258,10 +258,12 @@ def _renamer(q: Select, sql: str) -> Callable[[exp.Expr], exp.Expr]:
         if len(hits) != 1:
             have = ", ".join(f"{s.alias}.{f}" for s in q.sources for f in s.types)
             what = "ambiguous" if hits else "unknown"
-            raise _fail("view-unknown", f"{what} column '{col.sql(dialect='spark')}'; the columns are {have}", col, sql)
+            raise _view_refusal(
+                "view-unknown", f"{what} column '{col.sql(dialect='spark')}'; the columns are {have}", col, sql
+            )
         s, f = hits[0]
         if s.types[f] not in ("int", "float", "string", "bool"):
-            raise _fail(
+            raise _view_refusal(
                 "view-unsupported",
                 f"column '{f}' of type {s.types[f]} (a view uses int, float, string, bool)",
                 col,
@@ -287,25 +289,29 @@ def _columns(q: Select, sql: str, rename: Callable[[exp.Expr], exp.Expr]) -> lis
         if isinstance(e, exp.Column) and isinstance(e.this, exp.Star):
             s = next((s for s in q.sources if s.alias.lower() == e.table.lower()), None)
             if s is None:
-                raise _fail("view-unknown", f"no table named '{e.table}' in the FROM clause", e, sql)
+                raise _view_refusal("view-unknown", f"no table named '{e.table}' in the FROM clause", e, sql)
             out += [(f, exp.column(s.prefix + f, quoted=True)) for f in s.types]
             continue
         name = e.alias if isinstance(e, exp.Alias) else (e.name if isinstance(e, exp.Column) else "")
         if not name:
-            raise _fail("view-unsupported", f"an unnamed column '{e.sql(dialect='spark')}': name it with AS", e, sql)
+            raise _view_refusal(
+                "view-unsupported", f"an unnamed column '{e.sql(dialect='spark')}': name it with AS", e, sql
+            )
         out.append((name, rename(e.this if isinstance(e, exp.Alias) else e)))
     seen: set[str] = set()
     for name, e in out:
         if name.lower() in seen or not re.fullmatch(r"[A-Za-z][A-Za-z0-9_]{0,99}", name):
-            raise _fail("view-unsupported", f"output column name '{name}' (twice, or not an identifier)", e, sql)
+            raise _view_refusal(
+                "view-unsupported", f"output column name '{name}' (twice, or not an identifier)", e, sql
+            )
         seen.add(name.lower())
     return out
 
 
-def expr_error(e: ExprError, sql: str) -> ViewError:
-    """An :class:`ExprError` of an expression of ``sql`` as a :class:`ViewError` with its place."""
+def placed(e: ViewError, sql: str) -> ViewError:
+    """``e`` with the line and column of its node in ``sql``."""
     what = str(e)
-    return _fail(
+    return _view_refusal(
         e.code,
         f"{what} is not supported in a view yet" if e.code == "view-unsupported" else what,
         e.node,
