@@ -21,7 +21,9 @@ CUSTS = {"cust": "string", "region": "string"}
 VIEWS = {
     "proj": "SELECT id, upper(cust) AS c, amount * 2 + 1 AS a2, CASE WHEN qty IS NULL THEN 'none' "
     "WHEN qty > 2 THEN 'many' ELSE 'few' END AS k, coalesce(qty, -1) AS q, substring(cust, 1, 2) || '!' AS p, "
-    "length(cust) % 3 AS l, amount / 2 AS half FROM orders WHERE amount >= 1.0 AND NOT (cust = 'c3')",
+    "length(cust) % 3 AS l, amount / 2 AS half, lower(trim(concat(' ', cust, ' '))) AS t, abs(-id) AS ab, "
+    "id % 7 IN (1, 2, 3) AS small, amount BETWEEN 1 AND 3 AS mid, if(qty > 1, 'y', 'n') AS yn, -qty - 1 AS neg "
+    "FROM orders WHERE amount >= 1.0 AND NOT (cust = 'c3')",
     "by_cust": "SELECT cust, count(*) AS n, count(qty) AS nq, sum(qty) AS sq, sum(amount) AS sa, "
     "avg(amount) AS aa FROM orders GROUP BY cust HAVING count(*) >= 2",
     "by_len": "SELECT length(cust) AS len, qty % 2 AS odd, count(*) AS n, sum(qty) * 2 AS s2 FROM orders "
