@@ -50,7 +50,11 @@ def expand_views(path: str, raw: Any, lines: dict[tuple[str, ...], int]) -> tupl
     """``raw`` (a :class:`cbp.spec.raw.RawPipeline`) with the flows and stages of its views added, and
     the routes of the generated stages; a view that cannot be compiled is a :class:`SpecError`
     (``view-syntax``, ``view-unknown``, ``view-unsupported``) naming the YAML line and the SQL's line
-    and column."""
+    and column.
+
+    Example: ``views: {big: SELECT id FROM orders WHERE amount > 10}`` adds flow ``big`` (schema
+    ``{id: int?}``) and a record-wise stage ``big`` (translator ``cbp.views.run:linear``) writing it.
+    """
     from ..spec.raw import RawFlow, RawStage
     from .exprs import ViewError
     from .plan import Generated
@@ -99,7 +103,11 @@ def _types(fields: dict[str, Any]) -> dict[str, str]:
 
 
 def route_views(spec: Any, routes: dict[str, Any]) -> Any:
-    """``spec`` with each generated stage's inputs routed by its :class:`~cbp.views.run.RouteKey`."""
+    """``spec`` with each generated stage's inputs routed by its :class:`~cbp.views.run.RouteKey`.
+
+    Example: stage ``by_cust`` of ``SELECT cust, count(*) AS n FROM orders GROUP BY cust`` routes
+    ``{"cust": "c1", ...}`` to key ``'["c1"]'`` (the JSON text of the group's values).
+    """
     if not routes:
         return spec
     from ..spec.objects import KeyFunction

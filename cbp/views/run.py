@@ -58,7 +58,11 @@ def unrouted(record: dict[str, Any]) -> Any:
 
 def linear(key: Any, state: Iterator[dict[str, Any]], *inputs: Iterable[dict[str, Any]], out: Any) -> None:
     """Projection, WHERE and UNION ALL: each record's image under every branch reading its input, with
-    the record's ``_diff``."""
+    the record's ``_diff``.
+
+    Example: plan branch ``{"input": 0, "where": "n > 1", "cols": [["m", "n * 2"]]}`` turns
+    ``{"n": 3, "_diff": -1}`` into ``{"m": 6, "_diff": -1}`` and drops ``{"n": 1, "_diff": 1}``.
+    """
     plan = out.params["cbp_view"]
     w = getattr(out, plan["out"])
     for i, rows in enumerate(inputs):
@@ -98,7 +102,11 @@ def _group_row(plan: dict[str, Any], groups: list[Any], n: int, c: list[Any], s:
 
 def group(key: str, state: Iterator[dict[str, Any]], rows: Iterable[dict[str, Any]], out: Any) -> None:
     """GROUP BY: the group's count and per-aggregate value count and sum, updated by the records'
-    ``_diff``; the old row retracted and the new one written when they differ."""
+    ``_diff``; the old row retracted and the new one written when they differ.
+
+    Example: ``SELECT g, count(*) AS n ... GROUP BY g`` with group ``["a"]`` stored at n = 2 and a
+    record ``_diff: -1`` writes ``{"g": "a", "n": 2, "_diff": -1}`` and ``{"g": "a", "n": 1}``.
+    """
     if key == SKIP:
         return
     plan = out.params["cbp_view"]
@@ -175,7 +183,11 @@ class _Joined:
 
 def join(key: str, state: Any, left: Iterable[dict[str, Any]], right: Iterable[dict[str, Any]], out: Any) -> None:
     """Inner equi-join: the key's stored rows of each side (row key: side, row) joined with the other
-    side's new records, and the new records with each other; the stored rows updated."""
+    side's new records, and the new records with each other; the stored rows updated.
+
+    Example: key ``["c1"]`` holding two order rows; a customer row arriving (``_diff`` 1) emits the
+    two joined rows; the customer row retracted later (``_diff`` -1) emits both with ``_diff`` -1.
+    """
     if key == SKIP:
         return
     plan = out.params["cbp_view"]
