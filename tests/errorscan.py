@@ -20,8 +20,8 @@ from cbp import errors
 
 #: A class that is not a CbpError but carries a code that cbp re-raises: the error classes it
 #: becomes (where it is caught: cbp/pipeline.py and feedfiles.py for records, cbp/spec/loader.py
-#: for the YAML loader's refusals, cbp/spec/sources.py for a source flow's keys, the task driver
-#: cbp/engine/driver/job.py for a task's failure record).
+#: for the YAML loader's refusals, cbp/spec/sources.py for a source flow's keys, cbp/views/__init__.py
+#: for a view's SQL, the task driver cbp/engine/driver/job.py for a task's failure record).
 CARRIED_AS = {
     "RecordError": ("InputError",),
     "DiffError": ("InputError",),
@@ -29,9 +29,10 @@ CARRIED_AS = {
     "_YamlRefused": ("SpecError",),
     "SourceSpecError": ("SpecError",),
     "FailureRecord": ("UserCodeError",),
+    "ViewError": ("SpecError",),
 }
 #: Where a carrier takes its code positionally.
-CODE_ARG = {"_YamlRefused": 0, "SourceSpecError": 1, "FailureRecord": 0}
+CODE_ARG = {"_YamlRefused": 0, "SourceSpecError": 1, "FailureRecord": 0, "ViewError": 0}
 #: A failure record whose code the task driver raises as another class (job.py ``_job_error``).
 FAILURE_AS = {"io": "RuntimeStateError"}
 

@@ -23,6 +23,7 @@ LAYERS = {
     "model": 0,
     "spec": 1,
     "storage": 1,
+    "views": 1,
     "engine": 2,
     "controller": 3,
     "sql": 4,

@@ -165,4 +165,33 @@ SECTIONS: list[tuple[str, list[Code]]] = [
             ),
         ],
     ),
+    (
+        "SQL views (`views:`)",
+        [
+            _c(
+                "view-syntax",
+                S,
+                2,
+                "a view's SQL that does not parse (Spark dialect), or is more than one statement",
+                "fix the SQL at the line and column given (counted in the view's SQL)",
+            ),
+            _c(
+                "view-unknown",
+                S,
+                2,
+                "a view reads a flow or column the pipeline does not have, an ambiguous column, or a column "
+                "neither grouped nor aggregated",
+                "the message lists the flows or columns there are",
+            ),
+            _c(
+                "view-unsupported",
+                S,
+                2,
+                "a SQL construct views do not compile yet (MIN/MAX, DISTINCT, outer or non-equi joins, "
+                "subqueries, windows, ORDER BY/LIMIT, non-deterministic functions, ...)",
+                "see [SQL views](../howto/sql-views.md) for what is supported; the message names the construct "
+                "and its line and column",
+            ),
+        ],
+    ),
 ]

@@ -71,4 +71,10 @@ def load_spec(path: str | os.PathLike[str], text: str | None = None) -> Pipeline
     except ValidationError as e:
         errors = [SpecError(path, m, code="invalid-spec") for m in pydantic_messages(e, lines)]
         raise combined(path, errors) from None
-    return Compiler(path, raw, lines).compile()
+    if not raw.views:
+        return Compiler(path, raw, lines).compile()
+    from ..views import expand_views, route_views  # a pipeline with views: their flows and stages added
+
+    raw, routes = expand_views(path, raw, lines)
+    spec: PipelineSpec = route_views(Compiler(path, raw, lines).compile(), routes)
+    return spec

@@ -187,4 +187,10 @@ class RawPipeline(_Strict):
         "stage's own `params` override its keys for that stage",
     )
     flows: dict[str, RawFlow] = Field(description="the flows, by name (see *flow*)")
-    stages: dict[str, RawStage] = Field(description="the stages, by name (see *stage*)")
+    stages: dict[str, RawStage] = Field(default={}, description="the stages, by name (see *stage*)")
+    views: dict[str, str] = Field(
+        default={},
+        description="SQL views, by name: a Spark SQL `SELECT` over the pipeline's flows and other views, "
+        "maintained incrementally as a flow of that name by stages cbp generates (see "
+        "[SQL views](../howto/sql-views.md))",
+    )

@@ -1,0 +1,124 @@
+"""Incremental SQL views (issue 48, first slice): a pipeline's ``views:`` compiled to translate stages.
+
+A view is a Spark SQL ``SELECT`` over the pipeline's flows (and other views); it becomes a flow of
+its name whose consolidated contents always equal the query over its inputs' consolidated
+contents. :func:`expand_views` adds the flows and stages a pipeline's views compile to
+(:mod:`cbp.views.plan`) to its raw YAML; :func:`route_views` gives the compiled spec's generated
+stages their routing. See ``docs/howto/sql-views.md``.
+
+    >>> from cbp.spec import load_spec
+    >>> spec = load_spec("flows/url_count.yaml")  # no views: nothing generated
+    >>> sorted(spec.stages)
+    ['url_count']
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from ..errors import SpecError
+
+__all__ = ["expand_views", "route_views"]
+
+
+def _order(views: dict[str, str], problems: list[SpecError], refuse: Any) -> list[str]:
+    """The views in dependency order (a view after the views it reads)."""
+    from .query import tables_of
+
+    reads = {v: [t for t in tables_of(sql) if t in views] for v, sql in views.items()}
+    order: list[str] = []
+    state: dict[str, int] = {}
+
+    def visit(v: str, path: list[str]) -> None:
+        if state.get(v) == 2:
+            return
+        if state.get(v) == 1:
+            raise refuse(v, "view-unsupported", f"views that read each other ({' -> '.join(path + [v])}): recursion")
+        state[v] = 1
+        for t in reads[v]:
+            visit(t, path + [v])
+        state[v] = 2
+        order.append(v)
+
+    for v in views:
+        visit(v, [])
+    return order
+
+
+def expand_views(path: str, raw: Any, lines: dict[tuple[str, ...], int]) -> tuple[Any, dict[str, Any]]:
+    """``raw`` (a :class:`cbp.spec.raw.RawPipeline`) with the flows and stages of its views added, and
+    the routes of the generated stages; a view that cannot be compiled is a :class:`SpecError`
+    (``view-syntax``, ``view-unknown``, ``view-unsupported``) naming the YAML line and the SQL's line
+    and column.
+
+    Example: ``views: {big: SELECT id FROM orders WHERE amount > 10}`` adds flow ``big`` (schema
+    ``{id: int?}``) and a record-wise stage ``big`` (translator ``cbp.views.run:linear``) writing it.
+    """
+    from ..spec.raw import RawFlow, RawStage
+    from .exprs import ViewError
+    from .plan import Generated
+
+    def _spec_refusal(view: str, code: str, message: str, line: int | None = None, col: int | None = None) -> SpecError:
+        where = f"line {lines[('views', view)]}: " if ("views", view) in lines else ""
+        at = f", SQL line {line}, column {col}" if line is not None else ""
+        return SpecError(path, f"{where}view '{view}'{at}: {message}", code=code)
+
+    views: dict[str, str] = raw.views
+    taken = set(raw.flows) | set(raw.stages)
+    for v in views:
+        if v in taken or "__" in v:
+            raise _spec_refusal(
+                v, "bad-name", f"the name '{v}' is a flow or stage of the pipeline, or has '__' (kept for views' own)"
+            )
+    flows = {n: _types(f.fields) for n, f in raw.flows.items()}
+    gen = Generated()
+    for v in _order(views, [], _spec_refusal):
+        try:
+            gen.add_view(v, views[v], flows)
+        except ViewError as e:
+            raise _spec_refusal(v, e.code, e.message, e.line, e.col) from None
+        flows.update({n: {f: t.rstrip("?") for f, t in fs.items()} for n, fs in gen.flows.items()})
+    for stage, view in gen.view_of.items():
+        if ("views", view) in lines:
+            lines[("stages", stage)] = lines[("flows", stage)] = lines[("views", view)]
+    new_flows = {
+        n: RawFlow.model_validate({"schema": fs, "description": f"view '{gen.view_of[n]}'"})
+        for n, fs in gen.flows.items()
+    }
+    new_stages = {n: RawStage.model_validate(s) for n, s in gen.stages.items()}
+    return raw.model_copy(
+        update={"flows": {**raw.flows, **new_flows}, "stages": {**raw.stages, **new_stages}}
+    ), gen.routes
+
+
+def _types(fields: dict[str, Any]) -> dict[str, str]:
+    """A raw schema's fields as types a view reads: the scalar type of a plain field, or the whole
+    type string (a list, json: a view refuses to use them)."""
+    out = {}
+    for name, t in fields.items():
+        text = str(t["type"] if isinstance(t, dict) else t).strip()
+        out[name] = text.rstrip("?").strip() if text.rstrip("?").strip() in ("int", "float", "string", "bool") else text
+    return out
+
+
+def route_views(spec: Any, routes: dict[str, Any]) -> Any:
+    """``spec`` with each generated stage's inputs routed by its :class:`~cbp.views.run.RouteKey`.
+
+    Example: stage ``by_cust`` of ``SELECT cust, count(*) AS n FROM orders GROUP BY cust`` routes
+    ``{"cust": "c1", ...}`` to key ``'["c1"]'`` (the JSON text of the group's values).
+    """
+    if not routes:
+        return spec
+    from ..spec.objects import KeyFunction
+
+    stages = dict(spec.stages)
+    for name, keys in routes.items():
+        if name not in stages or not keys:
+            continue
+        st = stages[name]
+        inputs = tuple(
+            dataclasses.replace(i, route_by=KeyFunction(k.text, fn=k)) for i, k in zip(st.inputs, keys, strict=True)
+        )
+        stages[name] = dataclasses.replace(st, inputs=inputs)
+    return dataclasses.replace(spec, stages=stages)

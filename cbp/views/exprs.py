@@ -1,0 +1,369 @@
+"""Scalar SQL expressions of a view: their type (checked when the pipeline is loaded) and their value
+on one row (in the view's generated stages), with Spark's semantics for the operators a view may use.
+
+An expression is a sqlglot tree whose columns were renamed to the row's field names
+(:mod:`cbp.views.plan`); it travels to the workers as Spark SQL text, parsed once per process.
+
+    >>> ev(parse_expr("CASE WHEN x > 1 THEN upper(s) ELSE 'no' END"), {"x": 2, "s": "ab"})
+    'AB'
+    >>> ev(parse_expr("x + NULL"), {"x": 1}) is None
+    True
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import sqlglot
+from sqlglot import exp
+
+__all__ = ["ev", "parse_expr", "infer", "ViewError", "SCALAR_NODES", "NUMERIC"]
+
+NUMERIC = frozenset({"int", "float"})
+
+
+class ViewError(Exception):
+    """A view's SQL refused: the error code, the message, and its place (the line and column in the
+    SQL, or the node it is at until it is placed); :func:`cbp.views.expand_views` makes it a
+    :class:`cbp.errors.SpecError`."""
+
+    def __init__(self, code: str, message: str, line: int = 1, col: int = 1, node: exp.Expr | None = None) -> None:
+        super().__init__(message)
+        self.code, self.message, self.line, self.col, self.node = code, message, line, col, node
+
+
+@functools.lru_cache(maxsize=4096)
+def parse_expr(text: str) -> exp.Expr:
+    """An expression's Spark SQL text parsed (cached: a worker parses each expression once).
+
+    >>> type(parse_expr("a + 1")).__name__
+    'Add'
+    """
+    return sqlglot.parse_one(text, read="spark")
+
+
+def _num(a: Any, b: Any, op: Callable[[Any, Any], Any]) -> Any:
+    return None if a is None or b is None else op(a, b)
+
+
+def _div(a: Any, b: Any) -> Any:
+    if a is None or b is None:
+        return None
+    if b == 0:
+        raise ZeroDivisionError("division by zero (Spark's ANSI mode fails the query too)")
+    return float(a) / float(b)
+
+
+def _mod(a: Any, b: Any) -> Any:
+    if a is None or b is None:
+        return None
+    if b == 0:
+        raise ZeroDivisionError("remainder of a division by zero (Spark's ANSI mode fails the query too)")
+    if isinstance(a, int) and isinstance(b, int):  # Spark's % keeps the sign of the dividend
+        r = abs(a) % abs(b)
+        return r if a >= 0 else -r
+    return math.fmod(a, b)
+
+
+def _cmp(a: Any, b: Any, op: Callable[[Any, Any], bool]) -> Any:
+    return None if a is None or b is None else op(a, b)
+
+
+def _and(a: Any, b: Any) -> Any:
+    if a is False or b is False:
+        return False
+    return None if a is None or b is None else True
+
+
+def _or(a: Any, b: Any) -> Any:
+    if a is True or b is True:
+        return True
+    return None if a is None or b is None else False
+
+
+def _substring(s: Any, pos: Any, length: Any) -> Any:
+    """Spark's substring: 1-based ``pos`` (0 as 1, negative from the end), ``length`` characters."""
+    if s is None or pos is None:
+        return None
+    start = pos - 1 if pos > 0 else (len(s) + pos if pos < 0 else 0)
+    end = len(s) if length is None else start + length
+    start = max(start, 0)
+    return s[start:end] if start < end else ""
+
+
+_BINARY: dict[type[exp.Expr], Callable[[Any, Any], Any]] = {
+    exp.Add: lambda a, b: _num(a, b, lambda x, y: x + y),
+    exp.Sub: lambda a, b: _num(a, b, lambda x, y: x - y),
+    exp.Mul: lambda a, b: _num(a, b, lambda x, y: x * y),
+    exp.Div: _div,
+    exp.Mod: _mod,
+    exp.EQ: lambda a, b: _cmp(a, b, lambda x, y: x == y),
+    exp.NEQ: lambda a, b: _cmp(a, b, lambda x, y: x != y),
+    exp.GT: lambda a, b: _cmp(a, b, lambda x, y: x > y),
+    exp.GTE: lambda a, b: _cmp(a, b, lambda x, y: x >= y),
+    exp.LT: lambda a, b: _cmp(a, b, lambda x, y: x < y),
+    exp.LTE: lambda a, b: _cmp(a, b, lambda x, y: x <= y),
+    exp.And: _and,
+    exp.Or: _or,
+    exp.DPipe: lambda a, b: None if a is None or b is None else _text(a) + _text(b),
+}
+_UNARY: dict[type[exp.Expr], Callable[[Any], Any]] = {
+    exp.Neg: lambda a: None if a is None else -a,
+    exp.Not: lambda a: None if a is None else not a,
+    exp.Paren: lambda a: a,
+    exp.Upper: lambda a: None if a is None else a.upper(),
+    exp.Lower: lambda a: None if a is None else a.lower(),
+    exp.Length: lambda a: None if a is None else len(a),
+    exp.Abs: lambda a: None if a is None else abs(a),
+}
+#: The sqlglot node types a view's scalar expressions may use.
+SCALAR_NODES = frozenset(
+    set(_BINARY)
+    | set(_UNARY)
+    | {exp.Column, exp.Identifier, exp.Literal, exp.Boolean, exp.Null, exp.Is, exp.In, exp.Between, exp.Case}
+    | {exp.If, exp.Coalesce, exp.Substring, exp.Trim, exp.Concat}
+)
+
+
+def _text(v: Any) -> str:
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    return str(v)
+
+
+def _literal(node: exp.Expr) -> Any:
+    if node.is_string:
+        return node.this
+    text = str(node.this)
+    return float(text) if any(c in text for c in ".eE") else int(text)
+
+
+def ev(node: exp.Expr, row: Mapping[str, Any]) -> Any:
+    """The value of expression ``node`` on ``row`` (field name -> value); NULL is None.
+
+    >>> ev(parse_expr("coalesce(a, 3) * 2"), {"a": None})
+    6
+    """
+    t = type(node)
+    if t is exp.Column:
+        return row[node.name]
+    if t in _BINARY:
+        return _BINARY[t](ev(node.this, row), ev(node.expression, row))
+    if t in _UNARY:
+        return _UNARY[t](ev(node.this, row))
+    if t is exp.Literal:
+        return _literal(node)
+    if t is exp.Boolean:
+        return bool(node.this)
+    if t is exp.Null:
+        return None
+    if t is exp.Is:
+        return ev(node.this, row) is None
+    if t is exp.In:
+        return _in(ev(node.this, row), [ev(e, row) for e in node.expressions])
+    if t is exp.Between:
+        v = ev(node.this, row)
+        return _and(
+            _cmp(v, ev(node.args["low"], row), lambda x, y: x >= y),
+            _cmp(v, ev(node.args["high"], row), lambda x, y: x <= y),
+        )
+    return _special(node, row)
+
+
+def _in(v: Any, items: list[Any]) -> Any:
+    if v is None:
+        return None
+    if any(i is not None and i == v for i in items):
+        return True
+    return None if any(i is None for i in items) else False
+
+
+def _special(node: exp.Expr, row: Mapping[str, Any]) -> Any:
+    """CASE, IF, COALESCE and the string functions of several arguments."""
+    if isinstance(node, exp.Case):
+        subject = ev(node.this, row) if node.this is not None else None
+        for branch in node.args.get("ifs") or []:
+            cond = ev(branch.this, row)
+            hit = (cond is True) if node.this is None else (subject is not None and cond == subject)
+            if hit:
+                return ev(branch.args["true"], row)
+        default = node.args.get("default")
+        return ev(default, row) if default is not None else None
+    if isinstance(node, exp.If):
+        if ev(node.this, row) is True:
+            return ev(node.args["true"], row)
+        other = node.args.get("false")
+        return ev(other, row) if other is not None else None
+    if isinstance(node, exp.Coalesce):
+        for e in [node.this, *node.expressions]:
+            v = ev(e, row)
+            if v is not None:
+                return v
+        return None
+    if isinstance(node, exp.Concat):
+        parts = [ev(e, row) for e in node.expressions]
+        return None if any(p is None for p in parts) else "".join(_text(p) for p in parts)
+    if isinstance(node, exp.Trim):
+        v = ev(node.this, row)
+        return None if v is None else v.strip(" ")
+    if isinstance(node, exp.Substring):
+        length = node.args.get("length")
+        return _substring(ev(node.this, row), ev(node.args["start"], row), ev(length, row) if length else None)
+    raise ViewError("view-unsupported", f"{type(node).__name__} is not evaluated", node=node)
+
+
+def infer(node: exp.Expr, types: Mapping[str, str | None]) -> str | None:
+    """The type (int, float, string, bool; None: NULL) of ``node`` over fields of ``types``, or
+    :class:`ViewError` naming the construct that is not supported or does not type.
+
+    >>> infer(parse_expr("x / 2"), {"x": "int"})
+    'float'
+    """
+    t = type(node)
+    if t not in SCALAR_NODES:
+        raise ViewError("view-unsupported", construct_name(node), node=node)
+    if t is exp.Column:
+        return types[node.name]
+    if t is exp.Literal:
+        return "string" if node.is_string else ("float" if isinstance(_literal(node), float) else "int")
+    if t is exp.Boolean:
+        return "bool"
+    if t is exp.Null:
+        return None
+    if t in (exp.Add, exp.Sub, exp.Mul, exp.Div, exp.Mod, exp.Neg, exp.Abs):
+        args = [infer(a, types) for a in (node.this, node.args.get("expression")) if a is not None]
+        _want(node, args, NUMERIC, "a number")
+        if t is exp.Div or "float" in args:
+            return "float"
+        return "int"
+    if t in (exp.EQ, exp.NEQ, exp.GT, exp.GTE, exp.LT, exp.LTE, exp.In, exp.Between):
+        _comparable(node, [infer(a, types) for a in _operands(node)])
+        return "bool"
+    if t in (exp.And, exp.Or, exp.Not):
+        _want(node, [infer(a, types) for a in _operands(node)], {"bool"}, "a boolean")
+        return "bool"
+    if t is exp.Is:
+        if not isinstance(node.expression, exp.Null):
+            raise ViewError("view-unsupported", "IS other than IS NULL", node=node)
+        infer(node.this, types)
+        return "bool"
+    return _infer_special(node, types)
+
+
+def _operands(node: exp.Expr) -> list[exp.Expr]:
+    out = [node.this] if node.this is not None else []
+    for k in ("expression", "low", "high"):
+        if node.args.get(k) is not None:
+            out.append(node.args[k])
+    return out + list(node.expressions)
+
+
+def _want(node: exp.Expr, types: list[str | None], allowed: set[str] | frozenset[str], what: str) -> None:
+    for t in types:
+        if t is not None and t not in allowed:
+            raise ViewError("view-unsupported", f"{construct_name(node)} of a {t} (it takes {what})", node=node)
+
+
+def _comparable(node: exp.Expr, types: list[str | None]) -> None:
+    known = {t for t in types if t is not None}
+    if len(known) > 1 and not known <= NUMERIC:
+        raise ViewError(
+            "view-unsupported",
+            f"{construct_name(node)} comparing {' with '.join(sorted(known))} (no implicit cast)",
+            node=node,
+        )
+
+
+def _common(node: exp.Expr, types: list[str | None]) -> str | None:
+    """The type of branches that must agree (CASE, IF, COALESCE): int and float give float."""
+    _comparable(node, types)
+    known = {t for t in types if t is not None}
+    if not known:
+        return None
+    return "float" if known == set(NUMERIC) else known.pop()
+
+
+def _infer_special(node: exp.Expr, types: Mapping[str, str | None]) -> str | None:
+    if isinstance(node, exp.Paren):
+        return infer(node.this, types)
+    if isinstance(node, (exp.Upper, exp.Lower, exp.Trim, exp.Length)):
+        _want(node, [infer(node.this, types)], {"string"}, "a string")
+        return "int" if isinstance(node, exp.Length) else "string"
+    if isinstance(node, (exp.Concat, exp.DPipe)):
+        for a in _operands(node):
+            infer(a, types)
+        return "string"
+    if isinstance(node, exp.Substring):
+        _want(node, [infer(node.this, types)], {"string"}, "a string")
+        args = [node.args[k] for k in ("start", "length") if node.args.get(k) is not None]
+        _want(node, [infer(a, types) for a in args], {"int"}, "int positions")
+        return "string"
+    if isinstance(node, exp.Case):
+        subject = [infer(node.this, types)] if node.this is not None else []
+        results = []
+        for branch in node.args.get("ifs") or []:
+            cond = infer(branch.this, types)
+            if node.this is None:
+                _want(branch, [cond], {"bool"}, "a boolean condition")
+            else:
+                _comparable(node, subject + [cond])
+            results.append(infer(branch.args["true"], types))
+        if node.args.get("default") is not None:
+            results.append(infer(node.args["default"], types))
+        return _common(node, results)
+    if isinstance(node, exp.If):
+        _want(node, [infer(node.this, types)], {"bool"}, "a boolean condition")
+        branches = [node.args[k] for k in ("true", "false") if node.args.get(k) is not None]
+        return _common(node, [infer(b, types) for b in branches])
+    if isinstance(node, exp.Coalesce):
+        return _common(node, [infer(a, types) for a in [node.this, *node.expressions]])
+    raise ViewError("view-unsupported", construct_name(node), node=node)
+
+
+_NAMES = {
+    "Order": "ORDER BY",
+    "Limit": "LIMIT",
+    "Offset": "OFFSET",
+    "Distinct": "DISTINCT",
+    "Window": "a window function",
+    "Subquery": "a subquery",
+    "Select": "a subquery",
+    "Exists": "EXISTS",
+    "Min": "MIN",
+    "Max": "MAX",
+    "With": "WITH (a CTE)",
+    "Lateral": "LATERAL",
+    "Qualify": "QUALIFY",
+    "Cast": "CAST",
+    "TryCast": "CAST",
+    "EQ": "=",
+    "NEQ": "<>",
+    "GT": ">",
+    "GTE": ">=",
+    "LT": "<",
+    "LTE": "<=",
+    "Rand": "rand() (not deterministic)",
+    "Randn": "randn() (not deterministic)",
+    "CurrentDate": "current_date() (not deterministic)",
+    "CurrentTimestamp": "current_timestamp() (not deterministic)",
+    "Anonymous": "the function",
+}
+
+
+def construct_name(node: exp.Expr) -> str:
+    """How a message names the SQL construct ``node``.
+
+    >>> construct_name(parse_expr("rand()"))
+    'rand() (not deterministic)'
+    """
+    name = type(node).__name__
+    if name == "Anonymous":
+        return f"function {node.name}()"
+    if name in _NAMES:
+        return _NAMES[name]
+    if isinstance(node, exp.Func):
+        return f"function {node.sql_name().lower()}()"
+    return name.upper()

@@ -1,0 +1,237 @@
+"""A view's checked SELECTs compiled to cbp stages: the flows and translate stages (raw YAML shapes)
+the pipeline gets, and the routing of each generated stateful stage's inputs.
+
+A view ``v`` becomes flow ``v`` written by stage ``v``: a record-wise stage (projection, WHERE, UNION
+ALL), a join stage (state: both sides' rows by join key) or a GROUP BY stage (state: each group's
+count and sums). A GROUP BY over a join adds stage and flow ``v__join``; a UNION ALL branch that joins
+or groups becomes view ``v__u<i>``. Every generated translator is signed and sums ``_diff``
+(:mod:`cbp.views.run`).
+
+    >>> g = Generated()
+    >>> g.add_view("v", "SELECT url FROM hits WHERE n > 1", {"hits": {"url": "string", "n": "int"}})
+    >>> g.stages["v"]["translator"], g.flows["v"]
+    ('cbp.views.run:linear', {'url': 'string?'})
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Mapping
+from typing import Any
+
+from sqlglot import exp
+
+from .exprs import NUMERIC, ViewError, infer
+from .query import AGGREGATES, Select, placed, position, read_query
+from .run import RouteKey
+
+__all__ = ["Generated"]
+
+_RUN = "cbp.views.run:"
+_SQL = "spark"
+
+
+def _sql(e: exp.Expr | None) -> str | None:
+    return None if e is None else e.sql(dialect=_SQL)
+
+
+def _plan(kind: str, out: str, **parts: Any) -> dict[str, Any]:
+    plan = {"kind": kind, "out": out, **parts}
+    plan["id"] = hashlib.sha1(json.dumps(plan, sort_keys=True).encode()).hexdigest()[:16]
+    return plan
+
+
+class Generated:
+    """The flows (name -> field -> type), stages (name -> raw stage) and routes (stage -> one
+    :class:`RouteKey` per input) the views of a pipeline compile to, added view by view."""
+
+    def __init__(self) -> None:
+        self.flows: dict[str, dict[str, str]] = {}
+        self.stages: dict[str, dict[str, Any]] = {}
+        self.routes: dict[str, list[RouteKey]] = {}
+        self.view_of: dict[str, str] = {}  # generated stage -> the view it serves
+        self._sql = ""
+        self._view = ""
+
+    def add_view(self, name: str, sql: str, flows: Mapping[str, Mapping[str, str]]) -> None:
+        """Compile view ``name`` over ``flows`` (flow -> field -> scalar type; earlier views included)."""
+        self._sql, self._view = sql, name
+        selects = read_query(name, sql, flows)
+        try:
+            if len(selects) == 1:
+                self._select(selects[0], name)
+            else:
+                self._union(selects, name)
+        except ViewError as e:
+            if e.node is None:
+                raise
+            raise placed(e, sql) from None
+
+    def _type(self, e: exp.Expr | None, types: Mapping[str, str | None], boolean: bool = False) -> str | None:
+        if e is None:
+            return None
+        t = infer(e, types)
+        if boolean and t not in ("bool", None):
+            raise ViewError(
+                "view-unsupported", f"a condition of type {t} (it must be a boolean)", *position(e, self._sql)
+            )
+        if not boolean and t is None:
+            raise ViewError(
+                "view-unsupported", "a column that is always NULL (its type is unknown)", *position(e, self._sql)
+            )
+        return t
+
+    def _stage(
+        self, stage: str, flow: str, raw: dict[str, Any], fields: dict[str, str], routes: list[RouteKey]
+    ) -> None:
+        self.flows[flow] = fields
+        # runnable 'any': a join or UNION ALL runs when any of its inputs has an increment
+        base = {"signed": True, "runnable": "any", "outputs": [flow], "description": f"view '{self._view}'"}
+        self.stages[stage] = base | raw
+        self.routes[stage] = routes
+        self.view_of[stage] = self._view
+
+    def _select(self, q: Select, flow: str) -> None:
+        types = q.types
+        self._type(q.where, types, boolean=True)
+        self._type(q.residual, types, boolean=True)
+        if len(q.sources) == 1 and q.groups is None:
+            cols = [(n, e, self._type(e, types)) for n, e in q.columns]
+            branch = {"input": 0, "where": _sql(q.where), "cols": [[n, _sql(e)] for n, e, _ in cols]}
+            fields = {n: f"{t}?" for n, _, t in cols}
+            self._linear(flow, [q.sources[0].flow], [branch], fields)
+        elif q.groups is None:
+            cols = [(n, e, self._type(e, types)) for n, e in q.columns]
+            self._join(q, flow, [[n, _sql(e)] for n, e, _ in cols], {n: f"{t}?" for n, _, t in cols})
+        else:
+            source = q.sources[0].flow
+            where = q.where
+            if len(q.sources) == 2:  # the joined rows (WHERE applied) on flow <view>__join, then grouped
+                source = f"{flow}__join"
+                ident = [[f, f] for f in types]
+                self._join(q, source, ident, {f: f"{t}?" for f, t in types.items()})
+                where = None
+            self._group(q, flow, source, where, types)
+
+    def _linear(self, flow: str, inputs: list[str], branches: list[dict[str, Any]], fields: dict[str, str]) -> None:
+        raw = {"translator": _RUN + "linear", "inputs": [{"flow": f} for f in inputs]}
+        self._stage(flow, flow, {**raw, "params": {"cbp_view": _plan("linear", flow, branches=branches)}}, fields, [])
+
+    def _join(self, q: Select, flow: str, cols: list[list[Any]], fields: dict[str, str]) -> None:
+        types = q.types
+        keys: list[list[str]] = [[], []]
+        floats: list[bool] = []
+        for left, right in q.on:
+            lt, rt = self._type(left, types), self._type(right, types)
+            if lt != rt and not {lt, rt} <= NUMERIC:
+                raise ViewError("view-unsupported", f"a join key comparing {lt} with {rt}", *position(left, self._sql))
+            floats.append(lt != rt)
+            keys[0].append(_sql(left) or "")
+            keys[1].append(_sql(right) or "")
+        cond = exp.and_(*[c for c in (q.residual, q.where) if c is not None]) if q.residual or q.where else None
+        sides = [list(s.types) for s in q.sources]
+        plan = _plan("join", flow, fields=sides, filter=_sql(cond), cols=cols)
+        routes = [RouteKey(keys[i], None, q.sources[i].prefix, floats, True) for i in (0, 1)]
+        raw = {
+            "translator": _RUN + "join",
+            "inputs": [{"flow": s.flow, "route_by": _RUN + "unrouted"} for s in q.sources],
+            "state": {"schema": {"s": "int", "r": "string", "n": "int"}, "row_key": ["s", "r"]},
+            "params": {"cbp_view": plan},
+        }
+        self._stage(flow, flow, raw, fields, routes)
+
+    def _group(self, q: Select, flow: str, source: str, where: exp.Expr | None, types: dict[str, str | None]) -> None:
+        groups = q.groups or []
+        gsql = [_sql(g) for g in groups]
+        env: dict[str, str | None] = {f"g__{j}": self._type(g, types) for j, g in enumerate(groups)}
+        aggs: list[list[Any]] = []
+
+        def replace(n: exp.Expr) -> exp.Expr:
+            if isinstance(n, AGGREGATES):
+                agg = self._aggregate(n, types)
+                if agg not in aggs:
+                    aggs.append(agg)
+                i = aggs.index(agg)
+                env[f"a__{i}"] = agg[2]
+                return exp.column(f"a__{i}", quoted=True)
+            if not isinstance(n, (exp.Literal, exp.Boolean, exp.Null)) and _sql(n) in gsql:
+                return exp.column(f"g__{gsql.index(_sql(n))}", quoted=True)
+            if isinstance(n, exp.Column):
+                raise ViewError(
+                    "view-unknown",
+                    f"column '{n.name[3:] if n.name[:3] in ('l__', 'r__') else n.name}' is neither grouped "
+                    "nor aggregated",
+                    *position(n, self._sql),
+                )
+            return n
+
+        cols = [(name, e.transform(replace)) for name, e in q.columns]
+        having = q.having.transform(replace) if q.having is not None else None
+        fields = {name: f"{self._type(e, env)}?" for name, e in cols}
+        self._type(having, env, boolean=True)
+        state: dict[str, str] = {"k": "string", "n": "int"}
+        for i, (fn, _, t) in enumerate(aggs):
+            state[f"c{i}"], state[f"s{i}"] = "int", ("float" if t == "float" or fn == "avg" else "int")
+        plan = _plan(
+            "group",
+            flow,
+            groups=len(groups),
+            aggs=[[fn, arg] for fn, arg, _ in aggs],
+            cols=[[n, _sql(e)] for n, e in cols],
+            having=_sql(having),
+        )
+        raw = {
+            "translator": _RUN + "group",
+            "inputs": [{"flow": source, "route_by": _RUN + "unrouted"}],
+            "state": {"schema": state},
+            "params": {"cbp_view": plan},
+        }
+        self._stage(flow, flow, raw, fields, [RouteKey([g or "" for g in gsql], _sql(where), "", [], False)])
+
+    def _aggregate(self, n: exp.Expr, types: Mapping[str, str | None]) -> list[Any]:
+        """``[function, argument SQL, result type]`` of an aggregate."""
+        if isinstance(n, exp.Count):
+            if isinstance(n.this, exp.Star):
+                return ["count_star", None, "int"]
+            infer(n.this, types)
+            return ["count", _sql(n.this), "int"]
+        t = infer(n.this, types)
+        if t not in NUMERIC:
+            what = "SUM" if isinstance(n, exp.Sum) else "AVG"
+            raise ViewError("view-unsupported", f"{what} of a {t} (it takes a number)", *position(n, self._sql))
+        if isinstance(n, exp.Avg):
+            return ["avg", _sql(n.this), "float"]
+        return ["sum", _sql(n.this), t]
+
+    def _union(self, selects: list[Select], flow: str) -> None:
+        """UNION ALL: one record-wise stage; a branch that joins or groups becomes view ``<flow>__u<i>``."""
+        inputs: list[str] = []
+        branches: list[dict[str, Any]] = []
+        shapes: list[list[tuple[str, str | None]]] = []
+        for i, q in enumerate(selects):
+            if len(q.sources) == 1 and q.groups is None:
+                self._type(q.where, q.types, boolean=True)
+                cols = [(n, e, self._type(e, q.types)) for n, e in q.columns]
+                src, where = q.sources[0].flow, _sql(q.where)
+            else:
+                src, where = f"{flow}__u{i}", None
+                self._select(q, src)
+                cols = [(n, exp.column(n, quoted=True), t[:-1]) for n, t in self.flows[src].items()]
+            if src not in inputs:
+                inputs.append(src)
+            shapes.append([(n, t) for n, _, t in cols])
+            branches.append({"input": inputs.index(src), "where": where, "cols": [[n, _sql(e)] for n, e, _ in cols]})
+        fields: dict[str, str] = {}
+        for pos, (name, t) in enumerate(shapes[0]):
+            ts = {s[pos][1] for s in shapes if len(s) > pos}
+            if any(len(s) != len(shapes[0]) for s in shapes) or (len(ts) > 1 and not ts <= NUMERIC):
+                raise ViewError(
+                    "view-unsupported",
+                    "UNION ALL of SELECTs whose columns differ in number or type",
+                    *position(None, self._sql, "UNION"),
+                )
+            fields[name] = ("float" if len(ts) > 1 else str(t)) + "?"
+        for b in branches:  # the first SELECT names the columns
+            b["cols"] = [[shapes[0][j][0], c[1]] for j, c in enumerate(b["cols"])]
+        self._linear(flow, inputs, branches, fields)

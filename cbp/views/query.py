@@ -1,0 +1,320 @@
+"""A view's SQL read and checked: parsed with sqlglot (Spark dialect), every construct outside this
+slice refused (``view-unsupported``), every table and column resolved against the pipeline's flows
+(``view-unknown``), each refusal naming the line and column in the SQL.
+
+    >>> q = read_query("v", "SELECT url, n + 1 AS m FROM hits WHERE n > 0", {"hits": {"url": "string", "n": "int"}})
+    >>> [b.sources[0].flow for b in q]
+    ['hits']
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+
+import sqlglot
+from sqlglot import exp
+
+from .exprs import SCALAR_NODES, ViewError, construct_name
+
+__all__ = ["ViewError", "Source", "Select", "read_query", "tables_of", "AGGREGATES"]
+
+AGGREGATES: tuple[type[exp.Expr], ...] = (exp.Count, exp.Sum, exp.Avg)
+_STRUCTURE = frozenset(
+    {exp.Select, exp.From, exp.Table, exp.TableAlias, exp.Identifier, exp.Join, exp.Where, exp.Group, exp.Having}
+    | {exp.Alias, exp.Star, exp.Union, *AGGREGATES}
+)
+_KEYWORDS = {"DISTINCT": "DISTINCT", "ORDER BY": r"ORDER\s+BY", "LIMIT": "LIMIT", "OFFSET": "OFFSET"}
+
+
+@dataclass
+class Source:
+    """A flow read by a SELECT: its name in the query (alias), the flow, and its field types."""
+
+    alias: str
+    flow: str
+    types: dict[str, str]  # field -> scalar type (int, float, string, bool; others cannot be used)
+    prefix: str = ""  # the prefix of its columns' names in a joined row ("l__", "r__")
+
+
+@dataclass
+class Select:
+    """One SELECT of a view: its sources, and its clauses with columns renamed to row field names."""
+
+    tree: exp.Select
+    sources: list[Source]
+    columns: list[tuple[str, exp.Expr]] = field(default_factory=list)  # output name -> expression
+    where: exp.Expr | None = None
+    on: list[tuple[exp.Expr, exp.Expr]] = field(default_factory=list)  # join key pairs (left, right)
+    residual: exp.Expr | None = None  # conditions of ON that are not key equalities
+    groups: list[exp.Expr] | None = None  # None: no GROUP BY
+    having: exp.Expr | None = None
+
+    @property
+    def types(self) -> dict[str, str | None]:
+        """Field name -> type of the rows this SELECT reads (a joined row's fields are prefixed)."""
+        return {s.prefix + f: t for s in self.sources for f, t in s.types.items()}
+
+
+def position(node: exp.Expr | None, sql: str, keyword: str | None = None) -> tuple[int, int]:
+    """The line and column of ``node`` in ``sql`` (of its first part that sqlglot placed)."""
+    for n in [node] + (list(node.walk()) if node is not None else []):
+        if n is not None and "start" in n.meta:
+            start = int(n.meta["start"])
+            return sql.count("\n", 0, start) + 1, start - (sql.rfind("\n", 0, start) + 1) + 1
+    if keyword is not None:
+        m = re.search(r"\b" + _KEYWORDS.get(keyword, re.escape(keyword)) + r"\b", sql, re.IGNORECASE)
+        if m is not None:
+            return sql.count("\n", 0, m.start()) + 1, m.start() - (sql.rfind("\n", 0, m.start()) + 1) + 1
+    return 1, 1
+
+
+def _view_refusal(code: str, message: str, node: exp.Expr | None, sql: str, keyword: str | None = None) -> ViewError:
+    return ViewError(code, message, *position(node, sql, keyword))
+
+
+def _parse(sql: str) -> exp.Expr:
+    logging.getLogger("sqlglot").setLevel(logging.ERROR)
+    try:
+        trees = [t for t in sqlglot.parse(sql, read="spark") if t is not None]
+    except sqlglot.errors.ParseError as e:
+        first = e.errors[0] if e.errors else {}
+        what = re.sub(r"<Token token_type: [^,]*, text: ([^,]*),[^>]*>", r"'\1'", str(first.get("description") or e))
+        raise ViewError(
+            "view-syntax", f"not valid SQL: {what}", int(first.get("line") or 1), int(first.get("col") or 1)
+        ) from None
+    except sqlglot.errors.TokenError as e:
+        raise ViewError("view-syntax", f"not valid SQL: {str(e).splitlines()[0]}") from None
+    if len(trees) != 1:
+        raise ViewError("view-syntax", f"a view is one SELECT statement, got {len(trees)} statements")
+    return trees[0]
+
+
+def tables_of(sql: str) -> list[str]:
+    """The table names a view's SQL reads (an unparsable SQL: none; its error comes with the view)."""
+    try:
+        tree = _parse(sql)
+    except ViewError:
+        return []
+    return [t.name for t in tree.find_all(exp.Table)]
+
+
+def read_query(name: str, sql: str, flows: Mapping[str, Mapping[str, str]]) -> list[Select]:
+    """The SELECTs of view ``name`` (several with UNION ALL), checked against ``flows`` (flow ->
+    field -> type string); :class:`ViewError` on the first thing wrong."""
+    tree = _parse(sql)
+    _check_nodes(tree, sql)
+    branches: list[exp.Expr] = []
+    _flatten(tree, branches, sql)
+    return [_select(b, sql, flows) for b in branches]
+
+
+def _check_nodes(tree: exp.Expr, sql: str) -> None:
+    """Every node of the tree is one this slice compiles."""
+    if not isinstance(tree, (exp.Select, exp.Union)):
+        raise _view_refusal("view-unsupported", f"a view is a SELECT, not {construct_name(tree)}", tree, sql)
+    for node in tree.walk():
+        t = type(node)
+        if t in (exp.Select, exp.Union) and node is not tree and not isinstance(node.parent, exp.Union):
+            raise _view_refusal("view-unsupported", "a subquery is not supported yet", node, sql)
+        if t not in SCALAR_NODES and t not in _STRUCTURE:
+            what = construct_name(node)
+            raise _view_refusal(
+                "view-unsupported", f"{what} is not supported in a view yet", node, sql, what.split(" (")[0]
+            )
+        if t is exp.Select and node.args.get("distinct") is not None:
+            raise _view_refusal(
+                "view-unsupported", "SELECT DISTINCT is not supported in a view yet", None, sql, "DISTINCT"
+            )
+        if isinstance(node, AGGREGATES) and (
+            not isinstance(node.parent, (exp.Select, exp.Alias, *SCALAR_NODES))
+            or any(isinstance(a, AGGREGATES) for a in node.walk() if a is not node)
+        ):
+            raise _view_refusal("view-unsupported", f"{construct_name(node)} here (nested or in a clause)", node, sql)
+
+
+def _flatten(tree: exp.Expr, out: list[exp.Expr], sql: str) -> None:
+    if isinstance(tree, exp.Union):
+        if tree.args.get("distinct"):
+            raise _view_refusal(
+                "view-unsupported", "UNION (distinct) is not supported yet; UNION ALL is", tree, sql, "UNION"
+            )
+        if type(tree) is not exp.Union:
+            raise _view_refusal("view-unsupported", f"{type(tree).__name__.upper()} is not supported yet", tree, sql)
+        _flatten(tree.this, out, sql)
+        _flatten(tree.expression, out, sql)
+    else:
+        out.append(tree)
+
+
+def _source(table: exp.Table, sql: str, flows: Mapping[str, Mapping[str, str]]) -> Source:
+    if not isinstance(table, exp.Table) or table.args.get("db") is not None:
+        raise _view_refusal(
+            "view-unknown", f"{table.sql(dialect='spark')} is not a flow; the flows are {', '.join(flows)}", table, sql
+        )
+    by_lower = {f.lower(): f for f in flows}
+    flow = table.name if table.name in flows else by_lower.get(table.name.lower())
+    if flow is None:
+        raise _view_refusal(
+            "view-unknown", f"no flow or view named '{table.name}'; there are: {', '.join(flows)}", table, sql
+        )
+    types: dict[str, str] = {}
+    for f, t in flows[flow].items():
+        types[f] = t
+    return Source(table.alias_or_name, flow, types)
+
+
+def _select(tree: exp.Expr, sql: str, flows: Mapping[str, Mapping[str, str]]) -> Select:
+    """One SELECT: sources resolved, its columns renamed, the join condition split into keys."""
+    assert isinstance(tree, exp.Select)
+    frm = tree.args.get("from_") or tree.args.get("from")
+    if frm is None:
+        raise _view_refusal("view-unsupported", "a SELECT without FROM", tree, sql)
+    sources = [_source(frm.this, sql, flows)]
+    joins = tree.args.get("joins") or []
+    if len(joins) > 1:
+        raise _view_refusal("view-unsupported", "a join of more than two flows is not supported yet", joins[1], sql)
+    q = Select(tree, sources)
+    if joins:
+        _join(q, joins[0], sql, flows)
+    rename = _renamer(q, sql)
+    q.columns = _columns(q, sql, rename)
+    if tree.args.get("where") is not None:
+        q.where = rename(tree.args["where"].this)
+    group = tree.args.get("group")
+    if group is not None:
+        q.groups = [rename(g) for g in group.expressions]
+    elif any(isinstance(n, AGGREGATES) for _, e in q.columns for n in e.walk()):
+        raise _view_refusal("view-unsupported", "an aggregate without GROUP BY is not supported yet", tree, sql)
+    if tree.args.get("having") is not None:
+        if group is None:
+            raise _view_refusal("view-unsupported", "HAVING without GROUP BY", tree.args["having"], sql, "HAVING")
+        q.having = rename(tree.args["having"].this)
+    return q
+
+
+def _join(q: Select, join: exp.Join, sql: str, flows: Mapping[str, Mapping[str, str]]) -> None:
+    kind, side = (join.args.get("kind") or "").upper(), (join.args.get("side") or "").upper()
+    if side or kind not in ("", "INNER") or join.args.get("on") is None:
+        what = f"{side or kind or 'a'} JOIN".strip() if side or kind else "a join without ON"
+        raise _view_refusal(
+            "view-unsupported",
+            f"{what} is not supported yet; an inner JOIN ... ON a.k = b.k is",
+            join,
+            sql,
+            side or kind or None,
+        )
+    right = _source(join.this, sql, flows)
+    if right.alias.lower() == q.sources[0].alias.lower():
+        raise _view_refusal(
+            "view-unsupported", "a join of a flow with itself (give it two names in a later slice)", join.this, sql
+        )
+    if right.flow == q.sources[0].flow:
+        raise _view_refusal("view-unsupported", "a self-join is not supported yet", join.this, sql)
+    q.sources[0].prefix, right.prefix = "l__", "r__"
+    q.sources.append(right)
+    rename = _renamer(q, sql)
+    rest: list[exp.Expr] = []
+    for cond in join.args["on"].flatten() if isinstance(join.args["on"], exp.And) else [join.args["on"]]:
+        pair = _key_pair(rename(cond))
+        if pair is None:
+            rest.append(rename(cond))
+        else:
+            q.on.append(pair)
+    if not q.on:
+        raise _view_refusal("view-unsupported", "a non-equi join (ON needs a.col = b.col)", join.args["on"], sql)
+    q.residual = exp.and_(*rest) if rest else None
+
+
+def _key_pair(cond: exp.Expr) -> tuple[exp.Expr, exp.Expr] | None:
+    """``(left key, right key)`` if ``cond`` is an equality of a left-only and a right-only expression."""
+    if not isinstance(cond, exp.EQ):
+        return None
+
+    def side(e: exp.Expr) -> str | None:
+        names = {c.name[:3] for c in e.find_all(exp.Column)}
+        return names.pop() if len(names) == 1 else None
+
+    a, b = side(cond.this), side(cond.expression)
+    if a == "l__" and b == "r__":
+        return cond.this, cond.expression
+    if a == "r__" and b == "l__":
+        return cond.expression, cond.this
+    return None
+
+
+def _renamer(q: Select, sql: str) -> Callable[[exp.Expr], exp.Expr]:
+    """A function renaming the columns of an expression to the row's field names (``l__x`` in a join)."""
+
+    def resolve(col: exp.Column) -> exp.Expr:
+        table = col.table.lower()
+        hits = []
+        for s in q.sources:
+            if table and table not in (s.alias.lower(), s.flow.lower()):
+                continue
+            hits += [(s, f) for f in s.types if f.lower() == col.name.lower()]
+        if len(hits) != 1:
+            have = ", ".join(f"{s.alias}.{f}" for s in q.sources for f in s.types)
+            what = "ambiguous" if hits else "unknown"
+            raise _view_refusal(
+                "view-unknown", f"{what} column '{col.sql(dialect='spark')}'; the columns are {have}", col, sql
+            )
+        s, f = hits[0]
+        if s.types[f] not in ("int", "float", "string", "bool"):
+            raise _view_refusal(
+                "view-unsupported",
+                f"column '{f}' of type {s.types[f]} (a view uses int, float, string, bool)",
+                col,
+                sql,
+            )
+        renamed = exp.column(s.prefix + f, quoted=True)
+        renamed.meta.update(col.this.meta)  # where the column is in the SQL, for messages
+        return renamed
+
+    def rename(e: exp.Expr) -> exp.Expr:
+        return e.transform(lambda n: resolve(n) if isinstance(n, exp.Column) else n)
+
+    return rename
+
+
+def _columns(q: Select, sql: str, rename: Callable[[exp.Expr], exp.Expr]) -> list[tuple[str, exp.Expr]]:
+    """The output columns: ``*`` expanded, each named (its alias, or the column's name)."""
+    out: list[tuple[str, exp.Expr]] = []
+    for e in q.tree.expressions:
+        if isinstance(e, exp.Star):
+            out += [(f, exp.column(s.prefix + f, quoted=True)) for s in q.sources for f in s.types]
+            continue
+        if isinstance(e, exp.Column) and isinstance(e.this, exp.Star):
+            s = next((s for s in q.sources if s.alias.lower() == e.table.lower()), None)
+            if s is None:
+                raise _view_refusal("view-unknown", f"no table named '{e.table}' in the FROM clause", e, sql)
+            out += [(f, exp.column(s.prefix + f, quoted=True)) for f in s.types]
+            continue
+        name = e.alias if isinstance(e, exp.Alias) else (e.name if isinstance(e, exp.Column) else "")
+        if not name:
+            raise _view_refusal(
+                "view-unsupported", f"an unnamed column '{e.sql(dialect='spark')}': name it with AS", e, sql
+            )
+        out.append((name, rename(e.this if isinstance(e, exp.Alias) else e)))
+    seen: set[str] = set()
+    for name, e in out:
+        if name.lower() in seen or not re.fullmatch(r"[A-Za-z][A-Za-z0-9_]{0,99}", name):
+            raise _view_refusal(
+                "view-unsupported", f"output column name '{name}' (twice, or not an identifier)", e, sql
+            )
+        seen.add(name.lower())
+    return out
+
+
+def placed(e: ViewError, sql: str) -> ViewError:
+    """``e`` with the line and column of its node in ``sql``."""
+    what = str(e)
+    return _view_refusal(
+        e.code,
+        f"{what} is not supported in a view yet" if e.code == "view-unsupported" else what,
+        e.node,
+        sql,
+        what.split(" (")[0],
+    )

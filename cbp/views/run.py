@@ -1,0 +1,216 @@
+"""The translators of the stages views compile to (:mod:`cbp.views.plan`), each signed: it sums
+``_diff`` and writes signed records, so a view's consolidated contents follow its inputs' (DBSP's
+rules: a projection, filter or UNION ALL is linear and keeps no state; a join keeps both inputs'
+rows by join key and emits ``dA ⋈ B + A ⋈ dB + dA ⋈ dB``; a GROUP BY keeps each group's count and
+sums and emits the retraction of a group's old row and its new row).
+
+A stage's plan is its ``params['cbp_view']``; expressions travel as Spark SQL text.
+
+    >>> RouteKey(["g"], "n > 0", "", [], False)({"g": "a", "n": 1})
+    '["a"]'
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Iterator
+from typing import Any
+
+from .exprs import ev, parse_expr
+
+__all__ = ["RouteKey", "SKIP", "linear", "group", "join", "unrouted"]
+
+#: The key of records no group or join takes (filtered out, or a NULL join key): dropped unread.
+SKIP = "-"
+
+
+class RouteKey:
+    """The RouteBy of a generated stage's input: the JSON text of the key expressions' values
+    (:data:`SKIP` when ``where`` is not true, or, with ``skip_null``, a key value is NULL)."""
+
+    def __init__(self, exprs: list[str], where: str | None, prefix: str, floats: list[bool], skip_null: bool) -> None:
+        self.exprs, self.where, self.prefix, self.floats, self.skip_null = exprs, where, prefix, floats, skip_null
+
+    def __call__(self, record: dict[str, Any]) -> str:
+        env = {self.prefix + k: v for k, v in record.items()} if self.prefix else record
+        if self.where is not None and ev(parse_expr(self.where), env) is not True:
+            return SKIP
+        values = [ev(parse_expr(e), env) for e in self.exprs]
+        if self.skip_null and any(v is None for v in values):
+            return SKIP
+        for i, as_float in enumerate(self.floats):  # an int key joined with a float key
+            if as_float and values[i] is not None:
+                values[i] = float(values[i])
+        return json.dumps(values)
+
+    @property
+    def text(self) -> str:
+        """How the route reads in a plan: its key expressions (and WHERE)."""
+        where = f" where {self.where}" if self.where else ""
+        return f"view key ({', '.join(self.exprs)}){where}"
+
+
+def unrouted(record: dict[str, Any]) -> Any:
+    """The placeholder RouteBy of a generated stage in its raw YAML shape; the compiled spec routes
+    by a :class:`RouteKey` instead (so this is never called)."""
+    raise RuntimeError("a view stage's input routed by the placeholder route")
+
+
+def linear(key: Any, state: Iterator[dict[str, Any]], *inputs: Iterable[dict[str, Any]], out: Any) -> None:
+    """Projection, WHERE and UNION ALL: each record's image under every branch reading its input, with
+    the record's ``_diff``.
+
+    Example: plan branch ``{"input": 0, "where": "n > 1", "cols": [["m", "n * 2"]]}`` turns
+    ``{"n": 3, "_diff": -1}`` into ``{"m": 6, "_diff": -1}`` and drops ``{"n": 1, "_diff": 1}``.
+    """
+    plan = out.params["cbp_view"]
+    w = getattr(out, plan["out"])
+    for i, rows in enumerate(inputs):
+        branches = [b for b in plan["branches"] if b["input"] == i]
+        for r in rows:
+            for b in branches:
+                if b["where"] is not None and ev(parse_expr(b["where"]), r) is not True:
+                    continue
+                rec = {n: ev(parse_expr(e), r) for n, e in b["cols"]}
+                rec["_diff"] = r["_diff"]
+                w.write(rec)
+
+
+def _aggregates(plan: dict[str, Any], n: int, c: list[Any], s: list[Any]) -> dict[str, Any]:
+    env: dict[str, Any] = {}
+    for i, (fn, _) in enumerate(plan["aggs"]):
+        if fn == "count_star":
+            env[f"a__{i}"] = n
+        elif fn == "count":
+            env[f"a__{i}"] = c[i]
+        elif c[i] == 0:
+            env[f"a__{i}"] = None  # sum and avg of no values
+        else:
+            env[f"a__{i}"] = s[i] if fn == "sum" else s[i] / c[i]
+    return env
+
+
+def _group_row(plan: dict[str, Any], groups: list[Any], n: int, c: list[Any], s: list[Any]) -> dict[str, Any] | None:
+    """The view's row of a group (None: the group is empty or HAVING is not true)."""
+    if n == 0:
+        return None
+    env = {f"g__{j}": v for j, v in enumerate(groups)} | _aggregates(plan, n, c, s)
+    if plan["having"] is not None and ev(parse_expr(plan["having"]), env) is not True:
+        return None
+    return {name: ev(parse_expr(e), env) for name, e in plan["cols"]}
+
+
+def group(key: str, state: Iterator[dict[str, Any]], rows: Iterable[dict[str, Any]], out: Any) -> None:
+    """GROUP BY: the group's count and per-aggregate value count and sum, updated by the records'
+    ``_diff``; the old row retracted and the new one written when they differ.
+
+    Example: ``SELECT g, count(*) AS n ... GROUP BY g`` with group ``["a"]`` stored at n = 2 and a
+    record ``_diff: -1`` writes ``{"g": "a", "n": 2, "_diff": -1}`` and ``{"g": "a", "n": 1}``.
+    """
+    if key == SKIP:
+        return
+    plan = out.params["cbp_view"]
+    aggs = plan["aggs"]
+    old = next(state, None)
+    n0 = old["n"] if old else 0
+    c0 = [old[f"c{i}"] if old else 0 for i in range(len(aggs))]
+    s0 = [old[f"s{i}"] if old else 0 for i in range(len(aggs))]
+    n, c, s = n0, list(c0), list(s0)
+    for r in rows:
+        d = r["_diff"]
+        n += d
+        for i, (fn, arg) in enumerate(aggs):
+            if arg is None:
+                continue
+            v = ev(parse_expr(arg), r)
+            if v is not None:
+                c[i] += d
+                if fn != "count":
+                    s[i] += v * d
+    if n < 0 or any(x < 0 for x in c):
+        raise ValueError(f"view '{plan['out']}', group {key}: more rows retracted than there were (count {n})")
+    if n:
+        out.state.write(
+            {"k": key, "n": n} | {f"c{i}": c[i] for i in range(len(aggs))} | {f"s{i}": s[i] for i in range(len(aggs))}
+        )
+    groups = json.loads(key)
+    before, after = _group_row(plan, groups, n0, c0, s0), _group_row(plan, groups, n, c, s)
+    if before != after:
+        w = getattr(out, plan["out"])
+        if before is not None:
+            w.write(before | {"_diff": -1})
+        if after is not None:
+            w.write(after)
+
+
+def _consolidated(rows: Iterable[dict[str, Any]], fields: list[str]) -> dict[str, int]:
+    """Each distinct row (JSON of its fields' values) with the sum of its ``_diff``, zeros dropped."""
+    out: dict[str, int] = {}
+    for r in rows:
+        k = json.dumps([r[f] for f in fields])
+        out[k] = out.get(k, 0) + r["_diff"]
+    return {k: d for k, d in out.items() if d}
+
+
+class _Joined:
+    """The joined rows of one key: each output row (after the filter and projection) with its weight."""
+
+    def __init__(self, plan: dict[str, Any]) -> None:
+        self.plan = plan
+        self.names = [n for n, _ in plan["cols"]]
+        self.exprs = [parse_expr(e) for _, e in plan["cols"]]
+        self.filter = parse_expr(plan["filter"]) if plan["filter"] is not None else None
+        self.rows: dict[tuple[Any, ...], int] = {}
+        self._decoded: dict[tuple[int, str], dict[str, Any]] = {}
+
+    def _row(self, side: int, text: str) -> dict[str, Any]:
+        got = self._decoded.get((side, text))
+        if got is None:
+            prefix = ("l__", "r__")[side]
+            got = dict(zip((prefix + f for f in self.plan["fields"][side]), json.loads(text)))
+            self._decoded[(side, text)] = got
+        return got
+
+    def add(self, left: dict[str, int], right: dict[str, int]) -> None:
+        for lt, ld in left.items():
+            for rt, rd in right.items():
+                env = self._row(0, lt) | self._row(1, rt)
+                if self.filter is not None and ev(self.filter, env) is not True:
+                    continue
+                vals = tuple(ev(e, env) for e in self.exprs)
+                self.rows[vals] = self.rows.get(vals, 0) + ld * rd
+
+
+def join(key: str, state: Any, left: Iterable[dict[str, Any]], right: Iterable[dict[str, Any]], out: Any) -> None:
+    """Inner equi-join: the key's stored rows of each side (row key: side, row) joined with the other
+    side's new records, and the new records with each other; the stored rows updated.
+
+    Example: key ``["c1"]`` holding two order rows; a customer row arriving (``_diff`` 1) emits the
+    two joined rows; the customer row retracted later (``_diff`` -1) emits both with ``_diff`` -1.
+    """
+    if key == SKIP:
+        return
+    plan = out.params["cbp_view"]
+    delta = [_consolidated(left, plan["fields"][0]), _consolidated(right, plan["fields"][1])]
+    if not delta[0] and not delta[1]:
+        return
+    old: list[dict[str, int]] = [{}, {}]
+    for row in state:
+        old[row["s"]][row["r"]] = row["n"]
+    joined = _Joined(plan)
+    joined.add(delta[0], old[1])
+    joined.add(old[0], delta[1])
+    joined.add(delta[0], delta[1])
+    for side in (0, 1):
+        for text, d in delta[side].items():
+            n = old[side].get(text, 0) + d
+            if n < 0:
+                raise ValueError(f"view '{plan['out']}', join key {key}: a row retracted more often than it was added")
+            if n:
+                out.state.write({"s": side, "r": text, "n": n})
+            else:
+                out.state.delete((side, text))
+    w = getattr(out, plan["out"])
+    for vals, d in joined.rows.items():
+        if d:
+            w.write(dict(zip(joined.names, vals)) | {"_diff": d})
