@@ -10,8 +10,9 @@ A stage epoch is ``plan -> result -> Change``: :mod:`.epoch` turns the tasks' re
 - the snapshot updates it makes (:class:`EpochAdvance`, :class:`ConnectorRead`,
   :class:`ShapeSet`, :class:`IncrementsDropped`, :class:`GcRun`), applied by the journal to the
   live snapshot before it is written;
-- its history entries, the files to delete once it is committed (``cleanup``) and those to
-  delete if it is abandoned before its pending record exists (``written``).
+- its history entries (typed, :mod:`.entries`, or plain JSON), the files to delete once it is
+  committed (``cleanup``) and those to delete if it is abandoned before its pending record
+  exists (``written``).
 
 A commit's JSON is the pending record's, as every cbp wrote it: a target is a path into the
 snapshot's JSON (``["flows", F, "version"]``) or ``["@entry", rel, key]``; :meth:`Commit.from_json`
@@ -32,6 +33,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import RuntimeStateError
+from .entries import HistoryEntry
 from .snapshot import Snapshot
 
 __all__ = [
@@ -259,7 +261,7 @@ class Change:
     what: str
     commits: tuple[Commit, ...] = ()
     updates: tuple[SnapshotUpdate, ...] = ()
-    entries: tuple[tuple[str, Mapping[str, Any]], ...] = ()
+    entries: tuple[tuple[str, HistoryEntry | Mapping[str, Any]], ...] = ()  # typed (.entries), or plain JSON
     stage: str | None = None  # a stage epoch's stage: its intention is cleared once committed
     cleanup: tuple[str, ...] = field(default=())
     written: tuple[str, ...] = field(default=())

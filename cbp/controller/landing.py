@@ -16,9 +16,10 @@ Keyed flows' tables are :class:`~.keyed.Keyed`'s, feed hashes :class:`~.feeds.Fe
 
 from __future__ import annotations
 
+import copy
 import json
 from collections.abc import Callable
-from dataclasses import asdict
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -34,6 +35,7 @@ from ..spec.resolve import safe_str
 from ..spec.signing import REFUSED, first_unsigned, refusal, unsigned_inputs
 from ..storage import INC, LAYOUT, SRC, Home
 from .change import Change, Commit, FlowVersion, GcRun, IncrementsDropped, IncrementVersion, Target
+from .entries import CollectedEntry, FeedIdEntry
 from .feeds import Feeds
 from .history import History
 from .journal import Journal
@@ -125,10 +127,8 @@ class Landing:
             fs = self.live.st.flows[flow]
             seen = self.history.feed_id(self.live.st, flow, feed_id) if feed_id is not None else None
             if seen is not None:
-                self.notify(
-                    f"feed id '{feed_id}' already landed on '{flow}' as feed {seen['feed']}; nothing was landed"
-                )
-                return Landed(seen["incs"], feed=seen["feed"], records=0, repeated=True)
+                self.notify(f"feed id '{feed_id}' already landed on '{flow}' as feed {seen.feed}; nothing was landed")
+                return Landed(seen.incs, feed=seen.feed or 0, records=0, repeated=True)
             self.feeds.refuse_retry(flow, data, feed_id, force)
             fs.feeds += 1
             number = fs.feeds
@@ -155,14 +155,11 @@ class Landing:
                 what=what,
             )
             commits, written = commits + ([keyed] if keyed else []), written + keyed_written
-            note = self.feeds.note(
-                flow, number, data, feed_id
-            )  # its hash: a feed that repeats an earlier one is warned about
-            self.journal.entry(
-                LAYOUT.feed_entry(flow, number), {"incs": ids, "records": data.num_rows, "id": feed_id, **note}
-            )
+            note = self.feeds.note(flow, number, data, feed_id)  # its hash: a repeated feed is warned about
+            entry = replace(note, incs=tuple(ids), records=data.num_rows, id=feed_id)
+            self.journal.entry(LAYOUT.feed_entry(flow, number), entry)
             if feed_id is not None:
-                self.journal.entry(LAYOUT.feed_id_entry(flow, feed_id), {"id": feed_id, "feed": number, "incs": ids})
+                self.journal.entry(LAYOUT.feed_id_entry(flow, feed_id), FeedIdEntry(feed_id, number, tuple(ids)))
             faults.point("feed:written")
             self.journal.commit(Change("feed", what, tuple(commits), written=tuple(written)))
             self.feeds.warn_duplicate(flow, number, note, str(self.live.spec.path))
@@ -425,7 +422,7 @@ class Landing:
                     done = sorted(i for i, m in fs.incs.items() if m.complete)
                     for i in done:
                         self.journal.entry(
-                            LAYOUT.collected_entry(flow, i), {"inc": i, "version": None, "meta": asdict(fs.incs[i])}
+                            LAYOUT.collected_entry(flow, i), CollectedEntry(i, None, copy.deepcopy(fs.incs[i]))
                         )
                         dropped.append((flow, i))
                     updates += [IncrementsDropped(flow, tuple(done))] if done else []
@@ -438,9 +435,8 @@ class Landing:
                 removes = [f for f in self.home.table_files(rel, fs.version) if int(f["partition"]) in set(dead)]
                 commits.append(Commit(rel, INC, (), tuple(removes), "cbp:gc", run, (FlowVersion(flow),)))
                 for i in dead:
-                    self.journal.entry(
-                        LAYOUT.collected_entry(flow, i), {"inc": i, "version": fs.version, "meta": asdict(fs.incs[i])}
-                    )  # meta: for a rewind
+                    entry = CollectedEntry(i, fs.version, copy.deepcopy(fs.incs[i]))  # meta: for a rewind
+                    self.journal.entry(LAYOUT.collected_entry(flow, i), entry)
                     dropped.append((flow, i))
                 updates.append(IncrementsDropped(flow, tuple(dead)))
             if dropped:
