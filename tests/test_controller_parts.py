@@ -192,3 +192,34 @@ def test_history_entries_are_typed_and_read_every_older_form():
     with pytest.raises(RuntimeStateError) as e:
         parse(FeedEntry.from_json, {"records": 2}, "history/feeds/w/1.json")
     assert e.value.code == "damaged-home"
+
+
+def test_a_feed_changes_the_snapshot_only_through_its_change(tmp_path, monkeypatch):
+    """Landing a feed leaves ``live.st`` as it was until the journal applies the feed's Change:
+    its snapshot updates (counters, the new increment on every reader's connector) and typed entries."""
+    from cbp.controller.change import FlowCounters, IncrementAdded
+    from cbp.controller.entries import FeedEntry, FeedIdEntry
+
+    p = Pipeline(ROOT / "flows" / "url_count.yaml", str(tmp_path / "home"))
+    p.feed("urls", [{"url": "http://a/"}])
+    real = p.parts.journal.commit
+    seen = []
+
+    def commit(change):
+        seen.append((change, p.parts.live.st.to_json()))
+        real(change)
+
+    monkeypatch.setattr(p.parts.journal, "commit", commit)
+    before = p.parts.live.st.to_json()
+    assert p.feed("urls", [{"url": "http://b/"}, {"url": "http://c/"}], feed_id="f2") == [2]
+    ((change, at_commit),) = seen
+    assert at_commit == before  # nothing changed in place
+    counters = [u for u in change.updates if isinstance(u, FlowCounters)]
+    (added,) = [u for u in change.updates if isinstance(u, IncrementAdded)]
+    assert counters[0] == FlowCounters("urls", 2, 2) and all(u.flow == "urls" for u in change.updates)
+    assert (added.inc, added.increment.records, added.readers) == (2, 2, ("url_count",))
+    assert [type(e) for _, e in change.entries] == [FeedEntry, FeedIdEntry]
+    st = p.parts.live.st
+    assert st.flows["urls"].feeds == 2 and st.connector("url_count", "urls") == [1, 2]
+    e = p.parts.history.feed(st, "urls", 2)
+    assert (e.incs, e.records, e.id, e.seq) == ((2,), 2, "f2", at_commit["seq"] + 1) and e.hash

@@ -8,8 +8,9 @@ A stage epoch is ``plan -> result -> Change``: :mod:`.epoch` turns the tasks' re
   goes: :class:`StateVersion`, :class:`FlowVersion`, :class:`IncrementVersion` in the snapshot,
   :class:`EntryVersion` in a history entry);
 - the snapshot updates it makes (:class:`EpochAdvance`, :class:`ConnectorRead`,
-  :class:`ShapeSet`, :class:`IncrementsDropped`, :class:`GcRun`), applied by the journal to the
-  live snapshot before it is written;
+  :class:`ShapeSet`, :class:`IncrementsDropped`, :class:`GcRun`; a feed's :class:`FlowCounters`,
+  :class:`FrameStateSet`, :class:`IncrementAdded`, :class:`IncrementSet`), applied in order by
+  the journal to the live snapshot before it is written;
 - its history entries (typed, :mod:`.entries`, or plain JSON), the files to delete once it is
   committed (``cleanup``) and those to delete if it is abandoned before its pending record
   exists (``written``).
@@ -28,13 +29,14 @@ changes the snapshot it is given).
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import RuntimeStateError
 from .entries import HistoryEntry
-from .snapshot import Snapshot
+from .snapshot import Increment, Snapshot
 
 __all__ = [
     "Change",
@@ -42,8 +44,12 @@ __all__ = [
     "ConnectorRead",
     "EntryVersion",
     "EpochAdvance",
+    "FlowCounters",
+    "FrameStateSet",
     "FlowVersion",
     "GcRun",
+    "IncrementAdded",
+    "IncrementSet",
     "IncrementVersion",
     "IncrementsDropped",
     "ShapeSet",
@@ -240,6 +246,61 @@ class IncrementsDropped:
 
 
 @dataclass(frozen=True)
+class FlowCounters:
+    """Flow ``flow``'s counters move on: its next increment id to at least ``next_inc``, its
+    feeds to ``feeds`` (None: unchanged)."""
+
+    flow: str
+    next_inc: int | None = None
+    feeds: int | None = None
+
+    def apply(self, st: Snapshot) -> None:
+        fs = st.flows[self.flow]
+        if self.next_inc is not None:
+            fs.next_inc = max(fs.next_inc, self.next_inc)
+        if self.feeds is not None:
+            fs.feeds = self.feeds
+
+
+@dataclass(frozen=True)
+class FrameStateSet:
+    """Flow ``flow``'s framing state (a FrameBy function's) becomes ``state``."""
+
+    flow: str
+    state: Any
+
+    def apply(self, st: Snapshot) -> None:
+        st.flows[self.flow].frame_state = copy.deepcopy(self.state)
+
+
+@dataclass(frozen=True)
+class IncrementAdded:
+    """A new increment ``inc`` of flow ``flow``, enqueued on the connector of each of ``readers``."""
+
+    flow: str
+    inc: int
+    increment: Increment
+    readers: tuple[str, ...] = ()
+
+    def apply(self, st: Snapshot) -> None:
+        st.flows[self.flow].incs[self.inc] = copy.deepcopy(self.increment)
+        for c in self.readers:
+            st.connector(c, self.flow).append(self.inc)
+
+
+@dataclass(frozen=True)
+class IncrementSet:
+    """Live increment ``inc`` of flow ``flow`` becomes ``increment`` (an open framed one grew or completed)."""
+
+    flow: str
+    inc: int
+    increment: Increment
+
+    def apply(self, st: Snapshot) -> None:
+        st.flows[self.flow].incs[self.inc] = copy.deepcopy(self.increment)
+
+
+@dataclass(frozen=True)
 class GcRun:
     """Garbage collection run ``run`` collected increments."""
 
@@ -249,7 +310,17 @@ class GcRun:
         st.gc_runs = self.run
 
 
-SnapshotUpdate = EpochAdvance | ConnectorRead | ShapeSet | IncrementsDropped | GcRun
+SnapshotUpdate = (
+    EpochAdvance
+    | ConnectorRead
+    | ShapeSet
+    | IncrementsDropped
+    | GcRun
+    | FlowCounters
+    | FrameStateSet
+    | IncrementAdded
+    | IncrementSet
+)
 
 
 @dataclass(frozen=True)

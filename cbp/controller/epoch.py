@@ -45,6 +45,7 @@ from .change import (
     EpochAdvance,
     FlowVersion,
     IncrementVersion,
+    SnapshotUpdate,
     StateVersion,
 )
 from .codehash import note_code
@@ -52,7 +53,7 @@ from .commitcheck import Conflict, Planned, base_of, conflict
 from .history import EpochEntry
 from .intentions import Intention, Intentions
 from .journal import Journal
-from .landing import Landing, flow_schema
+from .landing import Landing, LandResult, flow_schema
 from .live import LazySpark, Live, Tuning
 from .records import Decision, EpochReport
 from .snapshot import Increment
@@ -248,8 +249,8 @@ class Epochs:
     ) -> tuple[Change, dict[str, int]]:
         """The tasks' results as the epoch's :class:`~.change.Change` (its Delta commits, snapshot
         updates, history entry, files to delete once committed and files written here), and the
-        records per output flow. Output increments are registered with the landing part, which
-        puts them in ``live.st`` (the journal rolls them back if the change is not committed)."""
+        records per output flow. Output increments are snapshot updates of the change, made by the
+        landing part."""
         spec = self.live.spec.stages[stage]
         app = (f"cbp:{stage}", self.live.st.seq + 1)  # the change's number: Delta transaction version, never reused
         entry = LAYOUT.epoch_entry(stage, epoch)
@@ -278,7 +279,7 @@ class Epochs:
             "epoch",
             f"stage '{stage}' epoch {epoch}",
             commits=(*state.commits, *out.commits),
-            updates=(*reads, advance, *((shape,) if shape is not None else ())),
+            updates=(*out.updates, *reads, advance, *((shape,) if shape is not None else ())),
             entries=((entry, record.to_json()),),
             stage=stage,
             cleanup=(*state.cleanup, *out.cleanup, *unbound),
@@ -324,25 +325,25 @@ class Epochs:
             if frame_by is not None and frame_by.field is not None:  # framed by the tasks: join their runs
                 ordered = sorted(results, key=lambda r: r.part)
                 runs = [(a[FRAME_KEY], a) for r in ordered for a in r.outputs.get(flow, [])]
-                fc, part.produced[flow] = self.landing.land_runs(
-                    flow, runs, producer=producer, prior_frame=epoch, app=app
-                )
+                landed = self.landing.land_runs(flow, runs, producer=producer, prior_frame=epoch, app=app)
             elif frame_by is not None:  # a FrameBy function threads its state through the records: framed here
                 data, task_files = self.landing.read_task_files(flow, adds)
                 part.cleanup += task_files
                 what, prefix = f"stage '{stage}' epoch {epoch}", LAYOUT.output_prefix(stage, epoch)
-                fc, part.produced[flow], w = self.landing.land(
+                landed = self.landing.land(
                     flow, data, close=False, producer=producer, prior_frame=epoch, app=app, what=what, prefix=prefix
                 )
-                part.written += w
             else:
                 rel, inc = LAYOUT.flow(flow), out_incs[flow]
                 self.home.ensure_table(rel, flow_schema(self.live.spec, flow), INC)
-                fc = [Commit(rel, INC, tuple(adds), (), *app, (FlowVersion(flow), IncrementVersion(flow, inc)))]
+                fc = (Commit(rel, INC, tuple(adds), (), *app, (FlowVersion(flow), IncrementVersion(flow, inc))),)
                 version = self.live.st.flows[flow].version
-                self.landing.register(flow, inc, Increment(epoch, part.counts[flow], version, producer, True))
-                part.produced[flow] = [inc]
-            part.commits += fc
+                added = self.landing.registered(flow, inc, Increment(epoch, part.counts[flow], version, producer, True))
+                landed = LandResult(fc, [inc], (), (added,))
+            part.produced[flow] = landed.ids
+            part.commits += landed.commits
+            part.written += landed.written
+            part.updates += landed.updates
         return part
 
     def _bindings(self, stage: str, results: list[TaskResult], d: Decision) -> tuple[list[str], list[str]]:
@@ -424,6 +425,7 @@ class _Part:
     written: list[str] = field(default_factory=list)
     produced: dict[str, list[int]] = field(default_factory=dict)
     counts: dict[str, int] = field(default_factory=dict)
+    updates: list[SnapshotUpdate] = field(default_factory=list)  # (outputs) the increments' snapshot updates
 
 
 def _placement(results: list[TaskResult]) -> dict[str, Any]:
