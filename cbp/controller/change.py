@@ -9,8 +9,9 @@ A stage epoch is ``plan -> result -> Change``: :mod:`.epoch` turns the tasks' re
   :class:`EntryVersion` in a history entry);
 - the snapshot updates it makes (:class:`EpochAdvance`, :class:`ConnectorRead`,
   :class:`ShapeSet`, :class:`IncrementsDropped`, :class:`GcRun`; a feed's :class:`FlowCounters`,
-  :class:`FrameStateSet`, :class:`IncrementAdded`, :class:`IncrementSet`), applied in order by
-  the journal to the live snapshot before it is written;
+  :class:`FrameStateSet`, :class:`IncrementAdded`, :class:`IncrementSet`; a rewind's
+  :class:`StageSet`, :class:`FlowSet`, :class:`ConnectorSet`, :class:`SchedSet`,
+  :class:`ShapeDropped`), applied in order by the journal to the live snapshot before it is written;
 - its history entries (typed, :mod:`.entries`, or plain JSON), the files to delete once it is
   committed (``cleanup``) and those to delete if it is abandoned before its pending record
   exists (``written``).
@@ -36,15 +37,17 @@ from typing import Any
 
 from ..errors import RuntimeStateError
 from .entries import HistoryEntry
-from .snapshot import Increment, Snapshot
+from .snapshot import FlowState, Increment, Sched, Snapshot, StageState
 
 __all__ = [
     "Change",
     "Commit",
     "ConnectorRead",
+    "ConnectorSet",
     "EntryVersion",
     "EpochAdvance",
     "FlowCounters",
+    "FlowSet",
     "FrameStateSet",
     "FlowVersion",
     "GcRun",
@@ -52,7 +55,10 @@ __all__ = [
     "IncrementSet",
     "IncrementVersion",
     "IncrementsDropped",
+    "SchedSet",
+    "ShapeDropped",
     "ShapeSet",
+    "StageSet",
     "SnapshotUpdate",
     "StateVersion",
     "Target",
@@ -301,6 +307,59 @@ class IncrementSet:
 
 
 @dataclass(frozen=True)
+class StageSet:
+    """Stage ``stage``'s state in the snapshot becomes ``state`` (a rewind puts it back)."""
+
+    stage: str
+    state: StageState
+
+    def apply(self, st: Snapshot) -> None:
+        st.stages[self.stage] = copy.deepcopy(self.state)
+
+
+@dataclass(frozen=True)
+class FlowSet:
+    """Flow ``flow``'s state in the snapshot becomes ``state`` (a rewind puts it back)."""
+
+    flow: str
+    state: FlowState
+
+    def apply(self, st: Snapshot) -> None:
+        st.flows[self.flow] = copy.deepcopy(self.state)
+
+
+@dataclass(frozen=True)
+class ConnectorSet:
+    """Connector ``name`` (``<stage>.<flow>``) holds ``incs`` (a rewind puts it back)."""
+
+    name: str
+    incs: tuple[int, ...]
+
+    def apply(self, st: Snapshot) -> None:
+        st.connectors[self.name] = list(self.incs)
+
+
+@dataclass(frozen=True)
+class SchedSet:
+    """The scheduler's position becomes ``sched`` (a rewind starts it again)."""
+
+    sched: Sched
+
+    def apply(self, st: Snapshot) -> None:
+        st.sched = copy.deepcopy(self.sched)
+
+
+@dataclass(frozen=True)
+class ShapeDropped:
+    """The recorded shape ``key`` is forgotten (a rewind to before a stage's code was noted)."""
+
+    key: str
+
+    def apply(self, st: Snapshot) -> None:
+        st.shapes.pop(self.key, None)
+
+
+@dataclass(frozen=True)
 class GcRun:
     """Garbage collection run ``run`` collected increments."""
 
@@ -320,6 +379,11 @@ SnapshotUpdate = (
     | FrameStateSet
     | IncrementAdded
     | IncrementSet
+    | StageSet
+    | FlowSet
+    | ConnectorSet
+    | SchedSet
+    | ShapeDropped
 )
 
 

@@ -18,8 +18,9 @@ back: then the rewind is refused (code ``rewind-vacuumed``) before anything chan
 Reads: ``live.spec`` and ``live.st``, the snapshot copy of the target moment, epoch, feed and
 collected-increment history entries, the state and flow tables' logs (their files at old
 versions), the rewinds' records. Writes: through the journal, one change: a Delta commit per
-table whose live files change, ``live.st`` (replaced by the merged snapshot), the rewind's
-history entry and collected-increment entries marked undone; drops every intention first
+table whose live files change, the snapshot updates that make ``live.st`` the merged snapshot
+(:func:`updates_to`: stages, flows, connectors, the scheduler, code shapes), the rewind's history
+entry and collected-increment entries marked undone; drops every intention first
 (:class:`~.intentions.Intentions`).
 
 Example::
@@ -40,8 +41,22 @@ from .. import faults
 from ..errors import RuntimeStateError, UsageError
 from ..spec.schema import DIFF
 from ..storage import INC, LAYOUT, PART, SRC, Home
-from .change import Change, Commit, FlowVersion, IncrementVersion, StateVersion, Target
-from .entries import CollectedEntry, EpochEntry, RewindEntry, UndoneEpoch, parse
+from .change import (
+    Change,
+    Commit,
+    ConnectorSet,
+    FlowSet,
+    FlowVersion,
+    IncrementVersion,
+    SchedSet,
+    ShapeDropped,
+    ShapeSet,
+    SnapshotUpdate,
+    StageSet,
+    StateVersion,
+    Target,
+)
+from .entries import CollectedEntry, EpochEntry, HistoryEntry, RewindEntry, UndoneEpoch, parse
 from .history import History
 from .intentions import Intentions
 from .journal import Journal
@@ -50,7 +65,7 @@ from .migrate import stored_rows
 from .retention import refuse_rewind
 from .snapshot import FlowState, Increment, Sched, Snapshot, StageState
 
-__all__ = ["RewindReport", "Rewind"]
+__all__ = ["RewindReport", "Rewind", "updates_to"]
 
 APP = "cbp:rewind"  # the Delta application transaction id of a rewind's commits (version: the change's seq)
 
@@ -100,6 +115,20 @@ def _same_storage(cur: Snapshot, target: Snapshot, where: str) -> None:
             "recomputed from the retained increments)",
             code="rewind-across-upgrade",
         )
+
+
+def updates_to(cur: Snapshot, new: Snapshot) -> tuple[SnapshotUpdate, ...]:
+    """The snapshot updates that make ``cur`` (the live snapshot) the rewound ``new``."""
+    out: list[SnapshotUpdate] = [StageSet(s, st) for s, st in new.stages.items() if cur.stages.get(s) != st]
+    out += [FlowSet(f, fs) for f, fs in new.flows.items() if cur.flows.get(f) != fs]
+    out += [ConnectorSet(k, tuple(q)) for k, q in new.connectors.items() if cur.connectors.get(k) != q]
+    out += [SchedSet(new.sched)] if new.sched != cur.sched else []
+    for k in sorted(cur.shapes.keys() | new.shapes.keys()):
+        if k not in new.shapes:
+            out.append(ShapeDropped(k))
+        elif cur.shapes.get(k) != new.shapes[k]:
+            out.append(ShapeSet(k, new.shapes[k]))
+    return tuple(out)
 
 
 class Rewind:
@@ -165,13 +194,12 @@ class Rewind:
         for f in new.flows:
             commits += self._restore_flow(cur, target, new, f, seq)
         record = self._record(cur, target, undone, report)
-        self.journal.entry(LAYOUT.rewind_entry(seq), record)
+        entries: list[tuple[str, HistoryEntry]] = [(LAYOUT.rewind_entry(seq), record)]
         for flow, incs in record.collected_undone.items():
-            for inc, entry in incs.items():
-                self.journal.entry(LAYOUT.collected_entry(flow, inc), replace(entry, undone=seq))
+            entries += [(LAYOUT.collected_entry(flow, i), replace(e, undone=seq)) for i, e in incs.items()]
         faults.point("rewind:planned")
-        self.live.st = new
-        self.journal.commit(Change("rewind", f"rewind to after {report.where()}", tuple(commits)))
+        what = f"rewind to after {report.where()}"
+        self.journal.commit(Change("rewind", what, tuple(commits), updates_to(cur, new), tuple(entries)))
         report.pending = {
             f: len({i for c in self.live.spec.flows[f].consumers for i in self.live.st.connector(c, f)})
             for f in self.live.spec.external_flows
