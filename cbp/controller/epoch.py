@@ -11,9 +11,11 @@ decision, or drops it if its inputs changed (:mod:`.intentions`).
 Reads: ``live.spec`` and ``live.st`` (the stage's epoch, state version, index, bindings; its
 input connectors and increments), the input increments' and state table's files, the tuning.
 Writes: through the journal, one change per epoch: the state table and output flow tables (Delta
-commits), ``live.st`` (the stage's epoch, runnable state, index, layout and bindings; its input
-connectors; output increments, via :class:`~.landing.Landing`), the epoch's history entry and its
-intention (:class:`~.intentions.Intentions`); deletes index and binding files no one reads again.
+commits), its snapshot updates (the scheduler's position; the stage's epoch, runnable state,
+index, layout and bindings; its input connectors; output increments, made by
+:class:`~.landing.Landing`), the epoch's history entry and its intention
+(:class:`~.intentions.Intentions`); ``live.st`` itself only in :meth:`Epochs.plan` (output ids, which
+its caller drops); deletes index and binding files no one reads again.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from __future__ import annotations
 import copy
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import pyarrow as pa
@@ -43,8 +45,10 @@ from .change import (
     ConnectorRead,
     EntryVersion,
     EpochAdvance,
+    FlowCounters,
     FlowVersion,
     IncrementVersion,
+    SchedSet,
     SnapshotUpdate,
     StateVersion,
 )
@@ -164,12 +168,11 @@ class Epochs:
             return Conflict(p.stage, p.epoch, why)
         with self.journal.transaction():
             try:
-                self.live.st.sched = copy.deepcopy(p.sched)
-                for f, i in p.out_incs.items():
-                    self.live.st.flows[f].next_inc = max(self.live.st.flows[f].next_inc, i + 1)
                 faults.point("epoch:checked")
                 change, counts = self._epoch_change(p.stage, p.epoch, p.decision, results, p.inputs, p.out_incs)
-                self.journal.commit(change)
+                planned: list[SnapshotUpdate] = [SchedSet(p.sched)]
+                planned += [FlowCounters(f, i + 1) for f, i in p.out_incs.items()]
+                self.journal.commit(replace(change, updates=(*planned, *change.updates)))
             except BaseException:
                 try:
                     committing = self.home.pending() is not None  # then the change is finished later, not dropped
@@ -325,13 +328,23 @@ class Epochs:
             if frame_by is not None and frame_by.field is not None:  # framed by the tasks: join their runs
                 ordered = sorted(results, key=lambda r: r.part)
                 runs = [(a[FRAME_KEY], a) for r in ordered for a in r.outputs.get(flow, [])]
-                landed = self.landing.land_runs(flow, runs, producer=producer, prior_frame=epoch, app=app)
+                landed = self.landing.land_runs(
+                    flow, runs, producer=producer, prior_frame=epoch, app=app, floor=out_incs[flow] + 1
+                )
             elif frame_by is not None:  # a FrameBy function threads its state through the records: framed here
                 data, task_files = self.landing.read_task_files(flow, adds)
                 part.cleanup += task_files
                 what, prefix = f"stage '{stage}' epoch {epoch}", LAYOUT.output_prefix(stage, epoch)
                 landed = self.landing.land(
-                    flow, data, close=False, producer=producer, prior_frame=epoch, app=app, what=what, prefix=prefix
+                    flow,
+                    data,
+                    close=False,
+                    producer=producer,
+                    prior_frame=epoch,
+                    app=app,
+                    what=what,
+                    prefix=prefix,
+                    floor=out_incs[flow] + 1,  # after the id the plan took
                 )
             else:
                 rel, inc = LAYOUT.flow(flow), out_incs[flow]

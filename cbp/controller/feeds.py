@@ -32,7 +32,7 @@ import pyarrow as pa
 from ..errors import InputError, UsageError
 from ..storage import INC, LAYOUT, Home
 from .change import Change, Commit, FlowVersion, IncrementsDropped
-from .entries import CollectedEntry, EpochEntry, FeedEntry, FeedIdEntry, Withdrawal
+from .entries import CollectedEntry, EpochEntry, FeedEntry, FeedIdEntry, HistoryEntry, Withdrawal
 from .history import History
 from .intentions import Intention
 from .journal import Journal
@@ -195,20 +195,21 @@ class Feeds:
                 else []
             )
             commits = [Commit(rel, INC, (), tuple(removes), "cbp:unfeed", seq, (FlowVersion(flow),))] if removes else []
-            for i in ids:
-                gone = CollectedEntry(i, fs.version, copy.deepcopy(fs.incs[i]), undone=seq, withdrawn=True)
-                self.journal.entry(LAYOUT.collected_entry(flow, i), gone)
+            entries: list[tuple[str, HistoryEntry | dict[str, Any]]] = [
+                (LAYOUT.collected_entry(flow, i), CollectedEntry(i, fs.version, copy.deepcopy(fs.incs[i]), seq, True))
+                for i in ids
+            ]
             withdrawal = Withdrawal(tuple(ids), e.records, fs.version, seq)
-            self.journal.entry(LAYOUT.feed_entry(flow, number), replace(e, incs=(), records=0, withdrawn=withdrawal))
+            entries.append((LAYOUT.feed_entry(flow, number), replace(e, incs=(), records=0, withdrawn=withdrawal)))
             if e.id is not None:  # its id may land again
-                self.journal.entry(LAYOUT.feed_id_entry(flow, e.id), FeedIdEntry(None, withdrawn_feed=number))
+                entries.append((LAYOUT.feed_id_entry(flow, e.id), FeedIdEntry(None, withdrawn_feed=number)))
             if e.hash:
                 rel_h = LAYOUT.feed_hash_entry(flow, e.hash)
                 h = self.home.read_json(rel_h) or {"hash": e.hash, "feeds": []}
-                self.journal.entry(rel_h, {"hash": e.hash, "feeds": [n for n in h["feeds"] if n != number]})
+                entries.append((rel_h, {"hash": e.hash, "feeds": [n for n in h["feeds"] if n != number]}))
             what = f"withdrawal of feed {number} of flow '{flow}'"
             withdrawn = IncrementsDropped(flow, tuple(ids), tuple(fl.consumers))
-            self.journal.commit(Change("unfeed", what, tuple(commits), (withdrawn,)))
+            self.journal.commit(Change("unfeed", what, tuple(commits), (withdrawn,), tuple(entries)))
             return {"flow": flow, "feed": number, "increments": ids, "records": e.records}
 
     def _check_unread(self, flow: str, number: int, ids: list[int], entry: FeedEntry) -> None:

@@ -328,6 +328,7 @@ class Landing:
         producer: str,
         prior_frame: Any,
         app: tuple[str, int],
+        floor: int = 0,
     ) -> LandResult:
         """Land an epoch's output of a flow framed by a field, framed by its tasks
         (:class:`cbp.engine.task.framing.FramedSink`): ``runs`` are the tasks' files in output order,
@@ -348,7 +349,7 @@ class Landing:
         updates: list[SnapshotUpdate] = []
         runs_ = [(key, rows) for key, rows, _ in merged]
         assignments = self._assign(
-            flow, runs_, close=False, producer=producer, prior_frame=prior_frame, updates=updates
+            flow, runs_, close=False, producer=producer, prior_frame=prior_frame, updates=updates, floor=floor
         )
         rel = LAYOUT.flow(flow)
         self.home.ensure_table(rel, flow_schema(self.live.spec, flow), INC)
