@@ -147,3 +147,79 @@ def test_a_feed_is_one_typed_change_applied_by_the_journal(tmp_path, monkeypatch
     key = sorted(r["url"] for r in p.output("urls"))
     assert key == sorted(r["url"] for r in fresh.output("urls")) == ["http://a/", "http://b/", "http://c/"]
     assert p.parts.live.st.flows["urls"].incs[2].version == p.parts.live.st.flows["urls"].version
+
+
+def test_history_entries_are_typed_and_read_every_older_form():
+    """Feed, feed-id, collected-increment and rewind entries are frozen records; their JSON is what
+    cbp writes, and the forms older homes hold load (issue 47, item 2)."""
+    import dataclasses
+
+    import pytest
+
+    from cbp.controller.entries import CollectedEntry, FeedEntry, FeedIdEntry, RewindEntry, parse
+    from cbp.errors import RuntimeStateError
+
+    new_feed = {"incs": [3], "records": 2, "id": "a.csv", "seq": 7, "hash": "ab", "duplicate_of": 1}
+    assert FeedEntry.from_json(new_feed).to_json() == new_feed
+    withdrawn = {**new_feed, "incs": [], "records": 0, "withdrawn": {"incs": [3], "records": 2, "version": 4, "seq": 9}}
+    assert FeedEntry.from_json(withdrawn).to_json() == withdrawn
+    assert FeedEntry.from_json({"incs": [1, 2]}) == FeedEntry((1, 2))  # format 1
+    assert FeedEntry.from_json({**new_feed, "keyed_version": 5}).keyed_version == 5
+    for doc in ({"id": "a.csv", "feed": 2, "incs": [2]}, {"id": None, "withdrawn_feed": 2}):
+        assert FeedIdEntry.from_json(doc).to_json() == doc
+    meta = {"frame": 3, "records": 2, "version": 1, "producer": "feed:3", "complete": True, "srcs": [3]}
+    for doc in (
+        {"inc": 3, "version": None, "meta": meta},
+        {"inc": 3, "version": 4, "meta": meta, "undone": 9, "withdrawn": True},
+        {"inc": 3, "version": 4},  # format 1
+    ):
+        assert CollectedEntry.from_json(doc).to_json() == doc
+    old_meta = {k: v for k, v in meta.items() if k != "srcs"}  # before increments kept their sources
+    assert CollectedEntry.from_json({"inc": 3, "version": 4, "meta": old_meta}).meta.srcs == []
+    rewind = {
+        "seq": 12,
+        "to": {"stage": "count", "epoch": 1, "seq": 5},
+        "at": 1.5,
+        "undone": {"count": [{"state_version": 3, "inputs": {"w": [2]}, "outputs": {}, "epoch": 2, "versions": {}}]},
+        "collected_undone": {"w": {"2": {"inc": 2, "version": 1}}},
+        "restored": {"w": [2]},
+    }
+    r = RewindEntry.from_json(rewind)
+    assert r.undone["count"][0].entry.state_version == 3 and r.collected_undone["w"][2].version == 1
+    assert RewindEntry.from_json(r.to_json()) == r
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        r.seq = 1  # type: ignore[misc]
+    with pytest.raises(RuntimeStateError) as e:
+        parse(FeedEntry.from_json, {"records": 2}, "history/feeds/w/1.json")
+    assert e.value.code == "damaged-home"
+
+
+def test_a_feed_changes_the_snapshot_only_through_its_change(tmp_path, monkeypatch):
+    """Landing a feed leaves ``live.st`` as it was until the journal applies the feed's Change:
+    its snapshot updates (counters, the new increment on every reader's connector) and typed entries."""
+    from cbp.controller.change import FlowCounters, IncrementAdded
+    from cbp.controller.entries import FeedEntry, FeedIdEntry
+
+    p = Pipeline(ROOT / "flows" / "url_count.yaml", str(tmp_path / "home"))
+    p.feed("urls", [{"url": "http://a/"}])
+    real = p.parts.journal.commit
+    seen = []
+
+    def commit(change):
+        seen.append((change, p.parts.live.st.to_json()))
+        real(change)
+
+    monkeypatch.setattr(p.parts.journal, "commit", commit)
+    before = p.parts.live.st.to_json()
+    assert p.feed("urls", [{"url": "http://b/"}, {"url": "http://c/"}], feed_id="f2") == [2]
+    ((change, at_commit),) = seen
+    assert at_commit == before  # nothing changed in place
+    counters = [u for u in change.updates if isinstance(u, FlowCounters)]
+    (added,) = [u for u in change.updates if isinstance(u, IncrementAdded)]
+    assert counters[0] == FlowCounters("urls", 2, 2) and all(u.flow == "urls" for u in change.updates)
+    assert (added.inc, added.increment.records, added.readers) == (2, 2, ("url_count",))
+    assert [type(e) for _, e in change.entries] == [FeedEntry, FeedIdEntry]
+    st = p.parts.live.st
+    assert st.flows["urls"].feeds == 2 and st.connector("url_count", "urls") == [1, 2]
+    e = p.parts.history.feed(st, "urls", 2)
+    assert (e.incs, e.records, e.id, e.seq) == ((2,), 2, "f2", at_commit["seq"] + 1) and e.hash

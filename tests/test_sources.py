@@ -223,7 +223,7 @@ def test_sync_killed_anywhere_lands_each_version_once(make_pipeline, tmp_path, k
         r = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
         assert r.returncode == 0, r.stderr
     p = cbp.load(yaml, home=home)
-    ids = [p.parts.history.feed(p.parts.live.st, "orders", i)["id"] for i in range(1, p.feeds("orders") + 1)]
+    ids = [p.parts.history.feed(p.parts.live.st, "orders", i).id for i in range(1, p.feeds("orders") + 1)]
     versions = [int(i.rpartition("@")[2]) for i in ids]
     assert versions == list(range(versions[0], DeltaTable(uri).version() + 1))  # each once, in order
     rows: dict = {}

@@ -120,7 +120,7 @@ class Parts:
         self.epochs = Epochs(home, live, journal, landing, intentions, tuning, self.spark, self.mode)
         self.scheduler = Scheduler(home, live, journal, intentions, self.epochs, landing, tuning, notice)
         self.rewind = Rewind(home, live, journal, history, intentions, notice)
-        self.runs = Runs(live, journal, history, self.rewind.rewinds)
+        self.runs = Runs(live, journal, history, self.rewind.rewind_entries)
         self.reads = Reads(home, live, journal, history, intentions, self.scheduler, self.runs, self.feeds, self.mode)
         migration = Migration(home, live, tuning, self.spark)
         self.upgrade = Upgrade(home, live, journal, history, evolution, intentions, migration)

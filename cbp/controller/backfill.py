@@ -86,11 +86,10 @@ def survey(home: Home, history: History, snap: Snapshot, flow: str) -> Survey:
             out.by_version.setdefault(fs.version, []).append(i)
             expected[i] = m.records
     for i, e in history.collected_entries(snap, flow).items():
-        meta = e.get("meta") or {}
-        if is_synthetic(meta.get("producer")):
+        if is_synthetic(e.producer):
             continue
-        out.by_version.setdefault(fs.version if e["version"] is None else int(e["version"]), []).append(i)
-        expected[i] = int(meta.get("records", 0) or 0)
+        out.by_version.setdefault(fs.version if e.version is None else e.version, []).append(i)
+        expected[i] = e.meta.records if e.meta is not None else 0
     for v, ids in sorted(out.by_version.items()):
         _check_version(home, flow, v, ids, expected, out)
     return out

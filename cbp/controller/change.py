@@ -8,10 +8,13 @@ A stage epoch is ``plan -> result -> Change``: :mod:`.epoch` turns the tasks' re
   goes: :class:`StateVersion`, :class:`FlowVersion`, :class:`IncrementVersion` in the snapshot,
   :class:`EntryVersion` in a history entry);
 - the snapshot updates it makes (:class:`EpochAdvance`, :class:`ConnectorRead`,
-  :class:`ShapeSet`, :class:`IncrementsDropped`, :class:`GcRun`), applied by the journal to the
-  live snapshot before it is written;
-- its history entries, the files to delete once it is committed (``cleanup``) and those to
-  delete if it is abandoned before its pending record exists (``written``).
+  :class:`ShapeSet`, :class:`IncrementsDropped`, :class:`GcRun`; a feed's :class:`FlowCounters`,
+  :class:`FrameStateSet`, :class:`IncrementAdded`, :class:`IncrementSet`; a rewind's
+  :class:`StageSet`, :class:`FlowSet`, :class:`ConnectorSet`, :class:`SchedSet`,
+  :class:`ShapeDropped`), applied in order by the journal to the live snapshot before it is written;
+- its history entries (typed, :mod:`.entries`, or plain JSON), the files to delete once it is
+  committed (``cleanup``) and those to delete if it is abandoned before its pending record
+  exists (``written``).
 
 A commit's JSON is the pending record's, as every cbp wrote it: a target is a path into the
 snapshot's JSON (``["flows", F, "version"]``) or ``["@entry", rel, key]``; :meth:`Commit.from_json`
@@ -27,24 +30,35 @@ changes the snapshot it is given).
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import RuntimeStateError
-from .snapshot import Snapshot
+from .entries import HistoryEntry
+from .snapshot import FlowState, Increment, Sched, Snapshot, StageState
 
 __all__ = [
     "Change",
     "Commit",
     "ConnectorRead",
+    "ConnectorSet",
     "EntryVersion",
     "EpochAdvance",
+    "FlowCounters",
+    "FlowSet",
+    "FrameStateSet",
     "FlowVersion",
     "GcRun",
+    "IncrementAdded",
+    "IncrementSet",
     "IncrementVersion",
     "IncrementsDropped",
+    "SchedSet",
+    "ShapeDropped",
     "ShapeSet",
+    "StageSet",
     "SnapshotUpdate",
     "StateVersion",
     "Target",
@@ -238,6 +252,114 @@ class IncrementsDropped:
 
 
 @dataclass(frozen=True)
+class FlowCounters:
+    """Flow ``flow``'s counters move on: its next increment id to at least ``next_inc``, its
+    feeds to ``feeds`` (None: unchanged)."""
+
+    flow: str
+    next_inc: int | None = None
+    feeds: int | None = None
+
+    def apply(self, st: Snapshot) -> None:
+        fs = st.flows[self.flow]
+        if self.next_inc is not None:
+            fs.next_inc = max(fs.next_inc, self.next_inc)
+        if self.feeds is not None:
+            fs.feeds = self.feeds
+
+
+@dataclass(frozen=True)
+class FrameStateSet:
+    """Flow ``flow``'s framing state (a FrameBy function's) becomes ``state``."""
+
+    flow: str
+    state: Any
+
+    def apply(self, st: Snapshot) -> None:
+        st.flows[self.flow].frame_state = copy.deepcopy(self.state)
+
+
+@dataclass(frozen=True)
+class IncrementAdded:
+    """A new increment ``inc`` of flow ``flow``, enqueued on the connector of each of ``readers``."""
+
+    flow: str
+    inc: int
+    increment: Increment
+    readers: tuple[str, ...] = ()
+
+    def apply(self, st: Snapshot) -> None:
+        st.flows[self.flow].incs[self.inc] = copy.deepcopy(self.increment)
+        for c in self.readers:
+            st.connector(c, self.flow).append(self.inc)
+
+
+@dataclass(frozen=True)
+class IncrementSet:
+    """Live increment ``inc`` of flow ``flow`` becomes ``increment`` (an open framed one grew or completed)."""
+
+    flow: str
+    inc: int
+    increment: Increment
+
+    def apply(self, st: Snapshot) -> None:
+        st.flows[self.flow].incs[self.inc] = copy.deepcopy(self.increment)
+
+
+@dataclass(frozen=True)
+class StageSet:
+    """Stage ``stage``'s state in the snapshot becomes ``state`` (a rewind puts it back)."""
+
+    stage: str
+    state: StageState
+
+    def apply(self, st: Snapshot) -> None:
+        st.stages[self.stage] = copy.deepcopy(self.state)
+
+
+@dataclass(frozen=True)
+class FlowSet:
+    """Flow ``flow``'s state in the snapshot becomes ``state`` (a rewind puts it back)."""
+
+    flow: str
+    state: FlowState
+
+    def apply(self, st: Snapshot) -> None:
+        st.flows[self.flow] = copy.deepcopy(self.state)
+
+
+@dataclass(frozen=True)
+class ConnectorSet:
+    """Connector ``name`` (``<stage>.<flow>``) holds ``incs`` (a rewind puts it back)."""
+
+    name: str
+    incs: tuple[int, ...]
+
+    def apply(self, st: Snapshot) -> None:
+        st.connectors[self.name] = list(self.incs)
+
+
+@dataclass(frozen=True)
+class SchedSet:
+    """The scheduler's position becomes ``sched`` (a rewind starts it again)."""
+
+    sched: Sched
+
+    def apply(self, st: Snapshot) -> None:
+        st.sched = copy.deepcopy(self.sched)
+
+
+@dataclass(frozen=True)
+class ShapeDropped:
+    """The recorded shape ``key`` is forgotten (a rewind to before a stage's code was noted)."""
+
+    key: str
+
+    def apply(self, st: Snapshot) -> None:
+        st.shapes.pop(self.key, None)
+
+
+@dataclass(frozen=True)
 class GcRun:
     """Garbage collection run ``run`` collected increments."""
 
@@ -247,7 +369,22 @@ class GcRun:
         st.gc_runs = self.run
 
 
-SnapshotUpdate = EpochAdvance | ConnectorRead | ShapeSet | IncrementsDropped | GcRun
+SnapshotUpdate = (
+    EpochAdvance
+    | ConnectorRead
+    | ShapeSet
+    | IncrementsDropped
+    | GcRun
+    | FlowCounters
+    | FrameStateSet
+    | IncrementAdded
+    | IncrementSet
+    | StageSet
+    | FlowSet
+    | ConnectorSet
+    | SchedSet
+    | ShapeDropped
+)
 
 
 @dataclass(frozen=True)
@@ -259,7 +396,7 @@ class Change:
     what: str
     commits: tuple[Commit, ...] = ()
     updates: tuple[SnapshotUpdate, ...] = ()
-    entries: tuple[tuple[str, Mapping[str, Any]], ...] = ()
+    entries: tuple[tuple[str, HistoryEntry | Mapping[str, Any]], ...] = ()  # typed (.entries), or plain JSON
     stage: str | None = None  # a stage epoch's stage: its intention is cleared once committed
     cleanup: tuple[str, ...] = field(default=())
     written: tuple[str, ...] = field(default=())

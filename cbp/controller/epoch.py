@@ -11,9 +11,11 @@ decision, or drops it if its inputs changed (:mod:`.intentions`).
 Reads: ``live.spec`` and ``live.st`` (the stage's epoch, state version, index, bindings; its
 input connectors and increments), the input increments' and state table's files, the tuning.
 Writes: through the journal, one change per epoch: the state table and output flow tables (Delta
-commits), ``live.st`` (the stage's epoch, runnable state, index, layout and bindings; its input
-connectors; output increments, via :class:`~.landing.Landing`), the epoch's history entry and its
-intention (:class:`~.intentions.Intentions`); deletes index and binding files no one reads again.
+commits), its snapshot updates (the scheduler's position; the stage's epoch, runnable state,
+index, layout and bindings; its input connectors; output increments, made by
+:class:`~.landing.Landing`), the epoch's history entry and its intention
+(:class:`~.intentions.Intentions`); ``live.st`` itself only in :meth:`Epochs.plan` (output ids, which
+its caller drops); deletes index and binding files no one reads again.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from __future__ import annotations
 import copy
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import pyarrow as pa
@@ -43,8 +45,11 @@ from .change import (
     ConnectorRead,
     EntryVersion,
     EpochAdvance,
+    FlowCounters,
     FlowVersion,
     IncrementVersion,
+    SchedSet,
+    SnapshotUpdate,
     StateVersion,
 )
 from .codehash import note_code
@@ -52,7 +57,7 @@ from .commitcheck import Conflict, Planned, base_of, conflict
 from .history import EpochEntry
 from .intentions import Intention, Intentions
 from .journal import Journal
-from .landing import Landing, flow_schema
+from .landing import Landing, LandResult, flow_schema
 from .live import LazySpark, Live, Tuning
 from .records import Decision, EpochReport
 from .snapshot import Increment
@@ -163,12 +168,11 @@ class Epochs:
             return Conflict(p.stage, p.epoch, why)
         with self.journal.transaction():
             try:
-                self.live.st.sched = copy.deepcopy(p.sched)
-                for f, i in p.out_incs.items():
-                    self.live.st.flows[f].next_inc = max(self.live.st.flows[f].next_inc, i + 1)
                 faults.point("epoch:checked")
                 change, counts = self._epoch_change(p.stage, p.epoch, p.decision, results, p.inputs, p.out_incs)
-                self.journal.commit(change)
+                planned: list[SnapshotUpdate] = [SchedSet(p.sched)]
+                planned += [FlowCounters(f, i + 1) for f, i in p.out_incs.items()]
+                self.journal.commit(replace(change, updates=(*planned, *change.updates)))
             except BaseException:
                 try:
                     committing = self.home.pending() is not None  # then the change is finished later, not dropped
@@ -248,8 +252,8 @@ class Epochs:
     ) -> tuple[Change, dict[str, int]]:
         """The tasks' results as the epoch's :class:`~.change.Change` (its Delta commits, snapshot
         updates, history entry, files to delete once committed and files written here), and the
-        records per output flow. Output increments are registered with the landing part, which
-        puts them in ``live.st`` (the journal rolls them back if the change is not committed)."""
+        records per output flow. Output increments are snapshot updates of the change, made by the
+        landing part."""
         spec = self.live.spec.stages[stage]
         app = (f"cbp:{stage}", self.live.st.seq + 1)  # the change's number: Delta transaction version, never reused
         entry = LAYOUT.epoch_entry(stage, epoch)
@@ -278,7 +282,7 @@ class Epochs:
             "epoch",
             f"stage '{stage}' epoch {epoch}",
             commits=(*state.commits, *out.commits),
-            updates=(*reads, advance, *((shape,) if shape is not None else ())),
+            updates=(*out.updates, *reads, advance, *((shape,) if shape is not None else ())),
             entries=((entry, record.to_json()),),
             stage=stage,
             cleanup=(*state.cleanup, *out.cleanup, *unbound),
@@ -324,25 +328,35 @@ class Epochs:
             if frame_by is not None and frame_by.field is not None:  # framed by the tasks: join their runs
                 ordered = sorted(results, key=lambda r: r.part)
                 runs = [(a[FRAME_KEY], a) for r in ordered for a in r.outputs.get(flow, [])]
-                fc, part.produced[flow] = self.landing.land_runs(
-                    flow, runs, producer=producer, prior_frame=epoch, app=app
+                landed = self.landing.land_runs(
+                    flow, runs, producer=producer, prior_frame=epoch, app=app, floor=out_incs[flow] + 1
                 )
             elif frame_by is not None:  # a FrameBy function threads its state through the records: framed here
                 data, task_files = self.landing.read_task_files(flow, adds)
                 part.cleanup += task_files
                 what, prefix = f"stage '{stage}' epoch {epoch}", LAYOUT.output_prefix(stage, epoch)
-                fc, part.produced[flow], w = self.landing.land(
-                    flow, data, close=False, producer=producer, prior_frame=epoch, app=app, what=what, prefix=prefix
+                landed = self.landing.land(
+                    flow,
+                    data,
+                    close=False,
+                    producer=producer,
+                    prior_frame=epoch,
+                    app=app,
+                    what=what,
+                    prefix=prefix,
+                    floor=out_incs[flow] + 1,  # after the id the plan took
                 )
-                part.written += w
             else:
                 rel, inc = LAYOUT.flow(flow), out_incs[flow]
                 self.home.ensure_table(rel, flow_schema(self.live.spec, flow), INC)
-                fc = [Commit(rel, INC, tuple(adds), (), *app, (FlowVersion(flow), IncrementVersion(flow, inc)))]
+                fc = (Commit(rel, INC, tuple(adds), (), *app, (FlowVersion(flow), IncrementVersion(flow, inc))),)
                 version = self.live.st.flows[flow].version
-                self.landing.register(flow, inc, Increment(epoch, part.counts[flow], version, producer, True))
-                part.produced[flow] = [inc]
-            part.commits += fc
+                added = self.landing.registered(flow, inc, Increment(epoch, part.counts[flow], version, producer, True))
+                landed = LandResult(fc, [inc], (), (added,))
+            part.produced[flow] = landed.ids
+            part.commits += landed.commits
+            part.written += landed.written
+            part.updates += landed.updates
         return part
 
     def _bindings(self, stage: str, results: list[TaskResult], d: Decision) -> tuple[list[str], list[str]]:
@@ -424,6 +438,7 @@ class _Part:
     written: list[str] = field(default_factory=list)
     produced: dict[str, list[int]] = field(default_factory=dict)
     counts: dict[str, int] = field(default_factory=dict)
+    updates: list[SnapshotUpdate] = field(default_factory=list)  # (outputs) the increments' snapshot updates
 
 
 def _placement(results: list[TaskResult]) -> dict[str, Any]:

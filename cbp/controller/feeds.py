@@ -20,10 +20,11 @@ the flow and its connectors), and the feed, feed-id, feed-hash and collected-inc
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import io
 import warnings
-from dataclasses import asdict
+from dataclasses import replace
 from typing import Any
 
 import pyarrow as pa
@@ -31,7 +32,8 @@ import pyarrow as pa
 from ..errors import InputError, UsageError
 from ..storage import INC, LAYOUT, Home
 from .change import Change, Commit, FlowVersion, IncrementsDropped
-from .history import EpochEntry, History
+from .entries import CollectedEntry, EpochEntry, FeedEntry, FeedIdEntry, HistoryEntry, Withdrawal
+from .history import History
 from .intentions import Intention
 from .journal import Journal
 from .live import Live, Notice
@@ -78,10 +80,10 @@ class Feeds:
     def __init__(self, home: Home, live: Live, journal: Journal, history: History, notify: Notice) -> None:
         self.home, self.live, self.journal, self.history, self.notify = home, live, journal, history, notify
 
-    def note(self, flow: str, number: int, data: pa.Table, feed_id: str | None) -> dict[str, Any]:
+    def note(self, flow: str, number: int, data: pa.Table, feed_id: str | None) -> FeedEntry:
         """Record feed ``number``'s hash with the change that lands it; what its feed entry gets
         (``hash``, ``seq``, and ``duplicate_of`` when it repeats an earlier feed without a feed id)."""
-        out: dict[str, Any] = {"seq": self.live.st.seq + 1}
+        out = FeedEntry((), seq=self.live.st.seq + 1)
         if not data.num_rows:
             return out
         digest = content_hash(data)
@@ -89,10 +91,7 @@ class Feeds:
         e = self.home.read_json(rel) or {"hash": digest, "feeds": []}
         earlier = [int(n) for n in e["feeds"] if int(n) < number]  # a feed number above ours did not commit
         self.journal.entry(rel, {"hash": digest, "feeds": earlier + [number]})
-        out["hash"] = digest
-        if earlier and feed_id is None:
-            out["duplicate_of"] = earlier[0]
-        return out
+        return replace(out, hash=digest, duplicate_of=earlier[0] if earlier and feed_id is None else None)
 
     def refuse_retry(self, flow: str, data: pa.Table, feed_id: str | None, force: bool) -> None:
         """Before a feed with ``feed_id`` lands: refuse it (code ``duplicate-feed``) when its records
@@ -105,8 +104,8 @@ class Feeds:
         fl = self.live.spec.flows[flow]
         pending = {i for c in fl.consumers for i in self.live.st.connector(c, flow)}
         for n in sorted(int(n) for n in e["feeds"]):
-            entry = self.history.feed(self.live.st, flow, n) or {}
-            if entry.get("id") is None and pending & {int(i) for i in entry.get("incs", [])}:
+            entry = self.history.feed(self.live.st, flow, n)
+            if entry is not None and entry.id is None and pending & set(entry.incs):
                 yaml = self.live.spec.path
                 raise InputError(
                     f"flow '{flow}': these records equal feed {n}, landed without an id and not yet "
@@ -116,10 +115,10 @@ class Feeds:
                     code="duplicate-feed",
                 )
 
-    def warn_duplicate(self, flow: str, number: int, note: dict[str, Any], yaml: str = "FLOW.yaml") -> None:
+    def warn_duplicate(self, flow: str, number: int, note: FeedEntry, yaml: str = "FLOW.yaml") -> None:
         """Tell the user that a feed repeated an earlier one: through the controller's ``notify`` (``cbp feed``
         prints it on stderr) or, when nothing listens, as a :class:`DuplicateFeedWarning`."""
-        first = note.get("duplicate_of")
+        first = note.duplicate_of
         if first is None:
             return
         text = (
@@ -151,9 +150,9 @@ class Feeds:
                 }
             )
             for n in feeds[-MAX_CHECKED:]:
-                e = self.history.feed(self.live.st, flow, n) or {}
-                if e.get("duplicate_of") is not None:
-                    out.append({"flow": flow, "feed": n, "duplicate_of": e["duplicate_of"]})
+                e = self.history.feed(self.live.st, flow, n)
+                if e is not None and e.duplicate_of is not None:
+                    out.append({"flow": flow, "feed": n, "duplicate_of": e.duplicate_of})
         return out
 
     def unfeed(self, flow: str, number: int) -> dict[str, Any]:
@@ -184,9 +183,9 @@ class Feeds:
                     f"flow '{flow}' has had {fs.feeds} feed(s); there is no feed {number!r} to withdraw",
                     code="unknown-feed",
                 )
-            if e.get("withdrawn"):
+            if e.withdrawn is not None:
                 raise UsageError(f"feed {number} of flow '{flow}' was withdrawn already", code="unknown-feed")
-            ids = [int(i) for i in e["incs"]]
+            ids = list(e.incs)
             self._check_unread(flow, number, ids, e)
             seq = self.live.st.seq + 1
             rel = LAYOUT.flow(flow)
@@ -196,32 +195,24 @@ class Feeds:
                 else []
             )
             commits = [Commit(rel, INC, (), tuple(removes), "cbp:unfeed", seq, (FlowVersion(flow),))] if removes else []
-            for i in ids:
-                self.journal.entry(
-                    LAYOUT.collected_entry(flow, i),
-                    {"inc": i, "version": fs.version, "meta": asdict(fs.incs[i]), "undone": seq, "withdrawn": True},
-                )
-            self.journal.entry(
-                LAYOUT.feed_entry(flow, number),
-                {
-                    **e,
-                    "incs": [],
-                    "records": 0,
-                    "withdrawn": {"incs": ids, "records": e.get("records"), "version": fs.version, "seq": seq},
-                },
-            )
-            if e.get("id") is not None:  # its id may land again
-                self.journal.entry(LAYOUT.feed_id_entry(flow, e["id"]), {"id": None, "withdrawn_feed": number})
-            if e.get("hash"):
-                rel_h = LAYOUT.feed_hash_entry(flow, e["hash"])
-                h = self.home.read_json(rel_h) or {"hash": e["hash"], "feeds": []}
-                self.journal.entry(rel_h, {"hash": e["hash"], "feeds": [n for n in h["feeds"] if n != number]})
+            entries: list[tuple[str, HistoryEntry | dict[str, Any]]] = [
+                (LAYOUT.collected_entry(flow, i), CollectedEntry(i, fs.version, copy.deepcopy(fs.incs[i]), seq, True))
+                for i in ids
+            ]
+            withdrawal = Withdrawal(tuple(ids), e.records, fs.version, seq)
+            entries.append((LAYOUT.feed_entry(flow, number), replace(e, incs=(), records=0, withdrawn=withdrawal)))
+            if e.id is not None:  # its id may land again
+                entries.append((LAYOUT.feed_id_entry(flow, e.id), FeedIdEntry(None, withdrawn_feed=number)))
+            if e.hash:
+                rel_h = LAYOUT.feed_hash_entry(flow, e.hash)
+                h = self.home.read_json(rel_h) or {"hash": e.hash, "feeds": []}
+                entries.append((rel_h, {"hash": e.hash, "feeds": [n for n in h["feeds"] if n != number]}))
             what = f"withdrawal of feed {number} of flow '{flow}'"
             withdrawn = IncrementsDropped(flow, tuple(ids), tuple(fl.consumers))
-            self.journal.commit(Change("unfeed", what, tuple(commits), (withdrawn,)))
-            return {"flow": flow, "feed": number, "increments": ids, "records": e.get("records")}
+            self.journal.commit(Change("unfeed", what, tuple(commits), (withdrawn,), tuple(entries)))
+            return {"flow": flow, "feed": number, "increments": ids, "records": e.records}
 
-    def _check_unread(self, flow: str, number: int, ids: list[int], entry: dict[str, Any]) -> None:
+    def _check_unread(self, flow: str, number: int, ids: list[int], entry: FeedEntry) -> None:
         """Refuse (``feed-read``, ``feed-shared``) to withdraw increments a stage read or that hold
         other feeds' records."""
         fl = self.live.spec.flows[flow]
@@ -257,7 +248,7 @@ class Feeds:
                     "(interrupted; the next 'cbp run' finishes it)",
                     code="feed-read",
                 )
-        since = entry.get("seq")
+        since = entry.seq
         for c in fl.consumers:  # a runnable may read an increment and keep it: epochs since the feed say
             e = self.live.st.stages[c].epoch
             while e >= 1:

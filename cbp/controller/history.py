@@ -12,8 +12,11 @@ increment of a flow) happens only for ``output`` of a whole flow.
 A home of format 1 kept these facts in its snapshot; :func:`legacy_entries` turns them into
 entries, which are written with the next change and read from memory until then.
 
-A stage epoch's entry is a frozen :class:`EpochEntry` (:meth:`History.epoch_entry`); its JSON is
-what every cbp wrote, and an older entry (no ``seq``, ``run``, ``placement``, ``code``) loads.
+Entries are read typed (:mod:`.entries`): a stage epoch's is a frozen :class:`EpochEntry`
+(:meth:`History.epoch_entry`), a feed's a :class:`~.entries.FeedEntry`, a feed id's a
+:class:`~.entries.FeedIdEntry`, a collected increment's a :class:`~.entries.CollectedEntry`; their
+JSON is what every cbp wrote, and every older form loads (an epoch entry without ``seq``, ``run``,
+``placement``, ``code``).
 
     >>> e = EpochEntry(4, {"w": [1]}, {"c": [2]}, {"c": 3}, seq=9)
     >>> EpochEntry.from_json(e.to_json()) == e, EpochEntry.from_json({"inputs": {}, "outputs": {}}).seq
@@ -25,63 +28,13 @@ Reads: history entries under ``_cbp/history`` (and the legacy entries in memory)
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import dataclass, field
 from typing import Any
 
 from ..storage import Home, Layout
+from .entries import CollectedEntry, EpochEntry, FeedEntry, FeedIdEntry, parse
 from .snapshot import Snapshot
 
-__all__ = ["EpochEntry", "History", "legacy_entries"]
-
-
-@dataclass(frozen=True)
-class EpochEntry:
-    """What a committed stage epoch did: the state table version after it, the increment ids it
-    read per input flow and wrote per output flow, the records per output flow, where its tasks
-    ran (``placement``), its translator's code hash, its change's number (``seq``), the run it was
-    part of and when it committed (``at``)."""
-
-    state_version: int | None
-    inputs: Mapping[str, list[int]]
-    outputs: Mapping[str, list[int]]
-    records: Mapping[str, int] = field(default_factory=dict)
-    placement: Mapping[str, Any] | None = None
-    code: str | None = None
-    seq: int | None = None
-    run: Mapping[str, Any] | None = None
-    at: float | None = None
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "state_version": self.state_version,
-            "inputs": {f: list(ids) for f, ids in self.inputs.items()},
-            "outputs": {f: list(ids) for f, ids in self.outputs.items()},
-            "records": dict(self.records),
-            "placement": dict(self.placement) if self.placement is not None else None,
-            "code": self.code,
-            "seq": self.seq,
-            "run": dict(self.run) if self.run is not None else None,
-            "at": self.at,
-        }
-
-    @classmethod
-    def from_json(cls, doc: Mapping[str, Any]) -> EpochEntry:
-        def ids(m: Mapping[str, Any] | None) -> dict[str, list[int]]:
-            return {str(f): [int(i) for i in v] for f, v in (m or {}).items()}
-
-        sv, seq, at = doc.get("state_version"), doc.get("seq"), doc.get("at")
-        return cls(
-            state_version=int(sv) if sv is not None else None,
-            inputs=ids(doc.get("inputs")),
-            outputs=ids(doc.get("outputs")),
-            records={str(f): int(n) for f, n in (doc.get("records") or {}).items()},
-            placement=doc.get("placement"),
-            code=doc.get("code"),
-            seq=int(seq) if seq is not None else None,
-            run=doc.get("run"),
-            at=float(at) if at is not None else None,
-        )
+__all__ = ["EpochEntry", "History", "legacy_entries"]  # EpochEntry: from .entries
 
 
 class History:
@@ -109,42 +62,51 @@ class History:
         e = self.epoch(snap, stage, epoch)
         return EpochEntry.from_json(e) if e is not None else None
 
-    def feed(self, snap: Snapshot, flow: str, n: int) -> dict[str, Any] | None:
-        """``{"incs", "records"}`` of the nth feed of an external flow, or None."""
+    def feed(self, snap: Snapshot, flow: str, n: int) -> FeedEntry | None:
+        """The nth feed of an external flow (what it landed), or None."""
         if not 1 <= n <= snap.flows[flow].feeds:
             return None
-        return self.read(self.layout.feed_entry(flow, n))
+        rel = self.layout.feed_entry(flow, n)
+        e = self.read(rel)
+        return None if e is None else parse(FeedEntry.from_json, e, rel)
 
-    def feed_id(self, snap: Snapshot, flow: str, feed_id: str) -> dict[str, Any] | None:
-        """``{"feed", "incs", "id"}`` of the feed that landed with ``feed_id``, or None."""
-        e = self.read(self.layout.feed_id_entry(flow, feed_id))
-        if e is None or e.get("id") != feed_id or e["feed"] > snap.flows[flow].feeds:
+    def feed_id(self, snap: Snapshot, flow: str, feed_id: str) -> FeedIdEntry | None:
+        """The feed that landed with ``feed_id`` (its number and increments), or None."""
+        rel = self.layout.feed_id_entry(flow, feed_id)
+        doc = self.read(rel)
+        e = None if doc is None else parse(FeedIdEntry.from_json, doc, rel)
+        if e is None or e.id != feed_id or e.feed is None or e.feed > snap.flows[flow].feeds:
             return None
         return e
+
+    def collected_entry(self, flow: str, inc: int) -> CollectedEntry | None:
+        """The entry of increment ``inc`` of ``flow`` that left a snapshot, unchecked; None if there is none."""
+        rel = self.layout.collected_entry(flow, inc)
+        e = self.read(rel)
+        return None if e is None else parse(CollectedEntry.from_json, e, rel)
 
     def collected_version(self, snap: Snapshot, flow: str, inc: int) -> int | None:
         """A table version that still holds increment ``inc``, which left the snapshot; None if unknown.
 
         An increment of a flow nobody reads leaves the snapshot without leaving the table: its
         entry has no version, and the flow's current version holds it."""
-        e = self.read(self.layout.collected_entry(flow, inc))
-        if e is None or inc in snap.flows[flow].incs or e.get("undone"):
+        e = self.collected_entry(flow, inc)
+        if e is None or inc in snap.flows[flow].incs or e.undone:
             return None
-        return snap.flows[flow].version if e["version"] is None else int(e["version"])
+        return snap.flows[flow].version if e.version is None else e.version
 
     def collected(self, snap: Snapshot, flow: str) -> dict[int, int | None]:
         """Increments of ``flow`` that left the snapshot: id -> a table version that still holds it
         (a backfill's synthetic increments are not the flow's records: left out)."""
         out: dict[int, int | None] = {}
         for inc, e in self.collected_entries(snap, flow).items():
-            producer = str((e.get("meta") or {}).get("producer", ""))
-            if not producer.startswith("backfill:"):  # cbp.controller.backfill.BACKFILL
-                out[inc] = snap.flows[flow].version if e["version"] is None else int(e["version"])
+            if not e.producer.startswith("backfill:"):  # cbp.controller.backfill.BACKFILL
+                out[inc] = snap.flows[flow].version if e.version is None else e.version
         return out
 
-    def collected_entries(self, snap: Snapshot, flow: str) -> dict[int, dict[str, Any]]:
+    def collected_entries(self, snap: Snapshot, flow: str) -> dict[int, CollectedEntry]:
         """The entries of the increments of ``flow`` that left the snapshot (not undone by a rewind), by id."""
-        out: dict[int, dict[str, Any]] = {}
+        out: dict[int, CollectedEntry] = {}
         prefix = self.layout.collected_dir(flow)
         names = set(self.home.list_dir(prefix)) | {
             r.rsplit("/", 1)[1] for r in self.legacy if r.startswith(prefix + "/")
@@ -152,11 +114,10 @@ class History:
         for name in names:
             if not name.endswith(".json"):
                 continue
-            e = self.read(f"{prefix}/{name}")
-            if (
-                e is not None and e["inc"] not in snap.flows[flow].incs and not e.get("undone")
-            ):  # undone: written by an epoch a rewind undid
-                out[int(e["inc"])] = e
+            doc = self.read(f"{prefix}/{name}")
+            e = None if doc is None else parse(CollectedEntry.from_json, doc, f"{prefix}/{name}")
+            if e is not None and e.inc not in snap.flows[flow].incs and not e.undone:
+                out[e.inc] = e  # undone: written by an epoch a rewind undid
         return out
 
 

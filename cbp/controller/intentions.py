@@ -31,6 +31,7 @@ from typing import Any
 from .. import faults
 from ..errors import RuntimeStateError
 from ..storage import LAYOUT, PART, Home
+from .entries import RewindEntry, parse
 from .live import Live
 from .records import Decision
 
@@ -179,11 +180,13 @@ class Intentions:
         lists them (Delta time travel to the undone epoch reads them), so they are never deleted."""
         names: set[str] = set()
         for name in self.home.list_dir(f"{LAYOUT.HISTORY}/rewinds"):
-            rec = self.home.read_json(f"{LAYOUT.HISTORY}/rewinds/{name}") if name.endswith(".json") else None
-            for e in (rec or {}).get("undone", {}).get(stage, []):
-                if e.get("epoch") == epoch and e.get("state_version") is not None:
+            rel = f"{LAYOUT.HISTORY}/rewinds/{name}"
+            doc = self.home.read_json(rel) if name.endswith(".json") else None
+            rec = parse(RewindEntry.from_json, doc, rel) if doc is not None else None
+            for e in rec.undone.get(stage, ()) if rec is not None else ():
+                if e.epoch == epoch and e.entry.state_version is not None:
                     names.update(
                         f["path"].rsplit("/", 1)[-1]
-                        for f in self.home.table_files(LAYOUT.state(stage), int(e["state_version"]))
+                        for f in self.home.table_files(LAYOUT.state(stage), e.entry.state_version)
                     )
         return names

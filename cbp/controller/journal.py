@@ -31,6 +31,7 @@ from .. import faults
 from ..errors import RuntimeStateError
 from ..storage import LAYOUT, Home
 from .change import Change, Commit, EntryVersion, set_version
+from .entries import HistoryEntry, entry_json
 from .history import History, legacy_entries
 from .live import Live
 from .snapshot import FORMAT, Snapshot, diff, patch
@@ -121,9 +122,9 @@ class Journal:
         self.home.write_controller(doc)
         self.live.committed = doc
 
-    def entry(self, rel: str, value: dict[str, Any]) -> None:
-        """A history entry to write with the change being made."""
-        self.entries[rel] = value
+    def entry(self, rel: str, value: HistoryEntry | dict[str, Any]) -> None:
+        """A history entry to write with the change being made (typed, :mod:`.entries`, or plain JSON)."""
+        self.entries[rel] = entry_json(value)
 
     # ------------------------------------------------------------------ committing
     def commit(self, change: Change) -> None:
@@ -136,7 +137,7 @@ class Journal:
         for update in change.updates:
             update.apply(st)
         for rel, value in change.entries:
-            self.entries[rel] = dict(value)
+            self.entries[rel] = entry_json(value)
         st.seq += 1
         new = st.to_json()
         record: dict[str, Any] = {

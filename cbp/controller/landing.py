@@ -8,17 +8,20 @@ the tasks (:mod:`cbp.engine.task.framing`), and only joined here; one framed by 
 whose state threads through the epoch's records in order, is read back and framed here.
 
 Reads: ``live.spec`` and ``live.st`` (flows: increments, counters, framing state; connectors),
-flow tables' files, the history's feed ids. Writes: increment files of flow tables (Delta commits
-through the journal), ``live.st`` (new increments and their ids, feed numbers, framing state,
-connectors; increments collected), feed, feed-id and collected-increment history entries.
-Keyed flows' tables are :class:`~.keyed.Keyed`'s, feed hashes :class:`~.feeds.Feeds`'.
+flow tables' files, the history's feed ids. Writes: increment files of flow tables; a feed is one
+:class:`~.change.Change` the journal applies (its Delta commits, its snapshot updates: new
+increments and their ids, feed numbers, framing state, connectors; its feed and feed-id
+entries); a stage epoch's output increments are updates of the epoch's change (:mod:`.epoch`);
+``live.st`` itself only in :meth:`Landing.allocate` (a stage epoch's plan, dropped by its caller).
+Garbage collection is :mod:`.collect`'s, keyed flows' tables :class:`~.keyed.Keyed`'s, feed hashes
+:class:`~.feeds.Feeds`'.
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Callable
-from dataclasses import asdict
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -33,7 +36,20 @@ from ..spec.arrowrecords import DIFF_FIELD, with_diff
 from ..spec.resolve import safe_str
 from ..spec.signing import REFUSED, first_unsigned, refusal, unsigned_inputs
 from ..storage import INC, LAYOUT, SRC, Home
-from .change import Change, Commit, FlowVersion, GcRun, IncrementsDropped, IncrementVersion, Target
+from .change import (
+    Change,
+    Commit,
+    FlowCounters,
+    FlowVersion,
+    FrameStateSet,
+    IncrementAdded,
+    IncrementSet,
+    IncrementVersion,
+    SnapshotUpdate,
+    Target,
+)
+from .collect import collect_garbage
+from .entries import FeedIdEntry, HistoryEntry
 from .feeds import Feeds
 from .history import History
 from .journal import Journal
@@ -42,7 +58,19 @@ from .live import Live
 from .records import Landed, check_storable
 from .snapshot import Increment
 
-__all__ = ["Landing", "flow_schema"]
+__all__ = ["LandResult", "Landing", "flow_schema"]
+
+
+@dataclass(frozen=True)
+class LandResult:
+    """What landing records on a flow makes of them (:meth:`Landing.land`): the Delta commits, the
+    increment ids, the files written (to delete if the change is abandoned) and the snapshot
+    updates that enqueue the increments; the caller's :class:`~.change.Change` carries them."""
+
+    commits: tuple[Commit, ...]
+    ids: list[int]
+    written: tuple[str, ...]
+    updates: tuple[SnapshotUpdate, ...]
 
 
 def flow_schema(spec: PipelineSpec, flow: str) -> pa.Schema:
@@ -73,23 +101,28 @@ class Landing:
         self._checked_ids: set[str] = set()  # flows whose table was checked for ids a crashed run left
 
     # ------------------------------------------------------------------ increments
-    def allocate(self, flow: str, n: int) -> list[int]:
-        """New increment ids, never reusing one a crashed run may have left in the table."""
-        fs = self.live.st.flows[flow]
-        start = fs.next_inc
+    def _first_id(self, flow: str, floor: int = 0) -> int:
+        """The first new increment id of ``flow`` (at least ``floor``), never one a crashed run may
+        have left in the table."""
+        start = max(self.live.st.flows[flow].next_inc, floor)
         if flow not in self._checked_ids:  # once per process: skip ids a crashed run left in the table
             self._checked_ids.add(flow)
             dt = self.home.table(LAYOUT.flow(flow))
             used = [int(p[INC]) for p in dt.partitions()] if dt is not None else []
             if used:
                 start = max(start, max(used) + 1)
-        fs.next_inc = start + n
+        return start
+
+    def allocate(self, flow: str, n: int) -> list[int]:
+        """New increment ids for a stage epoch's plan, taken in ``live.st`` (the plan's caller drops
+        the change, :meth:`.epoch.Epochs.plan`)."""
+        start = self._first_id(flow)
+        self.live.st.flows[flow].next_inc = start + n
         return list(range(start, start + n))
 
-    def register(self, flow: str, inc: int, m: Increment) -> None:
-        self.live.st.flows[flow].incs[inc] = m
-        for consumer in self.live.spec.flows[flow].consumers:
-            self.live.st.connector(consumer, flow).append(inc)
+    def registered(self, flow: str, inc: int, m: Increment) -> IncrementAdded:
+        """The update that adds increment ``inc`` to ``flow`` and every connector that reads it."""
+        return IncrementAdded(flow, inc, m, tuple(self.live.spec.flows[flow].consumers))
 
     def feed(
         self,
@@ -125,15 +158,12 @@ class Landing:
             fs = self.live.st.flows[flow]
             seen = self.history.feed_id(self.live.st, flow, feed_id) if feed_id is not None else None
             if seen is not None:
-                self.notify(
-                    f"feed id '{feed_id}' already landed on '{flow}' as feed {seen['feed']}; nothing was landed"
-                )
-                return Landed(seen["incs"], feed=seen["feed"], records=0, repeated=True)
+                self.notify(f"feed id '{feed_id}' already landed on '{flow}' as feed {seen.feed}; nothing was landed")
+                return Landed(seen.incs, feed=seen.feed or 0, records=0, repeated=True)
             self.feeds.refuse_retry(flow, data, feed_id, force)
-            fs.feeds += 1
-            number = fs.feeds
-            if fl.frame_by is None:  # increment ids follow feed numbers, past empty feeds too
-                fs.next_inc = max(fs.next_inc, number)
+            number = fs.feeds + 1
+            floor = number if fl.frame_by is None else 0  # increment ids follow feed numbers, past empty feeds too
+            counted = FlowCounters(flow, floor or None, number)
             what = f"feed {number} of flow '{flow}'"
             keyed: Commit | None = None
             keyed_written: list[str] = []
@@ -145,7 +175,7 @@ class Landing:
                 data, keyed, keyed_written = self.keyed.feed(flow, data, number, feed_id, check=refuse)
             else:
                 self._refuse_unsigned(flow, data, number, keyed=False)
-            commits, ids, written = self.land(
+            landed = self.land(
                 flow,
                 data,
                 close=close,
@@ -153,18 +183,25 @@ class Landing:
                 prior_frame=number,
                 app=("cbp:feed", number),
                 what=what,
+                floor=floor,
             )
-            commits, written = commits + ([keyed] if keyed else []), written + keyed_written
-            note = self.feeds.note(
-                flow, number, data, feed_id
-            )  # its hash: a feed that repeats an earlier one is warned about
-            self.journal.entry(
-                LAYOUT.feed_entry(flow, number), {"incs": ids, "records": data.num_rows, "id": feed_id, **note}
-            )
+            ids = landed.ids
+            note = self.feeds.note(flow, number, data, feed_id)  # its hash: a repeated feed is warned about
+            entries: list[tuple[str, HistoryEntry]] = [
+                (LAYOUT.feed_entry(flow, number), replace(note, incs=tuple(ids), records=data.num_rows, id=feed_id))
+            ]
             if feed_id is not None:
-                self.journal.entry(LAYOUT.feed_id_entry(flow, feed_id), {"id": feed_id, "feed": number, "incs": ids})
+                entries.append((LAYOUT.feed_id_entry(flow, feed_id), FeedIdEntry(feed_id, number, tuple(ids))))
             faults.point("feed:written")
-            self.journal.commit(Change("feed", what, tuple(commits), written=tuple(written)))
+            change = Change(
+                "feed",
+                what,
+                (*landed.commits, *([keyed] if keyed else [])),
+                (counted, *landed.updates),
+                tuple(entries),
+                written=(*landed.written, *keyed_written),
+            )
+            self.journal.commit(change)
             self.feeds.warn_duplicate(flow, number, note, str(self.live.spec.path))
             return Landed(ids, feed=number, records=data.num_rows)
 
@@ -186,8 +223,9 @@ class Landing:
             where = f"feed {number}: record {i + 1}"
         raise InputError(refusal(flow, readers[0], where, rec, diff, "Nothing was landed."), code=REFUSED)
 
-    def _frame_runs(self, flow: str, data: pa.Table, producer: str) -> list[list[Any]]:
-        """Consecutive runs of records with one framing key: ``[key, first row, rows]``."""
+    def _frame_runs(self, flow: str, data: pa.Table, producer: str) -> tuple[list[list[Any]], list[SnapshotUpdate]]:
+        """Consecutive runs of records with one framing key: ``[key, first row, rows]``, and the
+        flow's new framing state (a FrameBy function's)."""
         fl = self.live.spec.flows[flow]
         fs = self.live.st.flows[flow]
         field = fl.frame_by.field  # type: ignore[union-attr]
@@ -199,7 +237,7 @@ class Landing:
             self._check_frames(
                 flow, [(key, lambda first=first: data.slice(first, 1).to_pylist()[0]) for key, first, _ in runs]
             )
-            return runs
+            return runs, []
         runs = []
         fstate = fs.frame_state
         i = 0
@@ -223,8 +261,7 @@ class Landing:
         self._check_frames(
             flow, [(key, lambda first=first: data.slice(first, 1).to_pylist()[0]) for key, first, _ in runs]
         )
-        fs.frame_state = fstate
-        return runs
+        return runs, [FrameStateSet(flow, fstate)]
 
     def _check_frames(self, flow: str, keys: list[tuple[Any, Any]]) -> None:
         """Framing keys live in the snapshot: each must be storable. ``keys`` pairs each with a
@@ -251,28 +288,37 @@ class Landing:
         app: tuple[str, int],
         what: str,
         prefix: str = "in",
-    ) -> tuple[list[Commit], list[int], list[str]]:
+        floor: int = 0,
+    ) -> LandResult:
         """Frame validated records (an Arrow table of the flow's fields, as stored) into increments
-        of ``flow``, write their files (not yet committed) and enqueue them in the snapshot.
+        of ``flow`` and write their files (not yet committed); ``live.st`` is not changed.
 
-        Returns the Delta commit to make (a list of zero or one, see :meth:`Journal.commit`), the
-        increment ids, and the files written (to delete if the change is abandoned). ``prefix``
-        starts the files' names (a stage's: :meth:`Layout.output_prefix`, which names the epoch).
+        Returns the Delta commit to make (zero or one, see :meth:`Journal.commit`), the increment
+        ids, the files written (to delete if the change is abandoned) and the snapshot updates that
+        enqueue the increments (new ids from ``floor`` on). ``prefix`` starts the files' names (a
+        stage's: :meth:`Layout.output_prefix`, which names the epoch).
         """
         fl = self.live.spec.flows[flow]
         data = with_diff(data)
+        updates: list[SnapshotUpdate] = []
         if fl.frame_by is None:
             runs = [[prior_frame, 0, data.num_rows]] if data.num_rows else []
         else:
-            runs = self._frame_runs(flow, data, producer)
+            runs, updates = self._frame_runs(flow, data, producer)
         assignments = self._assign(
-            flow, [(key, count) for key, _, count in runs], close=close, producer=producer, prior_frame=prior_frame
+            flow,
+            [(key, count) for key, _, count in runs],
+            close=close,
+            producer=producer,
+            prior_frame=prior_frame,
+            floor=floor,
+            updates=updates,
         )
         commits: list[Commit] = []
         written: list[str] = []
         if data.num_rows:
             commits.append(self._write_increments(flow, data, assignments, prior_frame, app, what, written, prefix))
-        return commits, [a[0] for a in assignments], written
+        return LandResult(tuple(commits), [a[0] for a in assignments], tuple(written), tuple(updates))
 
     def land_runs(
         self,
@@ -282,14 +328,15 @@ class Landing:
         producer: str,
         prior_frame: Any,
         app: tuple[str, int],
-    ) -> tuple[list[Commit], list[int]]:
+        floor: int = 0,
+    ) -> LandResult:
         """Land an epoch's output of a flow framed by a field, framed by its tasks
         (:class:`cbp.engine.task.framing.FramedSink`): ``runs`` are the tasks' files in output order,
         each with its run's framing key as JSON text. Consecutive runs with equal keys (the end
         of one task's output and the start of the next) are one increment.
 
-        Returns the Delta commit to make and the increment ids, as :meth:`land`. The keys are
-        values of a field, validated as JSON: storable in the snapshot.
+        Returns what :meth:`land` does (no files are written here). The keys are values of a
+        field, validated as JSON: storable in the snapshot.
         """
         merged: list[list[Any]] = []  # key, rows, adds
         for text, add in runs:
@@ -299,22 +346,33 @@ class Landing:
                 merged[-1][2].append(add)
             else:
                 merged.append([key, int(add["rows"]), [add]])
+        updates: list[SnapshotUpdate] = []
+        runs_ = [(key, rows) for key, rows, _ in merged]
         assignments = self._assign(
-            flow, [(key, rows) for key, rows, _ in merged], close=False, producer=producer, prior_frame=prior_frame
+            flow, runs_, close=False, producer=producer, prior_frame=prior_frame, updates=updates, floor=floor
         )
         rel = LAYOUT.flow(flow)
         self.home.ensure_table(rel, flow_schema(self.live.spec, flow), INC)
         adds = [{**a, "partition": inc} for (inc, _, _, _), (_, _, files) in zip(assignments, merged) for a in files]
         targets: list[Target] = [FlowVersion(flow), *(IncrementVersion(flow, a[0]) for a in assignments)]
-        commits = [Commit(rel, INC, tuple(adds), (), app[0], app[1], tuple(targets))] if adds else []
-        return commits, [a[0] for a in assignments]
+        commits = (Commit(rel, INC, tuple(adds), (), app[0], app[1], tuple(targets)),) if adds else ()
+        return LandResult(commits, [a[0] for a in assignments], (), tuple(updates))
 
     def _assign(
-        self, flow: str, runs: list[tuple[Any, int]], *, close: bool, producer: str, prior_frame: Any
+        self,
+        flow: str,
+        runs: list[tuple[Any, int]],
+        *,
+        close: bool,
+        producer: str,
+        prior_frame: Any,
+        updates: list[SnapshotUpdate],
+        floor: int = 0,
     ) -> list[tuple[int, Any, int, bool]]:
-        """Put runs ``(framing key, rows)`` of new records of ``flow`` into increments, in the snapshot:
-        the open increment takes the first run if it has the same framing key, the others get new
-        ids. Returns ``(increment id, framing key, rows, is new)`` per run."""
+        """Put runs ``(framing key, rows)`` of new records of ``flow`` into increments: the open
+        increment takes the first run if it has the same framing key, the others get new ids (from
+        ``floor`` on). Appends to ``updates`` what that changes in the snapshot; returns
+        ``(increment id, framing key, rows, is new)`` per run."""
         fl = self.live.spec.flows[flow]
         fs = self.live.st.flows[flow]
         open_inc = fs.open_increment()
@@ -324,20 +382,22 @@ class Landing:
             key, count = runs.pop(0)
             assignments.append((open_inc, key, count, False))
         elif open_inc is not None and runs:
-            fs.incs[open_inc].complete = True  # a later frame arrived
-        new_ids = self.allocate(flow, len(runs))
-        assignments += [(i, key, count, True) for i, (key, count) in zip(new_ids, runs)]
+            updates.append(IncrementSet(flow, open_inc, replace(fs.incs[open_inc], complete=True)))  # a later frame
+        start = self._first_id(flow, floor)
+        updates.append(FlowCounters(flow, next_inc=start + len(runs)))
+        assignments += [(start + n, key, count, True) for n, (key, count) in enumerate(runs)]
         for n, (inc, key, count, is_new) in enumerate(assignments):
             complete = fl.frame_by is None or n < len(assignments) - 1 or close
             if is_new:
-                self.register(flow, inc, Increment(key, count, fs.version, producer, complete, [prior_frame]))
+                updates.append(
+                    self.registered(flow, inc, Increment(key, count, fs.version, producer, complete, [prior_frame]))
+                )
             else:
                 m = fs.incs[inc]
-                m.records += count
-                m.complete = complete
-                m.srcs.append(prior_frame)
+                grown = replace(m, records=m.records + count, complete=complete, srcs=[*m.srcs, prior_frame])
+                updates.append(IncrementSet(flow, inc, grown))
         if close and not assignments and open_inc is not None:
-            fs.incs[open_inc].complete = True
+            updates.append(IncrementSet(flow, open_inc, replace(fs.incs[open_inc], complete=True)))
         return assignments
 
     def _write_increments(
@@ -406,45 +466,5 @@ class Landing:
 
     # ------------------------------------------------------------------ garbage collection
     def collect_garbage(self) -> list[tuple[str, int]]:
-        """Drop increments no connector references from flows that have readers (one durable change).
-
-        Dropped increments leave the snapshot for the history (still readable through ``output``
-        by Delta time travel until the table is vacuumed). The complete increments of a flow
-        nobody reads leave the snapshot too, but stay in its table.
-        """
-        dropped: list[tuple[str, int]] = []
-        commits: list[Commit] = []
-        updates: list[IncrementsDropped] = []
-        with self.journal.transaction():
-            run = self.live.st.gc_runs + 1
-            for flow, fs in self.live.st.flows.items():
-                consumers = self.live.spec.flows[flow].consumers if flow in self.live.spec.flows else ()
-                if fs.version is None:
-                    continue
-                if not consumers:  # nobody reads it: its increments stay in the table, not in the snapshot
-                    done = sorted(i for i, m in fs.incs.items() if m.complete)
-                    for i in done:
-                        self.journal.entry(
-                            LAYOUT.collected_entry(flow, i), {"inc": i, "version": None, "meta": asdict(fs.incs[i])}
-                        )
-                        dropped.append((flow, i))
-                    updates += [IncrementsDropped(flow, tuple(done))] if done else []
-                    continue
-                referenced = {i for c in consumers for i in self.live.st.connector(c, flow)}
-                dead = sorted(i for i, m in fs.incs.items() if m.complete and i not in referenced)
-                if not dead:
-                    continue
-                rel = LAYOUT.flow(flow)
-                removes = [f for f in self.home.table_files(rel, fs.version) if int(f["partition"]) in set(dead)]
-                commits.append(Commit(rel, INC, (), tuple(removes), "cbp:gc", run, (FlowVersion(flow),)))
-                for i in dead:
-                    self.journal.entry(
-                        LAYOUT.collected_entry(flow, i), {"inc": i, "version": fs.version, "meta": asdict(fs.incs[i])}
-                    )  # meta: for a rewind
-                    dropped.append((flow, i))
-                updates.append(IncrementsDropped(flow, tuple(dead)))
-            if dropped:
-                counted = (GcRun(run),) if commits else ()
-                change = Change("gc", f"garbage collection {run}", tuple(commits), (*updates, *counted))
-                self.journal.commit(change)
-        return dropped
+        """Drop increments nobody reads any more (one durable change): :func:`.collect.collect_garbage`."""
+        return collect_garbage(self.home, self.live, self.journal)

@@ -154,7 +154,7 @@ class Reads:
                     f"external flow '{flow}' has had {fs.feeds} feed(s); --epoch N picks the Nth (1..{fs.feeds})",
                     code="unknown-epoch",
                 )
-            return [int(i) for i in e["incs"]]
+            return list(e.incs)
         return list(self._epoch_entry(fl.producer, epoch).outputs.get(flow, []))
 
     def _rows(self, flow: str, by_version: dict[Any, list[int]]) -> list[tuple[dict[str, Any], int, Any, int]]:

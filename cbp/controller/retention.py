@@ -47,6 +47,7 @@ from .. import faults
 from ..errors import RuntimeStateError, UsageError
 from ..storage import LAYOUT, Home
 from ..storage.logretention import trim_log
+from .entries import FeedEntry, FeedIdEntry, parse
 from .live import Live
 
 __all__ = ["DEFAULT", "RECORD", "Retention", "RetentionSetting", "horizon", "refuse_rewind", "set_retention"]
@@ -275,10 +276,11 @@ class Retention:
         for flow, fs in self.live.st.flows.items():
             n = int(cursor.get(flow, 1))
             while n <= fs.feeds and n - int(cursor.get(flow, 1)) < MAX_PER_PASS:
-                e = self.home.read_json(LAYOUT.feed_entry(flow, n))
-                if e is not None:
-                    incs = [int(i) for i in e.get("incs", [])]
-                    if e.get("seq") is None or int(e["seq"]) >= plan.seq or set(incs) & plan.live.get(flow, set()):
+                rel = LAYOUT.feed_entry(flow, n)
+                doc = self.home.read_json(rel)
+                if doc is not None:
+                    e = parse(FeedEntry.from_json, doc, rel)
+                    if e.seq is None or e.seq >= plan.seq or set(e.incs) & plan.live.get(flow, set()):
                         break
                     self._drop_feed(flow, n, e, plan)
                     done["feeds"] += 1
@@ -286,16 +288,17 @@ class Retention:
             cursor[flow] = n
         return cursor
 
-    def _drop_feed(self, flow: str, n: int, e: dict[str, Any], plan: _Plan) -> None:
-        if e.get("id"):
-            rel = LAYOUT.feed_id_entry(flow, str(e["id"]))
-            if (self.home.read_json(rel) or {}).get("feed") == n:
+    def _drop_feed(self, flow: str, n: int, e: FeedEntry, plan: _Plan) -> None:
+        if e.id:
+            rel = LAYOUT.feed_id_entry(flow, e.id)
+            doc = self.home.read_json(rel)
+            if doc is not None and parse(FeedIdEntry.from_json, doc, rel).feed == n:
                 self.home.delete_file(rel)
-        if e.get("hash"):
-            rel = LAYOUT.feed_hash_entry(flow, str(e["hash"]))
+        if e.hash:
+            rel = LAYOUT.feed_hash_entry(flow, e.hash)
             if all(int(m) <= n for m in (self.home.read_json(rel) or {}).get("feeds", [])):
                 self.home.delete_file(rel)
-        self._drop_collected(flow, [int(i) for i in e.get("incs", [])], plan)
+        self._drop_collected(flow, list(e.incs), plan)
         self.home.delete_file(LAYOUT.feed_entry(flow, n))  # last: it names the rest
         faults.point("retention:feed")
 

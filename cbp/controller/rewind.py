@@ -18,8 +18,9 @@ back: then the rewind is refused (code ``rewind-vacuumed``) before anything chan
 Reads: ``live.spec`` and ``live.st``, the snapshot copy of the target moment, epoch, feed and
 collected-increment history entries, the state and flow tables' logs (their files at old
 versions), the rewinds' records. Writes: through the journal, one change: a Delta commit per
-table whose live files change, ``live.st`` (replaced by the merged snapshot), the rewind's
-history entry and collected-increment entries marked undone; drops every intention first
+table whose live files change, the snapshot updates that make ``live.st`` the merged snapshot
+(:func:`updates_to`: stages, flows, connectors, the scheduler, code shapes), the rewind's history
+entry and collected-increment entries marked undone; drops every intention first
 (:class:`~.intentions.Intentions`).
 
 Example::
@@ -33,14 +34,29 @@ from __future__ import annotations
 import copy
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from .. import faults
 from ..errors import RuntimeStateError, UsageError
 from ..spec.schema import DIFF
 from ..storage import INC, LAYOUT, PART, SRC, Home
-from .change import Change, Commit, FlowVersion, IncrementVersion, StateVersion, Target
+from .change import (
+    Change,
+    Commit,
+    ConnectorSet,
+    FlowSet,
+    FlowVersion,
+    IncrementVersion,
+    SchedSet,
+    ShapeDropped,
+    ShapeSet,
+    SnapshotUpdate,
+    StageSet,
+    StateVersion,
+    Target,
+)
+from .entries import CollectedEntry, EpochEntry, HistoryEntry, RewindEntry, UndoneEpoch, parse
 from .history import History
 from .intentions import Intentions
 from .journal import Journal
@@ -49,7 +65,7 @@ from .migrate import stored_rows
 from .retention import refuse_rewind
 from .snapshot import FlowState, Increment, Sched, Snapshot, StageState
 
-__all__ = ["RewindReport", "Rewind"]
+__all__ = ["RewindReport", "Rewind", "updates_to"]
 
 APP = "cbp:rewind"  # the Delta application transaction id of a rewind's commits (version: the change's seq)
 
@@ -99,6 +115,20 @@ def _same_storage(cur: Snapshot, target: Snapshot, where: str) -> None:
             "recomputed from the retained increments)",
             code="rewind-across-upgrade",
         )
+
+
+def updates_to(cur: Snapshot, new: Snapshot) -> tuple[SnapshotUpdate, ...]:
+    """The snapshot updates that make ``cur`` (the live snapshot) the rewound ``new``."""
+    out: list[SnapshotUpdate] = [StageSet(s, st) for s, st in new.stages.items() if cur.stages.get(s) != st]
+    out += [FlowSet(f, fs) for f, fs in new.flows.items() if cur.flows.get(f) != fs]
+    out += [ConnectorSet(k, tuple(q)) for k, q in new.connectors.items() if cur.connectors.get(k) != q]
+    out += [SchedSet(new.sched)] if new.sched != cur.sched else []
+    for k in sorted(cur.shapes.keys() | new.shapes.keys()):
+        if k not in new.shapes:
+            out.append(ShapeDropped(k))
+        elif cur.shapes.get(k) != new.shapes[k]:
+            out.append(ShapeSet(k, new.shapes[k]))
+    return tuple(out)
 
 
 class Rewind:
@@ -164,13 +194,12 @@ class Rewind:
         for f in new.flows:
             commits += self._restore_flow(cur, target, new, f, seq)
         record = self._record(cur, target, undone, report)
-        self.journal.entry(LAYOUT.rewind_entry(seq), record)
-        for flow, incs in record["collected_undone"].items():
-            for inc, entry in incs.items():
-                self.journal.entry(LAYOUT.collected_entry(flow, int(inc)), {**entry, "undone": seq})
+        entries: list[tuple[str, HistoryEntry]] = [(LAYOUT.rewind_entry(seq), record)]
+        for flow, incs in record.collected_undone.items():
+            entries += [(LAYOUT.collected_entry(flow, i), replace(e, undone=seq)) for i, e in incs.items()]
         faults.point("rewind:planned")
-        self.live.st = new
-        self.journal.commit(Change("rewind", f"rewind to after {report.where()}", tuple(commits)))
+        what = f"rewind to after {report.where()}"
+        self.journal.commit(Change("rewind", what, tuple(commits), updates_to(cur, new), tuple(entries)))
         report.pending = {
             f: len({i for c in self.live.spec.flows[f].consumers for i in self.live.st.connector(c, f)})
             for f in self.live.spec.external_flows
@@ -262,19 +291,20 @@ class Rewind:
             int, tuple[int, int]
         ] = {}  # increment -> its feed and the feed's records (an unframed feed is one increment)
         for n in range(tf.feeds + 1, fs.feeds + 1):
-            e = self.history.feed(cur, flow, n) or {}
-            fed.update((int(i), (n, int(e.get("records") or 0))) for i in e.get("incs", []))
+            e = self.history.feed(cur, flow, n)
+            if e is not None:
+                fed.update((i, (n, e.records or 0)) for i in e.incs)
         wanted.update(fed)
         incs: dict[int, Increment] = {}
         for i in sorted(wanted):
             if i in fs.incs:
                 incs[i] = fs.incs[i]
                 continue
-            ce = self.history.read(LAYOUT.collected_entry(flow, i))
-            if ce is None or ce.get("undone"):
+            ce = self.history.collected_entry(flow, i)
+            if ce is None or ce.undone:
                 continue  # withdrawn (cbp unfeed): not landed any more
-            if ce.get("meta"):
-                incs[i] = Increment(**{**ce["meta"], "srcs": list(ce["meta"].get("srcs", []))})
+            if ce.meta is not None:
+                incs[i] = copy.deepcopy(ce.meta)
             elif i in tf.incs and tf.incs[i].complete:
                 incs[i] = copy.deepcopy(tf.incs[i])
             elif (
@@ -287,7 +317,7 @@ class Rewind:
                     "to bring it back; rewind to a later epoch",
                     code="rewind-unavailable",
                 )
-            incs[i].version = int(ce["version"]) if ce["version"] is not None else fs.version
+            incs[i].version = ce.version if ce.version is not None else fs.version
             report.restored.setdefault(flow, []).append(i)
         fs.incs = incs
         return fs
@@ -369,52 +399,49 @@ class Rewind:
 
     def _record(
         self, cur: Snapshot, target: Snapshot, undone: dict[str, list[int]], report: RewindReport
-    ) -> dict[str, Any]:
+    ) -> RewindEntry:
         """The rewind's history entry: where it went, and each undone epoch's entry with the table
         versions that still hold what it wrote (read by :meth:`undone_output`)."""
-        epochs: dict[str, list[dict[str, Any]]] = {}
-        collected: dict[str, dict[str, dict[str, Any]]] = {}
+        epochs: dict[str, tuple[UndoneEpoch, ...]] = {}
+        collected: dict[str, dict[int, CollectedEntry]] = {}
         for s, es in undone.items():
             for e in es:
-                entry = self.history.epoch(cur, s, e) or {}
-                versions: dict[str, dict[str, int | None]] = {}
-                for f, ids in entry.get("outputs", {}).items():
+                entry = self.history.epoch_entry(cur, s, e) or EpochEntry(None, {}, {})
+                versions: dict[str, dict[int, int | None]] = {}
+                for f, ids in entry.outputs.items():
                     for i in ids:
                         if i in cur.flows[f].incs:
                             v = cur.flows[f].version
                         else:
-                            c = self.history.read(LAYOUT.collected_entry(f, int(i)))
-                            if c is None or c.get("undone"):
+                            c = self.history.collected_entry(f, i)
+                            if c is None or c.undone:
                                 continue
-                            if int(i) not in target.flows.get(f, FlowState()).incs:
-                                collected.setdefault(f, {})[str(i)] = c
-                            v = cur.flows[f].version if c["version"] is None else int(c["version"])
-                        versions.setdefault(f, {})[str(i)] = v
-                epochs.setdefault(s, []).append(
-                    {**{k: v for k, v in entry.items() if k != "placement"}, "epoch": e, "versions": versions}
-                )
+                            if i not in target.flows.get(f, FlowState()).incs:
+                                collected.setdefault(f, {})[i] = c
+                            v = cur.flows[f].version if c.version is None else c.version
+                        versions.setdefault(f, {})[i] = v
+                epochs[s] = (*epochs.get(s, ()), UndoneEpoch(e, entry, versions))
         to = {"stage": report.stage, "epoch": report.epoch, "seq": target.seq}
-        return {
-            "seq": report.seq,
-            "to": to,
-            "at": round(time.time(), 3),
-            "undone": epochs,
-            "collected_undone": collected,
-            "restored": {f: sorted(ids) for f, ids in report.restored.items()},
-        }
+        restored = {f: tuple(sorted(ids)) for f, ids in report.restored.items()}
+        return RewindEntry(report.seq, to, round(time.time(), 3), epochs, collected, restored)
 
-    def rewinds(self) -> list[dict[str, Any]]:
-        """The records of the rewinds committed in the home, oldest first."""
+    def rewind_entries(self) -> list[RewindEntry]:
+        """The rewinds committed in the home, oldest first, typed."""
         self.journal.refresh()
+        base = f"{LAYOUT.HISTORY}/rewinds"
         out = []
-        for name in self.home.list_dir(f"{LAYOUT.HISTORY}/rewinds"):
+        for name in self.home.list_dir(base):
             if (
                 name.endswith(".json") and name[:-5].isdigit() and int(name[:-5]) <= self.live.st.seq
             ):  # a later one did not commit
-                rec = self.home.read_json(f"{LAYOUT.HISTORY}/rewinds/{name}")
+                rec = self.home.read_json(f"{base}/{name}")
                 if rec is not None:
-                    out.append(rec)
-        return out
+                    out.append(parse(RewindEntry.from_json, rec, f"{base}/{name}"))
+        return sorted(out, key=lambda r: r.seq)
+
+    def rewinds(self) -> list[dict[str, Any]]:
+        """The rewinds committed in the home, oldest first, as JSON (their history entries)."""
+        return [r.to_json() for r in self.rewind_entries()]
 
     def undone_output(self, flow: str, epoch: int, rewind_seq: int | None = None) -> list[dict[str, Any]]:
         """The records that epoch ``epoch`` of ``flow``'s producer wrote before a rewind undid it (the
@@ -422,14 +449,14 @@ class Rewind:
         fl = self.live.spec.flow(flow)
         if fl.producer is None:
             raise UsageError(f"flow '{flow}' is external: a rewind undoes no feed", code="not-produced")
-        for rec in reversed(self.rewinds()):
-            if rewind_seq is not None and rec["seq"] != rewind_seq:
+        for rec in reversed(self.rewind_entries()):
+            if rewind_seq is not None and rec.seq != rewind_seq:
                 continue
-            for e in rec["undone"].get(fl.producer, []):
-                if e["epoch"] == epoch:
+            for e in rec.undone.get(fl.producer, ()):
+                if e.epoch == epoch:
                     by_version: dict[int, list[str]] = {}
-                    for i, v in e["versions"].get(flow, {}).items():
-                        by_version.setdefault(int(v), []).append(i)
+                    for i, v in e.versions.get(flow, {}).items():
+                        by_version.setdefault(int(v), []).append(str(i))  # type: ignore[arg-type]  # None: never recorded
                     rows = [
                         r
                         for v, ids in by_version.items()

@@ -21,12 +21,12 @@ from collections.abc import Callable
 from typing import Any
 
 from ..spec import PipelineSpec
-from ..storage import LAYOUT
+from .entries import RewindEntry
 from .history import History
 from .journal import Journal
 from .live import Live
 from .retention import horizon
-from .snapshot import Snapshot
+from .snapshot import Increment, Snapshot
 
 __all__ = ["Runs", "describe_epoch"]
 
@@ -43,28 +43,29 @@ class _Sources:
     def snap(self) -> Snapshot:
         return self.live.st
 
-    def _meta(self, flow: str, inc: int) -> dict[str, Any] | None:
+    def _meta(self, flow: str, inc: int) -> Increment | None:
         m = self.snap.flows[flow].incs.get(inc)
         if m is not None:
-            return {"producer": m.producer, "srcs": m.srcs}
-        e = self.history.read(LAYOUT.collected_entry(flow, inc))
-        return (e or {}).get("meta")
+            return m
+        e = self.history.collected_entry(flow, inc)
+        return None if e is None else e.meta
 
     def feeds(self, flow: str, inc: int) -> list[int]:
         m = self._meta(flow, inc)
-        if m is not None and str(m["producer"]).startswith("feed:"):
-            return sorted({int(s) for s in m.get("srcs") or [int(m["producer"][5:])]})
+        if m is not None and m.producer.startswith("feed:"):
+            return sorted({int(s) for s in m.srcs or [int(m.producer[5:])]})
         if flow not in self._feeds:  # collected by an older cbp: the feeds' own entries say
             by_inc: dict[int, list[int]] = {}
             for n in range(1, self.snap.flows[flow].feeds + 1):
-                for i in (self.history.feed(self.snap, flow, n) or {}).get("incs", []):
-                    by_inc.setdefault(int(i), []).append(n)
+                e = self.history.feed(self.snap, flow, n)
+                for i in e.incs if e is not None else ():
+                    by_inc.setdefault(i, []).append(n)
             self._feeds[flow] = by_inc
         return self._feeds[flow].get(inc, [])
 
     def producer(self, flow: str, inc: int) -> str | None:
         m = self._meta(flow, inc)
-        return None if m is None else str(m["producer"])
+        return None if m is None else m.producer
 
 
 def describe_epoch(spec: PipelineSpec, src: _Sources, stage: str, epoch: int, entry: dict[str, Any]) -> dict[str, Any]:
@@ -113,7 +114,7 @@ class Runs:
     """The runs and rewinds of a home, as ``cbp history`` and ``cbp status`` show them."""
 
     def __init__(
-        self, live: Live, journal: Journal, history: History, rewinds: Callable[[], list[dict[str, Any]]]
+        self, live: Live, journal: Journal, history: History, rewinds: Callable[[], list[RewindEntry]]
     ) -> None:
         self.live, self.journal, self.log, self.rewinds = live, journal, history, rewinds
 
@@ -132,8 +133,8 @@ class Runs:
                 rows.append((order, entry.get("run"), describe_epoch(self.live.spec, src, stage, e, entry)))
         rows.sort(key=lambda r: r[0])
         events: list[tuple[float, list[dict[str, Any]]]] = []
-        bounds = sorted(float(r["seq"]) for r in self.rewinds())
-        recs = {float(r["seq"]): r for r in self.rewinds()}
+        recs = {float(r.seq): r for r in self.rewinds()}
+        bounds = sorted(recs)
         start = 0
         for b in bounds + [float("inf")]:
             chunk = [(run, ep) for order, run, ep in rows[start:] if order < b]
@@ -147,16 +148,16 @@ class Runs:
                         [
                             {
                                 "kind": "rewind",
-                                "seq": r["seq"],
-                                "at": r.get("at"),
-                                "to": r["to"],
-                                "undone": {s: [e["epoch"] for e in es] for s, es in r["undone"].items()},
+                                "seq": r.seq,
+                                "at": r.at,
+                                "to": dict(r.to),
+                                "undone": {s: [e.epoch for e in es] for s, es in r.undone.items()},
                                 "undone_epochs": [
-                                    {**describe_epoch(self.live.spec, src, s, e["epoch"], e), "undone": True}
-                                    for s, es in r["undone"].items()
+                                    {**describe_epoch(self.live.spec, src, s, e.epoch, e.to_json()), "undone": True}
+                                    for s, es in r.undone.items()
                                     for e in es
                                 ],
-                                "restored": r.get("restored", {}),
+                                "restored": {f: list(ids) for f, ids in r.restored.items()},
                             }
                         ],
                     )

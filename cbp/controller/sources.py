@@ -144,7 +144,7 @@ class Sources:
         n = self.live.st.flows[flow].feeds
         while n > 0:
             entry = self.history.feed(self.live.st, flow, n)
-            got = parse_feed_id(entry.get("id")) if entry else None
+            got = parse_feed_id(entry.id) if entry else None
             if got is not None:
                 if got[0] != fl.source:
                     raise InputError(

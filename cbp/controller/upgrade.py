@@ -314,8 +314,8 @@ class Upgrade:
         m = self.live.st.flows[flow].incs.get(inc)
         if m is not None:
             return is_synthetic(m.producer)
-        e = self.history.read(LAYOUT.collected_entry(flow, inc)) or {}
-        return is_synthetic((e.get("meta") or {}).get("producer"))
+        e = self.history.collected_entry(flow, inc)
+        return is_synthetic(e.producer if e is not None else None)
 
     def _restore(self, s: str, n: int, commits: list[Commit]) -> None:
         """A stage added back as it was archived, with every increment of its inputs it missed."""
