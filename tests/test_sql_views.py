@@ -33,6 +33,9 @@ VIEWS = {
     "joined": "SELECT o.id, o.amount, c.region FROM orders o JOIN custs c ON o.cust = c.cust AND o.amount > 0.5",
     "per_region": "SELECT c.region, count(*) AS n, sum(o.qty) AS q, avg(o.amount) AS avg_amount "
     "FROM orders o JOIN custs c ON o.cust = c.cust GROUP BY c.region HAVING count(*) > 1",
+    "extremes": "SELECT cust, min(amount) AS lo, max(amount) AS hi, min(qty) AS q0, max(id) AS last, "
+    "count(DISTINCT qty) AS nq FROM orders GROUP BY cust HAVING max(amount) > 1",
+    "distinct_q": "SELECT DISTINCT cust, qty % 2 AS odd FROM orders WHERE amount > 1",
     "unioned": "SELECT id AS x, cust AS s FROM orders WHERE qty IS NULL UNION ALL "
     "SELECT n, region FROM per_region UNION ALL SELECT id, cust FROM orders WHERE amount > 3",
 }
