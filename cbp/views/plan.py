@@ -3,8 +3,9 @@ the pipeline gets, and the routing of each generated stateful stage's inputs.
 
 A view ``v`` becomes flow ``v`` written by stage ``v``: a record-wise stage (projection, WHERE, UNION
 ALL), a join stage (state: both sides' rows by join key) or a GROUP BY stage (state: each group's
-count and sums). A GROUP BY over a join adds stage and flow ``v__join``; a UNION ALL branch that joins
-or groups becomes view ``v__u<i>``. Every generated translator is signed and sums ``_diff``
+count and sums, or multisets for MIN, MAX, count(DISTINCT); SELECT DISTINCT is a GROUP BY). A GROUP
+BY over a join adds stage and flow ``v__join``; a UNION ALL branch that joins or groups becomes view
+``v__u<i>``. Every generated translator is signed and sums ``_diff``
 (:mod:`cbp.views.run`).
 
     >>> g = Generated()

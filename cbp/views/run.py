@@ -2,7 +2,8 @@
 ``_diff`` and writes signed records, so a view's consolidated contents follow its inputs' (DBSP's
 rules: a projection, filter or UNION ALL is linear and keeps no state; a join keeps both inputs'
 rows by join key and emits ``dA ⋈ B + A ⋈ dB + dA ⋈ dB``; a GROUP BY keeps each group's count and
-sums and emits the retraction of a group's old row and its new row).
+sums, or for MIN, MAX and count(DISTINCT) the multiset of values, and emits the retraction of a
+group's old row and its new row; SELECT DISTINCT is a GROUP BY of its columns).
 
 A stage's plan is its ``params['cbp_view']``; expressions travel as Spark SQL text.
 
