@@ -429,7 +429,7 @@ TYPED_VIEWS = {
     "t_by_shop": "SELECT shop, min(id) AS lo, max(qty) AS hi, min(day) AS d0, max(qty * 1.5) AS m, min(w) AS w0, "
     "max(w) AS w1, avg(qty) AS aq FROM sales GROUP BY shop HAVING max(price) > 1.00",
     "t_join": "SELECT s.id, s.price, h.opened FROM sales s JOIN shops h ON s.shop = h.shop WHERE s.day >= h.opened",
-    "t_distinct": "SELECT DISTINCT shop, day FROM sales",
+    "t_distinct": "SELECT DISTINCT shop, day, price FROM sales",
     "t_by_tag": "SELECT tag, count(*) AS n, count(DISTINCT day) AS days FROM sales WHERE tag IS NOT NULL GROUP BY tag",
     "t_big": "SELECT k, sum(b) AS s FROM bigs GROUP BY k",
 }

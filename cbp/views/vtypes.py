@@ -201,6 +201,8 @@ def _key_value(v: Any, cast: str | None) -> Any:
         return None
     if cast == "float":
         return float(v)
+    if cast == "timestamp":  # a date key joined with a timestamp key
+        v = _midnight(v)
     if isinstance(v, decimal.Decimal) or cast == "decimal":
         return format(decimal.Decimal(v).normalize(), "f")
     return to_json(v) if isinstance(v, (datetime.date, bytes)) else v
@@ -212,6 +214,8 @@ def key_text(values: list[Any], casts: list[str | None] | None = None) -> str:
 
     >>> key_text([decimal.Decimal("1.50"), datetime.date(2024, 1, 1)])
     '["1.5", "2024-01-01"]'
+    >>> key_text([2, datetime.date(2024, 1, 1)], ["decimal", "timestamp"])
+    '["2", "2024-01-01T00:00:00.000000Z"]'
     """
     casts = casts or [None] * len(values)
     return json.dumps([_key_value(v, c) for v, c in zip(values, casts, strict=True)])
