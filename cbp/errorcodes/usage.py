@@ -164,7 +164,8 @@ SECTIONS: list[tuple[str, list[Code]]] = [
                 "view-overflow",
                 UC,
                 4,
-                "a SQL view's decimal value does not fit its type (Spark's ANSI mode fails the query too)",
+                "a SQL view's decimal value does not fit its type, or an int its 64 bits (Spark's ANSI mode fails "
+                "the query too)",
                 "the message names the view; widen the inputs' decimal type or fix the data: the epoch was not "
                 "committed",
             ),

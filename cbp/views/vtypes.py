@@ -139,9 +139,15 @@ def avg_value(total: Any, count: int, arg_type: str, view: str) -> Any:
 
 def conform(v: Any, t: str | None, view: str) -> Any:
     """``v`` as a value of type ``t``: a decimal rounded HALF_UP to the type's scale (``view-overflow``
-    when it has more digits before the point than the type holds), a number read as a float."""
+    when it has more digits before the point than the type holds, or an int past 64 bits), a number
+    read as a float."""
     if v is None or t is None:
         return v
+    if t == "int" and type(v) is int and not -(2**63) <= v < 2**63:
+        raise UserCodeError(
+            f"view '{view}': the value {v} does not fit a 64-bit int (Spark's ANSI mode fails the query: overflow)",
+            code="view-overflow",
+        )
     if t == "float":
         return float(v) if isinstance(v, (decimal.Decimal, int)) and not isinstance(v, bool) else v
     ps = decimal_of(t)
