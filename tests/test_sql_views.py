@@ -5,6 +5,8 @@ emptied and a join key with many matches; a view mixed with a Python stage; each
 
 from __future__ import annotations
 
+import datetime
+import decimal
 import math
 import random
 import textwrap
@@ -31,10 +33,19 @@ VIEWS = {
     "joined": "SELECT o.id, o.amount, c.region FROM orders o JOIN custs c ON o.cust = c.cust AND o.amount > 0.5",
     "per_region": "SELECT c.region, count(*) AS n, sum(o.qty) AS q, avg(o.amount) AS avg_amount "
     "FROM orders o JOIN custs c ON o.cust = c.cust GROUP BY c.region HAVING count(*) > 1",
+    "extremes": "SELECT cust, min(amount) AS lo, max(amount) AS hi, min(qty) AS q0, max(id) AS last, "
+    "count(DISTINCT qty) AS nq FROM orders GROUP BY cust HAVING max(amount) > 1",
+    "distinct_q": "SELECT DISTINCT cust, qty % 2 AS odd FROM orders WHERE amount > 1",
     "unioned": "SELECT id AS x, cust AS s FROM orders WHERE qty IS NULL UNION ALL "
     "SELECT n, region FROM per_region UNION ALL SELECT id, cust FROM orders WHERE amount > 3",
 }
 SPARK_TYPES = {"int": "BIGINT", "float": "DOUBLE", "string": "STRING", "bool": "BOOLEAN"}
+SPARK_TYPES |= {"date": "DATE", "timestamp": "TIMESTAMP", "binary": "BINARY"}
+
+
+def _spark_type(t: str) -> str:
+    t = t.rstrip("?")
+    return t.upper() if t.startswith("decimal(") else SPARK_TYPES[t]
 
 
 def _yaml(views: dict[str, str], extra: str = "") -> str:
@@ -64,12 +75,20 @@ def _literal(v) -> str:
         return f"{v!r}D"
     if isinstance(v, str):
         return "'" + v.replace("\\", "\\\\").replace("'", "\\'") + "'"
+    if isinstance(v, datetime.datetime):
+        return f"TIMESTAMP '{v.astimezone(datetime.timezone.utc).replace(tzinfo=None).isoformat(sep=' ')}'"
+    if isinstance(v, datetime.date):
+        return f"DATE '{v.isoformat()}'"
+    if isinstance(v, bytes):
+        return f"X'{v.hex()}'"
+    if isinstance(v, decimal.Decimal):
+        return f"'{v}'"  # cast to the column's decimal type
     return str(v)
 
 
 def _table(spark, name: str, schema: dict[str, str], rows: list[dict]) -> None:
     """A temp view of ``rows`` as inline VALUES (a local relation: no Python worker reads it)."""
-    cols = ", ".join(f"CAST(c{i} AS {SPARK_TYPES[t.rstrip('?')]}) AS {k}" for i, (k, t) in enumerate(schema.items()))
+    cols = ", ".join(f"CAST(c{i} AS {_spark_type(t)}) AS {k}" for i, (k, t) in enumerate(schema.items()))
     names = ", ".join(f"c{i}" for i in range(len(schema)))
     values = ", ".join("(" + ", ".join(_literal(r.get(k)) for k in schema) + ")" for r in rows)
     empty = not values
@@ -224,10 +243,10 @@ REFUSED = [
     ("SELECT id FROM orders WHERE\n   idd > 1", "view-unknown", "SQL line 2, column 4: unknown column 'idd'"),
     ("SELECT cust FROM orders o JOIN custs c ON o.cust = c.cust", "view-unknown", "ambiguous column 'cust'"),
     ("SELECT cust, id, count(*) AS n FROM orders GROUP BY cust", "view-unknown", "'id' is neither grouped"),
-    ("SELECT cust, min(amount) AS m FROM orders GROUP BY cust", "view-unsupported", "column 14: MIN"),
-    ("SELECT cust, max(amount) AS m FROM orders GROUP BY cust", "view-unsupported", "MAX"),
-    ("SELECT DISTINCT cust FROM orders", "view-unsupported", "DISTINCT"),
-    ("SELECT cust, count(DISTINCT id) AS n FROM orders GROUP BY cust", "view-unsupported", "DISTINCT"),
+    ("SELECT DISTINCT cust, count(*) AS n FROM orders GROUP BY cust", "view-unsupported", "DISTINCT with GROUP BY"),
+    ("SELECT cust, count(DISTINCT id, qty) AS n FROM orders GROUP BY cust", "view-unsupported", "column 14: DISTINCT"),
+    ("SELECT cust, sum(DISTINCT id) AS n FROM orders GROUP BY cust", "view-unsupported", "in other than count()"),
+    ("SELECT cust, min(amount > 1) AS m FROM orders GROUP BY cust", "view-unsupported", "MIN of a bool"),
     ("SELECT o.id FROM orders o LEFT JOIN custs c ON o.cust = c.cust", "view-unsupported", "LEFT JOIN"),
     ("SELECT o.id FROM orders o JOIN custs c ON o.cust < c.cust", "view-unsupported", "non-equi join"),
     ("SELECT o.id FROM orders o, custs c", "view-unsupported", "CROSS JOIN"),
@@ -325,3 +344,191 @@ def test_expressions_evaluate_as_spark_does(few_partitions):
             assert _same([got], [spark_values]), (env, got, spark_values)
     finally:
         spark.catalog.dropTempView("exprs_t")
+
+
+TYPED_ROWS = [
+    {"p": decimal.Decimal("2.50"), "q": 3, "d": datetime.date(2024, 1, 3), "s": "x"},
+    {"p": decimal.Decimal("-1.25"), "q": -7, "d": datetime.date(2024, 1, 1), "s": "y"},
+    {"p": decimal.Decimal("99999999.99"), "q": 1, "d": datetime.date(2024, 2, 29), "s": None},
+    {"p": None, "q": 2, "d": None, "s": "z"},
+]
+TYPED_EXPRESSIONS = [
+    "p * q",
+    "p / 3",
+    "p + 1.5",
+    "p - q",
+    "p * 1.5",
+    "p % 2",
+    "-p",
+    "abs(p)",
+    "p / q",
+    "q / p",
+    "p * 2.0E0",
+    "p * p * p * p",
+    "p > 1.5",
+    "p = 2.5",
+    "p IN (1.25, 2.5)",
+    "p BETWEEN -2 AND 2.5",
+    "coalesce(p, 0.125)",
+    "CASE WHEN q > 1 THEN p ELSE q END",
+    "d > '2024-01-02'",
+    "d = DATE '2024-01-03'",
+    "t >= TIMESTAMP '2024-01-03 00:00:00'",
+    "t > d",
+    "coalesce(d, DATE '2000-01-01')",
+]
+
+
+def _view_type(spark_type) -> str:
+    name = spark_type.simpleString()
+    return {"bigint": "int", "double": "float", "boolean": "bool"}.get(name, name)
+
+
+def test_decimal_and_time_expressions_type_and_evaluate_as_spark_does(few_partitions):
+    """Decimal arithmetic (Spark's result precision and scale, HALF_UP), decimal literals, and
+    comparisons of dates and timestamps with strings and typed literals: each expression's type and
+    value against Spark SQL's."""
+    from cbp.views.exprs import ev, infer, parse_expr, with_decimal_types
+    from cbp.views.vtypes import conform
+
+    spark = few_partitions
+    schema = {"p": "decimal(10,2)?", "q": "int", "d": "date?", "s": "string?"}
+    types = {"p": "decimal(10,2)", "q": "int", "d": "date", "s": "string", "t": "timestamp"}
+    _table(spark, "typed_t", schema, TYPED_ROWS)
+    try:
+        cols = ", ".join(f"{e} AS e{i}" for i, e in enumerate(TYPED_EXPRESSIONS))
+        df = spark.sql(f"SELECT p, q, d, s, CAST(d AS TIMESTAMP) + INTERVAL 1 HOUR AS t, {cols} FROM typed_t")
+        want_types = [_view_type(f.dataType) for f in df.schema.fields[5:]]
+        got_types = [infer(parse_expr(e), types) for e in TYPED_EXPRESSIONS]
+        assert got_types == want_types
+        exprs = [parse_expr(with_decimal_types(parse_expr(e), types, "v").sql("spark")) for e in TYPED_EXPRESSIONS]
+        for row in df.collect():
+            ts = row["t"].astimezone(datetime.timezone.utc) if row["t"] is not None else None
+            env = {"p": row["p"], "q": row["q"], "d": row["d"], "s": row["s"], "t": ts}
+            for text, e, t, want in zip(TYPED_EXPRESSIONS, exprs, got_types, list(row)[5:], strict=True):
+                got = conform(ev(e, env), t, "v")  # a view's column is conformed to its type
+                if isinstance(want, float):
+                    assert math.isclose(float(got), want, rel_tol=1e-12), (text, env, got, want)
+                else:
+                    assert got == want and type(got) is type(want), (text, env, got, want)
+    finally:
+        spark.catalog.dropTempView("typed_t")
+
+
+SALES = {"id": "int", "day": "date", "ts": "timestamp", "price": "decimal(10,2)", "qty": "int", "shop": "string"}
+SALES |= {"tag": "binary?", "w": "float?"}
+SHOPS = {"shop": "string", "opened": "date"}
+BIGS = {"k": "string", "b": "decimal(38,0)"}
+TYPED_VIEWS = {
+    "t_proj": "SELECT id, day, ts, tag, price * qty AS total, price / 3 AS third, price + 1.5 AS p2, "
+    "CASE WHEN qty > 2 THEN price ELSE 0.5 END AS c FROM sales "
+    "WHERE day > '2024-01-01' AND ts < TIMESTAMP '2024-01-05 12:00:00'",
+    "t_group": "SELECT day, count(*) AS n, sum(price) AS s, avg(price) AS a, sum(qty) AS q, min(price) AS lo, "
+    "max(ts) AS last, min(shop) AS first_shop, count(DISTINCT shop) AS shops, max(price * qty) AS top "
+    "FROM sales GROUP BY day",
+    "t_by_shop": "SELECT shop, min(id) AS lo, max(qty) AS hi, min(day) AS d0, max(qty * 1.5) AS m, min(w) AS w0, "
+    "max(w) AS w1, avg(qty) AS aq FROM sales GROUP BY shop HAVING max(price) > 1.00",
+    "t_join": "SELECT s.id, s.price, h.opened FROM sales s JOIN shops h ON s.shop = h.shop WHERE s.day >= h.opened",
+    "t_distinct": "SELECT DISTINCT shop, day, price FROM sales",
+    "t_opened": "SELECT DISTINCT h.opened, s.day FROM sales s JOIN shops h ON s.shop = h.shop",
+    "t_by_tag": "SELECT tag, count(*) AS n, count(DISTINCT day) AS days FROM sales WHERE tag IS NOT NULL GROUP BY tag",
+}
+
+
+def _sale(i: int, day: int, hour: int, price: str, qty: int, shop: str, tag=None, w=None) -> dict:
+    ts = datetime.datetime(2024, 1, day, hour, tzinfo=datetime.timezone.utc)
+    row = {"id": i, "day": datetime.date(2024, 1, day), "ts": ts, "price": decimal.Decimal(price), "qty": qty}
+    return row | {"shop": shop, "tag": tag, "w": w}
+
+
+def _gone(r: dict) -> dict:
+    return {**r, "_diff": -1}
+
+
+S = {1: _sale(1, 1, 10, "2.50", 1, "a", b"x", 1.5), 2: _sale(2, 2, 11, "1.25", 3, "b")}
+S |= {3: _sale(3, 2, 12, "9.99", 2, "a", b"y", -2.0), 4: _sale(4, 3, 13, "0.10", 5, "c", b"x", 0.0)}
+S |= {5: _sale(5, 3, 14, "3.00", 1, "b", None, 7.25), 6: _sale(6, 4, 9, "4.40", 2, "a", b"\x00\xff", 3.5)}
+TYPED_STEPS = [  # (sales, shops) fed per step
+    (
+        list(S.values()),
+        [{"shop": s, "opened": datetime.date(2024, 1, d)} for s, d in (("a", 2), ("b", 1), ("c", 3))],
+    ),
+    # the MAX holder of day 2 and shop a deleted; row 5 moved from day 3 to day 2; a second 1.25 on day 2
+    ([_gone(S[3]), _gone(S[5]), {**S[5], "day": datetime.date(2024, 1, 2)}, _sale(7, 2, 15, "1.25", 4, "c")], []),
+    # one 1.25 (the MIN) deleted: the other holds it; day 3 emptied; shop b's row deleted; the largest price
+    (
+        [_gone(S[2]), _gone(S[4]), _sale(8, 5, 1, "99999999.99", 3, "c", b"y", None)],
+        [{"shop": "b", "opened": datetime.date(2024, 1, 1), "_diff": -1}],
+    ),
+]
+
+
+def _plain(v):
+    """A value as both sides compare it: a timestamp as naive local time (as PySpark collects it)."""
+    if isinstance(v, datetime.datetime) and v.tzinfo is not None:
+        return v.astimezone().replace(tzinfo=None)
+    return v
+
+
+def check_typed_views(spark, p, views: dict[str, str], inputs: dict[str, dict[str, str]]) -> None:
+    """Each view's consolidated contents against Spark SQL's, exactly (decimals with their value,
+    dates, timestamps, bytes), and each column's type against Spark's."""
+    for name, schema in inputs.items():
+        _table(spark, name, schema, _expand(p.output(name, consolidated=True)))
+    for view, sql in views.items():
+        df = spark.sql(sql)
+        fields = p.spec.flows[view].schema.fields
+        assert [f.scalar for f in fields.values()] == [_view_type(f.dataType) for f in df.schema.fields], view
+        got = [tuple(_plain(r.get(c)) for c in fields) for r in _expand(p.output(view, consolidated=True))]
+        assert _same(got, [tuple(row) for row in df.collect()]), f"view {view}:\n cbp   {got}\n spark {df.collect()}"
+
+
+def test_typed_views_with_min_max_and_distinct_equal_spark_sql(spark, tmp_path, few_partitions):
+    """Views over date, timestamp, decimal and binary columns, MIN/MAX, count(DISTINCT) and SELECT
+    DISTINCT through inserts, deletes of the MIN/MAX holder, a row moved between groups, a group
+    emptied."""
+    path = tmp_path / "typed.yaml"
+    flows = "\n".join(
+        f"  {n}: {{external: true, schema: {{{', '.join(f'{k}: {t!r}' for k, t in s.items())}}}}}"
+        for n, s in (("sales", SALES), ("shops", SHOPS))
+    )
+    body = "\n".join(f"  {n}: |\n    {sql}" for n, sql in TYPED_VIEWS.items())
+    path.write_text(f"pipeline: typed\nflows:\n{flows}\nviews:\n{body}\n")
+    p = cbp.Pipeline(str(path), str(tmp_path / "home"), spark=spark)
+    inputs = {"sales": SALES, "shops": SHOPS}
+    try:
+        for sales, shops in TYPED_STEPS:
+            for flow, recs in (("sales", sales), ("shops", shops)):
+                if recs:
+                    p.feed(flow, recs)
+            p.run()
+            check_typed_views(spark, p, TYPED_VIEWS, inputs)
+    finally:
+        for name in [*TYPED_VIEWS, *inputs]:
+            spark.catalog.dropTempView(name)
+
+
+def test_a_decimal_overflow_fails_the_epoch_naming_the_view(spark, tmp_path, few_partitions):
+    """A decimal(38,0) sum past 38 digits: ``view-overflow`` naming the view, nothing committed; Spark's
+    ANSI mode fails the same query. (Shuffled epochs: ``small_epoch_records=0``.)"""
+    path = tmp_path / "big.yaml"
+    path.write_text(
+        "pipeline: big\nflows:\n  bigs: {external: true, schema: {k: string, b: 'decimal(38,0)'}}\n"
+        "views:\n  t_big: SELECT k, sum(b) AS s FROM bigs GROUP BY k\n"
+    )
+    p = cbp.Pipeline(str(path), str(tmp_path / "home"), spark=spark, small_epoch_records=0)
+    try:
+        p.feed("bigs", [{"k": "x", "b": decimal.Decimal(10) ** 37}])
+        p.run()
+        before = p.output("t_big", consolidated=True)
+        assert before == [{"k": "x", "s": decimal.Decimal(10) ** 37}]
+        p.feed("bigs", [{"k": "x", "b": decimal.Decimal("9" * 38)}])
+        with pytest.raises(cbp.CbpError) as e:
+            p.run()
+        assert e.value.code == "view-overflow" and "t_big" in str(e.value), str(e.value)[:3000]
+        assert p.output("t_big", consolidated=True) == before  # nothing committed
+        _table(spark, "bigs", BIGS, _expand(p.output("bigs", consolidated=True)))
+        with pytest.raises(Exception, match="(?i)overflow"):  # Spark's ANSI mode fails the query too
+            spark.sql("SELECT k, sum(b) AS s FROM bigs GROUP BY k").collect()
+    finally:
+        spark.catalog.dropTempView("bigs")

@@ -161,6 +161,15 @@ SECTIONS: list[tuple[str, list[Code]]] = [
                 "the message names stage, epoch and key; fix it and run again: the epoch was not committed",
             ),
             _c(
+                "view-overflow",
+                UC,
+                4,
+                "a SQL view's decimal value does not fit its type, or an int its 64 bits (Spark's ANSI mode fails "
+                "the query too)",
+                "the message names the view; widen the inputs' decimal type or fix the data: the epoch was not "
+                "committed",
+            ),
+            _c(
                 "timeout",
                 UC,
                 4,

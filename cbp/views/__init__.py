@@ -95,10 +95,19 @@ def expand_views(path: str, raw: Any, lines: dict[tuple[str, ...], int]) -> tupl
 def _types(fields: dict[str, Any]) -> dict[str, str]:
     """A raw schema's fields as types a view reads: the scalar type of a plain field, or the whole
     type string (a list, json: a view refuses to use them)."""
+    from ..spec.typedvalues import canonical
+    from .vtypes import is_typed_view_type
+
     out = {}
     for name, t in fields.items():
         text = str(t["type"] if isinstance(t, dict) else t).strip()
-        out[name] = text.rstrip("?").strip() if text.rstrip("?").strip() in ("int", "float", "string", "bool") else text
+        scalar = text.rstrip("?").strip()
+        if scalar.startswith("decimal"):
+            try:
+                scalar = canonical(scalar.replace(" ", "")) or scalar
+            except ValueError:  # out of bounds: the schema's own check says so
+                pass
+        out[name] = scalar if is_typed_view_type(scalar) else text
     return out
 
 

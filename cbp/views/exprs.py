@@ -12,6 +12,8 @@ An expression is a sqlglot tree whose columns were renamed to the row's field na
 
 from __future__ import annotations
 
+import datetime
+import decimal
 import functools
 import math
 from collections.abc import Callable, Mapping
@@ -20,9 +22,14 @@ from typing import Any
 import sqlglot
 from sqlglot import exp
 
-__all__ = ["ev", "parse_expr", "infer", "ViewError", "SCALAR_NODES", "NUMERIC"]
+from .vtypes import arith, coerce_pair, conform, is_numeric, literal_type, wider
+
+__all__ = ["ev", "parse_expr", "infer", "ViewError", "SCALAR_NODES", "NUMERIC", "with_decimal_types"]
 
 NUMERIC = frozenset({"int", "float"})
+_EXACT = decimal.Context(prec=200, rounding=decimal.ROUND_DOWN)
+#: The internal function a decimal result is rounded to its type with: ``cbp_decimal(expr, 'decimal(P,S)')``.
+DECIMAL_FN = "cbp_decimal"
 
 
 class ViewError(Exception):
@@ -46,7 +53,14 @@ def parse_expr(text: str) -> exp.Expr:
 
 
 def _num(a: Any, b: Any, op: Callable[[Any, Any], Any]) -> Any:
-    return None if a is None or b is None else op(a, b)
+    if a is None or b is None:
+        return None
+    if isinstance(a, decimal.Decimal) or isinstance(b, decimal.Decimal):
+        if isinstance(a, float) or isinstance(b, float):
+            return op(float(a), float(b))
+        with decimal.localcontext(_EXACT):
+            return op(decimal.Decimal(a), decimal.Decimal(b))
+    return op(a, b)
 
 
 def _div(a: Any, b: Any) -> Any:
@@ -54,7 +68,13 @@ def _div(a: Any, b: Any) -> Any:
         return None
     if b == 0:
         raise ZeroDivisionError("division by zero (Spark's ANSI mode fails the query too)")
-    return float(a) / float(b)
+    if (
+        isinstance(a, float)
+        or isinstance(b, float)
+        or not (isinstance(a, decimal.Decimal) or isinstance(b, decimal.Decimal))
+    ):
+        return float(a) / float(b)
+    return _EXACT.divide(decimal.Decimal(a), decimal.Decimal(b))  # rounded to its type by cbp_decimal
 
 
 def _mod(a: Any, b: Any) -> Any:
@@ -65,11 +85,14 @@ def _mod(a: Any, b: Any) -> Any:
     if isinstance(a, int) and isinstance(b, int):  # Spark's % keeps the sign of the dividend
         r = abs(a) % abs(b)
         return r if a >= 0 else -r
+    if isinstance(a, decimal.Decimal) or isinstance(b, decimal.Decimal):
+        if not (isinstance(a, float) or isinstance(b, float)):
+            return _EXACT.remainder(decimal.Decimal(a), decimal.Decimal(b))  # the dividend's sign too
     return math.fmod(a, b)
 
 
 def _cmp(a: Any, b: Any, op: Callable[[Any, Any], bool]) -> Any:
-    return None if a is None or b is None else op(a, b)
+    return None if a is None or b is None else op(*coerce_pair(a, b))
 
 
 def _and(a: Any, b: Any) -> Any:
@@ -124,8 +147,10 @@ SCALAR_NODES = frozenset(
     set(_BINARY)
     | set(_UNARY)
     | {exp.Column, exp.Identifier, exp.Literal, exp.Boolean, exp.Null, exp.Is, exp.In, exp.Between, exp.Case}
-    | {exp.If, exp.Coalesce, exp.Substring, exp.Trim, exp.Concat}
+    | {exp.If, exp.Coalesce, exp.Substring, exp.Trim, exp.Concat, exp.Cast}
 )
+_TIME_LITERALS = {exp.DataType.Type.DATE: "date", exp.DataType.Type.TIMESTAMP: "timestamp"}
+_TIME_LITERALS[exp.DataType.Type.TIMESTAMPTZ] = "timestamp"
 
 
 def _text(v: Any) -> str:
@@ -138,7 +163,9 @@ def _literal(node: exp.Expr) -> Any:
     if node.is_string:
         return node.this
     text = str(node.this)
-    return float(text) if any(c in text for c in ".eE") else int(text)
+    if any(c in text for c in "eE"):
+        return float(text)
+    return decimal.Decimal(text) if "." in text else int(text)  # 1.5 is a decimal in Spark
 
 
 def ev(node: exp.Expr, row: Mapping[str, Any]) -> Any:
@@ -176,7 +203,7 @@ def ev(node: exp.Expr, row: Mapping[str, Any]) -> Any:
 def _in(v: Any, items: list[Any]) -> Any:
     if v is None:
         return None
-    if any(i is not None and i == v for i in items):
+    if any(i is not None and _cmp(v, i, lambda x, y: x == y) for i in items):
         return True
     return None if any(i is None for i in items) else False
 
@@ -212,7 +239,73 @@ def _special(node: exp.Expr, row: Mapping[str, Any]) -> Any:
     if isinstance(node, exp.Substring):
         length = node.args.get("length")
         return _substring(ev(node.this, row), ev(node.args["start"], row), ev(length, row) if length else None)
+    if isinstance(node, exp.Anonymous) and node.name.lower() == DECIMAL_FN:  # a decimal result rounded to its type
+        return conform(ev(node.expressions[0], row), node.expressions[1].this, node.expressions[2].this)
+    if isinstance(node, exp.Cast):  # DATE '...', TIMESTAMP '...'
+        return _time_literal(node)
     raise ViewError("view-unsupported", f"{type(node).__name__} is not evaluated", node=node)
+
+
+def _literal_type(node: exp.Expr) -> str:
+    if node.is_string:
+        return "string"
+    v = _literal(node)
+    return (
+        "float"
+        if isinstance(v, float)
+        else "int"
+        if isinstance(v, int)
+        else "decimal({},{})".format(*literal_type(str(v)))
+    )
+
+
+def _time_literal(node: exp.Expr) -> Any:
+    """The value of ``DATE '2024-01-01'`` or ``TIMESTAMP '2024-01-01 10:00:00'`` (UTC)."""
+    like = (
+        datetime.datetime(2000, 1, 1)
+        if _TIME_LITERALS.get(node.args["to"].this) == "timestamp"
+        else datetime.date(2000, 1, 1)
+    )
+    return coerce_pair(like, node.this.this)[1]
+
+
+def _time_literal_type(node: exp.Expr) -> str:
+    to = node.args.get("to")
+    t = _TIME_LITERALS.get(to.this) if isinstance(to, exp.DataType) else None
+    if t is None or not (isinstance(node.this, exp.Literal) and node.this.is_string):
+        raise ViewError("view-unsupported", "CAST (only DATE '...' and TIMESTAMP '...' literals)", node=node)
+    try:
+        _time_literal(node)
+    except ValueError:
+        raise ViewError("view-unsupported", f"a {t} literal '{node.this.this}' that is not one", node=node) from None
+    return t
+
+
+def with_decimal_types(node: exp.Expr, types: Mapping[str, str | None], view: str) -> exp.Expr:
+    """``node`` with each arithmetic whose result is a decimal wrapped in ``cbp_decimal(e, 'decimal(P,S)',
+    view)``: rounded HALF_UP to Spark's result type, ``view-overflow`` when it does not fit."""
+
+    def wrap(n: exp.Expr) -> exp.Expr:
+        args = {
+            k: (
+                wrap(v)
+                if isinstance(v, exp.Expr)
+                else [wrap(x) if isinstance(x, exp.Expr) else x for x in v]
+                if isinstance(v, list)
+                else v
+            )
+            for k, v in n.args.items()
+        }
+        out = n.__class__(**args)
+        out.meta.update(n.meta)
+        if type(n) in _ARITH:
+            t = infer(n, types)
+            if t is not None and t.startswith("decimal("):
+                lits = [exp.Literal.string(t), exp.Literal.string(view)]
+                return exp.Anonymous(this=DECIMAL_FN, expressions=[out, *lits])
+        return out
+
+    return wrap(node)
 
 
 def infer(node: exp.Expr, types: Mapping[str, str | None]) -> str | None:
@@ -228,17 +321,15 @@ def infer(node: exp.Expr, types: Mapping[str, str | None]) -> str | None:
     if t is exp.Column:
         return types[node.name]
     if t is exp.Literal:
-        return "string" if node.is_string else ("float" if isinstance(_literal(node), float) else "int")
+        return _literal_type(node)
     if t is exp.Boolean:
         return "bool"
     if t is exp.Null:
         return None
-    if t in (exp.Add, exp.Sub, exp.Mul, exp.Div, exp.Mod, exp.Neg, exp.Abs):
-        args = [infer(a, types) for a in (node.this, node.args.get("expression")) if a is not None]
-        _want(node, args, NUMERIC, "a number")
-        if t is exp.Div or "float" in args:
-            return "float"
-        return "int"
+    if t is exp.Cast:
+        return _time_literal_type(node)
+    if t in _ARITH or t in (exp.Neg, exp.Abs):
+        return _arith_type(node, types)
     if t in (exp.EQ, exp.NEQ, exp.GT, exp.GTE, exp.LT, exp.LTE, exp.In, exp.Between):
         _comparable(node, [infer(a, types) for a in _operands(node)])
         return "bool"
@@ -251,6 +342,33 @@ def infer(node: exp.Expr, types: Mapping[str, str | None]) -> str | None:
         infer(node.this, types)
         return "bool"
     return _infer_special(node, types)
+
+
+_ARITH: dict[type[exp.Expr], str] = {exp.Add: "+", exp.Sub: "-", exp.Mul: "*", exp.Div: "/", exp.Mod: "%"}
+
+
+def _arith_type(node: exp.Expr, types: Mapping[str, str | None]) -> str | None:
+    """Spark's result type of ``+ - * / %``, unary minus and ``abs``: a float if one side is, a decimal
+    (its precision and scale by Spark's rules) if one side is, ``/`` of ints a float."""
+    operands = [a for a in (node.this, node.args.get("expression")) if a is not None]
+    args = [infer(a, types) for a in operands]
+    for a in args:
+        if a is not None and not is_numeric(a):
+            raise ViewError("view-unsupported", f"{construct_name(node)} of a {a} (it takes a number)", node=node)
+    known = [a for a in args if a is not None]
+    if "float" in known or (type(node) is exp.Div and all(a == "int" for a in known)):
+        return "float"
+    if not any(a.startswith("decimal(") for a in known):
+        return "int" if known else None
+    lits = [
+        int(o.this) if isinstance(o, exp.Literal) and not o.is_string and str(o.this).isdigit() else None
+        for o in operands
+    ]
+    if len(known) < len(args):  # NULL's type is the other side's
+        return known[0]
+    if len(args) == 1:
+        return args[0]
+    return arith(_ARITH[type(node)], str(args[0]), args[1], lits[0], lits[1])
 
 
 def _operands(node: exp.Expr) -> list[exp.Expr]:
@@ -267,9 +385,17 @@ def _want(node: exp.Expr, types: list[str | None], allowed: set[str] | frozenset
             raise ViewError("view-unsupported", f"{construct_name(node)} of a {t} (it takes {what})", node=node)
 
 
+def _family(t: str) -> str:
+    """What a type compares with: numbers with numbers, a date or timestamp with either or a string."""
+    if is_numeric(t):
+        return "number"
+    return "time" if t in ("date", "timestamp") else t
+
+
 def _comparable(node: exp.Expr, types: list[str | None]) -> None:
     known = {t for t in types if t is not None}
-    if len(known) > 1 and not known <= NUMERIC:
+    families = {_family(t) for t in known}
+    if len(families) > 1 and families != {"time", "string"}:
         raise ViewError(
             "view-unsupported",
             f"{construct_name(node)} comparing {' with '.join(sorted(known))} (no implicit cast)",
@@ -279,11 +405,15 @@ def _comparable(node: exp.Expr, types: list[str | None]) -> None:
 
 def _common(node: exp.Expr, types: list[str | None]) -> str | None:
     """The type of branches that must agree (CASE, IF, COALESCE): int and float give float."""
-    _comparable(node, types)
-    known = {t for t in types if t is not None}
+    known = [t for t in types if t is not None]
+    if len({_family(t) for t in known}) > 1:
+        _comparable(node, [None, *known, "bool"])  # refused: branches of different kinds
     if not known:
         return None
-    return "float" if known == set(NUMERIC) else known.pop()
+    out = known[0]
+    for t in known[1:]:
+        out = wider(out, t)
+    return out
 
 
 def _infer_special(node: exp.Expr, types: Mapping[str, str | None]) -> str | None:

@@ -3,8 +3,9 @@ the pipeline gets, and the routing of each generated stateful stage's inputs.
 
 A view ``v`` becomes flow ``v`` written by stage ``v``: a record-wise stage (projection, WHERE, UNION
 ALL), a join stage (state: both sides' rows by join key) or a GROUP BY stage (state: each group's
-count and sums). A GROUP BY over a join adds stage and flow ``v__join``; a UNION ALL branch that joins
-or groups becomes view ``v__u<i>``. Every generated translator is signed and sums ``_diff``
+count and sums, or multisets for MIN, MAX, count(DISTINCT); SELECT DISTINCT is a GROUP BY). A GROUP
+BY over a join adds stage and flow ``v__join``; a UNION ALL branch that joins or groups becomes view
+``v__u<i>``. Every generated translator is signed and sums ``_diff``
 (:mod:`cbp.views.run`).
 
     >>> g = Generated()
@@ -22,9 +23,10 @@ from typing import Any
 
 from sqlglot import exp
 
-from .exprs import NUMERIC, ViewError, infer
+from .exprs import ViewError, infer, with_decimal_types
 from .query import AGGREGATES, Select, placed, position, read_query
 from .run import RouteKey
+from .vtypes import avg_type, is_numeric, sum_type, wider
 
 __all__ = ["Generated"]
 
@@ -82,6 +84,10 @@ class Generated:
             )
         return t
 
+    def _x(self, e: exp.Expr | None, types: Mapping[str, str | None]) -> str | None:
+        """``e``'s Spark SQL text, each decimal arithmetic rounded to Spark's result type."""
+        return None if e is None else _sql(with_decimal_types(e, types, self._view))
+
     def _stage(
         self, stage: str, flow: str, raw: dict[str, Any], fields: dict[str, str], routes: list[RouteKey]
     ) -> None:
@@ -98,12 +104,16 @@ class Generated:
         self._type(q.residual, types, boolean=True)
         if len(q.sources) == 1 and q.groups is None:
             cols = [(n, e, self._type(e, types)) for n, e in q.columns]
-            branch = {"input": 0, "where": _sql(q.where), "cols": [[n, _sql(e)] for n, e, _ in cols]}
+            branch = {
+                "input": 0,
+                "where": self._x(q.where, types),
+                "cols": [[n, self._x(e, types)] for n, e, _ in cols],
+            }
             fields = {n: f"{t}?" for n, _, t in cols}
             self._linear(flow, [q.sources[0].flow], [branch], fields)
         elif q.groups is None:
             cols = [(n, e, self._type(e, types)) for n, e in q.columns]
-            self._join(q, flow, [[n, _sql(e)] for n, e, _ in cols], {n: f"{t}?" for n, _, t in cols})
+            self._join(q, flow, [[n, self._x(e, types)] for n, e, _ in cols], {n: f"{t}?" for n, _, t in cols})
         else:
             source = q.sources[0].flow
             where = q.where
@@ -116,23 +126,35 @@ class Generated:
 
     def _linear(self, flow: str, inputs: list[str], branches: list[dict[str, Any]], fields: dict[str, str]) -> None:
         raw = {"translator": _RUN + "linear", "inputs": [{"flow": f} for f in inputs]}
-        self._stage(flow, flow, {**raw, "params": {"cbp_view": _plan("linear", flow, branches=branches)}}, fields, [])
+        types = {n: t.rstrip("?") for n, t in fields.items()}
+        plan = _plan("linear", flow, branches=branches, types=types)
+        self._stage(flow, flow, {**raw, "params": {"cbp_view": plan}}, fields, [])
 
     def _join(self, q: Select, flow: str, cols: list[list[Any]], fields: dict[str, str]) -> None:
         types = q.types
         keys: list[list[str]] = [[], []]
-        floats: list[bool] = []
+        casts: list[str | None] = []
         for left, right in q.on:
             lt, rt = self._type(left, types), self._type(right, types)
-            if lt != rt and not {lt, rt} <= NUMERIC:
+            if lt != rt and not (is_numeric(lt) and is_numeric(rt)) and {lt, rt} != {"date", "timestamp"}:
                 raise ViewError("view-unsupported", f"a join key comparing {lt} with {rt}", *position(left, self._sql))
-            floats.append(lt != rt)
-            keys[0].append(_sql(left) or "")
-            keys[1].append(_sql(right) or "")
+            casts.append(
+                None
+                if lt == rt
+                else "float"
+                if "float" in (lt, rt)
+                else "timestamp"
+                if lt in ("date", "timestamp")
+                else "decimal"
+            )
+            keys[0].append(self._x(left, types) or "")
+            keys[1].append(self._x(right, types) or "")
         cond = exp.and_(*[c for c in (q.residual, q.where) if c is not None]) if q.residual or q.where else None
         sides = [list(s.types) for s in q.sources]
-        plan = _plan("join", flow, fields=sides, filter=_sql(cond), cols=cols)
-        routes = [RouteKey(keys[i], None, q.sources[i].prefix, floats, True) for i in (0, 1)]
+        ftypes = [list(s.types.values()) for s in q.sources]
+        out_types = {n: t.rstrip("?") for n, t in fields.items()}
+        plan = _plan("join", flow, fields=sides, ftypes=ftypes, filter=self._x(cond, types), cols=cols, types=out_types)
+        routes = [RouteKey(keys[i], None, q.sources[i].prefix, casts, True) for i in (0, 1)]
         raw = {
             "translator": _RUN + "join",
             "inputs": [{"flow": s.flow, "route_by": _RUN + "unrouted"} for s in q.sources],
@@ -170,39 +192,49 @@ class Generated:
         having = q.having.transform(replace) if q.having is not None else None
         fields = {name: f"{self._type(e, env)}?" for name, e in cols}
         self._type(having, env, boolean=True)
-        state: dict[str, str] = {"k": "string", "n": "int"}
-        for i, (fn, _, t) in enumerate(aggs):
-            state[f"c{i}"], state[f"s{i}"] = "int", ("float" if t == "float" or fn == "avg" else "int")
         plan = _plan(
             "group",
             flow,
             groups=len(groups),
-            aggs=[[fn, arg] for fn, arg, _ in aggs],
-            cols=[[n, _sql(e)] for n, e in cols],
-            having=_sql(having),
+            gtypes=[env[f"g__{j}"] for j in range(len(groups))],
+            aggs=[[fn, arg, at] for fn, arg, _, at in aggs],
+            cols=[[n, self._x(e, env)] for n, e in cols],
+            types={n: t.rstrip("?") for n, t in fields.items()},
+            having=self._x(having, env),
         )
         raw = {
             "translator": _RUN + "group",
             "inputs": [{"flow": source, "route_by": _RUN + "unrouted"}],
-            "state": {"schema": state},
+            "state": {"schema": _group_state(aggs)},
             "params": {"cbp_view": plan},
         }
-        self._stage(flow, flow, raw, fields, [RouteKey([g or "" for g in gsql], _sql(where), "", [], False)])
+        keys = [self._x(g, types) or "" for g in groups]
+        self._stage(flow, flow, raw, fields, [RouteKey(keys, self._x(where, types), "", [], False)])
 
     def _aggregate(self, n: exp.Expr, types: Mapping[str, str | None]) -> list[Any]:
-        """``[function, argument SQL, result type]`` of an aggregate."""
-        if isinstance(n, exp.Count):
-            if isinstance(n.this, exp.Star):
-                return ["count_star", None, "int"]
-            infer(n.this, types)
-            return ["count", _sql(n.this), "int"]
-        t = infer(n.this, types)
-        if t not in NUMERIC:
-            what = "SUM" if isinstance(n, exp.Sum) else "AVG"
-            raise ViewError("view-unsupported", f"{what} of a {t} (it takes a number)", *position(n, self._sql))
-        if isinstance(n, exp.Avg):
-            return ["avg", _sql(n.this), "float"]
-        return ["sum", _sql(n.this), t]
+        """``[function, argument SQL, result type, argument type]`` of an aggregate."""
+        if isinstance(n, exp.Count) and isinstance(n.this, exp.Star):
+            return ["count_star", None, "int", None]
+        arg = n.this
+        names: dict[type[exp.Expr], str] = {exp.Count: "count", exp.Sum: "sum", exp.Avg: "avg"}
+        fn = (names | {exp.Min: "min", exp.Max: "max"})[type(n)]
+        if isinstance(arg, exp.Distinct):
+            if fn != "count" or len(arg.expressions) != 1:
+                raise ViewError(
+                    "view-unsupported", "DISTINCT of several columns, or in other than count()", *position(n, self._sql)
+                )
+            fn, arg = "count_distinct", arg.expressions[0]
+        t = infer(arg, types)
+        sql = self._x(arg, types)
+        if fn in ("count", "count_distinct"):
+            return [fn, sql, "int", t]
+        if fn in ("min", "max"):
+            if t is None or t in ("binary", "bool") or t.startswith(("list", "json")):
+                raise ViewError("view-unsupported", f"{fn.upper()} of a {t}", *position(n, self._sql))
+            return [fn, sql, t, t]
+        if t is None or not is_numeric(t):
+            raise ViewError("view-unsupported", f"{fn.upper()} of a {t} (it takes a number)", *position(n, self._sql))
+        return [fn, sql, avg_type(t) if fn == "avg" else sum_type(t), t]
 
     def _union(self, selects: list[Select], flow: str) -> None:
         """UNION ALL: one record-wise stage; a branch that joins or groups becomes view ``<flow>__u<i>``."""
@@ -213,7 +245,7 @@ class Generated:
             if len(q.sources) == 1 and q.groups is None:
                 self._type(q.where, q.types, boolean=True)
                 cols = [(n, e, self._type(e, q.types)) for n, e in q.columns]
-                src, where = q.sources[0].flow, _sql(q.where)
+                src, where = q.sources[0].flow, self._x(q.where, q.types)
             else:
                 src, where = f"{flow}__u{i}", None
                 self._select(q, src)
@@ -221,17 +253,38 @@ class Generated:
             if src not in inputs:
                 inputs.append(src)
             shapes.append([(n, t) for n, _, t in cols])
-            branches.append({"input": inputs.index(src), "where": where, "cols": [[n, _sql(e)] for n, e, _ in cols]})
+            branches.append(
+                {"input": inputs.index(src), "where": where, "cols": [[n, self._x(e, q.types)] for n, e, _ in cols]}
+            )
         fields: dict[str, str] = {}
         for pos, (name, t) in enumerate(shapes[0]):
-            ts = {s[pos][1] for s in shapes if len(s) > pos}
-            if any(len(s) != len(shapes[0]) for s in shapes) or (len(ts) > 1 and not ts <= NUMERIC):
+            ts = {str(s[pos][1]) for s in shapes if len(s) > pos}
+            numbers = all(is_numeric(x) for x in ts)
+            if any(len(s) != len(shapes[0]) for s in shapes) or (len(ts) > 1 and not numbers):
                 raise ViewError(
                     "view-unsupported",
                     "UNION ALL of SELECTs whose columns differ in number or type",
                     *position(None, self._sql, "UNION"),
                 )
-            fields[name] = ("float" if len(ts) > 1 else str(t)) + "?"
+            common = str(t)
+            for x in ts:
+                common = wider(common, x)
+            fields[name] = common + "?"
         for b in branches:  # the first SELECT names the columns
             b["cols"] = [[shapes[0][j][0], c[1]] for j, c in enumerate(b["cols"])]
         self._linear(flow, inputs, branches, fields)
+
+
+def _group_state(aggs: list[list[Any]]) -> dict[str, str]:
+    """A GROUP BY stage's state: per group its row count, and per aggregate the count of its non-NULL
+    values and their sum (``s<i>``) or their multiset (``m<i>``: MIN, MAX, count(DISTINCT))."""
+    state: dict[str, str] = {"k": "string", "n": "int"}
+    for i, (fn, _, t, at) in enumerate(aggs):
+        state[f"c{i}"] = "int"
+        if fn in ("min", "max", "count_distinct"):
+            state[f"m{i}"] = "string"
+        elif fn in ("sum", "avg") and at is not None and at.startswith("decimal("):
+            state[f"s{i}"] = "decimal(38,{})".format(at.split(",")[1].rstrip(")"))
+        else:
+            state[f"s{i}"] = "float" if t == "float" or fn == "avg" else "int"
+    return state

@@ -18,13 +18,14 @@ import sqlglot
 from sqlglot import exp
 
 from .exprs import SCALAR_NODES, ViewError, construct_name
+from .vtypes import is_typed_view_type
 
 __all__ = ["ViewError", "Source", "Select", "read_query", "tables_of", "AGGREGATES"]
 
-AGGREGATES: tuple[type[exp.Expr], ...] = (exp.Count, exp.Sum, exp.Avg)
+AGGREGATES: tuple[type[exp.Expr], ...] = (exp.Count, exp.Sum, exp.Avg, exp.Min, exp.Max)
 _STRUCTURE = frozenset(
     {exp.Select, exp.From, exp.Table, exp.TableAlias, exp.Identifier, exp.Join, exp.Where, exp.Group, exp.Having}
-    | {exp.Alias, exp.Star, exp.Union, *AGGREGATES}
+    | {exp.Alias, exp.Star, exp.Union, exp.DataType, *AGGREGATES}
 )
 _KEYWORDS = {"DISTINCT": "DISTINCT", "ORDER BY": r"ORDER\s+BY", "LIMIT": "LIMIT", "OFFSET": "OFFSET"}
 
@@ -35,7 +36,7 @@ class Source:
 
     alias: str
     flow: str
-    types: dict[str, str]  # field -> scalar type (int, float, string, bool; others cannot be used)
+    types: dict[str, str]  # field -> scalar type (int, float, string, bool, date, timestamp, decimal(P,S), binary)
     prefix: str = ""  # the prefix of its columns' names in a joined row ("l__", "r__")
 
 
@@ -119,15 +120,19 @@ def _check_nodes(tree: exp.Expr, sql: str) -> None:
         t = type(node)
         if t in (exp.Select, exp.Union) and node is not tree and not isinstance(node.parent, exp.Union):
             raise _view_refusal("view-unsupported", "a subquery is not supported yet", node, sql)
+        if t is exp.Distinct and isinstance(node.parent, (exp.Select, *AGGREGATES)):
+            continue  # SELECT DISTINCT, count(DISTINCT col) (the plan refuses it in other aggregates)
         if t not in SCALAR_NODES and t not in _STRUCTURE:
             what = construct_name(node)
             raise _view_refusal(
                 "view-unsupported", f"{what} is not supported in a view yet", node, sql, what.split(" (")[0]
             )
-        if t is exp.Select and node.args.get("distinct") is not None:
-            raise _view_refusal(
-                "view-unsupported", "SELECT DISTINCT is not supported in a view yet", None, sql, "DISTINCT"
-            )
+        if (
+            t is exp.Select
+            and isinstance(node.args.get("distinct"), exp.Distinct)
+            and node.args["distinct"].args.get("on")
+        ):
+            raise _view_refusal("view-unsupported", "SELECT DISTINCT ON", None, sql, "DISTINCT")
         if isinstance(node, AGGREGATES) and (
             not isinstance(node.parent, (exp.Select, exp.Alias, *SCALAR_NODES))
             or any(isinstance(a, AGGREGATES) for a in node.walk() if a is not node)
@@ -184,9 +189,16 @@ def _select(tree: exp.Expr, sql: str, flows: Mapping[str, Mapping[str, str]]) ->
     if tree.args.get("where") is not None:
         q.where = rename(tree.args["where"].this)
     group = tree.args.get("group")
+    aggregated = any(isinstance(n, AGGREGATES) for _, e in q.columns for n in e.walk())
+    if tree.args.get("distinct") is not None:
+        if group is not None or aggregated:
+            raise _view_refusal(
+                "view-unsupported", "SELECT DISTINCT with GROUP BY or aggregates", None, sql, "DISTINCT"
+            )
+        q.groups = [e for _, e in q.columns]  # SELECT DISTINCT cols: GROUP BY cols
     if group is not None:
         q.groups = [rename(g) for g in group.expressions]
-    elif any(isinstance(n, AGGREGATES) for _, e in q.columns for n in e.walk()):
+    elif q.groups is None and any(isinstance(n, AGGREGATES) for _, e in q.columns for n in e.walk()):
         raise _view_refusal("view-unsupported", "an aggregate without GROUP BY is not supported yet", tree, sql)
     if tree.args.get("having") is not None:
         if group is None:
@@ -262,10 +274,11 @@ def _renamer(q: Select, sql: str) -> Callable[[exp.Expr], exp.Expr]:
                 "view-unknown", f"{what} column '{col.sql(dialect='spark')}'; the columns are {have}", col, sql
             )
         s, f = hits[0]
-        if s.types[f] not in ("int", "float", "string", "bool"):
+        if not is_typed_view_type(s.types[f]):
             raise _view_refusal(
                 "view-unsupported",
-                f"column '{f}' of type {s.types[f]} (a view uses int, float, string, bool)",
+                f"column '{f}' of type {s.types[f]} (a view uses int, float, string, bool, date, timestamp, "
+                "decimal(P,S), binary)",
                 col,
                 sql,
             )

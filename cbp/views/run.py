@@ -2,7 +2,8 @@
 ``_diff`` and writes signed records, so a view's consolidated contents follow its inputs' (DBSP's
 rules: a projection, filter or UNION ALL is linear and keeps no state; a join keeps both inputs'
 rows by join key and emits ``dA ⋈ B + A ⋈ dB + dA ⋈ dB``; a GROUP BY keeps each group's count and
-sums and emits the retraction of a group's old row and its new row).
+sums, or for MIN, MAX and count(DISTINCT) the multiset of values, and emits the retraction of a
+group's old row and its new row; SELECT DISTINCT is a GROUP BY of its columns).
 
 A stage's plan is its ``params['cbp_view']``; expressions travel as Spark SQL text.
 
@@ -12,11 +13,13 @@ A stage's plan is its ``params['cbp_view']``; expressions travel as Spark SQL te
 
 from __future__ import annotations
 
+import decimal
 import json
 from collections.abc import Iterable, Iterator
 from typing import Any
 
 from .exprs import ev, parse_expr
+from .vtypes import avg_value, conform, decode_key, key_text, sum_type
 
 __all__ = ["RouteKey", "SKIP", "linear", "group", "join", "unrouted"]
 
@@ -28,8 +31,10 @@ class RouteKey:
     """The RouteBy of a generated stage's input: the JSON text of the key expressions' values
     (:data:`SKIP` when ``where`` is not true, or, with ``skip_null``, a key value is NULL)."""
 
-    def __init__(self, exprs: list[str], where: str | None, prefix: str, floats: list[bool], skip_null: bool) -> None:
-        self.exprs, self.where, self.prefix, self.floats, self.skip_null = exprs, where, prefix, floats, skip_null
+    def __init__(
+        self, exprs: list[str], where: str | None, prefix: str, casts: list[str | None], skip_null: bool
+    ) -> None:
+        self.exprs, self.where, self.prefix, self.casts, self.skip_null = exprs, where, prefix, casts, skip_null
 
     def __call__(self, record: dict[str, Any]) -> str:
         env = {self.prefix + k: v for k, v in record.items()} if self.prefix else record
@@ -38,10 +43,8 @@ class RouteKey:
         values = [ev(parse_expr(e), env) for e in self.exprs]
         if self.skip_null and any(v is None for v in values):
             return SKIP
-        for i, as_float in enumerate(self.floats):  # an int key joined with a float key
-            if as_float and values[i] is not None:
-                values[i] = float(values[i])
-        return json.dumps(values)
+        casts = self.casts or [None] * len(values)  # an int key joined with a float or decimal key ...
+        return key_text(values, casts)
 
     @property
     def text(self) -> str:
@@ -71,38 +74,107 @@ def linear(key: Any, state: Iterator[dict[str, Any]], *inputs: Iterable[dict[str
             for b in branches:
                 if b["where"] is not None and ev(parse_expr(b["where"]), r) is not True:
                     continue
-                rec = {n: ev(parse_expr(e), r) for n, e in b["cols"]}
+                rec = {n: conform(ev(parse_expr(e), r), plan["types"].get(n), plan["out"]) for n, e in b["cols"]}
                 rec["_diff"] = r["_diff"]
                 w.write(rec)
 
 
-def _aggregates(plan: dict[str, Any], n: int, c: list[Any], s: list[Any]) -> dict[str, Any]:
+_MULTISET = ("min", "max", "count_distinct")
+_EXACT = decimal.Context(prec=200)
+
+
+def _aggregates(plan: dict[str, Any], n: int, c: list[Any], s: list[Any], m: list[Any]) -> dict[str, Any]:
     env: dict[str, Any] = {}
-    for i, (fn, _) in enumerate(plan["aggs"]):
+    for i, (fn, _, at) in enumerate(plan["aggs"]):
         if fn == "count_star":
             env[f"a__{i}"] = n
         elif fn == "count":
             env[f"a__{i}"] = c[i]
+        elif fn == "count_distinct":
+            env[f"a__{i}"] = len(m[i])
         elif c[i] == 0:
-            env[f"a__{i}"] = None  # sum and avg of no values
+            env[f"a__{i}"] = None  # sum, avg, min and max of no values
+        elif fn in ("min", "max"):
+            values = [decode_key(k, [at])[0] for k in m[i]]
+            env[f"a__{i}"] = min(values) if fn == "min" else max(values)
+        elif fn == "sum":
+            env[f"a__{i}"] = conform(s[i], sum_type(at), plan["out"])
         else:
-            env[f"a__{i}"] = s[i] if fn == "sum" else s[i] / c[i]
+            env[f"a__{i}"] = avg_value(s[i], c[i], at, plan["out"])
     return env
 
 
-def _group_row(plan: dict[str, Any], groups: list[Any], n: int, c: list[Any], s: list[Any]) -> dict[str, Any] | None:
+def _group_row(
+    plan: dict[str, Any], groups: list[Any], n: int, c: list[Any], s: list[Any], m: list[Any]
+) -> dict[str, Any] | None:
     """The view's row of a group (None: the group is empty or HAVING is not true)."""
     if n == 0:
         return None
-    env = {f"g__{j}": v for j, v in enumerate(groups)} | _aggregates(plan, n, c, s)
+    env = {f"g__{j}": v for j, v in enumerate(groups)} | _aggregates(plan, n, c, s, m)
     if plan["having"] is not None and ev(parse_expr(plan["having"]), env) is not True:
         return None
-    return {name: ev(parse_expr(e), env) for name, e in plan["cols"]}
+    return {name: conform(ev(parse_expr(e), env), plan["types"].get(name), plan["out"]) for name, e in plan["cols"]}
+
+
+class _Group:
+    """One group's state: its row count, and per aggregate the count of non-NULL values and their
+    sum or multiset (value key -> count)."""
+
+    def __init__(self, aggs: list[list[Any]], old: dict[str, Any] | None) -> None:
+        self.aggs = aggs
+        k = range(len(aggs))
+        self.n: int = old["n"] if old else 0
+        self.c: list[int] = [old[f"c{i}"] if old else 0 for i in k]
+        self.s: list[Any] = [old.get(f"s{i}") or 0 if old else 0 for i in k]
+        self.m: list[dict[str, int]] = [dict(json.loads(old[f"m{i}"])) if old and f"m{i}" in old else {} for i in k]
+
+    def copy(self) -> _Group:
+        g = _Group(self.aggs, None)
+        g.n, g.c, g.s, g.m = self.n, list(self.c), list(self.s), [dict(x) for x in self.m]
+        return g
+
+    def add(self, r: dict[str, Any]) -> None:
+        d = r["_diff"]
+        self.n += d
+        for i, (fn, arg, _) in enumerate(self.aggs):
+            if arg is None:
+                continue
+            v = ev(parse_expr(arg), r)
+            if v is None:
+                continue
+            self.c[i] += d
+            if fn in ("sum", "avg"):
+                self.s[i] = (
+                    _EXACT.add(self.s[i], _EXACT.multiply(v, d))
+                    if isinstance(v, decimal.Decimal)
+                    else self.s[i] + v * d
+                )
+            elif fn in _MULTISET:
+                k = key_text([v])
+                left = self.m[i].get(k, 0) + d
+                if left:
+                    self.m[i][k] = left
+                else:
+                    self.m[i].pop(k, None)
+
+    def record(self, key: str) -> dict[str, Any]:
+        rec: dict[str, Any] = {"k": key, "n": self.n}
+        for i, (fn, _, _) in enumerate(self.aggs):
+            rec[f"c{i}"] = self.c[i]
+            if fn in _MULTISET:
+                rec[f"m{i}"] = json.dumps(sorted(self.m[i].items()))
+            else:
+                rec[f"s{i}"] = self.s[i]
+        return rec
+
+    def row(self, plan: dict[str, Any], groups: list[Any]) -> dict[str, Any] | None:
+        return _group_row(plan, groups, self.n, self.c, self.s, self.m)
 
 
 def group(key: str, state: Iterator[dict[str, Any]], rows: Iterable[dict[str, Any]], out: Any) -> None:
-    """GROUP BY: the group's count and per-aggregate value count and sum, updated by the records'
-    ``_diff``; the old row retracted and the new one written when they differ.
+    """GROUP BY (and SELECT DISTINCT): the group's count and per-aggregate value count and sum (or
+    multiset of values: MIN, MAX, count(DISTINCT)), updated by the records' ``_diff``; the old row
+    retracted and the new one written when they differ.
 
     Example: ``SELECT g, count(*) AS n ... GROUP BY g`` with group ``["a"]`` stored at n = 2 and a
     record ``_diff: -1`` writes ``{"g": "a", "n": 2, "_diff": -1}`` and ``{"g": "a", "n": 1}``.
@@ -110,31 +182,16 @@ def group(key: str, state: Iterator[dict[str, Any]], rows: Iterable[dict[str, An
     if key == SKIP:
         return
     plan = out.params["cbp_view"]
-    aggs = plan["aggs"]
-    old = next(state, None)
-    n0 = old["n"] if old else 0
-    c0 = [old[f"c{i}"] if old else 0 for i in range(len(aggs))]
-    s0 = [old[f"s{i}"] if old else 0 for i in range(len(aggs))]
-    n, c, s = n0, list(c0), list(s0)
+    old = _Group(plan["aggs"], next(state, None))
+    new = old.copy()
     for r in rows:
-        d = r["_diff"]
-        n += d
-        for i, (fn, arg) in enumerate(aggs):
-            if arg is None:
-                continue
-            v = ev(parse_expr(arg), r)
-            if v is not None:
-                c[i] += d
-                if fn != "count":
-                    s[i] += v * d
-    if n < 0 or any(x < 0 for x in c):
-        raise ValueError(f"view '{plan['out']}', group {key}: more rows retracted than there were (count {n})")
-    if n:
-        out.state.write(
-            {"k": key, "n": n} | {f"c{i}": c[i] for i in range(len(aggs))} | {f"s{i}": s[i] for i in range(len(aggs))}
-        )
-    groups = json.loads(key)
-    before, after = _group_row(plan, groups, n0, c0, s0), _group_row(plan, groups, n, c, s)
+        new.add(r)
+    if new.n < 0 or any(x < 0 for x in new.c) or any(v < 0 for m in new.m for v in m.values()):
+        raise ValueError(f"view '{plan['out']}', group {key}: more rows retracted than there were (count {new.n})")
+    groups = decode_key(key, plan["gtypes"])
+    before, after = old.row(plan, groups), new.row(plan, groups)  # after: a decimal overflow fails here
+    if new.n:
+        out.state.write(new.record(key))
     if before != after:
         w = getattr(out, plan["out"])
         if before is not None:
@@ -147,7 +204,7 @@ def _consolidated(rows: Iterable[dict[str, Any]], fields: list[str]) -> dict[str
     """Each distinct row (JSON of its fields' values) with the sum of its ``_diff``, zeros dropped."""
     out: dict[str, int] = {}
     for r in rows:
-        k = json.dumps([r[f] for f in fields])
+        k = key_text([r[f] for f in fields])
         out[k] = out.get(k, 0) + r["_diff"]
     return {k: d for k, d in out.items() if d}
 
@@ -159,6 +216,7 @@ class _Joined:
         self.plan = plan
         self.names = [n for n, _ in plan["cols"]]
         self.exprs = [parse_expr(e) for _, e in plan["cols"]]
+        self.types = [plan["types"].get(n) for n in self.names]
         self.filter = parse_expr(plan["filter"]) if plan["filter"] is not None else None
         self.rows: dict[tuple[Any, ...], int] = {}
         self._decoded: dict[tuple[int, str], dict[str, Any]] = {}
@@ -167,7 +225,8 @@ class _Joined:
         got = self._decoded.get((side, text))
         if got is None:
             prefix = ("l__", "r__")[side]
-            got = dict(zip((prefix + f for f in self.plan["fields"][side]), json.loads(text)))
+            values = decode_key(text, self.plan["ftypes"][side])
+            got = dict(zip((prefix + f for f in self.plan["fields"][side]), values))
             self._decoded[(side, text)] = got
         return got
 
@@ -177,7 +236,7 @@ class _Joined:
                 env = self._row(0, lt) | self._row(1, rt)
                 if self.filter is not None and ev(self.filter, env) is not True:
                     continue
-                vals = tuple(ev(e, env) for e in self.exprs)
+                vals = tuple(conform(ev(e, env), t, self.plan["out"]) for e, t in zip(self.exprs, self.types))
                 self.rows[vals] = self.rows.get(vals, 0) + ld * rd
 
 

@@ -12,6 +12,7 @@ from typing import Any
 
 import pyarrow as pa
 
+from ...errors import UserCodeError
 from ...model import Emitter
 from ...spec.resolve import safe_str
 from ...spec.schema import RecordError
@@ -93,7 +94,7 @@ def _user_failure(
         )
     return _failed(
         plan,
-        "user-code",
+        exc.code if isinstance(exc, UserCodeError) else "user-code",  # a view's own (view-overflow)
         f"{where}: {fn_name} raised {type(exc).__name__}: {safe_str(exc)}" + (f" ({loc})" if loc else ""),
         key=key_text,
         exc_type=type(exc).__name__,
