@@ -89,7 +89,8 @@ class Epochs:
     # ------------------------------------------------------------------ one stage epoch
     def _state_table_schema(self, spec: StageSpec) -> pa.Schema:
         rk = [pa.field("_rk", pa.string())] if spec.row_key else []  # keyed rows (cbp.engine.task.keyedstate)
-        return pa.schema([pa.field(PART, pa.int32())] + list(STATE_META) + rk + list(spec.state_schema.arrow))  # type: ignore[union-attr]
+        assert spec.state_schema is not None  # a stateful stage's
+        return pa.schema([pa.field(PART, pa.int32())] + list(STATE_META) + rk + list(spec.state_schema.arrow))
 
     def run_epoch(self, stage: str, d: Decision, *, intention: Intention | None = None) -> EpochReport:
         """Plan, run and commit one epoch of ``stage`` while the caller holds the home's lock

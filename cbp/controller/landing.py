@@ -228,7 +228,9 @@ class Landing:
         flow's new framing state (a FrameBy function's)."""
         fl = self.live.spec.flows[flow]
         fs = self.live.st.flows[flow]
-        field = fl.frame_by.field  # type: ignore[union-attr]
+        frame_by = fl.frame_by
+        assert frame_by is not None  # called for framed flows only
+        field = frame_by.field
         if field is not None:  # column-wise
             ft = fl.schema.fields[field]
             # a field's values were validated as JSON values (finite floats, no lone surrogates):
@@ -244,12 +246,12 @@ class Landing:
         for batch in data.to_batches(max_chunksize=65536):
             for rec in batch.to_pylist():
                 try:
-                    key, fstate = fl.frame_by(fl.schema.from_storage(rec), fstate)  # type: ignore[misc]
+                    key, fstate = frame_by(fl.schema.from_storage(rec), fstate)
                 except KeyboardInterrupt:
                     raise
                 except BaseException as e:  # noqa: BLE001 - user code: SystemExit and kin too, never a silent exit
                     raise UserCodeError(
-                        f"flow '{flow}' record {i + 1} ({producer}): frame_by '{fl.frame_by.text}' raised "  # type: ignore[union-attr]
+                        f"flow '{flow}' record {i + 1} ({producer}): frame_by '{frame_by.text}' raised "
                         f"{type(e).__name__}: {safe_str(e)}; nothing was landed"
                     ) from e
                 if runs and runs[-1][0] == key:
@@ -257,7 +259,7 @@ class Landing:
                 else:
                     runs.append([key, i, 1])
                 i += 1
-        check_storable(fstate, f"flow '{flow}': frame_by '{fl.frame_by.text}' returned a state that")  # type: ignore[union-attr]
+        check_storable(fstate, f"flow '{flow}': frame_by '{frame_by.text}' returned a state that")
         self._check_frames(
             flow, [(key, lambda first=first: data.slice(first, 1).to_pylist()[0]) for key, first, _ in runs]
         )

@@ -456,7 +456,8 @@ class Rewind:
                 if e.epoch == epoch:
                     by_version: dict[int, list[str]] = {}
                     for i, v in e.versions.get(flow, {}).items():
-                        by_version.setdefault(int(v), []).append(str(i))  # type: ignore[arg-type]  # None: never recorded
+                        if v is not None:  # None: the version was never recorded
+                            by_version.setdefault(v, []).append(str(i))
                     rows = [
                         r
                         for v, ids in by_version.items()
