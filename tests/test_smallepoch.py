@@ -5,6 +5,7 @@ route, and failures reported as from any task."""
 from __future__ import annotations
 
 import json
+import os
 import random
 
 import pytest
@@ -301,3 +302,38 @@ def test_envelope_directories_of_killed_runs_are_swept(tmp_path, monkeypatch):
         "cbp-routed-new_name",
         "other",
     ]
+
+
+def test_a_retried_task_runs_the_partition_its_failed_attempt_claimed(tmp_path, monkeypatch):
+    """Local-mode small epochs (cbp.engine.task.runners.claiming_task): task 0's first attempt claimed
+    partition 0, which the other task's worker kept from the last epoch, and failed on it (a translator
+    raised); task 1 is done, its worker still alive. The retry of task 0 runs partition 0 again (before,
+    it skipped it as kept by a running worker, and the epoch failed as 'the tasks returned partitions
+    [1] of 2' instead of with the translator's error)."""
+    import pyarrow as pa
+    import pyspark
+
+    from cbp.engine.task import runners
+
+    work = str(tmp_path)
+    for p in range(2):
+        with pa.OSFile(os.path.join(work, f"{p}.arrows"), "wb") as f, pa.ipc.new_stream(f, pa.schema([])):
+            pass
+    (tmp_path / "task-1.pid").write_text("200")  # task 1 ran in worker 200, which is still there
+    assert runners.claim(work, 1, task=1, pid=200)  # and ran partition 1
+    assert runners.claim(work, 0, task=0, pid=100)  # task 0's failed attempt had claimed partition 0
+    ran: list[int] = []
+
+    def task(plan, batches, p):
+        ran.append(p)
+        return iter(())
+
+    class Context:
+        @staticmethod
+        def partitionId() -> int:
+            return 0
+
+    monkeypatch.setattr(pyspark.TaskContext, "get", staticmethod(lambda: Context()))
+    last = {0: 200, 1: 200}  # worker 200 ran both partitions last epoch: it keeps its share, partition 0
+    list(runners.claiming_task(None, task, work, 2, 2, last, iter([0])))  # the retry, in a new worker
+    assert ran == [0]

@@ -88,7 +88,7 @@ def claiming_task(
     which worker runs it, claims the partitions this worker ran last (up to its share of all), then
     the others (its share first), except those kept by a worker that runs another of the job's
     tasks: that task claims them first thing (and if it fails, Spark's retry runs in a new worker
-    and takes them)."""
+    and takes them). A retried task first runs again what its failed attempt claimed, kept or not."""
     from pyspark import TaskContext
 
     me = TaskContext.get().partitionId()  # type: ignore[union-attr]
@@ -97,7 +97,8 @@ def claiming_task(
         f.write(str(pid))
     order, kept = claim_order(n, tasks, me, pid, last)
     for p in order:
-        if p in kept and last[p] != pid and last[p] in _running(work, tasks, me):
+        retried = claimant(work, p)[0] == me  # an earlier attempt of this task claimed it: this one runs it
+        if not retried and p in kept and last[p] != pid and last[p] in _running(work, tasks, me):
             continue
         if not claim(work, p, me, pid):
             continue
