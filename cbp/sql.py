@@ -103,7 +103,9 @@ def state_df(parts: Parts, spark: Any, stage: str, epoch: int | None = None) -> 
     if version is None:
         return spark.createDataFrame([], spark_ddl(spec.state_schema))
     df = read_delta(spark, parts.home.uri(LAYOUT.state(spec.name)), version)
-    return latest_state(df).orderBy("_key").select(*fields)
+    parts_n = spec.partitions  # a shuffle of the stage's partition count, not spark.sql.shuffle.partitions
+    rows = latest_state(df, partitions=parts_n)
+    return rows.repartitionByRange(parts_n, "_key").sortWithinPartitions("_key").select(*fields)
 
 
 def flow_df(parts: Parts, spark: Any, flow: str, epoch: int | None = None) -> Any:
@@ -121,7 +123,9 @@ def flow_df(parts: Parts, spark: Any, flow: str, epoch: int | None = None) -> An
     require_delta(spark)
     fields = [view_name(f) for f in fl.schema.fields]
     pieces = []
+    n_incs = 0
     for version, incs in parts.reads.output_versions(fl.name, epoch).items():
+        n_incs += len(incs)
         df = read_delta(spark, parts.home.uri(LAYOUT.flow(fl.name)), version)
         pieces.append(df.where(F.col(INC).cast("bigint").isin([int(i) for i in incs])))
     if not pieces:
@@ -132,7 +136,9 @@ def flow_df(parts: Parts, spark: Any, flow: str, epoch: int | None = None) -> An
     if epoch is not None and fl.frame_by is not None:  # a framed increment may hold records of several feeds/epochs
         df = df.where(F.col(SRC) == int(epoch))
     diff = F.coalesce(F.col(DIFF).cast("bigint"), F.lit(1)) if DIFF in df.columns else F.lit(1).cast("bigint")
-    return df.orderBy(F.col(INC).cast("bigint")).select(*fields, diff.alias(DIFF))
+    inc = F.col(INC).cast("bigint")
+    ordered = df.repartitionByRange(max(1, min(n_incs, 200)), inc).sortWithinPartitions(inc)  # not 200 tasks
+    return ordered.select(*fields, diff.alias(DIFF))
 
 
 class _View(NamedTuple):

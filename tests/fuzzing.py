@@ -1,7 +1,7 @@
 """A time-boxed property-based fuzzing loop on hypothesis, shared by the ``test_fuzz_*`` tests.
 
 Each target runs fresh hypothesis runs of ``BATCH`` examples until its time box is spent
-(``CBP_FUZZ_SECONDS`` per target, default 20 s in the test suite; ``scripts/fuzz`` runs a long
+(``CBP_FUZZ_SECONDS`` per target, default 10 s in the test suite; ``scripts/fuzz`` runs a long
 session with a bigger box). A failing example is shrunk and reported by hypothesis as usual.
 How many inputs each target tried is printed at the end of the pytest run (see conftest.py)
 and, when ``CBP_FUZZ_REPORT`` names a file, appended to it as JSON lines.
@@ -27,7 +27,7 @@ TRIED: dict[str, tuple[int, float]] = {}  # target -> (inputs tried, seconds), r
 
 def budget() -> float:
     """Seconds per fuzz target."""
-    return float(os.environ.get("CBP_FUZZ_SECONDS", "20"))
+    return float(os.environ.get("CBP_FUZZ_SECONDS", "10"))
 
 
 def fuzz(

@@ -92,7 +92,7 @@ def test_crawl_loop_through_the_dags_equals_from_scratch_each_round(airflow_env)
     pages_uri, queue_uri = f"file://{home}/flows/pages", f"file://{home}/flows/crawl_queue"
     ever: dict[str, float] = {}
     rounds = 0
-    for rounds in range(1, 5):
+    for rounds in range(1, 4):
         dr = crawler.test()
         assert str(dr.state) == "success" and _states(dr)["crawl_round"] == "success"
         assert _events(pages_uri)[-1]["round"] == rounds  # the crawl task's asset event schedules the pipeline DAG
@@ -108,7 +108,7 @@ def test_crawl_loop_through_the_dags_equals_from_scratch_each_round(airflow_env)
         wrote = p.status()["stages"]["threshold"]["epochs"] > before
         assert len(_events(queue_uri)) == n_queue_events + wrote  # crawl_queue published iff the run wrote to it
         assert states["publish_crawl_queue"] == ("success" if wrote else "skipped")
-    assert rounds == 4 and len({x["url"] for x in crawled}) > 30
+    assert rounds == 3 and len({x["url"] for x in crawled}) > 20
     # a re-triggered run with nothing new does nothing and publishes nothing
     n_events = (len(_events(queue_uri)), len(_events(f"file://{home}/_cbp/epochs")))
     dr = pipeline.test()

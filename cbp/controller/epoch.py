@@ -233,7 +233,7 @@ class Epochs:
             state_rel=state_rel,
             parts=parts,
             tuning=self.tuning,
-            master=self.spark.get().sparkContext.master,
+            master=self.spark.master(),
             new_records=sum(m.records for m in known if m is not None),
             records_known=all(m is not None for m in known),
             made_in=made_in,

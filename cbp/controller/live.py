@@ -87,6 +87,21 @@ class LazySpark:
             self._spark = get_spark()
         return self._spark
 
+    def master(self) -> str:
+        """The Spark master the session runs on, or will run on, without starting it: an epoch's
+        plan chooses its path by it before the job needs Spark (a run killed or refused before its
+        job never starts a JVM)."""
+        if self._spark is None:
+            from pyspark.sql import SparkSession
+
+            active = SparkSession.getActiveSession()  # what get_spark would return
+            if active is None:
+                from .. import settings
+
+                return settings.current().spark_master
+            self._spark = active
+        return str(self._spark.sparkContext.master)
+
 
 #: The tuning options of :class:`Pipeline`: (type, smallest value, None allowed).
 TUNING: dict[str, tuple[type, float, bool]] = {

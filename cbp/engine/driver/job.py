@@ -271,7 +271,7 @@ def _grouped(
     )
     if s is not None:
         # dedupe: the table was last written in direct mode, so keep each key's newest rows
-        s = latest_state(s, dedupe)
+        s = latest_state(s, dedupe, plan.stage.partitions)
         assert schema is not None
         parts.append(
             envelopes(
