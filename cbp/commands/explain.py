@@ -120,7 +120,7 @@ def _stage(spec: Any, name: str, home: Any) -> dict[str, Any]:
         {"flow": i.flow, "key": _unprefixed(i.route_by.text) if i.route_by is not None else "none: record by record"}
         for i in st.inputs
     ]
-    state = None
+    state: dict[str, Any] | None = None
     if st.state_schema is not None:
         state = {"holds": _holds(plan), "schema": {k: str(t) for k, t in st.state_schema.fields.items()}}
         if home is not None:

@@ -36,7 +36,11 @@ class SqlView:
     col: int
 
     def place(self, line: int | None, col: int | None) -> tuple[int, int]:
-        """A line and column in the view's SQL as a line and column in the file."""
+        """A line and column in the view's SQL as a line and column in the file.
+
+        >>> SqlView("SELECT id\\nFROM t", "q.sql", 4, 10).place(2, 6)
+        (5, 6)
+        """
         if line is None:
             return self.line, self.col
         return self.line + line - 1, (self.col + (col or 1) - 1) if line == 1 else (col or 1)
@@ -118,7 +122,11 @@ def _inside(base: str, entry: str, yaml_path: str) -> str:
 
 def read_sql_files(yaml_path: str, entries: list[str], views: dict[str, str]) -> dict[str, SqlView]:
     """The views of the ``sql:`` files of the YAML at ``yaml_path``, by name; ``views`` are the
-    YAML's own (a name in both, or in two files, is ``duplicate-view``)."""
+    YAML's own (a name in both, or in two files, is ``duplicate-view``).
+
+    Example: with ``flows/p.yaml`` holding ``sql: [shop.sql]``, ``read_sql_files("flows/p.yaml",
+    ["shop.sql"], {})`` reads ``flows/shop.sql``; ``["../x.sql"]`` is ``sql-file-outside``.
+    """
     base = os.path.realpath(os.path.dirname(os.path.abspath(yaml_path)))
     out: dict[str, SqlView] = {}
     for entry in entries:
