@@ -88,9 +88,11 @@ def views_of_text(file: str, text: str) -> dict[str, SqlView]:
         head = _view_name(s)
         if head is None:
             what = " ".join(t.text for t in s[:4])
+            mv = "MATERIALIZED VIEW" in " ".join(t.text.upper() for t in s[:5])
+            why = "a qualified name or options before AS are not read" if mv else "it is not a view"
             raise SpecError(
                 file,
-                f"line {line}, column {col}: '{what} ...' is not a view: a SQL file of the pipeline holds "
+                f"line {line}, column {col}: '{what} ...': {why}; a SQL file of the pipeline holds "
                 "'CREATE [OR REFRESH] MATERIALIZED VIEW name AS SELECT ...;' statements only",
                 code="sql-file-statement",
             )
