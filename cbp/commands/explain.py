@@ -89,7 +89,8 @@ def _holds(plan: dict[str, Any]) -> str:
 
 
 def _size(home: Any, stage: str) -> dict[str, int | None]:
-    """Rows and bytes of the current files of ``stage``'s state table (zeros before its first epoch)."""
+    """Rows and bytes of the current files of ``stage``'s state table (zeros before its first epoch):
+    a key's superseded rows count until an epoch rewrites their file."""
     import pyarrow as pa
     from deltalake import DeltaTable
     from deltalake.exceptions import TableNotFoundError
@@ -173,7 +174,7 @@ def _print(ex: dict[str, Any]) -> None:
         print(f"    state schema: {', '.join(f'{k}: {t}' for k, t in st['schema'].items())}")
         if "rows" in st:
             rows = "unknown" if st["rows"] is None else st["rows"]
-            print(f"    state size: {rows} rows, {st['bytes']} bytes in {st['files']} files")
+            print(f"    state size: {rows} rows, {st['bytes']} bytes in {st['files']} current files")
 
 
 def run(args: argparse.Namespace) -> int:
