@@ -166,8 +166,30 @@ SECTIONS: list[tuple[str, list[Code]]] = [
         ],
     ),
     (
-        "SQL views (`views:`)",
+        "SQL views (`views:`, `sql:`)",
         [
+            _c(
+                "sql-file-outside",
+                S,
+                2,
+                "a `sql:` file outside the YAML's directory tree (an absolute path, `..`, or a symlink out of it)",
+                "keep the pipeline's SQL files beside its YAML (or in a directory below it)",
+            ),
+            _c("sql-file-missing", S, 2, "a `sql:` file that does not exist", "the message names the path"),
+            _c(
+                "sql-file-statement",
+                S,
+                2,
+                "a statement in a `sql:` file other than `CREATE [OR REFRESH] MATERIALIZED VIEW name AS SELECT ...`",
+                "the message names the file, line and column; move other SQL out of the file",
+            ),
+            _c(
+                "duplicate-view",
+                S,
+                2,
+                "a view defined twice: in one `sql:` file, in two, or in a file and `views:`",
+                "rename or remove one; the message names both places",
+            ),
             _c(
                 "view-syntax",
                 S,

@@ -53,6 +53,13 @@ SECTIONS: list[tuple[str, list[Code]]] = [
                 "`cbp sql`: `TIMESTAMP AS OF`, or `VERSION AS OF` something other than a whole number",
                 "cbp's views travel by epoch: `VIEW VERSION AS OF N`, or `--epoch N`",
             ),
+            _c(
+                "unknown-view",
+                U,
+                2,
+                "`cbp explain`: a name that is no SQL view of the pipeline",
+                "the message lists the views",
+            ),
             _c("sql-not-query", U, 2, "`cbp sql`: a statement that is not a query", "give a SELECT"),
             _c(
                 "sql-not-allowed",

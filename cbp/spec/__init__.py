@@ -71,10 +71,11 @@ def load_spec(path: str | os.PathLike[str], text: str | None = None) -> Pipeline
     except ValidationError as e:
         errors = [SpecError(path, m, code="invalid-spec") for m in pydantic_messages(e, lines)]
         raise combined(path, errors) from None
-    if not raw.views:
+    if not raw.views and not raw.sql:
         return Compiler(path, raw, lines).compile()
     from ..views import expand_views, route_views  # a pipeline with views: their flows and stages added
+    from ..views.sqlfiles import read_sql_files  # and the views of its .sql files
 
-    raw, routes = expand_views(path, raw, lines)
+    raw, routes = expand_views(path, raw, lines, read_sql_files(path, list(raw.sql), raw.views))
     spec: PipelineSpec = route_views(Compiler(path, raw, lines).compile(), routes)
     return spec

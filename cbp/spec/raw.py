@@ -194,3 +194,9 @@ class RawPipeline(_Strict):
         "maintained incrementally as a flow of that name by stages cbp generates (see "
         "[SQL views](../howto/sql-views.md))",
     )
+    sql: list[str] = Field(
+        default=[],
+        description="SQL files (paths relative to the YAML, inside its directory) of `CREATE [OR REFRESH] "
+        "MATERIALIZED VIEW name AS SELECT ...;` statements (Spark Declarative Pipelines' form): each a view "
+        "as under `views:`",
+    )

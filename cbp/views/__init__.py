@@ -46,11 +46,14 @@ def _order(views: dict[str, str], problems: list[SpecError], refuse: Any) -> lis
     return order
 
 
-def expand_views(path: str, raw: Any, lines: dict[tuple[str, ...], int]) -> tuple[Any, dict[str, Any]]:
+def expand_views(
+    path: str, raw: Any, lines: dict[tuple[str, ...], int], files: dict[str, Any] | None = None
+) -> tuple[Any, dict[str, Any]]:
     """``raw`` (a :class:`cbp.spec.raw.RawPipeline`) with the flows and stages of its views added, and
     the routes of the generated stages; a view that cannot be compiled is a :class:`SpecError`
     (``view-syntax``, ``view-unknown``, ``view-unsupported``) naming the YAML line and the SQL's line
-    and column.
+    and column. ``files`` are the views of the ``sql:`` files (:class:`~cbp.views.sqlfiles.SqlView`
+    by name): their errors name the file's line and column.
 
     Example: ``views: {big: SELECT id FROM orders WHERE amount > 10}`` adds flow ``big`` (schema
     ``{id: int?}``) and a record-wise stage ``big`` (translator ``cbp.views.run:linear``) writing it.
@@ -59,12 +62,17 @@ def expand_views(path: str, raw: Any, lines: dict[tuple[str, ...], int]) -> tupl
     from .exprs import ViewError
     from .plan import Generated
 
+    files = files or {}
+
     def _spec_refusal(view: str, code: str, message: str, line: int | None = None, col: int | None = None) -> SpecError:
+        if view in files:  # a view of a .sql file: the file's line and column
+            fl, fc = files[view].place(line, col)
+            return SpecError(files[view].file, f"line {fl}, column {fc}: view '{view}': {message}", code=code)
         where = f"line {lines[('views', view)]}: " if ("views", view) in lines else ""
         at = f", SQL line {line}, column {col}" if line is not None else ""
         return SpecError(path, f"{where}view '{view}'{at}: {message}", code=code)
 
-    views: dict[str, str] = raw.views
+    views: dict[str, str] = {**raw.views, **{n: v.sql for n, v in files.items()}}
     taken = set(raw.flows) | set(raw.stages)
     for v in views:
         if v in taken or "__" in v:
@@ -87,9 +95,8 @@ def expand_views(path: str, raw: Any, lines: dict[tuple[str, ...], int]) -> tupl
         for n, fs in gen.flows.items()
     }
     new_stages = {n: RawStage.model_validate(s) for n, s in gen.stages.items()}
-    return raw.model_copy(
-        update={"flows": {**raw.flows, **new_flows}, "stages": {**raw.stages, **new_stages}}
-    ), gen.routes
+    update = {"flows": {**raw.flows, **new_flows}, "stages": {**raw.stages, **new_stages}, "views": views}
+    return raw.model_copy(update=update), gen.routes
 
 
 def _types(fields: dict[str, Any]) -> dict[str, str]:
