@@ -45,7 +45,7 @@ stages:
     inputs: [{flow: priced, route_by: day}, {flow: rates, route_by: ALL}]
     state: {schema: {day: date, n: int, rate: "decimal(6,4)?"}}
 """
-MODULE = """
+_PERDAY = """
 import datetime
 import decimal
 
@@ -55,7 +55,10 @@ def perday(key, state, priced, rates, out):  # routed by a date: the key is its 
     rate = max((r["rate"] for r in rates if r["since"] <= datetime.date.fromisoformat(key)), default=None)
     if n:
         out.state.write({"day": datetime.date.fromisoformat(key), "n": n, "rate": rate or (prev or {}).get("rate")})
-
+"""
+MODULE = (
+    _PERDAY
+    + """
 def agg(key, state, sales, out):
     prev = next(state, None)
     total = prev["total"] if prev else decimal.Decimal(0)
@@ -71,6 +74,7 @@ def agg(key, state, sales, out):
     if n:
         out.state.write({"shop": key, "total": total, "n": n, "latest": max(ats), "ats": sorted(ats)})
 """
+)
 
 SALES = [
     '{"shop": "a", "day": "2024-05-01", "at": "2024-05-01T10:00:00.000001Z", "price": 19.99, "tag": "aGk="}',
@@ -277,22 +281,15 @@ stages:
     inputs: [{flow: orders, route_by: shop}]
     state: {schema: {shop: string, total: "decimal(20,2)"}}
 """
-SOURCE_MODULE = """
-import datetime
-import decimal
-
-def perday(key, state, priced, rates, out):  # routed by a date: the key is its JSON form, 'YYYY-MM-DD'
-    prev = next(state, None)
-    n = (prev["n"] if prev else 0) + sum(r["_diff"] for r in priced)
-    rate = max((r["rate"] for r in rates if r["since"] <= datetime.date.fromisoformat(key)), default=None)
-    if n:
-        out.state.write({"day": datetime.date.fromisoformat(key), "n": n, "rate": rate or (prev or {}).get("rate")})
-
+SOURCE_MODULE = (
+    _PERDAY
+    + """
 def totals(shop, state, orders, out):
     prev = next(state, None)
     total = (prev["total"] if prev else decimal.Decimal(0)) + sum(o["price"] * o["_diff"] for o in orders)
     out.state.write({"shop": shop, "total": total})
 """
+)
 CDF = {"delta.enableChangeDataFeed": "true"}
 
 
