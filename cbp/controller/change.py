@@ -11,7 +11,8 @@ A stage epoch is ``plan -> result -> Change``: :mod:`.epoch` turns the tasks' re
   :class:`ShapeSet`, :class:`IncrementsDropped`, :class:`GcRun`; a feed's :class:`FlowCounters`,
   :class:`FrameStateSet`, :class:`IncrementAdded`, :class:`IncrementSet`; a rewind's
   :class:`StageSet`, :class:`FlowSet`, :class:`ConnectorSet`, :class:`SchedSet`,
-  :class:`ShapeDropped`), applied in order by the journal to the live snapshot before it is written;
+  :class:`ShapeDropped`; an upgrade's :class:`StageDropped`, :class:`ConnectorDropped`,
+  :class:`PipelineAdopted`), applied in order by the journal to the live snapshot before it is written;
 - its history entries (typed, :mod:`.entries`, or plain JSON), the files to delete once it is
   committed (``cleanup``) and those to delete if it is abandoned before its pending record
   exists (``written``).
@@ -43,6 +44,7 @@ __all__ = [
     "Change",
     "Commit",
     "ConnectorRead",
+    "ConnectorDropped",
     "ConnectorSet",
     "EntryVersion",
     "EpochAdvance",
@@ -55,9 +57,11 @@ __all__ = [
     "IncrementSet",
     "IncrementVersion",
     "IncrementsDropped",
+    "PipelineAdopted",
     "SchedSet",
     "ShapeDropped",
     "ShapeSet",
+    "StageDropped",
     "StageSet",
     "SnapshotUpdate",
     "StateVersion",
@@ -360,6 +364,38 @@ class ShapeDropped:
 
 
 @dataclass(frozen=True)
+class StageDropped:
+    """Stage ``stage`` leaves the snapshot (an upgrade archived or dropped it; its connectors go separately)."""
+
+    stage: str
+
+    def apply(self, st: Snapshot) -> None:
+        st.stages.pop(self.stage, None)
+
+
+@dataclass(frozen=True)
+class ConnectorDropped:
+    """Connector ``name`` (``<stage>.<flow>``) leaves the snapshot (an upgrade dropped the input or its stage)."""
+
+    name: str
+
+    def apply(self, st: Snapshot) -> None:
+        st.connectors.pop(self.name, None)
+
+
+@dataclass(frozen=True)
+class PipelineAdopted:
+    """The flows, stages and connectors of the pipeline that the snapshot lacks are added, empty
+    (:meth:`.snapshot.Snapshot.adopt`); ``inputs``: each stage's input flows."""
+
+    flows: tuple[str, ...]
+    inputs: tuple[tuple[str, tuple[str, ...]], ...]
+
+    def apply(self, st: Snapshot) -> None:
+        st.adopt(dict.fromkeys(self.flows), {s: list(fl) for s, fl in self.inputs})
+
+
+@dataclass(frozen=True)
 class GcRun:
     """Garbage collection run ``run`` collected increments."""
 
@@ -384,6 +420,9 @@ SnapshotUpdate = (
     | ConnectorSet
     | SchedSet
     | ShapeDropped
+    | StageDropped
+    | ConnectorDropped
+    | PipelineAdopted
 )
 
 

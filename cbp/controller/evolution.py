@@ -26,13 +26,14 @@ from typing import Any
 from ..errors import SpecError, UsageError
 from ..spec import PipelineSpec, load_spec
 from ..storage import LAYOUT, Home
+from .change import ShapeSet
 from .history import History
 from .live import Live
 from .plan import PIPELINE, Plan, definition, recorded
 from .snapshot import Snapshot
 from .stageplan import make_plan
 
-__all__ = ["Evolution", "record", "yaml_text", "sha", "pipeline_entry"]
+__all__ = ["Evolution", "record", "recording", "yaml_text", "sha", "pipeline_entry"]
 
 
 def pipeline_entry(n: int) -> str:
@@ -52,27 +53,32 @@ def sha(text: str) -> str:
     return hashlib.sha256(text.encode()).hexdigest()
 
 
-def record(st: Snapshot, spec: PipelineSpec, kind: str, lines: list[str]) -> tuple[str, dict[str, Any]]:
-    """Make ``spec`` the home's recorded pipeline (in ``st.shapes``); its history entry."""
+def recording(
+    st: Snapshot, spec: PipelineSpec, kind: str, lines: list[str]
+) -> tuple[str, dict[str, Any], list[ShapeSet]]:
+    """What making ``spec`` the home's recorded pipeline takes: its history entry (path, value) and
+    the shapes it sets in ``st`` (``shapes["pipeline"]``, the ``flow:``/``state:`` shapes); ``st`` is
+    not changed."""
     n = int((st.shapes.get(PIPELINE) or {}).get("n", 0)) + 1
     text = yaml_text(spec.path)
     d = definition(spec)
     rel = pipeline_entry(n)
-    st.shapes[PIPELINE] = {"n": n, "entry": rel, "sha256": sha(text), "definition": d}
+    shapes = [ShapeSet(PIPELINE, {"n": n, "entry": rel, "sha256": sha(text), "definition": d})]
     for f, fd in d["flows"].items():  # what an older cbp reads
-        st.shapes[f"flow:{f}"] = {"schema": fd["schema"], "framed": fd["framed"]}
+        shapes.append(ShapeSet(f"flow:{f}", {"schema": fd["schema"], "framed": fd["framed"]}))
     for s, sd in d["stages"].items():
         if sd["state"] is not None:
-            st.shapes[f"state:{s}"] = {"schema": sd["state"], "partitions": sd["partitions"]}
-    return rel, {
-        "n": n,
-        "kind": kind,
-        "yaml": text,
-        "path": spec.path,
-        "plan": lines,
-        "at": time.time(),
-        "definition": d,
-    }
+            shapes.append(ShapeSet(f"state:{s}", {"schema": sd["state"], "partitions": sd["partitions"]}))
+    entry = {"n": n, "kind": kind, "yaml": text, "path": spec.path, "plan": lines, "at": time.time(), "definition": d}
+    return rel, entry, shapes
+
+
+def record(st: Snapshot, spec: PipelineSpec, kind: str, lines: list[str]) -> tuple[str, dict[str, Any]]:
+    """Make ``spec`` the home's recorded pipeline (in ``st.shapes``); its history entry."""
+    rel, entry, shapes = recording(st, spec, kind, lines)
+    for u in shapes:
+        u.apply(st)
+    return rel, entry
 
 
 class Evolution:

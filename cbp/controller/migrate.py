@@ -5,9 +5,10 @@ Each function writes new files only (invisible until committed) and returns the 
 under the application transaction ``cbp-upgrade`` of the upgrade's number, so a recovery that
 finds the commit made does not make it twice.
 
-Reads: ``live.spec`` (the new schemas, partitions, ``migrate`` functions) and ``live.st`` (state
-and flow table versions), the tables' files. Writes: new state, index and increment files (not
-committed: :class:`~.upgrade.Upgrade` commits them); nothing in the snapshot.
+Reads: ``live.spec`` (the new schemas, partitions, ``migrate`` functions), the snapshot it is
+given (the upgrade's working copy: state and flow table versions), the tables' files. Writes: new
+state, index and increment files (not committed: :class:`~.upgrade.Upgrade` commits them); nothing
+in the snapshot.
 
     >>> import pyarrow as pa
     >>> from cbp.spec.schema import RecordSchema
@@ -32,6 +33,7 @@ from ..storage import INC, LAYOUT, PART, SRC, Home
 from .change import Commit, FlowVersion, IncrementVersion, StateVersion, Target
 from .landing import flow_schema
 from .live import LazySpark, Live, Tuning
+from .snapshot import Snapshot
 
 __all__ = ["conform", "conforms", "stored_rows", "upgrade_app", "Migration", "schema_hex"]
 
@@ -117,12 +119,15 @@ class Migration:
     def __init__(self, home: Home, live: Live, tuning: Tuning, spark: LazySpark) -> None:
         self.home, self.live, self.tuning, self.spark = home, live, tuning, spark
 
-    def state_commit(self, stage: str, old: RecordSchema, n: int) -> tuple[Commit, dict[str, str], list[str]]:
-        """Rewrite ``stage``'s state into the YAML's schema, partition count and row key (one pass, a Spark job).
+    def state_commit(
+        self, st: Snapshot, stage: str, old: RecordSchema, n: int
+    ) -> tuple[Commit, dict[str, str], list[str]]:
+        """Rewrite ``stage``'s state (at its version in ``st``) into the YAML's schema, partition count
+        and row key (one pass, a Spark job).
 
         Returns the commit, the new index (partition -> index file), and the files written."""
         spec = self.live.spec.stages[stage]
-        sst = self.live.st.stages[stage]
+        sst = st.stages[stage]
         rel = LAYOUT.state(stage)
         by_part: dict[int, list[dict[str, Any]]] = {}
         for f in self.home.table_files(rel, sst.state_version):  # type: ignore[arg-type]
@@ -168,12 +173,12 @@ class Migration:
         written = [f"{rel}/{a['path']}" for a in adds] + [r["index"] for r in done.values()]
         return commit, {str(q): r["index"] for q, r in done.items()}, written
 
-    def flow_commit(self, flow: str, n: int, old: RecordSchema | None = None) -> tuple[Commit, list[str]]:
-        """Rewrite every file of ``flow``'s table live at its version into the YAML's schema (the
+    def flow_commit(self, st: Snapshot, flow: str, n: int, old: RecordSchema | None = None) -> tuple[Commit, list[str]]:
+        """Rewrite every file of ``flow``'s table live at its version in ``st`` into the YAML's schema (the
         increments not yet read, and those of a flow nobody reads): widened, or (``old``: the recorded
         schema) each record through the flow's ``migrate`` function; the commit and the files written.
         Runs in the driver, one increment file at a time."""
-        fs = self.live.st.flows[flow]
+        fs = st.flows[flow]
         rel = LAYOUT.flow(flow)
         schema = self.live.spec.flows[flow].schema
         adds, removes, written = [], [], []

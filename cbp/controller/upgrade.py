@@ -10,17 +10,23 @@ invisible); a kill after it leaves a record the next writer finishes: the new pi
 The recorded YAML lives in the history (see :mod:`.evolution`, which also gates every change
 while the YAML waits for an upgrade).
 
+The snapshot changes are typed updates (:mod:`.change`): each is applied at once to a working
+copy of the snapshot (:class:`_Work`), which the later steps of the same upgrade read, and the
+journal applies them all to ``live.st`` when it commits the change.
+
 Reads: ``live.spec`` and ``live.st``, the recorded pipeline (:class:`~.evolution.Evolution`), the
 flow and state tables' files, archived stages' shapes. Writes: through the journal, one change:
-the rewritten state and flow tables' commits (files from :class:`~.migrate.Migration`),
-``live.st`` (stages archived, restored, added or dropped, their connectors, revived increments,
-the recorded pipeline's shapes) and the recorded YAML's history entry; drops every intention
-first (:class:`~.intentions.Intentions`).
+the rewritten state and flow tables' commits (files from :class:`~.migrate.Migration`), the
+snapshot updates (stages archived, restored, added or dropped, their connectors, revived
+increments, the recorded pipeline's shapes) and the recorded YAML's history entry; drops every
+intention first (:class:`~.intentions.Intentions`).
 """
 
 from __future__ import annotations
 
+import copy
 import time
+from dataclasses import replace
 from typing import Any
 
 from .. import faults
@@ -30,8 +36,25 @@ from ..spec.schema import RecordSchema
 from ..storage import INC, LAYOUT, PART, Home
 from .backfill import BACKFILL, Contents, Survey, consolidate, is_synthetic, survey, synthetic_rows
 from .change import Change as HomeChange
-from .change import Commit, FlowVersion, IncrementVersion, StateVersion, Target
-from .evolution import Evolution, record
+from .change import (
+    Commit,
+    ConnectorDropped,
+    ConnectorSet,
+    FlowCounters,
+    FlowVersion,
+    IncrementAdded,
+    IncrementSet,
+    IncrementVersion,
+    PipelineAdopted,
+    ShapeDropped,
+    ShapeSet,
+    SnapshotUpdate,
+    StageDropped,
+    StageSet,
+    StateVersion,
+    Target,
+)
+from .evolution import Evolution, recording
 from .history import History
 from .intentions import Intentions
 from .journal import Journal
@@ -44,6 +67,24 @@ from .stageplan import make_plan
 __all__ = ["Upgrade", "unfed_waits"]
 
 BACKFILL_APP = "cbp-backfill"  # the application transaction of an upgrade's synthetic increments (upgrade n: version n)
+
+
+class _Work:
+    """An upgrade's snapshot updates, each applied at once to a working copy (``st``) that the
+    upgrade's later steps read; the live snapshot is left alone until the journal commits them."""
+
+    def __init__(self, st: Snapshot) -> None:
+        self.st = st.copy()
+        self.updates: list[SnapshotUpdate] = []
+
+    def __call__(self, *updates: SnapshotUpdate) -> None:
+        for u in updates:
+            u.apply(self.st)
+            self.updates.append(u)
+
+    def drop_connectors(self, stage: str) -> None:
+        """Every connector of ``stage`` goes."""
+        self(*(ConnectorDropped(k) for k in list(self.st.connectors) if k.split(".", 1)[0] == stage))
 
 
 class Upgrade:
@@ -63,6 +104,7 @@ class Upgrade:
         self.evolution, self.intentions, self.migration = evolution, intentions, migration
         self._contents: dict[str, Contents] = {}  # flow -> its consolidated contents, as the last plan read them
         self._synthetic: dict[str, list[dict[str, Any]]] = {}  # flow -> the adds of its synthetic increments
+        self._w = _Work(Snapshot(live.spec.name))  # the upgrade being applied (see apply_plan)
 
     def plan(self, restore: tuple[str, ...] = (), discard: tuple[str, ...] = ()) -> Plan:
         """What :meth:`upgrade` would do (nothing is changed)."""
@@ -144,7 +186,7 @@ class Upgrade:
             commits: list[Commit] = []
             cleanup: list[str] = []
             written: list[str] = []
-            self._synthetic = {}
+            self._synthetic, self._w = {}, _Work(self.live.st)
             try:
                 for c in plan.changes:
                     self._apply(c, old, n, commits, cleanup, written)
@@ -152,12 +194,22 @@ class Upgrade:
             except BaseException:
                 self.journal.delete_quietly(written)
                 raise
-            rel, entry = record(self.live.st, self.live.spec, "upgrade", plan.lines())
-            self.journal.entry(rel, entry)
-            self.live.st.adopt(self.live.spec.flows, {s: st.input_flows for s, st in self.live.spec.stages.items()})
+            rel, entry, shapes = recording(self._w.st, self.live.spec, "upgrade", plan.lines())
+            spec = self.live.spec
+            self._w(
+                *shapes,
+                PipelineAdopted(tuple(spec.flows), tuple((s, tuple(st.input_flows)) for s, st in spec.stages.items())),
+            )
             faults.point("upgrade:written")
-            what = f"upgrade {n} of pipeline '{self.live.spec.name}'"
-            change = HomeChange("upgrade", what, tuple(commits), cleanup=tuple(cleanup), written=tuple(written))
+            change = HomeChange(
+                "upgrade",
+                f"upgrade {n} of pipeline '{spec.name}'",
+                tuple(commits),
+                tuple(self._w.updates),
+                entries=((rel, entry),),
+                cleanup=tuple(cleanup),
+                written=tuple(written),
+            )
             self.journal.commit(change)
         return n
 
@@ -174,15 +226,15 @@ class Upgrade:
         if c.kind == "flow-schema":
             migrating = c.args.get("migrate") and old is not None
             old_schema = RecordSchema.parse(old["flows"][s]["schema"]) if migrating and old is not None else None
-            commit, w = self.migration.flow_commit(s, n, old_schema)
+            commit, w = self.migration.flow_commit(self._w.st, s, n, old_schema)
             written += w
             commits.append(commit)
             if old_schema is not None:  # records a migrate dropped leave their increments' counts
-                fs, rows = self.live.st.flows[s], dict[int, int]()
+                rows = dict[int, int]()
                 for a in commit.adds:
                     rows[int(a["partition"])] = rows.get(int(a["partition"]), 0) + int(a["rows"])
-                for i, m in fs.incs.items():
-                    m.records = rows.get(i, 0)
+                for i, m in list(self._w.st.flows[s].incs.items()):
+                    self._w(IncrementSet(s, i, replace(m, records=rows.get(i, 0))))
         elif c.kind == "state-rewrite":
             assert old is not None
             base = LAYOUT.index(s)
@@ -192,23 +244,21 @@ class Upgrade:
                 if d.startswith(f"{PART}=")
                 for f in self.home.list_dir(f"{base}/{d}")
             ]
-            commit, index, w = self.migration.state_commit(s, RecordSchema.parse(old["stages"][s]["state"]), n)
+            old_state = RecordSchema.parse(old["stages"][s]["state"])
+            commit, index, w = self.migration.state_commit(self._w.st, s, old_state, n)
             written += w
             commits.append(commit)
             cleanup += before
-            sst = self.live.st.stages[s]
-            sst.index, sst.layout = index, "direct"
+            self._w(StageSet(s, replace(self._w.st.stages[s], index=index, layout="direct")))
         elif c.kind == "archive":
             self._archive(s, n)
         elif c.kind in ("drop-stage",):
-            self.live.st.stages.pop(s, None)
-            for k in [k for k in self.live.st.connectors if k.split(".", 1)[0] == s]:
-                del self.live.st.connectors[k]
+            self._w(StageDropped(s))
+            self._w.drop_connectors(s)
         elif c.kind == "drop-input":
-            self.live.st.connectors.pop(conn(s, c.args["flow"]), None)
+            self._w(ConnectorDropped(conn(s, c.args["flow"])))
         elif c.kind == "drop-state":
-            sst = self.live.st.stages[s]
-            sst.state_version, sst.index = None, {}
+            self._w(StageSet(s, replace(self._w.st.stages[s], state_version=None, index={})))
         elif c.kind == "add-stage":
             self._add(s, n, commits, written, backfill=c.args["backfill"])
         elif c.kind == "restore":
@@ -216,12 +266,10 @@ class Upgrade:
 
     def _archive(self, s: str, n: int) -> None:
         """Move a removed stage's state and position out of the live snapshot, into its archive."""
-        st = self.live.st.stages.pop(s)
-        conns = {
-            k.split(".", 1)[1]: self.live.st.connectors.pop(k)
-            for k in [k for k in self.live.st.connectors if k.split(".", 1)[0] == s]
-        }
-        self.live.st.shapes[ARCHIVE + s] = {
+        w = self._w.st
+        st = w.stages[s]
+        conns = {k.split(".", 1)[1]: list(q) for k, q in w.connectors.items() if k.split(".", 1)[0] == s}
+        archived = {
             "upgrade": n,
             "epoch": st.epoch,
             "state_version": st.state_version,
@@ -230,9 +278,12 @@ class Upgrade:
             "bindings": st.bindings,
             "runnable_state": st.runnable_state,
             "connectors": conns,
-            "next_inc": {f: self.live.st.flows[f].next_inc for f in conns if f in self.live.st.flows},
+            "next_inc": {f: w.flows[f].next_inc for f in conns if f in w.flows},
             "at": time.time(),
         }
+        self._w(StageDropped(s))
+        self._w.drop_connectors(s)
+        self._w(ShapeSet(ARCHIVE + s, copy.deepcopy(archived)))
 
     def _clear_state(self, s: str, n: int, commits: list[Commit]) -> None:
         """A commit that leaves the stage's state table (if any) without live files (old versions stay readable)."""
@@ -245,44 +296,43 @@ class Upgrade:
     def _add(self, s: str, n: int, commits: list[Commit], written: list[str], *, backfill: bool) -> None:
         """A stage added: empty (or backfilled: its inputs' whole contents first), its epochs numbered on from any
         earlier life (Delta transaction ids stay increasing)."""
-        arch = self.live.st.shapes.pop(ARCHIVE + s, None)
-        prev = self.live.st.stages.get(s)
+        arch = self._w.st.shapes.get(ARCHIVE + s)
+        prev = self._w.st.stages.get(s)
         epoch = max(int(arch["epoch"]) if arch else 0, prev.epoch if prev else 0)
-        self.live.st.stages[s] = StageState(epoch=epoch)
-        for k in [k for k in self.live.st.connectors if k.split(".", 1)[0] == s]:
-            del self.live.st.connectors[k]
+        self._w(ShapeDropped(ARCHIVE + s), StageSet(s, StageState(epoch=epoch)))
+        self._w.drop_connectors(s)
         self._clear_state(s, n, commits)
         for i in self.live.spec.stages[s].inputs:
             ids = self._backfill(s, i.flow, i.signed, n, written) if backfill else []
-            self.live.st.connectors[conn(s, i.flow)] = ids
+            self._w(ConnectorSet(conn(s, i.flow), tuple(ids)))
 
     def _backfill(self, s: str, flow: str, signed: bool, n: int, written: list[str]) -> list[int]:
         """Write ``flow``'s consolidated contents as one synthetic increment for stage ``s``; its connector."""
-        sv = survey(self.home, self.history, self.live.st, flow)
+        sv = survey(self.home, self.history, self._w.st, flow)
         if sv.missing:  # the plan said otherwise a moment ago: the home changed under it
             raise UsageError(
                 f"cannot backfill stage '{s}': the home no longer holds all of flow '{flow}': {sv.missing[0]}",
                 code="backfill-unavailable",
             )
         try:
-            contents = self._contents_of(flow, self.live.st, sv)
+            contents = self._contents_of(flow, self._w.st, sv)
         except ValueError as e:
             why = _unreadable(flow, e)
             raise UsageError(f"cannot backfill stage '{s}': {why}", code="backfill-unavailable") from None
         after = [sv.open] if sv.open is not None else []
         if not contents.records:
             return after
-        fs = self.live.st.flows[flow]
+        fs = self._w.st.flows[flow]
         dt = self.home.table(LAYOUT.flow(flow))
         used = [int(p[INC]) for p in dt.partitions()] if dt is not None else []
         inc = max([fs.next_inc] + [u + 1 for u in used])
-        fs.next_inc = inc + 1
         t = synthetic_rows(self.live.spec, flow, contents, signed)
         add = self.home.write_parquet(LAYOUT.increment_dir(flow, inc), t, f"b{n}", inc)
         written.append(add["rel"])
         add["path"] = add.pop("rel")[len(LAYOUT.flow(flow)) + 1 :]
         self._synthetic.setdefault(flow, []).append(add)
-        fs.incs[inc] = Increment(None, t.num_rows, fs.version, BACKFILL + s, True)
+        increment = Increment(None, t.num_rows, fs.version, BACKFILL + s, True)
+        self._w(FlowCounters(flow, next_inc=inc + 1), IncrementAdded(flow, inc, increment))
         return [inc] + after
 
     def _synthetic_commits(self, n: int) -> list[Commit]:
@@ -295,7 +345,7 @@ class Upgrade:
 
     def _in_table(self, flow: str) -> dict[int, int]:
         """Increments in the flow table's current version: id -> records."""
-        fs = self.live.st.flows.get(flow)
+        fs = self._w.st.flows.get(flow)
         if fs is None or fs.version is None:
             return {}
         out: dict[int, int] = {}
@@ -305,13 +355,13 @@ class Upgrade:
 
     def _revive(self, flow: str, inc: int, records: int) -> None:
         """Make an increment still in the flow's table live again (it left the snapshot when nobody read it)."""
-        fs = self.live.st.flows[flow]
+        fs = self._w.st.flows[flow]
         if inc not in fs.incs:
-            fs.incs[inc] = Increment(inc, records, fs.version, "retained", True)
+            self._w(IncrementSet(flow, inc, Increment(inc, records, fs.version, "retained", True)))
 
     def _is_synthetic(self, flow: str, inc: int) -> bool:
         """Whether increment ``inc`` of ``flow`` is a backfill's synthetic increment (live, or as its entry says)."""
-        m = self.live.st.flows[flow].incs.get(inc)
+        m = self._w.st.flows[flow].incs.get(inc)
         if m is not None:
             return is_synthetic(m.producer)
         e = self.history.collected_entry(flow, inc)
@@ -319,11 +369,11 @@ class Upgrade:
 
     def _restore(self, s: str, n: int, commits: list[Commit]) -> None:
         """A stage added back as it was archived, with every increment of its inputs it missed."""
-        arch = self.live.st.shapes.pop(ARCHIVE + s)
+        arch = self._w.st.shapes[ARCHIVE + s]
         conns: dict[str, list[int]] = {}
         missing: list[str] = []
         for f in self.live.spec.stages[s].input_flows:
-            fs = self.live.st.flows.get(f)
+            fs = self._w.st.flows.get(f)
             if fs is None or f not in arch["next_inc"]:
                 conns[f] = []  # an input it did not have: read from now on
                 continue
@@ -336,7 +386,7 @@ class Upgrade:
                 if i in fs.incs or i in table:
                     self._revive(f, i, table.get(i, 0))
                     kept.append(i)
-                elif self.history.collected_version(self.live.st, f, i) is not None:
+                elif self.history.collected_version(self._w.st, f, i) is not None:
                     missing.append(f"'{f}' increment {i}")
             conns[f] = kept
         if missing:
@@ -349,7 +399,7 @@ class Upgrade:
                 "instead",
                 code="archive-increments-collected",
             )
-        self.live.st.stages[s] = StageState(
+        restored = StageState(
             arch["epoch"],
             arch["runnable_state"],
             arch["state_version"],
@@ -357,8 +407,8 @@ class Upgrade:
             dict(arch["index"]),
             list(arch["bindings"]),
         )
-        for f, ids in conns.items():
-            self.live.st.connectors[conn(s, f)] = ids
+        self._w(ShapeDropped(ARCHIVE + s), StageSet(s, restored))
+        self._w(*(ConnectorSet(conn(s, f), tuple(ids)) for f, ids in conns.items()))
         if arch["state_version"] is not None:
             self._restore_table(s, int(arch["state_version"]), n, commits)
 
