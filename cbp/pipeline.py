@@ -20,12 +20,11 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from .controller import EpochRecord, EpochReport, Landed, Parts, SyncReport
-from .controller.codehash import evolution_status
+from .controller.codehash import evolution_status, unfed_waits
 from .controller.feedinput import as_table
 from .controller.live import check_tuning
 from .controller.plan import Plan
 from .controller.rewind import RewindReport
-from .controller.upgrade import unfed_waits
 from .engine.driver.progress import Poller, Progress
 from .errors import InputError
 from .spec import PipelineSpec, load_spec

@@ -5,7 +5,10 @@ entry; the snapshot keeps, per stage, the hash of its last epoch and the epoch s
 code has run (``shapes["code:<stage>"]``), so ``cbp status`` shows when the code changed and
 whether today's file differs from what the last epoch ran.
 
-Reads: a snapshot's ``shapes`` and the translators' module files. Writes: nothing (:func:`note_code`
+:func:`unfed_waits` names the stages that wait for an external flow nobody has fed (a warning of
+``cbp run`` and ``cbp status``).
+
+Reads: a snapshot's ``shapes`` and connectors, and the translators' module files. Writes: nothing (:func:`note_code`
 gives the update of ``shapes["code:<stage>"]`` that each stage epoch's change makes).
 
     >>> code_hash(None)
@@ -22,9 +25,9 @@ from typing import Any
 from ..spec import PipelineSpec, StageSpec
 from .change import ShapeSet
 from .plan import ARCHIVE, Plan
-from .snapshot import Snapshot
+from .snapshot import Snapshot, conn
 
-__all__ = ["code_hash", "note_code", "evolution_status"]
+__all__ = ["code_hash", "note_code", "evolution_status", "unfed_waits"]
 
 
 def code_hash(spec: StageSpec | None) -> str:
@@ -55,8 +58,6 @@ def note_code(snap: Snapshot, spec: StageSpec, epoch: int) -> tuple[str, ShapeSe
 def evolution_status(spec: PipelineSpec, st: Snapshot, plan: Plan) -> dict[str, Any]:
     """``archived`` stages, per-stage ``code`` (hash, since which epoch, whether today's file
     differs), ``warnings``, ``plan``."""
-    from .upgrade import unfed_waits
-
     shapes = st.shapes
     archived = {
         k[len(ARCHIVE) :]: {
@@ -103,4 +104,22 @@ def status_lines(st: dict[str, Any]) -> list[str]:
         out += ["  the YAML differs from the recorded pipeline; 'cbp upgrade' would:"] + [
             f"    {line}" for line in st["plan"]
         ]
+    return out
+
+
+def unfed_waits(spec: PipelineSpec, st: Snapshot) -> list[str]:
+    """Stages that wait (runnable 'all') for an external flow nobody has fed yet, while other input is pending."""
+    out = []
+    for s, stage in spec.stages.items():
+        if stage.runnable_name != "all" or len(stage.inputs) < 2:
+            continue
+        pending = any(st.connectors.get(conn(s, i.flow)) for i in stage.inputs)
+        for i in stage.inputs:
+            fl, fs = spec.flows[i.flow], st.flows.get(i.flow)
+            if pending and fl.external and (fs is None or fs.feeds == 0):
+                out.append(
+                    f"stage '{s}' waits for flow '{i.flow}', which nobody has fed (runnable 'all' reads an increment "
+                    "of every input); "
+                    f"feed it, or give the stage 'runnable: any'"
+                )
     return out

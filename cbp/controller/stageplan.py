@@ -20,6 +20,8 @@ from .snapshot import Snapshot, conn
 
 __all__ = ["make_plan", "stage_changes", "has_data"]
 
+VIEW_TRANSLATORS = "cbp.views.run:"  # the translators of the stages SQL views compile to
+
 
 def make_plan(
     old: dict[str, Any] | None,
@@ -107,6 +109,8 @@ def _added(s: str, d: dict[str, Any], snap: Snapshot, restore: tuple[str, ...], 
             name=s,
         )
     leftover = snap.stages.get(s)
+    if d.get("backfill") and leftover is None and not any(_stored(snap, f) for f in d["inputs"]):
+        return Change("applies", what, "added; its inputs hold nothing yet: starts empty" + _waits(d))
     if d.get("backfill"):
         return Change(
             "migrates",
@@ -147,8 +151,41 @@ def _removed(s: str, snap: Snapshot) -> Change:
     )
 
 
+def _stored(snap: Snapshot, flow: str) -> bool:
+    """Whether the home holds any increment of ``flow``."""
+    fs = snap.flows.get(flow)
+    return fs is not None and fs.version is not None
+
+
+def _is_view(d: dict[str, Any]) -> bool:
+    """Whether a recorded stage is one a SQL view compiled to (:mod:`cbp.views`)."""
+    return str(d.get("translator") or "").startswith(VIEW_TRANSLATORS)
+
+
+def _view_rebuilt(s: str, was: dict[str, Any], d: dict[str, Any], snap: Snapshot) -> Change | None:
+    """A SQL view's stage whose query changed: rebuilt from its inputs' whole contents, its output's
+    old rows retracted (None: the view did not change, or nothing is stored)."""
+    keys = ("inputs", "outputs", "state", "translator", "params", "route_by", "signed", "row_key")
+    if not (_is_view(was) and _is_view(d)) or all(was.get(k) == d.get(k) for k in keys):
+        return None
+    if not has_data(snap, s) and not any(_stored(snap, f) for f in d["outputs"]):
+        return Change("applies", f"stage '{s}'", "its view's query changed (nothing stored yet)")
+    return Change(
+        "migrates",
+        f"stage '{s}'",
+        "its view's query changed: its state is rebuilt from its inputs' whole contents, and its output's "
+        f"rows so far ({', '.join(repr(f) for f in d['outputs'])}) are retracted for its readers",
+        kind="rebuild-view",
+        name=s,
+        data=True,
+    )
+
+
 def _changed(s: str, was: dict[str, Any], d: dict[str, Any], snap: Snapshot) -> list[Change]:
     what = f"stage '{s}'"
+    rebuilt = _view_rebuilt(s, was, d, snap)
+    if rebuilt is not None:
+        return [rebuilt]
     out: list[Change] = []
     st = snap.stages.get(s)
     stored = st is not None and st.state_version is not None

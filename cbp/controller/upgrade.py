@@ -29,9 +29,10 @@ import time
 from dataclasses import replace
 from typing import Any
 
+import pyarrow as pa
+
 from .. import faults
 from ..errors import UsageError
-from ..spec import PipelineSpec
 from ..spec.schema import RecordSchema
 from ..storage import INC, LAYOUT, PART, Home
 from .backfill import BACKFILL, Contents, Survey, consolidate, is_synthetic, survey, synthetic_rows
@@ -64,27 +65,28 @@ from .plan import ARCHIVE, PIPELINE, Change, Plan
 from .snapshot import Increment, Snapshot, StageState, conn
 from .stageplan import make_plan
 
-__all__ = ["Upgrade", "unfed_waits"]
+__all__ = ["Upgrade"]
 
+REBUILD = "rebuild:"  # the producer prefix of the increment retracting a rebuilt view's old rows
 BACKFILL_APP = "cbp-backfill"  # the application transaction of an upgrade's synthetic increments (upgrade n: version n)
 
 
 class _Work:
-    """An upgrade's snapshot updates, each applied at once to a working copy (``st``) that the
+    """An upgrade's snapshot updates, each applied at once to a working copy (``snap``) that the
     upgrade's later steps read; the live snapshot is left alone until the journal commits them."""
 
     def __init__(self, st: Snapshot) -> None:
-        self.st = st.copy()
+        self.snap = st.copy()
         self.updates: list[SnapshotUpdate] = []
 
     def __call__(self, *updates: SnapshotUpdate) -> None:
         for u in updates:
-            u.apply(self.st)
+            u.apply(self.snap)
             self.updates.append(u)
 
     def drop_connectors(self, stage: str) -> None:
         """Every connector of ``stage`` goes."""
-        self(*(ConnectorDropped(k) for k in list(self.st.connectors) if k.split(".", 1)[0] == stage))
+        self(*(ConnectorDropped(k) for k in list(self.snap.connectors) if k.split(".", 1)[0] == stage))
 
 
 class Upgrade:
@@ -104,6 +106,7 @@ class Upgrade:
         self.evolution, self.intentions, self.migration = evolution, intentions, migration
         self._contents: dict[str, Contents] = {}  # flow -> its consolidated contents, as the last plan read them
         self._synthetic: dict[str, list[dict[str, Any]]] = {}  # flow -> the adds of its synthetic increments
+        self._retracted: set[str] = set()  # flows whose whole contents this upgrade retracts (rebuilt views)
         self._w = _Work(Snapshot(live.spec.name))  # the upgrade being applied (see apply_plan)
 
     def plan(self, restore: tuple[str, ...] = (), discard: tuple[str, ...] = ()) -> Plan:
@@ -186,7 +189,7 @@ class Upgrade:
             commits: list[Commit] = []
             cleanup: list[str] = []
             written: list[str] = []
-            self._synthetic, self._w = {}, _Work(self.live.st)
+            self._synthetic, self._retracted, self._w = {}, set(), _Work(self.live.st)
             try:
                 for c in plan.changes:
                     self._apply(c, old, n, commits, cleanup, written)
@@ -194,7 +197,7 @@ class Upgrade:
             except BaseException:
                 self.journal.delete_quietly(written)
                 raise
-            rel, entry, shapes = recording(self._w.st, self.live.spec, "upgrade", plan.lines())
+            rel, entry, shapes = recording(self._w.snap, self.live.spec, "upgrade", plan.lines())
             spec = self.live.spec
             self._w(
                 *shapes,
@@ -226,14 +229,14 @@ class Upgrade:
         if c.kind == "flow-schema":
             migrating = c.args.get("migrate") and old is not None
             old_schema = RecordSchema.parse(old["flows"][s]["schema"]) if migrating and old is not None else None
-            commit, w = self.migration.flow_commit(self._w.st, s, n, old_schema)
+            commit, w = self.migration.flow_commit(self._w.snap, s, n, old_schema)
             written += w
             commits.append(commit)
             if old_schema is not None:  # records a migrate dropped leave their increments' counts
                 rows = dict[int, int]()
                 for a in commit.adds:
                     rows[int(a["partition"])] = rows.get(int(a["partition"]), 0) + int(a["rows"])
-                for i, m in list(self._w.st.flows[s].incs.items()):
+                for i, m in list(self._w.snap.flows[s].incs.items()):
                     self._w(IncrementSet(s, i, replace(m, records=rows.get(i, 0))))
         elif c.kind == "state-rewrite":
             assert old is not None
@@ -245,11 +248,11 @@ class Upgrade:
                 for f in self.home.list_dir(f"{base}/{d}")
             ]
             old_state = RecordSchema.parse(old["stages"][s]["state"])
-            commit, index, w = self.migration.state_commit(self._w.st, s, old_state, n)
+            commit, index, w = self.migration.state_commit(self._w.snap, s, old_state, n)
             written += w
             commits.append(commit)
             cleanup += before
-            self._w(StageSet(s, replace(self._w.st.stages[s], index=index, layout="direct")))
+            self._w(StageSet(s, replace(self._w.snap.stages[s], index=index, layout="direct")))
         elif c.kind == "archive":
             self._archive(s, n)
         elif c.kind in ("drop-stage",):
@@ -258,15 +261,19 @@ class Upgrade:
         elif c.kind == "drop-input":
             self._w(ConnectorDropped(conn(s, c.args["flow"])))
         elif c.kind == "drop-state":
-            self._w(StageSet(s, replace(self._w.st.stages[s], state_version=None, index={})))
+            self._w(StageSet(s, replace(self._w.snap.stages[s], state_version=None, index={})))
         elif c.kind == "add-stage":
             self._add(s, n, commits, written, backfill=c.args["backfill"])
+        elif c.kind == "rebuild-view":
+            for f in self.live.spec.stages[s].outputs:
+                self._retract(s, f, n, written)
+            self._add(s, n, commits, written, backfill=True)
         elif c.kind == "restore":
             self._restore(s, n, commits)
 
     def _archive(self, s: str, n: int) -> None:
         """Move a removed stage's state and position out of the live snapshot, into its archive."""
-        w = self._w.st
+        w = self._w.snap
         st = w.stages[s]
         conns = {k.split(".", 1)[1]: list(q) for k, q in w.connectors.items() if k.split(".", 1)[0] == s}
         archived = {
@@ -296,8 +303,8 @@ class Upgrade:
     def _add(self, s: str, n: int, commits: list[Commit], written: list[str], *, backfill: bool) -> None:
         """A stage added: empty (or backfilled: its inputs' whole contents first), its epochs numbered on from any
         earlier life (Delta transaction ids stay increasing)."""
-        arch = self._w.st.shapes.get(ARCHIVE + s)
-        prev = self._w.st.stages.get(s)
+        arch = self._w.snap.shapes.get(ARCHIVE + s)
+        prev = self._w.snap.stages.get(s)
         epoch = max(int(arch["epoch"]) if arch else 0, prev.epoch if prev else 0)
         self._w(ShapeDropped(ARCHIVE + s), StageSet(s, StageState(epoch=epoch)))
         self._w.drop_connectors(s)
@@ -308,32 +315,62 @@ class Upgrade:
 
     def _backfill(self, s: str, flow: str, signed: bool, n: int, written: list[str]) -> list[int]:
         """Write ``flow``'s consolidated contents as one synthetic increment for stage ``s``; its connector."""
-        sv = survey(self.home, self.history, self._w.st, flow)
+        if flow in self._retracted:  # a rebuilt view's output: empty until its stage writes the new rows
+            return []
+        sv = survey(self.home, self.history, self._w.snap, flow)
         if sv.missing:  # the plan said otherwise a moment ago: the home changed under it
             raise UsageError(
                 f"cannot backfill stage '{s}': the home no longer holds all of flow '{flow}': {sv.missing[0]}",
                 code="backfill-unavailable",
             )
         try:
-            contents = self._contents_of(flow, self._w.st, sv)
+            contents = self._contents_of(flow, self._w.snap, sv)
         except ValueError as e:
             why = _unreadable(flow, e)
             raise UsageError(f"cannot backfill stage '{s}': {why}", code="backfill-unavailable") from None
         after = [sv.open] if sv.open is not None else []
         if not contents.records:
             return after
-        fs = self._w.st.flows[flow]
+        t = synthetic_rows(self.live.spec, flow, contents, signed)
+        return [self._write_increment(flow, t, n, BACKFILL + s, (), written)] + after
+
+    def _retract(self, s: str, flow: str, n: int, written: list[str]) -> None:
+        """A rebuilt view's output ``flow``: one increment retracting its whole consolidated contents,
+        enqueued for the readers it has (a real increment of the flow, not a synthetic one: the flow's
+        contents are empty after it until the rebuilt stage writes its new rows)."""
+        sv = survey(self.home, self.history, self._w.snap, flow)
+        try:
+            if sv.missing:
+                raise ValueError("missing", sv.missing[0])
+            contents = self._contents_of(flow, self._w.snap, sv)
+        except ValueError as e:
+            why = f"the home no longer holds all of it: {e.args[1]}" if e.args[0] == "missing" else _unreadable(flow, e)
+            raise UsageError(
+                f"cannot rebuild view stage '{s}': flow '{flow}': {why}", code="backfill-unavailable"
+            ) from None
+        self._retracted.add(flow)
+        if not contents.records:
+            return
+        negated = Contents(contents.rows, [-d for d in contents.diffs])
+        t = synthetic_rows(self.live.spec, flow, negated, True)
+        readers = tuple(c for c in self.live.spec.flows[flow].consumers if conn(c, flow) in self._w.snap.connectors)
+        self._write_increment(flow, t, n, f"{REBUILD}{s}:{n}", readers, written)
+
+    def _write_increment(
+        self, flow: str, t: pa.Table, n: int, producer: str, readers: tuple[str, ...], written: list[str]
+    ) -> int:
+        """Write ``t`` as a new increment of ``flow`` (committed with the upgrade), enqueued for ``readers``."""
+        fs = self._w.snap.flows[flow]
         dt = self.home.table(LAYOUT.flow(flow))
         used = [int(p[INC]) for p in dt.partitions()] if dt is not None else []
         inc = max([fs.next_inc] + [u + 1 for u in used])
-        t = synthetic_rows(self.live.spec, flow, contents, signed)
         add = self.home.write_parquet(LAYOUT.increment_dir(flow, inc), t, f"b{n}", inc)
         written.append(add["rel"])
         add["path"] = add.pop("rel")[len(LAYOUT.flow(flow)) + 1 :]
         self._synthetic.setdefault(flow, []).append(add)
-        increment = Increment(None, t.num_rows, fs.version, BACKFILL + s, True)
-        self._w(FlowCounters(flow, next_inc=inc + 1), IncrementAdded(flow, inc, increment))
-        return [inc] + after
+        increment = Increment(None, t.num_rows, fs.version, producer, True)
+        self._w(FlowCounters(flow, next_inc=inc + 1), IncrementAdded(flow, inc, increment, readers))
+        return inc
 
     def _synthetic_commits(self, n: int) -> list[Commit]:
         """One Delta commit per flow adding the synthetic increments this upgrade wrote."""
@@ -345,7 +382,7 @@ class Upgrade:
 
     def _in_table(self, flow: str) -> dict[int, int]:
         """Increments in the flow table's current version: id -> records."""
-        fs = self._w.st.flows.get(flow)
+        fs = self._w.snap.flows.get(flow)
         if fs is None or fs.version is None:
             return {}
         out: dict[int, int] = {}
@@ -355,13 +392,13 @@ class Upgrade:
 
     def _revive(self, flow: str, inc: int, records: int) -> None:
         """Make an increment still in the flow's table live again (it left the snapshot when nobody read it)."""
-        fs = self._w.st.flows[flow]
+        fs = self._w.snap.flows[flow]
         if inc not in fs.incs:
             self._w(IncrementSet(flow, inc, Increment(inc, records, fs.version, "retained", True)))
 
     def _is_synthetic(self, flow: str, inc: int) -> bool:
         """Whether increment ``inc`` of ``flow`` is a backfill's synthetic increment (live, or as its entry says)."""
-        m = self._w.st.flows[flow].incs.get(inc)
+        m = self._w.snap.flows[flow].incs.get(inc)
         if m is not None:
             return is_synthetic(m.producer)
         e = self.history.collected_entry(flow, inc)
@@ -369,11 +406,11 @@ class Upgrade:
 
     def _restore(self, s: str, n: int, commits: list[Commit]) -> None:
         """A stage added back as it was archived, with every increment of its inputs it missed."""
-        arch = self._w.st.shapes[ARCHIVE + s]
+        arch = self._w.snap.shapes[ARCHIVE + s]
         conns: dict[str, list[int]] = {}
         missing: list[str] = []
         for f in self.live.spec.stages[s].input_flows:
-            fs = self._w.st.flows.get(f)
+            fs = self._w.snap.flows.get(f)
             if fs is None or f not in arch["next_inc"]:
                 conns[f] = []  # an input it did not have: read from now on
                 continue
@@ -386,7 +423,7 @@ class Upgrade:
                 if i in fs.incs or i in table:
                     self._revive(f, i, table.get(i, 0))
                     kept.append(i)
-                elif self.history.collected_version(self._w.st, f, i) is not None:
+                elif self.history.collected_version(self._w.snap, f, i) is not None:
                     missing.append(f"'{f}' increment {i}")
             conns[f] = kept
         if missing:
@@ -443,21 +480,3 @@ def _unreadable(flow: str, e: ValueError) -> str:
         f"flow '{flow}': increment {e.args[1]} was stored before a 'migrate:' of the flow's schema and is "
         "read only as recorded; add the stage without 'backfill: true'"
     )
-
-
-def unfed_waits(spec: PipelineSpec, st: Snapshot) -> list[str]:
-    """Stages that wait (runnable 'all') for an external flow nobody has fed yet, while other input is pending."""
-    out = []
-    for s, stage in spec.stages.items():
-        if stage.runnable_name != "all" or len(stage.inputs) < 2:
-            continue
-        pending = any(st.connectors.get(conn(s, i.flow)) for i in stage.inputs)
-        for i in stage.inputs:
-            fl, fs = spec.flows[i.flow], st.flows.get(i.flow)
-            if pending and fl.external and (fs is None or fs.feeds == 0):
-                out.append(
-                    f"stage '{s}' waits for flow '{i.flow}', which nobody has fed (runnable 'all' reads an increment "
-                    "of every input); "
-                    f"feed it, or give the stage 'runnable: any'"
-                )
-    return out

@@ -93,7 +93,14 @@ class Generated:
     ) -> None:
         self.flows[flow] = fields
         # runnable 'any': a join or UNION ALL runs when any of its inputs has an increment
-        base = {"signed": True, "runnable": "any", "outputs": [flow], "description": f"view '{self._view}'"}
+        # backfill: a view added to a home that ran starts from its inputs' whole contents ('cbp upgrade')
+        base = {
+            "signed": True,
+            "runnable": "any",
+            "outputs": [flow],
+            "backfill": True,
+            "description": f"view '{self._view}'",
+        }
         self.stages[stage] = base | raw
         self.routes[stage] = routes
         self.view_of[stage] = self._view
