@@ -35,13 +35,26 @@ from .storage import INC, LAYOUT, SRC
 if TYPE_CHECKING:
     from .controller import Parts
 
-__all__ = ["state_df", "flow_df", "views", "view_names", "prepare", "run_sql", "parse_epoch", "view_name", "Epochs"]
+__all__ = [
+    "state_df",
+    "flow_df",
+    "view_df",
+    "sql_views",
+    "views",
+    "view_names",
+    "prepare",
+    "run_sql",
+    "parse_epoch",
+    "view_name",
+    "Epochs",
+]
 
 #: ``epoch``: one stage epoch for every stateful stage (``N``), or per stage (``{stage: N}``).
 Epochs = int | str | Mapping[str, int] | None
 _EPOCH = re.compile(r"\s*(?:([A-Za-z_][A-Za-z0-9_]*)\s*=\s*)?(-?\d+)\s*\Z")
 #: Top-level plans a read-only query may be besides queries (class names of Spark's logical plans).
 _READ_ONLY_COMMANDS = ("Explain", "Describe", "Show")
+_COPIES = "_cbp_copies"  # a SQL view's row multiplicity (view_df)
 
 
 def parse_epoch(text: str) -> dict[str, int]:
@@ -108,9 +121,10 @@ def state_df(parts: Parts, spark: Any, stage: str, epoch: int | None = None) -> 
     return rows.repartitionByRange(parts_n, "_key").sortWithinPartitions("_key").select(*fields)
 
 
-def flow_df(parts: Parts, spark: Any, flow: str, epoch: int | None = None) -> Any:
-    """A flow's records (only those its producer wrote in ``epoch``, or the Nth feed of an external
-    flow) as a Spark DataFrame, in increment order: the records of ``cbp output``.
+def flow_df(parts: Parts, spark: Any, flow: str, epoch: int | None = None, upto: bool = False) -> Any:
+    """A flow's records (only those its producer wrote in ``epoch``, or ``upto``: in every epoch up
+    to it; or the Nth feed of an external flow) as a Spark DataFrame, in increment order: the
+    records of ``cbp output``.
 
     Example::
 
@@ -124,7 +138,7 @@ def flow_df(parts: Parts, spark: Any, flow: str, epoch: int | None = None) -> An
     fields = [view_name(f) for f in fl.schema.fields]
     pieces = []
     n_incs = 0
-    for version, incs in parts.reads.output_versions(fl.name, epoch).items():
+    for version, incs in parts.reads.output_versions(fl.name, epoch, upto=upto).items():
         n_incs += len(incs)
         df = read_delta(spark, parts.home.uri(LAYOUT.flow(fl.name)), version)
         pieces.append(df.where(F.col(INC).cast("bigint").isin([int(i) for i in incs])))
@@ -133,12 +147,44 @@ def flow_df(parts: Parts, spark: Any, flow: str, epoch: int | None = None) -> An
     df = pieces[0]
     for more in pieces[1:]:
         df = df.unionByName(more, allowMissingColumns=True)  # versions from before the table got _diff lack it
-    if epoch is not None and fl.frame_by is not None:  # a framed increment may hold records of several feeds/epochs
+    if (
+        epoch is not None and not upto and fl.frame_by is not None
+    ):  # a framed increment may hold records of several feeds/epochs
         df = df.where(F.col(SRC) == int(epoch))
     diff = F.coalesce(F.col(DIFF).cast("bigint"), F.lit(1)) if DIFF in df.columns else F.lit(1).cast("bigint")
     inc = F.col(INC).cast("bigint")
     ordered = df.repartitionByRange(max(1, min(n_incs, 200)), inc).sortWithinPartitions(inc)  # not 200 tasks
     return ordered.select(*fields, diff.alias(DIFF))
+
+
+def view_df(parts: Parts, spark: Any, flow: str, epoch: int | None = None) -> Any:
+    """A SQL view's contents (``views:``, :mod:`cbp.views`): its flow's records consolidated (each
+    row as often as its ``_diff`` sums to), as of its stage's ``epoch`` (default: the latest).
+
+    Example::
+
+        view_df(p.parts, spark, "by_region").orderBy("region").first()
+        # Row(region='north', n=3, total=190.0)
+    """
+    from pyspark.sql import functions as F
+
+    fields = [view_name(f) for f in parts.live.spec.flow(flow).schema.fields]
+    df = flow_df(parts, spark, flow, epoch, upto=epoch is not None)
+    n = F.sum(DIFF).alias(_COPIES)
+    kept = df.groupBy(*fields).agg(n).where(F.col(_COPIES) > 0)  # a retracted row's sum is 0
+    copies = F.explode(F.array_repeat(F.lit(True), F.col(_COPIES).cast("int")))
+    return kept.select(*fields, copies.alias(_COPIES)).select(*fields)
+
+
+def sql_views(parts: Parts) -> dict[str, str]:
+    """The pipeline's SQL views: flow -> the stage that maintains it (a stage a view compiled to,
+    :mod:`cbp.views`; the flows and stages generated inside a view, ``v__join``, are not views)."""
+    out = {}
+    for f, fl in parts.live.spec.flows.items():
+        st = parts.live.spec.stages.get(fl.producer or "")
+        if st is not None and "__" not in f and str(st.translator_path or "").startswith("cbp.views.run:"):
+            out[f] = st.name
+    return out
 
 
 class _View(NamedTuple):
@@ -153,11 +199,13 @@ class _View(NamedTuple):
 
 
 def _view_makers(parts: Parts, spark: Any, pinned: Mapping[str, int]) -> list[_View]:
-    """The views of the pipeline (each stateful stage's state, each flow's records)."""
+    """The views of the pipeline (each stateful stage's state, each flow's records; a SQL view's
+    contents by its name, its records as ``<view>__changes``, its stage's state as ``<view>__state``)."""
     stateful = [s for s, st in parts.live.spec.stages.items() if st.state_schema is not None]
+    sql = sql_views(parts)
     named = [
         _View(
-            s,
+            f"{s}__state" if s in sql else s,
             f"the state of stage '{s}'",
             partial(state_df, parts, spark, s),
             pinned.get(s),
@@ -167,9 +215,12 @@ def _view_makers(parts: Parts, spark: Any, pinned: Mapping[str, int]) -> list[_V
     ]
     for f, fl in parts.live.spec.flows.items():
         at = pinned.get(fl.producer) if fl.producer is not None else None
+        if f in sql:
+            probe = partial(parts.reads.output_versions, f, upto=True)
+            named.append(_View(f, f"view '{f}'", partial(view_df, parts, spark, f), at, probe))
         named.append(
             _View(
-                f"flow_{f}" if f in stateful else f,
+                f"{f}__changes" if f in sql else f"flow_{f}" if f in stateful else f,
                 f"flow '{f}'",
                 partial(flow_df, parts, spark, f),
                 at,

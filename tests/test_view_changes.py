@@ -80,3 +80,28 @@ def test_a_view_added_to_a_home_whose_inputs_are_empty_needs_no_upgrade(spark, t
     p.feed("custs", [{"cust": "a", "region": "eu"}])
     p.run()
     assert p.output("regions", consolidated=True) == [{"region": "eu"}]
+
+
+def test_cbp_sql_reads_a_view_by_name_as_its_contents(spark, tmp_path, few_partitions):  # noqa: F811
+    """``cbp sql`` (Pipeline.sql): a view's name is its contents (what its query returns), its
+    records with ``_diff`` are ``<view>__changes``, its stage's state ``<view>__state``; with an
+    epoch, the contents after that epoch of its stage."""
+    views = {"by_cust": BEFORE["by_cust"], "big": "SELECT id, cust FROM orders WHERE amount > 2"}
+    path = tmp_path / "views.yaml"
+    path.write_text(_yaml(views))
+    p = cbp.Pipeline(str(path), str(tmp_path / "home"), spark=spark)
+    first = [{"id": i, "cust": f"c{i % 2}", "amount": float(i), "qty": i} for i in range(6)]
+    p.feed("orders", first)
+    p.run()
+    after_first = sorted(map(tuple, p.sql("SELECT cust, n, sq FROM by_cust").collect()))
+    p.feed("orders", [{**first[3], "_diff": -1}, {**first[4], "_diff": -1}, {**first[4], "cust": "c9"}])
+    p.run()
+    check_views(spark, p, views, {"orders": ORDERS})
+    for view, cols in (("by_cust", "cust, n, sq"), ("big", "id, cust")):
+        got = sorted(map(tuple, p.sql(f"SELECT {cols} FROM {view}").collect()))
+        want = sorted(tuple(r[c.strip()] for c in cols.split(",")) for r in p.output(view, consolidated=True))
+        assert got == want, view
+    changes = p.sql("SELECT sum(_diff) AS net, count(*) AS n FROM by_cust__changes").collect()[0]
+    assert changes.n > changes.net  # the retractions of the groups' old rows are there
+    assert p.sql("SELECT count(*) AS n FROM by_cust__state").collect()[0].n >= 2
+    assert sorted(map(tuple, p.sql("SELECT cust, n, sq FROM by_cust", epoch=1).collect())) == after_first
