@@ -13,6 +13,7 @@ import logging
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 import sqlglot
 from sqlglot import exp
@@ -25,7 +26,7 @@ __all__ = ["ViewError", "Source", "Select", "read_query", "tables_of", "AGGREGAT
 AGGREGATES: tuple[type[exp.Expr], ...] = (exp.Count, exp.Sum, exp.Avg, exp.Min, exp.Max)
 _STRUCTURE = frozenset(
     {exp.Select, exp.From, exp.Table, exp.TableAlias, exp.Identifier, exp.Join, exp.Where, exp.Group, exp.Having}
-    | {exp.Alias, exp.Star, exp.Union, exp.DataType, *AGGREGATES}
+    | {exp.Alias, exp.Star, exp.Union, exp.DataType, exp.Subquery, exp.Exists, *AGGREGATES}
 )
 _KEYWORDS = {"DISTINCT": "DISTINCT", "ORDER BY": r"ORDER\s+BY", "LIMIT": "LIMIT", "OFFSET": "OFFSET"}
 
@@ -48,8 +49,7 @@ class Select:
     sources: list[Source]
     columns: list[tuple[str, exp.Expr]] = field(default_factory=list)  # output name -> expression
     where: exp.Expr | None = None
-    on: list[tuple[exp.Expr, exp.Expr]] = field(default_factory=list)  # join key pairs (left, right)
-    residual: exp.Expr | None = None  # conditions of ON that are not key equalities
+    steps: list[Any] = field(default_factory=list)  # the joins, a chain of cbp.views.joins.Step
     groups: list[exp.Expr] | None = None  # None: no GROUP BY
     having: exp.Expr | None = None
 
@@ -118,7 +118,7 @@ def _check_nodes(tree: exp.Expr, sql: str) -> None:
         raise _view_refusal("view-unsupported", f"a view is a SELECT, not {construct_name(tree)}", tree, sql)
     for node in tree.walk():
         t = type(node)
-        if t in (exp.Select, exp.Union) and node is not tree and not isinstance(node.parent, exp.Union):
+        if t in (exp.Select, exp.Union) and node is not tree and not _in_union_or_condition(node):
             raise _view_refusal("view-unsupported", "a subquery is not supported yet", node, sql)
         if t is exp.Distinct and isinstance(node.parent, (exp.Select, *AGGREGATES)):
             continue  # SELECT DISTINCT, count(DISTINCT col) (the plan refuses it in other aggregates)
@@ -138,6 +138,14 @@ def _check_nodes(tree: exp.Expr, sql: str) -> None:
             or any(isinstance(a, AGGREGATES) for a in node.walk() if a is not node)
         ):
             raise _view_refusal("view-unsupported", f"{construct_name(node)} here (nested or in a clause)", node, sql)
+
+
+def _in_union_or_condition(node: exp.Expr) -> bool:
+    """A SELECT that is a branch of a UNION, or the subquery of EXISTS or IN (SELECT ...)."""
+    parent = node.parent
+    if isinstance(parent, (exp.Union, exp.Exists)):
+        return True
+    return isinstance(parent, exp.Subquery) and isinstance(parent.parent, exp.In) and type(node) is exp.Select
 
 
 def _flatten(tree: exp.Expr, out: list[exp.Expr], sql: str) -> None:
@@ -177,17 +185,11 @@ def _select(tree: exp.Expr, sql: str, flows: Mapping[str, Mapping[str, str]]) ->
     frm = tree.args.get("from_") or tree.args.get("from")
     if frm is None:
         raise _view_refusal("view-unsupported", "a SELECT without FROM", tree, sql)
-    sources = [_source(frm.this, sql, flows)]
-    joins = tree.args.get("joins") or []
-    if len(joins) > 1:
-        raise _view_refusal("view-unsupported", "a join of more than two flows is not supported yet", joins[1], sql)
-    q = Select(tree, sources)
-    if joins:
-        _join(q, joins[0], sql, flows)
-    rename = _renamer(q, sql)
+    from .joins import read_joins
+
+    q = Select(tree, [_source(frm.this, sql, flows)])
+    rename = read_joins(q, sql, flows)
     q.columns = _columns(q, sql, rename)
-    if tree.args.get("where") is not None:
-        q.where = rename(tree.args["where"].this)
     group = tree.args.get("group")
     aggregated = any(isinstance(n, AGGREGATES) for _, e in q.columns for n in e.walk())
     if tree.args.get("distinct") is not None:
@@ -205,56 +207,6 @@ def _select(tree: exp.Expr, sql: str, flows: Mapping[str, Mapping[str, str]]) ->
             raise _view_refusal("view-unsupported", "HAVING without GROUP BY", tree.args["having"], sql, "HAVING")
         q.having = rename(tree.args["having"].this)
     return q
-
-
-def _join(q: Select, join: exp.Join, sql: str, flows: Mapping[str, Mapping[str, str]]) -> None:
-    kind, side = (join.args.get("kind") or "").upper(), (join.args.get("side") or "").upper()
-    if side or kind not in ("", "INNER") or join.args.get("on") is None:
-        what = f"{side or kind or 'a'} JOIN".strip() if side or kind else "a join without ON"
-        raise _view_refusal(
-            "view-unsupported",
-            f"{what} is not supported yet; an inner JOIN ... ON a.k = b.k is",
-            join,
-            sql,
-            side or kind or None,
-        )
-    right = _source(join.this, sql, flows)
-    if right.alias.lower() == q.sources[0].alias.lower():
-        raise _view_refusal(
-            "view-unsupported", "a join of a flow with itself (give it two names in a later slice)", join.this, sql
-        )
-    if right.flow == q.sources[0].flow:
-        raise _view_refusal("view-unsupported", "a self-join is not supported yet", join.this, sql)
-    q.sources[0].prefix, right.prefix = "l__", "r__"
-    q.sources.append(right)
-    rename = _renamer(q, sql)
-    rest: list[exp.Expr] = []
-    for cond in join.args["on"].flatten() if isinstance(join.args["on"], exp.And) else [join.args["on"]]:
-        pair = _key_pair(rename(cond))
-        if pair is None:
-            rest.append(rename(cond))
-        else:
-            q.on.append(pair)
-    if not q.on:
-        raise _view_refusal("view-unsupported", "a non-equi join (ON needs a.col = b.col)", join.args["on"], sql)
-    q.residual = exp.and_(*rest) if rest else None
-
-
-def _key_pair(cond: exp.Expr) -> tuple[exp.Expr, exp.Expr] | None:
-    """``(left key, right key)`` if ``cond`` is an equality of a left-only and a right-only expression."""
-    if not isinstance(cond, exp.EQ):
-        return None
-
-    def side(e: exp.Expr) -> str | None:
-        names = {c.name[:3] for c in e.find_all(exp.Column)}
-        return names.pop() if len(names) == 1 else None
-
-    a, b = side(cond.this), side(cond.expression)
-    if a == "l__" and b == "r__":
-        return cond.this, cond.expression
-    if a == "r__" and b == "l__":
-        return cond.expression, cond.this
-    return None
 
 
 def _renamer(q: Select, sql: str) -> Callable[[exp.Expr], exp.Expr]:
