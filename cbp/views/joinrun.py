@@ -15,6 +15,7 @@ writes the row while its count is positive, an anti join while it is 0.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable
 from typing import Any
 
@@ -51,6 +52,7 @@ class _Joined:
         self.prefixes = plan.get("prefixes") or ["l__", "r__"]
         self.nulls = [{self.prefixes[s] + f: None for f in plan["fields"][s]} for s in (0, 1)]
         self.rows: dict[tuple[Any, ...], int] = {}
+        self.never = False  # a NULL key (a kept side's rows routed together): nothing matches
         self._decoded: dict[tuple[int, str], dict[str, Any]] = {}
 
     def row(self, side: int, text: str) -> dict[str, Any]:
@@ -63,6 +65,8 @@ class _Joined:
         return got
 
     def matches(self, left: str, right: str) -> bool:
+        if self.never:
+            return False
         return self.match is None or ev(self.match, self.row(0, left) | self.row(1, right)) is True
 
     def emit(self, env: dict[str, Any], weight: int) -> None:
@@ -87,7 +91,7 @@ class _Joined:
     def count(self, side: int, text: str, others: dict[str, int]) -> int:
         """How many rows of ``others`` (the other side, with their multiplicity) match row ``text``."""
         if self.match is None:
-            return sum(others.values())
+            return 0 if self.never else sum(others.values())
         pair = (lambda o: (text, o)) if side == 0 else (lambda o: (o, text))
         return sum(w for o, w in others.items() if self.matches(*pair(o)))
 
@@ -118,7 +122,7 @@ def _kept(
     a match (outer, anti) or with one (semi); return the rows whose count changed."""
     o = 1 - p
     if joined.match is None:  # every row's count is the other side's: only a change through 0 matters
-        before, after = sum(old[o].values()), sum(new[o].values())
+        before, after = (0, 0) if joined.never else (sum(old[o].values()), sum(new[o].values()))
         rows = set(delta[p]) | (set(old[p]) if (before == 0) != (after == 0) else set())
         counts = {t: (before, after) for t in rows}
     else:
@@ -162,6 +166,7 @@ def join(key: str, state: Any, left: Iterable[dict[str, Any]], right: Iterable[d
         old[row["s"]][row["r"]] = row["n"]
         m[row["s"]][row["r"]] = row.get("m") or 0
     joined = _Joined(plan)
+    joined.never = None in json.loads(key)
     if how != "semi" and how != "anti":
         joined.add(delta[0], old[1])
         joined.add(old[0], delta[1])

@@ -92,7 +92,7 @@ def _kind(join: exp.Join, sql: str) -> str:
 
 def _no_equality(node: exp.Expr, sql: str) -> Exception:
     return _view_refusal(
-        "view-unsupported", "a join without an equality of its two sides (a non-equi or cross join)", node, sql
+        "view-unsupported", "a join without an equality of its two sides (a non-equi join, or a cross join)", node, sql
     )
 
 
@@ -206,7 +206,7 @@ def _ordered_chain(
             both = {**prefixes, right.prefix: -i}
             idx, r = -i, _sub_renamer(q, right, sql, rename)
         else:
-            right, both, idx, r = q.sources[src], prefixes, src, rename
+            right, both, idx, r = q.sources[src], dict(prefixes), src, rename
         step = Step(kind, right, j)
         for c in _conjuncts(j.args.get("on")):
             c = r(c)

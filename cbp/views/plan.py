@@ -122,6 +122,12 @@ class Generated:
                 where = None
             self._group(q, flow, source, where, types)
 
+    def _linear(self, flow: str, inputs: list[str], branches: list[dict[str, Any]], fields: dict[str, str]) -> None:
+        raw = {"translator": _RUN + "linear", "inputs": [{"flow": f} for f in inputs]}
+        types = {n: t.rstrip("?") for n, t in fields.items()}
+        plan = _plan("linear", flow, branches=branches, types=types)
+        self._stage(flow, flow, {**raw, "params": {"cbp_view": plan}}, fields, [])
+
     def _keys(self, step: Step, types: Mapping[str, str | None]) -> tuple[list[list[str]], list[str | None]]:
         """A join step's key expressions (left, right) and the cast each key pair's values get."""
         keys: list[list[str]] = [[], []]
@@ -148,7 +154,12 @@ class Generated:
         flow ``<view>__j<i>``, the last writing ``flow`` (``cols``; None: every joined field)."""
         first = q.sources[0]
         bound: dict[str, str | None] = {first.prefix + f: t for f, t in first.types.items()}
-        left = (first.flow, first.prefix, list(first.types), list(first.types.values()))
+        left: tuple[str, str, list[str], list[str | None]] = (
+            first.flow,
+            first.prefix,
+            list(first.types),
+            list(first.types.values()),
+        )
         for i, step in enumerate(q.steps, 1):
             right = step.source
             if right.flow == left[0]:
