@@ -1,8 +1,10 @@
-"""A view's joins read into a chain of two-input join steps (:class:`Step`): n-way inner equi-joins
-(``JOIN ... ON`` or comma joins with the equalities in ``WHERE``), ``LEFT``/``RIGHT``/``FULL OUTER``
-equi-joins, ``LEFT SEMI``/``LEFT ANTI JOIN``, and the ``[NOT] IN``/``[NOT] EXISTS`` subqueries of a
-``WHERE`` correlated on equality (semi and anti joins). Each step is keyed by its equalities; a
-join without one is refused (``view-unsupported``) with its line and column.
+"""A view's joins read into a chain of two-input join steps (:class:`Step`), each keyed by its equalities.
+
+The steps: n-way inner equi-joins (``JOIN`` with ``ON``, or comma joins with the equalities in
+``WHERE``, ordered so that each next flow has an equality with those joined before it),
+``LEFT``/``RIGHT``/``FULL OUTER`` equi-joins, ``LEFT SEMI``/``LEFT ANTI JOIN``, and the
+``[NOT] IN``/``[NOT] EXISTS`` subqueries of a ``WHERE`` correlated on equality (semi and anti
+joins). A join without an equality is refused (``view-unsupported``) with its line and column.
 
     >>> from cbp.views.query import read_query
     >>> q = read_query("v", "SELECT a.x FROM a, b, c WHERE a.x = b.x AND b.y = c.y",

@@ -2,10 +2,12 @@
 the pipeline gets, and the routing of each generated stateful stage's inputs.
 
 A view ``v`` becomes flow ``v`` written by stage ``v``: a record-wise stage (projection, WHERE, UNION
-ALL), a join stage (state: both sides' rows by join key) or a GROUP BY stage (state: each group's
-count and sums, or multisets for MIN, MAX, count(DISTINCT); SELECT DISTINCT is a GROUP BY). A GROUP
-BY over a join adds stage and flow ``v__join``; a UNION ALL branch that joins or groups becomes view
-``v__u<i>``. Every generated translator is signed and sums ``_diff``
+ALL), a chain of join stages (:mod:`cbp.views.joins`; state: both sides' rows by join key, and
+for outer, semi and anti joins what a kept row's matches are counted with), or a GROUP BY stage
+(state: each group's count and sums, or multisets for MIN, MAX, count(DISTINCT); SELECT DISTINCT is
+a GROUP BY). A join of n flows (n - 1 steps, subqueries included) writes flows ``v__j1`` ... before
+``v``; a GROUP BY over joins adds stage and flow ``v__join``; a UNION ALL branch that joins or
+groups becomes view ``v__u<i>``. Every generated translator is signed and sums ``_diff``
 (:mod:`cbp.views.run`).
 
     >>> g = Generated()
@@ -153,6 +155,7 @@ class Generated:
         """The view's joins: one two-input join stage per step, each writing the rows joined so far to
         flow ``<view>__j<i>``, the last writing ``flow`` (``cols``; None: every joined field)."""
         first = q.sources[0]
+        base = flow.removesuffix("__join")  # v__join's steps: v__j1, ...; a UNION ALL branch's: v__u1__j1, ...
         bound: dict[str, str | None] = {first.prefix + f: t for f, t in first.types.items()}
         left: tuple[str, str, list[str], list[str | None]] = (
             first.flow,
@@ -170,7 +173,7 @@ class Generated:
             if step.kind not in ("semi", "anti"):
                 bound = env
             last = i == len(q.steps)
-            out = flow if last else f"{self._view}__j{i}"
+            out = flow if last else f"{base}__j{i}"
             match = exp.and_(*step.match) if step.match else None
             cond = exp.and_(*step.filter) if step.filter else None
             for c in (match, cond, step.right_where):

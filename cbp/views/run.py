@@ -1,7 +1,8 @@
 """The translators of the stages views compile to (:mod:`cbp.views.plan`), each signed: it sums
 ``_diff`` and writes signed records, so a view's consolidated contents follow its inputs' (DBSP's
 rules: a projection, filter or UNION ALL is linear and keeps no state; a join keeps both inputs'
-rows by join key and emits ``dA ⋈ B + A ⋈ dB + dA ⋈ dB``; a GROUP BY keeps each group's count and
+rows by join key and emits ``dA ⋈ B + A ⋈ dB + dA ⋈ dB``, outer, semi and anti joins too,
+:mod:`cbp.views.joinrun`; a GROUP BY keeps each group's count and
 sums, or for MIN, MAX and count(DISTINCT) the multiset of values, and emits the retraction of a
 group's old row and its new row; SELECT DISTINCT is a GROUP BY of its columns).
 
