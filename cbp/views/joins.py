@@ -6,7 +6,7 @@ The steps: n-way inner equi-joins (``JOIN`` with ``ON``, or comma joins with the
 ``[NOT] IN``/``[NOT] EXISTS`` subqueries of a ``WHERE`` correlated on equality (semi and anti
 joins). A join without an equality is refused (``view-unsupported``) with its line and column.
 
-    >>> from cbp.views.query import read_query
+    >>> from cbp.views.select import read_query
     >>> q = read_query("v", "SELECT a.x FROM a, b, c WHERE a.x = b.x AND b.y = c.y",
     ...                {"a": {"x": "int"}, "b": {"x": "int", "y": "int"}, "c": {"y": "int"}})[0]
     >>> [(s.kind, s.source.flow) for s in q.steps]

@@ -27,8 +27,9 @@ from sqlglot import exp
 
 from .exprs import ViewError, infer, with_decimal_types
 from .joins import PRESERVED, Step
-from .query import AGGREGATES, Select, placed, position, read_query
+from .query import AGGREGATES, Select, placed, position
 from .run import RouteKey
+from .select import read_query
 from .vtypes import avg_type, is_numeric, sum_type, wider
 
 __all__ = ["Generated"]

@@ -1,10 +1,10 @@
-"""A view's SQL read and checked: parsed with sqlglot (Spark dialect), every construct outside this
+"""A view's SQL parsed and checked: parsed with sqlglot (Spark dialect), every construct outside this
 slice refused (``view-unsupported``), every table and column resolved against the pipeline's flows
-(``view-unknown``), each refusal naming the line and column in the SQL.
+(``view-unknown``), each refusal naming the line and column in the SQL; :mod:`cbp.views.select`
+reads each SELECT with it.
 
-    >>> q = read_query("v", "SELECT url, n + 1 AS m FROM hits WHERE n > 0", {"hits": {"url": "string", "n": "int"}})
-    >>> [b.sources[0].flow for b in q]
-    ['hits']
+    >>> tables_of("SELECT o.id FROM orders o JOIN custs c ON o.cust = c.cust")
+    ['orders', 'custs']
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from sqlglot import exp
 from .exprs import SCALAR_NODES, ViewError, construct_name
 from .vtypes import is_typed_view_type
 
-__all__ = ["ViewError", "Source", "Select", "read_query", "tables_of", "AGGREGATES"]
+__all__ = ["ViewError", "Source", "Select", "tables_of", "AGGREGATES", "position", "placed"]
 
 AGGREGATES: tuple[type[exp.Expr], ...] = (exp.Count, exp.Sum, exp.Avg, exp.Min, exp.Max)
 _STRUCTURE = frozenset(
@@ -102,16 +102,6 @@ def tables_of(sql: str) -> list[str]:
     return [t.name for t in tree.find_all(exp.Table)]
 
 
-def read_query(name: str, sql: str, flows: Mapping[str, Mapping[str, str]]) -> list[Select]:
-    """The SELECTs of view ``name`` (several with UNION ALL), checked against ``flows`` (flow ->
-    field -> type string); :class:`ViewError` on the first thing wrong."""
-    tree = _parse(sql)
-    _check_nodes(tree, sql)
-    branches: list[exp.Expr] = []
-    _flatten(tree, branches, sql)
-    return [_select(b, sql, flows) for b in branches]
-
-
 def _check_nodes(tree: exp.Expr, sql: str) -> None:
     """Every node of the tree is one this slice compiles."""
     if not isinstance(tree, (exp.Select, exp.Union)):
@@ -179,36 +169,6 @@ def _source(table: exp.Table, sql: str, flows: Mapping[str, Mapping[str, str]]) 
     return Source(table.alias_or_name, flow, types)
 
 
-def _select(tree: exp.Expr, sql: str, flows: Mapping[str, Mapping[str, str]]) -> Select:
-    """One SELECT: sources resolved, its columns renamed, the join condition split into keys."""
-    assert isinstance(tree, exp.Select)
-    frm = tree.args.get("from_") or tree.args.get("from")
-    if frm is None:
-        raise _view_refusal("view-unsupported", "a SELECT without FROM", tree, sql)
-    from .joins import read_joins
-
-    q = Select(tree, [_source(frm.this, sql, flows)])
-    rename = read_joins(q, sql, flows)
-    q.columns = _columns(q, sql, rename)
-    group = tree.args.get("group")
-    aggregated = any(isinstance(n, AGGREGATES) for _, e in q.columns for n in e.walk())
-    if tree.args.get("distinct") is not None:
-        if group is not None or aggregated:
-            raise _view_refusal(
-                "view-unsupported", "SELECT DISTINCT with GROUP BY or aggregates", None, sql, "DISTINCT"
-            )
-        q.groups = [e for _, e in q.columns]  # SELECT DISTINCT cols: GROUP BY cols
-    if group is not None:
-        q.groups = [rename(g) for g in group.expressions]
-    elif q.groups is None and any(isinstance(n, AGGREGATES) for _, e in q.columns for n in e.walk()):
-        raise _view_refusal("view-unsupported", "an aggregate without GROUP BY is not supported yet", tree, sql)
-    if tree.args.get("having") is not None:
-        if group is None:
-            raise _view_refusal("view-unsupported", "HAVING without GROUP BY", tree.args["having"], sql, "HAVING")
-        q.having = rename(tree.args["having"].this)
-    return q
-
-
 def _renamer(q: Select, sql: str) -> Callable[[exp.Expr], exp.Expr]:
     """A function renaming the columns of an expression to the row's field names (``l__x`` in a join)."""
 
@@ -242,35 +202,6 @@ def _renamer(q: Select, sql: str) -> Callable[[exp.Expr], exp.Expr]:
         return e.transform(lambda n: resolve(n) if isinstance(n, exp.Column) else n)
 
     return rename
-
-
-def _columns(q: Select, sql: str, rename: Callable[[exp.Expr], exp.Expr]) -> list[tuple[str, exp.Expr]]:
-    """The output columns: ``*`` expanded, each named (its alias, or the column's name)."""
-    out: list[tuple[str, exp.Expr]] = []
-    for e in q.tree.expressions:
-        if isinstance(e, exp.Star):
-            out += [(f, exp.column(s.prefix + f, quoted=True)) for s in q.sources for f in s.types]
-            continue
-        if isinstance(e, exp.Column) and isinstance(e.this, exp.Star):
-            s = next((s for s in q.sources if s.alias.lower() == e.table.lower()), None)
-            if s is None:
-                raise _view_refusal("view-unknown", f"no table named '{e.table}' in the FROM clause", e, sql)
-            out += [(f, exp.column(s.prefix + f, quoted=True)) for f in s.types]
-            continue
-        name = e.alias if isinstance(e, exp.Alias) else (e.name if isinstance(e, exp.Column) else "")
-        if not name:
-            raise _view_refusal(
-                "view-unsupported", f"an unnamed column '{e.sql(dialect='spark')}': name it with AS", e, sql
-            )
-        out.append((name, rename(e.this if isinstance(e, exp.Alias) else e)))
-    seen: set[str] = set()
-    for name, e in out:
-        if name.lower() in seen or not re.fullmatch(r"[A-Za-z][A-Za-z0-9_]{0,99}", name):
-            raise _view_refusal(
-                "view-unsupported", f"output column name '{name}' (twice, or not an identifier)", e, sql
-            )
-        seen.add(name.lower())
-    return out
 
 
 def placed(e: ViewError, sql: str) -> ViewError:
