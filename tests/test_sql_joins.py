@@ -17,6 +17,7 @@ import cbp
 from cbp.commands.explain import explain
 from cbp.errors import SpecError
 from cbp.spec import load_spec
+from cbp.views.plan import Generated
 
 ORDERS = {"id": "int", "cust": "string?", "amount": "float", "qty": "int?"}
 CUSTS = {"cust": "string?", "region": "string?"}
@@ -25,9 +26,6 @@ INPUTS = {"orders": ORDERS, "custs": CUSTS, "regions": REGIONS}
 VIEWS = {
     "n3": "SELECT o.id, c.region, r.zone, o.qty FROM orders o, regions r, custs c "
     "WHERE c.region = r.region AND o.cust = c.cust AND o.amount > r.lim",
-    "n3_group": "SELECT r.zone, count(*) AS n, sum(o.amount) AS s FROM orders o JOIN custs c ON o.cust = c.cust "
-    "JOIN regions r ON c.region = r.region GROUP BY r.zone",
-    "lj": "SELECT o.id, o.cust, c.region FROM orders o LEFT JOIN custs c ON o.cust = c.cust",
     "lj_match": "SELECT o.id, c.region FROM orders o LEFT OUTER JOIN custs c ON o.cust = c.cust "
     "AND c.region <> 'r1' AND o.amount > 1 WHERE o.id % 3 <> 0",
     "rj": "SELECT c.cust, c.region, o.id FROM orders o RIGHT JOIN custs c ON o.cust = c.cust",
@@ -105,7 +103,7 @@ def test_join_views_equal_spark_sql_after_every_epoch(spark, tmp_path):
                 p.feed(flow, recs)
             p.run()
             check_views(spark, p, VIEWS, INPUTS)
-        assert [r for r in p.output("lj", consolidated=True) if r["cust"] is None and r["region"] is None]
+        assert [r for r in p.output("rj", consolidated=True) if r["cust"] is None and r["id"] is None]  # NULL key
         ex = explain(str(path), "n3", str(tmp_path / "home"))
         assert [s["stage"] for s in ex["stages"]] == ["n3__j1", "n3"]
         assert ex["stages"][1]["inputs"][0]["flow"] == "n3__j1" and ex["stages"][1]["state"]["rows"]
@@ -127,13 +125,25 @@ def test_join_chain_stages_keys_and_routes(tmp_path):
     comma = [spec.stages[s] for s in ("n3__j1", "n3")]
     assert [s.input_flows for s in comma] == [["orders", "custs"], ["n3__j1", "regions"]]
     assert all(s.signed and s.runnable_name == "any" for s in comma)
-    lj = spec.stages["lj"]
+    lj = spec.stages["lj_match"]
     assert lj.inputs[0].route_by({"id": 1, "cust": None, "amount": 1.0, "qty": None}) == "[null]"
     assert lj.inputs[1].route_by({"cust": None, "region": "r0"}) == "-"
     semi = spec.stages["semi_in"]
     assert semi.inputs[1].route_by({"cust": "c2", "region": "r2"}) == "-"
     assert semi.inputs[1].route_by({"cust": "c2", "region": "r0"}) == '["c2"]'
-    assert set(spec.stages["n3_group"].input_flows) == {"n3_group__join"}
+    assert spec.stages["lj_count"].input_flows == ["lj_count__join"]
+    g = Generated()  # JOIN ... ON ... JOIN ... ON, grouped: two join steps, then the group
+    g.add_view(
+        "z",
+        "SELECT r.zone, count(*) AS n FROM orders o JOIN custs c ON o.cust = c.cust "
+        "JOIN regions r ON c.region = r.region GROUP BY r.zone",
+        {f: {k: t.rstrip("?") for k, t in fs.items()} for f, fs in INPUTS.items()},
+    )
+    assert [[i["flow"] for i in g.stages[s]["inputs"]] for s in ("z__j1", "z__join", "z")] == [
+        ["orders", "custs"],
+        ["z__j1", "regions"],
+        ["z__join"],
+    ]
 
 
 REFUSED = [
@@ -227,7 +237,6 @@ def test_join_translator_equals_a_nested_loop_join():
     and deletes with NULL keys, each view's consolidated output against the join by definition."""
     from cbp.views.exprs import parse_expr
     from cbp.views.joinrun import join
-    from cbp.views.plan import Generated
 
     def ours(e):  # a plan's expression over the nested loop's names: `l__x`, `x` -> ax; `r__y`, `s1__y` -> by
         if e is None:
