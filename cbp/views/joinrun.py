@@ -9,8 +9,8 @@ the key (``m``, kept per row in the state), the count of the rows meeting them. 
 NULL-padded row is written when its count goes to 0 and retracted when it leaves 0; a semi join
 writes the row while its count is positive, an anti join while it is 0.
 
-    >>> _KEEP["left"], _KEEP["semi"]
-    ((0,), (0,))
+    >>> PRESERVED["left"], PRESERVED["full"]
+    ((0,), (0, 1))
 """
 
 from __future__ import annotations
@@ -20,14 +20,13 @@ from collections.abc import Iterable
 from typing import Any
 
 from .exprs import ev, parse_expr
+from .joins import PRESERVED
 from .vtypes import conform, decode_key, key_text
 
 __all__ = ["SKIP", "join"]
 
 #: The key of records no group or join takes (filtered out, or a NULL join key): dropped unread.
 SKIP = "-"
-_KEEP: dict[str, tuple[int, ...]] = {"inner": (), "left": (0,), "right": (1,), "full": (0, 1), "semi": (0,)}
-_KEEP["anti"] = (0,)
 
 
 def _consolidated(rows: Iterable[dict[str, Any]], fields: list[str]) -> dict[str, int]:
@@ -133,8 +132,8 @@ def _kept(
             now = was + joined.count(p, t, delta[o]) if t in old[p] else joined.count(p, t, new[o])
             counts[t] = (was, now)
     changed = set()
+    hit = (lambda c: c > 0) if how == "semi" else (lambda c: c == 0)  # the row is written while hit(count)
     for t, (was, now) in counts.items():
-        hit = (lambda c: c > 0) if how == "semi" else (lambda c: c == 0)
         d = (new[p].get(t, 0) if hit(now) else 0) - (old[p].get(t, 0) if hit(was) else 0)
         if d:
             joined.alone(p, t, d, how not in ("semi", "anti"))
@@ -172,7 +171,7 @@ def join(key: str, state: Any, left: Iterable[dict[str, Any]], right: Iterable[d
         joined.add(old[0], delta[1])
         joined.add(delta[0], delta[1])
     new = [_added(old[s], delta[s], plan, key) for s in (0, 1)]
-    recount = [_kept(joined, how, p, old, new, delta, m) if p in _KEEP[how] else set() for p in (0, 1)]
+    recount = [_kept(joined, how, p, old, new, delta, m) if p in PRESERVED[how] else set() for p in (0, 1)]
     for side in (0, 1):
         for text in set(delta[side]) | recount[side]:
             n = new[side].get(text, 0)
