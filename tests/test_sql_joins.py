@@ -149,6 +149,10 @@ def test_join_chain_stages_keys_and_routes(tmp_path):
 REFUSED = [
     ("SELECT id FROM orders WHERE cust NOT IN (SELECT cust FROM custs)", "SQL line 1, column 29: NOT IN"),
     (
+        "SELECT id FROM orders WHERE cust NOT IN (SELECT cust FROM custs WHERE cust IS NOT NULL)",
+        "NOT IN (SELECT ...) over values that may be NULL",
+    ),
+    (
         "SELECT o.id FROM orders o JOIN custs c ON o.cust = c.cust\n  JOIN regions r ON r.zone > c.region",
         "SQL line 2, column 8: a join without an equality",
     ),
@@ -192,6 +196,7 @@ FUZZ = {  # each join kind over a(k, x) and b(k, y), with and without a match co
     "semi_m": "SELECT a.x FROM a WHERE a.k IN (SELECT k FROM b WHERE b.y > a.x)",
     "anti": "SELECT a.x FROM a WHERE NOT EXISTS (SELECT * FROM b WHERE b.k = a.k)",
     "anti_m": "SELECT a.x FROM a WHERE NOT EXISTS (SELECT * FROM b WHERE b.k = a.k AND b.y > a.x)",
+    "not_in": "SELECT a.x FROM a WHERE a.k IS NOT NULL AND a.k NOT IN (SELECT k FROM b WHERE k IS NOT NULL)",
 }
 
 

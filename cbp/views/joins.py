@@ -4,7 +4,8 @@ The steps: n-way inner equi-joins (``JOIN`` with ``ON``, or comma joins with the
 ``WHERE``, ordered so that each next flow has an equality with those joined before it),
 ``LEFT``/``RIGHT``/``FULL OUTER`` equi-joins, ``LEFT SEMI``/``LEFT ANTI JOIN``, and the
 ``[NOT] IN``/``[NOT] EXISTS`` subqueries of a ``WHERE`` correlated on equality (semi and anti
-joins). A join without an equality is refused (``view-unsupported``) with its line and column.
+joins; ``NOT IN`` only when neither side can be NULL). A join without an equality is refused
+(``view-unsupported``) with its line and column.
 
     >>> from cbp.views.select import read_query
     >>> q = read_query("v", "SELECT a.x FROM a, b, c WHERE a.x = b.x AND b.y = c.y",
@@ -132,7 +133,7 @@ def read_joins(q: Select, sql: str, flows: Mapping[str, Mapping[str, str]]) -> C
     else:
         _ordered_chain(q, joins, kinds, plain, prefixes, sql, flows, rename)
     for c in subqueries:
-        q.steps.append(_subquery(q, c, len(q.steps) + 1, sql, flows, rename))
+        q.steps.append(_subquery(q, c, len(q.steps) + 1, sql, flows, rename, plain))
     if not joins:
         q.steps[0].filter += plain
     return rename
@@ -245,24 +246,50 @@ def _sub_renamer(
     return lambda e: e.transform(lambda n: one(n) if isinstance(n, exp.Column) else n)
 
 
-def _subquery(
-    q: Select, c: exp.Expr, i: int, sql: str, flows: Mapping[str, Mapping[str, str]], outer: Callable[..., exp.Expr]
-) -> Step:
-    """``[NOT] EXISTS (SELECT ... FROM t WHERE ...)`` or ``x IN (SELECT col FROM t WHERE ...)``: a
-    semi (anti) join keyed by the correlation's equalities; the subquery's own conditions filter
-    ``t`` before the join, its other correlated conditions are part of a match."""
-    negated = isinstance(c, exp.Not)
-    pred = c.this if negated else c
-    if negated and isinstance(pred, exp.In):
+def _not_null(conds: list[exp.Expr], e: exp.Expr) -> bool:
+    """One of ``conds`` is ``e IS NOT NULL``."""
+    text = e.sql()
+    return any(
+        isinstance(c, exp.Not)
+        and isinstance(c.this, exp.Is)
+        and isinstance(c.this.expression, exp.Null)
+        and c.this.this.sql() == text
+        for c in conds
+    )
+
+
+def _not_in(step: Step, own: list[exp.Expr], outer_where: list[exp.Expr], node: exp.Expr, sql: str) -> None:
+    """``x NOT IN (SELECT col ...)`` is an anti join only when neither side can be NULL (else SQL's
+    three-valued logic: a NULL in the subquery makes it true for no row at all, a condition over the
+    whole subquery that a keyed stage cannot see)."""
+    x, col = step.keys[0]
+    if not (_not_null(outer_where, x) and _not_null(own, col)):
         raise _view_refusal(
             "view-unsupported",
-            "NOT IN (SELECT ...): a NULL on the subquery's side makes it true for no row (SQL's three-valued "
-            "logic), a condition over the whole subquery that a keyed stage cannot see; write NOT EXISTS "
-            "(SELECT ... WHERE s.col = x)",
-            c,
+            "NOT IN (SELECT ...) over values that may be NULL (a NULL in the subquery makes it true for no row, "
+            "SQL's three-valued logic, a condition over the whole subquery a keyed stage cannot see): write "
+            "NOT EXISTS (SELECT ... WHERE s.col = x), or WHERE x IS NOT NULL AND x NOT IN (SELECT col ... "
+            "WHERE col IS NOT NULL)",
+            node,
             sql,
             "NOT",
         )
+
+
+def _subquery(
+    q: Select,
+    c: exp.Expr,
+    i: int,
+    sql: str,
+    flows: Mapping[str, Mapping[str, str]],
+    outer: Callable[..., exp.Expr],
+    outer_where: list[exp.Expr],
+) -> Step:
+    """``[NOT] EXISTS (SELECT ... FROM t WHERE ...)`` or ``x [NOT] IN (SELECT col FROM t WHERE ...)``:
+    a semi (anti) join keyed by the correlation's equalities; the subquery's own conditions filter
+    ``t`` before the join, its other correlated conditions are part of a match."""
+    negated = isinstance(c, exp.Not)
+    pred = c.this if negated else c
     sub = pred.this if isinstance(pred, exp.Exists) else pred.args["query"].this
     if not isinstance(sub, exp.Select) or any(sub.args.get(k) for k in ("joins", "group", "having", "limit", "order")):
         raise _view_refusal("view-unsupported", "a subquery other than SELECT ... FROM one flow [WHERE ...]", sub, sql)
@@ -301,5 +328,7 @@ def _subquery(
         raise _view_refusal(
             "view-unsupported", "EXISTS not correlated on an equality (WHERE s.col = t.col)", pred, sql, "EXISTS"
         )
+    if negated and isinstance(pred, exp.In):
+        _not_in(step, own, outer_where, c, sql)
     step.right_where = exp.and_(*own) if own else None
     return step
