@@ -39,6 +39,8 @@ VIEWS = {
     "semi_of_join": "SELECT o.id, c.region FROM orders o JOIN custs c ON o.cust = c.cust "
     "WHERE EXISTS (SELECT * FROM regions r WHERE r.region = c.region AND r.zone = 'z0')",
     "anti_syntax": "SELECT o.id, o.cust FROM orders o LEFT ANTI JOIN custs c ON o.cust = c.cust",
+    "not_in": "SELECT id, qty FROM orders WHERE cust IS NOT NULL AND cust NOT IN "
+    "(SELECT cust FROM custs WHERE cust IS NOT NULL AND region <> 'r0')",
 }
 
 
