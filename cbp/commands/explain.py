@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 from collections.abc import Callable
 from typing import Any
@@ -32,7 +33,7 @@ def add_parser(sub: Any, with_home: Callable[[argparse.ArgumentParser], None]) -
 
 
 def _views(spec: Any) -> dict[str, list[str]]:
-    """The pipeline's views, each with its generated stages in run order (``v``, ``v__join``, ``v__u1``)."""
+    """The pipeline's views, each with its generated stages in run order (``v__j1``, ``v__join``, ``v__u1``, ``v``)."""
     out: dict[str, list[str]] = {}
     for name in spec.order:
         st = spec.stages[name]
@@ -54,8 +55,9 @@ def _operator(plan: dict[str, Any], keys: list[str]) -> str:
         where = branches[0].get("where")
         return "projection" + (f" and filter WHERE {where}" if where else "") + " (record-wise)"
     if plan["kind"] == "join":
-        cond = f" with filter {plan['filter']}" if plan.get("filter") else ""
-        return f"inner equi-join ON ({keys[0]}) = ({keys[1]}){cond}"
+        match = f" AND {_unprefixed(plan['match'])}" if plan.get("match") else ""
+        cond = f" with filter {_unprefixed(plan['filter'])}" if plan.get("filter") else ""
+        return f"{_JOINS[plan.get('how', 'inner')]} ON ({keys[0]}) = ({keys[1]}){match}{cond}"
     aggs = [_aggregate(fn, arg) for fn, arg, _ in plan["aggs"]]
     what = f"GROUP BY ({keys[0]}) with {', '.join(aggs)}" if aggs else f"DISTINCT ({keys[0]})"
     having = plan.get("having")
@@ -67,12 +69,21 @@ def _operator(plan: dict[str, Any], keys: list[str]) -> str:
     return what + (f" HAVING {having}" if having else "")
 
 
+_JOINS = {"inner": "inner equi-join", "left": "LEFT OUTER equi-join", "right": "RIGHT OUTER equi-join"}
+_JOINS |= {"full": "FULL OUTER equi-join", "semi": "semi-join (IN, EXISTS)", "anti": "anti-join (NOT EXISTS)"}
+
+
 def _holds(plan: dict[str, Any]) -> str:
     """What a generated stage's state holds, in words."""
     if plan["kind"] == "linear":
         return "nothing (stateless)"
     if plan["kind"] == "join":
-        return "both inputs' rows by join key: per row its side (s), the row (r, JSON) and its multiplicity (n)"
+        rows = "both inputs' rows by join key: per row its side (s), the row (r, JSON) and its multiplicity (n)"
+        if plan.get("how", "inner") == "inner":
+            return rows
+        if plan.get("match"):
+            return rows + "; per row of a kept side the count of the other side's rows matching it (m)"
+        return rows + "; a kept row's matches are the other side's count at the key"
     parts = ["per group (k: the group's values, JSON) its row count (n)"]
     for i, (fn, arg, _) in enumerate(plan["aggs"]):
         kept = {
@@ -108,8 +119,8 @@ def _size(home: Any, stage: str) -> dict[str, int | None]:
 
 
 def _unprefixed(e: str) -> str:
-    """A key expression as the view's SQL names its columns (a joined row's ``l__x`` is ``x``)."""
-    return e.replace("`l__", "`").replace("`r__", "`")
+    """A key expression as the view's SQL names its columns (a joined row's ``l__x`` or ``t2__x`` is ``x``)."""
+    return re.sub(r"`(?:[lr]|[ts][0-9]+)__", "`", e)
 
 
 def _stage(spec: Any, name: str, home: Any) -> dict[str, Any]:

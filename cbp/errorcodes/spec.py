@@ -209,8 +209,9 @@ SECTIONS: list[tuple[str, list[Code]]] = [
                 "view-unsupported",
                 S,
                 2,
-                "a SQL construct views do not compile yet (outer or non-equi joins, subqueries, windows, "
-                "ORDER BY/LIMIT, CAST, non-deterministic functions, ...)",
+                "a SQL construct views do not compile yet (a join without an equality, NOT IN over NULLs, "
+                "subqueries other than [NOT] EXISTS and IN, windows, ORDER BY/LIMIT, CAST, non-deterministic "
+                "functions, ...)",
                 "see [SQL views](../howto/sql-views.md) for what is supported; the message names the construct "
                 "and its line and column",
             ),

@@ -2,10 +2,12 @@
 the pipeline gets, and the routing of each generated stateful stage's inputs.
 
 A view ``v`` becomes flow ``v`` written by stage ``v``: a record-wise stage (projection, WHERE, UNION
-ALL), a join stage (state: both sides' rows by join key) or a GROUP BY stage (state: each group's
-count and sums, or multisets for MIN, MAX, count(DISTINCT); SELECT DISTINCT is a GROUP BY). A GROUP
-BY over a join adds stage and flow ``v__join``; a UNION ALL branch that joins or groups becomes view
-``v__u<i>``. Every generated translator is signed and sums ``_diff``
+ALL), a chain of join stages (:mod:`cbp.views.joins`; state: both sides' rows by join key, and
+for outer, semi and anti joins what a kept row's matches are counted with), or a GROUP BY stage
+(state: each group's count and sums, or multisets for MIN, MAX, count(DISTINCT); SELECT DISTINCT is
+a GROUP BY). A join of n flows (n - 1 steps, subqueries included) writes flows ``v__j1`` ... before
+``v``; a GROUP BY over joins adds stage and flow ``v__join``; a UNION ALL branch that joins or
+groups becomes view ``v__u<i>``. Every generated translator is signed and sums ``_diff``
 (:mod:`cbp.views.run`).
 
     >>> g = Generated()
@@ -24,8 +26,10 @@ from typing import Any
 from sqlglot import exp
 
 from .exprs import ViewError, infer, with_decimal_types
-from .query import AGGREGATES, Select, placed, position, read_query
+from .joins import PRESERVED, Step
+from .query import AGGREGATES, Select, placed, position
 from .run import RouteKey
+from .select import read_query
 from .vtypes import avg_type, is_numeric, sum_type, wider
 
 __all__ = ["Generated"]
@@ -108,9 +112,8 @@ class Generated:
     def _select(self, q: Select, flow: str) -> None:
         types = q.types
         self._type(q.where, types, boolean=True)
-        self._type(q.residual, types, boolean=True)
-        if len(q.sources) == 1 and q.groups is None:
-            cols = [(n, e, self._type(e, types)) for n, e in q.columns]
+        cols = [(n, e, self._type(e, types)) for n, e in q.columns] if q.groups is None else []
+        if not q.steps and q.groups is None:
             branch = {
                 "input": 0,
                 "where": self._x(q.where, types),
@@ -119,15 +122,13 @@ class Generated:
             fields = {n: f"{t}?" for n, _, t in cols}
             self._linear(flow, [q.sources[0].flow], [branch], fields)
         elif q.groups is None:
-            cols = [(n, e, self._type(e, types)) for n, e in q.columns]
-            self._join(q, flow, [[n, self._x(e, types)] for n, e, _ in cols], {n: f"{t}?" for n, _, t in cols})
+            self._chain(q, flow, [[n, self._x(e, types)] for n, e, _ in cols], {n: f"{t}?" for n, _, t in cols})
         else:
             source = q.sources[0].flow
             where = q.where
-            if len(q.sources) == 2:  # the joined rows (WHERE applied) on flow <view>__join, then grouped
+            if q.steps:  # the joined rows (WHERE applied) on flow <view>__join, then grouped
                 source = f"{flow}__join"
-                ident = [[f, f] for f in types]
-                self._join(q, source, ident, {f: f"{t}?" for f, t in types.items()})
+                self._chain(q, source, None, {})
                 where = None
             self._group(q, flow, source, where, types)
 
@@ -137,11 +138,11 @@ class Generated:
         plan = _plan("linear", flow, branches=branches, types=types)
         self._stage(flow, flow, {**raw, "params": {"cbp_view": plan}}, fields, [])
 
-    def _join(self, q: Select, flow: str, cols: list[list[Any]], fields: dict[str, str]) -> None:
-        types = q.types
+    def _keys(self, step: Step, types: Mapping[str, str | None]) -> tuple[list[list[str]], list[str | None]]:
+        """A join step's key expressions (left, right) and the cast each key pair's values get."""
         keys: list[list[str]] = [[], []]
         casts: list[str | None] = []
-        for left, right in q.on:
+        for left, right in step.keys:
             lt, rt = self._type(left, types), self._type(right, types)
             if lt != rt and not (is_numeric(lt) and is_numeric(rt)) and {lt, rt} != {"date", "timestamp"}:
                 raise ViewError("view-unsupported", f"a join key comparing {lt} with {rt}", *position(left, self._sql))
@@ -156,19 +157,72 @@ class Generated:
             )
             keys[0].append(self._x(left, types) or "")
             keys[1].append(self._x(right, types) or "")
-        cond = exp.and_(*[c for c in (q.residual, q.where) if c is not None]) if q.residual or q.where else None
-        sides = [list(s.types) for s in q.sources]
-        ftypes = [list(s.types.values()) for s in q.sources]
-        out_types = {n: t.rstrip("?") for n, t in fields.items()}
-        plan = _plan("join", flow, fields=sides, ftypes=ftypes, filter=self._x(cond, types), cols=cols, types=out_types)
-        routes = [RouteKey(keys[i], None, q.sources[i].prefix, casts, True) for i in (0, 1)]
-        raw = {
-            "translator": _RUN + "join",
-            "inputs": [{"flow": s.flow, "route_by": _RUN + "unrouted"} for s in q.sources],
-            "state": {"schema": {"s": "int", "r": "string", "n": "int"}, "row_key": ["s", "r"]},
-            "params": {"cbp_view": plan},
-        }
-        self._stage(flow, flow, raw, fields, routes)
+        return keys, casts
+
+    def _chain(self, q: Select, flow: str, cols: list[list[Any]] | None, fields: dict[str, str]) -> None:
+        """The view's joins: one two-input join stage per step, each writing the rows joined so far to
+        flow ``<view>__j<i>``, the last writing ``flow`` (``cols``; None: every joined field)."""
+        first = q.sources[0]
+        base = flow.removesuffix("__join")  # v__join's steps: v__j1, ...; a UNION ALL branch's: v__u1__j1, ...
+        bound: dict[str, str | None] = {first.prefix + f: t for f, t in first.types.items()}
+        left: tuple[str, str, list[str], list[str | None]] = (
+            first.flow,
+            first.prefix,
+            list(first.types),
+            list(first.types.values()),
+        )
+        for i, step in enumerate(q.steps, 1):
+            right = step.source
+            if right.flow == left[0]:
+                raise ViewError(
+                    "view-unsupported", "a self-join (a flow joined with itself)", *position(step.node, self._sql)
+                )
+            env = bound | {right.prefix + f: t for f, t in right.types.items()}
+            if step.kind not in ("semi", "anti"):
+                bound = env
+            last = i == len(q.steps)
+            out = flow if last else f"{base}__j{i}"
+            match = exp.and_(*step.match) if step.match else None
+            cond = exp.and_(*step.filter) if step.filter else None
+            for c in (match, cond, step.right_where):
+                self._type(c, env, boolean=True)
+            if cols is None or not last:
+                out_cols: list[list[Any]] = [[f, f] for f in bound]
+                out_fields = {f: f"{t}?" for f, t in bound.items()}
+            else:
+                out_cols, out_fields = cols, fields
+            keys, casts = self._keys(step, env)
+            parts: dict[str, Any] = {}
+            if (left[1], right.prefix) != ("l__", "r__"):
+                parts["prefixes"] = [left[1], right.prefix]
+            if step.kind != "inner":
+                parts["how"] = step.kind
+            if match is not None:
+                parts["match"] = self._x(match, env)
+            plan = _plan(
+                "join",
+                out,
+                fields=[left[2], list(right.types)],
+                ftypes=[left[3], list(right.types.values())],
+                filter=self._x(cond, env),
+                cols=out_cols,
+                types={n: t.rstrip("?") for n, t in out_fields.items()},
+                **parts,
+            )
+            keep = PRESERVED[step.kind]
+            routes = [
+                RouteKey(keys[0], None, left[1], casts, 0 not in keep),
+                RouteKey(keys[1], self._x(step.right_where, env), right.prefix, casts, 1 not in keep),
+            ]
+            state = {"s": "int", "r": "string", "n": "int"} | ({"m": "int"} if match is not None else {})
+            raw = {
+                "translator": _RUN + "join",
+                "inputs": [{"flow": f, "route_by": _RUN + "unrouted"} for f in (left[0], right.flow)],
+                "state": {"schema": state, "row_key": ["s", "r"]},
+                "params": {"cbp_view": plan},
+            }
+            self._stage(out, out, raw, out_fields, routes)
+            left = (out, "", list(bound), list(bound.values()))
 
     def _group(self, q: Select, flow: str, source: str, where: exp.Expr | None, types: dict[str, str | None]) -> None:
         groups = q.groups or []
@@ -249,7 +303,7 @@ class Generated:
         branches: list[dict[str, Any]] = []
         shapes: list[list[tuple[str, str | None]]] = []
         for i, q in enumerate(selects):
-            if len(q.sources) == 1 and q.groups is None:
+            if not q.steps and q.groups is None:
                 self._type(q.where, q.types, boolean=True)
                 cols = [(n, e, self._type(e, q.types)) for n, e in q.columns]
                 src, where = q.sources[0].flow, self._x(q.where, q.types)

@@ -1,10 +1,10 @@
-"""A view's SQL read and checked: parsed with sqlglot (Spark dialect), every construct outside this
+"""A view's SQL parsed and checked: parsed with sqlglot (Spark dialect), every construct outside this
 slice refused (``view-unsupported``), every table and column resolved against the pipeline's flows
-(``view-unknown``), each refusal naming the line and column in the SQL.
+(``view-unknown``), each refusal naming the line and column in the SQL; :mod:`cbp.views.select`
+reads each SELECT with it.
 
-    >>> q = read_query("v", "SELECT url, n + 1 AS m FROM hits WHERE n > 0", {"hits": {"url": "string", "n": "int"}})
-    >>> [b.sources[0].flow for b in q]
-    ['hits']
+    >>> tables_of("SELECT o.id FROM orders o JOIN custs c ON o.cust = c.cust")
+    ['orders', 'custs']
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ import logging
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 import sqlglot
 from sqlglot import exp
@@ -20,12 +21,12 @@ from sqlglot import exp
 from .exprs import SCALAR_NODES, ViewError, construct_name
 from .vtypes import is_typed_view_type
 
-__all__ = ["ViewError", "Source", "Select", "read_query", "tables_of", "AGGREGATES"]
+__all__ = ["ViewError", "Source", "Select", "tables_of", "AGGREGATES", "position", "placed"]
 
 AGGREGATES: tuple[type[exp.Expr], ...] = (exp.Count, exp.Sum, exp.Avg, exp.Min, exp.Max)
 _STRUCTURE = frozenset(
     {exp.Select, exp.From, exp.Table, exp.TableAlias, exp.Identifier, exp.Join, exp.Where, exp.Group, exp.Having}
-    | {exp.Alias, exp.Star, exp.Union, exp.DataType, *AGGREGATES}
+    | {exp.Alias, exp.Star, exp.Union, exp.DataType, exp.Subquery, exp.Exists, *AGGREGATES}
 )
 _KEYWORDS = {"DISTINCT": "DISTINCT", "ORDER BY": r"ORDER\s+BY", "LIMIT": "LIMIT", "OFFSET": "OFFSET"}
 
@@ -48,8 +49,7 @@ class Select:
     sources: list[Source]
     columns: list[tuple[str, exp.Expr]] = field(default_factory=list)  # output name -> expression
     where: exp.Expr | None = None
-    on: list[tuple[exp.Expr, exp.Expr]] = field(default_factory=list)  # join key pairs (left, right)
-    residual: exp.Expr | None = None  # conditions of ON that are not key equalities
+    steps: list[Any] = field(default_factory=list)  # the joins, a chain of cbp.views.joins.Step
     groups: list[exp.Expr] | None = None  # None: no GROUP BY
     having: exp.Expr | None = None
 
@@ -102,23 +102,13 @@ def tables_of(sql: str) -> list[str]:
     return [t.name for t in tree.find_all(exp.Table)]
 
 
-def read_query(name: str, sql: str, flows: Mapping[str, Mapping[str, str]]) -> list[Select]:
-    """The SELECTs of view ``name`` (several with UNION ALL), checked against ``flows`` (flow ->
-    field -> type string); :class:`ViewError` on the first thing wrong."""
-    tree = _parse(sql)
-    _check_nodes(tree, sql)
-    branches: list[exp.Expr] = []
-    _flatten(tree, branches, sql)
-    return [_select(b, sql, flows) for b in branches]
-
-
 def _check_nodes(tree: exp.Expr, sql: str) -> None:
     """Every node of the tree is one this slice compiles."""
     if not isinstance(tree, (exp.Select, exp.Union)):
         raise _view_refusal("view-unsupported", f"a view is a SELECT, not {construct_name(tree)}", tree, sql)
     for node in tree.walk():
         t = type(node)
-        if t in (exp.Select, exp.Union) and node is not tree and not isinstance(node.parent, exp.Union):
+        if t in (exp.Select, exp.Union) and node is not tree and not _in_union_or_condition(node):
             raise _view_refusal("view-unsupported", "a subquery is not supported yet", node, sql)
         if t is exp.Distinct and isinstance(node.parent, (exp.Select, *AGGREGATES)):
             continue  # SELECT DISTINCT, count(DISTINCT col) (the plan refuses it in other aggregates)
@@ -138,6 +128,14 @@ def _check_nodes(tree: exp.Expr, sql: str) -> None:
             or any(isinstance(a, AGGREGATES) for a in node.walk() if a is not node)
         ):
             raise _view_refusal("view-unsupported", f"{construct_name(node)} here (nested or in a clause)", node, sql)
+
+
+def _in_union_or_condition(node: exp.Expr) -> bool:
+    """A SELECT that is a branch of a UNION, or the subquery of EXISTS or IN (SELECT ...)."""
+    parent = node.parent
+    if isinstance(parent, (exp.Union, exp.Exists)):
+        return True
+    return isinstance(parent, exp.Subquery) and isinstance(parent.parent, exp.In) and type(node) is exp.Select
 
 
 def _flatten(tree: exp.Expr, out: list[exp.Expr], sql: str) -> None:
@@ -169,92 +167,6 @@ def _source(table: exp.Table, sql: str, flows: Mapping[str, Mapping[str, str]]) 
     for f, t in flows[flow].items():
         types[f] = t
     return Source(table.alias_or_name, flow, types)
-
-
-def _select(tree: exp.Expr, sql: str, flows: Mapping[str, Mapping[str, str]]) -> Select:
-    """One SELECT: sources resolved, its columns renamed, the join condition split into keys."""
-    assert isinstance(tree, exp.Select)
-    frm = tree.args.get("from_") or tree.args.get("from")
-    if frm is None:
-        raise _view_refusal("view-unsupported", "a SELECT without FROM", tree, sql)
-    sources = [_source(frm.this, sql, flows)]
-    joins = tree.args.get("joins") or []
-    if len(joins) > 1:
-        raise _view_refusal("view-unsupported", "a join of more than two flows is not supported yet", joins[1], sql)
-    q = Select(tree, sources)
-    if joins:
-        _join(q, joins[0], sql, flows)
-    rename = _renamer(q, sql)
-    q.columns = _columns(q, sql, rename)
-    if tree.args.get("where") is not None:
-        q.where = rename(tree.args["where"].this)
-    group = tree.args.get("group")
-    aggregated = any(isinstance(n, AGGREGATES) for _, e in q.columns for n in e.walk())
-    if tree.args.get("distinct") is not None:
-        if group is not None or aggregated:
-            raise _view_refusal(
-                "view-unsupported", "SELECT DISTINCT with GROUP BY or aggregates", None, sql, "DISTINCT"
-            )
-        q.groups = [e for _, e in q.columns]  # SELECT DISTINCT cols: GROUP BY cols
-    if group is not None:
-        q.groups = [rename(g) for g in group.expressions]
-    elif q.groups is None and any(isinstance(n, AGGREGATES) for _, e in q.columns for n in e.walk()):
-        raise _view_refusal("view-unsupported", "an aggregate without GROUP BY is not supported yet", tree, sql)
-    if tree.args.get("having") is not None:
-        if group is None:
-            raise _view_refusal("view-unsupported", "HAVING without GROUP BY", tree.args["having"], sql, "HAVING")
-        q.having = rename(tree.args["having"].this)
-    return q
-
-
-def _join(q: Select, join: exp.Join, sql: str, flows: Mapping[str, Mapping[str, str]]) -> None:
-    kind, side = (join.args.get("kind") or "").upper(), (join.args.get("side") or "").upper()
-    if side or kind not in ("", "INNER") or join.args.get("on") is None:
-        what = f"{side or kind or 'a'} JOIN".strip() if side or kind else "a join without ON"
-        raise _view_refusal(
-            "view-unsupported",
-            f"{what} is not supported yet; an inner JOIN ... ON a.k = b.k is",
-            join,
-            sql,
-            side or kind or None,
-        )
-    right = _source(join.this, sql, flows)
-    if right.alias.lower() == q.sources[0].alias.lower():
-        raise _view_refusal(
-            "view-unsupported", "a join of a flow with itself (give it two names in a later slice)", join.this, sql
-        )
-    if right.flow == q.sources[0].flow:
-        raise _view_refusal("view-unsupported", "a self-join is not supported yet", join.this, sql)
-    q.sources[0].prefix, right.prefix = "l__", "r__"
-    q.sources.append(right)
-    rename = _renamer(q, sql)
-    rest: list[exp.Expr] = []
-    for cond in join.args["on"].flatten() if isinstance(join.args["on"], exp.And) else [join.args["on"]]:
-        pair = _key_pair(rename(cond))
-        if pair is None:
-            rest.append(rename(cond))
-        else:
-            q.on.append(pair)
-    if not q.on:
-        raise _view_refusal("view-unsupported", "a non-equi join (ON needs a.col = b.col)", join.args["on"], sql)
-    q.residual = exp.and_(*rest) if rest else None
-
-
-def _key_pair(cond: exp.Expr) -> tuple[exp.Expr, exp.Expr] | None:
-    """``(left key, right key)`` if ``cond`` is an equality of a left-only and a right-only expression."""
-    if not isinstance(cond, exp.EQ):
-        return None
-
-    def side(e: exp.Expr) -> str | None:
-        names = {c.name[:3] for c in e.find_all(exp.Column)}
-        return names.pop() if len(names) == 1 else None
-
-    a, b = side(cond.this), side(cond.expression)
-    if a == "l__" and b == "r__":
-        return cond.this, cond.expression
-    if a == "r__" and b == "l__":
-        return cond.expression, cond.this
-    return None
 
 
 def _renamer(q: Select, sql: str) -> Callable[[exp.Expr], exp.Expr]:
@@ -290,35 +202,6 @@ def _renamer(q: Select, sql: str) -> Callable[[exp.Expr], exp.Expr]:
         return e.transform(lambda n: resolve(n) if isinstance(n, exp.Column) else n)
 
     return rename
-
-
-def _columns(q: Select, sql: str, rename: Callable[[exp.Expr], exp.Expr]) -> list[tuple[str, exp.Expr]]:
-    """The output columns: ``*`` expanded, each named (its alias, or the column's name)."""
-    out: list[tuple[str, exp.Expr]] = []
-    for e in q.tree.expressions:
-        if isinstance(e, exp.Star):
-            out += [(f, exp.column(s.prefix + f, quoted=True)) for s in q.sources for f in s.types]
-            continue
-        if isinstance(e, exp.Column) and isinstance(e.this, exp.Star):
-            s = next((s for s in q.sources if s.alias.lower() == e.table.lower()), None)
-            if s is None:
-                raise _view_refusal("view-unknown", f"no table named '{e.table}' in the FROM clause", e, sql)
-            out += [(f, exp.column(s.prefix + f, quoted=True)) for f in s.types]
-            continue
-        name = e.alias if isinstance(e, exp.Alias) else (e.name if isinstance(e, exp.Column) else "")
-        if not name:
-            raise _view_refusal(
-                "view-unsupported", f"an unnamed column '{e.sql(dialect='spark')}': name it with AS", e, sql
-            )
-        out.append((name, rename(e.this if isinstance(e, exp.Alias) else e)))
-    seen: set[str] = set()
-    for name, e in out:
-        if name.lower() in seen or not re.fullmatch(r"[A-Za-z][A-Za-z0-9_]{0,99}", name):
-            raise _view_refusal(
-                "view-unsupported", f"output column name '{name}' (twice, or not an identifier)", e, sql
-            )
-        seen.add(name.lower())
-    return out
 
 
 def placed(e: ViewError, sql: str) -> ViewError:

@@ -1,7 +1,8 @@
 """The translators of the stages views compile to (:mod:`cbp.views.plan`), each signed: it sums
 ``_diff`` and writes signed records, so a view's consolidated contents follow its inputs' (DBSP's
 rules: a projection, filter or UNION ALL is linear and keeps no state; a join keeps both inputs'
-rows by join key and emits ``dA ⋈ B + A ⋈ dB + dA ⋈ dB``; a GROUP BY keeps each group's count and
+rows by join key and emits ``dA ⋈ B + A ⋈ dB + dA ⋈ dB``, outer, semi and anti joins too,
+:mod:`cbp.views.joinrun`; a GROUP BY keeps each group's count and
 sums, or for MIN, MAX and count(DISTINCT) the multiset of values, and emits the retraction of a
 group's old row and its new row; SELECT DISTINCT is a GROUP BY of its columns).
 
@@ -19,12 +20,10 @@ from collections.abc import Iterable, Iterator
 from typing import Any
 
 from .exprs import ev, parse_expr
+from .joinrun import SKIP, join
 from .vtypes import avg_value, conform, decode_key, key_text, sum_type
 
 __all__ = ["RouteKey", "SKIP", "linear", "group", "join", "unrouted"]
-
-#: The key of records no group or join takes (filtered out, or a NULL join key): dropped unread.
-SKIP = "-"
 
 
 class RouteKey:
@@ -198,78 +197,3 @@ def group(key: str, state: Iterator[dict[str, Any]], rows: Iterable[dict[str, An
             w.write(before | {"_diff": -1})
         if after is not None:
             w.write(after)
-
-
-def _consolidated(rows: Iterable[dict[str, Any]], fields: list[str]) -> dict[str, int]:
-    """Each distinct row (JSON of its fields' values) with the sum of its ``_diff``, zeros dropped."""
-    out: dict[str, int] = {}
-    for r in rows:
-        k = key_text([r[f] for f in fields])
-        out[k] = out.get(k, 0) + r["_diff"]
-    return {k: d for k, d in out.items() if d}
-
-
-class _Joined:
-    """The joined rows of one key: each output row (after the filter and projection) with its weight."""
-
-    def __init__(self, plan: dict[str, Any]) -> None:
-        self.plan = plan
-        self.names = [n for n, _ in plan["cols"]]
-        self.exprs = [parse_expr(e) for _, e in plan["cols"]]
-        self.types = [plan["types"].get(n) for n in self.names]
-        self.filter = parse_expr(plan["filter"]) if plan["filter"] is not None else None
-        self.rows: dict[tuple[Any, ...], int] = {}
-        self._decoded: dict[tuple[int, str], dict[str, Any]] = {}
-
-    def _row(self, side: int, text: str) -> dict[str, Any]:
-        got = self._decoded.get((side, text))
-        if got is None:
-            prefix = ("l__", "r__")[side]
-            values = decode_key(text, self.plan["ftypes"][side])
-            got = dict(zip((prefix + f for f in self.plan["fields"][side]), values))
-            self._decoded[(side, text)] = got
-        return got
-
-    def add(self, left: dict[str, int], right: dict[str, int]) -> None:
-        for lt, ld in left.items():
-            for rt, rd in right.items():
-                env = self._row(0, lt) | self._row(1, rt)
-                if self.filter is not None and ev(self.filter, env) is not True:
-                    continue
-                vals = tuple(conform(ev(e, env), t, self.plan["out"]) for e, t in zip(self.exprs, self.types))
-                self.rows[vals] = self.rows.get(vals, 0) + ld * rd
-
-
-def join(key: str, state: Any, left: Iterable[dict[str, Any]], right: Iterable[dict[str, Any]], out: Any) -> None:
-    """Inner equi-join: the key's stored rows of each side (row key: side, row) joined with the other
-    side's new records, and the new records with each other; the stored rows updated.
-
-    Example: key ``["c1"]`` holding two order rows; a customer row arriving (``_diff`` 1) emits the
-    two joined rows; the customer row retracted later (``_diff`` -1) emits both with ``_diff`` -1.
-    """
-    if key == SKIP:
-        return
-    plan = out.params["cbp_view"]
-    delta = [_consolidated(left, plan["fields"][0]), _consolidated(right, plan["fields"][1])]
-    if not delta[0] and not delta[1]:
-        return
-    old: list[dict[str, int]] = [{}, {}]
-    for row in state:
-        old[row["s"]][row["r"]] = row["n"]
-    joined = _Joined(plan)
-    joined.add(delta[0], old[1])
-    joined.add(old[0], delta[1])
-    joined.add(delta[0], delta[1])
-    for side in (0, 1):
-        for text, d in delta[side].items():
-            n = old[side].get(text, 0) + d
-            if n < 0:
-                raise ValueError(f"view '{plan['out']}', join key {key}: a row retracted more often than it was added")
-            if n:
-                out.state.write({"s": side, "r": text, "n": n})
-            else:
-                out.state.delete((side, text))
-    w = getattr(out, plan["out"])
-    for vals, d in joined.rows.items():
-        if d:
-            w.write(dict(zip(joined.names, vals)) | {"_diff": d})

@@ -1,0 +1,187 @@
+"""The join translator of the stages views compile to (:mod:`cbp.views.plan`): one two-input step of
+a view's join chain (:mod:`cbp.views.joins`), signed (it sums ``_diff``), keyed by the join key.
+
+DBSP's rules: an inner join keeps both inputs' rows by key and emits ``dA ⋈ B + A ⋈ dB + dA ⋈ dB``.
+An outer, semi or anti join also knows, for each row of a side it keeps (the left side of a LEFT
+JOIN, a semi or anti join; the right of a RIGHT JOIN; both of a FULL JOIN), how many rows of the
+other side match it: the other side's count at the key, or, when a match has conditions besides
+the key (``m``, kept per row in the state), the count of the rows meeting them. A LEFT JOIN's
+NULL-padded row is written when its count goes to 0 and retracted when it leaves 0; a semi join
+writes the row while its count is positive, an anti join while it is 0.
+
+    >>> PRESERVED["left"], PRESERVED["full"]
+    ((0,), (0, 1))
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from typing import Any
+
+from .exprs import ev, parse_expr
+from .joins import PRESERVED
+from .vtypes import conform, decode_key, key_text
+
+__all__ = ["SKIP", "join"]
+
+#: The key of records no group or join takes (filtered out, or a NULL join key): dropped unread.
+SKIP = "-"
+
+
+def _consolidated(rows: Iterable[dict[str, Any]], fields: list[str]) -> dict[str, int]:
+    """Each distinct row (JSON of its fields' values) with the sum of its ``_diff``, zeros dropped."""
+    out: dict[str, int] = {}
+    for r in rows:
+        k = key_text([r[f] for f in fields])
+        out[k] = out.get(k, 0) + r["_diff"]
+    return {k: d for k, d in out.items() if d}
+
+
+class _Joined:
+    """The output rows of one key: each row (after the filter and projection) with its weight."""
+
+    def __init__(self, plan: dict[str, Any]) -> None:
+        self.plan = plan
+        self.names = [n for n, _ in plan["cols"]]
+        self.exprs = [parse_expr(e) for _, e in plan["cols"]]
+        self.types = [plan["types"].get(n) for n in self.names]
+        self.filter = parse_expr(plan["filter"]) if plan["filter"] is not None else None
+        self.match = parse_expr(plan["match"]) if plan.get("match") is not None else None
+        self.prefixes = plan.get("prefixes") or ["l__", "r__"]
+        self.nulls = [{self.prefixes[s] + f: None for f in plan["fields"][s]} for s in (0, 1)]
+        self.rows: dict[tuple[Any, ...], int] = {}
+        self.never = False  # a NULL key (a kept side's rows routed together): nothing matches
+        self._decoded: dict[tuple[int, str], dict[str, Any]] = {}
+
+    def row(self, side: int, text: str) -> dict[str, Any]:
+        """The row ``text`` of ``side`` as an environment (its fields with the side's prefix)."""
+        got = self._decoded.get((side, text))
+        if got is None:
+            values = decode_key(text, self.plan["ftypes"][side])
+            got = dict(zip((self.prefixes[side] + f for f in self.plan["fields"][side]), values))
+            self._decoded[(side, text)] = got
+        return got
+
+    def matches(self, left: str, right: str) -> bool:
+        if self.never:
+            return False
+        return self.match is None or ev(self.match, self.row(0, left) | self.row(1, right)) is True
+
+    def emit(self, env: dict[str, Any], weight: int) -> None:
+        if self.filter is not None and ev(self.filter, env) is not True:
+            return
+        vals = tuple(conform(ev(e, env), t, self.plan["out"]) for e, t in zip(self.exprs, self.types))
+        self.rows[vals] = self.rows.get(vals, 0) + weight
+
+    def add(self, left: dict[str, int], right: dict[str, int]) -> None:
+        for lt, ld in left.items():
+            for rt, rd in right.items():
+                if self.matches(lt, rt):
+                    self.emit(self.row(0, lt) | self.row(1, rt), ld * rd)
+
+    def alone(self, side: int, text: str, weight: int, padded: bool) -> None:
+        """A row of ``side`` without a match: NULL-padded (outer) or as it is (semi, anti)."""
+        env = self.row(side, text)
+        if padded:
+            env = (env | self.nulls[1]) if side == 0 else (self.nulls[0] | env)
+        self.emit(env, weight)
+
+    def count(self, side: int, text: str, others: dict[str, int]) -> int:
+        """How many rows of ``others`` (the other side, with their multiplicity) match row ``text``."""
+        if self.match is None:
+            return 0 if self.never else sum(others.values())
+        pair = (lambda o: (text, o)) if side == 0 else (lambda o: (o, text))
+        return sum(w for o, w in others.items() if self.matches(*pair(o)))
+
+
+def _added(old: dict[str, int], delta: dict[str, int], plan: dict[str, Any], key: str) -> dict[str, int]:
+    new = dict(old)
+    for text, d in delta.items():
+        n = new.get(text, 0) + d
+        if n < 0:
+            raise ValueError(f"view '{plan['out']}', join key {key}: a row retracted more often than it was added")
+        if n:
+            new[text] = n
+        else:
+            new.pop(text, None)
+    return new
+
+
+def _kept(
+    joined: _Joined,
+    how: str,
+    p: int,
+    old: list[dict[str, int]],
+    new: list[dict[str, int]],
+    delta: Any,
+    m: list[dict[str, int]],
+) -> set[str]:
+    """Update the match counts ``m`` of kept side ``p``'s rows and emit the change of its rows without
+    a match (outer, anti) or with one (semi); return the rows whose count changed."""
+    o = 1 - p
+    if joined.match is None:  # every row's count is the other side's: only a change through 0 matters
+        before, after = (0, 0) if joined.never else (sum(old[o].values()), sum(new[o].values()))
+        rows = set(delta[p]) | (set(old[p]) if (before == 0) != (after == 0) else set())
+        counts = {t: (before, after) for t in rows}
+    else:
+        rows = set(delta[p]) | (set(old[p]) if delta[o] else set())
+        counts = {}
+        for t in rows:
+            was = m[p].get(t, 0) if t in old[p] else 0
+            now = was + joined.count(p, t, delta[o]) if t in old[p] else joined.count(p, t, new[o])
+            counts[t] = (was, now)
+    changed = set()
+    hit = (lambda c: c > 0) if how == "semi" else (lambda c: c == 0)  # the row is written while hit(count)
+    for t, (was, now) in counts.items():
+        d = (new[p].get(t, 0) if hit(now) else 0) - (old[p].get(t, 0) if hit(was) else 0)
+        if d:
+            joined.alone(p, t, d, how not in ("semi", "anti"))
+        if joined.match is not None and (was != now or t not in old[p]):
+            m[p][t] = now
+            changed.add(t)
+    return changed
+
+
+def join(key: str, state: Any, left: Iterable[dict[str, Any]], right: Iterable[dict[str, Any]], out: Any) -> None:
+    """One join step (plan ``how``: inner, left, right, full, semi, anti): the key's stored rows of each
+    side (row key: side, row) joined with the other side's new records, and the new records with
+    each other; the rows without a match of a kept side padded (or kept: semi, anti); the stored rows
+    and match counts updated.
+
+    Example: key ``["c1"]`` holding two order rows of a LEFT JOIN and no customer: a customer row
+    arriving (``_diff`` 1) retracts the two NULL-padded rows and writes the two joined rows.
+    """
+    if key == SKIP:
+        return
+    plan = out.params["cbp_view"]
+    delta = [_consolidated(left, plan["fields"][0]), _consolidated(right, plan["fields"][1])]
+    if not delta[0] and not delta[1]:
+        return
+    how = plan.get("how", "inner")
+    old: list[dict[str, int]] = [{}, {}]
+    m: list[dict[str, int]] = [{}, {}]
+    for row in state:
+        old[row["s"]][row["r"]] = row["n"]
+        m[row["s"]][row["r"]] = row.get("m") or 0
+    joined = _Joined(plan)
+    joined.never = None in json.loads(key)
+    if how != "semi" and how != "anti":
+        joined.add(delta[0], old[1])
+        joined.add(old[0], delta[1])
+        joined.add(delta[0], delta[1])
+    new = [_added(old[s], delta[s], plan, key) for s in (0, 1)]
+    recount = [_kept(joined, how, p, old, new, delta, m) if p in PRESERVED[how] else set() for p in (0, 1)]
+    for side in (0, 1):
+        for text in set(delta[side]) | recount[side]:
+            n = new[side].get(text, 0)
+            if not n:
+                out.state.delete((side, text))
+            elif joined.match is not None and how != "inner":
+                out.state.write({"s": side, "r": text, "n": n, "m": m[side].get(text, 0)})
+            else:
+                out.state.write({"s": side, "r": text, "n": n})
+    w = getattr(out, plan["out"])
+    for vals, d in joined.rows.items():
+        if d:
+            w.write(dict(zip(joined.names, vals)) | {"_diff": d})

@@ -1,0 +1,86 @@
+"""A view's SELECTs read: sources and joins resolved (:mod:`cbp.views.joins`), columns renamed to row
+field names, GROUP BY, HAVING and SELECT DISTINCT read; each refusal naming its line and column.
+
+    >>> q = read_query("v", "SELECT url, n + 1 AS m FROM hits WHERE n > 0", {"hits": {"url": "string", "n": "int"}})
+    >>> [b.sources[0].flow for b in q]
+    ['hits']
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Mapping
+
+from sqlglot import exp
+
+from .joins import read_joins
+from .query import AGGREGATES, Select, _check_nodes, _flatten, _parse, _source, _view_refusal
+
+__all__ = ["read_query"]
+
+
+def read_query(name: str, sql: str, flows: Mapping[str, Mapping[str, str]]) -> list[Select]:
+    """The SELECTs of view ``name`` (several with UNION ALL), checked against ``flows`` (flow ->
+    field -> type string); :class:`ViewError` on the first thing wrong."""
+    tree = _parse(sql)
+    _check_nodes(tree, sql)
+    branches: list[exp.Expr] = []
+    _flatten(tree, branches, sql)
+    return [_select(b, sql, flows) for b in branches]
+
+
+def _select(tree: exp.Expr, sql: str, flows: Mapping[str, Mapping[str, str]]) -> Select:
+    """One SELECT: sources resolved, its columns renamed, the join condition split into keys."""
+    assert isinstance(tree, exp.Select)
+    frm = tree.args.get("from_") or tree.args.get("from")
+    if frm is None:
+        raise _view_refusal("view-unsupported", "a SELECT without FROM", tree, sql)
+    q = Select(tree, [_source(frm.this, sql, flows)])
+    rename = read_joins(q, sql, flows)
+    q.columns = _columns(q, sql, rename)
+    group = tree.args.get("group")
+    aggregated = any(isinstance(n, AGGREGATES) for _, e in q.columns for n in e.walk())
+    if tree.args.get("distinct") is not None:
+        if group is not None or aggregated:
+            raise _view_refusal(
+                "view-unsupported", "SELECT DISTINCT with GROUP BY or aggregates", None, sql, "DISTINCT"
+            )
+        q.groups = [e for _, e in q.columns]  # SELECT DISTINCT cols: GROUP BY cols
+    if group is not None:
+        q.groups = [rename(g) for g in group.expressions]
+    elif q.groups is None and any(isinstance(n, AGGREGATES) for _, e in q.columns for n in e.walk()):
+        raise _view_refusal("view-unsupported", "an aggregate without GROUP BY is not supported yet", tree, sql)
+    if tree.args.get("having") is not None:
+        if group is None:
+            raise _view_refusal("view-unsupported", "HAVING without GROUP BY", tree.args["having"], sql, "HAVING")
+        q.having = rename(tree.args["having"].this)
+    return q
+
+
+def _columns(q: Select, sql: str, rename: Callable[[exp.Expr], exp.Expr]) -> list[tuple[str, exp.Expr]]:
+    """The output columns: ``*`` expanded, each named (its alias, or the column's name)."""
+    out: list[tuple[str, exp.Expr]] = []
+    for e in q.tree.expressions:
+        if isinstance(e, exp.Star):
+            out += [(f, exp.column(s.prefix + f, quoted=True)) for s in q.sources for f in s.types]
+            continue
+        if isinstance(e, exp.Column) and isinstance(e.this, exp.Star):
+            s = next((s for s in q.sources if s.alias.lower() == e.table.lower()), None)
+            if s is None:
+                raise _view_refusal("view-unknown", f"no table named '{e.table}' in the FROM clause", e, sql)
+            out += [(f, exp.column(s.prefix + f, quoted=True)) for f in s.types]
+            continue
+        name = e.alias if isinstance(e, exp.Alias) else (e.name if isinstance(e, exp.Column) else "")
+        if not name:
+            raise _view_refusal(
+                "view-unsupported", f"an unnamed column '{e.sql(dialect='spark')}': name it with AS", e, sql
+            )
+        out.append((name, rename(e.this if isinstance(e, exp.Alias) else e)))
+    seen: set[str] = set()
+    for name, e in out:
+        if name.lower() in seen or not re.fullmatch(r"[A-Za-z][A-Za-z0-9_]{0,99}", name):
+            raise _view_refusal(
+                "view-unsupported", f"output column name '{name}' (twice, or not an identifier)", e, sql
+            )
+        seen.add(name.lower())
+    return out
