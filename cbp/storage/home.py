@@ -158,7 +158,7 @@ class Home(DeltaTables):
         where pyarrow takes two (a HEAD before a read; a listing after a missing HEAD; a directory
         marker written after a delete)."""
         if self._s3 is None and objectstore.is_s3(self.location):
-            self._s3 = S3Objects(self.location)
+            self._s3 = S3Objects(self.location, self._store)
         return self._s3
 
     def read_bytes(self, rel: str) -> bytes:
@@ -366,7 +366,7 @@ class Home(DeltaTables):
                 code="unsupported-store",
                 path=self.location,
             )
-        return S3Objects(self.location)
+        return S3Objects(self.location, self._store)
 
     def runner_info(self) -> dict[str, Any] | None:
         """Who holds (or, if the lock is free, last held and was killed holding) the runner lock."""
@@ -382,7 +382,7 @@ class Home(DeltaTables):
         if local is None:
             if not objectstore.is_s3(self.location):
                 return False
-            rec = Lease(S3Objects(self.location), "runner").current()
+            rec = Lease(S3Objects(self.location, self._store), "runner").current()
             return rec is not None and rec.live()
         path = os.path.join(local, LAYOUT.RUNNER_LOCK)
         if not os.path.exists(path):
