@@ -49,6 +49,12 @@ def no_spark(monkeypatch):
         ),
         ("SELECT * FROM urls WHERE url IN (SELECT value FROM text.`/etc/passwd`)", [], "sql-not-allowed"),
         ("SELECT IDENTIFIER('ref' || 'lect')('java.util.UUID', 'randomUUID')", [], "sql-not-allowed"),
+        ("EXECUTE IMMEDIATE 'DROP VIEW urls'", [], "sql-not-query"),
+        ("ADD JAR /tmp/x.jar", [], "sql-not-query"),
+        ("EXPLAIN WITH x AS (SELECT 1) INSERT INTO urls SELECT * FROM x", [], "sql-not-query"),
+        ("SELECT * FROM read_files('/etc/passwd')", [], "sql-not-allowed"),
+        ("SELECT TRANSFORM(url) USING 'cat /etc/passwd' FROM urls", [], "sql-not-allowed"),
+        ("SHOW TBLPROPERTIES delta.`/tmp`", [], "sql-not-allowed"),
         ("SELECT * FROM url_count TIMESTAMP AS OF '2026-01-01'", [], "sql-time-travel"),
         ("SELECT * FROM url_count VERSION AS OF 'x'", [], "sql-time-travel"),
         ("SELECT * FROM url_count VERSION AS OF 1", [], "unknown-epoch"),  # a new home: no epoch has run
