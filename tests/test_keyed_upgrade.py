@@ -261,14 +261,14 @@ def test_a_rewrite_task_given_rows_of_two_new_partitions_writes_nothing(tmp_path
 
     import pyarrow as pa
 
-    from cbp.engine.driver.restate import _write
+    from cbp.engine.task.restate import write_parts
 
     batch = pa.RecordBatch.from_pydict(
         {"q": pa.array([0, 1], pa.int32()), "probe": ["a", "b"], "data": pa.array([b"x", b"y"])}
     )
     job = SimpleNamespace(home=None)  # never reached: nothing is written
-    got = list(_write(job, iter([batch])))
+    got = list(write_parts(job, iter([batch])))
     assert len(got) == 1
     result = pickle.loads(got[0].column("result")[0].as_py())
     assert "errors" in result and "[0, 1]" in result["errors"][0]
-    assert list(_write(job, iter([]))) == []  # an empty new partition: nothing to report
+    assert list(write_parts(job, iter([]))) == []  # an empty new partition: nothing to report
