@@ -282,8 +282,9 @@ def classic_context(spark: Any) -> Any:
 def sql_error(exc: Exception) -> Exception:
     """The cbp error for a failed Spark SQL query: the user's query (``bad-sql``: Spark's SQLSTATE
     class 42, syntax or access, 22, data, or P0, ``raise_error``) or anything else (``sql-failed``).
-    A query that fails while its rows are fetched comes as py4j's error around Spark's: the
-    message and SQLSTATE are those of the innermost Spark error in its causes."""
+    A query that fails while its rows are fetched comes, on a classic session, as py4j's error
+    around Spark's: the message and SQLSTATE are those of the innermost Spark error in its causes;
+    on Spark Connect the error carries its SQLSTATE itself."""
     from pyspark.errors import AnalysisException
 
     first = next((ln.strip() for ln in str(exc).splitlines() if ln.strip()), type(exc).__name__)
