@@ -20,7 +20,7 @@ Example (a pipeline fed and run; Spark with the delta-spark jars)::
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 from functools import partial
 from typing import TYPE_CHECKING, Any, NamedTuple
 
@@ -47,13 +47,12 @@ __all__ = [
     "parse_epoch",
     "view_name",
     "Epochs",
+    "classic_context",
 ]
 
 #: ``epoch``: one stage epoch for every stateful stage (``N``), or per stage (``{stage: N}``).
 Epochs = int | str | Mapping[str, int] | None
 _EPOCH = re.compile(r"\s*(?:([A-Za-z_][A-Za-z0-9_]*)\s*=\s*)?(-?\d+)\s*\Z")
-#: Top-level plans a read-only query may be besides queries (class names of Spark's logical plans).
-_READ_ONLY_COMMANDS = ("Explain", "Describe", "Show")
 _COPIES = "_cbp_copies"  # a SQL view's row multiplicity (view_df)
 
 
@@ -290,6 +289,8 @@ def run_sql(parts: Parts, spark: Any, query: str, epoch: Epochs = None, checked:
     Errors (codes): ``bad-sql`` (the query does not parse or fails), ``sql-unknown-view``,
     ``sql-not-query`` (it would change something), ``sql-not-allowed``, ``sql-time-travel``,
     ``no-delta-jars``, ``unknown-stage``, ``unknown-epoch``. ``checked``: what :func:`prepare` gave.
+    Spark gets only a statement :func:`prepare` let through (sqlglot, :mod:`cbp.sqlcheck`; no JVM
+    parser: on Spark Connect ``spark.sql`` runs a command the moment it gets it).
 
     Example::
 
@@ -298,7 +299,6 @@ def run_sql(parts: Parts, spark: Any, query: str, epoch: Epochs = None, checked:
     """
     checked = checked or prepare(parts, query, epoch)
     require_delta(spark)
-    _check_read_only(spark, checked.query)
     for name, df in {**views(parts, spark, epoch, checked.query), **_travel_views(parts, spark, checked)}.items():
         df.createOrReplaceTempView(view_name(name))
     try:
@@ -307,125 +307,25 @@ def run_sql(parts: Parts, spark: Any, query: str, epoch: Epochs = None, checked:
         raise sql_error(e) from None
 
 
-def _check_read_only(spark: Any, query: str) -> None:
-    """Refuse, before it runs, a statement that is not a query over the pipeline's views.
+def classic_context(spark: Any) -> Any:
+    """The SparkContext of a classic session, or None on Spark Connect (whose ``sparkContext``
+    raises: a Connect client has no JVM).
 
-    ``spark.sql`` runs commands at once, and cbp's tables are written by cbp only; nothing outside
-    the home is read. Every node of the parsed statement is looked at (common table expressions and
-    subqueries included, from Spark's JSON form of the plan): ``sql-not-query`` for a command
-    (INSERT, DELETE, MERGE, CREATE, SET ...; EXPLAIN, DESCRIBE and SHOW at the top are queries),
-    ``sql-not-allowed`` for a table named by path or catalog (``delta.`/x```, ``text.`/etc/passwd```),
-    a table function that reads files (only Spark's generators and ``range`` are allowed), a
-    function that calls Java (``reflect``, ``java_method``) and ``IDENTIFIER(...)`` over an
-    expression (what it names is not known before it runs).
+        >>> classic_context(object()) is None
+        True
     """
-    import json
-
     try:
-        plan = spark._jsparkSession.sessionState().sqlParser().parsePlan(query)
-    except Exception as e:
-        raise sql_error(e) from None
-    try:
-        nodes = list(_plan_nodes(json.loads(plan.toJSON())))
-    except Exception as e:  # a plan Spark cannot show as JSON cannot be checked
-        raise UsageError(
-            f"cbp sql cannot check this statement ({type(e).__name__}); write it as a plain query",
-            code="sql-not-allowed",
-        ) from None
-    jvm = spark.sparkContext._jvm
-    command = jvm.java.lang.Class.forName("org.apache.spark.sql.catalyst.plans.logical.Command")
-    kinds: dict[str, bool] = {}
-    for depth, node in nodes:
-        cls = str(node.get("class", ""))
-        simple = cls.rsplit(".", 1)[-1]
-        if cls not in kinds:
-            try:
-                kinds[cls] = bool(command.isAssignableFrom(jvm.java.lang.Class.forName(cls)))
-            except Exception:
-                kinds[cls] = False
-        insert = "Insert" in simple and ".expressions." not in cls  # InsertIntoStatement, InsertIntoDir: not Commands
-        if (kinds[cls] and not (depth == 0 and simple.startswith(_READ_ONLY_COMMANDS))) or insert:
-            raise UsageError(
-                "cbp sql runs queries only (SELECT, WITH, VALUES, EXPLAIN, DESCRIBE, SHOW); this statement "
-                f"contains {simple}, which would change tables or settings",
-                code="sql-not-query",
-            )
-        why = _not_allowed(simple, node)
-        if why:
-            raise UsageError(f"cbp sql reads the pipeline's views only: {why}", code="sql-not-allowed")
-
-
-#: Table functions a query may call: Spark's generators and ``range`` (none reads a file).
-_TABLE_FUNCTIONS = frozenset(
-    {
-        "range",
-        "explode",
-        "explode_outer",
-        "inline",
-        "inline_outer",
-        "json_tuple",
-        "posexplode",
-        "posexplode_outer",
-        "stack",
-        "variant_explode",
-        "variant_explode_outer",
-        "sql_keywords",
-        "collations",
-    }
-)
-#: Functions that run Java code named in the query.
-_JAVA_FUNCTIONS = frozenset({"reflect", "java_method", "try_reflect"})
-
-
-def _names(value: Any) -> list[str]:
-    """Spark's JSON form of a name list (``"[delta, /x]"``) as its parts."""
-    text = str(value or "")
-    return [p.strip() for p in text.strip("[]").split(",")] if text.startswith("[") else [text]
-
-
-def _not_allowed(simple: str, node: dict[str, Any]) -> str:
-    """Why one parsed plan or expression node may not run in ``cbp sql`` ("" if it may)."""
-    if (
-        simple.startswith("Unresolved")
-        and "multipartIdentifier" in node
-        and len(_names(node.get("multipartIdentifier"))) != 1
-    ):
-        table = ".".join(_names(node.get("multipartIdentifier")))
-        return f"{table} is a table by path or catalog; name a view (a stage or a flow)"
-    if simple == "UnresolvedTableValuedFunction":
-        name = _names(node.get("name"))
-        if len(name) != 1 or name[0].lower() not in _TABLE_FUNCTIONS:
-            allowed = ", ".join(sorted(_TABLE_FUNCTIONS))
-            return f"table function {'.'.join(name)}() may read files; only {allowed} are allowed"
-    if simple == "UnresolvedFunction":
-        name = _names(node.get("nameParts"))
-        if len(name) != 1 or name[0].lower() in _JAVA_FUNCTIONS:
-            return f"function {'.'.join(name)}() calls Java code or a catalog's function"
-    if simple in ("PlanWithUnresolvedIdentifier", "ExpressionWithUnresolvedIdentifier"):
-        return "IDENTIFIER() over an expression; write the name itself"
-    return ""
-
-
-def _plan_nodes(doc: Any, depth: int = 0) -> Iterator[tuple[int, dict[str, Any]]]:
-    """Every node (plan or expression) in Spark's JSON form of a plan (``TreeNode.toJSON``: a list
-    of nodes in pre-order, with nested lists for expressions, subquery plans and CTE definitions);
-    ``depth`` 0 only for the statement's top node."""
-    stack: list[tuple[Any, int]] = [(doc, depth)]
-    while stack:
-        item, d = stack.pop()
-        if isinstance(item, dict):
-            if "class" in item:
-                yield d, item
-            stack.extend((v, 1) for v in item.values() if isinstance(v, (list, dict)))
-        elif isinstance(item, list):
-            stack.extend((v, d if i == 0 else 1) for i, v in reversed(list(enumerate(item))))
+        return spark.sparkContext
+    except Exception:  # pyspark.errors.PySparkNotImplementedError on Connect
+        return None
 
 
 def sql_error(exc: Exception) -> Exception:
     """The cbp error for a failed Spark SQL query: the user's query (``bad-sql``: Spark's SQLSTATE
     class 42, syntax or access, 22, data, or P0, ``raise_error``) or anything else (``sql-failed``).
-    A query that fails while its rows are fetched comes as py4j's error around Spark's: the
-    message and SQLSTATE are those of the innermost Spark error in its causes."""
+    A query that fails while its rows are fetched comes, on a classic session, as py4j's error
+    around Spark's: the message and SQLSTATE are those of the innermost Spark error in its causes;
+    on Spark Connect the error carries its SQLSTATE itself."""
     from pyspark.errors import AnalysisException
 
     first = next((ln.strip() for ln in str(exc).splitlines() if ln.strip()), type(exc).__name__)

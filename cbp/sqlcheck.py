@@ -1,9 +1,19 @@
-"""What ``cbp sql`` refuses before Spark starts, and ``VERSION AS OF`` on its views.
+"""What ``cbp sql`` refuses before Spark sees the statement, and ``VERSION AS OF`` on its views.
 
-The statement is parsed in Python with sqlglot (Spark dialect), so a syntax error, a statement
-that would change something, and a name that is no view are refused at once (Spark's JVM takes
-seconds to start). Spark's own parser and :func:`cbp.sql._check_read_only` still look at every
-statement that gets through: this check only refuses earlier, it lets nothing more through.
+The statement is parsed in Python with sqlglot (Spark dialect), and this is the only check: on a
+Spark Connect server ``spark.sql`` runs a command the moment it gets it, and no JVM parser is at
+hand on a client. What may run is named, everything else is refused:
+
+- one statement: a query (``SELECT``, ``WITH``, ``VALUES``, set operations), ``DESCRIBE`` a view,
+  ``EXPLAIN`` a statement that passes this check, ``SHOW TABLES|VIEWS|FUNCTIONS [LIKE 'p']`` or
+  ``SHOW COLUMNS IN view``; anything else, at the top or nested, is ``sql-not-query`` (INSERT,
+  CREATE, DROP, ALTER, MERGE, UPDATE, DELETE, SET, RESET, CACHE, ADD JAR, REFRESH, CALL,
+  EXECUTE IMMEDIATE, DECLARE ...);
+- reading the views only (``sql-not-allowed``): no table by path or catalog (``parquet.`/x```),
+  no table function but ``range`` and Spark's generators (not ``read_files``), no function that
+  calls Java or reads a file (``reflect``, ``java_method``, ``from_protobuf``), no catalog's
+  function (``db.f()``), no ``TRANSFORM ... USING`` (a program), no ``IDENTIFIER(...)``;
+- a name that is no view is ``sql-unknown-view``, a syntax error or several statements ``bad-sql``.
 
 ``FROM view VERSION AS OF N`` reads a view as ``--epoch`` does for epoch N: a stage's state
 after its epoch N, a flow's records written by its producer's epoch N (an external flow: its Nth
@@ -12,17 +22,18 @@ feed). The statement is then rewritten to read a view registered for that epoch.
     >>> check(["url_count", "urls"], "SELECT * FROM url_count VERSION AS OF 2 c").travel
     {('url_count', 2): 'url_count@2'}
     >>> try:
-    ...     check(["url_count"], "SELECT * FROM nope")
+    ...     check(["url_count"], "SELECT * FROM parquet.`/etc`")
     ... except UsageError as e:
     ...     print(e.code)
-    sql-unknown-view
+    sql-not-allowed
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from .errors import UsageError
 
@@ -55,8 +66,31 @@ _WRITES = (
     "Copy",
     "Export",
 )
-#: Statements sqlglot keeps as raw commands that are read-only; Spark's own check decides on them.
-_READ_COMMANDS = ("EXPLAIN", "SHOW", "DESCRIBE", "DESC")
+#: Table functions a query may call: Spark's generators and ``range`` (none reads a file).
+_TABLE_FUNCTIONS = frozenset(
+    {
+        "range",
+        "explode",
+        "explode_outer",
+        "inline",
+        "inline_outer",
+        "json_tuple",
+        "posexplode",
+        "posexplode_outer",
+        "stack",
+        "variant_explode",
+        "variant_explode_outer",
+        "sql_keywords",
+        "collations",
+    }
+)
+#: Functions that run Java code named in the query, or read a file named in it.
+_REFUSED_FUNCTIONS = frozenset({"reflect", "java_method", "try_reflect", "from_protobuf", "to_protobuf"})
+#: ``EXPLAIN``'s modes (Spark's grammar): the statement follows.
+_EXPLAIN_MODES = frozenset({"EXTENDED", "CODEGEN", "COST", "FORMATTED", "LOGICAL"})
+#: What ``SHOW`` may list besides a view's columns: names, nothing from files or a catalog.
+_SHOW_LISTS = frozenset({"TABLES", "VIEWS", "FUNCTIONS"})
+_QUERY_ONLY = "cbp sql runs queries only (SELECT, WITH, VALUES, EXPLAIN, DESCRIBE, SHOW); this statement"
 
 
 @dataclass
@@ -79,15 +113,31 @@ def travel_name(view: str, epoch: int) -> str:
 
 def check(view_names: Iterable[str], query: str) -> Checked:
     """Parse ``query`` and refuse it (a :class:`UsageError`) if it is not one read-only query over
-    ``view_names`` and its own common table expressions. Codes: ``bad-sql`` (a syntax error, with
-    line and column; several statements), ``sql-not-query``, ``sql-not-allowed`` (a table by path
-    or catalog), ``sql-unknown-view`` (the message lists the views), ``sql-time-travel``
-    (``TIMESTAMP AS OF``, or a version that is not a whole number)."""
-    import sqlglot
+    ``view_names`` and its own common table expressions (see the module for what may run). Codes:
+    ``bad-sql`` (a syntax error, with line and column; several statements), ``sql-not-query``,
+    ``sql-not-allowed``, ``sql-unknown-view`` (the message lists the views), ``sql-time-travel``
+    (``TIMESTAMP AS OF``, or a version that is not a whole number).
+
+        >>> check(["urls"], "EXPLAIN SELECT * FROM urls").query
+        'EXPLAIN SELECT * FROM urls'
+    """
+    views = {v.lower(): v for v in view_names}
+    tree = _parse(query)
     from sqlglot import exp
 
+    if isinstance(tree, exp.Command):
+        return _command(views, query, tree)
+    _refuse_writes(tree)
+    _refuse_outside_reads(tree)
+    return _resolve_tables(views, query, tree)
+
+
+def _parse(query: str) -> object:
+    """The one statement of ``query`` as sqlglot's tree (``bad-sql``, or ``sql-not-query`` for a
+    write sqlglot cannot parse)."""
+    import sqlglot
+
     logging.getLogger("sqlglot").setLevel(logging.ERROR)  # "falling back to parsing as a Command" is no news
-    views = {v.lower(): v for v in view_names}
     try:
         statements = [s for s in sqlglot.parse(query, read="spark") if s is not None]
     except sqlglot.errors.ParseError as e:
@@ -97,21 +147,79 @@ def check(view_names: Iterable[str], query: str) -> Checked:
         raise UsageError(f"the SQL query does not parse: {str(e).splitlines()[0]}", code="bad-sql") from None
     if len(statements) != 1:
         raise UsageError(f"cbp sql runs one statement, got {len(statements)}", code="bad-sql")
-    tree = statements[0]
-    if isinstance(tree, exp.Command) and str(tree.this).upper() in _READ_COMMANDS:
-        return Checked(query)  # EXPLAIN/SHOW ...: left to Spark's parser and cbp.sql._check_read_only
-    for node in tree.walk():
+    return statements[0]
+
+
+def _refuse_writes(tree: object) -> None:
+    """``sql-not-query`` unless the statement is a query or ``DESCRIBE`` with nothing that writes in it."""
+    from sqlglot import exp
+
+    for node in tree.walk():  # type: ignore[attr-defined]
         if type(node).__name__ in _WRITES:
             raise UsageError(
-                f"cbp sql runs queries only (SELECT, WITH, VALUES, EXPLAIN, DESCRIBE, SHOW); this "
-                f"statement contains {type(node).__name__.upper()}, which would change tables or settings",
+                f"{_QUERY_ONLY} contains {type(node).__name__.upper()}, which would change tables or settings",
                 code="sql-not-query",
             )
-    ctes = {c.alias_or_name.lower() for c in tree.find_all(exp.CTE)}
+    if not isinstance(tree, (exp.Query, exp.Values, exp.Describe)):  # RESET, CLEAR CACHE: an expression to sqlglot
+        first = str(tree.sql(dialect="spark")).split(None, 1)[0:1] or ["?"]  # type: ignore[attr-defined]
+        raise UsageError(f"{_QUERY_ONLY} starts with {first[0]!r}, which is no query", code="sql-not-query")
+
+
+def _refuse_outside_reads(tree: object) -> None:
+    """``sql-not-allowed`` for what reads or runs anything but the views (see the module)."""
+    from sqlglot import exp
+
+    if isinstance(tree, exp.Describe) and (str(tree.args.get("kind") or "TABLE").upper() != "TABLE"):
+        raise UsageError(
+            f"cbp sql reads the pipeline's views only: DESCRIBE {tree.args.get('kind')}; describe a view",
+            code="sql-not-allowed",
+        )
+    for node in tree.walk():  # type: ignore[attr-defined]
+        why = _outside_read(node)
+        if why:
+            raise UsageError(f"cbp sql reads the pipeline's views only: {why}", code="sql-not-allowed")
+
+
+def _func_name(node: object) -> str:
+    """A function call's name as written (lower case; a quoted name keeps its backticks)."""
+    from sqlglot import exp
+
+    if isinstance(node, exp.Anonymous) and isinstance(node.this, str):
+        return node.this.lower()
+    return str(node.sql(dialect="spark")).split("(", 1)[0].strip().lower()  # type: ignore[attr-defined]
+
+
+def _outside_read(node: object) -> str:
+    """Why one node of the statement may not run in ``cbp sql`` ("" if it may)."""
+    from sqlglot import exp
+
+    if isinstance(node, exp.QueryTransform):
+        return "TRANSFORM ... USING runs a program"
+    if isinstance(node, exp.Func) and _func_name(node) == "identifier":
+        return "IDENTIFIER(); write the name itself"
+    if isinstance(node, (exp.Table, exp.Lateral)) and isinstance(node.this, exp.Func):
+        name = _func_name(node.this)
+        if name not in _TABLE_FUNCTIONS and name != "identifier":
+            return f"table function {name}() may read files; only {', '.join(sorted(_TABLE_FUNCTIONS))} are allowed"
+    if isinstance(node, exp.Table) and not isinstance(node.this, (exp.Identifier, exp.Func)):
+        return f"{node.sql(dialect='spark')} is no view"
+    if isinstance(node, exp.Dot) and isinstance(node.expression, exp.Func):
+        return f"function {node.sql(dialect='spark').split('(', 1)[0]}() is a catalog's function"
+    if isinstance(node, exp.Func) and _func_name(node) in _REFUSED_FUNCTIONS:
+        return f"function {_func_name(node)}() calls Java code or reads a file"
+    return ""
+
+
+def _resolve_tables(views: dict[str, str], query: str, tree: object) -> Checked:
+    """The views the statement reads, checked (``sql-not-allowed`` by path or catalog,
+    ``sql-unknown-view``), and ``VERSION AS OF`` rewritten to the views of those epochs."""
+    from sqlglot import exp
+
+    ctes = {c.alias_or_name.lower() for c in tree.find_all(exp.CTE)}  # type: ignore[attr-defined]
     travel: dict[tuple[str, int], str] = {}
-    for table in list(tree.find_all(exp.Table)):
+    for table in list(tree.find_all(exp.Table)):  # type: ignore[attr-defined]
         if not isinstance(table.this, exp.Identifier):
-            continue  # a table function: cbp.sql._check_read_only decides
+            continue  # a table function (checked above)
         if table.args.get("db") is not None or table.args.get("catalog") is not None:
             raise UsageError(
                 f"cbp sql reads the pipeline's views only: {table.sql(dialect='spark')} is a table by "
@@ -121,18 +229,60 @@ def check(view_names: Iterable[str], query: str) -> Checked:
         name = table.name.lower()
         if name in ctes and table.args.get("version") is None:
             continue
-        if name not in views:
-            raise UsageError(
-                f"no view named {table.name!r}; the views are {', '.join(sorted(views.values()))} "
-                "(each stateful stage's state, each flow's records)",
-                code="sql-unknown-view",
-            )
+        _known_view(views, table.name)
         if table.args.get("version") is not None:
             epoch = _travel_epoch(table, views[name])
             new = travel.setdefault((views[name], epoch), travel_name(views[name], epoch))
             table.set("version", None)
             table.set("this", exp.to_identifier(new, quoted=True))
-    return Checked(tree.sql(dialect="spark") if travel else query, travel)
+    return Checked(tree.sql(dialect="spark") if travel else query, travel)  # type: ignore[attr-defined]
+
+
+def _known_view(views: dict[str, str], name: str) -> None:
+    """``sql-unknown-view`` (listing the views) unless ``name`` is one."""
+    if name.lower() not in views:
+        raise UsageError(
+            f"no view named {name!r}; the views are {', '.join(sorted(views.values()))} "
+            "(each stateful stage's state, each flow's records)",
+            code="sql-unknown-view",
+        )
+
+
+def _command(views: dict[str, str], query: str, tree: object) -> Checked:
+    """A statement sqlglot keeps as a raw command: ``EXPLAIN`` of a statement this check lets
+    through, ``SHOW`` of names or of a view's columns; anything else (ADD JAR, CALL, MSCK,
+    EXECUTE IMMEDIATE ...) is ``sql-not-query``."""
+    from sqlglot.dialects.spark import Spark
+
+    word = str(tree.this).upper()  # type: ignore[attr-defined]
+    rest = str(tree.expression.this) if tree.expression is not None else ""  # type: ignore[attr-defined]
+    tokens = Spark().tokenize(rest) if rest.strip() else []
+    if word == "EXPLAIN" and tokens:
+        skip = 1 if tokens[0].text.upper() in _EXPLAIN_MODES and len(tokens) > 1 else 0
+        inner = check(views.values(), rest[tokens[skip].start :])
+        if not inner.travel:
+            return Checked(query)
+        return Checked(f"EXPLAIN {rest[: tokens[skip].start]}{inner.query}", inner.travel)
+    if word == "SHOW" and tokens:
+        _check_show(views, tokens)
+        return Checked(query)
+    raise UsageError(f"{_QUERY_ONLY} is {word}, which is no query", code="sql-not-query")
+
+
+def _check_show(views: dict[str, str], tokens: Sequence[Any]) -> None:
+    """``SHOW TABLES|VIEWS|FUNCTIONS [LIKE] ['pattern']`` or ``SHOW COLUMNS IN|FROM view``; else ``sql-not-allowed``."""
+    words = [(t.token_type.name, t.text) for t in tokens]
+    what = words[0][1].upper()
+    if what in _SHOW_LISTS and [k for k, _ in words[1:]] in ([], ["STRING"], ["LIKE", "STRING"]):
+        return
+    if what == "COLUMNS" and len(words) == 3 and words[1][0] in ("IN", "FROM") and words[2][0] in ("VAR", "IDENTIFIER"):
+        _known_view(views, words[2][1])
+        return
+    raise UsageError(
+        f"cbp sql reads the pipeline's views only: SHOW {' '.join(t for _, t in words)}; it shows "
+        "TABLES, VIEWS, FUNCTIONS [LIKE 'pattern'] and COLUMNS IN a view",
+        code="sql-not-allowed",
+    )
 
 
 #: Keywords (sqlglot's token types) that only a statement that writes has.

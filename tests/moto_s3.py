@@ -2,8 +2,8 @@
 
 ``from moto_s3 import BUCKET, s3_server`` gives a test module the fixture ``s3``: one server per module
 on 127.0.0.1 and a free port, the bucket ``cbp-test``, and the AWS_* variables of this process
-(and so of its ``cbp`` subprocesses and, through ``SparkContext.environment``, Spark's Python
-workers) pointing at it while the module's tests run.
+(and so of its ``cbp`` subprocesses; Spark's Python workers get the settings in their task
+plans) pointing at it while the module's tests run.
 """
 
 from __future__ import annotations

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 from test_keyed_rows import MODULE, YAML, _expected, _records
@@ -251,3 +252,23 @@ def test_a_narrowed_type_on_a_keyed_stage_is_still_refused(make_pipeline, spark)
     )
     plan = cbp.load(path, home=_where(path), spark=spark).plan()
     assert [c.code for c in plan.refused] == ["schema-refused"]
+
+
+def test_a_rewrite_task_given_rows_of_two_new_partitions_writes_nothing(tmp_path):
+    """The state rewrite places new partition q in Spark partition q by its probe; a task that
+    gets rows of two (a probe placed wrong) reports a failure and writes no file (no Spark)."""
+    import pickle
+
+    import pyarrow as pa
+
+    from cbp.engine.task.restate import write_parts
+
+    batch = pa.RecordBatch.from_pydict(
+        {"q": pa.array([0, 1], pa.int32()), "probe": ["a", "b"], "data": pa.array([b"x", b"y"])}
+    )
+    job = SimpleNamespace(home=None)  # never reached: nothing is written
+    got = list(write_parts(job, iter([batch])))
+    assert len(got) == 1
+    result = pickle.loads(got[0].column("result")[0].as_py())
+    assert "errors" in result and "[0, 1]" in result["errors"][0]
+    assert list(write_parts(job, iter([]))) == []  # an empty new partition: nothing to report

@@ -1,8 +1,8 @@
 """Homes on S3: a real S3 API (moto's server on loopback), delta-rs with conditional puts, leases.
 
 The server (fixture ``s3`` of tests/moto_s3.py) is started once per module on 127.0.0.1 and a free
-port; the AWS_* variables point this process (and, through ``SparkContext.environment``, Spark's
-Python workers) at it.
+port; the AWS_* variables point this process at it, and Spark's Python workers get the settings in
+their task plans (a pickled Home carries them), not from their environment.
 """
 
 from __future__ import annotations
@@ -65,8 +65,8 @@ def test_url_count_on_s3_equals_local(spark, s3, tmp_path):
     """feed + run + state + output of flows/url_count.yaml on an s3:// home, as on a local one.
 
     The SparkSession (fixture ``spark``) starts before ``s3`` sets the AWS_* variables, so its
-    Python workers get them only the way a cluster's executors would: from the driver, through
-    ``SparkContext.environment``."""
+    Python workers get the settings only the way a cluster's executors (or a Spark Connect
+    server's) would: from the driver, inside the pickled task plan."""
     incs = [Increment("urls", inc) for inc in _increments()]
     home = _home()
     remote = replay(FLOWS / "url_count.yaml", incs, home=home, max_state_files=2)
@@ -104,12 +104,24 @@ def test_url_count_on_s3_equals_local(spark, s3, tmp_path):
         )
 
 
-def test_home_unpickled_on_an_executor_builds_the_same_filesystem(s3):
-    h = pickle.loads(pickle.dumps(Home(_home())))
+def test_home_unpickled_on_an_executor_builds_the_same_filesystem(s3, monkeypatch):
+    """The pickled Home carries the driver's settings: an executor without AWS_* variables (a
+    Spark Connect server's, a cluster's) reads, writes, lists and deletes with them."""
+    from cbp.storage import objectstore
+
+    data = pickle.dumps(Home(_home()))
+    for key in objectstore.ENV_VARS:
+        monkeypatch.delenv(key, raising=False)
+    h = pickle.loads(data)
     h.write_bytes("x/y.json", b"{}")
     assert h.read_bytes("x/y.json") == b"{}"
     assert h.list_dir("x") == ["y.json"]
+    h.delete_file("x/y.json")  # through boto3, as a rewrite's failed task cleans up
+    assert h.list_dir("x") == []
     assert h.storage_options is not None and h.storage_options["conditional_put"] == "etag"
+    assert h.storage_options["AWS_SECRET_ACCESS_KEY"] == "testing"
+    assert "secret_key=***" in repr(h._store) and "testing" not in repr(h)  # no secret in a log line
+    assert pickle.loads(pickle.dumps(Home("/tmp/local-home"))).__getstate__()["store"] is None
 
 
 def test_unreachable_bucket_is_a_typed_error(s3):

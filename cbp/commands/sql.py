@@ -40,7 +40,7 @@ def add_parser(sub: Any, with_home: Callable[[argparse.ArgumentParser], None]) -
 
 def run(args: argparse.Namespace) -> int:
     from ..engine.driver.session import get_spark
-    from ..sql import sql_error
+    from ..sql import classic_context, sql_error
 
     pipe = open_pipeline(args)
     # py4j and pyspark's SQLQueryContextLogger would log a failed query as a traceback; cbp reports it (main)
@@ -48,11 +48,12 @@ def run(args: argparse.Namespace) -> int:
         logging.getLogger(name).setLevel(logging.CRITICAL)
 
     # this process runs no stage epoch, so Spark may coalesce the shuffles of the query (AQE) as usual
-    # (and no SQL on files by path: the query reads the pipeline's views, see cbp.sql._check_read_only)
+    # (and no SQL on files by path: the query reads the pipeline's views, see cbp.sqlcheck)
     def session() -> Any:  # started only for a statement cbp's own check let through (cbp.sqlcheck)
         spark = get_spark(conf={"spark.sql.adaptive.enabled": "true", "spark.sql.runSQLOnFiles": "false"})
-        # a task failing under the query is reported once, below, not as Java traces
-        spark.sparkContext.setLogLevel("OFF")
+        context = classic_context(spark)
+        if context is not None:  # a task failing under the query is reported once, below, not as Java traces
+            context.setLogLevel("OFF")
         return spark
 
     df = pipe.sql(args.query, args.epoch, session=session)

@@ -64,6 +64,8 @@ class Home(DeltaTables):
         self.location = check_location(loc).rstrip("/")
         self._fs: pafs.FileSystem | None = None
         self._root = ""
+        #: The object-store settings a pickled Home brought (None: this process's, see objectstore.settings).
+        self._store: objectstore.ObjectStoreSettings | None = None
         #: The tables this process commits to, by relative path (see :class:`cbp.storage.deltalog.TableHead`):
         #: loaded once, then kept up to date by the commits themselves.
         self._heads: dict[str, TableHead] = {}
@@ -74,25 +76,30 @@ class Home(DeltaTables):
         self._s3: S3Objects | None = None
 
     def __getstate__(self) -> dict[str, Any]:
-        return {"location": self.location}
+        """The location, and on S3 the object-store settings the tasks build the filesystem from
+        (the driver's: a task plan carries them, an executor's environment need not have them)."""
+        store = self._store if self._store is not None else objectstore.ObjectStoreSettings.for_home(self.location)
+        return {"location": self.location, "store": store}
 
     def __setstate__(self, st: dict[str, Any]) -> None:
         self.__init__(st["location"])  # type: ignore[misc]
+        self._store = st.get("store")
 
     def __repr__(self) -> str:
         return f"Home({self.location!r})"
 
     @property
     def fs(self) -> pafs.FileSystem:
-        """The home's pyarrow filesystem (S3 settings from the environment, also after unpickling)."""
+        """The home's pyarrow filesystem (S3 settings from the environment; after unpickling, the
+        settings of the process that pickled it)."""
         if self._fs is None:
-            self._fs, self._root = objectstore.filesystem(self.location, user=self)
+            self._fs, self._root = objectstore.filesystem(self.location, user=self, store=self._store)
         return self._fs
 
     @property
     def storage_options(self) -> dict[str, str] | None:
         """delta-rs ``storage_options`` for the home's tables (None on a local home)."""
-        return objectstore.storage_options(self.location)
+        return objectstore.storage_options(self.location, self._store)
 
     def is_object_store(self) -> bool:
         """Whether the home is on an object store (no local path, leases instead of flock)."""
@@ -151,7 +158,7 @@ class Home(DeltaTables):
         where pyarrow takes two (a HEAD before a read; a listing after a missing HEAD; a directory
         marker written after a delete)."""
         if self._s3 is None and objectstore.is_s3(self.location):
-            self._s3 = S3Objects(self.location)
+            self._s3 = S3Objects(self.location, self._store)
         return self._s3
 
     def read_bytes(self, rel: str) -> bytes:
@@ -359,7 +366,7 @@ class Home(DeltaTables):
                 code="unsupported-store",
                 path=self.location,
             )
-        return S3Objects(self.location)
+        return S3Objects(self.location, self._store)
 
     def runner_info(self) -> dict[str, Any] | None:
         """Who holds (or, if the lock is free, last held and was killed holding) the runner lock."""
@@ -375,7 +382,7 @@ class Home(DeltaTables):
         if local is None:
             if not objectstore.is_s3(self.location):
                 return False
-            rec = Lease(S3Objects(self.location), "runner").current()
+            rec = Lease(S3Objects(self.location, self._store), "runner").current()
             return rec is not None and rec.live()
         path = os.path.join(local, LAYOUT.RUNNER_LOCK)
         if not os.path.exists(path):

@@ -34,7 +34,7 @@ from typing import Any
 from .. import settings as cbp_settings
 from ..errors import RuntimeStateError
 from .layout import LAYOUT
-from .objectstore import settings
+from .objectstore import ObjectStoreSettings, settings
 
 __all__ = ["Lease", "LeaseRecord", "S3Objects", "default_ttl"]
 
@@ -44,9 +44,9 @@ _CLIENTS: dict[Any, Any] = {}
 _CLIENTS_GUARD = threading.Lock()
 
 
-def _client() -> Any:
-    """This process's boto3 S3 client for the environment's settings (creating one costs ~0.5 s)."""
-    s = settings()
+def _client(store: ObjectStoreSettings | None = None) -> Any:
+    """This process's boto3 S3 client for ``store`` (default: the environment's settings; creating one costs ~0.5 s)."""
+    s = store if store is not None else settings()
     with _CLIENTS_GUARD:
         client = _CLIENTS.get(s)
         if client is None:
@@ -83,15 +83,16 @@ def default_ttl() -> tuple[float, float]:
 class S3Objects:
     """The few S3 operations a lease needs, through boto3 (which sends ``If-None-Match``)."""
 
-    def __init__(self, location: str) -> None:
+    def __init__(self, location: str, store: ObjectStoreSettings | None = None) -> None:
         bucket_key = location.split("://", 1)[1].strip("/")
         self.bucket, _, self.prefix = bucket_key.partition("/")
         self._client: Any = None
+        self._store = store  # the settings a task's plan carried (None: this process's)
 
     @property
     def client(self) -> Any:
         if self._client is None:
-            self._client = _client()
+            self._client = _client(self._store)
         return self._client
 
     def key(self, rel: str) -> str:

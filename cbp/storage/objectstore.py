@@ -6,7 +6,10 @@ The settings come from the environment variables a Spark or AWS user already set
 ``AWS_ALLOW_HTTP`` (inferred from an ``http://`` endpoint). From them come
 
 - pyarrow's :class:`~pyarrow.fs.S3FileSystem` (:func:`filesystem`), used by :class:`~cbp.storage.Home`
-  on the driver and, after unpickling, in Spark's Python workers;
+  on the driver and, after unpickling, in Spark's Python workers: a pickled Home carries the
+  driver's settings (:meth:`ObjectStoreSettings.for_home`), so a task's filesystem comes from its
+  plan, not from the executor's environment (nor from ``SparkContext.environment``, which Spark
+  Connect does not have);
 - delta-rs ``storage_options`` (:func:`storage_options`) for every Delta table call, with
   ``conditional_put=etag``: commits are created with ``If-None-Match``, so concurrent writers
   never overwrite each other's commit (no unsafe rename, no DynamoDB);
@@ -33,7 +36,7 @@ import os
 import threading
 import weakref
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field, fields
 from typing import Any
 from urllib.parse import urlparse
 
@@ -48,7 +51,6 @@ __all__ = [
     "storage_options",
     "spark_s3a_conf",
     "ENV_VARS",
-    "propagate_to_spark",
     "unreachable",
 ]
 
@@ -62,7 +64,7 @@ ENV_VARS = (
     "AWS_DEFAULT_REGION",
     "AWS_ALLOW_HTTP",
 )
-"""The environment variables the settings are read from (and that :func:`propagate_to_spark` ships)."""
+"""The environment variables the settings are read from."""
 
 
 def _truthy(value: str | None) -> bool | None:
@@ -73,14 +75,35 @@ def _truthy(value: str | None) -> bool | None:
 
 @dataclass(frozen=True)
 class ObjectStoreSettings:
-    """Endpoint, credentials and region of the S3 service a home lives on (all optional)."""
+    """Endpoint, credentials and region of the S3 service a home lives on (all optional); frozen,
+    so a task plan can carry them. The secret key and session token never show in its repr.
+
+        >>> s = ObjectStoreSettings(endpoint="http://h:9000", access_key="k", secret_key="s3cret")
+        >>> "s3cret" in repr(s), repr(s).split(", ")[1:3]
+        (False, ["access_key='k'", 'secret_key=***'])
+    """
 
     endpoint: str | None = None
     access_key: str | None = None
-    secret_key: str | None = None
-    session_token: str | None = None
+    secret_key: str | None = field(default=None, repr=False)
+    session_token: str | None = field(default=None, repr=False)
     region: str | None = None
     allow_http: bool = False
+
+    def __repr__(self) -> str:
+        hidden = {"secret_key": self.secret_key, "session_token": self.session_token}
+        shown = [f"{f.name}={'***' if hidden.get(f.name) else repr(getattr(self, f.name))}" for f in fields(self)]
+        return f"ObjectStoreSettings({', '.join(shown)})"
+
+    @classmethod
+    def for_home(cls, location: str) -> ObjectStoreSettings | None:
+        """What a pickled Home on ``location`` carries to the tasks: this process's settings for an
+        ``s3://`` home, None for any other (nothing to carry, no secret in a local home's plan).
+
+            >>> ObjectStoreSettings.for_home("/tmp/h") is None
+            True
+        """
+        return settings() if is_s3(location) else None
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> ObjectStoreSettings:
@@ -189,8 +212,11 @@ _FS_GUARD = threading.Lock()
 _USERS: weakref.WeakSet[Any] = weakref.WeakSet()
 
 
-def filesystem(location: str, user: Any = None) -> tuple[pafs.FileSystem, str]:
-    """The pyarrow filesystem of a location and the path inside it (S3 from :func:`settings`).
+def filesystem(
+    location: str, user: Any = None, store: ObjectStoreSettings | None = None
+) -> tuple[pafs.FileSystem, str]:
+    """The pyarrow filesystem of a location and the path inside it (S3 from ``store``, the settings a
+    task's plan carries, else from :func:`settings`).
 
     ``user`` (an object with an ``_fs`` attribute, e.g. a Home) lets go of the filesystem when the
     process exits, before pyarrow shuts its S3 client down: an S3 filesystem destroyed after that
@@ -199,7 +225,7 @@ def filesystem(location: str, user: Any = None) -> tuple[pafs.FileSystem, str]:
     if not is_s3(location):
         local: tuple[pafs.FileSystem, str] = pafs.FileSystem.from_uri(location)
         return local
-    s = settings()
+    s = store if store is not None else settings()
     with _FS_GUARD:
         fs = _FS_CACHE.get(s)
         if fs is None:
@@ -220,29 +246,17 @@ def _release() -> None:
     gc.collect()
 
 
-def storage_options(location: str) -> dict[str, str] | None:
-    """delta-rs ``storage_options`` for a table URI (None for local tables and non-S3 stores)."""
-    return settings().delta_options() if is_s3(location) else None
+def storage_options(location: str, store: ObjectStoreSettings | None = None) -> dict[str, str] | None:
+    """delta-rs ``storage_options`` for a table URI (None for local tables and non-S3 stores);
+    S3 settings from ``store``, else from :func:`settings`."""
+    if not is_s3(location):
+        return None
+    return (store if store is not None else settings()).delta_options()
 
 
 def spark_s3a_conf() -> dict[str, str]:
     """Spark ``s3a`` settings from the environment, for whoever builds the SparkSession."""
     return settings().spark_s3a_conf()
-
-
-def propagate_to_spark(spark_context: object) -> None:
-    """Ship this process's object-store variables to Spark's Python workers.
-
-    Python functions that Spark runs carry ``SparkContext.environment`` to their workers, so a
-    :class:`~cbp.storage.Home` unpickled on an executor builds the same filesystem as the driver,
-    even when the executor's own environment lacks the variables.
-    """
-    env = getattr(spark_context, "environment", None)
-    if env is None:
-        return
-    for key in ENV_VARS:
-        if key in os.environ:
-            env[key] = os.environ[key]
 
 
 #: How pyarrow's S3 client (curl) and botocore say that no connection could be made.

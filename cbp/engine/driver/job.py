@@ -25,7 +25,6 @@ from typing import TYPE_CHECKING, Any
 from ...errors import RuntimeStateError, UserCodeError
 from ...spec.schema import RecordSchema
 from ...storage.layout import epoch_of
-from ...storage.objectstore import propagate_to_spark
 from ..common.protocol import FailureRecord, TaskResult, decode_failure, decode_results, result_spark_schema
 from ..task.routing import BOUND, COPY, COPY_HASH, JSON_ESCAPED, bound_address, record_column
 from ..task.translate import TaskPlan, grouped_task, recordwise_task, route_batches
@@ -117,7 +116,6 @@ def run_stage_epoch(
         timer.start()
     sc.setInterruptOnCancel(True)
     sc.addJobTag(tag)
-    propagate_to_spark(sc)  # a home on S3: the workers build the driver's filesystem
     try:
         if st.record_wise:
             jobs = [

@@ -3,8 +3,8 @@
 Spark reads ``s3://`` paths only with Hadoop's S3A connector on its classpath (``hadoop-aws`` and
 the AWS SDK bundle, some 700 MB). cbp's own jobs do not need it: for a home on S3 the file list
 becomes a small DataFrame, and each Python worker reads its files with the home's pyarrow
-filesystem (:mod:`cbp.storage.objectstore`, settings from the environment that
-:func:`~cbp.storage.objectstore.propagate_to_spark` ships). Local homes keep Spark's reader.
+filesystem (:mod:`cbp.storage.objectstore`, the driver's settings carried in the function).
+Local homes keep Spark's reader.
 """
 
 from __future__ import annotations
@@ -33,6 +33,5 @@ def read_parquet(spark: SparkSession, ddl: str, files: list[str]) -> DataFrame:
 
     schema = cast(StructType, StructType.fromDDL(ddl))  # parsed by the JVM: on the driver, not in the workers
     n = max(1, min(len(files), spark.sparkContext.defaultParallelism))
-    objectstore.propagate_to_spark(spark.sparkContext)
     names = spark.createDataFrame([(f,) for f in files], "_file STRING").repartition(n)
-    return names.mapInArrow(partial(read_files, to_arrow_schema(schema)), schema)
+    return names.mapInArrow(partial(read_files, to_arrow_schema(schema), objectstore.settings()), schema)

@@ -26,6 +26,7 @@ controller commits the files (:mod:`cbp.controller.migrate`).
 
 from __future__ import annotations
 
+import pickle
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -42,9 +43,14 @@ from .keyedstate import RK, rk_text, row_hashes
 from .partindex import PartitionIndex
 from .statepart import StateWriter
 
-__all__ = ["Job", "convert", "convert_part", "write_part"]
+__all__ = ["Job", "convert", "convert_part", "write_part", "convert_parts", "write_parts", "SPLIT_DDL", "WRITTEN_DDL"]
 
 _ERROR = b"\x00err:"  # a shuffled value that carries a failure, not rows
+#: The rows between the DataFrame job's two steps (:mod:`cbp.engine.driver.restate`): new partition,
+#: its probe, an Arrow IPC blob of its rows; then what each new partition's task reports, pickled.
+_SPLIT = pa.schema([("q", pa.int32()), ("probe", pa.string()), ("data", pa.binary())])
+_WRITTEN = pa.schema([("q", pa.int32()), ("result", pa.binary())])
+SPLIT_DDL, WRITTEN_DDL = "q int, probe string, data binary", "q int, result binary"
 
 
 @dataclass
@@ -222,3 +228,48 @@ def write_part(job: Job, q: int, items: Iterator[tuple[int, bytes]]) -> Iterator
     index_rel = f"stages/{job.stage}/index/_part={q}/e{job.epoch:08d}-{job.tag}-{uuid.uuid4().hex[:12]}.parquet"
     PartitionIndex(h, np.zeros(h.size, np.int32), g, [add["path"]]).save(job.home, index_rel)
     yield q, {"add": add, "index": index_rel, "rows": int(rows.num_rows)}
+
+
+def convert_parts(
+    job: Job, items: list[tuple[int, list[dict[str, Any]]]], probes: tuple[str, ...], batches: Iterator[pa.RecordBatch]
+) -> Iterator[pa.RecordBatch]:
+    """Task of the old partitions whose numbers come in ``batches`` (``spark.range``): their rows,
+    converted, one row per new partition (its number, probe and IPC blob)."""
+    for batch in batches:  # every batch read: a task that leaves input unread loses its Python worker
+        for i in batch.column(0).to_pylist():
+            qs, blobs = [], []
+            for q, data in convert_part(job, items[i]):
+                qs.append(q)
+                blobs.append(data)
+            if qs:
+                yield pa.RecordBatch.from_arrays(
+                    [pa.array(qs, pa.int32()), pa.array([probes[q] for q in qs], pa.string()), pa.array(blobs)],
+                    schema=_SPLIT,
+                )
+
+
+def write_parts(job: Job, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    """Task of one new partition: its blobs in (all of one partition ``q``, placed in Spark partition
+    ``q``), its state file and index written (:func:`write_part`), the pickled result out."""
+    from pyspark import TaskContext
+
+    ctx = TaskContext.get()
+    mine = ctx.partitionId() if ctx is not None else None
+    rows: list[tuple[int, bytes]] = []
+    for batch in batches:
+        rows.extend(zip(batch.column("q").to_pylist(), batch.column("data").to_pylist()))
+    if not rows:
+        return
+    qs = {q for q, _ in rows}
+    if len(qs) != 1 or (mine is not None and qs != {mine}):  # a probe placed wrong: write nothing
+        result = {"errors": [f"state rewrite: Spark partition {mine} got rows of new partitions {sorted(qs)}"]}
+        yield _reported(min(qs), result)
+        return
+    for q, result in write_part(job, qs.pop(), iter(rows)):
+        yield _reported(q, result)
+
+
+def _reported(q: int, result: dict[str, Any]) -> pa.RecordBatch:
+    return pa.RecordBatch.from_arrays(
+        [pa.array([q], pa.int32()), pa.array([pickle.dumps(result)], pa.binary())], schema=_WRITTEN
+    )

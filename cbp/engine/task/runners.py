@@ -39,12 +39,14 @@ def placed_task(
             yield rb.serialize().to_pybytes()
 
 
-def read_files(schema: pa.Schema, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+def read_files(
+    schema: pa.Schema, store: objectstore.ObjectStoreSettings | None, batches: Iterator[pa.RecordBatch]
+) -> Iterator[pa.RecordBatch]:
     """Worker side of :func:`cbp.engine.driver.remote_read.read_parquet`: stream each named file's
-    row groups, cast to ``schema``."""
+    row groups, cast to ``schema``; ``store``: the driver's object-store settings (None: this process's)."""
     for batch in batches:
         for uri in batch.column(0).to_pylist():
-            fs, path = objectstore.filesystem(uri)
+            fs, path = objectstore.filesystem(uri, store=store)
             with fs.open_input_file(path) as fh:
                 pf = pq.ParquetFile(fh)
                 have = set(pf.schema_arrow.names)
