@@ -14,6 +14,8 @@ from typing import TYPE_CHECKING, cast
 
 from ...storage import objectstore
 from ..task.runners import read_files
+from .dfjobs import parallelism
+from .session import is_connect
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -32,7 +34,8 @@ def read_parquet(spark: SparkSession, ddl: str, files: list[str]) -> DataFrame:
     from pyspark.sql.types import StructType
 
     schema = cast(StructType, StructType.fromDDL(ddl))  # parsed by the JVM: on the driver, not in the workers
-    n = max(1, min(len(files), spark.sparkContext.defaultParallelism))
-    objectstore.propagate_to_spark(spark.sparkContext)
+    n = max(1, min(len(files), parallelism(spark)))
+    if not is_connect(spark):  # on Spark Connect the workers' settings are the server's for now
+        objectstore.propagate_to_spark(spark.sparkContext)
     names = spark.createDataFrame([(f,) for f in files], "_file STRING").repartition(n)
     return names.mapInArrow(partial(read_files, to_arrow_schema(schema)), schema)
