@@ -1,0 +1,130 @@
+"""cbp on a Spark Connect server (issue 49): a server started by ``scripts/connect`` for this module,
+URLCount over feeds with retractions through the Python API (the small-epoch and the shuffle paths)
+and through the CLI with ``--remote``, each compared with pandas from scratch.
+
+A Connect session cannot share a process with the suite's classic one (pyspark's Connect mode is one
+flag per process: the classic session's columns become Connect columns), so each test runs its
+Connect side in one subprocess that does all of its steps."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import textwrap
+
+import pandas as pd
+import pytest
+from conftest import ROOT
+
+pytestmark = pytest.mark.connect
+
+FEEDS = [
+    [{"url": u} for u in "a b a c d a".split()],
+    [{"url": "a", "_diff": -1}, {"url": "e"}, {"url": "b"}],
+    [{"url": "c", "_diff": -1}, {"url": "f"}, {"url": "a", "_diff": -1}],
+]
+
+
+def from_scratch(feeds: list[list[dict]]) -> dict[str, int]:
+    """URLCount of all the feeds at once, with pandas."""
+    df = pd.DataFrame([{"url": r["url"], "d": r.get("_diff", 1)} for f in feeds for r in f])
+    sums = df.groupby("url")["d"].sum()
+    return {u: int(n) for u, n in sums.items() if n}
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    """A Spark Connect server in front of local[2] on a free port; stopped (with its children) at the end."""
+    pytest.importorskip("grpc_status", reason="Spark Connect's client needs grpcio-status (pip install cbp[connect])")
+    state = tmp_path_factory.mktemp("connect-state")
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env = {**os.environ, "CBP_CONNECT_STATE": str(state)}
+    script = [sys.executable, str(ROOT / "scripts" / "connect.py")]
+    try:
+        subprocess.run([*script, "start", "--port", str(port)], env=env, check=True, capture_output=True, timeout=180)
+        yield f"sc://127.0.0.1:{port}"
+    finally:
+        subprocess.run([*script, "stop"], env=env, capture_output=True, timeout=60)
+        status = subprocess.run([*script, "status"], env=env, capture_output=True, timeout=60)
+        assert status.returncode == 1, "the server still runs after 'scripts/connect stop'"
+
+
+def _connect_side(code: str, url: str, **env: str) -> dict:
+    """Run ``code`` (it prints one JSON line last) in a fresh interpreter with a Connect session ``spark``."""
+    head = textwrap.dedent(
+        f"""
+        import json, sys
+        sys.path.insert(0, {str(ROOT / "flows")!r})
+        from pyspark.sql import SparkSession
+        import cbp
+        from cbp.engine.driver.session import is_connect
+        spark = SparkSession.builder.remote({url!r}).create()
+        assert is_connect(spark)
+        FEEDS = {FEEDS!r}
+        """
+    )
+    run = subprocess.run(
+        [sys.executable, "-c", head + textwrap.dedent(code) + "\nspark.stop()\n"],
+        env={**os.environ, "PYTHONPATH": str(ROOT), **env},
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert run.returncode == 0, run.stderr[-4000:]
+    return json.loads(run.stdout.strip().splitlines()[-1])
+
+
+def test_url_count_through_the_python_api_on_connect(server, tmp_path):
+    got = _connect_side(
+        f"""
+        out = {{}}
+        for name, tuning in (("small", {{}}), ("shuffle", {{"small_epoch_records": 0}})):
+            home = {str(tmp_path)!r} + "/" + name
+            p = cbp.Pipeline({str(ROOT / "flows" / "url_count.yaml")!r}, home, spark=spark, **tuning)
+            epochs, states = [], []
+            for f in FEEDS:
+                p.feed("urls", f)
+                epochs += [r.epoch for r in p.run()]
+                states.append({{r["url"]: r["count"] for r in p.state("url_count")}})
+            counts = [{{r["url"]: r["count"] for r in p.output("counts", e)}} for e in (1, 2, 3)]
+            out[name] = {{"states": states, "epochs": epochs, "counts": counts}}
+        print(json.dumps(out))
+        """,
+        server,
+    )
+    for name in ("small", "shuffle"):
+        run = got[name]
+        for i in range(len(FEEDS)):  # after each feed: the state is URLCount of the feeds so far
+            assert run["states"][i] == from_scratch(FEEDS[: i + 1]), (name, i)
+        assert run["epochs"] == [1, 2, 3], (name, run["epochs"])
+        for i, feed in enumerate(FEEDS):  # an epoch's output: the new count of each URL it saw (0: dropped)
+            now = from_scratch(FEEDS[: i + 1])
+            assert run["counts"][i] == {r["url"]: now.get(r["url"], 0) for r in feed}, (name, i)
+
+
+def test_url_count_through_the_cli_with_remote(server, tmp_path):
+    home = str(tmp_path / "home")
+    yaml = str(ROOT / "flows" / "url_count.yaml")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), str(ROOT / "flows")])}
+    env.pop("CBP_REMOTE", None)
+
+    def cbp(*args: str) -> str:
+        run = subprocess.run(
+            [sys.executable, "-m", "cbp.cli", *args], env=env, capture_output=True, text=True, timeout=600
+        )
+        assert run.returncode == 0, run.stderr[-4000:]
+        return run.stdout
+
+    for i, feed in enumerate(FEEDS[:2]):
+        path = tmp_path / f"feed{i}.jsonl"
+        path.write_text("".join(json.dumps(r) + "\n" for r in feed))
+        cbp("feed", yaml, "urls", str(path), "--home", home)
+    ran = cbp("--remote", server, "run", yaml, "--home", home)
+    assert "stage epoch(s)" in ran
+    state = [json.loads(line) for line in cbp("state", yaml, "url_count", "--home", home).splitlines()]
+    assert {r["url"]: r["count"] for r in state} == from_scratch(FEEDS[:2])
