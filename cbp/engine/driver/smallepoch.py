@@ -58,10 +58,10 @@ from ...storage import objectstore
 from ...storage.layout import epoch_of
 from ..common.protocol import RESULT
 from ..common.sparkhash import partition_of, spark_xxhash64
-from ..task.arrowtasks import routed_batches, routing_batches
+from ..task.arrowtasks import claiming_batches, routed_batches, routing_batches
 from ..task.routing import BINDINGS, BOUND, COPY, COPY_HASH, bound_address, plain_envelopes, plain_route_field
 from ..task.runners import claimant, claiming_task, routed_task, routing_task
-from .dfjobs import parallelism, payload_job
+from .dfjobs import parallelism, payload_job, range_job
 from .jvmcache import pid_alive
 from .locality import executor_preferences, prefs_rdd, remember_executors
 
@@ -84,6 +84,9 @@ SMALL_ENVELOPE_BYTES = 64 << 20
 SMALL_KEY_BYTES = 4096
 #: Records per task of the job that runs RouteBy functions for a small epoch (at least; a slice per core above it).
 ROUTE_SLICE = 2048
+#: Whether a local small epoch's claiming tasks run as ``spark.range(0, n, 1, n).mapInArrow`` rather
+#: than ``parallelize(range(n), n).mapPartitions`` (``bench/connect_epochs.py`` measures both).
+CLAIM_BY_RANGE = False
 #: (home, stage) -> partition -> the local Python worker (pid) that ran it last (local mode).
 _LAST_WORKER: dict[tuple[str, str], dict[int, int]] = {}
 #: (home, stage) -> envelope bytes per record of its last routing job (:func:`route_on_executors`):
@@ -350,8 +353,11 @@ def _run_claimed(
             with pa.OSFile(os.path.join(work, f"{p}.arrows"), "wb") as f:
                 _write_envelopes(f, plan, t, chunk)
         last = dict(_LAST_WORKER.get(key, {}))
-        claiming = partial(claiming_task, plan, task, work, len(parts), tasks, last)
-        blobs = spark.sparkContext.parallelize(range(tasks), tasks).mapPartitions(claiming).collect()
+        if CLAIM_BY_RANGE:  # the DataFrame job a Connect session could run (cbp.engine.driver.dfjobs)
+            blobs = range_job(spark, tasks, partial(claiming_batches, plan, task, work, len(parts), tasks, last))
+        else:
+            claiming = partial(claiming_task, plan, task, work, len(parts), tasks, last)
+            blobs = spark.sparkContext.parallelize(range(tasks), tasks).mapPartitions(claiming).collect()
         table = _in_partition_order(
             pa.Table.from_batches([pa.ipc.read_record_batch(pa.py_buffer(b), RESULT) for b in blobs], schema=RESULT)
         )
