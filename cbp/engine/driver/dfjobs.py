@@ -4,36 +4,33 @@ process, ``sparkContext``, RDDs) or a Spark Connect one (DataFrame APIs only; :f
 - **Job tags.** An epoch's jobs carry a tag, so that the driver can cancel them at the deadline:
   ``sc.addJobTag`` / ``sc.cancelJobsWithTag`` on classic, ``spark.addTag`` / ``spark.interruptTag``
   on Connect (:class:`JobTag`).
-- **One-stage jobs of Python tasks** without RDDs: :func:`range_job` runs a function in ``n`` tasks of
-  ``spark.range(0, n, 1, n)`` (task ``i`` holds ``i``); :func:`payload_job` in the tasks of a small
-  DataFrame the driver made (a row per work item: Spark gives each task a slice of the rows). The
-  functions are those of :mod:`cbp.engine.task.arrowtasks` (they read their input to its end).
+- **One-stage jobs of Python tasks** without RDDs: ``mapInArrow`` over :func:`range_frame` (``n``
+  tasks, task ``i`` holds ``i``) or over :func:`payload_frame` (a small DataFrame the driver made, a row
+  per work item: Spark gives each task a slice of the rows), of a function of
+  :mod:`cbp.engine.task.arrowtasks` (they read their input to its end); :func:`blobs_of` collects.
 
 Example::
 
     with JobTag(spark, "cbp-count-3") as tag:
-        blobs = range_job(spark, 2, some_arrow_function)
+        blobs = blobs_of(range_frame(spark, 2).mapInArrow(partial(claiming_batches, ...), BLOB_DDL))
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
 from .session import is_connect
 
 if TYPE_CHECKING:
     import pyarrow as pa
-    from pyspark.sql import SparkSession
+    from pyspark.sql import DataFrame, SparkSession
 
-__all__ = ["JobTag", "parallelism", "range_job", "payload_job", "CONNECT_PARALLELISM"]
+__all__ = ["JobTag", "parallelism", "range_frame", "payload_frame", "blobs_of", "BLOB_DDL", "CONNECT_PARALLELISM"]
 
 #: The output of the jobs' functions (:data:`cbp.engine.task.arrowtasks.BLOBS`).
 BLOB_DDL = "blob BINARY"
 #: Tasks a Spark Connect session's small jobs use when the server does not say (``spark.default.parallelism``).
 CONNECT_PARALLELISM = 2
-
-_ArrowFn = Callable[[Iterator["pa.RecordBatch"]], Iterator["pa.RecordBatch"]]
 
 
 class JobTag:
@@ -77,16 +74,17 @@ def parallelism(spark: SparkSession) -> int:
         return CONNECT_PARALLELISM
 
 
-def _collect(df: Any) -> list[bytes]:
+def blobs_of(df: DataFrame) -> list[bytes]:
+    """The ``blob`` messages a job's tasks returned (a DataFrame of :data:`BLOB_DDL`)."""
     return [bytes(b) for b in df.toArrow().column("blob").to_pylist()]
 
 
-def range_job(spark: SparkSession, n: int, fn: _ArrowFn) -> list[bytes]:
-    """The ``blob`` messages of ``fn`` run in ``n`` tasks, task ``i`` given the one row ``id = i``."""
-    return _collect(spark.range(0, n, 1, n).mapInArrow(fn, BLOB_DDL))
+def range_frame(spark: SparkSession, n: int) -> DataFrame:
+    """``n`` partitions, partition ``i`` holding the one row ``id = i``: the input of a job of ``n`` tasks."""
+    return spark.range(0, n, 1, n)
 
 
-def payload_job(spark: SparkSession, rows: pa.Table, fn: _ArrowFn) -> list[bytes]:
-    """The ``blob`` messages of ``fn`` run over ``rows`` (a DataFrame the driver sends with the query:
-    as many tasks as rows, up to the server's parallelism, each given consecutive rows)."""
-    return _collect(spark.createDataFrame(rows).mapInArrow(fn, BLOB_DDL))
+def payload_frame(spark: SparkSession, rows: pa.Table) -> DataFrame:
+    """``rows`` as a DataFrame sent with the query: as many tasks as rows, up to the server's
+    parallelism, each given consecutive rows."""
+    return spark.createDataFrame(rows)

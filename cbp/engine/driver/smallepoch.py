@@ -61,7 +61,7 @@ from ..common.sparkhash import partition_of, spark_xxhash64
 from ..task.arrowtasks import claiming_batches, routed_batches, routing_batches
 from ..task.routing import BINDINGS, BOUND, COPY, COPY_HASH, bound_address, plain_envelopes, plain_route_field
 from ..task.runners import claimant, claiming_task, routed_task, routing_task
-from .dfjobs import parallelism, payload_job, range_job
+from .dfjobs import BLOB_DDL, blobs_of, parallelism, payload_frame, range_frame
 from .jvmcache import pid_alive
 from .locality import executor_preferences, prefs_rdd, remember_executors
 
@@ -244,7 +244,7 @@ def route_on_executors(
                 "data": pa.array([x[2] for x in payloads], pa.binary()),
             }
         )
-        blobs = payload_job(spark, rows, partial(routing_batches, plan, cap))
+        blobs = blobs_of(payload_frame(spark, rows).mapInArrow(partial(routing_batches, plan, cap), BLOB_DDL))
     else:
         blobs = (
             spark.sparkContext.parallelize(payloads, tasks).mapPartitions(partial(routing_task, plan, cap)).collect()
@@ -315,7 +315,7 @@ def _run_connect(spark: SparkSession, plan: TaskPlan, parts: list[pa.Table], tas
     rows = pa.table(
         {"p": pa.array([p for p, _ in payloads], pa.int32()), "data": pa.array([d for _, d in payloads], pa.binary())}
     )
-    blobs = payload_job(spark, rows, partial(routed_batches, plan, task))
+    blobs = blobs_of(payload_frame(spark, rows).mapInArrow(partial(routed_batches, plan, task), BLOB_DDL))
     return _in_partition_order(
         pa.Table.from_batches([pa.ipc.read_record_batch(pa.py_buffer(b), RESULT) for b in blobs], schema=RESULT)
     )
@@ -354,10 +354,13 @@ def _run_claimed(
                 _write_envelopes(f, plan, t, chunk)
         last = dict(_LAST_WORKER.get(key, {}))
         if CLAIM_BY_RANGE:  # the DataFrame job a Connect session could run (cbp.engine.driver.dfjobs)
-            blobs = range_job(spark, tasks, partial(claiming_batches, plan, task, work, len(parts), tasks, last))
+            jobs = range_frame(spark, tasks)
+            blobs = blobs_of(
+                jobs.mapInArrow(partial(claiming_batches, plan, task, work, len(parts), tasks, last), BLOB_DDL)
+            )
         else:
-            claiming = partial(claiming_task, plan, task, work, len(parts), tasks, last)
-            blobs = spark.sparkContext.parallelize(range(tasks), tasks).mapPartitions(claiming).collect()
+            rdd = spark.sparkContext.parallelize(range(tasks), tasks)
+            blobs = rdd.mapPartitions(partial(claiming_task, plan, task, work, len(parts), tasks, last)).collect()
         table = _in_partition_order(
             pa.Table.from_batches([pa.ipc.read_record_batch(pa.py_buffer(b), RESULT) for b in blobs], schema=RESULT)
         )
