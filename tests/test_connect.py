@@ -81,7 +81,8 @@ def _connect_side(code: str, url: str, **env: str) -> dict:
 
 def test_url_count_through_the_python_api_on_connect(server, tmp_path):
     """Three epochs of one home: a small epoch (routed by the driver), then the shuffle path
-    (``CBP_SMALL_EPOCH_RECORDS=0``), then a small epoch again; retractions in the last two."""
+    (``CBP_SMALL_EPOCH_RECORDS=0``), then a small epoch again; retractions in the last two; then a
+    translator that raises, reported by its code."""
     got = _connect_side(
         f"""
         import os
@@ -95,7 +96,13 @@ def test_url_count_through_the_python_api_on_connect(server, tmp_path):
             os.environ.pop("CBP_SMALL_EPOCH_RECORDS", None)
             states.append({{r["url"]: r["count"] for r in p.state("url_count")}})
         counts = [{{r["url"]: r["count"] for r in p.output("counts", e)}} for e in (1, 2, 3)]
-        print(json.dumps({{"states": states, "epochs": epochs, "counts": counts}}))
+        p.feed("urls", [{{"url": "zz", "_diff": -1}}])  # more taken back than seen: the translator raises
+        try:
+            p.run()
+            code = None
+        except cbp.errors.CbpError as e:
+            code = e.code
+        print(json.dumps({{"states": states, "epochs": epochs, "counts": counts, "code": code}}))
         """,
         server,
     )
@@ -104,6 +111,7 @@ def test_url_count_through_the_python_api_on_connect(server, tmp_path):
         now = from_scratch(FEEDS[: i + 1])
         assert got["states"][i] == now, i  # after each feed: the state is URLCount of the feeds so far
         assert got["counts"][i] == {r["url"]: now.get(r["url"], 0) for r in feed}, i  # the new counts (0: dropped)
+    assert got["code"] == "user-code"  # the task's failure record reaches the client through Spark Connect
 
 
 def test_url_count_through_the_cli_with_remote(server, tmp_path):
