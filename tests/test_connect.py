@@ -135,3 +135,28 @@ def test_url_count_through_the_cli_with_remote(server, tmp_path):
     assert "stage epoch(s)" in ran
     state = [json.loads(line) for line in cbp("state", yaml, "url_count", "--home", home).splitlines()]
     assert {r["url"]: r["count"] for r in state} == from_scratch(FEEDS[:2])
+
+
+def test_the_remote_setting_chooses_the_connect_path_without_a_server(spark, monkeypatch, capsys):
+    """No server needed: ``CBP_REMOTE`` / ``SPARK_REMOTE`` name it, the plan's path follows, a URL that
+    is not ``sc://`` is refused by its code, and the suite's classic session is not a Connect one."""
+    from types import SimpleNamespace as NS
+
+    from cbp.cli import main
+    from cbp.controller.live import LazySpark
+    from cbp.engine.driver.session import is_connect
+    from cbp.engine.driver.taskplan import choose_path
+    from cbp.settings import Settings
+
+    assert not is_connect(spark)
+    assert Settings.from_env({"SPARK_REMOTE": "sc://h:1"}).remote == "sc://h:1"
+    assert Settings.from_env({"CBP_REMOTE": "sc://a:2", "SPARK_REMOTE": "sc://h:1"}).remote == "sc://a:2"
+    monkeypatch.setenv("CBP_REMOTE", "sc://127.0.0.1:1")
+    master = LazySpark().master()  # known without opening a session
+    assert master == "sc://127.0.0.1:1"
+    st = NS(record_wise=False, batch=False, row_key=(), state_schema=object(), grouping="inner", inputs=[])
+    path = choose_path(st, "direct", master=master, new_records=None, env=Settings(placement=True))
+    assert path.connect and not path.placed and not path.jvm_routing
+    monkeypatch.delenv("CBP_REMOTE")
+    assert main(["--remote", "http://127.0.0.1:1", "validate", str(ROOT / "flows" / "url_count.yaml")]) == 2
+    assert "[usage]" in capsys.readouterr().err
