@@ -82,7 +82,7 @@ def _connect_side(code: str, url: str, **env: str) -> dict:
 def test_url_count_through_the_python_api_on_connect(server, tmp_path):
     """Three epochs of one home: a small epoch (routed by the driver), then the shuffle path
     (``CBP_SMALL_EPOCH_RECORDS=0``), then a small epoch again; retractions in the last two; then a
-    translator that raises, reported by its code."""
+    translator that raises, reported by its code; and a tagged job cancelled from another thread."""
     got = _connect_side(
         f"""
         import os
@@ -102,7 +102,24 @@ def test_url_count_through_the_python_api_on_connect(server, tmp_path):
             code = None
         except cbp.errors.CbpError as e:
             code = e.code
-        print(json.dumps({{"states": states, "epochs": epochs, "counts": counts, "code": code}}))
+        import threading, time
+        from cbp.engine.driver.dfjobs import JobTag
+
+        def slow(batches):
+            for b in batches:
+                time.sleep(120)
+                yield b
+
+        tag = JobTag(spark, "cbp-test-cancel")
+        threading.Timer(1.0, tag.cancel).start()  # as an epoch's deadline timer does
+        try:
+            with tag:
+                spark.range(0, 2, 1, 2).mapInArrow(slow, "id long").collect()
+            cancelled = False
+        except Exception as e:
+            cancelled = "CANCEL" in str(e).upper()
+        got = {{"states": states, "epochs": epochs, "counts": counts, "code": code, "cancelled": cancelled}}
+        print(json.dumps(got))
         """,
         server,
     )
@@ -112,6 +129,7 @@ def test_url_count_through_the_python_api_on_connect(server, tmp_path):
         assert got["states"][i] == now, i  # after each feed: the state is URLCount of the feeds so far
         assert got["counts"][i] == {r["url"]: now.get(r["url"], 0) for r in feed}, i  # the new counts (0: dropped)
     assert got["code"] == "user-code"  # the task's failure record reaches the client through Spark Connect
+    assert got["cancelled"]  # a tagged job is interrupted by JobTag.cancel (spark.interruptTag)
 
 
 def test_url_count_through_the_cli_with_remote(server, tmp_path):
