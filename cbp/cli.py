@@ -6,6 +6,7 @@ commands in :mod:`cbp.commands`, a module each.
     $ cbp run flows/url_count.yaml --max-epochs 10
     $ cbp output flows/url_count.yaml counts --epoch 1
     $ cbp sql flows/url_count.yaml "SELECT * FROM url_count WHERE count > 1" --format table
+    $ cbp --remote sc://127.0.0.1:15002 run flows/url_count.yaml   # on a Spark Connect server
 
 Exit codes: 0 success, 2 a mistake in the YAML or the command, 3 bad input records, 4 user code
 failed, 5 runtime/storage problem, 6 another ``cbp run`` holds the home.
@@ -15,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -61,8 +63,14 @@ def _parser() -> argparse.ArgumentParser:
     ap.add_argument(
         "--verbose", action="store_true", help="show Spark's and the JVM's own lines on stderr (hidden by default)"
     )
+    ap.add_argument(
+        "--remote",
+        metavar="sc://HOST:PORT",
+        help="run Spark on this Spark Connect server (no JVM here; as CBP_REMOTE, docs/howto/spark-connect.md)",
+    )
     for p in sub.choices.values():  # also after the command: cbp run X.yaml --verbose
         p.add_argument("--verbose", action="store_true", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
+        p.add_argument("--remote", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
     return ap
 
 
@@ -171,6 +179,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     terminal.setup(args.verbose)
     try:
+        _remote(args.remote)
         return _dispatch(args)
     except CbpError as e:
         for code, message in getattr(e, "problems", None) or [(e.code, str(e))]:  # a YAML's mistakes, one a line
@@ -192,6 +201,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 5
     finally:
         sys.stdout.flush()
+
+
+def _remote(url: str | None) -> None:
+    """``--remote URL``: this process's Spark is a Spark Connect session to ``url`` (``CBP_REMOTE``)."""
+    if url is None:
+        return
+    if not url.startswith("sc://"):
+        raise UsageError(f"--remote {url!r}: give a Spark Connect URL, sc://HOST:PORT", code="usage")
+    os.environ["CBP_REMOTE"] = url
 
 
 def _dispatch(args: argparse.Namespace) -> int:

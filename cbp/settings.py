@@ -42,6 +42,13 @@ class Variable:
 #: Every variable cbp reads, in the order of docs/reference/settings.md.
 VARIABLES: tuple[Variable, ...] = (
     Variable("CBP_SPARK_MASTER", "spark_master", "`local[*,2]`", "the Spark master of the session cbp creates"),
+    Variable(
+        "CBP_REMOTE",
+        "remote",
+        "`SPARK_REMOTE`, else none",
+        "a Spark Connect server's URL (`sc://HOST:PORT`): cbp opens a Connect session there instead of starting "
+        "a JVM (`cbp --remote`; docs/howto/spark-connect.md)",
+    ),
     Variable("CBP_SPARK_CONF", "spark_conf", "empty", "more Spark settings, `key=value` separated by `;`"),
     Variable("CBP_DRIVER_MEMORY", "driver_memory", "`4g`", "`spark.driver.memory` of the session cbp creates"),
     Variable(
@@ -91,6 +98,7 @@ class Settings:
     applies its default)."""
 
     spark_master: str = "local[*,2]"
+    remote: str | None = None
     spark_conf: str = ""
     driver_memory: str = "4g"
     driver_java_options: str = ""
@@ -134,6 +142,7 @@ class Settings:
 
         return cls(
             spark_master=text("CBP_SPARK_MASTER") or cls.spark_master,
+            remote=text("CBP_REMOTE") or text("SPARK_REMOTE"),
             spark_conf=env.get("CBP_SPARK_CONF", ""),
             driver_memory=text("CBP_DRIVER_MEMORY") or cls.driver_memory,
             driver_java_options=env.get("CBP_DRIVER_JAVA_OPTIONS", "").strip(),
@@ -164,7 +173,7 @@ _LAST: tuple[tuple[tuple[str, str], ...], Settings] | None = None
 def current() -> Settings:
     """This process's settings: read again only when a ``CBP_*`` variable changed."""
     global _LAST
-    seen = tuple(sorted((k, v) for k, v in os.environ.items() if k.startswith("CBP_")))
+    seen = tuple(sorted((k, v) for k, v in os.environ.items() if k.startswith("CBP_") or k == "SPARK_REMOTE"))
     if _LAST is None or _LAST[0] != seen:
         _LAST = (seen, Settings.from_env(os.environ))
     return _LAST[1]

@@ -122,8 +122,13 @@ class _Signals:
 def _warm(pipe: Any, signals: _Signals) -> None:
     """Start Spark and its Python workers now, not at the first increment; then take Ctrl-C
     (SparkContext installs its own SIGINT handler, which would cancel the epoch in flight)."""
+    from ..engine.driver.session import is_connect
+
     spark = pipe.parts.spark.get()
-    spark.sparkContext.parallelize([0], 1).map(lambda x: x).collect()
+    if is_connect(spark):  # no RDDs on Spark Connect: a one-task DataFrame job starts a Python worker
+        spark.range(0, 1, 1, 1).mapInArrow(lambda batches: batches, "id BIGINT").collect()
+    else:
+        spark.sparkContext.parallelize([0], 1).map(lambda x: x).collect()
     signals.install(signal.SIGINT)
 
 

@@ -91,15 +91,21 @@ class LazySpark:
         """The Spark master the session runs on, or will run on, without starting it: an epoch's
         plan chooses its path by it before the job needs Spark (a run killed or refused before its
         job never starts a JVM)."""
+        from .. import settings
+        from ..engine.driver.session import is_connect
+
         if self._spark is None:
+            remote = settings.current().remote
+            if remote:  # a Spark Connect server (CBP_REMOTE, SPARK_REMOTE, cbp --remote)
+                return remote
             from pyspark.sql import SparkSession
 
             active = SparkSession.getActiveSession()  # what get_spark would return
             if active is None:
-                from .. import settings
-
                 return settings.current().spark_master
             self._spark = active
+        if is_connect(self._spark):  # the path of a Connect session's epochs (cbp.engine.driver.taskplan)
+            return "sc://"
         return str(self._spark.sparkContext.master)
 
 

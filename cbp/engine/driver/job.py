@@ -29,9 +29,10 @@ from ..common.protocol import FailureRecord, TaskResult, decode_failure, decode_
 from ..task.routing import BOUND, COPY, COPY_HASH, JSON_ESCAPED, bound_address, record_column
 from ..task.translate import TaskPlan, grouped_task, recordwise_task, route_batches
 from .deltaread import STATE_COLUMNS, StateSource, latest_state, read_delta
+from .dfjobs import JobTag
 from .locality import placed_epoch
 from .remote_read import needs_arrow_reader, read_parquet
-from .session import has_delta
+from .session import has_delta, is_connect
 from .signedinputs import refuse_unsigned_inputs
 from .smallepoch import driver_routed, run_routed
 
@@ -107,16 +108,15 @@ def run_stage_epoch(
     """
     st = plan.stage
     refuse_unsigned_inputs(plan, input_files)  # retractions go only where they are handled (cbp.spec.signing)
-    sc = spark.sparkContext
-    tag = f"cbp-{st.name}-{plan.epoch}-{uuid.uuid4().hex[:8]}"
+    connect = is_connect(spark)  # a Spark Connect session: no SparkContext (cbp.engine.driver.dfjobs)
+    tag = JobTag(spark, f"cbp-{st.name}-{plan.epoch}-{uuid.uuid4().hex[:8]}")
     timer: threading.Timer | None = None
     if plan.deadline is not None:  # tasks stop themselves at the deadline; this is for those that cannot
-        timer = threading.Timer(max(plan.deadline - time.time(), 0) + CANCEL_GRACE, sc.cancelJobsWithTag, (tag,))
+        timer = threading.Timer(max(plan.deadline - time.time(), 0) + CANCEL_GRACE, tag.cancel)
         timer.daemon = True
         timer.start()
-    sc.setInterruptOnCancel(True)
-    sc.addJobTag(tag)
     try:
+        tag.__enter__()
         if st.record_wise:
             jobs = [
                 _read(spark, plan.input_schemas[i], files).mapInArrow(
@@ -130,12 +130,12 @@ def run_stage_epoch(
             table = reduce(lambda a, b: a.unionByName(b), jobs).toArrow()
         else:
             table = _grouped(spark, plan, input_files, state_files, state_needs_dedupe)
-        if shuffle is not None:
-            shuffle.update(shuffle_written(sc, tag))
+        if shuffle is not None and not connect:  # Spark's status store: classic only
+            shuffle.update(shuffle_written(spark.sparkContext, tag.tag))
     except Exception as e:  # Spark wraps the task's exception in its own
         raise _job_error(plan, e) from None
     finally:
-        sc.removeJobTag(tag)
+        tag.__exit__()
         if timer is not None:
             timer.cancel()
     return decode_results(table)

@@ -1,4 +1,5 @@
-"""What a running stage epoch is doing, from Spark's status tracker, for progress displays.
+"""What a running stage epoch is doing, from Spark's status tracker, for progress displays (a classic
+driver's: on Spark Connect the display shows the elapsed time only).
 
 :class:`Poller` calls ``callback(Progress(...))`` from a daemon thread every ``every`` seconds while
 an epoch runs (:meth:`Poller.epoch` says which; :meth:`Poller.idle` that none does), and stops when
@@ -61,6 +62,13 @@ def spark_progress(sc: SparkContext) -> tuple[int, int, int | None, str]:
     return done, total, records, name
 
 
+def _remote() -> bool:
+    """Whether this process's Spark is a Spark Connect session: no status tracker to read (classic only)."""
+    from pyspark.sql.utils import is_remote
+
+    return bool(is_remote())
+
+
 class Poller:
     """Calls ``callback`` with a :class:`Progress` every ``every`` seconds while an epoch runs."""
 
@@ -101,7 +109,7 @@ class Poller:
                 sc = SparkContext._active_spark_context
                 if sc is not None:
                     done, total, records, name = spark_progress(sc)
-                else:
+                elif not _remote():
                     name = "starting Spark"
             except Exception:  # Spark stopping under us: nothing to say this time
                 pass

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, cast
 
 from ...storage import objectstore
 from ..task.runners import read_files
+from .dfjobs import parallelism
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -32,6 +33,6 @@ def read_parquet(spark: SparkSession, ddl: str, files: list[str]) -> DataFrame:
     from pyspark.sql.types import StructType
 
     schema = cast(StructType, StructType.fromDDL(ddl))  # parsed by the JVM: on the driver, not in the workers
-    n = max(1, min(len(files), spark.sparkContext.defaultParallelism))
+    n = max(1, min(len(files), parallelism(spark)))
     names = spark.createDataFrame([(f,) for f in files], "_file STRING").repartition(n)
     return names.mapInArrow(partial(read_files, to_arrow_schema(schema), objectstore.settings()), schema)

@@ -1,5 +1,7 @@
 """The SparkSession cbp runs on: local Spark by default, any master through ``CBP_SPARK_MASTER``,
-any further Spark settings through ``CBP_SPARK_CONF`` (``key=value;key=value``).
+any further Spark settings through ``CBP_SPARK_CONF`` (``key=value;key=value``), or a Spark Connect
+server through ``CBP_REMOTE`` / ``SPARK_REMOTE`` / ``cbp --remote`` (no JVM in this process:
+:func:`connect_spark`; :func:`is_connect` tells the two kinds of session apart).
 
 When ``bash scripts/jars`` has resolved Spark's Delta connector (``state/jars/manifest.txt``, or
 ``CBP_JARS_DIR``), the session loads it (the jars, Delta's SQL extension and catalog) and
@@ -29,7 +31,18 @@ from .jvmlog import launch, verbose
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-__all__ = ["get_spark", "spark_conf", "delta_jars", "delta_conf", "s3a_conf", "has_delta", "require_delta"]
+__all__ = [
+    "get_spark",
+    "is_connect",
+    "connect_spark",
+    "CONNECT_CONF",
+    "spark_conf",
+    "delta_jars",
+    "delta_conf",
+    "s3a_conf",
+    "has_delta",
+    "require_delta",
+]
 
 _LOG4J = os.path.join(os.path.dirname(os.path.abspath(__file__)), "log4j2.properties")
 
@@ -38,6 +51,41 @@ _JAVA_HINT = (
     "Install it (Debian/Ubuntu: 'sudo apt-get install -y openjdk-17-jre-headless'; macOS: 'brew install openjdk@17') "
     "and try again."
 )
+
+
+#: Session settings cbp gives a Connect session it opens (runtime SQL settings a client may set; a
+#: server that refuses one keeps its own): those of :func:`get_spark` that a task's results depend on.
+CONNECT_CONF = {
+    "spark.sql.adaptive.enabled": "false",
+    "spark.sql.session.timeZone": "UTC",
+    "spark.sql.execution.arrow.maxRecordsPerBatch": "20000",
+    "spark.sql.execution.pyspark.udf.simplifiedTraceback.enabled": "false",
+}
+
+
+def is_connect(spark: Any) -> bool:
+    """Whether ``spark`` is a Spark Connect session (no ``sparkContext``, RDDs or JVM), by its class:
+    pyspark's ``is_remote()`` is one flag per process, and a classic session may live beside.
+
+    >>> is_connect(object())
+    False
+    """
+    return type(spark).__module__.startswith("pyspark.sql.connect")
+
+
+def connect_spark(url: str) -> SparkSession:
+    """The process's Spark Connect session to ``url`` (``sc://HOST:PORT``), opened on first use and then
+    kept (a long-running process holds one session on the server)."""
+    from pyspark.sql import SparkSession
+
+    spark = SparkSession.builder.remote(url).getOrCreate()
+    for key, value in CONNECT_CONF.items():
+        try:
+            if spark.conf.get(key, None) != value:
+                spark.conf.set(key, value)
+        except Exception:  # noqa: BLE001 - a managed server may refuse a setting; its own value stays
+            pass
+    return spark
 
 
 def spark_conf(text: str) -> dict[str, str]:
@@ -195,7 +243,11 @@ def get_spark(master: str | None = None, conf: dict[str, str] | None = None) -> 
     limit of each Python worker) when the session is created. With the jar cache, the session
     has Spark's Delta connector (``delta_conf``); with ``AWS_*`` variables, S3A (``s3a_conf``).
     A new driver JVM starts from the class archive of :mod:`cbp.engine.driver.jvmcache` (or records it).
+    With ``CBP_REMOTE`` (or ``SPARK_REMOTE``) set, the session is a Spark Connect one (:func:`connect_spark`).
     """
+    remote = settings.current().remote
+    if remote:
+        return connect_spark(remote)
     java_home = os.environ.get("JAVA_HOME")
     if not shutil.which("java") and not (java_home and os.path.exists(os.path.join(java_home, "bin", "java"))):
         raise RuntimeStateError(_JAVA_HINT, code="no-java")

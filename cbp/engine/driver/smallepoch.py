@@ -58,13 +58,14 @@ from ...storage import objectstore
 from ...storage.layout import epoch_of
 from ..common.protocol import RESULT
 from ..common.sparkhash import partition_of, spark_xxhash64
+from ..task.arrowtasks import claiming_batches, routed_batches, routing_batches
 from ..task.routing import BINDINGS, BOUND, COPY, COPY_HASH, bound_address, plain_envelopes, plain_route_field
 from ..task.runners import claimant, claiming_task, routed_task, routing_task
+from .dfjobs import BLOB_DDL, blobs_of, parallelism, payload_frame, range_frame
 from .jvmcache import pid_alive
 from .locality import executor_preferences, prefs_rdd, remember_executors
 
 if TYPE_CHECKING:
-    from pyspark import SparkContext
     from pyspark.sql import SparkSession
 
     from ..task.plan import GroupedTask, TaskPlan
@@ -83,6 +84,9 @@ SMALL_ENVELOPE_BYTES = 64 << 20
 SMALL_KEY_BYTES = 4096
 #: Records per task of the job that runs RouteBy functions for a small epoch (at least; a slice per core above it).
 ROUTE_SLICE = 2048
+#: Whether a local small epoch's claiming tasks run as ``spark.range(0, n, 1, n).mapInArrow`` rather
+#: than ``parallelize(range(n), n).mapPartitions`` (``bench/connect_epochs.py`` measures both).
+CLAIM_BY_RANGE = False
 #: (home, stage) -> partition -> the local Python worker (pid) that ran it last (local mode).
 _LAST_WORKER: dict[tuple[str, str], dict[int, int]] = {}
 #: (home, stage) -> envelope bytes per record of its last routing job (:func:`route_on_executors`):
@@ -221,8 +225,7 @@ def route_on_executors(
     """RouteBy of the records in ``work`` run by a one-stage Spark job (user code runs where the
     normal path runs it, under the epoch's time limit), its envelopes collected; None when they
     outgrow what the driver should hold (:data:`SMALL_ENVELOPE_BYTES`)."""
-    sc = spark.sparkContext
-    tasks = max(1, sc.defaultParallelism)
+    tasks = parallelism(spark)
     payloads = []
     for i, made, table in work:
         step = max(ROUTE_SLICE, -(-table.num_rows // tasks))
@@ -232,11 +235,20 @@ def route_on_executors(
                 w.write_table(table.slice(a, step))
             payloads.append((i, made, sink.getvalue().to_pybytes()))
     tasks = min(tasks, len(payloads))
-    blobs = (
-        sc.parallelize(payloads, tasks)
-        .mapPartitions(partial(routing_task, plan, SMALL_ENVELOPE_BYTES // tasks))
-        .collect()
-    )
+    cap = SMALL_ENVELOPE_BYTES // tasks
+    if plan.path.connect:  # no RDDs: the slices go with the query, a row each
+        rows = pa.table(
+            {
+                "i": pa.array([x[0] for x in payloads], pa.int32()),
+                "made": pa.array([x[1] for x in payloads], pa.int64()),
+                "data": pa.array([x[2] for x in payloads], pa.binary()),
+            }
+        )
+        blobs = blobs_of(payload_frame(spark, rows).mapInArrow(partial(routing_batches, plan, cap), BLOB_DDL))
+    else:
+        blobs = (
+            spark.sparkContext.parallelize(payloads, tasks).mapPartitions(partial(routing_task, plan, cap)).collect()
+        )
     if any(not b for b in blobs):
         return None
     schema = plan.envelope_schema()
@@ -256,16 +268,14 @@ def run_routed(spark: SparkSession, plan: TaskPlan, parts: list[pa.Table], task:
     from pyspark.rdd import RDD
     from pyspark.serializers import NoOpSerializer
 
-    sc = spark.sparkContext
-    tasks = len(parts) if placed else max(1, min(len(parts), sc.defaultParallelism))
+    tasks = len(parts) if placed else max(1, min(len(parts), parallelism(spark)))
     chunk = _chunk(spark)
+    if plan.path.connect:
+        return _run_connect(spark, plan, parts, task, chunk)
+    sc = spark.sparkContext
     if not placed and tasks < len(parts) and str(sc.master).startswith("local"):
-        return _run_claimed(sc, plan, parts, task, tasks, chunk)
-    payloads = []
-    for p, t in enumerate(parts):
-        sink = pa.BufferOutputStream()
-        _write_envelopes(sink, plan, t, chunk)
-        payloads.append((p, sink.getvalue().to_pybytes()))
+        return _run_claimed(spark, plan, parts, task, tasks, chunk)
+    payloads = _payloads(plan, parts, chunk)
     groups = [payloads[i::tasks] for i in range(tasks)]
     data = sc.parallelize(groups, tasks)  # group i alone in Spark partition i (through a file, not py4j)
     if placed:  # zipped with an RDD whose partition p prefers p's executor: the pair's task does too
@@ -286,6 +296,29 @@ def run_routed(spark: SparkSession, plan: TaskPlan, parts: list[pa.Table], task:
     if placed:
         remember_executors(sc, plan, table)
     return table
+
+
+def _payloads(plan: TaskPlan, parts: list[pa.Table], chunk: int) -> list[tuple[int, bytes]]:
+    """Each partition's envelopes as an Arrow IPC stream."""
+    out = []
+    for p, t in enumerate(parts):
+        sink = pa.BufferOutputStream()
+        _write_envelopes(sink, plan, t, chunk)
+        out.append((p, sink.getvalue().to_pybytes()))
+    return out
+
+
+def _run_connect(spark: SparkSession, plan: TaskPlan, parts: list[pa.Table], task: GroupedTask, chunk: int) -> pa.Table:
+    """:func:`run_routed` on a Spark Connect session: the partitions' envelopes go with the query, a row
+    each (the client may share no file system with the server); Spark gives each task a slice."""
+    payloads = _payloads(plan, parts, chunk)
+    rows = pa.table(
+        {"p": pa.array([p for p, _ in payloads], pa.int32()), "data": pa.array([d for _, d in payloads], pa.binary())}
+    )
+    blobs = blobs_of(payload_frame(spark, rows).mapInArrow(partial(routed_batches, plan, task), BLOB_DDL))
+    return _in_partition_order(
+        pa.Table.from_batches([pa.ipc.read_record_batch(pa.py_buffer(b), RESULT) for b in blobs], schema=RESULT)
+    )
 
 
 def _in_partition_order(table: pa.Table) -> pa.Table:
@@ -309,7 +342,7 @@ def _write_envelopes(sink: Any, plan: TaskPlan, t: pa.Table, chunk: int) -> None
 
 
 def _run_claimed(
-    sc: SparkContext, plan: TaskPlan, parts: list[pa.Table], task: GroupedTask, tasks: int, chunk: int
+    spark: SparkSession, plan: TaskPlan, parts: list[pa.Table], task: GroupedTask, tasks: int, chunk: int
 ) -> pa.Table:
     """:func:`run_routed` in local mode: ``tasks`` tasks claim the partitions (module docstring)."""
     _sweep_routed()
@@ -320,11 +353,14 @@ def _run_claimed(
             with pa.OSFile(os.path.join(work, f"{p}.arrows"), "wb") as f:
                 _write_envelopes(f, plan, t, chunk)
         last = dict(_LAST_WORKER.get(key, {}))
-        blobs = (
-            sc.parallelize(range(tasks), tasks)
-            .mapPartitions(partial(claiming_task, plan, task, work, len(parts), tasks, last))
-            .collect()
-        )
+        if CLAIM_BY_RANGE:  # the DataFrame job a Connect session could run (cbp.engine.driver.dfjobs)
+            jobs = range_frame(spark, tasks)
+            blobs = blobs_of(
+                jobs.mapInArrow(partial(claiming_batches, plan, task, work, len(parts), tasks, last), BLOB_DDL)
+            )
+        else:
+            rdd = spark.sparkContext.parallelize(range(tasks), tasks)
+            blobs = rdd.mapPartitions(partial(claiming_task, plan, task, work, len(parts), tasks, last)).collect()
         table = _in_partition_order(
             pa.Table.from_batches([pa.ipc.read_record_batch(pa.py_buffer(b), RESULT) for b in blobs], schema=RESULT)
         )

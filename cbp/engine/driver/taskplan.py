@@ -8,7 +8,8 @@ function (:func:`build_task_plan`), with the path its tasks take chosen once (:f
 - the route: by the driver (direct mode, an increment of known size up to the small-epoch
   threshold: the pipeline's ``small_epoch_records``, else ``CBP_SMALL_EPOCH_RECORDS``, else
   :data:`~cbp.engine.driver.smallepoch.SMALL_RECORDS`), else Spark's shuffle;
-- placed (direct mode on a cluster, ``CBP_PLACEMENT`` not 0) or local.
+- placed (direct mode on a cluster, ``CBP_PLACEMENT`` not 0) or local;
+- on a Spark Connect session (a master ``sc://...``): never placed, never JVM-routed (DataFrame jobs only).
 
 The settings the tasks need (state cache, index budget, scan fraction, fault) go into the plan
 from the driver's :mod:`cbp.settings`: tasks do not read their own environment for them.
@@ -72,6 +73,8 @@ def choose_path(
         'per-key/direct/driver/local'
         >>> str(choose_path(st, "direct", master="spark://h:7077", new_records=None, env=Settings()))
         'per-key/direct/shuffle/placed'
+        >>> choose_path(st, "direct", master="sc://h:15002", new_records=None, env=Settings()).connect
+        True
     """
     env = cbp_settings.current() if env is None else env
     keyed = bool(stage.row_key)
@@ -91,8 +94,16 @@ def choose_path(
         runner = "batch"
     limit = small_records(small_limit, env)
     small = mode == "direct" and not stage.record_wise and new_records is not None and new_records <= limit
+    connect = master.startswith("sc://")  # a Spark Connect session: no preferred locations, no JVM-routed inputs
     placed = mode == "direct" and not stage.record_wise and not master.startswith("local") and env.placement
-    return EnginePath(runner, partition, "driver" if small else "shuffle", placed, env.jvm_routing)
+    return EnginePath(
+        runner,
+        partition,
+        "driver" if small else "shuffle",
+        placed and not connect,
+        env.jvm_routing and not connect,
+        connect,
+    )
 
 
 def build_task_plan(

@@ -47,6 +47,7 @@ class EnginePath:
     route: str = "shuffle"
     placed: bool = False  # partition p runs on the executor that ran it last epoch (a cluster, direct mode)
     jvm_routing: bool = True  # inputs routed by a plain field get their envelopes from Spark SQL
+    connect: bool = False  # a Spark Connect session: DataFrame jobs only (cbp.engine.driver.smallepoch)
 
     def __post_init__(self) -> None:
         assert self.runner in RUNNERS and self.partition in PARTITIONS and self.route in ROUTES, self

@@ -1,0 +1,90 @@
+"""What a stage epoch's driver asks of Spark in either kind of session: a classic one (a JVM in this
+process, ``sparkContext``, RDDs) or a Spark Connect one (DataFrame APIs only; :func:`is_connect`).
+
+- **Job tags.** An epoch's jobs carry a tag, so that the driver can cancel them at the deadline:
+  ``sc.addJobTag`` / ``sc.cancelJobsWithTag`` on classic, ``spark.addTag`` / ``spark.interruptTag``
+  on Connect (:class:`JobTag`).
+- **One-stage jobs of Python tasks** without RDDs: ``mapInArrow`` over :func:`range_frame` (``n``
+  tasks, task ``i`` holds ``i``) or over :func:`payload_frame` (a small DataFrame the driver made, a row
+  per work item: Spark gives each task a slice of the rows), of a function of
+  :mod:`cbp.engine.task.arrowtasks` (they read their input to its end); :func:`blobs_of` collects.
+
+Example::
+
+    with JobTag(spark, "cbp-count-3") as tag:
+        blobs = blobs_of(range_frame(spark, 2).mapInArrow(partial(claiming_batches, ...), BLOB_DDL))
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from .session import is_connect
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+    from pyspark.sql import DataFrame, SparkSession
+
+__all__ = ["JobTag", "parallelism", "range_frame", "payload_frame", "blobs_of", "BLOB_DDL", "CONNECT_PARALLELISM"]
+
+#: The output of the jobs' functions (:data:`cbp.engine.task.arrowtasks.BLOBS`).
+BLOB_DDL = "blob BINARY"
+#: Tasks a Spark Connect session's small jobs use when the server does not say (``spark.default.parallelism``).
+CONNECT_PARALLELISM = 2
+
+
+class JobTag:
+    """Tag the jobs this thread starts with ``tag`` while the ``with`` block runs; :meth:`cancel` (from
+    any thread) cancels them, interrupting their tasks."""
+
+    def __init__(self, spark: SparkSession, tag: str) -> None:
+        self.spark, self.tag, self.connect = spark, tag, is_connect(spark)
+
+    def __enter__(self) -> JobTag:
+        if self.connect:
+            self.spark.addTag(self.tag)
+        else:
+            sc = self.spark.sparkContext
+            sc.setInterruptOnCancel(True)
+            sc.addJobTag(self.tag)
+        return self
+
+    def cancel(self) -> None:
+        """Cancel the tagged jobs (a timer's thread calls this at an epoch's deadline)."""
+        if self.connect:
+            self.spark.interruptTag(self.tag)
+        else:
+            self.spark.sparkContext.cancelJobsWithTag(self.tag)
+
+    def __exit__(self, *exc: Any) -> None:
+        if self.connect:
+            self.spark.removeTag(self.tag)
+        else:
+            self.spark.sparkContext.removeJobTag(self.tag)
+
+
+def parallelism(spark: SparkSession) -> int:
+    """Tasks Spark runs at once: the classic driver's default parallelism; on Spark Connect the server's
+    ``spark.default.parallelism`` if it says, else :data:`CONNECT_PARALLELISM`."""
+    if not is_connect(spark):
+        return max(1, spark.sparkContext.defaultParallelism)
+    try:
+        return max(1, int(spark.conf.get("spark.default.parallelism", None) or CONNECT_PARALLELISM))
+    except (ValueError, Exception):  # noqa: BLE001 - a server that does not say
+        return CONNECT_PARALLELISM
+
+
+def blobs_of(df: DataFrame) -> list[bytes]:
+    """The ``blob`` messages a job's tasks returned (a DataFrame of :data:`BLOB_DDL`)."""
+    return [bytes(b) for b in df.toArrow().column("blob").to_pylist()]
+
+
+def range_frame(spark: SparkSession, n: int) -> DataFrame:
+    """``n`` partitions, partition ``i`` holding the one row ``id = i``: the input of a job of ``n`` tasks."""
+    return spark.range(0, n, 1, n)
+
+
+def payload_frame(spark: SparkSession, rows: pa.Table) -> DataFrame:
+    """``rows`` as a DataFrame sent with the query: as many tasks as rows, up to the server's
+    parallelism, each given consecutive rows."""
+    return spark.createDataFrame(rows)

@@ -1,0 +1,251 @@
+"""A Spark Connect server on this machine, bound to 127.0.0.1: started, checked and stopped by
+``scripts/connect``. It runs from pip's pyspark (``jars/spark-connect_2.13-*.jar``) with Spark's
+Delta connector from the jar cache (``state/jars``, ``bash scripts/jars``), in front of
+``local[2]`` by default or of any master (``--master spark://...``: the standalone cluster of
+``scripts/cluster``, whose workers have the jars at the same paths).
+
+State lives in ``state/connect/`` (``CBP_CONNECT_STATE``): ``server.pid`` (the leader of the server's
+process group: the server JVM, its Python workers), ``server.json`` (its URL and master) and
+``logs/server.log``.
+
+    python scripts/connect.py start [--master URL] [--port N]
+    python scripts/connect.py status|stop
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+STATE = Path(os.environ.get("CBP_CONNECT_STATE", ROOT / "state" / "connect"))
+LOGS = STATE / "logs"
+HOST = "127.0.0.1"
+READY_TIMEOUT = float(os.environ.get("CBP_CONNECT_TIMEOUT", "90"))
+STOP_TIMEOUT = 15.0
+MARKER = "org.apache.spark.sql.connect.service.SparkConnectServer"
+
+#: What cbp's tasks need of the server (the settings ``get_spark`` gives a classic session). Static
+#: ones can only be set here; a client sets none of them.
+SERVER_CONF = {
+    "spark.ui.enabled": "false",
+    "spark.sql.adaptive.enabled": "false",  # a stage's shuffle keeps exactly its partition count
+    "spark.sql.execution.arrow.maxRecordsPerBatch": "20000",
+    "spark.sql.files.openCostInBytes": str(1 << 20),
+    "spark.python.worker.reuse": "true",
+    "spark.sql.execution.pyspark.udf.simplifiedTraceback.enabled": "false",
+    "spark.sql.session.timeZone": "UTC",
+    "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
+    "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
+    "spark.databricks.delta.snapshotPartitions": "4",
+    "spark.connect.grpc.binding.address": HOST,
+    "spark.driver.host": HOST,
+    "spark.driver.bindAddress": HOST,
+}
+
+
+class ConnectError(Exception):
+    """The server did not start or stop; the message names the log to read."""
+
+
+def spark_home() -> Path:
+    """pip's pyspark is a Spark distribution: ``bin/spark-submit`` and the jars live in the package."""
+    import pyspark
+
+    return Path(pyspark.__file__).resolve().parent
+
+
+def jars() -> list[str]:
+    """The Delta connector's jars (the jar cache's manifest), and pip's Spark Connect server jar."""
+    cache = Path(os.environ.get("CBP_JARS_DIR") or ROOT / "state" / "jars")
+    try:
+        names = [n.strip() for n in (cache / "manifest.txt").read_text().splitlines() if n.strip()]
+    except OSError:
+        raise ConnectError(f"no jar cache in {cache} (run 'bash scripts/jars')") from None
+    connect = sorted((spark_home() / "jars").glob("spark-connect_*.jar"))
+    if not connect:
+        raise ConnectError(f"pyspark in {spark_home()} ships no spark-connect jar (Spark 4 needed)")
+    return [str(cache / n) for n in names] + [str(connect[-1])]
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind((HOST, 0))
+        return int(s.getsockname()[1])
+
+
+def command(master: str, port: int) -> list[str]:
+    """The server's ``spark-submit`` command line."""
+    cp = os.pathsep.join(jars())
+    conf = {
+        **SERVER_CONF,
+        "spark.connect.grpc.binding.port": str(port),
+        "spark.driver.extraClassPath": cp,  # not --jars: Spark would copy 670 MiB into every session's directory
+        "spark.pyspark.python": sys.executable,
+        "spark.executorEnv.PYTHONPATH": str(ROOT),
+    }
+    if not master.startswith("local"):  # the standalone cluster's workers have the jars at the same paths
+        conf.update({"spark.executor.extraClassPath": cp, "spark.executor.cores": "1", "spark.executor.memory": "1g"})
+    args = [str(spark_home() / "bin" / "spark-submit"), "--master", master, "--name", "cbp-connect"]
+    for k, v in conf.items():
+        args += ["--conf", f"{k}={v}"]
+    return [*args, "--class", MARKER, "spark-internal"]
+
+
+def server_env() -> dict[str, str]:
+    """The server's environment: loopback only, this interpreter and this checkout for its Python workers."""
+    env = dict(os.environ)
+    env.update(
+        SPARK_HOME=str(spark_home()),
+        SPARK_LOCAL_IP=HOST,
+        SPARK_LOCAL_HOSTNAME=HOST,
+        PYSPARK_PYTHON=sys.executable,
+        PYTHONPATH=os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p),
+    )
+    env.pop("SPARK_CONF_DIR", None)
+    env.pop("SPARK_REMOTE", None)
+    env.pop("SPARK_CONNECT_MODE_ENABLED", None)
+    return env
+
+
+def pid() -> int | None:
+    """The recorded server's pid if it still runs and is the server (not a reused pid)."""
+    try:
+        p = int((STATE / "server.pid").read_text().strip())
+        cmdline = Path(f"/proc/{p}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        stat = Path(f"/proc/{p}/stat").read_text()
+    except (OSError, ValueError):
+        return None
+    return p if MARKER in cmdline and stat.rsplit(")", 1)[1].split()[0] != "Z" else None
+
+
+def _serving(port: int) -> bool:
+    try:
+        with socket.create_connection((HOST, port), timeout=1):
+            return True
+    except OSError:
+        return False
+
+
+def _info() -> dict[str, str | int]:
+    try:
+        return dict(json.loads((STATE / "server.json").read_text()))
+    except (OSError, ValueError):
+        return {}
+
+
+def start(master: str, port: int | None) -> int:
+    """Start the server unless it runs; wait until it listens; print its URL."""
+    running = pid()
+    if running is not None:
+        print(f"Spark Connect server already up (pid {running}): {_info().get('url')}")
+        return 0
+    port = port or _free_port()
+    LOGS.mkdir(parents=True, exist_ok=True)
+    log_path = LOGS / "server.log"
+    with open(log_path, "ab") as log:
+        log.write(f"\n=== {time.strftime('%Y-%m-%d %H:%M:%S')} starting on port {port}, master {master}\n".encode())
+        log.flush()
+        proc = subprocess.Popen(
+            command(master, port),
+            cwd=STATE,
+            env=server_env(),
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    (STATE / "server.pid").write_text(f"{proc.pid}\n")
+    url = f"sc://{HOST}:{port}"
+    (STATE / "server.json").write_text(json.dumps({"url": url, "port": port, "master": master}) + "\n")
+    deadline = time.monotonic() + READY_TIMEOUT
+    while not _serving(port):
+        if proc.poll() is not None or time.monotonic() > deadline:
+            stop()
+            raise ConnectError(f"the server did not start; see {log_path}:\n{_tail(log_path)}")
+        time.sleep(0.3)
+    print(f"Spark Connect server up (pid {proc.pid}, master {master}, log {log_path}): {url}")
+    print(f"export CBP_REMOTE={url}")
+    return 0
+
+
+def _tail(path: Path, lines: int = 15) -> str:
+    try:
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+    except OSError:
+        return "(no log)"
+
+
+def _group_alive(pgid: int) -> bool:
+    """Whether any process of the group still runs (zombies do not count)."""
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[2]) == pgid and fields[0] != "Z":
+            return True
+    return False
+
+
+def _signal_group(pgid: int, sig: int) -> None:
+    try:
+        os.killpg(pgid, sig)
+    except ProcessLookupError:
+        pass
+
+
+def stop() -> int:
+    """SIGTERM the server's process group (the JVM and its Python workers), SIGKILL it after
+    :data:`STOP_TIMEOUT`; drop the pid file."""
+    p = pid()
+    if p is not None:
+        _signal_group(p, signal.SIGTERM)
+        deadline = time.monotonic() + STOP_TIMEOUT
+        while time.monotonic() < deadline and _group_alive(p):
+            time.sleep(0.2)
+        if _group_alive(p):
+            _signal_group(p, signal.SIGKILL)
+            time.sleep(0.5)
+    (STATE / "server.pid").unlink(missing_ok=True)
+    (STATE / "server.json").unlink(missing_ok=True)
+    print("Spark Connect server " + ("stopped" if p is not None else "was not running"))
+    return 0
+
+
+def status() -> int:
+    """Print whether the server runs and listens; exit 0 only if it does."""
+    p, info = pid(), _info()
+    up = p is not None and _serving(int(info.get("port", 0) or 0))
+    if up:
+        print(f"Spark Connect server up (pid {p}, master {info.get('master')}): {info.get('url')}")
+    else:
+        print("Spark Connect server down (scripts/connect start starts it)")
+    return 0 if up else 1
+
+
+def main(argv: list[str]) -> int:
+    """``start [--master URL] [--port N]``, ``stop`` or ``status``."""
+    ap = argparse.ArgumentParser(prog="scripts/connect", description="A local Spark Connect server for cbp.")
+    ap.add_argument("action", choices=["start", "stop", "status"])
+    ap.add_argument("--master", default="local[2]", help="the Spark master behind the server (default local[2])")
+    ap.add_argument("--port", type=int, default=None, help="the gRPC port (default: a free one)")
+    args = ap.parse_args(argv)
+    try:
+        if args.action == "start":
+            return start(args.master, args.port)
+        return stop() if args.action == "stop" else status()
+    except ConnectError as e:
+        print(f"scripts/connect {args.action}: {e}", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

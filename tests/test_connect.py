@@ -1,0 +1,180 @@
+"""cbp on a Spark Connect server (issue 49): a server started by ``scripts/connect`` for this module,
+URLCount over feeds with retractions through the Python API (the small-epoch and the shuffle paths)
+and through the CLI with ``--remote``, each compared with pandas from scratch.
+
+A Connect session cannot share a process with the suite's classic one (pyspark's Connect mode is one
+flag per process: the classic session's columns become Connect columns), so each test runs its
+Connect side in one subprocess that does all of its steps."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import textwrap
+
+import pandas as pd
+import pytest
+from conftest import ROOT
+
+pytestmark = pytest.mark.connect
+
+FEEDS = [
+    [{"url": u} for u in "a b a c d a".split()],
+    [{"url": "a", "_diff": -1}, {"url": "e"}, {"url": "b"}],
+    [{"url": "c", "_diff": -1}, {"url": "f"}, {"url": "a", "_diff": -1}],
+]
+
+
+def from_scratch(feeds: list[list[dict]]) -> dict[str, int]:
+    """URLCount of all the feeds at once, with pandas."""
+    df = pd.DataFrame([{"url": r["url"], "d": r.get("_diff", 1)} for f in feeds for r in f])
+    sums = df.groupby("url")["d"].sum()
+    return {u: int(n) for u, n in sums.items() if n}
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    """A Spark Connect server in front of local[2] on a free port; stopped (with its children) at the end."""
+    pytest.importorskip("grpc_status", reason="Spark Connect's client needs grpcio-status (pip install cbp[connect])")
+    state = tmp_path_factory.mktemp("connect-state")
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env = {**os.environ, "CBP_CONNECT_STATE": str(state)}
+    script = [sys.executable, str(ROOT / "scripts" / "connect.py")]
+    try:
+        subprocess.run([*script, "start", "--port", str(port)], env=env, check=True, capture_output=True, timeout=180)
+        yield f"sc://127.0.0.1:{port}"
+    finally:
+        subprocess.run([*script, "stop"], env=env, capture_output=True, timeout=60)
+        status = subprocess.run([*script, "status"], env=env, capture_output=True, timeout=60)
+        assert status.returncode == 1, "the server still runs after 'scripts/connect stop'"
+
+
+def _connect_side(code: str, url: str, **env: str) -> dict:
+    """Run ``code`` (it prints one JSON line last) in a fresh interpreter with a Connect session ``spark``."""
+    head = textwrap.dedent(
+        f"""
+        import json, sys
+        sys.path.insert(0, {str(ROOT / "flows")!r})
+        from pyspark.sql import SparkSession
+        import cbp
+        from cbp.engine.driver.session import is_connect
+        spark = SparkSession.builder.remote({url!r}).create()
+        assert is_connect(spark)
+        FEEDS = {FEEDS!r}
+        """
+    )
+    run = subprocess.run(
+        [sys.executable, "-c", head + textwrap.dedent(code) + "\nspark.stop()\n"],
+        env={**os.environ, "PYTHONPATH": str(ROOT), **env},
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert run.returncode == 0, run.stderr[-4000:]
+    return json.loads(run.stdout.strip().splitlines()[-1])
+
+
+def test_url_count_through_the_python_api_on_connect(server, tmp_path):
+    """Three epochs of one home: a small epoch (routed by the driver), then the shuffle path
+    (``CBP_SMALL_EPOCH_RECORDS=0``), then a small epoch again; retractions in the last two; then a
+    translator that raises, reported by its code; and a tagged job cancelled from another thread."""
+    got = _connect_side(
+        f"""
+        import os
+        p = cbp.load({str(ROOT / "flows" / "url_count.yaml")!r}, {str(tmp_path / "home")!r}, spark=spark)
+        epochs, states = [], []
+        for i, f in enumerate(FEEDS):
+            p.feed("urls", f)
+            if i == 1:
+                os.environ["CBP_SMALL_EPOCH_RECORDS"] = "0"
+            epochs += [r.epoch for r in p.run()]
+            os.environ.pop("CBP_SMALL_EPOCH_RECORDS", None)
+            states.append({{r["url"]: r["count"] for r in p.state("url_count")}})
+        counts = [{{r["url"]: r["count"] for r in p.output("counts", e)}} for e in (1, 2, 3)]
+        p.feed("urls", [{{"url": "zz", "_diff": -1}}])  # more taken back than seen: the translator raises
+        try:
+            p.run()
+            code = None
+        except cbp.errors.CbpError as e:
+            code = e.code
+        import threading, time
+        from cbp.engine.driver.dfjobs import JobTag
+
+        def slow(batches):
+            for b in batches:
+                time.sleep(120)
+                yield b
+
+        tag = JobTag(spark, "cbp-test-cancel")
+        threading.Timer(1.0, tag.cancel).start()  # as an epoch's deadline timer does
+        try:
+            with tag:
+                spark.range(0, 2, 1, 2).mapInArrow(slow, "id long").collect()
+            cancelled = False
+        except Exception as e:
+            cancelled = "CANCEL" in str(e).upper()
+        got = {{"states": states, "epochs": epochs, "counts": counts, "code": code, "cancelled": cancelled}}
+        print(json.dumps(got))
+        """,
+        server,
+    )
+    assert got["epochs"] == [1, 2, 3]
+    for i, feed in enumerate(FEEDS):
+        now = from_scratch(FEEDS[: i + 1])
+        assert got["states"][i] == now, i  # after each feed: the state is URLCount of the feeds so far
+        assert got["counts"][i] == {r["url"]: now.get(r["url"], 0) for r in feed}, i  # the new counts (0: dropped)
+    assert got["code"] == "user-code"  # the task's failure record reaches the client through Spark Connect
+    assert got["cancelled"]  # a tagged job is interrupted by JobTag.cancel (spark.interruptTag)
+
+
+def test_url_count_through_the_cli_with_remote(server, tmp_path):
+    home = str(tmp_path / "home")
+    yaml = str(ROOT / "flows" / "url_count.yaml")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), str(ROOT / "flows")])}
+    env.pop("CBP_REMOTE", None)
+
+    def cbp(*args: str) -> str:
+        run = subprocess.run(
+            [sys.executable, "-m", "cbp.cli", *args], env=env, capture_output=True, text=True, timeout=600
+        )
+        assert run.returncode == 0, run.stderr[-4000:]
+        return run.stdout
+
+    for i, feed in enumerate(FEEDS[:2]):
+        path = tmp_path / f"feed{i}.jsonl"
+        path.write_text("".join(json.dumps(r) + "\n" for r in feed))
+        cbp("feed", yaml, "urls", str(path), "--home", home)
+    ran = cbp("--remote", server, "run", yaml, "--home", home)
+    assert "stage epoch(s)" in ran
+    state = [json.loads(line) for line in cbp("state", yaml, "url_count", "--home", home).splitlines()]
+    assert {r["url"]: r["count"] for r in state} == from_scratch(FEEDS[:2])
+
+
+def test_the_remote_setting_chooses_the_connect_path_without_a_server(spark, monkeypatch, capsys):
+    """No server needed: ``CBP_REMOTE`` / ``SPARK_REMOTE`` name it, the plan's path follows, a URL that
+    is not ``sc://`` is refused by its code, and the suite's classic session is not a Connect one."""
+    from types import SimpleNamespace as NS
+
+    from cbp.cli import main
+    from cbp.controller.live import LazySpark
+    from cbp.engine.driver.session import is_connect
+    from cbp.engine.driver.taskplan import choose_path
+    from cbp.settings import Settings
+
+    assert not is_connect(spark)
+    assert Settings.from_env({"SPARK_REMOTE": "sc://h:1"}).remote == "sc://h:1"
+    assert Settings.from_env({"CBP_REMOTE": "sc://a:2", "SPARK_REMOTE": "sc://h:1"}).remote == "sc://a:2"
+    monkeypatch.setenv("CBP_REMOTE", "sc://127.0.0.1:1")
+    master = LazySpark().master()  # known without opening a session
+    assert master == "sc://127.0.0.1:1"
+    st = NS(record_wise=False, batch=False, row_key=(), state_schema=object(), grouping="inner", inputs=[])
+    path = choose_path(st, "direct", master=master, new_records=None, env=Settings(placement=True))
+    assert path.connect and not path.placed and not path.jvm_routing
+    monkeypatch.delenv("CBP_REMOTE")
+    assert main(["--remote", "http://127.0.0.1:1", "validate", str(ROOT / "flows" / "url_count.yaml")]) == 2
+    assert "[usage]" in capsys.readouterr().err
