@@ -3,7 +3,7 @@
 ``tests/conftest.py`` applies these tables at collection (``pytest_collection_modifyitems``):
 
 * the markers of pyproject's ``[tool.pytest.ini_options]``, by file or by test, so that
-  ``bash scripts/test --fast`` (``-m "not (cluster or killpoint or airflow or s3 or fuzz or slow)"``)
+  ``bash scripts/test --fast`` (``-m "not (cluster or killpoint or airflow or s3 or fuzz or slow or connect)"``)
   runs what is cheap;
 * an ``xdist_group`` for tests that share something outside their process (the standalone cluster
   of ``scripts/cluster`` under ``state/cluster``) or a module-scoped fixture that is costly to
@@ -20,7 +20,7 @@ A key is a file name (``test_crash.py``: every test in it) or a test's name with
 from __future__ import annotations
 
 #: The markers of the expensive kinds; ``--fast`` leaves out every test that has one.
-EXPENSIVE = ("cluster", "killpoint", "airflow", "s3", "fuzz", "slow")
+EXPENSIVE = ("cluster", "killpoint", "airflow", "s3", "fuzz", "slow", "connect")
 
 _CRASH = ("killpoint", "slow")
 
@@ -75,6 +75,8 @@ MARKS: dict[str, tuple[str, ...]] = {
     "test_docs.py": ("slow",),
     "test_engine_memory.py": ("slow",),
     "test_delta_spark.py::test_cli_without_jars": ("slow",),  # a Spark driver of its own, without the jars
+    "test_connect.py": ("connect", "slow"),  # a Spark Connect server (scripts/connect) and a client per test
+    "test_sql_joins.py": ("slow",),
 }
 
 #: Tests that must run on one worker, one after the other: they share the standalone cluster.
@@ -117,6 +119,7 @@ FIRST = (
     "test_crash.py::test_sigkill_at_many_moments_recovers_exactly",
     "test_graphs.py::test_pagerank_with_retractions",
     "test_airflow.py",
+    "test_connect.py",
     "test_batch.py::test_batch_equals_per_key_with_framing_and_a_loopback_flow",
     "test_framing.py::test_framed_outputs_survive_crashes",
     "test_crash.py",
