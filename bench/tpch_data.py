@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import decimal
+import json
 import os
 import random
 import shutil
@@ -33,6 +34,8 @@ from deltalake import DeltaTable, write_deltalake
 
 TABLES = ("region", "nation", "supplier", "customer", "part", "partsupp", "orders", "lineitem")
 CDF = {"delta.enableChangeDataFeed": "true"}
+QUERIES = tuple(f"q{i}" for i in range(1, 23))
+FLOWS = Path(__file__).resolve().parents[1] / "flows" / "tpch"
 SEGMENTS = ("AUTOMOBILE", "BUILDING", "FURNITURE", "HOUSEHOLD", "MACHINERY")
 
 
@@ -66,6 +69,35 @@ def generate(dest: str | Path, sf: float) -> dict[str, int]:
             write_deltalake(str(dest / name), table, mode="overwrite", configuration=CDF)
             rows[name] = table.num_rows
     return rows
+
+
+def write_pipeline(data: str | Path, where: str | Path, queries: list[str]) -> Path:
+    """A pipeline ``where/tpch.yaml`` over the tables under ``data`` they read (absolute paths) with the views
+    of ``flows/tpch/<query>.sql`` (copied beside it); return the YAML's path.
+
+    >>> write_pipeline("/tmp/tpch", "/tmp/p", ["q1", "q12"])  # doctest: +SKIP
+    PosixPath('/tmp/p/tpch.yaml')
+    """
+    where, data = Path(where), Path(data).resolve()
+    where.mkdir(parents=True, exist_ok=True)
+    for q in queries:
+        shutil.copy(FLOWS / f"{q}.sql", where / f"{q}.sql")
+    path = where / "tpch.yaml"
+    files = ", ".join(f"{q}.sql" for q in queries)
+    read = read_tables(path, queries)
+    flows = "".join(f"  {t}: {{external: true, source: {{delta: {json.dumps(str(data / t))}}}}}\n" for t in read)
+    path.write_text(f"pipeline: tpch\nflows:\n{flows}sql: [{files}]\n")
+    return path
+
+
+def read_tables(yaml: Path, queries: list[str]) -> list[str]:
+    """The TPC-H tables the views of ``queries`` (their files beside ``yaml``) read, in TABLES' order."""
+    from cbp.views.query import tables_of
+    from cbp.views.sqlfiles import read_sql_files
+
+    views = read_sql_files(str(yaml), [f"{q}.sql" for q in queries], {})
+    names = {t.lower() for v in views.values() for t in tables_of(v.sql)}
+    return [t for t in TABLES if t in names]
 
 
 class Refresh:
