@@ -8,6 +8,7 @@ query is refused with ``view-unsupported``, and the queries known to compile do.
 from __future__ import annotations
 
 import math
+import shutil
 import sys
 from collections import Counter
 from pathlib import Path
@@ -24,6 +25,9 @@ from cbp.views.sqlfiles import read_sql_files
 
 sys.path.insert(0, str(ROOT / "bench"))
 import tpch_data  # noqa: E402  (bench/ is not a package)
+
+if shutil.which("tpchgen-cli") is None and not (Path(sys.executable).parent / "tpchgen-cli").exists():
+    pytest.skip("needs tpchgen-cli (a dev extra: pip install tpchgen-cli)", allow_module_level=True)
 
 SF = 0.001  # 1,500 orders, 6,005 lineitems
 FRACTION = 0.01  # of the orders per change (15 orders): 0.1% of SF 0.001 would be one or two orders
