@@ -3,7 +3,8 @@ projection and CASE, UNION ALL, join, GROUP BY sum/count/min/max/avg/count(DISTI
 HAVING, a GROUP BY over a join) through change sequences that insert, delete, move a row to another group,
 delete a group's MIN/MAX holder, empty a group and give one join key many matches; after every epoch
 each view's consolidated contents equal a from-scratch computation in Python over the inputs' rows
-(multiset equality, floats to 1e-9 relative). One pipeline home per example; few examples."""
+(multiset equality, floats to 1e-9 relative). One pipeline home per example; few examples. And a
+view over a Delta source without ``schema:`` is typed from the table's columns."""
 
 from __future__ import annotations
 
@@ -192,3 +193,24 @@ def test_micro_views_equal_a_from_scratch_computation(spark, steps):
                     p.feed(flow, records)
             p.run()
             _check(p, a, b, step)
+
+
+def test_a_view_over_a_delta_source_without_schema_reads_the_tables_columns(tmp_path):
+    """The flow's schema is the table's (dates and decimals included): the view's columns are typed from it."""
+    import datetime
+    import decimal
+
+    import pyarrow as pa
+    from deltalake import write_deltalake
+
+    from cbp.spec import load_spec
+
+    table = {"d": [datetime.date(2024, 1, 2)], "x": pa.array([decimal.Decimal("1.50")], pa.decimal128(15, 2))}
+    write_deltalake(str(tmp_path / "t"), pa.table(table), configuration={"delta.enableChangeDataFeed": "true"})
+    path = tmp_path / "p.yaml"
+    path.write_text(
+        "pipeline: v\nflows:\n  t: {external: true, source: {delta: t}}\n"
+        "views:\n  s: SELECT d, sum(x) AS total FROM t GROUP BY d\n"
+    )
+    fields = load_spec(path).flows["s"].schema.fields
+    assert [str(fields["d"]).rstrip("?"), str(fields["total"]).rstrip("?")] == ["date", "decimal(25,2)"]
