@@ -79,7 +79,14 @@ def expand_views(
             raise _spec_refusal(
                 v, "bad-name", f"the name '{v}' is a flow or stage of the pipeline, or has '__' (kept for views' own)"
             )
-    flows = {n: _types(f.fields) for n, f in raw.flows.items()}
+    from ..spec.context import Context
+    from ..spec.sources import source_fields
+
+    ctx = Context(path, raw, lines)  # a Delta source without schema: has its table's columns
+    flows = {
+        n: _types(f.fields if f.fields is not None else source_fields(n, f, ctx.fail, ctx.base))
+        for n, f in raw.flows.items()
+    }
     gen = Generated()
     for v in _order(views, [], _spec_refusal):
         try:
