@@ -5,9 +5,9 @@ Spark's shuffle into the stage's P partitions with Spark's own hash (``repartiti
 sorted by key and flow. Task ``p`` owns state partition ``p``: it reads the state of the keys it
 needs through the partition's index and writes only what changed (:mod:`cbp.engine.task.translate`).
 
-*Black-box* mode (§4.4): the state is just another input. It is read whole (through Spark's
-Delta connector at the epoch's version when the session has it, else as the version's Parquet
-files), shuffled with the new input, and written whole every epoch: the benchmarks' baseline.
+*Black-box* mode (§4.4): the state is just another input. It is read whole (the Parquet files of
+the epoch's version, as cbp's storage layer lists them), shuffled with the new input, and written
+whole every epoch: the benchmarks' baseline.
 
 Either way the job only writes files; :mod:`cbp.controller` commits them.
 """
@@ -29,10 +29,9 @@ from ...storage.objectstore import propagate_to_spark
 from ..common.protocol import FailureRecord, TaskResult, decode_failure, decode_results, result_spark_schema
 from ..task.routing import BOUND, COPY, COPY_HASH, JSON_ESCAPED, bound_address, record_column
 from ..task.translate import TaskPlan, grouped_task, recordwise_task, route_batches
-from .deltaread import STATE_COLUMNS, StateSource, latest_state, read_delta
+from .deltaread import StateSource, latest_state
 from .locality import placed_epoch
 from .remote_read import needs_arrow_reader, read_parquet
-from .session import has_delta
 from .signedinputs import refuse_unsigned_inputs
 from .smallepoch import driver_routed, run_routed
 
@@ -216,12 +215,10 @@ def _read_ddl(spark: SparkSession, ddl: str, files: list[str]) -> DataFrame:
 
 
 def _state_rows(spark: SparkSession, schema: RecordSchema, state: StateSource, keyed: bool = False) -> Any | None:
-    """The state table's rows at the epoch's version: by Spark's Delta reader when the session
-    has it, else from the version's data files (listed with delta-rs); None when there are none."""
-    if has_delta(spark):
-        return read_delta(spark, state.uri, state.version).select(
-            *STATE_COLUMNS, *(["_rk"] if keyed else []), *[f"`{c}`" for c in schema.fields]
-        )
+    """The state table's rows at the epoch's version, read as the version's data files (cbp's own file
+    list, :class:`~cbp.engine.driver.deltaread.StateSource`); None when there are none. Not through Spark's
+    Delta connector: its log replay was two more Spark jobs per epoch (a 5-key black-box epoch: 1.4 s
+    of 1.8 s, ``bench/blackbox_epoch.py``), a fixed cost that does not follow the state's size."""
     files = state.files()
     if not files:
         return None
