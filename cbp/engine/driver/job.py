@@ -39,7 +39,6 @@ if TYPE_CHECKING:
     import pyarrow as pa
     from pyspark import SparkContext
     from pyspark.sql import Column, DataFrame, SparkSession
-    from pyspark.sql.types import DataType
 
 __all__ = ["run_stage_epoch", "spark_ddl", "struct_ddl", "envelope_ddl", "shuffle_written"]
 
@@ -82,12 +81,18 @@ def struct_ddl(schema: RecordSchema, without: str | None = None) -> str:
 
 def envelope_ddl(plan: TaskPlan) -> str:
     """The Spark DDL of the stage epoch's envelopes (:func:`cbp.engine.task.routing.envelope_schema`)."""
-    cols = ["_key STRING", "_flow INT", "_rec STRING", "_r STRING"]
+    return ", ".join(f"{n} {t}" for n, t in _envelope_types(plan).items())
+
+
+def _envelope_types(plan: TaskPlan) -> dict[str, str]:
+    """The envelopes' columns and their Spark types as DDL text: a cast to text is one py4j call, a cast to
+    a ``DataType`` five (the black-box epoch's plan casts every column of two envelopes)."""
+    cols = {"_key": "STRING", "_flow": "INT", "_rec": "STRING", "_r": "STRING"}
     elided = plan.elided
-    cols += [f"{record_column(i)} {struct_ddl(s, elided.get(i))}" for i, s in enumerate(plan.input_schemas)]
+    cols.update({record_column(i): struct_ddl(s, elided.get(i)) for i, s in enumerate(plan.input_schemas)})
     if plan.mode == "blackbox" and plan.stage.state_schema is not None:
-        cols.append(f"_st {struct_ddl(plan.stage.state_schema)}")
-    return ", ".join(cols)
+        cols["_st"] = struct_ddl(plan.stage.state_schema)
+    return cols
 
 
 def run_stage_epoch(
@@ -241,7 +246,7 @@ def _grouped(
     if routed is not None:  # a small increment: routed by the driver, no shuffle (cbp.engine.driver.smallepoch)
         return run_routed(spark, plan, routed, grouped_task, placed)
     env_ddl = envelope_ddl(plan)
-    types = {f.name: f.dataType for f in spark.createDataFrame([], env_ddl).schema.fields}
+    types = _envelope_types(plan)
     envelopes = partial(_envelopes, types)
     jvm = plan.path.jvm_routing
     parts = []
@@ -306,7 +311,7 @@ def _by_epoch(files: list[str], epoch: Callable[[str], int | None]) -> dict[int,
     return out
 
 
-def _envelopes(types: dict[str, DataType], df: DataFrame, **cols: Column) -> DataFrame:
+def _envelopes(types: dict[str, str], df: DataFrame, **cols: Column) -> DataFrame:
     """``df`` as envelopes (:func:`envelope_ddl`): the columns given, null in the others."""
     from pyspark.sql import functions as F
 
