@@ -335,19 +335,29 @@ def test_sql_table_format(dspark, url_home, capsys):
 
 
 # ------------------------------------------------------------ black-box mode
-def test_blackbox_reads_state_through_delta_spark(dspark, tmp_path, monkeypatch):
-    calls = []
-    real = job.read_delta
-    monkeypatch.setattr(
-        job, "read_delta", lambda spark, uri, version=None: calls.append((uri, version)) or real(spark, uri, version)
-    )
+def test_blackbox_reads_the_state_versions_files(dspark, tmp_path, monkeypatch):
+    """A black-box epoch reads the state at its version as cbp's own list of the version's files (not
+    through delta-spark, whose log replay is two more Spark jobs an epoch): the files delta-spark reads
+    at that version, the state from scratch, and what delta-spark sees."""
+    reads, real = [], job._state_rows
+
+    def state_rows(spark, schema, state, keyed=False):
+        reads.append((state.uri, state.version, state.files()))
+        return real(spark, schema, state, keyed)
+
+    monkeypatch.setattr(job, "_state_rows", state_rows)
     p = cbp.load(YAML, home=str(tmp_path / "bb"), mode="blackbox", spark=dspark)
     for inc in FEEDS:
         p.feed("urls", inc)
         p.run()
     assert p.state("url_count") == scratch(len(FEEDS))
-    assert [v for _, v in calls] == [p.parts.reads.state_version("url_count", e) for e in range(1, len(FEEDS))]
-    assert rows(latest_state(read_delta(dspark, calls[-1][0])).toPandas().to_dict("records"), ["url", "count"]) == rows(
+    assert [v for _, v, _ in reads] == [p.parts.reads.state_version("url_count", e) for e in range(1, len(FEEDS))]
+    for uri, version, files in reads:
+        spark_files = read_delta(dspark, uri, version).inputFiles()
+        assert sorted(Path(f.removeprefix("file:")).resolve() for f in spark_files) == sorted(
+            Path(f.removeprefix("file:")).resolve() for f in files
+        )
+    assert rows(latest_state(read_delta(dspark, reads[-1][0])).toPandas().to_dict("records"), ["url", "count"]) == rows(
         scratch(len(FEEDS)), ["url", "count"]
     )
 

@@ -202,7 +202,7 @@ class Epochs:
         state_uris: StateSource | None = None
         state_rel = LAYOUT.state(stage)
         if spec.state_schema is not None and sst.state_version is not None:
-            if self.mode == "blackbox":  # read by Spark's Delta reader, or as these files without it
+            if self.mode == "blackbox":  # the job reads these files (no Delta log replay in Spark)
                 version, home = sst.state_version, self.home
                 state_uris = StateSource(
                     home.uri(state_rel),

@@ -3,7 +3,8 @@
 cbp *writes* every table with delta-rs (:mod:`cbp.storage`); Spark users *read* them with
 ``spark.read.format("delta")``, time travel included. This module holds the two reads cbp
 itself makes that way: a table at a version, and a stage's state as it is defined for any Delta
-reader (the newest ``_epoch`` per ``_key``, where ``_alive``).
+reader (the newest ``_epoch`` per ``_key``, where ``_alive``). A black-box epoch reads its state as
+the version's files (:class:`StateSource`), without the connector's log replay.
 
     >>> StateSource("/h/state/count", 3, lambda: ["/h/state/count/_part=0/a.parquet"]).version
     3
@@ -30,7 +31,8 @@ STATE_COLUMNS = ("_key", "_h", "_epoch", "_alive")
 class StateSource:
     """A state table at a version, for a job that reads it whole (black-box mode).
 
-    ``files`` lists the version's data files (with delta-rs) for a Spark without the Delta connector.
+    ``files`` lists the version's data files (cbp's storage layer, with delta-rs): the job reads them,
+    not the table through Spark's Delta connector (whose log replay is two Spark jobs an epoch).
     """
 
     uri: str

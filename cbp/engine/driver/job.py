@@ -5,9 +5,9 @@ Spark's shuffle into the stage's P partitions with Spark's own hash (``repartiti
 sorted by key and flow. Task ``p`` owns state partition ``p``: it reads the state of the keys it
 needs through the partition's index and writes only what changed (:mod:`cbp.engine.task.translate`).
 
-*Black-box* mode (§4.4): the state is just another input. It is read whole (through Spark's
-Delta connector at the epoch's version when the session has it, else as the version's Parquet
-files), shuffled with the new input, and written whole every epoch: the benchmarks' baseline.
+*Black-box* mode (§4.4): the state is just another input. It is read whole (the Parquet files of
+the epoch's version, as cbp's storage layer lists them), shuffled with the new input, and written
+whole every epoch: the benchmarks' baseline.
 
 Either way the job only writes files; :mod:`cbp.controller` commits them.
 """
@@ -28,11 +28,11 @@ from ...storage.layout import epoch_of
 from ..common.protocol import FailureRecord, TaskResult, decode_failure, decode_results, result_spark_schema
 from ..task.routing import BOUND, COPY, COPY_HASH, JSON_ESCAPED, bound_address, record_column
 from ..task.translate import TaskPlan, grouped_task, recordwise_task, route_batches
-from .deltaread import STATE_COLUMNS, StateSource, latest_state, read_delta
+from .deltaread import StateSource, latest_state
 from .dfjobs import JobTag
 from .locality import placed_epoch
 from .remote_read import needs_arrow_reader, read_parquet
-from .session import has_delta, is_connect
+from .session import is_connect
 from .signedinputs import refuse_unsigned_inputs
 from .smallepoch import driver_routed, run_routed
 
@@ -40,7 +40,6 @@ if TYPE_CHECKING:
     import pyarrow as pa
     from pyspark import SparkContext
     from pyspark.sql import Column, DataFrame, SparkSession
-    from pyspark.sql.types import DataType
 
 __all__ = ["run_stage_epoch", "spark_ddl", "struct_ddl", "envelope_ddl", "shuffle_written"]
 
@@ -83,12 +82,18 @@ def struct_ddl(schema: RecordSchema, without: str | None = None) -> str:
 
 def envelope_ddl(plan: TaskPlan) -> str:
     """The Spark DDL of the stage epoch's envelopes (:func:`cbp.engine.task.routing.envelope_schema`)."""
-    cols = ["_key STRING", "_flow INT", "_rec STRING", "_r STRING"]
+    return ", ".join(f"{n} {t}" for n, t in _envelope_types(plan).items())
+
+
+def _envelope_types(plan: TaskPlan) -> dict[str, str]:
+    """The envelopes' columns and their Spark types as DDL text: a cast to text is one py4j call, a cast to
+    a ``DataType`` five (the black-box epoch's plan casts every column of two envelopes)."""
+    cols = {"_key": "STRING", "_flow": "INT", "_rec": "STRING", "_r": "STRING"}
     elided = plan.elided
-    cols += [f"{record_column(i)} {struct_ddl(s, elided.get(i))}" for i, s in enumerate(plan.input_schemas)]
+    cols.update({record_column(i): struct_ddl(s, elided.get(i)) for i, s in enumerate(plan.input_schemas)})
     if plan.mode == "blackbox" and plan.stage.state_schema is not None:
-        cols.append(f"_st {struct_ddl(plan.stage.state_schema)}")
-    return ", ".join(cols)
+        cols["_st"] = struct_ddl(plan.stage.state_schema)
+    return cols
 
 
 def run_stage_epoch(
@@ -214,12 +219,10 @@ def _read_ddl(spark: SparkSession, ddl: str, files: list[str]) -> DataFrame:
 
 
 def _state_rows(spark: SparkSession, schema: RecordSchema, state: StateSource, keyed: bool = False) -> Any | None:
-    """The state table's rows at the epoch's version: by Spark's Delta reader when the session
-    has it, else from the version's data files (listed with delta-rs); None when there are none."""
-    if has_delta(spark):
-        return read_delta(spark, state.uri, state.version).select(
-            *STATE_COLUMNS, *(["_rk"] if keyed else []), *[f"`{c}`" for c in schema.fields]
-        )
+    """The state table's rows at the epoch's version, read as the version's data files (cbp's own file
+    list, :class:`~cbp.engine.driver.deltaread.StateSource`); None when there are none. Not through Spark's
+    Delta connector: its log replay was two more Spark jobs per epoch (a 5-key black-box epoch: 1.4 s
+    of 1.8 s, ``bench/blackbox_epoch.py``), a fixed cost that does not follow the state's size."""
     files = state.files()
     if not files:
         return None
@@ -242,7 +245,7 @@ def _grouped(
     if routed is not None:  # a small increment: routed by the driver, no shuffle (cbp.engine.driver.smallepoch)
         return run_routed(spark, plan, routed, grouped_task, placed)
     env_ddl = envelope_ddl(plan)
-    types = {f.name: f.dataType for f in spark.createDataFrame([], env_ddl).schema.fields}
+    types = _envelope_types(plan)
     envelopes = partial(_envelopes, types)
     jvm = plan.path.jvm_routing
     parts = []
@@ -307,7 +310,7 @@ def _by_epoch(files: list[str], epoch: Callable[[str], int | None]) -> dict[int,
     return out
 
 
-def _envelopes(types: dict[str, DataType], df: DataFrame, **cols: Column) -> DataFrame:
+def _envelopes(types: dict[str, str], df: DataFrame, **cols: Column) -> DataFrame:
     """``df`` as envelopes (:func:`envelope_ddl`): the columns given, null in the others."""
     from pyspark.sql import functions as F
 
