@@ -81,12 +81,15 @@ def _connect_side(code: str, url: str, **env: str) -> dict:
 
 def test_url_count_through_the_python_api_on_connect(server, tmp_path):
     """Three epochs of one home: a small epoch (routed by the driver), then the shuffle path
-    (``CBP_SMALL_EPOCH_RECORDS=0``), then a small epoch again; retractions in the last two; then a
-    translator that raises, reported by its code; and a tagged job cancelled from another thread."""
+    (``CBP_SMALL_EPOCH_RECORDS=0``), then a small epoch again; retractions in the last two; ``sql``,
+    ``state_df`` and ``flow_df`` (and ``no-delta-jars`` when the server's Delta check says no); a rewind
+    and the rerun; an upgrade that rewrites the state (partitions 4 -> 3); then a translator that raises,
+    reported by its code; and a tagged job cancelled from another thread."""
+    yaml = str(ROOT / "flows" / "url_count.yaml")
     got = _connect_side(
         f"""
         import os
-        p = cbp.load({str(ROOT / "flows" / "url_count.yaml")!r}, {str(tmp_path / "home")!r}, spark=spark)
+        p = cbp.load({yaml!r}, {str(tmp_path / "home")!r}, spark=spark)
         epochs, states = [], []
         for i, f in enumerate(FEEDS):
             p.feed("urls", f)
@@ -96,6 +99,32 @@ def test_url_count_through_the_python_api_on_connect(server, tmp_path):
             os.environ.pop("CBP_SMALL_EPOCH_RECORDS", None)
             states.append({{r["url"]: r["count"] for r in p.state("url_count")}})
         counts = [{{r["url"]: r["count"] for r in p.output("counts", e)}} for e in (1, 2, 3)]
+        # cbp sql, state_df and flow_df read the state and flows through the server's Delta connector
+        sql = {{r["url"]: r["count"] for r in p.sql("SELECT url, count FROM url_count WHERE count > 0").collect()}}
+        state_df = {{r["url"]: r["count"] for r in p.state_df("url_count").collect()}}
+        flow_df = sorted((r["url"], r["count"], r["_diff"]) for r in p.flow_df("counts", 3).collect())
+        from cbp.engine.driver import session as sess
+        try:
+            spark.read.format("cbp_no_such_source").load("/nowhere").columns
+        except Exception as e:  # the marker the server's Delta probe looks for
+            unknown_source = "DATA_SOURCE_NOT_FOUND" in str(e)
+        sess._SERVER_DELTA[spark.session_id] = False  # as if the server had no Delta connector
+        try:
+            p.state_df("url_count")
+            no_delta = None
+        except cbp.errors.CbpError as e:
+            no_delta = e.code
+        sess._SERVER_DELTA.pop(spark.session_id)
+        # cbp rewind and the rerun, then cbp upgrade (partitions 4 -> 3: the state rewritten by a DataFrame job)
+        p.rewind(2, "url_count")
+        rewound = {{r["url"]: r["count"] for r in p.state("url_count")}}
+        rerun = [r.epoch for r in p.run()]
+        states.append({{r["url"]: r["count"] for r in p.state("url_count")}})
+        y3 = {str(tmp_path / "uc3.yaml")!r}
+        open(y3, "w").write(open({yaml!r}).read().replace("partitions: 4", "partitions: 3"))
+        p = cbp.load(y3, {str(tmp_path / "home")!r}, spark=spark)
+        p.upgrade()
+        upgraded = {{r["url"]: r["count"] for r in p.state("url_count")}}
         p.feed("urls", [{{"url": "zz", "_diff": -1}}])  # more taken back than seen: the translator raises
         try:
             p.run()
@@ -119,6 +148,8 @@ def test_url_count_through_the_python_api_on_connect(server, tmp_path):
         except Exception as e:
             cancelled = "CANCEL" in str(e).upper()
         got = {{"states": states, "epochs": epochs, "counts": counts, "code": code, "cancelled": cancelled}}
+        got.update(sql=sql, state_df=state_df, flow_df=flow_df, no_delta=no_delta, unknown_source=unknown_source)
+        got.update(upgraded=upgraded, rewound=rewound, rerun=rerun)
         print(json.dumps(got))
         """,
         server,
@@ -128,6 +159,11 @@ def test_url_count_through_the_python_api_on_connect(server, tmp_path):
         now = from_scratch(FEEDS[: i + 1])
         assert got["states"][i] == now, i  # after each feed: the state is URLCount of the feeds so far
         assert got["counts"][i] == {r["url"]: now.get(r["url"], 0) for r in feed}, i  # the new counts (0: dropped)
+    final = from_scratch(FEEDS)
+    assert got["sql"] == got["state_df"] == got["upgraded"] == final  # read on the server, and after the rewrite
+    assert got["flow_df"] == sorted([u, n, 1] for u, n in got["counts"][2].items())  # JSON: lists
+    assert got["no_delta"] == "no-delta-jars" and got["unknown_source"]
+    assert got["rewound"] == from_scratch(FEEDS[:2]) and got["rerun"] == [3] and got["states"][3] == final
     assert got["code"] == "user-code"  # the task's failure record reaches the client through Spark Connect
     assert got["cancelled"]  # a tagged job is interrupted by JobTag.cancel (spark.interruptTag)
 
