@@ -14,12 +14,16 @@ import socket
 import subprocess
 import sys
 import textwrap
+import uuid
 
 import pandas as pd
 import pytest
 from conftest import ROOT
 
 pytestmark = pytest.mark.connect
+
+#: server URL -> its state directory (``server.pid`` in it), for counting the server's Python daemons.
+_STATE: dict[str, str] = {}
 
 FEEDS = [
     [{"url": u} for u in "a b a c d a".split()],
@@ -47,11 +51,21 @@ def server(tmp_path_factory):
     script = [sys.executable, str(ROOT / "scripts" / "connect.py")]
     try:
         subprocess.run([*script, "start", "--port", str(port)], env=env, check=True, capture_output=True, timeout=180)
+        _STATE[f"sc://127.0.0.1:{port}"] = str(state)
         yield f"sc://127.0.0.1:{port}"
     finally:
         subprocess.run([*script, "stop"], env=env, capture_output=True, timeout=60)
         status = subprocess.run([*script, "status"], env=env, capture_output=True, timeout=60)
         assert status.returncode == 1, "the server still runs after 'scripts/connect stop'"
+
+
+def _daemons(url: str) -> int:
+    """How many processes the server at ``url`` has started (its Python daemons: one per session that ran
+    Python)."""
+    with open(os.path.join(_STATE[url], "server.pid")) as f:
+        pid = f.read().strip()
+    ps = subprocess.run(["ps", "--ppid", pid, "--no-headers", "-o", "pid"], capture_output=True, text=True)
+    return len(ps.stdout.split())
 
 
 def _connect_side(code: str, url: str, **env: str) -> dict:
@@ -169,6 +183,8 @@ def test_url_count_through_the_python_api_on_connect(server, tmp_path):
 
 
 def test_url_count_through_the_cli_with_remote(server, tmp_path):
+    """Two ``cbp --remote`` runs that share one server session (``;session_id=`` in the URL) start one
+    Python daemon on the server, not one each; ``cbp sql`` reads the state on the server."""
     home = str(tmp_path / "home")
     yaml = str(ROOT / "flows" / "url_count.yaml")
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), str(ROOT / "flows")])}
@@ -181,14 +197,21 @@ def test_url_count_through_the_cli_with_remote(server, tmp_path):
         assert run.returncode == 0, run.stderr[-4000:]
         return run.stdout
 
+    remote = f"{server}/;session_id={uuid.uuid4()}"  # the commands share one server session
+    daemons = []
     for i, feed in enumerate(FEEDS[:2]):
         path = tmp_path / f"feed{i}.jsonl"
         path.write_text("".join(json.dumps(r) + "\n" for r in feed))
         cbp("feed", yaml, "urls", str(path), "--home", home)
-    ran = cbp("--remote", server, "run", yaml, "--home", home)
-    assert "stage epoch(s)" in ran
+        ran = cbp("--remote", remote, "run", yaml, "--home", home)
+        assert "stage epoch(s)" in ran
+        daemons.append(_daemons(server))
+    assert daemons[1] == daemons[0]  # the second command's session is the first's: no new Python daemon
     state = [json.loads(line) for line in cbp("state", yaml, "url_count", "--home", home).splitlines()]
     assert {r["url"]: r["count"] for r in state} == from_scratch(FEEDS[:2])
+    query = "SELECT url, count FROM url_count"
+    rows = [json.loads(line) for line in cbp("--remote", remote, "sql", yaml, query, "--home", home).splitlines()]
+    assert {r["url"]: r["count"] for r in rows} == from_scratch(FEEDS[:2])  # cbp sql on the server
 
 
 def test_the_remote_setting_chooses_the_connect_path_without_a_server(spark, monkeypatch, capsys):
