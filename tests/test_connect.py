@@ -129,6 +129,15 @@ def test_url_count_through_the_python_api_on_connect(server, tmp_path):
         except cbp.errors.CbpError as e:
             no_delta = e.code
         sess._SERVER_DELTA.pop(spark.session_id)
+        extension, sess._delta_extension = sess._delta_extension, lambda spark: False
+        probed = sess.has_delta(spark)  # a server whose conf does not name Delta's extension: the probe read
+        sess._delta_extension = extension
+        sess._SERVER_DELTA.pop(spark.session_id)
+        try:
+            p.sql("SELECT no_such_column FROM url_count").collect()
+            bad_sql = None
+        except cbp.errors.CbpError as e:
+            bad_sql = e.code
         # cbp rewind and the rerun, then cbp upgrade (partitions 4 -> 3: the state rewritten by a DataFrame job)
         p.rewind(2, "url_count")
         rewound = {{r["url"]: r["count"] for r in p.state("url_count")}}
@@ -163,6 +172,7 @@ def test_url_count_through_the_python_api_on_connect(server, tmp_path):
             cancelled = "CANCEL" in str(e).upper()
         got = {{"states": states, "epochs": epochs, "counts": counts, "code": code, "cancelled": cancelled}}
         got.update(sql=sql, state_df=state_df, flow_df=flow_df, no_delta=no_delta, unknown_source=unknown_source)
+        got.update(probed=probed, bad_sql=bad_sql)
         got.update(upgraded=upgraded, rewound=rewound, rerun=rerun)
         print(json.dumps(got))
         """,
@@ -176,7 +186,8 @@ def test_url_count_through_the_python_api_on_connect(server, tmp_path):
     final = from_scratch(FEEDS)
     assert got["sql"] == got["state_df"] == got["upgraded"] == final  # read on the server, and after the rewrite
     assert got["flow_df"] == sorted([u, n, 1] for u, n in got["counts"][2].items())  # JSON: lists
-    assert got["no_delta"] == "no-delta-jars" and got["unknown_source"]
+    assert got["no_delta"] == "no-delta-jars" and got["unknown_source"] and got["probed"]
+    assert got["bad_sql"] == "bad-sql"
     assert got["rewound"] == from_scratch(FEEDS[:2]) and got["rerun"] == [3] and got["states"][3] == final
     assert got["code"] == "user-code"  # the task's failure record reaches the client through Spark Connect
     assert got["cancelled"]  # a tagged job is interrupted by JobTag.cancel (spark.interruptTag)
