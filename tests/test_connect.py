@@ -174,10 +174,19 @@ def test_url_count_through_the_python_api_on_connect(server, tmp_path):
         got.update(sql=sql, state_df=state_df, flow_df=flow_df, no_delta=no_delta, unknown_source=unknown_source)
         got.update(probed=probed, bad_sql=bad_sql)
         got.update(upgraded=upgraded, rewound=rewound, rerun=rerun)
+        sid = spark.session_id
+        spark.stop()  # released: its id cannot be opened again
+        try:
+            sess.connect_spark({server!r} + "/;session_id=" + sid)
+            got["closed"] = None
+        except cbp.errors.CbpError as e:
+            got["closed"] = e.code
+        spark = SparkSession.builder.remote({server!r}).create()  # a new session, stopped at the end
         print(json.dumps(got))
         """,
         server,
     )
+    assert got["closed"] == "connect-session-closed"
     assert got["epochs"] == [1, 2, 3]
     for i, feed in enumerate(FEEDS):
         now = from_scratch(FEEDS[: i + 1])

@@ -74,8 +74,15 @@ def is_connect(spark: Any) -> bool:
 
 
 def connect_spark(url: str) -> SparkSession:
-    """The process's Spark Connect session to ``url`` (``sc://HOST:PORT``), opened on first use and then
-    kept (a long-running process holds one session on the server)."""
+    """The process's Spark Connect session to ``url`` (``sc://HOST:PORT``, optionally ``/;session_id=UUID``:
+    processes that name one id share one server session), opened on first use and then kept (a
+    long-running process holds one session on the server). A closed session id: code ``connect-session-closed``.
+
+    Example::
+
+        connect_spark("sc://127.0.0.1:15002").range(3).count()
+        # 3
+    """
     from pyspark.sql import SparkSession
 
     spark = SparkSession.builder.remote(url).getOrCreate()
@@ -83,8 +90,13 @@ def connect_spark(url: str) -> SparkSession:
         try:
             if spark.conf.get(key, None) != value:
                 spark.conf.set(key, value)
-        except Exception:  # noqa: BLE001 - a managed server may refuse a setting; its own value stays
-            pass
+        except Exception as e:  # noqa: BLE001 - a managed server may refuse a setting; its own value stays
+            if "SESSION_CLOSED" in str(e):  # a ;session_id= of a session released (spark.stop()) or expired
+                raise RuntimeStateError(
+                    f"the Spark Connect session named by {url} was closed on the server (released or idle too "
+                    "long) and cannot be opened again: take a new session id (;session_id=UUID) or leave it out",
+                    code="connect-session-closed",
+                ) from None
     return spark
 
 
