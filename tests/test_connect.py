@@ -14,12 +14,16 @@ import socket
 import subprocess
 import sys
 import textwrap
+import uuid
 
 import pandas as pd
 import pytest
 from conftest import ROOT
 
 pytestmark = pytest.mark.connect
+
+#: server URL -> its state directory (``server.pid`` in it), for counting the server's Python daemons.
+_STATE: dict[str, str] = {}
 
 FEEDS = [
     [{"url": u} for u in "a b a c d a".split()],
@@ -47,11 +51,21 @@ def server(tmp_path_factory):
     script = [sys.executable, str(ROOT / "scripts" / "connect.py")]
     try:
         subprocess.run([*script, "start", "--port", str(port)], env=env, check=True, capture_output=True, timeout=180)
+        _STATE[f"sc://127.0.0.1:{port}"] = str(state)
         yield f"sc://127.0.0.1:{port}"
     finally:
         subprocess.run([*script, "stop"], env=env, capture_output=True, timeout=60)
         status = subprocess.run([*script, "status"], env=env, capture_output=True, timeout=60)
         assert status.returncode == 1, "the server still runs after 'scripts/connect stop'"
+
+
+def _daemons(url: str) -> int:
+    """How many processes the server at ``url`` has started (its Python daemons: one per session that ran
+    Python)."""
+    with open(os.path.join(_STATE[url], "server.pid")) as f:
+        pid = f.read().strip()
+    ps = subprocess.run(["ps", "--ppid", pid, "--no-headers", "-o", "pid"], capture_output=True, text=True)
+    return len(ps.stdout.split())
 
 
 def _connect_side(code: str, url: str, **env: str) -> dict:
@@ -81,12 +95,15 @@ def _connect_side(code: str, url: str, **env: str) -> dict:
 
 def test_url_count_through_the_python_api_on_connect(server, tmp_path):
     """Three epochs of one home: a small epoch (routed by the driver), then the shuffle path
-    (``CBP_SMALL_EPOCH_RECORDS=0``), then a small epoch again; retractions in the last two; then a
-    translator that raises, reported by its code; and a tagged job cancelled from another thread."""
+    (``CBP_SMALL_EPOCH_RECORDS=0``), then a small epoch again; retractions in the last two; ``sql``,
+    ``state_df`` and ``flow_df`` (and ``no-delta-jars`` when the server's Delta check says no); a rewind
+    and the rerun; an upgrade that rewrites the state (partitions 4 -> 3); then a translator that raises,
+    reported by its code; and a tagged job cancelled from another thread."""
+    yaml = str(ROOT / "flows" / "url_count.yaml")
     got = _connect_side(
         f"""
         import os
-        p = cbp.load({str(ROOT / "flows" / "url_count.yaml")!r}, {str(tmp_path / "home")!r}, spark=spark)
+        p = cbp.load({yaml!r}, {str(tmp_path / "home")!r}, spark=spark)
         epochs, states = [], []
         for i, f in enumerate(FEEDS):
             p.feed("urls", f)
@@ -96,6 +113,41 @@ def test_url_count_through_the_python_api_on_connect(server, tmp_path):
             os.environ.pop("CBP_SMALL_EPOCH_RECORDS", None)
             states.append({{r["url"]: r["count"] for r in p.state("url_count")}})
         counts = [{{r["url"]: r["count"] for r in p.output("counts", e)}} for e in (1, 2, 3)]
+        # cbp sql, state_df and flow_df read the state and flows through the server's Delta connector
+        sql = {{r["url"]: r["count"] for r in p.sql("SELECT url, count FROM url_count WHERE count > 0").collect()}}
+        state_df = {{r["url"]: r["count"] for r in p.state_df("url_count").collect()}}
+        flow_df = sorted((r["url"], r["count"], r["_diff"]) for r in p.flow_df("counts", 3).collect())
+        from cbp.engine.driver import session as sess
+        try:
+            spark.read.format("cbp_no_such_source").load("/nowhere").columns
+        except Exception as e:  # the marker the server's Delta probe looks for
+            unknown_source = "DATA_SOURCE_NOT_FOUND" in str(e)
+        sess._SERVER_DELTA[spark.session_id] = False  # as if the server had no Delta connector
+        try:
+            p.state_df("url_count")
+            no_delta = None
+        except cbp.errors.CbpError as e:
+            no_delta = e.code
+        sess._SERVER_DELTA.pop(spark.session_id)
+        extension, sess._delta_extension = sess._delta_extension, lambda spark: False
+        probed = sess.has_delta(spark)  # a server whose conf does not name Delta's extension: the probe read
+        sess._delta_extension = extension
+        sess._SERVER_DELTA.pop(spark.session_id)
+        try:
+            p.sql("SELECT no_such_column FROM url_count").collect()
+            bad_sql = None
+        except cbp.errors.CbpError as e:
+            bad_sql = e.code
+        # cbp rewind and the rerun, then cbp upgrade (partitions 4 -> 3: the state rewritten by a DataFrame job)
+        p.rewind(2, "url_count")
+        rewound = {{r["url"]: r["count"] for r in p.state("url_count")}}
+        rerun = [r.epoch for r in p.run()]
+        states.append({{r["url"]: r["count"] for r in p.state("url_count")}})
+        y3 = {str(tmp_path / "uc3.yaml")!r}
+        open(y3, "w").write(open({yaml!r}).read().replace("partitions: 4", "partitions: 3"))
+        p = cbp.load(y3, {str(tmp_path / "home")!r}, spark=spark)
+        p.upgrade()
+        upgraded = {{r["url"]: r["count"] for r in p.state("url_count")}}
         p.feed("urls", [{{"url": "zz", "_diff": -1}}])  # more taken back than seen: the translator raises
         try:
             p.run()
@@ -119,20 +171,40 @@ def test_url_count_through_the_python_api_on_connect(server, tmp_path):
         except Exception as e:
             cancelled = "CANCEL" in str(e).upper()
         got = {{"states": states, "epochs": epochs, "counts": counts, "code": code, "cancelled": cancelled}}
+        got.update(sql=sql, state_df=state_df, flow_df=flow_df, no_delta=no_delta, unknown_source=unknown_source)
+        got.update(probed=probed, bad_sql=bad_sql)
+        got.update(upgraded=upgraded, rewound=rewound, rerun=rerun)
+        sid = spark.session_id
+        spark.stop()  # released: its id cannot be opened again
+        try:
+            sess.connect_spark({server!r} + "/;session_id=" + sid)
+            got["closed"] = None
+        except cbp.errors.CbpError as e:
+            got["closed"] = e.code
+        spark = SparkSession.builder.remote({server!r}).create()  # a new session, stopped at the end
         print(json.dumps(got))
         """,
         server,
     )
+    assert got["closed"] == "connect-session-closed"
     assert got["epochs"] == [1, 2, 3]
     for i, feed in enumerate(FEEDS):
         now = from_scratch(FEEDS[: i + 1])
         assert got["states"][i] == now, i  # after each feed: the state is URLCount of the feeds so far
         assert got["counts"][i] == {r["url"]: now.get(r["url"], 0) for r in feed}, i  # the new counts (0: dropped)
+    final = from_scratch(FEEDS)
+    assert got["sql"] == got["state_df"] == got["upgraded"] == final  # read on the server, and after the rewrite
+    assert got["flow_df"] == sorted([u, n, 1] for u, n in got["counts"][2].items())  # JSON: lists
+    assert got["no_delta"] == "no-delta-jars" and got["unknown_source"] and got["probed"]
+    assert got["bad_sql"] == "bad-sql"
+    assert got["rewound"] == from_scratch(FEEDS[:2]) and got["rerun"] == [3] and got["states"][3] == final
     assert got["code"] == "user-code"  # the task's failure record reaches the client through Spark Connect
     assert got["cancelled"]  # a tagged job is interrupted by JobTag.cancel (spark.interruptTag)
 
 
 def test_url_count_through_the_cli_with_remote(server, tmp_path):
+    """Two ``cbp --remote`` runs that share one server session (``;session_id=`` in the URL) start one
+    Python daemon on the server, not one each; ``cbp sql`` reads the state on the server."""
     home = str(tmp_path / "home")
     yaml = str(ROOT / "flows" / "url_count.yaml")
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), str(ROOT / "flows")])}
@@ -145,14 +217,21 @@ def test_url_count_through_the_cli_with_remote(server, tmp_path):
         assert run.returncode == 0, run.stderr[-4000:]
         return run.stdout
 
+    remote = f"{server}/;session_id={uuid.uuid4()}"  # the commands share one server session
+    daemons = []
     for i, feed in enumerate(FEEDS[:2]):
         path = tmp_path / f"feed{i}.jsonl"
         path.write_text("".join(json.dumps(r) + "\n" for r in feed))
         cbp("feed", yaml, "urls", str(path), "--home", home)
-    ran = cbp("--remote", server, "run", yaml, "--home", home)
-    assert "stage epoch(s)" in ran
+        ran = cbp("--remote", remote, "run", yaml, "--home", home)
+        assert "stage epoch(s)" in ran
+        daemons.append(_daemons(server))
+    assert daemons[1] == daemons[0]  # the second command's session is the first's: no new Python daemon
     state = [json.loads(line) for line in cbp("state", yaml, "url_count", "--home", home).splitlines()]
     assert {r["url"]: r["count"] for r in state} == from_scratch(FEEDS[:2])
+    query = "SELECT url, count FROM url_count"
+    rows = [json.loads(line) for line in cbp("--remote", remote, "sql", yaml, query, "--home", home).splitlines()]
+    assert {r["url"]: r["count"] for r in rows} == from_scratch(FEEDS[:2])  # cbp sql on the server
 
 
 def test_the_remote_setting_chooses_the_connect_path_without_a_server(spark, monkeypatch, capsys):

@@ -67,6 +67,13 @@ SECTIONS: list[tuple[str, list[Code]]] = [
                 "Spark's Delta connector jars were not resolved",
                 "run `bash scripts/setup` (needs Maven)",
             ),
+            _c(
+                "connect-session-closed",
+                RS,
+                5,
+                "the Spark Connect session named by `;session_id=` in the URL was closed on the server",
+                "take a new session id, or leave it out",
+            ),
             _c("spark-conf", RS, 5, "`CBP_SPARK_CONF` is not `key=value;...`", "fix the variable"),
             _c(
                 "lease-config",

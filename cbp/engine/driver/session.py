@@ -74,8 +74,15 @@ def is_connect(spark: Any) -> bool:
 
 
 def connect_spark(url: str) -> SparkSession:
-    """The process's Spark Connect session to ``url`` (``sc://HOST:PORT``), opened on first use and then
-    kept (a long-running process holds one session on the server)."""
+    """The process's Spark Connect session to ``url`` (``sc://HOST:PORT``, optionally ``/;session_id=UUID``:
+    processes that name one id share one server session), opened on first use and then kept (a
+    long-running process holds one session on the server). A closed session id: code ``connect-session-closed``.
+
+    Example::
+
+        connect_spark("sc://127.0.0.1:15002").range(3).count()
+        # 3
+    """
     from pyspark.sql import SparkSession
 
     spark = SparkSession.builder.remote(url).getOrCreate()
@@ -83,8 +90,13 @@ def connect_spark(url: str) -> SparkSession:
         try:
             if spark.conf.get(key, None) != value:
                 spark.conf.set(key, value)
-        except Exception:  # noqa: BLE001 - a managed server may refuse a setting; its own value stays
-            pass
+        except Exception as e:  # noqa: BLE001 - a managed server may refuse a setting; its own value stays
+            if "SESSION_CLOSED" in str(e):  # a ;session_id= of a session released (spark.stop()) or expired
+                raise RuntimeStateError(
+                    f"the Spark Connect session named by {url} was closed on the server (released or idle too "
+                    "long) and cannot be opened again: take a new session id (;session_id=UUID) or leave it out",
+                    code="connect-session-closed",
+                ) from None
     return spark
 
 
@@ -187,13 +199,51 @@ def s3a_conf(env: Mapping[str, str] | None = None) -> dict[str, str]:
 
 
 def has_delta(spark: SparkSession) -> bool:
-    """Whether ``spark`` was created with Spark's Delta connector (see ``delta_conf``)."""
+    """Whether ``spark`` has Spark's Delta connector: a classic session created with it (``delta_conf``),
+    or a Connect server that has it (asked once per session: :func:`_server_has_delta`)."""
+    if is_connect(spark):
+        return _server_has_delta(spark)
+    return _delta_extension(spark)
+
+
+def _delta_extension(spark: Any) -> bool:
+    """Whether the session's ``spark.sql.extensions`` names Delta's SQL extension."""
     return "DeltaSparkSessionExtension" in (spark.conf.get("spark.sql.extensions", "") or "")
 
 
+#: Connect session id -> whether its server has Delta (asked once per session).
+_SERVER_DELTA: dict[str, bool] = {}
+
+
+def _server_has_delta(spark: Any) -> bool:
+    """Whether a Connect session's server reads Delta, asked once per session id (each question is a
+    round trip): its ``spark.sql.extensions`` names Delta's extension, or (a managed platform may have
+    Delta built in) a Delta read of a path that does not exist is analysed by a server that knows the
+    ``delta`` source: it fails for the path, not for the source."""
+    sid = str(getattr(spark, "session_id", id(spark)))
+    if sid in _SERVER_DELTA:
+        return _SERVER_DELTA[sid]
+    found = _delta_extension(spark)
+    if not found:
+        try:
+            found = bool(spark.read.format("delta").load("/nonexistent/cbp-delta-probe").columns) or True
+        except Exception as e:  # noqa: BLE001 - a path that is not a Delta table: the server has the source
+            text = str(e)
+            found = "DATA_SOURCE_NOT_FOUND" not in text and "Failed to find the data source" not in text
+    _SERVER_DELTA[sid] = found
+    return found
+
+
 def require_delta(spark: SparkSession) -> None:
-    """Raise ``RuntimeStateError`` (code ``no-delta-jars``) unless ``spark`` has the Delta connector."""
+    """Raise ``RuntimeStateError`` (code ``no-delta-jars``) unless ``spark`` has the Delta connector
+    (on Spark Connect: unless its server has it)."""
     if not has_delta(spark):
+        if is_connect(spark):
+            raise RuntimeStateError(
+                "the Spark Connect server has no Delta connector (delta-spark): start it with Delta's jars, "
+                "its SQL extension and catalog (scripts/connect does), then try again.",
+                code="no-delta-jars",
+            )
         where = _jars_dir()
         raise RuntimeStateError(
             f"Spark's Delta connector (delta-spark) is not loaded: no complete jar cache in {where} "
