@@ -24,7 +24,8 @@ VIEWS = {
     "proj": "SELECT id, upper(cust) AS c, amount * 2 + 1 AS a2, CASE WHEN qty IS NULL THEN 'none' "
     "WHEN qty > 2 THEN 'many' ELSE 'few' END AS k, coalesce(qty, -1) AS q, substring(cust, 1, 2) || '!' AS p, "
     "length(cust) % 3 AS l, amount / 2 AS half, lower(trim(concat(' ', cust, ' '))) AS t, abs(-id) AS ab, "
-    "id % 7 IN (1, 2, 3) AS small, amount BETWEEN 1 AND 3 AS mid, if(qty > 1, 'y', 'n') AS yn, -qty - 1 AS neg "
+    "id % 7 IN (1, 2, 3) AS small, amount BETWEEN 1 AND 3 AS mid, if(qty > 1, 'y', 'n') AS yn, -qty - 1 AS neg, "
+    "cust LIKE 'c_' AND cust NOT LIKE '%2' AS lk "
     "FROM orders WHERE amount >= 1.0 AND NOT (cust = 'c3')",
     "by_cust": "SELECT cust, count(*) AS n, count(qty) AS nq, sum(qty) AS sq, sum(amount) AS sa, "
     "avg(amount) AS aa FROM orders GROUP BY cust HAVING count(*) >= 2",
@@ -321,6 +322,15 @@ EXPRESSIONS = [
     "upper(s) = 'AB'",
     "if(b, x, 0.5)",
     "abs(x) <= 2",
+    "s LIKE '%b'",
+    "s NOT LIKE '_b%'",
+    "s ILIKE '%L%'",
+    "s NOT ILIKE 'H%'",
+    "s LIKE 'h!_%' ESCAPE '!'",
+    r"s LIKE '%\\%%'",
+    r"s LIKE 'h\\_l%'",
+    "s LIKE s",
+    "NOT s LIKE '%'",
 ]
 
 
@@ -332,7 +342,7 @@ def test_expressions_evaluate_as_spark_does(few_partitions):
     spark = few_partitions
     schema = {"x": "int?", "s": "string?", "b": "bool?"}
     rows = [{"x": 1, "s": " ab ", "b": True}, {"x": -3, "s": "hello", "b": False}, {"x": None, "s": None, "b": None}]
-    rows += [{"x": 7, "s": "ab", "b": None}, {"x": 0, "s": "", "b": True}]
+    rows += [{"x": 7, "s": "ab", "b": None}, {"x": 0, "s": "", "b": True}, {"x": 2, "s": "h_l%o\nb", "b": False}]
     _table(spark, "exprs_t", schema, rows)
     try:
         cols = ", ".join(f"{e} AS e{i}" for i, e in enumerate(EXPRESSIONS))
