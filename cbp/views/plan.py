@@ -263,6 +263,9 @@ class Generated:
             types={n: t.rstrip("?") for n, t in fields.items()},
             having=self._x(having, env),
         )
+        if not groups:  # one row always: every input record is routed to it, WHERE is applied in the stage
+            plan = _plan(**{k: v for k, v in plan.items() if k != "id"}, where=self._x(where, types))
+            where = None
         raw = {
             "translator": _RUN + "group",
             "inputs": [{"flow": source, "route_by": _RUN + "unrouted"}],
