@@ -184,7 +184,7 @@ class Generated:
             out = flow if last else f"{base}__j{i}"
             match = exp.and_(*step.match) if step.match else None
             cond = exp.and_(*step.filter) if step.filter else None
-            for c in (match, cond, step.right_where):
+            for c in (match, cond, step.right_where, step.left_where):
                 self._type(c, env, boolean=True)
             if cols is None or not last:
                 out_cols: list[list[Any]] = [[f, f] for f in bound]
@@ -211,7 +211,7 @@ class Generated:
             )
             keep = PRESERVED[step.kind]
             routes = [
-                RouteKey(keys[0], None, left[1], casts, 0 not in keep),
+                RouteKey(keys[0], self._x(step.left_where, env), left[1], casts, 0 not in keep),
                 RouteKey(keys[1], self._x(step.right_where, env), right.prefix, casts, 1 not in keep),
             ]
             state = {"s": "int", "r": "string", "n": "int"} | ({"m": "int"} if match is not None else {})
