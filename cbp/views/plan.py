@@ -266,14 +266,20 @@ class Generated:
         if not groups:  # one row always: every input record is routed to it, WHERE is applied in the stage
             plan = _plan(**{k: v for k, v in plan.items() if k != "id"}, where=self._x(where, types))
             where = None
-        raw = {
+        inputs = [{"flow": source, "route_by": _RUN + "unrouted"}]
+        raw: dict[str, Any] = {
             "translator": _RUN + "group",
-            "inputs": [{"flow": source, "route_by": _RUN + "unrouted"}],
+            "inputs": inputs,
             "state": {"schema": _group_state(aggs)},
             "params": {"cbp_view": plan},
         }
         keys = [self._x(g, types) or "" for g in groups]
-        self._stage(flow, flow, raw, fields, [RouteKey(keys, self._x(where, types), "", [], False)])
+        routes = [RouteKey(keys, self._x(where, types), "", [], False)]
+        if not groups and q.steps:  # its row from the first epoch although no joined row may ever come:
+            ticks = list(dict.fromkeys([*(s.flow for s in q.sources), *(st.source.flow for st in q.steps)]))
+            inputs += [{"flow": f, "route_by": _RUN + "unrouted"} for f in ticks]  # the joins' inputs,
+            routes += [RouteKey([], None, "", [], False) for _ in ticks]  # each record to the one group, unread
+        self._stage(flow, flow, raw, fields, routes)
 
     def _aggregate(self, n: exp.Expr, types: Mapping[str, str | None]) -> list[Any]:
         """``[function, argument SQL, result type, argument type]`` of an aggregate."""

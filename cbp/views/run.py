@@ -170,13 +170,16 @@ class _Group:
         return _group_row(plan, groups, self.n, self.c, self.s, self.m)
 
 
-def group(key: str, state: Iterator[dict[str, Any]], rows: Iterable[dict[str, Any]], out: Any) -> None:
+def group(
+    key: str, state: Iterator[dict[str, Any]], rows: Iterable[dict[str, Any]], *ticks: Iterable[Any], out: Any
+) -> None:
     """GROUP BY (and SELECT DISTINCT): the group's count and per-aggregate value count and sum (or
     multiset of values: MIN, MAX, count(DISTINCT)), updated by the records' ``_diff``; the old row
     retracted and the new one written when they differ.
 
     Example: ``SELECT g, count(*) AS n ... GROUP BY g`` with group ``["a"]`` stored at n = 2 and a
     record ``_diff: -1`` writes ``{"g": "a", "n": 2, "_diff": -1}`` and ``{"g": "a", "n": 1}``.
+    ``ticks``: the inputs of the joins under an aggregate without GROUP BY, only to run it (not read).
     """
     if key == SKIP:
         return
