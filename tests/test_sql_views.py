@@ -217,6 +217,7 @@ def test_an_aggregate_without_group_by_has_its_row_over_no_input(spark, tmp_path
     views = {
         "g": "SELECT count(*) AS n, sum(qty) AS sq, min(cust) AS lo FROM orders WHERE amount > 2",
         "h": "SELECT count(*) AS n FROM orders HAVING count(*) > 1",
+        "j": "SELECT count(*) AS n, sum(o.qty) AS sq FROM orders o JOIN custs c ON o.cust = c.cust",  # no match
     }
     path = tmp_path / "g.yaml"
     path.write_text(_yaml(views))
@@ -226,10 +227,10 @@ def test_an_aggregate_without_group_by_has_its_row_over_no_input(spark, tmp_path
         for feed in ([rows[0]], rows[1:], [{**r, "_diff": -1} for r in rows]):
             p.feed("orders", feed)
             p.run()
-            check_views(spark, p, views, {"orders": ORDERS})
-            assert len(_expand(p.output("g", consolidated=True))) == 1
+            check_views(spark, p, views, {"orders": ORDERS, "custs": CUSTS})
+            assert len(_expand(p.output("g", consolidated=True))) == len(_expand(p.output("j", consolidated=True))) == 1
     finally:
-        for name in [*views, "orders"]:
+        for name in [*views, "orders", "custs"]:
             spark.catalog.dropTempView(name)
 
 
