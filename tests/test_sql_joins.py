@@ -29,6 +29,12 @@ VIEWS = {
     "lj_match": "SELECT o.id, c.region FROM orders o LEFT OUTER JOIN custs c ON o.cust = c.cust "
     "AND c.region <> 'r1' AND o.amount > 1 WHERE o.id % 3 <> 0",
     "rj": "SELECT c.cust, c.region, o.id FROM orders o RIGHT JOIN custs c ON o.cust = c.cust",
+    "pushed": "SELECT o.id, c.region FROM orders o JOIN custs c ON o.cust = c.cust AND c.region <> 'r0' "
+    "WHERE o.amount > 1 AND o.qty IS NOT NULL",
+    "lj_where": "SELECT o.id, c.region FROM orders o LEFT JOIN custs c ON o.cust = c.cust "
+    "WHERE coalesce(c.region, 'none') <> 'r1' AND o.amount > 1",
+    "rj_where": "SELECT c.cust, o.id FROM orders o RIGHT JOIN custs c ON o.cust = c.cust "
+    "WHERE o.id IS NULL OR o.amount > 2",
     "fj": "SELECT o.id, c.cust, c.region FROM orders o FULL OUTER JOIN custs c ON o.cust = c.cust AND o.amount > 2",
     "lj_count": "SELECT c.region, count(o.id) AS n, count(*) AS rows FROM custs c "
     "LEFT JOIN orders o ON c.cust = o.cust GROUP BY c.region",
@@ -134,6 +140,15 @@ def test_join_chain_stages_keys_and_routes(tmp_path):
     assert semi.inputs[1].route_by({"cust": "c2", "region": "r2"}) == "-"
     assert semi.inputs[1].route_by({"cust": "c2", "region": "r0"}) == '["c2"]'
     assert spec.stages["lj_count"].input_flows == ["lj_count__join"]
+    pushed = spec.stages["pushed"]  # WHERE and ON conditions on one side filter its input before the join
+    assert pushed.inputs[0].route_by({"id": 1, "cust": "c1", "amount": 0.5, "qty": 1}) == "-"
+    assert pushed.inputs[0].route_by({"id": 1, "cust": "c1", "amount": 2.0, "qty": None}) == "-"
+    assert pushed.inputs[0].route_by({"id": 1, "cust": "c1", "amount": 2.0, "qty": 1}) == '["c1"]'
+    assert pushed.inputs[1].route_by({"cust": "c1", "region": "r0"}) == "-"
+    lw = spec.stages["lj_where"]  # the preserved side's condition is pushed, the NULL-padded side's is not
+    assert lw.inputs[0].route_by({"id": 1, "cust": "c1", "amount": 0.5, "qty": 1}) == "-"
+    assert lw.inputs[1].route_by({"cust": "c1", "region": "r1"}) == '["c1"]'
+    assert spec.stages["rj_where"].inputs[0].route_by({"id": 1, "cust": "c1", "amount": 0.5, "qty": 1}) == '["c1"]'
     g = Generated()  # JOIN ... ON ... JOIN ... ON, grouped: two join steps, then the group
     g.add_view(
         "z",
@@ -188,6 +203,7 @@ def test_a_join_cbp_cannot_maintain_is_refused_at_load(tmp_path, sql, says):
 
 FUZZ = {  # each join kind over a(k, x) and b(k, y), with and without a match condition besides the key
     "inner": "SELECT a.x, b.y FROM a JOIN b ON a.k = b.k AND a.x < b.y",
+    "inner_w": "SELECT a.x, b.y FROM a JOIN b ON a.k = b.k AND b.y > 0 WHERE a.x <> 1 AND b.y < 4",
     "left": "SELECT a.x, b.y FROM a LEFT JOIN b ON a.k = b.k",
     "left_m": "SELECT a.x, b.y FROM a LEFT JOIN b ON a.k = b.k AND a.x < b.y WHERE a.x <> 2",
     "right": "SELECT a.x, b.y FROM a RIGHT JOIN b ON a.k = b.k",
@@ -280,5 +296,7 @@ def test_join_translator_equals_a_nested_loop_join():
                         t = tuple(r[n] for n, _ in plan["cols"])
                         view[t] = view.get(t, 0) + r["_diff"]
                 got = sorted((t for t, d in view.items() for _ in range(d)), key=repr)
-                want = _nested_loop(how, a, b, ours(plan.get("match")), ours(plan["filter"]), cols)
+                pushed = [route[0].where] + ([route[1].where] if how == "inner" else [])  # pushed below the join
+                wheres = [f"({w})" for w in [plan["filter"], *pushed] if w]
+                want = _nested_loop(how, a, b, ours(plan.get("match")), ours(" AND ".join(wheres) or None), cols)
                 assert got == want and all(d >= 0 for d in view.values()), (name, seed)

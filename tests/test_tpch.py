@@ -31,7 +31,8 @@ if shutil.which("tpchgen-cli") is None and not (Path(sys.executable).parent / "t
 
 SF = 0.001  # 1,500 orders, 6,005 lineitems
 FRACTION = 0.01  # of the orders per change (15 orders): 0.1% of SF 0.001 would be one or two orders
-COMPILE_TODAY = {"q1", "q12"}  # the rest need n-way or outer joins, subqueries, LIKE, a global aggregate
+EMPTY_AT_SF = {"q5", "q21"}  # Spark's result is empty at this SF too (Q5: ASIA in 1994; Q21: SAUDI ARABIA)
+COMPILE_TODAY = {"q1", "q3", "q4", "q5", "q6", "q10", "q12", "q14", "q19", "q21"}  # the rest need subqueries
 
 
 @pytest.fixture(scope="module")
@@ -102,7 +103,8 @@ def _check(spark, p, yaml: Path, queries: list[str], what: str) -> None:
         for r in p.output(view, consolidated=True):
             assert r.get("_diff", 1) > 0, (view, r)
             got += [tuple(r.get(c) for c in cols)] * r.get("_diff", 1)
-        assert want or what != "first build" or view not in COMPILE_TODAY, f"{view}: empty at SF {SF}"
+        if what == "first build" and view in COMPILE_TODAY:
+            assert bool(want) != (view in EMPTY_AT_SF), f"{view}: {len(want)} rows at SF {SF}"
         assert _same(got, want), (
             f"{what}: view {view}:\n cbp   {sorted(got, key=_key)}\n spark {sorted(want, key=_key)}"
         )

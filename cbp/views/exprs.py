@@ -22,6 +22,7 @@ from typing import Any
 import sqlglot
 from sqlglot import exp
 
+from .strings import LIKE_NODES, like_operands, like_value, substring
 from .vtypes import arith, coerce_pair, conform, is_numeric, literal_type, wider
 
 __all__ = ["ev", "parse_expr", "infer", "ViewError", "SCALAR_NODES", "NUMERIC", "with_decimal_types"]
@@ -107,16 +108,6 @@ def _or(a: Any, b: Any) -> Any:
     return None if a is None or b is None else False
 
 
-def _substring(s: Any, pos: Any, length: Any) -> Any:
-    """Spark's substring: 1-based ``pos`` (0 as 1, negative from the end), ``length`` characters."""
-    if s is None or pos is None:
-        return None
-    start = pos - 1 if pos > 0 else (len(s) + pos if pos < 0 else 0)
-    end = len(s) if length is None else start + length
-    start = max(start, 0)
-    return s[start:end] if start < end else ""
-
-
 _BINARY: dict[type[exp.Expr], Callable[[Any, Any], Any]] = {
     exp.Add: lambda a, b: _num(a, b, lambda x, y: x + y),
     exp.Sub: lambda a, b: _num(a, b, lambda x, y: x - y),
@@ -148,6 +139,7 @@ SCALAR_NODES = frozenset(
     | set(_UNARY)
     | {exp.Column, exp.Identifier, exp.Literal, exp.Boolean, exp.Null, exp.Is, exp.In, exp.Between, exp.Case}
     | {exp.If, exp.Coalesce, exp.Substring, exp.Trim, exp.Concat, exp.Cast}
+    | LIKE_NODES
 )
 _TIME_LITERALS = {exp.DataType.Type.DATE: "date", exp.DataType.Type.TIMESTAMP: "timestamp"}
 _TIME_LITERALS[exp.DataType.Type.TIMESTAMPTZ] = "timestamp"
@@ -238,11 +230,13 @@ def _special(node: exp.Expr, row: Mapping[str, Any]) -> Any:
         return None if v is None else v.strip(" ")
     if isinstance(node, exp.Substring):
         length = node.args.get("length")
-        return _substring(ev(node.this, row), ev(node.args["start"], row), ev(length, row) if length else None)
+        return substring(ev(node.this, row), ev(node.args["start"], row), ev(length, row) if length else None)
     if isinstance(node, exp.Anonymous) and node.name.lower() == DECIMAL_FN:  # a decimal result rounded to its type
         return conform(ev(node.expressions[0], row), node.expressions[1].this, node.expressions[2].this)
     if isinstance(node, exp.Cast):  # DATE '...', TIMESTAMP '...'
         return _time_literal(node)
+    if type(node) in LIKE_NODES:
+        return like_value(node, row, ev)
     raise ViewError("view-unsupported", f"{type(node).__name__} is not evaluated", node=node)
 
 
@@ -422,6 +416,9 @@ def _infer_special(node: exp.Expr, types: Mapping[str, str | None]) -> str | Non
     if isinstance(node, (exp.Upper, exp.Lower, exp.Trim, exp.Length)):
         _want(node, [infer(node.this, types)], {"string"}, "a string")
         return "int" if isinstance(node, exp.Length) else "string"
+    if type(node) in LIKE_NODES:
+        _want(node, [infer(a, types) for a in like_operands(node)], {"string"}, "strings")
+        return "bool"
     if isinstance(node, (exp.Concat, exp.DPipe)):
         for a in _operands(node):
             infer(a, types)

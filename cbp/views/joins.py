@@ -41,7 +41,8 @@ class Step:
     keys: list[tuple[exp.Expr, exp.Expr]] = field(default_factory=list)  # (left key, right key)
     match: list[exp.Expr] = field(default_factory=list)  # other conditions of a match (outer, semi, anti)
     filter: list[exp.Expr] = field(default_factory=list)  # conditions on the step's output rows
-    right_where: exp.Expr | None = None  # a subquery's own conditions, on the right input before the join
+    right_where: exp.Expr | None = None  # conditions on the right input before the join (its routing)
+    left_where: exp.Expr | None = None  # conditions on the left input before the join (the first step's)
 
 
 def _conjuncts(e: exp.Expr | None) -> list[exp.Expr]:
@@ -136,7 +137,40 @@ def read_joins(q: Select, sql: str, flows: Mapping[str, Mapping[str, str]]) -> C
         q.steps.append(_subquery(q, c, len(q.steps) + 1, sql, flows, rename, plain))
     if not joins:
         q.steps[0].filter += plain
+    _push_down(q, prefixes)
     return rename
+
+
+def _pushable(q: Select, src: int) -> int | None:
+    """The step whose input source ``src`` is (0: the first step's left), if a condition on ``src``
+    alone may filter that input before the join: ``src`` is never NULL-padded by a step of the
+    chain (it enters by an inner or right join, and no later step is a right or full join)."""
+    if src == 0:
+        at, later = 0, q.steps
+    else:
+        at = next((i for i, st in enumerate(q.steps) if st.source is q.sources[src]), -1)
+        if at < 0 or q.steps[at].kind not in ("inner", "right"):
+            return None
+        later = q.steps[at + 1 :]
+    return at if all(st.kind not in ("right", "full") for st in later) else None
+
+
+def _push_down(q: Select, prefixes: Mapping[str, int]) -> None:
+    """Each condition on the output of a step that reads one source's columns alone, moved to that
+    source's input before the join where it may be (:func:`_pushable`), so the join keeps only the
+    rows that pass: a WHERE on the NULL-padded side of an outer join stays after the padding."""
+    for st in q.steps:
+        for c in list(st.filter):
+            owners = _owners(c, prefixes)
+            at = _pushable(q, next(iter(owners))) if len(owners) == 1 else None
+            if at is None:
+                continue
+            st.filter.remove(c)
+            target = q.steps[at]
+            if next(iter(owners)) == 0:
+                target.left_where = c if target.left_where is None else exp.and_(target.left_where, c)
+            else:
+                target.right_where = c if target.right_where is None else exp.and_(target.right_where, c)
 
 
 def _only_in_where(tree: exp.Select, subqueries: list[exp.Expr], sql: str) -> None:

@@ -184,7 +184,7 @@ class Generated:
             out = flow if last else f"{base}__j{i}"
             match = exp.and_(*step.match) if step.match else None
             cond = exp.and_(*step.filter) if step.filter else None
-            for c in (match, cond, step.right_where):
+            for c in (match, cond, step.right_where, step.left_where):
                 self._type(c, env, boolean=True)
             if cols is None or not last:
                 out_cols: list[list[Any]] = [[f, f] for f in bound]
@@ -211,7 +211,7 @@ class Generated:
             )
             keep = PRESERVED[step.kind]
             routes = [
-                RouteKey(keys[0], None, left[1], casts, 0 not in keep),
+                RouteKey(keys[0], self._x(step.left_where, env), left[1], casts, 0 not in keep),
                 RouteKey(keys[1], self._x(step.right_where, env), right.prefix, casts, 1 not in keep),
             ]
             state = {"s": "int", "r": "string", "n": "int"} | ({"m": "int"} if match is not None else {})
@@ -263,14 +263,23 @@ class Generated:
             types={n: t.rstrip("?") for n, t in fields.items()},
             having=self._x(having, env),
         )
-        raw = {
+        if not groups:  # one row always: every input record is routed to it, WHERE is applied in the stage
+            plan = _plan(**{k: v for k, v in plan.items() if k != "id"}, where=self._x(where, types))
+            where = None
+        inputs = [{"flow": source, "route_by": _RUN + "unrouted"}]
+        raw: dict[str, Any] = {
             "translator": _RUN + "group",
-            "inputs": [{"flow": source, "route_by": _RUN + "unrouted"}],
+            "inputs": inputs,
             "state": {"schema": _group_state(aggs)},
             "params": {"cbp_view": plan},
         }
         keys = [self._x(g, types) or "" for g in groups]
-        self._stage(flow, flow, raw, fields, [RouteKey(keys, self._x(where, types), "", [], False)])
+        routes = [RouteKey(keys, self._x(where, types), "", [], False)]
+        if not groups and q.steps:  # its row from the first epoch although no joined row may ever come:
+            ticks = list(dict.fromkeys([*(s.flow for s in q.sources), *(st.source.flow for st in q.steps)]))
+            inputs += [{"flow": f, "route_by": _RUN + "unrouted"} for f in ticks]  # the joins' inputs,
+            routes += [RouteKey([], None, "", [], False) for _ in ticks]  # each record to the one group, unread
+        self._stage(flow, flow, raw, fields, routes)
 
     def _aggregate(self, n: exp.Expr, types: Mapping[str, str | None]) -> list[Any]:
         """``[function, argument SQL, result type, argument type]`` of an aggregate."""

@@ -107,8 +107,8 @@ def _group_row(
     plan: dict[str, Any], groups: list[Any], n: int, c: list[Any], s: list[Any], m: list[Any]
 ) -> dict[str, Any] | None:
     """The view's row of a group (None: the group is empty or HAVING is not true)."""
-    if n == 0:
-        return None
+    if n == 0 and plan["groups"]:
+        return None  # a group that is empty (an aggregate without GROUP BY has its row: count 0, sum NULL)
     env = {f"g__{j}": v for j, v in enumerate(groups)} | _aggregates(plan, n, c, s, m)
     if plan["having"] is not None and ev(parse_expr(plan["having"]), env) is not True:
         return None
@@ -170,26 +170,34 @@ class _Group:
         return _group_row(plan, groups, self.n, self.c, self.s, self.m)
 
 
-def group(key: str, state: Iterator[dict[str, Any]], rows: Iterable[dict[str, Any]], out: Any) -> None:
+def group(
+    key: str, state: Iterator[dict[str, Any]], rows: Iterable[dict[str, Any]], *ticks: Iterable[Any], out: Any
+) -> None:
     """GROUP BY (and SELECT DISTINCT): the group's count and per-aggregate value count and sum (or
     multiset of values: MIN, MAX, count(DISTINCT)), updated by the records' ``_diff``; the old row
     retracted and the new one written when they differ.
 
     Example: ``SELECT g, count(*) AS n ... GROUP BY g`` with group ``["a"]`` stored at n = 2 and a
     record ``_diff: -1`` writes ``{"g": "a", "n": 2, "_diff": -1}`` and ``{"g": "a", "n": 1}``.
+    ``ticks``: the inputs of the joins under an aggregate without GROUP BY, only to run it (not read).
     """
     if key == SKIP:
         return
     plan = out.params["cbp_view"]
-    old = _Group(plan["aggs"], next(state, None))
+    stored = next(state, None)
+    old = _Group(plan["aggs"], stored)
     new = old.copy()
+    where = plan.get("where")
     for r in rows:
-        new.add(r)
+        if where is None or ev(parse_expr(where), r) is True:
+            new.add(r)
     if new.n < 0 or any(x < 0 for x in new.c) or any(v < 0 for m in new.m for v in m.values()):
         raise ValueError(f"view '{plan['out']}', group {key}: more rows retracted than there were (count {new.n})")
     groups = decode_key(key, plan["gtypes"])
     before, after = old.row(plan, groups), new.row(plan, groups)  # after: a decimal overflow fails here
-    if new.n:
+    if stored is None and not plan["groups"]:
+        before = None  # the row of an aggregate without GROUP BY: written at its first epoch
+    if new.n or not plan["groups"]:
         out.state.write(new.record(key))
     if before != after:
         w = getattr(out, plan["out"])

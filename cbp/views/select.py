@@ -48,10 +48,10 @@ def _select(tree: exp.Expr, sql: str, flows: Mapping[str, Mapping[str, str]]) ->
         q.groups = [e for _, e in q.columns]  # SELECT DISTINCT cols: GROUP BY cols
     if group is not None:
         q.groups = [rename(g) for g in group.expressions]
-    elif q.groups is None and any(isinstance(n, AGGREGATES) for _, e in q.columns for n in e.walk()):
-        raise _view_refusal("view-unsupported", "an aggregate without GROUP BY is not supported yet", tree, sql)
+    elif q.groups is None and aggregated:
+        q.groups = []  # an aggregate without GROUP BY: one group, its row there even over no input
     if tree.args.get("having") is not None:
-        if group is None:
+        if q.groups is None or (group is None and q.groups):
             raise _view_refusal("view-unsupported", "HAVING without GROUP BY", tree.args["having"], sql, "HAVING")
         q.having = rename(tree.args["having"].this)
     return q
