@@ -77,6 +77,7 @@ MARKS: dict[str, tuple[str, ...]] = {
     "test_delta_spark.py::test_cli_without_jars": ("slow",),  # a Spark driver of its own, without the jars
     "test_connect.py": ("connect", "slow"),  # a Spark Connect server (scripts/connect) and a client per test
     "test_sql_joins.py": ("slow",),
+    "test_tpch.py": ("slow",),  # every TPC-H query that compiles, through RF1, RF2 and updates
 }
 
 #: Tests that must run on one worker, one after the other: they share the standalone cluster.
@@ -120,6 +121,7 @@ FIRST = (
     "test_graphs.py::test_pagerank_with_retractions",
     "test_airflow.py",
     "test_connect.py",
+    "test_tpch.py",
     "test_batch.py::test_batch_equals_per_key_with_framing_and_a_loopback_flow",
     "test_framing.py::test_framed_outputs_survive_crashes",
     "test_crash.py",
