@@ -13,9 +13,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
-import socket
-import subprocess
 import sys
 import time
 import urllib.request
@@ -24,10 +21,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from services import HOST, free_port, launch, spark_home, stop_group, tail
+
 ROOT = Path(__file__).resolve().parents[1]
 STATE = Path(os.environ.get("CBP_CLUSTER_STATE", ROOT / "state" / "cluster"))
 LOGS = STATE / "logs"
-HOST = "127.0.0.1"
 WORKERS = 2
 READY_TIMEOUT = float(os.environ.get("CBP_CLUSTER_TIMEOUT", "90"))
 STOP_TIMEOUT = 15.0
@@ -77,28 +75,15 @@ def components() -> list[Component]:
 
 
 # ------------------------------------------------------------------ ports and environment
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind((HOST, 0))
-        return int(s.getsockname()[1])
-
-
 def ports() -> dict[str, int]:
     """The cluster's ports: those recorded by an earlier ``up``, else from the environment or free ones."""
     path = STATE / "cluster.json"
     if path.exists():
         return dict(json.loads(path.read_text())["ports"])
-    chosen = {n: int(os.environ.get(f"CBP_CLUSTER_{n.upper()}", 0)) or _free_port() for n in PORT_NAMES}
+    chosen = {n: int(os.environ.get(f"CBP_CLUSTER_{n.upper()}", 0)) or free_port() for n in PORT_NAMES}
     STATE.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps({"ports": chosen}, indent=1) + "\n")
     return chosen
-
-
-def spark_home() -> Path:
-    """pip's pyspark is a Spark distribution: ``bin/spark-class`` and the jars live in the package."""
-    import pyspark
-
-    return Path(pyspark.__file__).resolve().parent
 
 
 def base_env() -> dict[str, str]:
@@ -205,21 +190,9 @@ def command(c: Component, p: dict[str, int]) -> list[str]:
 
 def start(c: Component, p: dict[str, int]) -> int:
     """Start a component in its own session (process group); record its pid."""
-    LOGS.mkdir(parents=True, exist_ok=True)
     if c.name.startswith("worker-"):
         (STATE / f"work-{c.name.split('-')[1]}").mkdir(parents=True, exist_ok=True)
-    with open(c.log, "ab") as log:
-        log.write(f"\n=== {time.strftime('%Y-%m-%d %H:%M:%S')} starting {c.name}\n".encode())
-        log.flush()
-        proc = subprocess.Popen(
-            command(c, p),
-            cwd=STATE,
-            env=base_env(),
-            stdin=subprocess.DEVNULL,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
+    proc = launch(command(c, p), c.log, f"starting {c.name}", STATE, base_env())
     c.pid_file.write_text(f"{proc.pid}\n")
     return proc.pid
 
@@ -271,11 +244,11 @@ def wait_for(c: Component, pid: int, check: Callable[[], bool], what: str) -> No
     deadline = time.monotonic() + READY_TIMEOUT
     while time.monotonic() < deadline:
         if not _running(pid):
-            raise ClusterError(f"{c.name} exited before it was {what}; see {c.log}:\n{_tail(c.log)}")
+            raise ClusterError(f"{c.name} exited before it was {what}; see {c.log}:\n{tail(c.log)}")
         if check():
             return
         time.sleep(0.5)
-    raise ClusterError(f"{c.name} was not {what} after {READY_TIMEOUT:.0f} s; see {c.log}:\n{_tail(c.log)}")
+    raise ClusterError(f"{c.name} was not {what} after {READY_TIMEOUT:.0f} s; see {c.log}:\n{tail(c.log)}")
 
 
 def _running(pid: int) -> bool:
@@ -284,13 +257,6 @@ def _running(pid: int) -> bool:
         return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
     except OSError:
         return False
-
-
-def _tail(path: Path, lines: int = 15) -> str:
-    try:
-        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
-    except OSError:
-        return "(no log)"
 
 
 def up() -> int:
@@ -325,34 +291,9 @@ def stop(c: Component) -> bool:
     """SIGTERM the component's process group, SIGKILL it after :data:`STOP_TIMEOUT`; drop the pid file."""
     pid = c.pid()
     if pid is not None:
-        _signal_group(pid, signal.SIGTERM)
-        deadline = time.monotonic() + STOP_TIMEOUT
-        while time.monotonic() < deadline and _group_alive(pid):
-            time.sleep(0.2)
-        if _group_alive(pid):
-            _signal_group(pid, signal.SIGKILL)
-            time.sleep(0.5)
+        stop_group(pid, STOP_TIMEOUT)
     c.pid_file.unlink(missing_ok=True)
     return pid is not None
-
-
-def _signal_group(pgid: int, sig: int) -> None:
-    try:
-        os.killpg(pgid, sig)
-    except ProcessLookupError:
-        pass
-
-
-def _group_alive(pgid: int) -> bool:
-    """Whether any process of the group still runs (zombies do not count)."""
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            fields = stat.read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        if int(fields[2]) == pgid and fields[0] != "Z":
-            return True
-    return False
 
 
 def down() -> int:

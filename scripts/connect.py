@@ -17,17 +17,16 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import signal
 import socket
-import subprocess
 import sys
 import time
 from pathlib import Path
 
+from services import HOST, free_port, launch, spark_home, stop_group, tail
+
 ROOT = Path(__file__).resolve().parents[1]
 STATE = Path(os.environ.get("CBP_CONNECT_STATE", ROOT / "state" / "connect"))
 LOGS = STATE / "logs"
-HOST = "127.0.0.1"
 READY_TIMEOUT = float(os.environ.get("CBP_CONNECT_TIMEOUT", "90"))
 STOP_TIMEOUT = 15.0
 MARKER = "org.apache.spark.sql.connect.service.SparkConnectServer"
@@ -55,13 +54,6 @@ class ConnectError(Exception):
     """The server did not start or stop; the message names the log to read."""
 
 
-def spark_home() -> Path:
-    """pip's pyspark is a Spark distribution: ``bin/spark-submit`` and the jars live in the package."""
-    import pyspark
-
-    return Path(pyspark.__file__).resolve().parent
-
-
 def jars() -> list[str]:
     """The Delta connector's jars (the jar cache's manifest), and pip's Spark Connect server jar."""
     cache = Path(os.environ.get("CBP_JARS_DIR") or ROOT / "state" / "jars")
@@ -73,12 +65,6 @@ def jars() -> list[str]:
     if not connect:
         raise ConnectError(f"pyspark in {spark_home()} ships no spark-connect jar (Spark 4 needed)")
     return [str(cache / n) for n in names] + [str(connect[-1])]
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind((HOST, 0))
-        return int(s.getsockname()[1])
 
 
 def command(master: str, port: int) -> list[str]:
@@ -147,21 +133,9 @@ def start(master: str, port: int | None) -> int:
     if running is not None:
         print(f"Spark Connect server already up (pid {running}): {_info().get('url')}")
         return 0
-    port = port or _free_port()
-    LOGS.mkdir(parents=True, exist_ok=True)
+    port = port or free_port()
     log_path = LOGS / "server.log"
-    with open(log_path, "ab") as log:
-        log.write(f"\n=== {time.strftime('%Y-%m-%d %H:%M:%S')} starting on port {port}, master {master}\n".encode())
-        log.flush()
-        proc = subprocess.Popen(
-            command(master, port),
-            cwd=STATE,
-            env=server_env(),
-            stdin=subprocess.DEVNULL,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
+    proc = launch(command(master, port), log_path, f"starting on port {port}, master {master}", STATE, server_env())
     (STATE / "server.pid").write_text(f"{proc.pid}\n")
     url = f"sc://{HOST}:{port}"
     (STATE / "server.json").write_text(json.dumps({"url": url, "port": port, "master": master}) + "\n")
@@ -169,37 +143,11 @@ def start(master: str, port: int | None) -> int:
     while not _serving(port):
         if proc.poll() is not None or time.monotonic() > deadline:
             stop()
-            raise ConnectError(f"the server did not start; see {log_path}:\n{_tail(log_path)}")
+            raise ConnectError(f"the server did not start; see {log_path}:\n{tail(log_path)}")
         time.sleep(0.3)
     print(f"Spark Connect server up (pid {proc.pid}, master {master}, log {log_path}): {url}")
     print(f"export CBP_REMOTE={url}")
     return 0
-
-
-def _tail(path: Path, lines: int = 15) -> str:
-    try:
-        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
-    except OSError:
-        return "(no log)"
-
-
-def _group_alive(pgid: int) -> bool:
-    """Whether any process of the group still runs (zombies do not count)."""
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            fields = stat.read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        if int(fields[2]) == pgid and fields[0] != "Z":
-            return True
-    return False
-
-
-def _signal_group(pgid: int, sig: int) -> None:
-    try:
-        os.killpg(pgid, sig)
-    except ProcessLookupError:
-        pass
 
 
 def stop() -> int:
@@ -207,13 +155,7 @@ def stop() -> int:
     :data:`STOP_TIMEOUT`; drop the pid file."""
     p = pid()
     if p is not None:
-        _signal_group(p, signal.SIGTERM)
-        deadline = time.monotonic() + STOP_TIMEOUT
-        while time.monotonic() < deadline and _group_alive(p):
-            time.sleep(0.2)
-        if _group_alive(p):
-            _signal_group(p, signal.SIGKILL)
-            time.sleep(0.5)
+        stop_group(p, STOP_TIMEOUT)
     (STATE / "server.pid").unlink(missing_ok=True)
     (STATE / "server.json").unlink(missing_ok=True)
     print("Spark Connect server " + ("stopped" if p is not None else "was not running"))

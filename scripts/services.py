@@ -1,0 +1,87 @@
+"""Processes shared by ``scripts/cluster.py`` and ``scripts/connect.py``: a service runs in a
+session of its own (one process group, so stopping it stops its children too), writes to a log
+file, and binds to loopback.
+
+    >>> 1024 < free_port() < 65536
+    True
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import time
+from pathlib import Path
+
+HOST = "127.0.0.1"
+
+
+def free_port(host: str = HOST) -> int:
+    """A port nobody listens on now."""
+    with socket.socket() as s:
+        s.bind((host, 0))
+        return int(s.getsockname()[1])
+
+
+def spark_home() -> Path:
+    """pip's pyspark is a Spark distribution: ``bin/spark-class``, ``bin/spark-submit`` and the jars live in it."""
+    import pyspark
+
+    return Path(pyspark.__file__).resolve().parent
+
+
+def tail(path: Path, lines: int = 15) -> str:
+    """The last lines of a log (for an error message)."""
+    try:
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+    except OSError:
+        return "(no log)"
+
+
+def launch(command: list[str], log_path: Path, banner: str, cwd: Path, env: dict[str, str]) -> subprocess.Popen[bytes]:
+    """Start ``command`` in a session of its own, its output appended to ``log_path`` after ``banner``."""
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    with open(log_path, "ab") as log:
+        log.write(f"\n=== {time.strftime('%Y-%m-%d %H:%M:%S')} {banner}\n".encode())
+        log.flush()
+        return subprocess.Popen(
+            command,
+            cwd=cwd,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+
+
+def group_alive(pgid: int) -> bool:
+    """Whether any process of the group still runs (zombies do not count)."""
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[2]) == pgid and fields[0] != "Z":
+            return True
+    return False
+
+
+def signal_group(pgid: int, sig: int) -> None:
+    try:
+        os.killpg(pgid, sig)
+    except ProcessLookupError:
+        pass
+
+
+def stop_group(pgid: int, timeout: float) -> None:
+    """SIGTERM the process group, SIGKILL it if anything of it still runs after ``timeout`` seconds."""
+    signal_group(pgid, signal.SIGTERM)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and group_alive(pgid):
+        time.sleep(0.2)
+    if group_alive(pgid):
+        signal_group(pgid, signal.SIGKILL)
+        time.sleep(0.5)
