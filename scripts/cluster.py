@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from services import HOST, free_port, launch, spark_home, stop_group, tail
+from services import HOST, free_port, launch, spark_env, spark_home, stop_group, tail
 
 ROOT = Path(__file__).resolve().parents[1]
 STATE = Path(os.environ.get("CBP_CLUSTER_STATE", ROOT / "state" / "cluster"))
@@ -88,19 +88,13 @@ def ports() -> dict[str, int]:
 
 def base_env() -> dict[str, str]:
     """The environment of every process started here: loopback only, this interpreter, this checkout."""
-    env = dict(os.environ)
+    env = spark_env(ROOT)
     env.update(
-        SPARK_HOME=str(spark_home()),
-        SPARK_LOCAL_IP=HOST,
-        SPARK_LOCAL_HOSTNAME=HOST,
         SPARK_PUBLIC_DNS=HOST,
-        PYSPARK_PYTHON=sys.executable,
         PYSPARK_DRIVER_PYTHON=sys.executable,
-        PYTHONPATH=os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p),
         SPARK_LOG_DIR=str(LOGS),
         SPARK_NO_DAEMONIZE="1",
     )
-    env.pop("SPARK_CONF_DIR", None)
     # No REST server (it would take port 6066); a taken port is an error, not a silent move to the next one.
     env["SPARK_MASTER_OPTS"] = "-Dspark.master.rest.enabled=false -Dspark.port.maxRetries=0"
     env["SPARK_WORKER_OPTS"] = "-Dspark.port.maxRetries=0"

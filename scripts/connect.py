@@ -22,7 +22,7 @@ import sys
 import time
 from pathlib import Path
 
-from services import HOST, free_port, launch, spark_home, stop_group, tail
+from services import HOST, free_port, launch, spark_env, spark_home, stop_group, tail
 
 ROOT = Path(__file__).resolve().parents[1]
 STATE = Path(os.environ.get("CBP_CONNECT_STATE", ROOT / "state" / "connect"))
@@ -87,15 +87,7 @@ def command(master: str, port: int) -> list[str]:
 
 def server_env() -> dict[str, str]:
     """The server's environment: loopback only, this interpreter and this checkout for its Python workers."""
-    env = dict(os.environ)
-    env.update(
-        SPARK_HOME=str(spark_home()),
-        SPARK_LOCAL_IP=HOST,
-        SPARK_LOCAL_HOSTNAME=HOST,
-        PYSPARK_PYTHON=sys.executable,
-        PYTHONPATH=os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p),
-    )
-    env.pop("SPARK_CONF_DIR", None)
+    env = spark_env(ROOT)
     env.pop("SPARK_REMOTE", None)
     env.pop("SPARK_CONNECT_MODE_ENABLED", None)
     return env

@@ -12,6 +12,7 @@ import os
 import signal
 import socket
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -30,6 +31,21 @@ def spark_home() -> Path:
     import pyspark
 
     return Path(pyspark.__file__).resolve().parent
+
+
+def spark_env(root: Path) -> dict[str, str]:
+    """This process's environment for a Spark JVM: loopback only, this interpreter for its Python
+    workers, the checkout ``root`` importable, no Spark configuration directory of the user's."""
+    env = dict(os.environ)
+    env.update(
+        SPARK_HOME=str(spark_home()),
+        SPARK_LOCAL_IP=HOST,
+        SPARK_LOCAL_HOSTNAME=HOST,
+        PYSPARK_PYTHON=sys.executable,
+        PYTHONPATH=os.pathsep.join(p for p in (str(root), os.environ.get("PYTHONPATH", "")) if p),
+    )
+    env.pop("SPARK_CONF_DIR", None)
+    return env
 
 
 def tail(path: Path, lines: int = 15) -> str:
