@@ -48,6 +48,10 @@ def _aggregate(fn: str, arg: str | None) -> str:
 
 def _operator(plan: dict[str, Any], keys: list[str]) -> str:
     """What a generated stage computes, from its plan (``params.cbp_view``)."""
+    if plan["kind"] in ("window", "topk"):
+        from ..views.windows import describe
+
+        return describe(plan, keys)
     if plan["kind"] == "linear":
         branches = plan["branches"]
         if len(branches) > 1:
@@ -75,6 +79,10 @@ _JOINS |= {"full": "FULL OUTER equi-join", "semi": "semi-join (IN, EXISTS)", "an
 
 def _holds(plan: dict[str, Any]) -> str:
     """What a generated stage's state holds, in words."""
+    if plan["kind"] in ("window", "topk"):
+        from ..views.windows import holds
+
+        return holds(plan)
     if plan["kind"] == "linear":
         return "nothing (stateless)"
     if plan["kind"] == "join":

@@ -31,6 +31,7 @@ from .query import AGGREGATES, Select, placed, position
 from .run import RouteKey
 from .select import read_query
 from .vtypes import avg_type, is_numeric, sum_type, wider
+from .windows import compile_topk, compile_window, has_window, top_of
 
 __all__ = ["Generated"]
 
@@ -64,11 +65,15 @@ class Generated:
         """Compile view ``name`` over ``flows`` (flow -> field -> scalar type; earlier views included)."""
         self._sql, self._view = sql, name
         selects = read_query(name, sql, flows)
+        top = top_of(sql)  # ORDER BY ... LIMIT k: the query to flow <name>__sort, then its top k
+        target = f"{name}__sort" if top else name
         try:
             if len(selects) == 1:
-                self._select(selects[0], name)
+                self._select(selects[0], target)
             else:
-                self._union(selects, name)
+                self._union(selects, target)
+            if top:
+                compile_topk(self, name, target, *top)
         except ViewError as e:
             if e.node is None:
                 raise
@@ -110,6 +115,9 @@ class Generated:
         self.view_of[stage] = self._view
 
     def _select(self, q: Select, flow: str) -> None:
+        if has_window(q):  # window functions: cbp.views.windows
+            compile_window(self, q, flow)
+            return
         types = q.types
         self._type(q.where, types, boolean=True)
         cols = [(n, e, self._type(e, types)) for n, e in q.columns] if q.groups is None else []

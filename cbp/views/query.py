@@ -102,12 +102,15 @@ def tables_of(sql: str) -> list[str]:
     return [t.name for t in tree.find_all(exp.Table)]
 
 
-def _check_nodes(tree: exp.Expr, sql: str) -> None:
-    """Every node of the tree is one this slice compiles."""
+def _check_nodes(tree: exp.Expr, sql: str, allowed: Callable[[exp.Expr], bool] | None = None) -> None:
+    """Every node of the tree is one this slice compiles (``allowed``: a node checked elsewhere, such as a
+    window function's, :func:`cbp.views.windows.allowed`)."""
     if not isinstance(tree, (exp.Select, exp.Union)):
         raise _view_refusal("view-unsupported", f"a view is a SELECT, not {construct_name(tree)}", tree, sql)
     for node in tree.walk():
         t = type(node)
+        if allowed is not None and allowed(node):
+            continue
         if t in (exp.Select, exp.Union) and node is not tree and not _in_union_or_condition(node):
             raise _view_refusal("view-unsupported", "a subquery is not supported yet", node, sql)
         if t is exp.Distinct and isinstance(node.parent, (exp.Select, *AGGREGATES)):

@@ -22,8 +22,9 @@ from typing import Any
 from .exprs import ev, parse_expr
 from .joinrun import SKIP, join
 from .vtypes import avg_value, conform, decode_key, key_text, sum_type
+from .winrun import topk, window
 
-__all__ = ["RouteKey", "SKIP", "linear", "group", "join", "unrouted"]
+__all__ = ["RouteKey", "SKIP", "linear", "group", "join", "window", "topk", "unrouted"]
 
 
 class RouteKey:

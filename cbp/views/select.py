@@ -15,6 +15,7 @@ from sqlglot import exp
 
 from .joins import read_joins
 from .query import AGGREGATES, Select, _check_nodes, _flatten, _parse, _source, _view_refusal
+from .windows import allowed, outside_windows
 
 __all__ = ["read_query"]
 
@@ -23,7 +24,7 @@ def read_query(name: str, sql: str, flows: Mapping[str, Mapping[str, str]]) -> l
     """The SELECTs of view ``name`` (several with UNION ALL), checked against ``flows`` (flow ->
     field -> type string); :class:`ViewError` on the first thing wrong."""
     tree = _parse(sql)
-    _check_nodes(tree, sql)
+    _check_nodes(tree, sql, lambda n: allowed(n, tree, sql))  # window functions, ORDER BY ... LIMIT
     branches: list[exp.Expr] = []
     _flatten(tree, branches, sql)
     return [_select(b, sql, flows) for b in branches]
@@ -39,7 +40,7 @@ def _select(tree: exp.Expr, sql: str, flows: Mapping[str, Mapping[str, str]]) ->
     rename = read_joins(q, sql, flows)
     q.columns = _columns(q, sql, rename)
     group = tree.args.get("group")
-    aggregated = any(isinstance(n, AGGREGATES) for _, e in q.columns for n in e.walk())
+    aggregated = any(isinstance(n, AGGREGATES) and outside_windows(n) for _, e in q.columns for n in e.walk())
     if tree.args.get("distinct") is not None:
         if group is not None or aggregated:
             raise _view_refusal(

@@ -1,0 +1,306 @@
+"""Window functions with ``PARTITION BY`` and a view's top ``ORDER BY ... LIMIT k``, compiled to cbp
+stages (issue 48); their translators are in :mod:`cbp.views.winrun`.
+
+A view whose SELECT list has window functions (``row_number()``, ``rank()``, ``dense_rank()``,
+``lag``/``lead``, ``count``/``sum``/``avg``/``min``/``max`` ``OVER (PARTITION BY ... [ORDER BY ...])``)
+becomes one stage keyed by the partition's values, whose state is the partition's multiset of input
+rows; a touched partition is recomputed and only the difference is emitted (Materialize does the
+same). A view ending in ``ORDER BY ... LIMIT k`` becomes its query on flow ``v__sort`` and a top-k
+stage ``v`` over one key holding that relation's multiset; its output is the current top k rows.
+An ``ORDER BY`` without ``LIMIT`` at the top of a view is accepted and ignored (a view is a multiset).
+
+    >>> terms, k = top_of("SELECT a FROM t ORDER BY a DESC LIMIT 3")
+    >>> terms[0].sql(), k
+    ('a DESC', 3)
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from typing import TYPE_CHECKING, Any
+
+from sqlglot import exp
+
+from .exprs import ViewError, construct_name, infer
+from .query import AGGREGATES, Select, _parse, position
+from .run import RouteKey
+
+if TYPE_CHECKING:
+    from .plan import Generated
+
+__all__ = ["allowed", "has_window", "outside_windows", "top_of", "compile_window", "compile_topk"]
+__all__ += ["describe", "holds"]
+
+_RUN = "cbp.views.run:"  # window and topk: cbp.views.winrun's, exported there
+RANKING: dict[type[exp.Expr], str] = {exp.RowNumber: "row_number", exp.Rank: "rank", exp.DenseRank: "dense_rank"}
+OFFSETS: dict[type[exp.Expr], str] = {exp.Lag: "lag", exp.Lead: "lead"}
+_STATE = {"schema": {"r": "string", "n": "int"}, "row_key": ["r"]}
+
+
+def _plan(kind: str, out: str, **parts: Any) -> dict[str, Any]:
+    """A stage's plan with its id (the hash of its contents), as :mod:`cbp.views.plan` makes them."""
+    plan = {"kind": kind, "out": out, **parts}
+    plan["id"] = hashlib.sha1(json.dumps(plan, sort_keys=True).encode()).hexdigest()[:16]
+    return plan
+
+
+def _refuse(what: str, node: exp.Expr | None, sql: str, keyword: str | None = None) -> ViewError:
+    return ViewError("view-unsupported", what, *position(node, sql, keyword))
+
+
+def _ancestors(node: exp.Expr) -> list[exp.Expr]:
+    out, p = [], node.parent
+    while p is not None:
+        out.append(p)
+        p = p.parent
+    return out
+
+
+def allowed(node: exp.Expr, tree: exp.Expr, sql: str) -> bool:
+    """True for a node of a window function in the view's SELECT list, or of the view's top ``ORDER BY``
+    or ``LIMIT`` (checked here: ``view-unsupported`` naming what is not compiled); False: not one."""
+    parent = node.parent
+    if isinstance(node, exp.Window):
+        _check_window(node, tree, sql)
+        return True
+    if isinstance(node, (exp.Order, exp.Limit)) and parent is tree and node.arg_key in ("order", "limit"):
+        return True
+    if isinstance(node, exp.Order) and isinstance(parent, exp.Window):
+        return True
+    if isinstance(node, exp.Ordered) and isinstance(parent, exp.Order):
+        return parent.parent is tree or isinstance(parent.parent, exp.Window)
+    if isinstance(parent, exp.Window) and node.arg_key in ("this", "spec"):
+        return isinstance(node, (exp.WindowSpec, *RANKING, *OFFSETS, *AGGREGATES))
+    return False
+
+
+def _check_window(node: exp.Window, tree: exp.Expr, sql: str) -> None:
+    """A window this slice compiles: in the top SELECT's list, a supported function, PARTITION BY, a frame."""
+    ups = _ancestors(node)
+    top = next((i for i, a in enumerate(ups) if isinstance(a, (exp.Select, exp.Union))), None)
+    if top is None or ups[top] is not tree or (top > 0 and ups[top - 1].arg_key != "expressions") or top == 0:
+        raise _refuse("a window function outside the SELECT list of the view's own SELECT", node, sql)
+    if any(isinstance(a, exp.Window) for a in ups):
+        raise _refuse("a window function inside a window function", node, sql)
+    fn: exp.Expr = node.this
+    if not isinstance(fn, (*RANKING, *OFFSETS, *AGGREGATES)):
+        what = construct_name(fn)
+        raise _refuse(
+            f"{what} as a window function (supported: row_number, rank, dense_rank, lag, lead, count, sum, avg, "
+            "min, max)",
+            fn,
+            sql,
+        )
+    if isinstance(fn, AGGREGATES) and isinstance(fn.this, exp.Distinct):
+        raise _refuse("DISTINCT in a window function", fn, sql)
+    if not node.args.get("partition_by"):
+        raise _refuse(
+            f"a window function without PARTITION BY ({construct_name(fn)} OVER the whole view: every change "
+            "would recompute it; write ORDER BY ... LIMIT for a top-k of the whole view)",
+            fn,
+            sql,
+        )
+    ordered = node.args.get("order") is not None
+    if isinstance(fn, (*RANKING, *OFFSETS)) and not ordered:
+        raise _refuse(f"{construct_name(fn)} without ORDER BY in its window", fn, sql)
+    spec = node.args.get("spec")
+    if spec is not None and (isinstance(fn, (*RANKING, *OFFSETS)) or _frame(spec, ordered) is None):
+        raise _refuse(
+            f"the window frame {spec.sql(dialect='spark')} (supported: an aggregate's default frame, "
+            "ROWS or RANGE BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW or UNBOUNDED FOLLOWING)",
+            fn,
+            sql,
+        )
+
+
+def _frame(spec: exp.Expr | None, ordered: bool) -> str | None:
+    """The frame an aggregate is computed over: ``all`` (the whole partition), ``range`` (up to the
+    current row's last peer: Spark's default with ORDER BY), ``rows`` (up to the current row); None:
+    a frame not supported."""
+    if not ordered:
+        return "all" if spec is None or spec.args.get("end") in ("UNBOUNDED", "CURRENT ROW") else None
+    if spec is None:
+        return "range"
+    a = spec.args
+    if a.get("start") != "UNBOUNDED" or a.get("start_side") != "PRECEDING" or a.get("exclude"):
+        return None
+    if a.get("end") == "UNBOUNDED" and a.get("end_side") == "FOLLOWING":
+        return "all"
+    if a.get("end") in ("CURRENT ROW", None):
+        return "rows" if a.get("kind") == "ROWS" else "range"
+    return None
+
+
+def has_window(q: Select) -> bool:
+    """Whether a SELECT's columns have a window function."""
+    return any(isinstance(n, exp.Window) for _, e in q.columns for n in e.walk())
+
+
+def outside_windows(n: exp.Expr) -> bool:
+    """Whether ``n`` is not inside a window function (an aggregate in one does not make a GROUP BY)."""
+    return not any(isinstance(a, exp.Window) for a in _ancestors(n))
+
+
+def top_of(sql: str) -> tuple[list[exp.Ordered], int] | None:
+    """The ORDER BY terms and the k of a view's top ``ORDER BY ... LIMIT k`` (None: no LIMIT; an ORDER BY
+    alone is ignored); ``LIMIT`` without ``ORDER BY``, or not a number, is ``view-unsupported``."""
+    tree = _parse(sql)
+    limit = tree.args.get("limit")
+    if limit is None:
+        return None
+    order = tree.args.get("order")
+    if order is None:
+        raise _refuse("LIMIT without ORDER BY (which rows it keeps is arbitrary)", None, sql, "LIMIT")
+    k = limit.args.get("expression")
+    if not (isinstance(k, exp.Literal) and not k.is_string and str(k.this).isdigit()):
+        raise _refuse("LIMIT other than a number of rows", None, sql, "LIMIT")
+    return list(order.expressions), int(k.this)
+
+
+def _order_terms(gen: Generated, terms: list[exp.Ordered], types: dict[str, str | None]) -> list[list[Any]]:
+    """``[expression SQL, descending, NULLs first]`` of each ORDER BY term (Spark's default: NULLs first
+    ascending, last descending)."""
+    out = []
+    for o in terms:
+        desc = bool(o.args.get("desc"))
+        nulls_first = o.args.get("nulls_first")
+        gen._type(o.this, types)
+        out.append([gen._x(o.this, types), desc, (not desc) if nulls_first is None else bool(nulls_first)])
+    return out
+
+
+def compile_window(gen: Generated, q: Select, flow: str) -> None:
+    """A SELECT with window functions: (its joins to flow ``<flow>__join``, then) one stage keyed by the
+    PARTITION BY values, its state the partition's rows, writing ``flow``."""
+    if q.groups is not None:
+        raise _refuse(
+            "a window function with GROUP BY, DISTINCT or an aggregate (write the GROUP BY as a view and the "
+            "window over it)",
+            q.tree,
+            gen._sql,
+        )
+    where: exp.Expr | None = q.where
+    source = q.sources[0].flow
+    types: dict[str, str | None] = dict(q.types)
+    if q.steps:  # the joined rows (WHERE applied) on flow <view>__join, then the window
+        source, where = f"{flow}__join", None
+        gen._chain(q, source, None, {})
+        types = {f: t.rstrip("?") for f, t in gen.flows[source].items()}
+    gen._type(where, types, boolean=True)
+    wins: list[dict[str, Any]] = []
+    env: dict[str, str | None] = dict(types)
+    partition: list[str] = []
+
+    def replace(n: exp.Expr) -> exp.Expr:
+        if not isinstance(n, exp.Window):
+            return n
+        keys = [gen._x(p, types) or "" for p in n.args["partition_by"]]
+        for p in n.args["partition_by"]:
+            gen._type(p, types)
+        if wins and keys != partition:
+            raise _refuse("window functions with different PARTITION BY in one view (one view each)", n, gen._sql)
+        partition[:] = keys
+        win, t = _window(gen, n, types)
+        env[f"w__{len(wins)}"] = t
+        wins.append(win)
+        return exp.column(f"w__{len(wins) - 1}", quoted=True)
+
+    cols = [(name, e.transform(replace)) for name, e in q.columns]
+    fields = {name: f"{gen._type(e, env)}?" for name, e in cols}
+    plan = _plan(
+        "window",
+        flow,
+        fields=list(types),
+        ftypes=list(types.values()),
+        partition=partition,
+        wins=wins,
+        cols=[[n, gen._x(e, env)] for n, e in cols],
+        types={n: t.rstrip("?") for n, t in fields.items()},
+    )
+    raw = {
+        "translator": _RUN + "window",
+        "inputs": [{"flow": source, "route_by": _RUN + "unrouted"}],
+        "state": _STATE,
+        "params": {"cbp_view": plan},
+    }
+    gen._stage(flow, flow, raw, fields, [RouteKey(partition, gen._x(where, types), "", [], False)])
+
+
+def _window(gen: Generated, n: exp.Window, types: dict[str, str | None]) -> tuple[dict[str, Any], str | None]:
+    """One window function's plan (``fn``, its argument, ORDER BY terms, frame) and its result type."""
+    fn = n.this
+    order = n.args.get("order")
+    win: dict[str, Any] = {"order": _order_terms(gen, list(order.expressions), types) if order else []}
+    if type(fn) in RANKING:
+        return win | {"fn": RANKING[type(fn)]}, "int"
+    if type(fn) in OFFSETS:
+        offset, default = fn.args.get("offset"), fn.args.get("default")
+        if offset is not None and not (isinstance(offset, exp.Literal) and str(offset.this).isdigit()):
+            raise _refuse(f"{construct_name(fn)} with an offset other than a number", fn, gen._sql)
+        t = gen._type(fn.this, types)
+        if default is not None and infer(default, types) not in (None, t):
+            if not (t in ("int", "float") and infer(default, types) in ("int", "float")):
+                raise _refuse(f"{construct_name(fn)} with a default of another type than its value", fn, gen._sql)
+        parts = {"arg": gen._x(fn.this, types), "offset": int(offset.this) if offset is not None else 1}
+        return win | {"fn": OFFSETS[type(fn)], "default": gen._x(default, types), "at": t} | parts, t
+    agg = gen._aggregate(fn, types)
+    frame = _frame(n.args.get("spec"), order is not None)
+    return win | {"fn": agg[0], "arg": agg[1], "at": agg[3], "frame": frame}, agg[2]
+
+
+def compile_topk(gen: Generated, view: str, inner: str, terms: list[exp.Ordered], k: int) -> None:
+    """``ORDER BY ... LIMIT k`` over flow ``inner`` (the view's query): one stage of one key whose state
+    is the relation's multiset, writing the current top ``k`` rows to flow ``view``."""
+    fields = dict(gen.flows[inner])
+    names = list(fields)
+    types: dict[str, str | None] = {n: t.rstrip("?") for n, t in fields.items()}
+
+    def to_output(n: exp.Expr) -> exp.Expr:
+        if isinstance(n, exp.Column):
+            hit = next((f for f in names if f.lower() == n.name.lower()), None)
+            if hit is None:
+                raise ViewError(
+                    "view-unknown",
+                    f"ORDER BY column '{n.sql(dialect='spark')}' is not a column of the view; they are "
+                    + ", ".join(names),
+                    *position(n, gen._sql),
+                )
+            return exp.column(hit, quoted=True)
+        return n
+
+    ordered = []
+    for o in terms:
+        c = o.copy()
+        e = c.this
+        if isinstance(e, exp.Literal) and not e.is_string and str(e.this).isdigit():  # ORDER BY 2: the 2nd column
+            e = exp.column(names[min(max(int(e.this), 1), len(names)) - 1], quoted=True)
+        c.set("this", e.transform(to_output))
+        ordered.append(c)
+    order = _order_terms(gen, ordered, types)
+    plan = _plan("topk", view, fields=names, ftypes=list(types.values()), order=order, limit=k)
+    raw = {
+        "translator": _RUN + "topk",
+        "inputs": [{"flow": inner, "route_by": _RUN + "unrouted"}],
+        "state": _STATE,
+        "params": {"cbp_view": plan},
+    }
+    gen._stage(view, view, raw, fields, [RouteKey([], None, "", [], False)])
+
+
+def describe(plan: dict[str, Any], keys: list[str]) -> str:
+    """What a window or top-k stage computes, for ``cbp explain``."""
+    if plan["kind"] == "topk":
+        order = ", ".join(f"{e}{' DESC' if d else ''}" for e, d, _ in plan["order"])
+        return f"top {plan['limit']} rows ORDER BY {order} (ORDER BY ... LIMIT over the whole view: one key)"
+    fns = []
+    for w in plan["wins"]:
+        arg = "*" if w["fn"] == "count_star" else w.get("arg") or ""
+        fns.append(f"{w['fn'].replace('count_star', 'count')}({arg})")
+    return f"window functions {', '.join(fns)} OVER (PARTITION BY {keys[0]})"
+
+
+def holds(plan: dict[str, Any]) -> str:
+    """What a window or top-k stage's state holds, for ``cbp explain``."""
+    what = "the whole view's rows (before the LIMIT)" if plan["kind"] == "topk" else "each partition's input rows"
+    return f"{what}: per distinct row (r, JSON) its multiplicity (n); a touched key is recomputed from them"

@@ -1,0 +1,263 @@
+"""Window functions with PARTITION BY, top-k per group (a view over a window view) and ORDER BY ...
+LIMIT (cbp/views/windows.py, winrun.py): after every epoch each view's consolidated contents equal
+Spark SQL's result over its inputs' consolidated contents (multiset equality), through inserts, the
+top row of a partition deleted, a row moved between partitions, a partition emptied and ties added;
+ORDER BY total wherever row_number() or LIMIT could pick among ties. And each refusal's code."""
+
+from __future__ import annotations
+
+import math
+import textwrap
+
+import pytest
+
+import cbp
+from cbp.errors import SpecError
+from cbp.spec import load_spec
+
+ORDERS = {"id": "int", "cust": "string", "amount": "float", "qty": "int?"}
+CUSTS = {"cust": "string", "region": "string"}
+VIEWS = {  # few views: an epoch's cost grows with the stages
+    "ranked": "SELECT id, cust, amount, row_number() OVER (PARTITION BY cust ORDER BY amount DESC, id) AS rn, "
+    "rank() OVER (PARTITION BY cust ORDER BY qty DESC) AS rk, "
+    "dense_rank() OVER (PARTITION BY cust ORDER BY qty NULLS LAST) * 10 + 1 AS dr, "
+    "count(*) OVER (PARTITION BY cust) AS n, sum(qty) OVER (PARTITION BY cust ORDER BY id) AS run, "
+    "avg(amount) OVER (PARTITION BY cust ORDER BY qty) AS peers, min(amount) OVER (PARTITION BY cust) AS lo, "
+    "max(qty) OVER (PARTITION BY cust ORDER BY id ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW) AS hi, "
+    "count(qty) OVER (PARTITION BY cust ORDER BY id ROWS BETWEEN UNBOUNDED PRECEDING AND UNBOUNDED FOLLOWING) AS nq, "
+    "lag(amount) OVER (PARTITION BY cust ORDER BY id) AS prev, lead(qty, 2, -1) OVER (PARTITION BY cust ORDER BY id) "
+    "AS nxt FROM orders WHERE id >= 0",
+    "top2": "SELECT cust, id, amount FROM ranked WHERE rn <= 2",
+    "by_region": "SELECT o.id, c.region, row_number() OVER (PARTITION BY c.region ORDER BY o.amount DESC, o.id) AS rn "
+    "FROM orders o JOIN custs c ON o.cust = c.cust",
+    "top_all": "SELECT id, cust, amount FROM orders ORDER BY amount DESC, id LIMIT 3",
+    "top_cust": "SELECT cust, sum(amount) AS total, count(*) AS n FROM orders GROUP BY cust "
+    "ORDER BY total DESC, cust LIMIT 2",
+}
+SPARK_TYPES = {"int": "BIGINT", "float": "DOUBLE", "string": "STRING"}
+
+
+def _yaml(views: dict[str, str]) -> str:
+    flows = "\n".join(
+        f"  {n}: {{external: true, schema: {{{', '.join(f'{k}: {t!r}' for k, t in s.items())}}}}}"
+        for n, s in (("orders", ORDERS), ("custs", CUSTS))
+    )
+    body = "\n".join(f"  {n}: |\n{textwrap.indent(sql, '    ')}" for n, sql in views.items())
+    return f"pipeline: windows\nflows:\n{flows}\nviews:\n{body}\n"
+
+
+def _expand(records: list[dict]) -> list[dict]:
+    out = []
+    for r in records:
+        assert r.get("_diff", 1) > 0, r
+        out += [{k: v for k, v in r.items() if k != "_diff"}] * r.get("_diff", 1)
+    return out
+
+
+def _literal(v) -> str:
+    if v is None:
+        return "NULL"
+    if isinstance(v, float):
+        return f"{v!r}D"
+    return f"'{v}'" if isinstance(v, str) else str(v)
+
+
+def _table(spark, name: str, schema: dict[str, str], rows: list[dict]) -> None:
+    """A temp view of ``rows`` as inline VALUES (one row of NULLs filtered out when there are none)."""
+    cols = ", ".join(f"CAST(c{i} AS {SPARK_TYPES[t.rstrip('?')]}) AS {k}" for i, (k, t) in enumerate(schema.items()))
+    values = ", ".join("(" + ", ".join(_literal(r.get(k)) for k in schema) + ")" for r in rows)
+    where = "" if values else " WHERE FALSE"
+    values = values or "(" + ", ".join(["NULL"] * len(schema)) + ")"
+    names = ", ".join(f"c{i}" for i in range(len(schema)))
+    spark.sql(f"SELECT {cols} FROM VALUES {values} AS t({names}){where}").createOrReplaceTempView(name)
+
+
+def _key(row: tuple) -> tuple:
+    return tuple((v is None, round(v, 6) if isinstance(v, float) else v) for v in row)
+
+
+def _same(got: list[tuple], want: list[tuple]) -> bool:
+    got, want = sorted(got, key=_key), sorted(want, key=_key)
+    if len(got) != len(want):
+        return False
+    for a, b in zip(got, want):
+        for x, y in zip(a, b):
+            if isinstance(x, float) or isinstance(y, float):
+                if x is None or y is None or not math.isclose(x, float(y), rel_tol=1e-9, abs_tol=1e-12):
+                    return False
+            elif x != y:
+                return False
+    return True
+
+
+def _check(spark, p) -> None:
+    _table(spark, "orders", ORDERS, _expand(p.output("orders", consolidated=True)))
+    _table(spark, "custs", CUSTS, _expand(p.output("custs", consolidated=True)))
+    for view, sql in VIEWS.items():
+        df = spark.sql(sql)
+        df.createOrReplaceTempView(view)  # a view over this view reads Spark's own result
+        cols = list(p.spec.flows[view].schema.fields)
+        want = [tuple(row) for row in df.collect()]
+        got = [tuple(r.get(c) for c in cols) for r in _expand(p.output(view, consolidated=True))]
+        assert _same(got, want), f"view {view}:\n cbp   {sorted(got, key=_key)}\n spark {sorted(want, key=_key)}"
+
+
+def _row(i: int, cust: str, amount: float, qty: int | None) -> dict:
+    return {"id": i, "cust": cust, "amount": amount, "qty": qty}
+
+
+def _gone(r: dict) -> dict:
+    return {**r, "_diff": -1}
+
+
+FIRST = [_row(i, f"c{i % 4}", 10.0 + (i * 7) % 13, [None, 1, 2, 2, 3][i % 5]) for i in range(16)]
+EPOCHS = [  # (orders fed, custs fed)
+    (FIRST, [{"cust": f"c{i}", "region": f"r{i % 2}"} for i in range(4)]),
+    ([_gone(FIRST[12]), _row(20, "c0", 5.5, 4)], []),  # c0's top row (16.0) deleted; a row at the bottom
+    (
+        [_gone(FIRST[5]), {**FIRST[5], "cust": "c2"}, _row(21, "c1", 30.0, None)],
+        [_gone({"cust": "c1", "region": "r1"})],
+    ),
+    (  # partition c3 emptied (its 22.0 and 20.0 leave top_all); ties in amount and qty
+        [_gone(r) for r in FIRST if r["cust"] == "c3"] + [_row(22, "c2", 14.0, 2), _row(23, "c2", 14.0, 2)],
+        [{"cust": "c1", "region": "r0"}],
+    ),
+]
+
+
+@pytest.fixture
+def few_partitions(spark):
+    before = spark.conf.get("spark.sql.shuffle.partitions")
+    spark.conf.set("spark.sql.shuffle.partitions", "2")
+    yield spark
+    spark.conf.set("spark.sql.shuffle.partitions", before)
+
+
+def test_window_and_top_k_views_equal_spark_sql_after_every_epoch(spark, tmp_path, few_partitions):
+    path = tmp_path / "w.yaml"
+    path.write_text(_yaml(VIEWS))
+    p = cbp.Pipeline(str(path), str(tmp_path / "home"), spark=spark)
+    try:
+        for step, (o_inc, c_inc) in enumerate(EPOCHS):
+            p.feed("orders", o_inc)
+            if c_inc:
+                p.feed("custs", c_inc)
+            p.run()
+            _check(spark, p)
+            if step == 3:  # partition c3 emptied: gone from the window's view and its state
+                assert not [r for r in p.output("ranked", consolidated=True) if r["cust"] == "c3"]
+                assert not [r for r in p.state("ranked") if '"c3"' in r["r"]]
+        top = sorted(r["amount"] for r in _expand(p.output("top_all", consolidated=True)))
+        assert top == [19.0, 21.0, 30.0]  # the top rows' deletes brought the next ones in
+    finally:
+        for name in [*VIEWS, "orders", "custs"]:
+            spark.catalog.dropTempView(name)
+
+
+def test_an_epoch_emits_only_the_rows_that_changed(tmp_path):
+    """Inserting a partition's new last row emits that row only; the rows above it are not rewritten."""
+    from cbp.views.winrun import window
+
+    class Out:
+        view = {"ranked": "SELECT id, row_number() OVER (PARTITION BY cust ORDER BY amount DESC) AS rn FROM orders"}
+        params = load_spec(_write(tmp_path, view)).stages["ranked"].params
+        written: list[dict] = []
+
+        class state:  # noqa: N801 - the translator's out.state
+            write = staticmethod(lambda r: None)
+            delete = staticmethod(lambda k: None)
+
+        ranked = type("W", (), {"write": staticmethod(lambda r: Out.written.append(r))})
+
+    from cbp.views.vtypes import key_text
+
+    rows = [_row(1, "a", 5.0, 1), _row(2, "a", 4.0, 1)]
+    state = iter([{"r": key_text([r[f] for f in ORDERS]), "n": 1} for r in rows])
+    window('["a"]', state, [_row(3, "a", 1.0, 1) | {"_diff": 1}], out=Out)
+    assert [(r["id"], r["rn"], r["_diff"]) for r in Out.written] == [(3, 3, 1)]
+
+
+def _write(tmp_path, views: dict[str, str]):
+    path = tmp_path / "v.yaml"
+    path.write_text(_yaml(views))
+    return path
+
+
+REFUSED = [
+    ("SELECT id, row_number() OVER (ORDER BY id) AS r FROM orders", "view-unsupported", "without PARTITION BY"),
+    (
+        "SELECT id,\n  sum(qty) OVER (PARTITION BY cust ORDER BY id ROWS BETWEEN 1 PRECEDING AND CURRENT ROW) AS s "
+        "FROM orders",
+        "view-unsupported",
+        "SQL line 2, column 3: the window frame",
+    ),
+    ("SELECT id, ntile(2) OVER (PARTITION BY cust ORDER BY id) AS t FROM orders", "view-unsupported", "ntile"),
+    (
+        "SELECT id, percent_rank() OVER (PARTITION BY cust ORDER BY id) AS t FROM orders",
+        "view-unsupported",
+        "as a window function",
+    ),
+    ("SELECT id, row_number() OVER (PARTITION BY cust) AS r FROM orders", "view-unsupported", "without ORDER BY"),
+    ("SELECT id, count(DISTINCT qty) OVER (PARTITION BY cust) AS r FROM orders", "view-unsupported", "DISTINCT"),
+    (
+        "SELECT cust, count(*) AS n, rank() OVER (PARTITION BY cust ORDER BY cust) AS r FROM orders GROUP BY cust",
+        "view-unsupported",
+        "with GROUP BY",
+    ),
+    (
+        "SELECT id, rank() OVER (PARTITION BY cust ORDER BY id) AS a, rank() OVER (PARTITION BY qty ORDER BY id) AS b "
+        "FROM orders",
+        "view-unsupported",
+        "different PARTITION BY",
+    ),
+    (
+        "SELECT id FROM orders WHERE row_number() OVER (PARTITION BY cust ORDER BY id) = 1",
+        "view-unsupported",
+        "outside the SELECT list",
+    ),
+    ("SELECT id FROM orders\nLIMIT 3", "view-unsupported", "SQL line 2, column 1: LIMIT without ORDER BY"),
+    ("SELECT id FROM orders ORDER BY id LIMIT 3 OFFSET 1", "view-unsupported", "OFFSET"),
+    ("SELECT id FROM orders ORDER BY amount LIMIT 3", "view-unknown", "ORDER BY column 'amount'"),
+    (
+        "SELECT id FROM orders UNION ALL SELECT rank() OVER (PARTITION BY cust ORDER BY id) AS id FROM orders",
+        "view-unsupported",
+        "outside the SELECT list",
+    ),
+]
+
+
+@pytest.mark.parametrize("sql,code,says", REFUSED, ids=[f"{c}-{i}" for i, (_, c, _) in enumerate(REFUSED)])
+def test_a_window_or_limit_cbp_cannot_compile_is_refused_at_load(tmp_path, sql, code, says):
+    with pytest.raises(SpecError) as e:
+        load_spec(_write(tmp_path, {"v": sql}))
+    assert e.value.code == code
+    assert says in str(e.value)
+
+
+def test_window_and_top_k_stages_are_keyed_and_typed(tmp_path):
+    spec = load_spec(_write(tmp_path, VIEWS))
+    ranked = spec.stages["ranked"]
+    assert ranked.signed and ranked.inputs[0].route_by({"id": 1, "cust": "a", "amount": 1.0, "qty": 1}) == '["a"]'
+    assert ranked.inputs[0].route_by({"id": -1, "cust": "a", "amount": 1.0, "qty": 1}) == "-"  # WHERE id >= 0
+    assert list(ranked.state_schema.fields) == ["r", "n"]
+    fields = {k: str(t) for k, t in spec.flows["ranked"].schema.fields.items() if k not in ("id", "cust", "amount")}
+    assert fields == {
+        k: f"{t}?"
+        for k, t in [
+            ("rn", "int"),
+            ("rk", "int"),
+            ("dr", "int"),
+            ("n", "int"),
+            ("run", "int"),
+            ("peers", "float"),
+            ("lo", "float"),
+            ("hi", "int"),
+            ("nq", "int"),
+            ("prev", "float"),
+            ("nxt", "int"),
+        ]
+    }
+    assert [n for n in spec.stages if n.startswith("top_cust")] == ["top_cust__sort", "top_cust"]
+    assert spec.stages["top_cust"].inputs[0].route_by({"cust": "a", "total": 1.0, "n": 1}) == "[]"
+    ignored = load_spec(_write(tmp_path, {"v": "SELECT id FROM orders ORDER BY id"}))  # ORDER BY without LIMIT
+    assert [n for n in ignored.stages] == ["v"] and ignored.stages["v"].translator_path == "cbp.views.run:linear"
