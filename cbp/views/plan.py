@@ -7,8 +7,9 @@ for outer, semi and anti joins what a kept row's matches are counted with), or a
 (state: each group's count and sums, or multisets for MIN, MAX, count(DISTINCT); SELECT DISTINCT is
 a GROUP BY). A join of n flows (n - 1 steps, subqueries included) writes flows ``v__j1`` ... before
 ``v``; a GROUP BY over joins adds stage and flow ``v__join``; a UNION ALL branch that joins or
-groups becomes view ``v__u<i>``. Every generated translator is signed and sums ``_diff``
-(:mod:`cbp.views.run`).
+groups becomes view ``v__u<i>``. Window functions and a top ``ORDER BY ... LIMIT`` (flow ``v__sort``, then
+the top-k stage ``v``) are :mod:`cbp.views.windows`'. Every generated translator is signed and sums
+``_diff`` (:mod:`cbp.views.run`).
 
     >>> g = Generated()
     >>> g.add_view("v", "SELECT url FROM hits WHERE n > 1", {"hits": {"url": "string", "n": "int"}})
