@@ -1,7 +1,8 @@
 """Property tests (hypothesis) of SQL views: micro-views of each supported operator (filter with a
 projection and CASE, UNION ALL, join, GROUP BY sum/count/min/max/avg/count(DISTINCT), DISTINCT,
-HAVING, a GROUP BY over a join) through change sequences that insert, delete, move a row to another group,
-delete a group's MIN/MAX holder, empty a group and give one join key many matches; after every epoch
+HAVING, a GROUP BY over a join, row_number() and a running sum OVER (PARTITION BY ...)) through
+change sequences that insert, delete, move a row to another group (partition), delete a group's
+MIN/MAX holder (a partition's top row), empty a group and give one join key many matches; after every epoch
 each view's consolidated contents equal a from-scratch computation in Python over the inputs' rows
 (multiset equality, floats to 1e-9 relative). One pipeline home per example; few examples. And a
 view over a Delta source without ``schema:`` is typed from the table's columns."""
@@ -31,6 +32,8 @@ VIEWS = {  # one stage each but jgrp's (a join and a group); few stages: an epoc
     "dist": "SELECT DISTINCT g, v FROM a",
     "hav": "SELECT g, sum(v) AS s FROM a GROUP BY g HAVING count(*) >= 2",
     "jgrp": "SELECT b.w, count(*) AS n, sum(a.v) AS s FROM a JOIN b ON a.k = b.k GROUP BY b.w",
+    "win": "SELECT k, g, v, row_number() OVER (PARTITION BY g ORDER BY v DESC NULLS LAST, k) AS rn, "
+    "sum(v) OVER (PARTITION BY g ORDER BY k) AS rs FROM a",
 }
 GROUPS = ["g0", "g1", "g2"]
 Row = dict[str, Any]
@@ -67,6 +70,18 @@ def _case(v: int | None) -> str:
     return "hi" if v is not None and v > 3 else ("n" if v is None else "lo")
 
 
+def _windows(a: list[Row]) -> list[tuple]:
+    """``win``: per group its rows numbered by v descending (NULLs last) then k, and the running sum of
+    v over k (the rows tying on k included: Spark's default frame)."""
+    out = []
+    for g, rows in _by_group(a).items():
+        ranked = sorted(rows, key=lambda r: (r["v"] is None, -(r["v"] or 0), r["k"]))
+        for i, r in enumerate(ranked, 1):
+            upto = _nonnull([x for x in rows if x["k"] <= r["k"]])
+            out.append((r["k"], g, r["v"], i, sum(upto) if upto else None))
+    return out
+
+
 def expected(a: list[Row], b: list[Row]) -> dict[str, list[tuple]]:
     """Each view's rows computed from scratch over the current rows of ``a`` and ``b``."""
     joined = [(x["k"], x["v"], y["w"]) for x in a for y in b if x["k"] == y["k"]]
@@ -79,6 +94,7 @@ def expected(a: list[Row], b: list[Row]) -> dict[str, list[tuple]]:
         "dist": list({(r["g"], r["v"]) for r in a}),
         "hav": [(g, _agg(rows)[0]) for g, rows in _by_group(a).items() if len(rows) >= 2],
         "jgrp": [(w, len(rows), _agg(rows)[0]) for w, rows in by_w.items()],
+        "win": _windows(a),
     }
 
 
