@@ -6,6 +6,8 @@ ORDER BY total wherever row_number() or LIMIT could pick among ties. And each re
 
 from __future__ import annotations
 
+import datetime
+import decimal
 import math
 import textwrap
 
@@ -15,7 +17,7 @@ import cbp
 from cbp.errors import SpecError
 from cbp.spec import load_spec
 
-ORDERS = {"id": "int", "cust": "string", "amount": "float", "qty": "int?"}
+ORDERS = {"id": "int", "cust": "string", "amount": "float", "qty": "int?", "price": "decimal(10,2)", "day": "date"}
 CUSTS = {"cust": "string", "region": "string"}
 VIEWS = {  # few views: an epoch's cost grows with the stages
     "ranked": "SELECT id, cust, amount, row_number() OVER (PARTITION BY cust ORDER BY amount DESC, id) AS rn, "
@@ -26,7 +28,9 @@ VIEWS = {  # few views: an epoch's cost grows with the stages
     "max(qty) OVER (PARTITION BY cust ORDER BY id ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW) AS hi, "
     "count(qty) OVER (PARTITION BY cust ORDER BY id ROWS BETWEEN UNBOUNDED PRECEDING AND UNBOUNDED FOLLOWING) AS nq, "
     "lag(amount) OVER (PARTITION BY cust ORDER BY id) AS prev, lead(qty, 2, -1) OVER (PARTITION BY cust ORDER BY id) "
-    "AS nxt FROM orders WHERE id >= 0",
+    "AS nxt, sum(price) OVER (PARTITION BY cust ORDER BY day) AS sp, avg(price) OVER (PARTITION BY cust) AS ap, "
+    "max(day) OVER (PARTITION BY cust ORDER BY amount) AS md, rank() OVER (PARTITION BY cust ORDER BY day DESC) AS rd "
+    "FROM orders WHERE id >= 0",
     "top2": "SELECT cust, id, amount FROM ranked WHERE rn <= 2",
     "by_region": "SELECT o.id, c.region, row_number() OVER (PARTITION BY c.region ORDER BY o.amount DESC, o.id) AS rn "
     "FROM orders o JOIN custs c ON o.cust = c.cust",
@@ -34,7 +38,7 @@ VIEWS = {  # few views: an epoch's cost grows with the stages
     "top_cust": "SELECT cust, sum(amount) AS total, count(*) AS n FROM orders GROUP BY cust "
     "ORDER BY total DESC, cust LIMIT 2",
 }
-SPARK_TYPES = {"int": "BIGINT", "float": "DOUBLE", "string": "STRING"}
+SPARK_TYPES = {"int": "BIGINT", "float": "DOUBLE", "string": "STRING", "date": "DATE"}
 
 
 def _yaml(views: dict[str, str]) -> str:
@@ -54,17 +58,24 @@ def _expand(records: list[dict]) -> list[dict]:
     return out
 
 
+def _spark_type(t: str) -> str:
+    t = t.rstrip("?")
+    return t.upper() if t.startswith("decimal(") else SPARK_TYPES[t]
+
+
 def _literal(v) -> str:
     if v is None:
         return "NULL"
     if isinstance(v, float):
         return f"{v!r}D"
-    return f"'{v}'" if isinstance(v, str) else str(v)
+    if isinstance(v, datetime.date):
+        return f"DATE '{v.isoformat()}'"
+    return f"'{v}'" if isinstance(v, (str, decimal.Decimal)) else str(v)
 
 
 def _table(spark, name: str, schema: dict[str, str], rows: list[dict]) -> None:
     """A temp view of ``rows`` as inline VALUES (one row of NULLs filtered out when there are none)."""
-    cols = ", ".join(f"CAST(c{i} AS {SPARK_TYPES[t.rstrip('?')]}) AS {k}" for i, (k, t) in enumerate(schema.items()))
+    cols = ", ".join(f"CAST(c{i} AS {_spark_type(t)}) AS {k}" for i, (k, t) in enumerate(schema.items()))
     values = ", ".join("(" + ", ".join(_literal(r.get(k)) for k in schema) + ")" for r in rows)
     where = "" if values else " WHERE FALSE"
     values = values or "(" + ", ".join(["NULL"] * len(schema)) + ")"
@@ -103,7 +114,16 @@ def _check(spark, p) -> None:
 
 
 def _row(i: int, cust: str, amount: float, qty: int | None) -> dict:
-    return {"id": i, "cust": cust, "amount": amount, "qty": qty}
+    price = decimal.Decimal(i * 37 % 50) / 4
+    day = datetime.date(2024, 1, 1) + datetime.timedelta(days=i % 6)
+    return {
+        "id": i,
+        "cust": cust,
+        "amount": amount,
+        "qty": qty,
+        "price": price.quantize(decimal.Decimal("0.01")),
+        "day": day,
+    }
 
 
 def _gone(r: dict) -> dict:
@@ -255,6 +275,10 @@ def test_window_and_top_k_stages_are_keyed_and_typed(tmp_path):
             ("nq", "int"),
             ("prev", "float"),
             ("nxt", "int"),
+            ("sp", "decimal(20,2)"),
+            ("ap", "decimal(14,6)"),
+            ("md", "date"),
+            ("rd", "int"),
         ]
     }
     assert [n for n in spec.stages if n.startswith("top_cust")] == ["top_cust__sort", "top_cust"]
