@@ -18,6 +18,8 @@ import heapq
 from collections.abc import Iterable, Iterator
 from typing import Any
 
+from sqlglot import exp
+
 from .exprs import ev, parse_expr
 from .joinrun import SKIP, _added, _consolidated
 from .vtypes import avg_value, conform, decode_key, sum_type
@@ -47,9 +49,22 @@ class _Desc:
 
 def order_key(row: dict[str, Any], order: list[tuple[str, bool, bool]] | list[list[Any]]) -> tuple[Any, ...]:
     """The sort key of ``row`` under ORDER BY terms ``[expression SQL, descending, NULLs first]``."""
-    out: list[tuple[Any, ...]] = []
+    return _key(row, compiled(order))
+
+
+def compiled(order: list[tuple[str, bool, bool]] | list[list[Any]]) -> list[tuple[str | None, Any, bool, bool]]:
+    """ORDER BY terms parsed once: ``(field name of a plain column or None, expression, desc, NULLs first)``."""
+    out = []
     for e, desc, nulls_first in order:
-        v = ev(parse_expr(e), row)
+        node = parse_expr(e)
+        out.append((node.name if isinstance(node, exp.Column) else None, node, bool(desc), bool(nulls_first)))
+    return out
+
+
+def _key(row: dict[str, Any], terms: list[tuple[str | None, Any, bool, bool]]) -> tuple[Any, ...]:
+    out: list[tuple[Any, ...]] = []
+    for name, node, desc, nulls_first in terms:
+        v = row[name] if name is not None else ev(node, row)
         if v is None:
             out.append((0,) if nulls_first else (2,))
         else:
@@ -62,14 +77,38 @@ def _tie(values: list[Any]) -> tuple[Any, ...]:
     return tuple((v is not None, v) for v in values)
 
 
-def _rows(plan: dict[str, Any], ms: dict[str, int]) -> list[dict[str, Any]]:
-    """A key's multiset of rows expanded (a row of multiplicity n is n rows), in the tie order."""
-    decoded = []
-    for text, n in ms.items():
-        values = decode_key(text, plan["ftypes"])
-        decoded.append((_tie(values), dict(zip(plan["fields"], values)), n))
-    decoded.sort(key=lambda d: d[0])
-    return [dict(row) for _, row, n in decoded for _ in range(n)]
+class _Decoded:
+    """The stored rows of a key decoded once per epoch (both the output before and after the change
+    read them): per row text its values, its tie order and its sort key under each ORDER BY."""
+
+    def __init__(self, plan: dict[str, Any]) -> None:
+        self.plan = plan
+        self.rows: dict[str, tuple[dict[str, Any], tuple[Any, ...]]] = {}
+        self.keys: dict[tuple[str, int], tuple[Any, ...]] = {}
+        self.orders: dict[int, list[tuple[str | None, Any, bool, bool]]] = {}
+
+    def row(self, text: str) -> dict[str, Any]:
+        return self._get(text)[0]
+
+    def tie(self, text: str) -> tuple[Any, ...]:
+        return self._get(text)[1]
+
+    def _get(self, text: str) -> tuple[dict[str, Any], tuple[Any, ...]]:
+        got = self.rows.get(text)
+        if got is None:
+            values = decode_key(text, self.plan["ftypes"])
+            got = self.rows[text] = (dict(zip(self.plan["fields"], values)), _tie(values))
+        return got
+
+    def key(self, text: str, i: int, order: list[list[Any]]) -> tuple[Any, ...]:
+        """The sort key of row ``text`` under ORDER BY ``order`` (the ``i``-th window's, -1: the LIMIT's)."""
+        got = self.keys.get((text, i))
+        if got is None:
+            terms = self.orders.get(i)
+            if terms is None:
+                terms = self.orders[i] = compiled(order)
+            got = self.keys[(text, i)] = _key(self.row(text), terms)
+        return got
 
 
 class _Acc:
@@ -116,10 +155,10 @@ def _peers(keys: list[tuple[Any, ...]], i: int) -> int:
     return j
 
 
-def _values(win: dict[str, Any], rows: list[dict[str, Any]], view: str) -> list[Any]:
-    """One window function's value for each of ``rows`` (a partition sorted by the window's ORDER BY)."""
+def _values(win: dict[str, Any], rows: list[dict[str, Any]], keys: list[tuple[Any, ...]], view: str) -> list[Any]:
+    """One window function's value for each of ``rows`` (a partition sorted by the window's ORDER BY,
+    ``keys`` their sort keys)."""
     fn, n = win["fn"], len(rows)
-    keys = [order_key(r, win["order"]) for r in rows]
     if fn in ("row_number", "rank", "dense_rank"):
         out, start, dense = [], 0, 0
         for i in range(n):
@@ -151,12 +190,15 @@ def _values(win: dict[str, Any], rows: list[dict[str, Any]], view: str) -> list[
     return out
 
 
-def _partition(plan: dict[str, Any], ms: dict[str, int]) -> dict[tuple[Any, ...], int]:
+def _partition(plan: dict[str, Any], ms: dict[str, int], rows_of: _Decoded) -> dict[tuple[Any, ...], int]:
     """The view's rows of one partition (each distinct output row with its multiplicity)."""
-    rows = _rows(plan, ms)
+    texts = [t for t in sorted(ms, key=rows_of.tie) for _ in range(ms[t])]  # in the tie order
+    rows = [dict(rows_of.row(t)) for t in texts]
     for i, win in enumerate(plan["wins"]):
-        ranked = sorted(rows, key=lambda r: order_key(r, win["order"])) if win["order"] else rows
-        for r, v in zip(ranked, _values(win, ranked, plan["out"]), strict=True):
+        keys = [rows_of.key(t, i, win["order"]) for t in texts]
+        at = sorted(range(len(rows)), key=keys.__getitem__)  # stable: ties stay in the tie order
+        ranked = [rows[j] for j in at]
+        for r, v in zip(ranked, _values(win, ranked, [keys[j] for j in at], plan["out"]), strict=True):
             r[f"w__{i}"] = v
     out: dict[tuple[Any, ...], int] = {}
     exprs = [(parse_expr(e), plan["types"].get(name)) for name, e in plan["cols"]]
@@ -166,19 +208,36 @@ def _partition(plan: dict[str, Any], ms: dict[str, int]) -> dict[tuple[Any, ...]
     return out
 
 
-def _top(plan: dict[str, Any], ms: dict[str, int]) -> dict[tuple[Any, ...], int]:
-    """The first ``limit`` rows of a relation's multiset under the ORDER BY (each with its count)."""
+def _top(plan: dict[str, Any], ms: dict[str, int], rows_of: _Decoded) -> dict[str, int]:
+    """The first ``limit`` rows of a relation's multiset under the ORDER BY (row text -> its count there)."""
     k = plan["limit"]
-    cands = []
-    for text, n in ms.items():
-        values = decode_key(text, plan["ftypes"])
-        row = dict(zip(plan["fields"], values))
-        key = (order_key(row, plan["order"]), _tie(values))
-        cands += [(key, i, tuple(values)) for i in range(min(n, k))]
-    out: dict[tuple[Any, ...], int] = {}
-    for _, _, vals in heapq.nsmallest(k, cands, key=lambda c: (c[0], c[1])):
-        out[vals] = out.get(vals, 0) + 1
+    cands = [
+        ((rows_of.key(text, -1, plan["order"]), rows_of.tie(text)), i, text)
+        for text, n in ms.items()
+        for i in range(min(n, k))
+    ]
+    out: dict[str, int] = {}
+    for _, _, text in heapq.nsmallest(k, cands, key=lambda c: (c[0], c[1])):
+        out[text] = out.get(text, 0) + 1
     return out
+
+
+def _top_change(
+    plan: dict[str, Any], old: dict[str, int], new: dict[str, int], delta: dict[str, int], rows_of: _Decoded
+) -> tuple[dict[tuple[Any, ...], int], dict[tuple[Any, ...], int]]:
+    """The first k rows before and after: after, from the first k before and the rows added, unless a
+    row of the first k lost a copy (then from every row)."""
+    before = _top(plan, old, rows_of)
+    if all(d > 0 or t not in before for t, d in delta.items()):
+        near = set(before) | {t for t, d in delta.items() if d > 0}
+        after = _top(plan, {t: new[t] for t in near if new.get(t)}, rows_of)
+    else:
+        after = _top(plan, new, rows_of)
+
+    def values(top: dict[str, int]) -> dict[tuple[Any, ...], int]:
+        return {tuple(rows_of.row(t).values()): n for t, n in top.items()}
+
+    return values(before), values(after)
 
 
 def _step(key: str, state: Iterator[dict[str, Any]], rows: Iterable[dict[str, Any]], out: Any, top: bool) -> None:
@@ -192,8 +251,11 @@ def _step(key: str, state: Iterator[dict[str, Any]], rows: Iterable[dict[str, An
         return
     old = {row["r"]: row["n"] for row in state}
     new = _added(old, delta, plan, key)
-    compute = _top if top else _partition
-    before, after = compute(plan, old), compute(plan, new)
+    rows_of = _Decoded(plan)
+    if top:
+        before, after = _top_change(plan, old, new, delta, rows_of)
+    else:
+        before, after = _partition(plan, old, rows_of), _partition(plan, new, rows_of)
     for text in delta:
         if new.get(text):
             out.state.write({"r": text, "n": new[text]})
