@@ -101,10 +101,10 @@ def _same(got: list[tuple], want: list[tuple]) -> bool:
     return True
 
 
-def _check(spark, p) -> None:
+def _check(spark, p, views: dict[str, str] = VIEWS) -> None:
     _table(spark, "orders", ORDERS, _expand(p.output("orders", consolidated=True)))
     _table(spark, "custs", CUSTS, _expand(p.output("custs", consolidated=True)))
-    for view, sql in VIEWS.items():
+    for view, sql in views.items():
         df = spark.sql(sql)
         df.createOrReplaceTempView(view)  # a view over this view reads Spark's own result
         cols = list(p.spec.flows[view].schema.fields)
@@ -285,3 +285,30 @@ def test_window_and_top_k_stages_are_keyed_and_typed(tmp_path):
     assert spec.stages["top_cust"].inputs[0].route_by({"cust": "a", "total": 1.0, "n": 1}) == "[]"
     ignored = load_spec(_write(tmp_path, {"v": "SELECT id FROM orders ORDER BY id"}))  # ORDER BY without LIMIT
     assert [n for n in ignored.stages] == ["v"] and ignored.stages["v"].translator_path == "cbp.views.run:linear"
+
+
+def test_window_and_top_k_views_changed_under_a_home_that_ran(spark, tmp_path, few_partitions):
+    """A changed window view and a changed LIMIT are rebuilt by ``upgrade`` from their inputs' contents."""
+    before = {"ranked": VIEWS["ranked"], "top_all": VIEWS["top_all"]}
+    after = {
+        "ranked": "SELECT id, cust, rank() OVER (PARTITION BY cust ORDER BY amount, id) AS rn FROM orders",
+        "top_all": "SELECT id, cust, amount FROM orders ORDER BY amount, id LIMIT 4",
+    }
+    path = _write(tmp_path, before)
+    home = str(tmp_path / "home")
+    p = cbp.Pipeline(str(path), home, spark=spark)
+    try:
+        for o_inc, _ in EPOCHS[:2]:
+            p.feed("orders", o_inc)
+            p.run()
+        p.feed("orders", EPOCHS[2][0])  # pending when the YAML changes
+        path.write_text(_yaml(after))
+        p = cbp.Pipeline(str(path), home, spark=spark)
+        kinds = {c.name: c.kind for c in p.plan().changes if c.name}
+        assert kinds["ranked"] == "rebuild-view" and kinds["top_all"] == "rebuild-view"
+        p.upgrade()
+        p.run()
+        _check(spark, p, after)
+    finally:
+        for name in [*after, "orders", "custs"]:
+            spark.catalog.dropTempView(name)
