@@ -174,27 +174,52 @@ def test_window_and_top_k_views_equal_spark_sql_after_every_epoch(spark, tmp_pat
             spark.catalog.dropTempView(name)
 
 
-def test_an_epoch_emits_only_the_rows_that_changed(tmp_path):
-    """Inserting a partition's new last row emits that row only; the rows above it are not rewritten."""
+class _Out:
+    """A window translator's ``out``: its plan, a state that takes writes, the records it writes."""
+
+    def __init__(self, params: dict) -> None:
+        self.params, self.written = params, []
+        self.state = type("S", (), {"write": staticmethod(lambda r: None), "delete": staticmethod(lambda k: None)})
+        self.ranked = type("W", (), {"write": staticmethod(self.written.append)})
+
+
+def _one_partition(params: dict, amounts: list[float], added: float) -> list[tuple]:
+    """The records a window stage writes when partition ``["a"]`` holding ``amounts`` gets one more row."""
+    from cbp.views.vtypes import key_text
     from cbp.views.winrun import window
 
-    class Out:
-        view = {"ranked": "SELECT id, row_number() OVER (PARTITION BY cust ORDER BY amount DESC) AS rn FROM orders"}
-        params = load_spec(_write(tmp_path, view)).stages["ranked"].params
-        written: list[dict] = []
-
-        class state:  # noqa: N801 - the translator's out.state
-            write = staticmethod(lambda r: None)
-            delete = staticmethod(lambda k: None)
-
-        ranked = type("W", (), {"write": staticmethod(lambda r: Out.written.append(r))})
-
-    from cbp.views.vtypes import key_text
-
-    rows = [_row(1, "a", 5.0, 1), _row(2, "a", 4.0, 1)]
+    out = _Out(params)
+    rows = [_row(i, "a", a, 1) for i, a in enumerate(amounts)]
     state = iter([{"r": key_text([r[f] for f in ORDERS]), "n": 1} for r in rows])
-    window('["a"]', state, [_row(3, "a", 1.0, 1) | {"_diff": 1}], out=Out)
-    assert [(r["id"], r["rn"], r["_diff"]) for r in Out.written] == [(3, 3, 1)]
+    window('["a"]', state, [_row(len(rows), "a", added, 1) | {"_diff": 1}], out=out)
+    return sorted((r["id"], r["rn"], r["_diff"]) for r in out.written)
+
+
+RANKED = {"ranked": "SELECT id, row_number() OVER (PARTITION BY cust ORDER BY amount DESC) AS rn FROM orders"}
+
+
+def test_an_epoch_emits_only_the_rows_that_changed(tmp_path):
+    """Inserting a partition's new last row emits that row only; the rows above it are not rewritten."""
+    params = load_spec(_write(tmp_path, RANKED)).stages["ranked"].params
+    assert _one_partition(params, [5.0, 4.0], 1.0) == [(2, 3, 1)]
+    assert _one_partition(params, [5.0, 4.0], 4.5) == [(1, 2, -1), (1, 3, 1), (2, 2, 1)]
+
+
+def test_a_window_stage_keeps_only_the_rows_of_a_rank_filter():
+    """keep_only (for a derived table's top-k): a row pushed below rank 2 is retracted, the rows below
+    it are not written at all."""
+    from cbp.views.exprs import parse_expr
+    from cbp.views.plan import Generated
+    from cbp.views.windows import keep_only
+
+    gen = Generated()
+    gen.add_view("ranked", RANKED["ranked"], {"orders": {k: t.rstrip("?") for k, t in ORDERS.items()}})
+    keep_only(gen, "ranked", parse_expr("rn <= 2"))
+    params = gen.stages["ranked"]["params"]
+    assert _one_partition(params, [5.0, 4.0, 3.0, 2.0], 6.0) == [(0, 1, -1), (0, 2, 1), (1, 2, -1), (4, 1, 1)]
+    with pytest.raises(Exception) as e:
+        keep_only(gen, "ranked", parse_expr("rn + 1"))
+    assert getattr(e.value, "code", None) == "view-unsupported"
 
 
 def _write(tmp_path, views: dict[str, str]):

@@ -30,7 +30,7 @@ if TYPE_CHECKING:
     from .plan import Generated
 
 __all__ = ["allowed", "has_window", "outside_windows", "top_of", "compile_window", "compile_topk"]
-__all__ += ["describe", "holds"]
+__all__ += ["describe", "holds", "keep_only"]
 
 _RUN = "cbp.views.run:"  # window and topk: cbp.views.winrun's, exported there
 RANKING: dict[type[exp.Expr], str] = {exp.RowNumber: "row_number", exp.Rank: "rank", exp.DenseRank: "dense_rank"}
@@ -288,6 +288,23 @@ def compile_topk(gen: Generated, view: str, inner: str, terms: list[exp.Ordered]
     gen._stage(view, view, raw, fields, [RouteKey([], None, "", [], False)])
 
 
+def keep_only(gen: Generated, stage: str, where: exp.Expr) -> None:
+    """Window stage ``stage`` writes only its rows where ``where`` (over its output columns) is true: the
+    top-k per group of a derived table ``(SELECT ..., row_number() OVER (...) AS rn ...) WHERE rn <= k``
+    read by nothing else, so a row's rank moving below ``k`` writes nothing (a derived table's stage
+    with the reading query's ``WHERE``; its reader still applies it).
+
+    Example: ``keep_only(gen, "v__d1", parse_expr("rn <= 3"))``.
+    """
+    raw = gen.stages[stage]
+    plan = {k: v for k, v in raw["params"]["cbp_view"].items() if k != "id"}
+    if plan["kind"] != "window":
+        raise ValueError(f"stage {stage} is not a window stage")
+    types: dict[str, str | None] = dict(plan["types"])
+    gen._type(where, types, boolean=True)
+    raw["params"] = raw["params"] | {"cbp_view": _plan(**plan, keep=gen._x(where, types))}
+
+
 def describe(plan: dict[str, Any], keys: list[str]) -> str:
     """What a window or top-k stage computes, for ``cbp explain``."""
     if plan["kind"] == "topk":
@@ -297,7 +314,8 @@ def describe(plan: dict[str, Any], keys: list[str]) -> str:
     for w in plan["wins"]:
         arg = "*" if w["fn"] == "count_star" else w.get("arg") or ""
         fns.append(f"{w['fn'].replace('count_star', 'count')}({arg})")
-    return f"window functions {', '.join(fns)} OVER (PARTITION BY {keys[0]})"
+    keep = f", rows kept WHERE {plan['keep']}" if plan.get("keep") else ""
+    return f"window functions {', '.join(fns)} OVER (PARTITION BY {keys[0]}){keep}"
 
 
 def holds(plan: dict[str, Any]) -> str:

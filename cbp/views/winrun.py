@@ -202,9 +202,12 @@ def _partition(plan: dict[str, Any], ms: dict[str, int], rows_of: _Decoded) -> d
             r[f"w__{i}"] = v
     out: dict[tuple[Any, ...], int] = {}
     exprs = [(parse_expr(e), plan["types"].get(name)) for name, e in plan["cols"]]
+    names = [name for name, _ in plan["cols"]]
+    keep = parse_expr(plan["keep"]) if plan.get("keep") else None  # a filter of the output rows (on a rank)
     for r in rows:
         vals = tuple(conform(ev(e, r), t, plan["out"]) for e, t in exprs)
-        out[vals] = out.get(vals, 0) + 1
+        if keep is None or ev(keep, dict(zip(names, vals))) is True:
+            out[vals] = out.get(vals, 0) + 1
     return out
 
 
