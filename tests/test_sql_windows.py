@@ -308,6 +308,14 @@ def test_window_and_top_k_stages_are_keyed_and_typed(tmp_path):
     }
     assert [n for n in spec.stages if n.startswith("top_cust")] == ["top_cust__sort", "top_cust"]
     assert spec.stages["top_cust"].inputs[0].route_by({"cust": "a", "total": 1.0, "n": 1}) == "[]"
+    from cbp.commands.explain import explain
+
+    shown = explain(str(_write(tmp_path, VIEWS)), "top_cust")["stages"]
+    assert [s["stage"] for s in shown] == ["top_cust__sort", "top_cust"]
+    assert shown[1]["operator"].startswith("top 2 rows ORDER BY `total` DESC, `cust`")
+    assert "the whole view's rows" in shown[1]["state"]["holds"]
+    shown = explain(str(_write(tmp_path, VIEWS)), "by_region")["stages"]
+    assert [s["operator"] for s in shown][1:] == ["window functions row_number() OVER (PARTITION BY `region`)"]
     ignored = load_spec(_write(tmp_path, {"v": "SELECT id FROM orders ORDER BY id"}))  # ORDER BY without LIMIT
     assert [n for n in ignored.stages] == ["v"] and ignored.stages["v"].translator_path == "cbp.views.run:linear"
 
