@@ -210,8 +210,8 @@ SECTIONS: list[tuple[str, list[Code]]] = [
                 S,
                 2,
                 "a SQL construct views do not compile yet (a join without an equality, NOT IN over NULLs, "
-                "subqueries other than [NOT] EXISTS and IN, windows, ORDER BY/LIMIT, CAST, non-deterministic "
-                "functions, ...)",
+                "subqueries other than [NOT] EXISTS and IN, a window without PARTITION BY, LIMIT without "
+                "ORDER BY, CAST, non-deterministic functions, ...)",
                 "see [SQL views](../howto/sql-views.md) for what is supported; the message names the construct "
                 "and its line and column",
             ),
