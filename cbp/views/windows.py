@@ -79,7 +79,8 @@ def _check_window(node: exp.Window, tree: exp.Expr, sql: str) -> None:
     """A window this slice compiles: in the top SELECT's list, a supported function, PARTITION BY, a frame."""
     ups = _ancestors(node)
     top = next((i for i, a in enumerate(ups) if isinstance(a, (exp.Select, exp.Union))), None)
-    if top is None or ups[top] is not tree or (top > 0 and ups[top - 1].arg_key != "expressions") or top == 0:
+    child = ups[top - 1] if top else node  # the SELECT's child the window is in
+    if top is None or ups[top] is not tree or child.arg_key != "expressions":
         raise _refuse("a window function outside the SELECT list of the view's own SELECT", node, sql)
     if any(isinstance(a, exp.Window) for a in ups):
         raise _refuse("a window function inside a window function", node, sql)
