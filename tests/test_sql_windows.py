@@ -29,8 +29,9 @@ VIEWS = {  # few views: an epoch's cost grows with the stages
     "count(qty) OVER (PARTITION BY cust ORDER BY id ROWS BETWEEN UNBOUNDED PRECEDING AND UNBOUNDED FOLLOWING) AS nq, "
     "lag(amount) OVER (PARTITION BY cust ORDER BY id) AS prev, lead(qty, 2, -1) OVER (PARTITION BY cust ORDER BY id) "
     "AS nxt, sum(price) OVER (PARTITION BY cust ORDER BY day) AS sp, avg(price) OVER (PARTITION BY cust) AS ap, "
-    "max(day) OVER (PARTITION BY cust ORDER BY amount) AS md, rank() OVER (PARTITION BY cust ORDER BY day DESC) AS rd "
-    "FROM orders WHERE id >= 0",
+    "max(day) OVER (PARTITION BY cust ORDER BY amount) AS md, rank() OVER (PARTITION BY cust ORDER BY day DESC) AS rd, "
+    "ntile(3) OVER (PARTITION BY cust ORDER BY amount, id) AS nt, percent_rank() OVER (PARTITION BY cust ORDER BY "
+    "qty) AS pr, cume_dist() OVER (PARTITION BY cust ORDER BY qty) AS cd FROM orders WHERE id >= 0",
     "top2": "SELECT cust, id, amount FROM ranked WHERE rn <= 2",
     "by_region": "SELECT o.id, c.region, row_number() OVER (PARTITION BY c.region ORDER BY o.amount DESC, o.id) AS rn "
     "FROM orders o JOIN custs c ON o.cust = c.cust",
@@ -236,9 +237,9 @@ REFUSED = [
         "view-unsupported",
         "SQL line 2, column 3: the window frame",
     ),
-    ("SELECT id, ntile(2) OVER (PARTITION BY cust ORDER BY id) AS t FROM orders", "view-unsupported", "ntile"),
+    ("SELECT id, ntile(0) OVER (PARTITION BY cust ORDER BY id) AS t FROM orders", "view-unsupported", "buckets"),
     (
-        "SELECT id, percent_rank() OVER (PARTITION BY cust ORDER BY id) AS t FROM orders",
+        "SELECT id, first_value(id) OVER (PARTITION BY cust ORDER BY id) AS t FROM orders",
         "view-unsupported",
         "as a window function",
     ),
@@ -304,6 +305,9 @@ def test_window_and_top_k_stages_are_keyed_and_typed(tmp_path):
             ("ap", "decimal(14,6)"),
             ("md", "date"),
             ("rd", "int"),
+            ("nt", "int"),
+            ("pr", "float"),
+            ("cd", "float"),
         ]
     }
     assert [n for n in spec.stages if n.startswith("top_cust")] == ["top_cust__sort", "top_cust"]

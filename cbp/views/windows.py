@@ -2,12 +2,13 @@
 stages (issue 48); their translators are in :mod:`cbp.views.winrun`.
 
 A view whose SELECT list has window functions (``row_number()``, ``rank()``, ``dense_rank()``,
-``lag``/``lead``, ``count``/``sum``/``avg``/``min``/``max`` ``OVER (PARTITION BY ... [ORDER BY ...])``)
-becomes one stage keyed by the partition's values, whose state is the partition's multiset of input
-rows; a touched partition is recomputed and only the difference is emitted (Materialize does the
-same). A view ending in ``ORDER BY ... LIMIT k`` becomes its query on flow ``v__sort`` and a top-k
-stage ``v`` over one key holding that relation's multiset; its output is the current top k rows.
-An ``ORDER BY`` without ``LIMIT`` at the top of a view is accepted and ignored (a view is a multiset).
+``ntile``, ``percent_rank``, ``cume_dist``, ``lag``/``lead``, ``count``/``sum``/``avg``/``min``/``max``
+``OVER (PARTITION BY ... [ORDER BY ...])``) becomes one stage keyed by the partition's values, whose
+state is the partition's multiset of input rows; a touched partition is recomputed and only the
+difference is emitted (Materialize does the same). A view ending in ``ORDER BY ... LIMIT k`` becomes
+its query on flow ``v__sort`` and a top-k stage ``v`` over one key holding that relation's multiset;
+its output is the current top k rows. An ``ORDER BY`` without ``LIMIT`` at the top of a view is
+accepted and ignored (a view is a multiset).
 
     >>> terms, k = top_of("SELECT a FROM t ORDER BY a DESC LIMIT 3")
     >>> terms[0].sql(), k
@@ -34,6 +35,7 @@ __all__ += ["describe", "holds", "keep_only"]
 
 _RUN = "cbp.views.run:"  # window and topk: cbp.views.winrun's, exported there
 RANKING: dict[type[exp.Expr], str] = {exp.RowNumber: "row_number", exp.Rank: "rank", exp.DenseRank: "dense_rank"}
+RANKING |= {exp.Ntile: "ntile", exp.PercentRank: "percent_rank", exp.CumeDist: "cume_dist"}
 OFFSETS: dict[type[exp.Expr], str] = {exp.Lag: "lag", exp.Lead: "lead"}
 _STATE = {"schema": {"r": "string", "n": "int"}, "row_key": ["r"]}
 
@@ -88,8 +90,8 @@ def _check_window(node: exp.Window, tree: exp.Expr, sql: str) -> None:
     if not isinstance(fn, (*RANKING, *OFFSETS, *AGGREGATES)):
         what = construct_name(fn)
         raise _refuse(
-            f"{what} as a window function (supported: row_number, rank, dense_rank, lag, lead, count, sum, avg, "
-            "min, max)",
+            f"{what} as a window function (supported: row_number, rank, dense_rank, ntile, percent_rank, "
+            "cume_dist, lag, lead, count, sum, avg, min, max)",
             fn,
             sql,
         )
@@ -234,7 +236,13 @@ def _window(gen: Generated, n: exp.Window, types: dict[str, str | None]) -> tupl
     order = n.args.get("order")
     win: dict[str, Any] = {"order": _order_terms(gen, list(order.expressions), types) if order else []}
     if type(fn) in RANKING:
-        return win | {"fn": RANKING[type(fn)]}, "int"
+        name = RANKING[type(fn)]
+        if name == "ntile":
+            n = fn.this
+            if not (isinstance(n, exp.Literal) and str(n.this).isdigit() and int(n.this) > 0):
+                raise _refuse("ntile() of other than a positive number of buckets", fn, gen._sql)
+            return win | {"fn": name, "buckets": int(n.this)}, "int"
+        return win | {"fn": name}, "float" if name in ("percent_rank", "cume_dist") else "int"
     if type(fn) in OFFSETS:
         offset, default = fn.args.get("offset"), fn.args.get("default")
         if offset is not None and not (isinstance(offset, exp.Literal) and str(offset.this).isdigit()):

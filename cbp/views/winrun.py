@@ -155,17 +155,38 @@ def _peers(keys: list[tuple[Any, ...]], i: int) -> int:
     return j
 
 
+def _ranks(fn: str, keys: list[tuple[Any, ...]], buckets: int | None) -> list[Any]:
+    """row_number, rank, dense_rank, percent_rank ((rank - 1) / (n - 1)), cume_dist (the share of rows up
+    to the row's last peer) and ntile (n buckets, the first n % buckets of them one row larger)."""
+    n = len(keys)
+    out: list[Any] = []
+    start = dense = end = 0
+    for i in range(n):
+        if i == 0 or keys[i] != keys[i - 1]:
+            start, dense, end = i, dense + 1, _peers(keys, i)
+        if fn == "row_number":
+            out.append(i + 1)
+        elif fn == "rank":
+            out.append(start + 1)
+        elif fn == "dense_rank":
+            out.append(dense)
+        elif fn == "percent_rank":
+            out.append(start / (n - 1) if n > 1 else 0.0)
+        elif fn == "cume_dist":
+            out.append(end / n)
+        else:
+            size, big = divmod(n, buckets or 1)
+            edge = big * (size + 1)  # the rows in the larger buckets
+            out.append(i // (size + 1) + 1 if i < edge else big + (i - edge) // size + 1)
+    return out
+
+
 def _values(win: dict[str, Any], rows: list[dict[str, Any]], keys: list[tuple[Any, ...]], view: str) -> list[Any]:
     """One window function's value for each of ``rows`` (a partition sorted by the window's ORDER BY,
     ``keys`` their sort keys)."""
     fn, n = win["fn"], len(rows)
-    if fn in ("row_number", "rank", "dense_rank"):
-        out, start, dense = [], 0, 0
-        for i in range(n):
-            if i == 0 or keys[i] != keys[i - 1]:
-                start, dense = i, dense + 1
-            out.append(i + 1 if fn == "row_number" else start + 1 if fn == "rank" else dense)
-        return out
+    if fn in ("row_number", "rank", "dense_rank", "percent_rank", "cume_dist", "ntile"):
+        return _ranks(fn, keys, win.get("buckets"))
     if fn in ("lag", "lead"):
         step = -win["offset"] if fn == "lag" else win["offset"]
         arg = parse_expr(win["arg"])
