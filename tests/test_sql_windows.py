@@ -31,7 +31,10 @@ VIEWS = {  # few views: an epoch's cost grows with the stages
     "AS nxt, sum(price) OVER (PARTITION BY cust ORDER BY day) AS sp, avg(price) OVER (PARTITION BY cust) AS ap, "
     "max(day) OVER (PARTITION BY cust ORDER BY amount) AS md, rank() OVER (PARTITION BY cust ORDER BY day DESC) AS rd, "
     "ntile(3) OVER (PARTITION BY cust ORDER BY amount, id) AS nt, percent_rank() OVER (PARTITION BY cust ORDER BY "
-    "qty) AS pr, cume_dist() OVER (PARTITION BY cust ORDER BY qty) AS cd FROM orders WHERE id >= 0",
+    "qty) AS pr, cume_dist() OVER (PARTITION BY cust ORDER BY qty) AS cd, first_value(amount) OVER (PARTITION BY "
+    "cust ORDER BY id) AS fv, last_value(qty) OVER (PARTITION BY cust ORDER BY amount, id ROWS BETWEEN UNBOUNDED "
+    "PRECEDING AND UNBOUNDED FOLLOWING) AS lv, last_value(id) OVER (PARTITION BY cust ORDER BY day, id) AS lp "
+    "FROM orders WHERE id >= 0",
     "top2": "SELECT cust, id, amount FROM ranked WHERE rn <= 2",
     "by_region": "SELECT o.id, c.region, row_number() OVER (PARTITION BY c.region ORDER BY o.amount DESC, o.id) AS rn "
     "FROM orders o JOIN custs c ON o.cust = c.cust",
@@ -239,7 +242,7 @@ REFUSED = [
     ),
     ("SELECT id, ntile(0) OVER (PARTITION BY cust ORDER BY id) AS t FROM orders", "view-unsupported", "buckets"),
     (
-        "SELECT id, first_value(id) OVER (PARTITION BY cust ORDER BY id) AS t FROM orders",
+        "SELECT id, nth_value(id, 2) OVER (PARTITION BY cust ORDER BY id) AS t FROM orders",
         "view-unsupported",
         "as a window function",
     ),
@@ -308,6 +311,9 @@ def test_window_and_top_k_stages_are_keyed_and_typed(tmp_path):
             ("nt", "int"),
             ("pr", "float"),
             ("cd", "float"),
+            ("fv", "float"),
+            ("lv", "int"),
+            ("lp", "int"),
         ]
     }
     assert [n for n in spec.stages if n.startswith("top_cust")] == ["top_cust__sort", "top_cust"]

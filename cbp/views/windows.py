@@ -2,13 +2,13 @@
 stages (issue 48); their translators are in :mod:`cbp.views.winrun`.
 
 A view whose SELECT list has window functions (``row_number()``, ``rank()``, ``dense_rank()``,
-``ntile``, ``percent_rank``, ``cume_dist``, ``lag``/``lead``, ``count``/``sum``/``avg``/``min``/``max``
-``OVER (PARTITION BY ... [ORDER BY ...])``) becomes one stage keyed by the partition's values, whose
-state is the partition's multiset of input rows; a touched partition is recomputed and only the
-difference is emitted (Materialize does the same). A view ending in ``ORDER BY ... LIMIT k`` becomes
-its query on flow ``v__sort`` and a top-k stage ``v`` over one key holding that relation's multiset;
-its output is the current top k rows. An ``ORDER BY`` without ``LIMIT`` at the top of a view is
-accepted and ignored (a view is a multiset).
+``ntile``, ``percent_rank``, ``cume_dist``, ``lag``/``lead``, ``first_value``/``last_value``,
+``count``/``sum``/``avg``/``min``/``max`` ``OVER (PARTITION BY ... [ORDER BY ...])``) becomes one
+stage keyed by the partition's values, whose state is the partition's multiset of input rows; a
+touched partition is recomputed and only the difference is emitted (Materialize does the same). A
+view ending in ``ORDER BY ... LIMIT k`` becomes its query on flow ``v__sort`` and a top-k stage
+``v`` over one key holding that relation's multiset; its output is the current top k rows. An
+``ORDER BY`` without ``LIMIT`` at the top of a view is accepted and ignored (a view is a multiset).
 
     >>> terms, k = top_of("SELECT a FROM t ORDER BY a DESC LIMIT 3")
     >>> terms[0].sql(), k
@@ -37,6 +37,7 @@ _RUN = "cbp.views.run:"  # window and topk: cbp.views.winrun's, exported there
 RANKING: dict[type[exp.Expr], str] = {exp.RowNumber: "row_number", exp.Rank: "rank", exp.DenseRank: "dense_rank"}
 RANKING |= {exp.Ntile: "ntile", exp.PercentRank: "percent_rank", exp.CumeDist: "cume_dist"}
 OFFSETS: dict[type[exp.Expr], str] = {exp.Lag: "lag", exp.Lead: "lead"}
+VALUES: dict[type[exp.Expr], str] = {exp.FirstValue: "first_value", exp.LastValue: "last_value"}
 _STATE = {"schema": {"r": "string", "n": "int"}, "row_key": ["r"]}
 
 
@@ -73,7 +74,7 @@ def allowed(node: exp.Expr, tree: exp.Expr, sql: str) -> bool:
     if isinstance(node, exp.Ordered) and isinstance(parent, exp.Order):
         return parent.parent is tree or isinstance(parent.parent, exp.Window)
     if isinstance(parent, exp.Window) and node.arg_key in ("this", "spec"):
-        return isinstance(node, (exp.WindowSpec, *RANKING, *OFFSETS, *AGGREGATES))
+        return isinstance(node, (exp.WindowSpec, *RANKING, *OFFSETS, *VALUES, *AGGREGATES))
     return False
 
 
@@ -87,11 +88,11 @@ def _check_window(node: exp.Window, tree: exp.Expr, sql: str) -> None:
     if any(isinstance(a, exp.Window) for a in ups):
         raise _refuse("a window function inside a window function", node, sql)
     fn: exp.Expr = node.this
-    if not isinstance(fn, (*RANKING, *OFFSETS, *AGGREGATES)):
+    if not isinstance(fn, (*RANKING, *OFFSETS, *VALUES, *AGGREGATES)):
         what = construct_name(fn)
         raise _refuse(
             f"{what} as a window function (supported: row_number, rank, dense_rank, ntile, percent_rank, "
-            "cume_dist, lag, lead, count, sum, avg, min, max)",
+            "cume_dist, lag, lead, first_value, last_value, count, sum, avg, min, max)",
             fn,
             sql,
         )
@@ -105,7 +106,7 @@ def _check_window(node: exp.Window, tree: exp.Expr, sql: str) -> None:
             sql,
         )
     ordered = node.args.get("order") is not None
-    if isinstance(fn, (*RANKING, *OFFSETS)) and not ordered:
+    if isinstance(fn, (*RANKING, *OFFSETS, *VALUES)) and not ordered:
         raise _refuse(f"{construct_name(fn)} without ORDER BY in its window", fn, sql)
     spec = node.args.get("spec")
     if spec is not None and (isinstance(fn, (*RANKING, *OFFSETS)) or _frame(spec, ordered) is None):
@@ -243,6 +244,10 @@ def _window(gen: Generated, n: exp.Window, types: dict[str, str | None]) -> tupl
                 raise _refuse("ntile() of other than a positive number of buckets", fn, gen._sql)
             return win | {"fn": name, "buckets": int(n.this)}, "int"
         return win | {"fn": name}, "float" if name in ("percent_rank", "cume_dist") else "int"
+    if type(fn) in VALUES:
+        t = gen._type(fn.this, types)
+        frame = _frame(n.args.get("spec"), True)
+        return win | {"fn": VALUES[type(fn)], "arg": gen._x(fn.this, types), "at": t, "frame": frame}, t
     if type(fn) in OFFSETS:
         offset, default = fn.args.get("offset"), fn.args.get("default")
         if offset is not None and not (isinstance(offset, exp.Literal) and str(offset.this).isdigit()):

@@ -181,6 +181,11 @@ def _ranks(fn: str, keys: list[tuple[Any, ...]], buckets: int | None) -> list[An
     return out
 
 
+def _frame_end(frame: str, keys: list[tuple[Any, ...]], i: int) -> int:
+    """The end (exclusive) of row ``i``'s frame: the partition's, its last peer's, or the row's own."""
+    return len(keys) if frame == "all" else _peers(keys, i) if frame == "range" else i + 1
+
+
 def _values(win: dict[str, Any], rows: list[dict[str, Any]], keys: list[tuple[Any, ...]], view: str) -> list[Any]:
     """One window function's value for each of ``rows`` (a partition sorted by the window's ORDER BY,
     ``keys`` their sort keys)."""
@@ -196,6 +201,10 @@ def _values(win: dict[str, Any], rows: list[dict[str, Any]], keys: list[tuple[An
             for i in range(n)
         ]
         return [conform(v, win["at"], view) for v in got]
+    if fn in ("first_value", "last_value"):  # the value at the frame's first or last row
+        arg = parse_expr(win["arg"])
+        ends = [1 if fn == "first_value" else _frame_end(win["frame"], keys, i) for i in range(n)]
+        return [conform(ev(arg, rows[e - 1]), win["at"], view) for e in ends]
     acc = _Acc(win, view)
     if win["frame"] == "all":
         for r in rows:
