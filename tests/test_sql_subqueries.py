@@ -28,14 +28,10 @@ ORDERS = {"id": "int", "cust": "string?", "amount": "float", "qty": "int?", "day
 CUSTS = {"cust": "string?", "region": "string?"}
 INPUTS = {"orders": ORDERS, "custs": CUSTS}
 VIEWS = {
-    "dist": "SELECT n, count(*) AS custs FROM (SELECT cust, count(*) AS n FROM orders GROUP BY cust) AS t GROUP BY n",
-    "cols": "SELECT c, total FROM (SELECT cust, sum(qty) FROM orders GROUP BY cust) AS t (c, total) WHERE total > 3",
-    "q13": "SELECT c_count, count(*) AS custdist FROM (SELECT c.cust, count(o.id) AS c_count FROM custs c "
-    "LEFT JOIN orders o ON c.cust = o.cust AND o.qty IS NOT NULL GROUP BY c.cust) AS co GROUP BY c_count",
+    "q13": "SELECT c_count, count(*) AS custdist FROM (SELECT c.cust, count(o.id) FROM custs c LEFT JOIN orders o "
+    "ON c.cust = o.cust AND o.qty IS NOT NULL GROUP BY c.cust) AS co (cust, c_count) GROUP BY c_count",
     "big_custs": "SELECT id, cust FROM orders WHERE cust IN "
     "(SELECT cust FROM orders GROUP BY cust HAVING sum(amount) > 12)",
-    "not_big": "SELECT id FROM orders WHERE cust IS NOT NULL AND cust NOT IN "
-    "(SELECT cust FROM orders WHERE cust IS NOT NULL GROUP BY cust HAVING count(*) > 4)",
     "sibling": "SELECT o.id FROM orders o WHERE EXISTS (SELECT * FROM orders p WHERE p.cust = o.cust AND p.id <> o.id)",
     "lonely": "SELECT o.id FROM orders o WHERE NOT EXISTS (SELECT * FROM custs c JOIN orders p ON c.cust = p.cust "
     "WHERE c.region = 'r1' AND c.cust = o.cust AND p.id <> o.id)",
@@ -46,16 +42,13 @@ VIEWS = {
     "days": "SELECT year(day) AS y, month(day) AS m, extract(DAY FROM day) AS d, count(*) AS n FROM orders "
     "GROUP BY year(day), month(day), extract(DAY FROM day)",
     "above_avg": "SELECT id, amount FROM orders WHERE amount > (SELECT avg(amount) FROM orders WHERE qty IS NOT NULL)",
-    "top": "SELECT id, cust FROM orders WHERE amount = (SELECT max(amount) FROM orders)",
     "no_match": "SELECT id FROM orders WHERE coalesce((SELECT max(amount) FROM orders WHERE qty = 7), -1.0) < amount",
-    "below_own": "SELECT o.id FROM orders o WHERE o.qty < (SELECT avg(p.qty) FROM orders p WHERE p.cust = o.cust)",
     "cheapest": "SELECT o.id, c.region FROM orders o JOIN custs c ON o.cust = c.cust "
     "WHERE o.amount = (SELECT min(p.amount) FROM orders p WHERE p.cust = c.cust AND p.qty IS NOT NULL)",
     "few": "SELECT c.cust FROM custs c WHERE (SELECT count(*) FROM orders o WHERE o.cust = c.cust) < 3",
     "share": "SELECT cust, sum(amount) AS total FROM orders GROUP BY cust "
     "HAVING sum(amount) > (SELECT sum(amount) * 0.2 FROM orders) AND count(*) > 1",
     "not_in_nulls": "SELECT id, cust FROM orders WHERE cust NOT IN (SELECT cust FROM custs WHERE region = 'r1')",
-    "not_in_empty": "SELECT id, cust FROM orders WHERE cust NOT IN (SELECT cust FROM custs WHERE region = 'r2')",
 }
 
 
@@ -92,10 +85,10 @@ def _steps() -> list[dict[str, list[dict]]]:
                 inc.append(order(i, rng.choice(["c0", "c1", "c3"])))
         if epoch == 2:
             inc += [{**orders.pop(i), "_diff": -1} for i in [i for i, r in orders.items() if r["cust"] in ("c2", "c0")]]
-        c_inc = {  # c1 goes and comes back; the NULL customer goes; r2's only customer goes (a subquery emptied)
+        c_inc = {  # c1 goes and comes back; the NULL customer goes; then r1's others (NOT IN's subquery emptied)
             1: [{"cust": "c1", "region": "r1", "_diff": -1}],
             2: [{"cust": "c1", "region": "r1"}, {"cust": None, "region": "r1", "_diff": -1}],
-            3: [{"cust": "c3", "region": "r2", "_diff": -1}],
+            3: [{"cust": "c1", "region": "r1", "_diff": -1}, {"cust": "c2", "region": "r1", "_diff": -1}],
         }[epoch]
         steps.append({"orders": _net(inc), "custs": c_inc})
     return steps
@@ -123,7 +116,8 @@ def test_subquery_views_equal_spark_sql_after_every_epoch(spark, tmp_path):
 
 def test_internal_views_are_flows_not_views(tmp_path):
     path = tmp_path / "v.yaml"
-    path.write_text(_yaml({"dist": VIEWS["dist"], "big_custs": VIEWS["big_custs"]}))
+    dist = "SELECT n, count(*) AS custs FROM (SELECT cust, count(*) AS n FROM orders GROUP BY cust) AS t GROUP BY n"
+    path.write_text(_yaml({"dist": dist, "big_custs": VIEWS["big_custs"]}))
     spec = load_spec(path)
     assert {"dist__from1", "big_custs__in1"} <= set(spec.flows)
     assert set(explain_views(spec)) == {"dist", "big_custs"}  # listed with their view, not as views
