@@ -12,7 +12,6 @@ An expression is a sqlglot tree whose columns were renamed to the row's field na
 
 from __future__ import annotations
 
-import datetime
 import decimal
 import functools
 import math
@@ -22,7 +21,9 @@ from typing import Any
 import sqlglot
 from sqlglot import exp
 
+from .dates import DATE_NODES, date_type, date_value, time_literal, time_literal_type
 from .strings import LIKE_NODES, like_operands, like_value, substring
+from .viewerror import ViewError
 from .vtypes import arith, coerce_pair, conform, is_numeric, literal_type, wider
 
 __all__ = ["ev", "parse_expr", "infer", "ViewError", "SCALAR_NODES", "NUMERIC", "with_decimal_types"]
@@ -31,16 +32,6 @@ NUMERIC = frozenset({"int", "float"})
 _EXACT = decimal.Context(prec=200, rounding=decimal.ROUND_DOWN)
 #: The internal function a decimal result is rounded to its type with: ``cbp_decimal(expr, 'decimal(P,S)')``.
 DECIMAL_FN = "cbp_decimal"
-
-
-class ViewError(Exception):
-    """A view's SQL refused: the error code, the message, and its place (the line and column in the
-    SQL, or the node it is at until it is placed); :func:`cbp.views.expand_views` makes it a
-    :class:`cbp.errors.SpecError`."""
-
-    def __init__(self, code: str, message: str, line: int = 1, col: int = 1, node: exp.Expr | None = None) -> None:
-        super().__init__(message)
-        self.code, self.message, self.line, self.col, self.node = code, message, line, col, node
 
 
 @functools.lru_cache(maxsize=4096)
@@ -140,9 +131,8 @@ SCALAR_NODES = frozenset(
     | {exp.Column, exp.Identifier, exp.Literal, exp.Boolean, exp.Null, exp.Is, exp.In, exp.Between, exp.Case}
     | {exp.If, exp.Coalesce, exp.Substring, exp.Trim, exp.Concat, exp.Cast}
     | LIKE_NODES
+    | DATE_NODES
 )
-_TIME_LITERALS = {exp.DataType.Type.DATE: "date", exp.DataType.Type.TIMESTAMP: "timestamp"}
-_TIME_LITERALS[exp.DataType.Type.TIMESTAMPTZ] = "timestamp"
 
 
 def _text(v: Any) -> str:
@@ -234,7 +224,9 @@ def _special(node: exp.Expr, row: Mapping[str, Any]) -> Any:
     if isinstance(node, exp.Anonymous) and node.name.lower() == DECIMAL_FN:  # a decimal result rounded to its type
         return conform(ev(node.expressions[0], row), node.expressions[1].this, node.expressions[2].this)
     if isinstance(node, exp.Cast):  # DATE '...', TIMESTAMP '...'
-        return _time_literal(node)
+        return time_literal(node)
+    if type(node) in DATE_NODES:
+        return date_value(node, row, ev)
     if type(node) in LIKE_NODES:
         return like_value(node, row, ev)
     raise ViewError("view-unsupported", f"{type(node).__name__} is not evaluated", node=node)
@@ -251,28 +243,6 @@ def _literal_type(node: exp.Expr) -> str:
         if isinstance(v, int)
         else "decimal({},{})".format(*literal_type(str(v)))
     )
-
-
-def _time_literal(node: exp.Expr) -> Any:
-    """The value of ``DATE '2024-01-01'`` or ``TIMESTAMP '2024-01-01 10:00:00'`` (UTC)."""
-    like = (
-        datetime.datetime(2000, 1, 1)
-        if _TIME_LITERALS.get(node.args["to"].this) == "timestamp"
-        else datetime.date(2000, 1, 1)
-    )
-    return coerce_pair(like, node.this.this)[1]
-
-
-def _time_literal_type(node: exp.Expr) -> str:
-    to = node.args.get("to")
-    t = _TIME_LITERALS.get(to.this) if isinstance(to, exp.DataType) else None
-    if t is None or not (isinstance(node.this, exp.Literal) and node.this.is_string):
-        raise ViewError("view-unsupported", "CAST (only DATE '...' and TIMESTAMP '...' literals)", node=node)
-    try:
-        _time_literal(node)
-    except ValueError:
-        raise ViewError("view-unsupported", f"a {t} literal '{node.this.this}' that is not one", node=node) from None
-    return t
 
 
 def with_decimal_types(node: exp.Expr, types: Mapping[str, str | None], view: str) -> exp.Expr:
@@ -321,7 +291,7 @@ def infer(node: exp.Expr, types: Mapping[str, str | None]) -> str | None:
     if t is exp.Null:
         return None
     if t is exp.Cast:
-        return _time_literal_type(node)
+        return time_literal_type(node)
     if t in _ARITH or t in (exp.Neg, exp.Abs):
         return _arith_type(node, types)
     if t in (exp.EQ, exp.NEQ, exp.GT, exp.GTE, exp.LT, exp.LTE, exp.In, exp.Between):
@@ -416,6 +386,8 @@ def _infer_special(node: exp.Expr, types: Mapping[str, str | None]) -> str | Non
     if isinstance(node, (exp.Upper, exp.Lower, exp.Trim, exp.Length)):
         _want(node, [infer(node.this, types)], {"string"}, "a string")
         return "int" if isinstance(node, exp.Length) else "string"
+    if type(node) in DATE_NODES:
+        return date_type(node, infer, types)
     if type(node) in LIKE_NODES:
         _want(node, [infer(a, types) for a in like_operands(node)], {"string"}, "strings")
         return "bool"

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from sqlglot import exp
 
 from .query import Select, Source, _renamer, _source, _view_refusal
+from .scalar import CONSTANT_KEY
 
 __all__ = ["Step", "read_joins", "PRESERVED"]
 
@@ -73,6 +74,8 @@ def _key_pair(
     if not isinstance(cond, exp.EQ):
         return None
     a, b = _owners(cond.this, prefixes), _owners(cond.expression, prefixes)
+    if a == {right} and cond.expression.meta.get(CONSTANT_KEY):  # a scalar subquery's one row: every row's key
+        return cond.expression, cond.this
     if a == {right} and b and b <= left:
         return cond.expression, cond.this
     if b == {right} and a and a <= left:
@@ -332,9 +335,6 @@ def _subquery(
         raise _view_refusal("view-unsupported", "a subquery without FROM", sub, sql)
     right = _source(frm.this, sql, flows)
     right.prefix = f"s{i}__"
-    left_flow = q.sources[0].flow if not q.steps else None
-    if right.flow == left_flow:
-        raise _view_refusal("view-unsupported", "a subquery over the flow it filters (a self-join)", frm.this, sql)
     rename = _sub_renamer(q, right, sql, outer)
     prefixes = {s.prefix: n for n, s in enumerate(q.sources)} | {right.prefix: -1}
     bound = set(range(len(q.sources)))

@@ -19,6 +19,7 @@ the top-k stage ``v``) are compiled by :mod:`cbp.views.windows`. Every generated
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 from collections.abc import Mapping
@@ -27,10 +28,11 @@ from typing import Any
 from sqlglot import exp
 
 from .exprs import ViewError, infer, with_decimal_types
+from .hoist import hoist
 from .joins import PRESERVED, Step
-from .query import AGGREGATES, Select, placed, position
+from .query import AGGREGATES, Select, Source, _parse, placed, position
 from .run import RouteKey
-from .select import read_query
+from .select import read_tree
 from .vtypes import avg_type, is_numeric, sum_type, wider
 from .windows import compile_topk, compile_window, has_window, top_of
 
@@ -65,8 +67,16 @@ class Generated:
     def add_view(self, name: str, sql: str, flows: Mapping[str, Mapping[str, str]]) -> None:
         """Compile view ``name`` over ``flows`` (flow -> field -> scalar type; earlier views included)."""
         self._sql, self._view = sql, name
-        selects = read_query(name, sql, flows)
-        top = top_of(sql)  # ORDER BY ... LIMIT k: the query to flow <name>__sort, then its top k
+        self._compile(name, _parse(sql), flows)
+
+    def _compile(self, name: str, tree: exp.Expr, flows: Mapping[str, Mapping[str, str]]) -> dict[str, str]:
+        """Compile view (or internal view, :mod:`cbp.views.hoist`) ``name`` of tree ``tree``; its field types."""
+        try:
+            made = hoist(tree, self._sql, name, flows, self._compile)
+        except ViewError as e:
+            raise e if e.node is None else placed(e, self._sql) from None
+        selects = read_tree(tree, self._sql, {**flows, **made})
+        top = top_of(tree, self._sql)  # ORDER BY ... LIMIT k: the query to flow <name>__sort, then its top k
         target = f"{name}__sort" if top else name
         try:
             if len(selects) == 1:
@@ -78,7 +88,8 @@ class Generated:
         except ViewError as e:
             if e.node is None:
                 raise
-            raise placed(e, sql) from None
+            raise placed(e, self._sql) from None
+        return {f: t.rstrip("?") for f, t in self.flows[name].items()}
 
     def _type(self, e: exp.Expr | None, types: Mapping[str, str | None], boolean: bool = False) -> str | None:
         if e is None:
@@ -147,6 +158,14 @@ class Generated:
         plan = _plan("linear", flow, branches=branches, types=types)
         self._stage(flow, flow, {**raw, "params": {"cbp_view": plan}}, fields, [])
 
+    def _copy(self, src: Source, flow: str) -> str:
+        """Flow ``flow``: a record-wise copy of ``src``'s flow (the other side of a self-join)."""
+        cols = [[f, _sql(exp.column(f, quoted=True))] for f in src.types]
+        self._linear(
+            flow, [src.flow], [{"input": 0, "where": None, "cols": cols}], {f: f"{t}?" for f, t in src.types.items()}
+        )
+        return flow
+
     def _keys(self, step: Step, types: Mapping[str, str | None]) -> tuple[list[list[str]], list[str | None]]:
         """A join step's key expressions (left, right) and the cast each key pair's values get."""
         keys: list[list[str]] = [[], []]
@@ -182,10 +201,8 @@ class Generated:
         )
         for i, step in enumerate(q.steps, 1):
             right = step.source
-            if right.flow == left[0]:
-                raise ViewError(
-                    "view-unsupported", "a self-join (a flow joined with itself)", *position(step.node, self._sql)
-                )
+            if right.flow == left[0]:  # a self-join: a stage reads a flow once, so it reads a copy
+                right = dataclasses.replace(right, flow=self._copy(right, f"{base}__self{i}"))
             env = bound | {right.prefix + f: t for f, t in right.types.items()}
             if step.kind not in ("semi", "anti"):
                 bound = env

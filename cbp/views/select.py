@@ -17,13 +17,17 @@ from .joins import read_joins
 from .query import AGGREGATES, Select, _check_nodes, _flatten, _parse, _source, _view_refusal
 from .windows import allowed, outside_windows
 
-__all__ = ["read_query"]
+__all__ = ["read_query", "read_tree"]
 
 
 def read_query(name: str, sql: str, flows: Mapping[str, Mapping[str, str]]) -> list[Select]:
     """The SELECTs of view ``name`` (several with UNION ALL), checked against ``flows`` (flow ->
     field -> type string); :class:`ViewError` on the first thing wrong."""
-    tree = _parse(sql)
+    return read_tree(_parse(sql), sql, flows)
+
+
+def read_tree(tree: exp.Expr, sql: str, flows: Mapping[str, Mapping[str, str]]) -> list[Select]:
+    """:func:`read_query` of a parsed (and rewritten, :mod:`cbp.views.hoist`) tree of ``sql``."""
     _check_nodes(tree, sql, lambda n: allowed(n, tree, sql))  # window functions, ORDER BY ... LIMIT
     branches: list[exp.Expr] = []
     _flatten(tree, branches, sql)

@@ -10,7 +10,8 @@ view ending in ``ORDER BY ... LIMIT k`` becomes its query on flow ``v__sort`` an
 ``v`` over one key holding that relation's multiset; its output is the current top k rows. An
 ``ORDER BY`` without ``LIMIT`` at the top of a view is accepted and ignored (a view is a multiset).
 
-    >>> terms, k = top_of("SELECT a FROM t ORDER BY a DESC LIMIT 3")
+    >>> sql = "SELECT a FROM t ORDER BY a DESC LIMIT 3"
+    >>> terms, k = top_of(exp.maybe_parse(sql, dialect="spark"), sql)
     >>> terms[0].sql(), k
     ('a DESC', 3)
 """
@@ -24,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 from sqlglot import exp
 
 from .exprs import ViewError, construct_name, infer
-from .query import AGGREGATES, Select, _parse, position
+from .query import AGGREGATES, Select, position
 from .run import RouteKey
 
 if TYPE_CHECKING:
@@ -146,10 +147,10 @@ def outside_windows(n: exp.Expr) -> bool:
     return not any(isinstance(a, exp.Window) for a in _ancestors(n))
 
 
-def top_of(sql: str) -> tuple[list[exp.Ordered], int] | None:
-    """The ORDER BY terms and the k of a view's top ``ORDER BY ... LIMIT k`` (None: no LIMIT; an ORDER BY
-    alone is ignored); ``LIMIT`` without ``ORDER BY``, or not a number, is ``view-unsupported``."""
-    tree = _parse(sql)
+def top_of(tree: exp.Expr, sql: str) -> tuple[list[exp.Ordered], int] | None:
+    """The ORDER BY terms and the k of the top ``ORDER BY ... LIMIT k`` of a view's (or internal view's)
+    parsed ``tree`` of ``sql`` (None: no LIMIT; an ORDER BY alone is ignored); ``LIMIT`` without
+    ``ORDER BY``, or not a number, is ``view-unsupported``."""
     limit = tree.args.get("limit")
     if limit is None:
         return None
