@@ -35,7 +35,8 @@ VIEWS = {  # few views: an epoch's cost grows with the stages
     "cust ORDER BY id) AS fv, last_value(qty) OVER (PARTITION BY cust ORDER BY amount, id ROWS BETWEEN UNBOUNDED "
     "PRECEDING AND UNBOUNDED FOLLOWING) AS lv, last_value(id) OVER (PARTITION BY cust ORDER BY day, id) AS lp "
     "FROM orders WHERE id >= 0",
-    "top2": "SELECT cust, id, amount FROM ranked WHERE rn <= 2",
+    "top2": "SELECT cust, id, amount FROM (SELECT cust, id, amount, row_number() OVER (PARTITION BY cust "
+    "ORDER BY amount DESC, id) AS rn FROM orders) AS r WHERE rn <= 2",  # top-k per group in one query
     "by_region": "SELECT o.id, c.region, row_number() OVER (PARTITION BY c.region ORDER BY o.amount DESC, o.id) AS rn "
     "FROM orders o JOIN custs c ON o.cust = c.cust",
     "top_all": "SELECT id, cust, amount FROM orders ORDER BY amount DESC, id LIMIT 3",
