@@ -74,7 +74,7 @@ class Planned:
     plan: TaskPlan
     state_uris: StateSource | None
     base: Base
-    sched: Sched  # the scheduler's position after choosing this epoch, committed with it
+    sched: Sched | None  # the scheduler's position after choosing this epoch, committed with it (None: unchanged)
     started: float  # time.perf_counter() when it was planned
 
 

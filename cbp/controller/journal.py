@@ -30,7 +30,7 @@ from typing import Any
 from .. import faults
 from ..errors import RuntimeStateError
 from ..storage import LAYOUT, Home
-from .change import Change, Commit, EntryVersion, set_version
+from .change import Change, Commit, EntryVersion, SnapshotUpdate, set_version
 from .entries import HistoryEntry, entry_json
 from .history import History, legacy_entries
 from .live import Live
@@ -79,11 +79,6 @@ class Journal:
         if doc is not None and int(doc["seq"]) != self.live.st.seq:
             self.load(doc)
 
-    def revert(self) -> None:
-        """Drop the changes made to ``live.st`` since the newest snapshot this object committed or
-        read (a stage epoch's plan: :meth:`.epoch.Epochs.commit` makes them again when it commits)."""
-        self.load(self.live.committed)
-
     @contextmanager
     def locked(self) -> Iterator[None]:
         """Hold the home's lock and work on the newest snapshot (see :meth:`Home.lock`); a change
@@ -114,13 +109,18 @@ class Journal:
             self.entries = {}
             raise
 
-    def save(self) -> None:
-        """Write the snapshot as it is, outside a change (a Runnable's new state while not runnable)."""
+    def save(self, *updates: SnapshotUpdate) -> None:
+        """Apply ``updates`` and write the snapshot, outside a change: no Delta commit, history
+        entry or pending record (a Runnable's new state while it is not runnable). All or nothing:
+        ``live.st`` is changed only once the snapshot is written."""
         self.home.fence("saving the controller snapshot")
-        self.live.st.seq += 1
-        doc = self.live.st.to_json()
+        st = self.live.st.copy()
+        for update in updates:
+            update.apply(st)
+        st.seq += 1
+        doc = st.to_json()
         self.home.write_controller(doc)
-        self.live.committed = doc
+        self.live.st, self.live.committed = st, doc
 
     def entry(self, rel: str, value: HistoryEntry | dict[str, Any]) -> None:
         """A history entry to write with the change being made (typed, :mod:`.entries`, or plain JSON)."""

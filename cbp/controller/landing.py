@@ -12,7 +12,7 @@ flow tables' files, the history's feed ids. Writes: increment files of flow tabl
 :class:`~.change.Change` the journal applies (its Delta commits, its snapshot updates: new
 increments and their ids, feed numbers, framing state, connectors; its feed and feed-id
 entries); a stage epoch's output increments are updates of the epoch's change (:mod:`.epoch`);
-``live.st`` itself only in :meth:`Landing.allocate` (a stage epoch's plan, dropped by its caller).
+never ``live.st`` itself (:meth:`Landing.allocate` only reads it: a stage epoch's commit moves the counter).
 Garbage collection is :mod:`.collect`'s, keyed flows' tables :class:`~.keyed.Keyed`'s, feed hashes
 :class:`~.feeds.Feeds`'.
 """
@@ -114,10 +114,9 @@ class Landing:
         return start
 
     def allocate(self, flow: str, n: int) -> list[int]:
-        """New increment ids for a stage epoch's plan, taken in ``live.st`` (the plan's caller drops
-        the change, :meth:`.epoch.Epochs.plan`)."""
+        """New increment ids for a stage epoch's plan; ``live.st`` is not changed (the epoch's commit
+        moves the flow's counter past them, :meth:`.epoch.Epochs.commit`)."""
         start = self._first_id(flow)
-        self.live.st.flows[flow].next_inc = start + n
         return list(range(start, start + n))
 
     def registered(self, flow: str, inc: int, m: Increment) -> IncrementAdded:
