@@ -14,7 +14,7 @@ A stage epoch is ``plan -> result -> Change``: :mod:`.epoch` turns the tasks' re
   :class:`ShapeDropped`; an upgrade's :class:`StageDropped`, :class:`ConnectorDropped`,
   :class:`PipelineAdopted`), applied in order by the journal to the live snapshot before it is written
   (a Runnable's :class:`RunnableStateSet` is saved by the journal outside a change);
-- its history entries (typed, :mod:`.entries`, or plain JSON), the files to delete once it is
+- its history entries (typed, :mod:`.entries`), the files to delete once it is
   committed (``cleanup``) and those to delete if it is abandoned before its pending record
   exists (``written``).
 
@@ -449,7 +449,7 @@ class Change:
     what: str
     commits: tuple[Commit, ...] = ()
     updates: tuple[SnapshotUpdate, ...] = ()
-    entries: tuple[tuple[str, HistoryEntry | Mapping[str, Any]], ...] = ()  # typed (.entries), or plain JSON
+    entries: tuple[tuple[str, HistoryEntry], ...] = ()  # typed (.entries)
     stage: str | None = None  # a stage epoch's stage: its intention is cleared once committed
     cleanup: tuple[str, ...] = field(default=())
     written: tuple[str, ...] = field(default=())

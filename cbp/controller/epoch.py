@@ -152,7 +152,7 @@ class Epochs:
                 p.plan,
                 p.input_files,
                 p.state_uris,
-                state_needs_dedupe=p.base.stage_state["layout"] != "blackbox",
+                state_needs_dedupe=p.base.stage_state.layout != "blackbox",
                 shuffle=shuffle,
             )
             faults.point("epoch:ran")
@@ -287,7 +287,7 @@ class Epochs:
             f"stage '{stage}' epoch {epoch}",
             commits=(*state.commits, *out.commits),
             updates=(*out.updates, *reads, advance, *((shape,) if shape is not None else ())),
-            entries=((entry, record.to_json()),),
+            entries=((entry, record),),
             stage=stage,
             cleanup=(*state.cleanup, *out.cleanup, *unbound),
             written=tuple(out.written),

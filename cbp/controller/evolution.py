@@ -27,6 +27,7 @@ from ..errors import SpecError, UsageError
 from ..spec import PipelineSpec, load_spec
 from ..storage import LAYOUT, Home
 from .change import ShapeSet
+from .entries import PipelineEntry, parse
 from .history import History
 from .live import Live
 from .plan import PIPELINE, Plan, definition, recorded
@@ -55,7 +56,7 @@ def sha(text: str) -> str:
 
 def recording(
     st: Snapshot, spec: PipelineSpec, kind: str, lines: list[str]
-) -> tuple[str, dict[str, Any], list[ShapeSet]]:
+) -> tuple[str, PipelineEntry, list[ShapeSet]]:
     """What making ``spec`` the home's recorded pipeline takes: its history entry (path, value) and
     the shapes it sets in ``st`` (``shapes["pipeline"]``, the ``flow:``/``state:`` shapes); ``st`` is
     not changed."""
@@ -69,11 +70,11 @@ def recording(
     for s, sd in d["stages"].items():
         if sd["state"] is not None:
             shapes.append(ShapeSet(f"state:{s}", {"schema": sd["state"], "partitions": sd["partitions"]}))
-    entry = {"n": n, "kind": kind, "yaml": text, "path": spec.path, "plan": lines, "at": time.time(), "definition": d}
+    entry = PipelineEntry(n, kind, text, spec.path, tuple(lines), time.time(), d)
     return rel, entry, shapes
 
 
-def record(st: Snapshot, spec: PipelineSpec, kind: str, lines: list[str]) -> tuple[str, dict[str, Any]]:
+def record(st: Snapshot, spec: PipelineSpec, kind: str, lines: list[str]) -> tuple[str, PipelineEntry]:
     """Make ``spec`` the home's recorded pipeline (in ``st.shapes``); its history entry."""
     rel, entry, shapes = recording(st, spec, kind, lines)
     for u in shapes:
@@ -105,7 +106,7 @@ class Evolution:
             rec = st.shapes.get(PIPELINE)
             if rec is None or rec["sha256"] != sha(yaml_text(spec.path)) or rec["definition"] != definition(spec):
                 rel, entry = record(st, spec, "created" if not st.shapes else "adopted", self.plan.lines())
-                self.history.legacy[rel] = entry
+                self.history.legacy[rel] = entry.to_json()  # written with the next change
 
     def check(self) -> None:
         """Refuse a change (code ``pipeline-changed``) while the YAML changes stored data, unless upgrading."""
@@ -133,11 +134,12 @@ class Evolution:
         """The pipeline as the home recorded it (its YAML, translators resolved beside today's file);
         None if not recorded."""
         rec = self.committed_snapshot().shapes.get(PIPELINE)
-        entry = self.home.read_json(rec["entry"]) if rec else None
-        if not entry or not entry.get("yaml"):
+        doc = self.home.read_json(rec["entry"]) if rec else None
+        entry = parse(PipelineEntry.from_json, doc, rec["entry"]) if rec and doc else None
+        if entry is None or not entry.yaml:
             return None
         try:
-            return load_spec(self.live.spec.path, text=entry["yaml"])
+            return load_spec(self.live.spec.path, text=entry.yaml)
         except SpecError as e:
             self.notify(f"the recorded YAML cannot be loaded as it was ({e}); reading with today's YAML")
             return None

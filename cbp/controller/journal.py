@@ -31,7 +31,7 @@ from .. import faults
 from ..errors import RuntimeStateError
 from ..storage import LAYOUT, Home
 from .change import Change, Commit, EntryVersion, SnapshotUpdate, set_version
-from .entries import HistoryEntry, entry_json
+from .entries import entry_json
 from .history import History, legacy_entries
 from .live import Live
 from .snapshot import FORMAT, Snapshot, diff, patch
@@ -121,10 +121,6 @@ class Journal:
         doc = st.to_json()
         self.home.write_controller(doc)
         self.live.st, self.live.committed = st, doc
-
-    def entry(self, rel: str, value: HistoryEntry | dict[str, Any]) -> None:
-        """A history entry to write with the change being made (typed, :mod:`.entries`, or plain JSON)."""
-        self.entries[rel] = entry_json(value)
 
     # ------------------------------------------------------------------ committing
     def commit(self, change: Change) -> None:

@@ -185,12 +185,13 @@ class Landing:
                 floor=floor,
             )
             ids = landed.ids
-            note = self.feeds.note(flow, number, data, feed_id)  # its hash: a repeated feed is warned about
+            note, hashed = self.feeds.note(flow, number, data, feed_id)  # its hash: a repeated feed is warned about
             entries: list[tuple[str, HistoryEntry]] = [
                 (LAYOUT.feed_entry(flow, number), replace(note, incs=tuple(ids), records=data.num_rows, id=feed_id))
             ]
             if feed_id is not None:
                 entries.append((LAYOUT.feed_id_entry(flow, feed_id), FeedIdEntry(feed_id, number, tuple(ids))))
+            entries += hashed
             faults.point("feed:written")
             change = Change(
                 "feed",
