@@ -11,9 +11,10 @@ pipeline: the first write of a home, each upgrade, and writes that took a change
 stored data); the snapshot's ``shapes["pipeline"]`` says which one is current.
 
 Reads: ``live.spec`` and ``live.st`` (:class:`~.live.Live`), ``live.committed``, the YAML file, the
-recorded pipeline's history entry. Writes: ``live.st`` (the flows and connectors the YAML adds,
-``shapes["pipeline"]`` and the ``flow:``/``state:`` shapes when the YAML is recorded) and the
-history's legacy entries (the recorded YAML's entry, written with the next change).
+recorded pipeline's history entry. Writes: the history's legacy entries (the recorded YAML's
+entry, written with the next change); what it adopts in ``live.st`` (the flows and connectors the
+YAML adds, ``shapes["pipeline"]`` and the ``flow:``/``state:`` shapes when the YAML is recorded)
+are typed updates the journal applies as it loads the snapshot.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from typing import Any
 from ..errors import SpecError, UsageError
 from ..spec import PipelineSpec, load_spec
 from ..storage import LAYOUT, Home
-from .change import ShapeSet
+from .change import PipelineAdopted, ShapeSet, SnapshotUpdate
 from .entries import PipelineEntry, parse
 from .history import History
 from .live import Live
@@ -34,7 +35,7 @@ from .plan import PIPELINE, Plan, definition, recorded
 from .snapshot import Snapshot
 from .stageplan import make_plan
 
-__all__ = ["Evolution", "record", "recording", "yaml_text", "sha", "pipeline_entry"]
+__all__ = ["Evolution", "recording", "yaml_text", "sha", "pipeline_entry"]
 
 
 def pipeline_entry(n: int) -> str:
@@ -74,14 +75,6 @@ def recording(
     return rel, entry, shapes
 
 
-def record(st: Snapshot, spec: PipelineSpec, kind: str, lines: list[str]) -> tuple[str, PipelineEntry]:
-    """Make ``spec`` the home's recorded pipeline (in ``st.shapes``); its history entry."""
-    rel, entry, shapes = recording(st, spec, kind, lines)
-    for u in shapes:
-        u.apply(st)
-    return rel, entry
-
-
 class Evolution:
     """The plan from the recorded pipeline to the YAML, kept current as snapshots load."""
 
@@ -90,10 +83,11 @@ class Evolution:
         self.plan = Plan([])  # from the recorded pipeline to the YAML, as of the live snapshot
         self.upgrading = False  # set while cbp upgrade applies the plan: changes may go on
 
-    def reconcile(self) -> None:
-        """Compare the YAML with the pipeline the home recorded (:attr:`plan`); adopt what touches
-        no stored data (new flows, stages or inputs start empty) and record it with the next
-        change. A plan that touches stored data waits for ``cbp upgrade``."""
+    def reconcile(self) -> list[SnapshotUpdate]:
+        """Compare the YAML with the pipeline the home recorded (:attr:`plan`); what touches no
+        stored data (new flows, stages or inputs start empty) is adopted: the updates returned,
+        which the journal applies to the snapshot it loaded (``live.st`` is not changed here), and
+        recorded with the next change. A plan that touches stored data waits for ``cbp upgrade``."""
         st, spec = self.live.st, self.live.spec
         if st.pipeline != spec.name:
             raise UsageError(
@@ -101,12 +95,16 @@ class Evolution:
                 code="bad-home",
             )
         self.plan = make_plan(recorded(st), spec, st)
-        st.adopt(spec.flows, {s: stage.input_flows for s, stage in spec.stages.items()})
+        inputs = tuple((s, tuple(stage.input_flows)) for s, stage in spec.stages.items())
+        updates: list[SnapshotUpdate] = [PipelineAdopted(tuple(spec.flows), inputs)]
         if not self.plan.needs_upgrade:
             rec = st.shapes.get(PIPELINE)
             if rec is None or rec["sha256"] != sha(yaml_text(spec.path)) or rec["definition"] != definition(spec):
-                rel, entry = record(st, spec, "created" if not st.shapes else "adopted", self.plan.lines())
+                kind = "created" if not st.shapes else "adopted"
+                rel, entry, shapes = recording(st, spec, kind, self.plan.lines())
                 self.history.legacy[rel] = entry.to_json()  # written with the next change
+                updates += shapes
+        return updates
 
     def check(self) -> None:
         """Refuse a change (code ``pipeline-changed``) while the YAML changes stored data, unless upgrading."""

@@ -23,7 +23,7 @@ from __future__ import annotations
 import copy
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
@@ -43,7 +43,8 @@ class Journal:
     """The commit protocol: loads the live snapshot, makes each change of it durable, recovers.
 
     ``reconcile`` is called after every snapshot loaded (it compares it with the YAML,
-    :meth:`.evolution.Evolution.reconcile`); ``check`` under the lock before every change (it
+    :meth:`.evolution.Evolution.reconcile`, and returns the updates that adopt what the YAML adds,
+    applied here); ``check`` under the lock before every change (it
     raises while the YAML waits for ``cbp upgrade``, :meth:`.evolution.Evolution.check`).
     """
 
@@ -53,7 +54,7 @@ class Journal:
         history: History,
         live: Live,
         notify: Callable[[str], None],
-        reconcile: Callable[[], None],
+        reconcile: Callable[[], Sequence[SnapshotUpdate]],
         check: Callable[[], None],
     ) -> None:
         self.home, self.history, self.live, self.notify = home, history, live, notify
@@ -71,7 +72,8 @@ class Journal:
             self.live.st = Snapshot.from_json(doc)
             if int(doc.get("format", 1)) < FORMAT:  # its history is written with the next change
                 self.history.legacy = legacy_entries(doc, LAYOUT)
-        self.reconcile()
+        for update in self.reconcile():  # what the YAML adds, recorded with the next change
+            update.apply(self.live.st)
 
     def refresh(self) -> None:
         """Re-read the newest snapshot (another process or Pipeline object may have moved on)."""
