@@ -49,7 +49,7 @@ from .change import (
     Target,
 )
 from .collect import collect_garbage
-from .entries import FeedIdEntry, HistoryEntry
+from .entries import FeedEntry, FeedIdEntry, HistoryEntry
 from .feeds import Feeds
 from .history import History
 from .journal import Journal
@@ -185,13 +185,7 @@ class Landing:
                 floor=floor,
             )
             ids = landed.ids
-            note, hashed = self.feeds.note(flow, number, data, feed_id)  # its hash: a repeated feed is warned about
-            entries: list[tuple[str, HistoryEntry]] = [
-                (LAYOUT.feed_entry(flow, number), replace(note, incs=tuple(ids), records=data.num_rows, id=feed_id))
-            ]
-            if feed_id is not None:
-                entries.append((LAYOUT.feed_id_entry(flow, feed_id), FeedIdEntry(feed_id, number, tuple(ids))))
-            entries += hashed
+            note, entries = self._feed_entries(flow, number, data, feed_id, ids)
             faults.point("feed:written")
             change = Change(
                 "feed",
@@ -204,6 +198,19 @@ class Landing:
             self.journal.commit(change)
             self.feeds.warn_duplicate(flow, number, note, str(self.live.spec.path))
             return Landed(ids, feed=number, records=data.num_rows)
+
+    def _feed_entries(
+        self, flow: str, number: int, data: pa.Table, feed_id: str | None, ids: list[int]
+    ) -> tuple[FeedEntry, list[tuple[str, HistoryEntry]]]:
+        """Feed ``number``'s history entries: its feed entry, its feed id's, its hash's (a repeated
+        feed is warned about, :meth:`.feeds.Feeds.note`); and what the feed entry notes."""
+        note, hashed = self.feeds.note(flow, number, data, feed_id)
+        entries: list[tuple[str, HistoryEntry]] = [
+            (LAYOUT.feed_entry(flow, number), replace(note, incs=tuple(ids), records=data.num_rows, id=feed_id))
+        ]
+        if feed_id is not None:
+            entries.append((LAYOUT.feed_id_entry(flow, feed_id), FeedIdEntry(feed_id, number, tuple(ids))))
+        return note, entries + hashed
 
     def _refuse_unsigned(self, flow: str, data: pa.Table, number: int, *, keyed: bool) -> None:
         """Refuse a feed that holds a record other than +1 (a retraction, copies) when a stage reads
