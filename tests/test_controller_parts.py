@@ -198,7 +198,7 @@ def test_a_feed_changes_the_snapshot_only_through_its_change(tmp_path, monkeypat
     """Landing a feed leaves ``live.st`` as it was until the journal applies the feed's Change:
     its snapshot updates (counters, the new increment on every reader's connector) and typed entries."""
     from cbp.controller.change import FlowCounters, IncrementAdded
-    from cbp.controller.entries import FeedEntry, FeedIdEntry
+    from cbp.controller.entries import FeedEntry, FeedHashEntry, FeedIdEntry
 
     p = Pipeline(ROOT / "flows" / "url_count.yaml", str(tmp_path / "home"))
     p.feed("urls", [{"url": "http://a/"}])
@@ -218,8 +218,108 @@ def test_a_feed_changes_the_snapshot_only_through_its_change(tmp_path, monkeypat
     (added,) = [u for u in change.updates if isinstance(u, IncrementAdded)]
     assert counters[0] == FlowCounters("urls", 2, 2) and all(u.flow == "urls" for u in change.updates)
     assert (added.inc, added.increment.records, added.readers) == (2, 2, ("url_count",))
-    assert [type(e) for _, e in change.entries] == [FeedEntry, FeedIdEntry]
+    assert [type(e) for _, e in change.entries] == [FeedEntry, FeedIdEntry, FeedHashEntry]
     st = p.parts.live.st
     assert st.flows["urls"].feeds == 2 and st.connector("url_count", "urls") == [1, 2]
     e = p.parts.history.feed(st, "urls", 2)
     assert (e.incs, e.records, e.id, e.seq) == ((2,), 2, "f2", at_commit["seq"] + 1) and e.hash
+
+
+def test_feed_hash_and_pipeline_entries_are_typed_and_read_as_older_homes_wrote(tmp_path):
+    """Feed-hash and recorded-pipeline entries are frozen records whose JSON is what every cbp
+    wrote; a home whose entries an older cbp wrote (by hand here, as it wrote them) still opens:
+    its feed hashes warn of a repeated feed, its recorded YAML is read back (issue 47, item 2)."""
+    import json
+
+    from cbp.controller.entries import FeedHashEntry, PipelineEntry, parse
+    from cbp.controller.evolution import pipeline_entry
+    from cbp.errors import RuntimeStateError
+    from cbp.storage import LAYOUT
+
+    old_hash = {"hash": "ab12", "feeds": [1, 3]}
+    assert FeedHashEntry.from_json(old_hash).to_json() == old_hash
+    assert FeedHashEntry.from_json(old_hash).without(1) == FeedHashEntry("ab12", (3,))
+    old_pipeline = {"n": 1, "kind": "created", "yaml": "pipeline: p\n", "path": "p.yaml", "plan": [], "at": 1.5}
+    e = PipelineEntry.from_json(old_pipeline)  # before the entry held the definition
+    assert (e.n, e.kind, e.yaml, e.definition) == (1, "created", "pipeline: p\n", None)
+    assert PipelineEntry.from_json(e.to_json()) == e
+    try:
+        parse(PipelineEntry.from_json, {"kind": "created"}, "history/pipeline/1.json")
+    except RuntimeStateError as err:
+        assert err.code == "damaged-home"
+    else:
+        raise AssertionError("an entry without its number loaded")
+
+    yaml = ROOT / "flows" / "url_count.yaml"
+    home = tmp_path / "home"
+    p = Pipeline(yaml, str(home))
+    p.feed("urls", [{"url": "http://a/"}])
+    (h,) = [f for f in (home / LAYOUT.HISTORY / "flows" / "urls" / "hashes").iterdir()]
+    written = json.loads(h.read_text())
+    assert written == {"hash": written["hash"], "feeds": [1]} and written["hash"].startswith(h.stem)  # as ever
+    h.write_text(json.dumps({"feeds": ["1"], "hash": written["hash"]}))  # numbers as strings: accepted as ever
+    rec = p.parts.live.st.shapes["pipeline"]
+    entry = home / pipeline_entry(rec["n"])
+    doc = json.loads(entry.read_text())
+    assert doc["yaml"] == yaml.read_text() and doc["kind"] == "created"
+    entry.write_text(json.dumps({k: v for k, v in doc.items() if k not in ("definition", "plan", "path")}))
+    q = Pipeline(yaml, str(home))
+    heard: list[str] = []
+    q.parts.notice.listener = heard.append
+    q.feed("urls", [{"url": "http://a/"}])  # the same records again: warned, as feed 1's hash says
+    assert any("duplicate-feed" in m for m in heard)
+    assert json.loads(h.read_text())["feeds"] == [1, 2]
+    assert q.parts.evolution.recorded_spec() is not None  # the recorded YAML, read from the old entry
+
+
+def test_an_epoch_plan_changes_nothing_in_place(tmp_path, monkeypatch, spark):
+    """A stage epoch's plan reads the snapshot and changes nothing in it: the output ids it takes
+    and the scheduler's position travel in its Planned value, and its commit makes them typed
+    updates of its Change; no part but the journal assigns ``live.st`` (issue 47, item 2)."""
+    import ast
+
+    from cbp.controller.change import FlowCounters, SchedSet
+
+    yaml = ROOT / "flows" / "url_count.yaml"
+    p = Pipeline(yaml, str(tmp_path / "home"))
+    p.feed("urls", [{"url": "http://a/x"}, {"url": "http://b/y"}])
+    real_plan, real_commit = p.parts.epochs.plan, p.parts.journal.commit
+    seen: list[tuple[str, object, object]] = []
+
+    def plan(*args, **kwargs):
+        before = p.parts.live.st.to_json()
+        planned = real_plan(*args, **kwargs)
+        seen.append(("plan", before, p.parts.live.st.to_json()))
+        return planned
+
+    def commit(change):
+        seen.append(("commit", change, None))
+        real_commit(change)
+
+    monkeypatch.setattr(p.parts.epochs, "plan", plan)
+    monkeypatch.setattr(p.parts.journal, "commit", commit)
+    (rep,) = p.run()
+    (_, before, after), (_, change, _) = seen[0], seen[1]
+    assert before == after  # nothing changed in place by the plan
+    assert change.kind == "epoch"
+    (sched,) = [u for u in change.updates if isinstance(u, SchedSet)]
+    assert sched.sched.ran and sched.sched.pos == 1
+    out = p.parts.live.spec.stages["url_count"].outputs
+    assert {u.flow for u in change.updates if isinstance(u, FlowCounters)} == set(out)
+    assert p.parts.live.st.sched == sched.sched
+    p.feed("urls", [{"url": "http://a/x"}])
+    p.run()  # a second epoch, on the snapshot the first committed
+    import pandas as pd
+
+    fed = pd.DataFrame({"url": ["http://a/x", "http://b/y", "http://a/x"]})
+    scratch = fed.groupby("url").size().to_dict()
+    assert {r["url"]: r["count"] for r in p.state("url_count")} == scratch
+    assert rep.records_in == 2 and p.parts.live.st.flows[out[0]].next_inc == 3
+    assigned = set()
+    for f in sorted((ROOT / "cbp" / "controller").glob("*.py")):
+        for node in ast.walk(ast.parse(f.read_text(encoding="utf-8"))):
+            targets = node.targets if isinstance(node, ast.Assign) else [getattr(node, "target", None)]
+            for t in targets:
+                if isinstance(t, ast.Attribute | ast.Subscript) and ast.unparse(t).startswith("self.live.st"):
+                    assigned.add(f.name)
+    assert assigned == {"journal.py"}

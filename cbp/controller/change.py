@@ -7,13 +7,14 @@ A stage epoch is ``plan -> result -> Change``: :mod:`.epoch` turns the tasks' re
   application transaction id that marks the commit made, and where the table version it makes
   goes: :class:`StateVersion`, :class:`FlowVersion`, :class:`IncrementVersion` in the snapshot,
   :class:`EntryVersion` in a history entry);
-- the snapshot updates it makes (:class:`EpochAdvance`, :class:`ConnectorRead`,
+- the snapshot updates it makes (:class:`EpochAdvance`, :class:`ConnectorRead`, :class:`SchedSet`,
   :class:`ShapeSet`, :class:`IncrementsDropped`, :class:`GcRun`; a feed's :class:`FlowCounters`,
   :class:`FrameStateSet`, :class:`IncrementAdded`, :class:`IncrementSet`; a rewind's
   :class:`StageSet`, :class:`FlowSet`, :class:`ConnectorSet`, :class:`SchedSet`,
   :class:`ShapeDropped`; an upgrade's :class:`StageDropped`, :class:`ConnectorDropped`,
-  :class:`PipelineAdopted`), applied in order by the journal to the live snapshot before it is written;
-- its history entries (typed, :mod:`.entries`, or plain JSON), the files to delete once it is
+  :class:`PipelineAdopted`), applied in order by the journal to the live snapshot before it is written
+  (a Runnable's :class:`RunnableStateSet` is saved by the journal outside a change);
+- its history entries (typed, :mod:`.entries`), the files to delete once it is
   committed (``cleanup``) and those to delete if it is abandoned before its pending record
   exists (``written``).
 
@@ -58,6 +59,7 @@ __all__ = [
     "IncrementVersion",
     "IncrementsDropped",
     "PipelineAdopted",
+    "RunnableStateSet",
     "SchedSet",
     "ShapeDropped",
     "ShapeSet",
@@ -212,6 +214,17 @@ class EpochAdvance:
             sst.index = dict(self.index)
         if self.layout is not None:
             sst.layout = self.layout
+
+
+@dataclass(frozen=True)
+class RunnableStateSet:
+    """Stage ``stage``'s Runnable returned a new ``state`` with a "not runnable" answer (stored as JSON)."""
+
+    stage: str
+    state: Any
+
+    def apply(self, st: Snapshot) -> None:
+        st.stages[self.stage].runnable_state = copy.deepcopy(self.state)
 
 
 @dataclass(frozen=True)
@@ -423,6 +436,7 @@ SnapshotUpdate = (
     | StageDropped
     | ConnectorDropped
     | PipelineAdopted
+    | RunnableStateSet
 )
 
 
@@ -435,7 +449,7 @@ class Change:
     what: str
     commits: tuple[Commit, ...] = ()
     updates: tuple[SnapshotUpdate, ...] = ()
-    entries: tuple[tuple[str, HistoryEntry | Mapping[str, Any]], ...] = ()  # typed (.entries), or plain JSON
+    entries: tuple[tuple[str, HistoryEntry], ...] = ()  # typed (.entries)
     stage: str | None = None  # a stage epoch's stage: its intention is cleared once committed
     cleanup: tuple[str, ...] = field(default=())
     written: tuple[str, ...] = field(default=())

@@ -37,15 +37,27 @@ Reads: the plan's snapshot and the newest one (:class:`~.snapshot.Snapshot`). Wr
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+import copy
+from dataclasses import dataclass
 from typing import Any
 
 from ..engine.driver.deltaread import StateSource
 from ..engine.task.plan import TaskPlan
 from .records import Decision
-from .snapshot import Sched, Snapshot, conn
+from .snapshot import Increment, Sched, Snapshot, StageState, conn
 
-__all__ = ["Base", "Conflict", "Planned", "base_of", "conflict"]
+__all__ = ["Base", "Conflict", "OutputState", "Planned", "base_of", "conflict"]
+
+
+@dataclass(frozen=True)
+class OutputState:
+    """What an output flow's epochs extend: its next increment id, table version, framing state
+    and the increment still being framed (its id and record), if any."""
+
+    next_inc: int
+    version: int | None
+    frame_state: Any
+    open: tuple[int, Increment] | None
 
 
 @dataclass(frozen=True)
@@ -54,10 +66,10 @@ class Base:
 
     seq: int
     stage: str
-    stage_state: dict[str, Any]  # the stage's record: epoch, state version, index, bindings, runnable state
+    stage_state: StageState  # a copy of the stage's record: epoch, state version, index, bindings, runnable state
     heads: dict[str, list[int]]  # input connector -> the ids at its head the epoch reads or removes
-    read: dict[str, dict[str, Any]]  # "<flow>/<inc>" -> the record of each increment it reads
-    outputs: dict[str, dict[str, Any]]  # output flow -> what its epochs extend (counters, open increment)
+    read: dict[str, Increment | None]  # "<flow>/<inc>" -> a copy of each increment it reads
+    outputs: dict[str, OutputState | None]  # output flow -> what its epochs extend (None: not in the snapshot)
     shapes: dict[str, Any]  # what the stored data was written with (an upgrade changes it)
 
 
@@ -74,7 +86,7 @@ class Planned:
     plan: TaskPlan
     state_uris: StateSource | None
     base: Base
-    sched: Sched  # the scheduler's position after choosing this epoch, committed with it
+    sched: Sched | None  # the scheduler's position after choosing this epoch, committed with it (None: unchanged)
     started: float  # time.perf_counter() when it was planned
 
 
@@ -87,20 +99,16 @@ class Conflict:
     reason: str
 
 
-def _outputs(st: Snapshot, outputs: list[str]) -> dict[str, dict[str, Any]]:
-    out: dict[str, dict[str, Any]] = {}
+def _outputs(st: Snapshot, outputs: list[str]) -> dict[str, OutputState | None]:
+    out: dict[str, OutputState | None] = {}
     for f in outputs:
         fs = st.flows.get(f)
         if fs is None:
-            out[f] = {}
+            out[f] = None
             continue
-        open_inc = fs.open_increment()
-        out[f] = {
-            "next_inc": fs.next_inc,
-            "version": fs.version,
-            "frame_state": fs.frame_state,
-            "open": [open_inc, asdict(fs.incs[open_inc])] if open_inc is not None else None,
-        }
+        i = fs.open_increment()
+        open_inc = (i, copy.deepcopy(fs.incs[i])) if i is not None else None
+        out[f] = OutputState(fs.next_inc, fs.version, copy.deepcopy(fs.frame_state), open_inc)
     return out
 
 
@@ -108,17 +116,17 @@ def base_of(st: Snapshot, stage: str, reads: dict[str, int], removes: dict[str, 
     """What a plan of ``stage`` reading and removing the oldest ``reads``/``removes`` increments of
     its inputs reads of ``st`` (taken before it allocates output increments)."""
     heads: dict[str, list[int]] = {}
-    read: dict[str, dict[str, Any]] = {}
+    read: dict[str, Increment | None] = {}
     for flow in sorted(set(reads) | set(removes)):
         q = st.connectors.get(conn(stage, flow), [])
         heads[flow] = list(q[: max(reads.get(flow, 0), removes.get(flow, 0))])
         for i in q[: reads.get(flow, 0)]:
             m = st.flows[flow].incs.get(i)
-            read[f"{flow}/{i}"] = asdict(m) if m is not None else {}
+            read[f"{flow}/{i}"] = copy.deepcopy(m)
     return Base(
         seq=st.seq,
         stage=stage,
-        stage_state=asdict(st.stages[stage]),
+        stage_state=copy.deepcopy(st.stages[stage]),
         heads=heads,
         read=read,
         outputs=_outputs(st, outputs),
@@ -133,7 +141,7 @@ def conflict(base: Base, st: Snapshot) -> str | None:
     if st.shapes != base.shapes:
         return "the pipeline was upgraded"
     sst = st.stages.get(base.stage)
-    if sst is None or asdict(sst) != base.stage_state:
+    if sst is None or sst != base.stage_state:
         return f"stage '{base.stage}' was changed (epoch, state, index or bindings)"
     for flow, ids in base.heads.items():
         if st.connectors.get(conn(base.stage, flow), [])[: len(ids)] != ids:
@@ -141,7 +149,7 @@ def conflict(base: Base, st: Snapshot) -> str | None:
     for key, rec in base.read.items():
         flow, _, inc = key.rpartition("/")
         m = st.flows[flow].incs.get(int(inc)) if flow in st.flows else None
-        if (asdict(m) if m is not None else {}) != rec:
+        if m != rec:
             return f"increment {inc} of '{flow}', which it read, was changed"
     if _outputs(st, list(base.outputs)) != base.outputs:
         return f"its output flows {', '.join(repr(f) for f in base.outputs)} were changed"

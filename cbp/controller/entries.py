@@ -1,4 +1,5 @@
-"""Typed history entries of feeds, feed ids, collected increments and rewinds.
+"""Typed history entries of stage epochs, feeds, feed ids, feed hashes, collected increments,
+rewinds and recorded pipelines.
 
 Each is a frozen record whose JSON (:meth:`~FeedEntry.to_json`) is what every cbp wrote under
 ``_cbp/history`` (:mod:`.history`); ``from_json`` reads every older form too: a feed entry of a
@@ -13,6 +14,8 @@ Reads: nothing. Writes: nothing (data classes).
     (True, None)
     >>> CollectedEntry.from_json({"inc": 4, "version": 2})
     CollectedEntry(inc=4, version=2, meta=None, undone=None, withdrawn=False)
+    >>> FeedHashEntry.from_json({"hash": "ab", "feeds": [1, 3]}).without(3).to_json()
+    {'hash': 'ab', 'feeds': [1]}
 """
 
 from __future__ import annotations
@@ -28,8 +31,10 @@ __all__ = [
     "CollectedEntry",
     "EpochEntry",
     "FeedEntry",
+    "FeedHashEntry",
     "FeedIdEntry",
     "HistoryEntry",
+    "PipelineEntry",
     "RewindEntry",
     "UndoneEpoch",
     "Withdrawal",
@@ -192,6 +197,65 @@ class FeedIdEntry:
         )
 
 
+@dataclass(frozen=True)
+class FeedHashEntry:
+    """The feeds of a flow whose records hash to ``hash`` (:meth:`.feeds.Feeds.note`: a repeated
+    feed is warned about)."""
+
+    hash: str
+    feeds: tuple[int, ...] = ()
+
+    def to_json(self) -> JSON:
+        return {"hash": self.hash, "feeds": list(self.feeds)}
+
+    @classmethod
+    def from_json(cls, doc: Mapping[str, Any]) -> FeedHashEntry:
+        return cls(str(doc.get("hash") or ""), tuple(int(n) for n in doc.get("feeds") or []))
+
+    def without(self, feed: int) -> FeedHashEntry:
+        """The entry once feed ``feed`` is withdrawn."""
+        return FeedHashEntry(self.hash, tuple(n for n in self.feeds if n != feed))
+
+
+@dataclass(frozen=True)
+class PipelineEntry:
+    """The ``n``-th pipeline a home recorded (:mod:`.evolution`): why (``kind``: ``created``,
+    ``adopted``, ``upgrade``), its YAML text and path, the plan's lines that led to it, when, and
+    its definition (:func:`.plan.definition`)."""
+
+    n: int
+    kind: str
+    yaml: str
+    path: str | None = None
+    plan: tuple[str, ...] = ()
+    at: float | None = None
+    definition: Mapping[str, Any] | None = None
+
+    def to_json(self) -> JSON:
+        return {
+            "n": self.n,
+            "kind": self.kind,
+            "yaml": self.yaml,
+            "path": self.path,
+            "plan": list(self.plan),
+            "at": self.at,
+            "definition": self.definition,
+        }
+
+    @classmethod
+    def from_json(cls, doc: Mapping[str, Any]) -> PipelineEntry:
+        at, d, path = doc.get("at"), doc.get("definition"), doc.get("path")
+        return cls(
+            n=int(doc["n"]),
+            kind=str(doc.get("kind") or ""),
+            yaml=str(doc.get("yaml") or ""),
+            path=None if path is None else str(path),
+            plan=tuple(str(line) for line in doc.get("plan") or []),
+            at=None if at is None else float(at),
+            definition=dict(d) if isinstance(d, Mapping) else None,
+        )
+
+
 def _increment(m: Mapping[str, Any]) -> Increment:
     srcs = list(m.get("srcs", []))
     return Increment(
@@ -299,11 +363,9 @@ class RewindEntry:
         )
 
 
-HistoryEntry = FeedEntry | FeedIdEntry | CollectedEntry | RewindEntry
+HistoryEntry = EpochEntry | FeedEntry | FeedIdEntry | FeedHashEntry | CollectedEntry | RewindEntry | PipelineEntry
 
 
-def entry_json(value: HistoryEntry | Mapping[str, Any]) -> JSON:
-    """The JSON of an entry a change writes: a typed one's, or a plain one (epoch, feed-hash, upgrade entries)."""
-    if isinstance(value, FeedEntry | FeedIdEntry | CollectedEntry | RewindEntry):
-        return value.to_json()
-    return dict(value)
+def entry_json(value: HistoryEntry) -> JSON:
+    """The JSON of an entry a change writes."""
+    return value.to_json()

@@ -14,8 +14,9 @@ Writes: through the journal, one change per epoch: the state table and output fl
 commits), its snapshot updates (the scheduler's position; the stage's epoch, runnable state,
 index, layout and bindings; its input connectors; output increments, made by
 :class:`~.landing.Landing`), the epoch's history entry and its intention
-(:class:`~.intentions.Intentions`); ``live.st`` itself only in :meth:`Epochs.plan` (output ids, which
-its caller drops); deletes index and binding files no one reads again.
+(:class:`~.intentions.Intentions`); deletes index and binding files no one reads again. The plan
+changes nothing in ``live.st``: the output ids it takes and the scheduler's position it moves to
+are in its :class:`~.commitcheck.Planned`, and :meth:`Epochs.commit` makes them typed updates.
 """
 
 from __future__ import annotations
@@ -60,7 +61,7 @@ from .journal import Journal
 from .landing import Landing, LandResult, flow_schema
 from .live import LazySpark, Live, Tuning
 from .records import Decision, EpochReport
-from .snapshot import Increment
+from .snapshot import Increment, Sched
 
 __all__ = ["Epochs"]
 
@@ -96,16 +97,18 @@ class Epochs:
         """Plan, run and commit one epoch of ``stage`` while the caller holds the home's lock
         throughout: state, output increments and connectors, all or nothing."""
         planned = self.plan(stage, d, intention=intention)
-        self.journal.revert()
         done = self.commit(planned, *self.run_job(planned))
         assert not isinstance(done, Conflict)  # nothing else changed the home: the lock was held
         return done
 
-    def plan(self, stage: str, d: Decision, *, intention: Intention | None = None) -> Planned:
+    def plan(
+        self, stage: str, d: Decision, *, intention: Intention | None = None, sched: Sched | None = None
+    ) -> Planned:
         """Under the home's lock: what the epoch reads, its output increment ids, its intention
-        (written here) and its tasks' plan. Changes ``live.st`` (output ids, the scheduler's
-        position) that the caller drops (:meth:`.journal.Journal.revert`): :meth:`commit` makes
-        them on the snapshot it commits on."""
+        (written here) and its tasks' plan. ``live.st`` is read, not changed: the ids it takes and
+        ``sched`` (the scheduler's position after choosing this epoch; None: unchanged) are in the
+        :class:`~.commitcheck.Planned` it returns, and :meth:`commit` makes them typed updates of
+        its change, on the snapshot it commits on."""
         spec = self.live.spec.stages[stage]
         epoch = self.live.st.stages[stage].epoch + 1
         t0 = time.perf_counter()
@@ -136,7 +139,7 @@ class Epochs:
         except BaseException:
             self.intentions.abandon_quietly(stage, epoch, out_incs)
             raise
-        sched = copy.deepcopy(self.live.st.sched)
+        sched = copy.deepcopy(sched) if sched is not None else None
         return Planned(stage, epoch, d, inputs, input_files, out_incs, plan, state_uris, base, sched, t0)
 
     def run_job(self, p: Planned) -> tuple[list[TaskResult], dict[str, int]]:
@@ -149,7 +152,7 @@ class Epochs:
                 p.plan,
                 p.input_files,
                 p.state_uris,
-                state_needs_dedupe=p.base.stage_state["layout"] != "blackbox",
+                state_needs_dedupe=p.base.stage_state.layout != "blackbox",
                 shuffle=shuffle,
             )
             faults.point("epoch:ran")
@@ -171,7 +174,7 @@ class Epochs:
             try:
                 faults.point("epoch:checked")
                 change, counts = self._epoch_change(p.stage, p.epoch, p.decision, results, p.inputs, p.out_incs)
-                planned: list[SnapshotUpdate] = [SchedSet(p.sched)]
+                planned: list[SnapshotUpdate] = [SchedSet(p.sched)] if p.sched is not None else []
                 planned += [FlowCounters(f, i + 1) for f, i in p.out_incs.items()]
                 self.journal.commit(replace(change, updates=(*planned, *change.updates)))
             except BaseException:
@@ -284,7 +287,7 @@ class Epochs:
             f"stage '{stage}' epoch {epoch}",
             commits=(*state.commits, *out.commits),
             updates=(*out.updates, *reads, advance, *((shape,) if shape is not None else ())),
-            entries=((entry, record.to_json()),),
+            entries=((entry, record),),
             stage=stage,
             cleanup=(*state.cleanup, *out.cleanup, *unbound),
             written=tuple(out.written),

@@ -11,9 +11,10 @@ pipeline: the first write of a home, each upgrade, and writes that took a change
 stored data); the snapshot's ``shapes["pipeline"]`` says which one is current.
 
 Reads: ``live.spec`` and ``live.st`` (:class:`~.live.Live`), ``live.committed``, the YAML file, the
-recorded pipeline's history entry. Writes: ``live.st`` (the flows and connectors the YAML adds,
-``shapes["pipeline"]`` and the ``flow:``/``state:`` shapes when the YAML is recorded) and the
-history's legacy entries (the recorded YAML's entry, written with the next change).
+recorded pipeline's history entry. Writes: the history's legacy entries (the recorded YAML's
+entry, written with the next change); what it adopts in ``live.st`` (the flows and connectors the
+YAML adds, ``shapes["pipeline"]`` and the ``flow:``/``state:`` shapes when the YAML is recorded)
+are typed updates the journal applies as it loads the snapshot.
 """
 
 from __future__ import annotations
@@ -26,14 +27,15 @@ from typing import Any
 from ..errors import SpecError, UsageError
 from ..spec import PipelineSpec, load_spec
 from ..storage import LAYOUT, Home
-from .change import ShapeSet
+from .change import PipelineAdopted, ShapeSet, SnapshotUpdate
+from .entries import PipelineEntry, parse
 from .history import History
 from .live import Live
 from .plan import PIPELINE, Plan, definition, recorded
 from .snapshot import Snapshot
 from .stageplan import make_plan
 
-__all__ = ["Evolution", "record", "recording", "yaml_text", "sha", "pipeline_entry"]
+__all__ = ["Evolution", "recording", "yaml_text", "sha", "pipeline_entry"]
 
 
 def pipeline_entry(n: int) -> str:
@@ -55,7 +57,7 @@ def sha(text: str) -> str:
 
 def recording(
     st: Snapshot, spec: PipelineSpec, kind: str, lines: list[str]
-) -> tuple[str, dict[str, Any], list[ShapeSet]]:
+) -> tuple[str, PipelineEntry, list[ShapeSet]]:
     """What making ``spec`` the home's recorded pipeline takes: its history entry (path, value) and
     the shapes it sets in ``st`` (``shapes["pipeline"]``, the ``flow:``/``state:`` shapes); ``st`` is
     not changed."""
@@ -69,16 +71,8 @@ def recording(
     for s, sd in d["stages"].items():
         if sd["state"] is not None:
             shapes.append(ShapeSet(f"state:{s}", {"schema": sd["state"], "partitions": sd["partitions"]}))
-    entry = {"n": n, "kind": kind, "yaml": text, "path": spec.path, "plan": lines, "at": time.time(), "definition": d}
+    entry = PipelineEntry(n, kind, text, spec.path, tuple(lines), time.time(), d)
     return rel, entry, shapes
-
-
-def record(st: Snapshot, spec: PipelineSpec, kind: str, lines: list[str]) -> tuple[str, dict[str, Any]]:
-    """Make ``spec`` the home's recorded pipeline (in ``st.shapes``); its history entry."""
-    rel, entry, shapes = recording(st, spec, kind, lines)
-    for u in shapes:
-        u.apply(st)
-    return rel, entry
 
 
 class Evolution:
@@ -89,10 +83,11 @@ class Evolution:
         self.plan = Plan([])  # from the recorded pipeline to the YAML, as of the live snapshot
         self.upgrading = False  # set while cbp upgrade applies the plan: changes may go on
 
-    def reconcile(self) -> None:
-        """Compare the YAML with the pipeline the home recorded (:attr:`plan`); adopt what touches
-        no stored data (new flows, stages or inputs start empty) and record it with the next
-        change. A plan that touches stored data waits for ``cbp upgrade``."""
+    def reconcile(self) -> list[SnapshotUpdate]:
+        """Compare the YAML with the pipeline the home recorded (:attr:`plan`); what touches no
+        stored data (new flows, stages or inputs start empty) is adopted: the updates returned,
+        which the journal applies to the snapshot it loaded (``live.st`` is not changed here), and
+        recorded with the next change. A plan that touches stored data waits for ``cbp upgrade``."""
         st, spec = self.live.st, self.live.spec
         if st.pipeline != spec.name:
             raise UsageError(
@@ -100,12 +95,16 @@ class Evolution:
                 code="bad-home",
             )
         self.plan = make_plan(recorded(st), spec, st)
-        st.adopt(spec.flows, {s: stage.input_flows for s, stage in spec.stages.items()})
+        inputs = tuple((s, tuple(stage.input_flows)) for s, stage in spec.stages.items())
+        updates: list[SnapshotUpdate] = [PipelineAdopted(tuple(spec.flows), inputs)]
         if not self.plan.needs_upgrade:
             rec = st.shapes.get(PIPELINE)
             if rec is None or rec["sha256"] != sha(yaml_text(spec.path)) or rec["definition"] != definition(spec):
-                rel, entry = record(st, spec, "created" if not st.shapes else "adopted", self.plan.lines())
-                self.history.legacy[rel] = entry
+                kind = "created" if not st.shapes else "adopted"
+                rel, entry, shapes = recording(st, spec, kind, self.plan.lines())
+                self.history.legacy[rel] = entry.to_json()  # written with the next change
+                updates += shapes
+        return updates
 
     def check(self) -> None:
         """Refuse a change (code ``pipeline-changed``) while the YAML changes stored data, unless upgrading."""
@@ -133,11 +132,12 @@ class Evolution:
         """The pipeline as the home recorded it (its YAML, translators resolved beside today's file);
         None if not recorded."""
         rec = self.committed_snapshot().shapes.get(PIPELINE)
-        entry = self.home.read_json(rec["entry"]) if rec else None
-        if not entry or not entry.get("yaml"):
+        doc = self.home.read_json(rec["entry"]) if rec else None
+        entry = parse(PipelineEntry.from_json, doc, rec["entry"]) if rec and doc else None
+        if entry is None or not entry.yaml:
             return None
         try:
-            return load_spec(self.live.spec.path, text=entry["yaml"])
+            return load_spec(self.live.spec.path, text=entry.yaml)
         except SpecError as e:
             self.notify(f"the recorded YAML cannot be loaded as it was ({e}); reading with today's YAML")
             return None

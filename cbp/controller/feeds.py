@@ -32,7 +32,7 @@ import pyarrow as pa
 from ..errors import InputError, UsageError
 from ..storage import INC, LAYOUT, Home
 from .change import Change, Commit, FlowVersion, IncrementsDropped
-from .entries import CollectedEntry, EpochEntry, FeedEntry, FeedIdEntry, HistoryEntry, Withdrawal
+from .entries import CollectedEntry, EpochEntry, FeedEntry, FeedHashEntry, FeedIdEntry, HistoryEntry, Withdrawal, parse
 from .history import History
 from .intentions import Intention
 from .journal import Journal
@@ -80,18 +80,27 @@ class Feeds:
     def __init__(self, home: Home, live: Live, journal: Journal, history: History, notify: Notice) -> None:
         self.home, self.live, self.journal, self.history, self.notify = home, live, journal, history, notify
 
-    def note(self, flow: str, number: int, data: pa.Table, feed_id: str | None) -> FeedEntry:
-        """Record feed ``number``'s hash with the change that lands it; what its feed entry gets
-        (``hash``, ``seq``, and ``duplicate_of`` when it repeats an earlier feed without a feed id)."""
+    def hash_entry(self, flow: str, digest: str) -> FeedHashEntry:
+        """The feeds of ``flow`` whose records hash to ``digest`` (none listed if no entry)."""
+        rel = LAYOUT.feed_hash_entry(flow, digest)
+        doc = self.home.read_json(rel)
+        return FeedHashEntry(digest) if doc is None else parse(FeedHashEntry.from_json, doc, rel)
+
+    def note(
+        self, flow: str, number: int, data: pa.Table, feed_id: str | None
+    ) -> tuple[FeedEntry, list[tuple[str, HistoryEntry]]]:
+        """What feed ``number``'s entry gets (``hash``, ``seq``, and ``duplicate_of`` when it
+        repeats an earlier feed without a feed id), and its hash's entry, to commit with the feed:
+        feed 3 repeating feed 1 gets ``FeedEntry((), seq=..., hash=h, duplicate_of=1)`` and
+        ``[(<flows/F/hashes/h.json>, FeedHashEntry(h, (1, 3)))]``.
+        """
         out = FeedEntry((), seq=self.live.st.seq + 1)
         if not data.num_rows:
-            return out
+            return out, []
         digest = content_hash(data)
-        rel = LAYOUT.feed_hash_entry(flow, digest)
-        e = self.home.read_json(rel) or {"hash": digest, "feeds": []}
-        earlier = [int(n) for n in e["feeds"] if int(n) < number]  # a feed number above ours did not commit
-        self.journal.entry(rel, {"hash": digest, "feeds": earlier + [number]})
-        return replace(out, hash=digest, duplicate_of=earlier[0] if earlier and feed_id is None else None)
+        earlier = [n for n in self.hash_entry(flow, digest).feeds if n < number]  # one above ours did not commit
+        noted = (LAYOUT.feed_hash_entry(flow, digest), FeedHashEntry(digest, (*earlier, number)))
+        return replace(out, hash=digest, duplicate_of=earlier[0] if earlier and feed_id is None else None), [noted]
 
     def refuse_retry(self, flow: str, data: pa.Table, feed_id: str | None, force: bool) -> None:
         """Before a feed with ``feed_id`` lands: refuse it (code ``duplicate-feed``) when its records
@@ -100,10 +109,10 @@ class Feeds:
         made, so it is not checked."""
         if force or feed_id is None or not data.num_rows or self.live.spec.flows[flow].key:
             return
-        e = self.home.read_json(LAYOUT.feed_hash_entry(flow, content_hash(data))) or {"feeds": []}
+        e = self.hash_entry(flow, content_hash(data))
         fl = self.live.spec.flows[flow]
         pending = {i for c in fl.consumers for i in self.live.st.connector(c, flow)}
-        for n in sorted(int(n) for n in e["feeds"]):
+        for n in sorted(e.feeds):
             entry = self.history.feed(self.live.st, flow, n)
             if entry is not None and entry.id is None and pending & set(entry.incs):
                 yaml = self.live.spec.path
@@ -195,7 +204,7 @@ class Feeds:
                 else []
             )
             commits = [Commit(rel, INC, (), tuple(removes), "cbp:unfeed", seq, (FlowVersion(flow),))] if removes else []
-            entries: list[tuple[str, HistoryEntry | dict[str, Any]]] = [
+            entries: list[tuple[str, HistoryEntry]] = [
                 (LAYOUT.collected_entry(flow, i), CollectedEntry(i, fs.version, copy.deepcopy(fs.incs[i]), seq, True))
                 for i in ids
             ]
@@ -204,9 +213,7 @@ class Feeds:
             if e.id is not None:  # its id may land again
                 entries.append((LAYOUT.feed_id_entry(flow, e.id), FeedIdEntry(None, withdrawn_feed=number)))
             if e.hash:
-                rel_h = LAYOUT.feed_hash_entry(flow, e.hash)
-                h = self.home.read_json(rel_h) or {"hash": e.hash, "feeds": []}
-                entries.append((rel_h, {"hash": e.hash, "feeds": [n for n in h["feeds"] if n != number]}))
+                entries.append((LAYOUT.feed_hash_entry(flow, e.hash), self.hash_entry(flow, e.hash).without(number)))
             what = f"withdrawal of feed {number} of flow '{flow}'"
             withdrawn = IncrementsDropped(flow, tuple(ids), tuple(fl.consumers))
             self.journal.commit(Change("unfeed", what, tuple(commits), (withdrawn,), tuple(entries)))

@@ -23,15 +23,15 @@ from __future__ import annotations
 import copy
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
 from .. import faults
 from ..errors import RuntimeStateError
 from ..storage import LAYOUT, Home
-from .change import Change, Commit, EntryVersion, set_version
-from .entries import HistoryEntry, entry_json
+from .change import Change, Commit, EntryVersion, SnapshotUpdate, set_version
+from .entries import entry_json
 from .history import History, legacy_entries
 from .live import Live
 from .snapshot import FORMAT, Snapshot, diff, patch
@@ -43,7 +43,8 @@ class Journal:
     """The commit protocol: loads the live snapshot, makes each change of it durable, recovers.
 
     ``reconcile`` is called after every snapshot loaded (it compares it with the YAML,
-    :meth:`.evolution.Evolution.reconcile`); ``check`` under the lock before every change (it
+    :meth:`.evolution.Evolution.reconcile`, and returns the updates that adopt what the YAML adds,
+    applied here); ``check`` under the lock before every change (it
     raises while the YAML waits for ``cbp upgrade``, :meth:`.evolution.Evolution.check`).
     """
 
@@ -53,7 +54,7 @@ class Journal:
         history: History,
         live: Live,
         notify: Callable[[str], None],
-        reconcile: Callable[[], None],
+        reconcile: Callable[[], Sequence[SnapshotUpdate]],
         check: Callable[[], None],
     ) -> None:
         self.home, self.history, self.live, self.notify = home, history, live, notify
@@ -71,18 +72,14 @@ class Journal:
             self.live.st = Snapshot.from_json(doc)
             if int(doc.get("format", 1)) < FORMAT:  # its history is written with the next change
                 self.history.legacy = legacy_entries(doc, LAYOUT)
-        self.reconcile()
+        for update in self.reconcile():  # what the YAML adds, recorded with the next change
+            update.apply(self.live.st)
 
     def refresh(self) -> None:
         """Re-read the newest snapshot (another process or Pipeline object may have moved on)."""
         doc = self.home.read_controller()
         if doc is not None and int(doc["seq"]) != self.live.st.seq:
             self.load(doc)
-
-    def revert(self) -> None:
-        """Drop the changes made to ``live.st`` since the newest snapshot this object committed or
-        read (a stage epoch's plan: :meth:`.epoch.Epochs.commit` makes them again when it commits)."""
-        self.load(self.live.committed)
 
     @contextmanager
     def locked(self) -> Iterator[None]:
@@ -114,17 +111,18 @@ class Journal:
             self.entries = {}
             raise
 
-    def save(self) -> None:
-        """Write the snapshot as it is, outside a change (a Runnable's new state while not runnable)."""
+    def save(self, *updates: SnapshotUpdate) -> None:
+        """Apply ``updates`` and write the snapshot, outside a change: no Delta commit, history
+        entry or pending record (a Runnable's new state while it is not runnable). All or nothing:
+        ``live.st`` is changed only once the snapshot is written."""
         self.home.fence("saving the controller snapshot")
-        self.live.st.seq += 1
-        doc = self.live.st.to_json()
+        st = self.live.st.copy()
+        for update in updates:
+            update.apply(st)
+        st.seq += 1
+        doc = st.to_json()
         self.home.write_controller(doc)
-        self.live.committed = doc
-
-    def entry(self, rel: str, value: HistoryEntry | dict[str, Any]) -> None:
-        """A history entry to write with the change being made (typed, :mod:`.entries`, or plain JSON)."""
-        self.entries[rel] = entry_json(value)
+        self.live.st, self.live.committed = st, doc
 
     # ------------------------------------------------------------------ committing
     def commit(self, change: Change) -> None:

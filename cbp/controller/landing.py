@@ -12,7 +12,7 @@ flow tables' files, the history's feed ids. Writes: increment files of flow tabl
 :class:`~.change.Change` the journal applies (its Delta commits, its snapshot updates: new
 increments and their ids, feed numbers, framing state, connectors; its feed and feed-id
 entries); a stage epoch's output increments are updates of the epoch's change (:mod:`.epoch`);
-``live.st`` itself only in :meth:`Landing.allocate` (a stage epoch's plan, dropped by its caller).
+never ``live.st`` itself (:meth:`Landing.allocate` only reads it: a stage epoch's commit moves the counter).
 Garbage collection is :mod:`.collect`'s, keyed flows' tables :class:`~.keyed.Keyed`'s, feed hashes
 :class:`~.feeds.Feeds`'.
 """
@@ -49,7 +49,7 @@ from .change import (
     Target,
 )
 from .collect import collect_garbage
-from .entries import FeedIdEntry, HistoryEntry
+from .entries import FeedEntry, FeedIdEntry, HistoryEntry
 from .feeds import Feeds
 from .history import History
 from .journal import Journal
@@ -114,10 +114,9 @@ class Landing:
         return start
 
     def allocate(self, flow: str, n: int) -> list[int]:
-        """New increment ids for a stage epoch's plan, taken in ``live.st`` (the plan's caller drops
-        the change, :meth:`.epoch.Epochs.plan`)."""
+        """New increment ids for a stage epoch's plan; ``live.st`` is not changed (the epoch's commit
+        moves the flow's counter past them, :meth:`.epoch.Epochs.commit`)."""
         start = self._first_id(flow)
-        self.live.st.flows[flow].next_inc = start + n
         return list(range(start, start + n))
 
     def registered(self, flow: str, inc: int, m: Increment) -> IncrementAdded:
@@ -186,12 +185,7 @@ class Landing:
                 floor=floor,
             )
             ids = landed.ids
-            note = self.feeds.note(flow, number, data, feed_id)  # its hash: a repeated feed is warned about
-            entries: list[tuple[str, HistoryEntry]] = [
-                (LAYOUT.feed_entry(flow, number), replace(note, incs=tuple(ids), records=data.num_rows, id=feed_id))
-            ]
-            if feed_id is not None:
-                entries.append((LAYOUT.feed_id_entry(flow, feed_id), FeedIdEntry(feed_id, number, tuple(ids))))
+            note, entries = self._feed_entries(flow, number, data, feed_id, ids)
             faults.point("feed:written")
             change = Change(
                 "feed",
@@ -204,6 +198,19 @@ class Landing:
             self.journal.commit(change)
             self.feeds.warn_duplicate(flow, number, note, str(self.live.spec.path))
             return Landed(ids, feed=number, records=data.num_rows)
+
+    def _feed_entries(
+        self, flow: str, number: int, data: pa.Table, feed_id: str | None, ids: list[int]
+    ) -> tuple[FeedEntry, list[tuple[str, HistoryEntry]]]:
+        """Feed ``number``'s history entries: its feed entry, its feed id's, its hash's (a repeated
+        feed is warned about, :meth:`.feeds.Feeds.note`); and what the feed entry notes."""
+        note, hashed = self.feeds.note(flow, number, data, feed_id)
+        entries: list[tuple[str, HistoryEntry]] = [
+            (LAYOUT.feed_entry(flow, number), replace(note, incs=tuple(ids), records=data.num_rows, id=feed_id))
+        ]
+        if feed_id is not None:
+            entries.append((LAYOUT.feed_id_entry(flow, feed_id), FeedIdEntry(feed_id, number, tuple(ids))))
+        return note, entries + hashed
 
     def _refuse_unsigned(self, flow: str, data: pa.Table, number: int, *, keyed: bool) -> None:
         """Refuse a feed that holds a record other than +1 (a retraction, copies) when a stage reads

@@ -47,7 +47,7 @@ from .. import faults
 from ..errors import RuntimeStateError, UsageError
 from ..storage import LAYOUT, Home
 from ..storage.logretention import trim_log
-from .entries import FeedEntry, FeedIdEntry, parse
+from .entries import FeedEntry, FeedHashEntry, FeedIdEntry, parse
 from .live import Live
 
 __all__ = ["DEFAULT", "RECORD", "Retention", "RetentionSetting", "horizon", "refuse_rewind", "set_retention"]
@@ -296,7 +296,8 @@ class Retention:
                 self.home.delete_file(rel)
         if e.hash:
             rel = LAYOUT.feed_hash_entry(flow, e.hash)
-            if all(int(m) <= n for m in (self.home.read_json(rel) or {}).get("feeds", [])):
+            doc = self.home.read_json(rel)
+            if doc is None or all(m <= n for m in parse(FeedHashEntry.from_json, doc, rel).feeds):
                 self.home.delete_file(rel)
         self._drop_collected(flow, list(e.incs), plan)
         self.home.delete_file(LAYOUT.feed_entry(flow, n))  # last: it names the rest

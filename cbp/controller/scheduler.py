@@ -3,8 +3,10 @@ round-robin scheduler for possibly cyclic graphs with backpressure.
 
 Reads: ``live.spec`` and ``live.st`` (connectors, increments' framing keys and completeness,
 runnable states, the scheduler's position), the intentions a killed run left, the runner lease.
-Writes: ``live.st`` (the scheduler's position ``sched``; a Runnable's new state when it says not
-runnable, saved through the journal); runs each epoch through :class:`~.epoch.Epochs`: plans it
+Writes: through the journal only: a Runnable's new state when it says not runnable (a
+:class:`~.change.RunnableStateSet` the journal saves) and the scheduler's position ``sched``, which
+it moves on a copy and commits with each epoch's change (:class:`~.change.SchedSet`; a run's first
+epoch also commits the new round a run starts); runs each epoch through :class:`~.epoch.Epochs`: plans it
 under the home's lock, runs its Spark job without it, commits it under the lock (a refused
 commit, :mod:`.commitcheck`, is planned again; the scheduler sets ``epoch_timeout`` and
 ``run_info`` for the run) and collects garbage through :class:`~.landing.Landing` when a run
@@ -23,6 +25,7 @@ from ..model import normalize_runnable_result
 from ..spec import MAX_TIMEOUT
 from ..spec.resolve import safe_str
 from ..storage import Home
+from .change import RunnableStateSet
 from .commitcheck import Conflict, Planned
 from .epoch import Epochs
 from .intentions import Intention, Intentions
@@ -92,8 +95,7 @@ class Scheduler:
             sst = self.live.st.stages[stage]
             stored = json.loads(json.dumps(state)) if keep_state else None  # as it will read back
             if keep_state and stored != sst.runnable_state:
-                sst.runnable_state = stored
-                self.journal.save()
+                self.journal.save(RunnableStateSet(stage, stored))
             return None
         return Decision(reads, removes, state)
 
@@ -154,17 +156,16 @@ class Scheduler:
                 with self.journal.locked():
                     if first:
                         self.intentions.load()
-                        if not self.live.st.sched.ran:  # no epoch in this round yet: a new run starts a whole round
-                            self.live.st.sched = Sched()
-                        first = False
-                    step = self._next_step() if max_epochs is None or len(reports) < max_epochs else None
+                    # the scheduler's position moves on a copy, committed with the epoch it chooses
+                    sched = copy.deepcopy(self.live.st.sched)
+                    if first and not sched.ran:  # no epoch in this round yet: a new run starts a whole round
+                        sched = Sched()
+                    first = False
+                    step = self._next_step(sched) if max_epochs is None or len(reports) < max_epochs else None
                     if step is None:
                         self.landing.collect_garbage()
                         break
-                    try:
-                        planned = self.epochs.plan(step[0], step[1], intention=step[2])
-                    finally:
-                        self.journal.revert()  # what the plan changed is made again by its commit
+                    planned = self.epochs.plan(step[0], step[1], intention=step[2], sched=sched)
                 rep = self._run_planned(planned, on_start)
                 if rep is None:
                     continue  # refused: planned again on the newest snapshot
@@ -200,9 +201,9 @@ class Scheduler:
             return None
         return done
 
-    def _next_step(self) -> tuple[str, Decision, Intention | None] | None:
-        """Advance the scheduler to the next stage epoch to run: (stage, decision, intention to finish)."""
-        sc = self.live.st.sched
+    def _next_step(self, sc: Sched) -> tuple[str, Decision, Intention | None] | None:
+        """Advance the scheduler's position ``sc`` (a copy, changed in place; ``live.st`` is not) to
+        the next stage epoch to run: (stage, decision, intention to finish)."""
         while True:
             order = list(self.live.spec.order) if sc.pass_ == 0 else sc.held
             if sc.pos >= len(order):
@@ -210,7 +211,7 @@ class Scheduler:
                     sc.pass_, sc.pos = 1, 0
                     continue
                 quiet = not sc.ran
-                sc = self.live.st.sched = Sched()
+                sc.pass_, sc.pos, sc.ran, sc.held = 0, 0, False, []  # a new round
                 if quiet:  # nothing ran in a whole round
                     return None
                 continue
