@@ -211,6 +211,32 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     items.sort(key=lambda item: tiers.rank(item.path.name, item.name))  # stable: the rest keep their order
 
 
+def _release_cluster() -> None:
+    """Stop the standalone cluster this process started for the cluster's group, if it holds one."""
+    module = sys.modules.get("test_cluster")  # imported only where the group's tests run
+    if module is not None:
+        module.release_cluster()
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> Any:
+    """After the last test of the cluster's group (tests/tiers.py GROUPS: its files run one after the other on
+    one worker) the cluster it started is stopped: once for both files, not once per module."""
+    yield
+    import tiers
+
+    def grouped(it: pytest.Item | None) -> bool:
+        return it is not None and tiers.GROUPS.get(it.path.name) == "cluster"
+
+    if grouped(item) and not grouped(nextitem):
+        _release_cluster()
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    """A cluster still held (a run cut short, ``-x``) is stopped with the session."""
+    _release_cluster()
+
+
 def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
     """xdist's scheduler, whatever ``--dist`` says: units of work of :func:`tiers.scope_of` (a whole file,
     a test of a file whose tests are independent, or a group that shares the standalone cluster), handed

@@ -7,7 +7,10 @@ Used by ``tests/test_crash.py`` (short, in CI) and ``bench/crash_recovery.py`` (
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
+import logging
 import os
 import random
 import subprocess
@@ -148,14 +151,21 @@ def run_victim(
     workdir: Path,
     status_after_kill: bool = False,
     strict: bool = True,
+    done: int = 0,
 ) -> VictimLog:
     """Do the operations through the CLI; before operation ``i`` succeeds, kill it once per fault in ``plan[i]``.
+
+    The first ``done`` operations were done already, without faults (in the test's process: cheaper than a
+    ``cbp`` process with its own Spark driver for each, see :func:`run_reference`'s ``count``).
 
     Every faulted attempt must be killed (SIGKILL): a fault that is not reached fails the harness,
     unless ``strict`` is off (then it and the operation's later faults are listed in ``missed``).
     """
     log = VictimLog()
     for i, (op, k) in enumerate(operations(incs)):
+        if i < done:
+            assert not plan.get(i), f"operation {i} has faults but was done already"
+            continue
         if op == "feed":
             src = workdir / f"inc{k}.jsonl"
             src.write_text("".join(json.dumps(r) + "\n" for r in incs[k]))
@@ -188,15 +198,34 @@ def run_victim(
                     f"operation {i} ({op}) failed after recovery (exit {r.returncode}):\n{r.stderr[-3000:]}"
                 )
             if fault and status_after_kill:
-                st = cli(["status"], home)
-                a.stdout += "\n[status]\n" + st.stdout
+                a.stdout += "\n[status]\n" + status_text(home)
     return log
 
 
-def run_reference(home: str, incs: list[list[dict[str, str]]], spark: Any = None) -> None:
-    """The same operations, uninterrupted, in this process."""
+def status_text(home: str) -> str:
+    """What ``cbp status`` prints for the home: the command's own code (``cbp.cli.main``) in this process,
+    which reads the home as a new process would (status starts no Spark; a process of its own for each of
+    the sweep's 22 kills cost about a second of CPU and two of wall time each)."""
+    from cbp.cli import main
+
+    log = logging.getLogger("cbp")  # the command sets up its logger for a terminal: put it back as it was
+    handlers, level, propagate = list(log.handlers), log.level, log.propagate
+    out = io.StringIO()
+    try:
+        with contextlib.redirect_stdout(out):
+            main(["status", str(YAML), "--home", home])
+    finally:
+        log.handlers[:] = handlers
+        log.setLevel(level)
+        log.propagate = propagate
+    return out.getvalue()
+
+
+def run_reference(home: str, incs: list[list[dict[str, str]]], spark: Any = None, count: int | None = None) -> None:
+    """The same operations, uninterrupted, in this process (the first ``count`` increments' feeds and runs:
+    a victim's prefix without faults, then :func:`run_victim` with ``done=2 * count``)."""
     p = cbp.load(YAML, home=home, spark=spark)
-    for k, inc in enumerate(incs):
+    for k, inc in enumerate(incs[:count]):
         p.feed("lines", inc, feed_id=f"inc{k}")
         p.run()
 

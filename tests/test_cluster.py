@@ -26,7 +26,7 @@ import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import pytest
 
@@ -60,27 +60,54 @@ def _sourced(env_sh: Path) -> dict[str, str]:
     return env
 
 
+class _Held:
+    """The cluster this process holds: from the first test that asks for it to the last of the group's tests
+    that follow each other (tests/test_cluster.py, then tests/test_cluster_faults.py: one unit of work,
+    tests/tiers.py's GROUPS), so that the two modules do not each start and stop one."""
+
+    lock: IO[str] | None = None
+    env: dict[str, str] = {}
+    ours = False
+
+
+def release_cluster() -> None:
+    """Stop the cluster this process started (if it did) and release the lock: tests/conftest.py calls it
+    after the last test of the cluster's group, and at the end of the session."""
+    if _Held.lock is None:
+        return
+    try:
+        if _Held.ours:
+            _script("down")
+    finally:
+        _Held.lock.close()  # releases the file lock
+        _Held.lock, _Held.env, _Held.ours = None, {}, False
+
+
 @pytest.fixture(scope="module", name="cluster")
 def cluster_fixture() -> Iterator[dict[str, str]]:
-    """The running cluster's driver environment; starts one (and stops it after) when none is up.
+    """The running cluster's driver environment; starts one (stopped by :func:`release_cluster`) when none is up.
 
-    One module at a time holds it (a file lock beside ``state/cluster``): the test modules that use
-    it may run on different xdist workers, and one module's ``down`` must not stop another's cluster.
+    One process at a time holds it (a file lock beside ``state/cluster``), from the group's first test to its
+    last: a hand-run module or another work tree's suite must not share it, and one's ``down`` must not stop
+    another's cluster.
     """
-    STATE.parent.mkdir(parents=True, exist_ok=True)
-    with open(STATE.parent / "cluster.lock", "w") as lock:
+    if _Held.lock is None:
+        STATE.parent.mkdir(parents=True, exist_ok=True)
+        lock = open(STATE.parent / "cluster.lock", "w")  # noqa: SIM115 - held across modules, closed by release_cluster
         fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes, or when this process dies
+        _Held.lock = lock
         env_sh = STATE / "env.sh"
-        ours = False
         if not (env_sh.exists() and _script("status", 60).returncode == 0):
             if os.environ.get("CBP_TEST_CLUSTER") == "0":
+                release_cluster()
                 pytest.skip("needs the standalone cluster of scripts/cluster (CBP_TEST_CLUSTER=0: none started)")
             r = _script("up")
+            _Held.ours = r.returncode == 0
+            if not _Held.ours:
+                release_cluster()
             assert r.returncode == 0, r.stdout + r.stderr
-            ours = True
-        yield _sourced(env_sh)
-        if ours:
-            _script("down")
+        _Held.env = _sourced(env_sh)
+    yield _Held.env
 
 
 def _local_env() -> dict[str, str]:

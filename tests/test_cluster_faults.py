@@ -114,13 +114,15 @@ def _victim(env: dict[str, str], home: str, incs: list[list[dict[str, str]]], tm
             assert r.returncode == 0, r.stderr[-3000:]
             continue
         killed: int | None = None
+        killed_at = 0.0
         for fault in KILLS.get(i, []) + [None]:  # type: ignore[operator]
             if killed is not None:
                 busy, _, _ = driver(env, ["run"], home)
                 assert busy.returncode == 6, (
                     f"a run right after the kill: exit {busy.returncode}\n{busy.stderr[-2000:]}"
                 )
-                time.sleep(TTL + 1)  # the killed driver's lease expires
+                # the killed driver's lease expires: its last record said "expires" before its death + TTL
+                time.sleep(max(0.0, killed_at + TTL + 1 - time.monotonic()))
             t0 = time.monotonic()
             r, pid, left = driver(env, ["run"], home, fault)
             entry = {
@@ -141,7 +143,7 @@ def _victim(env: dict[str, str], home: str, incs: list[list[dict[str, str]]], tm
                 assert r.returncode == -signal.SIGKILL, (
                     f"{fault} was not reached (exit {r.returncode}):\n{r.stderr[-3000:]}"
                 )
-                killed = pid
+                killed, killed_at = pid, time.monotonic()  # after its death: its lease renewals have stopped
             else:
                 assert r.returncode == 0, f"run {i} after recovery failed:\n{r.stderr[-3000:]}"
     return log
