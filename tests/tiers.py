@@ -78,7 +78,9 @@ MARKS: dict[str, tuple[str, ...]] = {
     "test_delta_spark.py::test_cli_without_jars": ("slow",),  # a Spark driver of its own, without the jars
     "test_connect.py": ("connect", "slow"),  # a Spark Connect server (scripts/connect) and a client per test
     "test_sql_joins.py": ("slow",),
-    "test_tpch.py": ("slow",),  # every TPC-H query that compiles, through RF1, RF2 and updates
+    "test_tpch.py": ("slow",),  # all 22 TPC-H queries (97 stages) through RF1, RF2 and updates (~165 s)
+    "test_sql_subqueries.py": ("slow",),  # derived tables, scalar and correlated subqueries, NOT IN (~50 s)
+    "test_sql_windows.py": ("slow",),  # windows, top-k, ORDER BY ... LIMIT against Spark SQL (~35 s)
     # over ~11 s (summed over their parameters) in the clean runs of 2026-11-29: out of --fast (<= 5 min)
     "test_delta_spark.py": ("slow",),  # Spark's Delta connector reads every version cbp wrote (244 s)
     "test_runaway.py": ("slow",),  # epoch time limits that must expire (97 s)
@@ -150,13 +152,15 @@ FIRST = (
     "test_cluster_faults.py",  # (the cluster's group: ~495 s)
     "test_delta_spark.py",  # ~244 s, one unit (its Delta session starts once)
     "test_crash.py::test_sigkill_at_many_moments_recovers_exactly",
+    "test_tpch.py",  # ~165 s since all 22 queries compile
     "test_graphs.py::test_pagerank_with_retractions",
     "test_runaway.py",
     "test_airflow.py",
     "test_retention.py::test_kill_during_trimming_recovers_exactly",
     "test_airflow_safety.py",
-    "test_tpch.py",
     "test_connect.py",
+    "test_sql_subqueries.py",
+    "test_sql_windows.py",
     "test_jvmcache.py",
     "test_crawl_queue.py",
     "test_framing.py::test_framed_outputs_survive_crashes",
