@@ -257,3 +257,31 @@ def test_the_remote_setting_chooses_the_connect_path_without_a_server(spark, mon
     monkeypatch.delenv("CBP_REMOTE")
     assert main(["--remote", "http://127.0.0.1:1", "validate", str(ROOT / "flows" / "url_count.yaml")]) == 2
     assert "[usage]" in capsys.readouterr().err
+
+
+def test_the_anchor_puts_partition_p_in_its_task(spark):
+    """No server needed (the anchor is DataFrame API, classic or Connect): rows joined to the anchor land
+    in Spark partition ``p % slots`` (broadcast, the small epochs' way), or in Spark's own
+    ``repartition(P, by)`` partition (the shuffle path's way); the anchor is cached, one per session
+    and partition count."""
+    from pyspark.sql import functions as F
+
+    from cbp.engine.driver import anchor
+
+    rows = [(p, f"k{p}") for p in range(7)]
+    df = spark.createDataFrame(rows, "p INT, k STRING")
+    slots = 3
+    small = anchor.anchored(
+        spark, df.withColumn(anchor.ANCHOR, anchor.probe_column(F.col("p") % slots, slots)), slots, broadcast=True
+    )
+    got = {r["p"]: r["task"] for r in small.select("p", F.spark_partition_id().alias("task")).collect()}
+    assert got == {p: p % slots for p in range(7)}
+    assert anchor.ANCHOR not in small.columns
+    large = anchor.anchored_shuffle(spark, df, F.col("k"), 4)
+    got = {r["k"]: r["task"] for r in large.select("k", F.spark_partition_id().alias("task")).collect()}
+    want = {
+        r["k"]: r["task"] for r in df.repartition(4, "k").select("k", F.spark_partition_id().alias("task")).collect()
+    }
+    assert got == want
+    assert anchor.anchor_frame(spark, 4) is anchor.anchor_frame(spark, 4) and anchor.anchor_frame(spark, 4).is_cached
+    assert not anchor.placing(spark)  # the suite's local session: nothing to place

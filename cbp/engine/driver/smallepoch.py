@@ -61,6 +61,7 @@ from ..common.sparkhash import partition_of, spark_xxhash64
 from ..task.arrowtasks import claiming_batches, routed_batches, routing_batches
 from ..task.routing import BINDINGS, BOUND, COPY, COPY_HASH, bound_address, plain_envelopes, plain_route_field
 from ..task.runners import claimant, claiming_task, routed_task, routing_task
+from .anchor import ANCHOR, anchored, placing, probe_column
 from .dfjobs import BLOB_DDL, blobs_of, parallelism, payload_frame, range_frame
 from .jvmcache import pid_alive
 from .locality import executor_preferences, prefs_rdd, remember_executors
@@ -315,7 +316,14 @@ def _run_connect(spark: SparkSession, plan: TaskPlan, parts: list[pa.Table], tas
     rows = pa.table(
         {"p": pa.array([p for p, _ in payloads], pa.int32()), "data": pa.array([d for _, d in payloads], pa.binary())}
     )
-    blobs = blobs_of(payload_frame(spark, rows).mapInArrow(partial(routed_batches, plan, task), BLOB_DDL))
+    frame = payload_frame(spark, rows)
+    if placing(spark):  # a cluster behind the server: partition p always in the task of anchor block p % slots
+        from pyspark.sql import functions as F
+
+        slots = max(1, min(len(parts), parallelism(spark)))  # a task per core, as without the anchor
+        frame = frame.withColumn(ANCHOR, probe_column(F.col("p") % slots, slots))
+        frame = anchored(spark, frame, slots, broadcast=True)
+    blobs = blobs_of(frame.mapInArrow(partial(routed_batches, plan, task), BLOB_DDL))
     return _in_partition_order(
         pa.Table.from_batches([pa.ipc.read_record_batch(pa.py_buffer(b), RESULT) for b in blobs], schema=RESULT)
     )
