@@ -31,7 +31,7 @@ also holds each partition's envelopes): first those its worker ran last time, th
 ran, then the rest; the driver checks that every partition came back exactly once.
 
 Anything else takes the normal path: black-box mode (the whole state goes through the shuffle),
-more records or bytes, envelopes that outgrow :data:`SMALL_ENVELOPE_BYTES` (a RouteBy that returns
+more records or bytes, envelopes that outgrow :func:`envelope_cap` (a RouteBy that returns
 many keys), or a key longer than :data:`SMALL_KEY_BYTES`.
 
 The knob: ``CBP_SMALL_EPOCH_RECORDS`` or the pipeline tuning option ``small_epoch_records``
@@ -61,6 +61,7 @@ from ..common.sparkhash import partition_of, spark_xxhash64
 from ..task.arrowtasks import claiming_batches, routed_batches, routing_batches
 from ..task.routing import BINDINGS, BOUND, COPY, COPY_HASH, bound_address, plain_envelopes, plain_route_field
 from ..task.runners import claimant, claiming_task, routed_task, routing_task
+from . import taskmemory
 from .anchor import ANCHOR, anchored, placing, probe_column
 from .dfjobs import BLOB_DDL, blobs_of, parallelism, payload_frame, range_frame
 from .jvmcache import pid_alive
@@ -93,6 +94,13 @@ _LAST_WORKER: dict[tuple[str, str], dict[int, int]] = {}
 #: (home, stage) -> envelope bytes per record of its last routing job (:func:`route_on_executors`):
 #: an epoch whose records would make more than the cap takes the shuffle without trying.
 _ROUTED_BYTES: dict[tuple[str, str], float] = {}
+
+
+def envelope_cap() -> int:
+    """The most envelope bytes a small epoch may have: :data:`SMALL_ENVELOPE_BYTES`, or a quarter of
+    ``CBP_TASK_MEMORY_MB`` if that is less (:mod:`cbp.engine.driver.taskmemory`)."""
+    b = taskmemory.current()
+    return SMALL_ENVELOPE_BYTES if b is None else min(SMALL_ENVELOPE_BYTES, b.envelope_bytes)
 
 
 def routed_schema(plan: TaskPlan) -> pa.Schema:
@@ -160,17 +168,15 @@ def driver_routed(spark: SparkSession, plan: TaskPlan, input_files: dict[int, li
             )
     if remote:
         key, records = (plan.home.location, plan.stage.name), sum(t.num_rows for _, _, t in remote)
-        if records * _ROUTED_BYTES.get(key, 0.0) >= SMALL_ENVELOPE_BYTES:
+        if records * _ROUTED_BYTES.get(key, 0.0) >= envelope_cap():
             return None  # the last routing job of this stage says its envelopes would outgrow the cap
         routed = route_on_executors(spark, plan, remote)
         # bytes of envelopes per record RouteBy routed (at least, when they outgrew the cap)
-        _ROUTED_BYTES[key] = (SMALL_ENVELOPE_BYTES if routed is None else sum(b.nbytes for b in routed)) / max(
-            records, 1
-        )
+        _ROUTED_BYTES[key] = (envelope_cap() if routed is None else sum(b.nbytes for b in routed)) / max(records, 1)
         if routed is None:
             return None
         parts.extend(routed)
-    if sum(b.nbytes for b in parts) > SMALL_ENVELOPE_BYTES:
+    if sum(b.nbytes for b in parts) > envelope_cap():
         return None
     return _partitioned(plan, pa.Table.from_batches(parts, schema=schema))
 
@@ -225,7 +231,7 @@ def route_on_executors(
 ) -> list[pa.RecordBatch] | None:
     """RouteBy of the records in ``work`` run by a one-stage Spark job (user code runs where the
     normal path runs it, under the epoch's time limit), its envelopes collected; None when they
-    outgrow what the driver should hold (:data:`SMALL_ENVELOPE_BYTES`)."""
+    outgrow what the driver should hold (:func:`envelope_cap`)."""
     tasks = parallelism(spark)
     payloads = []
     for i, made, table in work:
@@ -236,7 +242,7 @@ def route_on_executors(
                 w.write_table(table.slice(a, step))
             payloads.append((i, made, sink.getvalue().to_pybytes()))
     tasks = min(tasks, len(payloads))
-    cap = SMALL_ENVELOPE_BYTES // tasks
+    cap = envelope_cap() // tasks
     if plan.path.connect:  # no RDDs: the slices go with the query, a row each
         rows = pa.table(
             {
