@@ -63,9 +63,10 @@ from ..task.routing import BINDINGS, BOUND, COPY, COPY_HASH, bound_address, plai
 from ..task.runners import claimant, claiming_task, routed_task, routing_task
 from . import taskmemory
 from .anchor import ANCHOR, anchored, placing, probe_column
-from .dfjobs import BLOB_DDL, blobs_of, parallelism, payload_frame, range_frame
+from .dfjobs import blob_schema, blobs_of, connect_conf, parallelism, payload_frame, range_frame
 from .jvmcache import pid_alive
 from .locality import executor_preferences, prefs_rdd, remember_executors
+from .session import is_connect
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -251,7 +252,7 @@ def route_on_executors(
                 "data": pa.array([x[2] for x in payloads], pa.binary()),
             }
         )
-        blobs = blobs_of(payload_frame(spark, rows).mapInArrow(partial(routing_batches, plan, cap), BLOB_DDL))
+        blobs = blobs_of(payload_frame(spark, rows).mapInArrow(partial(routing_batches, plan, cap), blob_schema()))
     else:
         blobs = (
             spark.sparkContext.parallelize(payloads, tasks).mapPartitions(partial(routing_task, plan, cap)).collect()
@@ -329,7 +330,7 @@ def _run_connect(spark: SparkSession, plan: TaskPlan, parts: list[pa.Table], tas
         slots = max(1, min(len(parts), parallelism(spark)))  # a task per core, as without the anchor
         frame = frame.withColumn(ANCHOR, probe_column(F.col("p") % slots, slots))
         frame = anchored(spark, frame, slots, broadcast=True)
-    blobs = blobs_of(frame.mapInArrow(partial(routed_batches, plan, task), BLOB_DDL))
+    blobs = blobs_of(frame.mapInArrow(partial(routed_batches, plan, task), blob_schema()))
     return _in_partition_order(
         pa.Table.from_batches([pa.ipc.read_record_batch(pa.py_buffer(b), RESULT) for b in blobs], schema=RESULT)
     )
@@ -343,8 +344,11 @@ def _in_partition_order(table: pa.Table) -> pa.Table:
 
 def _chunk(spark: SparkSession) -> int:
     """Envelopes per Arrow batch a task gets, as from the shuffle."""
+    key = "spark.sql.execution.arrow.maxRecordsPerBatch"
+    if is_connect(spark):  # asked once per session
+        return int(connect_conf(spark, key, "10000", positive=True))
     try:
-        return max(1, int(spark.conf.get("spark.sql.execution.arrow.maxRecordsPerBatch", "10000") or "10000"))
+        return max(1, int(spark.conf.get(key, "10000") or "10000"))
     except ValueError:
         return 10_000
 
@@ -370,7 +374,7 @@ def _run_claimed(
         if CLAIM_BY_RANGE:  # the DataFrame job a Connect session could run (cbp.engine.driver.dfjobs)
             jobs = range_frame(spark, tasks)
             blobs = blobs_of(
-                jobs.mapInArrow(partial(claiming_batches, plan, task, work, len(parts), tasks, last), BLOB_DDL)
+                jobs.mapInArrow(partial(claiming_batches, plan, task, work, len(parts), tasks, last), blob_schema())
             )
         else:
             rdd = spark.sparkContext.parallelize(range(tasks), tasks)
