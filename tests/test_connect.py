@@ -93,8 +93,9 @@ def _connect_side(code: str, url: str, **env: str) -> dict:
 
 
 def test_url_count_through_the_python_api_on_connect(server, tmp_path):
-    """Three epochs of one home: a small epoch (routed by the driver), then the shuffle path
-    (``CBP_SMALL_EPOCH_RECORDS=0``), then a small epoch again; retractions in the last two; ``sql``,
+    """Three epochs of one home, their jobs anchored as in front of a cluster (:mod:`cbp.engine.driver.anchor`):
+    a small epoch (routed by the driver), then the shuffle path (``CBP_SMALL_EPOCH_RECORDS=0``), then a small
+    epoch again; retractions in the last two; ``sql``,
     ``state_df`` and ``flow_df`` (and ``no-delta-jars`` when the server's Delta check says no); a rewind
     and the rerun; an upgrade that rewrites the state (partitions 4 -> 3); then a translator that raises,
     reported by its code; and a tagged job cancelled from another thread."""
@@ -102,6 +103,8 @@ def test_url_count_through_the_python_api_on_connect(server, tmp_path):
     got = _connect_side(
         f"""
         import os
+        from cbp.engine.driver import anchor
+        anchor._PLACING[spark.session_id] = True  # the anchor's jobs, as in front of a cluster (both paths)
         p = cbp.load({yaml!r}, {str(tmp_path / "home")!r}, spark=spark)
         epochs, states = [], []
         for i, f in enumerate(FEEDS):

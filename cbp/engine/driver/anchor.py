@@ -11,6 +11,10 @@ partitioning (no shuffle), so the join's task ``p`` reads cached block ``p`` and
 it on the executor that holds that block, epoch after epoch, as long as the block lives (an
 executor lost: Spark computes the block again elsewhere, and ``p`` stays there from then on).
 
+A small epoch needs no join: its job is ``mapInArrow`` over the anchor itself, the partitions' envelopes
+sent with the function (:func:`cbp.engine.task.arrowtasks.slot_batches`), so that it stays one stage;
+a first job that put two of the anchor's blocks on one executor drops the anchor once (:func:`spread`).
+
 Only a server in front of a cluster needs it (:func:`placing`: its ``spark.master`` is not ``local``);
 in local mode every task runs in the one executor.
 
@@ -30,7 +34,7 @@ from ..common.sparkhash import partition_probes
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, SparkSession
 
-__all__ = ["ANCHOR", "placing", "anchor_frame", "anchored", "probe_column", "anchored_shuffle"]
+__all__ = ["ANCHOR", "placing", "anchor_frame", "anchored", "probe_column", "anchored_shuffle", "spread"]
 
 #: The anchor's one column, also the join column an anchored input carries.
 ANCHOR = "_cbp_anchor"
@@ -38,6 +42,8 @@ ANCHOR = "_cbp_anchor"
 _PLACING: dict[str, bool] = {}
 #: (session id, partitions) -> the cached anchor.
 _ANCHORS: dict[tuple[str, int], DataFrame] = {}
+#: (session id, partitions) of anchors cached again once because their blocks shared an executor.
+_RESPREAD: set[tuple[str, int]] = set()
 
 
 def _sid(spark: SparkSession) -> str:
@@ -105,3 +111,18 @@ def anchored_shuffle(spark: SparkSession, df: DataFrame, by: Column, partitions:
 
     part = F.pmod(F.hash(by), F.lit(partitions))
     return anchored(spark, df.withColumn(ANCHOR, probe_column(part, partitions)), partitions)
+
+
+def spread(spark: SparkSession, slots: int, executors: dict[int, str]) -> None:
+    """After a job over an anchor of ``slots`` slots (``executors``: slot -> the executor that ran it):
+    if two slots' blocks landed on one executor (the first job ran while another executor was busy or
+    starting), drop the anchor so that the next job caches it again, once per session and size. An
+    executor of several cores may hold several slots: then the second anchor stays as it falls."""
+    key = (_sid(spark), slots)
+    if key in _RESPREAD or key not in _ANCHORS or len(set(executors.values())) >= min(slots, len(executors)):
+        return
+    _RESPREAD.add(key)
+    try:
+        _ANCHORS.pop(key).unpersist()
+    except Exception:  # noqa: BLE001 - the next job caches it again anyway
+        pass

@@ -57,12 +57,12 @@ from ...errors import RuntimeStateError
 from ...storage import objectstore
 from ...storage.layout import epoch_of
 from ..common.protocol import RESULT
-from ..common.sparkhash import partition_of, spark_xxhash64
-from ..task.arrowtasks import claiming_batches, routed_batches, routing_batches
+from ..common.sparkhash import partition_of, partition_probes, spark_xxhash64
+from ..task.arrowtasks import claiming_batches, routed_batches, routing_batches, slot_batches
 from ..task.routing import BINDINGS, BOUND, COPY, COPY_HASH, bound_address, plain_envelopes, plain_route_field
 from ..task.runners import claimant, claiming_task, routed_task, routing_task
 from . import taskmemory
-from .anchor import ANCHOR, anchored, placing, probe_column
+from .anchor import ANCHOR, anchor_frame, placing, spread
 from .dfjobs import blob_schema, blobs_of, connect_conf, parallelism, payload_frame, range_frame
 from .jvmcache import pid_alive
 from .locality import executor_preferences, prefs_rdd, remember_executors
@@ -323,17 +323,20 @@ def _run_connect(spark: SparkSession, plan: TaskPlan, parts: list[pa.Table], tas
     rows = pa.table(
         {"p": pa.array([p for p, _ in payloads], pa.int32()), "data": pa.array([d for _, d in payloads], pa.binary())}
     )
-    frame = payload_frame(spark, rows)
-    if placing(spark):  # a cluster behind the server: partition p always in the task of anchor block p % slots
-        from pyspark.sql import functions as F
-
-        slots = max(1, min(len(parts), parallelism(spark)))  # a task per core, as without the anchor
-        frame = frame.withColumn(ANCHOR, probe_column(F.col("p") % slots, slots))
-        frame = anchored(spark, frame, slots, broadcast=True)
-    blobs = blobs_of(frame.mapInArrow(partial(routed_batches, plan, task), blob_schema()))
-    return _in_partition_order(
+    slots = max(1, min(len(parts), parallelism(spark))) if placing(spark) else 0  # a task per core
+    if slots:  # a cluster behind the server: partition p always in the task of the anchor's block p % slots
+        groups = [payloads[i::slots] for i in range(slots)]  # sent with the function: no join, one stage
+        run = partial(slot_batches, plan, task, list(partition_probes(slots)), groups, ANCHOR)
+        blobs = blobs_of(anchor_frame(spark, slots).mapInArrow(run, blob_schema()))
+    else:
+        blobs = blobs_of(payload_frame(spark, rows).mapInArrow(partial(routed_batches, plan, task), blob_schema()))
+    table = _in_partition_order(
         pa.Table.from_batches([pa.ipc.read_record_batch(pa.py_buffer(b), RESULT) for b in blobs], schema=RESULT)
     )
+    if slots:  # the anchor's blocks on as many executors as it has slots, or cached again once
+        ran = zip(table.column("part").to_pylist(), table.column("executor").to_pylist())
+        spread(spark, slots, {int(p) % slots: str(e) for p, e in ran})
+    return table
 
 
 def _in_partition_order(table: pa.Table) -> pa.Table:
