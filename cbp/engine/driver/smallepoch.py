@@ -326,8 +326,9 @@ def _run_connect(spark: SparkSession, plan: TaskPlan, parts: list[pa.Table], tas
     slots = max(1, min(len(parts), parallelism(spark))) if placing(spark) else 0  # a task per core
     if slots:  # a cluster behind the server: partition p always in the task of the anchor's block p % slots
         groups = [payloads[i::slots] for i in range(slots)]  # sent with the function: no join, one stage
-        run = partial(slot_batches, plan, task, list(partition_probes(slots)), groups, ANCHOR)
-        blobs = blobs_of(anchor_frame(spark, slots).mapInArrow(run, blob_schema()))
+        probes = list(partition_probes(slots))
+        anchor = anchor_frame(spark, slots)
+        blobs = blobs_of(anchor.mapInArrow(partial(slot_batches, plan, task, probes, groups, ANCHOR), blob_schema()))
     else:
         blobs = blobs_of(payload_frame(spark, rows).mapInArrow(partial(routed_batches, plan, task), blob_schema()))
     table = _in_partition_order(
