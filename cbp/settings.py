@@ -49,6 +49,13 @@ VARIABLES: tuple[Variable, ...] = (
         "a Spark Connect server's URL (`sc://HOST:PORT`): cbp opens a Connect session there instead of starting "
         "a JVM (`cbp --remote`; docs/howto/spark-connect.md)",
     ),
+    Variable(
+        "CBP_CONNECT_SESSION",
+        "connect_session",
+        "`shared`",
+        "`shared`: cbp's commands share one Spark Connect session per user and server (one Python daemon "
+        "on the server); `process`: a session per process, released at exit",
+    ),
     Variable("CBP_SPARK_CONF", "spark_conf", "empty", "more Spark settings, `key=value` separated by `;`"),
     Variable("CBP_DRIVER_MEMORY", "driver_memory", "`4g`", "`spark.driver.memory` of the session cbp creates"),
     Variable(
@@ -86,6 +93,14 @@ VARIABLES: tuple[Variable, ...] = (
         "`cbp.engine.task.indexpages.INDEX_MB`",
         "a worker's partition index pages, in MB",
     ),
+    Variable(
+        "CBP_TASK_MEMORY_MB",
+        "task_memory_mb",
+        "none (cbp's own defaults)",
+        "what a task may hold in memory, in MB (may be below 1024): half for the state cache, an eighth for "
+        "index pages, a quarter for a small epoch's envelopes, a sixteenth per Arrow batch "
+        "(`cbp.engine.driver.taskmemory`)",
+    ),
     Variable("CBP_LEASE_TTL", "lease_ttl", "30", "seconds an object-store home's lease lasts unrenewed"),
     Variable("CBP_LEASE_RENEW", "lease_renew", "a third of the TTL", "seconds between lease renewals"),
     Variable("CBP_FAULT", "fault", "none", "a fault to inject (crash tests, `cbp.faults`)"),
@@ -99,6 +114,7 @@ class Settings:
 
     spark_master: str = "local[*,2]"
     remote: str | None = None
+    connect_session: str = "shared"
     spark_conf: str = ""
     driver_memory: str = "4g"
     driver_java_options: str = ""
@@ -115,6 +131,7 @@ class Settings:
     state_scan_fraction: float | None = None
     state_cache_mb: float | None = None
     state_index_mb: float | None = None
+    task_memory_mb: float | None = None
     lease_ttl: float = 30.0
     lease_renew: float | None = None
     fault: str | None = None
@@ -140,9 +157,16 @@ class Settings:
                     code="bad-setting",
                 ) from None
 
+        session = text("CBP_CONNECT_SESSION") or cls.connect_session
+        if session not in ("shared", "process"):
+            raise RuntimeStateError(
+                f"CBP_CONNECT_SESSION={session!r} is not 'shared' or 'process' (docs/reference/settings.md)",
+                code="bad-setting",
+            )
         return cls(
             spark_master=text("CBP_SPARK_MASTER") or cls.spark_master,
             remote=text("CBP_REMOTE") or text("SPARK_REMOTE"),
+            connect_session=session,
             spark_conf=env.get("CBP_SPARK_CONF", ""),
             driver_memory=text("CBP_DRIVER_MEMORY") or cls.driver_memory,
             driver_java_options=env.get("CBP_DRIVER_JAVA_OPTIONS", "").strip(),
@@ -159,6 +183,7 @@ class Settings:
             state_scan_fraction=num("CBP_STATE_SCAN_FRACTION", float),
             state_cache_mb=num("CBP_STATE_CACHE_MB", float),
             state_index_mb=num("CBP_STATE_INDEX_MB", float),
+            task_memory_mb=num("CBP_TASK_MEMORY_MB", float),
             lease_ttl=num("CBP_LEASE_TTL", float) or cls.lease_ttl,
             lease_renew=num("CBP_LEASE_RENEW", float),
             fault=text("CBP_FAULT"),

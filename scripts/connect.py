@@ -79,6 +79,9 @@ def command(master: str, port: int) -> list[str]:
     }
     if not master.startswith("local"):  # the standalone cluster's workers have the jars at the same paths
         conf.update({"spark.executor.extraClassPath": cp, "spark.executor.cores": "1", "spark.executor.memory": "1g"})
+        # a shuffle's reduce task must not prefer the map output's host: the anchor's executor decides
+        # where partition p runs (cbp.engine.driver.anchor)
+        conf["spark.shuffle.reduceLocality.enabled"] = "false"
     args = [str(spark_home() / "bin" / "spark-submit"), "--master", master, "--name", "cbp-connect"]
     for k, v in conf.items():
         args += ["--conf", f"{k}={v}"]

@@ -14,7 +14,6 @@ import socket
 import subprocess
 import sys
 import textwrap
-import uuid
 
 import pandas as pd
 import pytest
@@ -94,8 +93,9 @@ def _connect_side(code: str, url: str, **env: str) -> dict:
 
 
 def test_url_count_through_the_python_api_on_connect(server, tmp_path):
-    """Three epochs of one home: a small epoch (routed by the driver), then the shuffle path
-    (``CBP_SMALL_EPOCH_RECORDS=0``), then a small epoch again; retractions in the last two; ``sql``,
+    """Three epochs of one home, their jobs anchored as in front of a cluster (:mod:`cbp.engine.driver.anchor`):
+    a small epoch (routed by the driver), then the shuffle path (``CBP_SMALL_EPOCH_RECORDS=0``), then a small
+    epoch again; retractions in the last two; ``sql``,
     ``state_df`` and ``flow_df`` (and ``no-delta-jars`` when the server's Delta check says no); a rewind
     and the rerun; an upgrade that rewrites the state (partitions 4 -> 3); then a translator that raises,
     reported by its code; and a tagged job cancelled from another thread."""
@@ -103,6 +103,8 @@ def test_url_count_through_the_python_api_on_connect(server, tmp_path):
     got = _connect_side(
         f"""
         import os
+        from cbp.engine.driver import anchor
+        anchor._PLACING[spark.session_id] = True  # the anchor's jobs, as in front of a cluster (both paths)
         p = cbp.load({yaml!r}, {str(tmp_path / "home")!r}, spark=spark)
         epochs, states = [], []
         for i, f in enumerate(FEEDS):
@@ -170,7 +172,21 @@ def test_url_count_through_the_python_api_on_connect(server, tmp_path):
             cancelled = False
         except Exception as e:
             cancelled = "CANCEL" in str(e).upper()
+        from cbp.engine.driver.progress import Poller
+
+        def nap(batches):
+            for b in batches:
+                time.sleep(3.5)  # longer than the server's progress report interval (2 s)
+                yield b
+
+        seen = []
+        with Poller(seen.append, every=0.2) as poll:  # what cbp run's progress bar reads
+            poll.epoch("url_count", 9)
+            spark.range(0, 2, 1, 2).mapInArrow(nap, "id long").collect()
+            poll.idle()
+        progress = max((g.tasks_total, g.spark_stage.startswith("Spark stage")) for g in seen)
         got = {{"states": states, "epochs": epochs, "counts": counts, "code": code, "cancelled": cancelled}}
+        got.update(progress=progress)
         got.update(sql=sql, state_df=state_df, flow_df=flow_df, no_delta=no_delta, unknown_source=unknown_source)
         got.update(probed=probed, bad_sql=bad_sql)
         got.update(upgraded=upgraded, rewound=rewound, rerun=rerun)
@@ -200,15 +216,20 @@ def test_url_count_through_the_python_api_on_connect(server, tmp_path):
     assert got["rewound"] == from_scratch(FEEDS[:2]) and got["rerun"] == [3] and got["states"][3] == final
     assert got["code"] == "user-code"  # the task's failure record reaches the client through Spark Connect
     assert got["cancelled"]  # a tagged job is interrupted by JobTag.cancel (spark.interruptTag)
+    assert got["progress"] == [2, True]  # the progress handler's tasks of the running stage
 
 
 def test_url_count_through_the_cli_with_remote(server, tmp_path):
-    """Two ``cbp --remote`` runs that share one server session (``;session_id=`` in the URL) start one
-    Python daemon on the server, not one each; ``cbp sql`` reads the state on the server."""
+    """Two ``cbp --remote`` runs share this user's session on the server (cbp names it,
+    :mod:`cbp.engine.driver.connectsession`): one Python daemon on the server, not one each; a shared
+    session the server closed is replaced by a new one; ``cbp sql`` reads the state on the server."""
     home = str(tmp_path / "home")
     yaml = str(ROOT / "flows" / "url_count.yaml")
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), str(ROOT / "flows")])}
-    env.pop("CBP_REMOTE", None)
+    env.update(XDG_CACHE_HOME=str(tmp_path / "cache"))  # the shared session ids: this test's own
+    for name in ("CBP_REMOTE", "SPARK_REMOTE", "CBP_JVM_CACHE", "CBP_CONNECT_SESSION"):
+        env.pop(name, None)
+    ids = tmp_path / "cache" / "cbp" / "connect-sessions.json"
 
     def cbp(*args: str) -> str:
         run = subprocess.run(
@@ -217,7 +238,7 @@ def test_url_count_through_the_cli_with_remote(server, tmp_path):
         assert run.returncode == 0, run.stderr[-4000:]
         return run.stdout
 
-    remote = f"{server}/;session_id={uuid.uuid4()}"  # the commands share one server session
+    remote = server  # no session id: the commands share the one cbp keeps for this user and server
     daemons = []
     for i, feed in enumerate(FEEDS[:2]):
         path = tmp_path / f"feed{i}.jsonl"
@@ -227,11 +248,16 @@ def test_url_count_through_the_cli_with_remote(server, tmp_path):
         assert "stage epoch(s)" in ran
         daemons.append(_daemons(server))
     assert daemons[1] == daemons[0]  # the second command's session is the first's: no new Python daemon
+    first = json.loads(ids.read_text())[server]
+    named = f"{server}/;session_id={first}"
+    release = f"from pyspark.sql import SparkSession; SparkSession.builder.remote({named!r}).create().stop()"
+    subprocess.run([sys.executable, "-c", release], env=env, check=True, capture_output=True, timeout=300)
     state = [json.loads(line) for line in cbp("state", yaml, "url_count", "--home", home).splitlines()]
     assert {r["url"]: r["count"] for r in state} == from_scratch(FEEDS[:2])
     query = "SELECT url, count FROM url_count"
     rows = [json.loads(line) for line in cbp("--remote", remote, "sql", yaml, query, "--home", home).splitlines()]
     assert {r["url"]: r["count"] for r in rows} == from_scratch(FEEDS[:2])  # cbp sql on the server
+    assert json.loads(ids.read_text())[server] != first  # the released session was replaced, and kept
 
 
 def test_the_remote_setting_chooses_the_connect_path_without_a_server(spark, monkeypatch, capsys):
@@ -257,3 +283,31 @@ def test_the_remote_setting_chooses_the_connect_path_without_a_server(spark, mon
     monkeypatch.delenv("CBP_REMOTE")
     assert main(["--remote", "http://127.0.0.1:1", "validate", str(ROOT / "flows" / "url_count.yaml")]) == 2
     assert "[usage]" in capsys.readouterr().err
+
+
+def test_the_anchor_puts_partition_p_in_its_task(spark):
+    """No server needed (the anchor is DataFrame API, classic or Connect): rows joined to the anchor land
+    in Spark partition ``p % slots`` (broadcast, the small epochs' way), or in Spark's own
+    ``repartition(P, by)`` partition (the shuffle path's way); the anchor is cached, one per session
+    and partition count."""
+    from pyspark.sql import functions as F
+
+    from cbp.engine.driver import anchor
+
+    rows = [(p, f"k{p}") for p in range(7)]
+    df = spark.createDataFrame(rows, "p INT, k STRING")
+    slots = 3
+    small = anchor.anchored(
+        spark, df.withColumn(anchor.ANCHOR, anchor.probe_column(F.col("p") % slots, slots)), slots, broadcast=True
+    )
+    got = {r["p"]: r["task"] for r in small.select("p", F.spark_partition_id().alias("task")).collect()}
+    assert got == {p: p % slots for p in range(7)}
+    assert anchor.ANCHOR not in small.columns
+    large = anchor.anchored_shuffle(spark, df, F.col("k"), 4)
+    got = {r["k"]: r["task"] for r in large.select("k", F.spark_partition_id().alias("task")).collect()}
+    want = {
+        r["k"]: r["task"] for r in df.repartition(4, "k").select("k", F.spark_partition_id().alias("task")).collect()
+    }
+    assert got == want
+    assert anchor.anchor_frame(spark, 4) is anchor.anchor_frame(spark, 4) and anchor.anchor_frame(spark, 4).is_cached
+    assert not anchor.placing(spark)  # the suite's local session: nothing to place

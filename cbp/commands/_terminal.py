@@ -2,7 +2,8 @@
 (:func:`setup`), and a running ``cbp run``'s progress bar on stderr (:class:`EpochDisplay`).
 
 The bar shows only on a terminal, and only for an epoch that takes longer than :data:`AFTER` seconds: the stage
-and epoch, Spark's tasks done of all, the records read so far, the time taken. The bar goes away
+and epoch, Spark's tasks done of all, the records read so far (on Spark Connect: the tasks the server's
+progress reports give, and the stage instead of records), the time taken. The bar goes away
 when the epoch ends, before its report line is printed (on stdout, as without a terminal).
 """
 

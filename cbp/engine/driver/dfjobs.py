@@ -24,8 +24,18 @@ from .session import is_connect
 if TYPE_CHECKING:
     import pyarrow as pa
     from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql.types import StructType
 
-__all__ = ["JobTag", "parallelism", "range_frame", "payload_frame", "blobs_of", "BLOB_DDL", "CONNECT_PARALLELISM"]
+__all__ = [
+    "JobTag",
+    "parallelism",
+    "connect_conf",
+    "range_frame",
+    "payload_frame",
+    "blobs_of",
+    "BLOB_DDL",
+    "CONNECT_PARALLELISM",
+]
 
 #: The output of the jobs' functions (:data:`cbp.engine.task.arrowtasks.BLOBS`).
 BLOB_DDL = "blob BINARY"
@@ -68,10 +78,35 @@ def parallelism(spark: SparkSession) -> int:
     ``spark.default.parallelism`` if it says, else :data:`CONNECT_PARALLELISM`."""
     if not is_connect(spark):
         return max(1, spark.sparkContext.defaultParallelism)
-    try:
-        return max(1, int(spark.conf.get("spark.default.parallelism", None) or CONNECT_PARALLELISM))
-    except (ValueError, Exception):  # noqa: BLE001 - a server that does not say
-        return CONNECT_PARALLELISM
+    return int(connect_conf(spark, "spark.default.parallelism", str(CONNECT_PARALLELISM), positive=True))
+
+
+#: (Connect session id, setting) -> its value, asked once per session (each question is a round trip).
+_CONF: dict[tuple[str, str], str] = {}
+
+
+def connect_conf(spark: SparkSession, key: str, default: str, positive: bool = False) -> str:
+    """A Connect session's setting ``key`` (``default`` when the server does not say, or, with
+    ``positive``, says something that is not a positive integer), asked once per session: a small
+    epoch asked two such settings, two round trips of its six."""
+    k = (str(getattr(spark, "session_id", id(spark))), key)
+    if k not in _CONF:
+        try:
+            value = str(spark.conf.get(key, None) or default)
+            if positive and int(value) < 1:
+                value = default
+        except Exception:  # noqa: BLE001 - a server that does not say, or not a number
+            value = default
+        _CONF[k] = value
+    return _CONF[k]
+
+
+def blob_schema() -> StructType:
+    """:data:`BLOB_DDL` as a Spark type: a Connect client sends a DDL string to the server to parse
+    (a round trip per job), a type it sends as it is."""
+    from pyspark.sql.types import BinaryType, StructField, StructType
+
+    return StructType([StructField("blob", BinaryType())])
 
 
 def blobs_of(df: DataFrame) -> list[bytes]:

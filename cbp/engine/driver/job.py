@@ -28,6 +28,7 @@ from ...storage.layout import epoch_of
 from ..common.protocol import FailureRecord, TaskResult, decode_failure, decode_results, result_spark_schema
 from ..task.routing import BOUND, COPY, COPY_HASH, JSON_ESCAPED, bound_address, record_column
 from ..task.translate import TaskPlan, grouped_task, recordwise_task, route_batches
+from .anchor import anchored_shuffle, placing
 from .deltaread import StateSource, latest_state
 from .dfjobs import JobTag
 from .locality import placed_epoch
@@ -291,12 +292,11 @@ def _grouped(
     # hash first, as state files are: a task reads and writes its state in one pass
     h = F.when(F.col("_key").startswith(COPY), F.lit(COPY_HASH)).otherwise(F.xxhash64("_key"))
     by = F.coalesce(F.col("_r"), F.col("_key"))
-    env = (
-        env.withColumn("_h", h)
-        .repartition(plan.stage.partitions, by)
-        .drop("_r")
-        .sortWithinPartitions("_h", "_key", "_flow")
-    )
+    if plan.path.connect and placing(spark):  # a cluster behind a Connect server (cbp.engine.driver.anchor)
+        env = anchored_shuffle(spark, env.withColumn("_h", h), by, plan.stage.partitions).drop("_r")
+    else:
+        env = env.withColumn("_h", h).repartition(plan.stage.partitions, by).drop("_r")
+    env = env.sortWithinPartitions("_h", "_key", "_flow")
     if placed:  # keep partition p on the executor that ran it last epoch (cbp.engine.driver.locality)
         return placed_epoch(spark, env, plan, grouped_task)
     return env.mapInArrow(partial(grouped_task, plan), result_spark_schema()).toArrow()

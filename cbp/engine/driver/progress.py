@@ -1,5 +1,6 @@
-"""What a running stage epoch is doing, from Spark's status tracker, for progress displays (a classic
-driver's: on Spark Connect the display shows the elapsed time only).
+"""What a running stage epoch is doing, for progress displays: on a classic driver from Spark's status
+tracker (tasks, records read), on Spark Connect from the progress the server sends with each running
+query (``spark.registerProgressHandler``: tasks per stage, no record counts; :class:`ConnectProgress`).
 
 :class:`Poller` calls ``callback(Progress(...))`` from a daemon thread every ``every`` seconds while
 an epoch runs (:meth:`Poller.epoch` says which; :meth:`Poller.idle` that none does), and stops when
@@ -22,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from pyspark import SparkContext
 
-__all__ = ["Progress", "Poller", "spark_progress"]
+__all__ = ["Progress", "Poller", "spark_progress", "ConnectProgress"]
 
 
 @dataclass(frozen=True)
@@ -62,6 +63,50 @@ def spark_progress(sc: SparkContext) -> tuple[int, int, int | None, str]:
     return done, total, records, name
 
 
+class ConnectProgress:
+    """A Spark Connect progress handler (``spark.registerProgressHandler``): the tasks of the stages of
+    the queries running now, as the server reports them (every ``spark.connect.progress.reportInterval``,
+    2 s by default). :meth:`look` gives what :func:`spark_progress` gives on classic (no record count).
+
+        >>> from types import SimpleNamespace as NS
+        >>> h = ConnectProgress()
+        >>> h([NS(stage_id=3, num_tasks=4, num_completed_tasks=1, done=False)], 3, "op1", False)
+        >>> h.look()
+        (1, 4, None, 'Spark stage 3')
+        >>> h([], 0, "op1", True)
+        >>> h.look()
+        (0, 0, None, '')
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._running: dict[str, list[tuple[int, int, int]]] = {}  # operation -> (stage, done, tasks)
+
+    def __call__(self, stages: Any, inflight_tasks: int, operation_id: str | None, done: bool) -> None:
+        op = operation_id or ""
+        with self._lock:
+            if done:
+                self._running.pop(op, None)
+            else:
+                self._running[op] = [(s.stage_id, s.num_completed_tasks, s.num_tasks) for s in stages or ()]
+
+    def look(self) -> tuple[int, int, int | None, str]:
+        """(tasks done, tasks in all, None, the newest stage's name) of the running queries."""
+        with self._lock:
+            seen = [s for stages in self._running.values() for s in stages]
+        if not seen:
+            return 0, 0, None, ""
+        return sum(s[1] for s in seen), sum(s[2] for s in seen), None, f"Spark stage {max(s[0] for s in seen)}"
+
+
+def _connect_session() -> Any:
+    """This process's Spark Connect session (the poller's thread has no active session of its own: the
+    process's default one), or None."""
+    from pyspark.sql.connect.session import SparkSession
+
+    return SparkSession.getActiveSession() or SparkSession._get_default_session()
+
+
 def _remote() -> bool:
     """Whether this process's Spark is a Spark Connect session: no status tracker to read (classic only)."""
     from pyspark.sql.utils import is_remote
@@ -77,6 +122,8 @@ class Poller:
         self._current: tuple[str, int, float] | None = None
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        self._handler = ConnectProgress()
+        self._registered: Any = None  # the Connect session the handler is registered with
 
     def epoch(self, stage: str, epoch: int) -> None:
         """An epoch of ``stage`` starts now."""
@@ -95,6 +142,22 @@ class Poller:
         self._stop.set()
         if self._thread is not None:
             self._thread.join(10)
+        if self._registered is not None:
+            try:
+                self._registered.removeProgressHandler(self._handler)
+            except Exception:  # noqa: BLE001 - a session already stopped
+                pass
+            self._registered = None
+
+    def _connect_look(self) -> tuple[int, int, int | None, str]:
+        """What the progress handler saw, registered with the process's Connect session on first look."""
+        if self._registered is None:
+            session = _connect_session()
+            if session is None:
+                return 0, 0, None, ""
+            session.registerProgressHandler(self._handler)
+            self._registered = session
+        return self._handler.look()
 
     def _loop(self) -> None:
         while not self._stop.wait(self._every):
@@ -109,7 +172,9 @@ class Poller:
                 sc = SparkContext._active_spark_context
                 if sc is not None:
                     done, total, records, name = spark_progress(sc)
-                elif not _remote():
+                elif _remote():  # Spark Connect: the server's progress reports
+                    done, total, records, name = self._connect_look()
+                else:
                     name = "starting Spark"
             except Exception:  # Spark stopping under us: nothing to say this time
                 pass

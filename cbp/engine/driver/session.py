@@ -16,6 +16,7 @@ Example::
 
 from __future__ import annotations
 
+import atexit
 import os
 import shutil
 import sys
@@ -25,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 from ... import settings
 from ...errors import RuntimeStateError
+from . import taskmemory
 from .jvmcache import abandon, driver_java_options, finish_at_exit, refuse
 from .jvmlog import launch, verbose
 
@@ -74,9 +76,11 @@ def is_connect(spark: Any) -> bool:
 
 
 def connect_spark(url: str) -> SparkSession:
-    """The process's Spark Connect session to ``url`` (``sc://HOST:PORT``, optionally ``/;session_id=UUID``:
-    processes that name one id share one server session), opened on first use and then kept (a
-    long-running process holds one session on the server). A closed session id: code ``connect-session-closed``.
+    """The process's Spark Connect session to ``url`` (``sc://HOST:PORT``, optionally ``/;session_id=UUID``),
+    opened on first use and then kept (a long-running process holds one session on the server). Without
+    a ``session_id`` in ``url``, the session this user's cbp commands share on that server
+    (:mod:`cbp.engine.driver.connectsession`; one Python daemon on the server for all of them), renewed
+    once if the server closed it. A closed session that ``url`` names: code ``connect-session-closed``.
 
     Example::
 
@@ -85,8 +89,35 @@ def connect_spark(url: str) -> SparkSession:
     """
     from pyspark.sql import SparkSession
 
-    spark = SparkSession.builder.remote(url).getOrCreate()
-    for key, value in CONNECT_CONF.items():
+    from .connectsession import names_session, renewed_url, shared_url
+
+    active = SparkSession.getActiveSession()
+    if active is not None and is_connect(active) and _OPENED.get(url) == getattr(active, "session_id", None):
+        return active
+    named = shared_url(url)
+    spark = SparkSession.builder.remote(named).getOrCreate()
+    try:
+        _open(spark, named)
+    except RuntimeStateError:
+        if named == url:  # the user named the session: theirs to replace
+            raise
+        _release(spark)  # no longer this process's default session (pyspark's own calls use that one)
+        named = renewed_url(url)  # the shared session was closed on the server: a new one, kept
+        spark = _open(SparkSession.builder.remote(named).getOrCreate(), named)
+    if settings.current().connect_session == "process" and not names_session(url):
+        atexit.register(_release, spark)
+    _OPENED[url] = str(getattr(spark, "session_id", ""))
+    return spark
+
+
+#: URL as given -> the session id opened for it in this process.
+_OPENED: dict[str, str] = {}
+
+
+def _open(spark: SparkSession, url: str) -> SparkSession:
+    """``spark`` with cbp's session settings (:data:`CONNECT_CONF`); a closed session: code
+    ``connect-session-closed``."""
+    for key, value in {**CONNECT_CONF, **taskmemory.spark_conf()}.items():
         try:
             if spark.conf.get(key, None) != value:
                 spark.conf.set(key, value)
@@ -98,6 +129,14 @@ def connect_spark(url: str) -> SparkSession:
                     code="connect-session-closed",
                 ) from None
     return spark
+
+
+def _release(spark: SparkSession) -> None:
+    """Release a process's own session at exit (``CBP_CONNECT_SESSION=process``)."""
+    try:
+        spark.stop()
+    except Exception:  # noqa: BLE001 - the server already gone
+        pass
 
 
 def spark_conf(text: str) -> dict[str, str]:
@@ -334,6 +373,7 @@ def get_spark(master: str | None = None, conf: dict[str, str] | None = None) -> 
     extra = {
         **delta_conf(delta_jars(), local=master.startswith("local"), on_workers=env.jars_on_workers),
         **s3a_conf(),
+        **taskmemory.spark_conf(),  # CBP_TASK_MEMORY_MB: Arrow batches a task can hold
         **spark_conf(env.spark_conf),
         **(conf or {}),
     }

@@ -31,7 +31,7 @@ also holds each partition's envelopes): first those its worker ran last time, th
 ran, then the rest; the driver checks that every partition came back exactly once.
 
 Anything else takes the normal path: black-box mode (the whole state goes through the shuffle),
-more records or bytes, envelopes that outgrow :data:`SMALL_ENVELOPE_BYTES` (a RouteBy that returns
+more records or bytes, envelopes that outgrow :func:`envelope_cap` (a RouteBy that returns
 many keys), or a key longer than :data:`SMALL_KEY_BYTES`.
 
 The knob: ``CBP_SMALL_EPOCH_RECORDS`` or the pipeline tuning option ``small_epoch_records``
@@ -57,13 +57,16 @@ from ...errors import RuntimeStateError
 from ...storage import objectstore
 from ...storage.layout import epoch_of
 from ..common.protocol import RESULT
-from ..common.sparkhash import partition_of, spark_xxhash64
-from ..task.arrowtasks import claiming_batches, routed_batches, routing_batches
+from ..common.sparkhash import partition_of, partition_probes, spark_xxhash64
+from ..task.arrowtasks import claiming_batches, routed_batches, routing_batches, slot_batches
 from ..task.routing import BINDINGS, BOUND, COPY, COPY_HASH, bound_address, plain_envelopes, plain_route_field
 from ..task.runners import claimant, claiming_task, routed_task, routing_task
-from .dfjobs import BLOB_DDL, blobs_of, parallelism, payload_frame, range_frame
+from . import taskmemory
+from .anchor import ANCHOR, anchor_frame, placing, spread
+from .dfjobs import blob_schema, blobs_of, connect_conf, parallelism, payload_frame, range_frame
 from .jvmcache import pid_alive
 from .locality import executor_preferences, prefs_rdd, remember_executors
+from .session import is_connect
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -92,6 +95,13 @@ _LAST_WORKER: dict[tuple[str, str], dict[int, int]] = {}
 #: (home, stage) -> envelope bytes per record of its last routing job (:func:`route_on_executors`):
 #: an epoch whose records would make more than the cap takes the shuffle without trying.
 _ROUTED_BYTES: dict[tuple[str, str], float] = {}
+
+
+def envelope_cap() -> int:
+    """The most envelope bytes a small epoch may have: :data:`SMALL_ENVELOPE_BYTES`, or a quarter of
+    ``CBP_TASK_MEMORY_MB`` if that is less (:mod:`cbp.engine.driver.taskmemory`)."""
+    b = taskmemory.current()
+    return SMALL_ENVELOPE_BYTES if b is None else min(SMALL_ENVELOPE_BYTES, b.envelope_bytes)
 
 
 def routed_schema(plan: TaskPlan) -> pa.Schema:
@@ -159,17 +169,15 @@ def driver_routed(spark: SparkSession, plan: TaskPlan, input_files: dict[int, li
             )
     if remote:
         key, records = (plan.home.location, plan.stage.name), sum(t.num_rows for _, _, t in remote)
-        if records * _ROUTED_BYTES.get(key, 0.0) >= SMALL_ENVELOPE_BYTES:
+        if records * _ROUTED_BYTES.get(key, 0.0) >= envelope_cap():
             return None  # the last routing job of this stage says its envelopes would outgrow the cap
         routed = route_on_executors(spark, plan, remote)
         # bytes of envelopes per record RouteBy routed (at least, when they outgrew the cap)
-        _ROUTED_BYTES[key] = (SMALL_ENVELOPE_BYTES if routed is None else sum(b.nbytes for b in routed)) / max(
-            records, 1
-        )
+        _ROUTED_BYTES[key] = (envelope_cap() if routed is None else sum(b.nbytes for b in routed)) / max(records, 1)
         if routed is None:
             return None
         parts.extend(routed)
-    if sum(b.nbytes for b in parts) > SMALL_ENVELOPE_BYTES:
+    if sum(b.nbytes for b in parts) > envelope_cap():
         return None
     return _partitioned(plan, pa.Table.from_batches(parts, schema=schema))
 
@@ -224,7 +232,7 @@ def route_on_executors(
 ) -> list[pa.RecordBatch] | None:
     """RouteBy of the records in ``work`` run by a one-stage Spark job (user code runs where the
     normal path runs it, under the epoch's time limit), its envelopes collected; None when they
-    outgrow what the driver should hold (:data:`SMALL_ENVELOPE_BYTES`)."""
+    outgrow what the driver should hold (:func:`envelope_cap`)."""
     tasks = parallelism(spark)
     payloads = []
     for i, made, table in work:
@@ -235,7 +243,7 @@ def route_on_executors(
                 w.write_table(table.slice(a, step))
             payloads.append((i, made, sink.getvalue().to_pybytes()))
     tasks = min(tasks, len(payloads))
-    cap = SMALL_ENVELOPE_BYTES // tasks
+    cap = envelope_cap() // tasks
     if plan.path.connect:  # no RDDs: the slices go with the query, a row each
         rows = pa.table(
             {
@@ -244,7 +252,7 @@ def route_on_executors(
                 "data": pa.array([x[2] for x in payloads], pa.binary()),
             }
         )
-        blobs = blobs_of(payload_frame(spark, rows).mapInArrow(partial(routing_batches, plan, cap), BLOB_DDL))
+        blobs = blobs_of(payload_frame(spark, rows).mapInArrow(partial(routing_batches, plan, cap), blob_schema()))
     else:
         blobs = (
             spark.sparkContext.parallelize(payloads, tasks).mapPartitions(partial(routing_task, plan, cap)).collect()
@@ -315,10 +323,21 @@ def _run_connect(spark: SparkSession, plan: TaskPlan, parts: list[pa.Table], tas
     rows = pa.table(
         {"p": pa.array([p for p, _ in payloads], pa.int32()), "data": pa.array([d for _, d in payloads], pa.binary())}
     )
-    blobs = blobs_of(payload_frame(spark, rows).mapInArrow(partial(routed_batches, plan, task), BLOB_DDL))
-    return _in_partition_order(
+    slots = max(1, min(len(parts), parallelism(spark))) if placing(spark) else 0  # a task per core
+    if slots:  # a cluster behind the server: partition p always in the task of the anchor's block p % slots
+        groups = [payloads[i::slots] for i in range(slots)]  # sent with the function: no join, one stage
+        probes = list(partition_probes(slots))
+        anchor = anchor_frame(spark, slots)
+        blobs = blobs_of(anchor.mapInArrow(partial(slot_batches, plan, task, probes, groups, ANCHOR), blob_schema()))
+    else:
+        blobs = blobs_of(payload_frame(spark, rows).mapInArrow(partial(routed_batches, plan, task), blob_schema()))
+    table = _in_partition_order(
         pa.Table.from_batches([pa.ipc.read_record_batch(pa.py_buffer(b), RESULT) for b in blobs], schema=RESULT)
     )
+    if slots:  # the anchor's blocks on as many executors as it has slots, or cached again once
+        ran = zip(table.column("part").to_pylist(), table.column("executor").to_pylist())
+        spread(spark, slots, {int(p) % slots: str(e) for p, e in ran})
+    return table
 
 
 def _in_partition_order(table: pa.Table) -> pa.Table:
@@ -329,8 +348,11 @@ def _in_partition_order(table: pa.Table) -> pa.Table:
 
 def _chunk(spark: SparkSession) -> int:
     """Envelopes per Arrow batch a task gets, as from the shuffle."""
+    key = "spark.sql.execution.arrow.maxRecordsPerBatch"
+    if is_connect(spark):  # asked once per session
+        return int(connect_conf(spark, key, "10000", positive=True))
     try:
-        return max(1, int(spark.conf.get("spark.sql.execution.arrow.maxRecordsPerBatch", "10000") or "10000"))
+        return max(1, int(spark.conf.get(key, "10000") or "10000"))
     except ValueError:
         return 10_000
 
@@ -356,7 +378,7 @@ def _run_claimed(
         if CLAIM_BY_RANGE:  # the DataFrame job a Connect session could run (cbp.engine.driver.dfjobs)
             jobs = range_frame(spark, tasks)
             blobs = blobs_of(
-                jobs.mapInArrow(partial(claiming_batches, plan, task, work, len(parts), tasks, last), BLOB_DDL)
+                jobs.mapInArrow(partial(claiming_batches, plan, task, work, len(parts), tasks, last), blob_schema())
             )
         else:
             rdd = spark.sparkContext.parallelize(range(tasks), tasks)

@@ -31,6 +31,7 @@ from ..task.bipindex import StateMeta, choose_reads
 from ..task.columnar import columnar_fits
 from ..task.plan import EnginePath, TaskPlan
 from .smallepoch import small_records
+from .taskmemory import budgets, capped
 
 __all__ = ["Tuning", "choose_path", "build_task_plan"]
 
@@ -151,6 +152,7 @@ def build_task_plan(
         bindings=bool(bindings),
         env=env,
     )
+    budget = None if env.task_memory_mb is None else budgets(env.task_memory_mb)  # CBP_TASK_MEMORY_MB
     return TaskPlan(
         home=home,
         stage=stage,
@@ -165,8 +167,14 @@ def build_task_plan(
         parts=parts,
         max_files=tuning.max_state_files,
         row_group=tuning.state_row_group,
-        cache_mb=tuning.state_cache_mb if tuning.state_cache_mb is not None else env.state_cache_mb,
-        index_mb=tuning.state_index_mb if tuning.state_index_mb is not None else env.state_index_mb,
+        cache_mb=capped(
+            tuning.state_cache_mb if tuning.state_cache_mb is not None else env.state_cache_mb,
+            None if budget is None else budget.cache_mb,
+        ),
+        index_mb=capped(
+            tuning.state_index_mb if tuning.state_index_mb is not None else env.state_index_mb,
+            None if budget is None else budget.index_mb,
+        ),
         scan_fraction=scan_fraction,
         scan_choice=scan_choice,
         fault=faults.current(),

@@ -18,7 +18,7 @@ import pyarrow as pa
 from .plan import GroupedTask, TaskPlan
 from .runners import claiming_task, routed_task, routing_task
 
-__all__ = ["BLOBS", "blobs", "routing_batches", "routed_batches", "claiming_batches"]
+__all__ = ["BLOBS", "blobs", "routing_batches", "routed_batches", "claiming_batches", "slot_batches"]
 
 #: The output of every function here: one binary column.
 BLOBS = pa.schema([pa.field("blob", pa.binary())])
@@ -66,3 +66,19 @@ def claiming_batches(
     holds ``i``)."""
     ids = [int(r["id"]) for r in _rows(batches)]  # type: ignore[call-overload]
     yield from blobs(claiming_task(plan, task, work, n, tasks, last, iter(ids)))
+
+
+def slot_batches(
+    plan: TaskPlan,
+    task: GroupedTask,
+    probes: list[str],
+    groups: list[list[tuple[int, bytes]]],
+    column: str,
+    batches: Iterator[pa.RecordBatch],
+) -> Iterator[pa.RecordBatch]:
+    """:func:`.runners.routed_task` in the task of an anchor's slot (:mod:`cbp.engine.driver.anchor`): its
+    one input row is the slot's probe (``probes[i]`` for slot ``i``); ``groups[i]`` are the partitions
+    ``(p, envelopes)`` of slot ``i``, sent with the function."""
+    mine = [probes.index(str(r[column])) for r in _rows(batches)]
+    for i in mine:
+        yield from blobs(routed_task(plan, task, iter([groups[i]])))

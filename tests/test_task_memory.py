@@ -1,0 +1,56 @@
+"""``CBP_TASK_MEMORY_MB`` (issue 49): a task budget below what the input holds bounds the tasks' caches
+and the small epochs' envelopes, and the epochs still give URLCount as pandas computes it from scratch."""
+
+from __future__ import annotations
+
+import pandas as pd
+from conftest import FLOWS
+
+import cbp
+from cbp.engine.driver import job, smallepoch, taskmemory
+
+
+def test_a_task_under_a_low_memory_budget_gives_the_right_result(spark, tmp_path, monkeypatch):
+    """1 MB of task memory, 3 MB of input in one epoch: the epoch takes the shuffle (its envelopes outgrow a
+    quarter of the budget), the plans' state cache and index budgets are the budget's shares; a small epoch
+    with retractions follows, routed by the driver. Both states equal pandas' counts of all the feeds."""
+    monkeypatch.setenv("CBP_TASK_MEMORY_MB", "1")
+    plans = []
+    run = job.run_stage_epoch
+
+    def spy(spark, plan, *args, **kwargs):  # noqa: ANN001, ANN202 - the job's own signature
+        plans.append(plan)
+        return run(spark, plan, *args, **kwargs)
+
+    monkeypatch.setattr(job, "run_stage_epoch", spy)
+    import cbp.controller.epoch as epoch_mod
+
+    monkeypatch.setattr(epoch_mod, "run_stage_epoch", spy)
+    routed = []
+    route = job.driver_routed
+
+    def routes(*args):  # noqa: ANN002, ANN202
+        out = route(*args)
+        routed.append(out is not None)
+        return out
+
+    monkeypatch.setattr(job, "driver_routed", routes)
+    feeds = [
+        [{"url": f"https://example.org/some/fairly/long/path/{i % 40_000}"} for i in range(70_000)],
+        [{"url": f"https://example.org/some/fairly/long/path/{i}", "_diff": -1} for i in range(0, 300, 3)]
+        + [{"url": "https://example.org/new"}],
+    ]
+    assert sum(len(r["url"]) for r in feeds[0]) > 3 << 20  # more than the budget, three times
+    p = cbp.load(FLOWS / "url_count.yaml", home=str(tmp_path / "home"), spark=spark)
+    states = []
+    for feed in feeds:
+        p.feed("urls", feed)
+        p.run()
+        states.append({r["url"]: r["count"] for r in p.state("url_count")})
+    assert smallepoch.envelope_cap() == 1 << 18 and taskmemory.spark_conf()
+    assert routed == [False, True]  # the first epoch's envelopes outgrew the budget: the shuffle took them
+    assert {(pl.cache_mb, pl.index_mb) for pl in plans} == {(0.5, 0.125)}
+    for i in range(len(feeds)):
+        df = pd.DataFrame([{"url": r["url"], "d": r.get("_diff", 1)} for f in feeds[: i + 1] for r in f])
+        sums = df.groupby("url")["d"].sum()
+        assert states[i] == {u: int(n) for u, n in sums.items() if n}, i
