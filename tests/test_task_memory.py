@@ -35,10 +35,14 @@ def test_a_task_under_a_low_memory_budget_gives_the_right_result(spark, tmp_path
         return out
 
     monkeypatch.setattr(job, "driver_routed", routes)
+    pad = "a-fairly-long-path/" * 24  # few records of ~480 bytes: the bytes matter here, not the rows
+
+    def url(i: int) -> str:
+        return f"https://example.org/{pad}{i}"
+
     feeds = [
-        [{"url": f"https://example.org/some/fairly/long/path/{i % 40_000}"} for i in range(70_000)],
-        [{"url": f"https://example.org/some/fairly/long/path/{i}", "_diff": -1} for i in range(0, 300, 3)]
-        + [{"url": "https://example.org/new"}],
+        [{"url": url(i % 4_000)} for i in range(7_000)],
+        [{"url": url(i), "_diff": -1} for i in range(0, 300, 3)] + [{"url": "https://example.org/new"}],
     ]
     assert sum(len(r["url"]) for r in feeds[0]) > 3 << 20  # more than the budget, three times
     p = cbp.load(FLOWS / "url_count.yaml", home=str(tmp_path / "home"), spark=spark)
