@@ -1,4 +1,4 @@
--- TPC-H Q2 (minimum cost supplier). Changed: comma joins as JOIN ... ON; no ORDER BY / LIMIT 100.
+-- TPC-H Q2 (minimum cost supplier). Changed: comma joins as JOIN ... ON.
 CREATE MATERIALIZED VIEW q2 AS
 SELECT s_acctbal, s_name, n_name, p_partkey, p_mfgr, s_address, s_phone, s_comment
 FROM part
@@ -13,4 +13,6 @@ WHERE p_size = 15 AND p_type LIKE '%BRASS' AND r_name = 'EUROPE'
       JOIN supplier ON s_suppkey = ps_suppkey
       JOIN nation ON s_nationkey = n_nationkey
       JOIN region ON n_regionkey = r_regionkey
-    WHERE p_partkey = ps_partkey AND r_name = 'EUROPE');
+    WHERE p_partkey = ps_partkey AND r_name = 'EUROPE')
+ORDER BY s_acctbal DESC, n_name, s_name, p_partkey
+LIMIT 100;

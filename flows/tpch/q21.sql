@@ -1,5 +1,4 @@
--- TPC-H Q21 (suppliers who kept orders waiting). Changed: comma joins as JOIN ... ON; no ORDER BY /
--- LIMIT 100.
+-- TPC-H Q21 (suppliers who kept orders waiting). Changed: comma joins as JOIN ... ON.
 CREATE MATERIALIZED VIEW q21 AS
 SELECT s_name, count(*) AS numwait
 FROM supplier
@@ -12,4 +11,6 @@ WHERE o_orderstatus = 'F' AND l1.l_receiptdate > l1.l_commitdate
     SELECT * FROM lineitem l3
     WHERE l3.l_orderkey = l1.l_orderkey AND l3.l_suppkey <> l1.l_suppkey AND l3.l_receiptdate > l3.l_commitdate)
   AND n_name = 'SAUDI ARABIA'
-GROUP BY s_name;
+GROUP BY s_name
+ORDER BY numwait DESC, s_name
+LIMIT 100;
