@@ -431,6 +431,9 @@ def test_s3a_conf_from_aws_environment():
     assert s3a_conf({"AWS_PROFILE": "x"}) == {}
 
 
+@pytest.mark.classic(
+    reason="sets S3A on the running session's Hadoop configuration (sparkContext._jsc): no JVM on Connect"
+)
 def test_s3_table_through_s3a(dspark, monkeypatch):
     """hadoop-aws and the AWS SDK bundle load: a table delta-rs wrote to an S3 server (moto) reads
     through ``s3://`` (mapped to S3A) with time travel, and one Spark appends reads in delta-rs."""
