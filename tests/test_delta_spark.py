@@ -393,6 +393,7 @@ print("EXIT", *codes)
 """
 
 
+@pytest.mark.classic(reason="a classic driver started without the jar cache (on Connect the server has Delta or not)")
 def test_cli_without_jars(tmp_path):
     """Without the jars (CBP_JARS_DIR elsewhere), cbp sql fails cleanly; the rest works. In a process
     of its own, whose Spark starts without them (this session's has them)."""

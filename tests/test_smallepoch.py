@@ -76,7 +76,6 @@ def _both(monkeypatch, run):
     return out
 
 
-@pytest.mark.classic(reason="tells the paths apart by shuffle records (Spark's status store): None on Connect")
 @pytest.mark.parametrize("yaml", ["url_count.yaml", "url_count_vec.yaml"])
 def test_small_epochs_equal_the_shuffle_path(spark, tmp_path, monkeypatch, yaml):
     rng = random.Random(5)
@@ -163,7 +162,6 @@ def test_small_epochs_with_framing_a_loopback_flow_and_outer_grouping(
     assert len(small) > 4 and all(r.shuffle_records == 0 for r in small)
 
 
-@pytest.mark.classic(reason="tells the paths apart by shuffle records (Spark's status store): None on Connect")
 def test_the_shuffle_path_where_the_driver_must_not_route_and_a_routeby_function(spark, tmp_path, make_pipeline):
     """Black-box mode and more records than the threshold take Spark's shuffle; a RouteBy function
     does not (a Spark job of one stage runs it: no shuffle)."""
@@ -243,7 +241,6 @@ def test_a_retried_task_takes_over_its_failed_attempts_claims(tmp_path):
     assert order[:3] == [3, 5, 4]  # nobody keeps 3-5: this task's share (odd) first
 
 
-@pytest.mark.classic(reason="tells the paths apart by shuffle records (Spark's status store): None on Connect")
 def test_envelopes_a_routeby_function_multiplies_past_the_cap_take_the_shuffle(
     spark, tmp_path, make_pipeline, monkeypatch
 ):

@@ -145,7 +145,10 @@ def run_stage_epoch(
         tag.__exit__()
         if timer is not None:
             timer.cancel()
-    return decode_results(table)
+    results = decode_results(table)
+    if shuffle is not None and connect and "records" not in shuffle:  # the shuffle path on Connect: no status
+        shuffle["records"] = sum(int(r.stats.get("envelopes", 0)) for r in results)  # store, the rows tasks read
+    return results
 
 
 def _job_error(plan: TaskPlan, exc: Exception) -> Exception:
