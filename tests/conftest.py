@@ -63,12 +63,20 @@ def count(key, state, words, out):
 """
 
 
+#: The Spark Connect server the suite runs against in Connect mode (``bash scripts/test --connect``), else "".
+#: Then ``spark`` is a Connect session, and tests marked ``classic`` (what Connect lacks) are deselected.
+CONNECT_URL = os.environ.get("CBP_REMOTE") or os.environ.get("SPARK_REMOTE") or ""
+
+
 @pytest.fixture(scope="session")
 def spark():
-    from cbp.engine.driver.session import get_spark
+    """The session's SparkSession: classic (``local[2,2]``), or in Connect mode a Connect session to
+    ``CBP_REMOTE`` (``get_spark`` opens one when it is set)."""
+    from cbp.engine.driver.session import get_spark, is_connect
 
     os.environ.setdefault("CBP_SPARK_MASTER", "local[2,2]")  # 2 attempts per task, as in cbp's default
     session = get_spark()
+    assert is_connect(session) == bool(CONNECT_URL)
     yield session
 
 
@@ -209,6 +217,11 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         if group == "cluster":  # under xdist, its module may first wait for the cluster's file lock
             item.add_marker(pytest.mark.timeout(2700))
     items.sort(key=lambda item: tiers.rank(item.path.name, item.name))  # stable: the rest keep their order
+    if CONNECT_URL:  # Connect mode: what needs a classic driver is deselected (its marker says why)
+        classic = [item for item in items if item.get_closest_marker("classic") is not None]
+        if classic:
+            config.hook.pytest_deselected(items=classic)
+            items[:] = [item for item in items if item.get_closest_marker("classic") is None]
 
 
 def _release_cluster() -> None:

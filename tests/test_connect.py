@@ -8,8 +8,10 @@ Connect side in one subprocess that does all of its steps."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -17,7 +19,7 @@ import textwrap
 
 import pandas as pd
 import pytest
-from conftest import ROOT
+from conftest import CONNECT_URL, ROOT
 
 pytestmark = pytest.mark.connect
 
@@ -40,8 +42,14 @@ def from_scratch(feeds: list[list[dict]]) -> dict[str, int]:
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
-    """A Spark Connect server in front of local[2] on a free port; stopped (with its children) at the end."""
+    """A Spark Connect server in front of local[2] on a free port; stopped (with its children) at the end.
+    In Connect mode (``scripts/test --connect``, no Java here) the run's own server (its state directory in
+    ``CBP_CONNECT_STATE``)."""
     pytest.importorskip("grpc_status", reason="Spark Connect's client needs grpcio-status (pip install cbp[connect])")
+    if CONNECT_URL:
+        _STATE[CONNECT_URL] = os.environ.get("CBP_CONNECT_STATE", "")
+        yield CONNECT_URL
+        return
     state = tmp_path_factory.mktemp("connect-state")
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -61,6 +69,8 @@ def server(tmp_path_factory):
 def _daemons(url: str) -> int:
     """How many processes the server at ``url`` has started (its Python daemons: one per session that ran
     Python)."""
+    if not _STATE[url]:
+        pytest.skip("the server's state directory is unknown (CBP_CONNECT_STATE): its daemons cannot be counted")
     with open(os.path.join(_STATE[url], "server.pid")) as f:
         pid = f.read().strip()
     ps = subprocess.run(["ps", "--ppid", pid, "--no-headers", "-o", "pid"], capture_output=True, text=True)
@@ -260,6 +270,7 @@ def test_url_count_through_the_cli_with_remote(server, tmp_path):
     assert json.loads(ids.read_text())[server] != first  # the released session was replaced, and kept
 
 
+@pytest.mark.classic(reason="checks that the suite's own session is a classic one")
 def test_the_remote_setting_chooses_the_connect_path_without_a_server(spark, monkeypatch, capsys):
     """No server needed: ``CBP_REMOTE`` / ``SPARK_REMOTE`` name it, the plan's path follows, a URL that
     is not ``sc://`` is refused by its code, and the suite's classic session is not a Connect one."""
@@ -311,3 +322,28 @@ def test_the_anchor_puts_partition_p_in_its_task(spark):
     assert got == want
     assert anchor.anchor_frame(spark, 4) is anchor.anchor_frame(spark, 4) and anchor.anchor_frame(spark, 4).is_cached
     assert not anchor.placing(spark)  # the suite's local session: nothing to place
+
+
+CLIENT = ROOT / ".venv-client" / "bin" / "python"
+
+
+def test_a_from_scratch_comparison_from_a_client_without_java(server, tmp_path):
+    """A from-scratch comparison test (URLCount against pandas after each of 4 epochs, a ``file://`` home) passes from
+    ``.venv-client`` (pyspark-client: no jars, no py4j) with no Java on ``PATH`` and ``CBP_REMOTE`` naming
+    the server: what ``bash scripts/test --connect`` does for the whole suite, for one small test."""
+    if not CLIENT.exists():
+        pytest.skip("no .venv-client (pyspark-client without Java): 'bash scripts/client-env' makes it")
+    spec = importlib.util.spec_from_file_location("cbp_scripts_nojava", ROOT / "scripts" / "nojava.py")
+    assert spec is not None and spec.loader is not None
+    nojava = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(nojava)
+    env = nojava.env_without_java(os.environ, tmp_path / "bin")
+    assert shutil.which("java", path=env["PATH"]) is None
+    env.update(CBP_REMOTE=server, PYTHONPATH=str(ROOT))
+    for key in ("SPARK_REMOTE", "PYTEST_XDIST_WORKER", "PYTEST_CURRENT_TEST", "CBP_TEST_TIMES"):
+        env.pop(key, None)
+    test = "tests/test_url_count.py::test_home_given_as_uri[direct]"
+    args = [str(CLIENT), "-m", "pytest", "-q", "-p", "no:cacheprovider", test]
+    run = subprocess.run(args, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    assert run.returncode == 0, run.stdout[-4000:] + run.stderr[-2000:]
+    assert "1 passed" in run.stdout  # four epochs, each against pandas

@@ -393,6 +393,7 @@ print("EXIT", *codes)
 """
 
 
+@pytest.mark.classic(reason="a classic driver started without the jar cache (on Connect the server has Delta or not)")
 def test_cli_without_jars(tmp_path):
     """Without the jars (CBP_JARS_DIR elsewhere), cbp sql fails cleanly; the rest works. In a process
     of its own, whose Spark starts without them (this session's has them)."""
@@ -431,6 +432,9 @@ def test_s3a_conf_from_aws_environment():
     assert s3a_conf({"AWS_PROFILE": "x"}) == {}
 
 
+@pytest.mark.classic(
+    reason="sets S3A on the running session's Hadoop configuration (sparkContext._jsc): no JVM on Connect"
+)
 def test_s3_table_through_s3a(dspark, monkeypatch):
     """hadoop-aws and the AWS SDK bundle load: a table delta-rs wrote to an S3 server (moto) reads
     through ``s3://`` (mapped to S3A) with time travel, and one Spark appends reads in delta-rs."""

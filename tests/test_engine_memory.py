@@ -15,6 +15,8 @@ import sys
 import textwrap
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 
 PIPE = """
@@ -120,6 +122,7 @@ def test_partition_input_far_larger_than_the_python_workers_memory(tmp_path):
     assert 0 < res["worker_peak_mb"] < res["input_mb"] / 2, res  # measured: ~340 MB (4.2 GB before streaming)
 
 
+@pytest.mark.classic(reason="compares an RDD job's Python workers with a SQL job's: Connect has no RDDs")
 def test_rdd_and_sql_jobs_share_one_pool_of_python_workers(spark):
     """A small epoch runs its tasks through ``mapPartitions``, a large one through ``mapInArrow``;
     both must land in the same Python workers (one pool), or each worker of each pool holds its

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import sys
 
+import pytest
 from conftest import WORD_COUNT, WORD_COUNT_MODULE
 
 import cbp
@@ -22,6 +23,7 @@ def _loaded(_rows):
     yield (os.getpid(), sorted(m for m in sys.modules if m == "cbp" or m.startswith(("cbp.", "cbp_crawl"))))
 
 
+@pytest.mark.classic(reason="reaches every Python worker with an RDD job (parallelize): Connect has no RDDs")
 def test_spark_workers_of_an_epoch_load_the_task_side_only(spark, make_pipeline, tmp_path):
     from pyspark import cloudpickle
 

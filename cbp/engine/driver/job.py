@@ -134,8 +134,10 @@ def run_stage_epoch(
             if not jobs:
                 return []
             table = reduce(lambda a, b: a.unionByName(b), jobs).toArrow()
+            if shuffle is not None and connect:  # known without Spark's status store: mapInArrow over reads
+                shuffle.update(records=0, bytes=0)
         else:
-            table = _grouped(spark, plan, input_files, state_files, state_needs_dedupe)
+            table = _grouped(spark, plan, input_files, state_files, state_needs_dedupe, shuffle if connect else None)
         if shuffle is not None and not connect:  # Spark's status store: classic only
             shuffle.update(shuffle_written(spark.sparkContext, tag.tag))
     except Exception as e:  # Spark wraps the task's exception in its own
@@ -144,7 +146,10 @@ def run_stage_epoch(
         tag.__exit__()
         if timer is not None:
             timer.cancel()
-    return decode_results(table)
+    results = decode_results(table)
+    if shuffle is not None and connect and "records" not in shuffle:  # the shuffle path on Connect: no status
+        shuffle["records"] = sum(int(r.stats.get("envelopes", 0)) for r in results)  # store, the rows tasks read
+    return results
 
 
 def _job_error(plan: TaskPlan, exc: Exception) -> Exception:
@@ -236,14 +241,22 @@ def _state_rows(spark: SparkSession, schema: RecordSchema, state: StateSource, k
 
 
 def _grouped(
-    spark: SparkSession, plan: TaskPlan, input_files: dict[int, list[str]], state: StateSource | None, dedupe: bool
+    spark: SparkSession,
+    plan: TaskPlan,
+    input_files: dict[int, list[str]],
+    state: StateSource | None,
+    dedupe: bool,
+    no_shuffle: dict[str, int] | None = None,
 ) -> pa.Table:
-    """The grouped stage epoch's job; its tasks' result rows (an Arrow table)."""
+    """The grouped stage epoch's job; its tasks' result rows (an Arrow table). ``no_shuffle`` (Spark
+    Connect, which has no status store to ask) receives zero records and bytes if the job has no shuffle."""
     from pyspark.sql import functions as F
 
     placed = plan.path.placed  # the path, chosen with the plan (cbp.engine.driver.taskplan.choose_path)
     routed = driver_routed(spark, plan, input_files)
     if routed is not None:  # a small increment: routed by the driver, no shuffle (cbp.engine.driver.smallepoch)
+        if no_shuffle is not None:
+            no_shuffle.update(records=0, bytes=0)
         return run_routed(spark, plan, routed, grouped_task, placed)
     env_ddl = envelope_ddl(plan)
     types = _envelope_types(plan)

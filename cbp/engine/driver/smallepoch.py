@@ -273,13 +273,13 @@ def run_routed(spark: SparkSession, plan: TaskPlan, parts: list[pa.Table], task:
     (with little to do per partition, a task's fixed cost is most of its time): dealt to them in
     turn, or in local mode claimed by them (:func:`_run_claimed`).
     """
-    from pyspark.rdd import RDD
-    from pyspark.serializers import NoOpSerializer
-
     tasks = len(parts) if placed else max(1, min(len(parts), parallelism(spark)))
     chunk = _chunk(spark)
     if plan.path.connect:
         return _run_connect(spark, plan, parts, task, chunk)
+    from pyspark.rdd import RDD  # classic only: a Connect client (pyspark-client) has no pyspark.rdd
+    from pyspark.serializers import NoOpSerializer
+
     sc = spark.sparkContext
     if not placed and tasks < len(parts) and str(sc.master).startswith("local"):
         return _run_claimed(spark, plan, parts, task, tasks, chunk)

@@ -189,6 +189,13 @@ def grouped_task(
         yield from _grouped_task(plan, batches, part)
 
 
+def _counted(batches: Iterable[pa.RecordBatch], rows: list[int]) -> Iterator[pa.RecordBatch]:
+    """``batches``, their rows added up in ``rows[0]`` as they pass."""
+    for b in batches:
+        rows[0] += b.num_rows
+        yield b
+
+
 def _grouped_task(plan: TaskPlan, batches: Iterable[pa.RecordBatch], part_id: int | None) -> Iterator[pa.RecordBatch]:
     from pyspark import TaskContext
 
@@ -197,6 +204,8 @@ def _grouped_task(plan: TaskPlan, batches: Iterable[pa.RecordBatch], part_id: in
         assert ctx is not None
         part_id = ctx.partitionId()
     p = part_id
+    envelopes = [0]  # the rows this task was given: on the shuffle path, the records its partition crossed it with
+    batches = _counted(batches, envelopes)
     elided = plan.elided
     if elided:  # RouteBy fields the envelopes left out (they crossed as the key): back into the records
         batches = (restore_fields(b, plan.input_schemas, elided) for b in batches)
@@ -209,6 +218,7 @@ def _grouped_task(plan: TaskPlan, batches: Iterable[pa.RecordBatch], part_id: in
         clock.lap("index_load")
         runner = runner_for(plan, calls, part, copies, clock)  # the plan's runner (cbp.engine.task.translators)
         stats: dict[str, Any] = {"in": runner.run(batches), **runner.stats}
+        stats["envelopes"] = envelopes[0]
         clock.lap("translate")
         stats.update(copies.stats)
         result = _finish(plan, p, calls, part, stats, clock)
