@@ -78,10 +78,10 @@ MARKS: dict[str, tuple[str, ...]] = {
     "test_delta_spark.py::test_cli_without_jars": ("slow",),  # a Spark driver of its own, without the jars
     "test_connect.py": ("connect", "slow"),  # a Spark Connect server (scripts/connect) and a client per test
     "test_sql_joins.py": ("slow",),
-    "test_tpch.py": ("slow",),  # all 22 TPC-H queries (97 stages) through RF1, RF2 and updates (~165 s)
+    "test_tpch.py": ("slow",),  # all 22 TPC-H queries (102 stages) through RF1, RF2 and updates (~165 s)
     "test_sql_subqueries.py": ("slow",),  # derived tables, scalar and correlated subqueries, NOT IN (~50 s)
-    "test_sql_windows.py": ("slow",),
-    "test_task_memory.py": ("slow",),  # CBP_TASK_MEMORY_MB=1 over 3 MB of input: a shuffle epoch (~13 s)  # windows, top-k, ORDER BY ... LIMIT against Spark SQL (~35 s)
+    "test_sql_windows.py": ("slow",),  # windows, top-k, ORDER BY ... LIMIT against Spark SQL (~35 s)
+    "test_task_memory.py": ("slow",),  # CBP_TASK_MEMORY_MB=1 over 3 MB of input: a shuffle epoch (~13 s)
     # over ~11 s (summed over their parameters) in the clean runs of 2026-11-29: out of --fast (<= 5 min)
     "test_delta_spark.py": ("slow",),  # Spark's Delta connector reads every version cbp wrote (244 s)
     "test_runaway.py": ("slow",),  # epoch time limits that must expire (97 s)
