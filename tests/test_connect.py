@@ -70,7 +70,7 @@ def _daemons(url: str) -> int:
     """How many processes the server at ``url`` has started (its Python daemons: one per session that ran
     Python)."""
     if not _STATE[url]:
-        pytest.skip("the server's state directory is unknown (CBP_CONNECT_STATE): its daemons cannot be counted")
+        pytest.skip("needs the server's state directory (CBP_CONNECT_STATE) to count its daemons")
     with open(os.path.join(_STATE[url], "server.pid")) as f:
         pid = f.read().strip()
     ps = subprocess.run(["ps", "--ppid", pid, "--no-headers", "-o", "pid"], capture_output=True, text=True)
@@ -332,7 +332,7 @@ def test_a_from_scratch_comparison_from_a_client_without_java(server, tmp_path):
     ``.venv-client`` (pyspark-client: no jars, no py4j) with no Java on ``PATH`` and ``CBP_REMOTE`` naming
     the server: what ``bash scripts/test --connect`` does for the whole suite, for one small test."""
     if not CLIENT.exists():
-        pytest.skip("no .venv-client (pyspark-client without Java): 'bash scripts/client-env' makes it")
+        pytest.skip("needs .venv-client (pyspark-client without Java): 'bash scripts/client-env' makes it")
     spec = importlib.util.spec_from_file_location("cbp_scripts_nojava", ROOT / "scripts" / "nojava.py")
     assert spec is not None and spec.loader is not None
     nojava = importlib.util.module_from_spec(spec)
