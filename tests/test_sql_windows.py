@@ -12,6 +12,7 @@ import math
 import textwrap
 
 import pytest
+from test_sql_views import _expand, _table, few_partitions  # noqa: F401 (few_partitions: a fixture)
 
 import cbp
 from cbp.errors import SpecError
@@ -43,7 +44,6 @@ VIEWS = {  # few views: an epoch's cost grows with the stages
     "top_cust": "SELECT cust, sum(amount) AS total, count(*) AS n FROM orders GROUP BY cust "
     "ORDER BY total DESC, cust LIMIT 2",
 }
-SPARK_TYPES = {"int": "BIGINT", "float": "DOUBLE", "string": "STRING", "date": "DATE"}
 
 
 def _yaml(views: dict[str, str]) -> str:
@@ -53,39 +53,6 @@ def _yaml(views: dict[str, str]) -> str:
     )
     body = "\n".join(f"  {n}: |\n{textwrap.indent(sql, '    ')}" for n, sql in views.items())
     return f"pipeline: windows\nflows:\n{flows}\nviews:\n{body}\n"
-
-
-def _expand(records: list[dict]) -> list[dict]:
-    out = []
-    for r in records:
-        assert r.get("_diff", 1) > 0, r
-        out += [{k: v for k, v in r.items() if k != "_diff"}] * r.get("_diff", 1)
-    return out
-
-
-def _spark_type(t: str) -> str:
-    t = t.rstrip("?")
-    return t.upper() if t.startswith("decimal(") else SPARK_TYPES[t]
-
-
-def _literal(v) -> str:
-    if v is None:
-        return "NULL"
-    if isinstance(v, float):
-        return f"{v!r}D"
-    if isinstance(v, datetime.date):
-        return f"DATE '{v.isoformat()}'"
-    return f"'{v}'" if isinstance(v, (str, decimal.Decimal)) else str(v)
-
-
-def _table(spark, name: str, schema: dict[str, str], rows: list[dict]) -> None:
-    """A temp view of ``rows`` as inline VALUES (one row of NULLs filtered out when there are none)."""
-    cols = ", ".join(f"CAST(c{i} AS {_spark_type(t)}) AS {k}" for i, (k, t) in enumerate(schema.items()))
-    values = ", ".join("(" + ", ".join(_literal(r.get(k)) for k in schema) + ")" for r in rows)
-    where = "" if values else " WHERE FALSE"
-    values = values or "(" + ", ".join(["NULL"] * len(schema)) + ")"
-    names = ", ".join(f"c{i}" for i in range(len(schema)))
-    spark.sql(f"SELECT {cols} FROM VALUES {values} AS t({names}){where}").createOrReplaceTempView(name)
 
 
 def _key(row: tuple) -> tuple:
@@ -150,15 +117,8 @@ EPOCHS = [  # (orders fed, custs fed)
 ]
 
 
-@pytest.fixture
-def few_partitions(spark):
-    before = spark.conf.get("spark.sql.shuffle.partitions")
-    spark.conf.set("spark.sql.shuffle.partitions", "2")
-    yield spark
-    spark.conf.set("spark.sql.shuffle.partitions", before)
-
-
-def test_window_and_top_k_views_equal_spark_sql_after_every_epoch(spark, tmp_path, few_partitions):
+@pytest.mark.usefixtures("few_partitions")
+def test_window_and_top_k_views_equal_spark_sql_after_every_epoch(spark, tmp_path):
     path = tmp_path / "w.yaml"
     path.write_text(_yaml(VIEWS))
     p = cbp.Pipeline(str(path), str(tmp_path / "home"), spark=spark)
@@ -331,7 +291,8 @@ def test_window_and_top_k_stages_are_keyed_and_typed(tmp_path):
     assert [n for n in ignored.stages] == ["v"] and ignored.stages["v"].translator_path == "cbp.views.run:linear"
 
 
-def test_window_and_top_k_views_changed_under_a_home_that_ran(spark, tmp_path, few_partitions):
+@pytest.mark.usefixtures("few_partitions")
+def test_window_and_top_k_views_changed_under_a_home_that_ran(spark, tmp_path):
     """A changed window view and a changed LIMIT are rebuilt by ``upgrade`` from their inputs' contents."""
     before = {"ranked": VIEWS["ranked"], "top_all": VIEWS["top_all"]}
     after = {
