@@ -8,11 +8,10 @@ from __future__ import annotations
 
 import datetime
 import decimal
-import math
 import textwrap
 
 import pytest
-from test_sql_views import _expand, _table, few_partitions  # noqa: F401 (few_partitions: a fixture)
+from test_sql_views import _expand, _same, _table, few_partitions  # noqa: F401 (few_partitions: a fixture)
 
 import cbp
 from cbp.errors import SpecError
@@ -57,20 +56,6 @@ def _yaml(views: dict[str, str]) -> str:
 
 def _key(row: tuple) -> tuple:
     return tuple((v is None, round(v, 6) if isinstance(v, float) else v) for v in row)
-
-
-def _same(got: list[tuple], want: list[tuple]) -> bool:
-    got, want = sorted(got, key=_key), sorted(want, key=_key)
-    if len(got) != len(want):
-        return False
-    for a, b in zip(got, want):
-        for x, y in zip(a, b):
-            if isinstance(x, float) or isinstance(y, float):
-                if x is None or y is None or not math.isclose(x, float(y), rel_tol=1e-9, abs_tol=1e-12):
-                    return False
-            elif x != y:
-                return False
-    return True
 
 
 def _check(spark, p, views: dict[str, str] = VIEWS) -> None:
