@@ -32,7 +32,7 @@ from typing import Any
 from sqlglot import exp
 
 from .query import _view_refusal
-from .scalar import having_scalars, scalar_subqueries
+from .scalar import having_scalars, on_scalars, scalar_subqueries
 
 __all__ = ["hoist"]
 
@@ -54,6 +54,7 @@ def hoist(tree: exp.Expr, sql: str, view: str, flows: Flows, compile: Compile | 
     made: dict[str, dict[str, str]] = {}
     for s in _selects(tree):
         having_scalars(s, sql)
+        on_scalars(s, sql)
         every = {**flows, **made}
         made |= _derived(s, sql, view, every, compile, made)
         _using(s, sql, {**flows, **made})
@@ -215,6 +216,12 @@ def _conditions(
         elif isinstance(pred, exp.In) and isinstance(pred.args.get("query"), exp.Subquery):
             sub = pred.args["query"].this
         else:
+            continue
+        if isinstance(sub, exp.SetOperation) and isinstance(pred, exp.In):  # IN (SELECT ... UNION ...)
+            name = _fresh(f"{view}__in", {**flows, **made, **out})
+            out[name] = compile(name, sub.copy(), {**flows, **out})
+            col = exp.column(next(iter(out[name])), table=name)
+            pred.args["query"].set("this", exp.select(col).from_(_table(name, name, sub)))
             continue
         if not isinstance(sub, exp.Select) or not _complex(sub):
             continue

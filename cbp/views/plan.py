@@ -27,12 +27,14 @@ from typing import Any
 
 from sqlglot import exp
 
+from .ctes import inline_ctes
 from .exprs import ViewError, infer, with_decimal_types
 from .hoist import hoist
 from .joins import PRESERVED, Step
 from .query import AGGREGATES, Select, Source, _parse, placed, position
 from .run import RouteKey
 from .select import read_tree
+from .setops import set_operations
 from .vtypes import avg_type, is_numeric, sum_type, wider
 from .windows import compile_topk, compile_window, has_window, top_of
 
@@ -72,7 +74,10 @@ class Generated:
     def _compile(self, name: str, tree: exp.Expr, flows: Mapping[str, Mapping[str, str]]) -> dict[str, str]:
         """Compile view (or internal view, :mod:`cbp.views.hoist`) ``name`` of tree ``tree``; its field types."""
         try:
-            made = hoist(tree, self._sql, name, flows, self._compile)
+            made = inline_ctes(tree, self._sql, name, flows, self._compile)  # WITH: views <name>__cte<i>
+            tree, sets = set_operations(tree, self._sql, name, {**flows, **made}, self._compile)
+            made |= sets
+            made |= hoist(tree, self._sql, name, {**flows, **made}, self._compile)
         except ViewError as e:
             raise e if e.node is None else placed(e, self._sql) from None
         selects = read_tree(tree, self._sql, {**flows, **made})
@@ -359,8 +364,9 @@ class Generated:
             if any(len(s) != len(shapes[0]) for s in shapes) or (len(ts) > 1 and not numbers):
                 raise ViewError(
                     "view-unsupported",
-                    "UNION ALL of SELECTs whose columns differ in number or type",
-                    *position(None, self._sql, "UNION"),
+                    "a set operation (UNION, INTERSECT, EXCEPT) of SELECTs whose columns differ in number or "
+                    f"type (column {pos + 1}, '{name}': {' and '.join(sorted(ts))})",
+                    *position(None, self._sql, "SET"),
                 )
             common = str(t)
             for x in ts:

@@ -21,14 +21,20 @@ from sqlglot import exp
 from .exprs import SCALAR_NODES, ViewError, construct_name
 from .vtypes import is_typed_view_type
 
-__all__ = ["ViewError", "Source", "Select", "tables_of", "AGGREGATES", "position", "placed"]
+__all__ = ["ViewError", "Source", "Select", "tables_of", "AGGREGATES", "position", "placed", "defining_cte"]
 
 AGGREGATES: tuple[type[exp.Expr], ...] = (exp.Count, exp.Sum, exp.Avg, exp.Min, exp.Max)
 _STRUCTURE = frozenset(
     {exp.Select, exp.From, exp.Table, exp.TableAlias, exp.Identifier, exp.Join, exp.Where, exp.Group, exp.Having}
     | {exp.Alias, exp.Star, exp.Union, exp.DataType, exp.Subquery, exp.Exists, *AGGREGATES}
 )
-_KEYWORDS = {"DISTINCT": "DISTINCT", "ORDER BY": r"ORDER\s+BY", "LIMIT": "LIMIT", "OFFSET": "OFFSET"}
+_KEYWORDS = {
+    "SET": r"UNION|INTERSECT|EXCEPT",
+    "DISTINCT": "DISTINCT",
+    "ORDER BY": r"ORDER\s+BY",
+    "LIMIT": "LIMIT",
+    "OFFSET": "OFFSET",
+}
 
 
 @dataclass
@@ -99,7 +105,37 @@ def tables_of(sql: str) -> list[str]:
         tree = _parse(sql)
     except ViewError:
         return []
-    return [t.name for t in tree.find_all(exp.Table)]
+    return [t.name for t in tree.find_all(exp.Table) if defining_cte(t) is None]
+
+
+def defining_cte(table: exp.Table) -> exp.CTE | None:
+    """The CTE ``table`` reads: the one of its name in the nearest enclosing ``WITH`` (in a CTE's body,
+    only the CTEs before it); None: it reads a flow.
+
+    >>> import sqlglot
+    >>> tree = sqlglot.parse_one("WITH a AS (SELECT * FROM a) SELECT * FROM a", read="spark")
+    >>> [defining_cte(t) is not None for t in tree.find_all(exp.Table)]
+    [True, False]
+    """
+    if table.args.get("db") is not None:
+        return None
+    name = table.name.lower()
+    child: exp.Expr = table
+    node = table.parent
+    while node is not None:
+        if isinstance(node, exp.With):  # from a CTE's body: the CTEs before it
+            before = node.expressions[: next(i for i, c in enumerate(node.expressions) if c is child)]
+            hit = [c for c in before if c.alias_or_name.lower() == name]
+            if hit:
+                return hit[-1]
+        else:
+            w = node.args.get("with_") or node.args.get("with")
+            if isinstance(w, exp.With) and w is not child:
+                hit = [c for c in w.expressions if c.alias_or_name.lower() == name]
+                if hit:
+                    return hit[-1]
+        child, node = node, node.parent
+    return None
 
 
 def _check_nodes(tree: exp.Expr, sql: str, allowed: Callable[[exp.Expr], bool] | None = None) -> None:

@@ -31,7 +31,7 @@ from sqlglot import exp
 
 from .query import AGGREGATES, _view_refusal
 
-__all__ = ["scalar_subqueries", "having_scalars", "CONSTANT_KEY"]
+__all__ = ["scalar_subqueries", "having_scalars", "on_scalars", "CONSTANT_KEY"]
 
 #: The meta flag of the literal an uncorrelated scalar subquery's view is joined on (its key).
 CONSTANT_KEY = "cbp_constant_key"
@@ -39,17 +39,33 @@ Flows = Mapping[str, Mapping[str, str]]
 
 
 def _scalars(s: exp.Select) -> list[exp.Subquery]:
-    """The scalar subqueries of ``s``'s WHERE (not those of IN, EXISTS or a nested SELECT)."""
+    """The scalar subqueries of ``s``'s WHERE and SELECT list (not those of IN, EXISTS, a nested SELECT)."""
     where = s.args.get("where")
-    if where is None:
-        return []
+    places = [where] if where is not None else []
     return [
         q
-        for q in where.find_all(exp.Subquery)
+        for place in [*places, *s.expressions]
+        for q in place.find_all(exp.Subquery)
         if isinstance(q.this, exp.Select)
         and q.find_ancestor(exp.Select) is s
         and not (isinstance(q.parent, exp.In) and q.parent.args.get("query") is q)
     ]
+
+
+def _in_select_list(q: exp.Subquery, s: exp.Select, sql: str) -> bool:
+    """``q`` is in ``s``'s SELECT list, outside aggregates: then its value is one more GROUP BY term of a
+    grouped ``s`` (one value per group: uncorrelated, or correlated on grouped columns); refused in an
+    aggregate without GROUP BY (whose one row must be there over no input) and as an unnamed column."""
+    if q.find_ancestor(exp.Where) is not None or q.find_ancestor(*AGGREGATES) is not None:
+        return False
+    if q.parent is s:
+        raise _view_refusal("view-unsupported", "an unnamed scalar subquery in SELECT: name it with AS", q, sql)
+    aggregated = any(isinstance(n, AGGREGATES) and n.find_ancestor(exp.Subquery) is None for n in s.walk())
+    if aggregated and not s.args.get("group"):
+        raise _view_refusal(
+            "view-unsupported", "a scalar subquery in the SELECT of an aggregate without GROUP BY", q, sql
+        )
+    return bool(s.args.get("group"))
 
 
 def scalar_subqueries(
@@ -85,9 +101,34 @@ def scalar_subqueries(
         s.set("joins", [*(s.args.get("joins") or []), exp.Join(this=table, side="LEFT", on=exp.and_(*on))])
         c0 = exp.column("c0", table=name)
         c0.this.meta.update(next((dict(n.meta) for n in q.walk() if "start" in n.meta), {}))
+        grouped = _in_select_list(q, s, sql)
         bare_count = isinstance(value, exp.Count)  # a key with no rows: count 0, not NULL
         q.replace(exp.func("coalesce", c0, exp.Literal.number(0)) if bare_count else c0)
+        if grouped:
+            s.set("group", exp.Group(expressions=[*s.args["group"].expressions, c0.copy()]))
     return out
+
+
+def on_scalars(s: exp.Select, sql: str) -> None:
+    """The conditions with a scalar subquery in an inner join's ``ON`` moved to ``s``'s WHERE (the same
+    rows, then hoisted as WHERE's are); in an outer join's ``ON`` (where they decide the NULL-padded
+    rows) they are refused."""
+    moved: list[exp.Expr] = []
+    for j in s.args.get("joins") or []:
+        on = j.args.get("on")
+        if on is None or not any(isinstance(q.this, exp.Select) for q in on.find_all(exp.Subquery)):
+            continue
+        if j.args.get("side") or (j.args.get("kind") or "INNER").upper() not in ("INNER", ""):
+            raise _view_refusal(
+                "view-unsupported", "a scalar subquery in the ON of an outer, semi or anti join", on, sql
+            )
+        conds = list(on.flatten()) if isinstance(on, exp.And) else [on]
+        keep = [c for c in conds if not c.find(exp.Subquery)]
+        moved += [c for c in conds if c.find(exp.Subquery)]
+        j.set("on", exp.and_(*keep) if keep else None)
+    if moved:
+        where = s.args.get("where")
+        s.set("where", exp.Where(this=exp.and_(*([where.this] if where is not None else []), *moved)))
 
 
 def having_scalars(s: exp.Select, sql: str) -> None:
