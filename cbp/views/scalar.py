@@ -102,6 +102,13 @@ def scalar_subqueries(
         c0 = exp.column("c0", table=name)
         c0.this.meta.update(next((dict(n.meta) for n in q.walk() if "start" in n.meta), {}))
         grouped = _in_select_list(q, s, sql)
+        if pairs and q.find_ancestor(exp.Where) is None and (grouped or q.find_ancestor(*AGGREGATES)):
+            raise _view_refusal(
+                "view-unsupported",
+                "a correlated scalar subquery in the SELECT of a GROUP BY (Spark refuses it too)",
+                q,
+                sql,
+            )
         bare_count = isinstance(value, exp.Count)  # a key with no rows: count 0, not NULL
         q.replace(exp.func("coalesce", c0, exp.Literal.number(0)) if bare_count else c0)
         if grouped:
@@ -120,7 +127,10 @@ def on_scalars(s: exp.Select, sql: str) -> None:
             continue
         if j.args.get("side") or (j.args.get("kind") or "INNER").upper() not in ("INNER", ""):
             raise _view_refusal(
-                "view-unsupported", "a scalar subquery in the ON of an outer, semi or anti join", on, sql
+                "view-unsupported",
+                "a scalar subquery in the ON of an outer, semi or anti join",
+                on.find(exp.Subquery),
+                sql,
             )
         conds = list(on.flatten()) if isinstance(on, exp.And) else [on]
         keep = [c for c in conds if not c.find(exp.Subquery)]
