@@ -139,3 +139,26 @@ def test_a_shape_cbp_cannot_maintain_is_refused_at_load(tmp_path, sql, code, say
         load_spec(path)
     assert e.value.code == code, str(e.value)
     assert says in str(e.value) and "view 'v', SQL line" in str(e.value), str(e.value)
+
+
+SHAPES_SQL = """\
+CREATE MATERIALIZED VIEW custs_seen AS
+WITH big AS (SELECT id, cust FROM orders WHERE amount > 1)
+SELECT cust FROM big UNION SELECT cust FROM orders WHERE id > 10;
+
+CREATE MATERIALIZED VIEW bad AS
+  WITH RECURSIVE r AS (SELECT id FROM orders) SELECT id FROM r;
+"""
+
+
+def test_a_sql_file_view_with_ctes_and_set_operations(tmp_path):
+    from test_sql_files import _project
+
+    ok = _project(tmp_path / "ok", {"v.sql": SHAPES_SQL.split("\n\n")[0]}, ["v.sql"])
+    spec = load_spec(ok)
+    assert {"custs_seen__cte1", "custs_seen__set1", "custs_seen"} <= set(spec.flows)
+    assert list(spec.flows["custs_seen"].schema.fields) == ["cust"]
+    bad = _project(tmp_path / "bad", {"v.sql": SHAPES_SQL}, ["v.sql"])
+    with pytest.raises(SpecError) as e:
+        load_spec(bad)
+    assert e.value.code == "view-unsupported" and "v.sql: line 6, column 8" in str(e.value), str(e.value)

@@ -1,6 +1,6 @@
 """Property tests (hypothesis) of SQL views: micro-views of each supported operator (filter with a
-projection and CASE, UNION ALL, join, GROUP BY sum/count/min/max/avg/count(DISTINCT), DISTINCT,
-HAVING, a GROUP BY over a join, row_number() and a running sum OVER (PARTITION BY ...)) through
+projection and CASE, UNION ALL, EXCEPT (distinct), join, GROUP BY sum/count/min/max/avg/count(DISTINCT),
+DISTINCT, HAVING, a GROUP BY over a join, row_number() and a running sum OVER (PARTITION BY ...)) through
 change sequences that insert, delete, move a row to another group (partition), delete a group's
 MIN/MAX holder (a partition's top row), empty a group and give one join key many matches; after every epoch
 each view's consolidated contents equal a from-scratch computation in Python over the inputs' rows
@@ -34,6 +34,7 @@ VIEWS = {  # one stage each but jgrp's (a join and a group); few stages: an epoc
     "jgrp": "SELECT b.w, count(*) AS n, sum(a.v) AS s FROM a JOIN b ON a.k = b.k GROUP BY b.w",
     "win": "SELECT k, g, v, row_number() OVER (PARTITION BY g ORDER BY v DESC NULLS LAST, k) AS rn, "
     "sum(v) OVER (PARTITION BY g ORDER BY k) AS rs FROM a",
+    "exc": "SELECT k, v FROM a EXCEPT SELECT k, 1 AS v FROM b",  # a UNION ALL, then a GROUP BY of the row
 }
 GROUPS = ["g0", "g1", "g2"]
 Row = dict[str, Any]
@@ -95,6 +96,7 @@ def expected(a: list[Row], b: list[Row]) -> dict[str, list[tuple]]:
         "hav": [(g, _agg(rows)[0]) for g, rows in _by_group(a).items() if len(rows) >= 2],
         "jgrp": [(w, len(rows), _agg(rows)[0]) for w, rows in by_w.items()],
         "win": _windows(a),
+        "exc": list({(r["k"], r["v"]) for r in a} - {(r["k"], 1) for r in b}),
     }
 
 
