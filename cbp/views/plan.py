@@ -7,9 +7,10 @@ for outer, semi and anti joins what a kept row's matches are counted with), or a
 (state: each group's count and sums, or multisets for MIN, MAX, count(DISTINCT); SELECT DISTINCT is
 a GROUP BY). A join of n flows (n - 1 steps, subqueries included) writes flows ``v__j1`` ... before
 ``v``; a GROUP BY over joins adds stage and flow ``v__join``; a UNION ALL branch that joins or
-groups becomes view ``v__u<i>``; a CTE becomes view ``v__cte<i>`` (:mod:`cbp.views.ctes`), the ``UNION ALL`` under
-a ``UNION``/``INTERSECT``/``EXCEPT`` view ``v__set<i>`` (:mod:`cbp.views.setops`). Window functions and a top ``ORDER BY ... LIMIT`` (flow ``v__sort``, then
-the top-k stage ``v``) are compiled by :mod:`cbp.views.windows`. Every generated translator is signed and sums
+groups becomes view ``v__u<i>``; a CTE becomes view ``v__cte<i>`` (:mod:`cbp.views.ctes`), the
+``UNION ALL`` under a ``UNION``/``INTERSECT``/``EXCEPT`` view ``v__set<i>`` (:mod:`cbp.views.setops`).
+Window functions and a top ``ORDER BY ... LIMIT`` (flow ``v__sort``, then the top-k stage ``v``) are
+compiled by :mod:`cbp.views.windows`. Every generated translator is signed and sums
 ``_diff`` (:mod:`cbp.views.run`).
 
     >>> g = Generated()
