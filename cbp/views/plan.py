@@ -36,7 +36,7 @@ from .joins import PRESERVED, Step
 from .query import AGGREGATES, Select, Source, _parse, placed, position
 from .run import RouteKey
 from .select import read_tree
-from .setops import set_operations
+from .setops import WEIGHT, set_operations
 from .vtypes import avg_type, is_numeric, sum_type, wider
 from .windows import compile_topk, compile_window, has_window, top_of
 
@@ -285,6 +285,7 @@ class Generated:
         cols = [(name, e.transform(replace)) for name, e in q.columns]
         having = q.having.transform(replace) if q.having is not None else None
         fields = {name: f"{self._type(e, env)}?" for name, e in cols}
+        weight = fields.pop(WEIGHT, None) and {"weight": WEIGHT}  # INTERSECT ALL, EXCEPT ALL (cbp.views.setops)
         self._type(having, env, boolean=True)
         plan = _plan(
             "group",
@@ -295,6 +296,7 @@ class Generated:
             cols=[[n, self._x(e, env)] for n, e in cols],
             types={n: t.rstrip("?") for n, t in fields.items()},
             having=self._x(having, env),
+            **(weight or {}),
         )
         if not groups:  # one row always: every input record is routed to it, WHERE is applied in the stage
             plan = _plan(**{k: v for k, v in plan.items() if k != "id"}, where=self._x(where, types))

@@ -202,7 +202,8 @@ def group(
         out.state.write(new.record(key))
     if before != after:
         w = getattr(out, plan["out"])
+        weight = plan.get("weight")  # INTERSECT ALL, EXCEPT ALL: the row's multiplicity, a column not written
         if before is not None:
-            w.write(before | {"_diff": -1})
+            w.write(before | {"_diff": -before.pop(weight) if weight else -1})
         if after is not None:
-            w.write(after)
+            w.write(after | ({"_diff": after.pop(weight)} if weight else {}))

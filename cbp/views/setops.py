@@ -27,13 +27,13 @@ from collections.abc import Callable, Mapping
 
 from sqlglot import exp
 
-from .query import _view_refusal
-
-__all__ = ["set_operations"]
+__all__ = ["set_operations", "WEIGHT"]
 
 Flows = Mapping[str, Mapping[str, str]]
 Compile = Callable[[str, exp.Expr, Flows], dict[str, str]]
 _MARKS = ("cbp__l", "cbp__r")
+#: The column of a GROUP BY that is its rows' multiplicity, not written (:func:`cbp.views.run.group`).
+WEIGHT = "cbp__w"
 
 
 def set_operations(
@@ -63,11 +63,6 @@ def _rewrite(node: exp.Expr, sql: str, view: str, flows: Flows, compile: Compile
         left = _rewrite(node.this, sql, view, flows, compile, made)
         right = _rewrite(node.expression, sql, view, flows, compile, made)
         return exp.Union(this=_detached(left), expression=_detached(right), distinct=False)
-    what = type(node).__name__.upper()
-    if not distinct:
-        raise _view_refusal(
-            "view-unsupported", f"{what} ALL (a multiplicity per row) is not supported yet; {what} is", None, sql, what
-        )
     if type(node) is exp.Union:
         branches = [_rewrite(b, sql, view, flows, compile, made) for b in _union_branches(node)]
         name = _fresh(f"{view}__set", {**flows, **made})  # after the branches' own
@@ -78,11 +73,27 @@ def _rewrite(node: exp.Expr, sql: str, view: str, flows: Flows, compile: Compile
     name = _fresh(f"{view}__set", {**flows, **made})
     made[name] = compile(name, _union_all([left, right]), {**flows, **made})
     cols = [exp.column(f, quoted=True) for f in made[name] if f not in _MARKS]
+    query = exp.select(*cols).from_(_table(name)).group_by(*[c.copy() for c in cols])
+    return query.having(_kept(type(node) is exp.Intersect)) if distinct else _multiplicity(query, node)
+
+
+def _kept(intersect: bool) -> exp.Expr:
+    """The rows of a distinct INTERSECT (on both sides) or EXCEPT (on the left, not the right)."""
     l_sum, r_sum = (exp.Sum(this=exp.column(m, quoted=True)) for m in _MARKS)
     zero = exp.Literal.number(0)
-    kept = exp.GT(this=r_sum, expression=zero) if type(node) is exp.Intersect else exp.EQ(this=r_sum, expression=zero)
-    having = exp.and_(exp.GT(this=l_sum, expression=zero.copy()), kept)
-    return exp.select(*cols).from_(_table(name)).group_by(*[c.copy() for c in cols]).having(having)
+    kept = exp.GT(this=r_sum, expression=zero) if intersect else exp.EQ(this=r_sum, expression=zero)
+    return exp.and_(exp.GT(this=l_sum, expression=zero.copy()), kept)
+
+
+def _multiplicity(query: exp.Select, node: exp.Expr) -> exp.Select:
+    """``query`` with column ``cbp__w``, each row's multiplicity (``INTERSECT ALL``: the smaller side's
+    count; ``EXCEPT ALL``: the left's less the right's), kept while it is positive."""
+    left, right = (exp.Sum(this=exp.column(m, quoted=True)) for m in _MARKS)
+    if type(node) is exp.Intersect:
+        w: exp.Expr = exp.If(this=exp.LT(this=left, expression=right), true=left.copy(), false=right.copy())
+    else:
+        w = exp.Sub(this=left, expression=right)
+    return query.select(exp.alias_(w, WEIGHT)).having(exp.GT(this=w.copy(), expression=exp.Literal.number(0)))
 
 
 def _distinct_on_spine(node: exp.Expr) -> bool:
