@@ -33,7 +33,7 @@ VIEWS = {  # few views (an epoch's cost grows with their stages), each holding s
     "inter": "SELECT cust FROM orders INTERSECT SELECT cust FROM custs",
     "exc": "SELECT cust, region FROM custs EXCEPT DISTINCT SELECT cust, 'r1' AS region FROM orders WHERE qty = 2",
     "inter_all": "SELECT cust FROM orders INTERSECT ALL SELECT cust FROM custs",  # min of the two counts
-    "exc_all": "SELECT cust, qty FROM orders EXCEPT ALL SELECT cust, 2 AS qty FROM custs",  # max(0, a - b)
+    "exc_all": "SELECT cust, qty FROM orders EXCEPT ALL SELECT cust, NULL FROM custs",  # max(0, a - b); NULL = NULL
     "cte_set": "WITH a AS (SELECT cust FROM orders WHERE qty IS NULL) SELECT cust FROM a INTERSECT "
     "SELECT cust FROM custs WHERE region IS NOT NULL EXCEPT SELECT cust FROM a WHERE cust = 'c3'",
     "sel_count": "SELECT c.cust, (SELECT count(*) FROM orders o WHERE o.cust = c.cust) AS n FROM custs c",

@@ -349,7 +349,7 @@ class Generated:
         for i, q in enumerate(selects):
             if not q.steps and q.groups is None:
                 self._type(q.where, q.types, boolean=True)
-                cols = [(n, e, self._type(e, q.types)) for n, e in q.columns]
+                cols = [(n, e, infer(e, q.types) if i else self._type(e, q.types)) for n, e in q.columns]
                 src, where = q.sources[0].flow, self._x(q.where, q.types)
             else:
                 src, where = f"{flow}__u{i}", None
@@ -363,7 +363,7 @@ class Generated:
             )
         fields: dict[str, str] = {}
         for pos, (name, t) in enumerate(shapes[0]):
-            ts = {str(s[pos][1]) for s in shapes if len(s) > pos}
+            ts = {str(s[pos][1]) for s in shapes if len(s) > pos and s[pos][1] is not None}  # NULL: any type
             numbers = all(is_numeric(x) for x in ts)
             if any(len(s) != len(shapes[0]) for s in shapes) or (len(ts) > 1 and not numbers):
                 raise ViewError(

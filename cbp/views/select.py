@@ -31,18 +31,19 @@ def read_tree(tree: exp.Expr, sql: str, flows: Mapping[str, Mapping[str, str]]) 
     _check_nodes(tree, sql, lambda n: allowed(n, tree, sql))  # window functions, ORDER BY ... LIMIT
     branches: list[exp.Expr] = []
     _flatten(tree, branches, sql)
-    return [_select(b, sql, flows) for b in branches]
+    return [_select(b, sql, flows, i > 0) for i, b in enumerate(branches)]
 
 
-def _select(tree: exp.Expr, sql: str, flows: Mapping[str, Mapping[str, str]]) -> Select:
-    """One SELECT: sources resolved, its columns renamed, the join condition split into keys."""
+def _select(tree: exp.Expr, sql: str, flows: Mapping[str, Mapping[str, str]], later: bool = False) -> Select:
+    """One SELECT: sources resolved, its columns renamed, the join condition split into keys (``later``:
+    a set operation's branch after the first, whose columns the first names: one may be unnamed)."""
     assert isinstance(tree, exp.Select)
     frm = tree.args.get("from_") or tree.args.get("from")
     if frm is None:
         raise _view_refusal("view-unsupported", "a SELECT without FROM", tree, sql)
     q = Select(tree, [_source(frm.this, sql, flows)])
     rename = read_joins(q, sql, flows)
-    q.columns = _columns(q, sql, rename)
+    q.columns = _columns(q, sql, rename, later)
     group = tree.args.get("group")
     aggregated = any(isinstance(n, AGGREGATES) and outside_windows(n) for _, e in q.columns for n in e.walk())
     if tree.args.get("distinct") is not None:
@@ -62,8 +63,11 @@ def _select(tree: exp.Expr, sql: str, flows: Mapping[str, Mapping[str, str]]) ->
     return q
 
 
-def _columns(q: Select, sql: str, rename: Callable[[exp.Expr], exp.Expr]) -> list[tuple[str, exp.Expr]]:
-    """The output columns: ``*`` expanded, each named (its alias, or the column's name)."""
+def _columns(
+    q: Select, sql: str, rename: Callable[[exp.Expr], exp.Expr], later: bool = False
+) -> list[tuple[str, exp.Expr]]:
+    """The output columns: ``*`` expanded, each named (its alias, or the column's name; in a later
+    branch of a set operation, an unnamed one ``cbp__c<i>``)."""
     out: list[tuple[str, exp.Expr]] = []
     for e in q.tree.expressions:
         if isinstance(e, exp.Star):
@@ -76,6 +80,7 @@ def _columns(q: Select, sql: str, rename: Callable[[exp.Expr], exp.Expr]) -> lis
             out += [(f, exp.column(s.prefix + f, quoted=True)) for f in s.types]
             continue
         name = e.alias if isinstance(e, exp.Alias) else (e.name if isinstance(e, exp.Column) else "")
+        name = name or (f"cbp__c{len(out)}" if later else "")
         if not name:
             raise _view_refusal(
                 "view-unsupported", f"an unnamed column '{e.sql(dialect='spark')}': name it with AS", e, sql
