@@ -15,6 +15,7 @@ from test_sql_subqueries import INPUTS, _steps, _yaml
 from test_sql_views import check_views, few_partitions  # noqa: F401 (few_partitions: a fixture)
 
 import cbp
+from cbp.commands.explain import _views as explain_views
 from cbp.commands.explain import explain
 from cbp.errors import SpecError
 from cbp.spec import load_spec
@@ -160,6 +161,7 @@ def test_a_sql_file_view_with_ctes_and_set_operations(tmp_path):
     spec = load_spec(ok)
     assert {"custs_seen__cte1", "custs_seen__set1", "custs_seen"} <= set(spec.flows)
     assert list(spec.flows["custs_seen"].schema.fields) == ["cust"]
+    assert set(explain_views(spec)) == {"custs_seen"}  # its internal views are listed with it, not as views
     bad = _project(tmp_path / "bad", {"v.sql": SHAPES_SQL}, ["v.sql"])
     with pytest.raises(SpecError) as e:
         load_spec(bad)

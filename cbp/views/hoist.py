@@ -4,8 +4,9 @@ more than ``SELECT ... FROM one flow [WHERE ...]`` hoisted into an internal view
 
 - A **derived table** (``FROM (SELECT ...) AS t [(a, b)]``) becomes internal view ``<v>__from<i>``
   (its columns renamed by the alias list), read by the outer query as a flow named so.
-- ``x [NOT] IN (SELECT ...)`` whose subquery joins, groups, or holds a subquery of its own becomes
-  ``x [NOT] IN (SELECT c FROM <v>__in<i>)`` (it must not read the outer query's columns).
+- ``x [NOT] IN (SELECT ...)`` whose subquery joins, groups, holds a subquery of its own or is a set
+  operation (``UNION``, ...) becomes ``x [NOT] IN (SELECT c FROM <v>__in<i>)`` (it must not read the
+  outer query's columns).
 - ``[NOT] EXISTS (SELECT ... FROM a JOIN b ... WHERE ...)``: its conditions that read no outer
   column, with its joins, become view ``<v>__in<i>`` of the columns the other (correlated)
   conditions read; the EXISTS keeps those conditions over that view.
@@ -13,8 +14,11 @@ more than ``SELECT ... FROM one flow [WHERE ...]`` hoisted into an internal view
   left side's, the right's in a RIGHT JOIN, ``coalesce`` of both in a FULL JOIN), ``*`` expanded to
   ``k`` first, then the left's other columns, then the right's.
 
-Each internal view is compiled by the same compiler (``compile``) into stages whose names start
-with the view's, so ``cbp explain`` shows them with it; listings of views do not.
+Scalar subqueries (in ``WHERE``, ``SELECT``, ``HAVING`` and an inner join's ``ON``) are hoisted by
+:mod:`cbp.views.scalar`; ``WITH`` and set operations were rewritten before (:mod:`cbp.views.ctes`,
+:mod:`cbp.views.setops`). Each internal view is compiled by the same compiler (``compile``) into
+stages whose names start with the view's, so ``cbp explain`` shows them with it; listings of views
+do not.
 
     >>> import sqlglot
     >>> tree = sqlglot.parse_one("SELECT k, y FROM a JOIN b USING (k)", read="spark")
