@@ -31,6 +31,8 @@ VIEWS = {  # few views (an epoch's cost grows with their stages), each holding s
     "uni": "SELECT cust FROM orders UNION SELECT cust FROM custs",
     "uni_mixed": "SELECT cust, qty FROM orders WHERE amount > 2 UNION SELECT cust, amount FROM orders WHERE qty = 1 "
     "UNION ALL SELECT cust, 7 AS qty FROM custs",  # qty (int) widened to amount's double
+    "branches": "(SELECT id, amount FROM orders ORDER BY amount DESC, id LIMIT 3) UNION "
+    "SELECT id, row_number() OVER (PARTITION BY cust ORDER BY id) FROM orders WHERE qty = 1",  # each: v__from<i>
     "inter": "SELECT cust FROM orders INTERSECT SELECT cust FROM custs",
     "exc": "SELECT cust, region FROM custs EXCEPT DISTINCT SELECT cust, 'r1' AS region FROM orders WHERE qty = 2",
     "inter_all": "SELECT cust FROM orders INTERSECT ALL SELECT cust FROM custs",  # min of the two counts

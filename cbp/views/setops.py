@@ -12,7 +12,9 @@ count of each side's records, retractions included.
 
 As in Spark, the first branch names the columns, the branches' types are widened when they differ
 only by numeric width (another difference is ``view-unsupported``), and NULLs are equal (a GROUP BY
-key). ``INTERSECT ALL`` and ``EXCEPT ALL`` (a multiplicity per row) are refused.
+key). ``INTERSECT ALL`` and ``EXCEPT ALL`` group the same way and write each row with its
+multiplicity as its ``_diff`` (column ``cbp__w``: ``min(a, b)``, ``a - b``, kept while positive). A
+branch with window functions or its own ``ORDER BY ... LIMIT`` becomes a derived table first.
 
     >>> import sqlglot
     >>> tree = sqlglot.parse_one("SELECT k FROM a EXCEPT SELECT k FROM b", read="spark")
@@ -41,8 +43,13 @@ def set_operations(
 ) -> tuple[exp.Expr, dict[str, dict[str, str]]]:
     """``tree`` with its set operations other than ``UNION ALL`` rewritten (the root may be replaced);
     the internal views' flows it now reads."""
-    if not _distinct_on_spine(tree) or compile is None:
+    if not isinstance(tree, exp.SetOperation) or compile is None:
         return tree, {}
+    if not (_distinct_on_spine(tree) or any(_needs_view(b) for b in _branches(tree))):
+        return tree, {}
+    for b in _branches(tree)[1:]:  # a later branch's names are the first's: one may be unnamed
+        if isinstance(b, exp.Select):
+            b.set("expressions", [_named(e, i) for i, e in enumerate(b.expressions)])
     made: dict[str, dict[str, str]] = {}
     top = {k: tree.args.get(k) for k in ("order", "limit")}  # ORDER BY ... LIMIT of the whole query
     new = _rewrite(tree, sql, view, flows, compile, made)
@@ -57,7 +64,7 @@ def _rewrite(node: exp.Expr, sql: str, view: str, flows: Flows, compile: Compile
     if isinstance(node, exp.Subquery) and not node.alias:
         return _rewrite(node.this, sql, view, flows, compile, made)
     if not isinstance(node, exp.SetOperation):
-        return node
+        return _own_view(node)
     distinct = bool(node.args.get("distinct"))
     if type(node) is exp.Union and not distinct:
         left = _rewrite(node.this, sql, view, flows, compile, made)
@@ -94,6 +101,38 @@ def _multiplicity(query: exp.Select, node: exp.Expr) -> exp.Select:
     else:
         w = exp.Sub(this=left, expression=right)
     return query.select(exp.alias_(w, WEIGHT)).having(exp.GT(this=w.copy(), expression=exp.Literal.number(0)))
+
+
+def _branches(node: exp.Expr) -> list[exp.Expr]:
+    """The SELECTs of a tree of set operations (parenthesized ones included)."""
+    if isinstance(node, exp.Subquery) and not node.alias:
+        return _branches(node.this)
+    if isinstance(node, exp.SetOperation):
+        return _branches(node.this) + _branches(node.expression)
+    return [node]
+
+
+def _named(e: exp.Expr, i: int) -> exp.Expr:
+    if isinstance(e, (exp.Alias, exp.Column, exp.Star)):
+        return e
+    return exp.alias_(e, f"cbp__c{i}")
+
+
+def _needs_view(branch: exp.Expr) -> bool:
+    """A SELECT with ``ORDER BY ... LIMIT`` or window functions (of its own, not its subqueries')."""
+    if not isinstance(branch, exp.Select):
+        return False
+    windowed = any(w.find_ancestor(exp.Select) is branch for w in branch.find_all(exp.Window))
+    return branch.args.get("limit") is not None or windowed
+
+
+def _own_view(branch: exp.Expr) -> exp.Expr:
+    """A branch with ``ORDER BY ... LIMIT`` or window functions as ``SELECT * FROM (branch) AS
+    cbp__b``: a derived table, compiled as internal view ``<v>__from<i>`` (:mod:`cbp.views.hoist`)."""
+    if not _needs_view(branch):
+        return branch
+    alias = exp.TableAlias(this=exp.to_identifier("cbp__b"))
+    return exp.select("*").from_(exp.Subquery(this=_detached(branch), alias=alias))
 
 
 def _distinct_on_spine(node: exp.Expr) -> bool:
