@@ -36,7 +36,7 @@ from typing import Any
 from sqlglot import exp
 
 from .query import _view_refusal
-from .scalar import having_scalars, on_scalars, scalar_subqueries
+from .scalar import aggregate_scalars, having_scalars, on_scalars, scalar_subqueries
 
 __all__ = ["hoist"]
 
@@ -58,6 +58,7 @@ def hoist(tree: exp.Expr, sql: str, view: str, flows: Flows, compile: Compile | 
     made: dict[str, dict[str, str]] = {}
     for s in _selects(tree):
         having_scalars(s, sql)
+        aggregate_scalars(s, sql)
         on_scalars(s, sql)
         every = {**flows, **made}
         made |= _derived(s, sql, view, every, compile, made)

@@ -31,7 +31,7 @@ from sqlglot import exp
 
 from .query import AGGREGATES, _view_refusal
 
-__all__ = ["scalar_subqueries", "having_scalars", "on_scalars", "CONSTANT_KEY"]
+__all__ = ["scalar_subqueries", "having_scalars", "on_scalars", "aggregate_scalars", "CONSTANT_KEY"]
 
 #: The meta flag of the literal an uncorrelated scalar subquery's view is joined on (its key).
 CONSTANT_KEY = "cbp_constant_key"
@@ -54,18 +54,13 @@ def _scalars(s: exp.Select) -> list[exp.Subquery]:
 
 def _in_select_list(q: exp.Subquery, s: exp.Select, sql: str) -> bool:
     """``q`` is in ``s``'s SELECT list, outside aggregates: then its value is one more GROUP BY term of a
-    grouped ``s`` (one value per group: uncorrelated, or correlated on grouped columns); refused in an
-    aggregate without GROUP BY (whose one row must be there over no input) and as an unnamed column."""
+    grouped ``s`` (one value per group: uncorrelated, or correlated on grouped columns); refused as an
+    unnamed column."""
     if q.find_ancestor(exp.Where) is not None or q.find_ancestor(*AGGREGATES) is not None:
         return False
     if q.parent is s:
         raise _view_refusal("view-unsupported", "an unnamed scalar subquery in SELECT: name it with AS", q, sql)
-    aggregated = any(isinstance(n, AGGREGATES) and n.find_ancestor(exp.Subquery) is None for n in s.walk())
-    if aggregated and not s.args.get("group"):
-        raise _view_refusal(
-            "view-unsupported", "a scalar subquery in the SELECT of an aggregate without GROUP BY", q, sql
-        )
-    return bool(s.args.get("group"))
+    return bool(s.args.get("group"))  # (an aggregate without GROUP BY: a derived table, aggregate_scalars)
 
 
 def scalar_subqueries(
@@ -139,6 +134,44 @@ def on_scalars(s: exp.Select, sql: str) -> None:
     if moved:
         where = s.args.get("where")
         s.set("where", exp.Where(this=exp.and_(*([where.this] if where is not None else []), *moved)))
+
+
+def aggregate_scalars(s: exp.Select, sql: str) -> None:
+    """An aggregate without GROUP BY with a scalar subquery in its SELECT list (``SELECT sum(x) AS t,
+    (SELECT max(y) FROM u) AS m FROM t``) rewritten in place as ``SELECT cbp__g.h0 AS t, (SELECT ...)
+    AS m FROM (SELECT sum(x) AS h0 FROM t ...) AS cbp__g``: the aggregate's one row (there over no
+    input too) is a derived table the subquery's view is then LEFT-joined to."""
+    if s.args.get("group") is not None or s.args.get("having") is not None:
+        return
+    subs = [q for e in s.expressions for q in e.find_all(exp.Subquery) if isinstance(q.this, exp.Select)]
+    outside = [q for q in subs if q.find_ancestor(*AGGREGATES) is None and q.find_ancestor(exp.Select) is s]
+    aggs = [n for e in s.expressions for n in e.find_all(*AGGREGATES) if n.find_ancestor(exp.Subquery) is None]
+    if not outside or not aggs:
+        return
+    for q in outside:
+        own = {t.alias_or_name.lower() for t in q.find_all(exp.Table)}
+        if any(c.table and c.table.lower() not in own for c in q.find_all(exp.Column)):
+            raise _view_refusal(
+                "view-unsupported",
+                "a correlated scalar subquery in the SELECT of an aggregate (Spark refuses it too)",
+                q,
+                sql,
+            )
+    hidden: dict[str, exp.Expr] = {}
+
+    def lift(n: exp.Expr) -> exp.Expr:
+        if isinstance(n, AGGREGATES) and n.find_ancestor(exp.Subquery) is None:
+            hidden.setdefault(n.sql(), n.copy())
+            return exp.column(f"h{list(hidden).index(n.sql())}", table="cbp__g")
+        return n
+
+    outer = [e.copy().transform(lift) for e in s.expressions]
+    inner = s.copy()
+    inner.set("expressions", [exp.alias_(e, f"h{i}") for i, e in enumerate(hidden.values())])
+    for k in list(s.args):
+        s.set(k, None)
+    s.set("expressions", outer)
+    s.set("from_", exp.From(this=exp.Subquery(this=inner, alias=exp.TableAlias(this=exp.to_identifier("cbp__g")))))
 
 
 def having_scalars(s: exp.Select, sql: str) -> None:
