@@ -38,7 +38,16 @@ from deltalake import CommitProperties, DeltaTable, Transaction
 from deltalake import Schema as DeltaSchema
 
 from ..errors import RuntimeStateError
-from .deltalog import TABLE_CONFIG, TIDY_EVERY, TableHead, checkpoint_due, commit_actions, delta_rs_actions, live_file
+from .deltalog import (
+    TABLE_CONFIG,
+    TIDY_EVERY,
+    TableHead,
+    checkpoint_due,
+    commit_actions,
+    delta_rs_actions,
+    live_file,
+    partition_columns,
+)
 from .layout import LAYOUT
 
 if TYPE_CHECKING:
@@ -134,8 +143,11 @@ class DeltaTables:
         with self._tables_lock:
             self._heads.pop(rel, None)
 
-    def ensure_table(self, rel: str, schema: pa.Schema, partition_by: str) -> DeltaTable | None:
-        """Create the table empty (version 0) on first use; None if it existed (not loaded: a load costs)."""
+    def ensure_table(
+        self, rel: str, schema: pa.Schema, partition_by: str, config: dict[str, str] | None = None
+    ) -> DeltaTable | None:
+        """Create the table empty (version 0) on first use; None if it existed (not loaded: a load costs).
+        ``partition_by`` ``""``: unpartitioned; ``config``: more of the table's configuration."""
         so = self.storage_options
         if rel in self._heads or DeltaTable.is_deltatable(self.uri(rel), storage_options=so):
             if _DIFF in schema.names:
@@ -145,9 +157,9 @@ class DeltaTables:
             dt = DeltaTable.create(
                 self.uri(rel),
                 schema=schema,
-                partition_by=[partition_by],
+                partition_by=partition_columns(partition_by) or None,
                 storage_options=so,
-                configuration=TABLE_CONFIG,
+                configuration={**TABLE_CONFIG, **(config or {})},
             )
         except Exception as e:
             raise RuntimeStateError(f"cannot create Delta table {self.uri(rel)}: {e}") from e
@@ -293,7 +305,7 @@ class DeltaTables:
             actions,
             mode="overwrite" if overwrite else "append",
             schema=new_schema,
-            partition_by=[partition_by],
+            partition_by=partition_columns(partition_by) or None,
             commit_properties=props,
         )
         dt.update_incremental()
@@ -322,6 +334,15 @@ class DeltaTables:
             return int(json.loads(self.read_bytes(LAYOUT.delta_last_checkpoint(rel)))["size"])
         except (OSError, ValueError, KeyError, TypeError):
             return 0
+
+    def head_files(self, rel: str) -> tuple[int, list[dict[str, Any]], dict[str, str]] | None:
+        """The newest version of the table at ``rel`` (another writer's commits included), its live files
+        (as :meth:`table_files`) and its configuration; None if there is no table."""
+        h = self._head(rel)
+        if h is None:
+            return None
+        with self._tables_lock:
+            return h.version, [dict(f) for f in h.files.values()], dict(h.dt.metadata().configuration)
 
     def table_files(self, rel: str, version: int) -> list[dict[str, Any]]:
         """The live data files of a table version: path (relative), size, mtime, rows, partition value."""

@@ -1,0 +1,169 @@
+"""Each SQL view's Delta table of current rows (:mod:`cbp.storage.viewtable`), kept equal to the view
+by the changes that change the view.
+
+A view's flow changes in three kinds of change, and each carries the view table's commit, made once
+by the journal like its others (an application transaction at the change's number: after a kill,
+the next run finishes the pending change and skips the commits already made):
+
+- an epoch of the view's stage (:meth:`ViewTables.epoch_commits`): the epoch's signed records
+  rewrite the buckets they touch; on a home an older cbp wrote (no table yet) the table is made
+  from the view's consolidated contents before the epoch plus the epoch's records;
+- ``cbp rewind`` (:meth:`ViewTables.rewind_commits`): the table is rewritten to the view's
+  contents after the rewind;
+- ``cbp upgrade`` rebuilding a view whose SQL changed (:meth:`ViewTables.cleared`): the table is
+  emptied with the flow (a retraction of all it held); the rebuilt stage's epochs fill both.
+
+A table someone else changed (``OPTIMIZE`` is harmless; a ``DELETE`` makes a retracted row missing)
+is rebuilt from the view's contents at the next epoch.
+
+Reads: the spec, the snapshot, the view flows' increments (rebuilds), the view tables' heads.
+Writes: the view tables' new data files (committed by the journal with the change).
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Iterable
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from ..engine.common.protocol import TaskResult
+from ..errors import RuntimeStateError
+from ..spec import PipelineSpec
+from ..storage import LAYOUT, Home
+from ..storage.viewtable import BUCKETS, Diverged, ViewCommit, apply_delta, rebuild
+from .backfill import consolidate, survey
+from .change import Commit
+from .history import History
+from .live import Live
+from .migrate import schema_hex
+from .snapshot import Snapshot
+
+__all__ = ["ViewTables", "view_flows"]
+
+_DIFF = "_diff"
+_VIEWS_RUN = "cbp.views.run:"  # the translators a SQL view's stages run
+
+
+def view_flows(spec: PipelineSpec) -> dict[str, str]:
+    """The pipeline's SQL views: flow -> the stage that writes it (the flows and stages generated
+    inside a view, ``v__j1``, are not views).
+
+    Example::
+
+        view_flows(parts.live.spec)  # {'big_orders': 'big_orders', 'by_region': 'by_region'}
+    """
+    out = {}
+    for f, fl in spec.flows.items():
+        st = spec.stages.get(fl.producer or "")
+        if st is not None and "__" not in f and str(st.translator_path or "").startswith(_VIEWS_RUN):
+            out[f] = st.name
+    return out
+
+
+class ViewTables:
+    """Plans the view tables' commits of the changes that change views (see the module docstring)."""
+
+    def __init__(self, home: Home, live: Live, history: History) -> None:
+        self.home, self.live, self.history = home, live, history
+
+    def schema(self, view: str) -> pa.Schema:
+        """The view table's columns: the view's (as its flow stores them), no ``_diff``."""
+        return pa.schema(list(self.live.spec.flows[view].schema.arrow))
+
+    def epoch_commits(
+        self, stage: str, results: Iterable[TaskResult], app: tuple[str, int]
+    ) -> tuple[list[Commit], list[str]]:
+        """The view tables' commits of an epoch of ``stage`` (those of the views it writes), and the
+        files written for them."""
+        commits: list[Commit] = []
+        written: list[str] = []
+        views = view_flows(self.live.spec)
+        results = list(results)
+        for flow in self.live.spec.stages[stage].outputs:
+            if views.get(flow) != stage:
+                continue
+            adds = [a for r in results for a in r.outputs.get(flow, [])]
+            vc = self._epoch_commit(flow, self._records(flow, adds), f"c{app[1]}")
+            if vc is None:
+                continue
+            rel = LAYOUT.view_table(flow)
+            commits.append(Commit(rel, "", tuple(vc.adds), tuple(vc.removes), *app, overwrite=vc.overwrite))
+            written += vc.written
+        return commits, written
+
+    def _records(self, flow: str, adds: list[dict[str, Any]]) -> pa.Table:
+        """The signed records of an epoch's files of ``flow`` (the view's columns and ``_diff``)."""
+        schema = self.schema(flow).append(pa.field(_DIFF, pa.int64()))
+        parts = []
+        for a in adds:
+            t = pq.read_table(self.home.path(LAYOUT.flow(flow), a["path"]), filesystem=self.home.fs)
+            if _DIFF not in t.column_names:
+                t = t.append_column(_DIFF, pa.array([1] * t.num_rows, pa.int64()))
+            parts.append(t.select(schema.names).cast(schema))
+        return pa.concat_tables(parts) if parts else schema.empty_table()
+
+    def _epoch_commit(self, flow: str, delta: pa.Table, tag: str) -> ViewCommit | None:
+        """The view table's commit for an epoch's ``delta``: its buckets rewritten, or (no table yet, or
+        one someone changed) the whole table made from the contents before the epoch and ``delta``."""
+        rel, schema = LAYOUT.view_table(flow), self.schema(flow)
+        head = self.home.head_files(rel)
+        if head is not None and head[0] > 0:
+            if not delta.num_rows:
+                return None
+            try:
+                return apply_delta(self.home, rel, schema, head[1], BUCKETS, delta, tag)
+            except Diverged:
+                pass  # rebuilt below
+        else:
+            self.home.ensure_table(rel, schema, "")
+        both = pa.concat_tables([self.contents(flow, self.live.st), delta])
+        return rebuild(self.home, rel, schema, BUCKETS, both, tag)
+
+    def contents(self, flow: str, snap: Snapshot) -> pa.Table:
+        """The view's consolidated contents in snapshot ``snap`` (its columns and ``_diff``)."""
+        sv = survey(self.home, self.history, snap, flow)
+        try:
+            if sv.missing:
+                raise ValueError("missing", sv.missing[0])
+            got = consolidate(self.home, self.live.spec, sv)
+        except ValueError as e:
+            raise RuntimeStateError(
+                f"cannot write the table of view '{flow}' ({self.home.uri(LAYOUT.view_table(flow))}): its flow's "
+                f"contents cannot be read: {e.args}",
+                code="damaged-home",
+            ) from None
+        schema = self.schema(flow).append(pa.field(_DIFF, pa.int64()))
+        return pa.Table.from_pylist([{**r, _DIFF: d} for r, d in zip(got.rows, got.diffs)], schema=schema)
+
+    def rewind_commits(self, new: Snapshot, stages: Iterable[str], app: tuple[str, int]) -> list[Commit]:
+        """A rewind's commits rewriting the tables of the views whose stages it rewinds (``stages``) to
+        the views' contents in ``new``, the snapshot after it (its flows at the versions whose
+        files the rewind restores: ``versions``)."""
+        commits = []
+        undone = set(stages)
+        for flow, stage in view_flows(self.live.spec).items():
+            rel = LAYOUT.view_table(flow)
+            if stage not in undone or self.home.head_files(rel) is None:
+                continue
+            vc = rebuild(self.home, rel, self.schema(flow), BUCKETS, self.contents(flow, new), f"r{app[1]}")
+            commits.append(Commit(rel, "", tuple(vc.adds), (), *app, overwrite=True))
+        return commits
+
+    def cleared(self, flow: str, app: tuple[str, int]) -> list[Commit]:
+        """The commit emptying view ``flow``'s table (if it has one), for an upgrade rebuilding the view."""
+        rel = LAYOUT.view_table(flow)
+        if flow not in view_flows(self.live.spec) or self.home.head_files(rel) is None:
+            return []
+        return [Commit(rel, "", (), (), *app, overwrite=True, schema=schema_hex(self.schema(flow)))]
+
+
+def at_versions(snap: Snapshot, versions: dict[str, int | None]) -> Snapshot:
+    """``snap`` with the given flows' table versions (a rewind's snapshot before its commits make them)."""
+    out = copy.deepcopy(snap)
+    for f, v in versions.items():
+        if f in out.flows:
+            out.flows[f].version = v
+    return out
