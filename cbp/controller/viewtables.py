@@ -22,8 +22,7 @@ Writes: the view tables' new data files (committed by the journal with the chang
 
 from __future__ import annotations
 
-import copy
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 import pyarrow as pa
@@ -34,7 +33,7 @@ from ..errors import RuntimeStateError
 from ..spec import PipelineSpec
 from ..storage import LAYOUT, Home
 from ..storage.viewtable import BUCKETS, Diverged, ViewCommit, apply_delta, rebuild
-from .backfill import consolidate, survey
+from .backfill import Survey, consolidate, is_synthetic, survey
 from .change import Commit
 from .history import History
 from .live import Live
@@ -124,33 +123,54 @@ class ViewTables:
 
     def contents(self, flow: str, snap: Snapshot) -> pa.Table:
         """The view's consolidated contents in snapshot ``snap`` (its columns and ``_diff``)."""
-        sv = survey(self.home, self.history, snap, flow)
+        return self._consolidated(survey(self.home, self.history, snap, flow))
+
+    def _consolidated(self, sv: Survey) -> pa.Table:
         try:
             if sv.missing:
                 raise ValueError("missing", sv.missing[0])
             got = consolidate(self.home, self.live.spec, sv)
         except ValueError as e:
             raise RuntimeStateError(
-                f"cannot write the table of view '{flow}' ({self.home.uri(LAYOUT.view_table(flow))}): its flow's "
-                f"contents cannot be read: {e.args}",
+                f"cannot write the table of view '{sv.flow}' ({self.home.uri(LAYOUT.view_table(sv.flow))}): its "
+                f"flow's contents cannot be read: {e.args}",
                 code="damaged-home",
             ) from None
-        schema = self.schema(flow).append(pa.field(_DIFF, pa.int64()))
+        schema = self.schema(sv.flow).append(pa.field(_DIFF, pa.int64()))
         return pa.Table.from_pylist([{**r, _DIFF: d} for r, d in zip(got.rows, got.diffs)], schema=schema)
 
-    def rewind_commits(self, new: Snapshot, stages: Iterable[str], app: tuple[str, int]) -> list[Commit]:
-        """A rewind's commits rewriting the tables of the views whose stages it rewinds (``stages``) to
-        the views' contents in ``new``, the snapshot after it (its flows at the versions whose
-        files the rewind restores: ``versions``)."""
+    def rewind_commits(
+        self, new: Snapshot, target: Snapshot, undone: Iterable[str], gone: Mapping[str, Iterable[int]], seq: int
+    ) -> list[Commit]:
+        """A rewind's commits (``cbp:rewind`` at ``seq``) rewriting the tables of the views whose stages
+        it rewinds (``undone``) to the views' contents in ``new``, the snapshot after it: the flow's
+        increments at its version in ``target`` (the files the rewind restores) and those collected
+        before, but not those of the epochs it undoes (``gone``)."""
         commits = []
-        undone = set(stages)
+        stages = set(undone)
         for flow, stage in view_flows(self.live.spec).items():
             rel = LAYOUT.view_table(flow)
-            if stage not in undone or self.home.head_files(rel) is None:
+            if stage not in stages or self.home.head_files(rel) is None or flow not in new.flows:
                 continue
-            vc = rebuild(self.home, rel, self.schema(flow), BUCKETS, self.contents(flow, new), f"r{app[1]}")
-            commits.append(Commit(rel, "", tuple(vc.adds), (), *app, overwrite=True))
+            version = target.flows[flow].version if flow in target.flows else None
+            sv = self._rewound(flow, new, version, set(gone.get(flow, ())))
+            vc = rebuild(self.home, rel, self.schema(flow), BUCKETS, self._consolidated(sv), f"r{seq}")
+            commits.append(Commit(rel, "", tuple(vc.adds), (), "cbp:rewind", seq, overwrite=True))
         return commits
+
+    def _rewound(self, flow: str, new: Snapshot, version: int | None, skip: set[int]) -> Survey:
+        """The increments a rewind leaves ``flow`` (in ``new``): its live ones at ``version`` and those
+        collected before, but not those of epochs it undoes (``skip``)."""
+        sv = Survey(flow)
+        if version is None:
+            return sv
+        for i, m in new.flows[flow].incs.items():
+            if not is_synthetic(m.producer):
+                sv.by_version.setdefault(version, []).append(i)
+        for i, e in self.history.collected_entries(new, flow).items():
+            if i not in skip and not is_synthetic(e.producer):
+                sv.by_version.setdefault(version if e.version is None else e.version, []).append(i)
+        return sv
 
     def cleared(self, flow: str, app: tuple[str, int]) -> list[Commit]:
         """The commit emptying view ``flow``'s table (if it has one), for an upgrade rebuilding the view."""
@@ -158,12 +178,3 @@ class ViewTables:
         if flow not in view_flows(self.live.spec) or self.home.head_files(rel) is None:
             return []
         return [Commit(rel, "", (), (), *app, overwrite=True, schema=schema_hex(self.schema(flow)))]
-
-
-def at_versions(snap: Snapshot, versions: dict[str, int | None]) -> Snapshot:
-    """``snap`` with the given flows' table versions (a rewind's snapshot before its commits make them)."""
-    out = copy.deepcopy(snap)
-    for f, v in versions.items():
-        if f in out.flows:
-            out.flows[f].version = v
-    return out

@@ -67,6 +67,10 @@ def _keys(t: pa.Table) -> list[str]:
     return [repr(vals) for vals in zip(*cols)] if cols else [""] * t.num_rows
 
 
+def _ix(idx: list[int]) -> pa.Array:
+    return pa.array(idx, pa.int64())
+
+
 def _buckets(keys: list[str], n: int) -> list[int]:
     return [zlib.crc32(k.encode("utf-8", "surrogatepass")) % n for k in keys]
 
@@ -92,7 +96,7 @@ def _net(delta: pa.Table, schema: pa.Schema) -> tuple[pa.Table, list[str], list[
         first.setdefault(k, i)
         total[k] = total.get(k, 0) + (1 if diffs[i] is None else int(diffs[i]))
     kept = [k for k in first if total[k]]
-    return rows.take([first[k] for k in kept]), kept, [total[k] for k in kept]
+    return rows.take(_ix([first[k] for k in kept])), kept, [total[k] for k in kept]
 
 
 def apply_delta(
@@ -132,7 +136,7 @@ def apply_delta(
         t = pa.concat_tables([_read(home, rel, mine, schema), *held.get(b, [])])
         out.rows_read += t.num_rows
         out.removes += mine
-        t = _changed(t, rows.take(idx), [keys[i] for i in idx], [sums[i] for i in idx])
+        t = _changed(t, rows.take(_ix(idx)), [keys[i] for i in idx], [sums[i] for i in idx])
         if t.num_rows:
             _write(home, rel, t, b, n, tag, out)
     return out
@@ -152,7 +156,7 @@ def _changed(t: pa.Table, rows: pa.Table, keys: list[str], sums: list[int]) -> p
     if drop:
         t = t.filter(pa.array(keep, pa.bool_()))
     more = [i for i, s in enumerate(sums) for _ in range(max(s, 0))]
-    return pa.concat_tables([t, rows.take(more)]) if more else t
+    return pa.concat_tables([t, rows.take(_ix(more))]) if more else t
 
 
 def rebuild(home: Home, rel: str, schema: pa.Schema, n: int, contents: pa.Table, tag: str) -> ViewCommit:
@@ -166,5 +170,5 @@ def rebuild(home: Home, rel: str, schema: pa.Schema, n: int, contents: pa.Table,
     for i, b in enumerate(_buckets(keys, n)):
         by_bucket.setdefault(b, []).extend([i] * sums[i])
     for b, idx in sorted(by_bucket.items()):
-        _write(home, rel, rows.take(idx), b, n, tag, out)
+        _write(home, rel, rows.take(_ix(idx)), b, n, tag, out)
     return out
