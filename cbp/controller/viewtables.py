@@ -32,7 +32,7 @@ from ..engine.common.protocol import TaskResult
 from ..errors import RuntimeStateError
 from ..spec import PipelineSpec
 from ..storage import LAYOUT, Home
-from ..storage.viewtable import BUCKETS, Diverged, ViewCommit, apply_delta, rebuild
+from ..storage.viewtable import Diverged, ViewCommit, apply_delta, rebuild
 from .backfill import Survey, consolidate, is_synthetic, survey
 from .change import Commit
 from .history import History
@@ -113,13 +113,13 @@ class ViewTables:
             if not delta.num_rows:
                 return None
             try:
-                return apply_delta(self.home, rel, schema, head[1], BUCKETS, delta, tag)
+                return apply_delta(self.home, rel, schema, head[1], delta, tag)
             except Diverged:
                 pass  # rebuilt below
         else:
             self.home.ensure_table(rel, schema, "")
         both = pa.concat_tables([self.contents(flow, self.live.st), delta])
-        return rebuild(self.home, rel, schema, BUCKETS, both, tag)
+        return rebuild(self.home, rel, schema, both, tag)
 
     def contents(self, flow: str, snap: Snapshot) -> pa.Table:
         """The view's consolidated contents in snapshot ``snap`` (its columns and ``_diff``)."""
@@ -154,7 +154,7 @@ class ViewTables:
                 continue
             version = target.flows[flow].version if flow in target.flows else None
             sv = self._rewound(flow, new, version, set(gone.get(flow, ())))
-            vc = rebuild(self.home, rel, self.schema(flow), BUCKETS, self._consolidated(sv), f"r{seq}")
+            vc = rebuild(self.home, rel, self.schema(flow), self._consolidated(sv), f"r{seq}")
             commits.append(Commit(rel, "", tuple(vc.adds), (), "cbp:rewind", seq, overwrite=True))
         return commits
 
