@@ -173,3 +173,4 @@ def test_rewind_and_an_upgrade_changing_the_sql(spark, tmp_path):
     p.upgrade()
     p.run()
     _check(spark, p, orders, changed)
+    assert p.status()["view_tables"] == {v: p.home.uri("views", v) for v in VIEWS}
