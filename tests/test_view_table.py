@@ -16,6 +16,7 @@ from deltalake import DeltaTable
 
 import cbp
 from cbp import faults
+from cbp.commands.explain import explain
 
 SCHEMA = {"id": "int", "cust": "string", "amount": "float"}
 VIEWS = {
@@ -176,3 +177,4 @@ def test_rewind_and_an_upgrade_changing_the_sql(spark, tmp_path):
     p.run()
     _check(spark, p, orders, changed)
     assert p.status()["view_tables"] == {v: p.home.uri("views", v) for v in VIEWS}
+    assert explain(str(tmp_path / "vt.yaml"), "big", str(tmp_path / "home"))["table"].endswith("/views/big")
