@@ -178,3 +178,11 @@ def test_rewind_and_an_upgrade_changing_the_sql(spark, tmp_path):
     _check(spark, p, orders, changed)
     assert p.status()["view_tables"] == {v: p.home.uri("views", v) for v in VIEWS}
     assert explain(str(tmp_path / "vt.yaml"), "big", str(tmp_path / "home"))["table"].endswith("/views/big")
+    # a view removed leaves its flow and table as they were; added back, both go on from there
+    p = _pipeline(tmp_path, spark, {"by_cust": VIEWS["by_cust"]})
+    p.upgrade()
+    _feed(p, orders, [_order(30, "c1", 9.0), _order(0, "c0", 0.0, -1)])
+    p = _pipeline(tmp_path, spark, changed)
+    p.upgrade(discard_archived=["big"])
+    p.run()
+    _check(spark, p, orders, changed)
