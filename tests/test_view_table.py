@@ -186,3 +186,43 @@ def test_rewind_and_an_upgrade_changing_the_sql(spark, tmp_path):
     p.upgrade(discard_archived=["big"])
     p.run()
     _check(spark, p, orders, changed)
+
+
+def test_buckets_follow_random_signed_changes(tmp_path, monkeypatch):
+    """cbp.storage.viewtable alone (no Spark): random inserts, deletes and duplicates, a table that
+    grows past its buckets (split again), and a foreign file; the rows always equal the multiset."""
+    import random
+
+    import pyarrow as pa
+
+    from cbp.storage import Home
+    from cbp.storage import viewtable as vt
+
+    monkeypatch.setattr(vt, "ROWS_PER_BUCKET", 1)  # past 64 rows: 128 buckets, every file split again
+    home, rel = Home(str(tmp_path)), "views/v"
+    schema = pa.schema([("k", pa.int64()), ("s", pa.string())])
+    home.ensure_table(rel, schema, "")
+    rng, want, files = random.Random(7), Counter(), []
+    grown = False
+    for step in range(14):
+        if step == 6:  # someone compacts the table
+            DeltaTable(home.uri(rel)).optimize.compact()
+            files = home.head_files(rel)[1]
+        rows = [{"k": rng.randint(0, 40), "s": rng.choice(["a", "b", None])} for _ in range(rng.randint(1, 30))]
+        delta = [{**r, "_diff": 1} for r in rows]
+        for r in rng.sample(sorted(want.elements(), key=repr), min(len(want), rng.randint(0, 8))):
+            delta.append({"k": r[0][1], "s": r[1][1], "_diff": -1})
+        t = pa.Table.from_pylist(delta, schema=schema.append(pa.field("_diff", pa.int64())))
+        vc = vt.apply_delta(home, rel, schema, files, t, f"c{step}")
+        home.commit_files(rel, None, "", vc.adds, vc.removes)
+        files = home.head_files(rel)[1]
+        for d in delta:
+            want.update({(("k", d["k"]), ("s", d["s"])): d["_diff"]})
+        want = +want
+        assert _bag(home.read_table(rel).to_pylist()) == want, step
+        ns = {int(f["path"].split("-")[0].split("n")[1]) for f in files}  # b<bucket>n<buckets>-...
+        assert len(ns) == 1 and all(vt.bucket_of_name(f["path"], min(ns)) is not None for f in files)
+        grown = grown or min(ns) > vt.BUCKETS
+    assert grown
+    n = min(ns)
+    assert max(Counter(vt.bucket_of_name(f["path"], n) for f in files).values()) <= vt.MAX_FILES
