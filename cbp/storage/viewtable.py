@@ -174,7 +174,12 @@ def apply_delta(
         t = pa.concat_tables([_read(home, rel, mine, schema), *held.get(b, [])])
         out.rows_read += t.num_rows
         out.removes += mine
-        t = _changed(t, *changed)
+        try:
+            t = _changed(t, *changed)
+        except Diverged:
+            for rel_written in out.written:  # nothing of this commit stays
+                home.delete_file(rel_written)
+            raise
         if t.num_rows:
             _write(home, rel, t, b, n, tag, out)
     return out
