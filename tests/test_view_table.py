@@ -164,6 +164,54 @@ def test_kill_around_the_view_commit_recovers(spark, tmp_path, monkeypatch, made
     _check(spark, p, orders, views)
 
 
+@pytest.mark.parametrize("case", ["optimize", "delete-optimize", "killed-optimize"])
+def test_optimize_between_planning_and_the_view_commit(spark, tmp_path, monkeypatch, case):
+    """Someone's OPTIMIZE removes the files the planned view-table commit removes, after the epoch's
+    planning (or after a kill, before the recovery): the commit is planned again on the compacted
+    table (with a DELETE too: rebuilt from the view), made once, and the table equals the view."""
+    views = {"big": VIEWS["big"]}
+    p = _pipeline(tmp_path, spark, views)
+    orders: Counter = Counter()
+    _feed(p, orders, [_order(i, "a", 2.0 + i) for i in range(8)])
+    table = p.home.uri("views", "big")
+    real = faults.point
+
+    def someone_else() -> None:
+        if case == "delete-optimize":
+            DeltaTable(table).delete("amount = 3.0")  # a row the epoch retracts
+        assert DeltaTable(table).optimize.compact()["numFilesRemoved"] > 1
+
+    def point(name: str) -> None:  # after the flow's commit (0), before the view table's (1)
+        if name == "epoch:committed:0":
+            if case == "killed-optimize":
+                raise _Killed(name)
+            someone_else()
+        real(name)
+
+    monkeypatch.setattr(faults, "point", point)
+    if case == "killed-optimize":
+        with pytest.raises(_Killed):
+            _feed(p, orders, [_order(1, "a", 3.0, -1), _order(3, "a", 5.0, -1), _order(9, "a", 5.0)])
+        monkeypatch.setattr(faults, "point", real)
+        someone_else()
+        p = _pipeline(tmp_path, spark, views)  # the next process finishes the pending epoch
+        p.run()
+    else:
+        _feed(p, orders, [_order(1, "a", 3.0, -1), _order(3, "a", 5.0, -1), _order(9, "a", 5.0)])
+        monkeypatch.setattr(faults, "point", real)
+    assert p.home.pending() is None
+    _check(spark, p, orders, views)
+    txns = [
+        json.loads(line)
+        for f in sorted((tmp_path / "home/views/big/_delta_log").glob("*.json"))
+        for line in f.read_text().splitlines()
+        if '"txn"' in line
+    ]
+    assert len({(t["txn"]["appId"], t["txn"]["version"]) for t in txns}) == len(txns) == p.epochs("big")
+    _feed(p, orders, [_order(4, "a", 6.0, -1), _order(10, "a", 7.0)])  # and it goes on from there
+    _check(spark, p, orders, views)
+
+
 def test_rewind_and_an_upgrade_changing_the_sql(spark, tmp_path):
     p = _pipeline(tmp_path, spark)
     orders: Counter = Counter()

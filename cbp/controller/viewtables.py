@@ -14,7 +14,10 @@ the next run finishes the pending change and skips the commits already made):
   emptied with the flow (a retraction of all it held); the rebuilt stage's epochs fill both.
 
 A table someone else changed (``OPTIMIZE`` is harmless; a ``DELETE`` makes a retracted row missing)
-is rebuilt from the view's contents at the next epoch.
+is rebuilt from the view's contents at the next epoch. An ``OPTIMIZE`` (or any writer's commit
+removing files) between an epoch's planning and its commit, or between a kill and the recovery,
+removes files the planned commit removes: the journal then asks :meth:`ViewTables.recommit` for the
+commit again, planned on the table as it is (same transaction id: still made once).
 
 Reads: the spec, the snapshot, the view flows' increments (rebuilds), the view tables' heads.
 Writes: the view tables' new data files (committed by the journal with the change).
@@ -120,6 +123,23 @@ class ViewTables:
             self.home.ensure_table(rel, schema, "")
         both = pa.concat_tables([self.contents(flow, self.live.st), delta])
         return rebuild(self.home, rel, schema, both, tag)
+
+    def recommit(self, record: dict[str, Any], c: Commit, snap: dict[str, Any]) -> Commit:
+        """View table commit ``c`` of pending change ``record`` planned again on the table's files now
+        (another writer removed some that ``c`` removes): the epoch's records (the files the
+        change adds to the view's flow) applied to them, or, if they lack a row it retracts, the
+        view's contents in ``snap`` (the snapshot the change makes, its flow commits made)."""
+        flow = c.table[len(LAYOUT.view_table("")) :]
+        rel, schema, tag = c.table, self.schema(flow), f"c{c.version}"
+        head = self.home.head_files(rel)
+        flow_adds = [a for x in record["commits"] if x["table"] == LAYOUT.flow(flow) for a in x["adds"]]
+        try:
+            if head is None or not flow_adds:
+                raise Diverged(flow)
+            vc = apply_delta(self.home, rel, schema, head[1], self._records(flow, flow_adds), tag)
+        except Diverged:
+            vc = rebuild(self.home, rel, schema, self.contents(flow, Snapshot.from_json(snap)), tag)
+        return Commit(rel, "", tuple(vc.adds), tuple(vc.removes), c.app, c.version, overwrite=vc.overwrite)
 
     def contents(self, flow: str, snap: Snapshot) -> pa.Table:
         """The view's consolidated contents in snapshot ``snap`` (its columns and ``_diff``)."""

@@ -55,7 +55,12 @@ if TYPE_CHECKING:
 
 _DIFF = "_diff"  # a signed record's multiplicity column (cbp.spec.schema.DIFF)
 
-__all__ = ["DeltaTables", "TABLE_CONFIG"]
+__all__ = ["DeltaTables", "RemovedElsewhere", "TABLE_CONFIG"]
+
+
+class RemovedElsewhere(Exception):
+    """A commit removes files the table no longer holds (another writer's ``OPTIMIZE`` removed them
+    first): Delta's conflict rule for a remove of a removed file. ``args[0]``: the paths."""
 
 
 class DeltaTables:
@@ -221,10 +226,13 @@ class DeltaTables:
         app_id: str,
         app_version: int,
         schema: pa.Schema | None = None,
+        removes_live: bool = False,
     ) -> tuple[int, bool]:
         """Commit as :meth:`commit_files` unless the table already holds transaction ``app_id`` at
         ``app_version`` or later; return the table's version and whether this call committed.
-        ``schema``: the table's new schema from this version on (a ``metaData`` action; cbp upgrade)."""
+        ``schema``: the table's new schema from this version on (a ``metaData`` action; cbp upgrade).
+        ``removes_live``: :class:`RemovedElsewhere` (nothing committed) if a file it removes is no
+        longer in the table (a table other writers also write)."""
         h = self._head(rel)
         if h is None:
             raise RuntimeStateError(
@@ -232,6 +240,11 @@ class DeltaTables:
             )
         if h.transaction_version(app_id) >= app_version:
             return h.version, False
+        if removes_live and not overwrite:
+            removes = list(removes)
+            gone = [r["path"] for r in removes if r["path"] not in h.files]
+            if gone:
+                raise RemovedElsewhere(gone)
         self._commit(rel, h, partition_by, adds, removes, overwrite, app_id, app_version, schema)
         return h.version, True
 
