@@ -1,7 +1,8 @@
 """A SQL view's current rows as a Delta table (``views/<view>``, cbp/storage/viewtable.py): after every
 epoch that inserts, deletes and updates rows (duplicates included), Spark's Delta reader and delta-rs
 read exactly the view's consolidated contents and Spark SQL's result over the inputs (multisets); an
-epoch touching one row rewrites one file; OPTIMIZE and VACUUM by someone else, a kill around the view
+epoch touching one row rewrites one file; OPTIMIZE and VACUUM by someone else (between runs, between an
+epoch's planning and its view-table commit, between a kill and the recovery), a kill around the view
 table's commit, a rewind and an upgrade changing the view's SQL leave it right."""
 
 from __future__ import annotations
