@@ -164,6 +164,7 @@ def explain(flow_yaml: str, view: str, home: str | None = None) -> dict[str, Any
     """
     from ..spec import load_spec
     from ..storage.home import Home
+    from ..storage.layout import LAYOUT
 
     spec = load_spec(flow_yaml)
     views = _views(spec)
@@ -175,11 +176,22 @@ def explain(flow_yaml: str, view: str, home: str | None = None) -> dict[str, Any
     h = Home(home) if home else None
     stages = [_stage(spec, s, h) for s in views[view]]
     reads = sorted({i["flow"] for s in stages for i in s["inputs"]} - set(views[view]))
-    return {"pipeline": spec.name, "view": view, "reads": reads, "home": h.location if h else None, "stages": stages}
+    rel = LAYOUT.view_table(view)
+    table = h.uri(rel) if h is not None and h.exists(LAYOUT.delta_commit(rel, 0)) else None
+    return {
+        "pipeline": spec.name,
+        "view": view,
+        "reads": reads,
+        "home": h.location if h else None,
+        "stages": stages,
+        "table": table,  # the Delta table of the view's rows (cbp.storage.viewtable), once it exists
+    }
 
 
 def _print(ex: dict[str, Any]) -> None:
     print(f"view '{ex['view']}' of pipeline '{ex['pipeline']}' reads {', '.join(ex['reads'])}")
+    if ex.get("table"):
+        print(f"  its rows as a Delta table: {ex['table']}")
     for s in ex["stages"]:
         print(f"  stage {s['stage']} ({s['partitions']} partitions) -> {', '.join(s['outputs'])}")
         print(f"    operator: {s['operator']}")

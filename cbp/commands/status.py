@@ -41,6 +41,8 @@ def run(args: argparse.Namespace) -> int:
                 f"    <- {flow:<16} pending increments {c['pending']:>4} (complete {c['complete']}, records "
                 f"{c['records']})"
             )
+    for view, uri in st.get("view_tables", {}).items():
+        print(f"  view  {view:<16} Delta table of its rows: {uri}")
     from ..controller.codehash import status_lines
 
     for line in status_lines(st):

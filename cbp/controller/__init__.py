@@ -66,6 +66,7 @@ from .runs import Runs
 from .scheduler import Scheduler
 from .sources import Sources, SyncReport
 from .upgrade import Upgrade
+from .viewtables import ViewTables
 
 __all__ = ["Parts", "EpochReport", "EpochRecord", "Decision", "Landed", "SyncReport"]
 
@@ -112,6 +113,7 @@ class Parts:
         self.intentions = intentions = Intentions(home, live)
         self.retention = Retention(home, live, notice)
         journal.after_epoch = self.retention.after_epoch
+        journal.replan = ViewTables(home, live, history).recommit  # a view table's commit after an OPTIMIZE
         self.feeds = Feeds(home, live, journal, history, notice)
         self.landing = landing = Landing(home, live, journal, history, Keyed(home, live), self.feeds, notice)
         self.sources = Sources(

@@ -62,6 +62,7 @@ from .landing import Landing, LandResult, flow_schema
 from .live import LazySpark, Live, Tuning
 from .records import Decision, EpochReport
 from .snapshot import Increment, Sched
+from .viewtables import ViewTables
 
 __all__ = ["Epochs"]
 
@@ -82,6 +83,7 @@ class Epochs:
     ) -> None:
         self.home, self.live, self.journal, self.landing, self.intentions = home, live, journal, landing, intentions
         self.tuning, self.spark, self.mode = tuning, spark, mode
+        self.views = ViewTables(home, live, landing.history)  # each SQL view's table of current rows
         self.epoch_timeout: float | None = None  # seconds per stage epoch of the current run (cbp run --epoch-timeout)
         self.run_info: dict[str, Any] | None = (
             None  # the cbp run under way (pid, host, started, command), for the history
@@ -263,6 +265,7 @@ class Epochs:
         entry = LAYOUT.epoch_entry(stage, epoch)
         state = self._state_commit(stage, results, app, entry)
         out = self._output_commits(stage, epoch, results, out_incs, app)
+        view_commits, view_files = self.views.epoch_commits(stage, results, app)
         reads = tuple(ConnectorRead(stage, flow, n) for flow, n in d.removes.items())
         bindings, unbound = self._bindings(stage, results, d)
         index = {str(r.part): r.index for r in results if r.index} if self.mode == "direct" else {}
@@ -285,12 +288,12 @@ class Epochs:
         change = Change(
             "epoch",
             f"stage '{stage}' epoch {epoch}",
-            commits=(*state.commits, *out.commits),
+            commits=(*state.commits, *out.commits, *view_commits),
             updates=(*out.updates, *reads, advance, *((shape,) if shape is not None else ())),
             entries=((entry, record),),
             stage=stage,
             cleanup=(*state.cleanup, *out.cleanup, *unbound),
-            written=tuple(out.written),
+            written=(*out.written, *view_files),
         )
         return change, out.counts
 

@@ -30,6 +30,7 @@ from typing import Any
 from .. import faults
 from ..errors import RuntimeStateError
 from ..storage import LAYOUT, Home
+from ..storage.tables import RemovedElsewhere
 from .change import Change, Commit, EntryVersion, SnapshotUpdate, set_version
 from .entries import entry_json
 from .history import History, legacy_entries
@@ -61,6 +62,9 @@ class Journal:
         self.reconcile, self.check = reconcile, check
         self.entries: dict[str, Any] = {}  # history entries of the change being made
         self.after_epoch: Callable[[], None] | None = None  # called once a stage epoch committed (retention)
+        #: a view table's commit planned again on the table as it is (its files to remove were removed
+        #: by another writer): (record, commit, the snapshot the record makes) -> the commit
+        self.replan: Callable[[dict[str, Any], Commit, dict[str, Any]], Commit] | None = None
 
     # ------------------------------------------------------------------ loading
     def load(self, doc: dict[str, Any] | None) -> None:
@@ -176,7 +180,7 @@ class Journal:
         snap, done = self._next_snapshot(record)
         entries = copy.deepcopy(record.get("entries", {}))
         for n, c in enumerate(Commit.from_json(c) for c in record["commits"]):
-            version = self._make_commit(record["what"], kind, n, c)
+            version = self._make_commit(record, kind, n, c, snap)
             for target in c.targets:
                 if isinstance(target, EntryVersion):
                     entries[target.entry][target.key] = version
@@ -223,19 +227,21 @@ class Journal:
             )
         return patch(copy.deepcopy(current), record["diff"]), False
 
-    def _make_commit(self, what: str, kind: str, n: int, c: Commit) -> int:
-        """Make one Delta commit of a pending record unless its transaction id says it is made; its version."""
+    def _make_commit(self, record: dict[str, Any], kind: str, n: int, c: Commit, snap: dict[str, Any]) -> int:
+        """Make one Delta commit of a pending record unless its transaction id says it is made; its
+        version. A view table's commit whose files to remove another writer removed first (an
+        ``OPTIMIZE``) is planned again on the table as it is (:attr:`replan`), with the same id."""
+        what, view = record["what"], c.table.startswith("views/")
         try:
-            version, made = self.home.commit_once(
-                c.table,
-                c.partition_by,
-                c.adds,
-                c.removes,
-                overwrite=c.overwrite,
-                app_id=c.app,
-                app_version=c.version,
-                schema=_schema(c.schema),
-            )
+            try:
+                version, made = self._commit_once(c, view)
+            except RemovedElsewhere:
+                if self.replan is None:
+                    raise
+                planned, c = c, self.replan(record, c, snap)
+                version, made = self._commit_once(c, view)
+                kept = {a["path"] for a in c.adds}
+                self.delete_quietly([f"{c.table}/{a['path']}" for a in planned.adds if a["path"] not in kept])
         except Exception as e:
             raise RuntimeStateError(
                 f"{what}: the commit to {self.home.uri(c.table)} failed: {e}. Nothing of it is visible "
@@ -245,6 +251,19 @@ class Journal:
         if made:
             faults.point(f"{kind}:committed:{n}")
         return version
+
+    def _commit_once(self, c: Commit, view: bool) -> tuple[int, bool]:
+        return self.home.commit_once(
+            c.table,
+            c.partition_by,
+            c.adds,
+            c.removes,
+            overwrite=c.overwrite,
+            app_id=c.app,
+            app_version=c.version,
+            schema=_schema(c.schema),
+            removes_live=view,
+        )
 
     def _write_record(self, what: str, rel: str, value: dict[str, Any]) -> None:
         try:

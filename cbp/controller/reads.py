@@ -29,6 +29,7 @@ from .migrate import conform, stored_rows
 from .records import EpochRecord
 from .runs import Runs
 from .scheduler import Scheduler
+from .viewtables import view_flows
 
 __all__ = ["Reads"]
 
@@ -259,6 +260,11 @@ class Reads:
             "interrupted": interrupted,
             "last_run": self.runs.last_run(),
             "duplicate_feeds": self.duplicates.pending_duplicates(),
+            "view_tables": {  # each SQL view's Delta table of current rows (cbp.storage.viewtable)
+                f: self.home.uri(LAYOUT.view_table(f))
+                for f in view_flows(self.live.spec)
+                if self.home.exists(LAYOUT.delta_commit(LAYOUT.view_table(f), 0))
+            },
         }
 
     def _last_placement(self, stage: str) -> dict[str, Any] | None:

@@ -49,6 +49,7 @@ from ..storage import LAYOUT, Home
 from ..storage.logretention import trim_log
 from .entries import FeedEntry, FeedHashEntry, FeedIdEntry, parse
 from .live import Live
+from .viewtables import view_flows
 
 __all__ = ["DEFAULT", "RECORD", "Retention", "RetentionSetting", "horizon", "refuse_rewind", "set_retention"]
 
@@ -316,6 +317,17 @@ class Retention:
                     kept = True
         return kept
 
+    def _view_tables(self, plan: _Plan) -> list[tuple[str, Any, Any]]:
+        """The SQL views' tables (cbp.storage.viewtable), each kept as many versions back as its flow's
+        table (an epoch commits to both; cbp itself needs only the newest: a rewind rebuilds it)."""
+        out: list[tuple[str, Any, Any]] = []
+        for f in (f for f in view_flows(self.live.spec) if f in self.live.st.flows):
+            keep, now = (plan.snap.get("flows", {}).get(f) or {}).get("version"), self.live.st.flows[f].version
+            head = self.home.head_files(LAYOUT.view_table(f))
+            if keep is not None and now is not None and head is not None:
+                out.append((LAYOUT.view_table(f), max(0, head[0] - (int(now) - int(keep))), head[0]))
+        return out
+
     def _trim_logs(self, plan: _Plan, done: dict[str, int]) -> None:
         """Each table's log before the version the horizon's snapshot names (and the data files only it held)."""
         st = self.live.st
@@ -329,6 +341,7 @@ class Retention:
             for s, sd in plan.snap.get("stages", {}).items()
             if s in st.stages
         ]
+        tables += self._view_tables(plan)
         for rel, keep, head in tables:
             if keep is None or head is None or int(keep) > int(head):
                 continue

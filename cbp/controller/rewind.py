@@ -64,6 +64,7 @@ from .live import Live
 from .migrate import stored_rows
 from .retention import refuse_rewind
 from .snapshot import FlowState, Increment, Sched, Snapshot, StageState
+from .viewtables import ViewTables
 
 __all__ = ["RewindReport", "Rewind", "updates_to"]
 
@@ -145,6 +146,7 @@ class Rewind:
     ) -> None:
         self.home, self.live, self.journal, self.history = home, live, journal, history
         self.intentions, self.notify = intentions, notify
+        self.views = ViewTables(home, live, history)  # the SQL views' tables follow their flows
 
     def rewind(
         self, to_epoch: int, stage: str | None = None, *, command: str = "cbp.Pipeline.rewind()"
@@ -194,6 +196,7 @@ class Rewind:
         for f in new.flows:
             commits += self._restore_flow(cur, target, new, f, seq)
         record = self._record(cur, target, undone, report)
+        commits += self.views.rewind_commits(new, target, undone, record.collected_undone, seq)
         entries: list[tuple[str, HistoryEntry]] = [(LAYOUT.rewind_entry(seq), record)]
         for flow, incs in record.collected_undone.items():
             entries += [(LAYOUT.collected_entry(flow, i), replace(e, undone=seq)) for i, e in incs.items()]

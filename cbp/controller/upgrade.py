@@ -64,6 +64,7 @@ from .migrate import Migration, upgrade_app
 from .plan import ARCHIVE, PIPELINE, Change, Plan
 from .snapshot import Increment, Snapshot, StageState, conn
 from .stageplan import make_plan
+from .viewtables import ViewTables
 
 __all__ = ["Upgrade"]
 
@@ -267,6 +268,7 @@ class Upgrade:
         elif c.kind == "rebuild-view":
             for f in self.live.spec.stages[s].outputs:
                 self._retract(s, f, n, written)
+                commits += ViewTables(self.home, self.live, self.history).cleared(f, upgrade_app(n))
             self._add(s, n, commits, written, backfill=True)
         elif c.kind == "restore":
             self._restore(s, n, commits)

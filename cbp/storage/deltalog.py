@@ -28,6 +28,7 @@ __all__ = [
     "commit_actions",
     "delta_rs_actions",
     "live_file",
+    "partition_columns",
 ]
 
 TABLE_CONFIG = {"delta.checkpointInterval": "100"}
@@ -134,7 +135,7 @@ def commit_actions(
     action giving the table that schema."""
     op = "WRITE" if added or overwrite else "DELETE" if dropped or schema is None else "ADD COLUMNS"
     params = (
-        {"mode": "Overwrite" if overwrite else "Append", "partitionBy": json.dumps([partition_by])}
+        {"mode": "Overwrite" if overwrite else "Append", "partitionBy": json.dumps(partition_columns(partition_by))}
         if op == "WRITE"
         else {}
     )
@@ -157,7 +158,7 @@ def commit_actions(
         {
             "add": {
                 "path": quote(f["path"], safe="/=-_.~"),
-                "partitionValues": {partition_by: _value(f["partition"])},
+                "partitionValues": _values(partition_by, f["partition"]),
                 "size": f["size"],
                 "modificationTime": f["mtime"],
                 "dataChange": True,
@@ -173,7 +174,7 @@ def commit_actions(
                 "deletionTimestamp": now,
                 "dataChange": True,
                 "extendedFileMetadata": True,
-                "partitionValues": {partition_by: _value(f["partition"])},
+                "partitionValues": _values(partition_by, f["partition"]),
                 "size": f["size"],
             }
         }
@@ -190,7 +191,7 @@ def delta_rs_actions(
         AddAction(
             f["path"],
             f["size"],
-            {partition_by: _value(f["partition"])},
+            _values(partition_by, f["partition"]),
             f["mtime"],
             True,
             json.dumps({"numRecords": int(f["rows"] or 0)}),
@@ -198,7 +199,7 @@ def delta_rs_actions(
         for f in map(lambda a: live_file(a, partition_by), adds)
     ]
     actions += [
-        RemoveAction(f["path"], True, f["mtime"], f["size"], {partition_by: _value(f["partition"])})
+        RemoveAction(f["path"], True, f["mtime"], f["size"], _values(partition_by, f["partition"]))
         for f in map(lambda r: live_file(r, partition_by), removes)
     ]
     return actions
@@ -220,6 +221,11 @@ def _metadata(dt: DeltaTable, schema: pa.Schema) -> dict[str, Any]:
     }
 
 
-def _value(v: Any) -> str | None:
-    """A partition value as Delta writes it in the log (a string, or null)."""
-    return None if v is None else str(v)
+def partition_columns(partition_by: str) -> list[str]:
+    """The partition columns of a table cbp writes: one, or none (``""``: a view's table, cbp.storage.viewtable)."""
+    return [partition_by] if partition_by else []
+
+
+def _values(partition_by: str, v: Any) -> dict[str, str | None]:
+    """A file's partition values as Delta writes them in the log (a string, or null; none unpartitioned)."""
+    return {partition_by: None if v is None else str(v)} if partition_by else {}

@@ -6,6 +6,8 @@ Paths are relative to the home (a local directory or an object-store URI)::
     stages/<stage>/state/_part=<p>/         Delta table of state records, partitioned by _part
     stages/<stage>/index/_part=<p>/         BIPtable index files (key hash -> data file, row group): a whole
                                             file and deltas on it
+    views/<view>/                           Delta table of a SQL view's current rows (no _diff, unpartitioned,
+                                            a file per bucket of rows: cbp.storage.viewtable)
     _cbp/controller/<seq>.json              controller snapshots (what is live)
     _cbp/history/...                        what happened: epochs, feeds, feed ids, collected increments
     _cbp/intentions/<stage>.json            write-ahead intention of the stage epoch under way
@@ -66,6 +68,10 @@ class Layout:
 
     def index(self, stage: str) -> str:
         return f"stages/{stage}/index"
+
+    def view_table(self, view: str) -> str:
+        """The Delta table of SQL view ``view``'s current rows (:mod:`cbp.storage.viewtable`)."""
+        return f"views/{view}"
 
     def bindings(self, stage: str) -> str:
         """Directory of the multicast bindings a stage epoch makes (read by the stage's next epoch)."""

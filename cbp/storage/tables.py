@@ -38,7 +38,16 @@ from deltalake import CommitProperties, DeltaTable, Transaction
 from deltalake import Schema as DeltaSchema
 
 from ..errors import RuntimeStateError
-from .deltalog import TABLE_CONFIG, TIDY_EVERY, TableHead, checkpoint_due, commit_actions, delta_rs_actions, live_file
+from .deltalog import (
+    TABLE_CONFIG,
+    TIDY_EVERY,
+    TableHead,
+    checkpoint_due,
+    commit_actions,
+    delta_rs_actions,
+    live_file,
+    partition_columns,
+)
 from .layout import LAYOUT
 
 if TYPE_CHECKING:
@@ -46,7 +55,12 @@ if TYPE_CHECKING:
 
 _DIFF = "_diff"  # a signed record's multiplicity column (cbp.spec.schema.DIFF)
 
-__all__ = ["DeltaTables", "TABLE_CONFIG"]
+__all__ = ["DeltaTables", "RemovedElsewhere", "TABLE_CONFIG"]
+
+
+class RemovedElsewhere(Exception):
+    """A commit removes files the table no longer holds (another writer's ``OPTIMIZE`` removed them
+    first): Delta's conflict rule for a remove of a removed file. ``args[0]``: the paths."""
 
 
 class DeltaTables:
@@ -134,8 +148,11 @@ class DeltaTables:
         with self._tables_lock:
             self._heads.pop(rel, None)
 
-    def ensure_table(self, rel: str, schema: pa.Schema, partition_by: str) -> DeltaTable | None:
-        """Create the table empty (version 0) on first use; None if it existed (not loaded: a load costs)."""
+    def ensure_table(
+        self, rel: str, schema: pa.Schema, partition_by: str, config: dict[str, str] | None = None
+    ) -> DeltaTable | None:
+        """Create the table empty (version 0) on first use; None if it existed (not loaded: a load costs).
+        ``partition_by`` ``""``: unpartitioned; ``config``: more of the table's configuration."""
         so = self.storage_options
         if rel in self._heads or DeltaTable.is_deltatable(self.uri(rel), storage_options=so):
             if _DIFF in schema.names:
@@ -145,9 +162,9 @@ class DeltaTables:
             dt = DeltaTable.create(
                 self.uri(rel),
                 schema=schema,
-                partition_by=[partition_by],
+                partition_by=partition_columns(partition_by) or None,
                 storage_options=so,
-                configuration=TABLE_CONFIG,
+                configuration={**TABLE_CONFIG, **(config or {})},
             )
         except Exception as e:
             raise RuntimeStateError(f"cannot create Delta table {self.uri(rel)}: {e}") from e
@@ -209,10 +226,13 @@ class DeltaTables:
         app_id: str,
         app_version: int,
         schema: pa.Schema | None = None,
+        removes_live: bool = False,
     ) -> tuple[int, bool]:
         """Commit as :meth:`commit_files` unless the table already holds transaction ``app_id`` at
         ``app_version`` or later; return the table's version and whether this call committed.
-        ``schema``: the table's new schema from this version on (a ``metaData`` action; cbp upgrade)."""
+        ``schema``: the table's new schema from this version on (a ``metaData`` action; cbp upgrade).
+        ``removes_live``: :class:`RemovedElsewhere` (nothing committed) if a file it removes is no
+        longer in the table (a table other writers also write)."""
         h = self._head(rel)
         if h is None:
             raise RuntimeStateError(
@@ -220,6 +240,11 @@ class DeltaTables:
             )
         if h.transaction_version(app_id) >= app_version:
             return h.version, False
+        if removes_live and not overwrite:
+            removes = list(removes)
+            gone = [r["path"] for r in removes if r["path"] not in h.files]
+            if gone:
+                raise RemovedElsewhere(gone)
         self._commit(rel, h, partition_by, adds, removes, overwrite, app_id, app_version, schema)
         return h.version, True
 
@@ -293,7 +318,7 @@ class DeltaTables:
             actions,
             mode="overwrite" if overwrite else "append",
             schema=new_schema,
-            partition_by=[partition_by],
+            partition_by=partition_columns(partition_by) or None,
             commit_properties=props,
         )
         dt.update_incremental()
@@ -322,6 +347,15 @@ class DeltaTables:
             return int(json.loads(self.read_bytes(LAYOUT.delta_last_checkpoint(rel)))["size"])
         except (OSError, ValueError, KeyError, TypeError):
             return 0
+
+    def head_files(self, rel: str) -> tuple[int, list[dict[str, Any]], dict[str, str]] | None:
+        """The newest version of the table at ``rel`` (another writer's commits included), its live files
+        (as :meth:`table_files`) and its configuration; None if there is no table."""
+        h = self._head(rel)
+        if h is None:
+            return None
+        with self._tables_lock:
+            return h.version, [dict(f) for f in h.files.values()], dict(h.dt.metadata().configuration)
 
     def table_files(self, rel: str, version: int) -> list[dict[str, Any]]:
         """The live data files of a table version: path (relative), size, mtime, rows, partition value."""
