@@ -152,8 +152,12 @@ def run_victim(
     status_after_kill: bool = False,
     strict: bool = True,
     done: int = 0,
+    recover_here: bool = False,
 ) -> VictimLog:
     """Do the operations through the CLI; before operation ``i`` succeeds, kill it once per fault in ``plan[i]``.
+
+    With ``recover_here`` the attempt without a fault that ends an operation (after its kills: the recovery)
+    runs in this process (:func:`cli_here`), not in a ``cbp`` process of its own.
 
     The first ``done`` operations were done already, without faults (in the test's process: cheaper than a
     ``cbp`` process with its own Spark driver for each, see :func:`run_reference`'s ``count``).
@@ -174,7 +178,7 @@ def run_victim(
             args = ["run"]
         for fault in plan.get(i, []) + [None]:  # type: ignore[operator]
             t0 = time.perf_counter()
-            r = cli(args, home, fault)
+            r = cli_here(args, home) if recover_here and fault is None else cli(args, home, fault)
             a = Attempt(op, i, fault, r.returncode, time.perf_counter() - t0, r.stderr, r.stdout)
             log.attempts.append(a)
             if fault and fault.startswith("after:"):
@@ -200,6 +204,32 @@ def run_victim(
             if fault and status_after_kill:
                 a.stdout += "\n[status]\n" + status_text(home)
     return log
+
+
+def cli_here(args: list[str], home: str, yaml: Path | None = None) -> subprocess.CompletedProcess[str]:
+    """:func:`cli` without a fault, in this process: the command's own code (``cbp.cli.main``) on the test
+    session's SparkSession, reading the home from its files as a restarted process would, and its exit code,
+    stdout and stderr (cbp's messages: ``recovered: ...``). A ``cbp run`` process starts a Spark driver of its
+    own (about 9 CPU s); a kill needs one, the recovery after it does not."""
+    from cbp.cli import main
+
+    cmd = ["cbp", args[0], str(yaml or YAML), "--home", home, *args[1:]]
+    env = os.environ.pop("CBP_FAULT", None)
+    log, root = logging.getLogger("cbp"), logging.getLogger()  # the command sets them up for a terminal
+    handlers, level, propagate, root_level = list(log.handlers), log.level, log.propagate, root.level
+    log.handlers[:] = [h for h in handlers if not getattr(h, "_cbp_cli", False)]  # its own, on this stderr
+    out, err = io.StringIO(), io.StringIO()
+    try:
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            code = main(cmd[1:])
+    finally:
+        log.handlers[:] = handlers
+        log.setLevel(level)
+        log.propagate = propagate
+        root.setLevel(root_level)
+        if env is not None:
+            os.environ["CBP_FAULT"] = env
+    return subprocess.CompletedProcess(cmd, code, out.getvalue(), err.getvalue())
 
 
 def status_text(home: str) -> str:

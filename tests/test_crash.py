@@ -26,7 +26,7 @@ def test_sigkill_at_many_moments_recovers_exactly(spark, tmp_path):
     ops = len(ch.operations(incs))
     plan = ch.plan_chained(ops, ch.KILLS)
     assert sum(len(v) for v in plan.values()) == ch.kill_count(ch.KILLS) >= 20
-    log = ch.run_victim(str(tmp_path / "victim"), incs, plan, tmp_path, status_after_kill=True)
+    log = ch.run_victim(str(tmp_path / "victim"), incs, plan, tmp_path, status_after_kill=True, recover_here=True)
     assert len(log.killed()) == ch.kill_count(ch.KILLS)  # every kill point was reached (the harness checks exit -9)
     got = ch.results(str(tmp_path / "victim"), spark)
     assert got["leftovers"] == {"pending": False, "intentions": []}
@@ -76,9 +76,9 @@ def test_rewind_killed_and_recovered_then_replayed_equals_reference(spark, tmp_p
     for fault in ("kill:rewind:committed:1:1", "kill:recover:committed:2:1", "kill:recover:snapshot:1"):
         r = ch.cli(rewind, home, fault)
         assert r.returncode == -9, (fault, r.stderr)
-    r = ch.cli(rewind, home)
+    r = ch.cli_here(rewind, home)  # the commands after the kills: in this process
     assert r.returncode == 0 and "nothing to rewind" in r.stderr, r.stderr  # the recovery finished it
-    r = ch.cli(["run"], home)
+    r = ch.cli_here(["run"], home)
     assert r.returncode == 0, r.stderr
     got = ch.results(home, spark)
     assert got["state"] == want["state"] == ch.expected(incs)
@@ -128,8 +128,8 @@ def test_feeds_with_retractions_survive_sigkill_exactly(spark, tmp_path):
             args = ["feed", "urls", str(src), "--id", f"inc{k}"]
         else:
             args = ["run"]
-        for fault in SIGNED_KILLS.get(i, []) + [None]:
-            r = ch.cli(args, victim, fault, yaml=yaml)
+        for fault in SIGNED_KILLS.get(i, []) + [None]:  # each kill in a process; the recovery after it here
+            r = ch.cli(args, victim, fault, yaml=yaml) if fault else ch.cli_here(args, victim, yaml=yaml)
             assert r.returncode == (-9 if fault else 0), (i, fault, r.stderr[-2000:])
     got = cbp.load(yaml, home=victim, spark=spark)
     df = pd.DataFrame([{"url": r["url"], "d": r.get("_diff", 1)} for inc in incs for r in inc])
@@ -174,8 +174,9 @@ def _killed_with_a_feed_during_its_job(make_pipeline, tmp_path, background, faul
 
 
 def _recovered_exactly(yaml: Any, home: str) -> None:
-    """The next ``cbp run`` re-runs epoch 1 with its inputs, then reads feed 2: the counts of both feeds."""
-    r = ch.cli(["run"], home, yaml=yaml)
+    """The next ``cbp run`` (in this process) re-runs epoch 1 with its inputs, then reads feed 2: the counts of
+    both feeds."""
+    r = ch.cli_here(["run"], home, yaml=yaml)
     assert r.returncode == 0, r.stderr[-2000:]
     assert "which was interrupted: re-running it with the same inputs" in r.stderr
     p = cbp.load(yaml, home=home)

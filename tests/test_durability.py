@@ -67,8 +67,10 @@ def count(key, state, words, out):
     )
     path = str(make_pipeline(WORD_COUNT, module))
     home = str(tmp_path / "h")
+    from crash_harness import cli_here  # the commands that are not the runners in question: in this process
+
     assert (
-        _cli("feed", path, "--home", home, "words", _words(tmp_path, "a.jsonl", ["a", "b", "c", "a"])).returncode == 0
+        cli_here(["feed", "words", _words(tmp_path, "a.jsonl", ["a", "b", "c", "a"])], home, Path(path)).returncode == 0
     )
     first = _cli("run", path, "--home", home, start=background.popen)
     _wait_for(first, "running count epoch 1")
@@ -78,13 +80,13 @@ def count(key, state, words, out):
     assert f"pid {first.pid}" in second.stderr and "only one runner per home" in second.stderr
     with pytest.raises(BusyError, match="another cbp run is already working"):
         cbp.load(path, home=home, spark=spark).run()
-    status = _cli("status", path, "--home", home)
+    status = cli_here(["status"], home, Path(path))
     assert f"a cbp run is working on this home: pid {first.pid}" in status.stdout
     first.send_signal(signal.SIGKILL)  # killed while holding the lock, mid-epoch
     first.wait()
     gate.touch()
-    assert _cli("feed", path, "--home", home, "words", _words(tmp_path, "b.jsonl", ["b"])).returncode == 0
-    third = _cli("run", path, "--home", home)
+    assert cli_here(["feed", "words", _words(tmp_path, "b.jsonl", ["b"])], home, Path(path)).returncode == 0
+    third = cli_here(["run"], home, Path(path))  # the take-over
     assert third.returncode == 0, third.stderr
     assert f"took over the home from a cbp run that was killed (pid {first.pid}" in third.stderr
     p = cbp.load(path, home=home, spark=spark)
@@ -111,9 +113,11 @@ def count(key, state, words, out):
 def test_status_shows_an_interrupted_epoch_and_what_recovery_will_do(spark, make_pipeline, tmp_path, fault, shows):
     path = str(make_pipeline(WORD_COUNT, WORD_COUNT_MODULE))
     home = str(tmp_path / "h")
-    _cli("feed", path, "--home", home, "words", _words(tmp_path, "a.jsonl", ["a", "b", "a"]))
+    from crash_harness import cli_here  # the commands not killed: in this process (no Python start of their own)
+
+    cli_here(["feed", "words", _words(tmp_path, "a.jsonl", ["a", "b", "a"])], home, yaml=Path(path))
     assert _cli("run", path, "--home", home, fault=fault).returncode == -9
-    status = _cli("status", path, "--home", home)
+    status = cli_here(["status"], home, yaml=Path(path))
     assert shows in status.stdout, status.stdout
     p = cbp.load(path, home=home, spark=spark)
     assert p.state("count") == []  # nothing of the epoch is visible through cbp

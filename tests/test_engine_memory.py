@@ -140,3 +140,19 @@ def test_rdd_and_sql_jobs_share_one_pool_of_python_workers(spark):
     rdd = set(spark.sparkContext.parallelize(range(4), 2).mapPartitions(daemon_rdd).collect())
     sql = {r.p for r in spark.range(4).repartition(2).mapInArrow(daemon_sql, "p long").collect()}
     assert rdd == sql and len(rdd) == 1
+
+
+@pytest.mark.classic(reason="reads its Python workers' parent through an RDD job: Connect has no RDDs")
+def test_python_workers_are_forked_by_cbps_daemon_with_the_task_side_imported(spark):
+    """Spark forks each Python worker from ``cbp.engine.task.daemon`` (``spark.python.daemon.module``),
+    which imported cbp's task side once: a fresh worker (one whose task failed is never reused) starts with it."""
+
+    def seen(it):
+        import sys
+
+        with open(f"/proc/{os.getppid()}/cmdline", "rb") as f:
+            parent = f.read().replace(b"\0", b" ").decode()
+        yield parent, "cbp.engine.task.arrowtasks" in sys.modules
+
+    [(parent, imported)] = set(spark.sparkContext.parallelize(range(2), 1).mapPartitions(seen).collect())
+    assert "cbp.engine.task.daemon" in parent and imported

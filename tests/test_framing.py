@@ -170,11 +170,11 @@ def test_framed_outputs_survive_crashes(spark, make_pipeline, tmp_path):
             continue
         src = tmp_path / f"feed{k}.jsonl"
         src.write_text("".join(json.dumps(r) + "\n" for r in batch))
-        assert ch.cli(["feed", "events", str(src)], victim, yaml=yaml).returncode == 0
-        for fault in KILLS.get(k, []):
+        assert ch.cli_here(["feed", "events", str(src)], victim, yaml=yaml).returncode == 0
+        for fault in KILLS.get(k, []):  # each kill in a `cbp run` process; the recovery after them here
             r = ch.cli(["run"], victim, fault, yaml=yaml)
             assert r.returncode == -9, (fault, r.stderr[-2000:])
-        r = ch.cli(["run"], victim, yaml=yaml)
+        r = ch.cli_here(["run"], victim, yaml=yaml)
         assert r.returncode == 0, r.stderr[-2000:]
     got = cbp.load(yaml, home=victim, spark=spark)
     assert _increments(victim) == _increments(str(tmp_path / "ref"))

@@ -280,7 +280,7 @@ def test_killed_runs_recover_keyed_rows(make_pipeline, spark) -> None:
         p.feed("ops", _records(ops))
         killed = ch.cli(["run"], home, fault=fault, yaml=Path(path))
         assert killed.returncode == -9, killed.stderr[-2000:]
-    done = ch.cli(["run"], home, yaml=Path(path))
+    done = ch.cli_here(["run"], home, yaml=Path(path))  # the recovery: in this process
     assert done.returncode == 0, done.stderr[-2000:]
     want, _ = _expected(epochs)
     assert sorted(cbp.load(path, home=home).state("site"), key=lambda r: (r["k"], r["rk"])) == want

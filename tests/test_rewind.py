@@ -286,7 +286,9 @@ def test_sigkill_at_every_step_of_a_rewind(spark, tmp_path):
     before = _view(cbp.load(fixed, base, spark=spark))
     clean = str(tmp_path / "clean")
     shutil.copytree(base, clean)
-    r = _cli(["rewind", str(fixed), "--home", clean, "--to-epoch", "2"])
+    import crash_harness as ch
+
+    r = ch.cli_here(["rewind", "--to-epoch", "2"], clean, yaml=fixed)  # the commands not killed: in this process
     assert r.returncode == 0, r.stderr
     assert "rewound to after stage 'count' epoch 2" in r.stdout
     after = _view(cbp.load(fixed, clean, spark=spark))
@@ -298,7 +300,7 @@ def test_sigkill_at_every_step_of_a_rewind(spark, tmp_path):
         assert r.returncode == -9, (fault, r.stderr)
         seen = _view(cbp.load(fixed, home, spark=spark))
         assert seen in (before, after), fault
-        r = _cli(["rewind", str(fixed), "--home", home, "--to-epoch", "2"])
+        r = ch.cli_here(["rewind", "--to-epoch", "2"], home, yaml=fixed)
         assert r.returncode == 0, (fault, r.stderr)
         assert _view(cbp.load(fixed, home, spark=spark)) == after, fault
         p = cbp.load(fixed, home, spark=spark)

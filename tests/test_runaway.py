@@ -22,9 +22,9 @@ def count(key, state, words, out):
     if key == "bad":
         how = open(os.path.join(os.path.dirname(__file__), "how")).read().strip()
         if how == "loop":
-            while True:
+            while True:  # never returns (waiting, not spinning a core for the 12 s of the limit)
                 try:
-                    pass
+                    time.sleep(0.01)
                 except Exception:  # a translator that swallows everything still stops
                     pass
         if how == "sleep":

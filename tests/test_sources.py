@@ -14,6 +14,7 @@ import pandas as pd
 import pyarrow as pa
 import pytest
 from conftest import ROOT
+from crash_harness import cli_here
 from deltalake import DeltaTable, write_deltalake
 
 import cbp
@@ -205,7 +206,7 @@ def test_sync_killed_anywhere_lands_each_version_once(make_pipeline, tmp_path, k
     home = str(tmp_path / "home")
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
     cmd = [sys.executable, "-m", "cbp.cli", "sync", str(yaml), "--home", home]
-    assert subprocess.run(cmd, env=env, capture_output=True, timeout=300).returncode == 0
+    assert cli_here(["sync"], home, yaml=yaml).returncode == 0  # the syncs not killed: in this process
     next_id = [50]
     # a keyed flow's feeds make two commits (the flow's, then its keyed table's): every point; a plain one, a few (the
     # same code)
@@ -220,7 +221,7 @@ def test_sync_killed_anywhere_lands_each_version_once(make_pipeline, tmp_path, k
         for fault in faults:
             r = subprocess.run(cmd, env={**env, "CBP_FAULT": fault}, capture_output=True, text=True, timeout=300)
             assert r.returncode == -9, (fault, r.stderr)  # the fault point was reached
-        r = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
+        r = cli_here(["sync"], home, yaml=yaml)  # the recovery
         assert r.returncode == 0, r.stderr
     p = cbp.load(yaml, home=home)
     ids = [p.parts.history.feed(p.parts.live.st, "orders", i).id for i in range(1, p.feeds("orders") + 1)]

@@ -362,6 +362,8 @@ def get_spark(master: str | None = None, conf: dict[str, str] | None = None) -> 
         # compress to 3.3 MB) is one map task on one core: at 1 MB it splits by row groups
         .config("spark.sql.files.openCostInBytes", str(1 << 20))
         .config("spark.python.worker.reuse", "true")
+        # workers forked by a daemon that imported cbp's task side once (a fresh worker: ~1 CPU s less)
+        .config("spark.python.daemon.module", "cbp.engine.task.daemon")
         # Spark keeps a pool of Python workers per set of worker environment variables, and its SQL
         # runners (mapInArrow) add one that its RDD runner (mapPartitions) does not: two pools, each
         # worker with its own state and index caches (twice the memory the settings allow), and a
