@@ -28,6 +28,8 @@ from .viewerror import ViewError
 __all__ = ["TYPES", "VALUES", "Interval", "shift", "shift_type"]
 
 _UTC = datetime.timezone.utc
+#: The plan's function for ``to_date(s, fmt)`` (:func:`to_date_call`).
+TO_DATE_FN = "cbp_to_date"
 _UNITS = {"YEAR": ("months", 12), "MONTH": ("months", 1), "WEEK": ("days", 7), "DAY": ("days", 1)}
 _UNITS |= {"HOUR": ("micros", 3_600_000_000), "MINUTE": ("micros", 60_000_000), "SECOND": ("micros", 1_000_000)}
 _TRUNC_TS = {"YEAR": "year", "YYYY": "year", "YY": "year", "QUARTER": "quarter", "MONTH": "month", "MM": "month"}
@@ -139,9 +141,24 @@ def _spark_format(node: exp.Expr) -> str | None:
     if not (isinstance(fmt, exp.Literal) and fmt.is_string):
         raise _refuse("to_date with a format that is not a string literal", node)
     m = re.search(r", '((?:[^'\\]|\\.)*)'\)$", node.sql(dialect="spark"))
-    if m is None:
-        raise _refuse("to_date with this format", node)
-    return m[1]
+    return m[1] if m is not None else "yyyy-MM-dd"  # sqlglot writes no format for Spark's default
+
+
+def to_date_call(out: exp.Expr, node: exp.Expr) -> exp.Expr:
+    """``to_date(s, fmt)`` as the plan's ``cbp_to_date(s, fmt)``, its format as written (sqlglot's Spark
+    SQL text leaves out ``'yyyy-MM-dd'``, which would make it a lenient cast)."""
+    fmt = _spark_format(node)
+    return out if fmt is None else exp.Anonymous(this=TO_DATE_FN, expressions=[out.this, exp.Literal.string(fmt)])
+
+
+def to_date_call_value(node: exp.Expr, row: Mapping[str, Any], ev: _Ev) -> Any:
+    """The value of ``cbp_to_date(s, fmt)`` (:func:`to_date_call`)."""
+    call = exp.TsOrDsToDate(this=node.expressions[0], format=node.expressions[1])
+    if "cbp_format" not in node.meta:
+        fmt = node.expressions[1].this
+        node.meta["cbp_format"] = (fmt, _fmt_regex(fmt, node))
+    call.meta["cbp_format"] = node.meta["cbp_format"]
+    return _to_date_value(call, row, ev)
 
 
 def _to_date_type(node: exp.Expr, infer: _Infer, types: Mapping[str, str | None]) -> str:

@@ -252,7 +252,7 @@ def _special(node: exp.Expr, row: Mapping[str, Any]) -> Any:
             if v is not None:
                 return v
         return None
-    if isinstance(node, exp.Concat):
+    if type(node) is exp.Concat:  # not ConcatWs (a subclass)
         parts = [ev(e, row) for e in node.expressions]
         return None if any(p is None for p in parts) else "".join(_text(p) for p in parts)
     if isinstance(node, exp.Substring):
@@ -267,6 +267,8 @@ def _function(node: exp.Expr, row: Mapping[str, Any]) -> Any:
         return conform(ev(node.expressions[0], row), node.expressions[1].this, node.expressions[2].this)
     if isinstance(node, exp.Anonymous) and node.name.lower() == VIEW_FN:
         return _in_view(node, row)
+    if isinstance(node, exp.Anonymous) and node.name.lower() == datefns.TO_DATE_FN:
+        return datefns.to_date_call_value(node, row, ev)
     if isinstance(node, exp.Cast):  # DATE '...', TIMESTAMP '...', CAST, TRY_CAST
         return time_literal(node) if _is_time_literal(node) else cast_value(ev(node.this, row), *_cast_args(node))
     if type(node) in _FN_VALUES:
@@ -311,6 +313,8 @@ def with_decimal_types(node: exp.Expr, types: Mapping[str, str | None], view: st
         }
         out = n.__class__(**args)
         out.meta.update(n.meta)
+        if type(n) is exp.TsOrDsToDate and n.args.get("format") is not None:
+            return datefns.to_date_call(out, n)
         if type(n) in _ARITH:
             t = infer(n, types)
             if t is not None and t.startswith("decimal("):
