@@ -10,13 +10,14 @@ from __future__ import annotations
 import datetime
 import decimal
 import math
+import textwrap
 
 import pytest
 from test_sql_views import _expand, _same, _table, few_partitions  # noqa: F401 (few_partitions: a fixture)
 
 import cbp
-from cbp.errors import SpecError  # noqa: F401
-from cbp.spec import load_spec  # noqa: F401
+from cbp.errors import SpecError
+from cbp.spec import load_spec
 
 D, UTC = decimal.Decimal, datetime.timezone.utc
 SCHEMA = {"i": "int?", "x": "float?", "p": "decimal(10,2)?", "s": "string?", "b": "bool?", "d": "date?"}
@@ -283,3 +284,130 @@ def test_a_value_ansi_cannot_convert_fails_spark_and_the_view(spark, text, value
             assert ev(_compiled(safe, TYPES)[1], row) is None
     finally:
         spark.catalog.dropTempView("bad_t")
+
+
+ITEMS = {"id": "int", "price": "decimal(10,2)", "qty_s": "string", "day": "date", "ts": "timestamp"}
+ITEMS |= {"amount": "float", "name": "string?"}
+STORES = {"name": "string", "opened": "date", "region": "string"}
+VIEWS = {
+    "c_proj": "SELECT id, CAST(qty_s AS INT) AS q, TRY_CAST(name AS INT) AS ni, CAST(price AS DECIMAL(6,1)) AS p1, "
+    "round(amount, 1) AS r, floor(amount) AS f, day + INTERVAL '1' MONTH AS next_month, date_add(day, 7) AS wk, "
+    "datediff(day, DATE '2024-01-01') AS dd, date_trunc('MONTH', ts) AS m, CAST(ts AS DATE) AS tday, "
+    "concat_ws('-', name, id) AS tag, lpad(name, 6, '*') AS padded, nullif(name, 'x') AS nn, "
+    "greatest(price, amount) AS g, price::string AS ps FROM items WHERE day >= '2024-01-15' AND qty_s > 0",
+    "c_group": "SELECT trunc(day, 'MM') AS month, quarter(day) AS qtr, count(*) AS n, sum(CAST(qty_s AS INT)) AS q, "
+    "sum(round(price * 1.1, 2)) AS s, max(CAST(amount AS DECIMAL(8,2))) AS top FROM items "
+    "WHERE day < DATE '2024-12-01' - INTERVAL '90' DAY GROUP BY trunc(day, 'MM'), quarter(day)",
+    "c_join": "SELECT i.id, s.region, datediff(i.day, s.opened) AS age FROM items i JOIN stores s ON i.name = s.name "
+    "WHERE i.day BETWEEN s.opened AND s.opened + INTERVAL '30' DAY",
+}
+
+
+def _item(i: int, price: str, qty: str, day: tuple[int, int], amount: float, name: str | None) -> dict:
+    d = datetime.date(2024, *day)
+    ts = datetime.datetime(2024, day[0], day[1], i % 24, 30, tzinfo=UTC)
+    return {"id": i, "price": D(price), "qty_s": qty, "day": d, "ts": ts, "amount": amount, "name": name}
+
+
+IT = {1: _item(1, "2.50", " 3 ", (1, 10), 2.25, "a"), 2: _item(2, "10.05", "+2", (1, 20), 7.75, "b")}
+IT |= {3: _item(3, "0.15", "5", (2, 29), 0.05, None), 4: _item(4, "99.99", "1", (3, 31), 120.5, "12")}
+IT |= {5: _item(5, "1.25", "0", (5, 15), 1.25, "x"), 6: _item(6, "7.00", "4", (1, 31), -3.5, "a")}
+STEPS = [  # (items, stores) fed per step: inserts; deletes and updates (a row moved between months); more
+    (list(IT.values()), [{"name": "a", "opened": datetime.date(2024, 1, 5), "region": "r1"}]),
+    (
+        [{**IT[2], "_diff": -1}, {**IT[6], "_diff": -1}, {**IT[6], "day": datetime.date(2024, 2, 2), "qty_s": "9"}],
+        [{"name": "b", "opened": datetime.date(2024, 1, 1), "region": "r2"}],
+    ),
+    ([{**IT[1], "_diff": -1}, _item(7, "3.33", "7", (2, 1), 9.99, "b"), _item(8, "0.01", "2", (8, 1), 0.5, "a")], []),
+]
+
+
+def _check(spark, p) -> None:
+    """Each view against Spark SQL over the inputs' consolidated contents: column types, and rows
+    (exact for ints, decimals, strings, dates and timestamps; 1e-9 relative for floats)."""
+    for name, schema in (("items", ITEMS), ("stores", STORES)):
+        _table(spark, name, schema, _expand(p.output(name, consolidated=True)))
+    for view, sql in VIEWS.items():
+        df = spark.sql(sql)
+        fields = p.spec.flows[view].schema.fields
+        assert [f.scalar for f in fields.values()] == [_view_type(f.dataType) for f in df.schema.fields], view
+        got = [tuple(_plain(r.get(c)) for c in fields) for r in _expand(p.output(view, consolidated=True))]
+        want = [tuple(row) for row in df.collect()]
+        assert _same(got, want), f"view {view}:\n cbp   {sorted(map(str, got))}\n spark {sorted(map(str, want))}"
+
+
+@pytest.mark.usefixtures("few_partitions")
+def test_views_with_casts_and_dates_equal_spark_sql_and_a_bad_value_fails_the_epoch(spark, tmp_path):
+    """Views with casts, date arithmetic and functions through inserts, deletes and updates equal
+    Spark SQL after every epoch; then a quantity that is not a number fails the epoch with
+    ``view-cast`` naming the view and the row (Spark's ANSI mode fails the query), nothing committed."""
+    flows = "\n".join(
+        f"  {n}: {{external: true, schema: {{{', '.join(f'{k}: {t!r}' for k, t in s.items())}}}}}"
+        for n, s in (("items", ITEMS), ("stores", STORES))
+    )
+    body = "\n".join(f"  {n}: |\n    {sql}" for n, sql in VIEWS.items())
+    path = tmp_path / "casts.yaml"
+    path.write_text(f"pipeline: casts\nflows:\n{flows}\nviews:\n{body}\n")
+    p = cbp.Pipeline(str(path), str(tmp_path / "home"), spark=spark)
+    try:
+        for items, stores in STEPS:
+            for flow, recs in (("items", items), ("stores", stores)):
+                if recs:
+                    p.feed(flow, recs)
+            p.run()
+            _check(spark, p)
+        before = {v: p.output(v, consolidated=True) for v in VIEWS}
+        p.feed("items", [_item(9, "1.00", "1", (1, 16), 1.0, "a"), _item(10, "1.00", "many", (1, 17), 1.0, "a")])
+        with pytest.raises(cbp.CbpError) as e:
+            p.run()
+        assert e.value.code == "view-cast", str(e.value)[:3000]
+        assert "view 'c_proj'" in str(e.value) and "'many'" in str(e.value) and "'id': 10" in str(e.value)
+        assert {v: p.output(v, consolidated=True) for v in VIEWS} == before  # nothing of the epoch committed
+        _table(
+            spark,
+            "items",
+            ITEMS,
+            [*_expand(p.output("items", consolidated=True)), _item(10, "1", "many", (1, 17), 1.0, "a")],
+        )
+        with pytest.raises(Exception, match="CAST_INVALID_INPUT"):  # Spark's ANSI mode fails the query too
+            spark.sql(VIEWS["c_proj"]).collect()
+    finally:
+        for name in [*VIEWS, "items", "stores"]:
+            spark.catalog.dropTempView(name)
+
+
+def _yaml(sql: str) -> str:
+    schema = ", ".join(f"{k}: {t!r}" for k, t in ITEMS.items())
+    body = textwrap.indent(sql, "    ")
+    return f"pipeline: v\nflows:\n  items: {{external: true, schema: {{{schema}}}}}\nviews:\n  v: |\n{body}\n"
+
+
+REFUSED = [  # (SQL, what the message says): each view-unsupported, at its line and column
+    ("SELECT id,\n    CAST(day AS INT) AS x FROM items", "SQL line 2, column 10: CAST of a date to INT"),
+    ("SELECT CAST(id AS BINARY) AS x FROM items", "CAST to BINARY"),
+    ("SELECT CAST(id AS ARRAY<INT>) AS x FROM items", "CAST to ARRAY<INT>"),
+    ("SELECT CAST(amount AS TIMESTAMP) AS x FROM items", "CAST of a float to TIMESTAMP"),
+    ("SELECT id FROM items WHERE id = 'abc'", "cannot be cast to BIGINT"),
+    ("SELECT id FROM items WHERE day > '2024/01/05'", "cannot be cast to DATE"),
+    ("SELECT day - day AS x FROM items", "(a date ± an int of days"),
+    ("SELECT date_trunc('fortnight', ts) AS x FROM items", "date_trunc() to 'FORTNIGHT'"),
+    ("SELECT trunc(day, 'Q') AS x FROM items", "trunc() to 'QUARTER'"),
+    ("SELECT to_date(name, 'MMM d yyyy') AS x FROM items", "to_date format 'MMM d yyyy'"),
+    ("SELECT regexp_replace(name, 'a', 'b') AS x FROM items", "regexp_replace"),
+    ("SELECT round(amount, id) AS x FROM items", "not an int literal"),
+    ("SELECT split_part(name, ',', 0) AS x FROM items", "part 0"),
+    ("SELECT greatest(id, name) AS x FROM items", "greatest() of int and string"),
+    ("SELECT id + name AS x FROM items", "of a string"),
+    ("SELECT current_date() - INTERVAL '1' DAY AS x FROM items", "current_date() (not deterministic)"),
+    ("SELECT trim(BOTH 'x' FROM name) AS x FROM items", "trim() of characters other than spaces"),
+]
+
+
+@pytest.mark.parametrize("sql,says", REFUSED, ids=[f"refused-{i}" for i in range(len(REFUSED))])
+def test_a_cast_or_function_a_view_cannot_compile_is_refused_at_load(tmp_path, sql, says):
+    path = tmp_path / "v.yaml"
+    path.write_text(_yaml(sql))
+    with pytest.raises(SpecError) as e:
+        load_spec(path)
+    assert e.value.code == "view-unsupported", str(e.value)
+    assert says in str(e.value) and "SQL line " in str(e.value), str(e.value)

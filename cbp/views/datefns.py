@@ -50,6 +50,8 @@ class Interval:
 
 
 def _name(node: exp.Expr) -> str:
+    if isinstance(node, (exp.TimestampTrunc, exp.DateTrunc)):
+        return "date_trunc" if isinstance(node, exp.TimestampTrunc) else "trunc"
     return node.sql_name().lower() if isinstance(node, exp.Func) else type(node).__name__.lower()
 
 
@@ -126,7 +128,8 @@ def _as_date(v: Any) -> Any:
 
 def _fmt_regex(fmt: str, node: exp.Expr) -> re.Pattern[str]:
     parts = _FORMAT.findall(fmt)
-    if "".join(parts) != fmt or not {"yyyy", "MM", "M"} & set(parts) or not {"dd", "d"} & set(parts):
+    fields = [p for p in parts if p[0] in "yMd"]
+    if "".join(parts) != fmt or sorted({p[0] for p in fields}) != ["M", "d", "y"] or len(fields) != 3:
         raise _refuse(f"to_date format '{fmt}' (yyyy, MM or M, dd or d and separators are)", node)
     groups = {"yyyy": r"(?P<y>\d{4})", "MM": r"(?P<m>\d{2})", "M": r"(?P<m>\d{1,2})"}
     groups |= {"dd": r"(?P<d>\d{2})", "d": r"(?P<d>\d{1,2})"}
