@@ -338,6 +338,17 @@ VALUES: dict[type[exp.Expr], Callable[[exp.Expr, Mapping[str, Any], _Ev], Any]] 
 }
 
 
+def literal(v: datetime.date) -> exp.Expr:
+    """The ``DATE '...'`` or ``TIMESTAMP '...'`` literal of a value (UTC).
+
+    >>> literal(datetime.date(1998, 9, 2)).sql(dialect="spark")
+    "CAST('1998-09-02' AS DATE)"
+    """
+    kind = "timestamp" if isinstance(v, datetime.datetime) else "date"
+    text = v.astimezone(_UTC).isoformat(sep=" ") if isinstance(v, datetime.datetime) else v.isoformat()
+    return exp.Cast(this=exp.Literal.string(text), to=exp.DataType.build(kind))
+
+
 def interval_value(node: exp.Expr) -> Interval:
     """The value of an ``INTERVAL 'n' UNIT`` node."""
     return _interval(node)

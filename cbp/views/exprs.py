@@ -315,6 +315,9 @@ def with_decimal_types(node: exp.Expr, types: Mapping[str, str | None], view: st
         out.meta.update(n.meta)
         if type(n) is exp.TsOrDsToDate and n.args.get("format") is not None:
             return datefns.to_date_call(out, n)
+        if type(n) in (exp.Add, exp.Sub) and not any(isinstance(c, exp.Column) for c in n.walk()):
+            if infer(n, types) in ("date", "timestamp"):  # DATE '1998-12-01' - INTERVAL '90' DAY: folded once
+                return datefns.literal(ev(n, {}))
         if type(n) in _ARITH:
             t = infer(n, types)
             if t is not None and t.startswith("decimal("):
