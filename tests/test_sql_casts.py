@@ -191,6 +191,7 @@ EXPRESSIONS = [  # none of these fails on ROWS (the ones that do: FAILING)
     "p = x",
     "d BETWEEN '2024-01-01' AND '2024-12-31'",
     "TRY_CAST(n AS INT) > i",
+    "CASE i WHEN '1' THEN 'one' WHEN 7 THEN 'seven' END",
 ]
 FAILING = [  # (expression, the row's column values): Spark's ANSI mode fails, and so does the view
     ("CAST(n AS INT)", {"n": "abc"}),

@@ -236,7 +236,7 @@ def _special(node: exp.Expr, row: Mapping[str, Any]) -> Any:
         subject = ev(node.this, row) if node.this is not None else None
         for branch in node.args.get("ifs") or []:
             cond = ev(branch.this, row)
-            hit = (cond is True) if node.this is None else (subject is not None and cond == subject)
+            hit = (cond is True) if node.this is None else _cmp(subject, cond, lambda x, y: x == y) is True
             if hit:
                 return ev(branch.args["true"], row)
         default = node.args.get("default")
