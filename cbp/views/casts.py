@@ -19,14 +19,26 @@ import decimal
 import math
 import re
 import struct
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from sqlglot import exp
 
+from ..errors import UserCodeError
 from ..spec.typedvalues import decimal_of
 from .viewerror import ViewError, construct_name
 
-__all__ = ["CastFailure", "cast_target", "cast_type", "cast_value", "comparable", "to_date", "to_timestamp", "to_text"]
+__all__ = [
+    "CastFailure",
+    "cast_target",
+    "cast_type",
+    "cast_value",
+    "comparable",
+    "in_view",
+    "to_date",
+    "to_timestamp",
+    "to_text",
+]
 
 _UTC = datetime.timezone.utc
 _EPOCH = datetime.datetime(1970, 1, 1, tzinfo=_UTC)
@@ -341,3 +353,17 @@ def comparable(node: exp.Expr, types: list[str | None], operands: list[exp.Expr]
                     cast_value(o.this, target)
                 except CastFailure as e:
                     raise ViewError("view-unsupported", f"{e} (Spark fails the query: {e.spark})", node=o) from None
+
+
+def in_view(node: exp.Expr, row: Mapping[str, Any], ev: Callable[[exp.Expr, Mapping[str, Any]], Any]) -> Any:
+    """``cbp_view(expr, 'view')`` (:data:`cbp.views.exprs.VIEW_FN`): ``expr``'s value; a value Spark's
+    ANSI mode cannot convert fails the epoch with ``view-cast``, naming the view and the row."""
+    try:
+        return ev(node.expressions[0], row)
+    except CastFailure as e:
+        shown = {k: v for k, v in row.items() if k != "_diff"}
+        raise UserCodeError(
+            f"view '{node.expressions[1].this}': {e} (Spark's ANSI mode fails the query too: {e.spark}; "
+            f"TRY_CAST gives NULL); the row: {str(shown)[:1000]}",
+            code="view-cast",
+        ) from None

@@ -22,9 +22,8 @@ from typing import Any
 import sqlglot
 from sqlglot import exp
 
-from ..errors import UserCodeError
 from . import datefns, functions
-from .casts import CastFailure, cast_target, cast_type, cast_value, comparable, to_text
+from .casts import cast_target, cast_type, cast_value, comparable, in_view, to_text
 from .dates import DATE_NODES, date_type, date_value, time_literal, time_literal_type
 from .strings import LIKE_NODES, like_operands, like_value, substring
 from .viewerror import ViewError, construct_name
@@ -54,10 +53,13 @@ def parse_expr(text: str) -> exp.Expr:
     return sqlglot.parse_one(text, read="spark")
 
 
+_TIMES = (datetime.date, datefns.Interval)
+
+
 def _num(a: Any, b: Any, op: Callable[[Any, Any], Any], sign: int = 0) -> Any:
     if a is None or b is None:
         return None
-    if sign and (isinstance(a, (datetime.date, datefns.Interval)) or isinstance(b, (datetime.date, datefns.Interval))):
+    if sign and (isinstance(a, _TIMES) or isinstance(b, _TIMES)):
         return datefns.shift(a, b, sign)  # a date or timestamp plus or minus an interval or days
     if isinstance(a, decimal.Decimal) or isinstance(b, decimal.Decimal):
         if isinstance(a, float) or isinstance(b, float):
@@ -175,8 +177,11 @@ def ev(node: exp.Expr, row: Mapping[str, Any]) -> Any:
         return _BINARY[t](ev(node.this, row), ev(node.expression, row))
     if t in _UNARY:
         return _UNARY[t](ev(node.this, row))
-    if t is exp.Literal:
-        return _literal(node)
+    if t is exp.Literal:  # its value kept on the node (a worker's nodes are parse_expr's, cached)
+        meta = node.meta
+        if "cbp_value" not in meta:
+            meta["cbp_value"] = _literal(node)
+        return meta["cbp_value"]
     if t is exp.Boolean:
         return bool(node.this)
     if t is exp.Null:
@@ -216,20 +221,6 @@ def _is_time_literal(node: exp.Expr) -> bool:
     return type(node) is exp.Cast and lit and _target(node) in ("date", "timestamp")
 
 
-def _in_view(node: exp.Expr, row: Mapping[str, Any]) -> Any:
-    """``cbp_view(expr, 'view')``: ``expr``'s value; a value Spark's ANSI mode cannot convert fails the
-    epoch with ``view-cast``, naming the view and the row."""
-    try:
-        return ev(node.expressions[0], row)
-    except CastFailure as e:
-        shown = {k: v for k, v in row.items() if k != "_diff"}
-        raise UserCodeError(
-            f"view '{node.expressions[1].this}': {e} (Spark's ANSI mode fails the query too: {e.spark}; "
-            f"TRY_CAST gives NULL); the row: {str(shown)[:1000]}",
-            code="view-cast",
-        ) from None
-
-
 def _special(node: exp.Expr, row: Mapping[str, Any]) -> Any:
     """CASE, IF, COALESCE and the string functions of several arguments."""
     if isinstance(node, exp.Case):
@@ -266,11 +257,16 @@ def _function(node: exp.Expr, row: Mapping[str, Any]) -> Any:
     if isinstance(node, exp.Anonymous) and node.name.lower() == DECIMAL_FN:  # a decimal result rounded to its type
         return conform(ev(node.expressions[0], row), node.expressions[1].this, node.expressions[2].this)
     if isinstance(node, exp.Anonymous) and node.name.lower() == VIEW_FN:
-        return _in_view(node, row)
+        return in_view(node, row, ev)
     if isinstance(node, exp.Anonymous) and node.name.lower() == datefns.TO_DATE_FN:
         return datefns.to_date_call_value(node, row, ev)
-    if isinstance(node, exp.Cast):  # DATE '...', TIMESTAMP '...', CAST, TRY_CAST
-        return time_literal(node) if _is_time_literal(node) else cast_value(ev(node.this, row), *_cast_args(node))
+    if isinstance(node, exp.Cast):  # DATE '...', TIMESTAMP '...' (its value kept on the node), CAST, TRY_CAST
+        if "cbp_value" in node.meta:
+            return node.meta["cbp_value"]
+        if _is_time_literal(node):
+            node.meta["cbp_value"] = time_literal(node)
+            return node.meta["cbp_value"]
+        return cast_value(ev(node.this, row), *_cast_args(node))
     if type(node) in _FN_VALUES:
         return _FN_VALUES[type(node)](node, row, ev)
     if isinstance(node, exp.Interval):
