@@ -177,8 +177,9 @@ def _to_decimal(v: Any, target: str) -> decimal.Decimal:
         d = decimal.Decimal(v.strip())
     else:
         d = decimal.Decimal(v)
-    q = d.quantize(decimal.Decimal(1).scaleb(-s), context=_EXACT)
-    if q != 0 and q.adjusted() + 1 > p - s:
+    fits = d == 0 or d.adjusted() + 1 <= p - s  # (a value past 200 digits cannot be quantized)
+    q = d.quantize(decimal.Decimal(1).scaleb(-s), context=_EXACT) if fits else d
+    if not fits or (q != 0 and q.adjusted() + 1 > p - s):
         raise CastFailure(f"the value {v!r} cannot be represented as DECIMAL({p},{s})", "NUMERIC_VALUE_OUT_OF_RANGE")
     return q
 
@@ -234,7 +235,7 @@ def to_text(v: Any) -> str:
         return format(v, "f")
     if isinstance(v, datetime.datetime):
         t = v.astimezone(_UTC)
-        text = t.strftime("%Y-%m-%d %H:%M:%S")
+        text = f"{t.date().isoformat()} {t.strftime('%H:%M:%S')}"  # the year in 4 digits (strftime: '999')
         return text + (f".{t.microsecond:06d}".rstrip("0") if t.microsecond else "")
     if isinstance(v, datetime.date):
         return v.isoformat()
