@@ -118,7 +118,12 @@ _REFUSED = {("time", "number"), ("number", "time"), ("time", "bool"), ("bool", "
 
 def cast_type(node: exp.Expr, source: str | None) -> str:
     """The view type of cast ``node`` whose operand has type ``source``; :class:`ViewError` when the
-    target is not a type a view casts to, or Spark's ANSI mode refuses the cast."""
+    target is not a type a view casts to, or Spark's ANSI mode refuses the cast.
+
+    >>> import sqlglot
+    >>> cast_type(sqlglot.parse_one("CAST(s AS SMALLINT)", read="spark"), "string")
+    'int'
+    """
     target = cast_target(node.args.get("to"))
     if target is None:
         to = node.args.get("to")
@@ -306,7 +311,11 @@ def to_timestamp(v: Any) -> datetime.datetime:
 
 def cast_value(v: Any, target: str, safe: bool = False) -> Any:
     """``v`` cast to ``target`` (a name of :func:`cast_target`); a value that does not convert is a
-    :class:`CastFailure`, or NULL when ``safe`` (``TRY_CAST``)."""
+    :class:`CastFailure`, or NULL when ``safe`` (``TRY_CAST``).
+
+    >>> cast_value(300, "int8", safe=True) is None, cast_value(" yes ", "bool"), cast_value(-2.9, "int32")
+    (True, True, -2)
+    """
     if v is None:
         return None
     try:
@@ -335,7 +344,11 @@ _IMPLICIT = ({"time", "string"}, {"number", "string"}, {"bool", "string"})
 
 def comparable(node: exp.Expr, types: list[str | None], operands: list[exp.Expr] | None = None) -> None:
     """Refuses (``view-unsupported``) a comparison of ``types`` Spark does not cast implicitly, or of a
-    string literal (among ``operands``) that is not a value of the other side's type."""
+    string literal (among ``operands``) that is not a value of the other side's type.
+
+    >>> import sqlglot
+    >>> comparable(sqlglot.parse_one("d > '2024-1-5'", read="spark"), ["date", "string"])  # fine: None
+    """
     known = {t for t in types if t is not None}
     families = {_family(t) for t in known}
     if len(families) > 1 and families not in _IMPLICIT:

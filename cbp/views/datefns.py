@@ -73,7 +73,11 @@ def _interval(node: exp.Expr) -> Interval:
 
 
 def add_months(d: datetime.date, n: int) -> datetime.date:
-    """``d`` ``n`` months later, on the month's last day when ``d``'s day is past it (Spark's rule)."""
+    """``d`` ``n`` months later, on the month's last day when ``d``'s day is past it (Spark's rule).
+
+    >>> add_months(datetime.date(2024, 3, 31), -1)
+    datetime.date(2024, 2, 29)
+    """
     m = d.year * 12 + d.month - 1 + n
     y, mo = divmod(m, 12)
     day = min(d.day, calendar.monthrange(y, mo + 1)[1])
@@ -82,7 +86,11 @@ def add_months(d: datetime.date, n: int) -> datetime.date:
 
 def shift(a: Any, b: Any, sign: int) -> Any:
     """``a + b`` (``sign`` 1) or ``a - b`` (-1) where ``a`` is a date or timestamp and ``b`` an
-    :class:`Interval` or a number of days (or ``b`` the date: ``n + d``)."""
+    :class:`Interval` or a number of days (or ``b`` the date: ``n + d``).
+
+    >>> shift(datetime.date(2024, 1, 31), Interval(months=1), 1), shift(datetime.date(2024, 1, 1), 1, -1)
+    (datetime.date(2024, 2, 29), datetime.date(2023, 12, 31))
+    """
     if a is None or b is None:
         return None
     if not isinstance(a, datetime.date):
