@@ -514,3 +514,24 @@ def test_cast_properties(v, target):
         assert -(2 ** (bits - 1)) <= out < 2 ** (bits - 1)
     if target != "string" and not (isinstance(out, float) and not math.isfinite(out)):
         assert cast_value(cast_value(out, "string"), target) == out  # written and read back
+
+
+def test_a_bad_value_in_a_group_key_fails_the_epoch_naming_the_view(spark, tmp_path):
+    """A GROUP BY key that is a CAST (evaluated where records are routed, here in a shuffled epoch: a
+    small one, routed in the driver, fails alike): ``view-cast`` naming the view and the row; nothing
+    committed."""
+    path = tmp_path / "g.yaml"
+    path.write_text(
+        "pipeline: g\nflows:\n  t: {external: true, schema: {k: string, v: int}}\n"
+        "views:\n  g: SELECT CAST(k AS INT) AS ki, count(*) AS n FROM t GROUP BY CAST(k AS INT)\n"
+    )
+    p = cbp.Pipeline(str(path), str(tmp_path / "home"), spark=spark, small_epoch_records=0)
+    p.feed("t", [{"k": " 1", "v": 1}, {"k": "1", "v": 2}, {"k": "+2", "v": 3}])
+    p.run()
+    before = p.output("g", consolidated=True)
+    assert sorted((r["ki"], r["n"]) for r in before) == [(1, 2), (2, 1)]
+    p.feed("t", [{"k": "x1", "v": 4}])
+    with pytest.raises(cbp.CbpError) as e:
+        p.run()
+    assert e.value.code == "view-cast" and "view 'g'" in str(e.value) and "'x1'" in str(e.value), str(e.value)[:2000]
+    assert p.output("g", consolidated=True) == before
