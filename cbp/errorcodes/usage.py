@@ -177,6 +177,15 @@ SECTIONS: list[tuple[str, list[Code]]] = [
                 "committed",
             ),
             _c(
+                "view-cast",
+                UC,
+                4,
+                "a SQL view's CAST (or a string compared with a number or date, or read by to_date) met a value "
+                "Spark's ANSI mode cannot convert: malformed, or out of the type's range (Spark fails the query too)",
+                "the message names the view and the row; fix the data, or write TRY_CAST (NULL instead): the epoch "
+                "was not committed",
+            ),
+            _c(
                 "timeout",
                 UC,
                 4,

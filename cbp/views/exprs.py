@@ -12,6 +12,7 @@ An expression is a sqlglot tree whose columns were renamed to the row's field na
 
 from __future__ import annotations
 
+import datetime
 import decimal
 import functools
 import math
@@ -21,9 +22,11 @@ from typing import Any
 import sqlglot
 from sqlglot import exp
 
+from . import datefns, functions
+from .casts import cast_target, cast_type, cast_value, comparable, in_view, to_text
 from .dates import DATE_NODES, date_type, date_value, time_literal, time_literal_type
 from .strings import LIKE_NODES, like_operands, like_value, substring
-from .viewerror import ViewError
+from .viewerror import ViewError, construct_name
 from .vtypes import arith, coerce_pair, conform, is_numeric, literal_type, wider
 
 __all__ = ["ev", "parse_expr", "infer", "ViewError", "SCALAR_NODES", "NUMERIC", "with_decimal_types"]
@@ -32,6 +35,12 @@ NUMERIC = frozenset({"int", "float"})
 _EXACT = decimal.Context(prec=200, rounding=decimal.ROUND_DOWN)
 #: The internal function a decimal result is rounded to its type with: ``cbp_decimal(expr, 'decimal(P,S)')``.
 DECIMAL_FN = "cbp_decimal"
+#: The internal function naming the view around an expression that may fail at run time (a cast):
+#: ``cbp_view(expr, 'view')``, whose failure is ``view-cast`` naming the view and the row.
+VIEW_FN = "cbp_view"
+#: The function nodes of :mod:`cbp.views.functions` and :mod:`cbp.views.datefns` (type, value).
+_FN_TYPES = {**functions.TYPES, **datefns.TYPES}
+_FN_VALUES = {**functions.VALUES, **datefns.VALUES}
 
 
 @functools.lru_cache(maxsize=4096)
@@ -44,9 +53,14 @@ def parse_expr(text: str) -> exp.Expr:
     return sqlglot.parse_one(text, read="spark")
 
 
-def _num(a: Any, b: Any, op: Callable[[Any, Any], Any]) -> Any:
+_TIMES = (datetime.date, datefns.Interval)
+
+
+def _num(a: Any, b: Any, op: Callable[[Any, Any], Any], sign: int = 0) -> Any:
     if a is None or b is None:
         return None
+    if sign and (isinstance(a, _TIMES) or isinstance(b, _TIMES)):
+        return datefns.shift(a, b, sign)  # a date or timestamp plus or minus an interval or days
     if isinstance(a, decimal.Decimal) or isinstance(b, decimal.Decimal):
         if isinstance(a, float) or isinstance(b, float):
             return op(float(a), float(b))
@@ -100,8 +114,8 @@ def _or(a: Any, b: Any) -> Any:
 
 
 _BINARY: dict[type[exp.Expr], Callable[[Any, Any], Any]] = {
-    exp.Add: lambda a, b: _num(a, b, lambda x, y: x + y),
-    exp.Sub: lambda a, b: _num(a, b, lambda x, y: x - y),
+    exp.Add: lambda a, b: _num(a, b, lambda x, y: x + y, 1),
+    exp.Sub: lambda a, b: _num(a, b, lambda x, y: x - y, -1),
     exp.Mul: lambda a, b: _num(a, b, lambda x, y: x * y),
     exp.Div: _div,
     exp.Mod: _mod,
@@ -129,16 +143,16 @@ SCALAR_NODES = frozenset(
     set(_BINARY)
     | set(_UNARY)
     | {exp.Column, exp.Identifier, exp.Literal, exp.Boolean, exp.Null, exp.Is, exp.In, exp.Between, exp.Case}
-    | {exp.If, exp.Coalesce, exp.Substring, exp.Trim, exp.Concat, exp.Cast}
+    | {exp.If, exp.Coalesce, exp.Substring, exp.Concat, exp.Cast, exp.TryCast, exp.Interval}
+    | {exp.DataTypeParam}
+    | set(_FN_TYPES)
     | LIKE_NODES
     | DATE_NODES
 )
 
 
 def _text(v: Any) -> str:
-    if isinstance(v, bool):
-        return "true" if v else "false"
-    return str(v)
+    return to_text(v)  # Spark's string of a value (a double as Java prints it)
 
 
 def _literal(node: exp.Expr) -> Any:
@@ -163,8 +177,11 @@ def ev(node: exp.Expr, row: Mapping[str, Any]) -> Any:
         return _BINARY[t](ev(node.this, row), ev(node.expression, row))
     if t in _UNARY:
         return _UNARY[t](ev(node.this, row))
-    if t is exp.Literal:
-        return _literal(node)
+    if t is exp.Literal:  # its value kept on the node (a worker's nodes are parse_expr's, cached)
+        meta = node.meta
+        if "cbp_value" not in meta:
+            meta["cbp_value"] = _literal(node)
+        return meta["cbp_value"]
     if t is exp.Boolean:
         return bool(node.this)
     if t is exp.Null:
@@ -190,13 +207,27 @@ def _in(v: Any, items: list[Any]) -> Any:
     return None if any(i is None for i in items) else False
 
 
+def _target(node: exp.Expr) -> str:
+    return cast_target(node.args.get("to")) or ""
+
+
+def _cast_args(node: exp.Expr) -> tuple[str, bool]:
+    return _target(node), node.args.get("safe") is True
+
+
+def _is_time_literal(node: exp.Expr) -> bool:
+    """``DATE '...'`` or ``TIMESTAMP '...'`` (sqlglot's Cast of a string literal)."""
+    lit = isinstance(node.this, exp.Literal) and node.this.is_string
+    return type(node) is exp.Cast and lit and _target(node) in ("date", "timestamp")
+
+
 def _special(node: exp.Expr, row: Mapping[str, Any]) -> Any:
     """CASE, IF, COALESCE and the string functions of several arguments."""
     if isinstance(node, exp.Case):
         subject = ev(node.this, row) if node.this is not None else None
         for branch in node.args.get("ifs") or []:
             cond = ev(branch.this, row)
-            hit = (cond is True) if node.this is None else (subject is not None and cond == subject)
+            hit = (cond is True) if node.this is None else _cmp(subject, cond, lambda x, y: x == y) is True
             if hit:
                 return ev(branch.args["true"], row)
         default = node.args.get("default")
@@ -212,19 +243,34 @@ def _special(node: exp.Expr, row: Mapping[str, Any]) -> Any:
             if v is not None:
                 return v
         return None
-    if isinstance(node, exp.Concat):
+    if type(node) is exp.Concat:  # not ConcatWs (a subclass)
         parts = [ev(e, row) for e in node.expressions]
         return None if any(p is None for p in parts) else "".join(_text(p) for p in parts)
-    if isinstance(node, exp.Trim):
-        v = ev(node.this, row)
-        return None if v is None else v.strip(" ")
     if isinstance(node, exp.Substring):
         length = node.args.get("length")
         return substring(ev(node.this, row), ev(node.args["start"], row), ev(length, row) if length else None)
+    return _function(node, row)
+
+
+def _function(node: exp.Expr, row: Mapping[str, Any]) -> Any:
+    """The internal functions, casts, and the functions of :mod:`~cbp.views.functions`, :mod:`~cbp.views.datefns`."""
     if isinstance(node, exp.Anonymous) and node.name.lower() == DECIMAL_FN:  # a decimal result rounded to its type
         return conform(ev(node.expressions[0], row), node.expressions[1].this, node.expressions[2].this)
-    if isinstance(node, exp.Cast):  # DATE '...', TIMESTAMP '...'
-        return time_literal(node)
+    if isinstance(node, exp.Anonymous) and node.name.lower() == VIEW_FN:
+        return in_view(node, row, ev)
+    if isinstance(node, exp.Anonymous) and node.name.lower() == datefns.TO_DATE_FN:
+        return datefns.to_date_call_value(node, row, ev)
+    if isinstance(node, exp.Cast):  # DATE '...', TIMESTAMP '...' (its value kept on the node), CAST, TRY_CAST
+        if "cbp_value" in node.meta:
+            return node.meta["cbp_value"]
+        if _is_time_literal(node):
+            node.meta["cbp_value"] = time_literal(node)
+            return node.meta["cbp_value"]
+        return cast_value(ev(node.this, row), *_cast_args(node))
+    if type(node) in _FN_VALUES:
+        return _FN_VALUES[type(node)](node, row, ev)
+    if isinstance(node, exp.Interval):
+        return datefns.interval_value(node)
     if type(node) in DATE_NODES:
         return date_value(node, row, ev)
     if type(node) in LIKE_NODES:
@@ -247,7 +293,8 @@ def _literal_type(node: exp.Expr) -> str:
 
 def with_decimal_types(node: exp.Expr, types: Mapping[str, str | None], view: str) -> exp.Expr:
     """``node`` with each arithmetic whose result is a decimal wrapped in ``cbp_decimal(e, 'decimal(P,S)',
-    view)``: rounded HALF_UP to Spark's result type, ``view-overflow`` when it does not fit."""
+    view)``: rounded HALF_UP to Spark's result type, ``view-overflow`` when it does not fit; and, when it
+    may fail to convert a value (a CAST), wrapped in ``cbp_view(e, view)`` (:data:`VIEW_FN`)."""
 
     def wrap(n: exp.Expr) -> exp.Expr:
         args = {
@@ -262,6 +309,11 @@ def with_decimal_types(node: exp.Expr, types: Mapping[str, str | None], view: st
         }
         out = n.__class__(**args)
         out.meta.update(n.meta)
+        if type(n) is exp.TsOrDsToDate and n.args.get("format") is not None:
+            return datefns.to_date_call(out, n)
+        if type(n) in (exp.Add, exp.Sub) and not any(isinstance(c, exp.Column) for c in n.walk()):
+            if infer(n, types) in ("date", "timestamp"):  # DATE '1998-12-01' - INTERVAL '90' DAY: folded once
+                return datefns.literal(ev(n, {}))
         if type(n) in _ARITH:
             t = infer(n, types)
             if t is not None and t.startswith("decimal("):
@@ -269,7 +321,10 @@ def with_decimal_types(node: exp.Expr, types: Mapping[str, str | None], view: st
                 return exp.Anonymous(this=DECIMAL_FN, expressions=[out, *lits])
         return out
 
-    return wrap(node)
+    out = wrap(node)
+    if _fallible(node, types):  # a runtime failure names the view
+        return exp.Anonymous(this=VIEW_FN, expressions=[out, exp.Literal.string(view)])
+    return out
 
 
 def infer(node: exp.Expr, types: Mapping[str, str | None]) -> str | None:
@@ -290,12 +345,16 @@ def infer(node: exp.Expr, types: Mapping[str, str | None]) -> str | None:
         return "bool"
     if t is exp.Null:
         return None
-    if t is exp.Cast:
-        return time_literal_type(node)
+    if t in (exp.Cast, exp.TryCast):
+        return time_literal_type(node) if _is_time_literal(node) else cast_type(node, infer(node.this, types))
+    if t in (exp.Add, exp.Sub):
+        shifted = datefns.shift_type(node, infer, types)  # a date or timestamp ± an interval or days
+        if shifted is not None:
+            return shifted
     if t in _ARITH or t in (exp.Neg, exp.Abs):
         return _arith_type(node, types)
     if t in (exp.EQ, exp.NEQ, exp.GT, exp.GTE, exp.LT, exp.LTE, exp.In, exp.Between):
-        _comparable(node, [infer(a, types) for a in _operands(node)])
+        comparable(node, [infer(a, types) for a in _operands(node)], _operands(node))
         return "bool"
     if t in (exp.And, exp.Or, exp.Not):
         _want(node, [infer(a, types) for a in _operands(node)], {"bool"}, "a boolean")
@@ -356,22 +415,25 @@ def _family(t: str) -> str:
     return "time" if t in ("date", "timestamp") else t
 
 
-def _comparable(node: exp.Expr, types: list[str | None]) -> None:
-    known = {t for t in types if t is not None}
-    families = {_family(t) for t in known}
-    if len(families) > 1 and families != {"time", "string"}:
-        raise ViewError(
-            "view-unsupported",
-            f"{construct_name(node)} comparing {' with '.join(sorted(known))} (no implicit cast)",
-            node=node,
-        )
+def _fallible(node: exp.Expr, types: Mapping[str, str | None]) -> bool:
+    """Whether ``node`` may fail at run time on a value Spark's ANSI mode cannot convert: a CAST, a
+    string compared with another type, a date function of a string."""
+    for n in node.walk():
+        if isinstance(n, exp.Cast) and not _is_time_literal(n) and n.args.get("safe") is not True:
+            return True
+        compared = isinstance(n, (exp.EQ, exp.NEQ, exp.GT, exp.GTE, exp.LT, exp.LTE, exp.In, exp.Between, exp.Nullif))
+        if compared or type(n) in datefns.TYPES:
+            kinds = {infer(a, types) for a in _operands(n)} - {None}
+            if "string" in kinds and (len(kinds) > 1 or not compared):
+                return True
+    return False
 
 
 def _common(node: exp.Expr, types: list[str | None]) -> str | None:
     """The type of branches that must agree (CASE, IF, COALESCE): int and float give float."""
     known = [t for t in types if t is not None]
     if len({_family(t) for t in known}) > 1:
-        _comparable(node, [None, *known, "bool"])  # refused: branches of different kinds
+        comparable(node, [None, *known, "bool"])  # refused: branches of different kinds
     if not known:
         return None
     out = known[0]
@@ -381,9 +443,11 @@ def _common(node: exp.Expr, types: list[str | None]) -> str | None:
 
 
 def _infer_special(node: exp.Expr, types: Mapping[str, str | None]) -> str | None:
+    if type(node) in _FN_TYPES:
+        return _FN_TYPES[type(node)](node, infer, types)
     if isinstance(node, exp.Paren):
         return infer(node.this, types)
-    if isinstance(node, (exp.Upper, exp.Lower, exp.Trim, exp.Length)):
+    if isinstance(node, (exp.Upper, exp.Lower, exp.Length)):
         _want(node, [infer(node.this, types)], {"string"}, "a string")
         return "int" if isinstance(node, exp.Length) else "string"
     if type(node) in DATE_NODES:
@@ -408,7 +472,7 @@ def _infer_special(node: exp.Expr, types: Mapping[str, str | None]) -> str | Non
             if node.this is None:
                 _want(branch, [cond], {"bool"}, "a boolean condition")
             else:
-                _comparable(node, subject + [cond])
+                comparable(node, subject + [cond])
             results.append(infer(branch.args["true"], types))
         if node.args.get("default") is not None:
             results.append(infer(node.args["default"], types))
@@ -420,49 +484,3 @@ def _infer_special(node: exp.Expr, types: Mapping[str, str | None]) -> str | Non
     if isinstance(node, exp.Coalesce):
         return _common(node, [infer(a, types) for a in [node.this, *node.expressions]])
     raise ViewError("view-unsupported", construct_name(node), node=node)
-
-
-_NAMES = {
-    "Order": "ORDER BY",
-    "Limit": "LIMIT",
-    "Offset": "OFFSET",
-    "Distinct": "DISTINCT",
-    "Window": "a window function",
-    "Subquery": "a subquery",
-    "Select": "a subquery",
-    "Exists": "EXISTS",
-    "Min": "MIN",
-    "Max": "MAX",
-    "With": "WITH (a CTE)",
-    "Lateral": "LATERAL",
-    "Qualify": "QUALIFY",
-    "Cast": "CAST",
-    "TryCast": "CAST",
-    "EQ": "=",
-    "NEQ": "<>",
-    "GT": ">",
-    "GTE": ">=",
-    "LT": "<",
-    "LTE": "<=",
-    "Rand": "rand() (not deterministic)",
-    "Randn": "randn() (not deterministic)",
-    "CurrentDate": "current_date() (not deterministic)",
-    "CurrentTimestamp": "current_timestamp() (not deterministic)",
-    "Anonymous": "the function",
-}
-
-
-def construct_name(node: exp.Expr) -> str:
-    """How a message names the SQL construct ``node``.
-
-    >>> construct_name(parse_expr("rand()"))
-    'rand() (not deterministic)'
-    """
-    name = type(node).__name__
-    if name == "Anonymous":
-        return f"function {node.name}()"
-    if name in _NAMES:
-        return _NAMES[name]
-    if isinstance(node, exp.Func):
-        return f"function {node.sql_name().lower()}()"
-    return name.upper()

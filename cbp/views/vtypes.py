@@ -19,6 +19,7 @@ from typing import Any
 
 from ..errors import UserCodeError
 from ..spec.typedvalues import decimal_of, from_json, to_json
+from .casts import cast_value, to_date, to_timestamp
 
 __all__ = ["is_numeric", "is_typed_view_type", "dec_type", "arith", "wider", "literal_type", "conform"]
 __all__ += ["coerce_pair", "key_text", "decode_key", "sum_type", "avg_value", "VIEW_TYPES"]
@@ -168,11 +169,15 @@ def _as_time(v: Any, like: Any) -> Any:
     """A string compared with a date or timestamp read as one (Spark casts the string)."""
     if not isinstance(v, str):
         return v
-    text = v.strip()
-    if isinstance(like, datetime.datetime):
-        t = datetime.datetime.fromisoformat(text.replace(" ", "T").replace("Z", "+00:00"))
-        return t.replace(tzinfo=_UTC) if t.tzinfo is None else t.astimezone(_UTC)
-    return datetime.date.fromisoformat(text[:10])
+    return to_timestamp(v) if isinstance(like, datetime.datetime) else to_date(v)
+
+
+def _as_other(v: str, like: Any) -> Any:
+    """A string compared with a number or boolean read as one, as Spark 4 (ANSI) casts it: a bigint
+    for an int, a double for a float or decimal (:class:`~cbp.views.casts.CastFailure` if it is not one)."""
+    if type(like) is bool:
+        return cast_value(v, "bool")
+    return cast_value(v, "int64" if type(like) is int else "double")
 
 
 def _midnight(v: Any) -> Any:
@@ -191,6 +196,10 @@ def coerce_pair(a: Any, b: Any) -> tuple[Any, Any]:
     ta, tb = type(a), type(b)
     if ta is tb:
         return a, b
+    if ta is str and tb in (int, float, bool, decimal.Decimal):
+        a, ta = _as_other(a, b), (float if tb is decimal.Decimal else tb)
+    elif tb is str and ta in (int, float, bool, decimal.Decimal):
+        b, tb = _as_other(b, a), (float if ta is decimal.Decimal else ta)
     if (ta is float and tb is decimal.Decimal) or (ta is decimal.Decimal and tb is float):
         return float(a), float(b)
     if isinstance(a, datetime.date):

@@ -1,0 +1,362 @@
+"""Date arithmetic and date functions of a view's expressions, with Spark's semantics (UTC):
+``d ± INTERVAL 'n' DAY | MONTH | YEAR`` (``HOUR``, ``MINUTE``, ``SECOND`` make a timestamp), ``d ± n``
+days, ``date_add``, ``date_sub``, ``datediff``, ``add_months`` (the month's last day when the day does
+not exist), ``to_date(s [, fmt])``, ``date_trunc``, ``trunc``, ``dayofweek``, ``dayofyear``,
+``weekofyear``, ``quarter``, ``last_day``, ``hour``, ``minute``, ``second``. :mod:`cbp.views.exprs`
+types them with :data:`TYPES` and evaluates them with :data:`VALUES`.
+
+    >>> from cbp.views.exprs import ev, parse_expr
+    >>> ev(parse_expr("DATE '1998-12-01' - INTERVAL '90' DAY"), {})
+    datetime.date(1998, 9, 2)
+    >>> ev(parse_expr("add_months(d, 1)"), {"d": datetime.date(2024, 1, 31)})
+    datetime.date(2024, 2, 29)
+"""
+
+from __future__ import annotations
+
+import calendar
+import datetime
+import re
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from sqlglot import exp
+
+from .casts import CastFailure, to_date, to_timestamp
+from .viewerror import ViewError
+
+__all__ = ["TYPES", "VALUES", "Interval", "shift", "shift_type"]
+
+_UTC = datetime.timezone.utc
+#: The plan's function for ``to_date(s, fmt)`` (:func:`to_date_call`).
+TO_DATE_FN = "cbp_to_date"
+_UNITS = {"YEAR": ("months", 12), "MONTH": ("months", 1), "WEEK": ("days", 7), "DAY": ("days", 1)}
+_UNITS |= {"HOUR": ("micros", 3_600_000_000), "MINUTE": ("micros", 60_000_000), "SECOND": ("micros", 1_000_000)}
+_TRUNC_TS = {"YEAR": "year", "YYYY": "year", "YY": "year", "QUARTER": "quarter", "MONTH": "month", "MM": "month"}
+_TRUNC_TS |= {"MON": "month", "WEEK": "week", "DAY": "day", "DD": "day", "HOUR": "hour", "MINUTE": "minute"}
+_TRUNC_TS |= {"SECOND": "second"}
+_TRUNC_DATE = {k: v for k, v in _TRUNC_TS.items() if v in ("year", "quarter", "month", "week")}
+_TRUNC_DATE.pop("QUARTER")  # Spark's trunc() has no quarter (it gives NULL): refused
+_FORMAT = re.compile(r"yyyy|MM|M|dd|d|[^A-Za-z]")
+_Infer = Callable[[exp.Expr, Mapping[str, str | None]], Any]
+_Ev = Callable[[exp.Expr, Mapping[str, Any]], Any]
+
+
+class Interval:
+    """An interval literal's value: months, days and microseconds, each signed."""
+
+    def __init__(self, months: int = 0, days: int = 0, micros: int = 0) -> None:
+        self.months, self.days, self.micros = months, days, micros
+
+
+def _name(node: exp.Expr) -> str:
+    if isinstance(node, (exp.TimestampTrunc, exp.DateTrunc)):
+        return "date_trunc" if isinstance(node, exp.TimestampTrunc) else "trunc"
+    return node.sql_name().lower() if isinstance(node, exp.Func) else type(node).__name__.lower()
+
+
+def _refuse(message: str, node: exp.Expr) -> ViewError:
+    return ViewError("view-unsupported", message, node=node)
+
+
+def _interval(node: exp.Expr) -> Interval:
+    unit = node.args.get("unit")
+    name = (unit.name if unit is not None else "").upper().rstrip("S")
+    if name not in _UNITS or not isinstance(node.this, exp.Literal):
+        raise _refuse(f"INTERVAL {node.this.sql()} {name} (YEAR, MONTH, WEEK, DAY, HOUR, MINUTE, SECOND are)", node)
+    try:
+        n = int(str(node.this.this).strip())
+    except ValueError:
+        raise _refuse(f"INTERVAL '{node.this.this}' (a whole number of {name} is)", node) from None
+    field, scale = _UNITS[name]
+    return Interval(**{field: n * scale})
+
+
+def add_months(d: datetime.date, n: int) -> datetime.date:
+    """``d`` ``n`` months later, on the month's last day when ``d``'s day is past it (Spark's rule).
+
+    >>> add_months(datetime.date(2024, 3, 31), -1)
+    datetime.date(2024, 2, 29)
+    """
+    m = d.year * 12 + d.month - 1 + n
+    y, mo = divmod(m, 12)
+    day = min(d.day, calendar.monthrange(y, mo + 1)[1])
+    return d.replace(year=y, month=mo + 1, day=day)
+
+
+def shift(a: Any, b: Any, sign: int) -> Any:
+    """``a + b`` (``sign`` 1) or ``a - b`` (-1) where ``a`` is a date or timestamp and ``b`` an
+    :class:`Interval` or a number of days (or ``b`` the date: ``n + d``).
+
+    >>> shift(datetime.date(2024, 1, 31), Interval(months=1), 1), shift(datetime.date(2024, 1, 1), 1, -1)
+    (datetime.date(2024, 2, 29), datetime.date(2023, 12, 31))
+    """
+    if a is None or b is None:
+        return None
+    if not isinstance(a, datetime.date):
+        a, b = b, a
+    if not isinstance(b, Interval):
+        b = Interval(days=b)
+    out = add_months(a, sign * b.months) if b.months else a
+    if b.micros and not isinstance(out, datetime.datetime):
+        out = datetime.datetime(out.year, out.month, out.day, tzinfo=_UTC)
+    return out + datetime.timedelta(days=sign * b.days, microseconds=sign * b.micros)
+
+
+def shift_type(node: exp.Expr, infer: _Infer, types: Mapping[str, str | None]) -> str | None:
+    """The type of ``+``/``-`` with a date or timestamp side (``date``, or ``timestamp`` for a timestamp or
+    an interval of hours, minutes or seconds); None when neither side is one (numeric arithmetic)."""
+    left, right = node.this, node.expression
+    lt = "interval" if isinstance(left, exp.Interval) else infer(left, types)
+    rt = "interval" if isinstance(right, exp.Interval) else infer(right, types)
+    if not ({lt, rt} & {"date", "timestamp", "interval"}):
+        return None
+    time, other = (lt, right) if lt in ("date", "timestamp") else (rt, left)
+    ot = rt if other is right else lt
+    if time not in ("date", "timestamp") or (isinstance(node, exp.Sub) and other is left):
+        raise _refuse(f"{node.sql(dialect='spark')} (a date or timestamp ± an interval or days is)", node)
+    if ot == "interval":
+        return "timestamp" if time == "timestamp" or _interval(other).micros else "date"
+    if ot in ("int", None) and time == "date":
+        return "date"
+    raise _refuse(f"{node.sql(dialect='spark')} (a date ± an int of days, or ± INTERVAL, is)", node)
+
+
+def _date_arg(node: exp.Expr, arg: exp.Expr, infer: _Infer, types: Mapping[str, str | None]) -> None:
+    if isinstance(arg, exp.TsOrDsToDate) and arg.args.get("format") is None:
+        arg = arg.this
+    t = infer(arg, types)
+    if t not in ("date", "timestamp", "string", None):
+        raise _refuse(f"{_name(node)}() of a {t} (it takes a date, a timestamp or a string)", node)
+
+
+def _as_date(v: Any) -> Any:
+    return None if v is None else to_date(v)
+
+
+def _fmt_regex(fmt: str, node: exp.Expr) -> re.Pattern[str]:
+    parts = _FORMAT.findall(fmt)
+    fields = [p for p in parts if p[0] in "yMd"]
+    if "".join(parts) != fmt or sorted({p[0] for p in fields}) != ["M", "d", "y"] or len(fields) != 3:
+        raise _refuse(f"to_date format '{fmt}' (yyyy, MM or M, dd or d and separators are)", node)
+    groups = {"yyyy": r"(?P<y>\d{4})", "MM": r"(?P<m>\d{2})", "M": r"(?P<m>\d{1,2})"}
+    groups |= {"dd": r"(?P<d>\d{2})", "d": r"(?P<d>\d{1,2})"}
+    return re.compile("".join(groups.get(p, re.escape(p)) for p in parts))
+
+
+def _spark_format(node: exp.Expr) -> str | None:
+    """``to_date``'s format as written in Spark SQL (sqlglot's tree holds it in strftime's codes)."""
+    fmt = node.args.get("format")
+    if fmt is None:
+        return None
+    if not (isinstance(fmt, exp.Literal) and fmt.is_string):
+        raise _refuse("to_date with a format that is not a string literal", node)
+    m = re.search(r", '((?:[^'\\]|\\.)*)'\)$", node.sql(dialect="spark"))
+    return m[1] if m is not None else "yyyy-MM-dd"  # sqlglot writes no format for Spark's default
+
+
+def to_date_call(out: exp.Expr, node: exp.Expr) -> exp.Expr:
+    """``to_date(s, fmt)`` as the plan's ``cbp_to_date(s, fmt)``, its format as written (sqlglot's Spark
+    SQL text leaves out ``'yyyy-MM-dd'``, which would make it a lenient cast)."""
+    fmt = _spark_format(node)
+    return out if fmt is None else exp.Anonymous(this=TO_DATE_FN, expressions=[out.this, exp.Literal.string(fmt)])
+
+
+def to_date_call_value(node: exp.Expr, row: Mapping[str, Any], ev: _Ev) -> Any:
+    """The value of ``cbp_to_date(s, fmt)`` (:func:`to_date_call`)."""
+    call = exp.TsOrDsToDate(this=node.expressions[0], format=node.expressions[1])
+    if "cbp_format" not in node.meta:
+        fmt = node.expressions[1].this
+        node.meta["cbp_format"] = (fmt, _fmt_regex(fmt, node))
+    call.meta["cbp_format"] = node.meta["cbp_format"]
+    return _to_date_value(call, row, ev)
+
+
+def _to_date_type(node: exp.Expr, infer: _Infer, types: Mapping[str, str | None]) -> str:
+    fmt = _spark_format(node)
+    if fmt is not None:
+        _fmt_regex(fmt, node)
+    _date_arg(node, node.this, infer, types)
+    return "date"
+
+
+def _to_date_value(node: exp.Expr, row: Mapping[str, Any], ev: _Ev) -> Any:
+    v = ev(node.this, row)
+    if "cbp_format" not in node.meta:  # parsed once per worker (the node is parse_expr's, cached)
+        fmt = _spark_format(node)
+        node.meta["cbp_format"] = (fmt, _fmt_regex(fmt, node) if fmt is not None else None)
+    fmt, rx = node.meta["cbp_format"]
+    if v is None or rx is None or not isinstance(v, str):
+        return _as_date(v)
+    m = rx.fullmatch(v)
+    try:
+        if m is None:
+            raise ValueError(v)
+        return datetime.date(int(m["y"]), int(m["m"]), int(m["d"]))
+    except ValueError:
+        raise CastFailure(f"the text {v!r} could not be parsed with '{fmt}'", "CANNOT_PARSE_TIMESTAMP") from None
+
+
+def _unit(node: exp.Expr, units: dict[str, str]) -> str:
+    u = node.args.get("unit")
+    text = (u.name if isinstance(u, (exp.Var, exp.Literal)) else "").upper()
+    if text not in units:
+        raise _refuse(f"{_name(node)}() to '{text}' (units: {', '.join(sorted(units))})", node)
+    return units[text]
+
+
+def _trunc(v: datetime.datetime, unit: str) -> datetime.datetime:
+    if unit == "week":
+        v = v - datetime.timedelta(days=v.weekday())
+    keep = ["year", "quarter", "month", "week", "day", "hour", "minute", "second"].index(unit)
+    month = v.month if keep >= 2 else (v.month - 1) // 3 * 3 + 1 if keep == 1 else 1
+    return v.replace(
+        month=month,
+        day=v.day if keep >= 3 else 1,
+        hour=v.hour if keep >= 5 else 0,
+        minute=v.minute if keep >= 6 else 0,
+        second=v.second if keep >= 7 else 0,
+        microsecond=0,
+    )
+
+
+def _ts(v: Any) -> Any:
+    return None if v is None else to_timestamp(v)
+
+
+def _part(fn: Callable[[datetime.date], Any]) -> Callable[[exp.Expr, Mapping[str, Any], _Ev], Any]:
+    def value(node: exp.Expr, row: Mapping[str, Any], ev: _Ev) -> Any:
+        d = _as_date(ev(node.this, row))
+        return None if d is None else fn(d)
+
+    return value
+
+
+def _int_of(name: str) -> Callable[[exp.Expr, _Infer, Mapping[str, str | None]], str]:
+    def type_of(node: exp.Expr, infer: _Infer, types: Mapping[str, str | None]) -> str:
+        _date_arg(node, node.this, infer, types)
+        return name
+
+    return type_of
+
+
+def _add_type(node: exp.Expr, infer: _Infer, types: Mapping[str, str | None]) -> str:
+    _date_arg(node, node.this, infer, types)
+    n = infer(node.expression, types)
+    if n not in ("int", None):
+        raise _refuse(f"{_name(node)}() by a {n} (it takes an int)", node)
+    return "date"
+
+
+def _time_part(attr: str) -> Callable[[exp.Expr, Mapping[str, Any], _Ev], Any]:
+    def value(node: exp.Expr, row: Mapping[str, Any], ev: _Ev) -> Any:
+        t = _ts(ev(node.this, row))
+        return None if t is None else int(getattr(t, attr))
+
+    return value
+
+
+def _add_value(node: exp.Expr, row: Mapping[str, Any], ev: _Ev) -> Any:
+    d, n = _as_date(ev(node.this, row)), ev(node.expression, row)
+    return None if d is None or n is None else d + datetime.timedelta(days=n)
+
+
+def _months_value(node: exp.Expr, row: Mapping[str, Any], ev: _Ev) -> Any:
+    d, n = _as_date(ev(node.this, row)), ev(node.expression, row)
+    return None if d is None or n is None else add_months(d, n)
+
+
+def _diff_value(node: exp.Expr, row: Mapping[str, Any], ev: _Ev) -> Any:
+    a, b = _as_date(ev(node.this, row)), _as_date(ev(node.expression, row))
+    return None if a is None or b is None else (a - b).days
+
+
+def _diff_type(node: exp.Expr, infer: _Infer, types: Mapping[str, str | None]) -> str:
+    _date_arg(node, node.this, infer, types)
+    _date_arg(node, node.expression, infer, types)
+    return "int"
+
+
+def _trunc_ts_type(node: exp.Expr, infer: _Infer, types: Mapping[str, str | None]) -> str:
+    _unit(node, _TRUNC_TS)
+    _date_arg(node, node.this, infer, types)
+    return "timestamp"
+
+
+def _trunc_date_type(node: exp.Expr, infer: _Infer, types: Mapping[str, str | None]) -> str:
+    _unit(node, _TRUNC_DATE)
+    _date_arg(node, node.this, infer, types)
+    return "date"
+
+
+def _trunc_ts_value(node: exp.Expr, row: Mapping[str, Any], ev: _Ev) -> Any:
+    t = _ts(ev(node.this, row))
+    return None if t is None else _trunc(t, _unit(node, _TRUNC_TS))
+
+
+def _trunc_date_value(node: exp.Expr, row: Mapping[str, Any], ev: _Ev) -> Any:
+    t = _ts(_as_date(ev(node.this, row)))
+    return None if t is None else _trunc(t, _unit(node, _TRUNC_DATE)).date()
+
+
+def _date_add(node: exp.Expr) -> bool:
+    unit = node.args.get("unit")
+    return unit is None or unit.name.upper() == "DAY"
+
+
+def _add_checked(node: exp.Expr, infer: _Infer, types: Mapping[str, str | None]) -> str:
+    if not _date_add(node):
+        raise _refuse(f"{node.sql(dialect='spark')} (date_add and date_sub of days are)", node)
+    return _add_type(node, infer, types)
+
+
+#: The type of each date function node (its arguments checked).
+TYPES: dict[type[exp.Expr], Callable[[exp.Expr, _Infer, Mapping[str, str | None]], str]] = {
+    exp.TsOrDsAdd: _add_checked,
+    exp.AddMonths: _add_type,
+    exp.DateDiff: _diff_type,
+    exp.TsOrDsToDate: _to_date_type,
+    exp.TimestampTrunc: _trunc_ts_type,
+    exp.DateTrunc: _trunc_date_type,
+    exp.DayOfWeek: _int_of("int"),
+    exp.DayOfYear: _int_of("int"),
+    exp.WeekOfYear: _int_of("int"),
+    exp.Quarter: _int_of("int"),
+    exp.LastDay: _int_of("date"),
+    exp.Hour: _int_of("int"),
+    exp.Minute: _int_of("int"),
+    exp.Second: _int_of("int"),
+}
+#: The value of each date function node on a row.
+VALUES: dict[type[exp.Expr], Callable[[exp.Expr, Mapping[str, Any], _Ev], Any]] = {
+    exp.TsOrDsAdd: _add_value,
+    exp.AddMonths: _months_value,
+    exp.DateDiff: _diff_value,
+    exp.TsOrDsToDate: _to_date_value,
+    exp.TimestampTrunc: _trunc_ts_value,
+    exp.DateTrunc: _trunc_date_value,
+    exp.DayOfWeek: _part(lambda d: d.isoweekday() % 7 + 1),
+    exp.DayOfYear: _part(lambda d: d.timetuple().tm_yday),
+    exp.WeekOfYear: _part(lambda d: d.isocalendar()[1]),
+    exp.Quarter: _part(lambda d: (d.month - 1) // 3 + 1),
+    exp.LastDay: _part(lambda d: d.replace(day=calendar.monthrange(d.year, d.month)[1])),
+    exp.Hour: _time_part("hour"),
+    exp.Minute: _time_part("minute"),
+    exp.Second: _time_part("second"),
+}
+
+
+def literal(v: datetime.date) -> exp.Expr:
+    """The ``DATE '...'`` or ``TIMESTAMP '...'`` literal of a value (UTC).
+
+    >>> literal(datetime.date(1998, 9, 2)).sql(dialect="spark")
+    "CAST('1998-09-02' AS DATE)"
+    """
+    kind = "timestamp" if isinstance(v, datetime.datetime) else "date"
+    text = v.astimezone(_UTC).isoformat(sep=" ") if isinstance(v, datetime.datetime) else v.isoformat()
+    return exp.Cast(this=exp.Literal.string(text), to=exp.DataType.build(kind))
+
+
+def interval_value(node: exp.Expr) -> Interval:
+    """The value of an ``INTERVAL 'n' UNIT`` node."""
+    return _interval(node)
