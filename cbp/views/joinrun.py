@@ -19,9 +19,9 @@ import json
 from collections.abc import Iterable
 from typing import Any
 
-from .exprs import ev, parse_expr
+from .compiled import conformer, expr_fn
 from .joins import PRESERVED
-from .vtypes import conform, decode_key, key_text
+from .vtypes import decode_key, key_text
 
 __all__ = ["SKIP", "join"]
 
@@ -44,10 +44,9 @@ class _Joined:
     def __init__(self, plan: dict[str, Any]) -> None:
         self.plan = plan
         self.names = [n for n, _ in plan["cols"]]
-        self.exprs = [parse_expr(e) for _, e in plan["cols"]]
-        self.types = [plan["types"].get(n) for n in self.names]
-        self.filter = parse_expr(plan["filter"]) if plan["filter"] is not None else None
-        self.match = parse_expr(plan["match"]) if plan.get("match") is not None else None
+        self.exprs = [(expr_fn(e), conformer(plan["types"].get(n), plan["out"])) for n, e in plan["cols"]]
+        self.filter = expr_fn(plan["filter"]) if plan["filter"] is not None else None
+        self.match = expr_fn(plan["match"]) if plan.get("match") is not None else None
         self.prefixes = plan.get("prefixes") or ["l__", "r__"]
         self.nulls = [{self.prefixes[s] + f: None for f in plan["fields"][s]} for s in (0, 1)]
         self.rows: dict[tuple[Any, ...], int] = {}
@@ -66,12 +65,12 @@ class _Joined:
     def matches(self, left: str, right: str) -> bool:
         if self.never:
             return False
-        return self.match is None or ev(self.match, self.row(0, left) | self.row(1, right)) is True
+        return self.match is None or self.match(self.row(0, left) | self.row(1, right)) is True
 
     def emit(self, env: dict[str, Any], weight: int) -> None:
-        if self.filter is not None and ev(self.filter, env) is not True:
+        if self.filter is not None and self.filter(env) is not True:
             return
-        vals = tuple(conform(ev(e, env), t, self.plan["out"]) for e, t in zip(self.exprs, self.types))
+        vals = tuple(to(f(env)) for f, to in self.exprs)
         self.rows[vals] = self.rows.get(vals, 0) + weight
 
     def add(self, left: dict[str, int], right: dict[str, int]) -> None:

@@ -19,7 +19,7 @@ import json
 from collections.abc import Iterable, Iterator
 from typing import Any
 
-from .exprs import ev, parse_expr
+from .compiled import conformer, expr_fn
 from .joinrun import SKIP, join
 from .vtypes import avg_value, conform, decode_key, key_text, sum_type
 from .winrun import topk, window
@@ -29,7 +29,10 @@ __all__ = ["RouteKey", "SKIP", "linear", "group", "join", "window", "topk", "unr
 
 class RouteKey:
     """The RouteBy of a generated stage's input: the JSON text of the key expressions' values
-    (:data:`SKIP` when ``where`` is not true, or, with ``skip_null``, a key value is NULL)."""
+    (:data:`SKIP` when ``where`` is not true, or, with ``skip_null``, a key value is NULL). cbp's own
+    code: a small epoch routes by it in the driver (:mod:`cbp.engine.driver.smallepoch`)."""
+
+    driver_safe = True
 
     def __init__(
         self, exprs: list[str], where: str | None, prefix: str, casts: list[str | None], skip_null: bool
@@ -37,10 +40,9 @@ class RouteKey:
         self.exprs, self.where, self.prefix, self.casts, self.skip_null = exprs, where, prefix, casts, skip_null
 
     def __call__(self, record: dict[str, Any]) -> str:
-        env = {self.prefix + k: v for k, v in record.items()} if self.prefix else record
-        if self.where is not None and ev(parse_expr(self.where), env) is not True:
+        if self.where is not None and expr_fn(self.where, self.prefix)(record) is not True:
             return SKIP
-        values = [ev(parse_expr(e), env) for e in self.exprs]
+        values = [expr_fn(e, self.prefix)(record) for e in self.exprs]
         if self.skip_null and any(v is None for v in values):
             return SKIP
         casts = self.casts or [None] * len(values)  # an int key joined with a float or decimal key ...
@@ -69,14 +71,22 @@ def linear(key: Any, state: Iterator[dict[str, Any]], *inputs: Iterable[dict[str
     plan = out.params["cbp_view"]
     w = getattr(out, plan["out"])
     for i, rows in enumerate(inputs):
-        branches = [b for b in plan["branches"] if b["input"] == i]
+        branches = [_Branch(b, plan) for b in plan["branches"] if b["input"] == i]
         for r in rows:
             for b in branches:
-                if b["where"] is not None and ev(parse_expr(b["where"]), r) is not True:
+                if b.where is not None and b.where(r) is not True:
                     continue
-                rec = {n: conform(ev(parse_expr(e), r), plan["types"].get(n), plan["out"]) for n, e in b["cols"]}
+                rec = {n: to(f(r)) for n, f, to in b.cols}
                 rec["_diff"] = r["_diff"]
                 w.write(rec)
+
+
+class _Branch:
+    """A branch of a linear plan compiled: its WHERE and per column (name, expression, conform to its type)."""
+
+    def __init__(self, b: dict[str, Any], plan: dict[str, Any]) -> None:
+        self.where = expr_fn(b["where"]) if b["where"] is not None else None
+        self.cols = [(n, expr_fn(e), conformer(plan["types"].get(n), plan["out"])) for n, e in b["cols"]]
 
 
 _MULTISET = ("min", "max", "count_distinct")
@@ -111,9 +121,9 @@ def _group_row(
     if n == 0 and plan["groups"]:
         return None  # a group that is empty (an aggregate without GROUP BY has its row: count 0, sum NULL)
     env = {f"g__{j}": v for j, v in enumerate(groups)} | _aggregates(plan, n, c, s, m)
-    if plan["having"] is not None and ev(parse_expr(plan["having"]), env) is not True:
+    if plan["having"] is not None and expr_fn(plan["having"])(env) is not True:
         return None
-    return {name: conform(ev(parse_expr(e), env), plan["types"].get(name), plan["out"]) for name, e in plan["cols"]}
+    return {name: conform(expr_fn(e)(env), plan["types"].get(name), plan["out"]) for name, e in plan["cols"]}
 
 
 class _Group:
@@ -122,6 +132,7 @@ class _Group:
 
     def __init__(self, aggs: list[list[Any]], old: dict[str, Any] | None) -> None:
         self.aggs = aggs
+        self.args = [(i, fn, expr_fn(arg)) for i, (fn, arg, _) in enumerate(aggs) if arg is not None]
         k = range(len(aggs))
         self.n: int = old["n"] if old else 0
         self.c: list[int] = [old[f"c{i}"] if old else 0 for i in k]
@@ -136,19 +147,18 @@ class _Group:
     def add(self, r: dict[str, Any]) -> None:
         d = r["_diff"]
         self.n += d
-        for i, (fn, arg, _) in enumerate(self.aggs):
-            if arg is None:
-                continue
-            v = ev(parse_expr(arg), r)
+        for i, fn, arg in self.args:
+            v = arg(r)
             if v is None:
                 continue
             self.c[i] += d
             if fn in ("sum", "avg"):
-                self.s[i] = (
-                    _EXACT.add(self.s[i], _EXACT.multiply(v, d))
-                    if isinstance(v, decimal.Decimal)
-                    else self.s[i] + v * d
-                )
+                if not isinstance(v, decimal.Decimal):
+                    self.s[i] = self.s[i] + v * d
+                elif d == 1:
+                    self.s[i] = _EXACT.add(self.s[i], v)
+                else:
+                    self.s[i] = _EXACT.add(self.s[i], _EXACT.multiply(v, d))
             elif fn in _MULTISET:
                 k = key_text([v])
                 left = self.m[i].get(k, 0) + d
@@ -188,9 +198,9 @@ def group(
     stored = next(state, None)
     old = _Group(plan["aggs"], stored)
     new = old.copy()
-    where = plan.get("where")
+    where = expr_fn(plan["where"]) if plan.get("where") is not None else None
     for r in rows:
-        if where is None or ev(parse_expr(where), r) is True:
+        if where is None or where(r) is True:
             new.add(r)
     if new.n < 0 or any(x < 0 for x in new.c) or any(v < 0 for m in new.m for v in m.values()):
         raise ValueError(f"view '{plan['out']}', group {key}: more rows retracted than there were (count {new.n})")

@@ -20,7 +20,8 @@ from typing import Any
 
 from sqlglot import exp
 
-from .exprs import ev, parse_expr
+from .compiled import node_fn
+from .exprs import parse_expr
 from .joinrun import SKIP, _added, _consolidated
 from .vtypes import avg_value, conform, decode_key, sum_type
 
@@ -64,7 +65,7 @@ def compiled(order: list[tuple[str, bool, bool]] | list[list[Any]]) -> list[tupl
 def _key(row: dict[str, Any], terms: list[tuple[str | None, Any, bool, bool]]) -> tuple[Any, ...]:
     out: list[tuple[Any, ...]] = []
     for name, node, desc, nulls_first in terms:
-        v = row[name] if name is not None else ev(node, row)
+        v = row[name] if name is not None else node_fn(node)(row)
         if v is None:
             out.append((0,) if nulls_first else (2,))
         else:
@@ -124,7 +125,7 @@ class _Acc:
 
     def add(self, row: dict[str, Any]) -> None:
         self.n += 1
-        v = ev(self.arg, row) if self.arg is not None else None
+        v = node_fn(self.arg)(row) if self.arg is not None else None
         if v is None:
             return
         self.c += 1
@@ -197,14 +198,16 @@ def _values(win: dict[str, Any], rows: list[dict[str, Any]], keys: list[tuple[An
         arg = parse_expr(win["arg"])
         default = parse_expr(win["default"]) if win.get("default") else None
         got = [
-            ev(arg, rows[i + step]) if 0 <= i + step < n else (ev(default, rows[i]) if default is not None else None)
+            node_fn(arg)(rows[i + step])
+            if 0 <= i + step < n
+            else (node_fn(default)(rows[i]) if default is not None else None)
             for i in range(n)
         ]
         return [conform(v, win["at"], view) for v in got]
     if fn in ("first_value", "last_value"):  # the value at the frame's first or last row
         arg = parse_expr(win["arg"])
         ends = [1 if fn == "first_value" else _frame_end(win["frame"], keys, i) for i in range(n)]
-        return [conform(ev(arg, rows[e - 1]), win["at"], view) for e in ends]
+        return [conform(node_fn(arg)(rows[e - 1]), win["at"], view) for e in ends]
     acc = _Acc(win, view)
     if win["frame"] == "all":
         for r in rows:
@@ -231,12 +234,12 @@ def _partition(plan: dict[str, Any], ms: dict[str, int], rows_of: _Decoded) -> d
         for r, v in zip(ranked, _values(win, ranked, [keys[j] for j in at], plan["out"]), strict=True):
             r[f"w__{i}"] = v
     out: dict[tuple[Any, ...], int] = {}
-    exprs = [(parse_expr(e), plan["types"].get(name)) for name, e in plan["cols"]]
+    exprs = [(node_fn(parse_expr(e)), plan["types"].get(name)) for name, e in plan["cols"]]
     names = [name for name, _ in plan["cols"]]
-    keep = parse_expr(plan["keep"]) if plan.get("keep") else None  # a filter of the output rows (on a rank)
+    keep = node_fn(parse_expr(plan["keep"])) if plan.get("keep") else None  # a filter of the output rows (on a rank)
     for r in rows:
-        vals = tuple(conform(ev(e, r), t, plan["out"]) for e, t in exprs)
-        if keep is None or ev(keep, dict(zip(names, vals))) is True:
+        vals = tuple(conform(e(r), t, plan["out"]) for e, t in exprs)
+        if keep is None or keep(dict(zip(names, vals))) is True:
             out[vals] = out.get(vals, 0) + 1
     return out
 

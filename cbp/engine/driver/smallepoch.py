@@ -13,6 +13,8 @@ with the stage's multicast bindings), the driver reads them with pyarrow and rou
   escape) by a one-stage Spark job whose tasks run RouteBy as the normal path's map side does
   (:func:`route_on_executors`: user code never runs in the driver, and under the epoch's time
   limit); its envelopes, with the copies of broadcast and multicast records, come back to the driver;
+  a RouteBy of cbp's own (``driver_safe``: a SQL view's key, no user code) by the driver itself, with
+  the same code, which saves that job (up to :data:`DRIVER_ROUTED` records);
 - the bindings files, with pyarrow, as the normal path's job turns them into envelopes.
 
 The driver then computes Spark's two hashes itself (:mod:`cbp.engine.common.sparkhash`; a copy goes by its
@@ -61,6 +63,7 @@ from ..common.sparkhash import partition_of, partition_probes, spark_xxhash64
 from ..task.arrowtasks import claiming_batches, routed_batches, routing_batches, slot_batches
 from ..task.routing import BINDINGS, BOUND, COPY, COPY_HASH, bound_address, plain_envelopes, plain_route_field
 from ..task.runners import claimant, claiming_task, routed_task, routing_task
+from ..task.translate import route_batches
 from . import taskmemory
 from .anchor import ANCHOR, anchor_frame, placing, spread
 from .dfjobs import blob_schema, blobs_of, connect_conf, parallelism, payload_frame, range_frame
@@ -87,6 +90,9 @@ SMALL_ENVELOPE_BYTES = 64 << 20
 SMALL_KEY_BYTES = 4096
 #: Records per task of the job that runs RouteBy functions for a small epoch (at least; a slice per core above it).
 ROUTE_SLICE = 2048
+#: At most this many records routed by a ``driver_safe`` RouteBy are routed in the driver (more go to
+#: a routing job, whose tasks run in parallel).
+DRIVER_ROUTED = 20_000
 #: Whether a local small epoch's claiming tasks run as ``spark.range(0, n, 1, n).mapInArrow`` rather
 #: than ``parallelize(range(n), n).mapPartitions`` (``bench/connect_epochs.py`` measures both).
 CLAIM_BY_RANGE = False
@@ -167,6 +173,14 @@ def driver_routed(spark: SparkSession, plan: TaskPlan, input_files: dict[int, li
             parts.extend(
                 _binding_envelopes(pq.read_table(fh, columns=BINDINGS.names).cast(BINDINGS), epoch_of(uri) or 0, schema)
             )
+    if (
+        remote
+        and sum(t.num_rows for _, _, t in remote) <= DRIVER_ROUTED
+        and all(_driver_safe(plan, i) for i, _, _ in remote)
+    ):
+        for i, made, table in remote:
+            parts.extend(route_batches(plan, i, made, table.to_batches()))
+        remote = []
     if remote:
         key, records = (plan.home.location, plan.stage.name), sum(t.num_rows for _, _, t in remote)
         if records * _ROUTED_BYTES.get(key, 0.0) >= envelope_cap():
@@ -180,6 +194,13 @@ def driver_routed(spark: SparkSession, plan: TaskPlan, input_files: dict[int, li
     if sum(b.nbytes for b in parts) > envelope_cap():
         return None
     return _partitioned(plan, pa.Table.from_batches(parts, schema=schema))
+
+
+def _driver_safe(plan: TaskPlan, i: int) -> bool:
+    """Input ``i`` is routed by a RouteBy of cbp's own that may run in the driver (``driver_safe``: a
+    view's :class:`cbp.views.run.RouteKey`, no user code): routed here, without a Spark job."""
+    route = plan.stage.inputs[i].route_by
+    return route is not None and bool(getattr(route.fn, "driver_safe", False))
 
 
 def _binding_envelopes(rows: pa.Table, made: int, schema: pa.Schema) -> list[pa.RecordBatch]:

@@ -192,9 +192,15 @@ class KeyedOut:
         return ops
 
 
+#: Rows a :class:`KeyedWriter` holds before it sorts and writes them (keys of several top hashes
+#: together: one Arrow conversion and sort per batch, not per key).
+HOLD_ROWS = 4096
+
+
 class KeyedWriter(StateWriter):
     """A :class:`StateWriter` taking keyed rows key by key: rows of keys with the same top 32 hash
-    bits are held and sorted by row hash together (their row hash ranges are one)."""
+    bits are held and sorted by row hash together (their row hash ranges are one), with those of
+    the next keys until :data:`HOLD_ROWS` are held."""
 
     def __init__(self, plan: TaskPlan, p: int, prefix: str, keep: bool = True) -> None:
         super().__init__(plan, p, prefix, keep)
@@ -206,8 +212,8 @@ class KeyedWriter(StateWriter):
         """A key's new rows, and ``copies``: rows of the same hashes rewritten as they were (a
         row's own new version, written by its key's call in this task, wins over a copy)."""
         top = int(kh) >> 32
-        if self._top is not None and top != self._top:
-            self._release()
+        if self._top is not None and top != self._top and len(self._held) >= HOLD_ROWS:
+            self._release()  # keys come in hash order: several tops' rows sorted together keep it
         self._top = top
         self._held += rows
         self._copies += copies
