@@ -171,6 +171,8 @@ def driver_routed(spark: SparkSession, plan: TaskPlan, input_files: dict[int, li
         key, records = (plan.home.location, plan.stage.name), sum(t.num_rows for _, _, t in remote)
         if records * _ROUTED_BYTES.get(key, 0.0) >= envelope_cap():
             return None  # the last routing job of this stage says its envelopes would outgrow the cap
+        if sum(t.nbytes for _, _, t in remote) > envelope_cap():
+            return None  # the records themselves would: on Connect every routing task holds them all
         routed = route_on_executors(spark, plan, remote)
         # bytes of envelopes per record RouteBy routed (at least, when they outgrew the cap)
         _ROUTED_BYTES[key] = (envelope_cap() if routed is None else sum(b.nbytes for b in routed)) / max(records, 1)
