@@ -5,9 +5,11 @@ Four measurements, each mode in a process of its own (a Connect session cannot s
 classic one):
 
 1. **Small epochs, local** (``classic``, ``connect``): URLCount (``flows/url_count.yaml``, direct mode),
-   ``--keys`` state keys built in one epoch, then ``--epochs`` epochs of ``--increment`` records (half
-   stored keys, half new): median epoch time and state-cache hits, a classic ``local[2]`` driver against
-   a Connect server in front of ``local[2]``.
+   ``--keys`` state keys built in one epoch, ``--warmup`` epochs not counted, then ``--epochs`` epochs of
+   ``--increment`` records (half stored keys, half new): median epoch time (wall, and CPU seconds of the
+   mode's processes, the server's included), state-cache hits and Connect RPCs per epoch, a classic
+   ``local[2]`` driver against a Connect server in front of ``local[2]``, run side by side in lock-step
+   (:func:`_lockstep`).
 2. **Placement on the two-worker cluster** (``--cluster``; ``scripts/cluster`` with its state in
    ``--cluster-state``): the same epochs on a classic driver (preferred locations), on a Connect server in
    front of the cluster without placement (``CBP_PLACEMENT=0``) and with the anchor
@@ -25,6 +27,7 @@ and the plot ``docs/benchmarks/connect.png``.
 
     .venv/bin/python bench/connect_epochs.py                 # 1, 3, 4 (local servers only)
     .venv/bin/python bench/connect_epochs.py --cluster       # and 2, on scripts/cluster's two workers
+    .venv/bin/python bench/connect_epochs.py --epochs-only   # 1 alone
 """
 
 from __future__ import annotations
