@@ -5,9 +5,11 @@ Four measurements, each mode in a process of its own (a Connect session cannot s
 classic one):
 
 1. **Small epochs, local** (``classic``, ``connect``): URLCount (``flows/url_count.yaml``, direct mode),
-   ``--keys`` state keys built in one epoch, then ``--epochs`` epochs of ``--increment`` records (half
-   stored keys, half new): median epoch time and state-cache hits, a classic ``local[2]`` driver against
-   a Connect server in front of ``local[2]``.
+   ``--keys`` state keys built in one epoch, ``--warmup`` epochs not counted, then ``--epochs`` epochs of
+   ``--increment`` records (half stored keys, half new): median epoch time (wall, and CPU seconds of the
+   mode's processes, the server's included), state-cache hits and Connect RPCs per epoch, a classic
+   ``local[2]`` driver against a Connect server in front of ``local[2]``, run side by side in lock-step
+   (:func:`_lockstep`).
 2. **Placement on the two-worker cluster** (``--cluster``; ``scripts/cluster`` with its state in
    ``--cluster-state``): the same epochs on a classic driver (preferred locations), on a Connect server in
    front of the cluster without placement (``CBP_PLACEMENT=0``) and with the anchor
@@ -25,6 +27,7 @@ and the plot ``docs/benchmarks/connect.png``.
 
     .venv/bin/python bench/connect_epochs.py                 # 1, 3, 4 (local servers only)
     .venv/bin/python bench/connect_epochs.py --cluster       # and 2, on scripts/cluster's two workers
+    .venv/bin/python bench/connect_epochs.py --epochs-only   # 1 alone
 """
 
 from __future__ import annotations
@@ -46,57 +49,141 @@ OUT = ROOT / "bench" / "out"
 PLOT = ROOT / "docs" / "benchmarks" / "connect.png"
 
 
-def child(mode: str, url: str, keys: int, increment: int, epochs: int, home: str) -> dict[str, Any]:
-    """One mode's run (in its own process): build the home, time ``epochs`` small epochs, note which
-    executor ran each partition (the tasks' result rows)."""
-    sys.path.insert(0, str(ROOT / "flows"))
-    import cbp
-    from cbp.engine.driver import job
+def _tree_cpu(root: int) -> float:
+    """CPU seconds (user + system, with reaped children's) of process ``root`` and its descendants."""
+    procs: dict[int, list[str]] = {}
+    kids: dict[int, list[int]] = {}
+    for d in os.listdir("/proc"):
+        if not d.isdigit():
+            continue
+        try:
+            st = Path(f"/proc/{d}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        procs[int(d)] = st
+        kids.setdefault(int(st[1]), []).append(int(d))
+    ticks, todo = 0, [root]
+    while todo:
+        q = todo.pop()
+        if q in procs:
+            ticks += sum(int(x) for x in procs[q][11:15])  # utime stime cutime cstime
+        todo += kids.get(q, [])
+    return ticks / os.sysconf("SC_CLK_TCK")
 
-    ran: list[dict[int, str]] = []
-    decode = job.decode_results
 
-    def noted(table: Any) -> Any:
-        out = decode(table)
-        ran.append({int(r.part): str(r.executor) for r in out})
-        return out
+def _count_rpcs(spark: Any) -> dict[str, int]:
+    """Count the Connect client's calls to the server, by RPC (``ExecutePlan``, ``AnalyzePlan``, ...)."""
+    counts: dict[str, int] = {}
+    stub = spark.client._stub
 
-    job.decode_results = noted  # type: ignore[assignment]
-    if mode.startswith("connect"):
-        from cbp.engine.driver.session import connect_spark
+    def counter(name: str) -> Any:
+        orig = getattr(stub, name)
 
-        spark = connect_spark(url)
-    else:
-        from cbp.engine.driver.session import get_spark
+        def counted(*a: Any, **k: Any) -> Any:
+            counts[name] = counts.get(name, 0) + 1
+            return orig(*a, **k)
 
-        spark = get_spark()
-    p = cbp.Pipeline(str(ROOT / "flows" / "url_count.yaml"), home, spark=spark)
-    p.feed("urls", [{"url": f"u{i}"} for i in range(keys)])
-    p.run()
-    ran.clear()
-    seconds, hits, lookups = [], 0, 0
-    for e in range(epochs):
-        half = increment // 2
-        p.feed(
-            "urls",
-            [{"url": f"u{(e * half + i) % keys}"} for i in range(half)] + [{"url": f"n{e}-{i}"} for i in range(half)],
-        )
+        return counted
+
+    for name in ("ExecutePlan", "AnalyzePlan", "Config", "ReattachExecute", "ReleaseExecute", "AddArtifacts"):
+        setattr(stub, name, counter(name))
+    return counts
+
+
+class Child:
+    """One mode's run (in its own process): the home built, then one small epoch per :meth:`epoch`, each
+    timed (wall and CPU seconds: this process's tree, and on Connect the server's), the executor of each
+    partition noted (the tasks' result rows)."""
+
+    def __init__(
+        self, mode: str, url: str, keys: int, increment: int, home: str, server_pid: int, warmup: int = 0
+    ) -> None:
+        sys.path.insert(0, str(ROOT / "flows"))
+        import cbp
+        from cbp.engine.driver import job
+
+        self.ran: list[dict[int, str]] = []
+        decode = job.decode_results
+
+        def noted(table: Any) -> Any:
+            out = decode(table)
+            self.ran.append({int(r.part): str(r.executor) for r in out})
+            return out
+
+        job.decode_results = noted  # type: ignore[assignment]
+        self.rpcs: dict[str, int] = {}
+        if mode.startswith("connect"):
+            from cbp.engine.driver.session import connect_spark
+
+            spark = connect_spark(url)
+            self.rpcs = _count_rpcs(spark)
+        else:
+            from cbp.engine.driver.session import get_spark
+
+            spark = get_spark()
+        self.roots = [os.getpid()] + ([server_pid] if server_pid else [])
+        self.keys, self.increment = keys, increment
+        self.p = cbp.Pipeline(str(ROOT / "flows" / "url_count.yaml"), home, spark=spark)
+        self.p.feed("urls", [{"url": f"u{i}"} for i in range(keys)])
+        self.p.run()
+        self.seconds: list[float] = []
+        self.cpu: list[float] = []
+        self.warmup = warmup
+        for e in range(warmup):  # JIT-compiled code paths, warm Python workers: the steady state
+            self.epoch(e)
+        self.ran.clear()
+        self.rpcs.clear()
+        self.seconds.clear()
+        self.cpu.clear()
+        self.hits = self.lookups = 0
+
+    def epoch(self, e: int) -> float:
+        """Feed epoch ``e``'s records (half stored keys, half new) and run it; its wall seconds."""
+        half = self.increment // 2
+        stored = [{"url": f"u{(e * half + i) % self.keys}"} for i in range(half)]
+        self.p.feed("urls", stored + [{"url": f"n{e}-{i}"} for i in range(half)])
+        c0 = sum(_tree_cpu(r) for r in self.roots)
         t0 = time.perf_counter()
-        reps = p.run()
-        seconds.append(time.perf_counter() - t0)
-        hits += sum(r.cache_hits for r in reps)
-        lookups += sum(r.cache_lookups for r in reps)
-    moves = sum(1 for a, b in zip(ran, ran[1:]) for q in b if a.get(q) != b[q])
-    return {
-        "mode": mode,
-        "seconds": seconds,
-        "median": statistics.median(seconds),
-        "cache_hits": hits,
-        "cache_lookups": lookups,
-        "moves": moves,
-        "partition_epochs": sum(len(b) for b in ran[1:]),
-        "executors": sorted({e for r in ran for e in r.values()}),
-    }
+        reps = self.p.run()
+        self.seconds.append(time.perf_counter() - t0)
+        self.cpu.append(sum(_tree_cpu(r) for r in self.roots) - c0)
+        self.hits = getattr(self, "hits", 0) + sum(r.cache_hits for r in reps)
+        self.lookups = getattr(self, "lookups", 0) + sum(r.cache_lookups for r in reps)
+        return self.seconds[-1]
+
+    def summary(self, mode: str) -> dict[str, Any]:
+        """The run's numbers (:func:`_mode`'s line)."""
+        ran = self.ran
+        epochs = max(len(self.seconds), 1)
+        return {
+            "mode": mode,
+            "seconds": self.seconds,
+            "median": statistics.median(self.seconds),
+            "cpu": self.cpu,
+            "median_cpu": statistics.median(self.cpu),
+            "rpcs_per_epoch": {k: v / epochs for k, v in sorted(self.rpcs.items())},
+            "cache_hits": self.hits,
+            "cache_lookups": self.lookups,
+            "moves": sum(1 for a, b in zip(ran, ran[1:]) for q in b if a.get(q) != b[q]),
+            "partition_epochs": sum(len(b) for b in ran[1:]),
+            "executors": sorted({e for r in ran for e in r.values()}),
+        }
+
+
+def child(args: argparse.Namespace) -> None:
+    """The ``--child`` process: all epochs at once, or (``--lockstep``) one per ``go`` line on stdin,
+    answering each with a line, until ``end``; the summary as the last line of stdout."""
+    c = Child(args.child, args.url or "", args.keys, args.increment, args.home, args.server_pid, args.warmup)
+    if not args.lockstep:
+        for e in range(args.epochs):
+            c.epoch(args.warmup + e)
+    else:
+        print("ready", flush=True)
+        for e, line in enumerate(sys.stdin):
+            if line.strip() != "go":
+                break
+            print(json.dumps({"seconds": c.epoch(args.warmup + e)}), flush=True)
+    print(json.dumps(c.summary(args.child)), flush=True)
 
 
 def _script(name: str, state: str, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
@@ -119,21 +206,77 @@ def _daemons(state: str) -> int:
     return len(ps.stdout.split())
 
 
-def _mode(
-    mode: str, url: str, args: argparse.Namespace, work: str, env: dict[str, str] | None = None
-) -> dict[str, Any]:
+def _child_cmd(mode: str, url: str, args: argparse.Namespace, work: str, server: str | None) -> list[str]:
     cmd = [sys.executable, __file__, "--child", mode, "--home", os.path.join(work, mode), "--url", url]
     cmd += ["--keys", str(args.keys), "--increment", str(args.increment), "--epochs", str(args.epochs)]
-    out = subprocess.run(cmd, capture_output=True, text=True, check=False, env={**os.environ, **(env or {})})
-    if out.returncode:
-        sys.exit(f"{mode} failed:\n{out.stderr[-3000:]}")
-    r: dict[str, Any] = json.loads(out.stdout.strip().splitlines()[-1])
+    cmd += ["--warmup", str(args.warmup)]
+    if server:  # the server's CPU counts in a Connect epoch's
+        cmd += ["--server-pid", Path(server, "server.pid").read_text().strip()]
+    return cmd
+
+
+def _said(r: dict[str, Any]) -> dict[str, Any]:
+    rpcs = " ".join(f"{k} {v:.1f}" for k, v in r["rpcs_per_epoch"].items())
     print(
-        f"{mode:24} median epoch {r['median']:.3f} s  cache hits {r['cache_hits']}/{r['cache_lookups']}  "
-        f"moves {r['moves']}/{r['partition_epochs']}  epochs {' '.join(f'{s:.2f}' for s in r['seconds'])}",
+        f"{r['mode']:24} median epoch {r['median']:.3f} s, {r['median_cpu']:.3f} CPU s  cache hits "
+        f"{r['cache_hits']}/{r['cache_lookups']}  moves {r['moves']}/{r['partition_epochs']}  "
+        f"epochs {' '.join(f'{s:.2f}' for s in r['seconds'])}" + (f"  RPCs per epoch: {rpcs}" if rpcs else ""),
         flush=True,
     )
     return r
+
+
+def _mode(
+    mode: str, url: str, args: argparse.Namespace, work: str, env: dict[str, str] | None = None, server: str = ""
+) -> dict[str, Any]:
+    """One mode's epochs in a process of its own, alone."""
+    cmd = _child_cmd(mode, url, args, work, server)
+    out = subprocess.run(cmd, capture_output=True, text=True, check=False, env={**os.environ, **(env or {})})
+    if out.returncode:
+        sys.exit(f"{mode} failed:\n{out.stderr[-3000:]}")
+    return _said(json.loads(out.stdout.strip().splitlines()[-1]))
+
+
+def _lockstep(modes: list[tuple[str, str, dict[str, str], str]], args: argparse.Namespace, work: str) -> list[Any]:
+    """Modes ``(name, url, env, server state)`` in processes of their own, started together and run in
+    turns, one epoch at a time (the order of each round reversed from the last): the machine's load,
+    which varies by the minute on a shared machine, weighs on each mode alike."""
+    procs = []
+    for mode, url, env, server in modes:
+        cmd = [*_child_cmd(mode, url, args, work, server), "--lockstep"]
+        procs.append(
+            subprocess.Popen(
+                cmd,
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.DEVNULL,
+                text=True,
+                env={**os.environ, **env},
+            )
+        )
+    try:
+        for p, (mode, *_) in zip(procs, modes):
+            assert p.stdout is not None
+            if p.stdout.readline().strip() != "ready":
+                sys.exit(f"{mode} failed to build its home (run it alone: {' '.join(p.args)})")
+        order = list(range(len(procs)))
+        for _ in range(args.epochs):
+            for i in order:
+                assert procs[i].stdin is not None and procs[i].stdout is not None
+                procs[i].stdin.write("go\n")
+                procs[i].stdin.flush()
+                procs[i].stdout.readline()
+            order.reverse()
+        results = []
+        for p in procs:
+            out, _ = p.communicate("end\n")
+            results.append(_said(json.loads(out.strip().splitlines()[-1])))
+        return results
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
 
 
 def _cbp(python: str, args: list[str], env: dict[str, str]) -> float:
@@ -208,8 +351,8 @@ def cluster_modes(args: argparse.Namespace, work: str) -> list[dict[str, Any]]:
         server = os.path.join(work, "cluster-server")
         url = _server(server, env["CBP_SPARK_MASTER"])
         try:
-            results.append(_mode("connect-cluster-unplaced", url, args, work, {"CBP_PLACEMENT": "0"}))
-            results.append(_mode("connect-cluster", url, args, work))
+            results.append(_mode("connect-cluster-unplaced", url, args, work, {"CBP_PLACEMENT": "0"}, server))
+            results.append(_mode("connect-cluster", url, args, work, server=server))
         finally:
             _script("connect", server, "stop", check=False)
         return results
@@ -221,12 +364,23 @@ def cluster_modes(args: argparse.Namespace, work: str) -> list[dict[str, Any]]:
 def report(results: list[dict[str, Any]], extra: dict[str, Any]) -> str:
     """The markdown table of a run."""
     lines = [
-        "| mode | median epoch (s) | state-cache hits | partition moves |",
-        "| --- | --- | --- | --- |",
+        "| mode | median epoch (s) | median epoch (CPU s) | state-cache hits | partition moves | RPCs per epoch |",
+        "| --- | --- | --- | --- | --- | --- |",
     ]
     for r in results:
         moves = f"{r['moves']}/{r['partition_epochs']}" if r["mode"].endswith(("cluster", "unplaced")) else "-"
-        lines.append(f"| {r['mode']} | {r['median']:.3f} | {r['cache_hits']}/{r['cache_lookups']} | {moves} |")
+        rpcs = ", ".join(f"{k} {v:.1f}" for k, v in r["rpcs_per_epoch"].items()) or "-"
+        lines.append(
+            f"| {r['mode']} | {r['median']:.3f} | {r['median_cpu']:.3f} | {r['cache_hits']}/{r['cache_lookups']} "
+            f"| {moves} | {rpcs} |"
+        )
+    if len(results) > 1 and results[0]["mode"] == "classic" and results[1]["mode"] == "connect":
+        lines.append(
+            f"\nConnect / classic, local: {results[1]['median'] / results[0]['median']:.2f}x (wall), "
+            f"{results[1]['median_cpu'] / results[0]['median_cpu']:.2f}x (CPU)"
+        )
+    if not extra:
+        return "\n".join(lines) + "\n"
     d, f = extra["daemons"], extra["fresh_run"]
     lines += [
         "",
@@ -264,22 +418,28 @@ def main() -> None:
     ap.add_argument("--keys", type=int, default=10_000)
     ap.add_argument("--increment", type=int, default=1_000)
     ap.add_argument("--epochs", type=int, default=8)
+    ap.add_argument("--warmup", type=int, default=8, help="epochs run first and not counted (JIT, warm workers)")
     ap.add_argument("--cluster", action="store_true", help="also measure placement on scripts/cluster's workers")
     ap.add_argument("--cluster-state", default=str(ROOT / "state" / "cluster"), help="scripts/cluster's state")
+    ap.add_argument("--epochs-only", action="store_true", help="only measurement 1 (and 2 with --cluster)")
     ap.add_argument("--url", help=argparse.SUPPRESS)
     ap.add_argument("--child", help=argparse.SUPPRESS)
     ap.add_argument("--home", help=argparse.SUPPRESS)
+    ap.add_argument("--server-pid", type=int, default=0, help=argparse.SUPPRESS)
+    ap.add_argument("--lockstep", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child:
-        print(json.dumps(child(args.child, args.url or "", args.keys, args.increment, args.epochs, args.home)))
+        child(args)
         return
     work = tempfile.mkdtemp(prefix="cbp-connect-bench-")
-    results = [_mode("classic", "", args, work, {"CBP_SPARK_MASTER": "local[2]"})]
     state = os.path.join(work, "server")
     url = _server(state)
+    extra: dict[str, Any] = {}
     try:
-        results.append(_mode("connect", url, args, work))
-        extra = daemons_and_fresh_runs(url, state, work)
+        local = [("classic", "", {"CBP_SPARK_MASTER": "local[2]"}, ""), ("connect", url, {}, state)]
+        results = _lockstep(local, args, work)
+        if not args.epochs_only:
+            extra = daemons_and_fresh_runs(url, state, work)
     finally:
         _script("connect", state, "stop", check=False)
     if args.cluster:
@@ -289,7 +449,8 @@ def main() -> None:
     OUT.mkdir(exist_ok=True)
     (OUT / "connect_epochs.md").write_text(table)
     (OUT / "connect_epochs.json").write_text(json.dumps({"args": vars(args), "results": results, **extra}, indent=1))
-    plot(results)
+    if not args.epochs_only:
+        plot(results)
 
 
 if __name__ == "__main__":

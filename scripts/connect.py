@@ -30,6 +30,8 @@ LOGS = STATE / "logs"
 READY_TIMEOUT = float(os.environ.get("CBP_CONNECT_TIMEOUT", "90"))
 STOP_TIMEOUT = 15.0
 MARKER = "org.apache.spark.sql.connect.service.SparkConnectServer"
+LOG4J = Path(__file__).resolve().parent / "connect-log4j2.properties"
+LOG_LEVEL = os.environ.get("CBP_CONNECT_LOG_LEVEL", "warn")
 
 #: What cbp's tasks need of the server (the settings ``get_spark`` gives a classic session). Static
 #: ones can only be set here; a client sets none of them.
@@ -76,6 +78,8 @@ def command(master: str, port: int) -> list[str]:
         "spark.driver.extraClassPath": cp,  # not --jars: Spark would copy 670 MiB into every session's directory
         "spark.pyspark.python": sys.executable,
         "spark.executorEnv.PYTHONPATH": str(ROOT),
+        # its log at WARN (CBP_CONNECT_LOG_LEVEL=info for Spark's INFO lines: tens per query, some with its plan)
+        "spark.driver.extraJavaOptions": f"-Dlog4j2.configurationFile=file:{LOG4J} -Dcbp.connect.loglevel={LOG_LEVEL}",
     }
     if not master.startswith("local"):  # the standalone cluster's workers have the jars at the same paths
         conf.update({"spark.executor.extraClassPath": cp, "spark.executor.cores": "1", "spark.executor.memory": "1g"})

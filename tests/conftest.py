@@ -11,6 +11,7 @@ import sys
 import tempfile
 import textwrap
 import threading
+import uuid
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -75,6 +76,10 @@ def spark():
     from cbp.engine.driver.session import get_spark, is_connect
 
     os.environ.setdefault("CBP_SPARK_MASTER", "local[2,2]")  # 2 attempts per task, as in cbp's default
+    if CONNECT_URL and os.environ.get("PYTEST_XDIST_WORKER") and ";session_id=" not in CONNECT_URL:
+        # xdist workers run at once: each a Connect session of its own (temporary views, settings), not the
+        # one cbp's commands share; the cbp processes its tests start inherit it
+        os.environ["CBP_REMOTE"] = f"{CONNECT_URL.rstrip('/')}/;session_id={uuid.uuid4()}"
     session = get_spark()
     assert is_connect(session) == bool(CONNECT_URL)
     yield session

@@ -370,6 +370,7 @@ def _sleepy_run_task(tmp_path: Path, make_pipeline, settings: str, words: list[d
     return op, p, marker
 
 
+@pytest.mark.classic(reason="checks that the task's process group held cbp run's driver JVM: on Connect there is none")
 def test_run_task_past_its_execution_timeout_kills_cbp_run_and_its_spark_jvm(tmp_path, make_pipeline):
     """The run task of a factory-built DAG, executed as Airflow's task runner does: inside
     ``timeout(execution_timeout)``, ``on_kill`` on AirflowTaskTimeout. The timer is brought forward

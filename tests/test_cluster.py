@@ -36,7 +36,13 @@ SCRIPT = ROOT / "scripts" / "cluster"
 CBP = str(Path(sys.executable).parent / "cbp")
 URLS = str(ROOT / "flows" / "url_count.yaml")
 
-pytestmark = pytest.mark.cluster
+pytestmark = [
+    pytest.mark.cluster,
+    pytest.mark.classic(
+        reason="starts scripts/cluster (JVMs: no Java in a Connect client) and runs classic cbp drivers on it; "
+        "Connect in front of the cluster is measured by bench/connect_epochs.py --cluster"
+    ),
+]
 
 #: What env.sh sets; removed from the local-mode reference's environment.
 CLUSTER_VARS = ("CBP_SPARK_MASTER", "CBP_SPARK_CONF", "AWS_ENDPOINT_URL", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY")

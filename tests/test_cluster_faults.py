@@ -37,7 +37,13 @@ from test_crawl_queue import _check_round
 
 from cbp.airflow.dagfactory import task_environ
 
-pytestmark = pytest.mark.cluster
+pytestmark = [
+    pytest.mark.cluster,
+    pytest.mark.classic(
+        reason="starts scripts/cluster (JVMs: no Java in a Connect client) and runs classic cbp drivers on it; "
+        "Connect in front of the cluster is measured by bench/connect_epochs.py --cluster"
+    ),
+]
 
 TTL = 6  # seconds: CBP_LEASE_TTL of the drivers here, so a killed driver's lease expires soon
 #: operation index (ch.operations: feed 0, run 0, feed 1, run 1) -> the kills before it succeeds

@@ -15,6 +15,7 @@ import shutil
 import socket
 import subprocess
 import sys
+import tempfile
 import textwrap
 
 import pandas as pd
@@ -77,6 +78,15 @@ def _daemons(url: str) -> int:
     return len(ps.stdout.split())
 
 
+def _as_file(code: str) -> str:
+    """``code`` in a script file: run by ``python -c``, a ``pyspark-client`` (no Spark installation) exits at
+    its first Connect import (pyspark takes a ``__main__`` without a file for its own doctests)."""
+    fd, path = tempfile.mkstemp(suffix=".py", prefix="cbp-connect-side-")
+    with os.fdopen(fd, "w") as f:
+        f.write(code)
+    return path
+
+
 def _connect_side(code: str, url: str, **env: str) -> dict:
     """Run ``code`` (it prints one JSON line last) in a fresh interpreter with a Connect session ``spark``."""
     head = textwrap.dedent(
@@ -91,13 +101,17 @@ def _connect_side(code: str, url: str, **env: str) -> dict:
         FEEDS = {FEEDS!r}
         """
     )
-    run = subprocess.run(
-        [sys.executable, "-c", head + textwrap.dedent(code) + "\nspark.stop()\n"],
-        env={**os.environ, "PYTHONPATH": str(ROOT), **env},
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
+    script = _as_file(head + textwrap.dedent(code) + "\nspark.stop()\n")
+    try:
+        run = subprocess.run(
+            [sys.executable, script],
+            env={**os.environ, "PYTHONPATH": str(ROOT), **env},
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
+    finally:
+        os.unlink(script)
     assert run.returncode == 0, run.stderr[-4000:]
     return json.loads(run.stdout.strip().splitlines()[-1])
 
@@ -261,7 +275,11 @@ def test_url_count_through_the_cli_with_remote(server, tmp_path):
     first = json.loads(ids.read_text())[server]
     named = f"{server}/;session_id={first}"
     release = f"from pyspark.sql import SparkSession; SparkSession.builder.remote({named!r}).create().stop()"
-    subprocess.run([sys.executable, "-c", release], env=env, check=True, capture_output=True, timeout=300)
+    script = _as_file(release)
+    try:
+        subprocess.run([sys.executable, script], env=env, check=True, capture_output=True, timeout=300)
+    finally:
+        os.unlink(script)
     state = [json.loads(line) for line in cbp("state", yaml, "url_count", "--home", home).splitlines()]
     assert {r["url"]: r["count"] for r in state} == from_scratch(FEEDS[:2])
     query = "SELECT url, count FROM url_count"

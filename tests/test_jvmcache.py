@@ -17,6 +17,8 @@ from cbp.engine.driver import jvmcache
 
 ROOT = Path(__file__).resolve().parent.parent
 
+pytestmark = pytest.mark.classic(reason="the driver JVM's class archive: a Connect client starts no JVM (nor has Java)")
+
 # a new driver: its JVM options, and how many classes its JVM took from a shared archive
 # (HotSpot's own counter, read with jcmd), after one job
 _DRIVER = """

@@ -58,3 +58,38 @@ def test_a_task_under_a_low_memory_budget_gives_the_right_result(spark, tmp_path
         df = pd.DataFrame([{"url": r["url"], "d": r.get("_diff", 1)} for f in feeds[: i + 1] for r in f])
         sums = df.groupby("url")["d"].sum()
         assert states[i] == {u: int(n) for u, n in sums.items() if n}, i
+
+
+def test_records_of_a_routeby_function_outgrowing_the_budget_take_the_shuffle(
+    spark, tmp_path, monkeypatch, make_pipeline
+):
+    """A RouteBy function's records go to a one-stage routing job (on Connect each of its tasks holds them
+    all: they travel with its function): with more than a quarter of a 1 MB budget the epoch takes the
+    shuffle (streamed, sorted batches) without that job; a small epoch after it runs the job. Both states
+    equal pandas' counts."""
+    monkeypatch.setenv("CBP_TASK_MEMORY_MB", "1")
+    calls = []
+    route = smallepoch.route_on_executors
+
+    def routing(spark, plan, work):  # noqa: ANN001, ANN202 - the job's own signature
+        calls.append(sum(t.num_rows for _, _, t in work))
+        return route(spark, plan, work)
+
+    monkeypatch.setattr(smallepoch, "route_on_executors", routing)
+    yaml = (FLOWS / "url_count.yaml").read_text()
+    yaml = yaml.replace("route_by: url", "route_by: 'MOD:url_of'").replace("url_count:count_urls", "MOD:count_urls")
+    path = make_pipeline(yaml, (FLOWS / "url_count.py").read_text() + "\n\ndef url_of(r):\n    return r['url']\n")
+    pad = "a-fairly-long-path/" * 24
+    feeds = [
+        [{"url": f"https://example.org/{pad}{i % 900}"} for i in range(1_500)],  # ~700 kB of records
+        [{"url": f"https://example.org/{pad}{i}", "_diff": -1} for i in range(0, 30, 3)] + [{"url": "new"}],
+    ]
+    p = cbp.load(path, home=str(tmp_path / "home"), spark=spark)
+    for i, feed in enumerate(feeds):
+        p.feed("urls", feed)
+        reports = p.run()
+        assert (reports[0].shuffle_records > 0) == (i == 0), i
+        df = pd.DataFrame([{"url": r["url"], "d": r.get("_diff", 1)} for f in feeds[: i + 1] for r in f])
+        sums = df.groupby("url")["d"].sum()
+        assert {r["url"]: r["count"] for r in p.state("url_count")} == {u: int(n) for u, n in sums.items() if n}, i
+    assert calls == [11]  # the first epoch's records were never sent to a routing job

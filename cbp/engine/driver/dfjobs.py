@@ -5,9 +5,12 @@ process, ``sparkContext``, RDDs) or a Spark Connect one (DataFrame APIs only; :f
   ``sc.addJobTag`` / ``sc.cancelJobsWithTag`` on classic, ``spark.addTag`` / ``spark.interruptTag``
   on Connect (:class:`JobTag`).
 - **One-stage jobs of Python tasks** without RDDs: ``mapInArrow`` over :func:`range_frame` (``n``
-  tasks, task ``i`` holds ``i``) or over :func:`payload_frame` (a small DataFrame the driver made, a row
-  per work item: Spark gives each task a slice of the rows), of a function of
-  :mod:`cbp.engine.task.arrowtasks` (they read their input to its end); :func:`blobs_of` collects.
+  tasks, task ``i`` holds ``i``) of a function of :mod:`cbp.engine.task.arrowtasks` (they read their
+  input to its end) that carries each task's work (``groups[i]`` for task ``i``); :func:`blobs_of`
+  collects. On Connect such a job is one round trip (``ExecutePlan``): the range's schema is known here
+  (:func:`known_schema`: ``mapInArrow`` asks for its input's columns, an ``AnalyzePlan``), the
+  function's output schema is a Spark type (a DDL string is parsed by the server), and the work travels
+  in the function rather than a DataFrame of rows (``createDataFrame`` asks the server a ``Config``).
 
 Example::
 
@@ -22,7 +25,6 @@ from typing import TYPE_CHECKING, Any
 from .session import is_connect
 
 if TYPE_CHECKING:
-    import pyarrow as pa
     from pyspark.sql import DataFrame, SparkSession
     from pyspark.sql.types import StructType
 
@@ -31,7 +33,7 @@ __all__ = [
     "parallelism",
     "connect_conf",
     "range_frame",
-    "payload_frame",
+    "known_schema",
     "blobs_of",
     "BLOB_DDL",
     "CONNECT_PARALLELISM",
@@ -116,10 +118,15 @@ def blobs_of(df: DataFrame) -> list[bytes]:
 
 def range_frame(spark: SparkSession, n: int) -> DataFrame:
     """``n`` partitions, partition ``i`` holding the one row ``id = i``: the input of a job of ``n`` tasks."""
-    return spark.range(0, n, 1, n)
+    from pyspark.sql.types import LongType, StructField, StructType
+
+    return known_schema(spark.range(0, n, 1, n), StructType([StructField("id", LongType(), False)]))
 
 
-def payload_frame(spark: SparkSession, rows: pa.Table) -> DataFrame:
-    """``rows`` as a DataFrame sent with the query: as many tasks as rows, up to the server's
-    parallelism, each given consecutive rows."""
-    return spark.createDataFrame(rows)
+def known_schema(df: DataFrame, schema: StructType) -> DataFrame:
+    """``df``, a DataFrame whose schema the caller knows, told it: a Connect DataFrame asks the server
+    the first time anything needs its schema (a round trip: ``mapInArrow`` needs its input's columns).
+    A classic DataFrame as it is (its schema is in this process)."""
+    if is_connect(df.sparkSession):
+        df._cached_schema = schema  # type: ignore[attr-defined]  # pyspark.sql.connect.dataframe.DataFrame's cache
+    return df

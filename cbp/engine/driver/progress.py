@@ -166,16 +166,17 @@ class Poller:
                 continue
             stage, epoch, t0 = current
             done, total, records, name = 0, 0, None, ""
-            try:  # the process's SparkContext if it has one (never started here: a small epoch may need none)
-                from pyspark import SparkContext
-
-                sc = SparkContext._active_spark_context
-                if sc is not None:
-                    done, total, records, name = spark_progress(sc)
-                elif _remote():  # Spark Connect: the server's progress reports
+            try:
+                if _remote():  # Spark Connect: the server's progress reports (pyspark-client has no SparkContext)
                     done, total, records, name = self._connect_look()
-                else:
-                    name = "starting Spark"
+                else:  # the process's SparkContext if it has one (never started here: a small epoch may need none)
+                    from pyspark import SparkContext
+
+                    sc = SparkContext._active_spark_context
+                    if sc is not None:
+                        done, total, records, name = spark_progress(sc)
+                    else:
+                        name = "starting Spark"
             except Exception:  # Spark stopping under us: nothing to say this time
                 pass
             if self._current is current:

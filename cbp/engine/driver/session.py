@@ -91,6 +91,7 @@ def connect_spark(url: str) -> SparkSession:
 
     from .connectsession import names_session, renewed_url, shared_url
 
+    _import_connect()
     active = SparkSession.getActiveSession()
     if active is not None and is_connect(active) and _OPENED.get(url) == getattr(active, "session_id", None):
         return active
@@ -108,6 +109,25 @@ def connect_spark(url: str) -> SparkSession:
         atexit.register(_release, spark)
     _OPENED[url] = str(getattr(spark, "session_id", ""))
     return spark
+
+
+def _import_connect() -> None:
+    """Import ``pyspark.sql.connect`` in a process whose ``__main__`` has no file and no spec (an xdist
+    worker, an embedded interpreter): there pyspark's import check takes itself for pyspark's own
+    doctests and imports its test helpers, which on a ``pyspark-client`` (no Spark installation) exit
+    the process (``Could not find valid SPARK_HOME``). The check runs once, at that import: ``__main__``
+    is given a ``__file__`` for its duration."""
+    main = sys.modules.get("__main__")
+    if "pyspark.sql.connect" in sys.modules or main is None:
+        return
+    bare = getattr(main, "__spec__", None) is None and not hasattr(main, "__file__") and not hasattr(sys, "ps1")
+    if bare:
+        main.__file__ = "<cbp>"
+    try:
+        import pyspark.sql.connect  # noqa: F401
+    finally:
+        if bare:
+            del main.__file__
 
 
 #: URL as given -> the session id opened for it in this process.

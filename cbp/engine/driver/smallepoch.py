@@ -66,7 +66,7 @@ from ..task.runners import claimant, claiming_task, routed_task, routing_task
 from ..task.translate import route_batches
 from . import taskmemory
 from .anchor import ANCHOR, anchor_frame, placing, spread
-from .dfjobs import blob_schema, blobs_of, connect_conf, parallelism, payload_frame, range_frame
+from .dfjobs import blob_schema, blobs_of, connect_conf, parallelism, range_frame
 from .jvmcache import pid_alive
 from .locality import executor_preferences, prefs_rdd, remember_executors
 from .session import is_connect
@@ -185,6 +185,8 @@ def driver_routed(spark: SparkSession, plan: TaskPlan, input_files: dict[int, li
         key, records = (plan.home.location, plan.stage.name), sum(t.num_rows for _, _, t in remote)
         if records * _ROUTED_BYTES.get(key, 0.0) >= envelope_cap():
             return None  # the last routing job of this stage says its envelopes would outgrow the cap
+        if sum(t.nbytes for _, _, t in remote) > envelope_cap():
+            return None  # the records themselves would: on Connect every routing task holds them all
         routed = route_on_executors(spark, plan, remote)
         # bytes of envelopes per record RouteBy routed (at least, when they outgrew the cap)
         _ROUTED_BYTES[key] = (envelope_cap() if routed is None else sum(b.nbytes for b in routed)) / max(records, 1)
@@ -265,15 +267,11 @@ def route_on_executors(
             payloads.append((i, made, sink.getvalue().to_pybytes()))
     tasks = min(tasks, len(payloads))
     cap = envelope_cap() // tasks
-    if plan.path.connect:  # no RDDs: the slices go with the query, a row each
-        rows = pa.table(
-            {
-                "i": pa.array([x[0] for x in payloads], pa.int32()),
-                "made": pa.array([x[1] for x in payloads], pa.int64()),
-                "data": pa.array([x[2] for x in payloads], pa.binary()),
-            }
+    if plan.path.connect:  # no RDDs: the slices go with the function, task i's in groups[i] (one round trip)
+        groups = [payloads[i::tasks] for i in range(tasks)]
+        blobs = blobs_of(
+            range_frame(spark, tasks).mapInArrow(partial(routing_batches, plan, cap, groups), blob_schema())
         )
-        blobs = blobs_of(payload_frame(spark, rows).mapInArrow(partial(routing_batches, plan, cap), blob_schema()))
     else:
         blobs = (
             spark.sparkContext.parallelize(payloads, tasks).mapPartitions(partial(routing_task, plan, cap)).collect()
@@ -338,20 +336,20 @@ def _payloads(plan: TaskPlan, parts: list[pa.Table], chunk: int) -> list[tuple[i
 
 
 def _run_connect(spark: SparkSession, plan: TaskPlan, parts: list[pa.Table], task: GroupedTask, chunk: int) -> pa.Table:
-    """:func:`run_routed` on a Spark Connect session: the partitions' envelopes go with the query, a row
-    each (the client may share no file system with the server); Spark gives each task a slice."""
+    """:func:`run_routed` on a Spark Connect session: the partitions' envelopes go with the function (the
+    client may share no file system with the server), partition ``p`` in task ``p % tasks``: one round
+    trip (:mod:`cbp.engine.driver.dfjobs`)."""
     payloads = _payloads(plan, parts, chunk)
-    rows = pa.table(
-        {"p": pa.array([p for p, _ in payloads], pa.int32()), "data": pa.array([d for _, d in payloads], pa.binary())}
-    )
-    slots = max(1, min(len(parts), parallelism(spark))) if placing(spark) else 0  # a task per core
+    tasks = max(1, min(len(parts), parallelism(spark)))  # a task per core
+    groups = [payloads[i::tasks] for i in range(tasks)]
+    slots = tasks if placing(spark) else 0
     if slots:  # a cluster behind the server: partition p always in the task of the anchor's block p % slots
-        groups = [payloads[i::slots] for i in range(slots)]  # sent with the function: no join, one stage
         probes = list(partition_probes(slots))
         anchor = anchor_frame(spark, slots)
         blobs = blobs_of(anchor.mapInArrow(partial(slot_batches, plan, task, probes, groups, ANCHOR), blob_schema()))
     else:
-        blobs = blobs_of(payload_frame(spark, rows).mapInArrow(partial(routed_batches, plan, task), blob_schema()))
+        jobs = range_frame(spark, tasks)
+        blobs = blobs_of(jobs.mapInArrow(partial(routed_batches, plan, task, groups), blob_schema()))
     table = _in_partition_order(
         pa.Table.from_batches([pa.ipc.read_record_batch(pa.py_buffer(b), RESULT) for b in blobs], schema=RESULT)
     )

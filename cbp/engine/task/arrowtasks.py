@@ -41,16 +41,27 @@ def _rows(batches: Iterator[pa.RecordBatch]) -> list[dict[str, object]]:
     return [row for b in list(batches) for row in b.to_pylist()]
 
 
-def routing_batches(plan: TaskPlan, cap: int, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-    """:func:`.runners.routing_task` over rows ``(i, made, data)``: slices of input ``i`` (Arrow IPC)."""
-    items = [(int(r["i"]), int(r["made"]), bytes(r["data"])) for r in _rows(batches)]  # type: ignore[call-overload]
-    yield from blobs(routing_task(plan, cap, iter(items)))
+def _ids(batches: Iterator[pa.RecordBatch]) -> list[int]:
+    """The ``id`` of every row of a task of ``spark.range(0, n, 1, n)`` (task ``i`` holds ``i``), read to the end."""
+    return [int(r["id"]) for r in _rows(batches)]  # type: ignore[call-overload]
 
 
-def routed_batches(plan: TaskPlan, task: GroupedTask, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-    """:func:`.runners.routed_task` over rows ``(p, data)``: partition ``p``'s envelopes (Arrow IPC)."""
-    group = [(int(r["p"]), bytes(r["data"])) for r in _rows(batches)]  # type: ignore[call-overload]
-    yield from blobs(routed_task(plan, task, iter([group])))
+def routing_batches(
+    plan: TaskPlan, cap: int, groups: list[list[tuple[int, int, bytes]]], batches: Iterator[pa.RecordBatch]
+) -> Iterator[pa.RecordBatch]:
+    """:func:`.runners.routing_task` in task ``i`` of a range: ``groups[i]``, slices ``(i, made, data)`` of
+    input ``i`` (Arrow IPC), sent with the function."""
+    for i in _ids(batches):
+        yield from blobs(routing_task(plan, cap, iter(groups[i])))
+
+
+def routed_batches(
+    plan: TaskPlan, task: GroupedTask, groups: list[list[tuple[int, bytes]]], batches: Iterator[pa.RecordBatch]
+) -> Iterator[pa.RecordBatch]:
+    """:func:`.runners.routed_task` in task ``i`` of a range: ``groups[i]``, partitions ``(p, envelopes)``
+    (Arrow IPC), sent with the function."""
+    for i in _ids(batches):
+        yield from blobs(routed_task(plan, task, iter([groups[i]])))
 
 
 def claiming_batches(
@@ -64,8 +75,7 @@ def claiming_batches(
 ) -> Iterator[pa.RecordBatch]:
     """:func:`.runners.claiming_task` in the tasks of ``spark.range(0, tasks, 1, tasks)`` (task ``i``
     holds ``i``)."""
-    ids = [int(r["id"]) for r in _rows(batches)]  # type: ignore[call-overload]
-    yield from blobs(claiming_task(plan, task, work, n, tasks, last, iter(ids)))
+    yield from blobs(claiming_task(plan, task, work, n, tasks, last, iter(_ids(batches))))
 
 
 def slot_batches(
