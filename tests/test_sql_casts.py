@@ -16,7 +16,7 @@ import textwrap
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from test_sql_views import _expand, _same, _table, few_partitions  # noqa: F401 (few_partitions: a fixture)
+from test_sql_views import _expand, _same, _table, check_typed_views, few_partitions  # noqa: F401 (few_partitions: a fixture)
 
 import cbp
 from cbp.errors import SpecError
@@ -329,15 +329,7 @@ STEPS = [  # (items, stores) fed per step: inserts; deletes and updates (a row m
 def _check(spark, p) -> None:
     """Each view against Spark SQL over the inputs' consolidated contents: column types, and rows
     (exact for ints, decimals, strings, dates and timestamps; 1e-9 relative for floats)."""
-    for name, schema in (("items", ITEMS), ("stores", STORES)):
-        _table(spark, name, schema, _expand(p.output(name, consolidated=True)))
-    for view, sql in VIEWS.items():
-        df = spark.sql(sql)
-        fields = p.spec.flows[view].schema.fields
-        assert [f.scalar for f in fields.values()] == [_view_type(f.dataType) for f in df.schema.fields], view
-        got = [tuple(_plain(r.get(c)) for c in fields) for r in _expand(p.output(view, consolidated=True))]
-        want = [tuple(row) for row in df.collect()]
-        assert _same(got, want), f"view {view}:\n cbp   {sorted(map(str, got))}\n spark {sorted(map(str, want))}"
+    check_typed_views(spark, p, VIEWS, {"items": ITEMS, "stores": STORES})
 
 
 @pytest.mark.usefixtures("few_partitions")
