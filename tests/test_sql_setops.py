@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import pytest
 from test_sql_subqueries import INPUTS, _steps, _yaml
-from test_sql_views import check_views, few_partitions  # noqa: F401 (few_partitions: a fixture)
+from test_sql_views import check_views, few_partitions, run_and_check  # noqa: F401 (few_partitions: a fixture)
 
 import cbp
 from cbp.commands.explain import _views as explain_views
@@ -67,12 +67,7 @@ def test_ctes_set_operations_and_scalar_subqueries_equal_spark_sql_after_every_e
     path.write_text(_yaml(VIEWS))
     p = cbp.Pipeline(str(path), str(tmp_path / "home"), spark=spark)
     try:
-        for step in _more_steps():
-            for flow, recs in step.items():
-                if recs:
-                    p.feed(flow, recs)
-            p.run()
-            check_views(spark, p, VIEWS, INPUTS)
+        run_and_check(spark, p, _more_steps(), VIEWS, INPUTS)
         stages = [s["stage"] for s in explain(str(path), "cte_chain")["stages"]]
         assert stages == ["cte_chain__cte1", "cte_chain__cte2", "cte_chain"], stages  # big compiled once
         assert [s["stage"] for s in explain(str(path), "exc")["stages"]] == ["exc__set1", "exc"]

@@ -16,7 +16,7 @@ import random
 import textwrap
 
 import pytest
-from test_sql_views import _net, check_views, few_partitions  # noqa: F401 (few_partitions: a fixture)
+from test_sql_views import _net, check_views, few_partitions, run_and_check  # noqa: F401 (few_partitions: a fixture)
 
 import cbp
 from cbp.commands.explain import _views as explain_views
@@ -100,12 +100,7 @@ def test_subquery_views_equal_spark_sql_after_every_epoch(spark, tmp_path):
     path.write_text(_yaml(VIEWS))
     p = cbp.Pipeline(str(path), str(tmp_path / "home"), spark=spark)
     try:
-        for step in _steps():
-            for flow, recs in step.items():
-                if recs:
-                    p.feed(flow, recs)
-            p.run()
-            check_views(spark, p, VIEWS, INPUTS)
+        run_and_check(spark, p, _steps(), VIEWS, INPUTS)
         stages = [s["stage"] for s in explain(str(path), "q13")["stages"]]
         assert stages == ["q13__from1__join", "q13__from1", "q13"], stages
         assert [s["stage"] for s in explain(str(path), "pairs")["stages"]] == ["pairs__self1", "pairs"]

@@ -129,6 +129,16 @@ def _same(got: list[tuple], want: list[tuple]) -> bool:
     return True
 
 
+def run_and_check(spark, p, steps, views: dict[str, str], inputs: dict[str, dict[str, str]]) -> None:
+    """For each step (flow -> records, empty lists skipped): feed, run, and :func:`check_views`."""
+    for step in steps:
+        for flow, recs in step.items():
+            if recs:
+                p.feed(flow, recs)
+        p.run()
+        check_views(spark, p, views, inputs)
+
+
 def check_views(spark, p, views: dict[str, str], inputs: dict[str, dict[str, str]]) -> None:
     """Each view's consolidated contents against Spark SQL over the inputs' consolidated contents."""
     for name, schema in inputs.items():
