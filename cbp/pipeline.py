@@ -30,6 +30,7 @@ from .errors import InputError
 from .spec import PipelineSpec, load_spec
 from .spec.feedfiles import MAX_LINE_BYTES, Records
 from .storage import Home
+from .views.mode import pipeline_ansi
 
 if TYPE_CHECKING:
     from .follow import FollowSummary
@@ -96,7 +97,7 @@ class Pipeline:
         **tuning: Any,
     ) -> None:
         check_tuning(tuning)
-        self.spec = load_spec(path)
+        self.spec = load_spec(path, ansi=pipeline_ansi(spark))  # its views' SQL semantics: the session's
         self.home = Home(home or default_home(self.spec))
         self.parts = Parts(self.spec, self.home, mode=mode, spark=spark, **tuning)
 

@@ -57,9 +57,10 @@ __all__ = [
 ]
 
 
-def load_spec(path: str | os.PathLike[str], text: str | None = None) -> PipelineSpec:
+def load_spec(path: str | os.PathLike[str], text: str | None = None, *, ansi: bool | None = None) -> PipelineSpec:
     """Read, validate and resolve a pipeline YAML file (or ``text`` as if it were that file); raise
-    :class:`SpecError` on any mistake."""
+    :class:`SpecError` on any mistake. ``ansi``: the SQL semantics its views are compiled with
+    (``spark.sql.ansi.enabled``; None: ``CBP_SPARK_CONF``'s, else Spark's default, true)."""
     path = os.fspath(path)
     data, lines = load_yaml(path, text)
     if not isinstance(data, dict):
@@ -74,8 +75,10 @@ def load_spec(path: str | os.PathLike[str], text: str | None = None) -> Pipeline
     if not raw.views and not raw.sql:
         return Compiler(path, raw, lines).compile()
     from ..views import expand_views, route_views  # a pipeline with views: their flows and stages added
+    from ..views.mode import semantics, session_ansi
     from ..views.sqlfiles import read_sql_files  # and the views of its .sql files
 
-    raw, routes = expand_views(path, raw, lines, read_sql_files(path, list(raw.sql), raw.views))
+    with semantics(session_ansi() if ansi is None else ansi):
+        raw, routes = expand_views(path, raw, lines, read_sql_files(path, list(raw.sql), raw.views))
     spec: PipelineSpec = route_views(Compiler(path, raw, lines).compile(), routes)
     return spec

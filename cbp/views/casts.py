@@ -26,6 +26,7 @@ from sqlglot import exp
 
 from ..errors import UserCodeError
 from ..spec.typedvalues import decimal_of
+from .mode import ansi, wrap_bits
 from .viewerror import ViewError, construct_name
 
 __all__ = [
@@ -53,6 +54,7 @@ _BITS = {"int8": 8, "int16": 16, "int32": 32, "int64": 64}
 _SPARK = {"int8": "TINYINT", "int16": "SMALLINT", "int32": "INT", "int64": "BIGINT", "double": "DOUBLE"}
 _SPARK |= {"float32": "FLOAT", "string": "STRING", "bool": "BOOLEAN", "date": "DATE", "timestamp": "TIMESTAMP"}
 _INT = re.compile(r"[+-]?\d+")
+_LEGACY_INT = re.compile(r"([+-]?)(?:(\d+)\.?\d*|\.\d+)")  # non-ANSI: a fraction is dropped
 _DEC = re.compile(r"[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?")
 _DOUBLE = re.compile(r"[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?[dDfF]?")
 _SPECIAL = {"nan": math.nan, "inf": math.inf, "+inf": math.inf, "infinity": math.inf, "+infinity": math.inf}
@@ -335,7 +337,27 @@ def cast_value(v: Any, target: str, safe: bool = False) -> Any:
     except CastFailure:
         if safe:
             return None
+        if not ansi():  # Spark's non-ANSI cast: NULL, or an int narrowed as Java narrows it
+            return _legacy_int(v, target) if target in _BITS else None
         raise
+
+
+def _legacy_int(v: Any, target: str) -> int | None:
+    """A value ANSI cannot cast to an int type, as Spark's non-ANSI cast gives it: a string's fraction
+    dropped (NULL when malformed or out of range), a double saturated to 64 bits (to 32 first for a
+    narrower type; NaN is 0) and wrapped, a decimal or an int wrapped, a timestamp's seconds NULL past the range."""
+    bits = _BITS[target]
+    if isinstance(v, str):
+        m = _LEGACY_INT.fullmatch(v.strip())
+        n = int(m[2] or 0) * (-1 if m[1] == "-" else 1) if m else None
+        return n if n is not None and -(2 ** (bits - 1)) <= n < 2 ** (bits - 1) else None
+    if isinstance(v, float):
+        top = 2 ** (63 if bits == 64 else 31)
+        n = 0 if math.isnan(v) else max(-top, min(top - 1, int(v) if math.isfinite(v) else int(math.copysign(top, v))))
+        return wrap_bits(n, bits)
+    if isinstance(v, (int, decimal.Decimal)):
+        return wrap_bits(wrap_bits(int(v), 64), bits)
+    return None
 
 
 #: The implicit casts of a comparison (Spark 4, ANSI): the string side is cast to the other's type.
@@ -358,7 +380,8 @@ def comparable(node: exp.Expr, types: list[str | None], operands: list[exp.Expr]
             node=node,
         )
     other = sorted(known - {"string"})
-    if len(families) == 2 and operands:  # a string literal compared with a number, boolean or date: it must be one
+    if len(families) == 2 and operands and ansi():  # a string literal compared with a number, boolean or date:
+        # it must be one (non-ANSI: NULL)
         target = "bool" if other == ["bool"] else other[-1] if families == _IMPLICIT[0] else "double"
         target = "int64" if other == ["int"] else target
         for o in operands:

@@ -24,6 +24,7 @@ from sqlglot import exp
 
 from . import exprs
 from .dates import DATE_NODES, date_value
+from .mode import LAX_FN, enter, int_result, leave
 from .strings import LIKE_NODES, like_value, substring
 from .vtypes import conform, decimal_of
 
@@ -167,7 +168,8 @@ def _arith(node: exp.Expr, prefix: str) -> Fn:
         x, y = a(row), b(row)
         tx, ty = type(x), type(y)
         if tx is int and ty is int:
-            return plain(x, y)
+            r = plain(x, y)
+            return r if -9223372036854775808 <= r <= 9223372036854775807 else int_result(r)
         if (tx is _D or tx is int) and (ty is _D or ty is int):
             return exact(x, y)  # a decimal and an int: the int read exactly as a decimal, as ev does
         return slow(x, y)
@@ -215,15 +217,30 @@ def _compile_special(node: exp.Expr, prefix: str) -> Fn:
         inner = node_fn(node.expressions[0], prefix)
         to = conformer(node.expressions[1].this, node.expressions[2].this)
         return lambda row: to(inner(row))
+    if isinstance(node, exp.Anonymous) and node.name.lower() == LAX_FN:
+        return _lax(node_fn(node.expressions[0], prefix))
     if isinstance(node, exp.Cast):
         return _by_ev(node, prefix)
     if type(node) in LIKE_NODES:
         via = _via(prefix)
         return lambda row: like_value(node, row, via)
-    if type(node) in DATE_NODES and not isinstance(node, exp.Var):
+    if type(node) in DATE_NODES and not isinstance(node, (exp.Var, exp.TsOrDsToDate)):  # (to_date: datefns)
         via = _via(prefix)
         return lambda row: date_value(node, row, via)
     return _by_ev(node, prefix)
+
+
+def _lax(inner: Fn) -> Fn:
+    """``cbp_lax(e)``: ``e`` evaluated with Spark's non-ANSI semantics (:mod:`cbp.views.mode`)."""
+
+    def lax(row: Mapping[str, Any]) -> Any:
+        token = enter(False)
+        try:
+            return inner(row)
+        finally:
+            leave(token)
+
+    return lax
 
 
 def _case(node: exp.Case, prefix: str) -> Fn:
@@ -235,11 +252,16 @@ def _case(node: exp.Case, prefix: str) -> Fn:
         s = subject(row) if subject is not None else None
         for cond, then in branches:
             c = cond(row)
-            if (c is True) if subject is None else (s is not None and c == s):
+            if (c is True) if subject is None else (s is not None and _equal(s, c)):
                 return then(row)
         return default(row) if default is not None else None
 
     return case
+
+
+def _equal(s: Any, c: Any) -> bool:
+    """A simple CASE's subject equal to a WHEN value (of another type: Spark's implicit cast)."""
+    return bool(c == s) if type(c) is type(s) else exprs._cmp(s, c, operator.eq) is True
 
 
 def _coalesce(fns: list[Fn]) -> Fn:

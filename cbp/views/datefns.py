@@ -22,7 +22,8 @@ from typing import Any
 
 from sqlglot import exp
 
-from .casts import CastFailure, to_date, to_timestamp
+from .casts import CastFailure, cast_value
+from .mode import ansi
 from .viewerror import ViewError
 
 __all__ = ["TYPES", "VALUES", "Interval", "shift", "shift_type"]
@@ -131,7 +132,7 @@ def _date_arg(node: exp.Expr, arg: exp.Expr, infer: _Infer, types: Mapping[str, 
 
 
 def _as_date(v: Any) -> Any:
-    return None if v is None else to_date(v)
+    return None if v is None else cast_value(v, "date")
 
 
 def _fmt_regex(fmt: str, node: exp.Expr) -> re.Pattern[str]:
@@ -194,6 +195,8 @@ def _to_date_value(node: exp.Expr, row: Mapping[str, Any], ev: _Ev) -> Any:
             raise ValueError(v)
         return datetime.date(int(m["y"]), int(m["m"]), int(m["d"]))
     except ValueError:
+        if not ansi():  # Spark's non-ANSI mode: NULL
+            return None
         raise CastFailure(f"the text {v!r} could not be parsed with '{fmt}'", "CANNOT_PARSE_TIMESTAMP") from None
 
 
@@ -221,7 +224,7 @@ def _trunc(v: datetime.datetime, unit: str) -> datetime.datetime:
 
 
 def _ts(v: Any) -> Any:
-    return None if v is None else to_timestamp(v)
+    return None if v is None else cast_value(v, "timestamp")
 
 
 def _part(fn: Callable[[datetime.date], Any]) -> Callable[[exp.Expr, Mapping[str, Any], _Ev], Any]:

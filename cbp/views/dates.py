@@ -11,14 +11,13 @@ them through :func:`date_type` and :func:`date_value`.
 
 from __future__ import annotations
 
-import datetime
 from collections.abc import Callable, Mapping
 from typing import Any
 
 from sqlglot import exp
 
+from .casts import to_date, to_timestamp
 from .viewerror import ViewError
-from .vtypes import coerce_pair
 
 __all__ = ["DATE_NODES", "date_type", "date_value", "time_literal", "time_literal_type"]
 
@@ -62,6 +61,7 @@ def date_type(node: exp.Expr, infer: Callable[[exp.Expr, Mapping[str, str | None
 def date_value(node: exp.Expr, row: Mapping[str, Any], ev: Callable[[exp.Expr, Mapping[str, Any]], Any]) -> Any:
     """The value of a date function on ``row`` (NULL of NULL).
 
+    >>> import datetime
     >>> from cbp.views.exprs import parse_expr
     >>> date_value(parse_expr("day(d)"), {"d": datetime.date(2024, 2, 29)}, lambda n, r: r["d"])
     29
@@ -73,12 +73,8 @@ def date_value(node: exp.Expr, row: Mapping[str, Any], ev: Callable[[exp.Expr, M
 
 def time_literal(node: exp.Expr) -> Any:
     """The value of ``DATE '2024-01-01'`` or ``TIMESTAMP '2024-01-01 10:00:00'`` (UTC)."""
-    like = (
-        datetime.datetime(2000, 1, 1)
-        if _TIME_LITERALS.get(node.args["to"].this) == "timestamp"
-        else datetime.date(2000, 1, 1)
-    )
-    return coerce_pair(like, node.this.this)[1]
+    text = node.this.this  # not a value: refused in either mode (Spark's parser refuses the literal)
+    return to_timestamp(text) if _TIME_LITERALS.get(node.args["to"].this) == "timestamp" else to_date(text)
 
 
 def time_literal_type(node: exp.Expr) -> str:

@@ -25,6 +25,7 @@ from sqlglot import exp
 from . import datefns, functions
 from .casts import cast_target, cast_type, cast_value, comparable, in_view, to_text
 from .dates import DATE_NODES, date_type, date_value, time_literal, time_literal_type
+from .mode import LAX_FN, ansi, int_result, semantics
 from .strings import LIKE_NODES, like_operands, like_value, substring
 from .viewerror import ViewError, construct_name
 from .vtypes import arith, coerce_pair, conform, is_numeric, literal_type, wider
@@ -66,13 +67,16 @@ def _num(a: Any, b: Any, op: Callable[[Any, Any], Any], sign: int = 0) -> Any:
             return op(float(a), float(b))
         with decimal.localcontext(_EXACT):
             return op(decimal.Decimal(a), decimal.Decimal(b))
-    return op(a, b)
+    r = op(a, b)
+    return int_result(r) if type(r) is int else r  # non-ANSI: a long wraps
 
 
 def _div(a: Any, b: Any) -> Any:
     if a is None or b is None:
         return None
     if b == 0:
+        if not ansi():  # Spark's non-ANSI mode: NULL
+            return None
         raise ZeroDivisionError("division by zero (Spark's ANSI mode fails the query too)")
     if (
         isinstance(a, float)
@@ -87,6 +91,8 @@ def _mod(a: Any, b: Any) -> Any:
     if a is None or b is None:
         return None
     if b == 0:
+        if not ansi():
+            return None
         raise ZeroDivisionError("remainder of a division by zero (Spark's ANSI mode fails the query too)")
     if isinstance(a, int) and isinstance(b, int):  # Spark's % keeps the sign of the dividend
         r = abs(a) % abs(b)
@@ -98,7 +104,10 @@ def _mod(a: Any, b: Any) -> Any:
 
 
 def _cmp(a: Any, b: Any, op: Callable[[Any, Any], bool]) -> Any:
-    return None if a is None or b is None else op(*coerce_pair(a, b))
+    if a is None or b is None:
+        return None
+    x, y = coerce_pair(a, b)
+    return None if x is None or y is None else op(x, y)  # (non-ANSI: a string that is not a value: NULL)
 
 
 def _and(a: Any, b: Any) -> Any:
@@ -130,13 +139,13 @@ _BINARY: dict[type[exp.Expr], Callable[[Any, Any], Any]] = {
     exp.DPipe: lambda a, b: None if a is None or b is None else _text(a) + _text(b),
 }
 _UNARY: dict[type[exp.Expr], Callable[[Any], Any]] = {
-    exp.Neg: lambda a: None if a is None else -a,
+    exp.Neg: lambda a: None if a is None else int_result(-a) if type(a) is int else -a,
     exp.Not: lambda a: None if a is None else not a,
     exp.Paren: lambda a: a,
     exp.Upper: lambda a: None if a is None else a.upper(),
     exp.Lower: lambda a: None if a is None else a.lower(),
     exp.Length: lambda a: None if a is None else len(a),
-    exp.Abs: lambda a: None if a is None else abs(a),
+    exp.Abs: lambda a: None if a is None else int_result(abs(a)) if type(a) is int else abs(a),
 }
 #: The sqlglot node types a view's scalar expressions may use.
 SCALAR_NODES = frozenset(
@@ -258,6 +267,9 @@ def _function(node: exp.Expr, row: Mapping[str, Any]) -> Any:
         return conform(ev(node.expressions[0], row), node.expressions[1].this, node.expressions[2].this)
     if isinstance(node, exp.Anonymous) and node.name.lower() == VIEW_FN:
         return in_view(node, row, ev)
+    if isinstance(node, exp.Anonymous) and node.name.lower() == LAX_FN:  # non-ANSI semantics (cbp.views.mode)
+        with semantics(False):
+            return ev(node.expressions[0], row)
     if isinstance(node, exp.Anonymous) and node.name.lower() == datefns.TO_DATE_FN:
         return datefns.to_date_call_value(node, row, ev)
     if isinstance(node, exp.Cast):  # DATE '...', TIMESTAMP '...' (its value kept on the node), CAST, TRY_CAST
@@ -323,7 +335,9 @@ def with_decimal_types(node: exp.Expr, types: Mapping[str, str | None], view: st
 
     out = wrap(node)
     if _fallible(node, types):  # a runtime failure names the view
-        return exp.Anonymous(this=VIEW_FN, expressions=[out, exp.Literal.string(view)])
+        out = exp.Anonymous(this=VIEW_FN, expressions=[out, exp.Literal.string(view)])
+    if not ansi() and not isinstance(node, (exp.Column, exp.Literal, exp.Null, exp.Boolean)):
+        out = exp.Anonymous(this=LAX_FN, expressions=[out])  # evaluated with Spark's non-ANSI semantics
     return out
 
 

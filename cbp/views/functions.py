@@ -98,8 +98,10 @@ def _floor_value(node: exp.Expr, row: Mapping[str, Any], ev: _Ev) -> Any:
     if x is None or isinstance(x, int):
         return x
     up = isinstance(node, exp.Ceil)
-    if isinstance(x, float):
-        return math.ceil(x) if up else math.floor(x)
+    if isinstance(x, float):  # a long as Java's toLong gives it: saturated, NaN 0
+        if not math.isfinite(x):
+            return 0 if math.isnan(x) else (2**63 - 1 if x > 0 else -(2**63))
+        return max(-(2**63), min(2**63 - 1, math.ceil(x) if up else math.floor(x)))
     return x.to_integral_value(rounding=decimal.ROUND_CEILING if up else decimal.ROUND_FLOOR)
 
 

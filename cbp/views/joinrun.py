@@ -21,6 +21,7 @@ from typing import Any
 
 from .compiled import conformer, expr_fn
 from .joins import PRESERVED
+from .mode import per_plan
 from .vtypes import decode_key, key_text
 
 __all__ = ["SKIP", "join"]
@@ -142,6 +143,7 @@ def _kept(
     return changed
 
 
+@per_plan
 def join(key: str, state: Any, left: Iterable[dict[str, Any]], right: Iterable[dict[str, Any]], out: Any) -> None:
     """One join step (plan ``how``: inner, left, right, full, semi, anti): the key's stored rows of each
     side (row key: side, row) joined with the other side's new records, and the new records with

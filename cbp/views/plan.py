@@ -33,6 +33,7 @@ from .ctes import inline_ctes
 from .exprs import ViewError, infer, with_decimal_types
 from .hoist import hoist
 from .joins import PRESERVED, Step
+from .mode import recorded
 from .query import AGGREGATES, Select, Source, _parse, placed, position
 from .run import RouteKey
 from .select import read_tree
@@ -129,7 +130,7 @@ class Generated:
             "backfill": True,
             "description": f"view '{self._view}'",
         }
-        self.stages[stage] = base | raw
+        self.stages[stage] = base | recorded(raw)  # the mode (non-ANSI) in its plan: cbp.views.mode
         self.routes[stage] = routes
         self.view_of[stage] = self._view
 

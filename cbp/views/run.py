@@ -21,6 +21,7 @@ from typing import Any
 
 from .compiled import conformer, expr_fn
 from .joinrun import SKIP, join
+from .mode import int_result, per_plan
 from .vtypes import avg_value, conform, decode_key, key_text, sum_type
 from .winrun import topk, window
 
@@ -61,6 +62,7 @@ def unrouted(record: dict[str, Any]) -> Any:
     raise RuntimeError("a view stage's input routed by the placeholder route")
 
 
+@per_plan
 def linear(key: Any, state: Iterator[dict[str, Any]], *inputs: Iterable[dict[str, Any]], out: Any) -> None:
     """Projection, WHERE and UNION ALL: each record's image under every branch reading its input, with
     the record's ``_diff``.
@@ -173,14 +175,15 @@ class _Group:
             rec[f"c{i}"] = self.c[i]
             if fn in _MULTISET:
                 rec[f"m{i}"] = json.dumps(sorted(self.m[i].items()))
-            else:
-                rec[f"s{i}"] = self.s[i]
+            else:  # (an int sum wraps at 64 bits in non-ANSI mode, as Spark's does)
+                rec[f"s{i}"] = int_result(self.s[i]) if fn == "sum" and type(self.s[i]) is int else self.s[i]
         return rec
 
     def row(self, plan: dict[str, Any], groups: list[Any]) -> dict[str, Any] | None:
         return _group_row(plan, groups, self.n, self.c, self.s, self.m)
 
 
+@per_plan
 def group(
     key: str, state: Iterator[dict[str, Any]], rows: Iterable[dict[str, Any]], *ticks: Iterable[Any], out: Any
 ) -> None:

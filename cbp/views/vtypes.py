@@ -19,7 +19,8 @@ from typing import Any
 
 from ..errors import UserCodeError
 from ..spec.typedvalues import decimal_of, from_json, to_json
-from .casts import cast_value, to_date, to_timestamp
+from .casts import cast_value
+from .mode import ansi, wrap64
 
 __all__ = ["is_numeric", "is_typed_view_type", "dec_type", "arith", "wider", "literal_type", "conform"]
 __all__ += ["coerce_pair", "key_text", "decode_key", "sum_type", "avg_value", "VIEW_TYPES"]
@@ -145,6 +146,8 @@ def conform(v: Any, t: str | None, view: str) -> Any:
     if v is None or t is None:
         return v
     if t == "int" and type(v) is int and not -(2**63) <= v < 2**63:
+        if not ansi():  # Spark's non-ANSI mode: a long wraps
+            return wrap64(v)
         raise UserCodeError(
             f"view '{view}': the value {v} does not fit a 64-bit int (Spark's ANSI mode fails the query: overflow)",
             code="view-overflow",
@@ -158,6 +161,8 @@ def conform(v: Any, t: str | None, view: str) -> Any:
     d = decimal.Decimal(v) if isinstance(v, int) else v
     q = d.quantize(decimal.Decimal(1).scaleb(-s), rounding=decimal.ROUND_HALF_UP, context=_EXACT)
     if q != 0 and q.adjusted() + 1 > p - s:
+        if not ansi():  # Spark's non-ANSI mode: NULL
+            return None
         raise UserCodeError(
             f"view '{view}': the value {d} does not fit {t} (Spark's ANSI mode fails the query: decimal overflow)",
             code="view-overflow",
@@ -169,7 +174,7 @@ def _as_time(v: Any, like: Any) -> Any:
     """A string compared with a date or timestamp read as one (Spark casts the string)."""
     if not isinstance(v, str):
         return v
-    return to_timestamp(v) if isinstance(like, datetime.datetime) else to_date(v)
+    return cast_value(v, "timestamp" if isinstance(like, datetime.datetime) else "date")
 
 
 def _as_other(v: str, like: Any) -> Any:
@@ -200,12 +205,16 @@ def coerce_pair(a: Any, b: Any) -> tuple[Any, Any]:
         a, ta = _as_other(a, b), (float if tb is decimal.Decimal else tb)
     elif tb is str and ta in (int, float, bool, decimal.Decimal):
         b, tb = _as_other(b, a), (float if ta is decimal.Decimal else ta)
+    if a is None or b is None:  # a string that is not a value of the other type (non-ANSI: NULL)
+        return a, b
     if (ta is float and tb is decimal.Decimal) or (ta is decimal.Decimal and tb is float):
         return float(a), float(b)
     if isinstance(a, datetime.date):
         b = _as_time(b, a)
     elif isinstance(b, datetime.date):
         a = _as_time(a, b)
+    if a is None or b is None:
+        return a, b
     if isinstance(a, datetime.datetime) or isinstance(b, datetime.datetime):
         return _midnight(a), _midnight(b)
     return a, b

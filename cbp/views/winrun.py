@@ -23,6 +23,7 @@ from sqlglot import exp
 from .compiled import node_fn
 from .exprs import parse_expr
 from .joinrun import SKIP, _added, _consolidated
+from .mode import per_plan
 from .vtypes import avg_value, conform, decode_key, sum_type
 
 __all__ = ["window", "topk", "order_key"]
@@ -305,6 +306,7 @@ def _step(key: str, state: Iterator[dict[str, Any]], rows: Iterable[dict[str, An
             w.write(dict(zip(names, vals)) | {"_diff": d})
 
 
+@per_plan
 def window(key: str, state: Iterator[dict[str, Any]], rows: Iterable[dict[str, Any]], out: Any) -> None:
     """Window functions of one partition (key: the PARTITION BY values' JSON text).
 
@@ -315,6 +317,7 @@ def window(key: str, state: Iterator[dict[str, Any]], rows: Iterable[dict[str, A
     _step(key, state, rows, out, top=False)
 
 
+@per_plan
 def topk(key: str, state: Iterator[dict[str, Any]], rows: Iterable[dict[str, Any]], out: Any) -> None:
     """``ORDER BY ... LIMIT k`` of a whole view (one key): its current first k rows.
 
