@@ -215,3 +215,21 @@ def test_the_setting_changed_under_a_home_rebuilds_every_view(spark, tmp_path):
         assert lax.output("n", consolidated=True) == [{"n": 1}]
     again = cbp.Pipeline(str(path), home, spark=spark)
     assert {c.kind for c in again.plan().changes if c.name} == {"rebuild-view"}
+
+
+def test_cbp_spark_conf_sets_the_mode_a_pipeline_is_loaded_with(tmp_path, monkeypatch):
+    """No session given: ``CBP_SPARK_CONF``'s ``spark.sql.ansi.enabled`` (the session cbp starts gets it);
+    non-ANSI, a string literal that is not a number compares as NULL instead of being refused."""
+    from cbp.errors import SpecError
+    from cbp.spec import load_spec
+
+    path = tmp_path / "v.yaml"
+    path.write_text(_yaml({"v": "SELECT id, a / b AS q FROM items WHERE a = 'x'"}))
+    with pytest.raises(SpecError) as e:
+        load_spec(path)
+    assert e.value.code == "view-unsupported"
+    monkeypatch.setenv("CBP_SPARK_CONF", "spark.sql.shuffle.partitions=2; spark.sql.ansi.enabled = false")
+    plan = load_spec(path).stages["v"].params["cbp_view"]
+    assert plan["ansi"] is False and plan["branches"][0]["cols"] == [["id", "`id`"], ["q", "CBP_LAX(`a` / `b`)"]]
+    with pytest.raises(SpecError):
+        load_spec(path, ansi=True)  # the mode given (a session's) wins

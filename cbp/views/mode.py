@@ -80,9 +80,12 @@ def session_ansi(spark: Any = None) -> bool:
         except Exception:  # noqa: BLE001 - a session that cannot answer: as the settings say
             pass
     from .. import settings
-    from ..engine.driver.session import spark_conf
 
-    return _parse(spark_conf(settings.current().spark_conf).get(ANSI_KEY, "true"))
+    value = "true"
+    for item in settings.current().spark_conf.split(";"):  # key=value;... (a bad item: the session says so)
+        key, _, text = item.partition("=")
+        value = text if key.strip() == ANSI_KEY else value
+    return _parse(value)
 
 
 def pipeline_ansi(spark: Any = None) -> bool | None:
