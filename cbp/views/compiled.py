@@ -25,6 +25,7 @@ from sqlglot import exp
 from . import exprs
 from .dates import DATE_NODES, date_value
 from .mode import LAX_FN, enter, int_result, leave
+from .ops import _EXACT
 from .strings import LIKE_NODES, like_value, substring
 from .vtypes import conform, decimal_of
 
@@ -34,9 +35,9 @@ __all__ = ["expr_fn", "node_fn", "conformer", "Fn"]
 Fn = Callable[[Mapping[str, Any]], Any]
 _D = decimal.Decimal
 _ARITH_OPS: dict[type[exp.Expr], tuple[Callable[[Any, Any], Any], Callable[[Any, Any], Any]]] = {
-    exp.Add: (operator.add, exprs._EXACT.add),
-    exp.Sub: (operator.sub, exprs._EXACT.subtract),
-    exp.Mul: (operator.mul, exprs._EXACT.multiply),
+    exp.Add: (operator.add, _EXACT.add),
+    exp.Sub: (operator.sub, _EXACT.subtract),
+    exp.Mul: (operator.mul, _EXACT.multiply),
 }
 _CMP_OPS: dict[type[exp.Expr], Callable[[Any, Any], Any]] = {
     exp.EQ: operator.eq,
@@ -101,7 +102,7 @@ def conformer(t: str | None, view: str) -> Callable[[Any], Any]:
         return (lambda v: v) if t is None else (lambda v: conform(v, t, view))
     p, s = ps
     quantum = _D(1).scaleb(-s)
-    context = exprs._EXACT
+    context = _EXACT
 
     def to_decimal(v: Any) -> Any:
         if type(v) is not _D:

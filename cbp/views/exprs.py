@@ -12,36 +12,34 @@ An expression is a sqlglot tree whose columns were renamed to the row's field na
 
 from __future__ import annotations
 
-import datetime
 import decimal
 import functools
-import math
 from collections.abc import Callable, Mapping
 from typing import Any
 
 import sqlglot
 from sqlglot import exp
 
-from . import datefns, functions
+from . import datefns, functions, morefns, regex
 from .casts import cast_target, cast_type, cast_value, comparable, in_view, to_text
 from .dates import DATE_NODES, date_type, date_value, time_literal, time_literal_type
 from .mode import LAX_FN, ansi, int_result, semantics
+from .ops import _and, _cmp, _div, _mod, _num, _or
 from .strings import LIKE_NODES, like_operands, like_value, substring
 from .viewerror import ViewError, construct_name
-from .vtypes import arith, coerce_pair, conform, is_numeric, literal_type, wider
+from .vtypes import arith, conform, is_numeric, literal_type, wider
 
 __all__ = ["ev", "parse_expr", "infer", "ViewError", "SCALAR_NODES", "NUMERIC", "with_decimal_types"]
 
 NUMERIC = frozenset({"int", "float"})
-_EXACT = decimal.Context(prec=200, rounding=decimal.ROUND_DOWN)
 #: The internal function a decimal result is rounded to its type with: ``cbp_decimal(expr, 'decimal(P,S)')``.
 DECIMAL_FN = "cbp_decimal"
 #: The internal function naming the view around an expression that may fail at run time (a cast):
 #: ``cbp_view(expr, 'view')``, whose failure is ``view-cast`` naming the view and the row.
 VIEW_FN = "cbp_view"
 #: The function nodes of :mod:`cbp.views.functions` and :mod:`cbp.views.datefns` (type, value).
-_FN_TYPES = {**functions.TYPES, **datefns.TYPES}
-_FN_VALUES = {**functions.VALUES, **datefns.VALUES}
+_FN_TYPES = {**functions.TYPES, **datefns.TYPES, **morefns.TYPES, **regex.TYPES}
+_FN_VALUES = {**functions.VALUES, **datefns.VALUES, **morefns.VALUES, **regex.VALUES}
 
 
 @functools.lru_cache(maxsize=4096)
@@ -52,74 +50,6 @@ def parse_expr(text: str) -> exp.Expr:
     'Add'
     """
     return sqlglot.parse_one(text, read="spark")
-
-
-_TIMES = (datetime.date, datefns.Interval)
-
-
-def _num(a: Any, b: Any, op: Callable[[Any, Any], Any], sign: int = 0) -> Any:
-    if a is None or b is None:
-        return None
-    if sign and (isinstance(a, _TIMES) or isinstance(b, _TIMES)):
-        return datefns.shift(a, b, sign)  # a date or timestamp plus or minus an interval or days
-    if isinstance(a, decimal.Decimal) or isinstance(b, decimal.Decimal):
-        if isinstance(a, float) or isinstance(b, float):
-            return op(float(a), float(b))
-        with decimal.localcontext(_EXACT):
-            return op(decimal.Decimal(a), decimal.Decimal(b))
-    r = op(a, b)
-    return int_result(r) if type(r) is int else r  # non-ANSI: a long wraps
-
-
-def _div(a: Any, b: Any) -> Any:
-    if a is None or b is None:
-        return None
-    if b == 0:
-        if not ansi():  # Spark's non-ANSI mode: NULL
-            return None
-        raise ZeroDivisionError("division by zero (Spark's ANSI mode fails the query too)")
-    if (
-        isinstance(a, float)
-        or isinstance(b, float)
-        or not (isinstance(a, decimal.Decimal) or isinstance(b, decimal.Decimal))
-    ):
-        return float(a) / float(b)
-    return _EXACT.divide(decimal.Decimal(a), decimal.Decimal(b))  # rounded to its type by cbp_decimal
-
-
-def _mod(a: Any, b: Any) -> Any:
-    if a is None or b is None:
-        return None
-    if b == 0:
-        if not ansi():
-            return None
-        raise ZeroDivisionError("remainder of a division by zero (Spark's ANSI mode fails the query too)")
-    if isinstance(a, int) and isinstance(b, int):  # Spark's % keeps the sign of the dividend
-        r = abs(a) % abs(b)
-        return r if a >= 0 else -r
-    if isinstance(a, decimal.Decimal) or isinstance(b, decimal.Decimal):
-        if not (isinstance(a, float) or isinstance(b, float)):
-            return _EXACT.remainder(decimal.Decimal(a), decimal.Decimal(b))  # the dividend's sign too
-    return math.fmod(a, b)
-
-
-def _cmp(a: Any, b: Any, op: Callable[[Any, Any], bool]) -> Any:
-    if a is None or b is None:
-        return None
-    x, y = coerce_pair(a, b)
-    return None if x is None or y is None else op(x, y)  # (non-ANSI: a string that is not a value: NULL)
-
-
-def _and(a: Any, b: Any) -> Any:
-    if a is False or b is False:
-        return False
-    return None if a is None or b is None else True
-
-
-def _or(a: Any, b: Any) -> Any:
-    if a is True or b is True:
-        return True
-    return None if a is None or b is None else False
 
 
 _BINARY: dict[type[exp.Expr], Callable[[Any, Any], Any]] = {
@@ -272,6 +202,8 @@ def _function(node: exp.Expr, row: Mapping[str, Any]) -> Any:
             return ev(node.expressions[0], row)
     if isinstance(node, exp.Anonymous) and node.name.lower() == datefns.TO_DATE_FN:
         return datefns.to_date_call_value(node, row, ev)
+    if isinstance(node, exp.Anonymous) and node.name.lower() in morefns.NAMED:  # pmod()
+        return morefns.NAMED[node.name.lower()][1](node, row, ev)
     if isinstance(node, exp.Cast):  # DATE '...', TIMESTAMP '...' (its value kept on the node), CAST, TRY_CAST
         if "cbp_value" in node.meta:
             return node.meta["cbp_value"]
@@ -349,6 +281,8 @@ def infer(node: exp.Expr, types: Mapping[str, str | None]) -> str | None:
     'float'
     """
     t = type(node)
+    if t is exp.Anonymous and node.name.lower() in morefns.NAMED:  # pmod()
+        return morefns.NAMED[node.name.lower()][0](node, infer, types)
     if t not in SCALAR_NODES:
         raise ViewError("view-unsupported", construct_name(node), node=node)
     if t is exp.Column:

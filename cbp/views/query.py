@@ -19,6 +19,7 @@ import sqlglot
 from sqlglot import exp
 
 from .exprs import SCALAR_NODES, ViewError, construct_name
+from .morefns import NAMED  # (pmod(): a function sqlglot leaves anonymous)
 from .vtypes import is_typed_view_type
 
 __all__ = ["ViewError", "Source", "Select", "tables_of", "AGGREGATES", "position", "placed", "defining_cte"]
@@ -151,7 +152,7 @@ def _check_nodes(tree: exp.Expr, sql: str, allowed: Callable[[exp.Expr], bool] |
             raise _view_refusal("view-unsupported", "a subquery is not supported yet", node, sql)
         if t is exp.Distinct and isinstance(node.parent, (exp.Select, *AGGREGATES)):
             continue  # SELECT DISTINCT, count(DISTINCT col) (the plan refuses it in other aggregates)
-        if t not in SCALAR_NODES and t not in _STRUCTURE:
+        if t not in SCALAR_NODES and t not in _STRUCTURE and not (t is exp.Anonymous and node.name.lower() in NAMED):
             what = construct_name(node)
             raise _view_refusal(
                 "view-unsupported", f"{what} is not supported in a view yet", node, sql, what.split(" (")[0]

@@ -1,0 +1,168 @@
+"""More scalar functions of a view (cbp/views/morefns.py, regex.py): math (``sign``, ``pmod``, ``power``,
+``sqrt``, ``exp``, ``ln``, ``log10``, ``log2``, ``log(b, x)``), ``nvl2``, ``substring_index``, ``instr``,
+``locate``, ``initcap`` and Java regular expressions (``rlike``, ``regexp_extract``, ``regexp_replace``)
+against Spark SQL on the same rows (NULLs, empty strings, unicode); each refusal's code."""
+
+from __future__ import annotations
+
+import textwrap
+
+import pytest
+from test_sql_casts import _equal, _view_type
+from test_sql_views import _table, few_partitions  # noqa: F401 (few_partitions: a fixture)
+
+from cbp.errors import SpecError
+from cbp.spec import load_spec
+
+SCHEMA = {"k": "int", "i": "int?", "x": "float?", "p": "decimal(10,2)?", "s": "string?", "u": "string?"}
+TYPES = {k: v.rstrip("?") for k, v in SCHEMA.items()}
+
+
+def _row(k, i, x, p, s, u) -> dict:
+    import decimal
+
+    return {"k": k, "i": i, "x": x, "p": None if p is None else decimal.Decimal(p), "s": s, "u": u}
+
+
+ROWS = [
+    _row(0, 7, 2.5, "12.50", "www.apache.org", "hELLO wORLD"),
+    _row(1, -7, -0.5, "-3.25", "a1b22c333", "ǆemal ßtraße  x"),
+    _row(2, 0, 0.0, "0.00", "", ""),
+    _row(3, None, None, None, None, None),
+    _row(4, 3, 1e300, "99999999.99", "line\r\nnext\u2028x", " leading  spaces"),
+    _row(5, -3, -8.0, "1.00", "ÄÖü-éè 12", "ÉCOLE élève"),
+]
+FUNCTIONS = [
+    "sign(x)",
+    "signum(i)",
+    "sign(p)",
+    "pmod(i, 3)",
+    "pmod(i, -3)",
+    "pmod(x, 2)",
+    "pmod(p, 2)",
+    "pmod(-i, 4)",
+    "power(x, 2)",
+    "pow(i, 0.5)",
+    "power(x, -1)",
+    "power(x, 1.0E0 / 3)",
+    "sqrt(x)",
+    "sqrt(i)",
+    "exp(x)",
+    "exp(p)",
+    "ln(x)",
+    "log(i)",
+    "log10(x)",
+    "log2(i)",
+    "log(2, x)",
+    "log(i, 100)",
+    "nvl2(s, 'set', 'null')",
+    "nvl2(i, x, p)",
+    "substring_index(s, '.', 2)",
+    "substring_index(s, '.', -1)",
+    "substring_index(s, '.', 0)",
+    "substring_index(s, '', 1)",
+    "substring_index(u, ' ', -2)",
+    "instr(s, 'a')",
+    "instr(s, '')",
+    "instr(u, 'ß')",
+    "locate('2', s)",
+    "locate('2', s, 5)",
+    "locate('', s, 3)",
+    "locate('a', s, 0)",
+    "initcap(u)",
+    "initcap(s)",
+    "s RLIKE '^[a-z]+\\\\d'",
+    "rlike(s, 'a.c')",
+    "regexp_like(s, '(?i)APACHE')",
+    "u RLIKE '\\\\w+$'",
+    "s RLIKE 'x$'",
+    "s RLIKE '(?s)line.next'",
+    "s RLIKE 'e.n'",
+    "regexp_extract(s, '([a-z])(\\\\d+)', 2)",
+    "regexp_extract(s, '([a-z])(\\\\d+)')",
+    "regexp_extract(s, '(\\\\d+)|(z)', 2)",
+    "regexp_extract(u, '\\\\s(\\\\S+)$', 1)",
+    "regexp_extract(s, '[^.]+$', 0)",
+    "regexp_replace(s, '\\\\d', '#')",
+    "regexp_replace(s, '([a-z])(\\\\d)', '$2$1')",
+    "regexp_replace(s, '(a)|(z)', '<$2\\\\$>')",
+    "regexp_replace(u, ' +', ' ')",
+    "regexp_replace(s, 'x*', '-')",
+    "regexp_replace(s, '[.-]', '')",
+    "regexp_replace(u, '(?i)e', 'E')",
+    "regexp_replace(s, 'a++', 'A')",
+]
+
+
+def _compiled(text: str):
+    from cbp.views.exprs import infer, parse_expr, with_decimal_types
+
+    node = parse_expr(text)
+    return infer(node, TYPES), parse_expr(with_decimal_types(node, TYPES, "v").sql("spark"))
+
+
+@pytest.mark.usefixtures("few_partitions")
+def test_functions_type_and_evaluate_as_spark_does(spark):
+    """Each function's type and its value on each row (by ``ev`` and by the compiled closure) against
+    Spark SQL's over the same rows."""
+    from cbp.views.compiled import node_fn
+    from cbp.views.exprs import ev
+    from cbp.views.vtypes import conform
+
+    _table(spark, "fns_t", SCHEMA, ROWS)
+    try:
+        df = spark.sql(f"SELECT k, {', '.join(f'{e} AS e{i}' for i, e in enumerate(FUNCTIONS))} FROM fns_t")
+        want_types = [_view_type(f.dataType) for f in df.schema.fields[1:]]
+        compiled = [_compiled(e) for e in FUNCTIONS]
+        assert [t for t, _ in compiled] == want_types
+        bad = []
+        for row in df.collect():
+            env = ROWS[row["k"]]
+            for text, (t, node), want in zip(FUNCTIONS, compiled, list(row)[1:], strict=True):
+                for how, value in (("ev", ev(node, env)), ("compiled", node_fn(node)(env))):
+                    got = conform(value, t, "v")
+                    if not _equal(got, want):
+                        bad.append((how, text, env, got, want))
+        assert not bad, "\n".join(map(str, bad))
+    finally:
+        spark.catalog.dropTempView("fns_t")
+
+
+def _yaml(sql: str) -> str:
+    schema = ", ".join(f"{k}: {t!r}" for k, t in SCHEMA.items())
+    body = textwrap.indent(sql, "    ")
+    return f"pipeline: v\nflows:\n  t: {{external: true, schema: {{{schema}}}}}\nviews:\n  v: |\n{body}\n"
+
+
+REFUSED = [  # (SQL, what the message says): each view-unsupported, at its line and column
+    ("SELECT s RLIKE '\\\\p{L}+' AS x FROM t", "\\p{...} classes"),
+    ("SELECT s RLIKE '\\\\bword' AS x FROM t", "\\b"),
+    ("SELECT s RLIKE '\\\\Qa.b\\\\E' AS x FROM t", "\\Q...\\E"),
+    ("SELECT s RLIKE '[a-z&&[^aeiou]]' AS x FROM t", "class union or intersection"),
+    ("SELECT s RLIKE '(?<name>a)' AS x FROM t", "named groups"),
+    ("SELECT s RLIKE 'a(?m)b' AS x FROM t", "other than (?:"),
+    ("SELECT s RLIKE '(?m)^a' AS x FROM t", "inline flags (?m)"),
+    ("SELECT s RLIKE 'end\\\\Z' AS x FROM t", "\\Z"),
+    ("SELECT s RLIKE u AS x FROM t", "not a string literal"),
+    ("SELECT s RLIKE '(?<=a+)b' AS x FROM t", "Python cannot compile"),
+    ("SELECT regexp_extract(s, '(a)', 2) AS x FROM t", "group 2 of a pattern with 1 groups"),
+    ("SELECT regexp_replace(s, 'a', '$1') AS x FROM t", "group 1 of 0"),
+    ("SELECT regexp_replace(s, '(a)', '${x}') AS x FROM t", "named groups"),
+    ("SELECT regexp_replace(s, 'a', 'b', 2) AS x FROM t", "with a position"),
+    ("SELECT regexp_extract(i, 'a', 0) AS x FROM t", "regexp_extract() of a int"),
+    ("SELECT sqrt(s) AS x FROM t", "sqrt() of a string"),
+    ("SELECT pmod(i, s) AS x FROM t", "pmod() of a string"),
+    ("SELECT nvl2(i, s, 1) AS x FROM t", "nvl2() of string and int"),
+    ("SELECT substring_index(s, '.', x) AS x FROM t", "substring_index() of a float"),
+    ("SELECT bround(x, 1) AS x FROM t", "bround"),
+]
+
+
+@pytest.mark.parametrize("sql,says", REFUSED, ids=[f"refused-{i}" for i in range(len(REFUSED))])
+def test_a_function_a_view_cannot_compile_is_refused_at_load(tmp_path, sql, says):
+    path = tmp_path / "v.yaml"
+    path.write_text(_yaml(sql))
+    with pytest.raises(SpecError) as e:
+        load_spec(path)
+    assert e.value.code == "view-unsupported", str(e.value)
+    assert says in str(e.value) and "SQL line " in str(e.value), str(e.value)
