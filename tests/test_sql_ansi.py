@@ -18,6 +18,7 @@ from cbp.errors import UsageError
 
 LAX = [  # what ANSI fails (or refuses when loaded) and non-ANSI Spark gives a value or NULL for
     "i / 0",
+    "pmod(i, 0)",
     "x / 0",
     "p / 0",
     "i % 0",
@@ -127,7 +128,8 @@ def test_expressions_type_and_evaluate_as_spark_without_ansi(spark):
 ITEMS = {"id": "int", "a": "int?", "b": "int?", "p": "decimal(10,2)?", "s": "string?", "day": "date?"}
 VIEWS = {
     "lax_proj": "SELECT id, a / b AS q, a % b AS r, CAST(s AS INT) AS si, CAST(s AS DATE) AS sd, "
-    "CAST(p AS DECIMAL(4,1)) AS p1, a * 4611686018427387904 AS big, p * p AS pp FROM items WHERE s > 0 OR s IS NULL",
+    "CAST(p AS DECIMAL(4,1)) AS p1, a * 4611686018427387904 AS big, p * p AS pp, pmod(a, b) AS pm, "
+    "regexp_replace(s, '(\\\\d)', '<$1>') AS re FROM items WHERE s > 0 OR s IS NULL",
     "lax_group": "SELECT CAST(s AS INT) AS g, count(*) AS n, sum(a * 4611686018427387904) AS w, sum(a / b) AS f, "
     "sum(CAST(p AS DECIMAL(32,2)) * 1000000) AS dp FROM items GROUP BY CAST(s AS INT)",
     "lax_join": "SELECT i.id, j.id AS jd FROM items i JOIN items j ON CAST(i.s AS INT) = j.a WHERE i.day < j.s",
