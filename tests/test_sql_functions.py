@@ -5,6 +5,7 @@ against Spark SQL on the same rows (NULLs, empty strings, unicode); each refusal
 
 from __future__ import annotations
 
+import datetime
 import textwrap
 
 import pytest
@@ -15,22 +16,25 @@ from cbp.errors import SpecError
 from cbp.spec import load_spec
 
 SCHEMA = {"k": "int", "i": "int?", "x": "float?", "p": "decimal(10,2)?", "s": "string?", "u": "string?"}
+SCHEMA |= {"d": "date?", "t": "timestamp?"}
 TYPES = {k: v.rstrip("?") for k, v in SCHEMA.items()}
 
 
-def _row(k, i, x, p, s, u) -> dict:
+def _row(k, i, x, p, s, u, d=None, t=None) -> dict:
     import decimal
 
-    return {"k": k, "i": i, "x": x, "p": None if p is None else decimal.Decimal(p), "s": s, "u": u}
+    out = {"k": k, "i": i, "x": x, "p": None if p is None else decimal.Decimal(p), "s": s, "u": u}
+    day = None if d is None else datetime.date(*d)
+    return out | {"d": day, "t": None if t is None else datetime.datetime(*t, tzinfo=datetime.timezone.utc)}
 
 
 ROWS = [
-    _row(0, 7, 2.5, "12.50", "www.apache.org", "hELLO wORLD"),
-    _row(1, -7, -0.5, "-3.25", "a1b22c333", "ǆemal ßtraße  x"),
-    _row(2, 0, 0.0, "0.00", "", ""),
+    _row(0, 7, 2.5, "12.50", "www.apache.org", "hELLO wORLD", (2024, 2, 29), (2024, 1, 31, 13, 4, 5, 120000)),
+    _row(1, -7, -0.5, "-3.25", "a1b22c333", "ǆemal ßtraße  x", (2024, 3, 31), (2023, 12, 31, 0, 0, 1)),
+    _row(2, 0, 0.0, "0.00", "", "", (1998, 12, 1), (2024, 3, 1, 23, 59, 59, 999999)),
     _row(3, None, None, None, None, None),
-    _row(4, 3, 1e300, "99999999.99", "line\r\nnext\u2028x", " leading  spaces"),
-    _row(5, -3, -8.0, "1.00", "ÄÖü-éè 12", "ÉCOLE élève"),
+    _row(4, 3, 1e300, "99999999.99", "line\r\nnext\u2028x", " leading  spaces", (2024, 1, 1), (1999, 12, 31, 12)),
+    _row(5, -3, -8.0, "1.00", "ÄÖü-éè 12", "ÉCOLE élève", (2023, 2, 28), (2024, 2, 29, 0, 30)),
 ]
 FUNCTIONS = [
     "sign(x)",
@@ -91,6 +95,20 @@ FUNCTIONS = [
     "regexp_replace(s, '[.-]', '')",
     "regexp_replace(u, '(?i)e', 'E')",
     "regexp_replace(s, 'a++', 'A')",
+    "date_format(t, 'yyyy-MM-dd HH:mm:ss')",
+    "date_format(d, 'yy/M/d')",
+    "date_format(t, 'EEE, d MMM yyyy h:mm a')",
+    "date_format(t, 'EEEE MMMM dd D')",
+    "date_format(t, 'HH:mm:ss.SSS')",
+    "date_format(t, 'SSSSSS')",
+    "date_format(d, 'yyyyMMdd')",
+    "date_format(t, 'yyyy-MM-dd\\'T\\'HH:mm')",
+    "date_format(t, 'h \\'o\\'\\'clock\\'')",
+    "months_between(t, d)",
+    "months_between(d, t)",
+    "months_between(d, DATE '2024-01-31')",
+    "months_between(t, TIMESTAMP '2023-11-30 12:00:00', false)",
+    "months_between(d, '2024-02-15')",
 ]
 
 
@@ -155,6 +173,12 @@ REFUSED = [  # (SQL, what the message says): each view-unsupported, at its line 
     ("SELECT nvl2(i, s, 1) AS x FROM t", "nvl2() of string and int"),
     ("SELECT substring_index(s, '.', x) AS x FROM t", "substring_index() of a float"),
     ("SELECT bround(x, 1) AS x FROM t", "bround"),
+    ("SELECT date_format(t, 'yyyy-ww') AS x FROM t", "date_format pattern letter 'ww'"),
+    ("SELECT date_format(t, 'Q') AS x FROM t", "date_format pattern letter 'Q'"),
+    ("SELECT date_format(t, s) AS x FROM t", "not a string literal"),
+    ("SELECT date_format(i, 'yyyy') AS x FROM t", "date_format() of a int"),
+    ("SELECT months_between(t, i) AS x FROM t", "months_between() of a int"),
+    ("SELECT to_timestamp(s, 'yyyy-MM-dd HH:mm') AS x FROM t", "to_timestamp"),
 ]
 
 

@@ -20,7 +20,7 @@ from typing import Any
 import sqlglot
 from sqlglot import exp
 
-from . import datefns, functions, morefns, regex
+from . import datefmt, datefns, functions, morefns, regex
 from .casts import cast_target, cast_type, cast_value, comparable, in_view, to_text
 from .dates import DATE_NODES, date_type, date_value, time_literal, time_literal_type
 from .mode import LAX_FN, ansi, int_result, semantics
@@ -38,8 +38,8 @@ DECIMAL_FN = "cbp_decimal"
 #: ``cbp_view(expr, 'view')``, whose failure is ``view-cast`` naming the view and the row.
 VIEW_FN = "cbp_view"
 #: The function nodes of :mod:`cbp.views.functions` and :mod:`cbp.views.datefns` (type, value).
-_FN_TYPES = {**functions.TYPES, **datefns.TYPES, **morefns.TYPES, **regex.TYPES}
-_FN_VALUES = {**functions.VALUES, **datefns.VALUES, **morefns.VALUES, **regex.VALUES}
+_FN_TYPES = {**functions.TYPES, **datefns.TYPES, **datefmt.TYPES, **morefns.TYPES, **regex.TYPES}
+_FN_VALUES = {**functions.VALUES, **datefns.VALUES, **datefmt.VALUES, **morefns.VALUES, **regex.VALUES}
 
 
 @functools.lru_cache(maxsize=4096)
@@ -370,7 +370,7 @@ def _fallible(node: exp.Expr, types: Mapping[str, str | None]) -> bool:
         if isinstance(n, exp.Cast) and not _is_time_literal(n) and n.args.get("safe") is not True:
             return True
         compared = isinstance(n, (exp.EQ, exp.NEQ, exp.GT, exp.GTE, exp.LT, exp.LTE, exp.In, exp.Between, exp.Nullif))
-        if compared or type(n) in datefns.TYPES:
+        if compared or type(n) in datefns.TYPES or type(n) in datefmt.TYPES:
             kinds = {infer(a, types) for a in _operands(n)} - {None}
             if "string" in kinds and (len(kinds) > 1 or not compared):
                 return True

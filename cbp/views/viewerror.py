@@ -24,6 +24,7 @@ class ViewError(Exception):
 
 _NAMES = {
     "Order": "ORDER BY",
+    "StrToTime": "to_timestamp() with a format",
     "Limit": "LIMIT",
     "Offset": "OFFSET",
     "Distinct": "DISTINCT",
