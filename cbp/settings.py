@@ -56,7 +56,13 @@ VARIABLES: tuple[Variable, ...] = (
         "`shared`: cbp's commands share one Spark Connect session per user and server (one Python daemon "
         "on the server); `process`: a session per process, released at exit",
     ),
-    Variable("CBP_SPARK_CONF", "spark_conf", "empty", "more Spark settings, `key=value` separated by `;`"),
+    Variable(
+        "CBP_SPARK_CONF",
+        "spark_conf",
+        "empty",
+        "more Spark settings, `key=value` separated by `;` (its `spark.sql.ansi.enabled` is also the SQL semantics "
+        "SQL views are compiled with, see docs/howto/sql-views.md)",
+    ),
     Variable("CBP_DRIVER_MEMORY", "driver_memory", "`4g`", "`spark.driver.memory` of the session cbp creates"),
     Variable(
         "CBP_DRIVER_JAVA_OPTIONS",

@@ -24,7 +24,8 @@ from typing import Any
 
 from sqlglot import exp
 
-from .casts import cast_value
+from .casts import CastFailure, cast_value
+from .mode import ansi
 from .viewerror import ViewError
 
 __all__ = ["TYPES", "VALUES", "date_format", "months_between"]
@@ -42,15 +43,15 @@ def _refuse(message: str, node: exp.Expr | None = None) -> ViewError:
     return ViewError("view-unsupported", message, node=node)
 
 
-def _tokens(fmt: str) -> list[str]:
+def _tokens(fmt: str, what: str = "date_format") -> list[str]:
     """A pattern's tokens: quoted text, runs of one letter, other characters (:class:`ViewError` for a
     letter that is not supported, an unclosed quote)."""
     out = [m[0] for m in _TOKEN.finditer(fmt)]
     for t in out:
         if t.startswith("'") and (len(t) < 2 or not t.endswith("'")):
-            raise _refuse(f"date_format pattern '{fmt}' with an unclosed quote")
+            raise _refuse(f"{what} pattern '{fmt}' with an unclosed quote")
         if t[0].isalpha() and (t[0] not in _LETTERS or (t[0] == "a" and len(t) > 1) or len(t) > 9):
-            raise _refuse(f"date_format pattern letter '{t}' in '{fmt}' (y, M, d, D, H, h, m, s, S, a, E are)")
+            raise _refuse(f"{what} pattern letter '{t}' in '{fmt}' (y, M, d, D, H, h, m, s, S, a, E are)")
     return out
 
 
@@ -172,15 +173,77 @@ def _timestamp_value(node: exp.Expr, row: Mapping[str, Any], ev: _Ev) -> Any:
     return None if v is None else cast_value(v, "timestamp")
 
 
+_PARSED = {"yyyy": r"(?P<y>\d{4})", "MM": r"(?P<M>\d{2})", "M": r"(?P<M>\d{1,2})", "dd": r"(?P<d>\d{2})"}
+_PARSED |= {"d": r"(?P<d>\d{1,2})", "HH": r"(?P<H>\d{2})", "H": r"(?P<H>\d{1,2})", "mm": r"(?P<m>\d{2})"}
+_PARSED |= {"m": r"(?P<m>\d{1,2})", "ss": r"(?P<s>\d{2})", "s": r"(?P<s>\d{1,2})"}
+
+
+def _parser(fmt: str) -> re.Pattern[str]:
+    """``to_timestamp``'s pattern as a regular expression: ``yyyy``, ``MM``/``M``, ``dd``/``d`` (each
+    once), ``HH``/``H``, ``mm``/``m``, ``ss``/``s``, ``S...`` (that many digits), quoted text, separators."""
+    out, seen = [], set()
+    for t in _tokens(fmt, "to_timestamp"):
+        if t.startswith("'"):
+            out.append(re.escape(t[1:-1].replace("''", "'") if t != "''" else "'"))
+        elif not t[0].isalpha():
+            out.append(re.escape(t))
+        elif t in _PARSED or t[0] == "S":
+            if t[0] in seen:
+                raise _refuse(f"to_timestamp format '{fmt}' naming '{t[0]}' twice")
+            seen.add(t[0])
+            out.append(_PARSED.get(t) or rf"(?P<S>\d{{{len(t)}}})")
+        else:
+            raise _refuse(
+                f"to_timestamp format letter '{t}' in '{fmt}' (yyyy, MM, M, dd, d, HH, H, mm, m, ss, s, S are)"
+            )
+    if not {"y", "M", "d"} <= seen:
+        raise _refuse(f"to_timestamp format '{fmt}' without yyyy, M and d")
+    return re.compile("".join(out))
+
+
+def _parse_type(node: exp.Expr, infer: _Infer, types: Mapping[str, str | None]) -> str:
+    try:
+        _parser(_spark_format(node))
+    except ViewError as e:
+        raise _refuse(e.message.replace("date_format with", "to_timestamp with"), node) from None
+    if infer(node.this, types) not in ("string", None):
+        raise _refuse(f"to_timestamp() of a {infer(node.this, types)} with a format (it takes a string)", node)
+    return "timestamp"
+
+
+def _parse_value(node: exp.Expr, row: Mapping[str, Any], ev: _Ev) -> Any:
+    v = ev(node.this, row)
+    if v is None:
+        return None
+    if "cbp_parser" not in node.meta:
+        fmt = _spark_format(node)
+        node.meta["cbp_parser"] = (fmt, _parser(fmt))
+    fmt, rx = node.meta["cbp_parser"]
+    m = rx.fullmatch(v)
+    try:
+        if m is None:
+            raise ValueError(v)
+        g = {k: int(x) for k, x in m.groupdict().items() if k != "S" and x is not None}
+        micros = int((m["S"] or "")[:6].ljust(6, "0")) if "S" in m.groupdict() else 0
+        utc = datetime.timezone.utc
+        return datetime.datetime(g["y"], g["M"], g["d"], g.get("H", 0), g.get("m", 0), g.get("s", 0), micros, utc)
+    except ValueError:
+        if not ansi():  # Spark's non-ANSI mode: NULL
+            return None
+        raise CastFailure(f"the text {v!r} could not be parsed with '{fmt}'", "CANNOT_PARSE_TIMESTAMP") from None
+
+
 #: The type of each function node (its arguments checked).
 TYPES: dict[type[exp.Expr], Callable[[exp.Expr, _Infer, Mapping[str, str | None]], str]] = {
     exp.TimeStrToTime: _timestamp_type,
+    exp.StrToTime: _parse_type,
     exp.TimeToStr: _format_type,
     exp.MonthsBetween: _between_type,
 }
 #: The value of each function node on a row.
 VALUES: dict[type[exp.Expr], Callable[[exp.Expr, Mapping[str, Any], _Ev], Any]] = {
     exp.TimeStrToTime: _timestamp_value,
+    exp.StrToTime: _parse_value,
     exp.TimeToStr: _format_value,
     exp.MonthsBetween: _between_value,
 }
