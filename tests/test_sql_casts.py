@@ -210,6 +210,9 @@ FAILING = [  # (expression, the row's column values): Spark's ANSI mode fails, a
     ("CAST(n AS BOOLEAN)", {"n": "maybe"}),
     ("d > ds", {"d": datetime.date(2024, 1, 1), "ds": "soon"}),
     ("i = n", {"i": 1, "n": "one"}),
+    ("to_timestamp(ds, 'yyyy-MM-dd')", {"ds": "2024/01/05"}),
+    ("date_format(ds, 'yyyy')", {"ds": "soon"}),
+    ("months_between(ds, d)", {"ds": "2024-13-01", "d": datetime.date(2024, 1, 1)}),
 ]
 
 
