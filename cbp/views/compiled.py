@@ -48,6 +48,7 @@ _CMP_OPS: dict[type[exp.Expr], Callable[[Any, Any], Any]] = {
     exp.LTE: operator.le,
 }
 _NODES: dict[tuple[int, str], tuple[exp.Expr, Fn]] = {}
+_LAX = [0]  # > 0 while compiling the inside of cbp_lax(...) (cbp.views.mode)
 
 
 @functools.lru_cache(maxsize=4096)
@@ -169,13 +170,16 @@ def _arith(node: exp.Expr, prefix: str) -> Fn:
         x, y = a(row), b(row)
         tx, ty = type(x), type(y)
         if tx is int and ty is int:
-            r = plain(x, y)
-            return r if -9223372036854775808 <= r <= 9223372036854775807 else int_result(r)
+            return plain(x, y)
         if (tx is _D or tx is int) and (ty is _D or ty is int):
             return exact(x, y)  # a decimal and an int: the int read exactly as a decimal, as ev does
         return slow(x, y)
 
-    return arith
+    def wrapping(row: Mapping[str, Any]) -> Any:  # non-ANSI: an int past 64 bits wraps
+        r = arith(row)
+        return r if type(r) is not int or -9223372036854775808 <= r <= 9223372036854775807 else int_result(r)
+
+    return wrapping if _LAX[0] else arith
 
 
 def _compare(node: exp.Expr, prefix: str) -> Fn:
@@ -219,7 +223,11 @@ def _compile_special(node: exp.Expr, prefix: str) -> Fn:
         to = conformer(node.expressions[1].this, node.expressions[2].this)
         return lambda row: to(inner(row))
     if isinstance(node, exp.Anonymous) and node.name.lower() == LAX_FN:
-        return _lax(node_fn(node.expressions[0], prefix))
+        _LAX[0] += 1  # its arithmetic compiled to wrap (an ANSI expression's does not check)
+        try:
+            return _lax(node_fn(node.expressions[0], prefix))
+        finally:
+            _LAX[0] -= 1
     if isinstance(node, exp.Cast):
         return _by_ev(node, prefix)
     if type(node) in LIKE_NODES:
