@@ -75,7 +75,7 @@ def _field(t: str, v: datetime.datetime) -> str:
 def date_format(v: datetime.datetime, fmt: str) -> str:
     """``v`` (UTC) written with Spark's pattern ``fmt``.
 
-    >>> date_format(datetime.datetime(2024, 1, 5, 13, 4, 5, 120000), "yy/M/d h:mm:ss.SS a 'at' D")
+    >>> date_format(datetime.datetime(2024, 1, 5, 13, 4, 5, 120000), "yy/M/d h:mm:ss.SS a 'at' DDD")
     '24/1/5 1:04:05.12 PM at 005'
     """
     out = []
