@@ -119,12 +119,13 @@ def per_plan(fn: Callable[..., None]) -> Callable[..., None]:
     """A view translator run under its plan's mode (``out.params['cbp_view']``)."""
 
     @functools.wraps(fn)
-    def run(*args: Any, out: Any, **kwargs: Any) -> None:
+    def run(*args: Any, **kwargs: Any) -> None:
+        out = kwargs["out"] if "out" in kwargs else args[-1]  # (cbp passes it by name; a test may not)
         if out.params["cbp_view"].get("ansi", True):
-            return fn(*args, out=out, **kwargs)
+            return fn(*args, **kwargs)
         token = _ANSI.set(False)
         try:
-            return fn(*args, out=out, **kwargs)
+            return fn(*args, **kwargs)
         finally:
             _ANSI.reset(token)
 
