@@ -1,6 +1,7 @@
 """Compaction of a flow's out-of-reach increments (cbp.controller.compaction): URLCount's ``counts``
 (nobody reads it) keeps a bounded number of files, its table holds what a from-scratch computation
-(pandas) says, ``output`` of the epochs within reach is unchanged, and a crash at each step of a
+(pandas) says, ``output`` of the epochs within reach is unchanged, a rewind across a compaction puts
+the files of its moment back, and a crash at each step of a
 compaction (emulated in-process: the step raises, the Pipeline object is dropped, a new one
 recovers) loses nothing and duplicates nothing."""
 
@@ -77,8 +78,23 @@ def test_compaction_bounds_files_and_keeps_contents(spark, tmp_path):
     for k in (19, 20):  # the epochs within reach: exactly what they wrote
         got = sorted((r["url"], r["count"]) for r in p.output("counts", epoch=k))
         assert got == _per_epoch(fed, k), k
-    _round(cbp.load(YAML, home=str(home), spark=spark), 21, fed)  # a new Pipeline object goes on
+    p = cbp.load(YAML, home=str(home), spark=spark)  # a new Pipeline object goes on
+    _round(p, 21, fed)
     pd.testing.assert_frame_equal(_table(home), _from_scratch(fed), check_dtype=False)
+    # a rewind to the oldest epoch kept puts back the files of that moment, across the compactions since
+    first = horizon(p.home)["stages"]["url_count"]  # type: ignore[index]
+    names = [f["path"].rsplit("/", 1)[-1] for f in p.home.table_files("flows/counts", _version(p))]
+    compacted_at = max(int(n[1:13]) for n in names if n.startswith("c"))  # the change that wrote it: c<seq>-...
+    entry = p.parts.history.epoch_entry(p.parts.live.st, "url_count", first)
+    assert entry is not None and entry.seq is not None and compacted_at > entry.seq  # compacted after it
+    p.rewind(first)
+    pd.testing.assert_frame_equal(_table(home), _from_scratch(fed[: 3 * first]), check_dtype=False)
+
+
+def _version(p: cbp.Pipeline) -> int:
+    v = p.parts.live.st.flows["counts"].version
+    assert v is not None
+    return v
 
 
 class _Killed(BaseException):

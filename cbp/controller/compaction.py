@@ -107,6 +107,7 @@ class Compaction:
 
     def _read(self, flow: str, files: list[dict[str, Any]]) -> pa.Table | None:
         rel = LAYOUT.flow(flow)
+        files = sorted(files, key=lambda f: (int(f["partition"]), f["path"]))  # increment order
         tables = [pq.read_table(self.home.path(f"{rel}/{f['path']}"), filesystem=self.home.fs) for f in files]
         tables = [t.drop_columns([INC]) if INC in t.column_names else t for t in tables]
         try:
