@@ -10,7 +10,8 @@ nothing in cbp reads them one by one any more (``cbp output`` of the flow, ``--e
 holding their records consolidated: ``_diff`` summed per record (a null ``_diff`` is +1), records
 whose sum is 0 dropped. So the table's contents at its current version stay the same, and its
 file count stays bounded (the files it replaced are deleted by the retention once no kept version
-holds them).
+holds them). A compacted file of :data:`TARGET_BYTES` or more is full: later compactions leave it
+as it is, so none rewrites more than that of what was compacted before (:func:`candidates`).
 
 Which increments: those of a flow nobody reads whose ids are below every increment still in
 reach (live in the snapshot, or with a collected-increment entry: :mod:`.history`); the new file
@@ -37,6 +38,7 @@ flow and, through the journal, one change: the flow table's commit and its versi
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import pyarrow as pa
@@ -53,6 +55,10 @@ from .retention import Retention, RetentionSetting, read_record
 
 __all__ = ["Compaction", "consolidate"]
 
+#: A compacted file this large is full (as ``OPTIMIZE``'s target file size): later compactions leave it as it is,
+#: so a compaction rewrites at most this much of what it compacted before, however long the flow has grown.
+TARGET_BYTES = 64 << 20
+_COMPACTED = re.compile(r"c\d{12}-")  # the name of a file a compaction wrote: c<seq>-<uuid>.parquet
 APP = "cbp:compact"  # the Delta application transaction id of a compaction commit (its version: the change's seq)
 
 
@@ -75,6 +81,18 @@ def consolidate(t: pa.Table) -> pa.Table:
     g = g.rename_columns([DIFF if c == f"{DIFF}_sum" else c for c in g.column_names])
     g = g.filter(pc.not_equal(g[DIFF], 0))
     return g.select(t.column_names).cast(t.schema)
+
+
+def candidates(files: list[dict[str, Any]], target: int = TARGET_BYTES) -> list[dict[str, Any]]:
+    """The files a compaction rewrites: all but those an earlier one wrote that are ``target`` bytes or more.
+
+    >>> fs = [{"path": "_inc=3/c000000000007-ab.parquet", "size": 90}, {"path": "_inc=4/sc-e1-x.parquet", "size": 99}]
+    >>> [f["path"] for f in candidates(fs, target=64)]
+    ['_inc=4/sc-e1-x.parquet']
+    """
+    return [
+        f for f in files if not (_COMPACTED.match(f["path"].rsplit("/", 1)[-1]) and int(f.get("size") or 0) >= target)
+    ]
 
 
 class Compaction:
@@ -100,7 +118,7 @@ class Compaction:
         number of files each compacted flow had replaced. Call under the home's lock."""
         done: dict[str, int] = {}
         for flow in list(self.live.st.flows):
-            files = self.out_of_reach(flow)
+            files = candidates(self.out_of_reach(flow))
             if len(files) >= max(2, min_files) and self._compact(flow, files):
                 done[flow] = len(files)
         return done
