@@ -12,6 +12,8 @@ every round:
   intentions, pending records, the Delta log that delta-rs writes in the driver; Spark's JVM and
   its Python workers are other processes), and, separately, the bytes of the files under
   ``<home>/_cbp`` and every ``<home>/**/_delta_log`` that are new or changed after the round;
+- the CPU time of the driver process in ``feed()`` and in ``run()`` (less noisy than wall time on a
+  loaded machine) and its ``os.fsync`` calls;
 - the size of the controller snapshot (the newest ``<home>/_cbp/controller/<seq>.json``);
 - every ``PROGRESS_EVERY`` (100) rounds, the number of files in the whole home: all of them, those
   under ``_cbp`` and the Delta logs (history and logs), and data files.
@@ -117,6 +119,28 @@ class SparkJobTimer:
         return out
 
 
+class FsyncCounter:
+    """Counts this process's ``os.fsync`` calls (cbp's durable writes: a file's bytes, a directory's names)."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+        self._real = os.fsync
+
+    def install(self) -> None:
+        def fsync(fd: Any) -> None:
+            self.calls += 1
+            self._real(fd)
+
+        os.fsync = fsync
+
+    def take(self) -> int:
+        out, self.calls = self.calls, 0
+        return out
+
+
+FSYNCS = FsyncCounter()
+
+
 def driver_wchar() -> int:
     """Bytes this process (all its threads) has passed to write() so far."""
     with open("/proc/self/io", encoding="ascii") as f:
@@ -216,16 +240,19 @@ def one_round(
 ) -> tuple[dict[str, Any], dict[str, Signature]]:
     """Feed and run once; return the round's measurements and the tracked files after it."""
     timer.take()
+    FSYNCS.take()
     w0 = driver_wchar()
     c0 = time.process_time()
     t0 = time.perf_counter()
     landed = p.feed(FLOW, records, feed_id=f"round-{n}")
     t1 = time.perf_counter()
+    c1 = time.process_time()
     reports = p.run()
     t2 = time.perf_counter()
     c2 = time.process_time()
     w1 = driver_wchar()
     spark_s, spark_cpu, calls = timer.take()
+    fsyncs = FSYNCS.take()
     if getattr(landed, "repeated", False):
         raise BenchError(f"round {n}: feed id 'round-{n}' was taken as a repeat")
     if len(reports) != 1:
@@ -250,8 +277,11 @@ def one_round(
         "spark_s": spark_s,
         "controller_s": wall - spark_s,
         "controller_cpu_s": (c2 - c0) - spark_cpu,
+        "feed_cpu_s": c1 - c0,
+        "run_cpu_s": c2 - c1,
         "epoch_report_s": reports[0].seconds,
         "driver_bytes": w1 - w0,
+        "fsyncs": fsyncs,
         "home_bytes": home_bytes,
         "home_files": home_files,
         "snapshot_bytes": snap_bytes,
@@ -269,9 +299,12 @@ METRICS = [
     ("run_s", "run()", 1e3, "ms", True),
     ("controller_s", "controller time (wall - Spark job)", 1e3, "ms", True),
     ("controller_cpu_s", "controller CPU time (driver process, all threads, outside the Spark job)", 1e3, "ms", False),
+    ("feed_cpu_s", "feed() CPU time (driver process)", 1e3, "ms", False),
+    ("run_cpu_s", "run() CPU time (driver process, the Spark job's driver side included)", 1e3, "ms", False),
     ("driver_bytes", "driver bytes written (wchar)", 1 / 1024, "KiB", True),
     ("home_bytes", "home bytes written (_cbp, _delta_log: new or changed files)", 1 / 1024, "KiB", False),
     ("snapshot_bytes", "controller snapshot size", 1 / 1024, "KiB", False),
+    ("fsyncs", "fsyncs by the driver (feed + run)", 1, "calls", False),
     ("spark_s", "Spark job (run_stage_epoch)", 1e3, "ms", False),
     ("wall_s", "round wall time (feed + run)", 1e3, "ms", False),
 ]
@@ -450,6 +483,7 @@ def main(argv: list[str] | None = None) -> int:
     from cbp.engine.driver.session import get_spark
 
     timer = SparkJobTimer()
+    FSYNCS.install()
     try:
         timer.install()
     except BenchError as e:

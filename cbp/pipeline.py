@@ -278,13 +278,14 @@ class Pipeline:
         """
         return self.parts.feeds.unfeed(flow, feed)
 
-    def set_retention(self, epochs: int | None = None, days: float | None = None) -> Any:
+    def set_retention(self, epochs: int | None = None, days: float | None = None, compact_files: int = 32) -> Any:
         """Record how far back the home keeps history and table logs: the last ``epochs`` epochs of each
         stage or those of the last ``days`` days, whichever keeps more (default 30 days); trimmed as
-        epochs commit. See :mod:`cbp.controller.retention` and docs/howto/retention.md."""
+        epochs commit. A flow nobody reads is compacted once ``compact_files`` of its files fell out of
+        the retention (0: never). See :mod:`cbp.controller.retention` and docs/howto/retention.md."""
         from .controller.retention import set_retention
 
-        return set_retention(self.home, epochs, days)
+        return set_retention(self.home, epochs, days, compact_files)
 
     def history(self) -> list[dict[str, Any]]:
         """Every run (which feeds each of its stage epochs read, what each wrote) and every rewind,

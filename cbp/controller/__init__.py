@@ -48,6 +48,7 @@ from ..engine.task.bipindex import ROW_GROUP
 from ..errors import UsageError
 from ..spec import PipelineSpec
 from ..storage import LAYOUT, Home, objectstore
+from .compaction import Compaction
 from .epoch import Epochs
 from .evolution import Evolution
 from .feeds import Feeds
@@ -116,6 +117,7 @@ class Parts:
         journal.replan = ViewTables(home, live, history).recommit  # a view table's commit after an OPTIMIZE
         self.feeds = Feeds(home, live, journal, history, notice)
         self.landing = landing = Landing(home, live, journal, history, Keyed(home, live), self.feeds, notice)
+        landing.after_gc = Compaction(home, live, journal, self.retention).after_gc  # flows nobody reads
         self.sources = Sources(
             live, journal, history, landing, lambda flow: self.reads.consolidated_records(flow), notice
         )

@@ -443,7 +443,7 @@ SnapshotUpdate = (
 @dataclass(frozen=True)
 class Change:
     """One durable change (see the module docstring); ``kind`` is ``epoch``, ``feed``, ``gc``,
-    ``unfeed``, ``upgrade`` or ``rewind``; ``what`` says it in messages."""
+    ``compact`` (:mod:`.compaction`), ``unfeed``, ``upgrade`` or ``rewind``; ``what`` says it in messages."""
 
     kind: str
     what: str

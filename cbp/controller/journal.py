@@ -199,7 +199,7 @@ class Journal:
                     code="io",
                 ) from e
         if record.get("kind") == "epoch":  # the snapshot after each stage epoch: what 'cbp rewind' goes back to
-            self._write_record(record["what"], LAYOUT.snapshot_copy(int(snap["seq"])), snap)
+            self._copy_snapshot(record["what"], snap)
         faults.point(f"{kind}:snapshot")
         self.delete_quietly(record["cleanup"])
         if record.get("stage"):
@@ -272,6 +272,17 @@ class Journal:
             raise RuntimeStateError(
                 f"{what}: cannot write {self.home.uri(rel)}: {e}. Once the cause is fixed, the next "
                 "'cbp run' or 'cbp feed' finishes the commit",
+                code="io",
+            ) from e
+
+    def _copy_snapshot(self, what: str, snap: dict[str, Any]) -> None:
+        seq = int(snap["seq"])
+        try:
+            self.home.copy_controller(seq, LAYOUT.snapshot_copy(seq), snap)
+        except OSError as e:
+            raise RuntimeStateError(
+                f"{what}: cannot write {self.home.uri(LAYOUT.snapshot_copy(seq))}: {e}. Once the cause is fixed, "
+                "the next 'cbp run' or 'cbp feed' finishes the commit",
                 code="io",
             ) from e
 

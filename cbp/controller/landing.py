@@ -99,6 +99,7 @@ class Landing:
         self.home, self.live, self.journal, self.history = home, live, journal, history
         self.keyed, self.feeds, self.notify = keyed, feeds, notify
         self._checked_ids: set[str] = set()  # flows whose table was checked for ids a crashed run left
+        self.after_gc: Callable[[], None] | None = None  # after a run's garbage collection (.compaction)
 
     # ------------------------------------------------------------------ increments
     def _first_id(self, flow: str, floor: int = 0) -> int:
@@ -475,5 +476,9 @@ class Landing:
 
     # ------------------------------------------------------------------ garbage collection
     def collect_garbage(self) -> list[tuple[str, int]]:
-        """Drop increments nobody reads any more (one durable change): :func:`.collect.collect_garbage`."""
-        return collect_garbage(self.home, self.live, self.journal)
+        """Drop increments nobody reads any more (one durable change): :func:`.collect.collect_garbage`;
+        then :attr:`after_gc` (compaction, once due)."""
+        dropped = collect_garbage(self.home, self.live, self.journal)
+        if self.after_gc is not None:
+            self.after_gc()
+        return dropped

@@ -51,9 +51,19 @@ from .entries import FeedEntry, FeedHashEntry, FeedIdEntry, parse
 from .live import Live
 from .viewtables import view_flows
 
-__all__ = ["DEFAULT", "RECORD", "Retention", "RetentionSetting", "horizon", "refuse_rewind", "set_retention"]
+__all__ = [
+    "COMPACT_FILES",
+    "DEFAULT",
+    "RECORD",
+    "Retention",
+    "RetentionSetting",
+    "horizon",
+    "refuse_rewind",
+    "set_retention",
+]
 
 RECORD = LAYOUT.RETENTION
+COMPACT_FILES = 32  # a flow nobody reads is compacted once this many of its files are out of reach (.compaction)
 MAX_PER_PASS = 2000  # epochs of a stage trimmed per pass at most (an old home's first pass is spread over several)
 _DAY = 86400.0
 
@@ -65,6 +75,7 @@ class RetentionSetting:
 
     epochs: int | None = None
     days: float | None = None
+    compact_files: int = COMPACT_FILES  # 0: never compact (:mod:`.compaction`)
 
     def keeps_all(self) -> bool:
         return self.epochs is None and self.days is None
@@ -84,18 +95,21 @@ class RetentionSetting:
         if rec is None or "setting" not in rec:
             return DEFAULT
         s = rec["setting"]
-        return cls(None if s.get("epochs") is None else int(s["epochs"]), s.get("days"))
+        epochs = None if s.get("epochs") is None else int(s["epochs"])
+        return cls(epochs, s.get("days"), int(s.get("compact_files", COMPACT_FILES)))
 
 
 DEFAULT = RetentionSetting(epochs=None, days=30.0)
 
 
-def _checked(epochs: int | None, days: float | None) -> RetentionSetting:
+def _checked(epochs: int | None, days: float | None, compact_files: int = COMPACT_FILES) -> RetentionSetting:
     if epochs is not None and (isinstance(epochs, bool) or not isinstance(epochs, int) or epochs < 0):
         raise UsageError(f"retention epochs must be a whole number, 0 or more; got {epochs!r}", code="bad-option")
     if days is not None and (isinstance(days, bool) or not isinstance(days, int | float) or not days >= 0):
         raise UsageError(f"retention days must be a number, 0 or more; got {days!r}", code="bad-option")
-    return RetentionSetting(epochs, None if days is None else float(days))
+    if isinstance(compact_files, bool) or not isinstance(compact_files, int) or compact_files < 0:
+        raise UsageError(f"compact_files must be a whole number, 0 or more; got {compact_files!r}", code="bad-option")
+    return RetentionSetting(epochs, None if days is None else float(days), compact_files)
 
 
 def read_record(home: Home) -> dict[str, Any]:
@@ -103,12 +117,15 @@ def read_record(home: Home) -> dict[str, Any]:
     return home.read_json(RECORD) or {}
 
 
-def set_retention(home: Home, epochs: int | None = None, days: float | None = None) -> RetentionSetting:
-    """Record the home's retention (see the module docstring); trimming follows as epochs commit."""
-    setting = _checked(epochs, days)
+def set_retention(
+    home: Home, epochs: int | None = None, days: float | None = None, compact_files: int = COMPACT_FILES
+) -> RetentionSetting:
+    """Record the home's retention (see the module docstring) and when the out-of-reach increments of
+    a flow nobody reads are compacted (:mod:`.compaction`; 0: never); trimming follows as epochs commit."""
+    setting = _checked(epochs, days, compact_files)
     with home.lock():
         rec = read_record(home)
-        rec["setting"] = {"epochs": setting.epochs, "days": setting.days}
+        rec["setting"] = {"epochs": setting.epochs, "days": setting.days, "compact_files": setting.compact_files}
         home.write_json(RECORD, rec)
     return setting
 
@@ -161,6 +178,7 @@ class Retention:
         self.home, self.live, self.notify = home, live, notify
         self._since = -1  # epochs committed since the last pass (-1: none yet in this process)
         self._batch = 1
+        self.compact_due = False  # a pass trimmed something: the run compacts at its end (.compaction)
 
     def after_epoch(self) -> None:
         """Called once a stage epoch committed (under the home's lock): a pass once per batch. Never
@@ -199,6 +217,7 @@ class Retention:
             self._trim_logs(plan, done)
         rec["trimmed"] = {"stages": plan.first, "feeds": feeds}
         self.home.write_json(RECORD, rec)
+        self.compact_due = True
         return done
 
     # ------------------------------------------------------------------ the horizon

@@ -115,12 +115,13 @@ class Home(DeltaTables):
         return "/".join([self.location, *parts])
 
     # ----------------------------------------------------------- plain files
-    def write_bytes(self, rel: str, data: bytes) -> None:
-        """Replace a file atomically: on a local home durably (temp file, fsync, rename); on an object
-        store with one PUT (atomic by itself; a store without rename gains nothing from a temp file)."""
+    def write_bytes(self, rel: str, data: bytes, durable: bool = True) -> None:
+        """Replace a file atomically: on a local home durably (temp file, fsync, rename; not synced if
+        not ``durable``); on an object store with one PUT (atomic by itself; a store without rename
+        gains nothing from a temp file)."""
         local = self.local_dir()
         if local is not None:
-            localfiles.replace_file(os.path.join(local, rel), data)
+            localfiles.replace_file(os.path.join(local, rel), data, durable)
             return
         path = self.path(rel)
         if self.is_object_store():
@@ -288,7 +289,7 @@ class Home(DeltaTables):
             if stale is not None and took_over is not None:
                 took_over(stale)
             try:
-                self.write_bytes(_RUNNER, json.dumps(me).encode())
+                self.write_bytes(_RUNNER, json.dumps(me).encode(), durable=False)  # who runs: a power cut may lose it
             except OSError as e:
                 raise RuntimeStateError(
                     f"cannot write {self.uri(_RUNNER)}: {e.strerror}; is the home read-only or full?", code="io"
@@ -455,6 +456,15 @@ class Home(DeltaTables):
                 )
             return doc
         return None
+
+    def copy_controller(self, seq: int, rel: str, snapshot: dict[str, Any]) -> None:
+        """Keep controller snapshot ``seq`` (``snapshot``, as written) also at ``rel``: on a local home
+        a hard link to the durable snapshot file (one directory sync, no second write), else a copy."""
+        local = self.local_dir()
+        if local is None or not localfiles.link_file(
+            os.path.join(local, LAYOUT.snapshot(seq)), os.path.join(local, rel)
+        ):
+            self.write_json(rel, snapshot)
 
     def write_controller(self, snapshot: dict[str, Any], keep: int = 20) -> None:
         """Write snapshot ``seq`` (atomically: temp file, then rename) and prune old ones (every

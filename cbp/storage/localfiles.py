@@ -16,21 +16,39 @@ from __future__ import annotations
 import os
 import uuid
 
-__all__ = ["replace_file", "create_file"]
+__all__ = ["replace_file", "create_file", "link_file"]
 
 
-def replace_file(path: str, data: bytes) -> None:
-    """Write ``path`` (creating its directory), replacing what was there: temp file, fsync, rename."""
+def replace_file(path: str, data: bytes, durable: bool = True) -> None:
+    """Write ``path`` (creating its directory), replacing what was there: temp file, fsync, rename.
+    ``durable=False``: still atomic (a reader sees all or nothing), but not synced: a file only a
+    power cut may lose without harm (who holds the runner lock, :meth:`cbp.storage.Home.runner_lock`)."""
     os.makedirs(os.path.dirname(path), exist_ok=True)
     tmp = f"{path}.tmp-{uuid.uuid4().hex[:8]}"
     try:
-        _write_synced(tmp, data)
+        _write_synced(tmp, data, durable)
         os.replace(tmp, path)
     except BaseException:
         if os.path.exists(tmp):
             os.unlink(tmp)
         raise
+    if durable:
+        _fsync_dir(os.path.dirname(path))
+
+
+def link_file(src: str, path: str) -> bool:
+    """Give the durable file ``src`` the second name ``path`` (a hard link: its bytes are synced
+    already, only the directory is), unless ``path`` exists; False if the filesystem has no links
+    or ``src`` is gone (the caller writes a copy then)."""
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    try:
+        os.link(src, path)
+    except FileExistsError:
+        pass  # made by an earlier attempt at the same change: a whole file (a link is made at once)
+    except OSError:
+        return False
     _fsync_dir(os.path.dirname(path))
+    return True
 
 
 def create_file(path: str, data: bytes) -> bool:
@@ -52,11 +70,12 @@ def create_file(path: str, data: bytes) -> bool:
     return True
 
 
-def _write_synced(path: str, data: bytes) -> None:
+def _write_synced(path: str, data: bytes, durable: bool = True) -> None:
     with open(path, "wb") as f:
         f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
+        if durable:
+            f.flush()
+            os.fsync(f.fileno())
 
 
 def _fsync_dir(path: str) -> None:
