@@ -83,7 +83,7 @@ MARKS: dict[str, tuple[str, ...]] = {
     "test_sql_windows.py": ("slow",),  # windows, top-k, ORDER BY ... LIMIT against Spark SQL (~35 s)
     "test_sql_setops.py": ("slow",),
     "test_sql_ansi.py": ("slow",),  # views in non-ANSI mode against Spark SQL, a setting change under a home (~55 s loaded)  # CTEs, UNION/INTERSECT/EXCEPT, scalar subqueries in SELECT (~50 s)
-    "test_compaction.py::test_compaction_bounds_files_and_keeps_contents": ("slow",),  # 40 rounds with retention (~30 s loaded)
+    "test_compaction.py::test_compaction_bounds_files_and_keeps_contents": ("slow",),  # 20 rounds with retention and compaction (~30 s loaded)
     "test_view_table.py": ("slow",),  # views' Delta tables read by Spark and delta-rs, kills, OPTIMIZE (~45 s)
     "test_sql_casts.py::test_views_with_casts_and_dates_equal_spark_sql_and_a_bad_value_fails_the_epoch": ("slow",),
     "test_task_memory.py": ("slow",),  # CBP_TASK_MEMORY_MB=1 over 3 MB of input: a shuffle epoch (~13 s)
