@@ -141,3 +141,31 @@ def test_a_row_failing_ansi_fails_the_bulk_epoch_with_the_per_key_code(spark, tm
         assert p.state("bad") == [] and p.output("bad") == []  # nothing of the epoch committed
     assert codes == ["view-cast", "view-cast"]
     assert seeds == ["bad"]  # Spark failed the bulk job; the per-key path named the row
+
+
+def test_views_added_and_rebuilt_by_upgrade_take_the_bulk_path(spark, tmp_path, seeds, monkeypatch):
+    spark.conf.set("spark.sql.shuffle.partitions", "2")
+    before = {"total": VIEWS["total"]}
+    after = {"total": VIEWS["total"].replace("q < 24", "q < 30"), "by_n": VIEWS["by_n"]}  # rebuilt, added
+    path = tmp_path / "v.yaml"
+    path.write_text(_yaml(before))
+    home = str(tmp_path / "home")
+    rng = random.Random(5)
+    p = cbp.Pipeline(str(path), home, spark=spark)
+    p.feed("li", _rows(rng, range(100)))
+    _run(p, True, monkeypatch)
+    p.feed("li", _rows(rng, range(100, 140)))  # pending when the YAML changes
+    path.write_text(_yaml(after))
+    p = cbp.Pipeline(str(path), home, spark=spark)
+    p.upgrade()
+    seeds.clear()
+    _run(p, True, monkeypatch)
+    assert sorted(seeds) == ["by_n", "total"]  # both from their inputs' whole contents, by Spark SQL
+    try:
+        check_views(spark, p, after, {"li": LI})
+        p.feed("li", [{**r, "_diff": -1} for r in _rows(random.Random(5), range(10))])
+        _run(p, True, monkeypatch)
+        check_views(spark, p, after, {"li": LI})
+    finally:
+        for name in [*after, "li"]:
+            spark.catalog.dropTempView(name)
