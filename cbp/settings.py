@@ -81,6 +81,9 @@ VARIABLES: tuple[Variable, ...] = (
     Variable("CBP_PLACEMENT", "placement", "on", "`0`: direct-mode tasks are not placed on a cluster"),
     Variable("CBP_COLUMNAR", "columnar", "on", "`0`: batch translators never take the columnar path"),
     Variable(
+        "CBP_BULK_BUILD", "bulk_build", "on", "`0`: a view's first build runs its rows through Python (no Spark SQL)"
+    ),
+    Variable(
         "CBP_SMALL_EPOCH_RECORDS",
         "small_epoch_records",
         "500 (`cbp.engine.driver.smallepoch.SMALL_RECORDS`)",
@@ -133,6 +136,7 @@ class Settings:
     jvm_routing: bool = True
     placement: bool = True
     columnar: bool = True
+    bulk_build: bool = True
     small_epoch_records: int | None = None
     state_scan_fraction: float | None = None
     state_cache_mb: float | None = None
@@ -185,6 +189,7 @@ class Settings:
             jvm_routing=env.get("CBP_JVM_ROUTING", "1") != "0",
             placement=env.get("CBP_PLACEMENT", "1") != "0",
             columnar=env.get("CBP_COLUMNAR", "1") != "0",
+            bulk_build=env.get("CBP_BULK_BUILD", "1") != "0",
             small_epoch_records=num("CBP_SMALL_EPOCH_RECORDS", int),
             state_scan_fraction=num("CBP_STATE_SCAN_FRACTION", float),
             state_cache_mb=num("CBP_STATE_CACHE_MB", float),

@@ -134,6 +134,9 @@ def route_views(spec: Any, routes: dict[str, Any]) -> Any:
     if not routes:
         return spec
     from ..spec.objects import KeyFunction
+    from .bulk import attach
+
+    attach()  # a GROUP BY's first build by Spark SQL (cbp.views.bulk)
 
     stages = dict(spec.stages)
     for name, keys in routes.items():

@@ -25,7 +25,7 @@ from .mode import int_result, per_plan
 from .vtypes import avg_value, conform, decode_key, key_text, sum_type
 from .winrun import topk, window
 
-__all__ = ["RouteKey", "SKIP", "linear", "group", "join", "window", "topk", "unrouted"]
+__all__ = ["RouteKey", "SKIP", "linear", "group", "write_group", "join", "window", "topk", "unrouted"]
 
 
 class RouteKey:
@@ -205,13 +205,21 @@ def group(
     for r in rows:
         if where is None or where(r) is True:
             new.add(r)
+    write_group(plan, key, old if stored is not None else None, new, out)
+
+
+def write_group(plan: dict[str, Any], key: str, old: _Group | None, new: _Group, out: Any) -> None:
+    """Group ``key``'s state ``new`` written, and its view row's change from ``old`` (None: the group had
+    no state) to ``new``: the old row retracted, the new one written, when they differ.
+
+    Example: ``old`` at count 2 and ``new`` at count 1 of ``SELECT g, count(*) AS n ... GROUP BY g``
+    write ``{"g": "a", "n": 2, "_diff": -1}`` and ``{"g": "a", "n": 1}``."""
     if new.n < 0 or any(x < 0 for x in new.c) or any(v < 0 for m in new.m for v in m.values()):
         raise ValueError(f"view '{plan['out']}', group {key}: more rows retracted than there were (count {new.n})")
     groups = decode_key(key, plan["gtypes"])
-    before, after = old.row(plan, groups), new.row(plan, groups)  # after: a decimal overflow fails here
-    if stored is None and not plan["groups"]:
-        before = None  # the row of an aggregate without GROUP BY: written at its first epoch
-    if new.n or not plan["groups"]:
+    after = new.row(plan, groups)  # a decimal overflow fails here
+    before = old.row(plan, groups) if old is not None else None  # no state: an aggregate without GROUP BY's
+    if new.n or not plan["groups"]:  # row is written at its first epoch
         out.state.write(new.record(key))
     if before != after:
         w = getattr(out, plan["out"])

@@ -29,6 +29,7 @@ from ..common.protocol import FailureRecord, TaskResult, decode_failure, decode_
 from ..task.routing import BOUND, COPY, COPY_HASH, JSON_ESCAPED, bound_address, record_column
 from ..task.translate import TaskPlan, grouped_task, recordwise_task, route_batches
 from .anchor import anchored_shuffle, placing
+from .bulkjob import bulk_grouped
 from .deltaread import StateSource, latest_state
 from .dfjobs import JobTag
 from .locality import placed_epoch
@@ -136,6 +137,9 @@ def run_stage_epoch(
             table = reduce(lambda a, b: a.unionByName(b), jobs).toArrow()
             if shuffle is not None and connect:  # known without Spark's status store: mapInArrow over reads
                 shuffle.update(records=0, bytes=0)
+        elif plan.path.bulk:  # empty state: each key's state computed by Spark SQL (cbp.engine.driver.bulkjob)
+            grouped = partial(_grouped, spark, state=None, dedupe=False, no_shuffle=shuffle if connect else None)
+            table = bulk_grouped(spark, plan, input_files, partial(_read, spark), grouped)
         else:
             table = _grouped(spark, plan, input_files, state_files, state_needs_dedupe, shuffle if connect else None)
         if shuffle is not None and not connect:  # Spark's status store: classic only
@@ -247,9 +251,11 @@ def _grouped(
     state: StateSource | None,
     dedupe: bool,
     no_shuffle: dict[str, int] | None = None,
+    frames: dict[int, DataFrame] | None = None,
 ) -> pa.Table:
     """The grouped stage epoch's job; its tasks' result rows (an Arrow table). ``no_shuffle`` (Spark
-    Connect, which has no status store to ask) receives zero records and bytes if the job has no shuffle."""
+    Connect, which has no status store to ask) receives zero records and bytes if the job has no shuffle.
+    ``frames``: input ``i``'s records as this DataFrame instead of its files (a bulk build's seed rows)."""
     from pyspark.sql import functions as F
 
     placed = plan.path.placed  # the path, chosen with the plan (cbp.engine.driver.taskplan.choose_path)
@@ -263,7 +269,11 @@ def _grouped(
     envelopes = partial(_envelopes, types)
     jvm = plan.path.jvm_routing
     parts = []
+    for i, frame in (frames or {}).items():
+        parts.append(frame.mapInArrow(partial(route_batches, plan, i, plan.epoch - 1), env_ddl))
     for i, files in input_files.items():
+        if frames and i in frames:
+            continue
         sql = _jvm_routed(spark, plan, i, files, envelopes) if jvm and files else None
         if sql is not None:
             parts.append(sql)

@@ -9,7 +9,10 @@ function (:func:`build_task_plan`), with the path its tasks take chosen once (:f
   threshold: the pipeline's ``small_epoch_records``, else ``CBP_SMALL_EPOCH_RECORDS``, else
   :data:`~cbp.engine.driver.smallepoch.SMALL_RECORDS`), else Spark's shuffle;
 - placed (direct mode on a cluster, ``CBP_PLACEMENT`` not 0) or local;
-- on a Spark Connect session (a master ``sc://...``): never placed, never JVM-routed (DataFrame jobs only).
+- on a Spark Connect session (a master ``sc://...``): never placed, never JVM-routed (DataFrame jobs only);
+- bulk (:mod:`cbp.engine.driver.bulkjob`): a per-key stage in direct mode whose state is empty, whose
+  increment is not small and whose translator has a Spark SQL build that fits it (a view's GROUP BY:
+  :class:`BulkBuild`), ``CBP_BULK_BUILD`` not 0: Spark computes each key's state, Python writes it.
 
 The settings the tasks need (state cache, index budget, scan fraction, fault) go into the plan
 from the driver's :mod:`cbp.settings`: tasks do not read their own environment for them.
@@ -19,7 +22,7 @@ from __future__ import annotations
 
 import os
 import time
-from typing import Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from ... import faults
 from ... import settings as cbp_settings
@@ -33,7 +36,28 @@ from ..task.plan import EnginePath, TaskPlan
 from .smallepoch import small_records
 from .taskmemory import budgets, capped
 
-__all__ = ["Tuning", "choose_path", "build_task_plan"]
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+__all__ = ["Tuning", "BulkBuild", "bulk_build_of", "choose_path", "build_task_plan"]
+
+
+class BulkBuild(Protocol):
+    """A translator's Spark SQL build of a stage epoch over empty state (its ``bulk_build`` attribute):
+    :meth:`fits` says whether it covers the stage, :meth:`seed` gives one row per key (the key's whole
+    state, computed by Spark), the stage that writes them (its translator and RouteBy) and their schema."""
+
+    def fits(self, stage: StageSpec) -> bool: ...
+
+    def seed(
+        self, spark: SparkSession, stage: StageSpec, frames: list[DataFrame]
+    ) -> tuple[DataFrame, StageSpec, RecordSchema]: ...
+
+
+def bulk_build_of(stage: StageSpec) -> BulkBuild | None:
+    """The stage's translator's :class:`BulkBuild` if it has one that fits the stage."""
+    build: Any = getattr(stage.translator, "bulk_build", None)
+    return build if build is not None and build.fits(stage) else None
 
 
 class Tuning(Protocol):
@@ -62,10 +86,12 @@ def choose_path(
     small_limit: int | None = None,
     bindings: bool = False,
     env: cbp_settings.Settings | None = None,
+    state_empty: bool = False,
 ) -> EnginePath:
     """The path of a stage epoch (see the module). ``master``: the Spark master's URL;
     ``new_records``: the records of its increments (None: not known); ``small_limit``: the
-    pipeline's small-epoch threshold; ``bindings``: it reads multicast bindings.
+    pipeline's small-epoch threshold; ``bindings``: it reads multicast bindings; ``state_empty``: the
+    stage's state table has no files (a first build).
 
         >>> from cbp.settings import Settings
         >>> from types import SimpleNamespace as NS
@@ -97,6 +123,15 @@ def choose_path(
     small = mode == "direct" and not stage.record_wise and new_records is not None and new_records <= limit
     connect = master.startswith("sc://")  # a Spark Connect session: no preferred locations, no JVM-routed inputs
     placed = mode == "direct" and not stage.record_wise and not master.startswith("local") and env.placement
+    bulk = (
+        state_empty
+        and env.bulk_build
+        and runner == "per-key"
+        and partition == "direct"
+        and not small
+        and not bindings
+        and bulk_build_of(stage) is not None
+    )
     return EnginePath(
         runner,
         partition,
@@ -104,6 +139,7 @@ def choose_path(
         placed and not connect,
         env.jvm_routing and not connect,
         connect,
+        bulk,
     )
 
 
@@ -151,6 +187,7 @@ def build_task_plan(
         small_limit=tuning.small_epoch_records,
         bindings=bool(bindings),
         env=env,
+        state_empty=not any(m.files for m in parts.values()),
     )
     budget = None if env.task_memory_mb is None else budgets(env.task_memory_mb)  # CBP_TASK_MEMORY_MB
     return TaskPlan(

@@ -48,12 +48,15 @@ class EnginePath:
     placed: bool = False  # partition p runs on the executor that ran it last epoch (a cluster, direct mode)
     jvm_routing: bool = True  # inputs routed by a plain field get their envelopes from Spark SQL
     connect: bool = False  # a Spark Connect session: DataFrame jobs only (cbp.engine.driver.smallepoch)
+    #: empty state, inputs computed by the translator's Spark SQL build (cbp.engine.driver.bulkjob)
+    bulk: bool = False
 
     def __post_init__(self) -> None:
         assert self.runner in RUNNERS and self.partition in PARTITIONS and self.route in ROUTES, self
 
     def __str__(self) -> str:
-        return f"{self.runner}/{self.partition}/{self.route}/{'placed' if self.placed else 'local'}"
+        where = f"{self.runner}/{self.partition}/{self.route}/{'placed' if self.placed else 'local'}"
+        return where + ("/bulk" if self.bulk else "")
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,171 @@
+"""A view's first build computed by Spark SQL (cbp/views/bulk.py, cbp/engine/driver/bulkjob.py): the
+same state rows per key and the same output as the per-key path (``CBP_BULK_BUILD=0``), and Spark
+SQL's result; both maintained alike through inserts, deletes, updates that delete the MIN/MAX holder
+and empty a group; a row that fails Spark's ANSI mode fails the epoch with the per-key path's code."""
+
+from __future__ import annotations
+
+import decimal
+import random
+import textwrap
+
+import pytest
+from test_sql_views import _expand, check_views
+
+import cbp
+from cbp.errors import CbpError
+from cbp.views.bulk import GroupBuild
+
+LI = {"id": "int", "g": "string", "d": "date", "q": "decimal(15,2)", "p": "decimal(15,2)", "n": "int?", "f": "float"}
+VIEWS = {
+    "agg": "SELECT g, d, count(*) AS c, sum(q) AS sq, sum(q * (1 - p)) AS sdp, avg(q) AS aq, min(q) AS lo, "
+    "max(d) AS hi, count(DISTINCT n) AS dn, sum(n) AS sn, avg(n) AS an, count(n) AS cn, max(g) AS mg "
+    "FROM li WHERE id % 7 <> 0 GROUP BY g, d HAVING count(*) > 0",
+    "total": "SELECT sum(q * p) AS rev, count(*) AS c, min(g) AS mg, count(DISTINCT d) AS nd FROM li WHERE q < 24",
+    "by_n": "SELECT n % 3 AS m, sum(f) AS sf, count(*) AS c FROM li GROUP BY n % 3",
+}
+
+
+def _yaml(views: dict[str, str]) -> str:
+    schema = ", ".join(f"{k}: {t!r}" for k, t in LI.items())
+    body = "\n".join(f"  {n}: |\n{textwrap.indent(sql, '    ')}" for n, sql in views.items())
+    return f"pipeline: bulk\nflows:\n  li: {{external: true, schema: {{{schema}}}}}\nviews:\n{body}\n"
+
+
+def _rows(rng: random.Random, ids: range) -> list[dict]:
+    import datetime
+
+    return [
+        {
+            "id": i,
+            "g": rng.choice(["a", "b", 'é"x', "c\\n"]),
+            "d": datetime.date(2024, 1, 1) + datetime.timedelta(days=rng.randint(0, 3)),
+            "q": decimal.Decimal(rng.randint(1, 5000)) / 100,
+            "p": decimal.Decimal(rng.randint(0, 10)) / 100,
+            "n": rng.choice([None, 0, 1, 2, 5]),
+            "f": rng.randint(-8, 8) / 4,
+        }
+        for i in ids
+    ]
+
+
+@pytest.fixture
+def seeds(monkeypatch):
+    """The bulk path's seed builds, counted (the build runs in the driver)."""
+    calls: list[str] = []
+    real = GroupBuild.seed
+
+    def seed(self, spark, stage, frames):
+        calls.append(stage.name)
+        return real(self, spark, stage, frames)
+
+    monkeypatch.setattr(GroupBuild, "seed", seed)
+    monkeypatch.setenv("CBP_SMALL_EPOCH_RECORDS", "0")  # every epoch through the shuffle (no driver routing)
+    return calls
+
+
+def _pipelines(spark, tmp_path, views):
+    path = tmp_path / "v.yaml"
+    path.write_text(_yaml(views))
+    return [cbp.Pipeline(str(path), str(tmp_path / h), spark=spark) for h in ("bulk", "perkey")]
+
+
+def _run(p, bulk: bool, monkeypatch) -> dict[str, int]:
+    """Run with the bulk path allowed or not; the records each view stage's epochs read."""
+    monkeypatch.setenv("CBP_BULK_BUILD", "1" if bulk else "0")
+    read: dict[str, int] = {}
+    for r in p.run():
+        read[r.stage] = read.get(r.stage, 0) + r.records_in
+    return read
+
+
+def _same_state_and_output(bulk, perkey, views) -> None:
+    for v in views:
+        a = sorted(bulk.state(v), key=lambda r: r["k"])
+        b = sorted(perkey.state(v), key=lambda r: r["k"])
+        assert a == b, v
+        rows = [sorted(map(str, _expand(p.output(v, consolidated=True)))) for p in (bulk, perkey)]
+        assert rows[0] == rows[1], v
+
+
+def test_bulk_first_build_equals_per_key_and_spark_then_both_maintained(spark, tmp_path, seeds, monkeypatch):
+    spark.conf.set("spark.sql.shuffle.partitions", "2")
+    rng = random.Random(48)
+    bulk, perkey = _pipelines(spark, tmp_path, VIEWS)
+    live = _rows(rng, range(300))
+    for p in (bulk, perkey):
+        p.feed("li", live + [{**live[0], "_diff": -1}, {**live[1], "_diff": 1}])
+    read = _run(bulk, True, monkeypatch)
+    assert sorted(seeds) == sorted(VIEWS)  # every view's first build by Spark SQL:
+    assert all(read[v] < 50 for v in VIEWS), read  # its tasks read a seed row per group, not 302 records
+    assert _run(perkey, False, monkeypatch) == {v: 302 for v in VIEWS}
+    assert sorted(seeds) == sorted(VIEWS)  # the per-key path: no seed
+    live = live[1:] + [live[1]]
+    _same_state_and_output(bulk, perkey, VIEWS)
+    try:
+        check_views(spark, bulk, VIEWS, {"li": LI})
+        by_g = {}
+        for r in live:
+            by_g.setdefault((r["g"], r["d"]), []).append(r)
+        (g, d), group = next((k, rs) for k, rs in by_g.items() if rs)
+        lo = min(group, key=lambda r: r["q"])  # the MIN holder deleted, another row updated
+        moved = {**group[-1], "q": decimal.Decimal("0.01"), "d": group[-1]["d"].replace(day=9)}
+        change = [{**lo, "_diff": -1}, {**group[-1], "_diff": -1}, moved, *_rows(rng, range(300, 320))]
+        for r in change:
+            if r.get("_diff") == -1:
+                live.remove({k: v for k, v in r.items() if k != "_diff"})
+            else:
+                live.append(r)
+        emptied = [{**r, "_diff": -1} for r in live if r["g"] == "a"]  # every group of 'a' emptied
+        for step in (change, emptied):
+            for p, b in ((bulk, True), (perkey, False)):
+                p.feed("li", step)
+                _run(p, b, monkeypatch)
+            _same_state_and_output(bulk, perkey, VIEWS)
+            check_views(spark, bulk, VIEWS, {"li": LI})
+        assert len(seeds) == len(VIEWS)  # state not empty: the per-key path maintains
+        assert not [r for r in bulk.output("agg", consolidated=True) if r["g"] == "a"]
+    finally:
+        for name in [*VIEWS, "li"]:
+            spark.catalog.dropTempView(name)
+
+
+def test_a_row_failing_ansi_fails_the_bulk_epoch_with_the_per_key_code(spark, tmp_path, seeds, monkeypatch):
+    views = {"bad": "SELECT g, sum(CAST(g AS INT)) AS s FROM li GROUP BY g"}
+    codes = []
+    for p, bulk in zip(_pipelines(spark, tmp_path, views), (True, False), strict=True):
+        p.feed("li", _rows(random.Random(1), range(20)))
+        with pytest.raises(CbpError) as e:
+            _run(p, bulk, monkeypatch)
+        codes.append(e.value.code)
+        assert p.state("bad") == [] and p.output("bad") == []  # nothing of the epoch committed
+    assert codes == ["view-cast", "view-cast"]
+    assert seeds == ["bad"]  # Spark failed the bulk job; the per-key path named the row
+
+
+def test_views_added_and_rebuilt_by_upgrade_take_the_bulk_path(spark, tmp_path, seeds, monkeypatch):
+    spark.conf.set("spark.sql.shuffle.partitions", "2")
+    before = {"total": VIEWS["total"]}
+    after = {"total": VIEWS["total"].replace("q < 24", "q < 30"), "by_n": VIEWS["by_n"]}  # rebuilt, added
+    path = tmp_path / "v.yaml"
+    path.write_text(_yaml(before))
+    home = str(tmp_path / "home")
+    rng = random.Random(5)
+    p = cbp.Pipeline(str(path), home, spark=spark)
+    p.feed("li", _rows(rng, range(100)))
+    _run(p, True, monkeypatch)
+    p.feed("li", _rows(rng, range(100, 140)))  # pending when the YAML changes
+    path.write_text(_yaml(after))
+    p = cbp.Pipeline(str(path), home, spark=spark)
+    p.upgrade()
+    seeds.clear()
+    _run(p, True, monkeypatch)
+    assert sorted(seeds) == ["by_n", "total"]  # both from their inputs' whole contents, by Spark SQL
+    try:
+        check_views(spark, p, after, {"li": LI})
+        p.feed("li", [{**r, "_diff": -1} for r in _rows(random.Random(5), range(10))])
+        _run(p, True, monkeypatch)
+        check_views(spark, p, after, {"li": LI})
+    finally:
+        for name in [*after, "li"]:
+            spark.catalog.dropTempView(name)
