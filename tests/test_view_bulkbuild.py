@@ -169,3 +169,17 @@ def test_views_added_and_rebuilt_by_upgrade_take_the_bulk_path(spark, tmp_path, 
     finally:
         for name in [*after, "li"]:
             spark.catalog.dropTempView(name)
+
+
+def test_a_view_compiled_in_non_ansi_mode_is_not_built_by_spark(tmp_path):
+    """A view compiled with ``spark.sql.ansi.enabled=false`` (cbp.views.mode) keeps its first build on
+    the per-key path: Spark's bulk SQL runs in the session's ANSI mode."""
+    from cbp.spec import load_spec
+
+    path = tmp_path / "v.yaml"
+    path.write_text(_yaml({"total": VIEWS["total"]}))
+    fits = {}
+    for ansi in (True, False):
+        spec = load_spec(path, ansi=ansi)
+        fits[ansi] = [GroupBuild().fits(s) for s in spec.stages.values() if s.name == "total"]
+    assert fits == {True: [True], False: [False]}

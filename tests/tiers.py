@@ -81,9 +81,13 @@ MARKS: dict[str, tuple[str, ...]] = {
     "test_tpch.py": ("slow",),  # all 22 TPC-H queries (102 stages) through RF1, RF2 and updates (~165 s)
     "test_sql_subqueries.py": ("slow",),  # derived tables, scalar and correlated subqueries, NOT IN (~50 s)
     "test_sql_windows.py": ("slow",),  # windows, top-k, ORDER BY ... LIMIT against Spark SQL (~35 s)
-    "test_sql_setops.py": ("slow",),
-    "test_sql_ansi.py": ("slow",),  # views in non-ANSI mode against Spark SQL, a setting change under a home (~55 s loaded)  # CTEs, UNION/INTERSECT/EXCEPT, scalar subqueries in SELECT (~50 s)
-    "test_compaction.py::test_compaction_bounds_files_and_keeps_contents": ("slow",),  # 20 rounds with retention and compaction (~30 s loaded)
+    "test_sql_setops.py": ("slow",),  # CTEs, UNION/INTERSECT/EXCEPT, scalar subqueries in SELECT (~50 s)
+    # views in non-ANSI mode against Spark SQL, a setting change under a home (~55 s loaded)
+    "test_sql_ansi.py": ("slow",),
+    # first builds by Spark SQL against per-key builds, through changes and upgrade (~60 s loaded)
+    "test_view_bulkbuild.py": ("slow",),
+    # 20 rounds with retention and compaction (~30 s loaded)
+    "test_compaction.py::test_compaction_bounds_files_and_keeps_contents": ("slow",),
     "test_view_table.py": ("slow",),  # views' Delta tables read by Spark and delta-rs, kills, OPTIMIZE (~45 s)
     "test_sql_casts.py::test_views_with_casts_and_dates_equal_spark_sql_and_a_bad_value_fails_the_epoch": ("slow",),
     "test_task_memory.py": ("slow",),  # CBP_TASK_MEMORY_MB=1 over 3 MB of input: a shuffle epoch (~13 s)

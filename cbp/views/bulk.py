@@ -75,6 +75,8 @@ class GroupBuild:
         route = _route(stage)
         if plan.get("kind") != "group" or len(stage.inputs) != 1 or route is None or route.casts:
             return False
+        if plan.get("ansi", True) is not True:
+            return False  # compiled in non-ANSI mode (cbp.views.mode): its semantics are cbp's per-key path's
         if not all(_keyable(t) for t in plan["gtypes"]):
             return False
         for fn, _, at in plan["aggs"]:
