@@ -15,7 +15,8 @@ listed with their ``view-unsupported`` reason) gets its own pipeline over the ta
    epochs of the view's stages: seconds, input records read, state keys read), the state the
    view's stages hold afterwards (rows, bytes of their state tables' current files, as
    ``cbp explain`` reports them), and Spark SQL's recompute on the same snapshot. The view's
-   contents are checked against the recompute's result every time.
+   contents are checked against the recompute's result every time (a difference is marked in the
+   table; a query whose first build fails is listed, and the others go on).
 
 Spark SQL reads the snapshot's current Parquet files (the Delta table's ``file_uris()``, as
 delta-spark would; no delta-spark jars needed); its time is the best of two runs (the query's
@@ -139,6 +140,7 @@ def epoch(p: Any) -> dict[str, Any]:
         "records_in": sum(r.records_in for r in reports),
         "keys_read": sum(r.keys_read for r in reports),
         "epochs": len(reports),
+        "load": os.getloadavg()[0],  # the machine's 1-minute load average after the run
     }
 
 
@@ -157,37 +159,56 @@ def measure(args: argparse.Namespace, out: Path) -> dict[str, Any]:
     spark = get_spark()
     pipes: dict[str, tuple[Any, Path, Path]] = {}
     result["first"], result["changes"] = {}, []
+    result["failed"] = {}
     for q in queries:
         home = out / "tpch-homes" / q
         shutil.rmtree(home, ignore_errors=True)
         yaml = tpch_data.write_pipeline(data, out / "tpch-pipelines" / q, [q])
         p = cbp.Pipeline(str(yaml), str(home), spark=spark)
+        try:
+            run = epoch(p)
+        except Exception as e:  # said in the result; the other queries go on
+            result["failed"][q] = f"first build: {type(e).__name__}: {e}"[:500]
+            print(f"first build {q} FAILED: {e}", flush=True)
+            continue
         pipes[q] = (p, yaml, home)
-        run = epoch(p)
         secs, want = recompute(spark, data, yaml, q)
-        assert same(contents(p, q), want), f"{q}: first build differs from Spark SQL"
+        ok = same(contents(p, q), want)
         result["first"][q] = {**run, "recompute": secs, "state": state_held(yaml, home, q), "result_rows": len(want)}
-        print(f"first build {q}: cbp {run['seconds']:.1f}s, recompute {secs:.1f}s", flush=True)
+        result["first"][q]["same"] = ok
+        print(
+            f"first build {q}: cbp {run['seconds']:.1f}s, recompute {secs:.1f}s{'' if ok else ' DIFFERS'}", flush=True
+        )
+        save(out, result)
     refresh = tpch_data.Refresh(data, seed=3, fraction=args.fraction)
     for change in CHANGES:
         orders = getattr(refresh, change)()
         for q, (p, yaml, home) in pipes.items():
             run = epoch(p)
             secs, want = recompute(spark, data, yaml, q)
-            assert same(contents(p, q), want), f"{q}: differs from Spark SQL after {change}"
             row = {"query": q, "change": change, "orders": orders, **run, "recompute": secs}
+            row["same"] = same(contents(p, q), want)
             row["state"] = state_held(yaml, home, q)
             result["changes"].append(row)
-            print(f"{change} {q}: cbp {run['seconds']:.2f}s, recompute {secs:.2f}s", flush=True)
+            flag = "" if row["same"] else " DIFFERS"
+            print(f"{change} {q}: cbp {run['seconds']:.2f}s, recompute {secs:.2f}s{flag}", flush=True)
+            save(out, result)
     return result
+
+
+def save(out: Path, result: dict[str, Any]) -> None:
+    """The result so far, in ``out/tpch.json`` (a long run killed midway keeps what it measured)."""
+    (out / "tpch.json").write_text(json.dumps(result, indent=1, default=str))
 
 
 def table(result: dict[str, Any]) -> str:
     """The Markdown tables of a result."""
     r = result
+    loads = [x["load"] for x in [*r["first"].values(), *r["changes"]] if "load" in x]
+    load = f"; load average {min(loads):.0f} to {max(loads):.0f} after the runs" if loads else ""
     lines = [
         f"TPC-H SF {r['sf']} ({r['rows']['lineitem']:,} lineitems, {r['rows']['orders']:,} orders); "
-        f"changes of {r['fraction']:.1%} of the orders; {r.get('machine', '')}",
+        f"changes of {r['fraction']:.1%} of the orders; {r.get('machine', '')}{load}",
         "",
         "| query | change | cbp run (s) | cbp CPU (s) | of which sync (s) | records read | state keys read "
         "| state held (rows / MB) | Spark SQL recompute (s) | cbp / recompute |",
@@ -199,7 +220,8 @@ def table(result: dict[str, Any]) -> str:
             f"| {q} | first build | {f['seconds']:.2f} | {f.get('cpu_seconds', 0):.1f} | {f['sync_seconds']:.2f} | "
             f"{f['records_in']:,} | "
             f"{f['keys_read']:,} | "
-            f"{rows:,} / {size / 1e6:.1f} | {f['recompute']:.2f} | **{f['seconds'] / f['recompute']:.2f}×** |"
+            f"{rows:,} / {size / 1e6:.1f} | {f['recompute']:.2f} | **{f['seconds'] / f['recompute']:.2f}×**"
+            f"{'' if f.get('same', True) else ' (differs!)'} |"
         )
     for c in r["changes"]:
         rows, size = c["state"]
@@ -208,8 +230,10 @@ def table(result: dict[str, Any]) -> str:
             f"{c.get('cpu_seconds', 0):.1f} | {c['sync_seconds']:.2f} | "
             f"{c['records_in']:,} | "
             f"{c['keys_read']:,} | {rows:,} / {size / 1e6:.1f} | {c['recompute']:.2f} | "
-            f"**{c['seconds'] / c['recompute']:.2f}×** |"
+            f"**{c['seconds'] / c['recompute']:.2f}×**{'' if c.get('same', True) else ' (differs!)'} |"
         )
+    if r.get("failed"):
+        lines += ["", *[f"- {q} FAILED: {why}" for q, why in r["failed"].items()]]
     lines += ["", "| query | compiles today? |", "|---|---|"]
     lines += [f"| {q} | {'yes' if v is None else v} |" for q, v in r["verdicts"].items()]
     return "\n".join(lines) + "\n"
