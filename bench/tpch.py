@@ -276,7 +276,10 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--out", default=str(Path(__file__).resolve().parent / "out"))
     ap.add_argument("--quick", action="store_true", help="a smoke run: SF 0.01")
     ap.add_argument("--queries", type=lambda s: s.split(","), default=None, help="only these, e.g. q1,q3,q12")
+    ap.add_argument("--merge", nargs="+", default=None, help="tpch.json files of runs of other queries: one table")
     args = ap.parse_args(argv)
+    if args.merge:
+        return report(merged([json.loads(Path(f).read_text()) for f in args.merge]), Path(args.out))
     if args.quick:
         args.sf = 0.01
     os.environ.setdefault("CBP_SPARK_MASTER", "local[2]")
@@ -284,11 +287,36 @@ def main(argv: list[str] | None = None) -> None:
     out.mkdir(parents=True, exist_ok=True)
     result = measure(args, out)
     result["machine"] = f"{os.cpu_count()} cores, {platform.machine()}, Python {platform.python_version()}"
-    (out / "tpch.json").write_text(json.dumps(result, indent=1, default=str))
+    report(result, out)
+
+
+def report(result: dict[str, Any], out: Path) -> None:
+    """Write ``out/tpch.{json,md,png}`` of ``result`` and print its table."""
+    out.mkdir(parents=True, exist_ok=True)
+    save(out, result)
     md = table(result)
     (out / "tpch.md").write_text(md)
     plot(result, out / "tpch.png")
     print(md)
+
+
+def merged(results: list[dict[str, Any]]) -> dict[str, Any]:
+    """Runs of different queries on the same data (same ``--sf``, ``--fraction`` and refresh seed) as one
+    result: their first builds and changes, in the order of the runs.
+
+    >>> a = {"first": {"q1": {}}, "changes": [{"query": "q1", "change": "rf1"}, {"query": "q1", "change": "rf2"}]}
+    >>> b = {"first": {"q3": {}}, "changes": [{"query": "q3", "change": "rf1"}]}
+    >>> [(c["query"], c["change"]) for c in merged([a, b])["changes"]]
+    [('q1', 'rf1'), ('q3', 'rf1'), ('q1', 'rf2')]
+    """
+    out = {**results[0], "first": {}, "changes": [], "failed": {}}
+    for r in results:
+        out["first"].update(r["first"])
+        out["changes"] += r["changes"]
+        out["failed"].update(r.get("failed", {}))
+    order = list(out["first"])
+    out["changes"].sort(key=lambda c: (CHANGES.index(c["change"]), order.index(c["query"])))
+    return out
 
 
 if __name__ == "__main__":
