@@ -15,7 +15,8 @@ listed with their ``view-unsupported`` reason) gets its own pipeline over the ta
    epochs of the view's stages: seconds, input records read, state keys read), the state the
    view's stages hold afterwards (rows, bytes of their state tables' current files, as
    ``cbp explain`` reports them), and Spark SQL's recompute on the same snapshot. The view's
-   contents are checked against the recompute's result every time.
+   contents are checked against the recompute's result every time (a difference is marked in the
+   table; a query whose first build fails is listed, and the others go on).
 
 Spark SQL reads the snapshot's current Parquet files (the Delta table's ``file_uris()``, as
 delta-spark would; no delta-spark jars needed); its time is the best of two runs (the query's
@@ -139,6 +140,7 @@ def epoch(p: Any) -> dict[str, Any]:
         "records_in": sum(r.records_in for r in reports),
         "keys_read": sum(r.keys_read for r in reports),
         "epochs": len(reports),
+        "load": os.getloadavg()[0],  # the machine's 1-minute load average after the run
     }
 
 
@@ -157,37 +159,56 @@ def measure(args: argparse.Namespace, out: Path) -> dict[str, Any]:
     spark = get_spark()
     pipes: dict[str, tuple[Any, Path, Path]] = {}
     result["first"], result["changes"] = {}, []
+    result["failed"] = {}
     for q in queries:
         home = out / "tpch-homes" / q
         shutil.rmtree(home, ignore_errors=True)
         yaml = tpch_data.write_pipeline(data, out / "tpch-pipelines" / q, [q])
         p = cbp.Pipeline(str(yaml), str(home), spark=spark)
+        try:
+            run = epoch(p)
+        except Exception as e:  # said in the result; the other queries go on
+            result["failed"][q] = f"first build: {type(e).__name__}: {e}"[:500]
+            print(f"first build {q} FAILED: {e}", flush=True)
+            continue
         pipes[q] = (p, yaml, home)
-        run = epoch(p)
         secs, want = recompute(spark, data, yaml, q)
-        assert same(contents(p, q), want), f"{q}: first build differs from Spark SQL"
+        ok = same(contents(p, q), want)
         result["first"][q] = {**run, "recompute": secs, "state": state_held(yaml, home, q), "result_rows": len(want)}
-        print(f"first build {q}: cbp {run['seconds']:.1f}s, recompute {secs:.1f}s", flush=True)
+        result["first"][q]["same"] = ok
+        print(
+            f"first build {q}: cbp {run['seconds']:.1f}s, recompute {secs:.1f}s{'' if ok else ' DIFFERS'}", flush=True
+        )
+        save(out, result)
     refresh = tpch_data.Refresh(data, seed=3, fraction=args.fraction)
     for change in CHANGES:
         orders = getattr(refresh, change)()
         for q, (p, yaml, home) in pipes.items():
             run = epoch(p)
             secs, want = recompute(spark, data, yaml, q)
-            assert same(contents(p, q), want), f"{q}: differs from Spark SQL after {change}"
             row = {"query": q, "change": change, "orders": orders, **run, "recompute": secs}
+            row["same"] = same(contents(p, q), want)
             row["state"] = state_held(yaml, home, q)
             result["changes"].append(row)
-            print(f"{change} {q}: cbp {run['seconds']:.2f}s, recompute {secs:.2f}s", flush=True)
+            flag = "" if row["same"] else " DIFFERS"
+            print(f"{change} {q}: cbp {run['seconds']:.2f}s, recompute {secs:.2f}s{flag}", flush=True)
+            save(out, result)
     return result
+
+
+def save(out: Path, result: dict[str, Any]) -> None:
+    """The result so far, in ``out/tpch.json`` (a long run killed midway keeps what it measured)."""
+    (out / "tpch.json").write_text(json.dumps(result, indent=1, default=str))
 
 
 def table(result: dict[str, Any]) -> str:
     """The Markdown tables of a result."""
     r = result
+    loads = [x["load"] for x in [*r["first"].values(), *r["changes"]] if "load" in x]
+    load = f"; load average {min(loads):.0f} to {max(loads):.0f} after the runs" if loads else ""
     lines = [
         f"TPC-H SF {r['sf']} ({r['rows']['lineitem']:,} lineitems, {r['rows']['orders']:,} orders); "
-        f"changes of {r['fraction']:.1%} of the orders; {r.get('machine', '')}",
+        f"changes of {r['fraction']:.1%} of the orders; {r.get('machine', '')}{load}",
         "",
         "| query | change | cbp run (s) | cbp CPU (s) | of which sync (s) | records read | state keys read "
         "| state held (rows / MB) | Spark SQL recompute (s) | cbp / recompute |",
@@ -199,7 +220,8 @@ def table(result: dict[str, Any]) -> str:
             f"| {q} | first build | {f['seconds']:.2f} | {f.get('cpu_seconds', 0):.1f} | {f['sync_seconds']:.2f} | "
             f"{f['records_in']:,} | "
             f"{f['keys_read']:,} | "
-            f"{rows:,} / {size / 1e6:.1f} | {f['recompute']:.2f} | **{f['seconds'] / f['recompute']:.2f}×** |"
+            f"{rows:,} / {size / 1e6:.1f} | {f['recompute']:.2f} | **{f['seconds'] / f['recompute']:.2f}×**"
+            f"{'' if f.get('same', True) else ' (differs!)'} |"
         )
     for c in r["changes"]:
         rows, size = c["state"]
@@ -208,8 +230,10 @@ def table(result: dict[str, Any]) -> str:
             f"{c.get('cpu_seconds', 0):.1f} | {c['sync_seconds']:.2f} | "
             f"{c['records_in']:,} | "
             f"{c['keys_read']:,} | {rows:,} / {size / 1e6:.1f} | {c['recompute']:.2f} | "
-            f"**{c['seconds'] / c['recompute']:.2f}×** |"
+            f"**{c['seconds'] / c['recompute']:.2f}×**{'' if c.get('same', True) else ' (differs!)'} |"
         )
+    if r.get("failed"):
+        lines += ["", *[f"- {q} FAILED: {why}" for q, why in r["failed"].items()]]
     lines += ["", "| query | compiles today? |", "|---|---|"]
     lines += [f"| {q} | {'yes' if v is None else v} |" for q, v in r["verdicts"].items()]
     return "\n".join(lines) + "\n"
@@ -252,7 +276,10 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--out", default=str(Path(__file__).resolve().parent / "out"))
     ap.add_argument("--quick", action="store_true", help="a smoke run: SF 0.01")
     ap.add_argument("--queries", type=lambda s: s.split(","), default=None, help="only these, e.g. q1,q3,q12")
+    ap.add_argument("--merge", nargs="+", default=None, help="tpch.json files of runs of other queries: one table")
     args = ap.parse_args(argv)
+    if args.merge:
+        return report(merged([json.loads(Path(f).read_text()) for f in args.merge]), Path(args.out))
     if args.quick:
         args.sf = 0.01
     os.environ.setdefault("CBP_SPARK_MASTER", "local[2]")
@@ -260,11 +287,36 @@ def main(argv: list[str] | None = None) -> None:
     out.mkdir(parents=True, exist_ok=True)
     result = measure(args, out)
     result["machine"] = f"{os.cpu_count()} cores, {platform.machine()}, Python {platform.python_version()}"
-    (out / "tpch.json").write_text(json.dumps(result, indent=1, default=str))
+    report(result, out)
+
+
+def report(result: dict[str, Any], out: Path) -> None:
+    """Write ``out/tpch.{json,md,png}`` of ``result`` and print its table."""
+    out.mkdir(parents=True, exist_ok=True)
+    save(out, result)
     md = table(result)
     (out / "tpch.md").write_text(md)
     plot(result, out / "tpch.png")
     print(md)
+
+
+def merged(results: list[dict[str, Any]]) -> dict[str, Any]:
+    """Runs of different queries on the same data (same ``--sf``, ``--fraction`` and refresh seed) as one
+    result: their first builds and changes, in the order of the runs.
+
+    >>> a = {"first": {"q1": {}}, "changes": [{"query": "q1", "change": "rf1"}, {"query": "q1", "change": "rf2"}]}
+    >>> b = {"first": {"q3": {}}, "changes": [{"query": "q3", "change": "rf1"}]}
+    >>> [(c["query"], c["change"]) for c in merged([a, b])["changes"]]
+    [('q1', 'rf1'), ('q3', 'rf1'), ('q1', 'rf2')]
+    """
+    out = {**results[0], "first": {}, "changes": [], "failed": {}}
+    for r in results:
+        out["first"].update(r["first"])
+        out["changes"] += r["changes"]
+        out["failed"].update(r.get("failed", {}))
+    order = list(out["first"])
+    out["changes"].sort(key=lambda c: (CHANGES.index(c["change"]), order.index(c["query"])))
+    return out
 
 
 if __name__ == "__main__":

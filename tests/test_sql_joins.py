@@ -31,6 +31,8 @@ VIEWS = {
     "rj": "SELECT c.cust, c.region, o.id FROM orders o RIGHT JOIN custs c ON o.cust = c.cust",
     "pushed": "SELECT o.id, c.region FROM orders o JOIN custs c ON o.cust = c.cust AND c.region <> 'r0' "
     "WHERE o.amount > 1 AND o.qty IS NOT NULL",
+    "or_pushed": "SELECT o.id, c.region FROM orders o JOIN custs c ON o.cust = c.cust "
+    "WHERE (o.amount > 2 AND c.region = 'r0') OR (o.qty > 1 AND o.amount < 1 AND c.region <> 'r0')",
     "lj_where": "SELECT o.id, c.region FROM orders o LEFT JOIN custs c ON o.cust = c.cust "
     "WHERE coalesce(c.region, 'none') <> 'r1' AND o.amount > 1",
     "rj_where": "SELECT c.cust, o.id FROM orders o RIGHT JOIN custs c ON o.cust = c.cust "
@@ -145,6 +147,11 @@ def test_join_chain_stages_keys_and_routes(tmp_path):
     assert pushed.inputs[0].route_by({"id": 1, "cust": "c1", "amount": 2.0, "qty": None}) == "-"
     assert pushed.inputs[0].route_by({"id": 1, "cust": "c1", "amount": 2.0, "qty": 1}) == '["c1"]'
     assert pushed.inputs[1].route_by({"cust": "c1", "region": "r0"}) == "-"
+    orp = spec.stages["or_pushed"]  # an OR of branches: each side filtered by the OR of its own conditions (Q19)
+    assert orp.inputs[0].route_by({"id": 1, "cust": "c1", "amount": 1.5, "qty": 2}) == "-"
+    assert orp.inputs[0].route_by({"id": 1, "cust": "c1", "amount": 0.5, "qty": None}) == "-"
+    assert orp.inputs[0].route_by({"id": 1, "cust": "c1", "amount": 0.5, "qty": 2}) == '["c1"]'
+    assert orp.inputs[1].route_by({"cust": "c1", "region": None}) == "-"
     lw = spec.stages["lj_where"]  # the preserved side's condition is pushed, the NULL-padded side's is not
     assert lw.inputs[0].route_by({"id": 1, "cust": "c1", "amount": 0.5, "qty": 1}) == "-"
     assert lw.inputs[1].route_by({"cust": "c1", "region": "r1"}) == '["c1"]'

@@ -165,15 +165,51 @@ def _push_down(q: Select, prefixes: Mapping[str, int]) -> None:
     for st in q.steps:
         for c in list(st.filter):
             owners = _owners(c, prefixes)
-            at = _pushable(q, next(iter(owners))) if len(owners) == 1 else None
+            if len(owners) > 1:  # it stays; an OR whose every branch has conditions on one source gives that source's
+                for src in owners:
+                    at, implied = _pushable(q, src), _implied(c, src, prefixes)
+                    if at is not None and implied is not None:
+                        _filter_input(q, at, src, implied)
+                continue
+            at = _pushable(q, next(iter(owners))) if owners else None
             if at is None:
                 continue
             st.filter.remove(c)
-            target = q.steps[at]
-            if next(iter(owners)) == 0:
-                target.left_where = c if target.left_where is None else exp.and_(target.left_where, c)
-            else:
-                target.right_where = c if target.right_where is None else exp.and_(target.right_where, c)
+            _filter_input(q, at, next(iter(owners)), c)
+
+
+def _filter_input(q: Select, at: int, src: int, c: exp.Expr) -> None:
+    """Condition ``c`` on source ``src`` alone filters its input to step ``at``."""
+    target = q.steps[at]
+    if src == 0:
+        target.left_where = c if target.left_where is None else exp.and_(target.left_where, c)
+    else:
+        target.right_where = c if target.right_where is None else exp.and_(target.right_where, c)
+
+
+def _implied(c: exp.Expr, src: int, prefixes: Mapping[str, int]) -> exp.Expr | None:
+    """For ``c`` an OR of branches that each have conditions on source ``src`` alone (TPC-H Q19: each
+    branch's lineitem and part conditions), the OR of those conditions: a row of ``src`` for which it
+    is not true makes every branch, so ``c``, not true (false or NULL), so it may filter ``src``'s
+    input before an inner join while ``c`` stays after it (as Spark derives it). Else None.
+
+        >>> from sqlglot import parse_one
+        >>> c = parse_one("(l__a = 1 AND r__b = 2) OR (l__a = 3 AND l__c = 4 AND r__b = 5)")
+        >>> _implied(c, 0, {"l__": 0, "r__": 1}).sql()
+        'l__a = 1 OR (l__a = 3 AND l__c = 4)'
+        >>> _implied(parse_one("l__a = 1 OR r__b = 2"), 0, {"l__": 0, "r__": 1}) is None
+        True
+    """
+    c = c.unnest()
+    if not isinstance(c, exp.Or):
+        return None
+    parts = []
+    for branch in c.flatten():
+        mine = [x.copy() for x in _conjuncts(branch.unnest()) if _owners(x, prefixes) == {src}]
+        if not mine:
+            return None
+        parts.append(exp.and_(*mine) if len(mine) > 1 else mine[0])
+    return exp.or_(*parts)
 
 
 def _only_in_where(tree: exp.Select, subqueries: list[exp.Expr], sql: str) -> None:

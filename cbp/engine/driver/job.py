@@ -118,6 +118,7 @@ def run_stage_epoch(
     connect = is_connect(spark)  # a Spark Connect session: no SparkContext (cbp.engine.driver.dfjobs)
     tag = JobTag(spark, f"cbp-{st.name}-{plan.epoch}-{uuid.uuid4().hex[:8]}")
     timer: threading.Timer | None = None
+    known: dict[str, int] = {}  # the shuffle's records and bytes, when the epoch knows them without Spark
     if plan.deadline is not None:  # tasks stop themselves at the deadline; this is for those that cannot
         timer = threading.Timer(max(plan.deadline - time.time(), 0) + CANCEL_GRACE, tag.cancel)
         timer.daemon = True
@@ -141,8 +142,10 @@ def run_stage_epoch(
             grouped = partial(_grouped, spark, state=None, dedupe=False, no_shuffle=shuffle if connect else None)
             table = bulk_grouped(spark, plan, input_files, partial(_read, spark), grouped)
         else:
-            table = _grouped(spark, plan, input_files, state_files, state_needs_dedupe, shuffle if connect else None)
-        if shuffle is not None and not connect:  # Spark's status store: classic only
+            table = _grouped(spark, plan, input_files, state_files, state_needs_dedupe, known)
+        if shuffle is not None and known:  # no shuffle: nothing to ask Spark's status store
+            shuffle.update(known)
+        elif shuffle is not None and not connect:  # Spark's status store: classic only
             shuffle.update(shuffle_written(spark.sparkContext, tag.tag))
     except Exception as e:  # Spark wraps the task's exception in its own
         raise _job_error(plan, e) from None
@@ -253,9 +256,10 @@ def _grouped(
     no_shuffle: dict[str, int] | None = None,
     frames: dict[int, DataFrame] | None = None,
 ) -> pa.Table:
-    """The grouped stage epoch's job; its tasks' result rows (an Arrow table). ``no_shuffle`` (Spark
-    Connect, which has no status store to ask) receives zero records and bytes if the job has no shuffle.
-    ``frames``: input ``i``'s records as this DataFrame instead of its files (a bulk build's seed rows)."""
+    """The grouped stage epoch's job; its tasks' result rows (an Arrow table). ``no_shuffle`` receives
+    zero records and bytes if the job has no shuffle (nothing to ask Spark's status store, which
+    Spark Connect does not have). ``frames``: input ``i``'s records as this DataFrame instead of its
+    files (a bulk build's seed rows)."""
     from pyspark.sql import functions as F
 
     placed = plan.path.placed  # the path, chosen with the plan (cbp.engine.driver.taskplan.choose_path)

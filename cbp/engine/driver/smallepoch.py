@@ -22,7 +22,9 @@ probe, as in the shuffle), sorts each partition's envelopes as Spark would, and 
 grouped task (:func:`cbp.engine.task.translate.grouped_task`) on exactly partition ``p``'s envelopes for
 each ``p``, in a one-stage job (on a cluster a task per partition, preferring the executor that
 ran ``p`` last, as :mod:`cbp.engine.driver.locality` places the normal path's tasks; else one task per
-core, each taking partitions one at a time). Nothing crosses Spark's shuffle, so such an epoch
+core, each taking partitions one at a time). A SQL view's stage (cbp's own translators, no user
+code) with at most :data:`DRIVER_RUN` envelopes runs its partitions in the driver itself in local
+mode, with no Spark job at all. Nothing crosses Spark's shuffle, so such an epoch
 reports no shuffled records (``EpochReport.copies_in`` still counts one copy per partition).
 
 In local mode the tasks' Python workers keep the state files they read in memory, but Spark
@@ -93,6 +95,13 @@ ROUTE_SLICE = 2048
 #: At most this many records routed by a ``driver_safe`` RouteBy are routed in the driver (more go to
 #: a routing job, whose tasks run in parallel).
 DRIVER_ROUTED = 20_000
+#: At most this many envelopes of a small epoch of a SQL view's stage (cbp's own translators, no user
+#: code) run in the driver itself, partition after partition, without a Spark job (local mode): the
+#: job's fixed cost (the JVM's scheduling, a Python worker's round trip) was most of a 600-record
+#: epoch's CPU (TPC-H Q6 and Q1 at SF 0.01, ``bench/tpch.py``). 0 turns it off.
+DRIVER_RUN = 10_000
+#: The translators of a SQL view's stages (:mod:`cbp.views.run`).
+_VIEW_TRANSLATORS = "cbp.views.run:"
 #: Whether a local small epoch's claiming tasks run as ``spark.range(0, n, 1, n).mapInArrow`` rather
 #: than ``parallelize(range(n), n).mapPartitions`` (``bench/connect_epochs.py`` measures both).
 CLAIM_BY_RANGE = False
@@ -292,6 +301,8 @@ def run_routed(spark: SparkSession, plan: TaskPlan, parts: list[pa.Table], task:
     (with little to do per partition, a task's fixed cost is most of its time): dealt to them in
     turn, or in local mode claimed by them (:func:`_run_claimed`).
     """
+    if not placed and _runs_in_driver(spark, plan, parts):
+        return _run_in_driver(plan, parts, task)
     tasks = len(parts) if placed else max(1, min(len(parts), parallelism(spark)))
     chunk = _chunk(spark)
     if plan.path.connect:
@@ -323,6 +334,28 @@ def run_routed(spark: SparkSession, plan: TaskPlan, parts: list[pa.Table], task:
     if placed:
         remember_executors(sc, plan, table)
     return table
+
+
+def _runs_in_driver(spark: SparkSession, plan: TaskPlan, parts: list[pa.Table]) -> bool:
+    """Whether this small epoch runs in the driver (:data:`DRIVER_RUN`): a SQL view's stage, in local
+    mode, with no time limit to enforce (only a task can be stopped at its deadline) and no fault
+    injected (a crash test's fault ends the process it fires in), at most that many envelopes."""
+    return (
+        not plan.path.connect
+        and plan.deadline is None
+        and plan.fault is None
+        and plan.stage.translator_path.startswith(_VIEW_TRANSLATORS)
+        and sum(t.num_rows for t in parts) <= DRIVER_RUN
+        and str(spark.sparkContext.master).startswith("local")
+    )
+
+
+def _run_in_driver(plan: TaskPlan, parts: list[pa.Table], task: GroupedTask) -> pa.Table:
+    """:func:`run_routed` in the driver: ``task`` on each partition's envelopes, in partition order
+    (a failure raises the task's own :class:`cbp.engine.common.protocol.TaskFailed`, as a job's would)."""
+    routed = routed_schema(plan)
+    results = [rb for p, t in enumerate(parts) for rb in task(plan, iter(t.cast(routed).to_batches()), p)]
+    return pa.Table.from_batches(results, schema=RESULT)
 
 
 def _payloads(plan: TaskPlan, parts: list[pa.Table], chunk: int) -> list[tuple[int, bytes]]:
