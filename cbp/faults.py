@@ -12,7 +12,8 @@ one of them and what happens there:
     ``<marker>`` exists, which it creates first: the task fails once, and Spark retries it;
 ``kill-driver:<point>:<n>``
     a Spark task kills the driver the ``n``-th time any task of this process reaches ``<point>``
-    (counted per worker process; a crash in the middle of a Spark job).
+    (counted per worker process and driver: a Spark Connect server's workers outlive the drivers, its
+    clients; a crash in the middle of a Spark job).
 
     >>> point("epoch:pending")  # nothing happens unless CBP_FAULT names it
 """
@@ -27,7 +28,7 @@ from . import settings
 
 __all__ = ["point", "task_point", "current"]
 
-_HITS: Counter[str] = Counter()
+_HITS: Counter[tuple[str, int]] = Counter()
 
 
 def current() -> str | None:
@@ -48,8 +49,8 @@ def point(name: str) -> None:
     f = _parse(current())
     if f is None or f[0] != "kill" or f[1] != name:
         return
-    _HITS[name] += 1
-    if _HITS[name] == int(f[2]):
+    _HITS[name, 0] += 1
+    if _HITS[name, 0] == int(f[2]):
         os.kill(os.getpid(), signal.SIGKILL)
 
 
@@ -67,6 +68,6 @@ def task_point(spec: str | None, name: str, driver_pid: int) -> None:
         os.close(fd)
         os._exit(17)
     if kind == "kill-driver":
-        _HITS[name] += 1
-        if _HITS[name] == int(arg):
+        _HITS[name, driver_pid] += 1  # a server's worker runs the tasks of many drivers, one after the other
+        if _HITS[name, driver_pid] == int(arg):
             os.kill(driver_pid, signal.SIGKILL)

@@ -15,12 +15,15 @@ from pathlib import Path
 
 
 def _jvm_program(path: Path) -> bool:
-    """Whether ``path`` is a JDK's or JRE's program: ``java`` itself, or a link into a directory that holds
-    ``java`` (``/usr/bin/keytool`` -> ``/usr/lib/jvm/.../bin/keytool``) or into a ``jvm`` tree."""
+    """Whether ``path`` is a JDK's or JRE's program: ``java`` itself, or (through links or not) a file of a
+    JDK's directory, one whose ``java`` is a file and not a link (``/usr/bin/keytool`` ->
+    ``/usr/lib/jvm/.../bin/keytool``), or of a ``jvm`` tree. ``/usr/bin/sh`` -> ``dash`` is not one, although
+    ``/usr/bin`` holds a link named ``java``: its programs stay on the ``PATH``."""
     if path.name == "java":
         return True
     real = path.resolve()
-    return real != path and ((real.parent / "java").exists() or "jvm" in real.parts)
+    java = real.parent / "java"
+    return "jvm" in real.parts or (java.is_file() and not java.is_symlink())
 
 
 def path_without_java(path: str, shadow: Path) -> str:

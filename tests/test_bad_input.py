@@ -267,6 +267,7 @@ def test_driver_side_user_code_that_exits_or_raises_oddly_is_a_user_code_error(m
     assert cbp.load(framed, home=home2).output("words") == []
 
 
+@pytest.mark.classic(reason="the classic driver's no-java error: a Connect session (CBP_REMOTE) needs no Java")
 def test_missing_java_is_explained(monkeypatch):
     import shutil
 

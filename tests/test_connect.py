@@ -365,3 +365,25 @@ def test_a_from_scratch_comparison_from_a_client_without_java(server, tmp_path):
     run = subprocess.run(args, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
     assert run.returncode == 0, run.stdout[-4000:] + run.stderr[-2000:]
     assert "1 passed" in run.stdout  # four epochs, each against pandas
+
+
+def test_a_path_without_java_keeps_the_programs_that_only_sit_beside_a_link_to_java(tmp_path):
+    """``scripts/nojava.py`` drops a JDK's programs from ``PATH``, not the shell: on Debian ``/usr/bin/java``
+    is a link (to ``/etc/alternatives/java``) and ``/usr/bin/sh`` a link to ``dash`` beside it; ``sh`` must
+    stay (``test_airflow_safety.py``'s process-group test runs ``sh``, and failed in Connect mode without it)."""
+    spec = importlib.util.spec_from_file_location("cbp_scripts_nojava", ROOT / "scripts" / "nojava.py")
+    assert spec is not None and spec.loader is not None
+    nojava = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(nojava)
+    jdk, usr = tmp_path / "jvm" / "jdk" / "bin", tmp_path / "usr" / "bin"
+    jdk.mkdir(parents=True)
+    usr.mkdir(parents=True)
+    for name in ("java", "keytool"):
+        (jdk / name).write_text("#!/bin/false\n")
+        (jdk / name).chmod(0o755)
+        (usr / name).symlink_to(jdk / name)
+    (usr / "dash").write_text("#!/bin/false\n")
+    (usr / "dash").chmod(0o755)
+    (usr / "sh").symlink_to("dash")
+    path = nojava.path_without_java(str(usr), tmp_path / "shadow")
+    assert [shutil.which(p, path=path) is not None for p in ("java", "keytool", "sh", "dash")] == [0, 0, 1, 1]

@@ -88,6 +88,10 @@ print("RESULT " + json.dumps({
 """
 
 
+@pytest.mark.classic(
+    reason="limits its own driver's Python workers (spark.executor.pyspark.memory, a static setting) and reads "
+    "their peak RSS below its process: on Connect the workers are the server's (its results are right there)"
+)
 def test_partition_input_far_larger_than_the_python_workers_memory(tmp_path):
     """1.2M records of ~1 KB (1.2 GB of input, all in one partition) through Python workers limited
     to 1 GB of address space (``spark.executor.pyspark.memory``; a worker that has imported

@@ -5,6 +5,11 @@ Each function first reads its whole input (a task that leaves input unread loses
 on Spark Connect, and with it the worker's state cache), then runs the task of :mod:`.runners` and
 yields its messages as Arrow batches of one ``blob`` column (:data:`BLOBS`).
 
+The envelopes sent with the function were cut into Arrow batches of the session's
+``spark.sql.execution.arrow.maxRecordsPerBatch`` as the client last asked it (once per session: each
+question is a round trip); a task cuts them again to the session's setting at the time of the job, which
+Spark SQL gives the job's tasks as a local property (:func:`session_batches`), as a shuffle would.
+
     >>> [b.num_rows for b in blobs(iter([b"a", b"b"]))]
     [2]
 """
@@ -18,7 +23,7 @@ import pyarrow as pa
 from .plan import GroupedTask, TaskPlan
 from .runners import claiming_task, routed_task, routing_task
 
-__all__ = ["BLOBS", "blobs", "routing_batches", "routed_batches", "claiming_batches", "slot_batches"]
+__all__ = ["BLOBS", "blobs", "session_batches", "routing_batches", "routed_batches", "claiming_batches", "slot_batches"]
 
 #: The output of every function here: one binary column.
 BLOBS = pa.schema([pa.field("blob", pa.binary())])
@@ -34,6 +39,46 @@ def blobs(messages: Iterable[bytes], per_batch: int = 64) -> Iterator[pa.RecordB
             held = []
     if held:
         yield pa.RecordBatch.from_arrays([pa.array(held, pa.binary())], schema=BLOBS)
+
+
+def session_batches(group: list[tuple[int, bytes]], chunk: int | None = None) -> list[tuple[int, bytes]]:
+    """A task's partitions ``(p, envelopes)`` (Arrow IPC streams) with no batch over ``chunk`` records
+    (default: the session's ``spark.sql.execution.arrow.maxRecordsPerBatch`` at the time of the job, from
+    the task's local properties; none outside a Spark task, or none set: as they are).
+
+    >>> sink = pa.BufferOutputStream()
+    >>> with pa.ipc.new_stream(sink, pa.schema([("k", pa.int64())])) as w:
+    ...     w.write_table(pa.table({"k": list(range(20))}))
+    >>> [(p, [b.num_rows for b in pa.ipc.open_stream(s)]) for p, s in session_batches([(3, sink.getvalue())], 8)]
+    [(3, [8, 8, 4])]
+    """
+    chunk = chunk or _session_chunk()
+    if chunk is None:
+        return group
+    out = []
+    for p, data in group:
+        reader = pa.ipc.open_stream(data)
+        batches = list(reader)
+        if all(b.num_rows <= chunk for b in batches):
+            out.append((p, data))
+            continue
+        sink = pa.BufferOutputStream()
+        with pa.ipc.new_stream(sink, reader.schema) as w:
+            w.write_table(pa.Table.from_batches(batches, reader.schema), max_chunksize=chunk)
+        out.append((p, sink.getvalue()))
+    return out
+
+
+def _session_chunk() -> int | None:
+    """The job's ``spark.sql.execution.arrow.maxRecordsPerBatch`` (a local property of its tasks), or None."""
+    from pyspark import TaskContext
+
+    context = TaskContext.get()
+    value = context.getLocalProperty("spark.sql.execution.arrow.maxRecordsPerBatch") if context else None
+    try:
+        return int(value) if value and int(value) > 0 else None
+    except ValueError:
+        return None
 
 
 def _rows(batches: Iterator[pa.RecordBatch]) -> list[dict[str, object]]:
@@ -61,7 +106,7 @@ def routed_batches(
     """:func:`.runners.routed_task` in task ``i`` of a range: ``groups[i]``, partitions ``(p, envelopes)``
     (Arrow IPC), sent with the function."""
     for i in _ids(batches):
-        yield from blobs(routed_task(plan, task, iter([groups[i]])))
+        yield from blobs(routed_task(plan, task, iter([session_batches(groups[i])])))
 
 
 def claiming_batches(
@@ -91,4 +136,4 @@ def slot_batches(
     ``(p, envelopes)`` of slot ``i``, sent with the function."""
     mine = [probes.index(str(r[column])) for r in _rows(batches)]
     for i in mine:
-        yield from blobs(routed_task(plan, task, iter([groups[i]])))
+        yield from blobs(routed_task(plan, task, iter([session_batches(groups[i])])))
