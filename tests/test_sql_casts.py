@@ -406,6 +406,11 @@ REFUSED = [  # (SQL, what the message says): each view-unsupported, at its line 
 def test_a_cast_or_function_a_view_cannot_compile_is_refused_at_load(tmp_path, sql, says):
     path = tmp_path / "v.yaml"
     path.write_text(_yaml(sql))
+    check_refused(path, says)
+
+
+def check_refused(path, says: str) -> None:
+    """``load_spec(path)`` refuses its view with ``view-unsupported``, saying ``says`` and where in the SQL."""
     with pytest.raises(SpecError) as e:
         load_spec(path)
     assert e.value.code == "view-unsupported", str(e.value)
