@@ -14,14 +14,13 @@ with :data:`TYPES` (and :data:`NAMED`, functions sqlglot leaves anonymous) and e
 
 from __future__ import annotations
 
-import decimal
 import math
 from collections.abc import Callable, Mapping
 from typing import Any
 
 from sqlglot import exp
 
-from .mode import ansi
+from .ops import _mod
 from .viewerror import ViewError
 from .vtypes import arith, is_numeric, wider
 
@@ -30,7 +29,6 @@ __all__ = ["TYPES", "VALUES", "NAMED", "java_pow"]
 _Infer = Callable[[exp.Expr, Mapping[str, str | None]], Any]
 _Ev = Callable[[exp.Expr, Mapping[str, Any]], Any]
 _Types = Mapping[str, str | None]
-_EXACT = decimal.Context(prec=200, rounding=decimal.ROUND_DOWN)
 
 
 def _name(node: exp.Expr) -> str:
@@ -131,24 +129,8 @@ def _pmod_type(node: exp.Expr, infer: _Infer, types: _Types) -> str | None:
 
 def _pmod_value(node: exp.Expr, row: Mapping[str, Any], ev: _Ev) -> Any:
     a, b = (ev(e, row) for e in node.expressions)
-    if a is None or b is None:
-        return None
-    if b == 0:
-        if not ansi():
-            return None
-        raise ZeroDivisionError("pmod() by zero (Spark's ANSI mode fails the query too)")
-    r = _rem(a, b)  # Spark: r = a % b; if r < 0 then (r + b) % b
-    return _rem(r + b, b) if r < 0 else r
-
-
-def _rem(a: Any, b: Any) -> Any:
-    """Java's remainder (the dividend's sign) of ints, decimals or doubles."""
-    if isinstance(a, float) or isinstance(b, float):
-        return math.fmod(float(a), float(b))
-    if isinstance(a, decimal.Decimal) or isinstance(b, decimal.Decimal):
-        return _EXACT.remainder(decimal.Decimal(a), decimal.Decimal(b))
-    r = abs(a) % abs(b)
-    return r if a >= 0 else -r
+    r = _mod(a, b)  # Spark: r = a % b (NULL, or failing by zero, as %); if r < 0 then (r + b) % b
+    return _mod(r + b, b) if r is not None and r < 0 else r
 
 
 def _nvl2_type(node: exp.Expr, infer: _Infer, types: _Types) -> str | None:
