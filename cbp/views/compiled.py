@@ -22,7 +22,7 @@ from typing import Any
 
 from sqlglot import exp
 
-from . import exprs
+from . import exprs, intwidth
 from .dates import DATE_NODES, date_value
 from .mode import LAX_FN, enter, int_result, leave
 from .ops import _EXACT
@@ -222,6 +222,13 @@ def _compile_special(node: exp.Expr, prefix: str) -> Fn:
         inner = node_fn(node.expressions[0], prefix)
         to = conformer(node.expressions[1].this, node.expressions[2].this)
         return lambda row: to(inner(row))
+    if isinstance(node, exp.Anonymous) and node.name.lower() == intwidth.INT_FN:
+        inner, width, view = (
+            node_fn(node.expressions[0], prefix),
+            int(node.expressions[1].this),
+            node.expressions[2].this,
+        )
+        return lambda row: intwidth.checked(inner(row), width, view, row)
     if isinstance(node, exp.Anonymous) and node.name.lower() == LAX_FN:
         _LAX[0] += 1  # its arithmetic compiled to wrap (an ANSI expression's does not check)
         try:

@@ -20,7 +20,7 @@ from typing import Any
 import sqlglot
 from sqlglot import exp
 
-from . import datefmt, datefns, functions, morefns, regex
+from . import datefmt, datefns, functions, intwidth, morefns, regex
 from .casts import cast_target, cast_type, cast_value, comparable, in_view, to_text
 from .dates import DATE_NODES, date_type, date_value, time_literal, time_literal_type
 from .mode import LAX_FN, ansi, int_result, semantics
@@ -197,6 +197,8 @@ def _function(node: exp.Expr, row: Mapping[str, Any]) -> Any:
         return conform(ev(node.expressions[0], row), node.expressions[1].this, node.expressions[2].this)
     if isinstance(node, exp.Anonymous) and node.name.lower() == VIEW_FN:
         return in_view(node, row, ev)
+    if isinstance(node, exp.Anonymous) and node.name.lower() == intwidth.INT_FN:
+        return intwidth.int_value(node, row, ev)
     if isinstance(node, exp.Anonymous) and node.name.lower() == LAX_FN:  # non-ANSI semantics (cbp.views.mode)
         with semantics(False):
             return ev(node.expressions[0], row)
@@ -263,6 +265,8 @@ def with_decimal_types(node: exp.Expr, types: Mapping[str, str | None], view: st
             if t is not None and t.startswith("decimal("):
                 lits = [exp.Literal.string(t), exp.Literal.string(view)]
                 return exp.Anonymous(this=DECIMAL_FN, expressions=[out, *lits])
+        if type(n) in _ARITH or type(n) in (exp.Neg, exp.Abs):  # int arithmetic in Spark's 8/16/32 bits
+            return intwidth.narrowed(n, out, infer(n, types), view)
         return out
 
     out = wrap(node)
