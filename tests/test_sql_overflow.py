@@ -137,3 +137,54 @@ def test_a_view_overflowing_32_bits_fails_the_epoch_naming_the_view_and_row(spar
         p.run()
     assert e.value.code == "view-overflow" and "v32" in str(e.value) and "2147483647" in str(e.value)
     assert p.output("v32", consolidated=True) == [{"k": 1, "n": 6}]
+
+
+BIGS = {"k": "string", "b": "decimal(38,0)?", "p": "decimal(10,2)?"}
+BIG_VIEWS = {
+    "big_sum": "SELECT k, count(*) AS n, sum(b) AS s, avg(b) AS a, sum(p) AS sp FROM bigs GROUP BY k",
+    "big_all": "SELECT sum(b) AS s, count(b) AS n FROM bigs",
+}
+
+
+def _big(k: str, b: str | None, p: str | None = "1.50") -> dict:
+    import decimal
+
+    return {"k": k, "b": None if b is None else decimal.Decimal(b), "p": None if p is None else decimal.Decimal(p)}
+
+
+E37, N38 = "1" + "0" * 37, "9" * 38
+BIG_STEPS = [  # x's running total passes 38 digits, then a retraction brings it back under
+    [_big("x", E37), _big("x", N38), _big("y", "5"), _big("y", None)],
+    [_big("x", "-1"), _big("z", N38, None)],
+    [{**_big("x", N38), "_diff": -1}],
+    [_big("x", N38), _big("x", N38), {**_big("z", N38, None), "_diff": -1}],
+    [{**_big("x", N38), "_diff": -1}, {**_big("x", N38), "_diff": -1}, {**_big("x", E37), "_diff": -1}],
+]
+
+
+@pytest.mark.usefixtures("few_partitions")
+def test_a_non_ansi_decimal_sum_past_38_digits_is_null_and_comes_back(spark, tmp_path):
+    """ANSI off: a group's decimal(38,0) ``sum`` (and ``avg``) whose total passes 38 digits is NULL, as
+    Spark's, and its value again when a retraction brings the total back under: the state keeps the
+    exact total (as text), only the row shows NULL; against Spark SQL without ANSI after every epoch."""
+    from test_sql_views import check_typed_views
+
+    body = "\n".join(f"  {n}: {sql}" for n, sql in BIG_VIEWS.items())
+    schema = ", ".join(f"{k}: {t!r}" for k, t in BIGS.items())
+    path = tmp_path / "big.yaml"
+    path.write_text(f"pipeline: big\nflows:\n  bigs: {{external: true, schema: {{{schema}}}}}\nviews:\n{body}\n")
+    try:
+        with non_ansi(spark):
+            p = cbp.Pipeline(str(path), str(tmp_path / "home"), spark=spark)
+            assert p.spec.stages["big_sum"].state_schema.fields["s1"].scalar == "string"
+            nulls = []
+            for step in BIG_STEPS:
+                p.feed("bigs", step)
+                p.run()
+                check_typed_views(spark, p, BIG_VIEWS, {"bigs": BIGS})
+                rows = {r["k"]: r for r in p.output("big_sum", consolidated=True)}
+                nulls.append(rows["x"]["s"] is None if "x" in rows else None)
+            assert nulls == [True, True, False, True, False]
+    finally:
+        for name in [*BIG_VIEWS, "bigs"]:
+            spark.catalog.dropTempView(name)

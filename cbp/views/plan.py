@@ -33,7 +33,7 @@ from .ctes import inline_ctes
 from .exprs import ViewError, infer, with_decimal_types
 from .hoist import hoist
 from .joins import PRESERVED, Step
-from .mode import recorded
+from .mode import ansi, recorded
 from .query import AGGREGATES, Select, Source, _parse, placed, position
 from .run import RouteKey
 from .select import read_tree
@@ -384,12 +384,15 @@ class Generated:
 
 def _group_state(aggs: list[list[Any]]) -> dict[str, str]:
     """A GROUP BY stage's state: per group its row count, and per aggregate the count of its non-NULL
-    values and their sum (``s<i>``) or their multiset (``m<i>``: MIN, MAX, count(DISTINCT))."""
+    values and their sum (``s<i>``; a decimal's in non-ANSI mode as its exact text, past 38 digits too)
+    or their multiset (``m<i>``: MIN, MAX, count(DISTINCT))."""
     state: dict[str, str] = {"k": "string", "n": "int"}
     for i, (fn, _, t, at) in enumerate(aggs):
         state[f"c{i}"] = "int"
         if fn in ("min", "max", "count_distinct"):
             state[f"m{i}"] = "string"
+        elif fn in ("sum", "avg") and at is not None and at.startswith("decimal(") and not ansi():
+            state[f"s{i}"] = "string"  # non-ANSI: the exact total as text, past 38 digits too (NULL is shown)
         elif fn in ("sum", "avg") and at is not None and at.startswith("decimal("):
             state[f"s{i}"] = "decimal(38,{})".format(at.split(",")[1].rstrip(")"))
         else:

@@ -21,7 +21,7 @@ from typing import Any
 
 from .compiled import conformer, expr_fn
 from .joinrun import SKIP, join
-from .mode import int_result, per_plan
+from .mode import ansi, int_result, per_plan
 from .vtypes import avg_value, conform, decode_key, key_text, sum_type
 from .winrun import topk, window
 
@@ -128,6 +128,13 @@ def _group_row(
     return {name: conform(expr_fn(e)(env), plan["types"].get(name), plan["out"]) for name, e in plan["cols"]}
 
 
+def _total(v: Any) -> Any:
+    """A sum read from a group's state row: a decimal's exact text (non-ANSI) read back as a decimal."""
+    if isinstance(v, str):
+        return decimal.Decimal(v)
+    return v or 0
+
+
 class _Group:
     """One group's state: its row count, and per aggregate the count of non-NULL values and their
     sum or multiset (value key -> count)."""
@@ -138,7 +145,7 @@ class _Group:
         k = range(len(aggs))
         self.n: int = old["n"] if old else 0
         self.c: list[int] = [old[f"c{i}"] if old else 0 for i in k]
-        self.s: list[Any] = [old.get(f"s{i}") or 0 if old else 0 for i in k]
+        self.s: list[Any] = [_total(old.get(f"s{i}")) if old else 0 for i in k]
         self.m: list[dict[str, int]] = [dict(json.loads(old[f"m{i}"])) if old and f"m{i}" in old else {} for i in k]
 
     def copy(self) -> _Group:
@@ -171,10 +178,12 @@ class _Group:
 
     def record(self, key: str) -> dict[str, Any]:
         rec: dict[str, Any] = {"k": key, "n": self.n}
-        for i, (fn, _, _) in enumerate(self.aggs):
+        for i, (fn, _, at) in enumerate(self.aggs):
             rec[f"c{i}"] = self.c[i]
             if fn in _MULTISET:
                 rec[f"m{i}"] = json.dumps(sorted(self.m[i].items()))
+            elif fn in ("sum", "avg") and str(at).startswith("decimal(") and not ansi():  # exact text (state: string)
+                rec[f"s{i}"] = format(decimal.Decimal(self.s[i]), "f")
             else:  # (an int sum wraps at 64 bits in non-ANSI mode, as Spark's does)
                 rec[f"s{i}"] = int_result(self.s[i]) if fn == "sum" and type(self.s[i]) is int else self.s[i]
         return rec

@@ -134,6 +134,8 @@ def avg_value(total: Any, count: int, arg_type: str, view: str) -> Any:
     """
     if decimal_of(arg_type) is None:
         return total / count
+    if conform(total, sum_type(arg_type), view) is None:  # its sum overflows (non-ANSI: NULL), as Spark's
+        return None
     divided = arith("/", sum_type(arg_type), "int")
     quotient = _EXACT.divide(decimal.Decimal(total), decimal.Decimal(count))
     return conform(conform(quotient, divided, view), avg_type(arg_type), view)
