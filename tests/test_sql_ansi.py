@@ -62,6 +62,10 @@ LAX = [  # what ANSI fails (or refuses when loaded) and non-ANSI Spark gives a v
     "date_add(ds, 1)",
     "coalesce(CAST(n AS INT), -1)",
     "CASE WHEN i / 0 IS NULL THEN 'null' ELSE 'value' END",
+    "make_date(2023, 2, 29)",
+    "next_day(d, 'xx')",
+    "unix_timestamp(ds, 'yyyy-MM-dd')",
+    "to_unix_timestamp(n)",
 ]
 
 

@@ -20,7 +20,7 @@ from typing import Any
 import sqlglot
 from sqlglot import exp
 
-from . import datefmt, datefns, functions, intwidth, morefns, regex
+from . import datefmt, datefns, functions, intwidth, morefns, regex, unixtime
 from .casts import cast_target, cast_type, cast_value, comparable, in_view, to_text
 from .dates import DATE_NODES, date_type, date_value, time_literal, time_literal_type
 from .mode import LAX_FN, ansi, int_result, semantics
@@ -38,8 +38,11 @@ DECIMAL_FN = "cbp_decimal"
 #: ``cbp_view(expr, 'view')``, whose failure is ``view-cast`` naming the view and the row.
 VIEW_FN = "cbp_view"
 #: The function nodes of :mod:`cbp.views.functions` and :mod:`cbp.views.datefns` (type, value).
-_FN_TYPES = {**functions.TYPES, **datefns.TYPES, **datefmt.TYPES, **morefns.TYPES, **regex.TYPES}
+_FN_TYPES = {**functions.TYPES, **datefns.TYPES, **datefmt.TYPES, **morefns.TYPES, **regex.TYPES, **unixtime.TYPES}
 _FN_VALUES = {**functions.VALUES, **datefns.VALUES, **datefmt.VALUES, **morefns.VALUES, **regex.VALUES}
+_FN_VALUES |= unixtime.VALUES
+#: Functions sqlglot leaves anonymous: name -> (type, value).
+_NAMED = {**morefns.NAMED, **unixtime.NAMED}
 
 
 @functools.lru_cache(maxsize=4096)
@@ -204,8 +207,8 @@ def _function(node: exp.Expr, row: Mapping[str, Any]) -> Any:
             return ev(node.expressions[0], row)
     if isinstance(node, exp.Anonymous) and node.name.lower() == datefns.TO_DATE_FN:
         return datefns.to_date_call_value(node, row, ev)
-    if isinstance(node, exp.Anonymous) and node.name.lower() in morefns.NAMED:  # pmod()
-        return morefns.NAMED[node.name.lower()][1](node, row, ev)
+    if isinstance(node, exp.Anonymous) and node.name.lower() in _NAMED:  # pmod(), bround(), make_date()
+        return _NAMED[node.name.lower()][1](node, row, ev)
     if isinstance(node, exp.Cast):  # DATE '...', TIMESTAMP '...' (its value kept on the node), CAST, TRY_CAST
         if "cbp_value" in node.meta:
             return node.meta["cbp_value"]
@@ -285,8 +288,8 @@ def infer(node: exp.Expr, types: Mapping[str, str | None]) -> str | None:
     'float'
     """
     t = type(node)
-    if t is exp.Anonymous and node.name.lower() in morefns.NAMED:  # pmod()
-        return morefns.NAMED[node.name.lower()][0](node, infer, types)
+    if t is exp.Anonymous and node.name.lower() in _NAMED:  # pmod(), bround(), make_date()
+        return _NAMED[node.name.lower()][0](node, infer, types)
     if t not in SCALAR_NODES:
         raise ViewError("view-unsupported", construct_name(node), node=node)
     if t is exp.Column:
@@ -372,6 +375,8 @@ def _fallible(node: exp.Expr, types: Mapping[str, str | None]) -> bool:
     string compared with another type, a date function of a string."""
     for n in node.walk():
         if isinstance(n, exp.Cast) and not _is_time_literal(n) and n.args.get("safe") is not True:
+            return True
+        if isinstance(n, unixtime.FALLIBLE) or (type(n) is exp.Anonymous and n.name.lower() in unixtime.FALLIBLE_NAMES):
             return True
         compared = isinstance(n, (exp.EQ, exp.NEQ, exp.GT, exp.GTE, exp.LT, exp.LTE, exp.In, exp.Between, exp.Nullif))
         if compared or type(n) in datefns.TYPES or type(n) in datefmt.TYPES:

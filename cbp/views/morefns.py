@@ -1,7 +1,8 @@
 """More scalar functions of a view's expressions, with Spark's semantics: ``sign``/``signum``,
 ``pmod``, ``power``/``pow``, ``sqrt``, ``exp``, ``ln``/``log``, ``log10``, ``log2``, ``log(b, x)`` (each a
 double, as Java's ``Math`` computes it: ``sqrt(-1)`` is NaN, a logarithm of a number <= 0 NULL),
-``nvl2``, ``substring_index``, ``instr``, ``locate`` and ``initcap``. :mod:`cbp.views.exprs` types them
+``cbrt``, ``bround`` (HALF_EVEN), ``regexp(s, p)`` (``s RLIKE p``), ``nvl2``, ``substring_index``,
+``instr``, ``locate`` and ``initcap``. :mod:`cbp.views.exprs` types them
 with :data:`TYPES` (and :data:`NAMED`, functions sqlglot leaves anonymous) and evaluates them with
 :data:`VALUES`.
 
@@ -14,17 +15,21 @@ with :data:`TYPES` (and :data:`NAMED`, functions sqlglot leaves anonymous) and e
 
 from __future__ import annotations
 
+import decimal
+import fractions
 import math
 from collections.abc import Callable, Mapping
 from typing import Any
 
 from sqlglot import exp
 
+from . import regex, unixtime
+from .functions import _int_literal, _round_type
 from .ops import _mod
 from .viewerror import ViewError
 from .vtypes import arith, is_numeric, wider
 
-__all__ = ["TYPES", "VALUES", "NAMED", "java_pow"]
+__all__ = ["TYPES", "VALUES", "NAMED", "java_pow", "cbrt"]
 
 _Infer = Callable[[exp.Expr, Mapping[str, str | None]], Any]
 _Ev = Callable[[exp.Expr, Mapping[str, Any]], Any]
@@ -190,6 +195,68 @@ def _initcap_value(node: exp.Expr, row: Mapping[str, Any], ev: _Ev) -> Any:
     return "".join(out)
 
 
+def cbrt(x: float) -> float:
+    """The cube root, correctly rounded as Java's ``Math.cbrt`` (the double whose cube is nearest ``x``).
+
+    >>> cbrt(27.0), cbrt(-8.0), cbrt(2.0)
+    (3.0, -2.0, 1.2599210498948732)
+    """
+    if x == 0 or not math.isfinite(x):
+        return x
+    exact = fractions.Fraction(x)
+    guess = fractions.Fraction(math.copysign(abs(x) ** (1 / 3), x))
+    r = float(guess - (guess**3 - exact) / (3 * guess**2))  # one exact Newton step: within an ulp
+    candidates = [r, math.nextafter(r, math.inf), math.nextafter(r, -math.inf)]
+    return min(candidates, key=lambda c: abs(fractions.Fraction(c) ** 3 - exact))
+
+
+_HALF_EVEN = decimal.Context(prec=1000, rounding=decimal.ROUND_HALF_EVEN)  # (a double: up to 309 digits)
+
+
+def _bround_value(node: exp.Expr, row: Mapping[str, Any], ev: _Ev) -> Any:
+    """``bround(x [, s])``: ``round`` with HALF_EVEN (a double by its shortest digits, as Spark's)."""
+    x = ev(node.expressions[0], row)
+    scale = _int_literal(node, node.expressions[1] if len(node.expressions) > 1 else None, 0)
+    if x is None or (isinstance(x, int) and scale >= 0) or (isinstance(x, float) and not math.isfinite(x)):
+        return x
+    d = decimal.Decimal(repr(x)) if isinstance(x, float) else decimal.Decimal(x)
+    q = d.quantize(decimal.Decimal(1).scaleb(-scale), context=_HALF_EVEN)
+    if scale < 0:
+        q = q.quantize(decimal.Decimal(1), context=_HALF_EVEN)
+    if isinstance(x, float):
+        return float(q)
+    return int(q) if isinstance(x, int) else q
+
+
+def _bround_type(node: exp.Expr, infer: _Infer, types: _Types) -> str | None:
+    if not 1 <= len(node.expressions) <= 2:
+        raise ViewError("view-unsupported", "bround() of other than one or two arguments", node=node)
+    scale = node.expressions[1] if len(node.expressions) > 1 else None
+    return _round_type(exp.Round(this=node.expressions[0], decimals=scale), infer, types)
+
+
+def _rlike_node(node: exp.Expr) -> exp.Expr:
+    """``regexp(s, p)`` as ``s RLIKE p`` (kept on the node)."""
+    got = node.meta.get("cbp_rlike")
+    if got is None:
+        if len(node.expressions) != 2:
+            raise ViewError("view-unsupported", "regexp() of other than two arguments", node=node)
+        got = exp.RegexpLike(this=node.expressions[0], expression=node.expressions[1])
+        node.meta["cbp_rlike"] = got
+    return got
+
+
+def _regexp_type(node: exp.Expr, infer: _Infer, types: _Types) -> str | None:
+    try:
+        return regex.TYPES[exp.RegexpLike](_rlike_node(node), infer, types)
+    except ViewError as e:
+        raise ViewError(e.code, e.message.replace("rlike()", "regexp()"), node=node) from None
+
+
+def _regexp_value(node: exp.Expr, row: Mapping[str, Any], ev: _Ev) -> Any:
+    return regex.VALUES[exp.RegexpLike](_rlike_node(node), row, ev)
+
+
 #: The type of each function node (its arguments checked).
 TYPES: dict[type[exp.Expr], Callable[[exp.Expr, _Infer, _Types], str | None]] = {
     exp.Sign: _doubles,
@@ -198,6 +265,7 @@ TYPES: dict[type[exp.Expr], Callable[[exp.Expr, _Infer, _Types], str | None]] = 
     exp.Exp: _doubles,
     exp.Ln: _doubles,
     exp.Log: _doubles,
+    exp.Cbrt: _doubles,
     exp.Nvl2: _nvl2_type,
     exp.SubstringIndex: _typed("string", ("this", "string"), ("delimiter", "string"), ("count", "int")),
     exp.StrPosition: _typed("int", ("this", "string"), ("substr", "string"), ("position", "int")),
@@ -211,6 +279,7 @@ VALUES: dict[type[exp.Expr], Callable[[exp.Expr, Mapping[str, Any], _Ev], Any]] 
     exp.Exp: _unary(_exp),
     exp.Ln: _unary(_ln),
     exp.Log: _log_value,
+    exp.Cbrt: _unary(cbrt),
     exp.Nvl2: _nvl2_value,
     exp.SubstringIndex: _substring_index_value,
     exp.StrPosition: _locate_value,
@@ -219,4 +288,7 @@ VALUES: dict[type[exp.Expr], Callable[[exp.Expr, Mapping[str, Any], _Ev], Any]] 
 #: Functions sqlglot parses as anonymous: name -> (type, value).
 NAMED: dict[str, tuple[Callable[[exp.Expr, _Infer, _Types], str | None], Callable[..., Any]]] = {
     "pmod": (_pmod_type, _pmod_value),
+    "bround": (_bround_type, _bround_value),
+    "regexp": (_regexp_type, _regexp_value),
+    **unixtime.NAMED,  # make_date()
 }
