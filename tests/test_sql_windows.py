@@ -181,7 +181,7 @@ def _write(tmp_path, views: dict[str, str]):
 REFUSED = [
     ("SELECT id, row_number() OVER (ORDER BY id) AS r FROM orders", "view-unsupported", "without PARTITION BY"),
     (
-        "SELECT id,\n  sum(qty) OVER (PARTITION BY cust ORDER BY id ROWS BETWEEN 1 PRECEDING AND CURRENT ROW) AS s "
+        "SELECT id,\n  sum(qty) OVER (PARTITION BY cust ORDER BY id RANGE BETWEEN 1 PRECEDING AND CURRENT ROW) AS s "
         "FROM orders",
         "view-unsupported",
         "SQL line 2, column 3: the window frame",

@@ -113,28 +113,50 @@ def _check_window(node: exp.Window, tree: exp.Expr, sql: str) -> None:
     if spec is not None and (isinstance(fn, (*RANKING, *OFFSETS)) or _frame(spec, ordered) is None):
         raise _refuse(
             f"the window frame {spec.sql(dialect='spark')} (supported: an aggregate's default frame, "
-            "ROWS or RANGE BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW or UNBOUNDED FOLLOWING)",
+            "ROWS or RANGE BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW or UNBOUNDED FOLLOWING, ROWS BETWEEN "
+            "n PRECEDING, CURRENT ROW, n FOLLOWING or UNBOUNDED bounds)",
             fn,
             sql,
         )
 
 
+def _bound(value: Any, side: Any) -> int | None | bool:
+    """A frame bound as an offset from the current row (``n PRECEDING``: -n), None: unbounded; False:
+    one this slice does not read (not an int literal)."""
+    if value == "UNBOUNDED":
+        return None
+    if value == "CURRENT ROW":
+        return 0
+    if isinstance(value, exp.Literal) and not value.is_string and str(value.this).isdigit():
+        return -int(value.this) if side == "PRECEDING" else int(value.this)
+    return False
+
+
 def _frame(spec: exp.Expr | None, ordered: bool) -> str | None:
     """The frame an aggregate is computed over: ``all`` (the whole partition), ``range`` (up to the
-    current row's last peer: Spark's default with ORDER BY), ``rows`` (up to the current row); None:
-    a frame not supported."""
+    current row's last peer: Spark's default with ORDER BY), ``rows`` (up to the current row),
+    ``rows:<lo>:<hi>`` (a sliding ROWS frame: offsets from the current row, ``u`` unbounded); None: a
+    frame not supported."""
     if not ordered:
         return "all" if spec is None or spec.args.get("end") in ("UNBOUNDED", "CURRENT ROW") else None
     if spec is None:
         return "range"
     a = spec.args
-    if a.get("start") != "UNBOUNDED" or a.get("start_side") != "PRECEDING" or a.get("exclude"):
+    if a.get("exclude"):
         return None
-    if a.get("end") == "UNBOUNDED" and a.get("end_side") == "FOLLOWING":
+    lo = _bound(a.get("start"), a.get("start_side"))
+    hi = 0 if a.get("end") is None else _bound(a.get("end"), a.get("end_side"))
+    if lo is False or hi is False or (lo is None and a.get("start_side") != "PRECEDING"):
+        return None
+    if hi is None and a.get("end_side") != "FOLLOWING":
+        return None
+    if lo is None and hi is None:
         return "all"
-    if a.get("end") in ("CURRENT ROW", None):
+    if lo is None and hi == 0:
         return "rows" if a.get("kind") == "ROWS" else "range"
-    return None
+    if a.get("kind") != "ROWS" or (lo is not None and hi is not None and lo > hi):
+        return None  # (RANGE with offsets: a later slice; an upper bound before the lower: Spark refuses it)
+    return f"rows:{'u' if lo is None else lo}:{'u' if hi is None else hi}"
 
 
 def has_window(q: Select) -> bool:

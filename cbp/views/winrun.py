@@ -188,6 +188,35 @@ def _frame_end(frame: str, keys: list[tuple[Any, ...]], i: int) -> int:
     return len(keys) if frame == "all" else _peers(keys, i) if frame == "range" else i + 1
 
 
+def _sliding(frame: str, n: int, i: int) -> tuple[int, int]:
+    """Row ``i``'s sliding ROWS frame ``rows:<lo>:<hi>`` as ``[start, end)`` over ``n`` rows (may be empty).
+
+    >>> _sliding("rows:-2:0", 5, 1), _sliding("rows:1:u", 5, 4)
+    ((0, 2), (5, 5))
+    """
+    _, lo, hi = frame.split(":")
+    start = 0 if lo == "u" else min(max(i + int(lo), 0), n)
+    end = n if hi == "u" else min(max(i + int(hi) + 1, 0), n)
+    return start, max(start, end)
+
+
+def _slid(win: dict[str, Any], rows: list[dict[str, Any]], view: str) -> list[Any]:
+    """An aggregate (or first_value/last_value) over each row's sliding frame, computed afresh per
+    frame as Spark's sliding frame recomputes its buffer."""
+    out = []
+    for i in range(len(rows)):
+        start, end = _sliding(win["frame"], len(rows), i)
+        if win["fn"] in ("first_value", "last_value"):
+            at = start if win["fn"] == "first_value" else end - 1
+            out.append(conform(node_fn(parse_expr(win["arg"]))(rows[at]), win["at"], view) if end > start else None)
+            continue
+        acc = _Acc(win, view)
+        for r in rows[start:end]:
+            acc.add(r)
+        out.append(acc.value())
+    return out
+
+
 def _values(win: dict[str, Any], rows: list[dict[str, Any]], keys: list[tuple[Any, ...]], view: str) -> list[Any]:
     """One window function's value for each of ``rows`` (a partition sorted by the window's ORDER BY,
     ``keys`` their sort keys)."""
@@ -205,6 +234,8 @@ def _values(win: dict[str, Any], rows: list[dict[str, Any]], keys: list[tuple[An
             for i in range(n)
         ]
         return [conform(v, win["at"], view) for v in got]
+    if str(win.get("frame")).startswith("rows:"):
+        return _slid(win, rows, view)
     if fn in ("first_value", "last_value"):  # the value at the frame's first or last row
         arg = parse_expr(win["arg"])
         ends = [1 if fn == "first_value" else _frame_end(win["frame"], keys, i) for i in range(n)]
