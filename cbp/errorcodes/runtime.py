@@ -157,6 +157,16 @@ SECTIONS: list[tuple[str, list[Code]]] = [
                 "`cbp sync FLOW.yaml --reland FLOW`",
             ),
             _c(
+                "source-deletion-vectors",
+                INP,
+                3,
+                "the source table has deletion vectors (`delta.enableDeletionVectors`, Spark's default for new "
+                "tables on some platforms) and cbp's Delta reader (delta-rs) cannot read its rows as of a "
+                "version: a first sync, a re-land or a view built from the table's whole contents; following "
+                "its change data feed works",
+                "`ALTER TABLE ... DROP FEATURE deletionVectors` in Spark (it purges them), then sync again",
+            ),
+            _c(
                 "source-cdf-missing",
                 INP,
                 3,

@@ -97,6 +97,14 @@ class SourceTable:
         try:
             return _plain(pa.table(dt.to_pyarrow_dataset().to_table(columns=have)))
         except Exception as e:  # noqa: BLE001
+            if "deletionVectors" in str(e):  # delta-rs reads their change data feed, not their rows
+                raise InputError(
+                    f"source table {self.uri} version {version}: the table has deletion vectors, and cbp's Delta "
+                    "reader (delta-rs) cannot read its rows as of a version (its change data feed it can). Drop "
+                    "the feature in Spark (ALTER TABLE ... DROP FEATURE deletionVectors: the rows they delete "
+                    "are purged) and sync again; nothing was landed",
+                    code="source-deletion-vectors",
+                ) from None
             raise InputError(
                 f"source table {self.uri} version {version}: cannot read its rows: {str(e).splitlines()[0][:300]}; "
                 "nothing was landed",
