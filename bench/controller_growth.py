@@ -23,6 +23,12 @@ The home's retention (:mod:`cbp.controller.retention`) is set before the first r
 older ones trimmed as epochs commit) and ``--retention-days``; ``--keep-all`` records a retention
 that keeps everything (the behaviour before retention existed).
 
+The home's age is told from the machine's speed (which drifts over a long run on a shared machine)
+by a young control (:mod:`growth_control`): the last ``--control`` rounds of each window are each
+followed by the same round on a young home (new at those rounds, in the same process), and each
+window reports old/young; at the end ``--fresh-process`` paired rounds of the old home and a
+young one run in a new process (is a slowdown the process's or the home's?).
+
 It prints the medians of the first and the last ``--window`` rounds and their ratio, writes
 every round to ``bench/out/controller_growth.json`` (and the table to ``controller_growth.md``)
 and plots ``bench/out/controller_growth.png``. With ``--check`` it exits 1 if last/first is over
@@ -51,7 +57,8 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from url_count_bench import OUT, ROOT, YAML, _mem_gib, _version, log  # bench/ is sys.path[0]; puts ROOT on sys.path
+from growth_control import Controls, fresh_process, plot_ratios, window_table  # bench/ is sys.path[0]
+from url_count_bench import OUT, ROOT, YAML, _mem_gib, _version, log  # puts ROOT on sys.path
 
 FLOW = "urls"
 SNAPSHOTS = Path("_cbp") / "controller"  # cbp.storage: <home>/_cbp/controller/<seq:012d>.json
@@ -236,15 +243,21 @@ class Feeds:
 
 
 def one_round(
-    p: Any, n: int, records: list[dict[str, str]], timer: SparkJobTimer, home: Path, before: dict[str, Signature]
+    p: Any,
+    n: int,
+    records: list[dict[str, str]],
+    timer: SparkJobTimer,
+    home: Path,
+    before: dict[str, Signature],
+    prefix: str = "round",
 ) -> tuple[dict[str, Any], dict[str, Signature]]:
-    """Feed and run once; return the round's measurements and the tracked files after it."""
+    """Feed (feed id ``<prefix>-<n>``) and run once; return the round's measurements and the tracked files after it."""
     timer.take()
     FSYNCS.take()
     w0 = driver_wchar()
     c0 = time.process_time()
     t0 = time.perf_counter()
-    landed = p.feed(FLOW, records, feed_id=f"round-{n}")
+    landed = p.feed(FLOW, records, feed_id=f"{prefix}-{n}")
     t1 = time.perf_counter()
     c1 = time.process_time()
     reports = p.run()
@@ -254,7 +267,7 @@ def one_round(
     spark_s, spark_cpu, calls = timer.take()
     fsyncs = FSYNCS.take()
     if getattr(landed, "repeated", False):
-        raise BenchError(f"round {n}: feed id 'round-{n}' was taken as a repeat")
+        raise BenchError(f"round {n}: feed id '{prefix}-{n}' was taken as a repeat")
     if len(reports) != 1:
         raise BenchError(f"round {n}: expected one epoch, got {len(reports)}: {[r.line() for r in reports]}")
     if calls != len(reports):
@@ -372,10 +385,13 @@ def table(summary: dict[str, Any], args: argparse.Namespace, command: str, total
         f"| {c['round']:,} | {c['all']:,} | {c['cbp']:,} | {c['delta_log']:,} | {c['data']:,} |"
         for c in summary.get("files", [])
     ]
+    lines += window_table(summary.get("windows", []), summary.get("fresh_process"))
     return "\n".join(lines + [""])
 
 
-def plot(rows: list[dict[str, Any]], window: int, path: Path, files: list[dict[str, Any]]) -> None:
+def plot(
+    rows: list[dict[str, Any]], window: int, path: Path, files: list[dict[str, Any]], windows: list[dict[str, Any]]
+) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -384,7 +400,9 @@ def plot(rows: list[dict[str, Any]], window: int, path: Path, files: list[dict[s
 
     df = pd.DataFrame(rows).set_index("round").select_dtypes("number")
     roll = df.rolling(window, min_periods=1, center=True).median()
-    fig, (ax1, ax2, ax3) = plt.subplots(3, 1, figsize=(10, 10), sharex=True)
+    panels = 4 if windows else 3
+    fig, axes = plt.subplots(panels, 1, figsize=(10, 3.3 * panels), sharex=True)
+    ax1, ax2, ax3 = axes[:3]
     ax1.plot(df.index, df["controller_s"] * 1e3, ".", ms=2, alpha=0.3, color="tab:blue")
     ax1.plot(
         roll.index,
@@ -421,9 +439,11 @@ def plot(rows: list[dict[str, Any]], window: int, path: Path, files: list[dict[s
         ax3.plot([c["round"] for c in files], [c[key] for c in files], marker=".", color=color, label=label)
     ax3.set_ylabel("files in the home")
     ax3.set_ylim(bottom=0)
-    ax3.set_xlabel("round (= epoch)")
+    axes[-1].set_xlabel("round (= epoch)")
     ax3.set_title("files in the home (every 100 rounds)")
-    for ax in (ax1, ax2, ax3):
+    if windows:
+        plot_ratios(axes[3], windows)
+    for ax in axes:
         ax.grid(True, alpha=0.3)
         ax.legend(fontsize=8, loc="upper left")
     fig.suptitle(
@@ -459,6 +479,18 @@ def main(argv: list[str] | None = None) -> int:
     )
     ap.add_argument("--retention-days", type=float, default=None, help="... or those of the last D days")
     ap.add_argument("--keep-all", action="store_true", help="a retention that keeps everything (as before retention)")
+    ap.add_argument(
+        "--control",
+        type=int,
+        default=50,
+        help="rounds at the end of each window also run on a young home, paired (default 50; 0: none)",
+    )
+    ap.add_argument(
+        "--fresh-process",
+        type=int,
+        default=100,
+        help="paired rounds of the old and a young home in a fresh process at the end (default 100; 0: none)",
+    )
     args = ap.parse_args(argv)
     if args.window < 1 or args.epochs < args.window or args.records < 2 or args.goal <= 0:
         ap.error("need --window >= 1, --epochs >= --window, --records >= 2 and --goal > 0")
@@ -497,6 +529,7 @@ def main(argv: list[str] | None = None) -> int:
 
     rows: list[dict[str, Any]] = []
     counts: list[dict[str, Any]] = []
+    fresh: dict[str, Any] | None = None
     try:
         p = cbp.load(YAML, home=str(home), spark=spark)
         if args.keep_all:
@@ -506,11 +539,13 @@ def main(argv: list[str] | None = None) -> int:
         args.retention = setting.describe()
         log(f"retention: keep {args.retention}")
         feeds = Feeds(args.seed, args.records)
+        controls = Controls(spark, args, timer, one_round, Feeds)
         files = tracked_files(home)
         t_rounds = time.perf_counter()
         for n in range(1, args.epochs + 1):
             row, files = one_round(p, n, feeds.next(), timer, home, files)
             rows.append(row)
+            controls.after(n, row, rows)
             if n % PROGRESS_EVERY == 0 or n == args.epochs:
                 counts.append({"round": n, **count_files(home)})
                 last = rows[-PROGRESS_EVERY:]
@@ -526,6 +561,9 @@ def main(argv: list[str] | None = None) -> int:
                     f"driver {med['driver_bytes'] / 1024:7.1f} KiB  home {med['home_bytes'] / 1024:7.1f} KiB  "
                     f"snapshot {row['snapshot_bytes'] / 1024:7.1f} KiB  files {counts[-1]['all']}"
                 )
+        controls.close()
+        if args.fresh_process > 0 and controls.windows:
+            fresh = fresh_process(home, args.fresh_process, args, out / "controller_growth_fresh.json")
     except BenchError as e:
         print(f"controller_growth: {e}", file=sys.stderr)
         return 2
@@ -536,6 +574,8 @@ def main(argv: list[str] | None = None) -> int:
     total = time.perf_counter() - t_start
     summary = summarize(rows, args.window, args.goal)
     summary["files"] = counts
+    summary["windows"] = controls.windows
+    summary["fresh_process"] = fresh
     md = table(summary, args, command, total, spark_start_s)
     (out / "controller_growth.md").write_text(md, encoding="utf-8")
     (out / "controller_growth.json").write_text(
@@ -553,7 +593,7 @@ def main(argv: list[str] | None = None) -> int:
         ),
         encoding="utf-8",
     )
-    plot(rows, args.window, out / "controller_growth.png", counts)
+    plot(rows, args.window, out / "controller_growth.png", counts, controls.windows)
     print()
     print(md)
     print(f"wrote {out / 'controller_growth.md'}, {out / 'controller_growth.json'}, {out / 'controller_growth.png'}")

@@ -203,13 +203,39 @@ class Settings:
 
 assert [v.field for v in VARIABLES] == [f.name for f in fields(Settings)], "one variable per field, in order"
 
-_LAST: tuple[tuple[tuple[str, str], ...], Settings] | None = None
+#: The variables :meth:`Settings.from_env` reads, as keys of ``os.environ``'s own mapping.
+_NAMES: tuple[str, ...] = (*(v.name for v in VARIABLES), "SPARK_REMOTE")
+_LAST: tuple[tuple[object, ...], Settings] | None = None
+
+
+def _seen() -> tuple[object, ...]:
+    """The values of the variables cbp reads, as ``os.environ`` holds them (a lookup per name: ~1 µs,
+    against ~40 µs to scan and decode the whole environment)."""
+    data = getattr(os.environ, "_data", None)  # os._Environ's own dict (bytes on POSIX): no decoding
+    encode = getattr(os.environ, "encodekey", None)
+    if isinstance(data, dict) and encode is not None:
+        return tuple(map(data.get, _encoded(encode)))
+    return tuple(map(os.environ.get, _NAMES))
+
+
+_ENCODED: tuple[object, ...] | None = None
+
+
+def _encoded(encode: Callable[[str], object]) -> tuple[object, ...]:
+    global _ENCODED
+    if _ENCODED is None:
+        _ENCODED = tuple(encode(n) for n in _NAMES)
+    return _ENCODED
 
 
 def current() -> Settings:
-    """This process's settings: read again only when a ``CBP_*`` variable changed."""
+    """This process's settings: read again only when a variable cbp reads changed.
+
+    >>> current() is current()
+    True
+    """
     global _LAST
-    seen = tuple(sorted((k, v) for k, v in os.environ.items() if k.startswith("CBP_") or k == "SPARK_REMOTE"))
+    seen = _seen()
     if _LAST is None or _LAST[0] != seen:
         _LAST = (seen, Settings.from_env(os.environ))
     return _LAST[1]

@@ -84,6 +84,17 @@ KILLS: list[tuple[str, list[str]]] = [
 ]
 
 
+#: Compaction's kill points (:mod:`cbp.controller.compaction`), each on a run of its own: with a retention of one
+#: epoch and ``compact_files=2`` (:func:`compacting_home`), every run that commits epochs trims and then compacts
+#: the flow nobody reads (``sizes``).
+COMPACT_KILLS: list[tuple[str, list[str]]] = [
+    ("run", ["kill:compact:written:1"]),  # the consolidated file written, named by no Delta version
+    ("run", ["kill:compact:pending:1"]),  # the pending record written, no Delta commit
+    ("run", ["kill:compact:committed:0:1"]),  # removes and the add committed, the snapshot not written
+    ("run", ["kill:compact:snapshot:1"]),  # the snapshot written, the pending record not cleared
+]
+
+
 def increments(seed: int = 7, n: int = 6, nodes: int = 60, edges: int = 18) -> list[list[dict[str, str]]]:
     """``n`` increments of random edges ("a b" lines) over ``nodes`` nodes."""
     rng = random.Random(seed)
@@ -284,6 +295,32 @@ def results(home: str, spark: Any = None) -> dict[str, Any]:
         rows = latest_rows(table.to_pyarrow_table())
         fields = list(p.spec.stages[s].state_schema.fields)  # type: ignore[union-attr]
         out["delta_state"][s] = _canon(rows.select(fields).to_pylist())
+    out["leftovers"] = {"pending": p.home.pending() is not None, "intentions": sorted(p.home.intentions())}
+    return out
+
+
+def compacting_home(home: str, spark: Any = None) -> None:
+    """A new home that trims all but the last epoch and compacts ``sizes`` once 2 of its files are out of reach."""
+    cbp.load(YAML, home=home, spark=spark).set_retention(epochs=1, compact_files=2)
+
+
+def compacted_results(home: str, spark: Any = None) -> dict[str, Any]:
+    """What a compacting home produced that retention keeps: the epochs run, the state (through cbp and a
+    plain Delta reader), the ``sizes`` table as any Delta reader sees it (``_diff`` summed per record), the
+    compacted files in it, and leftovers of recovery."""
+    p = cbp.load(YAML, home=home, spark=spark)
+    out: dict[str, Any] = {"epochs": {s: p.epochs(s) for s in STAGES}, "state": {}, "delta_state": {}}
+    for s in STATEFUL:
+        out["state"][s] = _canon(p.state(s))
+        rows = latest_rows(DeltaTable(os.path.join(home, "stages", s, "state")).to_pyarrow_table())
+        out["delta_state"][s] = _canon(rows.select(list(p.spec.stages[s].state_schema.fields)).to_pylist())  # type: ignore[union-attr]
+    sizes = DeltaTable(os.path.join(home, "flows", "sizes"))
+    summed: dict[tuple[int, int], int] = {}
+    for r in sizes.to_pyarrow_table(columns=["label", "size", "_diff"]).to_pylist():
+        key = (r["label"], r["size"])
+        summed[key] = summed.get(key, 0) + (1 if r["_diff"] is None else r["_diff"])
+    out["sizes"] = _canon([{"label": k[0], "size": k[1]} for k, d in summed.items() for _ in range(d)])
+    out["compacted_files"] = sum(1 for f in sizes.file_uris() if f.rsplit("/", 1)[-1].startswith("c"))
     out["leftovers"] = {"pending": p.home.pending() is not None, "intentions": sorted(p.home.intentions())}
     return out
 

@@ -42,6 +42,28 @@ def test_sigkill_at_many_moments_recovers_exactly(spark, tmp_path):
     assert "the next 'cbp run' re-runs stage" in statuses
 
 
+def test_sigkill_during_compaction_recovers_exactly(spark, tmp_path):
+    """SIGKILL at each of compaction's four points (a run of its own for each, the runs before them here):
+    the recovered home has the same epochs, state and ``sizes`` table (as a Delta reader sums it) as an
+    uninterrupted run with the same retention (the state as networkx), with the flow compacted."""
+    incs = ch.increments(seed=17, n=6, nodes=30, edges=8)
+    ref, victim = str(tmp_path / "reference"), str(tmp_path / "victim")
+    for home in (ref, victim):
+        ch.compacting_home(home, spark)
+    ch.run_reference(ref, incs, spark)
+    want = ch.compacted_results(ref, spark)
+    assert want["state"] == ch.expected(incs) and want["compacted_files"] >= 1
+    ch.run_reference(victim, incs, spark, count=1)  # the first feed and run: no kill
+    plan = {2 * k + 1: faults for k, (_, faults) in zip(range(1, len(incs)), ch.COMPACT_KILLS)}  # runs 2-5
+    log = ch.run_victim(victim, incs, plan, tmp_path, done=2, recover_here=True)
+    assert len(log.killed()) == ch.kill_count(ch.COMPACT_KILLS) == 4  # every point reached (exit -9)
+    got = ch.compacted_results(victim, spark)
+    assert got["leftovers"] == {"pending": False, "intentions": []}
+    for part in ("epochs", "state", "delta_state", "sizes"):
+        assert got[part] == want[part], part
+    assert got["compacted_files"] >= 1
+
+
 def test_task_that_dies_once_is_retried_without_leftovers(spark, tmp_path, monkeypatch):
     """A Python worker that exits after writing its state files (a lost executor): Spark retries
     the task, and the files of the failed attempt never become visible."""

@@ -83,6 +83,15 @@ def test_read_again_when_a_variable_changes(monkeypatch):
     assert settings.current().state_cache_mb == 64.0
     monkeypatch.setenv("CBP_COLUMNAR", "0")
     assert settings.current().columnar is False
+    second = settings.current()
+    monkeypatch.setenv("CBP_NOT_A_SETTING", "1")  # a variable cbp does not read: not read again
+    monkeypatch.setenv("PATH_OF_SOMETHING", "x")
+    assert settings.current() is second
+    monkeypatch.delenv("CBP_COLUMNAR")  # unset: back to the default
+    assert settings.current().columnar is True
+    monkeypatch.delenv("CBP_REMOTE", raising=False)
+    monkeypatch.setenv("SPARK_REMOTE", "sc://example:15002")
+    assert settings.current().remote == "sc://example:15002"
 
 
 @pytest.mark.parametrize("name", ["CBP_STATE_CACHE_MB", "CBP_SMALL_EPOCH_RECORDS", "CBP_LEASE_TTL"])

@@ -26,7 +26,9 @@ entries are deleted dependents first (snapshot copies and collected entries befo
 feed entry that names them), then each table's data files and then its log entries; last the
 record says what was trimmed. A kill anywhere leaves entries below the horizon that nothing reads
 (rewinds and history stop at the horizon) and that the next pass deletes; nothing live (the
-current snapshot, the horizon's snapshot, the increments either holds) is ever deleted.
+current snapshot, the horizon's snapshot, the increments either holds) is ever deleted. The
+collected entries a pass keeps because their increments are live at the horizon (a stage's epochs
+of one run) are recorded with the horizon and deleted by a later pass once they are live no more.
 
 Reads: the record, epoch and feed entries, the horizon's snapshot copy, the rewinds' records,
 the tables' logs. Writes: the record; deletes history entries, snapshot copies, log entries and
@@ -139,6 +141,26 @@ def horizon(home: Home) -> dict[str, Any] | None:
     return {"seq": int(h["seq"]), "stages": {s: int(e) for s, e in h["stages"].items()}, "setting": rec.get("setting")}
 
 
+def _deferrals(plan: _Plan, earlier: dict[str, set[int]]) -> dict[str, list[int]]:
+    """The increments whose collected entries a pass keeps because they are live now or at the horizon, though the
+    epoch that wrote or read them goes (a stage's epochs of one run: the horizon's snapshot is taken before the run
+    collects them): ``earlier`` ones still live, and the dropped epochs'. Recorded with the horizon (write-ahead), so
+    a later pass deletes them once they are live no more.
+
+    >>> plan = _Plan(9, {}, {"s": [(1, {"outputs": {"f": [3, 4]}})]}, {}, {"f": {4, 5}})
+    >>> _deferrals(plan, {"f": {2, 5}})
+    {'f': [4, 5]}
+    """
+    named = {f: set(v) for f, v in earlier.items()}
+    for entries in plan.entries.values():
+        for _e, entry in entries:
+            for key in ("inputs", "outputs"):
+                for flow, incs in (entry.get(key) or {}).items():
+                    named.setdefault(flow, set()).update(int(i) for i in incs)
+    kept = {f: sorted(v & plan.live.get(f, set())) for f, v in sorted(named.items())}
+    return {f: v for f, v in kept.items() if v}
+
+
 def refuse_rewind(home: Home, stage: str | None, to_epoch: int, have: int) -> None:
     """Raise ``rewind-expired`` for a rewind to before the horizon (``have``: the stage's epochs now)."""
     h = horizon(home)
@@ -204,9 +226,13 @@ class Retention:
         if plan is None:
             return None
         rec["horizon"] = {"seq": plan.seq, "stages": plan.first}
+        deferred = {f: {int(i) for i in incs} for f, incs in rec.get("deferred", {}).items()}
+        rec["deferred"] = _deferrals(plan, deferred)
         self.home.write_json(RECORD, rec)  # write-ahead: from here on nothing reads below the horizon
         faults.point("retention:horizon")
         done = {"epochs": 0, "feeds": 0, "rewinds": 0, "log_files": 0, "data_files": 0}
+        for flow, incs in deferred.items():  # collected since an earlier horizon that held them live
+            self._drop_collected(flow, sorted(incs), plan)
         for stage, entries in plan.entries.items():
             for e, entry in entries:
                 self._drop_epoch(stage, e, entry, plan)
@@ -278,6 +304,7 @@ class Retention:
 
     # ------------------------------------------------------------------ deleting
     def _drop_collected(self, flow: str, incs: list[int], plan: _Plan) -> None:
+        """Delete the collected entries of ``incs`` but those live now or at the horizon (:func:`_deferrals`)."""
         for i in incs:
             if int(i) not in plan.live.get(flow, set()):
                 self.home.delete_file(LAYOUT.collected_entry(flow, int(i)))
