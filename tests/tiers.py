@@ -165,6 +165,7 @@ FIRST = (
     "test_cluster_faults.py",  # (the cluster's group: ~495 s)
     "test_delta_spark.py",  # ~244 s, one unit (its Delta session starts once)
     "test_crash.py::test_sigkill_at_many_moments_recovers_exactly",
+    "test_crash.py::test_sigkill_during_compaction_recovers_exactly",  # 4 cbp run processes, a driver each
     "test_tpch.py",  # ~165 s since all 22 queries compile
     "test_graphs.py::test_pagerank_with_retractions",
     "test_runaway.py",
