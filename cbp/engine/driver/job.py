@@ -31,7 +31,7 @@ from ..task.translate import TaskPlan, grouped_task, recordwise_task, route_batc
 from .anchor import anchored_shuffle, placing
 from .bulkjob import bulk_grouped
 from .deltaread import StateSource, latest_state
-from .dfjobs import JobTag
+from .dfjobs import JobTag, shuffle_metrics
 from .locality import placed_epoch
 from .remote_read import needs_arrow_reader, read_parquet
 from .session import is_connect
@@ -154,8 +154,8 @@ def run_stage_epoch(
         if timer is not None:
             timer.cancel()
     results = decode_results(table)
-    if shuffle is not None and connect and "records" not in shuffle:  # the shuffle path on Connect: no status
-        shuffle["records"] = sum(int(r.stats.get("envelopes", 0)) for r in results)  # store, the rows tasks read
+    if shuffle is not None and connect and "records" not in shuffle:  # the shuffle path on Connect, no metrics
+        shuffle["records"] = sum(int(r.stats.get("envelopes", 0)) for r in results)  # sent: the rows tasks read
     return results
 
 
@@ -257,9 +257,10 @@ def _grouped(
     frames: dict[int, DataFrame] | None = None,
 ) -> pa.Table:
     """The grouped stage epoch's job; its tasks' result rows (an Arrow table). ``no_shuffle`` receives
-    zero records and bytes if the job has no shuffle (nothing to ask Spark's status store, which
-    Spark Connect does not have). ``frames``: input ``i``'s records as this DataFrame instead of its
-    files (a bulk build's seed rows)."""
+    the shuffle's records and bytes when they are known without Spark's status store (which Spark Connect
+    does not have): zero if the job has no shuffle, on Connect the job's own metrics
+    (:func:`~cbp.engine.driver.dfjobs.shuffle_metrics`). ``frames``: input ``i``'s records as this DataFrame
+    instead of its files (a bulk build's seed rows)."""
     from pyspark.sql import functions as F
 
     placed = plan.path.placed  # the path, chosen with the plan (cbp.engine.driver.taskplan.choose_path)
@@ -326,7 +327,11 @@ def _grouped(
     env = env.sortWithinPartitions("_h", "_key", "_flow")
     if placed:  # keep partition p on the executor that ran it last epoch (cbp.engine.driver.locality)
         return placed_epoch(spark, env, plan, grouped_task)
-    return env.mapInArrow(partial(grouped_task, plan), result_spark_schema()).toArrow()
+    job = env.mapInArrow(partial(grouped_task, plan), result_spark_schema())
+    table = job.toArrow()
+    if no_shuffle is not None and plan.path.connect:  # no status store: the exchanges' SQL metrics, if sent
+        no_shuffle.update(shuffle_metrics(job))
+    return table
 
 
 def _by_epoch(files: list[str], epoch: Callable[[str], int | None]) -> dict[int, list[str]]:
