@@ -315,6 +315,16 @@ def _grouped(
         env = reduce(lambda a, b: a.unionByName(b), parts)
     else:
         env = spark.createDataFrame([], env_ddl)
+    return _shuffled_job(spark, plan, env, placed, no_shuffle)
+
+
+def _shuffled_job(
+    spark: SparkSession, plan: TaskPlan, env: DataFrame, placed: bool, known: dict[str, int] | None
+) -> pa.Table:
+    """The grouped tasks' job over the envelopes ``env``, shuffled into the stage's partitions; its
+    result rows. On Connect ``known`` receives the shuffle's records and bytes (the job's own metrics)."""
+    from pyspark.sql import functions as F
+
     # partitioned by Spark's hash of the key's text (or of _r, the probe of a copy of a broadcast or
     # multicast record; null in the other envelopes, so the key crosses the shuffle once), sorted by
     # hash first, as state files are: a task reads and writes its state in one pass
@@ -329,8 +339,8 @@ def _grouped(
         return placed_epoch(spark, env, plan, grouped_task)
     job = env.mapInArrow(partial(grouped_task, plan), result_spark_schema())
     table = job.toArrow()
-    if no_shuffle is not None and plan.path.connect:  # no status store: the exchanges' SQL metrics, if sent
-        no_shuffle.update(shuffle_metrics(job))
+    if known is not None and plan.path.connect:  # no status store: the exchanges' SQL metrics, if sent
+        known.update(shuffle_metrics(job))
     return table
 
 
