@@ -11,6 +11,8 @@ process, ``sparkContext``, RDDs) or a Spark Connect one (DataFrame APIs only; :f
   (:func:`known_schema`: ``mapInArrow`` asks for its input's columns, an ``AnalyzePlan``), the
   function's output schema is a Spark type (a DDL string is parsed by the server), and the work travels
   in the function rather than a DataFrame of rows (``createDataFrame`` asks the server a ``Config``).
+- **Shuffle records and bytes** without the status store: on Connect, the SQL metrics of the job's
+  exchanges, which the server sends after the job's last rows (:func:`shuffle_metrics`).
 
 Example::
 
@@ -35,6 +37,7 @@ __all__ = [
     "range_frame",
     "known_schema",
     "blobs_of",
+    "shuffle_metrics",
     "BLOB_DDL",
     "CONNECT_PARALLELISM",
 ]
@@ -130,3 +133,33 @@ def known_schema(df: DataFrame, schema: StructType) -> DataFrame:
     if is_connect(df.sparkSession):
         df._cached_schema = schema  # type: ignore[attr-defined]  # pyspark.sql.connect.dataframe.DataFrame's cache
     return df
+
+
+#: The SQL metrics of a shuffle's exchange (Spark's ``SQLShuffleWriteMetricsReporter`` updates them with the
+#: task metrics that classic's status store sums), by what :func:`shuffle_metrics` calls them.
+SHUFFLE_METRICS = {"shuffleRecordsWritten": "records", "shuffleBytesWritten": "bytes"}
+
+
+def shuffle_metrics(df: DataFrame) -> dict[str, int]:
+    """Records and bytes a collected Connect DataFrame's job wrote to Spark's shuffle: the metrics of its
+    plan's exchanges, which the server sends with the job's last response (``df.executionInfo``); empty
+    when it sent none or the plan has no exchange (a classic DataFrame: :func:`cbp.engine.driver.job.shuffle_written`).
+
+    Example::
+
+        table = df.toArrow()
+        shuffle_metrics(df)  # {"records": 1000, "bytes": 45678}
+    """
+    collected = getattr(getattr(df, "executionInfo", None), "metrics", None)
+    if collected is None:
+        return {}
+    out: dict[str, int] = {}
+    try:
+        for node in collected.extract_graph()[1].values():  # each plan node once
+            for m in node.metrics:
+                what = SHUFFLE_METRICS.get(m.name)
+                if what is not None:
+                    out[what] = out.get(what, 0) + int(m.value)
+    except Exception:  # noqa: BLE001 - a tree pyspark cannot read: unknown, never a failed epoch
+        return {}
+    return out if len(out) == len(SHUFFLE_METRICS) else {}

@@ -31,7 +31,7 @@ from ..task.translate import TaskPlan, grouped_task, recordwise_task, route_batc
 from .anchor import anchored_shuffle, placing
 from .bulkjob import bulk_grouped
 from .deltaread import StateSource, latest_state
-from .dfjobs import JobTag
+from .dfjobs import JobTag, shuffle_metrics
 from .locality import placed_epoch
 from .remote_read import needs_arrow_reader, read_parquet
 from .session import is_connect
@@ -154,8 +154,8 @@ def run_stage_epoch(
         if timer is not None:
             timer.cancel()
     results = decode_results(table)
-    if shuffle is not None and connect and "records" not in shuffle:  # the shuffle path on Connect: no status
-        shuffle["records"] = sum(int(r.stats.get("envelopes", 0)) for r in results)  # store, the rows tasks read
+    if shuffle is not None and connect and "records" not in shuffle:  # the shuffle path on Connect, no metrics
+        shuffle["records"] = sum(int(r.stats.get("envelopes", 0)) for r in results)  # sent: the rows tasks read
     return results
 
 
@@ -257,9 +257,10 @@ def _grouped(
     frames: dict[int, DataFrame] | None = None,
 ) -> pa.Table:
     """The grouped stage epoch's job; its tasks' result rows (an Arrow table). ``no_shuffle`` receives
-    zero records and bytes if the job has no shuffle (nothing to ask Spark's status store, which
-    Spark Connect does not have). ``frames``: input ``i``'s records as this DataFrame instead of its
-    files (a bulk build's seed rows)."""
+    the shuffle's records and bytes when they are known without Spark's status store (which Spark Connect
+    does not have): zero if the job has no shuffle, on Connect the job's own metrics
+    (:func:`~cbp.engine.driver.dfjobs.shuffle_metrics`). ``frames``: input ``i``'s records as this DataFrame
+    instead of its files (a bulk build's seed rows)."""
     from pyspark.sql import functions as F
 
     placed = plan.path.placed  # the path, chosen with the plan (cbp.engine.driver.taskplan.choose_path)
@@ -314,6 +315,16 @@ def _grouped(
         env = reduce(lambda a, b: a.unionByName(b), parts)
     else:
         env = spark.createDataFrame([], env_ddl)
+    return _shuffled_job(spark, plan, env, placed, no_shuffle)
+
+
+def _shuffled_job(
+    spark: SparkSession, plan: TaskPlan, env: DataFrame, placed: bool, known: dict[str, int] | None
+) -> pa.Table:
+    """The grouped tasks' job over the envelopes ``env``, shuffled into the stage's partitions; its
+    result rows. On Connect ``known`` receives the shuffle's records and bytes (the job's own metrics)."""
+    from pyspark.sql import functions as F
+
     # partitioned by Spark's hash of the key's text (or of _r, the probe of a copy of a broadcast or
     # multicast record; null in the other envelopes, so the key crosses the shuffle once), sorted by
     # hash first, as state files are: a task reads and writes its state in one pass
@@ -326,7 +337,11 @@ def _grouped(
     env = env.sortWithinPartitions("_h", "_key", "_flow")
     if placed:  # keep partition p on the executor that ran it last epoch (cbp.engine.driver.locality)
         return placed_epoch(spark, env, plan, grouped_task)
-    return env.mapInArrow(partial(grouped_task, plan), result_spark_schema()).toArrow()
+    job = env.mapInArrow(partial(grouped_task, plan), result_spark_schema())
+    table = job.toArrow()
+    if known is not None and plan.path.connect:  # no status store: the exchanges' SQL metrics, if sent
+        known.update(shuffle_metrics(job))
+    return table
 
 
 def _by_epoch(files: list[str], epoch: Callable[[str], int | None]) -> dict[int, list[str]]:
