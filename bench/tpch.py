@@ -1,6 +1,6 @@
 #!/usr/bin/env python
 """TPC-H benchmark of SQL views: per query, cbp's epoch after a 0.1% change against Spark SQL
-recomputing the query on the same snapshot.
+recomputing the query on the same snapshot and against the query as a Spark Declarative Pipelines view.
 
 One command, one process, one local Spark session (cbp's own, ``local[2]``): the 8 tables are
 generated with ``tpchgen-cli`` at ``--sf`` and written as Delta tables with change data feed
@@ -22,9 +22,17 @@ Spark SQL reads the snapshot's current Parquet files (the Delta table's ``file_u
 delta-spark would; no delta-spark jars needed); its time is the best of two runs (the query's
 DataFrame built, ``collect()``-ed), so the ratio ``cbp / recompute`` is not flattered.
 
+The **SDP column** (``--no-sdp`` leaves it out; ``bench/tpch_sdp.py``): after the first build and after
+each change, the same query (``flows/tpch/QUERY.sql`` as it is) as a Spark Declarative Pipelines
+materialized view over the same snapshot's files, refreshed with ``spark-pipelines run`` against one Spark
+Connect server this process starts and stops: the refresh's seconds from the pipeline's event log (the
+flow's RUNNING to COMPLETED), the CLI's wall time and the CPU of the CLI and the server; the view's rows
+are checked against the recompute's too.
+
     .venv/bin/python bench/tpch.py --sf 0.1            # writes bench/out/tpch.{md,json,png}
     .venv/bin/python bench/tpch.py --sf 0.01 --quick   # smoke run
     .venv/bin/python bench/tpch.py --sf 0.1 --queries q1,q3,q12   # only these queries
+    .venv/bin/python bench/tpch.py --sf 1 --queries q1,q6 --no-sdp   # without the SDP column
 """
 
 from __future__ import annotations
@@ -34,6 +42,7 @@ import json
 import os
 import platform
 import shutil
+import signal
 import sys
 import time
 from pathlib import Path
@@ -43,8 +52,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import tpch_data  # noqa: E402
+import tpch_sdp  # noqa: E402
 
 CHANGES = ("rf1", "rf2", "update")
+#: process groups whose CPU is not cbp's (the SDP arm's Spark Connect server, a child of this process)
+OTHER_GROUPS: set[int] = set()
 
 
 def verdicts(data: Path, where: Path) -> dict[str, str | None]:
@@ -62,24 +74,26 @@ def verdicts(data: Path, where: Path) -> dict[str, str | None]:
     return out
 
 
-def recompute(spark: Any, data: Path, yaml: Path, q: str) -> tuple[float, list[tuple]]:
-    """Spark SQL's best-of-two time of query ``q`` over the tables' current files, and its rows."""
+def recompute(spark: Any, data: Path, yaml: Path, q: str) -> tuple[float, list[tuple], float]:
+    """Spark SQL's best-of-two time of query ``q`` over the tables' current files, its rows, and the CPU
+    seconds of that best run (the process tree's: the JVM does the work)."""
     from deltalake import DeltaTable
 
     from cbp.views.sqlfiles import read_sql_files
 
     views = read_sql_files(str(yaml), [f"{q}.sql"], {})
-    best, rows = float("inf"), []
+    best, cpu, rows = float("inf"), 0.0, []
     for _ in range(2):
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), cpu_seconds()
         for t in tpch_data.read_tables(yaml, [q]):
             spark.read.parquet(*DeltaTable(str(data / t)).file_uris()).createOrReplaceTempView(t)
         for name, v in views.items():
             df = spark.sql(v.sql)
             df.createOrReplaceTempView(name)
         rows = [tuple(r) for r in df.collect()]
-        best = min(best, time.perf_counter() - t0)
-    return best, rows
+        if time.perf_counter() - t0 < best:
+            best, cpu = time.perf_counter() - t0, cpu_seconds() - c0
+    return best, rows, cpu
 
 
 def state_held(yaml: Path, home: Path, q: str) -> tuple[int, int]:
@@ -113,14 +127,17 @@ def same(got: list[tuple], want: list[tuple]) -> bool:
 
 def cpu_seconds() -> float:
     """CPU seconds (user + system) of this process and its live descendants (the JVM, Spark's Python
-    workers, which are reused between tasks): the machine is shared, so wall time alone misleads."""
+    workers, which are reused between tasks), not the SDP arm's server: the machine is shared, so wall time
+    alone misleads."""
     import psutil
 
     total = 0.0
     for proc in [psutil.Process(), *psutil.Process().children(recursive=True)]:
         try:
+            if os.getpgid(proc.pid) in OTHER_GROUPS:
+                continue
             t = proc.cpu_times()
-        except psutil.Error:
+        except (psutil.Error, ProcessLookupError):
             continue
         total += t.user + t.system + t.children_user + t.children_system
     return total
@@ -145,21 +162,39 @@ def epoch(p: Any) -> dict[str, Any]:
 
 
 def measure(args: argparse.Namespace, out: Path) -> dict[str, Any]:
-    import cbp
     from cbp.engine.driver.session import get_spark
 
     data = out / f"tpch-sf{args.sf}"
     shutil.rmtree(data, ignore_errors=True)
     t0 = time.perf_counter()
     rows = tpch_data.generate(data, args.sf)
-    result: dict[str, Any] = {"sf": args.sf, "fraction": args.fraction, "rows": rows}
+    result: dict[str, Any] = {"sf": args.sf, "fraction": args.fraction, "rows": rows, "sdp": args.sdp}
     result["generate_seconds"] = round(time.perf_counter() - t0, 1)
     result["verdicts"] = verdicts(data, out / "tpch-verdicts")
     queries = [q for q, v in result["verdicts"].items() if v is None and (not args.queries or q in args.queries)]
     spark = get_spark()
+    shutil.rmtree(out / "tpch-sdp", ignore_errors=True)  # the server's warehouse, the queries' SDP projects
+    server = tpch_sdp.Server(out / "tpch-sdp") if args.sdp else None
+    try:
+        if server is not None:
+            server.start()
+            OTHER_GROUPS.add(server.proc.pid)  # a session of its own: its pid is its group's
+        pipes = first_builds(spark, server, data, out, queries, result)
+        change_runs(spark, server, data, out, pipes, args.fraction, result)
+    finally:
+        if server is not None:
+            server.stop()
+    return result
+
+
+def first_builds(
+    spark: Any, server: Any, data: Path, out: Path, queries: list[str], result: dict[str, Any]
+) -> dict[str, tuple[Any, Path, Path]]:
+    """Each query's pipeline built (its first run), against a recompute and the SDP view's first run."""
+    import cbp
+
     pipes: dict[str, tuple[Any, Path, Path]] = {}
-    result["first"], result["changes"] = {}, []
-    result["failed"] = {}
+    result["first"], result["changes"], result["failed"] = {}, [], {}
     for q in queries:
         home = out / "tpch-homes" / q
         shutil.rmtree(home, ignore_errors=True)
@@ -172,28 +207,64 @@ def measure(args: argparse.Namespace, out: Path) -> dict[str, Any]:
             print(f"first build {q} FAILED: {e}", flush=True)
             continue
         pipes[q] = (p, yaml, home)
-        secs, want = recompute(spark, data, yaml, q)
-        ok = same(contents(p, q), want)
-        result["first"][q] = {**run, "recompute": secs, "state": state_held(yaml, home, q), "result_rows": len(want)}
-        result["first"][q]["same"] = ok
-        print(
-            f"first build {q}: cbp {run['seconds']:.1f}s, recompute {secs:.1f}s{'' if ok else ' DIFFERS'}", flush=True
-        )
+        secs, want, cpu = recompute(spark, data, yaml, q)
+        row = {**run, "recompute": secs, "recompute_cpu": cpu, "state": state_held(yaml, home, q)}
+        row["result_rows"] = len(want)
+        row["same"] = same(contents(p, q), want)
+        row.update(sdp_run(server, data, out, yaml, q, want))
+        result["first"][q] = row
+        print(f"first build {q}: {summary(row)}", flush=True)
         save(out, result)
-    refresh = tpch_data.Refresh(data, seed=3, fraction=args.fraction)
+    return pipes
+
+
+def change_runs(
+    spark: Any,
+    server: Any,
+    data: Path,
+    out: Path,
+    pipes: dict[str, tuple[Any, Path, Path]],
+    fraction: float,
+    result: dict[str, Any],
+) -> None:
+    """Per change (RF1, RF2, update), each pipeline's run against a recompute and the SDP view's refresh."""
+    refresh = tpch_data.Refresh(data, seed=3, fraction=fraction)
     for change in CHANGES:
         orders = getattr(refresh, change)()
         for q, (p, yaml, home) in pipes.items():
             run = epoch(p)
-            secs, want = recompute(spark, data, yaml, q)
-            row = {"query": q, "change": change, "orders": orders, **run, "recompute": secs}
+            secs, want, cpu = recompute(spark, data, yaml, q)
+            row = {"query": q, "change": change, "orders": orders, **run, "recompute": secs, "recompute_cpu": cpu}
             row["same"] = same(contents(p, q), want)
             row["state"] = state_held(yaml, home, q)
+            row.update(sdp_run(server, data, out, yaml, q, want))
             result["changes"].append(row)
-            flag = "" if row["same"] else " DIFFERS"
-            print(f"{change} {q}: cbp {run['seconds']:.2f}s, recompute {secs:.2f}s{flag}", flush=True)
+            print(f"{change} {q}: {summary(row)}", flush=True)
             save(out, result)
-    return result
+
+
+def sdp_run(server: Any, data: Path, out: Path, yaml: Path, q: str, want: list[tuple]) -> dict[str, Any]:
+    """The SDP arm on the current snapshot: the view's project (re)written, ``spark-pipelines run``, its
+    rows checked against the recompute's ``want``; ``{}`` without a server (``--no-sdp``). A failed run is
+    said in the row (``sdp_error``), and the bench goes on."""
+    if server is None:
+        return {}
+    spec = tpch_sdp.write_project(out / "tpch-sdp" / q, q, data, tpch_data.read_tables(yaml, [q]))
+    try:
+        sdp = tpch_sdp.refresh(server, spec, q)
+        return {"sdp": sdp, "sdp_same": same(tpch_sdp.view_rows(server, q), want)}
+    except Exception as e:  # the SDP arm's failure is a result too
+        print(f"SDP {q} FAILED: {str(e).splitlines()[0][:300]}", flush=True)
+        return {"sdp_error": f"{type(e).__name__}: {e}"[:500]}
+
+
+def summary(row: dict[str, Any]) -> str:
+    """One printed line of a row: cbp's run, the recompute, the SDP refresh, and any difference."""
+    text = f"cbp {row['seconds']:.2f}s, recompute {row['recompute']:.2f}s"
+    if "sdp" in row:
+        text += f", SDP refresh {row['sdp']['refresh']:.2f}s (CLI {row['sdp']['cli_seconds']:.1f}s)"
+    flags = [name for name, ok in (("cbp", row["same"]), ("SDP", row.get("sdp_same", True))) if not ok]
+    return text + "".join(f" {name} DIFFERS" for name in flags) + (" SDP FAILED" if "sdp_error" in row else "")
 
 
 def save(out: Path, result: dict[str, Any]) -> None:
@@ -211,35 +282,47 @@ def table(result: dict[str, Any]) -> str:
         f"changes of {r['fraction']:.1%} of the orders; {r.get('machine', '')}{load}",
         "",
         "| query | change | cbp run (s) | cbp CPU (s) | of which sync (s) | records read | state keys read "
-        "| state held (rows / MB) | Spark SQL recompute (s) | cbp / recompute |",
-        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "| state held (rows / MB) | Spark SQL recompute / CPU (s) | SDP refresh (s) | SDP CLI run / CPU (s) "
+        "| cbp / recompute | cbp / SDP refresh | CPU: cbp / recompute |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
-    for q, f in r["first"].items():
-        rows, size = f["state"]
-        lines.append(
-            f"| {q} | first build | {f['seconds']:.2f} | {f.get('cpu_seconds', 0):.1f} | {f['sync_seconds']:.2f} | "
-            f"{f['records_in']:,} | "
-            f"{f['keys_read']:,} | "
-            f"{rows:,} / {size / 1e6:.1f} | {f['recompute']:.2f} | **{f['seconds'] / f['recompute']:.2f}×**"
-            f"{'' if f.get('same', True) else ' (differs!)'} |"
-        )
-    for c in r["changes"]:
-        rows, size = c["state"]
-        lines.append(
-            f"| {c['query']} | {c['change']} ({c['orders']} orders) | {c['seconds']:.2f} | "
-            f"{c.get('cpu_seconds', 0):.1f} | {c['sync_seconds']:.2f} | "
-            f"{c['records_in']:,} | "
-            f"{c['keys_read']:,} | {rows:,} / {size / 1e6:.1f} | {c['recompute']:.2f} | "
-            f"**{c['seconds'] / c['recompute']:.2f}×**{'' if c.get('same', True) else ' (differs!)'} |"
-        )
+    lines += [table_row(q, "first build", f) for q, f in r["first"].items()]
+    lines += [table_row(c["query"], f"{c['change']} ({c['orders']} orders)", c) for c in r["changes"]]
     if r.get("failed"):
         lines += ["", *[f"- {q} FAILED: {why}" for q, why in r["failed"].items()]]
+    errors = [(q, f) for q, f in r["first"].items() if "sdp_error" in f]
+    errors += [(f"{c['query']} {c['change']}", c) for c in r["changes"] if "sdp_error" in c]
+    lines += ["", *[f"- SDP {what} FAILED: {f['sdp_error']}" for what, f in errors]] if errors else []
     lines += ["", "| query | compiles today? |", "|---|---|"]
     lines += [f"| {q} | {'yes' if v is None else v} |" for q, v in r["verdicts"].items()]
     return "\n".join(lines) + "\n"
 
 
+def table_row(q: str, what: str, f: dict[str, Any]) -> str:
+    """One row of the table: a first build or a run after a change, with its SDP refresh if measured."""
+    rows, size = f["state"]
+    sdp = f.get("sdp")
+    if sdp:
+        sdp_cols = f"{sdp['refresh']:.2f} | {sdp['cli_seconds']:.1f} / {sdp['cli_cpu'] + sdp['server_cpu']:.1f}"
+        vs_sdp = f"**{f['seconds'] / sdp['refresh']:.2f}×**" if sdp["refresh"] > 0 else "–"
+    else:
+        sdp_cols, vs_sdp = ("failed | –" if "sdp_error" in f else "– | –"), "–"
+    rcpu = f.get("recompute_cpu")
+    cpu_cols = (
+        (f"{f['recompute']:.2f} / {rcpu:.1f}", f"{f['cpu_seconds'] / rcpu:.2f}×")
+        if rcpu
+        else (f"{f['recompute']:.2f}", "–")
+    )
+    flags = ("" if f.get("same", True) else " (differs!)") + ("" if f.get("sdp_same", True) else " (SDP differs!)")
+    return (
+        f"| {q} | {what} | {f['seconds']:.2f} | {f.get('cpu_seconds', 0):.1f} | {f['sync_seconds']:.2f} | "
+        f"{f['records_in']:,} | {f['keys_read']:,} | {rows:,} / {size / 1e6:.1f} | {cpu_cols[0]} | "
+        f"{sdp_cols} | **{f['seconds'] / f['recompute']:.2f}×**{flags} | {vs_sdp} | {cpu_cols[1]} |"
+    )
+
+
 def plot(result: dict[str, Any], path: Path) -> None:
+    """Per first build and change, each query's cbp run, Spark SQL recompute and SDP refresh (seconds, log)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -247,26 +330,33 @@ def plot(result: dict[str, Any], path: Path) -> None:
 
     queries = list(result["first"])
     kinds = ["first build", *CHANGES]
-    fig, ax = plt.subplots(figsize=(7, 3.6))
-    width = 0.8 / len(kinds)
-    for i, kind in enumerate(kinds):
-        ratios = []
-        for q in queries:
-            if kind == "first build":
-                f = result["first"][q]
-            else:
-                f = next(c for c in result["changes"] if c["query"] == q and c["change"] == kind)
-            ratios.append(f["seconds"] / f["recompute"])
-        ax.bar([j + i * width for j in range(len(queries))], ratios, width, label=kind)
-    ax.axhline(1.0, color="grey", lw=0.8, ls="--")
-    ax.axhline(0.1, color="green", lw=0.8, ls=":")
-    ax.set_yscale("log")
-    ax.set_xticks([j + 0.4 - width / 2 for j in range(len(queries))], queries)
-    ax.set_ylabel("cbp run / Spark SQL recompute")
-    ax.set_title(f"TPC-H SF {result['sf']}: cbp's epoch after a {result['fraction']:.1%} change vs a recompute")
-    ax.legend(fontsize=8)
+    series = [("cbp run", lambda f: f["seconds"]), ("Spark SQL recompute", lambda f: f["recompute"])]
+    if any("sdp" in f for f in [*result["first"].values(), *result["changes"]]):
+        series.append(("SDP refresh", lambda f: f["sdp"]["refresh"] if "sdp" in f else float("nan")))
+    fig, axes = plt.subplots(1, len(kinds), figsize=(3 + 1.1 * len(queries) * len(kinds), 3.8), sharey=True)
+    width = 0.8 / len(series)
+    for ax, kind in zip(axes, kinds):
+        runs = [result["first"][q] if kind == "first build" else row_of(result, q, kind) for q in queries]
+        for i, (label, value) in enumerate(series):
+            xs = [j + i * width for j, f in enumerate(runs) if f is not None]
+            ax.bar(xs, [value(f) for f in runs if f is not None], width, label=label)
+        ax.set_yscale("log")
+        ax.set_xticks([j + 0.4 - width / 2 for j in range(len(queries))], queries)
+        ax.set_title(kind, fontsize=9)
+    axes[0].set_ylabel("seconds (log)")
+    axes[0].legend(fontsize=7)
+    fig.suptitle(
+        f"TPC-H SF {result['sf']}: cbp's run after a {result['fraction']:.1%} change, "
+        "a Spark SQL recompute, an SDP materialized view's refresh",
+        fontsize=10,
+    )
     fig.tight_layout()
     fig.savefig(path, dpi=110)
+
+
+def row_of(result: dict[str, Any], q: str, change: str) -> dict[str, Any] | None:
+    """The run of query ``q`` after ``change`` in ``result``, if there is one."""
+    return next((c for c in result["changes"] if c["query"] == q and c["change"] == change), None)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -276,8 +366,12 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--out", default=str(Path(__file__).resolve().parent / "out"))
     ap.add_argument("--quick", action="store_true", help="a smoke run: SF 0.01")
     ap.add_argument("--queries", type=lambda s: s.split(","), default=None, help="only these, e.g. q1,q3,q12")
+    ap.add_argument(
+        "--no-sdp", dest="sdp", action="store_false", help="leave out the Spark Declarative Pipelines column"
+    )
     ap.add_argument("--merge", nargs="+", default=None, help="tpch.json files of runs of other queries: one table")
     args = ap.parse_args(argv)
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # a killed run stops the SDP server too (finally)
     if args.merge:
         return report(merged([json.loads(Path(f).read_text()) for f in args.merge]), Path(args.out))
     if args.quick:
