@@ -34,7 +34,7 @@ from .exprs import ViewError, infer, with_decimal_types
 from .hoist import hoist
 from .joins import PRESERVED, Step
 from .mode import recorded
-from .query import AGGREGATES, Select, Source, _parse, placed, position, used_fields
+from .query import AGGREGATES, Select, Source, _parse, names_of, placed, position, read_after, used_fields
 from .run import RouteKey
 from .select import read_tree
 from .setops import WEIGHT, set_operations
@@ -198,7 +198,8 @@ class Generated:
     def _chain(self, q: Select, flow: str, cols: list[list[Any]] | None, fields: dict[str, str]) -> None:
         """The view's joins: one two-input join stage per step, each writing the rows joined so far to
         flow ``<view>__j<i>``, the last writing ``flow`` (``cols``; None: every joined field)."""
-        used = used_fields(q)  # each input's fields pruned to those the view reads: a join keeps no other
+        after = read_after(q)  # each input's fields pruned to those the view reads (routing included) ...
+        used = after[0]
         first = _pruned(q.sources[0], used)
         base = flow.removesuffix("__join")  # v__join's steps: v__j1, ...; a UNION ALL branch's: v__u1__j1, ...
         bound: dict[str, str | None] = {first.prefix + f: t for f, t in first.types.items()}
@@ -221,6 +222,9 @@ class Generated:
             cond = exp.and_(*step.filter) if step.filter else None
             for c in (match, cond, step.right_where, step.left_where):
                 self._type(c, env, boolean=True)
+            bound = {f: t for f, t in bound.items() if f in after[i]}  # ... and what a step's rows keep: what
+            keep = after[i] | names_of(match, cond)  # is read after it or by its conditions (not its keys)
+            held = [[f for f in left[2] if left[1] + f in keep], [f for f in right.types if right.prefix + f in keep]]
             if cols is None or not last:
                 out_cols: list[list[Any]] = [[f, f] for f in bound]
                 out_fields = {f: f"{t}?" for f, t in bound.items()}
@@ -237,18 +241,18 @@ class Generated:
             plan = _plan(
                 "join",
                 out,
-                fields=[left[2], list(right.types)],
-                ftypes=[left[3], list(right.types.values())],
+                fields=held,
+                ftypes=[[dict(zip(left[2], left[3]))[f] for f in held[0]], [right.types[f] for f in held[1]]],
                 filter=self._x(cond, env),
                 cols=out_cols,
                 types={n: t.rstrip("?") for n, t in out_fields.items()},
                 **parts,
             )
-            keep = PRESERVED[step.kind]
+            kept = PRESERVED[step.kind]
             routes = [
-                RouteKey(keys[0], self._x(step.left_where, env), left[1], casts, 0 not in keep, left[2]),
+                RouteKey(keys[0], self._x(step.left_where, env), left[1], casts, 0 not in kept, left[2]),
                 RouteKey(
-                    keys[1], self._x(step.right_where, env), right.prefix, casts, 1 not in keep, list(right.types)
+                    keys[1], self._x(step.right_where, env), right.prefix, casts, 1 not in kept, list(right.types)
                 ),
             ]
             state = {"s": "int", "r": "string", "n": "int"} | ({"m": "int"} if match is not None else {})

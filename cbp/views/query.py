@@ -32,6 +32,8 @@ __all__ = [
     "placed",
     "defining_cte",
     "used_fields",
+    "read_after",
+    "names_of",
 ]
 
 AGGREGATES: tuple[type[exp.Expr], ...] = (exp.Count, exp.Sum, exp.Avg, exp.Min, exp.Max)
@@ -86,12 +88,29 @@ def used_fields(q: Select) -> set[str]:
     >>> sorted(used_fields(q))
     ['l__k', 'l__x', 'r__k']
     """
-    found: list[exp.Expr | None] = [e for _, e in q.columns]
-    found += [q.where, q.having, *(q.groups or [])]
-    for st in q.steps:
-        found += [k for pair in st.keys for k in pair]
-        found += [*st.match, *st.filter, st.right_where, st.left_where]
-    return {c.name for e in found if e is not None for c in e.find_all(exp.Column)}
+    return read_after(q)[0]
+
+
+def read_after(q: Select) -> list[set[str]]:
+    """Per join step ``i`` (1-based), the row fields read after it: by the steps after it (their keys
+    and conditions) and by the SELECT's columns, WHERE, GROUP BY and HAVING; item 0: every field read.
+
+    >>> from cbp.views.select import read_query
+    >>> q = read_query("v", "SELECT a.x FROM a JOIN b ON a.k = b.k", {"a": {"k": "int", "x": "int"},
+    ...                                                            "b": {"k": "int"}})[0]
+    >>> [sorted(s) for s in read_after(q)]
+    [['l__k', 'l__x', 'r__k'], ['l__x']]
+    """
+    out = [names_of(*(e for _, e in q.columns), q.where, q.having, *(q.groups or []))]
+    for st in reversed(q.steps):
+        keys = [k for pair in st.keys for k in pair]
+        out.append(out[-1] | names_of(*keys, *st.match, *st.filter, st.right_where, st.left_where))
+    return out[::-1]
+
+
+def names_of(*exprs: exp.Expr | None) -> set[str]:
+    """The names of the columns that ``exprs`` read."""
+    return {c.name for e in exprs if e is not None for c in e.find_all(exp.Column)}
 
 
 def position(node: exp.Expr | None, sql: str, keyword: str | None = None) -> tuple[int, int]:
