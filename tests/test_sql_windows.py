@@ -140,7 +140,8 @@ def _one_partition(params: dict, amounts: list[float], added: float) -> list[tup
 
     out = _Out(params)
     rows = [_row(i, "a", a, 1) for i, a in enumerate(amounts)]
-    state = iter([{"r": key_text([r[f] for f in ORDERS]), "n": 1} for r in rows])
+    fields = params["cbp_view"]["fields"]  # the fields the view reads (a partition's rows keep no other)
+    state = iter([{"r": key_text([r[f] for f in fields]), "n": 1} for r in rows])
     window('["a"]', state, [_row(len(rows), "a", added, 1) | {"_diff": 1}], out=out)
     return sorted((r["id"], r["rn"], r["_diff"]) for r in out.written)
 

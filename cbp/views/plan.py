@@ -34,7 +34,7 @@ from .exprs import ViewError, infer, with_decimal_types
 from .hoist import hoist
 from .joins import PRESERVED, Step
 from .mode import ansi, recorded
-from .query import AGGREGATES, Select, Source, _parse, placed, position
+from .query import AGGREGATES, Select, Source, _parse, names_of, placed, position, read_after, used_fields
 from .run import RouteKey
 from .select import read_tree
 from .setops import WEIGHT, set_operations
@@ -198,7 +198,9 @@ class Generated:
     def _chain(self, q: Select, flow: str, cols: list[list[Any]] | None, fields: dict[str, str]) -> None:
         """The view's joins: one two-input join stage per step, each writing the rows joined so far to
         flow ``<view>__j<i>``, the last writing ``flow`` (``cols``; None: every joined field)."""
-        first = q.sources[0]
+        after = read_after(q)  # each input's fields pruned to those the view reads (routing included) ...
+        used = after[0]
+        first = _pruned(q.sources[0], used)
         base = flow.removesuffix("__join")  # v__join's steps: v__j1, ...; a UNION ALL branch's: v__u1__j1, ...
         bound: dict[str, str | None] = {first.prefix + f: t for f, t in first.types.items()}
         left: tuple[str, str, list[str], list[str | None]] = (
@@ -208,7 +210,7 @@ class Generated:
             list(first.types.values()),
         )
         for i, step in enumerate(q.steps, 1):
-            right = step.source
+            right = _pruned(step.source, used)
             if right.flow == left[0]:  # a self-join: a stage reads a flow once, so it reads a copy
                 right = dataclasses.replace(right, flow=self._copy(right, f"{base}__self{i}"))
             env = bound | {right.prefix + f: t for f, t in right.types.items()}
@@ -220,6 +222,9 @@ class Generated:
             cond = exp.and_(*step.filter) if step.filter else None
             for c in (match, cond, step.right_where, step.left_where):
                 self._type(c, env, boolean=True)
+            bound = {f: t for f, t in bound.items() if f in after[i]}  # ... and what a step's rows keep: what
+            keep = after[i] | names_of(match, cond)  # is read after it or by its conditions (not its keys)
+            held = [[f for f in left[2] if left[1] + f in keep], [f for f in right.types if right.prefix + f in keep]]
             if cols is None or not last:
                 out_cols: list[list[Any]] = [[f, f] for f in bound]
                 out_fields = {f: f"{t}?" for f, t in bound.items()}
@@ -236,17 +241,19 @@ class Generated:
             plan = _plan(
                 "join",
                 out,
-                fields=[left[2], list(right.types)],
-                ftypes=[left[3], list(right.types.values())],
+                fields=held,
+                ftypes=[[dict(zip(left[2], left[3]))[f] for f in held[0]], [right.types[f] for f in held[1]]],
                 filter=self._x(cond, env),
                 cols=out_cols,
                 types={n: t.rstrip("?") for n, t in out_fields.items()},
                 **parts,
             )
-            keep = PRESERVED[step.kind]
+            kept = PRESERVED[step.kind]
             routes = [
-                RouteKey(keys[0], self._x(step.left_where, env), left[1], casts, 0 not in keep),
-                RouteKey(keys[1], self._x(step.right_where, env), right.prefix, casts, 1 not in keep),
+                RouteKey(keys[0], self._x(step.left_where, env), left[1], casts, 0 not in kept, left[2]),
+                RouteKey(
+                    keys[1], self._x(step.right_where, env), right.prefix, casts, 1 not in kept, list(right.types)
+                ),
             ]
             state = {"s": "int", "r": "string", "n": "int"} | ({"m": "int"} if match is not None else {})
             raw = {
@@ -310,7 +317,9 @@ class Generated:
             "params": {"cbp_view": plan},
         }
         keys = [self._x(g, types) or "" for g in groups]
-        routes = [RouteKey(keys, self._x(where, types), "", [], False)]
+        have = self.flows[source] if q.steps else q.sources[0].types
+        reads = [f for f in have if f in used_fields(q)]  # what the keys, aggregates and WHERE read
+        routes = [RouteKey(keys, self._x(where, types), "", [], False, reads)]
         if not groups and q.steps:  # its row from the first epoch although no joined row may ever come:
             ticks = list(dict.fromkeys([*(s.flow for s in q.sources), *(st.source.flow for st in q.steps)]))
             inputs += [{"flow": f, "route_by": _RUN + "unrouted"} for f in ticks]  # the joins' inputs,
@@ -380,6 +389,11 @@ class Generated:
         for b in branches:  # the first SELECT names the columns
             b["cols"] = [[shapes[0][j][0], c[1]] for j, c in enumerate(b["cols"])]
         self._linear(flow, inputs, branches, fields)
+
+
+def _pruned(src: Source, used: set[str]) -> Source:
+    """``src`` with only the fields in ``used`` (by their prefixed names): what a join stage keeps of it."""
+    return dataclasses.replace(src, types={f: t for f, t in src.types.items() if src.prefix + f in used})
 
 
 def _group_state(aggs: list[list[Any]]) -> dict[str, str]:

@@ -22,7 +22,19 @@ from .exprs import SCALAR_NODES, ViewError, construct_name
 from .morefns import NAMED  # (pmod(): a function sqlglot leaves anonymous)
 from .vtypes import is_typed_view_type
 
-__all__ = ["ViewError", "Source", "Select", "tables_of", "AGGREGATES", "position", "placed", "defining_cte"]
+__all__ = [
+    "ViewError",
+    "Source",
+    "Select",
+    "tables_of",
+    "AGGREGATES",
+    "position",
+    "placed",
+    "defining_cte",
+    "used_fields",
+    "read_after",
+    "names_of",
+]
 
 AGGREGATES: tuple[type[exp.Expr], ...] = (exp.Count, exp.Sum, exp.Avg, exp.Min, exp.Max)
 _STRUCTURE = frozenset(
@@ -64,6 +76,41 @@ class Select:
     def types(self) -> dict[str, str | None]:
         """Field name -> type of the rows this SELECT reads (a joined row's fields are prefixed)."""
         return {s.prefix + f: t for s in self.sources for f, t in s.types.items()}
+
+
+def used_fields(q: Select) -> set[str]:
+    """The row fields (a joined row's prefixed) that SELECT ``q`` reads anywhere: its columns, WHERE,
+    GROUP BY, HAVING, and each join step's keys and conditions.
+
+    >>> from cbp.views.select import read_query
+    >>> q = read_query("v", "SELECT a.x FROM a JOIN b ON a.k = b.k", {"a": {"k": "int", "x": "int", "y": "int"},
+    ...                                                            "b": {"k": "int", "z": "int"}})[0]
+    >>> sorted(used_fields(q))
+    ['l__k', 'l__x', 'r__k']
+    """
+    return read_after(q)[0]
+
+
+def read_after(q: Select) -> list[set[str]]:
+    """Per join step ``i`` (1-based), the row fields read after it: by the steps after it (their keys
+    and conditions) and by the SELECT's columns, WHERE, GROUP BY and HAVING; item 0: every field read.
+
+    >>> from cbp.views.select import read_query
+    >>> q = read_query("v", "SELECT a.x FROM a JOIN b ON a.k = b.k", {"a": {"k": "int", "x": "int"},
+    ...                                                            "b": {"k": "int"}})[0]
+    >>> [sorted(s) for s in read_after(q)]
+    [['l__k', 'l__x', 'r__k'], ['l__x']]
+    """
+    out = [names_of(*(e for _, e in q.columns), q.where, q.having, *(q.groups or []))]
+    for st in reversed(q.steps):
+        keys = [k for pair in st.keys for k in pair]
+        out.append(out[-1] | names_of(*keys, *st.match, *st.filter, st.right_where, st.left_where))
+    return out[::-1]
+
+
+def names_of(*exprs: exp.Expr | None) -> set[str]:
+    """The names of the columns that ``exprs`` read."""
+    return {c.name for e in exprs if e is not None for c in e.find_all(exp.Column)}
 
 
 def position(node: exp.Expr | None, sql: str, keyword: str | None = None) -> tuple[int, int]:

@@ -31,14 +31,26 @@ __all__ = ["RouteKey", "SKIP", "linear", "group", "write_group", "join", "window
 class RouteKey:
     """The RouteBy of a generated stage's input: the JSON text of the key expressions' values
     (:data:`SKIP` when ``where`` is not true, or, with ``skip_null``, a key value is NULL). cbp's own
-    code: a small epoch routes by it in the driver (:mod:`cbp.engine.driver.smallepoch`)."""
+    code: a small epoch routes by it in the driver (:mod:`cbp.engine.driver.smallepoch`).
+
+    ``reads``: the input's fields the stage reads (None: all). Records equal in them are one record
+    to the stage, so the engine consolidates an epoch's records by them before routing
+    (:func:`cbp.engine.task.signed.consolidated_by`): an update of a field no view reads cancels
+    there, before any key or state is touched."""
 
     driver_safe = True
 
     def __init__(
-        self, exprs: list[str], where: str | None, prefix: str, casts: list[str | None], skip_null: bool
+        self,
+        exprs: list[str],
+        where: str | None,
+        prefix: str,
+        casts: list[str | None],
+        skip_null: bool,
+        reads: list[str] | None = None,
     ) -> None:
         self.exprs, self.where, self.prefix, self.casts, self.skip_null = exprs, where, prefix, casts, skip_null
+        self.reads = reads
 
     def __call__(self, record: dict[str, Any]) -> str:
         if self.where is not None and expr_fn(self.where, self.prefix)(record) is not True:

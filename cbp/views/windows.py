@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 from sqlglot import exp
 
 from .exprs import ViewError, construct_name, infer
-from .query import AGGREGATES, Select, position
+from .query import AGGREGATES, Select, position, used_fields
 from .run import RouteKey
 
 if TYPE_CHECKING:
@@ -209,7 +209,8 @@ def compile_window(gen: Generated, q: Select, flow: str) -> None:
         )
     where: exp.Expr | None = q.where
     source = q.sources[0].flow
-    types: dict[str, str | None] = dict(q.types)
+    used = used_fields(q)  # a partition's rows are kept with only the fields the view reads
+    types: dict[str, str | None] = {f: t for f, t in q.types.items() if f in used}
     if q.steps:  # the joined rows (WHERE applied) on flow <view>__join, then the window
         source, where = f"{flow}__join", None
         gen._chain(q, source, None, {})
@@ -251,7 +252,7 @@ def compile_window(gen: Generated, q: Select, flow: str) -> None:
         "state": _STATE,
         "params": {"cbp_view": plan},
     }
-    gen._stage(flow, flow, raw, fields, [RouteKey(partition, gen._x(where, types), "", [], False)])
+    gen._stage(flow, flow, raw, fields, [RouteKey(partition, gen._x(where, types), "", [], False, list(types))])
 
 
 def _window(gen: Generated, n: exp.Window, types: dict[str, str | None]) -> tuple[dict[str, Any], str | None]:

@@ -187,8 +187,11 @@ def driver_routed(spark: SparkSession, plan: TaskPlan, input_files: dict[int, li
         and sum(t.num_rows for _, _, t in remote) <= DRIVER_ROUTED
         and all(_driver_safe(plan, i) for i, _, _ in remote)
     ):
-        for i, made, table in remote:
-            parts.extend(route_batches(plan, i, made, table.to_batches()))
+        by_input: dict[tuple[int, int], list[pa.RecordBatch]] = {}  # an input's files routed together: a view's
+        for i, made, table in remote:  # input is consolidated across them (cbp.views.run.RouteKey.reads)
+            by_input.setdefault((i, made), []).extend(table.to_batches())
+        for (i, made), batches in by_input.items():
+            parts.extend(route_batches(plan, i, made, batches))
         remote = []
     if remote:
         key, records = (plan.home.location, plan.stage.name), sum(t.num_rows for _, _, t in remote)

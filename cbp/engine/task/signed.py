@@ -32,6 +32,7 @@ from ...spec.schema import RecordSchema
 __all__ = [
     "consolidate_records",
     "consolidate_table",
+    "consolidated_by",
     "consolidate_group",
     "delivered_consolidated",
     "fill_diff",
@@ -119,6 +120,27 @@ def consolidate_table(t: pa.Table) -> pa.Table:
     else:  # list columns cannot be grouped by: the records' Python form
         out = pa.Table.from_pylist(consolidate_records(t.to_pylist()), schema=t.schema)
     return out
+
+
+def consolidated_by(t: pa.Table, reads: list[str]) -> pa.Table:
+    """Records ``t`` consolidated by the fields a stage reads (``reads``; it never looks at the
+    others), if they hold a retraction: records equal in those fields become the first of them with
+    the sum of their ``_diff``; a sum of 0 is dropped. An update of a field the stage does not read
+    (``-old``, ``+new``) cancels here, before routing.
+
+        >>> t = pa.table({"k": [1, 1, 2], "price": [5, 6, 7], "_diff": [-1, 1, 1]})
+        >>> consolidated_by(t, ["k"]).to_pylist()
+        [{'k': 2, 'price': 7, '_diff': 1}]
+    """
+    if not has_negative(t):
+        return t
+    diff = pc.fill_null(t.column(DIFF), 1)
+    cols = {f"c{j}": t.column(n) for j, n in enumerate(reads)}
+    keyed = pa.table({**cols, "_d": diff, "_i": pa.array(np.arange(t.num_rows, dtype=np.int64))})
+    g = keyed.group_by(list(cols), use_threads=False).aggregate([("_d", "sum"), ("_i", "min")])
+    g = g.filter(pc.not_equal(g.column("_d_sum"), 0)).sort_by([("_i_min", "ascending")])
+    out = t.take(g.column("_i_min"))
+    return out.set_column(t.column_names.index(DIFF), t.schema.field(DIFF), g.column("_d_sum").cast(diff.type))
 
 
 def consolidate_group(g: Any, arrow: bool) -> bool:

@@ -41,7 +41,7 @@ from .routing import (
     plain_route_field,
     restore_fields,
 )
-from .signed import consolidated_batches
+from .signed import consolidated_batches, consolidated_by
 from .sinks import io_path
 from .translators import runner_for
 
@@ -73,6 +73,9 @@ def _route_batches(
     routes = Routes(flow_idx, plan.probes, schema)
     flows = [i.flow for i in plan.stage.inputs]
     plain = plain_route_field(route, plan.input_schemas[flow_idx])
+    reads = getattr(route.fn, "reads", None)
+    if reads is not None:  # a SQL view's input (cbp.views.run.RouteKey): records equal in what it reads are one
+        batches = _consolidated_by(batches, reads)
     for b in batches:
         env = plain_envelopes(flow_idx, plain, b, schema) if plain is not None else None
         if env is not None:  # every record of the batch routed by Arrow
@@ -128,6 +131,27 @@ def _route_batches(
         last = routes.flush()
         if last is not None:
             yield last
+
+
+#: Records a map task holds to consolidate a view's input (:func:`_consolidated_by`) at most at once.
+CONSOLIDATE_ROWS = 1 << 20
+
+
+def _consolidated_by(batches: Iterable[pa.RecordBatch], reads: list[str]) -> Iterator[pa.RecordBatch]:
+    """The records of ``batches`` consolidated by the fields ``reads`` (:func:`.signed.consolidated_by`),
+    :data:`CONSOLIDATE_ROWS` at a time (a pair split between two such chunks reaches the task, which
+    consolidates it there)."""
+    held: list[pa.RecordBatch] = []
+    rows = 0
+    for b in batches:
+        if b.num_rows:
+            held.append(b)
+            rows += b.num_rows
+        if rows >= CONSOLIDATE_ROWS:
+            yield from consolidated_by(pa.Table.from_batches(held), reads).to_batches()
+            held, rows = [], 0
+    if held:
+        yield from consolidated_by(pa.Table.from_batches(held), reads).to_batches()
 
 
 def _shown(rec: dict[str, Any]) -> str:
