@@ -98,7 +98,8 @@ def test_bulk_first_build_equals_per_key_and_spark_then_both_maintained(spark, t
     read = _run(bulk, True, monkeypatch)
     assert sorted(seeds) == sorted(VIEWS)  # every view's first build by Spark SQL:
     assert all(read[v] < 50 for v in VIEWS), read  # its tasks read a seed row per group, not 302 records
-    assert _run(perkey, False, monkeypatch) == {v: 302 for v in VIEWS}
+    # the per-key path reads the records (consolidated by the columns each view reads: fewer than 302)
+    assert all(50 < n <= 302 for n in _run(perkey, False, monkeypatch).values())
     assert sorted(seeds) == sorted(VIEWS)  # the per-key path: no seed
     live = live[1:] + [live[1]]
     _same_state_and_output(bulk, perkey, VIEWS)
