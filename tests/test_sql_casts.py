@@ -392,7 +392,7 @@ REFUSED = [  # (SQL, what the message says): each view-unsupported, at its line 
     ("SELECT date_trunc('fortnight', ts) AS x FROM items", "date_trunc() to 'FORTNIGHT'"),
     ("SELECT trunc(day, 'Q') AS x FROM items", "trunc() to 'QUARTER'"),
     ("SELECT to_date(name, 'MMM d yyyy') AS x FROM items", "to_date format 'MMM d yyyy'"),
-    ("SELECT bround(amount, 1) AS x FROM items", "bround"),
+    ("SELECT format_number(amount, 1) AS x FROM items", "format_number"),
     ("SELECT round(amount, id) AS x FROM items", "not an int literal"),
     ("SELECT split_part(name, ',', 0) AS x FROM items", "part 0"),
     ("SELECT greatest(id, name) AS x FROM items", "greatest() of int and string"),
