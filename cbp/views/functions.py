@@ -23,7 +23,7 @@ from .casts import to_text
 from .viewerror import ViewError
 from .vtypes import coerce_pair, is_numeric, wider
 
-__all__ = ["TYPES", "VALUES"]
+__all__ = ["TYPES", "VALUES", "rounded"]
 
 _Infer = Callable[[exp.Expr, Mapping[str, str | None]], Any]
 _Ev = Callable[[exp.Expr, Mapping[str, Any]], Any]
@@ -69,14 +69,22 @@ def _round_type(node: exp.Expr, infer: _Infer, types: _Types) -> str | None:
 
 
 def _round_value(node: exp.Expr, row: Mapping[str, Any], ev: _Ev) -> Any:
-    x = ev(node.this, row)
-    scale = _int_literal(node, node.args.get("decimals"), 0)
+    return rounded(ev(node.this, row), _int_literal(node, node.args.get("decimals"), 0), _EXACT)
+
+
+def rounded(x: Any, scale: int, context: decimal.Context) -> Any:
+    """``x`` rounded to ``scale`` digits after the point (before it if negative) by ``context``'s
+    rounding (``round``: HALF_UP, ``bround``: HALF_EVEN), a double by its shortest digits, as Spark's.
+
+        >>> rounded(2.5, 0, _EXACT), rounded(125, -1, _EXACT)
+        (3.0, 130)
+    """
     if x is None or (isinstance(x, int) and scale >= 0) or (isinstance(x, float) and not math.isfinite(x)):
         return x
     d = decimal.Decimal(repr(x)) if isinstance(x, float) else decimal.Decimal(x)
-    q = d.quantize(decimal.Decimal(1).scaleb(-scale), context=_EXACT)
+    q = d.quantize(decimal.Decimal(1).scaleb(-scale), context=context)
     if scale < 0:
-        q = q.quantize(decimal.Decimal(1), context=_EXACT)
+        q = q.quantize(decimal.Decimal(1), context=context)
     if isinstance(x, float):
         return float(q)
     return int(q) if isinstance(x, int) else q

@@ -24,7 +24,7 @@ from typing import Any
 from sqlglot import exp
 
 from . import regex, unixtime
-from .functions import _int_literal, _round_type
+from .functions import _int_literal, _round_type, rounded
 from .ops import _mod
 from .viewerror import ViewError
 from .vtypes import arith, is_numeric, wider
@@ -215,17 +215,8 @@ _HALF_EVEN = decimal.Context(prec=1000, rounding=decimal.ROUND_HALF_EVEN)  # (a 
 
 def _bround_value(node: exp.Expr, row: Mapping[str, Any], ev: _Ev) -> Any:
     """``bround(x [, s])``: ``round`` with HALF_EVEN (a double by its shortest digits, as Spark's)."""
-    x = ev(node.expressions[0], row)
     scale = _int_literal(node, node.expressions[1] if len(node.expressions) > 1 else None, 0)
-    if x is None or (isinstance(x, int) and scale >= 0) or (isinstance(x, float) and not math.isfinite(x)):
-        return x
-    d = decimal.Decimal(repr(x)) if isinstance(x, float) else decimal.Decimal(x)
-    q = d.quantize(decimal.Decimal(1).scaleb(-scale), context=_HALF_EVEN)
-    if scale < 0:
-        q = q.quantize(decimal.Decimal(1), context=_HALF_EVEN)
-    if isinstance(x, float):
-        return float(q)
-    return int(q) if isinstance(x, int) else q
+    return rounded(ev(node.expressions[0], row), scale, _HALF_EVEN)
 
 
 def _bround_type(node: exp.Expr, infer: _Infer, types: _Types) -> str | None:
