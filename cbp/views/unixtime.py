@@ -59,15 +59,19 @@ def _fail_or_null(message: str, spark: str) -> None:
         raise CastFailure(message, spark)
 
 
-def _parse_node(node: exp.Expr) -> exp.Expr:
-    """``to_timestamp(s, fmt)`` of a ``unix_timestamp(s, fmt)`` (kept on the node)."""
-    got = node.meta.get("cbp_parse")
+def _with_format(node: exp.Expr, key: str, build: Callable[[exp.Expr], exp.Expr]) -> exp.Expr:
+    """``build(fmt)`` of ``node``'s format (Spark's default when it has none), made once and kept on
+    the node under ``key``."""
+    got = node.meta.get(key)
     if got is None:
         fmt = node.args.get("format")
-        if fmt is None:
-            fmt = exp.Literal.string(_DEFAULT)
-        got = node.meta["cbp_parse"] = exp.StrToTime(this=node.this, format=fmt.copy())
+        got = node.meta[key] = build(exp.Literal.string(_DEFAULT) if fmt is None else fmt.copy())
     return got
+
+
+def _parse_node(node: exp.Expr) -> exp.Expr:
+    """``to_timestamp(s, fmt)`` of a ``unix_timestamp(s, fmt)`` (kept on the node)."""
+    return _with_format(node, "cbp_parse", lambda fmt: exp.StrToTime(this=node.this, format=fmt))
 
 
 def _unix_type(node: exp.Expr, infer: _Infer, types: _Types) -> str:
@@ -92,13 +96,8 @@ def _unix_value(node: exp.Expr, row: Mapping[str, Any], ev: _Ev) -> Any:
 
 
 def _format_node(node: exp.Expr) -> exp.Expr:
-    got = node.meta.get("cbp_format_node")
-    if got is None:
-        fmt = node.args.get("format")
-        if fmt is None:
-            fmt = exp.Literal.string(_DEFAULT)
-        got = node.meta["cbp_format_node"] = exp.TimeToStr(this=exp.column("cbp__t"), format=fmt.copy())
-    return got
+    """``date_format(cbp__t, fmt)`` of a ``from_unixtime(x, fmt)`` (kept on the node)."""
+    return _with_format(node, "cbp_format_node", lambda fmt: exp.TimeToStr(this=exp.column("cbp__t"), format=fmt))
 
 
 def _from_unix_type(node: exp.Expr, infer: _Infer, types: _Types) -> str:
