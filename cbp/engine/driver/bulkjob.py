@@ -59,6 +59,9 @@ def bulk_grouped(
     build = bulk_build_of(plan.stage)
     if build is None or not input_files or any(not files for files in input_files.values()):
         return grouped(per_key, input_files)
+    write = getattr(build, "write", None)
+    if write is not None:  # the build writes the state and output files itself (an inner join: cbp.views.joinbulk)
+        return _written(spark, plan, input_files, read, write, lambda: grouped(per_key, input_files))
     try:
         frames = [read(plan.input_schemas[i], input_files[i]) for i in range(len(plan.stage.inputs))]
         seed, stage, schema = build.seed(spark, plan.stage, frames)
@@ -74,3 +77,23 @@ def bulk_grouped(
             raise  # out of time: the per-key path would be too
         _log.info("%s: the bulk build failed (%s); per-key path", plan.where(), str(e).splitlines()[0])
         return grouped(per_key, input_files)
+
+
+def _written(
+    spark: SparkSession,
+    plan: TaskPlan,
+    input_files: dict[int, list[str]],
+    read: Callable[[RecordSchema, list[str]], DataFrame],
+    write: Callable[..., pa.Table],
+    per_key: Callable[[], pa.Table],
+) -> pa.Table:
+    """The results of a build that writes its files itself (``write(spark, plan, frames)``); on a
+    refusal or a failure, ``per_key()``."""
+    try:
+        frames = [read(plan.input_schemas[i], input_files[i]) for i in range(len(plan.stage.inputs))]
+        return write(spark, plan, frames)
+    except Exception as e:
+        if plan.deadline is not None and time.time() >= plan.deadline:
+            raise  # out of time: the per-key path would be too
+        _log.info("%s: the bulk build failed (%s); per-key path", plan.where(), str(e).splitlines()[0])
+        return per_key()

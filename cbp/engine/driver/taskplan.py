@@ -127,7 +127,7 @@ def choose_path(
         state_empty
         and env.bulk_build
         and runner == "per-key"
-        and partition == "direct"
+        and partition in ("direct", "keyed-direct")
         and not small
         and not bindings
         and bulk_build_of(stage) is not None

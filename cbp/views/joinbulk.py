@@ -1,0 +1,296 @@
+"""An inner join stage's first build computed by Spark (the engine's bulk path,
+:mod:`cbp.engine.driver.bulkjob`), with no Python call per row: over empty state, Spark consolidates
+each side's rows by join key and row (the ``_diff``-weighted count of each distinct row), and
+
+- the *state rows* (per key and side, each distinct row's text and count: ``{"s", "r", "n"}``, the
+  rows :func:`cbp.views.joinrun.join` writes) get their key text, row key and hashes from Spark SQL
+  (the texts :func:`cbp.views.vtypes.key_text` and :func:`cbp.engine.task.routing.encode_key` give,
+  the hashes of :mod:`cbp.engine.task.keyedstate`), are shuffled into the stage's state partitions
+  and written by one task per partition, as Arrow batches, with the partition's index
+  (:func:`write_state`);
+- the *output records* (the joined rows, filtered and projected, ``_diff`` the product of the two
+  rows' counts) are Spark SQL's join of the consolidated sides, written as the output increment by
+  Arrow tasks (:func:`write_output`).
+
+The tasks' results are those of a grouped epoch (:class:`cbp.engine.common.protocol.TaskResult`),
+committed by the controller: a failed job commits nothing, and the epoch runs again on the per-key path.
+
+What it covers (:meth:`JoinBuild.fits`): an inner join step without match conditions, keys without
+casts, every expression one Spark evaluates. At run time (:meth:`JoinBuild.write`, ``ValueError``
+before any job): key and row values of type ``string``, ``int``, ``bool``, ``date`` or ``decimal``
+of scale at most 6 (whose text Spark gives as Python's JSON does), an output flow not framed. A string
+with a character outside printable ASCII fails the job (Python's JSON escapes it): the per-key path runs.
+
+    >>> print(_list_text([_value_text("`x`", "bigint"), _value_text("`b`", "boolean")]))
+    concat('[', concat_ws(', ', coalesce(CAST(`x` AS STRING), 'null'), coalesce(CAST(`b` AS STRING), 'null')), ']')
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Iterator
+from functools import partial
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from .bulk import spark_sql
+from .run import RouteKey
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+    from ..engine.task.plan import TaskPlan
+    from ..spec.objects import StageSpec
+
+__all__ = ["JoinBuild", "write_state", "write_output", "attach"]
+
+_INTS = ("tinyint", "smallint", "int", "bigint", "boolean")
+
+
+def _json_string(x: str) -> str:
+    """SQL of the JSON string of text ``x`` (an SQL expression) with only ``\\`` and ``"`` to escape."""
+    return f"concat('\"', replace(replace({x}, '\\\\', '\\\\\\\\'), '\"', '\\\\\"'), '\"')"
+
+
+def _value_text(x: str, dtype: str) -> str:
+    """SQL of the JSON text :func:`cbp.views.vtypes.key_text` gives a value of Spark type ``dtype``
+    (``null`` for NULL); ``ValueError`` for a type whose text Spark does not give alike."""
+    if dtype in _INTS:
+        text = f"CAST({x} AS STRING)"
+    elif dtype == "string":  # Python's JSON escapes other characters (\\uXXXX): such a row fails the job
+        bad = "raise_error('cbp bulk join: a string with a character to escape')"
+        text = f"CASE WHEN {x} RLIKE '[^ -~]' THEN {bad} ELSE {_json_string(x)} END"
+    elif dtype == "date":
+        text = f"concat('\"', CAST({x} AS STRING), '\"')"
+    elif dtype.startswith("decimal(") and int(dtype.split(",")[1].rstrip(")")) <= 6:
+        plain = f"CAST({x} AS STRING)"
+        if not dtype.endswith(",0)"):  # Decimal.normalize(): no trailing zeros, no trailing point
+            plain = f"regexp_replace(regexp_replace({plain}, '0+$', ''), '\\\\.$', '')"
+        text = f"concat('\"', {plain}, '\"')"
+    else:
+        raise ValueError(f"a value of type {dtype}")
+    return f"coalesce({text}, 'null')"
+
+
+def _list_text(items: list[str]) -> str:
+    """SQL of ``json.dumps`` of a list of values whose JSON texts are ``items``."""
+    return f"concat('[', concat_ws(', ', {', '.join(items)}), ']')" if items else "'[]'"
+
+
+class JoinBuild:
+    """The :class:`cbp.engine.driver.taskplan.BulkBuild` of :func:`cbp.views.joinrun.join` (inner joins)."""
+
+    def fits(self, stage: StageSpec) -> bool:
+        """Whether Spark can build ``stage``'s state and output (see the module)."""
+        plan = (stage.params or {}).get("cbp_view") or {}
+        if plan.get("kind") != "join" or plan.get("how", "inner") != "inner" or plan.get("match") is not None:
+            return False
+        if plan.get("ansi", True) is not True or len(stage.inputs) != 2 or not stage.row_key:
+            return False
+        routes = [_route(stage, i) for i in (0, 1)]
+        if any(r is None or any(c is not None for c in r.casts) or not r.skip_null for r in routes):
+            return False
+        texts = [e for _, e in plan["cols"]] + [t for t in (plan.get("filter"),) if t is not None]
+        for r in routes:
+            texts += [*r.exprs, *([r.where] if r.where is not None else [])]
+        try:
+            for t in texts:
+                spark_sql(t)
+        except Exception:
+            return False
+        return True
+
+    def seed(self, spark: SparkSession, stage: StageSpec, frames: list[DataFrame]) -> Any:
+        """Not used: :meth:`write` writes the state and output itself."""
+        raise ValueError("a join's bulk build writes its files itself")
+
+    def write(self, spark: SparkSession, plan: TaskPlan, frames: list[DataFrame]) -> pa.Table:
+        """Run the build over ``frames`` (each input's rows); the tasks' results (Arrow rows of
+        :data:`cbp.engine.common.protocol.RESULT`). ``ValueError`` when the build does not apply."""
+        from ..engine.common.protocol import result_spark_schema
+
+        if str(spark.conf.get("spark.sql.ansi.enabled", "true")).lower() != "true":
+            raise ValueError("the session is not ANSI")
+        if plan.out_frames:
+            raise ValueError("an output framed by a field")
+        jp = plan.stage.params["cbp_view"]
+        sides = [_side(jp, plan.stage, s, frames[s]) for s in (0, 1)]
+        state = _state_rows(sides, plan.stage.partitions)
+        schema = result_spark_schema()
+        written = state.mapInArrow(partial(write_state, plan), schema)
+        joined = _joined(jp, plan, sides).mapInArrow(partial(write_output, plan), schema)
+        return written.unionByName(joined).toArrow()
+
+
+def _route(stage: StageSpec, i: int) -> Any:
+    """Input ``i``'s :class:`cbp.views.run.RouteKey` (None: another RouteBy)."""
+    fn = getattr(stage.inputs[i].route_by, "fn", None)
+    return fn if isinstance(fn, RouteKey) else None
+
+
+def _side(jp: dict[str, Any], stage: StageSpec, s: int, rows: DataFrame) -> DataFrame:
+    """Side ``s``'s rows consolidated by join key and row: ``_key`` (the key's text as the engine
+    stores it), ``_r`` (the row's text), ``_n`` (its count), and its held fields by their prefixed names."""
+    from pyspark.sql import functions as F
+
+    route = _route(stage, s)
+    prefix = (jp.get("prefixes") or ["l__", "r__"])[s]
+    types = dict(rows.dtypes)
+    rows = rows.select(
+        *[F.col(f"`{c}`").alias(prefix + c) for c in rows.columns if c != "_diff"],
+        F.coalesce(F.col("_diff"), F.lit(1)).cast("bigint").alias("_d"),
+    )
+    if route.where is not None:
+        rows = rows.where(F.expr(spark_sql(route.where)))
+    keys = [F.expr(spark_sql(e)) for e in route.exprs]
+    rows = rows.where(F.lit(True) if not keys else _all_not_null(keys))
+    held = [prefix + f for f in jp["fields"][s]]
+    kt = _list_text([_key_item(rows, spark_sql(e)) for e in route.exprs])
+    rt = _list_text([_value_text(f"`{h}`", types[h[len(prefix) :]]) for h in held])
+    rows = rows.select(
+        F.expr(_json_string(kt)).alias("_key"), F.expr(rt).alias("_r"), *[F.col(f"`{h}`") for h in held], "_d"
+    )
+    firsts = [F.first(F.col(f"`{h}`")).alias(h) for h in held]
+    out = rows.groupBy("_key", "_r").agg(F.sum("_d").alias("_n"), *firsts)
+    fail = F.raise_error(F.lit(f"view '{jp['out']}': a row retracted more often than it was added"))
+    return out.where(F.when(F.col("_n") < 0, fail).otherwise(F.col("_n") > 0))
+
+
+def _all_not_null(keys: list[Any]) -> Any:
+    cond = keys[0].isNotNull()
+    for k in keys[1:]:
+        cond = cond & k.isNotNull()
+    return cond
+
+
+def _key_item(rows: DataFrame, sql: str) -> str:
+    """The JSON text SQL of key expression ``sql`` over ``rows`` (its type as Spark infers it)."""
+    dtype = rows.select(_expr(sql)).dtypes[0][1]
+    return _value_text(f"({sql})", dtype)
+
+
+def _expr(sql: str) -> Any:
+    from pyspark.sql import functions as F
+
+    return F.expr(sql)
+
+
+def _state_rows(sides: list[DataFrame], partitions: int) -> DataFrame:
+    """Both sides' state rows with the engine's columns (``_key``, ``_h``, ``_rk``) and ``_q``, their
+    state partition, each partition in one Spark partition of that number, in hash order."""
+    from pyspark.sql import functions as F
+
+    parts = []
+    for s, side in enumerate(sides):
+        rk = F.concat(F.lit(f"[{s},"), F.expr(_json_string("_r")), F.lit("]"))
+        parts.append(side.select("_key", rk.alias("_rk"), F.lit(s).cast("bigint").alias("s"), "_r", "_n"))
+    rows = parts[0].unionByName(parts[1])
+    top = F.shiftleft(F.shiftright(F.xxhash64("_key"), 32), 32)
+    rows = rows.select(
+        "_key",
+        (top + F.xxhash64("_rk").bitwiseAND(F.lit(0xFFFFFFFF).cast("bigint"))).alias("_h"),
+        "_rk",
+        "s",
+        F.col("_r").alias("r"),
+        F.col("_n").alias("n"),
+        F.expr(f"pmod(hash(_key), {partitions})").alias("_q"),
+    )
+    # repartition(P, _key): Spark partition pmod(hash(_key), P), the key's state partition
+    return rows.repartition(partitions, "_key").sortWithinPartitions("_h", "_key", "_rk")
+
+
+def _joined(jp: dict[str, Any], plan: TaskPlan, sides: list[DataFrame]) -> DataFrame:
+    """The output records: the consolidated sides joined by key, filtered, projected, conformed."""
+    from pyspark.sql import functions as F
+
+    left = sides[0].withColumnRenamed("_n", "_n0").drop("_r")
+    right = sides[1].withColumnRenamed("_n", "_n1").drop("_r").withColumnRenamed("_key", "_k1")
+    rows = left.join(right, F.col("_key") == F.col("_k1"))
+    if jp.get("filter") is not None:
+        rows = rows.where(F.expr(spark_sql(jp["filter"])))
+    fields = plan.out_schemas[jp["out"]].fields
+    cols = [F.expr(spark_sql(e)).cast(fields[n].spark).alias(n) for n, e in jp["cols"]]
+    return rows.select(*cols, (F.col("_n0") * F.col("_n1")).alias("_diff"))
+
+
+def _table(batches: Iterator[pa.RecordBatch]) -> pa.Table | None:
+    got = [b for b in batches if b.num_rows]  # every batch read: a task that leaves input unread loses its worker
+    return pa.Table.from_batches(got) if got else None
+
+
+def write_state(plan: TaskPlan, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    """Task of state partition ``q`` (its rows, all of partition ``q``, in Spark partition ``q``): one
+    state file and its index; its result."""
+    from pyspark import TaskContext
+
+    from ..engine.common.protocol import TaskResult, result_batch
+    from ..engine.task.partindex import PartitionIndex
+    from ..engine.task.statepart import StateWriter
+
+    start = time.perf_counter()
+    t = _table(batches)
+    if t is None:
+        return
+    ctx = TaskContext.get()
+    qs = pc.unique(t["_q"]).to_pylist()
+    if len(qs) != 1 or (ctx is not None and qs[0] != ctx.partitionId()):
+        raise RuntimeError(f"cbp bulk join: a task got rows of state partitions {sorted(qs)}")
+    q = int(qs[0])
+    t = t.take(pc.sort_indices(t, sort_keys=[("_h", "ascending"), ("_key", "ascending"), ("_rk", "ascending")]))
+    w = StateWriter(plan, q, prefix=f"e{plan.epoch:08d}", keep=False)
+    meta = {
+        "_epoch": pa.array(np.full(t.num_rows, plan.epoch, np.int64)),
+        "_alive": pa.array(np.ones(t.num_rows, bool)),
+    }
+    cols = [meta[f.name] if f.name in meta else t[f.name].cast(f.type) for f in w.schema]
+    w.write_table(pa.table(cols, schema=w.schema))
+    add, h, g = w.close()
+    assert add is not None
+    index_rel = f"stages/{plan.stage.name}/index/_part={q}/e{plan.epoch:08d}-{uuid.uuid4().hex[:12]}.parquet"
+    PartitionIndex(h, np.zeros(h.size, np.int32), g, [add["path"]]).save(plan.home, index_rel)
+    keys = len(pc.unique(t["_key"]))
+    stats = {"in": t.num_rows, "state_read": 0, "state_written": keys, "live_keys": keys, "files": 1}
+    stats["seconds"] = {"bulk": time.perf_counter() - start}  # "in": the state rows (each side's distinct rows)
+    yield result_batch(TaskResult(part=q, index=index_rel, state_adds=[add], stats=stats))
+
+
+def write_output(plan: TaskPlan, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    """Task of some joined rows: written as one file of the epoch's output increment; its result."""
+    from pyspark import TaskContext
+
+    from ..engine.common.protocol import TaskResult, result_batch
+    from ..engine.task.sinks import ParquetSink
+    from ..storage import LAYOUT
+
+    flow = plan.stage.outputs[0]
+    schema = plan.out_schemas[flow].signed().arrow
+    ctx = TaskContext.get()
+    part = ctx.partitionId() if ctx is not None else 0
+    prefix = LAYOUT.output_prefix(plan.stage.name, plan.epoch) + f"-b{part:05d}"
+    sink = ParquetSink(plan.home, LAYOUT.increment_dir(flow, plan.out_incs[flow]), prefix, schema, plan.out_incs[flow])
+    for b in batches:
+        if b.num_rows:
+            t = pa.Table.from_batches([b])
+            sink.write(pa.table([t[f.name].cast(f.type) for f in schema], schema=schema))
+    add = sink.close()
+    if add is None:
+        return
+    add["path"] = add.pop("rel")[len(LAYOUT.flow(flow)) + 1 :]
+    yield result_batch(
+        TaskResult(
+            part=part,
+            outputs={flow: [add]},
+            stats={"in": 0, "state_read": 0, "state_written": 0, "out": {flow: add["rows"]}},
+        )
+    )
+
+
+def attach() -> None:
+    """Give :func:`cbp.views.joinrun.join` its bulk build; called when a pipeline's views are compiled."""
+    from .joinrun import join
+
+    join.bulk_build = JoinBuild()  # type: ignore[attr-defined]
