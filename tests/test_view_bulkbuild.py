@@ -195,6 +195,9 @@ JOINS = {
 JOIN_VIEWS = {
     "jv": "SELECT o.c, o.d, i.q * (1 - i.p) AS rev, i.s, i.n FROM o JOIN i ON o.o_id = i.o_id WHERE i.q > 1",
     "j3": "SELECT k.name, k.b, o.d, i.s FROM o, i, k WHERE o.o_id = i.o_id AND o.c = k.c AND o.amt > i.q",
+    "lj": "SELECT o.o_id, k.name, o.d FROM o LEFT JOIN k ON o.c = k.c",
+    "ex": "SELECT o.o_id, o.c FROM o WHERE EXISTS (SELECT * FROM i WHERE i.o_id = o.o_id AND i.q > 10)",
+    "nx": "SELECT o.c, o.amt FROM o WHERE NOT EXISTS (SELECT * FROM i WHERE i.o_id = o.o_id)",
 }
 
 
@@ -242,7 +245,7 @@ def _raw_state(p, stage: str) -> list[tuple]:
     return sorted(tuple(r.values()) for f in files for r in pq.read_table(f).drop_columns(["_epoch"]).to_pylist())
 
 
-def test_an_inner_join_built_by_spark_is_the_per_key_state_then_maintained(spark, tmp_path, monkeypatch):
+def test_a_join_built_by_spark_is_the_per_key_state_then_maintained(spark, tmp_path, monkeypatch):
     from cbp.views.joinbulk import JoinBuild
 
     spark.conf.set("spark.sql.shuffle.partitions", "2")
@@ -268,7 +271,7 @@ def test_an_inner_join_built_by_spark_is_the_per_key_state_then_maintained(spark
             p.feed(f, rs)
     read = {b: _run(p, b, monkeypatch) for p, b in ((bulk, True), (perkey, False))}
     stages = [s for s in bulk.spec.stages if bulk.spec.stages[s].params.get("cbp_view", {}).get("kind") == "join"]
-    assert sorted(writes) == sorted(stages) and len(stages) == 3  # jv, j3__j1, j3: every join step built by Spark
+    assert sorted(writes) == sorted(stages) and len(stages) == 6  # jv, j3__j1, j3, lj, ex, nx: all built by Spark
     assert all(0 < read[True][s] <= read[False][s] for s in stages), read  # bulk: each side's distinct rows
     for s in stages:
         assert _raw_state(bulk, s) == _raw_state(perkey, s), s  # the rows the per-key path writes, byte for byte
@@ -282,7 +285,7 @@ def test_an_inner_join_built_by_spark_is_the_per_key_state_then_maintained(spark
                 bulk.feed(f, rs)
             _run(bulk, True, monkeypatch)  # the per-key path on the state the bulk path wrote
             check_views(spark, bulk, JOIN_VIEWS, JOINS)
-        assert len(writes) == 3  # state not empty: the per-key path maintains
+        assert len(writes) == 6  # state not empty: the per-key path maintains
     finally:
         for name in [*JOIN_VIEWS, *JOINS]:
             spark.catalog.dropTempView(name)

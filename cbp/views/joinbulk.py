@@ -1,4 +1,4 @@
-"""An inner join stage's first build computed by Spark (the engine's bulk path,
+"""An inner, LEFT, semi or anti join stage's first build computed by Spark (the engine's bulk path,
 :mod:`cbp.engine.driver.bulkjob`), with no Python call per row: over empty state, Spark consolidates
 each side's rows by join key and row (the ``_diff``-weighted count of each distinct row), and
 
@@ -15,7 +15,8 @@ each side's rows by join key and row (the ``_diff``-weighted count of each disti
 The tasks' results are those of a grouped epoch (:class:`cbp.engine.common.protocol.TaskResult`),
 committed by the controller: a failed job commits nothing, and the epoch runs again on the per-key path.
 
-What it covers (:meth:`JoinBuild.fits`): an inner join step without match conditions, keys without
+What it covers (:meth:`JoinBuild.fits`): an inner, ``LEFT``, semi or anti join step without match
+conditions (``ON`` conditions besides the key of an outer join, correlated ones of a subquery), keys without
 casts, every expression one Spark evaluates. At run time (:meth:`JoinBuild.write`, ``ValueError``
 before any job): key and row values of type ``string``, ``int``, ``bool``, ``date`` or ``decimal``
 of scale at most 6 (whose text Spark gives as Python's JSON does), an output flow not framed. A string
@@ -48,6 +49,7 @@ if TYPE_CHECKING:
 
 __all__ = ["JoinBuild", "write_state", "write_output", "attach"]
 
+_HOW = ("inner", "left", "semi", "anti")  # the steps built here (without match conditions)
 _INTS = ("tinyint", "smallint", "int", "bigint", "boolean")
 
 
@@ -87,12 +89,12 @@ class JoinBuild:
     def fits(self, stage: StageSpec) -> bool:
         """Whether Spark can build ``stage``'s state and output (see the module)."""
         plan = (stage.params or {}).get("cbp_view") or {}
-        if plan.get("kind") != "join" or plan.get("how", "inner") != "inner" or plan.get("match") is not None:
+        if plan.get("kind") != "join" or plan.get("how", "inner") not in _HOW or plan.get("match") is not None:
             return False
         if plan.get("ansi", True) is not True or len(stage.inputs) != 2 or not stage.row_key:
             return False
         routes = [_route(stage, i) for i in (0, 1)]
-        if any(r is None or any(c is not None for c in r.casts) or not r.skip_null for r in routes):
+        if any(r is None or any(c is not None for c in r.casts) for r in routes) or not routes[1].skip_null:
             return False
         texts = [e for _, e in plan["cols"]] + [t for t in (plan.get("filter"),) if t is not None]
         for r in routes:
@@ -147,7 +149,8 @@ def _side(jp: dict[str, Any], stage: StageSpec, s: int, rows: DataFrame) -> Data
     if route.where is not None:
         rows = rows.where(F.expr(spark_sql(route.where)))
     keys = [F.expr(spark_sql(e)) for e in route.exprs]
-    rows = rows.where(F.lit(True) if not keys else _all_not_null(keys))
+    if keys and route.skip_null:  # a NULL key matches nothing: the rows of a side not kept are dropped
+        rows = rows.where(_all_not_null(keys))
     held = [prefix + f for f in jp["fields"][s]]
     kt = _list_text([_key_item(rows, spark_sql(e)) for e in route.exprs])
     rt = _list_text([_value_text(f"`{h}`", types[h[len(prefix) :]]) for h in held])
@@ -155,6 +158,9 @@ def _side(jp: dict[str, Any], stage: StageSpec, s: int, rows: DataFrame) -> Data
         F.expr(_json_string(kt)).alias("_key"), F.expr(rt).alias("_r"), *[F.col(f"`{h}`") for h in held], "_d"
     )
     firsts = [F.first(F.col(f"`{h}`")).alias(h) for h in held]
+    # in the stage's partitions by key, not Spark's shuffle partitions (200 by default): the aggregation
+    # and the join below keep that partitioning (no other shuffle), and the output's tasks are as many
+    rows = rows.repartition(max(1, stage.partitions), "_key")
     out = rows.groupBy("_key", "_r").agg(F.sum("_d").alias("_n"), *firsts)
     fail = F.raise_error(F.lit(f"view '{jp['out']}': a row retracted more often than it was added"))
     return out.where(F.when(F.col("_n") < 0, fail).otherwise(F.col("_n") > 0))
@@ -207,14 +213,21 @@ def _joined(jp: dict[str, Any], plan: TaskPlan, sides: list[DataFrame]) -> DataF
     """The output records: the consolidated sides joined by key, filtered, projected, conformed."""
     from pyspark.sql import functions as F
 
+    how = jp.get("how", "inner")
     left = sides[0].withColumnRenamed("_n", "_n0").drop("_r")
     right = sides[1].withColumnRenamed("_n", "_n1").drop("_r").withColumnRenamed("_key", "_k1")
-    rows = left.join(right, F.col("_key") == F.col("_k1"))
+    on = F.col("_key") == F.col("_k1")
+    if how in ("semi", "anti"):  # the left rows as they are, while their key has a right row (semi) or none
+        rows = left.join(right.select("_k1").distinct(), on, "left_semi" if how == "semi" else "left_anti")
+        weight = F.col("_n0")
+    else:  # a LEFT JOIN's row without a match: the right side's fields NULL, its count 1
+        rows = left.join(right, on, "inner" if how == "inner" else "left")
+        weight = F.col("_n0") * F.coalesce(F.col("_n1"), F.lit(1).cast("bigint"))
     if jp.get("filter") is not None:
         rows = rows.where(F.expr(spark_sql(jp["filter"])))
     fields = plan.out_schemas[jp["out"]].fields
     cols = [F.expr(spark_sql(e)).cast(fields[n].spark).alias(n) for n, e in jp["cols"]]
-    return rows.select(*cols, (F.col("_n0") * F.col("_n1")).alias("_diff"))
+    return rows.select(*cols, weight.alias("_diff"))
 
 
 def _table(batches: Iterator[pa.RecordBatch]) -> pa.Table | None:
