@@ -12,6 +12,10 @@ text, one task per state partition, the partition's files and index written by t
 files, and the controller's commit of them, are those of the per-key path, and a crash loses or
 duplicates nothing that it would not.
 
+A build with a ``write`` method (a view's join step, :class:`cbp.views.joinbulk.JoinBuild`) writes
+the state and output files itself, in Spark jobs of Arrow tasks, and gives the tasks' results as a
+grouped epoch's: no seed goes through Python at all.
+
 When Spark refuses the build's SQL, or the job fails (an ANSI error in a row: a division by zero,
 a cast or a decimal overflow), the epoch runs again on the per-key path, whose error names the view,
 the key and the row; the failed attempt's files are left unreferenced, as a retried task's are.
