@@ -246,19 +246,19 @@ def _raw_state(p, stage: str) -> list[tuple]:
 
 
 def test_a_join_built_by_spark_is_the_per_key_state_then_maintained(spark, tmp_path, monkeypatch):
-    from cbp.views.joinbulk import JoinBuild
+    from cbp.engine.driver import bulkjob
 
     spark.conf.set("spark.sql.shuffle.partitions", "2")
     monkeypatch.setenv("CBP_SMALL_EPOCH_RECORDS", "0")
     writes: list[str] = []
-    real = JoinBuild.write
+    real = bulkjob.written
 
-    def write(self, s, plan, frames):
-        done = real(self, s, plan, frames)
+    def written(spark, plan, *args):
+        done = real(spark, plan, *args)
         writes.append(plan.stage.name)  # built by Spark (a failure falls back to the per-key path, uncounted)
         return done
 
-    monkeypatch.setattr(JoinBuild, "write", write)
+    monkeypatch.setattr(bulkjob, "written", written)
     path = tmp_path / "j.yaml"
     path.write_text(_join_yaml())
     bulk, perkey = (cbp.Pipeline(str(path), str(tmp_path / h), spark=spark) for h in ("bulk", "perkey"))

@@ -7,10 +7,10 @@ each side's rows by join key and row (the ``_diff``-weighted count of each disti
   (the texts :func:`cbp.views.vtypes.key_text` and :func:`cbp.engine.task.routing.encode_key` give,
   the hashes of :mod:`cbp.engine.task.keyedstate`), are shuffled into the stage's state partitions
   and written by one task per partition, as Arrow batches, with the partition's index
-  (:func:`write_state`);
+  (:func:`cbp.engine.task.bulkwrite.write_state`);
 - the *output records* (the joined rows, filtered and projected, ``_diff`` the product of the two
   rows' counts) are Spark SQL's join of the consolidated sides, written as the output increment by
-  Arrow tasks (:func:`write_output`).
+  Arrow tasks (:func:`cbp.engine.task.bulkwrite.write_output`).
 
 The tasks' results are those of a grouped epoch (:class:`cbp.engine.common.protocol.TaskResult`),
 committed by the controller: a failed job commits nothing, and the epoch runs again on the per-key path.
@@ -28,15 +28,7 @@ with a character outside printable ASCII fails the job (Python's JSON escapes it
 
 from __future__ import annotations
 
-import time
-import uuid
-from collections.abc import Iterator
-from functools import partial
 from typing import TYPE_CHECKING, Any
-
-import numpy as np
-import pyarrow as pa
-import pyarrow.compute as pc
 
 from .bulk import spark_sql
 from .run import RouteKey
@@ -44,10 +36,9 @@ from .run import RouteKey
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
-    from ..engine.task.plan import TaskPlan
     from ..spec.objects import StageSpec
 
-__all__ = ["JoinBuild", "write_state", "write_output", "attach"]
+__all__ = ["JoinBuild", "attach"]
 
 _HOW = ("inner", "left", "semi", "anti")  # the steps built here (without match conditions)
 _INTS = ("tinyint", "smallint", "int", "bigint", "boolean")
@@ -107,25 +98,21 @@ class JoinBuild:
         return True
 
     def seed(self, spark: SparkSession, stage: StageSpec, frames: list[DataFrame]) -> Any:
-        """Not used: :meth:`write` writes the state and output itself."""
+        """Not used: :meth:`rows` gives the state and output itself."""
         raise ValueError("a join's bulk build writes its files itself")
 
-    def write(self, spark: SparkSession, plan: TaskPlan, frames: list[DataFrame]) -> pa.Table:
-        """Run the build over ``frames`` (each input's rows); the tasks' results (Arrow rows of
-        :data:`cbp.engine.common.protocol.RESULT`). ``ValueError`` when the build does not apply."""
-        from ..engine.common.protocol import result_spark_schema
-
+    def rows(self, spark: SparkSession, plan: Any, frames: list[DataFrame]) -> tuple[DataFrame, DataFrame]:
+        """The build over ``frames`` (each input's rows) of the stage epoch of ``plan`` (a
+        :class:`~cbp.engine.task.plan.TaskPlan`): its state rows, in the stage's partitions, and its
+        output records (written by :mod:`cbp.engine.task.bulkwrite`'s tasks). ``ValueError`` when the
+        build does not apply."""
         if str(spark.conf.get("spark.sql.ansi.enabled", "true")).lower() != "true":
             raise ValueError("the session is not ANSI")
         if plan.out_frames:
             raise ValueError("an output framed by a field")
         jp = plan.stage.params["cbp_view"]
         sides = [_side(jp, plan.stage, s, frames[s]) for s in (0, 1)]
-        state = _state_rows(sides, plan.stage.partitions)
-        schema = result_spark_schema()
-        written = state.mapInArrow(partial(write_state, plan), schema)
-        joined = _joined(jp, plan, sides).mapInArrow(partial(write_output, plan), schema)
-        return written.unionByName(joined).toArrow()
+        return _state_rows(sides, plan.stage.partitions), _joined(jp, plan, sides)
 
 
 def _route(stage: StageSpec, i: int) -> Any:
@@ -209,7 +196,7 @@ def _state_rows(sides: list[DataFrame], partitions: int) -> DataFrame:
     return rows.repartition(partitions, "_key").sortWithinPartitions("_h", "_key", "_rk")
 
 
-def _joined(jp: dict[str, Any], plan: TaskPlan, sides: list[DataFrame]) -> DataFrame:
+def _joined(jp: dict[str, Any], plan: Any, sides: list[DataFrame]) -> DataFrame:
     """The output records: the consolidated sides joined by key, filtered, projected, conformed."""
     from pyspark.sql import functions as F
 
@@ -228,78 +215,6 @@ def _joined(jp: dict[str, Any], plan: TaskPlan, sides: list[DataFrame]) -> DataF
     fields = plan.out_schemas[jp["out"]].fields
     cols = [F.expr(spark_sql(e)).cast(fields[n].spark).alias(n) for n, e in jp["cols"]]
     return rows.select(*cols, weight.alias("_diff"))
-
-
-def _table(batches: Iterator[pa.RecordBatch]) -> pa.Table | None:
-    got = [b for b in batches if b.num_rows]  # every batch read: a task that leaves input unread loses its worker
-    return pa.Table.from_batches(got) if got else None
-
-
-def write_state(plan: TaskPlan, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-    """Task of state partition ``q`` (its rows, all of partition ``q``, in Spark partition ``q``): one
-    state file and its index; its result."""
-    from pyspark import TaskContext
-
-    from ..engine.common.protocol import TaskResult, result_batch
-    from ..engine.task.partindex import PartitionIndex
-    from ..engine.task.statepart import StateWriter
-
-    start = time.perf_counter()
-    t = _table(batches)
-    if t is None:
-        return
-    ctx = TaskContext.get()
-    qs = pc.unique(t["_q"]).to_pylist()
-    if len(qs) != 1 or (ctx is not None and qs[0] != ctx.partitionId()):
-        raise RuntimeError(f"cbp bulk join: a task got rows of state partitions {sorted(qs)}")
-    q = int(qs[0])
-    t = t.take(pc.sort_indices(t, sort_keys=[("_h", "ascending"), ("_key", "ascending"), ("_rk", "ascending")]))
-    w = StateWriter(plan, q, prefix=f"e{plan.epoch:08d}", keep=False)
-    meta = {
-        "_epoch": pa.array(np.full(t.num_rows, plan.epoch, np.int64)),
-        "_alive": pa.array(np.ones(t.num_rows, bool)),
-    }
-    cols = [meta[f.name] if f.name in meta else t[f.name].cast(f.type) for f in w.schema]
-    w.write_table(pa.table(cols, schema=w.schema))
-    add, h, g = w.close()
-    assert add is not None
-    index_rel = f"stages/{plan.stage.name}/index/_part={q}/e{plan.epoch:08d}-{uuid.uuid4().hex[:12]}.parquet"
-    PartitionIndex(h, np.zeros(h.size, np.int32), g, [add["path"]]).save(plan.home, index_rel)
-    keys = len(pc.unique(t["_key"]))
-    stats = {"in": t.num_rows, "state_read": 0, "state_written": keys, "live_keys": keys, "files": 1}
-    stats["seconds"] = {"bulk": time.perf_counter() - start}  # "in": the state rows (each side's distinct rows)
-    yield result_batch(TaskResult(part=q, index=index_rel, state_adds=[add], stats=stats))
-
-
-def write_output(plan: TaskPlan, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-    """Task of some joined rows: written as one file of the epoch's output increment; its result."""
-    from pyspark import TaskContext
-
-    from ..engine.common.protocol import TaskResult, result_batch
-    from ..engine.task.sinks import ParquetSink
-    from ..storage import LAYOUT
-
-    flow = plan.stage.outputs[0]
-    schema = plan.out_schemas[flow].signed().arrow
-    ctx = TaskContext.get()
-    part = ctx.partitionId() if ctx is not None else 0
-    prefix = LAYOUT.output_prefix(plan.stage.name, plan.epoch) + f"-b{part:05d}"
-    sink = ParquetSink(plan.home, LAYOUT.increment_dir(flow, plan.out_incs[flow]), prefix, schema, plan.out_incs[flow])
-    for b in batches:
-        if b.num_rows:
-            t = pa.Table.from_batches([b])
-            sink.write(pa.table([t[f.name].cast(f.type) for f in schema], schema=schema))
-    add = sink.close()
-    if add is None:
-        return
-    add["path"] = add.pop("rel")[len(LAYOUT.flow(flow)) + 1 :]
-    yield result_batch(
-        TaskResult(
-            part=part,
-            outputs={flow: [add]},
-            stats={"in": 0, "state_read": 0, "state_written": 0, "out": {flow: add["rows"]}},
-        )
-    )
 
 
 def attach() -> None:
