@@ -184,3 +184,108 @@ def test_a_view_compiled_in_non_ansi_mode_is_not_built_by_spark(tmp_path):
         spec = load_spec(path, ansi=ansi)
         fits[ansi] = [GroupBuild().fits(s) for s in spec.stages.values() if s.name == "total"]
     assert fits == {True: [True], False: [False]}
+
+
+# ------------------------------------------------------------------ inner joins (cbp/views/joinbulk.py)
+JOINS = {
+    "o": {"o_id": "int", "c": "string?", "d": "date", "amt": "decimal(12,2)"},
+    "i": {"o_id": "int?", "q": "decimal(15,2)", "p": "decimal(15,2)", "s": "string", "n": "int?"},
+    "k": {"c": "string", "name": "string", "b": "bool"},
+}
+JOIN_VIEWS = {
+    "jv": "SELECT o.c, o.d, i.q * (1 - i.p) AS rev, i.s, i.n FROM o JOIN i ON o.o_id = i.o_id WHERE i.q > 1",
+    "j3": "SELECT k.name, k.b, o.d, i.s FROM o, i, k WHERE o.o_id = i.o_id AND o.c = k.c AND o.amt > i.q",
+    "lj": "SELECT o.o_id, k.name, o.d FROM o LEFT JOIN k ON o.c = k.c",
+    "ex": "SELECT o.o_id, o.c FROM o WHERE EXISTS (SELECT * FROM i WHERE i.o_id = o.o_id AND i.q > 10)",
+    "nx": "SELECT o.c, o.amt FROM o WHERE NOT EXISTS (SELECT * FROM i WHERE i.o_id = o.o_id)",
+}
+
+
+def _join_yaml() -> str:
+    flows = "\n".join(
+        f"  {f}: {{external: true, schema: {{{', '.join(f'{k}: {t!r}' for k, t in s.items())}}}}}"
+        for f, s in JOINS.items()
+    )
+    body = "\n".join(f"  {n}: |\n{textwrap.indent(sql, '    ')}" for n, sql in JOIN_VIEWS.items())
+    return f"pipeline: joins\nflows:\n{flows}\nviews:\n{body}\n"
+
+
+def _join_rows(rng: random.Random, ids: range) -> dict[str, list[dict]]:
+    import datetime
+
+    orders = [
+        {
+            "o_id": i,
+            "c": rng.choice(["a", "b", 'q"x', "c\\n", None]),
+            "d": datetime.date(2024, 1, 1) + datetime.timedelta(days=rng.randint(0, 3)),
+            "amt": decimal.Decimal(rng.randint(1, 9000)) / 100,
+        }
+        for i in ids
+    ]
+    items = [
+        {
+            "o_id": rng.choice([*ids, None]),
+            "q": decimal.Decimal(rng.randint(1, 5000)) / 100,
+            "p": decimal.Decimal(rng.choice([0, 10, 50, 100])) / 100,
+            "s": rng.choice(["x", "y"]),
+            "n": rng.choice([None, 0, 7]),
+        }
+        for _ in range(3 * len(ids))
+    ]
+    return {"o": orders, "i": items + items[:5]}  # rows twice: a row's count of 2
+
+
+def _raw_state(p, stage: str) -> list[tuple]:
+    """Every stored state row of ``stage`` as written (key text, hashes, row key, fields)."""
+    import glob
+
+    import pyarrow.parquet as pq
+
+    files = glob.glob(f"{p.home}/stages/{stage}/state/**/*.parquet", recursive=True)
+    return sorted(tuple(r.values()) for f in files for r in pq.read_table(f).drop_columns(["_epoch"]).to_pylist())
+
+
+def test_a_join_built_by_spark_is_the_per_key_state_then_maintained(spark, tmp_path, monkeypatch):
+    from cbp.engine.driver import bulkjob
+
+    spark.conf.set("spark.sql.shuffle.partitions", "2")
+    monkeypatch.setenv("CBP_SMALL_EPOCH_RECORDS", "0")
+    writes: list[str] = []
+    real = bulkjob.written
+
+    def written(spark, plan, *args):
+        done = real(spark, plan, *args)
+        writes.append(plan.stage.name)  # built by Spark (a failure falls back to the per-key path, uncounted)
+        return done
+
+    monkeypatch.setattr(bulkjob, "written", written)
+    path = tmp_path / "j.yaml"
+    path.write_text(_join_yaml())
+    bulk, perkey = (cbp.Pipeline(str(path), str(tmp_path / h), spark=spark) for h in ("bulk", "perkey"))
+    rng = random.Random(48)
+    rows = _join_rows(rng, range(60))
+    names = {"o": [r["c"] for r in rows["o"]]}
+    keys = [{"c": c, "name": f"n{j}", "b": j % 2 == 0} for j, c in enumerate(dict.fromkeys(names["o"])) if c]
+    for p in (bulk, perkey):
+        for f, rs in (*rows.items(), ("k", keys)):
+            p.feed(f, rs)
+    read = {b: _run(p, b, monkeypatch) for p, b in ((bulk, True), (perkey, False))}
+    stages = [s for s in bulk.spec.stages if bulk.spec.stages[s].params.get("cbp_view", {}).get("kind") == "join"]
+    assert sorted(writes) == sorted(stages) and len(stages) == 6  # jv, j3__j1, j3, lj, ex, nx: all built by Spark
+    assert all(0 < read[True][s] <= read[False][s] for s in stages), read  # bulk: each side's distinct rows
+    for s in stages:
+        assert _raw_state(bulk, s) == _raw_state(perkey, s), s  # the rows the per-key path writes, byte for byte
+    try:
+        check_views(spark, bulk, JOIN_VIEWS, JOINS)
+        more = _join_rows(rng, range(60, 70))
+        gone = [{**r, "_diff": -1} for r in rows["o"][:6] + rows["i"][:9]]  # deletes; item 0 of a count of 2
+        moved = [{**r, "_diff": -1} for r in rows["o"][10:14]] + [{**r, "c": "b"} for r in rows["o"][10:14]]
+        for step in ({"o": more["o"] + gone[:6], "i": more["i"] + gone[6:]}, {"o": moved, "k": keys[:1]}):
+            for f, rs in step.items():
+                bulk.feed(f, rs)
+            _run(bulk, True, monkeypatch)  # the per-key path on the state the bulk path wrote
+            check_views(spark, bulk, JOIN_VIEWS, JOINS)
+        assert len(writes) == 6  # state not empty: the per-key path maintains
+    finally:
+        for name in [*JOIN_VIEWS, *JOINS]:
+            spark.catalog.dropTempView(name)

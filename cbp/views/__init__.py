@@ -134,9 +134,10 @@ def route_views(spec: Any, routes: dict[str, Any]) -> Any:
     if not routes:
         return spec
     from ..spec.objects import KeyFunction
-    from .bulk import attach
+    from . import bulk, joinbulk
 
-    attach()  # a GROUP BY's first build by Spark SQL (cbp.views.bulk)
+    bulk.attach()  # a GROUP BY's first build by Spark SQL (cbp.views.bulk)
+    joinbulk.attach()  # an inner join's (cbp.views.joinbulk)
 
     stages = dict(spec.stages)
     for name, keys in routes.items():

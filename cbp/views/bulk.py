@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 from sqlglot import exp, parse_one
 
 from .exprs import DECIMAL_FN, VIEW_FN
+from .intwidth import INT_FN
 from .run import RouteKey, _Group, group, write_group
 from .vtypes import key_text
 
@@ -45,7 +46,8 @@ _MULTISET = ("min", "max", "count_distinct")
 def spark_sql(text: str) -> str:
     """A view expression's Spark SQL text as Spark evaluates it: cbp's rounding of a decimal result to
     its type (``cbp_decimal``) a CAST to that type, which Spark's own result already has; ``cbp_view``
-    (a failure names the view) its argument. ``ValueError`` for another cbp function."""
+    (a failure names the view) and ``cbp_int`` (a narrow int's width, Spark's own) their argument.
+    ``ValueError`` for another cbp function."""
 
     def plain(n: exp.Expr) -> exp.Expr:
         if isinstance(n, exp.Anonymous):
@@ -53,7 +55,7 @@ def spark_sql(text: str) -> str:
             if name == DECIMAL_FN:  # the replacement's children are not visited again: transformed here
                 to = exp.DataType.build(n.expressions[1].this, dialect="spark")
                 return exp.Cast(this=n.expressions[0].transform(plain), to=to)
-            if name == VIEW_FN:
+            if name in (VIEW_FN, INT_FN):  # Spark computes narrow ints in their width itself (cbp.views.intwidth)
                 return n.expressions[0].transform(plain)
             if name.startswith("cbp_"):
                 raise ValueError(f"{name} is evaluated by cbp")

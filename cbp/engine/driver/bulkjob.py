@@ -12,6 +12,10 @@ text, one task per state partition, the partition's files and index written by t
 files, and the controller's commit of them, are those of the per-key path, and a crash loses or
 duplicates nothing that it would not.
 
+A build with a ``rows`` method (a view's join step, :class:`cbp.views.joinbulk.JoinBuild`) writes
+the state and output files itself, in Spark jobs of Arrow tasks, and gives the tasks' results as a
+grouped epoch's: no seed goes through Python at all.
+
 When Spark refuses the build's SQL, or the job fails (an ANSI error in a row: a division by zero,
 a cast or a decimal overflow), the epoch runs again on the per-key path, whose error names the view,
 the key and the row; the failed attempt's files are left unreferenced, as a retried task's are.
@@ -33,7 +37,7 @@ if TYPE_CHECKING:
     import pyarrow as pa
     from pyspark.sql import DataFrame, SparkSession
 
-__all__ = ["bulk_grouped", "SEED_FILE"]
+__all__ = ["bulk_grouped", "written", "SEED_FILE"]
 
 #: The placeholder file name of the seed input (its rows come as a DataFrame, not files).
 SEED_FILE = "cbp-bulk-seed"
@@ -59,6 +63,14 @@ def bulk_grouped(
     build = bulk_build_of(plan.stage)
     if build is None or not input_files or any(not files for files in input_files.values()):
         return grouped(per_key, input_files)
+    if getattr(build, "rows", None) is not None:  # state rows and output records by Spark (cbp.views.joinbulk)
+        try:
+            return written(spark, plan, input_files, read)
+        except Exception as e:
+            if plan.deadline is not None and time.time() >= plan.deadline:
+                raise  # out of time: the per-key path would be too
+            _log.info("%s: the bulk build failed (%s); per-key path", plan.where(), str(e).splitlines()[0])
+            return grouped(per_key, input_files)
     try:
         frames = [read(plan.input_schemas[i], input_files[i]) for i in range(len(plan.stage.inputs))]
         seed, stage, schema = build.seed(spark, plan.stage, frames)
@@ -74,3 +86,24 @@ def bulk_grouped(
             raise  # out of time: the per-key path would be too
         _log.info("%s: the bulk build failed (%s); per-key path", plan.where(), str(e).splitlines()[0])
         return grouped(per_key, input_files)
+
+
+def written(
+    spark: SparkSession,
+    plan: TaskPlan,
+    input_files: dict[int, list[str]],
+    read: Callable[[RecordSchema, list[str]], DataFrame],
+) -> pa.Table:
+    """The results of a build that gives state rows and output records (its ``rows(spark, plan,
+    frames)``), written by :mod:`cbp.engine.task.bulkwrite`'s tasks; raises when Spark refuses or fails."""
+    from functools import partial
+
+    from ..common.protocol import result_spark_schema
+    from ..task.bulkwrite import write_output, write_state
+
+    build = bulk_build_of(plan.stage)
+    frames = [read(plan.input_schemas[i], input_files[i]) for i in range(len(plan.stage.inputs))]
+    state, output = build.rows(spark, plan, frames)  # type: ignore[union-attr]
+    schema = result_spark_schema()
+    states = state.mapInArrow(partial(write_state, plan), schema)
+    return states.unionByName(output.mapInArrow(partial(write_output, plan), schema)).toArrow()

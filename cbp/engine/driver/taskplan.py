@@ -10,9 +10,10 @@ function (:func:`build_task_plan`), with the path its tasks take chosen once (:f
   :data:`~cbp.engine.driver.smallepoch.SMALL_RECORDS`), else Spark's shuffle;
 - placed (direct mode on a cluster, ``CBP_PLACEMENT`` not 0) or local;
 - on a Spark Connect session (a master ``sc://...``): never placed, never JVM-routed (DataFrame jobs only);
-- bulk (:mod:`cbp.engine.driver.bulkjob`): a per-key stage in direct mode whose state is empty, whose
-  increment is not small and whose translator has a Spark SQL build that fits it (a view's GROUP BY:
-  :class:`BulkBuild`), ``CBP_BULK_BUILD`` not 0: Spark computes each key's state, Python writes it.
+- bulk (:mod:`cbp.engine.driver.bulkjob`): a per-key stage in direct mode (keyed rows too) whose state
+  is empty, whose increment is not small and whose translator has a Spark SQL build that fits it (a
+  view's GROUP BY or join step: :class:`BulkBuild`), ``CBP_BULK_BUILD`` not 0: Spark computes each
+  key's state, Python writes it.
 
 The settings the tasks need (state cache, index budget, scan fraction, fault) go into the plan
 from the driver's :mod:`cbp.settings`: tasks do not read their own environment for them.
@@ -127,7 +128,7 @@ def choose_path(
         state_empty
         and env.bulk_build
         and runner == "per-key"
-        and partition == "direct"
+        and partition in ("direct", "keyed-direct")
         and not small
         and not bindings
         and bulk_build_of(stage) is not None
