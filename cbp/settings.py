@@ -90,6 +90,13 @@ VARIABLES: tuple[Variable, ...] = (
         "up to how many new records the driver routes an epoch (no shuffle); `0`: never",
     ),
     Variable(
+        "CBP_DRIVER_RUN_RECORDS",
+        "driver_run_records",
+        "`cbp.engine.driver.smallepoch.DRIVER_RUN`",
+        "up to how many envelopes a SQL view's small epoch runs in the driver itself (no Spark job; about 210 bytes "
+        "of the driver's memory each for TPC-H Q1 and Q6); `0`: never",
+    ),
+    Variable(
         "CBP_STATE_SCAN_FRACTION",
         "state_scan_fraction",
         "the scan rule's (`cbp.engine.task.bipindex.SCAN_FRACTION`)",
@@ -138,6 +145,7 @@ class Settings:
     columnar: bool = True
     bulk_build: bool = True
     small_epoch_records: int | None = None
+    driver_run_records: int | None = None
     state_scan_fraction: float | None = None
     state_cache_mb: float | None = None
     state_index_mb: float | None = None
@@ -191,6 +199,7 @@ class Settings:
             columnar=env.get("CBP_COLUMNAR", "1") != "0",
             bulk_build=env.get("CBP_BULK_BUILD", "1") != "0",
             small_epoch_records=num("CBP_SMALL_EPOCH_RECORDS", int),
+            driver_run_records=num("CBP_DRIVER_RUN_RECORDS", int),
             state_scan_fraction=num("CBP_STATE_SCAN_FRACTION", float),
             state_cache_mb=num("CBP_STATE_CACHE_MB", float),
             state_index_mb=num("CBP_STATE_INDEX_MB", float),

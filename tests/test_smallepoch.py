@@ -338,3 +338,42 @@ def test_a_retried_task_runs_the_partition_its_failed_attempt_claimed(tmp_path, 
     last = {0: 200, 1: 200}  # worker 200 ran both partitions last epoch: it keeps its share, partition 0
     list(runners.claiming_task(None, task, work, 2, 2, last, iter([0])))  # the retry, in a new worker
     assert ran == [0]
+
+
+def test_a_views_small_epoch_runs_in_the_driver_up_to_its_bound(spark, tmp_path, make_pipeline, monkeypatch):
+    """A SQL view's small epoch runs in the driver up to ``CBP_DRIVER_RUN_RECORDS`` envelopes (``0``:
+    never, a Spark job instead): both give the view a from-scratch sum gives, retractions included."""
+    from cbp.engine.driver import smallepoch
+
+    path = make_pipeline(
+        "pipeline: bound\nflows:\n  t: {external: true, schema: {g: string, v: int}}\n"
+        "views:\n  s: SELECT g, sum(v) AS total, count(*) AS n FROM t GROUP BY g\n"
+    )
+    ran: list[int] = []
+    inner = smallepoch._run_in_driver
+
+    def spy(plan, parts, task):
+        ran.append(sum(t.num_rows for t in parts))
+        return inner(plan, parts, task)
+
+    monkeypatch.setattr(smallepoch, "_run_in_driver", spy)
+    rng = random.Random(5)
+    batch = [{"g": f"g{rng.randrange(9)}", "v": rng.randrange(-50, 50)} for _ in range(200)]
+    gone = [{**r, "_diff": -1} for r in batch[:70]]
+    want: dict[str, list[int]] = {}
+    for r in batch + gone:
+        w = want.setdefault(r["g"], [0, 0])
+        w[0] += r["v"] * r.get("_diff", 1)
+        w[1] += r.get("_diff", 1)
+    got = {}
+    for bound in ("", "0"):
+        monkeypatch.setenv("CBP_DRIVER_RUN_RECORDS", bound)
+        del ran[:]
+        p = cbp.load(path, home=str(tmp_path / f"h{bound}"), spark=spark)
+        for recs in (batch, gone):
+            p.feed("t", recs)
+            p.run()
+        got[bound] = {r["g"]: [r["total"], r["n"]] for r in p.output("s", consolidated=True)}
+        if not is_connect(spark):
+            assert (len(ran) > 0) == (bound == ""), ran  # the bound "0": every epoch a Spark job
+    assert got[""] == got["0"] == {g: w for g, w in want.items() if w[1]}

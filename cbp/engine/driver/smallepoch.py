@@ -38,8 +38,9 @@ Anything else takes the normal path: black-box mode (the whole state goes throug
 more records or bytes, envelopes that outgrow :func:`envelope_cap` (a RouteBy that returns
 many keys), or a key longer than :data:`SMALL_KEY_BYTES`.
 
-The knob: ``CBP_SMALL_EPOCH_RECORDS`` or the pipeline tuning option ``small_epoch_records``
-(0 turns the path off).
+The knobs: ``CBP_SMALL_EPOCH_RECORDS`` or the pipeline tuning option ``small_epoch_records``
+(0 turns the path off); ``CBP_DRIVER_RUN_RECORDS`` for :data:`DRIVER_RUN` (0: a SQL view's small
+epoch always runs as a Spark job).
 """
 
 from __future__ import annotations
@@ -98,8 +99,12 @@ DRIVER_ROUTED = 20_000
 #: At most this many envelopes of a small epoch of a SQL view's stage (cbp's own translators, no user
 #: code) run in the driver itself, partition after partition, without a Spark job (local mode): the
 #: job's fixed cost (the JVM's scheduling, a Python worker's round trip) was most of a 600-record
-#: epoch's CPU (TPC-H Q6 and Q1 at SF 0.01, ``bench/tpch.py``). 0 turns it off.
-DRIVER_RUN = 10_000
+#: epoch's CPU (TPC-H Q6 and Q1 at SF 0.01, ``bench/tpch.py``). Up to 50,000 change records the driver
+#: took 0.37x to 0.90x the CPU of the same epoch as a Spark job (TPC-H Q6 and Q1 at SF 0.1, one noisy
+#: 1.19x), at 100,000 0.98x and 1.25x: the per-record work (the same grouped task) is most of both
+#: (``bench/driver_run.py``). The driver holds the envelopes: about 210 bytes of Arrow each for Q6 and Q1
+#: (10 MB at this bound). ``CBP_DRIVER_RUN_RECORDS`` sets it (:func:`driver_run`); 0 turns it off.
+DRIVER_RUN = 50_000
 #: The translators of a SQL view's stages (:mod:`cbp.views.run`).
 _VIEW_TRANSLATORS = "cbp.views.run:"
 #: Whether a local small epoch's claiming tasks run as ``spark.range(0, n, 1, n).mapInArrow`` rather
@@ -136,6 +141,17 @@ def small_records(override: int | None = None, env: settings.Settings | None = N
         return int(override)
     found = (settings.current() if env is None else env).small_epoch_records
     return SMALL_RECORDS if found is None else found
+
+
+def driver_run(env: settings.Settings | None = None) -> int:
+    """Envelopes up to which a SQL view's small epoch runs in the driver: ``CBP_DRIVER_RUN_RECORDS`` (of
+    ``env``, default this process's settings), else :data:`DRIVER_RUN`.
+
+        >>> driver_run(settings.Settings(driver_run_records=0)), driver_run(settings.Settings()) == DRIVER_RUN
+        (0, True)
+    """
+    found = (settings.current() if env is None else env).driver_run_records
+    return DRIVER_RUN if found is None else found
 
 
 def _read_as(pf: pq.ParquetFile, want: pa.Schema) -> pa.Table:
@@ -348,7 +364,7 @@ def _runs_in_driver(spark: SparkSession, plan: TaskPlan, parts: list[pa.Table]) 
         and plan.deadline is None
         and plan.fault is None
         and plan.stage.translator_path.startswith(_VIEW_TRANSLATORS)
-        and sum(t.num_rows for t in parts) <= DRIVER_RUN
+        and sum(t.num_rows for t in parts) <= driver_run()
         and str(spark.sparkContext.master).startswith("local")
     )
 
