@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 
 import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 from deltalake import DeltaTable
 
@@ -131,3 +132,35 @@ def test_a_large_table_checkpoints_once_its_log_holds_a_tenth_of_the_checkpoint(
     assert sorted(DeltaTable(home.uri("t")).file_uris()) == sorted(
         home.uri("t", f["path"]) for f in home.table_files("t", 60)
     )
+
+
+def test_a_checkpoint_keeps_the_tombstones_of_files_retention_has_not_deleted(tmp_path):
+    """Tombstones of files cbp's retention deleted leave the next checkpoint; the others stay (a
+    VACUUM still knows them); delta-rs reads every version from the checkpoint on."""
+    from cbp.storage.logretention import trim_log
+
+    home = Home(tmp_path / "h")
+    home.ensure_table("t", SCHEMA, INC)
+    files = {}
+    for i in range(1, 36):  # each commit replaces the previous file: one removed file per version
+        files[i] = _add(home, i, [str(i)])
+        home.commit_once(
+            "t", INC, [files[i]], [files[i - 1]] if i > 1 else [], overwrite=False, app_id="x", app_version=i
+        )
+    assert trim_log(home, "t", 30, 35).data_files == 28  # removed before checkpoint 30: deleted
+    for i in range(36, 46):
+        files[i] = _add(home, i, [str(i)])
+        home.commit_once("t", INC, [files[i]], [files[i - 1]], overwrite=False, app_id="x", app_version=i)
+    log = tmp_path / "h" / "t" / "_delta_log"
+    last = json.loads((log / "_last_checkpoint").read_text())
+    v = last["version"]
+    assert v > 35
+    actions = pq.read_table(log / f"{v:020d}.checkpoint.parquet").to_pylist()
+    tombstones = sorted(a["remove"]["path"] for a in actions if a["remove"])
+    assert tombstones == sorted(files[i]["path"] for i in range(29, v))  # removed at 30 to v, still there
+    assert last["size"] == len(actions)
+    dt = DeltaTable(home.uri("t"))
+    assert dt.version() == 45 and dt.transaction_version("x") == 45 and _rows(home) == [(45, "45")]
+    assert DeltaTable(home.uri("t"), version=v).to_pyarrow_table().column("v").to_pylist() == [str(v)]
+    stale = {Path(u).name for u in dt.vacuum(retention_hours=0, enforce_retention_duration=False, dry_run=True)}
+    assert stale == {Path(files[i]["path"]).name for i in range(29, 45)}

@@ -178,12 +178,12 @@ class Journal:
         """Apply a pending record: the Delta commits not made yet, the entries, the snapshot, the
         cleanup. Idempotent."""
         snap, done = self._next_snapshot(record)
-        entries = copy.deepcopy(record.get("entries", {}))
+        entries = dict(record.get("entries", {}))  # an entry a commit's version goes into is copied first
         for n, c in enumerate(Commit.from_json(c) for c in record["commits"]):
             version = self._make_commit(record, kind, n, c, snap)
             for target in c.targets:
                 if isinstance(target, EntryVersion):
-                    entries[target.entry][target.key] = version
+                    entries[target.entry] = {**entries[target.entry], target.key: version}
                 elif not done:
                     set_version(snap, target, version)
         if not done:
@@ -225,7 +225,7 @@ class Journal:
                 "by hand or by two writers at once",
                 code="home-corrupt",
             )
-        return patch(copy.deepcopy(current), record["diff"]), False
+        return patch(current, record["diff"]), False  # read afresh: patched in place
 
     def _make_commit(self, record: dict[str, Any], kind: str, n: int, c: Commit, snap: dict[str, Any]) -> int:
         """Make one Delta commit of a pending record unless its transaction id says it is made; its

@@ -2,23 +2,29 @@
 (:class:`TableHead`: version, live files, application transactions, loaded once from delta-rs), the
 JSON actions of its next commit (:func:`commit_actions`: ``commitInfo``, ``txn``, ``metaData``,
 ``add``, ``remove``), the same as delta-rs actions for the tables cbp's commits do not speak
-(:func:`delta_rs_actions`), and when a checkpoint is due (:func:`checkpoint_due`).
+(:func:`delta_rs_actions`), when a checkpoint is due (:func:`checkpoint_due`), and a checkpoint
+rid of the tombstones of files no longer there (:func:`drop_spent_tombstones`).
 :class:`cbp.storage.tables.DeltaTables` writes and reads them."""
 
 from __future__ import annotations
 
+import io
 import json
+import os
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
-from urllib.parse import quote
+from urllib.parse import quote, unquote
 
 import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
 from deltalake import DeltaTable
 from deltalake import Schema as DeltaSchema
 from deltalake.transaction import AddAction, RemoveAction
 
 from .. import __version__
+from .localfiles import replace_file
 
 __all__ = [
     "TABLE_CONFIG",
@@ -27,6 +33,7 @@ __all__ = [
     "checkpoint_due",
     "commit_actions",
     "delta_rs_actions",
+    "drop_spent_tombstones",
     "live_file",
     "partition_columns",
 ]
@@ -117,6 +124,51 @@ def checkpoint_due(h: TableHead) -> bool:
     if h.since >= h.interval:
         return True
     return h.since >= min(_MIN_INTERVAL, h.interval) and _LOG_SHARE * h.actions >= max(h.checkpoint_size, len(h.files))
+
+
+def drop_spent_tombstones(table_dir: str) -> int | None:
+    """Rewrite the newest checkpoint of the local Delta table at ``table_dir`` without the tombstones
+    (``remove`` actions) of data files that no longer exist; return how many it dropped (None: no
+    single-file checkpoint to rewrite).
+
+    Delta keeps a removed file's tombstone for ``delta.deletedFileRetentionDuration`` (a week) so
+    that ``VACUUM`` knows what it may delete, and delta-rs copies every unexpired one into each
+    checkpoint: in a table whose files are replaced every epoch, a checkpoint grows with the epochs
+    of the last week. cbp's own retention deletes a removed file once no kept version holds it
+    (:func:`cbp.storage.logretention.trim_log`); from then on its tombstone tells nobody anything
+    (a ``VACUUM`` has nothing left to delete, and no reader of the checkpoint's version or a later
+    one needs it for the table's live files). A tombstone whose file is still there is kept, so no
+    one's ``VACUUM`` may delete a file earlier than before. The checkpoint is replaced whole
+    (written aside, then renamed); ``_last_checkpoint``'s counts follow. A kill between the two
+    leaves a checkpoint readers read as before, with counts off by the tombstones dropped (a hint;
+    the next checkpoint writes them again)."""
+    log = os.path.join(table_dir, "_delta_log")
+    try:
+        with open(os.path.join(log, "_last_checkpoint"), "rb") as f:
+            last = json.loads(f.read())
+        version = int(last["version"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    path = os.path.join(log, f"{version:020d}.checkpoint.parquet")
+    if last.get("parts") or not os.path.exists(path):
+        return None
+    actions = pq.read_table(path)
+    removes = actions.column("remove")
+    paths = pc.struct_field(removes, "path").to_pylist()
+    gone = [
+        bool(valid) and p is not None and not os.path.exists(os.path.join(table_dir, unquote(p)))
+        for valid, p in zip(pc.is_valid(removes).to_pylist(), paths, strict=True)
+    ]
+    dropped = sum(gone)
+    if not dropped:
+        return 0
+    kept = actions.filter(pa.array([not g for g in gone]))
+    buf = io.BytesIO()
+    pq.write_table(kept, buf, compression="snappy")
+    replace_file(path, buf.getvalue())
+    last.update(size=kept.num_rows, sizeInBytes=buf.tell())
+    replace_file(os.path.join(log, "_last_checkpoint"), json.dumps(last, separators=(",", ":")).encode())
+    return dropped
 
 
 def commit_actions(

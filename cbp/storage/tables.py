@@ -26,6 +26,7 @@ from, are still delta-rs's (:func:`cbp.storage.deltalog.checkpoint_due` says whe
 from __future__ import annotations
 
 import json
+import os
 import threading
 import time
 import uuid
@@ -45,6 +46,7 @@ from .deltalog import (
     checkpoint_due,
     commit_actions,
     delta_rs_actions,
+    drop_spent_tombstones,
     live_file,
     partition_columns,
 )
@@ -82,6 +84,7 @@ class DeltaTables:
         def read_bytes(self, rel: str) -> bytes: ...
         def create_file(self, rel: str, data: bytes) -> bool: ...
         def make_parent(self, path: str) -> None: ...
+        def local_dir(self) -> str | None: ...
 
     def table(self, rel: str, version: int | None = None) -> DeltaTable | None:
         """The Delta table at ``rel`` (its newest version, or ``version``), or None if there is none.
@@ -325,15 +328,20 @@ class DeltaTables:
         h.reload()
 
     def _checkpoint(self, rel: str, h: TableHead) -> None:
-        """Write delta-rs's checkpoint of version ``h.version`` (and, at the first one 100 versions or
-        more after the last clean-up, delete log files older than the table's log retention). Never
-        fatal: without it readers read more log; a failed one is tried again when the next is due."""
+        """Write delta-rs's checkpoint of version ``h.version`` without the tombstones of files cbp's
+        retention deleted (on a local home: :func:`cbp.storage.deltalog.drop_spent_tombstones`), and
+        at the first one 100 versions or more after the last clean-up, delete log files older than
+        the table's log retention. Never fatal: without it readers read more log; a failed one is
+        tried again when the next is due."""
         h.since = h.actions = 0
         try:
             h.dt.update_incremental()
             if h.dt.version() != h.version:
                 return
             h.dt.create_checkpoint()
+            local = self.local_dir()
+            if local is not None:
+                drop_spent_tombstones(os.path.join(local, rel))
             h.checkpoint_size = self._checkpoint_size(rel)
             if h.version - h.tidied >= TIDY_EVERY:
                 h.tidied = h.version
