@@ -13,7 +13,8 @@ function (:func:`build_task_plan`), with the path its tasks take chosen once (:f
 - bulk (:mod:`cbp.engine.driver.bulkjob`): a per-key stage in direct mode (keyed rows too) whose state
   is empty, whose increment is not small and whose translator has a Spark SQL build that fits it (a
   view's GROUP BY or join step: :class:`BulkBuild`), ``CBP_BULK_BUILD`` not 0: Spark computes each
-  key's state, Python writes it.
+  key's state; a GROUP BY's seeds are written by Python per key, a join step's state rows and output
+  records by Arrow tasks (:mod:`cbp.engine.task.bulkwrite`).
 
 The settings the tasks need (state cache, index budget, scan fraction, fault) go into the plan
 from the driver's :mod:`cbp.settings`: tasks do not read their own environment for them.
