@@ -17,7 +17,7 @@ def test_sigkill_at_many_moments_recovers_exactly(spark, tmp_path):
     """22 SIGKILLs over every phase of feeds, stage epochs (a 3-stage pipeline with a loopback cycle),
     garbage collection and recovery itself; the restarted runs end with the same epochs, the same
     records in every output increment and the same state as an uninterrupted run, and as networkx."""
-    incs = ch.increments(seed=11, n=4, nodes=30, edges=12)
+    incs = ch.increments(seed=ch.SHALLOW[0], n=4, nodes=30, edges=12)
     ref = str(tmp_path / "reference")
     ch.run_reference(ref, incs, spark)
     want = ch.results(ref, spark)
@@ -46,7 +46,7 @@ def test_sigkill_during_compaction_recovers_exactly(spark, tmp_path):
     """SIGKILL at each of compaction's four points (a run of its own for each, the runs before them here):
     the recovered home has the same epochs, state and ``sizes`` table (as a Delta reader sums it) as an
     uninterrupted run with the same retention (the state as networkx), with the flow compacted."""
-    incs = ch.increments(seed=17, n=6, nodes=30, edges=8)
+    incs = ch.increments(seed=17, n=5, nodes=30, edges=8)  # the first run, then one run per kill point
     ref, victim = str(tmp_path / "reference"), str(tmp_path / "victim")
     for home in (ref, victim):
         ch.compacting_home(home, spark)
@@ -67,7 +67,8 @@ def test_sigkill_during_compaction_recovers_exactly(spark, tmp_path):
 def test_task_that_dies_once_is_retried_without_leftovers(spark, tmp_path, monkeypatch):
     """A Python worker that exits after writing its state files (a lost executor): Spark retries
     the task, and the files of the failed attempt never become visible."""
-    incs = ch.increments(seed=5, n=3, nodes=30, edges=12)
+    # the task dies in the first job; the second increment's epochs build on what its retry wrote
+    incs = ch.increments(seed=ch.SHALLOW[0], n=2, nodes=30, edges=12)
     ref = str(tmp_path / "reference")
     ch.run_reference(ref, incs, spark)
     marker = tmp_path / "task-died-once"
@@ -88,7 +89,7 @@ def test_rewind_killed_and_recovered_then_replayed_equals_reference(spark, tmp_p
     reference run's state."""
     import shutil
 
-    incs = ch.increments(seed=13, n=4, nodes=30, edges=12)
+    incs = ch.increments(seed=ch.SHALLOW[1], n=4, nodes=30, edges=12)
     ref = str(tmp_path / "reference")
     ch.run_reference(ref, incs, spark)
     want = ch.results(ref, spark)

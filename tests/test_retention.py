@@ -161,7 +161,7 @@ def test_kill_during_trimming_recovers_exactly(spark, tmp_path):
     the same operations go on; the state equals networkx's from scratch and a plain Delta reader's."""
     home = str(tmp_path / "home")
     cbp.load(ch.YAML, home=home, spark=spark).set_retention(epochs=1)
-    incs = ch.increments(seed=11, n=4)
+    incs = ch.increments(seed=ch.SHALLOW[0], n=4, nodes=30, edges=12)
     kills = [
         ("run", ["kill:retention:horizon:1"]),
         ("run", ["kill:retention:epoch:2", "kill:retention:feed:1"]),
