@@ -68,8 +68,9 @@ VARIABLES: tuple[Variable, ...] = (
         "CBP_DRIVER_JAVA_OPTIONS",
         "driver_java_options",
         "empty",
-        "more options of the driver JVM cbp starts, after its own (e.g. `-XX:TieredStopAtLevel=1`: less CPU "
-        "for short-lived drivers such as the test suite's, slower long epochs)",
+        "more options of the driver JVM cbp starts, after its own, and of the Spark Connect server that "
+        "`scripts/connect` starts (e.g. `-XX:TieredStopAtLevel=1`: less CPU for short-lived drivers and servers "
+        "such as the test suite's, slower long epochs)",
     ),
     Variable("CBP_SPARK_LOG_LEVEL", "spark_log_level", "`ERROR` (`WARN` with `CBP_VERBOSE`)", "Spark's log level"),
     Variable("CBP_VERBOSE", "verbose", "off", "set and not `0`: show Spark's and the JVM's own lines"),

@@ -78,8 +78,16 @@ def command(master: str, port: int) -> list[str]:
         "spark.driver.extraClassPath": cp,  # not --jars: Spark would copy 670 MiB into every session's directory
         "spark.pyspark.python": sys.executable,
         "spark.executorEnv.PYTHONPATH": str(ROOT),
-        # its log at WARN (CBP_CONNECT_LOG_LEVEL=info for Spark's INFO lines: tens per query, some with its plan)
-        "spark.driver.extraJavaOptions": f"-Dlog4j2.configurationFile=file:{LOG4J} -Dcbp.connect.loglevel={LOG_LEVEL}",
+        # its log at WARN (CBP_CONNECT_LOG_LEVEL=info for Spark's INFO lines: tens per query, some with its plan);
+        # CBP_DRIVER_JAVA_OPTIONS after cbp's own, as for a driver JVM cbp starts (the server is its sessions' driver)
+        "spark.driver.extraJavaOptions": " ".join(
+            o
+            for o in (
+                f"-Dlog4j2.configurationFile=file:{LOG4J} -Dcbp.connect.loglevel={LOG_LEVEL}",
+                os.environ.get("CBP_DRIVER_JAVA_OPTIONS", "").strip(),
+            )
+            if o
+        ),
     }
     if not master.startswith("local"):  # the standalone cluster's workers have the jars at the same paths
         conf.update({"spark.executor.extraClassPath": cp, "spark.executor.cores": "1", "spark.executor.memory": "1g"})

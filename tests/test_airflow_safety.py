@@ -45,17 +45,23 @@ def _airflow_section() -> str:
     return (ROOT / "docs" / "howto" / "airflow.md").read_text()  # the Airflow guide of the docs site
 
 
-def _config(env: dict[str, str], section: str, key: str) -> str:
-    """What Airflow itself reads for [section] key in this environment."""
+def _config(env: dict[str, str], *keys: tuple[str, str]) -> list[str]:
+    """What Airflow itself reads for each ``(section, key)`` in this environment (``conf.get``, as
+    ``airflow config get-value`` does), all read by one process."""
+    code = (
+        "import json, sys\n"
+        "from airflow.configuration import conf\n"
+        "print(json.dumps([conf.get(s, k) for s, k in json.loads(sys.argv[1])]))\n"
+    )
     r = subprocess.run(
-        [sys.executable, "-m", "airflow", "config", "get-value", section, key],
+        [sys.executable, "-c", code, json.dumps(keys)],
         env=env,
         capture_output=True,
         text=True,
         timeout=300,
     )
     assert r.returncode == 0, r.stderr[-2000:]
-    return r.stdout.strip().splitlines()[-1]
+    return json.loads(r.stdout.strip().splitlines()[-1])
 
 
 def _free_port() -> int:
@@ -107,11 +113,21 @@ def test_loop_script_environment_binds_loopback_on_the_readme_port(tmp_path):
     assert m, "the README's Airflow section names the loop's port"
     assert al.PORT == int(m.group(1)) == 8181
     env = al.airflow_env(tmp_path / "airflow", tmp_path / "cbp.yaml")
-    assert _config(env, "api", "host") == "127.0.0.1"
-    assert _config(env, "api", "port") == "8181"
-    assert _config(env, "core", "execution_api_server_url") == "http://127.0.0.1:8181/execution/"
-    assert _config(env, "scheduler", "scheduler_health_check_server_host") == "127.0.0.1"
-    assert _config(env, "core", "simple_auth_manager_passwords_file") == str(tmp_path / "airflow" / al.PASSWORDS)
+    read = _config(
+        env,
+        ("api", "host"),
+        ("api", "port"),
+        ("core", "execution_api_server_url"),
+        ("scheduler", "scheduler_health_check_server_host"),
+        ("core", "simple_auth_manager_passwords_file"),
+    )
+    assert read == [
+        "127.0.0.1",
+        "8181",
+        "http://127.0.0.1:8181/execution/",
+        "127.0.0.1",
+        str(tmp_path / "airflow" / al.PASSWORDS),
+    ]
     r = subprocess.run(
         [sys.executable, str(ROOT / "scripts" / "airflow_loop.py"), "--help"],
         capture_output=True,
@@ -152,8 +168,7 @@ def test_readme_manual_steps_bind_loopback_and_start_airflow_like_the_script(tmp
     assert exported.get("AIRFLOW__CORE__EXECUTION_API_SERVER_URL") == f"http://127.0.0.1:{port}/execution/"
     env = {k: v for k, v in os.environ.items() if not k.startswith("AIRFLOW__")}
     env.update({k: v for k, v in exported.items() if k.startswith("AIRFLOW__")}, AIRFLOW_HOME=str(tmp_path / "airflow"))
-    assert _config(env, "api", "host") == "127.0.0.1"
-    assert _config(env, "api", "port") == port
+    assert _config(env, ("api", "host"), ("api", "port")) == ["127.0.0.1", port]
     # started as the script starts it: umask 077 before the log (which gets the admin password) is opened
     flat = " ".join(block.split())
     assert " ".join(al.SERVE.split()) in flat

@@ -243,7 +243,7 @@ def test_url_count_through_the_python_api_on_connect(server, tmp_path):
     assert got["progress"] == [2, True]  # the progress handler's tasks of the running stage
 
 
-def test_url_count_through_the_cli_with_remote(server, tmp_path):
+def test_url_count_through_the_cli_with_remote(server, tmp_path, capsys):
     """Two ``cbp --remote`` runs share this user's session on the server (cbp names it,
     :mod:`cbp.engine.driver.connectsession`): one Python daemon on the server, not one each; a shared
     session the server closed is replaced by a new one; ``cbp sql`` reads the state on the server."""
@@ -262,12 +262,20 @@ def test_url_count_through_the_cli_with_remote(server, tmp_path):
         assert run.returncode == 0, run.stderr[-4000:]
         return run.stdout
 
+    def here(*args: str) -> str:
+        """A command that opens no session (feed, state), run in this process: it needs no process of its own."""
+        from cbp.cli import main
+
+        capsys.readouterr()
+        assert main(list(args)) == 0
+        return capsys.readouterr().out
+
     remote = server  # no session id: the commands share the one cbp keeps for this user and server
     daemons = []
     for i, feed in enumerate(FEEDS[:2]):
         path = tmp_path / f"feed{i}.jsonl"
         path.write_text("".join(json.dumps(r) + "\n" for r in feed))
-        cbp("feed", yaml, "urls", str(path), "--home", home)
+        here("feed", yaml, "urls", str(path), "--home", home)
         ran = cbp("--remote", remote, "run", yaml, "--home", home)
         assert "stage epoch(s)" in ran
         daemons.append(_daemons(server))
@@ -280,7 +288,7 @@ def test_url_count_through_the_cli_with_remote(server, tmp_path):
         subprocess.run([sys.executable, script], env=env, check=True, capture_output=True, timeout=300)
     finally:
         os.unlink(script)
-    state = [json.loads(line) for line in cbp("state", yaml, "url_count", "--home", home).splitlines()]
+    state = [json.loads(line) for line in here("state", yaml, "url_count", "--home", home).splitlines()]
     assert {r["url"]: r["count"] for r in state} == from_scratch(FEEDS[:2])
     query = "SELECT url, count FROM url_count"
     rows = [json.loads(line) for line in cbp("--remote", remote, "sql", yaml, query, "--home", home).splitlines()]
