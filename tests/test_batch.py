@@ -253,7 +253,7 @@ def test_bad_batch_output_is_refused_and_nothing_is_committed(
         .replace("outputs: [carry, totals]", f"outputs: [carry, totals]\n    params: {{kind: {kind}}}")
     )
     p = cbp.load(make_pipeline(text, BAD), home=str(tmp_path / "h"), spark=spark)
-    p.feed("nums", [{"k": "a", "v": 3, "hour": 1}, {"k": "b", "v": 4, "hour": 1}], close=True)
+    p.feed("nums", [{"k": "a", "v": 3, "hour": 1}], close=True)  # one key: one failing task (two with its retry)
     with pytest.raises(UserCodeError) as e:
         p.run()
     assert e.value.code == code and e.value.stage == "sum" and e.value.epoch == 1
@@ -266,7 +266,7 @@ def test_os_exit_in_a_batch_translator_is_worker_died_naming_the_batch(spark, tm
     text = YAML.replace("TRANSLATOR", "bad").replace("BATCH", "batch: true").replace("outputs: [carry, totals]", params)
     path = make_pipeline(text, BAD)
     p = cbp.load(path, home=str(tmp_path / "h"), spark=spark)
-    p.feed("nums", [{"k": "a", "v": 3, "hour": 1}, {"k": "b", "v": 4, "hour": 1}], close=True)
+    p.feed("nums", [{"k": "a", "v": 3, "hour": 1}], close=True)  # one key: one task's worker dies (twice, retried)
     with pytest.raises(UserCodeError) as e:
         p.run()
     assert (e.value.code, e.value.stage, e.value.epoch) == ("worker-died", "sum", 1)
