@@ -31,7 +31,7 @@ def _url_increments(seed: int, n: int = 5) -> list[Increment]:
 
 @pytest.mark.parametrize("mode,seed", [("direct", 1), ("blackbox", 2)])
 def test_url_count_vec_equals_url_count(spark, tmp_path, mode, seed):
-    incs = _url_increments(seed)
+    incs = _url_increments(seed, 3)  # the first three of the five this took: 47 and 87 urls, a state to update twice
     per_key = replay(FLOWS / "url_count.yaml", incs, home=str(tmp_path / "k"), mode=mode, spark=spark)
     vec = replay(FLOWS / "url_count_vec.yaml", incs, home=str(tmp_path / "v"), mode=mode, spark=spark)
     for a, b in zip(per_key.steps, vec.steps):
@@ -104,17 +104,20 @@ def batch(keys, state, nums, carry, out):
 
 
 def _halves(seed: int) -> list[Increment]:
+    """Three hours of 8-25 records: each hour's frame takes about six epochs (its records, then the
+    halves of 40 travelling back), whatever its size, so fewer, larger frames cost less (five hours
+    of 1-15 records: 27 epochs a pipeline; these: 18, more keys passing 100 and removed)."""
     rng = random.Random(seed)
     incs = []
-    for hour in range(1, 6):
+    for hour in range(1, 4):
         incs.append(
             Increment(
                 "nums",
                 [
                     {"k": f"k{rng.randint(0, 12)}", "v": rng.randint(0, 40), "hour": hour}
-                    for _ in range(rng.randint(1, 15))
+                    for _ in range(rng.randint(8, 25))
                 ],
-                close=hour == 5,
+                close=hour == 3,
             )
         )
     return incs
@@ -151,9 +154,9 @@ def test_batch_equals_per_key_whatever_the_keys_look_like(spark, tmp_path, make_
         Increment(
             "nums",
             [{"k": rng.choice(pool), "v": rng.randint(0, 30), "hour": hour} for _ in range(rng.randint(3, 12))],
-            close=hour == 4,
+            close=hour == 2,
         )
-        for hour in range(1, 5)
+        for hour in range(1, 3)  # two frames (the second finds the first's state): ~5 epochs each, as many keys
     ]
     runs = {}
     for name, translator, batch in (("k", "per_key", ""), ("v", "batch", "batch: true")):
@@ -250,7 +253,7 @@ def test_bad_batch_output_is_refused_and_nothing_is_committed(
         .replace("outputs: [carry, totals]", f"outputs: [carry, totals]\n    params: {{kind: {kind}}}")
     )
     p = cbp.load(make_pipeline(text, BAD), home=str(tmp_path / "h"), spark=spark)
-    p.feed("nums", [{"k": "a", "v": 3, "hour": 1}, {"k": "b", "v": 4, "hour": 1}], close=True)
+    p.feed("nums", [{"k": "a", "v": 3, "hour": 1}], close=True)  # one key: one failing task (two with its retry)
     with pytest.raises(UserCodeError) as e:
         p.run()
     assert e.value.code == code and e.value.stage == "sum" and e.value.epoch == 1
@@ -263,7 +266,7 @@ def test_os_exit_in_a_batch_translator_is_worker_died_naming_the_batch(spark, tm
     text = YAML.replace("TRANSLATOR", "bad").replace("BATCH", "batch: true").replace("outputs: [carry, totals]", params)
     path = make_pipeline(text, BAD)
     p = cbp.load(path, home=str(tmp_path / "h"), spark=spark)
-    p.feed("nums", [{"k": "a", "v": 3, "hour": 1}, {"k": "b", "v": 4, "hour": 1}], close=True)
+    p.feed("nums", [{"k": "a", "v": 3, "hour": 1}], close=True)  # one key: one task's worker dies (twice, retried)
     with pytest.raises(UserCodeError) as e:
         p.run()
     assert (e.value.code, e.value.stage, e.value.epoch) == ("worker-died", "sum", 1)
