@@ -167,7 +167,6 @@ FIRST = (
     "test_crash.py::test_sigkill_at_many_moments_recovers_exactly",
     "test_crash.py::test_sigkill_during_compaction_recovers_exactly",  # 4 cbp run processes, a driver each
     "test_tpch.py",  # ~165 s since all 22 queries compile
-    "test_graphs.py::test_pagerank_with_retractions",
     "test_runaway.py",
     "test_airflow.py",
     "test_airflow_safety.py",
@@ -185,6 +184,7 @@ FIRST = (
     "test_batch.py::test_batch_equals_per_key_with_framing_and_a_loopback_flow",
     "test_crash.py",
     "test_graphs.py::test_pagerank_matches_networkx",
+    "test_graphs.py::test_pagerank_with_retractions",  # ~135 s until half its nodes became dead ends (2026-11-30)
     "test_durability.py",
     "test_docs.py",
     "test_graphs.py::test_pagerank_work_follows_the_change",
