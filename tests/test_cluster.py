@@ -4,10 +4,11 @@ executor JVMs and Python workers, and an S3-compatible object store, all on 127.
 Uses the cluster that is up (``scripts/cluster up``; then ``state/cluster/env.sh`` exists and
 ``scripts/cluster status`` succeeds), else starts one and stops it at the end; with
 ``CBP_TEST_CLUSTER=0`` every test here is skipped but the last, which checks without Spark that
-translators and their helper modules travel to executors by value. Every Spark driver is a ``cbp`` CLI subprocess
-(the cluster's with env.sh's variables, the local-mode reference with ``local[2,2]``), so this
-module never creates a SparkSession in the pytest process: run it on its own
-(``pytest tests/test_cluster.py``) or with the suite, it does not disturb the suite's local session.
+translators and their helper modules travel to executors by value. Every driver on the cluster is a
+``cbp`` process with env.sh's variables: a test's commands run in one such process
+(tests/cluster_cli.py: ``cbp.cli.main`` per command, one driver and one application for the test's epochs),
+a killed one in a ``cbp run`` of its own. The local-mode reference of the worker kill runs in the pytest
+process on the test session's local SparkSession.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from pathlib import Path
 from typing import IO, Any
 
 import pytest
+from cluster_cli import CliSession
 
 ROOT = Path(__file__).resolve().parents[1]
 STATE = ROOT / "state" / "cluster"
@@ -164,7 +166,7 @@ def finished_tasks(before: dict[int, set[Path]]) -> dict[int, int]:
 
 
 def pipeline_run(
-    env: dict[str, str],
+    cli: CliSession,
     yaml: str,
     home: str,
     feeds: list[list[dict[str, Any]]],
@@ -173,16 +175,17 @@ def pipeline_run(
     output: str = "counts",
     stage: str = "url_count",
 ) -> dict[str, Any]:
-    """Feed and run increment by increment; each epoch's output, the final state and the status."""
+    """Feed and run increment by increment (the commands in ``cli``, one driver); each epoch's output, the
+    final state and the status."""
     outs = []
     for n, recs in enumerate(feeds, 1):
-        cbp(env, "feed", yaml, flow, write_jsonl(tmp / f"{uuid.uuid4().hex}.jsonl", recs), "--home", home)
-        cbp(env, "run", yaml, "--home", home, "--quiet")
-        outs.append(jsonl(cbp(env, "output", yaml, output, "--epoch", str(n), "--home", home)))
+        cli("feed", yaml, flow, write_jsonl(tmp / f"{uuid.uuid4().hex}.jsonl", recs), "--home", home)
+        cli("run", yaml, "--home", home, "--quiet")
+        outs.append(jsonl(cli("output", yaml, output, "--epoch", str(n), "--home", home)))
     return {
         "outputs": outs,
-        "state": jsonl(cbp(env, "state", yaml, stage, "--home", home)),
-        "status": json.loads(cbp(env, "status", yaml, "--home", home, "--json")),
+        "state": jsonl(cli("state", yaml, stage, "--home", home)),
+        "status": json.loads(cli("status", yaml, "--home", home, "--json")),
     }
 
 
@@ -205,20 +208,22 @@ def _home(kind: str, tmp_path: Path, env: dict[str, str]) -> str:
 
 @pytest.mark.parametrize("home_kind", ["local", "s3"])
 def test_url_count_on_cluster(cluster, tmp_path, home_kind):
-    """flows/url_count.yaml through the CLI on the cluster equals the from-scratch counts (the same
-    feeds in local mode are tests/test_url_count.py's), and its tasks ran in the executors of both workers."""
+    """flows/url_count.yaml through the CLI on the cluster (its commands in one driver) equals the
+    from-scratch counts (the same feeds in local mode are tests/test_url_count.py's), and its tasks ran in
+    the executors of both workers."""
     feeds = increments(2, 1500)
     before = app_dirs()
     t0 = time.monotonic()
     home = _home(home_kind, tmp_path, cluster)
-    on_cluster = pipeline_run(cluster, URLS, home, feeds, tmp_path)
+    outs, state = from_scratch(feeds)
+    with CliSession(cluster) as cli:
+        on_cluster = pipeline_run(cli, URLS, home, feeds, tmp_path)
+        if home_kind == "s3":  # Spark SQL through the Delta connector and S3A, on the cluster, equals cbp state
+            assert jsonl(cli("sql", URLS, "SELECT url, count FROM url_count", "--home", home)) == state
     took = time.monotonic() - t0
     ran = finished_tasks(before)
-    outs, state = from_scratch(feeds)
     assert on_cluster["outputs"] == outs
     assert on_cluster["state"] == state
-    if home_kind == "s3":  # Spark SQL through the Delta connector and S3A, on the cluster, equals cbp state
-        assert jsonl(cbp(cluster, "sql", URLS, "SELECT url, count FROM url_count", "--home", home)) == state
     st = on_cluster["status"]["stages"]["url_count"]
     assert st["epochs"] == 2 and st["runnable"] is False
     assert ran[1] > 0 and ran[2] > 0, f"tasks per worker: {ran}"
@@ -227,8 +232,8 @@ def test_url_count_on_cluster(cluster, tmp_path, home_kind):
 
 def test_clustering_with_multicast_on_cluster(cluster, tmp_path):
     """flows/clustering.yaml (RouteBy functions, multicast bindings; its small epochs routed by a Spark
-    job on the executors, then by the driver) on the cluster with its home on S3: after each
-    increment every node's coefficient equals networkx's."""
+    job on the executors, then by the driver) on the cluster with its home on S3 (the commands in one
+    driver): after each increment every node's coefficient equals networkx's."""
     import networkx as nx
 
     rnd = random.Random(11)
@@ -236,22 +241,16 @@ def test_clustering_with_multicast_on_cluster(cluster, tmp_path):
     yaml = str(ROOT / "flows" / "clustering.yaml")
     home = f"s3://{cluster['CBP_S3_BUCKET']}/test-{uuid.uuid4().hex[:8]}/clustering"
     g = nx.Graph()
-    for step in range(2):
-        edges = [(rnd.choice(nodes), rnd.choice(nodes)) for _ in range(120)]
-        g.add_edges_from((a, b) for a, b in edges if a != b)
-        cbp(
-            cluster,
-            "feed",
-            yaml,
-            "edges",
-            write_jsonl(tmp_path / f"e{step}.jsonl", [{"src": a, "dst": b} for a, b in edges]),
-            "--home",
-            home,
-        )
-        cbp(cluster, "run", yaml, "--home", home, "--quiet")
-        got = {r["node"]: r["coefficient"] for r in jsonl(cbp(cluster, "state", yaml, "clustering", "--home", home))}
-        want = nx.clustering(g)
-        assert set(got) == set(want) and all(abs(got[v] - want[v]) <= 1e-9 for v in want), step
+    with CliSession(cluster) as cli:
+        for step in range(2):
+            edges = [(rnd.choice(nodes), rnd.choice(nodes)) for _ in range(120)]
+            g.add_edges_from((a, b) for a, b in edges if a != b)
+            feed = write_jsonl(tmp_path / f"e{step}.jsonl", [{"src": a, "dst": b} for a, b in edges])
+            cli("feed", yaml, "edges", feed, "--home", home)
+            cli("run", yaml, "--home", home, "--quiet")
+            got = {r["node"]: r["coefficient"] for r in jsonl(cli("state", yaml, "clustering", "--home", home))}
+            want = nx.clustering(g)
+            assert set(got) == set(want) and all(abs(got[v] - want[v]) <= 1e-9 for v in want), step
 
 
 SLOW_YAML = """
@@ -349,46 +348,48 @@ def _kill_worker(worker: int) -> int:
     return pid
 
 
-def test_worker_killed_mid_epoch(cluster, tmp_path):
+def test_worker_killed_mid_epoch(cluster, spark, tmp_path):
     """SIGKILL a worker and its executor while the epoch's tasks run: Spark reruns them on the other
-    worker and the epoch's results equal an uninterrupted run's; then the worker is brought back."""
+    worker and the epoch's results equal an uninterrupted run's (local mode, in this process) and the
+    from-scratch counts; then the worker is brought back."""
     yaml, marks = _slow_flow(tmp_path)
     words = [{"w": f"w{i % 40}"} for i in range(120)]
     home = str(tmp_path / "home-killed")
-    cbp(cluster, "feed", yaml, "words", write_jsonl(tmp_path / "words.jsonl", words), "--home", home)
-    proc = subprocess.Popen(
-        [CBP, "run", yaml, "--home", home],
-        env=cluster,
-        cwd=ROOT,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        _wait_for_mark(marks, 1, proc)
-        listening = listeners(proc.pid)
-        _kill_worker(1)
-        killed_at = time.monotonic()
-        out, err = proc.communicate(timeout=600)
-        took = time.monotonic() - killed_at
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-        restored = _script("up")
-    assert proc.returncode == 0, out + err[-3000:]
-    assert restored.returncode == 0 and "worker-1: started" in restored.stdout, restored.stdout + restored.stderr
-    where = jsonl(cbp(cluster, "output", yaml, "placed", "--home", home))
-    state = jsonl(cbp(cluster, "state", yaml, "count", "--home", home))
+    with CliSession(cluster) as cli:  # the feed and the reads (no Spark job: the session holds no executor)
+        cli("feed", yaml, "words", write_jsonl(tmp_path / "words.jsonl", words), "--home", home)
+        proc = subprocess.Popen(
+            [CBP, "run", yaml, "--home", home],
+            env=cluster,
+            cwd=ROOT,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        try:
+            _wait_for_mark(marks, 1, proc)
+            listening = listeners(proc.pid)
+            _kill_worker(1)
+            killed_at = time.monotonic()
+            out, err = proc.communicate(timeout=600)
+            took = time.monotonic() - killed_at
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+            restored = _script("up")
+        assert proc.returncode == 0, out + err[-3000:]
+        assert restored.returncode == 0 and "worker-1: started" in restored.stdout, restored.stdout + restored.stderr
+        where = jsonl(cli("output", yaml, "placed", "--home", home))
+        state = jsonl(cli("state", yaml, "count", "--home", home))
     expected = jsonl(
         "\n".join(json.dumps({"w": w, "n": n}) for w, n in collections.Counter(r["w"] for r in words).items())
     )
     assert state == expected
-    placed = {r["w"]: r["where"] for r in jsonl(cbp(cluster, "output", yaml, "placed", "--home", home))}
+    placed = {r["w"]: r["where"] for r in where}
     assert len(placed) == len(where) == 40
     called_on_1 = {m.name.split("-", 1)[1] for m in marks.iterdir() if "/work-1/" in m.read_text()}
     moved = {k for k in called_on_1 if "/work-2/" in placed[k]}
     assert moved, f"no key called on worker-1 was re-run on worker-2: {placed}"
-    reference = _uninterrupted(tmp_path, yaml, words)
+    reference = _uninterrupted(spark, tmp_path, yaml, words)
     assert state == reference
     assert listening and all(addr.startswith(("127.0.0.1:", "[::ffff:127.0.0.1]:")) for addr, _ in listening), listening
     print(
@@ -397,14 +398,17 @@ def test_worker_killed_mid_epoch(cluster, tmp_path):
     )
 
 
-def _uninterrupted(tmp_path: Path, yaml: str, words: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The same epoch in local mode, without a kill (and without the sleeps)."""
+def _uninterrupted(spark: Any, tmp_path: Path, yaml: str, words: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The same epoch in local mode, without a kill (and without the sleeps), in this process on the test
+    session's SparkSession (the same feed file, the same translator shipped to its Python workers)."""
+    import cbp as cbp_api
+
     fast = tmp_path / "flow" / "fast.yaml"
     fast.write_text(Path(yaml).read_text().replace("sleep: 0.4", "sleep: 0"))
-    env, home = _local_env(), str(tmp_path / "home-local")
-    cbp(env, "feed", str(fast), "words", str(tmp_path / "words.jsonl"), "--home", home)
-    cbp(env, "run", str(fast), "--home", home, "--quiet")
-    return jsonl(cbp(env, "state", str(fast), "count", "--home", home))
+    p = cbp_api.load(str(fast), home=str(tmp_path / "home-local"), spark=spark)
+    p.feed("words", str(tmp_path / "words.jsonl"))
+    p.run()
+    return jsonl("\n".join(json.dumps(r) for r in p.state("count")))
 
 
 def test_translator_and_helpers_ship_by_value(tmp_path):

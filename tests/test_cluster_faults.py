@@ -13,7 +13,9 @@
   queue.
 
 Like tests/test_cluster.py (whose fixture and helpers this module uses) the tests run only when a
-cluster is up or can be started (``CBP_TEST_CLUSTER=0`` skips) and every driver is a ``cbp`` subprocess.
+cluster is up or can be started (``CBP_TEST_CLUSTER=0`` skips) and every driver on the cluster is a ``cbp``
+process (the crawl's rounds one for the three: tests/cluster_cli.py); commands that start no Spark (a feed, a
+refused run) and the local-mode references run in the pytest process.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ from typing import Any
 
 import crash_harness as ch
 import pytest
+from cluster_cli import CliSession
 from crawl_site import HOST, make_site
 from test_cluster import ROOT, _local_env, cbp, cluster_fixture, jsonl  # noqa: F401  (the fixture cluster)
 from test_crawl_queue import _check_round
@@ -46,15 +49,17 @@ pytestmark = [
 ]
 
 TTL = 6  # seconds: CBP_LEASE_TTL of the drivers here, so a killed driver's lease expires soon
-#: operation index (ch.operations: feed 0, run 0, feed 1, run 1) -> the kills before it succeeds
+#: operation index (ch.operations: feed 0, run 0) -> the kills before it succeeds: each in the take-over of
+#: the one before (a driver each; the one that succeeds is the fourth)
 KILLS = {
     1: [
         "kill:epoch:intention:1",  # intention written, Spark job not started
-        "kill-driver:task:outputs-written:1",
-    ],  # inside the Spark job on an executor: a task wrote its files
-    3: ["kill:epoch:committed:0:1"],
-}  # pending record written, first Delta commit made, not the others
-# (the local crash suite, tests/test_crash.py, covers every kill point; three here keep CI's time)
+        "kill-driver:task:outputs-written:1",  # inside the Spark job on an executor: a task wrote its files
+        "kill:epoch:committed:0:1",  # pending record written, first Delta commit made, not the others
+    ],
+}
+# (the local crash suite, tests/test_crash.py, covers every kill point; three here keep CI's time; one increment:
+# a second one's feed, run and reference added a driver on the cluster and no kill)
 CRAWL = str(ROOT / "flows" / "crawl_queue.yaml")
 
 
@@ -110,20 +115,24 @@ def _victim(env: dict[str, str], home: str, incs: list[list[dict[str, str]]], tm
     """Feed and run as a user would; before a run succeeds, SIGKILL it at each of its KILLS.
 
     After each kill: a run at once is refused (exit 6, the killed driver's lease is live), one
-    after the lease expired takes the home over (a notice naming the killed pid) and goes on."""
+    after the lease expired takes the home over (a notice naming the killed pid) and goes on. Every run
+    that gets to Spark is a driver process of its own (a kill needs one; the take-over is a new process);
+    the feeds and the refused runs, which start no Spark, run ``cbp.cli.main`` in this process."""
     log: list[dict[str, Any]] = []
     for i, (op, k) in enumerate(ch.operations(incs)):
         if op == "feed":
             src = tmp / f"inc{k}.jsonl"
             src.write_text("".join(json.dumps(r) + "\n" for r in incs[k]))
-            r, _, _ = driver(env, ["feed", "lines", str(src), "--id", f"inc{k}"], home)
+            with _aws(env):  # a feed starts no Spark: the command's own code in this process
+                r = ch.cli_here(["feed", "lines", str(src), "--id", f"inc{k}"], home)
             assert r.returncode == 0, r.stderr[-3000:]
             continue
         killed: int | None = None
         killed_at = 0.0
         for fault in KILLS.get(i, []) + [None]:  # type: ignore[operator]
             if killed is not None:
-                busy, _, _ = driver(env, ["run"], home)
+                with _aws(env):  # refused before it starts Spark: the command's own code in this process
+                    busy = ch.cli_here(["run"], home)
                 assert busy.returncode == 6, (
                     f"a run right after the kill: exit {busy.returncode}\n{busy.stderr[-2000:]}"
                 )
@@ -159,7 +168,7 @@ def test_driver_killed_mid_epoch_on_s3_home_recovers_exactly(cluster, spark, tmp
     """Three SIGKILLs of the driver and its JVM (see KILLS) on the cluster with an s3:// home; each
     time the next run is refused while the lease lives, then takes over and recovers: epochs,
     output increments and state equal an uninterrupted local run's and the from-scratch components."""
-    incs = ch.increments(seed=11, n=2, nodes=30, edges=12)
+    incs = ch.increments(seed=11, n=1, nodes=30, edges=12)
     ref = str(tmp_path / "reference")
     t0 = time.monotonic()
     ch.run_reference(ref, incs, spark)  # uninterrupted, local mode, local home: the same feeds (ids too) and runs
@@ -186,11 +195,11 @@ def test_driver_killed_mid_epoch_on_s3_home_recovers_exactly(cluster, spark, tmp
 
 
 def _crawl_rounds(
-    env: dict[str, str] | None, home: str, corpus: Path, seed: str, rounds: int, aws: dict[str, str]
+    cli: CliSession | None, home: str, corpus: Path, seed: str, rounds: int, aws: dict[str, str]
 ) -> dict[str, Any]:
-    """``cbp crawl ... --run`` one round at a time (in a process of its own with ``env``, else in this one,
-    on the test session's local SparkSession); after each, the queue is checked against the from-scratch
-    queue. Returns what the rounds produced (the queue per threshold epoch, pages, state)."""
+    """``cbp crawl ... --run`` one round at a time (in the driver process ``cli``, else in this one, on the
+    test session's local SparkSession); after each, the queue is checked against the from-scratch queue.
+    Returns what the rounds produced (the queue per threshold epoch, pages, state)."""
     import cbp as cbp_api
 
     ever: dict[str, float] = {}
@@ -201,12 +210,12 @@ def _crawl_rounds(
         t0 = time.monotonic()
         argv = ["crawl", CRAWL, "--home", home, "--corpus", str(corpus), "--max-pages", "12", "--run"]
         argv += ["--seed", seed] if n == 0 else []
-        if env is None:
+        if cli is None:
             from cbp.cli import main
 
             assert main(argv) == 0
         else:
-            cbp(env, *argv)
+            cli(*argv)
         times.append(round(time.monotonic() - t0, 1))
         with _aws(aws):
             p = cbp_api.load(CRAWL, home=home)
@@ -230,11 +239,12 @@ def _crawl_rounds(
 
 def test_three_crawl_rounds_on_cluster_with_s3_home_equal_local(cluster, spark, tmp_path):
     """Three rounds of ``cbp crawl --run`` (corpus on the local disk, home on S3, epochs on the
-    cluster) equal the same rounds in local mode on a local home; each round's queue is the
-    from-scratch queue over the pages crawled so far."""
+    cluster, the rounds in one driver process) equal the same rounds in local mode on a local home;
+    each round's queue is the from-scratch queue over the pages crawled so far."""
     seed = make_site(str(tmp_path))
     corpus = tmp_path / HOST
-    on_cluster = _crawl_rounds(cluster, _s3_home(cluster, "crawl_queue"), corpus, seed, 3, cluster)
+    with CliSession(cluster) as cli:
+        on_cluster = _crawl_rounds(cli, _s3_home(cluster, "crawl_queue"), corpus, seed, 3, cluster)
     local = _crawl_rounds(None, str(tmp_path / "home-local"), corpus, seed, 3, {})
     for part in ("epochs", "queue", "pages", "merge", "count_links"):
         assert on_cluster[part] == local[part], part
