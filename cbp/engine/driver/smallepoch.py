@@ -106,7 +106,7 @@ DRIVER_ROUTED = 20_000
 #: (10 MB at this bound). ``CBP_DRIVER_RUN_RECORDS`` sets it (:func:`driver_run`); 0 turns it off.
 DRIVER_RUN = 50_000
 #: The translators of a SQL view's stages (:mod:`cbp.views.run`).
-_VIEW_TRANSLATORS = "cbp.views.run:"
+VIEW_TRANSLATORS = "cbp.views.run:"
 #: Whether a local small epoch's claiming tasks run as ``spark.range(0, n, 1, n).mapInArrow`` rather
 #: than ``parallelize(range(n), n).mapPartitions`` (``bench/connect_epochs.py`` measures both).
 CLAIM_BY_RANGE = False
@@ -320,7 +320,7 @@ def run_routed(spark: SparkSession, plan: TaskPlan, parts: list[pa.Table], task:
     (with little to do per partition, a task's fixed cost is most of its time): dealt to them in
     turn, or in local mode claimed by them (:func:`_run_claimed`).
     """
-    if not placed and _runs_in_driver(spark, plan, parts):
+    if not placed and _runs_in_driver(plan, parts):
         return _run_in_driver(plan, parts, task)
     tasks = len(parts) if placed else max(1, min(len(parts), parallelism(spark)))
     chunk = _chunk(spark)
@@ -355,18 +355,13 @@ def run_routed(spark: SparkSession, plan: TaskPlan, parts: list[pa.Table], task:
     return table
 
 
-def _runs_in_driver(spark: SparkSession, plan: TaskPlan, parts: list[pa.Table]) -> bool:
-    """Whether this small epoch runs in the driver (:data:`DRIVER_RUN`): a SQL view's stage, in local
-    mode, with no time limit to enforce (only a task can be stopped at its deadline) and no fault
-    injected (a crash test's fault ends the process it fires in), at most that many envelopes."""
-    return (
-        not plan.path.connect
-        and plan.deadline is None
-        and plan.fault is None
-        and plan.stage.translator_path.startswith(_VIEW_TRANSLATORS)
-        and sum(t.num_rows for t in parts) <= driver_run()
-        and str(spark.sparkContext.master).startswith("local")
-    )
+def _runs_in_driver(plan: TaskPlan, parts: list[pa.Table]) -> bool:
+    """Whether this small epoch runs in the driver: its plan's bound (``EnginePath.driver_run``, fixed
+    when the plan was built: a SQL view's stage, in local mode, with no time limit to enforce, since only a
+    task can be stopped at its deadline, and no fault injected, since a crash test's fault ends the process
+    it fires in), at least as many envelopes as it routed."""
+    bound = plan.path.driver_run
+    return bound is not None and sum(t.num_rows for t in parts) <= bound
 
 
 def _run_in_driver(plan: TaskPlan, parts: list[pa.Table], task: GroupedTask) -> pa.Table:

@@ -35,7 +35,7 @@ from ..common.sparkhash import partition_probes
 from ..task.bipindex import StateMeta, choose_reads
 from ..task.columnar import columnar_fits
 from ..task.plan import EnginePath, TaskPlan
-from .smallepoch import small_records
+from .smallepoch import VIEW_TRANSLATORS, driver_run, small_records
 from .taskmemory import budgets, capped
 
 if TYPE_CHECKING:
@@ -89,21 +89,27 @@ def choose_path(
     bindings: bool = False,
     env: cbp_settings.Settings | None = None,
     state_empty: bool = False,
+    timed: bool = False,
+    faulted: bool = False,
 ) -> EnginePath:
     """The path of a stage epoch (see the module). ``master``: the Spark master's URL;
     ``new_records``: the records of its increments (None: not known); ``small_limit``: the
     pipeline's small-epoch threshold; ``bindings``: it reads multicast bindings; ``state_empty``: the
-    stage's state table has no files (a first build).
+    stage's state table has no files (a first build); ``timed``: the epoch has a time limit; ``faulted``: a
+    fault is injected (``CBP_FAULT``).
 
         >>> from cbp.settings import Settings
         >>> from types import SimpleNamespace as NS
-        >>> st = NS(record_wise=False, batch=False, row_key=(), state_schema=object(), grouping="inner", inputs=[])
+        >>> st = NS(record_wise=False, batch=False, row_key=(), state_schema=object(), grouping="inner", inputs=[],
+        ...         translator_path="cbp.views.run:translate")
         >>> str(choose_path(st, "direct", master="local[2]", new_records=10, env=Settings()))
         'per-key/direct/driver/local'
         >>> str(choose_path(st, "direct", master="spark://h:7077", new_records=None, env=Settings()))
         'per-key/direct/shuffle/placed'
         >>> choose_path(st, "direct", master="sc://h:15002", new_records=None, env=Settings()).connect
         True
+        >>> [choose_path(st, "direct", master="local[2]", timed=t, env=Settings()).driver_run for t in (False, True)]
+        [50000, None]
     """
     env = cbp_settings.current() if env is None else env
     keyed = bool(stage.row_key)
@@ -134,6 +140,10 @@ def choose_path(
         and not bindings
         and bulk_build_of(stage) is not None
     )
+    # a SQL view's stage runs its routed partitions in this process (no user code; cbp.engine.driver.smallepoch)
+    in_driver = (
+        master.startswith("local") and not (timed or faulted) and stage.translator_path.startswith(VIEW_TRANSLATORS)
+    )
     return EnginePath(
         runner,
         partition,
@@ -142,7 +152,16 @@ def choose_path(
         env.jvm_routing and not connect,
         connect,
         bulk,
+        driver_run=(driver_run(env) or None) if in_driver else None,  # 0: never
     )
+
+
+def _scan_choices(stage: StageSpec, parts: dict[int, StateMeta], new_records: int, row_group: int) -> dict[int, float]:
+    """Per partition, the driver's scan-or-index choice for a direct-mode epoch (:func:`choose_reads`)."""
+    return {
+        p: choose_reads(new_records, stage.partitions, sum(int(f.get("rows") or 0) for f in m.files), row_group)
+        for p, m in parts.items()
+    }
 
 
 def build_task_plan(
@@ -173,14 +192,8 @@ def build_task_plan(
     scan_fraction = tuning.state_scan_fraction
     if scan_fraction is None:
         scan_fraction = env.state_scan_fraction
-    scan_choice: dict[int, float] = {}
-    if mode == "direct" and scan_fraction is None:
-        scan_choice = {
-            p: choose_reads(
-                new_records, stage.partitions, sum(int(f.get("rows") or 0) for f in m.files), tuning.state_row_group
-            )
-            for p, m in parts.items()
-        }
+    by_driver = mode == "direct" and scan_fraction is None  # else the tasks choose, by the fixed fraction
+    scan_choice = _scan_choices(stage, parts, new_records, tuning.state_row_group) if by_driver else {}
     path = choose_path(
         stage,
         mode,
@@ -190,6 +203,8 @@ def build_task_plan(
         bindings=bool(bindings),
         env=env,
         state_empty=not any(m.files for m in parts.values()),
+        timed=timeout is not None,
+        faulted=faults.current() is not None,
     )
     budget = None if env.task_memory_mb is None else budgets(env.task_memory_mb)  # CBP_TASK_MEMORY_MB
     return TaskPlan(

@@ -50,6 +50,9 @@ class EnginePath:
     connect: bool = False  # a Spark Connect session: DataFrame jobs only (cbp.engine.driver.smallepoch)
     #: empty state, inputs computed by the translator's Spark SQL build (cbp.engine.driver.bulkjob)
     bulk: bool = False
+    #: envelopes up to which the routed partitions run in the driver process, no Spark job (None: never): a
+    #: SQL view's stage in local mode with no time limit or fault to enforce (cbp.engine.driver.smallepoch)
+    driver_run: int | None = None
 
     def __post_init__(self) -> None:
         assert self.runner in RUNNERS and self.partition in PARTITIONS and self.route in ROUTES, self
