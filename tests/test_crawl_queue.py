@@ -268,45 +268,24 @@ def test_each_bad_page_kind_lands_and_runs_without_failing_the_epoch(spark, make
     assert set(got) == set(ref) and all(math.isclose(got[u], ref[u]) for u in ref)
 
 
-def test_cbp_crawl_cli_rounds_and_failures(site, tmp_path):
+def test_cbp_crawl_cli_rounds_and_failures(site, tmp_path, capsys):
+    """``cbp crawl`` as a process, then ``cbp output`` and the refused command lines through the CLI's own
+    code (``cbp.cli.main``) in this process: they start no Spark, and need no interpreter of their own."""
+    from cbp.cli import main
+
     root, seed = site
     home = tmp_path / "home"
-    cmd = [
-        sys.executable,
-        "-m",
-        "cbp.cli",
-        "crawl",
-        str(CRAWL),
-        "--home",
-        str(home),
-        "--corpus",
-        str(root),
-        "--seed",
-        seed,
-        "--max-pages",
-        "5",
-    ]
-    r = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, timeout=120)
+    args = ["crawl", str(CRAWL), "--home", str(home), "--corpus", str(root), "--seed", seed, "--max-pages", "5"]
+    r = subprocess.run([sys.executable, "-m", "cbp.cli", *args], capture_output=True, text=True, cwd=ROOT, timeout=120)
     assert r.returncode == 0, r.stderr
     assert "crawl round 1: 0 new in queue, fetched 1 of 1 (0 failed); 0 left in the frontier" in r.stdout
-    out = subprocess.run(
-        [sys.executable, "-m", "cbp.cli", "output", str(CRAWL), "--home", str(home), "pages"],
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
-        timeout=120,
-    )
-    assert [json.loads(x)["url"] for x in out.stdout.splitlines()] == [seed]
-    bad = subprocess.run(cmd[:-2] + ["--max-pages", "0"], capture_output=True, text=True, cwd=ROOT, timeout=120)
-    assert bad.returncode == 2 and "must be 1 or more" in bad.stderr
-    missing = subprocess.run(
-        [sys.executable, "-m", "cbp.cli", "crawl", str(CRAWL), "--home", str(home), "--corpus", str(tmp_path / "nope")],
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
-        timeout=120,
-    )
-    assert missing.returncode == 2 and "does not exist" in missing.stderr
+    assert main(["output", str(CRAWL), "--home", str(home), "pages"]) == 0
+    assert [json.loads(x)["url"] for x in capsys.readouterr().out.splitlines()] == [seed]
+    with pytest.raises(SystemExit) as bad:  # argparse's usage error
+        main(args[:-2] + ["--max-pages", "0"])
+    assert bad.value.code == 2 and "must be 1 or more" in capsys.readouterr().err
+    assert main(["crawl", str(CRAWL), "--home", str(home), "--corpus", str(tmp_path / "nope")]) == 2
+    assert "does not exist" in capsys.readouterr().err
     assert os.path.exists(home / "_crawler" / "state.json")
 
 
