@@ -209,11 +209,12 @@ def run_operator() -> type:
     return _RUN_OPERATOR
 
 
-def pipeline_dag(yaml_path: str, cfg: DagConfig) -> Any:
-    """The DAG ``cbp_<pipeline>`` for one pipeline YAML (see the module docstring)."""
+def pipeline_dag(yaml_path: str, cfg: DagConfig, spec: PipelineSpec | None = None) -> Any:
+    """The DAG ``cbp_<pipeline>`` for one pipeline YAML (see the module docstring); ``spec``: the YAML's,
+    when the caller has loaded it already."""
     from airflow.sdk import DAG, AssetAny, task
 
-    spec = load_spec(yaml_path)
+    spec = spec or load_spec(yaml_path)
     home = cfg.home(spec)
     # source flows have no inbox: they are synced
     inputs = [f for f in spec.external_flows if spec.flows[f].source is None]
@@ -313,12 +314,12 @@ def _publish_tasks(home: str, spec: PipelineSpec, result: Any) -> None:
     _epochs(result)
 
 
-def crawler_dag(yaml_path: str, cfg: DagConfig, crawler: CrawlerConfig) -> Any:
+def crawler_dag(yaml_path: str, cfg: DagConfig, crawler: CrawlerConfig, spec: PipelineSpec | None = None) -> Any:
     """The DAG ``cbp_<pipeline>_crawler``: one crawl round per new queue records (see the module docstring)."""
     from airflow.sdk import DAG, AssetAny, task
     from airflow.sdk.exceptions import AirflowSkipException
 
-    spec = load_spec(yaml_path)
+    spec = spec or load_spec(yaml_path)
     home = cfg.home(spec)
     yaml_path = os.path.abspath(yaml_path)
     pages = flow_asset(home, spec, crawler.pages)
@@ -423,13 +424,13 @@ def _plan(cfg: DagConfig, config_path: str) -> dict[str, list[tuple[str, Callabl
     """Each DAG id and what makes its DAG: a pipeline's, a crawler's, or a broken one's (more than one: a collision)."""
     specs, broken = _read_flows(cfg, config_path)
     plan: dict[str, list[tuple[str, Callable[[], Any]]]] = {}
-    for name, (path, _) in specs.items():
-        plan.setdefault(f"cbp_{name}", []).append((path, partial(pipeline_dag, path, cfg)))
+    for name, (path, spec) in specs.items():  # each YAML loaded once (Airflow parses the DAGs file often)
+        plan.setdefault(f"cbp_{name}", []).append((path, partial(pipeline_dag, path, cfg, spec)))
         if name in cfg.crawlers:
             plan.setdefault(f"cbp_{name}_crawler", []).append(
                 (
                     f"{config_path}: crawlers: {name}",
-                    partial(crawler_dag, path, cfg, cfg.crawlers[name]),
+                    partial(crawler_dag, path, cfg, cfg.crawlers[name], spec),
                 )
             )
     for name in sorted(set(cfg.crawlers) - set(specs)):  # the crawler of a pipeline that is broken or missing
