@@ -74,11 +74,28 @@ class CliSession:
                 self._answers.put(json.loads(line[len(self._mark) :]))
         self._answers.put(None)  # the process ended
 
-    def call(self, *args: str) -> subprocess.CompletedProcess[str]:
-        """``cbp ARGS...`` in the session: its exit code, stdout and stderr."""
+    @property
+    def pid(self) -> int:
+        """The driver process's id (its JVM is a child of it)."""
+        return self._proc.pid
+
+    def alive(self) -> bool:
+        """Whether the driver process still runs."""
+        return self._proc.poll() is None
+
+    def submit(self, *args: str) -> None:
+        """Start ``cbp ARGS...`` in the session without waiting: :meth:`answer` waits for its result."""
         assert self._proc.stdin is not None
         self._proc.stdin.write(json.dumps(list(args)) + "\n")
         self._proc.stdin.flush()
+
+    def call(self, *args: str) -> subprocess.CompletedProcess[str]:
+        """``cbp ARGS...`` in the session: its exit code, stdout and stderr."""
+        self.submit(*args)
+        return self.answer(*args)
+
+    def answer(self, *args: str) -> subprocess.CompletedProcess[str]:
+        """The exit code, stdout and stderr of the command submitted last, ``cbp ARGS...``, once it ends."""
         try:
             answer = self._answers.get(timeout=self.timeout)
         except queue.Empty:

@@ -5,10 +5,12 @@ Uses the cluster that is up (``scripts/cluster up``; then ``state/cluster/env.sh
 ``scripts/cluster status`` succeeds), else starts one and stops it at the end; with
 ``CBP_TEST_CLUSTER=0`` every test here is skipped but the last, which checks without Spark that
 translators and their helper modules travel to executors by value. Every driver on the cluster is a
-``cbp`` process with env.sh's variables: a test's commands run in one such process
-(tests/cluster_cli.py: ``cbp.cli.main`` per command, one driver and one application for the test's epochs),
-a killed one in a ``cbp run`` of its own. The local-mode reference of the worker kill runs in the pytest
-process on the test session's local SparkSession.
+``cbp`` process with env.sh's variables: the commands of the tests that only run commands (URLCount on
+both homes, clustering, the worker kill's feed, run and reads, tests/test_cluster_faults.py's crawl rounds)
+run in one such process, in turn (tests/cluster_cli.py: ``cbp.cli.main`` per command; one driver and one
+application for their epochs, as a long-lived driver's would be: the fixture ``cli``); a test that needs an
+application of its own (the driver kills, last) ends it first. The local-mode
+reference of the worker kill runs in the pytest process on the test session's local SparkSession.
 """
 
 from __future__ import annotations
@@ -81,6 +83,7 @@ class _Held:
 def release_cluster() -> None:
     """Stop the cluster this process started (if it did) and release the lock: tests/conftest.py calls it
     after the last test of the cluster's group, and at the end of the session."""
+    end_shared_driver()
     if _Held.lock is None:
         return
     try:
@@ -118,6 +121,39 @@ def cluster_fixture() -> Iterator[dict[str, str]]:
     yield _Held.env
 
 
+class _Shared:
+    """The driver process the command-only tests share (the fixture ``cli``), while it lives."""
+
+    session: CliSession | None = None
+
+
+@pytest.fixture(name="cli")
+def cli_fixture(cluster: dict[str, str]) -> CliSession:
+    """The driver process on the cluster that the group's command-only tests share (started by the first,
+    ended by a test that needs an application of its own or by :func:`release_cluster`): one driver JVM and
+    one application with an executor on each worker for all their epochs, instead of one of each per test.
+    Each test keeps homes of its own."""
+    if _Shared.session is None or not _Shared.session.alive():
+        end_shared_driver()
+        _Shared.session = CliSession(cluster)
+    return _Shared.session
+
+
+@pytest.fixture(name="own_application")
+def own_application_fixture(cluster: dict[str, str]) -> dict[str, str]:
+    """The cluster, with the shared driver ended: its application holds both workers' only cores, so a driver
+    of the test's own would get no executor while it lives."""
+    end_shared_driver()
+    return cluster
+
+
+def end_shared_driver() -> None:
+    """End the shared driver process, if one runs (its application with it)."""
+    session, _Shared.session = _Shared.session, None
+    if session is not None:
+        session.close()
+
+
 def _local_env() -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if k not in CLUSTER_VARS}
     env.update(
@@ -150,19 +186,20 @@ def write_jsonl(path: Path, records: list[dict[str, Any]]) -> str:
     return str(path)
 
 
-def app_dirs() -> dict[int, set[Path]]:
-    """Per worker, the application directories in its work dir (one per app that got an executor there)."""
-    return {i: set((STATE / f"work-{i}").glob("app-*")) for i in (1, 2)}
+def task_counts() -> dict[int, dict[Path, int]]:
+    """Per worker, the tasks each executor in its work dir (of any application) has logged as finished so far."""
+    return {
+        i: {
+            p: p.read_text(errors="replace").count("Finished task")
+            for p in (STATE / f"work-{i}").glob("app-*/*/stderr")
+        }
+        for i in (1, 2)
+    }
 
 
-def finished_tasks(before: dict[int, set[Path]]) -> dict[int, int]:
-    """Per worker, the tasks its executors finished for the applications started since ``before``."""
-    counts = {}
-    for i, dirs in app_dirs().items():
-        counts[i] = sum(
-            p.read_text(errors="replace").count("Finished task") for d in dirs - before[i] for p in d.glob("*/stderr")
-        )
-    return counts
+def finished_tasks(before: dict[int, dict[Path, int]]) -> dict[int, int]:
+    """Per worker, the tasks its executors finished since ``before`` (:func:`task_counts`)."""
+    return {i: sum(n - before[i].get(p, 0) for p, n in logs.items()) for i, logs in task_counts().items()}
 
 
 def pipeline_run(
@@ -207,21 +244,22 @@ def _home(kind: str, tmp_path: Path, env: dict[str, str]) -> str:
 
 
 @pytest.mark.parametrize("home_kind", ["local", "s3"])
-def test_url_count_on_cluster(cluster, tmp_path, home_kind):
-    """flows/url_count.yaml through the CLI on the cluster (its commands in one driver) equals the
+def test_url_count_on_cluster(cluster, cli, tmp_path, home_kind):
+    """flows/url_count.yaml through the CLI on the cluster (its commands in the shared driver) equals the
     from-scratch counts (the same feeds in local mode are tests/test_url_count.py's), and its tasks ran in
     the executors of both workers."""
     feeds = increments(2, 1500)
-    before = app_dirs()
+    before = task_counts()
     t0 = time.monotonic()
     home = _home(home_kind, tmp_path, cluster)
     outs, state = from_scratch(feeds)
-    with CliSession(cluster) as cli:
-        on_cluster = pipeline_run(cli, URLS, home, feeds, tmp_path)
-        if home_kind == "s3":  # Spark SQL through the Delta connector and S3A, on the cluster, equals cbp state
-            assert jsonl(cli("sql", URLS, "SELECT url, count FROM url_count", "--home", home)) == state
+    on_cluster = pipeline_run(cli, URLS, home, feeds, tmp_path)
+    if home_kind == "s3":  # Spark SQL through the Delta connector and S3A, on the cluster, equals cbp state
+        assert jsonl(cli("sql", URLS, "SELECT url, count FROM url_count", "--home", home)) == state
     took = time.monotonic() - t0
     ran = finished_tasks(before)
+    archive, mapped = executors_archive(cli.pid)  # executors start from the driver's class archive, if it has one
+    assert archive is None or (len(mapped) == 2 and all(mapped.values())), (archive, mapped)
     assert on_cluster["outputs"] == outs
     assert on_cluster["state"] == state
     st = on_cluster["status"]["stages"]["url_count"]
@@ -230,10 +268,10 @@ def test_url_count_on_cluster(cluster, tmp_path, home_kind):
     print(f"cluster: 2 feeds + runs in {took:.1f}s; tasks finished per worker {ran}")
 
 
-def test_clustering_with_multicast_on_cluster(cluster, tmp_path):
+def test_clustering_with_multicast_on_cluster(cluster, cli, tmp_path):
     """flows/clustering.yaml (RouteBy functions, multicast bindings; its small epochs routed by a Spark
-    job on the executors, then by the driver) on the cluster with its home on S3 (the commands in one
-    driver): after each increment every node's coefficient equals networkx's."""
+    job on the executors, then by the driver) on the cluster with its home on S3 (the commands in the
+    shared driver): after each increment every node's coefficient equals networkx's."""
     import networkx as nx
 
     rnd = random.Random(11)
@@ -241,16 +279,41 @@ def test_clustering_with_multicast_on_cluster(cluster, tmp_path):
     yaml = str(ROOT / "flows" / "clustering.yaml")
     home = f"s3://{cluster['CBP_S3_BUCKET']}/test-{uuid.uuid4().hex[:8]}/clustering"
     g = nx.Graph()
-    with CliSession(cluster) as cli:
-        for step in range(2):
-            edges = [(rnd.choice(nodes), rnd.choice(nodes)) for _ in range(120)]
-            g.add_edges_from((a, b) for a, b in edges if a != b)
-            feed = write_jsonl(tmp_path / f"e{step}.jsonl", [{"src": a, "dst": b} for a, b in edges])
-            cli("feed", yaml, "edges", feed, "--home", home)
-            cli("run", yaml, "--home", home, "--quiet")
-            got = {r["node"]: r["coefficient"] for r in jsonl(cli("state", yaml, "clustering", "--home", home))}
-            want = nx.clustering(g)
-            assert set(got) == set(want) and all(abs(got[v] - want[v]) <= 1e-9 for v in want), step
+    for step in range(2):
+        edges = [(rnd.choice(nodes), rnd.choice(nodes)) for _ in range(120)]
+        g.add_edges_from((a, b) for a, b in edges if a != b)
+        feed = write_jsonl(tmp_path / f"e{step}.jsonl", [{"src": a, "dst": b} for a, b in edges])
+        cli("feed", yaml, "edges", feed, "--home", home)
+        cli("run", yaml, "--home", home, "--quiet")
+        got = {r["node"]: r["coefficient"] for r in jsonl(cli("state", yaml, "clustering", "--home", home))}
+        want = nx.clustering(g)
+        assert set(got) == set(want) and all(abs(got[v] - want[v]) <= 1e-9 for v in want), step
+
+
+# ============================================================== locality: partition p stays on its executor
+# (branch 'locality'; cbp.engine.driver.locality) One driver process runs several epochs, as a long-lived
+# `cbp run` or Airflow worker would, so the executors and their state caches live across epochs.
+def test_partition_stays_on_its_executor(cli, tmp_path):
+    """3 epochs of url_count in one driver on the cluster (the shared one): from epoch 2 on, every partition
+    runs on the executor that ran it before; both executors are used; the last epoch reads state from the
+    cache. Where each epoch ran is what ``cbp status --json`` reports of it (the epoch's history entry)."""
+    feeds = [[{"url": f"http://h{i % 7}.example/p{i}"} for i in range(2000)]] + increments(2, 400, seed=11)
+    feeds[1] += [{"url": f"http://h{i % 7}.example/p{i}"} for i in range(0, 2000, 5)]
+    feeds[2] += [{"url": f"http://h{i % 7}.example/p{i}"} for i in range(1, 2000, 5)]  # keys of epoch 1's files
+    home = str(tmp_path / "home")
+    reports = []
+    for n, recs in enumerate(feeds):
+        cli("feed", URLS, "urls", write_jsonl(tmp_path / f"feed{n}.jsonl", recs), "--home", home)
+        cli("run", URLS, "--home", home, "--quiet")
+        reports.append(json.loads(cli("status", URLS, "--home", home, "--json"))["stages"]["url_count"]["last_epoch"])
+    assert [x["epoch"] for x in reports] == [1, 2, 3]
+    maps = [x["executors"] for x in reports]
+    print("partition -> executor per epoch:", maps, "hit rates:", [x["cache_hit_rate"] for x in reports])
+    assert all(set(m) == {"0", "1", "2", "3"} for m in maps)
+    assert len(set(maps[0].values())) == 2 and not any(v.startswith("driver@") for v in maps[0].values())
+    assert maps[1] == maps[2]  # stable from epoch 2 on (Spark places epoch 1; cbp evens it out for epoch 2)
+    assert sorted(list(maps[1].values()).count(e) for e in set(maps[1].values())) == [2, 2]
+    assert reports[2]["cache_lookups"] > 0 and reports[2]["cache_hit_rate"] > 0
 
 
 SLOW_YAML = """
@@ -296,13 +359,13 @@ def _slow_flow(tmp_path: Path) -> tuple[str, Path]:
     return str(d / "slow.yaml"), marks
 
 
-def _wait_for_mark(marks: Path, worker: int, proc: subprocess.Popen, timeout: float = 300) -> None:
+def _wait_for_mark(marks: Path, worker: int, cli: CliSession, timeout: float = 300) -> None:
     """Wait until a translator call runs in an executor of ``worker``."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if any(f"/work-{worker}/" in m.read_text() for m in marks.iterdir() if m.stat().st_size):
             return
-        assert proc.poll() is None, f"cbp run ended before a task ran on worker-{worker}: {proc.communicate()}"
+        assert cli.alive(), f"the driver ended before a task ran on worker-{worker}"
         time.sleep(0.1)
     raise AssertionError(f"no task ran on worker-{worker} within {timeout}s")
 
@@ -341,6 +404,40 @@ def listeners(driver_pid: int) -> list[tuple[str, str]]:
     return found
 
 
+def _cmdline(pid: int | str) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        return ""
+
+
+def executors_archive(driver_pid: int) -> tuple[str | None, dict[int, bool]]:
+    """The class archive the Spark JVM of the driver process ``driver_pid`` started from (``-XX:SharedArchiveFile``,
+    None when it started without), and for each executor JVM of the cluster's workers whether it has mapped that
+    file (cbp.engine.driver.session.executor_archive)."""
+    groups, archive, executors = _process_groups(), None, []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            f = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        pid, cmd = int(stat.parent.name), _cmdline(stat.parent.name)
+        if int(f[1]) == driver_pid and "SparkSubmit" in cmd:
+            found = re.search(r"-XX:SharedArchiveFile=(\S+)", cmd)
+            archive = found.group(1) if found else None
+        elif int(f[2]) in groups and "CoarseGrainedExecutorBackend" in cmd:
+            executors.append(pid)
+    if archive is None:
+        return None, {}
+    mapped = {}
+    for pid in executors:
+        try:
+            mapped[pid] = archive in Path(f"/proc/{pid}/maps").read_text()
+        except OSError:
+            continue
+    return archive, mapped
+
+
 def _kill_worker(worker: int) -> int:
     """SIGKILL worker ``worker``'s process group: the worker JVM, its executor JVM and their Python workers."""
     pid = int((STATE / f"worker-{worker}.pid").read_text())
@@ -348,38 +445,31 @@ def _kill_worker(worker: int) -> int:
     return pid
 
 
-def test_worker_killed_mid_epoch(cluster, spark, tmp_path):
-    """SIGKILL a worker and its executor while the epoch's tasks run: Spark reruns them on the other
-    worker and the epoch's results equal an uninterrupted run's (local mode, in this process) and the
-    from-scratch counts; then the worker is brought back."""
+def test_worker_killed_mid_epoch(cluster, cli, spark, tmp_path):
+    """SIGKILL a worker and its executor while the epoch's tasks run (``cbp run`` in the shared driver):
+    Spark reruns them on the other worker and the epoch's results equal an uninterrupted run's (local mode,
+    in this process) and the from-scratch counts; then the worker is brought back."""
     yaml, marks = _slow_flow(tmp_path)
     words = [{"w": f"w{i % 40}"} for i in range(120)]
     home = str(tmp_path / "home-killed")
-    with CliSession(cluster) as cli:  # the feed and the reads (no Spark job: the session holds no executor)
-        cli("feed", yaml, "words", write_jsonl(tmp_path / "words.jsonl", words), "--home", home)
-        proc = subprocess.Popen(
-            [CBP, "run", yaml, "--home", home],
-            env=cluster,
-            cwd=ROOT,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        try:
-            _wait_for_mark(marks, 1, proc)
-            listening = listeners(proc.pid)
-            _kill_worker(1)
-            killed_at = time.monotonic()
-            out, err = proc.communicate(timeout=600)
-            took = time.monotonic() - killed_at
-        finally:
-            if proc.poll() is None:
-                proc.kill()
-            restored = _script("up")
-        assert proc.returncode == 0, out + err[-3000:]
-        assert restored.returncode == 0 and "worker-1: started" in restored.stdout, restored.stdout + restored.stderr
-        where = jsonl(cli("output", yaml, "placed", "--home", home))
-        state = jsonl(cli("state", yaml, "count", "--home", home))
+    cli("feed", yaml, "words", write_jsonl(tmp_path / "words.jsonl", words), "--home", home)
+    cli.submit("run", yaml, "--home", home)
+    run = None
+    try:
+        _wait_for_mark(marks, 1, cli)
+        listening = listeners(cli.pid)
+        _kill_worker(1)
+        killed_at = time.monotonic()
+        run = cli.answer("run", yaml, "--home", home)
+        took = time.monotonic() - killed_at
+    finally:
+        if run is None:  # the run's answer is still to come: no later test may read it as its own
+            end_shared_driver()
+        restored = _script("up")
+    assert run.returncode == 0, run.stdout + run.stderr[-3000:]
+    assert restored.returncode == 0 and "worker-1: started" in restored.stdout, restored.stdout + restored.stderr
+    where = jsonl(cli("output", yaml, "placed", "--home", home))
+    state = jsonl(cli("state", yaml, "count", "--home", home))
     expected = jsonl(
         "\n".join(json.dumps({"w": w, "n": n}) for w, n in collections.Counter(r["w"] for r in words).items())
     )
@@ -433,49 +523,3 @@ def test_translator_and_helpers_ship_by_value(tmp_path):
         env={**os.environ, "PYTHONPATH": str(ROOT)},
     )
     assert r.returncode == 0 and r.stdout.strip() == "42", r.stderr
-
-
-# ============================================================== locality: partition p stays on its executor
-# (branch 'locality'; cbp.engine.driver.locality) One driver process runs several epochs, as a long-lived
-# `cbp run` or Airflow worker would, so the executors and their state caches live across epochs.
-LOCALITY_DRIVER = """
-import json, sys
-import cbp
-from cbp.engine.driver.session import get_spark
-p = cbp.load(sys.argv[1], sys.argv[2], spark=get_spark())
-for feed in json.loads(open(sys.argv[3]).read()):
-    p.feed("urls", feed)
-    for r in p.run():
-        print(json.dumps({"epoch": r.epoch, "executors": {str(k): v for k, v in r.executors.items()},
-                          "cache_hits": r.cache_hits, "cache_lookups": r.cache_lookups,
-                          "rate": r.cache_hit_rate}), flush=True)
-"""
-
-
-def test_partition_stays_on_its_executor(cluster, tmp_path):
-    """3 epochs of url_count in one driver on the cluster: from epoch 2 on, every partition runs on the
-    executor that ran it before; both executors are used; the last epoch reads state from the cache."""
-    feeds = [[{"url": f"http://h{i % 7}.example/p{i}"} for i in range(2000)]] + increments(2, 400, seed=11)
-    feeds[1] += [{"url": f"http://h{i % 7}.example/p{i}"} for i in range(0, 2000, 5)]
-    feeds[2] += [{"url": f"http://h{i % 7}.example/p{i}"} for i in range(1, 2000, 5)]  # keys of epoch 1's files
-    (tmp_path / "feeds.json").write_text(json.dumps(feeds))
-    (tmp_path / "driver.py").write_text(LOCALITY_DRIVER)
-    env = {**cluster, "PYTHONPATH": str(ROOT)}
-    r = subprocess.run(
-        [sys.executable, str(tmp_path / "driver.py"), URLS, str(tmp_path / "home"), str(tmp_path / "feeds.json")],
-        env=env,
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=900,
-    )
-    assert r.returncode == 0, r.stderr[-3000:]
-    reports = [json.loads(x) for x in r.stdout.splitlines() if x.startswith("{")]
-    assert [x["epoch"] for x in reports] == [1, 2, 3]
-    maps = [x["executors"] for x in reports]
-    print("partition -> executor per epoch:", maps, "hit rates:", [x["rate"] for x in reports])
-    assert all(set(m) == {"0", "1", "2", "3"} for m in maps)
-    assert len(set(maps[0].values())) == 2 and not any(v.startswith("driver@") for v in maps[0].values())
-    assert maps[1] == maps[2]  # stable from epoch 2 on (Spark places epoch 1; cbp evens it out for epoch 2)
-    assert sorted(list(maps[1].values()).count(e) for e in set(maps[1].values())) == [2, 2]
-    assert reports[2]["cache_lookups"] > 0 and reports[2]["rate"] > 0

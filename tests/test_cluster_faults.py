@@ -7,15 +7,16 @@
   cluster's S3 server, so the killed driver leaves its runner lease behind: the next ``cbp run``
   is refused with ``busy`` (exit 6) until the lease expires (``CBP_LEASE_TTL``), then takes over
   with a notice naming the killed pid, and recovers exactly: the results equal an uninterrupted
-  local run's and networkx's.
+  local run's and networkx's. Each of these drivers takes one executor (``spark.cores.max=1``): the
+  kill inside a task needs one, and a second executor JVM was started and killed with every driver.
 - Three crawl rounds of flows/crawl_queue.yaml on the cluster with an ``s3://`` home equal the same
   three rounds in local mode on a local home, and after each round the queue is the from-scratch
   queue.
 
-Like tests/test_cluster.py (whose fixture and helpers this module uses) the tests run only when a
+Like tests/test_cluster.py (whose fixtures and helpers this module uses) the tests run only when a
 cluster is up or can be started (``CBP_TEST_CLUSTER=0`` skips) and every driver on the cluster is a ``cbp``
-process (the crawl's rounds one for the three: tests/cluster_cli.py); commands that start no Spark (a feed, a
-refused run) and the local-mode references run in the pytest process.
+process (the crawl's rounds in the group's shared one: tests/cluster_cli.py, the fixture ``cli``); commands
+that start no Spark (a feed, a refused run) and the local-mode references run in the pytest process.
 """
 
 from __future__ import annotations
@@ -35,7 +36,15 @@ import crash_harness as ch
 import pytest
 from cluster_cli import CliSession
 from crawl_site import HOST, make_site
-from test_cluster import ROOT, _local_env, cbp, cluster_fixture, jsonl  # noqa: F401  (the fixture cluster)
+from test_cluster import (  # noqa: F401  (the fixtures cluster, cli and own_application)
+    ROOT,
+    _local_env,
+    cbp,
+    cli_fixture,
+    cluster_fixture,
+    jsonl,
+    own_application_fixture,
+)
 from test_crawl_queue import _check_round
 
 from cbp.airflow.dagfactory import task_environ
@@ -94,6 +103,7 @@ def driver(
     When the driver dies (a fault's SIGKILL), whatever is left of its group (its Spark JVM) is
     SIGKILLed at once too: returns the result, the driver's pid and the names of the processes killed that way."""
     env = {**env, "CBP_LEASE_TTL": str(TTL), "CBP_LEASE_RENEW": "1", "PYTHONPATH": f"{ROOT}:{ROOT / 'tests'}"}
+    env["CBP_SPARK_CONF"] = f"{env.get('CBP_SPARK_CONF', '')};spark.cores.max=1"  # one executor JVM (the last wins)
     env.pop("CBP_FAULT", None)
     if fault:
         env["CBP_FAULT"] = fault
@@ -164,36 +174,6 @@ def _victim(env: dict[str, str], home: str, incs: list[list[dict[str, str]]], tm
     return log
 
 
-def test_driver_killed_mid_epoch_on_s3_home_recovers_exactly(cluster, spark, tmp_path):
-    """Three SIGKILLs of the driver and its JVM (see KILLS) on the cluster with an s3:// home; each
-    time the next run is refused while the lease lives, then takes over and recovers: epochs,
-    output increments and state equal an uninterrupted local run's and the from-scratch components."""
-    incs = ch.increments(seed=11, n=1, nodes=30, edges=12)
-    ref = str(tmp_path / "reference")
-    t0 = time.monotonic()
-    ch.run_reference(ref, incs, spark)  # uninterrupted, local mode, local home: the same feeds (ids too) and runs
-    t_ref = time.monotonic() - t0
-    want = ch.results(ref)
-    assert want["state"] == ch.expected(incs)
-
-    home = _s3_home(cluster, "components")
-    t0 = time.monotonic()
-    log = _victim(cluster, home, incs, tmp_path)
-    t_victim = time.monotonic() - t0
-    with _aws(cluster):
-        got = ch.results(home)
-    assert got["leftovers"] == {"pending": False, "intentions": []}
-    for part in ("epochs", "outputs", "state", "delta_state"):
-        assert got[part] == want[part], part
-    kills = [e for e in log if e["fault"]]
-    assert len(kills) == sum(len(v) for v in KILLS.values())
-    assert sum(e["took_over"] for e in log) == len(kills)
-    assert any("java" in e["group_killed"] for e in kills)  # the driver's Spark JVM was SIGKILLed with it
-    print(f"reference (local) {t_ref:.0f}s; victim on the cluster with {len(kills)} kills {t_victim:.0f}s")
-    for e in log:
-        print(json.dumps(e))
-
-
 def _crawl_rounds(
     cli: CliSession | None, home: str, corpus: Path, seed: str, rounds: int, aws: dict[str, str]
 ) -> dict[str, Any]:
@@ -237,14 +217,13 @@ def _crawl_rounds(
         }
 
 
-def test_three_crawl_rounds_on_cluster_with_s3_home_equal_local(cluster, spark, tmp_path):
+def test_three_crawl_rounds_on_cluster_with_s3_home_equal_local(cluster, cli, spark, tmp_path):
     """Three rounds of ``cbp crawl --run`` (corpus on the local disk, home on S3, epochs on the
-    cluster, the rounds in one driver process) equal the same rounds in local mode on a local home;
-    each round's queue is the from-scratch queue over the pages crawled so far."""
+    cluster, the rounds in one driver process: the group's shared one) equal the same rounds in local mode
+    on a local home; each round's queue is the from-scratch queue over the pages crawled so far."""
     seed = make_site(str(tmp_path))
     corpus = tmp_path / HOST
-    with CliSession(cluster) as cli:
-        on_cluster = _crawl_rounds(cli, _s3_home(cluster, "crawl_queue"), corpus, seed, 3, cluster)
+    on_cluster = _crawl_rounds(cli, _s3_home(cluster, "crawl_queue"), corpus, seed, 3, cluster)
     local = _crawl_rounds(None, str(tmp_path / "home-local"), corpus, seed, 3, {})
     for part in ("epochs", "queue", "pages", "merge", "count_links"):
         assert on_cluster[part] == local[part], part
@@ -253,3 +232,33 @@ def test_three_crawl_rounds_on_cluster_with_s3_home_equal_local(cluster, spark, 
         f"crawl rounds (s) on the cluster {on_cluster['seconds']}, local {local['seconds']}; "
         f"{len(on_cluster['pages'])} pages, epochs {on_cluster['epochs']}"
     )
+
+
+def test_driver_killed_mid_epoch_on_s3_home_recovers_exactly(own_application, spark, tmp_path):
+    """Three SIGKILLs of the driver and its JVM (see KILLS) on the cluster with an s3:// home; each
+    time the next run is refused while the lease lives, then takes over and recovers: epochs,
+    output increments and state equal an uninterrupted local run's and the from-scratch components."""
+    incs = ch.increments(seed=11, n=1, nodes=30, edges=12)
+    ref = str(tmp_path / "reference")
+    t0 = time.monotonic()
+    ch.run_reference(ref, incs, spark)  # uninterrupted, local mode, local home: the same feeds (ids too) and runs
+    t_ref = time.monotonic() - t0
+    want = ch.results(ref)
+    assert want["state"] == ch.expected(incs)
+
+    home = _s3_home(own_application, "components")
+    t0 = time.monotonic()
+    log = _victim(own_application, home, incs, tmp_path)
+    t_victim = time.monotonic() - t0
+    with _aws(own_application):
+        got = ch.results(home)
+    assert got["leftovers"] == {"pending": False, "intentions": []}
+    for part in ("epochs", "outputs", "state", "delta_state"):
+        assert got[part] == want[part], part
+    kills = [e for e in log if e["fault"]]
+    assert len(kills) == sum(len(v) for v in KILLS.values())
+    assert sum(e["took_over"] for e in log) == len(kills)
+    assert any("java" in e["group_killed"] for e in kills)  # the driver's Spark JVM was SIGKILLed with it
+    print(f"reference (local) {t_ref:.0f}s; victim on the cluster with {len(kills)} kills {t_victim:.0f}s")
+    for e in log:
+        print(json.dumps(e))

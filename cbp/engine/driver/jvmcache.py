@@ -15,7 +15,9 @@ another matter: the JVM dies of SIGBUS mapping it. So an archive is kept only on
 has mapped it whole (``-Xshare:on``), and used only at the size it had then. A JVM refuses to start
 when asked to record without the JDK's own archive (a JDK without ``lib/server/classes.jsa``,
 ``-Xshare:off`` in ``JAVA_TOOL_OPTIONS``): the driver then starts again without, and the key is
-marked ``.failed`` so that no later driver tries. ``CBP_JVM_ARCHIVE=0`` turns
+marked ``.failed`` so that no later driver tries. The executors of a cluster whose workers have the
+jars at the driver's paths (``CBP_JARS_ON_WORKERS``: ``scripts/cluster``'s, on this machine) have the
+driver's class path, and start from its archive too (``session.executor_archive``). ``CBP_JVM_ARCHIVE=0`` turns
 this off; ``CBP_JVM_CACHE`` says where archives are kept (default ``$XDG_CACHE_HOME/cbp/jvm``,
 else ``~/.cache/cbp/jvm``).
 

@@ -313,6 +313,28 @@ def require_delta(spark: SparkSession) -> None:
         )
 
 
+def executor_archive(
+    archive: str, recorded: bool, master: str, on_workers: bool, conf: Mapping[str, str]
+) -> dict[str, str]:
+    """The executors' JVM options with the driver's class archive (``archive``, its options) when they can map it:
+    an archive already recorded, a cluster whose workers have the jars at the driver's paths (``CBP_JARS_ON_WORKERS``,
+    as ``scripts/cluster``'s workers on this machine): an executor's class path is then the driver's, so the
+    classes both load come from the archive (a JVM that finds it missing or not matching ignores it).
+
+        >>> executor_archive("-XX:SharedArchiveFile=/c/k.jsa", True, "spark://h:7077", True, {})
+        {'spark.executor.extraJavaOptions': '-XX:SharedArchiveFile=/c/k.jsa'}
+        >>> executor_archive("-XX:SharedArchiveFile=/c/k.jsa", True, "spark://h:7077", True,
+        ...                  {"spark.executor.extraJavaOptions": "-XX:TieredStopAtLevel=1"})
+        {'spark.executor.extraJavaOptions': '-XX:SharedArchiveFile=/c/k.jsa -XX:TieredStopAtLevel=1'}
+        >>> executor_archive("-XX:SharedArchiveFile=/c/k.jsa", True, "local[2]", True, {})
+        {}
+    """
+    if not archive or not recorded or not on_workers or master.startswith("local"):
+        return {}
+    opts = " ".join(o for o in (archive, conf.get("spark.executor.extraJavaOptions", "")) if o)
+    return {"spark.executor.extraJavaOptions": opts}
+
+
 def _start(builder: Any, archive: str, recording: tuple[str, str, str] | None, class_path: str) -> Any:
     """``builder.getOrCreate()``; the JVM started with the class archive's options ``archive``
     (recording it when ``recording``). A JVM that does not start with them (a JDK without its own
@@ -407,6 +429,7 @@ def get_spark(master: str | None = None, conf: dict[str, str] | None = None) -> 
         extra["spark.driver.extraJavaOptions"] = " ".join(
             o for o in (f"-Dlog4j2.configurationFile={_LOG4J}", archive, env.driver_java_options) if o
         )
+        extra.update(executor_archive(archive, recording is None, master, env.jars_on_workers, extra))
     for key, value in extra.items():
         builder = builder.config(key, value)
     spark: SparkSession = _start(builder, archive, recording, class_path)
