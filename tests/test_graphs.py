@@ -289,9 +289,12 @@ def check_pagerank(result: Replay, incs: list[Edges] | list[Signed]) -> None:
         assert last["pushes"] == [] and [r["total"] for r in last["rank_total"] if "_diff" not in r] == totals[-1:]
 
 
-@pytest.mark.parametrize("mode,k", [("direct", 4), ("blackbox", 3)])  # each increment takes 10-20 epochs to converge
-def test_pagerank_matches_networkx(spark, tmp_path, mode, k):
-    incs = graph_increments(seed=6, n=30, m=80, sinks=0.4, k=k)
+# Half the nodes never a source; the seeds take the fewest epochs of seeds 1-199 (the translator replayed in
+# Python): 35 epochs in direct mode (5, 5, 12, 13 per increment) and 14 in black-box mode, where seed 6 with
+# 40% sinks took 57 and 24. The increments' shapes (duplicates, self-loops, the loner, late nodes) are the same.
+@pytest.mark.parametrize("mode,k,seed", [("direct", 4, 142), ("blackbox", 3, 79)])
+def test_pagerank_matches_networkx(spark, tmp_path, mode, k, seed):
+    incs = graph_increments(seed=seed, n=30, m=80, sinks=0.5, k=k)
     # in direct mode increments 3 and 4 land together: the Runnable takes them one after the other
     steps = [Increment("edges", feed(e), run=not (mode == "direct" and i == 2)) for i, e in enumerate(incs)]
     result = replay(FLOWS / "pagerank.yaml", steps, home=str(tmp_path / mode), mode=mode)
@@ -303,8 +306,9 @@ def test_pagerank_with_retractions(spark, tmp_path):
     handled this was off by up to 39%), re-added in part, one copy of an edge fed twice retracted:
     networkx over the present edges after every run, and the consolidated outputs hold exactly the
     existing nodes' current scores and the current total. Half the nodes are dangling (never a
-    source): a change then fades within about 20 epochs instead of 80-100 (alpha 0.85 alone)."""
-    incs = signed_increments(seed=12, n=40, m=238, directed=True, retract=24, sinks=0.5)
+    source): a change then fades within about 20 epochs instead of 80-100 (alpha 0.85 alone); seed 175 takes
+    43 epochs in all (17, 12, 13, 1), the fewest of seeds 1-199 (seed 12: 54)."""
+    incs = signed_increments(seed=175, n=40, m=238, directed=True, retract=24, sinks=0.5)
     assert len(incs[0]) == 240 and len(incs[1]) == 24
     steps = [Increment("edges", feed(e)) for e in incs]
     result = replay(FLOWS / "pagerank.yaml", steps, home=str(tmp_path / "h"))

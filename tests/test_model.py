@@ -293,7 +293,9 @@ def kv(k, state, ops, out):
 
 @pytest.mark.parametrize("mode", ["direct", "blackbox"])
 def test_updates_deletes_and_both_kinds_of_compaction(spark, make_pipeline, tmp_path, mode):
-    """The index view (what translate reads) and the Delta view (any reader) agree with a dict model."""
+    """The index view (what translate reads) and the Delta view (any reader) agree with a dict model.
+    Black-box mode (its state read whole by each epoch's job, no index) on the first 8 of the 15 increments:
+    updates and deletes of hot and cold keys alike; the compactions are direct mode's, asserted there."""
     import glob
     import random
 
@@ -302,7 +304,7 @@ def test_updates_deletes_and_both_kinds_of_compaction(spark, make_pipeline, tmp_
     rng = random.Random(3)
     keys = [f"k{i}" for i in range(300)]
     incs = [[{"k": k, "v": i} for i, k in enumerate(keys)]]  # a big first increment: the base
-    for step in range(14):
+    for step in range(14 if mode == "direct" else 7):
         incs.append(
             [
                 {"k": rng.choice(keys[:60] if step % 2 else keys), "v": rng.choice([None, step, step + 1])}
