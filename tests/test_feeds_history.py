@@ -234,3 +234,31 @@ def test_a_feed_hashes_its_records_once_however_many_feeds_came_before(make_pipe
     assert e.value.code == "duplicate-feed" and len(hashed) == 1
     hist = [json.loads(f.read_text()) for f in (tmp_path / "home").rglob("hashes/*.json")]
     assert sorted(len(h["feeds"]) for h in hist) == [1] * 29 + [2]
+
+
+def test_feeds_leave_a_due_checkpoint_to_the_next_epoch_but_not_past_the_interval(make_pipeline, tmp_path):
+    """A feed's Delta commit writes no checkpoint before the table's interval (100 versions): the
+    one that falls due sooner (the commits since the last hold a tenth of its actions) is left to
+    the next epoch (``write_due_checkpoints``), so a feed costs the same in a home whose tables
+    hold many files as in a new one; past the interval a feed writes it. The flow reads the same."""
+    y = make_pipeline(YAML, CODE)
+    home = tmp_path / "home"
+    p = cbp.load(y, str(home))
+    log = home / "flows" / "words" / "_delta_log"
+    fed = []
+
+    def checkpoints() -> list[int]:
+        return sorted(int(f.name.split(".")[0]) for f in log.glob("*.checkpoint.parquet"))
+
+    for n in range(1, 31):  # a checkpoint was due from the 10th commit on
+        fed.append({"w": f"w{n}"})
+        p.feed("words", [fed[-1]], feed_id=f"f-{n}")
+    assert checkpoints() == []
+    assert p.home.write_due_checkpoints() == ["flows/words"]  # what an epoch's commit does next
+    first = checkpoints()
+    assert len(first) == 1 and p.home.write_due_checkpoints() == []
+    for n in range(31, 31 + 110):  # no epoch: the interval bounds the log a reader replays
+        fed.append({"w": f"w{n}"})
+        p.feed("words", [fed[-1]], feed_id=f"f-{n}")
+    assert checkpoints() == [first[0], first[0] + 100]
+    assert sorted(r["w"] for r in p.output("words")) == sorted(r["w"] for r in fed)
