@@ -486,6 +486,13 @@ def main(argv: list[str] | None = None) -> int:
         help="rounds at the end of each window also run on a young home, paired (default 50; 0: none)",
     )
     ap.add_argument(
+        "--control-warmup",
+        type=int,
+        default=10,
+        help="rounds a young home runs before its paired rounds (default 10; --retention-epochs + 25 or more: "
+        "a young home past the retention, whose directories and logs hold as many files as the old one's)",
+    )
+    ap.add_argument(
         "--fresh-process",
         type=int,
         default=100,

@@ -5,9 +5,12 @@ A shared machine's speed drifts over a run of minutes, and a process can slow do
 heap, native libraries' memory); neither is a cost that follows the epochs a home has run. So in
 each window of the growth run, the same feeds and runs are timed side by side on a *young* home (a
 new one, made in the same process and Spark session at the window's control rounds, a few rounds
-of warm-up first): for the last ``control`` rounds of the window, each round of the old home is
-followed by one of the young home. ``old/young`` per window is the home's age's cost; in the first
-window both homes are young (a ratio near 1).
+of warm-up first: ``--control-warmup``, 10 by default): for the last ``control`` rounds of the
+window, each round of the old home is followed by one of the young home. A young home of 10 rounds
+is below a retention of 100 epochs, so its directories and logs hold fewer files than the old
+one's (a feed creates six files in them); ``--control-warmup 125`` compares against a home past
+it. ``old/young`` per window is the home's age's cost (in the first window the old home has run
+its 250-300 rounds: past the retention already).
 
 At the end the same comparison runs in a **fresh process** (``python bench/growth_control.py
 --old HOME ...``: its own Spark session, the old home loaded from its files, a new young one): if
@@ -63,8 +66,10 @@ def process_memory() -> dict[str, float]:
 class YoungHome:
     """A new home in this process, made again for each window's control rounds."""
 
-    def __init__(self, spark: Any, retention: tuple[int | None, float | None], records: int, seed: int) -> None:
-        self.spark, self.retention, self.records, self.seed = spark, retention, records, seed
+    def __init__(
+        self, spark: Any, retention: tuple[int | None, float | None], records: int, seed: int, warmup: int = WARMUP
+    ) -> None:
+        self.spark, self.retention, self.records, self.seed, self.warmup = spark, retention, records, seed, warmup
         self.home: Path | None = None
         self.p: Any = None
         self.files: dict[str, Any] = {}
@@ -72,7 +77,7 @@ class YoungHome:
         self.n = 0
 
     def renew(self, timer: Any, one_round: Any, feeds_cls: Any) -> None:
-        """Drop the young home, make a new one and run it ``WARMUP`` rounds (not measured)."""
+        """Drop the young home, make a new one and run it ``warmup`` rounds (not measured)."""
         import cbp
 
         self.drop()
@@ -82,7 +87,7 @@ class YoungHome:
         self.p.set_retention(*self.retention)
         self.feeds = feeds_cls(self.seed + self.made, self.records)
         self.files = {}
-        for _ in range(WARMUP):
+        for _ in range(self.warmup):
             self.round(timer, one_round)
 
     def round(self, timer: Any, one_round: Any) -> dict[str, Any]:
@@ -106,7 +111,8 @@ class Controls:
     def __init__(self, spark: Any, args: argparse.Namespace, timer: Any, one_round: Any, feeds_cls: Any) -> None:
         self.window, self.control = args.window, min(args.control, args.window)
         retention = (None, None) if args.keep_all else (args.retention_epochs, args.retention_days)
-        self.young = YoungHome(spark, retention, args.records, args.seed + 1)
+        self.warmup = int(getattr(args, "control_warmup", WARMUP))
+        self.young = YoungHome(spark, retention, args.records, args.seed + 1, self.warmup)
         self.timer, self.one_round, self.feeds_cls = timer, one_round, feeds_cls
         self.old_rows: list[dict[str, Any]] = []
         self.young_rows: list[dict[str, Any]] = []
@@ -129,6 +135,7 @@ class Controls:
                 "rounds": [done[0]["round"], done[-1]["round"]],
                 "all": medians(done),
                 "compare": compare(self.old_rows, self.young_rows),
+                "warmup": self.warmup,
                 "memory": process_memory(),
             }
             self.windows.append(entry)
@@ -148,7 +155,7 @@ def window_table(windows: list[dict[str, Any]], fresh: dict[str, Any] | None) ->
         "",
         f"Per window: medians of all its rounds (old home), then old/young over its last {c} rounds, each old-home",
         "round followed by the same round on a young home (new at those rounds, after "
-        f"{WARMUP} rounds of warm-up), same process:",
+        f"{windows[0].get('warmup', WARMUP)} rounds of warm-up), same process:",
         "",
         "| rounds | feed() ms | feed() CPU ms | run() ms | run() CPU ms | old/young feed() | feed() CPU | run() "
         "| run() CPU | controller CPU | RSS MiB | Arrow MiB |",

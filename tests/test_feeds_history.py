@@ -191,3 +191,74 @@ def test_a_keyed_flows_feed_cannot_be_withdrawn(make_pipeline, tmp_path):
         p.unfeed("words", 1)
     assert e.value.code == "feed-keyed"
     assert sorted(r["w"] for r in p.output("words")) == ["a", "b"]  # nothing withdrawn
+
+
+def test_a_feed_hashes_its_records_once_however_many_feeds_came_before(make_pipeline, tmp_path, monkeypatch):
+    """A feed with an id hashes its records once (the refusal of a retried delivery and the feed's
+    hash entry share it), and reads its hash's entry once: the same count at the 2nd feed as at
+    the 30th, whatever the home holds already."""
+    from cbp.controller import feeds as feeds_mod
+
+    y = make_pipeline(YAML, CODE)
+    p = cbp.load(y, str(tmp_path / "home"))
+    hashed: list[int] = []
+    read: list[str] = []
+    real_hash, real_entry = feeds_mod.content_hash, feeds_mod.Feeds.hash_entry
+
+    def counting_hash(table):
+        hashed.append(table.num_rows)
+        return real_hash(table)
+
+    def counting_entry(self, flow, digest):
+        read.append(digest)
+        return real_entry(self, flow, digest)
+
+    monkeypatch.setattr(feeds_mod, "content_hash", counting_hash)
+    monkeypatch.setattr(feeds_mod.Feeds, "hash_entry", counting_entry)
+    per_feed = []
+    for n in range(1, 31):
+        hashed.clear()
+        read.clear()
+        p.feed("words", [{"w": f"w{n}"}, {"w": "a"}], feed_id=f"f-{n}")
+        per_feed.append((len(hashed), len(read)))
+    assert per_feed == [(1, 1)] * 30
+    # without an id: hashed once as well, and a repeat is still told from the hash's entry
+    hashed.clear()
+    with pytest.warns(cbp.DuplicateFeedWarning if hasattr(cbp, "DuplicateFeedWarning") else UserWarning):
+        p.feed("words", [{"w": "w30"}, {"w": "a"}])
+    assert len(hashed) == 1
+    # the retried delivery of that feed with an id is refused, from the same single hash
+    hashed.clear()
+    with pytest.raises(CbpError) as e:
+        p.feed("words", [{"w": "w30"}, {"w": "a"}], feed_id="late-id")
+    assert e.value.code == "duplicate-feed" and len(hashed) == 1
+    hist = [json.loads(f.read_text()) for f in (tmp_path / "home").rglob("hashes/*.json")]
+    assert sorted(len(h["feeds"]) for h in hist) == [1] * 29 + [2]
+
+
+def test_feeds_leave_a_due_checkpoint_to_the_next_epoch_but_not_past_the_interval(make_pipeline, tmp_path):
+    """A feed's Delta commit writes no checkpoint before the table's interval (100 versions): the
+    one that falls due sooner (the commits since the last hold a tenth of its actions) is left to
+    the next epoch (``write_due_checkpoints``), so a feed costs the same in a home whose tables
+    hold many files as in a new one; past the interval a feed writes it. The flow reads the same."""
+    y = make_pipeline(YAML, CODE)
+    home = tmp_path / "home"
+    p = cbp.load(y, str(home))
+    log = home / "flows" / "words" / "_delta_log"
+    fed = []
+
+    def checkpoints() -> list[int]:
+        return sorted(int(f.name.split(".")[0]) for f in log.glob("*.checkpoint.parquet"))
+
+    for n in range(1, 31):  # a checkpoint was due from the 10th commit on
+        fed.append({"w": f"w{n}"})
+        p.feed("words", [fed[-1]], feed_id=f"f-{n}")
+    assert checkpoints() == []
+    assert p.home.write_due_checkpoints() == ["flows/words"]  # what an epoch's commit does next
+    first = checkpoints()
+    assert len(first) == 1 and p.home.write_due_checkpoints() == []
+    for n in range(31, 31 + 110):  # no epoch: the interval bounds the log a reader replays
+        fed.append({"w": f"w{n}"})
+        p.feed("words", [fed[-1]], feed_id=f"f-{n}")
+    assert checkpoints() == [first[0], first[0] + 100]
+    assert sorted(r["w"] for r in p.output("words")) == sorted(r["w"] for r in fed)

@@ -87,28 +87,31 @@ class Feeds:
         return FeedHashEntry(digest) if doc is None else parse(FeedHashEntry.from_json, doc, rel)
 
     def note(
-        self, flow: str, number: int, data: pa.Table, feed_id: str | None
+        self, flow: str, number: int, data: pa.Table, feed_id: str | None, known: FeedHashEntry | None = None
     ) -> tuple[FeedEntry, list[tuple[str, HistoryEntry]]]:
         """What feed ``number``'s entry gets (``hash``, ``seq``, and ``duplicate_of`` when it
         repeats an earlier feed without a feed id), and its hash's entry, to commit with the feed:
         feed 3 repeating feed 1 gets ``FeedEntry((), seq=..., hash=h, duplicate_of=1)`` and
-        ``[(<flows/F/hashes/h.json>, FeedHashEntry(h, (1, 3)))]``.
+        ``[(<flows/F/hashes/h.json>, FeedHashEntry(h, (1, 3)))]``. ``known``: the hash's entry
+        :meth:`refuse_retry` read for the same records (under the same lock), neither hashed nor read again.
         """
         out = FeedEntry((), seq=self.live.st.seq + 1)
         if not data.num_rows:
             return out, []
-        digest = content_hash(data)
-        earlier = [n for n in self.hash_entry(flow, digest).feeds if n < number]  # one above ours did not commit
+        entry = known if known is not None else self.hash_entry(flow, content_hash(data))
+        digest = entry.hash
+        earlier = [n for n in entry.feeds if n < number]  # one above ours did not commit
         noted = (LAYOUT.feed_hash_entry(flow, digest), FeedHashEntry(digest, (*earlier, number)))
         return replace(out, hash=digest, duplicate_of=earlier[0] if earlier and feed_id is None else None), [noted]
 
-    def refuse_retry(self, flow: str, data: pa.Table, feed_id: str | None, force: bool) -> None:
+    def refuse_retry(self, flow: str, data: pa.Table, feed_id: str | None, force: bool) -> FeedHashEntry | None:
         """Before a feed with ``feed_id`` lands: refuse it (code ``duplicate-feed``) when its records
         equal a pending feed of ``flow`` that had no id: most likely the same delivery retried with
         an id; ``force`` lands it anyway. A keyed flow's feed entries hash the changes its events
-        made, so it is not checked."""
+        made, so it is not checked. Returns the hash's entry it read (for :meth:`note`: a feed's
+        records are hashed once), None if it checked nothing."""
         if force or feed_id is None or not data.num_rows or self.live.spec.flows[flow].key:
-            return
+            return None
         e = self.hash_entry(flow, content_hash(data))
         fl = self.live.spec.flows[flow]
         pending = {i for c in fl.consumers for i in self.live.st.connector(c, flow)}
@@ -123,6 +126,7 @@ class Feeds:
                     f"'cbp unfeed {yaml} {flow} --feed {n}' withdraws the earlier feed",
                     code="duplicate-feed",
                 )
+        return e
 
     def warn_duplicate(self, flow: str, number: int, note: FeedEntry, yaml: str = "FLOW.yaml") -> None:
         """Tell the user that a feed repeated an earlier one: through the controller's ``notify`` (``cbp feed``

@@ -15,7 +15,9 @@ Reads: the home's controller snapshot (``_cbp/controller``), its pending record 
 history's legacy entries. Writes: ``live.st`` and ``live.committed`` (:class:`~.live.Live`: it
 loads, commits and rolls back the snapshot), the pending record, the Delta commits a change
 names, history entries, per-epoch snapshot copies, and the controller snapshot; it clears the
-intention of a committed stage epoch.
+intention of a committed stage epoch. A feed's Delta commit leaves a checkpoint that falls due to
+the next stage epoch's commit (:meth:`cbp.storage.tables.DeltaTables.write_due_checkpoints`), so a
+feed's cost does not follow the size of its table's log.
 """
 
 from __future__ import annotations
@@ -208,8 +210,10 @@ class Journal:
         if set(self.history.legacy) <= set(entries):
             self.history.legacy = {}
         self.load(snap)
-        if record.get("kind") == "epoch" and self.after_epoch is not None:
-            self.after_epoch()
+        if record.get("kind") == "epoch":
+            if self.after_epoch is not None:
+                self.after_epoch()
+            self.home.write_due_checkpoints()  # those the feeds since the last epoch left due
 
     def _next_snapshot(self, record: dict[str, Any]) -> tuple[dict[str, Any], bool]:
         """The snapshot a pending record makes, and whether the home holds it already."""
@@ -234,12 +238,12 @@ class Journal:
         what, view = record["what"], c.table.startswith("views/")
         try:
             try:
-                version, made = self._commit_once(c, view)
+                version, made = self._commit_once(c, view, kind)
             except RemovedElsewhere:
                 if self.replan is None:
                     raise
                 planned, c = c, self.replan(record, c, snap)
-                version, made = self._commit_once(c, view)
+                version, made = self._commit_once(c, view, kind)
                 kept = {a["path"] for a in c.adds}
                 self.delete_quietly([f"{c.table}/{a['path']}" for a in planned.adds if a["path"] not in kept])
         except Exception as e:
@@ -252,7 +256,8 @@ class Journal:
             faults.point(f"{kind}:committed:{n}")
         return version
 
-    def _commit_once(self, c: Commit, view: bool) -> tuple[int, bool]:
+    def _commit_once(self, c: Commit, view: bool, kind: str) -> tuple[int, bool]:
+        """One Delta commit; a feed's leaves a checkpoint that falls due to the next epoch's commit."""
         return self.home.commit_once(
             c.table,
             c.partition_by,
@@ -263,6 +268,7 @@ class Journal:
             app_version=c.version,
             schema=_schema(c.schema),
             removes_live=view,
+            checkpoint=kind != "feed",
         )
 
     def _write_record(self, what: str, rel: str, value: dict[str, Any]) -> None:

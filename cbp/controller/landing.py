@@ -49,7 +49,7 @@ from .change import (
     Target,
 )
 from .collect import collect_garbage
-from .entries import FeedEntry, FeedIdEntry, HistoryEntry
+from .entries import FeedEntry, FeedHashEntry, FeedIdEntry, HistoryEntry
 from .feeds import Feeds
 from .history import History
 from .journal import Journal
@@ -160,7 +160,7 @@ class Landing:
             if seen is not None:
                 self.notify(f"feed id '{feed_id}' already landed on '{flow}' as feed {seen.feed}; nothing was landed")
                 return Landed(seen.incs, feed=seen.feed or 0, records=0, repeated=True)
-            self.feeds.refuse_retry(flow, data, feed_id, force)
+            hashed = self.feeds.refuse_retry(flow, data, feed_id, force)  # the records' hash entry, if read
             number = fs.feeds + 1
             floor = number if fl.frame_by is None else 0  # increment ids follow feed numbers, past empty feeds too
             counted = FlowCounters(flow, floor or None, number)
@@ -186,7 +186,7 @@ class Landing:
                 floor=floor,
             )
             ids = landed.ids
-            note, entries = self._feed_entries(flow, number, data, feed_id, ids)
+            note, entries = self._feed_entries(flow, number, data, feed_id, ids, hashed)
             faults.point("feed:written")
             change = Change(
                 "feed",
@@ -201,11 +201,18 @@ class Landing:
             return Landed(ids, feed=number, records=data.num_rows)
 
     def _feed_entries(
-        self, flow: str, number: int, data: pa.Table, feed_id: str | None, ids: list[int]
+        self,
+        flow: str,
+        number: int,
+        data: pa.Table,
+        feed_id: str | None,
+        ids: list[int],
+        known: FeedHashEntry | None = None,
     ) -> tuple[FeedEntry, list[tuple[str, HistoryEntry]]]:
         """Feed ``number``'s history entries: its feed entry, its feed id's, its hash's (a repeated
-        feed is warned about, :meth:`.feeds.Feeds.note`); and what the feed entry notes."""
-        note, hashed = self.feeds.note(flow, number, data, feed_id)
+        feed is warned about, :meth:`.feeds.Feeds.note`; ``known``: the hash's entry read already);
+        and what the feed entry notes."""
+        note, hashed = self.feeds.note(flow, number, data, feed_id, known)
         entries: list[tuple[str, HistoryEntry]] = [
             (LAYOUT.feed_entry(flow, number), replace(note, incs=tuple(ids), records=data.num_rows, id=feed_id))
         ]

@@ -230,12 +230,15 @@ class DeltaTables:
         app_version: int,
         schema: pa.Schema | None = None,
         removes_live: bool = False,
+        checkpoint: bool = True,
     ) -> tuple[int, bool]:
         """Commit as :meth:`commit_files` unless the table already holds transaction ``app_id`` at
         ``app_version`` or later; return the table's version and whether this call committed.
         ``schema``: the table's new schema from this version on (a ``metaData`` action; cbp upgrade).
         ``removes_live``: :class:`RemovedElsewhere` (nothing committed) if a file it removes is no
-        longer in the table (a table other writers also write)."""
+        longer in the table (a table other writers also write). ``checkpoint=False`` (a feed's
+        commit): a checkpoint that falls due is left to :meth:`write_due_checkpoints` (after the
+        next epoch), unless the table went its whole ``delta.checkpointInterval`` without one."""
         h = self._head(rel)
         if h is None:
             raise RuntimeStateError(
@@ -248,7 +251,7 @@ class DeltaTables:
             gone = [r["path"] for r in removes if r["path"] not in h.files]
             if gone:
                 raise RemovedElsewhere(gone)
-        self._commit(rel, h, partition_by, adds, removes, overwrite, app_id, app_version, schema)
+        self._commit(rel, h, partition_by, adds, removes, overwrite, app_id, app_version, schema, checkpoint)
         return h.version, True
 
     def _commit(
@@ -262,9 +265,11 @@ class DeltaTables:
         app_id: str | None,
         app_version: int | None,
         schema: pa.Schema | None = None,
+        checkpoint: bool = True,
     ) -> None:
         """Write the table's next commit (Delta's JSON actions) unless another writer made it first,
-        then bring ``h`` up to it and write a checkpoint when one is due."""
+        then bring ``h`` up to it and write a checkpoint when one is due (``checkpoint=False``: only
+        when the table's interval is reached, see :meth:`commit_once`)."""
         if not h.plain:
             self._commit_by_delta_rs(rel, h, partition_by, adds, removes, overwrite, app_id, app_version, schema)
             return
@@ -292,8 +297,20 @@ class DeltaTables:
             h.files.update((f["path"], f) for f in added)
             if app_id is not None:
                 h.txns[app_id] = int(app_version or 0)
-        if checkpoint_due(h):
+        if checkpoint_due(h) and (checkpoint or h.since >= h.interval):
             self._checkpoint(rel, h)
+
+    def write_due_checkpoints(self) -> list[str]:
+        """Write the checkpoints that commits left due (a feed's: :meth:`commit_once` with
+        ``checkpoint=False``), for the tables this Home has open; the tables checkpointed. Called
+        under the home's lock once a stage epoch committed (:mod:`cbp.controller.journal`), so that
+        a feed never waits for a checkpoint whose cost grows with the table's live files and
+        tombstones (what an old home holds more of than a young one)."""
+        with self._tables_lock:
+            due = [(rel, h) for rel, h in self._heads.items() if h.plain and checkpoint_due(h)]
+        for rel, h in due:
+            self._checkpoint(rel, h)
+        return [rel for rel, _h in due]
 
     def _commit_by_delta_rs(
         self,
