@@ -437,6 +437,15 @@ class Home(DeltaTables):
         self.delete_file(LAYOUT.intention(stage))
 
     # ----------------------------------------------------------- controller snapshots
+    def controller_seq(self) -> int | None:
+        """The ``seq`` of the newest controller snapshot, from its file's name (snapshots are written
+        whole, then renamed into place), without reading it; None for a new home or a name cbp does not
+        write."""
+        names = [n for n in self.list_dir(_CONTROLLER) if n.endswith(".json")]
+        if not names or not names[-1][: -len(".json")].isdigit():
+            return None
+        return int(names[-1][: -len(".json")])
+
     def read_controller(self) -> dict[str, Any] | None:
         """The newest complete controller snapshot, or None for a new home."""
         for name in reversed(self.list_dir(_CONTROLLER)):
