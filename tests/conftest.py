@@ -207,31 +207,6 @@ def _lease_renewals_stopped(monkeypatch):
         _stop_renewing(lease)
 
 
-def pytest_configure(config: pytest.Config) -> None:
-    """Before any driver starts (in xdist's controller, or the one process of ``-n 0``): record the
-    driver JVM's class archive for this checkout if none is kept (``tests/record_jvm_archive.py`` says why)."""
-    if hasattr(config, "workerinput") or config.option.collectonly or CONNECT_URL:
-        return
-    from cbp.engine.driver import jvmcache
-    from cbp.engine.driver.session import delta_conf, delta_jars
-
-    class_path = delta_conf(delta_jars(), local=True).get("spark.driver.extraClassPath", "")
-    if not jvmcache.needs_recording(class_path):
-        return
-    sys.stderr.write("conftest: recording the driver JVM's class archive (once for this checkout)\n")
-    env = {**os.environ, "CBP_SPARK_MASTER": "local[2,2]"}
-    env.pop("CBP_FAULT", None)
-    subprocess.run(
-        [sys.executable, str(ROOT / "tests" / "record_jvm_archive.py")],
-        env=env,
-        cwd=ROOT,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        timeout=900,
-        check=False,
-    )
-
-
 @pytest.hookimpl(tryfirst=True)  # before xdist reads the groups (its worker's hook of the same name)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Markers, xdist groups and order from tests/tiers.py (doctests of cbp/ match no entry there)."""

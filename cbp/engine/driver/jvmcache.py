@@ -40,16 +40,7 @@ from ... import settings
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-__all__ = [
-    "abandon",
-    "cache_dir",
-    "driver_java_options",
-    "finish_at_exit",
-    "needs_recording",
-    "pid_alive",
-    "recording",
-    "refuse",
-]
+__all__ = ["abandon", "cache_dir", "driver_java_options", "finish_at_exit", "pid_alive", "recording", "refuse"]
 
 _QUIET = "-Xlog:cds=off,cds+dynamic=off"  # the JVM lists every class it cannot archive on stdout otherwise
 _STALE = 30 * 60  # a recording whose process has not finished in this long is abandoned
@@ -134,29 +125,6 @@ def _options(path: str, dump: str | None) -> str:
     if dump is not None:
         return f"-XX:ArchiveClassesAtExit={dump} {_QUIET}"
     return f"-XX:SharedArchiveFile={path} -Xshare:auto {_QUIET}"
-
-
-def needs_recording(extra_class_path: str) -> bool:
-    """Whether the archive for this Java and class path is still to be recorded: archives are on,
-    this Java can record one, and none is kept yet (another process may be recording it now).
-
-    A process that starts many short-lived drivers (a test suite, a batch of Airflow tasks) can
-    record it first with one driver that exits normally, so that every later one maps it: the
-    driver that records keeps the archive only when its process exits, and a killed one never does.
-
-        >>> import os
-        >>> os.environ["CBP_JVM_ARCHIVE"] = "0"
-        >>> needs_recording("")
-        False
-        >>> del os.environ["CBP_JVM_ARCHIVE"]
-    """
-    if not settings.current().jvm_archive:
-        return False
-    key = archive_key(extra_class_path)
-    if key is None:
-        return False
-    path = os.path.join(cache_dir(), f"{key}.jsa")
-    return not os.path.exists(path + ".failed") and not _intact(path)
 
 
 def driver_java_options(extra_class_path: str) -> tuple[str, tuple[str, str, str] | None]:
