@@ -90,29 +90,26 @@ class Sched:
 _SCALARS = (str, int, float, bool, type(None))
 
 
-def _value(v: Any) -> Any:
-    """``v`` itself if an immutable scalar; JSON's dicts and lists rebuilt; anything else deep-copied."""
+def _value(v: Any, json: bool = False) -> Any:
+    """``v`` itself if an immutable scalar; JSON's dicts and lists rebuilt; with ``json`` (the JSON form
+    :func:`dataclasses.asdict` gives a field's value) tuples rebuilt and dataclasses as dicts; anything
+    else deep-copied."""
     if isinstance(v, _SCALARS):
         return v
     if type(v) is dict:
-        return {k: _value(x) for k, x in v.items()}
+        return {k: _value(x, json) for k, x in v.items()}
     if type(v) is list:
-        return [_value(x) for x in v]
+        return [_value(x, json) for x in v]
+    if json and type(v) is tuple:
+        return tuple(_value(x, json) for x in v)
+    if json and is_dataclass(v) and not isinstance(v, type):
+        return asdict(v)
     return copy.deepcopy(v)
 
 
 def _json_value(v: Any) -> Any:
-    """``v`` in a JSON form of its own (as :func:`dataclasses.asdict` gives a field's value): scalars
-    as they are, dicts, lists and tuples rebuilt, dataclasses as dicts, anything else deep-copied."""
-    if isinstance(v, _SCALARS):
-        return v
-    if type(v) is dict:
-        return {k: _json_value(x) for k, x in v.items()}
-    if type(v) is list:
-        return [_json_value(x) for x in v]
-    if type(v) is tuple:
-        return tuple(_json_value(x) for x in v)
-    return asdict(v) if is_dataclass(v) and not isinstance(v, type) else copy.deepcopy(v)
+    """``v`` in a JSON form of its own (:func:`_value` with ``json``)."""
+    return _value(v, json=True)
 
 
 def _increment_json(m: Increment) -> dict[str, Any]:
