@@ -232,6 +232,7 @@ def fresh_process(old_home: Path, rounds: int, args: argparse.Namespace, out: Pa
     cmd = [sys.executable, str(Path(__file__).resolve()), "--old", str(old_home), "--rounds", str(rounds)]
     cmd += ["--records", str(args.records), "--seed", str(args.seed + 1000), "--out", str(out)]
     cmd += ["--retention", json.dumps([args.retention_epochs, args.retention_days])]
+    cmd += ["--warmup", str(int(getattr(args, "control_warmup", WARMUP)))]
     log(f"fresh process: {' '.join(cmd)}")
     done = subprocess.run(cmd, check=False, timeout=3600)
     if done.returncode != 0 or not out.exists():
@@ -248,6 +249,9 @@ def child(argv: list[str]) -> int:
     ap.add_argument("--records", type=int, default=3)
     ap.add_argument("--seed", type=int, default=1042)
     ap.add_argument("--retention", default="[100, null]", help="JSON [epochs, days] of the young home")
+    ap.add_argument(
+        "--warmup", type=int, default=WARMUP, help="rounds of the young home before pairing (--control-warmup)"
+    )
     ap.add_argument("--out", required=True)
     args = ap.parse_args(argv)
     import controller_growth as g
@@ -262,7 +266,8 @@ def child(argv: list[str]) -> int:
     old_home = Path(args.old)
     p = cbp.load(YAML, home=str(old_home), spark=spark)
     feeds = g.Feeds(args.seed, args.records)
-    young = YoungHome(spark, tuple(json.loads(args.retention)), args.records, args.seed)  # type: ignore[arg-type]
+    retention = tuple(json.loads(args.retention))
+    young = YoungHome(spark, retention, args.records, args.seed, args.warmup)  # type: ignore[arg-type]
     young.renew(timer, g.one_round, g.Feeds)
     files = g.tracked_files(old_home)
     old_rows, young_rows = [], []
