@@ -36,6 +36,7 @@ __all__ = [
     "names_of",
 ]
 
+_DIALECT = "spark"
 AGGREGATES: tuple[type[exp.Expr], ...] = (exp.Count, exp.Sum, exp.Avg, exp.Min, exp.Max)
 _STRUCTURE = frozenset(
     {exp.Select, exp.From, exp.Table, exp.TableAlias, exp.Identifier, exp.Join, exp.Where, exp.Group, exp.Having}
@@ -133,7 +134,7 @@ def _view_refusal(code: str, message: str, node: exp.Expr | None, sql: str, keyw
 def _parse(sql: str) -> exp.Expr:
     logging.getLogger("sqlglot").setLevel(logging.ERROR)
     try:
-        trees = [t for t in sqlglot.parse(sql, read="spark") if t is not None]
+        trees = [t for t in sqlglot.parse(sql, read=_DIALECT) if t is not None]
     except sqlglot.errors.ParseError as e:
         first = e.errors[0] if e.errors else {}
         what = re.sub(r"<Token token_type: [^,]*, text: ([^,]*),[^>]*>", r"'\1'", str(first.get("description") or e))
@@ -142,9 +143,65 @@ def _parse(sql: str) -> exp.Expr:
         ) from None
     except sqlglot.errors.TokenError as e:
         raise ViewError("view-syntax", f"not valid SQL: {str(e).splitlines()[0]}") from None
+    except RecursionError:
+        raise ViewError(
+            "view-unsupported", f"SQL nested deeper than {MAX_DEPTH} levels (write IN (...) for long ORs)"
+        ) from None
     if len(trees) != 1:
         raise ViewError("view-syntax", f"a view is one SELECT statement, got {len(trees)} statements")
+    _check_tokens(sql)
+    _check_depth(trees[0], sql)
     return trees[0]
+
+
+MAX_DEPTH = 400
+"""The deepest expression a view compiles (a chain of 400 ``OR``s or ``+``s): the compiler and the
+compiled rows recurse once per level, within Python's recursion limit."""
+
+_T = sqlglot.tokens.TokenType
+_NO_COMMA_BEFORE = {_T.SELECT, _T.L_PAREN, _T.COMMA, _T.DISTINCT, _T.GROUP_BY, _T.ORDER_BY, _T.PARTITION_BY}
+_NO_COMMA_AFTER = {_T.R_PAREN, _T.SEMICOLON, _T.FROM, _T.GROUP_BY, _T.ORDER_BY, _T.HAVING, _T.WHERE}
+
+
+def _check_tokens(sql: str) -> None:
+    """Refuse what Spark's parser refuses and sqlglot reads past (``view-syntax``): a stray comma (leading,
+    doubled or trailing: ``SELECT a,, b``, ``GROUP BY a,``, ``FROM t,``), an empty ``SELECT`` list or ``IN ()``.
+
+    >>> _check_tokens("SELECT a, b FROM t WHERE a IN (1, 2)")
+    >>> _check_tokens("SELECT a, FROM t")
+    Traceback (most recent call last):
+    cbp.views.viewerror.ViewError: not valid SQL: a comma before FROM (a column named from needs backticks)
+    """
+    tokens = sqlglot.tokenize(sql, read=_DIALECT)
+    for i, t in enumerate(tokens):
+        before = tokens[i - 1].token_type if i else None
+        after = tokens[i + 1] if i + 1 < len(tokens) else None
+        what = None
+        if t.token_type == _T.COMMA and (before is None or before in _NO_COMMA_BEFORE):
+            what = "two commas in a row" if before == _T.COMMA else "a comma with nothing before it"
+        elif t.token_type == _T.COMMA and (after is None or after.token_type in _NO_COMMA_AFTER):
+            what = "a comma at the end" if after is None else f"a comma before {after.text.upper()}"
+            what += " (a column named from needs backticks)" if after and after.token_type == _T.FROM else ""
+        elif t.token_type == _T.SELECT and after is not None and after.token_type == _T.FROM:
+            what = "an empty SELECT list (a column named from needs backticks)"
+        elif t.token_type == _T.L_PAREN and before == _T.IN and after is not None and after.token_type == _T.R_PAREN:
+            what = "IN () with no values"
+        if what is not None:
+            line = sql.count("\n", 0, t.start) + 1
+            raise ViewError(
+                "view-syntax", f"not valid SQL: {what}", line, t.start - (sql.rfind("\n", 0, t.start) + 1) + 1
+            )
+
+
+def _check_depth(tree: exp.Expr, sql: str) -> None:
+    """Refuse (``view-unsupported``) an expression nested deeper than :data:`MAX_DEPTH`, at its place."""
+    stack: list[tuple[exp.Expr, int]] = [(tree, 1)]
+    while stack:
+        node, depth = stack.pop()
+        if depth > MAX_DEPTH:
+            message = f"an expression nested deeper than {MAX_DEPTH} levels (write IN (...) for a long chain of ORs)"
+            raise _view_refusal("view-unsupported", message, node, sql)
+        stack.extend((child, depth + 1) for child in node.iter_expressions())
 
 
 def tables_of(sql: str) -> list[str]:
