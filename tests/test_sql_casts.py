@@ -194,6 +194,13 @@ EXPRESSIONS = [  # none of these fails on ROWS (the ones that do: FAILING)
     "d BETWEEN '2024-01-01' AND '2024-12-31'",
     "TRY_CAST(n AS INT) > i",
     "CASE i WHEN '1' THEN 'one' WHEN 7 THEN 'seven' END",
+    "extract(WEEK FROM d)",
+    "extract(SECOND FROM t)",
+    "date_part('DOW_ISO', t) + extract(YEAROFWEEK FROM d)",
+    "timestampdiff(MONTH, d, t)",
+    "datediff(HOUR, t, d)",
+    "timestampadd(MONTH, i, d)",
+    "dateadd(SECOND, i, t)",
 ]
 FAILING = [  # (expression, the row's column values): Spark's ANSI mode fails, and so does the view
     ("CAST(n AS INT)", {"n": "abc"}),
