@@ -5,7 +5,8 @@ Spark has (``YEAR``, ``YEAROFWEEK``, ``QUARTER``, ``MONTH``, ``WEEK``, ``DAY``, 
 ``SECOND`` a ``decimal(8,6)`` with the microseconds), ``timestampdiff(unit, a, b)`` (also written
 ``datediff(unit, a, b)``: a ``bigint``, whole units from ``a`` to ``b`` truncated toward zero as Java's
 ``ChronoUnit.between``) and ``timestampadd(unit, n, x)`` (``dateadd``, ``date_add(unit, n, x)``: a
-timestamp). :mod:`cbp.views.dates` and :mod:`cbp.views.exprs` type and evaluate them.
+timestamp); of a date, a timestamp, or a string cast as Spark casts it (ANSI: one that is not a date
+fails the epoch, ``view-cast``). :mod:`cbp.views.dates` and :mod:`cbp.views.exprs` type and evaluate them.
 
     >>> import datetime
     >>> from cbp.views.exprs import ev, parse_expr
@@ -94,13 +95,14 @@ def extract_type(node: exp.Expr, infer: _Infer, types: _Types) -> str:
     """``int``, or ``decimal(8,6)`` for ``SECOND``: the type of a field, its argument checked."""
     field, arg = _field(node)
     t = infer(arg, types)
-    if t not in ("date", "timestamp", None):
-        raise _refuse(f"EXTRACT({field} FROM ...) of a {t} (it takes a date or timestamp: CAST a string)", node)
+    if t not in ("date", "timestamp", "string", None):
+        raise _refuse(f"EXTRACT({field} FROM ...) of a {t} (it takes a date, a timestamp or a string)", node)
     return "decimal(8,6)" if field == "SECOND" else "int"
 
 
 def extract_value(node: exp.Expr, row: Mapping[str, Any], ev: _Ev) -> Any:
-    """A field's value on ``row`` (NULL of NULL); a date's time fields are its midnight's (0).
+    """A field's value on ``row`` (NULL of NULL); a date's time fields are its midnight's (0); a string
+    is cast to a date (the date fields) or a timestamp (the time fields), as Spark casts it.
 
     >>> from cbp.views.exprs import parse_expr
     >>> t = datetime.datetime(2024, 12, 30, 13, 4, 5, 123456, tzinfo=_UTC)
@@ -112,8 +114,11 @@ def extract_value(node: exp.Expr, row: Mapping[str, Any], ev: _Ev) -> Any:
     if v is None:
         return None
     if field in _OF_DATE:
-        return _OF_DATE[field](cast_value(v, "date"))
+        d = cast_value(v, "date")  # (a string that is not a date: NULL in non-ANSI mode)
+        return None if d is None else _OF_DATE[field](d)
     t = cast_value(v, "timestamp")
+    if t is None:
+        return None
     if field == "SECOND":
         return decimal.Decimal(t.second * 1_000_000 + t.microsecond).scaleb(-6)
     return t.hour if field == "HOUR" else t.minute
@@ -132,9 +137,9 @@ def _time_arg(node: exp.Expr, arg: exp.Expr, infer: _Infer, types: _Types) -> No
     if isinstance(arg, exp.TsOrDsToDate) and arg.args.get("format") is None:
         arg = arg.this
     t = infer(arg, types)
-    if t not in ("date", "timestamp", None):
+    if t not in ("date", "timestamp", "string", None):
         name = "timestampadd" if isinstance(node, exp.TimestampAdd) else "timestampdiff"
-        raise _refuse(f"{name}() of a {t} (it takes a date or timestamp: CAST a string)", node)
+        raise _refuse(f"{name}() of a {t} (it takes a date, a timestamp or a string)", node)
 
 
 def _ends(node: exp.Expr) -> tuple[exp.Expr, exp.Expr]:
@@ -178,6 +183,8 @@ def timestamp_diff(unit: str, a: Any, b: Any) -> Any:
     if a is None or b is None:
         return None
     a, b = cast_value(a, "timestamp"), cast_value(b, "timestamp")
+    if a is None or b is None:  # (a string that is not a timestamp, non-ANSI)
+        return None
     if unit in _MONTHS:
         return _trunc_div(_months_between(a, b), _MONTHS[unit])
     delta = b - a
@@ -211,6 +218,8 @@ def timestamp_add(unit: str, n: Any, v: Any) -> Any:
     if n is None or v is None:
         return None
     t = cast_value(v, "timestamp")
+    if t is None:
+        return None
     try:
         if unit in _MONTHS:
             return add_months(t, n * _MONTHS[unit])
@@ -256,3 +265,12 @@ NAMED: dict[str, tuple[Callable[[exp.Expr, _Infer, _Types], str | None], Callabl
 }
 #: The nodes that may fail at run time (a timestamp past year 9999).
 FALLIBLE: tuple[type[exp.Expr], ...] = (exp.TimestampAdd,)
+
+
+def fallible(node: exp.Expr, infer: _Infer, types: _Types) -> bool:
+    """Whether ``node`` is a field or difference of a string, which may not cast (ANSI: ``view-cast``)."""
+    if isinstance(node, exp.Extract) or (isinstance(node, exp.Anonymous) and node.name.lower() in NAMED):
+        return infer(_field(node)[1], types) == "string"
+    if isinstance(node, exp.TimestampDiff) or (isinstance(node, exp.DateDiff) and node.args.get("unit")):
+        return "string" in [infer(a, types) for a in _ends(node)]
+    return False

@@ -377,6 +377,8 @@ def _fallible(node: exp.Expr, types: Mapping[str, str | None]) -> bool:
     for n in node.walk():
         if isinstance(n, exp.Cast) and not _is_time_literal(n) and n.args.get("safe") is not True:
             return True
+        if dateparts.fallible(n, infer, types):  # EXTRACT, date_part, timestampdiff of a string
+            return True
         if isinstance(n, unixtime.FALLIBLE + dateparts.FALLIBLE) or (
             type(n) is exp.Anonymous and n.name.lower() in unixtime.FALLIBLE_NAMES
         ):
