@@ -66,6 +66,9 @@ LAX = [  # what ANSI fails (or refuses when loaded) and non-ANSI Spark gives a v
     "next_day(d, 'xx')",
     "unix_timestamp(ds, 'yyyy-MM-dd')",
     "to_unix_timestamp(n)",
+    "extract(WEEK FROM ds)",
+    "date_part('SECOND', ds)",
+    "timestampdiff(DAY, ds, t)",
 ]
 
 

@@ -41,7 +41,7 @@ VIEWS = {  # few views: an epoch's cost grows with the stages
     "FROM orders o JOIN custs c ON o.cust = c.cust",
     "top_all": "SELECT id, cust, amount FROM orders ORDER BY amount DESC, id LIMIT 3",
     "top_cust": "SELECT cust, sum(amount) AS total, count(*) AS n FROM orders GROUP BY cust "
-    "ORDER BY total DESC, cust LIMIT 2",
+    "ORDER BY total DESC, cust LIMIT 2 OFFSET 1",  # the 2nd and 3rd customers by total
 }
 
 
@@ -212,7 +212,7 @@ REFUSED = [
         "outside the SELECT list",
     ),
     ("SELECT id FROM orders\nLIMIT 3", "view-unsupported", "SQL line 2, column 1: LIMIT without ORDER BY"),
-    ("SELECT id FROM orders ORDER BY id LIMIT 3 OFFSET 1", "view-unsupported", "OFFSET"),
+    ("SELECT id FROM orders ORDER BY id\nOFFSET 1", "view-unsupported", "SQL line 2, column 1: OFFSET without LIMIT"),
     ("SELECT id FROM orders ORDER BY amount LIMIT 3", "view-unknown", "ORDER BY column 'amount'"),
 ]  # (a window in a set operation's branch compiles: tests/test_sql_setops.py's view 'branches')
 
@@ -264,7 +264,7 @@ def test_window_and_top_k_stages_are_keyed_and_typed(tmp_path):
 
     shown = explain(str(_write(tmp_path, VIEWS)), "top_cust")["stages"]
     assert [s["stage"] for s in shown] == ["top_cust__sort", "top_cust"]
-    assert shown[1]["operator"].startswith("top 2 rows ORDER BY `total` DESC, `cust`")
+    assert shown[1]["operator"].startswith("rows 2 to 3 ORDER BY `total` DESC, `cust`")
     assert "the whole view's rows" in shown[1]["state"]["holds"]
     shown = explain(str(_write(tmp_path, VIEWS)), "by_region")["stages"]
     assert [s["operator"] for s in shown][1:] == ["window functions row_number() OVER (PARTITION BY `region`)"]

@@ -112,6 +112,13 @@ def shift_type(node: exp.Expr, infer: _Infer, types: Mapping[str, str | None]) -
     rt = "interval" if isinstance(right, exp.Interval) else infer(right, types)
     if not ({lt, rt} & {"date", "timestamp", "interval"}):
         return None
+    if isinstance(node, exp.Sub) and lt in ("date", "timestamp") and rt in ("date", "timestamp"):
+        kind = "day" if lt == rt == "date" else "day to second"
+        raise _refuse(
+            f"{node.sql(dialect='spark')} (Spark gives an interval {kind}, a type a view's column cannot "
+            "hold: datediff(end, start) or timestampdiff(unit, start, end) give a number)",
+            node,
+        )
     time, other = (lt, right) if lt in ("date", "timestamp") else (rt, left)
     ot = rt if other is right else lt
     if time not in ("date", "timestamp") or (isinstance(node, exp.Sub) and other is left):

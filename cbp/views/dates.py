@@ -1,7 +1,7 @@
 """Date and time in a view's scalar expressions: ``DATE '...'`` and ``TIMESTAMP '...'`` literals, and
-``EXTRACT(YEAR | MONTH | DAY FROM d)``, ``year(d)``, ``month(d)``, ``day(d)`` and ``dayofmonth(d)``
-of a date or timestamp (UTC), each an int as in Spark; :mod:`cbp.views.exprs` types and evaluates
-them through :func:`date_type` and :func:`date_value`.
+``EXTRACT(f FROM d)`` (every field Spark has: :mod:`cbp.views.dateparts`), ``year(d)``, ``month(d)``,
+``day(d)`` and ``dayofmonth(d)`` of a date or timestamp (UTC), each an int as in Spark;
+:mod:`cbp.views.exprs` types and evaluates them through :func:`date_type` and :func:`date_value`.
 
     >>> import datetime
     >>> from cbp.views.exprs import ev, parse_expr
@@ -17,6 +17,7 @@ from typing import Any
 from sqlglot import exp
 
 from .casts import to_date, to_timestamp
+from .dateparts import extract_type, extract_value
 from .viewerror import ViewError
 
 __all__ = ["DATE_NODES", "date_type", "date_value", "time_literal", "time_literal_type"]
@@ -26,7 +27,6 @@ _PARTS: dict[type[exp.Expr], str] = {exp.Year: "year", exp.Month: "month", exp.D
 DATE_NODES: frozenset[type[exp.Expr]] = frozenset({exp.Extract, exp.TsOrDsToDate, exp.Var, *_PARTS})
 _TIME_LITERALS = {exp.DataType.Type.DATE: "date", exp.DataType.Type.TIMESTAMP: "timestamp"}
 _TIME_LITERALS[exp.DataType.Type.TIMESTAMPTZ] = "timestamp"
-_EXTRACTS = {"YEAR": "year", "MONTH": "month", "DAY": "day", "DAYOFMONTH": "day"}
 
 
 def _refuse(message: str, node: exp.Expr) -> Exception:
@@ -35,11 +35,6 @@ def _refuse(message: str, node: exp.Expr) -> Exception:
 
 def _part(node: exp.Expr) -> tuple[str, exp.Expr]:
     """``(year | month | day, the argument)`` of a date function node."""
-    if isinstance(node, exp.Extract):
-        unit = node.this.name.upper() if isinstance(node.this, (exp.Var, exp.Identifier, exp.Column)) else ""
-        if unit not in _EXTRACTS:
-            raise _refuse(f"EXTRACT({unit or node.this.sql()} FROM ...) (YEAR, MONTH and DAY are)", node)
-        return _EXTRACTS[unit], node.expression
     arg = node.this
     if isinstance(arg, exp.TsOrDsToDate):
         arg = arg.this
@@ -50,6 +45,8 @@ def date_type(node: exp.Expr, infer: Callable[[exp.Expr, Mapping[str, str | None
     """The type of a date function (``int``), its argument checked to be a date or timestamp."""
     if isinstance(node, (exp.TsOrDsToDate, exp.Var)):
         raise _refuse(f"{type(node).__name__} outside year(), month(), day()", node)
+    if isinstance(node, exp.Extract):  # every field Spark has (cbp.views.dateparts)
+        return extract_type(node, infer, types)
     _, arg = _part(node)
     t = infer(arg, types)
     if t not in ("date", "timestamp", None):
@@ -66,6 +63,8 @@ def date_value(node: exp.Expr, row: Mapping[str, Any], ev: Callable[[exp.Expr, M
     >>> date_value(parse_expr("day(d)"), {"d": datetime.date(2024, 2, 29)}, lambda n, r: r["d"])
     29
     """
+    if isinstance(node, exp.Extract):
+        return extract_value(node, row, ev)
     part, arg = _part(node)
     v = ev(arg, row)
     return None if v is None else int(getattr(v, part))

@@ -20,7 +20,7 @@ from typing import Any
 import sqlglot
 from sqlglot import exp
 
-from . import datefmt, datefns, functions, intwidth, morefns, regex, unixtime
+from . import datefmt, datefns, dateparts, functions, intwidth, morefns, regex, unixtime
 from .casts import cast_target, cast_type, cast_value, comparable, in_view, to_text
 from .dates import DATE_NODES, date_type, date_value, time_literal, time_literal_type
 from .mode import LAX_FN, ansi, int_result, semantics
@@ -39,8 +39,9 @@ DECIMAL_FN = "cbp_decimal"
 VIEW_FN = "cbp_view"
 #: The function nodes of :mod:`cbp.views.functions` and :mod:`cbp.views.datefns` (type, value).
 _FN_TYPES = {**functions.TYPES, **datefns.TYPES, **datefmt.TYPES, **morefns.TYPES, **regex.TYPES, **unixtime.TYPES}
+_FN_TYPES |= dateparts.TYPES  # (its DateDiff: datediff(unit, a, b) too)
 _FN_VALUES = {**functions.VALUES, **datefns.VALUES, **datefmt.VALUES, **morefns.VALUES, **regex.VALUES}
-_FN_VALUES |= unixtime.VALUES
+_FN_VALUES |= unixtime.VALUES | dateparts.VALUES
 #: Functions sqlglot leaves anonymous: name -> (type, value).
 _NAMED = {**morefns.NAMED, **unixtime.NAMED}
 
@@ -376,7 +377,11 @@ def _fallible(node: exp.Expr, types: Mapping[str, str | None]) -> bool:
     for n in node.walk():
         if isinstance(n, exp.Cast) and not _is_time_literal(n) and n.args.get("safe") is not True:
             return True
-        if isinstance(n, unixtime.FALLIBLE) or (type(n) is exp.Anonymous and n.name.lower() in unixtime.FALLIBLE_NAMES):
+        if dateparts.fallible(n, infer, types):  # EXTRACT, date_part, timestampdiff of a string
+            return True
+        if isinstance(n, unixtime.FALLIBLE + dateparts.FALLIBLE) or (
+            type(n) is exp.Anonymous and n.name.lower() in unixtime.FALLIBLE_NAMES
+        ):
             return True
         compared = isinstance(n, (exp.EQ, exp.NEQ, exp.GT, exp.GTE, exp.LT, exp.LTE, exp.In, exp.Between, exp.Nullif))
         if compared or type(n) in datefns.TYPES or type(n) in datefmt.TYPES:

@@ -81,6 +81,8 @@ def bits(node: exp.Expr) -> int:
         return 0
     if isinstance(node, (exp.Cast, exp.TryCast)):
         return _CAST_BITS.get(cast_target(node.args.get("to")) or "", 64)
+    if isinstance(node, exp.DateDiff) and node.args.get("unit") is not None:
+        return 64  # datediff(unit, a, b) is Spark's timestampdiff: a bigint
     if isinstance(node, _INT32_FNS):
         return 32
     if isinstance(node, _ARITH + _BRANCHES):

@@ -23,7 +23,7 @@ from typing import Any
 
 from sqlglot import exp
 
-from . import regex, unixtime
+from . import dateparts, regex, unixtime
 from .functions import _int_literal, _round_type, rounded
 from .ops import _mod
 from .viewerror import ViewError
@@ -282,4 +282,5 @@ NAMED: dict[str, tuple[Callable[[exp.Expr, _Infer, _Types], str | None], Callabl
     "bround": (_bround_type, _bround_value),
     "regexp": (_regexp_type, _regexp_value),
     **unixtime.NAMED,  # make_date()
+    **dateparts.NAMED,  # date_part(), datepart()
 }

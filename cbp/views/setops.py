@@ -51,7 +51,7 @@ def set_operations(
         if isinstance(b, exp.Select):
             b.set("expressions", [_named(e, i) for i, e in enumerate(b.expressions)])
     made: dict[str, dict[str, str]] = {}
-    top = {k: tree.args.get(k) for k in ("order", "limit")}  # ORDER BY ... LIMIT of the whole query
+    top = {k: tree.args.get(k) for k in ("order", "limit", "offset")}  # ORDER BY ... LIMIT [OFFSET] of the query
     new = _rewrite(tree, sql, view, flows, compile, made)
     for k, v in top.items():
         if v is not None and new is not tree:

@@ -10,10 +10,10 @@ view ending in ``ORDER BY ... LIMIT k`` becomes its query on flow ``v__sort`` an
 ``v`` over one key holding that relation's multiset; its output is the current top k rows. An
 ``ORDER BY`` without ``LIMIT`` at the top of a view is accepted and ignored (a view is a multiset).
 
-    >>> sql = "SELECT a FROM t ORDER BY a DESC LIMIT 3"
-    >>> terms, k = top_of(exp.maybe_parse(sql, dialect="spark"), sql)
-    >>> terms[0].sql(), k
-    ('a DESC', 3)
+    >>> sql = "SELECT a FROM t ORDER BY a DESC LIMIT 3 OFFSET 1"
+    >>> terms, k, skip = top_of(exp.maybe_parse(sql, dialect="spark"), sql)
+    >>> terms[0].sql(), k, skip
+    ('a DESC', 3, 1)
 """
 
 from __future__ import annotations
@@ -38,6 +38,7 @@ _RUN = "cbp.views.run:"  # window and topk: cbp.views.winrun's, exported there
 RANKING: dict[type[exp.Expr], str] = {exp.RowNumber: "row_number", exp.Rank: "rank", exp.DenseRank: "dense_rank"}
 RANKING |= {exp.Ntile: "ntile", exp.PercentRank: "percent_rank", exp.CumeDist: "cume_dist"}
 OFFSETS: dict[type[exp.Expr], str] = {exp.Lag: "lag", exp.Lead: "lead"}
+_TOP_ARGS = ("order", "limit", "offset")  # a view's top ORDER BY ... LIMIT k [OFFSET n]
 VALUES: dict[type[exp.Expr], str] = {exp.FirstValue: "first_value", exp.LastValue: "last_value"}
 _STATE = {"schema": {"r": "string", "n": "int"}, "row_key": ["r"]}
 
@@ -68,7 +69,7 @@ def allowed(node: exp.Expr, tree: exp.Expr, sql: str) -> bool:
     if isinstance(node, exp.Window):
         _check_window(node, tree, sql)
         return True
-    if isinstance(node, (exp.Order, exp.Limit)) and parent is tree and node.arg_key in ("order", "limit"):
+    if isinstance(node, (exp.Order, exp.Limit, exp.Offset)) and parent is tree and node.arg_key in _TOP_ARGS:
         return True
     if isinstance(node, exp.Order) and isinstance(parent, exp.Window):
         return True
@@ -169,11 +170,16 @@ def outside_windows(n: exp.Expr) -> bool:
     return not any(isinstance(a, exp.Window) for a in _ancestors(n))
 
 
-def top_of(tree: exp.Expr, sql: str) -> tuple[list[exp.Ordered], int] | None:
-    """The ORDER BY terms and the k of the top ``ORDER BY ... LIMIT k`` of a view's (or internal view's)
-    parsed ``tree`` of ``sql`` (None: no LIMIT; an ORDER BY alone is ignored); ``LIMIT`` without
-    ``ORDER BY``, or not a number, is ``view-unsupported``."""
-    limit = tree.args.get("limit")
+def top_of(tree: exp.Expr, sql: str) -> tuple[list[exp.Ordered], int, int] | None:
+    """The ORDER BY terms, the k and the n of the top ``ORDER BY ... LIMIT k [OFFSET n]`` of a view's (or
+    internal view's) parsed ``tree`` of ``sql`` (None: no LIMIT; an ORDER BY alone is ignored); ``LIMIT``
+    without ``ORDER BY``, ``OFFSET`` without ``LIMIT``, or either not a number, is ``view-unsupported``."""
+    limit, offset = tree.args.get("limit"), tree.args.get("offset")
+    n = offset.args.get("expression") if offset is not None else exp.Literal.number(0)
+    if offset is not None and limit is None:
+        raise _refuse("OFFSET without LIMIT (the view would be all but n rows of its query)", None, sql, "OFFSET")
+    if not (isinstance(n, exp.Literal) and not n.is_string and str(n.this).isdigit()):
+        raise _refuse("OFFSET other than a number of rows", None, sql, "OFFSET")
     if limit is None:
         return None
     order = tree.args.get("order")
@@ -182,7 +188,7 @@ def top_of(tree: exp.Expr, sql: str) -> tuple[list[exp.Ordered], int] | None:
     k = limit.args.get("expression")
     if not (isinstance(k, exp.Literal) and not k.is_string and str(k.this).isdigit()):
         raise _refuse("LIMIT other than a number of rows", None, sql, "LIMIT")
-    return list(order.expressions), int(k.this)
+    return list(order.expressions), int(k.this), int(n.this)
 
 
 def _order_terms(gen: Generated, terms: list[exp.Ordered], types: dict[str, str | None]) -> list[list[Any]]:
@@ -287,9 +293,10 @@ def _window(gen: Generated, n: exp.Window, types: dict[str, str | None]) -> tupl
     return win | {"fn": agg[0], "arg": agg[1], "at": agg[3], "frame": frame}, agg[2]
 
 
-def compile_topk(gen: Generated, view: str, inner: str, terms: list[exp.Ordered], k: int) -> None:
-    """``ORDER BY ... LIMIT k`` over flow ``inner`` (the view's query): one stage of one key whose state
-    is the relation's multiset, writing the current top ``k`` rows to flow ``view``."""
+def compile_topk(gen: Generated, view: str, inner: str, terms: list[exp.Ordered], k: int, skip: int = 0) -> None:
+    """``ORDER BY ... LIMIT k [OFFSET skip]`` over flow ``inner`` (the view's query): one stage of one key
+    whose state is the relation's multiset, writing the current top ``k`` rows after the first ``skip``
+    to flow ``view`` (its plan's ``limit`` is ``k + skip``, its ``offset`` ``skip`` when there is one)."""
     fields = dict(gen.flows[inner])
     names = list(fields)
     types: dict[str, str | None] = {n: t.rstrip("?") for n, t in fields.items()}
@@ -316,7 +323,9 @@ def compile_topk(gen: Generated, view: str, inner: str, terms: list[exp.Ordered]
         c.set("this", e.transform(to_output))
         ordered.append(c)
     order = _order_terms(gen, ordered, types)
-    plan = _plan("topk", view, fields=names, ftypes=list(types.values()), order=order, limit=k)
+    plan = _plan("topk", view, fields=names, ftypes=list(types.values()), order=order, limit=k + skip)
+    if skip:
+        plan["offset"] = skip
     raw = {
         "translator": _RUN + "topk",
         "inputs": [{"flow": inner, "route_by": _RUN + "unrouted"}],
@@ -347,7 +356,9 @@ def describe(plan: dict[str, Any], keys: list[str]) -> str:
     """What a window or top-k stage computes, for ``cbp explain``."""
     if plan["kind"] == "topk":
         order = ", ".join(f"{e}{' DESC' if d else ''}" for e, d, _ in plan["order"])
-        return f"top {plan['limit']} rows ORDER BY {order} (ORDER BY ... LIMIT over the whole view: one key)"
+        skip = plan.get("offset", 0)
+        first = f"rows {skip + 1} to {plan['limit']}" if skip else f"top {plan['limit']} rows"
+        return f"{first} ORDER BY {order} (ORDER BY ... LIMIT over the whole view: one key)"
     fns = []
     for w in plan["wins"]:
         arg = "*" if w["fn"] == "count_star" else w.get("arg") or ""

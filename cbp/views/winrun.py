@@ -276,18 +276,16 @@ def _partition(plan: dict[str, Any], ms: dict[str, int], rows_of: _Decoded) -> d
     return out
 
 
-def _top(plan: dict[str, Any], ms: dict[str, int], rows_of: _Decoded) -> dict[str, int]:
-    """The first ``limit`` rows of a relation's multiset under the ORDER BY (row text -> its count there)."""
+def _top(plan: dict[str, Any], ms: dict[str, int], rows_of: _Decoded) -> list[str]:
+    """The first ``limit`` rows of a relation's multiset under the ORDER BY, in order (a row's text once
+    per copy)."""
     k = plan["limit"]
     cands = [
         ((rows_of.key(text, -1, plan["order"]), rows_of.tie(text)), i, text)
         for text, n in ms.items()
         for i in range(min(n, k))
     ]
-    out: dict[str, int] = {}
-    for _, _, text in heapq.nsmallest(k, cands, key=lambda c: (c[0], c[1])):
-        out[text] = out.get(text, 0) + 1
-    return out
+    return [text for _, _, text in heapq.nsmallest(k, cands, key=lambda c: (c[0], c[1]))]
 
 
 def _top_change(
@@ -302,8 +300,12 @@ def _top_change(
     else:
         after = _top(plan, new, rows_of)
 
-    def values(top: dict[str, int]) -> dict[tuple[Any, ...], int]:
-        return {tuple(rows_of.row(t).values()): n for t, n in top.items()}
+    def values(top: list[str]) -> dict[tuple[Any, ...], int]:
+        out: dict[tuple[Any, ...], int] = {}
+        for t in top[plan.get("offset", 0) :]:  # OFFSET n: the first n of the first limit rows left out
+            vals = tuple(rows_of.row(t).values())
+            out[vals] = out.get(vals, 0) + 1
+        return out
 
     return values(before), values(after)
 
