@@ -11,9 +11,12 @@ changed; a touched partition is recomputed); the frames and functions still refu
 from __future__ import annotations
 
 import datetime
+from types import SimpleNamespace
 
 import pytest
-from test_sql_views import check_typed_views, few_partitions  # noqa: F401 (few_partitions: a fixture)
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from test_sql_views import _same, _table, check_typed_views, few_partitions  # noqa: F401 (few_partitions: a fixture)
 
 import cbp
 from cbp.errors import SpecError
@@ -149,3 +152,88 @@ def test_a_frame_or_function_not_supported_is_refused_at_load(tmp_path, sql, say
     with pytest.raises(SpecError) as e:
         load_spec(path)
     assert e.value.code == "view-unsupported" and says in str(e.value), str(e.value)
+
+
+PROP = {  # RANGE frames over ties, NULLs, both directions, dates; one total ORDER BY for nth_value
+    "v": "SELECT id, g, sum(y) OVER (PARTITION BY g ORDER BY x RANGE BETWEEN 2 PRECEDING AND 1 FOLLOWING) AS a, "
+    "count(*) OVER (PARTITION BY g ORDER BY x DESC NULLS FIRST RANGE BETWEEN CURRENT ROW AND 3 FOLLOWING) AS b, "
+    "max(id) OVER (PARTITION BY g ORDER BY d RANGE BETWEEN INTERVAL 3 DAYS PRECEDING AND CURRENT ROW) AS c, "
+    "avg(p) OVER (PARTITION BY g ORDER BY x NULLS LAST RANGE BETWEEN 1 FOLLOWING AND 2 FOLLOWING) AS e, "
+    "nth_value(y, 2) IGNORE NULLS OVER (PARTITION BY g ORDER BY x, id) AS f FROM t"
+}
+_OP = st.tuples(
+    st.integers(0, 2),  # insert, delete, update (moved to another partition, its x and d changed)
+    st.integers(0, 10**6),  # which row a delete or update picks
+    st.sampled_from(["a", "b"]),
+    st.one_of(st.none(), st.integers(0, 6)),  # x: ties, NULLs
+    st.one_of(st.none(), st.integers(0, 4)),  # y (as a double), NULLs
+    st.one_of(st.none(), st.integers(0, 8)),  # d: days after 2024-01-01, NULLs
+)
+
+
+class _Run:
+    """A window stage's translator driven without a pipeline: per key its state (row text -> count), and
+    the view's contents (the written records' ``_diff`` summed)."""
+
+    def __init__(self, stage) -> None:
+        self.stage, self.states, self.view = stage, {}, {}
+
+    def epoch(self, records: list[dict]) -> None:
+        from cbp.views.winrun import window
+
+        by_key: dict[str, list[dict]] = {}
+        for r in records:
+            by_key.setdefault(self.stage.inputs[0].route_by(r), []).append(r)
+        for key, rows in by_key.items():
+            state = self.states.setdefault(key, {})
+            held = SimpleNamespace(write=lambda r, s=state: s.__setitem__(r["r"], r["n"]), delete=state.pop)
+            out = SimpleNamespace(params=self.stage.params, state=held, v=SimpleNamespace(write=self._write))
+            window(key, iter([{"r": t, "n": n} for t, n in state.items()]), rows, out=out)
+
+    def _write(self, r: dict) -> None:
+        row = tuple(v for k, v in r.items() if k != "_diff")
+        self.view[row] = self.view.get(row, 0) + r["_diff"]
+        assert self.view[row] >= 0, row
+
+    def rows(self) -> list[tuple]:
+        return [row for row, n in self.view.items() for _ in range(n)]
+
+
+def _apply(ops, live: dict[int, dict], next_id: list[int]) -> list[dict]:
+    """One epoch's records from hypothesis' ops, ``live`` updated (id -> row)."""
+    recs = []
+    for kind, pick, g, x, y, d in ops:
+        day = None if d is None else datetime.date(2024, 1, 1) + datetime.timedelta(days=d)
+        if kind == 0 or not live:
+            next_id[0] += 1
+            row = {**_r(next_id[0], g, x, None if y is None else float(y), None if y is None else f"{y}.25"), "d": day}
+            live[row["id"]] = row
+            recs.append({**row, "_diff": 1})
+            continue
+        old = live.pop(sorted(live)[pick % len(live)])
+        recs.append({**old, "_diff": -1})
+        if kind == 2:
+            live[old["id"]] = {**old, "g": g, "x": x, "d": day}
+            recs.append({**live[old["id"]], "_diff": 1})
+    return recs
+
+
+@pytest.mark.usefixtures("few_partitions")
+@settings(max_examples=6, deadline=None, derandomize=True, database=None, suppress_health_check=list(HealthCheck))
+@given(steps=st.lists(st.lists(_OP, min_size=1, max_size=6), min_size=2, max_size=4))
+def test_range_frames_through_random_changes_equal_spark_sql(spark, tmp_path_factory, steps):
+    """The window translator fed random inserts, deletes and updates: after each epoch, the view's
+    contents (its written records summed) equal Spark SQL over the live rows."""
+    path = tmp_path_factory.mktemp("prop") / "frames.yaml"
+    path.write_text(_yaml(PROP))
+    run = _Run(load_spec(path).stages["v"])
+    live: dict[int, dict] = {}
+    next_id = [100]
+    try:
+        for ops in steps:
+            run.epoch(_apply(ops, live, next_id))
+            _table(spark, "t", T, list(live.values()))
+            want = [tuple(row) for row in spark.sql(PROP["v"]).collect()]
+            assert _same(run.rows(), want), f"cbp {sorted(map(str, run.rows()))}\nspark {sorted(map(str, want))}"
+    finally:
+        spark.catalog.dropTempView("t")
