@@ -47,7 +47,8 @@ VIEWS = {
     f"nth_value(y, 2) OVER ({W}) AS n2, nth_value(x, 2) IGNORE NULLS OVER ({W} ROWS BETWEEN UNBOUNDED "
     f"PRECEDING AND UNBOUNDED FOLLOWING) AS n2i, first_value(y) IGNORE NULLS OVER ({W} RANGE BETWEEN 2 "
     f"PRECEDING AND CURRENT ROW) AS fi, last_value(x, true) OVER ({W}) AS li, lag(y) IGNORE NULLS OVER ({W}) "
-    f"AS lg, lead(x, 2, -1) IGNORE NULLS OVER ({W}) AS ld FROM t",
+    f"AS lg, lead(x, 2, -1) IGNORE NULLS OVER ({W}) AS ld, nth_value(y, 2, true) OVER ({W} ROWS BETWEEN 1 "
+    f"PRECEDING AND 3 FOLLOWING) AS nt, lag(y, -1) IGNORE NULLS OVER ({W}) AS lm FROM t",
 }
 
 
@@ -140,6 +141,7 @@ REFUSED = [  # (the SQL, what the message names); each is view-unsupported, and 
     ),
     (f"SELECT id, sum(x) IGNORE NULLS OVER ({W}) AS s FROM t", "IGNORE NULLS"),
     (f"SELECT id, nth_value(x, 0) OVER ({W}) AS s FROM t", "nth_value() of other than a positive"),
+    (f"SELECT id, nth_value(x, 2, x > 1) OVER ({W}) AS s FROM t", "third argument"),
     ("SELECT id, nth_value(x, 2) OVER (PARTITION BY g) AS s FROM t", "without ORDER BY"),
     (f"SELECT id, sum(DISTINCT x) OVER ({W}) AS s FROM t", "DISTINCT in a window function"),
 ]

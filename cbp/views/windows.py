@@ -90,7 +90,8 @@ def function_of(node: exp.Window) -> tuple[exp.Expr, bool]:
     fn: exp.Expr = node.this
     if isinstance(fn, _NULLS):
         return fn.this, isinstance(fn, exp.IgnoreNulls)
-    return fn, False
+    flag = fn.args.get("from_first") if isinstance(fn, exp.NthValue) else None  # nth_value(x, n, true): sqlglot's
+    return fn, isinstance(flag, exp.Boolean) and bool(flag.this)  # name of Spark's ignoreNulls argument
 
 
 def _check_window(node: exp.Window, tree: exp.Expr, sql: str) -> None:
@@ -258,6 +259,9 @@ def _window(gen: Generated, n: exp.Window, types: dict[str, str | None]) -> tupl
         win |= {"fn": VALUES[type(fn)], "arg": gen._x(fn.this, types), "at": t, "frame": frame}
         if isinstance(fn, exp.NthValue):
             nth = constant_int(fn.args.get("offset"))
+            flag = fn.args.get("from_first")
+            if flag is not None and not isinstance(flag, exp.Boolean):
+                raise _refuse("nth_value() whose third argument is not true or false", fn, gen._sql)
             if nth is None or nth < 1:
                 raise _refuse(
                     "nth_value() of other than a positive constant int n (Spark refuses it too)", fn, gen._sql
