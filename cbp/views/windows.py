@@ -364,7 +364,8 @@ def describe(plan: dict[str, Any], keys: list[str]) -> str:
     fns = []
     for w in plan["wins"]:
         arg = "*" if w["fn"] == "count_star" else w.get("arg") or ""
-        fns.append(f"{w['fn'].replace('count_star', 'count')}({arg})")
+        nulls = " IGNORE NULLS" if w.get("ignore") else ""
+        fns.append(f"{w['fn'].replace('count_star', 'count')}({arg}){nulls}")
     keep = f", rows kept WHERE {plan['keep']}" if plan.get("keep") else ""
     return f"window functions {', '.join(fns)} OVER (PARTITION BY {keys[0]}){keep}"
 
