@@ -147,6 +147,11 @@ REFUSED = [  # (the SQL, what the message names); each is view-unsupported, and 
         "1 DAY FOLLOWING) AS s FROM t",
         "not of the same type",
     ),
+    (  # without ORDER BY: Spark's ROWS frame runs over an arbitrary order, a RANGE frame is refused
+        "SELECT id, sum(x) OVER (PARTITION BY g ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW) AS s FROM t",
+        "the window frame",
+    ),
+    ("SELECT id, sum(x) OVER (PARTITION BY g RANGE BETWEEN CURRENT ROW AND UNBOUNDED FOLLOWING) AS s FROM t", "frame"),
     (f"SELECT id, sum(x) IGNORE NULLS OVER ({W}) AS s FROM t", "IGNORE NULLS"),
     (f"SELECT id, nth_value(x, 0) OVER ({W}) AS s FROM t", "nth_value() of other than a positive"),
     (f"SELECT id, nth_value(x, 2, x > 1) OVER ({W}) AS s FROM t", "third argument"),

@@ -85,8 +85,9 @@ def _bound(value: Any, side: Any, kind: str) -> Any:
 def frame_of(spec: exp.Expr | None, ordered: bool) -> str | None:
     """The frame a window function is computed over (see the module); None: a frame not supported, or
     one Spark refuses (an upper bound before the lower one, UNBOUNDED on the wrong side)."""
-    if not ordered:
-        return "all" if spec is None or spec.args.get("end") in ("UNBOUNDED", "CURRENT ROW") else None
+    if not ordered:  # the whole partition; any other frame is over an arbitrary order (ROWS) or refused (RANGE)
+        whole = spec is None or (spec.args.get("start") == "UNBOUNDED" and spec.args.get("end") == "UNBOUNDED")
+        return "all" if whole and (spec is None or spec.args.get("end_side") == "FOLLOWING") else None
     if spec is None:
         return "range"
     a = spec.args

@@ -134,7 +134,7 @@ def _check_window(node: exp.Window, tree: exp.Expr, sql: str) -> None:
             f"the window frame {spec.sql(dialect='spark')} (supported: ROWS or RANGE BETWEEN bounds each "
             "UNBOUNDED, CURRENT ROW or a constant n PRECEDING or FOLLOWING: an int for ROWS; for RANGE, a "
             "number, or days or an INTERVAL for a date or timestamp ORDER BY; not on a ranking function or "
-            "lag/lead; the lower bound not after the upper)",
+            "lag/lead; the lower bound not after the upper; without ORDER BY, only the whole partition)",
             fn,
             sql,
         )
