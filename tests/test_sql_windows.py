@@ -182,14 +182,14 @@ def _write(tmp_path, views: dict[str, str]):
 REFUSED = [
     ("SELECT id, row_number() OVER (ORDER BY id) AS r FROM orders", "view-unsupported", "without PARTITION BY"),
     (
-        "SELECT id,\n  sum(qty) OVER (PARTITION BY cust ORDER BY id RANGE BETWEEN 1 PRECEDING AND CURRENT ROW) AS s "
+        "SELECT id,\n  sum(qty) OVER (PARTITION BY cust ORDER BY id RANGE BETWEEN 2 FOLLOWING AND 1 FOLLOWING) AS s "
         "FROM orders",
         "view-unsupported",
         "SQL line 2, column 3: the window frame",
     ),
     ("SELECT id, ntile(0) OVER (PARTITION BY cust ORDER BY id) AS t FROM orders", "view-unsupported", "buckets"),
     (
-        "SELECT id, nth_value(id, 2) OVER (PARTITION BY cust ORDER BY id) AS t FROM orders",
+        "SELECT id, percentile(id, 0.5) OVER (PARTITION BY cust ORDER BY id) AS t FROM orders",
         "view-unsupported",
         "as a window function",
     ),

@@ -2,8 +2,9 @@
 stages (issue 48); their translators are in :mod:`cbp.views.winrun`.
 
 A view whose SELECT list has window functions (``row_number()``, ``rank()``, ``dense_rank()``,
-``ntile``, ``percent_rank``, ``cume_dist``, ``lag``/``lead``, ``first_value``/``last_value``,
-``count``/``sum``/``avg``/``min``/``max`` ``OVER (PARTITION BY ... [ORDER BY ...])``) becomes one
+``ntile``, ``percent_rank``, ``cume_dist``, ``lag``/``lead``, ``first_value``/``last_value``/``nth_value``
+(these five with ``IGNORE NULLS`` too), ``count``/``sum``/``avg``/``min``/``max`` ``OVER (PARTITION BY ...
+[ORDER BY ...] [frame])``, the frames of :mod:`cbp.views.frames`) becomes one
 stage keyed by the partition's values, whose state is the partition's multiset of input rows; a
 touched partition is recomputed and only the difference is emitted (Materialize does the same). A
 view ending in ``ORDER BY ... LIMIT k`` becomes its query on flow ``v__sort`` and a top-k stage
@@ -25,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 from sqlglot import exp
 
 from .exprs import ViewError, construct_name, infer
+from .frames import constant_int, frame_of, range_problem, typed
 from .query import AGGREGATES, Select, position, used_fields
 from .run import RouteKey
 
@@ -40,6 +42,8 @@ RANKING |= {exp.Ntile: "ntile", exp.PercentRank: "percent_rank", exp.CumeDist: "
 OFFSETS: dict[type[exp.Expr], str] = {exp.Lag: "lag", exp.Lead: "lead"}
 _TOP_ARGS = ("order", "limit", "offset")  # a view's top ORDER BY ... LIMIT k [OFFSET n]
 VALUES: dict[type[exp.Expr], str] = {exp.FirstValue: "first_value", exp.LastValue: "last_value"}
+VALUES |= {exp.NthValue: "nth_value"}
+_NULLS = (exp.IgnoreNulls, exp.RespectNulls)  # first_value(x) IGNORE NULLS; its function is their child
 _STATE = {"schema": {"r": "string", "n": "int"}, "row_key": ["r"]}
 
 
@@ -75,9 +79,20 @@ def allowed(node: exp.Expr, tree: exp.Expr, sql: str) -> bool:
         return True
     if isinstance(node, exp.Ordered) and isinstance(parent, exp.Order):
         return parent.parent is tree or isinstance(parent.parent, exp.Window)
+    if isinstance(parent, _NULLS) and isinstance(parent.parent, exp.Window) and node.arg_key == "this":
+        return isinstance(node, (*OFFSETS, *VALUES))
     if isinstance(parent, exp.Window) and node.arg_key in ("this", "spec"):
-        return isinstance(node, (exp.WindowSpec, *RANKING, *OFFSETS, *VALUES, *AGGREGATES))
+        return isinstance(node, (exp.WindowSpec, *_NULLS, *RANKING, *OFFSETS, *VALUES, *AGGREGATES))
     return False
+
+
+def function_of(node: exp.Window) -> tuple[exp.Expr, bool]:
+    """A window's function and whether it ignores NULLs (``IGNORE NULLS``, or ``first_value(x, true)``)."""
+    fn: exp.Expr = node.this
+    if isinstance(fn, _NULLS):
+        return fn.this, isinstance(fn, exp.IgnoreNulls)
+    flag = fn.args.get("from_first") if isinstance(fn, exp.NthValue) else None  # nth_value(x, n, true): sqlglot's
+    return fn, isinstance(flag, exp.Boolean) and bool(flag.this)  # name of Spark's ignoreNulls argument
 
 
 def _check_window(node: exp.Window, tree: exp.Expr, sql: str) -> None:
@@ -89,17 +104,21 @@ def _check_window(node: exp.Window, tree: exp.Expr, sql: str) -> None:
         raise _refuse("a window function outside the SELECT list of the view's own SELECT", node, sql)
     if any(isinstance(a, exp.Window) for a in ups):
         raise _refuse("a window function inside a window function", node, sql)
-    fn: exp.Expr = node.this
+    fn, ignore = function_of(node)
     if not isinstance(fn, (*RANKING, *OFFSETS, *VALUES, *AGGREGATES)):
         what = construct_name(fn)
         raise _refuse(
             f"{what} as a window function (supported: row_number, rank, dense_rank, ntile, percent_rank, "
-            "cume_dist, lag, lead, first_value, last_value, count, sum, avg, min, max)",
+            "cume_dist, lag, lead, first_value, last_value, nth_value, count, sum, avg, min, max)",
             fn,
             sql,
         )
+    if isinstance(node.this, _NULLS) and not isinstance(fn, (*OFFSETS, *VALUES)):
+        raise _refuse(f"IGNORE NULLS or RESPECT NULLS on {construct_name(fn)} (Spark refuses it too)", fn, sql)
     if isinstance(fn, AGGREGATES) and isinstance(fn.this, exp.Distinct):
-        raise _refuse("DISTINCT in a window function", fn, sql)
+        raise _refuse(
+            "DISTINCT in a window function (Spark refuses it too: DISTINCT_WINDOW_FUNCTION_UNSUPPORTED)", fn, sql
+        )
     if not node.args.get("partition_by"):
         raise _refuse(
             f"a window function without PARTITION BY ({construct_name(fn)} OVER the whole view: every change "
@@ -111,53 +130,15 @@ def _check_window(node: exp.Window, tree: exp.Expr, sql: str) -> None:
     if isinstance(fn, (*RANKING, *OFFSETS, *VALUES)) and not ordered:
         raise _refuse(f"{construct_name(fn)} without ORDER BY in its window", fn, sql)
     spec = node.args.get("spec")
-    if spec is not None and (isinstance(fn, (*RANKING, *OFFSETS)) or _frame(spec, ordered) is None):
+    if spec is not None and (isinstance(fn, (*RANKING, *OFFSETS)) or frame_of(spec, ordered) is None):
         raise _refuse(
-            f"the window frame {spec.sql(dialect='spark')} (supported: an aggregate's default frame, "
-            "ROWS or RANGE BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW or UNBOUNDED FOLLOWING, ROWS BETWEEN "
-            "n PRECEDING, CURRENT ROW, n FOLLOWING or UNBOUNDED bounds)",
+            f"the window frame {spec.sql(dialect='spark')} (supported: ROWS or RANGE BETWEEN bounds each "
+            "UNBOUNDED, CURRENT ROW or a constant n PRECEDING or FOLLOWING: an int for ROWS; for RANGE, a "
+            "number, or days or an INTERVAL for a date or timestamp ORDER BY; not on a ranking function or "
+            "lag/lead; the lower bound not after the upper; without ORDER BY, only the whole partition)",
             fn,
             sql,
         )
-
-
-def _bound(value: Any, side: Any) -> int | None | bool:
-    """A frame bound as an offset from the current row (``n PRECEDING``: -n), None: unbounded; False:
-    one this slice does not read (not an int literal)."""
-    if value == "UNBOUNDED":
-        return None
-    if value == "CURRENT ROW":
-        return 0
-    if isinstance(value, exp.Literal) and not value.is_string and str(value.this).isdigit():
-        return -int(value.this) if side == "PRECEDING" else int(value.this)
-    return False
-
-
-def _frame(spec: exp.Expr | None, ordered: bool) -> str | None:
-    """The frame an aggregate is computed over: ``all`` (the whole partition), ``range`` (up to the
-    current row's last peer: Spark's default with ORDER BY), ``rows`` (up to the current row),
-    ``rows:<lo>:<hi>`` (a sliding ROWS frame: offsets from the current row, ``u`` unbounded); None: a
-    frame not supported."""
-    if not ordered:
-        return "all" if spec is None or spec.args.get("end") in ("UNBOUNDED", "CURRENT ROW") else None
-    if spec is None:
-        return "range"
-    a = spec.args
-    if a.get("exclude"):
-        return None
-    lo = _bound(a.get("start"), a.get("start_side"))
-    hi = 0 if a.get("end") is None else _bound(a.get("end"), a.get("end_side"))
-    if lo is False or hi is False or (lo is None and a.get("start_side") != "PRECEDING"):
-        return None
-    if hi is None and a.get("end_side") != "FOLLOWING":
-        return None
-    if lo is None and hi is None:
-        return "all"
-    if lo is None and hi == 0:
-        return "rows" if a.get("kind") == "ROWS" else "range"
-    if a.get("kind") != "ROWS" or (lo is not None and hi is not None and lo > hi):
-        return None  # (RANGE with offsets: a later slice; an upper bound before the lower: Spark refuses it)
-    return f"rows:{'u' if lo is None else lo}:{'u' if hi is None else hi}"
 
 
 def has_window(q: Select) -> bool:
@@ -263,9 +244,11 @@ def compile_window(gen: Generated, q: Select, flow: str) -> None:
 
 def _window(gen: Generated, n: exp.Window, types: dict[str, str | None]) -> tuple[dict[str, Any], str | None]:
     """One window function's plan (``fn``, its argument, ORDER BY terms, frame) and its result type."""
-    fn = n.this
+    fn, ignore = function_of(n)
     order = n.args.get("order")
     win: dict[str, Any] = {"order": _order_terms(gen, list(order.expressions), types) if order else []}
+    if ignore:
+        win["ignore"] = True  # (only when set: the plans of windows without it stay as they were)
     if type(fn) in RANKING:
         name = RANKING[type(fn)]
         if name == "ntile":
@@ -274,23 +257,53 @@ def _window(gen: Generated, n: exp.Window, types: dict[str, str | None]) -> tupl
                 raise _refuse("ntile() of other than a positive number of buckets", fn, gen._sql)
             return win | {"fn": name, "buckets": int(n.this)}, "int"
         return win | {"fn": name}, "float" if name in ("percent_rank", "cume_dist") else "int"
+    if type(fn) in OFFSETS:
+        return _offsets(gen, fn, win, types)
+    frame = _frame_checked(gen, n, types)
     if type(fn) in VALUES:
         t = gen._type(fn.this, types)
-        frame = _frame(n.args.get("spec"), True)
-        return win | {"fn": VALUES[type(fn)], "arg": gen._x(fn.this, types), "at": t, "frame": frame}, t
-    if type(fn) in OFFSETS:
-        offset, default = fn.args.get("offset"), fn.args.get("default")
-        if offset is not None and not (isinstance(offset, exp.Literal) and str(offset.this).isdigit()):
-            raise _refuse(f"{construct_name(fn)} with an offset other than a number", fn, gen._sql)
-        t = gen._type(fn.this, types)
-        if default is not None and infer(default, types) not in (None, t):
-            if not (t in ("int", "float") and infer(default, types) in ("int", "float")):
-                raise _refuse(f"{construct_name(fn)} with a default of another type than its value", fn, gen._sql)
-        parts = {"arg": gen._x(fn.this, types), "offset": int(offset.this) if offset is not None else 1}
-        return win | {"fn": OFFSETS[type(fn)], "default": gen._x(default, types), "at": t} | parts, t
+        win |= {"fn": VALUES[type(fn)], "arg": gen._x(fn.this, types), "at": t, "frame": frame}
+        if isinstance(fn, exp.NthValue):
+            nth = constant_int(fn.args.get("offset"))
+            flag = fn.args.get("from_first")
+            if flag is not None and not isinstance(flag, exp.Boolean):
+                raise _refuse("nth_value() whose third argument is not true or false", fn, gen._sql)
+            if nth is None or nth < 1:
+                raise _refuse(
+                    "nth_value() of other than a positive constant int n (Spark refuses it too)", fn, gen._sql
+                )
+            win["nth"] = nth
+        return win, t
     agg = gen._aggregate(fn, types)
-    frame = _frame(n.args.get("spec"), order is not None)
     return win | {"fn": agg[0], "arg": agg[1], "at": agg[3], "frame": frame}, agg[2]
+
+
+def _frame_checked(gen: Generated, n: exp.Window, types: dict[str, str | None]) -> str:
+    """A window's frame (:func:`cbp.views.frames.frame_of`), a RANGE frame's offsets checked against the
+    type of its ORDER BY."""
+    order = n.args.get("order")
+    terms = list(order.expressions) if order is not None else []
+    frame = frame_of(n.args.get("spec"), bool(terms))
+    assert frame is not None  # (checked when the SQL was read: _check_window)
+    order_type = infer(terms[0].this, types) if terms else None
+    problem = range_problem(frame, len(terms), order_type)
+    if problem:
+        raise _refuse(problem, n.this, gen._sql)
+    return typed(frame, order_type)
+
+
+def _offsets(gen: Generated, fn: exp.Expr, win: dict[str, Any], types: dict[str, str | None]) -> tuple[dict, Any]:
+    """``lag``/``lead``: the plan of one (its offset a constant int) and its type."""
+    offset, default = fn.args.get("offset"), fn.args.get("default")
+    steps = 1 if offset is None else constant_int(offset)
+    if steps is None:
+        raise _refuse(f"{construct_name(fn)} with an offset other than a constant int", fn, gen._sql)
+    t = gen._type(fn.this, types)
+    if default is not None and infer(default, types) not in (None, t):
+        if not (t in ("int", "float") and infer(default, types) in ("int", "float")):
+            raise _refuse(f"{construct_name(fn)} with a default of another type than its value", fn, gen._sql)
+    parts = {"arg": gen._x(fn.this, types), "offset": steps}
+    return win | {"fn": OFFSETS[type(fn)], "default": gen._x(default, types), "at": t} | parts, t
 
 
 def compile_topk(gen: Generated, view: str, inner: str, terms: list[exp.Ordered], k: int, skip: int = 0) -> None:
@@ -362,7 +375,8 @@ def describe(plan: dict[str, Any], keys: list[str]) -> str:
     fns = []
     for w in plan["wins"]:
         arg = "*" if w["fn"] == "count_star" else w.get("arg") or ""
-        fns.append(f"{w['fn'].replace('count_star', 'count')}({arg})")
+        nulls = " IGNORE NULLS" if w.get("ignore") else ""
+        fns.append(f"{w['fn'].replace('count_star', 'count')}({arg}){nulls}")
     keep = f", rows kept WHERE {plan['keep']}" if plan.get("keep") else ""
     return f"window functions {', '.join(fns)} OVER (PARTITION BY {keys[0]}){keep}"
 

@@ -13,6 +13,7 @@ in order, NULLs first: deterministic, where Spark's choice among ties is arbitra
 
 from __future__ import annotations
 
+import bisect
 import decimal
 import heapq
 from collections.abc import Iterable, Iterator
@@ -22,6 +23,7 @@ from sqlglot import exp
 
 from .compiled import node_fn
 from .exprs import parse_expr
+from .frames import Desc, spans
 from .joinrun import SKIP, _added, _consolidated
 from .mode import per_plan
 from .vtypes import avg_value, conform, decode_key, sum_type
@@ -29,24 +31,6 @@ from .vtypes import avg_value, conform, decode_key, sum_type
 __all__ = ["window", "topk", "order_key"]
 
 _EXACT = decimal.Context(prec=200)
-
-
-class _Desc:
-    """A value ordered the other way round (a DESC term of an ORDER BY)."""
-
-    __slots__ = ("v",)
-
-    def __init__(self, v: Any) -> None:
-        self.v = v
-
-    def __lt__(self, other: _Desc) -> bool:
-        return bool(other.v < self.v)
-
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, _Desc) and bool(self.v == other.v)
-
-    def __hash__(self) -> int:
-        return hash(self.v)
 
 
 def order_key(row: dict[str, Any], order: list[tuple[str, bool, bool]] | list[list[Any]]) -> tuple[Any, ...]:
@@ -70,7 +54,7 @@ def _key(row: dict[str, Any], terms: list[tuple[str | None, Any, bool, bool]]) -
         if v is None:
             out.append((0,) if nulls_first else (2,))
         else:
-            out.append((1, _Desc(v) if desc else v))
+            out.append((1, Desc(v) if desc else v))
     return tuple(out)
 
 
@@ -183,11 +167,6 @@ def _ranks(fn: str, keys: list[tuple[Any, ...]], buckets: int | None) -> list[An
     return out
 
 
-def _frame_end(frame: str, keys: list[tuple[Any, ...]], i: int) -> int:
-    """The end (exclusive) of row ``i``'s frame: the partition's, its last peer's, or the row's own."""
-    return len(keys) if frame == "all" else _peers(keys, i) if frame == "range" else i + 1
-
-
 def _sliding(frame: str, n: int, i: int) -> tuple[int, int]:
     """Row ``i``'s sliding ROWS frame ``rows:<lo>:<hi>`` as ``[start, end)`` over ``n`` rows (may be empty).
 
@@ -200,16 +179,80 @@ def _sliding(frame: str, n: int, i: int) -> tuple[int, int]:
     return start, max(start, end)
 
 
-def _slid(win: dict[str, Any], rows: list[dict[str, Any]], view: str) -> list[Any]:
-    """An aggregate (or first_value/last_value) over each row's sliding frame, computed afresh per
-    frame as Spark's sliding frame recomputes its buffer."""
+def _spans(win: dict[str, Any], keys: list[tuple[Any, ...]]) -> list[tuple[int, int]]:
+    """Each row's frame as ``[start, end)`` (rows sorted by the window's ORDER BY, ``keys`` their sort keys)."""
+    frame, n = win["frame"], len(keys)
+    if frame.startswith("range:"):
+        return spans(frame, keys, bool(win["order"][0][1]) if win["order"] else False)
+    if frame.startswith("rows:"):
+        return [_sliding(frame, n, i) for i in range(n)]
+    if frame == "all":
+        return [(0, n)] * n
+    if frame == "rows":
+        return [(0, i + 1) for i in range(n)]
+    out: list[tuple[int, int]] = []
+    i = 0
+    while i < n:  # "range": up to the last peer
+        j = _peers(keys, i)
+        out += [(0, j)] * (j - i)
+        i = j
+    return out
+
+
+def _picked(win: dict[str, Any], rows: list[dict[str, Any]], frames: list[tuple[int, int]], view: str) -> list[Any]:
+    """first_value, last_value, nth_value: the value at the frame's first, last or n-th row (IGNORE NULLS:
+    among the rows whose value is not NULL); NULL when the frame has no such row."""
+    arg = node_fn(parse_expr(win["arg"]))
+    values = [arg(r) for r in rows]
+    at = [i for i, v in enumerate(values) if v is not None] if win.get("ignore") else list(range(len(rows)))
     out = []
-    for i in range(len(rows)):
-        start, end = _sliding(win["frame"], len(rows), i)
-        if win["fn"] in ("first_value", "last_value"):
-            at = start if win["fn"] == "first_value" else end - 1
-            out.append(conform(node_fn(parse_expr(win["arg"]))(rows[at]), win["at"], view) if end > start else None)
-            continue
+    for start, end in frames:
+        lo, hi = bisect.bisect_left(at, start), bisect.bisect_left(at, end)  # at[lo:hi]: the frame's candidates
+        k = lo if win["fn"] == "first_value" else hi - 1 if win["fn"] == "last_value" else lo + win["nth"] - 1
+        out.append(conform(values[at[k]], win["at"], view) if lo <= k < hi else None)
+    return out
+
+
+def _shifted(win: dict[str, Any], rows: list[dict[str, Any]], view: str) -> list[Any]:
+    """lag and lead: the value ``offset`` rows before or after (IGNORE NULLS: ``offset`` rows whose value
+    is not NULL), else the default (evaluated on the current row)."""
+    n, step = len(rows), -win["offset"] if win["fn"] == "lag" else win["offset"]
+    arg = node_fn(parse_expr(win["arg"]))
+    default = node_fn(parse_expr(win["default"])) if win.get("default") else None
+    values = [arg(r) for r in rows]
+    at = [i for i, v in enumerate(values) if v is not None] if win.get("ignore") and step else list(range(n))
+    out = []
+    for i in range(n):
+        if step < 0:  # the -step-th candidate before row i
+            k = bisect.bisect_left(at, i) + step
+        else:  # the step-th candidate after row i (step 0: the row itself)
+            k = bisect.bisect_right(at, i) + step - 1 if step else i
+        hit = 0 <= k < len(at)
+        out.append(conform(values[at[k]] if hit else default(rows[i]) if default else None, win["at"], view))
+    return out
+
+
+def _aggregated(win: dict[str, Any], rows: list[dict[str, Any]], keys: list[tuple[Any, ...]], view: str) -> list[Any]:
+    """An aggregate over each row's frame: accumulated along the partition for frames that start at its
+    first row and end at the row or its last peer; computed afresh per frame for the others (as Spark's
+    sliding frames recompute their buffer)."""
+    n = len(rows)
+    acc = _Acc(win, view)
+    if win["frame"] == "all":
+        for r in rows:
+            acc.add(r)
+        return [acc.value()] * n
+    if win["frame"] in ("range", "rows"):
+        out, i = [], 0
+        while i < n:
+            j = _peers(keys, i) if win["frame"] == "range" else i + 1
+            for r in rows[i:j]:
+                acc.add(r)
+            out += [acc.value()] * (j - i)
+            i = j
+        return out
+    out = []
+    for start, end in _spans(win, keys):
         acc = _Acc(win, view)
         for r in rows[start:end]:
             acc.add(r)
@@ -220,39 +263,14 @@ def _slid(win: dict[str, Any], rows: list[dict[str, Any]], view: str) -> list[An
 def _values(win: dict[str, Any], rows: list[dict[str, Any]], keys: list[tuple[Any, ...]], view: str) -> list[Any]:
     """One window function's value for each of ``rows`` (a partition sorted by the window's ORDER BY,
     ``keys`` their sort keys)."""
-    fn, n = win["fn"], len(rows)
+    fn = win["fn"]
     if fn in ("row_number", "rank", "dense_rank", "percent_rank", "cume_dist", "ntile"):
         return _ranks(fn, keys, win.get("buckets"))
     if fn in ("lag", "lead"):
-        step = -win["offset"] if fn == "lag" else win["offset"]
-        arg = parse_expr(win["arg"])
-        default = parse_expr(win["default"]) if win.get("default") else None
-        got = [
-            node_fn(arg)(rows[i + step])
-            if 0 <= i + step < n
-            else (node_fn(default)(rows[i]) if default is not None else None)
-            for i in range(n)
-        ]
-        return [conform(v, win["at"], view) for v in got]
-    if str(win.get("frame")).startswith("rows:"):
-        return _slid(win, rows, view)
-    if fn in ("first_value", "last_value"):  # the value at the frame's first or last row
-        arg = parse_expr(win["arg"])
-        ends = [1 if fn == "first_value" else _frame_end(win["frame"], keys, i) for i in range(n)]
-        return [conform(node_fn(arg)(rows[e - 1]), win["at"], view) for e in ends]
-    acc = _Acc(win, view)
-    if win["frame"] == "all":
-        for r in rows:
-            acc.add(r)
-        return [acc.value()] * n
-    out, i = [], 0
-    while i < n:
-        j = _peers(keys, i) if win["frame"] == "range" else i + 1
-        for r in rows[i:j]:
-            acc.add(r)
-        out += [acc.value()] * (j - i)
-        i = j
-    return out
+        return _shifted(win, rows, view)
+    if fn in ("first_value", "last_value", "nth_value"):
+        return _picked(win, rows, _spans(win, keys), view)
+    return _aggregated(win, rows, keys, view)
 
 
 def _partition(plan: dict[str, Any], ms: dict[str, int], rows_of: _Decoded) -> dict[tuple[Any, ...], int]:
