@@ -23,6 +23,8 @@ VIEWS = {
     "per_cust": PER_CUST,
     "busy": f"WITH t AS ({PER_CUST}) SELECT cust, lo FROM t WHERE n >= 3",
     "spread": f"WITH t AS ({PER_CUST}) SELECT count(*) AS custs, sum(n) AS orders, max(lo) AS top FROM t",
+    # two UNION ALL branches with the same join: one stage (twice__u0), read by both branches
+    "twice": f"SELECT o.id, c.region {JOIN} UNION ALL SELECT o.id, c.region {JOIN}",
 }
 INPUTS = {"orders": ORDERS, "custs": CUSTS}
 
@@ -54,12 +56,14 @@ def test_sharing_compiles_one_stage_where_two_were(tmp_path, monkeypatch):
     monkeypatch.delenv("CBP_SHARE_STATE")
     spec = load_spec(path)
     shared = _generated(spec)
-    # each of hi_region__join, busy__cte1 and spread__cte1 is a stage already there
-    assert sorted(set(apart) - set(shared)) == ["busy__cte1", "hi_region__join", "spread__cte1"]
+    # each of hi_region__join, busy__cte1, spread__cte1 and twice__u1 is a stage already there
+    assert sorted(set(apart) - set(shared)) == ["busy__cte1", "hi_region__join", "spread__cte1", "twice__u1"]
     assert set(shared) < set(apart)
     assert [i.flow for i in spec.stages["hi_region"].inputs] == ["lo_region__join"]
     assert [i.flow for i in spec.stages["busy"].inputs] == ["per_cust"]
     assert [i.flow for i in spec.stages["spread"].inputs] == ["per_cust"]
+    assert [i.flow for i in spec.stages["twice"].inputs] == ["twice__u0"]
+    assert [b["input"] for b in spec.stages["twice"].params["cbp_view"]["branches"]] == [0, 0]
 
 
 def test_shared_stages_stay_equal_to_spark_sql(spark, tmp_path, few_partitions):  # noqa: F811
@@ -144,6 +148,27 @@ def test_a_home_compiled_without_sharing_upgrades_to_it(spark, tmp_path, few_par
     _feed(p, *steps[2])
     p.run()
     check_views(spark, p, both, INPUTS)
+
+
+def test_the_first_sharer_changed_leaves_the_other_its_own_stage(spark, tmp_path, few_partitions):  # noqa: F811
+    path = tmp_path / "views.yaml"
+    home = str(tmp_path / "home")
+    both = {"lo_region": VIEWS["lo_region"], "hi_region": VIEWS["hi_region"]}
+    path.write_text(_yaml(both))
+    steps = _changes(seed=9, steps=4)
+    p = cbp.Pipeline(str(path), home, spark=spark)
+    for o_inc, c_inc in steps[:2]:
+        _feed(p, o_inc, c_inc)
+        p.run()
+    changed = both | {"lo_region": VIEWS["lo_region"].replace("o.amount > 0.5", "o.amount > 2")}
+    path.write_text(_yaml(changed))
+    p = cbp.Pipeline(str(path), home, spark=spark)
+    _upgrade(p, {"lo_region__join": "rebuild-view", "hi_region__join": "add-stage", "hi_region": "rebuild-view"})
+    p.run()
+    check_views(spark, p, changed, INPUTS)
+    _feed(p, *steps[2])
+    p.run()
+    check_views(spark, p, changed, INPUTS)
 
 
 @pytest.mark.parametrize("share", ["0", "1"])

@@ -32,15 +32,16 @@ def add_parser(sub: Any, with_home: Callable[[argparse.ArgumentParser], None]) -
     p.add_argument("--json", action="store_true", help="print the explanation as JSON")
 
 
-def _views(spec: Any, flow_yaml: str) -> dict[str, list[str]]:
+def _views(spec: Any, flow_yaml: str | None = None) -> dict[str, list[str]]:
     """The pipeline's views, each with its generated stages in run order (``v__j1``, ``v__join``, ``v__u1``,
-    ``v``), the stages it shares with other views included (:func:`cbp.views.sharing.view_stages`)."""
+    ``v``), the stages it shares with other views included (:func:`cbp.views.sharing.view_stages`; without
+    ``flow_yaml``, a view's stages shared into another view's own are not known: its reads)."""
     from ..views.sharing import view_stages
 
     stages = {
         name: st for name, st in spec.stages.items() if st.translator_path.startswith(_RUN) and "cbp_view" in st.params
     }
-    return view_stages(stages, list(spec.order), _reads(flow_yaml))
+    return view_stages(stages, list(spec.order), None if flow_yaml is None else _reads(flow_yaml))
 
 
 def _reads(flow_yaml: str) -> dict[str, list[str]]:

@@ -52,11 +52,14 @@ def share_key(stage: Mapping[str, Any], routes: list[Any], view: str, sql: str) 
     return text.replace(f"'{view}'", "'\\u0000'")
 
 
-def view_stages(stages: Mapping[str, Any], order: list[str], reads: Mapping[str, list[str]]) -> dict[str, list[str]]:
+def view_stages(
+    stages: Mapping[str, Any], order: list[str], reads: Mapping[str, list[str]] | None
+) -> dict[str, list[str]]:
     """Each view's generated stages in run order, shared ones included. ``stages``: the pipeline's
     generated view stages by name (each writes the flow of its name), ``reads``: the flows each view's
     SQL names. A view's stages are its own and, upstream of them, the stages writing an internal flow
-    (``__``) or a view its SQL does not name (a stage of this view shared into that view's)."""
+    (``__``) or a view its SQL does not name (a stage of this view shared into that view's; ``reads``
+    None: internal flows only)."""
     out: dict[str, list[str]] = {}
     for view in (s for s in order if s in stages and "__" not in s):
         seen: set[str] = set()
@@ -67,7 +70,7 @@ def view_stages(stages: Mapping[str, Any], order: list[str], reads: Mapping[str,
                 continue
             seen.add(s)
             for f in (i.flow for i in stages[s].inputs):
-                if f in stages and ("__" in f or f not in reads.get(view, [])):
+                if f in stages and ("__" in f or (reads is not None and f not in reads.get(view, []))):
                     todo.append(f)
         out[view] = [s for s in order if s in seen]
     return out
