@@ -2,7 +2,8 @@
 
 For each generated stage: its name, the operator it implements, the flows it reads with each
 input's key (its RouteBy) and what its state holds; with ``--home``, the rows and bytes of the
-stage's state table's current files, read from the Delta log with delta-rs (no Spark starts).
+stage's state table's current files, read from the Delta log with delta-rs (no Spark starts); for a
+stage the view shares with other views (:mod:`cbp.views.sharing`), those views (``shared_with``).
 
     $ cbp explain flows/sql_views.yaml by_region --home state/sql_views
 """

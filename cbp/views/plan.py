@@ -11,7 +11,8 @@ groups becomes view ``v__u<i>``; a CTE becomes view ``v__cte<i>`` (:mod:`cbp.vie
 ``UNION ALL`` under a ``UNION``/``INTERSECT``/``EXCEPT`` view ``v__set<i>`` (:mod:`cbp.views.setops`).
 Window functions and a top ``ORDER BY ... LIMIT`` (flow ``v__sort``, then the top-k stage ``v``) are
 compiled by :mod:`cbp.views.windows`. Every generated translator is signed and sums
-``_diff`` (:mod:`cbp.views.run`).
+``_diff`` (:mod:`cbp.views.run`). An internal stage equal to one generated already is not added: its
+readers read that one's flow (:mod:`cbp.views.sharing`).
 
     >>> g = Generated()
     >>> g.add_view("v", "SELECT url FROM hits WHERE n > 1", {"hits": {"url": "string", "n": "int"}})
@@ -252,10 +253,8 @@ class Generated:
         )
         for i, step in enumerate(q.steps, 1):
             right = _pruned(step.source, used)
-            if self.real(right.flow) == self.real(
-                left[0]
-            ):  # a self-join: a stage reads a flow once, so it reads a copy
-                right = dataclasses.replace(right, flow=self._copy(right, f"{base}__self{i}"))
+            if self.real(right.flow) == self.real(left[0]):  # a self-join: a stage reads a flow once,
+                right = dataclasses.replace(right, flow=self._copy(right, f"{base}__self{i}"))  # so a copy
             env = bound | {right.prefix + f: t for f, t in right.types.items()}
             if step.kind not in ("semi", "anti"):
                 bound = env
