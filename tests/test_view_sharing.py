@@ -179,3 +179,20 @@ def test_explain_of_a_view_that_shares_nothing_is_unchanged(tmp_path, monkeypatc
     stages = explain(str(path), "lo_region")["stages"]
     assert [s["stage"] for s in stages] == ["lo_region__join", "lo_region"]
     assert all(s["shared_with"] == [] for s in stages)
+
+
+def test_the_view_name_in_runtime_errors_does_not_keep_stages_apart_but_a_literal_does():
+    """A cast that may fail names its view (``cbp_view(e, 'v')``): two views' equal CTEs with such a cast
+    share; a string literal equal to the view's name is the view's data, so ``'a'`` and ``'b'`` do not."""
+    from cbp.views.plan import Generated
+
+    flows = {"src": {"k": "int", "s": "string"}}
+    cte = "WITH t AS (SELECT k, CAST(s AS INT) AS i, {lit} AS c FROM src WHERE k > 0) SELECT * FROM t"
+    g = Generated(share=True)
+    for v in ("a", "b"):
+        g.add_view(v, cte.format(lit="'x'"), flows)
+    assert "CBP_VIEW(CAST(`s` AS INT), 'a')" in str(g.stages["a__cte1"]["params"]) and "b__cte1" not in g.stages
+    g = Generated(share=True)
+    for v in ("a", "b"):
+        g.add_view(v, cte.format(lit=f"'{v}'"), flows)
+    assert {"a__cte1", "b__cte1"} <= set(g.stages)
