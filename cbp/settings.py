@@ -85,6 +85,13 @@ VARIABLES: tuple[Variable, ...] = (
         "CBP_BULK_BUILD", "bulk_build", "on", "`0`: a view's first build runs its rows through Python (no Spark SQL)"
     ),
     Variable(
+        "CBP_SHARE_STATE",
+        "share_state",
+        "on",
+        "`0`: views do not share generated stages (each keeps its own state, as cbp before shared state "
+        "compiled them: a home of that cbp runs without an upgrade; docs/howto/sql-views.md)",
+    ),
+    Variable(
         "CBP_SMALL_EPOCH_RECORDS",
         "small_epoch_records",
         "500 (`cbp.engine.driver.smallepoch.SMALL_RECORDS`)",
@@ -145,6 +152,7 @@ class Settings:
     placement: bool = True
     columnar: bool = True
     bulk_build: bool = True
+    share_state: bool = True
     small_epoch_records: int | None = None
     driver_run_records: int | None = None
     state_scan_fraction: float | None = None
@@ -199,6 +207,7 @@ class Settings:
             placement=env.get("CBP_PLACEMENT", "1") != "0",
             columnar=env.get("CBP_COLUMNAR", "1") != "0",
             bulk_build=env.get("CBP_BULK_BUILD", "1") != "0",
+            share_state=env.get("CBP_SHARE_STATE", "1") != "0",
             small_epoch_records=num("CBP_SMALL_EPOCH_RECORDS", int),
             driver_run_records=num("CBP_DRIVER_RUN_RECORDS", int),
             state_scan_fraction=num("CBP_STATE_SCAN_FRACTION", float),

@@ -109,6 +109,9 @@ MARKS: dict[str, tuple[str, ...]] = {
     "test_crawl_queue.py::test_crawl_loop_equals_from_scratch_after_every_round": ("slow",),
     "test_recrawl_pipeline.py::test_counts_follow_a_changing_web_round_after_round": ("slow",),
     "test_view_changes.py::test_cbp_sql_reads_a_view_by_name_as_its_contents": ("slow",),
+    # 6 views sharing a join, a GROUP BY and a UNION ALL branch, 4 epochs against Spark SQL (~28 s at load 10);
+    # the file's other tests: ~17 s, three upgrades of a home with data
+    "test_view_sharing.py::test_shared_stages_stay_equal_to_spark_sql": ("slow",),
     "test_url_count.py::test_url_count_matches_pandas": ("slow",),
     "test_exit_clean.py::test_reading_a_table_then_exiting_never_aborts": ("slow",),
     "test_retention.py::test_retention_trims_history_and_logs_and_results_equal_from_scratch": ("slow",),

@@ -2,7 +2,8 @@
 
 For each generated stage: its name, the operator it implements, the flows it reads with each
 input's key (its RouteBy) and what its state holds; with ``--home``, the rows and bytes of the
-stage's state table's current files, read from the Delta log with delta-rs (no Spark starts).
+stage's state table's current files, read from the Delta log with delta-rs (no Spark starts); for a
+stage the view shares with other views (:mod:`cbp.views.sharing`), those views (``shared_with``).
 
     $ cbp explain flows/sql_views.yaml by_region --home state/sql_views
 """
@@ -32,14 +33,28 @@ def add_parser(sub: Any, with_home: Callable[[argparse.ArgumentParser], None]) -
     p.add_argument("--json", action="store_true", help="print the explanation as JSON")
 
 
-def _views(spec: Any) -> dict[str, list[str]]:
-    """The pipeline's views, each with its generated stages in run order (``v__j1``, ``v__join``, ``v__u1``, ``v``)."""
-    out: dict[str, list[str]] = {}
-    for name in spec.order:
-        st = spec.stages[name]
-        if st.translator_path.startswith(_RUN) and "cbp_view" in st.params:
-            out.setdefault(name.split("__")[0], []).append(name)
-    return {v: stages for v, stages in out.items() if v in stages}
+def _views(spec: Any, flow_yaml: str | None = None) -> dict[str, list[str]]:
+    """The pipeline's views, each with its generated stages in run order (``v__j1``, ``v__join``, ``v__u1``,
+    ``v``), the stages it shares with other views included (:func:`cbp.views.sharing.view_stages`; without
+    ``flow_yaml``, a view's stages shared into another view's own are not known: its reads)."""
+    from ..views.sharing import view_stages
+
+    stages = {
+        name: st for name, st in spec.stages.items() if st.translator_path.startswith(_RUN) and "cbp_view" in st.params
+    }
+    return view_stages(stages, list(spec.order), None if flow_yaml is None else _reads(flow_yaml))
+
+
+def _reads(flow_yaml: str) -> dict[str, list[str]]:
+    """The flows each view's SQL names (``views:`` and the ``sql:`` files' views)."""
+    from ..spec import load_yaml
+    from ..views.query import tables_of
+    from ..views.sqlfiles import read_sql_files
+
+    data, _ = load_yaml(flow_yaml)
+    views = dict(data.get("views") or {})
+    files = read_sql_files(flow_yaml, list(data.get("sql") or []), views)
+    return {v: tables_of(sql) for v, sql in {**views, **{n: f.sql for n, f in files.items()}}.items()}
 
 
 def _aggregate(fn: str, arg: str | None) -> str:
@@ -131,7 +146,7 @@ def _unprefixed(e: str) -> str:
     return re.sub(r"`(?:[lr]|[ts][0-9]+)__", "`", e)
 
 
-def _stage(spec: Any, name: str, home: Any) -> dict[str, Any]:
+def _stage(spec: Any, name: str, home: Any, shared: list[str]) -> dict[str, Any]:
     st = spec.stages[name]
     plan = st.params["cbp_view"]
     routes = [getattr(i.route_by, "fn", None) for i in st.inputs]
@@ -152,6 +167,7 @@ def _stage(spec: Any, name: str, home: Any) -> dict[str, Any]:
         "outputs": list(st.outputs),
         "partitions": st.partitions,
         "state": state,
+        "shared_with": shared,  # the other views this stage serves (cbp.views.sharing); its state is held once
     }
 
 
@@ -165,16 +181,17 @@ def explain(flow_yaml: str, view: str, home: str | None = None) -> dict[str, Any
     from ..spec import load_spec
     from ..storage.home import Home
     from ..storage.layout import LAYOUT
+    from ..views.sharing import shared_with
 
     spec = load_spec(flow_yaml)
-    views = _views(spec)
+    views = _views(spec, flow_yaml)
     if view not in views:
         raise UsageError(
             f"no SQL view named '{view}' in {flow_yaml}; the views are: {', '.join(sorted(views)) or 'none'}",
             code="unknown-view",
         )
     h = Home(home) if home else None
-    stages = [_stage(spec, s, h) for s in views[view]]
+    stages = [_stage(spec, s, h, shared_with(views, view, s)) for s in views[view]]
     reads = sorted({i["flow"] for s in stages for i in s["inputs"]} - set(views[view]))
     rel = LAYOUT.view_table(view)
     table = h.uri(rel) if h is not None and h.exists(LAYOUT.delta_commit(rel, 0)) else None
@@ -195,6 +212,8 @@ def _print(ex: dict[str, Any]) -> None:
     for s in ex["stages"]:
         print(f"  stage {s['stage']} ({s['partitions']} partitions) -> {', '.join(s['outputs'])}")
         print(f"    operator: {s['operator']}")
+        if s["shared_with"]:
+            print(f"    shared with: {', '.join(s['shared_with'])} (one stage, its state held once)")
         for i in s["inputs"]:
             print(f"    <- {i['flow']}  key: {i['key']}")
         st = s["state"]

@@ -11,7 +11,8 @@ groups becomes view ``v__u<i>``; a CTE becomes view ``v__cte<i>`` (:mod:`cbp.vie
 ``UNION ALL`` under a ``UNION``/``INTERSECT``/``EXCEPT`` view ``v__set<i>`` (:mod:`cbp.views.setops`).
 Window functions and a top ``ORDER BY ... LIMIT`` (flow ``v__sort``, then the top-k stage ``v``) are
 compiled by :mod:`cbp.views.windows`. Every generated translator is signed and sums
-``_diff`` (:mod:`cbp.views.run`).
+``_diff`` (:mod:`cbp.views.run`). An internal stage equal to one generated already is not added: its
+readers read that one's flow (:mod:`cbp.views.sharing`).
 
     >>> g = Generated()
     >>> g.add_view("v", "SELECT url FROM hits WHERE n > 1", {"hits": {"url": "string", "n": "int"}})
@@ -38,6 +39,7 @@ from .query import AGGREGATES, Select, Source, _parse, names_of, placed, positio
 from .run import RouteKey
 from .select import read_tree
 from .setops import WEIGHT, set_operations
+from .sharing import share_key
 from .vtypes import avg_type, is_numeric, sum_type, wider
 from .windows import compile_topk, compile_window, has_window, top_of
 
@@ -57,17 +59,46 @@ def _plan(kind: str, out: str, **parts: Any) -> dict[str, Any]:
     return plan
 
 
+class _Flows(dict[str, dict[str, str]]):
+    """Flow -> field -> type; a flow shared away (``alias``: it is another stage's) reads as that one."""
+
+    def __init__(self, alias: dict[str, str]) -> None:
+        super().__init__()
+        self.alias = alias
+
+    def __missing__(self, flow: str) -> dict[str, str]:
+        if flow in self.alias:
+            return self[self.alias[flow]]
+        raise KeyError(flow)
+
+
 class Generated:
     """The flows (name -> field -> type), stages (name -> raw stage) and routes (stage -> one
-    :class:`RouteKey` per input) the views of a pipeline compile to, added view by view."""
+    :class:`RouteKey` per input) the views of a pipeline compile to, added view by view. A stage equal
+    to one generated before is not added (``share``: :mod:`cbp.views.sharing`): ``alias`` maps its
+    flow to the existing one, ``shared_by`` the existing stage to the other views that read it so."""
 
-    def __init__(self) -> None:
-        self.flows: dict[str, dict[str, str]] = {}
+    def __init__(self, share: bool | None = None) -> None:
+        if share is None:
+            from ..settings import current
+
+            share = current().share_state
+        self.share = share
+        self.alias: dict[str, str] = {}  # a flow shared away -> the flow of the stage it shares
+        self.flows: dict[str, dict[str, str]] = _Flows(self.alias)
         self.stages: dict[str, dict[str, Any]] = {}
         self.routes: dict[str, list[RouteKey]] = {}
-        self.view_of: dict[str, str] = {}  # generated stage -> the view it serves
+        self.view_of: dict[str, str] = {}  # generated stage -> the view it serves (the first, if shared)
+        self.shared_by: dict[str, list[str]] = {}  # generated stage -> the other views it serves
+        self._shared: dict[str, str] = {}  # share key -> the stage generated with it
         self._sql = ""
         self._view = ""
+
+    def real(self, flow: str) -> str:
+        """The flow ``flow`` is: itself, or the flow of the stage it shares."""
+        while flow in self.alias:
+            flow = self.alias[flow]
+        return flow
 
     def add_view(self, name: str, sql: str, flows: Mapping[str, Mapping[str, str]]) -> None:
         """Compile view ``name`` over ``flows`` (flow -> field -> scalar type; earlier views included)."""
@@ -120,7 +151,7 @@ class Generated:
     def _stage(
         self, stage: str, flow: str, raw: dict[str, Any], fields: dict[str, str], routes: list[RouteKey]
     ) -> None:
-        self.flows[flow] = fields
+        raw = {**raw, "inputs": [{**i, "flow": self.real(i["flow"])} for i in raw["inputs"]]}
         # runnable 'any': a join or UNION ALL runs when any of its inputs has an increment
         # backfill: a view added to a home that ran starts from its inputs' whole contents ('cbp upgrade')
         base = {
@@ -130,9 +161,20 @@ class Generated:
             "backfill": True,
             "description": f"view '{self._view}'",
         }
-        self.stages[stage] = base | recorded(raw)  # the mode (non-ANSI) in its plan: cbp.views.mode
+        made = base | recorded(raw)  # the mode (non-ANSI) in its plan: cbp.views.mode
+        key = share_key(made, routes, self._view, self._sql) if self.share else None
+        if key is not None and "__" in flow and key in self._shared:  # an internal flow computed already
+            shared = self._shared[key]
+            self.alias[flow] = shared
+            if self._view != self.view_of[shared] and self._view not in self.shared_by.get(shared, []):
+                self.shared_by.setdefault(shared, []).append(self._view)
+            return
+        self.flows[flow] = fields
+        self.stages[stage] = made
         self.routes[stage] = routes
         self.view_of[stage] = self._view
+        if key is not None:
+            self._shared.setdefault(key, stage)
 
     def _select(self, q: Select, flow: str) -> None:
         if has_window(q):  # window functions: cbp.views.windows
@@ -211,8 +253,8 @@ class Generated:
         )
         for i, step in enumerate(q.steps, 1):
             right = _pruned(step.source, used)
-            if right.flow == left[0]:  # a self-join: a stage reads a flow once, so it reads a copy
-                right = dataclasses.replace(right, flow=self._copy(right, f"{base}__self{i}"))
+            if self.real(right.flow) == self.real(left[0]):  # a self-join: a stage reads a flow once,
+                right = dataclasses.replace(right, flow=self._copy(right, f"{base}__self{i}"))  # so a copy
             env = bound | {right.prefix + f: t for f, t in right.types.items()}
             if step.kind not in ("semi", "anti"):
                 bound = env
@@ -321,7 +363,8 @@ class Generated:
         reads = [f for f in have if f in used_fields(q)]  # what the keys, aggregates and WHERE read
         routes = [RouteKey(keys, self._x(where, types), "", [], False, reads)]
         if not groups and q.steps:  # its row from the first epoch although no joined row may ever come:
-            ticks = list(dict.fromkeys([*(s.flow for s in q.sources), *(st.source.flow for st in q.steps)]))
+            flows = [*(s.flow for s in q.sources), *(st.source.flow for st in q.steps)]
+            ticks = list(dict.fromkeys(self.real(f) for f in flows))
             inputs += [{"flow": f, "route_by": _RUN + "unrouted"} for f in ticks]  # the joins' inputs,
             routes += [RouteKey([], None, "", [], False) for _ in ticks]  # each record to the one group, unread
         self._stage(flow, flow, raw, fields, routes)
@@ -365,6 +408,7 @@ class Generated:
                 src, where = f"{flow}__u{i}", None
                 self._select(q, src)
                 cols = [(n, exp.column(n, quoted=True), t[:-1]) for n, t in self.flows[src].items()]
+            src = self.real(src)  # two branches may read one flow (a shared stage's)
             if src not in inputs:
                 inputs.append(src)
             shapes.append([(n, t) for n, _, t in cols])
