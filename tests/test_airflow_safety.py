@@ -436,11 +436,11 @@ def test_epoch_timeout_setting_reaches_cbp_run_and_cancels_a_runaway_epoch(tmp_p
     """``epoch_timeout_seconds`` in the DAGs' YAML becomes ``cbp run --epoch-timeout``: the epoch is
     cancelled, cbp run exits 4 and the run task fails with that (long before its execution_timeout)."""
     op, p, marker = _sleepy_run_task(
-        tmp_path, make_pipeline, "run_timeout_minutes: 10\nepoch_timeout_seconds: 15\n", [{"w": "a"}]
+        tmp_path, make_pipeline, "run_timeout_minutes: 10\nepoch_timeout_seconds: 5\n", [{"w": "a"}]
     )
     with pytest.raises(RuntimeError, match="exit code 4") as e:  # the translator sleeps an hour
         op.execute(context={})
-    assert "time limit of 15 s" in str(e.value)  # cbp run's own message: the epoch limit, not the task's
+    assert "time limit of 5 s" in str(e.value)  # cbp run's own message: the epoch limit, not the task's
     assert _group_alive(op._group.proc.pid) == []
     assert p.status()["stages"]["count"]["epochs"] == 0  # nothing committed
 

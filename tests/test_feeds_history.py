@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+from crash_harness import cli_here
 
 import cbp
 from cbp.errors import CbpError
@@ -101,12 +102,13 @@ def test_duplicate_feed_warns_and_unfeed_withdraws_it(spark, make_pipeline, tmp_
 
 def test_refeed_with_id_of_a_pending_feed_without_one_is_refused(spark, make_pipeline, tmp_path):
     """A feed landed without --id, then the same records with --id while it is pending: the retry is
-    refused (duplicate-feed, exit 3, nothing landed); once read, or with --force, such a feed lands."""
+    refused (duplicate-feed, exit 3, nothing landed); once read, or with --force, such a feed lands. The
+    ``cbp feed`` commands' own code in the test's process (``crash_harness.cli_here``: exit code, stdout, stderr)."""
     y = make_pipeline(YAML, CODE)
     home = str(tmp_path / "home")
     f = _jsonl(tmp_path, A)
-    assert _cli("feed", str(y), "--home", home, "words", str(f)).returncode == 0
-    r = _cli("feed", str(y), "--home", home, "words", str(f), "--id", "f.jsonl")
+    assert cli_here(["feed", "words", str(f)], home, y).returncode == 0
+    r = cli_here(["feed", "words", str(f), "--id", "f.jsonl"], home, y)
     assert r.returncode == 3 and "[duplicate-feed]" in r.stderr and "feed 1" in r.stderr, r.stderr
     p = cbp.load(y, home, spark=spark)
     assert p.parts.reads.feeds("words") == 1
@@ -119,8 +121,8 @@ def test_refeed_with_id_of_a_pending_feed_without_one_is_refused(spark, make_pip
     assert e.value.code == "duplicate-feed" and "feed 2" in str(e.value)
     p.run()
     assert list(p.feed("words", A, feed_id="x")) == [3]  # feed 2 was read: the id'd feed is a feed of its own
-    r = _cli("feed", str(y), "--home", home, "words", str(f))  # feed 4, no id (warned), pending
-    r = _cli("feed", str(y), "--home", home, "words", str(f), "--id", "y", "--force")
+    r = cli_here(["feed", "words", str(f)], home, y)  # feed 4, no id (warned), pending
+    r = cli_here(["feed", "words", str(f), "--id", "y", "--force"], home, y)
     assert r.returncode == 0 and "as feed 5" in r.stdout, r.stderr
     p = cbp.load(y, home, spark=spark)
     p.run()

@@ -14,6 +14,7 @@ import sys
 
 import pytest
 from conftest import ROOT
+from crash_harness import cli_here
 from deltalake import DeltaTable, write_deltalake
 from test_sources import CDF, MOD, YAML, _change, _expected, _orders, _totals
 
@@ -119,22 +120,24 @@ def test_reland_without_cdf_and_from_the_cli(spark, make_pipeline, tmp_path):
 
 
 def test_run_no_sync(spark, make_pipeline, tmp_path):
-    """``cbp run --no-sync`` runs on what was landed (as ``run(sync=False)``); ``cbp run`` syncs first."""
+    """``cbp run --no-sync`` runs on what was landed (as ``run(sync=False)``); ``cbp run`` syncs first. The
+    commands' own code (``cbp.cli.main``, their exit codes and stderr) in the test's process, on its Spark
+    session (``crash_harness.cli_here``): a ``cbp`` process of its own for each was four Spark drivers."""
     uri = str(tmp_path / "src")
     rnd = random.Random(3)
     write_deltalake(uri, _orders(list(range(8)), rnd), configuration=CDF)
     yaml = make_pipeline(YAML.replace("SRC", uri), MOD)
     home = str(tmp_path / "home")
-    assert _cli("sync", str(yaml), "--home", home).returncode == 0
+    assert cli_here(["sync"], home, yaml).returncode == 0
     landed = _expected(uri)
     write_deltalake(uri, _orders([20, 21, 22], rnd), mode="append")
-    r = _cli("run", str(yaml), "--home", home, "--no-sync", "--quiet")
+    r = cli_here(["run", "--no-sync", "--quiet"], home, yaml)
     assert r.returncode == 0, r.stderr
     p = cbp.load(yaml, home=home)
     assert p.feeds("orders") == 1 and _totals(p) == landed != _expected(uri)
-    r = _cli("run", str(yaml), "--home", home, "--no-sync", "--follow")
+    r = cli_here(["run", "--no-sync", "--follow"], home, yaml)
     assert r.returncode == 2 and "[usage]" in r.stderr and "--no-sync" in r.stderr
-    assert _cli("run", str(yaml), "--home", home, "--quiet").returncode == 0
+    assert cli_here(["run", "--quiet"], home, yaml).returncode == 0
     assert p.feeds("orders") == 2 and _totals(p) == _expected(uri)
 
 
