@@ -92,7 +92,7 @@ MARKS: dict[str, tuple[str, ...]] = {
     "test_view_table.py": ("slow",),  # views' Delta tables read by Spark and delta-rs, kills, OPTIMIZE (~45 s)
     "test_sql_casts.py::test_views_with_casts_and_dates_equal_spark_sql_and_a_bad_value_fails_the_epoch": ("slow",),
     "test_sources_dv.py": ("slow",),  # Spark DML on a Delta table with deletion vectors (~80 s loaded)
-    "test_sql_frames.py": ("slow",),  # sliding window frames against Spark SQL through changes (~40 s loaded)
+    "test_sql_frames.py": ("slow",),  # window frames (ROWS, RANGE offsets, IGNORE NULLS) vs Spark SQL, a property test
     "test_task_memory.py": ("slow",),  # CBP_TASK_MEMORY_MB=1 over 3 MB of input: a shuffle epoch (~13 s)
     # over ~11 s (summed over their parameters) in the clean runs of 2026-11-29: out of --fast (<= 5 min)
     "test_delta_spark.py": ("slow",),  # Spark's Delta connector reads every version cbp wrote (244 s)
