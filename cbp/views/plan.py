@@ -323,7 +323,8 @@ class Generated:
         if not groups and q.steps:  # its row from the first epoch although no joined row may ever come:
             ticks = list(dict.fromkeys([*(s.flow for s in q.sources), *(st.source.flow for st in q.steps)]))
             inputs += [{"flow": f, "route_by": _RUN + "unrouted"} for f in ticks]  # the joins' inputs,
-            routes += [RouteKey([], None, "", [], False) for _ in ticks]  # each record to the one group, unread
+            routes += [RouteKey([], None, "", [], False, []) for _ in ticks]  # to the one group, unread: reads
+            # nothing, so an epoch's tick records are consolidated into one (or none) before routing
         self._stage(flow, flow, raw, fields, routes)
 
     def _aggregate(self, n: exp.Expr, types: Mapping[str, str | None]) -> list[Any]:
