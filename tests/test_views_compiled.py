@@ -79,6 +79,7 @@ WHERES = [  # route WHEREs that batch_where evaluates with Arrow (each must comp
     "NOT (s IN ('x', 'z')) OR p IS NULL",
     "NOT (d IS NULL) AND 0 < q AND p <> 2.5",
     "q != 3 AND (s < 'y' OR p > 99999999.98)",
+    "p > 0.055 OR p = -1.25 OR p BETWEEN 0.05 - 0.01 AND 2.5",
 ]
 
 

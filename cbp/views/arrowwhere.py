@@ -97,7 +97,7 @@ class _Compiler:
             return lambda batch: pc.invert(a(batch))
         if t in _CMP:
             return self._compare(_CMP[t], n.this, n.expression)
-        if t is exp.Between:
+        if t is exp.Between and not n.args.get("symmetric"):
             lo = self._compare("greater_equal", n.this, n.args["low"])
             hi = self._compare("less_equal", n.this, n.args["high"])
             return lambda batch: pc.and_kleene(lo(batch), hi(batch))
@@ -119,7 +119,7 @@ class _Compiler:
         t = self.schema.field(i).type  # stored as declared (a date or decimal may come as JSON text: not here)
         if declared == "int" and pa.types.is_integer(t):
             return i, "int"
-        if declared.startswith("decimal(") and pa.types.is_decimal(t):
+        if declared.startswith("decimal(") and pa.types.is_decimal128(t):
             return i, "decimal"
         if declared == "date" and pa.types.is_date32(t):
             return i, "date"
@@ -127,8 +127,8 @@ class _Compiler:
             return i, "string"
         raise _Unsupported(f"{name}: {declared} stored as {t}")
 
-    def _constant(self, n: exp.Expr, kind: str) -> Any:
-        """A part without columns, evaluated by the row-wise code, as an Arrow scalar for a column of ``kind``."""
+    def _constant(self, n: exp.Expr, kind: str, col: int) -> Any:
+        """A part without columns, evaluated by the row-wise code: an Arrow scalar for column ``col`` (``kind``)."""
         if any(n.find_all(exp.Column)) or any(n.find_all(exp.Subquery, exp.Select)):
             raise _Unsupported("not a constant")
         try:
@@ -139,8 +139,8 @@ class _Compiler:
             raise _Unsupported("NULL or bool")
         if kind == "int" and type(v) is int and -(2**63) <= v < 2**63:
             return pa.scalar(v, pa.int64())
-        if kind == "decimal" and type(v) in (int, decimal.Decimal) and abs(v) < 10**30:
-            return pa.scalar(decimal.Decimal(v))
+        if kind == "decimal" and type(v) in (int, decimal.Decimal):
+            return _decimal(decimal.Decimal(v), self.schema.field(col).type)
         if kind == "date" and type(v) is datetime.date:
             return pa.scalar(v, pa.date32())
         if kind == "string" and type(v) is str:
@@ -160,14 +160,14 @@ class _Compiler:
             if other != kind or self.schema.field(i).type != self.schema.field(j).type:
                 raise _Unsupported("columns of two types")
             return lambda batch: fn(batch.column(i), batch.column(j))
-        c = self._constant(right, kind)
+        c = self._constant(right, kind, i)
         return lambda batch: fn(batch.column(i), c)
 
     def _in(self, left: exp.Expr, items: list[exp.Expr]) -> Mask:
         i, kind = self._column(_bare(left))
         if kind == "decimal":  # decimals of other scales in one value set: not written
             raise _Unsupported("IN of a decimal")
-        values = [self._constant(e, kind) for e in items]
+        values = [self._constant(e, kind, i) for e in items]
         value_set = pa.array([v.as_py() for v in values], type=self.schema.field(i).type)
 
         def member(batch: pa.RecordBatch) -> pa.Array:
@@ -176,6 +176,27 @@ class _Compiler:
             return pc.if_else(pc.is_null(col), pa.scalar(None, pa.bool_()), found) if col.null_count else found
 
         return member
+
+
+def _decimal(v: decimal.Decimal, col: pa.Decimal128Type) -> pa.Scalar:
+    """``v`` as a decimal scalar that Arrow compares with a ``col`` column exactly: both fit one
+    decimal128 (38 digits) with the larger scale and the more integer digits, else not compiled.
+
+        >>> _decimal(decimal.Decimal("0.5"), pa.decimal128(15, 2)).type
+        Decimal128Type(decimal128(2, 1))
+        >>> _decimal(decimal.Decimal("1e-30"), pa.decimal128(15, 2))
+        Traceback (most recent call last):
+        ...
+        cbp.views.arrowwhere._Unsupported: a decimal wider than 38 digits with the column's
+    """
+    if not v.is_finite():
+        raise _Unsupported("not a finite decimal")
+    _, digits, exponent = v.as_tuple()
+    assert isinstance(exponent, int)
+    scale, whole = max(0, -exponent), max(1, len(digits) + exponent)
+    if max(scale, col.scale) + max(whole, col.precision - col.scale) > 38:
+        raise _Unsupported("a decimal wider than 38 digits with the column's")
+    return pa.scalar(v, pa.decimal128(max(whole, 1) + scale, scale))
 
 
 def _bare(n: exp.Expr) -> exp.Expr:
