@@ -33,6 +33,16 @@ are checked against the recompute's too.
     .venv/bin/python bench/tpch.py --sf 0.01 --quick   # smoke run
     .venv/bin/python bench/tpch.py --sf 0.1 --queries q1,q3,q12   # only these queries
     .venv/bin/python bench/tpch.py --sf 1 --queries q1,q6 --no-sdp   # without the SDP column
+
+To profile the runs after the changes without building again: ``--keep`` copies the tables, the pipelines
+and their homes as the first builds left them to ``OUT/kept``; a later ``--reuse`` (same ``--out``,
+``--sf`` and ``--queries``) puts that copy back where it was and goes straight to the changes (the same
+changes: the refresh's seed is fixed). ``--profile`` writes each change run's cProfile on a CPU clock
+(``time.process_time``: the driver's own CPU, not the JVM's) to ``OUT/prof/QUERY-CHANGE.pstats``; every
+row also has the Spark jobs its run started (``spark_jobs``, from the status tracker).
+
+    .venv/bin/python bench/tpch.py --sf 0.1 --queries q14,q4 --no-sdp --keep
+    .venv/bin/python bench/tpch.py --sf 0.1 --queries q14,q4 --no-sdp --reuse --profile
 """
 
 from __future__ import annotations
@@ -143,14 +153,33 @@ def cpu_seconds() -> float:
     return total
 
 
-def epoch(p: Any) -> dict[str, Any]:
+def spark_jobs() -> int:
+    """The Spark jobs the running SparkContext has run so far (as many as its status tracker keeps: 1,000)."""
+    from pyspark import SparkContext
+
+    sc = SparkContext._active_spark_context
+    return len(sc.statusTracker().getJobIdsForGroup(None)) if sc is not None else 0
+
+
+def epoch(p: Any, profile: Path | None = None) -> dict[str, Any]:
     """One run of ``p``: wall seconds (of which the sync's), CPU seconds, records read by its epochs,
-    state keys read."""
+    state keys read, Spark jobs started; with ``profile``, the run's cProfile on a CPU clock is written there."""
+    import cProfile
+
+    prof = cProfile.Profile(time.process_time) if profile else None
+    jobs0 = spark_jobs()
     t0, c0 = time.perf_counter(), cpu_seconds()
+    if prof:
+        prof.enable()
     p.sync()
     t1 = time.perf_counter()
     reports = p.run(sync=False)
+    if prof:
+        prof.disable()
+        profile.parent.mkdir(parents=True, exist_ok=True)
+        prof.dump_stats(str(profile))
     return {
+        "spark_jobs": spark_jobs() - jobs0,
         "seconds": time.perf_counter() - t0,
         "cpu_seconds": cpu_seconds() - c0,
         "sync_seconds": t1 - t0,
@@ -165,13 +194,18 @@ def measure(args: argparse.Namespace, out: Path) -> dict[str, Any]:
     from cbp.engine.driver.session import get_spark
 
     data = out / f"tpch-sf{args.sf}"
-    shutil.rmtree(data, ignore_errors=True)
+    kept = [data, out / "tpch-homes", out / "tpch-pipelines"]
     t0 = time.perf_counter()
-    rows = tpch_data.generate(data, args.sf)
+    if args.reuse:
+        rows = restore(out, kept)
+    else:
+        shutil.rmtree(data, ignore_errors=True)
+        rows = tpch_data.generate(data, args.sf)
     result: dict[str, Any] = {"sf": args.sf, "fraction": args.fraction, "rows": rows, "sdp": args.sdp}
     result["generate_seconds"] = round(time.perf_counter() - t0, 1)
     result["verdicts"] = verdicts(data, out / "tpch-verdicts")
     queries = [q for q, v in result["verdicts"].items() if v is None and (not args.queries or q in args.queries)]
+    result["profile"] = str(out / "prof") if args.profile else None
     spark = get_spark()
     shutil.rmtree(out / "tpch-sdp", ignore_errors=True)  # the server's warehouse, the queries' SDP projects
     server = tpch_sdp.Server(out / "tpch-sdp") if args.sdp else None
@@ -179,12 +213,53 @@ def measure(args: argparse.Namespace, out: Path) -> dict[str, Any]:
         if server is not None:
             server.start()
             OTHER_GROUPS.add(server.proc.pid)  # a session of its own: its pid is its group's
-        pipes = first_builds(spark, server, data, out, queries, result)
+        if args.reuse:
+            pipes = reopened(spark, data, out, queries, result)
+        else:
+            pipes = first_builds(spark, server, data, out, queries, result)
+        if args.keep:
+            keep(out, kept, rows)
         change_runs(spark, server, data, out, pipes, args.fraction, result)
     finally:
         if server is not None:
             server.stop()
     return result
+
+
+def keep(out: Path, paths: list[Path], rows: dict[str, int]) -> None:
+    """Copy ``paths`` (the tables, pipelines and homes as the first builds left them) to ``out/kept``."""
+    dest = out / "kept"
+    shutil.rmtree(dest, ignore_errors=True)
+    dest.mkdir(parents=True)
+    for path in paths:
+        shutil.copytree(path, dest / path.name, symlinks=True)
+    (dest / "rows.json").write_text(json.dumps(rows))
+
+
+def restore(out: Path, paths: list[Path]) -> dict[str, int]:
+    """Put ``out/kept``'s copies back at ``paths`` (where they were: paths in the homes are absolute)."""
+    src = out / "kept"
+    if not (src / "rows.json").exists():
+        raise SystemExit(f"--reuse: nothing kept in {src} (run with --keep first)")
+    for path in paths:
+        shutil.rmtree(path, ignore_errors=True)
+        shutil.copytree(src / path.name, path, symlinks=True)
+    rows: dict[str, int] = json.loads((src / "rows.json").read_text())
+    return rows
+
+
+def reopened(spark: Any, data: Path, out: Path, queries: list[str], result: dict[str, Any]) -> dict[str, Any]:
+    """The kept pipelines of ``queries``, opened on their restored homes (no first build measured)."""
+    import cbp
+
+    result["first"], result["changes"], result["failed"] = {}, [], {}
+    pipes: dict[str, tuple[Any, Path, Path]] = {}
+    for q in queries:
+        home, yaml = out / "tpch-homes" / q, out / "tpch-pipelines" / q / "tpch.yaml"
+        if not home.exists():
+            raise SystemExit(f"--reuse: {q} was not kept (its home {home} is missing)")
+        pipes[q] = (cbp.Pipeline(str(yaml), str(home), spark=spark), yaml, home)
+    return pipes
 
 
 def first_builds(
@@ -232,7 +307,7 @@ def change_runs(
     for change in CHANGES:
         orders = getattr(refresh, change)()
         for q, (p, yaml, home) in pipes.items():
-            run = epoch(p)
+            run = epoch(p, Path(result["profile"]) / f"{q}-{change}.pstats" if result.get("profile") else None)
             secs, want, cpu = recompute(spark, data, yaml, q)
             row = {"query": q, "change": change, "orders": orders, **run, "recompute": secs, "recompute_cpu": cpu}
             row["same"] = same(contents(p, q), want)
@@ -369,6 +444,9 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument(
         "--no-sdp", dest="sdp", action="store_false", help="leave out the Spark Declarative Pipelines column"
     )
+    ap.add_argument("--keep", action="store_true", help="copy the first builds' tables and homes to OUT/kept")
+    ap.add_argument("--reuse", action="store_true", help="start from OUT/kept instead of generating and building")
+    ap.add_argument("--profile", action="store_true", help="cProfile (CPU clock) of each change run, in OUT/prof")
     ap.add_argument("--merge", nargs="+", default=None, help="tpch.json files of runs of other queries: one table")
     args = ap.parse_args(argv)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # a killed run stops the SDP server too (finally)

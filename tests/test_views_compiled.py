@@ -71,3 +71,40 @@ def test_columns_with_a_prefix_read_the_row_without_it():
 def test_conformer_equals_conform(t):
     for v in [decimal.Decimal("1.005"), decimal.Decimal("-12.345"), decimal.Decimal("999.995"), 7, 2.5, None]:
         assert _outcome(conformer(t, "v"), v) == _outcome(lambda x: conform(x, t, "v"), v), (t, v)
+
+
+WHERES = [  # route WHEREs that batch_where evaluates with Arrow (each must compile)
+    "q >= 1 AND q <= 1 + 10 AND s IN ('x', 'y')",
+    "(p >= 1 AND s = 'x') OR (p BETWEEN -2 AND 0 AND q IN (-7, 2)) OR d < CAST('2024-01-02' AS DATE)",
+    "NOT (s IN ('x', 'z')) OR p IS NULL",
+    "NOT (d IS NULL) AND 0 < q AND p <> 2.5",
+    "q != 3 AND (s < 'y' OR p > 99999999.98)",
+    "p > 0.055 OR p = -1.25 OR p BETWEEN 0.05 - 0.01 AND 2.5",
+]
+
+
+def _batch(rows):
+    import pyarrow as pa
+
+    types = {"p": pa.decimal128(10, 2), "q": pa.int64(), "d": pa.date32(), "s": pa.string()}
+    return pa.record_batch({n: pa.array([r[n] for r in rows], t) for n, t in types.items()})
+
+
+@pytest.mark.parametrize("text", WHERES + TYPED_EXPRESSIONS + MORE)
+def test_a_route_where_by_arrow_keeps_what_the_row_wise_where_keeps(text):
+    from cbp.views.arrowwhere import batch_where
+
+    typed = with_decimal_types(parse_expr(text), TYPES, "v").sql("spark")
+    declared = (("p", "decimal(10,2)"), ("q", "int"), ("d", "date"), ("s", "string"))
+    rows = [{k: v for k, v in r.items() if k != "t"} for r in map(_typed_row, TYPED_ROWS)]
+    for prefix, batch_rows in (("", rows), ("l__", rows[::-1])):  # with a side's prefix too
+        shown = parse_expr(typed).transform(
+            lambda n, p=prefix: n.__class__(this=p + n.name) if n.key == "column" else n
+        )
+        mask = batch_where(shown.sql("spark"), prefix, _batch(batch_rows), declared)
+        if text in WHERES:
+            assert mask is not None, text
+        if mask is None:
+            continue
+        for r, kept in zip(batch_rows, mask.to_pylist()):
+            assert (kept is True) == (_outcome(expr_fn(typed), r)[0] is True), (text, r)

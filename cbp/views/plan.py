@@ -366,7 +366,8 @@ class Generated:
             flows = [*(s.flow for s in q.sources), *(st.source.flow for st in q.steps)]
             ticks = list(dict.fromkeys(self.real(f) for f in flows))
             inputs += [{"flow": f, "route_by": _RUN + "unrouted"} for f in ticks]  # the joins' inputs,
-            routes += [RouteKey([], None, "", [], False) for _ in ticks]  # each record to the one group, unread
+            routes += [RouteKey([], None, "", [], False, []) for _ in ticks]  # to the one group, unread: reads
+            # nothing, so an epoch's tick records are consolidated into one (or none) before routing
         self._stage(flow, flow, raw, fields, routes)
 
     def _aggregate(self, n: exp.Expr, types: Mapping[str, str | None]) -> list[Any]:

@@ -19,6 +19,9 @@ import json
 from collections.abc import Iterable, Iterator
 from typing import Any
 
+import pyarrow as pa
+
+from .arrowwhere import batch_where
 from .compiled import conformer, expr_fn
 from .joinrun import SKIP, join
 from .mode import ansi, int_result, per_plan
@@ -60,6 +63,13 @@ class RouteKey:
             return SKIP
         casts = self.casts or [None] * len(values)  # an int key joined with a float or decimal key ...
         return key_text(values, casts)
+
+    def batch_where(self, batch: pa.RecordBatch, declared: tuple[tuple[str, str], ...]) -> pa.Array | None:
+        """The route's WHERE over a batch of stored records, with Arrow (:mod:`cbp.views.arrowwhere`): a
+        record it does not mark TRUE is one :meth:`__call__` would route to :data:`SKIP`; None when the
+        WHERE is not one Arrow evaluates exactly (or there is none): then every record is routed row-wise.
+        ``declared``: (field, scalar type) of the input's fields."""
+        return None if self.where is None else batch_where(self.where, self.prefix, batch, declared)
 
     @property
     def text(self) -> str:

@@ -126,13 +126,17 @@ def consolidated_by(t: pa.Table, reads: list[str]) -> pa.Table:
     """Records ``t`` consolidated by the fields a stage reads (``reads``; it never looks at the
     others), if they hold a retraction: records equal in those fields become the first of them with
     the sum of their ``_diff``; a sum of 0 is dropped. An update of a field the stage does not read
-    (``-old``, ``+new``) cancels here, before routing.
+    (``-old``, ``+new``) cancels here, before routing. A stage that reads no field (``reads`` empty: the
+    inputs that only make an aggregate without GROUP BY run, :mod:`cbp.views.plan`) gets at most one
+    record, the first with the sum of every ``_diff``, retractions or not.
 
         >>> t = pa.table({"k": [1, 1, 2], "price": [5, 6, 7], "_diff": [-1, 1, 1]})
         >>> consolidated_by(t, ["k"]).to_pylist()
         [{'k': 2, 'price': 7, '_diff': 1}]
+        >>> consolidated_by(t, []).to_pylist(), consolidated_by(t.slice(0, 2), []).num_rows
+        ([{'k': 1, 'price': 5, '_diff': 1}], 0)
     """
-    if not has_negative(t):
+    if t.num_rows == 0 or (reads and not has_negative(t)):
         return t
     diff = pc.fill_null(t.column(DIFF), 1)
     cols = {f"c{j}": t.column(n) for j, n in enumerate(reads)}

@@ -16,7 +16,7 @@ import json
 import signal
 import threading
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
@@ -76,6 +76,10 @@ def _route_batches(
     reads = getattr(route.fn, "reads", None)
     if reads is not None:  # a SQL view's input (cbp.views.run.RouteKey): records equal in what it reads are one
         batches = _consolidated_by(batches, reads)
+    where = getattr(route.fn, "batch_where", None)  # a view's WHERE, evaluated with Arrow where it can be
+    if where is not None:
+        declared = tuple((n, ft.scalar) for n, ft in plan.input_schemas[flow_idx].fields.items() if not ft.is_list)
+        batches = _kept_where(batches, where, declared)
     for b in batches:
         env = plain_envelopes(flow_idx, plain, b, schema) if plain is not None else None
         if env is not None:  # every record of the batch routed by Arrow
@@ -131,6 +135,16 @@ def _route_batches(
         last = routes.flush()
         if last is not None:
             yield last
+
+
+def _kept_where(
+    batches: Iterable[pa.RecordBatch], where: Callable[..., pa.Array | None], declared: tuple[tuple[str, str], ...]
+) -> Iterator[pa.RecordBatch]:
+    """The records of ``batches`` whose view WHERE is TRUE by Arrow (:meth:`cbp.views.run.RouteKey.batch_where`);
+    a batch it cannot evaluate, whole: those others are routed to no key by the RouteBy itself, row by row."""
+    for b in batches:
+        mask = where(b, declared)
+        yield b if mask is None else b.filter(mask)
 
 
 #: Records a map task holds to consolidate a view's input (:func:`_consolidated_by`) at most at once.
