@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import atexit
 import os
+import random
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -169,6 +171,24 @@ class Background:
             if t.is_alive():
                 left.append(f"thread {t.name}")
         return left
+
+
+def free_port() -> int:
+    """A free port below the kernel's ephemeral range: a port bind(0) returns is in that range, where any
+    process's outgoing connection may take it before a server binds it (seen under a loaded suite)."""
+    try:
+        low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        low = 32768
+    ports = range(1024 if low <= 10000 else 10000, max(1025, low))
+    for port in random.sample(ports, min(200, len(ports))):
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    raise AssertionError("no free port below the ephemeral range")
 
 
 def _stop_renewing(lease: Any) -> None:

@@ -9,7 +9,6 @@ plans) pointing at it while the module's tests run.
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -17,6 +16,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from conftest import free_port
 
 boto3 = pytest.importorskip("boto3", reason="needs boto3 (pip install -e '.[dev]')")
 pytest.importorskip("moto.server", reason="needs moto's S3 server (pip install 'moto[server]')")
@@ -28,16 +28,10 @@ ENV = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing", "AWS_
 __all__ = ["BUCKET", "ENV", "s3_server"]
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture(scope="module", name="s3")
 def s3_server() -> Iterator[Any]:
     """A moto S3 server with the bucket ``cbp-test``; the process environment points at it."""
-    port = _free_port()
+    port = free_port()
     proc = subprocess.Popen(
         [*MOTO, "-H", "127.0.0.1", "-p", str(port)],
         stdout=subprocess.DEVNULL,

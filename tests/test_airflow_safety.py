@@ -24,7 +24,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import FLOWS, ROOT, WORD_COUNT
+from conftest import FLOWS, ROOT, WORD_COUNT, free_port
 
 from cbp.errors import CbpError
 
@@ -62,12 +62,6 @@ def _config(env: dict[str, str], *keys: tuple[str, str]) -> list[str]:
     )
     assert r.returncode == 0, r.stderr[-2000:]
     return json.loads(r.stdout.strip().splitlines()[-1])
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _group_alive(pgid: int) -> list[int]:
@@ -192,7 +186,7 @@ def test_prepare_airflow_home_makes_it_and_an_old_password_file_owner_only(tmp_p
 def test_airflow_started_by_the_script_listens_on_loopback_only_and_keeps_its_password_private(tmp_path):
     """Start Airflow as scripts/airflow_loop.py does (a free port instead of 8181), look, stop it."""
     al = _loop()
-    port = _free_port()
+    port = free_port()
     home = tmp_path / "airflow"
     al.prepare_airflow_home(home)
     (tmp_path / "flows").mkdir()
