@@ -9,6 +9,7 @@ file, and binds to loopback.
 from __future__ import annotations
 
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -20,8 +21,22 @@ HOST = "127.0.0.1"
 
 
 def free_port(host: str = HOST) -> int:
-    """A port nobody listens on now."""
-    with socket.socket() as s:
+    """A port nobody listens on now, below the kernel's ephemeral range: a port ``bind(0)`` returns is in
+    that range, where any process's outgoing connection may take it before the service binds it (seen
+    on a loaded machine: Airflow's API server exiting with "address already in use")."""
+    try:
+        low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        low = 32768
+    ports = range(1024 if low <= 10000 else 10000, max(1025, low))
+    for port in random.sample(ports, min(200, len(ports))):
+        with socket.socket() as s:
+            try:
+                s.bind((host, port))
+            except OSError:
+                continue
+            return port
+    with socket.socket() as s:  # every one tried is taken: the kernel's choice
         s.bind((host, 0))
         return int(s.getsockname()[1])
 

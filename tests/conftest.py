@@ -4,10 +4,8 @@ from __future__ import annotations
 
 import atexit
 import os
-import random
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -174,21 +172,18 @@ class Background:
 
 
 def free_port() -> int:
-    """A free port below the kernel's ephemeral range: a port bind(0) returns is in that range, where any
-    process's outgoing connection may take it before a server binds it (seen under a loaded suite)."""
-    try:
-        low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
-    except (OSError, ValueError, IndexError):
-        low = 32768
-    ports = range(1024 if low <= 10000 else 10000, max(1025, low))
-    for port in random.sample(ports, min(200, len(ports))):
-        with socket.socket() as s:
-            try:
-                s.bind(("127.0.0.1", port))
-            except OSError:
-                continue
-            return port
-    raise AssertionError("no free port below the ephemeral range")
+    """A free port for a server a test starts: ``scripts/services.py``'s (below the ephemeral range)."""
+    return int(_services().free_port())
+
+
+def _services() -> Any:
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("cbp_scripts_services", ROOT / "scripts" / "services.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 def _stop_renewing(lease: Any) -> None:
