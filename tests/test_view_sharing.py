@@ -88,10 +88,17 @@ def test_shared_stages_stay_equal_to_spark_sql(spark, tmp_path, few_partitions):
     assert explain(str(path), "per_cust")["stages"][0]["shared_with"] == ["busy", "spread"]
 
 
-def _upgrade(p, expect: dict[str, str]) -> None:
+def _upgrade(spark, p, expect: dict[str | None, str | None], views: dict[str, str], step: tuple) -> None:
+    """``cbp upgrade`` with the plan's kinds ``expect`` (stage -> kind), then a run and one more epoch of
+    ``step``, each view equal to Spark SQL after both."""
     plan = {c.name: c.kind for c in p.plan().changes if c.name}
     assert {n: plan.get(n) for n in expect} == expect, plan
     p.upgrade()
+    p.run()
+    check_views(spark, p, views, INPUTS)
+    _feed(p, *step)
+    p.run()
+    check_views(spark, p, views, INPUTS)
 
 
 def test_a_sharer_added_then_the_first_removed_under_a_home_with_data(spark, tmp_path, few_partitions):  # noqa: F811
@@ -109,22 +116,18 @@ def test_a_sharer_added_then_the_first_removed_under_a_home_with_data(spark, tmp
     path.write_text(_yaml(both))  # hi_region reads lo_region__join, from its whole contents
     p = cbp.Pipeline(str(path), home, spark=spark)
     assert "hi_region__join" not in p.spec.stages
-    _upgrade(p, {"hi_region": "add-stage"})
-    p.run()
-    check_views(spark, p, both, INPUTS)
-    _feed(p, *steps[2])
-    p.run()
-    check_views(spark, p, both, INPUTS)
+    _upgrade(spark, p, {"hi_region": "add-stage"}, both, steps[2])
 
     hi = {"hi_region": VIEWS["hi_region"]}  # the first sharer removed: hi_region gets its own join
     path.write_text(_yaml(hi))
     p = cbp.Pipeline(str(path), home, spark=spark)
-    _upgrade(p, {"lo_region__join": "archive", "hi_region__join": "add-stage", "hi_region": "rebuild-view"})
-    p.run()
-    check_views(spark, p, hi, INPUTS)
-    _feed(p, *steps[3])
-    p.run()
-    check_views(spark, p, hi, INPUTS)
+    _upgrade(
+        spark,
+        p,
+        {"lo_region__join": "archive", "hi_region__join": "add-stage", "hi_region": "rebuild-view"},
+        hi,
+        steps[3],
+    )
 
 
 def test_a_home_compiled_without_sharing_upgrades_to_it(spark, tmp_path, few_partitions, monkeypatch):  # noqa: F811
@@ -142,12 +145,7 @@ def test_a_home_compiled_without_sharing_upgrades_to_it(spark, tmp_path, few_par
         p.run()
     monkeypatch.delenv("CBP_SHARE_STATE")
     p = cbp.Pipeline(str(path), home, spark=spark)
-    _upgrade(p, {"hi_region__join": "archive", "hi_region": "rebuild-view", "lo_region": None})
-    p.run()
-    check_views(spark, p, both, INPUTS)
-    _feed(p, *steps[2])
-    p.run()
-    check_views(spark, p, both, INPUTS)
+    _upgrade(spark, p, {"hi_region__join": "archive", "hi_region": "rebuild-view", "lo_region": None}, both, steps[2])
 
 
 def test_the_first_sharer_changed_leaves_the_other_its_own_stage(spark, tmp_path, few_partitions):  # noqa: F811
@@ -163,12 +161,13 @@ def test_the_first_sharer_changed_leaves_the_other_its_own_stage(spark, tmp_path
     changed = both | {"lo_region": VIEWS["lo_region"].replace("o.amount > 0.5", "o.amount > 2")}
     path.write_text(_yaml(changed))
     p = cbp.Pipeline(str(path), home, spark=spark)
-    _upgrade(p, {"lo_region__join": "rebuild-view", "hi_region__join": "add-stage", "hi_region": "rebuild-view"})
-    p.run()
-    check_views(spark, p, changed, INPUTS)
-    _feed(p, *steps[2])
-    p.run()
-    check_views(spark, p, changed, INPUTS)
+    _upgrade(
+        spark,
+        p,
+        {"lo_region__join": "rebuild-view", "hi_region__join": "add-stage", "hi_region": "rebuild-view"},
+        changed,
+        steps[2],
+    )
 
 
 @pytest.mark.parametrize("share", ["0", "1"])
