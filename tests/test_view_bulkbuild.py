@@ -19,9 +19,11 @@ from cbp.views.bulk import GroupBuild
 LI = {"id": "int", "g": "string", "d": "date", "q": "decimal(15,2)", "p": "decimal(15,2)", "n": "int?", "f": "float"}
 VIEWS = {
     "agg": "SELECT g, d, count(*) AS c, sum(q) AS sq, sum(q * (1 - p)) AS sdp, avg(q) AS aq, min(q) AS lo, "
-    "max(d) AS hi, count(DISTINCT n) AS dn, sum(n) AS sn, avg(n) AS an, count(n) AS cn, max(g) AS mg "
+    "max(d) AS hi, count(DISTINCT n) AS dn, sum(n) AS sn, avg(n) AS an, count(n) AS cn, max(g) AS mg, "
+    "sum(DISTINCT n) AS sdn, avg(DISTINCT q) AS adq "
     "FROM li WHERE id % 7 <> 0 GROUP BY g, d HAVING count(*) > 0",
-    "total": "SELECT sum(q * p) AS rev, count(*) AS c, min(g) AS mg, count(DISTINCT d) AS nd FROM li WHERE q < 24",
+    "total": "SELECT sum(q * p) AS rev, count(*) AS c, min(g) AS mg, count(DISTINCT d) AS nd, sum(DISTINCT p) AS sdp "
+    "FROM li WHERE q < 24",
     "by_n": "SELECT n % 3 AS m, sum(f) AS sf, count(*) AS c FROM li GROUP BY n % 3",
 }
 

@@ -93,6 +93,9 @@ MARKS: dict[str, tuple[str, ...]] = {
     "test_sql_casts.py::test_views_with_casts_and_dates_equal_spark_sql_and_a_bad_value_fails_the_epoch": ("slow",),
     "test_sources_dv.py": ("slow",),  # Spark DML on a Delta table with deletion vectors (~80 s loaded)
     "test_sql_frames.py": ("slow",),  # window frames (ROWS, RANGE offsets, IGNORE NULLS) vs Spark SQL, a property test
+    # DISTINCT aggregates, SELECT DISTINCT ... GROUP BY vs Spark SQL: 3 epochs (~25 s loaded), a property test (~15 s)
+    "test_sql_distinct.py::test_distinct_aggregates_equal_spark_sql_after_every_epoch": ("slow",),
+    "test_sql_distinct.py::test_distinct_aggregates_through_change_sequences_equal_spark_sql": ("slow",),
     "test_task_memory.py": ("slow",),  # CBP_TASK_MEMORY_MB=1 over 3 MB of input: a shuffle epoch (~13 s)
     # over ~11 s (summed over their parameters) in the clean runs of 2026-11-29: out of --fast (<= 5 min)
     "test_delta_spark.py": ("slow",),  # Spark's Delta connector reads every version cbp wrote (244 s)

@@ -57,8 +57,13 @@ def _reads(flow_yaml: str) -> dict[str, list[str]]:
     return {v: tables_of(sql) for v, sql in {**views, **{n: f.sql for n, f in files.items()}}.items()}
 
 
-def _aggregate(fn: str, arg: str | None) -> str:
-    return "count(*)" if fn == "count_star" else f"count(DISTINCT {arg})" if fn == "count_distinct" else f"{fn}({arg})"
+def _aggregate(fn: str, arg: str | list[str] | None) -> str:
+    """An aggregate as the view's SQL wrote it: its argument with the user's column names (not a joined
+    row's ``l__amount``), ``sum(DISTINCT x)`` for ``sum_distinct``."""
+    if fn == "count_star":
+        return "count(*)"
+    text = ", ".join(_unprefixed(a) for a in ([arg] if isinstance(arg, str) else arg or []))
+    return f"{fn[: -len('_distinct')]}(DISTINCT {text})" if fn.endswith("_distinct") else f"{fn}({text})"
 
 
 def _operator(plan: dict[str, Any], keys: list[str]) -> str:
@@ -107,16 +112,20 @@ def _holds(plan: dict[str, Any]) -> str:
         if plan.get("match"):
             return rows + "; per row of a kept side the count of the other side's rows matching it (m)"
         return rows + "; a kept row's matches are the other side's count at the key"
+    from ..views.run import MULTISET
+
     parts = ["per group (k: the group's values, JSON) its row count (n)"]
     for i, (fn, arg, _) in enumerate(plan["aggs"]):
         kept = {
             "count_star": f"the count (c{i})",
             "count": f"the count of non-NULL values (c{i})",
-            "count_distinct": f"the multiset of values (m{i})",
+            "count_distinct": f"the multiset of values (m{i})"
+            + (": the distinct tuples with no NULL member, each with its count" if isinstance(arg, list) else ""),
         }.get(
             fn,
             f"the count of non-NULL values (c{i}) and "
-            + (f"their multiset (m{i})" if fn in ("min", "max") else f"their sum (s{i})"),
+            + (f"their multiset (m{i})" if fn in MULTISET else f"their sum (s{i})")
+            + (": each distinct value with its count" if fn.endswith("_distinct") else ""),
         )
         parts.append(f"{_aggregate(fn, arg)}: {kept}")
     return "; ".join(parts)

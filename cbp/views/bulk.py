@@ -28,7 +28,7 @@ from sqlglot import exp, parse_one
 
 from .exprs import DECIMAL_FN, VIEW_FN
 from .intwidth import INT_FN
-from .run import RouteKey, _Group, group, write_group
+from .run import MULTISET, RouteKey, _Group, group, write_group
 from .vtypes import key_text
 
 if TYPE_CHECKING:
@@ -40,7 +40,7 @@ if TYPE_CHECKING:
 __all__ = ["GroupBuild", "seeded", "spark_sql", "attach"]
 
 _KEYS = ("string", "int", "bool", "date")  # and decimal(p,s)
-_MULTISET = ("min", "max", "count_distinct")
+_MULTISET = MULTISET  # MIN, MAX and the DISTINCT aggregates (count(DISTINCT a, b): at None, not keyable)
 
 
 def spark_sql(text: str) -> str:

@@ -36,8 +36,8 @@ from .hoist import hoist
 from .joins import PRESERVED, Step
 from .mode import ansi, recorded
 from .query import AGGREGATES, Select, Source, _parse, names_of, placed, position, read_after, used_fields
-from .run import RouteKey
-from .select import read_tree
+from .run import MULTISET, RouteKey
+from .select import distinct_over_groups, read_tree
 from .setops import WEIGHT, set_operations
 from .sharing import share_key
 from .vtypes import avg_type, is_numeric, sum_type, wider
@@ -108,6 +108,7 @@ class Generated:
     def _compile(self, name: str, tree: exp.Expr, flows: Mapping[str, Mapping[str, str]]) -> dict[str, str]:
         """Compile view (or internal view, :mod:`cbp.views.hoist`) ``name`` of tree ``tree``; its field types."""
         try:
+            tree = distinct_over_groups(tree)  # SELECT DISTINCT ... GROUP BY: a derived table, then DISTINCT
             made = inline_ctes(tree, self._sql, name, flows, self._compile)  # WITH: views <name>__cte<i>
             tree, sets = set_operations(tree, self._sql, name, {**flows, **made}, self._compile)
             made |= sets
@@ -377,12 +378,15 @@ class Generated:
         arg = n.this
         names: dict[type[exp.Expr], str] = {exp.Count: "count", exp.Sum: "sum", exp.Avg: "avg"}
         fn = (names | {exp.Min: "min", exp.Max: "max"})[type(n)]
-        if isinstance(arg, exp.Distinct):
-            if fn != "count" or len(arg.expressions) != 1:
+        if isinstance(arg, exp.Distinct):  # the multiset of the values (min, max: DISTINCT changes nothing)
+            several = [self._x(a, types) for a in arg.expressions if self._type(a, types)]
+            if fn == "count" and len(several) > 1:  # the distinct tuples with no NULL member, as Spark
+                return ["count_distinct", several, "int", None]
+            if len(several) > 1:
                 raise ViewError(
-                    "view-unsupported", "DISTINCT of several columns, or in other than count()", *position(n, self._sql)
+                    "view-unsupported", f"{fn.upper()}(DISTINCT of several values)", *position(n, self._sql)
                 )
-            fn, arg = "count_distinct", arg.expressions[0]
+            fn, arg = (fn if fn in ("min", "max") else f"{fn}_distinct"), arg.expressions[0]
         t = infer(arg, types)
         sql = self._x(arg, types)
         if fn in ("count", "count_distinct"):
@@ -393,7 +397,7 @@ class Generated:
             return [fn, sql, t, t]
         if t is None or not is_numeric(t):
             raise ViewError("view-unsupported", f"{fn.upper()} of a {t} (it takes a number)", *position(n, self._sql))
-        return [fn, sql, avg_type(t) if fn == "avg" else sum_type(t), t]
+        return [fn, sql, avg_type(t) if fn.startswith("avg") else sum_type(t), t]
 
     def _union(self, selects: list[Select], flow: str) -> None:
         """UNION ALL: one record-wise stage; a branch that joins or groups becomes view ``<flow>__u<i>``."""
@@ -444,11 +448,11 @@ def _pruned(src: Source, used: set[str]) -> Source:
 def _group_state(aggs: list[list[Any]]) -> dict[str, str]:
     """A GROUP BY stage's state: per group its row count, and per aggregate the count of its non-NULL
     values and their sum (``s<i>``; a decimal's in non-ANSI mode as its exact text, past 38 digits too)
-    or their multiset (``m<i>``: MIN, MAX, count(DISTINCT))."""
+    or their multiset (``m<i>``: MIN, MAX, the DISTINCT aggregates)."""
     state: dict[str, str] = {"k": "string", "n": "int"}
     for i, (fn, _, t, at) in enumerate(aggs):
         state[f"c{i}"] = "int"
-        if fn in ("min", "max", "count_distinct"):
+        if fn in MULTISET:
             state[f"m{i}"] = "string"
         elif fn in ("sum", "avg") and at is not None and at.startswith("decimal(") and not ansi():
             state[f"s{i}"] = "string"  # non-ANSI: the exact total as text, past 38 digits too (NULL is shown)

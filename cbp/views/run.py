@@ -113,8 +113,19 @@ class _Branch:
         self.cols = [(n, expr_fn(e), conformer(plan["types"].get(n), plan["out"])) for n, e in b["cols"]]
 
 
-_MULTISET = ("min", "max", "count_distinct")
+#: The aggregates whose state is the multiset of their group's values (DBSP's rule): MIN, MAX and the
+#: DISTINCT aggregates (``count(DISTINCT a, b)``'s values are the tuples with no NULL member).
+MULTISET = ("min", "max", "count_distinct", "sum_distinct", "avg_distinct")
 _EXACT = decimal.Context(prec=200)
+
+
+def _distinct_total(keys: Iterable[str], at: str) -> Any:
+    """The exact sum of a multiset's distinct values (its keys, :func:`key_text` of each value)."""
+    total: Any = 0
+    for k in keys:
+        v = decode_key(k, [at])[0]
+        total = _EXACT.add(total, v) if isinstance(v, decimal.Decimal) else total + v
+    return total
 
 
 def _aggregates(plan: dict[str, Any], n: int, c: list[Any], s: list[Any], m: list[Any]) -> dict[str, Any]:
@@ -133,6 +144,10 @@ def _aggregates(plan: dict[str, Any], n: int, c: list[Any], s: list[Any], m: lis
             env[f"a__{i}"] = min(values) if fn == "min" else max(values)
         elif fn == "sum":
             env[f"a__{i}"] = conform(s[i], sum_type(at), plan["out"])
+        elif fn == "sum_distinct":
+            env[f"a__{i}"] = conform(_distinct_total(m[i], at), sum_type(at), plan["out"])
+        elif fn == "avg_distinct":
+            env[f"a__{i}"] = avg_value(_distinct_total(m[i], at), len(m[i]), at, plan["out"])
         else:
             env[f"a__{i}"] = avg_value(s[i], c[i], at, plan["out"])
     return env
@@ -157,13 +172,32 @@ def _total(v: Any) -> Any:
     return v or 0
 
 
+def _distinct_value(fn: str, v: Any) -> Any:
+    """A DISTINCT aggregate's value as Spark tells values apart: ``-0.0`` is ``0.0``."""
+    return 0.0 if type(v) is float and v == 0 and fn != "min" and fn != "max" else v
+
+
+def _arg_fn(arg: str | list[str]) -> Any:
+    """An aggregate's argument compiled; of ``count(DISTINCT a, b)`` (a list): the tuple of the values,
+    None when one of them is NULL (Spark counts the distinct tuples with no NULL member)."""
+    if isinstance(arg, str):
+        return expr_fn(arg)
+    fns = [expr_fn(a) for a in arg]
+
+    def values(r: dict[str, Any]) -> tuple[Any, ...] | None:
+        vs = tuple(f(r) for f in fns)
+        return None if any(v is None for v in vs) else vs
+
+    return values
+
+
 class _Group:
     """One group's state: its row count, and per aggregate the count of non-NULL values and their
     sum or multiset (value key -> count)."""
 
     def __init__(self, aggs: list[list[Any]], old: dict[str, Any] | None) -> None:
         self.aggs = aggs
-        self.args = [(i, fn, expr_fn(arg)) for i, (fn, arg, _) in enumerate(aggs) if arg is not None]
+        self.args = [(i, fn, _arg_fn(arg)) for i, (fn, arg, _) in enumerate(aggs) if arg is not None]
         k = range(len(aggs))
         self.n: int = old["n"] if old else 0
         self.c: list[int] = [old[f"c{i}"] if old else 0 for i in k]
@@ -190,8 +224,8 @@ class _Group:
                     self.s[i] = _EXACT.add(self.s[i], v)
                 else:
                     self.s[i] = _EXACT.add(self.s[i], _EXACT.multiply(v, d))
-            elif fn in _MULTISET:
-                k = key_text([v])
+            elif fn in MULTISET:
+                k = key_text(list(v) if type(v) is tuple else [_distinct_value(fn, v)])
                 left = self.m[i].get(k, 0) + d
                 if left:
                     self.m[i][k] = left
@@ -202,7 +236,7 @@ class _Group:
         rec: dict[str, Any] = {"k": key, "n": self.n}
         for i, (fn, _, at) in enumerate(self.aggs):
             rec[f"c{i}"] = self.c[i]
-            if fn in _MULTISET:
+            if fn in MULTISET:
                 rec[f"m{i}"] = json.dumps(sorted(self.m[i].items()))
             elif fn in ("sum", "avg") and str(at).startswith("decimal(") and not ansi():  # exact text (state: string)
                 rec[f"s{i}"] = format(decimal.Decimal(self.s[i]), "f")

@@ -17,7 +17,7 @@ from .joins import read_joins
 from .query import AGGREGATES, Select, _check_nodes, _flatten, _parse, _source, _view_refusal
 from .windows import allowed, outside_windows
 
-__all__ = ["read_query", "read_tree"]
+__all__ = ["read_query", "read_tree", "distinct_over_groups"]
 
 
 def read_query(name: str, sql: str, flows: Mapping[str, Mapping[str, str]]) -> list[Select]:
@@ -47,7 +47,7 @@ def _select(tree: exp.Expr, sql: str, flows: Mapping[str, Mapping[str, str]], la
     group = tree.args.get("group")
     aggregated = any(isinstance(n, AGGREGATES) and outside_windows(n) for _, e in q.columns for n in e.walk())
     if tree.args.get("distinct") is not None:
-        if group is not None or aggregated:
+        if group is not None or aggregated:  # (rewritten before: distinct_over_groups)
             raise _view_refusal(
                 "view-unsupported", "SELECT DISTINCT with GROUP BY or aggregates", None, sql, "DISTINCT"
             )
@@ -94,3 +94,40 @@ def _columns(
             )
         seen.add(name.lower())
     return out
+
+
+def _grouped(select: exp.Select) -> bool:
+    """A SELECT with GROUP BY or an aggregate outside a window function."""
+    if select.args.get("group") is not None:
+        return True
+    return any(isinstance(n, AGGREGATES) and outside_windows(n) for e in select.expressions for n in e.walk())
+
+
+def distinct_over_groups(tree: exp.Expr) -> exp.Expr:
+    """``tree`` with each ``SELECT DISTINCT ... GROUP BY ...`` (or DISTINCT over an aggregate) written
+    ``SELECT DISTINCT * FROM (SELECT ... GROUP BY ...) AS cbp_grouped``: the grouped query a derived
+    table (an internal view ``v__from<i>``, :mod:`cbp.views.hoist`), the DISTINCT a GROUP BY of its
+    rows (per distinct row its count); a top ``ORDER BY ... LIMIT`` stays outside, on the distinct rows.
+
+    >>> distinct_over_groups(_parse("SELECT DISTINCT g, count(*) AS n FROM t GROUP BY g, h")).sql("spark")
+    'SELECT DISTINCT * FROM (SELECT g, COUNT(*) AS n FROM t GROUP BY g, h) AS cbp_grouped'
+    """
+    for node in list(tree.find_all(exp.Select)):
+        if node.args.get("distinct") is None or node.args["distinct"].args.get("on") or not _grouped(node):
+            continue
+        inner = node.copy()
+        inner.set("distinct", None)
+        moved = {part: inner.args.get(part) for part in ("order", "limit", "offset", "with_")}
+        for part in moved:
+            inner.set(part, None)
+        alias = exp.TableAlias(this=exp.to_identifier("cbp_grouped"))
+        outer = exp.Select(expressions=[exp.Star()], distinct=exp.Distinct())
+        outer.set("from_", exp.From(this=exp.Subquery(this=inner, alias=alias)))
+        for part, value in moved.items():
+            if value is not None:
+                outer.set(part, value)
+        if node is tree:
+            tree = outer
+        else:
+            node.replace(outer)
+    return tree
