@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import calendar
 import datetime
+import decimal
 import re
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -26,7 +27,7 @@ from .casts import CastFailure, cast_value
 from .mode import ansi
 from .viewerror import ViewError
 
-__all__ = ["TYPES", "VALUES", "Interval", "shift", "shift_type"]
+__all__ = ["TYPES", "VALUES", "Interval", "shift", "shift_type", "folded_intervals"]
 
 _UTC = datetime.timezone.utc
 #: The plan's function for ``to_date(s, fmt)`` (:func:`to_date_call`).
@@ -44,10 +45,12 @@ _Ev = Callable[[exp.Expr, Mapping[str, Any]], Any]
 
 
 class Interval:
-    """An interval literal's value: months, days and microseconds, each signed."""
+    """An interval literal's value: months, days and microseconds, each signed; ``timed``: a day-time
+    interval with an hour, minute or second field (a date plus it is a timestamp, as in Spark)."""
 
-    def __init__(self, months: int = 0, days: int = 0, micros: int = 0) -> None:
+    def __init__(self, months: int = 0, days: int = 0, micros: int = 0, timed: bool = False) -> None:
         self.months, self.days, self.micros = months, days, micros
+        self.timed = timed or micros != 0
 
 
 def _name(node: exp.Expr) -> str:
@@ -62,6 +65,8 @@ def _refuse(message: str, node: exp.Expr) -> ViewError:
 
 def _interval(node: exp.Expr) -> Interval:
     unit = node.args.get("unit")
+    if isinstance(unit, exp.IntervalSpan):
+        return _span(node, unit.this.name.upper(), unit.expression.name.upper())
     name = (unit.name if unit is not None else "").upper().rstrip("S")
     if name not in _UNITS or not isinstance(node.this, exp.Literal):
         raise _refuse(f"INTERVAL {node.this.sql()} {name} (YEAR, MONTH, WEEK, DAY, HOUR, MINUTE, SECOND are)", node)
@@ -70,7 +75,102 @@ def _interval(node: exp.Expr) -> Interval:
     except ValueError:
         raise _refuse(f"INTERVAL '{node.this.this}' (a whole number of {name} is)", node) from None
     field, scale = _UNITS[name]
-    return Interval(**{field: n * scale})
+    return Interval(**{field: n * scale}, timed=field == "micros")
+
+
+_SECONDS = r"(\d+(?:\.\d{1,6})?)"
+#: A two-unit interval's text (Spark's forms, a sign before them): its pattern and its fields' units.
+_SPANS = {
+    ("YEAR", "MONTH"): (r"(\d+)-(\d+)", ("YEAR", "MONTH")),
+    ("DAY", "HOUR"): (r"(\d+) (\d+)", ("DAY", "HOUR")),
+    ("DAY", "MINUTE"): (r"(\d+) (\d+):(\d+)", ("DAY", "HOUR", "MINUTE")),
+    ("DAY", "SECOND"): (r"(\d+) (\d+):(\d+):" + _SECONDS, ("DAY", "HOUR", "MINUTE", "SECOND")),
+    ("HOUR", "MINUTE"): (r"(\d+):(\d+)", ("HOUR", "MINUTE")),
+    ("HOUR", "SECOND"): (r"(\d+):(\d+):" + _SECONDS, ("HOUR", "MINUTE", "SECOND")),
+    ("MINUTE", "SECOND"): (r"(\d+):" + _SECONDS, ("MINUTE", "SECOND")),
+}
+_LIMITS = {"MONTH": 12, "HOUR": 24, "MINUTE": 60, "SECOND": 60}  # a field after the first is below it
+_MICROS = {"HOUR": 3_600_000_000, "MINUTE": 60_000_000, "SECOND": 1_000_000}
+
+
+def _span(node: exp.Expr, first: str, last: str) -> Interval:
+    """``INTERVAL '1-2' YEAR TO MONTH``, ``INTERVAL '-1 12:00:00.5' DAY TO SECOND``, ...: Spark's
+    year-month or day-time interval of two units (the sign applies to the whole)."""
+    spec = _SPANS.get((first, last))
+    text = str(node.this.this).strip() if isinstance(node.this, exp.Literal) else ""
+    m = re.fullmatch(r"([+-]?)" + spec[0], text) if spec is not None else None
+    if spec is None or m is None:
+        raise _refuse(
+            f"INTERVAL '{text}' {first} TO {last} (Spark's forms: '1-2' YEAR TO MONTH, '1 12' DAY TO "
+            "HOUR, '1 12:30' DAY TO MINUTE, '1 12:30:00.5' DAY TO SECOND, '12:30' HOUR TO MINUTE, ...)",
+            node,
+        )
+    sign, out = -1 if m.group(1) == "-" else 1, Interval(timed=first != "YEAR")
+    for i, (field, v) in enumerate(zip(spec[1], m.groups()[1:])):
+        if i and decimal.Decimal(v) >= _LIMITS[field]:
+            raise _refuse(f"INTERVAL '{text}' {first} TO {last}: {field} {v} out of range (Spark refuses it)", node)
+        if field in ("YEAR", "MONTH"):
+            out.months += sign * int(v) * (12 if field == "YEAR" else 1)
+        elif field == "DAY":
+            out.days = sign * int(v)
+        else:
+            out.micros += sign * int(decimal.Decimal(v) * _MICROS[field])
+    return out
+
+
+_ORDER = ("YEAR", "MONTH", "DAY", "HOUR", "MINUTE", "SECOND")
+_SIZES = {"DAY": 86_400_000_000, **_MICROS}
+
+
+def _units(node: exp.Expr) -> list[str]:
+    """The fields of an interval literal (``WEEK``: days)."""
+    unit = node.args.get("unit")
+    if isinstance(unit, exp.IntervalSpan):
+        return list(_SPANS.get((unit.this.name.upper(), unit.expression.name.upper()), ((), []))[1])
+    name = (unit.name if unit is not None else "").upper().rstrip("S")
+    return ["DAY" if name == "WEEK" else name]
+
+
+def _text(months: int, micros: int, first: str, last: str) -> str:
+    """An interval's text in Spark's form for fields ``first`` to ``last``."""
+    total, sign = (abs(months), "-" if months < 0 else "") if first in ("YEAR", "MONTH") else (abs(micros), "")
+    sign = sign or ("-" if micros < 0 else "")
+    if first in ("YEAR", "MONTH"):
+        return (
+            f"{sign}{total // 12}-{total % 12}" if first != last else f"{sign}{total // (12 if first == 'YEAR' else 1)}"
+        )
+    fields = _ORDER[_ORDER.index(first) : _ORDER.index(last) + 1]
+    parts = []
+    for f in fields:
+        v, total = divmod(total, _SIZES[f])
+        parts.append(str(v) if f != "SECOND" else str(v) + (f".{total:06d}" if total else ""))
+    head = parts[0] + (" " if fields[0] == "DAY" and len(parts) > 1 else (":" if len(parts) > 1 else ""))
+    return sign + head + ":".join(parts[1:])
+
+
+def folded_intervals(tree: exp.Expr) -> exp.Expr:
+    """``INTERVAL 1 DAY 2 HOURS`` (read by sqlglot as ``INTERVAL '1' DAY + INTERVAL '2' HOURS``) as one
+    interval of Spark's type, ``INTERVAL '1 2' DAY TO HOUR`` (a date plus it is a timestamp); months with
+    days or time (``INTERVAL 1 MONTH 2 DAYS``) are left as they are: refused, as Spark refuses a date
+    plus such an interval."""
+    for n in reversed(list(tree.find_all(exp.Add, exp.Sub))):  # the innermost first
+        if not (isinstance(n.this, exp.Interval) and isinstance(n.expression, exp.Interval)):
+            continue
+        try:
+            a, b = _interval(n.this), _interval(n.expression)
+        except ViewError:
+            continue
+        units = _units(n.this) + _units(n.expression)
+        ym = [u for u in units if u in ("YEAR", "MONTH")]
+        if ym and len(ym) != len(units):
+            continue
+        sign = -1 if isinstance(n, exp.Sub) else 1
+        months = a.months + sign * b.months
+        micros = (a.days + sign * b.days) * _SIZES["DAY"] + a.micros + sign * b.micros
+        first, last = min(units, key=_ORDER.index), max(units, key=_ORDER.index)
+        span = exp.IntervalSpan(this=exp.var(first), expression=exp.var(last)) if first != last else exp.var(first)
+        n.replace(exp.Interval(this=exp.Literal.string(_text(months, micros, first, last)), unit=span))
+    return tree
 
 
 def add_months(d: datetime.date, n: int) -> datetime.date:
@@ -99,7 +199,7 @@ def shift(a: Any, b: Any, sign: int) -> Any:
     if not isinstance(b, Interval):
         b = Interval(days=b)
     out = add_months(a, sign * b.months) if b.months else a
-    if b.micros and not isinstance(out, datetime.datetime):
+    if b.timed and not isinstance(out, datetime.datetime):
         out = datetime.datetime(out.year, out.month, out.day, tzinfo=_UTC)
     return out + datetime.timedelta(days=sign * b.days, microseconds=sign * b.micros)
 
@@ -124,7 +224,7 @@ def shift_type(node: exp.Expr, infer: _Infer, types: Mapping[str, str | None]) -
     if time not in ("date", "timestamp") or (isinstance(node, exp.Sub) and other is left):
         raise _refuse(f"{node.sql(dialect='spark')} (a date or timestamp ± an interval or days is)", node)
     if ot == "interval":
-        return "timestamp" if time == "timestamp" or _interval(other).micros else "date"
+        return "timestamp" if time == "timestamp" or _interval(other).timed else "date"
     if ot in ("int", None) and time == "date":
         return "date"
     raise _refuse(f"{node.sql(dialect='spark')} (a date ± an int of days, or ± INTERVAL, is)", node)

@@ -27,11 +27,13 @@ from sqlglot import exp
 
 from .datefns import Interval, interval_value, shift
 from .exprs import ev
+from .intwidth import bits
 from .viewerror import ViewError
 
 __all__ = ["frame_of", "range_problem", "typed", "spans", "constant_int", "Desc"]
 
 _INT32 = 2**31
+_DATE_UNITS = ("YEAR", "MONTH", "DAY", "YEAR TO MONTH")  # a date's RANGE offsets: no time field (Spark's rule)
 
 
 def constant_int(node: exp.Expr | None) -> int | None:
@@ -54,6 +56,8 @@ def _offset(node: exp.Expr, sign: int) -> list[Any] | None:
             return None
         unit = node.args.get("unit")
         name = (unit.name if unit is not None else "").upper().rstrip("S")
+        if isinstance(unit, exp.IntervalSpan):  # its type: '1-2' YEAR TO MONTH, '1 12:00:00' DAY TO SECOND, ...
+            name = f"{unit.this.name} TO {unit.expression.name}".upper()
         return ["iv", sign * iv.months, sign * iv.days, sign * iv.micros, "DAY" if name == "WEEK" else name]
     if node.find(exp.Column) is not None:
         return None
@@ -75,9 +79,9 @@ def _bound(value: Any, side: Any, kind: str) -> Any:
     if value == "CURRENT ROW":
         return 0
     sign = -1 if side == "PRECEDING" else 1
-    if kind == "ROWS":
+    if kind == "ROWS":  # a constant of type int, as Spark requires (not CAST(2 AS BIGINT), 2L, a smallint)
         n = constant_int(value)
-        return False if n is None else sign * n
+        return False if n is None or bits(value) != 32 else sign * n
     got = _offset(value, sign)
     return False if got is None else got
 
@@ -145,14 +149,14 @@ def range_problem(frame: str, terms: int, order_type: str | None) -> str | None:
     if terms != 1:
         return "a RANGE frame with offsets over more than one ORDER BY term (Spark refuses it too)"
     units = {b[4] if b[0] == "iv" else "number" for b in offsets}
-    if len(units) > 1 and "number" in units or len(units & {"YEAR", "MONTH", "DAY", "HOUR", "MINUTE", "SECOND"}) > 1:
+    if len(units) > 1:  # (an INTERVAL's type is its fields: DAY, HOUR, DAY TO SECOND, ... differ)
         return "a RANGE frame whose two offsets are not of the same type (INTERVAL units included; Spark refuses it)"
     t = str(order_type)
     kinds = {b[0] for b in offsets}
     if t in ("int", "float") or t.startswith("decimal"):
         ok = "iv" not in kinds
     elif t == "date":
-        ok = kinds <= {"int", "iv"} and all(b[3] == 0 for b in offsets if b[0] == "iv")
+        ok = kinds <= {"int", "iv"} and all(b[4] in _DATE_UNITS for b in offsets if b[0] == "iv")
     elif t == "timestamp":
         ok = kinds == {"iv"}
     else:

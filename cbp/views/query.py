@@ -17,7 +17,10 @@ from typing import Any
 
 import sqlglot
 from sqlglot import exp
+from sqlglot.dialects.spark import Spark
+from sqlglot.parsers.spark import SparkParser
 
+from .datefns import folded_intervals
 from .exprs import SCALAR_NODES, ViewError, construct_name
 from .morefns import NAMED  # (pmod(): a function sqlglot leaves anonymous)
 from .vtypes import is_typed_view_type
@@ -36,11 +39,37 @@ __all__ = [
     "names_of",
 ]
 
-_DIALECT = "spark"
+
+def _value_fn(cls: type[exp.Expr]) -> Callable[[list[exp.Expr]], exp.Expr]:
+    """``first_value(x, ignoreNulls)`` / ``last_value(...)`` as Spark reads them: ``true`` is ``IGNORE
+    NULLS``, ``false`` ``RESPECT NULLS`` (sqlglot's Spark parser refuses ``false``: its second argument
+    is left over)."""
+
+    def build(args: list[exp.Expr]) -> exp.Expr:
+        if len(args) == 2 and isinstance(args[1], exp.Boolean):
+            wrap = exp.IgnoreNulls if args[1].this else exp.RespectNulls
+            return wrap(this=cls(this=args[0]))  # (not a function: its arguments are not counted again)
+        return cls(this=args[0] if args else None)  # another second argument: refused, as Spark refuses it
+
+    return build
+
+
+class _CbpSpark(Spark):
+    """Spark's dialect, with :func:`_value_fn`."""
+
+    class Parser(SparkParser):
+        FUNCTIONS = {
+            **SparkParser.FUNCTIONS,
+            "FIRST_VALUE": _value_fn(exp.FirstValue),
+            "LAST_VALUE": _value_fn(exp.LastValue),
+        }
+
+
+_DIALECT = _CbpSpark
 AGGREGATES: tuple[type[exp.Expr], ...] = (exp.Count, exp.Sum, exp.Avg, exp.Min, exp.Max)
 _STRUCTURE = frozenset(
     {exp.Select, exp.From, exp.Table, exp.TableAlias, exp.Identifier, exp.Join, exp.Where, exp.Group, exp.Having}
-    | {exp.Alias, exp.Star, exp.Union, exp.DataType, exp.Subquery, exp.Exists, *AGGREGATES}
+    | {exp.Alias, exp.Star, exp.Union, exp.DataType, exp.Subquery, exp.Exists, exp.IntervalSpan, *AGGREGATES}
 )
 _KEYWORDS = {
     "SET": r"UNION|INTERSECT|EXCEPT",
@@ -151,7 +180,7 @@ def _parse(sql: str) -> exp.Expr:
         raise ViewError("view-syntax", f"a view is one SELECT statement, got {len(trees)} statements")
     _check_tokens(sql)
     _check_depth(trees[0], sql)
-    return trees[0]
+    return folded_intervals(trees[0])  # INTERVAL 1 DAY 2 HOURS: one interval, DAY TO HOUR
 
 
 MAX_DEPTH = 400

@@ -299,9 +299,10 @@ def _offsets(gen: Generated, fn: exp.Expr, win: dict[str, Any], types: dict[str,
     if steps is None:
         raise _refuse(f"{construct_name(fn)} with an offset other than a constant int", fn, gen._sql)
     t = gen._type(fn.this, types)
-    if default is not None and infer(default, types) not in (None, t):
-        if not (t in ("int", "float") and infer(default, types) in ("int", "float")):
-            raise _refuse(f"{construct_name(fn)} with a default of another type than its value", fn, gen._sql)
+    if default is not None and infer(default, types) not in (None, t):  # cast to the value's type, as Spark's
+        to = {"int": "BIGINT", "float": "DOUBLE", "bool": "BOOLEAN"}.get(str(t), str(t).upper())  # implicit cast
+        default = exp.Cast(this=default.copy(), to=exp.DataType.build(to, dialect="spark"))
+        gen._type(default, types)  # (one Spark refuses, a date to a number, is refused)
     parts = {"arg": gen._x(fn.this, types), "offset": steps}
     return win | {"fn": OFFSETS[type(fn)], "default": gen._x(default, types), "at": t} | parts, t
 
