@@ -1,5 +1,6 @@
 """Date arithmetic and date functions of a view's expressions, with Spark's semantics (UTC):
-``d ± INTERVAL 'n' DAY | MONTH | YEAR`` (``HOUR``, ``MINUTE``, ``SECOND`` make a timestamp), ``d ± n``
+``d ± INTERVAL 'n' DAY | MONTH | YEAR`` (``HOUR``, ``MINUTE``, ``SECOND`` make a timestamp), of two
+units (``'1-2' YEAR TO MONTH``, ``'1 12:00:00' DAY TO SECOND``, ``INTERVAL 1 DAY 2 HOURS``), ``d ± n``
 days, ``date_add``, ``date_sub``, ``datediff``, ``add_months`` (the month's last day when the day does
 not exist), ``to_date(s [, fmt])``, ``date_trunc``, ``trunc``, ``dayofweek``, ``dayofyear``,
 ``weekofyear``, ``quarter``, ``last_day``, ``hour``, ``minute``, ``second``. :mod:`cbp.views.exprs`
@@ -10,6 +11,8 @@ types them with :data:`TYPES` and evaluates them with :data:`VALUES`.
     datetime.date(1998, 9, 2)
     >>> ev(parse_expr("add_months(d, 1)"), {"d": datetime.date(2024, 1, 31)})
     datetime.date(2024, 2, 29)
+    >>> ev(parse_expr("DATE '2024-02-29' + INTERVAL '1-2' YEAR TO MONTH"), {})
+    datetime.date(2025, 4, 29)
 """
 
 from __future__ import annotations
