@@ -379,7 +379,9 @@ class Generated:
         names: dict[type[exp.Expr], str] = {exp.Count: "count", exp.Sum: "sum", exp.Avg: "avg"}
         fn = (names | {exp.Min: "min", exp.Max: "max"})[type(n)]
         if isinstance(arg, exp.Distinct):  # the multiset of the values (min, max: DISTINCT changes nothing)
-            several = [self._x(a, types) for a in arg.expressions if self._type(a, types)]
+            for a in arg.expressions:
+                self._type(a, types)  # (a NULL is refused: its type is unknown)
+            several = [self._x(a, types) or "" for a in arg.expressions]
             if fn == "count" and len(several) > 1:  # the distinct tuples with no NULL member, as Spark
                 return ["count_distinct", several, "int", None]
             if len(several) > 1:

@@ -225,7 +225,7 @@ class _Group:
                 else:
                     self.s[i] = _EXACT.add(self.s[i], _EXACT.multiply(v, d))
             elif fn in MULTISET:
-                k = key_text(list(v) if type(v) is tuple else [_distinct_value(fn, v)])
+                k = key_text([_distinct_value(fn, x) for x in (v if type(v) is tuple else [v])])
                 left = self.m[i].get(k, 0) + d
                 if left:
                     self.m[i][k] = left
