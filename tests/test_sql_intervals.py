@@ -96,6 +96,7 @@ REFUSED = [  # each refused by Spark too (the comment: its error class)
     ),
     ("SELECT k, dt + INTERVAL '1 25:00:00' DAY TO SECOND AS a FROM t", _U, "HOUR 25 out of range"),
     ("SELECT k, dt + INTERVAL 1 MONTH 2 DAYS AS a FROM t", _U, "INTERVAL '1' MONTH + INTERVAL '2' DAYS"),
+    ("SELECT k, dt + INTERVAL 1 DAY -2 HOURS FROM t", _U, "column 31: INTERVAL ... -2 HOURS: a signed part"),
     ("SELECT k, first_value(x, k > 1) OVER (PARTITION BY g ORDER BY k) AS f FROM t", "view-syntax", "not valid SQL"),
 ]
 

@@ -163,6 +163,7 @@ def _view_refusal(code: str, message: str, node: exp.Expr | None, sql: str, keyw
 def _parse(sql: str) -> exp.Expr:
     logging.getLogger("sqlglot").setLevel(logging.ERROR)
     try:
+        _check_interval_signs(sql)
         trees = [t for t in sqlglot.parse(sql, read=_DIALECT) if t is not None]
     except sqlglot.errors.ParseError as e:
         first = e.errors[0] if e.errors else {}
@@ -220,6 +221,43 @@ def _check_tokens(sql: str) -> None:
             raise ViewError(
                 "view-syntax", f"not valid SQL: {what}", line, t.start - (sql.rfind("\n", 0, t.start) + 1) + 1
             )
+
+
+_UNIT = re.compile(r"(YEAR|MONTH|WEEK|DAY|HOUR|MINUTE|SECOND|MILLISECOND|MICROSECOND)S?", re.IGNORECASE)
+_VALUE = {_T.NUMBER, _T.STRING}
+
+
+def _check_interval_signs(sql: str) -> None:
+    """Refuse (``view-unsupported``) a signed part after the first of an ``INTERVAL`` of several units
+    (``INTERVAL 1 DAY -2 HOURS``): Spark reads it as part of the interval (22 hours), sqlglot as a
+    subtraction (``(d + INTERVAL 1 DAY) - 2 AS HOURS``), a silently other query.
+
+    >>> _check_interval_signs("SELECT d + INTERVAL 1 DAY 2 HOURS, d - INTERVAL -1 DAY - 2 FROM t")
+    >>> _check_interval_signs("SELECT d + INTERVAL 1 DAY -2 HOURS FROM t")
+    Traceback (most recent call last):
+    cbp.views.viewerror.ViewError: INTERVAL ... -2 HOURS: a signed part after the first ...
+    """
+    tokens = sqlglot.tokenize(sql, read=_DIALECT)
+    for i, t in enumerate(tokens):
+        if t.token_type != _T.INTERVAL:
+            continue
+        j, first = i + 1, True
+        while j + 1 < len(tokens):
+            signed = tokens[j].token_type in (_T.DASH, _T.PLUS)
+            value, unit = tokens[j + signed], tokens[j + signed + 1] if j + signed + 1 < len(tokens) else None
+            if value.token_type not in _VALUE or unit is None or not _UNIT.fullmatch(unit.text):
+                break
+            if signed and not first:
+                line = sql.count("\n", 0, tokens[j].start) + 1
+                raise ViewError(
+                    "view-unsupported",
+                    f"INTERVAL ... {tokens[j].text}{value.text} {unit.text}: a signed part after the first (Spark "
+                    "reads it as part of the interval, sqlglot as a subtraction): write the interval as one text, "
+                    "such as INTERVAL '0 22' DAY TO HOUR",
+                    line,
+                    tokens[j].start - (sql.rfind("\n", 0, tokens[j].start) + 1) + 1,
+                )
+            j, first = j + signed + 2, False
 
 
 def _check_depth(tree: exp.Expr, sql: str) -> None:
