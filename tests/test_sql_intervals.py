@@ -25,7 +25,8 @@ VIEWS = {
     "iv": "SELECT k, dt + INTERVAL '1 12:00:00' DAY TO SECOND AS a, dt + INTERVAL '1-2' YEAR TO MONTH AS b, "
     "ts + INTERVAL '1-1' YEAR TO MONTH AS c, ts - INTERVAL '1 12:30:00.5' DAY TO SECOND AS e, "
     "dt + INTERVAL 1 DAY 2 HOURS AS f, dt - INTERVAL 1 YEAR 2 MONTHS AS h, ts + INTERVAL '10:20' HOUR TO MINUTE AS i, "
-    "dt - INTERVAL '-0-1' YEAR TO MONTH AS j, dt - INTERVAL '1 2' DAY TO HOUR AS l FROM t WHERE k > 0",
+    "dt - INTERVAL '-0-1' YEAR TO MONTH AS j, dt - INTERVAL '1 2' DAY TO HOUR AS l, ts + INTERVAL '1.5' SECOND AS m, "
+    "dt - INTERVAL 1 MINUTE 0.25 SECONDS AS n FROM t WHERE k > 0",
     "win": f"SELECT k, g, first_value(x, false) OVER ({W}) AS fv, "
     f"last_value(x, true) OVER ({W} ROWS BETWEEN UNBOUNDED PRECEDING AND UNBOUNDED FOLLOWING) AS lv, "
     f"lead(y, 1, 9.0) OVER ({W}) AS ld, lag(x, 1, 2.5D) OVER ({W}) AS lg, "

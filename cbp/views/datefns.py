@@ -73,8 +73,11 @@ def _interval(node: exp.Expr) -> Interval:
     name = (unit.name if unit is not None else "").upper().rstrip("S")
     if name not in _UNITS or not isinstance(node.this, exp.Literal):
         raise _refuse(f"INTERVAL {node.this.sql()} {name} (YEAR, MONTH, WEEK, DAY, HOUR, MINUTE, SECOND are)", node)
+    text = str(node.this.this).strip()
+    if name == "SECOND" and re.fullmatch(r"[+-]?\d+\.\d{1,6}", text):  # INTERVAL '1.5' SECOND: microseconds
+        return Interval(micros=int(decimal.Decimal(text) * 1_000_000), timed=True)
     try:
-        n = int(str(node.this.this).strip())
+        n = int(text)
     except ValueError:
         raise _refuse(f"INTERVAL '{node.this.this}' (a whole number of {name} is)", node) from None
     field, scale = _UNITS[name]
