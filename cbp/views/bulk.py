@@ -29,7 +29,7 @@ from sqlglot import exp, parse_one
 from .exprs import DECIMAL_FN, VIEW_FN
 from .intwidth import INT_FN, from_columns
 from .run import RouteKey, _Group, group, write_group
-from .vtypes import key_text
+from .vtypes import family, key_text
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, SparkSession
@@ -67,7 +67,7 @@ def spark_sql(text: str) -> str:
 
 
 def _keyable(t: str | None) -> bool:
-    return t is not None and (t in _KEYS or t.startswith("decimal("))
+    return t is not None and (family(t) in _KEYS or t.startswith("decimal("))  # an int32 key: stored as a bigint
 
 
 class GroupBuild:
