@@ -125,13 +125,21 @@ def test_narrow_types_parse_widen_narrow_and_bound_their_values():
     )
     assert misfit(s, pa.table({"a": [1], "f": [0.1]})) is not None  # 0.1 is not a float32
     assert misfit(s, pa.table({"a": [1], "f": [0.10000000149011612]})) is None
+    from cbp.spec.arrowrecords import ArrowRecordError, conform
+
+    stored = conform(s, pa.table({"a": pa.array([1, -2], pa.int64()), "f": pa.array([0.1, None], pa.float64())}))
+    assert stored.to_pylist() == [{"a": 1, "f": 0.10000000149011612}, {"a": -2, "f": None}]  # an Arrow feed
+    for bad in ({"a": [1, 300]}, {"a": [1, 2], "f": [0.5, 1e39]}):
+        with pytest.raises(ArrowRecordError) as e:
+            conform(s, pa.table(bad))
+        assert e.value.row == 1, e.value
 
 
 @pytest.mark.usefixtures("few_partitions")
 def test_narrow_columns_wrap_as_spark_without_ansi(spark, tmp_path):
     """ANSI off: a Delta table's narrow columns, and a view's narrow columns read by another view, wrap
     in their width (``a + a`` past 32 bits, ``c + c`` past 8, ``b * b`` past 16) and 32-bit floats round as
-    Spark's; equal to Spark SQL after an insert, an update and a delete."""
+    Spark's; equal to Spark SQL before and after an insert, an update and a delete."""
     src = str(tmp_path / "src")
     write_deltalake(
         src,
@@ -150,9 +158,7 @@ def test_narrow_columns_wrap_as_spark_without_ansi(spark, tmp_path):
             _check(spark, p, src, VIEWS)
             write_deltalake(src, _rows((4, 70000, 1 << 30, 200, 100, 1.0e-3, DAY, "pqr")), mode="append")
             DeltaTable(src).update(updates={"a": "a - 8", "c": "c - 1", "f": "f * 3"}, predicate="k = 1")
-            p.run()
-            _check(spark, p, src, VIEWS)
-            DeltaTable(src).delete("k = 2")
+            DeltaTable(src).delete("k = 2")  # three versions, one epoch (each epoch costs a Spark job per view)
             p.run()
             _check(spark, p, src, VIEWS)
     finally:
