@@ -75,6 +75,7 @@ _WIDTH_NAMES = {v: k for k, v in WIDTHS.items()}
 #: The scalar type names a schema field takes (each also as ``list<T>``, except json, and nullable as ``T?``).
 SCALAR_TYPES = (*_SCALARS, *WIDTHS, *typedvalues.TYPED, "decimal(P,S)")
 _FLOAT32_MAX = 3.4028234663852886e38
+_F32 = struct.Struct("f")
 
 
 def float32(v: float) -> float:
@@ -83,10 +84,10 @@ def float32(v: float) -> float:
     >>> float32(0.1), float32(1e39)
     (0.10000000149011612, inf)
     """
-    if v != v or abs(v) == float("inf"):
+    if v != v or abs(v) == _INF:
         return v
     try:
-        return float(struct.unpack("f", struct.pack("f", v))[0])
+        return _F32.unpack(_F32.pack(v))[0]  # type: ignore[no-any-return]
     except OverflowError:
         return float("inf") if v > 0 else float("-inf")
 

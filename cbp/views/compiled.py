@@ -230,8 +230,9 @@ def _compile_special(node: exp.Expr, prefix: str) -> Fn:
         )
         return lambda row: intwidth.checked(inner(row), width, view, row)
     if isinstance(node, exp.Anonymous) and node.name.lower() == intwidth.FLOAT_FN:  # 32-bit float arithmetic
-        via = _via(prefix)
-        return lambda row: intwidth.float_value(node, row, via, exprs.OPS)
+        op, args = exprs.OPS[type(node.expressions[0])], intwidth.float_operands(node.expressions[0])
+        fns = [node_fn(a, prefix) for a in args]
+        return lambda row: intwidth.float_apply(op, [f(row) for f in fns])
     if isinstance(node, exp.Anonymous) and node.name.lower() == LAX_FN:
         _LAX[0] += 1  # its arithmetic compiled to wrap (an ANSI expression's does not check)
         try:

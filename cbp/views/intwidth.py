@@ -37,7 +37,7 @@ from .mode import ansi, wrap_bits
 from .vtypes import NARROW
 
 __all__ = ["INT_FN", "FLOAT_FN", "bits", "float_bits", "narrowed", "int_value", "float_value", "checked", "typed"]
-__all__ += ["from_columns"]
+__all__ += ["from_columns", "float_operands", "float_apply"]
 
 #: The internal function an int arithmetic narrower than 64 bits is checked with: ``cbp_int(e, 32, 'view')``.
 INT_FN = "cbp_int"
@@ -206,8 +206,17 @@ def float_value(
     operand too, as Java widens it to a ``float``), its operation (``ops``: by node type), the result
     rounded to 32 bits."""
     inner = node.expressions[0]
-    args = [ev(c, row) for c in (inner.this, inner.args.get("expression")) if isinstance(c, exp.Expr)]
-    if any(a is None for a in args):
+    return float_apply(ops[type(inner)], [ev(c, row) for c in float_operands(inner)])
+
+
+def float_operands(inner: exp.Expr) -> list[exp.Expr]:
+    """The operands of the arithmetic ``cbp_float32`` wraps."""
+    return [c for c in (inner.this, inner.args.get("expression")) if isinstance(c, exp.Expr)]
+
+
+def float_apply(op: Callable[..., Any], args: list[Any]) -> Any:
+    """``op`` of ``args`` as Java's ``float`` arithmetic: each rounded to 32 bits, the result too."""
+    if None in args:
         return None
-    v = ops[type(inner)](*[float32(float(a)) for a in args])
+    v = op(*[float32(float(a)) for a in args])
     return None if v is None else float32(float(v))
