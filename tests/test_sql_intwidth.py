@@ -47,6 +47,7 @@ VIEWS = {  # in dependency order: n is read by r
     "n": "SELECT k, CAST(x AS INT) AS ci, year(d) AS y, length(g) AS len, CAST(x AS FLOAT) AS xf, b FROM t",
     "r": "SELECT k, ci + ci AS c2, y * 1000000 AS y6, len * 1000000000 AS l9, xf * xf AS x2, b * b AS b2 FROM n",
 }
+ANSI_VIEWS = {v: sql for v, sql in VIEWS.items() if v != "agg"}
 DAY = datetime.date(2024, 5, 1)
 
 
@@ -195,25 +196,26 @@ def test_narrow_overflow_fails_the_epoch_naming_the_view_and_row(spark, tmp_path
     an update and a delete; a row whose ``CAST(x AS INT)`` column, doubled in the view ``r`` that reads
     view ``n``, passes 32 bits fails the epoch with ``view-overflow`` naming ``r`` and the row (Spark's
     query fails too), and nothing of ``r``'s epoch is committed; arithmetic of the table's narrow
-    columns past their widths is ``view-overflow`` where Spark's query fails."""
+    columns past their widths is ``view-overflow`` where Spark's query fails. (The GROUP BY of the non-ANSI
+    test is left out: its types are the same in both modes.)"""
     src = str(tmp_path / "src")
     write_deltalake(src, _rows((1, 5, 7, 3, 4, 0.1, DAY, "p"), (2, 9, -7, 100, -5, 2.5, DAY, "q")), configuration=CDF)
     try:
-        p = cbp.Pipeline(_yaml(tmp_path, src, VIEWS), str(tmp_path / "home"), spark=spark)
+        p = cbp.Pipeline(_yaml(tmp_path, src, ANSI_VIEWS), str(tmp_path / "home"), spark=spark)
         p.run()
-        _check(spark, p, src, VIEWS)
+        _check(spark, p, src, ANSI_VIEWS)
         write_deltalake(src, _rows((3, -70000, 2**29, -2, 60, 1.0e-3, DAY, "pq")), mode="append")
         DeltaTable(src).update(updates={"a": "a - 8", "f": "f * 3"}, predicate="k = 1")
         DeltaTable(src).delete("k = 2")
         p.run()
-        _check(spark, p, src, VIEWS)
+        _check(spark, p, src, ANSI_VIEWS)
         before = p.output("r", consolidated=True)
         write_deltalake(src, _rows((4, 2**30, 1, 1, 1, 1.0, DAY, "p")), mode="append")
         with pytest.raises(UserCodeError) as e:
             p.run()
         assert e.value.code == "view-overflow" and "view 'r'" in str(e.value) and "'k': 4" in str(e.value)
         assert p.output("r", consolidated=True) == before
-        _spark_views(spark, src, VIEWS)
+        _spark_views(spark, src, ANSI_VIEWS)
         with pytest.raises(Exception, match="OVERFLOW"):
             spark.sql("SELECT * FROM r").collect()
         row = dict(zip(ARROW.names, OVERFLOWS, strict=True))
@@ -223,7 +225,7 @@ def test_narrow_overflow_fails_the_epoch_naming_the_view_and_row(spark, tmp_path
             with pytest.raises(Exception, match="OVERFLOW"):
                 spark.sql(f"SELECT {text} FROM t").collect()
     finally:
-        _drop(spark, VIEWS)
+        _drop(spark, ANSI_VIEWS)
 
 
 @pytest.mark.usefixtures("few_partitions")
