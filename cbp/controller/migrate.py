@@ -28,7 +28,7 @@ from ..engine.task.bipindex import STATE_META
 from ..engine.task.keyedstate import RK
 from ..engine.task.restate import Job
 from ..errors import RuntimeStateError, UserCodeError
-from ..spec.schema import DIFF, RecordError, RecordSchema
+from ..spec.schema import DIFF, RecordError, RecordSchema, misfit
 from ..storage import INC, LAYOUT, PART, SRC, Home
 from .change import Commit, FlowVersion, IncrementVersion, StateVersion, Target
 from .landing import flow_schema
@@ -193,6 +193,15 @@ class Migration:
                 t = conform(
                     t, schema.signed(), keep=(SRC,) if SRC in t.column_names else ()
                 )  # _diff stays, last (null: +1)
+                # a fed field narrowed (int -> int32): its stored values must fit (a stage's output, a view's,
+                # holds what its translator wrote: a view's rows are retracted and rebuilt by the upgrade)
+                bad = misfit(schema, t) if self.live.spec.flows[flow].external else None
+                if bad is not None:
+                    raise UserCodeError(
+                        f"cbp upgrade: flow '{flow}' (increment {inc}): {bad}; nothing was changed: restore the "
+                        "wider type, or give the flow a migrate: function",
+                        code="migrate-failed",
+                    )
                 add = self.home.write_parquet(LAYOUT.increment_dir(flow, inc), t, f"u{n}", inc)
                 written.append(add["rel"])
                 adds.append({**add, "path": add.pop("rel")[len(rel) + 1 :]})

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..spec import PipelineSpec
-from ..spec.schema import FieldType, parse_type
+from ..spec.schema import FieldType, narrows, parse_type
 from .snapshot import Snapshot
 
 __all__ = ["Change", "Plan", "definition", "recorded", "schema_steps", "flow_changes", "ARCHIVE", "PIPELINE"]
@@ -159,6 +159,8 @@ def schema_steps(old: dict[str, str], new: dict[str, str], defaults: dict[str, A
         elif old[f] != t:
             if widens(parse_type(old[f]), parse_type(t)):
                 steps.append(f"field '{f}' {old[f]} -> {t}")
+            elif narrows(parse_type(old[f]), parse_type(t)):  # a Delta source's int column read as int32
+                steps.append(f"field '{f}' {old[f]} -> {t} (stored as before; the upgrade checks its values fit)")
             else:
                 refused.append(f"field '{f}' {old[f]} -> {t}: not a widening (int -> float, T -> T?)")
     steps += [f"field '{f}' dropped" for f in old if f not in new]

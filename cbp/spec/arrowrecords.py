@@ -191,6 +191,8 @@ def _field(ft: FieldType, arr: pa.Array, json_text: bool = False) -> tuple[pa.Ar
     if arr.null_count == len(arr):  # no values: nothing to check but the nulls, whatever the type
         return pa.nulls(len(arr), ft.arrow), nulls
     out, bad = _list(ft, arr) if ft.is_list else _scalar(ft.scalar, arr)
+    if ft.bits < 64 and bad is None and not ft.is_list:
+        out, bad = _narrow(ft, out)
     return out, min((b for b in (bad, nulls) if b is not None), key=lambda b: b[0], default=None)
 
 
@@ -222,6 +224,22 @@ def _scalar(scalar: str, arr: pa.Array) -> tuple[pa.Array, _Bad]:
     if scalar == "bool" and pa.types.is_boolean(t):
         return arr, None
     return arr, (_first(arr.is_valid()), f"expected {scalar} values, got an Arrow column of type {t}")
+
+
+def _narrow(ft: FieldType, arr: pa.Array) -> tuple[pa.Array, _Bad]:
+    """An int64 or float64 column of a narrow type (``int32``, ``float32``, ...): its ints within the width,
+    its floats rounded to 32 bits (as stored: int64, float64)."""
+    if ft.scalar == "float":
+        out = arr.cast(pa.float32(), safe=False).cast(pa.float64())
+        bad = pc.invert(pc.is_finite(out))
+        if pc.any(bad).as_py():
+            return out, (_first(bad), f"is past the range of a {ft.name}")
+        return out, None
+    lo, hi = -(2 ** (ft.bits - 1)), 2 ** (ft.bits - 1) - 1
+    bad = pc.or_(pc.less(arr, lo), pc.greater(arr, hi))
+    if pc.any(bad).as_py():
+        return arr, (_first(bad), f"does not fit a {ft.name} ({lo} to {hi})")
+    return arr, None
 
 
 def _list(ft: FieldType, arr: pa.Array) -> tuple[pa.Array, _Bad]:

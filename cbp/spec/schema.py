@@ -2,7 +2,9 @@
 
 A schema is a mapping of field name to a type string: ``string``, ``int``, ``float``,
 ``bool``, ``json`` (any JSON value), ``date``, ``timestamp``, ``decimal(P,S)``, ``binary``
-(:mod:`.typedvalues`), ``list<T>`` of a scalar type, each optionally followed by ``?`` for a
+(:mod:`.typedvalues`), the narrow numbers ``int32``, ``int16``, ``int8`` and ``float32`` (stored
+as ``int`` and ``float`` are, their values bounded to the width: :data:`WIDTHS`), ``list<T>`` of a
+scalar type, each optionally followed by ``?`` for a
 field that may be null or missing. Field names are identifiers that do
 not start with ``_`` (cbp's own columns do).
 
@@ -24,8 +26,9 @@ import decimal
 import functools
 import json
 import re
+import struct
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Annotated, Any
 
 import pyarrow as pa
@@ -46,6 +49,7 @@ from . import typedvalues
 from .jsonvalues import MAX_DEPTH, SURROGATE, RecordError, check_json, parse_json, safe_repr, short, surrogate_message
 
 __all__ = ["FieldType", "RecordSchema", "RecordError", "parse_type", "check_json", "MAX_DEPTH", "FIELD_NAME", "DIFF"]
+__all__ += ["WIDTHS", "float32", "narrows", "misfit"]
 
 #: The reserved field of a record's multiplicity: a nonzero int64, +1 when absent (-1: a retraction)
 DIFF = "_diff"
@@ -63,22 +67,63 @@ _SCALARS: dict[str, tuple[Any, pa.DataType]] = {
     "json": (Any, pa.string()),
 }
 _SPARK = {"string": "STRING", "int": "BIGINT", "float": "DOUBLE", "bool": "BOOLEAN", "json": "STRING"}
+#: The narrow numbers: type name -> (scalar, bits). Spark's ``int``, ``smallint``, ``tinyint`` and ``float``
+#: (a Delta source's columns of those types): stored as an ``int`` (int64) or ``float`` (float64) is, their
+#: values within the width (a float32's rounded to 32 bits); a view computes on them in Spark's widths.
+WIDTHS = {"int32": ("int", 32), "int16": ("int", 16), "int8": ("int", 8), "float32": ("float", 32)}
+_WIDTH_NAMES = {v: k for k, v in WIDTHS.items()}
 #: The scalar type names a schema field takes (each also as ``list<T>``, except json, and nullable as ``T?``).
-SCALAR_TYPES = (*_SCALARS, *typedvalues.TYPED, "decimal(P,S)")
+SCALAR_TYPES = (*_SCALARS, *WIDTHS, *typedvalues.TYPED, "decimal(P,S)")
+_FLOAT32_MAX = 3.4028234663852886e38
+_F32 = struct.Struct("f")
+
+
+def float32(v: float) -> float:
+    """``v`` rounded to the nearest 32-bit float, as Java narrows a ``double`` (past the range: an infinity).
+
+    >>> float32(0.1), float32(1e39)
+    (0.10000000149011612, inf)
+    """
+    if v != v or abs(v) == _INF:
+        return v
+    try:
+        return _F32.unpack(_F32.pack(v))[0]  # type: ignore[no-any-return]
+    except OverflowError:
+        return float("inf") if v > 0 else float("-inf")
+
+
+def _bounded_int(bits: int) -> Any:
+    return Annotated[StrictInt, Field(ge=-(2 ** (bits - 1)), le=2 ** (bits - 1) - 1)]
+
+
+def _finite_float32(v: float) -> float:
+    out = float32(v)
+    if abs(out) > _FLOAT32_MAX:
+        raise ValueError(f"{v} is past the range of a float32 (at most {_FLOAT32_MAX:g})")
+    return out
+
+
 _TYPE_RE = re.compile(r"^\s*(?:list<\s*(\w+(?:\([\d\s,]*\))?)\s*(\?)?\s*>|(\w+(?:\([\d\s,]*\))?))\s*(\?)?\s*$")
 
 
 @dataclass(frozen=True)
 class FieldType:
-    """One field's type: a scalar or a list of scalars (whose items may be nullable), nullable or not."""
+    """One field's type: a scalar or a list of scalars (whose items may be nullable), nullable or not;
+    ``bits``: an ``int``'s or ``float``'s width (64; ``int32`` is ``int`` of 32 bits)."""
 
     scalar: str
     is_list: bool = False
     nullable: bool = False
     items_nullable: bool = False
+    bits: int = field(default=64, repr=False)
+
+    @property
+    def name(self) -> str:
+        """The scalar's type name (``int32`` for an ``int`` of 32 bits)."""
+        return _WIDTH_NAMES.get((self.scalar, self.bits), self.scalar)
 
     def __str__(self) -> str:
-        base = f"list<{self.scalar}{'?' if self.items_nullable else ''}>" if self.is_list else self.scalar
+        base = f"list<{self.name}{'?' if self.items_nullable else ''}>" if self.is_list else self.name
         return base + ("?" if self.nullable else "")
 
     @property
@@ -99,6 +144,8 @@ class FieldType:
     @property
     def python(self) -> Any:
         t = typedvalues.python_type(self.scalar) if self.scalar not in _SCALARS else _SCALARS[self.scalar][0]
+        if self.bits < 64:
+            t = _bounded_int(self.bits) if self.scalar == "int" else Annotated[t, AfterValidator(_finite_float32)]
         if self.is_list:
             t = list[t | None] if self.items_nullable else list[t]  # type: ignore[valid-type]
         return t | None if self.nullable else t
@@ -109,9 +156,39 @@ class FieldType:
             return False
         if other.nullable and not self.nullable:
             return False
-        if self.scalar == other.scalar or (self.scalar == "float" and other.scalar == "int"):
-            return True
+        if self.scalar == other.scalar:
+            return self.bits >= other.bits  # int32 -> int, float32 -> float widen
+        if self.scalar == "float" and other.scalar == "int":
+            return self.bits == 64 or other.bits <= 16  # a float32 holds an int16 exactly
         return typedvalues.decimal_widens(other.scalar, self.scalar)
+
+
+def narrows(old: FieldType, new: FieldType) -> bool:
+    """Whether ``new`` is ``old`` of a narrower width (``int`` -> ``int32``, ``float`` -> ``float32``, nullable
+    or not as :meth:`FieldType.accepts` allows): the same stored form, whose values must fit the width.
+
+    >>> narrows(parse_type("int"), parse_type("int32?")), narrows(parse_type("int32"), parse_type("int"))
+    (True, False)
+    """
+    wide = FieldType(new.scalar, new.is_list, new.nullable, new.items_nullable)
+    return new.scalar == old.scalar and new.bits < old.bits and wide.accepts(old)
+
+
+def misfit(schema: RecordSchema, table: pa.Table) -> str | None:
+    """What of ``table`` (stored records of ``schema``'s fields) does not fit a narrow field's width
+    (``int32``, ``float32``, ...): the field and its first value that does not; None when all do."""
+    for name, ft in schema.fields.items():
+        if ft.bits == 64 or ft.is_list or name not in table.column_names:
+            continue
+        for v in table.column(name).to_pylist():
+            if v is None:
+                continue
+            fits = (
+                float32(v) == v or v != v if ft.scalar == "float" else -(2 ** (ft.bits - 1)) <= v < 2 ** (ft.bits - 1)
+            )
+            if not fits:
+                return f"field '{name}' holds {v!r}, which does not fit its type {ft.name}"
+    return None
 
 
 def parse_type(text: str) -> FieldType:
@@ -122,13 +199,15 @@ def parse_type(text: str) -> FieldType:
     """
     m = _TYPE_RE.match(str(text))
     scalar = (m.group(1) or m.group(3)) if m else None
+    scalar, bits = WIDTHS.get(scalar or "", (scalar, 64))
     if scalar is not None and scalar not in _SCALARS:
         scalar = typedvalues.canonical(re.sub(r"\s+", "", scalar))  # decimal(P,S) with P, S in bounds
     if not m or scalar is None or (m.group(1) and scalar == "json"):
         raise ValueError(
             f"unknown type '{text}'; use one of {', '.join(SCALAR_TYPES)}, list<T> of a scalar T, with an optional '?'"
         )
-    return FieldType(scalar, is_list=bool(m.group(1)), nullable=bool(m.group(4)), items_nullable=bool(m.group(2)))
+    nulls = {"nullable": bool(m.group(4)), "items_nullable": bool(m.group(2))}
+    return FieldType(scalar, is_list=bool(m.group(1)), bits=bits, **nulls)
 
 
 @functools.lru_cache(maxsize=256)
@@ -213,7 +292,7 @@ class RecordSchema:
         #: such records itself and leaves pydantic only the ones it cannot accept (to say why)
         self._flat = (
             None
-            if any(ft.is_list or ft.scalar not in _FLAT for ft in self.fields.values())
+            if any(ft.is_list or ft.scalar not in _FLAT or ft.bits < 64 for ft in self.fields.values())
             else [(n, ft.scalar, ft.nullable) for n, ft in self.fields.items()]
         )
         #: (name, scalar, is_list) of the fields of a type JSON lacks (a date ...): read from their JSON form

@@ -259,7 +259,7 @@ def field_type_of_arrow(t: pa.DataType, nullable: bool) -> str | None:
     ``schema:``), None for a type cbp cannot carry (a struct, a map, a naive timestamp, ...).
 
         >>> field_type_of_arrow(pa.int16(), False), field_type_of_arrow(pa.list_(pa.decimal128(9, 2)), True)
-        ('int', 'list<decimal(9,2)?>?')
+        ('int16', 'list<decimal(9,2)?>?')
         >>> field_type_of_arrow(pa.struct([("x", pa.int64())]), True) is None
         True
     """
@@ -274,10 +274,10 @@ def field_type_of_arrow(t: pa.DataType, nullable: bool) -> str | None:
 def _scalar_of_arrow(t: pa.DataType) -> str | None:
     if pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_string_view(t):
         return "string"
-    if pa.types.is_integer(t) and not pa.types.is_uint64(t):
-        return "int"
+    if pa.types.is_integer(t) and not pa.types.is_uint64(t):  # Spark's tinyint, smallint, int: narrow
+        return {8: "int8", 16: "int16", 32: "int32"}.get(t.bit_width, "int") if pa.types.is_signed_integer(t) else "int"
     if pa.types.is_floating(t):
-        return "float"
+        return "float32" if pa.types.is_float32(t) else "float"
     if pa.types.is_boolean(t):
         return "bool"
     if pa.types.is_date(t):

@@ -27,9 +27,9 @@ from typing import TYPE_CHECKING, Any
 from sqlglot import exp, parse_one
 
 from .exprs import DECIMAL_FN, VIEW_FN
-from .intwidth import INT_FN
+from .intwidth import INT_FN, from_columns
 from .run import MULTISET, RouteKey, _Group, group, write_group
-from .vtypes import key_text
+from .vtypes import family, key_text
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, SparkSession
@@ -55,6 +55,8 @@ def spark_sql(text: str) -> str:
             if name == DECIMAL_FN:  # the replacement's children are not visited again: transformed here
                 to = exp.DataType.build(n.expressions[1].this, dialect="spark")
                 return exp.Cast(this=n.expressions[0].transform(plain), to=to)
+            if name == INT_FN and from_columns(n.expressions[0]):  # an int32 column: a bigint in the stored table
+                raise ValueError(f"{name} of a narrow column is evaluated by cbp")
             if name in (VIEW_FN, INT_FN):  # Spark computes narrow ints in their width itself (cbp.views.intwidth)
                 return n.expressions[0].transform(plain)
             if name.startswith("cbp_"):
@@ -65,7 +67,7 @@ def spark_sql(text: str) -> str:
 
 
 def _keyable(t: str | None) -> bool:
-    return t is not None and (t in _KEYS or t.startswith("decimal("))
+    return t is not None and (family(t) in _KEYS or t.startswith("decimal("))  # an int32 key: stored as a bigint
 
 
 class GroupBuild:

@@ -229,6 +229,10 @@ def _compile_special(node: exp.Expr, prefix: str) -> Fn:
             node.expressions[2].this,
         )
         return lambda row: intwidth.checked(inner(row), width, view, row)
+    if isinstance(node, exp.Anonymous) and node.name.lower() == intwidth.FLOAT_FN:  # 32-bit float arithmetic
+        op, args = exprs.OPS[type(node.expressions[0])], intwidth.float_operands(node.expressions[0])
+        fns = [node_fn(a, prefix) for a in args]
+        return lambda row: intwidth.float_apply(op, [f(row) for f in fns])
     if isinstance(node, exp.Anonymous) and node.name.lower() == LAX_FN:
         _LAX[0] += 1  # its arithmetic compiled to wrap (an ANSI expression's does not check)
         try:

@@ -27,9 +27,9 @@ from .mode import LAX_FN, ansi, int_result, semantics
 from .ops import _and, _cmp, _div, _mod, _num, _or
 from .strings import LIKE_NODES, like_operands, like_value, substring
 from .viewerror import ViewError, construct_name
-from .vtypes import arith, conform, is_numeric, literal_type, wider
+from .vtypes import arith, conform, family, is_numeric, literal_type, wider
 
-__all__ = ["ev", "parse_expr", "infer", "ViewError", "SCALAR_NODES", "NUMERIC", "with_decimal_types"]
+__all__ = ["ev", "parse_expr", "infer", "ViewError", "SCALAR_NODES", "NUMERIC", "with_decimal_types", "column_type"]
 
 NUMERIC = frozenset({"int", "float"})
 #: The internal function a decimal result is rounded to its type with: ``cbp_decimal(expr, 'decimal(P,S)')``.
@@ -81,6 +81,10 @@ _UNARY: dict[type[exp.Expr], Callable[[Any], Any]] = {
     exp.Length: lambda a: None if a is None else len(a),
     exp.Abs: lambda a: None if a is None else int_result(abs(a)) if type(a) is int else abs(a),
 }
+OPS: dict[type[exp.Expr], Callable[..., Any]] = {
+    **_BINARY,
+    **_UNARY,
+}  # an arithmetic's operation on its operands' values (cbp_float32's)
 #: The sqlglot node types a view's scalar expressions may use.
 SCALAR_NODES = frozenset(
     set(_BINARY)
@@ -203,6 +207,8 @@ def _function(node: exp.Expr, row: Mapping[str, Any]) -> Any:
         return in_view(node, row, ev)
     if isinstance(node, exp.Anonymous) and node.name.lower() == intwidth.INT_FN:
         return intwidth.int_value(node, row, ev)
+    if isinstance(node, exp.Anonymous) and node.name.lower() == intwidth.FLOAT_FN:
+        return intwidth.float_value(node, row, ev, OPS)
     if isinstance(node, exp.Anonymous) and node.name.lower() == LAX_FN:  # non-ANSI semantics (cbp.views.mode)
         with semantics(False):
             return ev(node.expressions[0], row)
@@ -270,7 +276,7 @@ def with_decimal_types(node: exp.Expr, types: Mapping[str, str | None], view: st
                 lits = [exp.Literal.string(t), exp.Literal.string(view)]
                 return exp.Anonymous(this=DECIMAL_FN, expressions=[out, *lits])
         if type(n) in _ARITH or type(n) in (exp.Neg, exp.Abs):  # int arithmetic in Spark's 8/16/32 bits
-            return intwidth.narrowed(n, out, infer(n, types), view)
+            return intwidth.narrowed(n, out, infer(n, types), view, types, infer)
         return out
 
     out = wrap(node)
@@ -294,7 +300,8 @@ def infer(node: exp.Expr, types: Mapping[str, str | None]) -> str | None:
     if t not in SCALAR_NODES:
         raise ViewError("view-unsupported", construct_name(node), node=node)
     if t is exp.Column:
-        return types[node.name]
+        ct = types[node.name]
+        return None if ct is None else family(ct)  # int32 ... computes as an int, in its width (intwidth)
     if t is exp.Literal:
         return _literal_type(node)
     if t is exp.Boolean:
@@ -347,7 +354,19 @@ def _arith_type(node: exp.Expr, types: Mapping[str, str | None]) -> str | None:
         return known[0]
     if len(args) == 1:
         return args[0]
-    return arith(_ARITH[type(node)], str(args[0]), args[1], lits[0], lits[1])
+    widths = [str(intwidth.typed(o, a, types, infer)) for o, a in zip(operands, args)]  # an int32 is decimal(10,0)
+    return arith(_ARITH[type(node)], widths[0], widths[1], lits[0], lits[1])
+
+
+def column_type(node: exp.Expr, types: Mapping[str, str | None]) -> str | None:
+    """:func:`infer`'s type of a view's column with its width, as the view's flow declares it: ``int32``
+    for ``CAST(x AS INT)``, ``year(d)``, an ``int32`` column or arithmetic of them (:mod:`.intwidth`),
+    ``float32`` for ``CAST(x AS FLOAT)`` ...
+
+    >>> column_type(parse_expr("CAST(x AS INT) + 1"), {"x": "string"}), column_type(parse_expr("x"), {"x": "int16"})
+    ('int32', 'int16')
+    """
+    return intwidth.typed(node, infer(node, types), types, infer)
 
 
 def _operands(node: exp.Expr) -> list[exp.Expr]:

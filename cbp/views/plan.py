@@ -31,7 +31,7 @@ from typing import Any
 from sqlglot import exp
 
 from .ctes import inline_ctes
-from .exprs import ViewError, infer, with_decimal_types
+from .exprs import ViewError, column_type, infer, with_decimal_types
 from .hoist import hoist
 from .joins import PRESERVED, Step
 from .mode import ansi, recorded
@@ -40,7 +40,7 @@ from .run import MULTISET, RouteKey
 from .select import distinct_over_groups, read_tree
 from .setops import WEIGHT, set_operations
 from .sharing import share_key
-from .vtypes import avg_type, is_numeric, sum_type, wider
+from .vtypes import avg_type, family, is_numeric, sum_type, wider
 from .windows import compile_topk, compile_window, has_window, top_of
 
 __all__ = ["Generated"]
@@ -132,9 +132,10 @@ class Generated:
         return {f: t.rstrip("?") for f, t in self.flows[name].items()}
 
     def _type(self, e: exp.Expr | None, types: Mapping[str, str | None], boolean: bool = False) -> str | None:
+        """``e``'s type, with its width (``int32``: :func:`~cbp.views.exprs.column_type`)."""
         if e is None:
             return None
-        t = infer(e, types)
+        t = column_type(e, types)
         if boolean and t not in ("bool", None):
             raise ViewError(
                 "view-unsupported", f"a condition of type {t} (it must be a boolean)", *position(e, self._sql)
@@ -222,7 +223,7 @@ class Generated:
         keys: list[list[str]] = [[], []]
         casts: list[str | None] = []
         for left, right in step.keys:
-            lt, rt = self._type(left, types), self._type(right, types)
+            lt, rt = family(str(self._type(left, types))), family(str(self._type(right, types)))
             if lt != rt and not (is_numeric(lt) and is_numeric(rt)) and {lt, rt} != {"date", "timestamp"}:
                 raise ViewError("view-unsupported", f"a join key comparing {lt} with {rt}", *position(left, self._sql))
             casts.append(
@@ -396,7 +397,7 @@ class Generated:
         if fn in ("min", "max"):
             if t is None or t.startswith(("list", "json")):  # (a bool or binary: Python orders them as Spark)
                 raise ViewError("view-unsupported", f"{fn.upper()} of a {t}", *position(n, self._sql))
-            return [fn, sql, t, t]
+            return [fn, sql, column_type(arg, types), t]  # min(int32 column) is an int32
         if t is None or not is_numeric(t):
             raise ViewError("view-unsupported", f"{fn.upper()} of a {t} (it takes a number)", *position(n, self._sql))
         return [fn, sql, avg_type(t) if fn.startswith("avg") else sum_type(t), t]

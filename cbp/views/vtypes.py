@@ -23,22 +23,31 @@ from .casts import cast_value
 from .mode import ansi, wrap64
 
 __all__ = ["is_numeric", "is_typed_view_type", "dec_type", "arith", "wider", "literal_type", "conform"]
-__all__ += ["coerce_pair", "key_text", "decode_key", "sum_type", "avg_value", "VIEW_TYPES"]
+__all__ += ["coerce_pair", "key_text", "decode_key", "sum_type", "avg_value", "VIEW_TYPES", "family", "NARROW"]
 
+#: The narrow numbers a view's column may be (a Delta source's ``int``/``smallint``/``tinyint``/``float``
+#: column, a view's ``CAST(x AS INT)``, ``year(d)``): their family type and width (:mod:`cbp.views.intwidth`).
+NARROW = {"int32": ("int", 32), "int16": ("int", 16), "int8": ("int", 8), "float32": ("float", 32)}
 #: The scalar types a view reads (besides ``decimal(P,S)``).
-VIEW_TYPES = frozenset({"int", "float", "string", "bool", "date", "timestamp", "binary"})
+VIEW_TYPES = frozenset({"int", "float", "string", "bool", "date", "timestamp", "binary", *NARROW})
 _MAX = 38
 _EXACT = decimal.Context(prec=200, rounding=decimal.ROUND_DOWN)
 _UTC = datetime.timezone.utc
 
 
-def is_numeric(t: str | None) -> bool:
-    """int, float or a decimal.
+def family(t: str) -> str:
+    """The type a view's expressions compute with: ``int`` for ``int32``, ``int16``, ``int8``, ``float`` for
+    ``float32`` (their width is :mod:`cbp.views.intwidth`'s), any other type itself."""
+    return NARROW[t][0] if t in NARROW else t
 
-    >>> is_numeric("decimal(5,2)"), is_numeric("date")
-    (True, False)
+
+def is_numeric(t: str | None) -> bool:
+    """int, float (of any width) or a decimal.
+
+    >>> is_numeric("decimal(5,2)"), is_numeric("date"), is_numeric("int16")
+    (True, False, True)
     """
-    return t in ("int", "float") or (t is not None and decimal_of(t) is not None)
+    return t in ("int", "float") or t in NARROW or (t is not None and decimal_of(t) is not None)
 
 
 def is_typed_view_type(t: str) -> bool:
@@ -74,6 +83,8 @@ def dec_type(t: str, literal: int | None = None) -> tuple[int, int]:
         return ps
     if literal is not None:
         return max(len(str(abs(literal))), 1), 0
+    if t in NARROW and NARROW[t][0] == "int":  # Spark's int is decimal(10,0), smallint (5,0), tinyint (3,0)
+        return {8: 3, 16: 5, 32: 10}[NARROW[t][1]], 0
     return 20, 0
 
 
@@ -103,6 +114,8 @@ def wider(a: str, b: str) -> str:
     decimal of two decimals (or a decimal and an int), a timestamp over a date."""
     if a == b:
         return a
+    if a in NARROW or b in NARROW:
+        return _wider_narrow(a, b)
     if "float" in (a, b):
         return "float"
     if {a, b} == {"date", "timestamp"}:
@@ -113,10 +126,26 @@ def wider(a: str, b: str) -> str:
     return _decimal(min(_MAX, max(p1 - s1, p2 - s2) + s), s)
 
 
+def _wider_narrow(a: str, b: str) -> str:
+    """:func:`wider` of two numbers, one narrow: the wider int; a float32 over any int (in non-ANSI mode;
+    a double in ANSI mode), a double over a float32 and a decimal or double (Spark's ``findWiderTypeForTwo``).
+
+    >>> _wider_narrow("int16", "int32"), _wider_narrow("int", "float32"), _wider_narrow("float32", "decimal(5,2)")
+    ('int32', 'float', 'float')
+    """
+    fa, fb = family(a), family(b)
+    if fa == fb == "int":
+        return max(a, b, key=lambda t: NARROW.get(t, ("int", 64))[1])
+    if "float32" in (a, b) and {fa, fb} <= {"int", "float"} and "float" not in (a, b):
+        return "float32" if a == b or not ansi() else "float"
+    return wider(fa, fb)
+
+
 def sum_type(t: str) -> str:
-    """``sum`` of a decimal(P,S): decimal(min(38, P+10), S); of an int an int, of a float a float."""
+    """``sum`` of a decimal(P,S): decimal(min(38, P+10), S); of an int an int (a ``bigint``, whatever the
+    int's width), of a float a float (a ``double``)."""
     ps = decimal_of(t)
-    return _decimal(min(_MAX, ps[0] + 10), ps[1]) if ps else t
+    return _decimal(min(_MAX, ps[0] + 10), ps[1]) if ps else family(t)
 
 
 def avg_type(t: str) -> str:
@@ -147,6 +176,7 @@ def conform(v: Any, t: str | None, view: str) -> Any:
     read as a float."""
     if v is None or t is None:
         return v
+    t = family(t)
     if t == "int" and type(v) is int and not -(2**63) <= v < 2**63:
         if not ansi():  # Spark's non-ANSI mode: a long wraps
             return wrap64(v)
