@@ -385,6 +385,64 @@ def test_the_anchor_puts_partition_p_in_its_task(spark):
     assert not anchor.placing(spark)  # the suite's local session: nothing to place
 
 
+def test_a_connect_servers_tasks_claim_the_partitions_their_worker_ran_last(tmp_path, monkeypatch):
+    """No server needed: the functions of a small epoch's job on a Connect server in local mode
+    (:func:`cbp.engine.task.arrowtasks.server_claiming_batches`) run here as two Python workers (pids 101
+    and 202) running the job's two tasks at once, one partition at a time each. In the first job each worker
+    runs its task's share; in the next two the workers run the other task (Spark hands a job's tasks to
+    whichever idle worker it dequeues), and each worker claims again the partitions it ran (it caches their
+    state), each partition run once; the last job's claims directory is removed by the next job's tasks."""
+    from types import SimpleNamespace
+
+    import pyarrow as pa
+    from pyspark import TaskContext
+
+    from cbp.engine.task import arrowtasks
+    from cbp.engine.task.arrowtasks import server_claiming_batches
+
+    monkeypatch.setattr(arrowtasks.tempfile, "gettempdir", lambda: str(tmp_path))
+    blobs = arrowtasks.blobs
+    monkeypatch.setattr(arrowtasks, "blobs", lambda messages: blobs(messages, per_batch=1))  # a yield per partition
+    plan = SimpleNamespace(home=SimpleNamespace(location=str(tmp_path / "home")), stage=SimpleNamespace(name="s"))
+    ran: list[tuple[int, int]] = []  # (partition, worker pid) in the order they ran
+    now = {"pid": 0}
+    monkeypatch.setattr(arrowtasks.os, "getpid", lambda: now["pid"])
+
+    def task(_plan, batches, p):
+        list(batches)
+        ran.append((p, now["pid"]))
+        yield pa.record_batch({"part": [p]})
+
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, pa.schema([("k", pa.int64())])) as w:
+        w.write_table(pa.table({"k": [1]}))
+    payloads = [(p, sink.getvalue().to_pybytes()) for p in range(4)]
+    jobs, done = [], None
+    for workers in ((101, 202), (202, 101), (202, 101)):  # task i run by workers[i]
+        jobs.append(f"job{len(jobs)}")
+        gens = []
+        for i, pid in enumerate(workers):
+            ids = iter([pa.record_batch({"id": [i]})])
+            gens.append((pid, i, server_claiming_batches(plan, task, jobs[-1], done, payloads, 2, ids)))
+        done, before = jobs[-1], len(ran)
+        while gens:  # the two tasks in turns, a partition each time
+            for g in list(gens):
+                now["pid"] = g[0]
+                context = SimpleNamespace(partitionId=lambda i=g[1]: i, getLocalProperty=lambda _k: None)
+                TaskContext._setTaskContext(context)
+                try:
+                    next(g[2])
+                except StopIteration:
+                    gens.remove(g)
+        TaskContext._setTaskContext(None)
+        assert sorted(p for p, _ in ran[before:]) == [0, 1, 2, 3]  # each partition once
+    by_job = [dict(ran[4 * j : 4 * j + 4]) for j in range(3)]
+    assert by_job[0] == {0: 101, 1: 202, 2: 101, 3: 202}  # the first job: task i's share (p % 2 == i)
+    assert by_job[1] == by_job[2] == by_job[0]  # the tasks swapped workers, the partitions did not
+    left = sorted(n for n in os.listdir(tmp_path / arrowtasks.CLAIMS) if not n.endswith(".pid"))
+    assert len(left) == 1 and left[0].endswith(jobs[-1])  # the earlier jobs' claims removed
+
+
 CLIENT = ROOT / ".venv-client" / "bin" / "python"
 
 

@@ -34,6 +34,7 @@ __all__ = [
     "JobTag",
     "parallelism",
     "connect_conf",
+    "server_local",
     "range_frame",
     "known_schema",
     "blobs_of",
@@ -104,6 +105,12 @@ def connect_conf(spark: SparkSession, key: str, default: str, positive: bool = F
             value = default
         _CONF[k] = value
     return _CONF[k]
+
+
+def server_local(spark: SparkSession) -> bool:
+    """Whether a Spark Connect session's server runs its tasks in local mode (its ``spark.master`` is
+    ``local``: every task on its machine); False for a server that does not say. Asked once per session."""
+    return connect_conf(spark, "spark.master", "cluster").startswith("local")
 
 
 def blob_schema() -> StructType:

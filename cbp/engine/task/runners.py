@@ -84,13 +84,21 @@ def routed_task(plan: TaskPlan, task: GroupedTask, items: Iterator[list[tuple[in
 
 
 def claiming_task(
-    plan: TaskPlan, task: GroupedTask, work: str, n: int, tasks: int, last: dict[int, int], items: Iterator[int]
+    plan: TaskPlan,
+    task: GroupedTask,
+    work: str,
+    n: int,
+    tasks: int,
+    last: dict[int, int],
+    items: Iterator[int],
+    envelopes: dict[int, bytes] | None = None,
 ) -> Iterator[bytes]:
     """Worker side of a small epoch in local mode (:mod:`cbp.engine.driver.smallepoch`). The task says
     which worker runs it, claims the partitions this worker ran last (up to its share of all), then
     the others (its share first), except those kept by a worker that runs another of the job's
     tasks: that task claims them first thing (and if it fails, Spark's retry runs in a new worker
-    and takes them). A retried task first runs again what its failed attempt claimed, kept or not."""
+    and takes them). A retried task first runs again what its failed attempt claimed, kept or not.
+    Partition ``p``'s envelopes are ``envelopes[p]`` (Arrow IPC) if given, else the file ``work/p.arrows``."""
     from pyspark import TaskContext
 
     me = TaskContext.get().partitionId()  # type: ignore[union-attr]
@@ -103,6 +111,10 @@ def claiming_task(
         if not retried and p in kept and last[p] != pid and last[p] in _running(work, tasks, me):
             continue
         if not claim(work, p, me, pid):
+            continue
+        if envelopes is not None:
+            for rb in task(plan, iter(pa.ipc.open_stream(pa.py_buffer(envelopes[p]))), p):
+                yield rb.serialize().to_pybytes()
             continue
         with pa.memory_map(os.path.join(work, f"{p}.arrows")) as source:
             for rb in task(plan, iter(pa.ipc.open_stream(source)), p):
