@@ -385,6 +385,72 @@ def test_the_anchor_puts_partition_p_in_its_task(spark):
     assert not anchor.placing(spark)  # the suite's local session: nothing to place
 
 
+def test_round_trips_to_the_server_per_command_and_epoch(server, tmp_path):
+    """The client's calls to the server (counted on its gRPC stub), in one process: opening the session asks
+    and sets cbp's settings in one or two ``Config`` calls (it was one per setting, then one for each of the
+    settings a small epoch asks: 7); a small epoch is one ``ExecutePlan``; a shuffle epoch asks the server no
+    schema (``AnalyzePlan``) once the session has parsed the stage's DDLs (it asked three per epoch); ``cbp feed``,
+    ``status`` and ``output`` make none. The state is URLCount of the feeds, as pandas computes it."""
+    yaml = str(ROOT / "flows" / "url_count.yaml")
+    more = [{"url": "g"}, {"url": "a"}, {"url": "b", "_diff": -1}]
+    got = _connect_side(
+        f"""
+        import collections, os
+        from pyspark.sql.connect.client import core
+        from cbp.cli import main
+        from cbp.engine.driver.session import connect_spark
+        calls = collections.Counter()
+        init = core.SparkConnectClient.__init__
+
+        def counted_init(self, *a, **k):
+            init(self, *a, **k)
+            for name in ("ExecutePlan", "AnalyzePlan", "Config"):  # not ReleaseExecute: a thread's, off the path
+                def call(*aa, _n=name, _o=getattr(self._stub, name), **kk):
+                    calls[_n] += 1
+                    return _o(*aa, **kk)
+                setattr(self._stub, name, call)
+
+        core.SparkConnectClient.__init__ = counted_init
+        spark.stop()  # the helper's session (its client made before the count): cbp opens its own
+        steps = {{}}
+
+        def step(name, fn):
+            before = calls.copy()
+            fn()
+            steps[name] = dict(calls - before)
+
+        home = {str(tmp_path / "home")!r}
+        session = {{}}
+        step("open", lambda: session.update(spark=connect_spark({server!r})))
+        p = cbp.load({yaml!r}, home, spark=session["spark"])
+        feeds = FEEDS + [{more!r}]
+        for i, f in enumerate(feeds):
+            p.feed("urls", f)
+            if i >= 2:
+                os.environ["CBP_SMALL_EPOCH_RECORDS"] = "0"
+            step(f"epoch{{i + 1}}", p.run)
+        jsonl = {str(tmp_path / "f.jsonl")!r}
+        open(jsonl, "w").write('{{"url": "h"}}\\n')
+        for cmd in (["feed", {yaml!r}, "urls", jsonl], ["status", {yaml!r}], ["output", {yaml!r}, "counts"]):
+            step(cmd[0], lambda cmd=cmd: main(["--remote", {server!r}, *cmd, "--home", home]))
+        state = {{r["url"]: r["count"] for r in p.state("url_count")}}
+        print(json.dumps({{"steps": steps, "state": state}}))
+        spark = session["spark"]
+        """,
+        server,
+        CBP_CONNECT_SESSION="process",
+    )
+    steps = got["steps"]
+    assert got["state"] == from_scratch([*FEEDS, more]), steps
+    assert steps["open"].get("Config", 0) <= 2 and set(steps["open"]) <= {"Config"}  # get, and set what differs
+    assert steps["epoch1"].get("ExecutePlan") == 1 and "AnalyzePlan" not in steps["epoch1"], steps
+    assert steps["epoch1"].get("Config", 0) <= 1  # pyspark's own, once per client (its plan compression)
+    assert steps["epoch2"] == {"ExecutePlan": 1}  # a small epoch: the job
+    assert steps["epoch3"].get("AnalyzePlan", 0) <= 2  # the stage's two DDLs (its input's, its envelopes'), parsed once
+    assert "AnalyzePlan" not in steps["epoch4"] and steps["epoch4"].get("ExecutePlan") == 1  # a shuffle epoch
+    assert steps["feed"] == steps["status"] == steps["output"] == {}
+
+
 def test_a_connect_servers_tasks_claim_the_partitions_their_worker_ran_last(tmp_path, monkeypatch):
     """No server needed: the functions of a small epoch's job on a Connect server in local mode
     (:func:`cbp.engine.task.arrowtasks.server_claiming_batches`) run here as two Python workers (pids 101
