@@ -134,9 +134,9 @@ def _import_connect() -> None:
 _OPENED: dict[str, str] = {}
 
 
-#: Settings cbp's small epochs ask of a Connect session (:func:`cbp.engine.driver.dfjobs.connect_conf`: its
-#: parallelism, and whether its server runs in local mode), asked with cbp's own when the session opens.
-ASKED_CONF = ("spark.default.parallelism", "spark.master")
+#: Settings cbp asks of a Connect session (:func:`cbp.engine.driver.dfjobs.connect_conf`: its parallelism, whether
+#: its server runs in local mode; whether it has Delta's SQL extension), asked with cbp's own when it opens.
+ASKED_CONF = ("spark.default.parallelism", "spark.master", "spark.sql.extensions")
 #: (Connect session id, setting) -> its value (None: not set) as :func:`_open` found or set it.
 _SEEN_CONF: dict[tuple[str, str], str | None] = {}
 
@@ -313,8 +313,10 @@ def has_delta(spark: SparkSession) -> bool:
 
 
 def _delta_extension(spark: Any) -> bool:
-    """Whether the session's ``spark.sql.extensions`` names Delta's SQL extension."""
-    return "DeltaSparkSessionExtension" in (spark.conf.get("spark.sql.extensions", "") or "")
+    """Whether the session's ``spark.sql.extensions`` names Delta's SQL extension (on Connect as read when the
+    session was opened, :data:`ASKED_CONF`)."""
+    seen, value = seen_conf(spark, "spark.sql.extensions")
+    return "DeltaSparkSessionExtension" in ((value if seen else spark.conf.get("spark.sql.extensions", "")) or "")
 
 
 #: Connect session id -> whether its server has Delta (asked once per session).
