@@ -12,7 +12,6 @@ import importlib.util
 import json
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
@@ -20,7 +19,7 @@ import textwrap
 
 import pandas as pd
 import pytest
-from conftest import CONNECT_URL, ROOT
+from conftest import CONNECT_URL, ROOT, free_port
 
 pytestmark = pytest.mark.connect
 
@@ -52,9 +51,7 @@ def server(tmp_path_factory):
         yield CONNECT_URL
         return
     state = tmp_path_factory.mktemp("connect-state")
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()  # below the kernel's ephemeral range: no outgoing connection holds it
     env = {**os.environ, "CBP_CONNECT_STATE": str(state)}
     script = [sys.executable, str(ROOT / "scripts" / "connect.py")]
     try:
