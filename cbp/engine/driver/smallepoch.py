@@ -32,7 +32,9 @@ hands a task to whichever idle worker comes first, so a fixed share of partition
 worker without them about one time in six. There each task claims its partitions itself
 (:func:`cbp.engine.task.runners.claim`: a file created only if absent, in a directory the driver made for the job, which
 also holds each partition's envelopes): first those its worker ran last time, then those nobody
-ran, then the rest; the driver checks that every partition came back exactly once.
+ran, then the rest; the driver checks that every partition came back exactly once. A Spark Connect
+server's tasks in local mode claim them the same way, in the server's temporary directory
+(:mod:`cbp.engine.driver.connectrun`).
 
 Anything else takes the normal path: black-box mode (the whole state goes through the shuffle),
 more records or bytes, envelopes that outgrow :func:`envelope_cap` (a RouteBy that returns
