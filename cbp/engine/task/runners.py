@@ -97,8 +97,9 @@ def claiming_task(
     """Worker side of a small epoch in local mode (:mod:`cbp.engine.driver.smallepoch`). The task says
     which worker runs it, claims the partitions this worker ran last (up to its share of all), then
     the others (its share first), except those kept by a worker that runs another of the job's
-    tasks: that task claims them first thing (and if it fails, Spark's retry runs in a new worker
-    and takes them). A retried task first runs again what its failed attempt claimed, kept or not.
+    tasks (or starts one within :data:`KEEPER_WAIT`): that task claims them first thing (and if it
+    fails, Spark's retry runs in a new worker and takes them). A retried task first runs again what
+    its failed attempt claimed, kept or not.
     Partition ``p``'s envelopes are ``envelopes[p]`` (Arrow IPC) if given, else the file ``work/p.arrows``."""
     from pyspark import TaskContext
 
