@@ -35,7 +35,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import socket
 import statistics
 import subprocess
 import sys
@@ -193,11 +192,9 @@ def _script(name: str, state: str, *args: str, check: bool = True) -> subprocess
 
 
 def _server(state: str, master: str = "local[2]") -> str:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    _script("connect", state, "start", "--port", str(port), "--master", master)
-    return f"sc://127.0.0.1:{port}"
+    """A server on a port ``scripts/connect`` picks (below the kernel's ephemeral range); its URL."""
+    _script("connect", state, "start", "--master", master)
+    return str(json.loads(Path(state, "server.json").read_text())["url"])
 
 
 def _daemons(state: str) -> int:

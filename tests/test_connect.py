@@ -12,7 +12,6 @@ import importlib.util
 import json
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
@@ -20,7 +19,7 @@ import textwrap
 
 import pandas as pd
 import pytest
-from conftest import CONNECT_URL, ROOT
+from conftest import CONNECT_URL, ROOT, free_port
 
 pytestmark = pytest.mark.connect
 
@@ -52,9 +51,7 @@ def server(tmp_path_factory):
         yield CONNECT_URL
         return
     state = tmp_path_factory.mktemp("connect-state")
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()  # below the kernel's ephemeral range: no outgoing connection holds it
     env = {**os.environ, "CBP_CONNECT_STATE": str(state)}
     script = [sys.executable, str(ROOT / "scripts" / "connect.py")]
     try:
@@ -383,6 +380,130 @@ def test_the_anchor_puts_partition_p_in_its_task(spark):
     assert got == want
     assert anchor.anchor_frame(spark, 4) is anchor.anchor_frame(spark, 4) and anchor.anchor_frame(spark, 4).is_cached
     assert not anchor.placing(spark)  # the suite's local session: nothing to place
+
+
+def test_round_trips_to_the_server_per_command_and_epoch(server, tmp_path):
+    """The client's calls to the server (counted on its gRPC stub), in one process: opening the session asks
+    and sets cbp's settings in one or two ``Config`` calls (it was one per setting, then one for each of the
+    settings a small epoch asks: 7); a small epoch is one ``ExecutePlan``; a shuffle epoch asks the server no
+    schema (``AnalyzePlan``) once the session has parsed the stage's DDLs (it asked three per epoch); ``cbp feed``,
+    ``status`` and ``output`` make none. The state is URLCount of the feeds, as pandas computes it."""
+    yaml = str(ROOT / "flows" / "url_count.yaml")
+    more = [{"url": "g"}, {"url": "a"}, {"url": "b", "_diff": -1}]
+    got = _connect_side(
+        f"""
+        import collections, os
+        from pyspark.sql.connect.client import core
+        from cbp.cli import main
+        from cbp.engine.driver.session import connect_spark
+        calls = collections.Counter()
+        init = core.SparkConnectClient.__init__
+
+        def counted_init(self, *a, **k):
+            init(self, *a, **k)
+            for name in ("ExecutePlan", "AnalyzePlan", "Config"):  # not ReleaseExecute: a thread's, off the path
+                def call(*aa, _n=name, _o=getattr(self._stub, name), **kk):
+                    calls[_n] += 1
+                    return _o(*aa, **kk)
+                setattr(self._stub, name, call)
+
+        core.SparkConnectClient.__init__ = counted_init
+        spark.stop()  # the helper's session (its client made before the count): cbp opens its own
+        steps = {{}}
+
+        def step(name, fn):
+            before = calls.copy()
+            fn()
+            steps[name] = dict(calls - before)
+
+        home = {str(tmp_path / "home")!r}
+        session = {{}}
+        step("open", lambda: session.update(spark=connect_spark({server!r})))
+        p = cbp.load({yaml!r}, home, spark=session["spark"])
+        feeds = FEEDS + [{more!r}]
+        for i, f in enumerate(feeds):
+            p.feed("urls", f)
+            if i >= 2:
+                os.environ["CBP_SMALL_EPOCH_RECORDS"] = "0"
+            step(f"epoch{{i + 1}}", p.run)
+        jsonl = {str(tmp_path / "f.jsonl")!r}
+        open(jsonl, "w").write('{{"url": "h"}}\\n')
+        for cmd in (["feed", {yaml!r}, "urls", jsonl], ["status", {yaml!r}], ["output", {yaml!r}, "counts"]):
+            step(cmd[0], lambda cmd=cmd: main(["--remote", {server!r}, *cmd, "--home", home]))
+        state = {{r["url"]: r["count"] for r in p.state("url_count")}}
+        print(json.dumps({{"steps": steps, "state": state}}))
+        spark = session["spark"]
+        """,
+        server,
+        CBP_CONNECT_SESSION="process",
+    )
+    steps = got["steps"]
+    assert got["state"] == from_scratch([*FEEDS, more]), steps
+    assert steps["open"].get("Config", 0) <= 2 and set(steps["open"]) <= {"Config"}  # get, and set what differs
+    assert steps["epoch1"].get("ExecutePlan") == 1 and "AnalyzePlan" not in steps["epoch1"], steps
+    assert steps["epoch1"].get("Config", 0) <= 1  # pyspark's own, once per client (its plan compression)
+    assert steps["epoch2"] == {"ExecutePlan": 1}  # a small epoch: the job
+    assert steps["epoch3"].get("AnalyzePlan", 0) <= 2  # the stage's two DDLs (its input's, its envelopes'), parsed once
+    assert "AnalyzePlan" not in steps["epoch4"] and steps["epoch4"].get("ExecutePlan") == 1  # a shuffle epoch
+    assert steps["feed"] == steps["status"] == steps["output"] == {}
+
+
+def test_a_connect_servers_tasks_claim_the_partitions_their_worker_ran_last(tmp_path, monkeypatch):
+    """No server needed: the functions of a small epoch's job on a Connect server in local mode
+    (:func:`cbp.engine.task.arrowtasks.server_claiming_batches`) run here as two Python workers (pids 101
+    and 202) running the job's two tasks at once, one partition at a time each. In the first job each worker
+    runs its task's share; in the next two the workers run the other task (Spark hands a job's tasks to
+    whichever idle worker it dequeues), and each worker claims again the partitions it ran (it caches their
+    state), each partition run once; the last job's claims directory is removed by the next job's tasks."""
+    from types import SimpleNamespace
+
+    import pyarrow as pa
+    from pyspark import TaskContext
+
+    from cbp.engine.task import arrowtasks
+    from cbp.engine.task.arrowtasks import server_claiming_batches
+
+    monkeypatch.setattr(arrowtasks.tempfile, "gettempdir", lambda: str(tmp_path))
+    blobs = arrowtasks.blobs
+    monkeypatch.setattr(arrowtasks, "blobs", lambda messages: blobs(messages, per_batch=1))  # a yield per partition
+    plan = SimpleNamespace(home=SimpleNamespace(location=str(tmp_path / "home")), stage=SimpleNamespace(name="s"))
+    ran: list[tuple[int, int]] = []  # (partition, worker pid) in the order they ran
+    now = {"pid": 0}
+    monkeypatch.setattr(arrowtasks.os, "getpid", lambda: now["pid"])
+
+    def task(_plan, batches, p):
+        list(batches)
+        ran.append((p, now["pid"]))
+        yield pa.record_batch({"part": [p]})
+
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, pa.schema([("k", pa.int64())])) as w:
+        w.write_table(pa.table({"k": [1]}))
+    payloads = [(p, sink.getvalue().to_pybytes()) for p in range(4)]
+    jobs, done = [], None
+    for workers in ((101, 202), (202, 101), (202, 101)):  # task i run by workers[i]
+        jobs.append(f"job{len(jobs)}")
+        gens = []
+        for i, pid in enumerate(workers):
+            ids = iter([pa.record_batch({"id": [i]})])
+            gens.append((pid, i, server_claiming_batches(plan, task, jobs[-1], done, payloads, 2, ids)))
+        done, before = jobs[-1], len(ran)
+        while gens:  # the two tasks in turns, a partition each time
+            for g in list(gens):
+                now["pid"] = g[0]
+                context = SimpleNamespace(partitionId=lambda i=g[1]: i, getLocalProperty=lambda _k: None)
+                TaskContext._setTaskContext(context)
+                try:
+                    next(g[2])
+                except StopIteration:
+                    gens.remove(g)
+        TaskContext._setTaskContext(None)
+        assert sorted(p for p, _ in ran[before:]) == [0, 1, 2, 3]  # each partition once
+    by_job = [dict(ran[4 * j : 4 * j + 4]) for j in range(3)]
+    assert by_job[0] == {0: 101, 1: 202, 2: 101, 3: 202}  # the first job: task i's share (p % 2 == i)
+    assert by_job[1] == by_job[2] == by_job[0]  # the tasks swapped workers, the partitions did not
+    left = sorted(n for n in os.listdir(tmp_path / arrowtasks.CLAIMS) if not n.endswith(".pid"))
+    assert len(left) == 1 and left[0].endswith(jobs[-1])  # the earlier jobs' claims removed
 
 
 CLIENT = ROOT / ".venv-client" / "bin" / "python"

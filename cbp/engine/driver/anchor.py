@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING
 
 from ... import settings
 from ..common.sparkhash import partition_probes
+from .dfjobs import server_local
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, SparkSession
@@ -56,12 +57,8 @@ def placing(spark: SparkSession) -> bool:
     if not settings.current().placement:  # CBP_PLACEMENT=0
         return False
     sid = _sid(spark)
-    if sid not in _PLACING:
-        try:
-            master = str(spark.conf.get("spark.master", "local") or "local")
-        except Exception:  # noqa: BLE001 - a managed server that does not say: it is a cluster
-            master = "cluster"
-        _PLACING[sid] = not master.startswith("local")
+    if sid not in _PLACING:  # a managed server that does not say: a cluster
+        _PLACING[sid] = not server_local(spark)
     return _PLACING[sid]
 
 

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from .session import is_connect
+from .session import is_connect, seen_conf
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -34,8 +34,10 @@ __all__ = [
     "JobTag",
     "parallelism",
     "connect_conf",
+    "server_local",
     "range_frame",
     "known_schema",
+    "ddl_type",
     "blobs_of",
     "shuffle_metrics",
     "BLOB_DDL",
@@ -97,13 +99,41 @@ def connect_conf(spark: SparkSession, key: str, default: str, positive: bool = F
     k = (str(getattr(spark, "session_id", id(spark))), key)
     if k not in _CONF:
         try:
-            value = str(spark.conf.get(key, None) or default)
+            seen, value_seen = seen_conf(spark, key)  # asked when the session opened (one round trip for all)
+            value = str((value_seen if seen else spark.conf.get(key, None)) or default)
             if positive and int(value) < 1:
                 value = default
         except Exception:  # noqa: BLE001 - a server that does not say, or not a number
             value = default
         _CONF[k] = value
     return _CONF[k]
+
+
+def server_local(spark: SparkSession) -> bool:
+    """Whether a Spark Connect session's server runs its tasks in local mode (its ``spark.master`` is
+    ``local``: every task on its machine); False for a server that does not say. Asked once per session."""
+    return connect_conf(spark, "spark.master", "cluster").startswith("local")
+
+
+#: (Connect session id, DDL) -> the server's parse of it (an ``AnalyzePlan`` round trip each time it is asked).
+_DDL: dict[tuple[str, str], StructType] = {}
+
+
+def ddl_type(spark: SparkSession, ddl: str) -> StructType | str:
+    """A schema ``ddl`` (``"a STRING, b INT"``) as a job's functions and reads take it: on Connect a Spark type,
+    parsed by the server once per session and DDL (a stage's DDLs are the same epoch after epoch; a DDL string
+    given to ``mapInArrow`` is parsed by the server each time); on classic the string (parsed in this
+    process's JVM)."""
+    if not is_connect(spark):
+        return ddl
+    from pyspark.sql.types import DataType, StructType
+
+    k = (str(getattr(spark, "session_id", id(spark))), ddl)
+    if k not in _DDL:
+        parsed = DataType.fromDDL(ddl)
+        assert isinstance(parsed, StructType)  # a list of columns
+        _DDL[k] = parsed
+    return _DDL[k]
 
 
 def blob_schema() -> StructType:

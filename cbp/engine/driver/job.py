@@ -31,7 +31,7 @@ from ..task.translate import TaskPlan, grouped_task, recordwise_task, route_batc
 from .anchor import anchored_shuffle, placing
 from .bulkjob import bulk_grouped
 from .deltaread import StateSource, latest_state
-from .dfjobs import JobTag, shuffle_metrics
+from .dfjobs import JobTag, ddl_type, known_schema, shuffle_metrics
 from .locality import placed_epoch
 from .remote_read import needs_arrow_reader, read_parquet
 from .session import is_connect
@@ -228,7 +228,9 @@ def _read(spark: SparkSession, schema: RecordSchema, files: list[str], meta: str
 def _read_ddl(spark: SparkSession, ddl: str, files: list[str]) -> DataFrame:
     if needs_arrow_reader(files):  # a home on an object store: no Hadoop connector needed
         return read_parquet(spark, ddl, files)
-    return spark.read.schema(ddl).parquet(*files)
+    schema = ddl_type(spark, ddl)  # on Connect a type, told to the DataFrame: mapInArrow asks its columns
+    df = spark.read.schema(schema).parquet(*files)
+    return df if isinstance(schema, str) else known_schema(df, schema)
 
 
 def _state_rows(spark: SparkSession, schema: RecordSchema, state: StateSource, keyed: bool = False) -> Any | None:
@@ -269,7 +271,7 @@ def _grouped(
         if no_shuffle is not None:
             no_shuffle.update(records=0, bytes=0)
         return run_routed(spark, plan, routed, grouped_task, placed)
-    env_ddl = envelope_ddl(plan)
+    env_ddl = ddl_type(spark, envelope_ddl(plan))
     types = _envelope_types(plan)
     envelopes = partial(_envelopes, types)
     jvm = plan.path.jvm_routing
@@ -334,7 +336,7 @@ def _shuffled_job(
         env = anchored_shuffle(spark, env.withColumn("_h", h), by, plan.stage.partitions).drop("_r")
     else:
         env = env.withColumn("_h", h).repartition(plan.stage.partitions, by).drop("_r")
-    env = env.sortWithinPartitions("_h", "_key", "_flow")
+    env = _sorted_envelopes(spark, plan, env.sortWithinPartitions("_h", "_key", "_flow"))
     if placed:  # keep partition p on the executor that ran it last epoch (cbp.engine.driver.locality)
         return placed_epoch(spark, env, plan, grouped_task)
     job = env.mapInArrow(partial(grouped_task, plan), result_spark_schema())
@@ -342,6 +344,18 @@ def _shuffled_job(
     if known is not None and plan.path.connect:  # no status store: the exchanges' SQL metrics, if sent
         known.update(shuffle_metrics(job))
     return table
+
+
+def _sorted_envelopes(spark: SparkSession, plan: TaskPlan, env: DataFrame) -> DataFrame:
+    """The shuffled envelopes (``_r`` dropped, ``_h`` added), on Connect told their schema: ``mapInArrow``
+    asks the server its input's columns otherwise (a round trip per epoch)."""
+    schema = ddl_type(spark, envelope_ddl(plan))
+    if isinstance(schema, str):
+        return env
+    from pyspark.sql.types import LongType, StructField, StructType
+
+    fields = [f for f in schema.fields if f.name != "_r"] + [StructField("_h", LongType(), True)]
+    return known_schema(env, StructType(fields))
 
 
 def _by_epoch(files: list[str], epoch: Callable[[str], int | None]) -> dict[int, list[str]]:

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, cast
 
 from ...storage import objectstore
 from ..task.runners import read_files
-from .dfjobs import parallelism
+from .dfjobs import ddl_type, known_schema, parallelism
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -32,7 +32,9 @@ def read_parquet(spark: SparkSession, ddl: str, files: list[str]) -> DataFrame:
     from pyspark.sql.pandas.types import to_arrow_schema
     from pyspark.sql.types import StructType
 
-    schema = cast(StructType, StructType.fromDDL(ddl))  # parsed by the JVM: on the driver, not in the workers
+    parsed = ddl_type(spark, ddl)  # on Connect the server's parse, once per session and DDL
+    schema = cast(StructType, StructType.fromDDL(ddl)) if isinstance(parsed, str) else parsed  # not in the workers
     n = max(1, min(len(files), parallelism(spark)))
     names = spark.createDataFrame([(f,) for f in files], "_file STRING").repartition(n)
-    return names.mapInArrow(partial(read_files, to_arrow_schema(schema), objectstore.settings()), schema)
+    read = names.mapInArrow(partial(read_files, to_arrow_schema(schema), objectstore.settings()), schema)
+    return known_schema(read, schema)

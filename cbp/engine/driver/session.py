@@ -134,21 +134,68 @@ def _import_connect() -> None:
 _OPENED: dict[str, str] = {}
 
 
+#: Settings cbp asks of a Connect session (:func:`cbp.engine.driver.dfjobs.connect_conf`: its parallelism, whether
+#: its server runs in local mode; whether it has Delta's SQL extension), asked with cbp's own when it opens.
+ASKED_CONF = ("spark.default.parallelism", "spark.master", "spark.sql.extensions")
+#: (Connect session id, setting) -> its value (None: not set) as :func:`_open` found or set it.
+_SEEN_CONF: dict[tuple[str, str], str | None] = {}
+
+
+def seen_conf(spark: SparkSession, key: str) -> tuple[bool, str | None]:
+    """Whether the Connect session's setting ``key`` is known without asking the server (asked or set when
+    the session was opened here: :data:`ASKED_CONF`, :data:`CONNECT_CONF`), and its value."""
+    k = (str(getattr(spark, "session_id", "")), key)
+    return (k in _SEEN_CONF), _SEEN_CONF.get(k)
+
+
 def _open(spark: SparkSession, url: str) -> SparkSession:
     """``spark`` with cbp's session settings (:data:`CONNECT_CONF`); a closed session: code
-    ``connect-session-closed``."""
-    for key, value in {**CONNECT_CONF, **taskmemory.spark_conf()}.items():
+    ``connect-session-closed``. One round trip to read them and :data:`ASKED_CONF`, one more to set those that
+    differ (it was a round trip per setting, and one per setting a small epoch asked later)."""
+    wanted = {**CONNECT_CONF, **taskmemory.spark_conf()}
+    keys = [*wanted, *ASKED_CONF]
+    try:
+        have = dict(zip(keys, spark.client.get_config_with_defaults(*((k, None) for k in keys)), strict=True))
+    except Exception as e:  # noqa: BLE001 - a server that refuses to say: each setting on its own
+        _closed(e, url)
+        have = {}
+    todo = {k: v for k, v in wanted.items() if k not in have or have[k] != v}
+    if todo and have:
+        try:
+            _set_all(spark, todo)
+            have.update(todo)
+            todo = {}
+        except Exception as e:  # noqa: BLE001 - a managed server may refuse a setting: one at a time
+            _closed(e, url)
+    for key, value in todo.items():
         try:
             if spark.conf.get(key, None) != value:
                 spark.conf.set(key, value)
+            have[key] = value
         except Exception as e:  # noqa: BLE001 - a managed server may refuse a setting; its own value stays
-            if "SESSION_CLOSED" in str(e):  # a ;session_id= of a session released (spark.stop()) or expired
-                raise RuntimeStateError(
-                    f"the Spark Connect session named by {url} was closed on the server (released or idle too "
-                    "long) and cannot be opened again: take a new session id (;session_id=UUID) or leave it out",
-                    code="connect-session-closed",
-                ) from None
+            _closed(e, url)
+            have.pop(key, None)
+    sid = str(getattr(spark, "session_id", ""))
+    _SEEN_CONF.update({(sid, k): v for k, v in have.items()})
     return spark
+
+
+def _set_all(spark: SparkSession, pairs: dict[str, str]) -> None:
+    """Set the Connect session's settings ``pairs`` in one round trip."""
+    from pyspark.sql.connect import proto
+
+    kv = [proto.KeyValue(key=k, value=v) for k, v in pairs.items()]
+    spark.client.config(proto.ConfigRequest.Operation(set=proto.ConfigRequest.Set(pairs=kv)))
+
+
+def _closed(e: Exception, url: str) -> None:
+    """Raise ``connect-session-closed`` if ``e`` says the session was closed on the server."""
+    if "SESSION_CLOSED" in str(e):  # a ;session_id= of a session released (spark.stop()) or expired
+        raise RuntimeStateError(
+            f"the Spark Connect session named by {url} was closed on the server (released or idle too "
+            "long) and cannot be opened again: take a new session id (;session_id=UUID) or leave it out",
+            code="connect-session-closed",
+        ) from None
 
 
 def _release(spark: SparkSession) -> None:
@@ -266,8 +313,10 @@ def has_delta(spark: SparkSession) -> bool:
 
 
 def _delta_extension(spark: Any) -> bool:
-    """Whether the session's ``spark.sql.extensions`` names Delta's SQL extension."""
-    return "DeltaSparkSessionExtension" in (spark.conf.get("spark.sql.extensions", "") or "")
+    """Whether the session's ``spark.sql.extensions`` names Delta's SQL extension (on Connect as read when the
+    session was opened, :data:`ASKED_CONF`)."""
+    seen, value = seen_conf(spark, "spark.sql.extensions")
+    return "DeltaSparkSessionExtension" in ((value if seen else spark.conf.get("spark.sql.extensions", "")) or "")
 
 
 #: Connect session id -> whether its server has Delta (asked once per session).

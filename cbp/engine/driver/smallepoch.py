@@ -32,7 +32,9 @@ hands a task to whichever idle worker comes first, so a fixed share of partition
 worker without them about one time in six. There each task claims its partitions itself
 (:func:`cbp.engine.task.runners.claim`: a file created only if absent, in a directory the driver made for the job, which
 also holds each partition's envelopes): first those its worker ran last time, then those nobody
-ran, then the rest; the driver checks that every partition came back exactly once.
+ran, then the rest; the driver checks that every partition came back exactly once. A Spark Connect
+server's tasks in local mode claim them the same way, in the server's temporary directory
+(:mod:`cbp.engine.driver.connectrun`).
 
 Anything else takes the normal path: black-box mode (the whole state goes through the shuffle),
 more records or bytes, envelopes that outgrow :func:`envelope_cap` (a RouteBy that returns
@@ -62,13 +64,13 @@ from ...errors import RuntimeStateError
 from ...storage import objectstore
 from ...storage.layout import epoch_of
 from ..common.protocol import RESULT
-from ..common.sparkhash import partition_of, partition_probes, spark_xxhash64
-from ..task.arrowtasks import claiming_batches, routed_batches, routing_batches, slot_batches
+from ..common.sparkhash import partition_of, spark_xxhash64
+from ..task.arrowtasks import claiming_batches, routing_batches
 from ..task.routing import BINDINGS, BOUND, COPY, COPY_HASH, bound_address, plain_envelopes, plain_route_field
 from ..task.runners import claimant, claiming_task, routed_task, routing_task
 from ..task.translate import route_batches
 from . import taskmemory
-from .anchor import ANCHOR, anchor_frame, placing, spread
+from .connectrun import run_connect
 from .dfjobs import blob_schema, blobs_of, connect_conf, parallelism, range_frame
 from .jvmcache import pid_alive
 from .locality import executor_preferences, prefs_rdd, remember_executors
@@ -325,7 +327,8 @@ def run_routed(spark: SparkSession, plan: TaskPlan, parts: list[pa.Table], task:
     tasks = len(parts) if placed else max(1, min(len(parts), parallelism(spark)))
     chunk = _chunk(spark)
     if plan.path.connect:
-        return _run_connect(spark, plan, parts, task, chunk)
+        table, claimed = run_connect(spark, plan, task, _payloads(plan, parts, chunk))
+        return _each_once(plan, table, len(parts)) if claimed else _in_partition_order(table)
     from pyspark.rdd import RDD  # classic only: a Connect client (pyspark-client) has no pyspark.rdd
     from pyspark.serializers import NoOpSerializer
 
@@ -382,34 +385,24 @@ def _payloads(plan: TaskPlan, parts: list[pa.Table], chunk: int) -> list[tuple[i
     return out
 
 
-def _run_connect(spark: SparkSession, plan: TaskPlan, parts: list[pa.Table], task: GroupedTask, chunk: int) -> pa.Table:
-    """:func:`run_routed` on a Spark Connect session: the partitions' envelopes go with the function (the
-    client may share no file system with the server), partition ``p`` in task ``p % tasks``: one round
-    trip (:mod:`cbp.engine.driver.dfjobs`)."""
-    payloads = _payloads(plan, parts, chunk)
-    tasks = max(1, min(len(parts), parallelism(spark)))  # a task per core
-    groups = [payloads[i::tasks] for i in range(tasks)]
-    slots = tasks if placing(spark) else 0
-    if slots:  # a cluster behind the server: partition p always in the task of the anchor's block p % slots
-        probes = list(partition_probes(slots))
-        anchor = anchor_frame(spark, slots)
-        blobs = blobs_of(anchor.mapInArrow(partial(slot_batches, plan, task, probes, groups, ANCHOR), blob_schema()))
-    else:
-        jobs = range_frame(spark, tasks)
-        blobs = blobs_of(jobs.mapInArrow(partial(routed_batches, plan, task, groups), blob_schema()))
-    table = _in_partition_order(
-        pa.Table.from_batches([pa.ipc.read_record_batch(pa.py_buffer(b), RESULT) for b in blobs], schema=RESULT)
-    )
-    if slots:  # the anchor's blocks on as many executors as it has slots, or cached again once
-        ran = zip(table.column("part").to_pylist(), table.column("executor").to_pylist())
-        spread(spark, slots, {int(p) % slots: str(e) for p, e in ran})
-    return table
-
-
 def _in_partition_order(table: pa.Table) -> pa.Table:
     """The tasks' result rows by partition, as the shuffle path returns them: the files of an
     output flow are committed, and read back, in the same order whichever task ran a partition."""
     return table.take(pc.sort_indices(table.column("part")))
+
+
+def _each_once(plan: TaskPlan, table: pa.Table, n: int) -> pa.Table:
+    """The result rows of tasks that claimed the ``n`` partitions, in partition order, once each (else the
+    epoch fails and runs again: not committed)."""
+    table = _in_partition_order(table)
+    done = table.column("part").to_pylist()
+    if done != list(range(n)):
+        raise RuntimeStateError(
+            f"stage '{plan.stage.name}' epoch {plan.epoch}: the tasks returned partitions {done} of "
+            f"{n}; the epoch is not committed and runs again",
+            code="io",
+        )
+    return table
 
 
 def _chunk(spark: SparkSession) -> int:
@@ -449,16 +442,11 @@ def _run_claimed(
         else:
             rdd = spark.sparkContext.parallelize(range(tasks), tasks)
             blobs = rdd.mapPartitions(partial(claiming_task, plan, task, work, len(parts), tasks, last)).collect()
-        table = _in_partition_order(
-            pa.Table.from_batches([pa.ipc.read_record_batch(pa.py_buffer(b), RESULT) for b in blobs], schema=RESULT)
+        table = _each_once(
+            plan,
+            pa.Table.from_batches([pa.ipc.read_record_batch(pa.py_buffer(b), RESULT) for b in blobs], schema=RESULT),
+            len(parts),
         )
-        done = table.column("part").to_pylist()
-        if done != list(range(len(parts))):
-            raise RuntimeStateError(
-                f"stage '{plan.stage.name}' epoch {plan.epoch}: the tasks returned partitions {done} of "
-                f"{len(parts)}; the epoch is not committed and runs again",
-                code="io",
-            )
         _LAST_WORKER[key] = {p: pid for p in range(len(parts)) if (pid := claimant(work, p)[1]) is not None}
         return table
     finally:

@@ -16,14 +16,29 @@ Spark SQL gives the job's tasks as a local property (:func:`session_batches`), a
 
 from __future__ import annotations
 
+import hashlib
+import os
+import shutil
+import tempfile
+import time
 from collections.abc import Iterable, Iterator
 
 import pyarrow as pa
 
 from .plan import GroupedTask, TaskPlan
-from .runners import claiming_task, routed_task, routing_task
+from .runners import claimant, claiming_task, routed_task, routing_task
 
-__all__ = ["BLOBS", "blobs", "session_batches", "routing_batches", "routed_batches", "claiming_batches", "slot_batches"]
+__all__ = [
+    "BLOBS",
+    "blobs",
+    "session_batches",
+    "routing_batches",
+    "routed_batches",
+    "claiming_batches",
+    "server_claiming_batches",
+    "slot_batches",
+    "CLAIMS",
+]
 
 #: The output of every function here: one binary column.
 BLOBS = pa.schema([pa.field("blob", pa.binary())])
@@ -121,6 +136,91 @@ def claiming_batches(
     """:func:`.runners.claiming_task` in the tasks of ``spark.range(0, tasks, 1, tasks)`` (task ``i``
     holds ``i``)."""
     yield from blobs(claiming_task(plan, task, work, n, tasks, last, iter(_ids(batches))))
+
+
+#: The directory, in a Spark Connect server's temporary directory, where its tasks in local mode claim a small
+#: epoch's partitions (:func:`server_claiming_batches`).
+CLAIMS = "cbp-claims"
+#: A job's claims directory older than this (its driver gone) is removed by a later task; a stage's
+#: ``.pid`` files (who ran each partition last) after a week without an epoch.
+CLAIMS_KEPT, WORKERS_KEPT = 3600.0, 7 * 86400.0
+
+
+def server_claiming_batches(
+    plan: TaskPlan,
+    task: GroupedTask,
+    job: str,
+    done: str | None,
+    payloads: list[tuple[int, bytes]],
+    tasks: int,
+    batches: Iterator[pa.RecordBatch],
+) -> Iterator[pa.RecordBatch]:
+    """:func:`.runners.claiming_task` in the tasks of ``spark.range(0, tasks, 1, tasks)`` on a Spark Connect
+    server in local mode: its tasks share a machine, the client need not. Every partition's envelopes
+    (``payloads``: ``(p, Arrow IPC)``) come with the function; the tasks claim them through files in the
+    server's temporary directory (:data:`CLAIMS`, a directory ``job`` of this job; ``done``, the last job's
+    of the stage, is removed), first the partitions their Python worker ran last (that worker caches their
+    state), which the tasks remember there too: one file per partition naming the worker's pid."""
+    ids = _ids(batches)
+    root = os.path.join(tempfile.gettempdir(), CLAIMS)
+    stage = hashlib.sha1(f"{plan.home.location}|{plan.stage.name}".encode()).hexdigest()[:16]
+    work = os.path.join(root, f"{stage}-{job}")
+    os.makedirs(work, exist_ok=True)
+    _sweep_claims(root, work, None if done is None else os.path.join(root, f"{stage}-{done}"))
+    n = len(payloads)
+    last = {p: pid for p in range(n) if (pid := _read_pid(os.path.join(root, f"{stage}-p{p}.pid"))) is not None}
+    envelopes = {p: data for p, data in session_batches(payloads)}
+    yield from blobs(claiming_task(plan, task, work, n, tasks, last, iter(ids), envelopes))
+    me = os.getpid()
+    for p in range(n):
+        if claimant(work, p)[1] == me:
+            _write_pid(os.path.join(root, f"{stage}-p{p}.pid"), me)
+
+
+def _read_pid(path: str) -> int | None:
+    try:
+        with open(path) as f:
+            return int(f.read())
+    except (OSError, ValueError):
+        return None
+
+
+def _write_pid(path: str, pid: int) -> None:
+    """``pid`` into ``path``, replaced at once (a task of the next job may read it)."""
+    tmp = f"{path}.{pid}.tmp"
+    with open(tmp, "w") as f:
+        f.write(str(pid))
+    os.replace(tmp, path)
+
+
+def _sweep_claims(root: str, work: str, done: str | None) -> None:
+    """Remove the last job's claims directory (``done``: its job ended before this one started) and those
+    of jobs whose driver went away (older than :data:`CLAIMS_KEPT`), and stages' ``.pid`` files unused
+    for :data:`WORKERS_KEPT`."""
+    if done is not None:
+        shutil.rmtree(done, ignore_errors=True)
+    now = time.time()
+    try:
+        names = os.listdir(root)
+    except OSError:
+        return
+    for name in names:
+        path = os.path.join(root, name)
+        try:
+            age = now - os.path.getmtime(path)
+        except OSError:
+            continue
+        if name.endswith(".pid") and age > WORKERS_KEPT:
+            _unlink(path)
+        elif path != work and not name.endswith((".pid", ".tmp")) and age > CLAIMS_KEPT:
+            shutil.rmtree(path, ignore_errors=True)
+
+
+def _unlink(path: str) -> None:
+    try:
+        os.unlink(path)
+    except OSError:
+        pass
 
 
 def slot_batches(

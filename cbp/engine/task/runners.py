@@ -7,6 +7,7 @@ driver routed, and in local mode claiming them (:func:`claim`)."""
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Iterator
 
 import pyarrow as pa
@@ -84,13 +85,22 @@ def routed_task(plan: TaskPlan, task: GroupedTask, items: Iterator[list[tuple[in
 
 
 def claiming_task(
-    plan: TaskPlan, task: GroupedTask, work: str, n: int, tasks: int, last: dict[int, int], items: Iterator[int]
+    plan: TaskPlan,
+    task: GroupedTask,
+    work: str,
+    n: int,
+    tasks: int,
+    last: dict[int, int],
+    items: Iterator[int],
+    envelopes: dict[int, bytes] | None = None,
 ) -> Iterator[bytes]:
     """Worker side of a small epoch in local mode (:mod:`cbp.engine.driver.smallepoch`). The task says
     which worker runs it, claims the partitions this worker ran last (up to its share of all), then
     the others (its share first), except those kept by a worker that runs another of the job's
-    tasks: that task claims them first thing (and if it fails, Spark's retry runs in a new worker
-    and takes them). A retried task first runs again what its failed attempt claimed, kept or not."""
+    tasks (or starts one within :data:`KEEPER_WAIT`): that task claims them first thing (and if it
+    fails, Spark's retry runs in a new worker and takes them). A retried task first runs again what
+    its failed attempt claimed, kept or not.
+    Partition ``p``'s envelopes are ``envelopes[p]`` (Arrow IPC) if given, else the file ``work/p.arrows``."""
     from pyspark import TaskContext
 
     me = TaskContext.get().partitionId()  # type: ignore[union-attr]
@@ -100,9 +110,13 @@ def claiming_task(
     order, kept = claim_order(n, tasks, me, pid, last)
     for p in order:
         retried = claimant(work, p)[0] == me  # an earlier attempt of this task claimed it: this one runs it
-        if not retried and p in kept and last[p] != pid and last[p] in _running(work, tasks, me):
+        if not retried and p in kept and last[p] != pid and _keeper_runs(work, tasks, me, last[p], p):
             continue
         if not claim(work, p, me, pid):
+            continue
+        if envelopes is not None:
+            for rb in task(plan, iter(pa.ipc.open_stream(pa.py_buffer(envelopes[p]))), p):
+                yield rb.serialize().to_pybytes()
             continue
         with pa.memory_map(os.path.join(work, f"{p}.arrows")) as source:
             for rb in task(plan, iter(pa.ipc.open_stream(source)), p):
@@ -157,6 +171,34 @@ def claim_order(n: int, tasks: int, me: int, pid: int, last: dict[int, int]) -> 
     mine = [p for p in range(n) if p in kept and last[p] == pid]
     rest = sorted((p for p in range(n) if p not in mine), key=lambda p: (p in kept, p % tasks != me, p))
     return mine + rest, kept
+
+
+#: Seconds a task that has run its own partitions waits for the worker that keeps another partition to start
+#: one of the job's tasks (the job's tasks start at once, but not at the same instant: a task that took such a
+#: partition at once took it from the worker that caches its state).
+KEEPER_WAIT = 0.2
+
+
+def _keeper_runs(work: str, tasks: int, me: int, keeper: int, p: int) -> bool:
+    """Whether worker ``keeper`` (which ran partition ``p`` last) runs another task of the job, or ``p`` is
+    claimed, within :data:`KEEPER_WAIT` seconds; at once False if that worker is gone."""
+    deadline = time.monotonic() + KEEPER_WAIT
+    while True:
+        if keeper in _running(work, tasks, me) or claimant(work, p)[0] is not None:
+            return True
+        if time.monotonic() >= deadline or not _alive(keeper):
+            return False
+        time.sleep(0.01)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:  # another user's process: alive
+        return True
+    return True
 
 
 def _running(work: str, tasks: int, me: int) -> set[int]:
