@@ -38,6 +38,7 @@ import pyarrow as pa
 import xxhash
 
 from ..common.sparkhash import spark_xxhash64
+from .bipindex import ChunkRows
 from .partindex import sorted_unique
 from .partition import NoState, StatePartition, StateRecords
 from .routing import encode_key
@@ -265,30 +266,22 @@ class KeyedPartition(DirectPartition):
         self.out = KeyedOut(st.name, st.state_schema, st.row_key)
         self.rows_read = 0
         self.rows_written = 0
-        self._chunk: dict[int, tuple[list[dict[str, Any]], list[int], list[int]]] = {}  # top 32 bits -> rows
+        self._chunk: ChunkRows | None = None  # the rows of the current input chunk's keys
 
     def lookup(self, hashes: np.ndarray) -> dict[str, Any]:
         """Read the stored rows of the keys with these hashes (a chunk of the input) together: one
         index lookup and one pass over the row groups for the chunk, not one per key and call.
-        The rows are held until the next chunk; a chunk whose keys have more than
-        :data:`PREFETCH_ROWS` rows is read key by key, as the translator asks (``{}``: keyed rows
-        are given by :meth:`records`, not here)."""
-        self._chunk = {}
+        The rows are held, in Arrow, until the next chunk, and a key's become dicts as its translator
+        asks; a chunk whose keys have more than :data:`PREFETCH_ROWS` rows is read key by key
+        (``{}``: keyed rows are given by :meth:`records`, not here)."""
+        self._chunk = None
         if not self.index.live_keys or not hashes.size:
             return {}
         tops = np.unique(hashes.astype(np.int64) >> 32)
         lo = tops << 32
         row_h = self.index.hashes_between(lo, lo + _LOW)
-        if not row_h.size or row_h.size > PREFETCH_ROWS:
-            return {}
-        rows, fids, rgs = self.reader.rows_of(row_h)
-        held: dict[int, tuple[list[dict[str, Any]], list[int], list[int]]] = {t: ([], [], []) for t in tops.tolist()}
-        for r, f, g in zip(rows.to_pylist(), fids.tolist(), rgs.tolist()):
-            at = held[r["_h"] >> 32]
-            at[0].append(r)
-            at[1].append(f)
-            at[2].append(g)
-        self._chunk = held
+        if row_h.size <= PREFETCH_ROWS:
+            self._chunk = ChunkRows(tops, *self.reader.rows_of(row_h) if row_h.size else (None, None, None))
         return {}
 
     def scan(self) -> Iterator[tuple[int, str, Any]]:
@@ -328,15 +321,8 @@ class KeyedPartition(DirectPartition):
         hold the hashes' key, else read now."""
         if not self.index.live_keys or not hashes.size:
             return [], np.empty(0, np.int32), np.empty(0, np.int32)
-        held = self._chunk.get(int(hashes[0]) >> 32)
-        if held is not None:  # a key's row hashes share their top 32 bits
-            want = set(hashes.tolist())
-            at = [i for i, r in enumerate(held[0]) if r["_h"] in want]
-            return (
-                [held[0][i] for i in at],
-                np.array([held[1][i] for i in at], np.int32),
-                np.array([held[2][i] for i in at], np.int32),
-            )
+        if self._chunk is not None and self._chunk.holds(int(hashes[0])):  # a key's row hashes share their top bits
+            return self._chunk.at(hashes)
         rows, fids, rgs = self.reader.rows_of(sorted_unique(np.sort(hashes)))
         return rows.to_pylist(), fids, rgs
 
@@ -350,9 +336,9 @@ class KeyedPartition(DirectPartition):
 
     def iterate(self, key_text: str, kh: int) -> Iterator[dict[str, Any]]:
         """Every live row of ``key_text``, decoded, READ_CHUNK row hashes at a time."""
-        held = self._chunk.get(int(kh) >> 32)
-        one = held is not None and len(held[0]) <= READ_CHUNK  # (else in READ_CHUNK row hashes, as read)
-        for rows in [held[0]] if one else self._read_range(kh):  # type: ignore[index]
+        held = self._chunk.of_key(kh) if self._chunk is not None and self._chunk.holds(kh) else None
+        one = held is not None and held.num_rows <= READ_CHUNK  # (else in READ_CHUNK row hashes, as read)
+        for rows in [held.to_pylist()] if one else self._read_range(kh):  # type: ignore[union-attr]
             for (k, _), r in sorted(_newest(rows).items()):
                 if k == key_text and r["_alive"]:
                     self.rows_read += 1
