@@ -37,9 +37,10 @@ are checked against the recompute's too.
 To profile the runs after the changes without building again: ``--keep`` copies the tables, the pipelines
 and their homes as the first builds left them to ``OUT/kept``; a later ``--reuse`` (same ``--out``,
 ``--sf`` and ``--queries``) puts that copy back where it was and goes straight to the changes (the same
-changes: the refresh's seed is fixed). ``--profile`` writes each change run's cProfile on a CPU clock
-(``time.process_time``: the driver's own CPU, not the JVM's) to ``OUT/prof/QUERY-CHANGE.pstats``; every
-row also has the Spark jobs its run started (``spark_jobs``, from the status tracker).
+changes: the refresh's seed is fixed). ``--profile`` writes each first build's and change run's cProfile
+on a CPU clock (``time.process_time``: the driver's own CPU, not the JVM's) to ``OUT/prof/QUERY-first.pstats``
+and ``OUT/prof/QUERY-CHANGE.pstats``; every row also has the Spark jobs its run started (``spark_jobs``,
+from the status tracker).
 
     .venv/bin/python bench/tpch.py --sf 0.1 --queries q14,q4 --no-sdp --keep
     .venv/bin/python bench/tpch.py --sf 0.1 --queries q14,q4 --no-sdp --reuse --profile
@@ -276,7 +277,7 @@ def first_builds(
         yaml = tpch_data.write_pipeline(data, out / "tpch-pipelines" / q, [q])
         p = cbp.Pipeline(str(yaml), str(home), spark=spark)
         try:
-            run = epoch(p)
+            run = epoch(p, Path(result["profile"]) / f"{q}-first.pstats" if result.get("profile") else None)
         except Exception as e:  # said in the result; the other queries go on
             result["failed"][q] = f"first build: {type(e).__name__}: {e}"[:500]
             print(f"first build {q} FAILED: {e}", flush=True)
@@ -446,7 +447,9 @@ def main(argv: list[str] | None = None) -> None:
     )
     ap.add_argument("--keep", action="store_true", help="copy the first builds' tables and homes to OUT/kept")
     ap.add_argument("--reuse", action="store_true", help="start from OUT/kept instead of generating and building")
-    ap.add_argument("--profile", action="store_true", help="cProfile (CPU clock) of each change run, in OUT/prof")
+    ap.add_argument(
+        "--profile", action="store_true", help="cProfile (CPU clock) of each first build and change run, in OUT/prof"
+    )
     ap.add_argument("--merge", nargs="+", default=None, help="tpch.json files of runs of other queries: one table")
     args = ap.parse_args(argv)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # a killed run stops the SDP server too (finally)

@@ -28,7 +28,18 @@ import pyarrow.parquet as pq
 from ... import settings
 from ...storage import Home
 
-__all__ = ["PAGE", "INDEX_MB", "CACHE", "ArrayBase", "PagedBase", "PageCache", "index_budget", "write_whole", "matches"]
+__all__ = [
+    "PAGE",
+    "INDEX_MB",
+    "CACHE",
+    "ArrayBase",
+    "PagedBase",
+    "PageCache",
+    "index_budget",
+    "write_whole",
+    "matches",
+    "in_ranges",
+]
 
 #: Entries per page (row group) of a whole index file: 1 MiB of hashes. A keyed-row lookup of
 #: 10 rows reads at most 10 pages; a file of 25M entries has 382 pages (a footer of ~100 KB).
@@ -44,8 +55,18 @@ _I32 = np.empty(0, np.int32)
 
 def matches(sorted_h: np.ndarray, hashes: np.ndarray) -> np.ndarray:
     """Positions in ``sorted_h`` of every element equal to one of ``hashes`` (sorted)."""
-    lo = np.searchsorted(sorted_h, hashes, side="left")
-    hi = np.searchsorted(sorted_h, hashes, side="right")
+    return in_ranges(sorted_h, hashes, hashes)
+
+
+def in_ranges(sorted_h: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
+    """Positions in ``sorted_h`` of every element ``x`` with ``lo[i] <= x <= hi[i]`` for some ``i``
+    (the ranges sorted and disjoint).
+
+        >>> in_ranges(np.array([1, 3, 5, 7, 9]), np.array([2, 7]), np.array([5, 8])).tolist()
+        [1, 2, 3]
+    """
+    lo = np.searchsorted(sorted_h, lo, side="left")
+    hi = np.searchsorted(sorted_h, hi, side="right")
     lens = hi - lo
     if not lens.any():
         return np.empty(0, np.int64)
@@ -118,9 +139,10 @@ class ArrayBase:
         pos = matches(self.h, hashes)
         return pos, self.h[pos], self.f[pos], self.g[pos]
 
-    def between(self, lo: int, hi: int) -> tuple[np.ndarray, np.ndarray]:
-        a, b = int(np.searchsorted(self.h, lo, side="left")), int(np.searchsorted(self.h, hi, side="right"))
-        return np.arange(a, b), self.h[a:b]
+    def between(self, lo: np.ndarray, hi: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(position, hash) of every entry in one of the ranges ``[lo[i], hi[i]]`` (sorted, disjoint)."""
+        pos = in_ranges(self.h, lo, hi)
+        return pos, self.h[pos]
 
     def f_at(self, pos: np.ndarray) -> np.ndarray:
         out: np.ndarray = self.f[pos]
@@ -231,13 +253,14 @@ class PagedBase:
             return _I64, _I64, _I32, _I32
         return tuple(np.concatenate(c) for c in zip(*parts))  # type: ignore[return-value]
 
-    def between(self, lo: int, hi: int) -> tuple[np.ndarray, np.ndarray]:
+    def between(self, lo: np.ndarray, hi: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(position, hash) of every entry in one of the ranges ``[lo[i], hi[i]]`` (sorted, disjoint)."""
         pos, hs = [], []
-        for i in self._spans(np.array([lo]), np.array([hi])).tolist():
+        for i in self._spans(lo, hi).tolist():
             h = self.page(i)[0]
-            a, b = int(np.searchsorted(h, lo, side="left")), int(np.searchsorted(h, hi, side="right"))
-            pos.append(np.arange(a, b) + self.starts[i])
-            hs.append(h[a:b])
+            at = in_ranges(h, lo, hi)
+            pos.append(at + self.starts[i])
+            hs.append(h[at])
         return (np.concatenate(pos), np.concatenate(hs)) if pos else (_I64, _I64)
 
     def f_at(self, pos: np.ndarray) -> np.ndarray:

@@ -38,6 +38,7 @@ import pyarrow as pa
 import xxhash
 
 from ..common.sparkhash import spark_xxhash64
+from .bipindex import ChunkRows
 from .partindex import sorted_unique
 from .partition import NoState, StatePartition, StateRecords
 from .routing import encode_key
@@ -64,6 +65,10 @@ STORED = ()  #: what :meth:`KeyedPartition.scan` gives as a stored key's state (
 _LOW = 0xFFFFFFFF
 _SEED = 42
 READ_CHUNK = 8192  #: row hashes a key's iteration reads at a time
+#: Row hashes the keys of one chunk of a task's input may have in the index for their rows to be
+#: read together, before the chunk's calls (:meth:`KeyedPartition.lookup`); above it each key's
+#: rows are read as its translator asks for them.
+PREFETCH_ROWS = 65536
 
 
 def rk_text(fields: tuple[str, ...], rec: dict[str, Any]) -> str:
@@ -261,9 +266,23 @@ class KeyedPartition(DirectPartition):
         self.out = KeyedOut(st.name, st.state_schema, st.row_key)
         self.rows_read = 0
         self.rows_written = 0
+        self._chunk: ChunkRows | None = None  # the rows of the current input chunk's keys
 
     def lookup(self, hashes: np.ndarray) -> dict[str, Any]:
-        return {}  # keyed rows are read when the translator asks for them
+        """Read the stored rows of the keys with these hashes (a chunk of the input) together: one
+        index lookup and one pass over the row groups for the chunk, not one per key and call.
+        The rows are held, in Arrow, until the next chunk, and a key's become dicts as its translator
+        asks; a chunk whose keys have more than :data:`PREFETCH_ROWS` rows is read key by key
+        (``{}``: keyed rows are given by :meth:`records`, not here)."""
+        self._chunk = None
+        if not self.index.live_keys or not hashes.size:
+            return {}
+        tops = np.unique(hashes.astype(np.int64) >> 32)
+        lo = tops << 32
+        row_h = self.index.hashes_between(lo, lo + _LOW)
+        if row_h.size <= PREFETCH_ROWS:
+            self._chunk = ChunkRows(tops, *self.reader.rows_of(row_h) if row_h.size else (None, None, None))
+        return {}
 
     def scan(self) -> Iterator[tuple[int, str, Any]]:
         """Every key with a live row, as ``(key hash, key text, STORED)`` in (hash, key) order: the
@@ -298,9 +317,12 @@ class KeyedPartition(DirectPartition):
 
     def _rows(self, hashes: np.ndarray) -> tuple[list[dict[str, Any]], np.ndarray, np.ndarray]:
         """The stored rows at these row hashes (every version the index's row groups hold), with
-        their file ids and row groups."""
+        their file ids and row groups: from the chunk's rows read by :meth:`lookup` when they
+        hold the hashes' key, else read now."""
         if not self.index.live_keys or not hashes.size:
             return [], np.empty(0, np.int32), np.empty(0, np.int32)
+        if self._chunk is not None and self._chunk.holds(int(hashes[0])):  # a key's row hashes share their top bits
+            return self._chunk.at(hashes)
         rows, fids, rgs = self.reader.rows_of(sorted_unique(np.sort(hashes)))
         return rows.to_pylist(), fids, rgs
 
@@ -314,14 +336,20 @@ class KeyedPartition(DirectPartition):
 
     def iterate(self, key_text: str, kh: int) -> Iterator[dict[str, Any]]:
         """Every live row of ``key_text``, decoded, READ_CHUNK row hashes at a time."""
-        lo, hi = key_range(kh)
-        hashes = self.index.hashes_between(lo, hi)
-        for a in range(0, hashes.size, READ_CHUNK):
-            rows, _, _ = self._rows(hashes[a : a + READ_CHUNK])
+        held = self._chunk.of_key(kh) if self._chunk is not None and self._chunk.holds(kh) else None
+        one = held is not None and held.num_rows <= READ_CHUNK  # (else in READ_CHUNK row hashes, as read)
+        for rows in [held.to_pylist()] if one else self._read_range(kh):  # type: ignore[union-attr]
             for (k, _), r in sorted(_newest(rows).items()):
                 if k == key_text and r["_alive"]:
                     self.rows_read += 1
                     yield self.schema.decoded_copy({f: r[f] for f in self.schema.fields})
+
+    def _read_range(self, kh: int) -> Iterator[list[dict[str, Any]]]:
+        """The stored rows of the key hashes' range (:func:`key_range`), READ_CHUNK row hashes at a time."""
+        lo, hi = key_range(kh)
+        hashes = self.index.hashes_between(lo, hi)
+        for a in range(0, hashes.size, READ_CHUNK):
+            yield self._rows(hashes[a : a + READ_CHUNK])[0]
 
     def update(self, key_text: str, h: int, old: OldState | None, new: StateRecords) -> None:
         """Apply the call's writes and deletes (:class:`KeyedOut`); ``new`` is unused (keyed rows go

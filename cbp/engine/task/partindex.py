@@ -38,7 +38,7 @@ import pyarrow.parquet as pq
 
 from ...storage import Home
 from . import indexpages
-from .indexpages import CACHE, PAGE, ArrayBase, PagedBase, index_budget, matches, write_whole
+from .indexpages import CACHE, PAGE, ArrayBase, PagedBase, in_ranges, index_budget, matches, write_whole
 
 __all__ = ["PartitionIndex", "MAX_DELTAS", "DELTA_FRACTION", "sorted_unique", "delta_cap"]
 
@@ -197,19 +197,21 @@ class PartitionIndex:
         op = matches(self._oh, hashes)
         return np.concatenate([h, self._oh[op]]), np.concatenate([f, self._of[op]]), np.concatenate([g, self._og[op]])
 
-    def hashes_between(self, lo: int, hi: int) -> np.ndarray:
+    def hashes_between(self, lo: int | np.ndarray, hi: int | np.ndarray) -> np.ndarray:
         """The distinct live hashes ``h`` with ``lo <= h <= hi``, sorted (the rows of one key of a
-        keyed stage, :mod:`cbp.engine.task.keyedstate`); costs the entries in the range.
+        keyed stage, :mod:`cbp.engine.task.keyedstate`), or in any of the ranges ``[lo[i], hi[i]]``
+        (arrays, sorted and disjoint: the rows of several keys); costs the entries in the ranges.
 
             >>> index = PartitionIndex(np.array([1, 5, 5, 9]), np.zeros(4, np.int32), np.zeros(4, np.int32), ["a"])
-            >>> index.hashes_between(2, 9).tolist()
-            [5, 9]
+            >>> index.hashes_between(2, 9).tolist(), index.hashes_between(np.array([0, 6]), np.array([2, 9])).tolist()
+            ([5, 9], [1, 9])
         """
-        pos, h = self._base.between(lo, hi)
+        lo_a, hi_a = np.atleast_1d(np.asarray(lo, np.int64)), np.atleast_1d(np.asarray(hi, np.int64))
+        pos, h = self._base.between(lo_a, hi_a)
         if self._dead.size and pos.size:
             h = h[~_sorted_contains(self._dead, pos)]
         if self._oh.size:
-            o = self._oh[np.searchsorted(self._oh, lo, side="left") : np.searchsorted(self._oh, hi, side="right")]
+            o = self._oh[in_ranges(self._oh, lo_a, hi_a)]
             h = np.sort(np.concatenate([h, o])) if o.size else h
         return sorted_unique(h)
 

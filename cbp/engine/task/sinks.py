@@ -66,10 +66,17 @@ class ParquetSink:
     """One new data file in ``rel_dir`` (relative to the home), opened at the first rows written."""
 
     def __init__(
-        self, home: Home, rel_dir: str, prefix: str, schema: pa.Schema, partition: int, row_group: int = 65536
+        self,
+        home: Home,
+        rel_dir: str,
+        prefix: str,
+        schema: pa.Schema,
+        partition: int,
+        row_group: int = 65536,
+        compression: str = "zstd",
     ) -> None:
         self.home, self.rel_dir, self.prefix, self.schema = home, rel_dir, prefix, schema
-        self.partition, self.row_group = partition, row_group
+        self.partition, self.row_group, self.compression = partition, row_group, compression
         self.rows = 0
         self.rel: str | None = None
         self._writer: pq.ParquetWriter | None = None
@@ -86,7 +93,7 @@ class ParquetSink:
                 self.home.make_parent(path)
                 self._out = self.home.fs.open_output_stream(path)
                 self._writer = pq.ParquetWriter(
-                    self._out, self.schema, compression="zstd", use_dictionary=dictionary_columns(table)
+                    self._out, self.schema, compression=self.compression, use_dictionary=dictionary_columns(table)
                 )
             self._writer.write_table(table, row_group_size=self.row_group)
         except OSError as e:

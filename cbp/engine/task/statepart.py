@@ -20,7 +20,16 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from .bipindex import STATE_META, PartitionIndex, StateMeta, StateReader, cache_budget, cache_written, latest_rows
+from .bipindex import (
+    STATE_CODEC,
+    STATE_META,
+    PartitionIndex,
+    StateMeta,
+    StateReader,
+    cache_budget,
+    cache_written,
+    latest_rows,
+)
 from .indexpages import CACHE as INDEX_CACHE
 from .partition import OldState, StateRecords
 from .sinks import ParquetSink
@@ -54,7 +63,9 @@ class StateWriter:
     def __init__(self, plan: TaskPlan, p: int, prefix: str, keep: bool = True) -> None:
         self.plan, self.row_group = plan, plan.row_group
         self.schema = state_schema(plan)
-        self.sink = ParquetSink(plan.home, f"{plan.state_rel}/_part={p}", prefix, self.schema, p, plan.row_group)
+        self.sink = ParquetSink(
+            plan.home, f"{plan.state_rel}/_part={p}", prefix, self.schema, p, plan.row_group, STATE_CODEC
+        )
         self.rows = 0  # rows handed to the sink
         self._dicts: list[dict[str, Any]] = []
         self._pending: list[pa.Table] = []
