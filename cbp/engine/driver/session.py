@@ -278,8 +278,10 @@ def delta_conf(jars: list[str] | None, local: bool = False, on_workers: bool = F
         "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
         "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
         # Delta replays a table's log in a Spark job of 50 tasks by default; cbp's logs are small
-        # (a commit per epoch, checkpoints), and the first query over a home took 3x longer with 50
-        "spark.databricks.delta.snapshotPartitions": "4",
+        # (a commit per epoch, checkpoints), and the first query over a home took 3x longer with 50.
+        # One task: every version of url_count's three tables (19 time-travel reads, 4 jobs each) in
+        # 58-66 s against 112-143 s with 4 (86-109 s with 2) on a loaded 2-core machine
+        "spark.databricks.delta.snapshotPartitions": "1",
     }
 
 
