@@ -45,7 +45,7 @@ def test_listed_types_are_the_parsers():
     for t in SCALAR_TYPES:
         assert f"`{t}`" in listed
         t = t.replace("(P,S)", "(12,2)")
-        assert parse_type(t).scalar == t and parse_type(f"{t}?").nullable
+        assert parse_type(t).name == t and parse_type(f"{t}?").nullable
     for refused in ("bytes", "decimal(39,2)", "list<json>"):
         assert f"`{refused}`" not in listed.replace("other than `json`", "")
         with pytest.raises(ValueError):
