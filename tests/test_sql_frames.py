@@ -16,9 +16,8 @@ from types import SimpleNamespace
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from test_sql_views import _same, _table, check_typed_views, few_partitions  # noqa: F401 (few_partitions: a fixture)
+from test_sql_views import _same, _table, check_typed_views, check_views_after_each_feed, few_partitions  # noqa: F401 (few_partitions: a fixture)
 
-import cbp
 from cbp.errors import SpecError
 from cbp.spec import load_spec
 
@@ -107,15 +106,7 @@ def _yaml(views: dict[str, str]) -> str:
 def test_sliding_frames_equal_spark_sql_after_every_epoch(spark, tmp_path):
     path = tmp_path / "frames.yaml"
     path.write_text(_yaml(VIEWS))
-    p = cbp.Pipeline(str(path), str(tmp_path / "home"), spark=spark)
-    try:
-        for step in STEPS:
-            p.feed("t", step)
-            p.run()
-            check_typed_views(spark, p, VIEWS, {"t": T})
-    finally:
-        for name in [*VIEWS, "t"]:
-            spark.catalog.dropTempView(name)
+    check_views_after_each_feed(spark, path, tmp_path / "home", "t", STEPS, VIEWS, T)
 
 
 REFUSED = [  # (the SQL, what the message names); each is view-unsupported, and Spark refuses each too

@@ -13,9 +13,8 @@ from __future__ import annotations
 import datetime
 
 import pytest
-from test_sql_views import check_typed_views, few_partitions  # noqa: F401 (few_partitions: a fixture)
+from test_sql_views import check_views_after_each_feed, few_partitions  # noqa: F401 (few_partitions: a fixture)
 
-import cbp
 from cbp.errors import SpecError
 from cbp.spec import load_spec
 
@@ -70,15 +69,7 @@ def _yaml(views: dict[str, str]) -> str:
 def test_intervals_and_window_arguments_equal_spark_sql_after_every_epoch(spark, tmp_path):
     path = tmp_path / "iv.yaml"
     path.write_text(_yaml(VIEWS))
-    p = cbp.Pipeline(str(path), str(tmp_path / "home"), spark=spark)
-    try:
-        for step in STEPS:
-            p.feed("t", step)
-            p.run()
-            check_typed_views(spark, p, VIEWS, {"t": T})
-    finally:
-        for name in [*VIEWS, "t"]:
-            spark.catalog.dropTempView(name)
+    check_views_after_each_feed(spark, path, tmp_path / "home", "t", STEPS, VIEWS, T)
 
 
 _U = "view-unsupported"

@@ -526,6 +526,20 @@ def check_typed_views(spark, p, views: dict[str, str], inputs: dict[str, dict[st
         assert _same(got, [tuple(row) for row in df.collect()]), f"view {view}:\n cbp   {got}\n spark {df.collect()}"
 
 
+def check_views_after_each_feed(spark, path, home, flow: str, steps, views: dict[str, str], schema) -> None:
+    """Feed ``flow`` each step of ``steps`` and run the pipeline at ``path``; after every epoch, each
+    view equals Spark SQL over the flow's current contents (:func:`check_typed_views`)."""
+    p = cbp.Pipeline(str(path), str(home), spark=spark)
+    try:
+        for step in steps:
+            p.feed(flow, step)
+            p.run()
+            check_typed_views(spark, p, views, {flow: schema})
+    finally:
+        for name in [*views, flow]:
+            spark.catalog.dropTempView(name)
+
+
 def test_typed_views_with_min_max_and_distinct_equal_spark_sql(spark, tmp_path, few_partitions):
     """Views over date, timestamp, decimal and binary columns, MIN/MAX, count(DISTINCT) and SELECT
     DISTINCT through inserts, deletes of the MIN/MAX holder, a row moved between groups, a group
