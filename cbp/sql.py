@@ -116,7 +116,7 @@ def state_df(parts: Parts, spark: Any, stage: str, epoch: int | None = None) -> 
         return spark.createDataFrame([], spark_ddl(spec.state_schema))
     df = read_delta(spark, parts.home.uri(LAYOUT.state(spec.name)), version)
     parts_n = spec.partitions  # a shuffle of the stage's partition count, not spark.sql.shuffle.partitions
-    rows = latest_state(df, partitions=parts_n)
+    rows = latest_state(df, partitions=parts_n, row_key=bool(spec.row_key))  # no schema asked of the server
     return rows.repartitionByRange(parts_n, "_key").sortWithinPartitions("_key").select(*fields)
 
 

@@ -387,7 +387,8 @@ def test_round_trips_to_the_server_per_command_and_epoch(server, tmp_path):
     and sets cbp's settings in one or two ``Config`` calls (it was one per setting, then one for each of the
     settings a small epoch asks: 7); a small epoch is one ``ExecutePlan``; a shuffle epoch asks the server no
     schema (``AnalyzePlan``) once the session has parsed the stage's DDLs (it asked three per epoch); ``cbp feed``,
-    ``status`` and ``output`` make none. The state is URLCount of the feeds, as pandas computes it."""
+    ``status`` and ``output`` make none; ``cbp sql`` asks no schema (it asked two). The state is URLCount of the
+    feeds, as pandas computes it."""
     yaml = str(ROOT / "flows" / "url_count.yaml")
     more = [{"url": "g"}, {"url": "a"}, {"url": "b", "_diff": -1}]
     got = _connect_side(
@@ -430,6 +431,12 @@ def test_round_trips_to_the_server_per_command_and_epoch(server, tmp_path):
         open(jsonl, "w").write('{{"url": "h"}}\\n')
         for cmd in (["feed", {yaml!r}, "urls", jsonl], ["status", {yaml!r}], ["output", {yaml!r}, "counts"]):
             step(cmd[0], lambda cmd=cmd: main(["--remote", {server!r}, *cmd, "--home", home]))
+        query = "SELECT url, count FROM url_count WHERE count > 1"
+
+        def sql():  # rows to print (a result with none asks its columns of the server)
+            assert main(["--remote", {server!r}, "sql", {yaml!r}, query, "--home", home]) == 0
+
+        step("sql", sql)
         state = {{r["url"]: r["count"] for r in p.state("url_count")}}
         print(json.dumps({{"steps": steps, "state": state}}))
         spark = session["spark"]
@@ -446,6 +453,9 @@ def test_round_trips_to_the_server_per_command_and_epoch(server, tmp_path):
     assert steps["epoch3"].get("AnalyzePlan", 0) <= 2  # the stage's two DDLs (its input's, its envelopes'), parsed once
     assert "AnalyzePlan" not in steps["epoch4"] and steps["epoch4"].get("ExecutePlan") == 1  # a shuffle epoch
     assert steps["feed"] == steps["status"] == steps["output"] == {}
+    # cbp sql: the statement and the query's job, and pyspark's own Config (binaryAsBytes, in collect); no schema
+    # asked (it asked two: the result's columns, and whether the state table has keyed rows)
+    assert "AnalyzePlan" not in steps["sql"] and steps["sql"].get("Config", 0) <= 1, steps
 
 
 def test_a_connect_servers_tasks_claim_the_partitions_their_worker_ran_last(tmp_path, monkeypatch):

@@ -58,10 +58,12 @@ def run(args: argparse.Namespace) -> int:
 
     df = pipe.sql(args.query, args.epoch, session=session)
     try:
-        columns = list(df.columns)
         # every row is held before the first is printed (a failure prints none), so one job collects them:
         # toLocalIterator ran a job per partition for no memory saved (in-process calls: -20% CPU, same output)
-        rows = [_plain(r.asDict(recursive=True)) for r in df.collect()]
+        got = df.collect()
+        # the columns as the rows name them; only a result with no row asks them (on Connect, an AnalyzePlan)
+        columns = list(got[0].__fields__) if got else list(df.columns)
+        rows = [_plain(r.asDict(recursive=True)) for r in got]
     except CbpError:
         raise
     except Exception as e:  # the query failed while it ran (a bad cast, a division by zero with ANSI on, ...)

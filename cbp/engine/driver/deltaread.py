@@ -57,14 +57,18 @@ def read_delta(spark: SparkSession, uri: str, version: int | None = None) -> Dat
     return reader.load(uri)  # s3:// reaches S3A through fs.s3.impl (session.s3a_conf)
 
 
-def latest_state(df: DataFrame, dedupe: bool = True, partitions: int | None = None) -> DataFrame:
+def latest_state(
+    df: DataFrame, dedupe: bool = True, partitions: int | None = None, row_key: bool | None = None
+) -> DataFrame:
     """A state table's live rows: each key's rows of its newest epoch, without tombstones.
 
     This is :func:`cbp.engine.task.bipindex.latest_rows` in Spark: ``max(_epoch)`` per ``_key`` where
     ``_alive``. ``dedupe=False`` trusts that each key has rows of one epoch only (a table last
     rewritten whole, in black-box mode). ``partitions`` (the stage's): the dedupe's shuffle has that
     many partitions, not ``spark.sql.shuffle.partitions`` (200 by default: cbp's session has no
-    adaptive execution to coalesce them, and a 3-row state read in 3.9 s instead of 0.45 s).
+    adaptive execution to coalesce them, and a 3-row state read in 3.9 s instead of 0.45 s). ``row_key``:
+    whether the stage keeps keyed rows (a row is ``(_key, _rk)``), as its spec says; None asks ``df``'s
+    columns, which on Spark Connect is a round trip to the server (``AnalyzePlan``).
 
     Example::
 
@@ -77,6 +81,8 @@ def latest_state(df: DataFrame, dedupe: bool = True, partitions: int | None = No
     if dedupe:
         if partitions is not None:
             df = df.repartition(partitions, "_key")  # the window below needs no other shuffle
-        newest = F.max("_epoch").over(Window.partitionBy("_key", *(["_rk"] if "_rk" in df.columns else [])))
+        if row_key is None:
+            row_key = "_rk" in df.columns
+        newest = F.max("_epoch").over(Window.partitionBy("_key", *(["_rk"] if row_key else [])))
         df = df.withColumn("_newest", newest).where(F.col("_epoch") == F.col("_newest")).drop("_newest")
     return df.where(F.col("_alive"))
