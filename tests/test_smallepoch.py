@@ -377,3 +377,57 @@ def test_a_views_small_epoch_runs_in_the_driver_up_to_its_bound(spark, tmp_path,
         if not is_connect(spark):
             assert (len(ran) > 0) == (bound == ""), ran  # the bound "0": every epoch a Spark job
     assert got[""] == got["0"] == {g: w for g, w in want.items() if w[1]}
+
+
+def test_a_small_epoch_with_a_routeby_function_is_one_spark_job(spark, tmp_path, make_pipeline, monkeypatch):
+    """A RouteBy function's records that fit one routing task are routed by the task that then runs the
+    partitions (``cbp.engine.driver.routeandrun``): one Spark job a stage epoch, where a routing job and a
+    run job were two (``ROUTE_AND_RUN = 0``, kept as the comparison). Jobs counted by Spark's status tracker
+    (a job group of this thread); both give the state and outputs of the shuffle path, through a loopback flow."""
+    from cbp.engine.driver import routeandrun, smallepoch
+
+    if is_connect(spark):
+        pytest.skip("needs a classic session: the job count is Spark's status tracker (Connect: test_connect.py)")
+    path = make_pipeline(
+        HALVES.replace("KEYTYPE", "string")
+        .replace("GROUPING", "inner")
+        .replace("route_by: k, frame_by", "route_by: 'MOD:key', frame_by"),
+        HALVES_MODULE + "\ndef key(r):\n    return r['k'] + '!'\n",
+    )
+    rng = random.Random(7)
+    feeds = [[{"k": rng.choice("abcdefg"), "v": rng.randint(0, 9), "hour": h} for _ in range(30)] for h in range(3)]
+    sc = spark.sparkContext
+    fused = []
+    monkeypatch.setattr(routeandrun, "route_and_run_job", _counting(routeandrun.route_and_run_job, fused))
+    monkeypatch.setattr(smallepoch, "route_and_run_job", routeandrun.route_and_run_job)
+    out: dict[str, tuple[list[int], list[str], list[str]]] = {}
+    for name, limit, small in (("one", None, None), ("two", 0, None), ("shuffle", None, "0")):
+        if limit is not None:
+            monkeypatch.setattr(smallepoch, "ROUTE_AND_RUN", limit)
+        if small is not None:
+            monkeypatch.setenv("CBP_SMALL_EPOCH_RECORDS", small)
+        p = cbp.load(path, home=str(tmp_path / name), spark=spark)
+        jobs = []
+        for h, recs in enumerate(feeds):
+            p.feed("nums", recs, close=True)
+            group = f"{tmp_path.name}-{name}-{h}"
+            sc.setJobGroup(group, "counted")
+            try:
+                epochs = len(p.run())
+            finally:
+                sc.setLocalProperty("spark.jobGroup.id", None)  # type: ignore[arg-type]
+            jobs.append(len(sc.statusTracker().getJobIdsForGroup(group)) / epochs)
+        out[name] = (jobs, _canon(p.state("sum")), _canon(p.output("totals")))
+    assert out["one"][1:] == out["two"][1:] == out["shuffle"][1:] and out["one"][1]
+    assert out["one"][0] == [1.0, 1.0, 1.0], out  # each stage epoch one job (a loopback epoch: no RouteBy)
+    assert max(out["two"][0]) > 1.0, out  # the routing job and the run job
+    assert len(fused) == 3 and all(r is not None for r in fused)  # each epoch of nums, routed and run at once
+
+
+def _counting(fn, seen):
+    def counted(*a, **k):
+        r = fn(*a, **k)
+        seen.append(r)
+        return r
+
+    return counted

@@ -267,10 +267,12 @@ def _grouped(
 
     placed = plan.path.placed  # the path, chosen with the plan (cbp.engine.driver.taskplan.choose_path)
     routed = driver_routed(spark, plan, input_files)
-    if routed is not None:  # a small increment: routed by the driver, no shuffle (cbp.engine.driver.smallepoch)
+    # a small increment: routed by the driver, no shuffle (cbp.engine.driver.smallepoch); None: the shuffle
+    done = None if routed is None else run_routed(spark, plan, routed, grouped_task, placed)
+    if done is not None:
         if no_shuffle is not None:
             no_shuffle.update(records=0, bytes=0)
-        return run_routed(spark, plan, routed, grouped_task, placed)
+        return done
     env_ddl = ddl_type(spark, envelope_ddl(plan))
     types = _envelope_types(plan)
     envelopes = partial(_envelopes, types)
@@ -303,7 +305,7 @@ def _grouped(
     )
     if s is not None:
         # dedupe: the table was last written in direct mode, so keep each key's newest rows
-        s = latest_state(s, dedupe, plan.stage.partitions)
+        s = latest_state(s, dedupe, plan.stage.partitions, bool(plan.stage.row_key))
         assert schema is not None
         parts.append(
             envelopes(

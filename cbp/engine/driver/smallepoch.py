@@ -64,9 +64,9 @@ from ...errors import RuntimeStateError
 from ...storage import objectstore
 from ...storage.layout import epoch_of
 from ..common.protocol import RESULT
-from ..common.sparkhash import partition_of, spark_xxhash64
 from ..task.arrowtasks import claiming_batches, routing_batches
-from ..task.routing import BINDINGS, BOUND, COPY, COPY_HASH, bound_address, plain_envelopes, plain_route_field
+from ..task.routerun import SMALL_KEY_BYTES, partitioned, routed_schema
+from ..task.routing import BINDINGS, BOUND, bound_address, plain_envelopes, plain_route_field
 from ..task.runners import claimant, claiming_task, routed_task, routing_task
 from ..task.translate import route_batches
 from . import taskmemory
@@ -74,6 +74,7 @@ from .connectrun import run_connect
 from .dfjobs import blob_schema, blobs_of, connect_conf, parallelism, range_frame
 from .jvmcache import pid_alive
 from .locality import executor_preferences, prefs_rdd, remember_executors
+from .routeandrun import RouteAndRun, fits_one_task, route_and_run_job
 from .session import is_connect
 
 if TYPE_CHECKING:
@@ -81,7 +82,16 @@ if TYPE_CHECKING:
 
     from ..task.plan import GroupedTask, TaskPlan
 
-__all__ = ["SMALL_RECORDS", "small_records", "routed_schema", "driver_routed", "route_on_executors", "run_routed"]
+__all__ = [
+    "SMALL_RECORDS",
+    "SMALL_KEY_BYTES",
+    "small_records",
+    "routed_schema",
+    "RouteAndRun",
+    "driver_routed",
+    "route_on_executors",
+    "run_routed",
+]
 
 #: New records of an epoch up to which the driver routes them (above, Spark's shuffle does). On 2
 #: cores the driver's path was faster up to 200k records (URLCount, 1M state keys: 0.69x the
@@ -91,10 +101,13 @@ SMALL_RECORDS = 200_000
 #: this many: the driver holds them, and a task its partition's share.
 SMALL_FILE_BYTES = 16 << 20
 SMALL_ENVELOPE_BYTES = 64 << 20
-#: Longest key text (UTF-8 bytes) the driver hashes itself; an epoch with a longer one takes the shuffle.
-SMALL_KEY_BYTES = 4096
 #: Records per task of the job that runs RouteBy functions for a small epoch (at least; a slice per core above it).
 ROUTE_SLICE = 2048
+#: At most this many records of a RouteBy function (user code) are routed by the one task of a job that then
+#: runs the epoch's partitions (:class:`RouteAndRun`): one Spark job an epoch, not a routing job and a run
+#: job. Not on a cluster, where each partition's task goes to the executor that caches its state; 0 turns
+#: it off. Every record is still routed once, in one task, as the routing job's one task would route it.
+ROUTE_AND_RUN = ROUTE_SLICE
 #: At most this many records routed by a ``driver_safe`` RouteBy are routed in the driver (more go to
 #: a routing job, whose tasks run in parallel).
 DRIVER_ROUTED = 20_000
@@ -124,12 +137,6 @@ def envelope_cap() -> int:
     ``CBP_TASK_MEMORY_MB`` if that is less (:mod:`cbp.engine.driver.taskmemory`)."""
     b = taskmemory.current()
     return SMALL_ENVELOPE_BYTES if b is None else min(SMALL_ENVELOPE_BYTES, b.envelope_bytes)
-
-
-def routed_schema(plan: TaskPlan) -> pa.Schema:
-    """The envelopes a grouped task gets, as the shuffle hands them over (``_r`` dropped, ``_h`` added)."""
-    env = plan.envelope_schema()
-    return pa.schema([f for f in env if f.name != "_r"] + [pa.field("_h", pa.int64())])
 
 
 def small_records(override: int | None = None, env: settings.Settings | None = None) -> int:
@@ -166,9 +173,12 @@ def _read_as(pf: pq.ParquetFile, want: pa.Schema) -> pa.Table:
     )
 
 
-def driver_routed(spark: SparkSession, plan: TaskPlan, input_files: dict[int, list[str]]) -> list[pa.Table] | None:
-    """Partition ``p``'s envelopes (sorted as the shuffle sorts them) for each ``p``, or None when
-    this epoch must take the normal path (see the module's docstring)."""
+def driver_routed(
+    spark: SparkSession, plan: TaskPlan, input_files: dict[int, list[str]]
+) -> list[pa.Table] | RouteAndRun | None:
+    """Partition ``p``'s envelopes (sorted as the shuffle sorts them) for each ``p``; or, for records of a
+    RouteBy function that one task routes and then runs the partitions (:mod:`.routeandrun`), those records
+    and the envelopes routed here; or None when this epoch must take the normal path (module docstring)."""
     if plan.path.route != "driver":  # chosen with the plan (cbp.engine.driver.taskplan.choose_path)
         return None
     located = [(i, uri, *objectstore.filesystem(uri)) for i, files in input_files.items() for uri in files]
@@ -217,6 +227,8 @@ def driver_routed(spark: SparkSession, plan: TaskPlan, input_files: dict[int, li
             return None  # the last routing job of this stage says its envelopes would outgrow the cap
         if sum(t.nbytes for _, _, t in remote) > envelope_cap():
             return None  # the records themselves would: on Connect every routing task holds them all
+        if fits_one_task(spark, plan, records, ROUTE_AND_RUN):
+            return RouteAndRun(pa.Table.from_batches(parts, schema=schema), remote)
         routed = route_on_executors(spark, plan, remote)
         # bytes of envelopes per record RouteBy routed (at least, when they outgrew the cap)
         _ROUTED_BYTES[key] = (envelope_cap() if routed is None else sum(b.nbytes for b in routed)) / max(records, 1)
@@ -225,7 +237,7 @@ def driver_routed(spark: SparkSession, plan: TaskPlan, input_files: dict[int, li
         parts.extend(routed)
     if sum(b.nbytes for b in parts) > envelope_cap():
         return None
-    return _partitioned(plan, pa.Table.from_batches(parts, schema=schema))
+    return partitioned(plan, pa.Table.from_batches(parts, schema=schema))
 
 
 def _driver_safe(plan: TaskPlan, i: int) -> bool:
@@ -251,32 +263,6 @@ def _binding_envelopes(rows: pa.Table, made: int, schema: pa.Schema) -> list[pa.
                 [cols[f.name] if f.name in cols else pa.nulls(n, f.type) for f in schema], schema=schema
             )
         )
-    return out
-
-
-def _partitioned(plan: TaskPlan, env: pa.Table) -> list[pa.Table] | None:
-    """Each partition's envelopes as Spark's job would give them: partitioned by the hash of ``_r``
-    (a copy's probe) or else the key text, ``_h`` added, sorted by ``_h``, key and flow."""
-    n = plan.stage.partitions
-    routed = routed_schema(plan)
-    if not env.num_rows:
-        return [routed.empty_table() for _ in range(n)]
-    key_col = env.column("_key").combine_chunks()
-    copy = pc.starts_with(key_col, COPY).to_numpy(zero_copy_only=False)
-    keys = key_col.filter(pa.array(~copy))
-    if len(keys) and pc.max(pc.binary_length(keys)).as_py() > SMALL_KEY_BYTES:
-        return None  # Spark hashes a long key in the JVM; here it would cost a numpy pass per 4 bytes
-    h = np.full(len(key_col), COPY_HASH, np.int64)
-    h[~copy] = spark_xxhash64(keys.to_pylist())
-    part = partition_of(pc.coalesce(env.column("_r").combine_chunks(), key_col), n)
-    table = env.drop_columns(["_r"]).append_column("_h", pa.array(h, pa.int64()))
-    out = []
-    for p in range(n):
-        rows = table.filter(pa.array(part == p))
-        order = pc.sort_indices(
-            rows, sort_keys=[("_h", "ascending"), ("_key", "ascending"), ("_flow", "ascending")]
-        )  # stable, as Spark's is for these
-        out.append(rows.take(order).combine_chunks())
     return out
 
 
@@ -312,9 +298,12 @@ def route_on_executors(
     return [pa.ipc.read_record_batch(pa.py_buffer(b), schema) for b in blobs]
 
 
-def run_routed(spark: SparkSession, plan: TaskPlan, parts: list[pa.Table], task: GroupedTask, placed: bool) -> pa.Table:
+def run_routed(
+    spark: SparkSession, plan: TaskPlan, parts: list[pa.Table] | RouteAndRun, task: GroupedTask, placed: bool
+) -> pa.Table | None:
     """Run ``task(plan, batches, p)`` for each partition ``p`` on the envelopes the driver routed;
-    the tasks' result rows (:data:`cbp.engine.common.protocol.RESULT`).
+    the tasks' result rows (:data:`cbp.engine.common.protocol.RESULT`). For a :class:`RouteAndRun`, one
+    job's one task routes its records first; None (nothing run) when their envelopes pass the cap.
 
     With ``placed`` (a cluster), partition ``p`` is a Spark task of its own that prefers the executor
     that ran ``p`` last (:mod:`cbp.engine.driver.locality`). Otherwise there are as many tasks as Spark
@@ -322,6 +311,8 @@ def run_routed(spark: SparkSession, plan: TaskPlan, parts: list[pa.Table], task:
     (with little to do per partition, a task's fixed cost is most of its time): dealt to them in
     turn, or in local mode claimed by them (:func:`_run_claimed`).
     """
+    if isinstance(parts, RouteAndRun):
+        return _route_and_run(spark, plan, parts, task)
     if not placed and _runs_in_driver(plan, parts):
         return _run_in_driver(plan, parts, task)
     tasks = len(parts) if placed else max(1, min(len(parts), parallelism(spark)))
@@ -356,6 +347,16 @@ def run_routed(spark: SparkSession, plan: TaskPlan, parts: list[pa.Table], task:
     if placed:
         remember_executors(sc, plan, table)
     return table
+
+
+def _route_and_run(spark: SparkSession, plan: TaskPlan, fused: RouteAndRun, task: GroupedTask) -> pa.Table | None:
+    """:func:`run_routed` of a :class:`RouteAndRun`; None when its envelopes outgrew the cap (the stage's
+    next epoch of as many records then takes the shuffle without trying, as after a routing job)."""
+    table = route_and_run_job(spark, plan, fused, task, envelope_cap(), _chunk(spark))
+    if table is None:
+        _ROUTED_BYTES[(plan.home.location, plan.stage.name)] = envelope_cap() / max(fused.count, 1)
+        return None
+    return _in_partition_order(table)
 
 
 def _runs_in_driver(plan: TaskPlan, parts: list[pa.Table]) -> bool:
