@@ -29,6 +29,12 @@ def count(key, state, words, out):
                     pass
         if how == "sleep":
             time.sleep(3600)
+        if how == "masked":  # the task's alarm (its own stop at the limit) never delivered: only a cancel ends it
+            import signal
+
+            signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGALRM})
+            while True:
+                time.sleep(0.01)
         if how == "exit":
             sys.exit(3)
         if how == "os_exit":
@@ -82,6 +88,20 @@ def test_stage_timeout_cancels_the_epoch_and_names_stage_epoch_key(spark, make_p
     p = cbp.load(path, home=str(tmp_path / "h"), spark=spark)
     p.run()
     assert _counts(p) == {"a": 1, "bad": 1}
+
+
+def test_a_translator_that_blocks_its_tasks_alarm_is_cancelled_by_the_driver(spark, make_pipeline, tmp_path):
+    """A task stops itself at the limit (SIGALRM); a translator that blocks that signal is stopped by the
+    driver, which cancels the epoch's job a grace period after the limit (on Connect by interrupting the
+    job's tag): the run ends with ``timeout``, nothing committed. The limit is 1 s: the epoch is to fail."""
+    path = _pipeline(make_pipeline, "masked", "timeout: 1")
+    p = cbp.load(path, home=str(tmp_path / "h"), spark=spark)
+    p.feed("words", [{"w": "a"}, {"w": "bad"}])
+    with pytest.raises(UserCodeError) as e:  # the translator never returns and never sees the alarm
+        p.run()
+    assert e.value.code == "timeout" and "stage 'count' epoch 1" in str(e.value)
+    assert e.value.key is None, str(e.value)  # the job cancelled: no task stopped at a key to say which
+    assert p.status()["stages"]["count"]["epochs"] == 0 and p.state("count") == []
 
 
 def test_epoch_timeout_of_a_run_through_the_cli(spark, make_pipeline, tmp_path, capsys):
