@@ -379,55 +379,58 @@ def test_a_views_small_epoch_runs_in_the_driver_up_to_its_bound(spark, tmp_path,
     assert got[""] == got["0"] == {g: w for g, w in want.items() if w[1]}
 
 
-def test_a_small_epoch_with_a_routeby_function_is_one_spark_job(spark, tmp_path, make_pipeline, monkeypatch):
+def test_a_small_epoch_with_a_routeby_function_is_one_spark_job(spark, tmp_path, make_pipeline, monkeypatch, request):
     """A RouteBy function's records that fit one routing task are routed by the task that then runs the
-    partitions (``cbp.engine.driver.routeandrun``): one Spark job a stage epoch, where a routing job and a
-    run job were two (``ROUTE_AND_RUN = 0``, kept as the comparison). Jobs counted by Spark's status tracker
-    (a job group of this thread); both give the state and outputs of the shuffle path, through a loopback flow."""
-    from cbp.engine.driver import routeandrun, smallepoch
+    partitions (``cbp.engine.driver.routeandrun``): one Spark job an epoch, where a routing job and a run job
+    were two (``ROUTE_AND_RUN = 0``). Jobs counted by Spark's status tracker (classic: a job group of this
+    thread) or the queries the client sends (Connect: ``ExecutePlan``, one job each here); the counts equal
+    those of a from-scratch sum, retractions included."""
+    from collections import Counter
 
-    if is_connect(spark):
-        pytest.skip("needs a classic session: the job count is Spark's status tracker (Connect: test_connect.py)")
-    path = make_pipeline(
-        HALVES.replace("KEYTYPE", "string")
-        .replace("GROUPING", "inner")
-        .replace("route_by: k, frame_by", "route_by: 'MOD:key', frame_by"),
-        HALVES_MODULE + "\ndef key(r):\n    return r['k'] + '!'\n",
-    )
-    rng = random.Random(7)
-    feeds = [[{"k": rng.choice("abcdefg"), "v": rng.randint(0, 9), "hour": h} for _ in range(30)] for h in range(3)]
+    from cbp.engine.driver import smallepoch
+
+    yaml = (FLOWS / "url_count.yaml").read_text()
+    yaml = yaml.replace("route_by: url", "route_by: 'MOD:url_of'").replace("url_count:count_urls", "MOD:count_urls")
+    path = make_pipeline(yaml, (FLOWS / "url_count.py").read_text() + "\n\ndef url_of(r):\n    return r['url']\n")
+    rng = random.Random(3)
+    feeds = [[{"url": f"u{rng.randint(0, 9)}"} for _ in range(40)], [{"url": "u1", "_diff": -1}, {"url": "v"}]]
+    jobs = _job_counter(spark, monkeypatch, request)
+    p = cbp.load(path, home=str(tmp_path / "one"), spark=spark)
+    per_epoch = []
+    for feed in feeds:
+        p.feed("urls", feed)
+        before = jobs()
+        [r] = p.run()
+        per_epoch.append((jobs() - before, r.shuffle_records))
+    want = Counter()
+    for feed in feeds:
+        for rec in feed:
+            want[rec["url"]] += rec.get("_diff", 1)
+    assert {r["url"]: r["count"] for r in p.state("url_count")} == {u: n for u, n in want.items() if n}
+    assert per_epoch == [(1, 0), (1, 0)]  # one job each, no shuffle
+    monkeypatch.setattr(smallepoch, "ROUTE_AND_RUN", 0)  # the routing job, then the run job
+    two = cbp.load(path, home=str(tmp_path / "two"), spark=spark)
+    two.feed("urls", feeds[0])
+    before = jobs()
+    two.run()
+    assert jobs() - before == 2
+
+
+def _job_counter(spark, monkeypatch, request):
+    """A function giving how many Spark jobs this thread has started since the call."""
+    if is_connect(spark):  # no status tracker: the client's queries (a small epoch's job is one query)
+        sent = []
+        stub = spark.client._stub
+        execute = stub.ExecutePlan
+
+        def counted(*a, **k):
+            sent.append(1)
+            return execute(*a, **k)
+
+        monkeypatch.setattr(stub, "ExecutePlan", counted)
+        return lambda: len(sent)
     sc = spark.sparkContext
-    fused = []
-    monkeypatch.setattr(routeandrun, "route_and_run_job", _counting(routeandrun.route_and_run_job, fused))
-    monkeypatch.setattr(smallepoch, "route_and_run_job", routeandrun.route_and_run_job)
-    out: dict[str, tuple[list[int], list[str], list[str]]] = {}
-    for name, limit, small in (("one", None, None), ("two", 0, None), ("shuffle", None, "0")):
-        if limit is not None:
-            monkeypatch.setattr(smallepoch, "ROUTE_AND_RUN", limit)
-        if small is not None:
-            monkeypatch.setenv("CBP_SMALL_EPOCH_RECORDS", small)
-        p = cbp.load(path, home=str(tmp_path / name), spark=spark)
-        jobs = []
-        for h, recs in enumerate(feeds):
-            p.feed("nums", recs, close=True)
-            group = f"{tmp_path.name}-{name}-{h}"
-            sc.setJobGroup(group, "counted")
-            try:
-                epochs = len(p.run())
-            finally:
-                sc.setLocalProperty("spark.jobGroup.id", None)  # type: ignore[arg-type]
-            jobs.append(len(sc.statusTracker().getJobIdsForGroup(group)) / epochs)
-        out[name] = (jobs, _canon(p.state("sum")), _canon(p.output("totals")))
-    assert out["one"][1:] == out["two"][1:] == out["shuffle"][1:] and out["one"][1]
-    assert out["one"][0] == [1.0, 1.0, 1.0], out  # each stage epoch one job (a loopback epoch: no RouteBy)
-    assert max(out["two"][0]) > 1.0, out  # the routing job and the run job
-    assert len(fused) == 3 and all(r is not None for r in fused)  # each epoch of nums, routed and run at once
-
-
-def _counting(fn, seen):
-    def counted(*a, **k):
-        r = fn(*a, **k)
-        seen.append(r)
-        return r
-
-    return counted
+    group = f"counted-{os.getpid()}-{random.random()}"
+    sc.setJobGroup(group, "jobs counted by a test")
+    request.addfinalizer(lambda: sc.setLocalProperty("spark.jobGroup.id", None))  # type: ignore[arg-type]
+    return lambda: len(sc.statusTracker().getJobIdsForGroup(group))
