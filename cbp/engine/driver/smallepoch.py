@@ -12,7 +12,9 @@ with the stage's multicast bindings), the driver reads them with pyarrow and rou
 - any other (a RouteBy function, ``ALL``, multicast, a ``json`` or list field, a key JSON must
   escape) by a one-stage Spark job whose tasks run RouteBy as the normal path's map side does
   (:func:`route_on_executors`: user code never runs in the driver, and under the epoch's time
-  limit); its envelopes, with the copies of broadcast and multicast records, come back to the driver;
+  limit); its envelopes, with the copies of broadcast and multicast records, come back to the driver
+  (or, when the records fit one routing task and the epoch is not placed, that task partitions them and
+  runs every partition itself: one job, :mod:`cbp.engine.driver.routeandrun`);
   a RouteBy of cbp's own (``driver_safe``: a SQL view's key, no user code) by the driver itself, with
   the same code, which saves that job (up to :data:`DRIVER_ROUTED` records);
 - the bindings files, with pyarrow, as the normal path's job turns them into envelopes.
