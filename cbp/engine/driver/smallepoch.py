@@ -75,6 +75,7 @@ from .dfjobs import blob_schema, blobs_of, connect_conf, parallelism, range_fram
 from .jvmcache import pid_alive
 from .locality import executor_preferences, prefs_rdd, remember_executors
 from .session import is_connect
+from .signedinputs import merged_signed
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -200,6 +201,7 @@ def driver_routed(spark: SparkSession, plan: TaskPlan, input_files: dict[int, li
             parts.extend(
                 _binding_envelopes(pq.read_table(fh, columns=BINDINGS.names).cast(BINDINGS), epoch_of(uri) or 0, schema)
             )
+    remote = merged_signed(plan, remote)  # a view's input: +r and -r of two files cancel before routing
     if (
         remote
         and sum(t.num_rows for _, _, t in remote) <= DRIVER_ROUTED
