@@ -4,22 +4,22 @@ windows read, as ``SELECT DISTINCT ... GROUP BY`` is (:func:`cbp.views.select.di
 
 - ``SELECT k, sum(x) AS s, rank() OVER (PARTITION BY g ORDER BY sum(x)) AS r FROM t GROUP BY k, g``: Spark
   evaluates the windows after the GROUP BY and HAVING, over the groups' rows. The grouped query becomes the
-  derived table (each GROUP BY expression ``cbp_g<i>``, each aggregate outside a window's own function
-  ``cbp_a<j>``, WHERE and HAVING kept there); the windows read its columns.
+  derived table (each GROUP BY expression by its column's name, or ``cbp_g<i>``; each aggregate outside a
+  window's own function ``cbp_a<j>``; WHERE and HAVING kept there); the windows read its columns.
 - ``SELECT id, rank() OVER (PARTITION BY a ORDER BY x) AS ra, rank() OVER (PARTITION BY b ORDER BY x) AS rb
-  FROM t``: the windows of the first PARTITION BY (``cbp_w<j>``) and every column the rest reads (``cbp_c<i>``)
-  become the derived table, the others read it; three partitionings nest twice. One window stage per
-  partitioning, each keyed by its PARTITION BY.
+  FROM t``: the windows of the first PARTITION BY (``cbp_w<j>``) and every column the rest reads (by its name,
+  or ``cbp_c<i>`` when two tables' columns share it) become the derived table, the others read it; three
+  partitionings nest twice. One window stage per partitioning, each keyed by its PARTITION BY.
 
 An ``ORDER BY ... LIMIT`` stays on the outer query. A window function in ``WHERE`` stays refused (Spark
 refuses it too), as does a ``*`` beside windows of several partitionings.
 
     >>> sql = "SELECT k, sum(x) AS s, rank() OVER (PARTITION BY g ORDER BY sum(x)) AS r FROM t GROUP BY k, g"
     >>> outer = windows_apart(_parse(sql))
-    >>> outer.sql("spark")[:87]
-    'SELECT cbp_g0 AS k, cbp_a0 AS s, RANK() OVER (PARTITION BY cbp_g1 ORDER BY cbp_a0) AS r'
+    >>> outer.sql("spark")[:77]
+    'SELECT k AS k, cbp_a0 AS s, RANK() OVER (PARTITION BY g ORDER BY cbp_a0) AS r'
     >>> outer.args["from_"].sql("spark")
-    'FROM (SELECT k AS cbp_g0, g AS cbp_g1, SUM(x) AS cbp_a0 FROM t GROUP BY k, g) AS cbp_grouped'
+    'FROM (SELECT k AS k, g AS g, SUM(x) AS cbp_a0 FROM t GROUP BY k, g) AS cbp_grouped'
 """
 
 from __future__ import annotations
@@ -67,7 +67,12 @@ def _select_of(n: exp.Expr) -> exp.Expr | None:
 
 def _group_aggregate(n: exp.Expr) -> bool:
     """An aggregate over a group: not a window's own function (``sum(x) OVER (...)``'s ``sum``)."""
-    return isinstance(n, AGGREGATES) and not (isinstance(n.parent, exp.Window) and n.arg_key == "this")
+    if not isinstance(n, AGGREGATES):
+        return False
+    child, p = n, n.parent
+    while isinstance(p, (exp.IgnoreNulls, exp.RespectNulls)):  # sum(x) IGNORE NULLS OVER (...): the window's own
+        child, p = p, p.parent
+    return not (isinstance(p, exp.Window) and child.arg_key == "this")
 
 
 def _grouped(select: exp.Select) -> bool:
@@ -126,7 +131,7 @@ def _over_groups(node: exp.Select) -> exp.Select:
     """Windows over a grouped SELECT: the grouping a derived table of its keys and aggregates."""
     group = node.args.get("group")
     keys = list(group.expressions) if group is not None else []
-    exact = {k.sql("spark").lower(): f"cbp_g{i}" for i, k in enumerate(keys)}
+    exact = dict(zip((k.sql("spark").lower() for k in keys), _names(keys, "cbp_g")))
     loose: dict[str, str | None] = {}
     for k, name in zip(keys, exact.values()):
         u = _unqualified(k)
@@ -149,6 +154,16 @@ def _over_groups(node: exp.Select) -> exp.Select:
     return _outer(node, cols, lift, "cbp_grouped")
 
 
+def _names(items: list[exp.Expr], prefix: str) -> list[str]:
+    """The derived table's names of ``items``: a column's own name where no other item has it (``explain`` shows
+    ``PARTITION BY `cust```), else ``<prefix><i>``."""
+    own = [c.name.lower() if isinstance(c, exp.Column) else "" for c in items]
+    return [
+        items[i].name if own[i] and own.count(own[i]) == 1 and not own[i].startswith("cbp_") else f"{prefix}{i}"
+        for i in range(len(items))
+    ]
+
+
 def _first_apart(node: exp.Select) -> exp.Select:
     """Windows of several PARTITION BYs: those of the first, and the columns the rest read, a derived table."""
     first = _partitionings(node)[0]
@@ -158,13 +173,12 @@ def _first_apart(node: exp.Select) -> exp.Select:
         if _partition_of(w) == first and id(w) not in wins:
             wins[id(w)] = f"cbp_w{len(wins)}"
             cols.append(exp.alias_(w.copy(), wins[id(w)]))
-    names: dict[str, str] = {}
+    read: dict[str, exp.Column] = {}
     for e in node.expressions:
         for c in e.find_all(exp.Column):
-            key = c.sql("spark").lower()
-            if key not in names:
-                names[key] = f"cbp_c{len(names)}"
-                cols.append(exp.alias_(c.copy(), names[key]))
+            read.setdefault(c.sql("spark").lower(), c)
+    names = dict(zip(read, _names(list(read.values()), "cbp_c")))
+    cols += [exp.alias_(c.copy(), names[key]) for key, c in read.items()]
 
     def lift(n: exp.Expr) -> exp.Expr:
         if isinstance(n, exp.Window) and _partition_of(n) == first:
