@@ -195,13 +195,8 @@ REFUSED = [
     ),
     ("SELECT id, row_number() OVER (PARTITION BY cust) AS r FROM orders", "view-unsupported", "without ORDER BY"),
     ("SELECT id, count(DISTINCT qty) OVER (PARTITION BY cust) AS r FROM orders", "view-unsupported", "DISTINCT"),
-    (
-        "SELECT cust, count(*) AS n, rank() OVER (PARTITION BY cust ORDER BY cust) AS r FROM orders GROUP BY cust",
-        "view-unsupported",
-        "with GROUP BY",
-    ),
-    (
-        "SELECT id, rank() OVER (PARTITION BY cust ORDER BY id) AS a, rank() OVER (PARTITION BY qty ORDER BY id) AS b "
+    (  # (windows over a GROUP BY, and of several PARTITION BYs, compile: test_windows_over_groups_...)
+        "SELECT *, rank() OVER (PARTITION BY cust ORDER BY id) AS a, rank() OVER (PARTITION BY qty ORDER BY id) AS b "
         "FROM orders",
         "view-unsupported",
         "different PARTITION BY",
@@ -215,6 +210,45 @@ REFUSED = [
     ("SELECT id FROM orders ORDER BY id\nOFFSET 1", "view-unsupported", "SQL line 2, column 1: OFFSET without LIMIT"),
     ("SELECT id FROM orders ORDER BY amount LIMIT 3", "view-unknown", "ORDER BY column 'amount'"),
 ]  # (a window in a set operation's branch compiles: tests/test_sql_setops.py's view 'branches')
+
+
+#: Windows over a GROUP BY (an aggregate in the window's ORDER BY and argument, HAVING, ORDER BY ... LIMIT), windows
+#: of three PARTITION BYs in one SELECT, and SELECT DISTINCT over a window: derived tables (cbp/views/winsplit.py).
+APART = {
+    "grp_rank": "SELECT cust, qty, count(*) AS n, sum(amount) AS s, rank() OVER (PARTITION BY cust ORDER BY "
+    "sum(amount) DESC) AS rk, sum(count(*)) OVER (PARTITION BY cust) AS cn FROM orders WHERE id >= 0 "
+    "GROUP BY cust, qty HAVING count(*) >= 1",
+    "grp_top": "SELECT cust, sum(amount) AS s, dense_rank() OVER (PARTITION BY cust ORDER BY cust) AS d FROM orders "
+    "GROUP BY cust ORDER BY s DESC, cust LIMIT 2",
+    "parts": "SELECT id, cust, rank() OVER (PARTITION BY cust ORDER BY amount DESC, id) AS rc, dense_rank() OVER "
+    "(PARTITION BY qty ORDER BY amount) AS rq, sum(amount) OVER (PARTITION BY day) AS sd, "
+    "count(*) OVER (PARTITION BY cust) AS nc FROM orders",
+    "dist_win": "SELECT DISTINCT cust, max(amount) OVER (PARTITION BY cust) AS m FROM orders",
+}
+
+
+@pytest.mark.usefixtures("few_partitions")
+def test_windows_over_groups_and_several_partitionings_equal_spark_sql(spark, tmp_path):
+    """Each view of :data:`APART` equals Spark SQL after every epoch of :data:`EPOCHS`; ``cbp explain`` shows
+    the derived tables' stages (one window stage per PARTITION BY)."""
+    from cbp.commands.explain import explain
+
+    path = tmp_path / "apart.yaml"
+    path.write_text(_yaml(APART))
+    stages = {v: [s["stage"] for s in explain(str(path), v)["stages"]] for v in APART}
+    assert stages["grp_rank"] == ["grp_rank__from1", "grp_rank"]
+    assert stages["parts"] == ["parts__from1__from1", "parts__from1", "parts"]
+    p = cbp.Pipeline(str(path), str(tmp_path / "home"), spark=spark)
+    try:
+        for o_inc, c_inc in EPOCHS:
+            p.feed("orders", o_inc)
+            if c_inc:
+                p.feed("custs", c_inc)
+            p.run()
+            _check(spark, p, APART)
+    finally:
+        for name in [*APART, "orders", "custs"]:
+            spark.catalog.dropTempView(name)
 
 
 @pytest.mark.parametrize("sql,code,says", REFUSED, ids=[f"{c}-{i}" for i, (_, c, _) in enumerate(REFUSED)])

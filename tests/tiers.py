@@ -94,6 +94,10 @@ MARKS: dict[str, tuple[str, ...]] = {
     "test_view_table.py": ("slow",),  # views' Delta tables read by Spark and delta-rs, kills, OPTIMIZE (~45 s)
     "test_sql_casts.py::test_views_with_casts_and_dates_equal_spark_sql_and_a_bad_value_fails_the_epoch": ("slow",),
     "test_sources_dv.py": ("slow",),  # Spark DML on a Delta table with deletion vectors (~80 s loaded)
+    # a bad Delta source row deleted, then another updated, after failed runs: 2 homes vs Spark SQL (~65 s at load 14)
+    "test_sql_unblock.py": ("slow",),
+    # a type-widened Delta source refused until DROP FEATURE typeWidening, 2 homes vs Spark SQL (~60 s at load 10)
+    "test_sql_source_features.py": ("slow",),
     "test_sql_frames.py": ("slow",),  # window frames (ROWS, RANGE offsets, IGNORE NULLS) vs Spark SQL, a property test
     # DISTINCT aggregates, SELECT DISTINCT ... GROUP BY vs Spark SQL: 3 epochs (~25 s loaded), a property test (~15 s)
     "test_sql_distinct.py::test_distinct_aggregates_equal_spark_sql_after_every_epoch": ("slow",),

@@ -167,6 +167,16 @@ SECTIONS: list[tuple[str, list[Code]]] = [
                 "`ALTER TABLE ... DROP FEATURE deletionVectors` in Spark (it purges them), then sync again",
             ),
             _c(
+                "source-reader-feature",
+                INP,
+                3,
+                "the source table uses a Delta reader feature that cbp's Delta reader (delta-rs) cannot read, "
+                "neither its rows nor its change data: `typeWidening` (`delta.enableTypeWidening`, a column's "
+                "type widened in place), ...; named in the message",
+                "drop the feature in Spark (`ALTER TABLE ... DROP FEATURE typeWidening` rewrites the files "
+                "written before a type change), then sync again",
+            ),
+            _c(
                 "source-cdf-missing",
                 INP,
                 3,

@@ -11,6 +11,7 @@ signed rows: ``insert`` and ``update_postimage`` are +1, ``delete`` and ``update
 
 from __future__ import annotations
 
+import re
 from typing import TYPE_CHECKING
 
 import pyarrow as pa
@@ -37,7 +38,7 @@ class SourceTable:
     Errors name the table and the version (:class:`~cbp.errors.InputError`): ``source-missing``
     (no Delta table there, or no such version), ``source-no-cdf`` (the change data feed is not
     enabled), ``source-cdf-missing`` (a version's change data is gone: vacuumed, or its log
-    cleaned up).
+    cleaned up), ``source-reader-feature`` (a reader feature delta-rs lacks: ``typeWidening``).
     """
 
     def __init__(self, uri: str) -> None:
@@ -97,6 +98,8 @@ class SourceTable:
         try:
             return _plain(pa.table(dt.to_pyarrow_dataset().to_table(columns=have)))
         except Exception as e:  # noqa: BLE001
+            if "deletionVectors" not in str(e):  # (deletion vectors: their own code, below)
+                self._refuse_feature(version, e)
             if "deletionVectors" in str(e):  # delta-rs reads their change data feed, not their rows
                 raise InputError(
                     f"source table {self.uri} version {version}: the table has deletion vectors, and cbp's Delta "
@@ -118,6 +121,7 @@ class SourceTable:
             reader = dt.load_cdf(starting_version=version, ending_version=version, columns=None)
             data = pa.table(reader)
         except Exception as e:  # noqa: BLE001
+            self._refuse_feature(version, e)
             raise InputError(
                 f"source table {self.uri} version {version}: its change data cannot be read "
                 f"({str(e).splitlines()[0][:300]}); it was vacuumed or its log cleaned up. Land the table "
@@ -130,6 +134,31 @@ class SourceTable:
         keep = pc.is_in(kinds, pa.array(list(SIGNS)))
         body = _plain(data.select([c for c in data.schema.names if c in set(columns)]))
         return body.append_column(DIFF, signs).filter(keep)
+
+    def _refuse_feature(self, version: int, e: Exception) -> None:
+        """Raise ``source-reader-feature`` when delta-rs refused the table for a reader feature it lacks."""
+        said = _UNSUPPORTED.search(str(e))
+        if said is None:
+            return
+        named = {n.strip(" '\"").lower() for n in said.group(1).split(",")}
+        try:  # Delta's own spelling (delta-rs says TypeWidening in one message, typeWidening in another)
+            have = list(self._open().protocol().reader_features or [])
+        except InputError:
+            have = []
+        features = [f for f in have if f.lower() in named] or sorted(named)
+        drop = "; ".join(f"ALTER TABLE ... DROP FEATURE {f}" for f in features)
+        raise InputError(
+            f"source table {self.uri} version {version}: the table uses the Delta reader feature "
+            f"{', '.join(features)}, which cbp's Delta reader (delta-rs) cannot read: neither its rows nor its "
+            f"change data (its data was not vacuumed). Drop the feature in Spark ({drop}; for typeWidening it "
+            "rewrites the files written before a column's type was widened), then sync again; nothing was landed",
+            code="source-reader-feature",
+        ) from None
+
+
+#: delta-rs's refusals of a table for a reader feature it lacks: "Unsupported table features required:
+#: [TypeWidening]" (reading change data), "... reader features: {'typeWidening'} but these are not yet supported"
+_UNSUPPORTED = re.compile(r"(?:Unsupported table features required: \[|reader features: \{)([^\]}]*)")
 
 
 def _plain(t: pa.Table) -> pa.Table:

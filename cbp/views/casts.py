@@ -22,6 +22,7 @@ import struct
 from collections.abc import Callable, Mapping
 from typing import Any
 
+import numpy as np
 from sqlglot import exp
 
 from ..errors import UserCodeError
@@ -39,6 +40,7 @@ __all__ = [
     "to_date",
     "to_timestamp",
     "to_text",
+    "java_float",
 ]
 
 _UTC = datetime.timezone.utc
@@ -212,20 +214,40 @@ def _to_double(v: Any, target: str) -> float:
     return _float32(x) if target == "float32" else x
 
 
-def _java_double(x: float) -> str:
-    """Java's ``Double.toString``: decimal between 1e-3 and 1e7, else ``d.dddE±n``."""
+def _java_double(x: float, text: str | None = None) -> str:
+    """Java's ``Double.toString``: decimal between 1e-3 and 1e7, else ``d.dddE±n``; ``text``: the shortest
+    digits that read back as the value (``repr``'s of a double; a float's, for :func:`java_float`)."""
     if math.isnan(x):
         return "NaN"
     if math.isinf(x):
         return "Infinity" if x > 0 else "-Infinity"
+    text = repr(x) if text is None else text
     if x == 0 or 1e-3 <= abs(x) < 1e7:
-        text = repr(x)
-        return text if "e" not in text else format(decimal.Decimal(text), "f")
-    sign, digits, exponent = decimal.Decimal(repr(x)).as_tuple()
+        if "e" not in text:
+            return text
+        plain = format(decimal.Decimal(text), "f")
+        return plain if "." in plain else plain + ".0"
+    sign, digits, exponent = decimal.Decimal(text).as_tuple()
     assert isinstance(exponent, int)
     ds = "".join(map(str, digits)).rstrip("0") or "0"
     e = exponent + len(digits) - 1
+    if len(ds) == 1:  # Java writes a digit after the point: the two digits nearest the value (4.9E-324, 1.4E-45)
+        mantissa, power = format(decimal.Decimal(x), ".1e").split("e")
+        ds, e = mantissa.lstrip("-").replace(".", ""), int(power)
     return f"{'-' if sign else ''}{ds[0]}.{ds[1:] or '0'}E{e}"
+
+
+def java_float(x: float | None) -> str | None:
+    """A ``float`` (a 32-bit value, held as the double it is) as Spark casts it to a string, Java's
+    ``Float.toString``: the shortest digits that read back as the 32-bit value (as Java 19+ writes them),
+    not the double's.
+
+    >>> java_float(_float32(0.1)), java_float(_float32(1e7)), java_float(_float32(9.999e-4)), java_float(-0.0)
+    ('0.1', '1.0E7', '9.999E-4', '-0.0')
+    """
+    if x is None:
+        return None
+    return _java_double(x, str(np.float32(x)))
 
 
 def to_text(v: Any) -> str:

@@ -229,7 +229,13 @@ def _compile_special(node: exp.Expr, prefix: str) -> Fn:
             node.expressions[2].this,
         )
         return lambda row: intwidth.checked(inner(row), width, view, row)
+    if isinstance(node, exp.Anonymous) and node.name.lower() == intwidth.FLOAT_TEXT_FN:  # a float as Java prints it
+        value = node_fn(node.expressions[0], prefix)
+        return lambda row: intwidth.float_text_value(value(row))
     if isinstance(node, exp.Anonymous) and node.name.lower() == intwidth.FLOAT_FN:  # 32-bit float arithmetic
+        if intwidth.rounded_arg(node.expressions[0]) is not None:  # a float's round: its double's, narrowed
+            whole = node_fn(node.expressions[0], prefix)
+            return lambda row: intwidth.float_apply(lambda v: v, [whole(row)])
         op, args = exprs.OPS[type(node.expressions[0])], intwidth.float_operands(node.expressions[0])
         fns = [node_fn(a, prefix) for a in args]
         return lambda row: intwidth.float_apply(op, [f(row) for f in fns])

@@ -209,6 +209,8 @@ def _function(node: exp.Expr, row: Mapping[str, Any]) -> Any:
         return intwidth.int_value(node, row, ev)
     if isinstance(node, exp.Anonymous) and node.name.lower() == intwidth.FLOAT_FN:
         return intwidth.float_value(node, row, ev, OPS)
+    if isinstance(node, exp.Anonymous) and node.name.lower() == intwidth.FLOAT_TEXT_FN:
+        return intwidth.float_text_value(ev(node.expressions[0], row))
     if isinstance(node, exp.Anonymous) and node.name.lower() == LAX_FN:  # non-ANSI semantics (cbp.views.mode)
         with semantics(False):
             return ev(node.expressions[0], row)
@@ -277,7 +279,9 @@ def with_decimal_types(node: exp.Expr, types: Mapping[str, str | None], view: st
                 return exp.Anonymous(this=DECIMAL_FN, expressions=[out, *lits])
         if type(n) in _ARITH or type(n) in (exp.Neg, exp.Abs):  # int arithmetic in Spark's 8/16/32 bits
             return intwidth.narrowed(n, out, infer(n, types), view, types, infer)
-        return out
+        if intwidth.rounded_arg(n) is not None:  # round/bround of a float: a float
+            return intwidth.narrowed(n, out, infer(n, types), view, types, infer)
+        return intwidth.float_text(n, out, types, infer)  # a float's CAST to a string: Java's Float.toString
 
     out = wrap(node)
     if _fallible(node, types):  # a runtime failure names the view

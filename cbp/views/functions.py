@@ -86,7 +86,7 @@ def rounded(x: Any, scale: int, context: decimal.Context) -> Any:
     if scale < 0:
         q = q.quantize(decimal.Decimal(1), context=context)
     if isinstance(x, float):
-        return float(q)
+        return float(q) or 0.0  # (Java's BigDecimal has no -0: round(-0.04, 1) is 0.0, as in Spark)
     return int(q) if isinstance(x, int) else q
 
 

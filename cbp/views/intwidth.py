@@ -32,17 +32,20 @@ from sqlglot import exp
 
 from ..errors import UserCodeError
 from ..spec.schema import float32
-from .casts import cast_target
+from .casts import cast_target, java_float
 from .mode import ansi, wrap_bits
 from .vtypes import NARROW
 
 __all__ = ["INT_FN", "FLOAT_FN", "bits", "float_bits", "narrowed", "int_value", "float_value", "checked", "typed"]
-__all__ += ["from_columns", "float_operands", "float_apply"]
+__all__ += ["from_columns", "float_operands", "float_apply", "rounded_arg", "FLOAT_TEXT_FN", "float_text"]
+__all__ += ["float_text_value"]
 
 #: The internal function an int arithmetic narrower than 64 bits is checked with: ``cbp_int(e, 32, 'view')``.
 INT_FN = "cbp_int"
 #: The internal function an arithmetic of 32-bit floats is rounded with: ``cbp_float32(e)``.
 FLOAT_FN = "cbp_float32"
+#: The internal function a 32-bit float is cast to a string with, as Java's ``Float.toString``: ``cbp_float_text(e)``.
+FLOAT_TEXT_FN = "cbp_float_text"
 _Types = Mapping[str, "str | None"]
 _CAST_BITS = {"int8": 8, "int16": 16, "int32": 32}
 #: Functions Spark types ``int`` (32 bits).
@@ -131,7 +134,19 @@ def float_bits(node: exp.Expr, types: _Types | None, infer: Callable[[exp.Expr, 
     if isinstance(node, _ARITH + _BRANCHES):
         widths = [float_bits(c, types, infer) for c in _children(node)]
         return max(widths) if widths else 64
+    arg = rounded_arg(node)
+    if arg is not None:  # round(f, s), bround(f, s) of a float: a float (Spark's RoundBase)
+        return 32 if float_bits(arg, types, infer) == 32 else 64
     return 0 if infer(node, types or {}) == "int" and not ansi() else 64
+
+
+def rounded_arg(node: exp.Expr) -> exp.Expr | None:
+    """The value ``round(x, s)`` or ``bround(x, s)`` rounds (None: ``node`` is neither)."""
+    if isinstance(node, exp.Round):
+        return node.this
+    if isinstance(node, exp.Anonymous) and node.name.lower() == "bround" and node.expressions:
+        return node.expressions[0]
+    return None
 
 
 def from_columns(node: exp.Expr) -> bool:
@@ -159,6 +174,10 @@ def narrowed(
     """``out`` (``node`` compiled) wrapped in ``cbp_int(out, bits, view)`` when ``node`` is int
     arithmetic Spark computes in fewer than 64 bits, in ``cbp_float32(out)`` when it is float arithmetic
     Spark computes in 32 bits."""
+    if rounded_arg(node) is not None:  # a float's round: the double's, narrowed to 32 bits (as Spark's toFloat)
+        if t == "float" and infer is not None and float_bits(node, types, infer) == 32:
+            return exp.Anonymous(this=FLOAT_FN, expressions=[out])
+        return out
     if not isinstance(node, _ARITH):
         return out
     if isinstance(node, exp.Neg) and isinstance(node.this, exp.Literal):  # a negative literal (round(x, -1))
@@ -206,6 +225,8 @@ def float_value(
     operand too, as Java widens it to a ``float``), its operation (``ops``: by node type), the result
     rounded to 32 bits."""
     inner = node.expressions[0]
+    if rounded_arg(inner) is not None:  # round/bround: computed on the float's double, the result narrowed
+        return float_apply(lambda v: v, [ev(inner, row)])
     return float_apply(ops[type(inner)], [ev(c, row) for c in float_operands(inner)])
 
 
@@ -220,3 +241,19 @@ def float_apply(op: Callable[..., Any], args: list[Any]) -> Any:
         return None
     v = op(*[float32(float(a)) for a in args])
     return None if v is None else float32(float(v))
+
+
+def float_text(node: exp.Expr, out: exp.Expr, types: _Types, infer: Callable[[exp.Expr, _Types], Any]) -> exp.Expr:
+    """``out`` (``node`` compiled) as ``cbp_float_text(x)`` when ``node`` is ``CAST(x AS STRING)`` of a 32-bit float:
+    Spark prints the float (``0.1``), not the double it is held as (``0.10000000149011612``)."""
+    if not isinstance(node, (exp.Cast, exp.TryCast)) or cast_target(node.args.get("to")) != "string":
+        return out
+    arg = node.this
+    if infer(arg, types) != "float" or float_bits(arg, types, infer) != 32:
+        return out
+    return exp.Anonymous(this=FLOAT_TEXT_FN, expressions=[out.this])
+
+
+def float_text_value(v: Any) -> Any:
+    """The value of ``cbp_float_text(x)``: ``x`` as Java's ``Float.toString`` (:func:`cbp.views.casts.java_float`)."""
+    return None if v is None else java_float(float(v))

@@ -42,6 +42,7 @@ from .setops import WEIGHT, set_operations
 from .sharing import share_key
 from .vtypes import avg_type, family, is_numeric, sum_type, wider
 from .windows import compile_topk, compile_window, has_window, top_of
+from .winsplit import windows_apart
 
 __all__ = ["Generated"]
 
@@ -109,6 +110,7 @@ class Generated:
         """Compile view (or internal view, :mod:`cbp.views.hoist`) ``name`` of tree ``tree``; its field types."""
         try:
             tree = distinct_over_groups(tree)  # SELECT DISTINCT ... GROUP BY: a derived table, then DISTINCT
+            tree = windows_apart(tree)  # windows over a GROUP BY, or of several PARTITION BYs: derived tables
             made = inline_ctes(tree, self._sql, name, flows, self._compile)  # WITH: views <name>__cte<i>
             tree, sets = set_operations(tree, self._sql, name, {**flows, **made}, self._compile)
             made |= sets

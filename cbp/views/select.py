@@ -104,7 +104,7 @@ def _grouped(select: exp.Select) -> bool:
 
 
 def distinct_over_groups(tree: exp.Expr) -> exp.Expr:
-    """``tree`` with each ``SELECT DISTINCT ... GROUP BY ...`` (or DISTINCT over an aggregate) written
+    """``tree`` with each ``SELECT DISTINCT ... GROUP BY ...`` (or DISTINCT over an aggregate or a window) written
     ``SELECT DISTINCT * FROM (SELECT ... GROUP BY ...) AS cbp_grouped``: the grouped query a derived
     table (an internal view ``v__from<i>``, :mod:`cbp.views.hoist`), the DISTINCT a GROUP BY of its
     rows (per distinct row its count); a top ``ORDER BY ... LIMIT`` stays outside, on the distinct rows.
@@ -113,7 +113,9 @@ def distinct_over_groups(tree: exp.Expr) -> exp.Expr:
     'SELECT DISTINCT * FROM (SELECT g, COUNT(*) AS n FROM t GROUP BY g, h) AS cbp_grouped'
     """
     for node in list(tree.find_all(exp.Select)):
-        if node.args.get("distinct") is None or node.args["distinct"].args.get("on") or not _grouped(node):
+        if node.args.get("distinct") is None or node.args["distinct"].args.get("on"):
+            continue
+        if not _grouped(node) and not any(isinstance(n, exp.Window) for e in node.expressions for n in e.walk()):
             continue
         inner = node.copy()
         inner.set("distinct", None)

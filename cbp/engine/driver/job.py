@@ -35,7 +35,7 @@ from .dfjobs import JobTag, ddl_type, known_schema, shuffle_metrics
 from .locality import placed_epoch
 from .remote_read import needs_arrow_reader, read_parquet
 from .session import is_connect
-from .signedinputs import refuse_unsigned_inputs
+from .signedinputs import consolidates_across, refuse_unsigned_inputs, zset_frame
 from .smallepoch import driver_routed, run_routed
 
 if TYPE_CHECKING:
@@ -127,9 +127,7 @@ def run_stage_epoch(
         tag.__enter__()
         if st.record_wise:
             jobs = [
-                _read(spark, plan.input_schemas[i], files).mapInArrow(
-                    partial(recordwise_task, plan, i), result_spark_schema()
-                )
+                _signed_read(spark, plan, i, files).mapInArrow(partial(recordwise_task, plan, i), result_spark_schema())
                 for i, files in input_files.items()
                 if files
             ]
@@ -225,6 +223,13 @@ def _read(spark: SparkSession, schema: RecordSchema, files: list[str], meta: str
     return _read_ddl(spark, spark_ddl(schema, meta), files)
 
 
+def _signed_read(spark: SparkSession, plan: TaskPlan, i: int, files: list[str]) -> DataFrame:
+    """Input ``i``'s records, consolidated across its files when a record is evaluated before the reduce side
+    consolidates it and they hold a retraction (:mod:`cbp.engine.driver.signedinputs`)."""
+    df = _read(spark, plan.input_schemas[i], files)
+    return zset_frame(df) if consolidates_across(plan, i, files) else df
+
+
 def _read_ddl(spark: SparkSession, ddl: str, files: list[str]) -> DataFrame:
     if needs_arrow_reader(files):  # a home on an object store: no Hadoop connector needed
         return read_parquet(spark, ddl, files)
@@ -286,6 +291,10 @@ def _grouped(
         sql = _jvm_routed(spark, plan, i, files, envelopes) if jvm and files else None
         if sql is not None:
             parts.append(sql)
+            continue
+        if consolidates_across(plan, i, files):  # a view's records, +r and -r across files: never evaluated
+            frame = zset_frame(_read(spark, plan.input_schemas[i], files))
+            parts.append(frame.mapInArrow(partial(route_batches, plan, i, plan.epoch - 1), env_ddl))
             continue
         for made, some in _by_epoch(
             files, lambda f: plan.made_in.get(f, plan.epoch - 1)

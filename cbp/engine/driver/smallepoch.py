@@ -78,6 +78,7 @@ from .jvmcache import pid_alive
 from .locality import executor_preferences, prefs_rdd, remember_executors
 from .routeandrun import RouteAndRun, fits_one_task, route_and_run_job
 from .session import is_connect
+from .signedinputs import merged_signed
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -212,6 +213,7 @@ def driver_routed(
             parts.extend(
                 _binding_envelopes(pq.read_table(fh, columns=BINDINGS.names).cast(BINDINGS), epoch_of(uri) or 0, schema)
             )
+    remote = merged_signed(plan, remote)  # a view's input: +r and -r of two files cancel before routing
     if (
         remote
         and sum(t.num_rows for _, _, t in remote) <= DRIVER_ROUTED
