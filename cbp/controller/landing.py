@@ -443,7 +443,13 @@ class Landing:
             start += count
             try:
                 add = self.home.write_parquet(
-                    LAYOUT.increment_dir(flow, inc), part, prefix, inc, compression=LANDED_CODEC, text_statistics=False
+                    LAYOUT.increment_dir(flow, inc),
+                    part,
+                    prefix,
+                    inc,
+                    compression=LANDED_CODEC,
+                    text_statistics=False,
+                    sampled_dictionary=True,
                 )
             except OSError as e:
                 raise RuntimeStateError(

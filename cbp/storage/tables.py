@@ -34,6 +34,7 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from deltalake import CommitProperties, DeltaTable, Transaction
 from deltalake import Schema as DeltaSchema
@@ -408,18 +409,28 @@ class DeltaTables:
         row_group_size: int = 65536,
         compression: str = "zstd",
         text_statistics: bool = True,
+        sampled_dictionary: bool = False,
     ) -> dict[str, Any]:
         """Write a data file into a table's partition directory; return its future add action.
         ``text_statistics=False``: no min/max statistics of string and binary columns (13% of LZ4's
         writing time for TPC-H's lineitem; readers prune row groups by them only on ranges of
-        text, and read the rows alike without them)."""
+        text, and read the rows alike without them). ``sampled_dictionary``: dictionary encoding only
+        for the columns that a sample says repeat their values (:func:`_repeating`), not tried and
+        given up on for every row group of a column of distinct values (an order key, a comment)."""
         name = f"{prefix}-{uuid.uuid4().hex[:12]}.parquet"
         rel = f"{rel_dir}/{name}"
         path = self.path(rel)
         self.make_parent(path)
         stats: bool | list[str] = text_statistics or [f.name for f in table.schema if not _is_text(f.type)]
         with self.fs.open_output_stream(path) as out:  # its size counted as written: no look at the file after
-            pq.write_table(table, out, row_group_size=row_group_size, compression=compression, write_statistics=stats)
+            pq.write_table(
+                table,
+                out,
+                row_group_size=row_group_size,
+                compression=compression,
+                write_statistics=stats,
+                use_dictionary=_repeating(table) if sampled_dictionary else True,
+            )
             size = out.tell()
         return {
             "rel": rel,
@@ -435,3 +446,27 @@ def _is_text(t: pa.DataType) -> bool:
     return bool(
         pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_binary(t) or pa.types.is_large_binary(t)
     )
+
+
+#: :func:`_repeating`'s sample: the first rows of a table, and the distinct values in it below which
+#: a column is dictionary-encoded.
+_SAMPLE_ROWS, _SAMPLE_DISTINCT = 8192, 4096
+
+
+def _repeating(table: pa.Table) -> list[str]:
+    """The columns worth a dictionary: those with fewer than half as many distinct values as rows
+    among the first :data:`_SAMPLE_ROWS` (and every nested column, left to the writer). For TPC-H's
+    lineitem: every column but the part key, the price and the comment (8 ms for SF 0.1's table)."""
+    sample = table.slice(0, _SAMPLE_ROWS)
+    limit = min(_SAMPLE_DISTINCT, max(sample.num_rows // 2, 1))
+    return [f.name for f in table.schema if _distinct(sample.column(f.name)) < limit]
+
+
+def _distinct(col: pa.ChunkedArray) -> int:
+    """The distinct values of a column, 0 for one Arrow does not count (nested, all-null: the writer's choice)."""
+    if pa.types.is_nested(col.type) or pa.types.is_null(col.type):
+        return 0
+    try:
+        return int(pc.count_distinct(col).as_py())
+    except pa.ArrowNotImplementedError:
+        return 0
