@@ -61,12 +61,12 @@ _DIFF = "_diff"  # a signed record's multiplicity column (cbp.spec.schema.DIFF)
 __all__ = ["DeltaTables", "RemovedElsewhere", "TABLE_CONFIG", "LANDED_CODEC"]
 
 #: The codec of the increments the controller lands (feeds, a source table's versions, outputs framed
-#: in the driver): LZ4 (Parquet's LZ4_RAW, as state files, ``cbp.engine.task.bipindex.STATE_CODEC``),
-#: which Spark's and delta-rs's readers read. Writing TPC-H SF 0.1's lineitem (600,572 rows, 16
-#: columns) took 0.46 CPU s with zstd and 0.35 with LZ4 and no statistics of text columns, for 21 MB
-#: against 17 MB (``docs/benchmarks/tpch.md``, eighth round). Files an older cbp wrote stay zstd: a
-#: reader reads each file's codec from the file.
-LANDED_CODEC = "lz4"
+#: in the driver): zstd, not LZ4. pyarrow's LZ4 (Parquet's LZ4_RAW) writes pages that Spark's reader
+#: (aircompressor's LZ4 decompressor) refuses: TPC-H SF 0.1's lineitem landed in LZ4 failed Spark's
+#: read of ``l_shipdate`` with "MalformedInputException: attempt to write last literal outside of
+#: destination buffer", so the bulk build fell back to the per-key path (``docs/benchmarks/tpch.md``,
+#: eighth round). LZ4 would have written it in 0.35 CPU s against 0.46.
+LANDED_CODEC = "zstd"
 
 
 class RemovedElsewhere(Exception):
