@@ -326,6 +326,8 @@ def _no_constant(name: str) -> Any:
 
 def _bad_utf8(arr: pa.Array) -> tuple[int, str]:
     """The first value of a string column that is not UTF-8 (the column failed Arrow's check)."""
+    if isinstance(arr, pa.ChunkedArray):  # checked chunk by chunk (_column): one array to view as bytes
+        arr = arr.combine_chunks()
     as_bytes = (
         pa.large_binary()
         if pa.types.is_large_string(arr.type)
