@@ -214,3 +214,32 @@ def test_tombstone_keeps_late_events_out():
 
 def test_buckets_are_stable():
     assert bucket_of((1,)) == bucket_of((1,)) and {bucket_of((i,)) for i in range(200)} == set(range(16))
+
+
+def test_a_source_flows_feeds_land_unhashed(make_pipeline, tmp_path):
+    """A source flow's feeds (its table's versions) get no content hash and no hash entry (their ids,
+    ``delta:<URI>@<version>``, say what they hold); what they land is the table's rows and changes, as
+    pandas computes them from the table's versions."""
+    import json
+
+    import cbp
+    from cbp.storage import LAYOUT
+
+    uri = str(tmp_path / "t")
+    dt = _table(uri)
+    yaml = (
+        f"pipeline: p\nflows:\n  t: {{external: true, source: {{delta: {json.dumps(uri)}}}}}\n"
+        "  out: {schema: {g: string}}\n"
+        "stages:\n  s: {translator: MOD:f, signed: true, inputs: [{flow: t, route_by: g}], outputs: [out]}\n"
+    )
+    p = cbp.Pipeline(str(make_pipeline(yaml, MOD.replace("orders", "t"))), str(tmp_path / "home"))
+    p.sync()
+    dt.update(predicate="id = 1", updates={"g": "'b'"})
+    p.sync()
+    assert not list((tmp_path / "home").rglob("hashes/*.json"))
+    for n in (1, 2):
+        entry = p.home.read_json(LAYOUT.feed_entry("t", n))
+        assert entry is not None and "hash" not in entry and entry["id"] == f"delta:{uri}@{n - 1}"
+    want = DeltaTable(uri).to_pandas().sort_values("id").reset_index(drop=True)
+    got = pd.DataFrame(p.output("t", consolidated=True)).sort_values("id").reset_index(drop=True)
+    pd.testing.assert_frame_equal(got[list(want.columns)], want, check_dtype=False)

@@ -456,3 +456,28 @@ def test_parquet_feed_through_a_batch_translator(spark, make_pipeline, tmp_path)
     df["amount"] = df["price"] * df["n"]
     want = {shop: (D(g["amount"].sum()).quantize(D("0.01")), g["day"].max()) for shop, g in df.groupby("shop")}
     assert {r["shop"]: (r["total"], r["last"]) for r in p.state("totals")} == want
+
+
+def test_conform_of_a_chunked_table_names_the_row_as_one_array_does():
+    """A table read from Parquet comes in chunks, which conform checks one by one without copying them
+    into one array: the first bad value is still named by its row in the table, with the same message."""
+    s = RecordSchema.parse({"url": "string", "n": "int32", "f": "float"})
+    bad = pa.array([b"ok", b"\xff\xfe"], pa.binary()).view(pa.string())
+    cases = [
+        ({"url": bad, "n": [3, 4], "f": [1.0, 2.0]}, "url"),
+        ({"url": ["c", "d"], "n": [3, 2**40], "f": [1.0, 2.0]}, "n"),
+        ({"url": ["c", "d"], "n": [3, 4], "f": [1.0, float("nan")]}, "f"),
+        ({"url": ["c", None], "n": [3, 4], "f": [1.0, 2.0]}, "url"),
+    ]
+    first = pa.record_batch({"url": ["a", "b"], "n": [1, 2], "f": [0.5, 1.5]})
+    for second, field in cases:
+        chunked = pa.Table.from_batches([first, pa.record_batch(second, schema=first.schema)])
+        assert chunked.column(field).num_chunks == 2
+        errors = []
+        for t in (chunked, chunked.combine_chunks()):
+            with pytest.raises(ArrowRecordError) as e:
+                conform(s, t)
+            errors.append((e.value.row, e.value.field, str(e.value)))
+        assert errors[0] == errors[1] and errors[0][:2] == (3, field)
+    good = pa.Table.from_batches([first, first])
+    assert conform(s, good).to_pylist() == conform(s, good.combine_chunks()).to_pylist()

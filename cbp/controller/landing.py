@@ -36,6 +36,7 @@ from ..spec.arrowrecords import DIFF_FIELD, with_diff
 from ..spec.resolve import safe_str
 from ..spec.signing import REFUSED, first_unsigned, refusal, unsigned_inputs
 from ..storage import INC, LAYOUT, SRC, Home
+from ..storage.tables import LANDED_CODEC
 from .change import (
     Change,
     Commit,
@@ -433,16 +434,23 @@ class Landing:
         rel = LAYOUT.flow(flow)
         schema = flow_schema(self.live.spec, flow)
         self.home.ensure_table(rel, schema, INC)
+        schema = schema.remove(schema.get_field_index(INC))  # the partition column: in the file's path only
         adds = []
         start = 0
         for inc, _, count, _ in assignments:
-            columns = [pa.array(np.full(count, inc, dtype=np.int64))]
-            if fl.frame_by is not None:
-                columns.append(pa.array(np.full(count, prior_frame, dtype=np.int64)))
+            columns = [pa.array(np.full(count, prior_frame, dtype=np.int64))] if fl.frame_by is not None else []
             part = pa.Table.from_arrays(columns + list(data.slice(start, count).columns), schema=schema)
             start += count
             try:
-                add = self.home.write_parquet(LAYOUT.increment_dir(flow, inc), part.drop_columns([INC]), prefix, inc)
+                add = self.home.write_parquet(
+                    LAYOUT.increment_dir(flow, inc),
+                    part,
+                    prefix,
+                    inc,
+                    compression=LANDED_CODEC,
+                    text_statistics=False,
+                    sampled_dictionary=True,
+                )
             except OSError as e:
                 raise RuntimeStateError(
                     f"{what}: cannot write to {self.home.uri(rel)}: {e}; nothing was landed", code="io"
