@@ -42,12 +42,22 @@ from .taskmemory import budgets, capped
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
-__all__ = ["Tuning", "BulkBuild", "bulk_build_of", "choose_path", "build_task_plan", "BULK_RECORDS"]
+__all__ = ["Tuning", "BulkBuild", "bulk_build_of", "choose_path", "build_task_plan", "BULK_RECORDS", "bulk_sized"]
 
 #: A first build's epoch of at least this many records builds in bulk even when it is small (the
 #: driver's route, per key in Python, costs about 100 microseconds a record; a bulk build's Spark jobs
 #: a few seconds): Q18's customer-orders join (165,000 records) ran per key for 23 s at SF 0.1.
 BULK_RECORDS = 20_000
+
+
+def bulk_sized(small: bool, new_records: int | None) -> bool:
+    """Whether an epoch of ``new_records`` records (``small``: the driver would route it) is large enough
+    for a bulk build: not small, or at least :data:`BULK_RECORDS` records.
+
+        >>> [bulk_sized(True, n) for n in (100, BULK_RECORDS - 1, BULK_RECORDS)], bulk_sized(False, None)
+        ([False, False, True], True)
+    """
+    return not small or (new_records or 0) >= BULK_RECORDS
 
 
 class BulkBuild(Protocol):
@@ -142,7 +152,7 @@ def choose_path(
         and env.bulk_build
         and runner == "per-key"
         and partition in ("direct", "keyed-direct")
-        and (not small or (new_records or 0) >= BULK_RECORDS)
+        and bulk_sized(small, new_records)
         and not bindings
         and bulk_build_of(stage) is not None
     )
