@@ -123,7 +123,8 @@ def _route(stage: StageSpec, i: int) -> Any:
 
 def _side(jp: dict[str, Any], stage: StageSpec, s: int, rows: DataFrame) -> DataFrame:
     """Side ``s``'s rows consolidated by join key and row: ``_key`` (the key's text as the engine
-    stores it), ``_r`` (the row's text), ``_n`` (its count), and its held fields by their prefixed names."""
+    stores it), its held fields by their prefixed names, ``_n`` (the row's count) and ``_r`` (the row's
+    text, made once per distinct row, after the shuffle)."""
     from pyspark.sql import functions as F
 
     route = _route(stage, s)
@@ -140,17 +141,17 @@ def _side(jp: dict[str, Any], stage: StageSpec, s: int, rows: DataFrame) -> Data
         rows = rows.where(_all_not_null(keys))
     held = [prefix + f for f in jp["fields"][s]]
     kt = _list_text([_key_item(rows, spark_sql(e)) for e in route.exprs])
-    rt = _list_text([_value_text(f"`{h}`", types[h[len(prefix) :]]) for h in held])
-    rows = rows.select(
-        F.expr(_json_string(kt)).alias("_key"), F.expr(rt).alias("_r"), *[F.col(f"`{h}`") for h in held], "_d"
-    )
-    firsts = [F.first(F.col(f"`{h}`")).alias(h) for h in held]
+    rows = rows.select(F.expr(_json_string(kt)).alias("_key"), *[F.col(f"`{h}`") for h in held], "_d")
     # in the stage's partitions by key, not Spark's shuffle partitions (200 by default): the aggregation
-    # and the join below keep that partitioning (no other shuffle), and the output's tasks are as many
+    # and the join below keep that partitioning (no other shuffle), and the output's tasks are as many.
+    # The state rows and the output read this one exchange (Spark reuses it: both need every column of it)
     rows = rows.repartition(max(1, stage.partitions), "_key")
-    out = rows.groupBy("_key", "_r").agg(F.sum("_d").alias("_n"), *firsts)
+    # a row's fields are its identity (each type here has one text per value): grouped by them, hashed
+    out = rows.groupBy("_key", *[F.col(f"`{h}`") for h in held]).agg(F.sum("_d").alias("_n"))
     fail = F.raise_error(F.lit(f"view '{jp['out']}': a row retracted more often than it was added"))
-    return out.where(F.when(F.col("_n") < 0, fail).otherwise(F.col("_n") > 0))
+    out = out.where(F.when(F.col("_n") < 0, fail).otherwise(F.col("_n") > 0))
+    rt = _list_text([_value_text(f"`{h}`", types[h[len(prefix) :]]) for h in held])
+    return out.select("_key", F.expr(rt).alias("_r"), *[F.col(f"`{h}`") for h in held], "_n")
 
 
 def _all_not_null(keys: list[Any]) -> Any:
@@ -174,7 +175,7 @@ def _expr(sql: str) -> Any:
 
 def _state_rows(sides: list[DataFrame], partitions: int) -> DataFrame:
     """Both sides' state rows with the engine's columns (``_key``, ``_h``, ``_rk``) and ``_q``, their
-    state partition, each partition in one Spark partition of that number, in hash order."""
+    state partition, each partition in one Spark partition of that number."""
     from pyspark.sql import functions as F
 
     parts = []
@@ -192,8 +193,9 @@ def _state_rows(sides: list[DataFrame], partitions: int) -> DataFrame:
         F.col("_n").alias("n"),
         F.expr(f"pmod(hash(_key), {partitions})").alias("_q"),
     )
-    # repartition(P, _key): Spark partition pmod(hash(_key), P), the key's state partition
-    return rows.repartition(partitions, "_key").sortWithinPartitions("_h", "_key", "_rk")
+    # repartition(P, _key): Spark partition pmod(hash(_key), P), the key's state partition (the sides'
+    # partitioning already: no shuffle); its task sorts its rows by hash (cbp.engine.task.bulkwrite)
+    return rows.repartition(partitions, "_key")
 
 
 def _joined(jp: dict[str, Any], plan: Any, sides: list[DataFrame]) -> DataFrame:

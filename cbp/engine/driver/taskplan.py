@@ -11,8 +11,9 @@ function (:func:`build_task_plan`), with the path its tasks take chosen once (:f
 - placed (direct mode on a cluster, ``CBP_PLACEMENT`` not 0) or local;
 - on a Spark Connect session (a master ``sc://...``): never placed, never JVM-routed (DataFrame jobs only);
 - bulk (:mod:`cbp.engine.driver.bulkjob`): a per-key stage in direct mode (keyed rows too) whose state
-  is empty, whose increment is not small and whose translator has a Spark SQL build that fits it (a
-  view's GROUP BY or join step: :class:`BulkBuild`), ``CBP_BULK_BUILD`` not 0: Spark computes each
+  is empty, whose increment is not small (or has at least :data:`BULK_RECORDS` records) and whose
+  translator has a Spark SQL build that fits it (a view's GROUP BY or join step: :class:`BulkBuild`),
+  ``CBP_BULK_BUILD`` not 0: Spark computes each
   key's state; a GROUP BY's seeds are written by Python per key, a join step's state rows and output
   records by Arrow tasks (:mod:`cbp.engine.task.bulkwrite`).
 
@@ -41,7 +42,22 @@ from .taskmemory import budgets, capped
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
-__all__ = ["Tuning", "BulkBuild", "bulk_build_of", "choose_path", "build_task_plan"]
+__all__ = ["Tuning", "BulkBuild", "bulk_build_of", "choose_path", "build_task_plan", "BULK_RECORDS", "bulk_sized"]
+
+#: A first build's epoch of at least this many records builds in bulk even when it is small (the
+#: driver's route, per key in Python, costs about 100 microseconds a record; a bulk build's Spark jobs
+#: a few seconds): Q18's customer-orders join (165,000 records) ran per key for 23 s at SF 0.1.
+BULK_RECORDS = 20_000
+
+
+def bulk_sized(small: bool, new_records: int | None) -> bool:
+    """Whether an epoch of ``new_records`` records (``small``: the driver would route it) is large enough
+    for a bulk build: not small, or at least :data:`BULK_RECORDS` records.
+
+        >>> [bulk_sized(True, n) for n in (100, BULK_RECORDS - 1, BULK_RECORDS)], bulk_sized(False, None)
+        ([False, False, True], True)
+    """
+    return not small or (new_records or 0) >= BULK_RECORDS
 
 
 class BulkBuild(Protocol):
@@ -136,7 +152,7 @@ def choose_path(
         and env.bulk_build
         and runner == "per-key"
         and partition in ("direct", "keyed-direct")
-        and not small
+        and bulk_sized(small, new_records)
         and not bindings
         and bulk_build_of(stage) is not None
     )
