@@ -124,6 +124,29 @@ def test_cbp_tables_read_alike_by_spark_and_delta_rs(dspark, url_home):
             assert rows([r for r in theirs if r["_version"] == v], cols) == rows(table, cols), (rel, v)
 
 
+def test_state_files_read_by_spark_with_a_filter_on_a_dictionary_column(dspark, tmp_path):
+    """A state file (LZ4, ``STATE_CODEC``) whose column is dictionary-encoded with thousands of values:
+    Spark's reader decodes its dictionary page when a filter is pushed down to that column, and
+    aircompressor's LZ4 fails on pyarrow's LZ4_RAW dictionary pages: that column is written zstd."""
+    import pyarrow.parquet as pq
+
+    from cbp.engine.task.bipindex import STATE_CODEC
+    from cbp.engine.task.sinks import ParquetSink
+    from cbp.storage.home import Home
+
+    n = 8192
+    rows = pa.table({"_key": [f"k{i}" for i in range(n)], "n": [(i * 7919) % 2000 for i in range(n)]})
+    sink = ParquetSink(Home(tmp_path / "home"), "state/_part=0", "e1", rows.schema, 0, 8192, STATE_CODEC)
+    sink.write(rows)
+    add = sink.close()
+    path = tmp_path / "home" / add["rel"]
+    meta = pq.ParquetFile(path).metadata.row_group(0)
+    codecs = {meta.column(i).path_in_schema: meta.column(i).compression for i in range(meta.num_columns)}
+    assert codecs["_key"] == "LZ4" and codecs["n"] == "ZSTD", codecs
+    got = dspark.read.parquet(str(path)).where("n = 7 OR n = 1999").count()
+    assert got == sum(1 for v in rows["n"].to_pylist() if v in (7, 1999)) > 0
+
+
 def test_state_semantics_with_tombstones(dspark, make_pipeline, tmp_path):
     """latest_state in Spark == cbp's latest_rows (newest epoch per key, no tombstones), each epoch."""
     p = cbp.load(make_pipeline(DROPPING, DROPPING_MODULE), home=str(tmp_path / "h"), spark=dspark)

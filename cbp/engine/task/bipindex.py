@@ -60,7 +60,8 @@ ROW_GROUP = 8192  # rows per row group of state files: the unit an inner stage r
 #: State files are read back in every epoch that looks keys up (or scanned whole), so their
 #: decoding is on an epoch's path: a join state file of TPC-H Q18 (143,175 rows) decodes in 37 ms
 #: against 71 ms with zstd and is written in 82 ms against 130 ms, for 5.9 MB against 3.9 MB
-#: (``docs/benchmarks/tpch.md``, seventh round). Outputs and landed increments stay zstd.
+#: (``docs/benchmarks/tpch.md``, seventh round). Outputs and landed increments stay zstd, and so do a
+#: state file's dictionary-encoded columns (:func:`cbp.engine.task.sinks.column_codecs`: Spark's reader).
 STATE_CODEC = "lz4"
 
 #: Fraction of a state file's row groups above which a task reads the file whole (a scan, then

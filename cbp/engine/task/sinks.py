@@ -7,6 +7,7 @@ unreferenced), and :meth:`ParquetSink.close` returns its future Delta add action
 
 from __future__ import annotations
 
+import functools
 import time
 import uuid
 from collections.abc import Callable
@@ -17,7 +18,7 @@ import pyarrow.parquet as pq
 
 from ...storage import Home
 
-__all__ = ["ParquetSink", "RecordSink", "io_path"]
+__all__ = ["ParquetSink", "RecordSink", "column_codecs", "io_path"]
 
 
 def io_path(e: OSError) -> str | None:
@@ -62,6 +63,40 @@ def dictionary_columns(table: pa.Table) -> list[str]:
     return keep
 
 
+#: Codecs whose dictionary pages Spark's Parquet reader cannot always decode: a filter pushed down to
+#: a dictionary-encoded column (Parquet's dictionary filter) fails with aircompressor's
+#: ``MalformedInputException`` on pyarrow's LZ4_RAW dictionary pages of more than about 1,500 values
+#: (Spark 4.2; ``tests/test_delta_spark.py``). Their data pages read.
+DICTIONARY_UNSAFE = frozenset({"lz4", "lz4_raw"})
+
+
+def column_codecs(schema: pa.Schema, dictionary: list[str], codec: str) -> str | dict[str, str]:
+    """The ``compression`` argument of a file with ``schema`` whose ``dictionary`` columns are
+    dictionary-encoded: ``codec``, but zstd for those columns when ``codec`` is one of
+    :data:`DICTIONARY_UNSAFE` (so that Spark reads the file with any filter).
+
+        >>> import pyarrow as pa
+        >>> column_codecs(pa.schema([("k", pa.string()), ("n", pa.int64())]), ["n"], "lz4")
+        {'k': 'lz4', 'n': 'zstd'}
+        >>> column_codecs(pa.schema([("n", pa.int64())]), ["n"], "zstd")
+        'zstd'
+    """
+    if codec.lower() not in DICTIONARY_UNSAFE or not dictionary:
+        return codec
+    chosen = set(dictionary)
+    return {path: "zstd" if path in chosen else codec for path in _leaf_paths(schema)}
+
+
+@functools.lru_cache(maxsize=64)
+def _leaf_paths(schema: pa.Schema) -> tuple[str, ...]:
+    """The Parquet column paths of ``schema`` (a nested field's leaves as ``s.q``, ``l.list.element``),
+    which a per-column ``compression`` must name: a column it leaves out is written uncompressed."""
+    buf = pa.BufferOutputStream()
+    pq.write_table(schema.empty_table(), buf)
+    parquet_schema = pq.ParquetFile(pa.BufferReader(buf.getvalue())).schema
+    return tuple(parquet_schema.column(i).path for i in range(len(parquet_schema)))
+
+
 class ParquetSink:
     """One new data file in ``rel_dir`` (relative to the home), opened at the first rows written."""
 
@@ -92,8 +127,12 @@ class ParquetSink:
                 path = self.home.path(self.rel)
                 self.home.make_parent(path)
                 self._out = self.home.fs.open_output_stream(path)
+                dictionary = dictionary_columns(table)
                 self._writer = pq.ParquetWriter(
-                    self._out, self.schema, compression=self.compression, use_dictionary=dictionary_columns(table)
+                    self._out,
+                    self.schema,
+                    compression=column_codecs(self.schema, dictionary, self.compression),
+                    use_dictionary=dictionary,
                 )
             self._writer.write_table(table, row_group_size=self.row_group)
         except OSError as e:
