@@ -112,7 +112,32 @@ def run_stage_epoch(
     the state table at its version (black-box mode only). A failed job raises the :mod:`cbp.errors`
     error its tasks reported (:func:`_job_error`). ``shuffle``, if given, receives the records
     and bytes the job wrote to Spark's shuffle (:func:`shuffle_written`).
+
+    A record that failed its stage's code may be one a later retraction cancels (a bad source row
+    deleted or fixed since): when an input evaluated before the reduce side holds a retraction in
+    another file (:func:`~cbp.engine.driver.signedinputs.consolidates_across`), the epoch runs once
+    more over its inputs consolidated by identity, and fails only if a record still fails. An epoch
+    that succeeds pays nothing for it.
     """
+    args = (spark, plan, input_files, state_files, state_needs_dedupe, shuffle)
+    try:
+        return _stage_epoch(*args, consolidate=False)
+    except UserCodeError as e:
+        if e.code == "timeout" or not any(consolidates_across(plan, i, f) for i, f in input_files.items()):
+            raise
+    return _stage_epoch(*args, consolidate=True)
+
+
+def _stage_epoch(
+    spark: SparkSession,
+    plan: TaskPlan,
+    input_files: dict[int, list[str]],
+    state_files: StateSource | None,
+    state_needs_dedupe: bool,
+    shuffle: dict[str, int] | None,
+    consolidate: bool,
+) -> list[TaskResult]:
+    """:func:`run_stage_epoch`'s job, its inputs consolidated across files when ``consolidate``."""
     st = plan.stage
     refuse_unsigned_inputs(plan, input_files)  # retractions go only where they are handled (cbp.spec.signing)
     connect = is_connect(spark)  # a Spark Connect session: no SparkContext (cbp.engine.driver.dfjobs)
@@ -127,7 +152,9 @@ def run_stage_epoch(
         tag.__enter__()
         if st.record_wise:
             jobs = [
-                _signed_read(spark, plan, i, files).mapInArrow(partial(recordwise_task, plan, i), result_spark_schema())
+                _signed_read(spark, plan, i, files, consolidate).mapInArrow(
+                    partial(recordwise_task, plan, i), result_spark_schema()
+                )
                 for i, files in input_files.items()
                 if files
             ]
@@ -140,7 +167,7 @@ def run_stage_epoch(
             grouped = partial(_grouped, spark, state=None, dedupe=False, no_shuffle=shuffle if connect else None)
             table = bulk_grouped(spark, plan, input_files, partial(_read, spark), grouped)
         else:
-            table = _grouped(spark, plan, input_files, state_files, state_needs_dedupe, known)
+            table = _grouped(spark, plan, input_files, state_files, state_needs_dedupe, known, consolidate=consolidate)
         if shuffle is not None and known:  # no shuffle: nothing to ask Spark's status store
             shuffle.update(known)
         elif shuffle is not None and not connect:  # Spark's status store: classic only
@@ -223,11 +250,11 @@ def _read(spark: SparkSession, schema: RecordSchema, files: list[str], meta: str
     return _read_ddl(spark, spark_ddl(schema, meta), files)
 
 
-def _signed_read(spark: SparkSession, plan: TaskPlan, i: int, files: list[str]) -> DataFrame:
-    """Input ``i``'s records, consolidated across its files when a record is evaluated before the reduce side
-    consolidates it and they hold a retraction (:mod:`cbp.engine.driver.signedinputs`)."""
+def _signed_read(spark: SparkSession, plan: TaskPlan, i: int, files: list[str], consolidate: bool) -> DataFrame:
+    """Input ``i``'s records; with ``consolidate``, consolidated across its files when a record is evaluated
+    before the reduce side consolidates it and they hold a retraction (:mod:`cbp.engine.driver.signedinputs`)."""
     df = _read(spark, plan.input_schemas[i], files)
-    return zset_frame(df) if consolidates_across(plan, i, files) else df
+    return zset_frame(df) if consolidate and consolidates_across(plan, i, files) else df
 
 
 def _read_ddl(spark: SparkSession, ddl: str, files: list[str]) -> DataFrame:
@@ -262,12 +289,14 @@ def _grouped(
     dedupe: bool,
     no_shuffle: dict[str, int] | None = None,
     frames: dict[int, DataFrame] | None = None,
+    consolidate: bool = False,
 ) -> pa.Table:
     """The grouped stage epoch's job; its tasks' result rows (an Arrow table). ``no_shuffle`` receives
     the shuffle's records and bytes when they are known without Spark's status store (which Spark Connect
     does not have): zero if the job has no shuffle, on Connect the job's own metrics
     (:func:`~cbp.engine.driver.dfjobs.shuffle_metrics`). ``frames``: input ``i``'s records as this DataFrame
-    instead of its files (a bulk build's seed rows)."""
+    instead of its files (a bulk build's seed rows). ``consolidate``: a view's routed inputs consolidated across files
+    (:func:`run_stage_epoch`'s second try)."""
     from pyspark.sql import functions as F
 
     placed = plan.path.placed  # the path, chosen with the plan (cbp.engine.driver.taskplan.choose_path)
@@ -292,7 +321,7 @@ def _grouped(
         if sql is not None:
             parts.append(sql)
             continue
-        if consolidates_across(plan, i, files):  # a view's records, +r and -r across files: never evaluated
+        if consolidate and consolidates_across(plan, i, files):  # +r and -r across files: never evaluated
             frame = zset_frame(_read(spark, plan.input_schemas[i], files))
             parts.append(frame.mapInArrow(partial(route_batches, plan, i, plan.epoch - 1), env_ddl))
             continue

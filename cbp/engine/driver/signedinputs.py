@@ -19,7 +19,8 @@ where a record is evaluated before the reduce side's consolidation (a record-wis
 RouteBy: its key expressions and WHERE, :class:`cbp.views.run.RouteKey`), an input whose files hold
 a retraction is read consolidated across them (:func:`consolidates_across`, :func:`zset_frame`): a
 record whose insert and retraction are both pending is never evaluated, so deleting a row that failed
-an epoch unblocks it, as a Spark user expects. Only such epochs pay for it (one more shuffle).
+an epoch unblocks it, as a Spark user expects. A Spark job does so only in its second try, after a record
+failed (:func:`cbp.engine.driver.job.run_stage_epoch`): a job that succeeds pays nothing for it.
 """
 
 from __future__ import annotations
