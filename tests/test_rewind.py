@@ -206,6 +206,9 @@ def test_rewind_multi_stage_with_loopback(spark, tmp_path):
     and a fresh run's state, and no output of an undone epoch is read again."""
     import crash_harness as ch
 
+    # this file imported CRASH's components.py itself (above): a module already loaded from a directory that no
+    # pipeline of this process came from is kept, not shipped by value, and a Python worker cannot import it
+    sys.modules.pop("components", None)
     d = tmp_path / "code"
     d.mkdir()
     shutil.copy(CRASH / "components.py", d / "components.py")
