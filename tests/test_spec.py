@@ -502,6 +502,77 @@ def test_two_pipelines_with_a_module_of_one_name_each_get_their_own(tmp_path):
         sys.path.remove(str(tmp_path / d))
 
 
+def _unpickled_elsewhere(fn, tmp_path):
+    """What ``fn`` returns when a fresh Python that cannot import the user's modules (a worker) unpickles it."""
+    import subprocess
+    import sys
+
+    from pyspark import cloudpickle
+
+    blob = tmp_path / "fn.pickle"
+    blob.write_bytes(cloudpickle.dumps(fn))
+    code = f"import pickle; print(pickle.loads(open({str(blob)!r}, 'rb').read())(None, None, None, None))"
+    root = str(FLOWS.parent)
+    r = subprocess.run(
+        [sys.executable, "-c", code], cwd="/", capture_output=True, text=True, timeout=120, env={"PYTHONPATH": root}
+    )
+    return r.stdout.strip() if r.returncode == 0 else r.stderr.strip().splitlines()[-1]
+
+
+def test_a_module_of_the_yamls_name_loaded_from_elsewhere_gives_way_to_the_one_beside_it(tmp_path):
+    """The user's process imported a module of the name the YAML names from another directory (no pipeline's):
+    the pipeline gets the one beside its YAML, and a worker that cannot import either runs it (shipped by
+    value). Before, the loaded module answered, pickled by reference: ModuleNotFoundError on the worker."""
+    import sys
+
+    from cbp.spec import load_spec
+
+    other, mine = tmp_path / "other", tmp_path / "mine"
+    for d in (other, mine):
+        d.mkdir()
+        (d / "shadow_tr_q7.py").write_text(f"def count(key, state, urls, out):\n    return {d.name!r}\n")
+    sys.path.insert(0, str(other))
+    try:
+        import shadow_tr_q7  # the user's own, from elsewhere
+
+        assert shadow_tr_q7.count(None, None, None, None) == "other"
+        text = (FLOWS / "url_count.yaml").read_text().replace("url_count:count_urls", "shadow_tr_q7:count")
+        (mine / "p.yaml").write_text(text)
+        fn = load_spec(str(mine / "p.yaml")).stages["url_count"].translator
+        assert fn(None, None, None, None) == "mine"
+        assert _unpickled_elsewhere(fn, tmp_path) == "mine"
+    finally:
+        sys.modules.pop("shadow_tr_q7", None)
+        for d in (other, mine):
+            while str(d) in sys.path:
+                sys.path.remove(str(d))
+
+
+def test_a_module_from_a_directory_the_process_put_on_sys_path_ships_by_value(tmp_path):
+    """A translator module that is neither beside the YAML nor installed (the user's script put its
+    directory on ``sys.path``) reaches a worker that cannot import it: it is shipped by value."""
+    import sys
+
+    from cbp.spec import load_spec
+
+    lib, flows = tmp_path / "lib", tmp_path / "flows"
+    for d in (lib, flows):
+        d.mkdir()
+    (lib / "far_tr_q7.py").write_text("def count(key, state, urls, out):\n    return 'far'\n")
+    text = (FLOWS / "url_count.yaml").read_text().replace("url_count:count_urls", "far_tr_q7:count")
+    (flows / "p.yaml").write_text(text)
+    sys.path.insert(0, str(lib))
+    try:
+        fn = load_spec(str(flows / "p.yaml")).stages["url_count"].translator
+        assert fn(None, None, None, None) == "far"
+        assert _unpickled_elsewhere(fn, tmp_path) == "far"
+    finally:
+        sys.modules.pop("far_tr_q7", None)
+        for d in (lib, flows):
+            while str(d) in sys.path:
+                sys.path.remove(str(d))
+
+
 def test_pipeline_params_reach_every_stage_and_a_stages_own_win(make_pipeline):
     text = BASE.replace("stages:\n", "params: {t: 3.0, name: x}\nstages:\n") + (
         "    params: {t: 5.0}\n  s2:\n    translator: MOD:t\n    inputs: [{flow: b, route_by: url}]\n"

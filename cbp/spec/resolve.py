@@ -70,7 +70,9 @@ def _beside(base: str, mod_name: str) -> Iterator[None]:
     """Import with ``base`` first on ``sys.path``, then move it last (a module beside one YAML must not
     shadow anything the process imports later, and a translator's own later ``import helper`` still
     finds its helper), after dropping from ``sys.modules`` the modules of another YAML's directory
-    that ``base`` has a module of the same name for (two pipelines with a ``tr.py`` each get their own)."""
+    that ``base`` has a module of the same name for (two pipelines with a ``tr.py`` each get their own),
+    and any other process's module of ``mod_name``'s own name (a same-named module the user's code loaded
+    from elsewhere: the YAML names the one beside it)."""
     mine = {n[:-3] for n in _listdir(base) if n.endswith(".py")} | {
         n for n in _listdir(base) if os.path.isdir(os.path.join(base, n))
     }
@@ -78,6 +80,7 @@ def _beside(base: str, mod_name: str) -> Iterator[None]:
         __name__.partition(".")[0],
         *getattr(sys, "stdlib_module_names", ()),
     }  # never cbp itself, nor the standard library
+    top = mod_name.partition(".")[0]
     for name, mod in list(sys.modules.items()):
         if name.partition(".")[0] not in mine:
             continue
@@ -85,8 +88,8 @@ def _beside(base: str, mod_name: str) -> Iterator[None]:
         if not file:
             continue
         home = _package_base(file, name)
-        if home != base and home in _BASES:
-            del sys.modules[name]
+        if home != base and (home in _BASES or name.partition(".")[0] == top):
+            del sys.modules[name]  # the module named in the YAML is the one beside it, whoever loaded another
     sys.path.insert(0, base)
     try:
         yield
@@ -126,13 +129,22 @@ def _ship_by_value(module: Any, base: str) -> None:
 
     Executors need not see the YAML's directory (on a cluster their working directory is the
     worker's): the module, and every module it imported from beside the YAML (a helper module next
-    to the translators), travel inside the pickled task instead of being imported there.
+    to the translators), travel inside the pickled task instead of being imported there. A top-level
+    module found elsewhere, in a directory that is not part of the Python installation (one the user's
+    process put on ``sys.path``), travels by value too, on its own.
     """
     file = getattr(module, "__file__", None)
-    if not file or not os.path.abspath(file).startswith(base + os.sep):
+    if not file:
         return
     from pyspark import cloudpickle
 
+    if not os.path.abspath(file).startswith(base + os.sep):
+        if _lives_in(module, os.path.dirname(os.path.abspath(file))) and not _installed(file):
+            try:  # a top-level module from a directory the process put on sys.path itself, not installed:
+                cloudpickle.register_pickle_by_value(module)  # type: ignore[no-untyped-call]
+            except ValueError:  # a worker could not import it by name either (its helpers it must find itself)
+                pass
+        return
     beside = [m for m in list(sys.modules.values()) if _lives_in(m, base)]
     for mod in [module, *beside]:
         try:
@@ -149,3 +161,13 @@ def _lives_in(module: Any, base: str) -> bool:
     if not file or "." in name:
         return False
     return os.path.dirname(os.path.abspath(file)) == base and not file.endswith("__init__.py")
+
+
+def _installed(file: str) -> bool:
+    """Whether ``file`` lies where every Python of this installation finds it (the interpreter's prefixes and
+    site-packages): a module there is imported by name on a worker, not shipped."""
+    import site
+
+    roots = {sys.prefix, sys.base_prefix, sys.exec_prefix, *site.getsitepackages(), site.getusersitepackages()}
+    path = os.path.abspath(file)
+    return any(path.startswith(os.path.abspath(r) + os.sep) for r in roots if r)
