@@ -270,6 +270,7 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
     _release_cluster()
 
 
+@pytest.hookimpl(optionalhook=True)  # only with xdist loaded (`-p no:xdist` runs without it)
 def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
     """xdist's scheduler, whatever ``--dist`` says: units of work of :func:`tiers.scope_of` (a whole file,
     a test of a file whose tests are independent, or a group that shares the standalone cluster), handed
