@@ -26,9 +26,10 @@ def test_sigkill_at_many_moments_recovers_exactly(spark, tmp_path):
     ops = len(ch.operations(incs))
     plan = ch.plan_chained(ops, ch.KILLS)
     assert ch.kill_count([("run", v) for v in plan.values()]) == ch.kill_count(ch.KILLS) >= 20
-    log = ch.run_victim(str(tmp_path / "victim"), incs, plan, tmp_path, status_after_kill=True, recover_here=True)
+    victim = str(tmp_path / "victim")
+    log = ch.run_victim(victim, incs, plan, tmp_path, status_after_kill=True, recover_here=True, on_test_jvm=True)
     assert len(log.killed()) == ch.kill_count(ch.KILLS)  # every kill point was reached (the harness checks exit -9)
-    got = ch.results(str(tmp_path / "victim"), spark)
+    got = ch.results(victim, spark)
     assert got["leftovers"] == {"pending": False, "intentions": []}
     for part in ("epochs", "outputs", "state", "delta_state"):
         assert got[part] == want[part], part
@@ -55,7 +56,7 @@ def test_sigkill_during_compaction_recovers_exactly(spark, tmp_path):
     assert want["state"] == ch.expected(incs) and want["compacted_files"] >= 1
     ch.run_reference(victim, incs, spark, count=1)  # the first feed and run: no kill
     plan = {2 * k + 1: faults for k, (_, faults) in zip(range(1, len(incs)), ch.COMPACT_KILLS)}  # runs 2-5
-    log = ch.run_victim(victim, incs, plan, tmp_path, done=2, recover_here=True)
+    log = ch.run_victim(victim, incs, plan, tmp_path, done=2, recover_here=True, on_test_jvm=True)
     assert len(log.killed()) == ch.kill_count(ch.COMPACT_KILLS) == 4  # every point reached (exit -9)
     got = ch.compacted_results(victim, spark)
     assert got["leftovers"] == {"pending": False, "intentions": []}
@@ -152,7 +153,10 @@ def test_feeds_with_retractions_survive_sigkill_exactly(spark, tmp_path):
         else:
             args = ["run"]
         for fault in SIGNED_KILLS.get(i, []) + [None]:  # each kill in a process; the recovery after it here
-            r = ch.cli(args, victim, fault, yaml=yaml) if fault else ch.cli_here(args, victim, yaml=yaml)
+            if fault:  # a run killed at a driver's point: on this process's JVM (crash_harness.run_victim)
+                r = ch.cli(args, victim, fault, yaml=yaml, on_test_jvm=args[0] == "run")
+            else:
+                r = ch.cli_here(args, victim, yaml=yaml)
             assert r.returncode == (-9 if fault else 0), (i, fault, r.stderr[-2000:])
     got = cbp.load(yaml, home=victim, spark=spark)
     df = pd.DataFrame([{"url": r["url"], "d": r.get("_diff", 1)} for inc in incs for r in inc])
