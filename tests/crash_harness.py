@@ -150,8 +150,10 @@ sys.exit(main(sys.argv[1:]))
 def _test_jvm() -> dict[str, str] | None:
     """How a child reaches this process's classic Spark driver JVM (its py4j gateway), or None (no session yet, or a
     Spark Connect one)."""
-    from pyspark import SparkContext
-
+    try:
+        from pyspark import SparkContext
+    except ImportError:  # pyspark-client (the suite's Connect mode): no py4j
+        return None
     sc = SparkContext._active_spark_context
     if sc is None or sc._gateway is None:
         return None
