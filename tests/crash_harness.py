@@ -488,9 +488,12 @@ def counts(feeds: list[list[dict[str, str]]]) -> dict[str, int]:
     return out
 
 
-def cli_process(args: list[str], home: str, yaml: Path, fault: str | None = None) -> dict[str, Any]:
+def cli_process(
+    args: list[str], home: str, yaml: Path, fault: str | None = None, on_test_jvm: bool = False
+) -> dict[str, Any]:
     """``subprocess.Popen`` keyword arguments for ``cbp <command> <yaml> --home <home> <args...>``
-    in a new session (so that the process and its JVM can be killed as one group)."""
+    in a new session (so that the process and its JVM can be killed as one group). ``on_test_jvm``: as
+    :func:`cli`'s (a ``kill:...`` fault only: a process killed from outside during its job keeps its own JVM)."""
     env = dict(os.environ)
     env.pop("CBP_FAULT", None)
     if fault:
@@ -498,6 +501,10 @@ def cli_process(args: list[str], home: str, yaml: Path, fault: str | None = None
     env.setdefault("CBP_SPARK_MASTER", "local[2,2]")
     env["PYTHONPATH"] = os.pathsep.join([str(Path(__file__).resolve().parents[1]), env.get("PYTHONPATH", "")])
     cmd = [sys.executable, "-m", "cbp.cli", args[0], str(yaml), "--home", home, *args[1:]]
+    gateway = _test_jvm() if on_test_jvm and (fault or "").startswith("kill:") else None
+    if gateway is not None:
+        env.update(gateway)
+        cmd[1:3] = ["-c", _ON_TEST_JVM]
     return {
         "args": cmd,
         "env": env,

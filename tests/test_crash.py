@@ -184,7 +184,7 @@ def _killed_with_a_feed_during_its_job(make_pipeline, tmp_path, background, faul
     feeder = cbp.load(yaml, home=home)
     feeder.feed("words", WORDS[0])
     gate.close()
-    proc = background.popen(**ch.cli_process(["run"], home, yaml, fault))
+    proc = background.popen(**ch.cli_process(["run"], home, yaml, fault, on_test_jvm=True))  # with a fault only
     gate.wait_started(lambda: proc.poll() is None)
     assert feeder.feed("words", WORDS[1]).feed == 2  # lands while the job runs without the home's lock
     assert gate.in_progress() and proc.poll() is None
@@ -219,8 +219,9 @@ def test_kill_while_the_job_runs_unlocked_and_a_feed_lands(make_pipeline, tmp_pa
     _recovered_exactly(*_killed_with_a_feed_during_its_job(make_pipeline, tmp_path, background, None))
 
 
-def test_kill_between_the_commit_check_and_its_write(make_pipeline, tmp_path, background):
+def test_kill_between_the_commit_check_and_its_write(spark, make_pipeline, tmp_path, background):
     """A run killed after its commit re-read the snapshot (with a feed that landed during the job)
     and found no conflict, before it wrote anything: nothing of the epoch was committed, the feed
-    is kept, and the next run ends exactly."""
+    is kept, and the next run ends exactly. (``spark``: the session the killed run's driver is, and the
+    recovery's.)"""
     _recovered_exactly(*_killed_with_a_feed_during_its_job(make_pipeline, tmp_path, background, "kill:epoch:checked:1"))
