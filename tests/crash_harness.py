@@ -126,13 +126,55 @@ def operations(incs: list[list[dict[str, str]]]) -> list[tuple[str, int]]:
     return ops
 
 
+#: ``cbp`` in a process of its own whose Spark driver is the test process's JVM (:func:`cli`'s ``on_test_jvm``):
+#: pyspark's gateway reached by PYSPARK_GATEWAY_PORT/SECRET (no JVM started), its SparkContext and default session
+#: taken as this process's (``cbp.engine.driver.session.get_spark`` returns the active session), then the command.
+_ON_TEST_JVM = """\
+import sys
+
+from pyspark import SparkConf, SparkContext
+from pyspark.java_gateway import launch_gateway
+from pyspark.sql import SparkSession
+
+gateway = launch_gateway()
+jvm = gateway.jvm
+jsc = jvm.org.apache.spark.api.java.JavaSparkContext(jvm.org.apache.spark.SparkContext.getOrCreate())
+SparkSession(SparkContext(conf=SparkConf(_jconf=jsc.sc().conf()), gateway=gateway, jsc=jsc))
+
+from cbp.cli import main
+
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+def _test_jvm() -> dict[str, str] | None:
+    """How a child reaches this process's classic Spark driver JVM (its py4j gateway), or None (no session yet, or a
+    Spark Connect one)."""
+    try:
+        from pyspark import SparkContext
+    except ImportError:  # pyspark-client (the suite's Connect mode): no py4j
+        return None
+    sc = SparkContext._active_spark_context
+    if sc is None or sc._gateway is None:
+        return None
+    params = sc._gateway.gateway_parameters
+    return {"PYSPARK_GATEWAY_PORT": str(params.port), "PYSPARK_GATEWAY_SECRET": params.auth_token}
+
+
 def cli(
-    args: list[str], home: str, fault: str | None = None, timeout: float = 900, yaml: Path | None = None
+    args: list[str],
+    home: str,
+    fault: str | None = None,
+    timeout: float = 900,
+    yaml: Path | None = None,
+    on_test_jvm: bool = False,
 ) -> subprocess.CompletedProcess[str]:
     """``cbp <command> components.yaml --home <home> <args...>`` in a new process (``yaml``: another pipeline).
 
     ``fault`` is a ``CBP_FAULT`` value, or ``after:<seconds>`` for a SIGKILL from outside after
-    that long (if the process is still running then).
+    that long (if the process is still running then). With ``on_test_jvm``, a ``kill:...`` fault (a point of the
+    driver, after every Spark job the process started has ended) and a classic session in this process, the new
+    process's Spark driver is this process's JVM, which outlives it (:data:`_ON_TEST_JVM`, :func:`run_victim`).
     """
     env = dict(os.environ)
     env.pop("CBP_FAULT", None)
@@ -141,6 +183,10 @@ def cli(
     env.setdefault("CBP_SPARK_MASTER", "local[2,2]")
     env["PYTHONPATH"] = os.pathsep.join([str(Path(__file__).resolve().parents[1]), env.get("PYTHONPATH", "")])
     cmd = [sys.executable, "-m", "cbp.cli", args[0], str(yaml or YAML), "--home", home, *args[1:]]
+    gateway = _test_jvm() if on_test_jvm and (fault or "").startswith("kill:") else None
+    if gateway is not None:
+        env.update(gateway)
+        cmd[1:3] = ["-c", _ON_TEST_JVM]
     if not (fault and fault.startswith("after:")):
         return subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=timeout)
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
@@ -181,6 +227,7 @@ def run_victim(
     strict: bool = True,
     done: int = 0,
     recover_here: bool = False,
+    on_test_jvm: bool = False,
 ) -> VictimLog:
     """Do the operations through the CLI; before operation ``i`` succeeds, kill it once per fault in ``plan[i]``.
 
@@ -193,6 +240,13 @@ def run_victim(
     A fault ``epochs:<n>`` is no kill: the run's first ``n`` epochs, in this process (``cbp run --max-epochs``,
     :func:`cli_here`), so that the next kill (``kill:epoch:intention:1``, before the epoch's Spark job) finds the
     run's later epoch first and its process never starts a Spark driver (about 10 CPU s each).
+
+    With ``on_test_jvm`` a ``cbp run`` killed at a point of the driver (``kill:...``) is a process of its own as
+    before, SIGKILLed there, but its Spark driver is the test process's JVM (:func:`cli`), not one it starts (about
+    10 CPU s): a kill at a driver's point follows the end of every Spark job the process started (none runs across
+    a point), and everything the process made durable it wrote itself or its jobs' tasks wrote, so the JVM that
+    outlives it holds nothing of the crash. A kill inside a Spark job (``kill-driver:task:...``, the driver killed
+    while the job's tasks run) keeps a driver JVM of its own, which dies with it, as on a real crash.
 
     Every faulted attempt must be killed (SIGKILL): a fault that is not reached fails the harness,
     unless ``strict`` is off (then it and the operation's later faults are listed in ``missed``).
@@ -214,7 +268,8 @@ def run_victim(
                 assert r.returncode == 0, f"operation {i} ({op}) failed: {r.stderr[-3000:]}"
                 continue
             t0 = time.perf_counter()
-            r = cli_here(args, home) if recover_here and fault is None else cli(args, home, fault)
+            shared = on_test_jvm and op == "run"  # a feed starts no Spark driver
+            r = cli_here(args, home) if recover_here and fault is None else cli(args, home, fault, on_test_jvm=shared)
             a = Attempt(op, i, fault, r.returncode, time.perf_counter() - t0, r.stderr, r.stdout)
             log.attempts.append(a)
             if fault and fault.startswith("after:"):
@@ -433,9 +488,12 @@ def counts(feeds: list[list[dict[str, str]]]) -> dict[str, int]:
     return out
 
 
-def cli_process(args: list[str], home: str, yaml: Path, fault: str | None = None) -> dict[str, Any]:
+def cli_process(
+    args: list[str], home: str, yaml: Path, fault: str | None = None, on_test_jvm: bool = False
+) -> dict[str, Any]:
     """``subprocess.Popen`` keyword arguments for ``cbp <command> <yaml> --home <home> <args...>``
-    in a new session (so that the process and its JVM can be killed as one group)."""
+    in a new session (so that the process and its JVM can be killed as one group). ``on_test_jvm``: as
+    :func:`cli`'s (a ``kill:...`` fault only: a process killed from outside during its job keeps its own JVM)."""
     env = dict(os.environ)
     env.pop("CBP_FAULT", None)
     if fault:
@@ -443,6 +501,10 @@ def cli_process(args: list[str], home: str, yaml: Path, fault: str | None = None
     env.setdefault("CBP_SPARK_MASTER", "local[2,2]")
     env["PYTHONPATH"] = os.pathsep.join([str(Path(__file__).resolve().parents[1]), env.get("PYTHONPATH", "")])
     cmd = [sys.executable, "-m", "cbp.cli", args[0], str(yaml), "--home", home, *args[1:]]
+    gateway = _test_jvm() if on_test_jvm and (fault or "").startswith("kill:") else None
+    if gateway is not None:
+        env.update(gateway)
+        cmd[1:3] = ["-c", _ON_TEST_JVM]
     return {
         "args": cmd,
         "env": env,

@@ -367,7 +367,10 @@ def test_broadcast_and_multicast_epochs_survive_crashes(spark, tmp_path, make_pi
             p.run()
             continue
         for fault in kills[i] + [None]:  # the runs that are killed go through the command line, the recovery here
-            r = ch.cli(["run"], home, fault, yaml=path) if fault else ch.cli_here(["run"], home, yaml=path)
+            if fault:  # a kill at a driver's point: on this process's JVM (crash_harness.run_victim)
+                r = ch.cli(["run"], home, fault, yaml=path, on_test_jvm=True)
+            else:
+                r = ch.cli_here(["run"], home, yaml=path)
             assert r.returncode == (-9 if fault else 0), (fault, r.stderr[-2000:])
     p = cbp.load(path, home=home, spark=spark)
     assert _seen(p) == {e for e in expected("inner") if e[0] <= 5}

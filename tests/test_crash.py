@@ -26,9 +26,10 @@ def test_sigkill_at_many_moments_recovers_exactly(spark, tmp_path):
     ops = len(ch.operations(incs))
     plan = ch.plan_chained(ops, ch.KILLS)
     assert ch.kill_count([("run", v) for v in plan.values()]) == ch.kill_count(ch.KILLS) >= 20
-    log = ch.run_victim(str(tmp_path / "victim"), incs, plan, tmp_path, status_after_kill=True, recover_here=True)
+    victim = str(tmp_path / "victim")
+    log = ch.run_victim(victim, incs, plan, tmp_path, status_after_kill=True, recover_here=True, on_test_jvm=True)
     assert len(log.killed()) == ch.kill_count(ch.KILLS)  # every kill point was reached (the harness checks exit -9)
-    got = ch.results(str(tmp_path / "victim"), spark)
+    got = ch.results(victim, spark)
     assert got["leftovers"] == {"pending": False, "intentions": []}
     for part in ("epochs", "outputs", "state", "delta_state"):
         assert got[part] == want[part], part
@@ -55,7 +56,7 @@ def test_sigkill_during_compaction_recovers_exactly(spark, tmp_path):
     assert want["state"] == ch.expected(incs) and want["compacted_files"] >= 1
     ch.run_reference(victim, incs, spark, count=1)  # the first feed and run: no kill
     plan = {2 * k + 1: faults for k, (_, faults) in zip(range(1, len(incs)), ch.COMPACT_KILLS)}  # runs 2-5
-    log = ch.run_victim(victim, incs, plan, tmp_path, done=2, recover_here=True)
+    log = ch.run_victim(victim, incs, plan, tmp_path, done=2, recover_here=True, on_test_jvm=True)
     assert len(log.killed()) == ch.kill_count(ch.COMPACT_KILLS) == 4  # every point reached (exit -9)
     got = ch.compacted_results(victim, spark)
     assert got["leftovers"] == {"pending": False, "intentions": []}
@@ -152,7 +153,10 @@ def test_feeds_with_retractions_survive_sigkill_exactly(spark, tmp_path):
         else:
             args = ["run"]
         for fault in SIGNED_KILLS.get(i, []) + [None]:  # each kill in a process; the recovery after it here
-            r = ch.cli(args, victim, fault, yaml=yaml) if fault else ch.cli_here(args, victim, yaml=yaml)
+            if fault:  # a run killed at a driver's point: on this process's JVM (crash_harness.run_victim)
+                r = ch.cli(args, victim, fault, yaml=yaml, on_test_jvm=args[0] == "run")
+            else:
+                r = ch.cli_here(args, victim, yaml=yaml)
             assert r.returncode == (-9 if fault else 0), (i, fault, r.stderr[-2000:])
     got = cbp.load(yaml, home=victim, spark=spark)
     df = pd.DataFrame([{"url": r["url"], "d": r.get("_diff", 1)} for inc in incs for r in inc])
@@ -180,7 +184,7 @@ def _killed_with_a_feed_during_its_job(make_pipeline, tmp_path, background, faul
     feeder = cbp.load(yaml, home=home)
     feeder.feed("words", WORDS[0])
     gate.close()
-    proc = background.popen(**ch.cli_process(["run"], home, yaml, fault))
+    proc = background.popen(**ch.cli_process(["run"], home, yaml, fault, on_test_jvm=True))  # with a fault only
     gate.wait_started(lambda: proc.poll() is None)
     assert feeder.feed("words", WORDS[1]).feed == 2  # lands while the job runs without the home's lock
     assert gate.in_progress() and proc.poll() is None
@@ -215,8 +219,9 @@ def test_kill_while_the_job_runs_unlocked_and_a_feed_lands(make_pipeline, tmp_pa
     _recovered_exactly(*_killed_with_a_feed_during_its_job(make_pipeline, tmp_path, background, None))
 
 
-def test_kill_between_the_commit_check_and_its_write(make_pipeline, tmp_path, background):
+def test_kill_between_the_commit_check_and_its_write(spark, make_pipeline, tmp_path, background):
     """A run killed after its commit re-read the snapshot (with a feed that landed during the job)
     and found no conflict, before it wrote anything: nothing of the epoch was committed, the feed
-    is kept, and the next run ends exactly."""
+    is kept, and the next run ends exactly. (``spark``: the session the killed run's driver is, and the
+    recovery's.)"""
     _recovered_exactly(*_killed_with_a_feed_during_its_job(make_pipeline, tmp_path, background, "kill:epoch:checked:1"))

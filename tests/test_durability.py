@@ -113,10 +113,11 @@ def count(key, state, words, out):
 def test_status_shows_an_interrupted_epoch_and_what_recovery_will_do(spark, make_pipeline, tmp_path, fault, shows):
     path = str(make_pipeline(WORD_COUNT, WORD_COUNT_MODULE))
     home = str(tmp_path / "h")
-    from crash_harness import cli_here  # the commands not killed: in this process (no Python start of their own)
+    from crash_harness import cli, cli_here  # the commands not killed: in this process (no Python start of their own)
 
     cli_here(["feed", "words", _words(tmp_path, "a.jsonl", ["a", "b", "a"])], home, yaml=Path(path))
-    assert _cli("run", path, "--home", home, fault=fault).returncode == -9
+    # killed at a driver's point after its job: a process of its own on this process's JVM (crash_harness.run_victim)
+    assert cli(["run"], home, fault, yaml=Path(path), on_test_jvm=True).returncode == -9
     status = cli_here(["status"], home, yaml=Path(path))
     assert shows in status.stdout, status.stdout
     p = cbp.load(path, home=home, spark=spark)

@@ -44,9 +44,9 @@ def rename(rec):
     return {"word": rec["w"]}
 """
 #: files written, nothing pending (old pipeline); one of the two Delta commits made (new, once finished);
-#: killed at the pending record and again while the next writer finishes it (new). Each is a new process with
-#: its own Spark (about a minute on a loaded machine), so the points are few; tests/test_crash.py covers the journal's
-#: others.
+#: killed at the pending record and again while the next writer finishes it (new). Each is a new process, its Spark
+#: driver the test process's JVM (crash_harness.cli's on_test_jvm: a kill at a driver's point, after the upgrade's
+#: jobs); tests/test_crash.py covers the journal's other points.
 KILLS = ["kill:upgrade:written:1", "kill:upgrade:committed:0:1", "kill:recover:snapshot:1"]
 
 
@@ -73,9 +73,9 @@ def test_kill_inside_upgrade_leaves_old_or_new(spark, make_pipeline, tmp_path):
         if fault.startswith(
             "kill:recover"
         ):  # killed at the pending record, then again while the next writer recovers it
-            assert cli(["upgrade"], home, "kill:upgrade:pending:1", yaml=new).returncode == -9
+            assert cli(["upgrade"], home, "kill:upgrade:pending:1", yaml=new, on_test_jvm=True).returncode == -9
             assert cli_here(["status"], home, yaml=new).returncode == 0  # a reader does not recover
-        r = cli(["upgrade"], home, fault, yaml=new)
+        r = cli(["upgrade"], home, fault, yaml=new, on_test_jvm=True)  # on this process's JVM (crash_harness.cli)
         assert r.returncode == -9, (fault, r.stderr[-2000:])
         q = cbp.load(new, home=home)
         if q.plan().needs_upgrade:  # the old pipeline, as it was

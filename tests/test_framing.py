@@ -172,7 +172,7 @@ def test_framed_outputs_survive_crashes(spark, make_pipeline, tmp_path):
         src.write_text("".join(json.dumps(r) + "\n" for r in batch))
         assert ch.cli_here(["feed", "events", str(src)], victim, yaml=yaml).returncode == 0
         for fault in KILLS.get(k, []):  # each kill in a `cbp run` process; the recovery after them here
-            r = ch.cli(["run"], victim, fault, yaml=yaml)
+            r = ch.cli(["run"], victim, fault, yaml=yaml, on_test_jvm=True)  # see crash_harness.run_victim
             assert r.returncode == -9, (fault, r.stderr[-2000:])
         r = ch.cli_here(["run"], victim, yaml=yaml)
         assert r.returncode == 0, r.stderr[-2000:]

@@ -278,7 +278,7 @@ def test_killed_runs_recover_keyed_rows(make_pipeline, spark) -> None:
     p.run()
     for ops, fault in zip(epochs[1:], ("kill:epoch:committed:0:1", "kill-driver:task:state-written:1")):
         p.feed("ops", _records(ops))
-        killed = ch.cli(["run"], home, fault=fault, yaml=Path(path))
+        killed = ch.cli(["run"], home, fault=fault, yaml=Path(path), on_test_jvm=True)  # crash_harness.run_victim
         assert killed.returncode == -9, killed.stderr[-2000:]
     done = ch.cli_here(["run"], home, yaml=Path(path))  # the recovery: in this process
     assert done.returncode == 0, done.stderr[-2000:]

@@ -170,7 +170,7 @@ def test_kill_during_trimming_recovers_exactly(spark, tmp_path):
     plan = ch.plan_chained(len(ch.operations(incs)), kills, spread=False)
     plan = {i + 2: f for i, f in plan.items()}  # from the second run on: there is history to trim
     ch.run_reference(home, incs, spark, count=1)  # the first feed and run, never killed: in this process
-    log = ch.run_victim(home, incs, plan, tmp_path, strict=False, done=2, recover_here=True)
+    log = ch.run_victim(home, incs, plan, tmp_path, strict=False, done=2, recover_here=True, on_test_jvm=True)
     assert len(log.killed()) >= 3, [a.fault for a in log.attempts]
     got = _state_results(home, spark)
     want = ch.expected(incs)

@@ -213,13 +213,12 @@ FIRST = (
     "test_cluster.py",  # the units by their summed seconds in the clean runs of 2026-11-29/30, largest first
     "test_cluster_faults.py",  # (the cluster's group: ~320 s on 2026-11-30)
     "test_delta_spark.py",  # ~270 s, one unit (its Delta session starts once)
-    "test_crash.py::test_sigkill_at_many_moments_recovers_exactly",
-    "test_crash.py::test_sigkill_during_compaction_recovers_exactly",  # 4 cbp run processes, a driver each
     "test_tpch.py",  # ~105-140 s since all 22 queries compile
     "test_runaway.py",
     "test_airflow.py",
     "test_airflow_safety.py",
     "test_connect.py",
+    "test_crash.py::test_sigkill_at_many_moments_recovers_exactly",  # ~156 s until its kills ran on the test's JVM
     "test_sql_subqueries.py",
     "test_sql_setops.py",
     "test_view_table.py",
@@ -227,6 +226,7 @@ FIRST = (
     "test_sources_dv.py",
     "test_jvmcache.py",
     "test_crawl_queue.py",
+    "test_crash.py::test_sigkill_during_compaction_recovers_exactly",  # ~67 s until its 4 kills ran on the test's JVM
     "test_framing.py::test_framed_outputs_survive_crashes",
     "test_retention.py::test_kill_during_trimming_recovers_exactly",  # ~70 s, 6 of its 10 processes now in-process
     "test_rewind.py",
