@@ -44,6 +44,9 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "bench"))
+from jvmcounts import jit_counts  # noqa: E402 - bench/ is not a package
+
 OUT = ROOT / "bench" / "out"
 PLOT = ROOT / "docs" / "benchmarks" / "connect.png"
 
@@ -121,6 +124,15 @@ class Child:
 
             spark = get_spark()
         self.roots = [os.getpid()] + ([server_pid] if server_pid else [])
+        self.codegen: Any = None  # classes Spark's code generation compiled in this process's JVM so far
+        if server_pid:
+            self.jvm = server_pid
+        else:
+            jvm = spark.sparkContext._jvm
+            self.jvm = int(jvm.java.lang.ProcessHandle.current().pid())
+            metrics = jvm.org.apache.spark.metrics.source.CodegenMetrics
+            self.codegen = lambda: int(metrics.METRIC_COMPILATION_TIME().getCount())
+        self.jit: list[dict[str, float]] = []
         self.keys, self.increment = keys, increment
         self.p = cbp.Pipeline(str(ROOT / "flows" / "url_count.yaml"), home, spark=spark)
         self.p.feed("urls", [{"url": f"u{i}"} for i in range(keys)])
@@ -134,6 +146,7 @@ class Child:
         self.rpcs.clear()
         self.seconds.clear()
         self.cpu.clear()
+        self.jit.clear()
         self.hits = self.lookups = 0
 
     def epoch(self, e: int) -> float:
@@ -141,11 +154,16 @@ class Child:
         half = self.increment // 2
         stored = [{"url": f"u{(e * half + i) % self.keys}"} for i in range(half)]
         self.p.feed("urls", stored + [{"url": f"n{e}-{i}"} for i in range(half)])
+        j0, g0 = jit_counts(self.jvm), self.codegen() if self.codegen else 0
         c0 = sum(_tree_cpu(r) for r in self.roots)
         t0 = time.perf_counter()
         reps = self.p.run()
         self.seconds.append(time.perf_counter() - t0)
         self.cpu.append(sum(_tree_cpu(r) for r in self.roots) - c0)
+        j1, g1 = jit_counts(self.jvm), self.codegen() if self.codegen else 0
+        self.jit.append(
+            {k: v - j0[k] for k, v in j1.items() if k in j0} | ({"codegen": g1 - g0} if self.codegen else {})
+        )
         self.hits = getattr(self, "hits", 0) + sum(r.cache_hits for r in reps)
         self.lookups = getattr(self, "lookups", 0) + sum(r.cache_lookups for r in reps)
         return self.seconds[-1]
@@ -166,6 +184,9 @@ class Child:
             "moves": sum(1 for a, b in zip(ran, ran[1:]) for q in b if a.get(q) != b[q]),
             "partition_epochs": sum(len(b) for b in ran[1:]),
             "executors": sorted({e for r in ran for e in r.values()}),
+            # the epochs' JVM (classic: the driver's; Connect: the server's): methods the JIT compiled, classes
+            # loaded, and on classic classes Spark's code generation compiled (CodegenMetrics), per epoch
+            "jit": {k: [j.get(k, 0) for j in self.jit] for k in sorted({k for j in self.jit for k in j})},
         }
 
 
@@ -185,15 +206,19 @@ def child(args: argparse.Namespace) -> None:
     print(json.dumps(c.summary(args.child)), flush=True)
 
 
-def _script(name: str, state: str, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, f"CBP_{'CONNECT' if name == 'connect' else 'CLUSTER'}_STATE": state}
+def _script(
+    name: str, state: str, *args: str, check: bool = True, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, **(env or {}), f"CBP_{'CONNECT' if name == 'connect' else 'CLUSTER'}_STATE": state}
     cmd = [sys.executable, str(ROOT / "scripts" / f"{name}.py"), *args]
     return subprocess.run(cmd, env=env, check=check, capture_output=True, text=True)
 
 
-def _server(state: str, master: str = "local[2]") -> str:
-    """A server on a port ``scripts/connect`` picks (below the kernel's ephemeral range); its URL."""
-    _script("connect", state, "start", "--master", master)
+def _server(state: str, master: str = "local[2]", java_options: str | None = None) -> str:
+    """A server on a port ``scripts/connect`` picks (below the kernel's ephemeral range), its JVM started with
+    ``java_options`` (``CBP_DRIVER_JAVA_OPTIONS``) if given; its URL."""
+    opts = {} if java_options is None else {"CBP_DRIVER_JAVA_OPTIONS": java_options}
+    _script("connect", state, "start", "--master", master, env=opts)
     return str(json.loads(Path(state, "server.json").read_text())["url"])
 
 
@@ -220,7 +245,16 @@ def _said(r: dict[str, Any]) -> dict[str, Any]:
         f"epochs {' '.join(f'{s:.2f}' for s in r['seconds'])}" + (f"  RPCs per epoch: {rpcs}" if rpcs else ""),
         flush=True,
     )
+    jit = r.get("jit", {})
+    if jit:
+        print(f"{'':24} per epoch: " + "; ".join(f"{k} {' '.join(f'{v:g}' for v in vs)}" for k, vs in jit.items()))
     return r
+
+
+def _jit_median(r: dict[str, Any], what: str) -> str:
+    """The median per epoch of a JIT counter of :meth:`Child.summary` (``-`` when not measured)."""
+    vs = r.get("jit", {}).get(what)
+    return f"{statistics.median(vs):g}" if vs else "-"
 
 
 def _mode(
@@ -361,15 +395,17 @@ def cluster_modes(args: argparse.Namespace, work: str) -> list[dict[str, Any]]:
 def report(results: list[dict[str, Any]], extra: dict[str, Any]) -> str:
     """The markdown table of a run."""
     lines = [
-        "| mode | median epoch (s) | median epoch (CPU s) | state-cache hits | partition moves | RPCs per epoch |",
-        "| --- | --- | --- | --- | --- | --- |",
+        "| mode | median epoch (s) | median epoch (CPU s) | state-cache hits | partition moves | RPCs per epoch "
+        "| JIT compilations / classes loaded / Spark codegen, per epoch (medians) |",
+        "| --- | --- | --- | --- | --- | --- | --- |",
     ]
     for r in results:
         moves = f"{r['moves']}/{r['partition_epochs']}" if r["mode"].endswith(("cluster", "unplaced")) else "-"
         rpcs = ", ".join(f"{k} {v:.1f}" for k, v in r["rpcs_per_epoch"].items()) or "-"
         lines.append(
             f"| {r['mode']} | {r['median']:.3f} | {r['median_cpu']:.3f} | {r['cache_hits']}/{r['cache_lookups']} "
-            f"| {moves} | {rpcs} |"
+            f"| {moves} | {rpcs} | {_jit_median(r, 'compiled')} / {_jit_median(r, 'classes')} / "
+            f"{_jit_median(r, 'codegen')} |"
         )
     if len(results) > 1 and results[0]["mode"] == "classic" and results[1]["mode"] == "connect":
         lines.append(
@@ -419,6 +455,10 @@ def main() -> None:
     ap.add_argument("--cluster", action="store_true", help="also measure placement on scripts/cluster's workers")
     ap.add_argument("--cluster-state", default=str(ROOT / "state" / "cluster"), help="scripts/cluster's state")
     ap.add_argument("--epochs-only", action="store_true", help="only measurement 1 (and 2 with --cluster)")
+    ap.add_argument(
+        "--server-java-options",
+        help="measurement 1 also on a second server whose JVM has these options (mode 'connect-opts'), e.g. JIT flags",
+    )
     ap.add_argument("--url", help=argparse.SUPPRESS)
     ap.add_argument("--child", help=argparse.SUPPRESS)
     ap.add_argument("--home", help=argparse.SUPPRESS)
@@ -432,13 +472,18 @@ def main() -> None:
     state = os.path.join(work, "server")
     url = _server(state)
     extra: dict[str, Any] = {}
+    other = os.path.join(work, "server-opts")
     try:
         local = [("classic", "", {"CBP_SPARK_MASTER": "local[2]"}, ""), ("connect", url, {}, state)]
+        if args.server_java_options is not None:
+            local.append(("connect-opts", _server(other, java_options=args.server_java_options), {}, other))
         results = _lockstep(local, args, work)
         if not args.epochs_only:
             extra = daemons_and_fresh_runs(url, state, work)
     finally:
         _script("connect", state, "stop", check=False)
+        if args.server_java_options is not None:
+            _script("connect", other, "stop", check=False)
     if args.cluster:
         results += cluster_modes(args, work)
     table = report(results, extra)

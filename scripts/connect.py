@@ -32,6 +32,12 @@ STOP_TIMEOUT = 15.0
 MARKER = "org.apache.spark.sql.connect.service.SparkConnectServer"
 LOG4J = Path(__file__).resolve().parent / "connect-log4j2.properties"
 LOG_LEVEL = os.environ.get("CBP_CONNECT_LOG_LEVEL", "warn")
+#: The server JVM's JIT compilers (``CBP_CONNECT_JIT``): ``c1`` (the default, ``-XX:TieredStopAtLevel=1``) or ``tiered``
+#: (HotSpot's default, C1 then C2). A small epoch's query path (the Connect service, analysis, planning, Arrow
+#: results) keeps bringing new methods to C2's thresholds epoch after epoch (150 compilations an epoch after 8
+#: warm-up epochs): with C1 only, a small epoch took 0.50x the wall and 0.59x the CPU time, a 300,000-record epoch
+#: 0.93x and 1.01x (docs/benchmarks/connect.md, 30 November, night). ``CBP_DRIVER_JAVA_OPTIONS`` comes after it.
+JIT_OPTIONS = {"c1": "-XX:TieredStopAtLevel=1", "tiered": ""}
 
 #: What cbp's tasks need of the server (the settings ``get_spark`` gives a classic session). Static
 #: ones can only be set here; a client sets none of them.
@@ -69,6 +75,14 @@ def jars() -> list[str]:
     return [str(cache / n) for n in names] + [str(connect[-1])]
 
 
+def jit_options() -> str:
+    """The server JVM's options for its JIT compilers (:data:`JIT_OPTIONS`, by ``CBP_CONNECT_JIT``)."""
+    which = os.environ.get("CBP_CONNECT_JIT", "c1").strip().lower() or "c1"
+    if which not in JIT_OPTIONS:
+        raise ConnectError(f"CBP_CONNECT_JIT={which!r}: expected one of {', '.join(JIT_OPTIONS)}")
+    return JIT_OPTIONS[which]
+
+
 def command(master: str, port: int) -> list[str]:
     """The server's ``spark-submit`` command line."""
     cp = os.pathsep.join(jars())
@@ -79,11 +93,13 @@ def command(master: str, port: int) -> list[str]:
         "spark.pyspark.python": sys.executable,
         "spark.executorEnv.PYTHONPATH": str(ROOT),
         # its log at WARN (CBP_CONNECT_LOG_LEVEL=info for Spark's INFO lines: tens per query, some with its plan);
-        # CBP_DRIVER_JAVA_OPTIONS after cbp's own, as for a driver JVM cbp starts (the server is its sessions' driver)
+        # its JIT (jit_options); CBP_DRIVER_JAVA_OPTIONS after cbp's own, as for a driver JVM cbp starts (the server
+        # is its sessions' driver)
         "spark.driver.extraJavaOptions": " ".join(
             o
             for o in (
                 f"-Dlog4j2.configurationFile=file:{LOG4J} -Dcbp.connect.loglevel={LOG_LEVEL}",
+                jit_options(),
                 os.environ.get("CBP_DRIVER_JAVA_OPTIONS", "").strip(),
             )
             if o

@@ -78,6 +78,7 @@ MARKS: dict[str, tuple[str, ...]] = {
     "test_engine_memory.py": ("slow",),
     "test_delta_spark.py::test_cli_without_jars": ("slow",),  # a Spark driver of its own, without the jars
     "test_connect.py": ("connect", "slow"),  # a Spark Connect server (scripts/connect) and a client per test
+    "test_codegen_reuse.py": (),  # Spark's CodegenMetrics over two shuffle-path epochs: cheap (~6 CPU s), no marker
     "test_sql_joins.py": ("slow",),
     "test_tpch.py": ("slow",),  # all 22 TPC-H queries (102 stages) through RF1, RF2 and updates (~165 s)
     "test_sql_subqueries.py": ("slow",),  # derived tables, scalar and correlated subqueries, NOT IN (~50 s)
