@@ -1,4 +1,5 @@
-"""The tasks of a bulk build that writes its own files (a view's join step, :mod:`cbp.views.joinbulk`;
+"""The tasks of a bulk build that writes its own files (a view's join step, :mod:`cbp.views.joinbulk`,
+or GROUP BY, :mod:`cbp.views.groupbulk`;
 run by :func:`cbp.engine.driver.bulkjob.written`): a state partition's rows, computed by Spark, written
 as Arrow batches into one state file and its index (:func:`write_state`), and output records written
 as one file of the epoch's output increment (:func:`write_output`); each yields its result as a
@@ -45,7 +46,8 @@ def write_state(plan: TaskPlan, batches: Iterator[pa.RecordBatch]) -> Iterator[p
     if len(qs) != 1 or (ctx is not None and qs[0] != ctx.partitionId()):
         raise RuntimeError(f"cbp bulk join: a task got rows of state partitions {sorted(qs)}")
     q = int(qs[0])
-    t = t.take(pc.sort_indices(t, sort_keys=[("_h", "ascending"), ("_key", "ascending"), ("_rk", "ascending")]))
+    order = [(c, "ascending") for c in ("_h", "_key", "_rk") if c in t.column_names]  # _rk: keyed rows only
+    t = t.take(pc.sort_indices(t, sort_keys=order))
     w = StateWriter(plan, q, prefix=f"e{plan.epoch:08d}", keep=False)
     meta = {
         "_epoch": pa.array(np.full(t.num_rows, plan.epoch, np.int64)),
