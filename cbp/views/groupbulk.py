@@ -1,15 +1,17 @@
 """A GROUP BY stage's first build written by Spark with no Python call per group (the engine's bulk
 path, :func:`cbp.engine.driver.bulkjob.written`, as a join step's is: :mod:`cbp.views.joinbulk`):
 Spark aggregates the input into one row per group (:mod:`cbp.views.bulk`'s count, value counts, sums),
-and from it
+and from it, in one row per group after one shuffle into the stage's state partitions (:func:`group_rows`):
 
-- the *state rows*: the group's key text, its ``_key``, hash and state partition, ``n``, ``c<i>``,
+- the *state row*: the group's key text, its ``_key``, hash and state partition, ``n``, ``c<i>``,
   ``s<i>`` and ``m<i>`` (the sorted JSON of ``[key_text, count]`` pairs), the row
-  :func:`cbp.views.run.write_group` writes, by Spark SQL expressions; written by
-  :func:`cbp.engine.task.bulkwrite.write_state`'s Arrow tasks;
-- the *view rows*: the aggregates' values as :func:`cbp.views.run._aggregates` gives them (a sum cast to
+  :func:`cbp.views.run.write_group` writes, by Spark SQL expressions;
+- the *view row*: the aggregates' values as :func:`cbp.views.run._aggregates` gives them (a sum cast to
   its type, a decimal average divided as Spark's ``avg`` does, MIN/MAX/count(DISTINCT) over the
   values of a positive count), ``HAVING`` and the columns by Spark SQL, cast to the view's types.
+
+One Arrow task per state partition (:func:`write_rows`) writes the state rows as one state file and its
+index and the view rows as a file of the output increment (:mod:`cbp.engine.task.bulkwrite`).
 
 What it covers (:func:`writes`), besides :meth:`cbp.views.bulk.GroupBuild.fits`: a ``GROUP BY`` (an
 aggregate without one keeps its seed: its row is written even for no input), no INTERSECT/EXCEPT ALL
@@ -21,6 +23,7 @@ key string with a character outside printable ASCII fails the job: the seed path
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 from .bulk import _MULTISET, GroupBuild, _aggregated, _base, _route, spark_sql
@@ -28,9 +31,10 @@ from .joinbulk import _json_string, _list_text, _value_text
 from .vtypes import avg_type, sum_type
 
 if TYPE_CHECKING:
+    import pyarrow as pa
     from pyspark.sql import Column, DataFrame, SparkSession
 
-__all__ = ["GroupRowsBuild", "writes", "group_rows", "attach"]
+__all__ = ["GroupRowsBuild", "writes", "group_rows", "results", "write_rows", "attach"]
 
 
 def _spark_type(t: str) -> str:
@@ -57,9 +61,12 @@ def writes(plan: Any) -> bool:
     return True
 
 
-def group_rows(spark: SparkSession, plan: Any, frames: list[DataFrame]) -> tuple[DataFrame, DataFrame]:
-    """The build over ``frames[0]`` of the stage epoch of ``plan``: its state rows, each state partition
-    in the Spark partition of its number, and its view rows. ``ValueError`` when it does not apply."""
+def group_rows(spark: SparkSession, plan: Any, frames: list[DataFrame]) -> DataFrame:
+    """The build over ``frames[0]`` of the stage epoch of ``plan``: one row per group, each state partition
+    in the Spark partition of its number, with its state row (``_key``, ``_h``, ``_q``, the state fields;
+    ``_st``: a row to write) and its view row (``o__<j>``, the view's columns; ``_out``: a row to write).
+    One row for both, so that the aggregation runs once (Spark pushes a filter below the exchange: two
+    filtered branches would be two aggregations). ``ValueError`` when it does not apply."""
     from pyspark.sql import functions as F
 
     if str(spark.conf.get("spark.sql.ansi.enabled", "true")).lower() != "true":
@@ -67,8 +74,7 @@ def group_rows(spark: SparkSession, plan: Any, frames: list[DataFrame]) -> tuple
     if not writes(plan):
         raise ValueError("a GROUP BY the seed path writes")
     stage, gp = plan.stage, plan.stage.params["cbp_view"]
-    route = _route(stage)
-    base, keys = _base(gp, route, frames[0])
+    base, keys = _base(gp, _route(stage), frames[0])
     types = dict(base.dtypes)
     out, fields = _aggregated(gp, base, keys, stage.state_schema)
     for i, (fn, _, _) in enumerate(gp["aggs"]):
@@ -77,9 +83,52 @@ def group_rows(spark: SparkSession, plan: Any, frames: list[DataFrame]) -> tuple
     kt = _list_text([_value_text(f"`{k}`", types[k]) for k in keys])
     out = out.withColumn("k", F.expr(kt)).withColumn("_key", F.expr(_json_string("`k`")))
     out = out.where(_checked(gp, out))
-    # in the stage's partitions by key: the state rows and the view rows read this one exchange
-    out = out.repartition(max(1, stage.partitions), "_key")
-    return _state_rows(out, fields, stage.partitions), _view_rows(gp, plan, out, keys)
+    out = out.repartition(max(1, stage.partitions), "_key")  # in the stage's partitions by key
+    state = ["k", *[f for f in fields if not f.startswith("g__")]]
+    aggs = [_aggregate(i, fn, at).alias(f"a__{i}") for i, (fn, _, at) in enumerate(gp["aggs"])]
+    out = out.select("_key", *state, *keys, *aggs)
+    live = F.col("n") != 0
+    shown = live & F.expr(spark_sql(gp["having"])) if gp.get("having") is not None else live
+    out = out.select("*", live.alias("_st"), F.coalesce(shown, F.lit(False)).alias("_out"))
+    fields_out = plan.out_schemas[gp["out"]].fields
+    view = [  # evaluated for a row shown only (CASE WHEN): as the per-key path does
+        F.when(F.col("_out"), F.expr(spark_sql(e)).cast(fields_out[n].spark)).alias(f"o__{j}")
+        for j, (n, e) in enumerate(gp["cols"])
+    ]
+    q = F.expr(f"pmod(hash(_key), {stage.partitions})")
+    return out.select("_key", F.xxhash64("_key").alias("_h"), *state, q.alias("_q"), "_st", "_out", *view)
+
+
+def results(spark: SparkSession, plan: Any, frames: list[DataFrame]) -> DataFrame:
+    """The tasks' results of the build (:func:`group_rows`, written by :func:`write_rows`)."""
+    from functools import partial
+
+    from ..engine.common.protocol import result_spark_schema
+
+    names = [n for n, _ in plan.stage.params["cbp_view"]["cols"]]
+    return group_rows(spark, plan, frames).mapInArrow(partial(write_rows, plan, names), result_spark_schema())
+
+
+def write_rows(plan: Any, names: list[str], batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    """Task of state partition ``q``: its groups' state rows (one state file and its index,
+    :func:`cbp.engine.task.bulkwrite.write_state`) and view rows (a file of the output increment,
+    :func:`cbp.engine.task.bulkwrite.write_output`, the columns ``o__<j>`` named ``names``); their results."""
+    import pyarrow as pa
+
+    from ..engine.task.bulkwrite import write_output, write_state
+
+    got = [b for b in batches if b.num_rows]  # every batch read: a task that leaves input unread loses its worker
+    if not got:
+        return
+    t = pa.Table.from_batches(got)
+    state = t.filter(t["_st"])
+    if state.num_rows:
+        yield from write_state(plan, iter(state.to_batches()))
+    shown = t.filter(t["_out"])
+    if shown.num_rows:
+        view = shown.select([f"o__{j}" for j in range(len(names))]).rename_columns(names)
+        view = view.append_column("_diff", pa.array([1] * view.num_rows, pa.int64()))
+        yield from write_output(plan, iter(view.to_batches()))
 
 
 def _checked(gp: dict[str, Any], out: DataFrame) -> Column:
@@ -130,20 +179,6 @@ def _with_values(out: DataFrame, base: DataFrame, keys: list[str], i: int, fn: s
     return joined.fillna({f"m{i}": "[]", f"_d{i}": 0, f"_neg{i}": 0})
 
 
-def _state_rows(out: DataFrame, fields: dict[str, str], partitions: int) -> DataFrame:
-    """The state rows with the engine's columns (``_key``, ``_h``, ``_q``): the groups of a count."""
-    from pyspark.sql import functions as F
-
-    state = ["k", *[f for f in fields if not f.startswith("g__")]]
-    rows = out.where(F.col("n") != 0).select(
-        "_key",
-        F.xxhash64("_key").alias("_h"),
-        *[F.col(f) for f in state],
-        F.expr(f"pmod(hash(_key), {partitions})").alias("_q"),
-    )
-    return rows
-
-
 def _aggregate(i: int, fn: str, at: str | None) -> Column:
     """Aggregate ``i``'s value from its group's row, as :func:`cbp.views.run._aggregates` gives it."""
     from pyspark.sql import functions as F
@@ -169,19 +204,6 @@ def _aggregate(i: int, fn: str, at: str | None) -> Column:
     return F.when(c != 0, value)
 
 
-def _view_rows(gp: dict[str, Any], plan: Any, out: DataFrame, keys: list[str]) -> DataFrame:
-    """The view's rows: the groups of a count, ``HAVING`` true, the columns cast to the view's types."""
-    from pyspark.sql import functions as F
-
-    aggs = [_aggregate(i, fn, at).alias(f"a__{i}") for i, (fn, _, at) in enumerate(gp["aggs"])]
-    rows = out.where(F.col("n") != 0).select(*[F.col(k) for k in keys], *aggs)
-    if gp.get("having") is not None:
-        rows = rows.where(F.expr(spark_sql(gp["having"])))
-    fields = plan.out_schemas[gp["out"]].fields
-    cols = [F.expr(spark_sql(e)).cast(fields[n].spark).alias(n) for n, e in gp["cols"]]
-    return rows.select(*cols, F.lit(1).cast("bigint").alias("_diff"))
-
-
 class GroupRowsBuild(GroupBuild):
     """:class:`cbp.views.bulk.GroupBuild` with the rows Spark writes (see the module)."""
 
@@ -190,9 +212,13 @@ class GroupRowsBuild(GroupBuild):
         rows written per group by :func:`cbp.views.bulk.seeded`."""
         return writes(plan)
 
-    def rows(self, spark: SparkSession, plan: Any, frames: list[DataFrame]) -> tuple[DataFrame, DataFrame]:
-        """The state rows and view rows of the stage epoch of ``plan`` (:func:`group_rows`)."""
+    def rows(self, spark: SparkSession, plan: Any, frames: list[DataFrame]) -> DataFrame:
+        """The state rows and view rows of the stage epoch of ``plan``, one row per group (:func:`group_rows`)."""
         return group_rows(spark, plan, frames)
+
+    def results(self, spark: SparkSession, plan: Any, frames: list[DataFrame]) -> DataFrame:
+        """The results of the tasks that write them (:func:`results`)."""
+        return results(spark, plan, frames)
 
 
 def attach() -> None:

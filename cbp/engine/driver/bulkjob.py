@@ -29,7 +29,7 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import replace
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from ...spec.schema import RecordSchema
 from ..task.plan import TaskPlan
@@ -100,15 +100,18 @@ def written(
     read: Callable[[RecordSchema, list[str]], DataFrame],
 ) -> pa.Table:
     """The results of a build that gives state rows and output records (its ``rows(spark, plan,
-    frames)``), written by :mod:`cbp.engine.task.bulkwrite`'s tasks; raises when Spark refuses or fails."""
+    frames)``), written by :mod:`cbp.engine.task.bulkwrite`'s tasks, or the results of its own tasks (its
+    ``results(spark, plan, frames)``); raises when Spark refuses or fails."""
     from functools import partial
 
     from ..common.protocol import result_spark_schema
     from ..task.bulkwrite import write_output, write_state
 
-    build = bulk_build_of(plan.stage)
+    build: Any = bulk_build_of(plan.stage)
     frames = [read(plan.input_schemas[i], input_files[i]) for i in range(len(plan.stage.inputs))]
-    state, output = build.rows(spark, plan, frames)  # type: ignore[union-attr]
+    if getattr(build, "results", None) is not None:  # its own tasks (cbp.views.groupbulk)
+        return build.results(spark, plan, frames).toArrow()
+    state, output = build.rows(spark, plan, frames)
     schema = result_spark_schema()
     states = state.mapInArrow(partial(write_state, plan), schema)
     return states.unionByName(output.mapInArrow(partial(write_output, plan), schema)).toArrow()
