@@ -10,8 +10,8 @@ and from it, in one row per group after one shuffle into the stage's state parti
   its type, a decimal average divided as Spark's ``avg`` does, MIN/MAX/count(DISTINCT) over the
   values of a positive count), ``HAVING`` and the columns by Spark SQL, cast to the view's types.
 
-One Arrow task per state partition (:func:`write_rows`) writes the state rows as one state file and its
-index and the view rows as a file of the output increment (:mod:`cbp.engine.task.bulkwrite`).
+One Arrow task per state partition (:func:`cbp.engine.task.bulkwrite.write_rows`) writes the state rows
+as one state file and its index and the view rows as a file of the output increment.
 
 What it covers (:func:`writes`), besides :meth:`cbp.views.bulk.GroupBuild.fits`: a ``GROUP BY`` (an
 aggregate without one keeps its seed: its row is written even for no input), no INTERSECT/EXCEPT ALL
@@ -23,7 +23,6 @@ key string with a character outside printable ASCII fails the job: the seed path
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 from .bulk import _MULTISET, GroupBuild, _aggregated, _base, _route, spark_sql
@@ -31,10 +30,9 @@ from .joinbulk import _json_string, _list_text, _value_text
 from .vtypes import avg_type, sum_type
 
 if TYPE_CHECKING:
-    import pyarrow as pa
     from pyspark.sql import Column, DataFrame, SparkSession
 
-__all__ = ["GroupRowsBuild", "writes", "group_rows", "results", "write_rows", "attach"]
+__all__ = ["GroupRowsBuild", "writes", "group_rows", "results", "attach"]
 
 
 def _spark_type(t: str) -> str:
@@ -100,35 +98,15 @@ def group_rows(spark: SparkSession, plan: Any, frames: list[DataFrame]) -> DataF
 
 
 def results(spark: SparkSession, plan: Any, frames: list[DataFrame]) -> DataFrame:
-    """The tasks' results of the build (:func:`group_rows`, written by :func:`write_rows`)."""
+    """The tasks' results of the build (:func:`group_rows`, written by
+    :func:`cbp.engine.task.bulkwrite.write_rows`)."""
     from functools import partial
 
     from ..engine.common.protocol import result_spark_schema
+    from ..engine.task.bulkwrite import write_rows  # (not here: a Python worker would import cbp.views)
 
     names = [n for n, _ in plan.stage.params["cbp_view"]["cols"]]
     return group_rows(spark, plan, frames).mapInArrow(partial(write_rows, plan, names), result_spark_schema())
-
-
-def write_rows(plan: Any, names: list[str], batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-    """Task of state partition ``q``: its groups' state rows (one state file and its index,
-    :func:`cbp.engine.task.bulkwrite.write_state`) and view rows (a file of the output increment,
-    :func:`cbp.engine.task.bulkwrite.write_output`, the columns ``o__<j>`` named ``names``); their results."""
-    import pyarrow as pa
-
-    from ..engine.task.bulkwrite import write_output, write_state
-
-    got = [b for b in batches if b.num_rows]  # every batch read: a task that leaves input unread loses its worker
-    if not got:
-        return
-    t = pa.Table.from_batches(got)
-    state = t.filter(t["_st"])
-    if state.num_rows:
-        yield from write_state(plan, iter(state.to_batches()))
-    shown = t.filter(t["_out"])
-    if shown.num_rows:
-        view = shown.select([f"o__{j}" for j in range(len(names))]).rename_columns(names)
-        view = view.append_column("_diff", pa.array([1] * view.num_rows, pa.int64()))
-        yield from write_output(plan, iter(view.to_batches()))
 
 
 def _checked(gp: dict[str, Any], out: DataFrame) -> Column:

@@ -1,5 +1,5 @@
 """The tasks of a bulk build that writes its own files (a view's join step, :mod:`cbp.views.joinbulk`,
-or GROUP BY, :mod:`cbp.views.groupbulk`;
+or GROUP BY, :mod:`cbp.views.groupbulk`: :func:`write_rows`;
 run by :func:`cbp.engine.driver.bulkjob.written`): a state partition's rows, computed by Spark, written
 as Arrow batches into one state file and its index (:func:`write_state`), and output records written
 as one file of the epoch's output increment (:func:`write_output`); each yields its result as a
@@ -20,7 +20,7 @@ import pyarrow.compute as pc
 if TYPE_CHECKING:
     from .plan import TaskPlan
 
-__all__ = ["write_state", "write_output"]
+__all__ = ["write_state", "write_output", "write_rows"]
 
 
 def _table(batches: Iterator[pa.RecordBatch]) -> pa.Table | None:
@@ -94,3 +94,20 @@ def write_output(plan: TaskPlan, batches: Iterator[pa.RecordBatch]) -> Iterator[
             stats={"in": 0, "state_read": 0, "state_written": 0, "out": {flow: add["rows"]}},
         )
     )
+
+
+def write_rows(plan: TaskPlan, names: list[str], batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    """Task of state partition ``q`` of a GROUP BY (:func:`cbp.views.groupbulk.group_rows`: a row per group):
+    the state rows of those marked ``_st`` (:func:`write_state`) and the view rows of those marked ``_out``
+    (:func:`write_output`, columns ``o__<j>`` named ``names``); their results."""
+    t = _table(batches)
+    if t is None:
+        return
+    state = t.filter(t["_st"])
+    if state.num_rows:
+        yield from write_state(plan, iter(state.to_batches()))
+    shown = t.filter(t["_out"])
+    if shown.num_rows:
+        view = shown.select([f"o__{j}" for j in range(len(names))]).rename_columns(names)
+        view = view.append_column("_diff", pa.array(np.ones(view.num_rows, np.int64)))
+        yield from write_output(plan, iter(view.to_batches()))
