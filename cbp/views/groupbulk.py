@@ -32,7 +32,7 @@ from .vtypes import avg_type, sum_type
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, SparkSession
 
-__all__ = ["GroupRowsBuild", "writes", "group_rows", "results", "attach"]
+__all__ = ["GroupRowsBuild", "writes", "group_rows", "attach"]
 
 
 def _spark_type(t: str) -> str:
@@ -62,7 +62,8 @@ def writes(plan: Any) -> bool:
 def group_rows(spark: SparkSession, plan: Any, frames: list[DataFrame]) -> DataFrame:
     """The build over ``frames[0]`` of the stage epoch of ``plan``: one row per group, each state partition
     in the Spark partition of its number, with its state row (``_key``, ``_h``, ``_q``, the state fields;
-    ``_st``: a row to write) and its view row (``o__<j>``, the view's columns; ``_out``: a row to write).
+    ``_st``: a row to write) and its view row (``o__<name>``, the view's columns; ``_out``: a row to write),
+    written by :func:`cbp.engine.task.bulkwrite.write_rows`.
     One row for both, so that the aggregation runs once (Spark pushes a filter below the exchange: two
     filtered branches would be two aggregations). ``ValueError`` when it does not apply."""
     from pyspark.sql import functions as F
@@ -90,23 +91,10 @@ def group_rows(spark: SparkSession, plan: Any, frames: list[DataFrame]) -> DataF
     out = out.select("*", live.alias("_st"), F.coalesce(shown, F.lit(False)).alias("_out"))
     fields_out = plan.out_schemas[gp["out"]].fields
     view = [  # evaluated for a row shown only (CASE WHEN): as the per-key path does
-        F.when(F.col("_out"), F.expr(spark_sql(e)).cast(fields_out[n].spark)).alias(f"o__{j}")
-        for j, (n, e) in enumerate(gp["cols"])
+        F.when(F.col("_out"), F.expr(spark_sql(e)).cast(fields_out[n].spark)).alias(f"o__{n}") for n, e in gp["cols"]
     ]
     q = F.expr(f"pmod(hash(_key), {stage.partitions})")
     return out.select("_key", F.xxhash64("_key").alias("_h"), *state, q.alias("_q"), "_st", "_out", *view)
-
-
-def results(spark: SparkSession, plan: Any, frames: list[DataFrame]) -> DataFrame:
-    """The tasks' results of the build (:func:`group_rows`, written by
-    :func:`cbp.engine.task.bulkwrite.write_rows`)."""
-    from functools import partial
-
-    from ..engine.common.protocol import result_spark_schema
-    from ..engine.task.bulkwrite import write_rows  # (not here: a Python worker would import cbp.views)
-
-    names = [n for n, _ in plan.stage.params["cbp_view"]["cols"]]
-    return group_rows(spark, plan, frames).mapInArrow(partial(write_rows, plan, names), result_spark_schema())
 
 
 def _checked(gp: dict[str, Any], out: DataFrame) -> Column:
@@ -193,10 +181,6 @@ class GroupRowsBuild(GroupBuild):
     def rows(self, spark: SparkSession, plan: Any, frames: list[DataFrame]) -> DataFrame:
         """The state rows and view rows of the stage epoch of ``plan``, one row per group (:func:`group_rows`)."""
         return group_rows(spark, plan, frames)
-
-    def results(self, spark: SparkSession, plan: Any, frames: list[DataFrame]) -> DataFrame:
-        """The results of the tasks that write them (:func:`results`)."""
-        return results(spark, plan, frames)
 
 
 def attach() -> None:

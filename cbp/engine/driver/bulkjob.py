@@ -100,18 +100,19 @@ def written(
     read: Callable[[RecordSchema, list[str]], DataFrame],
 ) -> pa.Table:
     """The results of a build that gives state rows and output records (its ``rows(spark, plan,
-    frames)``), written by :mod:`cbp.engine.task.bulkwrite`'s tasks, or the results of its own tasks (its
-    ``results(spark, plan, frames)``); raises when Spark refuses or fails."""
+    frames)``: a pair, or a row per key with both, :func:`cbp.engine.task.bulkwrite.write_rows`), written by
+    :mod:`cbp.engine.task.bulkwrite`'s tasks; raises when Spark refuses or fails."""
     from functools import partial
 
     from ..common.protocol import result_spark_schema
-    from ..task.bulkwrite import write_output, write_state
+    from ..task.bulkwrite import write_output, write_rows, write_state
 
     build: Any = bulk_build_of(plan.stage)
     frames = [read(plan.input_schemas[i], input_files[i]) for i in range(len(plan.stage.inputs))]
-    if getattr(build, "results", None) is not None:  # its own tasks (cbp.views.groupbulk)
-        return build.results(spark, plan, frames).toArrow()
-    state, output = build.rows(spark, plan, frames)
+    rows = build.rows(spark, plan, frames)
     schema = result_spark_schema()
+    if not isinstance(rows, tuple):  # a row per key, its state and output (cbp.views.groupbulk): one task
+        return rows.mapInArrow(partial(write_rows, plan), schema).toArrow()
+    state, output = rows
     states = state.mapInArrow(partial(write_state, plan), schema)
     return states.unionByName(output.mapInArrow(partial(write_output, plan), schema)).toArrow()

@@ -96,10 +96,10 @@ def write_output(plan: TaskPlan, batches: Iterator[pa.RecordBatch]) -> Iterator[
     )
 
 
-def write_rows(plan: TaskPlan, names: list[str], batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+def write_rows(plan: TaskPlan, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
     """Task of state partition ``q`` of a GROUP BY (:func:`cbp.views.groupbulk.group_rows`: a row per group):
     the state rows of those marked ``_st`` (:func:`write_state`) and the view rows of those marked ``_out``
-    (:func:`write_output`, columns ``o__<j>`` named ``names``); their results."""
+    (:func:`write_output`, the view's column ``c`` in ``o__c``); their results."""
     t = _table(batches)
     if t is None:
         return
@@ -108,6 +108,7 @@ def write_rows(plan: TaskPlan, names: list[str], batches: Iterator[pa.RecordBatc
         yield from write_state(plan, iter(state.to_batches()))
     shown = t.filter(t["_out"])
     if shown.num_rows:
-        view = shown.select([f"o__{j}" for j in range(len(names))]).rename_columns(names)
+        cols = [c for c in t.column_names if c.startswith("o__")]
+        view = shown.select(cols).rename_columns([c[3:] for c in cols])
         view = view.append_column("_diff", pa.array(np.ones(view.num_rows, np.int64)))
         yield from write_output(plan, iter(view.to_batches()))
