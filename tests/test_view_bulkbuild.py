@@ -53,17 +53,31 @@ def _rows(rng: random.Random, ids: range) -> list[dict]:
 
 @pytest.fixture
 def seeds(monkeypatch):
-    """The bulk path's seed builds, counted (the build runs in the driver)."""
+    """The bulk path's builds, counted (the build runs in the driver): the stages of the seed path's
+    builds, then (after ``"|"``) those whose rows Spark wrote (cbp/views/groupbulk.py) with no failure."""
+    from cbp.engine.driver import bulkjob
+
     calls: list[str] = []
-    real = GroupBuild.seed
+    real, real_written = GroupBuild.seed, bulkjob.written
 
     def seed(self, spark, stage, frames):
         calls.append(stage.name)
         return real(self, spark, stage, frames)
 
+    def written(spark, plan, *args):
+        done = real_written(spark, plan, *args)
+        calls.append("|" + plan.stage.name)  # a failure falls back to the seed path, uncounted here
+        return done
+
     monkeypatch.setattr(GroupBuild, "seed", seed)
+    monkeypatch.setattr(bulkjob, "written", written)
     monkeypatch.setenv("CBP_SMALL_EPOCH_RECORDS", "0")  # first builds through the shuffle (the bulk path's)
     return calls
+
+
+def _built(calls: list[str]) -> list[str]:
+    """The stages a bulk path built (the seed path's or Spark's rows), sorted."""
+    return sorted(c.lstrip("|") for c in calls)
 
 
 def _small_epochs(monkeypatch) -> None:
@@ -106,11 +120,13 @@ def test_bulk_first_build_equals_per_key_and_spark_then_both_maintained(spark, t
     for p in (bulk, perkey):
         p.feed("li", live + [{**live[0], "_diff": -1}, {**live[1], "_diff": 1}])
     read = _run(bulk, True, monkeypatch)
-    assert sorted(seeds) == sorted(VIEWS)  # every view's first build by Spark SQL:
+    # every view's first build by Spark SQL: agg's key strings need escaping in JSON ('é"x'), so its rows
+    # job failed and its seeds were written by Python; total has no GROUP BY (its row is written for no input)
+    assert sorted(seeds) == ["agg", "total", "|by_n"]
     assert all(read[v] < 50 for v in VIEWS), read  # its tasks read a seed row per group, not 302 records
     # the per-key path reads the records (consolidated by the columns each view reads: fewer than 302)
     assert all(50 < n <= 302 for n in _run(perkey, False, monkeypatch).values())
-    assert sorted(seeds) == sorted(VIEWS)  # the per-key path: no seed
+    assert len(seeds) == len(VIEWS)  # the per-key path: no seed
     live = live[1:] + [live[1]]
     _same_state_and_output(bulk, perkey, VIEWS)
     _small_epochs(monkeypatch)
@@ -142,6 +158,39 @@ def test_bulk_first_build_equals_per_key_and_spark_then_both_maintained(spark, t
             spark.catalog.dropTempView(name)
 
 
+def test_group_rows_written_by_spark_are_the_per_key_state_byte_for_byte(spark, tmp_path, seeds, monkeypatch):
+    """cbp/views/groupbulk.py: with key strings JSON escapes alike in Python and Spark (a quote, a
+    backslash), the GROUP BY views' state rows and view rows are Spark's, not Python's per group: the
+    state files' rows (key text, hash, counts, sums, multisets' JSON) equal the per-key path's, and the
+    per-key path maintains them through deletes of MIN/MAX holders and a group emptied."""
+    spark.conf.set("spark.sql.shuffle.partitions", "2")
+    views = {v: VIEWS[v] for v in ("agg", "by_n")}
+    bulk, perkey = _pipelines(spark, tmp_path, views)
+    live = [{**r, "g": r["g"].replace("é", "q")} for r in _rows(random.Random(7), range(200))]
+    for p in (bulk, perkey):
+        p.feed("li", live + [{**live[0], "_diff": -1}])
+    _run(bulk, True, monkeypatch)
+    _run(perkey, False, monkeypatch)
+    assert seeds == ["|agg", "|by_n"]  # no seed through Python
+    for v in views:
+        assert _raw_state(bulk, v) == _raw_state(perkey, v), v
+    _same_state_and_output(bulk, perkey, views)
+    _small_epochs(monkeypatch)
+    try:
+        check_views(spark, bulk, views, {"li": LI})
+        lows = {}
+        for r in live[1:]:
+            if (r["g"], r["d"]) not in lows or r["q"] < lows[(r["g"], r["d"])]["q"]:
+                lows[(r["g"], r["d"])] = r
+        gone = [{**r, "_diff": -1} for r in [*lows.values(), *(r for r in live[1:] if r["g"] == "b")]]
+        bulk.feed("li", list({tuple(sorted(r.items())): r for r in gone}.values()))
+        _run(bulk, True, monkeypatch)  # the MIN holders deleted, every group of 'b' emptied
+        check_views(spark, bulk, views, {"li": LI})
+    finally:
+        for name in [*views, "li"]:
+            spark.catalog.dropTempView(name)
+
+
 def test_a_row_failing_ansi_fails_the_bulk_epoch_with_the_per_key_code(spark, tmp_path, seeds, monkeypatch):
     views = {"bad": "SELECT g, sum(CAST(g AS INT)) AS s FROM li GROUP BY g"}
     codes = []
@@ -152,7 +201,7 @@ def test_a_row_failing_ansi_fails_the_bulk_epoch_with_the_per_key_code(spark, tm
         codes.append(e.value.code)
         assert p.state("bad") == [] and p.output("bad") == []  # nothing of the epoch committed
     assert codes == ["view-cast", "view-cast"]
-    assert seeds == ["bad"]  # Spark failed the bulk job; the per-key path named the row
+    assert seeds == ["bad"]  # Spark failed the rows job, then the seeds' job; the per-key path named the row
 
 
 def test_views_added_and_rebuilt_by_upgrade_take_the_bulk_path(spark, tmp_path, seeds, monkeypatch):
@@ -172,7 +221,7 @@ def test_views_added_and_rebuilt_by_upgrade_take_the_bulk_path(spark, tmp_path, 
     p.upgrade()
     seeds.clear()
     _run(p, True, monkeypatch)
-    assert sorted(seeds) == ["by_n", "total"]  # both from their inputs' whole contents, by Spark SQL
+    assert _built(seeds) == ["by_n", "total"]  # both from their inputs' whole contents, by Spark SQL
     _small_epochs(monkeypatch)
     try:
         check_views(spark, p, after, {"li": LI})

@@ -134,9 +134,9 @@ def route_views(spec: Any, routes: dict[str, Any]) -> Any:
     if not routes:
         return spec
     from ..spec.objects import KeyFunction
-    from . import bulk, joinbulk
+    from . import groupbulk, joinbulk
 
-    bulk.attach()  # a GROUP BY's first build by Spark SQL (cbp.views.bulk)
+    groupbulk.attach()  # a GROUP BY's first build by Spark SQL (cbp.views.bulk, cbp.views.groupbulk)
     joinbulk.attach()  # an inner join's (cbp.views.joinbulk)
 
     stages = dict(spec.stages)

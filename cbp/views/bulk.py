@@ -4,6 +4,8 @@
 or the counts of each distinct value for MIN, MAX and count(DISTINCT)); :func:`seeded`, the
 translator of the seed rows, writes the group's state row and view row as
 :func:`cbp.views.run.group` would have from the records one by one (same state format, same key text).
+Most GROUP BYs skip the seeds' Python: Spark writes their state and view rows (:mod:`cbp.views.groupbulk`);
+the seed path is for the others (an aggregate without GROUP BY, a key needing JSON escapes, ...).
 
 What it covers (:meth:`GroupBuild.fits`): one input, group keys of type ``string``, ``int``,
 ``bool``, ``date`` or ``decimal``; MIN, MAX and count(DISTINCT) of those but ``bool``; expressions
@@ -28,7 +30,7 @@ from sqlglot import exp, parse_one
 
 from .exprs import DECIMAL_FN, VIEW_FN
 from .intwidth import INT_FN, from_columns
-from .run import MULTISET, RouteKey, _Group, group, write_group
+from .run import MULTISET, RouteKey, _Group, write_group
 from .vtypes import family, key_text
 
 if TYPE_CHECKING:
@@ -37,7 +39,7 @@ if TYPE_CHECKING:
     from ..spec.objects import StageSpec
     from ..spec.schema import RecordSchema
 
-__all__ = ["GroupBuild", "seeded", "spark_sql", "attach"]
+__all__ = ["GroupBuild", "seeded", "spark_sql"]
 
 _KEYS = ("string", "int", "bool", "date")  # and decimal(p,s)
 _MULTISET = MULTISET  # MIN, MAX and the DISTINCT aggregates (count(DISTINCT a, b): at None, not keyable)
@@ -140,7 +142,20 @@ def _seed_frame(
     count}, ...]``); and the seed's field types."""
     from pyspark.sql import functions as F
 
-    assert state is not None
+    base, keys = _base(plan, route, rows)
+    out, fields = _aggregated(plan, base, keys, state)
+    for i, (fn, _, _) in enumerate(plan["aggs"]):
+        if fn in _MULTISET:
+            out = _with_multiset(out, base, keys, i)
+    cols = [*[F.col(k) for k in keys if k != "_one"], *[F.col(f) for f in fields if not f.startswith("g__")]]
+    return out.select(*cols, F.lit(1).cast("bigint").alias("_diff")), fields
+
+
+def _base(plan: dict[str, Any], route: Any, rows: DataFrame) -> tuple[DataFrame, list[str]]:
+    """The input's rows the route does not skip, as ``g__j`` (the group keys), ``x__i`` (the aggregates'
+    arguments), ``_ok`` (the stage's WHERE), ``_d`` (the ``_diff``); and the columns to group by."""
+    from pyspark.sql import functions as F
+
     diff = F.coalesce(F.col("_diff"), F.lit(1)).cast("bigint")  # a null _diff is +1
     where = plan.get("where")
     ok = F.expr(spark_sql(where)) if where is not None else F.lit(True)
@@ -152,18 +167,27 @@ def _seed_frame(
     keys = [f"g__{j}" for j in range(plan["groups"])] or ["_one"]
     if not plan["groups"]:
         base = base.withColumn("_one", F.lit(1))
+    return base, keys
+
+
+def _aggregated(
+    plan: dict[str, Any], base: DataFrame, keys: list[str], state: RecordSchema | None
+) -> tuple[DataFrame, dict[str, str]]:
+    """One row per group of ``base`` (:func:`_base`) with ``n``, ``c<i>`` and ``s<i>`` (a multiset's
+    ``m<i>`` is not in it, but in the field types)."""
+    from pyspark.sql import functions as F
+
+    assert state is not None
     d = F.col("_d")
     aggs: list[Column] = [F.coalesce(F.sum(F.when(F.col("_ok"), d)), F.lit(0)).alias("n"), F.count("*").alias("_rows")]
     fields: dict[str, str] = {f"g__{j}": f"{t}?" for j, t in enumerate(plan["gtypes"])}
     fields["n"] = "int"
-    multisets = []
     for i, (fn, arg, at) in enumerate(plan["aggs"]):
         x = F.col(f"x__{i}")
         counted = F.col("_ok") & x.isNotNull() if arg is not None else F.lit(False)
         aggs.append(F.coalesce(F.sum(F.when(counted, d)), F.lit(0)).alias(f"c{i}"))
         fields[f"c{i}"] = "int"
         if fn in _MULTISET:
-            multisets.append(i)
             fields[f"m{i}"] = "string?"
             continue
         st = state.fields[f"s{i}"]
@@ -176,11 +200,7 @@ def _seed_frame(
             total = zero
         aggs.append(total.alias(f"s{i}"))
         fields[f"s{i}"] = st.scalar
-    out = base.groupBy(*keys).agg(*aggs).where(F.col("_rows") > 0).drop("_rows")
-    for i in multisets:
-        out = _with_multiset(out, base, keys, i)
-    cols = [*[F.col(k) for k in keys if k != "_one"], *[F.col(f) for f in fields if not f.startswith("g__")]]
-    return out.select(*cols, F.lit(1).cast("bigint").alias("_diff")), fields
+    return base.groupBy(*keys).agg(*aggs).where(F.col("_rows") > 0).drop("_rows"), fields
 
 
 def _decimal_sum(x: Column, d: Column, counted: Column, to: str) -> Column:
@@ -240,9 +260,3 @@ def seeded(key: str, state: Iterator[dict[str, Any]], rows: Iterable[dict[str, A
                 pairs = [(key_text([_value(e["v"], at)]), e["n"]) for e in json.loads(seed.get(f"m{i}") or "[]")]
                 stored[f"m{i}"] = json.dumps(sorted(pairs))
         write_group(plan, key, None, _Group(plan["aggs"], stored), out)
-
-
-def attach() -> None:
-    """Give :func:`cbp.views.run.group` its bulk build (the engine's bulk path finds it on the translator:
-    :class:`cbp.engine.driver.taskplan.BulkBuild`); called when a pipeline's views are compiled."""
-    group.bulk_build = GroupBuild()  # type: ignore[attr-defined]

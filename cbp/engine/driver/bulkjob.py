@@ -12,9 +12,11 @@ text, one task per state partition, the partition's files and index written by t
 files, and the controller's commit of them, are those of the per-key path, and a crash loses or
 duplicates nothing that it would not.
 
-A build with a ``rows`` method (a view's join step, :class:`cbp.views.joinbulk.JoinBuild`) writes
-the state and output files itself, in Spark jobs of Arrow tasks, and gives the tasks' results as a
-grouped epoch's: no seed goes through Python at all.
+A build with a ``rows`` method (a view's join step, :class:`cbp.views.joinbulk.JoinBuild`; a GROUP BY
+whose build's ``writes`` says so, :mod:`cbp.views.groupbulk`) writes the state and output files itself,
+in Spark jobs of Arrow tasks, and gives the tasks' results as a grouped epoch's: no seed goes through
+Python at all. When that job fails, the seed path runs (a join has none: its ``seed`` refuses), then the
+per-key path.
 
 When Spark refuses the build's SQL, or the job fails (an ANSI error in a row: a division by zero,
 a cast or a decimal overflow), the epoch runs again on the per-key path, whose error names the view,
@@ -27,7 +29,7 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import replace
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from ...spec.schema import RecordSchema
 from ..task.plan import TaskPlan
@@ -63,14 +65,13 @@ def bulk_grouped(
     build = bulk_build_of(plan.stage)
     if build is None or not input_files or any(not files for files in input_files.values()):
         return grouped(per_key, input_files)
-    if getattr(build, "rows", None) is not None:  # state rows and output records by Spark (cbp.views.joinbulk)
-        try:
+    if getattr(build, "rows", None) is not None and getattr(build, "writes", _every)(plan):
+        try:  # state rows and output records by Spark (cbp.views.joinbulk, cbp.views.groupbulk)
             return written(spark, plan, input_files, read)
         except Exception as e:
             if plan.deadline is not None and time.time() >= plan.deadline:
                 raise  # out of time: the per-key path would be too
-            _log.info("%s: the bulk build failed (%s); per-key path", plan.where(), str(e).splitlines()[0])
-            return grouped(per_key, input_files)
+            _log.info("%s: the bulk build failed (%s); seeds or per-key path", plan.where(), str(e).splitlines()[0])
     try:
         frames = [read(plan.input_schemas[i], input_files[i]) for i in range(len(plan.stage.inputs))]
         seed, stage, schema = build.seed(spark, plan.stage, frames)
@@ -88,6 +89,10 @@ def bulk_grouped(
         return grouped(per_key, input_files)
 
 
+def _every(plan: TaskPlan) -> bool:
+    return True
+
+
 def written(
     spark: SparkSession,
     plan: TaskPlan,
@@ -95,15 +100,19 @@ def written(
     read: Callable[[RecordSchema, list[str]], DataFrame],
 ) -> pa.Table:
     """The results of a build that gives state rows and output records (its ``rows(spark, plan,
-    frames)``), written by :mod:`cbp.engine.task.bulkwrite`'s tasks; raises when Spark refuses or fails."""
+    frames)``: a pair, or a row per key with both, :func:`cbp.engine.task.bulkwrite.write_rows`), written by
+    :mod:`cbp.engine.task.bulkwrite`'s tasks; raises when Spark refuses or fails."""
     from functools import partial
 
     from ..common.protocol import result_spark_schema
-    from ..task.bulkwrite import write_output, write_state
+    from ..task.bulkwrite import write_output, write_rows, write_state
 
-    build = bulk_build_of(plan.stage)
+    build: Any = bulk_build_of(plan.stage)
     frames = [read(plan.input_schemas[i], input_files[i]) for i in range(len(plan.stage.inputs))]
-    state, output = build.rows(spark, plan, frames)  # type: ignore[union-attr]
+    rows = build.rows(spark, plan, frames)
     schema = result_spark_schema()
+    if not isinstance(rows, tuple):  # a row per key, its state and output (cbp.views.groupbulk): one task
+        return rows.mapInArrow(partial(write_rows, plan), schema).toArrow()
+    state, output = rows
     states = state.mapInArrow(partial(write_state, plan), schema)
     return states.unionByName(output.mapInArrow(partial(write_output, plan), schema)).toArrow()

@@ -1,4 +1,5 @@
-"""The tasks of a bulk build that writes its own files (a view's join step, :mod:`cbp.views.joinbulk`;
+"""The tasks of a bulk build that writes its own files (a view's join step, :mod:`cbp.views.joinbulk`,
+or GROUP BY, :mod:`cbp.views.groupbulk`: :func:`write_rows`;
 run by :func:`cbp.engine.driver.bulkjob.written`): a state partition's rows, computed by Spark, written
 as Arrow batches into one state file and its index (:func:`write_state`), and output records written
 as one file of the epoch's output increment (:func:`write_output`); each yields its result as a
@@ -19,7 +20,7 @@ import pyarrow.compute as pc
 if TYPE_CHECKING:
     from .plan import TaskPlan
 
-__all__ = ["write_state", "write_output"]
+__all__ = ["write_state", "write_output", "write_rows"]
 
 
 def _table(batches: Iterator[pa.RecordBatch]) -> pa.Table | None:
@@ -45,7 +46,8 @@ def write_state(plan: TaskPlan, batches: Iterator[pa.RecordBatch]) -> Iterator[p
     if len(qs) != 1 or (ctx is not None and qs[0] != ctx.partitionId()):
         raise RuntimeError(f"cbp bulk join: a task got rows of state partitions {sorted(qs)}")
     q = int(qs[0])
-    t = t.take(pc.sort_indices(t, sort_keys=[("_h", "ascending"), ("_key", "ascending"), ("_rk", "ascending")]))
+    order = [(c, "ascending") for c in ("_h", "_key", "_rk") if c in t.column_names]  # _rk: keyed rows only
+    t = t.take(pc.sort_indices(t, sort_keys=order))
     w = StateWriter(plan, q, prefix=f"e{plan.epoch:08d}", keep=False)
     meta = {
         "_epoch": pa.array(np.full(t.num_rows, plan.epoch, np.int64)),
@@ -92,3 +94,21 @@ def write_output(plan: TaskPlan, batches: Iterator[pa.RecordBatch]) -> Iterator[
             stats={"in": 0, "state_read": 0, "state_written": 0, "out": {flow: add["rows"]}},
         )
     )
+
+
+def write_rows(plan: TaskPlan, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    """Task of state partition ``q`` of a GROUP BY (:func:`cbp.views.groupbulk.group_rows`: a row per group):
+    the state rows of those marked ``_st`` (:func:`write_state`) and the view rows of those marked ``_out``
+    (:func:`write_output`, the view's column ``c`` in ``o__c``); their results."""
+    t = _table(batches)
+    if t is None:
+        return
+    state = t.filter(t["_st"])
+    if state.num_rows:
+        yield from write_state(plan, iter(state.to_batches()))
+    shown = t.filter(t["_out"])
+    if shown.num_rows:
+        cols = [c for c in t.column_names if c.startswith("o__")]
+        view = shown.select(cols).rename_columns([c[3:] for c in cols])
+        view = view.append_column("_diff", pa.array(np.ones(view.num_rows, np.int64)))
+        yield from write_output(plan, iter(view.to_batches()))
