@@ -44,6 +44,10 @@ from the status tracker).
 
     .venv/bin/python bench/tpch.py --sf 0.1 --queries q14,q4 --no-sdp --keep
     .venv/bin/python bench/tpch.py --sf 0.1 --queries q14,q4 --no-sdp --reuse --profile
+
+``--tables OUT/kept/tpch-sfSF`` (of an earlier ``--keep`` run at the same ``--sf``) copies the tables that run
+generated, as they were before its changes, instead of generating them again (SF 1's generation is minutes):
+runs of other queries on the same data, and the same changes, for ``--merge``.
 """
 
 from __future__ import annotations
@@ -199,6 +203,8 @@ def measure(args: argparse.Namespace, out: Path) -> dict[str, Any]:
     t0 = time.perf_counter()
     if args.reuse:
         rows = restore(out, kept)
+    elif args.tables:
+        rows = copy_tables(Path(args.tables), data)
     else:
         shutil.rmtree(data, ignore_errors=True)
         rows = tpch_data.generate(data, args.sf)
@@ -235,6 +241,17 @@ def keep(out: Path, paths: list[Path], rows: dict[str, int]) -> None:
     for path in paths:
         shutil.copytree(path, dest / path.name, symlinks=True)
     (dest / "rows.json").write_text(json.dumps(rows))
+
+
+def copy_tables(src: Path, data: Path) -> dict[str, int]:
+    """Copy the tables a ``--keep`` run generated (``OUT/kept/tpch-sfSF``, as they were before its changes) to
+    ``data`` instead of generating them again; their row counts are its ``rows.json``."""
+    if not (src.parent / "rows.json").exists():
+        raise SystemExit(f"--tables: no rows.json beside {src} (give a --keep run's OUT/kept/tpch-sfSF)")
+    shutil.rmtree(data, ignore_errors=True)
+    shutil.copytree(src, data, symlinks=True)
+    rows: dict[str, int] = json.loads((src.parent / "rows.json").read_text())
+    return rows
 
 
 def restore(out: Path, paths: list[Path]) -> dict[str, int]:
@@ -447,6 +464,9 @@ def main(argv: list[str] | None = None) -> None:
     )
     ap.add_argument("--keep", action="store_true", help="copy the first builds' tables and homes to OUT/kept")
     ap.add_argument("--reuse", action="store_true", help="start from OUT/kept instead of generating and building")
+    ap.add_argument(
+        "--tables", default=None, help="copy the tables of a --keep run (its OUT/kept/tpch-sfSF) instead of generating"
+    )
     ap.add_argument(
         "--profile", action="store_true", help="cProfile (CPU clock) of each first build and change run, in OUT/prof"
     )
