@@ -426,7 +426,12 @@ def plot(result: dict[str, Any], path: Path) -> None:
     series = [("cbp run", lambda f: f["seconds"]), ("Spark SQL recompute", lambda f: f["recompute"])]
     if any("sdp" in f for f in [*result["first"].values(), *result["changes"]]):
         series.append(("SDP refresh", lambda f: f["sdp"]["refresh"] if "sdp" in f else float("nan")))
-    fig, axes = plt.subplots(1, len(kinds), figsize=(3 + 1.1 * len(queries) * len(kinds), 3.8), sharey=True)
+    ncols = len(kinds) if len(queries) <= 3 else 2  # more queries: the four panels 2 by 2, not one wide row
+    nrows = -(-len(kinds) // ncols)
+    fig, grid = plt.subplots(
+        nrows, ncols, figsize=(3 + 1.1 * len(queries) * ncols, 3.8 * nrows), sharey=True, squeeze=False
+    )
+    axes = list(grid.flat)
     width = 0.8 / len(series)
     for ax, kind in zip(axes, kinds):
         runs = [result["first"][q] if kind == "first build" else row_of(result, q, kind) for q in queries]
@@ -436,7 +441,8 @@ def plot(result: dict[str, Any], path: Path) -> None:
         ax.set_yscale("log")
         ax.set_xticks([j + 0.4 - width / 2 for j in range(len(queries))], queries)
         ax.set_title(kind, fontsize=9)
-    axes[0].set_ylabel("seconds (log)")
+    for row in grid:
+        row[0].set_ylabel("seconds (log)")
     axes[0].legend(fontsize=7)
     fig.suptitle(
         f"TPC-H SF {result['sf']}: cbp's run after a {result['fraction']:.1%} change, "
