@@ -44,6 +44,10 @@ from the status tracker).
 
     .venv/bin/python bench/tpch.py --sf 0.1 --queries q14,q4 --no-sdp --keep
     .venv/bin/python bench/tpch.py --sf 0.1 --queries q14,q4 --no-sdp --reuse --profile
+
+``--tables OUT/kept/tpch-sfSF`` (of an earlier ``--keep`` run at the same ``--sf``) copies the tables that run
+generated, as they were before its changes, instead of generating them again (SF 1's generation is minutes):
+runs of other queries on the same data, and the same changes, for ``--merge``.
 """
 
 from __future__ import annotations
@@ -199,6 +203,8 @@ def measure(args: argparse.Namespace, out: Path) -> dict[str, Any]:
     t0 = time.perf_counter()
     if args.reuse:
         rows = restore(out, kept)
+    elif args.tables:
+        rows = copy_tables(Path(args.tables), data)
     else:
         shutil.rmtree(data, ignore_errors=True)
         rows = tpch_data.generate(data, args.sf)
@@ -235,6 +241,17 @@ def keep(out: Path, paths: list[Path], rows: dict[str, int]) -> None:
     for path in paths:
         shutil.copytree(path, dest / path.name, symlinks=True)
     (dest / "rows.json").write_text(json.dumps(rows))
+
+
+def copy_tables(src: Path, data: Path) -> dict[str, int]:
+    """Copy the tables a ``--keep`` run generated (``OUT/kept/tpch-sfSF``, as they were before its changes) to
+    ``data`` instead of generating them again; their row counts are its ``rows.json``."""
+    if not (src.parent / "rows.json").exists():
+        raise SystemExit(f"--tables: no rows.json beside {src} (give a --keep run's OUT/kept/tpch-sfSF)")
+    shutil.rmtree(data, ignore_errors=True)
+    shutil.copytree(src, data, symlinks=True)
+    rows: dict[str, int] = json.loads((src.parent / "rows.json").read_text())
+    return rows
 
 
 def restore(out: Path, paths: list[Path]) -> dict[str, int]:
@@ -409,7 +426,12 @@ def plot(result: dict[str, Any], path: Path) -> None:
     series = [("cbp run", lambda f: f["seconds"]), ("Spark SQL recompute", lambda f: f["recompute"])]
     if any("sdp" in f for f in [*result["first"].values(), *result["changes"]]):
         series.append(("SDP refresh", lambda f: f["sdp"]["refresh"] if "sdp" in f else float("nan")))
-    fig, axes = plt.subplots(1, len(kinds), figsize=(3 + 1.1 * len(queries) * len(kinds), 3.8), sharey=True)
+    ncols = len(kinds) if len(queries) <= 3 else 2  # more queries: the four panels 2 by 2, not one wide row
+    nrows = -(-len(kinds) // ncols)
+    fig, grid = plt.subplots(
+        nrows, ncols, figsize=(3 + 1.1 * len(queries) * ncols, 3.8 * nrows), sharey=True, squeeze=False
+    )
+    axes = list(grid.flat)
     width = 0.8 / len(series)
     for ax, kind in zip(axes, kinds):
         runs = [result["first"][q] if kind == "first build" else row_of(result, q, kind) for q in queries]
@@ -419,7 +441,8 @@ def plot(result: dict[str, Any], path: Path) -> None:
         ax.set_yscale("log")
         ax.set_xticks([j + 0.4 - width / 2 for j in range(len(queries))], queries)
         ax.set_title(kind, fontsize=9)
-    axes[0].set_ylabel("seconds (log)")
+    for row in grid:
+        row[0].set_ylabel("seconds (log)")
     axes[0].legend(fontsize=7)
     fig.suptitle(
         f"TPC-H SF {result['sf']}: cbp's run after a {result['fraction']:.1%} change, "
@@ -447,6 +470,9 @@ def main(argv: list[str] | None = None) -> None:
     )
     ap.add_argument("--keep", action="store_true", help="copy the first builds' tables and homes to OUT/kept")
     ap.add_argument("--reuse", action="store_true", help="start from OUT/kept instead of generating and building")
+    ap.add_argument(
+        "--tables", default=None, help="copy the tables of a --keep run (its OUT/kept/tpch-sfSF) instead of generating"
+    )
     ap.add_argument(
         "--profile", action="store_true", help="cProfile (CPU clock) of each first build and change run, in OUT/prof"
     )
