@@ -171,6 +171,16 @@ class Background:
         return left
 
 
+def cdf_source(spark, uri: str, columns: str, values: str, dv: bool | None = None) -> None:
+    """A Delta table at ``uri`` with change data feed, made by Spark SQL (``columns``: its DDL, ``values``: the
+    rows of an ``INSERT ... VALUES``; ``dv``: deletion vectors set on or off, else Delta's default)."""
+    props = "delta.enableChangeDataFeed = true"
+    if dv is not None:
+        props += f", delta.enableDeletionVectors = {str(dv).lower()}"
+    spark.sql(f"CREATE TABLE delta.`{uri}` ({columns}) USING delta TBLPROPERTIES ({props})")
+    spark.sql(f"INSERT INTO delta.`{uri}` VALUES {values}")
+
+
 def free_port() -> int:
     """A free port for a server a test starts: ``scripts/services.py``'s (below the ephemeral range)."""
     return int(_services().free_port())

@@ -8,6 +8,7 @@ naming the table and what to do, and lands nothing (never rows a deletion vector
 from __future__ import annotations
 
 import pytest
+from conftest import cdf_source
 
 import cbp
 from cbp.errors import InputError
@@ -50,11 +51,7 @@ def _drop_deletion_vectors(spark, uri: str) -> None:
 
 def test_a_table_with_deletion_vectors_is_followed_and_a_first_sync_refused(spark, tmp_path):
     uri = str(tmp_path / "src")
-    spark.sql(
-        f"CREATE TABLE delta.`{uri}` (id BIGINT, v STRING) USING delta "
-        "TBLPROPERTIES (delta.enableChangeDataFeed = true, delta.enableDeletionVectors = false)"
-    )
-    spark.sql(f"INSERT INTO delta.`{uri}` VALUES (1, 'a'), (2, 'b'), (3, 'a'), (4, 'b'), (5, 'c')")
+    cdf_source(spark, uri, "id BIGINT, v STRING", "(1, 'a'), (2, 'b'), (3, 'a'), (4, 'b'), (5, 'c')", dv=False)
     path = tmp_path / "dv.yaml"
     path.write_text(YAML.replace("SRC", uri))
     p = cbp.Pipeline(str(path), str(tmp_path / "home"), spark=spark)

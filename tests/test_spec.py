@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import re
 
 import pytest
@@ -519,11 +520,25 @@ def _unpickled_elsewhere(fn, tmp_path):
     return r.stdout.strip() if r.returncode == 0 else r.stderr.strip().splitlines()[-1]
 
 
+@contextlib.contextmanager
+def _user_path(first, *others, module):
+    """``first`` put on ``sys.path`` as a user's script would; after, ``module`` and every directory gone again."""
+    import sys
+
+    sys.path.insert(0, str(first))
+    try:
+        yield
+    finally:
+        sys.modules.pop(module, None)
+        for d in (first, *others):
+            while str(d) in sys.path:
+                sys.path.remove(str(d))
+
+
 def test_a_module_of_the_yamls_name_loaded_from_elsewhere_gives_way_to_the_one_beside_it(tmp_path):
     """The user's process imported a module of the name the YAML names from another directory (no pipeline's):
     the pipeline gets the one beside its YAML, and a worker that cannot import either runs it (shipped by
     value). Before, the loaded module answered, pickled by reference: ModuleNotFoundError on the worker."""
-    import sys
 
     from cbp.spec import load_spec
 
@@ -531,8 +546,7 @@ def test_a_module_of_the_yamls_name_loaded_from_elsewhere_gives_way_to_the_one_b
     for d in (other, mine):
         d.mkdir()
         (d / "shadow_tr_q7.py").write_text(f"def count(key, state, urls, out):\n    return {d.name!r}\n")
-    sys.path.insert(0, str(other))
-    try:
+    with _user_path(other, mine, module="shadow_tr_q7"):
         import shadow_tr_q7  # the user's own, from elsewhere
 
         assert shadow_tr_q7.count(None, None, None, None) == "other"
@@ -541,17 +555,11 @@ def test_a_module_of_the_yamls_name_loaded_from_elsewhere_gives_way_to_the_one_b
         fn = load_spec(str(mine / "p.yaml")).stages["url_count"].translator
         assert fn(None, None, None, None) == "mine"
         assert _unpickled_elsewhere(fn, tmp_path) == "mine"
-    finally:
-        sys.modules.pop("shadow_tr_q7", None)
-        for d in (other, mine):
-            while str(d) in sys.path:
-                sys.path.remove(str(d))
 
 
 def test_a_module_from_a_directory_the_process_put_on_sys_path_ships_by_value(tmp_path):
     """A translator module that is neither beside the YAML nor installed (the user's script put its
     directory on ``sys.path``) reaches a worker that cannot import it: it is shipped by value."""
-    import sys
 
     from cbp.spec import load_spec
 
@@ -561,16 +569,10 @@ def test_a_module_from_a_directory_the_process_put_on_sys_path_ships_by_value(tm
     (lib / "far_tr_q7.py").write_text("def count(key, state, urls, out):\n    return 'far'\n")
     text = (FLOWS / "url_count.yaml").read_text().replace("url_count:count_urls", "far_tr_q7:count")
     (flows / "p.yaml").write_text(text)
-    sys.path.insert(0, str(lib))
-    try:
+    with _user_path(lib, flows, module="far_tr_q7"):
         fn = load_spec(str(flows / "p.yaml")).stages["url_count"].translator
         assert fn(None, None, None, None) == "far"
         assert _unpickled_elsewhere(fn, tmp_path) == "far"
-    finally:
-        sys.modules.pop("far_tr_q7", None)
-        for d in (lib, flows):
-            while str(d) in sys.path:
-                sys.path.remove(str(d))
 
 
 def test_pipeline_params_reach_every_stage_and_a_stages_own_win(make_pipeline):

@@ -9,6 +9,7 @@ flow's 32-bit type is ``source-schema`` for the home landed before the widening:
 from __future__ import annotations
 
 import pytest
+from conftest import cdf_source
 
 import cbp
 from cbp.errors import InputError
@@ -38,10 +39,7 @@ def _per_g(p) -> list[tuple]:
 
 def test_a_type_widened_table_is_refused_by_name_until_the_feature_is_dropped(spark, tmp_path):
     uri = str(tmp_path / "src")
-    spark.sql(
-        f"CREATE TABLE delta.`{uri}` (g STRING, v INT) USING delta TBLPROPERTIES (delta.enableChangeDataFeed = true)"
-    )
-    spark.sql(f"INSERT INTO delta.`{uri}` VALUES ('a', 1), ('b', 2), ('a', 3)")
+    cdf_source(spark, uri, "g STRING, v INT", "('a', 1), ('b', 2), ('a', 3)")
     path = tmp_path / "widened.yaml"
     path.write_text(YAML.replace("SRC", uri))
     p = cbp.Pipeline(str(path), str(tmp_path / "home"), spark=spark)

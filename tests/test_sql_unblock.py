@@ -13,6 +13,7 @@ first try and the consolidated second one, cbp.engine.driver.job.run_stage_epoch
 from __future__ import annotations
 
 import pytest
+from conftest import cdf_source
 from test_sql_views import _same, few_partitions  # noqa: F401 (few_partitions: a fixture)
 
 import cbp
@@ -62,10 +63,7 @@ def _fails(pipes: list) -> None:
 @pytest.mark.usefixtures("few_partitions")
 def test_deleting_or_updating_the_bad_source_row_unblocks_the_pipeline(spark, tmp_path):
     uri = str(tmp_path / "src")
-    spark.sql(
-        f"CREATE TABLE delta.`{uri}` (id BIGINT, v INT) USING delta TBLPROPERTIES (delta.enableChangeDataFeed = true)"
-    )
-    spark.sql(f"INSERT INTO delta.`{uri}` VALUES (1, 10), (2, 20), (3, 2)")
+    cdf_source(spark, uri, "id BIGINT, v INT", "(1, 10), (2, 20), (3, 2)")
     path = tmp_path / "unblock.yaml"
     path.write_text(YAML.replace("SRC", uri))
     small = cbp.Pipeline(str(path), str(tmp_path / "small"), spark=spark)  # the driver routes a small epoch

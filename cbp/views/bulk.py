@@ -214,17 +214,23 @@ def _decimal_sum(x: Column, d: Column, counted: Column, to: str) -> Column:
     return (F.coalesce(once, F.lit(0)) + F.coalesce(more, F.lit(0))).cast(to)
 
 
+def value_counts(base: DataFrame, keys: list[str], i: int) -> DataFrame:
+    """Per group (``keys``) and distinct value ``_v`` of aggregate ``i``'s argument counted (``_ok``, not NULL):
+    its ``_diff``-weighted count ``_n``, where not 0 (a value retracted as often as added is gone)."""
+    from pyspark.sql import functions as F
+
+    x = F.col(f"x__{i}")
+    counted = base.where(F.col("_ok") & x.isNotNull())
+    return counted.groupBy(*keys, x.alias("_v")).agg(F.sum("_d").alias("_n")).where(F.col("_n") != 0)
+
+
 def _with_multiset(out: DataFrame, base: DataFrame, keys: list[str], i: int) -> DataFrame:
     """``out`` with column ``m<i>``: each group's distinct values of aggregate ``i``'s argument (as text)
     and their counts, as JSON."""
     from pyspark.sql import functions as F
 
-    x = F.col(f"x__{i}")
     counts = (
-        base.where(F.col("_ok") & x.isNotNull())
-        .groupBy(*keys, x.alias("_v"))
-        .agg(F.sum("_d").alias("_n"))
-        .where(F.col("_n") != 0)
+        value_counts(base, keys, i)
         .groupBy(*keys)
         .agg(F.to_json(F.collect_list(F.struct(F.col("_v").cast("string").alias("v"), F.col("_n").alias("n")))))
     )

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from .bulk import _MULTISET, GroupBuild, _aggregated, _base, _route, spark_sql
+from .bulk import _MULTISET, GroupBuild, _aggregated, _base, _route, spark_sql, value_counts
 from .joinbulk import _json_string, _list_text, _value_text
 from .vtypes import avg_type, sum_type
 
@@ -118,13 +118,7 @@ def _with_values(out: DataFrame, base: DataFrame, keys: list[str], i: int, fn: s
     value retracted more often than added)."""
     from pyspark.sql import functions as F
 
-    x = F.col(f"x__{i}")
-    counts = (
-        base.where(F.col("_ok") & x.isNotNull())
-        .groupBy(*keys, x.alias("_v"))
-        .agg(F.sum("_d").alias("_n"))
-        .where(F.col("_n") != 0)
-    )
+    counts = value_counts(base, keys, i)
     pair = F.struct(F.expr(_list_text([_value_text("`_v`", dtype)])).alias("t"), F.col("_n").alias("n"))
     live = F.col("_n") > 0
     value = F.when(live, F.col("_v"))
