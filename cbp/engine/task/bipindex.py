@@ -97,9 +97,11 @@ STATE_DICTIONARY = False
 #: = 0.91 (the same timings against the row groups the index actually read: 0.92; a second,
 #: noisier run of 11: f* = 0.047%, 0.98), rounded down to 0.9. The paper's BIPtables broke even
 #: at ~60% of the keys because they read single records; here the unit is a row group.
-#: With R = 8192 (:data:`ROW_GROUP`), any f above ~0.1% touches every row group: the index only
+#: With R = 8192 (:data:`ROW_GROUP` then), any f above ~0.1% touches every row group: the index only
 #: saves reads for increments of a few keys per row group, and beyond that it costs 5-10% more
-#: than a scan (and a scan also fills the worker's cache for later epochs).
+#: than a scan (and a scan also fills the worker's cache for later epochs). With R = 1024 (and no
+#: dictionaries) the threshold was kept, not measured again: on a Q18 join state file, reading
+#: a fraction of the row groups cost about that fraction of reading the file whole.
 #:
 #: The driver therefore decides per partition and epoch before the tasks start
 #: (:func:`choose_reads`, from the increment's records and the partition's stored rows): scan or
