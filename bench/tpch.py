@@ -190,7 +190,13 @@ def epoch(p: Any, profile: Path | None = None) -> dict[str, Any]:
         "sync_seconds": t1 - t0,
         "records_in": sum(r.records_in for r in reports),
         "keys_read": sum(r.keys_read for r in reports),
+        "row_groups_read": sum(r.row_groups_read for r in reports),
+        "rows_decoded": sum(getattr(r, "rows_decoded", 0) for r in reports),  # 0: a cbp before it was counted
         "epochs": len(reports),
+        "per_epoch": [  # what each stage epoch read: records, state keys, state row groups and their rows
+            [r.stage, r.records_in, r.keys_read, r.row_groups_read, getattr(r, "rows_decoded", 0), round(r.seconds, 3)]
+            for r in reports
+        ],
         "load": os.getloadavg()[0],  # the machine's 1-minute load average after the run
     }
 

@@ -76,7 +76,7 @@ class Pipeline:
     """A pipeline YAML bound to a home directory.
 
     ``tuning`` goes to the controller: ``max_state_files`` (files per state partition before it
-    is compacted, default 8), ``state_row_group`` (rows per row group of state files, 8192),
+    is compacted, default 8), ``state_row_group`` (rows per row group of state files, 1024),
     ``state_cache_mb`` (decoded state files a Spark Python worker keeps, default
     ``CBP_STATE_CACHE_MB`` or 2048; 0 disables), ``state_scan_fraction`` (fraction of a state
     file's row groups above which a task reads it whole, :data:`cbp.engine.task.bipindex.SCAN_FRACTION`;

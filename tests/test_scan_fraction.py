@@ -140,3 +140,62 @@ def test_a_file_read_whole_first_evicts_what_the_budget_cannot_hold_beside_it(tm
     assert r.rows_of(np.arange(40, dtype=np.int64))[0].num_rows == 40
     assert held == [0] and "old" not in cache.files  # evicted before the read, not after
     assert r.cache_hits == 0 and r.row_groups_read == 10
+
+
+def _write(tmp_path, epoch, row_group, values, parts=None):
+    """One epoch of a direct partition with row groups of ``row_group`` rows: key ``k<i>`` (hash
+    ``i * 1000``) gets ``{"w": ..., "n": values[i]}``; its index, adds and the partition."""
+    plan = _plan(tmp_path, epoch, parts)
+    plan.row_group = row_group
+    part = DirectPartition(plan, 0)
+    hashes = np.array(sorted(values), np.int64) * 1000
+    found = part.lookup(hashes)
+    for i in sorted(values):
+        part.update(f'"k{i}"', i * 1000, found.get(f'"k{i}"', (0, None))[1], [{"w": f"k{i}", "n": values[i]}])
+    index, adds, _ = part.finish({})
+    return index, adds
+
+
+def test_a_lookup_decodes_its_keys_row_groups_of_1024_rows_without_dictionaries(tmp_path, monkeypatch):
+    """A lookup decodes whole row groups (pyarrow reads no less): 3 keys among 5,000 cost at most
+    3 x 1,024 rows (8,192 before the tenth round: the whole file), and no state column is
+    dictionary-encoded (a zstd dictionary chunk costs more to open than 1,024 rows to decode)."""
+    monkeypatch.delenv("CBP_STATE_SCAN_FRACTION", raising=False)
+    index, adds = _write(tmp_path, 1, bipindex.ROW_GROUP, {i: i for i in range(5000)})
+    home = Home(str(tmp_path))
+    md = bipindex.pq.ParquetFile(home.path(f"stages/s/state/{adds[0]['path']}")).metadata
+    assert md.num_row_groups == 5 and md.row_group(0).num_rows == 1024
+    used = {
+        e for g in range(md.num_row_groups) for c in range(md.num_columns) for e in md.row_group(g).column(c).encodings
+    }
+    assert not used & {"PLAIN_DICTIONARY", "RLE_DICTIONARY"}, used
+    r = StateReader(home, "stages/s/state", PartitionIndex.load(home, index), cache_mb=0)
+    rows = r.rows_of(np.array([10, 2500, 4990], np.int64) * 1000)[0]
+    assert sorted(rows["n"].to_pylist()) == [10, 2500, 4990]
+    assert r.row_groups_read == 3 and r.rows_decoded == 3 * 1024 - 1024 + 5000 - 4096  # the last row group: 904
+
+
+def test_files_an_older_cbp_wrote_are_read_beside_new_ones(tmp_path, monkeypatch):
+    """A home whose state files have row groups of 8,192 rows and dictionaries (as cbp wrote them
+    before the tenth round) keeps them: the next epochs look keys up in them and write new files
+    in the new layout, and every key's latest row is the model's."""
+    from cbp.engine.task import statepart
+
+    monkeypatch.delenv("CBP_STATE_SCAN_FRACTION", raising=False)
+    monkeypatch.setattr(statepart, "STATE_DICTIONARY", True)
+    model = {i: i % 7 for i in range(3000)}
+    index, adds = _write(tmp_path, 1, 8192, model)
+    home = Home(str(tmp_path))
+    old = bipindex.pq.ParquetFile(home.path(f"stages/s/state/{adds[0]['path']}")).metadata
+    assert old.num_row_groups == 1 and "RLE_DICTIONARY" in old.row_group(0).column(5).encodings  # n: 7 values
+    monkeypatch.setattr(statepart, "STATE_DICTIONARY", False)
+    files = list(adds)
+    for epoch, change in ((2, {i: -i for i in range(0, 3000, 3)}), (3, {i: i for i in range(1, 3600, 5)})):
+        index, adds = _write(tmp_path, epoch, bipindex.ROW_GROUP, change, {0: StateMeta(files=files, index=index)})
+        files += adds
+        model.update(change)
+    new = bipindex.pq.ParquetFile(home.path(f"stages/s/state/{files[-1]['path']}")).metadata
+    assert new.row_group(0).num_rows == min(1024, new.num_rows)
+    r = StateReader(home, "stages/s/state", PartitionIndex.load(home, index), cache_mb=0)
+    rows = bipindex.latest_rows(r.rows_of(np.array(sorted(model), np.int64) * 1000)[0])
+    assert dict(zip([int(w[1:]) for w in rows["w"].to_pylist()], rows["n"].to_pylist())) == model

@@ -486,6 +486,7 @@ def _report(
         mode=mode,
         phases=phases,
         row_groups_read=sum(int(s.get("row_groups_read", 0)) for s in stats),
+        rows_decoded=sum(int(s.get("rows_decoded", 0)) for s in stats),
         executors={r.part: r.executor for r in results if r.executor},
         cache_hits=sum(int(s.get("cache_hits", 0)) for s in stats),
         cache_lookups=sum(int(s.get("cache_lookups", 0)) for s in stats),

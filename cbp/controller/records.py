@@ -30,6 +30,7 @@ class EpochReport:
     mode: str = "direct"
     phases: dict[str, float] = field(default_factory=dict)  # task seconds per phase, summed over tasks
     row_groups_read: int = 0  # state row groups the tasks read (direct mode)
+    rows_decoded: int = 0  # the rows of those row groups (a lookup decodes whole row groups)
     executors: dict[int, str] = field(default_factory=dict)  # partition -> executor that ran its task ("<id>@<host>")
     cache_hits: int = 0  # state-file reads served from the executors' state caches (direct mode) ...
     cache_lookups: int = 0  # ... of all state-file reads

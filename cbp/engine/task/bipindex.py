@@ -42,6 +42,8 @@ __all__ = [
     "choose_reads",
     "StateMeta",
     "STATE_META",
+    "STATE_CODEC",
+    "STATE_DICTIONARY",
     "read_partition_rows",
     "latest_rows",
 ]
@@ -55,7 +57,12 @@ STATE_META = pa.schema(
         pa.field("_alive", pa.bool_()),  # False: tombstone, the key's state was dropped
     ]
 )
-ROW_GROUP = 8192  # rows per row group of state files: the unit an inner stage reads
+#: Rows per row group of state files: the unit an inner stage reads (a lookup of one key decodes its
+#: row group whole: pyarrow reads no part of a row group). At 8192, TPC-H Q18's RF2 at SF 1 decoded
+#: 829 rows for each row asked in its join's state; 1024 makes that 191 (``docs/benchmarks/tpch.md``,
+#: tenth round). Files written with another size keep theirs: a reader takes each file's row groups
+#: from its footer, and the index names row groups, not rows.
+ROW_GROUP = 1024
 #: The codec of state files: LZ4 (Parquet's LZ4_RAW, which Spark's and delta-rs's readers read).
 #: State files are read back in every epoch that looks keys up (or scanned whole), so their
 #: decoding is on an epoch's path: a join state file of TPC-H Q18 (143,175 rows) decodes in 37 ms
@@ -63,6 +70,13 @@ ROW_GROUP = 8192  # rows per row group of state files: the unit an inner stage r
 #: (``docs/benchmarks/tpch.md``, seventh round). Outputs and landed increments stay zstd, and so do a
 #: state file's dictionary-encoded columns (:func:`cbp.engine.task.sinks.column_codecs`: Spark's reader).
 STATE_CODEC = "lz4"
+#: Whether state files dictionary-encode columns. They do not: a dictionary-encoded column is zstd
+#: (:func:`cbp.engine.task.sinks.column_codecs`, Spark's reader and LZ4 dictionary pages), and each
+#: zstd column chunk costs ~50 us to set up when read, which small row groups pay in every lookup:
+#: a lookup of 375 keys in a Q18 join state file of 1.8 million rows in row groups of 1024 decoded in
+#: 206 ms with dictionaries and 85 ms without, the whole file in 883 and 355 ms; 61 MB against 39 MB
+#: (``docs/benchmarks/tpch.md``, tenth round).
+STATE_DICTIONARY = False
 
 #: Fraction of a state file's row groups above which a task reads the file whole (a scan, then
 #: kept in the worker's cache) instead of reading just the row groups it needs through the index.
@@ -83,9 +97,11 @@ STATE_CODEC = "lz4"
 #: = 0.91 (the same timings against the row groups the index actually read: 0.92; a second,
 #: noisier run of 11: f* = 0.047%, 0.98), rounded down to 0.9. The paper's BIPtables broke even
 #: at ~60% of the keys because they read single records; here the unit is a row group.
-#: With R = 8192 (:data:`ROW_GROUP`), any f above ~0.1% touches every row group: the index only
+#: With R = 8192 (:data:`ROW_GROUP` then), any f above ~0.1% touches every row group: the index only
 #: saves reads for increments of a few keys per row group, and beyond that it costs 5-10% more
-#: than a scan (and a scan also fills the worker's cache for later epochs).
+#: than a scan (and a scan also fills the worker's cache for later epochs). With R = 1024 (and no
+#: dictionaries) the threshold was kept, not measured again: on a Q18 join state file, reading
+#: a fraction of the row groups cost about that fraction of reading the file whole.
 #:
 #: The driver therefore decides per partition and epoch before the tasks start
 #: (:func:`choose_reads`, from the increment's records and the partition's stored rows): scan or
@@ -300,9 +316,11 @@ class StateReader:
         self._whole: dict[int, _CachedFile] = {}  # files this task read whole (the cache may be too small to keep them)
         self.files_opened = 0
         self.row_groups_read = 0
+        self.rows_decoded = 0  # rows of the row groups read from disk (a lookup decodes whole row groups)
         self.cache_lookups = 0  # state files looked up in the worker's cache ...
         self.cache_hits = 0  # ... and found there
         self._open: dict[int, pq.ParquetFile] = {}
+        self._sizes: dict[int, tuple[np.ndarray, int]] = {}  # file id -> rows per row group, bytes decoded
         self._done: dict[int, int] = {}  # file id -> row groups read from it by this task
         self._last: dict[int, tuple[int, pa.Table]] = {}  # file id -> its last row group read (number, rows)
 
@@ -326,12 +344,16 @@ class StateReader:
         for h, _, _ in self.index.chunks(chunk):  # a hash's entries in one chunk; the index streamed
             yield self.rows_of(h)
 
-    def _file(self, fid: int, path: str) -> pq.ParquetFile:
+    def _file(self, fid: int, path: str) -> tuple[pq.ParquetFile, np.ndarray, int]:
+        """The open file, its rows per row group and its bytes decoded (read from its footer once)."""
         pf = self._open.get(fid)
         if pf is None:
             pf = self._open[fid] = pq.ParquetFile(self.home.fs.open_input_file(path))
             self.files_opened += 1
-        return pf
+            md = pf.metadata
+            counts = np.array([md.row_group(i).num_rows for i in range(md.num_row_groups)], dtype=np.int64)
+            self._sizes[fid] = (counts, _decoded_bytes(pf))
+        return pf, *self._sizes[fid]
 
     def _read_keys(self, fid: int, hashes: np.ndarray, rgs: np.ndarray) -> tuple[pa.Table, np.ndarray]:
         """Rows of one state file whose ``_h`` is in ``hashes`` (sorted), and the row group of each."""
@@ -342,20 +364,20 @@ class StateReader:
         if entry is not None:
             self.cache_hits += 1
         else:
-            pf = self._file(fid, path)
-            n_rg = pf.metadata.num_row_groups
-            counts = np.array([pf.metadata.row_group(i).num_rows for i in range(n_rg)], dtype=np.int64)
+            pf, counts, decoded = self._file(fid, path)
+            n_rg = counts.size
             if (
                 self.cache.budget == 0
                 or self._done.get(fid, 0) + rgs.size <= self.scan_fraction * n_rg  # few row groups: read just those
-                or _decoded_bytes(pf) > max(self.cache.budget, WHOLE_FLOOR)
+                or decoded > max(self.cache.budget, WHOLE_FLOOR)
             ):  # a file larger than the cache: never held whole
                 t, rg_col = self._read_row_groups(fid, pf, rgs, counts)
                 mask = pc.is_in(t["_h"], value_set=pa.array(hashes, pa.int64()))
                 return t.filter(mask), rg_col[mask.to_numpy(zero_copy_only=False)]
-            self.cache.make_room(_decoded_bytes(pf))
+            self.cache.make_room(decoded)
             t = pf.read().combine_chunks()  # most of the file is needed: read it whole, once, and keep it
             self.row_groups_read += n_rg
+            self.rows_decoded += t.num_rows
             entry = _CachedFile(t, t["_h"].to_numpy(), np.concatenate([[0], np.cumsum(counts)[:-1]]))
             self.cache.put(key, entry)
             self._whole[fid] = entry
@@ -376,6 +398,7 @@ class StateReader:
         if todo.size:
             t = pf.read_row_groups([int(r) for r in todo])
             self.row_groups_read += int(todo.size)
+            self.rows_decoded += t.num_rows
             self._done[fid] = self._done.get(fid, 0) + int(todo.size)
             top = int(todo[-1])
             self._last[fid] = (top, t.slice(t.num_rows - int(counts[top])).take(np.arange(int(counts[top]))))  # a copy

@@ -109,9 +109,11 @@ class ParquetSink:
         partition: int,
         row_group: int = 65536,
         compression: str = "zstd",
+        dictionary: bool = True,
     ) -> None:
         self.home, self.rel_dir, self.prefix, self.schema = home, rel_dir, prefix, schema
         self.partition, self.row_group, self.compression = partition, row_group, compression
+        self.dictionary = dictionary  # False: no column dictionary-encoded (state files, bipindex.STATE_DICTIONARY)
         self.rows = 0
         self.rel: str | None = None
         self._writer: pq.ParquetWriter | None = None
@@ -127,7 +129,7 @@ class ParquetSink:
                 path = self.home.path(self.rel)
                 self.home.make_parent(path)
                 self._out = self.home.fs.open_output_stream(path)
-                dictionary = dictionary_columns(table)
+                dictionary = dictionary_columns(table) if self.dictionary else []
                 self._writer = pq.ParquetWriter(
                     self._out,
                     self.schema,

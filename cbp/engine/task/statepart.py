@@ -22,6 +22,7 @@ import pyarrow.parquet as pq
 
 from .bipindex import (
     STATE_CODEC,
+    STATE_DICTIONARY,
     STATE_META,
     PartitionIndex,
     StateMeta,
@@ -64,7 +65,14 @@ class StateWriter:
         self.plan, self.row_group = plan, plan.row_group
         self.schema = state_schema(plan)
         self.sink = ParquetSink(
-            plan.home, f"{plan.state_rel}/_part={p}", prefix, self.schema, p, plan.row_group, STATE_CODEC
+            plan.home,
+            f"{plan.state_rel}/_part={p}",
+            prefix,
+            self.schema,
+            p,
+            plan.row_group,
+            STATE_CODEC,
+            dictionary=STATE_DICTIONARY,
         )
         self.rows = 0  # rows handed to the sink
         self._dicts: list[dict[str, Any]] = []
@@ -302,6 +310,7 @@ class DirectPartition:
             live_keys=index.live_keys,
             files=index.live_files,
             row_groups_read=self.reader.row_groups_read,
+            rows_decoded=self.reader.rows_decoded,
             files_opened=self.reader.files_opened,
             cache_hits=self.reader.cache_hits,
             cache_lookups=self.reader.cache_lookups,
