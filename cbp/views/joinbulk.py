@@ -188,11 +188,11 @@ def _counted(jp: dict[str, Any], sides: list[DataFrame]) -> list[DataFrame]:
         return [side.withColumn("_m", F.lit(None).cast("bigint")) for side in sides]
     left, right = sides[0], sides[1].drop("_r").withColumnRenamed("_n", "_n1").withColumnRenamed("_key", "_k1")
     on = (F.col("_key") == F.col("_k1")) & F.expr(spark_sql(jp["match"]))
-    pairs = left.join(right, on, "inner").groupBy("_key", "_r").agg(F.sum("_n1").alias("_m"))
-    pairs = pairs.withColumnRenamed("_key", "_k0").withColumnRenamed("_r", "_r0")
-    kept = left.join(pairs, (F.col("_key") == F.col("_k0")) & (F.col("_r") == F.col("_r0")), "left")
-    kept = kept.select(*left.columns, F.coalesce(F.col("_m"), F.lit(0).cast("bigint")).alias("_m"))
-    return [kept, sides[1].withColumn("_m", F.lit(0).cast("bigint"))]
+    # each left row with the right rows it matches, summed: one join, and an aggregation within the sides'
+    # partitions by key (a join back by row would shuffle both again, into Spark's shuffle partitions)
+    kept = left.join(right, on, "left").groupBy("_key", "_r", "_n")
+    counts = kept.agg(F.coalesce(F.sum("_n1"), F.lit(0).cast("bigint")).alias("_m"))
+    return [counts, sides[1].withColumn("_m", F.lit(0).cast("bigint"))]
 
 
 def _state_rows(sides: list[DataFrame], partitions: int, counted: bool = False) -> DataFrame:
