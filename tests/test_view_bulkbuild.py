@@ -259,6 +259,10 @@ JOIN_VIEWS = {
     "lj": "SELECT o.o_id, k.name, o.d FROM o LEFT JOIN k ON o.c = k.c",
     "ex": "SELECT o.o_id, o.c FROM o WHERE EXISTS (SELECT * FROM i WHERE i.o_id = o.o_id AND i.q > 10)",
     "nx": "SELECT o.c, o.amt FROM o WHERE NOT EXISTS (SELECT * FROM i WHERE i.o_id = o.o_id)",
+    # match conditions (a kept row's state counts the rows it matches): TPC-H Q13's LEFT JOIN, Q21's EXISTS
+    "lm": "SELECT o.o_id, k.name FROM o LEFT JOIN k ON o.c = k.c AND NOT k.name LIKE '%1%'",
+    "em": "SELECT o.o_id, o.d FROM o WHERE EXISTS (SELECT * FROM i WHERE i.o_id = o.o_id AND i.q > o.amt)",
+    "nm": "SELECT o.o_id FROM o WHERE NOT EXISTS (SELECT * FROM i WHERE i.o_id = o.o_id AND i.s <> 'x')",
 }
 
 
@@ -332,7 +336,7 @@ def test_a_join_built_by_spark_is_the_per_key_state_then_maintained(spark, tmp_p
             p.feed(f, rs)
     read = {b: _run(p, b, monkeypatch) for p, b in ((bulk, True), (perkey, False))}
     stages = [s for s in bulk.spec.stages if bulk.spec.stages[s].params.get("cbp_view", {}).get("kind") == "join"]
-    assert sorted(writes) == sorted(stages) and len(stages) == 6  # jv, j3__j1, j3, lj, ex, nx: all built by Spark
+    assert sorted(writes) == sorted(stages) and len(stages) == 9  # jv, j3__j1, j3, lj, ex, nx, lm, em, nm: all by Spark
     assert all(0 < read[True][s] <= read[False][s] for s in stages), read  # bulk: each side's distinct rows
     for s in stages:
         assert _raw_state(bulk, s) == _raw_state(perkey, s), s  # the rows the per-key path writes, byte for byte
@@ -347,7 +351,7 @@ def test_a_join_built_by_spark_is_the_per_key_state_then_maintained(spark, tmp_p
                 bulk.feed(f, rs)
             _run(bulk, True, monkeypatch)  # the per-key path on the state the bulk path wrote
             check_views(spark, bulk, JOIN_VIEWS, JOINS)
-        assert len(writes) == 6  # state not empty: the per-key path maintains
+        assert len(writes) == 9  # state not empty: the per-key path maintains
     finally:
         for name in [*JOIN_VIEWS, *JOINS]:
             spark.catalog.dropTempView(name)

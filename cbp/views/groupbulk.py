@@ -79,6 +79,9 @@ def group_rows(spark: SparkSession, plan: Any, frames: list[DataFrame]) -> DataF
     for i, (fn, _, _) in enumerate(gp["aggs"]):
         if fn in _MULTISET:
             out = _with_values(out, base, keys, i, fn, types[f"x__{i}"])
+    # the aggregation's reduce side in as many tasks as the stage has partitions, not Spark's shuffle
+    # partitions (200 by default, no adaptive execution to coalesce them): 200 tasks cost the JVM more
+    out = out.coalesce(max(1, stage.partitions))
     kt = _list_text([_value_text(f"`{k}`", types[k]) for k in keys])
     out = out.withColumn("k", F.expr(kt)).withColumn("_key", F.expr(_json_string("`k`")))
     out = out.where(_checked(gp, out))

@@ -15,9 +15,10 @@ each side's rows by join key and row (the ``_diff``-weighted count of each disti
 The tasks' results are those of a grouped epoch (:class:`cbp.engine.common.protocol.TaskResult`),
 committed by the controller: a failed job commits nothing, and the epoch runs again on the per-key path.
 
-What it covers (:meth:`JoinBuild.fits`): an inner, ``LEFT``, semi or anti join step without match
-conditions (``ON`` conditions besides the key of an outer join, correlated ones of a subquery), keys without
-casts, every expression one Spark evaluates. At run time (:meth:`JoinBuild.write`, ``ValueError``
+What it covers (:meth:`JoinBuild.fits`): an inner, ``LEFT``, semi or anti join step, with or without match
+conditions (``ON`` conditions besides the key of an outer join, correlated ones of a subquery: then Spark's
+join has them too, and a kept row's state has ``m``, the count of the other side's rows it matches), keys
+without casts, every expression one Spark evaluates. At run time (:meth:`JoinBuild.write`, ``ValueError``
 before any job): key and row values of type ``string``, ``int``, ``bool``, ``date`` or ``decimal``
 of scale at most 6 (whose text Spark gives as Python's JSON does), an output flow not framed. A string
 with a character outside printable ASCII fails the job (Python's JSON escapes it): the per-key path runs.
@@ -40,7 +41,7 @@ if TYPE_CHECKING:
 
 __all__ = ["JoinBuild", "attach"]
 
-_HOW = ("inner", "left", "semi", "anti")  # the steps built here (without match conditions)
+_HOW = ("inner", "left", "semi", "anti")  # the steps built here
 _INTS = ("tinyint", "smallint", "int", "bigint", "boolean")
 
 
@@ -80,14 +81,14 @@ class JoinBuild:
     def fits(self, stage: StageSpec) -> bool:
         """Whether Spark can build ``stage``'s state and output (see the module)."""
         plan = (stage.params or {}).get("cbp_view") or {}
-        if plan.get("kind") != "join" or plan.get("how", "inner") not in _HOW or plan.get("match") is not None:
+        if plan.get("kind") != "join" or plan.get("how", "inner") not in _HOW:
             return False
         if plan.get("ansi", True) is not True or len(stage.inputs) != 2 or not stage.row_key:
             return False
         routes = [_route(stage, i) for i in (0, 1)]
         if any(r is None or any(c is not None for c in r.casts) for r in routes) or not routes[1].skip_null:
             return False
-        texts = [e for _, e in plan["cols"]] + [t for t in (plan.get("filter"),) if t is not None]
+        texts = [e for _, e in plan["cols"]] + [t for t in (plan.get("filter"), plan.get("match")) if t is not None]
         for r in routes:
             texts += [*r.exprs, *([r.where] if r.where is not None else [])]
         try:
@@ -112,7 +113,8 @@ class JoinBuild:
             raise ValueError("an output framed by a field")
         jp = plan.stage.params["cbp_view"]
         sides = [_side(jp, plan.stage, s, frames[s]) for s in (0, 1)]
-        return _state_rows(sides, plan.stage.partitions), _joined(jp, plan, sides)
+        counted = _counted(jp, sides)
+        return _state_rows(counted, plan.stage.partitions, jp.get("match") is not None), _joined(jp, plan, sides)
 
 
 def _route(stage: StageSpec, i: int) -> Any:
@@ -173,15 +175,37 @@ def _expr(sql: str) -> Any:
     return F.expr(sql)
 
 
-def _state_rows(sides: list[DataFrame], partitions: int) -> DataFrame:
+def _counted(jp: dict[str, Any], sides: list[DataFrame]) -> list[DataFrame]:
+    """The sides as their state rows have them: with ``_m`` when the step has match conditions, as
+    :func:`cbp.views.joinrun.join` writes it: for each row of the kept (left) side of an outer, semi or
+    anti join the count of the right side's rows it matches (their ``_n`` summed), 0 for the right side's
+    rows; NULL (not written) for an inner join's."""
+    from pyspark.sql import functions as F
+
+    if jp.get("match") is None:
+        return sides
+    if jp.get("how", "inner") == "inner":
+        return [side.withColumn("_m", F.lit(None).cast("bigint")) for side in sides]
+    left, right = sides[0], sides[1].drop("_r").withColumnRenamed("_n", "_n1").withColumnRenamed("_key", "_k1")
+    on = (F.col("_key") == F.col("_k1")) & F.expr(spark_sql(jp["match"]))
+    # each left row with the right rows it matches, summed: one join, and an aggregation within the sides'
+    # partitions by key (a join back by row would shuffle both again, into Spark's shuffle partitions)
+    kept = left.join(right, on, "left").groupBy("_key", "_r", "_n")
+    counts = kept.agg(F.coalesce(F.sum("_n1"), F.lit(0).cast("bigint")).alias("_m"))
+    return [counts, sides[1].withColumn("_m", F.lit(0).cast("bigint"))]
+
+
+def _state_rows(sides: list[DataFrame], partitions: int, counted: bool = False) -> DataFrame:
     """Both sides' state rows with the engine's columns (``_key``, ``_h``, ``_rk``) and ``_q``, their
-    state partition, each partition in one Spark partition of that number."""
+    state partition, each partition in one Spark partition of that number (``counted``: and ``m``,
+    :func:`_counted`'s)."""
     from pyspark.sql import functions as F
 
     parts = []
+    m = [F.col("_m").alias("m")] if counted else []
     for s, side in enumerate(sides):
         rk = F.concat(F.lit(f"[{s},"), F.expr(_json_string("_r")), F.lit("]"))
-        parts.append(side.select("_key", rk.alias("_rk"), F.lit(s).cast("bigint").alias("s"), "_r", "_n"))
+        parts.append(side.select("_key", rk.alias("_rk"), F.lit(s).cast("bigint").alias("s"), "_r", "_n", *m))
     rows = parts[0].unionByName(parts[1])
     top = F.shiftleft(F.shiftright(F.xxhash64("_key"), 32), 32)
     rows = rows.select(
@@ -191,6 +215,7 @@ def _state_rows(sides: list[DataFrame], partitions: int) -> DataFrame:
         "s",
         F.col("_r").alias("r"),
         F.col("_n").alias("n"),
+        *([F.col("m")] if m else []),
         F.expr(f"pmod(hash(_key), {partitions})").alias("_q"),
     )
     # repartition(P, _key): Spark partition pmod(hash(_key), P), the key's state partition (the sides'
@@ -206,8 +231,11 @@ def _joined(jp: dict[str, Any], plan: Any, sides: list[DataFrame]) -> DataFrame:
     left = sides[0].withColumnRenamed("_n", "_n0").drop("_r")
     right = sides[1].withColumnRenamed("_n", "_n1").drop("_r").withColumnRenamed("_key", "_k1")
     on = F.col("_key") == F.col("_k1")
+    if jp.get("match") is not None:  # a right row matches a left one when these hold too
+        on = on & F.expr(spark_sql(jp["match"]))
     if how in ("semi", "anti"):  # the left rows as they are, while their key has a right row (semi) or none
-        rows = left.join(right.select("_k1").distinct(), on, "left_semi" if how == "semi" else "left_anti")
+        matched = right if jp.get("match") is not None else right.select("_k1").distinct()
+        rows = left.join(matched, on, "left_semi" if how == "semi" else "left_anti")
         weight = F.col("_n0")
     else:  # a LEFT JOIN's row without a match: the right side's fields NULL, its count 1
         rows = left.join(right, on, "inner" if how == "inner" else "left")
