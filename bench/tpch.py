@@ -68,10 +68,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import tpch_data  # noqa: E402
 import tpch_sdp  # noqa: E402
+import treecpu  # noqa: E402
 
 CHANGES = ("rf1", "rf2", "update")
 #: process groups whose CPU is not cbp's (the SDP arm's Spark Connect server, a child of this process)
 OTHER_GROUPS: set[int] = set()
+_METER: treecpu.TreeCPU | None = None
 
 
 def verdicts(data: Path, where: Path) -> dict[str, str | None]:
@@ -141,21 +143,13 @@ def same(got: list[tuple], want: list[tuple]) -> bool:
 
 
 def cpu_seconds() -> float:
-    """CPU seconds (user + system) of this process and its live descendants (the JVM, Spark's Python
-    workers, which are reused between tasks), not the SDP arm's server: the machine is shared, so wall time
-    alone misleads."""
-    import psutil
-
-    total = 0.0
-    for proc in [psutil.Process(), *psutil.Process().children(recursive=True)]:
-        try:
-            if os.getpgid(proc.pid) in OTHER_GROUPS:
-                continue
-            t = proc.cpu_times()
-        except (psutil.Error, ProcessLookupError):
-            continue
-        total += t.user + t.system + t.children_user + t.children_system
-    return total
+    """CPU seconds (user + system) of this process and its descendants (the JVM, Spark's Python workers),
+    those that exited included (:mod:`treecpu`), not the SDP arm's server: the machine is shared, so wall
+    time alone misleads."""
+    global _METER
+    if _METER is None:
+        _METER = treecpu.TreeCPU(os.getpid(), skip=treecpu.pgid_in(OTHER_GROUPS))
+    return _METER.total()
 
 
 def spark_jobs() -> int:

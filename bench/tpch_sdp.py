@@ -38,6 +38,9 @@ from typing import Any
 
 import pyspark
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import treecpu  # noqa: E402
+
 HOST = "127.0.0.1"
 SERVER_CLASS = "org.apache.spark.sql.connect.service.SparkConnectServer"
 SPARK_HOME = Path(pyspark.__file__).resolve().parent
@@ -76,25 +79,6 @@ def _env() -> dict[str, str]:
     return env
 
 
-def _tree_cpu(pid: int) -> float:
-    """CPU seconds (user + system) of process ``pid`` and its live descendants."""
-    import psutil
-
-    try:
-        root = psutil.Process(pid)
-        procs = [root, *root.children(recursive=True)]
-    except psutil.Error:
-        return 0.0
-    total = 0.0
-    for proc in procs:
-        try:
-            t = proc.cpu_times()
-        except psutil.Error:
-            continue
-        total += t.user + t.system + t.children_user + t.children_system
-    return total
-
-
 class Server:
     """A Spark Connect server for the CLI's runs: started in a session of its own, stopped with its process
     group (the JVM and its Python workers). A context manager."""
@@ -104,6 +88,7 @@ class Server:
         self.port = 0
         self.proc: subprocess.Popen[bytes] | None = None
         self._client: Any = None
+        self._meter: treecpu.TreeCPU | None = None
 
     @property
     def url(self) -> str:
@@ -144,6 +129,7 @@ class Server:
                 self.stop()
                 raise RuntimeError("the Spark Connect server did not start:\n" + "\n".join(tail))
             time.sleep(0.5)
+        self._meter = treecpu.TreeCPU(self.proc.pid)  # from its start: its Python workers may exit before a refresh
 
     def _listening(self) -> bool:
         try:
@@ -153,8 +139,12 @@ class Server:
             return False
 
     def cpu_seconds(self) -> float:
-        """CPU seconds of the server's JVM and its live Python workers so far."""
-        return _tree_cpu(self.proc.pid) if self.proc else 0.0
+        """CPU seconds of the server's JVM and its Python workers so far, those that exited included."""
+        if self.proc is None:
+            return 0.0
+        if self._meter is None:
+            self._meter = treecpu.TreeCPU(self.proc.pid)
+        return self._meter.total()
 
     def client(self) -> Any:
         """A Spark Connect session of this process on the server (to read a view's rows)."""
@@ -172,6 +162,9 @@ class Server:
             except Exception:  # the server may be gone already
                 pass
             self._client = None
+        if self._meter is not None:
+            self._meter.stop()
+            self._meter = None
         if self.proc is None:
             return
         for sig, wait in ((signal.SIGTERM, 20.0), (signal.SIGKILL, 10.0)):
