@@ -302,6 +302,7 @@ class Generated:
                 ),
             ]
             state = {"s": "int", "r": "string", "n": "int"} | ({"m": "int"} if match is not None else {})
+            state |= {"d": "string?"} if step.kind == "inner" else {}  # its directories (cbp.views.joinrun)
             raw = {
                 "translator": _RUN + "join",
                 "inputs": [{"flow": f, "route_by": _RUN + "unrouted"} for f in (left[0], right.flow)],
