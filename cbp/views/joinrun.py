@@ -167,7 +167,7 @@ def _write_rows(
                 out.state.delete((side, text))
             elif joined.match is not None and how != "inner":
                 out.state.write({"s": side, "r": text, "n": n, "m": m[side].get(text, 0)})
-            elif how == "inner":
+            elif joined.plan.get("dirs"):
                 out.state.write({"s": side, "r": text, "n": n, "d": None})
             else:
                 out.state.write({"s": side, "r": text, "n": n})
@@ -191,10 +191,9 @@ def _by_directory(key: str, state: Any, delta: list[dict[str, int]], plan: dict[
         return None
     want = [(s, t) for s in (0, 1) if listed[s] is None for t in delta[s]]
     found = state.get_many(want) if want else {}
-    old: list[dict[str, int]] = [
-        listed[s] if listed[s] is not None else {t: found[(s, t)]["n"] for t in delta[s] if (s, t) in found}
-        for s in (0, 1)
-    ]
+    old: list[dict[str, int]] = [{t: found[(s, t)]["n"] for t in delta[s] if (s, t) in found} for s in (0, 1)]
+    for s in (0, 1):
+        old[s] = listed[s] or old[s]  # a listed side's whole rows (its changed rows' counts among them)
     joined = _Joined(plan)
     joined.never = None in json.loads(key)
     joined.add(delta[0], old[1])
@@ -259,7 +258,7 @@ def join(key: str, state: Any, left: Iterable[dict[str, Any]], right: Iterable[d
     delta = [_consolidated(left, plan["fields"][0]), _consolidated(right, plan["fields"][1])]
     if not delta[0] and not delta[1]:
         return
-    dirs = plan.get("how", "inner") == "inner" and hasattr(state, "get_many")
+    dirs = plan.get("dirs") is True and hasattr(state, "get_many")  # an inner join's (plan.py: state field d)
     joined = _by_directory(key, state, delta, plan, out) if dirs else None
     if joined is None:
         joined = _by_rows(key, state, delta, plan, out, dirs)
