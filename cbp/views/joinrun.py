@@ -211,6 +211,14 @@ def _by_directory(key: str, state: Any, delta: list[dict[str, int]], plan: dict[
     return joined
 
 
+def _narrow(state: Any) -> bool:
+    """Whether the key is known to hold at most WIDE rows (so no directories: they are not looked
+    up, a read that costs as much as the key's few rows), from what the state read already holds."""
+    stored = getattr(state, "stored", None)
+    n = stored() if stored is not None else None
+    return n is not None and n <= WIDE
+
+
 def _by_rows(key: str, state: Any, delta: list[dict[str, int]], plan: dict[str, Any], out: Any, dirs: bool) -> _Joined:
     """A join step from every stored row of the key; with ``dirs`` (an inner join), the key's
     directories written when it holds more than WIDE rows, else deleted."""
@@ -259,7 +267,8 @@ def join(key: str, state: Any, left: Iterable[dict[str, Any]], right: Iterable[d
     if not delta[0] and not delta[1]:
         return
     dirs = plan.get("dirs") is True and hasattr(state, "get_many")  # an inner join's (plan.py: state field d)
-    joined = _by_directory(key, state, delta, plan, out) if dirs else None
+    narrow = dirs and _narrow(state)
+    joined = _by_directory(key, state, delta, plan, out) if dirs and not narrow else None
     if joined is None:
         joined = _by_rows(key, state, delta, plan, out, dirs)
     w = getattr(out, plan["out"])
