@@ -108,7 +108,7 @@ def _holds(plan: dict[str, Any]) -> str:
     if plan["kind"] == "join":
         rows = "both inputs' rows by join key: per row its side (s), the row (r, JSON) and its multiplicity (n)"
         if plan.get("how", "inner") == "inner":
-            return rows
+            return rows + "; at a key of many rows, each side's directory (s 2, 3: its rows while few, d)"
         if plan.get("match"):
             return rows + "; per row of a kept side the count of the other side's rows matching it (m)"
         return rows + "; a kept row's matches are the other side's count at the key"

@@ -162,11 +162,30 @@ def _is_view(d: dict[str, Any]) -> bool:
     return str(d.get("translator") or "").startswith(VIEW_TRANSLATORS)
 
 
+def _gains_directories(was: dict[str, Any], d: dict[str, Any]) -> bool:
+    """An inner join a SQL view compiled to, recorded by a cbp before the join's directories
+    (:mod:`cbp.views.joinrun`: state field ``d``, plan ``dirs``), and otherwise the same stage: its
+    state gains the field (NULL: no directories yet, as after a bulk build), nothing is rebuilt."""
+    plan = (d.get("params") or {}).get("cbp_view") or {}
+    if plan.get("kind") != "join" or plan.get("dirs") is not True or "d" in (was.get("state") or {}):
+        return False
+    before = (was.get("params") or {}).get("cbp_view") or {}
+    same = {k: v for k, v in before.items() if k != "id"} == {k: v for k, v in plan.items() if k not in ("id", "dirs")}
+    others = {k: v for k, v in d["params"].items() if k != "cbp_view"}
+    if not same or others != {k: v for k, v in was["params"].items() if k != "cbp_view"}:
+        return False
+    return was.get("state") == {k: t for k, t in d["state"].items() if k != "d"}
+
+
 def _view_rebuilt(s: str, was: dict[str, Any], d: dict[str, Any], snap: Snapshot) -> Change | None:
     """A SQL view's stage whose query changed: rebuilt from its inputs' whole contents, its output's
     old rows retracted (None: the view did not change, or nothing is stored)."""
-    keys = ("inputs", "outputs", "state", "translator", "params", "route_by", "signed", "row_key")
-    if not (_is_view(was) and _is_view(d)) or all(was.get(k) == d.get(k) for k in keys):
+    keys: tuple[str, ...] = ("inputs", "outputs", "state", "translator", "params", "route_by", "signed", "row_key")
+    if not (_is_view(was) and _is_view(d)):
+        return None
+    if _gains_directories(was, d):  # the same join, its state gaining a field: a state rewrite (_changed)
+        keys = tuple(k for k in keys if k not in ("state", "params"))
+    if all(was.get(k) == d.get(k) for k in keys):
         return None
     if not has_data(snap, s) and not any(_stored(snap, f) for f in d["outputs"]):
         return Change("applies", f"stage '{s}'", "its view's query changed (nothing stored yet)")

@@ -216,6 +216,7 @@ def _state_rows(sides: list[DataFrame], partitions: int, counted: bool = False) 
         F.col("_r").alias("r"),
         F.col("_n").alias("n"),
         *([F.col("m")] if m else []),
+        F.lit(None).cast("string").alias("d"),  # an inner join's directory field (none written: cbp.views.joinrun)
         F.expr(f"pmod(hash(_key), {partitions})").alias("_q"),
     )
     # repartition(P, _key): Spark partition pmod(hash(_key), P), the key's state partition (the sides'

@@ -9,6 +9,13 @@ the key (``m``, kept per row in the state), the count of the rows meeting them. 
 NULL-padded row is written when its count goes to 0 and retracted when it leaves 0; a semi join
 writes the row while its count is positive, an anti join while it is 0.
 
+An inner join at a key of many rows (more than :data:`WIDE`: a join on a key of few values, such as
+TPC-H's nation key) also keeps a *directory* per side: row ``(DIR + side, "")``, whose ``d`` lists
+the side's rows with their counts while it has at most :data:`LISTED`, else is NULL (many). A change
+of one side then reads the other side's directory and its own changed rows (``get_many``), not the
+key's rows: ``dA ⋈ B`` needs ``B``, never ``A``. A key without directories (an older home's, a bulk
+build's, a narrow key's), or whose other side is many, is read whole, which writes them when wide.
+
     >>> PRESERVED["left"], PRESERVED["full"]
     ((0,), (0, 1))
 """
@@ -24,10 +31,16 @@ from .joins import PRESERVED
 from .mode import per_plan
 from .vtypes import decode_key, key_text
 
-__all__ = ["SKIP", "join"]
+__all__ = ["SKIP", "join", "DIR", "LISTED", "WIDE"]
 
 #: The key of records no group or join takes (filtered out, or a NULL join key): dropped unread.
 SKIP = "-"
+#: ``s`` of a side's directory row (``DIR + side``; its ``r`` is ``""``).
+DIR = 2
+#: The distinct rows of a side a directory lists; above it the directory says "many" (``d`` NULL).
+LISTED = 64
+#: The distinct rows (both sides) above which an inner join's key keeps directories.
+WIDE = 64
 
 
 def _consolidated(rows: Iterable[dict[str, Any]], fields: list[str]) -> dict[str, int]:
@@ -143,26 +156,80 @@ def _kept(
     return changed
 
 
-@per_plan
-def join(key: str, state: Any, left: Iterable[dict[str, Any]], right: Iterable[dict[str, Any]], out: Any) -> None:
-    """One join step (plan ``how``: inner, left, right, full, semi, anti): the key's stored rows of each
-    side (row key: side, row) joined with the other side's new records, and the new records with
-    each other; the rows without a match of a kept side padded (or kept: semi, anti); the stored rows
-    and match counts updated.
+def _write_rows(
+    out: Any, joined: _Joined, how: str, new: list[dict[str, int]], texts: list[set[str]], m: list[dict[str, int]]
+) -> None:
+    """Write (or delete) the stored rows ``texts`` of each side as ``new`` counts them."""
+    for side in (0, 1):
+        for text in texts[side]:
+            n = new[side].get(text, 0)
+            if not n:
+                out.state.delete((side, text))
+            elif joined.match is not None and how != "inner":
+                out.state.write({"s": side, "r": text, "n": n, "m": m[side].get(text, 0)})
+            elif joined.plan.get("dirs"):
+                out.state.write({"s": side, "r": text, "n": n, "d": None})
+            else:
+                out.state.write({"s": side, "r": text, "n": n})
 
-    Example: key ``["c1"]`` holding two order rows of a LEFT JOIN and no customer: a customer row
-    arriving (``_diff`` 1) retracts the two NULL-padded rows and writes the two joined rows.
-    """
-    if key == SKIP:
-        return
-    plan = out.params["cbp_view"]
-    delta = [_consolidated(left, plan["fields"][0]), _consolidated(right, plan["fields"][1])]
-    if not delta[0] and not delta[1]:
-        return
+
+def _directory(side: int, rows: dict[str, int]) -> dict[str, Any]:
+    """The directory row of ``side`` holding ``rows`` (their texts and counts; NULL: more than LISTED;
+    ``n`` 0, so that a side of many rows keeps one unchanged row)."""
+    listed = json.dumps(rows, sort_keys=True, separators=(",", ":")) if len(rows) <= LISTED else None
+    return {"s": DIR + side, "r": "", "n": 0, "d": listed}
+
+
+def _by_directory(key: str, state: Any, delta: list[dict[str, int]], plan: dict[str, Any], out: Any) -> _Joined | None:
+    """An inner join's step from the directories of the key (see the module): the other side's rows
+    from its directory, the changed rows' counts read one by one. None (nothing written) when a side
+    the change needs is not listed: the key has no directories, or that side has many rows."""
+    got = state.get_many([(DIR, ""), (DIR + 1, "")])
+    dirs = [got.get((DIR + s, "")) for s in (0, 1)]
+    listed = [json.loads(d["d"]) if d is not None and d.get("d") is not None else None for d in dirs]
+    if any(delta[1 - s] and listed[s] is None for s in (0, 1)):
+        return None
+    want = [(s, t) for s in (0, 1) if listed[s] is None for t in delta[s]]
+    found = state.get_many(want) if want else {}
+    old: list[dict[str, int]] = [{t: found[(s, t)]["n"] for t in delta[s] if (s, t) in found} for s in (0, 1)]
+    for s in (0, 1):
+        old[s] = listed[s] or old[s]  # a listed side's whole rows (its changed rows' counts among them)
+    joined = _Joined(plan)
+    joined.never = None in json.loads(key)
+    joined.add(delta[0], old[1])
+    joined.add(old[0], delta[1])
+    joined.add(delta[0], delta[1])
+    new = [_added(old[s], delta[s], plan, key) for s in (0, 1)]
+    _write_rows(out, joined, "inner", new, [set(delta[0]), set(delta[1])], [{}, {}])
+    if all(listed[s] is not None and not new[s] for s in (0, 1)):  # the key is empty: so are its directories
+        for s in (0, 1):
+            out.state.delete((DIR + s, ""))
+        return joined
+    for s in (0, 1):
+        if listed[s] is not None and delta[s]:
+            out.state.write(_directory(s, new[s]))
+    return joined
+
+
+def _narrow(state: Any) -> bool:
+    """Whether the key is known to hold at most WIDE rows (so no directories: they are not looked
+    up, a read that costs as much as the key's few rows), from what the state read already holds."""
+    stored = getattr(state, "stored", None)
+    n = stored() if stored is not None else None
+    return n is not None and n <= WIDE
+
+
+def _by_rows(key: str, state: Any, delta: list[dict[str, int]], plan: dict[str, Any], out: Any, dirs: bool) -> _Joined:
+    """A join step from every stored row of the key; with ``dirs`` (an inner join), the key's
+    directories written when it holds more than WIDE rows, else deleted."""
     how = plan.get("how", "inner")
     old: list[dict[str, int]] = [{}, {}]
     m: list[dict[str, int]] = [{}, {}]
+    had = set()
     for row in state:
+        if row["s"] >= DIR:
+            had.add(row["s"] - DIR)
+            continue
         old[row["s"]][row["r"]] = row["n"]
         m[row["s"]][row["r"]] = row.get("m") or 0
     joined = _Joined(plan)
@@ -173,15 +240,37 @@ def join(key: str, state: Any, left: Iterable[dict[str, Any]], right: Iterable[d
         joined.add(delta[0], delta[1])
     new = [_added(old[s], delta[s], plan, key) for s in (0, 1)]
     recount = [_kept(joined, how, p, old, new, delta, m) if p in PRESERVED[how] else set() for p in (0, 1)]
-    for side in (0, 1):
-        for text in set(delta[side]) | recount[side]:
-            n = new[side].get(text, 0)
-            if not n:
-                out.state.delete((side, text))
-            elif joined.match is not None and how != "inner":
-                out.state.write({"s": side, "r": text, "n": n, "m": m[side].get(text, 0)})
-            else:
-                out.state.write({"s": side, "r": text, "n": n})
+    _write_rows(out, joined, how, new, [set(delta[s]) | recount[s] for s in (0, 1)], m)
+    if dirs and len(new[0]) + len(new[1]) > WIDE:
+        for s in (0, 1):
+            out.state.write(_directory(s, new[s]))
+    elif dirs:
+        for s in had:
+            out.state.delete((DIR + s, ""))
+    return joined
+
+
+@per_plan
+def join(key: str, state: Any, left: Iterable[dict[str, Any]], right: Iterable[dict[str, Any]], out: Any) -> None:
+    """One join step (plan ``how``: inner, left, right, full, semi, anti): the key's stored rows of each
+    side (row key: side, row) joined with the other side's new records, and the new records with
+    each other; the rows without a match of a kept side padded (or kept: semi, anti); the stored rows
+    and match counts updated. An inner join reads the key's directories first (see the module).
+
+    Example: key ``["c1"]`` holding two order rows of a LEFT JOIN and no customer: a customer row
+    arriving (``_diff`` 1) retracts the two NULL-padded rows and writes the two joined rows.
+    """
+    if key == SKIP:
+        return
+    plan = out.params["cbp_view"]
+    delta = [_consolidated(left, plan["fields"][0]), _consolidated(right, plan["fields"][1])]
+    if not delta[0] and not delta[1]:
+        return
+    dirs = plan.get("dirs") is True and hasattr(state, "get_many")  # an inner join's (plan.py: state field d)
+    narrow = dirs and _narrow(state)
+    joined = _by_directory(key, state, delta, plan, out) if dirs and not narrow else None
+    if joined is None:
+        joined = _by_rows(key, state, delta, plan, out, dirs)
     w = getattr(out, plan["out"])
     for vals, d in joined.rows.items():
         if d:

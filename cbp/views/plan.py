@@ -284,6 +284,9 @@ class Generated:
                 parts["how"] = step.kind
             if match is not None:
                 parts["match"] = self._x(match, env)
+            state = join_state(step.kind, match is not None)
+            if "d" in state:
+                parts["dirs"] = True  # its translator keeps directories (cbp.views.joinrun)
             plan = _plan(
                 "join",
                 out,
@@ -301,7 +304,6 @@ class Generated:
                     keys[1], self._x(step.right_where, env), right.prefix, casts, 1 not in kept, list(right.types)
                 ),
             ]
-            state = {"s": "int", "r": "string", "n": "int"} | ({"m": "int"} if match is not None else {})
             raw = {
                 "translator": _RUN + "join",
                 "inputs": [{"flow": f, "route_by": _RUN + "unrouted"} for f in (left[0], right.flow)],
@@ -448,6 +450,17 @@ class Generated:
 def _pruned(src: Source, used: set[str]) -> Source:
     """``src`` with only the fields in ``used`` (by their prefixed names): what a join stage keeps of it."""
     return dataclasses.replace(src, types={f: t for f, t in src.types.items() if src.prefix + f in used})
+
+
+def join_state(kind: str, match: bool) -> dict[str, str]:
+    """A join stage's state: per key, side and distinct row its count ``n``; with a match condition
+    besides the key, each kept row's count of matches ``m``; an inner join's directories (``d``,
+    :mod:`cbp.views.joinrun`; a home an older cbp wrote has none: ``cbp upgrade`` adds the field)."""
+    return (
+        {"s": "int", "r": "string", "n": "int"}
+        | ({"m": "int"} if match else {})
+        | ({"d": "string?"} if kind == "inner" else {})
+    )
 
 
 def _group_state(aggs: list[list[Any]]) -> dict[str, str]:

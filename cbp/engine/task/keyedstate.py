@@ -159,6 +159,12 @@ class KeyedRows:
             self._it = self._source.iterate(self._key, self._kh)
         return next(self._it)
 
+    def stored(self) -> int | None:
+        """How many row versions the key has stored (tombstones and superseded rows included: at least
+        its rows), when known without reading them, else None."""
+        count = getattr(self._source, "key_versions", None)
+        return None if count is None else count(self._kh)
+
     def get(self, row_key: Any, default: Any = None) -> Any:
         """The row with this row key (a value; a tuple for a row key of several fields), or ``default``."""
         text = _given_text(self._fields, self._kinds, row_key)
@@ -325,6 +331,13 @@ class KeyedPartition(DirectPartition):
             return self._chunk.at(hashes)
         rows, fids, rgs = self.reader.rows_of(sorted_unique(np.sort(hashes)))
         return rows.to_pylist(), fids, rgs
+
+    def key_versions(self, kh: int) -> int | None:
+        """The row versions of the key with hash ``kh`` in the rows :meth:`lookup` read for the chunk
+        (None: not read with it)."""
+        if not self.index.live_keys:
+            return 0
+        return self._chunk.of_key(kh).num_rows if self._chunk is not None and self._chunk.holds(kh) else None
 
     def fetch(self, key_text: str, kh: int, texts: list[str]) -> dict[str, dict[str, Any]]:
         """The live stored rows of ``key_text`` with these row key texts, in storage form (user fields)."""
