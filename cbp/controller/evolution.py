@@ -109,14 +109,19 @@ class Evolution:
     def check(self) -> None:
         """Refuse a change (code ``pipeline-changed``) while the YAML changes stored data, unless upgrading."""
         if self.plan.needs_upgrade and not self.upgrading:
+            spec = self.live.spec
+            rec = self.live.st.shapes.get(PIPELINE)
+            if rec is not None and rec["sha256"] == sha(yaml_text(spec.path)):  # same YAML: cbp compiles it anew
+                what = f"the YAML is the one the home {self.home.location} recorded, but this cbp compiles it "
+                what += "differently from the cbp that wrote the home, in ways that touch stored data: "
+                fix = "Run 'cbp upgrade' (or 'cbp run --upgrade') once to apply the plan ('cbp plan' shows it)"
+            else:
+                what = f"the pipeline changed since the home {self.home.location} recorded it, in ways that "
+                what += "touch stored data: "
+                fix = "Run 'cbp upgrade' (or 'cbp run --upgrade') to apply the plan ('cbp plan' shows it), "
+                fix += "or restore the previous YAML"
             raise UsageError(
-                f"{self.live.spec.path}: the pipeline changed since the home {self.home.location} recorded it, in "
-                "ways that "
-                "touch stored data: "
-                + "; ".join(self.plan.lines())
-                + ". Run 'cbp upgrade' (or 'cbp run --upgrade') to apply the plan ('cbp plan' shows it), "
-                "or restore the previous YAML",
-                code="pipeline-changed",
+                f"{spec.path}: {what}" + "; ".join(self.plan.lines()) + f". {fix}", code="pipeline-changed"
             )
 
     def committed_snapshot(self) -> Snapshot:

@@ -12,7 +12,7 @@ SECTIONS: list[tuple[str, list[Code]]] = [
                 "pipeline-changed",
                 U,
                 2,
-                "the YAML changed stored data since the home recorded it",
+                "the YAML, or a newer cbp's compilation of it, changed stored data since the home recorded it",
                 "`cbp plan` shows the changes; `cbp upgrade` applies them, or restore the previous YAML",
             ),
             _c(
