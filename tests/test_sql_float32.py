@@ -65,7 +65,10 @@ def _same_float_text(got: str, want: str, java: int) -> bool:
 
 @pytest.mark.usefixtures("few_partitions")
 def test_round_and_string_of_a_float32_as_spark(spark):
-    java = int(spark.sparkContext._jvm.System.getProperty("java.specification.version"))
+    # the Java that formats Spark's strings (the server's on Connect, where the session has no sparkContext)
+    java = int(
+        spark.sql("SELECT java_method('java.lang.System', 'getProperty', 'java.specification.version')").first()[0]
+    )
     values = ", ".join(f"({i}, {x!r}D)" for i, x in enumerate(_floats()))
     cols = ", ".join(f"{e} AS e{j}, typeof({e}) AS t{j}" for j, e in enumerate(EXPRESSIONS))
     query = f"SELECT i, {cols} FROM (SELECT i, CAST(x AS FLOAT) AS f FROM VALUES {values} AS v(i, x)) ORDER BY i"
